@@ -1,0 +1,297 @@
+/*
+** activity.c -- Lua activities as coroutines on the runtime loop, and their primitives.
+**
+** An activity runs until it returns, raises, or parks in duroxide.wait(); a parked activity
+** is resumed by C.resume_activity when its `done` callback fires (from a luv callback, a
+** timer, or another coroutine). Nothing here blocks the loop.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "dxlua.h"
+#include "log.h"
+#include "util.h"
+#include "value.h"
+
+/* What actx._h holds; `run` is cleared when the activity is over. */
+typedef struct act_run_s act_run_t;
+typedef struct {
+  act_run_t *run;
+} act_handle_t;
+
+struct act_run_s {
+  dxl_state_t *S;
+  dx_activity_t *a;
+  lua_State *co;
+  int co_ref;
+  act_handle_t *h;
+  int h_ref;
+};
+
+/* Registry key of the table mapping activity coroutines to their act_run_t. */
+static const char runs_key = 0;
+
+static void push_runs(lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &runs_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &runs_key);
+  }
+}
+
+static void run_end(act_run_t *r) {
+  lua_State *L = r->S->L;
+  if (r->h) r->h->run = NULL;
+  if (r->co) {
+    push_runs(L);
+    lua_pushthread(r->co);
+    lua_xmove(r->co, L, 1);
+    lua_pushnil(L);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+  }
+  luaL_unref(L, LUA_REGISTRYINDEX, r->co_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, r->h_ref);
+  r->S->running_activities--;
+  free(r);
+}
+
+/* Resume the activity coroutine with nargs values already on its stack. */
+static void step(act_run_t *r, lua_State *from, int nargs) {
+  int nres = 0, rc;
+  char msg[2048];
+  rc = lua_resume(r->co, from, nargs, &nres);
+  if (rc == LUA_YIELD) {
+    lua_pop(r->co, nres);
+    return;
+  }
+  if (!r->a) { /* aborted at shutdown: the runtime already handed the row back */
+    run_end(r);
+    return;
+  }
+  if (rc == LUA_OK) {
+    char *out = nres > 0 ? dx__lua_to_json(r->co, -nres, "output", msg, sizeof msg)
+                         : dx__strdup("null");
+    lua_pop(r->co, nres);
+    if (out) dx_activity_complete(r->a, out);
+    else dx_activity_fail(r->a, msg);
+    free(out);
+  } else {
+    dxl_error_message(r->co, -1, msg, sizeof msg);
+    lua_pop(r->co, 1);
+    dx_activity_fail(r->a, msg);
+  }
+  r->a = NULL;
+  run_end(r);
+}
+
+/* {===== host methods: activities =====} */
+
+int dxl_h_activity_lookup(void *host, const char *name) {
+  dxl_state_t *S = host;
+  lua_State *L = S->L;
+  int found;
+  if (!lua_checkstack(L, 4)) return 0;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->reg_ref);
+  lua_getfield(L, -1, "activities");
+  found = lua_getfield(L, -1, name) == LUA_TFUNCTION;
+  lua_pop(L, 3);
+  return found;
+}
+
+static void set_str(lua_State *L, const char *k, const char *v) {
+  if (!v) return;
+  lua_pushstring(L, v);
+  lua_setfield(L, -2, k);
+}
+
+/* Protected setup: coroutine, actx, input. [-1, +0, e] */
+static int start_impl(lua_State *L) {
+  act_run_t *r = lua_touserdata(L, 1);
+  const dx_activity_info_t *info = dx_activity_info(r->a);
+  char err[512];
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->reg_ref);
+  lua_getfield(L, -1, "activities");
+  lua_getfield(L, -1, info->name);
+  r->co = lua_newthread(L);
+  r->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_xmove(L, r->co, 1);
+  lua_pop(L, 2);
+  push_runs(L);
+  lua_pushthread(r->co);
+  lua_xmove(r->co, L, 1);
+  lua_pushlightuserdata(L, r);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+
+  lua_createtable(L, 0, 8);
+  r->h = lua_newuserdatauv(L, sizeof *r->h, 0);
+  r->h->run = r;
+  lua_pushvalue(L, -1);
+  r->h_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_setfield(L, -2, "_h");
+  set_str(L, "instance_id", info->instance);
+  lua_pushinteger(L, (lua_Integer)info->execution_id);
+  lua_setfield(L, -2, "execution_id");
+  lua_pushinteger(L, (lua_Integer)info->activity_id);
+  lua_setfield(L, -2, "activity_id");
+  set_str(L, "name", info->name);
+  lua_pushinteger(L, (lua_Integer)info->attempt);
+  lua_setfield(L, -2, "attempt");
+  set_str(L, "session_id", info->session_id);
+  set_str(L, "worker_id", info->worker_id);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->actx_mt_ref);
+  lua_setmetatable(L, -2);
+  lua_xmove(L, r->co, 1);
+  if (!dx__lua_push_json(r->co, info->input ? info->input : "null",
+                         strlen(info->input ? info->input : "null"), err, sizeof err))
+    return luaL_error(L, "activity input: %s", err);
+  return 0;
+}
+
+void dxl_h_activity_start(void *host, dx_activity_t *a) {
+  dxl_state_t *S = host;
+  lua_State *L = S->L;
+  act_run_t *r = calloc(1, sizeof *r);
+  char msg[1024];
+  if (!r) {
+    dx_activity_fail(a, "out of memory starting the activity");
+    return;
+  }
+  r->S = S;
+  r->a = a;
+  r->co_ref = r->h_ref = LUA_NOREF;
+  S->running_activities++;
+  lua_pushcfunction(L, start_impl);
+  lua_pushlightuserdata(L, r);
+  if (dxl_pcall(L, 1, 0, msg, sizeof msg, 0) != LUA_OK) {
+    dx_activity_fail(a, msg);
+    r->a = NULL;
+    run_end(r);
+    return;
+  }
+  step(r, L, 2);
+}
+
+void dxl_h_activity_abort(void *host, dx_activity_t *a) {
+  dxl_state_t *S = host;
+  lua_State *L = S->L;
+  act_run_t *found = NULL;
+  push_runs(L);
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    act_run_t *r = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (r && r->a == a) {
+      found = r;
+      lua_pop(L, 1);
+      break;
+    }
+  }
+  lua_pop(L, 1);
+  if (found) {
+    found->a = NULL;
+    if (found->h) found->h->run = NULL;
+  }
+}
+
+/* {===== primitives for duroxide/activity.lua =====} */
+
+static act_run_t *run_of(lua_State *L, int idx) {
+  act_run_t *r;
+  push_runs(L);
+  lua_pushvalue(L, idx);
+  lua_rawget(L, -2);
+  r = lua_touserdata(L, -1);
+  lua_pop(L, 2);
+  return r;
+}
+
+static int p_is_activity(lua_State *L) {
+  lua_pushboolean(L, lua_type(L, 1) == LUA_TTHREAD && run_of(L, 1) != NULL);
+  return 1;
+}
+
+/* C.resume_activity(co): continue a parked activity (its done() fired). */
+static int p_resume_activity(lua_State *L) {
+  act_run_t *r;
+  lua_State *co;
+  luaL_checktype(L, 1, LUA_TTHREAD);
+  co = lua_tothread(L, 1);
+  r = run_of(L, 1);
+  if (!r || co == L || lua_status(co) != LUA_YIELD) return 0;
+  step(r, L, 0);
+  return 0;
+}
+
+static int p_actx_cancelled(lua_State *L) {
+  act_handle_t *h = lua_touserdata(L, 1);
+  lua_pushboolean(L, !h || !h->run || !h->run->a || dx_activity_is_cancelled(h->run->a));
+  return 1;
+}
+
+static int p_actx_trace(lua_State *L) {
+  act_handle_t *h = lua_touserdata(L, 1);
+  int level = (int)luaL_checkinteger(L, 2);
+  const char *msg = luaL_checkstring(L, 3);
+  const dx_activity_info_t *info = h && h->run && h->run->a ? dx_activity_info(h->run->a) : NULL;
+  if (info)
+    dx__log(level, msg, "instance=%s activity=%s id=%llu worker_id=%s", info->instance,
+            info->name, (unsigned long long)info->activity_id, info->worker_id);
+  else
+    dx__log(level, msg, NULL);
+  return 0;
+}
+
+/* {===== C.after(ms, fn): a one-shot timer on the runtime loop =====} */
+
+typedef struct {
+  uv_timer_t timer;
+  dxl_state_t *S;
+  int fn_ref;
+} after_t;
+
+static void after_closed(uv_handle_t *h) { free(h->data); }
+
+static void on_after(uv_timer_t *t) {
+  after_t *a = t->data;
+  lua_State *L = a->S->L;
+  char msg[1024];
+  lua_rawgeti(L, LUA_REGISTRYINDEX, a->fn_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, a->fn_ref);
+  a->S->loop_depth++;
+  if (dxl_pcall(L, 0, 0, msg, sizeof msg, 1) != LUA_OK)
+    dx__log(DX_LOG_ERROR, "error in timer callback", "error=\"%s\"", msg);
+  a->S->loop_depth--;
+  uv_close((uv_handle_t *)&a->timer, after_closed);
+}
+
+static int p_after(lua_State *L) {
+  dxl_state_t *S = dxl_state(L);
+  lua_Integer ms = luaL_checkinteger(L, 1);
+  after_t *a;
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  if (ms < 0) return luaL_argerror(L, 1, "must be >= 0");
+  a = calloc(1, sizeof *a);
+  if (!a) return luaL_error(L, "out of memory");
+  a->S = S;
+  lua_pushvalue(L, 2);
+  a->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  uv_timer_init(S->loop, &a->timer);
+  a->timer.data = a;
+  uv_timer_start(&a->timer, on_after, (uint64_t)ms, 0);
+  return 0;
+}
+
+void dxl_activity_register(lua_State *L, int prims) {
+  static const luaL_Reg fns[] = {{"is_activity", p_is_activity},
+                                 {"resume_activity", p_resume_activity},
+                                 {"actx_cancelled", p_actx_cancelled},
+                                 {"actx_trace", p_actx_trace},
+                                 {"after", p_after},
+                                 {NULL, NULL}};
+  lua_pushvalue(L, prims);
+  luaL_setfuncs(L, fns, 0);
+  lua_pop(L, 1);
+}

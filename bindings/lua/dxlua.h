@@ -1,0 +1,76 @@
+/*
+** dxlua.h -- shared state of the Lua binding (internal to bindings/lua and the host).
+**
+** One dxl_state_t per lua_State, kept in the registry, so `require "duroxide"` may run more
+** than once (busted's insulation does) without losing registrations.
+*/
+#ifndef DX_LUA_H
+#define DX_LUA_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "duroxide.h"
+
+typedef struct dxl_state_s {
+  lua_State *L;             /* main thread */
+  uv_loop_t *loop;
+  int reg_ref;              /* registry ref of {orchestrations=, activities=, hooks=, ...} */
+  int context_mt_ref;       /* Context metatable (from duroxide/context.lua) */
+  int actx_mt_ref;          /* activity context metatable (from duroxide/activity.lua) */
+  int prims_ref;            /* primitives table passed to the Lua layer */
+  dx_options_t opts;        /* from duroxide.configure{} */
+  char *worker_node_id;     /* storage behind opts.worker_node_id */
+  char *store_dir;          /* from duroxide.configure{store=} */
+  int in_orchestration;     /* >0 while orchestration code runs (sandbox guards check it) */
+  int loop_depth;           /* >0 while a callback runs: driving the loop is then refused */
+  dx_runtime_t *runtime;    /* the runtime running in this state, if any */
+  int running_activities;
+} dxl_state_t;
+
+/* Registry key of the state userdata. */
+extern const char dxl_state_key;
+
+/* [-0, +0, e] The state of this lua_State (created by luaopen_duroxide). */
+dxl_state_t *dxl_state(lua_State *L);
+
+/* Host methods for the engine (orchestrations + activities in this Lua state). */
+extern const dx_host_methods_t dxl_host_methods;
+
+/* Protected call with traceback; on error, leaves nothing on the stack and writes the
+** message (without traceback when `with_traceback` is 0) into errbuf. [-(nargs+1), +nres, -] */
+int dxl_pcall(lua_State *L, int nargs, int nres, char *errbuf, size_t errlen, int with_traceback);
+
+/* Message of the error object at idx: a duroxide.Error's message, a string, or tostring.
+** Written into buf. [-0, +0, m] */
+const char *dxl_error_message(lua_State *L, int idx, char *buf, size_t len);
+
+/* [-0, +1, m] push a duroxide.Error table {message=, category=, kind=}. */
+void dxl_push_error(lua_State *L, const char *message, const char *category, const char *kind);
+
+/* Install the guards that make non-deterministic functions raise inside orchestrations. */
+void dxl_install_sandbox(lua_State *L, dxl_state_t *S);
+
+/* Orchestration primitives for duroxide/context.lua (registered into the prims table). */
+void dxl_orch_register(lua_State *L, int prims_idx);
+/* Activity primitives for duroxide/activity.lua. */
+void dxl_activity_register(lua_State *L, int prims_idx);
+
+/* Client and runtime constructors (lua_CFunctions). */
+int dxl_client_new(lua_State *L);
+int dxl_runtime_new(lua_State *L);
+
+/* Apply a Lua options table at idx onto opts (strings are kept alive in S). Raises on a bad
+** value with a message naming the option. [-0, +0, e] */
+void dxl_options_from_table(lua_State *L, int idx, dxl_state_t *S, dx_options_t *opts);
+
+/* Run the loop once (blocking at most `max_ms`); refuses from inside a callback. */
+int dxl_run_loop_once(lua_State *L, dxl_state_t *S, int64_t max_ms);
+
+/* Load embedded Lua sources (generated). */
+int dxl_load_embedded(lua_State *L, const char *name);
+
+/* luaopen for the luv library bound to the runtime loop. */
+int dxl_open_luv(lua_State *L);
+
+#endif

@@ -1,0 +1,210 @@
+/*
+** lclient.c -- duroxide.client{}: start, raise_event, cancel, status, wait, history, list.
+**
+** Operational failures return nil, err (err is a duroxide.Error); misuse raises.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "dxlua.h"
+#include "util.h"
+#include "value.h"
+
+#define CLIENT_MT "duroxide.Client"
+
+typedef struct {
+  dx_client_t *c;
+} lclient_t;
+
+static dx_client_t *check_client(lua_State *L) {
+  lclient_t *u = luaL_checkudata(L, 1, CLIENT_MT);
+  if (!u->c) luaL_error(L, "client is closed");
+  return u->c;
+}
+
+/* [-0, +2, m] nil, duroxide.Error from a dx_error_t */
+static int fail(lua_State *L, const dx_error_t *err) {
+  lua_pushnil(L);
+  dxl_push_error(L, err->msg, "client", dx_err_name(err->code));
+  return 2;
+}
+
+/* JSON of argument idx (absent = null); raises naming the argument on unencodable values. */
+static char *arg_json(lua_State *L, int idx, const char *what) {
+  char err[512];
+  char *s = dx__lua_to_json(L, idx, what, err, sizeof err);
+  if (!s) luaL_error(L, "%s", err);
+  return s;
+}
+
+static int l_start(lua_State *L) {
+  dx_client_t *c = check_client(L);
+  const char *id = luaL_checkstring(L, 2), *name = luaL_checkstring(L, 3);
+  const char *version = luaL_optstring(L, 5, NULL);
+  char *input = arg_json(L, 4, "input");
+  dx_error_t err;
+  int rc = dx_client_start(c, id, name, input, version, &err);
+  free(input);
+  if (rc != 0) return fail(L, &err);
+  lua_pushstring(L, id);
+  return 1;
+}
+
+static int l_raise(lua_State *L) {
+  dx_client_t *c = check_client(L);
+  const char *id = luaL_checkstring(L, 2), *name = luaL_checkstring(L, 3);
+  char *data = arg_json(L, 4, "data");
+  dx_error_t err;
+  int rc = dx_client_raise(c, id, name, data, &err);
+  free(data);
+  if (rc != 0) return fail(L, &err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_cancel(lua_State *L) {
+  dx_client_t *c = check_client(L);
+  dx_error_t err;
+  if (dx_client_cancel(c, luaL_checkstring(L, 2), luaL_optstring(L, 3, NULL), &err) != 0)
+    return fail(L, &err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* [-0, +1, m] decode JSON text produced by the engine into a Lua value */
+static void push_decoded(lua_State *L, const char *json) {
+  char err[256];
+  if (!json || !dx__lua_push_json(L, json, strlen(json), err, sizeof err)) lua_pushnil(L);
+}
+
+static void push_status(lua_State *L, const char *id, const dx_instance_info_t *info) {
+  char *json = dx_instance_info_to_json(id, info);
+  push_decoded(L, json);
+  free(json);
+}
+
+static int l_status(lua_State *L) {
+  dx_client_t *c = check_client(L);
+  const char *id = luaL_checkstring(L, 2);
+  dx_instance_info_t info;
+  dx_error_t err;
+  if (dx_client_status(c, id, &info, &err) != 0) return fail(L, &err);
+  push_status(L, id, &info);
+  dx_instance_info_clear(&info);
+  return 1;
+}
+
+/* client:wait(id, timeout_ms): drives this state's runtime when one runs here, so specs and
+** scripts can start and wait in one process; otherwise polls the store. */
+static int l_wait(lua_State *L) {
+  dx_client_t *c = check_client(L);
+  dxl_state_t *S = dxl_state(L);
+  const char *id = luaL_checkstring(L, 2);
+  int64_t timeout = (int64_t)luaL_optinteger(L, 3, 30000);
+  int64_t deadline = dx__now_ms() + timeout;
+  dx_instance_info_t info;
+  dx_error_t err;
+  for (;;) {
+    if (dx_client_status(c, id, &info, &err) != 0) return fail(L, &err);
+    if (info.status == DX_STATUS_COMPLETED || info.status == DX_STATUS_FAILED ||
+        dx__now_ms() >= deadline) {
+      int done = info.status == DX_STATUS_COMPLETED || info.status == DX_STATUS_FAILED;
+      push_status(L, id, &info);
+      dx_instance_info_clear(&info);
+      if (done) return 1;
+      lua_pushnil(L);
+      lua_insert(L, -2);
+      dxl_push_error(L, "timed out waiting for the instance", "client", "DX_ETIMEDOUT");
+      lua_insert(L, -2);
+      return 3; /* nil, err, last status */
+    }
+    dx_instance_info_clear(&info);
+    if (S->runtime && S->loop_depth == 0) {
+      dxl_run_loop_once(L, S, 5);
+    } else {
+      dx_instance_info_t tmp;
+      dx_error_t e2;
+      if (dx_client_wait(c, id, 5, &tmp, &e2) == 0 || e2.code == DX_ETIMEDOUT)
+        dx_instance_info_clear(&tmp);
+    }
+  }
+}
+
+static int l_history(lua_State *L) {
+  dx_client_t *c = check_client(L);
+  const char *id = luaL_checkstring(L, 2);
+  dx_provider_t *p = dx_client_provider(c);
+  dx_event_t *ev = NULL;
+  size_t n = 0, i;
+  dx_error_t err;
+  uint64_t exec = (uint64_t)luaL_optinteger(L, 3, 0);
+  if (p->methods->read_history(p, id, exec, &ev, &n, NULL, &err) != 0) return fail(L, &err);
+  lua_createtable(L, (int)n, 0);
+  for (i = 0; i < n; i++) {
+    char *json = dx_event_to_json(&ev[i]);
+    push_decoded(L, json);
+    free(json);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  dx_events_free(ev, n);
+  return 1;
+}
+
+static int collect_id(void *ud, const char *id) {
+  lua_State *L = ud;
+  lua_pushstring(L, id);
+  lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+  return 0;
+}
+
+static int l_list(lua_State *L) {
+  dx_client_t *c = check_client(L);
+  dx_provider_t *p = dx_client_provider(c);
+  dx_error_t err;
+  lua_newtable(L);
+  if (p->methods->list_instances(p, collect_id, L, &err) != 0) return fail(L, &err);
+  return 1;
+}
+
+static int l_close(lua_State *L) {
+  lclient_t *u = luaL_checkudata(L, 1, CLIENT_MT);
+  if (u->c) dx_client_close(u->c);
+  u->c = NULL;
+  return 0;
+}
+
+/* duroxide.client{ store = dir } or duroxide.client(dir) */
+int dxl_client_new(lua_State *L) {
+  static const luaL_Reg methods[] = {{"start", l_start}, {"raise_event", l_raise},
+                                     {"cancel", l_cancel}, {"status", l_status},
+                                     {"wait", l_wait}, {"history", l_history},
+                                     {"list", l_list}, {"close", l_close}, {NULL, NULL}};
+  dxl_state_t *S = dxl_state(L);
+  const char *store = NULL;
+  lclient_t *u;
+  dx_error_t err;
+  if (lua_type(L, 1) == LUA_TSTRING) {
+    store = lua_tostring(L, 1);
+  } else if (lua_type(L, 1) == LUA_TTABLE) {
+    lua_getfield(L, 1, "store");
+    store = lua_tostring(L, -1);
+  } else if (!lua_isnoneornil(L, 1)) {
+    return luaL_argerror(L, 1, "expected a table {store=dir} or a directory");
+  }
+  if (!store) store = S->store_dir ? S->store_dir : getenv("DUROXIDE_STORE");
+  if (!store) store = "./duroxide-data";
+  u = lua_newuserdatauv(L, sizeof *u, 0);
+  u->c = NULL;
+  if (luaL_newmetatable(L, CLIENT_MT)) {
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_close);
+    lua_setfield(L, -2, "__close");
+  }
+  lua_setmetatable(L, -2);
+  if (dx_client_open(&u->c, store, &err) != 0)
+    return luaL_error(L, "cannot open store %s: %s", store, err.msg);
+  return 1;
+}

@@ -1,0 +1,227 @@
+/*
+** lruntime.c -- duroxide.runtime{}: a worker runtime driven from Lua (specs, scripts, host),
+** and luv bound to the same loop.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include <luv/luv.h>
+
+#include "dxlua.h"
+#include "log.h"
+#include "util.h"
+
+typedef struct {
+  dxl_state_t *S;
+  dx_runtime_t *rt;
+  dx_provider_t *p;
+  int state; /* 0 new, 1 running, 2 stopping, 3 stopped */
+} lrt_t;
+
+#define RT_MT "duroxide.Runtime"
+
+/* {===== loop driving =====} */
+
+static void on_tick(uv_timer_t *t) { (void)t; }
+
+int dxl_run_loop_once(lua_State *L, dxl_state_t *S, int64_t max_ms) {
+  uv_timer_t guard;
+  if (S->loop_depth > 0)
+    return luaL_error(L, "cannot wait for the runtime from inside a callback or activity; "
+                         "use duroxide.wait in activities");
+  /* A timer bounds the blocking so the caller can check its condition and deadline. */
+  uv_timer_init(S->loop, &guard);
+  uv_timer_start(&guard, on_tick, (uint64_t)(max_ms > 0 ? max_ms : 0), 0);
+  S->loop_depth++;
+  uv_run(S->loop, UV_RUN_ONCE);
+  S->loop_depth--;
+  uv_close((uv_handle_t *)&guard, NULL);
+  uv_run(S->loop, UV_RUN_NOWAIT); /* let the close complete */
+  return 0;
+}
+
+static int luv_pcall_cb(lua_State *L, int nargs, int nresults, int flags) {
+  char msg[2048];
+  int base = lua_gettop(L) - nargs - 1, rc;
+  dxl_state_t *S = dxl_state(L);
+  (void)flags;
+  S->loop_depth++;
+  rc = dxl_pcall(L, nargs, nresults, msg, sizeof msg, 1);
+  S->loop_depth--;
+  if (rc != LUA_OK) {
+    /* A luv callback error is the app's bug: report it, never exit the worker. */
+    dx__log(DX_LOG_ERROR, "error in luv callback", "error=\"%s\"", msg);
+    lua_settop(L, base);
+    return -rc;
+  }
+  return nresults == LUA_MULTRET ? lua_gettop(L) - base : nresults;
+}
+
+int dxl_open_luv(lua_State *L) {
+  dxl_state_t *S = dxl_state(L);
+  luv_set_loop(L, S->loop);
+  luv_set_callback(L, luv_pcall_cb);
+  return luaopen_luv(L);
+}
+
+/* {===== runtime object =====} */
+
+static lrt_t *check_rt(lua_State *L) { return luaL_checkudata(L, 1, RT_MT); }
+
+static void on_stopped(dx_runtime_t *rt, void *ud) {
+  lrt_t *r = ud;
+  (void)rt;
+  r->state = 3;
+}
+
+static void rt_release(lrt_t *r) {
+  if (r->rt) {
+    if (r->S->runtime == r->rt) r->S->runtime = NULL;
+    dx_runtime_free(r->rt);
+    r->rt = NULL;
+  }
+  if (r->p) {
+    r->p->methods->destroy(r->p);
+    r->p = NULL;
+  }
+}
+
+/* Stop gracefully, driving the loop until the runtime has closed. */
+static void rt_stop_sync(lua_State *L, lrt_t *r) {
+  if (r->state == 1) {
+    r->state = 2;
+    dx_runtime_stop(r->rt, on_stopped, r);
+    while (r->state != 3) uv_run(r->S->loop, UV_RUN_ONCE);
+  }
+  (void)L;
+  rt_release(r);
+}
+
+static int l_rt_start(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  dx_error_t err;
+  if (r->state != 0) return luaL_error(L, "runtime already started");
+  if (r->S->runtime) return luaL_error(L, "another runtime is already running in this Lua state");
+  if (dx_runtime_start(r->rt, &err) != 0) return luaL_error(L, "%s", err.msg);
+  r->state = 1;
+  r->S->runtime = r->rt;
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* rt:run_until(pred, timeout_ms) -> true when pred() returned true, false on timeout */
+static int l_rt_run_until(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  int64_t timeout = (int64_t)luaL_optinteger(L, 3, 10000);
+  int64_t deadline = dx__now_ms() + timeout;
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  if (r->state != 1) return luaL_error(L, "runtime is not running (call rt:start())");
+  for (;;) {
+    int ok;
+    lua_pushvalue(L, 2);
+    lua_call(L, 0, 1);
+    ok = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (ok) {
+      lua_pushboolean(L, 1);
+      return 1;
+    }
+    if (dx__now_ms() >= deadline) {
+      lua_pushboolean(L, 0);
+      return 1;
+    }
+    dxl_run_loop_once(L, r->S, 5);
+  }
+}
+
+/* rt:run_for(ms): drive the loop for ms of wall time. */
+static int l_rt_run_for(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  int64_t deadline = dx__now_ms() + (int64_t)luaL_checkinteger(L, 2);
+  while (dx__now_ms() < deadline) dxl_run_loop_once(L, r->S, deadline - dx__now_ms());
+  (void)r;
+  return 0;
+}
+
+static int l_rt_stop(lua_State *L) {
+  rt_stop_sync(L, check_rt(L));
+  return 0;
+}
+
+static int l_rt_gc(lua_State *L) {
+  lrt_t *r = lua_touserdata(L, 1);
+  if (r->state == 1) rt_stop_sync(L, r);
+  else rt_release(r);
+  return 0;
+}
+
+static int l_rt_worker_id(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  lua_pushstring(L, r->rt ? dx_runtime_worker_id(r->rt) : NULL);
+  return 1;
+}
+
+static int l_rt_stats(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  dx_runtime_stats_t st;
+  memset(&st, 0, sizeof st);
+  if (r->rt) dx_runtime_stats(r->rt, &st);
+  lua_createtable(L, 0, 4);
+  lua_pushinteger(L, (lua_Integer)st.turns);
+  lua_setfield(L, -2, "turns");
+  lua_pushinteger(L, (lua_Integer)st.activities);
+  lua_setfield(L, -2, "activities");
+  lua_pushinteger(L, (lua_Integer)st.commits);
+  lua_setfield(L, -2, "commits");
+  lua_pushinteger(L, (lua_Integer)st.fetch_cycles);
+  lua_setfield(L, -2, "fetch_cycles");
+  return 1;
+}
+
+/* duroxide.runtime{ store = dir, <options> } (options override duroxide.configure) */
+int dxl_runtime_new(lua_State *L) {
+  dxl_state_t *S = dxl_state(L);
+  dx_options_t opts = S->opts;
+  dx_error_t err;
+  const char *store;
+  lrt_t *r;
+  char *saved_store = dx__strdup(S->store_dir);
+  if (!lua_isnoneornil(L, 1)) dxl_options_from_table(L, 1, S, &opts);
+  store = S->store_dir ? S->store_dir : getenv("DUROXIDE_STORE");
+  if (!store) store = "./duroxide-data";
+  r = lua_newuserdatauv(L, sizeof *r, 0);
+  memset(r, 0, sizeof *r);
+  r->S = S;
+  luaL_setmetatable(L, RT_MT);
+  if (dx_lmdb_open(store, NULL, &r->p, &err) != 0) {
+    free(S->store_dir);
+    S->store_dir = saved_store;
+    return luaL_error(L, "cannot open store %s: %s", store, err.msg);
+  }
+  free(S->store_dir);
+  S->store_dir = saved_store;
+  dx__log_configure(opts.log_level, opts.log_format);
+  if (dx_runtime_new(&r->rt, S->loop, r->p, &opts, &dxl_host_methods, S, &err) != 0) {
+    rt_release(r);
+    return luaL_error(L, "%s", err.msg);
+  }
+  return 1;
+}
+
+int luaopen_duroxide_runtime_mt(lua_State *L);
+int luaopen_duroxide_runtime_mt(lua_State *L) {
+  static const luaL_Reg methods[] = {{"start", l_rt_start}, {"run_until", l_rt_run_until},
+                                     {"run_for", l_rt_run_for}, {"stop", l_rt_stop},
+                                     {"worker_id", l_rt_worker_id}, {"stats", l_rt_stats},
+                                     {NULL, NULL}};
+  if (luaL_newmetatable(L, RT_MT)) {
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_rt_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_rt_gc);
+    lua_setfield(L, -2, "__close");
+  }
+  lua_pop(L, 1);
+  return 0;
+}

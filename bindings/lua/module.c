@@ -1,0 +1,454 @@
+/*
+** module.c -- luaopen_duroxide: registrations, configuration, values, errors, the sandbox.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "dxlua.h"
+#include "log.h"
+#include "util.h"
+#include "value.h"
+
+const char dxl_state_key = 0;
+
+int luaopen_duroxide_runtime_mt(lua_State *L);
+
+/* {===== state =====} */
+
+static int state_gc(lua_State *L) {
+  dxl_state_t *S = lua_touserdata(L, 1);
+  free(S->worker_node_id);
+  free(S->store_dir);
+  S->worker_node_id = S->store_dir = NULL;
+  return 0;
+}
+
+dxl_state_t *dxl_state(lua_State *L) {
+  dxl_state_t *S;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &dxl_state_key);
+  S = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (!S) luaL_error(L, "duroxide is not loaded in this Lua state");
+  return S;
+}
+
+/* [-0, +1, e] the registry table field `name` ({orchestrations=, activities=, hooks=}). */
+static void push_reg(lua_State *L, dxl_state_t *S, const char *name) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->reg_ref);
+  lua_getfield(L, -1, name);
+  lua_remove(L, -2);
+}
+
+/* {===== errors =====} */
+
+static int error_tostring(lua_State *L) {
+  lua_getfield(L, 1, "message");
+  if (!lua_isstring(L, -1)) lua_pushliteral(L, "error");
+  return 1;
+}
+
+void dxl_push_error(lua_State *L, const char *message, const char *category, const char *kind) {
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, message ? message : "error");
+  lua_setfield(L, -2, "message");
+  lua_pushstring(L, category ? category : "application");
+  lua_setfield(L, -2, "category");
+  if (kind) {
+    lua_pushstring(L, kind);
+    lua_setfield(L, -2, "kind");
+  }
+  if (luaL_newmetatable(L, "duroxide.Error")) {
+    lua_pushcfunction(L, error_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_setmetatable(L, -2);
+}
+
+const char *dxl_error_message(lua_State *L, int idx, char *buf, size_t len) {
+  int t;
+  idx = lua_absindex(L, idx);
+  t = lua_type(L, idx);
+  if (t == LUA_TSTRING) {
+    snprintf(buf, len, "%s", lua_tostring(L, idx));
+  } else if (t == LUA_TTABLE && lua_getfield(L, idx, "message") == LUA_TSTRING) {
+    snprintf(buf, len, "%s", lua_tostring(L, -1));
+    lua_pop(L, 1);
+  } else if (t == LUA_TTABLE || t == LUA_TUSERDATA) {
+    if (t == LUA_TTABLE) lua_pop(L, 1);
+    if (luaL_getmetafield(L, idx, "__tostring") != LUA_TNIL) {
+      lua_pop(L, 1);
+      snprintf(buf, len, "%s", luaL_tolstring(L, idx, NULL));
+      lua_pop(L, 1);
+    } else {
+      snprintf(buf, len, "error object is a %s value", luaL_typename(L, idx));
+    }
+  } else {
+    snprintf(buf, len, "error object is a %s value", luaL_typename(L, idx));
+  }
+  return buf;
+}
+
+static int msghandler(lua_State *L) {
+  char buf[2048];
+  dxl_error_message(L, 1, buf, sizeof buf);
+  luaL_traceback(L, L, buf, 1);
+  return 1;
+}
+
+int dxl_pcall(lua_State *L, int nargs, int nres, char *errbuf, size_t errlen, int with_tb) {
+  int base = lua_gettop(L) - nargs, rc;
+  if (with_tb) {
+    lua_pushcfunction(L, msghandler);
+    lua_insert(L, base);
+  }
+  rc = lua_pcall(L, nargs, nres, with_tb ? base : 0);
+  if (with_tb) lua_remove(L, base);
+  if (rc != LUA_OK) {
+    if (rc == LUA_ERRMEM) snprintf(errbuf, errlen, "out of memory");
+    else dxl_error_message(L, -1, errbuf, errlen);
+    lua_pop(L, 1);
+  }
+  return rc;
+}
+
+/* {===== registration =====} */
+
+static int parse_semver(const char *s, int v[3]) {
+  return s && sscanf(s, "%d.%d.%d", &v[0], &v[1], &v[2]) == 3;
+}
+
+static int semver_less(const char *a, const char *b) {
+  int x[3], y[3], i;
+  parse_semver(a, x);
+  parse_semver(b, y);
+  for (i = 0; i < 3; i++)
+    if (x[i] != y[i]) return x[i] < y[i];
+  return 0;
+}
+
+static void check_reg_name(lua_State *L, const char *what) {
+  size_t n;
+  const char *name = luaL_checklstring(L, 1, &n);
+  if (n == 0 || n > 200) luaL_argerror(L, 1, lua_pushfstring(L, "%s name must be 1 to 200 bytes", what));
+  (void)name;
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+}
+
+static int l_activity(lua_State *L) {
+  dxl_state_t *S = dxl_state(L);
+  check_reg_name(L, "activity");
+  push_reg(L, S, "activities");
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_rawset(L, -3);
+  return 0;
+}
+
+/* orchestrations[name] = { versions = {[v] = fn}, latest = v } */
+static int l_orchestration(lua_State *L) {
+  dxl_state_t *S = dxl_state(L);
+  const char *version = "1.0.0";
+  int v[3];
+  check_reg_name(L, "orchestration");
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    if (lua_getfield(L, 3, "version") != LUA_TNIL) version = luaL_checkstring(L, -1);
+    lua_pop(L, 1);
+    if (!parse_semver(version, v))
+      return luaL_argerror(L, 3, "opts.version must look like \"1.2.3\"");
+  }
+  push_reg(L, S, "orchestrations");
+  if (lua_getfield(L, -1, lua_tostring(L, 1)) == LUA_TNIL) {
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 2);
+    lua_newtable(L);
+    lua_setfield(L, -2, "versions");
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, lua_tostring(L, 1));
+  }
+  lua_getfield(L, -1, "versions");
+  lua_pushstring(L, version);
+  lua_pushvalue(L, 2);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  lua_getfield(L, -1, "latest");
+  if (lua_isnil(L, -1) || semver_less(lua_tostring(L, -1), version)) {
+    lua_pushstring(L, version);
+    lua_setfield(L, -3, "latest");
+  }
+  return 0;
+}
+
+static int set_hook(lua_State *L, const char *name) {
+  dxl_state_t *S = dxl_state(L);
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  push_reg(L, S, "hooks");
+  lua_pushvalue(L, 1);
+  lua_setfield(L, -2, name);
+  return 0;
+}
+static int l_on_session_released(lua_State *L) { return set_hook(L, "released"); }
+static int l_on_session_claimed(lua_State *L) { return set_hook(L, "claimed"); }
+
+/* {===== configuration =====} */
+
+void dxl_options_from_table(lua_State *L, int idx, dxl_state_t *S, dx_options_t *opts) {
+  idx = lua_absindex(L, idx);
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    dx_error_t err;
+    const char *key, *val;
+    if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "option names must be strings");
+    key = lua_tostring(L, -2);
+    if (strcmp(key, "store") == 0) {
+      free(S->store_dir);
+      S->store_dir = dx__strdup(luaL_checkstring(L, -1));
+      lua_pop(L, 1);
+      continue;
+    }
+    if (lua_type(L, -1) == LUA_TNUMBER) {
+      if (lua_isinteger(L, -1)) lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, -1));
+      else lua_pushfstring(L, "%f", lua_tonumber(L, -1));
+    } else if (lua_type(L, -1) == LUA_TSTRING) {
+      lua_pushvalue(L, -1);
+    } else {
+      luaL_error(L, "invalid value for option %s: expected a number or string, got %s", key,
+                 luaL_typename(L, -1));
+    }
+    val = lua_tostring(L, -1);
+    if (dx_options_set(opts, key, val, &err) != 0) {
+      lua_pushstring(L, err.msg);
+      lua_error(L);
+    }
+    if (opts->worker_node_id == val) {
+      free(S->worker_node_id);
+      S->worker_node_id = dx__strdup(val);
+      opts->worker_node_id = S->worker_node_id;
+    }
+    lua_pop(L, 2);
+  }
+}
+
+static int l_configure(lua_State *L) {
+  dxl_state_t *S = dxl_state(L);
+  dx_options_t o = S->opts;
+  dx_error_t err;
+  dxl_options_from_table(L, 1, S, &o);
+  if (dx_options_validate(&o, &err) != 0) return luaL_error(L, "%s", err.msg);
+  S->opts = o;
+  dx__log_configure(o.log_level, o.log_format);
+  return 0;
+}
+
+/* {===== values =====} */
+
+static int l_json_encode(lua_State *L) {
+  char err[512];
+  char *s;
+  luaL_checkany(L, 1);
+  s = dx__lua_to_json(L, 1, "value", err, sizeof err);
+  if (!s) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  lua_pushstring(L, s);
+  free(s);
+  return 1;
+}
+
+static int l_json_decode(lua_State *L) {
+  size_t n;
+  const char *s = luaL_checklstring(L, 1, &n);
+  char err[512];
+  if (!dx__lua_push_json(L, s, n, err, sizeof err)) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  return 1;
+}
+
+static int l_error(lua_State *L) {
+  dxl_push_error(L, luaL_checkstring(L, 1), luaL_optstring(L, 2, "application"),
+                 luaL_optstring(L, 3, NULL));
+  return 1;
+}
+
+/* {===== sandbox =====} */
+
+/* upvalues: original function, message, state, date-mode flag */
+static int guarded(lua_State *L) {
+  dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(3));
+  int date_mode = lua_toboolean(L, lua_upvalueindex(4));
+  if (S->in_orchestration && !(date_mode && !lua_isnoneornil(L, 2)))
+    return luaL_error(L, "%s", lua_tostring(L, lua_upvalueindex(2)));
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+static void guard(lua_State *L, dxl_state_t *S, const char *lib, const char *fn,
+                  const char *instead) {
+  char msg[256];
+  if (lib) {
+    if (lua_getglobal(L, lib) != LUA_TTABLE) {
+      lua_pop(L, 1);
+      return;
+    }
+  } else {
+    lua_pushglobaltable(L);
+  }
+  if (lua_getfield(L, -1, fn) != LUA_TFUNCTION) {
+    lua_pop(L, 2);
+    return;
+  }
+  snprintf(msg, sizeof msg, "%s%s%s is not available in orchestrations (it is not "
+           "deterministic on replay); %s", lib ? lib : "", lib ? "." : "", fn, instead);
+  lua_pushstring(L, msg);
+  lua_pushlightuserdata(L, S);
+  lua_pushboolean(L, lib && strcmp(lib, "os") == 0 && strcmp(fn, "date") == 0);
+  lua_pushcclosure(L, guarded, 4);
+  lua_setfield(L, -2, fn);
+  lua_pop(L, 1);
+}
+
+void dxl_install_sandbox(lua_State *L, dxl_state_t *S) {
+  static const char *io_fns[] = {"open", "read", "write", "lines", "popen", "input", "output",
+                                 "close", "tmpfile", NULL};
+  const char *io_msg = "do I/O in an activity";
+  int i;
+  lua_getglobal(L, "os");
+  lua_getfield(L, -1, "__duroxide_guarded");
+  i = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (i || !lua_istable(L, -1)) { /* already done (module re-opened) */
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -2, "__duroxide_guarded");
+  lua_pop(L, 1);
+  guard(L, S, "os", "time", "use ctx:utc_now()");
+  guard(L, S, "os", "clock", "use ctx:utc_now()");
+  guard(L, S, "os", "date", "use os.date(format, ctx:utc_now() // 1000)");
+  guard(L, S, "os", "getenv", "read configuration in an activity or pass it as input");
+  guard(L, S, "os", "execute", io_msg);
+  guard(L, S, "os", "remove", io_msg);
+  guard(L, S, "os", "rename", io_msg);
+  guard(L, S, "os", "tmpname", io_msg);
+  guard(L, S, "os", "exit", "return from the orchestration or raise an error");
+  guard(L, S, "math", "random", "use ctx:random()");
+  guard(L, S, "math", "randomseed", "use ctx:random()");
+  for (i = 0; io_fns[i]; i++) guard(L, S, "io", io_fns[i], io_msg);
+  guard(L, S, NULL, "dofile", "require modules at load time, outside the orchestration");
+  guard(L, S, NULL, "loadfile", "require modules at load time, outside the orchestration");
+  guard(L, S, NULL, "require", "require modules at load time, outside the orchestration");
+}
+
+/* {===== module =====} */
+
+static int l_wait_placeholder(lua_State *L) {
+  return luaL_error(L, "duroxide.wait is only available inside an activity");
+}
+
+static dxl_state_t *ensure_state(lua_State *L) {
+  dxl_state_t *S;
+  int prims;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &dxl_state_key);
+  S = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (S) return S;
+  S = lua_newuserdatauv(L, sizeof *S, 0);
+  memset(S, 0, sizeof *S);
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, state_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &dxl_state_key);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  S->L = lua_tothread(L, -1);
+  lua_pop(L, 1);
+  S->loop = uv_default_loop();
+  dx_options_init(&S->opts);
+  lua_createtable(L, 0, 4);
+  lua_newtable(L);
+  lua_setfield(L, -2, "orchestrations");
+  lua_newtable(L);
+  lua_setfield(L, -2, "activities");
+  lua_newtable(L);
+  lua_setfield(L, -2, "hooks");
+  S->reg_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+
+  /* primitives for the Lua layer */
+  lua_newtable(L);
+  prims = lua_gettop(L);
+  lua_pushcfunction(L, l_error);
+  lua_setfield(L, prims, "error");
+  dxl_orch_register(L, prims);
+  dxl_activity_register(L, prims);
+  lua_pushvalue(L, prims);
+  S->prims_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+
+  dxl_load_embedded(L, "duroxide/context.lua");
+  lua_pushvalue(L, prims);
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "Context");
+  S->context_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pop(L, 1);
+
+  dxl_load_embedded(L, "duroxide/activity.lua");
+  lua_pushvalue(L, prims);
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "Actx");
+  S->actx_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_getfield(L, -1, "wait");
+  lua_setfield(L, prims, "wait");
+  lua_pop(L, 2);
+
+  dxl_install_sandbox(L, S);
+  luaopen_duroxide_runtime_mt(L);
+
+  /* luv, bound to our loop, for activities */
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  lua_getfield(L, -1, "luv");
+  if (lua_isnil(L, -1)) {
+    lua_pushcfunction(L, dxl_open_luv);
+    lua_setfield(L, -3, "luv");
+  }
+  lua_pop(L, 2);
+  return S;
+}
+
+static const luaL_Reg module_fns[] = {
+  {"activity", l_activity},
+  {"orchestration", l_orchestration},
+  {"on_session_released", l_on_session_released},
+  {"on_session_claimed", l_on_session_claimed},
+  {"configure", l_configure},
+  {"client", dxl_client_new},
+  {"runtime", dxl_runtime_new},
+  {"array", dx__lua_array},
+  {"json_encode", l_json_encode},
+  {"json_decode", l_json_decode},
+  {"error", l_error},
+  {"wait", l_wait_placeholder},
+  {NULL, NULL}
+};
+
+int luaopen_duroxide(lua_State *L) {
+  dxl_state_t *S = ensure_state(L);
+  luaL_newlib(L, module_fns);
+  dx__lua_push_null(L);
+  lua_setfield(L, -2, "null");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->prims_ref);
+  lua_getfield(L, -1, "wait");
+  lua_setfield(L, -3, "wait");
+  lua_pop(L, 1);
+  lua_pushstring(L, dx_version());
+  lua_setfield(L, -2, "version");
+  return 1;
+}

@@ -1,0 +1,327 @@
+/*
+** orch.c -- orchestrations as Lua coroutines: the executor half of dxl_host_methods and the
+** ctx primitives used by duroxide/context.lua.
+**
+** Each turn creates a fresh coroutine and replays the code from the start; the engine
+** resumes it after every delivery. A count hook charges instructions against the turn's
+** budget; once exhausted, every further hook call raises again, so a pcall in user code
+** cannot swallow the failure.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "dxlua.h"
+#include "util.h"
+#include "value.h"
+
+#define HOOK_EVERY 10000
+
+typedef struct orch_inst_s orch_inst_t;
+
+/* What ctx._box holds: cleared when the turn ends, so a ctx kept past its turn fails
+** cleanly instead of touching freed memory. */
+typedef struct {
+  dx_turn_t *t;
+  orch_inst_t *inst;
+} turn_box_t;
+
+struct orch_inst_s {
+  dxl_state_t *S;
+  lua_State *co;
+  int co_ref;
+  turn_box_t *box;
+  int box_ref;
+  int started;
+  int can;
+  int64_t used;
+  int64_t budget;
+  int budget_hit;
+  dx_turn_t *t;
+  const char *name, *version, *input;
+};
+
+static orch_inst_t *current;  /* the orchestration running now (one at a time per loop) */
+
+/* {===== budget =====} */
+
+static void budget_hook(lua_State *L, lua_Debug *ar) {
+  orch_inst_t *inst = current;
+  (void)ar;
+  if (!inst) return;
+  inst->used += HOOK_EVERY;
+  if (inst->used > inst->budget || inst->budget_hit) {
+    inst->budget_hit = 1;
+    luaL_error(L, "instruction budget exceeded: the orchestration ran more than %I "
+               "instructions in one turn (an infinite loop?)", (LUAI_UACINT)inst->budget);
+  }
+}
+
+/* {===== host methods: orchestrations =====} */
+
+static int lookup_versions(lua_State *L, dxl_state_t *S, const char *name) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->reg_ref);
+  lua_getfield(L, -1, "orchestrations");
+  lua_getfield(L, -1, name);
+  lua_remove(L, -2);
+  lua_remove(L, -2);
+  return lua_istable(L, -1);
+}
+
+static int h_orch_lookup(void *host, const char *name, const char *version,
+                         const char **resolved) {
+  dxl_state_t *S = host;
+  lua_State *L = S->L;
+  int found = 0;
+  if (!lua_checkstack(L, 8)) return 0;
+  if (lookup_versions(L, S, name)) {
+    if (version) {
+      lua_getfield(L, -1, "versions");
+      found = lua_getfield(L, -1, version) == LUA_TFUNCTION;
+      lua_pop(L, 2);
+      if (found) *resolved = version;
+    } else {
+      /* The string is kept alive by the registration table. */
+      found = lua_getfield(L, -1, "latest") == LUA_TSTRING;
+      if (found) *resolved = lua_tostring(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  return found;
+}
+
+/* Protected part of orch_start: build coroutine, ctx and input. [-1, +0, e] */
+static int start_impl(lua_State *L) {
+  orch_inst_t *inst = lua_touserdata(L, 1);
+  dxl_state_t *S = inst->S;
+  char err[512];
+  if (!lookup_versions(L, S, inst->name)) return luaL_error(L, "orchestration not registered");
+  lua_getfield(L, -1, "versions");
+  if (lua_getfield(L, -1, inst->version) != LUA_TFUNCTION)
+    return luaL_error(L, "orchestration %s version %s is not registered", inst->name,
+                      inst->version);
+  inst->co = lua_newthread(L);
+  inst->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_xmove(L, inst->co, 1); /* function */
+  lua_pop(L, 2);
+
+  inst->box = lua_newuserdatauv(L, sizeof *inst->box, 0);
+  inst->box->t = inst->t;
+  inst->box->inst = inst;
+  lua_pushvalue(L, -1);
+  inst->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+
+  lua_createtable(L, 0, 6); /* ctx */
+  lua_insert(L, -2);
+  lua_setfield(L, -2, "_box");
+  lua_pushstring(L, dx_turn_instance(inst->t));
+  lua_setfield(L, -2, "instance_id");
+  lua_pushinteger(L, (lua_Integer)dx_turn_execution(inst->t));
+  lua_setfield(L, -2, "execution_id");
+  lua_pushstring(L, inst->name);
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, inst->version);
+  lua_setfield(L, -2, "version");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->context_mt_ref);
+  lua_setmetatable(L, -2);
+  lua_xmove(L, inst->co, 1);
+  if (!dx__lua_push_json(inst->co, inst->input, strlen(inst->input), err, sizeof err))
+    return luaL_error(L, "orchestration input: %s", err);
+  lua_sethook(inst->co, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
+  return 0;
+}
+
+static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *version,
+                        const char *input, void **out, dx_error_t *err) {
+  dxl_state_t *S = host;
+  lua_State *L = S->L;
+  orch_inst_t *inst = calloc(1, sizeof *inst);
+  char msg[1024];
+  if (!inst) return dx_error_set(err, DX_ENOMEM, "out of memory");
+  inst->S = S;
+  inst->t = t;
+  inst->name = name;
+  inst->version = version ? version : "1.0.0";
+  inst->input = input ? input : "null";
+  inst->budget = S->opts.turn_instruction_budget;
+  inst->co_ref = inst->box_ref = LUA_NOREF;
+  lua_pushcfunction(L, start_impl);
+  lua_pushlightuserdata(L, inst);
+  if (dxl_pcall(L, 1, 0, msg, sizeof msg, 0) != LUA_OK) {
+    *out = inst; /* freed by orch_free */
+    return dx_error_set(err, DX_ELUA, "%s", msg);
+  }
+  *out = inst;
+  return DX_OK;
+}
+
+static int finish_ok(orch_inst_t *inst, int nres) {
+  char err[512];
+  char *out = nres > 0 ? dx__lua_to_json(inst->co, -nres, "output", err, sizeof err)
+                       : dx__strdup("null");
+  lua_pop(inst->co, nres);
+  if (!out) {
+    dx_turn_set_failure(inst->t, DX_CAT_APPLICATION, "OrchestrationFailed", err);
+    return DX_RUN_FAILED;
+  }
+  dx_turn_set_output(inst->t, out);
+  free(out);
+  return DX_RUN_DONE;
+}
+
+static int h_orch_resume(void *host, void *vinst, dx_turn_t *t) {
+  dxl_state_t *S = host;
+  orch_inst_t *inst = vinst;
+  int nres = 0, rc, nargs = inst->started ? 0 : 2;
+  orch_inst_t *prev = current;
+  char msg[2048];
+  inst->started = 1;
+  current = inst;
+  S->in_orchestration++;
+  rc = lua_resume(inst->co, S->L, nargs, &nres);
+  S->in_orchestration--;
+  current = prev;
+  if (inst->budget_hit) {
+    dx_turn_set_failure(t, DX_CAT_APPLICATION, "BudgetExceeded", "instruction budget exceeded: "
+                        "the orchestration ran too long in one turn (an infinite loop?)");
+    return DX_RUN_FAILED;
+  }
+  if (rc == LUA_YIELD) {
+    lua_pop(inst->co, nres);
+    return inst->can ? DX_RUN_CAN : DX_RUN_PENDING;
+  }
+  if (rc == LUA_OK) return inst->can ? DX_RUN_CAN : finish_ok(inst, nres);
+  dxl_error_message(inst->co, -1, msg, sizeof msg);
+  lua_pop(inst->co, 1);
+  dx_turn_set_failure(t, DX_CAT_APPLICATION, "OrchestrationFailed", msg);
+  return DX_RUN_FAILED;
+}
+
+static void h_orch_free(void *host, void *vinst) {
+  dxl_state_t *S = host;
+  orch_inst_t *inst = vinst;
+  if (inst->box) inst->box->t = NULL;
+  if (inst->co) lua_resetthread(inst->co);
+  luaL_unref(S->L, LUA_REGISTRYINDEX, inst->co_ref);
+  luaL_unref(S->L, LUA_REGISTRYINDEX, inst->box_ref);
+  free(inst);
+}
+
+/* {===== ctx primitives =====} */
+
+static turn_box_t *check_box(lua_State *L) {
+  turn_box_t *b = lua_touserdata(L, 1);
+  if (!b || !b->t)
+    luaL_error(L, "this ctx belongs to a finished orchestration turn; use the ctx passed to "
+                  "the running orchestration");
+  return b;
+}
+
+/* C.emit(box, kind, name, input, session_id, instance, version, delay_ms) */
+static int p_emit(lua_State *L) {
+  turn_box_t *b = check_box(L);
+  dx_action_t a;
+  char err[512];
+  char *input = NULL;
+  const char *value = NULL;
+  uint64_t token = 0;
+  int rc;
+  memset(&a, 0, sizeof a);
+  a.kind = (int)luaL_checkinteger(L, 2);
+  a.name = luaL_optstring(L, 3, NULL);
+  a.session_id = luaL_optstring(L, 5, NULL);
+  a.instance = luaL_optstring(L, 6, NULL);
+  a.version = luaL_optstring(L, 7, NULL);
+  a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
+  if (a.kind == DX_ACT_ACTIVITY || a.kind == DX_ACT_SUB || a.kind == DX_ACT_CHAINED ||
+      a.kind == DX_ACT_CAN || (a.kind == DX_ACT_STATUS && !lua_isnil(L, 4))) {
+    input = dx__lua_to_json(L, 4, a.kind == DX_ACT_STATUS ? "custom status" : "input", err,
+                            sizeof err);
+    if (!input) return luaL_error(L, "%s", err);
+    a.input = input;
+  }
+  if (a.kind == DX_ACT_CAN) b->inst->can = 1;
+  rc = dx_turn_emit(b->t, &a, &token, &value);
+  free(input);
+  if (rc != DX_OK) {
+    const char *why = dx_turn_error(b->t);
+    return luaL_error(L, "%s", why ? why : dx_strerror(rc));
+  }
+  if (a.kind == DX_ACT_SYSCALL) {
+    if (!dx__lua_push_json(L, value, strlen(value), err, sizeof err))
+      return luaL_error(L, "recorded value: %s", err);
+    return 1;
+  }
+  lua_pushinteger(L, (lua_Integer)token);
+  return 1;
+}
+
+/* C.poll(box, token) -> state, value, err, order */
+static int p_poll(lua_State *L) {
+  turn_box_t *b = check_box(L);
+  const char *data = NULL;
+  const dx_failure_t *fail = NULL;
+  uint64_t order = 0;
+  char err[512];
+  int st = dx_turn_poll(b->t, (uint64_t)luaL_checkinteger(L, 2), &data, &fail, &order);
+  lua_pushinteger(L, st);
+  if (st == DX_FUT_OK) {
+    if (!data) lua_pushnil(L);
+    else if (!dx__lua_push_json(L, data, strlen(data), err, sizeof err))
+      return luaL_error(L, "stored result: %s", err);
+    lua_pushnil(L);
+  } else if (st == DX_FUT_ERR) {
+    lua_pushnil(L);
+    dxl_push_error(L, fail && fail->message ? fail->message : "failed",
+                   fail ? dx__category_name(fail->category) : "application",
+                   fail ? fail->kind : NULL);
+  } else {
+    lua_pushnil(L);
+    lua_pushnil(L);
+  }
+  lua_pushinteger(L, (lua_Integer)order);
+  return 4;
+}
+
+static int p_cancel(lua_State *L) {
+  turn_box_t *b = check_box(L);
+  dx_turn_cancel(b->t, (uint64_t)luaL_checkinteger(L, 2));
+  return 0;
+}
+
+static int p_replaying(lua_State *L) {
+  turn_box_t *b = check_box(L);
+  lua_pushboolean(L, dx_turn_is_replaying(b->t));
+  return 1;
+}
+
+static int p_trace(lua_State *L) {
+  turn_box_t *b = check_box(L);
+  dx_turn_trace(b->t, (int)luaL_checkinteger(L, 2), luaL_checkstring(L, 3));
+  return 0;
+}
+
+void dxl_orch_register(lua_State *L, int prims) {
+  static const luaL_Reg fns[] = {{"emit", p_emit}, {"poll", p_poll}, {"cancel", p_cancel},
+                                 {"replaying", p_replaying}, {"trace", p_trace}, {NULL, NULL}};
+  lua_pushvalue(L, prims);
+  luaL_setfuncs(L, fns, 0);
+  lua_pop(L, 1);
+}
+
+/* The activity half lives in activity.c. */
+int dxl_h_activity_lookup(void *host, const char *name);
+void dxl_h_activity_start(void *host, dx_activity_t *a);
+void dxl_h_activity_abort(void *host, dx_activity_t *a);
+
+const dx_host_methods_t dxl_host_methods = {
+  1,
+  h_orch_lookup,
+  h_orch_start,
+  h_orch_resume,
+  h_orch_free,
+  dxl_h_activity_lookup,
+  dxl_h_activity_start,
+  dxl_h_activity_abort,
+};

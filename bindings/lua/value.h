@@ -1,0 +1,67 @@
+/*
+** value.h -- Lua values <-> canonical JSON payloads (API.md §1), for the Lua binding.
+**
+** Mapping
+**   nil (top level only)  <-> null          duroxide.null (sentinel) <-> null inside tables
+**   boolean               <-> true/false
+**   integer subtype       <-> integer       float subtype <-> real ("1.0" stays a float;
+**                                           -0.0 round-trips as "-0.0"; NaN/inf refused)
+**   string (UTF-8)        <-> string        (NUL bytes allowed in values, not in keys)
+**   table with keys exactly 1..n, or marked by duroxide.array(t)  <-> array
+**   table with string keys <-> object       empty unmarked table <-> {}
+** Output is byte-identical to dx__json_canonical() of the same JSON: sorted keys, no
+** whitespace, reals with 17 significant digits (see core/src/json.c).
+**
+** duroxide.null is a zero-size full userdata with a protected metatable (__name and
+** __tostring "duroxide.null"), created once per lua_State and kept in the registry, so it
+** is the same value across calls and across re-requires of the module.
+** Array marks live in a weak-keyed set in the registry (not in the table's metatable), so
+** they never clash with user metatables and vanish with the table.
+**
+** Encoding errors name the offending path from the root name the caller gives:
+**   input.items[3]: cannot encode a function
+**   input.x: cannot encode NaN or infinity
+**   input.self: cyclic table (refers back to input)
+**   input: mixed table (array and string keys)
+**   input: table key must be a string or integer
+**   input: sparse table (integer keys are not 1..n; use duroxide.null for holes)
+**   input.name: string is not valid UTF-8
+**   input.a.a...: nested deeper than 100 levels
+** Keys that are not identifiers appear as input["a key"].
+**
+** Stack effects use the Lua manual's notation [-o, +p, x].
+*/
+#ifndef DX_LUA_VALUE_H
+#define DX_LUA_VALUE_H
+
+#include <stddef.h>
+
+#include <lua.h>
+
+/* Deepest table nesting encoded or decoded; matches core/src/json.c. */
+#define DX__LUA_MAX_DEPTH 100
+
+/* [-0, +0, -] Canonical JSON of the value at idx (nil -> "null"), malloc'd and owned by the
+** caller (free()). NULL on failure with a message naming the path (rooted at `root`, e.g.
+** "input") in errbuf. Never raises a Lua error or calls a metamethod, so callers may hold
+** C resources across the call. No payload size limit is applied here. */
+char *dx__lua_to_json(lua_State *L, int idx, const char *root, char *errbuf, size_t errlen);
+
+/* [-0, +(0|1), m] Decode JSON text and push the Lua value: 1 when pushed, 0 (nothing pushed)
+** with the reason in errbuf ("invalid JSON at line L, column C: ..." and the like). A
+** top-level null pushes nil; null inside tables becomes duroxide.null; arrays come back
+** marked, so [] stays an array. Memory errors are reported the same way, not raised. */
+int dx__lua_push_json(lua_State *L, const char *json, size_t len, char *errbuf, size_t errlen);
+
+/* [-0, +1, m] Push the duroxide.null sentinel (created on first use). */
+void dx__lua_push_null(lua_State *L);
+/* [-0, +0, -] 1 when the value at idx is duroxide.null. */
+int dx__lua_is_null(lua_State *L, int idx);
+
+/* lua_CFunction for duroxide.array([t]): marks table t as an array and returns it;
+** with no argument returns a new empty marked table. [-(0|1), +1, e] */
+int dx__lua_array(lua_State *L);
+/* [-0, +0, -] 1 when the value at idx is a table marked as an array. */
+int dx__lua_is_array_marked(lua_State *L, int idx);
+
+#endif

@@ -1,0 +1,125 @@
+/*
+** duroxide/executor.h -- how a language binding runs user code for the engine.
+**
+** The engine (core/) knows nothing about Lua. A binding supplies dx_host_methods_t: it
+** resolves names, runs orchestration code one turn at a time against a dx_turn_t, and runs
+** activities asynchronously on the runtime's loop.
+**
+** Orchestration protocol (one turn): the engine calls orch_start() once, then orch_resume()
+** at start and after every delivery the code may be waiting for. While running, the code calls
+** dx_turn_emit() for every schedule call (at call time, not at await time), dx_turn_poll() to
+** see whether a future is resolved, and dx_turn_cancel() for select losers. orch_resume()
+** returns DX_RUN_PENDING (suspended on an unresolved future), DX_RUN_DONE (returned output),
+** DX_RUN_FAILED (raised) or DX_RUN_CAN (continue_as_new was emitted).
+**
+** Threads: everything here runs on the runtime's loop thread.
+*/
+#ifndef DUROXIDE_EXECUTOR_H
+#define DUROXIDE_EXECUTOR_H
+
+#include <stdint.h>
+
+#include "duroxide/provider.h"
+
+typedef struct dx_turn_s dx_turn_t;
+typedef struct dx_activity_s dx_activity_t;
+
+enum { DX_RUN_PENDING = 0, DX_RUN_DONE = 1, DX_RUN_FAILED = 2, DX_RUN_CAN = 3 };
+
+/** What orchestration code emits. All strings borrowed for the call. */
+typedef enum {
+  DX_ACT_ACTIVITY = 1,  /* name, input, session_id */
+  DX_ACT_TIMER = 2,     /* delay_ms */
+  DX_ACT_WAIT = 3,      /* name (event name) */
+  DX_ACT_SUB = 4,       /* name, version, input, instance (NULL = generated child id) */
+  DX_ACT_CHAINED = 5,   /* name, version, input, instance (fire and forget) */
+  DX_ACT_STATUS = 6,    /* input = custom status JSON (NULL clears) */
+  DX_ACT_SYSCALL = 7,   /* name = "utc_now" | "new_guid" | "random"; value returned at once */
+  DX_ACT_CAN = 8        /* input, version (continue as new; terminal) */
+} dx_action_kind_t;
+
+typedef struct dx_action_s {
+  int kind;
+  const char *name;
+  const char *version;
+  const char *input;
+  const char *instance;
+  const char *session_id;
+  int64_t delay_ms;
+} dx_action_t;
+
+/** Record an action. *token identifies the durable future (0 for STATUS and CAN). For SYSCALL,
+**  *value receives the recorded value (borrowed, valid for the turn). Returns DX_OK, or
+**  DX_ENONDET when the action does not match history (the turn then fails whatever the code
+**  does next; the binding should stop the code), DX_ETOOBIG for an oversized input. */
+int dx_turn_emit(dx_turn_t *t, const dx_action_t *a, uint64_t *token, const char **value);
+
+enum { DX_FUT_PENDING = 0, DX_FUT_OK = 1, DX_FUT_ERR = 2 };
+/** State of a future. For OK, *data is the result JSON (borrowed for the turn; may be NULL
+**  for timers). For ERR, *fail is the application failure (borrowed). *order is the history
+**  position of the completion (select uses it: earliest completion wins). */
+int dx_turn_poll(dx_turn_t *t, uint64_t token, const char **data, const dx_failure_t **fail,
+                 uint64_t *order);
+/** Cancel an unresolved future (select loser): activities are withdrawn from the queue,
+**  sub-orchestrations cancelled, waits unsubscribed. No-op when resolved. */
+void dx_turn_cancel(dx_turn_t *t, uint64_t token);
+
+/** Metadata for ctx fields. Strings borrowed for the turn. */
+const char *dx_turn_instance(const dx_turn_t *t);
+uint64_t dx_turn_execution(const dx_turn_t *t);
+const char *dx_turn_name(const dx_turn_t *t);
+const char *dx_turn_version(const dx_turn_t *t);
+int dx_turn_is_replaying(const dx_turn_t *t);
+/** Set by the binding before returning DX_RUN_DONE / DX_RUN_FAILED (copied). */
+void dx_turn_set_output(dx_turn_t *t, const char *json);
+void dx_turn_set_failure(dx_turn_t *t, int category, const char *kind, const char *message);
+/** The turn's failure message once it failed (nondeterminism etc.), else NULL. */
+const char *dx_turn_error(const dx_turn_t *t);
+/** Log through the runtime logger unless replaying. */
+void dx_turn_trace(dx_turn_t *t, int level, const char *message);
+
+/** An activity invocation handed to the binding. Strings borrowed until completion. */
+typedef struct dx_activity_info_s {
+  const char *instance;
+  uint64_t execution_id;
+  uint64_t activity_id;
+  const char *name;
+  const char *input;
+  const char *session_id;   /* NULL unless scheduled on a session */
+  const char *worker_id;
+  uint32_t attempt;
+} dx_activity_info_t;
+
+const dx_activity_info_t *dx_activity_info(const dx_activity_t *a);
+/** Finish an activity (exactly once): output JSON, or an application failure message.
+**  Copies its arguments. After this the dx_activity_t must not be used. */
+void dx_activity_complete(dx_activity_t *a, const char *output_json);
+void dx_activity_fail(dx_activity_t *a, const char *message);
+/** 1 once the runtime lost the activity's lock (cancelled by the orchestration, or stolen). */
+int dx_activity_is_cancelled(const dx_activity_t *a);
+/** Opaque per-activity slot for the binding. */
+void dx_activity_set_userdata(dx_activity_t *a, void *ud);
+void *dx_activity_userdata(const dx_activity_t *a);
+
+enum { DX_LOG_ERROR = 0, DX_LOG_WARN = 1, DX_LOG_INFO = 2, DX_LOG_DEBUG = 3 };
+
+typedef struct dx_host_methods_s {
+  int version; /* 1 */
+  /** 1 when an orchestration `name` (version NULL = latest) is registered; *resolved receives
+  **  the version string (static or host-owned, borrowed). */
+  int (*orch_lookup)(void *host, const char *name, const char *version, const char **resolved);
+  /** Create the code instance for a turn. DX_OK, or an error with `err` filled. */
+  int (*orch_start)(void *host, dx_turn_t *t, const char *name, const char *version,
+                    const char *input, void **inst, dx_error_t *err);
+  int (*orch_resume)(void *host, void *inst, dx_turn_t *t);
+  void (*orch_free)(void *host, void *inst);
+  int (*activity_lookup)(void *host, const char *name);
+  /** Start an activity; it finishes later through dx_activity_complete/fail. */
+  void (*activity_start)(void *host, dx_activity_t *a);
+  /** The runtime is giving up on a running activity (shutdown grace expired). The binding
+  **  must stop touching `a`; the runtime releases it after this returns. */
+  void (*activity_abort)(void *host, dx_activity_t *a);
+  /* methods above are version 1 */
+} dx_host_methods_t;
+
+#endif

@@ -1,0 +1,328 @@
+/*
+** duroxide/provider.h -- the store interface, for provider authors.
+**
+** A provider is a struct whose first member is `const dx_provider_methods_t *methods`
+** (SQLite's VFS shape). Members of dx_provider_methods_t are only ever appended; `version`
+** says how many exist. Method names mirror duroxide's Rust Provider trait.
+**
+** Caveats
+** - Methods are synchronous. The runtime decides the threading: it calls a provider from one
+**   thread at a time (its store thread), clients call from their own thread. A provider must
+**   tolerate other *processes* using the same store concurrently.
+** - Group commit: calls made between begin() and commit() on one thread share one
+**   transaction and one durable commit. A method that fails inside a batch changes nothing
+**   (the provider scopes each method to a nested transaction or equivalent); the batch stays
+**   usable. Outside a batch every method is its own transaction.
+** - Every time-dependent method takes `now_ms` (wall clock, ms since the epoch) from the
+**   caller, so tests can run on a virtual clock.
+** - Ownership: inputs are borrowed for the call; everything returned through an out-param is
+**   caller-owned and released with the matching dx_*_free / dx_*_clear function.
+** - Errors: methods return 0 or a negative DX_E* code, with detail in `err` (may be NULL).
+*/
+#ifndef DUROXIDE_PROVIDER_H
+#define DUROXIDE_PROVIDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "duroxide/errors.h"
+
+/* {===== model =====} */
+
+/** History event kinds (duroxide EventKind). Values are stored: never renumber. */
+typedef enum {
+  DX_EV_ORCH_STARTED = 1,     /* name, version, data=input, instance=parent instance, parent_id */
+  DX_EV_ORCH_COMPLETED = 2,   /* data=output */
+  DX_EV_ORCH_FAILED = 3,      /* fail */
+  DX_EV_ORCH_CAN = 4,         /* data=new input (continued as new) */
+  DX_EV_ORCH_CANCEL_REQ = 5,  /* reason */
+  DX_EV_ACT_SCHEDULED = 6,    /* name, data=input, session_id */
+  DX_EV_ACT_COMPLETED = 7,    /* source_id, data=result */
+  DX_EV_ACT_FAILED = 8,       /* source_id, fail */
+  DX_EV_ACT_CANCEL_REQ = 9,   /* source_id, reason */
+  DX_EV_TIMER_CREATED = 10,   /* fire_at_ms */
+  DX_EV_TIMER_FIRED = 11,     /* source_id, fire_at_ms */
+  DX_EV_EXT_SUBSCRIBED = 12,  /* name */
+  DX_EV_EXT_EVENT = 13,       /* name, data */
+  DX_EV_EXT_SUB_CANCELLED = 14, /* source_id, reason */
+  DX_EV_SUB_SCHEDULED = 15,   /* name, version, instance=child id, data=input */
+  DX_EV_SUB_COMPLETED = 16,   /* source_id, data=result */
+  DX_EV_SUB_FAILED = 17,      /* source_id, fail */
+  DX_EV_SUB_CANCEL_REQ = 18,  /* source_id, reason */
+  DX_EV_ORCH_CHAINED = 19,    /* name, version, instance, data=input (fire and forget) */
+  DX_EV_CUSTOM_STATUS = 20,   /* data=status JSON or NULL (cleared) */
+  DX_EV_SYSCALL = 21,         /* name=operation ("utc_now", "new_guid", "random"), data=value */
+  DX_EV__COUNT
+} dx_event_kind_t;
+
+/** Error categories (duroxide ErrorDetails). Only APPLICATION reaches user code. */
+typedef enum {
+  DX_CAT_NONE = 0,
+  DX_CAT_APPLICATION = 1,
+  DX_CAT_INFRASTRUCTURE = 2,
+  DX_CAT_CONFIGURATION = 3,
+  DX_CAT_POISON = 4
+} dx_category_t;
+
+/** A failure: category, a kind word ("ActivityFailed", "OrchestrationFailed", "Panicked",
+**  "Cancelled", "Nondeterminism", "Unregistered", "Timeout", ...) and a message. */
+typedef struct dx_failure_s {
+  int category;     /* dx_category_t */
+  char *kind;       /* owned, may be NULL */
+  char *message;    /* owned, may be NULL */
+  int retryable;
+} dx_failure_t;
+
+/** One history event. Unused strings are NULL, unused numbers 0. All strings owned. */
+typedef struct dx_event_s {
+  int kind;             /* dx_event_kind_t */
+  uint64_t event_id;    /* >= 1, position in the execution */
+  uint64_t source_id;   /* completions and breadcrumbs: the scheduling event id */
+  int64_t timestamp_ms;
+  char *name;
+  char *version;
+  char *data;           /* canonical JSON text */
+  char *instance;
+  char *session_id;
+  char *reason;
+  uint64_t parent_id;
+  uint64_t parent_execution_id;
+  int64_t fire_at_ms;
+  dx_failure_t fail;
+} dx_event_t;
+
+/** Work item kinds (duroxide WorkItem). Values are stored: never renumber. */
+typedef enum {
+  DX_WI_START = 1,          /* instance, name, version, data=input, parent_instance, parent_id,
+                               parent_execution_id, execution_id */
+  DX_WI_ACT_EXECUTE = 2,    /* worker queue: instance, execution_id, id, name, data, session_id */
+  DX_WI_ACT_COMPLETED = 3,  /* instance, execution_id, id, data */
+  DX_WI_ACT_FAILED = 4,     /* instance, execution_id, id, fail */
+  DX_WI_TIMER_FIRED = 5,    /* instance, execution_id, id, fire_at_ms (delayed visibility) */
+  DX_WI_EXTERNAL = 6,       /* instance, name, data */
+  DX_WI_SUB_COMPLETED = 7,  /* instance=parent, execution_id=parent exec, id=parent_id, data */
+  DX_WI_SUB_FAILED = 8,     /* instance=parent, execution_id=parent exec, id=parent_id, fail */
+  DX_WI_CANCEL = 9,         /* instance, reason */
+  DX_WI_CAN = 10,           /* instance, name, version, data=input (continue as new) */
+  DX_WI__COUNT
+} dx_work_kind_t;
+
+/** One queue message. `instance` is always the routing instance. All strings owned. */
+typedef struct dx_work_item_s {
+  int kind;                 /* dx_work_kind_t */
+  char *instance;
+  uint64_t execution_id;
+  uint64_t id;
+  char *name;
+  char *version;
+  char *data;
+  char *parent_instance;
+  uint64_t parent_id;
+  uint64_t parent_execution_id;
+  char *session_id;
+  char *reason;
+  int64_t fire_at_ms;
+  dx_failure_t fail;
+} dx_work_item_t;
+
+/** Execution status as stored. */
+typedef enum {
+  DX_STATUS_NONE = 0, /* no change (in acks) / not found (in reads) */
+  DX_STATUS_RUNNING = 1,
+  DX_STATUS_COMPLETED = 2,
+  DX_STATUS_FAILED = 3,
+  DX_STATUS_CONTINUED_AS_NEW = 4
+} dx_status_t;
+
+/** What fetch_orchestration_item hands the runtime: one locked instance and its messages. */
+typedef struct dx_orch_item_s {
+  char *instance;
+  char *orchestration_name;   /* from the instance record, else the START/CAN message */
+  char *orchestration_version;
+  uint64_t execution_id;      /* latest execution (1 for a brand-new instance) */
+  dx_event_t *history;        /* latest execution, ascending event_id */
+  size_t history_len;
+  dx_work_item_t *messages;   /* every visible message of the instance, oldest first */
+  size_t messages_len;
+  uint64_t lock_token;
+  uint32_t attempt_count;     /* max over the batch, after this fetch's increment */
+  int history_error;          /* DX_ECORRUPT when history could not be decoded (history empty) */
+  char *history_error_msg;
+} dx_orch_item_t;
+
+/** Identity of a worker-queue row, for lock stealing (cancelled activities). */
+typedef struct dx_activity_ref_s {
+  const char *instance;
+  uint64_t execution_id;
+  uint64_t activity_id;
+} dx_activity_ref_t;
+
+/** One orchestration turn's commit (duroxide ack_orchestration_item). All borrowed. */
+typedef struct dx_orch_ack_s {
+  const char *instance;
+  uint64_t lock_token;
+  uint64_t execution_id;
+  const dx_event_t *delta;              /* appended verbatim */
+  size_t delta_len;
+  const dx_work_item_t *worker_items;   /* ACT_EXECUTE, visible now */
+  size_t worker_items_len;
+  const dx_work_item_t *orch_items;     /* TIMER_FIRED visible at fire_at_ms, others now */
+  size_t orch_items_len;
+  const dx_activity_ref_t *cancelled;   /* worker rows to delete (missing rows are fine) */
+  size_t cancelled_len;
+  /* metadata */
+  int status;                           /* dx_status_t; NONE = unchanged */
+  const char *output;                   /* COMPLETED: output JSON; CAN: new input */
+  const dx_failure_t *failure;          /* FAILED */
+  const char *orchestration_name;       /* set when the delta starts an execution */
+  const char *orchestration_version;
+  const char *parent_instance;
+  int custom_status_set;                /* 1: custom_status replaces the stored value */
+  const char *custom_status;            /* NULL with custom_status_set = cleared */
+} dx_orch_ack_t;
+
+/** What fetch_work_item hands the runtime. */
+typedef struct dx_work_fetch_s {
+  dx_work_item_t item;
+  uint64_t lock_token;
+  uint32_t attempt_count;   /* after this fetch's increment */
+} dx_work_fetch_t;
+
+/** Session side of a work fetch. NULL = this worker takes no session work. */
+typedef struct dx_session_cfg_s {
+  const char *worker_id;
+  int64_t session_lock_ms;
+  uint32_t max_sessions;
+} dx_session_cfg_t;
+
+/** Instance summary for status and listing. */
+typedef struct dx_instance_info_s {
+  char *instance_id;
+  char *orchestration_name;
+  char *orchestration_version;
+  uint64_t current_execution_id;
+  int status;                 /* dx_status_t of the current execution */
+  char *output;               /* COMPLETED: output JSON */
+  dx_failure_t failure;       /* FAILED */
+  char *custom_status;        /* JSON or NULL */
+  uint64_t custom_status_version;
+  char *parent_instance;
+  int64_t created_at_ms;
+  int64_t updated_at_ms;
+} dx_instance_info_t;
+
+/** Queue depths for management. */
+typedef struct dx_queue_depths_s {
+  uint64_t orchestrator;  /* messages, any state */
+  uint64_t worker;
+  uint64_t instances;
+} dx_queue_depths_t;
+
+/* Release helpers (safe on zeroed structs; leave the struct zeroed). */
+void dx_failure_clear(dx_failure_t *f);
+void dx_event_clear(dx_event_t *e);
+void dx_work_item_clear(dx_work_item_t *w);
+void dx_events_free(dx_event_t *events, size_t n);
+void dx_orch_item_free(dx_orch_item_t *item);
+void dx_instance_info_clear(dx_instance_info_t *info);
+/* Deep copies; return DX_OK or DX_ENOMEM. */
+int dx_failure_copy(dx_failure_t *dst, const dx_failure_t *src);
+int dx_event_copy(dx_event_t *dst, const dx_event_t *src);
+int dx_work_item_copy(dx_work_item_t *dst, const dx_work_item_t *src);
+
+/* {===== provider vtable =====} */
+
+typedef struct dx_provider_s dx_provider_t;
+
+/** Callback for list_instances: return non-zero to stop. `id` is borrowed for the call. */
+typedef int (*dx_instance_cb)(void *ud, const char *id);
+
+typedef struct dx_provider_methods_s {
+  int version; /* 1 */
+  const char *name;
+
+  /** Close and free the provider. */
+  void (*destroy)(dx_provider_t *p);
+
+  /* Group commit (see Caveats). commit(sync=0) may skip the flush to disk: used for batches
+  ** that only take locks, whose loss after a power cut merely delays redelivery. */
+  int (*begin)(dx_provider_t *p, dx_error_t *err);
+  int (*commit)(dx_provider_t *p, int sync, dx_error_t *err);
+  void (*rollback)(dx_provider_t *p);
+
+  /** Lock the instance whose oldest visible message is oldest and whose lock is free or
+  **  expired. *out = NULL (and 0 returned) when nothing is visible. */
+  int (*fetch_orchestration_item)(dx_provider_t *p, int64_t now_ms, int64_t lock_ms,
+                                  dx_orch_item_t **out, dx_error_t *err);
+  /** Commit a turn atomically (duroxide §4.2). DX_ETOKEN / DX_ELOCK when the lock is gone. */
+  int (*ack_orchestration_item)(dx_provider_t *p, int64_t now_ms, const dx_orch_ack_t *ack,
+                                dx_error_t *err);
+  /** Release the instance lock; delay_ms > 0 pushes the locked messages' visibility. */
+  int (*abandon_orchestration_item)(dx_provider_t *p, int64_t now_ms, const char *instance,
+                                    uint64_t lock_token, int64_t delay_ms, int ignore_attempt,
+                                    dx_error_t *err);
+  int (*renew_orchestration_item_lock)(dx_provider_t *p, int64_t now_ms, const char *instance,
+                                       uint64_t lock_token, int64_t extend_ms, dx_error_t *err);
+
+  /** Lock the oldest visible worker row. out->item.kind == 0 when nothing is visible. */
+  int (*fetch_work_item)(dx_provider_t *p, int64_t now_ms, int64_t lock_ms,
+                         const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
+                         dx_error_t *err);
+  /** Delete the row (lock must be live) and enqueue `completion` (may be NULL). */
+  int (*ack_work_item)(dx_provider_t *p, int64_t now_ms, uint64_t lock_token,
+                       const dx_work_item_t *completion, dx_error_t *err);
+  int (*abandon_work_item)(dx_provider_t *p, int64_t now_ms, uint64_t lock_token,
+                           int64_t delay_ms, int ignore_attempt, dx_error_t *err);
+  /** Extend a live lock; DX_ELOCK when the row is gone or expired (= cancellation). */
+  int (*renew_work_item_lock)(dx_provider_t *p, int64_t now_ms, uint64_t lock_token,
+                              int64_t extend_ms, dx_error_t *err);
+
+  /** Client enqueue (start, raise, cancel); never creates the instance record. */
+  int (*enqueue_for_orchestrator)(dx_provider_t *p, int64_t now_ms, const dx_work_item_t *item,
+                                  int64_t delay_ms, dx_error_t *err);
+  /** Tests: insert a worker row directly. */
+  int (*enqueue_for_worker)(dx_provider_t *p, int64_t now_ms, const dx_work_item_t *item,
+                            dx_error_t *err);
+
+  /** History of one execution (execution_id 0 = latest). DX_ENOTFOUND for an unknown
+  **  instance. *exec_out (may be NULL) receives the execution id read. */
+  int (*read_history)(dx_provider_t *p, const char *instance, uint64_t execution_id,
+                      dx_event_t **events, size_t *n, uint64_t *exec_out, dx_error_t *err);
+  /** Tests: append events to an execution without a lock. */
+  int (*append_with_execution)(dx_provider_t *p, const char *instance, uint64_t execution_id,
+                               const dx_event_t *events, size_t n, dx_error_t *err);
+
+  /** DX_ENOTFOUND for an unknown instance. */
+  int (*get_instance_info)(dx_provider_t *p, const char *instance, dx_instance_info_t *out,
+                           dx_error_t *err);
+  /** Every instance id, newest first. */
+  int (*list_instances)(dx_provider_t *p, dx_instance_cb cb, void *ud, dx_error_t *err);
+  int (*get_queue_depths)(dx_provider_t *p, dx_queue_depths_t *out, dx_error_t *err);
+  /** Earliest time (ms) at which an orchestrator or worker message becomes fetchable, or
+  **  INT64_MAX when both queues are empty; lets the runtime sleep instead of polling. */
+  int (*next_due_ms)(dx_provider_t *p, int64_t now_ms, int64_t *out, dx_error_t *err);
+  /* methods above are version 1 */
+} dx_provider_methods_t;
+
+struct dx_provider_s {
+  const dx_provider_methods_t *methods;
+};
+
+/* {===== LMDB provider =====} */
+
+typedef struct dx_lmdb_opts_s {
+  int version;            /* 1 */
+  int no_sync;            /* 1: skip fsync on commit (faster, may lose the last commits on
+                             power loss; a killed process loses nothing) */
+  size_t map_size;        /* bytes; 0 = default (1 GiB) */
+} dx_lmdb_opts_t;
+
+/** Open (creating if missing) the LMDB store in directory `path`. opts may be NULL.
+**  *out is owned by the caller and freed with methods->destroy. */
+int dx_lmdb_open(const char *path, const dx_lmdb_opts_t *opts, dx_provider_t **out,
+                 dx_error_t *err);
+
+/** Largest payload (input, output, event data) accepted anywhere, in bytes. */
+#define DX_MAX_PAYLOAD_BYTES (256 * 1024)
+
+#endif

@@ -1,0 +1,266 @@
+/*
+** client.c -- the synchronous client: start, raise, cancel, status, wait (over any provider).
+*/
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "duroxide.h"
+#include "codec.h"
+#include "util.h"
+
+void dx__runtime_poke_all(void);
+
+struct dx_client_s {
+  dx_provider_t *p;
+  int owns_provider;
+};
+
+int dx_client_new(dx_client_t **out, dx_provider_t *p, dx_error_t *err) {
+  dx_client_t *c;
+  if (!out || !p) return dx_error_set(err, DX_EINVAL, "NULL argument");
+  c = calloc(1, sizeof *c);
+  if (!c) return dx_error_set(err, DX_ENOMEM, "out of memory");
+  c->p = p;
+  *out = c;
+  return DX_OK;
+}
+
+int dx_client_open(dx_client_t **out, const char *store_dir, dx_error_t *err) {
+  dx_provider_t *p = NULL;
+  int rc;
+  if (!out || !store_dir) return dx_error_set(err, DX_EINVAL, "NULL argument");
+  rc = dx_lmdb_open(store_dir, NULL, &p, err);
+  if (rc != 0) return rc;
+  rc = dx_client_new(out, p, err);
+  if (rc != 0) {
+    p->methods->destroy(p);
+    return rc;
+  }
+  (*out)->owns_provider = 1;
+  return DX_OK;
+}
+
+void dx_client_close(dx_client_t *c) {
+  if (!c) return;
+  if (c->owns_provider) c->p->methods->destroy(c->p);
+  free(c);
+}
+
+dx_provider_t *dx_client_provider(dx_client_t *c) { return c ? c->p : NULL; }
+
+static int check_id(const char *what, const char *id, dx_error_t *err) {
+  if (!id || !*id) return dx_error_set(err, DX_EINVAL, "%s must be a non-empty string", what);
+  if (strlen(id) > 400) return dx_error_set(err, DX_EINVAL, "%s is longer than 400 bytes", what);
+  return DX_OK;
+}
+
+/* Canonical JSON of user text; NULL means JSON null. */
+static int canonical(const char *what, const char *text, char **out, dx_error_t *err) {
+  int rc;
+  if (!text) {
+    *out = dx__strdup("null");
+    return *out ? DX_OK : dx_error_set(err, DX_ENOMEM, "out of memory");
+  }
+  rc = dx__json_canonical(text, strlen(text), out, err);
+  if (rc != 0 && err) {
+    char tmp[sizeof err->msg];
+    memcpy(tmp, err->msg, sizeof tmp);
+    snprintf(err->msg, sizeof err->msg, "%s: %.480s", what, tmp);
+  }
+  return rc;
+}
+
+static int enqueue(dx_client_t *c, dx_work_item_t *w, dx_error_t *err) {
+  int rc = c->p->methods->enqueue_for_orchestrator(c->p, dx__now_ms(), w, 0, err);
+  if (rc == 0) dx__runtime_poke_all();
+  return rc;
+}
+
+int dx_client_start(dx_client_t *c, const char *id, const char *name, const char *input,
+                    const char *version, dx_error_t *err) {
+  dx_instance_info_t info;
+  dx_work_item_t w;
+  char *json = NULL;
+  int rc;
+  if (!c) return dx_error_set(err, DX_EINVAL, "NULL client");
+  if ((rc = check_id("instance id", id, err)) != 0) return rc;
+  if ((rc = check_id("orchestration name", name, err)) != 0) return rc;
+  if ((rc = canonical("input", input, &json, err)) != 0) return rc;
+  memset(&info, 0, sizeof info);
+  rc = c->p->methods->get_instance_info(c->p, id, &info, NULL);
+  if (rc == 0) {
+    int st = info.status;
+    dx_instance_info_clear(&info);
+    free(json);
+    return dx_error_set(err, DX_EEXIST, "instance '%s' already exists (%s)", id,
+                        dx_status_name(st));
+  }
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_START;
+  w.instance = (char *)id;
+  w.name = (char *)name;
+  w.version = (char *)version;
+  w.data = json;
+  w.execution_id = 1;
+  rc = enqueue(c, &w, err);
+  free(json);
+  return rc;
+}
+
+static int require_instance(dx_client_t *c, const char *id, dx_error_t *err) {
+  dx_instance_info_t info;
+  int rc;
+  memset(&info, 0, sizeof info);
+  rc = c->p->methods->get_instance_info(c->p, id, &info, err);
+  dx_instance_info_clear(&info);
+  if (rc == DX_ENOTFOUND) return dx_error_set(err, DX_ENOTFOUND, "unknown instance '%s'", id);
+  return rc;
+}
+
+int dx_client_raise(dx_client_t *c, const char *id, const char *name, const char *data,
+                    dx_error_t *err) {
+  dx_work_item_t w;
+  char *json = NULL;
+  int rc;
+  if (!c) return dx_error_set(err, DX_EINVAL, "NULL client");
+  if ((rc = check_id("instance id", id, err)) != 0) return rc;
+  if ((rc = check_id("event name", name, err)) != 0) return rc;
+  if ((rc = canonical("event data", data, &json, err)) != 0) return rc;
+  if ((rc = require_instance(c, id, err)) != 0) {
+    free(json);
+    return rc;
+  }
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_EXTERNAL;
+  w.instance = (char *)id;
+  w.name = (char *)name;
+  w.data = json;
+  rc = enqueue(c, &w, err);
+  free(json);
+  return rc;
+}
+
+int dx_client_cancel(dx_client_t *c, const char *id, const char *reason, dx_error_t *err) {
+  dx_work_item_t w;
+  int rc;
+  if (!c) return dx_error_set(err, DX_EINVAL, "NULL client");
+  if ((rc = check_id("instance id", id, err)) != 0) return rc;
+  if ((rc = require_instance(c, id, err)) != 0) return rc;
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_CANCEL;
+  w.instance = (char *)id;
+  w.reason = (char *)(reason ? reason : "cancelled by client");
+  return enqueue(c, &w, err);
+}
+
+int dx_client_status(dx_client_t *c, const char *id, dx_instance_info_t *out,
+                     dx_error_t *err) {
+  int rc;
+  if (!c || !out) return dx_error_set(err, DX_EINVAL, "NULL argument");
+  memset(out, 0, sizeof *out);
+  if ((rc = check_id("instance id", id, err)) != 0) return rc;
+  rc = c->p->methods->get_instance_info(c->p, id, out, err);
+  if (rc == DX_ENOTFOUND) {
+    memset(out, 0, sizeof *out);
+    return DX_OK;
+  }
+  return rc;
+}
+
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+int dx_client_wait(dx_client_t *c, const char *id, int64_t timeout_ms, dx_instance_info_t *out,
+                   dx_error_t *err) {
+  int64_t deadline = dx__now_ms() + timeout_ms, delay = 2;
+  for (;;) {
+    int rc = dx_client_status(c, id, out, err);
+    if (rc != 0) return rc;
+    if (out->status == DX_STATUS_COMPLETED || out->status == DX_STATUS_FAILED) return DX_OK;
+    if (dx__now_ms() >= deadline)
+      return dx_error_set(err, DX_ETIMEDOUT, "instance '%s' did not finish within %" PRId64 "ms",
+                          id, timeout_ms);
+    dx_instance_info_clear(out);
+    sleep_ms(delay);
+    if (delay < 50) delay *= 2;
+  }
+}
+
+const char *dx_status_name(int status) {
+  switch (status) {
+    case DX_STATUS_RUNNING:
+    case DX_STATUS_CONTINUED_AS_NEW: return "Running";
+    case DX_STATUS_COMPLETED: return "Completed";
+    case DX_STATUS_FAILED: return "Failed";
+    default: return "NotFound";
+  }
+}
+
+/* Parse stored canonical JSON into a jansson value (null when absent or unparsable). */
+static json_t *parse_or_null(const char *text) {
+  json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+  return v ? v : json_null();
+}
+
+static json_t *failure_json(const dx_failure_t *f) {
+  json_t *o = json_object();
+  json_object_set_new(o, "category", json_string(dx__category_name(f->category)));
+  if (f->kind) json_object_set_new(o, "kind", json_string(f->kind));
+  json_object_set_new(o, "message", json_string(f->message ? f->message : ""));
+  return o;
+}
+
+static char *dump(json_t *o) {
+  char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+  json_decref(o);
+  return s;
+}
+
+char *dx_instance_info_to_json(const char *id, const dx_instance_info_t *info) {
+  json_t *o = json_object();
+  json_object_set_new(o, "instance_id", json_string(id));
+  json_object_set_new(o, "status", json_string(dx_status_name(info->status)));
+  if (info->orchestration_name)
+    json_object_set_new(o, "orchestration", json_string(info->orchestration_name));
+  if (info->status != DX_STATUS_NONE)
+    json_object_set_new(o, "execution_id", json_integer((json_int_t)info->current_execution_id));
+  if (info->status == DX_STATUS_COMPLETED)
+    json_object_set_new(o, "output", parse_or_null(info->output));
+  if (info->status == DX_STATUS_FAILED) json_object_set_new(o, "error", failure_json(&info->failure));
+  if (info->custom_status) json_object_set_new(o, "custom_status", parse_or_null(info->custom_status));
+  return dump(o);
+}
+
+static const char *event_kind_name(int k) {
+  static const char *names[] = {"",
+    "OrchestrationStarted", "OrchestrationCompleted", "OrchestrationFailed",
+    "OrchestrationContinuedAsNew", "OrchestrationCancelRequested", "ActivityScheduled",
+    "ActivityCompleted", "ActivityFailed", "ActivityCancelRequested", "TimerCreated",
+    "TimerFired", "ExternalSubscribed", "ExternalEvent", "ExternalSubscribedCancelled",
+    "SubOrchestrationScheduled", "SubOrchestrationCompleted", "SubOrchestrationFailed",
+    "SubOrchestrationCancelRequested", "OrchestrationChained", "CustomStatusUpdated",
+    "SystemCall"};
+  return (k > 0 && k < DX_EV__COUNT) ? names[k] : "Unknown";
+}
+
+char *dx_event_to_json(const dx_event_t *e) {
+  json_t *o = json_object();
+  json_object_set_new(o, "event_id", json_integer((json_int_t)e->event_id));
+  json_object_set_new(o, "type", json_string(event_kind_name(e->kind)));
+  json_object_set_new(o, "timestamp_ms", json_integer((json_int_t)e->timestamp_ms));
+  if (e->source_id) json_object_set_new(o, "source_event_id", json_integer((json_int_t)e->source_id));
+  if (e->name) json_object_set_new(o, "name", json_string(e->name));
+  if (e->version) json_object_set_new(o, "version", json_string(e->version));
+  if (e->data) json_object_set_new(o, "data", parse_or_null(e->data));
+  if (e->instance) json_object_set_new(o, "instance", json_string(e->instance));
+  if (e->session_id) json_object_set_new(o, "session_id", json_string(e->session_id));
+  if (e->reason) json_object_set_new(o, "reason", json_string(e->reason));
+  if (e->fire_at_ms) json_object_set_new(o, "fire_at_ms", json_integer((json_int_t)e->fire_at_ms));
+  if (e->fail.category) json_object_set_new(o, "error", failure_json(&e->fail));
+  return dump(o);
+}

@@ -1,0 +1,35 @@
+/*
+** codec.h -- record and payload codecs (internal).
+**
+** Records (events, work items) are MessagePack maps with short keys, only present fields
+** written, a leading format version. Payloads are canonical JSON text (API.md §1): keys
+** sorted bytewise, no whitespace, integers as integers, reals always with '.', or 'e'.
+*/
+#ifndef DX_CODEC_H
+#define DX_CODEC_H
+
+#include <stddef.h>
+#include "duroxide/provider.h"
+
+/* Encode into a malloc'd buffer (*buf, *len), owned by the caller. DX_OK or DX_ENOMEM. */
+int dx__event_encode(const dx_event_t *e, char **buf, size_t *len);
+int dx__work_item_encode(const dx_work_item_t *w, char **buf, size_t *len);
+/* Decode into a zeroed *out (caller clears it). DX_ECORRUPT with a message naming what is
+** wrong when the bytes are not a valid record; *out is left cleared on failure. */
+int dx__event_decode(const void *buf, size_t len, dx_event_t *out, dx_error_t *err);
+int dx__work_item_decode(const void *buf, size_t len, dx_work_item_t *out, dx_error_t *err);
+
+/* Validate JSON text and return its canonical form (malloc'd, caller frees). Any JSON value
+** is accepted at top level (string, number, ...). On invalid JSON: DX_EJSON with
+** "invalid JSON at line L, column C: reason". DX_ETOOBIG over DX_MAX_PAYLOAD_BYTES. */
+int dx__json_canonical(const char *text, size_t len, char **out, dx_error_t *err);
+
+/* Encode a string as a JSON string literal (malloc'd). */
+char *dx__json_quote(const char *s);
+/* Build a failure's JSON object {"category":..,"kind":..,"message":..} (malloc'd). */
+char *dx__failure_to_json(const dx_failure_t *f);
+/* "application", "infrastructure", ... ; "" for NONE. */
+const char *dx__category_name(int category);
+int dx__category_from_name(const char *name);
+
+#endif

@@ -1,0 +1,177 @@
+/*
+** json.c -- canonical JSON payloads (API.md §1) and small JSON builders, via jansson.
+**
+** Canonical form is jansson's dump with JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY:
+** - keys sorted bytewise (jansson compares them like memcmp, which for UTF-8 is code point
+**   order);
+** - integers stay integers; reals are written with 17 significant digits and always carry a
+**   '.' or an exponent ("1.0", "1e20", "0.10000000000000001"), so they parse back to the same
+**   double and stay reals; -0.0 is kept as "-0.0";
+** - strings are UTF-8 with only the required escapes; "\u0000" is allowed in values (Lua
+**   strings may hold NUL bytes) but not in keys (jansson refuses them).
+** NaN and infinity cannot be written in JSON, and jansson refuses numbers it cannot represent
+** (integers outside int64, reals that overflow) as invalid JSON.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "codec.h"
+
+/* Parse flags shared by every reader of payloads; dump flags define the canonical form. */
+#define LOAD_FLAGS (JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL)
+#define DUMP_FLAGS (JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
+/* Same limit as the Lua value codec (bindings/lua/value.h), so any accepted payload can be
+** handed to Lua code and encoded back. */
+#define MAX_DEPTH 100
+
+/* Deepest container nesting of v (scalars are 0). Stops counting past `limit`. */
+static int json_depth(json_t *v, int limit) {
+  int d = 0;
+  if (limit < 0) return 1;
+  if (json_is_object(v)) {
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x) {
+      int c = json_depth(x, limit - 1);
+      if (c > d) d = c;
+      if (d > limit) break;
+    }
+    return d + 1;
+  }
+  if (json_is_array(v)) {
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) {
+      int c = json_depth(x, limit - 1);
+      if (c > d) d = c;
+      if (d > limit) break;
+    }
+    return d + 1;
+  }
+  return 0;
+}
+
+int dx__json_canonical(const char *text, size_t len, char **out, dx_error_t *err) {
+  json_error_t je;
+  json_t *root;
+  char *s;
+  size_t n;
+  *out = NULL;
+  if (len > DX_MAX_PAYLOAD_BYTES)
+    return dx_error_set(err, DX_ETOOBIG, "payload is %zu bytes; the limit is %d bytes", len,
+                        DX_MAX_PAYLOAD_BYTES);
+  root = json_loadb(text ? text : "", text ? len : 0, LOAD_FLAGS, &je);
+  if (!root)
+    return dx_error_set(err, DX_EJSON, "invalid JSON at line %d, column %d: %s", je.line,
+                        je.column, je.text);
+  if (json_depth(root, MAX_DEPTH) > MAX_DEPTH) {
+    json_decref(root);
+    return dx_error_set(err, DX_EJSON, "invalid JSON: nested deeper than %d levels", MAX_DEPTH);
+  }
+  s = json_dumps(root, DUMP_FLAGS);
+  json_decref(root);
+  if (!s) return dx_error_set(err, DX_ENOMEM, "out of memory");
+  /* Canonical text can be longer than the input ("1e2" -> "100.0"): check what is stored. */
+  n = strlen(s);
+  if (n > DX_MAX_PAYLOAD_BYTES) {
+    free(s);
+    return dx_error_set(err, DX_ETOOBIG, "payload is %zu bytes; the limit is %d bytes", n,
+                        DX_MAX_PAYLOAD_BYTES);
+  }
+  *out = s;
+  return DX_OK;
+}
+
+/* Length of the valid UTF-8 sequence at s (as jansson accepts it: no overlongs, no
+** surrogates, at most U+10FFFF), or 0 when the bytes there are not one. */
+static size_t utf8_seq(const unsigned char *s) {
+  unsigned c = s[0], cp, i, n;
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) { n = 2; cp = c & 0x1f; }
+  else if (c >= 0xe0 && c <= 0xef) { n = 3; cp = c & 0x0f; }
+  else if (c >= 0xf0 && c <= 0xf4) { n = 4; cp = c & 0x07; }
+  else return 0;
+  for (i = 1; i < n; i++) {
+    if ((s[i] & 0xc0) != 0x80) return 0; /* also stops at the terminating NUL */
+    cp = (cp << 6) | (s[i] & 0x3f);
+  }
+  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+      (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return n;
+}
+
+/* A JSON string node for arbitrary C text: invalid UTF-8 bytes become U+FFFD, because
+** these strings are often messages from outside (Lua errors may carry binary). */
+static json_t *string_node(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t n = strlen(s), i = 0, o = 0, k;
+  char *fixed;
+  json_t *j = json_stringn(s, n);
+  if (j) return j;
+  if (!(fixed = malloc(n * 3 + 1))) return NULL;
+  while (i < n) {
+    if ((k = utf8_seq(p + i)) == 0) {
+      memcpy(fixed + o, "\xef\xbf\xbd", 3);
+      o += 3;
+      i++;
+    } else {
+      memcpy(fixed + o, p + i, k);
+      o += k;
+      i += k;
+    }
+  }
+  j = json_stringn(fixed, o);
+  free(fixed);
+  return j;
+}
+
+static char *dump_and_free(json_t *j) {
+  char *s;
+  if (!j) return NULL;
+  s = json_dumps(j, DUMP_FLAGS);
+  json_decref(j);
+  return s;
+}
+
+char *dx__json_quote(const char *s) {
+  return dump_and_free(s ? string_node(s) : json_null());
+}
+
+char *dx__failure_to_json(const dx_failure_t *f) {
+  json_t *o = json_object();
+  int bad;
+  if (!o) return NULL;
+  bad = json_object_set_new(o, "category", json_string(dx__category_name(f->category)));
+  if (f->kind) bad |= json_object_set_new(o, "kind", string_node(f->kind));
+  bad |= json_object_set_new(o, "message", string_node(f->message ? f->message : ""));
+  if (bad) { /* set_new consumes the value even on failure; only o is left */
+    json_decref(o);
+    return NULL;
+  }
+  return dump_and_free(o);
+}
+
+static const char *const category_names[] = {
+  [DX_CAT_NONE] = "",
+  [DX_CAT_APPLICATION] = "application",
+  [DX_CAT_INFRASTRUCTURE] = "infrastructure",
+  [DX_CAT_CONFIGURATION] = "configuration",
+  [DX_CAT_POISON] = "poison",
+};
+
+const char *dx__category_name(int category) {
+  if (category < 0 || (size_t)category >= sizeof category_names / sizeof category_names[0])
+    return "";
+  return category_names[category];
+}
+
+int dx__category_from_name(const char *name) {
+  size_t i;
+  if (!name || !*name) return DX_CAT_NONE;
+  for (i = 1; i < sizeof category_names / sizeof category_names[0]; i++)
+    if (strcmp(name, category_names[i]) == 0) return (int)i;
+  return DX_CAT_NONE;
+}

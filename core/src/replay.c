@@ -1,0 +1,993 @@
+/*
+** replay.c -- one orchestration turn.
+**
+** A turn replays the latest execution's history against the orchestration code and turns
+** what is new into one commit (dx_orch_ack_t). Matching is by emission order: the n-th
+** action the code emits corresponds to the n-th schedule event of the history, and is checked
+** against it when emitted (kind, name, canonical input bytes, session id). Completions are
+** delivered in history order; the code is resumed after each delivery, so it observes the
+** same sequence of resolved futures on every replay.
+**
+** Event ids within a turn: completions converted from the batch first, then new schedule
+** events and breadcrumbs in the order the code produced them, the terminal event last.
+*/
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "log.h"
+#include "replay.h"
+#include "util.h"
+
+#define VEC(T) struct { T *v; size_t n, cap; }
+#define VEC_PUSH(vec, x)                                                         \
+  (((vec).n == (vec).cap && grow((void **)&(vec).v, &(vec).cap, sizeof *(vec).v)) \
+       ? -1                                                                      \
+       : ((vec).v[(vec).n++] = (x), 0))
+
+static int grow(void **v, size_t *cap, size_t elem) {
+  size_t ncap = *cap ? *cap * 2 : 16;
+  void *nv = realloc(*v, ncap * elem);
+  if (!nv) return 1;
+  *v = nv;
+  *cap = ncap;
+  return 0;
+}
+
+/* Per event id: the state of the future bound to a schedule event. */
+typedef struct {
+  uint8_t state;        /* DX_FUT_* */
+  uint8_t emitted;      /* the code has emitted the action matched to this event */
+  uint8_t cancelled;    /* cancelled this turn or earlier */
+  uint8_t has_crumb;    /* a cancel breadcrumb for it exists in history */
+  uint8_t delivered;    /* (waits) an event was delivered */
+  uint8_t completed;    /* a completion for it exists in history or this batch */
+  uint64_t order;       /* history position of the completion */
+  uint64_t fail_id;     /* failed: the event holding the failure (pointers would move) */
+  const char *data;
+} slot_t;
+
+struct dx_turn_s {
+  const dx_orch_item_t *item;
+  const dx_turn_cfg_t *cfg;
+  const dx_host_methods_t *host;
+  void *host_ud;
+  void *inst;
+
+  int action;
+  int64_t abandon_delay_ms;
+
+  char *instance;
+  char *name;
+  char *version;
+  uint64_t exec;
+  const dx_event_t *hist;   /* persisted history of `exec` (empty for a new execution) */
+  size_t n_hist;
+  VEC(dx_event_t) delta;
+  VEC(slot_t) slots;        /* index = event id */
+  VEC(uint64_t) sched;      /* schedule event ids in order; ordinal = index */
+  size_t n_sched_known;     /* schedule events present before the code ran */
+  size_t emitted;
+  size_t cursor;            /* next working-history index being applied (for is_replaying) */
+  VEC(dx_work_item_t) worker_items;
+  VEC(dx_work_item_t) orch_items;
+  VEC(dx_activity_ref_t) cancelled;
+  VEC(uint64_t) new_sched;  /* schedule events created this turn */
+
+  int run_state;            /* DX_RUN_* of the code */
+  int fatal;                /* nondeterminism or other turn-level failure recorded */
+  dx_failure_t failure;     /* terminal failure */
+  char *output;
+  char *can_input;
+  char *can_version;
+  int custom_status_set;
+  char *custom_status;
+  dx_orch_ack_t ack;
+};
+
+/* {===== event access =====} */
+
+static dx_event_t *ev_at(dx_turn_t *t, uint64_t id) {
+  if (id == 0) return NULL;
+  if (id <= t->n_hist) return (dx_event_t *)&t->hist[id - 1];
+  if (id - t->n_hist <= t->delta.n) return &t->delta.v[id - t->n_hist - 1];
+  return NULL;
+}
+
+static uint64_t next_id(const dx_turn_t *t) { return t->n_hist + t->delta.n + 1; }
+
+static slot_t *slot(dx_turn_t *t, uint64_t id) {
+  while (t->slots.n <= id) {
+    slot_t z;
+    memset(&z, 0, sizeof z);
+    if (VEC_PUSH(t->slots, z)) return NULL;
+  }
+  return &t->slots.v[id];
+}
+
+static int is_schedule_kind(int k) {
+  return k == DX_EV_ACT_SCHEDULED || k == DX_EV_TIMER_CREATED || k == DX_EV_EXT_SUBSCRIBED ||
+         k == DX_EV_SUB_SCHEDULED || k == DX_EV_ORCH_CHAINED || k == DX_EV_CUSTOM_STATUS ||
+         k == DX_EV_SYSCALL;
+}
+
+static int is_terminal_kind(int k) {
+  return k == DX_EV_ORCH_COMPLETED || k == DX_EV_ORCH_FAILED || k == DX_EV_ORCH_CAN;
+}
+
+static const char *kind_word(int k) {
+  switch (k) {
+    case DX_EV_ACT_SCHEDULED: return "activity";
+    case DX_EV_TIMER_CREATED: return "timer";
+    case DX_EV_EXT_SUBSCRIBED: return "event wait";
+    case DX_EV_SUB_SCHEDULED: return "sub-orchestration";
+    case DX_EV_ORCH_CHAINED: return "orchestration start";
+    case DX_EV_CUSTOM_STATUS: return "custom status";
+    case DX_EV_SYSCALL: return "system call";
+    default: return "event";
+  }
+}
+
+static int action_event_kind(int a) {
+  static const int map[] = {0, DX_EV_ACT_SCHEDULED, DX_EV_TIMER_CREATED, DX_EV_EXT_SUBSCRIBED,
+                            DX_EV_SUB_SCHEDULED, DX_EV_ORCH_CHAINED, DX_EV_CUSTOM_STATUS,
+                            DX_EV_SYSCALL};
+  return (a > 0 && a < (int)(sizeof map / sizeof map[0])) ? map[a] : 0;
+}
+
+/* Append a new event to the delta; returns it with its id set, or NULL on ENOMEM. */
+static dx_event_t *append(dx_turn_t *t, int kind) {
+  dx_event_t e;
+  memset(&e, 0, sizeof e);
+  e.kind = kind;
+  e.event_id = next_id(t);
+  e.timestamp_ms = t->cfg->now_ms;
+  if (VEC_PUSH(t->delta, e)) return NULL;
+  return &t->delta.v[t->delta.n - 1];
+}
+
+/* {===== failures =====} */
+
+static void set_failure(dx_turn_t *t, int category, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void set_failure(dx_turn_t *t, int category, const char *kind, const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  if (t->fatal) return; /* the first failure is the cause; later ones are consequences */
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  dx_failure_clear(&t->failure);
+  t->failure.category = category;
+  t->failure.kind = dx__strdup(kind);
+  t->failure.message = dx__strdup(buf);
+  t->fatal = 1;
+}
+
+#define NONDET(t, ...) set_failure((t), DX_CAT_CONFIGURATION, "Nondeterminism", __VA_ARGS__)
+
+/* {===== emission (called by the binding while code runs) =====} */
+
+static int same_str(const char *a, const char *b) {
+  if (!a || !b) return a == b;
+  return strcmp(a, b) == 0;
+}
+
+/* Compare an emitted action with the history schedule event at the same ordinal. */
+static int matches_history(dx_turn_t *t, const dx_action_t *a, const dx_event_t *e) {
+  int want = action_event_kind(a->kind);
+  if (e->kind != want) {
+    NONDET(t, "nondeterministic: history has a %s at event %" PRIu64 " (%s) but the code now "
+              "schedules a %s%s%s",
+           kind_word(e->kind), e->event_id, e->name ? e->name : "-", kind_word(want),
+           a->name ? " " : "", a->name ? a->name : "");
+    return 0;
+  }
+  switch (a->kind) {
+    case DX_ACT_ACTIVITY:
+      if (!same_str(a->name, e->name) || !same_str(a->input, e->data) ||
+          !same_str(a->session_id, e->session_id)) {
+        NONDET(t, "nondeterministic: activity at event %" PRIu64 " was %s(%s%s%s) in history "
+                  "but the code now schedules %s(%s%s%s)",
+               e->event_id, e->name, e->data ? e->data : "null",
+               e->session_id ? ", session " : "", e->session_id ? e->session_id : "", a->name,
+               a->input ? a->input : "null", a->session_id ? ", session " : "",
+               a->session_id ? a->session_id : "");
+        return 0;
+      }
+      return 1;
+    case DX_ACT_WAIT:
+    case DX_ACT_SYSCALL:
+      if (!same_str(a->name, e->name)) {
+        NONDET(t, "nondeterministic: %s at event %" PRIu64 " was '%s' in history but the code "
+                  "now uses '%s'",
+               kind_word(e->kind), e->event_id, e->name, a->name);
+        return 0;
+      }
+      return 1;
+    case DX_ACT_SUB:
+      if (!same_str(a->name, e->name) || !same_str(a->input, e->data)) {
+        NONDET(t, "nondeterministic: sub-orchestration at event %" PRIu64 " was %s(%s) in "
+                  "history but the code now starts %s(%s)",
+               e->event_id, e->name, e->data ? e->data : "null", a->name,
+               a->input ? a->input : "null");
+        return 0;
+      }
+      return 1;
+    case DX_ACT_CHAINED:
+      if (!same_str(a->name, e->name) || !same_str(a->input, e->data) ||
+          !same_str(a->instance, e->instance)) {
+        NONDET(t, "nondeterministic: orchestration start at event %" PRIu64 " was %s(%s) as "
+                  "'%s' in history but the code now starts %s(%s) as '%s'",
+               e->event_id, e->name, e->data ? e->data : "null", e->instance, a->name,
+               a->input ? a->input : "null", a->instance ? a->instance : "");
+        return 0;
+      }
+      return 1;
+    default:
+      return 1; /* timers and custom status compare by kind only */
+  }
+}
+
+static char *syscall_value(dx_turn_t *t, const char *op) {
+  char buf[64];
+  if (strcmp(op, "utc_now") == 0) {
+    snprintf(buf, sizeof buf, "%" PRId64, t->cfg->now_ms);
+  } else if (strcmp(op, "new_guid") == 0) {
+    uint64_t a = dx__random_u64(), b = dx__random_u64();
+    snprintf(buf, sizeof buf, "\"%08x-%04x-4%03x-%04x-%012" PRIx64 "\"", (unsigned)(a >> 32),
+             (unsigned)(a >> 16) & 0xffff, (unsigned)a & 0xfff,
+             (unsigned)(0x8000 | ((b >> 48) & 0x3fff)), (uint64_t)(b & 0xffffffffffffull));
+  } else if (strcmp(op, "random") == 0) {
+    /* 53 random bits -> [0,1); %.17g keeps the exact double. */
+    double d = (double)(dx__random_u64() >> 11) / 9007199254740992.0;
+    snprintf(buf, sizeof buf, "%.17g", d);
+    if (!strpbrk(buf, ".e")) strcat(buf, ".0");
+  } else {
+    return NULL;
+  }
+  return dx__strdup(buf);
+}
+
+/* Fill a new schedule event from the action. */
+static int fill_new_event(dx_turn_t *t, dx_event_t *e, const dx_action_t *a) {
+  int ok = 1;
+  switch (a->kind) {
+    case DX_ACT_ACTIVITY:
+      e->name = dx__strdup(a->name);
+      e->data = dx__strdup(a->input ? a->input : "null");
+      e->session_id = dx__strdup(a->session_id);
+      ok = e->name && e->data && (!a->session_id || e->session_id);
+      break;
+    case DX_ACT_TIMER:
+      e->fire_at_ms = t->cfg->now_ms + (a->delay_ms > 0 ? a->delay_ms : 0);
+      break;
+    case DX_ACT_WAIT:
+      e->name = dx__strdup(a->name);
+      ok = e->name != NULL;
+      break;
+    case DX_ACT_SUB:
+    case DX_ACT_CHAINED: {
+      char idbuf[64];
+      const char *child = a->instance;
+      if (!child) {
+        /* Generated child ids are stable: parent id and the scheduling event id. */
+        snprintf(idbuf, sizeof idbuf, "::sub::%" PRIu64, e->event_id);
+        e->instance = malloc(strlen(t->instance) + strlen(idbuf) + 1);
+        if (e->instance) sprintf(e->instance, "%s%s", t->instance, idbuf);
+      } else {
+        e->instance = dx__strdup(child);
+      }
+      e->name = dx__strdup(a->name);
+      e->version = dx__strdup(a->version);
+      e->data = dx__strdup(a->input ? a->input : "null");
+      ok = e->instance && e->name && e->data;
+      break;
+    }
+    case DX_ACT_STATUS:
+      e->data = dx__strdup(a->input);
+      break;
+    case DX_ACT_SYSCALL:
+      e->name = dx__strdup(a->name);
+      e->data = syscall_value(t, a->name);
+      ok = e->name && e->data;
+      break;
+    default:
+      break;
+  }
+  return ok;
+}
+
+static int check_size(dx_turn_t *t, const char *what, const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n > DX_MAX_PAYLOAD_BYTES) {
+    set_failure(t, DX_CAT_APPLICATION, "OrchestrationFailed",
+                "%s is %zu bytes; the limit is %d bytes", what, n, DX_MAX_PAYLOAD_BYTES);
+    return 0;
+  }
+  return 1;
+}
+
+static void note_custom_status(dx_turn_t *t, const char *json) {
+  free(t->custom_status);
+  t->custom_status = dx__strdup(json);
+  t->custom_status_set = 1;
+}
+
+int dx_turn_emit(dx_turn_t *t, const dx_action_t *a, uint64_t *token, const char **value) {
+  size_t ordinal;
+  dx_event_t *e;
+  slot_t *s;
+  if (token) *token = 0;
+  if (value) *value = NULL;
+  if (t->fatal) return DX_ENONDET;
+  if (a->kind == DX_ACT_CAN) {
+    if (!check_size(t, "continue_as_new input", a->input)) return DX_ETOOBIG;
+    free(t->can_input);
+    free(t->can_version);
+    t->can_input = dx__strdup(a->input ? a->input : "null");
+    t->can_version = dx__strdup(a->version);
+    t->run_state = DX_RUN_CAN;
+    return DX_OK;
+  }
+  if (!action_event_kind(a->kind)) return DX_EINVAL;
+  if (!check_size(t, "input", a->input)) return DX_ETOOBIG;
+  ordinal = t->emitted++;
+  if (ordinal < t->sched.n) {
+    e = ev_at(t, t->sched.v[ordinal]);
+    if (!matches_history(t, a, e)) return DX_ENONDET;
+  } else {
+    e = append(t, action_event_kind(a->kind));
+    if (!e || VEC_PUSH(t->sched, e->event_id) || VEC_PUSH(t->new_sched, e->event_id) ||
+        !fill_new_event(t, e, a)) {
+      set_failure(t, DX_CAT_INFRASTRUCTURE, "OutOfMemory", "out of memory in turn");
+      return DX_ENOMEM;
+    }
+  }
+  s = slot(t, e->event_id);
+  if (!s) return DX_ENOMEM;
+  s->emitted = 1;
+  if (e->kind == DX_EV_SYSCALL) {
+    s->state = DX_FUT_OK;
+    s->data = e->data;
+    if (value) *value = e->data;
+  } else if (e->kind == DX_EV_CUSTOM_STATUS) {
+    note_custom_status(t, e->event_id > t->n_hist ? e->data : a->input);
+  }
+  if (token && e->kind != DX_EV_CUSTOM_STATUS) *token = e->event_id;
+  return DX_OK;
+}
+
+int dx_turn_poll(dx_turn_t *t, uint64_t token, const char **data, const dx_failure_t **fail,
+                 uint64_t *order) {
+  slot_t *s = token < t->slots.n ? &t->slots.v[token] : NULL;
+  if (!s || s->state == DX_FUT_PENDING) return DX_FUT_PENDING;
+  if (data) *data = s->data;
+  if (fail) *fail = s->fail_id ? &ev_at(t, s->fail_id)->fail : NULL;
+  if (order) *order = s->order;
+  return s->state;
+}
+
+/* Breadcrumb + side effect for an outstanding future, at most once per schedule. */
+static void cancel_outstanding(dx_turn_t *t, uint64_t id, const char *reason) {
+  slot_t *s = slot(t, id);
+  dx_event_t *sched = ev_at(t, id), *crumb = NULL;
+  int crumb_kind = 0;
+  if (!s || !sched || s->state != DX_FUT_PENDING || s->cancelled || s->completed) return;
+  s->cancelled = 1;
+  switch (sched->kind) {
+    case DX_EV_ACT_SCHEDULED: crumb_kind = DX_EV_ACT_CANCEL_REQ; break;
+    case DX_EV_SUB_SCHEDULED: crumb_kind = DX_EV_SUB_CANCEL_REQ; break;
+    case DX_EV_EXT_SUBSCRIBED: crumb_kind = DX_EV_EXT_SUB_CANCELLED; break;
+    default: return; /* timers need nothing: a late TimerFired is simply ignored */
+  }
+  if (!s->has_crumb) {
+    crumb = append(t, crumb_kind);
+    if (!crumb) return;
+    crumb->source_id = id;
+    crumb->reason = dx__strdup(reason);
+    sched = ev_at(t, id); /* append may have moved the delta */
+  }
+  if (sched->kind == DX_EV_ACT_SCHEDULED) {
+    dx_activity_ref_t r = {t->instance, t->exec, id};
+    VEC_PUSH(t->cancelled, r);
+  } else if (sched->kind == DX_EV_SUB_SCHEDULED && !s->has_crumb && sched->event_id <= t->n_hist) {
+    /* Only a child started in an earlier turn exists; a new one is simply not started. */
+    dx_work_item_t w;
+    memset(&w, 0, sizeof w);
+    w.kind = DX_WI_CANCEL;
+    w.instance = dx__strdup(sched->instance);
+    w.reason = dx__strdup("parent dropped sub-orchestration future");
+    VEC_PUSH(t->orch_items, w);
+  }
+}
+
+void dx_turn_cancel(dx_turn_t *t, uint64_t token) {
+  if (t->fatal) return;
+  cancel_outstanding(t, token, "dropped_future");
+}
+
+/* {===== metadata =====} */
+
+const char *dx_turn_instance(const dx_turn_t *t) { return t->instance; }
+uint64_t dx_turn_execution(const dx_turn_t *t) { return t->exec; }
+const char *dx_turn_name(const dx_turn_t *t) { return t->name; }
+const char *dx_turn_version(const dx_turn_t *t) { return t->version; }
+int dx_turn_is_replaying(const dx_turn_t *t) {
+  return t->cursor < t->n_hist && t->emitted < t->n_sched_known;
+}
+
+void dx_turn_set_output(dx_turn_t *t, const char *json) {
+  free(t->output);
+  t->output = dx__strdup(json ? json : "null");
+}
+
+void dx_turn_set_failure(dx_turn_t *t, int category, const char *kind, const char *message) {
+  if (t->fatal) return;
+  dx_failure_clear(&t->failure);
+  t->failure.category = category;
+  t->failure.kind = dx__strdup(kind);
+  t->failure.message = dx__strdup(message ? message : "orchestration failed");
+}
+
+const char *dx_turn_error(const dx_turn_t *t) { return t->fatal ? t->failure.message : NULL; }
+
+void dx_turn_trace(dx_turn_t *t, int level, const char *message) {
+  if (dx_turn_is_replaying(t)) return;
+  dx__log(level, message, "instance=%s execution=%" PRIu64 " orchestration=%s", t->instance,
+          t->exec, t->name);
+}
+
+/* {===== batch conversion =====} */
+
+static int completion_kind_for(int wi_kind) {
+  switch (wi_kind) {
+    case DX_WI_ACT_COMPLETED: return DX_EV_ACT_COMPLETED;
+    case DX_WI_ACT_FAILED: return DX_EV_ACT_FAILED;
+    case DX_WI_TIMER_FIRED: return DX_EV_TIMER_FIRED;
+    case DX_WI_SUB_COMPLETED: return DX_EV_SUB_COMPLETED;
+    case DX_WI_SUB_FAILED: return DX_EV_SUB_FAILED;
+    default: return 0;
+  }
+}
+
+static int schedule_kind_for(int completion_kind) {
+  switch (completion_kind) {
+    case DX_EV_ACT_COMPLETED:
+    case DX_EV_ACT_FAILED: return DX_EV_ACT_SCHEDULED;
+    case DX_EV_TIMER_FIRED: return DX_EV_TIMER_CREATED;
+    case DX_EV_SUB_COMPLETED:
+    case DX_EV_SUB_FAILED: return DX_EV_SUB_SCHEDULED;
+    default: return 0;
+  }
+}
+
+static int has_completion(dx_turn_t *t, uint64_t src) {
+  uint64_t id;
+  for (id = src + 1; id < next_id(t); id++) {
+    const dx_event_t *e = ev_at(t, id);
+    if (e->source_id == src && schedule_kind_for(e->kind)) return 1;
+  }
+  return 0;
+}
+
+static int has_cancel_request(dx_turn_t *t) {
+  uint64_t id;
+  for (id = 1; id < next_id(t); id++)
+    if (ev_at(t, id)->kind == DX_EV_ORCH_CANCEL_REQ) return 1;
+  return 0;
+}
+
+/* Turn the batch into completion events (message order), dropping stale and duplicate ones. */
+static void convert_batch(dx_turn_t *t) {
+  size_t i;
+  for (i = 0; i < t->item->messages_len && !t->fatal; i++) {
+    const dx_work_item_t *m = &t->item->messages[i];
+    int ck = completion_kind_for(m->kind);
+    dx_event_t *e, *sched;
+    if (ck) {
+      if (m->execution_id != t->exec) continue;          /* an older execution's result */
+      if (m->id == 0 || m->id >= next_id(t)) {
+        NONDET(t, "nondeterministic: completion for event %" PRIu64 " which does not exist",
+               m->id);
+        return;
+      }
+      sched = ev_at(t, m->id);
+      if (sched->kind != schedule_kind_for(ck)) {
+        NONDET(t, "nondeterministic: completion kind mismatch for event %" PRIu64
+                  " (a %s was scheduled there)",
+               m->id, kind_word(sched->kind));
+        return;
+      }
+      if (has_completion(t, m->id)) continue;            /* duplicate delivery */
+      e = append(t, ck);
+      if (!e) return;
+      e->source_id = m->id;
+      e->data = dx__strdup(m->data);
+      e->fire_at_ms = m->fire_at_ms;
+      dx_failure_copy(&e->fail, &m->fail);
+    } else if (m->kind == DX_WI_EXTERNAL) {
+      e = append(t, DX_EV_EXT_EVENT);
+      if (!e) return;
+      e->name = dx__strdup(m->name);
+      e->data = dx__strdup(m->data ? m->data : "null");
+    } else if (m->kind == DX_WI_CANCEL) {
+      if (has_cancel_request(t)) continue;
+      e = append(t, DX_EV_ORCH_CANCEL_REQ);
+      if (!e) return;
+      e->reason = dx__strdup(m->reason ? m->reason : "cancelled");
+    }
+  }
+}
+
+/* {===== the walk =====} */
+
+static void resume(dx_turn_t *t) {
+  if (t->run_state != DX_RUN_PENDING || t->fatal) return;
+  t->run_state = t->host->orch_resume(t->host_ud, t->inst, t);
+}
+
+/* Positional external events: the oldest active, undelivered wait of that name gets it. */
+static int deliver_external(dx_turn_t *t, const dx_event_t *e, uint64_t pos) {
+  size_t i;
+  for (i = 0; i < t->emitted && i < t->sched.n; i++) {
+    uint64_t id = t->sched.v[i];
+    dx_event_t *sub = ev_at(t, id);
+    slot_t *s = slot(t, id);
+    if (sub->kind != DX_EV_EXT_SUBSCRIBED || s->cancelled || s->delivered) continue;
+    if (!same_str(sub->name, e->name)) continue;
+    s->delivered = 1;
+    s->state = DX_FUT_OK;
+    s->data = e->data;
+    s->order = pos;
+    return 1;
+  }
+  return 0;
+}
+
+static void apply(dx_turn_t *t, uint64_t id) {
+  dx_event_t *e = ev_at(t, id);
+  slot_t *s;
+  switch (e->kind) {
+    case DX_EV_ACT_COMPLETED:
+    case DX_EV_ACT_FAILED:
+    case DX_EV_TIMER_FIRED:
+    case DX_EV_SUB_COMPLETED:
+    case DX_EV_SUB_FAILED:
+      s = slot(t, e->source_id);
+      if (!s) return;
+      if (!s->emitted) {
+        NONDET(t, "nondeterministic: history completes %s event %" PRIu64
+                  " but the code did not schedule it (completion without open schedule)",
+               kind_word(ev_at(t, e->source_id)->kind), e->source_id);
+        return;
+      }
+      if (e->kind == DX_EV_ACT_FAILED || e->kind == DX_EV_SUB_FAILED) {
+        if (e->fail.category != DX_CAT_APPLICATION) {
+          /* Infrastructure, configuration and poison failures never reach user code. */
+          t->fatal = 0;
+          set_failure(t, e->fail.category, e->fail.kind, "%s",
+                      e->fail.message ? e->fail.message : "failure");
+          return;
+        }
+        s->state = DX_FUT_ERR;
+        s->fail_id = id;
+      } else {
+        s->state = DX_FUT_OK;
+        s->data = e->data;
+      }
+      s->order = id;
+      resume(t);
+      break;
+    case DX_EV_EXT_EVENT:
+      if (deliver_external(t, e, id)) resume(t);
+      break;
+    default:
+      break;
+  }
+}
+
+/* {===== finishing =====} */
+
+static void add_item(dx_turn_t *t, int to_worker, dx_work_item_t *w) {
+  if (to_worker) VEC_PUSH(t->worker_items, *w);
+  else VEC_PUSH(t->orch_items, *w);
+}
+
+/* Work items for the schedule events created this turn. */
+static void emit_work(dx_turn_t *t, int terminal, int can) {
+  size_t i;
+  for (i = 0; i < t->new_sched.n; i++) {
+    dx_event_t *e = ev_at(t, t->new_sched.v[i]);
+    slot_t *s = slot(t, e->event_id);
+    dx_work_item_t w;
+    memset(&w, 0, sizeof w);
+    if (e->kind == DX_EV_ORCH_CHAINED) {
+      if (can) continue;
+    } else if (terminal || (s && s->cancelled)) {
+      continue;
+    }
+    switch (e->kind) {
+      case DX_EV_ACT_SCHEDULED:
+        w.kind = DX_WI_ACT_EXECUTE;
+        w.instance = dx__strdup(t->instance);
+        w.execution_id = t->exec;
+        w.id = e->event_id;
+        w.name = dx__strdup(e->name);
+        w.data = dx__strdup(e->data);
+        w.session_id = dx__strdup(e->session_id);
+        add_item(t, 1, &w);
+        break;
+      case DX_EV_TIMER_CREATED:
+        w.kind = DX_WI_TIMER_FIRED;
+        w.instance = dx__strdup(t->instance);
+        w.execution_id = t->exec;
+        w.id = e->event_id;
+        w.fire_at_ms = e->fire_at_ms;
+        add_item(t, 0, &w);
+        break;
+      case DX_EV_SUB_SCHEDULED:
+      case DX_EV_ORCH_CHAINED:
+        w.kind = DX_WI_START;
+        w.instance = dx__strdup(e->instance);
+        w.name = dx__strdup(e->name);
+        w.version = dx__strdup(e->version);
+        w.data = dx__strdup(e->data);
+        w.execution_id = 1;
+        if (e->kind == DX_EV_SUB_SCHEDULED) {
+          w.parent_instance = dx__strdup(t->instance);
+          w.parent_id = e->event_id;
+          w.parent_execution_id = t->exec;
+        }
+        add_item(t, 0, &w);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+/* Tell the parent how the child ended. */
+static void notify_parent(dx_turn_t *t, int completed) {
+  const dx_event_t *st = ev_at(t, 1);
+  dx_work_item_t w;
+  if (!st || !st->instance || !st->parent_id) return;
+  memset(&w, 0, sizeof w);
+  w.kind = completed ? DX_WI_SUB_COMPLETED : DX_WI_SUB_FAILED;
+  w.instance = dx__strdup(st->instance);
+  w.execution_id = st->parent_execution_id ? st->parent_execution_id : 1;
+  w.id = st->parent_id;
+  if (completed) w.data = dx__strdup(t->output);
+  else dx_failure_copy(&w.fail, &t->failure);
+  add_item(t, 0, &w);
+}
+
+/* Everything still outstanding is cancelled when the execution ends. */
+static void cancel_all_outstanding(dx_turn_t *t, const char *reason) {
+  size_t i;
+  for (i = 0; i < t->sched.n; i++) cancel_outstanding(t, t->sched.v[i], reason);
+}
+
+static void finish_terminal(dx_turn_t *t, int status) {
+  dx_event_t *e;
+  cancel_all_outstanding(t, status == DX_STATUS_COMPLETED ? "orchestration_terminal_completed"
+                            : status == DX_STATUS_FAILED  ? "orchestration_terminal_failed"
+                                                          : "orchestration_terminal_continued_as_new");
+  emit_work(t, 1, status == DX_STATUS_CONTINUED_AS_NEW);
+  if (status == DX_STATUS_COMPLETED) {
+    e = append(t, DX_EV_ORCH_COMPLETED);
+    if (e) e->data = dx__strdup(t->output);
+    t->ack.output = t->output;
+    notify_parent(t, 1);
+  } else if (status == DX_STATUS_FAILED) {
+    e = append(t, DX_EV_ORCH_FAILED);
+    if (e) dx_failure_copy(&e->fail, &t->failure);
+    t->ack.failure = &t->failure;
+    notify_parent(t, 0);
+  } else {
+    dx_work_item_t w;
+    e = append(t, DX_EV_ORCH_CAN);
+    if (e) e->data = dx__strdup(t->can_input);
+    memset(&w, 0, sizeof w);
+    w.kind = DX_WI_CAN;
+    w.instance = dx__strdup(t->instance);
+    w.name = dx__strdup(t->name);
+    w.version = dx__strdup(t->can_version);
+    w.data = dx__strdup(t->can_input);
+    w.execution_id = t->exec + 1;
+    add_item(t, 0, &w);
+    t->ack.output = t->can_input;
+  }
+  t->ack.status = status;
+}
+
+static void log_outcome(dx_turn_t *t) {
+  if (t->ack.status == DX_STATUS_COMPLETED)
+    dx__log(DX_LOG_INFO, "orchestration completed", "instance=%s execution=%" PRIu64
+            " orchestration=%s", t->instance, t->exec, t->name);
+  else if (t->ack.status == DX_STATUS_FAILED)
+    dx__log(DX_LOG_WARN, "orchestration failed", "instance=%s execution=%" PRIu64
+            " orchestration=%s category=%s error=\"%s\"", t->instance, t->exec, t->name,
+            dx__category_name(t->failure.category),
+            t->failure.message ? t->failure.message : "");
+  else if (t->ack.status == DX_STATUS_CONTINUED_AS_NEW)
+    dx__log(DX_LOG_INFO, "orchestration continued as new", "instance=%s execution=%" PRIu64
+            " orchestration=%s", t->instance, t->exec, t->name);
+}
+
+static void fill_ack(dx_turn_t *t) {
+  t->ack.instance = t->item->instance;
+  t->ack.lock_token = t->item->lock_token;
+  t->ack.execution_id = t->exec;
+  t->ack.delta = t->delta.v;
+  t->ack.delta_len = t->delta.n;
+  t->ack.worker_items = t->worker_items.v;
+  t->ack.worker_items_len = t->worker_items.n;
+  t->ack.orch_items = t->orch_items.v;
+  t->ack.orch_items_len = t->orch_items.n;
+  t->ack.cancelled = t->cancelled.v;
+  t->ack.cancelled_len = t->cancelled.n;
+  t->ack.custom_status_set = t->custom_status_set;
+  t->ack.custom_status = t->custom_status;
+  if (t->n_hist == 0 && t->delta.n > 0 && t->delta.v[0].kind == DX_EV_ORCH_STARTED) {
+    t->ack.orchestration_name = t->name;
+    t->ack.orchestration_version = t->version;
+    t->ack.parent_instance = t->delta.v[0].instance;
+    if (!t->ack.status) t->ack.status = DX_STATUS_RUNNING;
+  }
+}
+
+/* {===== turn entry =====} */
+
+int64_t dx__unregistered_backoff(uint32_t attempt, int64_t base_ms, int64_t max_ms) {
+  uint32_t shift = attempt > 0 ? attempt - 1 : 0;
+  int64_t d;
+  if (shift > 6) shift = 6;
+  d = base_ms << shift;
+  return d < max_ms ? d : max_ms;
+}
+
+static const dx_work_item_t *find_start(const dx_orch_item_t *item, int kind) {
+  size_t i;
+  for (i = 0; i < item->messages_len; i++)
+    if (item->messages[i].kind == kind) return &item->messages[i];
+  return NULL;
+}
+
+/* Decide which execution this turn works on; 0 = nothing to do (ack and drop messages). */
+static int select_execution(dx_turn_t *t) {
+  const dx_orch_item_t *it = t->item;
+  const dx_work_item_t *can = find_start(it, DX_WI_CAN);
+  const dx_work_item_t *start = find_start(it, DX_WI_START);
+  const dx_event_t *last = it->history_len ? &it->history[it->history_len - 1] : NULL;
+  t->exec = it->execution_id ? it->execution_id : 1;
+  if (last && last->kind == DX_EV_ORCH_CAN && can) {
+    t->exec = t->exec + 1;
+    t->hist = NULL;
+    t->n_hist = 0;
+    start = can;
+  } else if (last && is_terminal_kind(last->kind)) {
+    return 0;
+  } else {
+    t->hist = it->history;
+    t->n_hist = it->history_len;
+  }
+  if (t->n_hist == 0 && !start) return 0; /* nothing can begin this instance */
+  t->instance = dx__strdup(it->instance);
+  if (t->n_hist) {
+    t->name = dx__strdup(t->hist[0].name);
+    t->version = dx__strdup(t->hist[0].version);
+  } else {
+    t->name = dx__strdup(start->name);
+    t->version = dx__strdup(start->version);
+  }
+  return 1;
+}
+
+static int validate_history(dx_turn_t *t) {
+  size_t i;
+  for (i = 0; i < t->n_hist; i++) {
+    if (t->hist[i].event_id != i + 1) {
+      NONDET(t, "nondeterministic: corrupted history: event %zu has id %" PRIu64, i + 1,
+             t->hist[i].event_id);
+      return 0;
+    }
+  }
+  if (t->n_hist && t->hist[0].kind != DX_EV_ORCH_STARTED) {
+    NONDET(t, "nondeterministic: corrupted history: first event is not OrchestrationStarted");
+    return 0;
+  }
+  return 1;
+}
+
+static void index_history(dx_turn_t *t) {
+  uint64_t id;
+  for (id = 1; id < next_id(t); id++) {
+    const dx_event_t *e = ev_at(t, id);
+    if (is_schedule_kind(e->kind)) VEC_PUSH(t->sched, id);
+    if (e->kind == DX_EV_ACT_CANCEL_REQ || e->kind == DX_EV_SUB_CANCEL_REQ ||
+        e->kind == DX_EV_EXT_SUB_CANCELLED) {
+      slot_t *s = slot(t, e->source_id);
+      if (s) s->has_crumb = 1;
+    } else if (schedule_kind_for(e->kind)) {
+      slot_t *s = slot(t, e->source_id);
+      if (s) s->completed = 1;
+    }
+  }
+  t->n_sched_known = t->sched.n;
+}
+
+static void start_event(dx_turn_t *t, const char *resolved_version) {
+  const dx_work_item_t *start = find_start(t->item, t->exec > 1 ? DX_WI_CAN : DX_WI_START);
+  dx_event_t *e;
+  if (!start) start = find_start(t->item, DX_WI_START);
+  e = append(t, DX_EV_ORCH_STARTED);
+  if (!e) return;
+  e->name = dx__strdup(t->name);
+  e->version = dx__strdup(resolved_version);
+  e->data = dx__strdup(start && start->data ? start->data : "null");
+  if (start && start->parent_instance) {
+    e->instance = dx__strdup(start->parent_instance);
+    e->parent_id = start->parent_id;
+    e->parent_execution_id = start->parent_execution_id;
+  }
+  free(t->version);
+  t->version = dx__strdup(resolved_version);
+  dx__log(DX_LOG_INFO, "orchestration started", "instance=%s execution=%" PRIu64
+          " orchestration=%s version=%s", t->instance, t->exec, t->name,
+          resolved_version ? resolved_version : "");
+}
+
+static void run_code(dx_turn_t *t) {
+  dx_error_t err;
+  const dx_event_t *st = ev_at(t, 1);
+  uint64_t end = next_id(t), id;
+  memset(&err, 0, sizeof err);
+  if (t->host->orch_start(t->host_ud, t, t->name, t->version, st->data, &t->inst, &err) != 0) {
+    set_failure(t, DX_CAT_APPLICATION, "Panicked", "%s", err.msg);
+    return;
+  }
+  t->cursor = 1;
+  resume(t);
+  for (id = 2; id < end && !t->fatal; id++) {
+    t->cursor = id;
+    apply(t, id);
+  }
+  t->cursor = next_id(t);
+  if (t->fatal || t->run_state == DX_RUN_FAILED) return;
+  if (t->emitted < t->n_sched_known) {
+    const dx_event_t *e = ev_at(t, t->sched.v[t->emitted]);
+    NONDET(t, "nondeterministic: history has a %s%s%s at event %" PRIu64
+              " that the code no longer schedules",
+           kind_word(e->kind), e->name ? " " : "", e->name ? e->name : "", e->event_id);
+  }
+}
+
+static void turn_body(dx_turn_t *t) {
+  const dx_orch_item_t *it = t->item;
+  const char *resolved = NULL;
+  t->action = DX_TURN_ACK;
+  if (it->history_error) {
+    /* History is unreadable: retry (maybe a newer build can read it), then mark the
+    ** execution failed without appending to the corrupt history. */
+    t->instance = dx__strdup(it->instance);
+    t->name = dx__strdup(it->orchestration_name);
+    t->exec = it->execution_id;
+    set_failure(t, DX_CAT_POISON, "FailedDeserialization",
+                "poison: orchestration %s history could not be decoded: %s", it->instance,
+                it->history_error_msg ? it->history_error_msg : "corrupted record");
+    dx__log(DX_LOG_ERROR, "orchestration history unreadable", "instance=%s attempt=%u error=\"%s\"",
+            it->instance, it->attempt_count, t->failure.message);
+    if (it->attempt_count <= t->cfg->max_attempts) {
+      t->action = DX_TURN_ABANDON;
+      t->abandon_delay_ms = 1000;
+    } else {
+      t->ack.status = DX_STATUS_FAILED;
+      t->ack.failure = &t->failure;
+    }
+    return;
+  }
+  if (!select_execution(t)) return; /* stale or orphan messages: ack drops them */
+  if (!validate_history(t)) goto terminal;
+  if (it->attempt_count > t->cfg->max_attempts) {
+    set_failure(t, DX_CAT_POISON, "Poison",
+                "poison: orchestration %s exceeded %u attempts (max %u)", t->instance,
+                it->attempt_count, t->cfg->max_attempts);
+  } else if (!t->host->orch_lookup(t->host_ud, t->name, t->version, &resolved)) {
+    if (it->attempt_count < t->cfg->max_attempts) {
+      t->action = DX_TURN_ABANDON;
+      t->abandon_delay_ms = dx__unregistered_backoff(it->attempt_count,
+                                                     t->cfg->unregistered_base_ms,
+                                                     t->cfg->unregistered_max_ms);
+      dx__log(DX_LOG_WARN, "orchestration not registered; will retry",
+              "instance=%s orchestration=%s attempt=%u retry_in_ms=%" PRId64, t->instance,
+              t->name, it->attempt_count, t->abandon_delay_ms);
+      return;
+    }
+    set_failure(t, DX_CAT_CONFIGURATION, "Unregistered",
+                "orchestration '%s' is not registered (gave up after %u attempts)", t->name,
+                it->attempt_count);
+  }
+  if (t->n_hist == 0) start_event(t, resolved ? resolved : t->version);
+  if (t->fatal) goto terminal;
+  convert_batch(t);
+  index_history(t);
+  if (t->fatal) goto terminal;
+  if (has_cancel_request(t)) {
+    const dx_event_t *cr = NULL;
+    uint64_t id;
+    for (id = 1; id < next_id(t); id++)
+      if (ev_at(t, id)->kind == DX_EV_ORCH_CANCEL_REQ) cr = ev_at(t, id);
+    set_failure(t, DX_CAT_APPLICATION, "Cancelled", "canceled: %s",
+                cr && cr->reason ? cr->reason : "cancelled");
+    goto terminal;
+  }
+  run_code(t);
+terminal:
+  if (t->fatal || t->run_state == DX_RUN_FAILED) {
+    if (!t->failure.message) set_failure(t, DX_CAT_APPLICATION, "OrchestrationFailed",
+                                         "orchestration failed");
+    finish_terminal(t, DX_STATUS_FAILED);
+  } else if (t->run_state == DX_RUN_CAN) {
+    finish_terminal(t, DX_STATUS_CONTINUED_AS_NEW);
+  } else if (t->run_state == DX_RUN_DONE) {
+    if (!t->output) t->output = dx__strdup("null");
+    if (!check_size(t, "output", t->output)) finish_terminal(t, DX_STATUS_FAILED);
+    else finish_terminal(t, DX_STATUS_COMPLETED);
+  } else {
+    emit_work(t, 0, 0);
+  }
+}
+
+dx_turn_t *dx__turn_run(const dx_orch_item_t *item, const dx_turn_cfg_t *cfg,
+                        const dx_host_methods_t *host, void *host_ud) {
+  dx_turn_t *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->item = item;
+  t->cfg = cfg;
+  t->host = host;
+  t->host_ud = host_ud;
+  t->run_state = DX_RUN_PENDING;
+  turn_body(t);
+  if (t->inst) {
+    host->orch_free(host_ud, t->inst);
+    t->inst = NULL;
+  }
+  if (t->action == DX_TURN_ACK) {
+    fill_ack(t);
+    log_outcome(t);
+  }
+  return t;
+}
+
+int dx__turn_action(const dx_turn_t *t) { return t->action; }
+const dx_orch_ack_t *dx__turn_ack(const dx_turn_t *t) { return &t->ack; }
+int64_t dx__turn_abandon_delay(const dx_turn_t *t) { return t->abandon_delay_ms; }
+
+void dx__turn_free(dx_turn_t *t) {
+  size_t i;
+  if (!t) return;
+  for (i = 0; i < t->delta.n; i++) dx_event_clear(&t->delta.v[i]);
+  for (i = 0; i < t->worker_items.n; i++) dx_work_item_clear(&t->worker_items.v[i]);
+  for (i = 0; i < t->orch_items.n; i++) dx_work_item_clear(&t->orch_items.v[i]);
+  free(t->delta.v);
+  free(t->worker_items.v);
+  free(t->orch_items.v);
+  free(t->cancelled.v);
+  free(t->slots.v);
+  free(t->sched.v);
+  free(t->new_sched.v);
+  dx_failure_clear(&t->failure);
+  free(t->instance);
+  free(t->name);
+  free(t->version);
+  free(t->output);
+  free(t->can_input);
+  free(t->can_version);
+  free(t->custom_status);
+  free(t);
+}

@@ -1,0 +1,35 @@
+/*
+** replay.h -- one orchestration turn: replay history, run code, build the commit (internal).
+*/
+#ifndef DX_REPLAY_H
+#define DX_REPLAY_H
+
+#include "duroxide/executor.h"
+
+/* What the dispatcher must do with the fetched item after the turn. */
+enum {
+  DX_TURN_ACK = 1,      /* commit turn->ack */
+  DX_TURN_ABANDON = 2   /* release the lock; retry after turn->abandon_delay_ms */
+};
+
+typedef struct dx_turn_cfg_s {
+  int64_t now_ms;
+  uint32_t max_attempts;          /* poison threshold: attempt_count > max_attempts */
+  int64_t unregistered_base_ms;   /* backoff for unregistered orchestrations */
+  int64_t unregistered_max_ms;
+  const char *worker_id;          /* for logs */
+} dx_turn_cfg_t;
+
+/* Run one turn for a fetched item. Always returns a turn (NULL only on ENOMEM) whose
+** `action` says what to do; the ack inside borrows from the turn. Free with dx__turn_free. */
+dx_turn_t *dx__turn_run(const dx_orch_item_t *item, const dx_turn_cfg_t *cfg,
+                        const dx_host_methods_t *host, void *host_ud);
+int dx__turn_action(const dx_turn_t *t);
+const dx_orch_ack_t *dx__turn_ack(const dx_turn_t *t);
+int64_t dx__turn_abandon_delay(const dx_turn_t *t);
+void dx__turn_free(dx_turn_t *t);
+
+/* Backoff for unregistered handlers: base * 2^min(attempt-1, 6), capped at max. */
+int64_t dx__unregistered_backoff(uint32_t attempt, int64_t base_ms, int64_t max_ms);
+
+#endif

@@ -1,0 +1,653 @@
+/*
+** runtime.c -- a worker runtime: the orchestration and activity dispatchers on one loop.
+**
+** Items arrive from the store thread in batches. Orchestration turns run at once on the loop
+** (they are pure computation over history) and their commits are queued back to the store
+** thread; activities start as host coroutines and are acknowledged when they finish.
+** Capacity is a budget handed to the store thread: a slot is returned when its item's
+** commit has been applied.
+*/
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "duroxide.h"
+#include "codec.h"
+#include "log.h"
+#include "replay.h"
+#include "store.h"
+#include "util.h"
+
+typedef struct runtime_list_s {
+  dx_runtime_t *rt;
+  struct runtime_list_s *next;
+} runtime_list_t;
+
+struct dx_activity_s {
+  dx_runtime_t *rt;
+  dx_work_item_t item;
+  uint64_t token;
+  dx_activity_info_t info;
+  dx_work_item_t result;
+  dx_store_op_t op;
+  uv_timer_t renew_timer;
+  dx_store_op_t renew_op;
+  int renew_inflight;
+  int acked;
+  int timer_closed;
+  int finished;
+  int cancelled;
+  void *userdata;
+  struct dx_activity_s *prev, *next;  /* running list */
+};
+
+typedef struct turn_job_s {
+  dx_runtime_t *rt;
+  dx_orch_item_t *item;
+  dx_turn_t *turn;
+  dx_store_op_t op;
+} turn_job_t;
+
+struct dx_runtime_s {
+  uv_loop_t *loop;
+  dx_provider_t *provider;
+  dx_options_t opts;
+  char *worker_id;
+  const dx_host_methods_t *host;
+  void *host_ud;
+  dx_store_t *store;
+  dx_activity_t *running;
+  int n_running;
+  int started, stopping;
+  uv_timer_t grace_timer;
+  int64_t stop_deadline_ms;
+  dx_runtime_stop_cb stop_cb;
+  void *stop_ud;
+  dx_runtime_stats_t stats;
+};
+
+static uv_mutex_t registry_mu;
+static uv_once_t registry_once = UV_ONCE_INIT;
+static runtime_list_t *registry;
+
+static void registry_init(void) { uv_mutex_init(&registry_mu); }
+
+const char *dx_version(void) { return "0.1.0"; }
+
+/* {===== options =====} */
+
+void dx_options_init(dx_options_t *o) {
+  memset(o, 0, sizeof *o);
+  o->version = 1;
+  o->orchestration_concurrency = 64;
+  o->worker_concurrency = 64;
+  o->max_sessions_per_worker = 10;
+  o->session_lock_timeout_ms = 30000;
+  o->session_lock_renewal_buffer_ms = 5000;
+  o->session_idle_timeout_ms = 300000;
+  o->session_cleanup_interval_ms = 300000;
+  o->worker_lock_timeout_ms = 30000;
+  o->worker_lock_renewal_buffer_ms = 5000;
+  o->orchestrator_lock_timeout_ms = 5000;
+  o->poll_interval_ms = 10;
+  o->max_attempts = 10;
+  o->shutdown_grace_ms = 10000;
+  o->unregistered_base_ms = 1000;
+  o->unregistered_max_ms = 60000;
+  o->turn_instruction_budget = 50000000;
+  o->log_level = DX_LOG_INFO;
+  o->log_format = 0;
+}
+
+int dx_parse_duration(const char *text, int64_t *out_ms) {
+  char *end = NULL;
+  double v;
+  double mult = 1;
+  if (!text || !*text) return DX_EINVAL;
+  v = strtod(text, &end);
+  if (end == text || v < 0 || v != v) return DX_EINVAL;
+  if (strcmp(end, "") == 0 || strcmp(end, "ms") == 0) mult = 1;
+  else if (strcmp(end, "s") == 0) mult = 1000;
+  else if (strcmp(end, "m") == 0) mult = 60000;
+  else if (strcmp(end, "h") == 0) mult = 3600000;
+  else return DX_EINVAL;
+  if (v * mult > 9.0e15) return DX_EINVAL;
+  *out_ms = (int64_t)(v * mult + 0.5);
+  return DX_OK;
+}
+
+/* Renewal period shared by activity leases and session leases (duroxide §4.4). */
+static int64_t renewal_interval(int64_t timeout, int64_t buffer) {
+  int64_t r;
+  if (timeout >= 15000) r = timeout - (buffer < timeout ? buffer : timeout);
+  else r = (timeout + 1) / 2;
+  return r < 1000 && timeout >= 2000 ? 1000 : (r < 1 ? 1 : r);
+}
+
+int dx_options_validate(const dx_options_t *o, dx_error_t *err) {
+  int64_t renew = renewal_interval(o->worker_lock_timeout_ms, o->worker_lock_renewal_buffer_ms);
+  if (o->orchestration_concurrency < 1)
+    return dx_error_set(err, DX_EINVAL, "orchestration_concurrency must be at least 1 (got %d)",
+                        o->orchestration_concurrency);
+  if (o->worker_concurrency < 1)
+    return dx_error_set(err, DX_EINVAL, "worker_concurrency must be at least 1 (got %d)",
+                        o->worker_concurrency);
+  if (o->max_sessions_per_worker < 0)
+    return dx_error_set(err, DX_EINVAL, "max_sessions_per_worker must be 0 or more (got %d)",
+                        o->max_sessions_per_worker);
+  if (o->worker_lock_timeout_ms < 100)
+    return dx_error_set(err, DX_EINVAL, "worker_lock_timeout must be at least 100ms (got %" PRId64
+                        "ms)", o->worker_lock_timeout_ms);
+  if (o->session_lock_timeout_ms < 100)
+    return dx_error_set(err, DX_EINVAL, "session_lock_timeout must be at least 100ms (got %"
+                        PRId64 "ms)", o->session_lock_timeout_ms);
+  if (o->orchestrator_lock_timeout_ms < 100)
+    return dx_error_set(err, DX_EINVAL, "orchestrator_lock_timeout must be at least 100ms");
+  if (o->session_idle_timeout_ms != 0 && o->session_idle_timeout_ms <= renew)
+    return dx_error_set(err, DX_EINVAL,
+                        "session_idle_timeout (%" PRId64 "ms) must exceed the worker lock renewal "
+                        "interval (%" PRId64 "ms, from worker_lock_timeout %" PRId64 "ms); use 0 "
+                        "to never unpin idle sessions",
+                        o->session_idle_timeout_ms, renew, o->worker_lock_timeout_ms);
+  if (o->max_attempts < 1)
+    return dx_error_set(err, DX_EINVAL, "max_attempts must be at least 1");
+  if (o->turn_instruction_budget < 1000)
+    return dx_error_set(err, DX_EINVAL, "turn_instruction_budget must be at least 1000");
+  if (o->worker_node_id && (!*o->worker_node_id || strlen(o->worker_node_id) > 200))
+    return dx_error_set(err, DX_EINVAL, "worker_node_id must be 1 to 200 characters");
+  return DX_OK;
+}
+
+typedef enum { OPT_INT, OPT_DUR, OPT_STR, OPT_LEVEL, OPT_FORMAT } opt_type_t;
+
+typedef struct {
+  const char *name;
+  opt_type_t type;
+  size_t off;
+} opt_desc_t;
+
+static const opt_desc_t opt_table[] = {
+  {"worker-node-id", OPT_STR, offsetof(dx_options_t, worker_node_id)},
+  {"orchestration-concurrency", OPT_INT, offsetof(dx_options_t, orchestration_concurrency)},
+  {"worker-concurrency", OPT_INT, offsetof(dx_options_t, worker_concurrency)},
+  {"max-sessions-per-worker", OPT_INT, offsetof(dx_options_t, max_sessions_per_worker)},
+  {"session-lock-timeout", OPT_DUR, offsetof(dx_options_t, session_lock_timeout_ms)},
+  {"session-idle-timeout", OPT_DUR, offsetof(dx_options_t, session_idle_timeout_ms)},
+  {"session-cleanup-interval", OPT_DUR, offsetof(dx_options_t, session_cleanup_interval_ms)},
+  {"worker-lock-timeout", OPT_DUR, offsetof(dx_options_t, worker_lock_timeout_ms)},
+  {"orchestrator-lock-timeout", OPT_DUR, offsetof(dx_options_t, orchestrator_lock_timeout_ms)},
+  {"poll-interval", OPT_DUR, offsetof(dx_options_t, poll_interval_ms)},
+  {"max-attempts", OPT_INT, offsetof(dx_options_t, max_attempts)},
+  {"shutdown-grace", OPT_DUR, offsetof(dx_options_t, shutdown_grace_ms)},
+  {"turn-instruction-budget", OPT_INT, offsetof(dx_options_t, turn_instruction_budget)},
+  {"log-level", OPT_LEVEL, offsetof(dx_options_t, log_level)},
+  {"log-format", OPT_FORMAT, offsetof(dx_options_t, log_format)},
+};
+
+int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_error_t *err) {
+  char norm[64];
+  size_t i;
+  if (!name || !value) return dx_error_set(err, DX_EINVAL, "option name and value required");
+  snprintf(norm, sizeof norm, "%s", name);
+  for (i = 0; norm[i]; i++)
+    if (norm[i] == '_') norm[i] = '-';
+  for (i = 0; i < sizeof opt_table / sizeof opt_table[0]; i++) {
+    const opt_desc_t *d = &opt_table[i];
+    char *p = (char *)o + d->off;
+    if (strcmp(d->name, norm) != 0) continue;
+    switch (d->type) {
+      case OPT_INT: {
+        char *end;
+        long long v = strtoll(value, &end, 10);
+        if (end == value || *end || v < 0 || v > 1000000000LL)
+          return dx_error_set(err, DX_EINVAL, "invalid value for --%s: '%s' (expected a "
+                              "non-negative integer)", d->name, value);
+        if (d->off == offsetof(dx_options_t, max_attempts)) *(uint32_t *)p = (uint32_t)v;
+        else if (d->off == offsetof(dx_options_t, turn_instruction_budget)) *(int64_t *)p = v;
+        else *(int *)p = (int)v;
+        return DX_OK;
+      }
+      case OPT_DUR:
+        if (dx_parse_duration(value, (int64_t *)p) != 0)
+          return dx_error_set(err, DX_EINVAL, "invalid value for --%s: '%s' (expected a "
+                              "duration such as 250ms, 30s, 5m or 1h)", d->name, value);
+        return DX_OK;
+      case OPT_STR:
+        *(const char **)p = value;
+        return DX_OK;
+      case OPT_LEVEL: {
+        int lv = dx__log_level_from_name(value);
+        if (lv < 0)
+          return dx_error_set(err, DX_EINVAL, "invalid value for --log-level: '%s' (expected "
+                              "error, warn, info or debug)", value);
+        *(int *)p = lv;
+        return DX_OK;
+      }
+      case OPT_FORMAT:
+        if (strcmp(value, "text") == 0) *(int *)p = 0;
+        else if (strcmp(value, "json") == 0) *(int *)p = 1;
+        else
+          return dx_error_set(err, DX_EINVAL, "invalid value for --log-format: '%s' (expected "
+                              "text or json)", value);
+        return DX_OK;
+    }
+  }
+  return dx_error_set(err, DX_EINVAL, "unknown option --%s", norm);
+}
+
+/* {===== orchestration dispatcher =====} */
+
+static void turn_committed(dx_store_op_t *op) {
+  turn_job_t *job = op->ud;
+  dx_runtime_t *rt = job->rt;
+  if (op->rc != 0)
+    dx__log(DX_LOG_WARN, "orchestration commit failed; the turn will be retried",
+            "instance=%s error=\"%s\"", job->item->instance, op->err.msg);
+  dx__turn_free(job->turn);
+  dx_orch_item_free(job->item);
+  free(job);
+  if (!rt->stopping) dx__store_want(rt->store, 1, 0);
+}
+
+static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
+  turn_job_t *job = calloc(1, sizeof *job);
+  dx_turn_cfg_t cfg;
+  if (!job) {
+    dx_orch_item_free(item); /* the lock expires and the item comes back */
+    return;
+  }
+  memset(&cfg, 0, sizeof cfg);
+  cfg.now_ms = dx__now_ms();
+  cfg.max_attempts = rt->opts.max_attempts;
+  cfg.unregistered_base_ms = rt->opts.unregistered_base_ms;
+  cfg.unregistered_max_ms = rt->opts.unregistered_max_ms;
+  cfg.worker_id = rt->worker_id;
+  job->rt = rt;
+  job->item = item;
+  job->turn = dx__turn_run(item, &cfg, rt->host, rt->host_ud);
+  rt->stats.turns++;
+  job->op.ud = job;
+  job->op.done = turn_committed;
+  if (!job->turn) {
+    job->op.kind = DX_OP_ABANDON_ORCH;
+    job->op.instance = item->instance;
+    job->op.token = item->lock_token;
+    job->op.delay_ms = 100;
+  } else if (dx__turn_action(job->turn) == DX_TURN_ABANDON) {
+    job->op.kind = DX_OP_ABANDON_ORCH;
+    job->op.instance = item->instance;
+    job->op.token = item->lock_token;
+    job->op.delay_ms = dx__turn_abandon_delay(job->turn);
+  } else {
+    job->op.kind = DX_OP_ACK_ORCH;
+    job->op.ack = dx__turn_ack(job->turn);
+  }
+  dx__store_submit(rt->store, &job->op);
+}
+
+/* {===== activity dispatcher =====} */
+
+static void activity_unlink(dx_activity_t *a) {
+  dx_runtime_t *rt = a->rt;
+  if (a->prev) a->prev->next = a->next;
+  else if (rt->running == a) rt->running = a->next;
+  if (a->next) a->next->prev = a->prev;
+  a->prev = a->next = NULL;
+  rt->n_running--;
+}
+
+static void activity_release(dx_activity_t *a) {
+  dx_work_item_clear(&a->item);
+  dx_work_item_clear(&a->result);
+  free(a);
+}
+
+/* Freed once its settlement is applied, its renewal settled and its timer closed. */
+static void try_free(dx_activity_t *a) {
+  if (a->acked && !a->renew_inflight && a->timer_closed) activity_release(a);
+}
+
+static void on_renew_timer_closed(uv_handle_t *h) {
+  dx_activity_t *a = h->data;
+  a->timer_closed = 1;
+  try_free(a);
+}
+
+static void check_stop_done(dx_runtime_t *rt);
+
+static void activity_acked(dx_store_op_t *op) {
+  dx_activity_t *a = op->ud;
+  dx_runtime_t *rt = a->rt;
+  if (op->rc != 0)
+    dx__log(DX_LOG_WARN, "activity result not recorded (lock lost: cancelled or expired)",
+            "instance=%s activity=%s id=%" PRIu64 " error=\"%s\"", a->item.instance,
+            a->item.name, a->item.id, op->err.msg);
+  a->acked = 1;
+  if (!rt->stopping) dx__store_want(rt->store, 0, 1);
+  uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
+  check_stop_done(rt);
+}
+
+/* Queue the row's settlement: ack with a completion, ack without, or abandon. */
+static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ignore_attempt) {
+  dx_runtime_t *rt = a->rt;
+  if (a->finished) return;
+  a->finished = 1;
+  uv_timer_stop(&a->renew_timer);
+  activity_unlink(a);
+  memset(&a->op, 0, sizeof a->op);
+  a->op.kind = kind;
+  a->op.token = a->token;
+  a->op.item = a->result.kind ? &a->result : NULL;
+  a->op.delay_ms = delay_ms;
+  a->op.ignore_attempt = ignore_attempt;
+  a->op.done = activity_acked;
+  a->op.ud = a;
+  rt->stats.activities++;
+  dx__store_submit(rt->store, &a->op);
+}
+
+static void result_base(dx_activity_t *a, int kind) {
+  a->result.kind = kind;
+  a->result.instance = dx__strdup(a->item.instance);
+  a->result.execution_id = a->item.execution_id;
+  a->result.id = a->item.id;
+}
+
+void dx_activity_complete(dx_activity_t *a, const char *output_json) {
+  if (!a || a->finished) return;
+  if (output_json && strlen(output_json) > DX_MAX_PAYLOAD_BYTES) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "activity output is %zu bytes; the limit is %d bytes",
+             strlen(output_json), DX_MAX_PAYLOAD_BYTES);
+    dx_activity_fail(a, msg);
+    return;
+  }
+  result_base(a, DX_WI_ACT_COMPLETED);
+  a->result.data = dx__strdup(output_json ? output_json : "null");
+  dx__log(DX_LOG_DEBUG, "activity completed", "instance=%s activity=%s id=%" PRIu64,
+          a->item.instance, a->item.name, a->item.id);
+  activity_settle(a, DX_OP_ACK_WORK, 0, 0);
+}
+
+static void fail_with(dx_activity_t *a, int category, const char *kind, const char *message) {
+  result_base(a, DX_WI_ACT_FAILED);
+  a->result.fail.category = category;
+  a->result.fail.kind = dx__strdup(kind);
+  a->result.fail.message = dx__strdup(message ? message : "activity failed");
+  activity_settle(a, DX_OP_ACK_WORK, 0, 0);
+}
+
+void dx_activity_fail(dx_activity_t *a, const char *message) {
+  if (!a || a->finished) return;
+  dx__log(DX_LOG_INFO, "activity failed (application error)", "instance=%s activity=%s id=%"
+          PRIu64 " error=\"%s\"", a->item.instance, a->item.name, a->item.id,
+          message ? message : "");
+  fail_with(a, DX_CAT_APPLICATION, "ActivityFailed", message);
+}
+
+const dx_activity_info_t *dx_activity_info(const dx_activity_t *a) { return &a->info; }
+int dx_activity_is_cancelled(const dx_activity_t *a) { return a->cancelled; }
+void dx_activity_set_userdata(dx_activity_t *a, void *ud) { a->userdata = ud; }
+void *dx_activity_userdata(const dx_activity_t *a) { return a->userdata; }
+
+static void renew_done(dx_store_op_t *op) {
+  dx_activity_t *a = op->ud;
+  a->renew_inflight = 0;
+  if (op->rc != 0 && !a->finished) {
+    /* The orchestration withdrew the activity (or the lease lapsed): tell the code. */
+    a->cancelled = 1;
+    dx__log(DX_LOG_INFO, "activity cancelled (lock lost)", "instance=%s activity=%s id=%" PRIu64,
+            a->item.instance, a->item.name, a->item.id);
+  }
+  try_free(a);
+}
+
+static void on_renew(uv_timer_t *h) {
+  dx_activity_t *a = h->data;
+  if (a->finished || a->renew_inflight) return;
+  memset(&a->renew_op, 0, sizeof a->renew_op);
+  a->renew_op.kind = DX_OP_RENEW_WORK;
+  a->renew_op.token = a->token;
+  a->renew_op.delay_ms = a->rt->opts.worker_lock_timeout_ms;
+  a->renew_op.done = renew_done;
+  a->renew_op.ud = a;
+  a->renew_inflight = 1;
+  dx__store_submit(a->rt->store, &a->renew_op);
+}
+
+static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
+  dx_activity_t *a = calloc(1, sizeof *a);
+  int64_t every;
+  if (!a) {
+    dx_work_item_clear(&w->item);
+    return;
+  }
+  a->rt = rt;
+  a->item = w->item; /* take ownership */
+  memset(&w->item, 0, sizeof w->item);
+  a->token = w->lock_token;
+  a->info.instance = a->item.instance;
+  a->info.execution_id = a->item.execution_id;
+  a->info.activity_id = a->item.id;
+  a->info.name = a->item.name;
+  a->info.input = a->item.data;
+  a->info.session_id = a->item.session_id;
+  a->info.worker_id = rt->worker_id;
+  a->info.attempt = w->attempt_count;
+  uv_timer_init(rt->loop, &a->renew_timer);
+  a->renew_timer.data = a;
+  a->next = rt->running;
+  if (rt->running) rt->running->prev = a;
+  rt->running = a;
+  rt->n_running++;
+  every = renewal_interval(rt->opts.worker_lock_timeout_ms, rt->opts.worker_lock_renewal_buffer_ms);
+  uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
+
+  if (w->attempt_count > rt->opts.max_attempts) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "poison: activity %s#%" PRIu64 " exceeded %u attempts (max %u)",
+             a->item.name, a->item.id, w->attempt_count, rt->opts.max_attempts);
+    dx__log(DX_LOG_ERROR, "activity poisoned", "instance=%s activity=%s attempts=%u",
+            a->item.instance, a->item.name, w->attempt_count);
+    fail_with(a, DX_CAT_POISON, "Poison", msg);
+    return;
+  }
+  if (!rt->host->activity_lookup(rt->host_ud, a->item.name)) {
+    if (w->attempt_count < rt->opts.max_attempts) {
+      int64_t d = dx__unregistered_backoff(w->attempt_count, rt->opts.unregistered_base_ms,
+                                           rt->opts.unregistered_max_ms);
+      dx__log(DX_LOG_WARN, "activity not registered; will retry", "instance=%s activity=%s "
+              "attempt=%u retry_in_ms=%" PRId64, a->item.instance, a->item.name,
+              w->attempt_count, d);
+      activity_settle(a, DX_OP_ABANDON_WORK, d, 0);
+    } else {
+      char msg[512];
+      snprintf(msg, sizeof msg, "activity '%s' is not registered (gave up after %u attempts)",
+               a->item.name, w->attempt_count);
+      fail_with(a, DX_CAT_CONFIGURATION, "Unregistered", msg);
+    }
+    return;
+  }
+  if (rt->stopping) {
+    activity_settle(a, DX_OP_ABANDON_WORK, 0, 1); /* fetched as we stopped: hand it back */
+    return;
+  }
+  dx__log(DX_LOG_DEBUG, "activity started", "instance=%s activity=%s id=%" PRIu64 " attempt=%u",
+          a->item.instance, a->item.name, a->item.id, w->attempt_count);
+  rt->host->activity_start(rt->host_ud, a);
+}
+
+static void on_fetch(void *ud, dx_store_fetched_t *f) {
+  dx_runtime_t *rt = ud;
+  size_t i;
+  for (i = 0; i < f->n_orch; i++) {
+    dx_orch_item_t *it = f->orch[i];
+    f->orch[i] = NULL;
+    run_turn(rt, it);
+  }
+  f->n_orch = 0;
+  for (i = 0; i < f->n_work; i++) start_activity(rt, &f->work[i]);
+  f->n_work = 0;
+}
+
+/* {===== lifecycle =====} */
+
+static char *make_worker_id(const dx_options_t *o) {
+  char host[128] = "host", buf[256];
+  if (o->worker_node_id) return dx__strdup(o->worker_node_id);
+  gethostname(host, sizeof host - 1);
+  snprintf(buf, sizeof buf, "%s-%d-%06" PRIx64, host, (int)getpid(),
+           dx__random_u64() & 0xffffff);
+  return dx__strdup(buf);
+}
+
+int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
+                   const dx_options_t *opts, const dx_host_methods_t *host, void *host_ud,
+                   dx_error_t *err) {
+  dx_runtime_t *rt;
+  int rc;
+  if (!out || !loop || !p || !host) return dx_error_set(err, DX_EINVAL, "NULL argument");
+  *out = NULL;
+  if (opts && (rc = dx_options_validate(opts, err)) != 0) return rc;
+  rt = calloc(1, sizeof *rt);
+  if (!rt) return dx_error_set(err, DX_ENOMEM, "out of memory");
+  rt->loop = loop;
+  rt->provider = p;
+  if (opts) rt->opts = *opts;
+  else dx_options_init(&rt->opts);
+  rt->worker_id = make_worker_id(&rt->opts);
+  rt->opts.worker_node_id = rt->worker_id;
+  rt->host = host;
+  rt->host_ud = host_ud;
+  *out = rt;
+  return DX_OK;
+}
+
+int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
+  dx_store_cfg_t cfg;
+  int rc;
+  if (!rt) return dx_error_set(err, DX_EINVAL, "NULL runtime");
+  if (rt->started) return dx_error_set(err, DX_ESTATE, "runtime already started");
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = rt->provider;
+  cfg.orch_lock_ms = rt->opts.orchestrator_lock_timeout_ms;
+  cfg.work_lock_ms = rt->opts.worker_lock_timeout_ms;
+  cfg.poll_interval_ms = rt->opts.poll_interval_ms;
+  cfg.on_fetch = on_fetch;
+  cfg.ud = rt;
+  rc = dx__store_new(&rt->store, rt->loop, &cfg, err);
+  if (rc != 0) return rc;
+  rt->started = 1;
+  dx__store_want(rt->store, rt->opts.orchestration_concurrency, rt->opts.worker_concurrency);
+  uv_once(&registry_once, registry_init);
+  uv_mutex_lock(&registry_mu);
+  {
+    runtime_list_t *n = malloc(sizeof *n);
+    if (n) {
+      n->rt = rt;
+      n->next = registry;
+      registry = n;
+    }
+  }
+  uv_mutex_unlock(&registry_mu);
+  dx__log(DX_LOG_INFO, "worker started", "worker_id=%s orchestration_concurrency=%d "
+          "worker_concurrency=%d", rt->worker_id, rt->opts.orchestration_concurrency,
+          rt->opts.worker_concurrency);
+  return DX_OK;
+}
+
+void dx_runtime_poke(dx_runtime_t *rt) {
+  if (rt && rt->store) dx__store_poke(rt->store);
+}
+
+/* Wake every runtime of this process: a client here just enqueued work. */
+void dx__runtime_poke_all(void) {
+  runtime_list_t *n;
+  uv_once(&registry_once, registry_init);
+  uv_mutex_lock(&registry_mu);
+  for (n = registry; n; n = n->next) dx_runtime_poke(n->rt);
+  uv_mutex_unlock(&registry_mu);
+}
+
+static void store_closed(void *ud) {
+  dx_runtime_t *rt = ud;
+  rt->store = NULL;
+  dx__log(DX_LOG_INFO, "worker stopped", "worker_id=%s", rt->worker_id);
+  if (rt->stop_cb) rt->stop_cb(rt, rt->stop_ud);
+}
+
+static void grace_closed(uv_handle_t *h) {
+  dx_runtime_t *rt = h->data;
+  dx__store_close(rt->store, store_closed, rt);
+}
+
+static void check_stop_done(dx_runtime_t *rt) {
+  if (!rt->stopping || rt->n_running > 0 || !dx__store_idle(rt->store)) return;
+  if (uv_is_closing((uv_handle_t *)&rt->grace_timer)) return;
+  uv_close((uv_handle_t *)&rt->grace_timer, grace_closed);
+}
+
+/* Ticks while stopping: past the grace period, hand unfinished activities back so another
+** worker runs them now; close once nothing runs and every commit is applied. */
+static void on_stop_tick(uv_timer_t *h) {
+  dx_runtime_t *rt = h->data;
+  if (dx__now_ms() >= rt->stop_deadline_ms) {
+    while (rt->running) {
+      dx_activity_t *a = rt->running;
+      dx__log(DX_LOG_WARN, "activity abandoned at shutdown", "instance=%s activity=%s id=%"
+              PRIu64, a->item.instance, a->item.name, a->item.id);
+      rt->host->activity_abort(rt->host_ud, a);
+      activity_settle(a, DX_OP_ABANDON_WORK, 0, 1);
+    }
+  }
+  check_stop_done(rt);
+}
+
+void dx_runtime_stop(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud) {
+  runtime_list_t **pp;
+  if (!rt || rt->stopping) return;
+  rt->stopping = 1;
+  rt->stop_cb = cb;
+  rt->stop_ud = ud;
+  uv_once(&registry_once, registry_init);
+  uv_mutex_lock(&registry_mu);
+  for (pp = &registry; *pp; pp = &(*pp)->next) {
+    if ((*pp)->rt == rt) {
+      runtime_list_t *dead = *pp;
+      *pp = dead->next;
+      free(dead);
+      break;
+    }
+  }
+  uv_mutex_unlock(&registry_mu);
+  if (!rt->started) {
+    if (cb) cb(rt, ud);
+    return;
+  }
+  dx__log(DX_LOG_INFO, "worker stopping", "worker_id=%s running_activities=%d", rt->worker_id,
+          rt->n_running);
+  dx__store_stop_fetching(rt->store);
+  rt->stop_deadline_ms = dx__now_ms() + rt->opts.shutdown_grace_ms;
+  uv_timer_init(rt->loop, &rt->grace_timer);
+  rt->grace_timer.data = rt;
+  uv_timer_start(&rt->grace_timer, on_stop_tick, 1, 5);
+}
+
+void dx_runtime_free(dx_runtime_t *rt) {
+  if (!rt) return;
+  free(rt->worker_id);
+  free(rt);
+}
+
+const char *dx_runtime_worker_id(const dx_runtime_t *rt) { return rt ? rt->worker_id : NULL; }
+
+void dx_runtime_stats(const dx_runtime_t *rt, dx_runtime_stats_t *out) {
+  *out = rt->stats;
+  if (rt->store) {
+    out->commits = dx__store_commits(rt->store);
+    out->fetch_cycles = dx__store_cycles(rt->store);
+  }
+}

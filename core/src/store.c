@@ -1,0 +1,332 @@
+/*
+** store.c -- the store thread (see store.h).
+**
+** Why a thread: a durable commit waits for fsync, which must not stall Lua work on the loop.
+** Why one transaction per cycle: LMDB has one writer; batching every ack and fetch of a cycle
+** into one commit turns N fsyncs into one (group commit), which is where throughput comes from.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "store.h"
+#include "util.h"
+
+typedef struct fetched_node_s {
+  dx_store_fetched_t f;
+  struct fetched_node_s *next;
+} fetched_node_t;
+
+struct dx_store_s {
+  uv_loop_t *loop;
+  dx_store_cfg_t cfg;
+  uv_thread_t thread;
+  uv_mutex_t mu;
+  uv_cond_t cv;
+  uv_async_t async;
+  int thread_started;
+  /* guarded by mu */
+  dx_store_op_t *pending, *pending_tail;
+  dx_store_op_t *done, *done_tail;
+  fetched_node_t *fetched, *fetched_tail;
+  int budget_orch, budget_work;
+  int fetching;
+  int stopping;
+  int poked;
+  int busy;           /* the thread holds ops not yet on the done list */
+  uint64_t commits, cycles;
+  void (*close_cb)(void *);
+  void *close_ud;
+};
+
+static int64_t now_ms(dx_store_t *s) {
+  return s->cfg.clock ? s->cfg.clock(s->cfg.clock_ud) : dx__now_ms();
+}
+
+/* {===== store thread =====} */
+
+static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
+  dx_provider_t *p = s->cfg.provider;
+  const dx_provider_methods_t *m = p->methods;
+  memset(&op->err, 0, sizeof op->err);
+  switch (op->kind) {
+    case DX_OP_ACK_ORCH:
+      return m->ack_orchestration_item(p, now, op->ack, &op->err);
+    case DX_OP_ABANDON_ORCH:
+      return m->abandon_orchestration_item(p, now, op->instance, op->token, op->delay_ms,
+                                           op->ignore_attempt, &op->err);
+    case DX_OP_ACK_WORK:
+      return m->ack_work_item(p, now, op->token, op->item, &op->err);
+    case DX_OP_ABANDON_WORK:
+      return m->abandon_work_item(p, now, op->token, op->delay_ms, op->ignore_attempt,
+                                  &op->err);
+    case DX_OP_RENEW_WORK:
+      return m->renew_work_item_lock(p, now, op->token, op->delay_ms, &op->err);
+    case DX_OP_ENQUEUE_ORCH:
+      return m->enqueue_for_orchestrator(p, now, op->item, op->delay_ms, &op->err);
+    default:
+      return dx_error_set(&op->err, DX_EINVAL, "unknown store operation %d", op->kind);
+  }
+}
+
+static void free_fetched(dx_store_fetched_t *f) {
+  size_t i;
+  for (i = 0; i < f->n_orch; i++) dx_orch_item_free(f->orch[i]);
+  for (i = 0; i < f->n_work; i++) dx_work_item_clear(&f->work[i].item);
+  free(f->orch);
+  free(f->work);
+  memset(f, 0, sizeof *f);
+}
+
+static void fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetched_t *f) {
+  dx_provider_t *p = s->cfg.provider;
+  dx_error_t err;
+  if (bo > 0) f->orch = calloc((size_t)bo, sizeof *f->orch);
+  if (bw > 0) f->work = calloc((size_t)bw, sizeof *f->work);
+  while (f->orch && (int)f->n_orch < bo) {
+    dx_orch_item_t *it = NULL;
+    if (p->methods->fetch_orchestration_item(p, now, s->cfg.orch_lock_ms, &it, &err) != 0) {
+      dx__log(DX_LOG_WARN, "orchestration fetch failed", "error=\"%s\"", err.msg);
+      break;
+    }
+    if (!it) break;
+    f->orch[f->n_orch++] = it;
+  }
+  while (f->work && (int)f->n_work < bw) {
+    dx_work_fetch_t *w = &f->work[f->n_work];
+    if (p->methods->fetch_work_item(p, now, s->cfg.work_lock_ms, s->cfg.sessions, w, &err) != 0) {
+      dx__log(DX_LOG_WARN, "work fetch failed", "error=\"%s\"", err.msg);
+      break;
+    }
+    if (w->item.kind == 0) break;
+    f->n_work++;
+  }
+}
+
+/* One transaction: apply ops, fetch, commit. Returns 1 when anything was fetched. */
+static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fetched_t *f) {
+  dx_provider_t *p = s->cfg.provider;
+  dx_store_op_t *op;
+  dx_error_t err;
+  int64_t now = now_ms(s);
+  int durable = 0, rc;
+  memset(f, 0, sizeof *f);
+  memset(&err, 0, sizeof err);
+  rc = p->methods->begin(p, &err);
+  if (rc == 0) {
+    for (op = ops; op; op = op->next) {
+      op->rc = run_op(s, op, now);
+      if (op->kind != DX_OP_RENEW_WORK && op->rc == 0) durable = 1;
+    }
+    fetch_into(s, now, bo, bw, f);
+    /* A cycle that only took locks need not reach the disk: a lost lock only delays. */
+    rc = p->methods->commit(p, durable, &err);
+  }
+  if (rc != 0) {
+    dx__log(DX_LOG_ERROR, "store commit failed", "error=\"%s\"", err.msg);
+    for (op = ops; op; op = op->next) {
+      op->rc = rc;
+      op->err = err;
+    }
+    free_fetched(f);
+  }
+  s->cycles++;
+  if (rc == 0) s->commits++;
+  return f->n_orch + f->n_work > 0;
+}
+
+static int64_t next_due(dx_store_t *s, int64_t now) {
+  dx_provider_t *p = s->cfg.provider;
+  int64_t due = INT64_MAX;
+  dx_error_t err;
+  if (p->methods->next_due_ms(p, now, &due, &err) != 0) return now; /* let fetch report it */
+  return due;
+}
+
+static void timed_wait(dx_store_t *s, int64_t ms) {
+  if (ms < 1) ms = 1;
+  uv_cond_timedwait(&s->cv, &s->mu, (uint64_t)ms * 1000000ull);
+}
+
+static void store_main(void *arg) {
+  dx_store_t *s = arg;
+  uv_mutex_lock(&s->mu);
+  for (;;) {
+    dx_store_op_t *ops;
+    dx_store_fetched_t f;
+    int bo, bw, got, can_fetch = s->fetching && (s->budget_orch > 0 || s->budget_work > 0);
+    if (!s->pending && !can_fetch) {
+      if (s->stopping) break;
+      uv_cond_wait(&s->cv, &s->mu);
+      continue;
+    }
+    if (!s->pending && !s->poked) {
+      int64_t now = now_ms(s), due;
+      uv_mutex_unlock(&s->mu);
+      due = next_due(s, now);
+      uv_mutex_lock(&s->mu);
+      if (due > now && !s->pending && !s->poked) {
+        if (s->stopping) break;
+        timed_wait(s, due - now < s->cfg.poll_interval_ms ? due - now : s->cfg.poll_interval_ms);
+        continue;
+      }
+    }
+    s->poked = 0;
+    ops = s->pending;
+    s->pending = s->pending_tail = NULL;
+    bo = s->fetching ? s->budget_orch : 0;
+    bw = s->fetching ? s->budget_work : 0;
+    s->busy = 1;
+    uv_mutex_unlock(&s->mu);
+
+    got = cycle(s, ops, bo, bw, &f);
+
+    uv_mutex_lock(&s->mu);
+    s->busy = 0;
+    s->budget_orch -= (int)f.n_orch;
+    s->budget_work -= (int)f.n_work;
+    if (ops) {
+      dx_store_op_t *last = ops;
+      while (last->next) last = last->next;
+      if (s->done_tail) s->done_tail->next = ops;
+      else s->done = ops;
+      s->done_tail = last;
+    }
+    if (got) {
+      fetched_node_t *n = malloc(sizeof *n);
+      if (n) {
+        n->f = f;
+        n->next = NULL;
+        if (s->fetched_tail) s->fetched_tail->next = n;
+        else s->fetched = n;
+        s->fetched_tail = n;
+      } else {
+        free_fetched(&f); /* locks expire and the items come back */
+      }
+    } else {
+      free_fetched(&f);
+    }
+    if (ops || got) uv_async_send(&s->async);
+    /* Found nothing although something looked due (locked elsewhere, not eligible): wait
+    ** a poll interval instead of spinning. */
+    if (!ops && !got && !s->pending && !s->poked && !s->stopping)
+      timed_wait(s, s->cfg.poll_interval_ms);
+  }
+  uv_mutex_unlock(&s->mu);
+  uv_async_send(&s->async);
+}
+
+/* {===== loop side =====} */
+
+static void on_async(uv_async_t *h) {
+  dx_store_t *s = h->data;
+  dx_store_op_t *ops;
+  fetched_node_t *fl;
+  /* uv_async_send coalesces: drain everything on each wakeup. */
+  uv_mutex_lock(&s->mu);
+  ops = s->done;
+  fl = s->fetched;
+  s->done = s->done_tail = NULL;
+  s->fetched = s->fetched_tail = NULL;
+  uv_mutex_unlock(&s->mu);
+  while (ops) {
+    dx_store_op_t *next = ops->next;
+    ops->next = NULL;
+    if (ops->done) ops->done(ops);
+    ops = next;
+  }
+  while (fl) {
+    fetched_node_t *next = fl->next;
+    if (s->cfg.on_fetch) s->cfg.on_fetch(s->cfg.ud, &fl->f);
+    free_fetched(&fl->f);
+    free(fl);
+    fl = next;
+  }
+}
+
+int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
+                  dx_error_t *err) {
+  dx_store_t *s = calloc(1, sizeof *s);
+  if (!s) return dx_error_set(err, DX_ENOMEM, "out of memory");
+  s->loop = loop;
+  s->cfg = *cfg;
+  if (s->cfg.poll_interval_ms <= 0) s->cfg.poll_interval_ms = 10;
+  s->fetching = 1;
+  uv_mutex_init(&s->mu);
+  uv_cond_init(&s->cv);
+  uv_async_init(loop, &s->async, on_async);
+  s->async.data = s;
+  if (uv_thread_create(&s->thread, store_main, s) != 0) {
+    uv_close((uv_handle_t *)&s->async, NULL);
+    return dx_error_set(err, DX_ENOMEM, "cannot start the store thread");
+  }
+  s->thread_started = 1;
+  *out = s;
+  return DX_OK;
+}
+
+void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
+  op->next = NULL;
+  uv_mutex_lock(&s->mu);
+  if (s->pending_tail) s->pending_tail->next = op;
+  else s->pending = op;
+  s->pending_tail = op;
+  uv_cond_signal(&s->cv);
+  uv_mutex_unlock(&s->mu);
+}
+
+void dx__store_want(dx_store_t *s, int orch, int work) {
+  uv_mutex_lock(&s->mu);
+  s->budget_orch += orch;
+  s->budget_work += work;
+  uv_cond_signal(&s->cv);
+  uv_mutex_unlock(&s->mu);
+}
+
+void dx__store_poke(dx_store_t *s) {
+  uv_mutex_lock(&s->mu);
+  s->poked = 1;
+  uv_cond_signal(&s->cv);
+  uv_mutex_unlock(&s->mu);
+}
+
+void dx__store_stop_fetching(dx_store_t *s) {
+  uv_mutex_lock(&s->mu);
+  s->fetching = 0;
+  uv_cond_signal(&s->cv);
+  uv_mutex_unlock(&s->mu);
+}
+
+int dx__store_idle(dx_store_t *s) {
+  int idle;
+  uv_mutex_lock(&s->mu);
+  idle = !s->pending && !s->busy && !s->done;
+  uv_mutex_unlock(&s->mu);
+  return idle;
+}
+
+static void on_closed(uv_handle_t *h) {
+  dx_store_t *s = h->data;
+  void (*cb)(void *) = s->close_cb;
+  void *ud = s->close_ud;
+  uv_mutex_destroy(&s->mu);
+  uv_cond_destroy(&s->cv);
+  free(s);
+  if (cb) cb(ud);
+}
+
+void dx__store_close(dx_store_t *s, void (*cb)(void *ud), void *ud) {
+  uv_mutex_lock(&s->mu);
+  s->stopping = 1;
+  s->fetching = 0;
+  uv_cond_signal(&s->cv);
+  uv_mutex_unlock(&s->mu);
+  if (s->thread_started) uv_thread_join(&s->thread);
+  on_async(&s->async); /* deliver what the last cycles produced */
+  s->close_cb = cb;
+  s->close_ud = ud;
+  uv_close((uv_handle_t *)&s->async, on_closed);
+}
+
+uint64_t dx__store_commits(const dx_store_t *s) { return s->commits; }
+uint64_t dx__store_cycles(const dx_store_t *s) { return s->cycles; }

@@ -1,0 +1,87 @@
+/*
+** store.h -- the store thread: every provider call of a runtime, with group commit (internal).
+**
+** The loop thread queues operations (acks, abandons, renewals) and states how many new items
+** it can take. The store thread runs cycles: one transaction applies every queued operation,
+** fetches up to the wanted number of orchestration and work items, and commits with a
+** single fsync (none when the cycle only took locks). Results go back to the loop through a
+** uv_async; callbacks run on the loop thread.
+*/
+#ifndef DX_STORE_H
+#define DX_STORE_H
+
+#include <uv.h>
+
+#include "duroxide/provider.h"
+
+typedef struct dx_store_s dx_store_t;
+typedef struct dx_store_op_s dx_store_op_t;
+
+enum {
+  DX_OP_ACK_ORCH = 1,
+  DX_OP_ABANDON_ORCH,
+  DX_OP_ACK_WORK,
+  DX_OP_ABANDON_WORK,
+  DX_OP_RENEW_WORK,
+  DX_OP_ENQUEUE_ORCH
+};
+
+typedef void (*dx_store_op_cb)(dx_store_op_t *op);
+
+/* One queued operation. The caller allocates it (it may be embedded in a larger struct),
+** keeps every pointer valid until `done` runs on the loop thread, and owns it afterwards. */
+struct dx_store_op_s {
+  int kind;
+  const dx_orch_ack_t *ack;          /* ACK_ORCH */
+  const char *instance;              /* ABANDON_ORCH */
+  uint64_t token;                    /* all but ACK_ORCH/ENQUEUE */
+  const dx_work_item_t *item;        /* ACK_WORK completion (may be NULL), ENQUEUE_ORCH */
+  int64_t delay_ms;                  /* ABANDON_*, ENQUEUE_ORCH; RENEW_WORK: extension */
+  int ignore_attempt;
+  int rc;                            /* result */
+  dx_error_t err;
+  dx_store_op_cb done;
+  void *ud;
+  dx_store_op_t *next;
+};
+
+/* Items fetched by a cycle, handed to the loop. */
+typedef struct dx_store_fetched_s {
+  dx_orch_item_t **orch;    /* owned by the receiver: dx_orch_item_free each */
+  size_t n_orch;
+  dx_work_fetch_t *work;    /* owned by the receiver: dx_work_item_clear each .item */
+  size_t n_work;
+} dx_store_fetched_t;
+
+typedef void (*dx_store_fetch_cb)(void *ud, dx_store_fetched_t *f);
+typedef int64_t (*dx_clock_fn)(void *ud);
+
+typedef struct dx_store_cfg_s {
+  dx_provider_t *provider;
+  int64_t orch_lock_ms;
+  int64_t work_lock_ms;
+  int64_t poll_interval_ms;
+  const dx_session_cfg_t *sessions;  /* NULL = no session work */
+  dx_store_fetch_cb on_fetch;        /* loop thread */
+  void *ud;
+  dx_clock_fn clock;                 /* NULL = wall clock */
+  void *clock_ud;
+} dx_store_cfg_t;
+
+int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg, dx_error_t *err);
+/* Queue an operation (loop thread). */
+void dx__store_submit(dx_store_t *s, dx_store_op_t *op);
+/* How many more items the loop can take now (loop thread); wakes the store thread. */
+void dx__store_want(dx_store_t *s, int orch, int work);
+/* Wake the store thread (any thread). */
+void dx__store_poke(dx_store_t *s);
+/* Stop fetching; queued operations are still applied. */
+void dx__store_stop_fetching(dx_store_t *s);
+/* 1 when no operation is queued or in flight. */
+int dx__store_idle(dx_store_t *s);
+/* Stop the thread after flushing queued operations, close handles, then call cb (loop). */
+void dx__store_close(dx_store_t *s, void (*cb)(void *ud), void *ud);
+uint64_t dx__store_commits(const dx_store_t *s);
+uint64_t dx__store_cycles(const dx_store_t *s);
+
+#endif

@@ -1,0 +1,44 @@
+/* util.c -- small shared helpers: strings, clocks, randomness, lock tokens. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+
+char *dx__strdup(const char *s) {
+  size_t n;
+  char *d;
+  if (!s) return NULL;
+  n = strlen(s) + 1;
+  d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+int64_t dx__now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t dx__random_u64(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    v = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
+  }
+  return v;
+}
+
+/* Random high half per process, counter low half: unique without a syscall per token. */
+uint64_t dx__new_token(void) {
+  static uint64_t base = 0;
+  static uint32_t counter = 0;
+  if (base == 0) base = dx__random_u64() & 0xFFFFFFFF00000000ull;
+  if (base == 0) base = 1ull << 32;
+  return base | ++counter;
+}

@@ -1,0 +1,247 @@
+-- duroxide/context.lua: the orchestration context (ctx), durable futures, join and select.
+--
+-- Loaded once by the C module with its primitives table `C`:
+--   C.emit(box, kind, name, input, session_id, instance, version, delay_ms) -> token | value
+--   C.poll(box, token) -> state, value, err, order   (state: 0 pending, 1 ok, 2 error)
+--   C.cancel(box, token)
+--   C.replaying(box) -> boolean ; C.trace(box, level, message)
+-- Yields happen here, in Lua, never inside a C function: a suspended orchestration is a
+-- coroutine parked in `coroutine.yield()` until the engine delivers something and resumes it.
+local C = ...
+
+local ACT_ACTIVITY, ACT_TIMER, ACT_WAIT, ACT_SUB, ACT_CHAINED, ACT_STATUS, ACT_SYSCALL, ACT_CAN =
+  1, 2, 3, 4, 5, 6, 7, 8
+local PENDING, OK = 0, 1
+
+local yield = coroutine.yield
+local type, select_, error, tostring = type, select, error, tostring
+
+local Future = {}
+Future.__index = Future
+Future.__name = "duroxide.Future"
+
+local Context = {}
+Context.__index = Context
+Context.__name = "duroxide.Context"
+
+local function new_future(ctx, token, kind)
+  return setmetatable({ ctx = ctx, token = token, kind = kind }, Future)
+end
+
+local function check_name(what, v, level)
+  if type(v) ~= "string" or v == "" then
+    error(what .. " must be a non-empty string, got " .. type(v), level or 3)
+  end
+end
+
+local function check_ms(v)
+  if math.type(v) == nil or v < 0 then
+    error("timer duration must be a non-negative number of milliseconds, got " .. tostring(v), 3)
+  end
+  return math.floor(v)
+end
+
+--- Wait for the future. Returns its value, or nil and a duroxide.Error.
+function Future:await()
+  if self.composite then return self.composite() end
+  local box, token = self.ctx._box, self.token
+  while true do
+    local state, value, err = C.poll(box, token)
+    if state == OK then return value end
+    if state ~= PENDING then return nil, err end
+    yield()
+  end
+end
+
+function Future:is_ready()
+  if self.composite then return false end
+  return (C.poll(self.ctx._box, self.token)) ~= PENDING
+end
+
+-- {===== scheduling =====}
+
+function Context:schedule_activity(name, input)
+  check_name("activity name", name)
+  return new_future(self, C.emit(self._box, ACT_ACTIVITY, name, input), "activity")
+end
+
+--- Like schedule_activity; the activity runs on the worker that owns `session_id`.
+function Context:schedule_activity_on_session(name, input, session_id)
+  check_name("activity name", name)
+  check_name("session id", session_id)
+  return new_future(self, C.emit(self._box, ACT_ACTIVITY, name, input, session_id), "activity")
+end
+
+function Context:schedule_timer(ms)
+  return new_future(self, C.emit(self._box, ACT_TIMER, nil, nil, nil, nil, nil, check_ms(ms)),
+                    "timer")
+end
+
+function Context:schedule_wait(event_name)
+  check_name("event name", event_name)
+  return new_future(self, C.emit(self._box, ACT_WAIT, event_name), "wait")
+end
+
+function Context:schedule_sub_orchestration(name, input, instance_id)
+  check_name("orchestration name", name)
+  if instance_id ~= nil then check_name("instance id", instance_id) end
+  return new_future(self, C.emit(self._box, ACT_SUB, name, input, nil, instance_id),
+                    "sub_orchestration")
+end
+
+function Context:start_orchestration(name, instance_id, input)
+  check_name("orchestration name", name)
+  check_name("instance id", instance_id)
+  C.emit(self._box, ACT_CHAINED, name, input, nil, instance_id)
+end
+
+local function backoff_ms(policy, attempt)
+  local kind = policy.backoff or "exponential"
+  local initial = policy.initial_ms or 100
+  local max = policy.max_ms or 30000
+  local d
+  if kind == "fixed" then d = initial
+  elseif kind == "linear" then d = initial * attempt
+  elseif kind == "exponential" then d = initial * (2 ^ (attempt - 1))
+  elseif kind == "none" then d = 0
+  else error("retry policy backoff must be \"exponential\", \"linear\", \"fixed\" or \"none\"", 4)
+  end
+  return math.floor(math.min(d, max))
+end
+
+local function check_policy(policy)
+  if type(policy) ~= "table" then error("retry policy must be a table", 4) end
+  local n = policy.max_attempts or 3
+  if math.type(n) ~= "integer" or n < 1 then
+    error("retry policy max_attempts must be an integer >= 1", 4)
+  end
+  backoff_ms(policy, 1)
+  return n
+end
+
+--- Schedule an activity and retry it on failure per `policy`. Every attempt is an activity
+--- scheduled in history; waits between attempts are durable timers, so retries survive
+--- restarts. A per-attempt `timeout_ms` races the activity with a timer (timeouts are final).
+function Context:schedule_activity_with_retry(name, input, policy, session_id)
+  check_name("activity name", name)
+  local max_attempts = check_policy(policy)
+  local ctx = self
+  local function attempt_future()
+    if session_id ~= nil then return ctx:schedule_activity_on_session(name, input, session_id) end
+    return ctx:schedule_activity(name, input)
+  end
+  local first = attempt_future()
+  local f = setmetatable({ ctx = self, kind = "retry" }, Future)
+  f.composite = function()
+    local current, last_err = first, nil
+    for attempt = 1, max_attempts do
+      if attempt > 1 then current = attempt_future() end
+      local value, err
+      if policy.timeout_ms then
+        local idx, v, e = ctx:select({ current, ctx:schedule_timer(policy.timeout_ms) })
+        if idx == 2 then
+          return nil, C.error("timeout: activity " .. name .. " timed out after " ..
+                              policy.timeout_ms .. "ms", "application", "Timeout")
+        end
+        value, err = v, e
+      else
+        value, err = current:await()
+      end
+      if err == nil then return value end
+      last_err = err
+      if attempt < max_attempts then
+        ctx:trace_warn("activity " .. name .. " failed (attempt " .. attempt .. " of " ..
+                       max_attempts .. "): " .. tostring(err.message))
+        local d = backoff_ms(policy, attempt)
+        if d > 0 then ctx:schedule_timer(d):await() end
+      end
+    end
+    return nil, last_err
+  end
+  return f
+end
+
+function Context:continue_as_new(input, version)
+  C.emit(self._box, ACT_CAN, nil, input, nil, nil, version)
+  while true do yield() end
+end
+
+-- {===== deterministic helpers =====}
+
+function Context:utc_now() return C.emit(self._box, ACT_SYSCALL, "utc_now") end
+function Context:new_guid() return C.emit(self._box, ACT_SYSCALL, "new_guid") end
+function Context:random() return C.emit(self._box, ACT_SYSCALL, "random") end
+
+function Context:set_custom_status(value)
+  C.emit(self._box, ACT_STATUS, nil, value)
+end
+
+function Context:is_replaying() return C.replaying(self._box) end
+
+local LEVELS = { error = 0, warn = 1, info = 2, debug = 3 }
+
+function Context:trace(level, message)
+  local lv = LEVELS[level]
+  if not lv then error("trace level must be error, warn, info or debug", 2) end
+  C.trace(self._box, lv, tostring(message))
+end
+function Context:trace_info(message) C.trace(self._box, 2, tostring(message)) end
+function Context:trace_warn(message) C.trace(self._box, 1, tostring(message)) end
+function Context:trace_error(message) C.trace(self._box, 0, tostring(message)) end
+function Context:trace_debug(message) C.trace(self._box, 3, tostring(message)) end
+
+-- {===== join and select =====}
+
+local function check_futures(futures, what)
+  if type(futures) ~= "table" then error(what .. " expects an array of futures", 3) end
+  for i = 1, #futures do
+    if getmetatable(futures[i]) ~= Future then
+      error(what .. ": element " .. i .. " is not a durable future", 3)
+    end
+  end
+end
+
+--- Wait for every future. Returns values in argument order, and an array of errors (nil
+--- when none failed; failed positions hold nil in the values array).
+function Context:join(futures)
+  check_futures(futures, "join")
+  local values, errors = {}, nil
+  for i = 1, #futures do
+    local v, e = futures[i]:await()
+    values[i] = v
+    if e ~= nil then
+      errors = errors or {}
+      errors[i] = e
+    end
+  end
+  return values, errors
+end
+
+--- Wait for the first future to complete (earliest in history). Returns index, value, err.
+--- The losers are cancelled: activities are withdrawn, waits unsubscribed.
+function Context:select(futures)
+  check_futures(futures, "select")
+  if #futures == 0 then error("select needs at least one future", 2) end
+  local box = self._box
+  for i = 1, #futures do
+    if futures[i].composite then error("select: element " .. i .. " is a retry future", 2) end
+  end
+  while true do
+    local best, best_order, best_value, best_err
+    for i = 1, #futures do
+      local state, value, err, order = C.poll(box, futures[i].token)
+      if state ~= PENDING and (best == nil or order < best_order) then
+        best, best_order, best_value, best_err = i, order, value, err
+      end
+    end
+    if best then
+      for i = 1, #futures do
+        if i ~= best then C.cancel(box, futures[i].token) end
+      end
+      return best, best_value, best_err
+    end
+    yield()
+  end
+end
+
+return { Context = Context, Future = Future, select = select_ }

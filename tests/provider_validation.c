@@ -1,0 +1,1246 @@
+/*
+** provider_validation.c -- provider contract tests (duroxide semantics §4, §8.3).
+**
+** Vtable only: every provider's test program links this file and defines the hooks of
+** provider_validation.h. Time is virtual (now_ms is passed explicitly); nothing sleeps
+** except the multi-process tests, which run on the wall clock with long locks.
+*/
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "duroxide/provider.h"
+#include "provider_validation.h"
+#include "testlib.h"
+
+#define T0 INT64_C(1700000000000)
+#define LOCK 30000
+#define M(p) ((p)->methods)
+
+static dx_error_t E; /* the last call's error detail, printed by CHECK */
+
+#define CHECK(call)                                                                 \
+  do {                                                                              \
+    int rc_ = (call);                                                               \
+    if (rc_ != 0) DX_FAIL_AT("%s -> %s: %s", #call, dx_err_name(rc_), E.msg);      \
+  } while (0)
+#define CHECK_ERR(call, code)                                                       \
+  do {                                                                              \
+    int rc_ = (call);                                                               \
+    if (rc_ != (code))                                                              \
+      DX_FAIL_AT("%s -> %s, expected %s (%s)", #call, dx_err_name(rc_),            \
+                 dx_err_name(code), rc_ ? E.msg : "");                              \
+  } while (0)
+
+/* {===== fixtures =====} */
+
+static dx_provider_t *fresh(void) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = dx_pv_open(store);
+  free(store);
+  return p;
+}
+
+static void done(dx_provider_t *p) { M(p)->destroy(p); }
+
+static dx_work_item_t wi(int kind, const char *inst, uint64_t exec, uint64_t id) {
+  dx_work_item_t w;
+  memset(&w, 0, sizeof w);
+  w.kind = kind;
+  w.instance = (char *)inst;
+  w.execution_id = exec;
+  w.id = id;
+  return w;
+}
+
+static dx_work_item_t start_item(const char *inst) {
+  dx_work_item_t w = wi(DX_WI_START, inst, 1, 0);
+  w.name = "Orch";
+  w.version = "1.0.0";
+  w.data = "{\"x\":1}";
+  return w;
+}
+
+static dx_work_item_t raise_item(const char *inst) {
+  dx_work_item_t w = wi(DX_WI_EXTERNAL, inst, 0, 0);
+  w.name = "go";
+  w.data = "true";
+  return w;
+}
+
+static dx_work_item_t act_item(const char *inst, uint64_t exec, uint64_t id) {
+  dx_work_item_t w = wi(DX_WI_ACT_EXECUTE, inst, exec, id);
+  w.name = "Act";
+  w.data = "\"in\"";
+  return w;
+}
+
+static dx_work_item_t act_done(const char *inst, uint64_t exec, uint64_t id) {
+  dx_work_item_t w = wi(DX_WI_ACT_COMPLETED, inst, exec, id);
+  w.data = "\"out\"";
+  return w;
+}
+
+static void enqueue(dx_provider_t *p, int64_t now, dx_work_item_t w) {
+  CHECK(M(p)->enqueue_for_orchestrator(p, now, &w, 0, &E));
+}
+
+static void enqueue_work(dx_provider_t *p, int64_t now, dx_work_item_t w) {
+  CHECK(M(p)->enqueue_for_worker(p, now, &w, &E));
+}
+
+static dx_orch_item_t *fetch(dx_provider_t *p, int64_t now) {
+  dx_orch_item_t *it = (dx_orch_item_t *)1;
+  CHECK(M(p)->fetch_orchestration_item(p, now, LOCK, &it, &E));
+  return it;
+}
+
+static dx_work_fetch_t wfetch(dx_provider_t *p, int64_t now) {
+  dx_work_fetch_t f;
+  CHECK(M(p)->fetch_work_item(p, now, LOCK, NULL, &f, &E));
+  return f;
+}
+
+/* `n` events continuing the item's history: ORCH_STARTED first for a new execution. */
+static const dx_event_t *delta(dx_event_t *ev, size_t n, const dx_orch_item_t *it) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    memset(&ev[i], 0, sizeof ev[i]);
+    ev[i].event_id = it->history_len + i + 1;
+    ev[i].timestamp_ms = T0;
+    ev[i].kind = ev[i].event_id == 1 ? DX_EV_ORCH_STARTED : DX_EV_EXT_EVENT;
+    ev[i].name = ev[i].event_id == 1 ? "Orch" : "go";
+    ev[i].data = "{}";
+  }
+  return ev;
+}
+
+/* The ack of one turn of `it` with no changes beyond the lock release. */
+static dx_orch_ack_t ack_of(const dx_orch_item_t *it) {
+  dx_orch_ack_t a;
+  memset(&a, 0, sizeof a);
+  a.instance = it->instance;
+  a.lock_token = it->lock_token;
+  a.execution_id = it->execution_id;
+  a.orchestration_name = it->orchestration_name;
+  a.orchestration_version = it->orchestration_version;
+  return a;
+}
+
+/* Ack `it` with `n` new events, then free it. */
+static void turn(dx_provider_t *p, int64_t now, dx_orch_item_t *it, size_t n) {
+  dx_event_t ev[8];
+  dx_orch_ack_t a = ack_of(it);
+  a.delta = delta(ev, n, it);
+  a.delta_len = n;
+  CHECK(M(p)->ack_orchestration_item(p, now, &a, &E));
+  dx_orch_item_free(it);
+}
+
+/* Start `inst` and commit its first turn at `now`. */
+static void create_instance(dx_provider_t *p, int64_t now, const char *inst) {
+  dx_orch_item_t *it;
+  enqueue(p, now, start_item(inst));
+  it = fetch(p, now);
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, inst);
+  turn(p, now, it, 1);
+}
+
+static dx_queue_depths_t depths(dx_provider_t *p) {
+  dx_queue_depths_t d;
+  CHECK(M(p)->get_queue_depths(p, &d, &E));
+  return d;
+}
+
+static size_t history_len(dx_provider_t *p, const char *inst, uint64_t exec) {
+  dx_event_t *ev;
+  size_t n;
+  CHECK(M(p)->read_history(p, inst, exec, &ev, &n, NULL, &E));
+  dx_events_free(ev, n);
+  return n;
+}
+
+static int64_t next_due(dx_provider_t *p, int64_t now) {
+  int64_t due;
+  CHECK(M(p)->next_due_ms(p, now, &due, &E));
+  return due;
+}
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* {===== orchestrator queue =====} */
+
+DX_TEST(pv_start_fetch_ack_creates_instance) {
+  dx_provider_t *p = fresh();
+  dx_instance_info_t info;
+  dx_orch_item_t *it;
+  dx_event_t *ev;
+  size_t n;
+  uint64_t exec = 0;
+  enqueue(p, T0, start_item("i1"));
+  CHECK_ERR(M(p)->get_instance_info(p, "i1", &info, &E), DX_ENOTFOUND); /* enqueue never creates */
+  it = fetch(p, T0);
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, "i1");
+  ASSERT_STR_EQ(it->orchestration_name, "Orch");
+  ASSERT_STR_EQ(it->orchestration_version, "1.0.0");
+  ASSERT_EQ(it->execution_id, 1);
+  ASSERT_EQ(it->history_len, 0);
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_START);
+  ASSERT_STR_EQ(it->messages[0].data, "{\"x\":1}");
+  ASSERT_EQ(it->attempt_count, 1);
+  ASSERT_NE(it->lock_token, 0);
+  ASSERT_EQ(it->history_error, 0);
+  turn(p, T0 + 1, it, 2);
+  CHECK(M(p)->get_instance_info(p, "i1", &info, &E));
+  ASSERT_STR_EQ(info.instance_id, "i1");
+  ASSERT_STR_EQ(info.orchestration_name, "Orch");
+  ASSERT_STR_EQ(info.orchestration_version, "1.0.0");
+  ASSERT_EQ(info.current_execution_id, 1);
+  ASSERT_EQ(info.status, DX_STATUS_RUNNING);
+  ASSERT_EQ(info.created_at_ms, T0 + 1);
+  ASSERT(info.parent_instance == NULL);
+  dx_instance_info_clear(&info);
+  CHECK(M(p)->read_history(p, "i1", 0, &ev, &n, &exec, &E));
+  ASSERT_EQ(n, 2);
+  ASSERT_EQ(exec, 1);
+  ASSERT_EQ(ev[0].kind, DX_EV_ORCH_STARTED);
+  ASSERT_EQ(ev[0].event_id, 1);
+  ASSERT_EQ(ev[1].event_id, 2);
+  ASSERT_STR_EQ(ev[1].data, "{}");
+  dx_events_free(ev, n);
+  ASSERT_EQ(depths(p).orchestrator, 0);
+  ASSERT_EQ(depths(p).instances, 1);
+  ASSERT(fetch(p, T0 + 2) == NULL);
+  done(p);
+}
+
+DX_TEST(pv_empty_store_has_nothing) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f = wfetch(p, T0);
+  dx_queue_depths_t d = depths(p);
+  ASSERT(fetch(p, T0) == NULL);
+  ASSERT_EQ(f.item.kind, 0);
+  ASSERT_EQ(next_due(p, T0), INT64_MAX);
+  ASSERT_EQ(d.orchestrator + d.worker + d.instances, 0);
+  done(p);
+}
+
+DX_TEST(pv_instance_lock_is_exclusive) {
+  dx_provider_t *p = fresh();
+  dx_orch_item_t *a, *b;
+  enqueue(p, T0, start_item("A"));
+  enqueue(p, T0 + 1, start_item("B"));
+  a = fetch(p, T0 + 10);
+  ASSERT(a);
+  ASSERT_STR_EQ(a->instance, "A"); /* oldest message first */
+  enqueue(p, T0 + 11, raise_item("A"));
+  b = fetch(p, T0 + 12); /* A is locked although it has a new message */
+  ASSERT(b);
+  ASSERT_STR_EQ(b->instance, "B");
+  ASSERT_NE(a->lock_token, b->lock_token);
+  ASSERT(fetch(p, T0 + 13) == NULL);
+  turn(p, T0 + 14, a, 1);
+  turn(p, T0 + 14, b, 1);
+  done(p);
+}
+
+DX_TEST(pv_messages_after_fetch_survive_ack) {
+  dx_provider_t *p = fresh();
+  dx_orch_item_t *it;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  enqueue(p, T0 + 1, raise_item("A"));
+  turn(p, T0 + 2, it, 1);
+  ASSERT_EQ(depths(p).orchestrator, 1);
+  it = fetch(p, T0 + 3);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_EXTERNAL);
+  ASSERT_EQ(it->history_len, 1);
+  ASSERT_EQ(it->attempt_count, 1);
+  turn(p, T0 + 4, it, 1);
+  ASSERT_EQ(depths(p).orchestrator, 0);
+  ASSERT_EQ(history_len(p, "A", 0), 2);
+  done(p);
+}
+
+DX_TEST(pv_lock_expiry_redelivers) {
+  dx_provider_t *p = fresh();
+  dx_orch_item_t *it, *again;
+  dx_orch_ack_t a;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  ASSERT(fetch(p, T0 + LOCK - 1) == NULL);
+  again = fetch(p, T0 + LOCK);
+  ASSERT(again);
+  ASSERT_STR_EQ(again->instance, "A");
+  ASSERT_EQ(again->attempt_count, 2);
+  ASSERT_EQ(again->messages_len, 1);
+  ASSERT_NE(again->lock_token, it->lock_token);
+  a = ack_of(it);
+  CHECK_ERR(M(p)->ack_orchestration_item(p, T0 + LOCK + 1, &a, &E), DX_ETOKEN);
+  turn(p, T0 + LOCK + 1, again, 1);
+  dx_orch_item_free(it);
+  done(p);
+}
+
+DX_TEST(pv_renew_orchestration_lock) {
+  dx_provider_t *p = fresh();
+  dx_orch_item_t *it;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  CHECK(M(p)->renew_orchestration_item_lock(p, T0 + LOCK - 1, "A", it->lock_token, LOCK, &E));
+  ASSERT(fetch(p, T0 + LOCK + 10) == NULL); /* still locked: renewed */
+  CHECK_ERR(M(p)->renew_orchestration_item_lock(p, T0, "A", it->lock_token + 1, LOCK, &E),
+            DX_ETOKEN);
+  CHECK_ERR(M(p)->renew_orchestration_item_lock(p, T0 + 2 * LOCK, "A", it->lock_token, LOCK, &E),
+            DX_ELOCK);
+  dx_orch_item_free(it);
+  done(p);
+}
+
+DX_TEST(pv_abandon_delays_and_ignores_attempt) {
+  dx_provider_t *p = fresh();
+  dx_orch_item_t *it;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  CHECK_ERR(M(p)->abandon_orchestration_item(p, T0 + 1, "A", it->lock_token + 1, 0, 0, &E),
+            DX_ETOKEN);
+  CHECK(M(p)->abandon_orchestration_item(p, T0 + 1, "A", it->lock_token, 1000, 0, &E));
+  dx_orch_item_free(it);
+  ASSERT(fetch(p, T0 + 500) == NULL);
+  ASSERT_EQ(next_due(p, T0 + 500), T0 + 1001);
+  it = fetch(p, T0 + 1001);
+  ASSERT(it);
+  ASSERT_EQ(it->attempt_count, 2);
+  CHECK(M(p)->abandon_orchestration_item(p, T0 + 1002, "A", it->lock_token, 0, 1, &E));
+  dx_orch_item_free(it);
+  it = fetch(p, T0 + 1003); /* abandon without delay: visible at once */
+  ASSERT(it);
+  ASSERT_EQ(it->attempt_count, 2); /* 2, undone to 1, fetched to 2 */
+  turn(p, T0 + 1004, it, 1);
+  done(p);
+}
+
+DX_TEST(pv_attempt_count_is_batch_max) {
+  dx_provider_t *p = fresh();
+  dx_orch_item_t *it;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  CHECK(M(p)->abandon_orchestration_item(p, T0, "A", it->lock_token, 0, 0, &E));
+  dx_orch_item_free(it);
+  enqueue(p, T0 + 1, raise_item("A"));
+  it = fetch(p, T0 + 2);
+  ASSERT_EQ(it->messages_len, 2);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_START); /* oldest first */
+  ASSERT_EQ(it->attempt_count, 2);
+  turn(p, T0 + 3, it, 1);
+  done(p);
+}
+
+DX_TEST(pv_ack_with_wrong_token_changes_nothing) {
+  dx_provider_t *p = fresh();
+  dx_instance_info_t info;
+  dx_event_t ev[1];
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  a.lock_token = it->lock_token ^ 0x5555;
+  CHECK_ERR(M(p)->ack_orchestration_item(p, T0 + 1, &a, &E), DX_ETOKEN);
+  a.instance = "nobody";
+  CHECK_ERR(M(p)->ack_orchestration_item(p, T0 + 1, &a, &E), DX_ETOKEN);
+  CHECK_ERR(M(p)->get_instance_info(p, "A", &info, &E), DX_ENOTFOUND);
+  CHECK_ERR(M(p)->get_instance_info(p, "nobody", &info, &E), DX_ENOTFOUND);
+  ASSERT_EQ(depths(p).orchestrator, 1);
+  ASSERT(fetch(p, T0 + 2) == NULL); /* the real lock is still held */
+  turn(p, T0 + 3, it, 1);
+  done(p);
+}
+
+DX_TEST(pv_ack_after_lock_expiry_fails) {
+  dx_provider_t *p = fresh();
+  dx_instance_info_t info;
+  dx_event_t ev[1];
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  CHECK_ERR(M(p)->ack_orchestration_item(p, T0 + LOCK, &a, &E), DX_ELOCK);
+  ASSERT_CONTAINS(E.msg, "expired");
+  CHECK_ERR(M(p)->get_instance_info(p, "A", &info, &E), DX_ENOTFOUND);
+  dx_orch_item_free(it);
+  it = fetch(p, T0 + LOCK);
+  ASSERT(it);
+  ASSERT_EQ(it->attempt_count, 2);
+  turn(p, T0 + LOCK, it, 1);
+  done(p);
+}
+
+DX_TEST(pv_failed_ack_is_atomic) {
+  dx_provider_t *p = fresh();
+  dx_event_t ev[2];
+  dx_work_item_t work = act_item("A", 1, 3), child = start_item("child");
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  dx_queue_depths_t d;
+  create_instance(p, T0, "A");
+  enqueue(p, T0 + 1, raise_item("A"));
+  it = fetch(p, T0 + 2);
+  a = ack_of(it);
+  a.delta = delta(ev, 2, it);
+  ev[1].event_id = 1; /* already stored: the whole ack must roll back */
+  a.delta_len = 2;
+  a.worker_items = &work;
+  a.worker_items_len = 1;
+  a.orch_items = &child;
+  a.orch_items_len = 1;
+  a.status = DX_STATUS_COMPLETED;
+  a.output = "1";
+  CHECK_ERR(M(p)->ack_orchestration_item(p, T0 + 3, &a, &E), DX_EEXIST);
+  ASSERT_CONTAINS(E.msg, "event 1");
+  ev[1].event_id = 0;
+  CHECK_ERR(M(p)->ack_orchestration_item(p, T0 + 3, &a, &E), DX_EINVAL);
+  ASSERT_EQ(history_len(p, "A", 1), 1);
+  d = depths(p);
+  ASSERT_EQ(d.worker, 0);
+  ASSERT_EQ(d.orchestrator, 1); /* the raise, still locked; no child start */
+  ASSERT(fetch(p, T0 + 4) == NULL);
+  ev[1].event_id = 3;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 5, &a, &E));
+  dx_orch_item_free(it);
+  d = depths(p);
+  ASSERT_EQ(d.worker, 1);
+  ASSERT_EQ(d.orchestrator, 1); /* the child's start */
+  ASSERT_EQ(history_len(p, "A", 1), 3);
+  done(p);
+}
+
+DX_TEST(pv_timer_invisible_until_fire_time) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t timer = wi(DX_WI_TIMER_FIRED, "A", 1, 2);
+  dx_event_t ev[2];
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  a = ack_of(it);
+  a.delta = delta(ev, 2, it);
+  ev[1].kind = DX_EV_TIMER_CREATED;
+  ev[1].fire_at_ms = T0 + 60000;
+  a.delta_len = 2;
+  timer.fire_at_ms = T0 + 60000;
+  a.orch_items = &timer;
+  a.orch_items_len = 1;
+  CHECK(M(p)->ack_orchestration_item(p, T0, &a, &E));
+  dx_orch_item_free(it);
+  ASSERT(fetch(p, T0 + 59999) == NULL);
+  ASSERT_EQ(next_due(p, T0 + 1), T0 + 60000);
+  it = fetch(p, T0 + 60000);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_TIMER_FIRED);
+  ASSERT_EQ(it->messages[0].fire_at_ms, T0 + 60000);
+  ASSERT_EQ(it->messages[0].id, 2);
+  ASSERT_EQ(it->history_len, 2);
+  turn(p, T0 + 60001, it, 1);
+  done(p);
+}
+
+DX_TEST(pv_enqueue_delay_and_limits) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t w = start_item("A");
+  size_t big = DX_MAX_PAYLOAD_BYTES + 1;
+  char *data = malloc(big + 3);
+  CHECK(M(p)->enqueue_for_orchestrator(p, T0, &w, 5000, &E));
+  ASSERT(fetch(p, T0 + 4999) == NULL);
+  ASSERT_EQ(next_due(p, T0), T0 + 5000);
+  dx_orch_item_free(fetch(p, T0 + 5000));
+  data[0] = '"';
+  memset(data + 1, 'a', big);
+  strcpy(data + 1 + big, "\"");
+  w.data = data;
+  w.instance = "B";
+  CHECK_ERR(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &E), DX_ETOOBIG);
+  ASSERT_CONTAINS(E.msg, "limit");
+  w.data = NULL;
+  w.instance = "";
+  CHECK_ERR(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &E), DX_EINVAL);
+  w.instance = "B";
+  w.kind = 0;
+  CHECK_ERR(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &E), DX_EINVAL);
+  free(data);
+  ASSERT_EQ(depths(p).orchestrator, 1);
+  done(p);
+}
+
+DX_TEST(pv_orphan_messages_do_not_block_the_queue) {
+  dx_provider_t *p = fresh();
+  dx_orch_item_t *it;
+  enqueue(p, T0, raise_item("ghost")); /* never started */
+  enqueue(p, T0 + 1, start_item("real"));
+  it = fetch(p, T0 + 2);
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, "real");
+  ASSERT_EQ(depths(p).orchestrator, 1); /* the ghost's raise was dropped */
+  ASSERT(fetch(p, T0 + 3) == NULL);
+  turn(p, T0 + 4, it, 1);
+  done(p);
+}
+
+DX_TEST(pv_sub_orchestration_completion_routes_to_parent) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t start = start_item("P::sub::2"), reply = wi(DX_WI_SUB_COMPLETED, "P", 1, 2);
+  dx_instance_info_t info;
+  dx_event_t ev[2];
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  enqueue(p, T0, start_item("P"));
+  it = fetch(p, T0);
+  a = ack_of(it);
+  a.delta = delta(ev, 2, it);
+  ev[1].kind = DX_EV_SUB_SCHEDULED;
+  ev[1].instance = "P::sub::2";
+  a.delta_len = 2;
+  start.parent_instance = "P";
+  start.parent_id = 2;
+  start.parent_execution_id = 1;
+  a.orch_items = &start;
+  a.orch_items_len = 1;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 1, &a, &E));
+  dx_orch_item_free(it);
+
+  it = fetch(p, T0 + 2);
+  ASSERT_STR_EQ(it->instance, "P::sub::2");
+  ASSERT_STR_EQ(it->messages[0].parent_instance, "P");
+  a = ack_of(it);
+  a.delta = delta(ev, 2, it);
+  ev[1].kind = DX_EV_ORCH_COMPLETED;
+  ev[1].data = "42";
+  a.delta_len = 2;
+  a.status = DX_STATUS_COMPLETED;
+  a.output = "42";
+  a.parent_instance = "P";
+  reply.data = "42";
+  a.orch_items = &reply;
+  a.orch_items_len = 1;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 3, &a, &E));
+  dx_orch_item_free(it);
+
+  it = fetch(p, T0 + 4);
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, "P");
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_SUB_COMPLETED);
+  ASSERT_EQ(it->messages[0].id, 2);
+  ASSERT_STR_EQ(it->messages[0].data, "42");
+  turn(p, T0 + 5, it, 1);
+  CHECK(M(p)->get_instance_info(p, "P::sub::2", &info, &E));
+  ASSERT_STR_EQ(info.parent_instance, "P");
+  ASSERT_EQ(info.status, DX_STATUS_COMPLETED);
+  ASSERT_STR_EQ(info.output, "42");
+  dx_instance_info_clear(&info);
+  done(p);
+}
+
+DX_TEST(pv_continue_as_new_starts_execution_2) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t can = wi(DX_WI_CAN, "A", 1, 0);
+  dx_instance_info_t info;
+  dx_event_t ev[2], *hist;
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  size_t n;
+  uint64_t exec;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  a = ack_of(it);
+  a.delta = delta(ev, 2, it);
+  ev[1].kind = DX_EV_ORCH_CAN;
+  a.delta_len = 2;
+  a.status = DX_STATUS_CONTINUED_AS_NEW;
+  a.output = "{\"n\":2}";
+  can.name = "Orch";
+  can.version = "2.0.0";
+  can.data = "{\"n\":2}";
+  a.orch_items = &can;
+  a.orch_items_len = 1;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 1, &a, &E));
+  dx_orch_item_free(it);
+
+  it = fetch(p, T0 + 2);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_CAN);
+  ASSERT_EQ(it->execution_id, 1); /* the runtime starts execution 2 in this turn */
+  ASSERT_EQ(it->history_len, 2);
+  a = ack_of(it);
+  a.execution_id = 2;
+  a.orchestration_version = "2.0.0";
+  memset(ev, 0, sizeof ev);
+  ev[0].kind = DX_EV_ORCH_STARTED;
+  ev[0].event_id = 1;
+  a.delta = ev;
+  a.delta_len = 1;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 3, &a, &E));
+  dx_orch_item_free(it);
+
+  CHECK(M(p)->read_history(p, "A", 0, &hist, &n, &exec, &E));
+  ASSERT_EQ(exec, 2);
+  ASSERT_EQ(n, 1);
+  dx_events_free(hist, n);
+  ASSERT_EQ(history_len(p, "A", 1), 2);
+  CHECK(M(p)->get_instance_info(p, "A", &info, &E));
+  ASSERT_EQ(info.current_execution_id, 2);
+  ASSERT_EQ(info.status, DX_STATUS_RUNNING);
+  ASSERT_STR_EQ(info.orchestration_version, "2.0.0");
+  dx_instance_info_clear(&info);
+  done(p);
+}
+
+/* {===== worker queue =====} */
+
+DX_TEST(pv_worker_fetch_and_ack) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t done_item = act_done("A", 1, 5);
+  dx_work_fetch_t f, none;
+  enqueue_work(p, T0, act_item("A", 1, 5));
+  f = wfetch(p, T0);
+  ASSERT_EQ(f.item.kind, DX_WI_ACT_EXECUTE);
+  ASSERT_STR_EQ(f.item.instance, "A");
+  ASSERT_EQ(f.item.id, 5);
+  ASSERT_STR_EQ(f.item.data, "\"in\"");
+  ASSERT_EQ(f.attempt_count, 1);
+  ASSERT_NE(f.lock_token, 0);
+  none = wfetch(p, T0 + 1);
+  ASSERT_EQ(none.item.kind, 0);
+  ASSERT_EQ(depths(p).worker, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + 2, f.lock_token, &done_item, &E));
+  ASSERT_EQ(depths(p).worker, 0);
+  ASSERT_EQ(depths(p).orchestrator, 1);
+  CHECK_ERR(M(p)->ack_work_item(p, T0 + 3, f.lock_token, NULL, &E), DX_ELOCK);
+  dx_work_item_clear(&f.item);
+  done(p);
+}
+
+DX_TEST(pv_worker_ack_enqueues_completion) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t done_item = act_done("A", 1, 2);
+  dx_event_t ev[2];
+  dx_work_item_t work = act_item("A", 1, 2);
+  dx_orch_item_t *it;
+  dx_work_fetch_t f;
+  dx_orch_ack_t a;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  a = ack_of(it);
+  a.delta = delta(ev, 2, it);
+  ev[1].kind = DX_EV_ACT_SCHEDULED;
+  a.delta_len = 2;
+  a.worker_items = &work;
+  a.worker_items_len = 1;
+  CHECK(M(p)->ack_orchestration_item(p, T0, &a, &E));
+  dx_orch_item_free(it);
+  ASSERT(fetch(p, T0 + 1) == NULL);
+  f = wfetch(p, T0 + 1);
+  ASSERT_EQ(f.item.id, 2);
+  CHECK(M(p)->ack_work_item(p, T0 + 2, f.lock_token, &done_item, &E));
+  dx_work_item_clear(&f.item);
+  it = fetch(p, T0 + 3);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_ACT_COMPLETED);
+  ASSERT_STR_EQ(it->messages[0].data, "\"out\"");
+  turn(p, T0 + 4, it, 1);
+  done(p);
+}
+
+DX_TEST(pv_worker_fifo_order) {
+  dx_provider_t *p = fresh();
+  uint64_t id;
+  for (id = 1; id <= 3; id++) enqueue_work(p, T0, act_item("A", 1, id));
+  for (id = 1; id <= 3; id++) {
+    dx_work_fetch_t f = wfetch(p, T0);
+    ASSERT_EQ(f.item.id, id);
+    dx_work_item_clear(&f.item);
+  }
+  done(p);
+}
+
+DX_TEST(pv_worker_abandon_and_renew) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f, g;
+  enqueue_work(p, T0, act_item("A", 1, 1));
+  f = wfetch(p, T0);
+  CHECK(M(p)->renew_work_item_lock(p, T0 + LOCK - 1, f.lock_token, LOCK, &E));
+  g = wfetch(p, T0 + LOCK + 10); /* renewed: not redelivered */
+  ASSERT_EQ(g.item.kind, 0);
+  CHECK_ERR(M(p)->renew_work_item_lock(p, T0, f.lock_token + 1, LOCK, &E), DX_ELOCK);
+  CHECK_ERR(M(p)->abandon_work_item(p, T0, f.lock_token + 1, 0, 0, &E), DX_ELOCK);
+  CHECK(M(p)->abandon_work_item(p, T0 + 100, f.lock_token, 1000, 0, &E));
+  dx_work_item_clear(&f.item);
+  g = wfetch(p, T0 + 1099);
+  ASSERT_EQ(g.item.kind, 0);
+  f = wfetch(p, T0 + 1100);
+  ASSERT_EQ(f.item.id, 1);
+  ASSERT_EQ(f.attempt_count, 2);
+  CHECK(M(p)->abandon_work_item(p, T0 + 1101, f.lock_token, 0, 1, &E));
+  dx_work_item_clear(&f.item);
+  f = wfetch(p, T0 + 1101);
+  ASSERT_EQ(f.attempt_count, 2); /* 2, undone to 1, fetched to 2 */
+  CHECK(M(p)->ack_work_item(p, T0 + 1102, f.lock_token, NULL, &E));
+  dx_work_item_clear(&f.item);
+  ASSERT_EQ(depths(p).worker, 0);
+  ASSERT_EQ(depths(p).orchestrator, 0);
+  done(p);
+}
+
+DX_TEST(pv_worker_lock_expiry) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f, g;
+  enqueue_work(p, T0, act_item("A", 1, 1));
+  f = wfetch(p, T0);
+  g = wfetch(p, T0 + LOCK - 1);
+  ASSERT_EQ(g.item.kind, 0);
+  CHECK_ERR(M(p)->renew_work_item_lock(p, T0 + LOCK, f.lock_token, LOCK, &E), DX_ELOCK);
+  CHECK_ERR(M(p)->ack_work_item(p, T0 + LOCK, f.lock_token, NULL, &E), DX_ELOCK);
+  g = wfetch(p, T0 + LOCK);
+  ASSERT_EQ(g.item.id, 1);
+  ASSERT_EQ(g.attempt_count, 2);
+  ASSERT_NE(g.lock_token, f.lock_token);
+  CHECK_ERR(M(p)->ack_work_item(p, T0 + LOCK + 1, f.lock_token, NULL, &E), DX_ELOCK);
+  CHECK(M(p)->ack_work_item(p, T0 + LOCK + 1, g.lock_token, NULL, &E));
+  dx_work_item_clear(&f.item);
+  dx_work_item_clear(&g.item);
+  done(p);
+}
+
+DX_TEST(pv_lock_stealing_cancels_worker_rows) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t work[2] = {act_item("A", 1, 2), act_item("A", 1, 3)}, late = act_item("A", 1, 7);
+  dx_activity_ref_t refs[3] = {{"A", 1, 2}, {"A", 1, 99}, {"A", 1, 7}};
+  dx_event_t ev[3];
+  dx_orch_item_t *it;
+  dx_work_fetch_t f;
+  dx_orch_ack_t a;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  a = ack_of(it);
+  a.delta = delta(ev, 3, it);
+  a.delta_len = 3;
+  a.worker_items = work;
+  a.worker_items_len = 2;
+  CHECK(M(p)->ack_orchestration_item(p, T0, &a, &E));
+  dx_orch_item_free(it);
+  f = wfetch(p, T0 + 1);
+  ASSERT_EQ(f.item.id, 2);
+
+  /* next turn cancels activity 2 (locked), 99 (missing) and 7 (inserted by this same ack) */
+  enqueue(p, T0 + 2, raise_item("A"));
+  it = fetch(p, T0 + 3);
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  a.worker_items = &late;
+  a.worker_items_len = 1;
+  a.cancelled = refs;
+  a.cancelled_len = 3;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 4, &a, &E));
+  dx_orch_item_free(it);
+  ASSERT_EQ(depths(p).worker, 1); /* only activity 3 is left */
+  CHECK_ERR(M(p)->renew_work_item_lock(p, T0 + 5, f.lock_token, LOCK, &E), DX_ELOCK);
+  CHECK_ERR(M(p)->ack_work_item(p, T0 + 5, f.lock_token, NULL, &E), DX_ELOCK);
+  dx_work_item_clear(&f.item);
+  f = wfetch(p, T0 + 6);
+  ASSERT_EQ(f.item.id, 3);
+  dx_work_item_clear(&f.item);
+  done(p);
+}
+
+DX_TEST(pv_session_rows_need_a_session_config) {
+  dx_provider_t *p = fresh();
+  dx_session_cfg_t cfg = {"worker-1", LOCK, 10};
+  dx_work_item_t s = act_item("A", 1, 1);
+  dx_work_fetch_t f;
+  s.session_id = "s1";
+  enqueue_work(p, T0, s);
+  enqueue_work(p, T0 + 1, act_item("A", 1, 2));
+  f = wfetch(p, T0 + 2);
+  ASSERT_EQ(f.item.id, 2); /* the older session row is skipped */
+  dx_work_item_clear(&f.item);
+  f = wfetch(p, T0 + 2);
+  ASSERT_EQ(f.item.kind, 0);
+  ASSERT_EQ(next_due(p, T0 + 2), T0 + 2 + LOCK); /* session rows do not wake plain workers */
+  CHECK(M(p)->fetch_work_item(p, T0 + 2, LOCK, &cfg, &f, &E));
+  ASSERT_EQ(f.item.id, 1);
+  ASSERT_STR_EQ(f.item.session_id, "s1");
+  dx_work_item_clear(&f.item);
+  done(p);
+}
+
+/* {===== reads and management =====} */
+
+DX_TEST(pv_reads_of_unknown_instances) {
+  dx_provider_t *p = fresh();
+  dx_instance_info_t info;
+  dx_event_t *ev = NULL;
+  size_t n = 7;
+  CHECK_ERR(M(p)->read_history(p, "nope", 0, &ev, &n, NULL, &E), DX_ENOTFOUND);
+  ASSERT_CONTAINS(E.msg, "nope");
+  ASSERT(ev == NULL);
+  ASSERT_EQ(n, 0);
+  CHECK_ERR(M(p)->get_instance_info(p, "nope", &info, &E), DX_ENOTFOUND);
+  done(p);
+}
+
+DX_TEST(pv_append_with_execution) {
+  dx_provider_t *p = fresh();
+  dx_event_t ev[2];
+  dx_orch_item_t fake;
+  memset(&fake, 0, sizeof fake);
+  delta(ev, 2, &fake);
+  CHECK(M(p)->append_with_execution(p, "X", 1, ev, 2, &E));
+  ASSERT_EQ(history_len(p, "X", 0), 2);
+  CHECK_ERR(M(p)->append_with_execution(p, "X", 1, ev + 1, 1, &E), DX_EEXIST);
+  ev[0].event_id = 0;
+  CHECK_ERR(M(p)->append_with_execution(p, "X", 1, ev, 1, &E), DX_EINVAL);
+  ASSERT_EQ(history_len(p, "X", 1), 2);
+  done(p);
+}
+
+DX_TEST(pv_instance_info_status_and_custom_status) {
+  dx_provider_t *p = fresh();
+  dx_failure_t fail = {DX_CAT_APPLICATION, "OrchestrationFailed", "boom", 0};
+  dx_instance_info_t info;
+  dx_event_t ev[1];
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  a.custom_status_set = 1;
+  a.custom_status = "\"busy\"";
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 1, &a, &E));
+  dx_orch_item_free(it);
+  CHECK(M(p)->get_instance_info(p, "A", &info, &E));
+  ASSERT_STR_EQ(info.custom_status, "\"busy\"");
+  ASSERT_EQ(info.custom_status_version, 1);
+  ASSERT_EQ(info.status, DX_STATUS_RUNNING);
+  dx_instance_info_clear(&info);
+
+  enqueue(p, T0 + 2, raise_item("A")); /* a turn that leaves custom status alone */
+  turn(p, T0 + 3, fetch(p, T0 + 3), 1);
+  CHECK(M(p)->get_instance_info(p, "A", &info, &E));
+  ASSERT_STR_EQ(info.custom_status, "\"busy\"");
+  ASSERT_EQ(info.custom_status_version, 1);
+  ASSERT_EQ(info.updated_at_ms, T0 + 3);
+  dx_instance_info_clear(&info);
+
+  enqueue(p, T0 + 4, raise_item("A"));
+  it = fetch(p, T0 + 5);
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  a.status = DX_STATUS_FAILED;
+  a.failure = &fail;
+  a.custom_status_set = 1;
+  a.custom_status = NULL;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 6, &a, &E));
+  dx_orch_item_free(it);
+  CHECK(M(p)->get_instance_info(p, "A", &info, &E));
+  ASSERT_EQ(info.status, DX_STATUS_FAILED);
+  ASSERT_EQ(info.failure.category, DX_CAT_APPLICATION);
+  ASSERT_STR_EQ(info.failure.kind, "OrchestrationFailed");
+  ASSERT_STR_EQ(info.failure.message, "boom");
+  ASSERT(info.custom_status == NULL);
+  ASSERT_EQ(info.custom_status_version, 2);
+  ASSERT_EQ(info.created_at_ms, T0 + 1);
+  dx_instance_info_clear(&info);
+  done(p);
+}
+
+typedef struct {
+  char ids[8][16];
+  int n, stop_after;
+} list_acc_t;
+
+static int list_cb(void *ud, const char *id) {
+  list_acc_t *l = ud;
+  snprintf(l->ids[l->n++], sizeof l->ids[0], "%s", id);
+  return l->n == l->stop_after;
+}
+
+DX_TEST(pv_list_instances_newest_first) {
+  dx_provider_t *p = fresh();
+  list_acc_t l;
+  create_instance(p, T0 + 20, "b");
+  create_instance(p, T0 + 10, "a"); /* created earlier on the virtual clock */
+  create_instance(p, T0 + 30, "c");
+  enqueue(p, T0 + 40, start_item("pending")); /* not an instance until acked */
+  memset(&l, 0, sizeof l);
+  CHECK(M(p)->list_instances(p, list_cb, &l, &E));
+  ASSERT_EQ(l.n, 3);
+  ASSERT_STR_EQ(l.ids[0], "c");
+  ASSERT_STR_EQ(l.ids[1], "b");
+  ASSERT_STR_EQ(l.ids[2], "a");
+  memset(&l, 0, sizeof l);
+  l.stop_after = 1;
+  CHECK(M(p)->list_instances(p, list_cb, &l, &E));
+  ASSERT_EQ(l.n, 1);
+  done(p);
+}
+
+DX_TEST(pv_queue_depths) {
+  dx_provider_t *p = fresh();
+  dx_queue_depths_t d;
+  dx_orch_item_t *it;
+  create_instance(p, T0, "A");
+  enqueue(p, T0, raise_item("A"));
+  enqueue(p, T0, start_item("B"));
+  enqueue_work(p, T0, act_item("A", 1, 1));
+  enqueue_work(p, T0, act_item("A", 1, 2));
+  it = fetch(p, T0 + 1); /* locked messages still count */
+  d = depths(p);
+  ASSERT_EQ(d.orchestrator, 2);
+  ASSERT_EQ(d.worker, 2);
+  ASSERT_EQ(d.instances, 1);
+  dx_orch_item_free(it);
+  done(p);
+}
+
+DX_TEST(pv_next_due_ms) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t t = wi(DX_WI_TIMER_FIRED, "A", 1, 2);
+  dx_work_fetch_t f;
+  ASSERT_EQ(next_due(p, T0), INT64_MAX);
+  create_instance(p, T0, "A");
+  t.fire_at_ms = T0 + 5000;
+  enqueue(p, T0, t);
+  ASSERT_EQ(next_due(p, T0), T0 + 5000);
+  enqueue_work(p, T0 + 10, act_item("A", 1, 1));
+  ASSERT_EQ(next_due(p, T0 + 10), T0 + 10);
+  f = wfetch(p, T0 + 10);
+  ASSERT_EQ(next_due(p, T0 + 10), T0 + 5000); /* the worker lock expires later */
+  CHECK(M(p)->ack_work_item(p, T0 + 11, f.lock_token, NULL, &E));
+  dx_work_item_clear(&f.item);
+  dx_orch_item_free(fetch(p, T0 + 5000));
+  ASSERT_EQ(next_due(p, T0 + 5000), T0 + 5000 + LOCK); /* the instance lock */
+  done(p);
+}
+
+/* {===== group commit =====} */
+
+static void *read_info_thread(void *arg) {
+  dx_provider_t *p = arg;
+  dx_instance_info_t info;
+  dx_error_t err;
+  return (void *)(intptr_t)M(p)->get_instance_info(p, "A", &info, &err);
+}
+
+DX_TEST(pv_group_commit_batches_acks) {
+  dx_provider_t *p = fresh();
+  const char *names[3] = {"A", "B", "C"};
+  dx_orch_item_t *it[3], *bad;
+  dx_orch_ack_t a;
+  dx_event_t ev[1];
+  pthread_t th;
+  void *res;
+  int i;
+  for (i = 0; i < 3; i++) enqueue(p, T0 + i, start_item(names[i]));
+  for (i = 0; i < 3; i++) ASSERT((it[i] = fetch(p, T0 + 10)) != NULL);
+  CHECK(M(p)->begin(p, &E));
+  CHECK_ERR(M(p)->begin(p, &E), DX_ESTATE);
+  turn(p, T0 + 20, it[0], 1);
+  bad = it[1];
+  a = ack_of(bad);
+  a.lock_token ^= 1;
+  a.delta = delta(ev, 1, bad);
+  a.delta_len = 1;
+  CHECK_ERR(M(p)->ack_orchestration_item(p, T0 + 20, &a, &E), DX_ETOKEN); /* batch stays usable */
+  turn(p, T0 + 20, it[2], 1);
+  enqueue(p, T0 + 21, raise_item("A"));
+  ASSERT_EQ(depths(p).instances, 2); /* reads in the batch see its writes */
+  pthread_create(&th, NULL, read_info_thread, p);
+  pthread_join(th, &res);
+  ASSERT_EQ((intptr_t)res, DX_ENOTFOUND); /* other threads do not, until commit */
+  CHECK(M(p)->commit(p, 1, &E));
+  CHECK_ERR(M(p)->commit(p, 1, &E), DX_ESTATE);
+  ASSERT_EQ(depths(p).instances, 2);
+  ASSERT_EQ(history_len(p, "A", 1), 1);
+  ASSERT_EQ(history_len(p, "C", 1), 1);
+  pthread_create(&th, NULL, read_info_thread, p);
+  pthread_join(th, &res);
+  ASSERT_EQ((intptr_t)res, 0);
+  CHECK(M(p)->begin(p, &E)); /* sync=0 commit */
+  turn(p, T0 + 22, bad, 1);
+  CHECK(M(p)->commit(p, 0, &E));
+  ASSERT_EQ(depths(p).instances, 3);
+  ASSERT_EQ(depths(p).orchestrator, 1); /* A's raise */
+  done(p);
+}
+
+DX_TEST(pv_group_commit_rollback) {
+  dx_provider_t *p = fresh();
+  dx_instance_info_t info;
+  dx_orch_item_t *it, *again;
+  enqueue(p, T0, start_item("A"));
+  CHECK(M(p)->begin(p, &E));
+  it = fetch(p, T0);
+  ASSERT(it);
+  turn(p, T0 + 1, it, 1);
+  M(p)->rollback(p); /* undoes the fetch's lock and the ack */
+  CHECK_ERR(M(p)->get_instance_info(p, "A", &info, &E), DX_ENOTFOUND);
+  again = fetch(p, T0 + 2);
+  ASSERT(again);
+  ASSERT_EQ(again->attempt_count, 1);
+  turn(p, T0 + 3, again, 1);
+  M(p)->rollback(p); /* no batch: nothing happens */
+  ASSERT_EQ(depths(p).instances, 1);
+  done(p);
+}
+
+/* {===== scale and corruption =====} */
+
+DX_TEST(pv_fetch_skips_thousands_of_locked_and_delayed_rows) {
+  dx_provider_t *p = fresh();
+  enum { N = 5000 };
+  char inst[32];
+  dx_orch_item_t *it;
+  dx_work_fetch_t f;
+  int i;
+  CHECK(M(p)->begin(p, &E));
+  for (i = 0; i < N; i++) {
+    dx_work_item_t t;
+    snprintf(inst, sizeof inst, "timer-%d", i);
+    t = wi(DX_WI_TIMER_FIRED, inst, 1, 1);
+    t.fire_at_ms = T0 + 3600000;
+    enqueue(p, T0, t);
+    enqueue_work(p, T0, act_item("W", 1, (uint64_t)i + 1));
+  }
+  for (i = 0; i < N; i++) {
+    f = wfetch(p, T0);
+    ASSERT_EQ(f.item.id, (uint64_t)i + 1);
+    dx_work_item_clear(&f.item);
+  }
+  CHECK(M(p)->commit(p, 1, &E));
+  enqueue_work(p, T0 + 1, act_item("W", 1, 999999));
+  enqueue(p, T0 + 1, start_item("visible"));
+  f = wfetch(p, T0 + 2);
+  ASSERT_EQ(f.item.id, 999999);
+  dx_work_item_clear(&f.item);
+  f = wfetch(p, T0 + 3);
+  ASSERT_EQ(f.item.kind, 0);
+  it = fetch(p, T0 + 2);
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, "visible");
+  dx_orch_item_free(it);
+  ASSERT(fetch(p, T0 + 3) == NULL);
+  ASSERT_EQ(next_due(p, T0 + 3), T0 + 2 + LOCK);
+  done(p);
+}
+
+DX_TEST(pv_corrupted_history_is_reported) {
+  dx_provider_t *p = fresh();
+  dx_orch_item_t *it;
+  dx_event_t *ev = NULL;
+  size_t n = 0;
+  enqueue(p, T0, start_item("A"));
+  turn(p, T0, fetch(p, T0), 3);
+  if (dx_pv_corrupt_history(p, "A", 1, 2) != 0) { /* provider cannot: skip */
+    done(p);
+    return;
+  }
+  enqueue(p, T0 + 1, raise_item("A"));
+  it = fetch(p, T0 + 2);
+  ASSERT(it);
+  ASSERT_EQ(it->history_error, DX_ECORRUPT);
+  ASSERT_EQ(it->history_len, 0);
+  ASSERT_CONTAINS(it->history_error_msg, "'A'");
+  ASSERT_CONTAINS(it->history_error_msg, "event 2");
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT(fetch(p, T0 + 3) == NULL); /* the lock is held */
+  CHECK_ERR(M(p)->read_history(p, "A", 0, &ev, &n, NULL, &E), DX_ECORRUPT);
+  ASSERT_CONTAINS(E.msg, "history");
+  ASSERT_CONTAINS(E.msg, "event 2");
+  ASSERT(ev == NULL);
+  CHECK(M(p)->abandon_orchestration_item(p, T0 + 4, "A", it->lock_token, 0, 0, &E));
+  dx_orch_item_free(it);
+  done(p);
+}
+
+/* {===== several processes on one store =====} */
+
+#define CHILD_CHECK(c)                                                              \
+  do {                                                                              \
+    if (!(c)) {                                                                     \
+      fprintf(stderr, "# child %d: %s failed at line %d: %s\n", (int)getpid(), #c,  \
+              __LINE__, E.msg);                                                     \
+      _exit(3);                                                                     \
+    }                                                                               \
+  } while (0)
+
+/* Fork `n` children running fn(store, i, fd) (fd: write end of a shared pipe) on their own
+** handles; collect their output into buf (malloc'd, NUL-terminated); fail on any bad exit. */
+static char *run_children(const char *store, int n, void (*fn)(const char *, int, int)) {
+  size_t len = 0, cap = 4096;
+  char *buf = malloc(cap);
+  pid_t pids[8];
+  int fds[2], i;
+  ssize_t got;
+  ASSERT(n <= 8 && buf && pipe(fds) == 0);
+  fflush(NULL);
+  for (i = 0; i < n; i++) {
+    ASSERT((pids[i] = fork()) >= 0);
+    if (pids[i] == 0) {
+      close(fds[0]);
+      fn(store, i, fds[1]);
+      _exit(0); /* never run the parent's atexit handlers (they remove the store) */
+    }
+  }
+  close(fds[1]);
+  while ((got = read(fds[0], buf + len, cap - len - 1)) > 0) {
+    len += (size_t)got;
+    if (cap - len < 256) ASSERT((buf = realloc(buf, cap *= 2)) != NULL);
+  }
+  close(fds[0]);
+  buf[len] = 0;
+  for (i = 0; i < n; i++) {
+    int status = 0;
+    ASSERT(waitpid(pids[i], &status, 0) == pids[i]);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) DX_FAIL_AT("child %d failed (status %d)", i, status);
+  }
+  return buf;
+}
+
+enum { WORK_ROWS = 400 };
+
+static void worker_child(const char *store, int idx, int fd) {
+  dx_provider_t *p = dx_pv_open(store);
+  for (;;) {
+    dx_work_fetch_t f;
+    dx_work_item_t reply;
+    char line[32];
+    int n;
+    CHILD_CHECK(M(p)->fetch_work_item(p, wall_ms(), 60000, NULL, &f, &E) == 0);
+    if (f.item.kind == 0) break;
+    reply = act_done("sink", 1, f.item.id);
+    CHILD_CHECK(M(p)->ack_work_item(p, wall_ms(), f.lock_token, &reply, &E) == 0);
+    n = snprintf(line, sizeof line, "%llu\n", (unsigned long long)f.item.id);
+    CHILD_CHECK(write(fd, line, (size_t)n) == n);
+    dx_work_item_clear(&f.item);
+  }
+  done(p);
+}
+
+DX_TEST(pv_multi_process_workers_ack_each_row_once) {
+  char *store = dx_pv_new_store(), *out, *s;
+  dx_provider_t *p;
+  static int seen[WORK_ROWS + 1];
+  int i, total = 0;
+  dx_queue_depths_t d;
+  if (!dx_pv_multi_process()) { free(store); return; }
+  p = dx_pv_open(store);
+  CHECK(M(p)->begin(p, &E));
+  for (i = 1; i <= WORK_ROWS; i++) enqueue_work(p, wall_ms(), act_item("W", 1, (uint64_t)i));
+  CHECK(M(p)->commit(p, 1, &E));
+  done(p); /* children open their own env: never share one across fork */
+  out = run_children(store, 4, worker_child);
+  for (s = strtok(out, "\n"); s; s = strtok(NULL, "\n")) {
+    int id = atoi(s);
+    ASSERT(id >= 1 && id <= WORK_ROWS);
+    seen[id]++;
+    total++;
+  }
+  free(out);
+  ASSERT_EQ(total, WORK_ROWS);
+  for (i = 1; i <= WORK_ROWS; i++) ASSERT_EQ(seen[i], 1);
+  p = dx_pv_open(store);
+  d = depths(p);
+  ASSERT_EQ(d.worker, 0);
+  ASSERT_EQ(d.orchestrator, WORK_ROWS);
+  done(p);
+  free(store);
+}
+
+enum { ORCH_INSTANCES = 10, ORCH_TURNS = 5 };
+
+typedef struct {
+  atomic_int holders[ORCH_INSTANCES];
+  atomic_int violations;
+  atomic_int turns;
+} orch_shared_t;
+
+static orch_shared_t *g_shared; /* MAP_SHARED: visible to every child */
+
+static void orch_child(const char *store, int idx, int fd) {
+  dx_provider_t *p = dx_pv_open(store);
+  int64_t deadline = wall_ms() + 60000;
+  while (atomic_load(&g_shared->turns) < ORCH_INSTANCES * ORCH_TURNS && wall_ms() < deadline) {
+    dx_orch_item_t *it = NULL;
+    dx_work_item_t next;
+    dx_event_t ev[1];
+    dx_orch_ack_t a;
+    int i;
+    CHILD_CHECK(M(p)->fetch_orchestration_item(p, wall_ms(), 60000, &it, &E) == 0);
+    if (!it) {
+      usleep(500);
+      continue;
+    }
+    i = atoi(it->instance + 5); /* "inst-N" */
+    CHILD_CHECK(i >= 0 && i < ORCH_INSTANCES);
+    if (atomic_fetch_add(&g_shared->holders[i], 1) != 0) atomic_fetch_add(&g_shared->violations, 1);
+    a = ack_of(it);
+    a.delta = delta(ev, 1, it);
+    a.delta_len = 1;
+    next = raise_item(it->instance); /* one more turn for this instance */
+    a.orch_items = &next;
+    a.orch_items_len = it->history_len + 1 < ORCH_TURNS;
+    usleep(200); /* widen the window in which a second holder would show */
+    atomic_fetch_sub(&g_shared->holders[i], 1); /* before ack: then the lock can move on */
+    CHILD_CHECK(M(p)->ack_orchestration_item(p, wall_ms(), &a, &E) == 0);
+    atomic_fetch_add(&g_shared->turns, 1);
+    dx_orch_item_free(it);
+  }
+  done(p);
+}
+
+DX_TEST(pv_multi_process_orchestrators_exclusive) {
+  char *store = dx_pv_new_store(), inst[32];
+  dx_provider_t *p;
+  int i;
+  if (!dx_pv_multi_process()) { free(store); return; }
+  g_shared = mmap(NULL, sizeof *g_shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT(g_shared != MAP_FAILED);
+  memset(g_shared, 0, sizeof *g_shared);
+  p = dx_pv_open(store);
+  for (i = 0; i < ORCH_INSTANCES; i++) {
+    snprintf(inst, sizeof inst, "inst-%d", i);
+    enqueue(p, wall_ms(), start_item(inst));
+  }
+  done(p);
+  free(run_children(store, 2, orch_child));
+  ASSERT_EQ(atomic_load(&g_shared->violations), 0);
+  ASSERT_EQ(atomic_load(&g_shared->turns), ORCH_INSTANCES * ORCH_TURNS);
+  p = dx_pv_open(store);
+  for (i = 0; i < ORCH_INSTANCES; i++) {
+    snprintf(inst, sizeof inst, "inst-%d", i);
+    ASSERT_EQ(history_len(p, inst, 1), ORCH_TURNS);
+  }
+  ASSERT_EQ(depths(p).orchestrator, 0);
+  done(p);
+  free(store);
+}

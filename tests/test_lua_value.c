@@ -1,0 +1,414 @@
+/* test_lua_value.c -- the Lua <-> canonical JSON value codec (bindings/lua/value.c). */
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "codec.h"
+#include "testlib.h"
+#include "value.h"
+
+/* {===== harness =====} */
+
+/* encode(v) -> json | nil, err  (root name "input"; checks the stack is left balanced) */
+static int l_encode(lua_State *L) {
+  char err[512];
+  char *s;
+  int top;
+  lua_settop(L, 1);
+  top = lua_gettop(L);
+  s = dx__lua_to_json(L, 1, "input", err, sizeof err);
+  if (lua_gettop(L) != top) return luaL_error(L, "dx__lua_to_json changed the stack");
+  if (!s) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  lua_pushstring(L, s);
+  free(s);
+  return 1;
+}
+
+/* decode(json) -> true, value | false, err */
+static int l_decode(lua_State *L) {
+  size_t n;
+  const char *j = luaL_checklstring(L, 1, &n);
+  char err[512];
+  int top = lua_gettop(L);
+  if (!dx__lua_push_json(L, j, n, err, sizeof err)) {
+    if (lua_gettop(L) != top) return luaL_error(L, "dx__lua_push_json pushed on failure");
+    lua_pushboolean(L, 0);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  if (lua_gettop(L) != top + 1) return luaL_error(L, "dx__lua_push_json did not push one value");
+  lua_pushboolean(L, 1);
+  lua_insert(L, -2);
+  return 2;
+}
+
+/* canonical(json) -> the core canonicalizer's bytes (or raises) */
+static int l_canonical(lua_State *L) {
+  size_t n;
+  const char *j = luaL_checklstring(L, 1, &n);
+  char *out;
+  dx_error_t err;
+  if (dx__json_canonical(j, n, &out, &err) != DX_OK) return luaL_error(L, "%s", err.msg);
+  lua_pushstring(L, out);
+  free(out);
+  return 1;
+}
+
+static int l_is_array(lua_State *L) {
+  lua_pushboolean(L, dx__lua_is_array_marked(L, 1));
+  return 1;
+}
+
+static int l_is_null(lua_State *L) {
+  lua_pushboolean(L, dx__lua_is_null(L, 1));
+  return 1;
+}
+
+/* A state with a `duroxide` global holding array/null, and the test helpers as globals. */
+static lua_State *new_state(void) {
+  lua_State *L = luaL_newstate();
+  ASSERT(L);
+  luaL_openlibs(L);
+  lua_newtable(L);
+  lua_pushcfunction(L, dx__lua_array);
+  lua_setfield(L, -2, "array");
+  dx__lua_push_null(L);
+  lua_setfield(L, -2, "null");
+  lua_setglobal(L, "duroxide");
+  lua_register(L, "encode", l_encode);
+  lua_register(L, "decode", l_decode);
+  lua_register(L, "canonical", l_canonical);
+  lua_register(L, "is_array", l_is_array);
+  lua_register(L, "is_null", l_is_null);
+  return L;
+}
+
+/* Helpers shared by the Lua snippets: deep equality that also compares math.type, the sign
+** of zero and null identity; and a check for an exact encode error. */
+static const char *lua_prelude =
+    "function deq(a, b, path)\n"
+    "  path = path or 'v'\n"
+    "  if type(a) ~= type(b) then error(path .. ': type ' .. type(a) .. ' vs ' .. type(b)) end\n"
+    "  if type(a) == 'number' then\n"
+    "    if math.type(a) ~= math.type(b) then error(path .. ': math.type differs') end\n"
+    "    if a ~= b then error(path .. ': ' .. tostring(a) .. ' vs ' .. tostring(b)) end\n"
+    "    if a == 0 and math.type(a) == 'float' and 1/a ~= 1/b then error(path .. ': sign of zero') end\n"
+    "  elseif type(a) == 'table' then\n"
+    "    local n = 0\n"
+    "    for k, v in pairs(a) do n = n + 1; deq(v, b[k], path .. '.' .. tostring(k)) end\n"
+    "    for _ in pairs(b) do n = n - 1 end\n"
+    "    if n ~= 0 then error(path .. ': key count differs') end\n"
+    "  elseif a ~= b then error(path .. ': ' .. tostring(a) .. ' vs ' .. tostring(b)) end\n"
+    "end\n"
+    "function expect_error(v, msg)\n"
+    "  local j, err = encode(v)\n"
+    "  if j then error('expected an error, got ' .. j) end\n"
+    "  if err ~= msg then error('got error [' .. err .. '] want [' .. msg .. ']') end\n"
+    "end\n";
+
+static void run_lua(lua_State *L, const char *code) {
+  if (luaL_loadstring(L, code) != LUA_OK || lua_pcall(L, 0, 0, 0) != LUA_OK)
+    DX_FAIL_AT("lua: %s", lua_tostring(L, -1));
+}
+
+static lua_State *test_state(void) {
+  lua_State *L = new_state();
+  run_lua(L, lua_prelude);
+  return L;
+}
+
+/* {===== tests =====} */
+
+DX_TEST(property_round_trip_random_values) {
+  lua_State *L = test_state();
+  run_lua(L,
+      "math.randomseed(20240611)\n"
+      "local special_floats = {0.1, 1e300, -1e300, -0.0, 0.0, 5e-324, 1.0, -1.5, 2^53, 2^63,\n"
+      "  1e-300, 123.456, 1/3, 1e16, 1e20, 0.30000000000000004}\n"
+      "local special_ints = {0, 1, -1, math.maxinteger, math.mininteger, 2^53|0, 1000000}\n"
+      "local function rfloat()\n"
+      "  if math.random(3) == 1 then return special_floats[math.random(#special_floats)] end\n"
+      "  while true do\n"
+      "    local d = string.unpack('<d', string.pack('<i8', math.random(math.mininteger, math.maxinteger)))\n"
+      "    if d == d and d ~= math.huge and d ~= -math.huge then return d end\n"
+      "  end\n"
+      "end\n"
+      "local function rint()\n"
+      "  if math.random(3) == 1 then return special_ints[math.random(#special_ints)] end\n"
+      "  return math.random(math.mininteger, math.maxinteger)\n"
+      "end\n"
+      "local function rchar()\n"
+      "  local r = math.random(10)\n"
+      "  if r <= 5 then return string.char(math.random(0x20, 0x7e)) end\n"
+      "  if r == 6 then return string.char(math.random(0, 0x1f)) end\n"  /* incl. NUL */
+      "  if r == 7 then return utf8.char(math.random(0x80, 0x7ff)) end\n"
+      "  if r == 8 then\n"
+      "    local c = math.random(0x800, 0xfffd)\n"
+      "    if c >= 0xd800 and c <= 0xdfff then c = 0x4e2d end\n"
+      "    return utf8.char(c)\n"
+      "  end\n"
+      "  if r == 9 then return utf8.char(math.random(0x10000, 0x10ffff)) end\n"
+      "  return ({'\"', '\\\\', '/', '\\127'})[math.random(4)]\n"
+      "end\n"
+      "local function rstr(nul_ok)\n"
+      "  local t = {}\n"
+      "  for i = 1, math.random(0, 12) do\n"
+      "    local c = rchar()\n"
+      "    if nul_ok or c ~= '\\0' then t[#t + 1] = c end\n"
+      "  end\n"
+      "  return table.concat(t)\n"
+      "end\n"
+      "local gen\n"
+      "local function scalar()\n"
+      "  local r = math.random(5)\n"
+      "  if r == 1 then return math.random(2) == 1 end\n"
+      "  if r == 2 then return rint() end\n"
+      "  if r == 3 then return rfloat() end\n"
+      "  if r == 4 then return rstr(true) end\n"
+      "  return duroxide.null\n"
+      "end\n"
+      "function gen(depth)\n"
+      "  local r = math.random(depth > 4 and 1 or 8)\n"
+      "  if r <= 3 then return scalar() end\n"
+      "  if r <= 5 then\n"
+      "    local n = math.random(0, 6)\n"
+      "    local t = {}\n"
+      "    for i = 1, n do t[i] = gen(depth + 1) end\n"
+      "    if n == 0 or math.random(2) == 1 then duroxide.array(t) end\n"
+      "    return t\n"
+      "  end\n"
+      "  local t = {}\n"
+      "  for i = 1, math.random(0, 10) do t[rstr(false)] = gen(depth + 1) end\n"
+      "  return t\n"
+      "end\n"
+      "for i = 1, 3000 do\n"
+      "  local v = gen(0)\n"
+      "  if i == 1 then v = nil end\n"
+      "  local j1, err = encode(v)\n"
+      "  if not j1 then error('encode failed: ' .. err) end\n"
+      "  local ok, v2 = decode(j1)\n"
+      "  if not ok then error('decode of ' .. j1 .. ' failed: ' .. v2) end\n"
+      "  local j2 = assert(encode(v2))\n"
+      "  if j1 ~= j2 then error('not stable:\\n' .. j1 .. '\\n' .. j2) end\n"
+      "  if canonical(j1) ~= j1 then error('differs from dx__json_canonical: ' .. j1) end\n"
+      "  if v == duroxide.null then v = nil end\n"  /* top-level null decodes to nil */
+      "  deq(v, v2)\n"
+      "end\n");
+  lua_close(L);
+}
+
+DX_TEST(scalars_and_number_subtypes) {
+  lua_State *L = test_state();
+  run_lua(L,
+      "local cases = {\n"
+      "  {1, '1'}, {1.0, '1.0'}, {-0.0, '-0.0'}, {0.1, '0.10000000000000001'},\n"
+      "  {1e300, '1.0000000000000001e300'}, {2^53, '9007199254740992.0'}, {1e20, '1e20'},\n"
+      "  {math.maxinteger, '9223372036854775807'}, {math.mininteger, '-9223372036854775808'},\n"
+      "  {true, 'true'}, {false, 'false'}, {'hi', '\"hi\"'}, {'a\\0b', '\"a\\\\u0000b\"'},\n"
+      "  {'\\u{e9}\\n', '\"\\u{e9}\\\\n\"'}, {duroxide.null, 'null'},\n"
+      "}\n"
+      "for _, c in ipairs(cases) do\n"
+      "  local j = assert(encode(c[1]))\n"
+      "  if j ~= c[2] then error(tostring(c[1]) .. ' -> ' .. j .. ', want ' .. c[2]) end\n"
+      "end\n"
+      "assert(encode(nil) == 'null')\n"
+      "local ok, v = decode('1'); assert(ok and math.type(v) == 'integer' and v == 1)\n"
+      "ok, v = decode('1.0'); assert(ok and math.type(v) == 'float' and v == 1)\n"
+      "ok, v = decode('-0.0'); assert(ok and math.type(v) == 'float' and 1/v < 0)\n"
+      "ok, v = decode('1e2'); assert(ok and math.type(v) == 'float' and v == 100)\n"
+      "ok, v = decode('null'); assert(ok and v == nil)\n"
+      "ok, v = decode('\"a\\\\u0000b\"'); assert(ok and v == 'a\\0b' and #v == 3)\n");
+  lua_close(L);
+}
+
+DX_TEST(tables_arrays_objects_and_null) {
+  lua_State *L = test_state();
+  run_lua(L,
+      "assert(encode({}) == '{}')\n"
+      "assert(encode(duroxide.array({})) == '[]')\n"
+      "assert(encode(duroxide.array()) == '[]')\n"
+      "assert(encode({1, 2, 3}) == '[1,2,3]')\n"
+      "assert(encode({b = 1, a = {2, 3}, c = {}}) == '{\"a\":[2,3],\"b\":1,\"c\":{}}')\n"
+      "assert(encode({1, duroxide.null, 3}) == '[1,null,3]')\n"
+      "assert(encode({a = duroxide.null}) == '{\"a\":null}')\n"
+      "assert(encode(duroxide.array({'x'})) == '[\"x\"]')\n"
+      /* raw access only: metamethods are never called */
+      "local mt = {__index = function() error('index') end, __pairs = function() error('pairs') end,\n"
+      "            __len = function() error('len') end, __name = 'Thing'}\n"
+      "assert(encode(setmetatable({1, 2}, mt)) == '[1,2]')\n"
+      "assert(encode(setmetatable({k = 1}, mt)) == '{\"k\":1}')\n"
+      /* a shared (non-cyclic) subtable is fine */
+      "local s = {1}\n"
+      "assert(encode({a = s, b = s, c = {s}}) == '{\"a\":[1],\"b\":[1],\"c\":[[1]]}')\n"
+      /* decoding: arrays come back marked, objects not, null becomes the sentinel */
+      "local ok, v = decode('[]'); assert(ok and is_array(v) and next(v) == nil)\n"
+      "assert(encode(v) == '[]')\n"
+      "ok, v = decode('{}'); assert(ok and not is_array(v) and encode(v) == '{}')\n"
+      "ok, v = decode('[null,1,null]'); assert(ok and #v == 3 and v[1] == duroxide.null and is_null(v[3]))\n"
+      "ok, v = decode('{\"a\":null,\"b\":[[]]}'); assert(ok and v.a == duroxide.null and is_array(v.b[1]))\n"
+      "assert(encode(v) == '{\"a\":null,\"b\":[[]]}')\n"
+      "assert(not is_array({}) and not is_array(1) and not is_null({}) and not is_null(nil))\n"
+      /* marking survives and does not touch the metatable */
+      "local t = setmetatable({}, mt); assert(duroxide.array(t) == t and getmetatable(t) == mt)\n"
+      "assert(encode(t) == '[]')\n");
+  lua_close(L);
+}
+
+DX_TEST(null_sentinel_is_unique_and_stable) {
+  lua_State *L = test_state();
+  int top = lua_gettop(L);
+  dx__lua_push_null(L);
+  dx__lua_push_null(L);
+  ASSERT(lua_rawequal(L, -1, -2));
+  ASSERT(dx__lua_is_null(L, -1));
+  ASSERT_EQ(lua_type(L, -1), LUA_TUSERDATA);
+  lua_settop(L, top);
+  lua_pushnil(L);
+  ASSERT(!dx__lua_is_null(L, -1));
+  lua_settop(L, top);
+  run_lua(L,
+      "assert(tostring(duroxide.null) == 'duroxide.null')\n"
+      "assert(getmetatable(duroxide.null) == 'duroxide.null')\n"
+      "assert(not pcall(setmetatable, duroxide.null, {}))\n"
+      "local ok, v = decode('[null]'); assert(v[1] == duroxide.null)\n"
+      "assert(rawequal(v[1], duroxide.null))\n");
+  lua_close(L);
+}
+
+DX_TEST(error_paths_name_the_value) {
+  lua_State *L = test_state();
+  run_lua(L,
+      "expect_error({items = {1, 2, function() end}}, 'input.items[3]: cannot encode a function')\n"
+      "local t = {}; t.self = t\n"
+      "expect_error(t, 'input.self: cyclic table (refers back to input)')\n"
+      "local a = {b = {}}; a.b.c = {a.b}\n"
+      "expect_error(a, 'input.b.c[1]: cyclic table (refers back to input.b)')\n"
+      "expect_error({x = 0/0}, 'input.x: cannot encode NaN or infinity')\n"
+      "expect_error({x = {math.huge}}, 'input.x[1]: cannot encode NaN or infinity')\n"
+      "expect_error(-math.huge, 'input: cannot encode NaN or infinity')\n"
+      "expect_error({1, 2, a = 1}, 'input: mixed table (array and string keys)')\n"
+      "expect_error(duroxide.array({a = 1}), 'input: mixed table (array and string keys)')\n"
+      "expect_error({[true] = 1}, 'input: table key must be a string or integer')\n"
+      "expect_error({k = {[1.5] = 1}}, 'input.k: table key must be a string or integer')\n"
+      "expect_error({[1] = 1, [3] = 3},\n"
+      "  'input: sparse table (integer keys are not 1..n; use duroxide.null for holes)')\n"
+      "expect_error({[0] = 'z'},\n"
+      "  'input: sparse table (integer keys are not 1..n; use duroxide.null for holes)')\n"
+      "expect_error({name = 'ab\\xffcd'}, 'input.name: string is not valid UTF-8')\n"
+      "expect_error({'\\xed\\xa0\\x80'}, 'input[1]: string is not valid UTF-8')\n"  /* surrogate */
+      "expect_error({['a key'] = {f = print}}, 'input[\"a key\"].f: cannot encode a function')\n"
+      "expect_error({['a\\0b'] = 1}, 'input[\"a\\\\0b\"]: table key contains a NUL byte')\n"
+      "expect_error({['\\xff'] = 1}, 'input[\"\\xff\"]: table key is not valid UTF-8')\n"
+      "expect_error(coroutine.create(print), 'input: cannot encode a thread (coroutine)')\n"
+      "expect_error({io.stdout}, 'input[1]: cannot encode a userdata')\n"
+      /* 100 nested tables are fine, 101 are not */
+      "local deep = 1\n"
+      "for i = 1, 100 do deep = {deep} end\n"
+      "assert(encode(deep))\n"
+      "local j = assert(encode(deep)); local ok = decode(j); assert(ok)\n"
+      "local j2, err = encode({deep})\n"
+      "assert(not j2 and err:find('^input%[1%]%[1%]') and err:find(': nested deeper than 100 levels$'), err)\n");
+  lua_close(L);
+}
+
+DX_TEST(decode_errors) {
+  lua_State *L = test_state();
+  run_lua(L,
+      "local ok, err = decode('{\"a\":1,\\n\"b\":x}')\n"
+      "assert(not ok and err:find('^invalid JSON at line 2, column 5: invalid token'), err)\n"
+      "ok, err = decode('{\"a\":1,\"a\":2}')\n"
+      "assert(not ok and err:find('duplicate object key'), err)\n"
+      "ok, err = decode('')\n"
+      "assert(not ok and err:find('^invalid JSON at line 1'), err)\n"
+      "ok, err = decode(string.rep('[', 101) .. string.rep(']', 101))\n"
+      "assert(not ok and err == 'invalid JSON: nested deeper than 100 levels', err)\n"
+      "ok, err = decode(string.rep('[', 100) .. string.rep(']', 100))\n"
+      "assert(ok)\n");
+  lua_close(L);
+}
+
+/* Keys "k1".."k200" inserted in a different random order in each state: the bytes must be
+** identical and sorted (strcmp order), whatever each state's string hash seed. */
+static char *encode_200_keys(int seed) {
+  lua_State *L = test_state();
+  char code[512], err[256], *s;
+  snprintf(code, sizeof code,
+           "math.randomseed(%d)\n"
+           "local order = {}\n"
+           "for i = 1, 200 do table.insert(order, math.random(#order + 1), i) end\n"
+           "big = {}\n"
+           "for _, i in ipairs(order) do big['k' .. i] = i end\n",
+           seed);
+  run_lua(L, code);
+  lua_getglobal(L, "big");
+  s = dx__lua_to_json(L, -1, "input", err, sizeof err);
+  if (!s) DX_FAIL_AT("%s", err);
+  lua_close(L);
+  return s;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+DX_TEST(map_of_200_keys_is_identical_across_states) {
+  char *a = encode_200_keys(1), *b = encode_200_keys(2);
+  char *keys[200], want[8192], *p = want;
+  int i;
+  ASSERT_STR_EQ(a, b);
+  for (i = 0; i < 200; i++) {
+    keys[i] = malloc(8);
+    snprintf(keys[i], 8, "k%d", i + 1);
+  }
+  qsort(keys, 200, sizeof keys[0], cmp_str);
+  *p++ = '{';
+  for (i = 0; i < 200; i++) {
+    p += sprintf(p, "%s\"%s\":%s", i ? "," : "", keys[i], keys[i] + 1);
+    free(keys[i]);
+  }
+  strcpy(p, "}");
+  ASSERT_STR_EQ(a, want);
+  free(a);
+  free(b);
+}
+
+DX_TEST(encode_never_raises_and_keeps_the_stack) {
+  lua_State *L = test_state();
+  char err[24]; /* small on purpose: messages are truncated, never overflow */
+  char *s;
+  int top;
+  run_lua(L, "bad = {a = {b = {c = {d = {e = {f = {g = {h = {i = {j = {k = {print}}}}}}}}}}}}");
+  lua_getglobal(L, "bad");
+  top = lua_gettop(L);
+  s = dx__lua_to_json(L, -1, "input", err, sizeof err);
+  ASSERT(s == NULL);
+  ASSERT_EQ(lua_gettop(L), top);
+  ASSERT_STR_EQ(err, "input.a.b.c.d.e.f.g.h.i");
+  s = dx__lua_to_json(L, -1, "input", NULL, 0); /* no error buffer at all */
+  ASSERT(s == NULL);
+  lua_pop(L, 1);
+  lua_pushinteger(L, 42);
+  s = dx__lua_to_json(L, -1, "input", err, sizeof err);
+  ASSERT_STR_EQ(s, "42");
+  free(s);
+  lua_close(L);
+}
+
+DX_TEST(encode_works_before_null_or_array_exist) {
+  /* A bare state where neither the sentinel nor the array set was ever created. */
+  lua_State *L = luaL_newstate();
+  char err[128], *s;
+  luaL_openlibs(L);
+  run_lua(L, "v = {a = {1, 2}, b = {}}");
+  lua_getglobal(L, "v");
+  s = dx__lua_to_json(L, -1, "input", err, sizeof err);
+  ASSERT_STR_EQ(s, "{\"a\":[1,2],\"b\":{}}");
+  free(s);
+  ASSERT(!dx__lua_is_array_marked(L, -1));
+  ASSERT(!dx__lua_is_null(L, -1));
+  lua_close(L);
+}
