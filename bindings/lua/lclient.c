@@ -50,6 +50,53 @@ static int l_start(lua_State *L) {
   return 1;
 }
 
+/* client:start_many({ {id, name, input [, version]}, ... }): one durable commit. */
+static int l_start_many(lua_State *L) {
+  dx_client_t *c = check_client(L);
+  lua_Integer n, i;
+  dx_start_t *st;
+  char **inputs;
+  dx_error_t err;
+  int rc;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  n = luaL_len(L, 2);
+  st = lua_newuserdatauv(L, sizeof *st * (size_t)(n ? n : 1), 0);     /* freed by GC */
+  inputs = lua_newuserdatauv(L, sizeof *inputs * (size_t)(n ? n : 1), 0);
+  memset(inputs, 0, sizeof *inputs * (size_t)(n ? n : 1));
+  for (i = 0; i < n; i++) {
+    char err_text[512];
+    lua_geti(L, 2, i + 1);
+    if (!lua_istable(L, -1)) {
+      rc = (int)i;
+      goto bad;
+    }
+    lua_geti(L, -1, 1);
+    lua_geti(L, -2, 2);
+    lua_geti(L, -3, 3);
+    lua_geti(L, -4, 4);
+    st[i].id = lua_tostring(L, -4);
+    st[i].name = lua_tostring(L, -3);
+    st[i].version = lua_tostring(L, -1);
+    inputs[i] = dx__lua_to_json(L, -2, "input", err_text, sizeof err_text);
+    st[i].input = inputs[i];
+    /* keep the strings alive: they stay referenced by the argument table */
+    lua_pop(L, 5);
+    if (!inputs[i] || !st[i].id || !st[i].name) {
+      rc = (int)i;
+      goto bad;
+    }
+  }
+  rc = dx_client_start_many(c, st, (size_t)n, &err);
+  for (i = 0; i < n; i++) free(inputs[i]);
+  if (rc != 0) return fail(L, &err);
+  lua_pushinteger(L, n);
+  return 1;
+bad:
+  for (i = 0; i < n; i++) free(inputs[i]);
+  return luaL_error(L, "start_many: entry %d must be {id, name, input [, version]} with an "
+                    "encodable input", rc + 1);
+}
+
 static int l_raise(lua_State *L) {
   dx_client_t *c = check_client(L);
   const char *id = luaL_checkstring(L, 2), *name = luaL_checkstring(L, 3);
@@ -175,7 +222,8 @@ static int l_close(lua_State *L) {
 
 /* duroxide.client{ store = dir } or duroxide.client(dir) */
 int dxl_client_new(lua_State *L) {
-  static const luaL_Reg methods[] = {{"start", l_start}, {"raise_event", l_raise},
+  static const luaL_Reg methods[] = {{"start", l_start}, {"start_many", l_start_many},
+                                     {"raise_event", l_raise},
                                      {"cancel", l_cancel}, {"status", l_status},
                                      {"wait", l_wait}, {"history", l_history},
                                      {"list", l_list}, {"close", l_close}, {NULL, NULL}};

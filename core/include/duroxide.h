@@ -109,6 +109,16 @@ dx_provider_t *dx_client_provider(dx_client_t *c);
 **  taken; nothing is written on error. */
 int dx_client_start(dx_client_t *c, const char *id, const char *name, const char *input,
                     const char *version, dx_error_t *err);
+/** One start for dx_client_start_many (all fields borrowed). */
+typedef struct dx_start_s {
+  const char *id;
+  const char *name;
+  const char *input;    /* JSON text, NULL = null */
+  const char *version;  /* NULL = latest */
+} dx_start_t;
+/** Start many instances in one durable commit: all or nothing (on error nothing is written
+**  and err names the failing instance). */
+int dx_client_start_many(dx_client_t *c, const dx_start_t *starts, size_t n, dx_error_t *err);
 /** Raise event `name` with JSON `data`. DX_ENOTFOUND for an unknown instance. */
 int dx_client_raise(dx_client_t *c, const char *id, const char *name, const char *data,
                     dx_error_t *err);

@@ -79,34 +79,59 @@ static int enqueue(dx_client_t *c, dx_work_item_t *w, dx_error_t *err) {
   return rc;
 }
 
-int dx_client_start(dx_client_t *c, const char *id, const char *name, const char *input,
-                    const char *version, dx_error_t *err) {
+/* Validate one start and build its work item (w->data is malloc'd: free it). */
+static int prepare_start(dx_client_t *c, const dx_start_t *st, dx_work_item_t *w,
+                         dx_error_t *err) {
   dx_instance_info_t info;
-  dx_work_item_t w;
   char *json = NULL;
   int rc;
-  if (!c) return dx_error_set(err, DX_EINVAL, "NULL client");
-  if ((rc = check_id("instance id", id, err)) != 0) return rc;
-  if ((rc = check_id("orchestration name", name, err)) != 0) return rc;
-  if ((rc = canonical("input", input, &json, err)) != 0) return rc;
+  if ((rc = check_id("instance id", st->id, err)) != 0) return rc;
+  if ((rc = check_id("orchestration name", st->name, err)) != 0) return rc;
+  if ((rc = canonical("input", st->input, &json, err)) != 0) return rc;
   memset(&info, 0, sizeof info);
-  rc = c->p->methods->get_instance_info(c->p, id, &info, NULL);
+  rc = c->p->methods->get_instance_info(c->p, st->id, &info, NULL);
   if (rc == 0) {
-    int st = info.status;
+    int status = info.status;
     dx_instance_info_clear(&info);
     free(json);
-    return dx_error_set(err, DX_EEXIST, "instance '%s' already exists (%s)", id,
-                        dx_status_name(st));
+    return dx_error_set(err, DX_EEXIST, "instance '%s' already exists (%s)", st->id,
+                        dx_status_name(status));
   }
-  memset(&w, 0, sizeof w);
-  w.kind = DX_WI_START;
-  w.instance = (char *)id;
-  w.name = (char *)name;
-  w.version = (char *)version;
-  w.data = json;
-  w.execution_id = 1;
-  rc = enqueue(c, &w, err);
-  free(json);
+  memset(w, 0, sizeof *w);
+  w->kind = DX_WI_START;
+  w->instance = (char *)st->id;
+  w->name = (char *)st->name;
+  w->version = (char *)st->version;
+  w->data = json;
+  w->execution_id = 1;
+  return DX_OK;
+}
+
+int dx_client_start(dx_client_t *c, const char *id, const char *name, const char *input,
+                    const char *version, dx_error_t *err) {
+  dx_start_t st = {id, name, input, version};
+  return dx_client_start_many(c, &st, 1, err);
+}
+
+int dx_client_start_many(dx_client_t *c, const dx_start_t *starts, size_t n, dx_error_t *err) {
+  dx_provider_t *p;
+  int64_t now = dx__now_ms();
+  size_t i;
+  int rc;
+  if (!c || (!starts && n)) return dx_error_set(err, DX_EINVAL, "NULL argument");
+  p = c->p;
+  if ((rc = p->methods->begin(p, err)) != 0) return rc;
+  for (i = 0; i < n && rc == 0; i++) {
+    dx_work_item_t w;
+    if ((rc = prepare_start(c, &starts[i], &w, err)) != 0) break;
+    rc = p->methods->enqueue_for_orchestrator(p, now, &w, 0, err);
+    free(w.data);
+  }
+  if (rc != 0) {
+    p->methods->rollback(p); /* all or nothing */
+    return rc;
+  }
+  if ((rc = p->methods->commit(p, 1, err)) == 0) dx__runtime_poke_all();
   return rc;
 }
 

@@ -81,8 +81,8 @@ const char *dx_version(void) { return "0.1.0"; }
 void dx_options_init(dx_options_t *o) {
   memset(o, 0, sizeof *o);
   o->version = 1;
-  o->orchestration_concurrency = 64;
-  o->worker_concurrency = 64;
+  o->orchestration_concurrency = 256;
+  o->worker_concurrency = 256;
   o->max_sessions_per_worker = 10;
   o->session_lock_timeout_ms = 30000;
   o->session_lock_renewal_buffer_ms = 5000;

@@ -1,0 +1,170 @@
+/*
+** test_provider_lmdb.c -- the provider validation suite on LMDB, plus LMDB-only behaviour:
+** shared envs, reopening, map full, open errors.
+*/
+#include <fcntl.h>
+
+#include "duroxide/provider.h"
+#include "provider_validation.h"
+#include "providers/lmdb_test.h"
+#include "testlib.h"
+
+#define T0 INT64_C(1700000000000)
+#define M(p) ((p)->methods)
+
+/* {===== validation hooks =====} */
+
+char *dx_pv_new_store(void) {
+  static int n;
+  char buf[512];
+  char *s;
+  snprintf(buf, sizeof buf, "%s/store-%d", dx_test_tmpdir(), ++n);
+  s = strdup(buf);
+  ASSERT(s);
+  return s;
+}
+
+static dx_provider_t *open_with(const char *store, const dx_lmdb_opts_t *opts) {
+  dx_provider_t *p = NULL;
+  dx_error_t err;
+  int rc = dx_lmdb_open(store, opts, &p, &err);
+  if (rc) DX_FAIL_AT("dx_lmdb_open(%s): %s: %s", store, dx_err_name(rc), err.msg);
+  return p;
+}
+
+dx_provider_t *dx_pv_open(const char *store) { return open_with(store, NULL); }
+
+int dx_pv_corrupt_history(dx_provider_t *p, const char *instance, uint64_t execution_id,
+                          uint64_t event_id) {
+  return dx__lmdb_test_corrupt_history(p, instance, execution_id, event_id);
+}
+
+int dx_pv_multi_process(void) { return 1; }
+
+/* {===== LMDB-only tests =====} */
+
+static dx_work_item_t start_item(const char *inst, const char *data) {
+  dx_work_item_t w;
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_START;
+  w.instance = (char *)inst;
+  w.name = "Orch";
+  w.execution_id = 1;
+  w.data = (char *)data;
+  return w;
+}
+
+static uint64_t orch_depth(dx_provider_t *p) {
+  dx_queue_depths_t d;
+  dx_error_t err;
+  ASSERT_OK(M(p)->get_queue_depths(p, &d, &err));
+  return d.orchestrator;
+}
+
+DX_TEST(lmdb_handles_share_one_env) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *a = dx_pv_open(store), *b = dx_pv_open(store), *c;
+  dx_work_item_t w = start_item("A", "1");
+  dx_error_t err;
+  ASSERT_OK(M(a)->enqueue_for_orchestrator(a, T0, &w, 0, &err));
+  ASSERT_EQ(orch_depth(b), 1);
+  M(a)->destroy(a); /* b keeps the env open */
+  ASSERT_OK(M(b)->enqueue_for_orchestrator(b, T0, &w, 0, &err));
+  c = dx_pv_open(store);
+  ASSERT_EQ(orch_depth(c), 2);
+  M(b)->destroy(b);
+  M(c)->destroy(c);
+  free(store);
+}
+
+DX_TEST(lmdb_reopen_keeps_data) {
+  char *store = dx_pv_new_store();
+  dx_lmdb_opts_t opts = {1, 1, 0}; /* no_sync: a clean close still persists everything */
+  dx_provider_t *p = open_with(store, &opts);
+  dx_work_item_t w = start_item("A", "1");
+  dx_error_t err;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  M(p)->destroy(p);
+  p = dx_pv_open(store);
+  ASSERT_EQ(orch_depth(p), 1);
+  M(p)->destroy(p);
+  free(store);
+}
+
+DX_TEST(lmdb_map_full_is_efull) {
+  char *store = dx_pv_new_store();
+  dx_lmdb_opts_t opts = {1, 0, 1 << 20};
+  dx_provider_t *p = open_with(store, &opts);
+  size_t len = 200 * 1024;
+  char *data = malloc(len + 3);
+  dx_work_item_t w = start_item("A", NULL);
+  dx_error_t err;
+  int i, rc = 0;
+  uint64_t before;
+  data[0] = '"';
+  memset(data + 1, 'x', len);
+  strcpy(data + 1 + len, "\"");
+  w.data = data;
+  for (i = 0; i < 100 && rc == 0; i++) rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err);
+  ASSERT_EQ(rc, DX_EFULL);
+  ASSERT_CONTAINS(err.msg, "full");
+  ASSERT_CONTAINS(err.msg, "map size");
+  ASSERT(i > 1);
+  before = orch_depth(p); /* the store stays readable and the failed write left nothing */
+  ASSERT_EQ(before, (uint64_t)i - 1);
+  ASSERT_OK(M(p)->begin(p, &err)); /* inside a batch the failure is contained too */
+  ASSERT_EQ(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err), DX_EFULL);
+  w.data = "1";
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(orch_depth(p), before);
+  free(data);
+  M(p)->destroy(p);
+  free(store);
+}
+
+DX_TEST(lmdb_open_errors) {
+  char path[512];
+  dx_provider_t *p = (dx_provider_t *)1;
+  dx_lmdb_opts_t bad = {0, 0, 0};
+  dx_error_t err;
+  int fd;
+  snprintf(path, sizeof path, "%s/plain-file", dx_test_tmpdir());
+  fd = open(path, O_CREAT | O_WRONLY, 0644);
+  ASSERT(fd >= 0);
+  close(fd);
+  ASSERT_EQ(dx_lmdb_open(path, NULL, &p, &err), DX_EIO);
+  ASSERT(p == NULL);
+  ASSERT_CONTAINS(err.msg, "plain-file");
+  ASSERT_EQ(dx_lmdb_open(NULL, NULL, &p, &err), DX_EINVAL);
+  ASSERT_EQ(dx_lmdb_open(dx_test_tmpdir(), &bad, &p, &err), DX_EINVAL);
+  ASSERT_EQ(dx_lmdb_open(dx_test_tmpdir(), NULL, NULL, &err), DX_EINVAL);
+}
+
+DX_TEST(lmdb_creates_missing_directories) {
+  char path[512];
+  struct stat sb;
+  dx_provider_t *p;
+  snprintf(path, sizeof path, "%s/a/b/store", dx_test_tmpdir());
+  p = dx_pv_open(path);
+  ASSERT(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
+  ASSERT_EQ(sb.st_mode & 0777, 0755);
+  M(p)->destroy(p);
+}
+
+DX_TEST(lmdb_batch_is_per_thread_and_env) {
+  /* two handles on one store, same thread: the second joins the first's batch instead of
+  ** deadlocking on LMDB's writer lock */
+  char *store = dx_pv_new_store();
+  dx_provider_t *a = dx_pv_open(store), *b = dx_pv_open(store);
+  dx_work_item_t w = start_item("A", "1");
+  dx_error_t err;
+  ASSERT_OK(M(a)->begin(a, &err));
+  ASSERT_EQ(M(b)->begin(b, &err), DX_ESTATE);
+  ASSERT_OK(M(b)->enqueue_for_orchestrator(b, T0, &w, 0, &err));
+  ASSERT_EQ(M(b)->commit(b, 1, &err), DX_ESTATE);
+  M(a)->rollback(a);
+  ASSERT_EQ(orch_depth(b), 0);
+  M(a)->destroy(a);
+  M(b)->destroy(b);
+  free(store);
+}
