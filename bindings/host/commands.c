@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "duroxide.h"
 #include "host.h"
 
@@ -87,6 +89,14 @@ static int print_status(const char *id, const dx_instance_info_t *info) {
   return info->status == DX_STATUS_FAILED ? 1 : 0;
 }
 
+static void print_started(const char *id) {
+  json_t *o = json_pack("{s:s, s:s}", "instance_id", id, "status", "Started");
+  char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+  puts(s ? s : "{}");
+  free(s);
+  json_decref(o);
+}
+
 static int wait_and_print(dx_client_t *cl, const char *id, const char *timeout_text) {
   int64_t timeout = 30000;
   dx_instance_info_t info;
@@ -153,7 +163,7 @@ int dxh_command(int argc, char **argv) {
                                &err) != 0)
         rc = dxh_fail(err.code == DX_EJSON || err.code == DX_ETOOBIG ? 2 : 1, "%s", err.msg);
       else if (c.wait) rc = wait_and_print(cl, c.id, c.timeout);
-      else printf("{\"instance_id\":\"%s\",\"status\":\"Started\"}\n", c.id);
+      else print_started(c.id);
     }
   } else if (strcmp(cmd, "raise") == 0) {
     if (!(rc = need(&c, 2, "raise ID EVENT [DATA]"))) {
@@ -168,6 +178,7 @@ int dxh_command(int argc, char **argv) {
       } else {
         print_status(c.pos[0], &info);
         rc = info.status == DX_STATUS_NONE ? 1 : 0;
+        if (rc) fprintf(stderr, "duroxide-lua: unknown instance '%s'\n", c.pos[0]);
         dx_instance_info_clear(&info);
       }
     }

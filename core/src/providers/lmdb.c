@@ -199,6 +199,17 @@ static int tx_end(tx_t *t, int rc) {
   return mrc ? tx_err(t, mrc, "commit") : 0;
 }
 
+/* Room for element n of a growable array: the (maybe moved) array, or NULL when out of
+** memory (the old array stays valid). */
+static void *grow(void *v, size_t *cap, size_t n, size_t elem) {
+  size_t ncap;
+  if (n < *cap) return v;
+  ncap = *cap ? *cap * 2 : 16;
+  if (!(v = realloc(v, ncap * elem))) return NULL;
+  *cap = ncap;
+  return v;
+}
+
 /* {===== keys =====} */
 
 typedef struct {
@@ -638,14 +649,10 @@ static int history_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   uint64_t exec = get_u64(kb + h->prefix_n - 8);
   uint64_t id = k->mv_size == h->prefix_n + 8 ? get_u64(kb + h->prefix_n) : 0;
   dx_error_t derr = {0};
+  dx_event_t *nv;
   int rc = 0;
-  if (h->n == h->cap) {
-    size_t cap = h->cap ? h->cap * 2 : 16;
-    dx_event_t *nv = realloc(h->v, cap * sizeof *nv);
-    if (!nv) return nomem(t->err);
-    h->v = nv;
-    h->cap = cap;
-  }
+  if (!(nv = grow(h->v, &h->cap, h->n, sizeof *h->v))) return nomem(t->err);
+  h->v = nv;
   memset(&h->v[h->n], 0, sizeof h->v[h->n]);
   if (k->mv_size == h->prefix_n + 8 &&
       (rc = dx__event_decode(v->mv_data, v->mv_size, &h->v[h->n], &derr)) == DX_ENOMEM)
@@ -742,13 +749,9 @@ static int msgs_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   rd_t rd;
   int rc;
   char what[LM_INSTANCE_MAX + 64];
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 8;
-    orch_msg_t *nv = realloc(l->v, cap * sizeof *nv);
-    if (!nv) return nomem(t->err);
-    l->v = nv;
-    l->cap = cap;
-  }
+  orch_msg_t *nv;
+  if (!(nv = grow(l->v, &l->cap, l->n, sizeof *l->v))) return nomem(t->err);
+  l->v = nv;
   m = &l->v[l->n];
   memset(m, 0, sizeof *m);
   m->seq = k->mv_size == l->prefix_n + 8 ? get_u64((const char *)k->mv_data + l->prefix_n) : 0;
@@ -1358,13 +1361,9 @@ typedef struct {
 
 static int ident_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   seq_list_t *l = ud;
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 4;
-    uint64_t *nv = realloc(l->v, cap * sizeof *nv);
-    if (!nv) return nomem(t->err);
-    l->v = nv;
-    l->cap = cap;
-  }
+  uint64_t *nv;
+  if (!(nv = grow(l->v, &l->cap, l->n, sizeof *l->v))) return nomem(t->err);
+  l->v = nv;
   l->v[l->n++] = get_u64((const char *)k->mv_data + k->mv_size - 8);
   return 0;
 }
@@ -1875,13 +1874,9 @@ static void strs_free(str_list_t *l) {
 }
 
 static int strs_push(str_list_t *l, const char *s) {
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 32;
-    char **nv = realloc(l->v, cap * sizeof *nv);
-    if (!nv) return DX_ENOMEM;
-    l->v = nv;
-    l->cap = cap;
-  }
+  char **nv;
+  if (!(nv = grow(l->v, &l->cap, l->n, sizeof *l->v))) return DX_ENOMEM;
+  l->v = nv;
   if (!(l->v[l->n] = dx__strdup(s))) return DX_ENOMEM;
   l->n++;
   return 0;
