@@ -12,7 +12,7 @@ local DEFAULTS = {
   log_level = "error",
   -- Short leases so lock stealing (select losers, retry timeouts) reaches running activities
   -- quickly through the renewal timer.
-  worker_lock_timeout = "200ms",
+  worker_lock_timeout = "1s",
   shutdown_grace = "1s",
 }
 
@@ -23,15 +23,35 @@ function H.unique(base)
   return string.format("%s_%d", base or "x", reg.duroxide_spec_seq)
 end
 
+-- Filesystem work goes through luv (bound to the runtime's loop; synchronous calls without a
+-- callback), which is much cheaper per test than spawning mkdir / rm -rf shells.
+local uv = require("luv")
+
 function H.tmpdir()
   local path = os.tmpname()
   os.remove(path)
-  assert(os.execute("mkdir -p '" .. path .. "'"), "cannot create " .. path)
+  assert(uv.fs_mkdir(path, tonumber("700", 8)))
   return path
 end
 
+local function remove_tree(path)
+  local st = uv.fs_lstat(path)
+  if not st then return end
+  if st.type == "directory" then
+    local req = uv.fs_scandir(path)
+    while req do
+      local name = uv.fs_scandir_next(req)
+      if not name then break end
+      remove_tree(path .. "/" .. name)
+    end
+    uv.fs_rmdir(path)
+  else
+    uv.fs_unlink(path)
+  end
+end
+
 function H.rmdir(path)
-  if path and path:match("^/tmp/") then os.execute("rm -rf '" .. path .. "'") end
+  if path and path:match("^/tmp/") then remove_tree(path) end
 end
 
 --- Events of one instance's history that have the given type.

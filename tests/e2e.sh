@@ -24,6 +24,10 @@ if [ ! -x "$DX" ]; then
 fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/duroxide-e2e.XXXXXX")
+# Run a private copy, so a rebuild during the run cannot swap the binary under the tests.
+if cp "$DX" "$TMP/duroxide-lua" 2>/dev/null && "$TMP/duroxide-lua" --help >/dev/null 2>&1; then
+  DX=$TMP/duroxide-lua
+fi
 WORKERS=()   # pids of every background worker we started
 NTEST=0
 NFAIL=0
@@ -417,7 +421,9 @@ for s in $SCENARIOS; do
     case " $E2E_ONLY " in *" ${s%%_*} "* | *" $s "*) ;; *) continue ;; esac
   fi
   diag "--- $s"
+  t0=$SECONDS
   "$s"
+  diag "($s took $((SECONDS - t0))s)"
   # Any worker the scenario left running is killed before the next one starts.
   for p in "${WORKERS[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   WORKERS=()

@@ -59,7 +59,9 @@ static int luv_pcall_cb(lua_State *L, int nargs, int nresults, int flags) {
 
 int dxl_open_luv(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
-  luv_set_loop(L, S->loop);
+  /* luv runs every callback on the thread given here: the main thread, never the coroutine
+  ** (an activity, say) whose require("luv") happened to load it first. */
+  luv_set_loop(S->L, S->loop);
   luv_set_callback(L, luv_pcall_cb);
   return luaopen_luv(L);
 }

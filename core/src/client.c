@@ -95,7 +95,7 @@ static int prepare_start(dx_client_t *c, const dx_start_t *st, dx_work_item_t *w
     dx_instance_info_clear(&info);
     free(json);
     return dx_error_set(err, DX_EEXIST, "instance '%s' already exists (%s)", st->id,
-                        dx_status_name(status));
+                        status == DX_STATUS_NONE ? "start queued" : dx_status_name(status));
   }
   memset(w, 0, sizeof *w);
   w->kind = DX_WI_START;
@@ -192,6 +192,8 @@ int dx_client_status(dx_client_t *c, const char *id, dx_instance_info_t *out,
     memset(out, 0, sizeof *out);
     return DX_OK;
   }
+  /* A queued start reads as Running: the instance exists, its first turn is pending. */
+  if (rc == 0 && out->status == DX_STATUS_NONE) out->status = DX_STATUS_RUNNING;
   return rc;
 }
 

@@ -181,8 +181,9 @@ static int same_str(const char *a, const char *b) {
 static int matches_history(dx_turn_t *t, const dx_action_t *a, const dx_event_t *e) {
   int want = action_event_kind(a->kind);
   if (e->kind != want) {
-    NONDET(t, "nondeterministic: history has a %s at event %" PRIu64 " (%s) but the code now "
-              "schedules a %s%s%s",
+    /* "schedule mismatch" is the reference's wording for this check (spec §3.3). */
+    NONDET(t, "nondeterministic: schedule mismatch: history has a %s at event %" PRIu64
+              " (%s) but the code now schedules a %s%s%s",
            kind_word(e->kind), e->event_id, e->name ? e->name : "-", kind_word(want),
            a->name ? " " : "", a->name ? a->name : "");
     return 0;
@@ -335,6 +336,15 @@ int dx_turn_emit(dx_turn_t *t, const dx_action_t *a, uint64_t *token, const char
     return DX_OK;
   }
   if (!action_event_kind(a->kind)) return DX_EINVAL;
+  /* Refuse malformed actions before they take an ordinal: a missing name used to be recorded
+  ** as "out of memory" (infrastructure), and a NULL or unknown system call crashed or did. */
+  if (!a->name && (a->kind == DX_ACT_ACTIVITY || a->kind == DX_ACT_WAIT ||
+                   a->kind == DX_ACT_SUB || a->kind == DX_ACT_CHAINED ||
+                   a->kind == DX_ACT_SYSCALL))
+    return DX_EINVAL;
+  if (a->kind == DX_ACT_SYSCALL && strcmp(a->name, "utc_now") != 0 &&
+      strcmp(a->name, "new_guid") != 0 && strcmp(a->name, "random") != 0)
+    return DX_EINVAL;
   if (!check_size(t, "input", a->input)) return DX_ETOOBIG;
   ordinal = t->emitted++;
   if (ordinal < t->sched.n) {
@@ -374,8 +384,10 @@ int dx_turn_poll(dx_turn_t *t, uint64_t token, const char **data, const dx_failu
 
 /* Breadcrumb + side effect for an outstanding future, at most once per schedule. */
 static void cancel_outstanding(dx_turn_t *t, uint64_t id, const char *reason) {
-  slot_t *s = slot(t, id);
   dx_event_t *sched = ev_at(t, id), *crumb = NULL;
+  /* Look the event up first: slot() grows the table up to `id`, so a bogus token from the
+  ** binding (e.g. -1 from Lua) used to allocate without bound. */
+  slot_t *s = sched ? slot(t, id) : NULL;
   int crumb_kind = 0;
   if (!s || !sched || s->state != DX_FUT_PENDING || s->cancelled || s->completed) return;
   s->cancelled = 1;
@@ -791,9 +803,19 @@ static int select_execution(dx_turn_t *t) {
 static int validate_history(dx_turn_t *t) {
   size_t i;
   for (i = 0; i < t->n_hist; i++) {
-    if (t->hist[i].event_id != i + 1) {
+    const dx_event_t *e = &t->hist[i];
+    if (e->event_id != i + 1) {
       NONDET(t, "nondeterministic: corrupted history: event %zu has id %" PRIu64, i + 1,
-             t->hist[i].event_id);
+             e->event_id);
+      return 0;
+    }
+    /* Completions and breadcrumbs must refer back to an earlier event: the walk indexes slots
+    ** by source id (a huge one allocated without bound) and dereferences that event. */
+    if ((schedule_kind_for(e->kind) || e->kind == DX_EV_ACT_CANCEL_REQ ||
+         e->kind == DX_EV_SUB_CANCEL_REQ || e->kind == DX_EV_EXT_SUB_CANCELLED) &&
+        (e->source_id == 0 || e->source_id >= e->event_id)) {
+      NONDET(t, "nondeterministic: corrupted history: event %zu refers to event %" PRIu64,
+             i + 1, e->source_id);
       return 0;
     }
   }

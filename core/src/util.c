@@ -1,5 +1,6 @@
 /* util.c -- small shared helpers: strings, clocks, randomness, lock tokens. */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -34,11 +35,22 @@ uint64_t dx__random_u64(void) {
   return v;
 }
 
-/* Random high half per process, counter low half: unique without a syscall per token. */
+/* Random high half per process, counter low half: unique without a syscall per token. The
+** high half is redrawn after fork() (pid change) so parent and child never share tokens. */
 uint64_t dx__new_token(void) {
   static uint64_t base = 0;
+  static pid_t base_pid = 0;
   static uint32_t counter = 0;
-  if (base == 0) base = dx__random_u64() & 0xFFFFFFFF00000000ull;
-  if (base == 0) base = 1ull << 32;
-  return base | ++counter;
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  uint64_t t;
+  pthread_mutex_lock(&mu);
+  if (base == 0 || base_pid != getpid()) {
+    base = dx__random_u64() & 0xFFFFFFFF00000000ull;
+    if (base == 0) base = 1ull << 32;
+    base_pid = getpid();
+    counter = 0;
+  }
+  t = base | ++counter;
+  pthread_mutex_unlock(&mu);
+  return t;
 }

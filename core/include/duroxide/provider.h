@@ -292,7 +292,8 @@ typedef struct dx_provider_methods_s {
   int (*append_with_execution)(dx_provider_t *p, const char *instance, uint64_t execution_id,
                                const dx_event_t *events, size_t n, dx_error_t *err);
 
-  /** DX_ENOTFOUND for an unknown instance. */
+  /** DX_ENOTFOUND for an unknown instance. An instance whose start is queued but has not
+  **  run yet is found, with status DX_STATUS_NONE. */
   int (*get_instance_info)(dx_provider_t *p, const char *instance, dx_instance_info_t *out,
                            dx_error_t *err);
   /** Every instance id, newest first. */

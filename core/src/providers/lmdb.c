@@ -28,6 +28,11 @@
 ** ready message), so they stay O(log n) however many rows are locked or delayed. Worker
 ** index keys start with a class byte (0 plain, 1 has a session id) so plain fetches never
 ** wade through session rows.
+**
+** Transactions: outside a batch each method is one txn (read-only for pure reads). begin()
+** opens a batch for the calling thread on this env; until commit() every method on that
+** thread runs in a nested txn, so a failing method undoes only its own changes. Commits
+** fsync unless the handle has no_sync or commit(sync=0) is used (see commit_top).
 */
 #include <errno.h>
 #include <limits.h>
@@ -134,7 +139,9 @@ typedef struct {
   dx_error_t scratch;
 } tx_t;
 
-static int tx_err(tx_t *t, int mrc, const char *what) { return mdb_error(t->se, mrc, what, t->err); }
+static int tx_err(tx_t *t, int mrc, const char *what) {
+  return mdb_error(t->se, mrc, what, t->err);
+}
 
 static MDB_txn *thread_batch(shared_env_t *se) {
   MDB_txn *b = NULL;
@@ -258,13 +265,20 @@ static MDB_val kval(const dkey_t *k) {
 }
 
 static void key_inst(dkey_t *k, const char *inst) { k_init(k); k_str(k, inst); }
-static void key_exec(dkey_t *k, const char *inst, uint64_t exec) { key_inst(k, inst); k_u64(k, exec); }
+static void key_exec(dkey_t *k, const char *inst, uint64_t exec) {
+  key_inst(k, inst);
+  k_u64(k, exec);
+}
 static void key_hist(dkey_t *k, const char *inst, uint64_t exec, uint64_t ev) {
   key_exec(k, inst, exec);
   k_u64(k, ev);
 }
 static void key_seq(dkey_t *k, uint64_t seq) { k_init(k); k_u64(k, seq); }
-static void key_timed(dkey_t *k, int64_t at, const char *inst) { k_init(k); k_time(k, at); k_str(k, inst); }
+static void key_timed(dkey_t *k, int64_t at, const char *inst) {
+  k_init(k);
+  k_time(k, at);
+  k_str(k, inst);
+}
 static void key_work_idx(dkey_t *k, unsigned cls, int64_t at, uint64_t seq) {
   k_init(k);
   k_u8(k, cls);
@@ -451,7 +465,8 @@ static int64_t rd_int(rd_t *r, uint32_t i) {
   const msgpack_object *o;
   if (r->rc) return 0;
   o = &r->f[i];
-  if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX) return (int64_t)o->via.u64;
+  if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
+    return (int64_t)o->via.u64;
   if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) return o->via.i64;
   r->rc = DX_ECORRUPT;
   return 0;
@@ -616,7 +631,8 @@ static int exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *
 
 /* {===== history =====} */
 
-static int history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev, size_t n) {
+static int history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
+                          size_t n) {
   size_t i;
   for (i = 0; i < n; i++) {
     dkey_t k;
@@ -971,7 +987,8 @@ static int starts_instance(const dx_work_item_t *w) {
 }
 
 /* Decode the messages visible at `now` (the batch). */
-static int batch_decode(tx_t *t, const msg_list_t *l, int64_t now, dx_work_item_t **out, size_t *n) {
+static int batch_decode(tx_t *t, const msg_list_t *l, int64_t now, dx_work_item_t **out,
+                        size_t *n) {
   dx_work_item_t *v = calloc(l->n ? l->n : 1, sizeof *v);
   size_t i, k = 0;
   dx_error_t derr = {0};
@@ -1252,7 +1269,8 @@ static int row_by_token(tx_t *t, uint64_t token, work_row_t *r) {
                         "re-delivered after its lock expired)",
                         (unsigned long long)token);
   if (rc) return rc;
-  if (v.mv_size != 8) return corrupt(t, DB_WORK_TOKEN, "not 8 bytes", "token %llx", (unsigned long long)token);
+  if (v.mv_size != 8)
+    return corrupt(t, DB_WORK_TOKEN, "not 8 bytes", "token %llx", (unsigned long long)token);
   return row_get(t, get_u64(v.mv_data), r);
 }
 
@@ -1822,8 +1840,16 @@ static int lm_append(dx_provider_t *pp, const char *instance, uint64_t execution
 static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
   inst_rec_t ir;
   exec_rec_t er;
+  orch_state_t st;
   int rc = inst_get(t, inst, &ir);
-  if (rc == DX_ENOTFOUND) return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
+  if (rc == DX_ENOTFOUND && state_get(t, inst, &st) == 0 &&
+      (st.token || st.ready_at != LM_NEVER)) {
+    /* Started but not yet run: messages are queued, no record yet. Status NONE, found. */
+    out->instance_id = dx__strdup(inst);
+    return out->instance_id ? 0 : nomem(t->err);
+  }
+  if (rc == DX_ENOTFOUND)
+    return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
   if (rc) return rc;
   rc = exec_get(t, inst, ir.current_exec, &er);
   if (rc == DX_ENOTFOUND) rc = 0; /* status stays NONE */
@@ -1973,8 +1999,9 @@ static int env_init_dbs(shared_env_t *se, dx_error_t *err) {
   rc = db_get(&t, DB_META, &k, &v);
   if (rc == DX_ENOTFOUND) rc = db_put(&t, DB_META, &k, fmt, 4, 0);
   else if (!rc && (v.mv_size != 4 || memcmp(v.mv_data, fmt, 4) != 0))
-    rc = dx_error_set(t.err, DX_ESTORE, "store %s has an unknown format (this build reads format %u)",
-                      se->path, LM_STORE_FORMAT);
+    rc = dx_error_set(t.err, DX_ESTORE,
+                      "store %s has an unknown format (this build reads format %u)", se->path,
+                      LM_STORE_FORMAT);
   return tx_end(&t, rc);
 }
 
@@ -1989,12 +2016,13 @@ static int env_open(char *path, size_t map_size, shared_env_t **out, dx_error_t 
   se->map_size = map_size;
   pthread_mutex_init(&se->commit_mu, NULL);
   pthread_mutex_init(&se->batch_mu, NULL);
-  if ((mrc = mdb_env_create(&se->env)) == 0 && (mrc = mdb_env_set_maxdbs(se->env, LM_MAXDBS)) == 0 &&
+  if ((mrc = mdb_env_create(&se->env)) == 0 &&
+      (mrc = mdb_env_set_maxdbs(se->env, LM_MAXDBS)) == 0 &&
       (mrc = mdb_env_set_mapsize(se->env, map_size)) == 0)
     mrc = mdb_env_open(se->env, path, MDB_NOTLS, 0644);
   if (mrc) {
-    int rc = dx_error_set(err, mrc == MDB_INVALID || mrc == MDB_VERSION_MISMATCH ? DX_ECORRUPT : DX_ESTORE,
-                          "cannot open store %s: %s", path, mdb_strerror(mrc));
+    int code = mrc == MDB_INVALID || mrc == MDB_VERSION_MISMATCH ? DX_ECORRUPT : DX_ESTORE;
+    int rc = dx_error_set(err, code, "cannot open store %s: %s", path, mdb_strerror(mrc));
     env_free(se);
     return rc;
   }
@@ -2097,16 +2125,19 @@ int dx_lmdb_open(const char *path, const dx_lmdb_opts_t *opts, dx_provider_t **o
                  dx_error_t *err) {
   lm_t *p;
   char *real;
+  size_t map_size;
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = NULL;
   if (!path || !*path) return dx_error_set(err, DX_EINVAL, "store path is empty");
-  if (opts && opts->version < 1) return dx_error_set(err, DX_EINVAL, "dx_lmdb_opts_t.version must be 1");
+  if (opts && opts->version < 1)
+    return dx_error_set(err, DX_EINVAL, "dx_lmdb_opts_t.version must be 1");
   if ((rc = mkdir_p(path, err))) return rc;
   if (!(real = realpath(path, NULL)))
     return dx_error_set(err, DX_EIO, "cannot resolve store path %s: %s", path, strerror(errno));
   if (!(p = calloc(1, sizeof *p))) { free(real); return nomem(err); }
-  rc = registry_acquire(real, opts && opts->map_size ? opts->map_size : LM_DEFAULT_MAP, &p->se, err);
+  map_size = opts && opts->map_size ? opts->map_size : LM_DEFAULT_MAP;
+  rc = registry_acquire(real, map_size, &p->se, err);
   if (rc) { free(p); return rc; }
   p->base.methods = &lm_methods;
   p->no_sync = opts && opts->no_sync;

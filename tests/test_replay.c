@@ -1,0 +1,1616 @@
+/*
+** test_replay.c -- the replay engine (core/src/replay.c) driven by a fake host, no Lua.
+**
+** An orchestration is a C "program": an array of steps run by a tiny interpreter on every
+** orch_resume. Emitting steps (ACT, TIMER, WAIT, SUB, CHAINED, SYSCALL) each take the next
+** future slot 0, 1, 2, ...; AWAIT(k) and SELECT(j, k) poll those slots. What the code observes
+** is written to a log ("ok(data)", "err(message)", "sel<i>(data)", "sys(value)", "r0"/"r1")
+** that tests compare. A sim_t holds one instance: its history, the next batch of messages and
+** the turn; sim_next() appends the turn's delta to the history, so a test plays a whole run
+** turn by turn, exactly as the dispatcher would.
+*/
+#include "testlib.h"
+
+#include <stdarg.h>
+
+#include "duroxide/executor.h"
+#include "log.h"
+#include "replay.h"
+
+#define T0 1000000 /* virtual clock at the start of every test */
+
+/* {===== scripted orchestrations =====} */
+
+enum {
+  OP_END = 0,     /* suspend forever */
+  OP_ACT,         /* name, input, extra = session id */
+  OP_TIMER,       /* ms */
+  OP_WAIT,        /* name */
+  OP_SUB,         /* name, input, extra = explicit child id */
+  OP_CHAINED,     /* name, input, extra = instance */
+  OP_STATUS,      /* input = custom status (NULL clears) */
+  OP_SYSCALL,     /* name = operation */
+  OP_AWAIT,       /* a */
+  OP_SELECT,      /* a, b: earliest completion wins, the loser is cancelled */
+  OP_RETURN,      /* input = output */
+  OP_RETURN_LAST, /* output = the last observed value */
+  OP_FAIL,        /* input = message */
+  OP_CAN,         /* input = new input; skipped when the current input already equals it */
+  OP_MARK,        /* log dx_turn_is_replaying */
+  OP_CANCEL_RAW   /* dx_turn_cancel(ms as a raw token) */
+};
+
+typedef struct {
+  int op;
+  const char *name;
+  const char *input;
+  const char *extra;
+  int64_t ms;
+  int a, b;
+} step_t;
+
+#define ACT(n, in) {.op = OP_ACT, .name = (n), .input = (in)}
+#define ACT_S(n, in, sess) {.op = OP_ACT, .name = (n), .input = (in), .extra = (sess)}
+#define TIMER(d) {.op = OP_TIMER, .ms = (d)}
+#define WAIT(n) {.op = OP_WAIT, .name = (n)}
+#define SUB(n, in) {.op = OP_SUB, .name = (n), .input = (in)}
+#define SUB_ID(n, in, id) {.op = OP_SUB, .name = (n), .input = (in), .extra = (id)}
+#define CHAINED(n, id, in) {.op = OP_CHAINED, .name = (n), .input = (in), .extra = (id)}
+#define STATUS(j) {.op = OP_STATUS, .input = (j)}
+#define SYSCALL(o) {.op = OP_SYSCALL, .name = (o)}
+#define AWAIT(k) {.op = OP_AWAIT, .a = (k)}
+#define SELECT(j, k) {.op = OP_SELECT, .a = (j), .b = (k)}
+#define RETURN(out) {.op = OP_RETURN, .input = (out)}
+#define RETURN_LAST {.op = OP_RETURN_LAST}
+#define FAIL(msg) {.op = OP_FAIL, .input = (msg)}
+#define CAN(in) {.op = OP_CAN, .input = (in)}
+#define MARK {.op = OP_MARK}
+#define END {.op = OP_END}
+#define CANCEL_RAW(tok) {.op = OP_CANCEL_RAW, .ms = (int64_t)(tok)}
+
+typedef struct {
+  const char *name;     /* the one registered orchestration */
+  const char *version;  /* its resolved version */
+  const step_t *prog;
+  char log[4096];
+  int starts, resumes, frees;
+} host_t;
+
+typedef struct {
+  host_t *h;
+  const step_t *prog;
+  size_t pc;
+  uint64_t fut[64];
+  size_t nfut;
+  char *input;
+  const char *last; /* borrowed from the turn */
+} inst_t;
+
+static void logf_(host_t *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(host_t *h, const char *fmt, ...) {
+  size_t n = strlen(h->log);
+  va_list ap;
+  if (n && n + 1 < sizeof h->log) h->log[n++] = ' ', h->log[n] = 0;
+  va_start(ap, fmt);
+  vsnprintf(h->log + n, sizeof h->log - n, fmt, ap);
+  va_end(ap);
+}
+
+static int fake_lookup(void *host, const char *name, const char *version, const char **resolved) {
+  host_t *h = host;
+  (void)version;
+  if (!h->name || strcmp(name, h->name) != 0) return 0;
+  *resolved = h->version;
+  return 1;
+}
+
+static int fake_start(void *host, dx_turn_t *t, const char *name, const char *version,
+                      const char *input, void **out, dx_error_t *err) {
+  host_t *h = host;
+  inst_t *in = calloc(1, sizeof *in);
+  (void)t; (void)name; (void)version; (void)err;
+  ASSERT(in);
+  in->h = h;
+  in->prog = h->prog;
+  in->input = input ? strdup(input) : NULL;
+  h->starts++;
+  logf_(h, "start(%s)", input ? input : "nil");
+  *out = in;
+  return DX_OK;
+}
+
+static int fake_resume(void *host, void *vi, dx_turn_t *t) {
+  host_t *h = host;
+  inst_t *in = vi;
+  h->resumes++;
+  for (;;) {
+    const step_t *s = &in->prog[in->pc];
+    dx_action_t a;
+    uint64_t tok = 0;
+    const char *val = NULL;
+    int rc;
+    memset(&a, 0, sizeof a);
+    switch (s->op) {
+      case OP_END: return DX_RUN_PENDING;
+      case OP_ACT:
+        a.kind = DX_ACT_ACTIVITY, a.name = s->name, a.input = s->input, a.session_id = s->extra;
+        break;
+      case OP_TIMER: a.kind = DX_ACT_TIMER, a.delay_ms = s->ms; break;
+      case OP_WAIT: a.kind = DX_ACT_WAIT, a.name = s->name; break;
+      case OP_SUB:
+        a.kind = DX_ACT_SUB, a.name = s->name, a.input = s->input, a.instance = s->extra;
+        break;
+      case OP_CHAINED:
+        a.kind = DX_ACT_CHAINED, a.name = s->name, a.input = s->input, a.instance = s->extra;
+        break;
+      case OP_STATUS: a.kind = DX_ACT_STATUS, a.input = s->input; break;
+      case OP_SYSCALL: a.kind = DX_ACT_SYSCALL, a.name = s->name; break;
+      case OP_AWAIT: {
+        const char *d = NULL;
+        const dx_failure_t *f = NULL;
+        int st = dx_turn_poll(t, in->fut[s->a], &d, &f, NULL);
+        if (st == DX_FUT_PENDING) return DX_RUN_PENDING;
+        if (st == DX_FUT_OK) logf_(h, "ok(%s)", d ? d : "nil"), in->last = d;
+        else logf_(h, "err(%s)", f && f->message ? f->message : "?"), in->last = NULL;
+        in->pc++;
+        continue;
+      }
+      case OP_SELECT: {
+        const char *d[2] = {NULL, NULL};
+        const dx_failure_t *f[2] = {NULL, NULL};
+        uint64_t o[2] = {0, 0};
+        int st[2], w;
+        st[0] = dx_turn_poll(t, in->fut[s->a], &d[0], &f[0], &o[0]);
+        st[1] = dx_turn_poll(t, in->fut[s->b], &d[1], &f[1], &o[1]);
+        if (st[0] == DX_FUT_PENDING && st[1] == DX_FUT_PENDING) return DX_RUN_PENDING;
+        w = (st[0] != DX_FUT_PENDING && (st[1] == DX_FUT_PENDING || o[0] <= o[1])) ? 0 : 1;
+        dx_turn_cancel(t, in->fut[w ? s->a : s->b]);
+        if (st[w] == DX_FUT_OK) logf_(h, "sel%d(%s)", w, d[w] ? d[w] : "nil"), in->last = d[w];
+        else logf_(h, "sel%d-err(%s)", w, f[w] && f[w]->message ? f[w]->message : "?");
+        in->pc++;
+        continue;
+      }
+      case OP_RETURN: dx_turn_set_output(t, s->input); return DX_RUN_DONE;
+      case OP_RETURN_LAST: dx_turn_set_output(t, in->last); return DX_RUN_DONE;
+      case OP_FAIL:
+        dx_turn_set_failure(t, DX_CAT_APPLICATION, "OrchestrationFailed", s->input);
+        return DX_RUN_FAILED;
+      case OP_CAN:
+        if (in->input && strcmp(in->input, s->input) == 0) {
+          in->pc++;
+          continue;
+        }
+        a.kind = DX_ACT_CAN, a.input = s->input;
+        rc = dx_turn_emit(t, &a, NULL, NULL);
+        if (rc != DX_OK) logf_(h, "emit_rc=%s", dx_err_name(rc));
+        return rc == DX_OK ? DX_RUN_CAN : DX_RUN_FAILED;
+      case OP_MARK:
+        logf_(h, "r%d", dx_turn_is_replaying(t));
+        in->pc++;
+        continue;
+      case OP_CANCEL_RAW:
+        dx_turn_cancel(t, (uint64_t)s->ms);
+        in->pc++;
+        continue;
+      default: ASSERT(0);
+    }
+    rc = dx_turn_emit(t, &a, &tok, &val);
+    if (rc != DX_OK) {
+      /* the binding stops the code; the engine already recorded why */
+      logf_(h, "emit_rc=%s", dx_err_name(rc));
+      return DX_RUN_FAILED;
+    }
+    if (s->op != OP_STATUS) {
+      ASSERT(in->nfut < 64);
+      ASSERT(tok != 0);
+      in->fut[in->nfut++] = tok;
+    } else {
+      ASSERT_EQ(tok, 0);
+    }
+    if (s->op == OP_SYSCALL) logf_(h, "sys(%s)", val ? val : "nil");
+    in->pc++;
+  }
+}
+
+static void fake_free(void *host, void *vi) {
+  inst_t *in = vi;
+  ((host_t *)host)->frees++;
+  free(in->input);
+  free(in);
+}
+
+static const dx_host_methods_t fake_methods = {
+    .version = 1,
+    .orch_lookup = fake_lookup,
+    .orch_start = fake_start,
+    .orch_resume = fake_resume,
+    .orch_free = fake_free,
+};
+
+/* {===== one simulated instance =====} */
+
+typedef struct {
+  const char *instance;
+  uint64_t exec;
+  dx_event_t *hist;
+  size_t n_hist;
+  dx_work_item_t msgs[16];
+  size_t n_msgs;
+  uint32_t attempt;
+  int history_error;
+  dx_turn_cfg_t cfg;
+  host_t host;
+  dx_orch_item_t item;
+  dx_turn_t *turn;
+} sim_t;
+
+static void sim_init(sim_t *s, const char *instance, const char *name, const step_t *prog) {
+  memset(s, 0, sizeof *s);
+  s->instance = instance;
+  s->exec = 1;
+  s->attempt = 1;
+  s->cfg.now_ms = T0;
+  s->cfg.max_attempts = 5;
+  s->cfg.unregistered_base_ms = 1000;
+  s->cfg.unregistered_max_ms = 60000;
+  s->cfg.worker_id = "test";
+  s->host.name = name;
+  s->host.version = "1.0.0";
+  s->host.prog = prog;
+  dx__log_configure(-1, DX_LOGFMT_TEXT); /* quiet */
+}
+
+static void sim_clear_msgs(sim_t *s) {
+  size_t i;
+  for (i = 0; i < s->n_msgs; i++) dx_work_item_clear(&s->msgs[i]);
+  s->n_msgs = 0;
+}
+
+static void sim_free(sim_t *s) {
+  dx__turn_free(s->turn);
+  s->turn = NULL;
+  sim_clear_msgs(s);
+  dx_events_free(s->hist, s->n_hist);
+  s->hist = NULL;
+  s->n_hist = 0;
+}
+
+static dx_work_item_t *msg(sim_t *s, int kind) {
+  dx_work_item_t *m;
+  ASSERT(s->n_msgs < 16);
+  m = &s->msgs[s->n_msgs++];
+  memset(m, 0, sizeof *m);
+  m->kind = kind;
+  m->instance = strdup(s->instance);
+  return m;
+}
+
+static char *dup_or_null(const char *x) { return x ? strdup(x) : NULL; }
+
+static dx_work_item_t *msg_start(sim_t *s, const char *name, const char *input) {
+  dx_work_item_t *m = msg(s, DX_WI_START);
+  m->name = strdup(name);
+  m->data = dup_or_null(input);
+  m->execution_id = 1;
+  return m;
+}
+
+static dx_work_item_t *msg_act_done(sim_t *s, uint64_t id, const char *data) {
+  dx_work_item_t *m = msg(s, DX_WI_ACT_COMPLETED);
+  m->execution_id = s->exec;
+  m->id = id;
+  m->data = dup_or_null(data);
+  return m;
+}
+
+static dx_work_item_t *msg_act_fail(sim_t *s, uint64_t id, int cat, const char *kind,
+                                    const char *message) {
+  dx_work_item_t *m = msg(s, DX_WI_ACT_FAILED);
+  m->execution_id = s->exec;
+  m->id = id;
+  m->fail.category = cat;
+  m->fail.kind = dup_or_null(kind);
+  m->fail.message = dup_or_null(message);
+  return m;
+}
+
+static dx_work_item_t *msg_timer(sim_t *s, uint64_t id, int64_t fire_at) {
+  dx_work_item_t *m = msg(s, DX_WI_TIMER_FIRED);
+  m->execution_id = s->exec;
+  m->id = id;
+  m->fire_at_ms = fire_at;
+  return m;
+}
+
+static dx_work_item_t *msg_ext(sim_t *s, const char *name, const char *data) {
+  dx_work_item_t *m = msg(s, DX_WI_EXTERNAL);
+  m->name = strdup(name);
+  m->data = dup_or_null(data);
+  return m;
+}
+
+static dx_work_item_t *msg_sub_done(sim_t *s, uint64_t id, const char *data) {
+  dx_work_item_t *m = msg(s, DX_WI_SUB_COMPLETED);
+  m->execution_id = s->exec;
+  m->id = id;
+  m->data = dup_or_null(data);
+  return m;
+}
+
+static dx_work_item_t *msg_cancel(sim_t *s, const char *reason) {
+  dx_work_item_t *m = msg(s, DX_WI_CANCEL);
+  m->reason = dup_or_null(reason);
+  return m;
+}
+
+/* Queue a copy of a work item the previous turn produced (e.g. the CAN message). */
+static void msg_copy(sim_t *s, const dx_work_item_t *w) {
+  ASSERT(s->n_msgs < 16);
+  ASSERT_OK(dx_work_item_copy(&s->msgs[s->n_msgs++], w));
+}
+
+/* Run one turn on the current history and batch. */
+static const dx_orch_ack_t *sim_run(sim_t *s) {
+  size_t i;
+  ASSERT(!s->turn);
+  memset(&s->item, 0, sizeof s->item);
+  s->host.log[0] = 0;
+  s->host.starts = s->host.resumes = s->host.frees = 0;
+  s->item.instance = (char *)s->instance;
+  s->item.execution_id = s->exec;
+  s->item.history = s->hist;
+  s->item.history_len = s->n_hist;
+  s->item.messages = s->msgs;
+  s->item.messages_len = s->n_msgs;
+  s->item.lock_token = 77;
+  s->item.attempt_count = s->attempt;
+  if (s->n_hist) s->item.orchestration_name = s->hist[0].name;
+  for (i = 0; i < s->n_msgs && !s->item.orchestration_name; i++)
+    if (s->msgs[i].kind == DX_WI_START) s->item.orchestration_name = s->msgs[i].name;
+  if (s->history_error) {
+    s->item.history = NULL;
+    s->item.history_len = 0;
+    s->item.history_error = s->history_error;
+    s->item.history_error_msg = "bad record at 7";
+  }
+  s->turn = dx__turn_run(&s->item, &s->cfg, &fake_methods, &s->host);
+  ASSERT(s->turn);
+  /* every code instance the turn created was released */
+  ASSERT_EQ(s->host.starts, s->host.frees);
+  return dx__turn_ack(s->turn);
+}
+
+static int sim_action(sim_t *s) { return dx__turn_action(s->turn); }
+static const dx_orch_ack_t *sim_ack(sim_t *s) { return dx__turn_ack(s->turn); }
+
+/* Commit the turn (as the provider would) and start a fresh batch. */
+static void sim_next(sim_t *s) {
+  ASSERT(s->turn);
+  if (sim_action(s) == DX_TURN_ACK) {
+    const dx_orch_ack_t *a = sim_ack(s);
+    size_t i;
+    if (a->execution_id != s->exec) {
+      dx_events_free(s->hist, s->n_hist);
+      s->hist = NULL;
+      s->n_hist = 0;
+      s->exec = a->execution_id;
+    }
+    if (a->delta_len) {
+      dx_event_t *nh = realloc(s->hist, (s->n_hist + a->delta_len) * sizeof *nh);
+      ASSERT(nh);
+      s->hist = nh;
+      for (i = 0; i < a->delta_len; i++) {
+        ASSERT_EQ(a->delta[i].event_id, s->n_hist + 1);
+        ASSERT_OK(dx_event_copy(&s->hist[s->n_hist++], &a->delta[i]));
+      }
+    }
+  }
+  dx__turn_free(s->turn);
+  s->turn = NULL;
+  sim_clear_msgs(s);
+}
+
+/* Drop the turn without committing (abandon): the batch stays for the next attempt. */
+static void sim_drop(sim_t *s) {
+  dx__turn_free(s->turn);
+  s->turn = NULL;
+}
+
+/* {===== assertion helpers =====} */
+
+static const char *ev_name(int k) {
+  static const char *names[] = {"?", "Started", "Completed", "Failed", "CAN", "CancelReq",
+                                "ActSched", "ActDone", "ActFailed", "ActCancel", "TimerCreated",
+                                "TimerFired", "ExtSub", "ExtEvent", "ExtSubCancel", "SubSched",
+                                "SubDone", "SubFailed", "SubCancel", "Chained", "Status",
+                                "Syscall"};
+  return k > 0 && k < DX_EV__COUNT ? names[k] : "?";
+}
+
+/* The delta as "id:Kind" words, "<src" appended for completions and breadcrumbs. */
+static const char *kinds(sim_t *s) {
+  static char buf[1024];
+  const dx_orch_ack_t *a = sim_ack(s);
+  size_t i, n = 0;
+  buf[0] = 0;
+  for (i = 0; i < a->delta_len && n < sizeof buf - 64; i++) {
+    const dx_event_t *e = &a->delta[i];
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%" PRIu64 ":%s", i ? " " : "",
+                          e->event_id, ev_name(e->kind));
+    if (e->source_id) n += (size_t)snprintf(buf + n, sizeof buf - n, "<%" PRIu64, e->source_id);
+  }
+  return buf;
+}
+
+static const dx_event_t *dev(sim_t *s, size_t i) {
+  const dx_orch_ack_t *a = sim_ack(s);
+  if (i >= a->delta_len) DX_FAIL_AT("delta has %zu events, wanted index %zu", a->delta_len, i);
+  return &a->delta[i];
+}
+
+static const dx_event_t *dlast(sim_t *s) {
+  const dx_orch_ack_t *a = sim_ack(s);
+  ASSERT(a->delta_len > 0);
+  return &a->delta[a->delta_len - 1];
+}
+
+#define ASSERT_KINDS(s, want) ASSERT_STR_EQ(kinds(s), want)
+#define ASSERT_NULL(p) ASSERT((p) == NULL)
+
+static void assert_nondet(sim_t *s, const char *needle) {
+  const dx_orch_ack_t *a = sim_ack(s);
+  ASSERT_EQ(sim_action(s), DX_TURN_ACK);
+  ASSERT_EQ(a->status, DX_STATUS_FAILED);
+  ASSERT(a->failure);
+  ASSERT_EQ(a->failure->category, DX_CAT_CONFIGURATION);
+  ASSERT_STR_EQ(a->failure->kind, "Nondeterminism");
+  ASSERT(a->failure->message && strncmp(a->failure->message, "nondeterministic", 16) == 0);
+  ASSERT_CONTAINS(a->failure->message, needle);
+  ASSERT_EQ(dlast(s)->kind, DX_EV_ORCH_FAILED);
+  ASSERT_EQ(dlast(s)->fail.category, DX_CAT_CONFIGURATION);
+  ASSERT_STR_EQ(dlast(s)->fail.message, a->failure->message);
+  ASSERT_EQ(a->worker_items_len, 0);
+}
+
+/* Start an instance and commit the first turn. */
+static void sim_begin(sim_t *s, const char *input) {
+  msg_start(s, s->host.name ? s->host.name : "Orch", input);
+  sim_run(s);
+  ASSERT_EQ(sim_action(s), DX_TURN_ACK);
+  sim_next(s);
+}
+
+/* {===== first turn, completion, registration =====} */
+
+static const step_t P_GREET[] = {ACT("Greet", "\"ann\""), AWAIT(0), RETURN_LAST};
+
+DX_TEST(first_turn_starts_and_schedules_activity) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  const dx_work_item_t *w;
+  sim_init(&s, "i1", "Hello", P_GREET);
+  msg_start(&s, "Hello", "\"ann\"");
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_KINDS(&s, "1:Started 2:ActSched");
+  ASSERT_STR_EQ(dev(&s, 0)->name, "Hello");
+  ASSERT_STR_EQ(dev(&s, 0)->version, "1.0.0");
+  ASSERT_STR_EQ(dev(&s, 0)->data, "\"ann\"");
+  ASSERT_NULL(dev(&s, 0)->instance);
+  ASSERT_EQ(dev(&s, 0)->parent_id, 0);
+  ASSERT_STR_EQ(dev(&s, 1)->name, "Greet");
+  ASSERT_STR_EQ(dev(&s, 1)->data, "\"ann\"");
+  ASSERT_NULL(dev(&s, 1)->session_id);
+  ASSERT_EQ(dev(&s, 1)->timestamp_ms, T0);
+  ASSERT_STR_EQ(a->instance, "i1");
+  ASSERT_EQ(a->lock_token, 77);
+  ASSERT_EQ(a->execution_id, 1);
+  ASSERT_EQ(a->status, DX_STATUS_RUNNING);
+  ASSERT_STR_EQ(a->orchestration_name, "Hello");
+  ASSERT_STR_EQ(a->orchestration_version, "1.0.0");
+  ASSERT_NULL(a->parent_instance);
+  ASSERT_NULL(a->output);
+  ASSERT_NULL(a->failure);
+  ASSERT_EQ(a->custom_status_set, 0);
+  ASSERT_EQ(a->orch_items_len, 0);
+  ASSERT_EQ(a->cancelled_len, 0);
+  ASSERT_EQ(a->worker_items_len, 1);
+  w = &a->worker_items[0];
+  ASSERT_EQ(w->kind, DX_WI_ACT_EXECUTE);
+  ASSERT_STR_EQ(w->instance, "i1");
+  ASSERT_EQ(w->execution_id, 1);
+  ASSERT_EQ(w->id, 2);
+  ASSERT_STR_EQ(w->name, "Greet");
+  ASSERT_STR_EQ(w->data, "\"ann\"");
+  ASSERT_NULL(w->session_id);
+  ASSERT_STR_EQ(s.host.log, "start(\"ann\")");
+  sim_free(&s);
+}
+
+DX_TEST(activity_completion_completes_orchestration) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Hello", P_GREET);
+  sim_begin(&s, "\"ann\"");
+  msg_act_done(&s, 2, "\"hi ann\"");
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_KINDS(&s, "3:ActDone<2 4:Completed");
+  ASSERT_STR_EQ(dev(&s, 0)->data, "\"hi ann\"");
+  ASSERT_STR_EQ(dev(&s, 1)->data, "\"hi ann\"");
+  ASSERT_EQ(a->status, DX_STATUS_COMPLETED);
+  ASSERT_STR_EQ(a->output, "\"hi ann\"");
+  ASSERT_NULL(a->failure);
+  ASSERT_NULL(a->orchestration_name); /* only set when the delta starts an execution */
+  ASSERT_EQ(a->worker_items_len, 0);
+  ASSERT_EQ(a->orch_items_len, 0);
+  ASSERT_EQ(a->cancelled_len, 0);
+  ASSERT_STR_EQ(s.host.log, "start(\"ann\") ok(\"hi ann\")");
+  sim_free(&s);
+}
+
+DX_TEST(unregistered_orchestration_abandons_with_backoff) {
+  sim_t s;
+  sim_init(&s, "i1", "SomethingElse", P_GREET);
+  msg_start(&s, "Hello", "1");
+  sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ABANDON);
+  ASSERT_EQ(dx__turn_abandon_delay(s.turn), 1000);
+  ASSERT_EQ(s.host.starts, 0);
+  sim_drop(&s);
+  s.attempt = 2;
+  sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ABANDON);
+  ASSERT_EQ(dx__turn_abandon_delay(s.turn), 2000);
+  sim_drop(&s);
+  s.attempt = 4;
+  sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ABANDON);
+  ASSERT_EQ(dx__turn_abandon_delay(s.turn), 8000);
+  sim_drop(&s);
+  ASSERT_EQ(dx__unregistered_backoff(0, 1000, 60000), 1000);
+  ASSERT_EQ(dx__unregistered_backoff(6, 1000, 60000), 32000);
+  ASSERT_EQ(dx__unregistered_backoff(7, 1000, 60000), 60000);
+  ASSERT_EQ(dx__unregistered_backoff(4000000000u, 1000, 60000), 60000);
+  sim_free(&s);
+}
+
+DX_TEST(unregistered_orchestration_fails_when_attempts_run_out) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "SomethingElse", P_GREET);
+  msg_start(&s, "Hello", "1");
+  s.attempt = 5; /* == max_attempts: the last attempt gives up */
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_KINDS(&s, "1:Started 2:Failed");
+  ASSERT_EQ(a->status, DX_STATUS_FAILED);
+  ASSERT_EQ(a->failure->category, DX_CAT_CONFIGURATION);
+  ASSERT_STR_EQ(a->failure->kind, "Unregistered");
+  ASSERT_CONTAINS(a->failure->message, "not registered");
+  ASSERT_CONTAINS(a->failure->message, "Hello");
+  ASSERT_STR_EQ(a->orchestration_name, "Hello");
+  ASSERT_EQ(s.host.starts, 0);
+  sim_drop(&s);
+  /* past the limit the generic poison rule applies first */
+  s.attempt = 6;
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_EQ(a->status, DX_STATUS_FAILED);
+  ASSERT_EQ(a->failure->category, DX_CAT_POISON);
+  sim_free(&s);
+}
+
+/* {===== activity failures =====} */
+
+static const step_t P_CHARGE[] = {ACT("Charge", "10"), AWAIT(0), RETURN("\"recovered\"")};
+
+DX_TEST(application_failure_reaches_code) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Pay", P_CHARGE);
+  sim_begin(&s, NULL);
+  msg_act_fail(&s, 2, DX_CAT_APPLICATION, "ActivityFailed", "card declined");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "3:ActFailed<2 4:Completed");
+  ASSERT_EQ(dev(&s, 0)->fail.category, DX_CAT_APPLICATION);
+  ASSERT_STR_EQ(dev(&s, 0)->fail.kind, "ActivityFailed");
+  ASSERT_STR_EQ(dev(&s, 0)->fail.message, "card declined");
+  ASSERT_STR_EQ(s.host.log, "start(null) err(card declined)");
+  ASSERT_EQ(a->status, DX_STATUS_COMPLETED);
+  ASSERT_STR_EQ(a->output, "\"recovered\"");
+  sim_free(&s);
+}
+
+static void check_system_failure(int cat, const char *kind, const char *message) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Pay", P_CHARGE);
+  sim_begin(&s, NULL);
+  msg_act_fail(&s, 2, cat, kind, message);
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_KINDS(&s, "3:ActFailed<2 4:Failed");
+  ASSERT_EQ(a->status, DX_STATUS_FAILED);
+  ASSERT_EQ(a->failure->category, cat);
+  ASSERT_STR_EQ(a->failure->kind, kind);
+  ASSERT_STR_EQ(a->failure->message, message);
+  ASSERT_EQ(dev(&s, 1)->fail.category, cat);
+  ASSERT_STR_EQ(dev(&s, 1)->fail.message, message);
+  ASSERT(!strstr(s.host.log, "err(")); /* the code never saw it */
+  ASSERT_EQ(a->cancelled_len, 0);      /* the failed activity is not "outstanding" */
+  sim_free(&s);
+}
+
+DX_TEST(infrastructure_failure_skips_code_and_fails) {
+  check_system_failure(DX_CAT_INFRASTRUCTURE, "Infrastructure", "worker lost the row");
+}
+
+DX_TEST(poison_activity_failure_skips_code_and_fails) {
+  check_system_failure(DX_CAT_POISON, "Poison", "activity Charge exceeded 5 attempts");
+}
+
+DX_TEST(code_failure_fails_orchestration) {
+  static const step_t prog[] = {ACT("Charge", "10"), AWAIT(0), FAIL("gave up")};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Pay", prog);
+  sim_begin(&s, NULL);
+  msg_act_done(&s, 2, "1");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "3:ActDone<2 4:Failed");
+  ASSERT_EQ(a->status, DX_STATUS_FAILED);
+  ASSERT_EQ(a->failure->category, DX_CAT_APPLICATION);
+  ASSERT_STR_EQ(a->failure->kind, "OrchestrationFailed");
+  ASSERT_STR_EQ(a->failure->message, "gave up");
+  ASSERT_NULL(a->output);
+  sim_free(&s);
+}
+
+/* {===== nondeterminism =====} */
+
+/* Commit turn 1 with `before`, then replay with `after` on an ActivityCompleted for event 2. */
+static void nondet_case(const step_t *before, const step_t *after, const char *needle) {
+  sim_t s;
+  sim_init(&s, "i1", "Orch", before);
+  sim_begin(&s, NULL);
+  s.host.prog = after;
+  msg_act_done(&s, 2, "1");
+  sim_run(&s);
+  assert_nondet(&s, needle);
+  ASSERT_KINDS(&s, "3:ActDone<2 4:Failed");
+  ASSERT_CONTAINS(s.host.log, "emit_rc=DX_ENONDET");
+  ASSERT(!strstr(s.host.log, "ok(")); /* the code was stopped before seeing the result */
+  sim_free(&s);
+}
+
+DX_TEST(nondeterminism_activity_name) {
+  static const step_t v1[] = {ACT("A", "1"), AWAIT(0), RETURN_LAST};
+  static const step_t v2[] = {ACT("B", "1"), AWAIT(0), RETURN_LAST};
+  nondet_case(v1, v2, "A(1)");
+}
+
+DX_TEST(nondeterminism_activity_input) {
+  static const step_t v1[] = {ACT("A", "{\"n\":1}"), AWAIT(0), RETURN_LAST};
+  static const step_t v2[] = {ACT("A", "{\"n\": 1}"), AWAIT(0), RETURN_LAST};
+  nondet_case(v1, v2, "{\"n\": 1}"); /* byte comparison: whitespace matters */
+}
+
+DX_TEST(nondeterminism_session_id) {
+  static const step_t v1[] = {ACT_S("A", "1", "s1"), AWAIT(0), RETURN_LAST};
+  static const step_t v2[] = {ACT_S("A", "1", "s2"), AWAIT(0), RETURN_LAST};
+  static const step_t v3[] = {ACT("A", "1"), AWAIT(0), RETURN_LAST};
+  sim_t s;
+  sim_init(&s, "i1", "Orch", v1);
+  msg_start(&s, "Orch", NULL);
+  sim_run(&s);
+  ASSERT_STR_EQ(dev(&s, 1)->session_id, "s1");
+  ASSERT_STR_EQ(sim_ack(&s)->worker_items[0].session_id, "s1");
+  sim_free(&s);
+  nondet_case(v1, v2, "session s2");
+  nondet_case(v1, v3, "session s1");
+}
+
+DX_TEST(nondeterminism_schedule_kind_mismatch) {
+  static const step_t v1[] = {ACT("A", "1"), AWAIT(0), RETURN_LAST};
+  static const step_t v2[] = {TIMER(100), AWAIT(0), RETURN_LAST};
+  nondet_case(v1, v2, "schedule mismatch");
+}
+
+DX_TEST(nondeterminism_code_schedules_fewer_actions) {
+  static const step_t v1[] = {ACT("A", "1"), ACT("B", "2"), AWAIT(0), AWAIT(1), RETURN_LAST};
+  static const step_t v2[] = {ACT("A", "1"), AWAIT(0), RETURN_LAST};
+  sim_t s;
+  sim_init(&s, "i1", "Orch", v1);
+  sim_begin(&s, NULL);
+  s.host.prog = v2;
+  msg_act_done(&s, 2, "1");
+  sim_run(&s);
+  assert_nondet(&s, "no longer schedules");
+  ASSERT_CONTAINS(sim_ack(&s)->failure->message, "activity B at event 3");
+  /* B is in flight: the failed execution withdraws it */
+  ASSERT_KINDS(&s, "4:ActDone<2 5:ActCancel<3 6:Failed");
+  ASSERT_EQ(sim_ack(&s)->cancelled_len, 1);
+  ASSERT_EQ(sim_ack(&s)->cancelled[0].activity_id, 3);
+  sim_free(&s);
+}
+
+DX_TEST(nondeterminism_bad_completion_ids) {
+  static const step_t p[] = {ACT("A", "1"), AWAIT(0), RETURN_LAST};
+  sim_t s;
+  int i;
+  for (i = 0; i < 3; i++) {
+    sim_init(&s, "i1", "Orch", p);
+    sim_begin(&s, NULL);
+    if (i == 0) msg_act_done(&s, 1, "1");        /* event 1 is OrchestrationStarted */
+    else if (i == 1) msg_timer(&s, 2, T0);       /* event 2 is an activity, not a timer */
+    else msg_act_done(&s, 99, "1");              /* no such event */
+    sim_run(&s);
+    assert_nondet(&s, i == 2 ? "does not exist" : "completion kind mismatch");
+    /* nothing of the bad batch is recorded; the in-flight activity is withdrawn */
+    ASSERT_KINDS(&s, "3:ActCancel<2 4:Failed");
+    ASSERT_EQ(s.host.starts, 0);
+    sim_free(&s);
+  }
+}
+
+DX_TEST(nondeterminism_completion_without_open_schedule) {
+  static const step_t v1[] = {ACT("A", "1"), ACT("B", "2"), AWAIT(0), AWAIT(1), RETURN_LAST};
+  /* v2 awaits A before scheduling B, so B's completion in history has no open schedule */
+  static const step_t v2[] = {ACT("A", "1"), AWAIT(0), ACT("B", "2"), AWAIT(1), RETURN_LAST};
+  sim_t s;
+  sim_init(&s, "i1", "Orch", v1);
+  sim_begin(&s, NULL);
+  msg_act_done(&s, 3, "\"b\"");
+  sim_run(&s);
+  ASSERT_KINDS(&s, "4:ActDone<3");
+  sim_next(&s);
+  s.host.prog = v2;
+  msg_act_done(&s, 2, "\"a\"");
+  sim_run(&s);
+  assert_nondet(&s, "completion without open schedule");
+  ASSERT_KINDS(&s, "5:ActDone<2 6:Failed");
+  sim_free(&s);
+}
+
+/* {===== stale and duplicate completions =====} */
+
+static const step_t P_TWO[] = {ACT("A", "1"), ACT("B", "2"), AWAIT(0), AWAIT(1), RETURN_LAST};
+
+DX_TEST(stale_completion_dropped) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", P_TWO);
+  sim_begin(&s, NULL);
+  msg_act_done(&s, 2, "\"old\"")->execution_id = 7;
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_EQ(a->delta_len, 0);
+  ASSERT_EQ(a->status, DX_STATUS_NONE);
+  ASSERT_EQ(a->worker_items_len, 0);
+  ASSERT_EQ(a->orch_items_len, 0);
+  ASSERT_STR_EQ(s.host.log, "start(null)");
+  sim_next(&s);
+  /* mixed with a current one: only the current one counts */
+  msg_act_done(&s, 3, "\"old\"")->execution_id = 0;
+  msg_act_done(&s, 2, "\"a\"");
+  sim_run(&s);
+  ASSERT_KINDS(&s, "4:ActDone<2");
+  ASSERT_STR_EQ(dev(&s, 0)->data, "\"a\"");
+  sim_free(&s);
+}
+
+DX_TEST(duplicate_completion_dropped) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", P_TWO);
+  sim_begin(&s, NULL);
+  msg_act_done(&s, 2, "\"a\"");
+  msg_act_done(&s, 2, "\"a again\""); /* same batch */
+  sim_run(&s);
+  ASSERT_KINDS(&s, "4:ActDone<2");
+  ASSERT_STR_EQ(s.host.log, "start(null) ok(\"a\")");
+  sim_next(&s);
+  msg_act_fail(&s, 2, DX_CAT_APPLICATION, "ActivityFailed", "late"); /* already in history */
+  msg_act_done(&s, 3, "\"b\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "5:ActDone<3 6:Completed");
+  ASSERT_STR_EQ(s.host.log, "start(null) ok(\"a\") ok(\"b\")");
+  ASSERT_STR_EQ(a->output, "\"b\"");
+  sim_free(&s);
+}
+
+/* {===== join and select =====} */
+
+DX_TEST(join_two_activities_in_one_batch) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", P_TWO);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:ActSched 3:ActSched");
+  ASSERT_EQ(a->worker_items_len, 2);
+  ASSERT_EQ(a->worker_items[0].id, 2);
+  ASSERT_EQ(a->worker_items[1].id, 3);
+  sim_next(&s);
+  msg_act_done(&s, 3, "\"b\""); /* completion order differs from schedule order */
+  msg_act_done(&s, 2, "\"a\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "4:ActDone<3 5:ActDone<2 6:Completed");
+  ASSERT_STR_EQ(s.host.log, "start(null) ok(\"a\") ok(\"b\")");
+  ASSERT_EQ(a->status, DX_STATUS_COMPLETED);
+  ASSERT_STR_EQ(a->output, "\"b\"");
+  sim_free(&s);
+}
+
+DX_TEST(select_activity_loser_is_cancelled) {
+  static const step_t p[] = {ACT("A", "1"), ACT("B", "2"), SELECT(0, 1), ACT("C", "3"),
+                             AWAIT(2), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  sim_begin(&s, NULL);
+  msg_act_done(&s, 3, "\"b\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "4:ActDone<3 5:ActCancel<2 6:ActSched");
+  ASSERT_STR_EQ(dev(&s, 1)->reason, "dropped_future");
+  ASSERT_EQ(a->cancelled_len, 1);
+  ASSERT_STR_EQ(a->cancelled[0].instance, "i1");
+  ASSERT_EQ(a->cancelled[0].execution_id, 1);
+  ASSERT_EQ(a->cancelled[0].activity_id, 2);
+  ASSERT_EQ(a->worker_items_len, 1);
+  ASSERT_EQ(a->worker_items[0].id, 6);
+  ASSERT_STR_EQ(s.host.log, "start(null) sel1(\"b\")");
+  sim_next(&s);
+  /* the loser's late result is recorded but changes nothing; no second breadcrumb */
+  msg_act_done(&s, 2, "\"late a\"");
+  msg_act_done(&s, 6, "\"c\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "7:ActDone<2 8:ActDone<6 9:Completed");
+  ASSERT_STR_EQ(s.host.log, "start(null) sel1(\"b\") ok(\"c\")");
+  ASSERT_EQ(a->cancelled_len, 0);
+  ASSERT_STR_EQ(a->output, "\"c\"");
+  sim_free(&s);
+}
+
+DX_TEST(select_picks_earliest_completion) {
+  /* both activities finish while the code waits on the timer: history order decides */
+  static const step_t p[] = {ACT("A", "1"), ACT("B", "2"), TIMER(100), AWAIT(2),
+                             SELECT(0, 1), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  sim_begin(&s, NULL);
+  msg_act_done(&s, 3, "\"b\"");
+  msg_act_done(&s, 2, "\"a\"");
+  msg_timer(&s, 4, T0 + 100);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "5:ActDone<3 6:ActDone<2 7:TimerFired<4 8:Completed");
+  ASSERT_STR_EQ(s.host.log, "start(null) ok(nil) sel1(\"b\")");
+  ASSERT_STR_EQ(a->output, "\"b\"");
+  ASSERT_EQ(a->cancelled_len, 0); /* the loser had already completed */
+  sim_free(&s);
+}
+
+DX_TEST(select_wait_loser_is_unsubscribed) {
+  static const step_t p[] = {WAIT("approve"), TIMER(1000), SELECT(0, 1), WAIT("approve"),
+                             AWAIT(2), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:ExtSub 3:TimerCreated");
+  ASSERT_STR_EQ(dev(&s, 1)->name, "approve");
+  ASSERT_EQ(a->worker_items_len, 0);
+  ASSERT_EQ(a->orch_items_len, 1);
+  sim_next(&s);
+  msg_timer(&s, 3, T0 + 1000);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "4:TimerFired<3 5:ExtSubCancel<2 6:ExtSub");
+  ASSERT_STR_EQ(dev(&s, 1)->reason, "dropped_future");
+  ASSERT_EQ(a->cancelled_len, 0); /* waits have no worker row */
+  ASSERT_EQ(a->orch_items_len, 0);
+  ASSERT_STR_EQ(s.host.log, "start(null) sel1(nil)");
+  sim_next(&s);
+  /* the event goes to the live wait, not the cancelled one; no new breadcrumb on replay */
+  msg_ext(&s, "approve", "\"yes\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "7:ExtEvent 8:Completed");
+  ASSERT_STR_EQ(a->output, "\"yes\"");
+  sim_free(&s);
+}
+
+DX_TEST(select_timer_loser_leaves_no_breadcrumb) {
+  static const step_t p[] = {ACT("A", "1"), TIMER(60000), SELECT(0, 1), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  sim_begin(&s, NULL);
+  msg_act_done(&s, 2, "\"fast\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "4:ActDone<2 5:Completed");
+  ASSERT_EQ(a->cancelled_len, 0);
+  ASSERT_EQ(a->orch_items_len, 0);
+  ASSERT_STR_EQ(a->output, "\"fast\"");
+  sim_next(&s);
+  /* the timer fires later: the instance is terminal, the message is dropped */
+  msg_timer(&s, 3, T0 + 60000);
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_EQ(a->delta_len, 0);
+  sim_free(&s);
+}
+
+DX_TEST(select_sub_orchestration_loser_cancels_child) {
+  static const step_t p[] = {SUB("Kid", "1"), TIMER(1000), SELECT(0, 1),
+                             RETURN("\"timeout\"")};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "p1", "Orch", p);
+  sim_begin(&s, NULL);
+  msg_timer(&s, 3, T0 + 1000);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "4:TimerFired<3 5:SubCancel<2 6:Completed");
+  ASSERT_EQ(a->orch_items_len, 1);
+  ASSERT_EQ(a->orch_items[0].kind, DX_WI_CANCEL);
+  ASSERT_STR_EQ(a->orch_items[0].instance, "p1::sub::2");
+  ASSERT_CONTAINS(a->orch_items[0].reason, "parent");
+  ASSERT_EQ(a->cancelled_len, 0);
+  sim_free(&s);
+}
+
+DX_TEST(select_loser_scheduled_in_same_turn_is_never_enqueued) {
+  /* a syscall future is resolved at once, so the brand-new activity loses immediately */
+  static const step_t p[] = {SYSCALL("utc_now"), ACT("A", "1"), SELECT(0, 1), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:Syscall 3:ActSched 4:ActCancel<3 5:Completed");
+  ASSERT_EQ(a->worker_items_len, 0);
+  ASSERT_STR_EQ(a->output, "1000000");
+  sim_free(&s);
+}
+
+/* {===== external events =====} */
+
+DX_TEST(external_events_are_positional) {
+  static const step_t p[] = {WAIT("go"), WAIT("go"), WAIT("other"), AWAIT(0), AWAIT(1),
+                             RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  sim_begin(&s, NULL);
+  msg_ext(&s, "nobody", "0");
+  msg_ext(&s, "go", "1");
+  msg_ext(&s, "go", "2");
+  a = sim_run(&s);
+  ASSERT_STR_EQ(s.host.log, "start(null) ok(1) ok(2)");
+  /* the still-open "other" wait gets a terminal breadcrumb */
+  ASSERT_KINDS(&s, "5:ExtEvent 6:ExtEvent 7:ExtEvent 8:ExtSubCancel<4 9:Completed");
+  ASSERT_STR_EQ(dev(&s, 0)->name, "nobody");
+  ASSERT_STR_EQ(dev(&s, 2)->data, "2");
+  ASSERT_STR_EQ(a->output, "2");
+  sim_free(&s);
+}
+
+DX_TEST(external_event_before_subscription_is_dropped) {
+  static const step_t p[] = {ACT("A", "1"), AWAIT(0), WAIT("go"), AWAIT(1), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  sim_begin(&s, NULL);
+  msg_ext(&s, "go", "\"early\""); /* nobody waits yet */
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "3:ExtEvent");
+  ASSERT_EQ(a->status, DX_STATUS_NONE);
+  sim_next(&s);
+  msg_ext(&s, "go", "\"early too\"");
+  msg_act_done(&s, 2, "1"); /* the wait is subscribed after this */
+  sim_run(&s);
+  ASSERT_KINDS(&s, "4:ExtEvent 5:ActDone<2 6:ExtSub");
+  ASSERT_STR_EQ(s.host.log, "start(null) ok(1)");
+  sim_next(&s);
+  msg_ext(&s, "go", "\"late\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "7:ExtEvent 8:Completed");
+  ASSERT_STR_EQ(s.host.log, "start(null) ok(1) ok(\"late\")");
+  ASSERT_STR_EQ(a->output, "\"late\"");
+  sim_free(&s);
+}
+
+/* {===== timers =====} */
+
+DX_TEST(timer_fired_resolves_timer) {
+  static const step_t p[] = {TIMER(5000), AWAIT(0), RETURN("\"woke\"")};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  const dx_work_item_t *w;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:TimerCreated");
+  ASSERT_EQ(dev(&s, 1)->fire_at_ms, T0 + 5000);
+  ASSERT_EQ(a->worker_items_len, 0);
+  ASSERT_EQ(a->orch_items_len, 1);
+  w = &a->orch_items[0];
+  ASSERT_EQ(w->kind, DX_WI_TIMER_FIRED);
+  ASSERT_STR_EQ(w->instance, "i1");
+  ASSERT_EQ(w->execution_id, 1);
+  ASSERT_EQ(w->id, 2);
+  ASSERT_EQ(w->fire_at_ms, T0 + 5000);
+  sim_next(&s);
+  s.cfg.now_ms = T0 + 5000;
+  msg_timer(&s, 2, T0 + 5000);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "3:TimerFired<2 4:Completed");
+  ASSERT_EQ(dev(&s, 0)->fire_at_ms, T0 + 5000);
+  ASSERT_EQ(dev(&s, 0)->timestamp_ms, T0 + 5000);
+  ASSERT_STR_EQ(s.host.log, "start(null) ok(nil)");
+  ASSERT_STR_EQ(a->output, "\"woke\"");
+  ASSERT_EQ(a->orch_items_len, 0); /* replayed timers are not re-armed */
+  sim_free(&s);
+}
+
+/* {===== sub-orchestrations and detached starts =====} */
+
+DX_TEST(sub_orchestration_start_item_and_completion) {
+  static const step_t p[] = {SUB("Child", "\"c\""), AWAIT(0), RETURN_LAST};
+  static const step_t p2[] = {SUB_ID("Child", "\"c\"", "kid-7"), AWAIT(0), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  const dx_work_item_t *w;
+  sim_init(&s, "parent", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:SubSched");
+  ASSERT_STR_EQ(dev(&s, 1)->name, "Child");
+  ASSERT_STR_EQ(dev(&s, 1)->instance, "parent::sub::2");
+  ASSERT_STR_EQ(dev(&s, 1)->data, "\"c\"");
+  ASSERT_EQ(a->worker_items_len, 0);
+  ASSERT_EQ(a->orch_items_len, 1);
+  w = &a->orch_items[0];
+  ASSERT_EQ(w->kind, DX_WI_START);
+  ASSERT_STR_EQ(w->instance, "parent::sub::2");
+  ASSERT_STR_EQ(w->name, "Child");
+  ASSERT_STR_EQ(w->data, "\"c\"");
+  ASSERT_EQ(w->execution_id, 1);
+  ASSERT_STR_EQ(w->parent_instance, "parent");
+  ASSERT_EQ(w->parent_id, 2);
+  ASSERT_EQ(w->parent_execution_id, 1);
+  sim_next(&s);
+  msg_sub_done(&s, 2, "\"child out\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "3:SubDone<2 4:Completed");
+  ASSERT_STR_EQ(a->output, "\"child out\"");
+  ASSERT_EQ(a->orch_items_len, 0);
+  sim_free(&s);
+  /* an explicit child id is used verbatim */
+  sim_init(&s, "parent", "Orch", p2);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_STR_EQ(dev(&s, 1)->instance, "kid-7");
+  ASSERT_STR_EQ(a->orch_items[0].instance, "kid-7");
+  ASSERT_STR_EQ(a->orch_items[0].parent_instance, "parent");
+  sim_free(&s);
+}
+
+static void child_case(const step_t *prog, int completed) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  const dx_work_item_t *w;
+  dx_work_item_t *m;
+  sim_init(&s, "parent::sub::2", "Child", prog);
+  m = msg_start(&s, "Child", "\"c\"");
+  m->parent_instance = strdup("parent");
+  m->parent_id = 2;
+  m->parent_execution_id = 3;
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, completed ? "1:Started 2:Completed" : "1:Started 2:Failed");
+  ASSERT_STR_EQ(dev(&s, 0)->instance, "parent");
+  ASSERT_EQ(dev(&s, 0)->parent_id, 2);
+  ASSERT_EQ(dev(&s, 0)->parent_execution_id, 3);
+  ASSERT_STR_EQ(a->parent_instance, "parent");
+  ASSERT_EQ(a->orch_items_len, 1);
+  w = &a->orch_items[0];
+  ASSERT_EQ(w->kind, completed ? DX_WI_SUB_COMPLETED : DX_WI_SUB_FAILED);
+  ASSERT_STR_EQ(w->instance, "parent");
+  ASSERT_EQ(w->execution_id, 3);
+  ASSERT_EQ(w->id, 2);
+  if (completed) {
+    ASSERT_STR_EQ(w->data, "\"done\"");
+  } else {
+    ASSERT_EQ(w->fail.category, DX_CAT_APPLICATION);
+    ASSERT_STR_EQ(w->fail.message, "child broke");
+  }
+  sim_free(&s);
+}
+
+DX_TEST(child_completion_notifies_parent) {
+  static const step_t ok[] = {RETURN("\"done\"")};
+  static const step_t bad[] = {FAIL("child broke")};
+  child_case(ok, 1);
+  child_case(bad, 0);
+}
+
+DX_TEST(detached_start_is_enqueued_without_parent) {
+  static const step_t p[] = {CHAINED("Other", "solo-1", "\"x\""), RETURN("0")};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  const dx_work_item_t *w;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:Chained 3:Completed");
+  ASSERT_EQ(a->orch_items_len, 1); /* honoured although the parent finished this turn */
+  w = &a->orch_items[0];
+  ASSERT_EQ(w->kind, DX_WI_START);
+  ASSERT_STR_EQ(w->instance, "solo-1");
+  ASSERT_STR_EQ(w->name, "Other");
+  ASSERT_STR_EQ(w->data, "\"x\"");
+  ASSERT_NULL(w->parent_instance);
+  ASSERT_EQ(w->parent_id, 0);
+  sim_free(&s);
+}
+
+/* {===== continue-as-new =====} */
+
+DX_TEST(continue_as_new_starts_next_execution) {
+  static const step_t p[] = {CAN("\"second\""), ACT("A", "1"), AWAIT(0), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  const dx_work_item_t *w;
+  dx_work_item_t can;
+  sim_init(&s, "i1", "Loop", p);
+  msg_start(&s, "Loop", "\"first\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:CAN");
+  ASSERT_STR_EQ(dev(&s, 1)->data, "\"second\"");
+  ASSERT_EQ(a->status, DX_STATUS_CONTINUED_AS_NEW);
+  ASSERT_STR_EQ(a->output, "\"second\"");
+  ASSERT_EQ(a->execution_id, 1);
+  ASSERT_EQ(a->worker_items_len, 0);
+  ASSERT_EQ(a->orch_items_len, 1);
+  w = &a->orch_items[0];
+  ASSERT_EQ(w->kind, DX_WI_CAN);
+  ASSERT_STR_EQ(w->instance, "i1");
+  ASSERT_STR_EQ(w->name, "Loop");
+  ASSERT_STR_EQ(w->data, "\"second\"");
+  ASSERT_EQ(w->execution_id, 2);
+  ASSERT_OK(dx_work_item_copy(&can, w));
+  sim_next(&s);
+  /* the CAN message arrives with a late result for execution 1 */
+  msg_act_done(&s, 2, "\"stale\"");
+  msg_copy(&s, &can);
+  dx_work_item_clear(&can);
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_EQ(a->execution_id, 2);
+  ASSERT_KINDS(&s, "1:Started 2:ActSched");
+  ASSERT_STR_EQ(dev(&s, 0)->name, "Loop");
+  ASSERT_STR_EQ(dev(&s, 0)->data, "\"second\"");
+  ASSERT_STR_EQ(a->orchestration_name, "Loop");
+  ASSERT_EQ(a->status, DX_STATUS_RUNNING);
+  ASSERT_EQ(a->worker_items_len, 1);
+  ASSERT_EQ(a->worker_items[0].execution_id, 2);
+  ASSERT_STR_EQ(s.host.log, "start(\"second\")");
+  sim_next(&s);
+  ASSERT_EQ(s.exec, 2);
+  msg_act_done(&s, 2, "\"ran\"");
+  a = sim_run(&s);
+  ASSERT_EQ(a->execution_id, 2);
+  ASSERT_KINDS(&s, "3:ActDone<2 4:Completed");
+  sim_free(&s);
+}
+
+DX_TEST(terminal_history_drops_messages) {
+  static const step_t p[] = {RETURN("1")};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  sim_begin(&s, NULL);
+  ASSERT_EQ(s.hist[s.n_hist - 1].kind, DX_EV_ORCH_COMPLETED);
+  msg_ext(&s, "go", "1");
+  msg_act_done(&s, 2, "1");
+  msg_cancel(&s, "too late");
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_EQ(a->delta_len, 0);
+  ASSERT_EQ(a->status, DX_STATUS_NONE);
+  ASSERT_EQ(a->worker_items_len + a->orch_items_len + a->cancelled_len, 0);
+  ASSERT_EQ(s.host.starts, 0);
+  sim_free(&s);
+  /* a ContinuedAsNew history without the CAN message is terminal as well */
+  {
+    static const step_t c[] = {CAN("2")};
+    sim_init(&s, "i1", "Orch", c);
+    sim_begin(&s, NULL);
+    msg_ext(&s, "go", "1");
+    a = sim_run(&s);
+    ASSERT_EQ(a->delta_len, 0);
+    ASSERT_EQ(s.host.starts, 0);
+    sim_free(&s);
+  }
+}
+
+/* {===== cancellation, poison, unreadable history =====} */
+
+DX_TEST(cancel_request_fails_and_withdraws_outstanding_work) {
+  static const step_t p[] = {ACT("A", "1"), ACT("B", "2"), SUB("Kid", "3"), WAIT("go"),
+                             TIMER(5000), AWAIT(0), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  sim_begin(&s, NULL);
+  msg_cancel(&s, "user asked");
+  msg_cancel(&s, "twice");
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_KINDS(&s, "7:CancelReq 8:ActCancel<2 9:ActCancel<3 10:SubCancel<4 11:ExtSubCancel<5 "
+                   "12:Failed");
+  ASSERT_STR_EQ(dev(&s, 0)->reason, "user asked");
+  ASSERT_EQ(a->status, DX_STATUS_FAILED);
+  ASSERT_EQ(a->failure->category, DX_CAT_APPLICATION);
+  ASSERT_STR_EQ(a->failure->kind, "Cancelled");
+  ASSERT_STR_EQ(a->failure->message, "canceled: user asked");
+  ASSERT_STR_EQ(dlast(&s)->fail.message, "canceled: user asked");
+  ASSERT_EQ(a->cancelled_len, 2);
+  ASSERT_EQ(a->cancelled[0].activity_id, 2);
+  ASSERT_EQ(a->cancelled[1].activity_id, 3);
+  ASSERT_EQ(a->worker_items_len, 0);
+  ASSERT_EQ(a->orch_items_len, 1);
+  ASSERT_EQ(a->orch_items[0].kind, DX_WI_CANCEL);
+  ASSERT_STR_EQ(a->orch_items[0].instance, "i1::sub::4");
+  ASSERT_EQ(s.host.starts, 0); /* the code does not run once cancelled */
+  sim_free(&s);
+}
+
+DX_TEST(poison_when_attempts_exceeded) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  /* a brand-new instance: OrchestrationStarted is synthesised so the failure has a home */
+  sim_init(&s, "i1", "Hello", P_GREET);
+  msg_start(&s, "Hello", "1");
+  s.attempt = 6;
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_KINDS(&s, "1:Started 2:Failed");
+  ASSERT_EQ(a->status, DX_STATUS_FAILED);
+  ASSERT_EQ(a->failure->category, DX_CAT_POISON);
+  ASSERT_CONTAINS(a->failure->message, "poison");
+  ASSERT_EQ(dlast(&s)->fail.category, DX_CAT_POISON);
+  ASSERT_EQ(s.host.starts, 0);
+  sim_free(&s);
+  /* a running instance */
+  sim_init(&s, "i1", "Hello", P_GREET);
+  sim_begin(&s, NULL);
+  msg_act_done(&s, 2, "1");
+  s.attempt = 6;
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "3:Failed");
+  ASSERT_EQ(a->failure->category, DX_CAT_POISON);
+  ASSERT_CONTAINS(a->failure->message, "exceeded 6 attempts");
+  ASSERT_EQ(a->worker_items_len, 0);
+  sim_free(&s);
+}
+
+DX_TEST(unreadable_history_abandons_then_fails) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Hello", P_GREET);
+  sim_begin(&s, NULL);
+  msg_act_done(&s, 2, "1");
+  s.history_error = DX_ECORRUPT;
+  s.attempt = 5;
+  sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ABANDON);
+  ASSERT_EQ(dx__turn_abandon_delay(s.turn), 1000);
+  sim_drop(&s);
+  s.attempt = 6;
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_EQ(a->status, DX_STATUS_FAILED);
+  ASSERT_EQ(a->delta_len, 0); /* never append to a history that cannot be read */
+  ASSERT_EQ(a->worker_items_len + a->orch_items_len, 0);
+  ASSERT_EQ(a->execution_id, 1);
+  ASSERT_EQ(a->failure->category, DX_CAT_POISON);
+  ASSERT_CONTAINS(a->failure->message, "bad record at 7");
+  ASSERT_EQ(s.host.starts, 0);
+  sim_free(&s);
+}
+
+/* {===== custom status, system calls, limits, is_replaying =====} */
+
+DX_TEST(custom_status_set_and_cleared) {
+  static const step_t p[] = {STATUS("{\"step\":1}"), ACT("A", "1"), AWAIT(0), STATUS(NULL),
+                             RETURN("1")};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:Status 3:ActSched");
+  ASSERT_STR_EQ(dev(&s, 1)->data, "{\"step\":1}");
+  ASSERT_EQ(a->custom_status_set, 1);
+  ASSERT_STR_EQ(a->custom_status, "{\"step\":1}");
+  ASSERT_EQ(a->worker_items[0].id, 3);
+  sim_next(&s);
+  msg_act_done(&s, 3, "1");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "4:ActDone<3 5:Status 6:Completed");
+  ASSERT_NULL(dev(&s, 1)->data);
+  ASSERT_EQ(a->custom_status_set, 1);
+  ASSERT_NULL(a->custom_status);
+  sim_free(&s);
+}
+
+DX_TEST(syscall_value_recorded_then_replayed) {
+  static const step_t p[] = {SYSCALL("new_guid"), SYSCALL("utc_now"), SYSCALL("random"),
+                             ACT("A", "1"), AWAIT(3), RETURN_LAST};
+  static const step_t other[] = {SYSCALL("random"), END};
+  sim_t s;
+  char first[512];
+  const dx_event_t *g, *r;
+  double d;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:Syscall 3:Syscall 4:Syscall 5:ActSched");
+  g = dev(&s, 1);
+  ASSERT_STR_EQ(g->name, "new_guid");
+  ASSERT_EQ(strlen(g->data), 38); /* "8-4-4-4-12" plus quotes */
+  ASSERT(g->data[0] == '"' && g->data[9] == '-' && g->data[15] == '4');
+  ASSERT_STR_EQ(dev(&s, 2)->name, "utc_now");
+  ASSERT_STR_EQ(dev(&s, 2)->data, "1000000");
+  r = dev(&s, 3);
+  d = strtod(r->data, NULL);
+  ASSERT(d >= 0.0 && d < 1.0);
+  ASSERT(strpbrk(r->data, ".e"));
+  snprintf(first, sizeof first, "start(null) sys(%s) sys(1000000) sys(%s)", g->data, r->data);
+  ASSERT_STR_EQ(s.host.log, first);
+  sim_next(&s);
+  s.cfg.now_ms = T0 + 777; /* replay must not re-read the clock */
+  msg_act_done(&s, 5, "2");
+  sim_run(&s);
+  ASSERT_KINDS(&s, "6:ActDone<5 7:Completed");
+  ASSERT(strncmp(s.host.log, first, strlen(first)) == 0);
+  ASSERT_STR_EQ(s.host.log + strlen(first), " ok(2)");
+  sim_drop(&s);
+  /* a different operation at the same position is nondeterministic */
+  s.host.prog = other;
+  sim_run(&s);
+  assert_nondet(&s, "'new_guid'");
+  sim_free(&s);
+}
+
+DX_TEST(payload_over_limit_fails) {
+  char *big = malloc(DX_MAX_PAYLOAD_BYTES + 16);
+  step_t out[] = {RETURN(big)};
+  step_t in[] = {ACT("A", big), AWAIT(0), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  ASSERT(big);
+  memset(big, 'x', DX_MAX_PAYLOAD_BYTES + 8);
+  big[0] = '"';
+  big[DX_MAX_PAYLOAD_BYTES + 8] = '"';
+  big[DX_MAX_PAYLOAD_BYTES + 9] = 0;
+  sim_init(&s, "i1", "Orch", out);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:Failed");
+  ASSERT_EQ(a->status, DX_STATUS_FAILED);
+  ASSERT_NULL(a->output);
+  ASSERT_CONTAINS(a->failure->message, "limit");
+  ASSERT_CONTAINS(a->failure->message, "output");
+  sim_free(&s);
+  /* an oversized activity input is refused at emit time */
+  sim_init(&s, "i1", "Orch", in);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:Failed");
+  ASSERT_CONTAINS(s.host.log, "emit_rc=DX_ETOOBIG");
+  ASSERT_CONTAINS(a->failure->message, "limit");
+  ASSERT_EQ(a->worker_items_len, 0);
+  sim_free(&s);
+  free(big);
+}
+
+DX_TEST(is_replaying_only_for_persisted_actions) {
+  static const step_t p[] = {MARK, ACT("A", "1"), MARK, AWAIT(0), MARK, ACT("B", "2"), MARK,
+                             AWAIT(1), RETURN_LAST};
+  sim_t s;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  sim_run(&s);
+  ASSERT_STR_EQ(s.host.log, "start(null) r0 r0");
+  sim_next(&s);
+  msg_act_done(&s, 2, "\"a\"");
+  sim_run(&s);
+  ASSERT_STR_EQ(s.host.log, "start(null) r1 r0 ok(\"a\") r0 r0");
+  sim_next(&s);
+  msg_act_done(&s, 4, "\"b\"");
+  sim_run(&s);
+  ASSERT_KINDS(&s, "5:ActDone<4 6:Completed");
+  ASSERT_STR_EQ(s.host.log, "start(null) r1 r1 ok(\"a\") r1 r0 ok(\"b\")");
+  sim_free(&s);
+}
+
+/* {===== robustness =====} */
+
+DX_TEST(orphan_messages_without_start_are_dropped) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "ghost", "Orch", P_GREET);
+  msg_act_done(&s, 2, "1");
+  msg_ext(&s, "go", "1");
+  a = sim_run(&s);
+  ASSERT_EQ(sim_action(&s), DX_TURN_ACK);
+  ASSERT_EQ(a->delta_len, 0);
+  ASSERT_EQ(a->status, DX_STATUS_NONE);
+  ASSERT_NULL(a->orchestration_name);
+  ASSERT_EQ(s.host.starts, 0);
+  sim_free(&s);
+}
+
+DX_TEST(cancelled_child_reports_failure_to_parent) {
+  static const step_t p[] = {TIMER(1000), AWAIT(0), RETURN("1")};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  dx_work_item_t *m;
+  sim_init(&s, "parent::sub::4", "Child", p);
+  m = msg_start(&s, "Child", NULL);
+  m->parent_instance = strdup("parent");
+  m->parent_id = 4;
+  m->parent_execution_id = 2;
+  sim_run(&s);
+  sim_next(&s);
+  msg_cancel(&s, "parent dropped sub-orchestration future");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "3:CancelReq 4:Failed"); /* timers need no breadcrumb */
+  ASSERT_EQ(a->orch_items_len, 1);
+  ASSERT_EQ(a->orch_items[0].kind, DX_WI_SUB_FAILED);
+  ASSERT_STR_EQ(a->orch_items[0].instance, "parent");
+  ASSERT_EQ(a->orch_items[0].execution_id, 2);
+  ASSERT_EQ(a->orch_items[0].id, 4);
+  ASSERT_STR_EQ(a->orch_items[0].fail.kind, "Cancelled");
+  ASSERT_CONTAINS(a->orch_items[0].fail.message, "canceled: parent dropped");
+  sim_free(&s);
+}
+
+/* Many turns: the history, slot table and delta all grow well past their first allocation. */
+DX_TEST(long_sequential_run_replays_every_turn) {
+  enum { N = 40 };
+  step_t p[2 * N + 1];
+  char inputs[N][8];
+  sim_t s;
+  int i;
+  for (i = 0; i < N; i++) {
+    snprintf(inputs[i], sizeof inputs[i], "%d", i);
+    p[2 * i] = (step_t)ACT("Step", inputs[i]);
+    p[2 * i + 1] = (step_t)AWAIT(i);
+  }
+  p[2 * N] = (step_t)RETURN_LAST;
+  sim_init(&s, "i1", "Orch", p);
+  sim_begin(&s, NULL);
+  for (i = 0; i < N; i++) {
+    char want[64], out[16];
+    uint64_t sched = 2 + 2 * (uint64_t)i;
+    snprintf(out, sizeof out, "%d", i * 10);
+    msg_act_done(&s, sched, out);
+    sim_run(&s);
+    if (i < N - 1)
+      snprintf(want, sizeof want, "%" PRIu64 ":ActDone<%" PRIu64 " %" PRIu64 ":ActSched",
+               sched + 1, sched, sched + 2);
+    else
+      snprintf(want, sizeof want, "%" PRIu64 ":ActDone<%" PRIu64 " %" PRIu64 ":Completed",
+               sched + 1, sched, sched + 2);
+    ASSERT_KINDS(&s, want);
+    ASSERT_EQ(s.host.starts, 1);
+    if (i < N - 1) ASSERT_STR_EQ(dev(&s, 1)->data, inputs[i + 1]);
+    sim_next(&s);
+  }
+  ASSERT_EQ(s.n_hist, 2 + 2 * N);
+  ASSERT_STR_EQ(s.hist[s.n_hist - 1].data, "390");
+  sim_free(&s);
+}
+
+DX_TEST(fan_out_in_one_turn_and_fan_in_in_one_batch) {
+  enum { N = 40 };
+  step_t p[2 * N + 1];
+  char inputs[N][8];
+  sim_t s;
+  const dx_orch_ack_t *a;
+  int i;
+  for (i = 0; i < N; i++) {
+    snprintf(inputs[i], sizeof inputs[i], "%d", i);
+    p[i] = (step_t)ACT("Work", inputs[i]);
+    p[N + i] = (step_t)AWAIT(i);
+  }
+  p[2 * N] = (step_t)RETURN_LAST;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_EQ(a->delta_len, N + 1);
+  ASSERT_EQ(a->worker_items_len, N);
+  ASSERT_EQ(a->worker_items[N - 1].id, N + 1);
+  sim_next(&s);
+  for (i = N - 1; i >= 0; i--) { /* reverse order; one of them fails */
+    if (i == 7) msg_act_fail(&s, 2 + (uint64_t)i, DX_CAT_APPLICATION, "ActivityFailed", "seven");
+    else msg_act_done(&s, 2 + (uint64_t)i, inputs[i]);
+    if (s.n_msgs == 16) { /* a batch holds 16 here: commit and keep going */
+      sim_run(&s);
+      sim_next(&s);
+    }
+  }
+  a = sim_run(&s);
+  ASSERT_EQ(a->status, DX_STATUS_COMPLETED);
+  ASSERT_STR_EQ(a->output, "39");
+  ASSERT_CONTAINS(s.host.log, "ok(6) err(seven) ok(8)");
+  ASSERT_EQ(dlast(&s)->event_id, 2 * N + 2);
+  sim_free(&s);
+}
+
+DX_TEST(invalid_actions_are_refused) {
+  static const step_t bad_op[] = {SYSCALL("bogus"), RETURN("1")};
+  static const step_t no_sys[] = {SYSCALL(NULL), RETURN("1")};
+  static const step_t no_act[] = {ACT(NULL, "1"), RETURN("1")};
+  static const step_t no_wait[] = {WAIT(NULL), RETURN("1")};
+  const step_t *progs[] = {bad_op, no_sys, no_act, no_wait};
+  size_t i;
+  for (i = 0; i < sizeof progs / sizeof progs[0]; i++) {
+    sim_t s;
+    const dx_orch_ack_t *a;
+    sim_init(&s, "i1", "Orch", progs[i]);
+    msg_start(&s, "Orch", NULL);
+    a = sim_run(&s);
+    ASSERT_CONTAINS(s.host.log, "emit_rc=DX_EINVAL");
+    ASSERT_KINDS(&s, "1:Started 2:Failed"); /* nothing was recorded for the refused action */
+    ASSERT_EQ(a->failure->category, DX_CAT_APPLICATION);
+    sim_free(&s);
+  }
+}
+
+DX_TEST(cancel_of_unknown_token_is_a_no_op) {
+  static const step_t p[] = {ACT("A", "1"), CANCEL_RAW(-1), CANCEL_RAW(0), CANCEL_RAW(99),
+                             CANCEL_RAW(1), AWAIT(0), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:ActSched");
+  ASSERT_EQ(a->worker_items_len, 1);
+  ASSERT_EQ(a->cancelled_len, 0);
+  sim_free(&s);
+}
+
+/* History the engine did not write: completions and breadcrumbs must point back at an
+** earlier event. Such a turn fails as corrupted history instead of crashing. */
+DX_TEST(corrupt_history_source_ids_fail_cleanly) {
+  static const step_t p[] = {ACT("A", "1"), AWAIT(0), RETURN_LAST};
+  static const uint64_t bad[] = {99, 3, 0, UINT64_MAX / 2};
+  static const int kinds_[] = {DX_EV_ACT_COMPLETED, DX_EV_ACT_CANCEL_REQ};
+  size_t i, k;
+  for (k = 0; k < 2; k++) {
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      sim_t s;
+      dx_event_t *e;
+      sim_init(&s, "i1", "Orch", p);
+      sim_begin(&s, NULL);
+      s.hist = realloc(s.hist, 3 * sizeof *s.hist);
+      ASSERT(s.hist);
+      e = &s.hist[s.n_hist++];
+      memset(e, 0, sizeof *e);
+      e->kind = kinds_[k];
+      e->event_id = 3;
+      e->source_id = bad[i];
+      e->data = strdup("1");
+      msg_ext(&s, "poke", NULL);
+      sim_run(&s);
+      assert_nondet(&s, "corrupted history");
+      sim_free(&s);
+    }
+  }
+}
