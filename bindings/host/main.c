@@ -37,7 +37,8 @@ int dxh_usage(FILE *f) {
       "  --worker-node-id ID  --orchestration-concurrency N  --worker-concurrency N\n"
       "  --max-sessions-per-worker N  --session-lock-timeout D  --session-idle-timeout D\n"
       "  --session-cleanup-interval D  --worker-lock-timeout D  --orchestrator-lock-timeout D\n"
-      "  --poll-interval D  --max-attempts N  --shutdown-grace D  --log-level LEVEL\n"
+      "  --poll-interval D  --max-attempts N  --shutdown-grace D  --turn-instruction-budget N\n"
+      "  --log-level error|warn|info|debug\n"
       "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n",
       f);
   return 2;
@@ -139,6 +140,11 @@ static int run_worker(const char *app, int argc, char **argv) {
   int i, rc = 0;
   if (!L) return dxh_fail(1, "%s", "cannot create a Lua state");
   luaL_openlibs(L);
+  /* The app's own duroxide.client() should default to the worker's store. */
+  for (i = 0; i + 1 < argc; i++)
+    if (strcmp(argv[i], "--store") == 0) setenv("DUROXIDE_STORE", argv[i + 1], 1);
+  for (i = 0; i < argc; i++)
+    if (strncmp(argv[i], "--store=", 8) == 0) setenv("DUROXIDE_STORE", argv[i] + 8, 1);
   if (load_app(L, app, argc, argv) != 0) {
     lua_close(L);
     return 1;
@@ -193,7 +199,9 @@ static int run_worker(const char *app, int argc, char **argv) {
   w.sigint.data = w.sigterm.data = &w;
   uv_signal_start(&w.sigint, on_signal, SIGINT);
   uv_signal_start(&w.sigterm, on_signal, SIGTERM);
+  S->loop_depth++; /* code running from here on is inside a loop callback */
   uv_run(S->loop, UV_RUN_DEFAULT);
+  S->loop_depth--;
   S->runtime = NULL;
   dx_runtime_free(w.rt);
   p->methods->destroy(p);

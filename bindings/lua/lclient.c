@@ -151,6 +151,9 @@ static int l_wait(lua_State *L) {
   int64_t deadline = dx__now_ms() + timeout;
   dx_instance_info_t info;
   dx_error_t err;
+  if (S->loop_depth > 0)
+    return luaL_error(L, "client:wait would block the worker's loop (called from an activity or "
+                         "callback); poll client:status with actx:sleep instead");
   for (;;) {
     if (dx_client_status(c, id, &info, &err) != 0) return fail(L, &err);
     if (info.status == DX_STATUS_COMPLETED || info.status == DX_STATUS_FAILED ||
@@ -166,7 +169,7 @@ static int l_wait(lua_State *L) {
       return 3; /* nil, err, last status */
     }
     dx_instance_info_clear(&info);
-    if (S->runtime && S->loop_depth == 0) {
+    if (S->runtime) {
       dxl_run_loop_once(L, S, 5);
     } else {
       dx_instance_info_t tmp;

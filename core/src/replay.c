@@ -857,8 +857,12 @@ static void start_event(dx_turn_t *t, const char *resolved_version) {
     e->parent_id = start->parent_id;
     e->parent_execution_id = start->parent_execution_id;
   }
-  free(t->version);
-  t->version = dx__strdup(resolved_version);
+  {
+    /* resolved_version may point at t->version itself: copy before freeing. */
+    char *v = dx__strdup(resolved_version);
+    free(t->version);
+    t->version = v;
+  }
   dx__log(DX_LOG_INFO, "orchestration started", "instance=%s execution=%" PRIu64
           " orchestration=%s version=%s", t->instance, t->exec, t->name,
           resolved_version ? resolved_version : "");
