@@ -234,11 +234,26 @@ static json_t *parse_or_null(const char *text) {
   return v ? v : json_null();
 }
 
+/* A JSON string even for text that is not valid UTF-8 (error messages may carry any bytes):
+** such text keeps its ASCII and shows '?' for every other byte. */
+static json_t *jstr(const char *text) {
+  json_t *v = json_string(text ? text : "");
+  char *copy, *p;
+  if (v) return v;
+  copy = dx__strdup(text);
+  if (!copy) return json_null();
+  for (p = copy; *p; p++)
+    if ((unsigned char)*p >= 0x80) *p = '?';
+  v = json_string(copy);
+  free(copy);
+  return v ? v : json_null();
+}
+
 static json_t *failure_json(const dx_failure_t *f) {
   json_t *o = json_object();
-  json_object_set_new(o, "category", json_string(dx__category_name(f->category)));
-  if (f->kind) json_object_set_new(o, "kind", json_string(f->kind));
-  json_object_set_new(o, "message", json_string(f->message ? f->message : ""));
+  json_object_set_new(o, "category", jstr(dx__category_name(f->category)));
+  if (f->kind) json_object_set_new(o, "kind", jstr(f->kind));
+  json_object_set_new(o, "message", jstr(f->message ? f->message : ""));
   return o;
 }
 
@@ -250,10 +265,10 @@ static char *dump(json_t *o) {
 
 char *dx_instance_info_to_json(const char *id, const dx_instance_info_t *info) {
   json_t *o = json_object();
-  json_object_set_new(o, "instance_id", json_string(id));
-  json_object_set_new(o, "status", json_string(dx_status_name(info->status)));
+  json_object_set_new(o, "instance_id", jstr(id));
+  json_object_set_new(o, "status", jstr(dx_status_name(info->status)));
   if (info->orchestration_name)
-    json_object_set_new(o, "orchestration", json_string(info->orchestration_name));
+    json_object_set_new(o, "orchestration", jstr(info->orchestration_name));
   if (info->status != DX_STATUS_NONE)
     json_object_set_new(o, "execution_id", json_integer((json_int_t)info->current_execution_id));
   if (info->status == DX_STATUS_COMPLETED)
@@ -278,15 +293,15 @@ static const char *event_kind_name(int k) {
 char *dx_event_to_json(const dx_event_t *e) {
   json_t *o = json_object();
   json_object_set_new(o, "event_id", json_integer((json_int_t)e->event_id));
-  json_object_set_new(o, "type", json_string(event_kind_name(e->kind)));
+  json_object_set_new(o, "type", jstr(event_kind_name(e->kind)));
   json_object_set_new(o, "timestamp_ms", json_integer((json_int_t)e->timestamp_ms));
   if (e->source_id) json_object_set_new(o, "source_event_id", json_integer((json_int_t)e->source_id));
-  if (e->name) json_object_set_new(o, "name", json_string(e->name));
-  if (e->version) json_object_set_new(o, "version", json_string(e->version));
+  if (e->name) json_object_set_new(o, "name", jstr(e->name));
+  if (e->version) json_object_set_new(o, "version", jstr(e->version));
   if (e->data) json_object_set_new(o, "data", parse_or_null(e->data));
-  if (e->instance) json_object_set_new(o, "instance", json_string(e->instance));
-  if (e->session_id) json_object_set_new(o, "session_id", json_string(e->session_id));
-  if (e->reason) json_object_set_new(o, "reason", json_string(e->reason));
+  if (e->instance) json_object_set_new(o, "instance", jstr(e->instance));
+  if (e->session_id) json_object_set_new(o, "session_id", jstr(e->session_id));
+  if (e->reason) json_object_set_new(o, "reason", jstr(e->reason));
   if (e->fire_at_ms) json_object_set_new(o, "fire_at_ms", json_integer((json_int_t)e->fire_at_ms));
   if (e->fail.category) json_object_set_new(o, "error", failure_json(&e->fail));
   return dump(o);
