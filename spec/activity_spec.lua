@@ -120,10 +120,18 @@ describe("activities", function()
     assert.matches("duroxide.wait must be called inside an activity", st.error.message, 1, true)
   end)
 
-  -- The worker does not fetch session-bound activities yet (no session ownership in
-  -- core/src/runtime.c): schedule_activity_on_session never runs. Sessions are covered when
-  -- they land.
-  pending("sets actx.session_id for activities scheduled on a session")
+  it("sets actx.session_id for activities scheduled on a session", function()
+    local act = env:activity("OnSession", function(actx) return { actx.session_id, actx.worker_id } end)
+    local orch = env:orchestration("OnSessionOrch", function(ctx)
+      local a = assert(ctx:schedule_activity_on_session(act, nil, "sess-1"):await())
+      local b = assert(ctx:schedule_activity_on_session(act, nil, "sess-1"):await())
+      return { a, b }
+    end)
+    local st = env:run(orch)
+    assert.are.equal("Completed", st.status, st.error and st.error.message)
+    assert.are.same({ { "sess-1", env.rt:worker_id() }, { "sess-1", env.rt:worker_id() } },
+                    st.output)
+  end)
 
   it("runs activities concurrently on the loop (their steps interleave)", function()
     local log = {}

@@ -796,7 +796,8 @@ DX_TEST(pv_session_rows_need_a_session_config) {
   dx_work_item_clear(&f.item);
   f = wfetch(p, T0 + 2);
   ASSERT_EQ(f.item.kind, 0);
-  ASSERT_EQ(next_due(p, T0 + 2), T0 + 2 + LOCK); /* session rows do not wake plain workers */
+  /* next_due_ms counts session rows too (a poll may then find nothing it may take) */
+  ASSERT_EQ(next_due(p, T0 + 2), T0);
   CHECK(M(p)->fetch_work_item(p, T0 + 2, LOCK, &cfg, &f, &E));
   ASSERT_EQ(f.item.id, 1);
   ASSERT_STR_EQ(f.item.session_id, "s1");
@@ -1254,6 +1255,704 @@ DX_TEST(pv_multi_process_orchestrators_exclusive) {
     ASSERT_EQ(history_len(p, inst, 1), ORCH_TURNS);
   }
   ASSERT_EQ(depths(p).orchestrator, 0);
+  done(p);
+  free(store);
+}
+
+/* {===== sessions (duroxide v2 implicit sessions, DESIGN.md §6) =====} */
+
+#define SLOCK 10000 /* session lease; the item lock is LOCK (longer) */
+
+static dx_work_item_t sess_item(const char *inst, uint64_t id, const char *sid) {
+  dx_work_item_t w = act_item(inst, 1, id);
+  w.session_id = (char *)sid;
+  return w;
+}
+
+static dx_work_fetch_t sfetch(dx_provider_t *p, int64_t now, const char *worker, uint32_t max) {
+  dx_session_cfg_t cfg;
+  dx_work_fetch_t f;
+  cfg.worker_id = worker;
+  cfg.session_lock_ms = SLOCK;
+  cfg.max_sessions = max;
+  CHECK(M(p)->fetch_work_item(p, now, LOCK, &cfg, &f, &E));
+  return f;
+}
+
+static void fclear(dx_work_fetch_t *f) {
+  dx_work_item_clear(&f->item);
+  free(f->previous_owner);
+  memset(f, 0, sizeof *f);
+}
+
+/* Fetch as `worker` and expect the item with `id` (0: nothing); returns session_claimed. */
+static int take(dx_provider_t *p, int64_t now, const char *worker, uint32_t max, uint64_t id) {
+  dx_work_fetch_t f = sfetch(p, now, worker, max);
+  int claimed = f.session_claimed;
+  if (id == 0 && f.item.kind != 0)
+    DX_FAIL_AT("%s fetched item %llu, expected nothing", worker, (unsigned long long)f.item.id);
+  if (id != 0 && (f.item.kind == 0 || f.item.id != id))
+    DX_FAIL_AT("%s fetched %s %llu, expected item %llu", worker, f.item.kind ? "item" : "nothing",
+               (unsigned long long)f.item.id, (unsigned long long)id);
+  fclear(&f);
+  return claimed;
+}
+
+/* Fetch as `worker`, expect item `id`, ack it at `now`. */
+static void take_ack(dx_provider_t *p, int64_t now, const char *worker, uint64_t id) {
+  dx_work_fetch_t f = sfetch(p, now, worker, 10);
+  ASSERT_EQ(f.item.id, id);
+  CHECK(M(p)->ack_work_item(p, now, f.lock_token, NULL, &E));
+  fclear(&f);
+}
+
+typedef struct {
+  char sid[32], owner[32];
+  int64_t locked, last;
+  uint64_t queued;
+} srow_t;
+
+typedef struct {
+  srow_t v[16];
+  int n;
+} srows_t;
+
+static int srow_cb(void *ud, const dx_session_info_t *s) {
+  srows_t *r = ud;
+  srow_t *o;
+  ASSERT(r->n < 16);
+  o = &r->v[r->n++];
+  snprintf(o->sid, sizeof o->sid, "%s", s->session_id);
+  snprintf(o->owner, sizeof o->owner, "%s", s->worker_id ? s->worker_id : "");
+  o->locked = s->locked_until_ms;
+  o->last = s->last_activity_ms;
+  o->queued = s->queued;
+  return 0;
+}
+
+static srows_t sessions_of(dx_provider_t *p) {
+  srows_t r;
+  memset(&r, 0, sizeof r);
+  CHECK(M(p)->list_sessions(p, srow_cb, &r, &E));
+  return r;
+}
+
+/* The listed row of `sid`; fails the test when there is none. */
+static srow_t srow(dx_provider_t *p, const char *sid) {
+  srows_t r = sessions_of(p);
+  int i;
+  for (i = 0; i < r.n; i++)
+    if (strcmp(r.v[i].sid, sid) == 0) return r.v[i];
+  DX_FAIL_AT("no session row '%s'", sid);
+}
+
+static uint64_t renew_sessions(dx_provider_t *p, int64_t now, const char *worker, int64_t idle) {
+  uint64_t n = 99;
+  CHECK(M(p)->renew_session_lock(p, now, worker, SLOCK, idle, NULL, NULL, &n, &E));
+  return n;
+}
+
+static uint64_t cleanup_sessions(dx_provider_t *p, int64_t now) {
+  uint64_t n = 99;
+  CHECK(M(p)->cleanup_orphaned_sessions(p, now, &n, &E));
+  return n;
+}
+
+static uint64_t release_sessions(dx_provider_t *p, int64_t now, const char *worker,
+                                 const char *sid) {
+  uint64_t n = 99;
+  CHECK(M(p)->release_session_locks(p, now, worker, sid, &n, &E));
+  return n;
+}
+
+DX_TEST(pv_session_claimable_by_any_worker_initially) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  ASSERT_EQ(sessions_of(p).n, 0); /* a queued row alone makes no session row */
+  f = sfetch(p, T0, "B", 10);
+  ASSERT_EQ(f.item.id, 1);
+  ASSERT_STR_EQ(f.item.session_id, "s1");
+  ASSERT_EQ(f.session_claimed, 1);
+  ASSERT(f.previous_owner == NULL);
+  ASSERT_EQ(f.attempt_count, 1);
+  fclear(&f);
+  done(p);
+}
+
+DX_TEST(pv_session_pinned_after_claim) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  ASSERT_EQ(take(p, T0, "A", 10, 1), 1);
+  take(p, T0 + 1, "B", 10, 0);            /* item 2 is due, but s1 is A's */
+  take(p, T0 + SLOCK - 1, "B", 10, 0);    /* still A's until the lease lapses */
+  ASSERT_EQ(srow(p, "s1").queued, 2);
+  done(p);
+}
+
+DX_TEST(pv_session_owner_can_fetch_more) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  enqueue_work(p, T0, sess_item("J", 3, "s1")); /* sessions are not scoped to an instance */
+  ASSERT_EQ(take(p, T0, "A", 10, 1), 1);
+  ASSERT_EQ(take(p, T0 + 1, "A", 10, 2), 0); /* already A's: no new claim */
+  ASSERT_EQ(take(p, T0 + 2, "A", 10, 3), 0);
+  take(p, T0 + 3, "A", 10, 0);
+  done(p);
+}
+
+DX_TEST(pv_session_non_session_items_unaffected) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  enqueue_work(p, T0 + 1, act_item("P", 1, 10));
+  enqueue_work(p, T0 + 1, act_item("P", 1, 11));
+  ASSERT_EQ(take(p, T0 + 2, "A", 10, 1), 1);
+  ASSERT_EQ(take(p, T0 + 2, "B", 10, 10), 0); /* B skips A's session, takes plain work */
+  f = wfetch(p, T0 + 2);                        /* and so does a session-less worker */
+  ASSERT_EQ(f.item.id, 11);
+  ASSERT_EQ(f.session_claimed, 0);
+  fclear(&f);
+  take(p, T0 + 2, "B", 10, 0);
+  done(p);
+}
+
+DX_TEST(pv_session_fifo_across_sessions_and_plain) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0 + 1, act_item("P", 1, 2));
+  enqueue_work(p, T0 + 2, sess_item("I", 3, "s2"));
+  enqueue_work(p, T0 + 3, sess_item("I", 4, "s1"));
+  enqueue_work(p, T0 + 3, act_item("P", 1, 5));
+  take(p, T0 + 10, "A", 10, 1);
+  take(p, T0 + 10, "A", 10, 2);
+  take(p, T0 + 10, "A", 10, 3);
+  take(p, T0 + 10, "A", 10, 4);
+  take(p, T0 + 10, "A", 10, 5);
+  take(p, T0 + 10, "A", 10, 0);
+  done(p);
+}
+
+DX_TEST(pv_session_claim_creates_session_row) {
+  dx_provider_t *p = fresh();
+  srows_t r;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  take(p, T0 + 5, "A", 10, 1);
+  r = sessions_of(p);
+  ASSERT_EQ(r.n, 1);
+  ASSERT_STR_EQ(r.v[0].sid, "s1");
+  ASSERT_STR_EQ(r.v[0].owner, "A");
+  ASSERT_EQ(r.v[0].locked, T0 + 5 + SLOCK);
+  ASSERT_EQ(r.v[0].last, T0 + 5);
+  ASSERT_EQ(r.v[0].queued, 1); /* the locked row still counts */
+  done(p);
+}
+
+DX_TEST(pv_session_lease_expiry_allows_reclaim) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  take_ack(p, T0, "A", 1);
+  enqueue_work(p, T0 + 1, sess_item("I", 2, "s1"));
+  take(p, T0 + SLOCK - 1, "B", 10, 0);
+  f = sfetch(p, T0 + SLOCK, "B", 10); /* locked_until <= now: lapsed */
+  ASSERT_EQ(f.item.id, 2);
+  ASSERT_EQ(f.session_claimed, 1);
+  ASSERT_STR_EQ(f.previous_owner, "A");
+  fclear(&f);
+  ASSERT_STR_EQ(srow(p, "s1").owner, "B");
+  ASSERT_EQ(srow(p, "s1").locked, T0 + 2 * SLOCK);
+  done(p);
+}
+
+DX_TEST(pv_session_idle_expiry_allows_reclaim) {
+  dx_provider_t *p = fresh();
+  const int64_t idle = 25000;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  take_ack(p, T0 + 1, "A", 1); /* last activity T0+1 */
+  ASSERT_EQ(renew_sessions(p, T0 + 5000, "A", idle), 1);  /* lease to T0+15000 */
+  ASSERT_EQ(renew_sessions(p, T0 + 14000, "A", idle), 1); /* lease to T0+24000 */
+  ASSERT_EQ(renew_sessions(p, T0 + 23000, "A", idle), 1); /* lease to T0+33000 */
+  ASSERT_EQ(renew_sessions(p, T0 + 30000, "A", idle), 0); /* idle since T0+1: not renewed */
+  ASSERT_EQ(srow(p, "s1").locked, T0 + 33000);
+  enqueue_work(p, T0 + 30000, sess_item("I", 2, "s1"));
+  take(p, T0 + 32999, "B", 10, 0);
+  ASSERT_EQ(take(p, T0 + 33000, "B", 10, 2), 1);
+  ASSERT_STR_EQ(srow(p, "s1").owner, "B");
+  done(p);
+}
+
+static int count_cb(void *ud, const dx_session_info_t *s) {
+  ASSERT_STR_EQ(s->worker_id, "A");
+  (*(int *)ud)++;
+  return 0;
+}
+
+DX_TEST(pv_session_renew_extends_all_owned) {
+  dx_provider_t *p = fresh();
+  uint64_t n = 0;
+  int calls = 0;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s2"));
+  take(p, T0, "A", 10, 1);
+  take(p, T0 + 1, "A", 10, 2);
+  CHECK(M(p)->renew_session_lock(p, T0 + 100, "A", SLOCK, 0, count_cb, &calls, &n, &E));
+  ASSERT_EQ(n, 2);
+  ASSERT_EQ(calls, 2);
+  ASSERT_EQ(srow(p, "s1").locked, T0 + 100 + SLOCK);
+  ASSERT_EQ(srow(p, "s2").locked, T0 + 100 + SLOCK);
+  ASSERT_EQ(srow(p, "s1").last, T0); /* renewal is not activity */
+  done(p);
+}
+
+DX_TEST(pv_session_renew_skips_idle_sessions) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s2"));
+  take(p, T0, "A", 10, 1);        /* s1: last activity T0 */
+  take(p, T0 + 5000, "A", 10, 2); /* s2: last activity T0+5000 */
+  ASSERT_EQ(renew_sessions(p, T0 + 9000, "A", 6000), 1);
+  ASSERT_EQ(srow(p, "s1").locked, T0 + SLOCK); /* idle: left to lapse */
+  ASSERT_EQ(srow(p, "s2").locked, T0 + 9000 + SLOCK);
+  done(p);
+}
+
+DX_TEST(pv_session_renew_skips_other_workers) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s2"));
+  take(p, T0, "A", 10, 1);
+  take(p, T0, "B", 10, 2);
+  ASSERT_EQ(renew_sessions(p, T0 + 100, "A", 0), 1);
+  ASSERT_EQ(srow(p, "s1").locked, T0 + 100 + SLOCK);
+  ASSERT_EQ(srow(p, "s2").locked, T0 + SLOCK);
+  ASSERT_EQ(renew_sessions(p, T0 + 100, "C", 0), 0);
+  done(p);
+}
+
+DX_TEST(pv_session_renew_skips_expired_leases) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  take(p, T0, "A", 10, 1);
+  ASSERT_EQ(renew_sessions(p, T0 + SLOCK, "A", 0), 0); /* lapsed exactly now */
+  ASSERT_EQ(renew_sessions(p, T0 + SLOCK + 1, "A", 0), 0);
+  ASSERT_EQ(srow(p, "s1").locked, T0 + SLOCK);
+  done(p);
+}
+
+DX_TEST(pv_session_renew_work_lock_updates_last_activity) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  f = sfetch(p, T0, "A", 10);
+  CHECK(M(p)->renew_work_item_lock(p, T0 + 500, f.lock_token, LOCK, &E));
+  ASSERT_EQ(srow(p, "s1").last, T0 + 500);
+  ASSERT_EQ(srow(p, "s1").locked, T0 + SLOCK); /* the lease is the renewal task's job */
+  fclear(&f);
+  done(p);
+}
+
+DX_TEST(pv_session_ack_updates_last_activity) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t reply = act_done("I", 1, 1);
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  f = sfetch(p, T0, "A", 10);
+  CHECK(M(p)->ack_work_item(p, T0 + 700, f.lock_token, &reply, &E));
+  ASSERT_EQ(srow(p, "s1").last, T0 + 700);
+  ASSERT_EQ(srow(p, "s1").queued, 0);
+  ASSERT_EQ(depths(p).orchestrator, 1);
+  fclear(&f);
+  done(p);
+}
+
+DX_TEST(pv_session_fetch_updates_last_activity) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  take(p, T0, "A", 10, 1);
+  ASSERT_EQ(srow(p, "s1").last, T0);
+  ASSERT_EQ(take(p, T0 + 900, "A", 10, 2), 0);
+  ASSERT_EQ(srow(p, "s1").last, T0 + 900);
+  ASSERT_EQ(srow(p, "s1").locked, T0 + SLOCK); /* a live lease is left alone */
+  done(p);
+}
+
+DX_TEST(pv_session_max_sessions_capacity_respected) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s2"));
+  take_ack(p, T0, "A", 1); /* A owns s1 (no activity running: it still counts) */
+  take(p, T0 + 1, "A", 1, 0);
+  ASSERT_EQ(take(p, T0 + 1, "B", 1, 2), 1);
+  /* once s1's lease lapses, A has room again */
+  enqueue_work(p, T0 + 2, sess_item("I", 3, "s3"));
+  take(p, T0 + SLOCK - 1, "A", 1, 0);
+  ASSERT_EQ(take(p, T0 + SLOCK, "A", 1, 3), 1);
+  done(p);
+}
+
+DX_TEST(pv_session_max_sessions_allows_owned_and_plain_items) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  take(p, T0, "A", 1, 1);
+  enqueue_work(p, T0 + 1, sess_item("I", 2, "s2")); /* oldest, but A is at capacity */
+  enqueue_work(p, T0 + 2, sess_item("I", 3, "s1"));
+  enqueue_work(p, T0 + 3, act_item("P", 1, 4));
+  ASSERT_EQ(take(p, T0 + 5, "A", 1, 3), 0);
+  take(p, T0 + 5, "A", 1, 4);
+  take(p, T0 + 5, "A", 1, 0);
+  done(p);
+}
+
+DX_TEST(pv_session_zero_max_sessions_takes_no_session_work) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0 + 1, act_item("P", 1, 2));
+  take(p, T0 + 2, "A", 0, 2);
+  take(p, T0 + 2, "A", 0, 0);
+  ASSERT_EQ(sessions_of(p).n, 0);
+  take(p, T0 + 2, "B", 1, 1);
+  done(p);
+}
+
+DX_TEST(pv_session_id_stored_on_worker_row) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t work[2] = {sess_item("A", 2, "s1"), sess_item("A", 3, "s1")};
+  dx_activity_ref_t cancel = {"A", 1, 3};
+  dx_event_t ev[3];
+  dx_orch_item_t *it;
+  dx_work_fetch_t f;
+  dx_orch_ack_t a;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  a = ack_of(it);
+  a.delta = delta(ev, 3, it);
+  ev[1].kind = ev[2].kind = DX_EV_ACT_SCHEDULED;
+  ev[1].session_id = ev[2].session_id = "s1";
+  a.delta_len = 3;
+  a.worker_items = work;
+  a.worker_items_len = 2;
+  CHECK(M(p)->ack_orchestration_item(p, T0, &a, &E));
+  dx_orch_item_free(it);
+  f = wfetch(p, T0 + 1); /* no session config: session rows are not handed out */
+  ASSERT_EQ(f.item.kind, 0);
+  f = sfetch(p, T0 + 1, "W", 10);
+  ASSERT_EQ(f.item.id, 2);
+  ASSERT_STR_EQ(f.item.session_id, "s1");
+  ASSERT_EQ(srow(p, "s1").queued, 2);
+  /* the next turn cancels activity 3 (lock stealing): it leaves the session's rows too */
+  enqueue(p, T0 + 2, raise_item("A"));
+  it = fetch(p, T0 + 3);
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  a.cancelled = &cancel;
+  a.cancelled_len = 1;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 4, &a, &E));
+  dx_orch_item_free(it);
+  ASSERT_EQ(srow(p, "s1").queued, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + 5, f.lock_token, NULL, &E));
+  fclear(&f);
+  ASSERT_EQ(srow(p, "s1").queued, 0);
+  take(p, T0 + 6, "W", 10, 0);
+  ASSERT_EQ(next_due(p, T0 + 6), INT64_MAX); /* nothing queued anywhere */
+  done(p);
+}
+
+DX_TEST(pv_session_cleanup_removes_expired_no_work) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  take_ack(p, T0, "A", 1);
+  ASSERT_EQ(cleanup_sessions(p, T0 + SLOCK - 1), 0);
+  ASSERT_EQ(cleanup_sessions(p, T0 + SLOCK), 1);
+  ASSERT_EQ(sessions_of(p).n, 0);
+  done(p);
+}
+
+DX_TEST(pv_session_cleanup_removes_idle_and_released_no_work) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s2"));
+  take_ack(p, T0, "A", 1);
+  take_ack(p, T0, "A", 2);
+  /* s1 idle: the renewal task stops renewing it, its lease lapses */
+  ASSERT_EQ(renew_sessions(p, T0 + 5000, "A", 4000), 0);
+  ASSERT_EQ(release_sessions(p, T0 + 5000, "A", "s2"), 1); /* s2 released (close, shutdown) */
+  ASSERT_EQ(cleanup_sessions(p, T0 + 5000), 1);             /* s2 at once */
+  ASSERT_EQ(cleanup_sessions(p, T0 + SLOCK), 1);            /* s1 once lapsed */
+  ASSERT_EQ(sessions_of(p).n, 0);
+  done(p);
+}
+
+DX_TEST(pv_session_cleanup_preserves_sessions_with_work) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 3, "s2"));
+  take(p, T0, "A", 10, 1); /* s1: one locked row, one queued */
+  take(p, T0, "A", 10, 3); /* s2: one locked row only */
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  ASSERT_EQ(release_sessions(p, T0 + 1, "A", NULL), 2);
+  ASSERT_EQ(cleanup_sessions(p, T0 + 2 * SLOCK), 0);
+  ASSERT_EQ(sessions_of(p).n, 2);
+  done(p);
+}
+
+DX_TEST(pv_session_cleanup_preserves_active_sessions) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  take_ack(p, T0, "A", 1);
+  ASSERT_EQ(cleanup_sessions(p, T0 + 1), 0); /* live lease, recent activity, no work */
+  ASSERT_EQ(renew_sessions(p, T0 + SLOCK - 1, "A", 0), 1);
+  ASSERT_EQ(cleanup_sessions(p, T0 + SLOCK + 1), 0);
+  ASSERT_STR_EQ(srow(p, "s1").owner, "A");
+  done(p);
+}
+
+DX_TEST(pv_session_cleanup_returns_deleted_count) {
+  dx_provider_t *p = fresh();
+  char sid[8];
+  int i;
+  for (i = 0; i < 5; i++) {
+    snprintf(sid, sizeof sid, "s%d", i);
+    enqueue_work(p, T0, sess_item("I", (uint64_t)i + 1, sid));
+    take_ack(p, T0 + i * 1000, "A", (uint64_t)i + 1); /* s_i lease ends T0+i*1000+SLOCK */
+  }
+  ASSERT_EQ(cleanup_sessions(p, T0 + 2000 + SLOCK), 3); /* s0, s1, s2 */
+  ASSERT_EQ(sessions_of(p).n, 2);
+  ASSERT_EQ(cleanup_sessions(p, T0 + 2000 + SLOCK), 0);
+  ASSERT_EQ(cleanup_sessions(p, T0 + 9000 + SLOCK), 2);
+  done(p);
+}
+
+DX_TEST(pv_session_reclaim_after_lock_expiry_updates_in_place) {
+  dx_provider_t *p = fresh();
+  srows_t r;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  take_ack(p, T0, "A", 1);
+  enqueue_work(p, T0 + 1, sess_item("I", 2, "s1"));
+  take(p, T0 + SLOCK + 5, "B", 10, 2);
+  r = sessions_of(p);
+  ASSERT_EQ(r.n, 1);
+  ASSERT_STR_EQ(r.v[0].owner, "B");
+  ASSERT_EQ(r.v[0].locked, T0 + SLOCK + 5 + SLOCK);
+  ASSERT_EQ(r.v[0].last, T0 + SLOCK + 5);
+  ASSERT_EQ(renew_sessions(p, T0 + SLOCK + 6, "A", 0), 0); /* A no longer owns it */
+  done(p);
+}
+
+DX_TEST(pv_session_multiple_sessions_per_worker) {
+  dx_provider_t *p = fresh();
+  srows_t r;
+  int i;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s2"));
+  enqueue_work(p, T0, sess_item("I", 3, "s3"));
+  enqueue_work(p, T0, sess_item("I", 4, "s2"));
+  ASSERT_EQ(take(p, T0, "A", 3, 1), 1);
+  ASSERT_EQ(take(p, T0, "A", 3, 2), 1);
+  ASSERT_EQ(take(p, T0, "A", 3, 3), 1);
+  ASSERT_EQ(take(p, T0, "A", 3, 4), 0);
+  r = sessions_of(p);
+  ASSERT_EQ(r.n, 3);
+  for (i = 0; i < 3; i++) ASSERT_STR_EQ(r.v[i].owner, "A");
+  ASSERT_STR_EQ(r.v[0].sid, "s1"); /* ordered by session id */
+  ASSERT_STR_EQ(r.v[2].sid, "s3");
+  done(p);
+}
+
+DX_TEST(pv_session_release_makes_claimable_at_once) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s2"));
+  take_ack(p, T0, "A", 1);
+  take_ack(p, T0, "A", 2);
+  enqueue_work(p, T0 + 1, sess_item("I", 3, "s1"));
+  enqueue_work(p, T0 + 1, sess_item("I", 4, "s2"));
+  take(p, T0 + 2, "B", 10, 0);
+  ASSERT_EQ(release_sessions(p, T0 + 2, "B", "s1"), 0); /* only the owner releases */
+  ASSERT_EQ(release_sessions(p, T0 + 2, "A", "s1"), 1);
+  ASSERT_EQ(srow(p, "s1").owner[0], 0);
+  ASSERT_EQ(srow(p, "s1").locked, T0 + 2);
+  f = sfetch(p, T0 + 2, "B", 10); /* no waiting for the lease */
+  ASSERT_EQ(f.item.id, 3);
+  ASSERT_EQ(f.session_claimed, 1);
+  ASSERT_STR_EQ(f.previous_owner, "A");
+  fclear(&f);
+  take(p, T0 + 2, "B", 10, 0); /* s2 is still A's */
+  ASSERT_EQ(release_sessions(p, T0 + 3, "A", NULL), 1); /* all of A's: s2 */
+  ASSERT_EQ(release_sessions(p, T0 + 3, "A", NULL), 0);
+  ASSERT_EQ(take(p, T0 + 3, "B", 10, 4), 1);
+  done(p);
+}
+
+DX_TEST(pv_session_same_worker_id_restart_owns_at_once) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = dx_pv_open(store), *q;
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  enqueue_work(p, T0, sess_item("I", 3, "s1"));
+  take(p, T0, "A", 10, 1);
+  done(p); /* "crash": no ack, no release */
+  q = dx_pv_open(store);
+  take(q, T0 + 1, "B", 10, 0);
+  f = sfetch(q, T0 + 1, "A", 10); /* the restarted A: its lease is live, it owns s1 */
+  ASSERT_EQ(f.item.id, 2);
+  ASSERT_EQ(f.session_claimed, 0);
+  fclear(&f);
+  /* still A's after the lease lapsed; the fetch renews the lease */
+  f = sfetch(q, T0 + SLOCK + 5, "A", 10);
+  ASSERT_EQ(f.item.id, 3);
+  ASSERT_EQ(f.session_claimed, 0);
+  fclear(&f);
+  ASSERT_EQ(srow(q, "s1").locked, T0 + SLOCK + 5 + SLOCK);
+  done(q);
+  free(store);
+}
+
+DX_TEST(pv_session_close_item_on_unowned_session_is_deleted) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t c1 = sess_item("I", 1, "s1"), c2 = sess_item("I", 3, "s2"), c3;
+  dx_work_fetch_t f;
+  c1.name = c2.name = DX_CLOSE_SESSION_ACTIVITY;
+  c3 = c2;
+  c3.id = 6;
+  /* no session row */
+  enqueue_work(p, T0, c1);
+  take(p, T0, "A", 10, 0);
+  ASSERT_EQ(depths(p).worker, 0);
+  ASSERT_EQ(sessions_of(p).n, 0);
+  /* released session: the close item goes, and the row with it */
+  enqueue_work(p, T0, sess_item("I", 2, "s2"));
+  take_ack(p, T0, "A", 2);
+  ASSERT_EQ(release_sessions(p, T0 + 1, "A", NULL), 1);
+  enqueue_work(p, T0 + 1, c2);
+  enqueue_work(p, T0 + 2, sess_item("I", 4, "s3"));
+  ASSERT_EQ(take(p, T0 + 3, "B", 10, 4), 1); /* the close item is skipped, not claimed */
+  ASSERT_EQ(sessions_of(p).n, 1);
+  ASSERT_STR_EQ(sessions_of(p).v[0].sid, "s3");
+  /* the owner gets its close item like any other */
+  enqueue_work(p, T0 + 4, c3);
+  take(p, T0 + 5, "A", 10, 0);
+  f = sfetch(p, T0 + 5, "B", 10);
+  ASSERT_EQ(f.item.kind, 0);
+  enqueue_work(p, T0 + 6, sess_item("I", 7, "s4"));
+  enqueue_work(p, T0 + 6, (c3.session_id = "s4", c3.id = 8, c3));
+  ASSERT_EQ(take(p, T0 + 7, "A", 10, 7), 1);
+  f = sfetch(p, T0 + 8, "A", 10);
+  ASSERT_EQ(f.item.id, 8);
+  ASSERT_STR_EQ(f.item.name, DX_CLOSE_SESSION_ACTIVITY);
+  ASSERT_EQ(f.session_claimed, 0);
+  fclear(&f);
+  done(p);
+}
+
+DX_TEST(pv_session_expired_item_lock_refetched_by_other_worker) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f, g;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  f = sfetch(p, T0, "A", 10); /* A "crashes": no ack, no renewals */
+  take(p, T0 + SLOCK, "B", 10, 0);    /* the lease lapsed, the item lock has not */
+  take(p, T0 + LOCK - 1, "B", 10, 0);
+  g = sfetch(p, T0 + LOCK, "B", 10);
+  ASSERT_EQ(g.item.id, 1);
+  ASSERT_EQ(g.attempt_count, 2);
+  ASSERT_EQ(g.session_claimed, 1);
+  ASSERT_STR_EQ(g.previous_owner, "A");
+  CHECK_ERR(M(p)->ack_work_item(p, T0 + LOCK + 1, f.lock_token, NULL, &E), DX_ELOCK);
+  CHECK(M(p)->ack_work_item(p, T0 + LOCK + 1, g.lock_token, NULL, &E));
+  fclear(&f);
+  fclear(&g);
+  ASSERT_EQ(srow(p, "s1").queued, 0);
+  done(p);
+}
+
+DX_TEST(pv_session_fetch_skips_many_rows_of_sessions_held_elsewhere) {
+  dx_provider_t *p = fresh();
+  enum { N = 3000 };
+  int i;
+  CHECK(M(p)->begin(p, &E));
+  enqueue_work(p, T0, sess_item("I", 1, "big"));
+  take(p, T0, "B", 10, 1);
+  for (i = 0; i < N; i++) enqueue_work(p, T0, sess_item("I", (uint64_t)i + 10, "big"));
+  CHECK(M(p)->commit(p, 1, &E));
+  enqueue_work(p, T0 + 1, sess_item("I", 2, "other"));
+  enqueue_work(p, T0 + 2, act_item("P", 1, 3));
+  ASSERT_EQ(take(p, T0 + 3, "A", 10, 2), 1);
+  take(p, T0 + 3, "A", 10, 3);
+  take(p, T0 + 3, "A", 10, 0);
+  ASSERT_EQ(srow(p, "big").queued, N + 1);
+  ASSERT_EQ(take(p, T0 + 3, "B", 10, 10), 0);
+  done(p);
+}
+
+enum { RACE_ITEMS = 20 };
+
+static void session_race_child(const char *store, int idx, int fd) {
+  dx_provider_t *p = dx_pv_open(store);
+  dx_session_cfg_t cfg;
+  char worker[16];
+  int empty = 0;
+  snprintf(worker, sizeof worker, "W%d", idx);
+  cfg.worker_id = worker;
+  cfg.session_lock_ms = 600000;
+  cfg.max_sessions = 1000;
+  while (empty < 40) {
+    dx_work_fetch_t f;
+    char line[48];
+    int n;
+    CHILD_CHECK(M(p)->fetch_work_item(p, wall_ms(), 600000, &cfg, &f, &E) == 0);
+    if (f.item.kind == 0) {
+      empty++;
+      usleep(500);
+      continue;
+    }
+    empty = 0;
+    CHILD_CHECK(M(p)->ack_work_item(p, wall_ms(), f.lock_token, NULL, &E) == 0);
+    n = snprintf(line, sizeof line, "%d %llu\n", idx, (unsigned long long)f.item.id);
+    CHILD_CHECK(write(fd, line, (size_t)n) == n);
+    dx_work_item_clear(&f.item);
+    free(f.previous_owner);
+  }
+  done(p);
+}
+
+DX_TEST(pv_session_multi_process_claim_race) {
+  char *store = dx_pv_new_store(), *out, *s;
+  dx_provider_t *p;
+  static int seen[RACE_ITEMS + 1];
+  int i, owner = -1, total = 0;
+  srows_t r;
+  if (!dx_pv_multi_process()) { free(store); return; }
+  p = dx_pv_open(store);
+  CHECK(M(p)->begin(p, &E));
+  for (i = 1; i <= RACE_ITEMS; i++) enqueue_work(p, wall_ms(), sess_item("I", (uint64_t)i, "race"));
+  CHECK(M(p)->commit(p, 1, &E));
+  done(p);
+  out = run_children(store, 2, session_race_child);
+  for (s = strtok(out, "\n"); s; s = strtok(NULL, "\n")) {
+    int who, id;
+    ASSERT(sscanf(s, "%d %d", &who, &id) == 2);
+    ASSERT(id >= 1 && id <= RACE_ITEMS);
+    if (owner < 0) owner = who;
+    ASSERT_EQ(who, owner); /* one process got every item of the session */
+    seen[id]++;
+    total++;
+  }
+  free(out);
+  ASSERT_EQ(total, RACE_ITEMS);
+  for (i = 1; i <= RACE_ITEMS; i++) ASSERT_EQ(seen[i], 1);
+  p = dx_pv_open(store);
+  r = sessions_of(p);
+  ASSERT_EQ(r.n, 1);
+  ASSERT_EQ(r.v[0].owner[0], 'W');
+  ASSERT_EQ(r.v[0].owner[1] - '0', owner);
+  ASSERT_EQ(r.v[0].queued, 0);
   done(p);
   free(store);
 }

@@ -4,6 +4,7 @@
 */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -11,7 +12,7 @@
 #include "host.h"
 
 static const char *commands[] = {"start", "raise", "status", "wait", "cancel", "history",
-                                  "list", NULL};
+                                  "list", "sessions", NULL};
 
 int dxh_is_command(const char *word) {
   int i;
@@ -77,6 +78,33 @@ static int parse(int argc, char **argv, cmdline_t *c) {
   return 0;
 }
 
+/* INPUT/DATA text: "-" reads stdin, "@path" reads a file (for payloads too large for a
+** command-line argument), anything else is the JSON itself. *buf receives malloc'd text when
+** read; NULL text stays NULL (JSON null). Returns 0, or an exit status after printing. */
+static int json_arg(const char *arg, const char **text, char **buf) {
+  FILE *f;
+  size_t len = 0, cap = 0, got;
+  *text = arg;
+  *buf = NULL;
+  if (!arg || (strcmp(arg, "-") != 0 && arg[0] != '@')) return 0;
+  f = strcmp(arg, "-") == 0 ? stdin : fopen(arg + 1, "rb");
+  if (!f) return dxh_fail(2, "cannot read %s", arg + 1);
+  do {
+    if (len + 4096 + 1 > cap) {
+      char *nb = realloc(*buf, cap = (cap ? cap * 2 : 8192));
+      if (!nb) break;
+      *buf = nb;
+    }
+    got = fread(*buf + len, 1, cap - len - 1, f);
+    len += got;
+  } while (got > 0);
+  if (f != stdin) fclose(f);
+  if (!*buf) return dxh_fail(1, "%s", "out of memory");
+  (*buf)[len] = '\0';
+  *text = *buf;
+  return 0;
+}
+
 static int need(const cmdline_t *c, int n, const char *usage) {
   if (c->npos < n) return dxh_fail(2, "usage: duroxide-lua %s", usage);
   return 0;
@@ -124,7 +152,12 @@ static int print_history(dx_client_t *cl, const char *id) {
   size_t n = 0, i;
   dx_error_t err;
   int rc = p->methods->read_history(p, id, 0, &ev, &n, NULL, &err);
-  if (rc == DX_ENOTFOUND) return dxh_fail(1, "unknown instance '%s'", id);
+  if (rc == DX_ENOTFOUND) {
+    dx_instance_info_t info;
+    int queued = dx_client_status(cl, id, &info, NULL) == 0 && info.status != DX_STATUS_NONE;
+    if (queued) dx_instance_info_clear(&info);
+    return queued ? 0 : dxh_fail(1, "unknown instance '%s'", id); /* queued: no events yet */
+  }
   if (rc != 0) return dxh_fail(1, "%s", err.msg);
   for (i = 0; i < n; i++) {
     char *json = dx_event_to_json(&ev[i]);
@@ -145,6 +178,24 @@ static int print_id(void *ud, const char *id) {
   return 0;
 }
 
+/* One session row as a JSON line: who owns it, until when, and how much work is queued. */
+static int print_session(void *ud, const dx_session_info_t *si) {
+  int64_t now = *(const int64_t *)ud;
+  int owned = si->worker_id && *si->worker_id;
+  json_t *o = json_pack("{s:s, s:s?, s:I, s:I, s:I, s:s}", "session_id", si->session_id,
+                        "owner", owned ? si->worker_id : NULL,
+                        "locked_until_ms", (json_int_t)si->locked_until_ms,
+                        "last_activity_ms", (json_int_t)si->last_activity_ms,
+                        "queued", (json_int_t)si->queued,
+                        "lease", !owned ? "released" : si->locked_until_ms > now ? "live"
+                                                                                : "lapsed");
+  char *s = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  puts(s ? s : "{}");
+  free(s);
+  json_decref(o);
+  return 0;
+}
+
 int dxh_command(int argc, char **argv) {
   const char *cmd = argv[0];
   dx_client_t *cl = NULL;
@@ -158,17 +209,25 @@ int dxh_command(int argc, char **argv) {
   }
   if (strcmp(cmd, "start") == 0) {
     if (!(rc = need(&c, 1, "start NAME [INPUT] --id ID [--wait [TIMEOUT]]"))) {
+      const char *input;
+      char *buf = NULL;
       if (!c.id) rc = dxh_fail(2, "%s", "start needs --id ID");
-      else if (dx_client_start(cl, c.id, c.pos[0], c.npos > 1 ? c.pos[1] : NULL, c.version,
-                               &err) != 0)
+      else if ((rc = json_arg(c.npos > 1 ? c.pos[1] : NULL, &input, &buf)) != 0) {
+      } else if (dx_client_start(cl, c.id, c.pos[0], input, c.version, &err) != 0)
         rc = dxh_fail(err.code == DX_EJSON || err.code == DX_ETOOBIG ? 2 : 1, "%s", err.msg);
       else if (c.wait) rc = wait_and_print(cl, c.id, c.timeout);
       else print_started(c.id);
+      free(buf);
     }
   } else if (strcmp(cmd, "raise") == 0) {
     if (!(rc = need(&c, 2, "raise ID EVENT [DATA]"))) {
-      if (dx_client_raise(cl, c.pos[0], c.pos[1], c.npos > 2 ? c.pos[2] : NULL, &err) != 0)
+      const char *data;
+      char *buf = NULL;
+      if ((rc = json_arg(c.npos > 2 ? c.pos[2] : NULL, &data, &buf)) != 0) {
+      } else if (dx_client_raise(cl, c.pos[0], c.pos[1], data, &err) != 0) {
         rc = dxh_fail(err.code == DX_EJSON || err.code == DX_ETOOBIG ? 2 : 1, "%s", err.msg);
+      }
+      free(buf);
     }
   } else if (strcmp(cmd, "status") == 0) {
     if (!(rc = need(&c, 1, "status ID"))) {
@@ -191,6 +250,11 @@ int dxh_command(int argc, char **argv) {
     }
   } else if (strcmp(cmd, "history") == 0) {
     if (!(rc = need(&c, 1, "history ID"))) rc = print_history(cl, c.pos[0]);
+  } else if (strcmp(cmd, "sessions") == 0) {
+    dx_provider_t *p = dx_client_provider(cl);
+    int64_t now = (int64_t)time(NULL) * 1000;
+    if (p->methods->list_sessions(p, print_session, &now, &err) != 0)
+      rc = dxh_fail(1, "%s", err.msg);
   } else if (strcmp(cmd, "list") == 0) {
     dx_provider_t *p = dx_client_provider(cl);
     if (p->methods->list_instances(p, print_id, cl, &err) != 0) rc = dxh_fail(1, "%s", err.msg);

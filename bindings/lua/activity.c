@@ -196,6 +196,38 @@ void dxl_h_activity_abort(void *host, dx_activity_t *a) {
   }
 }
 
+/* {===== session hooks =====} */
+
+/* Call hooks[name](session_id, word) under pcall: an app error is logged, never raised. */
+static void call_hook(dxl_state_t *S, const char *name, const char *sid, const char *word) {
+  lua_State *L = S->L;
+  char msg[1024];
+  if (!lua_checkstack(L, 6)) return;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->reg_ref);
+  lua_getfield(L, -1, "hooks");
+  lua_remove(L, -2);
+  if (lua_getfield(L, -1, name) != LUA_TFUNCTION) {
+    lua_pop(L, 2);
+    return;
+  }
+  lua_remove(L, -2);
+  lua_pushstring(L, sid);
+  lua_pushstring(L, word);
+  S->loop_depth++;
+  if (dxl_pcall(L, 2, 0, msg, sizeof msg, 1) != LUA_OK)
+    dx__log(DX_LOG_ERROR, "error in session hook", "hook=%s session_id=%s error=\"%s\"", name,
+            sid, msg);
+  S->loop_depth--;
+}
+
+void dxl_h_session_claimed(void *host, const char *sid, const char *how) {
+  call_hook(host, "claimed", sid, how);
+}
+
+void dxl_h_session_released(void *host, const char *sid, const char *reason) {
+  call_hook(host, "released", sid, reason);
+}
+
 /* {===== primitives for duroxide/activity.lua =====} */
 
 static act_run_t *run_of(lua_State *L, int idx) {

@@ -314,9 +314,11 @@ void dxl_orch_register(lua_State *L, int prims) {
 int dxl_h_activity_lookup(void *host, const char *name);
 void dxl_h_activity_start(void *host, dx_activity_t *a);
 void dxl_h_activity_abort(void *host, dx_activity_t *a);
+void dxl_h_session_claimed(void *host, const char *session_id, const char *how);
+void dxl_h_session_released(void *host, const char *session_id, const char *reason);
 
 const dx_host_methods_t dxl_host_methods = {
-  1,
+  2,
   h_orch_lookup,
   h_orch_start,
   h_orch_resume,
@@ -324,4 +326,6 @@ const dx_host_methods_t dxl_host_methods = {
   dxl_h_activity_lookup,
   dxl_h_activity_start,
   dxl_h_activity_abort,
+  dxl_h_session_claimed,
+  dxl_h_session_released,
 };

@@ -269,7 +269,7 @@ char *dx_instance_info_to_json(const char *id, const dx_instance_info_t *info) {
   json_object_set_new(o, "status", jstr(dx_status_name(info->status)));
   if (info->orchestration_name)
     json_object_set_new(o, "orchestration", jstr(info->orchestration_name));
-  if (info->status != DX_STATUS_NONE)
+  if (info->current_execution_id) /* 0: the start is queued, no execution yet */
     json_object_set_new(o, "execution_id", json_integer((json_int_t)info->current_execution_id));
   if (info->status == DX_STATUS_COMPLETED)
     json_object_set_new(o, "output", parse_or_null(info->output));
@@ -286,7 +286,7 @@ static const char *event_kind_name(int k) {
     "TimerFired", "ExternalSubscribed", "ExternalEvent", "ExternalSubscribedCancelled",
     "SubOrchestrationScheduled", "SubOrchestrationCompleted", "SubOrchestrationFailed",
     "SubOrchestrationCancelRequested", "OrchestrationChained", "CustomStatusUpdated",
-    "SystemCall"};
+    "SystemCall", "SessionClosed"};
   return (k > 0 && k < DX_EV__COUNT) ? names[k] : "Unknown";
 }
 

@@ -111,7 +111,7 @@ static slot_t *slot(dx_turn_t *t, uint64_t id) {
 static int is_schedule_kind(int k) {
   return k == DX_EV_ACT_SCHEDULED || k == DX_EV_TIMER_CREATED || k == DX_EV_EXT_SUBSCRIBED ||
          k == DX_EV_SUB_SCHEDULED || k == DX_EV_ORCH_CHAINED || k == DX_EV_CUSTOM_STATUS ||
-         k == DX_EV_SYSCALL;
+         k == DX_EV_SYSCALL || k == DX_EV_SESSION_CLOSED;
 }
 
 static int is_terminal_kind(int k) {
@@ -127,6 +127,7 @@ static const char *kind_word(int k) {
     case DX_EV_ORCH_CHAINED: return "orchestration start";
     case DX_EV_CUSTOM_STATUS: return "custom status";
     case DX_EV_SYSCALL: return "system call";
+    case DX_EV_SESSION_CLOSED: return "session close";
     default: return "event";
   }
 }
@@ -134,7 +135,7 @@ static const char *kind_word(int k) {
 static int action_event_kind(int a) {
   static const int map[] = {0, DX_EV_ACT_SCHEDULED, DX_EV_TIMER_CREATED, DX_EV_EXT_SUBSCRIBED,
                             DX_EV_SUB_SCHEDULED, DX_EV_ORCH_CHAINED, DX_EV_CUSTOM_STATUS,
-                            DX_EV_SYSCALL};
+                            DX_EV_SYSCALL, 0, DX_EV_SESSION_CLOSED};
   return (a > 0 && a < (int)(sizeof map / sizeof map[0])) ? map[a] : 0;
 }
 
@@ -198,6 +199,14 @@ static int matches_history(dx_turn_t *t, const dx_action_t *a, const dx_event_t 
                e->session_id ? ", session " : "", e->session_id ? e->session_id : "", a->name,
                a->input ? a->input : "null", a->session_id ? ", session " : "",
                a->session_id ? a->session_id : "");
+        return 0;
+      }
+      return 1;
+    case DX_ACT_CLOSE_SESSION:
+      if (!same_str(a->session_id, e->session_id)) {
+        NONDET(t, "nondeterministic: session close at event %" PRIu64 " was for '%s' in history "
+                  "but the code now closes '%s'",
+               e->event_id, e->session_id, a->session_id ? a->session_id : "");
         return 0;
       }
       return 1;
@@ -291,6 +300,10 @@ static int fill_new_event(dx_turn_t *t, dx_event_t *e, const dx_action_t *a) {
     }
     case DX_ACT_STATUS:
       e->data = dx__strdup(a->input);
+      break;
+    case DX_ACT_CLOSE_SESSION:
+      e->session_id = dx__strdup(a->session_id);
+      ok = e->session_id != NULL;
       break;
     case DX_ACT_SYSCALL:
       e->name = dx__strdup(a->name);
@@ -620,6 +633,8 @@ static void emit_work(dx_turn_t *t, int terminal, int can) {
     memset(&w, 0, sizeof w);
     if (e->kind == DX_EV_ORCH_CHAINED) {
       if (can) continue;
+    } else if (e->kind == DX_EV_SESSION_CLOSED) {
+      /* closing is a side effect that must happen even in the final turn */
     } else if (terminal || (s && s->cancelled)) {
       continue;
     }
@@ -631,6 +646,17 @@ static void emit_work(dx_turn_t *t, int terminal, int can) {
         w.id = e->event_id;
         w.name = dx__strdup(e->name);
         w.data = dx__strdup(e->data);
+        w.session_id = dx__strdup(e->session_id);
+        add_item(t, 1, &w);
+        break;
+      case DX_EV_SESSION_CLOSED:
+        /* Routed like a session activity, so it reaches the owner after earlier work. */
+        w.kind = DX_WI_ACT_EXECUTE;
+        w.instance = dx__strdup(t->instance);
+        w.execution_id = t->exec;
+        w.id = e->event_id;
+        w.name = dx__strdup(DX_CLOSE_SESSION_ACTIVITY);
+        w.data = dx__strdup("null");
         w.session_id = dx__strdup(e->session_id);
         add_item(t, 1, &w);
         break;

@@ -17,6 +17,7 @@
 #include "codec.h"
 #include "log.h"
 #include "replay.h"
+#include "sessions.h"
 #include "store.h"
 #include "util.h"
 
@@ -58,6 +59,9 @@ struct dx_runtime_s {
   const dx_host_methods_t *host;
   void *host_ud;
   dx_store_t *store;
+  dx_session_cfg_t session_cfg;
+  dx_sessions_t *sessions;   /* NULL when max_sessions_per_worker == 0 */
+  int sessions_stopping;
   dx_activity_t *running;
   int n_running;
   int started, stopping;
@@ -335,6 +339,7 @@ static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ig
   dx_runtime_t *rt = a->rt;
   if (a->finished) return;
   a->finished = 1;
+  if (a->item.session_id && rt->sessions) dx__sessions_on_done(rt->sessions, a->item.session_id);
   uv_timer_stop(&a->renew_timer);
   activity_unlink(a);
   memset(&a->op, 0, sizeof a->op);
@@ -445,7 +450,15 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
   rt->n_running++;
   every = renewal_interval(rt->opts.worker_lock_timeout_ms, rt->opts.worker_lock_renewal_buffer_ms);
   uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
+  if (a->item.session_id && rt->sessions)
+    dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
+                          w->previous_owner);
 
+  if (a->item.session_id && strcmp(a->item.name, DX_CLOSE_SESSION_ACTIVITY) == 0) {
+    if (rt->sessions) dx__sessions_close(rt->sessions, a->item.session_id);
+    activity_settle(a, DX_OP_ACK_WORK, 0, 0);
+    return;
+  }
   if (w->attempt_count > rt->opts.max_attempts) {
     char msg[512];
     snprintf(msg, sizeof msg, "poison: activity %s#%" PRIu64 " exceeded %u attempts (max %u)",
@@ -538,8 +551,17 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   cfg.poll_interval_ms = rt->opts.poll_interval_ms;
   cfg.on_fetch = on_fetch;
   cfg.ud = rt;
+  if (rt->opts.max_sessions_per_worker > 0) {
+    rt->session_cfg.worker_id = rt->worker_id;
+    rt->session_cfg.session_lock_ms = rt->opts.session_lock_timeout_ms;
+    rt->session_cfg.max_sessions = (uint32_t)rt->opts.max_sessions_per_worker;
+    cfg.sessions = &rt->session_cfg;
+  }
   rc = dx__store_new(&rt->store, rt->loop, &cfg, err);
   if (rc != 0) return rc;
+  if (cfg.sessions)
+    rt->sessions = dx__sessions_new(rt->loop, rt->store, &rt->opts, rt->worker_id, rt->host,
+                                    rt->host_ud);
   rt->started = 1;
   dx__store_want(rt->store, rt->opts.orchestration_concurrency, rt->opts.worker_concurrency);
   uv_once(&registry_once, registry_init);
@@ -584,8 +606,21 @@ static void grace_closed(uv_handle_t *h) {
   dx__store_close(rt->store, store_closed, rt);
 }
 
+static void sessions_stopped(void *ud) {
+  dx_runtime_t *rt = ud;
+  rt->sessions = NULL;
+  rt->sessions_stopping = 0;
+}
+
 static void check_stop_done(dx_runtime_t *rt) {
   if (!rt->stopping || rt->n_running > 0 || !dx__store_idle(rt->store)) return;
+  /* Nothing runs any more: hand our sessions to other workers before closing the store. */
+  if (rt->sessions && !rt->sessions_stopping) {
+    rt->sessions_stopping = 1;
+    dx__sessions_shutdown(rt->sessions, sessions_stopped, rt);
+    return;
+  }
+  if (rt->sessions_stopping) return;
   if (uv_is_closing((uv_handle_t *)&rt->grace_timer)) return;
   uv_close((uv_handle_t *)&rt->grace_timer, grace_closed);
 }

@@ -45,6 +45,16 @@ static int64_t now_ms(dx_store_t *s) {
 
 /* {===== store thread =====} */
 
+/* renew_session_lock callback: remember each renewed session id on the op. */
+static int collect_id(void *ud, const dx_session_info_t *si) {
+  dx_store_op_t *op = ud;
+  char **v = realloc(op->ids, (op->n_ids + 1) * sizeof *v);
+  if (!v) return 1;
+  op->ids = v;
+  if ((v[op->n_ids] = dx__strdup(si->session_id)) != NULL) op->n_ids++;
+  return 0;
+}
+
 static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
   dx_provider_t *p = s->cfg.provider;
   const dx_provider_methods_t *m = p->methods;
@@ -64,6 +74,14 @@ static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
       return m->renew_work_item_lock(p, now, op->token, op->delay_ms, &op->err);
     case DX_OP_ENQUEUE_ORCH:
       return m->enqueue_for_orchestrator(p, now, op->item, op->delay_ms, &op->err);
+    case DX_OP_RENEW_SESSIONS:
+      return m->renew_session_lock(p, now, op->worker_id, op->delay_ms, op->idle_ms, collect_id,
+                                   op, NULL, &op->err);
+    case DX_OP_RELEASE_SESSIONS:
+      return m->release_session_locks(p, now, op->worker_id, op->session_id, &op->count,
+                                      &op->err);
+    case DX_OP_CLEANUP_SESSIONS:
+      return m->cleanup_orphaned_sessions(p, now, &op->count, &op->err);
     default:
       return dx_error_set(&op->err, DX_EINVAL, "unknown store operation %d", op->kind);
   }
@@ -72,7 +90,10 @@ static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
 static void free_fetched(dx_store_fetched_t *f) {
   size_t i;
   for (i = 0; i < f->n_orch; i++) dx_orch_item_free(f->orch[i]);
-  for (i = 0; i < f->n_work; i++) dx_work_item_clear(&f->work[i].item);
+  for (i = 0; i < f->n_work; i++) {
+    dx_work_item_clear(&f->work[i].item);
+    free(f->work[i].previous_owner);
+  }
   free(f->orch);
   free(f->work);
   memset(f, 0, sizeof *f);
@@ -98,7 +119,11 @@ static void fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetc
       dx__log(DX_LOG_WARN, "work fetch failed", "error=\"%s\"", err.msg);
       break;
     }
-    if (w->item.kind == 0) break;
+    if (w->item.kind == 0) {
+      free(w->previous_owner);
+      memset(w, 0, sizeof *w);
+      break;
+    }
     f->n_work++;
   }
 }
@@ -116,7 +141,10 @@ static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fet
   if (rc == 0) {
     for (op = ops; op; op = op->next) {
       op->rc = run_op(s, op, now);
-      if (op->kind != DX_OP_RENEW_WORK && op->rc == 0) durable = 1;
+      /* Renewals only move lock expiries: losing one after a power cut merely shortens a
+      ** lease, so they need no fsync of their own. */
+      if (op->kind != DX_OP_RENEW_WORK && op->kind != DX_OP_RENEW_SESSIONS && op->rc == 0)
+        durable = 1;
     }
     fetch_into(s, now, bo, bw, f);
     /* A cycle that only took locks need not reach the disk: a lost lock only delays. */

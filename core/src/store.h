@@ -23,7 +23,10 @@ enum {
   DX_OP_ACK_WORK,
   DX_OP_ABANDON_WORK,
   DX_OP_RENEW_WORK,
-  DX_OP_ENQUEUE_ORCH
+  DX_OP_ENQUEUE_ORCH,
+  DX_OP_RENEW_SESSIONS,   /* worker_id, delay_ms = extension, idle_ms; fills ids/n_ids */
+  DX_OP_RELEASE_SESSIONS, /* worker_id, session_id (NULL = all); fills count */
+  DX_OP_CLEANUP_SESSIONS  /* fills count */
 };
 
 typedef void (*dx_store_op_cb)(dx_store_op_t *op);
@@ -38,6 +41,12 @@ struct dx_store_op_s {
   const dx_work_item_t *item;        /* ACK_WORK completion (may be NULL), ENQUEUE_ORCH */
   int64_t delay_ms;                  /* ABANDON_*, ENQUEUE_ORCH; RENEW_WORK: extension */
   int ignore_attempt;
+  const char *worker_id;             /* session ops */
+  const char *session_id;
+  int64_t idle_ms;
+  char **ids;                        /* RENEW_SESSIONS: renewed ids (owned by the op's owner) */
+  size_t n_ids;
+  uint64_t count;                    /* RELEASE/CLEANUP_SESSIONS */
   int rc;                            /* result */
   dx_error_t err;
   dx_store_op_cb done;

@@ -11,6 +11,7 @@ local C = ...
 
 local ACT_ACTIVITY, ACT_TIMER, ACT_WAIT, ACT_SUB, ACT_CHAINED, ACT_STATUS, ACT_SYSCALL, ACT_CAN =
   1, 2, 3, 4, 5, 6, 7, 8
+local ACT_CLOSE_SESSION = 9
 local PENDING, OK = 0, 1
 
 local yield = coroutine.yield
@@ -70,6 +71,13 @@ function Context:schedule_activity_on_session(name, input, session_id)
   check_name("activity name", name)
   check_name("session id", session_id)
   return new_future(self, C.emit(self._box, ACT_ACTIVITY, name, input, session_id), "activity")
+end
+
+--- Release a session now: its owner's on_session_released hook gets "closed" (after the
+--- session's earlier activities), and the next activity on that id may go to any worker.
+function Context:close_session(session_id)
+  check_name("session id", session_id)
+  C.emit(self._box, ACT_CLOSE_SESSION, nil, nil, session_id)
 end
 
 function Context:schedule_timer(ms)

@@ -35,7 +35,8 @@ typedef enum {
   DX_ACT_CHAINED = 5,   /* name, version, input, instance (fire and forget) */
   DX_ACT_STATUS = 6,    /* input = custom status JSON (NULL clears) */
   DX_ACT_SYSCALL = 7,   /* name = "utc_now" | "new_guid" | "random"; value returned at once */
-  DX_ACT_CAN = 8        /* input, version (continue as new; terminal) */
+  DX_ACT_CAN = 8,       /* input, version (continue as new; terminal) */
+  DX_ACT_CLOSE_SESSION = 9 /* session_id: release the session on its owner */
 } dx_action_kind_t;
 
 typedef struct dx_action_s {
@@ -56,8 +57,9 @@ int dx_turn_emit(dx_turn_t *t, const dx_action_t *a, uint64_t *token, const char
 
 enum { DX_FUT_PENDING = 0, DX_FUT_OK = 1, DX_FUT_ERR = 2 };
 /** State of a future. For OK, *data is the result JSON (borrowed for the turn; may be NULL
-**  for timers). For ERR, *fail is the application failure (borrowed). *order is the history
-**  position of the completion (select uses it: earliest completion wins). */
+**  for timers). For ERR, *fail is the application failure (borrowed only until the next
+**  dx_turn_emit: copy it before emitting). *order is the history position of the completion
+**  (select uses it: earliest completion wins). */
 int dx_turn_poll(dx_turn_t *t, uint64_t token, const char **data, const dx_failure_t **fail,
                  uint64_t *order);
 /** Cancel an unresolved future (select loser): activities are withdrawn from the queue,
@@ -104,7 +106,7 @@ void *dx_activity_userdata(const dx_activity_t *a);
 enum { DX_LOG_ERROR = 0, DX_LOG_WARN = 1, DX_LOG_INFO = 2, DX_LOG_DEBUG = 3 };
 
 typedef struct dx_host_methods_s {
-  int version; /* 1 */
+  int version; /* 2 */
   /** 1 when an orchestration `name` (version NULL = latest) is registered; *resolved receives
   **  the version string (static or host-owned, borrowed). */
   int (*orch_lookup)(void *host, const char *name, const char *version, const char **resolved);
@@ -120,6 +122,12 @@ typedef struct dx_host_methods_s {
   **  must stop touching `a`; the runtime releases it after this returns. */
   void (*activity_abort)(void *host, dx_activity_t *a);
   /* methods above are version 1 */
+  /** This process now owns `session_id`; how is "new" or "reclaim". May be NULL. */
+  void (*session_claimed)(void *host, const char *session_id, const char *how);
+  /** This process no longer owns `session_id`; reason is "idle", "closed", "shutdown" or
+  **  "lost". Free per-session memory here. May be NULL. */
+  void (*session_released)(void *host, const char *session_id, const char *reason);
+  /* methods above are version 2 */
 } dx_host_methods_t;
 
 #endif

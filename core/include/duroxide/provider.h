@@ -52,6 +52,7 @@ typedef enum {
   DX_EV_ORCH_CHAINED = 19,    /* name, version, instance, data=input (fire and forget) */
   DX_EV_CUSTOM_STATUS = 20,   /* data=status JSON or NULL (cleared) */
   DX_EV_SYSCALL = 21,         /* name=operation ("utc_now", "new_guid", "random"), data=value */
+  DX_EV_SESSION_CLOSED = 22,  /* session_id (ctx:close_session; fire and forget) */
   DX_EV__COUNT
 } dx_event_kind_t;
 
@@ -186,14 +187,34 @@ typedef struct dx_work_fetch_s {
   dx_work_item_t item;
   uint64_t lock_token;
   uint32_t attempt_count;   /* after this fetch's increment */
+  int session_claimed;      /* 1 when this fetch made the worker the session's owner (the row
+                               was new, unowned, released, or its lease had lapsed) */
+  char *previous_owner;     /* on a claim: the owner before it (NULL if none); owned */
 } dx_work_fetch_t;
 
 /** Session side of a work fetch. NULL = this worker takes no session work. */
 typedef struct dx_session_cfg_s {
   const char *worker_id;
   int64_t session_lock_ms;
-  uint32_t max_sessions;
+  uint32_t max_sessions;    /* sessions this worker may own at once (live lease); 0 = none */
 } dx_session_cfg_t;
+
+/** A row of the sessions table (strings owned by the provider; valid during the callback). */
+typedef struct dx_session_info_s {
+  const char *session_id;
+  const char *worker_id;      /* owner; NULL or "" when unowned (released) */
+  int64_t locked_until_ms;
+  int64_t last_activity_ms;
+  uint64_t queued;            /* worker rows of this session (any lock state) */
+} dx_session_info_t;
+
+/** Callback for session listings: return non-zero to stop. */
+typedef int (*dx_session_cb)(void *ud, const dx_session_info_t *s);
+
+/** Activity name of the item ctx:close_session() routes to a session's owner. A provider
+**  that finds it at the head of a session nobody owns deletes it and the session row
+**  instead of claiming the session. */
+#define DX_CLOSE_SESSION_ACTIVITY "__duroxide:close_session"
 
 /** Instance summary for status and listing. */
 typedef struct dx_instance_info_s {
@@ -238,7 +259,7 @@ typedef struct dx_provider_s dx_provider_t;
 typedef int (*dx_instance_cb)(void *ud, const char *id);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 1 */
+  int version; /* 2 */
   const char *name;
 
   /** Close and free the provider. */
@@ -303,6 +324,25 @@ typedef struct dx_provider_methods_s {
   **  INT64_MAX when both queues are empty; lets the runtime sleep instead of polling. */
   int (*next_due_ms)(dx_provider_t *p, int64_t now_ms, int64_t *out, dx_error_t *err);
   /* methods above are version 1 */
+
+  /** Sessions (duroxide v2 "implicit sessions"; DESIGN.md §6). */
+  /** Extend to now+extend_ms the lease of every session owned by worker_id whose lease is
+  **  live and whose last activity is within idle_ms (idle_ms 0: no idle limit). cb (may be
+  **  NULL) is called for each renewed session. *renewed (may be NULL) receives the count. */
+  int (*renew_session_lock)(dx_provider_t *p, int64_t now_ms, const char *worker_id,
+                            int64_t extend_ms, int64_t idle_ms, dx_session_cb cb, void *ud,
+                            uint64_t *renewed, dx_error_t *err);
+  /** Give up ownership now (graceful shutdown, close, idle): sessions owned by worker_id, all
+  **  of them when session_id is NULL. Another worker may claim them at once. */
+  int (*release_session_locks)(dx_provider_t *p, int64_t now_ms, const char *worker_id,
+                               const char *session_id, uint64_t *released, dx_error_t *err);
+  /** Delete session rows whose lease has lapsed (or that are unowned) and that have no
+  **  worker rows left. */
+  int (*cleanup_orphaned_sessions)(dx_provider_t *p, int64_t now_ms, uint64_t *deleted,
+                                   dx_error_t *err);
+  /** Every session row, ordered by session id. */
+  int (*list_sessions)(dx_provider_t *p, dx_session_cb cb, void *ud, dx_error_t *err);
+  /* methods above are version 2 */
 } dx_provider_methods_t;
 
 struct dx_provider_s {

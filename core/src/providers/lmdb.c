@@ -18,16 +18,23 @@
 **   orch_lock     be64 locked_until inst\0 -> ""   locked instances
 **   work          be64 seq -> visible_at, locked_until, token, attempt, session_id, inst,
 **                             exec, activity_id, item
-**   work_ready    u8 class be64 visible_at be64 seq -> ""     unlocked rows
-**   work_lock     u8 class be64 locked_until be64 seq -> ""   locked rows
-**   work_token    be64 token -> be64 seq
+**   work_ready    u8 0 be64 visible_at be64 seq -> ""     unlocked plain rows
+**   work_lock     u8 0 be64 locked_until be64 seq -> ""   locked plain rows
+**   work_token    be64 token -> be64 seq                   (plain and session rows)
 **   work_ident    inst\0 be64 exec be64 activity_id be64 seq -> ""   (lock stealing)
-**   sessions      reserved for session claims
+**   sessions      sid\0 -> owner ("" = unowned), previous_owner, locked_until, last_activity
+**   sess_owner    owner\0 sid\0 -> be64 locked_until      sessions by owner
+**   sess_items    sid\0 be64 due be64 seq -> ""            rows of a session; due is
+**                                                          visible_at, or locked_until if locked
+**   sess_queue    sid\0 -> be64 head_due be64 head_seq be64 rows   (sessions with rows)
+**   sess_heads    be64 head_due be64 head_seq sid\0 -> ""  one entry per sessions_queue row
 **
 ** Fetches read the head of the ready and lock indexes (an expired lock is as fetchable as a
-** ready message), so they stay O(log n) however many rows are locked or delayed. Worker
-** index keys start with a class byte (0 plain, 1 has a session id) so plain fetches never
-** wade through session rows.
+** ready message), so they stay O(log n) however many rows are locked or delayed. Rows with a
+** session id live only in the session indexes: a session fetch looks at the heads of the
+** worker's own sessions (sess_owner) and walks sess_heads in time order past sessions other
+** workers own, so its cost is bounded by the number of live sessions, never by queued rows.
+** The worker-index class byte (0) is kept from format 1, where session rows used class 1.
 **
 ** Transactions: outside a batch each method is one txn (read-only for pure reads). begin()
 ** opens a batch for the calling thread on this env; until commit() every method on that
@@ -53,26 +60,27 @@
 #include "providers/lmdb_test.h"
 #include "util.h"
 
-#define LM_STORE_FORMAT 1u   /* layout version in meta "format" */
+#define LM_STORE_FORMAT 2u   /* layout version in meta "format" (1 is upgraded on open) */
 #define LM_RECORD_FORMAT 1u  /* first element of every wrapper record */
 #define LM_DEFAULT_MAP ((size_t)1 << 30)
-#define LM_MAXDBS 20         /* room for the session indexes of the next issues */
+#define LM_MAXDBS 24
 #define LM_KEY_MAX 511       /* LMDB's default MDB_MAXKEYSIZE */
 #define LM_INSTANCE_MAX 400  /* leaves room for the numbers appended to instance keys */
+#define LM_SESSION_MAX 200   /* session ids and worker ids: owner\0sid\0 must fit a key */
 #define LM_NEVER INT64_MAX
 
 enum {
   DB_META, DB_INSTANCES, DB_INST_CREATED, DB_EXECUTIONS, DB_HISTORY,
   DB_ORCH_MSGS, DB_ORCH_STATE, DB_ORCH_READY, DB_ORCH_LOCK,
   DB_WORK, DB_WORK_READY, DB_WORK_LOCK, DB_WORK_TOKEN, DB_WORK_IDENT,
-  DB_SESSIONS, DB__COUNT
+  DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS, DB__COUNT
 };
 
 static const char *const db_names[DB__COUNT] = {
   "meta", "instances", "inst_created", "executions", "history",
   "orch_msgs", "orch_state", "orch_ready", "orch_lock",
   "work", "work_ready", "work_lock", "work_token", "work_ident",
-  "sessions",
+  "sessions", "sess_owner", "sess_items", "sess_queue", "sess_heads",
 };
 
 /* {===== environment registry =====} */
@@ -1128,6 +1136,178 @@ static int orch_fetch(tx_t *t, int64_t now, int64_t lock_ms, dx_orch_item_t **ou
   return rc;
 }
 
+/* {===== sessions: records and queues =====} */
+
+/* A session row. Owned <=> owner is non-empty; the lease is live while locked_until > now. */
+typedef struct {
+  char *owner;        /* NULL or "" = unowned (released) */
+  char *prev;         /* owner before the current one (or before a release); NULL if none */
+  int64_t locked_until, last_activity;
+} sess_rec_t;
+
+enum { SR_OWNER = 1, SR_PREV, SR_LOCKED, SR_LAST, SR__END };
+
+static int sess_owned(const sess_rec_t *r) { return r->owner && *r->owner; }
+
+static int sess_owner_is(const sess_rec_t *r, const char *worker) {
+  return sess_owned(r) && strcmp(r->owner, worker) == 0;
+}
+
+static void sess_clear(sess_rec_t *r) {
+  free(r->owner);
+  free(r->prev);
+  memset(r, 0, sizeof *r);
+}
+
+static uint64_t time_u64(int64_t t) { return t < 0 ? 0 : (uint64_t)t; }
+
+static void key_sess_owner(dkey_t *k, const char *owner, const char *sid) {
+  k_init(k);
+  k_str(k, owner);
+  k_str(k, sid);
+}
+
+static void key_sess_item(dkey_t *k, const char *sid, int64_t due, uint64_t seq) {
+  key_inst(k, sid);
+  k_time(k, due);
+  k_u64(k, seq);
+}
+
+static void key_sess_head(dkey_t *k, uint64_t due, uint64_t seq, const char *sid) {
+  k_init(k);
+  k_u64(k, due);
+  k_u64(k, seq);
+  k_str(k, sid);
+}
+
+static int sess_decode(tx_t *t, const char *sid, const MDB_val *v, sess_rec_t *r) {
+  char what[LM_SESSION_MAX + 16];
+  rd_t rd;
+  int rc;
+  memset(r, 0, sizeof *r);
+  rd_open(&rd, v, SR__END - 1);
+  r->owner = rd_str(&rd, SR_OWNER);
+  r->prev = rd_str(&rd, SR_PREV);
+  r->locked_until = rd_int(&rd, SR_LOCKED);
+  r->last_activity = rd_int(&rd, SR_LAST);
+  if ((rc = rd_close(&rd))) sess_clear(r);
+  snprintf(what, sizeof what, "session '%s'", sid);
+  return decoded(t, rc, DB_SESSIONS, what);
+}
+
+/* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */
+static int sess_get(tx_t *t, const char *sid, sess_rec_t *r) {
+  dkey_t k;
+  MDB_val v;
+  int rc;
+  memset(r, 0, sizeof *r);
+  key_inst(&k, sid);
+  if ((rc = db_get(t, DB_SESSIONS, &k, &v))) return rc;
+  return sess_decode(t, sid, &v, r);
+}
+
+/* Replace session row `old` (NULL: none) by `nw` (NULL: delete), keeping sess_owner in step. */
+static int sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw) {
+  int same = old && nw && sess_owned(old) && sess_owned(nw) &&
+             strcmp(old->owner, nw->owner) == 0 &&
+             time_u64(old->locked_until) == time_u64(nw->locked_until);
+  unsigned char b[8];
+  dkey_t k;
+  wr_t w;
+  int rc;
+  if (!same && old && sess_owned(old)) {
+    key_sess_owner(&k, old->owner, sid);
+    if ((rc = db_del(t, DB_SESS_OWNER, &k))) return rc;
+  }
+  if (!same && nw && sess_owned(nw)) {
+    key_sess_owner(&k, nw->owner, sid);
+    put_u64(b, time_u64(nw->locked_until));
+    if ((rc = db_put(t, DB_SESS_OWNER, &k, b, 8, 0))) return rc;
+  }
+  key_inst(&k, sid);
+  if (!nw) return db_del(t, DB_SESSIONS, &k);
+  wr_begin(&w, SR__END - 1);
+  wr_str(&w, sess_owned(nw) ? nw->owner : "");
+  wr_str(&w, nw->prev);
+  wr_int(&w, nw->locked_until);
+  wr_int(&w, nw->last_activity);
+  return wr_put(t, &w, DB_SESSIONS, &k);
+}
+
+/* Work flowed through the session (ack, lock renewal): last_activity = now. No row: no-op. */
+static int sess_touch(tx_t *t, const char *sid, int64_t now) {
+  sess_rec_t r, nw;
+  int rc;
+  if (!sid) return 0;
+  rc = sess_get(t, sid, &r);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return rc;
+  nw = r;
+  nw.last_activity = now;
+  rc = sess_put(t, sid, &r, &nw);
+  sess_clear(&r);
+  return rc;
+}
+
+/* A session's queue summary: its earliest row (due time, seq) and how many rows it has. */
+typedef struct {
+  int found;
+  uint64_t due, seq, rows;
+} sess_queue_t;
+
+static int squeue_get(tx_t *t, const char *sid, sess_queue_t *q) {
+  dkey_t k;
+  MDB_val v;
+  int rc;
+  memset(q, 0, sizeof *q);
+  key_inst(&k, sid);
+  rc = db_get(t, DB_SESS_QUEUE, &k, &v);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return rc;
+  if (v.mv_size != 24) return corrupt(t, DB_SESS_QUEUE, "not 24 bytes", "session '%s'", sid);
+  q->found = 1;
+  q->due = get_u64(v.mv_data);
+  q->seq = get_u64((const char *)v.mv_data + 8);
+  q->rows = get_u64((const char *)v.mv_data + 16);
+  return 0;
+}
+
+/* After rows of `sid` were added, removed or re-timed (delta: change in their number), point
+** the session's sess_queue record and sess_heads entry at its earliest row again. */
+static int squeue_refresh(tx_t *t, const char *sid, int delta) {
+  sess_queue_t q;
+  dkey_t k, pre;
+  MDB_val head;
+  unsigned char b[24];
+  uint64_t due = 0, seq = 0, rows;
+  int rc, has;
+  if ((rc = squeue_get(t, sid, &q))) return rc;
+  key_inst(&pre, sid);
+  rc = head_key(t, DB_SESS_ITEMS, &pre, &head);
+  if (rc && rc != DX_ENOTFOUND) return rc;
+  if ((has = rc == 0)) {
+    if (head.mv_size != pre.n + 16)
+      return corrupt(t, DB_SESS_ITEMS, "bad key", "session '%s'", sid);
+    due = get_u64((const char *)head.mv_data + pre.n);
+    seq = get_u64((const char *)head.mv_data + pre.n + 8);
+  }
+  rows = delta < 0 && q.rows < (uint64_t)-delta ? 0 : q.rows + (uint64_t)(int64_t)delta;
+  if (has && rows == 0) rows = 1;
+  if (q.found && has && q.due == due && q.seq == seq && q.rows == rows) return 0;
+  if (q.found) {
+    key_sess_head(&k, q.due, q.seq, sid);
+    if ((rc = db_del(t, DB_SESS_HEADS, &k))) return rc;
+  }
+  key_inst(&k, sid);
+  if (!has) return db_del(t, DB_SESS_QUEUE, &k);
+  put_u64(b, due);
+  put_u64(b + 8, seq);
+  put_u64(b + 16, rows);
+  if ((rc = db_put(t, DB_SESS_QUEUE, &k, b, 24, 0))) return rc;
+  key_sess_head(&k, due, seq, sid);
+  return db_put(t, DB_SESS_HEADS, &k, "", 0, 0);
+}
+
 /* {===== worker queue =====} */
 
 typedef struct {
@@ -1135,7 +1315,7 @@ typedef struct {
   int64_t visible_at, locked_until;
   uint64_t token;   /* 0 = unlocked */
   uint64_t attempt;
-  char *session_id; /* TODO(sessions): claims key on this; class 1 in the indexes */
+  char *session_id; /* NULL: a plain row; else indexed in sess_items, not work_ready/lock */
   char *instance;
   uint64_t exec, act_id;
   char *item;
@@ -1196,18 +1376,21 @@ static int row_write(tx_t *t, const work_row_t *r) {
   return wr_put(t, &w, DB_WORK, &k);
 }
 
-/* Add (put=1) or remove the row's ready or lock + token index entries. */
+/* Add (put=1) or remove the row's queue index entry (ready or lock for plain rows, the
+** session's sess_items for session rows) and, when locked, its token entry. */
 static int row_index(tx_t *t, const work_row_t *r, int put) {
-  unsigned cls = r->session_id != NULL;
+  int64_t due = r->token ? r->locked_until : r->visible_at;
   unsigned char seq[8];
   dkey_t k;
   int rc;
-  if (!r->token) {
-    key_work_idx(&k, cls, r->visible_at, r->seq);
-    return idx_op(t, DB_WORK_READY, &k, "", 0, put);
+  if (r->session_id) {
+    key_sess_item(&k, r->session_id, due, r->seq);
+    rc = idx_op(t, DB_SESS_ITEMS, &k, "", 0, put);
+  } else {
+    key_work_idx(&k, 0, due, r->seq);
+    rc = idx_op(t, r->token ? DB_WORK_LOCK : DB_WORK_READY, &k, "", 0, put);
   }
-  key_work_idx(&k, cls, r->locked_until, r->seq);
-  if ((rc = idx_op(t, DB_WORK_LOCK, &k, "", 0, put))) return rc;
+  if (rc || !r->token) return rc;
   key_seq(&k, r->token);
   put_u64(seq, r->seq);
   return idx_op(t, DB_WORK_TOKEN, &k, seq, 8, put);
@@ -1222,17 +1405,18 @@ static int row_ident(tx_t *t, const work_row_t *r, int put) {
 
 /* Replace row `old` (NULL: insert) by `nw` (NULL: delete), keeping every index in step. */
 static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
+  const char *sid = old ? old->session_id : nw->session_id;
   dkey_t k;
   int rc = 0;
   if (old && (rc = row_index(t, old, 0))) return rc;
   if (nw) {
     if ((rc = row_write(t, nw)) || (rc = row_index(t, nw, 1))) return rc;
-    if (!old) rc = row_ident(t, nw, 1);
-    return rc;
+    if (!old && (rc = row_ident(t, nw, 1))) return rc;
+  } else {
+    key_seq(&k, old->seq);
+    if ((rc = db_del(t, DB_WORK, &k)) || (rc = row_ident(t, old, 0))) return rc;
   }
-  key_seq(&k, old->seq);
-  if ((rc = db_del(t, DB_WORK, &k))) return rc;
-  return row_ident(t, old, 0);
+  return sid ? squeue_refresh(t, sid, (nw != NULL) - (old != NULL)) : 0;
 }
 
 static int work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
@@ -1280,45 +1464,142 @@ static int row_check_live(tx_t *t, const work_row_t *r, int64_t now) {
                       (unsigned long long)r->seq, (long long)r->locked_until, (long long)now);
 }
 
+/* A fetch candidate: a plain row (head of work_ready or work_lock) or the earliest row of a
+** session, either one this worker owns or one it may claim. */
+enum { WC_PLAIN, WC_OWNED, WC_CLAIM };
+
 typedef struct {
-  int found, db;
-  int64_t at;
+  int found, db, kind;
+  int64_t at;            /* visible_at, or locked_until of an expired lock */
   uint64_t seq;
-  dkey_t key;
+  dkey_t key;            /* the index entry it came from */
+  char sid[LM_SESSION_MAX + 1];
 } work_cand_t;
 
-static int work_head(tx_t *t, int db, unsigned cls, int64_t now, work_cand_t *c) {
+/* FIFO: earlier due time first, then older row. */
+static int cand_better(const work_cand_t *c, int64_t at, uint64_t seq) {
+  return !c->found || at < c->at || (at == c->at && seq < c->seq);
+}
+
+static int work_head(tx_t *t, int db, int64_t now, work_cand_t *c) {
   dkey_t pre;
   MDB_val k;
   int64_t at;
+  uint64_t seq;
   int rc;
   k_init(&pre);
-  k_u8(&pre, cls);
+  k_u8(&pre, 0);
   rc = head_key(t, db, &pre, &k);
   if (rc == DX_ENOTFOUND) return 0;
   if (rc) return rc;
   if (k.mv_size != 17) return corrupt(t, db, "bad key", "%zu-byte key", k.mv_size);
   at = (int64_t)get_u64((const char *)k.mv_data + 1);
-  if (at > now || (c->found && c->at <= at)) return 0;
+  seq = get_u64((const char *)k.mv_data + 9);
+  if (at > now || !cand_better(c, at, seq)) return 0;
   c->found = 1;
   c->db = db;
+  c->kind = WC_PLAIN;
   c->at = at;
-  c->seq = get_u64((const char *)k.mv_data + 9);
+  c->seq = seq;
   k_init(&c->key);
   k_bytes(&c->key, k.mv_data, k.mv_size);
   return 0;
 }
 
-/* Oldest due row: ready heads (visible) and lock heads (expired), per class. */
-static int work_pick(tx_t *t, int64_t now, int sessions, work_cand_t *c) {
-  unsigned cls;
-  int rc = 0;
+/* Consider the earliest row of session `sid` (due at `due`). */
+static void sess_cand(const char *sid, uint64_t due, uint64_t seq, int kind, int64_t now,
+                      work_cand_t *c) {
+  size_t n = strlen(sid);
+  if ((int64_t)due > now || !cand_better(c, (int64_t)due, seq) || n > LM_SESSION_MAX) return;
+  c->found = 1;
+  c->db = DB_SESS_ITEMS;
+  c->kind = kind;
+  c->at = (int64_t)due;
+  c->seq = seq;
+  memcpy(c->sid, sid, n + 1);
+  key_sess_item(&c->key, sid, (int64_t)due, seq);
+}
+
+typedef struct {
+  const char *worker;
+  size_t prefix_n;
+  int64_t now;
+  uint32_t live;   /* owned sessions with a live lease */
+  work_cand_t *c;
+} owned_scan_t;
+
+/* sess_owner entry of this worker: count it, consider its session's earliest row. A session
+** whose lease lapsed is still ours until someone else claims it (same-id restart). */
+static int owned_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  owned_scan_t *o = ud;
+  const char *sid = (const char *)k->mv_data + o->prefix_n;
+  sess_queue_t q;
+  int rc;
+  if (k->mv_size <= o->prefix_n || ((const char *)k->mv_data)[k->mv_size - 1] != 0 ||
+      v->mv_size != 8)
+    return corrupt(t, DB_SESS_OWNER, "bad entry", "worker '%s'", o->worker);
+  if ((int64_t)get_u64(v->mv_data) > o->now) o->live++;
+  if ((rc = squeue_get(t, sid, &q))) return rc;
+  if (q.found) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
+  return 0;
+}
+
+typedef struct {
+  const char *worker;
+  int64_t now;
+  work_cand_t *c;
+} claim_scan_t;
+
+/* sess_heads in time order: the first due session nobody holds (no row, released, or lease
+** lapsed) is the claim candidate. Sessions held by other workers are skipped; the walk ends
+** at the first head that is not due or not older than the best candidate so far. */
+static int claim_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  claim_scan_t *s = ud;
+  const char *kb = k->mv_data;
+  uint64_t due, seq;
+  sess_rec_t r;
+  int rc, held;
+  if (k->mv_size < 18 || kb[k->mv_size - 1] != 0)
+    return corrupt(t, DB_SESS_HEADS, "bad key", "%zu-byte key", k->mv_size);
+  due = get_u64(kb);
+  seq = get_u64(kb + 8);
+  if ((int64_t)due > s->now || !cand_better(s->c, (int64_t)due, seq)) return 1;
+  rc = sess_get(t, kb + 16, &r);
+  if (rc && rc != DX_ENOTFOUND) return rc;
+  /* our own sessions were considered by owned_cb */
+  held = rc == 0 && sess_owned(&r) &&
+         (strcmp(r.owner, s->worker) == 0 || r.locked_until > s->now);
+  sess_clear(&r);
+  if (held) return 0;
+  sess_cand(kb + 16, due, seq, WC_CLAIM, s->now, s->c);
+  return 1;
+}
+
+/* Oldest due row this worker may take: plain rows (ready, or lock expired), rows of sessions
+** it owns, and, while it owns fewer than max_sessions live sessions, rows of sessions it may
+** claim. cfg NULL: plain rows only. */
+static int work_pick(tx_t *t, int64_t now, const dx_session_cfg_t *cfg, work_cand_t *c) {
+  owned_scan_t o;
+  claim_scan_t cs;
+  dkey_t pre;
+  int rc;
   memset(c, 0, sizeof *c);
-  for (cls = 0; cls < (sessions ? 2u : 1u) && !rc; cls++) {
-    rc = work_head(t, DB_WORK_READY, cls, now, c);
-    if (!rc) rc = work_head(t, DB_WORK_LOCK, cls, now, c);
-  }
-  return rc;
+  if ((rc = work_head(t, DB_WORK_READY, now, c)) || (rc = work_head(t, DB_WORK_LOCK, now, c)))
+    return rc;
+  if (!cfg) return 0;
+  memset(&o, 0, sizeof o);
+  o.worker = cfg->worker_id;
+  o.now = now;
+  o.c = c;
+  key_inst(&pre, cfg->worker_id);
+  o.prefix_n = pre.n;
+  if ((rc = scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, &o))) return rc;
+  if (o.live >= cfg->max_sessions) return 0; /* at capacity: no new claims */
+  cs.worker = cfg->worker_id;
+  cs.now = now;
+  cs.c = c;
+  k_init(&pre);
+  return scan_prefix(t, DB_SESS_HEADS, &pre, claim_cb, &cs);
 }
 
 /* A token no live worker lock uses: tokens key the work_token index, so a repeat (say, a
@@ -1336,16 +1617,74 @@ static int fresh_work_token(tx_t *t, uint64_t *token) {
   }
 }
 
-static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms,
+/* A close-session item at the head of a session nobody holds has nothing to close: delete
+** it, and the session row once the session has no rows left. */
+static int close_unheld(tx_t *t, const work_row_t *r) {
+  sess_queue_t q;
+  sess_rec_t s;
+  int rc;
+  if ((rc = row_set(t, r, NULL)) || (rc = squeue_get(t, r->session_id, &q)) || q.found)
+    return rc;
+  rc = sess_get(t, r->session_id, &s);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (!rc) rc = sess_put(t, r->session_id, &s, NULL);
+  sess_clear(&s);
+  return rc;
+}
+
+/* The session side of fetching a row of c->sid: claim it (owner = us, fresh lease) or, when
+** we own it, record the activity (and renew a lease that lapsed while we still owned it). */
+static int sess_take(tx_t *t, const work_cand_t *c, int64_t now, const dx_session_cfg_t *cfg,
                      dx_work_fetch_t *out) {
+  sess_rec_t old, nw;
+  int rc = sess_get(t, c->sid, &old), found = rc == 0;
+  if (rc && rc != DX_ENOTFOUND) return rc;
+  rc = 0;
+  nw = old; /* shares old's strings */
+  nw.owner = (char *)cfg->worker_id;
+  nw.last_activity = now;
+  if (c->kind == WC_CLAIM || !sess_owner_is(&old, cfg->worker_id)) {
+    const char *prev = sess_owned(&old) ? old.owner : old.prev;
+    nw.prev = (char *)prev;
+    nw.locked_until = sat_add(now, cfg->session_lock_ms);
+    out->session_claimed = 1;
+    if (prev && *prev && !(out->previous_owner = dx__strdup(prev))) rc = nomem(t->err);
+  } else if (old.locked_until <= now) {
+    nw.locked_until = sat_add(now, cfg->session_lock_ms);
+  }
+  if (!rc) rc = sess_put(t, c->sid, found ? &old : NULL, &nw);
+  sess_clear(&old);
+  return rc;
+}
+
+static void fetch_reset(dx_work_fetch_t *out) {
+  dx_work_item_clear(&out->item);
+  free(out->previous_owner);
+  memset(out, 0, sizeof *out);
+}
+
+/* Lock candidate `c`. out->item.kind stays 0 when the candidate was cleaned up instead (a
+** stray index entry, a close item of a session nobody holds); the caller picks again. */
+static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms,
+                     const dx_session_cfg_t *cfg, dx_work_fetch_t *out) {
   work_row_t old, nw;
   dx_error_t derr = {0};
   int rc = row_get(t, c->seq, &old);
-  if (rc == DX_ENOTFOUND) return db_del(t, c->db, &c->key); /* stray index entry */
+  if (rc == DX_ENOTFOUND) { /* stray index entry */
+    if ((rc = db_del(t, c->db, &c->key))) return rc;
+    return c->kind == WC_PLAIN ? 0 : squeue_refresh(t, c->sid, -1);
+  }
   if (rc) return rc;
   rc = dx__work_item_decode(old.item, old.item_len, &out->item, &derr);
   if (rc == DX_ENOMEM) rc = nomem(t->err);
   else if (rc) rc = corrupt(t, DB_WORK, derr.msg, "row %llu", (unsigned long long)c->seq);
+  if (!rc && c->kind == WC_CLAIM && out->item.name &&
+      strcmp(out->item.name, DX_CLOSE_SESSION_ACTIVITY) == 0) {
+    rc = close_unheld(t, &old);
+    fetch_reset(out);
+    row_clear(&old);
+    return rc;
+  }
   nw = old;
   if (!rc) rc = fresh_work_token(t, &nw.token);
   if (!rc) {
@@ -1353,8 +1692,9 @@ static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms
     nw.attempt++;
     rc = row_set(t, &old, &nw);
   }
+  if (!rc && c->kind != WC_PLAIN) rc = sess_take(t, c, now, cfg, out);
   if (rc) {
-    dx_work_item_clear(&out->item);
+    fetch_reset(out);
   } else {
     out->lock_token = nw.token;
     out->attempt_count = (uint32_t)nw.attempt;
@@ -1363,12 +1703,13 @@ static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms
   return rc;
 }
 
-static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, int sessions, dx_work_fetch_t *out) {
+static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
+                      dx_work_fetch_t *out) {
   work_cand_t c;
   int rc;
-  for (;;) { /* a round only repeats after dropping a stray index entry */
-    if ((rc = work_pick(t, now, sessions, &c)) || !c.found) return rc;
-    if ((rc = work_lock(t, &c, now, lock_ms, out)) || out->item.kind) return rc;
+  for (;;) { /* a round only repeats after removing a stray index entry or a close item */
+    if ((rc = work_pick(t, now, cfg, &c)) || !c.found) return rc;
+    if ((rc = work_lock(t, &c, now, lock_ms, cfg, out)) || out->item.kind) return rc;
   }
 }
 
@@ -1407,13 +1748,12 @@ static int work_cancel(tx_t *t, const dx_activity_ref_t *ref) {
 
 /* {===== due times =====} */
 
-/* Earliest due time over the orchestrator indexes (orch) and the worker indexes of classes
-** below `work_classes`. Class 1 (session rows) only counts for session-aware fetches, so a
-** runtime without sessions is not woken for rows it will not take. */
-static int due_time(tx_t *t, int orch, unsigned work_classes, int64_t *out) {
+/* Earliest due time over the orchestrator indexes (orch), the plain worker indexes (work)
+** and the session heads (sess). A due session head may belong to a session another worker
+** holds: the fetch then finds nothing and the runtime waits a poll interval. */
+static int due_time(tx_t *t, int orch, int work, int sess, int64_t *out) {
   static const int orch_dbs[] = {DB_ORCH_READY, DB_ORCH_LOCK};
   static const int work_dbs[] = {DB_WORK_READY, DB_WORK_LOCK};
-  unsigned cls;
   size_t i;
   int rc;
   *out = LM_NEVER;
@@ -1424,25 +1764,33 @@ static int due_time(tx_t *t, int orch, unsigned work_classes, int64_t *out) {
     if (c.inst && c.at < *out) *out = c.at;
     free(c.inst);
   }
-  for (cls = 0; cls < work_classes; cls++)
-    for (i = 0; i < 2; i++) {
-      work_cand_t c;
-      memset(&c, 0, sizeof c);
-      if ((rc = work_head(t, work_dbs[i], cls, LM_NEVER, &c))) return rc;
-      if (c.found && c.at < *out) *out = c.at;
-    }
+  for (i = 0; work && i < 2; i++) {
+    work_cand_t c;
+    memset(&c, 0, sizeof c);
+    if ((rc = work_head(t, work_dbs[i], LM_NEVER, &c))) return rc;
+    if (c.found && c.at < *out) *out = c.at;
+  }
+  if (sess) {
+    dkey_t none;
+    MDB_val k;
+    k_init(&none);
+    rc = head_key(t, DB_SESS_HEADS, &none, &k);
+    if (rc && rc != DX_ENOTFOUND) return rc;
+    if (rc == 0 && k.mv_size >= 8 && (int64_t)get_u64(k.mv_data) < *out)
+      *out = (int64_t)get_u64(k.mv_data);
+  }
   return 0;
 }
 
 /* Read-only look before a fetch takes the writer lock: idle polling from several processes
 ** then never contends with writers. Inside a batch the write txn is already held. */
-static int nothing_due(lm_t *p, int64_t now, int orch, unsigned work_classes, dx_error_t *err) {
+static int nothing_due(lm_t *p, int64_t now, int orch, int work, int sess, dx_error_t *err) {
   tx_t t;
   int64_t due;
   int rc;
   if (thread_batch(p->se)) return 0;
   if ((rc = lm_begin_tx(p, 0, &t, err))) return rc;
-  rc = tx_end(&t, due_time(&t, orch, work_classes, &due));
+  rc = tx_end(&t, due_time(&t, orch, work, sess, &due));
   if (rc) return rc;
   return due > now;
 }
@@ -1460,10 +1808,23 @@ static int check_instance(const char *inst, dx_error_t *err) {
 }
 
 static int check_item(const dx_work_item_t *w, dx_error_t *err) {
+  size_t n;
   if (!w) return dx_error_set(err, DX_EINVAL, "work item is NULL");
   if (w->kind <= 0 || w->kind >= DX_WI__COUNT)
     return dx_error_set(err, DX_EINVAL, "unknown work item kind %d", w->kind);
+  if (w->session_id && (n = strlen(w->session_id)) > LM_SESSION_MAX)
+    return dx_error_set(err, DX_EINVAL, "session id is %zu bytes; the limit is %d bytes", n,
+                        LM_SESSION_MAX);
   return check_instance(w->instance, err);
+}
+
+static int check_worker_id(const char *id, dx_error_t *err) {
+  size_t n;
+  if (!id || !*id) return dx_error_set(err, DX_EINVAL, "session worker id is missing or empty");
+  if ((n = strlen(id)) > LM_SESSION_MAX)
+    return dx_error_set(err, DX_EINVAL, "worker id is %zu bytes; the limit is %d bytes", n,
+                        LM_SESSION_MAX);
+  return 0;
 }
 
 static int check_items(const dx_work_item_t *w, size_t n, dx_error_t *err) {
@@ -1638,7 +1999,7 @@ static int lm_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orc
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = NULL;
-  if ((rc = nothing_due(p, now, 1, 0, err))) return rc < 0 ? rc : 0;
+  if ((rc = nothing_due(p, now, 1, 0, 0, err))) return rc < 0 ? rc : 0;
   if ((rc = lm_begin_tx(p, 1, &t, err))) return rc;
   rc = tx_end(&t, orch_fetch(&t, now, lock_ms, out));
   if (rc && *out) {
@@ -1720,20 +2081,16 @@ static int lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
                          const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
                          dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
-  /* TODO(sessions): with a session config, session rows are handed out like plain rows for
-  ** now; the next issue claims the session (owner, lease, capacity) in this same txn. */
-  unsigned classes = sessions ? 2u : 1u;
   tx_t t;
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
-  if ((rc = nothing_due(p, now, 0, classes, err))) return rc < 0 ? rc : 0;
+  if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
+  if (sessions && (rc = check_worker_id(sessions->worker_id, err))) return rc;
+  if ((rc = nothing_due(p, now, 0, 1, sessions != NULL, err))) return rc < 0 ? rc : 0;
   if ((rc = lm_begin_tx(p, 1, &t, err))) return rc;
-  rc = tx_end(&t, work_fetch(&t, now, lock_ms, sessions != NULL, out));
-  if (rc) {
-    dx_work_item_clear(&out->item);
-    memset(out, 0, sizeof *out);
-  }
+  rc = tx_end(&t, work_fetch(&t, now, lock_ms, sessions, out));
+  if (rc) fetch_reset(out);
   return rc;
 }
 
@@ -1742,6 +2099,7 @@ static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *
   int rc = row_by_token(t, token, &r);
   if (!rc) rc = row_check_live(t, &r, now);
   if (!rc) rc = row_set(t, &r, NULL);
+  if (!rc) rc = sess_touch(t, r.session_id, now);
   row_clear(&r);
   if (!rc && completion) rc = orch_enqueue(t, completion, now);
   return rc;
@@ -1774,6 +2132,7 @@ static int work_relock(tx_t *t, int64_t now, uint64_t token, int abandon, int64_
     nw.locked_until = sat_add(now, ms);
   }
   rc = row_set(t, &r, &nw);
+  if (!rc && !abandon) rc = sess_touch(t, r.session_id, now);
   row_clear(&r); /* nw shares r's strings */
   return rc;
 }
@@ -1970,7 +2329,272 @@ static int lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t 
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = LM_NEVER;
   if ((rc = lm_begin_tx(p, 0, &t, err))) return rc;
-  return tx_end(&t, due_time(&t, 1, 1, out));
+  return tx_end(&t, due_time(&t, 1, 1, 1, out));
+}
+
+/* {===== methods: sessions =====} */
+
+/* Session rows handed to callbacks after the read or write txn ended. */
+typedef struct {
+  char *sid, *owner;
+  int64_t locked_until, last_activity;
+  uint64_t queued;
+} sess_out_t;
+
+typedef struct {
+  sess_out_t *v;
+  size_t n, cap;
+} sess_list_t;
+
+static void slist_free(sess_list_t *l) {
+  size_t i;
+  for (i = 0; i < l->n; i++) {
+    free(l->v[i].sid);
+    free(l->v[i].owner);
+  }
+  free(l->v);
+  memset(l, 0, sizeof *l);
+}
+
+static int slist_push(tx_t *t, sess_list_t *l, const char *sid, const sess_rec_t *r) {
+  sess_queue_t q;
+  sess_out_t *o, *nv;
+  int rc;
+  if ((rc = squeue_get(t, sid, &q))) return rc;
+  if (!(nv = grow(l->v, &l->cap, l->n, sizeof *l->v))) return nomem(t->err);
+  l->v = nv;
+  o = &l->v[l->n];
+  memset(o, 0, sizeof *o);
+  if (!(o->sid = dx__strdup(sid)) || (r->owner && !(o->owner = dx__strdup(r->owner)))) {
+    free(o->sid);
+    return nomem(t->err);
+  }
+  o->locked_until = r->locked_until;
+  o->last_activity = r->last_activity;
+  o->queued = q.rows;
+  l->n++;
+  return 0;
+}
+
+/* Call cb for each collected row until it returns non-zero. */
+static void slist_report(const sess_list_t *l, dx_session_cb cb, void *ud) {
+  size_t i;
+  for (i = 0; cb && i < l->n; i++) {
+    dx_session_info_t s;
+    s.session_id = l->v[i].sid;
+    s.worker_id = l->v[i].owner;
+    s.locked_until_ms = l->v[i].locked_until;
+    s.last_activity_ms = l->v[i].last_activity;
+    s.queued = l->v[i].queued;
+    if (cb(ud, &s)) break;
+  }
+}
+
+typedef struct {
+  str_list_t l;
+  size_t prefix_n;
+} owned_ids_t;
+
+static int owned_ids_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  owned_ids_t *o = ud;
+  if (k->mv_size <= o->prefix_n || ((const char *)k->mv_data)[k->mv_size - 1] != 0)
+    return corrupt(t, DB_SESS_OWNER, "bad key", "%zu-byte key", k->mv_size);
+  return strs_push(&o->l, (const char *)k->mv_data + o->prefix_n) ? nomem(t->err) : 0;
+}
+
+/* Ids of the sessions `worker` owns (any lease state), in session id order. */
+static int owned_ids(tx_t *t, const char *worker, str_list_t *out) {
+  owned_ids_t o;
+  dkey_t pre;
+  int rc;
+  memset(&o, 0, sizeof o);
+  key_inst(&pre, worker);
+  o.prefix_n = pre.n;
+  rc = scan_prefix(t, DB_SESS_OWNER, &pre, owned_ids_cb, &o);
+  if (rc) strs_free(&o.l);
+  else *out = o.l;
+  return rc;
+}
+
+static int sess_renew(tx_t *t, int64_t now, const char *worker, int64_t extend_ms,
+                      int64_t idle_ms, sess_list_t *out) {
+  str_list_t ids = {NULL, 0, 0};
+  size_t i;
+  int rc = owned_ids(t, worker, &ids);
+  for (i = 0; i < ids.n && !rc; i++) {
+    sess_rec_t r, nw;
+    rc = sess_get(t, ids.v[i], &r);
+    if (rc == DX_ENOTFOUND) { rc = 0; continue; }
+    if (!rc && sess_owner_is(&r, worker) && r.locked_until > now &&
+        (idle_ms <= 0 || sat_add(r.last_activity, idle_ms) > now)) {
+      nw = r;
+      nw.locked_until = sat_add(now, extend_ms);
+      rc = sess_put(t, ids.v[i], &r, &nw);
+      if (!rc) rc = slist_push(t, out, ids.v[i], &nw);
+    }
+    sess_clear(&r);
+  }
+  strs_free(&ids);
+  return rc;
+}
+
+static int lm_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
+                             int64_t extend_ms, int64_t idle_ms, dx_session_cb cb, void *ud,
+                             uint64_t *renewed, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  sess_list_t l = {NULL, 0, 0};
+  tx_t t;
+  int rc;
+  if (renewed) *renewed = 0;
+  if ((rc = check_worker_id(worker_id, err)) || (rc = lm_begin_tx(p, 1, &t, err))) return rc;
+  rc = tx_end(&t, sess_renew(&t, now, worker_id, extend_ms, idle_ms, &l));
+  if (!rc) {
+    if (renewed) *renewed = l.n;
+    slist_report(&l, cb, ud); /* after the commit: callbacks may call the provider */
+  }
+  slist_free(&l);
+  return rc;
+}
+
+/* Give up ownership: owner "" (previous owner = worker), lease ends now. */
+static int sess_release(tx_t *t, int64_t now, const char *worker, const char *sid,
+                        uint64_t *count) {
+  str_list_t ids = {NULL, 0, 0};
+  size_t i;
+  int rc = sid ? (strs_push(&ids, sid) ? nomem(t->err) : 0) : owned_ids(t, worker, &ids);
+  for (i = 0; i < ids.n && !rc; i++) {
+    sess_rec_t r, nw;
+    rc = sess_get(t, ids.v[i], &r);
+    if (rc == DX_ENOTFOUND) { rc = 0; continue; }
+    if (!rc && sess_owner_is(&r, worker)) {
+      nw = r;
+      nw.owner = "";
+      nw.prev = (char *)worker;
+      nw.locked_until = now;
+      rc = sess_put(t, ids.v[i], &r, &nw);
+      if (!rc) (*count)++;
+    }
+    sess_clear(&r);
+  }
+  strs_free(&ids);
+  return rc;
+}
+
+static int lm_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
+                               const char *session_id, uint64_t *released, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  uint64_t n = 0;
+  tx_t t;
+  int rc;
+  if (released) *released = 0;
+  if ((rc = check_worker_id(worker_id, err)) || (rc = lm_begin_tx(p, 1, &t, err))) return rc;
+  rc = tx_end(&t, sess_release(&t, now, worker_id, session_id, &n));
+  if (!rc && released) *released = n;
+  return rc;
+}
+
+typedef struct {
+  int64_t now;
+  int orphans_only;   /* 1: collect only rows cleanup deletes; 0: every row */
+  str_list_t ids;     /* orphans_only */
+  sess_list_t rows;   /* !orphans_only */
+} sess_scan_t;
+
+static int sess_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  sess_scan_t *s = ud;
+  const char *sid = k->mv_data;
+  sess_rec_t r;
+  sess_queue_t q;
+  int rc;
+  if (k->mv_size == 0 || sid[k->mv_size - 1] != 0)
+    return corrupt(t, DB_SESSIONS, "bad key", "%zu-byte key", k->mv_size);
+  if ((rc = sess_decode(t, sid, v, &r))) return rc;
+  if (!s->orphans_only) {
+    rc = slist_push(t, &s->rows, sid, &r);
+  } else if (!sess_owned(&r) || r.locked_until <= s->now) {
+    if (!(rc = squeue_get(t, sid, &q)) && !q.found && strs_push(&s->ids, sid)) rc = nomem(t->err);
+  }
+  sess_clear(&r);
+  return rc;
+}
+
+static int sess_cleanup(tx_t *t, int64_t now, uint64_t *count) {
+  sess_scan_t s;
+  dkey_t none;
+  size_t i;
+  int rc;
+  memset(&s, 0, sizeof s);
+  s.now = now;
+  s.orphans_only = 1;
+  k_init(&none);
+  rc = scan_prefix(t, DB_SESSIONS, &none, sess_scan_cb, &s);
+  for (i = 0; i < s.ids.n && !rc; i++) {
+    sess_rec_t r;
+    rc = sess_get(t, s.ids.v[i], &r);
+    if (!rc) rc = sess_put(t, s.ids.v[i], &r, NULL);
+    if (!rc) (*count)++;
+    sess_clear(&r);
+  }
+  strs_free(&s.ids);
+  return rc;
+}
+
+static int lm_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted,
+                               dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  uint64_t n = 0;
+  tx_t t;
+  int rc;
+  if (deleted) *deleted = 0;
+  if ((rc = lm_begin_tx(p, 1, &t, err))) return rc;
+  rc = tx_end(&t, sess_cleanup(&t, now, &n));
+  if (!rc && deleted) *deleted = n;
+  return rc;
+}
+
+static int lm_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  sess_scan_t s;
+  dkey_t none;
+  tx_t t;
+  int rc;
+  if (!cb) return dx_error_set(err, DX_EINVAL, "callback is NULL");
+  if ((rc = lm_begin_tx(p, 0, &t, err))) return rc;
+  memset(&s, 0, sizeof s);
+  k_init(&none);
+  rc = tx_end(&t, scan_prefix(&t, DB_SESSIONS, &none, sess_scan_cb, &s));
+  if (!rc) slist_report(&s.rows, cb, ud);
+  slist_free(&s.rows);
+  return rc;
+}
+
+/* {===== store format upgrade =====} */
+
+/* Format 1 indexed session rows in work_ready / work_lock under class byte 1; move them to the
+** session indexes. */
+static int upgrade_from_1(tx_t *t) {
+  static const int dbs[2] = {DB_WORK_READY, DB_WORK_LOCK};
+  seq_list_t l = {NULL, 0, 0};
+  dkey_t pre, k;
+  size_t i;
+  int d, rc = 0;
+  k_init(&pre);
+  k_u8(&pre, 1);
+  for (d = 0; d < 2 && !rc; d++) rc = scan_prefix(t, dbs[d], &pre, ident_cb, &l);
+  for (i = 0; i < l.n && !rc; i++) {
+    work_row_t r;
+    rc = row_get(t, l.v[i], &r);
+    if (rc == DX_ENOTFOUND) { rc = 0; continue; }
+    if (!rc) {
+      key_work_idx(&k, 1, r.token ? r.locked_until : r.visible_at, r.seq);
+      rc = db_del(t, r.token ? DB_WORK_LOCK : DB_WORK_READY, &k);
+    }
+    if (!rc && r.session_id && !(rc = row_index(t, &r, 1)))
+      rc = squeue_refresh(t, r.session_id, 1);
+    row_clear(&r);
+  }
+  free(l.v);
+  return rc;
 }
 
 /* {===== open / close =====} */
@@ -1989,6 +2613,7 @@ static int env_init_dbs(shared_env_t *se, dx_error_t *err) {
   dkey_t k;
   MDB_val v;
   unsigned char fmt[4] = {0, 0, 0, LM_STORE_FORMAT};
+  static const unsigned char fmt1[4] = {0, 0, 0, 1};
   int i, rc = tx_begin(se, 1, 1, &t, err);
   for (i = 0; i < DB__COUNT && !rc; i++) {
     int mrc = mdb_dbi_open(t.txn, db_names[i], MDB_CREATE, &se->dbi[i]);
@@ -1998,7 +2623,9 @@ static int env_init_dbs(shared_env_t *se, dx_error_t *err) {
   key_name(&k, "format");
   rc = db_get(&t, DB_META, &k, &v);
   if (rc == DX_ENOTFOUND) rc = db_put(&t, DB_META, &k, fmt, 4, 0);
-  else if (!rc && (v.mv_size != 4 || memcmp(v.mv_data, fmt, 4) != 0))
+  else if (!rc && v.mv_size == 4 && memcmp(v.mv_data, fmt1, 4) == 0) {
+    if (!(rc = upgrade_from_1(&t))) rc = db_put(&t, DB_META, &k, fmt, 4, 0);
+  } else if (!rc && (v.mv_size != 4 || memcmp(v.mv_data, fmt, 4) != 0))
     rc = dx_error_set(t.err, DX_ESTORE,
                       "store %s has an unknown format (this build reads format %u)", se->path,
                       LM_STORE_FORMAT);
@@ -2097,7 +2724,7 @@ static void lm_destroy(dx_provider_t *pp) {
 }
 
 static const dx_provider_methods_t lm_methods = {
-  1,
+  2,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -2119,6 +2746,10 @@ static const dx_provider_methods_t lm_methods = {
   lm_list,
   lm_depths,
   lm_next_due,
+  lm_renew_sessions,
+  lm_release_sessions,
+  lm_cleanup_sessions,
+  lm_list_sessions,
 };
 
 int dx_lmdb_open(const char *path, const dx_lmdb_opts_t *opts, dx_provider_t **out,

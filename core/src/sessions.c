@@ -1,0 +1,307 @@
+/*
+** sessions.c -- the per-runtime session manager (see sessions.h).
+**
+** The store is the authority on ownership; this file keeps the local view needed to call the
+** app's hooks at the right moments:
+** - claim: a fetch returned a session item we did not know we owned ("new", or "reclaim"
+**   when the store already named us: a restart with the same worker_node_id);
+** - idle: no activity for session_idle_timeout -> we stop renewing; once the lease lapses
+**   the session is unpinned (another worker may claim it) and the hook fires;
+** - lost: a renewal did not cover a session we still consider active;
+** - closed: ctx:close_session reached us; shutdown: graceful stop.
+*/
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "sessions.h"
+#include "util.h"
+
+typedef struct owned_s {
+  char *id;
+  int64_t last_activity;
+  int64_t lease_until;
+  int running;          /* activities of this session running here now */
+  int idle;             /* stopped renewing because idle */
+  struct owned_s *next;
+} owned_t;
+
+struct dx_sessions_s {
+  uv_loop_t *loop;
+  dx_store_t *store;
+  const dx_options_t *opts;
+  const char *worker_id;
+  const dx_host_methods_t *host;
+  void *host_ud;
+  owned_t *owned;
+  int n_owned;
+  uv_timer_t renew_timer, cleanup_timer;
+  dx_store_op_t renew_op, cleanup_op, release_op;
+  int renew_busy, cleanup_busy;
+  int closing_handles;
+  int shutting_down;
+  void (*shutdown_cb)(void *);
+  void *shutdown_ud;
+};
+
+/* {===== local set =====} */
+
+static owned_t *find(dx_sessions_t *s, const char *id) {
+  owned_t *o;
+  for (o = s->owned; o; o = o->next)
+    if (strcmp(o->id, id) == 0) return o;
+  return NULL;
+}
+
+/* Forget a session and tell the app why. */
+static void drop(dx_sessions_t *s, const char *id, const char *reason) {
+  owned_t **pp;
+  for (pp = &s->owned; *pp; pp = &(*pp)->next) {
+    owned_t *o = *pp;
+    if (strcmp(o->id, id) != 0) continue;
+    *pp = o->next;
+    s->n_owned--;
+    dx__log(DX_LOG_INFO, "session released", "session_id=%s worker_id=%s reason=%s "
+            "idle_ms=%" PRId64, o->id, s->worker_id, reason, dx__now_ms() - o->last_activity);
+    if (s->host->version >= 2 && s->host->session_released)
+      s->host->session_released(s->host_ud, o->id, reason);
+    free(o->id);
+    free(o);
+    return;
+  }
+}
+
+int dx__sessions_count(const dx_sessions_t *s) { return s ? s->n_owned : 0; }
+
+void dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
+                           const char *previous_owner) {
+  int64_t now = dx__now_ms();
+  owned_t *o = find(s, sid);
+  if (!o) {
+    const char *how = "new";
+    o = calloc(1, sizeof *o);
+    if (!o || !(o->id = dx__strdup(sid))) {
+      free(o);
+      return;
+    }
+    o->next = s->owned;
+    s->owned = o;
+    s->n_owned++;
+    /* The store already named us (claimed == 0), or we were the previous owner. */
+    if (!claimed || (previous_owner && strcmp(previous_owner, s->worker_id) == 0)) how = "reclaim";
+    dx__log(DX_LOG_INFO, "session claimed", "session_id=%s worker_id=%s how=%s "
+            "previous_owner=%s", sid, s->worker_id, how,
+            previous_owner && *previous_owner ? previous_owner : "none");
+    if (s->host->version >= 2 && s->host->session_claimed)
+      s->host->session_claimed(s->host_ud, sid, how);
+  }
+  o->last_activity = now;
+  o->lease_until = now + s->opts->session_lock_timeout_ms;
+  o->idle = 0;
+  o->running++;
+}
+
+void dx__sessions_on_done(dx_sessions_t *s, const char *sid) {
+  owned_t *o = find(s, sid);
+  if (!o) return;
+  if (o->running > 0) o->running--;
+  o->last_activity = dx__now_ms();
+}
+
+/* {===== store operations =====} */
+
+static void release_done(dx_store_op_t *op) {
+  if (op->rc != 0)
+    dx__log(DX_LOG_WARN, "session release failed", "error=\"%s\"", op->err.msg);
+  free((char *)op->session_id);
+  free(op);
+}
+
+/* Release one session (or all when sid is NULL) in the store. */
+static void submit_release(dx_sessions_t *s, const char *sid, dx_store_op_cb done) {
+  dx_store_op_t *op = calloc(1, sizeof *op);
+  if (!op) return;
+  op->kind = DX_OP_RELEASE_SESSIONS;
+  op->worker_id = s->worker_id;
+  op->session_id = sid ? dx__strdup(sid) : NULL;
+  op->done = done;
+  op->ud = s;
+  dx__store_submit(s->store, op);
+}
+
+void dx__sessions_close(dx_sessions_t *s, const char *sid) {
+  dx__log(DX_LOG_INFO, "session close requested", "session_id=%s worker_id=%s", sid,
+          s->worker_id);
+  submit_release(s, sid, release_done);
+  if (find(s, sid)) drop(s, sid, "closed");
+}
+
+static int renewed(const dx_store_op_t *op, const char *id) {
+  size_t i;
+  for (i = 0; i < op->n_ids; i++)
+    if (strcmp(op->ids[i], id) == 0) return 1;
+  return 0;
+}
+
+/* After a renewal batch: update leases; unpin idle sessions whose lease lapsed; report lost. */
+static void renew_done(dx_store_op_t *op) {
+  dx_sessions_t *s = op->ud;
+  int64_t now = dx__now_ms();
+  owned_t *o, *next;
+  size_t i;
+  s->renew_busy = 0;
+  if (op->rc != 0) {
+    dx__log(DX_LOG_WARN, "session renewal failed", "worker_id=%s error=\"%s\"", s->worker_id,
+            op->err.msg);
+  } else {
+    dx__log(DX_LOG_DEBUG, "session leases renewed", "worker_id=%s count=%zu owned=%d",
+            s->worker_id, op->n_ids, s->n_owned);
+    for (o = s->owned; o; o = next) {
+      next = o->next;
+      if (renewed(op, o->id)) {
+        o->lease_until = now + s->opts->session_lock_timeout_ms;
+        continue;
+      }
+      if (o->idle || (s->opts->session_idle_timeout_ms > 0 && o->running == 0 &&
+                      now - o->last_activity >= s->opts->session_idle_timeout_ms)) {
+        if (!o->idle)
+          dx__log(DX_LOG_DEBUG, "session idle: lease no longer renewed", "session_id=%s "
+                  "worker_id=%s", o->id, s->worker_id);
+        o->idle = 1;
+        if (now >= o->lease_until) drop(s, o->id, "idle");
+      } else {
+        /* Active here, yet the store did not renew it: its lease lapsed (another worker
+        ** may have claimed it). Our in-memory state for it can no longer be trusted. */
+        drop(s, o->id, "lost");
+      }
+    }
+  }
+  for (i = 0; i < op->n_ids; i++) free(op->ids[i]);
+  free(op->ids);
+  op->ids = NULL;
+  op->n_ids = 0;
+}
+
+static void on_renew_timer(uv_timer_t *t) {
+  dx_sessions_t *s = t->data;
+  if (s->renew_busy || s->shutting_down || !s->owned) return;
+  memset(&s->renew_op, 0, sizeof s->renew_op);
+  s->renew_op.kind = DX_OP_RENEW_SESSIONS;
+  s->renew_op.worker_id = s->worker_id;
+  s->renew_op.delay_ms = s->opts->session_lock_timeout_ms;
+  s->renew_op.idle_ms = s->opts->session_idle_timeout_ms;
+  s->renew_op.done = renew_done;
+  s->renew_op.ud = s;
+  s->renew_busy = 1;
+  dx__store_submit(s->store, &s->renew_op);
+}
+
+static void cleanup_done(dx_store_op_t *op) {
+  dx_sessions_t *s = op->ud;
+  s->cleanup_busy = 0;
+  if (op->rc != 0)
+    dx__log(DX_LOG_WARN, "session cleanup failed", "error=\"%s\"", op->err.msg);
+  else
+    dx__log(op->count ? DX_LOG_INFO : DX_LOG_DEBUG, "orphaned sessions cleaned up",
+            "worker_id=%s deleted=%" PRIu64, s->worker_id, op->count);
+}
+
+static void on_cleanup_timer(uv_timer_t *t) {
+  dx_sessions_t *s = t->data;
+  if (s->cleanup_busy || s->shutting_down) return;
+  memset(&s->cleanup_op, 0, sizeof s->cleanup_op);
+  s->cleanup_op.kind = DX_OP_CLEANUP_SESSIONS;
+  s->cleanup_op.done = cleanup_done;
+  s->cleanup_op.ud = s;
+  s->cleanup_busy = 1;
+  dx__store_submit(s->store, &s->cleanup_op);
+}
+
+/* Renew at the lease minus the buffer (duroxide's rule), but often enough to notice idle
+** unpins close to idle timeout + lease. */
+static int64_t renew_every(const dx_options_t *o) {
+  int64_t t = o->session_lock_timeout_ms, b = o->session_lock_renewal_buffer_ms, r;
+  if (t >= 15000) r = t - (b < t ? b : t);
+  else r = (t + 1) / 2;
+  return r < 50 ? 50 : r;
+}
+
+dx_sessions_t *dx__sessions_new(uv_loop_t *loop, dx_store_t *store, const dx_options_t *opts,
+                                const char *worker_id, const dx_host_methods_t *host,
+                                void *host_ud) {
+  dx_sessions_t *s = calloc(1, sizeof *s);
+  int64_t every;
+  if (!s) return NULL;
+  s->loop = loop;
+  s->store = store;
+  s->opts = opts;
+  s->worker_id = worker_id;
+  s->host = host;
+  s->host_ud = host_ud;
+  every = renew_every(opts);
+  uv_timer_init(loop, &s->renew_timer);
+  uv_timer_init(loop, &s->cleanup_timer);
+  s->renew_timer.data = s->cleanup_timer.data = s;
+  uv_timer_start(&s->renew_timer, on_renew_timer, (uint64_t)every, (uint64_t)every);
+  uv_timer_start(&s->cleanup_timer, on_cleanup_timer,
+                 (uint64_t)opts->session_cleanup_interval_ms,
+                 (uint64_t)opts->session_cleanup_interval_ms);
+  /* Timers must not keep an otherwise idle loop alive. */
+  uv_unref((uv_handle_t *)&s->renew_timer);
+  uv_unref((uv_handle_t *)&s->cleanup_timer);
+  return s;
+}
+
+/* {===== shutdown =====} */
+
+static void maybe_finish(dx_sessions_t *s) {
+  if (s->closing_handles > 0 || s->renew_busy || s->cleanup_busy || s->release_op.done) return;
+  if (s->shutdown_cb) s->shutdown_cb(s->shutdown_ud);
+  free(s);
+}
+
+static void handle_closed(uv_handle_t *h) {
+  dx_sessions_t *s = h->data;
+  s->closing_handles--;
+  maybe_finish(s);
+}
+
+static void shutdown_release_done(dx_store_op_t *op) {
+  dx_sessions_t *s = op->ud;
+  if (op->rc != 0)
+    dx__log(DX_LOG_WARN, "session release at shutdown failed", "error=\"%s\"", op->err.msg);
+  else if (op->count)
+    dx__log(DX_LOG_INFO, "sessions released at shutdown", "worker_id=%s count=%" PRIu64,
+            s->worker_id, op->count);
+  s->release_op.done = NULL;
+  maybe_finish(s);
+}
+
+static void wait_renew_then_finish(dx_store_op_t *op) {
+  /* A renewal in flight at shutdown: drop its result, then finish. */
+  dx_sessions_t *s = op->ud;
+  size_t i;
+  s->renew_busy = 0;
+  for (i = 0; i < op->n_ids; i++) free(op->ids[i]);
+  free(op->ids);
+  op->ids = NULL;
+  maybe_finish(s);
+}
+
+void dx__sessions_shutdown(dx_sessions_t *s, void (*cb)(void *ud), void *ud) {
+  s->shutting_down = 1;
+  s->shutdown_cb = cb;
+  s->shutdown_ud = ud;
+  if (s->renew_busy) s->renew_op.done = wait_renew_then_finish;
+  while (s->owned) drop(s, s->owned->id, "shutdown");
+  memset(&s->release_op, 0, sizeof s->release_op);
+  s->release_op.kind = DX_OP_RELEASE_SESSIONS;
+  s->release_op.worker_id = s->worker_id;
+  s->release_op.done = shutdown_release_done;
+  s->release_op.ud = s;
+  dx__store_submit(s->store, &s->release_op);
+  s->closing_handles = 2;
+  uv_close((uv_handle_t *)&s->renew_timer, handle_closed);
+  uv_close((uv_handle_t *)&s->cleanup_timer, handle_closed);
+}
