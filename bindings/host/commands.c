@@ -4,7 +4,6 @@
 */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <jansson.h>
 
@@ -252,7 +251,7 @@ int dxh_command(int argc, char **argv) {
     if (!(rc = need(&c, 1, "history ID"))) rc = print_history(cl, c.pos[0]);
   } else if (strcmp(cmd, "sessions") == 0) {
     dx_provider_t *p = dx_client_provider(cl);
-    int64_t now = (int64_t)time(NULL) * 1000;
+    int64_t now = dx_clock_now_ms();
     if (p->methods->list_sessions(p, print_session, &now, &err) != 0)
       rc = dxh_fail(1, "%s", err.msg);
   } else if (strcmp(cmd, "list") == 0) {

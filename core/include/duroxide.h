@@ -28,6 +28,14 @@
 /** "0.1.0" (static storage). */
 const char *dx_version(void);
 
+/* {===== clock =====} */
+
+/** The engine's clock: wall time in ms since the epoch, plus any dx_clock_advance offset. */
+int64_t dx_clock_now_ms(void);
+/** Move the engine's clock forward by ms for this whole process (tests: a three-hour timer
+**  fires at once, leases lapse). Never moves backwards. Thread-safe. */
+void dx_clock_advance(int64_t ms);
+
 /* {===== options =====} */
 
 /** Runtime options. Initialise with dx_options_init(), then change fields. Durations in ms. */

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "duroxide.h"
 #include "util.h"
 
 char *dx__strdup(const char *s) {
@@ -19,11 +20,21 @@ char *dx__strdup(const char *s) {
   return d;
 }
 
+/* Offset added to the wall clock by dx_clock_advance (tests skip hours of timers and leases
+** this way). Process-wide: every lock, lease, timer and timestamp moves together. */
+static _Atomic int64_t clock_offset_ms;
+
 int64_t dx__now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + clock_offset_ms;
 }
+
+void dx_clock_advance(int64_t ms) {
+  if (ms > 0) clock_offset_ms += ms;
+}
+
+int64_t dx_clock_now_ms(void) { return dx__now_ms(); }
 
 uint64_t dx__random_u64(void) {
   uint64_t v = 0;
