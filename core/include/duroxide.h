@@ -148,4 +148,117 @@ const char *dx_status_name(int status);
 /** JSON text of one event (malloc'd), as `duroxide-lua history` prints it. */
 char *dx_event_to_json(const dx_event_t *e);
 
+/* {===== C embedding =====} */
+/*
+** A C program hosts Lua orchestrations and activities with dx_lua_runtime_new, adds C
+** activities with dx_register_activity, drives the runtime with dx_runtime_run (or its own
+** libuv loop) and talks to instances with the dx_client_* functions above. See
+** docs/embedding.md and examples/embed.c. Build flags: `pkg-config --cflags --libs duroxide`.
+**
+** Threads: dx_register_activity*, dx_runtime_start/stop/run and dx_lua_runtime_free are called
+** on the thread that runs the runtime's loop (before the loop runs, any single thread).
+** dx_runtime_request_stop may be called from any thread. Clients are independent objects and
+** may live on other threads.
+*/
+
+/** A C activity. Called once per delivery of the activity.
+**  @param[in] info        the invocation (instance, name, attempt, ...); borrowed for the call.
+**  @param[in] input_json  the input as JSON text (never NULL; "null" for no input); borrowed.
+**  @param[out] output_json on success, malloc'd JSON text for the output, or left NULL for
+**                          JSON null. The runtime frees it with free().
+**  @param[out] error_message on failure, a malloc'd message (may be left NULL). The runtime
+**                          frees it with free().
+**  @param[in] userdata    the pointer given to dx_register_activity.
+**  @return 0 for success (the output is validated: text that is not JSON, or larger than
+**          DX_MAX_PAYLOAD_BYTES, fails the activity), non-zero for an application failure that
+**          reaches the orchestration as `nil, err` with err.message = *error_message.
+**  Runs on a libuv thread-pool thread (the default) or on the loop thread (DX_ACTIVITY_ON_LOOP);
+**  a thread-pool activity must not call dx_runtime_* functions nor touch Lua. */
+typedef int (*dx_activity_fn)(const dx_activity_info_t *info, const char *input_json,
+                              char **output_json, char **error_message, void *userdata);
+
+/** Where a C activity runs (flags of dx_register_activity_ex). */
+enum {
+  DX_ACTIVITY_ON_POOL = 0, /**< libuv thread pool (uv_queue_work); the result returns to the
+                                loop. Default. Pool size: UV_THREADPOOL_SIZE (libuv: 4). */
+  DX_ACTIVITY_ON_LOOP = 1  /**< the loop thread, synchronously: only for quick, non-blocking
+                                work (it stalls every orchestration of the runtime while it runs) */
+};
+
+/** Register C activity `name` running `fn` on the libuv thread pool.
+**  Same as dx_register_activity_ex(rt, name, fn, userdata, DX_ACTIVITY_ON_POOL, err). */
+int dx_register_activity(dx_runtime_t *rt, const char *name, dx_activity_fn fn, void *userdata,
+                         dx_error_t *err);
+
+/** Register C activity `name`.
+**  A C activity takes precedence over a Lua activity (duroxide.activity) of the same name.
+**  Registering is allowed before dx_runtime_start and while the runtime runs; deliveries of
+**  `name` fetched before the registration were handed back as unregistered and come back after
+**  the unregistered backoff (1 s, 2 s, ...).
+**  @param[in] rt       the runtime (not stopped).
+**  @param[in] name     1 to 200 bytes, no control characters, not starting with "__duroxide";
+**                      copied.
+**  @param[in] fn       the function (non-NULL).
+**  @param[in] userdata passed to fn; borrowed: it must stay valid until dx_runtime_free, and
+**                      until the loop has finished running if a pool activity may still be
+**                      running past the shutdown grace period.
+**  @param[in] flags    DX_ACTIVITY_ON_POOL or DX_ACTIVITY_ON_LOOP.
+**  @return DX_OK; DX_EINVAL (NULL rt/name/fn, invalid name or flags), DX_EEXIST (a C activity
+**          of that name is already registered), DX_ECLOSED (the runtime is stopping or stopped),
+**          DX_ENOMEM.
+**  Thread: the runtime's loop thread. */
+int dx_register_activity_ex(dx_runtime_t *rt, const char *name, dx_activity_fn fn,
+                            void *userdata, int flags, dx_error_t *err);
+
+/** Run the runtime's loop until the runtime has stopped (dx_runtime_stop from a loop callback,
+**  or dx_runtime_request_stop from any thread), then return. Starts the runtime first when it
+**  was not started. Works on the runtime's own loop and on a caller's loop (other handles on
+**  that loop run too; the call still returns once the runtime has stopped).
+**  @return DX_OK once stopped; DX_EINVAL (NULL rt), DX_ESTATE (already inside dx_runtime_run
+**          for this runtime, e.g. called from a callback), DX_ECLOSED (already stopped), or an
+**          error of dx_runtime_start.
+**  Thread: the runtime's loop thread; never from inside a callback of that loop. */
+int dx_runtime_run(dx_runtime_t *rt, dx_error_t *err);
+
+/** Ask a runtime driven by dx_runtime_run to stop gracefully (as dx_runtime_stop). Returns at
+**  once; dx_runtime_run returns when the stop is complete. When dx_runtime_run is not running,
+**  the request is remembered and the next dx_runtime_run stops right after starting.
+**  @return DX_OK, or DX_EINVAL for NULL.
+**  Thread: any (not async-signal-safe). */
+int dx_runtime_request_stop(dx_runtime_t *rt);
+
+/** 1 once the runtime has stopped (its stop callback ran, or it was stopped before starting);
+**  0 otherwise and for NULL. */
+int dx_runtime_is_stopped(const dx_runtime_t *rt);
+
+/** Create a runtime that runs the Lua app `app_path` (its duroxide.orchestration and
+**  duroxide.activity registrations) over the LMDB store in `store_dir`.
+**  The app runs once, now, in a fresh Lua state with the standard libraries and
+**  `require("duroxide")`; modules next to the app are found first; `arg[0]` is app_path.
+**  The runtime is not started: register C activities, then dx_runtime_start or dx_runtime_run.
+**  @param[out] out      the runtime, owned by the caller: free with dx_lua_runtime_free.
+**                       Set to NULL on error.
+**  @param[in] loop      the libuv loop to run on (borrowed; must outlive the runtime), or NULL
+**                       for a loop owned by the runtime (drive it with dx_runtime_run).
+**  @param[in] store_dir store directory (created if missing); NULL = the app's
+**                       duroxide.configure{store=}, else $DUROXIDE_STORE, else ./duroxide-data.
+**                       The app's own duroxide.client() defaults to the same store.
+**  @param[in] opts      options (copied), or NULL for the app's duroxide.configure{} values
+**                       (defaults when it sets none).
+**  @param[in] app_path  path of the Lua app script.
+**  @return DX_OK; DX_EINVAL (NULL out or app_path, bad option), DX_ENOTFOUND (no file at
+**          app_path), DX_EIO (app unreadable, loop init failed), DX_ELUA (the app failed to
+**          compile or raised while loading: err->msg is "file:line: message"), a store error of
+**          the LMDB provider (DX_ESTORE, DX_EIO, ...), DX_ENOMEM.
+**  Thread: any; the runtime then belongs to the thread that runs its loop. */
+int dx_lua_runtime_new(dx_runtime_t **out, uv_loop_t *loop, const char *store_dir,
+                       const dx_options_t *opts, const char *app_path, dx_error_t *err);
+
+/** Release a runtime made by dx_lua_runtime_new: its Lua state, store handle and (when owned)
+**  loop. A runtime still running is stopped gracefully first, by running its loop until the
+**  stop completes. NULL is ignored. For a runtime made by dx_runtime_new this is
+**  dx_runtime_free. Do not call it from a callback of the runtime's loop.
+**  Thread: the runtime's loop thread. */
+void dx_lua_runtime_free(dx_runtime_t *rt);
+
 #endif

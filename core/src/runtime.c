@@ -41,6 +41,7 @@ struct dx_activity_s {
   int finished;
   int cancelled;
   void *userdata;
+  struct cact_job_s *cjob;            /* a C activity on the thread pool (C embedding) */
   struct dx_activity_s *prev, *next;  /* running list */
 };
 
@@ -70,6 +71,12 @@ struct dx_runtime_s {
   dx_runtime_stop_cb stop_cb;
   void *stop_ud;
   dx_runtime_stats_t stats;
+  /* C embedding (section below): C activities, dx_runtime_run, the owner of a Lua runtime. */
+  struct cact_s *cacts;
+  int run_active, stop_requested;
+  uv_async_t run_async;
+  void (*owner_free)(void *owner);
+  void *owner;
 };
 
 static uv_mutex_t registry_mu;
@@ -425,6 +432,7 @@ static void on_renew(uv_timer_t *h) {
 
 static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
   dx_activity_t *a = calloc(1, sizeof *a);
+  const struct cact_s *cact;
   int64_t every;
   if (!a) {
     dx_work_item_clear(&w->item);
@@ -468,7 +476,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     fail_with(a, DX_CAT_POISON, "Poison", msg);
     return;
   }
-  if (!rt->host->activity_lookup(rt->host_ud, a->item.name)) {
+  cact = cact_find(rt, a->item.name);
+  if (!cact && !rt->host->activity_lookup(rt->host_ud, a->item.name)) {
     if (w->attempt_count < rt->opts.max_attempts) {
       int64_t d = dx__unregistered_backoff(w->attempt_count, rt->opts.unregistered_base_ms,
                                            rt->opts.unregistered_max_ms);
@@ -490,7 +499,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
   }
   dx__log(DX_LOG_DEBUG, "activity started", "instance=%s activity=%s id=%" PRIu64 " attempt=%u",
           a->item.instance, a->item.name, a->item.id, w->attempt_count);
-  rt->host->activity_start(rt->host_ud, a);
+  if (cact) cact_start(a, cact);
+  else rt->host->activity_start(rt->host_ud, a);
 }
 
 static void on_fetch(void *ud, dx_store_fetched_t *f) {
@@ -543,6 +553,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   dx_store_cfg_t cfg;
   int rc;
   if (!rt) return dx_error_set(err, DX_EINVAL, "NULL runtime");
+  if (rt->stopping) return dx_error_set(err, DX_ECLOSED, "runtime is stopped");
   if (rt->started) return dx_error_set(err, DX_ESTATE, "runtime already started");
   memset(&cfg, 0, sizeof cfg);
   cfg.provider = rt->provider;
@@ -634,7 +645,7 @@ static void on_stop_tick(uv_timer_t *h) {
       dx_activity_t *a = rt->running;
       dx__log(DX_LOG_WARN, "activity abandoned at shutdown", "instance=%s activity=%s id=%"
               PRIu64, a->item.instance, a->item.name, a->item.id);
-      rt->host->activity_abort(rt->host_ud, a);
+      if (!cact_abort(a)) rt->host->activity_abort(rt->host_ud, a);
       activity_settle(a, DX_OP_ABANDON_WORK, 0, 1);
     }
   }
@@ -672,14 +683,29 @@ void dx_runtime_stop(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud) {
 }
 
 void dx_runtime_free(dx_runtime_t *rt) {
+  void (*owner_free)(void *);
+  void *owner;
   if (!rt) return;
+  if (rt->started && rt->store) { /* freeing under the store thread would crash: refuse */
+    dx__log(DX_LOG_ERROR, "dx_runtime_free on a running runtime ignored; stop it first", NULL);
+    return;
+  }
+  owner_free = rt->owner_free;
+  owner = rt->owner;
+  cact_free_all(rt);
   free(rt->worker_id);
   free(rt);
+  if (owner_free) owner_free(owner); /* after the runtime: it may own the provider and loop */
 }
 
 const char *dx_runtime_worker_id(const dx_runtime_t *rt) { return rt ? rt->worker_id : NULL; }
 
 void dx_runtime_stats(const dx_runtime_t *rt, dx_runtime_stats_t *out) {
+  if (!out) return;
+  if (!rt) {
+    memset(out, 0, sizeof *out);
+    return;
+  }
   *out = rt->stats;
   if (rt->store) {
     out->commits = dx__store_commits(rt->store);

@@ -340,7 +340,8 @@ typedef struct dx_provider_methods_s {
   **  worker rows left. */
   int (*cleanup_orphaned_sessions)(dx_provider_t *p, int64_t now_ms, uint64_t *deleted,
                                    dx_error_t *err);
-  /** Every session row, ordered by session id. */
+  /** Every session row (ordered by session id), then sessions that have queued work but were
+  **  never claimed (unowned, lease 0). */
   int (*list_sessions)(dx_provider_t *p, dx_session_cb cb, void *ud, dx_error_t *err);
   /* methods above are version 2 */
 } dx_provider_methods_t;

@@ -2552,6 +2552,25 @@ static int lm_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted
   return rc;
 }
 
+/* Sessions with queued work but no row yet (never claimed: held back by capacity, or no
+** worker takes session work) are listed too, unowned: their queue is what an operator needs. */
+static int unclaimed_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  sess_scan_t *s = ud;
+  const char *sid = k->mv_data;
+  sess_rec_t r;
+  int rc;
+  (void)v;
+  if (k->mv_size == 0 || sid[k->mv_size - 1] != 0)
+    return corrupt(t, DB_SESS_QUEUE, "bad key", "%zu-byte key", k->mv_size);
+  rc = sess_get(t, sid, &r);
+  if (rc == DX_ENOTFOUND) {
+    memset(&r, 0, sizeof r);
+    rc = slist_push(t, &s->rows, sid, &r);
+  }
+  sess_clear(&r);
+  return rc;
+}
+
 static int lm_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   sess_scan_t s;
@@ -2562,7 +2581,9 @@ static int lm_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_er
   if ((rc = lm_begin_tx(p, 0, &t, err))) return rc;
   memset(&s, 0, sizeof s);
   k_init(&none);
-  rc = tx_end(&t, scan_prefix(&t, DB_SESSIONS, &none, sess_scan_cb, &s));
+  rc = scan_prefix(&t, DB_SESSIONS, &none, sess_scan_cb, &s);
+  if (!rc) rc = scan_prefix(&t, DB_SESS_QUEUE, &none, unclaimed_scan_cb, &s);
+  rc = tx_end(&t, rc);
   if (!rc) slist_report(&s.rows, cb, ud);
   slist_free(&s.rows);
   return rc;
