@@ -198,8 +198,11 @@ void dxl_h_activity_abort(void *host, dx_activity_t *a) {
 
 /* {===== session hooks =====} */
 
-/* Call hooks[name](session_id, word) under pcall: an app error is logged, never raised. */
-static void call_hook(dxl_state_t *S, const char *name, const char *sid, const char *word) {
+/* Call hooks[name](session_id, word, worker_id) under pcall: an app error is logged, never
+** raised. worker_id names the runtime whose session manager fired (several simulated workers
+** may share this Lua state). */
+static void call_hook(dxl_state_t *S, const char *name, const char *sid, const char *word,
+                      const char *worker_id) {
   lua_State *L = S->L;
   char msg[1024];
   if (!lua_checkstack(L, 6)) return;
@@ -213,19 +216,30 @@ static void call_hook(dxl_state_t *S, const char *name, const char *sid, const c
   lua_remove(L, -2);
   lua_pushstring(L, sid);
   lua_pushstring(L, word);
+  lua_pushstring(L, worker_id); /* nil when unknown */
   S->loop_depth++;
-  if (dxl_pcall(L, 2, 0, msg, sizeof msg, 1) != LUA_OK)
+  if (dxl_pcall(L, 3, 0, msg, sizeof msg, 1) != LUA_OK)
     dx__log(DX_LOG_ERROR, "error in session hook", "hook=%s session_id=%s error=\"%s\"", name,
             sid, msg);
   S->loop_depth--;
 }
 
 void dxl_h_session_claimed(void *host, const char *sid, const char *how) {
-  call_hook(host, "claimed", sid, how);
+  call_hook(host, "claimed", sid, how, NULL);
 }
 
 void dxl_h_session_released(void *host, const char *sid, const char *reason) {
-  call_hook(host, "released", sid, reason);
+  call_hook(host, "released", sid, reason, NULL);
+}
+
+void dxl_h_session_claimed_by(void *host, const char *sid, const char *how,
+                              const char *worker_id) {
+  call_hook(host, "claimed", sid, how, worker_id);
+}
+
+void dxl_h_session_released_by(void *host, const char *sid, const char *reason,
+                               const char *worker_id) {
+  call_hook(host, "released", sid, reason, worker_id);
 }
 
 /* {===== primitives for duroxide/activity.lua =====} */

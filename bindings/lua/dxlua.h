@@ -25,6 +25,7 @@ typedef struct dxl_state_s {
   int in_orchestration;     /* >0 while orchestration code runs (sandbox guards check it) */
   int loop_depth;           /* >0 while a callback runs: driving the loop is then refused */
   dx_runtime_t *runtime;    /* the runtime running in this state, if any */
+  int shared_runtimes;      /* runtimes started with {shared = true} (duroxide.testing) */
   int running_activities;
 } dxl_state_t;
 
@@ -72,5 +73,9 @@ int dxl_load_embedded(lua_State *L, const char *name);
 
 /* luaopen for the luv library bound to the runtime loop. */
 int dxl_open_luv(lua_State *L);
+
+/* [-0, +0, e] Set the duroxide.testing primitives (_clock_now, _run_once, _replay, ...) into
+** the table at the top of the stack (ltesting.c). */
+void dxl_testing_register(lua_State *L);
 
 #endif

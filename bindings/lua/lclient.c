@@ -169,7 +169,7 @@ static int l_wait(lua_State *L) {
       return 3; /* nil, err, last status */
     }
     dx_instance_info_clear(&info);
-    if (S->runtime) {
+    if (S->runtime || S->shared_runtimes > 0) {
       dxl_run_loop_once(L, S, 5);
     } else {
       dx_instance_info_t tmp;

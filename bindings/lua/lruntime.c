@@ -16,6 +16,10 @@ typedef struct {
   dx_runtime_t *rt;
   dx_provider_t *p;
   int state; /* 0 new, 1 running, 2 stopping, 3 stopped */
+  int shared;  /* started with {shared = true}: counted in S->shared_runtimes */
+  /* options the testing harness reads back (rt:_config()) */
+  int max_sessions;
+  int64_t session_lock_ms, session_idle_ms, worker_lock_ms;
 } lrt_t;
 
 #define RT_MT "duroxide.Runtime"
@@ -77,6 +81,10 @@ static void on_stopped(dx_runtime_t *rt, void *ud) {
 }
 
 static void rt_release(lrt_t *r) {
+  if (r->shared) {
+    r->shared = 0;
+    r->S->shared_runtimes--;
+  }
   if (r->rt) {
     if (r->S->runtime == r->rt) r->S->runtime = NULL;
     dx_runtime_free(r->rt);
@@ -99,15 +107,90 @@ static void rt_stop_sync(lua_State *L, lrt_t *r) {
   rt_release(r);
 }
 
+/* rt:start([{shared = true}]). A plain runtime is the only one of its Lua state (client:wait
+** drives it). Shared runtimes (the duroxide.testing harness's simulated workers) may run
+** side by side on the state's loop, each with its own worker_node_id. */
 static int l_rt_start(lua_State *L) {
   lrt_t *r = check_rt(L);
   dx_error_t err;
+  int shared = 0;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_getfield(L, 2, "shared");
+    shared = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
   if (r->state != 0) return luaL_error(L, "runtime already started");
-  if (r->S->runtime) return luaL_error(L, "another runtime is already running in this Lua state");
+  if (!shared && (r->S->runtime || r->S->shared_runtimes > 0))
+    return luaL_error(L, "another runtime is already running in this Lua state (stop it first; "
+                         "duroxide.testing runs several simulated workers with {shared = true})");
   if (dx_runtime_start(r->rt, &err) != 0) return luaL_error(L, "%s", err.msg);
   r->state = 1;
-  r->S->runtime = r->rt;
+  if (shared) {
+    r->shared = 1;
+    r->S->shared_runtimes++;
+  } else {
+    r->S->runtime = r->rt;
+  }
   lua_settop(L, 1);
+  return 1;
+}
+
+/* rt:crash(): stop abruptly, as if the process were killed (dx_runtime_crash): no hooks, no
+** releases; in-flight work stays locked in the store until its locks and leases lapse. */
+static int l_rt_crash(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  if (r->state == 1) {
+    if (r->S->loop_depth > 0)
+      return luaL_error(L, "cannot crash a runtime from inside a callback or activity");
+    r->state = 2;
+    if (dx_runtime_crash(r->rt, on_stopped, r) != 0) return luaL_error(L, "cannot crash runtime");
+    while (r->state != 3) uv_run(r->S->loop, UV_RUN_ONCE);
+  }
+  rt_release(r);
+  return 0;
+}
+
+/* rt:_idle() -> true when no activity runs and no store operation is pending here. */
+static int l_rt_idle(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  lua_pushboolean(L, r->state != 1 || dx_runtime_is_idle(r->rt));
+  return 1;
+}
+
+/* rt:_renew_sessions(): run the session lease renewal now. */
+static int l_rt_renew_sessions(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  if (r->state == 1) dx_runtime_renew_sessions_now(r->rt);
+  return 0;
+}
+
+/* rt:_poke(): wake the store thread (look for due work now). */
+static int l_rt_poke(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  if (r->state == 1) dx_runtime_poke(r->rt);
+  return 0;
+}
+
+/* rt:_config() -> {worker_id=, running=, max_sessions=, session_lock_ms=, session_idle_ms=,
+** worker_lock_ms=} */
+static int l_rt_config(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  lua_createtable(L, 0, 6);
+  if (r->rt) {
+    lua_pushstring(L, dx_runtime_worker_id(r->rt));
+    lua_setfield(L, -2, "worker_id");
+  }
+  lua_pushboolean(L, r->state == 1);
+  lua_setfield(L, -2, "running");
+  lua_pushinteger(L, r->max_sessions);
+  lua_setfield(L, -2, "max_sessions");
+  lua_pushinteger(L, (lua_Integer)r->session_lock_ms);
+  lua_setfield(L, -2, "session_lock_ms");
+  lua_pushinteger(L, (lua_Integer)r->session_idle_ms);
+  lua_setfield(L, -2, "session_idle_ms");
+  lua_pushinteger(L, (lua_Integer)r->worker_lock_ms);
+  lua_setfield(L, -2, "worker_lock_ms");
   return 1;
 }
 
@@ -207,6 +290,10 @@ int dxl_runtime_new(lua_State *L) {
     rt_release(r);
     return luaL_error(L, "%s", err.msg);
   }
+  r->max_sessions = opts.max_sessions_per_worker;
+  r->session_lock_ms = opts.session_lock_timeout_ms;
+  r->session_idle_ms = opts.session_idle_timeout_ms;
+  r->worker_lock_ms = opts.worker_lock_timeout_ms;
   return 1;
 }
 
@@ -215,6 +302,9 @@ int luaopen_duroxide_runtime_mt(lua_State *L) {
   static const luaL_Reg methods[] = {{"start", l_rt_start}, {"run_until", l_rt_run_until},
                                      {"run_for", l_rt_run_for}, {"stop", l_rt_stop},
                                      {"worker_id", l_rt_worker_id}, {"stats", l_rt_stats},
+                                     {"crash", l_rt_crash}, {"_idle", l_rt_idle},
+                                     {"_renew_sessions", l_rt_renew_sessions},
+                                     {"_poke", l_rt_poke}, {"_config", l_rt_config},
                                      {NULL, NULL}};
   if (luaL_newmetatable(L, RT_MT)) {
     luaL_newlib(L, methods);

@@ -355,6 +355,32 @@ static int l_wait_placeholder(lua_State *L) {
   return luaL_error(L, "duroxide.wait is only available inside an activity");
 }
 
+/* package.preload["duroxide.testing"]: a copy found on package.path wins (a source tree under
+** development, .busted's ./lua/?.lua), else the copy embedded at build time. */
+static int open_testing(lua_State *L) {
+  const char *name = luaL_optstring(L, 1, "duroxide.testing");
+  lua_getglobal(L, "package");
+  if (lua_istable(L, -1) && lua_getfield(L, -1, "searchpath") == LUA_TFUNCTION) {
+    lua_pushstring(L, name);
+    lua_getfield(L, -3, "path");
+    lua_call(L, 2, 1);
+    if (lua_isstring(L, -1)) {
+      const char *file = lua_tostring(L, -1);
+      if (luaL_loadfile(L, file) != LUA_OK) return lua_error(L);
+      lua_pushstring(L, name);
+      lua_pushstring(L, file);
+      lua_call(L, 2, 1);
+      return 1;
+    }
+  }
+  lua_settop(L, 1);
+  dxl_load_embedded(L, "duroxide/testing.lua");
+  lua_pushstring(L, name);
+  lua_pushliteral(L, ":preload:");
+  lua_call(L, 2, 1);
+  return 1;
+}
+
 static dxl_state_t *ensure_state(lua_State *L) {
   dxl_state_t *S;
   int prims;
@@ -419,6 +445,12 @@ static dxl_state_t *ensure_state(lua_State *L) {
     lua_pushcfunction(L, dxl_open_luv);
     lua_setfield(L, -3, "luv");
   }
+  lua_pop(L, 1);
+  /* the busted harness, embedded so require("duroxide.testing") works in duroxide-lua too */
+  if (lua_getfield(L, -1, "duroxide.testing") == LUA_TNIL) {
+    lua_pushcfunction(L, open_testing);
+    lua_setfield(L, -3, "duroxide.testing");
+  }
   lua_pop(L, 2);
   return S;
 }
@@ -450,5 +482,6 @@ int luaopen_duroxide(lua_State *L) {
   lua_pop(L, 1);
   lua_pushstring(L, dx_version());
   lua_setfield(L, -2, "version");
+  dxl_testing_register(L);
   return 1;
 }

@@ -316,9 +316,13 @@ void dxl_h_activity_start(void *host, dx_activity_t *a);
 void dxl_h_activity_abort(void *host, dx_activity_t *a);
 void dxl_h_session_claimed(void *host, const char *session_id, const char *how);
 void dxl_h_session_released(void *host, const char *session_id, const char *reason);
+void dxl_h_session_claimed_by(void *host, const char *session_id, const char *how,
+                              const char *worker_id);
+void dxl_h_session_released_by(void *host, const char *session_id, const char *reason,
+                               const char *worker_id);
 
 const dx_host_methods_t dxl_host_methods = {
-  2,
+  3,
   h_orch_lookup,
   h_orch_start,
   h_orch_resume,
@@ -328,4 +332,6 @@ const dx_host_methods_t dxl_host_methods = {
   dxl_h_activity_abort,
   dxl_h_session_claimed,
   dxl_h_session_released,
+  dxl_h_session_claimed_by,
+  dxl_h_session_released_by,
 };

@@ -88,7 +88,9 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err);
 /** Graceful stop: take no new work, let running activities finish for up to
 **  shutdown_grace_ms, hand back the rest, commit, then call cb on the loop thread. */
 void dx_runtime_stop(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud);
-/** Free a stopped (or never started) runtime. */
+/** Free a stopped (or never started) runtime, and what dx_lua_runtime_new built around it.
+**  NULL is ignored. A runtime still running (or driven by dx_runtime_run) is not freed: the
+**  call logs an error and returns. */
 void dx_runtime_free(dx_runtime_t *rt);
 /** This process's worker id (borrowed, valid for the runtime's life). */
 const char *dx_runtime_worker_id(const dx_runtime_t *rt);
@@ -99,6 +101,22 @@ typedef struct dx_runtime_stats_s {
   uint64_t turns, activities, commits, fetch_cycles;
 } dx_runtime_stats_t;
 void dx_runtime_stats(const dx_runtime_t *rt, dx_runtime_stats_t *out);
+
+/* Test support (the duroxide.testing harness; not for production use). */
+/** Stop `rt` abruptly, as if its process were killed: no hook runs, nothing is released or
+**  committed any more. Queued commits and results are dropped; running activities, fetched
+**  items and owned sessions stay locked in the store until their locks and leases lapse
+**  (a runtime restarted with the same worker_node_id reclaims the sessions at once). cb runs
+**  on the loop thread once the runtime has closed; then dx_runtime_free it. DX_ESTATE when
+**  it is already stopping. */
+int dx_runtime_crash(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud);
+/** 1 when the runtime has no running activity and no store operation queued, in flight or
+**  undelivered (a stopped or never started runtime is idle). Work visible in the store but
+**  not fetched yet is not seen here. */
+int dx_runtime_is_idle(const dx_runtime_t *rt);
+/** Renew the owned session leases now instead of at the next renewal tick, so idle unpins
+**  and lost leases are noticed at once (tests moving the clock with dx_clock_advance). */
+void dx_runtime_renew_sessions_now(dx_runtime_t *rt);
 
 /* {===== client =====} */
 

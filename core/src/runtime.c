@@ -15,6 +15,7 @@
 
 #include "duroxide.h"
 #include "codec.h"
+#include "embedding.h"
 #include "log.h"
 #include "replay.h"
 #include "sessions.h"
@@ -405,6 +406,280 @@ int dx_activity_is_cancelled(const dx_activity_t *a) { return a->cancelled; }
 void dx_activity_set_userdata(dx_activity_t *a, void *ud) { a->userdata = ud; }
 void *dx_activity_userdata(const dx_activity_t *a) { return a->userdata; }
 
+/* {===== C embedding: C activities, dx_runtime_run =====} */
+/*
+** C activities live in a list on the runtime and are looked up before the host's activities,
+** so a C activity shadows a Lua activity of the same name. A pool activity runs on the libuv
+** thread pool with its own copy of the invocation: the runtime may give up on it at shutdown
+** (the result is then discarded) while the function still runs. A loop activity runs at once,
+** synchronously, when it is fetched.
+*/
+
+typedef struct cact_s {
+  struct cact_s *next;
+  char *name;
+  dx_activity_fn fn;
+  void *userdata;
+  int flags;
+} cact_t;
+
+typedef struct cact_job_s {
+  uv_work_t req;
+  dx_activity_t *a;         /* NULL once the runtime gave up on the activity */
+  dx_activity_fn fn;
+  void *userdata;
+  dx_activity_info_t info;  /* points at the job's own copies below */
+  char *instance, *name, *input, *session_id, *worker_id;
+  int failed;
+  char *output;             /* canonical JSON (NULL = null) on success */
+  char *message;            /* the failure message */
+} cact_job_t;
+
+static const cact_t *cact_find(const dx_runtime_t *rt, const char *name) {
+  const cact_t *c;
+  for (c = rt->cacts; c; c = c->next)
+    if (strcmp(c->name, name) == 0) return c;
+  return NULL;
+}
+
+static void cact_free_all(dx_runtime_t *rt) {
+  while (rt->cacts) {
+    cact_t *c = rt->cacts;
+    rt->cacts = c->next;
+    free(c->name);
+    free(c);
+  }
+}
+
+/* Call fn and turn its outcome into (failed, output, message). Runs on any thread, so it
+** touches nothing but its arguments. */
+static void cact_call(dx_activity_fn fn, void *ud, const dx_activity_info_t *info, int *failed,
+                      char **output, char **message) {
+  char *out = NULL, *msg = NULL, buf[640];
+  dx_error_t e;
+  int rc = fn(info, info->input ? info->input : "null", &out, &msg, ud);
+  *output = *message = NULL;
+  *failed = 0;
+  if (rc != 0) {
+    *failed = 1;
+    free(out);
+    if (msg) {
+      *message = msg;
+    } else {
+      snprintf(buf, sizeof buf, "C activity '%s' failed (returned %d)", info->name, rc);
+      *message = dx__strdup(buf);
+    }
+    return;
+  }
+  free(msg);
+  if (!out) return; /* JSON null */
+  if (dx__json_canonical(out, strlen(out), output, &e) != 0) {
+    *failed = 1;
+    snprintf(buf, sizeof buf, "C activity '%s' returned an invalid output: %s", info->name, e.msg);
+    *message = dx__strdup(buf);
+  }
+  free(out);
+}
+
+static void cact_finish(dx_activity_t *a, int failed, const char *output, const char *message) {
+  if (failed) dx_activity_fail(a, message ? message : "C activity failed");
+  else dx_activity_complete(a, output);
+}
+
+static void cact_job_free(cact_job_t *j) {
+  free(j->instance);
+  free(j->name);
+  free(j->input);
+  free(j->session_id);
+  free(j->worker_id);
+  free(j->output);
+  free(j->message);
+  free(j);
+}
+
+static void cact_work(uv_work_t *req) {
+  cact_job_t *j = req->data;
+  cact_call(j->fn, j->userdata, &j->info, &j->failed, &j->output, &j->message);
+}
+
+static void cact_after_work(uv_work_t *req, int status) {
+  cact_job_t *j = req->data;
+  if (j->a) {
+    j->a->cjob = NULL;
+    if (status != 0) cact_finish(j->a, 1, NULL, "C activity was cancelled before it ran");
+    else cact_finish(j->a, j->failed, j->output, j->message);
+  }
+  cact_job_free(j);
+}
+
+static void cact_start(dx_activity_t *a, const cact_t *c) {
+  const dx_activity_info_t *in = &a->info;
+  cact_job_t *j;
+  int rc;
+  if (c->flags & DX_ACTIVITY_ON_LOOP) {
+    int failed;
+    char *output, *message;
+    cact_call(c->fn, c->userdata, in, &failed, &output, &message);
+    cact_finish(a, failed, output, message);
+    free(output);
+    free(message);
+    return;
+  }
+  j = calloc(1, sizeof *j);
+  if (!j) {
+    dx_activity_fail(a, "out of memory starting the C activity");
+    return;
+  }
+  j->fn = c->fn;
+  j->userdata = c->userdata;
+  j->info = *in;
+  j->info.instance = j->instance = dx__strdup(in->instance);
+  j->info.name = j->name = dx__strdup(in->name);
+  j->info.input = j->input = dx__strdup(in->input ? in->input : "null");
+  j->info.session_id = j->session_id = dx__strdup(in->session_id);
+  j->info.worker_id = j->worker_id = dx__strdup(in->worker_id);
+  if (!j->instance || !j->name || !j->input || !j->worker_id ||
+      (in->session_id && !j->session_id)) {
+    cact_job_free(j);
+    dx_activity_fail(a, "out of memory starting the C activity");
+    return;
+  }
+  j->req.data = j;
+  j->a = a;
+  a->cjob = j;
+  rc = uv_queue_work(a->rt->loop, &j->req, cact_work, cact_after_work);
+  if (rc != 0) {
+    char msg[256];
+    a->cjob = NULL;
+    cact_job_free(j);
+    snprintf(msg, sizeof msg, "cannot queue the C activity on the thread pool: %s",
+             uv_strerror(rc));
+    dx_activity_fail(a, msg);
+  }
+}
+
+/* The runtime gives up on `a` (shutdown grace expired): 1 when it was a C activity, whose
+** result will then be dropped when its function returns. */
+static int cact_abort(dx_activity_t *a) {
+  if (!a->cjob) return 0;
+  a->cjob->a = NULL;
+  a->cjob = NULL;
+  return 1;
+}
+
+static int check_activity_name(const char *name, dx_error_t *err) {
+  size_t n, i;
+  if (!name) return dx_error_set(err, DX_EINVAL, "NULL activity name");
+  n = strlen(name);
+  if (n == 0 || n > 200)
+    return dx_error_set(err, DX_EINVAL, "activity name must be 1 to 200 bytes (got %zu)", n);
+  for (i = 0; i < n; i++)
+    if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+      return dx_error_set(err, DX_EINVAL, "activity name contains a control character");
+  if (strncmp(name, "__duroxide", 10) == 0)
+    return dx_error_set(err, DX_EINVAL, "activity names starting with __duroxide are reserved");
+  return DX_OK;
+}
+
+int dx_register_activity_ex(dx_runtime_t *rt, const char *name, dx_activity_fn fn,
+                            void *userdata, int flags, dx_error_t *err) {
+  cact_t *c;
+  int rc;
+  if (!rt) return dx_error_set(err, DX_EINVAL, "NULL runtime");
+  if ((rc = check_activity_name(name, err)) != 0) return rc;
+  if (!fn) return dx_error_set(err, DX_EINVAL, "NULL activity function for '%s'", name);
+  if (flags != DX_ACTIVITY_ON_POOL && flags != DX_ACTIVITY_ON_LOOP)
+    return dx_error_set(err, DX_EINVAL, "unknown activity flags 0x%x for '%s'", (unsigned)flags,
+                        name);
+  if (rt->stopping)
+    return dx_error_set(err, DX_ECLOSED, "runtime is stopping or stopped: cannot register '%s'",
+                        name);
+  if (cact_find(rt, name))
+    return dx_error_set(err, DX_EEXIST, "C activity '%s' is already registered", name);
+  c = calloc(1, sizeof *c);
+  if (!c || !(c->name = dx__strdup(name))) {
+    free(c);
+    return dx_error_set(err, DX_ENOMEM, "out of memory");
+  }
+  c->fn = fn;
+  c->userdata = userdata;
+  c->flags = flags;
+  c->next = rt->cacts;
+  rt->cacts = c;
+  return DX_OK;
+}
+
+int dx_register_activity(dx_runtime_t *rt, const char *name, dx_activity_fn fn, void *userdata,
+                         dx_error_t *err) {
+  return dx_register_activity_ex(rt, name, fn, userdata, DX_ACTIVITY_ON_POOL, err);
+}
+
+/* Guards run_active/stop_requested/run_async against dx_runtime_request_stop's threads. */
+static uv_mutex_t run_mu;
+static uv_once_t run_once = UV_ONCE_INIT;
+
+static void run_mu_init(void) { uv_mutex_init(&run_mu); }
+
+int dx_runtime_is_stopped(const dx_runtime_t *rt) {
+  return rt && rt->stopping && (!rt->started || !rt->store);
+}
+
+static void on_run_async(uv_async_t *h) { dx_runtime_stop(h->data, NULL, NULL); }
+
+static void on_run_async_closed(uv_handle_t *h) { *(int *)h->data = 1; }
+
+int dx_runtime_run(dx_runtime_t *rt, dx_error_t *err) {
+  int rc, pending, closed = 0;
+  if (!rt) return dx_error_set(err, DX_EINVAL, "NULL runtime");
+  if (rt->run_active)
+    return dx_error_set(err, DX_ESTATE, "dx_runtime_run is already running for this runtime");
+  if (dx_runtime_is_stopped(rt)) return dx_error_set(err, DX_ECLOSED, "runtime is stopped");
+  if (!rt->started && (rc = dx_runtime_start(rt, err)) != 0) return rc;
+  uv_once(&run_once, run_mu_init);
+  if ((rc = uv_async_init(rt->loop, &rt->run_async, on_run_async)) != 0)
+    return dx_error_set(err, DX_EIO, "cannot set up the loop: %s", uv_strerror(rc));
+  rt->run_async.data = rt;
+  uv_mutex_lock(&run_mu);
+  rt->run_active = 1;
+  pending = rt->stop_requested;
+  uv_mutex_unlock(&run_mu);
+  if (pending) dx_runtime_stop(rt, NULL, NULL);
+  while (!dx_runtime_is_stopped(rt)) uv_run(rt->loop, UV_RUN_ONCE);
+  uv_mutex_lock(&run_mu);
+  rt->run_active = 0;
+  uv_mutex_unlock(&run_mu);
+  rt->run_async.data = &closed;
+  uv_close((uv_handle_t *)&rt->run_async, on_run_async_closed);
+  while (!closed) uv_run(rt->loop, UV_RUN_NOWAIT);
+  return DX_OK;
+}
+
+int dx_runtime_request_stop(dx_runtime_t *rt) {
+  if (!rt) return DX_EINVAL;
+  uv_once(&run_once, run_mu_init);
+  uv_mutex_lock(&run_mu);
+  rt->stop_requested = 1;
+  if (rt->run_active) uv_async_send(&rt->run_async);
+  uv_mutex_unlock(&run_mu);
+  return DX_OK;
+}
+
+/* Internal (embedding.h): a binding attaches what it built around the runtime. */
+void dx__runtime_set_owner(dx_runtime_t *rt, void (*owner_free)(void *), void *owner) {
+  rt->owner_free = owner_free;
+  rt->owner = owner;
+}
+
+void *dx__runtime_owner(const dx_runtime_t *rt, void (*owner_free)(void *)) {
+  return rt && rt->owner_free == owner_free ? rt->owner : NULL;
+}
+
+uv_loop_t *dx__runtime_loop(const dx_runtime_t *rt) { return rt->loop; }
+
+int dx__runtime_in_run(const dx_runtime_t *rt) { return rt->run_active; }
+
+/* }===== C embedding =====} */
+
 static void renew_done(dx_store_op_t *op) {
   dx_activity_t *a = op->ud;
   a->renew_inflight = 0;
@@ -686,7 +961,7 @@ void dx_runtime_free(dx_runtime_t *rt) {
   void (*owner_free)(void *);
   void *owner;
   if (!rt) return;
-  if (rt->started && rt->store) { /* freeing under the store thread would crash: refuse */
+  if ((rt->started && rt->store) || rt->run_active) { /* it would crash later: refuse */
     dx__log(DX_LOG_ERROR, "dx_runtime_free on a running runtime ignored; stop it first", NULL);
     return;
   }
@@ -711,4 +986,94 @@ void dx_runtime_stats(const dx_runtime_t *rt, dx_runtime_stats_t *out) {
     out->commits = dx__store_commits(rt->store);
     out->fetch_cycles = dx__store_cycles(rt->store);
   }
+}
+
+/* {===== simulated crash and test support =====} */
+/*
+** dx_runtime_crash stops a runtime the way a killed process stops: nothing more is committed,
+** no hook runs and nothing is released. Queued store operations (turn commits, activity
+** results, renewals) are dropped; fetched items, running activities and owned sessions stay
+** locked in the store until their locks and leases lapse, as after a SIGKILL.
+*/
+
+typedef struct crash_wait_s {
+  dx_runtime_t *rt;
+  int parts;                 /* the store and the session manager still closing */
+  dx_runtime_stop_cb cb;
+  void *ud;
+} crash_wait_t;
+
+static void crash_part_done(crash_wait_t *w) {
+  dx_runtime_t *rt = w->rt;
+  if (--w->parts > 0) return;
+  dx__log(DX_LOG_INFO, "worker crashed (simulated)", "worker_id=%s", rt->worker_id);
+  if (w->cb) w->cb(rt, w->ud);
+  free(w);
+}
+
+static void crash_store_closed(void *ud) {
+  crash_wait_t *w = ud;
+  w->rt->store = NULL;
+  crash_part_done(w);
+}
+
+static void crash_sessions_closed(void *ud) {
+  crash_wait_t *w = ud;
+  w->rt->sessions = NULL;
+  crash_part_done(w);
+}
+
+int dx_runtime_crash(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud) {
+  runtime_list_t **pp;
+  crash_wait_t *w;
+  if (!rt) return DX_EINVAL;
+  if (rt->stopping) return DX_ESTATE;
+  if (!(w = calloc(1, sizeof *w))) return DX_ENOMEM;
+  rt->stopping = 1;
+  /* check_stop_done (reached from settled operations) must never start a graceful stop */
+  rt->sessions_stopping = 1;
+  uv_once(&registry_once, registry_init);
+  uv_mutex_lock(&registry_mu);
+  for (pp = &registry; *pp; pp = &(*pp)->next) {
+    if ((*pp)->rt == rt) {
+      runtime_list_t *dead = *pp;
+      *pp = dead->next;
+      free(dead);
+      break;
+    }
+  }
+  uv_mutex_unlock(&registry_mu);
+  if (!rt->started) {
+    free(w);
+    if (cb) cb(rt, ud);
+    return DX_OK;
+  }
+  dx__log(DX_LOG_WARN, "worker crashing (simulated): in-flight work stays locked",
+          "worker_id=%s running_activities=%d", rt->worker_id, rt->n_running);
+  w->rt = rt;
+  w->cb = cb;
+  w->ud = ud;
+  w->parts = 1 + (rt->sessions != NULL);
+  /* Running activities: the code keeps no claim on them; their rows stay locked. */
+  while (rt->running) {
+    dx_activity_t *a = rt->running;
+    if (!cact_abort(a)) rt->host->activity_abort(rt->host_ud, a);
+    a->finished = 1;
+    a->acked = 1;
+    uv_timer_stop(&a->renew_timer);
+    activity_unlink(a);
+    uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
+  }
+  if (rt->sessions) dx__sessions_crash(rt->sessions, crash_sessions_closed, w);
+  dx__store_crash(rt->store, crash_store_closed, w);
+  return DX_OK;
+}
+
+int dx_runtime_is_idle(const dx_runtime_t *rt) {
+  if (!rt || !rt->started || !rt->store) return 1;
+  return rt->n_running == 0 && dx__store_quiet(rt->store);
+}
+
+void dx_runtime_renew_sessions_now(dx_runtime_t *rt) {
+  if (rt && rt->started && !rt->stopping && rt->sessions) dx__sessions_renew_now(rt->sessions);
 }

@@ -64,7 +64,9 @@ static void drop(dx_sessions_t *s, const char *id, const char *reason) {
     s->n_owned--;
     dx__log(DX_LOG_INFO, "session released", "session_id=%s worker_id=%s reason=%s "
             "idle_ms=%" PRId64, o->id, s->worker_id, reason, dx__now_ms() - o->last_activity);
-    if (s->host->version >= 2 && s->host->session_released)
+    if (s->host->version >= 3 && s->host->session_released_by)
+      s->host->session_released_by(s->host_ud, o->id, reason, s->worker_id);
+    else if (s->host->version >= 2 && s->host->session_released)
       s->host->session_released(s->host_ud, o->id, reason);
     free(o->id);
     free(o);
@@ -93,7 +95,9 @@ void dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
     dx__log(DX_LOG_INFO, "session claimed", "session_id=%s worker_id=%s how=%s "
             "previous_owner=%s", sid, s->worker_id, how,
             previous_owner && *previous_owner ? previous_owner : "none");
-    if (s->host->version >= 2 && s->host->session_claimed)
+    if (s->host->version >= 3 && s->host->session_claimed_by)
+      s->host->session_claimed_by(s->host_ud, sid, how, s->worker_id);
+    else if (s->host->version >= 2 && s->host->session_claimed)
       s->host->session_claimed(s->host_ud, sid, how);
   }
   o->last_activity = now;
@@ -301,6 +305,36 @@ void dx__sessions_shutdown(dx_sessions_t *s, void (*cb)(void *ud), void *ud) {
   s->release_op.done = shutdown_release_done;
   s->release_op.ud = s;
   dx__store_submit(s->store, &s->release_op);
+  s->closing_handles = 2;
+  uv_close((uv_handle_t *)&s->renew_timer, handle_closed);
+  uv_close((uv_handle_t *)&s->cleanup_timer, handle_closed);
+}
+
+/* {===== test support: renew now, crash =====} */
+
+void dx__sessions_renew_now(dx_sessions_t *s) {
+  if (s) on_renew_timer(&s->renew_timer);
+}
+
+static void cleanup_then_finish(dx_store_op_t *op) {
+  dx_sessions_t *s = op->ud;
+  s->cleanup_busy = 0;
+  maybe_finish(s);
+}
+
+void dx__sessions_crash(dx_sessions_t *s, void (*cb)(void *ud), void *ud) {
+  s->shutting_down = 1;
+  s->shutdown_cb = cb;
+  s->shutdown_ud = ud;
+  while (s->owned) { /* forget without hooks or releases: the leases simply lapse */
+    owned_t *o = s->owned;
+    s->owned = o->next;
+    free(o->id);
+    free(o);
+  }
+  s->n_owned = 0;
+  if (s->renew_busy) s->renew_op.done = wait_renew_then_finish;
+  if (s->cleanup_busy) s->cleanup_op.done = cleanup_then_finish;
   s->closing_handles = 2;
   uv_close((uv_handle_t *)&s->renew_timer, handle_closed);
   uv_close((uv_handle_t *)&s->cleanup_timer, handle_closed);

@@ -32,5 +32,12 @@ void dx__sessions_close(dx_sessions_t *s, const char *session_id);
 void dx__sessions_shutdown(dx_sessions_t *s, void (*cb)(void *ud), void *ud);
 /* Number of sessions owned now (for stats). */
 int dx__sessions_count(const dx_sessions_t *s);
+/* Run the lease renewal now instead of at the next renewal tick (tests on a virtual clock:
+** idle unpins and lost leases are noticed here). A renewal already in flight is left alone. */
+void dx__sessions_renew_now(dx_sessions_t *s);
+/* Abrupt stop (a simulated crash): forget owned sessions without hooks or releases, stop the
+** timers, then call cb once in-flight store operations have settled; the manager is freed
+** after cb returns. */
+void dx__sessions_crash(dx_sessions_t *s, void (*cb)(void *ud), void *ud);
 
 #endif

@@ -358,3 +358,31 @@ void dx__store_close(dx_store_t *s, void (*cb)(void *ud), void *ud) {
 
 uint64_t dx__store_commits(const dx_store_t *s) { return s->commits; }
 uint64_t dx__store_cycles(const dx_store_t *s) { return s->cycles; }
+
+/* {===== test support =====} */
+
+int dx__store_quiet(dx_store_t *s) {
+  int quiet;
+  uv_mutex_lock(&s->mu);
+  quiet = !s->pending && !s->busy && !s->done && !s->fetched;
+  uv_mutex_unlock(&s->mu);
+  return quiet;
+}
+
+void dx__store_crash(dx_store_t *s, void (*cb)(void *ud), void *ud) {
+  dx_store_op_t *op;
+  uv_mutex_lock(&s->mu);
+  s->cfg.on_fetch = NULL; /* items fetched but not delivered stay locked until they lapse */
+  for (op = s->pending; op; op = op->next) {
+    op->rc = dx_error_set(&op->err, DX_ESTATE, "the runtime crashed before this operation "
+                          "was applied");
+  }
+  if (s->pending) {
+    if (s->done_tail) s->done_tail->next = s->pending;
+    else s->done = s->pending;
+    s->done_tail = s->pending_tail;
+    s->pending = s->pending_tail = NULL;
+  }
+  uv_mutex_unlock(&s->mu);
+  dx__store_close(s, cb, ud);
+}

@@ -90,6 +90,11 @@ void dx__store_stop_fetching(dx_store_t *s);
 int dx__store_idle(dx_store_t *s);
 /* Stop the thread after flushing queued operations, close handles, then call cb (loop). */
 void dx__store_close(dx_store_t *s, void (*cb)(void *ud), void *ud);
+/* 1 when nothing is queued, in flight, or applied/fetched but not yet delivered to the loop. */
+int dx__store_quiet(dx_store_t *s);
+/* Close abruptly (a simulated crash): queued operations are not applied (their callbacks run
+** with DX_ESTATE) and fetched items are dropped undelivered; then as dx__store_close. */
+void dx__store_crash(dx_store_t *s, void (*cb)(void *ud), void *ud);
 uint64_t dx__store_commits(const dx_store_t *s);
 uint64_t dx__store_cycles(const dx_store_t *s);
 

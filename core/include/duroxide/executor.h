@@ -106,7 +106,7 @@ void *dx_activity_userdata(const dx_activity_t *a);
 enum { DX_LOG_ERROR = 0, DX_LOG_WARN = 1, DX_LOG_INFO = 2, DX_LOG_DEBUG = 3 };
 
 typedef struct dx_host_methods_s {
-  int version; /* 2 */
+  int version; /* 3 */
   /** 1 when an orchestration `name` (version NULL = latest) is registered; *resolved receives
   **  the version string (static or host-owned, borrowed). */
   int (*orch_lookup)(void *host, const char *name, const char *version, const char **resolved);
@@ -128,6 +128,14 @@ typedef struct dx_host_methods_s {
   **  "lost". Free per-session memory here. May be NULL. */
   void (*session_released)(void *host, const char *session_id, const char *reason);
   /* methods above are version 2 */
+  /** As session_claimed / session_released, also naming the worker id of the runtime whose
+  **  session manager fired (several runtimes may share one host, e.g. simulated workers in
+  **  tests). When set, they are called instead of the version 2 methods. May be NULL. */
+  void (*session_claimed_by)(void *host, const char *session_id, const char *how,
+                             const char *worker_id);
+  void (*session_released_by)(void *host, const char *session_id, const char *reason,
+                              const char *worker_id);
+  /* methods above are version 3 */
 } dx_host_methods_t;
 
 #endif

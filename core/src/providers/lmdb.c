@@ -2810,3 +2810,20 @@ int dx__lmdb_test_corrupt_history(dx_provider_t *pp, const char *instance, uint6
   key_hist(&k, instance, execution_id, event_id);
   return tx_end(&t, db_put(&t, DB_HISTORY, &k, garbage, sizeof garbage, 0));
 }
+
+/* The session's lease ends at now_ms; the owner stays recorded (a lapse, not a release). */
+int dx__lmdb_test_expire_session(dx_provider_t *pp, const char *session_id, int64_t now_ms) {
+  lm_t *p = (lm_t *)pp;
+  sess_rec_t r, nw;
+  tx_t t;
+  int rc = lm_begin_tx(p, 1, &t, NULL);
+  if (rc) return rc;
+  rc = sess_get(&t, session_id, &r);
+  if (rc == 0) {
+    nw = r; /* shares r's strings */
+    if (nw.locked_until > now_ms) nw.locked_until = now_ms;
+    rc = sess_put(&t, session_id, &r, &nw);
+    sess_clear(&r);
+  }
+  return tx_end(&t, rc);
+}

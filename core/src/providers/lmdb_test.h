@@ -10,4 +10,8 @@
 int dx__lmdb_test_corrupt_history(dx_provider_t *p, const char *instance, uint64_t execution_id,
                                   uint64_t event_id);
 
+/* Make a session's lease lapse at now_ms without changing its owner (the owner simply did not
+** renew in time). DX_ENOTFOUND when the session has no row. */
+int dx__lmdb_test_expire_session(dx_provider_t *p, const char *session_id, int64_t now_ms);
+
 #endif

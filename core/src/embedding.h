@@ -1,0 +1,15 @@
+/* embedding.h -- runtime hooks for bindings that build a runtime for C programs (internal). */
+#ifndef DX_EMBEDDING_H
+#define DX_EMBEDDING_H
+#include "duroxide.h"
+
+/* Attach `owner`, released by owner_free(owner) at the end of dx_runtime_free (after the
+** runtime's own memory, so the owner may hold the provider and loop the runtime used). */
+void dx__runtime_set_owner(dx_runtime_t *rt, void (*owner_free)(void *), void *owner);
+/* The owner attached with this owner_free, else NULL (NULL rt gives NULL). */
+void *dx__runtime_owner(const dx_runtime_t *rt, void (*owner_free)(void *));
+/* The loop the runtime runs on. */
+uv_loop_t *dx__runtime_loop(const dx_runtime_t *rt);
+/* 1 while dx_runtime_run drives the runtime's loop. */
+int dx__runtime_in_run(const dx_runtime_t *rt);
+#endif

@@ -1,0 +1,40 @@
+-- spec/examples/hello_spec.lua: examples/hello.lua under duroxide.testing.
+local testing = require("duroxide.testing")
+
+describe("examples/hello.lua", function()
+  local env
+  before_each(function() env = testing.env({ app = "examples/hello.lua" }) end)
+  after_each(function() env:close() end)
+
+  it("greets through the Greet activity", function()
+    local id = env:start("hello-1", "HelloWorld", "Lua")
+    local st = env:run_until_complete(id)
+    assert.are.equal("Completed", st.status)
+    assert.are.equal("Hello, Lua!", st.output)
+    local calls = env:calls("Greet")
+    assert.are.equal(1, #calls)
+    assert.are.equal("Lua", calls[1].input)
+    assert.is_nil(calls[1].session_id)
+  end)
+
+  it("uses a mocked activity", function()
+    env:mock_activity("Greet", function(actx, name) return "mocked " .. name end)
+    local st = env:run_until_complete(env:start(nil, "HelloWorld", "x"))
+    assert.are.equal("Completed", st.status)
+    assert.are.equal("mocked x", st.output)
+  end)
+
+  it("fails when the activity fails", function()
+    env:mock_activity("Greet", function() error("no greeting today", 0) end)
+    local st = env:run_until_complete(env:start("hello-2", "HelloWorld", "x"))
+    assert.are.equal("Failed", st.status)
+    assert.matches("no greeting today", st.error.message, 1, true)
+  end)
+
+  it("replays its history deterministically", function()
+    local id = env:start("hello-3", "HelloWorld", "Lua")
+    env:run_until_complete(id)
+    local ok, err = testing.check_replay(env:history(id), "examples/hello.lua")
+    assert.is_true(ok, err)
+  end)
+end)
