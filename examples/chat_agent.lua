@@ -59,6 +59,12 @@ duroxide.on_session_released(function(session_id, reason)
   stop_agent(session_id)
 end)
 
+-- A (re)claimed session may have been served elsewhere meanwhile: any agent still in memory
+-- here is stale, so start from the checkpoint the next turn brings.
+duroxide.on_session_claimed(function(session_id, how)
+  stop_agent(session_id)
+end)
+
 duroxide.activity("ChatTurn", function(actx, req)
   local agent = agents[actx.session_id]
   local rehydrated = false

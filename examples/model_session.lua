@@ -46,7 +46,8 @@ end)
 
 duroxide.on_session_released(function(session_id, reason, worker_id)
   local entry = models[session_id]
-  -- worker_id is passed by the test harness only; a worker process owns its whole table.
+  -- Free it only if this worker loaded it (worker_id is the worker whose session manager
+  -- released the session).
   if entry and (worker_id == nil or entry.worker == worker_id) then
     models[session_id] = nil
     stats.frees = stats.frees + 1
