@@ -68,6 +68,8 @@ struct dx_runtime_s {
   int n_running;
   int started, stopping;
   uv_timer_t grace_timer;
+  uv_fs_event_t notify_watch;  /* the provider's notify file (other processes' commits) */
+  int watching;
   int64_t stop_deadline_ms;
   dx_runtime_stop_cb stop_cb;
   void *stop_ud;
@@ -824,6 +826,62 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   return DX_OK;
 }
 
+/* {===== process registry and cross-process wakeups =====} */
+
+/* Runtimes of this process, so a client here can wake them after enqueueing. */
+static void registry_add(dx_runtime_t *rt) {
+  runtime_list_t *n = malloc(sizeof *n);
+  uv_once(&registry_once, registry_init);
+  if (!n) return;
+  uv_mutex_lock(&registry_mu);
+  n->rt = rt;
+  n->next = registry;
+  registry = n;
+  uv_mutex_unlock(&registry_mu);
+}
+
+static void registry_remove(dx_runtime_t *rt) {
+  runtime_list_t **pp;
+  uv_once(&registry_once, registry_init);
+  uv_mutex_lock(&registry_mu);
+  for (pp = &registry; *pp; pp = &(*pp)->next) {
+    if ((*pp)->rt == rt) {
+      runtime_list_t *dead = *pp;
+      *pp = dead->next;
+      free(dead);
+      break;
+    }
+  }
+  uv_mutex_unlock(&registry_mu);
+}
+
+/* Another process committed work: look for it now instead of at the next poll. */
+static void on_notify(uv_fs_event_t *h, const char *name, int events, int status) {
+  dx_runtime_t *rt = h->data;
+  (void)name;
+  (void)events;
+  if (status == 0 && rt->store && !rt->stopping) dx__store_wake(rt->store);
+}
+
+static void watch_start(dx_runtime_t *rt) {
+  const dx_provider_methods_t *m = rt->provider->methods;
+  const char *path = m->version >= 3 && m->notify_path ? m->notify_path(rt->provider) : NULL;
+  if (!path || uv_fs_event_init(rt->loop, &rt->notify_watch) != 0) return;
+  rt->notify_watch.data = rt;
+  if (uv_fs_event_start(&rt->notify_watch, on_notify, path, 0) != 0) {
+    uv_close((uv_handle_t *)&rt->notify_watch, NULL);
+    return;
+  }
+  uv_unref((uv_handle_t *)&rt->notify_watch); /* never keeps the loop alive by itself */
+  rt->watching = 1;
+}
+
+static void watch_stop(dx_runtime_t *rt) {
+  if (!rt->watching) return;
+  rt->watching = 0;
+  uv_close((uv_handle_t *)&rt->notify_watch, NULL);
+}
+
 int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   dx_store_cfg_t cfg;
   int rc;
@@ -850,17 +908,8 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
                                     rt->host_ud);
   rt->started = 1;
   dx__store_want(rt->store, rt->opts.orchestration_concurrency, rt->opts.worker_concurrency);
-  uv_once(&registry_once, registry_init);
-  uv_mutex_lock(&registry_mu);
-  {
-    runtime_list_t *n = malloc(sizeof *n);
-    if (n) {
-      n->rt = rt;
-      n->next = registry;
-      registry = n;
-    }
-  }
-  uv_mutex_unlock(&registry_mu);
+  registry_add(rt);
+  watch_start(rt);
   dx__log(DX_LOG_INFO, "worker started", "worker_id=%s orchestration_concurrency=%d "
           "worker_concurrency=%d", rt->worker_id, rt->opts.orchestration_concurrency,
           rt->opts.worker_concurrency);
@@ -928,22 +977,12 @@ static void on_stop_tick(uv_timer_t *h) {
 }
 
 void dx_runtime_stop(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud) {
-  runtime_list_t **pp;
   if (!rt || rt->stopping) return;
   rt->stopping = 1;
   rt->stop_cb = cb;
   rt->stop_ud = ud;
-  uv_once(&registry_once, registry_init);
-  uv_mutex_lock(&registry_mu);
-  for (pp = &registry; *pp; pp = &(*pp)->next) {
-    if ((*pp)->rt == rt) {
-      runtime_list_t *dead = *pp;
-      *pp = dead->next;
-      free(dead);
-      break;
-    }
-  }
-  uv_mutex_unlock(&registry_mu);
+  registry_remove(rt);
+  watch_stop(rt);
   if (!rt->started) {
     if (cb) cb(rt, ud);
     return;
@@ -1024,7 +1063,6 @@ static void crash_sessions_closed(void *ud) {
 }
 
 int dx_runtime_crash(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud) {
-  runtime_list_t **pp;
   crash_wait_t *w;
   if (!rt) return DX_EINVAL;
   if (rt->stopping) return DX_ESTATE;
@@ -1032,17 +1070,8 @@ int dx_runtime_crash(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud) {
   rt->stopping = 1;
   /* check_stop_done (reached from settled operations) must never start a graceful stop */
   rt->sessions_stopping = 1;
-  uv_once(&registry_once, registry_init);
-  uv_mutex_lock(&registry_mu);
-  for (pp = &registry; *pp; pp = &(*pp)->next) {
-    if ((*pp)->rt == rt) {
-      runtime_list_t *dead = *pp;
-      *pp = dead->next;
-      free(dead);
-      break;
-    }
-  }
-  uv_mutex_unlock(&registry_mu);
+  registry_remove(rt);
+  watch_stop(rt);
   if (!rt->started) {
     free(w);
     if (cb) cb(rt, ud);

@@ -318,6 +318,12 @@ void dx__store_poke(dx_store_t *s) {
   uv_mutex_unlock(&s->mu);
 }
 
+void dx__store_wake(dx_store_t *s) {
+  uv_mutex_lock(&s->mu);
+  uv_cond_signal(&s->cv);
+  uv_mutex_unlock(&s->mu);
+}
+
 void dx__store_stop_fetching(dx_store_t *s) {
   uv_mutex_lock(&s->mu);
   s->fetching = 0;

@@ -84,6 +84,8 @@ void dx__store_submit(dx_store_t *s, dx_store_op_t *op);
 void dx__store_want(dx_store_t *s, int orch, int work);
 /* Wake the store thread (any thread). */
 void dx__store_poke(dx_store_t *s);
+/* Ask the store thread to look for due work now (a cheap read first, unlike poke). */
+void dx__store_wake(dx_store_t *s);
 /* Stop fetching; queued operations are still applied. */
 void dx__store_stop_fetching(dx_store_t *s);
 /* 1 when no operation is queued or in flight. */

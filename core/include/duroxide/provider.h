@@ -259,7 +259,7 @@ typedef struct dx_provider_s dx_provider_t;
 typedef int (*dx_instance_cb)(void *ud, const char *id);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 2 */
+  int version; /* 3 */
   const char *name;
 
   /** Close and free the provider. */
@@ -344,6 +344,12 @@ typedef struct dx_provider_methods_s {
   **  never claimed (unowned, lease 0). */
   int (*list_sessions)(dx_provider_t *p, dx_session_cb cb, void *ud, dx_error_t *err);
   /* methods above are version 2 */
+
+  /** A file the provider writes to after every commit that other workers may have work
+  **  from (NULL: none; the runtime then relies on polling). Runtimes watch it (inotify)
+  **  to wake at once when another process enqueues work. Borrowed, valid while open. */
+  const char *(*notify_path)(dx_provider_t *p);
+  /* methods above are version 3 */
 } dx_provider_methods_t;
 
 struct dx_provider_s {

@@ -42,6 +42,7 @@
 ** fsync unless the handle has no_sync or commit(sync=0) is used (see commit_top).
 */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -99,6 +100,8 @@ typedef struct shared_env_s {
   pthread_mutex_t batch_mu;  /* guards batch / batch_thread */
   MDB_txn *batch;            /* open group-commit txn, owned by batch_thread */
   pthread_t batch_thread;
+  char *notify_path;         /* <store>/notify: written after commits that carry work */
+  int notify_fd;
 } shared_env_t;
 
 static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -190,13 +193,17 @@ static int lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err) {
 ** in the process's MDB_env, so every top-level commit takes commit_mu: no other thread can
 ** commit (and so skip its fsync) while the flag is set. The writer lock is held by whoever
 ** commits, so commit_mu is never contended by two live write txns. */
-static int commit_top(shared_env_t *se, MDB_txn *txn, int durable) {
+static int commit_top(shared_env_t *se, MDB_txn *txn, int durable, int notify) {
   int rc;
   pthread_mutex_lock(&se->commit_mu);
   if (!durable) mdb_env_set_flags(se->env, MDB_NOSYNC, 1);
   rc = mdb_txn_commit(txn);
   if (!durable) mdb_env_set_flags(se->env, MDB_NOSYNC, 0);
   pthread_mutex_unlock(&se->commit_mu);
+  /* Wake workers in other processes watching the notify file (inotify sees any write). */
+  if (rc == 0 && notify && se->notify_fd >= 0 && pwrite(se->notify_fd, "!", 1, 0) < 0) {
+    /* best effort: watchers still poll */
+  }
   return rc;
 }
 
@@ -209,7 +216,7 @@ static int tx_end(tx_t *t, int rc) {
     t->txn = NULL;
     return rc;
   }
-  mrc = t->nested ? mdb_txn_commit(t->txn) : commit_top(t->se, t->txn, t->durable);
+  mrc = t->nested ? mdb_txn_commit(t->txn) : commit_top(t->se, t->txn, t->durable, 1);
   t->txn = NULL;
   return mrc ? tx_err(t, mrc, "commit") : 0;
 }
@@ -1981,7 +1988,8 @@ static int lm_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   int rc;
   if (!p->in_batch) return dx_error_set(err, DX_ESTATE, "commit without begin");
-  rc = commit_top(p->se, take_batch(p), sync && !p->no_sync);
+  /* sync=0 marks a lock-only batch: nothing for other workers to pick up. */
+  rc = commit_top(p->se, take_batch(p), sync && !p->no_sync, sync);
   return rc ? mdb_error(p->se, rc, "commit", err) : 0;
 }
 
@@ -2622,6 +2630,8 @@ static int upgrade_from_1(tx_t *t) {
 
 static void env_free(shared_env_t *se) {
   if (se->env) mdb_env_close(se->env);
+  if (se->notify_fd >= 0) close(se->notify_fd);
+  free(se->notify_path);
   pthread_mutex_destroy(&se->commit_mu);
   pthread_mutex_destroy(&se->batch_mu);
   free(se->path);
@@ -2662,6 +2672,11 @@ static int env_open(char *path, size_t map_size, shared_env_t **out, dx_error_t 
   se->pid = getpid();
   se->refs = 1;
   se->map_size = map_size;
+  se->notify_fd = -1;
+  if ((se->notify_path = malloc(strlen(path) + 8)) != NULL) {
+    sprintf(se->notify_path, "%s/notify", path);
+    se->notify_fd = open(se->notify_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  }
   pthread_mutex_init(&se->commit_mu, NULL);
   pthread_mutex_init(&se->batch_mu, NULL);
   if ((mrc = mdb_env_create(&se->env)) == 0 &&
@@ -2744,8 +2759,10 @@ static void lm_destroy(dx_provider_t *pp) {
   free(p);
 }
 
+static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
+
 static const dx_provider_methods_t lm_methods = {
-  2,
+  3,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -2771,6 +2788,7 @@ static const dx_provider_methods_t lm_methods = {
   lm_release_sessions,
   lm_cleanup_sessions,
   lm_list_sessions,
+  lm_notify_path,
 };
 
 int dx_lmdb_open(const char *path, const dx_lmdb_opts_t *opts, dx_provider_t **out,
