@@ -78,52 +78,9 @@ static void on_signal(uv_signal_t *h, int signum) {
   dx_runtime_stop(w->rt, on_stopped, w);
 }
 
-typedef struct {
-  const char *app;
-  int argc;
-  char **argv;
-} app_args_t;
-
-/* [-1, +0, e] Set up `duroxide`, `arg` and package.path, then run the app (lua.c's pmain:
-** everything that can raise runs under the protected call). */
-static int pmain_load(lua_State *L) {
-  const app_args_t *a = lua_touserdata(L, 1);
-  const char *slash = strrchr(a->app, '/');
-  char dir[4096];
-  int i;
-  luaL_requiref(L, "duroxide", luaopen_duroxide, 0);
-  lua_pop(L, 1);
-  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
-  lua_pushcfunction(L, luaopen_duroxide);
-  lua_setfield(L, -2, "duroxide");
-  lua_pop(L, 1);
-  lua_createtable(L, a->argc, 1); /* arg, as lua.c builds it */
-  lua_pushstring(L, a->app);
-  lua_rawseti(L, -2, 0);
-  for (i = 0; i < a->argc; i++) {
-    lua_pushstring(L, a->argv[i]);
-    lua_rawseti(L, -2, i + 1);
-  }
-  lua_setglobal(L, "arg");
-  /* Modules next to the app are found first. */
-  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - a->app) : 1, slash ? a->app : ".");
-  lua_getglobal(L, "package");
-  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dir, dir);
-  lua_getfield(L, -2, "path");
-  lua_concat(L, 2);
-  lua_setfield(L, -2, "path");
-  lua_pop(L, 1);
-  if (luaL_loadfile(L, a->app) != LUA_OK) return lua_error(L);
-  lua_call(L, 0, 0);
-  return 0;
-}
-
 static int load_app(lua_State *L, const char *app, int argc, char **argv) {
   char msg[4096];
-  app_args_t a = {app, argc, argv};
-  lua_pushcfunction(L, pmain_load);
-  lua_pushlightuserdata(L, &a);
-  if (dxl_pcall(L, 1, 0, msg, sizeof msg, 1) != LUA_OK) {
+  if (dxl_load_app(L, app, uv_default_loop(), argc, argv, msg, sizeof msg, 1) != LUA_OK) {
     fprintf(stderr, "duroxide-lua: error in app %s: %s\n", app, msg);
     return 1;
   }
@@ -141,7 +98,6 @@ static int run_worker(const char *app, int argc, char **argv) {
   const char *store = NULL;
   int i, rc = 0;
   if (!L) return dxh_fail(1, "%s", "cannot create a Lua state");
-  luaL_openlibs(L);
   /* The app's own duroxide.client() should default to the worker's store. */
   for (i = 0; i + 1 < argc; i++)
     if (strcmp(argv[i], "--store") == 0) setenv("DUROXIDE_STORE", argv[i + 1], 1);

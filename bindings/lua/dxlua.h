@@ -68,6 +68,12 @@ void dxl_options_from_table(lua_State *L, int idx, dxl_state_t *S, dx_options_t 
 /* Run the loop once (blocking at most `max_ms`); refuses from inside a callback. */
 int dxl_run_loop_once(lua_State *L, dxl_state_t *S, int64_t max_ms);
 
+/* Open the standard libraries and `duroxide` (bound to `loop`) in L, set `arg` (app, argv)
+** and package.path (the app's directory first), then run the app script -- all under one
+** protected call. LUA_OK, or an error code with the message in errbuf. */
+int dxl_load_app(lua_State *L, const char *app, uv_loop_t *loop, int argc, char **argv,
+                 char *errbuf, size_t errlen, int with_traceback);
+
 /* Load embedded Lua sources (generated). */
 int dxl_load_embedded(lua_State *L, const char *name);
 

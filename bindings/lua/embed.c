@@ -29,6 +29,8 @@ typedef struct embed_s {
 typedef struct {
   const char *app;
   uv_loop_t *loop;
+  int argc;
+  char **argv;
 } load_args_t;
 
 /* {===== loading the app =====} */
@@ -39,6 +41,7 @@ static int pload(lua_State *L) {
   const load_args_t *a = lua_touserdata(L, 1);
   const char *slash = strrchr(a->app, '/');
   dxl_state_t *S;
+  int i;
   luaL_openlibs(L);
   luaL_requiref(L, "duroxide", luaopen_duroxide, 0);
   lua_pop(L, 1);
@@ -48,9 +51,13 @@ static int pload(lua_State *L) {
   lua_pop(L, 1);
   S = dxl_state(L);
   S->loop = a->loop; /* before the app runs: require("luv") binds to S->loop */
-  lua_createtable(L, 0, 1); /* arg = {[0] = app} */
+  lua_createtable(L, a->argc, 1); /* arg, as lua.c builds it */
   lua_pushstring(L, a->app);
   lua_rawseti(L, -2, 0);
+  for (i = 0; i < a->argc; i++) {
+    lua_pushstring(L, a->argv[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
   lua_setglobal(L, "arg");
   /* Modules next to the app are found first. */
   lua_getglobal(L, "package");
@@ -67,6 +74,18 @@ static int pload(lua_State *L) {
   if (luaL_loadfile(L, a->app) != LUA_OK) return lua_error(L);
   lua_call(L, 0, 0);
   return 0;
+}
+
+int dxl_load_app(lua_State *L, const char *app, uv_loop_t *loop, int argc, char **argv,
+                 char *errbuf, size_t errlen, int with_traceback) {
+  load_args_t args;
+  args.app = app;
+  args.loop = loop;
+  args.argc = argc;
+  args.argv = argv;
+  lua_pushcfunction(L, pload);
+  lua_pushlightuserdata(L, &args);
+  return dxl_pcall(L, 1, 0, errbuf, errlen, with_traceback);
 }
 
 /* The state set up by luaopen_duroxide, without raising. [-0, +0, -] */
@@ -137,7 +156,6 @@ int dx_lua_runtime_new(dx_runtime_t **out, uv_loop_t *loop, const char *store_di
   dx_runtime_t *rt = NULL;
   const char *store, *env;
   char msg[sizeof err->msg];
-  load_args_t args;
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "NULL out");
   *out = NULL;
@@ -161,11 +179,7 @@ int dx_lua_runtime_new(dx_runtime_t **out, uv_loop_t *loop, const char *store_di
     embed_free(e);
     return dx_error_set(err, DX_ENOMEM, "cannot create a Lua state");
   }
-  args.app = app_path;
-  args.loop = loop;
-  lua_pushcfunction(e->L, pload);
-  lua_pushlightuserdata(e->L, &args);
-  if ((rc = dxl_pcall(e->L, 1, 0, msg, sizeof msg, 0)) != LUA_OK) {
+  if ((rc = dxl_load_app(e->L, app_path, loop, 0, NULL, msg, sizeof msg, 0)) != LUA_OK) {
     embed_free(e);
     return dx_error_set(err, rc == LUA_ERRMEM ? DX_ENOMEM : DX_ELUA, "%s", msg);
   }

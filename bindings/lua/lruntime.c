@@ -263,14 +263,39 @@ static int l_rt_stats(lua_State *L) {
   return 1;
 }
 
-/* duroxide.runtime{ store = dir, <options> } (options override duroxide.configure) */
+/* duroxide.runtime{ store = dir, [no_sync = true,] <options> } (options override
+** duroxide.configure; no_sync skips fsync on the runtime's commits: for throwaway stores) */
 int dxl_runtime_new(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
   dx_options_t opts = S->opts;
   dx_error_t err;
   const char *store;
   lrt_t *r;
-  char *saved_store = dx__strdup(S->store_dir);
+  dx_lmdb_opts_t lo;
+  char *saved_store;
+  memset(&lo, 0, sizeof lo);
+  lo.version = 1;
+  if (lua_istable(L, 1)) {
+    /* no_sync = true: skip fsync on commits (a store option, not an engine option) */
+    int t = lua_getfield(L, 1, "no_sync");
+    lo.no_sync = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (t != LUA_TNIL) { /* parse a copy without it */
+      lua_newtable(L);
+      lua_pushnil(L);
+      while (lua_next(L, 1)) {
+        if (lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), "no_sync") == 0) {
+          lua_pop(L, 1);
+          continue;
+        }
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, -4);
+      }
+      lua_replace(L, 1);
+    }
+  }
+  saved_store = dx__strdup(S->store_dir);
   if (!lua_isnoneornil(L, 1)) dxl_options_from_table(L, 1, S, &opts);
   store = S->store_dir ? S->store_dir : getenv("DUROXIDE_STORE");
   if (!store) store = "./duroxide-data";
@@ -278,7 +303,7 @@ int dxl_runtime_new(lua_State *L) {
   memset(r, 0, sizeof *r);
   r->S = S;
   luaL_setmetatable(L, RT_MT);
-  if (dx_lmdb_open(store, NULL, &r->p, &err) != 0) {
+  if (dx_lmdb_open(store, &lo, &r->p, &err) != 0) {
     free(S->store_dir);
     S->store_dir = saved_store;
     return luaL_error(L, "cannot open store %s: %s", store, err.msg);

@@ -23,6 +23,7 @@ local M = {}
 M.default_options = {
   log_level = "error",
   shutdown_grace = "2s",
+  no_sync = true, -- the store is thrown away: skip fsync on commits
 }
 
 local OPEN_KEY = "duroxide.testing.open_env"
@@ -226,8 +227,9 @@ end
 
 -- Move the clock to `target`, stopping just before live workers' leases lapse to let their
 -- owners renew them (and notice idle ones), then let every owner run its renewal once more.
+-- Returns how far the clock was moved (wall time passing meanwhile moves it too).
 function Env:_jump(target)
-  local exclude = {}
+  local exclude, moved = {}, 0
   while true do
     local now = clock_now()
     if now >= target then break end
@@ -247,16 +249,20 @@ function Env:_jump(target)
     for sid, at in pairs(renew) do
       if not exclude[sid] and at > now and at < step then step = at end
     end
-    if step > now then clock_advance(step - now) end
+    if step > now then
+      clock_advance(step - now)
+      moved = moved + (step - now)
+    end
   end
   self:_renew_all()
   self:_poke_all()
+  return moved
 end
 
--- Drive until stop() returns a truthy value (returned), the clock reaches `limit` with
--- nothing left to run (false, "limit"), nothing can ever progress (false, "stuck") or the
--- wall-clock budget runs out (false, "timeout").
-function Env:_drive(stop, limit, wall_budget)
+-- Drive until stop() returns a truthy value (returned), the clock has been moved by `budget`
+-- ms with nothing left to run (false, "limit"), nothing can ever progress (false, "stuck") or
+-- the wall-clock budget runs out (false, "timeout"). budget nil: move it as far as needed.
+function Env:_drive(stop, budget, wall_budget)
   local deadline = wall_ms() + (wall_budget or WALL_DEFAULT_MS)
   self:_wrap_all()
   while true do
@@ -265,12 +271,13 @@ function Env:_drive(stop, limit, wall_budget)
     if self:_settled() then
       r = stop()
       if r then return r end
+      if budget and budget <= 0 then return false, "limit" end
       local now = clock_now()
-      if limit and now >= limit then return false, "limit" end
       local target = self:_next_wake(now)
-      if limit and (not target or target > limit) then target = limit end
+      if budget and (not target or target > now + budget) then target = now + budget end
       if not target then return false, "stuck" end
-      self:_jump(target)
+      local moved = self:_jump(target)
+      if budget then budget = budget - moved end
       self:_wrap_all()
     else
       run_once(2)
@@ -349,12 +356,12 @@ function Env:run_until_idle(timeout_ms)
   end
 end
 
---- Move the virtual clock forward by ms, running everything that falls due on the way (in
---- time order: a timer set by a timer that fired on the way fires too if it is due in time).
+--- Move the virtual clock forward by ms (beyond the wall time that passes meanwhile),
+--- running everything that falls due on the way in time order: a timer set by a timer that
+--- fired on the way fires too if it is due in time.
 function Env:advance(ms, timeout_ms)
   if math.type(ms) == nil or ms < 0 then error("advance: ms must be a non-negative number", 2) end
-  local limit = clock_now() + math.floor(ms)
-  local ok, why = self:_drive(never, limit, timeout_ms)
+  local ok, why = self:_drive(never, math.floor(ms), timeout_ms)
   if not ok and why == "timeout" then error("advance: did not settle in wall time", 2) end
 end
 
