@@ -2,6 +2,7 @@
 ** lruntime.c -- duroxide.runtime{}: a worker runtime driven from Lua (specs, scripts, host),
 ** and luv bound to the same loop.
 */
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,21 +27,30 @@ typedef struct {
 
 /* {===== loop driving =====} */
 
-static void on_tick(uv_timer_t *t) { (void)t; }
-
+/* Block until the loop has something to do or max_ms passed, then run what is ready. The
+** wait is a poll on the loop's backend fd capped at max_ms (libuv's embedding pattern): a
+** guard timer would not do, since uv_run runs due timers *before* it polls, so a guard that is
+** already due fires there and the poll then sleeps until the next real timer (25 s away). */
 int dxl_run_loop_once(lua_State *L, dxl_state_t *S, int64_t max_ms) {
-  uv_timer_t guard;
+  struct pollfd pfd;
+  int timeout;
   if (S->loop_depth > 0)
     return luaL_error(L, "cannot wait for the runtime from inside a callback or activity; "
                          "use duroxide.wait in activities");
-  /* A timer bounds the blocking so the caller can check its condition and deadline. */
-  uv_timer_init(S->loop, &guard);
-  uv_timer_start(&guard, on_tick, (uint64_t)(max_ms > 0 ? max_ms : 0), 0);
+  uv_update_time(S->loop);
+  /* (a loop with no active handle reports 0: nothing to do, so wait the full max_ms) */
+  timeout = uv_loop_alive(S->loop) ? uv_backend_timeout(S->loop) : -1;
+  if (max_ms < 0) max_ms = 0;
+  if (timeout < 0 || timeout > max_ms) timeout = (int)(max_ms > 1000000 ? 1000000 : max_ms);
+  if (timeout > 0) {
+    pfd.fd = uv_backend_fd(S->loop);
+    pfd.events = POLLIN;
+    pfd.revents = 0;
+    if (pfd.fd >= 0) poll(&pfd, 1, timeout);
+  }
   S->loop_depth++;
-  uv_run(S->loop, UV_RUN_ONCE);
+  uv_run(S->loop, UV_RUN_NOWAIT);
   S->loop_depth--;
-  uv_close((uv_handle_t *)&guard, NULL);
-  uv_run(S->loop, UV_RUN_NOWAIT); /* let the close complete */
   return 0;
 }
 

@@ -789,8 +789,8 @@ static void on_fetch(void *ud, dx_store_fetched_t *f) {
     run_turn(rt, it);
   }
   f->n_orch = 0;
+  /* start_activity takes each item; free_fetched (after us) frees previous_owner strings */
   for (i = 0; i < f->n_work; i++) start_activity(rt, &f->work[i]);
-  f->n_work = 0;
 }
 
 /* {===== lifecycle =====} */

@@ -113,6 +113,8 @@ void dx__sessions_on_done(dx_sessions_t *s, const char *sid) {
   o->last_activity = dx__now_ms();
 }
 
+static void maybe_finish(dx_sessions_t *s);
+
 /* {===== store operations =====} */
 
 static void release_done(dx_store_op_t *op) {
@@ -209,6 +211,7 @@ static void cleanup_done(dx_store_op_t *op) {
   else
     dx__log(op->count ? DX_LOG_INFO : DX_LOG_DEBUG, "orphaned sessions cleaned up",
             "worker_id=%s deleted=%" PRIu64, s->worker_id, op->count);
+  if (s->shutting_down) maybe_finish(s); /* a stop was waiting for this sweep; may free s */
 }
 
 static void on_cleanup_timer(uv_timer_t *t) {

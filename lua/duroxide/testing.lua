@@ -225,14 +225,13 @@ function Env:_renew_all()
   self:_wait_idle()
 end
 
--- Move the clock to `target`, stopping just before live workers' leases lapse to let their
--- owners renew them (and notice idle ones), then let every owner run its renewal once more.
--- Returns how far the clock was moved (wall time passing meanwhile moves it too).
-function Env:_jump(target)
-  local exclude, moved = {}, 0
+-- Move the clock forward by d ms, stopping just before live workers' leases lapse to let
+-- their owners renew them (and notice idle ones), then let every owner run its renewal once
+-- more. (Wall time passing meanwhile moves the clock too.)
+function Env:_move(d)
+  local exclude = {}
   while true do
     local now = clock_now()
-    if now >= target then break end
     local renew, need = self:_renewals(now, exclude), false
     for _, at in pairs(renew) do
       if at <= now then need = true end
@@ -245,18 +244,16 @@ function Env:_jump(target)
         if at <= now then exclude[sid] = true end -- its owner does not renew it: let it lapse
       end
     end
-    local step = target
+    if d <= 0 then break end
+    local step = d
     for sid, at in pairs(renew) do
-      if not exclude[sid] and at > now and at < step then step = at end
+      if not exclude[sid] and at - now < step then step = at - now end
     end
-    if step > now then
-      clock_advance(step - now)
-      moved = moved + (step - now)
-    end
+    clock_advance(step)
+    d = d - step
   end
   self:_renew_all()
   self:_poke_all()
-  return moved
 end
 
 -- Drive until stop() returns a truthy value (returned), the clock has been moved by `budget`
@@ -273,11 +270,12 @@ function Env:_drive(stop, budget, wall_budget)
       if r then return r end
       if budget and budget <= 0 then return false, "limit" end
       local now = clock_now()
-      local target = self:_next_wake(now)
-      if budget and (not target or target > now + budget) then target = now + budget end
-      if not target then return false, "stuck" end
-      local moved = self:_jump(target)
-      if budget then budget = budget - moved end
+      local wake = self:_next_wake(now)
+      local d = wake and wake - now
+      if budget and (not d or d > budget) then d = budget end
+      if not d then return false, "stuck" end
+      self:_move(d)
+      if budget then budget = budget - d end
       self:_wrap_all()
     else
       run_once(2)
