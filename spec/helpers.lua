@@ -23,35 +23,12 @@ function H.unique(base)
   return string.format("%s_%d", base or "x", reg.duroxide_spec_seq)
 end
 
--- Filesystem work goes through luv (bound to the runtime's loop; synchronous calls without a
--- callback), which is much cheaper per test than spawning mkdir / rm -rf shells.
-local uv = require("luv")
-
-function H.tmpdir()
-  local path = os.tmpname()
-  os.remove(path)
-  assert(uv.fs_mkdir(path, tonumber("700", 8)))
-  return path
-end
-
-local function remove_tree(path)
-  local st = uv.fs_lstat(path)
-  if not st then return end
-  if st.type == "directory" then
-    local req = uv.fs_scandir(path)
-    while req do
-      local name = uv.fs_scandir_next(req)
-      if not name then break end
-      remove_tree(path .. "/" .. name)
-    end
-    uv.fs_rmdir(path)
-  else
-    uv.fs_unlink(path)
-  end
-end
+-- Temporary directories come from the harness (luv calls: much cheaper than shells).
+local testing = require("duroxide.testing")
+H.tmpdir = testing.tmpdir
 
 function H.rmdir(path)
-  if path and path:match("^/tmp/") then remove_tree(path) end
+  if path and path:match("^/tmp/") then testing.remove_tree(path) end
 end
 
 --- Events of one instance's history that have the given type.

@@ -203,16 +203,6 @@ static int l_test_store(lua_State *L) {
 
 /* {===== replay check =====} */
 
-/* Event type names as `history` prints them (client.c), indexed by dx_event_kind_t. */
-static const char *const event_names[DX_EV__COUNT] = {"",
-  "OrchestrationStarted", "OrchestrationCompleted", "OrchestrationFailed",
-  "OrchestrationContinuedAsNew", "OrchestrationCancelRequested", "ActivityScheduled",
-  "ActivityCompleted", "ActivityFailed", "ActivityCancelRequested", "TimerCreated",
-  "TimerFired", "ExternalSubscribed", "ExternalEvent", "ExternalSubscribedCancelled",
-  "SubOrchestrationScheduled", "SubOrchestrationCompleted", "SubOrchestrationFailed",
-  "SubOrchestrationCancelRequested", "OrchestrationChained", "CustomStatusUpdated",
-  "SystemCall", "SessionClosed"};
-
 /* Owner of the converted events (freed by __gc, also after an error mid-conversion). */
 typedef struct {
   dx_event_t *v;
@@ -250,8 +240,8 @@ static void event_from_lua(lua_State *L, int idx, size_t pos, dx_event_t *e) {
   if (!lua_istable(L, idx)) luaL_error(L, "history[%d] is not an event table", (int)pos);
   lua_getfield(L, idx, "type");
   type = lua_tostring(L, -1);
-  for (k = 1; k < DX_EV__COUNT && !(type && strcmp(type, event_names[k]) == 0); k++) {}
-  if (k == DX_EV__COUNT)
+  k = dx_event_kind_from_name(type);
+  if (k == 0)
     luaL_error(L, "history[%d]: unknown event type %s", (int)pos, type ? type : "(none)");
   lua_pop(L, 1);
   e->kind = k;

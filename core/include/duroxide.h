@@ -163,6 +163,10 @@ int dx_client_wait(dx_client_t *c, const char *id, int64_t timeout_ms, dx_instan
 char *dx_instance_info_to_json(const char *id, const dx_instance_info_t *info);
 /** "Running", "Completed", "Failed", "NotFound" (continued-as-new reads as Running). */
 const char *dx_status_name(int status);
+/** "ActivityScheduled" etc. for a dx_event_kind_t ("Unknown" otherwise; static storage). */
+const char *dx_event_kind_name(int kind);
+/** The dx_event_kind_t named `name`, or 0 when none is. */
+int dx_event_kind_from_name(const char *name);
 /** JSON text of one event (malloc'd), as `duroxide-lua history` prints it. */
 char *dx_event_to_json(const dx_event_t *e);
 

@@ -278,22 +278,31 @@ char *dx_instance_info_to_json(const char *id, const dx_instance_info_t *info) {
   return dump(o);
 }
 
-static const char *event_kind_name(int k) {
-  static const char *names[] = {"",
-    "OrchestrationStarted", "OrchestrationCompleted", "OrchestrationFailed",
-    "OrchestrationContinuedAsNew", "OrchestrationCancelRequested", "ActivityScheduled",
-    "ActivityCompleted", "ActivityFailed", "ActivityCancelRequested", "TimerCreated",
-    "TimerFired", "ExternalSubscribed", "ExternalEvent", "ExternalSubscribedCancelled",
-    "SubOrchestrationScheduled", "SubOrchestrationCompleted", "SubOrchestrationFailed",
-    "SubOrchestrationCancelRequested", "OrchestrationChained", "CustomStatusUpdated",
-    "SystemCall", "SessionClosed"};
-  return (k > 0 && k < DX_EV__COUNT) ? names[k] : "Unknown";
+/* The event type names `history` prints, indexed by dx_event_kind_t. */
+static const char *const event_names[DX_EV__COUNT] = {"",
+  "OrchestrationStarted", "OrchestrationCompleted", "OrchestrationFailed",
+  "OrchestrationContinuedAsNew", "OrchestrationCancelRequested", "ActivityScheduled",
+  "ActivityCompleted", "ActivityFailed", "ActivityCancelRequested", "TimerCreated",
+  "TimerFired", "ExternalSubscribed", "ExternalEvent", "ExternalSubscribedCancelled",
+  "SubOrchestrationScheduled", "SubOrchestrationCompleted", "SubOrchestrationFailed",
+  "SubOrchestrationCancelRequested", "OrchestrationChained", "CustomStatusUpdated",
+  "SystemCall", "SessionClosed"};
+
+const char *dx_event_kind_name(int kind) {
+  return (kind > 0 && kind < DX_EV__COUNT) ? event_names[kind] : "Unknown";
+}
+
+int dx_event_kind_from_name(const char *name) {
+  int k;
+  for (k = 1; name && k < DX_EV__COUNT; k++)
+    if (strcmp(name, event_names[k]) == 0) return k;
+  return 0;
 }
 
 char *dx_event_to_json(const dx_event_t *e) {
   json_t *o = json_object();
   json_object_set_new(o, "event_id", json_integer((json_int_t)e->event_id));
-  json_object_set_new(o, "type", jstr(event_kind_name(e->kind)));
+  json_object_set_new(o, "type", jstr(dx_event_kind_name(e->kind)));
   json_object_set_new(o, "timestamp_ms", json_integer((json_int_t)e->timestamp_ms));
   if (e->source_id) json_object_set_new(o, "source_event_id", json_integer((json_int_t)e->source_id));
   if (e->name) json_object_set_new(o, "name", jstr(e->name));

@@ -36,14 +36,16 @@ local function wall_ms() return uv.hrtime() // 1000000 end
 
 -- {===== helpers =====}
 
-local function tmpdir()
+--- A fresh private temporary directory (removed by env:close / M.remove_tree).
+function M.tmpdir()
   local path = os.tmpname()
   os.remove(path)
   assert(uv.fs_mkdir(path, tonumber("700", 8)))
   return path
 end
 
-local function remove_tree(path)
+--- Delete a directory tree (files and subdirectories).
+function M.remove_tree(path)
   local st = uv.fs_lstat(path)
   if not st then return end
   if st.type == "directory" then
@@ -51,7 +53,7 @@ local function remove_tree(path)
     while req do
       local name = uv.fs_scandir_next(req)
       if not name then break end
-      remove_tree(path .. "/" .. name)
+      M.remove_tree(path .. "/" .. name)
     end
     uv.fs_rmdir(path)
   else
@@ -476,7 +478,7 @@ function Env:close()
   restore(self.reg, self.saved)
   if self.client then self.client:close() end
   if self.store then self.store:close() end
-  if self.dir:match("^/tmp/") then remove_tree(self.dir) end
+  if self.dir:match("^/tmp/") then M.remove_tree(self.dir) end
   local reg = debug.getregistry()
   if reg[OPEN_KEY] == self then reg[OPEN_KEY] = nil end
 end
@@ -500,7 +502,7 @@ function M.env(opts)
   for k, v in pairs(opts.options or {}) do self.options[k] = v end
   self.reg = duroxide._registry()
   self.saved = snapshot(self.reg)
-  self.dir = tmpdir()
+  self.dir = M.tmpdir()
   local ok, err = pcall(function()
     if opts.app then dofile(opts.app) end
     self.client = duroxide.client({ store = self.dir })
