@@ -292,18 +292,35 @@ static int p_actx_trace(lua_State *L) {
 
 /* {===== C.after(ms, fn): a one-shot timer on the runtime loop =====} */
 
-typedef struct {
+typedef struct after_s {
   uv_timer_t timer;
   dxl_state_t *S;
   int fn_ref;
+  struct after_s *prev, *next;  /* S->timers: pending ones */
 } after_t;
 
 static void after_closed(uv_handle_t *h) { free(h->data); }
+
+static void after_unlink(after_t *a) {
+  if (a->prev) a->prev->next = a->next;
+  else if (a->S->timers == a) a->S->timers = a->next;
+  if (a->next) a->next->prev = a->prev;
+  a->prev = a->next = NULL;
+}
+
+void dxl_cancel_timers(dxl_state_t *S) {
+  while (S->timers) {
+    after_t *a = S->timers;
+    after_unlink(a);
+    uv_close((uv_handle_t *)&a->timer, after_closed);
+  }
+}
 
 static void on_after(uv_timer_t *t) {
   after_t *a = t->data;
   lua_State *L = a->S->L;
   char msg[1024];
+  after_unlink(a);
   lua_rawgeti(L, LUA_REGISTRYINDEX, a->fn_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, a->fn_ref);
   a->S->loop_depth++;
@@ -327,6 +344,9 @@ static int p_after(lua_State *L) {
   uv_timer_init(S->loop, &a->timer);
   a->timer.data = a;
   uv_timer_start(&a->timer, on_after, (uint64_t)ms, 0);
+  a->next = S->timers;
+  if (a->next) ((after_t *)a->next)->prev = a;
+  S->timers = a;
   return 0;
 }
 

@@ -25,6 +25,7 @@ typedef struct dxl_state_s {
   int in_orchestration;     /* >0 while orchestration code runs (sandbox guards check it) */
   int loop_depth;           /* >0 while a callback runs: driving the loop is then refused */
   dx_runtime_t *runtime;    /* the runtime running in this state, if any */
+  void *timers;             /* pending C.after timers (activity.c), cancelled at close */
   int shared_runtimes;      /* runtimes started with {shared = true} (duroxide.testing) */
   int running_activities;
 } dxl_state_t;
@@ -51,6 +52,10 @@ void dxl_push_error(lua_State *L, const char *message, const char *category, con
 
 /* Install the guards that make non-deterministic functions raise inside orchestrations. */
 void dxl_install_sandbox(lua_State *L, dxl_state_t *S);
+
+/* Stop every pending actx:sleep / C.after timer without calling into Lua: the state is
+** closing. Their memory is freed when the loop next runs the close callbacks. */
+void dxl_cancel_timers(dxl_state_t *S);
 
 /* Orchestration primitives for duroxide/context.lua (registered into the prims table). */
 void dxl_orch_register(lua_State *L, int prims_idx);
