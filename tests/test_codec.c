@@ -575,8 +575,12 @@ DX_TEST(json_canonical_examples) {
   expect_canonical("1E+20", "1e20");
   expect_canonical("-0", "0");
   expect_canonical("-0.0", "-0.0");
-  expect_canonical("0.1", "0.10000000000000001"); /* 17 significant digits, exact round trip */
-  expect_canonical("1e300", "1.0000000000000001e300");
+  expect_canonical("0.1", "0.1"); /* shortest text that reads back to the same double */
+  expect_canonical("1e300", "1e300");
+  expect_canonical("0.30000000000000004", "0.30000000000000004");
+  expect_canonical("1e-5", "0.00001");
+  expect_canonical("2.5e-7", "2.5e-7");
+  expect_canonical("[123.456,\"0.1e5\"]", "[123.456,\"0.1e5\"]"); /* strings untouched */
   expect_canonical("9223372036854775807", "9223372036854775807");
   expect_canonical("-9223372036854775808", "-9223372036854775808");
   expect_canonical("\"x\"", "\"x\"");

@@ -9,6 +9,7 @@
 
 #include "duroxide.h"
 #include "host.h"
+#include "jsonout.h"
 
 static const char *commands[] = {"start", "raise", "status", "wait", "cancel", "history",
                                   "list", "sessions", NULL};
@@ -118,7 +119,7 @@ static int print_status(const char *id, const dx_instance_info_t *info) {
 
 static void print_started(const char *id) {
   json_t *o = json_pack("{s:s, s:s}", "instance_id", id, "status", "Started");
-  char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+  char *s = dx__json_dump(o);
   puts(s ? s : "{}");
   free(s);
   json_decref(o);
@@ -188,7 +189,7 @@ static int print_session(void *ud, const dx_session_info_t *si) {
                         "queued", (json_int_t)si->queued,
                         "lease", !owned ? "released" : si->locked_until_ms > now ? "live"
                                                                                 : "lapsed");
-  char *s = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  char *s = o ? dx__json_dump(o) : NULL;
   puts(s ? s : "{}");
   free(s);
   json_decref(o);

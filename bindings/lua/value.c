@@ -17,10 +17,10 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+#include "jsonout.h"
 #include "value.h"
 
 #define LOAD_FLAGS (JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL)
-#define DUMP_FLAGS (JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
 #define MAX_DEPTH DX__LUA_MAX_DEPTH
 #define PATH_CHARS 200  /* longer paths are shown clipped */
 #define KEY_CHARS 40    /* longer keys are shown clipped */
@@ -408,7 +408,7 @@ char *dx__lua_to_json(lua_State *L, int idx, const char *root, char *errbuf, siz
   j = encode(&e, idx, 0);
   lua_settop(L, top);
   if (!j) return NULL;
-  s = json_dumps(j, DUMP_FLAGS);
+  s = dx__json_dump(j);
   json_decref(j);
   if (!s) set_err(errbuf, errlen, "%s: out of memory", root);
   return s;

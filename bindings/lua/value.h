@@ -10,7 +10,7 @@
 **   table with keys exactly 1..n, or marked by duroxide.array(t)  <-> array
 **   table with string keys <-> object       empty unmarked table <-> {}
 ** Output is byte-identical to dx__json_canonical() of the same JSON: sorted keys, no
-** whitespace, reals with 17 significant digits (see core/src/json.c).
+** whitespace, reals in their shortest exact form (dx__json_dump in core/src/json.c).
 **
 ** duroxide.null is a zero-size full userdata with a protected metatable (__name and
 ** __tostring "duroxide.null"), created once per lua_State and kept in the registry, so it

@@ -9,6 +9,7 @@
 
 #include "duroxide.h"
 #include "codec.h"
+#include "jsonout.h"
 #include "util.h"
 
 void dx__runtime_poke_all(void);
@@ -258,7 +259,7 @@ static json_t *failure_json(const dx_failure_t *f) {
 }
 
 static char *dump(json_t *o) {
-  char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+  char *s = dx__json_dump(o);
   json_decref(o);
   return s;
 }

@@ -18,10 +18,78 @@
 #include <jansson.h>
 
 #include "codec.h"
+#include "jsonout.h"
 
 /* Parse flags shared by every reader of payloads; dump flags define the canonical form. */
 #define LOAD_FLAGS (JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL)
 #define DUMP_FLAGS (JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
+
+/* jansson writes reals with 17 significant digits (0.1 -> 0.10000000000000001): exact but
+** noisy. Rewrite each real token to the shortest text that reads back to the same double:
+** plain decimals for exponents -6..16 ("0.1", "100.0", "0.00001"), else "1e20", "5e-324".
+** The mapping is a function of the double alone, so output stays canonical. */
+static size_t shortest_real(const char *tok, size_t n, char *out) {
+  char buf[40], *e;
+  double d;
+  int p, exp10;
+  size_t m;
+  if (n >= sizeof buf) return 0;
+  memcpy(buf, tok, n);
+  buf[n] = 0;
+  d = strtod(buf, NULL);
+  for (p = 1; p < 17; p++) { /* fewest significant digits that read back exactly */
+    snprintf(out, 40, "%.*e", p - 1, d);
+    if (strtod(out, NULL) == d) break;
+  }
+  snprintf(out, 40, "%.*e", p - 1, d);
+  e = strchr(out, 'e');
+  exp10 = e ? atoi(e + 1) : 0;
+  if (d == 0 || (exp10 >= -6 && exp10 <= 16)) {
+    snprintf(out, 40, "%.*f", p - 1 - exp10 > 0 ? p - 1 - exp10 : 0, d);
+    if (!strchr(out, '.')) strcat(out, ".0"); /* a real stays a real */
+  } else {
+    /* mantissa "d.ddd", exponent without '+' or leading zeros: "1e20", "2.5e-7" */
+    char *w = e + 1, *r = e + 1;
+    if (*r == '+') r++;
+    else if (*r == '-') *w++ = *r++;
+    while (*r == '0' && r[1]) r++;
+    memmove(w, r, strlen(r) + 1);
+  }
+  m = strlen(out);
+  return m <= n ? m : 0; /* never longer than jansson's form (keeps the size check valid) */
+}
+
+static void shorten_reals(char *s) {
+  char *r = s, *w = s;
+  int in_str = 0;
+  while (*r) {
+    if (in_str) {
+      if (*r == '\\' && r[1]) *w++ = *r++;
+      else if (*r == '"') in_str = 0;
+      *w++ = *r++;
+    } else if (*r == '"') {
+      in_str = 1;
+      *w++ = *r++;
+    } else if (*r == '-' || (*r >= '0' && *r <= '9')) {
+      size_t n = strspn(r, "-+0123456789.eE"), m = 0;
+      char out[40];
+      if (memchr(r, '.', n) || memchr(r, 'e', n) || memchr(r, 'E', n))
+        m = shortest_real(r, n, out); /* a real; integers are kept as they are */
+      if (m) memcpy(w, out, m), w += m;
+      else memmove(w, r, n), w += n;
+      r += n;
+    } else {
+      *w++ = *r++;
+    }
+  }
+  *w = 0;
+}
+
+char *dx__json_dump(const json_t *j) {
+  char *s = json_dumps(j, DUMP_FLAGS);
+  if (s) shorten_reals(s);
+  return s;
+}
 /* Same limit as the Lua value codec (bindings/lua/value.h), so any accepted payload can be
 ** handed to Lua code and encoded back. */
 #define MAX_DEPTH 100
@@ -70,7 +138,7 @@ int dx__json_canonical(const char *text, size_t len, char **out, dx_error_t *err
     json_decref(root);
     return dx_error_set(err, DX_EJSON, "invalid JSON: nested deeper than %d levels", MAX_DEPTH);
   }
-  s = json_dumps(root, DUMP_FLAGS);
+  s = dx__json_dump(root);
   json_decref(root);
   if (!s) return dx_error_set(err, DX_ENOMEM, "out of memory");
   /* Canonical text can be longer than the input ("1e2" -> "100.0"): check what is stored. */
@@ -131,7 +199,7 @@ static json_t *string_node(const char *s) {
 static char *dump_and_free(json_t *j) {
   char *s;
   if (!j) return NULL;
-  s = json_dumps(j, DUMP_FLAGS);
+  s = dx__json_dump(j);
   json_decref(j);
   return s;
 }

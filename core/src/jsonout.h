@@ -1,0 +1,12 @@
+/* jsonout.h -- the one place canonical JSON text is produced from a jansson tree (internal). */
+#ifndef DX_JSONOUT_H
+#define DX_JSONOUT_H
+
+#include <jansson.h>
+
+/* Compact, keys sorted bytewise, any top-level value; reals in their shortest form that
+** reads back to the same double, always with a '.' or an exponent (1.0 stays a float).
+** malloc'd (caller frees), NULL when out of memory. */
+char *dx__json_dump(const json_t *j);
+
+#endif
