@@ -179,6 +179,24 @@ describe("ctx", function()
       assert.are.same({ idx = 2, value = { by = "ann" } }, st.output)
     end)
 
+    it("treats a math.maxinteger timer as never (its deadline saturates, no wrap-around)", function()
+      local orch = env:orchestration("NeverTimer", function(ctx)
+        local idx = ctx:select({ ctx:schedule_timer(math.maxinteger),
+                                 ctx:schedule_wait("approve") })
+        return idx
+      end)
+      local id = env:start(orch)
+      env:await_event(id, "ExternalSubscribed")
+      local created
+      for _, e in ipairs(env.client:history(id)) do
+        if e.type == "TimerCreated" then created = e end
+      end
+      assert.are.equal(math.maxinteger, created.fire_at_ms)
+      assert.are.equal("Running", env.client:status(id).status)
+      assert.is_true(env.client:raise_event(id, "approve", true))
+      assert.are.equal(2, env:wait(id).output)
+    end)
+
     it("reports the error of a failed winner", function()
       local bad = env:activity("Bad", function() error("first and failed", 0) end)
       local orch = env:orchestration("FailedWinner", function(ctx)

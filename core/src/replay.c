@@ -77,6 +77,7 @@ struct dx_turn_s {
   VEC(dx_activity_ref_t) cancelled;
   VEC(uint64_t) new_sched;  /* schedule events created this turn */
 
+  int oom;                  /* an allocation failed: never ack a partial turn */
   int run_state;            /* DX_RUN_* of the code */
   int fatal;                /* nondeterminism or other turn-level failure recorded */
   dx_failure_t failure;     /* terminal failure */
@@ -146,7 +147,10 @@ static dx_event_t *append(dx_turn_t *t, int kind) {
   e.kind = kind;
   e.event_id = next_id(t);
   e.timestamp_ms = t->cfg->now_ms;
-  if (VEC_PUSH(t->delta, e)) return NULL;
+  if (VEC_PUSH(t->delta, e)) {
+    t->oom = 1;
+    return NULL;
+  }
   return &t->delta.v[t->delta.n - 1];
 }
 
@@ -274,7 +278,11 @@ static int fill_new_event(dx_turn_t *t, dx_event_t *e, const dx_action_t *a) {
       ok = e->name && e->data && (!a->session_id || e->session_id);
       break;
     case DX_ACT_TIMER:
-      e->fire_at_ms = t->cfg->now_ms + (a->delay_ms > 0 ? a->delay_ms : 0);
+      {
+        /* Saturate: a "never" timer (math.maxinteger ms) must not wrap into the past. */
+        int64_t d = a->delay_ms > 0 ? a->delay_ms : 0;
+        e->fire_at_ms = d > INT64_MAX - t->cfg->now_ms ? INT64_MAX : t->cfg->now_ms + d;
+      }
       break;
     case DX_ACT_WAIT:
       e->name = dx__strdup(a->name);
@@ -349,6 +357,8 @@ int dx_turn_emit(dx_turn_t *t, const dx_action_t *a, uint64_t *token, const char
     return DX_OK;
   }
   if (!action_event_kind(a->kind)) return DX_EINVAL;
+  if (a->kind == DX_ACT_CHAINED && !a->instance) return DX_EINVAL; /* ids are generated only
+                                                                   ** for sub-orchestrations */
   /* Refuse malformed actions before they take an ordinal: a missing name used to be recorded
   ** as "out of memory" (infrastructure), and a NULL or unknown system call crashed or did. */
   if (!a->name && (a->kind == DX_ACT_ACTIVITY || a->kind == DX_ACT_WAIT ||
@@ -619,8 +629,10 @@ static void apply(dx_turn_t *t, uint64_t id) {
 /* {===== finishing =====} */
 
 static void add_item(dx_turn_t *t, int to_worker, dx_work_item_t *w) {
-  if (to_worker) VEC_PUSH(t->worker_items, *w);
-  else VEC_PUSH(t->orch_items, *w);
+  if (to_worker ? VEC_PUSH(t->worker_items, *w) : VEC_PUSH(t->orch_items, *w)) {
+    dx_work_item_clear(w);
+    t->oom = 1;
+  }
 }
 
 /* Work items for the schedule events created this turn. */
@@ -1008,6 +1020,14 @@ dx_turn_t *dx__turn_run(const dx_orch_item_t *item, const dx_turn_cfg_t *cfg,
   if (t->inst) {
     host->orch_free(host_ud, t->inst);
     t->inst = NULL;
+  }
+  if (t->oom) {
+    /* Acking now would delete the batch's messages with some of their effects missing:
+    ** release the lock instead, so the batch is fetched and the turn replayed again. */
+    dx__log(DX_LOG_ERROR, "out of memory in an orchestration turn; retrying", "instance=%s",
+            item->instance);
+    t->action = DX_TURN_ABANDON;
+    t->abandon_delay_ms = 100;
   }
   if (t->action == DX_TURN_ACK) {
     fill_ack(t);

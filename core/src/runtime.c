@@ -916,8 +916,16 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   return DX_OK;
 }
 
+/* Only registered runtimes are poked: a stopping one has left the registry before its store
+** is freed, so this is safe from any thread. */
 void dx_runtime_poke(dx_runtime_t *rt) {
-  if (rt && rt->store) dx__store_poke(rt->store);
+  runtime_list_t *n;
+  if (!rt) return;
+  uv_once(&registry_once, registry_init);
+  uv_mutex_lock(&registry_mu);
+  for (n = registry; n; n = n->next)
+    if (n->rt == rt && rt->store) dx__store_poke(rt->store);
+  uv_mutex_unlock(&registry_mu);
 }
 
 /* Wake every runtime of this process: a client here just enqueued work. */
@@ -925,7 +933,8 @@ void dx__runtime_poke_all(void) {
   runtime_list_t *n;
   uv_once(&registry_once, registry_init);
   uv_mutex_lock(&registry_mu);
-  for (n = registry; n; n = n->next) dx_runtime_poke(n->rt);
+  for (n = registry; n; n = n->next)
+    if (n->rt->store) dx__store_poke(n->rt->store);
   uv_mutex_unlock(&registry_mu);
 }
 

@@ -33,6 +33,7 @@ struct dx_store_s {
   int fetching;
   int stopping;
   int poked;
+  int woken;          /* another process may have committed work: check before sleeping */
   int busy;           /* the thread holds ops not yet on the done list */
   uint64_t commits, cycles;
   void (*close_cb)(void *);
@@ -190,10 +191,11 @@ static void store_main(void *arg) {
     }
     if (!s->pending && !s->poked) {
       int64_t now = now_ms(s), due;
+      s->woken = 0; /* this check covers every wake so far */
       uv_mutex_unlock(&s->mu);
       due = next_due(s, now);
       uv_mutex_lock(&s->mu);
-      if (due > now && !s->pending && !s->poked) {
+      if (due > now && !s->pending && !s->poked && !s->woken) {
         if (s->stopping) break;
         timed_wait(s, due - now < s->cfg.poll_interval_ms ? due - now : s->cfg.poll_interval_ms);
         continue;
@@ -237,7 +239,7 @@ static void store_main(void *arg) {
     if (ops || got) uv_async_send(&s->async);
     /* Found nothing although something looked due (locked elsewhere, not eligible): wait
     ** a poll interval instead of spinning. */
-    if (!ops && !got && !s->pending && !s->poked && !s->stopping)
+    if (!ops && !got && !s->pending && !s->poked && !s->woken && !s->stopping)
       timed_wait(s, s->cfg.poll_interval_ms);
   }
   uv_mutex_unlock(&s->mu);
@@ -320,6 +322,7 @@ void dx__store_poke(dx_store_t *s) {
 
 void dx__store_wake(dx_store_t *s) {
   uv_mutex_lock(&s->mu);
+  s->woken = 1;
   uv_cond_signal(&s->cv);
   uv_mutex_unlock(&s->mu);
 }
