@@ -182,8 +182,9 @@ describe("activities", function()
   end)
 
   it("keeps an unregistered activity pending (retried with backoff) instead of failing", function()
+    local missing = H.unique("NoSuchActivity") -- outside: the helper uses debug.getregistry
     local orch = env:orchestration("Unregistered", function(ctx)
-      return ctx:schedule_activity(H.unique("NoSuchActivity")):await()
+      return ctx:schedule_activity(missing):await()
     end)
     local id = env:start(orch)
     env:await_event(id, "ActivityScheduled")

@@ -21,7 +21,51 @@ describe("sandbox", function()
     { "dofile", function() return dofile("/nonexistent.lua") end, "outside the orchestration" },
     { "loadfile", function() return loadfile("/nonexistent.lua") end, "outside the orchestration" },
     { "require", function() return require("string") end, "outside the orchestration" },
+    { "os.date", function() return os.date("%Y", 0) end, "os.date(\"!\" .. format" },
+    { "os.setlocale", function() return os.setlocale("C") end, "outside the orchestration" },
+    { "debug.getupvalue", function() return debug.getupvalue(os.time, 1) end, "debug library" },
+    { "debug.sethook", function() debug.sethook() end, "debug library" },
   }
+
+  it("fails, without crashing the worker, on error objects whose metamethods raise", function()
+    local bad_tostring = env:orchestration("BadErr1", function(ctx)
+      error(setmetatable({}, { __tostring = function() return {} end }))
+    end)
+    local bad_index = env:orchestration("BadErr2", function(ctx)
+      error(setmetatable({}, { __index = function() error("boom") end }))
+    end)
+    local act = env:activity("BadErrAct", function(actx)
+      error(setmetatable({}, { __tostring = function() error("no") end }))
+    end)
+    local bad_act = env:orchestration("BadErr3", function(ctx)
+      local _, err = ctx:schedule_activity(act):await()
+      return err.message
+    end)
+    local st1, st2, st3 = env:run(bad_tostring), env:run(bad_index), env:run(bad_act)
+    assert.are.equal("Failed", st1.status)
+    assert.matches("__tostring failed", st1.error.message, 1, true)
+    assert.are.equal("Failed", st2.status)
+    assert.matches("error object is a table value", st2.error.message, 1, true)
+    assert.are.equal("Completed", st3.status)
+    assert.matches("__tostring failed", st3.output, 1, true)
+  end)
+
+  it("allows os.date with an explicit time in UTC (a \"!\" format)", function()
+    local orch = env:orchestration("UtcDate", function(ctx) return os.date("!%Y-%m-%d", 0) end)
+    local st = env:run(orch)
+    assert.are.equal("Completed", st.status)
+    assert.are.equal("1970-01-01", st.output)
+  end)
+
+  it("refuses to await a durable future inside coroutine.wrap", function()
+    local act = env:activity("Later", function(actx) actx:sleep(20); return 1 end)
+    local orch = env:orchestration("WrapAwait", function(ctx)
+      return coroutine.wrap(function() return ctx:schedule_activity(act):await() end)()
+    end)
+    local st = env:run(orch)
+    assert.are.equal("Failed", st.status)
+    assert.matches("awaited on the orchestration's coroutine", st.error.message, 1, true)
+  end)
 
   for _, case in ipairs(forbidden) do
     local what, call, instead = case[1], case[2], case[3]
@@ -92,6 +136,15 @@ describe("sandbox", function()
       local st2 = env:run(ok, "fine")
       assert.are.equal("Completed", st2.status)
       assert.are.equal("fine", st2.output)
+    end)
+
+    it("cannot be swallowed by pcall in a loop", function()
+      local looping = env:orchestration("PcallForever", function(ctx)
+        while true do pcall(function() while true do end end) end
+      end)
+      local st = env:run(looping)
+      assert.are.equal("Failed", st.status)
+      assert.matches("instruction budget exceeded", st.error.message, 1, true)
     end)
 
     it("cannot be swallowed by pcall", function()

@@ -55,7 +55,8 @@ static int parse(int argc, char **argv, cmdline_t *c) {
   for (i = 1; i < argc; i++) {
     char name[64];
     const char *val = NULL;
-    if (strncmp(argv[i], "--", 2) != 0 || strcmp(argv[i], "--") == 0) {
+    if (strcmp(argv[i], "--") == 0) continue; /* conventional end of options: ignored */
+    if (strncmp(argv[i], "--", 2) != 0) {
       if (c->npos == 4) return dxh_fail(2, "unexpected argument %s", argv[i]);
       c->pos[c->npos++] = argv[i];
       continue;
@@ -98,6 +99,12 @@ static int json_arg(const char *arg, const char **text, char **buf) {
     got = fread(*buf + len, 1, cap - len - 1, f);
     len += got;
   } while (got > 0);
+  if (ferror(f) || got > 0) { /* a read error, or stopped early for lack of memory */
+    if (f != stdin) fclose(f);
+    free(*buf);
+    *buf = NULL;
+    return dxh_fail(2, "cannot read %s", arg[0] == '@' ? arg + 1 : "standard input");
+  }
   if (f != stdin) fclose(f);
   if (!*buf) return dxh_fail(1, "%s", "out of memory");
   (*buf)[len] = '\0';
@@ -211,7 +218,11 @@ int dxh_command(int argc, char **argv) {
     if (!(rc = need(&c, 1, "start NAME [INPUT] --id ID [--wait [TIMEOUT]]"))) {
       const char *input;
       char *buf = NULL;
+      int64_t ignored;
       if (!c.id) rc = dxh_fail(2, "%s", "start needs --id ID");
+      else if (c.timeout && dx_parse_duration(c.timeout, &ignored) != 0)
+        rc = dxh_fail(2, "invalid value for --wait: '%s' (expected a duration such as 10s)",
+                      c.timeout); /* refused before anything is written */
       else if ((rc = json_arg(c.npos > 1 ? c.pos[1] : NULL, &input, &buf)) != 0) {
       } else if (dx_client_start(cl, c.id, c.pos[0], input, c.version, &err) != 0)
         rc = dxh_fail(err.code == DX_EJSON || err.code == DX_ETOOBIG ? 2 : 1, "%s", err.msg);

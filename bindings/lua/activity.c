@@ -13,6 +13,8 @@
 #include "util.h"
 #include "value.h"
 
+#define HANDLE_MT "duroxide.ActivityHandle"
+
 /* What actx._h holds; `run` is cleared when the activity is over. */
 typedef struct act_run_s act_run_t;
 typedef struct {
@@ -44,6 +46,8 @@ static void run_end(act_run_t *r) {
   lua_State *L = r->S->L;
   if (r->h) r->h->run = NULL;
   if (r->co) {
+    /* Run pending <close> handlers (an activity that raised, or was aborted while parked). */
+    lua_resetthread(r->co);
     push_runs(L);
     lua_pushthread(r->co);
     lua_xmove(r->co, L, 1);
@@ -128,6 +132,8 @@ static int start_impl(lua_State *L) {
   lua_createtable(L, 0, 8);
   r->h = lua_newuserdatauv(L, sizeof *r->h, 0);
   r->h->run = r;
+  luaL_newmetatable(L, HANDLE_MT); /* typed: a foreign userdata in actx._h is refused */
+  lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   r->h_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_setfield(L, -2, "_h");
@@ -272,13 +278,13 @@ static int p_resume_activity(lua_State *L) {
 }
 
 static int p_actx_cancelled(lua_State *L) {
-  act_handle_t *h = lua_touserdata(L, 1);
+  act_handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
   lua_pushboolean(L, !h || !h->run || !h->run->a || dx_activity_is_cancelled(h->run->a));
   return 1;
 }
 
 static int p_actx_trace(lua_State *L) {
-  act_handle_t *h = lua_touserdata(L, 1);
+  act_handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
   int level = (int)luaL_checkinteger(L, 2);
   const char *msg = luaL_checkstring(L, 3);
   const dx_activity_info_t *info = h && h->run && h->run->a ? dx_activity_info(h->run->a) : NULL;

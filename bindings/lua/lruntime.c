@@ -273,6 +273,12 @@ static int l_rt_stats(lua_State *L) {
   return 1;
 }
 
+/* [-2, +0, e] dxl_options_from_table(arg 1) into the dx_options_t at arg 2. */
+static int parse_options(lua_State *L) {
+  dxl_options_from_table(L, 1, dxl_state(L), lua_touserdata(L, 2));
+  return 0;
+}
+
 /* duroxide.runtime{ store = dir, [no_sync = true,] <options> } (options override
 ** duroxide.configure; no_sync skips fsync on the runtime's commits: for throwaway stores) */
 int dxl_runtime_new(lua_State *L) {
@@ -306,7 +312,17 @@ int dxl_runtime_new(lua_State *L) {
     }
   }
   saved_store = dx__strdup(S->store_dir);
-  if (!lua_isnoneornil(L, 1)) dxl_options_from_table(L, 1, S, &opts);
+  if (!lua_isnoneornil(L, 1)) {
+    /* Parse under pcall: a bad option must not leave this call's `store` as the default. */
+    lua_pushcfunction(L, parse_options);
+    lua_pushvalue(L, 1);
+    lua_pushlightuserdata(L, &opts);
+    if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
+      free(S->store_dir);
+      S->store_dir = saved_store;
+      return lua_error(L);
+    }
+  }
   store = S->store_dir ? S->store_dir : getenv("DUROXIDE_STORE");
   if (!store) store = "./duroxide-data";
   r = lua_newuserdatauv(L, sizeof *r, 0);

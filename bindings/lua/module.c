@@ -66,24 +66,56 @@ void dxl_push_error(lua_State *L, const char *message, const char *category, con
   lua_setmetatable(L, -2);
 }
 
+/* [-1, +1, e] tostring of the value on top, for tostring_protected. */
+static int tostring_impl(lua_State *L) {
+  luaL_tolstring(L, 1, NULL);
+  return 1;
+}
+
+/* __tostring of an error object may raise, and the object may sit on a dead coroutine:
+** convert it with a protected call on the main thread. [-0, +0, -] */
+static void tostring_protected(lua_State *L, int idx, char *buf, size_t len) {
+  lua_State *M;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  M = lua_tothread(L, -1);
+  lua_pop(L, 1);
+  if (!M || !lua_checkstack(M, 4)) {
+    snprintf(buf, len, "error object is a %s value", luaL_typename(L, idx));
+    return;
+  }
+  lua_pushcfunction(M, tostring_impl);
+  lua_pushvalue(L, idx);
+  if (L != M) lua_xmove(L, M, 1);
+  if (lua_pcall(M, 1, 1, 0) == LUA_OK && lua_type(M, -1) == LUA_TSTRING)
+    snprintf(buf, len, "%s", lua_tostring(M, -1));
+  else
+    snprintf(buf, len, "error object is a %s value (its __tostring failed)",
+             luaL_typename(L, idx));
+  lua_pop(M, 1);
+}
+
+/* Only raw accesses here: never runs __index. */
 const char *dxl_error_message(lua_State *L, int idx, char *buf, size_t len) {
   int t;
   idx = lua_absindex(L, idx);
   t = lua_type(L, idx);
   if (t == LUA_TSTRING) {
     snprintf(buf, len, "%s", lua_tostring(L, idx));
-  } else if (t == LUA_TTABLE && lua_getfield(L, idx, "message") == LUA_TSTRING) {
-    snprintf(buf, len, "%s", lua_tostring(L, -1));
-    lua_pop(L, 1);
-  } else if (t == LUA_TTABLE || t == LUA_TUSERDATA) {
-    if (t == LUA_TTABLE) lua_pop(L, 1);
-    if (luaL_getmetafield(L, idx, "__tostring") != LUA_TNIL) {
+    return buf;
+  }
+  if (t == LUA_TTABLE) {
+    lua_pushliteral(L, "message");
+    if (lua_rawget(L, idx) == LUA_TSTRING) {
+      snprintf(buf, len, "%s", lua_tostring(L, -1));
       lua_pop(L, 1);
-      snprintf(buf, len, "%s", luaL_tolstring(L, idx, NULL));
-      lua_pop(L, 1);
-    } else {
-      snprintf(buf, len, "error object is a %s value", luaL_typename(L, idx));
+      return buf;
     }
+    lua_pop(L, 1);
+  }
+  if ((t == LUA_TTABLE || t == LUA_TUSERDATA) &&
+      luaL_getmetafield(L, idx, "__tostring") != LUA_TNIL) {
+    lua_pop(L, 1);
+    tostring_protected(L, idx, buf, len);
   } else {
     snprintf(buf, len, "error object is a %s value", luaL_typename(L, idx));
   }
@@ -284,7 +316,9 @@ static int l_error(lua_State *L) {
 static int guarded(lua_State *L) {
   dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(3));
   int date_mode = lua_toboolean(L, lua_upvalueindex(4));
-  if (S->in_orchestration && !(date_mode && !lua_isnoneornil(L, 2)))
+  /* os.date is deterministic only for an explicit time in UTC ("!..." formats). */
+  if (S->in_orchestration && !(date_mode && !lua_isnoneornil(L, 2) &&
+                               lua_type(L, 1) == LUA_TSTRING && lua_tostring(L, 1)[0] == '!'))
     return luaL_error(L, "%s", lua_tostring(L, lua_upvalueindex(2)));
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
@@ -320,6 +354,10 @@ static void guard(lua_State *L, dxl_state_t *S, const char *lib, const char *fn,
 void dxl_install_sandbox(lua_State *L, dxl_state_t *S) {
   static const char *io_fns[] = {"open", "read", "write", "lines", "popen", "input", "output",
                                  "close", "tmpfile", NULL};
+  static const char *debug_fns[] = {"sethook", "gethook", "getupvalue", "setupvalue",
+                                    "upvalueid", "upvaluejoin", "getregistry", "getlocal",
+                                    "setlocal", "setuservalue",
+                                    "getuservalue", "setcstacklimit", NULL};
   const char *io_msg = "do I/O in an activity";
   int i;
   lua_getglobal(L, "os");
@@ -335,7 +373,8 @@ void dxl_install_sandbox(lua_State *L, dxl_state_t *S) {
   lua_pop(L, 1);
   guard(L, S, "os", "time", "use ctx:utc_now()");
   guard(L, S, "os", "clock", "use ctx:utc_now()");
-  guard(L, S, "os", "date", "use os.date(format, ctx:utc_now() // 1000)");
+  guard(L, S, "os", "date", "use os.date(\"!\" .. format, ctx:utc_now() // 1000)");
+  guard(L, S, "os", "setlocale", "set the locale outside the orchestration");
   guard(L, S, "os", "getenv", "read configuration in an activity or pass it as input");
   guard(L, S, "os", "execute", io_msg);
   guard(L, S, "os", "remove", io_msg);
@@ -345,6 +384,10 @@ void dxl_install_sandbox(lua_State *L, dxl_state_t *S) {
   guard(L, S, "math", "random", "use ctx:random()");
   guard(L, S, "math", "randomseed", "use ctx:random()");
   for (i = 0; io_fns[i]; i++) guard(L, S, "io", io_fns[i], io_msg);
+  /* The debug library can remove the instruction-budget hook or reach the unguarded
+  ** originals through upvalues. */
+  for (i = 0; debug_fns[i]; i++)
+    guard(L, S, "debug", debug_fns[i], "the debug library is not available in orchestrations");
   guard(L, S, NULL, "dofile", "require modules at load time, outside the orchestration");
   guard(L, S, NULL, "loadfile", "require modules at load time, outside the orchestration");
   guard(L, S, NULL, "require", "require modules at load time, outside the orchestration");

@@ -16,6 +16,7 @@
 #include "value.h"
 
 #define HOOK_EVERY 10000
+#define BOX_MT "duroxide.TurnBox"
 
 typedef struct orch_inst_s orch_inst_t;
 
@@ -52,6 +53,13 @@ static void budget_hook(lua_State *L, lua_Debug *ar) {
   inst->used += HOOK_EVERY;
   if (inst->used > inst->budget || inst->budget_hit) {
     inst->budget_hit = 1;
+    /* Yield out of the coroutine: unlike an error, pcall in user code cannot catch it.
+    ** Where a yield is impossible (inside a C call such as a sort comparator), raise; the
+    ** next hook call tries again. */
+    if (lua_isyieldable(L)) {
+      lua_yield(L, 0);
+      return;
+    }
     luaL_error(L, "instruction budget exceeded: the orchestration ran more than %I "
                "instructions in one turn (an infinite loop?)", (LUAI_UACINT)inst->budget);
   }
@@ -109,12 +117,17 @@ static int start_impl(lua_State *L) {
   inst->box = lua_newuserdatauv(L, sizeof *inst->box, 0);
   inst->box->t = inst->t;
   inst->box->inst = inst;
+  luaL_newmetatable(L, BOX_MT); /* typed, so a foreign userdata in ctx._box is refused */
+  lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   inst->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 
   lua_createtable(L, 0, 6); /* ctx */
   lua_insert(L, -2);
   lua_setfield(L, -2, "_box");
+  lua_pushthread(inst->co); /* futures must be awaited on this coroutine */
+  lua_xmove(inst->co, L, 1);
+  lua_setfield(L, -2, "_co");
   lua_pushstring(L, dx_turn_instance(inst->t));
   lua_setfield(L, -2, "instance_id");
   lua_pushinteger(L, (lua_Integer)dx_turn_execution(inst->t));
@@ -211,7 +224,7 @@ static void h_orch_free(void *host, void *vinst) {
 /* {===== ctx primitives =====} */
 
 static turn_box_t *check_box(lua_State *L) {
-  turn_box_t *b = lua_touserdata(L, 1);
+  turn_box_t *b = luaL_testudata(L, 1, BOX_MT);
   if (!b || !b->t)
     luaL_error(L, "this ctx belongs to a finished orchestration turn; use the ctx passed to "
                   "the running orchestration");

@@ -42,6 +42,16 @@ local function check_ms(v)
   return math.floor(v)
 end
 
+-- Suspending is only possible on the orchestration's own coroutine: a yield inside
+-- coroutine.wrap/resume would return to user code with nothing resolved.
+local function suspend(ctx)
+  if coroutine.running() ~= ctx._co then
+    error("durable futures must be awaited on the orchestration's coroutine, not inside " ..
+          "coroutine.wrap or coroutine.resume", 3)
+  end
+  yield()
+end
+
 --- Wait for the future. Returns its value, or nil and a duroxide.Error.
 function Future:await()
   if self.composite then return self.composite() end
@@ -50,7 +60,7 @@ function Future:await()
     local state, value, err = C.poll(box, token)
     if state == OK then return value end
     if state ~= PENDING then return nil, err end
-    yield()
+    suspend(self.ctx)
   end
 end
 
@@ -171,7 +181,7 @@ end
 
 function Context:continue_as_new(input, version)
   C.emit(self._box, ACT_CAN, nil, input, nil, nil, version)
-  while true do yield() end
+  while true do suspend(self) end
 end
 
 -- {===== deterministic helpers =====}
@@ -248,7 +258,7 @@ function Context:select(futures)
       end
       return best, best_value, best_err
     end
-    yield()
+    suspend(self)
   end
 end
 
