@@ -274,6 +274,8 @@ static void on_async(uv_async_t *h) {
   }
 }
 
+static void on_closed(uv_handle_t *h);
+
 int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
                   dx_error_t *err) {
   dx_store_t *s = calloc(1, sizeof *s);
@@ -287,7 +289,8 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
   uv_async_init(loop, &s->async, on_async);
   s->async.data = s;
   if (uv_thread_create(&s->thread, store_main, s) != 0) {
-    uv_close((uv_handle_t *)&s->async, NULL);
+    /* on_closed frees the struct and its mutex once the loop has closed the handle */
+    uv_close((uv_handle_t *)&s->async, on_closed);
     return dx_error_set(err, DX_ENOMEM, "cannot start the store thread");
   }
   s->thread_started = 1;
