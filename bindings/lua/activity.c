@@ -97,10 +97,8 @@ int dxl_h_activity_lookup(void *host, const char *name) {
   lua_State *L = S->L;
   int found;
   if (!lua_checkstack(L, 4)) return 0;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, S->reg_ref);
-  lua_getfield(L, -1, "activities");
-  found = lua_getfield(L, -1, name) == LUA_TFUNCTION;
-  lua_pop(L, 3);
+  found = dxl_push_registered(L, S, "activities", name) == LUA_TFUNCTION;
+  lua_pop(L, 1);
   return found;
 }
 
@@ -115,13 +113,10 @@ static int start_impl(lua_State *L) {
   act_run_t *r = lua_touserdata(L, 1);
   const dx_activity_info_t *info = dx_activity_info(r->a);
   char err[512];
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->reg_ref);
-  lua_getfield(L, -1, "activities");
-  lua_getfield(L, -1, info->name);
+  dxl_push_registered(L, r->S, "activities", info->name);
   r->co = lua_newthread(L);
   r->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_xmove(L, r->co, 1);
-  lua_pop(L, 2);
   push_runs(L);
   lua_pushthread(r->co);
   lua_xmove(r->co, L, 1);
@@ -212,14 +207,10 @@ static void call_hook(dxl_state_t *S, const char *name, const char *sid, const c
   lua_State *L = S->L;
   char msg[1024];
   if (!lua_checkstack(L, 6)) return;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, S->reg_ref);
-  lua_getfield(L, -1, "hooks");
-  lua_remove(L, -2);
-  if (lua_getfield(L, -1, name) != LUA_TFUNCTION) {
-    lua_pop(L, 2);
+  if (dxl_push_registered(L, S, "hooks", name) != LUA_TFUNCTION) {
+    lua_pop(L, 1);
     return;
   }
-  lua_remove(L, -2);
   lua_pushstring(L, sid);
   lua_pushstring(L, word);
   lua_pushstring(L, worker_id); /* nil when unknown */

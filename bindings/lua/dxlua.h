@@ -36,6 +36,10 @@ extern const char dxl_state_key;
 /* [-0, +0, e] The state of this lua_State (created by luaopen_duroxide). */
 dxl_state_t *dxl_state(lua_State *L);
 
+/* [-0, +1, e] push registrations[table][name] ("orchestrations", "activities" or "hooks");
+** returns its Lua type (LUA_TNIL when nothing is registered under that name). */
+int dxl_push_registered(lua_State *L, dxl_state_t *S, const char *table, const char *name);
+
 /* Host methods for the engine (orchestrations + activities in this Lua state). */
 extern const dx_host_methods_t dxl_host_methods;
 

@@ -41,6 +41,13 @@ static void push_reg(lua_State *L, dxl_state_t *S, const char *name) {
   lua_remove(L, -2);
 }
 
+int dxl_push_registered(lua_State *L, dxl_state_t *S, const char *table, const char *name) {
+  push_reg(L, S, table);
+  lua_getfield(L, -1, name);
+  lua_remove(L, -2);
+  return lua_type(L, -1);
+}
+
 /* {===== errors =====} */
 
 static int error_tostring(lua_State *L) {

@@ -68,12 +68,7 @@ static void budget_hook(lua_State *L, lua_Debug *ar) {
 /* {===== host methods: orchestrations =====} */
 
 static int lookup_versions(lua_State *L, dxl_state_t *S, const char *name) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, S->reg_ref);
-  lua_getfield(L, -1, "orchestrations");
-  lua_getfield(L, -1, name);
-  lua_remove(L, -2);
-  lua_remove(L, -2);
-  return lua_istable(L, -1);
+  return dxl_push_registered(L, S, "orchestrations", name) == LUA_TTABLE;
 }
 
 static int h_orch_lookup(void *host, const char *name, const char *version,

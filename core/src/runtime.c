@@ -134,10 +134,8 @@ int dx_parse_duration(const char *text, int64_t *out_ms) {
 
 /* Renewal period shared by activity leases and session leases (duroxide §4.4). */
 static int64_t renewal_interval(int64_t timeout, int64_t buffer) {
-  int64_t r;
-  if (timeout >= 15000) r = timeout - (buffer < timeout ? buffer : timeout);
-  else r = (timeout + 1) / 2;
-  return r < 1000 && timeout >= 2000 ? 1000 : (r < 1 ? 1 : r);
+  int64_t r = dx__renewal_interval(timeout, buffer);
+  return r < 1000 && timeout >= 2000 ? 1000 : (r < 1 ? 1 : r); /* floor 1 s where possible */
 }
 
 int dx_options_validate(const dx_options_t *o, dx_error_t *err) {

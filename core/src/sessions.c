@@ -228,9 +228,8 @@ static void on_cleanup_timer(uv_timer_t *t) {
 /* Renew at the lease minus the buffer (duroxide's rule), but often enough to notice idle
 ** unpins close to idle timeout + lease. */
 static int64_t renew_every(const dx_options_t *o) {
-  int64_t t = o->session_lock_timeout_ms, b = o->session_lock_renewal_buffer_ms, r;
-  if (t >= 15000) r = t - (b < t ? b : t);
-  else r = (t + 1) / 2;
+  int64_t r = dx__renewal_interval(o->session_lock_timeout_ms,
+                                   o->session_lock_renewal_buffer_ms);
   return r < 50 ? 50 : r;
 }
 

@@ -20,6 +20,11 @@ char *dx__strdup(const char *s) {
   return d;
 }
 
+int64_t dx__renewal_interval(int64_t timeout_ms, int64_t buffer_ms) {
+  if (timeout_ms >= 15000) return timeout_ms - (buffer_ms < timeout_ms ? buffer_ms : timeout_ms);
+  return (timeout_ms + 1) / 2;
+}
+
 /* Offset added to the wall clock by dx_clock_advance (tests skip hours of timers and leases
 ** this way). Process-wide: every lock, lease, timer and timestamp moves together. */
 static _Atomic int64_t clock_offset_ms;

@@ -10,6 +10,10 @@ char *dx__strdup(const char *s);
 int64_t dx__now_ms(void);
 /* 64-bit random value from the OS (falls back to time^pid mixing). */
 uint64_t dx__random_u64(void);
+/* How often to renew a lease of `timeout_ms` (duroxide's rule, shared by activity locks and
+** session leases): timeout - buffer from 15 s up, else half the timeout. No floor applied:
+** callers add their own. */
+int64_t dx__renewal_interval(int64_t timeout_ms, int64_t buffer_ms);
 /* Lock tokens: unique across processes and restarts, never 0. */
 uint64_t dx__new_token(void);
 #endif
