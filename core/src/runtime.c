@@ -955,7 +955,7 @@ static void sessions_stopped(void *ud) {
 }
 
 static void check_stop_done(dx_runtime_t *rt) {
-  if (!rt->stopping || rt->n_running > 0 || !dx__store_idle(rt->store)) return;
+  if (!rt->stopping || rt->n_running > 0 || !dx__store_quiet(rt->store)) return;
   /* Nothing runs any more: hand our sessions to other workers before closing the store. */
   if (rt->sessions && !rt->sessions_stopping) {
     rt->sessions_stopping = 1;

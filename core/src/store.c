@@ -337,14 +337,6 @@ void dx__store_stop_fetching(dx_store_t *s) {
   uv_mutex_unlock(&s->mu);
 }
 
-int dx__store_idle(dx_store_t *s) {
-  int idle;
-  uv_mutex_lock(&s->mu);
-  idle = !s->pending && !s->busy && !s->done;
-  uv_mutex_unlock(&s->mu);
-  return idle;
-}
-
 static void on_closed(uv_handle_t *h) {
   dx_store_t *s = h->data;
   void (*cb)(void *) = s->close_cb;

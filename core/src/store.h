@@ -88,8 +88,6 @@ void dx__store_poke(dx_store_t *s);
 void dx__store_wake(dx_store_t *s);
 /* Stop fetching; queued operations are still applied. */
 void dx__store_stop_fetching(dx_store_t *s);
-/* 1 when no operation is queued or in flight. */
-int dx__store_idle(dx_store_t *s);
 /* Stop the thread after flushing queued operations, close handles, then call cb (loop). */
 void dx__store_close(dx_store_t *s, void (*cb)(void *ud), void *ud);
 /* 1 when nothing is queued, in flight, or applied/fetched but not yet delivered to the loop. */
