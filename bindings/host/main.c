@@ -5,10 +5,12 @@
 ** Exit status: 0 success, 1 failure (a Failed instance for wait/start --wait, an app error),
 ** 2 bad usage or bad input, 3 timeout.
 */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <lualib.h>
 
@@ -117,9 +119,14 @@ static int run_worker(const char *app, int argc, char **argv) {
       lo.no_sync = 1;
       continue;
     }
-    if (dxh_split_opt(argc, argv, &i, name, sizeof name, &val) != 0) {
+    if ((rc = dxh_split_opt(argc, argv, &i, name, sizeof name, &val)) != 0) {
+      dx_options_t probe = opts;
       lua_close(L);
-      return dxh_fail(2, "option %s needs a value", a);
+      /* an unknown option last on the line is reported as unknown, not as missing a value */
+      if (rc == -1 && strcmp(name, "store") != 0 &&
+          dx_options_set(&probe, name, "", &err) == DX_ENOTFOUND)
+        return dxh_fail(2, "%s (see --help)", err.msg);
+      return dxh_opt_error(a, rc, val);
     }
     if (strcmp(name, "store") == 0) {
       store = val;
@@ -158,13 +165,25 @@ static int run_worker(const char *app, int argc, char **argv) {
   uv_signal_start(&w.sigint, on_signal, SIGINT);
   uv_signal_start(&w.sigterm, on_signal, SIGTERM);
   S->loop_depth++; /* code running from here on is inside a loop callback */
-  uv_run(S->loop, UV_RUN_DEFAULT);
+  /* Until the runtime has stopped: an activity's uv.stop() only ends one uv_run, and handles
+  ** an activity leaked (a luv timer, a listening socket) cannot keep a stopped worker alive. */
+  if (dx_runtime_run(w.rt, &err) != 0) dx__log(DX_LOG_ERROR, err.msg, NULL);
   S->loop_depth--;
   S->runtime = NULL;
+  if (!dx_runtime_is_stopped(w.rt)) return 1; /* never free the store under a live runtime */
   dx_runtime_free(w.rt);
   p->methods->destroy(p);
-  lua_close(L);
+  lua_close(L); /* closes what the app leaked (luv handles are closed by their finalizers) */
+  uv_run(S->loop, UV_RUN_NOWAIT); /* and runs their close callbacks */
   return rc;
+}
+
+/* A word that is not a command is an app when it names a file, ends in .lua or is a path;
+** anything else is a mistyped command. */
+static int looks_like_app(const char *word) {
+  size_t n = strlen(word);
+  return access(word, F_OK) == 0 || strchr(word, '/') ||
+         (n > 4 && strcmp(word + n - 4, ".lua") == 0);
 }
 
 int main(int argc, char **argv) {
@@ -181,5 +200,11 @@ int main(int argc, char **argv) {
   }
   if (dxh_is_command(argv[1])) return dxh_command(argc - 1, argv + 1);
   if (argv[1][0] == '-') return dxh_fail(2, "unknown option %s (see --help)", argv[1]);
+  if (!looks_like_app(argv[1])) return dxh_fail(2, "unknown command '%s' (see --help)", argv[1]);
+  if (access(argv[1], R_OK) != 0) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "cannot open app %.300s: %s", argv[1], strerror(errno));
+    return dxh_fail(2, "%s", msg);
+  }
   return run_worker(argv[1], argc - 2, argv + 2);
 }

@@ -68,7 +68,8 @@ void dx_options_init(dx_options_t *o);
 int dx_options_validate(const dx_options_t *o, dx_error_t *err);
 /** Set one option from its command-line name ("worker-concurrency", "session-idle-timeout",
 **  ...; '_' and '-' are interchangeable) and text value ("10", "30s", "5m", "250ms").
-**  DX_EINVAL naming the option and value when either is bad. */
+**  DX_EINVAL naming the option and value when the value is bad; DX_ENOTFOUND for an unknown
+**  option name. */
 int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_error_t *err);
 /** Parse "250ms", "30s", "5m", "1h" or a bare number of ms. DX_EINVAL on bad text. */
 int dx_parse_duration(const char *text, int64_t *out_ms);

@@ -246,7 +246,7 @@ int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_erro
         return DX_OK;
     }
   }
-  return dx_error_set(err, DX_EINVAL, "unknown option --%s", norm);
+  return dx_error_set(err, DX_ENOTFOUND, "unknown option --%s", norm);
 }
 
 /* {===== orchestration dispatcher =====} */
