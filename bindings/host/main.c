@@ -173,8 +173,9 @@ static int run_worker(const char *app, int argc, char **argv) {
   if (!dx_runtime_is_stopped(w.rt)) return 1; /* never free the store under a live runtime */
   dx_runtime_free(w.rt);
   p->methods->destroy(p);
-  lua_close(L); /* closes what the app leaked (luv handles are closed by their finalizers) */
-  uv_run(S->loop, UV_RUN_NOWAIT); /* and runs their close callbacks */
+  /* Handles the app leaked are closed by luv's finalizers; the loop is not run again (their
+  ** close callbacks would reach the closed state): the process is exiting. */
+  lua_close(L);
   return rc;
 }
 

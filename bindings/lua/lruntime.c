@@ -71,13 +71,79 @@ static int luv_pcall_cb(lua_State *L, int nargs, int nresults, int flags) {
   return nresults == LUA_MULTRET ? lua_gettop(L) - base : nresults;
 }
 
+/* {===== luv functions that would reach the engine's own handles or loop =====} */
+
+/* The userdata of a luv handle, pushed when `h` is one (else nothing; returns 0). luv keeps
+** a registry ref to the handle's userdata first in handle->data, and the userdata holds the
+** handle's address: a handle of the engine (timers, signals, the store's async) fails the
+** address check, so it is never handed to Lua. */
+static int push_luv_handle(lua_State *L, uv_handle_t *h) {
+  int ref;
+  void **ud;
+  if (!h->data) return 0;
+  memcpy(&ref, h->data, sizeof ref);
+  if (ref <= 0) return 0;
+  if (lua_rawgeti(L, LUA_REGISTRYINDEX, ref) == LUA_TUSERDATA &&
+      lua_rawlen(L, -1) >= sizeof(void *) && (ud = lua_touserdata(L, -1)) && *ud == h)
+    return 1;
+  lua_pop(L, 1);
+  return 0;
+}
+
+static void collect_handle(uv_handle_t *h, void *arg) {
+  lua_State *L = arg;
+  if (lua_checkstack(L, 2) && push_luv_handle(L, h))
+    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+}
+
+/* uv.walk(fn): luv's walk hands every handle of the loop to Lua, the engine's too, and
+** closing those crashes the worker. This one visits the app's luv handles only. */
+static int l_uv_walk(lua_State *L) {
+  lua_Integer i, n;
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_newtable(L);
+  uv_walk(dxl_state(L)->loop, collect_handle, L); /* collect first: fn may close handles */
+  n = luaL_len(L, -1);
+  for (i = 1; i <= n; i++) {
+    lua_pushvalue(L, 1);
+    lua_rawgeti(L, -2, i);
+    lua_call(L, 1, 0);
+  }
+  return 0;
+}
+
+/* uv.run() inside a callback or activity would re-enter the worker's running loop. */
+static int l_uv_run(lua_State *L) {
+  dxl_state_t *S = dxl_state(L);
+  static const char *const modes[] = {"default", "once", "nowait", NULL};
+  static const uv_run_mode uv_modes[] = {UV_RUN_DEFAULT, UV_RUN_ONCE, UV_RUN_NOWAIT};
+  int mode = luaL_checkoption(L, 1, "default", modes), rc;
+  if (S->loop_depth > 0)
+    return luaL_error(L, "uv.run cannot be called from an activity or callback: the loop is "
+                         "already running");
+  S->loop_depth++;
+  rc = uv_run(S->loop, uv_modes[mode]);
+  S->loop_depth--;
+  lua_pushboolean(L, rc);
+  return 1;
+}
+
+/* The loop belongs to duroxide: closing it would pull it from under the runtime. */
+static int l_uv_loop_close(lua_State *L) {
+  return luaL_error(L, "uv.loop_close: the loop belongs to duroxide and is closed by it");
+}
+
 int dxl_open_luv(lua_State *L) {
+  static const luaL_Reg guarded[] = {{"walk", l_uv_walk}, {"run", l_uv_run},
+                                     {"loop_close", l_uv_loop_close}, {NULL, NULL}};
   dxl_state_t *S = dxl_state(L);
   /* luv runs every callback on the thread given here: the main thread, never the coroutine
   ** (an activity, say) whose require("luv") happened to load it first. */
   luv_set_loop(S->L, S->loop);
   luv_set_callback(L, luv_pcall_cb);
-  return luaopen_luv(L);
+  luaopen_luv(L);
+  luaL_setfuncs(L, guarded, 0);
+  return 1;
 }
 
 /* {===== runtime object =====} */
