@@ -51,6 +51,11 @@ int dxl_pcall(lua_State *L, int nargs, int nres, char *errbuf, size_t errlen, in
 ** Written into buf. [-0, +0, m] */
 const char *dxl_error_message(lua_State *L, int idx, char *buf, size_t len);
 
+/* [-0, +0, e] The string (or number) at idx; raises "<what> must be a string, got T" or
+** "<what> must not contain a NUL byte" (C would cut the text there). With `optional`, none or
+** nil gives NULL. */
+const char *dxl_check_text(lua_State *L, int idx, const char *what, int optional);
+
 /* [-0, +1, m] push a duroxide.Error table {message=, category=, kind=}. */
 void dxl_push_error(lua_State *L, const char *message, const char *category, const char *kind);
 

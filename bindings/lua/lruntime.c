@@ -273,8 +273,7 @@ static int l_rt_config(lua_State *L) {
 /* rt:run_until(pred, timeout_ms) -> true when pred() returned true, false on timeout */
 static int l_rt_run_until(lua_State *L) {
   lrt_t *r = check_rt(L);
-  int64_t timeout = (int64_t)luaL_optinteger(L, 3, 10000);
-  int64_t deadline = dx__now_ms() + timeout;
+  int64_t deadline = dx__deadline_ms((int64_t)luaL_optinteger(L, 3, 10000));
   luaL_checktype(L, 2, LUA_TFUNCTION);
   if (r->state != 1) return luaL_error(L, "runtime is not running (call rt:start())");
   for (;;) {
@@ -298,7 +297,7 @@ static int l_rt_run_until(lua_State *L) {
 /* rt:run_for(ms): drive the loop for ms of wall time. */
 static int l_rt_run_for(lua_State *L) {
   lrt_t *r = check_rt(L);
-  int64_t deadline = dx__now_ms() + (int64_t)luaL_checkinteger(L, 2);
+  int64_t deadline = dx__deadline_ms((int64_t)luaL_checkinteger(L, 2));
   while (dx__now_ms() < deadline) dxl_run_loop_once(L, r->S, deadline - dx__now_ms());
   (void)r;
   return 0;

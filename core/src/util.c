@@ -41,6 +41,12 @@ void dx_clock_advance(int64_t ms) {
 
 int64_t dx_clock_now_ms(void) { return dx__now_ms(); }
 
+int64_t dx__deadline_ms(int64_t ms) {
+  int64_t now = dx__now_ms();
+  if (ms < 0) ms = 0;
+  return ms > INT64_MAX - now ? INT64_MAX : now + ms;
+}
+
 uint64_t dx__random_u64(void) {
   uint64_t v = 0;
   if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {

@@ -8,6 +8,8 @@
 char *dx__strdup(const char *s);
 /* Wall clock in ms since the epoch. */
 int64_t dx__now_ms(void);
+/* now + ms, saturated at INT64_MAX (a timeout of math.maxinteger waits, it does not wrap). */
+int64_t dx__deadline_ms(int64_t ms);
 /* 64-bit random value from the OS (falls back to time^pid mixing). */
 uint64_t dx__random_u64(void);
 /* How often to renew a lease of `timeout_ms` (duroxide's rule, shared by activity locks and
