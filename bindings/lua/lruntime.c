@@ -11,6 +11,7 @@
 #include "dxlua.h"
 #include "log.h"
 #include "util.h"
+#include "watchdog.h"
 
 typedef struct {
   dxl_state_t *S;
@@ -60,7 +61,9 @@ static int luv_pcall_cb(lua_State *L, int nargs, int nresults, int flags) {
   dxl_state_t *S = dxl_state(L);
   (void)flags;
   S->loop_depth++;
+  dx__watch_enter(S->loop, "a luv callback");
   rc = dxl_pcall(L, nargs, nresults, msg, sizeof msg, 1);
+  dx__watch_leave(S->loop);
   S->loop_depth--;
   if (rc != LUA_OK) {
     /* A luv callback error is the app's bug: report it, never exit the worker. */

@@ -60,6 +60,7 @@ typedef struct dx_options_s {
   int64_t turn_instruction_budget;   /* Lua instructions per orchestration turn (default 50M) */
   int log_level;                     /* DX_LOG_* (default INFO) */
   int log_format;                    /* 0 text, 1 json */
+  int64_t loop_block_warning_ms;     /* warn when the loop is blocked this long (default 1s; 0 off) */
 } dx_options_t;
 
 /** Fill defaults. */

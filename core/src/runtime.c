@@ -21,6 +21,7 @@
 #include "sessions.h"
 #include "store.h"
 #include "util.h"
+#include "watchdog.h"
 
 typedef struct runtime_list_s {
   dx_runtime_t *rt;
@@ -70,6 +71,7 @@ struct dx_runtime_s {
   uv_timer_t grace_timer;
   uv_fs_event_t notify_watch;  /* the provider's notify file (other processes' commits) */
   int watching;
+  int watchdog;                /* holds a reference on the loop's watchdog (watchdog.c) */
   int64_t stop_deadline_ms;
   dx_runtime_stop_cb stop_cb;
   void *stop_ud;
@@ -111,6 +113,7 @@ void dx_options_init(dx_options_t *o) {
   o->unregistered_base_ms = 1000;
   o->unregistered_max_ms = 60000;
   o->turn_instruction_budget = 50000000;
+  o->loop_block_warning_ms = 1000;
   o->log_level = DX_LOG_INFO;
   o->log_format = 0;
 }
@@ -196,6 +199,7 @@ static const opt_desc_t opt_table[] = {
   {"turn-instruction-budget", OPT_INT, offsetof(dx_options_t, turn_instruction_budget)},
   {"log-level", OPT_LEVEL, offsetof(dx_options_t, log_level)},
   {"log-format", OPT_FORMAT, offsetof(dx_options_t, log_format)},
+  {"loop-block-warning", OPT_DUR, offsetof(dx_options_t, loop_block_warning_ms)},
 };
 
 int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_error_t *err) {
@@ -278,7 +282,9 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   cfg.worker_id = rt->worker_id;
   job->rt = rt;
   job->item = item;
+  dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
   job->turn = dx__turn_run(item, &cfg, rt->host, rt->host_ud);
+  dx__watch_leave(rt->loop);
   rt->stats.turns++;
   job->op.ud = job;
   job->op.done = turn_committed;
@@ -864,6 +870,8 @@ static void on_notify(uv_fs_event_t *h, const char *name, int events, int status
 static void watch_start(dx_runtime_t *rt) {
   const dx_provider_methods_t *m = rt->provider->methods;
   const char *path = m->version >= 3 && m->notify_path ? m->notify_path(rt->provider) : NULL;
+  rt->watchdog = rt->opts.loop_block_warning_ms > 0 &&
+                 dx__watchdog_attach(rt->loop, rt->opts.loop_block_warning_ms) == 0;
   if (!path || uv_fs_event_init(rt->loop, &rt->notify_watch) != 0) return;
   rt->notify_watch.data = rt;
   if (uv_fs_event_start(&rt->notify_watch, on_notify, path, 0) != 0) {
@@ -875,6 +883,8 @@ static void watch_start(dx_runtime_t *rt) {
 }
 
 static void watch_stop(dx_runtime_t *rt) {
+  if (rt->watchdog) dx__watchdog_detach(rt->loop);
+  rt->watchdog = 0;
   if (!rt->watching) return;
   rt->watching = 0;
   uv_close((uv_handle_t *)&rt->notify_watch, NULL);
