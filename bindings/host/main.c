@@ -42,7 +42,7 @@ int dxh_usage(FILE *f) {
       "  --max-sessions-per-worker N  --session-lock-timeout D  --session-idle-timeout D\n"
       "  --session-cleanup-interval D  --worker-lock-timeout D  --orchestrator-lock-timeout D\n"
       "  --poll-interval D  --max-attempts N  --shutdown-grace D  --turn-instruction-budget N\n"
-      "  --log-level error|warn|info|debug\n"
+      "  --log-level error|warn|info|debug  --loop-block-warning D (1s; 0 = off)\n"
       "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n",
       f);
   return 2;
