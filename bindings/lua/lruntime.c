@@ -160,6 +160,7 @@ static void on_stopped(dx_runtime_t *rt, void *ud) {
 }
 
 static void rt_release(lrt_t *r) {
+  if (r->state == 1 || r->state == 2) return; /* still running: never free the store under it */
   if (r->shared) {
     r->shared = 0;
     r->S->shared_runtimes--;
@@ -307,7 +308,10 @@ static int l_rt_run_for(lua_State *L) {
 }
 
 static int l_rt_stop(lua_State *L) {
-  rt_stop_sync(L, check_rt(L));
+  lrt_t *r = check_rt(L);
+  if (r->state == 1 && r->S->loop_depth > 0) /* the stop would re-enter the running loop */
+    return luaL_error(L, "cannot stop a runtime from inside a callback or activity");
+  rt_stop_sync(L, r);
   return 0;
 }
 
