@@ -13,14 +13,15 @@ source "$(dirname "${BASH_SOURCE[0]}")/e2e/lib.sh"
 EDGES=$APPS/edges.lua
 
 # refused NAME STATUS PATTERN ARGS...: the command exits with STATUS, stderr has PATTERN (a
-# fixed string), there is no stack trace, and the store named by $NOSTORE was not created.
+# fixed string), there is no stack trace, the store named by $NOSTORE was not created and the
+# current directory (empty) got no file either (no store named after a misplaced option).
 refused() {
   local name=$1 want=$2 pat=$3
   shift 3
   run_cmd "$@"
   [ "$RC" -eq "$want" ] && grep -qF -- "$pat" <<<"$ERR" && ! grep -q traceback <<<"$ERR" &&
-    [ ! -e "$NOSTORE" ]
-  check "$name" $? "rc=$RC (want $want)" "stderr: $ERR" "store created: $(ls -d "$NOSTORE" 2>&1)"
+    [ ! -e "$NOSTORE" ] && [ -z "$(ls -A .)" ]
+  check "$name" $? "rc=$RC (want $want)" "stderr: $ERR" "created: $(ls -d "$NOSTORE" ./* 2>&1)"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -30,6 +31,7 @@ e1_usage() {
   local d
   d=$(new_dir e1)
   NOSTORE=$d/store
+  mkdir "$d/cwd" && cd "$d/cwd" || return
   export DUROXIDE_STORE=$NOSTORE
   refused "usage: unknown command" 2 "unknown command 'strat'" strat Foo --id x
   refused "usage: missing app file" 2 "cannot open app nothere.lua" nothere.lua
@@ -57,7 +59,7 @@ e1_usage() {
   refused "payload: - from /dev/zero stops at the payload limit" 2 \
     "larger than the payload limit" raise x ev - </dev/zero
   unset DUROXIDE_STORE
-  # a payload just under the limit still works (the limit is not off by one)
+  cd "$ROOT" || return
   run_cmd start N '"ok"' --id ok --store "$d/real"
   check "payload: a valid start still creates the store and queues the instance" "$RC" "$ERR"
 }
