@@ -50,7 +50,9 @@ int dxl_run_loop_once(lua_State *L, dxl_state_t *S, int64_t max_ms) {
     if (pfd.fd >= 0) poll(&pfd, 1, timeout);
   }
   S->loop_depth++;
+  dx__watch_driven(S->loop, 1);
   uv_run(S->loop, UV_RUN_NOWAIT);
+  dx__watch_driven(S->loop, 0); /* the script goes on: the loop is not blocked meanwhile */
   S->loop_depth--;
   return 0;
 }
@@ -205,6 +207,7 @@ static int l_rt_start(lua_State *L) {
     return luaL_error(L, "another runtime is already running in this Lua state (stop it first; "
                          "duroxide.testing runs several simulated workers with {shared = true})");
   if (dx_runtime_start(r->rt, &err) != 0) return luaL_error(L, "%s", err.msg);
+  dx__watch_driven(r->S->loop, 0); /* watched only while the script drives the loop */
   r->state = 1;
   if (shared) {
     r->shared = 1;

@@ -29,6 +29,8 @@ typedef struct watchdog_s {
   int stop;
   int64_t beat_ms;        /* last heartbeat (monotonic ms) */
   int warned;             /* this blockage was reported */
+  int64_t blocked_from;   /* the heartbeat before the reported blockage */
+  int paused;             /* dx__watch_driven(loop, 0): the script is not driving the loop */
   int depth;              /* nesting of dx__watch_enter */
   char labels[MAX_DEPTH][LABEL_LEN];
   struct watchdog_s *next;
@@ -55,7 +57,7 @@ static void on_beat(uv_timer_t *t) {
   int64_t now = mono_ms(), blocked;
   int warned;
   uv_mutex_lock(&mu);
-  blocked = now - w->beat_ms;
+  blocked = now - w->blocked_from;
   warned = w->warned;
   w->beat_ms = now;
   w->warned = 0;
@@ -68,13 +70,14 @@ static void watch_thread(void *arg) {
   uv_mutex_lock(&mu);
   while (!w->stop) {
     int64_t now = mono_ms(), blocked = now - w->beat_ms;
-    if (!w->warned && blocked > w->threshold_ms) {
+    if (!w->warned && !w->paused && blocked > w->threshold_ms) {
       char running[LABEL_LEN];
       int d = w->depth;
       snprintf(running, sizeof running, "%s",
                d > 0 ? w->labels[(d > MAX_DEPTH ? MAX_DEPTH : d) - 1]
                      : "engine or app code outside activities and turns");
       w->warned = 1;
+      w->blocked_from = w->beat_ms;
       uv_mutex_unlock(&mu); /* never log under the lock: the loop would wait on it */
       dx__log(DX_LOG_WARN, "loop blocked: every instance of this worker waits",
               "blocked_ms=%" PRId64 " threshold_ms=%" PRId64 " running=\"%s\"", blocked,
@@ -171,5 +174,16 @@ void dx__watch_leave(uv_loop_t *loop) {
   uv_once(&mu_once, mu_init);
   uv_mutex_lock(&mu);
   if ((w = find(loop)) != NULL && w->depth > 0) w->depth--;
+  uv_mutex_unlock(&mu);
+}
+
+void dx__watch_driven(uv_loop_t *loop, int driven) {
+  watchdog_t *w;
+  uv_once(&mu_once, mu_init);
+  uv_mutex_lock(&mu);
+  if ((w = find(loop)) != NULL) {
+    w->paused = !driven;
+    if (driven) w->beat_ms = mono_ms();
+  }
   uv_mutex_unlock(&mu);
 }

@@ -25,4 +25,7 @@ void dx__watch_enter(uv_loop_t *loop, const char *fmt, ...)
 #endif
     ;
 void dx__watch_leave(uv_loop_t *loop);
+/* A loop that a script drives now and then (duroxide.runtime) is not blocked while the script
+** does other things: driven 0 pauses the watch, 1 resumes it with a fresh heartbeat. */
+void dx__watch_driven(uv_loop_t *loop, int driven);
 #endif
