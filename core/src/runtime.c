@@ -525,7 +525,10 @@ static void cact_start(dx_activity_t *a, const cact_t *c) {
   if (c->flags & DX_ACTIVITY_ON_LOOP) {
     int failed;
     char *output, *message;
+    dx__watch_enter(a->rt->loop, "C activity %s (instance %s, id %" PRIu64 ")", in->name,
+                    in->instance, in->activity_id);
     cact_call(c->fn, c->userdata, in, &failed, &output, &message);
+    dx__watch_leave(a->rt->loop);
     cact_finish(a, failed, output, message);
     free(output);
     free(message);
