@@ -205,7 +205,10 @@ static int l_history(lua_State *L) {
   dx_event_t *ev = NULL;
   size_t n = 0, i;
   dx_error_t err;
-  uint64_t exec = (uint64_t)luaL_optinteger(L, 3, 0);
+  lua_Integer n_exec = luaL_optinteger(L, 3, 0);
+  uint64_t exec;
+  luaL_argcheck(L, n_exec >= 0, 3, "execution_id must be >= 0");
+  exec = (uint64_t)n_exec;
   if (p->methods->read_history(p, id, exec, &ev, &n, NULL, &err) != 0) return fail(L, &err);
   lua_createtable(L, (int)n, 0);
   for (i = 0; i < n; i++) {
