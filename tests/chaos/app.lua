@@ -13,7 +13,7 @@
 local duroxide = require("duroxide")
 local uv = require("luv")
 
-local PID = uv.os_getpid()
+local PID = math.tointeger(uv.os_getpid())
 local LOG = assert(io.open(assert(os.getenv("CHAOS_LOG"), "CHAOS_LOG not set")
                            .. "/act." .. PID .. ".log", "a"))
 

@@ -10,7 +10,9 @@
 #
 # Environment (defaults are the short version that `meson test` runs):
 #   CHAOS_ORCHESTRATIONS=150  CHAOS_WORKERS=3  CHAOS_KILLS=4   instances, workers, SIGKILLs
-#   CHAOS_KILL_EVERY="1500 4000"   a kill every uniform(MIN, MAX) ms, the first after MIN
+#   CHAOS_KILL_EVERY="800 2500"    a kill every uniform(MIN, MAX) ms, the first after MIN
+#   CHAOS_WAVES               starts come in this many waves, one a second, so that kills land
+#                             at every stage of the instances' lives (default 2 x kills, >= 5)
 #   CHAOS_SESSIONS=6          session ids shared by the Sess and Mix instances
 #   CHAOS_CLOSE=1             some Sess instances call ctx:close_session (0: never)
 #   CHAOS_SEED                plan and kill schedule seed (default: from the clock; printed)
@@ -27,9 +29,10 @@ CHAOS=$HERE/chaos
 N=${CHAOS_ORCHESTRATIONS:-150}
 NW=${CHAOS_WORKERS:-3}
 KILLS=${CHAOS_KILLS:-4}
-read -r KMIN KMAX <<<"${CHAOS_KILL_EVERY:-1500 4000}"
+read -r KMIN KMAX <<<"${CHAOS_KILL_EVERY:-800 2500}"
 SEED=${CHAOS_SEED:-$(( $(date +%s%N) / 1000 % 2000000000 + 1 ))}
 TIMEOUT=${CHAOS_TIMEOUT:-240}
+WAVES=${CHAOS_WAVES:-$((KILLS * 2 > 5 ? KILLS * 2 : 5))}
 read -r -a WOPTS <<<"${CHAOS_WORKER_OPTS:---worker-lock-timeout 2s --session-lock-timeout 2s --orchestrator-lock-timeout 2s}"
 export STORE=${STORE:-$TMP/store}
 export CHAOS_N=$N CHAOS_SEED=$SEED CHAOS_SESSIONS=${CHAOS_SESSIONS:-6} CHAOS_CLOSE=${CHAOS_CLOSE:-1}
@@ -81,18 +84,19 @@ kill_and_restart() {
 }
 
 chaos_campaign() {
-  local t0 k done=0 started=0 wave next_kill deadline=0 now
+  local t0 k done=0 started=0 wave next_wave next_kill deadline=0 now
   diag "seed $SEED: $N orchestrations, $NW workers, $KILLS kills, store $STORE"
   t0=$(now_ms)
   for ((k = 1; k <= NW; k++)); do slot_start "$k" "chaos-w$k"; done
-  # Start in five waves, one a second, so kills land at every stage of the instances' lives.
-  wave=$(((N + 4) / 5))
+  wave=$(((N + WAVES - 1) / WAVES))
+  next_wave=$t0
   next_kill=$((t0 + KMIN))
   while :; do
     now=$(now_ms)
-    if ((started < N)); then
+    if ((started < N && now >= next_wave)); then
       ctl start $((started + 1)) $((started + wave)) || { fail "start instances $((started + 1))..$((started + wave))"; break; }
       started=$((started + wave))
+      next_wave=$((next_wave + 1000))
     fi
     if ((KILLED < KILLS && now >= next_kill)); then
       kill_and_restart
@@ -106,7 +110,7 @@ chaos_campaign() {
       diag "timeout: ${done:-0} of $N instances ended within ${TIMEOUT}s after the last kill"
       break
     fi
-    sleep 1
+    sleep 0.3
   done
   local elapsed=$(( ($(now_ms) - t0) / 1000 ))
   # Graceful stop of the survivors; the stop time ends any activity run they left open.
