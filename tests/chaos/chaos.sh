@@ -127,7 +127,7 @@ chaos_campaign() {
     case $last in
       PASS) pass "$lastname" ;;
       FAIL) fail "$lastname" "${diags[@]}" ;;
-      TODOPASS) todo "$lastname" 0 "issue 9 item 3" ;;
+      TODOPASS) pass "$lastname" ;;   # meson counts "ok # TODO" as an unexpected pass (failure)
       TODOFAIL) todo "$lastname" 1 "issue 9 item 3: session overlap (same-id restart or close_session)" "${diags[@]}" ;;
     esac
     diags=()
