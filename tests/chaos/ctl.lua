@@ -4,6 +4,7 @@
 --
 --   lua5.4 ctl.lua start FROM TO   start planned instances FROM..TO in one commit
 --   lua5.4 ctl.lua poll            raise "go" to instances waiting for it; print "DONE n" (ended)
+--   lua5.4 ctl.lua overlaps        print "OVERLAP text" per pair of overlapping session runs
 --   lua5.4 ctl.lua check           the final checks: lines "PASS|FAIL|TODOPASS|TODOFAIL name" and
 --                                  "DIAG text"; writes the JSON summary to $CHAOS_SUMMARY
 --
@@ -24,15 +25,18 @@ local function env(name, default)
   return v
 end
 
-local STORE = env("STORE")
-local PLAN = plan.make({ n = tonumber(env("CHAOS_N")), seed = tonumber(env("CHAOS_SEED")),
-                         sessions = tonumber(env("CHAOS_SESSIONS", "6")),
-                         close = env("CHAOS_CLOSE", "1") == "1" })
-local client <close> = duroxide.client(STORE)
+local cmd, PLAN, client = {}, nil, nil
 
-local cmd = {}
+-- The plan and the store client, for the commands that need them.
+local function open()
+  PLAN = plan.make({ n = tonumber(env("CHAOS_N")), seed = tonumber(env("CHAOS_SEED")),
+                     sessions = tonumber(env("CHAOS_SESSIONS", "6")),
+                     close = env("CHAOS_CLOSE", "1") == "1" })
+  client = duroxide.client(env("STORE"))
+end
 
 function cmd.start(from, to)
+  open()
   local batch = {}
   for i = tonumber(from), math.min(tonumber(to), #PLAN) do
     local e = PLAN[i]
@@ -44,6 +48,7 @@ end
 local function ended(st) return st.status == "Completed" or st.status == "Failed" end
 
 function cmd.poll()
+  open()
   local done = 0
   for _, e in ipairs(PLAN) do
     local st = assert(client:status(e.id))
@@ -195,10 +200,10 @@ local function session_overlaps(runs, deaths, stats)
         if b.pid ~= a.pid then
           local ms = math.min(a.e, b.e) - b.s
           stats.session_overlap_ms = stats.session_overlap_ms + ms
-          found[#found + 1] = ("session %s: pid %d (%s) ran %s %s#%s [%d, %s] while pid %d (%s) "
-            .. "ran %s %s#%s from %d: %d ms together"):format(sid, a.pid, a.worker, a.name, a.inst,
-            a.aid, a.s, a.e == math.huge and "never ended" or tostring(a.e), b.pid, b.worker,
-            b.name, b.inst, b.aid, b.s, ms)
+          found[#found + 1] = ("session %s: pid %d (%s) ran %s %s#%s [%d, %s]; pid %d (%s) "
+            .. "started %s %s#%s at %d, inside it (%d ms together)"):format(sid, a.pid, a.worker,
+            a.name, a.inst, a.aid, a.s, a.e == math.huge and "never ended" or tostring(a.e),
+            b.pid, b.worker, b.name, b.inst, b.aid, b.s, ms)
         end
       end
     end
@@ -208,6 +213,7 @@ local function session_overlaps(runs, deaths, stats)
 end
 
 function cmd.check()
+  open()
   local stats = { orchestrations = #PLAN, completed = 0, failed = 0, not_ended = 0,
                   wrong_output = 0, instances_checked = 0, history_problems = 0,
                   activity_runs = 0, activity_redeliveries = 0, activity_runs_cut = 0,
@@ -257,9 +263,20 @@ function cmd.check()
   for _, l in ipairs(out) do print(l) end
 end
 
+-- Only the session-overlap check, on the logs of CHAOS_LOG (the reproduction scenarios): prints
+-- "OVERLAP text" lines.
+function cmd.overlaps()
+  local stats = { activity_runs = 0, activity_redeliveries = 0, activity_runs_cut = 0,
+                  session_overlap_ms = 0 }
+  for _, l in ipairs(session_overlaps(read_runs(stats), read_deaths(), stats)) do
+    print("OVERLAP " .. l)
+  end
+end
+
 local name = arg[1]
 if not cmd[name] then
-  io.stderr:write("usage: lua5.4 ctl.lua start FROM TO | poll | check\n")
+  io.stderr:write("usage: lua5.4 ctl.lua start FROM TO | poll | overlaps | check\n")
   os.exit(2)
 end
 cmd[name](table.unpack(arg, 2))
+if client then client:close() end

@@ -79,10 +79,11 @@ function M.make(opts)
       if pick <= k[2] then kind = k; break end
       pick = pick - k[2]
     end
-    local sid = ("cs-%d"):format(r(1, opts.sessions))
+    -- Ids carry the seed, so runs with different seeds can share a store (a database URL).
+    local sid = ("cs%d-%d"):format(opts.seed, r(1, opts.sessions))
     local input, expected = kind[3](r, 1000 * i + r(0, 999), sid, opts.close)
-    local e = { id = ("chaos-%05d-%s"):format(i, kind[1]:lower()), orch = kind[1], input = input,
-                expected = expected, event = kind[1] == "Event" }
+    local e = { id = ("c%d-%05d-%s"):format(opts.seed, i, kind[1]:lower()), orch = kind[1],
+                input = input, expected = expected, event = kind[1] == "Event" }
     if e.event then e.expected = M.event_data(e).v + step(input.x) end
     out[i] = e
   end
