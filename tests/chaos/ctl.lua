@@ -4,6 +4,7 @@
 --
 --   lua5.4 ctl.lua start FROM TO   start planned instances FROM..TO in one commit
 --   lua5.4 ctl.lua poll            raise "go" to instances waiting for it; print "DONE n" (ended)
+--   lua5.4 ctl.lua selftest        the checkers on made-up histories and runs (PASS/FAIL lines)
 --   lua5.4 ctl.lua overlaps        print "OVERLAP text" per pair of overlapping session runs
 --   lua5.4 ctl.lua check           the final checks: lines "PASS|FAIL|TODOPASS|TODOFAIL name" and
 --                                  "DIAG text"; writes the JSON summary to $CHAOS_SUMMARY
@@ -84,9 +85,8 @@ local TERMINAL = { OrchestrationCompleted = true, OrchestrationFailed = true,
 -- Problems of one execution's history: every scheduled activity, timer and sub-orchestration
 -- completed exactly once, no completion without its schedule, exactly one terminal event and it
 -- is the last one (ContinuedAsNew for an earlier execution). Adds child instance ids to `kids`.
-local function history_problems(id, exec, last, kids, problems)
-  local h, err = client:history(id, exec)
-  if not h then problems[#problems + 1] = ("%s#%d: no history (%s)"):format(id, exec, err); return end
+-- `label` names the execution in the messages.
+local function events_problems(h, label, last, kids, problems)
   local sched, done, terminals = {}, {}, 0
   for _, ev in ipairs(h) do
     if SCHED[ev.type] then sched[ev.event_id] = ev.type end
@@ -94,7 +94,7 @@ local function history_problems(id, exec, last, kids, problems)
     if DONE[ev.type] then done[ev.source_event_id] = (done[ev.source_event_id] or 0) + 1 end
     if TERMINAL[ev.type] then terminals = terminals + 1 end
   end
-  local function bad(fmt, ...) problems[#problems + 1] = ("%s#%d: " .. fmt):format(id, exec, ...) end
+  local function bad(fmt, ...) problems[#problems + 1] = ("%s: " .. fmt):format(label, ...) end
   for eid, t in pairs(sched) do
     if done[eid] ~= 1 then bad("%s %d completed %d times", t, eid, done[eid] or 0) end
   end
@@ -106,6 +106,12 @@ local function history_problems(id, exec, last, kids, problems)
   if terminals ~= 1 or tail ~= want then
     bad("%d terminal events, last event %s (want one, %s)", terminals, tostring(tail), want)
   end
+end
+
+local function history_problems(id, exec, last, kids, problems)
+  local h, err = client:history(id, exec)
+  if not h then problems[#problems + 1] = ("%s#%d: no history (%s)"):format(id, exec, err); return end
+  events_problems(h, ("%s#%d"):format(id, exec), last, kids, problems)
 end
 
 -- Every instance (and sub-orchestration child) : all executions' histories.
@@ -263,6 +269,64 @@ function cmd.check()
   for _, l in ipairs(out) do print(l) end
 end
 
+-- The checkers themselves, on made-up histories and runs: each defect they exist to find is
+-- found, and a sound input passes. Prints the check lines like `check`.
+function cmd.selftest()
+  local function ev(t, id, src) return { type = t, event_id = id, source_event_id = src } end
+  local good = { ev("OrchestrationStarted", 1), ev("ActivityScheduled", 2), ev("TimerCreated", 3),
+                 ev("SubOrchestrationScheduled", 4), ev("ActivityCompleted", 5, 2),
+                 ev("TimerFired", 6, 3), ev("SubOrchestrationCompleted", 7, 4),
+                 ev("OrchestrationCompleted", 8) }
+  local function with(edit)
+    local h = {}
+    for i, e in ipairs(good) do h[i] = e end
+    edit(h)
+    return h
+  end
+  local cases = {
+    { "sound history", good, true, 0 },
+    { "duplicated activity completion",
+      with(function(h) table.insert(h, 6, ev("ActivityCompleted", 9, 2)) end), true, 1 },
+    { "duplicated timer", with(function(h) table.insert(h, 7, ev("TimerFired", 9, 3)) end), true, 1 },
+    { "missing sub-orchestration completion", with(function(h) table.remove(h, 7) end), true, 1 },
+    { "completion of nothing", with(function(h) table.insert(h, 5, ev("ActivityFailed", 9, 42)) end),
+      true, 1 },
+    { "two terminal events", with(function(h) h[#h + 1] = ev("OrchestrationFailed", 9) end), true, 1 },
+    { "no terminal event", with(function(h) h[#h] = nil end), true, 1 },
+    { "earlier execution not continued-as-new", good, false, 1 },
+  }
+  local wrong = {}
+  for _, c in ipairs(cases) do
+    local problems = {}
+    events_problems(c[2], c[1], c[3], {}, problems)
+    if #problems ~= c[4] then
+      wrong[#wrong + 1] = ("%s: %d problems found, want %d (%s)"):format(c[1], #problems, c[4],
+                                                                        table.concat(problems, "; "))
+    end
+  end
+  check("the history checker finds each duplicated, missing or stray completion and terminal", wrong)
+  local function run(pid, sid, s, e) return { pid = pid, worker = "w" .. pid, sid = sid, s = s, e = e,
+                                              name = "SessStep", inst = "i", aid = "2" } end
+  local stats = { session_overlap_ms = 0 }
+  local ocases = {
+    { "disjoint runs", { run(1, "s", 0, 10), run(2, "s", 10, 20) }, {}, 0 },
+    { "one process, overlapping", { run(1, "s", 0, 10), run(1, "s", 5, 20) }, {}, 0 },
+    { "other sessions", { run(1, "s", 0, 10), run(2, "t", 5, 20), run(2, "-", 5, 20) }, {}, 0 },
+    { "two processes, one session", { run(1, "s", 0, 10), run(2, "s", 9, 20) }, {}, 1 },
+    { "cut by a kill, before the other", { run(1, "s", 0, nil), run(2, "s", 30, 40) }, { [1] = 20 }, 0 },
+    { "cut by a kill, after the other began", { run(1, "s", 0, nil), run(2, "s", 10, 40) },
+      { [1] = 20 }, 1 },
+    { "never ended, process never died", { run(1, "s", 0, nil), run(2, "s", 1000, 1001) }, {}, 1 },
+  }
+  wrong = {}
+  for _, c in ipairs(ocases) do
+    local n = #session_overlaps(c[2], c[3], stats)
+    if n ~= c[4] then wrong[#wrong + 1] = ("%s: %d overlaps found, want %d"):format(c[1], n, c[4]) end
+  end
+  check("the overlap checker finds two processes in one session, and only that", wrong)
+  for _, l in ipairs(out) do print(l) end
+end
+
 -- Only the session-overlap check, on the logs of CHAOS_LOG (the reproduction scenarios): prints
 -- "OVERLAP text" lines.
 function cmd.overlaps()
@@ -275,7 +339,7 @@ end
 
 local name = arg[1]
 if not cmd[name] then
-  io.stderr:write("usage: lua5.4 ctl.lua start FROM TO | poll | overlaps | check\n")
+  io.stderr:write("usage: lua5.4 ctl.lua start FROM TO | poll | overlaps | check | selftest\n")
   os.exit(2)
 end
 cmd[name](table.unpack(arg, 2))
