@@ -25,7 +25,9 @@
 E2E_TMP_PREFIX=duroxide-chaos
 source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
 
-CHAOS=$HERE/chaos
+# A private copy of the app and ctl.lua: editing the tree during a long run cannot change it.
+CHAOS=$TMP/chaos
+cp -r "$HERE/chaos" "$CHAOS"
 N=${CHAOS_ORCHESTRATIONS:-150}
 NW=${CHAOS_WORKERS:-3}
 KILLS=${CHAOS_KILLS:-4}
