@@ -220,10 +220,10 @@ c2_close_during_activity() {
 
 # (a) A worker restarted with the same --worker-node-id owns its sessions again but keeps the
 # dead process's lease, and its first renewal comes one renewal interval after its start. With
-# a 16 s session lease (renewed every 11 s): A claims the session, is killed 7 s later and
+# a 16 s session lease (renewed every 11 s): A claims the session, is killed 9 s later and
 # restarted at once as A' (same id, one activity at a time); A' runs an 11 s SessStep of instance
-# "long" under the old lease, which lapses 9 s after the restart, before A' renews. Worker B then
-# claims the session for instance "next" while A' still runs "long".
+# "long" under the old lease, which lapses about 7 s after the restart, 4 s before A' first
+# renews. Worker B then claims the session for instance "next" while A' still runs "long".
 c3_same_id_restart() {
   SCEN=c3
   scen_setup c3
@@ -233,7 +233,7 @@ c3_same_id_restart() {
   pa=$WPID
   dx start Sess "$(sess_in 1 "$sid" 0 false)" --id "first-$RUN" --store "$STORE" --wait 30s >/dev/null \
     || diag "first-$RUN did not complete"
-  sleep 7
+  sleep 9
   kill -9 "$pa"
   wait "$pa" 2>/dev/null
   died "$pa"
