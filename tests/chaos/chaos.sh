@@ -22,6 +22,9 @@
 #   STORE                     the store (directory or URL); default a fresh temp dir
 #   E2E_KEEP=1                keep the temp dir (store, worker logs, activity logs)
 
+# The whole script is one compound command: bash parses it before running any of it, so editing
+# this file during a long run cannot change the run.
+{
 E2E_TMP_PREFIX=duroxide-chaos
 source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
 
@@ -252,3 +255,5 @@ c3_same_id_restart() {
 }
 
 run_scenarios c0_checkers c1_campaign c2_close_during_activity c3_same_id_restart
+exit
+}
