@@ -12,7 +12,8 @@
 #   CHAOS_ORCHESTRATIONS=150  CHAOS_WORKERS=3  CHAOS_KILLS=4   instances, workers, SIGKILLs
 #   CHAOS_KILL_EVERY="800 2500"    a kill every uniform(MIN, MAX) ms, the first after MIN
 #   CHAOS_WAVES               starts come in this many waves, one a second, so that kills land
-#                             at every stage of the instances' lives (default 2 x kills, >= 5)
+#                             at every stage of the instances' lives (default: as many as the
+#                             seconds the kills take, at least 5)
 #   CHAOS_SESSIONS=6          session ids shared by the Sess and Mix instances
 #   CHAOS_CLOSE=1             some Sess instances call ctx:close_session (0: never)
 #   CHAOS_SEED                plan and kill schedule seed (default: from the clock; printed)
@@ -37,7 +38,8 @@ KILLS=${CHAOS_KILLS:-4}
 read -r KMIN KMAX <<<"${CHAOS_KILL_EVERY:-800 2500}"
 SEED=${CHAOS_SEED:-$(( $(date +%s%N) / 1000 % 2000000000 + 1 ))}
 TIMEOUT=${CHAOS_TIMEOUT:-240}
-WAVES=${CHAOS_WAVES:-$((KILLS * 2 > 5 ? KILLS * 2 : 5))}
+KILL_SPAN_S=$((KILLS * (KMIN + KMAX) / 2000))   # about how long the kills go on
+WAVES=${CHAOS_WAVES:-$((KILL_SPAN_S > 5 ? KILL_SPAN_S : 5))}
 read -r -a WOPTS <<<"${CHAOS_WORKER_OPTS:---worker-lock-timeout 2s --session-lock-timeout 2s --orchestrator-lock-timeout 2s}"
 export STORE=${STORE:-$TMP/store}
 export CHAOS_N=$N CHAOS_SEED=$SEED CHAOS_SESSIONS=${CHAOS_SESSIONS:-6} CHAOS_CLOSE=${CHAOS_CLOSE:-1}
