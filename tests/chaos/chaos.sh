@@ -38,6 +38,20 @@ KILLS=${CHAOS_KILLS:-4}
 read -r KMIN KMAX <<<"${CHAOS_KILL_EVERY:-800 2500}"
 SEED=${CHAOS_SEED:-$(( $(date +%s%N) / 1000 % 2000000000 + 1 ))}
 TIMEOUT=${CHAOS_TIMEOUT:-240}
+# need_int VAR VALUE MIN: a whole number >= MIN, else a usage error naming the variable.
+need_int() {
+  [[ $2 =~ ^[0-9]+$ ]] && (($2 >= $3)) && return
+  echo "Bail out! $1 must be a whole number >= $3 (got '$2')"
+  exit 2
+}
+need_int CHAOS_ORCHESTRATIONS "$N" 1
+need_int CHAOS_WORKERS "$NW" 1
+need_int CHAOS_KILLS "$KILLS" 0
+need_int "CHAOS_KILL_EVERY (min)" "${KMIN:-}" 1
+need_int "CHAOS_KILL_EVERY (max)" "${KMAX:-}" "${KMIN:-1}"
+need_int CHAOS_SEED "$SEED" 1
+need_int CHAOS_TIMEOUT "$TIMEOUT" 1
+need_int CHAOS_SESSIONS "${CHAOS_SESSIONS:-6}" 1
 KILL_SPAN_S=$((KILLS * (KMIN + KMAX) / 2000))   # about how long the kills go on
 WAVES=${CHAOS_WAVES:-$((KILL_SPAN_S > 5 ? KILL_SPAN_S : 5))}
 read -r -a WOPTS <<<"${CHAOS_WORKER_OPTS:---worker-lock-timeout 2s --session-lock-timeout 2s --orchestrator-lock-timeout 2s}"
@@ -69,6 +83,26 @@ slot_start() {   # slot_start K NAME
   WPIDS[$1]=$WPID
 }
 died() { echo "$1 $(now_ms)" >>"$CHAOS_DEATHS"; }
+# exited PID: the process is gone or a zombie (kill -0 still succeeds on a zombie child).
+exited() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null); [ -z "$st" ] || [[ $st == Z* ]]; }
+
+# Workers that died without being killed, or did not stop cleanly on SIGTERM: real defects.
+CRASHES=()
+# reap_crashed: restart (same id) every worker that exited on its own, recording it.
+reap_crashed() {
+  local k pid st
+  for ((k = 1; k <= NW; k++)); do
+    pid=${WPIDS[$k]}
+    exited "$pid" || continue
+    wait "$pid" 2>/dev/null
+    st=$?
+    died "$pid"
+    CRASHES+=("worker pid $pid (${WNAME[$k]}) exited on its own with status $st; last lines of w$k.log:"
+              "$(tail -n 5 "$TMP/w$k.log")")
+    diag "worker pid $pid (${WNAME[$k]}) exited on its own (status $st): restarting it"
+    slot_start "$k" "${WNAME[$k]}"
+  done
+}
 
 # kill -9 a random worker; restart it at once with the same id (half the time) or a new one.
 kill_and_restart() {
@@ -139,6 +173,7 @@ c1_campaign() {
       next_kill=$((now + $(rand_between "$KMIN" "$KMAX")))
       ((KILLED == KILLS)) && deadline=$((now + TIMEOUT * 1000))
     fi
+    reap_crashed
     done=$(ctl poll | sed -n 's/^DONE //p')
     ((started >= N && ${done:-0} >= N)) && break
     ((KILLS == 0 && deadline == 0)) && deadline=$((now + TIMEOUT * 1000))
@@ -150,12 +185,15 @@ c1_campaign() {
   done
   local elapsed=$(( ($(now_ms) - t0) / 1000 ))
   # Graceful stop of the survivors; the stop time ends any activity run they left open.
+  reap_crashed
   for ((k = 1; k <= NW; k++)); do
     stop_worker "${WPIDS[$k]}" TERM 30
     died "${WPIDS[$k]}"
+    [ "$WRC" -eq 0 ] || CRASHES+=("worker pid ${WPIDS[$k]} (${WNAME[$k]}): SIGTERM stop ended with status $WRC (124: did not exit within 30s)")
   done
+  check "no worker exited on its own; each survivor stopped cleanly on SIGTERM" "${#CRASHES[@]}" "${CRASHES[@]}"
   diag "ran ${elapsed}s; $KILLED kills ($SAME_ID restarts with the same id, $NEW_ID with a new id)"
-  export CHAOS_META="{\"seed\":$SEED,\"workers\":$NW,\"kills\":$KILLED,\"restarts_same_id\":$SAME_ID,\"restarts_new_id\":$NEW_ID,\"elapsed_s\":$elapsed}"
+  export CHAOS_META="{\"worker_crashes\":${#CRASHES[@]},\"seed\":$SEED,\"workers\":$NW,\"kills\":$KILLED,\"restarts_same_id\":$SAME_ID,\"restarts_new_id\":$NEW_ID,\"elapsed_s\":$elapsed}"
   export CHAOS_SUMMARY=${CHAOS_SUMMARY:-$TMP/summary.json}
   ctl_tap check
   diag "summary: $(cat "$CHAOS_SUMMARY" 2>/dev/null)"
