@@ -191,8 +191,8 @@ c1_campaign() {
     died "${WPIDS[$k]}"
     [ "$WRC" -eq 0 ] || CRASHES+=("worker pid ${WPIDS[$k]} (${WNAME[$k]}): SIGTERM stop ended with status $WRC (124: did not exit within 30s)")
   done
-  check "no worker exited on its own; each survivor stopped cleanly on SIGTERM" "${#CRASHES[@]}" "${CRASHES[@]}"
   diag "ran ${elapsed}s; $KILLED kills ($SAME_ID restarts with the same id, $NEW_ID with a new id)"
+  check "no worker exited on its own; each survivor stopped cleanly on SIGTERM" "${#CRASHES[@]}" "${CRASHES[@]}"
   export CHAOS_META="{\"worker_crashes\":${#CRASHES[@]},\"seed\":$SEED,\"workers\":$NW,\"kills\":$KILLED,\"restarts_same_id\":$SAME_ID,\"restarts_new_id\":$NEW_ID,\"elapsed_s\":$elapsed}"
   export CHAOS_SUMMARY=${CHAOS_SUMMARY:-$TMP/summary.json}
   ctl_tap check
