@@ -184,9 +184,22 @@ local function read_runs(stats)
   return runs, hooks
 end
 
+-- Did process `pid` release session `sid` as "closed" between times a and b (hook records)?
+local function closed_between(hooks, pid, sid, a, b)
+  for _, h in ipairs(hooks) do
+    if h.pid == pid and h.ms >= a and h.ms <= b and h.text == sid .. " released closed" then
+      return true
+    end
+  end
+  return false
+end
+
 -- Pairs of runs of one session on different processes whose [s, e] intervals overlap. A run
--- that never logged its end lasted until its process died (CHAOS_DEATHS).
-local function session_overlaps(runs, deaths, stats)
+-- that never logged its end lasted until its process died (CHAOS_DEATHS). Each is tagged with
+-- its likely cause: the earlier process released the session on a close_session while its run
+-- was going on (issue 9 item 3(b)), or not (a lease taken over: item 3(a) or a stall).
+local function session_overlaps(runs, deaths, stats, hooks)
+  hooks = hooks or {}
   local by_sid = {}
   for _, r in ipairs(runs) do
     if r.sid ~= "-" then
@@ -205,11 +218,15 @@ local function session_overlaps(runs, deaths, stats)
         if b.s >= a.e then break end
         if b.pid ~= a.pid then
           local ms = math.min(a.e, b.e) - b.s
+          local closed = closed_between(hooks, a.pid, sid, a.s, b.s)
+          local key = closed and "session_overlaps_after_close" or "session_overlaps_lease"
           stats.session_overlap_ms = stats.session_overlap_ms + ms
+          stats[key] = (stats[key] or 0) + 1
           found[#found + 1] = ("session %s: pid %d (%s) ran %s %s#%s [%d, %s]; pid %d (%s) "
-            .. "started %s %s#%s at %d, inside it (%d ms together)"):format(sid, a.pid, a.worker,
-            a.name, a.inst, a.aid, a.s, a.e == math.huge and "never ended" or tostring(a.e),
-            b.pid, b.worker, b.name, b.inst, b.aid, b.s, ms)
+            .. "started %s %s#%s at %d, inside it (%d ms together) [%s]"):format(sid, a.pid,
+            a.worker, a.name, a.inst, a.aid, a.s,
+            a.e == math.huge and "never ended" or tostring(a.e), b.pid, b.worker, b.name, b.inst,
+            b.aid, b.s, ms, closed and "closed by close_session meanwhile" or "no close: lease taken over")
         end
       end
     end
@@ -223,7 +240,8 @@ function cmd.check()
   local stats = { orchestrations = #PLAN, completed = 0, failed = 0, not_ended = 0,
                   wrong_output = 0, instances_checked = 0, history_problems = 0,
                   activity_runs = 0, activity_redeliveries = 0, activity_runs_cut = 0,
-                  session_overlaps = 0, session_overlap_ms = 0 }
+                  session_overlaps = 0, session_overlap_ms = 0, session_overlaps_after_close = 0,
+                  session_overlaps_lease = 0 }
   -- 1. every instance ended Completed, with the output plan.lua computed
   local unfinished, wrong = {}, {}
   for _, e in ipairs(PLAN) do
@@ -250,7 +268,7 @@ function cmd.check()
   check("no duplicated or missing completion in any history, one terminal event each", hp)
   -- 3. no two processes ran activities of one session at the same time (issue 9 item 3)
   local runs, hooks = read_runs(stats)
-  local ov = session_overlaps(runs, read_deaths(), stats)
+  local ov = session_overlaps(runs, read_deaths(), stats, hooks)
   stats.session_overlaps = #ov
   stats.session_hook_events = #hooks
   todo("no two workers ran activities of one session at the same time", ov)
@@ -332,7 +350,8 @@ end
 function cmd.overlaps()
   local stats = { activity_runs = 0, activity_redeliveries = 0, activity_runs_cut = 0,
                   session_overlap_ms = 0 }
-  for _, l in ipairs(session_overlaps(read_runs(stats), read_deaths(), stats)) do
+  local runs, hooks = read_runs(stats)
+  for _, l in ipairs(session_overlaps(runs, read_deaths(), stats, hooks)) do
     print("OVERLAP " .. l)
   end
 end
