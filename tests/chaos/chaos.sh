@@ -54,7 +54,8 @@ need_int CHAOS_TIMEOUT "$TIMEOUT" 1
 need_int CHAOS_SESSIONS "${CHAOS_SESSIONS:-6}" 1
 KILL_SPAN_S=$((KILLS * (KMIN + KMAX) / 2000))   # about how long the kills go on
 WAVES=${CHAOS_WAVES:-$((KILL_SPAN_S > 5 ? KILL_SPAN_S : 5))}
-read -r -a WOPTS <<<"${CHAOS_WORKER_OPTS:---worker-lock-timeout 2s --session-lock-timeout 2s --orchestrator-lock-timeout 2s}"
+DEFAULT_WOPTS="--worker-lock-timeout 2s --session-lock-timeout 2s --orchestrator-lock-timeout 2s"
+read -r -a WOPTS <<<"${CHAOS_WORKER_OPTS:-$DEFAULT_WOPTS}"
 export STORE=${STORE:-$TMP/store}
 export CHAOS_N=$N CHAOS_SEED=$SEED CHAOS_SESSIONS=${CHAOS_SESSIONS:-6} CHAOS_CLOSE=${CHAOS_CLOSE:-1}
 export CHAOS_LOG=$TMP/logs CHAOS_DEATHS=$TMP/deaths
@@ -97,8 +98,8 @@ reap_crashed() {
     wait "$pid" 2>/dev/null
     st=$?
     died "$pid"
-    CRASHES+=("worker pid $pid (${WNAME[$k]}) exited on its own with status $st; last lines of w$k.log:"
-              "$(tail -n 5 "$TMP/w$k.log")")
+    CRASHES+=("worker pid $pid (${WNAME[$k]}) exited on its own with status $st; w$k.log ends:
+$(tail -n 5 "$TMP/w$k.log")")
     diag "worker pid $pid (${WNAME[$k]}) exited on its own (status $st): restarting it"
     slot_start "$k" "${WNAME[$k]}"
   done
@@ -134,7 +135,8 @@ ctl_tap() {
       FAIL) fail "$lastname" "${diags[@]}" ;;
       # meson counts "ok # TODO" as an unexpected pass (a failure): a passing TODO is a pass.
       TODOPASS) pass "$lastname" ;;
-      TODOFAIL) todo "$lastname" 1 "issue 9 item 3: session overlap (same-id restart or close_session)" "${diags[@]}" ;;
+      TODOFAIL) todo "$lastname" 1 "issue 9 item 3: session overlap (same-id restart or close_session)" \
+                  "${diags[@]}" ;;
     esac
     diags=()
   }
@@ -155,7 +157,8 @@ ctl_tap() {
 c0_checkers() {
   local log=$TMP/testlog.json counts
   ctl_tap selftest
-  printf '%s\n' '{"name":"t","result":"OK","stdout":"ok 1 - a\nnot ok 2 - b # TODO known gap\nnot ok 3 - c\nok 4 - d # TODO fixed\n"}' >"$log"
+  printf '{"name":"t","result":"OK","stdout":"%s"}\n' \
+    'ok 1 - a\nnot ok 2 - b # TODO known gap\nnot ok 3 - c\nok 4 - d # TODO fixed\n' >"$log"
   counts=$(lua5.4 "$ROOT/tools/tap_count.lua" "$log" 2>&1)
   check "tools/tap_count.lua counts a failing TODO as neither passed nor failed" \
     "$([ "$counts" = "2 1" ]; echo $?)" "got '$counts', want '2 1'"
@@ -172,7 +175,10 @@ c1_campaign() {
   while :; do
     now=$(now_ms)
     if ((started < N && now >= next_wave)); then
-      ctl start $((started + 1)) $((started + wave)) || { fail "start instances $((started + 1))..$((started + wave))"; break; }
+      if ! ctl start $((started + 1)) $((started + wave)); then
+        fail "start instances $((started + 1))..$((started + wave))"
+        break
+      fi
       started=$((started + wave))
       next_wave=$((next_wave + 1000))
     fi
@@ -197,11 +203,17 @@ c1_campaign() {
   for ((k = 1; k <= NW; k++)); do
     stop_worker "${WPIDS[$k]}" TERM 30
     died "${WPIDS[$k]}"
-    [ "$WRC" -eq 0 ] || CRASHES+=("worker pid ${WPIDS[$k]} (${WNAME[$k]}): SIGTERM stop ended with status $WRC (124: did not exit within 30s)")
+    [ "$WRC" -eq 0 ] ||
+      CRASHES+=("worker pid ${WPIDS[$k]} (${WNAME[$k]}): SIGTERM stop ended with status $WRC")
   done
   diag "ran ${elapsed}s; $KILLED kills ($SAME_ID restarts with the same id, $NEW_ID with a new id)"
-  check "no worker exited on its own; each survivor stopped cleanly on SIGTERM" "${#CRASHES[@]}" "${CRASHES[@]}"
-  export CHAOS_META="{\"worker_crashes\":${#CRASHES[@]},\"seed\":$SEED,\"workers\":$NW,\"kills\":$KILLED,\"restarts_same_id\":$SAME_ID,\"restarts_new_id\":$NEW_ID,\"elapsed_s\":$elapsed}"
+  check "no worker exited on its own; each survivor stopped cleanly on SIGTERM" "${#CRASHES[@]}" \
+    "${CRASHES[@]}"
+  CHAOS_META=$(printf '{"worker_crashes":%d,"seed":%d,"workers":%d,"kills":%d,' \
+    "${#CRASHES[@]}" "$SEED" "$NW" "$KILLED")
+  CHAOS_META+=$(printf '"restarts_same_id":%d,"restarts_new_id":%d,"elapsed_s":%d}' \
+    "$SAME_ID" "$NEW_ID" "$elapsed")
+  export CHAOS_META
   export CHAOS_SUMMARY=${CHAOS_SUMMARY:-$TMP/summary.json}
   ctl_tap check
   diag "summary: $(cat "$CHAOS_SUMMARY" 2>/dev/null)"
@@ -225,7 +237,9 @@ scen_setup() {
 # sess_in X SID MS CLOSE: the input of a Sess instance with one SessStep.
 sess_in() { printf '{"x":%d,"n":1,"par":0,"sid":"%s","ms":%d,"close":%s}' "$1" "$2" "$3" "$4"; }
 runlog_has() { cat "$CHAOS_LOG"/act.*.log 2>/dev/null | grep -Eq "$1"; }   # runlog_has REGEX
-lease_lapsed() { dx sessions --store "$STORE" | grep "\"session_id\":\"$1\"" | grep -q '"lease":"lapsed"'; }
+lease_lapsed() {   # lease_lapsed SID
+  dx sessions --store "$STORE" | grep "\"session_id\":\"$1\"" | grep -q '"lease":"lapsed"'
+}
 # overlap_todo NAME REASON: the session-overlap check of the scenario's logs, as a TODO.
 overlap_todo() {
   local ov
