@@ -240,11 +240,13 @@ runlog_has() { cat "$CHAOS_LOG"/act.*.log 2>/dev/null | grep -Eq "$1"; }   # run
 lease_lapsed() {   # lease_lapsed SID
   dx sessions --store "$STORE" | grep "\"session_id\":\"$1\"" | grep -q '"lease":"lapsed"'
 }
-# overlap_todo NAME REASON: the session-overlap check of the scenario's logs, as a TODO.
+# overlap_todo NAME REASON: the session-overlap check of the scenario's logs, as a TODO when it
+# fails. When it passes it is a plain pass (meson counts "ok # TODO" as a failure, and under
+# heavy load the interleaving may not happen); once the defect is fixed, make it a `check`.
 overlap_todo() {
   local ov
   ov=$(ctl overlaps)
-  todo "$1" "$([ -z "$ov" ]; echo $?)" "$2" "$ov"
+  if [ -z "$ov" ]; then pass "$1"; else todo "$1" 1 "$2" "$ov"; fi
 }
 # wait_done ID...: hard check that each instance completed.
 wait_done() {
