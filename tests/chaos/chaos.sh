@@ -207,6 +207,10 @@ c1_campaign() {
       CRASHES+=("worker pid ${WPIDS[$k]} (${WNAME[$k]}): SIGTERM stop ended with status $WRC")
   done
   diag "ran ${elapsed}s; $KILLED kills ($SAME_ID restarts with the same id, $NEW_ID with a new id)"
+  # A campaign whose instances all ended before the first kill tested nothing about crashes.
+  if ((KILLS > 0)); then
+    check "workers were killed while instances ran ($KILLED kills)" "$((KILLED == 0))"
+  fi
   check "no worker exited on its own; each survivor stopped cleanly on SIGTERM" "${#CRASHES[@]}" \
     "${CRASHES[@]}"
   CHAOS_META=$(printf '{"worker_crashes":%d,"seed":%d,"workers":%d,"kills":%d,' \
