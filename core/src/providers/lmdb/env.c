@@ -1,6 +1,6 @@
 /*
-** env.c -- LMDB provider: opening and closing stores: the per-process env registry, format upgrades, group commit
-** (begin/commit/rollback) and the method table.
+** env.c -- LMDB provider: opening and closing stores: the per-process env registry, format
+** upgrades, group commit (begin/commit/rollback) and the method table.
 */
 #include "lmdb_int.h"
 

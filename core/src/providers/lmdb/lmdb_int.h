@@ -222,8 +222,6 @@ typedef struct {
   int64_t created_at, updated_at;
 } inst_rec_t;
 
-enum { IR_NAME = 1, IR_VERSION, IR_EXEC, IR_CS, IR_CS_VER, IR_CREATED, IR_UPDATED, IR_PARENT,
-       IR_SEQ, IR__END };
 typedef struct {
   int status;
   char *output;
@@ -231,8 +229,6 @@ typedef struct {
   int64_t started_at, completed_at;
 } exec_rec_t;
 
-enum { ER_STATUS = 1, ER_OUTPUT, ER_FCAT, ER_FKIND, ER_FMSG, ER_FRETRY, ER_STARTED, ER_COMPLETED,
-       ER__END };
 /* {===== orchestrator queue: messages =====} */
 
 typedef struct {
@@ -244,7 +240,6 @@ typedef struct {
   size_t item_len;
 } orch_msg_t;
 
-enum { OM_VISIBLE = 1, OM_TOKEN, OM_ATTEMPT, OM_ITEM, OM__END };
 
 typedef struct {
   const char *inst;
@@ -262,7 +257,6 @@ typedef struct {
 
 static const orch_state_t STATE_EMPTY = {LM_NEVER, 0, 0};
 
-enum { OS_READY = 1, OS_LOCKED, OS_TOKEN, OS__END };
 /* A session row. Owned <=> owner is non-empty; the lease is live while locked_until > now. */
 typedef struct {
   char *owner;        /* NULL or "" = unowned (released) */
@@ -270,7 +264,6 @@ typedef struct {
   int64_t locked_until, last_activity;
 } sess_rec_t;
 
-enum { SR_OWNER = 1, SR_PREV, SR_LOCKED, SR_LAST, SR__END };
 
 /* A session's queue summary: its earliest row (due time, seq) and how many rows it has. */
 typedef struct {
@@ -291,18 +284,21 @@ typedef struct {
   size_t item_len;
 } work_row_t;
 
-enum { WR_VISIBLE = 1, WR_LOCKED, WR_TOKEN, WR_ATTEMPT, WR_SESSION, WR_INST, WR_EXEC, WR_ACT,
-       WR_ITEM, WR__END };
+/* One stored field of a wrapper record: its type and where it lives in the C struct. */
+typedef enum { RF_I64, RF_U64, RF_INT, RF_STR, RF_BIN } lm_field_type_t;
+
 typedef struct {
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
-  int bad;
-} wr_t;
+  lm_field_type_t type;
+  size_t off;
+  size_t len_off; /* RF_BIN: offset of its size_t length */
+  int required;   /* RF_STR / RF_BIN: nil is corruption */
+} lm_field_t;
+
 typedef struct {
-  msgpack_unpacked up;
-  const msgpack_object *f;
-  int rc; /* 0, DX_ECORRUPT or DX_ENOMEM: the first problem met */
-} rd_t;
+  int db;                 /* the DB holding these records */
+  const lm_field_t *f;    /* stored fields, in record order */
+  size_t n;
+} lm_schema_t;
 typedef struct {
   int db;       /* index the candidate came from */
   int64_t at;   /* ready_at or locked_until */
@@ -354,19 +350,13 @@ int dx__lm_corrupt(tx_t *t, int db, const char *detail, const char *keyfmt, ...)
 int dx__lm_next_seq(tx_t *t, uint64_t *out);
 
 /* records.c */
-void dx__lm_wr_begin(wr_t *w, uint32_t nfields);
-void dx__lm_wr_int(wr_t *w, int64_t v);
-void dx__lm_wr_uint(wr_t *w, uint64_t v);
-void dx__lm_wr_str(wr_t *w, const char *s);
-void dx__lm_wr_bin(wr_t *w, const void *p, size_t n);
-int dx__lm_wr_put(tx_t *t, wr_t *w, int db, const dkey_t *k);
-void dx__lm_rd_open(rd_t *r, const MDB_val *v, uint32_t nfields);
-int64_t dx__lm_rd_int(rd_t *r, uint32_t i);
-uint64_t dx__lm_rd_uint(rd_t *r, uint32_t i);
-char *dx__lm_rd_bytes(rd_t *r, uint32_t i, size_t *len);
-char *dx__lm_rd_str(rd_t *r, uint32_t i);
-int dx__lm_rd_close(rd_t *r);
-int dx__lm_decoded(tx_t *t, int rc, int db, const char *what);
+extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
+    dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema;
+int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
+int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
+                      const char *what);
+int dx__lm_rec_get(tx_t *t, const lm_schema_t *s, const dkey_t *k, void *rec, const char *what);
+void dx__lm_rec_clear(const lm_schema_t *s, void *rec);
 void dx__lm_inst_clear(inst_rec_t *r);
 int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r);
 int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r);

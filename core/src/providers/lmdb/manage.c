@@ -1,5 +1,6 @@
 /*
-** manage.c -- LMDB provider: management reads: due times, instance info, listing, queue depths, history reads.
+** manage.c -- LMDB provider: management reads: due times, instance info, listing, queue depths,
+** history reads.
 */
 #include "lmdb_int.h"
 
@@ -95,7 +96,7 @@ static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
   rc = dx__lm_exec_get(t, inst, ir.current_exec, &er);
   if (rc == DX_ENOTFOUND) rc = 0; /* status stays NONE */
   if (!rc) {
-    /* hand the dx__lm_decoded strings over instead of copying them */
+    /* hand the decoded strings over instead of copying them */
     out->orchestration_name = ir.name;
     out->orchestration_version = ir.version;
     out->custom_status = ir.custom_status;

@@ -1,5 +1,6 @@
 /*
-** orch.c -- LMDB provider: the orchestrator queue: messages, per-instance lock state, fetch, ack, abandon, renew.
+** orch.c -- LMDB provider: the orchestrator queue: messages, per-instance lock state, fetch, ack,
+** abandon, renew.
 */
 #include "lmdb_int.h"
 
@@ -15,7 +16,6 @@ static void msgs_free(msg_list_t *l) {
 static int msgs_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   msg_list_t *l = ud;
   orch_msg_t *m;
-  rd_t rd;
   int rc;
   char what[LM_INSTANCE_MAX + 64];
   orch_msg_t *nv;
@@ -24,18 +24,9 @@ static int msgs_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   m = &l->v[l->n];
   memset(m, 0, sizeof *m);
   m->seq = k->mv_size == l->prefix_n + 8 ? get_u64((const char *)k->mv_data + l->prefix_n) : 0;
-  dx__lm_rd_open(&rd, v, OM__END - 1);
-  m->visible_at = dx__lm_rd_int(&rd, OM_VISIBLE);
-  m->token = dx__lm_rd_uint(&rd, OM_TOKEN);
-  m->attempt = dx__lm_rd_uint(&rd, OM_ATTEMPT);
-  m->item = dx__lm_rd_bytes(&rd, OM_ITEM, &m->item_len);
-  rc = dx__lm_rd_close(&rd);
-  if (!rc && (!m->item || m->seq == 0)) rc = DX_ECORRUPT;
-  if (rc) {
-    free(m->item);
-    snprintf(what, sizeof what, "instance '%s' message %llu", l->inst, (unsigned long long)m->seq);
-    return dx__lm_decoded(t, rc, DB_ORCH_MSGS, what);
-  }
+  snprintf(what, sizeof what, "instance '%s' message %llu", l->inst, (unsigned long long)m->seq);
+  if (m->seq == 0) return dx__lm_corrupt(t, DB_ORCH_MSGS, "bad key", "%s", what);
+  if ((rc = dx__lm_rec_decode(t, &dx__lm_msg_schema, v, m, what))) return rc;
   l->n++;
   return 0;
 }
@@ -55,15 +46,9 @@ static int msgs_load(tx_t *t, const char *inst, msg_list_t *l) {
 
 static int msg_put(tx_t *t, const char *inst, const orch_msg_t *m) {
   dkey_t k;
-  wr_t w;
-  dx__lm_wr_begin(&w, OM__END - 1);
-  dx__lm_wr_int(&w, m->visible_at);
-  dx__lm_wr_uint(&w, m->token);
-  dx__lm_wr_uint(&w, m->attempt);
-  dx__lm_wr_bin(&w, m->item, m->item_len);
   key_inst(&k, inst);
   k_u64(&k, m->seq);
-  return dx__lm_wr_put(t, &w, DB_ORCH_MSGS, &k);
+  return dx__lm_rec_put(t, &dx__lm_msg_schema, &k, m);
 }
 
 static int msg_del(tx_t *t, const char *inst, uint64_t seq) {
@@ -95,38 +80,25 @@ static int state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
 /* 0 or an error; a missing record reads as STATE_EMPTY. */
 int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s) {
   dkey_t k;
-  MDB_val v;
-  rd_t rd;
   char what[LM_INSTANCE_MAX + 16];
   int rc;
   *s = STATE_EMPTY;
   key_inst(&k, inst);
-  rc = dx__lm_db_get(t, DB_ORCH_STATE, &k, &v);
-  if (rc == DX_ENOTFOUND) return 0;
-  if (rc) return rc;
-  dx__lm_rd_open(&rd, &v, OS__END - 1);
-  s->ready_at = dx__lm_rd_int(&rd, OS_READY);
-  s->locked_until = dx__lm_rd_int(&rd, OS_LOCKED);
-  s->token = dx__lm_rd_uint(&rd, OS_TOKEN);
   snprintf(what, sizeof what, "instance '%s'", inst);
-  return dx__lm_decoded(t, dx__lm_rd_close(&rd), DB_ORCH_STATE, what);
+  rc = dx__lm_rec_get(t, &dx__lm_state_schema, &k, s, what);
+  return rc == DX_ENOTFOUND ? 0 : rc;
 }
 
 /* Replace state `old` by `nw`, moving the instance between the ready and lock indexes. */
 static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const orch_state_t *nw) {
   dkey_t k;
-  wr_t w;
   int db, rc;
   if ((db = state_index(inst, old, &k)) >= 0 && (rc = dx__lm_idx_op(t, db, &k, NULL, 0, 0))) return rc;
   db = state_index(inst, nw, &k);
   if (db >= 0 && (rc = dx__lm_idx_op(t, db, &k, "", 0, 1))) return rc;
   key_inst(&k, inst);
   if (db < 0) return dx__lm_db_del(t, DB_ORCH_STATE, &k);
-  dx__lm_wr_begin(&w, OS__END - 1);
-  dx__lm_wr_int(&w, nw->ready_at);
-  dx__lm_wr_int(&w, nw->locked_until);
-  dx__lm_wr_uint(&w, nw->token);
-  return dx__lm_wr_put(t, &w, DB_ORCH_STATE, &k);
+  return dx__lm_rec_put(t, &dx__lm_state_schema, &k, nw);
 }
 
 /* Unlock the instance; it becomes ready at its earliest remaining message, if any. */
@@ -263,7 +235,7 @@ static int batch_lock(tx_t *t, msg_list_t *l, int64_t now, uint64_t token, uint3
   return 0;
 }
 
-/* Fill the locked item's name/version and history. A history that cannot be dx__lm_decoded is
+/* Fill the locked item's name/version and history. A history that cannot be decoded is
 ** reported through history_error with the lock kept, as the runtime expects. */
 static int orch_item_fill(tx_t *t, dx_orch_item_t *it, const inst_rec_t *ir) {
   const char *name = NULL, *version = NULL;
@@ -284,7 +256,7 @@ static int orch_item_fill(tx_t *t, dx_orch_item_t *it, const inst_rec_t *ir) {
   if ((name && !(it->orchestration_name = dx__strdup(name))) ||
       (version && !(it->orchestration_version = dx__strdup(version))))
     return dx__lm_nomem(t->err);
-  t->err = &herr; /* a dx__lm_corrupt history is reported in the item, not as the call's error */
+  t->err = &herr; /* a corrupt history is reported in the item, not as the call's error */
   rc = dx__lm_history_load(t, it->instance, it->execution_id, &it->history, &it->history_len);
   t->err = saved;
   if (rc == DX_ECORRUPT) {

@@ -1,6 +1,6 @@
 /*
-** sessions.c -- LMDB provider: session rows, per-session queue summaries, and the session methods (renew, release,
-** cleanup, list).
+** sessions.c -- LMDB provider: session rows, per-session queue summaries, and the session methods
+** (renew, release, cleanup, list).
 */
 #include "lmdb_int.h"
 
@@ -12,25 +12,16 @@ int dx__lm_sess_owner_is(const sess_rec_t *r, const char *worker) {
 }
 
 void dx__lm_sess_clear(sess_rec_t *r) {
-  free(r->owner);
-  free(r->prev);
+  dx__lm_rec_clear(&dx__lm_sess_schema, r);
   memset(r, 0, sizeof *r);
 }
 
 
 static int sess_decode(tx_t *t, const char *sid, const MDB_val *v, sess_rec_t *r) {
   char what[LM_SESSION_MAX + 16];
-  rd_t rd;
-  int rc;
   memset(r, 0, sizeof *r);
-  dx__lm_rd_open(&rd, v, SR__END - 1);
-  r->owner = dx__lm_rd_str(&rd, SR_OWNER);
-  r->prev = dx__lm_rd_str(&rd, SR_PREV);
-  r->locked_until = dx__lm_rd_int(&rd, SR_LOCKED);
-  r->last_activity = dx__lm_rd_int(&rd, SR_LAST);
-  if ((rc = dx__lm_rd_close(&rd))) dx__lm_sess_clear(r);
   snprintf(what, sizeof what, "session '%s'", sid);
-  return dx__lm_decoded(t, rc, DB_SESSIONS, what);
+  return dx__lm_rec_decode(t, &dx__lm_sess_schema, v, r, what);
 }
 
 /* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */
@@ -50,8 +41,8 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
              strcmp(old->owner, nw->owner) == 0 &&
              time_u64(old->locked_until) == time_u64(nw->locked_until);
   unsigned char b[8];
+  sess_rec_t row;
   dkey_t k;
-  wr_t w;
   int rc;
   if (!same && old && dx__lm_sess_owned(old)) {
     key_sess_owner(&k, old->owner, sid);
@@ -64,12 +55,9 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
   }
   key_inst(&k, sid);
   if (!nw) return dx__lm_db_del(t, DB_SESSIONS, &k);
-  dx__lm_wr_begin(&w, SR__END - 1);
-  dx__lm_wr_str(&w, dx__lm_sess_owned(nw) ? nw->owner : "");
-  dx__lm_wr_str(&w, nw->prev);
-  dx__lm_wr_int(&w, nw->locked_until);
-  dx__lm_wr_int(&w, nw->last_activity);
-  return dx__lm_wr_put(t, &w, DB_SESSIONS, &k);
+  row = *nw;
+  if (!dx__lm_sess_owned(nw)) row.owner = ""; /* unowned is stored as "" */
+  return dx__lm_rec_put(t, &dx__lm_sess_schema, &k, &row);
 }
 
 /* Work flowed through the session (ack, lock renewal): last_activity = now. No row: no-op. */

@@ -1,5 +1,6 @@
 /*
-** testhooks.c -- LMDB provider: test-only hooks declared in providers/lmdb_test.h (never used by the engine).
+** testhooks.c -- LMDB provider: test-only hooks declared in providers/lmdb_test.h (never used by
+** the engine).
 */
 #include "lmdb_int.h"
 

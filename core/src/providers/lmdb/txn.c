@@ -1,6 +1,6 @@
 /*
-** txn.c -- LMDB provider: error mapping, transactions (nested inside a group-commit batch), raw DB operations,
-** prefix scans and the sequence counter.
+** txn.c -- LMDB provider: error mapping, transactions (nested inside a group-commit batch), raw
+** DB operations, prefix scans and the sequence counter.
 */
 #include "lmdb_int.h"
 

@@ -1,59 +1,29 @@
 /*
-** work.c -- LMDB provider: the worker queue: rows and their indexes, fetch (plain and session rows), ack, abandon,
-** renew, lock stealing.
+** work.c -- LMDB provider: the worker queue: rows and their indexes, fetch (plain and session
+** rows), ack, abandon, renew, lock stealing.
 */
 #include "lmdb_int.h"
 
 
 void dx__lm_row_clear(work_row_t *r) {
-  free(r->session_id);
-  free(r->instance);
-  free(r->item);
+  dx__lm_rec_clear(&dx__lm_row_schema, r);
   memset(r, 0, sizeof *r);
 }
 
 int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r) {
   dkey_t k;
-  MDB_val v;
-  rd_t rd;
   char what[64];
-  int rc;
   memset(r, 0, sizeof *r);
   key_seq(&k, seq);
-  if ((rc = dx__lm_db_get(t, DB_WORK, &k, &v))) return rc;
-  dx__lm_rd_open(&rd, &v, WR__END - 1);
   r->seq = seq;
-  r->visible_at = dx__lm_rd_int(&rd, WR_VISIBLE);
-  r->locked_until = dx__lm_rd_int(&rd, WR_LOCKED);
-  r->token = dx__lm_rd_uint(&rd, WR_TOKEN);
-  r->attempt = dx__lm_rd_uint(&rd, WR_ATTEMPT);
-  r->session_id = dx__lm_rd_str(&rd, WR_SESSION);
-  r->instance = dx__lm_rd_str(&rd, WR_INST);
-  r->exec = dx__lm_rd_uint(&rd, WR_EXEC);
-  r->act_id = dx__lm_rd_uint(&rd, WR_ACT);
-  r->item = dx__lm_rd_bytes(&rd, WR_ITEM, &r->item_len);
-  rc = dx__lm_rd_close(&rd);
-  if (!rc && (!r->instance || !r->item)) rc = DX_ECORRUPT;
-  if (rc) dx__lm_row_clear(r);
   snprintf(what, sizeof what, "row %llu", (unsigned long long)seq);
-  return dx__lm_decoded(t, rc, DB_WORK, what);
+  return dx__lm_rec_get(t, &dx__lm_row_schema, &k, r, what);
 }
 
 static int row_write(tx_t *t, const work_row_t *r) {
   dkey_t k;
-  wr_t w;
-  dx__lm_wr_begin(&w, WR__END - 1);
-  dx__lm_wr_int(&w, r->visible_at);
-  dx__lm_wr_int(&w, r->locked_until);
-  dx__lm_wr_uint(&w, r->token);
-  dx__lm_wr_uint(&w, r->attempt);
-  dx__lm_wr_str(&w, r->session_id);
-  dx__lm_wr_str(&w, r->instance);
-  dx__lm_wr_uint(&w, r->exec);
-  dx__lm_wr_uint(&w, r->act_id);
-  dx__lm_wr_bin(&w, r->item, r->item_len);
   key_seq(&k, r->seq);
-  return dx__lm_wr_put(t, &w, DB_WORK, &k);
+  return dx__lm_rec_put(t, &dx__lm_row_schema, &k, r);
 }
 
 /* Add (put=1) or remove the row's queue index entry (ready or lock for plain rows, the
