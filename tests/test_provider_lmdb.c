@@ -79,7 +79,7 @@ DX_TEST(lmdb_handles_share_one_env) {
 
 DX_TEST(lmdb_reopen_keeps_data) {
   char *store = dx_pv_new_store();
-  dx_lmdb_opts_t opts = {1, 1, 0}; /* no_sync: a clean close still persists everything */
+  dx_lmdb_opts_t opts = {1, 1, 0, 0}; /* no_sync: a clean close still persists everything */
   dx_provider_t *p = open_with(store, &opts);
   dx_work_item_t w = start_item("A", "1");
   dx_error_t err;
@@ -91,32 +91,72 @@ DX_TEST(lmdb_reopen_keeps_data) {
   free(store);
 }
 
-DX_TEST(lmdb_map_full_is_efull) {
+/* Fill the store with 200 KiB starts until it refuses one: returns how many were accepted. */
+static int fill(dx_provider_t *p, dx_error_t *err, int *rc) {
+  size_t len = 200 * 1024;
+  char *data = malloc(len + 3);
+  dx_work_item_t w = start_item("A", NULL);
+  int i;
+  data[0] = '"';
+  memset(data + 1, 'x', len);
+  strcpy(data + 1 + len, "\"");
+  w.data = data;
+  for (i = 0, *rc = 0; i < 200 && *rc == 0; i++)
+    *rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, err);
+  free(data);
+  return i - 1;
+}
+
+DX_TEST(lmdb_map_grows_up_to_max_size) {
+  /* issue 7 item 14: the map starts at 1 MiB and grows; the limit is the store's maximum */
   char *store = dx_pv_new_store();
-  dx_lmdb_opts_t opts = {1, 0, 1 << 20};
+  dx_lmdb_opts_t opts = {2, 1, 1 << 20, 4 << 20};
+  dx_provider_t *p = open_with(store, &opts);
+  dx_error_t err;
+  int n, more, rc;
+  n = fill(p, &err, &rc);
+  ASSERT_EQ(rc, DX_EFULL);
+  ASSERT(n * 200 > 2 * 1024); /* well past the first map of 1 MiB */
+  ASSERT_CONTAINS(err.msg, store);
+  ASSERT_CONTAINS(err.msg, "maximum size of 4194304 bytes");
+  ASSERT_EQ(orch_depth(p), (uint64_t)n); /* the refused write left nothing behind */
+  ASSERT_OK(M(p)->begin(p, &err)); /* inside a batch the failure is contained too */
+  ASSERT_EQ(fill(p, &err, &rc), 0);
+  ASSERT_EQ(rc, DX_EFULL);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  M(p)->destroy(p);
+  /* a larger maximum lifts the wedge; a later open without one keeps the stored limit */
+  opts.max_size = 8 << 20;
+  p = open_with(store, &opts);
+  more = fill(p, &err, &rc);
+  ASSERT(more > 0);
+  ASSERT_CONTAINS(err.msg, "maximum size of 8388608 bytes");
+  M(p)->destroy(p);
+  p = dx_pv_open(store);
+  ASSERT_EQ(fill(p, &err, &rc), 0);
+  ASSERT_EQ(rc, DX_EFULL);
+  ASSERT_CONTAINS(err.msg, "maximum size of 8388608 bytes");
+  ASSERT_EQ(orch_depth(p), (uint64_t)(n + more));
+  M(p)->destroy(p);
+  free(store);
+}
+
+DX_TEST(lmdb_map_grows_without_limit) {
+  /* no maximum: a store opened with a 1 MiB map takes far more than 1 MiB */
+  char *store = dx_pv_new_store();
+  dx_lmdb_opts_t opts = {2, 1, 1 << 20, 0};
   dx_provider_t *p = open_with(store, &opts);
   size_t len = 200 * 1024;
   char *data = malloc(len + 3);
   dx_work_item_t w = start_item("A", NULL);
   dx_error_t err;
-  int i, rc = 0;
-  uint64_t before;
+  int i;
   data[0] = '"';
   memset(data + 1, 'x', len);
   strcpy(data + 1 + len, "\"");
   w.data = data;
-  for (i = 0; i < 100 && rc == 0; i++) rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err);
-  ASSERT_EQ(rc, DX_EFULL);
-  ASSERT_CONTAINS(err.msg, "full");
-  ASSERT_CONTAINS(err.msg, "map size");
-  ASSERT(i > 1);
-  before = orch_depth(p); /* the store stays readable and the failed write left nothing */
-  ASSERT_EQ(before, (uint64_t)i - 1);
-  ASSERT_OK(M(p)->begin(p, &err)); /* inside a batch the failure is contained too */
-  ASSERT_EQ(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err), DX_EFULL);
-  w.data = "1";
-  ASSERT_OK(M(p)->commit(p, 1, &err));
-  ASSERT_EQ(orch_depth(p), before);
+  for (i = 0; i < 40; i++) ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_EQ(orch_depth(p), 40);
   free(data);
   M(p)->destroy(p);
   free(store);
@@ -125,7 +165,7 @@ DX_TEST(lmdb_map_full_is_efull) {
 DX_TEST(lmdb_open_errors) {
   char path[512];
   dx_provider_t *p = (dx_provider_t *)1;
-  dx_lmdb_opts_t bad = {0, 0, 0};
+  dx_lmdb_opts_t bad = {0, 0, 0, 0};
   dx_error_t err;
   int fd;
   snprintf(path, sizeof path, "%s/plain-file", dx_test_tmpdir());
@@ -147,8 +187,11 @@ DX_TEST(lmdb_creates_missing_directories) {
   snprintf(path, sizeof path, "%s/a/b/store", dx_test_tmpdir());
   p = dx_pv_open(path);
   ASSERT(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
-  ASSERT_EQ(sb.st_mode & 0777, 0755);
+  ASSERT_EQ(sb.st_mode & 0777, 0700); /* the store holds every payload: owner only */
   M(p)->destroy(p);
+  strcat(path, "/data.mdb");
+  ASSERT(stat(path, &sb) == 0);
+  ASSERT_EQ(sb.st_mode & 0777, 0600);
 }
 
 DX_TEST(lmdb_batch_is_per_thread_and_env) {

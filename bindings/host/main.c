@@ -15,6 +15,7 @@
 #include "dxlua.h"
 #include "host.h"
 #include "log.h"
+#include "util.h"
 
 int luaopen_duroxide(lua_State *L);
 
@@ -92,10 +93,11 @@ static int run_worker(const char *app, int argc, char **argv) {
   dxl_state_t *S;
   dx_options_t opts;
   dx_provider_t *p = NULL;
-  dx_lmdb_opts_t lo = {1, 0, 0};
+  dx_lmdb_opts_t lo = {2, 0, 0, 0};
   dx_error_t err;
   worker_t w;
   const char *store = NULL;
+  size_t max_size = 0;
   int i, rc = 0;
   if (!L) return dxh_fail(1, "%s", "cannot create a Lua state");
   /* The app's own duroxide.client() should default to the worker's store. */
@@ -125,6 +127,14 @@ static int run_worker(const char *app, int argc, char **argv) {
       store = val;
       continue;
     }
+    if (strcmp(name, "store-max-size") == 0 || strcmp(name, "store_max_size") == 0) {
+      if (dx__parse_size(val, &max_size) != 0 || max_size == 0) {
+        lua_close(L);
+        return dxh_fail(2, "invalid value for --store-max-size: '%s' (expected a size such as "
+                        "512m or 2g)", val);
+      }
+      continue;
+    }
     if (dx_options_set(&opts, name, val, &err) != 0) {
       lua_close(L);
       return dxh_fail(2, "%s", err.msg);
@@ -137,6 +147,7 @@ static int run_worker(const char *app, int argc, char **argv) {
   dx__log_configure(opts.log_level, opts.log_format);
   if (!store) store = S->store_dir;
   store = dxh_store_dir(store);
+  lo.max_size = max_size ? max_size : S->store_max_size; /* the command line wins */
   if (dx_lmdb_open(store, &lo, &p, &err) != 0) {
     lua_close(L);
     fprintf(stderr, "duroxide-lua: cannot open store %s: %s\n", store, err.msg);

@@ -290,7 +290,7 @@ int dxl_runtime_new(lua_State *L) {
   dx_lmdb_opts_t lo;
   char *saved_store;
   memset(&lo, 0, sizeof lo);
-  lo.version = 1;
+  lo.version = 2;
   if (lua_istable(L, 1)) {
     /* no_sync = true: skip fsync on commits (a store option, not an engine option) */
     int t = lua_getfield(L, 1, "no_sync");
@@ -325,6 +325,7 @@ int dxl_runtime_new(lua_State *L) {
   }
   store = S->store_dir ? S->store_dir : getenv("DUROXIDE_STORE");
   if (!store) store = "./duroxide-data";
+  lo.max_size = S->store_max_size;
   r = lua_newuserdatauv(L, sizeof *r, 0);
   memset(r, 0, sizeof *r);
   r->S = S;

@@ -65,9 +65,10 @@
 #include "providers/lmdb_test.h"
 #include "util.h"
 
-#define LM_STORE_FORMAT 2u   /* layout version in meta "format" (1 is upgraded on open) */
+#define LM_STORE_FORMAT 3u   /* layout version in meta "format" (1 and 2 are upgraded on open) */
 #define LM_RECORD_FORMAT 1u  /* first element of every wrapper record */
-#define LM_DEFAULT_MAP ((size_t)1 << 30)
+#define LM_DEFAULT_MAP ((size_t)64 << 20) /* first map size; it doubles as the store fills */
+#define LM_SUM_BYTES 4       /* CRC32C after every value (format 3) */
 #define LM_MAXDBS 24
 #define LM_KEY_MAX 511       /* LMDB's default MDB_MAXKEYSIZE */
 #define LM_INSTANCE_MAX 400  /* leaves room for the numbers appended to instance keys */
@@ -94,7 +95,17 @@ typedef struct shared_env_s {
   int refs;
   MDB_env *env;
   MDB_dbi dbi[DB__COUNT];
-  size_t map_size;
+  size_t map_size;           /* current map size (guarded by remap) */
+  size_t max_size;           /* growth limit; 0 = none but the disk */
+  int grow_wanted;           /* a write found the map full (atomic) */
+  int read_only;             /* opened MDB_RDONLY: the directory is not writable */
+  size_t psize;              /* LMDB page size */
+  int data_fd;               /* data.mdb, for the truncation check */
+  char *lock_path;           /* lock.mdb and its identity when opened (ino 0: no lock file) */
+  dev_t lock_dev;
+  ino_t lock_ino;
+  int lost;                  /* the lock file vanished: refuse every further txn (atomic) */
+  pthread_rwlock_t remap;    /* read-held by every top-level txn; write-held to resize */
   pthread_mutex_t commit_mu; /* serializes top-level commits with the NOSYNC toggle */
   pthread_mutex_t batch_mu;  /* guards batch / batch_thread */
   MDB_txn *batch;            /* open group-commit txn, owned by batch_thread */
@@ -120,6 +131,7 @@ typedef struct {
   shared_env_t *se;
   MDB_txn *txn;
   int write, nested, durable;
+  int raw;         /* values without checksums (reading and upgrading format 1 and 2) */
   dx_error_t *err; /* never NULL: points at scratch when the caller passed NULL */
   dx_error_t scratch;
 } tx_t;
@@ -326,13 +338,33 @@ typedef struct {
 } str_list_t;
 
 /* txn.c */
-int dx__lm_mdb_error(const shared_env_t *se, int mrc, const char *what, dx_error_t *err);
+/* Run `body` (an int expression using the tx `t`) in a write txn of handle p, leaving the
+** result in rc. A top-level write that failed only because the map was full runs again once
+** the map has grown; `reset` (a statement) undoes the body's outputs before each rerun and
+** after a failure. */
+#define LM_WRITE(p, t, err, rc, body, reset)                                   \
+  do {                                                                         \
+    int lm_tries_ = 0;                                                         \
+    for (;;) {                                                                 \
+      if (((rc) = dx__lm_begin_tx((p), 1, &(t), (err))) != 0) break;           \
+      (rc) = dx__lm_tx_end(&(t), (body));                                      \
+      if ((rc) == 0) break;                                                    \
+      reset;                                                                   \
+      if (!dx__lm_retry_full(&(t), (rc), ++lm_tries_)) break;                  \
+    }                                                                          \
+  } while (0)
+
+int dx__lm_mdb_error(shared_env_t *se, int mrc, const char *what, dx_error_t *err);
 int dx__lm_nomem(dx_error_t *err);
 int dx__lm_tx_err(tx_t *t, int mrc, const char *what);
 MDB_txn *dx__lm_thread_batch(shared_env_t *se);
 int dx__lm_tx_begin(shared_env_t *se, int durable, int write, tx_t *t, dx_error_t *err);
 int dx__lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err);
-int dx__lm_commit_top(shared_env_t *se, MDB_txn *txn, int durable, int notify);
+int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err);
+int dx__lm_top_finish(shared_env_t *se, MDB_txn *txn, int commit, int durable, int notify);
+int dx__lm_retry_full(tx_t *t, int rc, int tries);
+/* Verify and strip the checksum of a value read from `db` (no-op for raw txns). */
+int dx__lm_check_sum(tx_t *t, int db, const MDB_val *k, MDB_val *v);
 int dx__lm_tx_end(tx_t *t, int rc);
 void *dx__lm_grow(void *v, size_t *cap, size_t n, size_t elem);
 int dx__lm_db_get(tx_t *t, int db, const dkey_t *k, MDB_val *v);
@@ -348,6 +380,12 @@ int dx__lm_corrupt(tx_t *t, int db, const char *detail, const char *keyfmt, ...)
 #endif
     ;
 int dx__lm_next_seq(tx_t *t, uint64_t *out);
+
+/* map.c */
+int dx__lm_files_ok(shared_env_t *se, dx_error_t *err);
+int dx__lm_make_room(shared_env_t *se, dx_error_t *err);
+void dx__lm_adopt_size(shared_env_t *se);
+int dx__lm_can_grow(shared_env_t *se);
 
 /* records.c */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
@@ -372,6 +410,8 @@ int dx__lm_resolve_exec(tx_t *t, const char *inst, uint64_t want, uint64_t *exec
 
 /* orch.c */
 int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s);
+/* The index entry a lock state implies: DB_ORCH_LOCK, DB_ORCH_READY or -1 (none). */
+int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k);
 int dx__lm_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__lm_orch_head(tx_t *t, int db, int64_t now, orch_cand_t *c);
 int dx__lm_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_item_t **out,
@@ -405,6 +445,8 @@ int dx__lm_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error
 /* work.c */
 void dx__lm_row_clear(work_row_t *r);
 int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r);
+/* The queue index entry of a row: work_ready / work_lock (plain rows) or sess_items. */
+int dx__lm_row_queue_key(const work_row_t *r, dkey_t *k);
 int dx__lm_row_index(tx_t *t, const work_row_t *r, int put);
 int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__lm_work_head(tx_t *t, int db, int64_t now, work_cand_t *c);
@@ -435,6 +477,10 @@ int dx__lm_strs_push(str_list_t *l, const char *s);
 int dx__lm_list(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err);
 int dx__lm_depths(dx_provider_t *pp, dx_queue_depths_t *out, dx_error_t *err);
 int dx__lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *err);
+
+/* check.c */
+int dx__lm_check(dx_provider_t *pp, dx_check_cb cb, void *ud, uint64_t *records,
+                 uint64_t *problems, dx_error_t *err);
 
 /* args.c */
 int dx__lm_check_instance(const char *inst, dx_error_t *err);

@@ -75,8 +75,8 @@ int dx__lm_append(dx_provider_t *pp, const char *instance, uint64_t execution_id
   int rc;
   if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_check_events(events, n, err))) return rc;
   if (execution_id == 0) return dx_error_set(err, DX_EINVAL, "execution_id 0 (ids start at 1)");
-  if ((rc = dx__lm_begin_tx(p, 1, &t, err))) return rc;
-  return dx__lm_tx_end(&t, dx__lm_history_append(&t, instance, execution_id, events, n));
+  LM_WRITE(p, t, err, rc, dx__lm_history_append(&t, instance, execution_id, events, n), (void)0);
+  return rc;
 }
 
 static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
@@ -154,6 +154,7 @@ static int collect_instances(tx_t *t, str_list_t *l) {
   if (mrc) return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_INST_CREATED]);
   for (mrc = mdb_cursor_get(c, &k, &v, MDB_LAST); mrc == 0 && !rc;
        mrc = mdb_cursor_get(c, &k, &v, MDB_PREV)) {
+    if ((rc = dx__lm_check_sum(t, DB_INST_CREATED, &k, &v))) break;
     if (v.mv_size == 0 || ((const char *)v.mv_data)[v.mv_size - 1] != 0)
       rc = dx__lm_corrupt(t, DB_INST_CREATED, "value is not a string", "%zu-byte key", k.mv_size);
     else if (dx__lm_strs_push(l, v.mv_data))

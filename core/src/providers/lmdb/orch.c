@@ -71,7 +71,7 @@ static int msgs_delete(tx_t *t, const msg_list_t *l, uint64_t token, int64_t now
 
 
 /* The index entry a state implies: DB_ORCH_LOCK, DB_ORCH_READY or -1 (none). */
-static int state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
+int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
   if (s->token) { key_timed(k, s->locked_until, inst); return DB_ORCH_LOCK; }
   if (s->ready_at != LM_NEVER) { key_timed(k, s->ready_at, inst); return DB_ORCH_READY; }
   return -1;
@@ -93,8 +93,8 @@ int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s) {
 static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const orch_state_t *nw) {
   dkey_t k;
   int db, rc;
-  if ((db = state_index(inst, old, &k)) >= 0 && (rc = dx__lm_idx_op(t, db, &k, NULL, 0, 0))) return rc;
-  db = state_index(inst, nw, &k);
+  if ((db = dx__lm_state_index(inst, old, &k)) >= 0 && (rc = dx__lm_idx_op(t, db, &k, NULL, 0, 0))) return rc;
+  db = dx__lm_state_index(inst, nw, &k);
   if (db >= 0 && (rc = dx__lm_idx_op(t, db, &k, "", 0, 1))) return rc;
   key_inst(&k, inst);
   if (db < 0) return dx__lm_db_del(t, DB_ORCH_STATE, &k);
@@ -281,7 +281,7 @@ static int orch_try_lock(tx_t *t, const orch_cand_t *c, int64_t now, int64_t loc
   size_t n = 0, i;
   int rc, has_ir, starts = 0;
   if ((rc = dx__lm_state_get(t, c->inst, &st))) return rc;
-  if (state_index(c->inst, &st, &k) != c->db || k.n != c->key.n || memcmp(k.b, c->key.b, k.n))
+  if (dx__lm_state_index(c->inst, &st, &k) != c->db || k.n != c->key.n || memcmp(k.b, c->key.b, k.n))
     return dx__lm_db_del(t, c->db, &c->key); /* stray index entry: drop it */
   if ((rc = msgs_load(t, c->inst, &l))) return rc;
   if ((rc = batch_decode(t, &l, now, &items, &n))) goto done;
@@ -431,12 +431,10 @@ int dx__lm_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_i
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = NULL;
   if ((rc = dx__lm_nothing_due(p, now, 1, 0, 0, err))) return rc < 0 ? rc : 0;
-  if ((rc = dx__lm_begin_tx(p, 1, &t, err))) return rc;
-  rc = dx__lm_tx_end(&t, orch_fetch(&t, now, lock_ms, out));
-  if (rc && *out) {
+  LM_WRITE(p, t, err, rc, orch_fetch(&t, now, lock_ms, out), {
     dx_orch_item_free(*out);
     *out = NULL;
-  }
+  });
   return rc;
 }
 
@@ -444,8 +442,9 @@ int dx__lm_ack_orch(dx_provider_t *pp, int64_t now, const dx_orch_ack_t *ack, dx
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_ack(ack, err)) || (rc = dx__lm_begin_tx(p, 1, &t, err))) return rc;
-  return dx__lm_tx_end(&t, orch_ack(&t, now, ack));
+  if ((rc = dx__lm_check_ack(ack, err))) return rc;
+  LM_WRITE(p, t, err, rc, orch_ack(&t, now, ack), (void)0);
+  return rc;
 }
 
 static int orch_abandon(tx_t *t, int64_t now, const char *inst, uint64_t token, int64_t delay_ms,
@@ -473,8 +472,10 @@ int dx__lm_abandon_orch(dx_provider_t *pp, int64_t now, const char *instance, ui
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 1, &t, err))) return rc;
-  return dx__lm_tx_end(&t, orch_abandon(&t, now, instance, token, delay_ms, ignore_attempt));
+  if ((rc = dx__lm_check_instance(instance, err))) return rc;
+  LM_WRITE(p, t, err, rc, orch_abandon(&t, now, instance, token, delay_ms, ignore_attempt),
+           (void)0);
+  return rc;
 }
 
 static int orch_renew(tx_t *t, int64_t now, const char *inst, uint64_t token, int64_t extend_ms) {
@@ -491,8 +492,9 @@ int dx__lm_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 1, &t, err))) return rc;
-  return dx__lm_tx_end(&t, orch_renew(&t, now, instance, token, extend_ms));
+  if ((rc = dx__lm_check_instance(instance, err))) return rc;
+  LM_WRITE(p, t, err, rc, orch_renew(&t, now, instance, token, extend_ms), (void)0);
+  return rc;
 }
 
 int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
@@ -500,10 +502,10 @@ int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_item(item, err)) || (rc = dx__lm_check_payload(item, err)) ||
-      (rc = dx__lm_begin_tx(p, 1, &t, err)))
-    return rc;
-  return dx__lm_tx_end(&t, dx__lm_orch_enqueue(&t, item, orch_visible_at(item, now, delay_ms)));
+  if ((rc = dx__lm_check_item(item, err)) || (rc = dx__lm_check_payload(item, err))) return rc;
+  LM_WRITE(p, t, err, rc,
+           dx__lm_orch_enqueue(&t, item, orch_visible_at(item, now, delay_ms)), (void)0);
+  return rc;
 }
 
 /* {===== methods: worker queue =====} */

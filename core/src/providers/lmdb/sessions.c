@@ -240,8 +240,8 @@ int dx__lm_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
   tx_t t;
   int rc;
   if (renewed) *renewed = 0;
-  if ((rc = dx__lm_check_worker_id(worker_id, err)) || (rc = dx__lm_begin_tx(p, 1, &t, err))) return rc;
-  rc = dx__lm_tx_end(&t, sess_renew(&t, now, worker_id, extend_ms, idle_ms, &l));
+  if ((rc = dx__lm_check_worker_id(worker_id, err))) return rc;
+  LM_WRITE(p, t, err, rc, sess_renew(&t, now, worker_id, extend_ms, idle_ms, &l), slist_free(&l));
   if (!rc) {
     if (renewed) *renewed = l.n;
     slist_report(&l, cb, ud); /* after the commit: callbacks may call the provider */
@@ -281,8 +281,8 @@ int dx__lm_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_i
   tx_t t;
   int rc;
   if (released) *released = 0;
-  if ((rc = dx__lm_check_worker_id(worker_id, err)) || (rc = dx__lm_begin_tx(p, 1, &t, err))) return rc;
-  rc = dx__lm_tx_end(&t, sess_release(&t, now, worker_id, session_id, &n));
+  if ((rc = dx__lm_check_worker_id(worker_id, err))) return rc;
+  LM_WRITE(p, t, err, rc, sess_release(&t, now, worker_id, session_id, &n), n = 0);
   if (!rc && released) *released = n;
   return rc;
 }
@@ -340,8 +340,7 @@ int dx__lm_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted,
   tx_t t;
   int rc;
   if (deleted) *deleted = 0;
-  if ((rc = dx__lm_begin_tx(p, 1, &t, err))) return rc;
-  rc = dx__lm_tx_end(&t, sess_cleanup(&t, now, &n));
+  LM_WRITE(p, t, err, rc, sess_cleanup(&t, now, &n), n = 0);
   if (!rc && deleted) *deleted = n;
   return rc;
 }

@@ -13,25 +13,48 @@ const char *const dx__lm_db_names[DB__COUNT] = {
 
 /* {===== errors =====} */
 
-int dx__lm_mdb_error(const shared_env_t *se, int mrc, const char *what, dx_error_t *err) {
+/* LMDB's message without its "MDB_NAME: " prefix: constant names never reach users. */
+static const char *plain_error(int mrc) {
+  const char *s = mdb_strerror(mrc), *colon;
+  if (strncmp(s, "MDB_", 4) == 0 && (colon = strstr(s, ": ")) != NULL) return colon + 2;
+  return s;
+}
+
+int dx__lm_mdb_error(shared_env_t *se, int mrc, const char *what, dx_error_t *err) {
   switch (mrc) {
     case MDB_MAP_FULL:
+      __atomic_store_n(&se->grow_wanted, 1, __ATOMIC_RELAXED);
+      if (!dx__lm_can_grow(se))
+        return dx_error_set(err, DX_EFULL,
+                            "store %s is full: it reached its maximum size of %zu bytes (%s); "
+                            "raise store_max_size (--store-max-size)",
+                            se->path, se->map_size, what);
       return dx_error_set(err, DX_EFULL,
-                          "store is full: %s needs more than the map size of %zu bytes "
-                          "(reopen the store with a larger map_size)",
-                          what, se->map_size);
+                          "store %s is full: its map of %zu bytes is used up (%s); it grows "
+                          "before the next transaction",
+                          se->path, se->map_size, what);
+    case ENOSPC:
+      return dx_error_set(err, DX_EFULL, "store %s is full: no space left on device (%s)",
+                          se->path, what);
+    case EDQUOT:
+      return dx_error_set(err, DX_EFULL, "store %s is full: disk quota exceeded (%s)", se->path,
+                          what);
+    case EACCES: case EROFS: case EPERM:
+      return dx_error_set(err, DX_ESTORE, "store %s is read-only: cannot %s", se->path, what);
+    case MDB_CORRUPTED: case MDB_PAGE_NOTFOUND: case MDB_INVALID: case MDB_VERSION_MISMATCH:
+      return dx_error_set(err, DX_ECORRUPT, "store %s is damaged: %s: %s", se->path, what,
+                          plain_error(mrc));
     case MDB_NOTFOUND: return dx_error_set(err, DX_ENOTFOUND, "%s: not found", what);
     case MDB_KEYEXIST: return dx_error_set(err, DX_EEXIST, "%s: key exists", what);
     case ENOMEM: return dx_error_set(err, DX_ENOMEM, "%s: out of memory", what);
-    default: return dx_error_set(err, DX_ESTORE, "%s: %s", what, mdb_strerror(mrc));
+    default:
+      return dx_error_set(err, DX_ESTORE, "store %s: %s: %s", se->path, what, plain_error(mrc));
   }
 }
 
 int dx__lm_nomem(dx_error_t *err) { return dx_error_set(err, DX_ENOMEM, "out of memory"); }
 
-
 /* {===== transactions =====} */
-
 
 int dx__lm_tx_err(tx_t *t, int mrc, const char *what) {
   return dx__lm_mdb_error(t->se, mrc, what, t->err);
@@ -45,25 +68,64 @@ MDB_txn *dx__lm_thread_batch(shared_env_t *se) {
   return b;
 }
 
+/* A top-level txn: the store's files are checked first, a write grows the map when it must,
+** and the txn holds the remap lock as a reader until dx__lm_top_finish, so no thread of this
+** process resizes the map under it. */
+int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err) {
+  int rc, mrc, tries;
+  *txn = NULL;
+  if ((rc = dx__lm_files_ok(se, err))) return rc;
+  if (write && (rc = dx__lm_make_room(se, err))) return rc;
+  for (tries = 0;; tries++) {
+    pthread_rwlock_rdlock(&se->remap);
+    mrc = mdb_txn_begin(se->env, NULL, write ? 0 : MDB_RDONLY, txn);
+    if (mrc == 0) return 0;
+    pthread_rwlock_unlock(&se->remap);
+    *txn = NULL;
+    if (mrc != MDB_MAP_RESIZED || tries > 0)
+      return dx__lm_mdb_error(se, mrc, write ? "begin a write transaction" : "begin a read", err);
+    dx__lm_adopt_size(se); /* another process grew the map */
+  }
+}
+
+/* Commit (commit=1) or abort a top-level txn and release the remap lock. sync=0 sets
+** MDB_NOSYNC for this one commit. The flag lives in the process's MDB_env, so every top-level
+** commit takes commit_mu: no other thread can commit (and so skip its fsync) while the flag is
+** set. Returns LMDB's code for the commit. */
+int dx__lm_top_finish(shared_env_t *se, MDB_txn *txn, int commit, int durable, int notify) {
+  int rc = 0;
+  if (!commit) {
+    mdb_txn_abort(txn);
+  } else {
+    pthread_mutex_lock(&se->commit_mu);
+    if (!durable) mdb_env_set_flags(se->env, MDB_NOSYNC, 1);
+    rc = mdb_txn_commit(txn);
+    if (!durable) mdb_env_set_flags(se->env, MDB_NOSYNC, 0);
+    pthread_mutex_unlock(&se->commit_mu);
+  }
+  pthread_rwlock_unlock(&se->remap);
+  /* Wake workers in other processes watching the notify file (inotify sees any write). */
+  if (commit && rc == 0 && notify && se->notify_fd >= 0 &&
+      pwrite(se->notify_fd, "!", 1, 0) < 0) {
+    /* best effort: watchers still poll */
+  }
+  return rc;
+}
+
 int dx__lm_tx_begin(shared_env_t *se, int durable, int write, tx_t *t, dx_error_t *err) {
   MDB_txn *parent = dx__lm_thread_batch(se);
-  unsigned flags = (!write && !parent) ? MDB_RDONLY : 0;
   int rc;
+  memset(t, 0, sizeof *t);
   t->se = se;
-  t->txn = NULL;
   t->write = write;
   t->nested = parent != NULL;
   t->durable = durable;
   t->err = err ? err : &t->scratch;
-  rc = mdb_txn_begin(se->env, parent, flags, &t->txn);
-  if (rc == MDB_MAP_RESIZED && !parent) {
-    /* another process grew the map: adopt its size and retry once */
-    mdb_env_set_mapsize(se->env, 0);
-    rc = mdb_txn_begin(se->env, NULL, flags, &t->txn);
-  }
-  if (rc) {
+  if (!parent) return dx__lm_top_begin(se, write, &t->txn, t->err);
+  /* nested even for reads: they must see the batch's own writes */
+  if ((rc = mdb_txn_begin(se->env, parent, 0, &t->txn))) {
     t->txn = NULL;
-    return dx__lm_tx_err(t, rc, "begin transaction");
+    return dx__lm_tx_err(t, rc, "begin a nested transaction");
   }
   return 0;
 }
@@ -72,36 +134,26 @@ int dx__lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err) {
   return dx__lm_tx_begin(p->se, !p->no_sync, write, t, err);
 }
 
-/* Commit a top-level write txn. sync=0 sets MDB_NOSYNC for this one commit. The flag lives
-** in the process's MDB_env, so every top-level commit takes commit_mu: no other thread can
-** commit (and so skip its fsync) while the flag is set. The writer lock is held by whoever
-** commits, so commit_mu is never contended by two live write txns. */
-int dx__lm_commit_top(shared_env_t *se, MDB_txn *txn, int durable, int notify) {
-  int rc;
-  pthread_mutex_lock(&se->commit_mu);
-  if (!durable) mdb_env_set_flags(se->env, MDB_NOSYNC, 1);
-  rc = mdb_txn_commit(txn);
-  if (!durable) mdb_env_set_flags(se->env, MDB_NOSYNC, 0);
-  pthread_mutex_unlock(&se->commit_mu);
-  /* Wake workers in other processes watching the notify file (inotify sees any write). */
-  if (rc == 0 && notify && se->notify_fd >= 0 && pwrite(se->notify_fd, "!", 1, 0) < 0) {
-    /* best effort: watchers still poll */
-  }
-  return rc;
-}
-
 /* Commit when rc == 0 and the txn wrote; abort otherwise. Returns the final code. */
 int dx__lm_tx_end(tx_t *t, int rc) {
-  int mrc;
+  int mrc, commit = rc == 0 && t->write;
   if (!t->txn) return rc;
-  if (rc != 0 || !t->write) {
-    mdb_txn_abort(t->txn);
-    t->txn = NULL;
-    return rc;
+  if (t->nested) {
+    mrc = 0;
+    if (commit) mrc = mdb_txn_commit(t->txn);
+    else mdb_txn_abort(t->txn);
+  } else {
+    mrc = dx__lm_top_finish(t->se, t->txn, commit, t->durable, 1);
   }
-  mrc = t->nested ? mdb_txn_commit(t->txn) : dx__lm_commit_top(t->se, t->txn, t->durable, 1);
   t->txn = NULL;
-  return mrc ? dx__lm_tx_err(t, mrc, "commit") : 0;
+  return mrc ? dx__lm_tx_err(t, mrc, "commit") : rc;
+}
+
+/* 1 when a top-level write that failed with `rc` should run again: the map was full and
+** has room to grow (the next begin grows it). Bounded by `tries`. */
+int dx__lm_retry_full(tx_t *t, int rc, int tries) {
+  return rc == DX_EFULL && !t->nested && tries < 16 &&
+         __atomic_load_n(&t->se->grow_wanted, __ATOMIC_RELAXED) && dx__lm_can_grow(t->se);
 }
 
 /* Room for element n of a growable array: the (maybe moved) array, or NULL when out of
@@ -118,26 +170,93 @@ void *dx__lm_grow(void *v, size_t *cap, size_t n, size_t elem) {
 /* {===== keys =====} */
 
 
+/* {===== checksums =====} */
+
+/* Every value is stored as its bytes followed by a CRC32C (Castagnoli) of key and value, so a
+** flipped byte in a key or a value is detected on read instead of changing an answer. */
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void) {
+  uint32_t i, j, c;
+  for (i = 0; i < 256; i++) {
+    for (c = i, j = 0; j < 8; j++) c = (c >> 1) ^ (c & 1 ? 0x82F63B78u : 0);
+    crc_table[i] = c;
+  }
+}
+
+static uint32_t crc32c(uint32_t crc, const void *p, size_t n) {
+  const unsigned char *b = p;
+  while (n--) crc = crc_table[(crc ^ *b++) & 0xff] ^ (crc >> 8);
+  return crc;
+}
+
+static uint32_t record_sum(const MDB_val *k, const void *v, size_t n) {
+  pthread_once(&crc_once, crc_init);
+  return ~crc32c(crc32c(~0u, k->mv_data, k->mv_size), v, n);
+}
+
+static void put_u32(unsigned char *b, uint32_t v) {
+  b[0] = (unsigned char)(v >> 24);
+  b[1] = (unsigned char)(v >> 16);
+  b[2] = (unsigned char)(v >> 8);
+  b[3] = (unsigned char)v;
+}
+
+/* Printable form of a key for error messages: bytes outside ASCII as \xNN, NUL as '/'. */
+static void key_text(const MDB_val *k, char *out, size_t cap) {
+  const unsigned char *b = k->mv_data;
+  size_t i, o = 0;
+  for (i = 0; i < k->mv_size && o + 5 < cap; i++) {
+    if (b[i] == 0) out[o++] = '/';
+    else if (b[i] >= 0x20 && b[i] < 0x7f) out[o++] = (char)b[i];
+    else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", b[i]);
+  }
+  out[o] = 0;
+}
+
+int dx__lm_check_sum(tx_t *t, int db, const MDB_val *k, MDB_val *v) {
+  unsigned char want[4];
+  char key[160];
+  if (t->raw) return 0;
+  if (v->mv_size >= LM_SUM_BYTES) {
+    put_u32(want, record_sum(k, v->mv_data, v->mv_size - LM_SUM_BYTES));
+    if (memcmp(want, (const char *)v->mv_data + v->mv_size - LM_SUM_BYTES, LM_SUM_BYTES) == 0) {
+      v->mv_size -= LM_SUM_BYTES;
+      return 0;
+    }
+  }
+  key_text(k, key, sizeof key);
+  return dx_error_set(t->err, DX_ECORRUPT,
+                      "store %s is damaged: the record in %s under key '%s' fails its checksum",
+                      t->se->path, dx__lm_db_names[db], key);
+}
+
 /* {===== basic operations =====} */
 
 int dx__lm_db_get(tx_t *t, int db, const dkey_t *k, MDB_val *v) {
   MDB_val key = kval(k);
   int rc = mdb_get(t->txn, t->se->dbi[db], &key, v);
   if (rc == MDB_NOTFOUND) return DX_ENOTFOUND; /* callers decide; err untouched */
-  return rc ? dx__lm_tx_err(t, rc, dx__lm_db_names[db]) : 0;
+  if (rc) return dx__lm_tx_err(t, rc, dx__lm_db_names[db]);
+  return dx__lm_check_sum(t, db, &key, v);
 }
 
+/* Writes the value with its checksum in place (MDB_RESERVE: no copy). */
 int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, unsigned flags) {
   MDB_val key = kval(k), val;
+  size_t extra = t->raw ? 0 : LM_SUM_BYTES;
   int rc;
-  val.mv_size = n;
-  val.mv_data = (void *)data;
-  rc = mdb_put(t->txn, t->se->dbi[db], &key, &val, flags);
+  val.mv_size = n + extra;
+  val.mv_data = NULL;
+  rc = mdb_put(t->txn, t->se->dbi[db], &key, &val, flags | MDB_RESERVE);
   if (rc) {
     char what[64];
-    snprintf(what, sizeof what, "writing %s", dx__lm_db_names[db]);
+    snprintf(what, sizeof what, "write to %s", dx__lm_db_names[db]);
     return dx__lm_tx_err(t, rc, what);
   }
+  if (n) memcpy(val.mv_data, data, n);
+  if (extra) put_u32((unsigned char *)val.mv_data + n, record_sum(&key, data, n));
   return 0;
 }
 
@@ -147,7 +266,7 @@ int dx__lm_db_del(tx_t *t, int db, const dkey_t *k) {
   int rc = mdb_del(t->txn, t->se->dbi[db], &key, NULL);
   if (rc && rc != MDB_NOTFOUND) {
     char what[64];
-    snprintf(what, sizeof what, "deleting from %s", dx__lm_db_names[db]);
+    snprintf(what, sizeof what, "delete from %s", dx__lm_db_names[db]);
     return dx__lm_tx_err(t, rc, what);
   }
   return 0;
@@ -166,7 +285,7 @@ int dx__lm_scan_prefix(tx_t *t, int db, const dkey_t *prefix, scan_fn fn, void *
   if (mrc) return dx__lm_tx_err(t, mrc, dx__lm_db_names[db]);
   mrc = mdb_cursor_get(c, &k, &v, prefix->n ? MDB_SET_RANGE : MDB_FIRST);
   while (mrc == 0 && k.mv_size >= prefix->n && memcmp(k.mv_data, prefix->b, prefix->n) == 0) {
-    if ((rc = fn(t, &k, &v, ud)) != 0) break;
+    if ((rc = dx__lm_check_sum(t, db, &k, &v)) != 0 || (rc = fn(t, &k, &v, ud)) != 0) break;
     mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
   }
   mdb_cursor_close(c);
@@ -197,8 +316,9 @@ int dx__lm_corrupt(tx_t *t, int db, const char *detail, const char *keyfmt, ...)
   va_start(ap, keyfmt);
   vsnprintf(key, sizeof key, keyfmt, ap);
   va_end(ap);
-  return dx_error_set(t->err, DX_ECORRUPT, "corrupted record in %s (%s)%s%s", dx__lm_db_names[db], key,
-                      detail ? ": " : "", detail ? detail : "");
+  return dx_error_set(t->err, DX_ECORRUPT, "store %s is damaged: corrupted record in %s (%s)%s%s",
+                      t->se->path, dx__lm_db_names[db], key, detail ? ": " : "",
+                      detail ? detail : "");
 }
 
 int dx__lm_next_seq(tx_t *t, uint64_t *out) {

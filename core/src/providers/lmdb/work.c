@@ -28,18 +28,21 @@ static int row_write(tx_t *t, const work_row_t *r) {
 
 /* Add (put=1) or remove the row's queue index entry (ready or lock for plain rows, the
 ** session's sess_items for session rows) and, when locked, its token entry. */
-int dx__lm_row_index(tx_t *t, const work_row_t *r, int put) {
+int dx__lm_row_queue_key(const work_row_t *r, dkey_t *k) {
   int64_t due = r->token ? r->locked_until : r->visible_at;
+  if (r->session_id) {
+    key_sess_item(k, r->session_id, due, r->seq);
+    return DB_SESS_ITEMS;
+  }
+  key_work_idx(k, 0, due, r->seq);
+  return r->token ? DB_WORK_LOCK : DB_WORK_READY;
+}
+
+int dx__lm_row_index(tx_t *t, const work_row_t *r, int put) {
   unsigned char seq[8];
   dkey_t k;
-  int rc;
-  if (r->session_id) {
-    key_sess_item(&k, r->session_id, due, r->seq);
-    rc = dx__lm_idx_op(t, DB_SESS_ITEMS, &k, "", 0, put);
-  } else {
-    key_work_idx(&k, 0, due, r->seq);
-    rc = dx__lm_idx_op(t, r->token ? DB_WORK_LOCK : DB_WORK_READY, &k, "", 0, put);
-  }
+  int db = dx__lm_row_queue_key(r, &k);
+  int rc = dx__lm_idx_op(t, db, &k, "", 0, put);
   if (rc || !r->token) return rc;
   key_seq(&k, r->token);
   put_u64(seq, r->seq);
@@ -395,9 +398,7 @@ int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
   if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
   if (sessions && (rc = dx__lm_check_worker_id(sessions->worker_id, err))) return rc;
   if ((rc = dx__lm_nothing_due(p, now, 0, 1, sessions != NULL, err))) return rc < 0 ? rc : 0;
-  if ((rc = dx__lm_begin_tx(p, 1, &t, err))) return rc;
-  rc = dx__lm_tx_end(&t, work_fetch(&t, now, lock_ms, sessions, out));
-  if (rc) fetch_reset(out);
+  LM_WRITE(p, t, err, rc, work_fetch(&t, now, lock_ms, sessions, out), fetch_reset(out));
   return rc;
 }
 
@@ -417,9 +418,9 @@ int dx__lm_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((completion && (rc = dx__lm_check_item(completion, err))) || (rc = dx__lm_begin_tx(p, 1, &t, err)))
-    return rc;
-  return dx__lm_tx_end(&t, work_ack(&t, now, token, completion));
+  if (completion && (rc = dx__lm_check_item(completion, err))) return rc;
+  LM_WRITE(p, t, err, rc, work_ack(&t, now, token, completion), (void)0);
+  return rc;
 }
 
 /* Abandon (release, visible after `ms`) or renew (extend by `ms`) a worker lock. */
@@ -448,18 +449,18 @@ int dx__lm_abandon_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t 
                            int ignore_attempt, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
-  int rc = dx__lm_begin_tx(p, 1, &t, err);
-  if (rc) return rc;
-  return dx__lm_tx_end(&t, work_relock(&t, now, token, 1, delay_ms, ignore_attempt));
+  int rc;
+  LM_WRITE(p, t, err, rc, work_relock(&t, now, token, 1, delay_ms, ignore_attempt), (void)0);
+  return rc;
 }
 
 int dx__lm_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t extend_ms,
                          dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
-  int rc = dx__lm_begin_tx(p, 1, &t, err);
-  if (rc) return rc;
-  return dx__lm_tx_end(&t, work_relock(&t, now, token, 0, extend_ms, 0));
+  int rc;
+  LM_WRITE(p, t, err, rc, work_relock(&t, now, token, 0, extend_ms, 0), (void)0);
+  return rc;
 }
 
 int dx__lm_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
@@ -467,10 +468,9 @@ int dx__lm_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_item(item, err)) || (rc = dx__lm_check_payload(item, err)) ||
-      (rc = dx__lm_begin_tx(p, 1, &t, err)))
-    return rc;
-  return dx__lm_tx_end(&t, dx__lm_work_insert(&t, item, now));
+  if ((rc = dx__lm_check_item(item, err)) || (rc = dx__lm_check_payload(item, err))) return rc;
+  LM_WRITE(p, t, err, rc, dx__lm_work_insert(&t, item, now), (void)0);
+  return rc;
 }
 
 /* {===== methods: history and management =====} */
