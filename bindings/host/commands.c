@@ -1,6 +1,6 @@
 /*
 ** commands.c -- duroxide-lua's client commands: start, raise, status, wait, cancel, history,
-** list. Output on stdout is JSON, one object per line; errors go to stderr.
+** list, sessions, check. Output on stdout is JSON, one object per line; errors go to stderr.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +12,7 @@
 #include "jsonout.h"
 
 static const char *commands[] = {"start", "raise", "status", "wait", "cancel", "history",
-                                  "list", "sessions", NULL};
+                                  "list", "sessions", "check", NULL};
 
 int dxh_is_command(const char *word) {
   int i;
@@ -203,6 +203,35 @@ static int print_session(void *ud, const dx_session_info_t *si) {
   return 0;
 }
 
+static void print_problem(void *ud, const char *problem) {
+  json_t *o = json_pack("{s:s}", "problem", problem);
+  char *s = o ? dx__json_dump(o) : NULL;
+  puts(s ? s : "{}");
+  free(s);
+  json_decref(o);
+  (void)ud;
+}
+
+/* `check`: every problem on its own line, then a summary; exit 1 when anything is wrong. */
+static int run_check(dx_client_t *cl, const char *store) {
+  dx_provider_t *p = dx_client_provider(cl);
+  uint64_t records = 0, problems = 0;
+  dx_error_t err;
+  json_t *o;
+  char *s;
+  if (p->methods->version < 4 || !p->methods->check)
+    return dxh_fail(1, "%s", "this store's provider cannot check stores");
+  if (p->methods->check(p, print_problem, NULL, &records, &problems, &err) != 0)
+    return dxh_fail(1, "%s", err.msg);
+  o = json_pack("{s:s, s:I, s:I, s:b}", "store", store, "records", (json_int_t)records,
+                "problems", (json_int_t)problems, "ok", problems == 0);
+  s = o ? dx__json_dump(o) : NULL;
+  puts(s ? s : "{}");
+  free(s);
+  json_decref(o);
+  return problems ? 1 : 0;
+}
+
 int dxh_command(int argc, char **argv) {
   const char *cmd = argv[0];
   dx_client_t *cl = NULL;
@@ -266,6 +295,8 @@ int dxh_command(int argc, char **argv) {
     int64_t now = dx_clock_now_ms();
     if (p->methods->list_sessions(p, print_session, &now, &err) != 0)
       rc = dxh_fail(1, "%s", err.msg);
+  } else if (strcmp(cmd, "check") == 0) {
+    rc = run_check(cl, dxh_store_dir(c.store));
   } else if (strcmp(cmd, "list") == 0) {
     dx_provider_t *p = dx_client_provider(cl);
     if (p->methods->list_instances(p, print_id, cl, &err) != 0) rc = dxh_fail(1, "%s", err.msg);

@@ -31,6 +31,7 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua history ID\n"
       "  duroxide-lua list\n"
       "  duroxide-lua sessions                 the session table: owner, lease, queued work\n"
+      "  duroxide-lua check                    verify the whole store (exit 1 on any problem)\n"
       "\n"
       "INPUT and DATA are JSON text, or - to read it from stdin, or @FILE to read a file.\n"
       "Every command takes --store DIR (default\n"
@@ -42,7 +43,8 @@ int dxh_usage(FILE *f) {
       "  --session-cleanup-interval D  --worker-lock-timeout D  --orchestrator-lock-timeout D\n"
       "  --poll-interval D  --max-attempts N  --shutdown-grace D  --turn-instruction-budget N\n"
       "  --log-level error|warn|info|debug\n"
-      "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n",
+      "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n"
+      "  --store-max-size SIZE (e.g. 512m, 2g; the store remembers it; default: the disk)\n",
       f);
   return 2;
 }
@@ -59,7 +61,9 @@ int dxh_fail(int code, const char *fmt, const char *detail) {
 typedef struct {
   dx_runtime_t *rt;
   uv_signal_t sigint, sigterm;
+  uv_timer_t health;  /* watches for a store that became unusable */
   int signals;
+  int failed;
 } worker_t;
 
 static void on_stopped(dx_runtime_t *rt, void *ud) {
@@ -67,6 +71,17 @@ static void on_stopped(dx_runtime_t *rt, void *ud) {
   (void)rt;
   uv_close((uv_handle_t *)&w->sigint, NULL);
   uv_close((uv_handle_t *)&w->sigterm, NULL);
+  uv_close((uv_handle_t *)&w->health, NULL);
+}
+
+/* A store that became unusable (damaged, lock file deleted) stops the worker: exit 1. */
+static void on_health(uv_timer_t *h) {
+  worker_t *w = h->data;
+  dx_error_t err;
+  if (w->failed || dx_runtime_error(w->rt, &err) == 0) return;
+  w->failed = 1;
+  fprintf(stderr, "duroxide-lua: stopping: %s\n", err.msg);
+  dx_runtime_stop(w->rt, on_stopped, w);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -168,10 +183,14 @@ static int run_worker(const char *app, int argc, char **argv) {
   w.sigint.data = w.sigterm.data = &w;
   uv_signal_start(&w.sigint, on_signal, SIGINT);
   uv_signal_start(&w.sigterm, on_signal, SIGTERM);
+  uv_timer_init(S->loop, &w.health);
+  w.health.data = &w;
+  uv_timer_start(&w.health, on_health, 100, 100);
   S->loop_depth++; /* code running from here on is inside a loop callback */
   uv_run(S->loop, UV_RUN_DEFAULT);
   S->loop_depth--;
   S->runtime = NULL;
+  if (w.failed) rc = 1;
   dx_runtime_free(w.rt);
   p->methods->destroy(p);
   lua_close(L);

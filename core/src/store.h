@@ -73,6 +73,8 @@ typedef struct dx_store_cfg_s {
   const dx_session_cfg_t *sessions;  /* NULL = no session work */
   dx_store_fetch_cb on_fetch;        /* loop thread */
   void *ud;
+  /* loop thread, once: the store cannot be used any more (damaged, lock file gone) */
+  void (*on_fatal)(void *ud, const dx_error_t *err);
   dx_clock_fn clock;                 /* NULL = wall clock */
   void *clock_ud;
 } dx_store_cfg_t;

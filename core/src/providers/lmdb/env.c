@@ -263,6 +263,21 @@ static int open_env(shared_env_t *se, unsigned flags) {
   return mrc;
 }
 
+/* 1 when another process holds a lock on lock.mdb: the store is in use, and a zero-length
+** data.mdb is one that process is creating right now, not a damaged one. (This process has
+** no env on the store yet, so closing the fd drops no lock of ours.) */
+static int store_in_use(const char *lock_path) {
+  struct flock fl;
+  int fd = open(lock_path, O_RDONLY | O_CLOEXEC), busy;
+  if (fd < 0) return 0;
+  memset(&fl, 0, sizeof fl);
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  busy = fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+  close(fd);
+  return busy;
+}
+
 /* Open the env of directory `path`; a directory this process cannot write is opened
 ** read-only (without the lock file when that cannot be opened either: nobody can write). */
 static int env_open(char *path, const dx_lmdb_opts_t *o, shared_env_t **out,
@@ -289,7 +304,7 @@ static int env_open(char *path, const dx_lmdb_opts_t *o, shared_env_t **out,
     rc = dx__lm_nomem(err);
     goto done;
   }
-  if (stat(data, &st) == 0 && st.st_size == 0) {
+  if (stat(data, &st) == 0 && st.st_size == 0 && !store_in_use(se->lock_path)) {
     rc = dx_error_set(err, DX_ECORRUPT,
                       "the store is damaged: data.mdb is empty (0 bytes); restore it from a "
                       "backup, or move the directory away to start an empty store");

@@ -20,7 +20,16 @@ static const char *plain_error(int mrc) {
   return s;
 }
 
+/* LMDB reports a short write as EIO: when the disk holding the store is (nearly) full, that
+** is what it was. */
+static int disk_full(const shared_env_t *se) {
+  struct statvfs vs;
+  return se->data_fd >= 0 && fstatvfs(se->data_fd, &vs) == 0 &&
+         (uint64_t)vs.f_bavail * vs.f_frsize < (uint64_t)64 * se->psize;
+}
+
 int dx__lm_mdb_error(shared_env_t *se, int mrc, const char *what, dx_error_t *err) {
+  if (mrc == EIO && disk_full(se)) mrc = ENOSPC;
   switch (mrc) {
     case MDB_MAP_FULL:
       __atomic_store_n(&se->grow_wanted, 1, __ATOMIC_RELAXED);
@@ -203,16 +212,27 @@ static void put_u32(unsigned char *b, uint32_t v) {
   b[3] = (unsigned char)v;
 }
 
-/* Printable form of a key for error messages: bytes outside ASCII as \xNN, NUL as '/'. */
+/* Printable form of a key for error messages, following the key layout: NUL-terminated ids
+** as text, 8-byte numbers in decimal, parts joined by '/' ("inst-1/1/3"). */
 static void key_text(const MDB_val *k, char *out, size_t cap) {
   const unsigned char *b = k->mv_data;
-  size_t i, o = 0;
-  for (i = 0; i < k->mv_size && o + 5 < cap; i++) {
-    if (b[i] == 0) out[o++] = '/';
-    else if (b[i] >= 0x20 && b[i] < 0x7f) out[o++] = (char)b[i];
-    else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", b[i]);
+  size_t i = 0, o = 0, j;
+  out[0] = 0;
+  while (i < k->mv_size && o + 24 < cap) {
+    if (o) out[o++] = '/';
+    for (j = i; j < k->mv_size && b[j] >= 0x20 && b[j] < 0x7f; j++) {}
+    if (j < k->mv_size && b[j] == 0 && (j > i || k->mv_size - i < 8)) { /* an id */
+      o += (size_t)snprintf(out + o, cap - o, "%.*s", (int)(j - i < cap - o - 24 ? j - i : 0),
+                            (const char *)b + i);
+      i = j + 1;
+    } else if (k->mv_size - i >= 8) {
+      o += (size_t)snprintf(out + o, cap - o, "%llu", (unsigned long long)get_u64(b + i));
+      i += 8;
+    } else {
+      o += (size_t)snprintf(out + o, cap - o, "%u", b[i]);
+      i++;
+    }
   }
-  out[o] = 0;
 }
 
 int dx__lm_check_sum(tx_t *t, int db, const MDB_val *k, MDB_val *v) {
@@ -228,8 +248,8 @@ int dx__lm_check_sum(tx_t *t, int db, const MDB_val *k, MDB_val *v) {
   }
   key_text(k, key, sizeof key);
   return dx_error_set(t->err, DX_ECORRUPT,
-                      "store %s is damaged: the record in %s under key '%s' fails its checksum",
-                      t->se->path, dx__lm_db_names[db], key);
+                      "store %s is damaged: the record %s in %s fails its checksum",
+                      t->se->path, key, dx__lm_db_names[db]);
 }
 
 /* {===== basic operations =====} */
