@@ -162,6 +162,39 @@ DX_TEST(lmdb_map_grows_without_limit) {
   free(store);
 }
 
+DX_TEST(lmdb_map_growth_reaches_other_processes) {
+  /* a child process grows the map; the parent, still on its first map, adopts the new size
+  ** (MDB_MAP_RESIZED) and keeps reading and writing */
+  char *store = dx_pv_new_store();
+  dx_lmdb_opts_t opts = {2, 1, 1 << 20, 0};
+  dx_provider_t *p = open_with(store, &opts);
+  dx_work_item_t w = start_item("P", "1");
+  dx_error_t err;
+  pid_t pid;
+  int st, rc, n;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  fflush(NULL);
+  pid = fork();
+  ASSERT(pid >= 0);
+  if (pid == 0) {
+    dx_provider_t *c = open_with(store, &opts);
+    dx_lmdb_opts_t capped = {2, 1, 0, 6 << 20};
+    M(c)->destroy(c);
+    c = open_with(store, &capped); /* cap at 6 MiB: fill() stops there */
+    n = fill(c, &err, &rc);
+    M(c)->destroy(c);
+    _exit(rc == DX_EFULL && n * 200 > 3 * 1024 ? 0 : 1);
+  }
+  ASSERT(waitpid(pid, &st, 0) == pid);
+  ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ASSERT(orch_depth(p) > 15);
+  w.instance = "P2";
+  rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err);
+  ASSERT(rc == 0 || (rc == DX_EFULL && strstr(err.msg, "maximum size")));
+  M(p)->destroy(p);
+  free(store);
+}
+
 DX_TEST(lmdb_open_errors) {
   char path[512];
   dx_provider_t *p = (dx_provider_t *)1;
