@@ -3,7 +3,6 @@
 */
 #include "lmdb_int.h"
 
-
 /* {===== argument checks =====} */
 
 int dx__lm_check_instance(const char *inst, dx_error_t *err) {

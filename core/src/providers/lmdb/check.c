@@ -63,7 +63,8 @@ static void ck_meta(ck_t *c, const MDB_val *k, const MDB_val *v) {
   for (i = 0; i < 3; i++)
     if (k->mv_size == strlen(names[i]) && memcmp(k->mv_data, names[i], k->mv_size) == 0) break;
   if (i == 3) problem(c, "meta: unknown key of %zu bytes", k->mv_size);
-  else if (v->mv_size != (i == 0 ? 4u : 8u)) problem(c, "meta: %s has %zu bytes", names[i], v->mv_size);
+  else if (v->mv_size != (i == 0 ? 4u : 8u))
+    problem(c, "meta: %s has %zu bytes", names[i], v->mv_size);
 }
 
 static void ck_instance(ck_t *c, const MDB_val *k, const MDB_val *v) {
@@ -153,8 +154,13 @@ static void ck_orch_index(ck_t *c, int db, const MDB_val *k) {
     problem(c, "%s: stray entry for instance '%s'", dx__lm_db_names[db], inst);
 }
 
-static void ck_ready(ck_t *c, const MDB_val *k, const MDB_val *v) { ck_orch_index(c, DB_ORCH_READY, k); }
-static void ck_lock(ck_t *c, const MDB_val *k, const MDB_val *v) { ck_orch_index(c, DB_ORCH_LOCK, k); }
+static void ck_ready(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  ck_orch_index(c, DB_ORCH_READY, k);
+}
+
+static void ck_lock(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  ck_orch_index(c, DB_ORCH_LOCK, k);
+}
 
 static void ck_row(ck_t *c, const MDB_val *k, const MDB_val *v) {
   work_row_t r;

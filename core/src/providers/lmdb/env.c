@@ -50,7 +50,6 @@ static void lm_rollback(dx_provider_t *pp) {
   if (p->in_batch) dx__lm_top_finish(p->se, take_batch(p), 0, 0, 0);
 }
 
-
 /* {===== store format =====} */
 
 /* Format 1 indexed session rows in work_ready / work_lock under class byte 1; move them to the

@@ -3,7 +3,6 @@
 */
 #include "lmdb_int.h"
 
-
 /* {===== history =====} */
 
 int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,

@@ -86,7 +86,6 @@ enum {
 /* Names of the named DBs, indexed by DB_*. */
 extern const char *const dx__lm_db_names[DB__COUNT];
 
-
 /* LMDB forbids opening one env twice in a process, so handles on the same directory share
 ** one of these, keyed by realpath. */
 typedef struct shared_env_s {
@@ -171,7 +170,10 @@ static inline void k_u64(dkey_t *k, uint64_t v) {
 /* Times before the epoch sort as 0: they are all "due". */
 static inline void k_time(dkey_t *k, int64_t t) { k_u64(k, t < 0 ? 0 : (uint64_t)t); }
 static inline void k_str(dkey_t *k, const char *s) { k_bytes(k, s, strlen(s) + 1); }
-static inline void k_u8(dkey_t *k, unsigned v) { unsigned char c = (unsigned char)v; k_bytes(k, &c, 1); }
+static inline void k_u8(dkey_t *k, unsigned v) {
+  unsigned char c = (unsigned char)v;
+  k_bytes(k, &c, 1);
+}
 
 static inline MDB_val kval(const dkey_t *k) {
   MDB_val v;
@@ -205,7 +207,10 @@ static inline void key_ident(dkey_t *k, const char *inst, uint64_t exec, uint64_
   key_exec(k, inst, exec);
   k_u64(k, act);
 }
-static inline void key_name(dkey_t *k, const char *name) { k_init(k); k_bytes(k, name, strlen(name)); }
+static inline void key_name(dkey_t *k, const char *name) {
+  k_init(k);
+  k_bytes(k, name, strlen(name));
+}
 /* Calls fn for every key of `db` starting with `prefix`, in order; fn returns 0 to go on,
 ** > 0 to stop, < 0 (an error code) to fail. fn must not write to `db`. */
 typedef int (*scan_fn)(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud);
@@ -253,7 +258,6 @@ typedef struct {
   size_t item_len;
 } orch_msg_t;
 
-
 typedef struct {
   const char *inst;
   size_t prefix_n;
@@ -276,7 +280,6 @@ typedef struct {
   char *prev;         /* owner before the current one (or before a release); NULL if none */
   int64_t locked_until, last_activity;
 } sess_rec_t;
-
 
 /* A session's queue summary: its earliest row (due time, seq) and how many rows it has. */
 typedef struct {
@@ -416,14 +419,14 @@ int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k);
 int dx__lm_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__lm_orch_head(tx_t *t, int db, int64_t now, orch_cand_t *c);
 int dx__lm_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_item_t **out,
-                         dx_error_t *err);
+                      dx_error_t *err);
 int dx__lm_ack_orch(dx_provider_t *pp, int64_t now, const dx_orch_ack_t *ack, dx_error_t *err);
 int dx__lm_abandon_orch(dx_provider_t *pp, int64_t now, const char *instance, uint64_t token,
-                           int64_t delay_ms, int ignore_attempt, dx_error_t *err);
+                        int64_t delay_ms, int ignore_attempt, dx_error_t *err);
 int dx__lm_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint64_t token,
-                         int64_t extend_ms, dx_error_t *err);
+                      int64_t extend_ms, dx_error_t *err);
 int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
-                           int64_t delay_ms, dx_error_t *err);
+                        int64_t delay_ms, dx_error_t *err);
 
 /* sessions.c */
 int dx__lm_sess_owned(const sess_rec_t *r);
@@ -435,12 +438,12 @@ int dx__lm_sess_touch(tx_t *t, const char *sid, int64_t now);
 int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q);
 int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta);
 int dx__lm_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
-                             int64_t extend_ms, int64_t idle_ms, dx_session_cb cb, void *ud,
-                             uint64_t *renewed, dx_error_t *err);
+                          int64_t extend_ms, int64_t idle_ms, dx_session_cb cb, void *ud,
+                          uint64_t *renewed, dx_error_t *err);
 int dx__lm_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
-                               const char *session_id, uint64_t *released, dx_error_t *err);
+                            const char *session_id, uint64_t *released, dx_error_t *err);
 int dx__lm_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted,
-                               dx_error_t *err);
+                            dx_error_t *err);
 int dx__lm_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error_t *err);
 
 /* work.c */
@@ -454,25 +457,25 @@ int dx__lm_work_head(tx_t *t, int db, int64_t now, work_cand_t *c);
 int dx__lm_ident_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud);
 int dx__lm_work_cancel(tx_t *t, const dx_activity_ref_t *ref);
 int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
-                         const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
-                         dx_error_t *err);
+                      const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
+                      dx_error_t *err);
 int dx__lm_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
-                       const dx_work_item_t *completion, dx_error_t *err);
+                    const dx_work_item_t *completion, dx_error_t *err);
 int dx__lm_abandon_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t delay_ms,
-                           int ignore_attempt, dx_error_t *err);
+                        int ignore_attempt, dx_error_t *err);
 int dx__lm_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t extend_ms,
-                         dx_error_t *err);
+                      dx_error_t *err);
 int dx__lm_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
-                           dx_error_t *err);
+                        dx_error_t *err);
 
 /* manage.c */
 int dx__lm_nothing_due(lm_t *p, int64_t now, int orch, int work, int sess, dx_error_t *err);
 int dx__lm_read_history(dx_provider_t *pp, const char *instance, uint64_t execution_id,
-                           dx_event_t **events, size_t *n, uint64_t *exec_out, dx_error_t *err);
+                        dx_event_t **events, size_t *n, uint64_t *exec_out, dx_error_t *err);
 int dx__lm_append(dx_provider_t *pp, const char *instance, uint64_t execution_id,
-                     const dx_event_t *events, size_t n, dx_error_t *err);
+                  const dx_event_t *events, size_t n, dx_error_t *err);
 int dx__lm_get_info(dx_provider_t *pp, const char *instance, dx_instance_info_t *out,
-                       dx_error_t *err);
+                    dx_error_t *err);
 void dx__lm_strs_free(str_list_t *l);
 int dx__lm_strs_push(str_list_t *l, const char *s);
 int dx__lm_list(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err);

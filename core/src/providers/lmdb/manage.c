@@ -52,7 +52,7 @@ int dx__lm_nothing_due(lm_t *p, int64_t now, int orch, int work, int sess, dx_er
 }
 
 int dx__lm_read_history(dx_provider_t *pp, const char *instance, uint64_t execution_id,
-                           dx_event_t **events, size_t *n, uint64_t *exec_out, dx_error_t *err) {
+                        dx_event_t **events, size_t *n, uint64_t *exec_out, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   uint64_t exec = 0;
   tx_t t;
@@ -60,7 +60,8 @@ int dx__lm_read_history(dx_provider_t *pp, const char *instance, uint64_t execut
   if (!events || !n) return dx_error_set(err, DX_EINVAL, "events/n is NULL");
   *events = NULL;
   *n = 0;
-  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 0, &t, err))) return rc;
+  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 0, &t, err)))
+    return rc;
   rc = dx__lm_resolve_exec(&t, instance, execution_id, &exec);
   if (!rc) rc = dx__lm_history_load(&t, instance, exec, events, n);
   rc = dx__lm_tx_end(&t, rc);
@@ -69,11 +70,12 @@ int dx__lm_read_history(dx_provider_t *pp, const char *instance, uint64_t execut
 }
 
 int dx__lm_append(dx_provider_t *pp, const char *instance, uint64_t execution_id,
-                     const dx_event_t *events, size_t n, dx_error_t *err) {
+                  const dx_event_t *events, size_t n, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_check_events(events, n, err))) return rc;
+  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_check_events(events, n, err)))
+    return rc;
   if (execution_id == 0) return dx_error_set(err, DX_EINVAL, "execution_id 0 (ids start at 1)");
   LM_WRITE(p, t, err, rc, dx__lm_history_append(&t, instance, execution_id, events, n), (void)0);
   return rc;
@@ -118,18 +120,18 @@ static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
 }
 
 int dx__lm_get_info(dx_provider_t *pp, const char *instance, dx_instance_info_t *out,
-                       dx_error_t *err) {
+                    dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
-  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 0, &t, err))) return rc;
+  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 0, &t, err)))
+    return rc;
   rc = dx__lm_tx_end(&t, instance_info(&t, instance, out));
   if (rc) dx_instance_info_clear(out);
   return rc;
 }
-
 
 void dx__lm_strs_free(str_list_t *l) {
   size_t i;
@@ -211,6 +213,3 @@ int dx__lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *er
   if ((rc = dx__lm_begin_tx(p, 0, &t, err))) return rc;
   return dx__lm_tx_end(&t, due_time(&t, 1, 1, 1, out));
 }
-
-/* {===== methods: sessions =====} */
-

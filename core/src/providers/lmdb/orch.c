@@ -4,7 +4,6 @@
 */
 #include "lmdb_int.h"
 
-
 static void msgs_free(msg_list_t *l) {
   size_t i;
   for (i = 0; i < l->n; i++) free(l->v[i].item);
@@ -69,7 +68,6 @@ static int msgs_delete(tx_t *t, const msg_list_t *l, uint64_t token, int64_t now
   return 0;
 }
 
-
 /* The index entry a state implies: DB_ORCH_LOCK, DB_ORCH_READY or -1 (none). */
 int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
   if (s->token) { key_timed(k, s->locked_until, inst); return DB_ORCH_LOCK; }
@@ -93,7 +91,8 @@ int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s) {
 static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const orch_state_t *nw) {
   dkey_t k;
   int db, rc;
-  if ((db = dx__lm_state_index(inst, old, &k)) >= 0 && (rc = dx__lm_idx_op(t, db, &k, NULL, 0, 0))) return rc;
+  if ((db = dx__lm_state_index(inst, old, &k)) >= 0 && (rc = dx__lm_idx_op(t, db, &k, NULL, 0, 0)))
+    return rc;
   db = dx__lm_state_index(inst, nw, &k);
   if (db >= 0 && (rc = dx__lm_idx_op(t, db, &k, "", 0, 1))) return rc;
   key_inst(&k, inst);
@@ -154,7 +153,6 @@ static int orch_check_lock(tx_t *t, const char *inst, uint64_t token, int64_t no
 }
 
 /* {===== orchestrator fetch =====} */
-
 
 /* Consider the head of a timed index (be64 time + inst\0); keep the older candidate. */
 int dx__lm_orch_head(tx_t *t, int db, int64_t now, orch_cand_t *c) {
@@ -281,7 +279,8 @@ static int orch_try_lock(tx_t *t, const orch_cand_t *c, int64_t now, int64_t loc
   size_t n = 0, i;
   int rc, has_ir, starts = 0;
   if ((rc = dx__lm_state_get(t, c->inst, &st))) return rc;
-  if (dx__lm_state_index(c->inst, &st, &k) != c->db || k.n != c->key.n || memcmp(k.b, c->key.b, k.n))
+  if (dx__lm_state_index(c->inst, &st, &k) != c->db || k.n != c->key.n ||
+      memcmp(k.b, c->key.b, k.n))
     return dx__lm_db_del(t, c->db, &c->key); /* stray index entry: drop it */
   if ((rc = msgs_load(t, c->inst, &l))) return rc;
   if ((rc = batch_decode(t, &l, now, &items, &n))) goto done;
@@ -335,9 +334,6 @@ static int orch_fetch(tx_t *t, int64_t now, int64_t lock_ms, dx_orch_item_t **ou
   free(c.inst);
   return rc;
 }
-
-/* {===== sessions: records and queues =====} */
-
 
 /* {===== orchestrator ack =====} */
 
@@ -415,7 +411,8 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   if (rc || (rc = ack_instance(t, now, a)) || (rc = ack_execution(t, now, a)) ||
       (rc = dx__lm_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)))
     return rc;
-  for (i = 0; i < a->worker_items_len && !rc; i++) rc = dx__lm_work_insert(t, &a->worker_items[i], now);
+  for (i = 0; i < a->worker_items_len && !rc; i++)
+    rc = dx__lm_work_insert(t, &a->worker_items[i], now);
   for (i = 0; i < a->cancelled_len && !rc; i++) rc = dx__lm_work_cancel(t, &a->cancelled[i]);
   for (i = 0; i < a->orch_items_len && !rc; i++)
     rc = dx__lm_orch_enqueue(t, &a->orch_items[i], orch_visible_at(&a->orch_items[i], now, 0));
@@ -424,7 +421,7 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
 /* {===== methods: orchestrator queue =====} */
 
 int dx__lm_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_item_t **out,
-                         dx_error_t *err) {
+                      dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
@@ -468,7 +465,7 @@ static int orch_abandon(tx_t *t, int64_t now, const char *inst, uint64_t token, 
 }
 
 int dx__lm_abandon_orch(dx_provider_t *pp, int64_t now, const char *instance, uint64_t token,
-                           int64_t delay_ms, int ignore_attempt, dx_error_t *err) {
+                        int64_t delay_ms, int ignore_attempt, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
@@ -488,7 +485,7 @@ static int orch_renew(tx_t *t, int64_t now, const char *inst, uint64_t token, in
 }
 
 int dx__lm_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint64_t token,
-                         int64_t extend_ms, dx_error_t *err) {
+                      int64_t extend_ms, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
@@ -498,7 +495,7 @@ int dx__lm_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint
 }
 
 int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
-                           int64_t delay_ms, dx_error_t *err) {
+                        int64_t delay_ms, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
@@ -507,5 +504,3 @@ int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
            dx__lm_orch_enqueue(&t, item, orch_visible_at(item, now, delay_ms)), (void)0);
   return rc;
 }
-
-/* {===== methods: worker queue =====} */

@@ -4,7 +4,6 @@
 */
 #include "lmdb_int.h"
 
-
 int dx__lm_sess_owned(const sess_rec_t *r) { return r->owner && *r->owner; }
 
 int dx__lm_sess_owner_is(const sess_rec_t *r, const char *worker) {
@@ -15,7 +14,6 @@ void dx__lm_sess_clear(sess_rec_t *r) {
   dx__lm_rec_clear(&dx__lm_sess_schema, r);
   memset(r, 0, sizeof *r);
 }
-
 
 static int sess_decode(tx_t *t, const char *sid, const MDB_val *v, sess_rec_t *r) {
   char what[LM_SESSION_MAX + 16];
@@ -233,8 +231,8 @@ static int sess_renew(tx_t *t, int64_t now, const char *worker, int64_t extend_m
 }
 
 int dx__lm_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
-                             int64_t extend_ms, int64_t idle_ms, dx_session_cb cb, void *ud,
-                             uint64_t *renewed, dx_error_t *err) {
+                          int64_t extend_ms, int64_t idle_ms, dx_session_cb cb, void *ud,
+                          uint64_t *renewed, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   sess_list_t l = {NULL, 0, 0};
   tx_t t;
@@ -255,7 +253,8 @@ static int sess_release(tx_t *t, int64_t now, const char *worker, const char *si
                         uint64_t *count) {
   str_list_t ids = {NULL, 0, 0};
   size_t i;
-  int rc = sid ? (dx__lm_strs_push(&ids, sid) ? dx__lm_nomem(t->err) : 0) : owned_ids(t, worker, &ids);
+  int rc = sid ? (dx__lm_strs_push(&ids, sid) ? dx__lm_nomem(t->err) : 0)
+               : owned_ids(t, worker, &ids);
   for (i = 0; i < ids.n && !rc; i++) {
     sess_rec_t r, nw;
     rc = dx__lm_sess_get(t, ids.v[i], &r);
@@ -275,7 +274,7 @@ static int sess_release(tx_t *t, int64_t now, const char *worker, const char *si
 }
 
 int dx__lm_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
-                               const char *session_id, uint64_t *released, dx_error_t *err) {
+                            const char *session_id, uint64_t *released, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   uint64_t n = 0;
   tx_t t;
@@ -306,7 +305,8 @@ static int sess_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   if (!s->orphans_only) {
     rc = slist_push(t, &s->rows, sid, &r);
   } else if (!dx__lm_sess_owned(&r) || r.locked_until <= s->now) {
-    if (!(rc = dx__lm_squeue_get(t, sid, &q)) && !q.found && dx__lm_strs_push(&s->ids, sid)) rc = dx__lm_nomem(t->err);
+    if (!(rc = dx__lm_squeue_get(t, sid, &q)) && !q.found && dx__lm_strs_push(&s->ids, sid))
+      rc = dx__lm_nomem(t->err);
   }
   dx__lm_sess_clear(&r);
   return rc;
@@ -334,7 +334,7 @@ static int sess_cleanup(tx_t *t, int64_t now, uint64_t *count) {
 }
 
 int dx__lm_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted,
-                               dx_error_t *err) {
+                            dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   uint64_t n = 0;
   tx_t t;
@@ -381,5 +381,3 @@ int dx__lm_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error
   slist_free(&s.rows);
   return rc;
 }
-
-/* {===== store format upgrade =====} */

@@ -176,9 +176,6 @@ void *dx__lm_grow(void *v, size_t *cap, size_t n, size_t elem) {
   return v;
 }
 
-/* {===== keys =====} */
-
-
 /* {===== checksums =====} */
 
 /* Every value is stored as its bytes followed by a CRC32C (Castagnoli) of key and value, so a
@@ -296,7 +293,6 @@ int dx__lm_db_del(tx_t *t, int db, const dkey_t *k) {
 int dx__lm_idx_op(tx_t *t, int db, const dkey_t *k, const void *v, size_t n, int put) {
   return put ? dx__lm_db_put(t, db, k, v, n, 0) : dx__lm_db_del(t, db, k);
 }
-
 
 int dx__lm_scan_prefix(tx_t *t, int db, const dkey_t *prefix, scan_fn fn, void *ud) {
   MDB_cursor *c;

@@ -4,7 +4,6 @@
 */
 #include "lmdb_int.h"
 
-
 void dx__lm_row_clear(work_row_t *r) {
   dx__lm_rec_clear(&dx__lm_row_schema, r);
   memset(r, 0, sizeof *r);
@@ -117,7 +116,6 @@ static int row_check_live(tx_t *t, const work_row_t *r, int64_t now) {
                       (unsigned long long)r->seq, (long long)r->locked_until, (long long)now);
 }
 
-
 /* FIFO: earlier due time first, then older row. */
 static int cand_better(const work_cand_t *c, int64_t at, uint64_t seq) {
   return !c->found || at < c->at || (at == c->at && seq < c->seq);
@@ -226,7 +224,8 @@ static int work_pick(tx_t *t, int64_t now, const dx_session_cfg_t *cfg, work_can
   dkey_t pre;
   int rc;
   memset(c, 0, sizeof *c);
-  if ((rc = dx__lm_work_head(t, DB_WORK_READY, now, c)) || (rc = dx__lm_work_head(t, DB_WORK_LOCK, now, c)))
+  if ((rc = dx__lm_work_head(t, DB_WORK_READY, now, c)) ||
+      (rc = dx__lm_work_head(t, DB_WORK_LOCK, now, c)))
     return rc;
   if (!cfg) return 0;
   memset(&o, 0, sizeof o);
@@ -355,7 +354,6 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   }
 }
 
-
 int dx__lm_ident_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   seq_list_t *l = ud;
   uint64_t *nv;
@@ -384,12 +382,11 @@ int dx__lm_work_cancel(tx_t *t, const dx_activity_ref_t *ref) {
   return rc;
 }
 
-/* {===== due times =====} */
-
+/* {===== methods: worker queue =====} */
 
 int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
-                         const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
-                         dx_error_t *err) {
+                      const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
+                      dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
@@ -414,7 +411,7 @@ static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *
 }
 
 int dx__lm_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
-                       const dx_work_item_t *completion, dx_error_t *err) {
+                    const dx_work_item_t *completion, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
@@ -446,7 +443,7 @@ static int work_relock(tx_t *t, int64_t now, uint64_t token, int abandon, int64_
 }
 
 int dx__lm_abandon_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t delay_ms,
-                           int ignore_attempt, dx_error_t *err) {
+                        int ignore_attempt, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
@@ -455,7 +452,7 @@ int dx__lm_abandon_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t 
 }
 
 int dx__lm_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t extend_ms,
-                         dx_error_t *err) {
+                      dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
@@ -464,7 +461,7 @@ int dx__lm_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t ex
 }
 
 int dx__lm_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
-                           dx_error_t *err) {
+                        dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
@@ -472,5 +469,3 @@ int dx__lm_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
   LM_WRITE(p, t, err, rc, dx__lm_work_insert(&t, item, now), (void)0);
   return rc;
 }
-
-/* {===== methods: history and management =====} */
