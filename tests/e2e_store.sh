@@ -244,4 +244,31 @@ s5_read_only() {
   unmount_all
 }
 
-run_scenarios s1_damage s2_lock_deleted s3_max_size s3b_ack_full s4_disk_full s5_read_only
+# ---------------------------------------------------------------------------------------------
+# 6. the campaign that found the crashes: single-byte flips all over data.mdb (meta pages,
+# page headers, records); every command must end with a status, never a signal. Fixed seed.
+
+s6_flip_campaign() {
+  local d S size i off pg cmd crashed=""
+  d=$(new_dir s6); S=$d/base
+  make_store "$S" "$d/worker.log"
+  size=$(stat -c %s "$S/data.mdb")
+  RANDOM=7
+  for ((i = 0; i < ${E2E_FLIPS:-80}; i++)); do
+    rm -rf "$d/s"; cp -r "$S" "$d/s"; rm -f "$d/s/lock.mdb"
+    if ((i % 2)); then off=$(((RANDOM % 2) * 4096 + 16 + RANDOM % 136))
+    else pg=$((RANDOM % (size / 4096))); off=$((pg * 4096 + RANDOM % 4096)); fi
+    printf "\\x$(printf %02x $((RANDOM % 256)))" |
+      dd of="$d/s/data.mdb" bs=1 seek=$off conv=notrunc status=none
+    for cmd in list "status hello-1" check; do
+      # shellcheck disable=SC2086
+      timeout 20 "$DX" $cmd --store "$d/s" >/dev/null 2>&1
+      not_crashed $? || crashed="$crashed $off:$cmd"
+    done
+  done
+  [ -z "$crashed" ]
+  check "flip campaign: ${E2E_FLIPS:-80} damaged stores, no command killed by a signal" $? \
+    "crashed at:$crashed"
+}
+
+run_scenarios s1_damage s2_lock_deleted s3_max_size s3b_ack_full s4_disk_full s5_read_only s6_flip_campaign

@@ -180,6 +180,26 @@ DX_TEST(lmdb_truncated_data_is_an_error_not_sigbus) {
   free(store);
 }
 
+DX_TEST(lmdb_damaged_meta_page_is_an_error_not_sigbus) {
+  /* LMDB trusts its meta pages: a flipped page size made every command die with SIGBUS */
+  char *store = new_store("meta");
+  dx_provider_t *p = open_ok(store);
+  dx_error_t err;
+  int fd, i;
+  completed_instance(p, "i1", "1");
+  M(p)->destroy(p);
+  fd = open(data_path(store), O_RDWR);
+  ASSERT(fd >= 0);
+  for (i = 0; i < 2; i++) /* byte 1 of the page size (4096 = 0x1000) in both meta pages */
+    ASSERT(pwrite(fd, "\x30", 1, (off_t)i * 4096 + 16 + 24 + 1) == 1);
+  close(fd);
+  p = NULL;
+  ASSERT_EQ(dx_lmdb_open(store, NULL, &p, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, "meta page");
+  ASSERT_CONTAINS(err.msg, "page size");
+  free(store);
+}
+
 DX_TEST(lmdb_deleted_lock_file_stops_the_store) {
   char *store = new_store("lock");
   dx_provider_t *p = open_ok(store);

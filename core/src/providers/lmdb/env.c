@@ -309,6 +309,7 @@ static int env_open(char *path, const dx_lmdb_opts_t *o, shared_env_t **out,
                       "backup, or move the directory away to start an empty store");
     goto done;
   }
+  if ((rc = dx__lm_check_meta(data, err))) goto done;
   se->read_only = access(path, W_OK) != 0;
   if (se->read_only) flags |= MDB_RDONLY;
   else se->notify_fd = open(se->notify_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);

@@ -387,6 +387,8 @@ int dx__lm_next_seq(tx_t *t, uint64_t *out);
 
 /* map.c */
 int dx__lm_files_ok(shared_env_t *se, dx_error_t *err);
+/* Before LMDB maps data.mdb: its meta pages must not send LMDB outside the file. */
+int dx__lm_check_meta(const char *data_path, dx_error_t *err);
 int dx__lm_make_room(shared_env_t *se, dx_error_t *err);
 void dx__lm_adopt_size(shared_env_t *se);
 int dx__lm_can_grow(shared_env_t *se);
