@@ -3,6 +3,7 @@
 ** shared envs, reopening, map full, open errors.
 */
 #include <fcntl.h>
+#include <pthread.h>
 
 #include "duroxide/provider.h"
 #include "provider_validation.h"
@@ -191,6 +192,55 @@ DX_TEST(lmdb_map_growth_reaches_other_processes) {
   w.instance = "P2";
   rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err);
   ASSERT(rc == 0 || (rc == DX_EFULL && strstr(err.msg, "maximum size")));
+  M(p)->destroy(p);
+  free(store);
+}
+
+typedef struct {
+  dx_provider_t *p;
+  volatile int stop;
+  int bad;
+  char msg[512];
+} reader_t;
+
+static void *read_loop(void *ud) {
+  reader_t *r = ud;
+  while (!r->stop) {
+    dx_queue_depths_t d;
+    dx_error_t err;
+    if (M(r->p)->get_queue_depths(r->p, &d, &err) != 0 && !r->bad++)
+      snprintf(r->msg, sizeof r->msg, "%s", err.msg);
+  }
+  return NULL;
+}
+
+DX_TEST(lmdb_reads_during_commits_see_no_damage) {
+  /* the per-transaction file checks read LMDB's meta page while other threads commit: they
+  ** must never mistake a commit in progress for a truncated store */
+  char *store = dx_pv_new_store();
+  dx_lmdb_opts_t opts = {2, 1, 1 << 20, 0};
+  dx_provider_t *p = open_with(store, &opts);
+  dx_work_item_t w = start_item("A", "\"payload payload payload payload payload\"");
+  reader_t r[2];
+  pthread_t th[2];
+  dx_error_t err;
+  int i;
+  for (i = 0; i < 2; i++) {
+    memset(&r[i], 0, sizeof r[i]);
+    r[i].p = p;
+    ASSERT(pthread_create(&th[i], NULL, read_loop, &r[i]) == 0);
+  }
+  for (i = 0; i < 3000; i++) {
+    char id[32];
+    snprintf(id, sizeof id, "i%d", i);
+    w.instance = id;
+    ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  }
+  for (i = 0; i < 2; i++) {
+    r[i].stop = 1;
+    pthread_join(th[i], NULL);
+    if (r[i].bad) DX_FAIL_AT("%d failed reads, first: %s", r[i].bad, r[i].msg);
+  }
   M(p)->destroy(p);
   free(store);
 }
