@@ -36,7 +36,8 @@ struct dx_store_s {
   int woken;          /* another process may have committed work: check before sleeping */
   int busy;           /* the thread holds ops not yet on the done list */
   uint64_t commits, cycles;
-  int64_t backoff_ms;  /* after a failed cycle: 10 ms doubling to 1 s; 0 after a good one */
+  int64_t backoff_ms;  /* guarded by mu: after a failed cycle 10 ms doubling to 1 s, else 0 */
+  int cycle_failed;    /* store thread only: the last cycle failed */
   int fatal;           /* guarded by mu: 1 = fatal_err is set, 2 = reported to the loop */
   int fatal_seen;      /* store thread only: a cycle found the store unusable */
   dx_error_t fatal_err;
@@ -170,11 +171,7 @@ static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fet
   }
   s->cycles++;
   if (rc == 0) s->commits++;
-  /* A failing store is retried with backoff, not every poll interval. */
-  if (rc != 0 || fetch_failed)
-    s->backoff_ms = s->backoff_ms ? (s->backoff_ms * 2 > 1000 ? 1000 : s->backoff_ms * 2) : 10;
-  else
-    s->backoff_ms = 0;
+  s->cycle_failed = rc != 0 || fetch_failed;
   /* A damaged store (or one whose lock file vanished) cannot be used safely any more. */
   if (rc == DX_ECORRUPT && !s->fatal_seen) {
     s->fatal_err = err;
@@ -255,6 +252,11 @@ static void store_main(void *arg) {
     } else {
       free_fetched(&f);
     }
+    /* A failing store is retried with backoff, not every poll interval. */
+    if (s->cycle_failed)
+      s->backoff_ms = s->backoff_ms ? (s->backoff_ms * 2 > 1000 ? 1000 : s->backoff_ms * 2) : 10;
+    else
+      s->backoff_ms = 0;
     if (s->fatal_seen == 1) {
       s->fatal_seen = 2;
       s->fatal = 1;
@@ -394,6 +396,14 @@ void dx__store_close(dx_store_t *s, void (*cb)(void *ud), void *ud) {
 
 uint64_t dx__store_commits(const dx_store_t *s) { return s->commits; }
 uint64_t dx__store_cycles(const dx_store_t *s) { return s->cycles; }
+
+int64_t dx__store_backoff_ms(dx_store_t *s) {
+  int64_t ms;
+  uv_mutex_lock(&s->mu);
+  ms = s->backoff_ms;
+  uv_mutex_unlock(&s->mu);
+  return ms;
+}
 
 /* {===== test support =====} */
 

@@ -99,5 +99,7 @@ int dx__store_quiet(dx_store_t *s);
 void dx__store_crash(dx_store_t *s, void (*cb)(void *ud), void *ud);
 uint64_t dx__store_commits(const dx_store_t *s);
 uint64_t dx__store_cycles(const dx_store_t *s);
+/* The wait before the next cycle after failed ones (0 after a good cycle); any thread. */
+int64_t dx__store_backoff_ms(dx_store_t *s);
 
 #endif
