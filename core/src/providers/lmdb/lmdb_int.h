@@ -4,10 +4,13 @@
 **
 ** Layout: one MDB_env per store directory, named DBs below. Numbers in keys are big-endian
 ** u64 so byte order is numeric order; strings are bytes + NUL, so the prefix "inst\0"
-** selects exactly one instance. Values are MessagePack arrays [format, fields...]; events
-** and work items inside them are the codec's records (codec.h).
+** selects exactly one instance. Values are MessagePack arrays [format, fields...] described by
+** field tables (records.c); events and work items inside them are the codec's records
+** (codec.h). Since format 3 every value, index entries included, ends with a 4-byte CRC32C
+** of key and value (txn.c), written by db_put and checked by every read.
 **
-**   meta          "format" -> be32 1          "seq" -> be64 last sequence number
+**   meta          "format" -> be32 3   "seq" -> be64 last sequence number
+**                 "max_size" -> be64 the store's size limit (absent: none)
 **   instances     inst\0 -> name, version, current_exec, custom_status, cs_version,
 **                           created_at, updated_at, parent, created_seq
 **   inst_created  be64 created_at be64 created_seq -> inst   (list_instances)
@@ -40,7 +43,8 @@
 ** Transactions: outside a batch each method is one txn (read-only for pure reads). begin()
 ** opens a batch for the calling thread on this env; until commit() every method on that
 ** thread runs in a nested txn, so a failing method undoes only its own changes. Commits
-** fsync unless the handle has no_sync or commit(sync=0) is used (see commit_top).
+** fsync unless the handle has no_sync or commit(sync=0) is used (see dx__lm_top_finish).
+** Every top-level txn first checks the files and, for writes, grows the map (map.c).
 */
 #ifndef DX_LMDB_INT_H
 #define DX_LMDB_INT_H
