@@ -110,9 +110,6 @@ s2_lock_deleted() {
   [ "$WRC" -eq 1 ] && grep -q "lock.mdb was deleted or replaced" "$d/worker.log"
   check "lock: the worker stops with exit 1 naming the deleted lock file" $? "rc=$WRC" \
     "$(tail -5 "$d/worker.log")"
-  [ "$(grep -c 'store commit failed' "$d/worker.log")" -lt 30 ]
-  check "lock: a failing store is retried with backoff, not every 10 ms" $? \
-    "$(grep -c 'store commit failed' "$d/worker.log") failures logged"
   run_cmd status h1 --store "$S"
   [ "$RC" -eq 0 ] && grep -q '"status":"Completed"' <<<"$OUT"
   check "lock: the committed instance is still there" $? "rc=$RC" "$OUT" "$ERR"
