@@ -1,7 +1,8 @@
 /*
 ** test_lmdb_damage.c -- damaged, truncated, read-only and old LMDB stores (issue 7 items 15
 ** and 17): every damage is a clear error naming the store and the record, never a crash and
-** never a silently changed answer; `check` finds it; format 2 stores are upgraded on open.
+** never a silently changed answer; `check` finds it; format 1 and 2 stores are upgraded on
+** open (fixtures written by those builds).
 ** The files are damaged for real (bytes flipped in data.mdb, truncation, lock.mdb removed).
 */
 #include <errno.h>
@@ -246,6 +247,30 @@ DX_TEST(lmdb_format2_store_is_upgraded_on_open) {
   ASSERT_OK(M(p)->get_instance_info(p, "hello-1", &info, &err));
   ASSERT_STR_EQ(info.output, "\"Hello, Lua!\"");
   dx_instance_info_clear(&info);
+  M(p)->destroy(p);
+  free(store);
+}
+
+DX_TEST(lmdb_format1_store_is_upgraded_on_open) {
+  char *store = new_store("fmt1"), cmd[1400];
+  dx_provider_t *p;
+  dx_instance_info_t info;
+  dx_queue_depths_t d;
+  problems_t pr;
+  dx_error_t err;
+  ASSERT(mkdir(store, 0700) == 0);
+  snprintf(cmd, sizeof cmd, "tar xzf '%s/store-format1.tar.gz' -C '%s'", DX_FIXTURES, store);
+  ASSERT_EQ(system(cmd), 0);
+  p = open_ok(store); /* written by the format 1 build: a finished instance, a queued start */
+  ASSERT_OK(M(p)->get_instance_info(p, "hello-1", &info, &err));
+  ASSERT_EQ(info.status, DX_STATUS_COMPLETED);
+  ASSERT_STR_EQ(info.output, "\"Hello, One!\"");
+  dx_instance_info_clear(&info);
+  ASSERT_OK(M(p)->get_instance_info(p, "pending-1", &info, &err));
+  dx_instance_info_clear(&info);
+  ASSERT_OK(M(p)->get_queue_depths(p, &d, &err));
+  ASSERT_EQ(d.orchestrator, 1);
+  ASSERT_EQ(check_store(p, &pr), 0);
   M(p)->destroy(p);
   free(store);
 }
