@@ -112,7 +112,7 @@ DX_TEST(lmdb_map_grows_up_to_max_size) {
   /* issue 7 item 14: the map starts at 1 MiB and grows; the limit is the store's maximum */
   char *store = dx_pv_new_store();
   dx_lmdb_opts_t opts = {2, 1, 1 << 20, 4 << 20};
-  dx_provider_t *p = open_with(store, &opts);
+  dx_provider_t *p = open_with(store, &opts), *q;
   dx_error_t err;
   int n, more, rc;
   n = fill(p, &err, &rc);
@@ -138,6 +138,12 @@ DX_TEST(lmdb_map_grows_up_to_max_size) {
   ASSERT_EQ(rc, DX_EFULL);
   ASSERT_CONTAINS(err.msg, "maximum size of 8388608 bytes");
   ASSERT_EQ(orch_depth(p), (uint64_t)(n + more));
+  /* a second handle in this process with a larger limit raises it for the first one too */
+  opts.max_size = 12 << 20;
+  q = open_with(store, &opts);
+  ASSERT(fill(p, &err, &rc) > 0);
+  ASSERT_CONTAINS(err.msg, "maximum size of 12582912 bytes");
+  M(q)->destroy(q);
   M(p)->destroy(p);
   free(store);
 }

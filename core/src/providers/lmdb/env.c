@@ -351,9 +351,15 @@ static int registry_acquire(char *path, const dx_lmdb_opts_t *o, shared_env_t **
   for (se = g_reg; se; se = se->next)
     if (se->pid == getpid() && strcmp(se->path, path) == 0) break;
   if (se) {
+    tx_t t;
     se->refs++;
-    if (o->max_size) se->max_size = o->max_size;
     free(path);
+    /* a new explicit limit for an env already open here: remember it like an open would */
+    if (o->max_size && o->max_size != se->max_size) {
+      if (!(rc = dx__lm_tx_begin(se, 1, !se->read_only, &t, err)))
+        rc = dx__lm_tx_end(&t, sync_max_size(&t, o->max_size));
+      if (rc) se->refs--;
+    }
   } else if ((rc = env_open(path, o, &se, err)) == 0) {
     se->next = g_reg;
     g_reg = se;
