@@ -147,6 +147,10 @@ s3_max_size() {
   [ "$RC" -eq 0 ]
   check "max size: new starts are accepted again" $? "rc=$RC" "$ERR"
   stop_worker "$WPID"
+  run_cmd "$HELLO" --store "$d/other" --store-max-size 512k
+  [ "$RC" -eq 2 ] && grep -q "invalid value for --store-max-size: '512k'" <<<"$ERR" &&
+    [ ! -e "$d/other" ]
+  check "max size: a worker refuses a size under 1m at once, creating nothing" $? "rc=$RC" "$ERR"
   run_cmd start HelloWorld '"x"' --id bad --store-max-size 1m --store "$S"
   [ "$RC" -eq 2 ]
   check "max size: client commands do not take --store-max-size (the store remembers it)" $? \

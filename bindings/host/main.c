@@ -143,10 +143,10 @@ static int run_worker(const char *app, int argc, char **argv) {
       continue;
     }
     if (strcmp(name, "store-max-size") == 0 || strcmp(name, "store_max_size") == 0) {
-      if (dx__parse_size(val, &max_size) != 0 || max_size == 0) {
+      if (dx__parse_size(val, &max_size) != 0 || max_size < (size_t)1 << 20) {
         lua_close(L);
-        return dxh_fail(2, "invalid value for --store-max-size: '%s' (expected a size such as "
-                        "512m or 2g)", val);
+        return dxh_fail(2, "invalid value for --store-max-size: '%s' (expected a size of at "
+                        "least 1m, such as 512m or 2g)", val);
       }
       continue;
     }
