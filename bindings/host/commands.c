@@ -1,6 +1,6 @@
 /*
 ** commands.c -- duroxide-lua's client commands: start, raise, status, wait, cancel, history,
-** list. Output on stdout is JSON, one object per line; errors go to stderr.
+** list, sessions, check. Output on stdout is JSON, one object per line; errors go to stderr.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -327,6 +327,8 @@ static int run_list(dx_client_t *cl, const cmdline_t *c) {
   return p->methods->list_instances(p, print_id, cl, &err) != 0 ? client_fail(&err) : 0;
 }
 
+static int run_check(dx_client_t *cl, const cmdline_t *c);
+
 static const command_t commands[] = {
   {"start", 1, 2, 1, O_ID | O_VERSION | O_WAIT | O_TIMEOUT,
    "input", "start NAME [INPUT] --id ID [--wait [TIMEOUT]] [--version V]", run_start},
@@ -337,6 +339,7 @@ static const command_t commands[] = {
   {"history", 1, 1, -1, 0, NULL, "history ID", run_history},
   {"list", 0, 0, -1, 0, NULL, "list", run_list},
   {"sessions", 0, 0, -1, 0, NULL, "sessions", run_sessions},
+  {"check", 0, 0, -1, 0, NULL, "check", run_check},
 };
 
 static const command_t *find_command(const char *word) {
@@ -370,6 +373,36 @@ static int check_json(const command_t *cmd, const char *text) {
   }
   snprintf(msg, sizeof msg, "%s: %s", cmd->payload_name, err.msg);
   return dxh_fail(err.code == DX_ENOMEM ? 1 : 2, "%s", msg);
+}
+
+static void print_problem(void *ud, const char *problem) {
+  json_t *o = json_pack("{s:s}", "problem", problem);
+  char *s = o ? dx__json_dump(o) : NULL;
+  puts(s ? s : "{}");
+  free(s);
+  json_decref(o);
+  (void)ud;
+}
+
+/* `check`: every problem on its own line, then a summary; exit 1 when anything is wrong. */
+static int run_check(dx_client_t *cl, const cmdline_t *c) {
+  const char *store = dxh_store_dir(c->store);
+  dx_provider_t *p = dx_client_provider(cl);
+  uint64_t records = 0, problems = 0;
+  dx_error_t err;
+  json_t *o;
+  char *s;
+  if (p->methods->version < 4 || !p->methods->check)
+    return dxh_fail(1, "%s", "this store's provider cannot check stores");
+  if (p->methods->check(p, print_problem, NULL, &records, &problems, &err) != 0)
+    return dxh_fail(1, "%s", err.msg);
+  o = json_pack("{s:s, s:I, s:I, s:b}", "store", store, "records", (json_int_t)records,
+                "problems", (json_int_t)problems, "ok", problems == 0);
+  s = o ? dx__json_dump(o) : NULL;
+  puts(s ? s : "{}");
+  free(s);
+  json_decref(o);
+  return problems ? 1 : 0;
 }
 
 int dxh_command(int argc, char **argv) {

@@ -17,6 +17,7 @@
 #include "dxlua.h"
 #include "host.h"
 #include "log.h"
+#include "util.h"
 
 int luaopen_duroxide(lua_State *L);
 
@@ -32,6 +33,7 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua history ID\n"
       "  duroxide-lua list\n"
       "  duroxide-lua sessions                 the session table: owner, lease, queued work\n"
+      "  duroxide-lua check                    verify the whole store (exit 1 on any problem)\n"
       "\n"
       "INPUT and DATA are JSON text, or - to read it from stdin, or @FILE to read a file.\n"
       "Every command takes --store DIR (default\n"
@@ -43,7 +45,8 @@ int dxh_usage(FILE *f) {
       "  --session-cleanup-interval D  --worker-lock-timeout D  --orchestrator-lock-timeout D\n"
       "  --poll-interval D  --max-attempts N  --shutdown-grace D  --turn-instruction-budget N\n"
       "  --log-level error|warn|info|debug  --loop-block-warning D (1s; 0 = off)\n"
-      "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n",
+      "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n"
+      "  --store-max-size SIZE (e.g. 512m, 2g; the store remembers it; default: the disk)\n",
       f);
   return 2;
 }
@@ -60,7 +63,9 @@ int dxh_fail(int code, const char *fmt, const char *detail) {
 typedef struct {
   dx_runtime_t *rt;
   uv_signal_t sigint, sigterm;
+  uv_timer_t health;  /* watches for a store that became unusable */
   int signals;
+  int failed;
 } worker_t;
 
 static void on_stopped(dx_runtime_t *rt, void *ud) {
@@ -68,6 +73,17 @@ static void on_stopped(dx_runtime_t *rt, void *ud) {
   (void)rt;
   uv_close((uv_handle_t *)&w->sigint, NULL);
   uv_close((uv_handle_t *)&w->sigterm, NULL);
+  uv_close((uv_handle_t *)&w->health, NULL);
+}
+
+/* A store that became unusable (damaged, lock file deleted) stops the worker: exit 1. */
+static void on_health(uv_timer_t *h) {
+  worker_t *w = h->data;
+  dx_error_t err;
+  if (w->failed || dx_runtime_error(w->rt, &err) == 0) return;
+  w->failed = 1;
+  fprintf(stderr, "duroxide-lua: stopping: %s\n", err.msg);
+  dx_runtime_stop(w->rt, on_stopped, w);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -94,10 +110,11 @@ static int run_worker(const char *app, int argc, char **argv) {
   dxl_state_t *S;
   dx_options_t opts;
   dx_provider_t *p = NULL;
-  dx_lmdb_opts_t lo = {1, 0, 0};
+  dx_lmdb_opts_t lo = {2, 0, 0, 0};
   dx_error_t err;
   worker_t w;
   const char *store = NULL;
+  size_t max_size = 0;
   int i, rc = 0;
   if (!L) return dxh_fail(1, "%s", "cannot create a Lua state");
   /* The app's own duroxide.client() should default to the worker's store. */
@@ -132,6 +149,14 @@ static int run_worker(const char *app, int argc, char **argv) {
       store = val;
       continue;
     }
+    if (strcmp(name, "store-max-size") == 0 || strcmp(name, "store_max_size") == 0) {
+      if (dx__parse_size(val, &max_size) != 0 || max_size < (size_t)1 << 20) {
+        lua_close(L);
+        return dxh_fail(2, "invalid value for --store-max-size: '%s' (expected a size of at "
+                        "least 1m, such as 512m or 2g)", val);
+      }
+      continue;
+    }
     if (dx_options_set(&opts, name, val, &err) != 0) {
       lua_close(L);
       return dxh_fail(2, "%s", err.msg);
@@ -144,6 +169,7 @@ static int run_worker(const char *app, int argc, char **argv) {
   dx__log_configure(opts.log_level, opts.log_format);
   if (!store) store = S->store_dir;
   store = dxh_store_dir(store);
+  lo.max_size = max_size ? max_size : S->store_max_size; /* the command line wins */
   if (dx_lmdb_open(store, &lo, &p, &err) != 0) {
     lua_close(L);
     fprintf(stderr, "duroxide-lua: cannot open store %s: %s\n", store, err.msg);
@@ -164,6 +190,9 @@ static int run_worker(const char *app, int argc, char **argv) {
   w.sigint.data = w.sigterm.data = &w;
   uv_signal_start(&w.sigint, on_signal, SIGINT);
   uv_signal_start(&w.sigterm, on_signal, SIGTERM);
+  uv_timer_init(S->loop, &w.health);
+  w.health.data = &w;
+  uv_timer_start(&w.health, on_health, 100, 100);
   S->loop_depth++; /* code running from here on is inside a loop callback */
   /* Until the runtime has stopped: an activity's uv.stop() only ends one uv_run, and handles
   ** an activity leaked (a luv timer, a listening socket) cannot keep a stopped worker alive. */
@@ -171,6 +200,7 @@ static int run_worker(const char *app, int argc, char **argv) {
   S->loop_depth--;
   S->runtime = NULL;
   if (!dx_runtime_is_stopped(w.rt)) return 1; /* never free the store under a live runtime */
+  if (w.failed) rc = 1;
   dx_runtime_free(w.rt);
   p->methods->destroy(p);
   /* Handles the app leaked are closed by luv's finalizers; the loop is not run again (their

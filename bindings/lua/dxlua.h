@@ -22,6 +22,7 @@ typedef struct dxl_state_s {
   dx_options_t opts;        /* from duroxide.configure{} */
   char *worker_node_id;     /* storage behind opts.worker_node_id */
   char *store_dir;          /* from duroxide.configure{store=} */
+  size_t store_max_size;    /* from duroxide.configure{store_max_size=}; 0 = the store's own */
   int in_orchestration;     /* >0 while orchestration code runs (sandbox guards check it) */
   int loop_depth;           /* >0 while a callback runs: driving the loop is then refused */
   dx_runtime_t *runtime;    /* the runtime running in this state, if any */

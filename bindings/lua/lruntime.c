@@ -364,8 +364,9 @@ int dxl_runtime_new(lua_State *L) {
   lrt_t *r;
   dx_lmdb_opts_t lo;
   char *saved_store;
+  size_t saved_max;
   memset(&lo, 0, sizeof lo);
-  lo.version = 1;
+  lo.version = 2;
   if (lua_istable(L, 1)) {
     /* no_sync = true: skip fsync on commits (a store option, not an engine option) */
     int t = lua_getfield(L, 1, "no_sync");
@@ -387,6 +388,7 @@ int dxl_runtime_new(lua_State *L) {
     }
   }
   saved_store = dx__strdup(S->store_dir);
+  saved_max = S->store_max_size; /* like store: this runtime's option only */
   if (!lua_isnoneornil(L, 1)) {
     /* Parse under pcall: a bad option must not leave this call's `store` as the default. */
     lua_pushcfunction(L, parse_options);
@@ -395,11 +397,14 @@ int dxl_runtime_new(lua_State *L) {
     if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
       free(S->store_dir);
       S->store_dir = saved_store;
+      S->store_max_size = saved_max;
       return lua_error(L);
     }
   }
   store = S->store_dir ? S->store_dir : getenv("DUROXIDE_STORE");
   if (!store) store = "./duroxide-data";
+  lo.max_size = S->store_max_size;
+  S->store_max_size = saved_max;
   r = lua_newuserdatauv(L, sizeof *r, 0);
   memset(r, 0, sizeof *r);
   r->S = S;

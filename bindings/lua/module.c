@@ -261,6 +261,17 @@ void dxl_options_from_table(lua_State *L, int idx, dxl_state_t *S, dx_options_t 
       lua_pop(L, 1);
       continue;
     }
+    if (strcmp(key, "store_max_size") == 0) { /* a store option: applied when it is opened */
+      const char *v = lua_type(L, -1) == LUA_TNUMBER || lua_type(L, -1) == LUA_TSTRING
+                          ? lua_tostring(L, -1) : NULL;
+      size_t size = 0;
+      if (!v || dx__parse_size(v, &size) != 0 || size < (size_t)1 << 20)
+        luaL_error(L, "invalid value for store_max_size: expected a size of at least 1m, such "
+                   "as 512m or 2g");
+      S->store_max_size = size;
+      lua_pop(L, 1);
+      continue;
+    }
     if (lua_type(L, -1) == LUA_TNUMBER) {
       if (lua_isinteger(L, -1)) lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, -1));
       else lua_pushfstring(L, "%f", lua_tonumber(L, -1));

@@ -94,6 +94,10 @@ void dx_runtime_stop(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud);
 **  NULL is ignored. A runtime still running (or driven by dx_runtime_run) is not freed: the
 **  call logs an error and returns. */
 void dx_runtime_free(dx_runtime_t *rt);
+/** 0 while the runtime's store works; otherwise the error (a DX_E* code, message in *err when
+**  err is not NULL) that made the store unusable (damaged, lock file deleted): the host
+**  should then stop the runtime and exit with that message. Loop thread. */
+int dx_runtime_error(const dx_runtime_t *rt, dx_error_t *err);
 /** This process's worker id (borrowed, valid for the runtime's life). */
 const char *dx_runtime_worker_id(const dx_runtime_t *rt);
 /** Wake the store thread now (work was enqueued in this process). Thread-safe. */

@@ -76,6 +76,8 @@ struct dx_runtime_s {
   dx_runtime_stop_cb stop_cb;
   void *stop_ud;
   dx_runtime_stats_t stats;
+  int failed;                  /* the store became unusable: `failure` says why */
+  dx_error_t failure;
   /* C embedding (section below): C activities, dx_runtime_run, the owner of a Lua runtime. */
   struct cact_s *cacts;
   int run_active, stop_requested;
@@ -338,8 +340,12 @@ static void check_stop_done(dx_runtime_t *rt);
 static void activity_acked(dx_store_op_t *op) {
   dx_activity_t *a = op->ud;
   dx_runtime_t *rt = a->rt;
-  if (op->rc != 0)
+  if (op->rc == DX_ELOCK || op->rc == DX_ETOKEN)
     dx__log(DX_LOG_WARN, "activity result not recorded (lock lost: cancelled or expired)",
+            "instance=%s activity=%s id=%" PRIu64 " error=\"%s\"", a->item.instance,
+            a->item.name, a->item.id, op->err.msg);
+  else if (op->rc != 0) /* the store refused it: say why; the row runs again after its lock */
+    dx__log(DX_LOG_WARN, "activity result not recorded (store error)",
             "instance=%s activity=%s id=%" PRIu64 " error=\"%s\"", a->item.instance,
             a->item.name, a->item.id, op->err.msg);
   a->acked = 1;
@@ -893,6 +899,20 @@ static void watch_stop(dx_runtime_t *rt) {
   uv_close((uv_handle_t *)&rt->notify_watch, NULL);
 }
 
+/* The store cannot be used any more: record why for the host (dx_runtime_error). */
+static void on_store_fatal(void *ud, const dx_error_t *err) {
+  dx_runtime_t *rt = ud;
+  rt->failure = *err;
+  rt->failed = 1;
+  dx__log(DX_LOG_ERROR, "store unusable: the worker must stop", "error=\"%s\"", err->msg);
+}
+
+int dx_runtime_error(const dx_runtime_t *rt, dx_error_t *err) {
+  if (!rt || !rt->failed) return 0;
+  if (err) *err = rt->failure;
+  return rt->failure.code ? rt->failure.code : DX_ESTORE;
+}
+
 int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   dx_store_cfg_t cfg;
   int rc;
@@ -905,6 +925,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   cfg.work_lock_ms = rt->opts.worker_lock_timeout_ms;
   cfg.poll_interval_ms = rt->opts.poll_interval_ms;
   cfg.on_fetch = on_fetch;
+  cfg.on_fatal = on_store_fatal;
   cfg.ud = rt;
   if (rt->opts.max_sessions_per_worker > 0) {
     rt->session_cfg.worker_id = rt->worker_id;

@@ -18,4 +18,7 @@ uint64_t dx__random_u64(void);
 int64_t dx__renewal_interval(int64_t timeout_ms, int64_t buffer_ms);
 /* Lock tokens: unique across processes and restarts, never 0. */
 uint64_t dx__new_token(void);
+/* Parse a size: bytes, or a number with k, m, g or t (powers of 1024; "MiB", "mb" and
+** friends accepted). DX_OK or DX_EINVAL. */
+int dx__parse_size(const char *text, size_t *out);
 #endif
