@@ -737,8 +737,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
                           w->previous_owner);
 
-  if (a->item.session_id && strcmp(a->item.name, DX_CLOSE_SESSION_ACTIVITY) == 0) {
-    if (rt->sessions) dx__sessions_close(rt->sessions, a->item.session_id);
+  if (a->item.kind == DX_WI_SESSION_CLOSE) { /* not an activity: end the session here */
+    if (rt->sessions && a->item.session_id) dx__sessions_close(rt->sessions, a->item.session_id);
     activity_settle(a, DX_OP_ACK_WORK, 0, 0);
     return;
   }
