@@ -2,7 +2,7 @@
 ** embed.c -- the Lua host for C programs: dx_lua_runtime_new and dx_lua_runtime_free.
 **
 ** A Lua runtime is a core runtime whose owner (embedding.h) is an embed_t: the Lua state that
-** ran the app, the LMDB provider and, when the caller gave no loop, the loop. dx_runtime_free
+** ran the app, the store and, when the caller gave no loop, the loop. dx_runtime_free
 ** releases the owner after the runtime, so the provider and loop outlive it.
 */
 #include <errno.h>

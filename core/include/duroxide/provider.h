@@ -18,9 +18,9 @@
 **   retries the whole batch when the error is DX_ERETRY (deadlock, serialization failure, lost
 **   connection: nothing was applied and the same calls may succeed), and otherwise applies
 **   each operation in a transaction of its own, so one bad operation cannot fail its
-**   neighbours. A provider need not (and on PostgreSQL should not) scope every method to a
+**   neighbours. A provider need not (and on a SQL database should not) scope every method to a
 **   nested transaction.
-** - Concurrency: other processes run batches at the same time (on PostgreSQL, under READ
+** - Concurrency: other processes run batches at the same time (on a SQL database, under READ
 **   COMMITTED). Every enqueue must leave its instance visibly due even when a concurrent
 **   release runs, and a START enqueued for an instance id that already exists, or whose START
 **   is already queued, fails with DX_EEXIST from a uniqueness check in the store itself (the
