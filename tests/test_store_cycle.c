@@ -3,16 +3,21 @@
 ** DX_ERETRY retries the whole batch (bounded), any other batch failure applies each operation
 ** in a transaction of its own so one bad operation cannot fail its neighbours.
 **
+** Also the wake-up watch (core/src/wake.c): a provider's wake descriptor wakes the store
+** thread and reports a lost connection.
+**
 ** A wrapping provider delegates to a real directory store and injects the failures a
 ** database provider reports: commits that fail with DX_ERETRY, and an operation that spoils
 ** the transaction (its commit then fails, nothing of the batch kept).
 */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "duroxide.h"
 #include "store.h"
 #include "testlib.h"
+#include "wake.h"
 
 typedef struct {
   dx_provider_t base;
@@ -21,6 +26,8 @@ typedef struct {
   int retry_commits;   /* this many commits fail with DX_ERETRY (-1: all) */
   int spoiled;         /* an op in the open batch spoiled it: its commit fails */
   int commits, begins; /* calls seen */
+  int wake_pipe[2];    /* wake_fd: the read end */
+  int drains, lost_next, next_dues;
 } wrap_t;
 
 #define W(p) ((wrap_t *)(p))
@@ -192,5 +199,114 @@ DX_TEST(store_expected_failures_do_not_fail_the_batch) {
   ASSERT_EQ(ops[1].op.rc, DX_EEXIST);
   ASSERT_EQ(ops[2].op.rc, 0);
   ASSERT_EQ(w->commits, 1);
+  w_destroy(&w->base);
+}
+
+/* {===== wake-ups =====} */
+
+static int w_wake_fd(dx_provider_t *p) { return W(p)->wake_pipe[0]; }
+
+static int w_wake_drain(dx_provider_t *p, int *lost) {
+  char buf[64];
+  W(p)->drains++;
+  if (read(W(p)->wake_pipe[0], buf, sizeof buf) <= 0) return DX_EIO;
+  *lost = W(p)->lost_next;
+  W(p)->lost_next = 0;
+  return 0;
+}
+
+static int w_next_due(dx_provider_t *p, int64_t now, int64_t *out, dx_error_t *err) {
+  __atomic_add_fetch(&W(p)->next_dues, 1, __ATOMIC_SEQ_CST);
+  *out = INT64_MAX; /* nothing due: the thread sleeps a poll interval unless woken */
+  return 0;
+}
+
+static const char *w_notify_path(dx_provider_t *p) {
+  return IN(p)->methods->notify_path(IN(p));
+}
+
+static void count_lost(void *ud) { (*(int *)ud)++; }
+
+static void spin(uv_loop_t *loop, int ms) {
+  int i;
+  for (i = 0; i < ms; i++) {
+    uv_run(loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+}
+
+static int dues(wrap_t *w) { return __atomic_load_n(&w->next_dues, __ATOMIC_SEQ_CST); }
+
+DX_TEST(wake_fd_wakes_the_store_thread_and_reports_lost_connections) {
+  wrap_t *w = wrap_open();
+  uv_loop_t loop;
+  dx_store_t *s;
+  dx_store_cfg_t cfg;
+  dx_wake_t *wk;
+  dx_error_t err;
+  int lost = 0, before, i, is_closed = 0;
+  ASSERT_OK(pipe(w->wake_pipe));
+  w->m.version = 4;
+  w->m.wake_fd = w_wake_fd;
+  w->m.wake_drain = w_wake_drain;
+  w->m.next_due_ms = w_next_due;
+  ASSERT_OK(uv_loop_init(&loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  cfg.poll_interval_ms = 600000; /* only a wake-up can make the thread look again */
+  ASSERT_OK(dx__store_new(&s, &loop, &cfg, &err));
+  dx__store_want(s, 1, 0);
+  wk = dx__wake_start(&loop, &w->base, s, count_lost, &lost);
+  ASSERT(wk != NULL);
+  for (i = 0; i < 5000 && dues(w) == 0; i++) spin(&loop, 1); /* the thread went to sleep */
+  ASSERT(dues(w) >= 1);
+  spin(&loop, 20);
+  before = dues(w);
+  ASSERT_EQ(write(w->wake_pipe[1], "x", 1), 1);
+  for (i = 0; i < 5000 && dues(w) == before; i++) spin(&loop, 1);
+  ASSERT(dues(w) > before); /* woken at once, not after the 10-minute poll */
+  ASSERT_EQ(w->drains, 1);
+  ASSERT_EQ(lost, 0);
+  w->lost_next = 1;
+  ASSERT_EQ(write(w->wake_pipe[1], "y", 1), 1);
+  for (i = 0; i < 5000 && lost == 0; i++) spin(&loop, 1);
+  ASSERT_EQ(lost, 1);
+  dx__wake_stop(wk);
+  dx__store_close(s, closed, &is_closed);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&loop));
+  close(w->wake_pipe[0]);
+  close(w->wake_pipe[1]);
+  w_destroy(&w->base);
+}
+
+DX_TEST(wake_without_a_source_is_null_and_the_notify_file_still_works) {
+  wrap_t *w = wrap_open();
+  uv_loop_t loop;
+  dx_store_t *s;
+  dx_store_cfg_t cfg;
+  dx_wake_t *wk;
+  dx_error_t err;
+  int lost = 0, is_closed = 0;
+  const dx_provider_methods_t *inner = w->inner->methods;
+  ASSERT_OK(uv_loop_init(&loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  ASSERT_OK(dx__store_new(&s, &loop, &cfg, &err));
+  dx__store_stop_fetching(s);
+  /* the directory store offers its notify file (no wake_fd) */
+  ASSERT(inner->notify_path && inner->notify_path(w->inner));
+  ASSERT(inner->version < 4 || !inner->wake_fd);
+  w->m.notify_path = w_notify_path;
+  wk = dx__wake_start(&loop, &w->base, s, count_lost, &lost);
+  ASSERT(wk != NULL);
+  dx__wake_stop(wk);
+  w->m.notify_path = NULL; /* no source at all: polling */
+  ASSERT(dx__wake_start(&loop, &w->base, s, count_lost, &lost) == NULL);
+  dx__store_close(s, closed, &is_closed);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&loop));
   w_destroy(&w->base);
 }
