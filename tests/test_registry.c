@@ -97,7 +97,6 @@ DX_TEST(registry_postgres_urls) {
   rc = open_rc("postgres://localhost/db", NULL, &err);
   ASSERT_EQ(rc, DX_EINVAL);
   ASSERT_CONTAINS(err.msg, "this build has no PostgreSQL support");
-  ASSERT_CONTAINS(err.msg, "postgres://localhost/db");
   ASSERT_EQ(open_rc("postgresql:///db?host=/tmp", NULL, &err), DX_EINVAL);
   ASSERT_CONTAINS(err.msg, "no PostgreSQL support");
 #else

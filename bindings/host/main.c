@@ -32,7 +32,7 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua sessions                 the session table: owner, lease, queued work\n"
       "\n"
       "INPUT and DATA are JSON text, or - to read it from stdin, or @FILE to read a file.\n"
-      "Every command takes --store DIR (default\n"
+      "Every command takes --store STORE, a directory or a postgres:// URL (default\n"
       "$DUROXIDE_STORE or ./duroxide-data).\n"
       "\n"
       "worker options (also duroxide.configure{...} in the app; durations take ms, s, m, h):\n"

@@ -25,12 +25,11 @@ static int open_pg(const char *url, const dx_provider_opts_t *opts, dx_provider_
 #else
 static int open_pg(const char *url, const dx_provider_opts_t *opts, dx_provider_t **out,
                    dx_error_t *err) {
+  (void)url;
   (void)opts;
   (void)out;
-  return dx_error_set(err, DX_EINVAL,
-                      "cannot open store %.300s: this build has no PostgreSQL support "
-                      "(rebuild with libpq installed, meson option -Dpostgres=enabled)",
-                      url);
+  return dx_error_set(err, DX_EINVAL, "this build has no PostgreSQL support (rebuild with "
+                                      "libpq installed, meson option -Dpostgres=enabled)");
 }
 #endif
 
@@ -72,6 +71,6 @@ int dx_provider_open(const char *url, const dx_provider_opts_t *opts, dx_provide
     if (strlen(schemes[i].scheme) == n && strncmp(url, schemes[i].scheme, n) == 0)
       return schemes[i].open(url, opts, out, err);
   return dx_error_set(err, DX_EINVAL,
-                      "unknown store scheme '%.*s://' in %.300s (expected a directory, "
-                      "postgres:// or postgresql://)", (int)(n > 40 ? 40 : n), url, url);
+                      "unknown store scheme '%.*s://' (expected a directory, postgres:// or "
+                      "postgresql://)", (int)(n > 40 ? 40 : n), url);
 }
