@@ -211,6 +211,13 @@ s7_bad_input() {
   [ "$RC" -ne 0 ] && [ "$RC" -ne 124 ]
   check "bad input: missing app file exits non-zero" $? "rc=$RC" "$OUT"
 
+  run_cmd list --store "mysql://db/x"
+  [ "$RC" -eq 1 ] && grep -q "unknown store scheme 'mysql://'" <<<"$ERR"
+  check "bad input: a store URL of an unknown scheme is refused, naming it" $? "rc=$RC" "$ERR"
+  OUT=$(timeout 10 "$DX" "$APPS/common.lua" --store "redis://cache" 2>&1); RC=$?
+  [ "$RC" -eq 1 ] && grep -q "unknown store scheme 'redis://'" <<<"$OUT"
+  check "bad input: a worker refuses a store URL of an unknown scheme" $? "rc=$RC" "$OUT"
+
   run_cmd status nope --store "$S"
   [ "$RC" -ne 0 ] && grep -q '"status":"NotFound"' <<<"$OUT"
   check "bad input: status of an unknown id prints NotFound, exits non-zero" $? "rc=$RC" "$OUT"
