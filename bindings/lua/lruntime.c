@@ -330,9 +330,13 @@ int dxl_runtime_new(lua_State *L) {
   r->S = S;
   luaL_setmetatable(L, RT_MT);
   if (dx_provider_open(store, &po, &r->p, &err) != 0) {
+    /* the message first: `store` may be the S->store_dir freed below */
+    luaL_where(L, 1);
+    lua_pushfstring(L, "cannot open store %s: %s", store, err.msg);
+    lua_concat(L, 2);
     free(S->store_dir);
     S->store_dir = saved_store;
-    return luaL_error(L, "cannot open store %s: %s", store, err.msg);
+    return lua_error(L);
   }
   free(S->store_dir);
   S->store_dir = saved_store;
