@@ -26,7 +26,8 @@
   XX(EUNREG,     -20016, 0, "not registered")                                   \
   XX(EIO,        -20017, 1, "I/O error")                                        \
   XX(EFULL,      -20018, 1, "store is full")                                    \
-  XX(ESTATE,     -20019, 0, "invalid state for this call")
+  XX(ESTATE,     -20019, 0, "invalid state for this call")                    \
+  XX(ERETRY,     -20020, 1, "transient store failure; retry")
 
 typedef enum {
   DX_OK = 0,

@@ -1,0 +1,368 @@
+/*
+** pg_conn.c -- connections (one per calling thread, never across fork), error mapping,
+** transactions and group commit, prepared statement execution, parameter and column helpers.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "providers/pg/pg_internal.h"
+
+/* {===== helpers =====} */
+
+int dx__pg_nomem(dx_error_t *err) { return dx_error_set(err, DX_ENOMEM, "out of memory"); }
+
+int64_t dx__sat_add(int64_t a, int64_t b) {
+  if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
+  return a + b;
+}
+
+/* FNV-1a over a, '\0', b: keys for advisory locks. */
+uint64_t dx__pg_hash(const char *a, const char *b) {
+  uint64_t h = UINT64_C(14695981039346656037);
+  const unsigned char *s;
+  for (s = (const unsigned char *)a; *s; s++) h = (h ^ *s) * UINT64_C(1099511628211);
+  h = (h ^ 0) * UINT64_C(1099511628211);
+  for (s = (const unsigned char *)b; b && *s; s++) h = (h ^ *s) * UINT64_C(1099511628211);
+  return h;
+}
+
+void dx__qp_init(qp_t *q) { memset(q, 0, sizeof *q); }
+
+void dx__qp_i64(qp_t *q, int64_t v) {
+  snprintf(q->num[q->n], sizeof q->num[0], "%lld", (long long)v);
+  q->v[q->n] = q->num[q->n];
+  q->len[q->n] = 0;
+  q->fmt[q->n++] = 0;
+}
+
+void dx__qp_str(qp_t *q, const char *s) {
+  q->v[q->n] = s;
+  q->len[q->n] = 0;
+  q->fmt[q->n++] = 0;
+}
+
+void dx__qp_bin(qp_t *q, const void *b, size_t n) {
+  q->v[q->n] = b;
+  q->len[q->n] = (int)n;
+  q->fmt[q->n++] = 1;
+}
+
+int dx__col_null(const PGresult *r, int row, int col) { return PQgetisnull(r, row, col); }
+
+/* Integer columns are all int8 (binary results: 8 bytes, big-endian). */
+int64_t dx__col_i64(const PGresult *r, int row, int col) {
+  const unsigned char *b;
+  uint64_t v = 0;
+  int i, len;
+  if (PQgetisnull(r, row, col)) return 0;
+  b = (const unsigned char *)PQgetvalue(r, row, col);
+  len = PQgetlength(r, row, col);
+  for (i = 0; i < len && i < 8; i++) v = (v << 8) | b[i];
+  if (len == 4 && (v & 0x80000000u)) v |= UINT64_C(0xffffffff00000000);
+  return (int64_t)v;
+}
+
+char *dx__col_str(const PGresult *r, int row, int col, int *oom) {
+  char *s;
+  int len;
+  if (PQgetisnull(r, row, col)) return NULL;
+  len = PQgetlength(r, row, col);
+  if (!(s = malloc((size_t)len + 1))) {
+    *oom = 1;
+    return NULL;
+  }
+  memcpy(s, PQgetvalue(r, row, col), (size_t)len);
+  s[len] = 0;
+  return s;
+}
+
+/* {===== errors =====} */
+
+/* Deadlocks, serialization failures and lost connections: the caller retries the batch. */
+static int sqlstate_code(const char *st) {
+  if (!st) return DX_ESTORE;
+  if (!strcmp(st, "40P01") || !strcmp(st, "40001") || !strncmp(st, "08", 2) ||
+      !strcmp(st, "57P01") || !strcmp(st, "57P02") || !strcmp(st, "57P03"))
+    return DX_ERETRY;
+  if (!strcmp(st, "53100")) return DX_EFULL;
+  return DX_ESTORE;
+}
+
+static void trim(char *s) {
+  size_t n = strlen(s);
+  while (n && (s[n - 1] == '\n' || s[n - 1] == ' ')) s[--n] = 0;
+}
+
+int dx__pg_fail(PGconn *conn, PGresult *res, const char *what, dx_error_t *err) {
+  char msg[400];
+  int code;
+  const char *st = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+  snprintf(msg, sizeof msg, "%s", res && *PQresultErrorMessage(res) ? PQresultErrorMessage(res)
+                                                                     : PQerrorMessage(conn));
+  trim(msg);
+  code = sqlstate_code(st);
+  if (PQstatus(conn) == CONNECTION_BAD) code = DX_ERETRY;
+  return dx_error_set(err, code, "PostgreSQL %s failed%s%s: %s", what, st ? " with " : "",
+                      st ? st : "", msg);
+}
+
+/* {===== connections =====} */
+
+static void quiet_notices(void *arg, const char *message) {
+  (void)arg;
+  (void)message;
+}
+
+/* Classify a failed connection attempt: unreachable server vs bad credentials. */
+static int connect_error(PGconn *conn, const char *conninfo, dx_error_t *err) {
+  char msg[400];
+  const char *host = conn ? PQhost(conn) : NULL;
+  int code = DX_EIO;
+  snprintf(msg, sizeof msg, "%s", conn ? PQerrorMessage(conn) : "out of memory");
+  trim(msg);
+  if (strstr(msg, "authentication failed") || strstr(msg, "role \"") ||
+      strstr(msg, "password") || (strstr(msg, "database \"") && strstr(msg, "does not exist")))
+    code = DX_EINVAL;
+  (void)conninfo;
+  return dx_error_set(err, code, "cannot connect to PostgreSQL%s%s: %s",
+                      host && *host ? " at " : "", host && *host ? host : "", msg);
+}
+
+int dx__pg_connect(const char *conninfo, const char *schema_q, PGconn **out, dx_error_t *err) {
+  PGconn *conn = PQconnectdb(conninfo);
+  PGresult *res;
+  char sql[256];
+  *out = NULL;
+  if (!conn || PQstatus(conn) != CONNECTION_OK) {
+    int rc = connect_error(conn, conninfo, err);
+    if (conn) PQfinish(conn);
+    return rc;
+  }
+  PQsetNoticeProcessor(conn, quiet_notices, NULL);
+  snprintf(sql, sizeof sql, "SET search_path TO %s; SET client_min_messages TO warning",
+           schema_q);
+  res = PQexec(conn, sql);
+  if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+    int rc = dx__pg_fail(conn, res, "session setup", err);
+    PQclear(res);
+    PQfinish(conn);
+    return rc;
+  }
+  PQclear(res);
+  *out = conn;
+  return 0;
+}
+
+/* Finish a connection this process opened; an inherited one is only forgotten (finishing it
+** would end the parent's session on the shared socket). */
+static void conn_drop(pg_conn_t *c) {
+  if (c->conn && c->pid == getpid()) PQfinish(c->conn);
+  c->conn = NULL;
+  memset(c->prepared, 0, sizeof c->prepared);
+}
+
+static void conn_unlink(pg_t *p, pg_conn_t *c) {
+  pg_conn_t **pp;
+  for (pp = &p->conns; *pp; pp = &(*pp)->next)
+    if (*pp == c) {
+      *pp = c->next;
+      break;
+    }
+}
+
+/* pthread key destructor: the thread ended. */
+static void conn_thread_exit(void *arg) {
+  pg_conn_t *c = arg;
+  pg_t *p = c->owner;
+  pthread_mutex_lock(&p->mu);
+  conn_unlink(p, c);
+  pthread_mutex_unlock(&p->mu);
+  conn_drop(c);
+  free(c);
+}
+
+int dx__pg_conn_key_init(pg_t *p) { return pthread_key_create(&p->key, conn_thread_exit); }
+
+void dx__pg_conns_close(pg_t *p) {
+  pg_conn_t *c, *next;
+  pthread_key_delete(p->key); /* no destructor runs after this */
+  pthread_mutex_lock(&p->mu);
+  for (c = p->conns; c; c = next) {
+    next = c->next;
+    conn_drop(c);
+    free(c);
+  }
+  p->conns = NULL;
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* The calling thread's connection, (re)connected when needed. */
+int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err) {
+  pg_conn_t *c = pthread_getspecific(p->key);
+  int rc;
+  if (c && c->pid != getpid()) { /* inherited across fork: forget it, start fresh */
+    c->conn = NULL;
+    c->in_batch = 0;
+    c->batch_rc = 0;
+    memset(c->prepared, 0, sizeof c->prepared);
+    c->pid = getpid();
+  }
+  if (!c) {
+    if (!(c = calloc(1, sizeof *c))) return dx__pg_nomem(err);
+    c->owner = p;
+    c->pid = getpid();
+    pthread_mutex_lock(&p->mu);
+    c->next = p->conns;
+    p->conns = c;
+    pthread_mutex_unlock(&p->mu);
+    pthread_setspecific(p->key, c);
+  }
+  if (!c->conn) {
+    if (c->in_batch) {
+      *out = c;
+      return 0; /* the batch lost its connection: the caller reports batch_rc */
+    }
+    if ((rc = dx__pg_connect(p->conninfo, p->schema_q, &c->conn, err))) return rc;
+    memset(c->prepared, 0, sizeof c->prepared);
+  }
+  *out = c;
+  return 0;
+}
+
+/* {===== statements =====} */
+
+static int simple(pg_conn_t *c, const char *sql, dx_error_t *err) {
+  PGresult *res = PQexec(c->conn, sql);
+  int rc = 0;
+  if (PQresultStatus(res) != PGRES_COMMAND_OK) rc = dx__pg_fail(c->conn, res, sql, err);
+  PQclear(res);
+  if (rc && PQstatus(c->conn) == CONNECTION_BAD) conn_drop(c);
+  return rc;
+}
+
+static int batch_failed(pg_conn_t *c, dx_error_t *err) {
+  return dx_error_set(err, c->batch_rc, "an earlier call in this batch failed: %s",
+                      c->batch_msg);
+}
+
+int dx__pg_tx_poison(tx_t *t, int rc) {
+  if (t->c && t->c->in_batch && !t->c->batch_rc && rc) {
+    t->c->batch_rc = rc;
+    snprintf(t->c->batch_msg, sizeof t->c->batch_msg, "%.500s", t->err ? t->err->msg : "");
+  }
+  return rc;
+}
+
+int dx__pg_q(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out) {
+  pg_conn_t *c = t->c;
+  PGresult *res;
+  ExecStatusType st;
+  int rc;
+  if (out) *out = NULL;
+  if (c->batch_rc) return batch_failed(c, t->err);
+  if (!c->conn) return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ERETRY, "connection lost"));
+  if (!c->prepared[id]) {
+    res = PQprepare(c->conn, dx__pg_stmt_name(id), dx__pg_sql(id), 0, NULL);
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+      rc = dx__pg_fail(c->conn, res, dx__pg_stmt_name(id), t->err);
+      PQclear(res);
+      if (PQstatus(c->conn) == CONNECTION_BAD) conn_drop(c);
+      return dx__pg_tx_poison(t, rc);
+    }
+    PQclear(res);
+    c->prepared[id] = 1;
+  }
+  res = PQexecPrepared(c->conn, dx__pg_stmt_name(id), qp ? qp->n : 0, qp ? qp->v : NULL,
+                       qp ? qp->len : NULL, qp ? qp->fmt : NULL, 1);
+  st = PQresultStatus(res);
+  if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+    rc = dx__pg_fail(c->conn, res, dx__pg_stmt_name(id), t->err);
+    PQclear(res);
+    if (PQstatus(c->conn) == CONNECTION_BAD) conn_drop(c);
+    if (!c->in_batch && t->own && c->conn) { /* own txn: roll back now, keep the error */
+      PGresult *rb = PQexec(c->conn, "ROLLBACK");
+      PQclear(rb);
+      t->own = 0;
+    }
+    return dx__pg_tx_poison(t, rc);
+  }
+  if (out) *out = res;
+  else PQclear(res);
+  return 0;
+}
+
+/* {===== transactions =====} */
+
+int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
+  int rc;
+  memset(t, 0, sizeof *t);
+  t->p = p;
+  t->err = err;
+  if ((rc = dx__pg_conn_get(p, &t->c, err))) return rc;
+  if (t->c->in_batch) return t->c->batch_rc ? batch_failed(t->c, err) : 0;
+  if ((rc = simple(t->c, "BEGIN", err))) return rc;
+  t->own = 1;
+  return 0;
+}
+
+int dx__pg_tx_end(tx_t *t, int rc) {
+  if (!t->own) return rc;
+  t->own = 0;
+  if (!t->c->conn) return rc;
+  if (rc) {
+    PGresult *res = PQexec(t->c->conn, "ROLLBACK");
+    PQclear(res);
+    return rc;
+  }
+  if (t->p->no_sync && (rc = simple(t->c, "SET LOCAL synchronous_commit TO off", t->err))) {
+    PGresult *res = t->c->conn ? PQexec(t->c->conn, "ROLLBACK") : NULL;
+    PQclear(res);
+    return rc;
+  }
+  return simple(t->c, "COMMIT", t->err);
+}
+
+int dx__pg_begin(dx_provider_t *pp, dx_error_t *err) {
+  pg_t *p = (pg_t *)pp;
+  pg_conn_t *c;
+  int rc;
+  if ((rc = dx__pg_conn_get(p, &c, err))) return rc;
+  if (c->in_batch) return dx_error_set(err, DX_ESTATE, "a batch is already open on this thread");
+  if ((rc = simple(c, "BEGIN", err))) return rc;
+  c->in_batch = 1;
+  c->batch_rc = 0;
+  return 0;
+}
+
+int dx__pg_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
+  pg_t *p = (pg_t *)pp;
+  pg_conn_t *c = pthread_getspecific(p->key);
+  int rc;
+  if (!c || !c->in_batch || c->pid != getpid())
+    return dx_error_set(err, DX_ESTATE, "commit without begin");
+  c->in_batch = 0;
+  if (c->batch_rc) {
+    rc = batch_failed(c, err);
+    c->batch_rc = 0;
+    if (c->conn) PQclear(PQexec(c->conn, "ROLLBACK"));
+    return rc;
+  }
+  if (!c->conn) return dx_error_set(err, DX_ERETRY, "connection lost during the batch");
+  /* sync=0: a lock-only batch, whose loss after a crash merely delays redelivery */
+  if ((!sync || p->no_sync) && (rc = simple(c, "SET LOCAL synchronous_commit TO off", err))) {
+    if (c->conn) PQclear(PQexec(c->conn, "ROLLBACK"));
+    return rc;
+  }
+  return simple(c, "COMMIT", err);
+}
+
+void dx__pg_rollback(dx_provider_t *pp) {
+  pg_t *p = (pg_t *)pp;
+  pg_conn_t *c = pthread_getspecific(p->key);
+  if (!c || !c->in_batch || c->pid != getpid()) return;
+  c->in_batch = 0;
+  c->batch_rc = 0;
+  if (c->conn) PQclear(PQexec(c->conn, "ROLLBACK"));
+}
