@@ -295,11 +295,12 @@ static int decode_batch(tx_t *t, PGresult *res, dx_orch_item_t *it) {
     rc = dx__work_item_decode(PQgetvalue(res, r, 2), (size_t)PQgetlength(res, r, 2),
                               &it->messages[i], &derr);
     if (rc) {
+      long long seq = (long long)m[i].seq;
       free(m);
       if (rc == DX_ENOMEM) return dx__pg_nomem(t->err);
       return dx_error_set(t->err, DX_ECORRUPT,
                           "corrupted record in orch_msgs (instance '%s' message %lld): %s",
-                          it->instance, (long long)m[i].seq, derr.msg);
+                          it->instance, seq, derr.msg);
     }
     it->messages_len++;
   }
