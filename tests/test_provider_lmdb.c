@@ -6,7 +6,6 @@
 
 #include "duroxide/provider.h"
 #include "provider_validation.h"
-#include "providers/lmdb_test.h"
 #include "testlib.h"
 
 #define T0 INT64_C(1700000000000)
@@ -24,11 +23,11 @@ char *dx_pv_new_store(void) {
   return s;
 }
 
-static dx_provider_t *open_with(const char *store, const dx_lmdb_opts_t *opts) {
+static dx_provider_t *open_with(const char *store, const dx_provider_opts_t *opts) {
   dx_provider_t *p = NULL;
   dx_error_t err;
-  int rc = dx_lmdb_open(store, opts, &p, &err);
-  if (rc) DX_FAIL_AT("dx_lmdb_open(%s): %s: %s", store, dx_err_name(rc), err.msg);
+  int rc = dx_provider_open(store, opts, &p, &err);
+  if (rc) DX_FAIL_AT("dx_provider_open(%s): %s: %s", store, dx_err_name(rc), err.msg);
   return p;
 }
 
@@ -36,7 +35,7 @@ dx_provider_t *dx_pv_open(const char *store) { return open_with(store, NULL); }
 
 int dx_pv_corrupt_history(dx_provider_t *p, const char *instance, uint64_t execution_id,
                           uint64_t event_id) {
-  return dx__lmdb_test_corrupt_history(p, instance, execution_id, event_id);
+  return M(p)->test_hooks->corrupt_history(p, instance, execution_id, event_id);
 }
 
 int dx_pv_multi_process(void) { return 1; }
@@ -69,6 +68,7 @@ DX_TEST(lmdb_handles_share_one_env) {
   ASSERT_OK(M(a)->enqueue_for_orchestrator(a, T0, &w, 0, &err));
   ASSERT_EQ(orch_depth(b), 1);
   M(a)->destroy(a); /* b keeps the env open */
+  w.kind = DX_WI_EXTERNAL; /* a second START of "A" would be refused (DX_EEXIST) */
   ASSERT_OK(M(b)->enqueue_for_orchestrator(b, T0, &w, 0, &err));
   c = dx_pv_open(store);
   ASSERT_EQ(orch_depth(c), 2);
@@ -79,7 +79,7 @@ DX_TEST(lmdb_handles_share_one_env) {
 
 DX_TEST(lmdb_reopen_keeps_data) {
   char *store = dx_pv_new_store();
-  dx_lmdb_opts_t opts = {1, 1, 0}; /* no_sync: a clean close still persists everything */
+  dx_provider_opts_t opts = {1, 1, 0}; /* no_sync: a clean close still persists everything */
   dx_provider_t *p = open_with(store, &opts);
   dx_work_item_t w = start_item("A", "1");
   dx_error_t err;
@@ -93,7 +93,7 @@ DX_TEST(lmdb_reopen_keeps_data) {
 
 DX_TEST(lmdb_map_full_is_efull) {
   char *store = dx_pv_new_store();
-  dx_lmdb_opts_t opts = {1, 0, 1 << 20};
+  dx_provider_opts_t opts = {1, 0, 1 << 20};
   dx_provider_t *p = open_with(store, &opts);
   size_t len = 200 * 1024;
   char *data = malloc(len + 3);
@@ -105,6 +105,7 @@ DX_TEST(lmdb_map_full_is_efull) {
   memset(data + 1, 'x', len);
   strcpy(data + 1 + len, "\"");
   w.data = data;
+  w.kind = DX_WI_EXTERNAL; /* events: repeated STARTs of "A" would be refused (DX_EEXIST) */
   for (i = 0; i < 100 && rc == 0; i++) rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err);
   ASSERT_EQ(rc, DX_EFULL);
   ASSERT_CONTAINS(err.msg, "full");
@@ -125,19 +126,19 @@ DX_TEST(lmdb_map_full_is_efull) {
 DX_TEST(lmdb_open_errors) {
   char path[512];
   dx_provider_t *p = (dx_provider_t *)1;
-  dx_lmdb_opts_t bad = {0, 0, 0};
+  dx_provider_opts_t bad = {0, 0, 0};
   dx_error_t err;
   int fd;
   snprintf(path, sizeof path, "%s/plain-file", dx_test_tmpdir());
   fd = open(path, O_CREAT | O_WRONLY, 0644);
   ASSERT(fd >= 0);
   close(fd);
-  ASSERT_EQ(dx_lmdb_open(path, NULL, &p, &err), DX_EIO);
+  ASSERT_EQ(dx_provider_open(path, NULL, &p, &err), DX_EIO);
   ASSERT(p == NULL);
   ASSERT_CONTAINS(err.msg, "plain-file");
-  ASSERT_EQ(dx_lmdb_open(NULL, NULL, &p, &err), DX_EINVAL);
-  ASSERT_EQ(dx_lmdb_open(dx_test_tmpdir(), &bad, &p, &err), DX_EINVAL);
-  ASSERT_EQ(dx_lmdb_open(dx_test_tmpdir(), NULL, NULL, &err), DX_EINVAL);
+  ASSERT_EQ(dx_provider_open(NULL, NULL, &p, &err), DX_EINVAL);
+  ASSERT_EQ(dx_provider_open(dx_test_tmpdir(), &bad, &p, &err), DX_EINVAL);
+  ASSERT_EQ(dx_provider_open(dx_test_tmpdir(), NULL, NULL, &err), DX_EINVAL);
 }
 
 DX_TEST(lmdb_creates_missing_directories) {

@@ -55,7 +55,7 @@ static void drop_schemas(void) {
   int i;
   if (getpid() != g_owner_pid || !g_nschemas) return;
   c = PQconnectdb(base_url());
-  PQclear(PQexec(c, "SET client_min_messages TO warning"));
+  PQclear(PQexec(c, "SET client_min_messages TO warning; SET lock_timeout TO '5s'"));
   for (i = 0; i < g_nschemas && PQstatus(c) == CONNECTION_OK; i++) {
     snprintf(q, sizeof q, "DROP SCHEMA IF EXISTS %s CASCADE", g_schemas[i]);
     PQclear(PQexec(c, q));
@@ -94,17 +94,7 @@ dx_provider_t *dx_pv_open(const char *store) {
 
 int dx_pv_corrupt_history(dx_provider_t *p, const char *instance, uint64_t execution_id,
                           uint64_t event_id) {
-  PGconn *c = admin();
-  char q[512];
-  (void)p; /* the store of the test is the latest schema */
-  snprintf(q, sizeof q,
-           "UPDATE %s.history SET rec = '\\xc1c1c1'::bytea WHERE instance_id = '%s'"
-           " AND exec = %llu AND event_id = %llu",
-           g_schemas[g_nschemas - 1], instance, (unsigned long long)execution_id,
-           (unsigned long long)event_id);
-  sql(c, q);
-  PQfinish(c);
-  return 0;
+  return M(p)->test_hooks->corrupt_history(p, instance, execution_id, event_id);
 }
 
 int dx_pv_multi_process(void) { return 1; }
@@ -215,7 +205,7 @@ DX_TEST(pg_concurrent_first_opens_migrate_once) {
     if (pids[i] == 0) {
       dx_provider_t *p = NULL;
       dx_error_t err;
-      dx_work_item_t w = item(DX_WI_START, "A", 0);
+      dx_work_item_t w = item(DX_WI_EXTERNAL, "A", 0);
       if (dx__pg_open(store, 1, &p, &err)) _exit(1);
       if (M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err)) _exit(2);
       M(p)->destroy(p);
@@ -255,7 +245,7 @@ DX_TEST(pg_schemas_are_separate_stores) {
 DX_TEST(pg_forked_child_never_closes_the_parents_connection) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
-  dx_work_item_t w = item(DX_WI_START, "A", 0);
+  dx_work_item_t w = item(DX_WI_EXTERNAL, "A", 0);
   dx_error_t err;
   pid_t pid;
   int status;
@@ -265,7 +255,7 @@ DX_TEST(pg_forked_child_never_closes_the_parents_connection) {
   fflush(NULL);
   ASSERT((pid = fork()) >= 0);
   if (pid == 0) { /* the child uses the inherited handle: it gets its own connection */
-    dx_work_item_t c = item(DX_WI_START, "child", 0);
+    dx_work_item_t c = item(DX_WI_EXTERNAL, "child", 0);
     int rc = M(p)->enqueue_for_orchestrator(p, T0, &c, 0, &err);
     M(p)->destroy(p);
     _exit(rc == 0 ? 0 : 1);
@@ -292,7 +282,7 @@ static void kill_backends(const char *app) {
 DX_TEST(pg_reconnects_after_connection_loss) {
   char app[64], extra[96], *store;
   dx_provider_t *p;
-  dx_work_item_t w = item(DX_WI_START, "A", 0);
+  dx_work_item_t w = item(DX_WI_EXTERNAL, "A", 0);
   dx_error_t err;
   int rc;
   snprintf(app, sizeof app, "dxkill_%d", (int)getpid());
@@ -381,6 +371,50 @@ DX_TEST(pg_session_capacity_holds_across_processes) {
     ASSERT_EQ(d.worker, (CAP_SESSIONS - 1) * CAP_PER_SESSION); /* one session drained */
   }
   (void)owned;
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* Clients in several processes START the same ids at once: each id is started exactly once,
+** the others get DX_EEXIST (the uniqueness check is in the store, not a read first). */
+enum { RACE_IDS = 40, RACE_PROCS = 4 };
+
+DX_TEST(pg_racing_starts_of_one_id_start_it_once) {
+  char *store = dx_pv_new_store();
+  atomic_int *wins = mmap(NULL, sizeof(atomic_int) * RACE_IDS, PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  dx_provider_t *p = dx_pv_open(store);
+  pid_t pids[RACE_PROCS];
+  int i, status;
+  ASSERT(wins != MAP_FAILED);
+  for (i = 0; i < RACE_IDS; i++) atomic_store(&wins[i], 0);
+  M(p)->destroy(p);
+  fflush(NULL);
+  for (i = 0; i < RACE_PROCS; i++) {
+    ASSERT((pids[i] = fork()) >= 0);
+    if (pids[i] == 0) {
+      dx_provider_t *c = dx_pv_open(store);
+      dx_error_t err;
+      char id[16];
+      int k, rc;
+      for (k = 0; k < RACE_IDS; k++) {
+        dx_work_item_t w = item(DX_WI_START, id, 0);
+        snprintf(id, sizeof id, "r%d", k);
+        rc = M(c)->enqueue_for_orchestrator(c, T0, &w, 0, &err);
+        if (rc == 0) atomic_fetch_add(&wins[k], 1);
+        else if (rc != DX_EEXIST) _exit(1);
+      }
+      M(c)->destroy(c);
+      _exit(0);
+    }
+  }
+  for (i = 0; i < RACE_PROCS; i++) {
+    ASSERT(waitpid(pids[i], &status, 0) == pids[i]);
+    ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  for (i = 0; i < RACE_IDS; i++) ASSERT_EQ(atomic_load(&wins[i]), 1);
+  p = dx_pv_open(store);
+  ASSERT_EQ(orch_depth(p), RACE_IDS);
   M(p)->destroy(p);
   free(store);
 }

@@ -287,14 +287,14 @@ int dxl_runtime_new(lua_State *L) {
   dx_error_t err;
   const char *store;
   lrt_t *r;
-  dx_lmdb_opts_t lo;
+  dx_provider_opts_t po;
   char *saved_store;
-  memset(&lo, 0, sizeof lo);
-  lo.version = 1;
+  memset(&po, 0, sizeof po);
+  po.version = 1;
   if (lua_istable(L, 1)) {
     /* no_sync = true: skip fsync on commits (a store option, not an engine option) */
     int t = lua_getfield(L, 1, "no_sync");
-    lo.no_sync = lua_toboolean(L, -1);
+    po.no_sync = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (t != LUA_TNIL) { /* parse a copy without it */
       lua_newtable(L);
@@ -329,7 +329,7 @@ int dxl_runtime_new(lua_State *L) {
   memset(r, 0, sizeof *r);
   r->S = S;
   luaL_setmetatable(L, RT_MT);
-  if (dx_lmdb_open(store, &lo, &r->p, &err) != 0) {
+  if (dx_provider_open(store, &po, &r->p, &err) != 0) {
     free(S->store_dir);
     S->store_dir = saved_store;
     return luaL_error(L, "cannot open store %s: %s", store, err.msg);

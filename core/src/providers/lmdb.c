@@ -58,7 +58,7 @@
 
 #include "codec.h"
 #include "duroxide/provider.h"
-#include "providers/lmdb_test.h"
+#include "providers/providers.h"
 #include "util.h"
 
 #define LM_STORE_FORMAT 2u   /* layout version in meta "format" (1 is upgraded on open) */
@@ -1685,8 +1685,7 @@ static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms
   rc = dx__work_item_decode(old.item, old.item_len, &out->item, &derr);
   if (rc == DX_ENOMEM) rc = nomem(t->err);
   else if (rc) rc = corrupt(t, DB_WORK, derr.msg, "row %llu", (unsigned long long)c->seq);
-  if (!rc && c->kind == WC_CLAIM && out->item.name &&
-      strcmp(out->item.name, DX_CLOSE_SESSION_ACTIVITY) == 0) {
+  if (!rc && c->kind == WC_CLAIM && out->item.kind == DX_WI_SESSION_CLOSE) {
     rc = close_unheld(t, &old);
     fetch_reset(out);
     row_clear(&old);
@@ -2072,6 +2071,25 @@ static int lm_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, u
   return tx_end(&t, orch_renew(&t, now, instance, token, extend_ms));
 }
 
+/* The contract's uniqueness rule: a START for an id that exists or whose start is queued
+** fails with DX_EEXIST (checked in the writing transaction; LMDB has one writer). */
+static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out);
+
+static int start_unique(tx_t *t, const dx_work_item_t *w) {
+  dx_instance_info_t info;
+  dx_error_t *saved = t->err, probe = {0};
+  int rc;
+  if (w->kind != DX_WI_START) return 0;
+  memset(&info, 0, sizeof info);
+  t->err = &probe;
+  rc = instance_info(t, w->instance, &info);
+  t->err = saved;
+  dx_instance_info_clear(&info);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return dx_error_set(t->err, rc, "%s", probe.msg);
+  return dx_error_set(t->err, DX_EEXIST, "instance '%s' already exists", w->instance);
+}
+
 static int lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
                            int64_t delay_ms, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
@@ -2080,7 +2098,8 @@ static int lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t 
   if ((rc = check_item(item, err)) || (rc = check_payload(item, err)) ||
       (rc = lm_begin_tx(p, 1, &t, err)))
     return rc;
-  return tx_end(&t, orch_enqueue(&t, item, orch_visible_at(item, now, delay_ms)));
+  rc = start_unique(&t, item);
+  return tx_end(&t, rc ? rc : orch_enqueue(&t, item, orch_visible_at(item, now, delay_ms)));
 }
 
 /* {===== methods: worker queue =====} */
@@ -2761,8 +2780,10 @@ static void lm_destroy(dx_provider_t *pp) {
 
 static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
 
+static const dx_provider_test_hooks_t lm_test_hooks; /* defined with the hooks below */
+
 static const dx_provider_methods_t lm_methods = {
-  3,
+  4,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -2789,10 +2810,13 @@ static const dx_provider_methods_t lm_methods = {
   lm_cleanup_sessions,
   lm_list_sessions,
   lm_notify_path,
+  NULL, /* wake_fd: the notify file serves */
+  NULL, /* wake_drain */
+  &lm_test_hooks,
 };
 
-int dx_lmdb_open(const char *path, const dx_lmdb_opts_t *opts, dx_provider_t **out,
-                 dx_error_t *err) {
+int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,
+                  dx_error_t *err) {
   lm_t *p;
   char *real;
   size_t map_size;
@@ -2801,7 +2825,7 @@ int dx_lmdb_open(const char *path, const dx_lmdb_opts_t *opts, dx_provider_t **o
   *out = NULL;
   if (!path || !*path) return dx_error_set(err, DX_EINVAL, "store path is empty");
   if (opts && opts->version < 1)
-    return dx_error_set(err, DX_EINVAL, "dx_lmdb_opts_t.version must be 1");
+    return dx_error_set(err, DX_EINVAL, "dx_provider_opts_t.version must be 1");
   if ((rc = mkdir_p(path, err))) return rc;
   if (!(real = realpath(path, NULL)))
     return dx_error_set(err, DX_EIO, "cannot resolve store path %s: %s", path, strerror(errno));
@@ -2817,8 +2841,8 @@ int dx_lmdb_open(const char *path, const dx_lmdb_opts_t *opts, dx_provider_t **o
 
 /* {===== test hooks =====} */
 
-int dx__lmdb_test_corrupt_history(dx_provider_t *pp, const char *instance, uint64_t execution_id,
-                                  uint64_t event_id) {
+static int lm_test_corrupt_history(dx_provider_t *pp, const char *instance,
+                                   uint64_t execution_id, uint64_t event_id) {
   static const unsigned char garbage[] = {0xc1, 0xc1, 0xc1, 0xc1}; /* 0xc1: never valid */
   lm_t *p = (lm_t *)pp;
   dkey_t k;
@@ -2830,7 +2854,7 @@ int dx__lmdb_test_corrupt_history(dx_provider_t *pp, const char *instance, uint6
 }
 
 /* The session's lease ends at now_ms; the owner stays recorded (a lapse, not a release). */
-int dx__lmdb_test_expire_session(dx_provider_t *pp, const char *session_id, int64_t now_ms) {
+static int lm_test_expire_session(dx_provider_t *pp, const char *session_id, int64_t now_ms) {
   lm_t *p = (lm_t *)pp;
   sess_rec_t r, nw;
   tx_t t;
@@ -2845,3 +2869,6 @@ int dx__lmdb_test_expire_session(dx_provider_t *pp, const char *session_id, int6
   }
   return tx_end(&t, rc);
 }
+
+static const dx_provider_test_hooks_t lm_test_hooks = {1, lm_test_corrupt_history,
+                                                       lm_test_expire_session};

@@ -143,6 +143,9 @@ int dx__pg_release_sessions(dx_provider_t *, int64_t, const char *, const char *
 int dx__pg_cleanup_sessions(dx_provider_t *, int64_t, uint64_t *, dx_error_t *);
 int dx__pg_list_sessions(dx_provider_t *, dx_session_cb, void *, dx_error_t *);
 
+int dx__pg_test_corrupt_history(dx_provider_t *, const char *, uint64_t, uint64_t);
+int dx__pg_test_expire_session(dx_provider_t *, const char *, int64_t);
+
 /* {===== pg_schema.c =====} */
 int dx__pg_migrate(pg_t *p, PGconn *conn, dx_error_t *err);
 

@@ -209,6 +209,22 @@ static int64_t visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms
   return at;
 }
 
+/* A client START takes the id in `started` first: DX_EEXIST (nothing written) when the id was
+** started before or has an instance record. Two racing clients serialize on the key. */
+static int start_unique(tx_t *t, const dx_work_item_t *w) {
+  PGresult *res;
+  qp_t q;
+  int rc, taken;
+  if (w->kind != DX_WI_START) return 0;
+  dx__qp_init(&q);
+  dx__qp_str(&q, w->instance);
+  if ((rc = dx__pg_q(t, PQ_START_CLAIM, &q, &res))) return rc;
+  taken = PQntuples(res) == 0;
+  PQclear(res);
+  return taken ? dx_error_set(t->err, DX_EEXIST, "instance '%s' already exists", w->instance)
+               : 0;
+}
+
 int dx__pg_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
                         int64_t delay_ms, dx_error_t *err) {
   tx_t t;
@@ -216,7 +232,9 @@ int dx__pg_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
   if ((rc = dx__pg_check_item(item, err)) || (rc = dx__pg_check_payload(item, err)) ||
       (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
-  return dx__pg_tx_end(&t, dx__pg_orch_enqueue(&t, item, visible_at(item, now, delay_ms)));
+  rc = start_unique(&t, item);
+  if (!rc) rc = dx__pg_orch_enqueue(&t, item, visible_at(item, now, delay_ms));
+  return dx__pg_tx_end(&t, rc);
 }
 
 /* {===== lock checks and release =====} */
@@ -497,8 +515,15 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   for (i = 0; i < a->worker_items_len && !rc; i++)
     rc = dx__pg_work_insert(t, &a->worker_items[i], now);
   for (i = 0; i < a->cancelled_len && !rc; i++) rc = work_cancel(t, &a->cancelled[i]);
-  for (i = 0; i < a->orch_items_len && !rc; i++)
-    rc = dx__pg_orch_enqueue(t, &a->orch_items[i], visible_at(&a->orch_items[i], now, 0));
+  for (i = 0; i < a->orch_items_len && !rc; i++) {
+    const dx_work_item_t *w = &a->orch_items[i];
+    rc = dx__pg_orch_enqueue(t, w, visible_at(w, now, 0));
+    if (!rc && w->kind == DX_WI_START) { /* a child's id is taken too */
+      dx__qp_init(&q);
+      dx__qp_str(&q, w->instance);
+      rc = dx__pg_q(t, PQ_START_NOTE, &q, NULL);
+    }
+  }
   return rc ? rc : orch_release(t, a->instance);
 }
 

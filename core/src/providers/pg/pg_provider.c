@@ -28,8 +28,11 @@ static const char *pg_notify_path(dx_provider_t *pp) {
   return NULL; /* no file to watch: the runtime polls */
 }
 
+static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_history,
+                                                       dx__pg_test_expire_session};
+
 static const dx_provider_methods_t pg_methods = {
-  3,
+  4,
   "postgres",
   pg_destroy,
   dx__pg_begin,
@@ -56,6 +59,9 @@ static const dx_provider_methods_t pg_methods = {
   dx__pg_cleanup_sessions,
   dx__pg_list_sessions,
   pg_notify_path,
+  NULL, /* wake_fd */
+  NULL, /* wake_drain */
+  &pg_test_hooks,
 };
 
 /* Schema names: lower-case letters, digits and '_', not starting with a digit, <= 63 bytes

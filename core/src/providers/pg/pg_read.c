@@ -160,3 +160,38 @@ int dx__pg_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *er
   PQclear(res);
   return rc;
 }
+
+/* {===== test hooks =====} */
+
+int dx__pg_test_corrupt_history(dx_provider_t *pp, const char *instance, uint64_t execution_id,
+                                uint64_t event_id) {
+  PGresult *res = NULL;
+  tx_t t;
+  qp_t q;
+  int rc;
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, NULL))) return rc;
+  dx__qp_init(&q);
+  dx__qp_str(&q, instance);
+  dx__qp_i64(&q, (int64_t)execution_id);
+  dx__qp_i64(&q, (int64_t)event_id);
+  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_TEST_CORRUPT, &q, &res));
+  if (!rc && atoi(PQcmdTuples(res)) == 0) rc = DX_ENOTFOUND;
+  PQclear(res);
+  return rc;
+}
+
+/* The session's lease ends at now_ms; the owner stays recorded (a lapse, not a release). */
+int dx__pg_test_expire_session(dx_provider_t *pp, const char *session_id, int64_t now_ms) {
+  PGresult *res = NULL;
+  tx_t t;
+  qp_t q;
+  int rc;
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, NULL))) return rc;
+  dx__qp_init(&q);
+  dx__qp_str(&q, session_id);
+  dx__qp_i64(&q, now_ms);
+  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_TEST_EXPIRE, &q, &res));
+  if (!rc && atoi(PQcmdTuples(res)) == 0) rc = DX_ENOTFOUND;
+  PQclear(res);
+  return rc;
+}

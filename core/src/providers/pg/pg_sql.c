@@ -10,6 +10,8 @@
 **   orch_msgs   the messages; a fetch tags the visible ones with its lock token.
 **   work        worker rows; due_at = visible_at while unlocked, locked_until while locked.
 **   sessions    session ownership and leases ('' owner = released).
+**   started     every instance id a START was enqueued for: the uniqueness key that makes a
+**               second client START of an id DX_EEXIST, even when two clients race.
 ** Tokens and sequence numbers come from one sequence, so they are unique across hosts.
 */
 #include "providers/pg/pg_sql.h"
@@ -36,7 +38,7 @@ static const char MIGRATION_1[] =
   "CREATE TABLE work (seq bigint PRIMARY KEY, due_at bigint NOT NULL, visible_at bigint NOT NULL,"
   "  locked_until bigint, lock_token bigint, attempt bigint NOT NULL DEFAULT 0,"
   "  session_id text COLLATE \"C\", instance_id text COLLATE \"C\" NOT NULL, exec bigint,"
-  "  activity_id bigint, item bytea NOT NULL);"
+  "  activity_id bigint, kind bigint NOT NULL, item bytea NOT NULL);"
   "CREATE INDEX work_plain ON work (due_at, seq) WHERE session_id IS NULL;"
   "CREATE INDEX work_sess_due ON work (due_at, seq) WHERE session_id IS NOT NULL;"
   "CREATE INDEX work_sess ON work (session_id, due_at, seq) WHERE session_id IS NOT NULL;"
@@ -45,7 +47,8 @@ static const char MIGRATION_1[] =
   "CREATE TABLE sessions (session_id text COLLATE \"C\" PRIMARY KEY,"
   "  owner text COLLATE \"C\" NOT NULL DEFAULT '', prev text, locked_until bigint NOT NULL,"
   "  last_activity bigint NOT NULL);"
-  "CREATE INDEX sessions_owner ON sessions (owner);";
+  "CREATE INDEX sessions_owner ON sessions (owner);"
+  "CREATE TABLE started (instance_id text COLLATE \"C\" PRIMARY KEY);";
 
 const char *const dx__pg_migrations[] = {MIGRATION_1};
 const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__pg_migrations[0]);
@@ -67,6 +70,11 @@ static const char *const SQL[PQ__COUNT] = {
     " ON CONFLICT (instance_id) DO UPDATE SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
     " due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
     " ELSE q.due_at END",
+  [PQ_START_CLAIM] =
+    "INSERT INTO started (instance_id) SELECT $1::text"
+    " WHERE NOT EXISTS (SELECT 1 FROM instances WHERE instance_id = $1::text)"
+    " ON CONFLICT (instance_id) DO NOTHING RETURNING 1::bigint",
+  [PQ_START_NOTE] = "INSERT INTO started (instance_id) VALUES ($1) ON CONFLICT DO NOTHING",
   [PQ_ORCH_PICK] =
     "SELECT instance_id FROM orch_queue WHERE due_at <= $1::bigint"
     " ORDER BY due_at, instance_id LIMIT 1 FOR UPDATE SKIP LOCKED",
@@ -126,9 +134,9 @@ static const char *const SQL[PQ__COUNT] = {
 
   /* worker queue */
   [PQ_WORK_INSERT] =
-    "INSERT INTO work (seq, due_at, visible_at, session_id, instance_id, exec, activity_id, item)"
-    " VALUES (nextval('dx_seq'), $1::bigint, $1::bigint, $2::text, $3, $4::bigint, $5::bigint,"
-    " $6::bytea)",
+    "INSERT INTO work (seq, due_at, visible_at, session_id, instance_id, exec, activity_id, item,"
+    " kind) VALUES (nextval('dx_seq'), $1::bigint, $1::bigint, $2::text, $3, $4::bigint,"
+    " $5::bigint, $6::bytea, $7::bigint)",
   [PQ_WORK_CANCEL] =
     "DELETE FROM work WHERE instance_id = $1 AND exec = $2::bigint AND activity_id = $3::bigint",
   [PQ_WORK_PICK_PLAIN] =
@@ -139,7 +147,7 @@ static const char *const SQL[PQ__COUNT] = {
     " ON w.session_id = s.session_id WHERE s.owner = $2 AND w.due_at <= $1::bigint"
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
   [PQ_WORK_PICK_CLAIM] =
-    "SELECT w.seq, w.due_at, w.session_id, w.item FROM work w LEFT JOIN sessions s"
+    "SELECT w.seq, w.due_at, w.session_id, w.kind FROM work w LEFT JOIN sessions s"
     " ON s.session_id = w.session_id WHERE w.session_id IS NOT NULL AND w.due_at <= $1::bigint"
     " AND (s.session_id IS NULL OR s.owner = ''"
     " OR (s.owner <> $2 AND s.locked_until <= $1::bigint))"
@@ -212,6 +220,10 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_DEPTHS] =
     "SELECT (SELECT count(*) FROM orch_msgs), (SELECT count(*) FROM work),"
     " (SELECT count(*) FROM instances)",
+  [PQ_TEST_CORRUPT] =
+    "UPDATE history SET rec = '\\xc1c1c1c1'::bytea WHERE instance_id = $1 AND exec = $2::bigint"
+    " AND event_id = $3::bigint",
+  [PQ_TEST_EXPIRE] = "UPDATE sessions SET locked_until = $2::bigint WHERE session_id = $1",
   [PQ_NEXT_DUE] =
     "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work))",
 };

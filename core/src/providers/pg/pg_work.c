@@ -31,6 +31,7 @@ int dx__pg_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   dx__qp_i64(&q, (int64_t)w->execution_id);
   dx__qp_i64(&q, (int64_t)w->id);
   dx__qp_bin(&q, buf, len);
+  dx__qp_i64(&q, w->kind);
   rc = dx__pg_q(t, PQ_WORK_INSERT, &q, NULL);
   free(buf);
   return rc;
@@ -54,7 +55,7 @@ typedef struct {
   int found, kind;
   int64_t seq, due;
   char *sid;
-  PGresult *res; /* the claim pick (carries the item) */
+  PGresult *res; /* the claim pick (carries the item kind) */
 } cand_t;
 
 static void cand_clear(cand_t *c) {
@@ -109,7 +110,7 @@ static int q_sid(tx_t *t, pg_stmt_t id, const char *sid) {
 }
 
 /* The session side of taking c's row, before the row is written. *ok = 0 when the session
-** cannot be had after all (claimed elsewhere meanwhile, or a close item nobody holds, which
+** cannot be had after all (claimed elsewhere meanwhile, or a close marker nobody holds, which
 ** is deleted here); the caller picks again. */
 static int sess_take(tx_t *t, const cand_t *c, int64_t now, const dx_session_cfg_t *cfg,
                      dx_work_fetch_t *out, int *ok) {
@@ -117,22 +118,11 @@ static int sess_take(tx_t *t, const cand_t *c, int64_t now, const dx_session_cfg
   qp_t q;
   int rc, oom = 0;
   *ok = 0;
-  if (c->kind == WC_CLAIM) {
-    dx_work_item_t w;
-    dx_error_t derr = {0};
-    int close;
-    memset(&w, 0, sizeof w);
-    rc = dx__work_item_decode(PQgetvalue(c->res, 0, 3), (size_t)PQgetlength(c->res, 0, 3), &w,
-                              &derr);
-    if (rc)
-      return dx_error_set(t->err, rc == DX_ENOMEM ? DX_ENOMEM : DX_ECORRUPT,
-                          "corrupted record in work (row %lld): %s", (long long)c->seq, derr.msg);
-    close = w.name && strcmp(w.name, DX_CLOSE_SESSION_ACTIVITY) == 0;
-    dx_work_item_clear(&w);
-    if (close) { /* nothing to close: drop it, and the session row once it has no rows */
-      if ((rc = q_seq(t, PQ_WORK_DEL_ROW, c->seq))) return rc;
-      return q_sid(t, PQ_SESS_DROP_IF_EMPTY, c->sid);
-    }
+  if (c->kind == WC_CLAIM && dx__col_i64(c->res, 0, 3) == DX_WI_SESSION_CLOSE) {
+    /* a close marker at the head of a session nobody holds has nothing to close: drop it,
+    ** and the session row once it has no rows */
+    if ((rc = q_seq(t, PQ_WORK_DEL_ROW, c->seq))) return rc;
+    return q_sid(t, PQ_SESS_DROP_IF_EMPTY, c->sid);
   }
   dx__qp_init(&q);
   dx__qp_str(&q, c->sid);
