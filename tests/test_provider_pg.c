@@ -8,6 +8,7 @@
 ** schema t_<pid>_<n>, dropped when the test process exits.
 */
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -415,6 +416,50 @@ DX_TEST(pg_racing_starts_of_one_id_start_it_once) {
   for (i = 0; i < RACE_IDS; i++) ASSERT_EQ(atomic_load(&wins[i]), 1);
   p = dx_pv_open(store);
   ASSERT_EQ(orch_depth(p), RACE_IDS);
+  M(p)->destroy(p);
+  free(store);
+}
+
+static int readable(int fd, int timeout_ms) {
+  struct pollfd pf = {fd, POLLIN, 0};
+  return poll(&pf, 1, timeout_ms) == 1 && (pf.revents & POLLIN);
+}
+
+/* A commit that made work visible wakes a listener at once (LISTEN/NOTIFY); draining consumes
+** the wake-up; a lost listener says so. */
+DX_TEST(pg_wake_fd_becomes_readable_on_committed_work) {
+  char app[64], extra[96], *store;
+  dx_provider_t *p, *q;
+  dx_work_item_t w = item(DX_WI_EXTERNAL, "A", 0);
+  dx_error_t err;
+  int fd, lost = 7, i, rc = 0;
+  snprintf(app, sizeof app, "dxwake_%d", (int)getpid());
+  snprintf(extra, sizeof extra, "&application_name=%s", app);
+  store = store_url(extra);
+  p = dx_pv_open(store);
+  q = dx_pv_open(store);
+  ASSERT(M(p)->version >= 4 && M(p)->wake_fd && M(p)->wake_drain);
+  fd = M(p)->wake_fd(p);
+  ASSERT(fd >= 0);
+  ASSERT_EQ(M(p)->wake_fd(p), fd); /* one listener per handle */
+  ASSERT_OK(M(q)->enqueue_for_orchestrator(q, T0, &w, 0, &err));
+  ASSERT(readable(fd, 10000));
+  ASSERT_OK(M(p)->wake_drain(p, &lost));
+  ASSERT_EQ(lost, 0);
+  ASSERT(!readable(fd, 0));
+  ASSERT_OK(M(q)->begin(q, &err)); /* a batch notifies once, at commit */
+  ASSERT_OK(M(q)->enqueue_for_orchestrator(q, T0, &w, 0, &err));
+  ASSERT_OK(M(q)->commit(q, 1, &err));
+  ASSERT(readable(fd, 10000));
+  ASSERT_OK(M(p)->wake_drain(p, &lost));
+  kill_backends(app); /* the listener's connection goes away: the server's goodbye, then EOF */
+  for (i = 0; i < 10 && rc == 0; i++) {
+    ASSERT(readable(fd, 10000));
+    rc = M(p)->wake_drain(p, &lost);
+  }
+  ASSERT(rc < 0);
+  ASSERT_EQ(lost, 1);
+  M(q)->destroy(q);
   M(p)->destroy(p);
   free(store);
 }

@@ -303,8 +303,22 @@ int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
   if ((rc = dx__pg_conn_get(p, &t->c, err))) return rc;
   if (t->c->in_batch) return t->c->batch_rc ? batch_failed(t->c, err) : 0;
   if ((rc = simple(t->c, "BEGIN", err))) return rc;
+  t->c->notify = 0;
   t->own = 1;
   return 0;
+}
+
+/* COMMIT in one round trip: optionally without waiting for the WAL flush, and with a NOTIFY
+** (delivered at commit, folded per transaction) when the transaction made work visible. */
+static int commit_now(pg_conn_t *c, int flush, dx_error_t *err) {
+  char sql[200];
+  int rc;
+  snprintf(sql, sizeof sql, "%s%s%s%sCOMMIT", flush ? "" : "SET LOCAL synchronous_commit TO off;",
+           c->notify ? "NOTIFY " : "", c->notify ? c->owner->channel_q : "",
+           c->notify ? ";" : "");
+  c->notify = 0;
+  if ((rc = simple(c, sql, err)) && c->conn) PQclear(PQexec(c->conn, "ROLLBACK"));
+  return rc;
 }
 
 int dx__pg_tx_end(tx_t *t, int rc) {
@@ -312,16 +326,11 @@ int dx__pg_tx_end(tx_t *t, int rc) {
   t->own = 0;
   if (!t->c->conn) return rc;
   if (rc) {
-    PGresult *res = PQexec(t->c->conn, "ROLLBACK");
-    PQclear(res);
+    t->c->notify = 0;
+    PQclear(PQexec(t->c->conn, "ROLLBACK"));
     return rc;
   }
-  if (t->p->no_sync && (rc = simple(t->c, "SET LOCAL synchronous_commit TO off", t->err))) {
-    PGresult *res = t->c->conn ? PQexec(t->c->conn, "ROLLBACK") : NULL;
-    PQclear(res);
-    return rc;
-  }
-  return simple(t->c, "COMMIT", t->err);
+  return commit_now(t->c, !t->p->no_sync, t->err);
 }
 
 int dx__pg_begin(dx_provider_t *pp, dx_error_t *err) {
@@ -331,6 +340,7 @@ int dx__pg_begin(dx_provider_t *pp, dx_error_t *err) {
   if ((rc = dx__pg_conn_get(p, &c, err))) return rc;
   if (c->in_batch) return dx_error_set(err, DX_ESTATE, "a batch is already open on this thread");
   if ((rc = simple(c, "BEGIN", err))) return rc;
+  c->notify = 0;
   c->in_batch = 1;
   c->batch_rc = 0;
   return 0;
@@ -351,11 +361,7 @@ int dx__pg_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   }
   if (!c->conn) return dx_error_set(err, DX_ERETRY, "connection lost during the batch");
   /* sync=0: a lock-only batch, whose loss after a crash merely delays redelivery */
-  if ((!sync || p->no_sync) && (rc = simple(c, "SET LOCAL synchronous_commit TO off", err))) {
-    if (c->conn) PQclear(PQexec(c->conn, "ROLLBACK"));
-    return rc;
-  }
-  return simple(c, "COMMIT", err);
+  return commit_now(c, sync && !p->no_sync, err);
 }
 
 void dx__pg_rollback(dx_provider_t *pp) {
@@ -364,5 +370,6 @@ void dx__pg_rollback(dx_provider_t *pp) {
   if (!c || !c->in_batch || c->pid != getpid()) return;
   c->in_batch = 0;
   c->batch_rc = 0;
+  c->notify = 0;
   if (c->conn) PQclear(PQexec(c->conn, "ROLLBACK"));
 }

@@ -35,6 +35,7 @@ typedef struct pg_conn_s {
   pg_t *owner;
   int in_batch;
   int batch_rc;             /* first unexpected failure inside the batch; 0 = none */
+  int notify;               /* the transaction made work visible: NOTIFY at commit */
   char batch_msg[512];
   unsigned char prepared[PQ__COUNT];
   struct pg_conn_s *next;   /* owner's list */
@@ -46,7 +47,9 @@ struct pg_s {
   char *schema;             /* validated schema name */
   char *schema_q;           /* quoted identifier */
   int no_sync;
-  int64_t worker_key_base;  /* advisory lock key space of this schema */
+  char *channel_q;          /* quoted LISTEN/NOTIFY channel of the schema */
+  PGconn *listen;           /* wake-up listener (loop thread); NULL until wake_fd */
+  pid_t listen_pid;
   pthread_key_t key;
   pthread_mutex_t mu;       /* guards conns */
   pg_conn_t *conns;
@@ -81,6 +84,8 @@ int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err);
 int dx__pg_tx_end(tx_t *t, int rc);
 /* An unexpected failure after writes: the batch (if any) must not commit. Returns rc. */
 int dx__pg_tx_poison(tx_t *t, int rc);
+/* The transaction made work visible to other workers: NOTIFY them at commit. */
+#define dx__pg_tx_notify(t) ((t)->c->notify = 1)
 /* Run prepared statement `id`; *out (may be NULL: cleared) receives the binary result. */
 int dx__pg_q(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out);
 int dx__pg_begin(dx_provider_t *pp, dx_error_t *err);
@@ -145,6 +150,11 @@ int dx__pg_list_sessions(dx_provider_t *, dx_session_cb, void *, dx_error_t *);
 
 int dx__pg_test_corrupt_history(dx_provider_t *, const char *, uint64_t, uint64_t);
 int dx__pg_test_expire_session(dx_provider_t *, const char *, int64_t);
+
+/* {===== pg_wake.c =====} */
+int dx__pg_wake_fd(dx_provider_t *pp);
+int dx__pg_wake_drain(dx_provider_t *pp, int *lost);
+void dx__pg_wake_close(pg_t *p);
 
 /* {===== pg_schema.c =====} */
 int dx__pg_migrate(pg_t *p, PGconn *conn, dx_error_t *err);

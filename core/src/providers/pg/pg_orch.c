@@ -198,6 +198,7 @@ int dx__pg_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   rc = dx__pg_q(t, PQ_ORCH_ENQ_MSG, &q, NULL);
   free(buf);
   if (rc) return rc;
+  dx__pg_tx_notify(t);
   q.n = 2;
   return dx__pg_q(t, PQ_ORCH_ENQ_QUEUE, &q, NULL);
 }
@@ -272,6 +273,7 @@ static int orch_release(tx_t *t, const char *inst) {
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
   if ((rc = dx__pg_q(t, PQ_ORCH_RELEASE, &q, NULL))) return rc;
+  dx__pg_tx_notify(t); /* messages that came in meanwhile are fetchable now */
   return dx__pg_q(t, PQ_ORCH_DROP_EMPTY, &q, NULL);
 }
 

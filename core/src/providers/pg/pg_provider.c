@@ -15,8 +15,10 @@
 static void pg_destroy(dx_provider_t *pp) {
   pg_t *p = (pg_t *)pp;
   if (!p) return;
+  dx__pg_wake_close(p);
   dx__pg_conns_close(p);
   pthread_mutex_destroy(&p->mu);
+  free(p->channel_q);
   free(p->conninfo);
   free(p->schema);
   free(p->schema_q);
@@ -59,8 +61,8 @@ static const dx_provider_methods_t pg_methods = {
   dx__pg_cleanup_sessions,
   dx__pg_list_sessions,
   pg_notify_path,
-  NULL, /* wake_fd */
-  NULL, /* wake_drain */
+  dx__pg_wake_fd,
+  dx__pg_wake_drain,
   &pg_test_hooks,
 };
 
@@ -151,6 +153,11 @@ int dx__pg_open(const char *url, int no_sync, dx_provider_t **out, dx_error_t *e
     goto fail;
   }
   sprintf(p->schema_q, "\"%s\"", p->schema);
+  if (!(p->channel_q = malloc(strlen(p->schema) + 6))) {
+    rc = dx__pg_nomem(err);
+    goto fail;
+  }
+  sprintf(p->channel_q, "\"dx_%s\"", p->schema);
   if ((rc = dx__pg_connect(p->conninfo, p->schema_q, &conn, err))) goto fail;
   rc = dx__pg_migrate(p, conn, err);
   PQfinish(conn);

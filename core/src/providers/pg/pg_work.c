@@ -34,6 +34,7 @@ int dx__pg_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   dx__qp_i64(&q, w->kind);
   rc = dx__pg_q(t, PQ_WORK_INSERT, &q, NULL);
   free(buf);
+  if (!rc) dx__pg_tx_notify(t);
   return rc;
 }
 
@@ -337,6 +338,7 @@ int dx__pg_abandon_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t 
     dx__qp_i64(&q, dx__sat_add(now, delay_ms > 0 ? delay_ms : 0));
     dx__qp_i64(&q, ignore_attempt ? 1 : 0);
     rc = dx__pg_q(&t, PQ_WORK_ABANDON, &q, NULL);
+    if (!rc) dx__pg_tx_notify(&t);
   }
   free(r.sid);
   return dx__pg_tx_end(&t, rc);
@@ -396,7 +398,9 @@ int dx__pg_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_i
   dx__qp_str(&q, worker_id);
   dx__qp_i64(&q, now);
   dx__qp_str(&q, session_id);
-  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_SESS_RELEASE, &q, &res));
+  rc = dx__pg_q(&t, PQ_SESS_RELEASE, &q, &res);
+  if (!rc) dx__pg_tx_notify(&t); /* released sessions are claimable at once */
+  rc = dx__pg_tx_end(&t, rc);
   if (!rc && released) *released = (uint64_t)strtoull(PQcmdTuples(res), NULL, 10);
   PQclear(res);
   return rc;
