@@ -301,8 +301,8 @@ DX_TEST(pg_reconnects_after_connection_loss) {
   ASSERT_OK(M(p)->begin(p, &err));
   ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
   kill_backends(app);
-  rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err);
-  ASSERT_EQ(rc, DX_ERETRY);
+  rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err); /* writes are queued: the loss */
+  ASSERT(rc == 0 || rc == DX_ERETRY);                      /* may show only at commit */
   ASSERT_EQ(M(p)->commit(p, 1, &err), DX_ERETRY);
   ASSERT_EQ(orch_depth(p), 2); /* the batch's enqueue was rolled back */
   M(p)->destroy(p);

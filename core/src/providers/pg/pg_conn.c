@@ -160,6 +160,7 @@ int dx__pg_connect(const char *conninfo, const char *schema_q, PGconn **out, dx_
 static void conn_drop(pg_conn_t *c) {
   if (c->conn && c->pid == getpid()) PQfinish(c->conn);
   c->conn = NULL;
+  c->pending = 0;
   memset(c->prepared, 0, sizeof c->prepared);
 }
 
@@ -180,6 +181,7 @@ static void conn_thread_exit(void *arg) {
   conn_unlink(p, c);
   pthread_mutex_unlock(&p->mu);
   conn_drop(c);
+  free(c->pend);
   free(c);
 }
 
@@ -192,6 +194,7 @@ void dx__pg_conns_close(pg_t *p) {
   for (c = p->conns; c; c = next) {
     next = c->next;
     conn_drop(c);
+    free(c->pend);
     free(c);
   }
   p->conns = NULL;
@@ -206,6 +209,7 @@ int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err) {
     c->conn = NULL;
     c->in_batch = 0;
     c->batch_rc = 0;
+    c->pending = 0;
     memset(c->prepared, 0, sizeof c->prepared);
     c->pid = getpid();
   }
@@ -225,21 +229,121 @@ int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err) {
       return 0; /* the batch lost its connection: the caller reports batch_rc */
     }
     if ((rc = dx__pg_connect(p->conninfo, p->schema_q, &c->conn, err))) return rc;
+    if (!PQenterPipelineMode(c->conn)) {
+      rc = dx__pg_fail(c->conn, NULL, "pipeline mode", err);
+      PQfinish(c->conn);
+      c->conn = NULL;
+      return rc;
+    }
     memset(c->prepared, 0, sizeof c->prepared);
+    c->pending = 0;
+    c->reprepare = 0;
   }
   *out = c;
   return 0;
 }
 
-/* {===== statements =====} */
+/* {===== statements: one pipeline per connection =====} */
+/*
+** Connections run in libpq pipeline mode. A statement whose result the caller does not need (a
+** write) is only queued; the results of queued statements are read at the next statement that
+** needs one, or at COMMIT, so a method's writes travel with the next read in one round trip.
+** An error in a queued statement fails the transaction it belongs to: the method's own (its
+** commit returns the error) or the batch (commit returns it; later calls report it at once).
+*/
 
-static int simple(pg_conn_t *c, const char *sql, dx_error_t *err) {
-  PGresult *res = PQexec(c->conn, sql);
-  int rc = 0;
-  if (PQresultStatus(res) != PGRES_COMMAND_OK) rc = dx__pg_fail(c->conn, res, sql, err);
-  PQclear(res);
-  if (rc && PQstatus(c->conn) == CONNECTION_BAD) conn_drop(c);
+#define PG_PIPELINE_MAX 256 /* read results at least this often (bounded socket buffers) */
+
+/* Queue one statement: prepared statement `id`, or `sql` without parameters when id < 0. */
+static int send_stmt(pg_conn_t *c, int id, const char *sql, const qp_t *qp, dx_error_t *err) {
+  const char *what = id >= 0 ? dx__pg_stmt_name((pg_stmt_t)id) : sql;
+  int ok = 1, rc;
+  if (c->pending + 2 > c->pend_cap) {
+    size_t cap = c->pend_cap ? (size_t)c->pend_cap * 2 : 64;
+    const char **v = realloc(c->pend, cap * sizeof *v);
+    if (!v) return dx__pg_nomem(err);
+    c->pend = v;
+    c->pend_cap = (int)cap;
+  }
+  if (id >= 0 && !c->prepared[id]) {
+    ok = PQsendPrepare(c->conn, what, dx__pg_sql((pg_stmt_t)id), 0, NULL);
+    if (ok) {
+      c->prepared[id] = 1;
+      c->pend[c->pending++] = what;
+    }
+  }
+  if (ok && id >= 0)
+    ok = PQsendQueryPrepared(c->conn, what, qp ? qp->n : 0, qp ? qp->v : NULL,
+                             qp ? qp->len : NULL, qp ? qp->fmt : NULL, 1);
+  else if (ok)
+    ok = PQsendQueryParams(c->conn, sql, 0, NULL, NULL, NULL, NULL, 1);
+  if (ok) {
+    c->pend[c->pending++] = what;
+    return 0;
+  }
+  rc = dx__pg_fail(c->conn, NULL, what, err);
+  conn_drop(c); /* the pipeline's state is unknown: start over on a new connection */
+  return rc == DX_ESTORE ? dx_error_set(err, DX_ERETRY, "%s", err ? err->msg : "") : rc;
+}
+
+/* Read the results of every queued statement; *last (may be NULL) receives the last one's.
+** Returns the first error (the statements after it in the transaction were skipped). */
+static int drain(pg_conn_t *c, PGresult **last, dx_error_t *err) {
+  int i, n = c->pending, rc = 0;
+  PGresult *res;
+  if (last) *last = NULL;
+  if (!PQpipelineSync(c->conn)) {
+    rc = dx__pg_fail(c->conn, NULL, "pipeline sync", err);
+    conn_drop(c);
+    return DX_ERETRY;
+  }
+  for (i = 0; i < n; i++) {
+    ExecStatusType st;
+    if (!(res = PQgetResult(c->conn))) break;
+    st = PQresultStatus(res);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+      c->reprepare = 1; /* a skipped or failed Parse leaves a statement unprepared */
+      if (!rc && st != PGRES_PIPELINE_ABORTED) rc = dx__pg_fail(c->conn, res, c->pend[i], err);
+      PQclear(res);
+    } else if (last && i == n - 1 && !rc) {
+      *last = res;
+    } else {
+      PQclear(res);
+    }
+    if (PQstatus(c->conn) == CONNECTION_BAD) break;
+    while ((res = PQgetResult(c->conn)) != NULL) PQclear(res); /* end of this statement */
+  }
+  if (i == n && PQstatus(c->conn) != CONNECTION_BAD) {
+    res = PQgetResult(c->conn); /* the sync */
+    if (PQresultStatus(res) != PGRES_PIPELINE_SYNC && !rc)
+      rc = dx__pg_fail(c->conn, res, "pipeline sync", err);
+    PQclear(res);
+  }
+  c->pending = 0;
+  if (PQstatus(c->conn) == CONNECTION_BAD) {
+    if (!rc) rc = dx__pg_fail(c->conn, NULL, "connection", err);
+    conn_drop(c);
+    rc = DX_ERETRY;
+    if (err) err->code = DX_ERETRY;
+  }
+  if (rc && last && *last) {
+    PQclear(*last);
+    *last = NULL;
+  }
   return rc;
+}
+
+/* Run `sql` (no parameters) after everything queued, and wait for all of it. */
+static int simple(pg_conn_t *c, const char *sql, dx_error_t *err) {
+  int rc = send_stmt(c, -1, sql, NULL, err);
+  return rc ? rc : drain(c, NULL, err);
+}
+
+/* End the connection's transaction, whatever state it is in (errors ignored). */
+static void rollback_now(pg_conn_t *c) {
+  dx_error_t ignored;
+  c->notify = 0;
+  if (c->conn) simple(c, "ROLLBACK", &ignored);
 }
 
 static int batch_failed(pg_conn_t *c, dx_error_t *err) {
@@ -257,43 +361,33 @@ int dx__pg_tx_poison(tx_t *t, int rc) {
 
 int dx__pg_q(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out) {
   pg_conn_t *c = t->c;
-  PGresult *res;
-  ExecStatusType st;
   int rc;
   if (out) *out = NULL;
   if (c->batch_rc) return batch_failed(c, t->err);
   if (!c->conn) return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ERETRY, "connection lost"));
-  if (!c->prepared[id]) {
-    res = PQprepare(c->conn, dx__pg_stmt_name(id), dx__pg_sql(id), 0, NULL);
-    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-      rc = dx__pg_fail(c->conn, res, dx__pg_stmt_name(id), t->err);
-      PQclear(res);
-      if (PQstatus(c->conn) == CONNECTION_BAD) conn_drop(c);
-      return dx__pg_tx_poison(t, rc);
-    }
-    PQclear(res);
-    c->prepared[id] = 1;
+  rc = send_stmt(c, (int)id, NULL, qp, t->err);
+  if (!rc && (out || c->pending >= PG_PIPELINE_MAX)) rc = drain(c, out, t->err);
+  if (rc && t->own) { /* own transaction: end it now, keep the error */
+    rollback_now(c);
+    t->own = 0;
   }
-  res = PQexecPrepared(c->conn, dx__pg_stmt_name(id), qp ? qp->n : 0, qp ? qp->v : NULL,
-                       qp ? qp->len : NULL, qp ? qp->fmt : NULL, 1);
-  st = PQresultStatus(res);
-  if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-    rc = dx__pg_fail(c->conn, res, dx__pg_stmt_name(id), t->err);
-    PQclear(res);
-    if (PQstatus(c->conn) == CONNECTION_BAD) conn_drop(c);
-    if (!c->in_batch && t->own && c->conn) { /* own txn: roll back now, keep the error */
-      PGresult *rb = PQexec(c->conn, "ROLLBACK");
-      PQclear(rb);
-      t->own = 0;
-    }
-    return dx__pg_tx_poison(t, rc);
-  }
-  if (out) *out = res;
-  else PQclear(res);
-  return 0;
+  return rc ? dx__pg_tx_poison(t, rc) : 0;
 }
 
 /* {===== transactions =====} */
+
+/* Open a transaction (queued: no round trip). After a failure, statements are prepared
+** afresh, since a Parse may have been skipped. */
+static int open_tx(pg_conn_t *c, dx_error_t *err) {
+  int rc;
+  c->notify = 0;
+  if (c->reprepare) {
+    if ((rc = send_stmt(c, -1, "DEALLOCATE ALL", NULL, err))) return rc;
+    memset(c->prepared, 0, sizeof c->prepared);
+    c->reprepare = 0;
+  }
+  return send_stmt(c, -1, "BEGIN", NULL, err);
+}
 
 int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
   int rc;
@@ -302,22 +396,25 @@ int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
   t->err = err;
   if ((rc = dx__pg_conn_get(p, &t->c, err))) return rc;
   if (t->c->in_batch) return t->c->batch_rc ? batch_failed(t->c, err) : 0;
-  if ((rc = simple(t->c, "BEGIN", err))) return rc;
-  t->c->notify = 0;
+  if ((rc = open_tx(t->c, err))) return rc;
   t->own = 1;
   return 0;
 }
 
-/* COMMIT in one round trip: optionally without waiting for the WAL flush, and with a NOTIFY
-** (delivered at commit, folded per transaction) when the transaction made work visible. */
+/* COMMIT, queued behind the transaction's writes, in one round trip: optionally without
+** waiting for the WAL flush, and with a NOTIFY (delivered at commit, folded per transaction)
+** when the transaction made work visible. */
 static int commit_now(pg_conn_t *c, int flush, dx_error_t *err) {
-  char sql[200];
-  int rc;
-  snprintf(sql, sizeof sql, "%s%s%s%sCOMMIT", flush ? "" : "SET LOCAL synchronous_commit TO off;",
-           c->notify ? "NOTIFY " : "", c->notify ? c->owner->channel_q : "",
-           c->notify ? ";" : "");
+  int rc = 0, notify = c->notify;
+  char sql[128];
   c->notify = 0;
-  if ((rc = simple(c, sql, err)) && c->conn) PQclear(PQexec(c->conn, "ROLLBACK"));
+  if (!flush) rc = send_stmt(c, -1, "SET LOCAL synchronous_commit TO off", NULL, err);
+  if (!rc && notify) {
+    snprintf(sql, sizeof sql, "NOTIFY %s", c->owner->channel_q);
+    rc = send_stmt(c, -1, sql, NULL, err);
+  }
+  if (!rc) rc = simple(c, "COMMIT", err);
+  if (rc) rollback_now(c);
   return rc;
 }
 
@@ -326,8 +423,7 @@ int dx__pg_tx_end(tx_t *t, int rc) {
   t->own = 0;
   if (!t->c->conn) return rc;
   if (rc) {
-    t->c->notify = 0;
-    PQclear(PQexec(t->c->conn, "ROLLBACK"));
+    rollback_now(t->c);
     return rc;
   }
   return commit_now(t->c, !t->p->no_sync, t->err);
@@ -339,8 +435,7 @@ int dx__pg_begin(dx_provider_t *pp, dx_error_t *err) {
   int rc;
   if ((rc = dx__pg_conn_get(p, &c, err))) return rc;
   if (c->in_batch) return dx_error_set(err, DX_ESTATE, "a batch is already open on this thread");
-  if ((rc = simple(c, "BEGIN", err))) return rc;
-  c->notify = 0;
+  if ((rc = open_tx(c, err))) return rc;
   c->in_batch = 1;
   c->batch_rc = 0;
   return 0;
@@ -356,7 +451,7 @@ int dx__pg_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   if (c->batch_rc) {
     rc = batch_failed(c, err);
     c->batch_rc = 0;
-    if (c->conn) PQclear(PQexec(c->conn, "ROLLBACK"));
+    rollback_now(c);
     return rc;
   }
   if (!c->conn) return dx_error_set(err, DX_ERETRY, "connection lost during the batch");
@@ -370,6 +465,5 @@ void dx__pg_rollback(dx_provider_t *pp) {
   if (!c || !c->in_batch || c->pid != getpid()) return;
   c->in_batch = 0;
   c->batch_rc = 0;
-  c->notify = 0;
-  if (c->conn) PQclear(PQexec(c->conn, "ROLLBACK"));
+  rollback_now(c);
 }

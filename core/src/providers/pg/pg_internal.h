@@ -38,6 +38,10 @@ typedef struct pg_conn_s {
   int notify;               /* the transaction made work visible: NOTIFY at commit */
   char batch_msg[512];
   unsigned char prepared[PQ__COUNT];
+  int reprepare;            /* a statement failed: prepare afresh at the next transaction */
+  int pending;              /* statements queued in the pipeline, results unread */
+  int pend_cap;
+  const char **pend;        /* their names, for error messages */
   struct pg_conn_s *next;   /* owner's list */
 } pg_conn_t;
 
