@@ -182,6 +182,7 @@ static void conn_thread_exit(void *arg) {
   pthread_mutex_unlock(&p->mu);
   conn_drop(c);
   free(c->pend);
+  free(c->pend_out);
   free(c);
 }
 
@@ -195,6 +196,7 @@ void dx__pg_conns_close(pg_t *p) {
     next = c->next;
     conn_drop(c);
     free(c->pend);
+    free(c->pend_out);
     free(c);
   }
   p->conns = NULL;
@@ -255,20 +257,25 @@ int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err) {
 #define PG_PIPELINE_MAX 256 /* read results at least this often (bounded socket buffers) */
 
 /* Queue one statement: prepared statement `id`, or `sql` without parameters when id < 0. */
-static int send_stmt(pg_conn_t *c, int id, const char *sql, const qp_t *qp, dx_error_t *err) {
+static int send_stmt(pg_conn_t *c, int id, const char *sql, const qp_t *qp, PGresult **out,
+                     dx_error_t *err) {
   const char *what = id >= 0 ? dx__pg_stmt_name((pg_stmt_t)id) : sql;
   int ok = 1, rc;
   if (c->pending + 2 > c->pend_cap) {
     size_t cap = c->pend_cap ? (size_t)c->pend_cap * 2 : 64;
     const char **v = realloc(c->pend, cap * sizeof *v);
+    PGresult ***o;
     if (!v) return dx__pg_nomem(err);
     c->pend = v;
+    if (!(o = realloc(c->pend_out, cap * sizeof *o))) return dx__pg_nomem(err);
+    c->pend_out = o;
     c->pend_cap = (int)cap;
   }
   if (id >= 0 && !c->prepared[id]) {
     ok = PQsendPrepare(c->conn, what, dx__pg_sql((pg_stmt_t)id), 0, NULL);
     if (ok) {
       c->prepared[id] = 1;
+      c->pend_out[c->pending] = NULL;
       c->pend[c->pending++] = what;
     }
   }
@@ -278,6 +285,8 @@ static int send_stmt(pg_conn_t *c, int id, const char *sql, const qp_t *qp, dx_e
   else if (ok)
     ok = PQsendQueryParams(c->conn, sql, 0, NULL, NULL, NULL, NULL, 1);
   if (ok) {
+    if (out) *out = NULL;
+    c->pend_out[c->pending] = out;
     c->pend[c->pending++] = what;
     return 0;
   }
@@ -286,12 +295,12 @@ static int send_stmt(pg_conn_t *c, int id, const char *sql, const qp_t *qp, dx_e
   return rc == DX_ESTORE ? dx_error_set(err, DX_ERETRY, "%s", err ? err->msg : "") : rc;
 }
 
-/* Read the results of every queued statement; *last (may be NULL) receives the last one's.
-** Returns the first error (the statements after it in the transaction were skipped). */
-static int drain(pg_conn_t *c, PGresult **last, dx_error_t *err) {
+/* Read the results of every queued statement, handing each to the out-pointer it was queued
+** with. Returns the first error (the statements after it in the transaction were skipped);
+** on error no result is handed out. */
+static int drain(pg_conn_t *c, dx_error_t *err) {
   int i, n = c->pending, rc = 0;
   PGresult *res;
-  if (last) *last = NULL;
   if (!PQpipelineSync(c->conn)) {
     rc = dx__pg_fail(c->conn, NULL, "pipeline sync", err);
     conn_drop(c);
@@ -305,8 +314,8 @@ static int drain(pg_conn_t *c, PGresult **last, dx_error_t *err) {
       c->reprepare = 1; /* a skipped or failed Parse leaves a statement unprepared */
       if (!rc && st != PGRES_PIPELINE_ABORTED) rc = dx__pg_fail(c->conn, res, c->pend[i], err);
       PQclear(res);
-    } else if (last && i == n - 1 && !rc) {
-      *last = res;
+    } else if (c->pend_out[i]) {
+      *c->pend_out[i] = res;
     } else {
       PQclear(res);
     }
@@ -319,24 +328,25 @@ static int drain(pg_conn_t *c, PGresult **last, dx_error_t *err) {
       rc = dx__pg_fail(c->conn, res, "pipeline sync", err);
     PQclear(res);
   }
-  c->pending = 0;
   if (PQstatus(c->conn) == CONNECTION_BAD) {
     if (!rc) rc = dx__pg_fail(c->conn, NULL, "connection", err);
-    conn_drop(c);
     rc = DX_ERETRY;
     if (err) err->code = DX_ERETRY;
   }
-  if (rc && last && *last) {
-    PQclear(*last);
-    *last = NULL;
-  }
+  for (i = 0; rc && i < n; i++)
+    if (c->pend_out[i] && *c->pend_out[i]) {
+      PQclear(*c->pend_out[i]);
+      *c->pend_out[i] = NULL;
+    }
+  c->pending = 0;
+  if (rc == DX_ERETRY && c->conn && PQstatus(c->conn) == CONNECTION_BAD) conn_drop(c);
   return rc;
 }
 
 /* Run `sql` (no parameters) after everything queued, and wait for all of it. */
 static int simple(pg_conn_t *c, const char *sql, dx_error_t *err) {
-  int rc = send_stmt(c, -1, sql, NULL, err);
-  return rc ? rc : drain(c, NULL, err);
+  int rc = send_stmt(c, -1, sql, NULL, NULL, err);
+  return rc ? rc : drain(c, err);
 }
 
 /* End the connection's transaction, whatever state it is in (errors ignored). */
@@ -359,19 +369,36 @@ int dx__pg_tx_poison(tx_t *t, int rc) {
   return rc;
 }
 
-int dx__pg_q(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out) {
+/* The method failed: an own transaction ends now (keeping the error), a batch is poisoned. */
+static int q_failed(tx_t *t, int rc) {
+  if (t->own) {
+    rollback_now(t->c);
+    t->own = 0;
+  }
+  return dx__pg_tx_poison(t, rc);
+}
+
+int dx__pg_qsend(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out) {
   pg_conn_t *c = t->c;
   int rc;
   if (out) *out = NULL;
   if (c->batch_rc) return batch_failed(c, t->err);
   if (!c->conn) return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ERETRY, "connection lost"));
-  rc = send_stmt(c, (int)id, NULL, qp, t->err);
-  if (!rc && (out || c->pending >= PG_PIPELINE_MAX)) rc = drain(c, out, t->err);
-  if (rc && t->own) { /* own transaction: end it now, keep the error */
-    rollback_now(c);
-    t->own = 0;
-  }
-  return rc ? dx__pg_tx_poison(t, rc) : 0;
+  if ((rc = send_stmt(c, (int)id, NULL, qp, out, t->err))) return q_failed(t, rc);
+  if (!out && c->pending >= PG_PIPELINE_MAX && (rc = drain(c, t->err))) return q_failed(t, rc);
+  return 0;
+}
+
+int dx__pg_qwait(tx_t *t) {
+  int rc;
+  if (t->c->batch_rc) return batch_failed(t->c, t->err);
+  if (!t->c->conn) return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ERETRY, "connection lost"));
+  return (rc = drain(t->c, t->err)) ? q_failed(t, rc) : 0;
+}
+
+int dx__pg_q(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out) {
+  int rc = dx__pg_qsend(t, id, qp, out);
+  return rc || !out ? rc : dx__pg_qwait(t);
 }
 
 /* {===== transactions =====} */
@@ -382,11 +409,11 @@ static int open_tx(pg_conn_t *c, dx_error_t *err) {
   int rc;
   c->notify = 0;
   if (c->reprepare) {
-    if ((rc = send_stmt(c, -1, "DEALLOCATE ALL", NULL, err))) return rc;
+    if ((rc = send_stmt(c, -1, "DEALLOCATE ALL", NULL, NULL, err))) return rc;
     memset(c->prepared, 0, sizeof c->prepared);
     c->reprepare = 0;
   }
-  return send_stmt(c, -1, "BEGIN", NULL, err);
+  return send_stmt(c, -1, "BEGIN", NULL, NULL, err);
 }
 
 int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
@@ -408,10 +435,10 @@ static int commit_now(pg_conn_t *c, int flush, dx_error_t *err) {
   int rc = 0, notify = c->notify;
   char sql[128];
   c->notify = 0;
-  if (!flush) rc = send_stmt(c, -1, "SET LOCAL synchronous_commit TO off", NULL, err);
+  if (!flush) rc = send_stmt(c, -1, "SET LOCAL synchronous_commit TO off", NULL, NULL, err);
   if (!rc && notify) {
     snprintf(sql, sizeof sql, "NOTIFY %s", c->owner->channel_q);
-    rc = send_stmt(c, -1, sql, NULL, err);
+    rc = send_stmt(c, -1, sql, NULL, NULL, err);
   }
   if (!rc) rc = simple(c, "COMMIT", err);
   if (rc) rollback_now(c);

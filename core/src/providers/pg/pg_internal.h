@@ -42,6 +42,7 @@ typedef struct pg_conn_s {
   int pending;              /* statements queued in the pipeline, results unread */
   int pend_cap;
   const char **pend;        /* their names, for error messages */
+  PGresult ***pend_out;     /* where each one's result goes (NULL: discarded) */
   struct pg_conn_s *next;   /* owner's list */
 } pg_conn_t;
 
@@ -90,8 +91,13 @@ int dx__pg_tx_end(tx_t *t, int rc);
 int dx__pg_tx_poison(tx_t *t, int rc);
 /* The transaction made work visible to other workers: NOTIFY them at commit. */
 #define dx__pg_tx_notify(t) ((t)->c->notify = 1)
-/* Run prepared statement `id`; *out (may be NULL: cleared) receives the binary result. */
+/* Run prepared statement `id`; *out (may be NULL) receives the binary result. With out NULL
+** the statement is only queued (a write): its errors show at the next read or the commit. */
 int dx__pg_q(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out);
+/* Queue statement `id`; *out (may be NULL) is filled by the next dx__pg_qwait (several reads in
+** one round trip). Every *out is NULL after a failed wait. */
+int dx__pg_qsend(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out);
+int dx__pg_qwait(tx_t *t);
 int dx__pg_begin(dx_provider_t *pp, dx_error_t *err);
 int dx__pg_commit(dx_provider_t *pp, int sync, dx_error_t *err);
 void dx__pg_rollback(dx_provider_t *pp);

@@ -87,41 +87,57 @@ static int check_ack(const dx_orch_ack_t *a, dx_error_t *err) {
 
 /* {===== history =====} */
 
-/* Duplicate event ids (stored, or twice in `ev`) -> DX_EEXIST naming the event; writes
-** nothing. */
-int dx__pg_history_dups(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
-                        size_t n) {
+/* The first event id repeated within `ev`, else 0. */
+static uint64_t repeated_id(const dx_event_t *ev, size_t n) {
+  size_t i, j;
+  for (i = 0; i < n; i++)
+    for (j = i + 1; j < n; j++)
+      if (ev[i].event_id == ev[j].event_id) return ev[i].event_id;
+  return 0;
+}
+
+/* Queue the look-up of stored ids among `ev` (*res: min stored id, or NULL row). */
+static int dups_send(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev, size_t n,
+                     PGresult **res) {
   char *arr, *o;
   qp_t q;
-  PGresult *res;
-  size_t i, j;
+  size_t i;
   int rc;
-  uint64_t dup = 0;
-  for (i = 0; i < n && !dup; i++)
-    for (j = i + 1; j < n; j++)
-      if (ev[i].event_id == ev[j].event_id) dup = ev[i].event_id;
-  if (!dup && n) {
-    if (!(arr = malloc(n * 22 + 3))) return dx__pg_nomem(t->err);
-    o = arr;
-    *o++ = '{';
-    for (i = 0; i < n; i++)
-      o += sprintf(o, "%s%llu", i ? "," : "", (unsigned long long)ev[i].event_id);
-    *o++ = '}';
-    *o = 0;
-    dx__qp_init(&q);
-    dx__qp_str(&q, inst);
-    dx__qp_i64(&q, (int64_t)exec);
-    dx__qp_str(&q, arr);
-    rc = dx__pg_q(t, PQ_HIST_DUPS, &q, &res);
-    free(arr);
-    if (rc) return rc;
-    dup = (uint64_t)dx__col_i64(res, 0, 0);
-    PQclear(res);
-  }
+  *res = NULL;
+  if (!n) return 0;
+  if (!(arr = malloc(n * 22 + 3))) return dx__pg_nomem(t->err);
+  o = arr;
+  *o++ = '{';
+  for (i = 0; i < n; i++) o += sprintf(o, "%s%llu", i ? "," : "", (unsigned long long)ev[i].event_id);
+  *o++ = '}';
+  *o = 0;
+  dx__qp_init(&q);
+  dx__qp_str(&q, inst);
+  dx__qp_i64(&q, (int64_t)exec);
+  dx__qp_str(&q, arr);
+  rc = dx__pg_qsend(t, PQ_HIST_DUPS, &q, res);
+  free(arr);
+  return rc;
+}
+
+/* DX_EEXIST naming the first duplicate (repeated in `ev`, else stored per `res`); takes res. */
+static int dups_check(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev, size_t n,
+                      PGresult *res) {
+  uint64_t dup = repeated_id(ev, n);
+  if (!dup && res) dup = (uint64_t)dx__col_i64(res, 0, 0);
+  PQclear(res);
   if (dup)
     return dx_error_set(t->err, DX_EEXIST, "event %llu already exists in instance '%s' execution %llu",
                         (unsigned long long)dup, inst, (unsigned long long)exec);
   return 0;
+}
+
+int dx__pg_history_dups(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
+                        size_t n) {
+  PGresult *res = NULL;
+  int rc = dups_send(t, inst, exec, ev, n, &res);
+  if (!rc && n) rc = dx__pg_qwait(t);
+  return rc ? rc : dups_check(t, inst, exec, ev, n, res);
 }
 
 int dx__pg_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
@@ -144,19 +160,14 @@ int dx__pg_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_eve
   return rc;
 }
 
-/* Events of one execution, ascending event_id. DX_ECORRUPT names the undecodable event. */
-int dx__pg_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n) {
-  PGresult *res;
+/* Decode history rows (event_id, rec) of `inst`/`exec`; takes `res`. DX_ECORRUPT names the
+** undecodable event. */
+static int history_decode(tx_t *t, PGresult *res, const char *inst, uint64_t exec,
+                          dx_event_t **out, size_t *n) {
   dx_event_t *v;
-  qp_t q;
-  int rc, i, rows;
+  int rc, i, rows = PQntuples(res);
   *out = NULL;
   *n = 0;
-  dx__qp_init(&q);
-  dx__qp_str(&q, inst);
-  dx__qp_i64(&q, (int64_t)exec);
-  if ((rc = dx__pg_q(t, PQ_HIST_LOAD, &q, &res))) return rc;
-  rows = PQntuples(res);
   if (!(v = calloc(rows ? (size_t)rows : 1, sizeof *v))) {
     PQclear(res);
     return dx__pg_nomem(t->err);
@@ -179,6 +190,20 @@ int dx__pg_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **o
   *out = v;
   *n = (size_t)rows;
   return 0;
+}
+
+/* Events of one execution, ascending event_id. */
+int dx__pg_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n) {
+  PGresult *res;
+  qp_t q;
+  int rc;
+  *out = NULL;
+  *n = 0;
+  dx__qp_init(&q);
+  dx__qp_str(&q, inst);
+  dx__qp_i64(&q, (int64_t)exec);
+  if ((rc = dx__pg_q(t, PQ_HIST_LOAD, &q, &res))) return rc;
+  return history_decode(t, res, inst, exec, out, n);
 }
 
 /* {===== enqueue =====} */
@@ -240,21 +265,20 @@ int dx__pg_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
 
 /* {===== lock checks and release =====} */
 
-/* Unknown or other token -> DX_ETOKEN; expired (when need_live) -> DX_ELOCK. Locks the row. */
-static int orch_check_lock(tx_t *t, const char *inst, uint64_t token, int64_t now,
-                           int need_live) {
-  PGresult *res;
+/* Queue the lock check of `inst` (locks its queue row). */
+static int lock_send(tx_t *t, const char *inst, PGresult **res) {
   qp_t q;
-  int rc, found;
-  uint64_t have = 0;
-  int64_t until = 0;
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
-  if ((rc = dx__pg_q(t, PQ_ORCH_CHECK, &q, &res))) return rc;
-  if ((found = PQntuples(res) == 1)) {
-    have = (uint64_t)dx__col_i64(res, 0, 0);
-    until = dx__col_i64(res, 0, 1);
-  }
+  return dx__pg_qsend(t, PQ_ORCH_CHECK, &q, res);
+}
+
+/* Unknown or other token -> DX_ETOKEN; expired (when need_live) -> DX_ELOCK. Takes res. */
+static int lock_check(tx_t *t, PGresult *res, const char *inst, uint64_t token, int64_t now,
+                      int need_live) {
+  int found = PQntuples(res) == 1;
+  uint64_t have = found ? (uint64_t)dx__col_i64(res, 0, 0) : 0;
+  int64_t until = found ? dx__col_i64(res, 0, 1) : 0;
   PQclear(res);
   if (!found || token == 0 || have != token)
     return dx_error_set(t->err, DX_ETOKEN, "instance '%s' is not locked with token %llx", inst,
@@ -263,6 +287,14 @@ static int orch_check_lock(tx_t *t, const char *inst, uint64_t token, int64_t no
     return dx_error_set(t->err, DX_ELOCK, "the lock on instance '%s' expired at %lld (now %lld)",
                         inst, (long long)until, (long long)now);
   return 0;
+}
+
+static int orch_check_lock(tx_t *t, const char *inst, uint64_t token, int64_t now,
+                           int need_live) {
+  PGresult *res;
+  int rc = lock_send(t, inst, &res);
+  if (!rc) rc = dx__pg_qwait(t);
+  return rc ? rc : lock_check(t, res, inst, token, now, need_live);
 }
 
 /* Unlock the instance: ready at its earliest remaining message (or at what concurrent
@@ -328,9 +360,10 @@ static int decode_batch(tx_t *t, PGresult *res, dx_orch_item_t *it) {
   return 0;
 }
 
-/* Name/version (instance record, else the starting message), execution and history. A
-** history that cannot be decoded is reported in the item with the lock kept. */
-static int item_fill(tx_t *t, dx_orch_item_t *it, PGresult *inst) {
+/* Name/version (instance record, else the starting message), execution and history (rows of
+** `hist`, which it takes). A history that cannot be decoded is reported in the item with the
+** lock kept. */
+static int item_fill(tx_t *t, dx_orch_item_t *it, PGresult *inst, PGresult *hist) {
   const char *name = NULL, *version = NULL;
   dx_error_t herr = {0}, *saved = t->err;
   size_t i;
@@ -348,10 +381,12 @@ static int item_fill(tx_t *t, dx_orch_item_t *it, PGresult *inst) {
     it->execution_id = 1;
   }
   if ((name && !(it->orchestration_name = dx__strdup(name))) ||
-      (version && !(it->orchestration_version = dx__strdup(version))))
+      (version && !(it->orchestration_version = dx__strdup(version)))) {
+    PQclear(hist);
     return dx__pg_nomem(t->err);
+  }
   t->err = &herr;
-  rc = dx__pg_history_load(t, it->instance, it->execution_id, &it->history, &it->history_len);
+  rc = history_decode(t, hist, it->instance, it->execution_id, &it->history, &it->history_len);
   t->err = saved;
   if (rc == DX_ECORRUPT) {
     it->history_error = DX_ECORRUPT;
@@ -361,64 +396,57 @@ static int item_fill(tx_t *t, dx_orch_item_t *it, PGresult *inst) {
   return rc;
 }
 
-/* Lock instance `inst` (its queue row is locked by the pick). *out stays NULL when it had
-** nothing to hand out (no visible message, or messages of an instance that never started,
-** which are dropped); the caller picks again. */
-static int orch_try_lock(tx_t *t, const char *inst, int64_t now, int64_t lock_ms,
-                         dx_orch_item_t **out) {
-  PGresult *res = NULL, *ir = NULL;
+/* Instance `inst` was just locked with `token`: tag its visible messages and read them, its
+** record and its history (one round trip). *out stays NULL when it had nothing to hand out
+** (no visible message, or messages of an instance that never started, which are dropped);
+** the caller picks again. */
+static int orch_take(tx_t *t, const char *inst, uint64_t token, int64_t now,
+                     dx_orch_item_t **out) {
+  PGresult *res = NULL, *ir = NULL, *hist = NULL;
   dx_orch_item_t *it;
-  qp_t q;
-  uint64_t token;
+  qp_t q, qi;
   size_t i;
   int rc, starts = 0;
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
-  dx__qp_i64(&q, dx__sat_add(now, lock_ms));
-  if ((rc = dx__pg_q(t, PQ_ORCH_LOCK, &q, &res))) return rc;
-  token = (uint64_t)dx__col_i64(res, 0, 0);
-  PQclear(res);
-  dx__qp_init(&q);
-  dx__qp_str(&q, inst);
   dx__qp_i64(&q, (int64_t)token);
   dx__qp_i64(&q, now);
-  if ((rc = dx__pg_q(t, PQ_ORCH_MARK, &q, &res))) return rc;
+  dx__qp_init(&qi);
+  dx__qp_str(&qi, inst);
+  if ((rc = dx__pg_qsend(t, PQ_ORCH_MARK, &q, &res)) ||
+      (rc = dx__pg_qsend(t, PQ_INST_GET, &qi, &ir)) ||
+      (rc = dx__pg_qsend(t, PQ_HIST_LOAD_CUR, &qi, &hist)) || (rc = dx__pg_qwait(t)))
+    return rc;
   if (!(it = calloc(1, sizeof *it)) || !(it->instance = dx__strdup(inst))) {
     free(it);
-    PQclear(res);
-    return dx__pg_tx_poison(t, dx__pg_nomem(t->err));
+    rc = dx__pg_tx_poison(t, dx__pg_nomem(t->err));
+    goto done;
   }
   it->lock_token = token;
-  rc = decode_batch(t, res, it);
-  PQclear(res);
-  if (!rc) {
-    dx__qp_init(&q);
-    dx__qp_str(&q, inst);
-    rc = dx__pg_q(t, PQ_INST_GET, &q, &ir);
-  }
-  if (!rc) {
-    for (i = 0; i < it->messages_len; i++) starts |= starts_instance(&it->messages[i]);
-    if (it->messages_len == 0 || (PQntuples(ir) == 0 && !starts)) {
-      /* nothing visible, or messages for an instance that never started: drop them instead
-      ** of letting them sit at the head of the queue (the reference's starvation quirk) */
-      dx__qp_init(&q);
-      dx__qp_str(&q, inst);
-      dx__qp_i64(&q, (int64_t)token);
-      rc = dx__pg_q(t, PQ_ORCH_DEL_BATCH, &q, NULL);
-      if (!rc) rc = orch_release(t, inst);
-      dx_orch_item_free(it);
-      PQclear(ir);
-      return rc;
-    }
-    rc = item_fill(t, it, PQntuples(ir) ? ir : NULL);
-  }
-  PQclear(ir);
-  if (rc) {
+  if ((rc = decode_batch(t, res, it))) goto fail;
+  for (i = 0; i < it->messages_len; i++) starts |= starts_instance(&it->messages[i]);
+  if (it->messages_len == 0 || (PQntuples(ir) == 0 && !starts)) {
+    /* nothing visible, or messages for an instance that never started: drop them instead of
+    ** letting them sit at the head of the queue (the reference's starvation quirk) */
     dx_orch_item_free(it);
-    return dx__pg_tx_poison(t, rc);
+    q.n = 2; /* inst, token */
+    rc = dx__pg_q(t, PQ_ORCH_DEL_BATCH, &q, NULL);
+    if (!rc) rc = orch_release(t, inst);
+    goto done;
   }
+  rc = item_fill(t, it, PQntuples(ir) ? ir : NULL, hist);
+  hist = NULL;
+  if (rc) goto fail;
   *out = it;
-  return 0;
+  goto done;
+fail:
+  dx_orch_item_free(it);
+  dx__pg_tx_poison(t, rc);
+done:
+  PQclear(res);
+  PQclear(ir);
+  PQclear(hist);
+  return rc;
 }
 
 int dx__pg_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_item_t **out,
@@ -431,22 +459,25 @@ int dx__pg_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_i
   for (;;) { /* each round locks an instance or cleans one up */
     PGresult *res;
     char *inst;
+    uint64_t token;
     int oom = 0;
     qp_t q;
     dx__qp_init(&q);
     dx__qp_i64(&q, now);
+    dx__qp_i64(&q, dx__sat_add(now, lock_ms));
     if ((rc = dx__pg_q(&t, PQ_ORCH_PICK, &q, &res))) break;
     if (PQntuples(res) == 0) {
       PQclear(res);
       break;
     }
     inst = dx__col_str(res, 0, 0, &oom);
+    token = (uint64_t)dx__col_i64(res, 0, 1);
     PQclear(res);
     if (oom) {
       rc = dx__pg_tx_poison(&t, dx__pg_nomem(err));
       break;
     }
-    rc = orch_try_lock(&t, inst, now, lock_ms, out);
+    rc = orch_take(&t, inst, token, now, out);
     free(inst);
     if (rc || *out) break;
   }
@@ -503,9 +534,18 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   qp_t q;
   size_t i;
   int rc;
-  /* the checks first: an expected failure must write nothing */
-  if ((rc = orch_check_lock(t, a->instance, a->lock_token, now, 1)) ||
-      (rc = dx__pg_history_dups(t, a->instance, a->execution_id, a->delta, a->delta_len)))
+  PGresult *lock = NULL, *dups = NULL;
+  /* the checks first, in one round trip: an expected failure must write nothing */
+  if ((rc = lock_send(t, a->instance, &lock)) ||
+      (rc = dups_send(t, a->instance, a->execution_id, a->delta, a->delta_len, &dups)) ||
+      (rc = dx__pg_qwait(t)))
+    return rc;
+  rc = lock_check(t, lock, a->instance, a->lock_token, now, 1);
+  if (rc) {
+    PQclear(dups);
+    return rc;
+  }
+  if ((rc = dups_check(t, a->instance, a->execution_id, a->delta, a->delta_len, dups)))
     return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, a->instance);

@@ -75,12 +75,12 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE NOT EXISTS (SELECT 1 FROM instances WHERE instance_id = $1::text)"
     " ON CONFLICT (instance_id) DO NOTHING RETURNING 1::bigint",
   [PQ_START_NOTE] = "INSERT INTO started (instance_id) VALUES ($1) ON CONFLICT DO NOTHING",
-  [PQ_ORCH_PICK] =
-    "SELECT instance_id FROM orch_queue WHERE due_at <= $1::bigint"
-    " ORDER BY due_at, instance_id LIMIT 1 FOR UPDATE SKIP LOCKED",
-  [PQ_ORCH_LOCK] =
-    "UPDATE orch_queue SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, ready_at = NULL WHERE instance_id = $1 RETURNING lock_token",
+  [PQ_ORCH_PICK] = /* lock the instance that is due first; no other fetcher waits on it */
+    "WITH c AS (SELECT instance_id FROM orch_queue WHERE due_at <= $1::bigint"
+    " ORDER BY due_at, instance_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
+    " UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
+    " due_at = $2::bigint, ready_at = NULL FROM c WHERE q.instance_id = c.instance_id"
+    " RETURNING q.instance_id, q.lock_token",
   [PQ_ORCH_MARK] =
     "UPDATE orch_msgs SET lock_token = $2::bigint, attempt = attempt + 1"
     " WHERE instance_id = $1 AND visible_at <= $3::bigint RETURNING seq, attempt, item",
@@ -103,6 +103,9 @@ static const char *const SQL[PQ__COUNT] = {
 
   /* instances, executions, history */
   [PQ_INST_GET] = "SELECT name, version, current_exec FROM instances WHERE instance_id = $1",
+  [PQ_HIST_LOAD_CUR] = /* the current execution's history (1 for a new instance) */
+    "SELECT event_id, rec FROM history WHERE instance_id = $1 AND exec ="
+    " COALESCE((SELECT current_exec FROM instances WHERE instance_id = $1), 1) ORDER BY event_id",
   [PQ_HIST_LOAD] =
     "SELECT event_id, rec FROM history WHERE instance_id = $1 AND exec = $2::bigint"
     " ORDER BY event_id",
@@ -142,6 +145,12 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_WORK_PICK_PLAIN] =
     "SELECT seq, due_at FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
     " ORDER BY due_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED",
+  [PQ_WORK_FETCH_PLAIN] =
+    "WITH c AS (SELECT seq FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
+    " ORDER BY due_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
+    " UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
+    " due_at = $2::bigint, attempt = w.attempt + 1 FROM c WHERE w.seq = c.seq"
+    " RETURNING w.lock_token, w.attempt, w.item",
   [PQ_WORK_PICK_OWNED] =
     "SELECT w.seq, w.due_at, w.session_id FROM sessions s JOIN work w"
     " ON w.session_id = s.session_id WHERE s.owner = $2 AND w.due_at <= $1::bigint"
@@ -151,10 +160,17 @@ static const char *const SQL[PQ__COUNT] = {
     " ON s.session_id = w.session_id WHERE w.session_id IS NOT NULL AND w.due_at <= $1::bigint"
     " AND (s.session_id IS NULL OR s.owner = ''"
     " OR (s.owner <> $2 AND s.locked_until <= $1::bigint))"
+    " AND (SELECT count(*) FROM sessions o WHERE o.owner = $2 AND o.locked_until > $1::bigint)"
+    " < $3::bigint"
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
   [PQ_WORK_SET_LOCK] =
     "UPDATE work SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, attempt = attempt + 1 WHERE seq = $1::bigint"
+    " RETURNING lock_token, attempt, item",
+  [PQ_WORK_SET_LOCK_OWNED] = /* only while the session is ours (claimed just before) */
+    "UPDATE work SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
+    " due_at = $2::bigint, attempt = attempt + 1 WHERE seq = $1::bigint"
+    " AND EXISTS (SELECT 1 FROM sessions WHERE session_id = $3 AND owner = $4)"
     " RETURNING lock_token, attempt, item",
   [PQ_WORK_BY_TOKEN] =
     "SELECT seq, locked_until, session_id FROM work WHERE lock_token = $1::bigint FOR UPDATE",
@@ -178,8 +194,6 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_SESS_OWNED] =
     "UPDATE sessions SET last_activity = $3::bigint, locked_until = CASE WHEN locked_until <="
     " $3::bigint THEN $4::bigint ELSE locked_until END WHERE session_id = $1 AND owner = $2",
-  [PQ_SESS_LIVE_COUNT] =
-    "SELECT count(*) FROM sessions WHERE owner = $1 AND locked_until > $2::bigint",
   [PQ_SESS_DROP_IF_EMPTY] =
     "DELETE FROM sessions WHERE session_id = $1"
     " AND NOT EXISTS (SELECT 1 FROM work WHERE session_id = $1)",

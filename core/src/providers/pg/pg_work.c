@@ -65,17 +65,11 @@ static void cand_clear(cand_t *c) {
   memset(c, 0, sizeof *c);
 }
 
-/* Run pick statement `id`; keep its row when it is due earlier (then older) than *best. */
-static int pick(tx_t *t, pg_stmt_t id, int kind, int64_t now, const char *me, cand_t *best) {
-  PGresult *res;
-  qp_t q;
+/* Keep the row of pick result `res` (taken) when it is due earlier (then older) than *best. */
+static int consider(tx_t *t, PGresult *res, int kind, cand_t *best) {
   int64_t due, seq;
-  int rc, oom = 0;
-  dx__qp_init(&q);
-  dx__qp_i64(&q, now);
-  if (me) dx__qp_str(&q, me);
-  if ((rc = dx__pg_q(t, id, &q, &res))) return rc;
-  if (PQntuples(res) == 0) {
+  int oom = 0;
+  if (!res || PQntuples(res) == 0) {
     PQclear(res);
     return 0;
   }
@@ -110,62 +104,21 @@ static int q_sid(tx_t *t, pg_stmt_t id, const char *sid) {
   return dx__pg_q(t, id, &q, NULL);
 }
 
-/* The session side of taking c's row, before the row is written. *ok = 0 when the session
-** cannot be had after all (claimed elsewhere meanwhile, or a close marker nobody holds, which
-** is deleted here); the caller picks again. */
-static int sess_take(tx_t *t, const cand_t *c, int64_t now, const dx_session_cfg_t *cfg,
-                     dx_work_fetch_t *out, int *ok) {
-  PGresult *res;
-  qp_t q;
-  int rc, oom = 0;
-  *ok = 0;
-  if (c->kind == WC_CLAIM && dx__col_i64(c->res, 0, 3) == DX_WI_SESSION_CLOSE) {
-    /* a close marker at the head of a session nobody holds has nothing to close: drop it,
-    ** and the session row once it has no rows */
-    if ((rc = q_seq(t, PQ_WORK_DEL_ROW, c->seq))) return rc;
-    return q_sid(t, PQ_SESS_DROP_IF_EMPTY, c->sid);
-  }
-  dx__qp_init(&q);
-  dx__qp_str(&q, c->sid);
-  dx__qp_str(&q, cfg->worker_id);
-  dx__qp_i64(&q, now);
-  dx__qp_i64(&q, dx__sat_add(now, cfg->session_lock_ms));
-  if (c->kind == WC_OWNED) {
-    if ((rc = dx__pg_q(t, PQ_SESS_OWNED, &q, &res))) return rc;
-    *ok = atoi(PQcmdTuples(res)) == 1;
-    PQclear(res);
-    return 0;
-  }
-  if ((rc = dx__pg_q(t, PQ_SESS_CLAIM, &q, &res))) return rc;
-  if (PQntuples(res) == 1) {
-    *ok = 1;
-    out->session_claimed = 1;
-    out->previous_owner = dx__col_str(res, 0, 0, &oom);
-    if (out->previous_owner && !*out->previous_owner) {
-      free(out->previous_owner);
-      out->previous_owner = NULL;
-    }
-  }
-  PQclear(res);
-  return oom ? dx__pg_tx_poison(t, dx__pg_nomem(t->err)) : 0;
-}
-
 static void fetch_reset(dx_work_fetch_t *out) {
   dx_work_item_clear(&out->item);
   free(out->previous_owner);
   memset(out, 0, sizeof *out);
 }
 
-/* Lock c's row and hand it out. */
-static int row_lock(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms, dx_work_fetch_t *out) {
-  PGresult *res;
+/* Hand out the row locked by `res` (lock_token, attempt, item); takes res. 0 rows: *got 0. */
+static int hand_out(tx_t *t, PGresult *res, dx_work_fetch_t *out, int *got) {
   dx_error_t derr = {0};
-  qp_t q;
   int rc;
-  dx__qp_init(&q);
-  dx__qp_i64(&q, c->seq);
-  dx__qp_i64(&q, dx__sat_add(now, lock_ms));
-  if ((rc = dx__pg_q(t, PQ_WORK_SET_LOCK, &q, &res))) return rc;
+  *got = PQntuples(res) == 1;
+  if (!*got) {
+    PQclear(res);
+    return 0;
+  }
   out->lock_token = (uint64_t)dx__col_i64(res, 0, 0);
   out->attempt_count = (uint32_t)dx__col_i64(res, 0, 1);
   rc = dx__work_item_decode(PQgetvalue(res, 0, 2), (size_t)PQgetlength(res, 0, 2), &out->item,
@@ -175,46 +128,105 @@ static int row_lock(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms, dx_w
   if (rc)
     return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ECORRUPT,
                                             "corrupted record in work (row %lld): %s",
-                                            (long long)c->seq, derr.msg));
+                                            (long long)out->lock_token, derr.msg));
   return 0;
+}
+
+/* Take candidate c: the session side (claim, or record activity on an owned session) and the
+** row lock in one round trip; the lock only applies while the session is ours, so a claim
+** lost to another worker meanwhile locks nothing (*got 0: pick again). A close marker at the
+** head of a session nobody holds has nothing to close: it is dropped, with the session row
+** once the session has no rows. */
+static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
+                const dx_session_cfg_t *cfg, dx_work_fetch_t *out, int *got) {
+  PGresult *sess = NULL, *row = NULL;
+  qp_t qs, ql;
+  int rc, oom = 0;
+  *got = 0;
+  dx__qp_init(&ql);
+  dx__qp_i64(&ql, c->seq);
+  dx__qp_i64(&ql, dx__sat_add(now, lock_ms));
+  if (c->kind == WC_PLAIN) {
+    if ((rc = dx__pg_q(t, PQ_WORK_SET_LOCK, &ql, &row))) return rc;
+    return hand_out(t, row, out, got);
+  }
+  if (c->kind == WC_CLAIM && dx__col_i64(c->res, 0, 3) == DX_WI_SESSION_CLOSE) {
+    if ((rc = q_seq(t, PQ_WORK_DEL_ROW, c->seq))) return rc;
+    return q_sid(t, PQ_SESS_DROP_IF_EMPTY, c->sid);
+  }
+  dx__qp_init(&qs);
+  dx__qp_str(&qs, c->sid);
+  dx__qp_str(&qs, cfg->worker_id);
+  dx__qp_i64(&qs, now);
+  dx__qp_i64(&qs, dx__sat_add(now, cfg->session_lock_ms));
+  dx__qp_str(&ql, c->sid);
+  dx__qp_str(&ql, cfg->worker_id);
+  if ((rc = dx__pg_qsend(t, c->kind == WC_CLAIM ? PQ_SESS_CLAIM : PQ_SESS_OWNED, &qs, &sess)) ||
+      (rc = dx__pg_qsend(t, PQ_WORK_SET_LOCK_OWNED, &ql, &row)) || (rc = dx__pg_qwait(t)))
+    return rc;
+  if (c->kind == WC_CLAIM && PQntuples(sess) == 1) {
+    out->session_claimed = 1;
+    out->previous_owner = dx__col_str(sess, 0, 0, &oom);
+    if (out->previous_owner && !*out->previous_owner) {
+      free(out->previous_owner);
+      out->previous_owner = NULL;
+    }
+  }
+  PQclear(sess);
+  if (oom) {
+    PQclear(row);
+    return dx__pg_tx_poison(t, dx__pg_nomem(t->err));
+  }
+  rc = hand_out(t, row, out, got);
+  if (!*got) fetch_reset(out);
+  return rc;
 }
 
 static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
                       dx_work_fetch_t *out) {
   cand_t c;
-  int rc = 0, round, ok;
+  int rc = 0, round, got = 0;
   memset(&c, 0, sizeof c);
-  if (cfg) { /* serialize every claim made under this worker id */
+  if (!cfg) { /* plain rows only: pick and lock in one statement */
+    PGresult *res;
     qp_t q;
     dx__qp_init(&q);
-    dx__qp_i64(&q, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
-    if ((rc = dx__pg_q(t, PQ_LOCK_KEY, &q, NULL))) return rc;
+    dx__qp_i64(&q, now);
+    dx__qp_i64(&q, dx__sat_add(now, lock_ms));
+    if ((rc = dx__pg_q(t, PQ_WORK_FETCH_PLAIN, &q, &res))) return rc;
+    return hand_out(t, res, out, &got);
   }
-  /* a round repeats only after a close item was dropped or a session was lost meanwhile */
-  for (round = 0; round < 64; round++) {
+  /* a round repeats only after a close marker was dropped or a session was lost meanwhile */
+  for (round = 0; round < 64 && !got; round++) {
+    PGresult *plain = NULL, *owned = NULL, *claim = NULL;
+    qp_t qn, qo, qc, qk;
     cand_clear(&c);
-    if ((rc = pick(t, PQ_WORK_PICK_PLAIN, WC_PLAIN, now, NULL, &c))) break;
-    if (cfg) {
-      PGresult *res;
-      qp_t q;
-      int64_t live;
-      if ((rc = pick(t, PQ_WORK_PICK_OWNED, WC_OWNED, now, cfg->worker_id, &c))) break;
-      dx__qp_init(&q);
-      dx__qp_str(&q, cfg->worker_id);
-      dx__qp_i64(&q, now);
-      if ((rc = dx__pg_q(t, PQ_SESS_LIVE_COUNT, &q, &res))) break;
-      live = dx__col_i64(res, 0, 0);
-      PQclear(res);
-      if (live < (int64_t)cfg->max_sessions &&
-          (rc = pick(t, PQ_WORK_PICK_CLAIM, WC_CLAIM, now, cfg->worker_id, &c)))
-        break;
-    }
+    dx__qp_init(&qn);
+    dx__qp_i64(&qn, now);
+    dx__qp_init(&qo);
+    dx__qp_i64(&qo, now);
+    dx__qp_str(&qo, cfg->worker_id);
+    dx__qp_init(&qc);
+    dx__qp_i64(&qc, now);
+    dx__qp_str(&qc, cfg->worker_id);
+    dx__qp_i64(&qc, (int64_t)cfg->max_sessions);
+    dx__qp_init(&qk);
+    dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
+    /* the advisory lock serializes every claim made under this worker id (held to the end of
+    ** the transaction), so the capacity count and the claim cannot interleave */
+    if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
+        (rc = dx__pg_qsend(t, PQ_WORK_PICK_PLAIN, &qn, &plain)) ||
+        (rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &owned)) ||
+        (rc = dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &claim)) || (rc = dx__pg_qwait(t)))
+      break;
+    rc = consider(t, plain, WC_PLAIN, &c);
+    if (rc) PQclear(owned);
+    else rc = consider(t, owned, WC_OWNED, &c);
+    if (rc) PQclear(claim);
+    else rc = consider(t, claim, WC_CLAIM, &c);
+    if (rc) break;
     if (!c.found) break;
-    ok = 1;
-    if (c.kind != WC_PLAIN && (rc = sess_take(t, &c, now, cfg, out, &ok))) break;
-    if (!ok) continue;
-    rc = row_lock(t, &c, now, lock_ms, out);
-    break;
+    if ((rc = take(t, &c, now, lock_ms, cfg, out, &got))) break;
   }
   cand_clear(&c);
   if (rc) fetch_reset(out);
