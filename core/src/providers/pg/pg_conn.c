@@ -2,9 +2,11 @@
 ** pg_conn.c -- connections (one per calling thread, never across fork), error mapping,
 ** transactions and group commit, prepared statement execution, parameter and column helpers.
 */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "providers/pg/pg_internal.h"
@@ -203,10 +205,56 @@ void dx__pg_conns_close(pg_t *p) {
   pthread_mutex_unlock(&p->mu);
 }
 
+/* Connect again after losing the connection. A server that is restarting is waited for a
+** little (the store thread has nothing else to do meanwhile); after that, calls fail fast
+** with DX_ERETRY for a short while instead of each waiting again. */
+#define RECONNECT_WAIT_MS 2000
+#define RECONNECT_PAUSE_MS 500
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int reconnect(pg_t *p, PGconn **out, dx_error_t *err) {
+  int64_t start = mono_ms(), until;
+  int rc;
+  pthread_mutex_lock(&p->mu);
+  until = p->retry_after;
+  pthread_mutex_unlock(&p->mu);
+  if (start < until)
+    return dx_error_set(err, DX_ERETRY, "PostgreSQL is unavailable; reconnecting");
+  for (;;) {
+    if ((rc = dx__pg_connect(p->conninfo, p->schema_q, out, err)) != DX_EIO) return rc;
+    if (mono_ms() - start >= RECONNECT_WAIT_MS) break;
+    usleep(100 * 1000);
+  }
+  pthread_mutex_lock(&p->mu);
+  p->retry_after = mono_ms() + RECONNECT_PAUSE_MS;
+  pthread_mutex_unlock(&p->mu);
+  if (err) err->code = DX_ERETRY; /* the message says why; the caller retries the batch */
+  return DX_ERETRY;
+}
+
+/* An idle connection has nothing to read: if its socket is readable, the server said goodbye
+** (restart, terminated backend). Find out before starting a transaction on it, so the first
+** call after a server restart reconnects instead of failing. */
+static void check_idle(pg_conn_t *c) {
+  struct pollfd pf;
+  if (!c->conn || c->pending || c->in_batch) return;
+  pf.fd = PQsocket(c->conn);
+  pf.events = POLLIN;
+  pf.revents = 0;
+  if (pf.fd < 0 || poll(&pf, 1, 0) != 1) return;
+  if (!PQconsumeInput(c->conn) || PQstatus(c->conn) == CONNECTION_BAD) conn_drop(c);
+}
+
 /* The calling thread's connection, (re)connected when needed. */
 int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err) {
   pg_conn_t *c = pthread_getspecific(p->key);
   int rc;
+  if (c && c->pid == getpid()) check_idle(c);
   if (c && c->pid != getpid()) { /* inherited across fork: forget it, start fresh */
     c->conn = NULL;
     c->in_batch = 0;
@@ -230,7 +278,7 @@ int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err) {
       *out = c;
       return 0; /* the batch lost its connection: the caller reports batch_rc */
     }
-    if ((rc = dx__pg_connect(p->conninfo, p->schema_q, &c->conn, err))) return rc;
+    if ((rc = reconnect(p, &c->conn, err))) return rc;
     if (!PQenterPipelineMode(c->conn)) {
       rc = dx__pg_fail(c->conn, NULL, "pipeline mode", err);
       PQfinish(c->conn);

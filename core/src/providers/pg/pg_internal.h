@@ -56,7 +56,8 @@ struct pg_s {
   PGconn *listen;           /* wake-up listener (loop thread); NULL until wake_fd */
   pid_t listen_pid;
   pthread_key_t key;
-  pthread_mutex_t mu;       /* guards conns */
+  pthread_mutex_t mu;       /* guards conns and retry_after */
+  int64_t retry_after;      /* monotonic ms: reconnects fail fast until then */
   pg_conn_t *conns;
 };
 

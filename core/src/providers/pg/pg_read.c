@@ -31,8 +31,9 @@ static int resolve_exec(tx_t *t, const char *inst, uint64_t want, uint64_t *exec
   return 0;
 }
 
-int dx__pg_read_history(dx_provider_t *pp, const char *instance, uint64_t execution_id,
-                        dx_event_t **events, size_t *n, uint64_t *exec_out, dx_error_t *err) {
+static int read_history_once(dx_provider_t *pp, const char *instance, uint64_t execution_id,
+                             dx_event_t **events, size_t *n, uint64_t *exec_out,
+                             dx_error_t *err) {
   uint64_t exec = 0;
   tx_t t;
   int rc;
@@ -102,8 +103,8 @@ static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
   return oom || !out->instance_id ? dx__pg_nomem(t->err) : 0;
 }
 
-int dx__pg_get_info(dx_provider_t *pp, const char *instance, dx_instance_info_t *out,
-                    dx_error_t *err) {
+static int get_info_once(dx_provider_t *pp, const char *instance, dx_instance_info_t *out,
+                         dx_error_t *err) {
   tx_t t;
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
@@ -115,7 +116,7 @@ int dx__pg_get_info(dx_provider_t *pp, const char *instance, dx_instance_info_t 
   return rc;
 }
 
-int dx__pg_list(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err) {
+static int list_once(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err) {
   PGresult *res = NULL;
   tx_t t;
   int rc, i;
@@ -126,6 +127,35 @@ int dx__pg_list(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err)
   for (i = 0; !rc && i < PQntuples(res); i++)
     if (cb(ud, PQgetvalue(res, i, 0))) break;
   PQclear(res);
+  return rc;
+}
+
+/* Reads outside a batch are retried once after a lost connection (a server restart): nothing
+** was written, so running them again is safe. Inside a batch the caller retries the batch. */
+static int read_again(dx_provider_t *pp, int rc, int attempt) {
+  pg_conn_t *c = pthread_getspecific(((pg_t *)pp)->key);
+  return rc == DX_ERETRY && attempt == 0 && !(c && c->in_batch);
+}
+
+int dx__pg_read_history(dx_provider_t *pp, const char *instance, uint64_t execution_id,
+                        dx_event_t **events, size_t *n, uint64_t *exec_out, dx_error_t *err) {
+  int rc, attempt = 0;
+  while (read_again(pp, rc = read_history_once(pp, instance, execution_id, events, n, exec_out,
+                                               err), attempt++)) {}
+  return rc;
+}
+
+int dx__pg_get_info(dx_provider_t *pp, const char *instance, dx_instance_info_t *out,
+                    dx_error_t *err) {
+  int rc, attempt = 0;
+  while (read_again(pp, rc = get_info_once(pp, instance, out, err), attempt++)) {}
+  return rc;
+}
+
+/* Every id is read before the first callback, so a retry never repeats a callback. */
+int dx__pg_list(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err) {
+  int rc, attempt = 0;
+  while (read_again(pp, rc = list_once(pp, cb, ud, err), attempt++)) {}
   return rc;
 }
 
