@@ -463,3 +463,27 @@ DX_TEST(pg_wake_fd_becomes_readable_on_committed_work) {
   M(p)->destroy(p);
   free(store);
 }
+
+/* A server restart closes every connection: a read on a handle whose connection the server
+** closed just works (the loss is noticed, the read reconnects and runs again). */
+DX_TEST(pg_reads_survive_a_closed_connection) {
+  char app[64], extra[96], *store;
+  dx_provider_t *p;
+  dx_work_item_t w = item(DX_WI_START, "A", 0);
+  dx_instance_info_t info;
+  dx_error_t err;
+  int i;
+  snprintf(app, sizeof app, "dxread_%d", (int)getpid());
+  snprintf(extra, sizeof extra, "&application_name=%s", app);
+  store = store_url(extra);
+  p = dx_pv_open(store);
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  for (i = 0; i < 3; i++) {
+    kill_backends(app);
+    ASSERT_OK(M(p)->get_instance_info(p, "A", &info, &err));
+    ASSERT_STR_EQ(info.instance_id, "A");
+    dx_instance_info_clear(&info);
+  }
+  M(p)->destroy(p);
+  free(store);
+}
