@@ -487,3 +487,45 @@ DX_TEST(pg_reads_survive_a_closed_connection) {
   M(p)->destroy(p);
   free(store);
 }
+
+/* A deadlock with another transaction fails the batch with DX_ERETRY (the store thread then
+** retries it whole), naming SQLSTATE 40P01. The other side waits longer before it looks for
+** deadlocks, so the provider's backend is the one that gives up. */
+DX_TEST(pg_deadlock_fails_the_batch_with_eretry) {
+  char *store = dx_pv_new_store(), q[256];
+  const char *schema = g_schemas[g_nschemas - 1];
+  dx_provider_t *p = dx_pv_open(store);
+  dx_work_item_t a = item(DX_WI_START, "A", 0), b = item(DX_WI_START, "B", 0);
+  dx_work_item_t raise_b = item(DX_WI_EXTERNAL, "B", 0);
+  dx_orch_item_t *it = NULL;
+  PGconn *c = admin();
+  PGresult *r;
+  dx_error_t err;
+  int rc;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &a, 0, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0 + 1, &b, 0, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 2, 30000, &it, &err)); /* locks A's row */
+  ASSERT(it && strcmp(it->instance, "A") == 0);
+  sql(c, "BEGIN");
+  sql(c, "SET LOCAL deadlock_timeout = '20s'");
+  snprintf(q, sizeof q, "SELECT 1 FROM %s.orch_queue WHERE instance_id = 'B' FOR UPDATE", schema);
+  sql(c, q);
+  snprintf(q, sizeof q, "SELECT 1 FROM %s.orch_queue WHERE instance_id = 'A' FOR UPDATE", schema);
+  ASSERT(PQsendQuery(c, q)); /* waits for the provider's lock on A */
+  rc = M(p)->enqueue_for_orchestrator(p, T0 + 3, &raise_b, 0, &err); /* waits for B: deadlock */
+  if (rc == 0) rc = M(p)->commit(p, 1, &err);
+  else M(p)->rollback(p);
+  ASSERT_EQ(rc, DX_ERETRY);
+  ASSERT_CONTAINS(err.msg, "40P01");
+  while ((r = PQgetResult(c)) != NULL) PQclear(r); /* the other side got A */
+  sql(c, "ROLLBACK");
+  PQfinish(c);
+  dx_orch_item_free(it);
+  it = NULL;
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 4, 30000, &it, &err)); /* nothing kept */
+  ASSERT(it && strcmp(it->instance, "A") == 0 && it->attempt_count == 1);
+  dx_orch_item_free(it);
+  M(p)->destroy(p);
+  free(store);
+}
