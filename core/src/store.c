@@ -2,8 +2,15 @@
 ** store.c -- the store thread (see store.h).
 **
 ** Why a thread: a durable commit waits for fsync, which must not stall Lua work on the loop.
-** Why one transaction per cycle: LMDB has one writer; batching every ack and fetch of a cycle
-** into one commit turns N fsyncs into one (group commit), which is where throughput comes from.
+** Why one transaction per cycle: a durable commit costs a flush (and a round trip on a
+** database); batching every ack and fetch of a cycle into one commit turns N flushes into one
+** (group commit), which is where throughput comes from.
+** When a batch fails: DX_ERETRY (deadlock, serialization failure, lost connection) retries it
+** whole, a bounded number of times with backoff; any other failure of the whole batch applies
+** each operation in a transaction of its own, so one bad operation fails alone
+** (cycle_retrying, cycle_isolate; the contract is in duroxide/provider.h). Cycles that still
+** fail back off (10 ms doubling to 1 s); a store that begin or commit finds damaged is
+** reported once to the loop (cfg.on_fatal).
 */
 #include <stdlib.h>
 #include <string.h>
@@ -139,44 +146,114 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
   return failed;
 }
 
-/* One transaction: apply ops, fetch, commit. Returns 1 when anything was fetched. */
-static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fetched_t *f) {
+/* Renewals only move lock expiries: losing one after a power cut merely shortens a lease, so
+** they need no fsync of their own. */
+static int op_needs_sync(const dx_store_op_t *op) {
+  return op->kind != DX_OP_RENEW_WORK && op->kind != DX_OP_RENEW_SESSIONS && op->rc == 0;
+}
+
+enum { CALL_OP = 1, CALL_FETCH = 2 };
+
+/* One transaction: apply `ops`, fetch, commit. 0, or the error that lost the whole batch
+** (in *err; nothing of it was kept and nothing is left in f). DX_ERETRY from any call ends the
+** batch at once: the provider says it cannot go on, and the same calls may succeed again.
+** *failed gets CALL_OP / CALL_FETCH when an op / a fetch failed (a failed commit is then
+** their consequence, not the store's own failure). */
+static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t now,
+                      dx_store_fetched_t *f, int *failed, dx_error_t *err) {
   dx_provider_t *p = s->cfg.provider;
   dx_store_op_t *op;
-  dx_error_t err;
-  int64_t now = now_ms(s);
-  int durable = 0, rc, fetch_failed = 0;
+  int durable = 0, rc;
   memset(f, 0, sizeof *f);
-  memset(&err, 0, sizeof err);
-  rc = p->methods->begin(p, &err);
-  if (rc == 0) {
-    for (op = ops; op; op = op->next) {
-      op->rc = run_op(s, op, now);
-      /* Renewals only move lock expiries: losing one after a power cut merely shortens a
-      ** lease, so they need no fsync of their own. */
-      if (op->kind != DX_OP_RENEW_WORK && op->kind != DX_OP_RENEW_SESSIONS && op->rc == 0)
-        durable = 1;
+  memset(err, 0, sizeof *err);
+  *failed = 0;
+  if ((rc = p->methods->begin(p, err)) != 0) return rc;
+  for (op = ops; op; op = op->next) {
+    op->rc = run_op(s, op, now);
+    if (op->rc == DX_ERETRY) {
+      *err = op->err;
+      *failed = CALL_OP;
+      p->methods->rollback(p);
+      return DX_ERETRY;
     }
-    fetch_failed = fetch_into(s, now, bo, bw, f);
-    /* A cycle that only took locks need not reach the disk: a lost lock only delays. */
-    rc = p->methods->commit(p, durable, &err);
+    if (op->rc != 0) *failed |= CALL_OP;
+    durable |= op_needs_sync(op);
   }
-  if (rc != 0) {
-    dx__log(DX_LOG_ERROR, "store commit failed", "error=\"%s\"", err.msg);
-    for (op = ops; op; op = op->next) {
+  if (fetch_into(s, now, bo, bw, f)) *failed |= CALL_FETCH;
+  /* A cycle that only took locks need not reach the disk: a lost lock only delays. */
+  if ((rc = p->methods->commit(p, durable, err)) != 0) {
+    p->methods->rollback(p); /* a no-op when the failed commit already ended the batch */
+    free_fetched(f);
+  }
+  return rc;
+}
+
+#define RETRY_ATTEMPTS 8      /* whole-batch attempts on DX_ERETRY before giving up */
+#define RETRY_FIRST_MS 2      /* backoff doubles from here: 2, 4, ... 256 ms (~0.5 s in all) */
+
+/* cycle_once, repeated while it fails with DX_ERETRY (deadlock, serialization failure, lost
+** connection), with a doubling backoff; each attempt takes the clock anew. */
+static int cycle_retrying(dx_store_t *s, dx_store_op_t *ops, int bo, int bw,
+                          dx_store_fetched_t *f, int *failed, dx_error_t *err) {
+  int attempt, rc = 0;
+  for (attempt = 1; attempt <= RETRY_ATTEMPTS; attempt++) {
+    rc = cycle_once(s, ops, bo, bw, now_ms(s), f, failed, err);
+    if (rc != DX_ERETRY) break;
+    dx__log(DX_LOG_WARN, "store transaction failed; retrying it whole", "attempt=%d error=\"%s\"",
+            attempt, err->msg);
+    if (attempt < RETRY_ATTEMPTS) uv_sleep(RETRY_FIRST_MS << (attempt - 1));
+  }
+  return rc;
+}
+
+/* The batch failed as a whole (not by DX_ERETRY, or by DX_ERETRY too often): apply each op in
+** a transaction of its own, so one bad op fails alone instead of failing its neighbours.
+** Nothing is fetched; the next cycle does that. */
+static void cycle_isolate(dx_store_t *s, dx_store_op_t *ops) {
+  dx_store_fetched_t none;
+  dx_store_op_t *op;
+  dx_error_t err;
+  int rc = 0, failed;
+  for (op = ops; op; op = op->next) {
+    dx_store_op_t *next = op->next;
+    if (rc != DX_ERETRY) { /* once the store stays unavailable, the rest fail alike at once */
+      op->next = NULL; /* a batch of one */
+      rc = cycle_retrying(s, op, 0, 0, &none, &failed, &err);
+      op->next = next;
+      s->cycles++;
+      if (rc == 0) s->commits++;
+    }
+    if (rc != 0) {
       op->rc = rc;
       op->err = err;
     }
-    free_fetched(f);
   }
+}
+
+/* One cycle: apply ops, fetch, commit. Returns 1 when anything was fetched. */
+static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fetched_t *f) {
+  dx_error_t err;
+  int failed, rc = cycle_retrying(s, ops, bo, bw, f, &failed, &err);
   s->cycles++;
-  if (rc == 0) s->commits++;
-  s->cycle_failed = rc != 0 || fetch_failed;
-  /* A damaged store (or one whose lock file vanished) cannot be used safely any more. */
-  if (rc == DX_ECORRUPT && !s->fatal_seen) {
-    s->fatal_err = err;
-    s->fatal_seen = 1;
+  if (rc == 0) {
+    s->commits++;
+  } else {
+    dx__log(DX_LOG_ERROR, "store commit failed", "error=\"%s\"", err.msg);
+    /* A damaged store (or one whose lock file vanished) cannot be used safely any more. Only
+    ** when begin or commit found it so: a damaged record read by one call fails that call. */
+    if (rc == DX_ECORRUPT && !failed && !s->fatal_seen) {
+      s->fatal_err = err;
+      s->fatal_seen = 1;
+    }
+    if (ops && ops->next) {
+      cycle_isolate(s, ops);
+    } else if (ops) {
+      ops->rc = rc;
+      ops->err = err;
+    }
   }
+  /* a failed op (a lost lock, bad input) is an answer, not a failing store: no backoff */
+  s->cycle_failed = rc != 0 || (failed & CALL_FETCH);
   return f->n_orch + f->n_work > 0;
 }
 

@@ -67,7 +67,7 @@
 
 #include "codec.h"
 #include "duroxide/provider.h"
-#include "providers/lmdb_test.h"
+#include "providers/providers.h"
 #include "util.h"
 
 #define LM_STORE_FORMAT 3u   /* layout version in meta "format" (1 and 2 are upgraded on open) */
@@ -482,11 +482,15 @@ int dx__lm_append(dx_provider_t *pp, const char *instance, uint64_t execution_id
                   const dx_event_t *events, size_t n, dx_error_t *err);
 int dx__lm_get_info(dx_provider_t *pp, const char *instance, dx_instance_info_t *out,
                     dx_error_t *err);
+int dx__lm_start_unique(tx_t *t, const dx_work_item_t *w);
 void dx__lm_strs_free(str_list_t *l);
 int dx__lm_strs_push(str_list_t *l, const char *s);
 int dx__lm_list(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err);
 int dx__lm_depths(dx_provider_t *pp, dx_queue_depths_t *out, dx_error_t *err);
 int dx__lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *err);
+
+/* testhooks.c */
+extern const dx_provider_test_hooks_t dx__lm_test_hooks;
 
 /* check.c */
 int dx__lm_check(dx_provider_t *pp, dx_check_cb cb, void *ud, uint64_t *records,

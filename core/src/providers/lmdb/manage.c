@@ -119,6 +119,23 @@ static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
   return rc;
 }
 
+/* The contract's uniqueness rule: a START for an id that exists or whose start is queued
+** fails with DX_EEXIST (checked in the writing transaction; LMDB has one writer). */
+int dx__lm_start_unique(tx_t *t, const dx_work_item_t *w) {
+  dx_instance_info_t info;
+  dx_error_t *saved = t->err, probe = {0};
+  int rc;
+  if (w->kind != DX_WI_START) return 0;
+  memset(&info, 0, sizeof info);
+  t->err = &probe;
+  rc = instance_info(t, w->instance, &info);
+  t->err = saved;
+  dx_instance_info_clear(&info);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return dx_error_set(t->err, rc, "%s", probe.msg);
+  return dx_error_set(t->err, DX_EEXIST, "instance '%s' already exists", w->instance);
+}
+
 int dx__lm_get_info(dx_provider_t *pp, const char *instance, dx_instance_info_t *out,
                     dx_error_t *err) {
   lm_t *p = (lm_t *)pp;

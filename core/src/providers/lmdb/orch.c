@@ -494,13 +494,18 @@ int dx__lm_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint
   return rc;
 }
 
+static int enqueue_unique(tx_t *t, const dx_work_item_t *item, int64_t visible_at) {
+  int rc = dx__lm_start_unique(t, item);
+  return rc ? rc : dx__lm_orch_enqueue(t, item, visible_at);
+}
+
 int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
                         int64_t delay_ms, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
   if ((rc = dx__lm_check_item(item, err)) || (rc = dx__lm_check_payload(item, err))) return rc;
-  LM_WRITE(p, t, err, rc,
-           dx__lm_orch_enqueue(&t, item, orch_visible_at(item, now, delay_ms)), (void)0);
+  LM_WRITE(p, t, err, rc, enqueue_unique(&t, item, orch_visible_at(item, now, delay_ms)),
+           (void)0);
   return rc;
 }

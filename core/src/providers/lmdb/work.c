@@ -319,8 +319,7 @@ static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms
   rc = dx__work_item_decode(old.item, old.item_len, &out->item, &derr);
   if (rc == DX_ENOMEM) rc = dx__lm_nomem(t->err);
   else if (rc) rc = dx__lm_corrupt(t, DB_WORK, derr.msg, "row %llu", (unsigned long long)c->seq);
-  if (!rc && c->kind == WC_CLAIM && out->item.name &&
-      strcmp(out->item.name, DX_CLOSE_SESSION_ACTIVITY) == 0) {
+  if (!rc && c->kind == WC_CLAIM && out->item.kind == DX_WI_SESSION_CLOSE) {
     rc = close_unheld(t, &old);
     fetch_reset(out);
     dx__lm_row_clear(&old);
