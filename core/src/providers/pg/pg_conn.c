@@ -343,10 +343,11 @@ static int send_stmt(pg_conn_t *c, int id, const char *sql, const qp_t *qp, PGre
   return rc == DX_ESTORE ? dx_error_set(err, DX_ERETRY, "%s", err ? err->msg : "") : rc;
 }
 
-/* Read the results of every queued statement, handing each to the out-pointer it was queued
-** with. Returns the first error (the statements after it in the transaction were skipped);
-** on error no result is handed out. */
-static int drain(pg_conn_t *c, dx_error_t *err) {
+/* Read the results of every queued statement; with `deliver`, hand each to the out-pointer it
+** was queued with (only dx__pg_qwait delivers: a method's queued reads belong to that method's
+** frame, anything else discards them). Returns the first error (the statements after it in
+** the transaction were skipped); on error no result is handed out. */
+static int drain(pg_conn_t *c, int deliver, dx_error_t *err) {
   int i, n = c->pending, rc = 0;
   PGresult *res;
   if (!PQpipelineSync(c->conn)) {
@@ -362,7 +363,7 @@ static int drain(pg_conn_t *c, dx_error_t *err) {
       c->reprepare = 1; /* a skipped or failed Parse leaves a statement unprepared */
       if (!rc && st != PGRES_PIPELINE_ABORTED) rc = dx__pg_fail(c->conn, res, c->pend[i], err);
       PQclear(res);
-    } else if (c->pend_out[i]) {
+    } else if (deliver && c->pend_out[i]) {
       *c->pend_out[i] = res;
     } else {
       PQclear(res);
@@ -381,7 +382,7 @@ static int drain(pg_conn_t *c, dx_error_t *err) {
     rc = DX_ERETRY;
     if (err) err->code = DX_ERETRY;
   }
-  for (i = 0; rc && i < n; i++)
+  for (i = 0; rc && deliver && i < n; i++)
     if (c->pend_out[i] && *c->pend_out[i]) {
       PQclear(*c->pend_out[i]);
       *c->pend_out[i] = NULL;
@@ -394,7 +395,7 @@ static int drain(pg_conn_t *c, dx_error_t *err) {
 /* Run `sql` (no parameters) after everything queued, and wait for all of it. */
 static int simple(pg_conn_t *c, const char *sql, dx_error_t *err) {
   int rc = send_stmt(c, -1, sql, NULL, NULL, err);
-  return rc ? rc : drain(c, err);
+  return rc ? rc : drain(c, 0, err);
 }
 
 /* End the connection's transaction, whatever state it is in (errors ignored). */
@@ -433,7 +434,8 @@ int dx__pg_qsend(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out) {
   if (c->batch_rc) return batch_failed(c, t->err);
   if (!c->conn) return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ERETRY, "connection lost"));
   if ((rc = send_stmt(c, (int)id, NULL, qp, out, t->err))) return q_failed(t, rc);
-  if (!out && c->pending >= PG_PIPELINE_MAX && (rc = drain(c, t->err))) return q_failed(t, rc);
+  if (!out && c->pending >= PG_PIPELINE_MAX && (rc = drain(c, 0, t->err)))
+    return q_failed(t, rc);
   return 0;
 }
 
@@ -441,7 +443,7 @@ int dx__pg_qwait(tx_t *t) {
   int rc;
   if (t->c->batch_rc) return batch_failed(t->c, t->err);
   if (!t->c->conn) return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ERETRY, "connection lost"));
-  return (rc = drain(t->c, t->err)) ? q_failed(t, rc) : 0;
+  return (rc = drain(t->c, 1, t->err)) ? q_failed(t, rc) : 0;
 }
 
 int dx__pg_q(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out) {
