@@ -23,8 +23,6 @@
 #include "providers/pg/pg_sql.h"
 
 #define PG_NEVER INT64_MAX
-#define PG_INSTANCE_MAX 400 /* engine-wide instance id limit (same as the LMDB provider) */
-#define PG_SESSION_MAX 200  /* session and worker ids */
 #define PG_MAX_PARAMS 16
 
 typedef struct pg_s pg_t;
@@ -113,13 +111,6 @@ int dx__col_null(const PGresult *r, int row, int col);
 char *dx__col_str(const PGresult *r, int row, int col, int *oom); /* NULL -> NULL */
 int64_t dx__sat_add(int64_t a, int64_t b);
 uint64_t dx__pg_hash(const char *a, const char *b);
-
-/* {===== argument checks (pg_orch.c) =====} */
-int dx__pg_check_instance(const char *inst, dx_error_t *err);
-int dx__pg_check_item(const dx_work_item_t *w, dx_error_t *err);
-int dx__pg_check_payload(const dx_work_item_t *w, dx_error_t *err);
-int dx__pg_check_events(const dx_event_t *ev, size_t n, dx_error_t *err);
-int dx__pg_check_worker_id(const char *id, dx_error_t *err);
 
 /* {===== shared queue steps =====} */
 int dx__pg_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at);

@@ -10,80 +10,9 @@
 #include <string.h>
 
 #include "codec.h"
+#include "providers/checks.h"
 #include "providers/pg/pg_internal.h"
 #include "util.h"
-
-/* {===== argument checks =====} */
-
-int dx__pg_check_instance(const char *inst, dx_error_t *err) {
-  size_t n;
-  if (!inst || !*inst) return dx_error_set(err, DX_EINVAL, "instance id is missing or empty");
-  n = strlen(inst);
-  if (n > PG_INSTANCE_MAX)
-    return dx_error_set(err, DX_EINVAL, "instance id is %zu bytes; the limit is %d bytes", n,
-                        PG_INSTANCE_MAX);
-  return 0;
-}
-
-int dx__pg_check_item(const dx_work_item_t *w, dx_error_t *err) {
-  size_t n;
-  if (!w) return dx_error_set(err, DX_EINVAL, "work item is NULL");
-  if (w->kind <= 0 || w->kind >= DX_WI__COUNT)
-    return dx_error_set(err, DX_EINVAL, "unknown work item kind %d", w->kind);
-  if (w->session_id && (n = strlen(w->session_id)) > PG_SESSION_MAX)
-    return dx_error_set(err, DX_EINVAL, "session id is %zu bytes; the limit is %d bytes", n,
-                        PG_SESSION_MAX);
-  return dx__pg_check_instance(w->instance, err);
-}
-
-int dx__pg_check_payload(const dx_work_item_t *w, dx_error_t *err) {
-  size_t n = w->data ? strlen(w->data) : 0;
-  if (n > DX_MAX_PAYLOAD_BYTES)
-    return dx_error_set(err, DX_ETOOBIG, "work item data is %zu bytes; the limit is %d bytes", n,
-                        DX_MAX_PAYLOAD_BYTES);
-  return 0;
-}
-
-int dx__pg_check_events(const dx_event_t *ev, size_t n, dx_error_t *err) {
-  size_t i;
-  if (n && !ev) return dx_error_set(err, DX_EINVAL, "events are NULL");
-  for (i = 0; i < n; i++)
-    if (ev[i].event_id == 0)
-      return dx_error_set(err, DX_EINVAL, "event %zu has event_id 0 (ids start at 1)", i);
-  return 0;
-}
-
-int dx__pg_check_worker_id(const char *id, dx_error_t *err) {
-  size_t n;
-  if (!id || !*id) return dx_error_set(err, DX_EINVAL, "session worker id is missing or empty");
-  if ((n = strlen(id)) > PG_SESSION_MAX)
-    return dx_error_set(err, DX_EINVAL, "worker id is %zu bytes; the limit is %d bytes", n,
-                        PG_SESSION_MAX);
-  return 0;
-}
-
-static int check_items(const dx_work_item_t *w, size_t n, dx_error_t *err) {
-  size_t i;
-  int rc;
-  for (i = 0; i < n; i++)
-    if ((rc = dx__pg_check_item(&w[i], err))) return rc;
-  return 0;
-}
-
-static int check_ack(const dx_orch_ack_t *a, dx_error_t *err) {
-  size_t i;
-  int rc;
-  if (!a) return dx_error_set(err, DX_EINVAL, "ack is NULL");
-  if ((rc = dx__pg_check_instance(a->instance, err))) return rc;
-  if (a->execution_id == 0) return dx_error_set(err, DX_EINVAL, "execution_id 0 (ids start at 1)");
-  if ((rc = dx__pg_check_events(a->delta, a->delta_len, err)) ||
-      (rc = check_items(a->worker_items, a->worker_items_len, err)) ||
-      (rc = check_items(a->orch_items, a->orch_items_len, err)))
-    return rc;
-  for (i = 0; i < a->cancelled_len; i++)
-    if ((rc = dx__pg_check_instance(a->cancelled[i].instance, err))) return rc;
-  return 0;
-}
 
 /* {===== history =====} */
 
@@ -108,7 +37,8 @@ static int dups_send(tx_t *t, const char *inst, uint64_t exec, const dx_event_t 
   if (!(arr = malloc(n * 22 + 3))) return dx__pg_nomem(t->err);
   o = arr;
   *o++ = '{';
-  for (i = 0; i < n; i++) o += sprintf(o, "%s%llu", i ? "," : "", (unsigned long long)ev[i].event_id);
+  for (i = 0; i < n; i++)
+    o += sprintf(o, "%s%llu", i ? "," : "", (unsigned long long)ev[i].event_id);
   *o++ = '}';
   *o = 0;
   dx__qp_init(&q);
@@ -127,7 +57,8 @@ static int dups_check(tx_t *t, const char *inst, uint64_t exec, const dx_event_t
   if (!dup && res) dup = (uint64_t)dx__col_i64(res, 0, 0);
   PQclear(res);
   if (dup)
-    return dx_error_set(t->err, DX_EEXIST, "event %llu already exists in instance '%s' execution %llu",
+    return dx_error_set(t->err, DX_EEXIST,
+                        "event %llu already exists in instance '%s' execution %llu",
                         (unsigned long long)dup, inst, (unsigned long long)exec);
   return 0;
 }
@@ -228,13 +159,6 @@ int dx__pg_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   return dx__pg_q(t, PQ_ORCH_ENQ_QUEUE, &q, NULL);
 }
 
-/* Timers become visible when they fire; everything else after the delay. */
-static int64_t visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms) {
-  int64_t at = dx__sat_add(now, delay_ms > 0 ? delay_ms : 0);
-  if (w->kind == DX_WI_TIMER_FIRED && w->fire_at_ms > at) at = w->fire_at_ms;
-  return at;
-}
-
 /* A client START takes the id in `started` first: DX_EEXIST (nothing written) when the id was
 ** started before or has an instance record. Two racing clients serialize on the key. */
 static int start_unique(tx_t *t, const dx_work_item_t *w) {
@@ -255,11 +179,11 @@ int dx__pg_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
                         int64_t delay_ms, dx_error_t *err) {
   tx_t t;
   int rc;
-  if ((rc = dx__pg_check_item(item, err)) || (rc = dx__pg_check_payload(item, err)) ||
+  if ((rc = dx__check_item(item, err)) || (rc = dx__check_payload(item, err)) ||
       (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   rc = start_unique(&t, item);
-  if (!rc) rc = dx__pg_orch_enqueue(&t, item, visible_at(item, now, delay_ms));
+  if (!rc) rc = dx__pg_orch_enqueue(&t, item, dx__visible_at(item, now, delay_ms));
   return dx__pg_tx_end(&t, rc);
 }
 
@@ -559,7 +483,7 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   for (i = 0; i < a->cancelled_len && !rc; i++) rc = work_cancel(t, &a->cancelled[i]);
   for (i = 0; i < a->orch_items_len && !rc; i++) {
     const dx_work_item_t *w = &a->orch_items[i];
-    rc = dx__pg_orch_enqueue(t, w, visible_at(w, now, 0));
+    rc = dx__pg_orch_enqueue(t, w, dx__visible_at(w, now, 0));
     if (!rc && w->kind == DX_WI_START) { /* a child's id is taken too */
       dx__qp_init(&q);
       dx__qp_str(&q, w->instance);
@@ -572,7 +496,7 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
 int dx__pg_ack_orch(dx_provider_t *pp, int64_t now, const dx_orch_ack_t *ack, dx_error_t *err) {
   tx_t t;
   int rc;
-  if ((rc = check_ack(ack, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  if ((rc = dx__check_ack(ack, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
   return dx__pg_tx_end(&t, orch_ack(&t, now, ack));
 }
 
@@ -597,7 +521,7 @@ int dx__pg_abandon_orch(dx_provider_t *pp, int64_t now, const char *instance, ui
                         int64_t delay_ms, int ignore_attempt, dx_error_t *err) {
   tx_t t;
   int rc;
-  if ((rc = dx__pg_check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   return dx__pg_tx_end(&t, orch_abandon(&t, now, instance, token, delay_ms, ignore_attempt));
 }
@@ -607,7 +531,7 @@ int dx__pg_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint
   tx_t t;
   qp_t q;
   int rc;
-  if ((rc = dx__pg_check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   rc = orch_check_lock(&t, instance, token, now, 1);
   if (!rc) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "providers/checks.h"
 #include "providers/pg/pg_internal.h"
 #include "util.h"
 
@@ -40,7 +41,7 @@ static int read_history_once(dx_provider_t *pp, const char *instance, uint64_t e
   if (!events || !n) return dx_error_set(err, DX_EINVAL, "events/n is NULL");
   *events = NULL;
   *n = 0;
-  if ((rc = dx__pg_check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   rc = resolve_exec(&t, instance, execution_id, &exec);
   if (!rc) rc = dx__pg_history_load(&t, instance, exec, events, n);
@@ -59,7 +60,7 @@ int dx__pg_append(dx_provider_t *pp, const char *instance, uint64_t execution_id
                   const dx_event_t *events, size_t n, dx_error_t *err) {
   tx_t t;
   int rc;
-  if ((rc = dx__pg_check_instance(instance, err)) || (rc = dx__pg_check_events(events, n, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__check_events(events, n, err)))
     return rc;
   if (execution_id == 0) return dx_error_set(err, DX_EINVAL, "execution_id 0 (ids start at 1)");
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
@@ -109,7 +110,7 @@ static int get_info_once(dx_provider_t *pp, const char *instance, dx_instance_in
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
-  if ((rc = dx__pg_check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   rc = dx__pg_tx_end(&t, instance_info(&t, instance, out));
   if (rc) dx_instance_info_clear(out);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "providers/checks.h"
 #include "providers/pg/pg_internal.h"
 #include "util.h"
 
@@ -42,7 +43,7 @@ int dx__pg_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
                         dx_error_t *err) {
   tx_t t;
   int rc;
-  if ((rc = dx__pg_check_item(item, err)) || (rc = dx__pg_check_payload(item, err)) ||
+  if ((rc = dx__check_item(item, err)) || (rc = dx__check_payload(item, err)) ||
       (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   return dx__pg_tx_end(&t, dx__pg_work_insert(&t, item, now));
@@ -240,7 +241,7 @@ int dx__pg_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
   if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
-  if (sessions && (rc = dx__pg_check_worker_id(sessions->worker_id, err))) return rc;
+  if (sessions && (rc = dx__check_worker_id(sessions->worker_id, err))) return rc;
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
   rc = dx__pg_tx_end(&t, work_fetch(&t, now, lock_ms, sessions, out));
   if (rc) fetch_reset(out);
@@ -309,8 +310,8 @@ int dx__pg_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
                     const dx_work_item_t *completion, dx_error_t *err) {
   tx_t t;
   int rc;
-  if ((completion && ((rc = dx__pg_check_item(completion, err)) ||
-                      (rc = dx__pg_check_payload(completion, err)))) ||
+  if ((completion && ((rc = dx__check_item(completion, err)) ||
+                      (rc = dx__check_payload(completion, err)))) ||
       (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   return dx__pg_tx_end(&t, work_ack(&t, now, token, completion));
@@ -381,7 +382,7 @@ int dx__pg_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
   qp_t q;
   int rc;
   if (renewed) *renewed = 0;
-  if ((rc = dx__pg_check_worker_id(worker_id, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+  if ((rc = dx__check_worker_id(worker_id, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, worker_id);
@@ -404,7 +405,7 @@ int dx__pg_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_i
   qp_t q;
   int rc;
   if (released) *released = 0;
-  if ((rc = dx__pg_check_worker_id(worker_id, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+  if ((rc = dx__check_worker_id(worker_id, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, worker_id);
