@@ -503,7 +503,7 @@ DX_TEST(pg_deadlock_fails_the_batch_with_eretry) {
   dx_error_t err;
   int rc;
   ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &a, 0, &err));
-  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0 + 1, &b, 0, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0 + 1, &b, 60000, &err)); /* B: not due yet */
   ASSERT_OK(M(p)->begin(p, &err));
   ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 2, 30000, &it, &err)); /* locks A's row */
   ASSERT(it && strcmp(it->instance, "A") == 0);
@@ -525,6 +525,47 @@ DX_TEST(pg_deadlock_fails_the_batch_with_eretry) {
   it = NULL;
   ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 4, 30000, &it, &err)); /* nothing kept */
   ASSERT(it && strcmp(it->instance, "A") == 0 && it->attempt_count == 1);
+  dx_orch_item_free(it);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* A fetch inside a batch may lock several instances ahead; the ones it did not hand out
+** before the commit are released by it, as if never fetched (no attempt spent). */
+DX_TEST(pg_batch_fetch_releases_what_it_did_not_hand_out) {
+  char *store = dx_pv_new_store(), id[8];
+  dx_provider_t *p = dx_pv_open(store);
+  dx_orch_item_t *it = NULL, *again[5];
+  dx_error_t err;
+  int i;
+  for (i = 0; i < 5; i++) {
+    dx_work_item_t w = item(DX_WI_START, id, 0);
+    snprintf(id, sizeof id, "i%d", i);
+    ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0 + i, &w, 0, &err));
+  }
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 10, 30000, &it, &err));
+  ASSERT(it && strcmp(it->instance, "i0") == 0);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  for (i = 0; i < 4; i++) { /* the other four: fetchable now, first attempt */
+    ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 11, 30000, &again[i], &err));
+    ASSERT(again[i] != NULL);
+    snprintf(id, sizeof id, "i%d", i + 1);
+    ASSERT_STR_EQ(again[i]->instance, id);
+    ASSERT_EQ(again[i]->attempt_count, 1);
+  }
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 11, 30000, &again[4], &err));
+  ASSERT(again[4] == NULL); /* i0 is still locked by the batch's fetch */
+  for (i = 0; i < 4; i++) dx_orch_item_free(again[i]);
+  dx_orch_item_free(it);
+  /* a rolled back batch keeps nothing either */
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 40000, 30000, &it, &err));
+  ASSERT(it != NULL);
+  M(p)->rollback(p);
+  dx_orch_item_free(it);
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 40000, 30000, &it, &err));
+  ASSERT(it && strcmp(it->instance, "i0") == 0 && it->attempt_count == 2);
   dx_orch_item_free(it);
   M(p)->destroy(p);
   free(store);

@@ -183,6 +183,7 @@ static void conn_thread_exit(void *arg) {
   conn_unlink(p, c);
   pthread_mutex_unlock(&p->mu);
   conn_drop(c);
+  dx__pg_orch_unbuffer_drop(c);
   free(c->pend);
   free(c->pend_out);
   free(c);
@@ -197,6 +198,7 @@ void dx__pg_conns_close(pg_t *p) {
   for (c = p->conns; c; c = next) {
     next = c->next;
     conn_drop(c);
+    dx__pg_orch_unbuffer_drop(c);
     free(c->pend);
     free(c->pend_out);
     free(c);
@@ -524,6 +526,15 @@ int dx__pg_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   int rc;
   if (!c || !c->in_batch || c->pid != getpid())
     return dx_error_set(err, DX_ESTATE, "commit without begin");
+  if (!c->batch_rc && c->conn) { /* instances locked ahead and not handed out go back */
+    tx_t t;
+    memset(&t, 0, sizeof t);
+    t.p = p;
+    t.c = c;
+    t.err = err;
+    dx__pg_orch_unbuffer(&t, 1);
+  }
+  dx__pg_orch_unbuffer_drop(c);
   c->in_batch = 0;
   if (c->batch_rc) {
     rc = batch_failed(c, err);
@@ -540,6 +551,7 @@ void dx__pg_rollback(dx_provider_t *pp) {
   pg_t *p = (pg_t *)pp;
   pg_conn_t *c = pthread_getspecific(p->key);
   if (!c || !c->in_batch || c->pid != getpid()) return;
+  dx__pg_orch_unbuffer_drop(c);
   c->in_batch = 0;
   c->batch_rc = 0;
   rollback_now(c);

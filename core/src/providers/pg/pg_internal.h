@@ -41,6 +41,10 @@ typedef struct pg_conn_s {
   int pend_cap;
   const char **pend;        /* their names, for error messages */
   PGresult ***pend_out;     /* where each one's result goes (NULL: discarded) */
+  /* orchestration items locked by a fetch in this batch and not handed out yet */
+  dx_orch_item_t **obuf;
+  int obuf_n, obuf_next;
+  int64_t obuf_now, obuf_lock;
   struct pg_conn_s *next;   /* owner's list */
 } pg_conn_t;
 
@@ -113,6 +117,10 @@ int64_t dx__sat_add(int64_t a, int64_t b);
 uint64_t dx__pg_hash(const char *a, const char *b);
 
 /* {===== shared queue steps =====} */
+/* Before the batch ends: items a fetch locked ahead but never handed out are released
+** (commit: their locks and attempts undone in the transaction) or just dropped (rollback). */
+int dx__pg_orch_unbuffer(tx_t *t, int release);
+void dx__pg_orch_unbuffer_drop(pg_conn_t *c);
 int dx__pg_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__pg_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 /* DX_EEXIST (writing nothing) when an event id of `ev` is stored or repeated. */

@@ -75,12 +75,12 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE NOT EXISTS (SELECT 1 FROM instances WHERE instance_id = $1::text)"
     " ON CONFLICT (instance_id) DO NOTHING RETURNING 1::bigint",
   [PQ_START_NOTE] = "INSERT INTO started (instance_id) VALUES ($1) ON CONFLICT DO NOTHING",
-  [PQ_ORCH_PICK] = /* lock the instance that is due first; no other fetcher waits on it */
-    "WITH c AS (SELECT instance_id FROM orch_queue WHERE due_at <= $1::bigint"
-    " ORDER BY due_at, instance_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
+  [PQ_ORCH_PICK] = /* lock the $3 instances due first; no other fetcher waits on them */
+    "WITH c AS (SELECT instance_id, due_at FROM orch_queue WHERE due_at <= $1::bigint"
+    " ORDER BY due_at, instance_id LIMIT $3::bigint FOR UPDATE SKIP LOCKED)"
     " UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, ready_at = NULL FROM c WHERE q.instance_id = c.instance_id"
-    " RETURNING q.instance_id, q.lock_token",
+    " RETURNING q.instance_id, q.lock_token, c.due_at",
   [PQ_ORCH_MARK] =
     "UPDATE orch_msgs SET lock_token = $2::bigint, attempt = attempt + 1"
     " WHERE instance_id = $1 AND visible_at <= $3::bigint RETURNING seq, attempt, item",
