@@ -66,7 +66,8 @@ static const char *const SQL[PQ__COUNT] = {
     "INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
     " VALUES (nextval('dx_seq'), $1, $2::bigint, $3::bytea)",
   [PQ_ORCH_ENQ_QUEUE] =
-    "INSERT INTO orch_queue AS q (instance_id, ready_at, due_at) VALUES ($1, $2::bigint, $2::bigint)"
+    "INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
+    " VALUES ($1, $2::bigint, $2::bigint)"
     " ON CONFLICT (instance_id) DO UPDATE SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
     " due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
     " ELSE q.due_at END",
@@ -199,7 +200,8 @@ static const char *const SQL[PQ__COUNT] = {
     " AND NOT EXISTS (SELECT 1 FROM work WHERE session_id = $1)",
   [PQ_SESS_RENEW] =
     "WITH u AS (UPDATE sessions SET locked_until = $3::bigint WHERE owner = $1"
-    " AND locked_until > $2::bigint AND ($4::bigint <= 0 OR last_activity > $2::bigint - $4::bigint)"
+    " AND locked_until > $2::bigint"
+    " AND ($4::bigint <= 0 OR last_activity > $2::bigint - $4::bigint)"
     " RETURNING session_id, owner, locked_until, last_activity)"
     " SELECT u.session_id, u.owner, u.locked_until, u.last_activity,"
     " (SELECT count(*) FROM work w WHERE w.session_id = u.session_id) FROM u ORDER BY 1",
