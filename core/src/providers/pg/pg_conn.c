@@ -455,16 +455,21 @@ int dx__pg_q(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out) {
 
 /* {===== transactions =====} */
 
-/* Open a transaction (queued: no round trip). After a failure, statements are prepared
-** afresh, since a Parse may have been skipped. */
+/* After a failure, statements are prepared afresh (a Parse may have been skipped). */
+static int reprepare_if_needed(pg_conn_t *c, dx_error_t *err) {
+  int rc;
+  if (!c->reprepare) return 0;
+  if ((rc = send_stmt(c, -1, "DEALLOCATE ALL", NULL, NULL, err))) return rc;
+  memset(c->prepared, 0, sizeof c->prepared);
+  c->reprepare = 0;
+  return 0;
+}
+
+/* Open a transaction (queued: no round trip). */
 static int open_tx(pg_conn_t *c, dx_error_t *err) {
   int rc;
   c->notify = 0;
-  if (c->reprepare) {
-    if ((rc = send_stmt(c, -1, "DEALLOCATE ALL", NULL, NULL, err))) return rc;
-    memset(c->prepared, 0, sizeof c->prepared);
-    c->reprepare = 0;
-  }
+  if ((rc = reprepare_if_needed(c, err))) return rc;
   return send_stmt(c, -1, "BEGIN", NULL, NULL, err);
 }
 
@@ -478,6 +483,16 @@ int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
   if ((rc = open_tx(t->c, err))) return rc;
   t->own = 1;
   return 0;
+}
+
+int dx__pg_read_begin(pg_t *p, tx_t *t, dx_error_t *err) {
+  int rc;
+  memset(t, 0, sizeof *t);
+  t->p = p;
+  t->err = err;
+  if ((rc = dx__pg_conn_get(p, &t->c, err))) return rc;
+  if (t->c->in_batch) return t->c->batch_rc ? batch_failed(t->c, err) : 0;
+  return reprepare_if_needed(t->c, err);
 }
 
 /* COMMIT, queued behind the transaction's writes, in one round trip: optionally without

@@ -88,6 +88,9 @@ int dx__pg_connect(const char *conninfo, const char *schema_q, PGconn **out, dx_
 /* Map a failed result (or NULL result) on `conn` to a DX code with a message naming `what`. */
 int dx__pg_fail(PGconn *conn, PGresult *res, const char *what, dx_error_t *err);
 int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err);
+/* For methods that only read: the batch if one is open, else no transaction at all (each
+** statement is its own; one round trip per read). dx__pg_tx_end still ends it. */
+int dx__pg_read_begin(pg_t *p, tx_t *t, dx_error_t *err);
 /* Ends the method: own txn -> COMMIT on rc == 0, else ROLLBACK. Returns rc (or the commit's). */
 int dx__pg_tx_end(tx_t *t, int rc);
 /* An unexpected failure after writes: the batch (if any) must not commit. Returns rc. */

@@ -439,7 +439,7 @@ int dx__pg_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error
   tx_t t;
   int rc;
   if (!cb) return dx_error_set(err, DX_EINVAL, "callback is NULL");
-  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) return rc;
   rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_SESS_LIST, NULL, &res));
   if (!rc) report(res, cb, ud);
   PQclear(res);
