@@ -143,15 +143,15 @@ static const char *const SQL[PQ__COUNT] = {
     " $5::bigint, $6::bytea, $7::bigint)",
   [PQ_WORK_CANCEL] =
     "DELETE FROM work WHERE instance_id = $1 AND exec = $2::bigint AND activity_id = $3::bigint",
-  [PQ_WORK_PICK_PLAIN] =
-    "SELECT seq, due_at FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
-    " ORDER BY due_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED",
   [PQ_WORK_FETCH_PLAIN] =
-    "WITH c AS (SELECT seq FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
+    "WITH c AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
     " ORDER BY due_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
     " UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, attempt = w.attempt + 1 FROM c WHERE w.seq = c.seq"
-    " RETURNING w.lock_token, w.attempt, w.item",
+    " RETURNING w.lock_token, w.attempt, w.item, c.seq, c.due_at",
+  [PQ_WORK_UNLOCK] = /* undo a speculative WORK_FETCH_PLAIN: visible again, no attempt spent */
+    "UPDATE work SET lock_token = NULL, locked_until = NULL, due_at = visible_at,"
+    " attempt = attempt - 1 WHERE seq = $1::bigint",
   [PQ_WORK_PICK_OWNED] =
     "SELECT w.seq, w.due_at, w.session_id FROM sessions s JOIN work w"
     " ON w.session_id = s.session_id WHERE s.owner = $2 AND w.due_at <= $1::bigint"
@@ -164,10 +164,6 @@ static const char *const SQL[PQ__COUNT] = {
     " AND (SELECT count(*) FROM sessions o WHERE o.owner = $2 AND o.locked_until > $1::bigint)"
     " < $3::bigint"
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
-  [PQ_WORK_SET_LOCK] =
-    "UPDATE work SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, attempt = attempt + 1 WHERE seq = $1::bigint"
-    " RETURNING lock_token, attempt, item",
   [PQ_WORK_SET_LOCK_OWNED] = /* only while the session is ours (claimed just before) */
     "UPDATE work SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, attempt = attempt + 1 WHERE seq = $1::bigint"

@@ -66,18 +66,19 @@ static void cand_clear(cand_t *c) {
   memset(c, 0, sizeof *c);
 }
 
-/* Keep the row of pick result `res` (taken) when it is due earlier (then older) than *best. */
-static int consider(tx_t *t, PGresult *res, int kind, cand_t *best) {
+/* Keep the row of pick result `res` when it is due earlier (then older) than *best; `cols`
+** are the seq and due columns. Takes res unless it is the plain pick (the caller's). */
+static int consider(tx_t *t, PGresult *res, int kind, int seq_col, cand_t *best) {
   int64_t due, seq;
   int oom = 0;
   if (!res || PQntuples(res) == 0) {
-    PQclear(res);
+    if (kind != WC_PLAIN) PQclear(res);
     return 0;
   }
-  seq = dx__col_i64(res, 0, 0);
-  due = dx__col_i64(res, 0, 1);
+  seq = dx__col_i64(res, 0, seq_col);
+  due = dx__col_i64(res, 0, seq_col + 1);
   if (best->found && (best->due < due || (best->due == due && best->seq < seq))) {
-    PQclear(res);
+    if (kind != WC_PLAIN) PQclear(res);
     return 0;
   }
   cand_clear(best);
@@ -87,7 +88,7 @@ static int consider(tx_t *t, PGresult *res, int kind, cand_t *best) {
   best->due = due;
   if (kind != WC_PLAIN) best->sid = dx__col_str(res, 0, 2, &oom);
   if (kind == WC_CLAIM) best->res = res;
-  else PQclear(res);
+  else if (kind != WC_PLAIN) PQclear(res);
   return oom ? dx__pg_tx_poison(t, dx__pg_nomem(t->err)) : 0;
 }
 
@@ -133,7 +134,7 @@ static int hand_out(tx_t *t, PGresult *res, dx_work_fetch_t *out, int *got) {
   return 0;
 }
 
-/* Take candidate c: the session side (claim, or record activity on an owned session) and the
+/* Take session candidate c: the session side (claim, or record activity on an owned session) and the
 ** row lock in one round trip; the lock only applies while the session is ours, so a claim
 ** lost to another worker meanwhile locks nothing (*got 0: pick again). A close marker at the
 ** head of a session nobody holds has nothing to close: it is dropped, with the session row
@@ -147,10 +148,6 @@ static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
   dx__qp_init(&ql);
   dx__qp_i64(&ql, c->seq);
   dx__qp_i64(&ql, dx__sat_add(now, lock_ms));
-  if (c->kind == WC_PLAIN) {
-    if ((rc = dx__pg_q(t, PQ_WORK_SET_LOCK, &ql, &row))) return rc;
-    return hand_out(t, row, out, got);
-  }
   if (c->kind == WC_CLAIM && dx__col_i64(c->res, 0, 3) == DX_WI_SESSION_CLOSE) {
     if ((rc = q_seq(t, PQ_WORK_DEL_ROW, c->seq))) return rc;
     return q_sid(t, PQ_SESS_DROP_IF_EMPTY, c->sid);
@@ -197,13 +194,17 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
     if ((rc = dx__pg_q(t, PQ_WORK_FETCH_PLAIN, &q, &res))) return rc;
     return hand_out(t, res, out, &got);
   }
-  /* a round repeats only after a close marker was dropped or a session was lost meanwhile */
+  /* The oldest plain row is locked speculatively in the same round trip as the session
+  ** picks (plain work is the common case); when a session row is older it is unlocked again
+  ** (queued, no round trip). A round repeats only after a close marker was dropped or a
+  ** session was lost meanwhile. */
   for (round = 0; round < 64 && !got; round++) {
     PGresult *plain = NULL, *owned = NULL, *claim = NULL;
     qp_t qn, qo, qc, qk;
     cand_clear(&c);
     dx__qp_init(&qn);
     dx__qp_i64(&qn, now);
+    dx__qp_i64(&qn, dx__sat_add(now, lock_ms));
     dx__qp_init(&qo);
     dx__qp_i64(&qo, now);
     dx__qp_str(&qo, cfg->worker_id);
@@ -216,17 +217,23 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
     /* the advisory lock serializes every claim made under this worker id (held to the end of
     ** the transaction), so the capacity count and the claim cannot interleave */
     if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
-        (rc = dx__pg_qsend(t, PQ_WORK_PICK_PLAIN, &qn, &plain)) ||
+        (rc = dx__pg_qsend(t, PQ_WORK_FETCH_PLAIN, &qn, &plain)) ||
         (rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &owned)) ||
         (rc = dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &claim)) || (rc = dx__pg_qwait(t)))
       break;
-    rc = consider(t, plain, WC_PLAIN, &c);
+    rc = consider(t, plain, WC_PLAIN, 3, &c);
     if (rc) PQclear(owned);
-    else rc = consider(t, owned, WC_OWNED, &c);
+    else rc = consider(t, owned, WC_OWNED, 0, &c);
     if (rc) PQclear(claim);
-    else rc = consider(t, claim, WC_CLAIM, &c);
-    if (rc) break;
-    if (!c.found) break;
+    else rc = consider(t, claim, WC_CLAIM, 0, &c);
+    if (!rc && c.found && c.kind == WC_PLAIN) {
+      rc = hand_out(t, plain, out, &got); /* takes plain */
+      plain = NULL;
+    } else if (!rc && plain && PQntuples(plain) == 1) {
+      rc = q_seq(t, PQ_WORK_UNLOCK, dx__col_i64(plain, 0, 3));
+    }
+    PQclear(plain);
+    if (rc || !c.found || got) break;
     if ((rc = take(t, &c, now, lock_ms, cfg, out, &got))) break;
   }
   cand_clear(&c);
