@@ -258,6 +258,7 @@ int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err) {
   int rc;
   if (c && c->pid == getpid()) check_idle(c);
   if (c && c->pid != getpid()) { /* inherited across fork: forget it, start fresh */
+    dx__pg_orch_unbuffer_drop(c); /* the parent's locks: never ours to release */
     c->conn = NULL;
     c->in_batch = 0;
     c->batch_rc = 0;
