@@ -570,3 +570,140 @@ DX_TEST(pg_batch_fetch_releases_what_it_did_not_hand_out) {
   M(p)->destroy(p);
   free(store);
 }
+
+/* Several processes run whole workflows on one schema at once, per-call transactions under
+** READ COMMITTED: every turn schedules an activity and sends a message to the next instance,
+** every activity completion enqueues the next turn. No instance is ever held twice, every
+** instance finishes, and nothing is left queued (an enqueue that raced a release would leave a
+** message no fetch ever sees). A call that fails with DX_ERETRY changed nothing: it is retried. */
+enum { ST_INST = 40, ST_TURNS = 10, ST_PROCS = 4 };
+
+typedef struct {
+  atomic_int holders[ST_INST];
+  atomic_int violations, finished, retries;
+} stress_t;
+
+static stress_t *g_st;
+
+static int retry_call(int rc) {
+  if (rc == DX_ERETRY) atomic_fetch_add(&g_st->retries, 1);
+  return rc == DX_ERETRY;
+}
+
+static void stress_child(const char *store) {
+  dx_provider_t *p = dx_pv_open(store);
+  dx_error_t err;
+  int64_t deadline = wall_ms() + 90000;
+  int idle = 0, rc;
+  while (wall_ms() < deadline) {
+    dx_orch_item_t *it = NULL;
+    dx_work_fetch_t f;
+    int did = 0;
+    while (retry_call(rc = M(p)->fetch_orchestration_item(p, wall_ms(), 60000, &it, &err))) {}
+    if (rc) _exit(10);
+    if (it) {
+      int i = atoi(it->instance + 1), last;
+      dx_event_t ev;
+      dx_work_item_t act, note;
+      char next[16];
+      dx_orch_ack_t a;
+      if (atomic_fetch_add(&g_st->holders[i], 1) != 0) atomic_fetch_add(&g_st->violations, 1);
+      memset(&a, 0, sizeof a);
+      memset(&ev, 0, sizeof ev);
+      ev.event_id = it->history_len + 1;
+      ev.kind = ev.event_id == 1 ? DX_EV_ORCH_STARTED : DX_EV_EXT_EVENT;
+      ev.name = "e";
+      ev.data = "{}";
+      last = ev.event_id >= ST_TURNS;
+      act = item(DX_WI_ACT_EXECUTE, it->instance, ev.event_id);
+      snprintf(next, sizeof next, "i%d", (i + 1) % ST_INST);
+      note = item(DX_WI_EXTERNAL, next, 0);
+      a.instance = it->instance;
+      a.lock_token = it->lock_token;
+      a.execution_id = 1;
+      a.delta = &ev;
+      a.delta_len = 1;
+      a.orchestration_name = "Orch";
+      a.worker_items = &act;
+      a.worker_items_len = !last;
+      a.orch_items = &note;
+      a.orch_items_len = !last;
+      atomic_fetch_sub(&g_st->holders[i], 1);
+      while (retry_call(rc = M(p)->ack_orchestration_item(p, wall_ms(), &a, &err))) {}
+      if (rc) {
+        fprintf(stderr, "# ack %s: %s\n", it->instance, err.msg);
+        _exit(11);
+      }
+      if (ev.event_id == ST_TURNS) atomic_fetch_add(&g_st->finished, 1);
+      dx_orch_item_free(it);
+      did = 1;
+    }
+    while (retry_call(rc = M(p)->fetch_work_item(p, wall_ms(), 60000, NULL, &f, &err))) {}
+    if (rc) _exit(12);
+    if (f.item.kind) {
+      dx_work_item_t done_item = item(DX_WI_ACT_COMPLETED, f.item.instance, f.item.id);
+      while (retry_call(rc = M(p)->ack_work_item(p, wall_ms(), f.lock_token, &done_item, &err))) {}
+      if (rc) _exit(13);
+      dx_work_item_clear(&f.item);
+      did = 1;
+    }
+    if (did) {
+      idle = 0;
+      continue;
+    }
+    if (atomic_load(&g_st->finished) >= ST_INST && ++idle > 50) {
+      dx_queue_depths_t d;
+      if (M(p)->get_queue_depths(p, &d, &err) == 0 && d.orchestrator == 0 && d.worker == 0) break;
+    }
+    usleep(1000);
+  }
+  M(p)->destroy(p);
+  _exit(0);
+}
+
+DX_TEST(pg_processes_running_workflows_lose_nothing) {
+  char *store = dx_pv_new_store(), id[16];
+  dx_provider_t *p = dx_pv_open(store);
+  dx_queue_depths_t d;
+  dx_error_t err;
+  pid_t pids[ST_PROCS];
+  int i, status;
+  int64_t due;
+  g_st = mmap(NULL, sizeof *g_st, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT(g_st != MAP_FAILED);
+  memset(g_st, 0, sizeof *g_st);
+  for (i = 0; i < ST_INST; i++) {
+    dx_work_item_t w = item(DX_WI_START, id, 0);
+    snprintf(id, sizeof id, "i%d", i);
+    ASSERT_OK(M(p)->enqueue_for_orchestrator(p, wall_ms(), &w, 0, &err));
+  }
+  M(p)->destroy(p);
+  fflush(NULL);
+  for (i = 0; i < ST_PROCS; i++) {
+    ASSERT((pids[i] = fork()) >= 0);
+    if (pids[i] == 0) stress_child(store);
+  }
+  for (i = 0; i < ST_PROCS; i++) {
+    ASSERT(waitpid(pids[i], &status, 0) == pids[i]);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) DX_FAIL_AT("child %d: status %d", i, status);
+  }
+  ASSERT_EQ(atomic_load(&g_st->violations), 0);
+  ASSERT_EQ(atomic_load(&g_st->finished), ST_INST);
+  p = dx_pv_open(store);
+  for (i = 0; i < ST_INST; i++) {
+    dx_event_t *ev;
+    size_t n;
+    snprintf(id, sizeof id, "i%d", i);
+    ASSERT_OK(M(p)->read_history(p, id, 0, &ev, &n, NULL, &err));
+    ASSERT(n >= ST_TURNS);
+    dx_events_free(ev, n);
+  }
+  ASSERT_OK(M(p)->get_queue_depths(p, &d, &err));
+  ASSERT_EQ(d.orchestrator, 0);
+  ASSERT_EQ(d.worker, 0);
+  ASSERT_OK(M(p)->next_due_ms(p, wall_ms(), &due, &err));
+  ASSERT_EQ(due, INT64_MAX); /* no queue row left behind either */
+  printf("# %d calls retried after DX_ERETRY\n", atomic_load(&g_st->retries));
+  M(p)->destroy(p);
+  free(store);
+}
