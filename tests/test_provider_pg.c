@@ -707,3 +707,67 @@ DX_TEST(pg_processes_running_workflows_lose_nothing) {
   M(p)->destroy(p);
   free(store);
 }
+
+/* ?liveness=on: a session whose owner process died (SIGKILL) is claimable at once by another
+** worker, long before its lease (10 min here) lapses; while the owner lives it is not. */
+DX_TEST(pg_liveness_moves_a_dead_owners_session_at_once) {
+  char *store = store_url("&liveness=on"), buf[4];
+  dx_provider_t *p = dx_pv_open(store);
+  dx_session_cfg_t cfg_b = {"B", 600000, 10};
+  dx_work_item_t w1 = item(DX_WI_ACT_EXECUTE, "I", 1), w2 = item(DX_WI_ACT_EXECUTE, "I", 2);
+  dx_work_fetch_t f;
+  dx_error_t err;
+  PGconn *c;
+  PGresult *r;
+  double up;
+  int fds[2], status, i;
+  pid_t pid;
+  w1.session_id = w2.session_id = "s1";
+  ASSERT_OK(M(p)->enqueue_for_worker(p, wall_ms(), &w1, &err));
+  c = admin(); /* liveness is not trusted in the first seconds after a server (re)start */
+  r = PQexec(c, "SELECT extract(epoch from clock_timestamp() - pg_postmaster_start_time())");
+  up = atof(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  PQfinish(c);
+  if (up < 6) usleep((useconds_t)((6 - up) * 1e6));
+  ASSERT(pipe(fds) == 0);
+  fflush(NULL);
+  ASSERT((pid = fork()) >= 0);
+  if (pid == 0) { /* worker A: claims s1, finishes item 1, then idles holding the session */
+    dx_provider_t *a = dx_pv_open(store);
+    dx_session_cfg_t cfg_a = {"A", 600000, 10};
+    if (M(a)->fetch_work_item(a, wall_ms(), 600000, &cfg_a, &f, &err) || f.item.id != 1 ||
+        M(a)->ack_work_item(a, wall_ms(), f.lock_token, NULL, &err))
+      _exit(1);
+    if (write(fds[1], "x", 1) != 1) _exit(2);
+    for (;;) pause();
+  }
+  close(fds[1]);
+  ASSERT(read(fds[0], buf, 1) == 1);
+  close(fds[0]);
+  ASSERT_OK(M(p)->enqueue_for_worker(p, wall_ms(), &w2, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, wall_ms(), 600000, &cfg_b, &f, &err));
+  ASSERT_EQ(f.item.kind, 0); /* A lives: its session stays A's */
+  kill(pid, SIGKILL);
+  ASSERT(waitpid(pid, &status, 0) == pid);
+  for (i = 0; i < 100; i++) { /* the server notices the closed connection within moments */
+    ASSERT_OK(M(p)->fetch_work_item(p, wall_ms(), 600000, &cfg_b, &f, &err));
+    if (f.item.kind) break;
+    usleep(100 * 1000);
+  }
+  ASSERT_EQ(f.item.id, 2);
+  ASSERT_EQ(f.session_claimed, 1);
+  ASSERT_STR_EQ(f.previous_owner, "A");
+  dx_work_item_clear(&f.item);
+  free(f.previous_owner);
+  M(p)->destroy(p);
+  free(store);
+}
+
+DX_TEST(pg_liveness_option_is_checked) {
+  dx_provider_t *p = (dx_provider_t *)1;
+  dx_error_t err;
+  ASSERT_EQ(dx__pg_open("postgresql:///x?liveness=maybe", 0, &p, &err), DX_EINVAL);
+  ASSERT(p == NULL);
+  ASSERT_CONTAINS(err.msg, "liveness");
+}

@@ -56,6 +56,9 @@ struct pg_s {
   int no_sync;
   char *channel_q;          /* quoted LISTEN/NOTIFY channel of the schema */
   PGconn *listen;           /* wake-up listener (loop thread); NULL until wake_fd */
+  int liveness;             /* ?liveness=on: workers hold liveness locks (pg_live.c) */
+  char *live_prefix;        /* "dx-live:<schema>:" */
+  struct pg_live_s *live;   /* the locks this handle holds, guarded by mu */
   pid_t listen_pid;
   pthread_key_t key;
   pthread_mutex_t mu;       /* guards conns and retry_after */
@@ -168,6 +171,11 @@ int dx__pg_test_expire_session(dx_provider_t *, const char *, int64_t);
 int dx__pg_wake_fd(dx_provider_t *pp);
 int dx__pg_wake_drain(dx_provider_t *pp, int *lost);
 void dx__pg_wake_close(pg_t *p);
+
+/* {===== pg_live.c =====} */
+/* Make sure `worker` holds its liveness lock (no-op without ?liveness=on). */
+int dx__pg_live_hold(pg_t *p, const char *worker, dx_error_t *err);
+void dx__pg_live_close(pg_t *p);
 
 /* {===== pg_schema.c =====} */
 int dx__pg_migrate(pg_t *p, PGconn *conn, dx_error_t *err);

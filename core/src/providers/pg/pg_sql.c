@@ -51,7 +51,17 @@ static const char MIGRATION_1[] =
   "CREATE TABLE started (instance_id text COLLATE \"C\" PRIMARY KEY);";
 
 const char *const dx__pg_migrations[] = {MIGRATION_1};
+
+/* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
+const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
 const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__pg_migrations[0]);
+
+/* An owner counts as dead (liveness on: $live = 1) when nobody holds its shared liveness lock
+** and the server has been up a while (a restart drops every lock: grace before trusting it).
+** The probe's exclusive lock lasts to the end of the prober's transaction. */
+#define OWNER_DEAD(owner, prefix, live)                                                      \
+  " (" live " = 1 AND pg_postmaster_start_time() < clock_timestamp() - interval '5 seconds'" \
+  " AND pg_try_advisory_xact_lock(hashtextextended(" prefix " || " owner ", 0)))"
 
 /* A claimable-or-owned session row is only a candidate when it is its session's head. */
 #define SESSION_HEAD                                                                        \
@@ -160,7 +170,8 @@ static const char *const SQL[PQ__COUNT] = {
     "SELECT w.seq, w.due_at, w.session_id, w.kind FROM work w"
     " WHERE w.session_id IS NOT NULL AND w.due_at <= $1::bigint"
     " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id"
-    " AND s.owner <> '' AND (s.owner = $2 OR s.locked_until > $1::bigint))"
+    " AND s.owner <> '' AND (s.owner = $2 OR (s.locked_until > $1::bigint AND NOT"
+    OWNER_DEAD("s.owner", "$4::text", "$5::bigint") ")))"
     " AND (SELECT count(*) FROM sessions o WHERE o.owner = $2 AND o.locked_until > $1::bigint)"
     " < $3::bigint"
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
@@ -187,7 +198,9 @@ static const char *const SQL[PQ__COUNT] = {
     " VALUES ($1, $2, NULL, $4::bigint, $3::bigint) ON CONFLICT (session_id) DO UPDATE SET"
     " owner = $2, prev = CASE WHEN s.owner <> '' THEN s.owner ELSE s.prev END,"
     " locked_until = $4::bigint, last_activity = $3::bigint"
-    " WHERE s.owner = '' OR (s.owner <> $2 AND s.locked_until <= $3::bigint) RETURNING prev",
+    " WHERE s.owner = '' OR (s.owner <> $2 AND (s.locked_until <= $3::bigint OR"
+    OWNER_DEAD("s.owner", "$5::text", "$6::bigint") ")) RETURNING prev",
+
   [PQ_SESS_OWNED] =
     "UPDATE sessions SET last_activity = $3::bigint, locked_until = CASE WHEN locked_until <="
     " $3::bigint THEN $4::bigint ELSE locked_until END WHERE session_id = $1 AND owner = $2",

@@ -27,5 +27,7 @@ const char *dx__pg_stmt_name(pg_stmt_t id);
 /* The schema migrations, oldest first: version i+1 is dx__pg_migrations[i]. */
 extern const char *const dx__pg_migrations[];
 extern const int dx__pg_migration_count;
+/* The liveness lock a worker holds (parameter: the key text, see pg_live.c). */
+extern const char dx__pg_live_hold_sql[];
 
 #endif

@@ -159,6 +159,10 @@ static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
   dx__qp_i64(&qs, dx__sat_add(now, cfg->session_lock_ms));
   dx__qp_str(&ql, c->sid);
   dx__qp_str(&ql, cfg->worker_id);
+  if (c->kind == WC_CLAIM) { /* a live lease of a dead owner is claimable (liveness on) */
+    dx__qp_str(&qs, t->p->live_prefix);
+    dx__qp_i64(&qs, t->p->liveness);
+  }
   if ((rc = dx__pg_qsend(t, c->kind == WC_CLAIM ? PQ_SESS_CLAIM : PQ_SESS_OWNED, &qs, &sess)) ||
       (rc = dx__pg_qsend(t, PQ_WORK_SET_LOCK_OWNED, &ql, &row)) || (rc = dx__pg_qwait(t)))
     return rc;
@@ -185,6 +189,7 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   cand_t c;
   int rc = 0, round, got = 0;
   memset(&c, 0, sizeof c);
+  if (cfg && (rc = dx__pg_live_hold(t->p, cfg->worker_id, t->err))) return rc;
   if (!cfg) { /* plain rows only: pick and lock in one statement */
     PGresult *res;
     qp_t q;
@@ -212,6 +217,8 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
     dx__qp_i64(&qc, now);
     dx__qp_str(&qc, cfg->worker_id);
     dx__qp_i64(&qc, (int64_t)cfg->max_sessions);
+    dx__qp_str(&qc, t->p->live_prefix);
+    dx__qp_i64(&qc, t->p->liveness);
     dx__qp_init(&qk);
     dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
     /* the advisory lock serializes every claim made under this worker id (held to the end of
