@@ -59,6 +59,9 @@ struct pg_s {
   int liveness;             /* ?liveness=on: workers hold liveness locks (pg_live.c) */
   char *live_prefix;        /* "dx-live:<schema>:" */
   struct pg_live_s *live;   /* the locks this handle holds, guarded by mu */
+  int64_t reaped_at;        /* caller-clock ms of the last dead-worker sweep of sessions */
+  int64_t reaped_orch_at;   /* ... and of instance locks */
+  char proc_tag[24];        /* "@<random hex>": this handle's name as a lock holder */
   pid_t listen_pid;
   pthread_key_t key;
   pthread_mutex_t mu;       /* guards conns and retry_after */
@@ -176,6 +179,10 @@ void dx__pg_wake_close(pg_t *p);
 /* Make sure `worker` holds its liveness lock (no-op without ?liveness=on). */
 int dx__pg_live_hold(pg_t *p, const char *worker, dx_error_t *err);
 void dx__pg_live_close(pg_t *p);
+/* 1 when a session fetch should first sweep dead owners' in-flight rows (throttled). */
+int dx__pg_live_sweep_due(pg_t *p, int64_t *last, int64_t now);
+/* When (caller's clock) the next sweep is worth a fetch. */
+int64_t dx__pg_live_next_sweep(pg_t *p);
 
 /* {===== pg_schema.c =====} */
 int dx__pg_migrate(pg_t *p, PGconn *conn, dx_error_t *err);

@@ -6,8 +6,13 @@
 ** by SIGKILL) the server closes that connection at once and the lock goes with it. A worker
 ** that looks for a session to claim treats a session whose lease is live but whose owner's
 ** lock nobody holds as claimable (pg_sql.c, OWNER_DEAD), instead of waiting out the lease. The
-** lease stays the fallback. Every worker on a schema must run with the same setting: a worker
-** without liveness looks dead to peers that have it.
+** lease stays the fallback. A session fetch also sweeps (at most every 200 ms) the in-flight
+** rows of sessions whose owner is dead, making them due at once, so the session's next worker
+** does not wait out the dead owner's item lock either. Instance locks work the same way: each
+** handle holds a lock under its own random tag ("@<hex>"), orch_queue rows record the tag of
+** the handle that locked them, and an orchestration fetch sweeps instances whose locker is
+** dead. Every worker on a schema must run with
+** the same setting: a worker without liveness looks dead to peers that have it.
 */
 #include <poll.h>
 #include <stdio.h>
@@ -17,6 +22,8 @@
 
 #include "providers/pg/pg_internal.h"
 #include "util.h"
+
+#define SWEEP_EVERY_MS 250
 
 struct pg_live_s {
   char *worker;
@@ -83,6 +90,25 @@ int dx__pg_live_hold(pg_t *p, const char *worker, dx_error_t *err) {
 done:
   pthread_mutex_unlock(&p->mu);
   return rc;
+}
+
+/* Sweeps run at most every SWEEP_EVERY_MS of the caller's clock; next_due_ms asks for a
+** fetch (which sweeps) that often while anything is in flight. */
+int dx__pg_live_sweep_due(pg_t *p, int64_t *last, int64_t now) {
+  int due;
+  if (!p->liveness) return 0;
+  pthread_mutex_lock(&p->mu);
+  if ((due = now - *last >= SWEEP_EVERY_MS || now < *last)) *last = now;
+  pthread_mutex_unlock(&p->mu);
+  return due;
+}
+
+int64_t dx__pg_live_next_sweep(pg_t *p) {
+  int64_t at;
+  pthread_mutex_lock(&p->mu);
+  at = (p->reaped_at < p->reaped_orch_at ? p->reaped_at : p->reaped_orch_at) + SWEEP_EVERY_MS;
+  pthread_mutex_unlock(&p->mu);
+  return at;
 }
 
 void dx__pg_live_close(pg_t *p) {

@@ -386,10 +386,21 @@ static int orch_fill(tx_t *t, int64_t now, int64_t lock_ms, int k, int *picked_n
   qp_t q;
   int rc, n, i, oom = 0;
   *picked_n = 0;
+  if (t->p->liveness) { /* hold this handle's lock; sweep instances of dead lockers */
+    if ((rc = dx__pg_live_hold(t->p, t->p->proc_tag, t->err))) return rc;
+    if (dx__pg_live_sweep_due(t->p, &t->p->reaped_orch_at, now)) {
+      dx__qp_init(&q);
+      dx__qp_i64(&q, now);
+      dx__qp_str(&q, t->p->proc_tag);
+      dx__qp_str(&q, t->p->live_prefix);
+      if ((rc = dx__pg_qsend(t, PQ_ORCH_REAP, &q, NULL))) return rc;
+    }
+  }
   dx__qp_init(&q);
   dx__qp_i64(&q, now);
   dx__qp_i64(&q, dx__sat_add(now, lock_ms));
   dx__qp_i64(&q, k);
+  dx__qp_str(&q, t->p->liveness ? t->p->proc_tag : NULL);
   if ((rc = dx__pg_q(t, PQ_ORCH_PICK, &q, &res))) return rc;
   n = PQntuples(res);
   if (n && !(v = calloc((size_t)n, sizeof *v))) oom = 1;

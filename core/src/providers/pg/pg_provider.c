@@ -175,6 +175,7 @@ int dx__pg_open(const char *url, int no_sync, dx_provider_t **out, dx_error_t *e
     goto fail;
   }
   sprintf(p->live_prefix, "dx-live:%s:", p->schema);
+  snprintf(p->proc_tag, sizeof p->proc_tag, "@%016llx", (unsigned long long)dx__random_u64());
   if ((rc = dx__pg_connect(p->conninfo, p->schema_q, &conn, err))) goto fail;
   rc = dx__pg_migrate(p, conn, err);
   PQfinish(conn);

@@ -182,11 +182,18 @@ int dx__pg_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *er
   PGresult *res = NULL;
   tx_t t;
   int rc;
-  (void)now;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = PG_NEVER;
   if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) return rc;
-  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_NEXT_DUE, NULL, &res));
+  if (((pg_t *)pp)->liveness) {
+    qp_t q;
+    dx__qp_init(&q);
+    dx__qp_i64(&q, now);
+    dx__qp_i64(&q, dx__pg_live_next_sweep((pg_t *)pp));
+    rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_NEXT_DUE_LIVE, &q, &res));
+  } else {
+    rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_NEXT_DUE, NULL, &res));
+  }
   if (!rc && !dx__col_null(res, 0, 0)) *out = dx__col_i64(res, 0, 0);
   PQclear(res);
   return rc;

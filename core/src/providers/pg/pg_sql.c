@@ -29,7 +29,7 @@ static const char MIGRATION_1[] =
   "CREATE TABLE history (instance_id text COLLATE \"C\", exec bigint, event_id bigint,"
   "  rec bytea NOT NULL, PRIMARY KEY (instance_id, exec, event_id));"
   "CREATE TABLE orch_queue (instance_id text COLLATE \"C\" PRIMARY KEY, ready_at bigint,"
-  "  locked_until bigint, lock_token bigint, due_at bigint);"
+  "  locked_until bigint, lock_token bigint, due_at bigint, locked_by text);"
   "CREATE INDEX orch_queue_due ON orch_queue (due_at, instance_id) WHERE due_at IS NOT NULL;"
   "CREATE TABLE orch_msgs (seq bigint PRIMARY KEY, instance_id text COLLATE \"C\" NOT NULL,"
   "  visible_at bigint NOT NULL, lock_token bigint, attempt bigint NOT NULL DEFAULT 0,"
@@ -90,13 +90,17 @@ static const char *const SQL[PQ__COUNT] = {
     "WITH c AS (SELECT instance_id, due_at FROM orch_queue WHERE due_at <= $1::bigint"
     " ORDER BY due_at, instance_id LIMIT $3::bigint FOR UPDATE SKIP LOCKED)"
     " UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, ready_at = NULL FROM c WHERE q.instance_id = c.instance_id"
-    " RETURNING q.instance_id, q.lock_token, c.due_at",
+    " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text"
+    " FROM c WHERE q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at",
+  [PQ_ORCH_REAP] = /* liveness on: instances locked by a dead process are due now */
+    "UPDATE orch_queue SET due_at = $1::bigint, locked_until = $1::bigint"
+    " WHERE lock_token IS NOT NULL AND locked_until > $1::bigint AND locked_by IS NOT NULL"
+    " AND locked_by <> $2 AND" OWNER_DEAD("locked_by", "$3::text", "1"),
   [PQ_ORCH_MARK] =
     "UPDATE orch_msgs SET lock_token = $2::bigint, attempt = attempt + 1"
     " WHERE instance_id = $1 AND visible_at <= $3::bigint RETURNING seq, attempt, item",
   [PQ_ORCH_RELEASE] =
-    "UPDATE orch_queue q SET lock_token = NULL, locked_until = NULL,"
+    "UPDATE orch_queue q SET lock_token = NULL, locked_until = NULL, locked_by = NULL,"
     " ready_at = LEAST(q.ready_at, m.nxt), due_at = LEAST(q.ready_at, m.nxt)"
     " FROM (SELECT min(visible_at) AS nxt FROM orch_msgs WHERE instance_id = $1) m"
     " WHERE q.instance_id = $1",
@@ -175,6 +179,11 @@ static const char *const SQL[PQ__COUNT] = {
     " AND (SELECT count(*) FROM sessions o WHERE o.owner = $2 AND o.locked_until > $1::bigint)"
     " < $3::bigint"
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
+  [PQ_WORK_REAP] = /* liveness on: a dead owner's in-flight session rows are due now */
+    "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
+    " WHERE w.session_id = s.session_id AND s.owner <> '' AND s.owner <> $2"
+    " AND s.locked_until > $1::bigint AND w.lock_token IS NOT NULL"
+    " AND w.locked_until > $1::bigint AND" OWNER_DEAD("s.owner", "$3::text", "1"),
   [PQ_WORK_SET_LOCK_OWNED] = /* only while the session is ours (claimed just before) */
     "UPDATE work SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, attempt = attempt + 1 WHERE seq = $1::bigint"
@@ -249,6 +258,13 @@ static const char *const SQL[PQ__COUNT] = {
     "UPDATE history SET rec = '\\xc1c1c1c1'::bytea WHERE instance_id = $1 AND exec = $2::bigint"
     " AND event_id = $3::bigint",
   [PQ_TEST_EXPIRE] = "UPDATE sessions SET locked_until = $2::bigint WHERE session_id = $1",
+  [PQ_NEXT_DUE_LIVE] = /* liveness on: while session rows or instances are in flight, look
+    ** again soon (their holder may die; the next fetch sweeps dead holders' locks) */
+    "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work),"
+    " CASE WHEN EXISTS (SELECT 1 FROM work WHERE session_id IS NOT NULL"
+    " AND lock_token IS NOT NULL AND locked_until > $1::bigint)"
+    " OR EXISTS (SELECT 1 FROM orch_queue WHERE locked_by IS NOT NULL"
+    " AND locked_until > $1::bigint) THEN $2::bigint END)",
   [PQ_NEXT_DUE] =
     "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work))",
 };

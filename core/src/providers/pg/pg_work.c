@@ -223,6 +223,14 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
     dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
     /* the advisory lock serializes every claim made under this worker id (held to the end of
     ** the transaction), so the capacity count and the claim cannot interleave */
+    if (round == 0 && dx__pg_live_sweep_due(t->p, &t->p->reaped_at, now)) {
+      qp_t qr;
+      dx__qp_init(&qr);
+      dx__qp_i64(&qr, now);
+      dx__qp_str(&qr, cfg->worker_id);
+      dx__qp_str(&qr, t->p->live_prefix);
+      if ((rc = dx__pg_qsend(t, PQ_WORK_REAP, &qr, NULL))) break;
+    }
     if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
         (rc = dx__pg_qsend(t, PQ_WORK_FETCH_PLAIN, &qn, &plain)) ||
         (rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &owned)) ||
