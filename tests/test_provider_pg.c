@@ -503,7 +503,7 @@ DX_TEST(pg_deadlock_fails_the_batch_with_eretry) {
   dx_error_t err;
   int rc;
   ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &a, 0, &err));
-  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0 + 1, &b, 0, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0 + 1, &b, 60000, &err)); /* B: not due yet */
   ASSERT_OK(M(p)->begin(p, &err));
   ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 2, 30000, &it, &err)); /* locks A's row */
   ASSERT(it && strcmp(it->instance, "A") == 0);
@@ -528,4 +528,246 @@ DX_TEST(pg_deadlock_fails_the_batch_with_eretry) {
   dx_orch_item_free(it);
   M(p)->destroy(p);
   free(store);
+}
+
+/* A fetch inside a batch may lock several instances ahead; the ones it did not hand out
+** before the commit are released by it, as if never fetched (no attempt spent). */
+DX_TEST(pg_batch_fetch_releases_what_it_did_not_hand_out) {
+  char *store = dx_pv_new_store(), id[8];
+  dx_provider_t *p = dx_pv_open(store);
+  dx_orch_item_t *it = NULL, *again[5];
+  dx_error_t err;
+  int i;
+  for (i = 0; i < 5; i++) {
+    dx_work_item_t w = item(DX_WI_START, id, 0);
+    snprintf(id, sizeof id, "i%d", i);
+    ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0 + i, &w, 0, &err));
+  }
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 10, 30000, &it, &err));
+  ASSERT(it && strcmp(it->instance, "i0") == 0);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  for (i = 0; i < 4; i++) { /* the other four: fetchable now, first attempt */
+    ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 11, 30000, &again[i], &err));
+    ASSERT(again[i] != NULL);
+    snprintf(id, sizeof id, "i%d", i + 1);
+    ASSERT_STR_EQ(again[i]->instance, id);
+    ASSERT_EQ(again[i]->attempt_count, 1);
+  }
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 11, 30000, &again[4], &err));
+  ASSERT(again[4] == NULL); /* i0 is still locked by the batch's fetch */
+  for (i = 0; i < 4; i++) dx_orch_item_free(again[i]);
+  dx_orch_item_free(it);
+  /* a rolled back batch keeps nothing either */
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 40000, 30000, &it, &err));
+  ASSERT(it != NULL);
+  M(p)->rollback(p);
+  dx_orch_item_free(it);
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 40000, 30000, &it, &err));
+  ASSERT(it && strcmp(it->instance, "i0") == 0 && it->attempt_count == 2);
+  dx_orch_item_free(it);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* Several processes run whole workflows on one schema at once, per-call transactions under
+** READ COMMITTED: every turn schedules an activity and sends a message to the next instance,
+** every activity completion enqueues the next turn. No instance is ever held twice, every
+** instance finishes, and nothing is left queued (an enqueue that raced a release would leave a
+** message no fetch ever sees). A call that fails with DX_ERETRY changed nothing: it is retried. */
+enum { ST_INST = 40, ST_TURNS = 10, ST_PROCS = 4 };
+
+typedef struct {
+  atomic_int holders[ST_INST];
+  atomic_int violations, finished, retries;
+} stress_t;
+
+static stress_t *g_st;
+
+static int retry_call(int rc) {
+  if (rc == DX_ERETRY) atomic_fetch_add(&g_st->retries, 1);
+  return rc == DX_ERETRY;
+}
+
+static void stress_child(const char *store) {
+  dx_provider_t *p = dx_pv_open(store);
+  dx_error_t err;
+  int64_t deadline = wall_ms() + 90000;
+  int idle = 0, rc;
+  while (wall_ms() < deadline) {
+    dx_orch_item_t *it = NULL;
+    dx_work_fetch_t f;
+    int did = 0;
+    while (retry_call(rc = M(p)->fetch_orchestration_item(p, wall_ms(), 60000, &it, &err))) {}
+    if (rc) _exit(10);
+    if (it) {
+      int i = atoi(it->instance + 1), last;
+      dx_event_t ev;
+      dx_work_item_t act, note;
+      char next[16];
+      dx_orch_ack_t a;
+      if (atomic_fetch_add(&g_st->holders[i], 1) != 0) atomic_fetch_add(&g_st->violations, 1);
+      memset(&a, 0, sizeof a);
+      memset(&ev, 0, sizeof ev);
+      ev.event_id = it->history_len + 1;
+      ev.kind = ev.event_id == 1 ? DX_EV_ORCH_STARTED : DX_EV_EXT_EVENT;
+      ev.name = "e";
+      ev.data = "{}";
+      last = ev.event_id >= ST_TURNS;
+      act = item(DX_WI_ACT_EXECUTE, it->instance, ev.event_id);
+      snprintf(next, sizeof next, "i%d", (i + 1) % ST_INST);
+      note = item(DX_WI_EXTERNAL, next, 0);
+      a.instance = it->instance;
+      a.lock_token = it->lock_token;
+      a.execution_id = 1;
+      a.delta = &ev;
+      a.delta_len = 1;
+      a.orchestration_name = "Orch";
+      a.worker_items = &act;
+      a.worker_items_len = !last;
+      a.orch_items = &note;
+      a.orch_items_len = !last;
+      atomic_fetch_sub(&g_st->holders[i], 1);
+      while (retry_call(rc = M(p)->ack_orchestration_item(p, wall_ms(), &a, &err))) {}
+      if (rc) {
+        fprintf(stderr, "# ack %s: %s\n", it->instance, err.msg);
+        _exit(11);
+      }
+      if (ev.event_id == ST_TURNS) atomic_fetch_add(&g_st->finished, 1);
+      dx_orch_item_free(it);
+      did = 1;
+    }
+    while (retry_call(rc = M(p)->fetch_work_item(p, wall_ms(), 60000, NULL, &f, &err))) {}
+    if (rc) _exit(12);
+    if (f.item.kind) {
+      dx_work_item_t done_item = item(DX_WI_ACT_COMPLETED, f.item.instance, f.item.id);
+      while (retry_call(rc = M(p)->ack_work_item(p, wall_ms(), f.lock_token, &done_item, &err))) {}
+      if (rc) _exit(13);
+      dx_work_item_clear(&f.item);
+      did = 1;
+    }
+    if (did) {
+      idle = 0;
+      continue;
+    }
+    if (atomic_load(&g_st->finished) >= ST_INST && ++idle > 50) {
+      dx_queue_depths_t d;
+      if (M(p)->get_queue_depths(p, &d, &err) == 0 && d.orchestrator == 0 && d.worker == 0) break;
+    }
+    usleep(1000);
+  }
+  M(p)->destroy(p);
+  _exit(0);
+}
+
+DX_TEST(pg_processes_running_workflows_lose_nothing) {
+  char *store = dx_pv_new_store(), id[16];
+  dx_provider_t *p = dx_pv_open(store);
+  dx_queue_depths_t d;
+  dx_error_t err;
+  pid_t pids[ST_PROCS];
+  int i, status;
+  int64_t due;
+  g_st = mmap(NULL, sizeof *g_st, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT(g_st != MAP_FAILED);
+  memset(g_st, 0, sizeof *g_st);
+  for (i = 0; i < ST_INST; i++) {
+    dx_work_item_t w = item(DX_WI_START, id, 0);
+    snprintf(id, sizeof id, "i%d", i);
+    ASSERT_OK(M(p)->enqueue_for_orchestrator(p, wall_ms(), &w, 0, &err));
+  }
+  M(p)->destroy(p);
+  fflush(NULL);
+  for (i = 0; i < ST_PROCS; i++) {
+    ASSERT((pids[i] = fork()) >= 0);
+    if (pids[i] == 0) stress_child(store);
+  }
+  for (i = 0; i < ST_PROCS; i++) {
+    ASSERT(waitpid(pids[i], &status, 0) == pids[i]);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) DX_FAIL_AT("child %d: status %d", i, status);
+  }
+  ASSERT_EQ(atomic_load(&g_st->violations), 0);
+  ASSERT_EQ(atomic_load(&g_st->finished), ST_INST);
+  p = dx_pv_open(store);
+  for (i = 0; i < ST_INST; i++) {
+    dx_event_t *ev;
+    size_t n;
+    snprintf(id, sizeof id, "i%d", i);
+    ASSERT_OK(M(p)->read_history(p, id, 0, &ev, &n, NULL, &err));
+    ASSERT(n >= ST_TURNS);
+    dx_events_free(ev, n);
+  }
+  ASSERT_OK(M(p)->get_queue_depths(p, &d, &err));
+  ASSERT_EQ(d.orchestrator, 0);
+  ASSERT_EQ(d.worker, 0);
+  ASSERT_OK(M(p)->next_due_ms(p, wall_ms(), &due, &err));
+  ASSERT_EQ(due, INT64_MAX); /* no queue row left behind either */
+  printf("# %d calls retried after DX_ERETRY\n", atomic_load(&g_st->retries));
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* ?liveness=on: a session whose owner process died (SIGKILL) is claimable at once by another
+** worker, long before its lease (10 min here) lapses; while the owner lives it is not. */
+DX_TEST(pg_liveness_moves_a_dead_owners_session_at_once) {
+  char *store = store_url("&liveness=on"), buf[4];
+  dx_provider_t *p = dx_pv_open(store);
+  dx_session_cfg_t cfg_b = {"B", 600000, 10};
+  dx_work_item_t w1 = item(DX_WI_ACT_EXECUTE, "I", 1), w2 = item(DX_WI_ACT_EXECUTE, "I", 2);
+  dx_work_fetch_t f;
+  dx_error_t err;
+  PGconn *c;
+  PGresult *r;
+  double up;
+  int fds[2], status, i;
+  pid_t pid;
+  w1.session_id = w2.session_id = "s1";
+  ASSERT_OK(M(p)->enqueue_for_worker(p, wall_ms(), &w1, &err));
+  c = admin(); /* liveness is not trusted in the first seconds after a server (re)start */
+  r = PQexec(c, "SELECT extract(epoch from clock_timestamp() - pg_postmaster_start_time())");
+  up = atof(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  PQfinish(c);
+  if (up < 6) usleep((useconds_t)((6 - up) * 1e6));
+  ASSERT(pipe(fds) == 0);
+  fflush(NULL);
+  ASSERT((pid = fork()) >= 0);
+  if (pid == 0) { /* worker A: claims s1, finishes item 1, then idles holding the session */
+    dx_provider_t *a = dx_pv_open(store);
+    dx_session_cfg_t cfg_a = {"A", 600000, 10};
+    if (M(a)->fetch_work_item(a, wall_ms(), 600000, &cfg_a, &f, &err) || f.item.id != 1 ||
+        M(a)->ack_work_item(a, wall_ms(), f.lock_token, NULL, &err))
+      _exit(1);
+    if (write(fds[1], "x", 1) != 1) _exit(2);
+    for (;;) pause();
+  }
+  close(fds[1]);
+  ASSERT(read(fds[0], buf, 1) == 1);
+  close(fds[0]);
+  ASSERT_OK(M(p)->enqueue_for_worker(p, wall_ms(), &w2, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, wall_ms(), 600000, &cfg_b, &f, &err));
+  ASSERT_EQ(f.item.kind, 0); /* A lives: its session stays A's */
+  kill(pid, SIGKILL);
+  ASSERT(waitpid(pid, &status, 0) == pid);
+  for (i = 0; i < 100; i++) { /* the server notices the closed connection within moments */
+    ASSERT_OK(M(p)->fetch_work_item(p, wall_ms(), 600000, &cfg_b, &f, &err));
+    if (f.item.kind) break;
+    usleep(100 * 1000);
+  }
+  ASSERT_EQ(f.item.id, 2);
+  ASSERT_EQ(f.session_claimed, 1);
+  ASSERT_STR_EQ(f.previous_owner, "A");
+  dx_work_item_clear(&f.item);
+  free(f.previous_owner);
+  M(p)->destroy(p);
+  free(store);
+}
+
+DX_TEST(pg_liveness_option_is_checked) {
+  dx_provider_t *p = (dx_provider_t *)1;
+  dx_error_t err;
+  ASSERT_EQ(dx__pg_open("postgresql:///x?liveness=maybe", 0, &p, &err), DX_EINVAL);
+  ASSERT(p == NULL);
+  ASSERT_CONTAINS(err.msg, "liveness");
 }

@@ -183,6 +183,7 @@ static void conn_thread_exit(void *arg) {
   conn_unlink(p, c);
   pthread_mutex_unlock(&p->mu);
   conn_drop(c);
+  dx__pg_orch_unbuffer_drop(c);
   free(c->pend);
   free(c->pend_out);
   free(c);
@@ -197,6 +198,7 @@ void dx__pg_conns_close(pg_t *p) {
   for (c = p->conns; c; c = next) {
     next = c->next;
     conn_drop(c);
+    dx__pg_orch_unbuffer_drop(c);
     free(c->pend);
     free(c->pend_out);
     free(c);
@@ -256,6 +258,7 @@ int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err) {
   int rc;
   if (c && c->pid == getpid()) check_idle(c);
   if (c && c->pid != getpid()) { /* inherited across fork: forget it, start fresh */
+    dx__pg_orch_unbuffer_drop(c); /* the parent's locks: never ours to release */
     c->conn = NULL;
     c->in_batch = 0;
     c->batch_rc = 0;
@@ -343,10 +346,11 @@ static int send_stmt(pg_conn_t *c, int id, const char *sql, const qp_t *qp, PGre
   return rc == DX_ESTORE ? dx_error_set(err, DX_ERETRY, "%s", err ? err->msg : "") : rc;
 }
 
-/* Read the results of every queued statement, handing each to the out-pointer it was queued
-** with. Returns the first error (the statements after it in the transaction were skipped);
-** on error no result is handed out. */
-static int drain(pg_conn_t *c, dx_error_t *err) {
+/* Read the results of every queued statement; with `deliver`, hand each to the out-pointer it
+** was queued with (only dx__pg_qwait delivers: a method's queued reads belong to that method's
+** frame, anything else discards them). Returns the first error (the statements after it in
+** the transaction were skipped); on error no result is handed out. */
+static int drain(pg_conn_t *c, int deliver, dx_error_t *err) {
   int i, n = c->pending, rc = 0;
   PGresult *res;
   if (!PQpipelineSync(c->conn)) {
@@ -362,7 +366,7 @@ static int drain(pg_conn_t *c, dx_error_t *err) {
       c->reprepare = 1; /* a skipped or failed Parse leaves a statement unprepared */
       if (!rc && st != PGRES_PIPELINE_ABORTED) rc = dx__pg_fail(c->conn, res, c->pend[i], err);
       PQclear(res);
-    } else if (c->pend_out[i]) {
+    } else if (deliver && c->pend_out[i]) {
       *c->pend_out[i] = res;
     } else {
       PQclear(res);
@@ -381,7 +385,7 @@ static int drain(pg_conn_t *c, dx_error_t *err) {
     rc = DX_ERETRY;
     if (err) err->code = DX_ERETRY;
   }
-  for (i = 0; rc && i < n; i++)
+  for (i = 0; rc && deliver && i < n; i++)
     if (c->pend_out[i] && *c->pend_out[i]) {
       PQclear(*c->pend_out[i]);
       *c->pend_out[i] = NULL;
@@ -394,7 +398,7 @@ static int drain(pg_conn_t *c, dx_error_t *err) {
 /* Run `sql` (no parameters) after everything queued, and wait for all of it. */
 static int simple(pg_conn_t *c, const char *sql, dx_error_t *err) {
   int rc = send_stmt(c, -1, sql, NULL, NULL, err);
-  return rc ? rc : drain(c, err);
+  return rc ? rc : drain(c, 0, err);
 }
 
 /* End the connection's transaction, whatever state it is in (errors ignored). */
@@ -433,7 +437,8 @@ int dx__pg_qsend(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out) {
   if (c->batch_rc) return batch_failed(c, t->err);
   if (!c->conn) return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ERETRY, "connection lost"));
   if ((rc = send_stmt(c, (int)id, NULL, qp, out, t->err))) return q_failed(t, rc);
-  if (!out && c->pending >= PG_PIPELINE_MAX && (rc = drain(c, t->err))) return q_failed(t, rc);
+  if (!out && c->pending >= PG_PIPELINE_MAX && (rc = drain(c, 0, t->err)))
+    return q_failed(t, rc);
   return 0;
 }
 
@@ -441,7 +446,7 @@ int dx__pg_qwait(tx_t *t) {
   int rc;
   if (t->c->batch_rc) return batch_failed(t->c, t->err);
   if (!t->c->conn) return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ERETRY, "connection lost"));
-  return (rc = drain(t->c, t->err)) ? q_failed(t, rc) : 0;
+  return (rc = drain(t->c, 1, t->err)) ? q_failed(t, rc) : 0;
 }
 
 int dx__pg_q(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out) {
@@ -451,16 +456,21 @@ int dx__pg_q(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out) {
 
 /* {===== transactions =====} */
 
-/* Open a transaction (queued: no round trip). After a failure, statements are prepared
-** afresh, since a Parse may have been skipped. */
+/* After a failure, statements are prepared afresh (a Parse may have been skipped). */
+static int reprepare_if_needed(pg_conn_t *c, dx_error_t *err) {
+  int rc;
+  if (!c->reprepare) return 0;
+  if ((rc = send_stmt(c, -1, "DEALLOCATE ALL", NULL, NULL, err))) return rc;
+  memset(c->prepared, 0, sizeof c->prepared);
+  c->reprepare = 0;
+  return 0;
+}
+
+/* Open a transaction (queued: no round trip). */
 static int open_tx(pg_conn_t *c, dx_error_t *err) {
   int rc;
   c->notify = 0;
-  if (c->reprepare) {
-    if ((rc = send_stmt(c, -1, "DEALLOCATE ALL", NULL, NULL, err))) return rc;
-    memset(c->prepared, 0, sizeof c->prepared);
-    c->reprepare = 0;
-  }
+  if ((rc = reprepare_if_needed(c, err))) return rc;
   return send_stmt(c, -1, "BEGIN", NULL, NULL, err);
 }
 
@@ -474,6 +484,16 @@ int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
   if ((rc = open_tx(t->c, err))) return rc;
   t->own = 1;
   return 0;
+}
+
+int dx__pg_read_begin(pg_t *p, tx_t *t, dx_error_t *err) {
+  int rc;
+  memset(t, 0, sizeof *t);
+  t->p = p;
+  t->err = err;
+  if ((rc = dx__pg_conn_get(p, &t->c, err))) return rc;
+  if (t->c->in_batch) return t->c->batch_rc ? batch_failed(t->c, err) : 0;
+  return reprepare_if_needed(t->c, err);
 }
 
 /* COMMIT, queued behind the transaction's writes, in one round trip: optionally without
@@ -522,6 +542,15 @@ int dx__pg_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   int rc;
   if (!c || !c->in_batch || c->pid != getpid())
     return dx_error_set(err, DX_ESTATE, "commit without begin");
+  if (!c->batch_rc && c->conn) { /* instances locked ahead and not handed out go back */
+    tx_t t;
+    memset(&t, 0, sizeof t);
+    t.p = p;
+    t.c = c;
+    t.err = err;
+    dx__pg_orch_unbuffer(&t, 1);
+  }
+  dx__pg_orch_unbuffer_drop(c);
   c->in_batch = 0;
   if (c->batch_rc) {
     rc = batch_failed(c, err);
@@ -538,6 +567,7 @@ void dx__pg_rollback(dx_provider_t *pp) {
   pg_t *p = (pg_t *)pp;
   pg_conn_t *c = pthread_getspecific(p->key);
   if (!c || !c->in_batch || c->pid != getpid()) return;
+  dx__pg_orch_unbuffer_drop(c);
   c->in_batch = 0;
   c->batch_rc = 0;
   rollback_now(c);

@@ -23,8 +23,6 @@
 #include "providers/pg/pg_sql.h"
 
 #define PG_NEVER INT64_MAX
-#define PG_INSTANCE_MAX 400 /* engine-wide instance id limit (same as the LMDB provider) */
-#define PG_SESSION_MAX 200  /* session and worker ids */
 #define PG_MAX_PARAMS 16
 
 typedef struct pg_s pg_t;
@@ -43,6 +41,10 @@ typedef struct pg_conn_s {
   int pend_cap;
   const char **pend;        /* their names, for error messages */
   PGresult ***pend_out;     /* where each one's result goes (NULL: discarded) */
+  /* orchestration items locked by a fetch in this batch and not handed out yet */
+  dx_orch_item_t **obuf;
+  int obuf_n, obuf_next;
+  int64_t obuf_now, obuf_lock;
   struct pg_conn_s *next;   /* owner's list */
 } pg_conn_t;
 
@@ -54,6 +56,12 @@ struct pg_s {
   int no_sync;
   char *channel_q;          /* quoted LISTEN/NOTIFY channel of the schema */
   PGconn *listen;           /* wake-up listener (loop thread); NULL until wake_fd */
+  int liveness;             /* ?liveness=on: workers hold liveness locks (pg_live.c) */
+  char *live_prefix;        /* "dx-live:<schema>:" */
+  struct pg_live_s *live;   /* the locks this handle holds, guarded by mu */
+  int64_t reaped_at;        /* caller-clock ms of the last dead-worker sweep of sessions */
+  int64_t reaped_orch_at;   /* ... and of instance locks */
+  char proc_tag[24];        /* "@<random hex>": this handle's name as a lock holder */
   pid_t listen_pid;
   pthread_key_t key;
   pthread_mutex_t mu;       /* guards conns and retry_after */
@@ -86,6 +94,9 @@ int dx__pg_connect(const char *conninfo, const char *schema_q, PGconn **out, dx_
 /* Map a failed result (or NULL result) on `conn` to a DX code with a message naming `what`. */
 int dx__pg_fail(PGconn *conn, PGresult *res, const char *what, dx_error_t *err);
 int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err);
+/* For methods that only read: the batch if one is open, else no transaction at all (each
+** statement is its own; one round trip per read). dx__pg_tx_end still ends it. */
+int dx__pg_read_begin(pg_t *p, tx_t *t, dx_error_t *err);
 /* Ends the method: own txn -> COMMIT on rc == 0, else ROLLBACK. Returns rc (or the commit's). */
 int dx__pg_tx_end(tx_t *t, int rc);
 /* An unexpected failure after writes: the batch (if any) must not commit. Returns rc. */
@@ -114,14 +125,11 @@ char *dx__col_str(const PGresult *r, int row, int col, int *oom); /* NULL -> NUL
 int64_t dx__sat_add(int64_t a, int64_t b);
 uint64_t dx__pg_hash(const char *a, const char *b);
 
-/* {===== argument checks (pg_orch.c) =====} */
-int dx__pg_check_instance(const char *inst, dx_error_t *err);
-int dx__pg_check_item(const dx_work_item_t *w, dx_error_t *err);
-int dx__pg_check_payload(const dx_work_item_t *w, dx_error_t *err);
-int dx__pg_check_events(const dx_event_t *ev, size_t n, dx_error_t *err);
-int dx__pg_check_worker_id(const char *id, dx_error_t *err);
-
 /* {===== shared queue steps =====} */
+/* Before the batch ends: items a fetch locked ahead but never handed out are released
+** (commit: their locks and attempts undone in the transaction) or just dropped (rollback). */
+int dx__pg_orch_unbuffer(tx_t *t, int release);
+void dx__pg_orch_unbuffer_drop(pg_conn_t *c);
 int dx__pg_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__pg_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 /* DX_EEXIST (writing nothing) when an event id of `ev` is stored or repeated. */
@@ -166,6 +174,15 @@ int dx__pg_test_expire_session(dx_provider_t *, const char *, int64_t);
 int dx__pg_wake_fd(dx_provider_t *pp);
 int dx__pg_wake_drain(dx_provider_t *pp, int *lost);
 void dx__pg_wake_close(pg_t *p);
+
+/* {===== pg_live.c =====} */
+/* Make sure `worker` holds its liveness lock (no-op without ?liveness=on). */
+int dx__pg_live_hold(pg_t *p, const char *worker, dx_error_t *err);
+void dx__pg_live_close(pg_t *p);
+/* 1 when a session fetch should first sweep dead owners' in-flight rows (throttled). */
+int dx__pg_live_sweep_due(pg_t *p, int64_t *last, int64_t now);
+/* When (caller's clock) the next sweep is worth a fetch. */
+int64_t dx__pg_live_next_sweep(pg_t *p);
 
 /* {===== pg_schema.c =====} */
 int dx__pg_migrate(pg_t *p, PGconn *conn, dx_error_t *err);

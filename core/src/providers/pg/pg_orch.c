@@ -10,80 +10,9 @@
 #include <string.h>
 
 #include "codec.h"
+#include "providers/checks.h"
 #include "providers/pg/pg_internal.h"
 #include "util.h"
-
-/* {===== argument checks =====} */
-
-int dx__pg_check_instance(const char *inst, dx_error_t *err) {
-  size_t n;
-  if (!inst || !*inst) return dx_error_set(err, DX_EINVAL, "instance id is missing or empty");
-  n = strlen(inst);
-  if (n > PG_INSTANCE_MAX)
-    return dx_error_set(err, DX_EINVAL, "instance id is %zu bytes; the limit is %d bytes", n,
-                        PG_INSTANCE_MAX);
-  return 0;
-}
-
-int dx__pg_check_item(const dx_work_item_t *w, dx_error_t *err) {
-  size_t n;
-  if (!w) return dx_error_set(err, DX_EINVAL, "work item is NULL");
-  if (w->kind <= 0 || w->kind >= DX_WI__COUNT)
-    return dx_error_set(err, DX_EINVAL, "unknown work item kind %d", w->kind);
-  if (w->session_id && (n = strlen(w->session_id)) > PG_SESSION_MAX)
-    return dx_error_set(err, DX_EINVAL, "session id is %zu bytes; the limit is %d bytes", n,
-                        PG_SESSION_MAX);
-  return dx__pg_check_instance(w->instance, err);
-}
-
-int dx__pg_check_payload(const dx_work_item_t *w, dx_error_t *err) {
-  size_t n = w->data ? strlen(w->data) : 0;
-  if (n > DX_MAX_PAYLOAD_BYTES)
-    return dx_error_set(err, DX_ETOOBIG, "work item data is %zu bytes; the limit is %d bytes", n,
-                        DX_MAX_PAYLOAD_BYTES);
-  return 0;
-}
-
-int dx__pg_check_events(const dx_event_t *ev, size_t n, dx_error_t *err) {
-  size_t i;
-  if (n && !ev) return dx_error_set(err, DX_EINVAL, "events are NULL");
-  for (i = 0; i < n; i++)
-    if (ev[i].event_id == 0)
-      return dx_error_set(err, DX_EINVAL, "event %zu has event_id 0 (ids start at 1)", i);
-  return 0;
-}
-
-int dx__pg_check_worker_id(const char *id, dx_error_t *err) {
-  size_t n;
-  if (!id || !*id) return dx_error_set(err, DX_EINVAL, "session worker id is missing or empty");
-  if ((n = strlen(id)) > PG_SESSION_MAX)
-    return dx_error_set(err, DX_EINVAL, "worker id is %zu bytes; the limit is %d bytes", n,
-                        PG_SESSION_MAX);
-  return 0;
-}
-
-static int check_items(const dx_work_item_t *w, size_t n, dx_error_t *err) {
-  size_t i;
-  int rc;
-  for (i = 0; i < n; i++)
-    if ((rc = dx__pg_check_item(&w[i], err))) return rc;
-  return 0;
-}
-
-static int check_ack(const dx_orch_ack_t *a, dx_error_t *err) {
-  size_t i;
-  int rc;
-  if (!a) return dx_error_set(err, DX_EINVAL, "ack is NULL");
-  if ((rc = dx__pg_check_instance(a->instance, err))) return rc;
-  if (a->execution_id == 0) return dx_error_set(err, DX_EINVAL, "execution_id 0 (ids start at 1)");
-  if ((rc = dx__pg_check_events(a->delta, a->delta_len, err)) ||
-      (rc = check_items(a->worker_items, a->worker_items_len, err)) ||
-      (rc = check_items(a->orch_items, a->orch_items_len, err)))
-    return rc;
-  for (i = 0; i < a->cancelled_len; i++)
-    if ((rc = dx__pg_check_instance(a->cancelled[i].instance, err))) return rc;
-  return 0;
-}
 
 /* {===== history =====} */
 
@@ -108,7 +37,8 @@ static int dups_send(tx_t *t, const char *inst, uint64_t exec, const dx_event_t 
   if (!(arr = malloc(n * 22 + 3))) return dx__pg_nomem(t->err);
   o = arr;
   *o++ = '{';
-  for (i = 0; i < n; i++) o += sprintf(o, "%s%llu", i ? "," : "", (unsigned long long)ev[i].event_id);
+  for (i = 0; i < n; i++)
+    o += sprintf(o, "%s%llu", i ? "," : "", (unsigned long long)ev[i].event_id);
   *o++ = '}';
   *o = 0;
   dx__qp_init(&q);
@@ -127,7 +57,8 @@ static int dups_check(tx_t *t, const char *inst, uint64_t exec, const dx_event_t
   if (!dup && res) dup = (uint64_t)dx__col_i64(res, 0, 0);
   PQclear(res);
   if (dup)
-    return dx_error_set(t->err, DX_EEXIST, "event %llu already exists in instance '%s' execution %llu",
+    return dx_error_set(t->err, DX_EEXIST,
+                        "event %llu already exists in instance '%s' execution %llu",
                         (unsigned long long)dup, inst, (unsigned long long)exec);
   return 0;
 }
@@ -228,13 +159,6 @@ int dx__pg_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   return dx__pg_q(t, PQ_ORCH_ENQ_QUEUE, &q, NULL);
 }
 
-/* Timers become visible when they fire; everything else after the delay. */
-static int64_t visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms) {
-  int64_t at = dx__sat_add(now, delay_ms > 0 ? delay_ms : 0);
-  if (w->kind == DX_WI_TIMER_FIRED && w->fire_at_ms > at) at = w->fire_at_ms;
-  return at;
-}
-
 /* A client START takes the id in `started` first: DX_EEXIST (nothing written) when the id was
 ** started before or has an instance record. Two racing clients serialize on the key. */
 static int start_unique(tx_t *t, const dx_work_item_t *w) {
@@ -255,11 +179,11 @@ int dx__pg_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
                         int64_t delay_ms, dx_error_t *err) {
   tx_t t;
   int rc;
-  if ((rc = dx__pg_check_item(item, err)) || (rc = dx__pg_check_payload(item, err)) ||
+  if ((rc = dx__check_item(item, err)) || (rc = dx__check_payload(item, err)) ||
       (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   rc = start_unique(&t, item);
-  if (!rc) rc = dx__pg_orch_enqueue(&t, item, visible_at(item, now, delay_ms));
+  if (!rc) rc = dx__pg_orch_enqueue(&t, item, dx__visible_at(item, now, delay_ms));
   return dx__pg_tx_end(&t, rc);
 }
 
@@ -396,27 +320,18 @@ static int item_fill(tx_t *t, dx_orch_item_t *it, PGresult *inst, PGresult *hist
   return rc;
 }
 
-/* Instance `inst` was just locked with `token`: tag its visible messages and read them, its
-** record and its history (one round trip). *out stays NULL when it had nothing to hand out
-** (no visible message, or messages of an instance that never started, which are dropped);
-** the caller picks again. */
-static int orch_take(tx_t *t, const char *inst, uint64_t token, int64_t now,
-                     dx_orch_item_t **out) {
-  PGresult *res = NULL, *ir = NULL, *hist = NULL;
+/* Instance `inst` was just locked with `token`; res, ir and hist (taken) are its tagged
+** messages, record and history. *out stays NULL when it had nothing to hand out (no visible
+** message, or messages of an instance that never started, which are dropped). */
+static int orch_take(tx_t *t, const char *inst, uint64_t token, PGresult *res, PGresult *ir,
+                     PGresult *hist, dx_orch_item_t **out) {
   dx_orch_item_t *it;
-  qp_t q, qi;
+  qp_t q;
   size_t i;
   int rc, starts = 0;
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
   dx__qp_i64(&q, (int64_t)token);
-  dx__qp_i64(&q, now);
-  dx__qp_init(&qi);
-  dx__qp_str(&qi, inst);
-  if ((rc = dx__pg_qsend(t, PQ_ORCH_MARK, &q, &res)) ||
-      (rc = dx__pg_qsend(t, PQ_INST_GET, &qi, &ir)) ||
-      (rc = dx__pg_qsend(t, PQ_HIST_LOAD_CUR, &qi, &hist)) || (rc = dx__pg_qwait(t)))
-    return rc;
   if (!(it = calloc(1, sizeof *it)) || !(it->instance = dx__strdup(inst))) {
     free(it);
     rc = dx__pg_tx_poison(t, dx__pg_nomem(t->err));
@@ -429,7 +344,6 @@ static int orch_take(tx_t *t, const char *inst, uint64_t token, int64_t now,
     /* nothing visible, or messages for an instance that never started: drop them instead of
     ** letting them sit at the head of the queue (the reference's starvation quirk) */
     dx_orch_item_free(it);
-    q.n = 2; /* inst, token */
     rc = dx__pg_q(t, PQ_ORCH_DEL_BATCH, &q, NULL);
     if (!rc) rc = orch_release(t, inst);
     goto done;
@@ -449,38 +363,146 @@ done:
   return rc;
 }
 
+#define ORCH_PREFETCH 16 /* instances locked per round trip inside a batch */
+
+typedef struct {
+  char *inst;
+  uint64_t token;
+  int64_t due;
+} picked_t;
+
+static int picked_cmp(const void *a, const void *b) {
+  const picked_t *x = a, *y = b;
+  if (x->due != y->due) return x->due < y->due ? -1 : 1;
+  return strcmp(x->inst, y->inst);
+}
+
+/* Lock up to `k` due instances and read them all in one round trip; the items that have
+** something to hand out go, oldest due first, into the connection's buffer. */
+static int orch_fill(tx_t *t, int64_t now, int64_t lock_ms, int k, int *picked_n) {
+  PGresult *res, **r = NULL;
+  picked_t *v = NULL;
+  pg_conn_t *c = t->c;
+  qp_t q;
+  int rc, n, i, oom = 0;
+  *picked_n = 0;
+  if (t->p->liveness) { /* hold this handle's lock; sweep instances of dead lockers */
+    if ((rc = dx__pg_live_hold(t->p, t->p->proc_tag, t->err))) return rc;
+    if (dx__pg_live_sweep_due(t->p, &t->p->reaped_orch_at, now)) {
+      dx__qp_init(&q);
+      dx__qp_i64(&q, now);
+      dx__qp_str(&q, t->p->proc_tag);
+      dx__qp_str(&q, t->p->live_prefix);
+      if ((rc = dx__pg_qsend(t, PQ_ORCH_REAP, &q, NULL))) return rc;
+    }
+  }
+  dx__qp_init(&q);
+  dx__qp_i64(&q, now);
+  dx__qp_i64(&q, dx__sat_add(now, lock_ms));
+  dx__qp_i64(&q, k);
+  dx__qp_str(&q, t->p->liveness ? t->p->proc_tag : NULL);
+  if ((rc = dx__pg_q(t, PQ_ORCH_PICK, &q, &res))) return rc;
+  n = PQntuples(res);
+  if (n && !(v = calloc((size_t)n, sizeof *v))) oom = 1;
+  for (i = 0; i < n && !oom; i++) {
+    v[i].inst = dx__col_str(res, i, 0, &oom);
+    v[i].token = (uint64_t)dx__col_i64(res, i, 1);
+    v[i].due = dx__col_i64(res, i, 2);
+  }
+  PQclear(res);
+  if (!oom && n) qsort(v, (size_t)n, sizeof *v, picked_cmp);
+  if (!oom && n && !(c->obuf = calloc((size_t)n, sizeof *c->obuf))) oom = 1;
+  if (!oom && n && !(r = calloc((size_t)n * 3, sizeof *r))) oom = 1;
+  if (oom) {
+    for (i = 0; v && i < n; i++) free(v[i].inst);
+    free(v);
+    free(c->obuf);
+    c->obuf = NULL;
+    return dx__pg_tx_poison(t, dx__pg_nomem(t->err));
+  }
+  *picked_n = n;
+  c->obuf_n = c->obuf_next = 0;
+  c->obuf_now = now;
+  c->obuf_lock = lock_ms;
+  for (i = 0; i < n && !rc; i++) { /* one pipeline: every instance's messages, record, history */
+    qp_t qm, qi;
+    dx__qp_init(&qm);
+    dx__qp_str(&qm, v[i].inst);
+    dx__qp_i64(&qm, (int64_t)v[i].token);
+    dx__qp_i64(&qm, now);
+    dx__qp_init(&qi);
+    dx__qp_str(&qi, v[i].inst);
+    if (!(rc = dx__pg_qsend(t, PQ_ORCH_MARK, &qm, &r[3 * i])) &&
+        !(rc = dx__pg_qsend(t, PQ_INST_GET, &qi, &r[3 * i + 1])))
+      rc = dx__pg_qsend(t, PQ_HIST_LOAD_CUR, &qi, &r[3 * i + 2]);
+  }
+  if (!rc && n) rc = dx__pg_qwait(t);
+  for (i = 0; i < n; i++) {
+    dx_orch_item_t *it = NULL;
+    if (!rc) {
+      rc = orch_take(t, v[i].inst, v[i].token, r[3 * i], r[3 * i + 1], r[3 * i + 2], &it);
+    } else {
+      PQclear(r[3 * i]);
+      PQclear(r[3 * i + 1]);
+      PQclear(r[3 * i + 2]);
+    }
+    if (it) c->obuf[c->obuf_n++] = it;
+    free(v[i].inst);
+  }
+  free(r);
+  free(v);
+  return rc;
+}
+
+void dx__pg_orch_unbuffer_drop(pg_conn_t *c) {
+  tx_t t;
+  memset(&t, 0, sizeof t);
+  t.c = c;
+  dx__pg_orch_unbuffer(&t, 0);
+}
+
+int dx__pg_orch_unbuffer(tx_t *t, int release) {
+  pg_conn_t *c = t->c;
+  int rc = 0, i;
+  for (i = c->obuf_next; i < c->obuf_n; i++) {
+    dx_orch_item_t *it = c->obuf[i];
+    if (release && !rc) { /* as if never fetched: unmark, undo the attempt, unlock */
+      qp_t q;
+      dx__qp_init(&q);
+      dx__qp_str(&q, it->instance);
+      dx__qp_i64(&q, (int64_t)it->lock_token);
+      dx__qp_str(&q, NULL);
+      dx__qp_i64(&q, 1);
+      rc = dx__pg_q(t, PQ_ORCH_ABANDON_MSGS, &q, NULL);
+      if (!rc) rc = orch_release(t, it->instance);
+    }
+    dx_orch_item_free(it);
+  }
+  free(c->obuf);
+  c->obuf = NULL;
+  c->obuf_n = c->obuf_next = 0;
+  return rc;
+}
+
 int dx__pg_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_item_t **out,
                       dx_error_t *err) {
   tx_t t;
-  int rc;
+  pg_conn_t *c;
+  int rc, picked;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = NULL;
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
-  for (;;) { /* each round locks an instance or cleans one up */
-    PGresult *res;
-    char *inst;
-    uint64_t token;
-    int oom = 0;
-    qp_t q;
-    dx__qp_init(&q);
-    dx__qp_i64(&q, now);
-    dx__qp_i64(&q, dx__sat_add(now, lock_ms));
-    if ((rc = dx__pg_q(&t, PQ_ORCH_PICK, &q, &res))) break;
-    if (PQntuples(res) == 0) {
-      PQclear(res);
-      break;
-    }
-    inst = dx__col_str(res, 0, 0, &oom);
-    token = (uint64_t)dx__col_i64(res, 0, 1);
-    PQclear(res);
-    if (oom) {
-      rc = dx__pg_tx_poison(&t, dx__pg_nomem(err));
-      break;
-    }
-    rc = orch_take(&t, inst, token, now, out);
-    free(inst);
-    if (rc || *out) break;
+  c = t.c;
+  if (c->obuf_next < c->obuf_n && (c->obuf_now != now || c->obuf_lock != lock_ms))
+    rc = dx__pg_orch_unbuffer(&t, 1); /* locked for another clock: give them back */
+  /* a batch locks several instances per round trip and hands them out one per call; a
+  ** round that locked some but kept none (all cleaned up) picks again */
+  while (!rc && c->obuf_next >= c->obuf_n) {
+    dx__pg_orch_unbuffer(&t, 0);
+    if ((rc = orch_fill(&t, now, lock_ms, t.own ? 1 : ORCH_PREFETCH, &picked)) || !picked) break;
   }
+  if (!rc && c->obuf_next < c->obuf_n) *out = c->obuf[c->obuf_next++];
+  if (t.own) dx__pg_orch_unbuffer(&t, 0); /* own transaction: at most one was locked */
   rc = dx__pg_tx_end(&t, rc);
   if (rc && *out) {
     dx_orch_item_free(*out);
@@ -559,7 +581,7 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   for (i = 0; i < a->cancelled_len && !rc; i++) rc = work_cancel(t, &a->cancelled[i]);
   for (i = 0; i < a->orch_items_len && !rc; i++) {
     const dx_work_item_t *w = &a->orch_items[i];
-    rc = dx__pg_orch_enqueue(t, w, visible_at(w, now, 0));
+    rc = dx__pg_orch_enqueue(t, w, dx__visible_at(w, now, 0));
     if (!rc && w->kind == DX_WI_START) { /* a child's id is taken too */
       dx__qp_init(&q);
       dx__qp_str(&q, w->instance);
@@ -572,7 +594,7 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
 int dx__pg_ack_orch(dx_provider_t *pp, int64_t now, const dx_orch_ack_t *ack, dx_error_t *err) {
   tx_t t;
   int rc;
-  if ((rc = check_ack(ack, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  if ((rc = dx__check_ack(ack, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
   return dx__pg_tx_end(&t, orch_ack(&t, now, ack));
 }
 
@@ -597,7 +619,7 @@ int dx__pg_abandon_orch(dx_provider_t *pp, int64_t now, const char *instance, ui
                         int64_t delay_ms, int ignore_attempt, dx_error_t *err) {
   tx_t t;
   int rc;
-  if ((rc = dx__pg_check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   return dx__pg_tx_end(&t, orch_abandon(&t, now, instance, token, delay_ms, ignore_attempt));
 }
@@ -607,7 +629,7 @@ int dx__pg_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint
   tx_t t;
   qp_t q;
   int rc;
-  if ((rc = dx__pg_check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   rc = orch_check_lock(&t, instance, token, now, 1);
   if (!rc) {

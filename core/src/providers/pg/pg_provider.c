@@ -16,9 +16,11 @@ static void pg_destroy(dx_provider_t *pp) {
   pg_t *p = (pg_t *)pp;
   if (!p) return;
   dx__pg_wake_close(p);
+  dx__pg_live_close(p);
   dx__pg_conns_close(p);
   pthread_mutex_destroy(&p->mu);
   free(p->channel_q);
+  free(p->live_prefix);
   free(p->conninfo);
   free(p->schema);
   free(p->schema_q);
@@ -78,7 +80,8 @@ static int valid_schema(const char *s, size_t n) {
 }
 
 /* Split `url` into the libpq URI without `schema=` and the schema name. */
-static int parse_url(const char *url, char **conninfo, char **schema, dx_error_t *err) {
+static int parse_url(const char *url, char **conninfo, char **schema, int *liveness,
+                     dx_error_t *err) {
   const char *q = strchr(url, '?'), *s, *name = DEFAULT_SCHEMA;
   size_t name_n = strlen(DEFAULT_SCHEMA), cap = strlen(url) + 1, o;
   char *ci, *sc, *errmsg = NULL;
@@ -97,6 +100,15 @@ static int parse_url(const char *url, char **conninfo, char **schema, dx_error_t
     if (n > 7 && strncmp(s, "schema=", 7) == 0) {
       name = s + 7;
       name_n = n - 7;
+    } else if (n >= 9 && strncmp(s, "liveness=", 9) == 0) {
+      if (n == 11 && strncmp(s + 9, "on", 2) == 0) *liveness = 1;
+      else if (n == 12 && strncmp(s + 9, "off", 3) == 0) *liveness = 0;
+      else {
+        int rc = dx_error_set(err, DX_EINVAL, "store URL option '%.*s': liveness is on or off",
+                              (int)(n > 60 ? 60 : n), s);
+        free(ci);
+        return rc;
+      }
     } else if (n) {
       strcat(ci, strchr(ci, '?') ? "&" : "?");
       strncat(ci, s, n);
@@ -148,7 +160,7 @@ int dx__pg_open(const char *url, int no_sync, dx_provider_t **out, dx_error_t *e
     free(p);
     return dx_error_set(err, DX_ENOMEM, "no thread-local key left for a PostgreSQL store");
   }
-  if ((rc = parse_url(url, &p->conninfo, &p->schema, err))) goto fail;
+  if ((rc = parse_url(url, &p->conninfo, &p->schema, &p->liveness, err))) goto fail;
   if (!(p->schema_q = malloc(strlen(p->schema) + 3))) {
     rc = dx__pg_nomem(err);
     goto fail;
@@ -159,6 +171,12 @@ int dx__pg_open(const char *url, int no_sync, dx_provider_t **out, dx_error_t *e
     goto fail;
   }
   sprintf(p->channel_q, "\"dx_%s\"", p->schema);
+  if (!(p->live_prefix = malloc(strlen(p->schema) + 10))) {
+    rc = dx__pg_nomem(err);
+    goto fail;
+  }
+  sprintf(p->live_prefix, "dx-live:%s:", p->schema);
+  snprintf(p->proc_tag, sizeof p->proc_tag, "@%016llx", (unsigned long long)dx__random_u64());
   if ((rc = dx__pg_connect(p->conninfo, p->schema_q, &conn, err))) goto fail;
   rc = dx__pg_migrate(p, conn, err);
   PQfinish(conn);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "providers/checks.h"
 #include "providers/pg/pg_internal.h"
 #include "util.h"
 
@@ -40,7 +41,7 @@ static int read_history_once(dx_provider_t *pp, const char *instance, uint64_t e
   if (!events || !n) return dx_error_set(err, DX_EINVAL, "events/n is NULL");
   *events = NULL;
   *n = 0;
-  if ((rc = dx__pg_check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__pg_read_begin((pg_t *)pp, &t, err)))
     return rc;
   rc = resolve_exec(&t, instance, execution_id, &exec);
   if (!rc) rc = dx__pg_history_load(&t, instance, exec, events, n);
@@ -59,7 +60,7 @@ int dx__pg_append(dx_provider_t *pp, const char *instance, uint64_t execution_id
                   const dx_event_t *events, size_t n, dx_error_t *err) {
   tx_t t;
   int rc;
-  if ((rc = dx__pg_check_instance(instance, err)) || (rc = dx__pg_check_events(events, n, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__check_events(events, n, err)))
     return rc;
   if (execution_id == 0) return dx_error_set(err, DX_EINVAL, "execution_id 0 (ids start at 1)");
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
@@ -109,7 +110,7 @@ static int get_info_once(dx_provider_t *pp, const char *instance, dx_instance_in
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
-  if ((rc = dx__pg_check_instance(instance, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__pg_read_begin((pg_t *)pp, &t, err)))
     return rc;
   rc = dx__pg_tx_end(&t, instance_info(&t, instance, out));
   if (rc) dx_instance_info_clear(out);
@@ -121,7 +122,7 @@ static int list_once(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t 
   tx_t t;
   int rc, i;
   if (!cb) return dx_error_set(err, DX_EINVAL, "callback is NULL");
-  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) return rc;
   rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_LIST_INSTANCES, NULL, &res));
   /* the callbacks run after the statement: they may take their time or call us */
   for (i = 0; !rc && i < PQntuples(res); i++)
@@ -166,7 +167,7 @@ int dx__pg_depths(dx_provider_t *pp, dx_queue_depths_t *out, dx_error_t *err) {
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
-  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) return rc;
   rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_DEPTHS, NULL, &res));
   if (!rc) {
     out->orchestrator = (uint64_t)dx__col_i64(res, 0, 0);
@@ -181,11 +182,18 @@ int dx__pg_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *er
   PGresult *res = NULL;
   tx_t t;
   int rc;
-  (void)now;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = PG_NEVER;
-  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
-  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_NEXT_DUE, NULL, &res));
+  if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) return rc;
+  if (((pg_t *)pp)->liveness) {
+    qp_t q;
+    dx__qp_init(&q);
+    dx__qp_i64(&q, now);
+    dx__qp_i64(&q, dx__pg_live_next_sweep((pg_t *)pp));
+    rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_NEXT_DUE_LIVE, &q, &res));
+  } else {
+    rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_NEXT_DUE, NULL, &res));
+  }
   if (!rc && !dx__col_null(res, 0, 0)) *out = dx__col_i64(res, 0, 0);
   PQclear(res);
   return rc;

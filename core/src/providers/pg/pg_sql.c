@@ -29,7 +29,7 @@ static const char MIGRATION_1[] =
   "CREATE TABLE history (instance_id text COLLATE \"C\", exec bigint, event_id bigint,"
   "  rec bytea NOT NULL, PRIMARY KEY (instance_id, exec, event_id));"
   "CREATE TABLE orch_queue (instance_id text COLLATE \"C\" PRIMARY KEY, ready_at bigint,"
-  "  locked_until bigint, lock_token bigint, due_at bigint);"
+  "  locked_until bigint, lock_token bigint, due_at bigint, locked_by text);"
   "CREATE INDEX orch_queue_due ON orch_queue (due_at, instance_id) WHERE due_at IS NOT NULL;"
   "CREATE TABLE orch_msgs (seq bigint PRIMARY KEY, instance_id text COLLATE \"C\" NOT NULL,"
   "  visible_at bigint NOT NULL, lock_token bigint, attempt bigint NOT NULL DEFAULT 0,"
@@ -51,7 +51,17 @@ static const char MIGRATION_1[] =
   "CREATE TABLE started (instance_id text COLLATE \"C\" PRIMARY KEY);";
 
 const char *const dx__pg_migrations[] = {MIGRATION_1};
+
+/* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
+const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
 const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__pg_migrations[0]);
+
+/* An owner counts as dead (liveness on: $live = 1) when nobody holds its shared liveness lock
+** and the server has been up a while (a restart drops every lock: grace before trusting it).
+** The probe's exclusive lock lasts to the end of the prober's transaction. */
+#define OWNER_DEAD(owner, prefix, live)                                                      \
+  " (" live " = 1 AND pg_postmaster_start_time() < clock_timestamp() - interval '5 seconds'" \
+  " AND pg_try_advisory_xact_lock(hashtextextended(" prefix " || " owner ", 0)))"
 
 /* A claimable-or-owned session row is only a candidate when it is its session's head. */
 #define SESSION_HEAD                                                                        \
@@ -66,7 +76,8 @@ static const char *const SQL[PQ__COUNT] = {
     "INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
     " VALUES (nextval('dx_seq'), $1, $2::bigint, $3::bytea)",
   [PQ_ORCH_ENQ_QUEUE] =
-    "INSERT INTO orch_queue AS q (instance_id, ready_at, due_at) VALUES ($1, $2::bigint, $2::bigint)"
+    "INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
+    " VALUES ($1, $2::bigint, $2::bigint)"
     " ON CONFLICT (instance_id) DO UPDATE SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
     " due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
     " ELSE q.due_at END",
@@ -75,17 +86,21 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE NOT EXISTS (SELECT 1 FROM instances WHERE instance_id = $1::text)"
     " ON CONFLICT (instance_id) DO NOTHING RETURNING 1::bigint",
   [PQ_START_NOTE] = "INSERT INTO started (instance_id) VALUES ($1) ON CONFLICT DO NOTHING",
-  [PQ_ORCH_PICK] = /* lock the instance that is due first; no other fetcher waits on it */
-    "WITH c AS (SELECT instance_id FROM orch_queue WHERE due_at <= $1::bigint"
-    " ORDER BY due_at, instance_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
+  [PQ_ORCH_PICK] = /* lock the $3 instances due first; no other fetcher waits on them */
+    "WITH c AS (SELECT instance_id, due_at FROM orch_queue WHERE due_at <= $1::bigint"
+    " ORDER BY due_at, instance_id LIMIT $3::bigint FOR UPDATE SKIP LOCKED)"
     " UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, ready_at = NULL FROM c WHERE q.instance_id = c.instance_id"
-    " RETURNING q.instance_id, q.lock_token",
+    " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text"
+    " FROM c WHERE q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at",
+  [PQ_ORCH_REAP] = /* liveness on: instances locked by a dead process are due now */
+    "UPDATE orch_queue SET due_at = $1::bigint, locked_until = $1::bigint"
+    " WHERE lock_token IS NOT NULL AND locked_until > $1::bigint AND locked_by IS NOT NULL"
+    " AND locked_by <> $2 AND" OWNER_DEAD("locked_by", "$3::text", "1"),
   [PQ_ORCH_MARK] =
     "UPDATE orch_msgs SET lock_token = $2::bigint, attempt = attempt + 1"
     " WHERE instance_id = $1 AND visible_at <= $3::bigint RETURNING seq, attempt, item",
   [PQ_ORCH_RELEASE] =
-    "UPDATE orch_queue q SET lock_token = NULL, locked_until = NULL,"
+    "UPDATE orch_queue q SET lock_token = NULL, locked_until = NULL, locked_by = NULL,"
     " ready_at = LEAST(q.ready_at, m.nxt), due_at = LEAST(q.ready_at, m.nxt)"
     " FROM (SELECT min(visible_at) AS nxt FROM orch_msgs WHERE instance_id = $1) m"
     " WHERE q.instance_id = $1",
@@ -142,31 +157,33 @@ static const char *const SQL[PQ__COUNT] = {
     " $5::bigint, $6::bytea, $7::bigint)",
   [PQ_WORK_CANCEL] =
     "DELETE FROM work WHERE instance_id = $1 AND exec = $2::bigint AND activity_id = $3::bigint",
-  [PQ_WORK_PICK_PLAIN] =
-    "SELECT seq, due_at FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
-    " ORDER BY due_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED",
   [PQ_WORK_FETCH_PLAIN] =
-    "WITH c AS (SELECT seq FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
+    "WITH c AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
     " ORDER BY due_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
     " UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, attempt = w.attempt + 1 FROM c WHERE w.seq = c.seq"
-    " RETURNING w.lock_token, w.attempt, w.item",
+    " RETURNING w.lock_token, w.attempt, w.item, c.seq, c.due_at",
+  [PQ_WORK_UNLOCK] = /* undo a speculative WORK_FETCH_PLAIN: visible again, no attempt spent */
+    "UPDATE work SET lock_token = NULL, locked_until = NULL, due_at = visible_at,"
+    " attempt = attempt - 1 WHERE seq = $1::bigint",
   [PQ_WORK_PICK_OWNED] =
     "SELECT w.seq, w.due_at, w.session_id FROM sessions s JOIN work w"
     " ON w.session_id = s.session_id WHERE s.owner = $2 AND w.due_at <= $1::bigint"
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
-  [PQ_WORK_PICK_CLAIM] =
-    "SELECT w.seq, w.due_at, w.session_id, w.kind FROM work w LEFT JOIN sessions s"
-    " ON s.session_id = w.session_id WHERE w.session_id IS NOT NULL AND w.due_at <= $1::bigint"
-    " AND (s.session_id IS NULL OR s.owner = ''"
-    " OR (s.owner <> $2 AND s.locked_until <= $1::bigint))"
+  [PQ_WORK_PICK_CLAIM] = /* anti-joins, so the plan walks work_sess_due in order and stops */
+    "SELECT w.seq, w.due_at, w.session_id, w.kind FROM work w"
+    " WHERE w.session_id IS NOT NULL AND w.due_at <= $1::bigint"
+    " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id"
+    " AND s.owner <> '' AND (s.owner = $2 OR (s.locked_until > $1::bigint AND NOT"
+    OWNER_DEAD("s.owner", "$4::text", "$5::bigint") ")))"
     " AND (SELECT count(*) FROM sessions o WHERE o.owner = $2 AND o.locked_until > $1::bigint)"
     " < $3::bigint"
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
-  [PQ_WORK_SET_LOCK] =
-    "UPDATE work SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, attempt = attempt + 1 WHERE seq = $1::bigint"
-    " RETURNING lock_token, attempt, item",
+  [PQ_WORK_REAP] = /* liveness on: a dead owner's in-flight session rows are due now */
+    "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
+    " WHERE w.session_id = s.session_id AND s.owner <> '' AND s.owner <> $2"
+    " AND s.locked_until > $1::bigint AND w.lock_token IS NOT NULL"
+    " AND w.locked_until > $1::bigint AND" OWNER_DEAD("s.owner", "$3::text", "1"),
   [PQ_WORK_SET_LOCK_OWNED] = /* only while the session is ours (claimed just before) */
     "UPDATE work SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, attempt = attempt + 1 WHERE seq = $1::bigint"
@@ -190,7 +207,9 @@ static const char *const SQL[PQ__COUNT] = {
     " VALUES ($1, $2, NULL, $4::bigint, $3::bigint) ON CONFLICT (session_id) DO UPDATE SET"
     " owner = $2, prev = CASE WHEN s.owner <> '' THEN s.owner ELSE s.prev END,"
     " locked_until = $4::bigint, last_activity = $3::bigint"
-    " WHERE s.owner = '' OR (s.owner <> $2 AND s.locked_until <= $3::bigint) RETURNING prev",
+    " WHERE s.owner = '' OR (s.owner <> $2 AND (s.locked_until <= $3::bigint OR"
+    OWNER_DEAD("s.owner", "$5::text", "$6::bigint") ")) RETURNING prev",
+
   [PQ_SESS_OWNED] =
     "UPDATE sessions SET last_activity = $3::bigint, locked_until = CASE WHEN locked_until <="
     " $3::bigint THEN $4::bigint ELSE locked_until END WHERE session_id = $1 AND owner = $2",
@@ -199,7 +218,8 @@ static const char *const SQL[PQ__COUNT] = {
     " AND NOT EXISTS (SELECT 1 FROM work WHERE session_id = $1)",
   [PQ_SESS_RENEW] =
     "WITH u AS (UPDATE sessions SET locked_until = $3::bigint WHERE owner = $1"
-    " AND locked_until > $2::bigint AND ($4::bigint <= 0 OR last_activity > $2::bigint - $4::bigint)"
+    " AND locked_until > $2::bigint"
+    " AND ($4::bigint <= 0 OR last_activity > $2::bigint - $4::bigint)"
     " RETURNING session_id, owner, locked_until, last_activity)"
     " SELECT u.session_id, u.owner, u.locked_until, u.last_activity,"
     " (SELECT count(*) FROM work w WHERE w.session_id = u.session_id) FROM u ORDER BY 1",
@@ -238,6 +258,13 @@ static const char *const SQL[PQ__COUNT] = {
     "UPDATE history SET rec = '\\xc1c1c1c1'::bytea WHERE instance_id = $1 AND exec = $2::bigint"
     " AND event_id = $3::bigint",
   [PQ_TEST_EXPIRE] = "UPDATE sessions SET locked_until = $2::bigint WHERE session_id = $1",
+  [PQ_NEXT_DUE_LIVE] = /* liveness on: while session rows or instances are in flight, look
+    ** again soon (their holder may die; the next fetch sweeps dead holders' locks) */
+    "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work),"
+    " CASE WHEN EXISTS (SELECT 1 FROM work WHERE session_id IS NOT NULL"
+    " AND lock_token IS NOT NULL AND locked_until > $1::bigint)"
+    " OR EXISTS (SELECT 1 FROM orch_queue WHERE locked_by IS NOT NULL"
+    " AND locked_until > $1::bigint) THEN $2::bigint END)",
   [PQ_NEXT_DUE] =
     "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work))",
 };

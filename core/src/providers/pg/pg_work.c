@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "providers/checks.h"
 #include "providers/pg/pg_internal.h"
 #include "util.h"
 
@@ -42,7 +43,7 @@ int dx__pg_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
                         dx_error_t *err) {
   tx_t t;
   int rc;
-  if ((rc = dx__pg_check_item(item, err)) || (rc = dx__pg_check_payload(item, err)) ||
+  if ((rc = dx__check_item(item, err)) || (rc = dx__check_payload(item, err)) ||
       (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   return dx__pg_tx_end(&t, dx__pg_work_insert(&t, item, now));
@@ -65,18 +66,19 @@ static void cand_clear(cand_t *c) {
   memset(c, 0, sizeof *c);
 }
 
-/* Keep the row of pick result `res` (taken) when it is due earlier (then older) than *best. */
-static int consider(tx_t *t, PGresult *res, int kind, cand_t *best) {
+/* Keep the row of pick result `res` when it is due earlier (then older) than *best; `cols`
+** are the seq and due columns. Takes res unless it is the plain pick (the caller's). */
+static int consider(tx_t *t, PGresult *res, int kind, int seq_col, cand_t *best) {
   int64_t due, seq;
   int oom = 0;
   if (!res || PQntuples(res) == 0) {
-    PQclear(res);
+    if (kind != WC_PLAIN) PQclear(res);
     return 0;
   }
-  seq = dx__col_i64(res, 0, 0);
-  due = dx__col_i64(res, 0, 1);
+  seq = dx__col_i64(res, 0, seq_col);
+  due = dx__col_i64(res, 0, seq_col + 1);
   if (best->found && (best->due < due || (best->due == due && best->seq < seq))) {
-    PQclear(res);
+    if (kind != WC_PLAIN) PQclear(res);
     return 0;
   }
   cand_clear(best);
@@ -86,7 +88,7 @@ static int consider(tx_t *t, PGresult *res, int kind, cand_t *best) {
   best->due = due;
   if (kind != WC_PLAIN) best->sid = dx__col_str(res, 0, 2, &oom);
   if (kind == WC_CLAIM) best->res = res;
-  else PQclear(res);
+  else if (kind != WC_PLAIN) PQclear(res);
   return oom ? dx__pg_tx_poison(t, dx__pg_nomem(t->err)) : 0;
 }
 
@@ -132,7 +134,7 @@ static int hand_out(tx_t *t, PGresult *res, dx_work_fetch_t *out, int *got) {
   return 0;
 }
 
-/* Take candidate c: the session side (claim, or record activity on an owned session) and the
+/* Take session candidate c: the session side (claim, or record activity on an owned session) and the
 ** row lock in one round trip; the lock only applies while the session is ours, so a claim
 ** lost to another worker meanwhile locks nothing (*got 0: pick again). A close marker at the
 ** head of a session nobody holds has nothing to close: it is dropped, with the session row
@@ -146,10 +148,6 @@ static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
   dx__qp_init(&ql);
   dx__qp_i64(&ql, c->seq);
   dx__qp_i64(&ql, dx__sat_add(now, lock_ms));
-  if (c->kind == WC_PLAIN) {
-    if ((rc = dx__pg_q(t, PQ_WORK_SET_LOCK, &ql, &row))) return rc;
-    return hand_out(t, row, out, got);
-  }
   if (c->kind == WC_CLAIM && dx__col_i64(c->res, 0, 3) == DX_WI_SESSION_CLOSE) {
     if ((rc = q_seq(t, PQ_WORK_DEL_ROW, c->seq))) return rc;
     return q_sid(t, PQ_SESS_DROP_IF_EMPTY, c->sid);
@@ -161,6 +159,10 @@ static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
   dx__qp_i64(&qs, dx__sat_add(now, cfg->session_lock_ms));
   dx__qp_str(&ql, c->sid);
   dx__qp_str(&ql, cfg->worker_id);
+  if (c->kind == WC_CLAIM) { /* a live lease of a dead owner is claimable (liveness on) */
+    dx__qp_str(&qs, t->p->live_prefix);
+    dx__qp_i64(&qs, t->p->liveness);
+  }
   if ((rc = dx__pg_qsend(t, c->kind == WC_CLAIM ? PQ_SESS_CLAIM : PQ_SESS_OWNED, &qs, &sess)) ||
       (rc = dx__pg_qsend(t, PQ_WORK_SET_LOCK_OWNED, &ql, &row)) || (rc = dx__pg_qwait(t)))
     return rc;
@@ -187,6 +189,7 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   cand_t c;
   int rc = 0, round, got = 0;
   memset(&c, 0, sizeof c);
+  if (cfg && (rc = dx__pg_live_hold(t->p, cfg->worker_id, t->err))) return rc;
   if (!cfg) { /* plain rows only: pick and lock in one statement */
     PGresult *res;
     qp_t q;
@@ -196,13 +199,17 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
     if ((rc = dx__pg_q(t, PQ_WORK_FETCH_PLAIN, &q, &res))) return rc;
     return hand_out(t, res, out, &got);
   }
-  /* a round repeats only after a close marker was dropped or a session was lost meanwhile */
+  /* The oldest plain row is locked speculatively in the same round trip as the session
+  ** picks (plain work is the common case); when a session row is older it is unlocked again
+  ** (queued, no round trip). A round repeats only after a close marker was dropped or a
+  ** session was lost meanwhile. */
   for (round = 0; round < 64 && !got; round++) {
     PGresult *plain = NULL, *owned = NULL, *claim = NULL;
     qp_t qn, qo, qc, qk;
     cand_clear(&c);
     dx__qp_init(&qn);
     dx__qp_i64(&qn, now);
+    dx__qp_i64(&qn, dx__sat_add(now, lock_ms));
     dx__qp_init(&qo);
     dx__qp_i64(&qo, now);
     dx__qp_str(&qo, cfg->worker_id);
@@ -210,22 +217,38 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
     dx__qp_i64(&qc, now);
     dx__qp_str(&qc, cfg->worker_id);
     dx__qp_i64(&qc, (int64_t)cfg->max_sessions);
+    dx__qp_str(&qc, t->p->live_prefix);
+    dx__qp_i64(&qc, t->p->liveness);
     dx__qp_init(&qk);
     dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
     /* the advisory lock serializes every claim made under this worker id (held to the end of
     ** the transaction), so the capacity count and the claim cannot interleave */
+    if (round == 0 && dx__pg_live_sweep_due(t->p, &t->p->reaped_at, now)) {
+      qp_t qr;
+      dx__qp_init(&qr);
+      dx__qp_i64(&qr, now);
+      dx__qp_str(&qr, cfg->worker_id);
+      dx__qp_str(&qr, t->p->live_prefix);
+      if ((rc = dx__pg_qsend(t, PQ_WORK_REAP, &qr, NULL))) break;
+    }
     if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
-        (rc = dx__pg_qsend(t, PQ_WORK_PICK_PLAIN, &qn, &plain)) ||
+        (rc = dx__pg_qsend(t, PQ_WORK_FETCH_PLAIN, &qn, &plain)) ||
         (rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &owned)) ||
         (rc = dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &claim)) || (rc = dx__pg_qwait(t)))
       break;
-    rc = consider(t, plain, WC_PLAIN, &c);
+    rc = consider(t, plain, WC_PLAIN, 3, &c);
     if (rc) PQclear(owned);
-    else rc = consider(t, owned, WC_OWNED, &c);
+    else rc = consider(t, owned, WC_OWNED, 0, &c);
     if (rc) PQclear(claim);
-    else rc = consider(t, claim, WC_CLAIM, &c);
-    if (rc) break;
-    if (!c.found) break;
+    else rc = consider(t, claim, WC_CLAIM, 0, &c);
+    if (!rc && c.found && c.kind == WC_PLAIN) {
+      rc = hand_out(t, plain, out, &got); /* takes plain */
+      plain = NULL;
+    } else if (!rc && plain && PQntuples(plain) == 1) {
+      rc = q_seq(t, PQ_WORK_UNLOCK, dx__col_i64(plain, 0, 3));
+    }
+    PQclear(plain);
+    if (rc || !c.found || got) break;
     if ((rc = take(t, &c, now, lock_ms, cfg, out, &got))) break;
   }
   cand_clear(&c);
@@ -240,7 +263,7 @@ int dx__pg_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
   if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
-  if (sessions && (rc = dx__pg_check_worker_id(sessions->worker_id, err))) return rc;
+  if (sessions && (rc = dx__check_worker_id(sessions->worker_id, err))) return rc;
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
   rc = dx__pg_tx_end(&t, work_fetch(&t, now, lock_ms, sessions, out));
   if (rc) fetch_reset(out);
@@ -309,8 +332,8 @@ int dx__pg_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
                     const dx_work_item_t *completion, dx_error_t *err) {
   tx_t t;
   int rc;
-  if ((completion && ((rc = dx__pg_check_item(completion, err)) ||
-                      (rc = dx__pg_check_payload(completion, err)))) ||
+  if ((completion && ((rc = dx__check_item(completion, err)) ||
+                      (rc = dx__check_payload(completion, err)))) ||
       (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   return dx__pg_tx_end(&t, work_ack(&t, now, token, completion));
@@ -381,7 +404,7 @@ int dx__pg_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
   qp_t q;
   int rc;
   if (renewed) *renewed = 0;
-  if ((rc = dx__pg_check_worker_id(worker_id, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+  if ((rc = dx__check_worker_id(worker_id, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, worker_id);
@@ -404,7 +427,7 @@ int dx__pg_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_i
   qp_t q;
   int rc;
   if (released) *released = 0;
-  if ((rc = dx__pg_check_worker_id(worker_id, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+  if ((rc = dx__check_worker_id(worker_id, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
     return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, worker_id);
@@ -438,7 +461,7 @@ int dx__pg_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error
   tx_t t;
   int rc;
   if (!cb) return dx_error_set(err, DX_EINVAL, "callback is NULL");
-  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) return rc;
   rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_SESS_LIST, NULL, &res));
   if (!rc) report(res, cb, ud);
   PQclear(res);
