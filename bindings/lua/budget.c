@@ -15,7 +15,7 @@
 #include "dxlua.h"
 
 #define HOOK_EVERY 10000
-#define BYTES_PER_INSTRUCTION 64 /* allocation charged against the instruction budget */
+#define BYTES_PER_INSTRUCTION 16 /* allocation charged against the instruction budget */
 
 struct dxl_alloc_s {
   lua_Alloc f;   /* the allocator the state had before */
@@ -101,6 +101,8 @@ void dxl_budget_enter(dxl_state_t *S, dxl_budget_t *b) {
 }
 
 void dxl_budget_leave(dxl_budget_t *b) { current = b->prev; }
+
+int dxl_budget_exhausted(void) { return current && current->hit; }
 
 void dxl_budget_start_memory(dxl_state_t *S, dxl_budget_t *b, int64_t limit) {
   b->mem_limit = limit;

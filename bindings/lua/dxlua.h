@@ -99,6 +99,8 @@ void dxl_budget_uninstall(lua_State *L, dxl_state_t *S);
 void dxl_budget_watch(lua_State *L);
 void dxl_budget_enter(dxl_state_t *S, dxl_budget_t *b);
 void dxl_budget_leave(dxl_budget_t *b);
+/* The entered budget has run out (its failure is being raised). */
+int dxl_budget_exhausted(void);
 /* Allow `limit` bytes of heap growth from now on (0: no cap). */
 void dxl_budget_start_memory(dxl_state_t *S, dxl_budget_t *b, int64_t limit);
 

@@ -5,8 +5,10 @@
 **  - guards: functions that are non-deterministic, do I/O, stop the collector, load binary
 **    chunks, install finalizers or change shared state raise with a message naming the
 **    replacement; activities and load-time code call the originals unchanged;
-**  - read-only views: the standard library tables and engine metatables orchestration code
-**    reaches are proxies that refuse writes, so one instance cannot change what another runs;
+**  - read-only libraries and views: the standard library tables keep their contents in a
+**    private table behind __index and refuse writes while an orchestration runs (whatever
+**    reference the code holds); metatables shared with other code (strings, Context, C
+**    objects) are seen through read-only views;
 **  - per-instance globals: each registered orchestration function gets its own _ENV cell,
 **    bound to a fresh globals table per instance while that instance runs. The table falls
 **    back to one shared, read-only snapshot of the function's environment (per environment),
@@ -22,7 +24,7 @@ static const char info_key = 0;    /* weak: orchestration function -> {carrier=,
 static const char shared_key = 0;  /* weak: environment -> metatable of its instance globals */
 static const char base_key = 0;    /* name -> guarded base function (getmetatable, load...) */
 
-/* Standard libraries an orchestration sees as read-only views. */
+/* Standard libraries that are read-only while orchestrations run. */
 static const char *const std_libs[] = {"string", "table", "math", "os", "io", "coroutine",
                                        "utf8", "debug", NULL};
 /* Globals an orchestration cannot see at all. */
@@ -60,9 +62,11 @@ static void push_view(lua_State *L, int idx, const char *name);
 
 /* Replace the value on top by what a view shows: tables as views, full userdata (io.stdout)
 ** hidden. [-1, +1, m] */
+static int is_view(lua_State *L, int idx);
+
 static void wrap_top(lua_State *L, const char *name, int key) {
   int t = lua_type(L, -1);
-  if (t == LUA_TTABLE) {
+  if (t == LUA_TTABLE && !is_view(L, -1)) { /* read-only libraries are shown as they are */
     const char *sub = lua_type(L, key) == LUA_TSTRING
                         ? lua_pushfstring(L, "%s.%s", name, lua_tostring(L, key))
                         : lua_pushfstring(L, "%s[...]", name);
@@ -84,7 +88,8 @@ static int view_index(lua_State *L) {
   return 1;
 }
 
-static int view_newindex(lua_State *L) {
+/* __newindex of read-only tables: (table, key, value), upvalue 2 the table's name. */
+static int refuse_write(lua_State *L) {
   const char *name = lua_tostring(L, lua_upvalueindex(2));
   if (lua_type(L, 2) == LUA_TSTRING)
     return luaL_error(L, "cannot assign %s.%s: %s is read-only in orchestrations (it is shared "
@@ -121,7 +126,7 @@ static int view_len(lua_State *L) {
 /* [-0, +1, m] the read-only view of the table at idx (one per table, cached). */
 static void push_view(lua_State *L, int idx, const char *name) {
   static const struct { const char *ev; lua_CFunction fn; } mms[] = {
-    {"__index", view_index}, {"__newindex", view_newindex}, {"__pairs", view_pairs},
+    {"__index", view_index}, {"__newindex", refuse_write}, {"__pairs", view_pairs},
     {"__len", view_len}};
   size_t i;
   idx = lua_absindex(L, idx);
@@ -249,6 +254,24 @@ static void load_before(lua_State *L, dxl_state_t *S) {
   }
 }
 
+/* upvalue: the handler. A message handler runs while the hook that raised the budget error
+** is still active (hooks off): once the budget is out, the error passes through unhandled. */
+static int handler_guard(lua_State *L) {
+  if (dxl_budget_exhausted()) return 1;
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
+static void xpcall_before(lua_State *L, dxl_state_t *S) {
+  (void)S;
+  luaL_checkany(L, 2);
+  lua_pushvalue(L, 2);
+  lua_pushcclosure(L, handler_guard, 1);
+  lua_replace(L, 2);
+}
+
 static void collect_before(lua_State *L, dxl_state_t *S) {
   const char *opt = luaL_optstring(L, 1, "collect");
   (void)S;
@@ -305,6 +328,7 @@ static const struct {
   const char *instead; /* non-NULL: refused outright */
 } base_fns[] = {
   {NULL, "load", load_before, NULL, NULL},
+  {NULL, "xpcall", xpcall_before, NULL, NULL},
   {NULL, "collectgarbage", collect_before, NULL, NULL},
   {NULL, "setmetatable", setmetatable_before, NULL, NULL},
   {NULL, "rawset", rawset_before, NULL, NULL},
@@ -383,6 +407,71 @@ static void install_base(lua_State *L, dxl_state_t *S) {
   lua_pop(L, 2);
 }
 
+/* {===== read-only libraries =====} */
+
+/* upvalues: contents, name, state */
+static int lib_newindex(lua_State *L) {
+  if (state_of(L, 3)->in_orchestration) return refuse_write(L);
+  lua_settop(L, 3);
+  lua_rawset(L, lua_upvalueindex(1));
+  return 0;
+}
+
+/* upvalue: contents; pairs(lib) iterates them */
+static int lib_pairs(lua_State *L) {
+  lua_getglobal(L, "next");
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushnil(L);
+  return 3;
+}
+
+/* Move the library's contents behind __index; writes go there except in orchestrations. */
+static void make_read_only(lua_State *L, dxl_state_t *S, const char *name) {
+  int lib;
+  if (lua_getglobal(L, name) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (lua_getmetatable(L, -1)) { /* done already, or not a plain library */
+    lua_pop(L, 2);
+    return;
+  }
+  lib = lua_gettop(L);
+  lua_newtable(L); /* contents */
+  lua_pushnil(L);
+  while (lua_next(L, lib)) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, lib + 1);
+  }
+  lua_pushnil(L);
+  while (lua_next(L, lib + 1)) {
+    lua_pop(L, 1);
+    lua_pushvalue(L, -1);
+    lua_pushnil(L);
+    lua_rawset(L, lib); /* clearing existing fields keeps lua_next valid */
+  }
+  lua_createtable(L, 0, 4);
+  lua_pushvalue(L, lib + 1);
+  lua_setfield(L, -2, "__index");
+  lua_pushvalue(L, lib + 1);
+  lua_pushstring(L, name);
+  lua_pushlightuserdata(L, S);
+  lua_pushcclosure(L, lib_newindex, 3);
+  lua_setfield(L, -2, "__newindex");
+  lua_pushvalue(L, lib + 1);
+  lua_pushcclosure(L, lib_pairs, 1);
+  lua_setfield(L, -2, "__pairs");
+  lua_pushliteral(L, "read-only library");
+  lua_setfield(L, -2, "__metatable"); /* the contents stay private */
+  lua_setmetatable(L, lib);
+  push_table(L, &targets_key, 1); /* rawset on it is refused like on a view */
+  lua_pushvalue(L, lib);
+  lua_pushvalue(L, lib + 1);
+  lua_rawset(L, -3);
+  lua_settop(L, lib - 1);
+}
+
 void dxl_install_sandbox(lua_State *L, dxl_state_t *S) {
   static const char *io_fns[] = {"open", "read", "write", "lines", "popen", "input", "output",
                                  "close", "tmpfile", NULL};
@@ -421,24 +510,30 @@ void dxl_install_sandbox(lua_State *L, dxl_state_t *S) {
   for (i = 0; io_fns[i]; i++) guard(L, S, "io", io_fns[i], io_msg);
   for (i = 0; debug_fns[i]; i++)
     guard(L, S, "debug", debug_fns[i], "the debug library is not available in orchestrations");
+  /* methods of open files (io.stdout:write) */
+  if (luaL_getmetatable(L, LUA_FILEHANDLE) == LUA_TTABLE &&
+      lua_getfield(L, -1, "__index") == LUA_TTABLE) {
+    dxl_guard_functions(L, S, -1, NULL, "file:", io_msg);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  for (i = 0; std_libs[i]; i++) make_read_only(L, S, std_libs[i]);
 }
 
 /* {===== per-instance globals =====} */
 
-/* upvalue: the environment. Globals not in the snapshot: hidden ones stay hidden, standard
-** libraries are views. */
+/* upvalue: the environment. Globals not in the snapshot; hidden ones stay hidden. */
 static int env_fallback(lua_State *L) {
   const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
   if (in_list(hidden, k)) return 0;
   lua_settop(L, 2);
   lua_pushvalue(L, 2);
   lua_gettable(L, lua_upvalueindex(1));
-  if (in_list(std_libs, k) && lua_istable(L, -1)) push_view(L, -1, k);
   return 1;
 }
 
 /* [-0, +1, e] the metatable shared by the instance globals of environment E at idx: its
-** __index is a snapshot of E (standard libraries as views, the guarded base functions). */
+** __index is a snapshot of E (with the guarded base functions). */
 static void push_shared_mt(lua_State *L, int env) {
   int snap;
   env = lua_absindex(L, env);
@@ -457,10 +552,6 @@ static void push_shared_mt(lua_State *L, int env) {
     if (k && in_list(hidden, k)) {
       lua_pop(L, 1);
       continue;
-    }
-    if (k && in_list(std_libs, k) && lua_istable(L, -1)) {
-      push_view(L, -1, k);
-      lua_replace(L, -2);
     }
     lua_pushvalue(L, -2);
     lua_insert(L, -2);
@@ -532,6 +623,7 @@ void dxl_sandbox_adopt(lua_State *L, int fidx) {
 }
 
 void dxl_sandbox_new_env(lua_State *L, int fidx, int *info_ref, int *env_ref) {
+  fidx = lua_absindex(L, fidx);
   *info_ref = *env_ref = LUA_NOREF;
   push_table(L, &info_key, 1);
   lua_pushvalue(L, fidx);
