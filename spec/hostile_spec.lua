@@ -173,6 +173,77 @@ describe("hostile orchestration code", function()
     end)
   end)
 
+  describe("sizes checked at the call (item 9)", function()
+    local big = ("x"):rep(300000)
+    local cases = {
+      { "session id", function(ctx) ctx:schedule_activity_on_session("A", nil, ("s"):rep(201)) end,
+        "session id is 201 bytes; the limit is 200 bytes" },
+      { "closed session id", function(ctx) ctx:close_session(("s"):rep(201)) end,
+        "session id is 201 bytes; the limit is 200 bytes" },
+      { "sub-orchestration instance id", function(ctx) ctx:schedule_sub_orchestration("O", nil, ("i"):rep(401)) end,
+        "instance id is 401 bytes; the limit is 400 bytes" },
+      { "started instance id", function(ctx) ctx:start_orchestration("O", ("i"):rep(401), nil) end,
+        "instance id is 401 bytes; the limit is 400 bytes" },
+      { "activity name", function(ctx) ctx:schedule_activity(("n"):rep(201)) end,
+        "activity name is 201 bytes; the limit is 200 bytes" },
+      { "orchestration name", function(ctx) ctx:schedule_sub_orchestration(("n"):rep(201)) end,
+        "orchestration name is 201 bytes; the limit is 200 bytes" },
+      { "event name", function(ctx) ctx:schedule_wait(("n"):rep(401)) end,
+        "event name is 401 bytes; the limit is 400 bytes" },
+      { "activity input", function(ctx) ctx:schedule_activity("A", big) end,
+        "activity input is 300002 bytes; the limit is 262144 bytes" },
+      { "sub-orchestration input", function(ctx) ctx:schedule_sub_orchestration("O", big) end,
+        "sub-orchestration input is 300002 bytes; the limit is 262144 bytes" },
+      { "continue_as_new input", function(ctx) ctx:continue_as_new(big) end,
+        "continue_as_new input is 300002 bytes; the limit is 262144 bytes" },
+      { "name with a NUL byte", function(ctx) ctx:schedule_activity("A\0B") end,
+        "activity name contains a NUL byte" },
+    }
+    for _, case in ipairs(cases) do
+      it("refuses an oversized " .. case[1] .. " at the call, naming the limit", function()
+        local orch = env:orchestration("Size", function(ctx)
+          local ok, err = pcall(case[2], ctx)
+          return { ok = ok, err = tostring(err) }
+        end)
+        local st = env:run(orch)
+        assert.are.equal("Completed", st.status, st.error and st.error.message)
+        assert.is_false(st.output.ok)
+        assert.matches(case[3], st.output.err, 1, true)
+      end)
+    end
+
+    it("fails the instance at once when the error is not caught", function()
+      local orch = env:orchestration("SizeUncaught", function(ctx)
+        ctx:schedule_activity_on_session("A", nil, ("s"):rep(201))
+      end)
+      local st = env:run(orch)
+      assert.are.equal("Failed", st.status)
+      assert.are.equal("application", st.error.category)
+      assert.matches("session id is 201 bytes; the limit is 200 bytes", st.error.message, 1, true)
+    end)
+
+    it("refuses oversized cancel reasons, event names and event data at the client", function()
+      local orch = env:orchestration("SizeWait", function(ctx) return ctx:schedule_wait("e"):await() end)
+      local id = env:start(orch)
+      local ok, err = env.client:cancel(id, ("r"):rep(1001))
+      assert.is_nil(ok)
+      assert.matches("cancel reason is 1001 bytes; the limit is 1000 bytes", tostring(err), 1, true)
+      ok, err = env.client:raise_event(id, ("e"):rep(401), 1)
+      assert.is_nil(ok)
+      assert.matches("event name is 401 bytes; the limit is 400 bytes", tostring(err), 1, true)
+      ok, err = env.client:raise_event(id, "e", big)
+      assert.is_nil(ok)
+      assert.matches("the limit is 262144 bytes", tostring(err), 1, true)
+      ok, err = env.client:start(H.unique("i"), ("n"):rep(201))
+      assert.is_nil(ok)
+      assert.matches("orchestration name is 201 bytes; the limit is 200 bytes", tostring(err), 1, true)
+      assert(env.client:raise_event(id, "e", "fine"))
+      local st = env:wait(id)
+      assert.are.equal("Completed", st.status)
+      assert.are.equal("fine", st.output)
+    end)
+  end)
+
   describe("the budget (item 8)", function()
     local loops = {
       { "pcall(table.sort) with a looping comparator", function()

@@ -192,7 +192,9 @@ static int semver_less(const char *a, const char *b) {
 static void check_reg_name(lua_State *L, const char *what) {
   size_t n;
   const char *name = luaL_checklstring(L, 1, &n);
-  if (n == 0 || n > 200) luaL_argerror(L, 1, lua_pushfstring(L, "%s name must be 1 to 200 bytes", what));
+  if (n == 0 || n > DX_MAX_NAME_BYTES)
+    luaL_argerror(L, 1, lua_pushfstring(L, "%s name must be 1 to %d bytes", what,
+                                        DX_MAX_NAME_BYTES));
   (void)name;
   luaL_checktype(L, 2, LUA_TFUNCTION);
 }

@@ -15,6 +15,7 @@
 #include "value.h"
 
 #define BOX_MT "duroxide.TurnBox"
+#define GENERATED_SUFFIX_MAX 27 /* "::sub::" and up to 20 digits of an event id */
 
 typedef struct orch_inst_s orch_inst_t;
 
@@ -241,6 +242,33 @@ static turn_box_t *check_box(lua_State *L) {
   return b;
 }
 
+/* {===== sizes checked at the call (docs/lua-api.md "Limits") =====} */
+
+/* What each action's name and input are called in errors, and the name's limit. */
+static const struct {
+  int kind;
+  const char *name, *input;
+  size_t name_max;
+} action_words[] = {
+  {DX_ACT_ACTIVITY, "activity name", "activity input", DX_MAX_NAME_BYTES},
+  {DX_ACT_WAIT, "event name", NULL, DX_MAX_EVENT_NAME_BYTES},
+  {DX_ACT_SUB, "orchestration name", "sub-orchestration input", DX_MAX_NAME_BYTES},
+  {DX_ACT_CHAINED, "orchestration name", "orchestration input", DX_MAX_NAME_BYTES},
+  {DX_ACT_CAN, NULL, "continue_as_new input", 0},
+  {DX_ACT_STATUS, NULL, "custom status", 0},
+};
+
+/* Argument idx as a string no longer than max bytes and without NUL bytes (NULL when nil):
+** the store would refuse it at commit, long after the call. [-0, +0, e] */
+static const char *opt_limited(lua_State *L, int idx, const char *what, size_t max) {
+  size_t n;
+  const char *s = luaL_optlstring(L, idx, NULL, &n);
+  if (!s) return NULL;
+  if (strlen(s) != n) luaL_error(L, "%s contains a NUL byte", what);
+  if (max && n > max) luaL_error(L, "%s is %d bytes; the limit is %d bytes", what, (int)n, (int)max);
+  return s;
+}
+
 /* C.emit(box, kind, name, input, session_id, instance, version, delay_ms) */
 static int p_emit(lua_State *L) {
   turn_box_t *b = check_box(L);
@@ -250,18 +278,35 @@ static int p_emit(lua_State *L) {
   const char *value = NULL;
   uint64_t token = 0;
   int rc;
+  size_t i, n;
+  const char *name_what = "name", *input_what = "input";
+  size_t name_max = DX_MAX_NAME_BYTES;
   memset(&a, 0, sizeof a);
   a.kind = (int)luaL_checkinteger(L, 2);
-  a.name = luaL_optstring(L, 3, NULL);
-  a.session_id = luaL_optstring(L, 5, NULL);
-  a.instance = luaL_optstring(L, 6, NULL);
-  a.version = luaL_optstring(L, 7, NULL);
+  for (i = 0; i < sizeof action_words / sizeof action_words[0]; i++)
+    if (action_words[i].kind == a.kind) {
+      if (action_words[i].name) name_what = action_words[i].name, name_max = action_words[i].name_max;
+      if (action_words[i].input) input_what = action_words[i].input;
+    }
+  a.name = opt_limited(L, 3, name_what, name_max);
+  a.session_id = opt_limited(L, 5, "session id", DX_MAX_SESSION_ID_BYTES);
+  a.instance = opt_limited(L, 6, "instance id", DX_MAX_INSTANCE_ID_BYTES);
+  a.version = opt_limited(L, 7, "version", 0);
   a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
+  if (a.kind == DX_ACT_SUB && !a.instance &&
+      strlen(dx_turn_instance(b->t)) + GENERATED_SUFFIX_MAX > DX_MAX_INSTANCE_ID_BYTES)
+    return luaL_error(L, "a generated sub-orchestration id (this instance's id + "
+                      "\"::sub::N\") could exceed %d bytes: pass an instance id",
+                      DX_MAX_INSTANCE_ID_BYTES);
   if (a.kind == DX_ACT_ACTIVITY || a.kind == DX_ACT_SUB || a.kind == DX_ACT_CHAINED ||
       a.kind == DX_ACT_CAN || (a.kind == DX_ACT_STATUS && !lua_isnil(L, 4))) {
-    input = dx__lua_to_json(L, 4, a.kind == DX_ACT_STATUS ? "custom status" : "input", err,
-                            sizeof err);
+    input = dx__lua_to_json(L, 4, input_what, err, sizeof err);
     if (!input) return luaL_error(L, "%s", err);
+    if ((n = strlen(input)) > DX_MAX_PAYLOAD_BYTES) {
+      free(input);
+      return luaL_error(L, "%s is %d bytes; the limit is %d bytes", input_what, (int)n,
+                        DX_MAX_PAYLOAD_BYTES);
+    }
     a.input = input;
   }
   if (a.kind == DX_ACT_CAN) b->inst->can = 1;
