@@ -158,15 +158,15 @@ static int finish_ok(orch_inst_t *inst, int nres) {
 
 /* Enter / leave the instance's guards: its budget, its globals, the sandbox checks. */
 static void guards_enter(dxl_state_t *S, orch_inst_t *inst, dxl_budget_t *b) {
+  dxl_sandbox_enter(S->L, S, inst->info_ref, inst->env_ref); /* outside the memory cap */
   dxl_budget_enter(S, b);
-  dxl_sandbox_enter(S->L, S, inst->info_ref, inst->env_ref);
   S->in_orchestration++;
 }
 
 static void guards_leave(dxl_state_t *S, orch_inst_t *inst, dxl_budget_t *b) {
   S->in_orchestration--;
-  dxl_sandbox_leave(S->L, S, inst->info_ref);
   dxl_budget_leave(b);
+  dxl_sandbox_leave(S->L, S, inst->info_ref);
 }
 
 /* A memory error, and the budget refused an allocation: the turn's cap, not the machine. */
