@@ -125,6 +125,10 @@ describe("hostile orchestration code", function()
       { "io.stdout", function() return io.stdout:write("x") end, "file:write is not available in orchestrations" },
       { "a __gc finalizer", function() return setmetatable({}, { __gc = function() end }) end,
         "finalizers (__gc) are not available in orchestrations" },
+      { "the finalizer of io.stderr", function() return getmetatable(io.stderr).__gc(io.stderr) end,
+        "attempt to call a nil value (field '__gc')" },
+      { "the closer of io.stderr", function() return getmetatable(io.stderr).__close(io.stderr) end,
+        "attempt to call a nil value (field '__close')" },
     }
     for _, case in ipairs(cases) do
       it("fails an orchestration that reaches " .. case[1], function()

@@ -79,8 +79,16 @@ static void wrap_top(lua_State *L, const char *name, int key) {
   }
 }
 
+/* Finalizers and closers of shared objects (a view of io.stderr's metatable) would close
+** them for everyone: views do not show them. */
+static int hidden_field(lua_State *L, int key) {
+  const char *k = lua_type(L, key) == LUA_TSTRING ? lua_tostring(L, key) : NULL;
+  return k && (strcmp(k, "__gc") == 0 || strcmp(k, "__close") == 0);
+}
+
 /* upvalues: target, name */
 static int view_index(lua_State *L) {
+  if (hidden_field(L, 2)) return 0;
   lua_settop(L, 2);
   lua_pushvalue(L, 2);
   lua_rawget(L, lua_upvalueindex(1));
@@ -103,7 +111,7 @@ static int view_next(lua_State *L) {
   lua_settop(L, 2);
   while (lua_next(L, lua_upvalueindex(1))) {
     wrap_top(L, lua_tostring(L, lua_upvalueindex(2)), -2);
-    if (!lua_isnil(L, -1)) return 2;
+    if (!lua_isnil(L, -1) && !hidden_field(L, -2)) return 2;
     lua_pop(L, 1);
   }
   return 0;
