@@ -64,6 +64,11 @@ describe("hostile orchestration code", function()
       { "the globals metatable", function() setmetatable(_G, nil) end },
       { "debug.setmetatable", function() debug.setmetatable("", {}) end },
       { "a nested view", function() getmetatable("").__index.rep = nil end },
+      { "the state of pairs(string)", function()
+        local _, state = pairs(string)
+        if type(state) == "table" then rawset(state, "rep", function() return "evil" end) end
+        state.rep = function() return "evil" end
+      end },
     }
     for _, case in ipairs(writes) do
       it("refuses a write to " .. case[1] .. " and others keep their results", function()

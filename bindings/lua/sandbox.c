@@ -425,10 +425,17 @@ static int lib_newindex(lua_State *L) {
   return 0;
 }
 
+/* upvalue: contents; (lib, key) -> key, value. The contents never reach Lua code. */
+static int lib_next(lua_State *L) {
+  lua_settop(L, 2);
+  return lua_next(L, lua_upvalueindex(1)) ? 2 : 0;
+}
+
 /* upvalue: contents; pairs(lib) iterates them */
 static int lib_pairs(lua_State *L) {
-  lua_getglobal(L, "next");
   lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushcclosure(L, lib_next, 1);
+  lua_pushvalue(L, 1);
   lua_pushnil(L);
   return 3;
 }
