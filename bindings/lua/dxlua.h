@@ -106,7 +106,7 @@ void dxl_budget_start_memory(dxl_state_t *S, dxl_budget_t *b, int64_t limit);
 
 /* Heap growth one orchestration turn may cause, and the bounds on an error object's
 ** __tostring (run outside the turn). */
-#define DXL_TURN_MEMORY_LIMIT ((int64_t)64 << 20)
+#define DXL_TURN_MEMORY_LIMIT ((int64_t)256 << 20)
 #define DXL_TOSTRING_INSTRUCTIONS 1000000
 #define DXL_TOSTRING_MEMORY ((int64_t)16 << 20)
 
