@@ -33,7 +33,7 @@ describe("hostile orchestration code", function()
 
   local function run_attack(base, fn)
     local orch = env:orchestration(base, fn)
-    return env:run(orch, nil, 20000)
+    return env:run(orch, nil, 120000)
   end
 
   describe("isolation (item 6)", function()
@@ -335,7 +335,7 @@ describe("hostile orchestration code", function()
     it("fails a table that grows without end", function()
       local st = run_attack("Grow", function()
         local t = {}
-        for i = 1, math.maxinteger do t[i] = ("x"):rep(64) .. i end
+        for i = 1, math.maxinteger do t[i] = ("x"):rep(4096) .. i end
       end)
       assert.are.equal("Failed", st.status)
       assert.matches("exceeded", st.error.message, 1, true)
