@@ -6,9 +6,15 @@ local H = require("helpers")
 
 describe("hostile orchestration code", function()
   local env
-  -- a small budget keeps the runaway cases short
-  before_each(function() env = H.env({ turn_instruction_budget = 2000000 }) end)
-  after_each(function() env:close() end)
+  -- a small budget keeps the runaway cases short (the turns read duroxide.configure's value)
+  before_each(function()
+    duroxide.configure({ turn_instruction_budget = 2000000 })
+    env = H.env({ turn_instruction_budget = 2000000 })
+  end)
+  after_each(function()
+    env:close()
+    duroxide.configure({ turn_instruction_budget = 50000000 })
+  end)
 
   -- An innocent orchestration, run after each attack: its result must not have changed.
   local function check_innocent()
