@@ -181,6 +181,20 @@ describe("hostile orchestration code", function()
       assert.are.equal("NotFound", env.client:status("sneaky").status)
     end)
 
+    it("still lets xpcall wrap an await (orchestrations and activities)", function()
+      local act = env:activity("SleepyEcho", function(actx, v)
+        local ok, r = xpcall(function() actx:sleep(5); return v end, debug.traceback)
+        return ok and r
+      end)
+      local st = run_attack("XpcallAwait", function(ctx)
+        local ok, v = xpcall(function() return assert(ctx:schedule_activity(act, 7):await()) end,
+                             debug.traceback)
+        return { ok = ok, v = v }
+      end)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.same({ ok = true, v = 7 }, st.output)
+    end)
+
     it("allows collectgarbage(\"count\")", function()
       local st = run_attack("GcCount", function() return math.type(collectgarbage("count")) end)
       assert.are.equal("Completed", st.status, st.error and st.error.message)

@@ -179,6 +179,14 @@ static int is_view(lua_State *L, int idx) {
 
 /* {===== guards =====} */
 
+/* Continuation of a wrapper whose original yielded (xpcall around an await, say): the
+** wrapper returns whatever the original returned. */
+static int pass_results(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  (void)ctx;
+  return lua_gettop(L);
+}
+
 /* upvalues: original function, message, state, date-mode flag */
 static int guarded(lua_State *L) {
   dxl_state_t *S = state_of(L, 3);
@@ -189,7 +197,7 @@ static int guarded(lua_State *L) {
     return luaL_error(L, "%s", lua_tostring(L, lua_upvalueindex(2)));
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  lua_callk(L, lua_gettop(L) - 1, LUA_MULTRET, 0, pass_results);
   return lua_gettop(L);
 }
 
@@ -360,8 +368,12 @@ static int base_guarded(lua_State *L) {
   }
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, keep + 1);
-  lua_call(L, lua_gettop(L) - keep - 1, LUA_MULTRET);
-  if (keep) {
+  if (!keep) { /* the original may yield (xpcall around an await) */
+    lua_callk(L, lua_gettop(L) - 1, LUA_MULTRET, 0, pass_results);
+    return lua_gettop(L);
+  }
+  lua_call(L, lua_gettop(L) - keep - 1, LUA_MULTRET); /* getmetatable: never yields */
+  {
     if (lua_gettop(L) > 1) base_fns[i].after(L, S);
     lua_remove(L, 1);
   }
