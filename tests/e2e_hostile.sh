@@ -27,6 +27,7 @@ ATTACKS=(
   "ctxmeta|read-only in orchestrations"
   "binary|binary chunks are not available in orchestrations"
   "luv|luv.now is not available in orchestrations"
+  "luvhandle|luv handle method start is not available in orchestrations"
   "exit|os.exit is not available in orchestrations"
   "gcstop|collectgarbage(\\\"stop\\\") is not available in orchestrations"
   "finalizer|finalizers (__gc) are not available in orchestrations"
@@ -56,6 +57,12 @@ h1_attacks() {
     innocent_ok "$S" "after-$name"
     check "hostile: an innocent instance completes unchanged after $name" $? "rc=$RC" "$OUT" "$ERR"
   done
+  run_cmd start HelperGlobals --id helper1 --wait 60s --store "$S"
+  grep -q '"output":\[1,2\]' <<<"$OUT"
+  check "hostile: a global created by a helper starts fresh in instance 1" $? "$OUT" "$ERR"
+  run_cmd start HelperGlobals --id helper2 --wait 60s --store "$S"
+  grep -q '"output":\[1,2\]' <<<"$OUT"
+  check "hostile: ... and in instance 2 (not shared)" $? "$OUT" "$ERR"
   stop_worker "$WPID"
   check "hostile: worker exits 0 on SIGTERM after the attacks" $((WRC != 0)) "rc=$WRC" \
     "$(tail -8 "$d/worker.log")"

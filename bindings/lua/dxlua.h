@@ -80,6 +80,8 @@ void dxl_install_sandbox(lua_State *L, dxl_state_t *S);
 ** orchestrations; <instead>". [-0, +0, e] */
 void dxl_guard_functions(lua_State *L, dxl_state_t *S, int idx, const char *const *names,
                          const char *prefix, const char *instead);
+/* Guard the methods of luv handles (after luaopen_luv). [-0, +0, e] */
+void dxl_guard_luv_handles(lua_State *L, dxl_state_t *S);
 /* At registration: give the orchestration function at fidx its own _ENV cell so each instance
 ** can see its own globals. [-0, +0, e] */
 void dxl_sandbox_adopt(lua_State *L, int fidx);

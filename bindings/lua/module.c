@@ -387,6 +387,7 @@ static int open_luv(lua_State *L) {
   dxl_open_luv(L);
   dxl_guard_functions(L, S, -1, NULL, "luv.",
                       "use ctx:schedule_timer for time and activities for I/O");
+  dxl_guard_luv_handles(L, S);
   return 1;
 }
 

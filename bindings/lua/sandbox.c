@@ -233,6 +233,7 @@ void dxl_guard_functions(lua_State *L, dxl_state_t *S, int idx, const char *cons
   lua_pushnil(L);
   while (lua_next(L, idx)) {
     if (lua_type(L, -2) == LUA_TSTRING && lua_iscfunction(L, -1) &&
+        lua_tocfunction(L, -1) != guarded && /* tables shared by several metatables */
         (!names || in_list(names, lua_tostring(L, -2)))) {
       lua_pushvalue(L, -2);
       lua_insert(L, -2); /* key, key, function */
@@ -427,6 +428,8 @@ static void install_base(lua_State *L, dxl_state_t *S) {
   lua_pop(L, 2);
 }
 
+static void install_globals_mt(lua_State *L, dxl_state_t *S);
+
 /* {===== read-only libraries =====} */
 
 /* upvalues: contents, name, state */
@@ -511,6 +514,7 @@ void dxl_install_sandbox(lua_State *L, dxl_state_t *S) {
   const char *io_msg = "do I/O in an activity";
   int i;
   install_base(L, S);
+  install_globals_mt(L, S);
   lua_getglobal(L, "os");
   lua_getfield(L, -1, "__duroxide_guarded");
   i = lua_toboolean(L, -1);
@@ -548,6 +552,65 @@ void dxl_install_sandbox(lua_State *L, dxl_state_t *S) {
 }
 
 /* {===== per-instance globals =====} */
+
+/* _G's metamethods (when the app's globals are _G): a global created while an orchestration
+** runs -- by a helper function defined outside it, say -- goes to that instance's globals,
+** and a global missing from _G is looked up there, so such helpers see per-instance globals
+** too. Raw accesses only: the instance table falls back to _G itself. upvalue: state */
+static int globals_index(lua_State *L) {
+  dxl_state_t *S = state_of(L, 1);
+  if (S->orch_env_ref == LUA_NOREF) return 0;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->orch_env_ref);
+  lua_pushvalue(L, 2);
+  lua_rawget(L, -2);
+  return 1;
+}
+
+static int globals_newindex(lua_State *L) {
+  dxl_state_t *S = state_of(L, 1);
+  lua_settop(L, 3);
+  if (S->orch_env_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->orch_env_ref);
+    lua_replace(L, 1);
+  }
+  lua_rawset(L, 1);
+  return 0;
+}
+
+static void install_globals_mt(lua_State *L, dxl_state_t *S) {
+  lua_pushglobaltable(L);
+  if (lua_getmetatable(L, -1)) { /* the app's own (strict mode...): left alone */
+    lua_pop(L, 2);
+    return;
+  }
+  lua_createtable(L, 0, 2);
+  lua_pushlightuserdata(L, S);
+  lua_pushcclosure(L, globals_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pushlightuserdata(L, S);
+  lua_pushcclosure(L, globals_newindex, 1);
+  lua_setfield(L, -2, "__newindex");
+  lua_setmetatable(L, -2);
+  lua_pop(L, 1);
+}
+
+/* luv's handle methods (timer:start, tcp:write...): handles made at load time stay
+** unusable from orchestrations. */
+void dxl_guard_luv_handles(lua_State *L, dxl_state_t *S) {
+  int top = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, LUA_REGISTRYINDEX)) {
+    if (lua_type(L, -2) == LUA_TSTRING && strncmp(lua_tostring(L, -2), "uv_", 3) == 0 &&
+        lua_istable(L, -1)) {
+      if (lua_getfield(L, -1, "__index") == LUA_TTABLE)
+        dxl_guard_functions(L, S, -1, NULL, "luv handle method ",
+                            "use ctx:schedule_timer for time and activities for I/O");
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  lua_settop(L, top);
+}
 
 /* upvalue: the environment. Globals not in the snapshot; hidden ones stay hidden. */
 static int env_fallback(lua_State *L) {

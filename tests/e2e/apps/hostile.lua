@@ -2,6 +2,7 @@
 -- must fail its own instance; Innocent must keep returning the same output in the same worker.
 local duroxide = require("duroxide")
 local uv = require("luv") -- captured at load time: still refused inside orchestrations
+local timer = uv.new_timer() -- a handle made at load time: its methods are refused too
 
 local attacks = {
   -- the instruction budget cannot be bypassed
@@ -35,6 +36,7 @@ local attacks = {
   -- unreachable
   binary = function() return load(string.dump(function() return 1 end), "x", "b") end,
   luv = function() return uv.now() end,
+  luvhandle = function() timer:start(10, 0, function() end) end,
   exit = function() os.exit(3) end,
   gcstop = function() collectgarbage("stop") end,
   finalizer = function() setmetatable({}, { __gc = function() os.exit(4) end }) end,
@@ -47,4 +49,16 @@ duroxide.activity("Echo", function(_, v) return v end)
 duroxide.orchestration("Innocent", function(ctx, v)
   local got = assert(ctx:schedule_activity("Echo", v):await())
   return string.rep("ab", 2) .. ("x"):upper() .. table.concat({ got, #string.format("%5d", 1) })
+end)
+
+-- A helper defined outside the orchestration that forgets `local`: each instance still sees
+-- its own global (it starts at 1 in every instance).
+local function bump()
+  hcount = (hcount or 0) + 1 -- luacheck: ignore
+  return hcount
+end
+duroxide.orchestration("HelperGlobals", function(ctx)
+  local first = bump()
+  assert(ctx:schedule_activity("Echo", 0):await())
+  return { first, bump() }
 end)
