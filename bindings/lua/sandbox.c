@@ -12,7 +12,8 @@
 **  - per-instance globals: each registered orchestration function gets its own _ENV cell,
 **    bound to a fresh globals table per instance while that instance runs. The table falls
 **    back to one shared, read-only snapshot of the function's environment (per environment),
-**    so an instance costs one small table.
+**    so an instance costs one small table. Globals that helper functions create in _G while
+**    an instance runs go to that instance's table too (_G's __index/__newindex).
 */
 #include <string.h>
 
