@@ -447,11 +447,15 @@ typedef struct dx_provider_opts_s {
 int dx_provider_open(const char *url, const dx_provider_opts_t *opts, dx_provider_t **out,
                      dx_error_t *err);
 
-/** Instance ids (and orchestration names given to a start) longer than this are refused by
-**  the client whatever the store, so an id valid on one provider is valid on every other. */
-#define DX_MAX_ID_BYTES 400
-
 /** Largest payload (input, output, event data) accepted anywhere, in bytes. */
 #define DX_MAX_PAYLOAD_BYTES (256 * 1024)
+
+/** Longest ids and names, in bytes (docs/lua-api.md "Limits" lists them all). The client and
+**  every provider apply the same limits, so an id valid on one provider is valid on all. */
+#define DX_MAX_INSTANCE_ID_BYTES 400
+#define DX_MAX_SESSION_ID_BYTES 200
+#define DX_MAX_NAME_BYTES 200       /* activity and orchestration names */
+#define DX_MAX_EVENT_NAME_BYTES 400
+#define DX_MAX_REASON_BYTES 1000    /* cancel reasons: failure messages keep them whole */
 
 #endif

@@ -9,9 +9,9 @@ int dx__check_instance(const char *inst, dx_error_t *err) {
   size_t n;
   if (!inst || !*inst) return dx_error_set(err, DX_EINVAL, "instance id is missing or empty");
   n = strlen(inst);
-  if (n > DX_MAX_ID_BYTES)
+  if (n > DX_MAX_INSTANCE_ID_BYTES)
     return dx_error_set(err, DX_EINVAL, "instance id is %zu bytes; the limit is %d bytes", n,
-                        DX_MAX_ID_BYTES);
+                        DX_MAX_INSTANCE_ID_BYTES);
   return 0;
 }
 
@@ -20,9 +20,9 @@ int dx__check_item(const dx_work_item_t *w, dx_error_t *err) {
   if (!w) return dx_error_set(err, DX_EINVAL, "work item is NULL");
   if (w->kind <= 0 || w->kind >= DX_WI__COUNT)
     return dx_error_set(err, DX_EINVAL, "unknown work item kind %d", w->kind);
-  if (w->session_id && (n = strlen(w->session_id)) > DX_SESSION_ID_MAX)
+  if (w->session_id && (n = strlen(w->session_id)) > DX_MAX_SESSION_ID_BYTES)
     return dx_error_set(err, DX_EINVAL, "session id is %zu bytes; the limit is %d bytes", n,
-                        DX_SESSION_ID_MAX);
+                        DX_MAX_SESSION_ID_BYTES);
   return dx__check_instance(w->instance, err);
 }
 
@@ -46,9 +46,9 @@ int dx__check_events(const dx_event_t *ev, size_t n, dx_error_t *err) {
 int dx__check_worker_id(const char *id, dx_error_t *err) {
   size_t n;
   if (!id || !*id) return dx_error_set(err, DX_EINVAL, "session worker id is missing or empty");
-  if ((n = strlen(id)) > DX_SESSION_ID_MAX)
+  if ((n = strlen(id)) > DX_MAX_SESSION_ID_BYTES)
     return dx_error_set(err, DX_EINVAL, "worker id is %zu bytes; the limit is %d bytes", n,
-                        DX_SESSION_ID_MAX);
+                        DX_MAX_SESSION_ID_BYTES);
   return 0;
 }
 

@@ -8,8 +8,6 @@
 
 #include "duroxide/provider.h"
 
-#define DX_SESSION_ID_MAX 200 /* session and worker ids, in bytes */
-
 int dx__check_instance(const char *inst, dx_error_t *err);
 int dx__check_item(const dx_work_item_t *w, dx_error_t *err);
 int dx__check_payload(const dx_work_item_t *w, dx_error_t *err);
