@@ -67,6 +67,7 @@
 
 #include "codec.h"
 #include "duroxide/provider.h"
+#include "providers/checks.h"
 #include "providers/providers.h"
 #include "util.h"
 
@@ -76,8 +77,8 @@
 #define LM_SUM_BYTES 4       /* CRC32C after every value (format 3) */
 #define LM_MAXDBS 24
 #define LM_KEY_MAX 511       /* LMDB's default MDB_MAXKEYSIZE */
-#define LM_INSTANCE_MAX 400  /* leaves room for the numbers appended to instance keys */
-#define LM_SESSION_MAX 200   /* session ids and worker ids: owner\0sid\0 must fit a key */
+#define LM_INSTANCE_MAX DX_MAX_INSTANCE_ID_BYTES /* room left for the numbers in keys */
+#define LM_SESSION_MAX DX_MAX_SESSION_ID_BYTES /* owner\0sid\0 must fit a key */
 #define LM_NEVER INT64_MAX
 
 enum {
@@ -495,13 +496,5 @@ extern const dx_provider_test_hooks_t dx__lm_test_hooks;
 /* check.c */
 int dx__lm_check(dx_provider_t *pp, dx_check_cb cb, void *ud, uint64_t *records,
                  uint64_t *problems, dx_error_t *err);
-
-/* args.c */
-int dx__lm_check_instance(const char *inst, dx_error_t *err);
-int dx__lm_check_item(const dx_work_item_t *w, dx_error_t *err);
-int dx__lm_check_worker_id(const char *id, dx_error_t *err);
-int dx__lm_check_payload(const dx_work_item_t *w, dx_error_t *err);
-int dx__lm_check_events(const dx_event_t *ev, size_t n, dx_error_t *err);
-int dx__lm_check_ack(const dx_orch_ack_t *a, dx_error_t *err);
 
 #endif

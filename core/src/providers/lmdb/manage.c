@@ -60,7 +60,7 @@ int dx__lm_read_history(dx_provider_t *pp, const char *instance, uint64_t execut
   if (!events || !n) return dx_error_set(err, DX_EINVAL, "events/n is NULL");
   *events = NULL;
   *n = 0;
-  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 0, &t, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 0, &t, err)))
     return rc;
   rc = dx__lm_resolve_exec(&t, instance, execution_id, &exec);
   if (!rc) rc = dx__lm_history_load(&t, instance, exec, events, n);
@@ -74,7 +74,7 @@ int dx__lm_append(dx_provider_t *pp, const char *instance, uint64_t execution_id
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_check_events(events, n, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__check_events(events, n, err)))
     return rc;
   if (execution_id == 0) return dx_error_set(err, DX_EINVAL, "execution_id 0 (ids start at 1)");
   LM_WRITE(p, t, err, rc, dx__lm_history_append(&t, instance, execution_id, events, n), (void)0);
@@ -143,7 +143,7 @@ int dx__lm_get_info(dx_provider_t *pp, const char *instance, dx_instance_info_t 
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
-  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 0, &t, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 0, &t, err)))
     return rc;
   rc = dx__lm_tx_end(&t, instance_info(&t, instance, out));
   if (rc) dx_instance_info_clear(out);
