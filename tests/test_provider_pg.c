@@ -771,3 +771,37 @@ DX_TEST(pg_liveness_option_is_checked) {
   ASSERT(p == NULL);
   ASSERT_CONTAINS(err.msg, "liveness");
 }
+
+/* The same for worker rows: a batch's fetch may lock plain rows ahead; at commit the ones not
+** handed out are unlocked again with no attempt spent, and a session row that is older still
+** comes first. */
+DX_TEST(pg_batch_work_fetch_releases_what_it_did_not_hand_out) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = dx_pv_open(store);
+  dx_session_cfg_t cfg = {"W", 600000, 10};
+  dx_work_fetch_t f;
+  dx_error_t err;
+  uint64_t id;
+  for (id = 1; id <= 5; id++) {
+    dx_work_item_t w = item(DX_WI_ACT_EXECUTE, "P", id);
+    ASSERT_OK(M(p)->enqueue_for_worker(p, T0 + (int64_t)id, &w, &err));
+  }
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 10, 30000, &cfg, &f, &err));
+  ASSERT_EQ(f.item.id, 1);
+  dx_work_item_clear(&f.item);
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 10, 30000, &cfg, &f, &err)); /* from the buffer */
+  ASSERT_EQ(f.item.id, 2);
+  dx_work_item_clear(&f.item);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  for (id = 3; id <= 5; id++) { /* unlocked at commit: fetchable, first attempt */
+    ASSERT_OK(M(p)->fetch_work_item(p, T0 + 11, 30000, NULL, &f, &err));
+    ASSERT_EQ(f.item.id, id);
+    ASSERT_EQ(f.attempt_count, 1);
+    dx_work_item_clear(&f.item);
+  }
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 11, 30000, NULL, &f, &err));
+  ASSERT_EQ(f.item.kind, 0);
+  M(p)->destroy(p);
+  free(store);
+}
