@@ -771,3 +771,104 @@ DX_TEST(pg_liveness_option_is_checked) {
   ASSERT(p == NULL);
   ASSERT_CONTAINS(err.msg, "liveness");
 }
+
+/* The same for worker rows: a batch's fetch may lock plain rows ahead; at commit the ones not
+** handed out are unlocked again with no attempt spent, and a session row that is older still
+** comes first. */
+DX_TEST(pg_batch_work_fetch_releases_what_it_did_not_hand_out) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = dx_pv_open(store);
+  dx_session_cfg_t cfg = {"W", 600000, 10};
+  dx_work_fetch_t f;
+  dx_error_t err;
+  uint64_t id;
+  for (id = 1; id <= 5; id++) {
+    dx_work_item_t w = item(DX_WI_ACT_EXECUTE, "P", id);
+    ASSERT_OK(M(p)->enqueue_for_worker(p, T0 + (int64_t)id, &w, &err));
+  }
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 10, 30000, &cfg, &f, &err));
+  ASSERT_EQ(f.item.id, 1);
+  dx_work_item_clear(&f.item);
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 10, 30000, &cfg, &f, &err)); /* from the buffer */
+  ASSERT_EQ(f.item.id, 2);
+  dx_work_item_clear(&f.item);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  for (id = 3; id <= 5; id++) { /* unlocked at commit: fetchable, first attempt */
+    ASSERT_OK(M(p)->fetch_work_item(p, T0 + 11, 30000, NULL, &f, &err));
+    ASSERT_EQ(f.item.id, id);
+    ASSERT_EQ(f.attempt_count, 1);
+    dx_work_item_clear(&f.item);
+  }
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 11, 30000, NULL, &f, &err));
+  ASSERT_EQ(f.item.kind, 0);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* ?liveness=on: what a killed process held in flight moves at once too: its locked session row
+** (redelivered, second attempt, to the session's next owner) and its instance lock. */
+DX_TEST(pg_liveness_moves_a_dead_processs_locks_at_once) {
+  char *store = store_url("&liveness=on"), buf[4];
+  dx_provider_t *p = dx_pv_open(store);
+  dx_session_cfg_t cfg_b = {"B", 600000, 10};
+  dx_work_item_t w1 = item(DX_WI_ACT_EXECUTE, "I", 1), st = item(DX_WI_START, "O", 0);
+  dx_orch_item_t *it = NULL;
+  dx_work_fetch_t f;
+  dx_error_t err;
+  PGconn *c;
+  PGresult *r;
+  double up;
+  int fds[2], status, i;
+  pid_t pid;
+  w1.session_id = "s1";
+  ASSERT_OK(M(p)->enqueue_for_worker(p, wall_ms(), &w1, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, wall_ms(), &st, 0, &err));
+  c = admin();
+  r = PQexec(c, "SELECT extract(epoch from clock_timestamp() - pg_postmaster_start_time())");
+  up = atof(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  PQfinish(c);
+  if (up < 6) usleep((useconds_t)((6 - up) * 1e6));
+  ASSERT(pipe(fds) == 0);
+  fflush(NULL);
+  ASSERT((pid = fork()) >= 0);
+  if (pid == 0) { /* A locks the session row and the instance (10 min locks), then hangs */
+    dx_provider_t *a = dx_pv_open(store);
+    dx_session_cfg_t cfg_a = {"A", 600000, 10};
+    dx_orch_item_t *ai = NULL;
+    if (M(a)->fetch_work_item(a, wall_ms(), 600000, &cfg_a, &f, &err) || f.item.id != 1 ||
+        M(a)->fetch_orchestration_item(a, wall_ms(), 600000, &ai, &err) || !ai)
+      _exit(1);
+    if (write(fds[1], "x", 1) != 1) _exit(2);
+    for (;;) pause();
+  }
+  close(fds[1]);
+  ASSERT(read(fds[0], buf, 1) == 1);
+  close(fds[0]);
+  ASSERT_OK(M(p)->fetch_work_item(p, wall_ms(), 600000, &cfg_b, &f, &err));
+  ASSERT_EQ(f.item.kind, 0); /* A lives: both stay A's */
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, wall_ms(), 600000, &it, &err));
+  ASSERT(it == NULL);
+  kill(pid, SIGKILL);
+  ASSERT(waitpid(pid, &status, 0) == pid);
+  for (i = 0; i < 100; i++) { /* sweeps run at most every 250 ms */
+    ASSERT_OK(M(p)->fetch_work_item(p, wall_ms(), 600000, &cfg_b, &f, &err));
+    if (f.item.kind) break;
+    usleep(100 * 1000);
+  }
+  ASSERT_EQ(f.item.id, 1);
+  ASSERT_EQ(f.attempt_count, 2);
+  ASSERT_EQ(f.session_claimed, 1);
+  dx_work_item_clear(&f.item);
+  free(f.previous_owner);
+  for (i = 0; i < 100 && !it; i++) {
+    ASSERT_OK(M(p)->fetch_orchestration_item(p, wall_ms(), 600000, &it, &err));
+    if (!it) usleep(100 * 1000);
+  }
+  ASSERT(it && strcmp(it->instance, "O") == 0);
+  ASSERT_EQ(it->attempt_count, 2);
+  dx_orch_item_free(it);
+  M(p)->destroy(p);
+  free(store);
+}

@@ -184,6 +184,7 @@ static void conn_thread_exit(void *arg) {
   pthread_mutex_unlock(&p->mu);
   conn_drop(c);
   dx__pg_orch_unbuffer_drop(c);
+  dx__pg_work_unbuffer_drop(c);
   free(c->pend);
   free(c->pend_out);
   free(c);
@@ -199,6 +200,7 @@ void dx__pg_conns_close(pg_t *p) {
     next = c->next;
     conn_drop(c);
     dx__pg_orch_unbuffer_drop(c);
+    dx__pg_work_unbuffer_drop(c);
     free(c->pend);
     free(c->pend_out);
     free(c);
@@ -259,6 +261,7 @@ int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err) {
   if (c && c->pid == getpid()) check_idle(c);
   if (c && c->pid != getpid()) { /* inherited across fork: forget it, start fresh */
     dx__pg_orch_unbuffer_drop(c); /* the parent's locks: never ours to release */
+    dx__pg_work_unbuffer_drop(c);
     c->conn = NULL;
     c->in_batch = 0;
     c->batch_rc = 0;
@@ -548,9 +551,10 @@ int dx__pg_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
     t.p = p;
     t.c = c;
     t.err = err;
-    dx__pg_orch_unbuffer(&t, 1);
+    if (!dx__pg_orch_unbuffer(&t, 1)) dx__pg_work_unbuffer(&t, 1);
   }
   dx__pg_orch_unbuffer_drop(c);
+  dx__pg_work_unbuffer_drop(c);
   c->in_batch = 0;
   if (c->batch_rc) {
     rc = batch_failed(c, err);
@@ -568,6 +572,7 @@ void dx__pg_rollback(dx_provider_t *pp) {
   pg_conn_t *c = pthread_getspecific(p->key);
   if (!c || !c->in_batch || c->pid != getpid()) return;
   dx__pg_orch_unbuffer_drop(c);
+  dx__pg_work_unbuffer_drop(c);
   c->in_batch = 0;
   c->batch_rc = 0;
   rollback_now(c);

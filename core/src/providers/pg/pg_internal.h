@@ -45,6 +45,13 @@ typedef struct pg_conn_s {
   dx_orch_item_t **obuf;
   int obuf_n, obuf_next;
   int64_t obuf_now, obuf_lock;
+  /* plain worker rows locked by a fetch in this batch and not handed out yet: rows of wbuf in
+  ** the order of wrow */
+  PGresult *wbuf;
+  int *wrow;
+  int wbuf_n, wbuf_next;
+  int64_t wbuf_now, wbuf_lock;
+  char *wbuf_worker;        /* the session worker id of the fetch ("" without one) */
   struct pg_conn_s *next;   /* owner's list */
 } pg_conn_t;
 
@@ -130,6 +137,9 @@ uint64_t dx__pg_hash(const char *a, const char *b);
 ** (commit: their locks and attempts undone in the transaction) or just dropped (rollback). */
 int dx__pg_orch_unbuffer(tx_t *t, int release);
 void dx__pg_orch_unbuffer_drop(pg_conn_t *c);
+/* The same for plain worker rows (release: unlocked again, no attempt spent). */
+int dx__pg_work_unbuffer(tx_t *t, int release);
+void dx__pg_work_unbuffer_drop(pg_conn_t *c);
 int dx__pg_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__pg_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 /* DX_EEXIST (writing nothing) when an event id of `ev` is stored or repeated. */

@@ -157,13 +157,13 @@ static const char *const SQL[PQ__COUNT] = {
     " $5::bigint, $6::bytea, $7::bigint)",
   [PQ_WORK_CANCEL] =
     "DELETE FROM work WHERE instance_id = $1 AND exec = $2::bigint AND activity_id = $3::bigint",
-  [PQ_WORK_FETCH_PLAIN] =
+  [PQ_WORK_FETCH_PLAIN] = /* lock the $3 plain rows due first */
     "WITH c AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
-    " ORDER BY due_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
+    " ORDER BY due_at, seq LIMIT $3::bigint FOR UPDATE SKIP LOCKED)"
     " UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, attempt = w.attempt + 1 FROM c WHERE w.seq = c.seq"
     " RETURNING w.lock_token, w.attempt, w.item, c.seq, c.due_at",
-  [PQ_WORK_UNLOCK] = /* undo a speculative WORK_FETCH_PLAIN: visible again, no attempt spent */
+  [PQ_WORK_UNLOCK] = /* undo WORK_FETCH_PLAIN for a row not handed out: no attempt spent */
     "UPDATE work SET lock_token = NULL, locked_until = NULL, due_at = visible_at,"
     " attempt = attempt - 1 WHERE seq = $1::bigint",
   [PQ_WORK_PICK_OWNED] =

@@ -112,26 +112,94 @@ static void fetch_reset(dx_work_fetch_t *out) {
   memset(out, 0, sizeof *out);
 }
 
-/* Hand out the row locked by `res` (lock_token, attempt, item); takes res. 0 rows: *got 0. */
-static int hand_out(tx_t *t, PGresult *res, dx_work_fetch_t *out, int *got) {
+/* Hand out row `row` of a lock result (lock_token, attempt, item). */
+static int hand_out_row(tx_t *t, PGresult *res, int row, dx_work_fetch_t *out) {
   dx_error_t derr = {0};
   int rc;
-  *got = PQntuples(res) == 1;
-  if (!*got) {
-    PQclear(res);
-    return 0;
-  }
-  out->lock_token = (uint64_t)dx__col_i64(res, 0, 0);
-  out->attempt_count = (uint32_t)dx__col_i64(res, 0, 1);
-  rc = dx__work_item_decode(PQgetvalue(res, 0, 2), (size_t)PQgetlength(res, 0, 2), &out->item,
-                            &derr);
-  PQclear(res);
+  out->lock_token = (uint64_t)dx__col_i64(res, row, 0);
+  out->attempt_count = (uint32_t)dx__col_i64(res, row, 1);
+  rc = dx__work_item_decode(PQgetvalue(res, row, 2), (size_t)PQgetlength(res, row, 2),
+                            &out->item, &derr);
   if (rc == DX_ENOMEM) return dx__pg_tx_poison(t, dx__pg_nomem(t->err));
   if (rc)
     return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ECORRUPT,
                                             "corrupted record in work (row %lld): %s",
                                             (long long)out->lock_token, derr.msg));
   return 0;
+}
+
+/* Hand out the row locked by `res` (one row or none); takes res. 0 rows: *got 0. */
+static int hand_out(tx_t *t, PGresult *res, dx_work_fetch_t *out, int *got) {
+  int rc = 0;
+  *got = PQntuples(res) == 1;
+  if (*got) rc = hand_out_row(t, res, 0, out);
+  PQclear(res);
+  return rc;
+}
+
+/* {===== plain rows locked ahead (inside a batch) =====} */
+
+#define WORK_PREFETCH 16 /* plain rows locked per round trip inside a batch */
+
+static _Thread_local PGresult *g_sort_res; /* qsort's context */
+
+static int row_cmp(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  int64_t dx = dx__col_i64(g_sort_res, x, 4), dy = dx__col_i64(g_sort_res, y, 4);
+  int64_t sx = dx__col_i64(g_sort_res, x, 3), sy = dx__col_i64(g_sort_res, y, 3);
+  if (dx != dy) return dx < dy ? -1 : 1;
+  return sx < sy ? -1 : sx > sy;
+}
+
+void dx__pg_work_unbuffer_drop(pg_conn_t *c) {
+  PQclear(c->wbuf);
+  free(c->wrow);
+  free(c->wbuf_worker);
+  c->wbuf = NULL;
+  c->wrow = NULL;
+  c->wbuf_worker = NULL;
+  c->wbuf_n = c->wbuf_next = 0;
+}
+
+int dx__pg_work_unbuffer(tx_t *t, int release) {
+  pg_conn_t *c = t->c;
+  int rc = 0, i;
+  for (i = c->wbuf_next; release && !rc && i < c->wbuf_n; i++)
+    rc = q_seq(t, PQ_WORK_UNLOCK, dx__col_i64(c->wbuf, c->wrow[i], 3));
+  dx__pg_work_unbuffer_drop(c);
+  return rc;
+}
+
+/* Keep the rows of lock result `res` (taken), oldest due first, to hand out one per call;
+** the first `skip` of them in that order are handed out or unlocked by the caller. */
+static int buffer_rows(tx_t *t, PGresult *res, int64_t now, int64_t lock_ms,
+                       const dx_session_cfg_t *cfg) {
+  pg_conn_t *c = t->c;
+  int i, n = PQntuples(res);
+  dx__pg_work_unbuffer_drop(c);
+  if (!(c->wrow = malloc((n ? (size_t)n : 1) * sizeof *c->wrow)) ||
+      !(c->wbuf_worker = dx__strdup(cfg ? cfg->worker_id : ""))) {
+    PQclear(res);
+    dx__pg_work_unbuffer_drop(c);
+    return dx__pg_tx_poison(t, dx__pg_nomem(t->err));
+  }
+  for (i = 0; i < n; i++) c->wrow[i] = i;
+  g_sort_res = res;
+  qsort(c->wrow, (size_t)n, sizeof *c->wrow, row_cmp);
+  g_sort_res = NULL;
+  c->wbuf = res;
+  c->wbuf_n = n;
+  c->wbuf_next = 0;
+  c->wbuf_now = now;
+  c->wbuf_lock = lock_ms;
+  return 0;
+}
+
+/* 1 when the buffer holds rows for a fetch with these parameters. */
+static int buffered_for(const pg_conn_t *c, int64_t now, int64_t lock_ms,
+                        const dx_session_cfg_t *cfg) {
+  return c->wbuf_next < c->wbuf_n && c->wbuf_now == now && c->wbuf_lock == lock_ms &&
+         strcmp(c->wbuf_worker, cfg ? cfg->worker_id : "") == 0;
 }
 
 /* Take session candidate c: the session side (claim, or record activity on an owned session) and the
@@ -184,32 +252,48 @@ static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
   return rc;
 }
 
+/* Send WORK_FETCH_PLAIN for up to k rows; *res receives the lock result at the next wait. */
+static int plain_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresult **res) {
+  qp_t q;
+  dx__qp_init(&q);
+  dx__qp_i64(&q, now);
+  dx__qp_i64(&q, dx__sat_add(now, lock_ms));
+  dx__qp_i64(&q, k);
+  return dx__pg_qsend(t, PQ_WORK_FETCH_PLAIN, &q, res);
+}
+
 static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
                       dx_work_fetch_t *out) {
-  cand_t c;
-  int rc = 0, round, got = 0;
-  memset(&c, 0, sizeof c);
+  pg_conn_t *c = t->c;
+  cand_t cd;
+  int rc = 0, round, got = 0, k = c->in_batch ? WORK_PREFETCH : 1;
+  memset(&cd, 0, sizeof cd);
   if (cfg && (rc = dx__pg_live_hold(t->p, cfg->worker_id, t->err))) return rc;
+  if (c->wbuf_next < c->wbuf_n && !buffered_for(c, now, lock_ms, cfg) &&
+      (rc = dx__pg_work_unbuffer(t, 1))) /* locked for another fetch: give them back */
+    return rc;
+  if (c->wbuf_next < c->wbuf_n) /* locked ahead by an earlier fetch of this batch */
+    return hand_out_row(t, c->wbuf, c->wrow[c->wbuf_next++], out);
+  dx__pg_work_unbuffer_drop(c);
   if (!cfg) { /* plain rows only: pick and lock in one statement */
     PGresult *res;
-    qp_t q;
-    dx__qp_init(&q);
-    dx__qp_i64(&q, now);
-    dx__qp_i64(&q, dx__sat_add(now, lock_ms));
-    if ((rc = dx__pg_q(t, PQ_WORK_FETCH_PLAIN, &q, &res))) return rc;
-    return hand_out(t, res, out, &got);
+    if ((rc = plain_send(t, now, lock_ms, k, &res)) || (rc = dx__pg_qwait(t))) return rc;
+    if (PQntuples(res) == 0) {
+      PQclear(res);
+      return 0;
+    }
+    if ((rc = buffer_rows(t, res, now, lock_ms, cfg))) return rc;
+    return hand_out_row(t, c->wbuf, c->wrow[c->wbuf_next++], out);
   }
-  /* The oldest plain row is locked speculatively in the same round trip as the session
-  ** picks (plain work is the common case); when a session row is older it is unlocked again
-  ** (queued, no round trip). A round repeats only after a close marker was dropped or a
-  ** session was lost meanwhile. */
+  /* Plain rows are locked speculatively in the same round trip as the session picks (plain
+  ** work is the common case). Rows that lose to an older session row, or that might (when
+  ** there is session work at all), are unlocked again (queued, no round trip). A round
+  ** repeats only after a close marker was dropped or a session was lost meanwhile. */
   for (round = 0; round < 64 && !got; round++) {
     PGresult *plain = NULL, *owned = NULL, *claim = NULL;
-    qp_t qn, qo, qc, qk;
-    cand_clear(&c);
-    dx__qp_init(&qn);
-    dx__qp_i64(&qn, now);
-    dx__qp_i64(&qn, dx__sat_add(now, lock_ms));
+    qp_t qo, qc, qk;
+    int sessions_due, i;
+    cand_clear(&cd);
     dx__qp_init(&qo);
     dx__qp_i64(&qo, now);
     dx__qp_str(&qo, cfg->worker_id);
@@ -221,8 +305,6 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
     dx__qp_i64(&qc, t->p->liveness);
     dx__qp_init(&qk);
     dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
-    /* the advisory lock serializes every claim made under this worker id (held to the end of
-    ** the transaction), so the capacity count and the claim cannot interleave */
     if (round == 0 && dx__pg_live_sweep_due(t->p, &t->p->reaped_at, now)) {
       qp_t qr;
       dx__qp_init(&qr);
@@ -231,27 +313,40 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
       dx__qp_str(&qr, t->p->live_prefix);
       if ((rc = dx__pg_qsend(t, PQ_WORK_REAP, &qr, NULL))) break;
     }
+    /* the advisory lock serializes every claim made under this worker id (held to the end of
+    ** the transaction), so the capacity count and the claim cannot interleave */
     if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
-        (rc = dx__pg_qsend(t, PQ_WORK_FETCH_PLAIN, &qn, &plain)) ||
+        (rc = plain_send(t, now, lock_ms, k, &plain)) ||
         (rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &owned)) ||
         (rc = dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &claim)) || (rc = dx__pg_qwait(t)))
       break;
-    rc = consider(t, plain, WC_PLAIN, 3, &c);
-    if (rc) PQclear(owned);
-    else rc = consider(t, owned, WC_OWNED, 0, &c);
-    if (rc) PQclear(claim);
-    else rc = consider(t, claim, WC_CLAIM, 0, &c);
-    if (!rc && c.found && c.kind == WC_PLAIN) {
-      rc = hand_out(t, plain, out, &got); /* takes plain */
-      plain = NULL;
-    } else if (!rc && plain && PQntuples(plain) == 1) {
-      rc = q_seq(t, PQ_WORK_UNLOCK, dx__col_i64(plain, 0, 3));
+    sessions_due = PQntuples(owned) + PQntuples(claim) > 0;
+    if ((rc = buffer_rows(t, plain, now, lock_ms, cfg))) {
+      PQclear(owned);
+      PQclear(claim);
+      break;
     }
-    PQclear(plain);
-    if (rc || !c.found || got) break;
-    if ((rc = take(t, &c, now, lock_ms, cfg, out, &got))) break;
+    if (c->wbuf_n) { /* the oldest plain row competes with the session candidates */
+      cd.found = 1;
+      cd.kind = WC_PLAIN;
+      cd.seq = dx__col_i64(c->wbuf, c->wrow[0], 3);
+      cd.due = dx__col_i64(c->wbuf, c->wrow[0], 4);
+    }
+    rc = consider(t, owned, WC_OWNED, 0, &cd);
+    if (rc) PQclear(claim);
+    else rc = consider(t, claim, WC_CLAIM, 0, &cd);
+    if (!rc && cd.found && cd.kind == WC_PLAIN) {
+      rc = hand_out_row(t, c->wbuf, c->wrow[c->wbuf_next++], out);
+      got = 1;
+    }
+    /* keep the rest only when no session row is due: else they may be younger than one */
+    for (i = c->wbuf_next; !rc && sessions_due && i < c->wbuf_n; i++)
+      rc = q_seq(t, PQ_WORK_UNLOCK, dx__col_i64(c->wbuf, c->wrow[i], 3));
+    if (sessions_due) dx__pg_work_unbuffer_drop(c);
+    if (rc || !cd.found || got) break;
+    if ((rc = take(t, &cd, now, lock_ms, cfg, out, &got))) break;
   }
-  cand_clear(&c);
+  cand_clear(&cd);
   if (rc) fetch_reset(out);
   return rc;
 }
@@ -265,7 +360,9 @@ int dx__pg_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
   if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
   if (sessions && (rc = dx__check_worker_id(sessions->worker_id, err))) return rc;
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
-  rc = dx__pg_tx_end(&t, work_fetch(&t, now, lock_ms, sessions, out));
+  rc = work_fetch(&t, now, lock_ms, sessions, out);
+  if (t.own) dx__pg_work_unbuffer_drop(t.c); /* own transaction: at most one was locked */
+  rc = dx__pg_tx_end(&t, rc);
   if (rc) fetch_reset(out);
   return rc;
 }
