@@ -960,6 +960,51 @@ DX_TEST(select_sub_orchestration_loser_cancels_child) {
   sim_free(&s);
 }
 
+/* Issue 7 item 3: children cancelled through a cancelled parent hear "parent canceled" (as
+** the reference); a select loser cancelled earlier keeps its own reason and is not told again. */
+DX_TEST(parent_cancel_reaches_children_as_parent_canceled) {
+  static const step_t p[] = {SUB("A", "1"), TIMER(10), SELECT(0, 1), SUB("B", "2"), AWAIT(2),
+                             RETURN("1")};
+  static const step_t kid[] = {TIMER(1000), AWAIT(0), RETURN("1")};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  dx_work_item_t *m;
+  sim_init(&s, "p1", "Orch", p);
+  sim_begin(&s, NULL);
+  msg_timer(&s, 3, T0 + 10);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "4:TimerFired<3 5:SubCancel<2 6:SubSched");
+  ASSERT_EQ(a->orch_items_len, 2);
+  ASSERT_EQ(a->orch_items[0].kind, DX_WI_CANCEL);
+  ASSERT_STR_EQ(a->orch_items[0].instance, "p1::sub::2");
+  ASSERT_STR_EQ(a->orch_items[0].reason, "parent dropped sub-orchestration future");
+  sim_next(&s);
+  msg_cancel(&s, "stop");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "7:CancelReq 8:SubCancel<6 9:Failed");
+  ASSERT_STR_EQ(a->failure->message, "canceled: stop");
+  ASSERT_EQ(a->orch_items_len, 1); /* the loser (event 2) is not cancelled a second time */
+  ASSERT_EQ(a->orch_items[0].kind, DX_WI_CANCEL);
+  ASSERT_STR_EQ(a->orch_items[0].instance, "p1::sub::6");
+  ASSERT_STR_EQ(a->orch_items[0].reason, "parent canceled");
+  sim_free(&s);
+  /* the child fails with that reason and reports it to its parent */
+  sim_init(&s, "p1::sub::6", "Kid", kid);
+  m = msg_start(&s, "Kid", "2");
+  m->parent_instance = strdup("p1");
+  m->parent_id = 6;
+  sim_run(&s);
+  sim_next(&s);
+  msg_cancel(&s, "parent canceled");
+  a = sim_run(&s);
+  ASSERT_EQ(a->status, DX_STATUS_FAILED);
+  ASSERT_STR_EQ(a->failure->message, "canceled: parent canceled");
+  ASSERT_EQ(a->orch_items_len, 1);
+  ASSERT_EQ(a->orch_items[0].kind, DX_WI_SUB_FAILED);
+  ASSERT_STR_EQ(a->orch_items[0].fail.message, "canceled: parent canceled");
+  sim_free(&s);
+}
+
 DX_TEST(select_loser_scheduled_in_same_turn_is_never_enqueued) {
   /* a syscall future is resolved at once, so the brand-new activity loses immediately */
   static const step_t p[] = {SYSCALL("utc_now"), ACT("A", "1"), SELECT(0, 1), RETURN_LAST};

@@ -80,6 +80,7 @@ struct dx_turn_s {
   int oom;                  /* an allocation failed: never ack a partial turn */
   int run_state;            /* DX_RUN_* of the code */
   int fatal;                /* nondeterminism or other turn-level failure recorded */
+  int parent_cancelled;     /* the instance itself was cancelled: children hear why */
   dx_failure_t failure;     /* terminal failure */
   char *output;
   char *can_input;
@@ -436,7 +437,10 @@ static void cancel_outstanding(dx_turn_t *t, uint64_t id, const char *reason) {
     memset(&w, 0, sizeof w);
     w.kind = DX_WI_CANCEL;
     w.instance = dx__strdup(sched->instance);
-    w.reason = dx__strdup("parent dropped sub-orchestration future");
+    /* A child cancelled with its parent says so (as the reference); a dropped future (a
+    ** select loser) keeps its own reason. */
+    w.reason = dx__strdup(t->parent_cancelled ? "parent canceled"
+                                              : "parent dropped sub-orchestration future");
     VEC_PUSH(t->orch_items, w);
   }
 }
@@ -988,6 +992,7 @@ static void turn_body(dx_turn_t *t) {
       if (ev_at(t, id)->kind == DX_EV_ORCH_CANCEL_REQ) cr = ev_at(t, id);
     set_failure(t, DX_CAT_APPLICATION, "Cancelled", "canceled: %s",
                 cr && cr->reason ? cr->reason : "cancelled");
+    t->parent_cancelled = 1;
     goto terminal;
   }
   run_code(t);
