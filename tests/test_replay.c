@@ -11,7 +11,9 @@
 */
 #include "testlib.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
+#include <unistd.h>
 
 #include "duroxide/executor.h"
 #include "log.h"
@@ -1309,6 +1311,71 @@ DX_TEST(cancel_request_fails_and_withdraws_outstanding_work) {
   ASSERT_EQ(a->orch_items[0].kind, DX_WI_CANCEL);
   ASSERT_STR_EQ(a->orch_items[0].instance, "i1::sub::4");
   ASSERT_EQ(s.host.starts, 0); /* the code does not run once cancelled */
+  sim_free(&s);
+}
+
+/* Issue 7 item 4: a poisoned-before-first-commit instance still records the version it
+** would have run; an unregistered version is named in the failure; the "orchestration started"
+** log line prints the version (it used to read the freed version string). */
+static char *capture_turn_log(sim_t *s) {
+  char path[512], *buf = calloc(1, 4096);
+  int saved = dup(2), fd;
+  FILE *f;
+  snprintf(path, sizeof path, "%s/turn.log", dx_test_tmpdir());
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT(fd >= 0 && saved >= 0 && buf);
+  fflush(stderr);
+  dup2(fd, 2);
+  close(fd);
+  dx__log_configure(DX_LOG_INFO, DX_LOGFMT_TEXT);
+  sim_run(s);
+  dx__log_configure(-1, DX_LOGFMT_TEXT);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  f = fopen(path, "r");
+  ASSERT(f);
+  buf[fread(buf, 1, 4095, f)] = 0;
+  fclose(f);
+  return buf;
+}
+
+DX_TEST(poisoned_first_turn_records_version) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  char *log;
+  sim_init(&s, "i1", "Hello", P_GREET);
+  msg_start(&s, "Hello", "1"); /* no version asked: the registry resolves it */
+  s.attempt = 6;
+  log = capture_turn_log(&s);
+  a = sim_ack(&s);
+  ASSERT_KINDS(&s, "1:Started 2:Failed");
+  ASSERT_EQ(a->failure->category, DX_CAT_POISON);
+  ASSERT_STR_EQ(dev(&s, 0)->version, "1.0.0");
+  ASSERT_STR_EQ(a->orchestration_version, "1.0.0");
+  ASSERT_CONTAINS(log, "orchestration started instance=i1 execution=1 orchestration=Hello "
+                       "version=1.0.0\n");
+  free(log);
+  sim_free(&s);
+}
+
+DX_TEST(unregistered_version_is_named_and_logged_cleanly) {
+  sim_t s;
+  const dx_orch_ack_t *a;
+  dx_work_item_t *m;
+  char *log;
+  sim_init(&s, "i1", "Other", P_GREET);
+  m = msg_start(&s, "Hello", "1");
+  m->version = strdup("2.0.0");
+  s.attempt = 5; /* the last attempt gives up */
+  log = capture_turn_log(&s);
+  a = sim_ack(&s);
+  ASSERT_KINDS(&s, "1:Started 2:Failed");
+  ASSERT_STR_EQ(a->failure->kind, "Unregistered");
+  ASSERT_CONTAINS(a->failure->message, "orchestration 'Hello' version 2.0.0 is not registered");
+  ASSERT_STR_EQ(dev(&s, 0)->version, "2.0.0");
+  ASSERT_CONTAINS(log, "orchestration=Hello version=2.0.0\n");
+  free(log);
   sim_free(&s);
 }
 

@@ -9,6 +9,7 @@
 
 #include "duroxide.h"
 #include "host.h"
+#include "util.h"
 #include "jsonout.h"
 
 static const char *commands[] = {"start", "raise", "status", "wait", "cancel", "history",
@@ -71,7 +72,13 @@ static int parse(int argc, char **argv, cmdline_t *c) {
       return dxh_fail(2, "option %s needs a value", argv[i]);
     if (strcmp(name, "store") == 0) c->store = val;
     else if (strcmp(name, "id") == 0) c->id = val;
-    else if (strcmp(name, "version") == 0) c->version = val;
+    else if (strcmp(name, "version") == 0) {
+      int v[3];
+      if (!dx__semver_parse(val, v)) /* refused before the store is opened: nothing written */
+        return dxh_fail(2, "--version '%s' is not a version (expected MAJOR.MINOR.PATCH such "
+                        "as 1.2.0)", val);
+      c->version = val;
+    }
     else if (strcmp(name, "timeout") == 0) c->timeout = val;
     else if (strcmp(name, "wait") == 0) { c->wait = 1; c->timeout = val; }
     else return dxh_fail(2, "unknown option --%s (see --help)", name);

@@ -154,9 +154,7 @@ int dxl_pcall(lua_State *L, int nargs, int nres, char *errbuf, size_t errlen, in
 
 /* {===== registration =====} */
 
-static int parse_semver(const char *s, int v[3]) {
-  return s && sscanf(s, "%d.%d.%d", &v[0], &v[1], &v[2]) == 3;
-}
+static int parse_semver(const char *s, int v[3]) { return dx__semver_parse(s, v); }
 
 static int semver_less(const char *a, const char *b) {
   int x[3], y[3], i;

@@ -905,9 +905,10 @@ static void start_event(dx_turn_t *t, const char *resolved_version) {
     free(t->version);
     t->version = v;
   }
+  /* t->version, not resolved_version: that may have been the string just freed. */
   dx__log(DX_LOG_INFO, "orchestration started", "instance=%s execution=%" PRIu64
           " orchestration=%s version=%s", t->instance, t->exec, t->name,
-          resolved_version ? resolved_version : "");
+          t->version ? t->version : "");
 }
 
 static void run_code(dx_turn_t *t) {
@@ -938,6 +939,7 @@ static void run_code(dx_turn_t *t) {
 static void turn_body(dx_turn_t *t) {
   const dx_orch_item_t *it = t->item;
   const char *resolved = NULL;
+  int registered;
   t->action = DX_TURN_ACK;
   if (it->history_error) {
     /* History is unreadable: retry (maybe a newer build can read it), then mark the
@@ -961,26 +963,33 @@ static void turn_body(dx_turn_t *t) {
   }
   if (!select_execution(t)) return; /* stale or orphan messages: ack drops them */
   if (!validate_history(t)) goto terminal;
+  /* Resolve the version even for a poisoned instance: its OrchestrationStarted records it. */
+  registered = t->host->orch_lookup(t->host_ud, t->name, t->version, &resolved);
   if (it->attempt_count > t->cfg->max_attempts) {
     set_failure(t, DX_CAT_POISON, "Poison",
                 "poison: orchestration %s exceeded %u attempts (max %u)", t->instance,
                 it->attempt_count, t->cfg->max_attempts);
-  } else if (!t->host->orch_lookup(t->host_ud, t->name, t->version, &resolved)) {
+  } else if (!registered) {
+    char what[512];
+    if (t->version)
+      snprintf(what, sizeof what, "orchestration '%s' version %s", t->name, t->version);
+    else
+      snprintf(what, sizeof what, "orchestration '%s'", t->name);
     if (it->attempt_count < t->cfg->max_attempts) {
       t->action = DX_TURN_ABANDON;
       t->abandon_delay_ms = dx__unregistered_backoff(it->attempt_count,
                                                      t->cfg->unregistered_base_ms,
                                                      t->cfg->unregistered_max_ms);
       dx__log(DX_LOG_WARN, "orchestration not registered; will retry",
-              "instance=%s orchestration=%s attempt=%u retry_in_ms=%" PRId64, t->instance,
-              t->name, it->attempt_count, t->abandon_delay_ms);
+              "instance=%s orchestration=%s version=%s attempt=%u retry_in_ms=%" PRId64,
+              t->instance, t->name, t->version ? t->version : "", it->attempt_count,
+              t->abandon_delay_ms);
       return;
     }
     set_failure(t, DX_CAT_CONFIGURATION, "Unregistered",
-                "orchestration '%s' is not registered (gave up after %u attempts)", t->name,
-                it->attempt_count);
+                "%s is not registered (gave up after %u attempts)", what, it->attempt_count);
   }
-  if (t->n_hist == 0) start_event(t, resolved ? resolved : t->version);
+  if (t->n_hist == 0) start_event(t, registered && resolved ? resolved : t->version);
   if (t->fatal) goto terminal;
   convert_batch(t);
   index_history(t);

@@ -20,6 +20,21 @@ char *dx__strdup(const char *s) {
   return d;
 }
 
+int dx__semver_parse(const char *s, int v[3]) {
+  int i;
+  if (!s) return 0;
+  for (i = 0; i < 3; i++) {
+    long n = 0;
+    const char *start = s;
+    while (*s >= '0' && *s <= '9' && s - start < 9) n = n * 10 + (*s++ - '0');
+    if (s == start || (*s >= '0' && *s <= '9')) return 0;
+    v[i] = (int)n;
+    if (*s != (i < 2 ? '.' : '\0')) return 0;
+    s++;
+  }
+  return 1;
+}
+
 int64_t dx__renewal_interval(int64_t timeout_ms, int64_t buffer_ms) {
   if (timeout_ms >= 15000) return timeout_ms - (buffer_ms < timeout_ms ? buffer_ms : timeout_ms);
   return (timeout_ms + 1) / 2;
