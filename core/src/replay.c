@@ -812,7 +812,13 @@ static const dx_work_item_t *find_start(const dx_orch_item_t *item, int kind) {
   return NULL;
 }
 
-/* Decide which execution this turn works on; 0 = nothing to do (ack and drop messages). */
+enum { SEL_DROP = 0, SEL_RUN = 1, SEL_WAIT = 2 };
+
+/* Decide which execution this turn works on: SEL_RUN; SEL_DROP = the execution has ended
+** (ack drops stale messages); SEL_WAIT = the messages precede the execution they belong to,
+** whose start (or continue-as-new) message is still queued but not visible yet (another
+** worker handed it back with a delay, e.g. it lacked the orchestration): they must wait for
+** that first turn, not be dropped. */
 static int select_execution(dx_turn_t *t) {
   const dx_orch_item_t *it = t->item;
   const dx_work_item_t *can = find_start(it, DX_WI_CAN);
@@ -824,13 +830,15 @@ static int select_execution(dx_turn_t *t) {
     t->hist = NULL;
     t->n_hist = 0;
     start = can;
+  } else if (last && last->kind == DX_EV_ORCH_CAN) {
+    return SEL_WAIT; /* the next execution's start is queued: its messages wait for it */
   } else if (last && is_terminal_kind(last->kind)) {
-    return 0;
+    return SEL_DROP;
   } else {
     t->hist = it->history;
     t->n_hist = it->history_len;
   }
-  if (t->n_hist == 0 && !start) return 0; /* nothing can begin this instance */
+  if (t->n_hist == 0 && !start) return SEL_WAIT;
   t->instance = dx__strdup(it->instance);
   if (t->n_hist) {
     t->name = dx__strdup(t->hist[0].name);
@@ -839,7 +847,7 @@ static int select_execution(dx_turn_t *t) {
     t->name = dx__strdup(start->name);
     t->version = dx__strdup(start->version);
   }
-  return 1;
+  return SEL_RUN;
 }
 
 static int validate_history(dx_turn_t *t) {
@@ -961,7 +969,27 @@ static void turn_body(dx_turn_t *t) {
     }
     return;
   }
-  if (!select_execution(t)) return; /* stale or orphan messages: ack drops them */
+  switch (select_execution(t)) {
+    case SEL_DROP: return; /* stale messages of an ended execution: ack drops them */
+    case SEL_WAIT:
+      if (it->attempt_count <= t->cfg->max_attempts) {
+        /* Same schedule as the unregistered start they wait for: they come back after it. */
+        t->action = DX_TURN_ABANDON;
+        t->abandon_delay_ms = dx__unregistered_backoff(it->attempt_count,
+                                                       t->cfg->unregistered_base_ms,
+                                                       t->cfg->unregistered_max_ms);
+        dx__log(DX_LOG_DEBUG, "messages wait for the instance's first turn",
+                "instance=%s messages=%zu attempt=%u retry_in_ms=%" PRId64, it->instance,
+                it->messages_len, it->attempt_count, t->abandon_delay_ms);
+      } else {
+        /* Outlived every attempt a start gets: nothing will ever run them. */
+        dx__log(DX_LOG_WARN, "messages for an instance that never started dropped",
+                "instance=%s messages=%zu attempts=%u", it->instance, it->messages_len,
+                it->attempt_count);
+      }
+      return;
+    default: break;
+  }
   if (!validate_history(t)) goto terminal;
   /* Resolve the version even for a poisoned instance: its OrchestrationStarted records it. */
   registered = t->host->orch_lookup(t->host_ud, t->name, t->version, &resolved);

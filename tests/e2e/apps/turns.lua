@@ -1,0 +1,50 @@
+-- tests/e2e/apps/turns.lua: the app of tests/e2e_turns.sh (messages and turns, graceful stop,
+-- clocks, options). TURNS_NEW=1 in the environment registers the "new release" parts a
+-- rolling deploy brings (WaitGo, WaitCancel, Versioned 2.0.0): a worker without it plays the
+-- old release.
+local duroxide = require("duroxide")
+local NEW = os.getenv("TURNS_NEW") == "1"
+
+-- 1.0.0 hands over to 2.0.0, which only the new release has.
+duroxide.orchestration("Versioned", function(ctx, input)
+  return ctx:continue_as_new(input, "2.0.0")
+end, { version = "1.0.0" })
+
+if NEW then
+  duroxide.orchestration("Versioned", function(ctx, input)
+    return { input = input, ev = ctx:schedule_wait("go"):await() }
+  end, { version = "2.0.0" })
+  duroxide.orchestration("WaitGo", function(ctx)
+    return ctx:schedule_wait("go"):await()
+  end)
+  duroxide.orchestration("WaitCancel", function(ctx)
+    return ctx:schedule_wait("never"):await()
+  end)
+end
+
+-- Append one line to a file (markers show how often and where an activity ran).
+local function append(path, line)
+  local f = assert(io.open(path, "a"))
+  f:write(line, "\n")
+  f:close()
+end
+
+-- input = { marker = path, ms = sleep }: marks start/end (or "cancelled") with the worker id.
+duroxide.activity("Slow", function(actx, input)
+  append(input.marker, "start " .. actx.worker_id)
+  local slept = 0
+  while slept < input.ms do
+    actx:sleep(100)
+    slept = slept + 100
+    if actx:is_cancelled() then
+      append(input.marker, "cancelled " .. actx.worker_id)
+      return nil
+    end
+  end
+  append(input.marker, "end " .. actx.worker_id)
+  return actx.worker_id
+end)
+
+duroxide.orchestration("SlowOnce", function(ctx, input)
+  return assert(ctx:schedule_activity("Slow", input):await())
+end)
