@@ -78,4 +78,38 @@ t2_start_on_new_worker_keeps_event_and_cancel() {
     "rc=$RC" "$OUT" "$ERR"
 }
 
-run_scenarios t1_can_to_new_version_keeps_event t2_start_on_new_worker_keeps_event_and_cancel
+# ---------------------------------------------------------------------------------------------
+# 2. A turn longer than the orchestrator lock commits (its lock is renewed), and the instances
+#    fetched in the same batch behind it keep theirs: each runs exactly once.
+
+t3_long_turn_keeps_its_lock() {
+  local d S i bad=0 h n msgs=()
+  d=$(new_dir t3); S=$d/store
+  # queued before the worker starts, so one fetch takes all of them: Busy first
+  run_cmd start Busy 20000000 --id busy --store "$S"
+  check "long turn: instance started" "$RC" "$OUT" "$ERR"
+  for i in 1 2 3 4; do dx start Quick "$i" --id q$i --store "$S" >/dev/null || bad=1; done
+  check "long turn: innocent instances started" $bad
+  # the Busy turn takes about a second: several times the 200ms lock
+  start_worker "$d/w.log" "$TURNS" --store "$S" --orchestrator-lock-timeout 200ms
+  run_cmd wait busy --timeout 120s --store "$S"
+  [ "$RC" -eq 0 ] && grep -q '"status":"Completed"' <<<"$OUT"
+  check "long turn: the long turn commits" $? "rc=$RC" "$OUT" "$ERR" "$(tail -5 "$d/w.log")"
+  h=$(dx history busy --store "$S")
+  n=$(count_event "$h" OrchestrationStarted)
+  check "long turn: it ran as one first turn (one OrchestrationStarted)" $((n != 1)) "$h"
+  for i in 1 2 3 4; do
+    run_cmd wait q$i --timeout 60s --store "$S"
+    h=$(dx history q$i --store "$S")
+    n=$(count_event "$h" OrchestrationStarted)
+    [ "$RC" -eq 0 ] && [ "$n" -eq 1 ] || msgs+=("q$i: rc=$RC started=$n $OUT")
+  done
+  check "long turn: instances queued behind it complete once each" ${#msgs[@]} "${msgs[@]}"
+  n=$(count_lines "$d/w.log" 'commit failed\|poison\|lock lost')
+  check "long turn: no refused commit, lost lock or poison in the worker log" "$n" \
+    "$(grep 'commit failed\|poison\|lock lost' "$d/w.log" | head -5)"
+  stop_worker "$WPID"
+}
+
+run_scenarios t1_can_to_new_version_keeps_event t2_start_on_new_worker_keeps_event_and_cancel \
+  t3_long_turn_keeps_its_lock

@@ -4,6 +4,11 @@
 ** Why a thread: a durable commit waits for fsync, which must not stall Lua work on the loop.
 ** Why one transaction per cycle: LMDB has one writer; batching every ack and fetch of a cycle
 ** into one commit turns N fsyncs into one (group commit), which is where throughput comes from.
+** Why this thread renews orchestration locks: turns run on the loop one after another, so a
+** long turn blocks the loop (and any timer on it) while the other instances of its batch wait
+** their turn. The store thread holds every fetched instance until its ack or abandon is
+** applied and renews their locks on the monotonic clock, so neither the long turn nor the
+** innocent instances queued behind it lose their lock.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +16,14 @@
 #include "log.h"
 #include "store.h"
 #include "util.h"
+
+/* An orchestration item handed to the loop whose ack/abandon is not applied yet. */
+typedef struct held_s {
+  char *instance;
+  uint64_t token;
+  uint64_t renew_at;   /* monotonic ms */
+  struct held_s *next;
+} held_t;
 
 typedef struct fetched_node_s {
   dx_store_fetched_t f;
@@ -36,6 +49,8 @@ struct dx_store_s {
   int woken;          /* another process may have committed work: check before sleeping */
   int busy;           /* the thread holds ops not yet on the done list */
   uint64_t commits, cycles;
+  held_t *held;       /* store thread only */
+  int64_t renew_every_ms;
   void (*close_cb)(void *);
   void *close_ud;
 };
@@ -45,6 +60,67 @@ static int64_t now_ms(dx_store_t *s) {
 }
 
 /* {===== store thread =====} */
+
+static uint64_t mono_ms(void) { return uv_hrtime() / 1000000u; }
+
+static void hold(dx_store_t *s, const dx_orch_item_t *it) {
+  held_t *h = calloc(1, sizeof *h);
+  if (!h || !(h->instance = dx__strdup(it->instance))) {
+    free(h); /* not renewed: the lock may lapse, and the item then simply comes back */
+    return;
+  }
+  h->token = it->lock_token;
+  h->renew_at = mono_ms() + (uint64_t)s->renew_every_ms;
+  h->next = s->held;
+  s->held = h;
+}
+
+static void unhold(dx_store_t *s, uint64_t token) {
+  held_t **pp;
+  for (pp = &s->held; *pp; pp = &(*pp)->next) {
+    if ((*pp)->token == token) {
+      held_t *dead = *pp;
+      *pp = dead->next;
+      free(dead->instance);
+      free(dead);
+      return;
+    }
+  }
+}
+
+static void free_held(dx_store_t *s) {
+  while (s->held) unhold(s, s->held->token);
+}
+
+/* Earliest renewal due (monotonic ms), UINT64_MAX when nothing is held. */
+static uint64_t next_renewal(dx_store_t *s) {
+  uint64_t due = UINT64_MAX;
+  held_t *h;
+  for (h = s->held; h; h = h->next)
+    if (h->renew_at < due) due = h->renew_at;
+  return due;
+}
+
+/* Inside a cycle's transaction: extend the locks that are due. A lost lock (expired before we
+** got here, or taken over) is forgotten; the turn's commit will then be refused as before. */
+static void renew_held(dx_store_t *s, int64_t now) {
+  dx_provider_t *p = s->cfg.provider;
+  uint64_t mono = mono_ms();
+  held_t *h, *next;
+  for (h = s->held; h; h = next) {
+    dx_error_t err;
+    next = h->next;
+    if (h->renew_at > mono) continue;
+    if (p->methods->renew_orchestration_item_lock(p, now, h->instance, h->token,
+                                                  s->cfg.orch_lock_ms, &err) == 0) {
+      h->renew_at = mono + (uint64_t)s->renew_every_ms;
+      continue;
+    }
+    dx__log(DX_LOG_WARN, "orchestration lock lost while its turn was pending",
+            "instance=%s error=\"%s\"", h->instance, err.msg);
+    unhold(s, h->token);
+  }
+}
 
 /* renew_session_lock callback: remember each renewed session id on the op. */
 static int collect_id(void *ud, const dx_session_info_t *si) {
@@ -113,6 +189,7 @@ static void fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetc
     }
     if (!it) break;
     f->orch[f->n_orch++] = it;
+    hold(s, it);
   }
   while (f->work && (int)f->n_work < bw) {
     dx_work_fetch_t *w = &f->work[f->n_work];
@@ -140,8 +217,11 @@ static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fet
   memset(&err, 0, sizeof err);
   rc = p->methods->begin(p, &err);
   if (rc == 0) {
+    renew_held(s, now);
     for (op = ops; op; op = op->next) {
       op->rc = run_op(s, op, now);
+      if (op->kind == DX_OP_ACK_ORCH) unhold(s, op->ack->lock_token);
+      else if (op->kind == DX_OP_ABANDON_ORCH) unhold(s, op->token);
       /* Renewals only move lock expiries: losing one after a power cut merely shortens a
       ** lease, so they need no fsync of their own. */
       if (op->kind != DX_OP_RENEW_WORK && op->kind != DX_OP_RENEW_SESSIONS && op->rc == 0)
@@ -157,6 +237,7 @@ static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fet
       op->rc = rc;
       op->err = err;
     }
+    for (size_t i = 0; i < f->n_orch; i++) unhold(s, f->orch[i]->lock_token);
     free_fetched(f);
   }
   s->cycles++;
@@ -172,7 +253,11 @@ static int64_t next_due(dx_store_t *s, int64_t now) {
   return due;
 }
 
+/* Sleep (mu held) at most ms, and never past the next lock renewal. */
 static void timed_wait(dx_store_t *s, int64_t ms) {
+  uint64_t rdue = next_renewal(s), mono = mono_ms();
+  if (rdue != UINT64_MAX && (int64_t)(rdue > mono ? rdue - mono : 0) < ms)
+    ms = (int64_t)(rdue > mono ? rdue - mono : 0);
   if (ms < 1) ms = 1;
   uv_cond_timedwait(&s->cv, &s->mu, (uint64_t)ms * 1000000ull);
 }
@@ -184,12 +269,15 @@ static void store_main(void *arg) {
     dx_store_op_t *ops;
     dx_store_fetched_t f;
     int bo, bw, got, can_fetch = s->fetching && (s->budget_orch > 0 || s->budget_work > 0);
-    if (!s->pending && !can_fetch) {
+    uint64_t rdue = next_renewal(s);
+    int renew_now = rdue <= mono_ms();
+    if (!s->pending && !can_fetch && !renew_now) {
       if (s->stopping) break;
-      uv_cond_wait(&s->cv, &s->mu);
+      if (rdue == UINT64_MAX) uv_cond_wait(&s->cv, &s->mu);
+      else timed_wait(s, INT64_MAX / 2);
       continue;
     }
-    if (!s->pending && !s->poked) {
+    if (!s->pending && !s->poked && !renew_now) {
       int64_t now = now_ms(s), due;
       s->woken = 0; /* this check covers every wake so far */
       uv_mutex_unlock(&s->mu);
@@ -283,6 +371,8 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
   s->loop = loop;
   s->cfg = *cfg;
   if (s->cfg.poll_interval_ms <= 0) s->cfg.poll_interval_ms = 10;
+  s->renew_every_ms = dx__renewal_interval(s->cfg.orch_lock_ms, 5000);
+  if (s->renew_every_ms < 1) s->renew_every_ms = 1;
   s->fetching = 1;
   uv_mutex_init(&s->mu);
   uv_cond_init(&s->cv);
@@ -341,6 +431,7 @@ static void on_closed(uv_handle_t *h) {
   dx_store_t *s = h->data;
   void (*cb)(void *) = s->close_cb;
   void *ud = s->close_ud;
+  free_held(s); /* the thread has been joined */
   uv_mutex_destroy(&s->mu);
   uv_cond_destroy(&s->cv);
   free(s);

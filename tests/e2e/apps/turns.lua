@@ -48,3 +48,12 @@ end)
 duroxide.orchestration("SlowOnce", function(ctx, input)
   return assert(ctx:schedule_activity("Slow", input):await())
 end)
+
+-- One long turn: pure computation for input iterations (long turns, lock renewal).
+duroxide.configure({ turn_instruction_budget = 1000000000 })
+duroxide.orchestration("Busy", function(ctx, n)
+  local x = 0
+  for i = 1, n do x = (x + i) % 1000003 end
+  return x
+end)
+duroxide.orchestration("Quick", function(ctx, input) return input end)
