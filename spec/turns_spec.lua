@@ -32,4 +32,24 @@ describe("turns", function()
     assert.matches("orchestration '" .. name .. "' version 9.9.9 is not registered",
                    st.error.message, 1, true)
   end)
+
+  it("applies the runtime's own turn_instruction_budget (not only configure's)", function()
+    env:close()
+    env = H.env({ turn_instruction_budget = 1000 })
+    local spin = env:orchestration("Spin", function(ctx, n)
+      local x = 0
+      for i = 1, n do x = x + i end
+      return x
+    end)
+    local st = env:run(spin, 100000)
+    assert.are.equal("Failed", st.status)
+    assert.matches("instruction budget exceeded", st.error.message, 1, true)
+  end)
+
+  it("refuses duroxide.configure while a worker runs in the state", function()
+    local duroxide = require("duroxide")
+    local ok, err = pcall(duroxide.configure, { max_attempts = 3 })
+    assert.is_false(ok)
+    assert.matches("options are fixed when it starts", err, 1, true)
+  end)
 end)

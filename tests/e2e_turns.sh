@@ -111,5 +111,77 @@ t3_long_turn_keeps_its_lock() {
   stop_worker "$WPID"
 }
 
+# ---------------------------------------------------------------------------------------------
+# 5. Option precedence: every worker option set by duroxide.configure in the app is used, and
+#    the same option on the command line wins over it. One row per option:
+#    NAME  CONFIGURE_VALUE  CLI_VALUE  PRINTED_FOR_CONFIGURE  PRINTED_FOR_CLI
+#    (the "worker options" log line prints durations in ms)
+
+OPTION_ROWS='
+worker-node-id              "cfg-node"  cli-node  cfg-node    cli-node
+orchestration-concurrency   7           9         7           9
+worker-concurrency          5           6         5           6
+max-sessions-per-worker     3           4         3           4
+session-lock-timeout        "20s"       40s       20000ms     40000ms
+session-idle-timeout        "60s"       2m        60000ms     120000ms
+session-cleanup-interval    "90s"       3m        90000ms     180000ms
+worker-lock-timeout         "20s"       40s       20000ms     40000ms
+orchestrator-lock-timeout   "3s"        4s        3000ms      4000ms
+poll-interval               "20ms"      30ms      20ms        30ms
+max-attempts                3           7         3           7
+shutdown-grace              "2s"        3s        2000ms      3000ms
+turn-instruction-budget     200000      300000    200000      300000
+log-level                   "debug"     info      debug       info
+log-format                  "json"      text      json        text
+'
+
+# options_line LOG: the worker options line of a worker started with the given app and args.
+run_for_options() {
+  local log=$1 p
+  shift
+  : >"$log"
+  "$DX" "$@" >/dev/null 2>>"$log" &
+  p=$!
+  WORKERS+=("$p")
+  wait_until 20 grep -q 'worker options' "$log"
+  stop_worker "$p"
+}
+
+t4_command_line_wins_over_configure() {
+  local d S name cfg cli want_cfg want_cli lua_name app bad=() rows=0
+  d=$(new_dir t4); S=$d/store
+  while read -r name cfg cli want_cfg want_cli; do
+    [ -n "$name" ] || continue
+    rows=$((rows + 1))
+    lua_name=${name//-/_}
+    app=$d/$lua_name.lua
+    printf 'require("duroxide").configure({ %s = %s })\n' "$lua_name" "$cfg" >"$app"
+    run_for_options "$d/$lua_name.cfg.log" "$app" --store "$S"
+    grep 'worker options' "$d/$lua_name.cfg.log" | grep -Eq "\"?$name\"?[=:]\"?$want_cfg([\" ]|\$)" ||
+      bad+=("$name: configure alone should give $want_cfg: $(grep 'worker options' "$d/$lua_name.cfg.log" | head -c 600)")
+    run_for_options "$d/$lua_name.cli.log" "$app" --store "$S" "--$name" "$cli"
+    grep 'worker options' "$d/$lua_name.cli.log" | grep -Eq "\"?$name\"?[=:]\"?$want_cli([\" ]|\$)" ||
+      bad+=("$name: --$name $cli should win: $(grep 'worker options' "$d/$lua_name.cli.log" | head -c 600)")
+  done <<<"$OPTION_ROWS"
+  [ "$rows" -eq 15 ]
+  check "options: the table covers every worker option ($rows rows)" $?
+  check "options: configure sets each option, the command line wins over it" ${#bad[@]} "${bad[@]}"
+}
+
+# The budget itself (it used to be parsed and ignored): the app configures 1e9 instructions,
+# the command line 1000; the command line's budget stops the turn.
+t5_command_line_budget_applies() {
+  local d S
+  d=$(new_dir t5); S=$d/store
+  start_worker "$d/w.log" "$TURNS" --store "$S" --turn-instruction-budget 1000
+  run_cmd start Busy 100000 --id b --wait 30s --store "$S"
+  [ "$RC" -eq 1 ] && grep -q 'instruction budget exceeded' <<<"$OUT"
+  check "options: --turn-instruction-budget stops a turn the app's configure would allow" $? \
+    "rc=$RC" "$OUT" "$ERR"
+  run_cmd start Quick 1 --id q --wait 30s --store "$S"
+  check "options: the worker keeps serving" "$RC" "$OUT" "$ERR"
+  stop_worker "$WPID"
+}
+
 run_scenarios t1_can_to_new_version_keeps_event t2_start_on_new_worker_keeps_event_and_cancel \
-  t3_long_turn_keeps_its_lock
+  t3_long_turn_keeps_its_lock t4_command_line_wins_over_configure t5_command_line_budget_applies

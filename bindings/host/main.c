@@ -134,6 +134,8 @@ static int run_worker(const char *app, int argc, char **argv) {
     lua_close(L);
     return dxh_fail(2, "%s", err.msg);
   }
+  /* The command line wins over duroxide.configure: the state keeps the final options too. */
+  S->opts = opts;
   dx__log_configure(opts.log_level, opts.log_format);
   if (!store) store = S->store_dir;
   store = dxh_store_dir(store);

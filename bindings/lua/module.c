@@ -273,6 +273,11 @@ static int l_configure(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
   dx_options_t o = S->opts;
   dx_error_t err;
+  /* A running worker's options are final (the command line wins over the app's configure);
+  ** changing them underneath it would let the app override the command line after all. */
+  if (S->runtime)
+    return luaL_error(L, "duroxide.configure: a worker is already running in this state; "
+                      "options are fixed when it starts (configure before starting it)");
   dxl_options_from_table(L, 1, S, &o);
   if (dx_options_validate(&o, &err) != 0) return luaL_error(L, "%s", err.msg);
   S->opts = o;

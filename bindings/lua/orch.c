@@ -152,7 +152,9 @@ static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *
   inst->name = name;
   inst->version = version ? version : "1.0.0";
   inst->input = input ? input : "null";
-  inst->budget = S->opts.turn_instruction_budget;
+  /* the runtime's own options (command line, runtime{} or C options), not duroxide.configure's */
+  inst->budget = dx_turn_instruction_budget(t);
+  if (inst->budget <= 0) inst->budget = S->opts.turn_instruction_budget;
   inst->co_ref = inst->box_ref = LUA_NOREF;
   lua_pushcfunction(L, start_impl);
   lua_pushlightuserdata(L, inst);

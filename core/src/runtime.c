@@ -249,6 +249,38 @@ int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_erro
   return dx_error_set(err, DX_EINVAL, "unknown option --%s", norm);
 }
 
+/* Every option as "name=value ..." (the table's order and spelling; durations in ms), for the
+** "worker options" log line: what the worker really runs with, whichever source set it. */
+static void options_describe(const dx_options_t *o, char *buf, size_t cap) {
+  static const char *levels[] = {"error", "warn", "info", "debug"};
+  size_t i, n = 0;
+  buf[0] = 0;
+  for (i = 0; i < sizeof opt_table / sizeof opt_table[0] && n < cap; i++) {
+    const opt_desc_t *d = &opt_table[i];
+    const char *p = (const char *)o + d->off;
+    char v[256];
+    switch (d->type) {
+      case OPT_INT:
+        if (d->off == offsetof(dx_options_t, max_attempts))
+          snprintf(v, sizeof v, "%u", *(const uint32_t *)p);
+        else if (d->off == offsetof(dx_options_t, turn_instruction_budget))
+          snprintf(v, sizeof v, "%" PRId64, *(const int64_t *)p);
+        else
+          snprintf(v, sizeof v, "%d", *(const int *)p);
+        break;
+      case OPT_DUR: snprintf(v, sizeof v, "%" PRId64 "ms", *(const int64_t *)p); break;
+      case OPT_STR: snprintf(v, sizeof v, "%s", *(const char *const *)p ? *(const char *const *)p : ""); break;
+      case OPT_LEVEL: {
+        int lv = *(const int *)p;
+        snprintf(v, sizeof v, "%s", lv >= 0 && lv < 4 ? levels[lv] : "?");
+        break;
+      }
+      case OPT_FORMAT: snprintf(v, sizeof v, "%s", *(const int *)p ? "json" : "text"); break;
+    }
+    n += (size_t)snprintf(buf + n, cap - n, "%s%s=%s", i ? " " : "", d->name, v);
+  }
+}
+
 /* {===== orchestration dispatcher =====} */
 
 static void turn_committed(dx_store_op_t *op) {
@@ -276,6 +308,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   cfg.unregistered_base_ms = rt->opts.unregistered_base_ms;
   cfg.unregistered_max_ms = rt->opts.unregistered_max_ms;
   cfg.worker_id = rt->worker_id;
+  cfg.instruction_budget = rt->opts.turn_instruction_budget;
   job->rt = rt;
   job->item = item;
   job->turn = dx__turn_run(item, &cfg, rt->host, rt->host_ud);
@@ -911,6 +944,11 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   dx__log(DX_LOG_INFO, "worker started", "worker_id=%s orchestration_concurrency=%d "
           "worker_concurrency=%d", rt->worker_id, rt->opts.orchestration_concurrency,
           rt->opts.worker_concurrency);
+  {
+    char all[1024];
+    options_describe(&rt->opts, all, sizeof all);
+    dx__log(DX_LOG_INFO, "worker options", "%s", all);
+  }
   return DX_OK;
 }
 
