@@ -183,5 +183,39 @@ t5_command_line_budget_applies() {
   stop_worker "$WPID"
 }
 
+# ---------------------------------------------------------------------------------------------
+# 16. Graceful stop keeps its promise: SIGTERM with --shutdown-grace 2s while an activity sleeps
+#     for a minute. The worker exits by the grace (plus a margin for a loaded machine), having
+#     handed the activity back; another worker runs it, and it completes exactly once.
+
+t6_shutdown_grace_hands_work_back() {
+  local d S a h n session=$1
+  d=$(new_dir "t6${session:+-session}"); S=$d/store
+  start_worker "$d/A.log" "$TURNS" --store "$S" --shutdown-grace 2s --worker-node-id node-A
+  a=$WPID
+  run_cmd start SleepyOnce "{\"marker\":\"$d/m\",\"ms\":60000${session:+,\"session\":\"$session\"}}" --id s1 --store "$S"
+  check "shutdown${session:+ (session)}: instance started" "$RC" "$OUT" "$ERR"
+  wait_until 30 grep -q '^start node-A' "$d/m"
+  check "shutdown${session:+ (session)}: the activity runs on worker A" $? "$(tail -5 "$d/A.log")"
+  stop_worker "$a" TERM 10   # grace 2s + margin; SIGKILLed (WRC=124) otherwise
+  check "shutdown${session:+ (session)}: worker A exits by the grace, status 0" "$WRC" "rc=$WRC" "$(tail -5 "$d/A.log")"
+  grep -q 'activity abandoned at shutdown instance=s1' "$d/A.log"
+  check "shutdown${session:+ (session)}: the running activity was handed back" $? "$(tail -5 "$d/A.log")"
+  start_worker "$d/B.log" "$TURNS" --store "$S" --worker-node-id node-B
+  run_cmd wait s1 --timeout 60s --store "$S"
+  [ "$RC" -eq 0 ] && grep -q '"output":"node-B"' <<<"$OUT"
+  check "shutdown${session:+ (session)}: worker B completes the activity" $? "rc=$RC" "$OUT" "$ERR"
+  h=$(dx history s1 --store "$S")
+  n=$(count_event "$h" ActivityCompleted)
+  [ "$n" -eq 1 ] && no_duplicate_completions "$h"
+  check "shutdown${session:+ (session)}: exactly one completion in history" $? "$h"
+  ! grep -q '^end node-A' "$d/m"
+  check "shutdown${session:+ (session)}: worker A's run never finished (it was not left running)" $? "$(cat "$d/m")"
+  stop_worker "$WPID"
+}
+t6_shutdown_grace() { t6_shutdown_grace_hands_work_back ""; }
+t7_shutdown_grace_session() { t6_shutdown_grace_hands_work_back "sess-1"; }
+
 run_scenarios t1_can_to_new_version_keeps_event t2_start_on_new_worker_keeps_event_and_cancel \
-  t3_long_turn_keeps_its_lock t4_command_line_wins_over_configure t5_command_line_budget_applies
+  t3_long_turn_keeps_its_lock t4_command_line_wins_over_configure t5_command_line_budget_applies \
+  t6_shutdown_grace t7_shutdown_grace_session

@@ -57,3 +57,18 @@ duroxide.orchestration("Busy", function(ctx, n)
   return x
 end)
 duroxide.orchestration("Quick", function(ctx, input) return input end)
+
+-- One long sleep in a single call (graceful stop): marks start/end with the worker id. Only
+-- the first run sleeps input.ms; a rerun (the marker exists) sleeps 100ms.
+duroxide.activity("Sleepy", function(actx, input)
+  local seen = io.open(input.marker, "r")
+  if seen then seen:close() end
+  append(input.marker, "start " .. actx.worker_id)
+  actx:sleep(seen and 100 or input.ms)
+  append(input.marker, "end " .. actx.worker_id)
+  return actx.worker_id
+end)
+duroxide.orchestration("SleepyOnce", function(ctx, input)
+  local opts = input.session and { session_id = input.session } or nil
+  return assert(ctx:schedule_activity("Sleepy", input, opts):await())
+end)
