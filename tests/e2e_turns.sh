@@ -216,6 +216,57 @@ t6_shutdown_grace_hands_work_back() {
 t6_shutdown_grace() { t6_shutdown_grace_hands_work_back ""; }
 t7_shutdown_grace_session() { t6_shutdown_grace_hands_work_back "sess-1"; }
 
+# ---------------------------------------------------------------------------------------------
+# 18. Clocks. (a) A worker that meets times from the store in its future warns. (b) A worker
+#     whose wall clock steps 20 s ahead while another worker runs a session activity under 2 s
+#     leases does not take the live session or the running activity.
+
+t8_clock_ahead_is_reported() {
+  local d S a
+  d=$(new_dir t8); S=$d/store
+  start_worker_env "$d/A.log" TURNS_NEW=1 DX_TEST_CLOCK_OFFSET_MS=10000 -- "$TURNS" --store "$S" --log-level info
+  a=$WPID
+  run_cmd start WaitGo --id w --store "$S"
+  wait_until 20 has_event "$S" w ExternalSubscribed
+  check "clocks: worker A (clock 10s ahead) ran the first turn" $? "$(tail -5 "$d/A.log")"
+  stop_worker "$a"
+  start_worker_env "$d/B.log" TURNS_NEW=1 -- "$TURNS" --store "$S" --log-level info
+  run_cmd raise w go '"x"' --store "$S"
+  run_cmd wait w --timeout 30s --store "$S"
+  check "clocks: worker B completes the instance" "$RC" "$OUT" "$ERR"
+  grep -q "the store holds times ahead of this worker's clock.*instance=w ahead_ms=" "$d/B.log"
+  check "clocks: worker B warns that the store's times are in its future" $? "$(tail -5 "$d/B.log")"
+  stop_worker "$WPID"
+}
+
+t9_clock_step_does_not_steal_a_live_session() {
+  local d S a b
+  d=$(new_dir t9); S=$d/store
+  echo 0 >"$d/offset"
+  local lease=(--worker-lock-timeout 2s --session-lock-timeout 2s --session-idle-timeout 0)
+  start_worker "$d/A.log" "$TURNS" --store "$S" --worker-node-id node-A "${lease[@]}"
+  a=$WPID
+  run_cmd start SlowOnce "{\"marker\":\"$d/m\",\"ms\":6000,\"session\":\"s1\"}" --id s --store "$S"
+  check "clock step: instance started" "$RC" "$OUT" "$ERR"
+  wait_until 20 grep -q '^start node-A' "$d/m"
+  check "clock step: worker A runs the session activity" $? "$(tail -5 "$d/A.log")"
+  start_worker_env "$d/B.log" DX_TEST_CLOCK_OFFSET_MS="@$d/offset" -- "$TURNS" --store "$S" \
+    --worker-node-id node-B "${lease[@]}" --log-level info
+  b=$WPID
+  wait_until 20 grep -q 'worker started' "$d/B.log"
+  echo 20000 >"$d/offset" # worker B's wall clock jumps 20 s ahead
+  run_cmd wait s --timeout 60s --store "$S"
+  [ "$RC" -eq 0 ] && grep -q '"output":"node-A"' <<<"$OUT"
+  check "clock step: worker A completes its activity" $? "rc=$RC" "$OUT" "$ERR"
+  ! grep -q 'node-B' "$d/m"
+  check "clock step: worker B never ran the live session's activity" $? "$(cat "$d/m")"
+  grep -q 'the wall clock stepped.*step_ms=' "$d/B.log"
+  check "clock step: worker B reports the step" $? "$(tail -5 "$d/B.log")"
+  stop_worker "$a"
+  stop_worker "$b"
+}
+
 run_scenarios t1_can_to_new_version_keeps_event t2_start_on_new_worker_keeps_event_and_cancel \
   t3_long_turn_keeps_its_lock t4_command_line_wins_over_configure t5_command_line_budget_applies \
-  t6_shutdown_grace t7_shutdown_grace_session
+  t6_shutdown_grace t7_shutdown_grace_session t8_clock_ahead_is_reported \
+  t9_clock_step_does_not_steal_a_live_session

@@ -74,6 +74,7 @@ struct dx_runtime_s {
   dx_runtime_stop_cb stop_cb;
   void *stop_ud;
   dx_runtime_stats_t stats;
+  int64_t skew_warned_ms;    /* last "store times in our future" warning (process time) */
   /* C embedding (section below): C activities, dx_runtime_run, the owner of a Lua runtime. */
   struct cact_s *cacts;
   int run_active, stop_requested;
@@ -295,6 +296,21 @@ static void turn_committed(dx_store_op_t *op) {
   if (!rt->stopping) dx__store_want(rt->store, 1, 0);
 }
 
+/* Another worker wrote times (history timestamps) in our future: its clock runs ahead of ours
+** (or ours behind). Leases and timers assume synchronised clocks, so say so, once a minute. */
+static void check_clock_skew(dx_runtime_t *rt, const dx_orch_item_t *item, int64_t now) {
+  int64_t newest = INT64_MIN;
+  size_t i;
+  for (i = item->history_len; i > 0 && i + 8 > item->history_len; i--) /* the newest events */
+    if (item->history[i - 1].timestamp_ms > newest) newest = item->history[i - 1].timestamp_ms;
+  if (newest - now <= 1000 || now - rt->skew_warned_ms < 60000) return;
+  rt->skew_warned_ms = now;
+  dx__log(DX_LOG_WARN, "the store holds times ahead of this worker's clock: clocks are not "
+          "synchronised (leases, locks and timers assume they are)",
+          "instance=%s ahead_ms=%" PRId64 " worker_id=%s", item->instance, newest - now,
+          rt->worker_id);
+}
+
 static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   turn_job_t *job = calloc(1, sizeof *job);
   dx_turn_cfg_t cfg;
@@ -304,6 +320,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   }
   memset(&cfg, 0, sizeof cfg);
   cfg.now_ms = dx__now_ms();
+  check_clock_skew(rt, item, cfg.now_ms);
   cfg.max_attempts = rt->opts.max_attempts;
   cfg.unregistered_base_ms = rt->opts.unregistered_base_ms;
   cfg.unregistered_max_ms = rt->opts.unregistered_max_ms;
@@ -853,6 +870,7 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   rt->opts.worker_node_id = rt->worker_id;
   rt->host = host;
   rt->host_ud = host_ud;
+  rt->skew_warned_ms = INT64_MIN / 2;
   *out = rt;
   return DX_OK;
 }

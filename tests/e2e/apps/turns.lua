@@ -46,7 +46,8 @@ duroxide.activity("Slow", function(actx, input)
 end)
 
 duroxide.orchestration("SlowOnce", function(ctx, input)
-  return assert(ctx:schedule_activity("Slow", input):await())
+  local opts = input.session and { session_id = input.session } or nil
+  return assert(ctx:schedule_activity("Slow", input, opts):await())
 end)
 
 -- One long turn: pure computation for input iterations (long turns, lock renewal).
