@@ -299,10 +299,11 @@ static void turn_committed(dx_store_op_t *op) {
 /* Another worker wrote times (history timestamps) in our future: its clock runs ahead of ours
 ** (or ours behind). Leases and timers assume synchronised clocks, so say so, once a minute. */
 static void check_clock_skew(dx_runtime_t *rt, const dx_orch_item_t *item, int64_t now) {
-  int64_t newest = INT64_MIN;
+  int64_t newest = now;
   size_t i;
   for (i = item->history_len; i > 0 && i + 8 > item->history_len; i--) /* the newest events */
     if (item->history[i - 1].timestamp_ms > newest) newest = item->history[i - 1].timestamp_ms;
+  /* newest >= now here, and both are real times: no overflow */
   if (newest - now <= 1000 || now - rt->skew_warned_ms < 60000) return;
   rt->skew_warned_ms = now;
   dx__log(DX_LOG_WARN, "the store holds times ahead of this worker's clock: clocks are not "
