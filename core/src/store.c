@@ -22,6 +22,7 @@ typedef struct held_s {
   char *instance;
   uint64_t token;
   uint64_t renew_at;   /* monotonic ms */
+  uint64_t give_up_at; /* monotonic ms: no turn takes this long (the budget stops code) */
   struct held_s *next;
 } held_t;
 
@@ -61,6 +62,8 @@ static int64_t now_ms(dx_store_t *s) {
 
 /* {===== store thread =====} */
 
+#define HOLD_MAX_MS (10 * 60 * 1000)
+
 static uint64_t mono_ms(void) { return uv_hrtime() / 1000000u; }
 
 static void hold(dx_store_t *s, const dx_orch_item_t *it) {
@@ -71,6 +74,9 @@ static void hold(dx_store_t *s, const dx_orch_item_t *it) {
   }
   h->token = it->lock_token;
   h->renew_at = mono_ms() + (uint64_t)s->renew_every_ms;
+  /* Bounded, so an item the loop dropped without an ack or abandon (out of memory) is not
+  ** kept locked for ever: its lock then lapses and it comes back. */
+  h->give_up_at = mono_ms() + HOLD_MAX_MS;
   h->next = s->held;
   s->held = h;
 }
@@ -111,6 +117,12 @@ static void renew_held(dx_store_t *s, int64_t now) {
     dx_error_t err;
     next = h->next;
     if (h->renew_at > mono) continue;
+    if (mono >= h->give_up_at) {
+      dx__log(DX_LOG_WARN, "orchestration lock no longer renewed: its turn never finished",
+              "instance=%s", h->instance);
+      unhold(s, h->token);
+      continue;
+    }
     if (p->methods->renew_orchestration_item_lock(p, now, h->instance, h->token,
                                                   s->cfg.orch_lock_ms, &err) == 0) {
       h->renew_at = mono + (uint64_t)s->renew_every_ms;
@@ -319,6 +331,7 @@ static void store_main(void *arg) {
         else s->fetched = n;
         s->fetched_tail = n;
       } else {
+        for (size_t i = 0; i < f.n_orch; i++) unhold(s, f.orch[i]->lock_token);
         free_fetched(&f); /* locks expire and the items come back */
       }
     } else {
