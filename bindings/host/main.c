@@ -57,20 +57,22 @@ int dxh_fail(int code, const char *fmt, const char *detail) {
 
 typedef struct {
   dx_runtime_t *rt;
+  dxl_state_t *S;
   uv_loop_t *loop;
   uv_signal_t sigint, sigterm;
   int signals;
 } worker_t;
 
 /* The runtime has stopped: every activity has finished or, past the grace, been handed back
-** (its row released for another worker, the code told it is cancelled). Handles the app or
-** an abandoned activity still holds (a long sleep, a luv timer) must not keep the process
-** alive past the grace: leave the loop now; lua_close releases them. */
+** (its row released for another worker). The handed-back ones are ended now (cancelled, not
+** left running), and handles the app or they still hold (a long sleep, a luv timer) must not
+** keep the process alive past the grace: leave the loop now; lua_close releases them. */
 static void on_stopped(dx_runtime_t *rt, void *ud) {
   worker_t *w = ud;
   (void)rt;
   uv_close((uv_handle_t *)&w->sigint, NULL);
   uv_close((uv_handle_t *)&w->sigterm, NULL);
+  dxl_end_abandoned_activities(w->S); /* cancelled: their code stops here */
   uv_stop(w->loop);
 }
 
@@ -161,6 +163,7 @@ static int run_worker(const char *app, int argc, char **argv) {
   }
   S->runtime = w.rt;
   w.loop = S->loop;
+  w.S = S;
   uv_signal_init(S->loop, &w.sigint);
   uv_signal_init(S->loop, &w.sigterm);
   w.sigint.data = w.sigterm.data = &w;
