@@ -267,7 +267,34 @@ t9_clock_step_does_not_steal_a_live_session() {
   stop_worker "$b"
 }
 
+# An activity that computes for 1.5 s without yielding blocks the loop, and with it every
+# renewal timer, under 300ms activity locks and session leases, with a second worker waiting:
+# the store thread keeps the locks and the session lease, so every activity of the session
+# runs once, on worker A.
+t10_blocked_loop_keeps_activity_locks_and_session() {
+  local d S a h n
+  d=$(new_dir t10); S=$d/store
+  local lease=(--worker-lock-timeout 300ms --session-lock-timeout 300ms --session-idle-timeout 0)
+  start_worker "$d/A.log" "$TURNS" --store "$S" --worker-node-id node-A "${lease[@]}"
+  a=$WPID
+  wait_until 20 grep -q 'worker started' "$d/A.log"
+  run_cmd start HogPair "{\"marker\":\"$d/m\",\"ms\":1500,\"session\":\"s1\"}" --id hp --store "$S"
+  check "blocked loop: instance started" "$RC" "$OUT" "$ERR"
+  start_worker "$d/B.log" "$TURNS" --store "$S" --worker-node-id node-B "${lease[@]}"
+  run_cmd wait hp --timeout 60s --store "$S"
+  [ "$RC" -eq 0 ] && grep -q '"output":\["node-A","node-A","node-A"\]' <<<"$OUT"
+  check "blocked loop: every session activity completes on worker A" $? "rc=$RC" "$OUT" "$ERR" "$(cat "$d/m")"
+  n=$(grep -c . "$d/m")
+  ! grep -q node-B "$d/m" && [ "$n" -eq 3 ]
+  check "blocked loop: each activity ran exactly once, none on worker B" $? "$(cat "$d/m")"
+  h=$(dx history hp --store "$S")
+  no_duplicate_completions "$h"
+  check "blocked loop: no duplicate completion in history" $? "$h"
+  stop_worker "$a"
+  stop_worker "$WPID"
+}
+
 run_scenarios t1_can_to_new_version_keeps_event t2_start_on_new_worker_keeps_event_and_cancel \
   t3_long_turn_keeps_its_lock t4_command_line_wins_over_configure t5_command_line_budget_applies \
   t6_shutdown_grace t7_shutdown_grace_session t8_clock_ahead_is_reported \
-  t9_clock_step_does_not_steal_a_live_session
+  t9_clock_step_does_not_steal_a_live_session t10_blocked_loop_keeps_activity_locks_and_session

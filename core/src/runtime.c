@@ -942,6 +942,8 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   cfg.provider = rt->provider;
   cfg.orch_lock_ms = rt->opts.orchestrator_lock_timeout_ms;
   cfg.work_lock_ms = rt->opts.worker_lock_timeout_ms;
+  cfg.work_renew_ms = renewal_interval(rt->opts.worker_lock_timeout_ms,
+                                       rt->opts.worker_lock_renewal_buffer_ms);
   cfg.poll_interval_ms = rt->opts.poll_interval_ms;
   cfg.on_fetch = on_fetch;
   cfg.ud = rt;
@@ -950,6 +952,8 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
     rt->session_cfg.session_lock_ms = rt->opts.session_lock_timeout_ms;
     rt->session_cfg.max_sessions = (uint32_t)rt->opts.max_sessions_per_worker;
     cfg.sessions = &rt->session_cfg;
+    cfg.session_renew_ms = dx__sessions_renew_every(&rt->opts);
+    cfg.session_idle_ms = rt->opts.session_idle_timeout_ms;
   }
   rc = dx__store_new(&rt->store, rt->loop, &cfg, err);
   if (rc != 0) return rc;

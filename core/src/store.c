@@ -4,11 +4,13 @@
 ** Why a thread: a durable commit waits for fsync, which must not stall Lua work on the loop.
 ** Why one transaction per cycle: LMDB has one writer; batching every ack and fetch of a cycle
 ** into one commit turns N fsyncs into one (group commit), which is where throughput comes from.
-** Why this thread renews orchestration locks: turns run on the loop one after another, so a
-** long turn blocks the loop (and any timer on it) while the other instances of its batch wait
-** their turn. The store thread holds every fetched instance until its ack or abandon is
-** applied and renews their locks on the monotonic clock, so neither the long turn nor the
-** innocent instances queued behind it lose their lock.
+** Why this thread renews locks: turns and activity code run on the loop one after another,
+** so a long turn (or an activity that computes without yielding) blocks the loop and every
+** timer on it, while the other items of its batch wait their turn. The store thread holds
+** every fetched item until its settlement is applied and renews its lock on the monotonic
+** clock: orchestration locks always, activity locks only when the loop's own renewal (which
+** also detects cancellation) is late. So neither the long item nor the innocent ones queued
+** behind it lose their lock.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +19,13 @@
 #include "store.h"
 #include "util.h"
 
-/* An orchestration item handed to the loop whose ack/abandon is not applied yet. */
+/* An item handed to the loop whose settlement (ack/abandon) is not applied yet. */
 typedef struct held_s {
-  char *instance;
+  char *instance;      /* orchestration items; NULL for work items */
   uint64_t token;
   uint64_t renew_at;   /* monotonic ms */
-  uint64_t give_up_at; /* monotonic ms: no turn takes this long (the budget stops code) */
+  uint64_t give_up_at; /* monotonic ms: a turn never takes this long (the budget stops code),
+                          nor does the loop go this long without renewing an activity */
   struct held_s *next;
 } held_t;
 
@@ -51,7 +54,9 @@ struct dx_store_s {
   int busy;           /* the thread holds ops not yet on the done list */
   uint64_t commits, cycles;
   held_t *held;       /* store thread only */
-  int64_t renew_every_ms;
+  int64_t renew_every_ms, work_renew_every_ms;
+  uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
+  int64_t sess_every_ms;
   void (*close_cb)(void *);
   void *close_ud;
 };
@@ -66,19 +71,35 @@ static int64_t now_ms(dx_store_t *s) {
 
 static uint64_t mono_ms(void) { return uv_hrtime() / 1000000u; }
 
-static void hold(dx_store_t *s, const dx_orch_item_t *it) {
+/* instance: an orchestration item's; NULL for a work item. */
+static void hold(dx_store_t *s, const char *instance, uint64_t token) {
   held_t *h = calloc(1, sizeof *h);
-  if (!h || !(h->instance = dx__strdup(it->instance))) {
+  if (!h || (instance && !(h->instance = dx__strdup(instance)))) {
     free(h); /* not renewed: the lock may lapse, and the item then simply comes back */
     return;
   }
-  h->token = it->lock_token;
-  h->renew_at = mono_ms() + (uint64_t)s->renew_every_ms;
-  /* Bounded, so an item the loop dropped without an ack or abandon (out of memory) is not
-  ** kept locked for ever: its lock then lapses and it comes back. */
+  h->token = token;
+  h->renew_at = mono_ms() + (uint64_t)(instance ? s->renew_every_ms : s->work_renew_every_ms);
+  /* Bounded, so an item the loop dropped without a settlement (out of memory) is not kept
+  ** locked for ever: its lock then lapses and it comes back. */
   h->give_up_at = mono_ms() + HOLD_MAX_MS;
   h->next = s->held;
   s->held = h;
+}
+
+static held_t *find_held(dx_store_t *s, uint64_t token) {
+  held_t *h;
+  for (h = s->held; h; h = h->next)
+    if (h->token == token) return h;
+  return NULL;
+}
+
+/* The loop renewed this activity lock itself: no fallback renewal needed until it is late. */
+static void touch_held(dx_store_t *s, uint64_t token) {
+  held_t *h = find_held(s, token);
+  if (!h) return;
+  h->renew_at = mono_ms() + (uint64_t)s->work_renew_every_ms;
+  h->give_up_at = mono_ms() + HOLD_MAX_MS;
 }
 
 static void unhold(dx_store_t *s, uint64_t token) {
@@ -98,9 +119,16 @@ static void free_held(dx_store_t *s) {
   while (s->held) unhold(s, s->held->token);
 }
 
+/* Items fetched but never delivered to the loop: nobody will settle them. */
+static void unhold_fetched(dx_store_t *s, const dx_store_fetched_t *f) {
+  size_t i;
+  for (i = 0; i < f->n_orch; i++) unhold(s, f->orch[i]->lock_token);
+  for (i = 0; i < f->n_work; i++) unhold(s, f->work[i].lock_token);
+}
+
 /* Earliest renewal due (monotonic ms), UINT64_MAX when nothing is held. */
 static uint64_t next_renewal(dx_store_t *s) {
-  uint64_t due = UINT64_MAX;
+  uint64_t due = s->cfg.sessions ? s->sess_due : UINT64_MAX;
   held_t *h;
   for (h = s->held; h; h = h->next)
     if (h->renew_at < due) due = h->renew_at;
@@ -113,24 +141,39 @@ static void renew_held(dx_store_t *s, int64_t now) {
   dx_provider_t *p = s->cfg.provider;
   uint64_t mono = mono_ms();
   held_t *h, *next;
+  if (s->cfg.sessions && mono >= s->sess_due) {
+    /* The loop's session renewal is late (the loop is blocked): renew our leases here. */
+    dx_error_t err;
+    const dx_session_cfg_t *sc = s->cfg.sessions;
+    if (p->methods->renew_session_lock(p, now, sc->worker_id, sc->session_lock_ms,
+                                       s->cfg.session_idle_ms, NULL, NULL, NULL, &err) != 0)
+      dx__log(DX_LOG_WARN, "session lease renewal failed", "error=\"%s\"", err.msg);
+    s->sess_due = mono + (uint64_t)s->sess_every_ms;
+  }
   for (h = s->held; h; h = next) {
     dx_error_t err;
     next = h->next;
     if (h->renew_at > mono) continue;
     if (mono >= h->give_up_at) {
-      dx__log(DX_LOG_WARN, "orchestration lock no longer renewed: its turn never finished",
-              "instance=%s", h->instance);
+      dx__log(DX_LOG_WARN, "lock no longer renewed: its item was never settled",
+              "instance=%s token=%016llx", h->instance ? h->instance : "(activity)",
+              (unsigned long long)h->token);
       unhold(s, h->token);
       continue;
     }
-    if (p->methods->renew_orchestration_item_lock(p, now, h->instance, h->token,
-                                                  s->cfg.orch_lock_ms, &err) == 0) {
-      h->renew_at = mono + (uint64_t)s->renew_every_ms;
+    if (h->instance ? p->methods->renew_orchestration_item_lock(p, now, h->instance, h->token,
+                                                                s->cfg.orch_lock_ms, &err)
+                    : p->methods->renew_work_item_lock(p, now, h->token, s->cfg.work_lock_ms,
+                                                       &err)) {
+      /* Lost (expired before we got here, taken over, or the activity was cancelled): the
+      ** settlement will be refused, or the loop's renewal reports the cancellation. */
+      if (h->instance)
+        dx__log(DX_LOG_WARN, "orchestration lock lost while its turn was pending",
+                "instance=%s error=\"%s\"", h->instance, err.msg);
+      unhold(s, h->token);
       continue;
     }
-    dx__log(DX_LOG_WARN, "orchestration lock lost while its turn was pending",
-            "instance=%s error=\"%s\"", h->instance, err.msg);
-    unhold(s, h->token);
+    h->renew_at = mono + (uint64_t)(h->instance ? s->renew_every_ms : s->work_renew_every_ms);
   }
 }
 
@@ -201,7 +244,7 @@ static void fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetc
     }
     if (!it) break;
     f->orch[f->n_orch++] = it;
-    hold(s, it);
+    hold(s, it->instance, it->lock_token);
   }
   while (f->work && (int)f->n_work < bw) {
     dx_work_fetch_t *w = &f->work[f->n_work];
@@ -214,6 +257,7 @@ static void fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetc
       memset(w, 0, sizeof *w);
       break;
     }
+    hold(s, NULL, w->lock_token);
     f->n_work++;
   }
 }
@@ -233,7 +277,15 @@ static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fet
     for (op = ops; op; op = op->next) {
       op->rc = run_op(s, op, now);
       if (op->kind == DX_OP_ACK_ORCH) unhold(s, op->ack->lock_token);
-      else if (op->kind == DX_OP_ABANDON_ORCH) unhold(s, op->token);
+      else if (op->kind == DX_OP_ABANDON_ORCH || op->kind == DX_OP_ACK_WORK ||
+               op->kind == DX_OP_ABANDON_WORK)
+        unhold(s, op->token);
+      else if (op->kind == DX_OP_RENEW_WORK) {
+        if (op->rc == 0) touch_held(s, op->token);
+        else unhold(s, op->token);
+      } else if (op->kind == DX_OP_RENEW_SESSIONS && op->rc == 0) {
+        s->sess_due = mono_ms() + (uint64_t)s->sess_every_ms; /* the loop is on time */
+      }
       /* Renewals only move lock expiries: losing one after a power cut merely shortens a
       ** lease, so they need no fsync of their own. */
       if (op->kind != DX_OP_RENEW_WORK && op->kind != DX_OP_RENEW_SESSIONS && op->rc == 0)
@@ -249,7 +301,7 @@ static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fet
       op->rc = rc;
       op->err = err;
     }
-    for (size_t i = 0; i < f->n_orch; i++) unhold(s, f->orch[i]->lock_token);
+    unhold_fetched(s, f);
     free_fetched(f);
   }
   s->cycles++;
@@ -331,7 +383,7 @@ static void store_main(void *arg) {
         else s->fetched = n;
         s->fetched_tail = n;
       } else {
-        for (size_t i = 0; i < f.n_orch; i++) unhold(s, f.orch[i]->lock_token);
+        unhold_fetched(s, &f);
         free_fetched(&f); /* locks expire and the items come back */
       }
     } else {
@@ -386,6 +438,18 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
   if (s->cfg.poll_interval_ms <= 0) s->cfg.poll_interval_ms = 10;
   s->renew_every_ms = dx__renewal_interval(s->cfg.orch_lock_ms, 5000);
   if (s->renew_every_ms < 1) s->renew_every_ms = 1;
+  /* Activity locks: step in only when the loop's renewal is late, halfway between when it
+  ** was due and when the lock lapses. */
+  s->work_renew_every_ms = s->cfg.work_renew_ms > 0 && s->cfg.work_renew_ms < s->cfg.work_lock_ms
+                               ? s->cfg.work_renew_ms + (s->cfg.work_lock_ms - s->cfg.work_renew_ms) / 2
+                               : s->cfg.work_lock_ms / 2;
+  if (s->work_renew_every_ms < 1) s->work_renew_every_ms = 1;
+  if (s->cfg.sessions) { /* the same rule for session leases */
+    int64_t lease = s->cfg.sessions->session_lock_ms, every = s->cfg.session_renew_ms;
+    s->sess_every_ms = every > 0 && every < lease ? every + (lease - every) / 2 : lease / 2;
+    if (s->sess_every_ms < 1) s->sess_every_ms = 1;
+    s->sess_due = mono_ms() + (uint64_t)s->sess_every_ms;
+  }
   s->fetching = 1;
   uv_mutex_init(&s->mu);
   uv_cond_init(&s->cv);

@@ -73,3 +73,21 @@ duroxide.orchestration("SleepyOnce", function(ctx, input)
   local opts = input.session and { session_id = input.session } or nil
   return assert(ctx:schedule_activity("Sleepy", input, opts):await())
 end)
+
+-- Computes for input.ms without yielding (it blocks the loop), then marks its run.
+duroxide.activity("Hog", function(actx, input)
+  local t0 = os.clock()
+  while (os.clock() - t0) * 1000 < input.ms do end
+  append(input.marker, (input.tag or "hog") .. " " .. actx.worker_id)
+  return actx.worker_id
+end)
+
+-- Two session activities in one turn (one hogs the loop), then a third in the same session.
+duroxide.orchestration("HogPair", function(ctx, input)
+  local o = { session_id = input.session }
+  local a = ctx:schedule_activity("Hog", { marker = input.marker, ms = input.ms, tag = "a1" }, o)
+  local b = ctx:schedule_activity("Hog", { marker = input.marker, ms = 0, tag = "a2" }, o)
+  local r = { ctx:join({ a, b }) }
+  local c = ctx:schedule_activity("Hog", { marker = input.marker, ms = 0, tag = "a3" }, o)
+  return { r[1][1], r[1][2], assert(c:await()) }
+end)
