@@ -294,7 +294,24 @@ t10_blocked_loop_keeps_activity_locks_and_session() {
   stop_worker "$WPID"
 }
 
+# ---------------------------------------------------------------------------------------------
+# 4. `start --version` takes only MAJOR.MINOR.PATCH, refused before the store is touched.
+
+t11_start_refuses_a_bad_version() {
+  local d S v bad=()
+  d=$(new_dir t11); S=$d/store
+  for v in 1.x 1.2 1.2.3.4 v1.2.3 ""; do
+    run_cmd start Quick 1 --id q --version "$v" --store "$S"
+    [ "$RC" -eq 2 ] && grep -q -- "--version '$v' is not a version" <<<"$ERR" || bad+=("'$v': rc=$RC $ERR")
+  done
+  [ ! -e "$S" ] || bad+=("the store was created")
+  check "version: start refuses versions that are not MAJOR.MINOR.PATCH (exit 2, no store)" ${#bad[@]} "${bad[@]}"
+  run_cmd start Quick 1 --id q --version 1.0.0 --store "$S"
+  check "version: a real version is accepted" "$RC" "$OUT" "$ERR"
+}
+
 run_scenarios t1_can_to_new_version_keeps_event t2_start_on_new_worker_keeps_event_and_cancel \
   t3_long_turn_keeps_its_lock t4_command_line_wins_over_configure t5_command_line_budget_applies \
   t6_shutdown_grace t7_shutdown_grace_session t8_clock_ahead_is_reported \
-  t9_clock_step_does_not_steal_a_live_session t10_blocked_loop_keeps_activity_locks_and_session
+  t9_clock_step_does_not_steal_a_live_session t10_blocked_loop_keeps_activity_locks_and_session \
+  t11_start_refuses_a_bad_version
