@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tests/e2e_turns.sh -- messages and turns with real processes (issue 7 items 1, 2, 5, 16, 18).
+# tests/e2e_turns.sh -- messages and turns with real processes (issue 7 items 1, 2, 4, 5, 16, 18;
+# "Item N" below names the item a scenario covers).
 #
 #   bash tests/e2e_turns.sh           # uses $DUROXIDE_LUA, else build/bindings/duroxide-lua
 #   E2E_ONLY="t1" bash tests/e2e_turns.sh
@@ -22,7 +23,7 @@ start_worker_env() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# 1. Rolling deploy: worker A (old release) lacks what an instance needs and hands it back with
+# Item 1. Rolling deploy: worker A (old release) lacks what an instance needs and hands it back with
 #    a delay; an event raised or a cancel sent meanwhile must wait for the first turn on
 #    worker B (new release), not be dropped.
 
@@ -78,7 +79,7 @@ t2_start_on_new_worker_keeps_event_and_cancel() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# 2. A turn longer than the orchestrator lock commits (its lock is renewed), and the instances
+# Item 2. A turn longer than the orchestrator lock commits (its lock is renewed), and the instances
 #    fetched in the same batch behind it keep theirs: each runs exactly once.
 
 t3_long_turn_keeps_its_lock() {
@@ -111,7 +112,7 @@ t3_long_turn_keeps_its_lock() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# 5. Option precedence: every worker option set by duroxide.configure in the app is used, and
+# Item 5. Option precedence: every worker option set by duroxide.configure in the app is used, and
 #    the same option on the command line wins over it. One row per option:
 #    NAME  CONFIGURE_VALUE  CLI_VALUE  PRINTED_FOR_CONFIGURE  PRINTED_FOR_CLI
 #    (the "worker options" log line prints durations in ms)
@@ -183,7 +184,7 @@ t5_command_line_budget_applies() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# 16. Graceful stop keeps its promise: SIGTERM with --shutdown-grace 2s while an activity sleeps
+# Item 16. Graceful stop keeps its promise: SIGTERM with --shutdown-grace 2s while an activity sleeps
 #     for a minute. The worker exits by the grace (plus a margin for a loaded machine), having
 #     handed the activity back; another worker runs it, and it completes exactly once.
 
@@ -216,7 +217,7 @@ t6_shutdown_grace() { t6_shutdown_grace_hands_work_back ""; }
 t7_shutdown_grace_session() { t6_shutdown_grace_hands_work_back "sess-1"; }
 
 # ---------------------------------------------------------------------------------------------
-# 18. Clocks. (a) A worker that meets times from the store in its future warns. (b) A worker
+# Item 18. Clocks. (a) A worker that meets times from the store in its future warns. (b) A worker
 #     whose wall clock steps 20 s ahead while another worker runs a session activity under 2 s
 #     leases does not take the live session or the running activity.
 
@@ -267,7 +268,7 @@ t9_clock_step_does_not_steal_a_live_session() {
   stop_worker "$b"
 }
 
-# An activity that computes for 1.5 s without yielding blocks the loop, and with it every
+# Item 2 (activities). An activity that computes for 1.5 s without yielding blocks the loop, and with it every
 # renewal timer, under 300ms activity locks and session leases, with a second worker waiting:
 # the store thread keeps the locks and the session lease, so every activity of the session
 # runs once, on worker A.
@@ -295,7 +296,7 @@ t10_blocked_loop_keeps_activity_locks_and_session() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# 4. `start --version` takes only MAJOR.MINOR.PATCH, refused before the store is touched.
+# Item 4. `start --version` takes only MAJOR.MINOR.PATCH, refused before the store is touched.
 
 t11_start_refuses_a_bad_version() {
   local d S v bad=()
