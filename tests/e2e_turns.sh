@@ -86,12 +86,12 @@ t3_long_turn_keeps_its_lock() {
   local d S i bad=0 h n msgs=()
   d=$(new_dir t3); S=$d/store
   # queued before the worker starts, so one fetch takes all of them: Busy first
-  run_cmd start Busy 20000000 --id busy --store "$S"
+  run_cmd start Busy 150000000 --id busy --store "$S"
   check "long turn: instance started" "$RC" "$OUT" "$ERR"
   for i in 1 2 3 4; do dx start Quick "$i" --id q$i --store "$S" >/dev/null || bad=1; done
   check "long turn: innocent instances started" $bad
-  # the Busy turn takes about a second: several times the 200ms lock
-  start_worker "$d/w.log" "$TURNS" --store "$S" --orchestrator-lock-timeout 200ms
+  # the Busy turn takes seconds (150M iterations): longer than the 1s lock (renewed every 0.5s)
+  start_worker "$d/w.log" "$TURNS" --store "$S" --orchestrator-lock-timeout 1s
   run_cmd wait busy --timeout 120s --store "$S"
   [ "$RC" -eq 0 ] && grep -q '"status":"Completed"' <<<"$OUT"
   check "long turn: the long turn commits" $? "rc=$RC" "$OUT" "$ERR" "$(tail -5 "$d/w.log")"
@@ -268,18 +268,18 @@ t9_clock_step_does_not_steal_a_live_session() {
   stop_worker "$b"
 }
 
-# Item 2 (activities). An activity that computes for 1.5 s without yielding blocks the loop, and with it every
-# renewal timer, under 300ms activity locks and session leases, with a second worker waiting:
+# Item 2 (activities). An activity that computes for 3 s without yielding blocks the loop, and with it every
+# renewal timer, under 2s activity locks and session leases, with a second worker waiting:
 # the store thread keeps the locks and the session lease, so every activity of the session
 # runs once, on worker A.
 t10_blocked_loop_keeps_activity_locks_and_session() {
   local d S a h n
   d=$(new_dir t10); S=$d/store
-  local lease=(--worker-lock-timeout 300ms --session-lock-timeout 300ms --session-idle-timeout 0)
+  local lease=(--worker-lock-timeout 2s --session-lock-timeout 2s --session-idle-timeout 0)
   start_worker "$d/A.log" "$TURNS" --store "$S" --worker-node-id node-A "${lease[@]}"
   a=$WPID
   wait_until 20 grep -q 'worker started' "$d/A.log"
-  run_cmd start HogPair "{\"marker\":\"$d/m\",\"ms\":1500,\"session\":\"s1\"}" --id hp --store "$S"
+  run_cmd start HogPair "{\"marker\":\"$d/m\",\"ms\":3000,\"session\":\"s1\"}" --id hp --store "$S"
   check "blocked loop: instance started" "$RC" "$OUT" "$ERR"
   start_worker "$d/B.log" "$TURNS" --store "$S" --worker-node-id node-B "${lease[@]}"
   run_cmd wait hp --timeout 60s --store "$S"
