@@ -48,6 +48,27 @@ describe("duroxide module", function()
     assert.matches("turn_instruction_budget", err, 1, true)
   end)
 
+  it("applies store_max_size to a runtime's store; clients stop at the same limit", function()
+    local ok, err = pcall(duroxide.configure, { store_max_size = "lots" })
+    assert.is_false(ok)
+    assert.matches("store_max_size", err, 1, true)
+    ok, err = pcall(duroxide.configure, { store_max_size = "512k" })
+    assert.is_false(ok)
+    assert.matches("at least 1m", err, 1, true)
+    local dir = H.tmpdir()
+    local rt = duroxide.runtime({ store = dir, store_max_size = "2m", log_level = "error" })
+    local client = duroxide.client(dir)
+    local big, last = string.rep("x", 200 * 1024), nil
+    for i = 1, 40 do
+      local id, e = client:start("big-" .. i, "Nothing", big)
+      if not id then last = e break end
+    end
+    rt:stop()
+    H.rmdir(dir)
+    assert.is_not_nil(last)
+    assert.matches("maximum size of 2097152 bytes", last.message, 1, true)
+  end)
+
   it("runs one runtime at a time per Lua state", function()
     H.with_env(function(env)
       local dir = H.tmpdir()

@@ -3,6 +3,7 @@
 ** shared envs, reopening, map full, open errors.
 */
 #include <fcntl.h>
+#include <pthread.h>
 
 #include "duroxide/provider.h"
 #include "provider_validation.h"
@@ -79,7 +80,7 @@ DX_TEST(lmdb_handles_share_one_env) {
 
 DX_TEST(lmdb_reopen_keeps_data) {
   char *store = dx_pv_new_store();
-  dx_lmdb_opts_t opts = {1, 1, 0}; /* no_sync: a clean close still persists everything */
+  dx_lmdb_opts_t opts = {1, 1, 0, 0}; /* no_sync: a clean close still persists everything */
   dx_provider_t *p = open_with(store, &opts);
   dx_work_item_t w = start_item("A", "1");
   dx_error_t err;
@@ -91,33 +92,161 @@ DX_TEST(lmdb_reopen_keeps_data) {
   free(store);
 }
 
-DX_TEST(lmdb_map_full_is_efull) {
+/* Fill the store with 200 KiB starts until it refuses one: returns how many were accepted. */
+static int fill(dx_provider_t *p, dx_error_t *err, int *rc) {
+  size_t len = 200 * 1024;
+  char *data = malloc(len + 3);
+  dx_work_item_t w = start_item("A", NULL);
+  int i;
+  data[0] = '"';
+  memset(data + 1, 'x', len);
+  strcpy(data + 1 + len, "\"");
+  w.data = data;
+  for (i = 0, *rc = 0; i < 200 && *rc == 0; i++)
+    *rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, err);
+  free(data);
+  return i - 1;
+}
+
+DX_TEST(lmdb_map_grows_up_to_max_size) {
+  /* issue 7 item 14: the map starts at 1 MiB and grows; the limit is the store's maximum */
   char *store = dx_pv_new_store();
-  dx_lmdb_opts_t opts = {1, 0, 1 << 20};
+  dx_lmdb_opts_t opts = {2, 1, 1 << 20, 4 << 20};
+  dx_provider_t *p = open_with(store, &opts), *q;
+  dx_error_t err;
+  int n, more, rc;
+  n = fill(p, &err, &rc);
+  ASSERT_EQ(rc, DX_EFULL);
+  ASSERT(n * 200 > 2 * 1024); /* well past the first map of 1 MiB */
+  ASSERT_CONTAINS(err.msg, store);
+  ASSERT_CONTAINS(err.msg, "maximum size of 4194304 bytes");
+  ASSERT_EQ(orch_depth(p), (uint64_t)n); /* the refused write left nothing behind */
+  ASSERT_OK(M(p)->begin(p, &err)); /* inside a batch the failure is contained too */
+  ASSERT_EQ(fill(p, &err, &rc), 0);
+  ASSERT_EQ(rc, DX_EFULL);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  M(p)->destroy(p);
+  /* a larger maximum lifts the wedge; a later open without one keeps the stored limit */
+  opts.max_size = 8 << 20;
+  p = open_with(store, &opts);
+  more = fill(p, &err, &rc);
+  ASSERT(more > 0);
+  ASSERT_CONTAINS(err.msg, "maximum size of 8388608 bytes");
+  M(p)->destroy(p);
+  p = dx_pv_open(store);
+  ASSERT_EQ(fill(p, &err, &rc), 0);
+  ASSERT_EQ(rc, DX_EFULL);
+  ASSERT_CONTAINS(err.msg, "maximum size of 8388608 bytes");
+  ASSERT_EQ(orch_depth(p), (uint64_t)(n + more));
+  /* a second handle in this process with a larger limit raises it for the first one too */
+  opts.max_size = 12 << 20;
+  q = open_with(store, &opts);
+  ASSERT(fill(p, &err, &rc) > 0);
+  ASSERT_CONTAINS(err.msg, "maximum size of 12582912 bytes");
+  M(q)->destroy(q);
+  M(p)->destroy(p);
+  free(store);
+}
+
+DX_TEST(lmdb_map_grows_without_limit) {
+  /* no maximum: a store opened with a 1 MiB map takes far more than 1 MiB */
+  char *store = dx_pv_new_store();
+  dx_lmdb_opts_t opts = {2, 1, 1 << 20, 0};
   dx_provider_t *p = open_with(store, &opts);
   size_t len = 200 * 1024;
   char *data = malloc(len + 3);
   dx_work_item_t w = start_item("A", NULL);
   dx_error_t err;
-  int i, rc = 0;
-  uint64_t before;
+  int i;
   data[0] = '"';
   memset(data + 1, 'x', len);
   strcpy(data + 1 + len, "\"");
   w.data = data;
-  for (i = 0; i < 100 && rc == 0; i++) rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err);
-  ASSERT_EQ(rc, DX_EFULL);
-  ASSERT_CONTAINS(err.msg, "full");
-  ASSERT_CONTAINS(err.msg, "map size");
-  ASSERT(i > 1);
-  before = orch_depth(p); /* the store stays readable and the failed write left nothing */
-  ASSERT_EQ(before, (uint64_t)i - 1);
-  ASSERT_OK(M(p)->begin(p, &err)); /* inside a batch the failure is contained too */
-  ASSERT_EQ(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err), DX_EFULL);
-  w.data = "1";
-  ASSERT_OK(M(p)->commit(p, 1, &err));
-  ASSERT_EQ(orch_depth(p), before);
+  for (i = 0; i < 40; i++) ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_EQ(orch_depth(p), 40);
   free(data);
+  M(p)->destroy(p);
+  free(store);
+}
+
+DX_TEST(lmdb_map_growth_reaches_other_processes) {
+  /* a child process grows the map; the parent, still on its first map, adopts the new size
+  ** (MDB_MAP_RESIZED) and keeps reading and writing */
+  char *store = dx_pv_new_store();
+  dx_lmdb_opts_t opts = {2, 1, 1 << 20, 0};
+  dx_provider_t *p = open_with(store, &opts);
+  dx_work_item_t w = start_item("P", "1");
+  dx_error_t err;
+  pid_t pid;
+  int st, rc, n;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  fflush(NULL);
+  pid = fork();
+  ASSERT(pid >= 0);
+  if (pid == 0) {
+    dx_provider_t *c = open_with(store, &opts);
+    dx_lmdb_opts_t capped = {2, 1, 0, 6 << 20};
+    M(c)->destroy(c);
+    c = open_with(store, &capped); /* cap at 6 MiB: fill() stops there */
+    n = fill(c, &err, &rc);
+    M(c)->destroy(c);
+    _exit(rc == DX_EFULL && n * 200 > 3 * 1024 ? 0 : 1);
+  }
+  ASSERT(waitpid(pid, &st, 0) == pid);
+  ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ASSERT(orch_depth(p) > 15);
+  w.instance = "P2";
+  rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err);
+  ASSERT(rc == 0 || (rc == DX_EFULL && strstr(err.msg, "maximum size")));
+  M(p)->destroy(p);
+  free(store);
+}
+
+typedef struct {
+  dx_provider_t *p;
+  volatile int stop;
+  int bad;
+  char msg[512];
+} reader_t;
+
+static void *read_loop(void *ud) {
+  reader_t *r = ud;
+  while (!r->stop) {
+    dx_queue_depths_t d;
+    dx_error_t err;
+    if (M(r->p)->get_queue_depths(r->p, &d, &err) != 0 && !r->bad++)
+      snprintf(r->msg, sizeof r->msg, "%s", err.msg);
+  }
+  return NULL;
+}
+
+DX_TEST(lmdb_reads_during_commits_see_no_damage) {
+  /* the per-transaction file checks read LMDB's meta page while other threads commit: they
+  ** must never mistake a commit in progress for a truncated store */
+  char *store = dx_pv_new_store();
+  dx_lmdb_opts_t opts = {2, 1, 1 << 20, 0};
+  dx_provider_t *p = open_with(store, &opts);
+  dx_work_item_t w = start_item("A", "\"payload payload payload payload payload\"");
+  reader_t r[2];
+  pthread_t th[2];
+  dx_error_t err;
+  int i;
+  for (i = 0; i < 2; i++) {
+    memset(&r[i], 0, sizeof r[i]);
+    r[i].p = p;
+    ASSERT(pthread_create(&th[i], NULL, read_loop, &r[i]) == 0);
+  }
+  for (i = 0; i < 3000; i++) {
+    char id[32];
+    snprintf(id, sizeof id, "i%d", i);
+    w.instance = id;
+    ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  }
+  for (i = 0; i < 2; i++) {
+    r[i].stop = 1;
+    pthread_join(th[i], NULL);
+    if (r[i].bad) DX_FAIL_AT("%d failed reads, first: %s", r[i].bad, r[i].msg);
+  }
   M(p)->destroy(p);
   free(store);
 }
@@ -125,7 +254,7 @@ DX_TEST(lmdb_map_full_is_efull) {
 DX_TEST(lmdb_open_errors) {
   char path[512];
   dx_provider_t *p = (dx_provider_t *)1;
-  dx_lmdb_opts_t bad = {0, 0, 0};
+  dx_lmdb_opts_t bad = {0, 0, 0, 0};
   dx_error_t err;
   int fd;
   snprintf(path, sizeof path, "%s/plain-file", dx_test_tmpdir());
@@ -147,8 +276,11 @@ DX_TEST(lmdb_creates_missing_directories) {
   snprintf(path, sizeof path, "%s/a/b/store", dx_test_tmpdir());
   p = dx_pv_open(path);
   ASSERT(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
-  ASSERT_EQ(sb.st_mode & 0777, 0755);
+  ASSERT_EQ(sb.st_mode & 0777, 0700); /* the store holds every payload: owner only */
   M(p)->destroy(p);
+  strcat(path, "/data.mdb");
+  ASSERT(stat(path, &sb) == 0);
+  ASSERT_EQ(sb.st_mode & 0777, 0600);
 }
 
 DX_TEST(lmdb_batch_is_per_thread_and_env) {

@@ -1,6 +1,6 @@
 /*
 ** commands.c -- duroxide-lua's client commands: start, raise, status, wait, cancel, history,
-** list. Output on stdout is JSON, one object per line; errors go to stderr.
+** list, sessions, check. Output on stdout is JSON, one object per line; errors go to stderr.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -10,29 +10,31 @@
 #include "duroxide.h"
 #include "host.h"
 #include "util.h"
+#include "codec.h"
 #include "jsonout.h"
-
-static const char *commands[] = {"start", "raise", "status", "wait", "cancel", "history",
-                                  "list", "sessions", NULL};
-
-int dxh_is_command(const char *word) {
-  int i;
-  for (i = 0; commands[i]; i++)
-    if (strcmp(word, commands[i]) == 0) return 1;
-  return 0;
-}
 
 int dxh_split_opt(int argc, char **argv, int *i, char *name, size_t len, const char **val) {
   const char *a = argv[*i] + 2, *eq = strchr(a, '=');
   if (eq) {
     snprintf(name, len, "%.*s", (int)(eq - a), a);
     *val = eq + 1;
-    return 0;
+  } else {
+    snprintf(name, len, "%s", a);
+    if (*i + 1 >= argc) return -1;
+    *val = argv[++*i];
   }
-  snprintf(name, len, "%s", a);
-  if (*i + 1 >= argc) return -1;
-  *val = argv[++*i];
-  return 0;
+  /* "--id --wait" is a forgotten value, not the id "--wait" */
+  return strncmp(*val, "--", 2) == 0 ? -2 : 0;
+}
+
+int dxh_opt_error(const char *opt, int rc, const char *val) {
+  char msg[512];
+  if (rc == -2)
+    snprintf(msg, sizeof msg, "option %s needs a value (got option-like '%.200s'; values may not "
+             "start with --)", opt, val);
+  else
+    snprintf(msg, sizeof msg, "option %s needs a value", opt);
+  return dxh_fail(2, "%s", msg);
 }
 
 const char *dxh_store_dir(const char *explicit_dir) {
@@ -41,86 +43,146 @@ const char *dxh_store_dir(const char *explicit_dir) {
   return env && *env ? env : "./duroxide-data";
 }
 
-/* Parsed command line of a client command. */
+/* {===== command line =====} */
+
+/* Options a command may take (--store is taken by every command). */
+enum { O_ID = 1, O_VERSION = 2, O_WAIT = 4, O_TIMEOUT = 8 };
+
+/* Parsed command line of a client command; the payload (INPUT/DATA) is read before the
+** store is opened, so a refused command leaves no store behind. */
 typedef struct {
-  const char *pos[4];
+  const char *pos[3];
   int npos;
-  const char *store, *id, *version;
+  const char *store, *id, *version, *timeout;
   int wait;
-  const char *timeout;
+  const char *payload; /* INPUT/DATA JSON text, NULL = null */
+  char *payload_buf;   /* malloc'd when read from stdin or a file */
 } cmdline_t;
 
-static int parse(int argc, char **argv, cmdline_t *c) {
-  int i;
+typedef int (*run_fn)(dx_client_t *cl, const cmdline_t *c);
+
+typedef struct {
+  const char *name;
+  int min, max;        /* positional arguments */
+  int payload;         /* index of the JSON positional (INPUT/DATA), -1 when none */
+  unsigned opts;       /* O_* */
+  const char *payload_name; /* how errors name the payload */
+  const char *usage;
+  run_fn run;
+} command_t;
+
+static const struct {
+  const char *name;
+  unsigned bit;
+} option_names[] = {{"id", O_ID}, {"version", O_VERSION}, {"wait", O_WAIT},
+                    {"timeout", O_TIMEOUT}};
+
+static const command_t *find_command(const char *word);
+
+int dxh_is_command(const char *word) { return find_command(word) != NULL; }
+
+/* "--wait" takes an optional duration: the next argument when it starts with a digit. */
+static int takes_wait_value(int argc, char **argv, int i) {
+  return i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9';
+}
+
+static int parse(const command_t *cmd, int argc, char **argv, cmdline_t *c) {
+  int i, only_pos = 0;
   memset(c, 0, sizeof *c);
   for (i = 1; i < argc; i++) {
     char name[64];
-    const char *val = NULL;
-    if (strcmp(argv[i], "--") == 0) continue; /* conventional end of options: ignored */
-    if (strncmp(argv[i], "--", 2) != 0) {
-      if (c->npos == 4) return dxh_fail(2, "unexpected argument %s", argv[i]);
-      c->pos[c->npos++] = argv[i];
+    const char *val = NULL, *a = argv[i];
+    unsigned bit = 0;
+    size_t k;
+    int rc;
+    if (!only_pos && strcmp(a, "--") == 0) { /* the rest are arguments, even "--x" */
+      only_pos = 1;
       continue;
     }
-    if (strcmp(argv[i], "--wait") == 0) {
+    if (only_pos || strncmp(a, "--", 2) != 0) {
+      if (c->npos == cmd->max) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "unexpected argument '%.200s' (usage: duroxide-lua %s)", a,
+                 cmd->usage);
+        return dxh_fail(2, "%s", msg);
+      }
+      c->pos[c->npos++] = a;
+      continue;
+    }
+    {
+      const char *eq = strchr(a + 2, '=');
+      snprintf(name, sizeof name, "%.*s", (int)(eq ? (size_t)(eq - a - 2) : strlen(a + 2)),
+               a + 2);
+    }
+    if (strcmp(name, "store") != 0) {
+      for (k = 0; k < sizeof option_names / sizeof option_names[0]; k++)
+        if (strcmp(name, option_names[k].name) == 0) bit = option_names[k].bit;
+      if (!bit) return dxh_fail(2, "unknown option --%s (see --help)", name);
+      if (!(cmd->opts & bit)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "option --%s does not apply to %s (usage: duroxide-lua %s)",
+                 name, cmd->name, cmd->usage);
+        return dxh_fail(2, "%s", msg);
+      }
+    }
+    if (strcmp(a, "--wait") == 0) {
       c->wait = 1;
-      /* --wait takes an optional duration */
-      if (i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9') c->timeout = argv[++i];
+      if (takes_wait_value(argc, argv, i)) c->timeout = argv[++i];
       continue;
     }
-    if (dxh_split_opt(argc, argv, &i, name, sizeof name, &val) != 0)
-      return dxh_fail(2, "option %s needs a value", argv[i]);
+    if ((rc = dxh_split_opt(argc, argv, &i, name, sizeof name, &val)) != 0)
+      return dxh_opt_error(a, rc, val);
     if (strcmp(name, "store") == 0) c->store = val;
-    else if (strcmp(name, "id") == 0) c->id = val;
-    else if (strcmp(name, "version") == 0) {
+    else if (bit == O_ID) c->id = val;
+    else if (bit == O_VERSION) {
       int v[3];
       if (!dx__semver_parse(val, v)) /* refused before the store is opened: nothing written */
         return dxh_fail(2, "--version '%s' is not a version (expected MAJOR.MINOR.PATCH such "
                         "as 1.2.0)", val);
       c->version = val;
     }
-    else if (strcmp(name, "timeout") == 0) c->timeout = val;
-    else if (strcmp(name, "wait") == 0) { c->wait = 1; c->timeout = val; }
-    else return dxh_fail(2, "unknown option --%s (see --help)", name);
+    else if (bit == O_TIMEOUT) c->timeout = val;
+    else { c->wait = 1; c->timeout = val; }
   }
+  if (c->npos < cmd->min) return dxh_fail(2, "usage: duroxide-lua %s", cmd->usage);
   return 0;
 }
 
 /* INPUT/DATA text: "-" reads stdin, "@path" reads a file (for payloads too large for a
-** command-line argument), anything else is the JSON itself. *buf receives malloc'd text when
-** read; NULL text stays NULL (JSON null). Returns 0, or an exit status after printing. */
+** command-line argument), anything else is the JSON itself. Reading stops past the payload
+** limit (no 2 GB read of /dev/zero), and text with a NUL byte is refused (it would be cut
+** there). *buf receives malloc'd text when read. Returns 0, or an exit status after printing. */
 static int json_arg(const char *arg, const char **text, char **buf) {
+  const char *what = arg && arg[0] == '@' ? arg + 1 : "standard input";
+  char msg[512];
   FILE *f;
-  size_t len = 0, cap = 0, got;
+  size_t len;
   *text = arg;
   *buf = NULL;
   if (!arg || (strcmp(arg, "-") != 0 && arg[0] != '@')) return 0;
   f = strcmp(arg, "-") == 0 ? stdin : fopen(arg + 1, "rb");
-  if (!f) return dxh_fail(2, "cannot read %s", arg + 1);
-  do {
-    if (len + 4096 + 1 > cap) {
-      char *nb = realloc(*buf, cap = (cap ? cap * 2 : 8192));
-      if (!nb) break;
-      *buf = nb;
-    }
-    got = fread(*buf + len, 1, cap - len - 1, f);
-    len += got;
-  } while (got > 0);
-  if (ferror(f) || got > 0) { /* a read error, or stopped early for lack of memory */
+  if (!f) return dxh_fail(2, "cannot read %s", what);
+  *buf = malloc((size_t)DX_MAX_PAYLOAD_BYTES + 2);
+  if (!*buf) {
     if (f != stdin) fclose(f);
+    return dxh_fail(1, "%s", "out of memory");
+  }
+  len = fread(*buf, 1, (size_t)DX_MAX_PAYLOAD_BYTES + 1, f); /* one byte more: too big? */
+  msg[0] = '\0';
+  if (ferror(f)) snprintf(msg, sizeof msg, "cannot read %s", what);
+  else if (len > (size_t)DX_MAX_PAYLOAD_BYTES)
+    snprintf(msg, sizeof msg, "%s is larger than the payload limit of %d bytes", what,
+             DX_MAX_PAYLOAD_BYTES);
+  else if (memchr(*buf, '\0', len))
+    snprintf(msg, sizeof msg, "%s contains a NUL byte (JSON text cannot)", what);
+  if (f != stdin) fclose(f);
+  if (msg[0]) {
     free(*buf);
     *buf = NULL;
-    return dxh_fail(2, "cannot read %s", arg[0] == '@' ? arg + 1 : "standard input");
+    return dxh_fail(2, "%s", msg);
   }
-  if (f != stdin) fclose(f);
-  if (!*buf) return dxh_fail(1, "%s", "out of memory");
   (*buf)[len] = '\0';
   *text = *buf;
-  return 0;
-}
-
-static int need(const cmdline_t *c, int n, const char *usage) {
-  if (c->npos < n) return dxh_fail(2, "usage: duroxide-lua %s", usage);
   return 0;
 }
 
@@ -210,73 +272,169 @@ static int print_session(void *ud, const dx_session_info_t *si) {
   return 0;
 }
 
+/* {===== commands =====} */
+
+/* Exit status of a failed client call: bad input is usage (2), the rest a failure (1). */
+static int client_fail(const dx_error_t *err) {
+  return dxh_fail(err->code == DX_EJSON || err->code == DX_ETOOBIG || err->code == DX_EINVAL
+                      ? 2 : 1, "%s", err->msg);
+}
+
+static int run_start(dx_client_t *cl, const cmdline_t *c) {
+  dx_error_t err;
+  if (dx_client_start(cl, c->id, c->pos[0], c->payload, c->version, &err) != 0)
+    return client_fail(&err);
+  if (c->wait) return wait_and_print(cl, c->id, c->timeout);
+  print_started(c->id);
+  return 0;
+}
+
+static int run_raise(dx_client_t *cl, const cmdline_t *c) {
+  dx_error_t err;
+  return dx_client_raise(cl, c->pos[0], c->pos[1], c->payload, &err) != 0 ? client_fail(&err)
+                                                                          : 0;
+}
+
+static int run_status(dx_client_t *cl, const cmdline_t *c) {
+  dx_instance_info_t info;
+  dx_error_t err;
+  int rc;
+  if (dx_client_status(cl, c->pos[0], &info, &err) != 0) return client_fail(&err);
+  print_status(c->pos[0], &info);
+  rc = info.status == DX_STATUS_NONE ? 1 : 0;
+  if (rc) fprintf(stderr, "duroxide-lua: unknown instance '%s'\n", c->pos[0]);
+  dx_instance_info_clear(&info);
+  return rc;
+}
+
+static int run_wait(dx_client_t *cl, const cmdline_t *c) {
+  return wait_and_print(cl, c->pos[0], c->timeout);
+}
+
+static int run_cancel(dx_client_t *cl, const cmdline_t *c) {
+  dx_error_t err;
+  return dx_client_cancel(cl, c->pos[0], c->npos > 1 ? c->pos[1] : NULL, &err) != 0
+             ? client_fail(&err) : 0;
+}
+
+static int run_history(dx_client_t *cl, const cmdline_t *c) { return print_history(cl, c->pos[0]); }
+
+static int run_sessions(dx_client_t *cl, const cmdline_t *c) {
+  dx_provider_t *p = dx_client_provider(cl);
+  int64_t now = dx_clock_now_ms();
+  dx_error_t err;
+  (void)c;
+  return p->methods->list_sessions(p, print_session, &now, &err) != 0 ? client_fail(&err) : 0;
+}
+
+static int run_list(dx_client_t *cl, const cmdline_t *c) {
+  dx_provider_t *p = dx_client_provider(cl);
+  dx_error_t err;
+  (void)c;
+  return p->methods->list_instances(p, print_id, cl, &err) != 0 ? client_fail(&err) : 0;
+}
+
+static int run_check(dx_client_t *cl, const cmdline_t *c);
+
+static const command_t commands[] = {
+  {"start", 1, 2, 1, O_ID | O_VERSION | O_WAIT | O_TIMEOUT,
+   "input", "start NAME [INPUT] --id ID [--wait [TIMEOUT]] [--version V]", run_start},
+  {"raise", 2, 3, 2, 0, "event data", "raise ID EVENT [DATA]", run_raise},
+  {"status", 1, 1, -1, 0, NULL, "status ID", run_status},
+  {"wait", 1, 1, -1, O_TIMEOUT, NULL, "wait ID [--timeout 10s]", run_wait},
+  {"cancel", 1, 2, -1, 0, NULL, "cancel ID [REASON]", run_cancel},
+  {"history", 1, 1, -1, 0, NULL, "history ID", run_history},
+  {"list", 0, 0, -1, 0, NULL, "list", run_list},
+  {"sessions", 0, 0, -1, 0, NULL, "sessions", run_sessions},
+  {"check", 0, 0, -1, 0, NULL, "check", run_check},
+};
+
+static const command_t *find_command(const char *word) {
+  size_t i;
+  for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (strcmp(word, commands[i].name) == 0) return &commands[i];
+  return NULL;
+}
+
+/* Everything that can be checked without the store is checked first: a refused command
+** exits 2 before the store is opened, so it creates no store files. */
+static int check_args(const command_t *cmd, const cmdline_t *c) {
+  int64_t ms;
+  if (cmd->run == run_start && !c->id) return dxh_fail(2, "%s", "start needs --id ID");
+  if (c->timeout && dx_parse_duration(c->timeout, &ms) != 0)
+    return dxh_fail(2, c->wait && cmd->run == run_start
+                           ? "invalid value for --wait: '%s' (expected a duration such as 10s)"
+                           : "invalid value for --timeout: '%s' (expected a duration such as "
+                             "10s)", c->timeout);
+  return 0;
+}
+
+/* Invalid JSON is refused before the store is opened (the client checks it again). */
+static int check_json(const command_t *cmd, const char *text) {
+  char *canon = NULL;
+  dx_error_t err;
+  char msg[sizeof err.msg + 64];
+  if (dx__json_canonical(text, strlen(text), &canon, &err) == 0) {
+    free(canon);
+    return 0;
+  }
+  snprintf(msg, sizeof msg, "%s: %s", cmd->payload_name, err.msg);
+  return dxh_fail(err.code == DX_ENOMEM ? 1 : 2, "%s", msg);
+}
+
+static void print_problem(void *ud, const char *problem) {
+  json_t *o = json_pack("{s:s}", "problem", problem);
+  char *s = o ? dx__json_dump(o) : NULL;
+  puts(s ? s : "{}");
+  free(s);
+  json_decref(o);
+  (void)ud;
+}
+
+/* `check`: every problem on its own line, then a summary; exit 1 when anything is wrong. */
+static int run_check(dx_client_t *cl, const cmdline_t *c) {
+  const char *store = dxh_store_dir(c->store);
+  dx_provider_t *p = dx_client_provider(cl);
+  uint64_t records = 0, problems = 0;
+  dx_error_t err;
+  json_t *o;
+  char *s;
+  if (p->methods->version < 4 || !p->methods->check)
+    return dxh_fail(1, "%s", "this store's provider cannot check stores");
+  if (p->methods->check(p, print_problem, NULL, &records, &problems, &err) != 0)
+    return dxh_fail(1, "%s", err.msg);
+  o = json_pack("{s:s, s:I, s:I, s:b}", "store", store, "records", (json_int_t)records,
+                "problems", (json_int_t)problems, "ok", problems == 0);
+  s = o ? dx__json_dump(o) : NULL;
+  puts(s ? s : "{}");
+  free(s);
+  json_decref(o);
+  return problems ? 1 : 0;
+}
+
 int dxh_command(int argc, char **argv) {
-  const char *cmd = argv[0];
+  const command_t *cmd = find_command(argv[0]);
   dx_client_t *cl = NULL;
   dx_error_t err;
   cmdline_t c;
-  int rc = 0;
-  if ((rc = parse(argc, argv, &c)) != 0) return rc;
+  int rc;
+  if (!cmd) return dxh_fail(2, "unknown command '%s' (see --help)", argv[0]);
+  if ((rc = parse(cmd, argc, argv, &c)) != 0 || (rc = check_args(cmd, &c)) != 0) return rc;
+  if (cmd->payload >= 0 &&
+      (rc = json_arg(c.npos > cmd->payload ? c.pos[cmd->payload] : NULL, &c.payload,
+                     &c.payload_buf)) != 0)
+    return rc;
+  if (c.payload && (rc = check_json(cmd, c.payload)) != 0) {
+    free(c.payload_buf);
+    return rc;
+  }
   if (dx_client_open(&cl, dxh_store_dir(c.store), &err) != 0) {
     fprintf(stderr, "duroxide-lua: cannot open store %s: %s\n", dxh_store_dir(c.store), err.msg);
+    free(c.payload_buf);
     return 1;
   }
-  if (strcmp(cmd, "start") == 0) {
-    if (!(rc = need(&c, 1, "start NAME [INPUT] --id ID [--wait [TIMEOUT]]"))) {
-      const char *input;
-      char *buf = NULL;
-      int64_t ignored;
-      if (!c.id) rc = dxh_fail(2, "%s", "start needs --id ID");
-      else if (c.timeout && dx_parse_duration(c.timeout, &ignored) != 0)
-        rc = dxh_fail(2, "invalid value for --wait: '%s' (expected a duration such as 10s)",
-                      c.timeout); /* refused before anything is written */
-      else if ((rc = json_arg(c.npos > 1 ? c.pos[1] : NULL, &input, &buf)) != 0) {
-      } else if (dx_client_start(cl, c.id, c.pos[0], input, c.version, &err) != 0)
-        rc = dxh_fail(err.code == DX_EJSON || err.code == DX_ETOOBIG ? 2 : 1, "%s", err.msg);
-      else if (c.wait) rc = wait_and_print(cl, c.id, c.timeout);
-      else print_started(c.id);
-      free(buf);
-    }
-  } else if (strcmp(cmd, "raise") == 0) {
-    if (!(rc = need(&c, 2, "raise ID EVENT [DATA]"))) {
-      const char *data;
-      char *buf = NULL;
-      if ((rc = json_arg(c.npos > 2 ? c.pos[2] : NULL, &data, &buf)) != 0) {
-      } else if (dx_client_raise(cl, c.pos[0], c.pos[1], data, &err) != 0) {
-        rc = dxh_fail(err.code == DX_EJSON || err.code == DX_ETOOBIG ? 2 : 1, "%s", err.msg);
-      }
-      free(buf);
-    }
-  } else if (strcmp(cmd, "status") == 0) {
-    if (!(rc = need(&c, 1, "status ID"))) {
-      dx_instance_info_t info;
-      if (dx_client_status(cl, c.pos[0], &info, &err) != 0) {
-        rc = dxh_fail(1, "%s", err.msg);
-      } else {
-        print_status(c.pos[0], &info);
-        rc = info.status == DX_STATUS_NONE ? 1 : 0;
-        if (rc) fprintf(stderr, "duroxide-lua: unknown instance '%s'\n", c.pos[0]);
-        dx_instance_info_clear(&info);
-      }
-    }
-  } else if (strcmp(cmd, "wait") == 0) {
-    if (!(rc = need(&c, 1, "wait ID [--timeout 10s]"))) rc = wait_and_print(cl, c.pos[0], c.timeout);
-  } else if (strcmp(cmd, "cancel") == 0) {
-    if (!(rc = need(&c, 1, "cancel ID [REASON]"))) {
-      if (dx_client_cancel(cl, c.pos[0], c.npos > 1 ? c.pos[1] : NULL, &err) != 0)
-        rc = dxh_fail(1, "%s", err.msg);
-    }
-  } else if (strcmp(cmd, "history") == 0) {
-    if (!(rc = need(&c, 1, "history ID"))) rc = print_history(cl, c.pos[0]);
-  } else if (strcmp(cmd, "sessions") == 0) {
-    dx_provider_t *p = dx_client_provider(cl);
-    int64_t now = dx_clock_now_ms();
-    if (p->methods->list_sessions(p, print_session, &now, &err) != 0)
-      rc = dxh_fail(1, "%s", err.msg);
-  } else if (strcmp(cmd, "list") == 0) {
-    dx_provider_t *p = dx_client_provider(cl);
-    if (p->methods->list_instances(p, print_id, cl, &err) != 0) rc = dxh_fail(1, "%s", err.msg);
-  }
+  rc = cmd->run(cl, &c);
   dx_client_close(cl);
+  free(c.payload_buf);
   return rc;
 }

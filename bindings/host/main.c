@@ -5,16 +5,19 @@
 ** Exit status: 0 success, 1 failure (a Failed instance for wait/start --wait, an app error),
 ** 2 bad usage or bad input, 3 timeout.
 */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <lualib.h>
 
 #include "dxlua.h"
 #include "host.h"
 #include "log.h"
+#include "util.h"
 
 int luaopen_duroxide(lua_State *L);
 
@@ -30,6 +33,7 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua history ID\n"
       "  duroxide-lua list\n"
       "  duroxide-lua sessions                 the session table: owner, lease, queued work\n"
+      "  duroxide-lua check                    verify the whole store (exit 1 on any problem)\n"
       "\n"
       "INPUT and DATA are JSON text, or - to read it from stdin, or @FILE to read a file.\n"
       "Every command takes --store DIR (default\n"
@@ -40,8 +44,9 @@ int dxh_usage(FILE *f) {
       "  --max-sessions-per-worker N  --session-lock-timeout D  --session-idle-timeout D\n"
       "  --session-cleanup-interval D  --worker-lock-timeout D  --orchestrator-lock-timeout D\n"
       "  --poll-interval D  --max-attempts N  --shutdown-grace D  --turn-instruction-budget N\n"
-      "  --log-level error|warn|info|debug\n"
-      "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n",
+      "  --log-level error|warn|info|debug  --loop-block-warning D (1s; 0 = off)\n"
+      "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n"
+      "  --store-max-size SIZE (e.g. 512m, 2g; the store remembers it; default: the disk)\n",
       f);
   return 2;
 }
@@ -58,22 +63,32 @@ int dxh_fail(int code, const char *fmt, const char *detail) {
 typedef struct {
   dx_runtime_t *rt;
   dxl_state_t *S;
-  uv_loop_t *loop;
   uv_signal_t sigint, sigterm;
+  uv_timer_t health;  /* watches for a store that became unusable */
   int signals;
+  int failed;
 } worker_t;
 
 /* The runtime has stopped: every activity has finished or, past the grace, been handed back
 ** (its row released for another worker). The handed-back ones are ended now (cancelled, not
-** left running), and handles the app or they still hold (a long sleep, a luv timer) must not
-** keep the process alive past the grace: leave the loop now; lua_close releases them. */
+** left running); dx_runtime_run then returns even while something still holds a handle. */
 static void on_stopped(dx_runtime_t *rt, void *ud) {
   worker_t *w = ud;
   (void)rt;
   uv_close((uv_handle_t *)&w->sigint, NULL);
   uv_close((uv_handle_t *)&w->sigterm, NULL);
+  uv_close((uv_handle_t *)&w->health, NULL);
   dxl_end_abandoned_activities(w->S); /* cancelled: their code stops here */
-  uv_stop(w->loop);
+}
+
+/* A store that became unusable (damaged, lock file deleted) stops the worker: exit 1. */
+static void on_health(uv_timer_t *h) {
+  worker_t *w = h->data;
+  dx_error_t err;
+  if (w->failed || dx_runtime_error(w->rt, &err) == 0) return;
+  w->failed = 1;
+  fprintf(stderr, "duroxide-lua: stopping: %s\n", err.msg);
+  dx_runtime_stop(w->rt, on_stopped, w);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -100,10 +115,11 @@ static int run_worker(const char *app, int argc, char **argv) {
   dxl_state_t *S;
   dx_options_t opts;
   dx_provider_t *p = NULL;
-  dx_lmdb_opts_t lo = {1, 0, 0};
+  dx_lmdb_opts_t lo = {2, 0, 0, 0};
   dx_error_t err;
   worker_t w;
   const char *store = NULL;
+  size_t max_size = 0;
   int i, rc = 0;
   if (!L) return dxh_fail(1, "%s", "cannot create a Lua state");
   /* The app's own duroxide.client() should default to the worker's store. */
@@ -125,12 +141,25 @@ static int run_worker(const char *app, int argc, char **argv) {
       lo.no_sync = 1;
       continue;
     }
-    if (dxh_split_opt(argc, argv, &i, name, sizeof name, &val) != 0) {
+    if ((rc = dxh_split_opt(argc, argv, &i, name, sizeof name, &val)) != 0) {
+      dx_options_t probe = opts;
       lua_close(L);
-      return dxh_fail(2, "option %s needs a value", a);
+      /* an unknown option last on the line is reported as unknown, not as missing a value */
+      if (rc == -1 && strcmp(name, "store") != 0 &&
+          dx_options_set(&probe, name, "", &err) == DX_ENOTFOUND)
+        return dxh_fail(2, "%s (see --help)", err.msg);
+      return dxh_opt_error(a, rc, val);
     }
     if (strcmp(name, "store") == 0) {
       store = val;
+      continue;
+    }
+    if (strcmp(name, "store-max-size") == 0 || strcmp(name, "store_max_size") == 0) {
+      if (dx__parse_size(val, &max_size) != 0 || max_size < (size_t)1 << 20) {
+        lua_close(L);
+        return dxh_fail(2, "invalid value for --store-max-size: '%s' (expected a size of at "
+                        "least 1m, such as 512m or 2g)", val);
+      }
       continue;
     }
     if (dx_options_set(&opts, name, val, &err) != 0) {
@@ -147,6 +176,7 @@ static int run_worker(const char *app, int argc, char **argv) {
   dx__log_configure(opts.log_level, opts.log_format);
   if (!store) store = S->store_dir;
   store = dxh_store_dir(store);
+  lo.max_size = max_size ? max_size : S->store_max_size; /* the command line wins */
   if (dx_lmdb_open(store, &lo, &p, &err) != 0) {
     lua_close(L);
     fprintf(stderr, "duroxide-lua: cannot open store %s: %s\n", store, err.msg);
@@ -162,21 +192,37 @@ static int run_worker(const char *app, int argc, char **argv) {
     return 1;
   }
   S->runtime = w.rt;
-  w.loop = S->loop;
   w.S = S;
   uv_signal_init(S->loop, &w.sigint);
   uv_signal_init(S->loop, &w.sigterm);
   w.sigint.data = w.sigterm.data = &w;
   uv_signal_start(&w.sigint, on_signal, SIGINT);
   uv_signal_start(&w.sigterm, on_signal, SIGTERM);
+  uv_timer_init(S->loop, &w.health);
+  w.health.data = &w;
+  uv_timer_start(&w.health, on_health, 100, 100);
   S->loop_depth++; /* code running from here on is inside a loop callback */
-  uv_run(S->loop, UV_RUN_DEFAULT);
+  /* Until the runtime has stopped: an activity's uv.stop() only ends one uv_run, and handles
+  ** an activity leaked (a luv timer, a listening socket) cannot keep a stopped worker alive. */
+  if (dx_runtime_run(w.rt, &err) != 0) dx__log(DX_LOG_ERROR, err.msg, NULL);
   S->loop_depth--;
   S->runtime = NULL;
+  if (!dx_runtime_is_stopped(w.rt)) return 1; /* never free the store under a live runtime */
+  if (w.failed) rc = 1;
   dx_runtime_free(w.rt);
   p->methods->destroy(p);
+  /* Handles the app leaked are closed by luv's finalizers; the loop is not run again (their
+  ** close callbacks would reach the closed state): the process is exiting. */
   lua_close(L);
   return rc;
+}
+
+/* A word that is not a command is an app when it names a file, ends in .lua or is a path;
+** anything else is a mistyped command. */
+static int looks_like_app(const char *word) {
+  size_t n = strlen(word);
+  return access(word, F_OK) == 0 || strchr(word, '/') ||
+         (n > 4 && strcmp(word + n - 4, ".lua") == 0);
 }
 
 int main(int argc, char **argv) {
@@ -193,5 +239,11 @@ int main(int argc, char **argv) {
   }
   if (dxh_is_command(argv[1])) return dxh_command(argc - 1, argv + 1);
   if (argv[1][0] == '-') return dxh_fail(2, "unknown option %s (see --help)", argv[1]);
+  if (!looks_like_app(argv[1])) return dxh_fail(2, "unknown command '%s' (see --help)", argv[1]);
+  if (access(argv[1], R_OK) != 0) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "cannot open app %.300s: %s", argv[1], strerror(errno));
+    return dxh_fail(2, "%s", msg);
+  }
   return run_worker(argv[1], argc - 2, argv + 2);
 }

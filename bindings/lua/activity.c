@@ -12,6 +12,7 @@
 #include "log.h"
 #include "util.h"
 #include "value.h"
+#include "watchdog.h"
 
 #define HANDLE_MT "duroxide.ActivityHandle"
 
@@ -65,7 +66,15 @@ static void run_end(act_run_t *r) {
 static void step(act_run_t *r, lua_State *from, int nargs) {
   int nres = 0, rc;
   char msg[2048];
+  const dx_activity_info_t *info = r->a ? dx_activity_info(r->a) : NULL;
+  /* named in the `loop blocked` warning if this step runs too long */
+  if (info)
+    dx__watch_enter(r->S->loop, "activity %s (instance %s, id %llu)", info->name, info->instance,
+                    (unsigned long long)info->activity_id);
+  else
+    dx__watch_enter(r->S->loop, "an activity abandoned at shutdown");
   rc = lua_resume(r->co, from, nargs, &nres);
+  dx__watch_leave(r->S->loop);
   if (rc == LUA_YIELD) {
     lua_pop(r->co, nres);
     return;
@@ -231,6 +240,7 @@ static void call_hook(dxl_state_t *S, const char *name, const char *sid, const c
                       const char *worker_id) {
   lua_State *L = S->L;
   char msg[1024];
+  int rc;
   if (!lua_checkstack(L, 6)) return;
   if (dxl_push_registered(L, S, "hooks", name) != LUA_TFUNCTION) {
     lua_pop(L, 1);
@@ -240,7 +250,10 @@ static void call_hook(dxl_state_t *S, const char *name, const char *sid, const c
   lua_pushstring(L, word);
   lua_pushstring(L, worker_id); /* nil when unknown */
   S->loop_depth++;
-  if (dxl_pcall(L, 3, 0, msg, sizeof msg, 1) != LUA_OK)
+  dx__watch_enter(S->loop, "session hook %s (session %s)", name, sid);
+  rc = dxl_pcall(L, 3, 0, msg, sizeof msg, 1);
+  dx__watch_leave(S->loop);
+  if (rc != LUA_OK)
     dx__log(DX_LOG_ERROR, "error in session hook", "hook=%s session_id=%s error=\"%s\"", name,
             sid, msg);
   S->loop_depth--;
@@ -342,12 +355,15 @@ static void on_after(uv_timer_t *t) {
   after_t *a = t->data;
   lua_State *L = a->S->L;
   char msg[1024];
+  int rc;
   after_unlink(a);
   lua_rawgeti(L, LUA_REGISTRYINDEX, a->fn_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, a->fn_ref);
   a->S->loop_depth++;
-  if (dxl_pcall(L, 0, 0, msg, sizeof msg, 1) != LUA_OK)
-    dx__log(DX_LOG_ERROR, "error in timer callback", "error=\"%s\"", msg);
+  dx__watch_enter(a->S->loop, "a timer callback (actx:sleep)");
+  rc = dxl_pcall(L, 0, 0, msg, sizeof msg, 1);
+  dx__watch_leave(a->S->loop);
+  if (rc != LUA_OK) dx__log(DX_LOG_ERROR, "error in timer callback", "error=\"%s\"", msg);
   a->S->loop_depth--;
   uv_close((uv_handle_t *)&a->timer, after_closed);
 }

@@ -22,6 +22,7 @@ typedef struct dxl_state_s {
   dx_options_t opts;        /* from duroxide.configure{} */
   char *worker_node_id;     /* storage behind opts.worker_node_id */
   char *store_dir;          /* from duroxide.configure{store=} */
+  size_t store_max_size;    /* from duroxide.configure{store_max_size=}; 0 = the store's own */
   int in_orchestration;     /* >0 while orchestration code runs (sandbox guards check it) */
   int loop_depth;           /* >0 while a callback runs: driving the loop is then refused */
   dx_runtime_t *runtime;    /* the runtime running in this state, if any */
@@ -50,6 +51,11 @@ int dxl_pcall(lua_State *L, int nargs, int nres, char *errbuf, size_t errlen, in
 /* Message of the error object at idx: a duroxide.Error's message, a string, or tostring.
 ** Written into buf. [-0, +0, m] */
 const char *dxl_error_message(lua_State *L, int idx, char *buf, size_t len);
+
+/* [-0, +0, e] The string (or number) at idx; raises "<what> must be a string, got T" or
+** "<what> must not contain a NUL byte" (C would cut the text there). With `optional`, none or
+** nil gives NULL. */
+const char *dxl_check_text(lua_State *L, int idx, const char *what, int optional);
 
 /* [-0, +1, m] push a duroxide.Error table {message=, category=, kind=}. */
 void dxl_push_error(lua_State *L, const char *message, const char *category, const char *kind);

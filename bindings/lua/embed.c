@@ -153,6 +153,7 @@ int dx_lua_runtime_new(dx_runtime_t **out, uv_loop_t *loop, const char *store_di
   embed_t *e;
   dxl_state_t *S;
   dx_options_t o;
+  dx_lmdb_opts_t lo = {2, 0, 0, 0};
   dx_runtime_t *rt = NULL;
   const char *store, *env;
   char msg[sizeof err->msg];
@@ -198,7 +199,8 @@ int dx_lua_runtime_new(dx_runtime_t **out, uv_loop_t *loop, const char *store_di
     S->store_dir = copy;
     store = copy;
   }
-  if ((rc = dx_lmdb_open(store, NULL, &e->p, err)) != 0) {
+  lo.max_size = S->store_max_size;
+  if ((rc = dx_lmdb_open(store, &lo, &e->p, err)) != 0) {
     if (err) {
       snprintf(msg, sizeof msg, "%s", err->msg);
       snprintf(err->msg, sizeof err->msg, "cannot open store %s: %.400s", store, msg);

@@ -39,8 +39,9 @@ static char *arg_json(lua_State *L, int idx, const char *what) {
 
 static int l_start(lua_State *L) {
   dx_client_t *c = check_client(L);
-  const char *id = luaL_checkstring(L, 2), *name = luaL_checkstring(L, 3);
-  const char *version = luaL_optstring(L, 5, NULL);
+  const char *id = dxl_check_text(L, 2, "instance id", 0);
+  const char *name = dxl_check_text(L, 3, "orchestration name", 0);
+  const char *version = dxl_check_text(L, 5, "version", 1);
   char *input = arg_json(L, 4, "input");
   dx_error_t err;
   int rc = dx_client_start(c, id, name, input, version, &err);
@@ -50,6 +51,17 @@ static int l_start(lua_State *L) {
   return 1;
 }
 
+/* Field of a start_many entry at idx: a string (NULL when absent or not a string); *nul is
+** set to `what` when it holds a NUL byte (C would cut it there). */
+static const char *entry_text(lua_State *L, int idx, const char *what, const char **nul) {
+  size_t n;
+  const char *s;
+  if (lua_type(L, idx) != LUA_TSTRING) return NULL;
+  s = lua_tolstring(L, idx, &n);
+  if (memchr(s, '\0', n)) *nul = what;
+  return s;
+}
+
 /* client:start_many({ {id, name, input [, version]}, ... }): one durable commit. */
 static int l_start_many(lua_State *L) {
   dx_client_t *c = check_client(L);
@@ -57,6 +69,7 @@ static int l_start_many(lua_State *L) {
   dx_start_t *st;
   char **inputs;
   dx_error_t err;
+  const char *nul = NULL;
   int rc;
   luaL_checktype(L, 2, LUA_TTABLE);
   n = luaL_len(L, 2);
@@ -74,14 +87,14 @@ static int l_start_many(lua_State *L) {
     lua_geti(L, -2, 2);
     lua_geti(L, -3, 3);
     lua_geti(L, -4, 4);
-    st[i].id = lua_tostring(L, -4);
-    st[i].name = lua_tostring(L, -3);
-    st[i].version = lua_tostring(L, -1);
+    st[i].id = entry_text(L, -4, "instance id", &nul);
+    st[i].name = entry_text(L, -3, "orchestration name", &nul);
+    st[i].version = entry_text(L, -1, "version", &nul);
     inputs[i] = dx__lua_to_json(L, -2, "input", err_text, sizeof err_text);
     st[i].input = inputs[i];
     /* keep the strings alive: they stay referenced by the argument table */
     lua_pop(L, 5);
-    if (!inputs[i] || !st[i].id || !st[i].name) {
+    if (!inputs[i] || !st[i].id || !st[i].name || nul) {
       rc = (int)i;
       goto bad;
     }
@@ -93,13 +106,15 @@ static int l_start_many(lua_State *L) {
   return 1;
 bad:
   for (i = 0; i < n; i++) free(inputs[i]);
+  if (nul) return luaL_error(L, "start_many: entry %d: %s must not contain a NUL byte", rc + 1, nul);
   return luaL_error(L, "start_many: entry %d must be {id, name, input [, version]} with an "
                     "encodable input", rc + 1);
 }
 
 static int l_raise(lua_State *L) {
   dx_client_t *c = check_client(L);
-  const char *id = luaL_checkstring(L, 2), *name = luaL_checkstring(L, 3);
+  const char *id = dxl_check_text(L, 2, "instance id", 0);
+  const char *name = dxl_check_text(L, 3, "event name", 0);
   char *data = arg_json(L, 4, "data");
   dx_error_t err;
   int rc = dx_client_raise(c, id, name, data, &err);
@@ -112,7 +127,8 @@ static int l_raise(lua_State *L) {
 static int l_cancel(lua_State *L) {
   dx_client_t *c = check_client(L);
   dx_error_t err;
-  if (dx_client_cancel(c, luaL_checkstring(L, 2), luaL_optstring(L, 3, NULL), &err) != 0)
+  const char *id = dxl_check_text(L, 2, "instance id", 0);
+  if (dx_client_cancel(c, id, dxl_check_text(L, 3, "cancel reason", 1), &err) != 0)
     return fail(L, &err);
   lua_pushboolean(L, 1);
   return 1;
@@ -132,7 +148,7 @@ static void push_status(lua_State *L, const char *id, const dx_instance_info_t *
 
 static int l_status(lua_State *L) {
   dx_client_t *c = check_client(L);
-  const char *id = luaL_checkstring(L, 2);
+  const char *id = dxl_check_text(L, 2, "instance id", 0);
   dx_instance_info_t info;
   dx_error_t err;
   if (dx_client_status(c, id, &info, &err) != 0) return fail(L, &err);
@@ -146,11 +162,13 @@ static int l_status(lua_State *L) {
 static int l_wait(lua_State *L) {
   dx_client_t *c = check_client(L);
   dxl_state_t *S = dxl_state(L);
-  const char *id = luaL_checkstring(L, 2);
-  int64_t timeout = (int64_t)luaL_optinteger(L, 3, 30000);
-  int64_t deadline = dx__now_ms() + timeout;
+  const char *id = dxl_check_text(L, 2, "instance id", 0);
+  lua_Integer timeout = luaL_optinteger(L, 3, 30000);
+  int64_t deadline;
   dx_instance_info_t info;
   dx_error_t err;
+  luaL_argcheck(L, timeout >= 0, 3, "timeout must be >= 0 ms");
+  deadline = dx__deadline_ms((int64_t)timeout);
   if (S->loop_depth > 0)
     return luaL_error(L, "client:wait would block the worker's loop (called from an activity or "
                          "callback); poll client:status with actx:sleep instead");
@@ -182,12 +200,15 @@ static int l_wait(lua_State *L) {
 
 static int l_history(lua_State *L) {
   dx_client_t *c = check_client(L);
-  const char *id = luaL_checkstring(L, 2);
+  const char *id = dxl_check_text(L, 2, "instance id", 0);
   dx_provider_t *p = dx_client_provider(c);
   dx_event_t *ev = NULL;
   size_t n = 0, i;
   dx_error_t err;
-  uint64_t exec = (uint64_t)luaL_optinteger(L, 3, 0);
+  lua_Integer n_exec = luaL_optinteger(L, 3, 0);
+  uint64_t exec;
+  luaL_argcheck(L, n_exec >= 0, 3, "execution_id must be >= 0");
+  exec = (uint64_t)n_exec;
   if (p->methods->read_history(p, id, exec, &ev, &n, NULL, &err) != 0) return fail(L, &err);
   lua_createtable(L, (int)n, 0);
   for (i = 0; i < n; i++) {
@@ -235,10 +256,10 @@ int dxl_client_new(lua_State *L) {
   lclient_t *u;
   dx_error_t err;
   if (lua_type(L, 1) == LUA_TSTRING) {
-    store = lua_tostring(L, 1);
+    store = dxl_check_text(L, 1, "store (a directory path)", 0);
   } else if (lua_type(L, 1) == LUA_TTABLE) {
     lua_getfield(L, 1, "store");
-    store = lua_tostring(L, -1);
+    store = dxl_check_text(L, -1, "store (a directory path)", 1);
   } else if (!lua_isnoneornil(L, 1)) {
     return luaL_argerror(L, 1, "expected a table {store=dir} or a directory");
   }

@@ -11,6 +11,7 @@
 #include "dxlua.h"
 #include "log.h"
 #include "util.h"
+#include "watchdog.h"
 
 typedef struct {
   dxl_state_t *S;
@@ -49,7 +50,9 @@ int dxl_run_loop_once(lua_State *L, dxl_state_t *S, int64_t max_ms) {
     if (pfd.fd >= 0) poll(&pfd, 1, timeout);
   }
   S->loop_depth++;
+  dx__watch_driven(S->loop, 1);
   uv_run(S->loop, UV_RUN_NOWAIT);
+  dx__watch_driven(S->loop, 0); /* the script goes on: the loop is not blocked meanwhile */
   S->loop_depth--;
   return 0;
 }
@@ -60,7 +63,9 @@ static int luv_pcall_cb(lua_State *L, int nargs, int nresults, int flags) {
   dxl_state_t *S = dxl_state(L);
   (void)flags;
   S->loop_depth++;
+  dx__watch_enter(S->loop, "a luv callback");
   rc = dxl_pcall(L, nargs, nresults, msg, sizeof msg, 1);
+  dx__watch_leave(S->loop);
   S->loop_depth--;
   if (rc != LUA_OK) {
     /* A luv callback error is the app's bug: report it, never exit the worker. */
@@ -71,13 +76,79 @@ static int luv_pcall_cb(lua_State *L, int nargs, int nresults, int flags) {
   return nresults == LUA_MULTRET ? lua_gettop(L) - base : nresults;
 }
 
+/* {===== luv functions that would reach the engine's own handles or loop =====} */
+
+/* The userdata of a luv handle, pushed when `h` is one (else nothing; returns 0). luv keeps
+** a registry ref to the handle's userdata first in handle->data, and the userdata holds the
+** handle's address: a handle of the engine (timers, signals, the store's async) fails the
+** address check, so it is never handed to Lua. */
+static int push_luv_handle(lua_State *L, uv_handle_t *h) {
+  int ref;
+  void **ud;
+  if (!h->data) return 0;
+  memcpy(&ref, h->data, sizeof ref);
+  if (ref <= 0) return 0;
+  if (lua_rawgeti(L, LUA_REGISTRYINDEX, ref) == LUA_TUSERDATA &&
+      lua_rawlen(L, -1) >= sizeof(void *) && (ud = lua_touserdata(L, -1)) && *ud == h)
+    return 1;
+  lua_pop(L, 1);
+  return 0;
+}
+
+static void collect_handle(uv_handle_t *h, void *arg) {
+  lua_State *L = arg;
+  if (lua_checkstack(L, 2) && push_luv_handle(L, h))
+    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+}
+
+/* uv.walk(fn): luv's walk hands every handle of the loop to Lua, the engine's too, and
+** closing those crashes the worker. This one visits the app's luv handles only. */
+static int l_uv_walk(lua_State *L) {
+  lua_Integer i, n;
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_newtable(L);
+  uv_walk(dxl_state(L)->loop, collect_handle, L); /* collect first: fn may close handles */
+  n = luaL_len(L, -1);
+  for (i = 1; i <= n; i++) {
+    lua_pushvalue(L, 1);
+    lua_rawgeti(L, -2, i);
+    lua_call(L, 1, 0);
+  }
+  return 0;
+}
+
+/* uv.run() inside a callback or activity would re-enter the worker's running loop. */
+static int l_uv_run(lua_State *L) {
+  dxl_state_t *S = dxl_state(L);
+  static const char *const modes[] = {"default", "once", "nowait", NULL};
+  static const uv_run_mode uv_modes[] = {UV_RUN_DEFAULT, UV_RUN_ONCE, UV_RUN_NOWAIT};
+  int mode = luaL_checkoption(L, 1, "default", modes), rc;
+  if (S->loop_depth > 0)
+    return luaL_error(L, "uv.run cannot be called from an activity or callback: the loop is "
+                         "already running");
+  S->loop_depth++;
+  rc = uv_run(S->loop, uv_modes[mode]);
+  S->loop_depth--;
+  lua_pushboolean(L, rc);
+  return 1;
+}
+
+/* The loop belongs to duroxide: closing it would pull it from under the runtime. */
+static int l_uv_loop_close(lua_State *L) {
+  return luaL_error(L, "uv.loop_close: the loop belongs to duroxide and is closed by it");
+}
+
 int dxl_open_luv(lua_State *L) {
+  static const luaL_Reg guarded[] = {{"walk", l_uv_walk}, {"run", l_uv_run},
+                                     {"loop_close", l_uv_loop_close}, {NULL, NULL}};
   dxl_state_t *S = dxl_state(L);
   /* luv runs every callback on the thread given here: the main thread, never the coroutine
   ** (an activity, say) whose require("luv") happened to load it first. */
   luv_set_loop(S->L, S->loop);
   luv_set_callback(L, luv_pcall_cb);
-  return luaopen_luv(L);
+  luaopen_luv(L);
+  luaL_setfuncs(L, guarded, 0);
+  return 1;
 }
 
 /* {===== runtime object =====} */
@@ -91,6 +162,7 @@ static void on_stopped(dx_runtime_t *rt, void *ud) {
 }
 
 static void rt_release(lrt_t *r) {
+  if (r->state == 1 || r->state == 2) return; /* still running: never free the store under it */
   if (r->shared) {
     r->shared = 0;
     r->S->shared_runtimes--;
@@ -135,6 +207,7 @@ static int l_rt_start(lua_State *L) {
     return luaL_error(L, "another runtime is already running in this Lua state (stop it first; "
                          "duroxide.testing runs several simulated workers with {shared = true})");
   if (dx_runtime_start(r->rt, &err) != 0) return luaL_error(L, "%s", err.msg);
+  dx__watch_driven(r->S->loop, 0); /* watched only while the script drives the loop */
   r->state = 1;
   if (shared) {
     r->shared = 1;
@@ -207,8 +280,7 @@ static int l_rt_config(lua_State *L) {
 /* rt:run_until(pred, timeout_ms) -> true when pred() returned true, false on timeout */
 static int l_rt_run_until(lua_State *L) {
   lrt_t *r = check_rt(L);
-  int64_t timeout = (int64_t)luaL_optinteger(L, 3, 10000);
-  int64_t deadline = dx__now_ms() + timeout;
+  int64_t deadline = dx__deadline_ms((int64_t)luaL_optinteger(L, 3, 10000));
   luaL_checktype(L, 2, LUA_TFUNCTION);
   if (r->state != 1) return luaL_error(L, "runtime is not running (call rt:start())");
   for (;;) {
@@ -232,14 +304,17 @@ static int l_rt_run_until(lua_State *L) {
 /* rt:run_for(ms): drive the loop for ms of wall time. */
 static int l_rt_run_for(lua_State *L) {
   lrt_t *r = check_rt(L);
-  int64_t deadline = dx__now_ms() + (int64_t)luaL_checkinteger(L, 2);
+  int64_t deadline = dx__deadline_ms((int64_t)luaL_checkinteger(L, 2));
   while (dx__now_ms() < deadline) dxl_run_loop_once(L, r->S, deadline - dx__now_ms());
   (void)r;
   return 0;
 }
 
 static int l_rt_stop(lua_State *L) {
-  rt_stop_sync(L, check_rt(L));
+  lrt_t *r = check_rt(L);
+  if (r->state == 1 && r->S->loop_depth > 0) /* the stop would re-enter the running loop */
+    return luaL_error(L, "cannot stop a runtime from inside a callback or activity");
+  rt_stop_sync(L, r);
   return 0;
 }
 
@@ -289,8 +364,9 @@ int dxl_runtime_new(lua_State *L) {
   lrt_t *r;
   dx_lmdb_opts_t lo;
   char *saved_store;
+  size_t saved_max;
   memset(&lo, 0, sizeof lo);
-  lo.version = 1;
+  lo.version = 2;
   if (lua_istable(L, 1)) {
     /* no_sync = true: skip fsync on commits (a store option, not an engine option) */
     int t = lua_getfield(L, 1, "no_sync");
@@ -312,6 +388,7 @@ int dxl_runtime_new(lua_State *L) {
     }
   }
   saved_store = dx__strdup(S->store_dir);
+  saved_max = S->store_max_size; /* like store: this runtime's option only */
   if (!lua_isnoneornil(L, 1)) {
     /* Parse under pcall: a bad option must not leave this call's `store` as the default. */
     lua_pushcfunction(L, parse_options);
@@ -320,11 +397,14 @@ int dxl_runtime_new(lua_State *L) {
     if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
       free(S->store_dir);
       S->store_dir = saved_store;
+      S->store_max_size = saved_max;
       return lua_error(L);
     }
   }
   store = S->store_dir ? S->store_dir : getenv("DUROXIDE_STORE");
   if (!store) store = "./duroxide-data";
+  lo.max_size = S->store_max_size;
+  S->store_max_size = saved_max;
   r = lua_newuserdatauv(L, sizeof *r, 0);
   memset(r, 0, sizeof *r);
   r->S = S;

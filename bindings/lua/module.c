@@ -165,11 +165,23 @@ static int semver_less(const char *a, const char *b) {
   return 0;
 }
 
-static void check_reg_name(lua_State *L, const char *what) {
+const char *dxl_check_text(lua_State *L, int idx, const char *what, int optional) {
   size_t n;
-  const char *name = luaL_checklstring(L, 1, &n);
-  if (n == 0 || n > 200) luaL_argerror(L, 1, lua_pushfstring(L, "%s name must be 1 to 200 bytes", what));
-  (void)name;
+  const char *s;
+  if (optional && lua_isnoneornil(L, idx)) return NULL;
+  if (lua_type(L, idx) != LUA_TSTRING && lua_type(L, idx) != LUA_TNUMBER)
+    luaL_error(L, "%s must be a string, got %s", what, luaL_typename(L, idx));
+  s = lua_tolstring(L, idx, &n);
+  if (memchr(s, '\0', n)) luaL_error(L, "%s must not contain a NUL byte", what);
+  return s;
+}
+
+static void check_reg_name(lua_State *L, const char *what) {
+  char label[64];
+  snprintf(label, sizeof label, "%s name", what);
+  if (lua_rawlen(L, 1) == 0 || lua_rawlen(L, 1) > 200 || lua_type(L, 1) != LUA_TSTRING)
+    luaL_argerror(L, 1, lua_pushfstring(L, "%s must be 1 to 200 bytes", label));
+  dxl_check_text(L, 1, label, 0);
   luaL_checktype(L, 2, LUA_TFUNCTION);
 }
 
@@ -191,7 +203,7 @@ static int l_orchestration(lua_State *L) {
   check_reg_name(L, "orchestration");
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
-    if (lua_getfield(L, 3, "version") != LUA_TNIL) version = luaL_checkstring(L, -1);
+    if (lua_getfield(L, 3, "version") != LUA_TNIL) version = dxl_check_text(L, -1, "version", 0);
     lua_pop(L, 1);
     if (!parse_semver(version, v))
       return luaL_argerror(L, 3, "opts.version must look like \"1.2.3\"");
@@ -241,8 +253,20 @@ void dxl_options_from_table(lua_State *L, int idx, dxl_state_t *S, dx_options_t 
     if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "option names must be strings");
     key = lua_tostring(L, -2);
     if (strcmp(key, "store") == 0) {
+      const char *dir = dxl_check_text(L, -1, "store (a directory path)", 0);
       free(S->store_dir);
-      S->store_dir = dx__strdup(luaL_checkstring(L, -1));
+      S->store_dir = dx__strdup(dir);
+      lua_pop(L, 1);
+      continue;
+    }
+    if (strcmp(key, "store_max_size") == 0) { /* a store option: applied when it is opened */
+      const char *v = lua_type(L, -1) == LUA_TNUMBER || lua_type(L, -1) == LUA_TSTRING
+                          ? lua_tostring(L, -1) : NULL;
+      size_t size = 0;
+      if (!v || dx__parse_size(v, &size) != 0 || size < (size_t)1 << 20)
+        luaL_error(L, "invalid value for store_max_size: expected a size of at least 1m, such "
+                   "as 512m or 2g");
+      S->store_max_size = size;
       lua_pop(L, 1);
       continue;
     }
@@ -250,6 +274,7 @@ void dxl_options_from_table(lua_State *L, int idx, dxl_state_t *S, dx_options_t 
       if (lua_isinteger(L, -1)) lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, -1));
       else lua_pushfstring(L, "%f", lua_tonumber(L, -1));
     } else if (lua_type(L, -1) == LUA_TSTRING) {
+      dxl_check_text(L, -1, key, 0);
       lua_pushvalue(L, -1);
     } else {
       luaL_error(L, "invalid value for option %s: expected a number or string, got %s", key,

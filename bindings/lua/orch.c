@@ -239,10 +239,10 @@ static int p_emit(lua_State *L) {
   int rc;
   memset(&a, 0, sizeof a);
   a.kind = (int)luaL_checkinteger(L, 2);
-  a.name = luaL_optstring(L, 3, NULL);
-  a.session_id = luaL_optstring(L, 5, NULL);
-  a.instance = luaL_optstring(L, 6, NULL);
-  a.version = luaL_optstring(L, 7, NULL);
+  a.name = dxl_check_text(L, 3, "name", 1); /* NUL bytes refused, not cut */
+  a.session_id = dxl_check_text(L, 5, "session id", 1);
+  a.instance = dxl_check_text(L, 6, "instance id", 1);
+  a.version = dxl_check_text(L, 7, "version", 1);
   a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
   if (a.kind == DX_ACT_ACTIVITY || a.kind == DX_ACT_SUB || a.kind == DX_ACT_CHAINED ||
       a.kind == DX_ACT_CAN || (a.kind == DX_ACT_STATUS && !lua_isnil(L, 4))) {

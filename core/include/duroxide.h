@@ -60,6 +60,7 @@ typedef struct dx_options_s {
   int64_t turn_instruction_budget;   /* Lua instructions per orchestration turn (default 50M) */
   int log_level;                     /* DX_LOG_* (default INFO) */
   int log_format;                    /* 0 text, 1 json */
+  int64_t loop_block_warning_ms;     /* warn when the loop is blocked this long (default 1s; 0 off) */
 } dx_options_t;
 
 /** Fill defaults. */
@@ -68,7 +69,8 @@ void dx_options_init(dx_options_t *o);
 int dx_options_validate(const dx_options_t *o, dx_error_t *err);
 /** Set one option from its command-line name ("worker-concurrency", "session-idle-timeout",
 **  ...; '_' and '-' are interchangeable) and text value ("10", "30s", "5m", "250ms").
-**  DX_EINVAL naming the option and value when either is bad. */
+**  DX_EINVAL naming the option and value when the value is bad; DX_ENOTFOUND for an unknown
+**  option name. */
 int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_error_t *err);
 /** Parse "250ms", "30s", "5m", "1h" or a bare number of ms. DX_EINVAL on bad text. */
 int dx_parse_duration(const char *text, int64_t *out_ms);
@@ -92,6 +94,10 @@ void dx_runtime_stop(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud);
 **  NULL is ignored. A runtime still running (or driven by dx_runtime_run) is not freed: the
 **  call logs an error and returns. */
 void dx_runtime_free(dx_runtime_t *rt);
+/** 0 while the runtime's store works; otherwise the error (a DX_E* code, message in *err when
+**  err is not NULL) that made the store unusable (damaged, lock file deleted): the host
+**  should then stop the runtime and exit with that message. Loop thread. */
+int dx_runtime_error(const dx_runtime_t *rt, dx_error_t *err);
 /** This process's worker id (borrowed, valid for the runtime's life). */
 const char *dx_runtime_worker_id(const dx_runtime_t *rt);
 /** Wake the store thread now (work was enqueued in this process). Thread-safe. */

@@ -211,8 +211,7 @@ static void sleep_ms(int64_t ms) {
 
 int dx_client_wait(dx_client_t *c, const char *id, int64_t timeout_ms, dx_instance_info_t *out,
                    dx_error_t *err) {
-  int64_t now = dx__now_ms(), delay = 2;
-  int64_t deadline = timeout_ms > INT64_MAX - now ? INT64_MAX : now + timeout_ms;
+  int64_t delay = 2, deadline = dx__deadline_ms(timeout_ms);
   for (;;) {
     int rc = dx_client_status(c, id, out, err);
     if (rc != 0) return rc;

@@ -247,6 +247,10 @@ static int scan_framing(const unsigned char *p, size_t len, const char *what, dx
   return DX_OK;
 }
 
+int dx__msgpack_check(const void *buf, size_t len, const char *what, dx_error_t *err) {
+  return scan_framing(buf, len, what, err);
+}
+
 /* {===== decoding =====} */
 
 static int key_is(const msgpack_object *k, const char *key) {

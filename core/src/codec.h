@@ -19,6 +19,10 @@ int dx__work_item_encode(const dx_work_item_t *w, char **buf, size_t *len);
 int dx__event_decode(const void *buf, size_t len, dx_event_t *out, dx_error_t *err);
 int dx__work_item_decode(const void *buf, size_t len, dx_work_item_t *out, dx_error_t *err);
 
+/* Check the MessagePack framing of buf (one object, every length within the bytes present,
+** no reserved bytes, no trailing bytes) before msgpack-c allocates. DX_ECORRUPT naming `what`. */
+int dx__msgpack_check(const void *buf, size_t len, const char *what, dx_error_t *err);
+
 /* Validate JSON text and return its canonical form (malloc'd, caller frees). Any JSON value
 ** is accepted at top level (string, number, ...). On invalid JSON: DX_EJSON with
 ** "invalid JSON at line L, column C: reason". DX_ETOOBIG over DX_MAX_PAYLOAD_BYTES. */

@@ -55,6 +55,19 @@ static void put_json_fields(FILE *f, const char *s) {
   }
 }
 
+/* Text-format output: control characters (a newline in an instance id, say) are written
+** escaped, so user text cannot end the record and forge the next line. */
+static void put_escaped(FILE *f, const char *s) {
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '\n') fputs("\\n", f);
+    else if (c == '\r') fputs("\\r", f);
+    else if (c == '\t') fputs("\\t", f);
+    else if (c < 0x20 || c == 0x7f) fprintf(f, "\\x%02x", c);
+    else fputc(c, f);
+  }
+}
+
 void dx__log(int level, const char *msg, const char *fields_fmt, ...) {
   char fields[2048] = "";
   char ts[96];
@@ -83,8 +96,11 @@ void dx__log(int level, const char *msg, const char *fields_fmt, ...) {
     put_json_fields(stderr, fields);
     fputs("}\n", stderr);
   } else {
-    fprintf(stderr, "%s %-5s %s%s%s\n", ts, level_names[level], msg, fields[0] ? " " : "",
-            fields);
+    fprintf(stderr, "%s %-5s ", ts, level_names[level]);
+    put_escaped(stderr, msg);
+    if (fields[0]) fputc(' ', stderr);
+    put_escaped(stderr, fields);
+    fputc('\n', stderr);
   }
   funlockfile(stderr);
 }

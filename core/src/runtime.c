@@ -21,6 +21,7 @@
 #include "sessions.h"
 #include "store.h"
 #include "util.h"
+#include "watchdog.h"
 
 typedef struct runtime_list_s {
   dx_runtime_t *rt;
@@ -70,11 +71,14 @@ struct dx_runtime_s {
   uv_timer_t grace_timer;
   uv_fs_event_t notify_watch;  /* the provider's notify file (other processes' commits) */
   int watching;
+  int watchdog;                /* holds a reference on the loop's watchdog (watchdog.c) */
   int64_t stop_deadline_ms;
   dx_runtime_stop_cb stop_cb;
   void *stop_ud;
   dx_runtime_stats_t stats;
   int64_t skew_warned_ms;    /* last "store times in our future" warning (process time) */
+  int failed;                  /* the store became unusable: `failure` says why */
+  dx_error_t failure;
   /* C embedding (section below): C activities, dx_runtime_run, the owner of a Lua runtime. */
   struct cact_s *cacts;
   int run_active, stop_requested;
@@ -112,6 +116,7 @@ void dx_options_init(dx_options_t *o) {
   o->unregistered_base_ms = 1000;
   o->unregistered_max_ms = 60000;
   o->turn_instruction_budget = 50000000;
+  o->loop_block_warning_ms = 1000;
   o->log_level = DX_LOG_INFO;
   o->log_format = 0;
 }
@@ -197,6 +202,7 @@ static const opt_desc_t opt_table[] = {
   {"turn-instruction-budget", OPT_INT, offsetof(dx_options_t, turn_instruction_budget)},
   {"log-level", OPT_LEVEL, offsetof(dx_options_t, log_level)},
   {"log-format", OPT_FORMAT, offsetof(dx_options_t, log_format)},
+  {"loop-block-warning", OPT_DUR, offsetof(dx_options_t, loop_block_warning_ms)},
 };
 
 int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_error_t *err) {
@@ -247,7 +253,7 @@ int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_erro
         return DX_OK;
     }
   }
-  return dx_error_set(err, DX_EINVAL, "unknown option --%s", norm);
+  return dx_error_set(err, DX_ENOTFOUND, "unknown option --%s", norm);
 }
 
 /* Every option as "name=value ..." (the table's order and spelling; durations in ms), for the
@@ -329,7 +335,9 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   cfg.instruction_budget = rt->opts.turn_instruction_budget;
   job->rt = rt;
   job->item = item;
+  dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
   job->turn = dx__turn_run(item, &cfg, rt->host, rt->host_ud);
+  dx__watch_leave(rt->loop);
   rt->stats.turns++;
   job->op.ud = job;
   job->op.done = turn_committed;
@@ -383,8 +391,12 @@ static void check_stop_done(dx_runtime_t *rt);
 static void activity_acked(dx_store_op_t *op) {
   dx_activity_t *a = op->ud;
   dx_runtime_t *rt = a->rt;
-  if (op->rc != 0)
+  if (op->rc == DX_ELOCK || op->rc == DX_ETOKEN)
     dx__log(DX_LOG_WARN, "activity result not recorded (lock lost: cancelled or expired)",
+            "instance=%s activity=%s id=%" PRIu64 " error=\"%s\"", a->item.instance,
+            a->item.name, a->item.id, op->err.msg);
+  else if (op->rc != 0) /* the store refused it: say why; the row runs again after its lock */
+    dx__log(DX_LOG_WARN, "activity result not recorded (store error)",
             "instance=%s activity=%s id=%" PRIu64 " error=\"%s\"", a->item.instance,
             a->item.name, a->item.id, op->err.msg);
   a->acked = 1;
@@ -570,7 +582,10 @@ static void cact_start(dx_activity_t *a, const cact_t *c) {
   if (c->flags & DX_ACTIVITY_ON_LOOP) {
     int failed;
     char *output, *message;
+    dx__watch_enter(a->rt->loop, "C activity %s (instance %s, id %" PRIu64 ")", in->name,
+                    in->instance, in->activity_id);
     cact_call(c->fn, c->userdata, in, &failed, &output, &message);
+    dx__watch_leave(a->rt->loop);
     cact_finish(a, failed, output, message);
     free(output);
     free(message);
@@ -916,6 +931,8 @@ static void on_notify(uv_fs_event_t *h, const char *name, int events, int status
 static void watch_start(dx_runtime_t *rt) {
   const dx_provider_methods_t *m = rt->provider->methods;
   const char *path = m->version >= 3 && m->notify_path ? m->notify_path(rt->provider) : NULL;
+  rt->watchdog = rt->opts.loop_block_warning_ms > 0 &&
+                 dx__watchdog_attach(rt->loop, rt->opts.loop_block_warning_ms) == 0;
   if (!path || uv_fs_event_init(rt->loop, &rt->notify_watch) != 0) return;
   rt->notify_watch.data = rt;
   if (uv_fs_event_start(&rt->notify_watch, on_notify, path, 0) != 0) {
@@ -927,9 +944,25 @@ static void watch_start(dx_runtime_t *rt) {
 }
 
 static void watch_stop(dx_runtime_t *rt) {
+  if (rt->watchdog) dx__watchdog_detach(rt->loop);
+  rt->watchdog = 0;
   if (!rt->watching) return;
   rt->watching = 0;
   uv_close((uv_handle_t *)&rt->notify_watch, NULL);
+}
+
+/* The store cannot be used any more: record why for the host (dx_runtime_error). */
+static void on_store_fatal(void *ud, const dx_error_t *err) {
+  dx_runtime_t *rt = ud;
+  rt->failure = *err;
+  rt->failed = 1;
+  dx__log(DX_LOG_ERROR, "store unusable: the worker must stop", "error=\"%s\"", err->msg);
+}
+
+int dx_runtime_error(const dx_runtime_t *rt, dx_error_t *err) {
+  if (!rt || !rt->failed) return 0;
+  if (err) *err = rt->failure;
+  return rt->failure.code ? rt->failure.code : DX_ESTORE;
 }
 
 int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
@@ -946,6 +979,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
                                        rt->opts.worker_lock_renewal_buffer_ms);
   cfg.poll_interval_ms = rt->opts.poll_interval_ms;
   cfg.on_fetch = on_fetch;
+  cfg.on_fatal = on_store_fatal;
   cfg.ud = rt;
   if (rt->opts.max_sessions_per_worker > 0) {
     rt->session_cfg.worker_id = rt->worker_id;

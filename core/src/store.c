@@ -57,6 +57,11 @@ struct dx_store_s {
   int64_t renew_every_ms, work_renew_every_ms;
   uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
   int64_t sess_every_ms;
+  int64_t backoff_ms;  /* guarded by mu: after a failed cycle 10 ms doubling to 1 s, else 0 */
+  int cycle_failed;    /* store thread only: the last cycle failed */
+  int fatal;           /* guarded by mu: 1 = fatal_err is set, 2 = reported to the loop */
+  int fatal_seen;      /* store thread only: a cycle found the store unusable */
+  dx_error_t fatal_err;
   void (*close_cb)(void *);
   void *close_ud;
 };
@@ -231,15 +236,18 @@ static void free_fetched(dx_store_fetched_t *f) {
   memset(f, 0, sizeof *f);
 }
 
-static void fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetched_t *f) {
+/* Returns 1 when a fetch failed (the cycle then counts as failed, for the backoff). */
+static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetched_t *f) {
   dx_provider_t *p = s->cfg.provider;
   dx_error_t err;
+  int failed = 0;
   if (bo > 0) f->orch = calloc((size_t)bo, sizeof *f->orch);
   if (bw > 0) f->work = calloc((size_t)bw, sizeof *f->work);
   while (f->orch && (int)f->n_orch < bo) {
     dx_orch_item_t *it = NULL;
     if (p->methods->fetch_orchestration_item(p, now, s->cfg.orch_lock_ms, &it, &err) != 0) {
       dx__log(DX_LOG_WARN, "orchestration fetch failed", "error=\"%s\"", err.msg);
+      failed = 1;
       break;
     }
     if (!it) break;
@@ -250,6 +258,7 @@ static void fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetc
     dx_work_fetch_t *w = &f->work[f->n_work];
     if (p->methods->fetch_work_item(p, now, s->cfg.work_lock_ms, s->cfg.sessions, w, &err) != 0) {
       dx__log(DX_LOG_WARN, "work fetch failed", "error=\"%s\"", err.msg);
+      failed = 1;
       break;
     }
     if (w->item.kind == 0) {
@@ -260,6 +269,7 @@ static void fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetc
     hold(s, NULL, w->lock_token);
     f->n_work++;
   }
+  return failed;
 }
 
 /* One transaction: apply ops, fetch, commit. Returns 1 when anything was fetched. */
@@ -268,7 +278,7 @@ static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fet
   dx_store_op_t *op;
   dx_error_t err;
   int64_t now = now_ms(s);
-  int durable = 0, rc;
+  int durable = 0, rc, fetch_failed = 0;
   memset(f, 0, sizeof *f);
   memset(&err, 0, sizeof err);
   rc = p->methods->begin(p, &err);
@@ -291,7 +301,7 @@ static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fet
       if (op->kind != DX_OP_RENEW_WORK && op->kind != DX_OP_RENEW_SESSIONS && op->rc == 0)
         durable = 1;
     }
-    fetch_into(s, now, bo, bw, f);
+    fetch_failed = fetch_into(s, now, bo, bw, f);
     /* A cycle that only took locks need not reach the disk: a lost lock only delays. */
     rc = p->methods->commit(p, durable, &err);
   }
@@ -306,6 +316,12 @@ static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fet
   }
   s->cycles++;
   if (rc == 0) s->commits++;
+  s->cycle_failed = rc != 0 || fetch_failed;
+  /* A damaged store (or one whose lock file vanished) cannot be used safely any more. */
+  if (rc == DX_ECORRUPT && !s->fatal_seen) {
+    s->fatal_err = err;
+    s->fatal_seen = 1;
+  }
   return f->n_orch + f->n_work > 0;
 }
 
@@ -389,7 +405,21 @@ static void store_main(void *arg) {
     } else {
       free_fetched(&f);
     }
-    if (ops || got) uv_async_send(&s->async);
+    /* A failing store is retried with backoff, not every poll interval. */
+    if (s->cycle_failed)
+      s->backoff_ms = s->backoff_ms ? (s->backoff_ms * 2 > 1000 ? 1000 : s->backoff_ms * 2) : 10;
+    else
+      s->backoff_ms = 0;
+    if (s->fatal_seen == 1) {
+      s->fatal_seen = 2;
+      s->fatal = 1;
+    }
+    if (ops || got || s->fatal == 1) uv_async_send(&s->async);
+    if (s->backoff_ms) { /* sleep it out: only stopping cuts it short */
+      int64_t until = dx__now_ms() + s->backoff_ms;
+      while (!s->stopping && dx__now_ms() < until) timed_wait(s, until - dx__now_ms());
+      continue;
+    }
     /* Found nothing although something looked due (locked elsewhere, not eligible): wait
     ** a poll interval instead of spinning. */
     if (!ops && !got && !s->pending && !s->poked && !s->woken && !s->stopping)
@@ -405,10 +435,13 @@ static void on_async(uv_async_t *h) {
   dx_store_t *s = h->data;
   dx_store_op_t *ops;
   fetched_node_t *fl;
+  int fatal;
   /* uv_async_send coalesces: drain everything on each wakeup. */
   uv_mutex_lock(&s->mu);
   ops = s->done;
   fl = s->fetched;
+  fatal = s->fatal == 1;
+  if (fatal) s->fatal = 2;
   s->done = s->done_tail = NULL;
   s->fetched = s->fetched_tail = NULL;
   uv_mutex_unlock(&s->mu);
@@ -425,6 +458,7 @@ static void on_async(uv_async_t *h) {
     free(fl);
     fl = next;
   }
+  if (fatal && s->cfg.on_fatal) s->cfg.on_fatal(s->cfg.ud, &s->fatal_err);
 }
 
 static void on_closed(uv_handle_t *h);
@@ -530,6 +564,14 @@ void dx__store_close(dx_store_t *s, void (*cb)(void *ud), void *ud) {
 
 uint64_t dx__store_commits(const dx_store_t *s) { return s->commits; }
 uint64_t dx__store_cycles(const dx_store_t *s) { return s->cycles; }
+
+int64_t dx__store_backoff_ms(dx_store_t *s) {
+  int64_t ms;
+  uv_mutex_lock(&s->mu);
+  ms = s->backoff_ms;
+  uv_mutex_unlock(&s->mu);
+  return ms;
+}
 
 /* {===== test support =====} */
 

@@ -77,6 +77,8 @@ typedef struct dx_store_cfg_s {
   const dx_session_cfg_t *sessions;  /* NULL = no session work */
   dx_store_fetch_cb on_fetch;        /* loop thread */
   void *ud;
+  /* loop thread, once: the store cannot be used any more (damaged, lock file gone) */
+  void (*on_fatal)(void *ud, const dx_error_t *err);
   dx_clock_fn clock;                 /* NULL = wall clock */
   void *clock_ud;
 } dx_store_cfg_t;
@@ -101,5 +103,7 @@ int dx__store_quiet(dx_store_t *s);
 void dx__store_crash(dx_store_t *s, void (*cb)(void *ud), void *ud);
 uint64_t dx__store_commits(const dx_store_t *s);
 uint64_t dx__store_cycles(const dx_store_t *s);
+/* The wait before the next cycle after failed ones (0 after a good cycle); any thread. */
+int64_t dx__store_backoff_ms(dx_store_t *s);
 
 #endif

@@ -1,8 +1,11 @@
-/* util.c -- small shared helpers: strings, clocks, randomness, lock tokens. */
+/* util.c -- small shared helpers: strings, sizes, clocks, randomness, lock tokens. */
+#include <ctype.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -147,6 +150,12 @@ void dx_clock_advance(int64_t ms) {
 
 int64_t dx_clock_now_ms(void) { return dx__now_ms(); }
 
+int64_t dx__deadline_ms(int64_t ms) {
+  int64_t now = dx__now_ms();
+  if (ms < 0) ms = 0;
+  return ms > INT64_MAX - now ? INT64_MAX : now + ms;
+}
+
 uint64_t dx__random_u64(void) {
   uint64_t v = 0;
   if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
@@ -175,4 +184,27 @@ uint64_t dx__new_token(void) {
   t = base | ++counter;
   pthread_mutex_unlock(&mu);
   return t;
+}
+
+int dx__parse_size(const char *text, size_t *out) {
+  static const char units[] = "kmgt";
+  const char *u;
+  char *end;
+  unsigned long long v;
+  int shift = 0;
+  if (!text || *text < '0' || *text > '9') return DX_EINVAL;
+  errno = 0;
+  v = strtoull(text, &end, 10);
+  if (errno) return DX_EINVAL;
+  if (*end && (u = strchr(units, tolower((unsigned char)*end))) != NULL) {
+    shift = 10 * (int)(u - units + 1);
+    end++;
+    if (tolower((unsigned char)*end) == 'i') end++;
+    if (tolower((unsigned char)*end) == 'b') end++;
+  } else if (tolower((unsigned char)*end) == 'b') {
+    end++;
+  }
+  if (*end || (shift && v > (SIZE_MAX >> shift))) return DX_EINVAL;
+  *out = (size_t)(v << shift);
+  return DX_OK;
 }

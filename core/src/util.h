@@ -8,6 +8,8 @@
 char *dx__strdup(const char *s);
 /* Wall clock in ms since the epoch. */
 int64_t dx__now_ms(void);
+/* now + ms, saturated at INT64_MAX (a timeout of math.maxinteger waits, it does not wrap). */
+int64_t dx__deadline_ms(int64_t ms);
 /* 64-bit random value from the OS (falls back to time^pid mixing). */
 uint64_t dx__random_u64(void);
 /* How often to renew a lease of `timeout_ms` (duroxide's rule, shared by activity locks and
@@ -18,4 +20,7 @@ int64_t dx__renewal_interval(int64_t timeout_ms, int64_t buffer_ms);
 int dx__semver_parse(const char *s, int v[3]);
 /* Lock tokens: unique across processes and restarts, never 0. */
 uint64_t dx__new_token(void);
+/* Parse a size: bytes, or a number with k, m, g or t (powers of 1024; "MiB", "mb" and
+** friends accepted). DX_OK or DX_EINVAL. */
+int dx__parse_size(const char *text, size_t *out);
 #endif

@@ -258,6 +258,9 @@ typedef struct dx_provider_s dx_provider_t;
 /** Callback for list_instances: return non-zero to stop. `id` is borrowed for the call. */
 typedef int (*dx_instance_cb)(void *ud, const char *id);
 
+/** One problem found by check: a message naming the store, the table and the record. */
+typedef void (*dx_check_cb)(void *ud, const char *problem);
+
 typedef struct dx_provider_methods_s {
   int version; /* 3 */
   const char *name;
@@ -350,6 +353,15 @@ typedef struct dx_provider_methods_s {
   **  to wake at once when another process enqueues work. Borrowed, valid while open. */
   const char *(*notify_path)(dx_provider_t *p);
   /* methods above are version 3 */
+
+  /** Verify the whole store (`duroxide-lua check`): every record decodes and passes its
+  **  checksum, every index entry points at its record and every record has its index
+  **  entries. cb (may be NULL) receives each problem found, as a message naming the store,
+  **  the table and the record. *records / *problems (may be NULL) receive the counts.
+  **  Returns 0 when the walk finished, problems or not. */
+  int (*check)(dx_provider_t *p, dx_check_cb cb, void *ud, uint64_t *records,
+               uint64_t *problems, dx_error_t *err);
+  /* methods above are version 4 */
 } dx_provider_methods_t;
 
 struct dx_provider_s {
@@ -359,10 +371,14 @@ struct dx_provider_s {
 /* {===== LMDB provider =====} */
 
 typedef struct dx_lmdb_opts_s {
-  int version;            /* 1 */
+  int version;            /* 1, or 2 with max_size */
   int no_sync;            /* 1: skip fsync on commit (faster, may lose the last commits on
                              power loss; a killed process loses nothing) */
-  size_t map_size;        /* bytes; 0 = default (1 GiB) */
+  size_t map_size;        /* first map size in bytes; 0 = default (64 MiB). The map doubles
+                             whenever it is full or three quarters used, up to max_size */
+  size_t max_size;        /* version 2: the store's size limit in bytes, remembered by the
+                             store for every process; 0 = keep the remembered limit (none:
+                             grow until the disk is full). At least 1 MiB */
 } dx_lmdb_opts_t;
 
 /** Open (creating if missing) the LMDB store in directory `path`. opts may be NULL.

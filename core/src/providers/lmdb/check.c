@@ -1,0 +1,324 @@
+/*
+** check.c -- LMDB provider: `check`, a verification of the whole store in one read txn. Every
+** entry of every table must pass its checksum and decode; then each table's entries are
+** checked against the tables they point to, both ways (a record and its index entries). Each
+** problem is reported and the walk goes on, so one run lists everything that is wrong.
+*/
+#include "lmdb_int.h"
+
+typedef struct {
+  tx_t *t;
+  dx_check_cb cb;
+  void *ud;
+  uint64_t records, problems;
+} ck_t;
+
+static void problem(ck_t *c, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void problem(ck_t *c, const char *fmt, ...) {
+  char msg[480], line[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  snprintf(line, sizeof line, "store %s: %s", c->t->se->path, msg);
+  c->problems++;
+  if (c->cb) c->cb(c->ud, line);
+}
+
+/* The error of the last failed helper call, as a problem (it already names the store). */
+static void failed(ck_t *c) {
+  c->problems++;
+  if (c->cb) c->cb(c->ud, c->t->err->msg);
+}
+
+/* A NUL-terminated string at the start of a key, of `tail` bytes more: its length, or -1. */
+static long key_str(const MDB_val *k, size_t tail) {
+  const char *b = k->mv_data;
+  size_t n = k->mv_size >= tail + 1 ? k->mv_size - tail : 0;
+  if (n == 0 || b[n - 1] != 0 || memchr(b, 0, n) != b + n - 1) return -1;
+  return (long)(n - 1);
+}
+
+/* 1 when `db` holds key k (its value, checksum stripped, in *v when v is not NULL). A damaged
+** entry counts as present: it is reported when its own table is walked. */
+static int has(ck_t *c, int db, const dkey_t *k, MDB_val *v) {
+  MDB_val tmp;
+  int rc = dx__lm_db_get(c->t, db, k, v ? v : &tmp);
+  return rc != DX_ENOTFOUND;
+}
+
+static int same_key(const dkey_t *a, const MDB_val *b) {
+  return a->n == b->mv_size && memcmp(a->b, b->mv_data, a->n) == 0;
+}
+
+/* {===== one checker per table =====} */
+
+static void ck_meta(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  static const char *const names[] = {"format", "seq", "max_size"};
+  size_t i;
+  for (i = 0; i < 3; i++)
+    if (k->mv_size == strlen(names[i]) && memcmp(k->mv_data, names[i], k->mv_size) == 0) break;
+  if (i == 3) problem(c, "meta: unknown key of %zu bytes", k->mv_size);
+  else if (v->mv_size != (i == 0 ? 4u : 8u))
+    problem(c, "meta: %s has %zu bytes", names[i], v->mv_size);
+}
+
+static void ck_instance(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  inst_rec_t r;
+  dkey_t ck;
+  const char *inst = k->mv_data;
+  memset(&r, 0, sizeof r);
+  if (key_str(k, 0) < 0) { problem(c, "instances: a key is not an instance id"); return; }
+  if (dx__lm_rec_decode(c->t, &dx__lm_inst_schema, v, &r, inst)) { failed(c); return; }
+  k_init(&ck);
+  k_time(&ck, r.created_at);
+  k_u64(&ck, r.created_seq);
+  if (!has(c, DB_INST_CREATED, &ck, NULL))
+    problem(c, "inst_created: no entry for instance '%s'", inst);
+  dx__lm_inst_clear(&r);
+}
+
+static void ck_created(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  dkey_t ik;
+  if (k->mv_size != 16 || v->mv_size == 0 || ((const char *)v->mv_data)[v->mv_size - 1] != 0) {
+    problem(c, "inst_created: malformed entry");
+    return;
+  }
+  key_inst(&ik, v->mv_data);
+  if (!has(c, DB_INSTANCES, &ik, NULL))
+    problem(c, "inst_created: instance '%s' has no record", (const char *)v->mv_data);
+}
+
+static void ck_execution(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  exec_rec_t r;
+  memset(&r, 0, sizeof r);
+  if (key_str(k, 8) < 0) { problem(c, "executions: malformed key"); return; }
+  if (dx__lm_rec_decode(c->t, &dx__lm_exec_schema, v, &r, k->mv_data)) failed(c);
+  dx__lm_exec_clear(&r);
+}
+
+static void ck_history(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  dx_event_t ev;
+  dx_error_t derr;
+  memset(&ev, 0, sizeof ev);
+  if (key_str(k, 16) < 0) { problem(c, "history: malformed key"); return; }
+  if (dx__event_decode(v->mv_data, v->mv_size, &ev, &derr))
+    problem(c, "history: instance '%s' event %llu: %s", (const char *)k->mv_data,
+            (unsigned long long)get_u64((const char *)k->mv_data + k->mv_size - 8), derr.msg);
+  dx_event_clear(&ev);
+}
+
+/* A work item stored inside a message or row must decode too. */
+static void ck_item(ck_t *c, const char *table, const char *what, const char *item, size_t n) {
+  dx_work_item_t w;
+  dx_error_t derr;
+  memset(&w, 0, sizeof w);
+  if (dx__work_item_decode(item, n, &w, &derr)) problem(c, "%s: %s: %s", table, what, derr.msg);
+  dx_work_item_clear(&w);
+}
+
+static void ck_msg(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  orch_msg_t m;
+  memset(&m, 0, sizeof m);
+  if (key_str(k, 8) < 0) { problem(c, "orch_msgs: malformed key"); return; }
+  if (dx__lm_rec_decode(c->t, &dx__lm_msg_schema, v, &m, k->mv_data)) { failed(c); return; }
+  ck_item(c, "orch_msgs", k->mv_data, m.item, m.item_len);
+  dx__lm_rec_clear(&dx__lm_msg_schema, &m);
+}
+
+static void ck_state(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  orch_state_t s;
+  dkey_t ik;
+  int db;
+  if (key_str(k, 0) < 0) { problem(c, "orch_state: malformed key"); return; }
+  if (dx__lm_rec_decode(c->t, &dx__lm_state_schema, v, &s, k->mv_data)) { failed(c); return; }
+  db = dx__lm_state_index(k->mv_data, &s, &ik);
+  if (db >= 0 && !has(c, db, &ik, NULL))
+    problem(c, "%s: no entry for instance '%s'", dx__lm_db_names[db], (const char *)k->mv_data);
+}
+
+static void ck_orch_index(ck_t *c, int db, const MDB_val *k) {
+  orch_state_t s;
+  dkey_t want;
+  const char *inst = (const char *)k->mv_data + 8;
+  if (k->mv_size < 10 || ((const char *)k->mv_data)[k->mv_size - 1] != 0) {
+    problem(c, "%s: malformed key", dx__lm_db_names[db]);
+    return;
+  }
+  if (dx__lm_state_get(c->t, inst, &s)) { failed(c); return; }
+  if (dx__lm_state_index(inst, &s, &want) != db || !same_key(&want, k))
+    problem(c, "%s: stray entry for instance '%s'", dx__lm_db_names[db], inst);
+}
+
+static void ck_ready(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  ck_orch_index(c, DB_ORCH_READY, k);
+}
+
+static void ck_lock(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  ck_orch_index(c, DB_ORCH_LOCK, k);
+}
+
+static void ck_row(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  work_row_t r;
+  dkey_t ik;
+  char what[32];
+  int db;
+  memset(&r, 0, sizeof r);
+  if (k->mv_size != 8) { problem(c, "work: malformed key"); return; }
+  r.seq = get_u64(k->mv_data);
+  snprintf(what, sizeof what, "row %llu", (unsigned long long)r.seq);
+  if (dx__lm_rec_decode(c->t, &dx__lm_row_schema, v, &r, what)) { failed(c); return; }
+  ck_item(c, "work", what, r.item, r.item_len);
+  db = dx__lm_row_queue_key(&r, &ik);
+  if (!has(c, db, &ik, NULL)) problem(c, "%s: no entry for %s", dx__lm_db_names[db], what);
+  key_ident(&ik, r.instance, r.exec, r.act_id);
+  k_u64(&ik, r.seq);
+  if (!has(c, DB_WORK_IDENT, &ik, NULL)) problem(c, "work_ident: no entry for %s", what);
+  key_seq(&ik, r.token);
+  if (r.token && !has(c, DB_WORK_TOKEN, &ik, NULL))
+    problem(c, "work_token: no entry for %s", what);
+  dx__lm_row_clear(&r);
+}
+
+/* An index entry naming row `seq`: the row must exist and imply the entry (when `db` >= 0). */
+static void ck_row_ref(ck_t *c, int db, uint64_t seq, const MDB_val *k) {
+  work_row_t r;
+  dkey_t want;
+  int rc = dx__lm_row_get(c->t, seq, &r);
+  if (rc == DX_ENOTFOUND)
+    problem(c, "%s: entry for row %llu, which does not exist", dx__lm_db_names[db < 0 ? -db : db],
+            (unsigned long long)seq);
+  else if (rc == 0 && db >= 0 && (dx__lm_row_queue_key(&r, &want) != db || !same_key(&want, k)))
+    problem(c, "%s: stray entry for row %llu", dx__lm_db_names[db], (unsigned long long)seq);
+  dx__lm_row_clear(&r);
+}
+
+static void ck_work_ready(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  if (k->mv_size != 17) { problem(c, "work_ready: malformed key"); return; }
+  ck_row_ref(c, DB_WORK_READY, get_u64((const char *)k->mv_data + 9), k);
+}
+
+static void ck_work_lock(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  if (k->mv_size != 17) { problem(c, "work_lock: malformed key"); return; }
+  ck_row_ref(c, DB_WORK_LOCK, get_u64((const char *)k->mv_data + 9), k);
+}
+
+static void ck_work_token(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  if (k->mv_size != 8 || v->mv_size != 8) { problem(c, "work_token: malformed entry"); return; }
+  ck_row_ref(c, -DB_WORK_TOKEN, get_u64(v->mv_data), k);
+}
+
+static void ck_work_ident(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  if (key_str(k, 24) < 0) { problem(c, "work_ident: malformed key"); return; }
+  ck_row_ref(c, -DB_WORK_IDENT, get_u64((const char *)k->mv_data + k->mv_size - 8), k);
+}
+
+static void ck_session(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  sess_rec_t r;
+  dkey_t ok;
+  memset(&r, 0, sizeof r);
+  if (key_str(k, 0) < 0) { problem(c, "sessions: malformed key"); return; }
+  if (dx__lm_rec_decode(c->t, &dx__lm_sess_schema, v, &r, k->mv_data)) { failed(c); return; }
+  if (dx__lm_sess_owned(&r)) {
+    key_sess_owner(&ok, r.owner, k->mv_data);
+    if (!has(c, DB_SESS_OWNER, &ok, NULL))
+      problem(c, "sess_owner: no entry for session '%s'", (const char *)k->mv_data);
+  }
+  dx__lm_sess_clear(&r);
+}
+
+static void ck_sess_owner(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  const char *owner = k->mv_data, *sid;
+  sess_rec_t r;
+  long n = -1;
+  size_t on = strnlen(owner, k->mv_size);
+  if (on < k->mv_size) {
+    MDB_val rest = {k->mv_size - on - 1, (char *)k->mv_data + on + 1};
+    n = key_str(&rest, 0);
+  }
+  if (n < 0 || v->mv_size != 8) { problem(c, "sess_owner: malformed entry"); return; }
+  sid = owner + on + 1;
+  if (dx__lm_sess_get(c->t, sid, &r) == DX_ENOTFOUND || !dx__lm_sess_owner_is(&r, owner))
+    problem(c, "sess_owner: session '%s' is not owned by '%s'", sid, owner);
+  dx__lm_sess_clear(&r);
+}
+
+static void ck_sess_item(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  if (key_str(k, 16) < 0) { problem(c, "sess_items: malformed key"); return; }
+  ck_row_ref(c, DB_SESS_ITEMS, get_u64((const char *)k->mv_data + k->mv_size - 8), k);
+}
+
+static void ck_sess_queue(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  dkey_t hk;
+  if (key_str(k, 0) < 0 || v->mv_size != 24) { problem(c, "sess_queue: malformed entry"); return; }
+  key_sess_head(&hk, get_u64(v->mv_data), get_u64((const char *)v->mv_data + 8), k->mv_data);
+  if (!has(c, DB_SESS_HEADS, &hk, NULL))
+    problem(c, "sess_heads: no entry for session '%s'", (const char *)k->mv_data);
+}
+
+static void ck_sess_head(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  sess_queue_t q;
+  const char *sid = (const char *)k->mv_data + 16;
+  if (k->mv_size < 18 || ((const char *)k->mv_data)[k->mv_size - 1] != 0) {
+    problem(c, "sess_heads: malformed key");
+    return;
+  }
+  if (dx__lm_squeue_get(c->t, sid, &q)) { failed(c); return; }
+  if (!q.found || q.due != get_u64(k->mv_data) || q.seq != get_u64((const char *)k->mv_data + 8))
+    problem(c, "sess_heads: stray entry for session '%s'", sid);
+}
+
+typedef void (*ck_fn)(ck_t *c, const MDB_val *k, const MDB_val *v);
+
+static const ck_fn checkers[DB__COUNT] = {
+  [DB_META] = ck_meta,           [DB_INSTANCES] = ck_instance,  [DB_INST_CREATED] = ck_created,
+  [DB_EXECUTIONS] = ck_execution, [DB_HISTORY] = ck_history,     [DB_ORCH_MSGS] = ck_msg,
+  [DB_ORCH_STATE] = ck_state,    [DB_ORCH_READY] = ck_ready,    [DB_ORCH_LOCK] = ck_lock,
+  [DB_WORK] = ck_row,            [DB_WORK_READY] = ck_work_ready, [DB_WORK_LOCK] = ck_work_lock,
+  [DB_WORK_TOKEN] = ck_work_token, [DB_WORK_IDENT] = ck_work_ident, [DB_SESSIONS] = ck_session,
+  [DB_SESS_OWNER] = ck_sess_owner, [DB_SESS_ITEMS] = ck_sess_item, [DB_SESS_QUEUE] = ck_sess_queue,
+  [DB_SESS_HEADS] = ck_sess_head,
+};
+
+/* Walk one table: checksum, then the table's checker, for every entry. */
+static int walk(ck_t *c, int db) {
+  MDB_cursor *cur;
+  MDB_val k, v;
+  int mrc = mdb_cursor_open(c->t->txn, c->t->se->dbi[db], &cur);
+  if (mrc) return dx__lm_tx_err(c->t, mrc, dx__lm_db_names[db]);
+  for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
+       mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    c->records++;
+    if (dx__lm_check_sum(c->t, db, &k, &v)) failed(c);
+    else checkers[db](c, &k, &v);
+  }
+  mdb_cursor_close(cur);
+  return mrc == MDB_NOTFOUND ? 0 : dx__lm_tx_err(c->t, mrc, dx__lm_db_names[db]);
+}
+
+int dx__lm_check(dx_provider_t *pp, dx_check_cb cb, void *ud, uint64_t *records,
+                 uint64_t *problems, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  dx_error_t scratch;
+  ck_t c;
+  tx_t t;
+  int db, rc;
+  if (records) *records = 0;
+  if (problems) *problems = 0;
+  if ((rc = dx__lm_begin_tx(p, 0, &t, err))) return rc;
+  t.err = &scratch; /* helper errors become problems, not the call's error */
+  memset(&c, 0, sizeof c);
+  c.t = &t;
+  c.cb = cb;
+  c.ud = ud;
+  for (db = 0, rc = 0; db < DB__COUNT && !rc; db++) rc = walk(&c, db);
+  if (rc) dx_error_set(err, rc, "%s", scratch.msg);
+  rc = dx__lm_tx_end(&t, rc);
+  if (records) *records = c.records;
+  if (problems) *problems = c.problems;
+  return rc;
+}

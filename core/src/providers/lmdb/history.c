@@ -1,0 +1,107 @@
+/*
+** history.c -- LMDB provider: history events: append, load, and which execution to read.
+*/
+#include "lmdb_int.h"
+
+/* {===== history =====} */
+
+int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
+                          size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    dkey_t k;
+    char *buf;
+    size_t len;
+    int rc;
+    if (dx__event_encode(&ev[i], &buf, &len)) return dx__lm_nomem(t->err);
+    key_hist(&k, inst, exec, ev[i].event_id);
+    rc = dx__lm_db_put(t, DB_HISTORY, &k, buf, len, MDB_NOOVERWRITE);
+    free(buf);
+    if (rc == DX_EEXIST)
+      return dx_error_set(t->err, DX_EEXIST,
+                          "event %llu already exists in instance '%s' execution %llu",
+                          (unsigned long long)ev[i].event_id, inst, (unsigned long long)exec);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+typedef struct {
+  const char *inst;
+  size_t prefix_n;
+  dx_event_t *v;
+  size_t n, cap;
+} hist_acc_t;
+
+static int history_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  hist_acc_t *h = ud;
+  const unsigned char *kb = k->mv_data;
+  uint64_t exec = get_u64(kb + h->prefix_n - 8);
+  uint64_t id = k->mv_size == h->prefix_n + 8 ? get_u64(kb + h->prefix_n) : 0;
+  dx_error_t derr = {0};
+  dx_event_t *nv;
+  int rc = 0;
+  if (!(nv = dx__lm_grow(h->v, &h->cap, h->n, sizeof *h->v))) return dx__lm_nomem(t->err);
+  h->v = nv;
+  memset(&h->v[h->n], 0, sizeof h->v[h->n]);
+  if (k->mv_size == h->prefix_n + 8 &&
+      (rc = dx__event_decode(v->mv_data, v->mv_size, &h->v[h->n], &derr)) == DX_ENOMEM)
+    return dx__lm_nomem(t->err);
+  if (k->mv_size != h->prefix_n + 8 || rc)
+    return dx__lm_corrupt(t, DB_HISTORY, k->mv_size != h->prefix_n + 8 ? "bad key" : derr.msg,
+                   "instance '%s' execution %llu event %llu", h->inst,
+                   (unsigned long long)exec, (unsigned long long)id);
+  h->n++;
+  return 0;
+}
+
+/* Events of one execution, ascending event_id. DX_ECORRUPT names the undecodable event. */
+int dx__lm_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n) {
+  hist_acc_t h;
+  dkey_t k;
+  int rc;
+  memset(&h, 0, sizeof h);
+  h.inst = inst;
+  key_exec(&k, inst, exec);
+  h.prefix_n = k.n;
+  rc = dx__lm_scan_prefix(t, DB_HISTORY, &k, history_cb, &h);
+  if (rc) {
+    dx_events_free(h.v, h.n);
+    return rc;
+  }
+  *out = h.v;
+  *n = h.n;
+  return 0;
+}
+
+static int max_exec_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  size_t pn = ((size_t *)ud)[0];
+  uint64_t exec;
+  if (k->mv_size < pn + 8) return 0;
+  exec = get_u64((const unsigned char *)k->mv_data + pn);
+  if (exec > ((uint64_t *)ud)[1]) ((uint64_t *)ud)[1] = exec;
+  return 0;
+}
+
+/* The execution to read: `want`, or the latest. Instances written only through
+** append_with_execution (tests) have history but no record: use the history's keys. */
+int dx__lm_resolve_exec(tx_t *t, const char *inst, uint64_t want, uint64_t *exec) {
+  inst_rec_t r;
+  dkey_t k;
+  uint64_t acc[2];
+  int rc = dx__lm_inst_get(t, inst, &r);
+  if (rc == 0) {
+    *exec = want ? want : r.current_exec;
+    dx__lm_inst_clear(&r);
+    return 0;
+  }
+  if (rc != DX_ENOTFOUND) return rc;
+  key_inst(&k, inst);
+  acc[0] = k.n;
+  acc[1] = 0;
+  if ((rc = dx__lm_scan_prefix(t, DB_HISTORY, &k, max_exec_cb, acc))) return rc;
+  if (acc[1] == 0) return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
+  *exec = want ? want : acc[1];
+  return 0;
+}
+

@@ -1,0 +1,503 @@
+/*
+** lmdb_int.h -- private declarations shared by the LMDB provider's files (the files in this
+** directory are the only ones that include lmdb.h).
+**
+** Layout: one MDB_env per store directory, named DBs below. Numbers in keys are big-endian
+** u64 so byte order is numeric order; strings are bytes + NUL, so the prefix "inst\0"
+** selects exactly one instance. Values are MessagePack arrays [format, fields...] described by
+** field tables (records.c); events and work items inside them are the codec's records
+** (codec.h). Since format 3 every value, index entries included, ends with a 4-byte CRC32C
+** of key and value (txn.c), written by db_put and checked by every read.
+**
+**   meta          "format" -> be32 3   "seq" -> be64 last sequence number
+**                 "max_size" -> be64 the store's size limit (absent: none)
+**   instances     inst\0 -> name, version, current_exec, custom_status, cs_version,
+**                           created_at, updated_at, parent, created_seq
+**   inst_created  be64 created_at be64 created_seq -> inst   (list_instances)
+**   executions    inst\0 be64 exec -> status, output, failure, started_at, completed_at
+**   history       inst\0 be64 exec be64 event_id -> event record
+**   orch_msgs     inst\0 be64 seq -> visible_at, token, attempt, item
+**   orch_state    inst\0 -> ready_at, locked_until, token   (absent: unlocked, no messages)
+**   orch_ready    be64 ready_at inst\0 -> ""       unlocked instances with messages
+**   orch_lock     be64 locked_until inst\0 -> ""   locked instances
+**   work          be64 seq -> visible_at, locked_until, token, attempt, session_id, inst,
+**                             exec, activity_id, item
+**   work_ready    u8 0 be64 visible_at be64 seq -> ""     unlocked plain rows
+**   work_lock     u8 0 be64 locked_until be64 seq -> ""   locked plain rows
+**   work_token    be64 token -> be64 seq                   (plain and session rows)
+**   work_ident    inst\0 be64 exec be64 activity_id be64 seq -> ""   (lock stealing)
+**   sessions      sid\0 -> owner ("" = unowned), previous_owner, locked_until, last_activity
+**   sess_owner    owner\0 sid\0 -> be64 locked_until      sessions by owner
+**   sess_items    sid\0 be64 due be64 seq -> ""            rows of a session; due is
+**                                                          visible_at, or locked_until if locked
+**   sess_queue    sid\0 -> be64 head_due be64 head_seq be64 rows   (sessions with rows)
+**   sess_heads    be64 head_due be64 head_seq sid\0 -> ""  one entry per sessions_queue row
+**
+** Fetches read the head of the ready and lock indexes (an expired lock is as fetchable as a
+** ready message), so they stay O(log n) however many rows are locked or delayed. Rows with a
+** session id live only in the session indexes: a session fetch looks at the heads of the
+** worker's own sessions (sess_owner) and walks sess_heads in time order past sessions other
+** workers own, so its cost is bounded by the number of live sessions, never by queued rows.
+** The worker-index class byte (0) is kept from format 1, where session rows used class 1.
+**
+** Transactions: outside a batch each method is one txn (read-only for pure reads). begin()
+** opens a batch for the calling thread on this env; until commit() every method on that
+** thread runs in a nested txn, so a failing method undoes only its own changes. Commits
+** fsync unless the handle has no_sync or commit(sync=0) is used (see dx__lm_top_finish).
+** Every top-level txn first checks the files and, for writes, grows the map (map.c).
+*/
+#ifndef DX_LMDB_INT_H
+#define DX_LMDB_INT_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <lmdb.h>
+#include <msgpack.h>
+
+#include "codec.h"
+#include "duroxide/provider.h"
+#include "providers/lmdb_test.h"
+#include "util.h"
+
+#define LM_STORE_FORMAT 3u   /* layout version in meta "format" (1 and 2 are upgraded on open) */
+#define LM_RECORD_FORMAT 1u  /* first element of every wrapper record */
+#define LM_DEFAULT_MAP ((size_t)64 << 20) /* first map size; it doubles as the store fills */
+#define LM_SUM_BYTES 4       /* CRC32C after every value (format 3) */
+#define LM_MAXDBS 24
+#define LM_KEY_MAX 511       /* LMDB's default MDB_MAXKEYSIZE */
+#define LM_INSTANCE_MAX 400  /* leaves room for the numbers appended to instance keys */
+#define LM_SESSION_MAX 200   /* session ids and worker ids: owner\0sid\0 must fit a key */
+#define LM_NEVER INT64_MAX
+
+enum {
+  DB_META, DB_INSTANCES, DB_INST_CREATED, DB_EXECUTIONS, DB_HISTORY,
+  DB_ORCH_MSGS, DB_ORCH_STATE, DB_ORCH_READY, DB_ORCH_LOCK,
+  DB_WORK, DB_WORK_READY, DB_WORK_LOCK, DB_WORK_TOKEN, DB_WORK_IDENT,
+  DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS, DB__COUNT
+};
+
+/* Names of the named DBs, indexed by DB_*. */
+extern const char *const dx__lm_db_names[DB__COUNT];
+
+/* LMDB forbids opening one env twice in a process, so handles on the same directory share
+** one of these, keyed by realpath. */
+typedef struct shared_env_s {
+  struct shared_env_s *next;
+  char *path;
+  pid_t pid;                 /* an env never crosses fork(): a child opens its own */
+  int refs;
+  MDB_env *env;
+  MDB_dbi dbi[DB__COUNT];
+  size_t map_size;           /* current map size (guarded by remap) */
+  size_t max_size;           /* growth limit; 0 = none but the disk */
+  int grow_wanted;           /* a write found the map full (atomic) */
+  int read_only;             /* opened MDB_RDONLY: the directory is not writable */
+  size_t psize;              /* LMDB page size */
+  int data_fd;               /* data.mdb, for the truncation check */
+  char *lock_path;           /* lock.mdb and its identity when opened (ino 0: no lock file) */
+  dev_t lock_dev;
+  ino_t lock_ino;
+  int lost;                  /* the lock file vanished: refuse every further txn (atomic) */
+  pthread_rwlock_t remap;    /* read-held by every top-level txn; write-held to resize */
+  pthread_mutex_t commit_mu; /* serializes top-level commits with the NOSYNC toggle */
+  pthread_mutex_t batch_mu;  /* guards batch / batch_thread */
+  MDB_txn *batch;            /* open group-commit txn, owned by batch_thread */
+  pthread_t batch_thread;
+  char *notify_path;         /* <store>/notify: written after commits that carry work */
+  int notify_fd;
+} shared_env_t;
+
+typedef struct {
+  dx_provider_t base;
+  shared_env_t *se;
+  int no_sync;
+  int in_batch; /* this handle opened the env's batch (begin) */
+} lm_t;
+static inline int64_t sat_add(int64_t a, int64_t b) {
+  if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
+  if (b < 0 && a < INT64_MIN - b) return INT64_MIN;
+  return a + b;
+}
+/* One method's transaction. Inside a batch it is nested in the batch txn (even for reads,
+** which must see the batch's own writes), so a failing method undoes only its changes. */
+typedef struct {
+  shared_env_t *se;
+  MDB_txn *txn;
+  int write, nested, durable;
+  int raw;         /* values without checksums (reading and upgrading format 1 and 2) */
+  dx_error_t *err; /* never NULL: points at scratch when the caller passed NULL */
+  dx_error_t scratch;
+} tx_t;
+typedef struct {
+  size_t n;
+  int over; /* too long: becomes an empty key, which LMDB rejects */
+  unsigned char b[LM_KEY_MAX];
+} dkey_t;
+static inline void k_init(dkey_t *k) { k->n = 0; k->over = 0; }
+
+static inline void k_bytes(dkey_t *k, const void *p, size_t n) {
+  if (k->n + n > sizeof k->b) { k->over = 1; return; }
+  memcpy(k->b + k->n, p, n);
+  k->n += n;
+}
+
+static inline void put_u64(unsigned char *b, uint64_t v) {
+  int i;
+  for (i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (56 - 8 * i));
+}
+
+static inline uint64_t get_u64(const void *p) {
+  const unsigned char *b = p;
+  uint64_t v = 0;
+  int i;
+  for (i = 0; i < 8; i++) v = (v << 8) | b[i];
+  return v;
+}
+
+static inline void k_u64(dkey_t *k, uint64_t v) {
+  unsigned char b[8];
+  put_u64(b, v);
+  k_bytes(k, b, 8);
+}
+
+/* Times before the epoch sort as 0: they are all "due". */
+static inline void k_time(dkey_t *k, int64_t t) { k_u64(k, t < 0 ? 0 : (uint64_t)t); }
+static inline void k_str(dkey_t *k, const char *s) { k_bytes(k, s, strlen(s) + 1); }
+static inline void k_u8(dkey_t *k, unsigned v) {
+  unsigned char c = (unsigned char)v;
+  k_bytes(k, &c, 1);
+}
+
+static inline MDB_val kval(const dkey_t *k) {
+  MDB_val v;
+  v.mv_size = k->over ? 0 : k->n;
+  v.mv_data = (void *)k->b;
+  return v;
+}
+
+static inline void key_inst(dkey_t *k, const char *inst) { k_init(k); k_str(k, inst); }
+static inline void key_exec(dkey_t *k, const char *inst, uint64_t exec) {
+  key_inst(k, inst);
+  k_u64(k, exec);
+}
+static inline void key_hist(dkey_t *k, const char *inst, uint64_t exec, uint64_t ev) {
+  key_exec(k, inst, exec);
+  k_u64(k, ev);
+}
+static inline void key_seq(dkey_t *k, uint64_t seq) { k_init(k); k_u64(k, seq); }
+static inline void key_timed(dkey_t *k, int64_t at, const char *inst) {
+  k_init(k);
+  k_time(k, at);
+  k_str(k, inst);
+}
+static inline void key_work_idx(dkey_t *k, unsigned cls, int64_t at, uint64_t seq) {
+  k_init(k);
+  k_u8(k, cls);
+  k_time(k, at);
+  k_u64(k, seq);
+}
+static inline void key_ident(dkey_t *k, const char *inst, uint64_t exec, uint64_t act) {
+  key_exec(k, inst, exec);
+  k_u64(k, act);
+}
+static inline void key_name(dkey_t *k, const char *name) {
+  k_init(k);
+  k_bytes(k, name, strlen(name));
+}
+/* Calls fn for every key of `db` starting with `prefix`, in order; fn returns 0 to go on,
+** > 0 to stop, < 0 (an error code) to fail. fn must not write to `db`. */
+typedef int (*scan_fn)(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud);
+static inline uint64_t time_u64(int64_t t) { return t < 0 ? 0 : (uint64_t)t; }
+
+static inline void key_sess_owner(dkey_t *k, const char *owner, const char *sid) {
+  k_init(k);
+  k_str(k, owner);
+  k_str(k, sid);
+}
+
+static inline void key_sess_item(dkey_t *k, const char *sid, int64_t due, uint64_t seq) {
+  key_inst(k, sid);
+  k_time(k, due);
+  k_u64(k, seq);
+}
+
+static inline void key_sess_head(dkey_t *k, uint64_t due, uint64_t seq, const char *sid) {
+  k_init(k);
+  k_u64(k, due);
+  k_u64(k, seq);
+  k_str(k, sid);
+}
+typedef struct {
+  char *name, *version, *custom_status, *parent;
+  uint64_t current_exec, cs_version, created_seq;
+  int64_t created_at, updated_at;
+} inst_rec_t;
+
+typedef struct {
+  int status;
+  char *output;
+  dx_failure_t fail;
+  int64_t started_at, completed_at;
+} exec_rec_t;
+
+/* {===== orchestrator queue: messages =====} */
+
+typedef struct {
+  uint64_t seq;
+  int64_t visible_at;
+  uint64_t token;    /* the fetch batch this message belongs to; 0 = none */
+  uint64_t attempt;
+  char *item;        /* owned copy of the item record */
+  size_t item_len;
+} orch_msg_t;
+
+typedef struct {
+  const char *inst;
+  size_t prefix_n;
+  orch_msg_t *v;
+  size_t n, cap;
+} msg_list_t;
+/* {===== orchestrator queue: per-instance state and indexes =====} */
+
+typedef struct {
+  int64_t ready_at;     /* unlocked: min visible_at of the messages; LM_NEVER when none */
+  int64_t locked_until; /* locked: lock expiry */
+  uint64_t token;       /* 0 = unlocked */
+} orch_state_t;
+
+static const orch_state_t STATE_EMPTY = {LM_NEVER, 0, 0};
+
+/* A session row. Owned <=> owner is non-empty; the lease is live while locked_until > now. */
+typedef struct {
+  char *owner;        /* NULL or "" = unowned (released) */
+  char *prev;         /* owner before the current one (or before a release); NULL if none */
+  int64_t locked_until, last_activity;
+} sess_rec_t;
+
+/* A session's queue summary: its earliest row (due time, seq) and how many rows it has. */
+typedef struct {
+  int found;
+  uint64_t due, seq, rows;
+} sess_queue_t;
+/* {===== worker queue =====} */
+
+typedef struct {
+  uint64_t seq;
+  int64_t visible_at, locked_until;
+  uint64_t token;   /* 0 = unlocked */
+  uint64_t attempt;
+  char *session_id; /* NULL: a plain row; else indexed in sess_items, not work_ready/lock */
+  char *instance;
+  uint64_t exec, act_id;
+  char *item;
+  size_t item_len;
+} work_row_t;
+
+/* One stored field of a wrapper record: its type and where it lives in the C struct. */
+typedef enum { RF_I64, RF_U64, RF_INT, RF_STR, RF_BIN } lm_field_type_t;
+
+typedef struct {
+  lm_field_type_t type;
+  size_t off;
+  size_t len_off; /* RF_BIN: offset of its size_t length */
+  int required;   /* RF_STR / RF_BIN: nil is corruption */
+} lm_field_t;
+
+typedef struct {
+  int db;                 /* the DB holding these records */
+  const lm_field_t *f;    /* stored fields, in record order */
+  size_t n;
+} lm_schema_t;
+typedef struct {
+  int db;       /* index the candidate came from */
+  int64_t at;   /* ready_at or locked_until */
+  dkey_t key;
+  char *inst;   /* NULL: no candidate */
+} orch_cand_t;
+/* A fetch candidate: a plain row (head of work_ready or work_lock) or the earliest row of a
+** session, either one this worker owns or one it may claim. */
+enum { WC_PLAIN, WC_OWNED, WC_CLAIM };
+
+typedef struct {
+  int found, db, kind;
+  int64_t at;            /* visible_at, or locked_until of an expired lock */
+  uint64_t seq;
+  dkey_t key;            /* the index entry it came from */
+  char sid[LM_SESSION_MAX + 1];
+} work_cand_t;
+typedef struct {
+  uint64_t *v;
+  size_t n, cap;
+} seq_list_t;
+typedef struct {
+  char **v;
+  size_t n, cap;
+} str_list_t;
+
+/* txn.c */
+/* Run `body` (an int expression using the tx `t`) in a write txn of handle p, leaving the
+** result in rc. A top-level write that failed only because the map was full runs again once
+** the map has grown; `reset` (a statement) undoes the body's outputs before each rerun and
+** after a failure. */
+#define LM_WRITE(p, t, err, rc, body, reset)                                   \
+  do {                                                                         \
+    int lm_tries_ = 0;                                                         \
+    for (;;) {                                                                 \
+      if (((rc) = dx__lm_begin_tx((p), 1, &(t), (err))) != 0) break;           \
+      (rc) = dx__lm_tx_end(&(t), (body));                                      \
+      if ((rc) == 0) break;                                                    \
+      reset;                                                                   \
+      if (!dx__lm_retry_full(&(t), (rc), ++lm_tries_)) break;                  \
+    }                                                                          \
+  } while (0)
+
+int dx__lm_mdb_error(shared_env_t *se, int mrc, const char *what, dx_error_t *err);
+int dx__lm_nomem(dx_error_t *err);
+int dx__lm_tx_err(tx_t *t, int mrc, const char *what);
+MDB_txn *dx__lm_thread_batch(shared_env_t *se);
+int dx__lm_tx_begin(shared_env_t *se, int durable, int write, tx_t *t, dx_error_t *err);
+int dx__lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err);
+int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err);
+int dx__lm_top_finish(shared_env_t *se, MDB_txn *txn, int commit, int durable, int notify);
+int dx__lm_retry_full(tx_t *t, int rc, int tries);
+/* Verify and strip the checksum of a value read from `db` (no-op for raw txns). */
+int dx__lm_check_sum(tx_t *t, int db, const MDB_val *k, MDB_val *v);
+int dx__lm_tx_end(tx_t *t, int rc);
+void *dx__lm_grow(void *v, size_t *cap, size_t n, size_t elem);
+int dx__lm_db_get(tx_t *t, int db, const dkey_t *k, MDB_val *v);
+int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, unsigned flags);
+int dx__lm_db_del(tx_t *t, int db, const dkey_t *k);
+int dx__lm_idx_op(tx_t *t, int db, const dkey_t *k, const void *v, size_t n, int put);
+int dx__lm_scan_prefix(tx_t *t, int db, const dkey_t *prefix, scan_fn fn, void *ud);
+int dx__lm_head_key(tx_t *t, int db, const dkey_t *prefix, MDB_val *key);
+/* Formats "corrupted record in <db> (<key>): detail" as DX_ECORRUPT in t->err. */
+int dx__lm_corrupt(tx_t *t, int db, const char *detail, const char *keyfmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+int dx__lm_next_seq(tx_t *t, uint64_t *out);
+
+/* map.c */
+int dx__lm_files_ok(shared_env_t *se, dx_error_t *err);
+/* Before LMDB maps data.mdb: its meta pages must not send LMDB outside the file. */
+int dx__lm_check_meta(const char *data_path, dx_error_t *err);
+int dx__lm_make_room(shared_env_t *se, dx_error_t *err);
+void dx__lm_adopt_size(shared_env_t *se);
+int dx__lm_can_grow(shared_env_t *se);
+
+/* records.c */
+extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
+    dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema;
+int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
+int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
+                      const char *what);
+int dx__lm_rec_get(tx_t *t, const lm_schema_t *s, const dkey_t *k, void *rec, const char *what);
+void dx__lm_rec_clear(const lm_schema_t *s, void *rec);
+void dx__lm_inst_clear(inst_rec_t *r);
+int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r);
+int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r);
+void dx__lm_exec_clear(exec_rec_t *r);
+int dx__lm_exec_get(tx_t *t, const char *inst, uint64_t exec, exec_rec_t *r);
+int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r);
+
+/* history.c */
+int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
+                          size_t n);
+int dx__lm_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n);
+int dx__lm_resolve_exec(tx_t *t, const char *inst, uint64_t want, uint64_t *exec);
+
+/* orch.c */
+int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s);
+/* The index entry a lock state implies: DB_ORCH_LOCK, DB_ORCH_READY or -1 (none). */
+int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k);
+int dx__lm_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
+int dx__lm_orch_head(tx_t *t, int db, int64_t now, orch_cand_t *c);
+int dx__lm_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_item_t **out,
+                      dx_error_t *err);
+int dx__lm_ack_orch(dx_provider_t *pp, int64_t now, const dx_orch_ack_t *ack, dx_error_t *err);
+int dx__lm_abandon_orch(dx_provider_t *pp, int64_t now, const char *instance, uint64_t token,
+                        int64_t delay_ms, int ignore_attempt, dx_error_t *err);
+int dx__lm_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint64_t token,
+                      int64_t extend_ms, dx_error_t *err);
+int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
+                        int64_t delay_ms, dx_error_t *err);
+
+/* sessions.c */
+int dx__lm_sess_owned(const sess_rec_t *r);
+int dx__lm_sess_owner_is(const sess_rec_t *r, const char *worker);
+void dx__lm_sess_clear(sess_rec_t *r);
+int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r);
+int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw);
+int dx__lm_sess_touch(tx_t *t, const char *sid, int64_t now);
+int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q);
+int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta);
+int dx__lm_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
+                          int64_t extend_ms, int64_t idle_ms, dx_session_cb cb, void *ud,
+                          uint64_t *renewed, dx_error_t *err);
+int dx__lm_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
+                            const char *session_id, uint64_t *released, dx_error_t *err);
+int dx__lm_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted,
+                            dx_error_t *err);
+int dx__lm_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error_t *err);
+
+/* work.c */
+void dx__lm_row_clear(work_row_t *r);
+int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r);
+/* The queue index entry of a row: work_ready / work_lock (plain rows) or sess_items. */
+int dx__lm_row_queue_key(const work_row_t *r, dkey_t *k);
+int dx__lm_row_index(tx_t *t, const work_row_t *r, int put);
+int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
+int dx__lm_work_head(tx_t *t, int db, int64_t now, work_cand_t *c);
+int dx__lm_ident_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud);
+int dx__lm_work_cancel(tx_t *t, const dx_activity_ref_t *ref);
+int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
+                      const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
+                      dx_error_t *err);
+int dx__lm_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
+                    const dx_work_item_t *completion, dx_error_t *err);
+int dx__lm_abandon_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t delay_ms,
+                        int ignore_attempt, dx_error_t *err);
+int dx__lm_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t extend_ms,
+                      dx_error_t *err);
+int dx__lm_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
+                        dx_error_t *err);
+
+/* manage.c */
+int dx__lm_nothing_due(lm_t *p, int64_t now, int orch, int work, int sess, dx_error_t *err);
+int dx__lm_read_history(dx_provider_t *pp, const char *instance, uint64_t execution_id,
+                        dx_event_t **events, size_t *n, uint64_t *exec_out, dx_error_t *err);
+int dx__lm_append(dx_provider_t *pp, const char *instance, uint64_t execution_id,
+                  const dx_event_t *events, size_t n, dx_error_t *err);
+int dx__lm_get_info(dx_provider_t *pp, const char *instance, dx_instance_info_t *out,
+                    dx_error_t *err);
+void dx__lm_strs_free(str_list_t *l);
+int dx__lm_strs_push(str_list_t *l, const char *s);
+int dx__lm_list(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err);
+int dx__lm_depths(dx_provider_t *pp, dx_queue_depths_t *out, dx_error_t *err);
+int dx__lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *err);
+
+/* check.c */
+int dx__lm_check(dx_provider_t *pp, dx_check_cb cb, void *ud, uint64_t *records,
+                 uint64_t *problems, dx_error_t *err);
+
+/* args.c */
+int dx__lm_check_instance(const char *inst, dx_error_t *err);
+int dx__lm_check_item(const dx_work_item_t *w, dx_error_t *err);
+int dx__lm_check_worker_id(const char *id, dx_error_t *err);
+int dx__lm_check_payload(const dx_work_item_t *w, dx_error_t *err);
+int dx__lm_check_events(const dx_event_t *ev, size_t n, dx_error_t *err);
+int dx__lm_check_ack(const dx_orch_ack_t *a, dx_error_t *err);
+
+#endif

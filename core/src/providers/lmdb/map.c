@@ -1,0 +1,142 @@
+/*
+** map.c -- LMDB provider: the map and the store's files. Before each top-level transaction the
+** files are checked (a truncated data.mdb would otherwise be read through the map and raise
+** SIGBUS; a deleted lock.mdb would let new processes ignore the running ones' locks), and
+** before each top-level write the map grows when it is nearly or actually full, up to the
+** store's maximum size. Resizing needs every transaction of this process closed: it takes the
+** remap lock as writer, every top-level transaction holds it as reader.
+*/
+#include "lmdb_int.h"
+
+/* {===== meta pages =====} */
+
+/* LMDB 0.9's meta page (data format 1) on a 64-bit build: a 16-byte page header, then magic,
+** version, address, mapsize, two 48-byte DB records (the free DB's md_pad is the page size,
+** md_root is at +40), last_pg, txnid. LMDB trusts these fields: a flipped page size or page
+** number makes it read past the end of data.mdb, which kills the process with SIGBUS. */
+enum { META_AT = 16, META_MAGIC = 0, META_VERSION = 4, META_PSIZE = 24, META_FREE_ROOT = 64,
+       META_MAIN_ROOT = 112, META_LAST_PG = 120, META_TXNID = 128, META_END = 136 };
+#define LM_MDB_MAGIC 0xBEEFC0DEu
+#define LM_P_INVALID UINT64_MAX
+
+static uint64_t rd_le(const unsigned char *b, int n) {
+  uint64_t v = 0;
+  while (n--) v = v << 8 | b[n];
+  return v;
+}
+
+/* 0 when this meta page is consistent with a file of `size` bytes; else a reason. */
+static const char *meta_problem(const unsigned char *m, uint64_t size, uint64_t *txnid) {
+  uint64_t psize = rd_le(m + META_PSIZE, 4), last = rd_le(m + META_LAST_PG, 8);
+  uint64_t roots[2] = {rd_le(m + META_FREE_ROOT, 8), rd_le(m + META_MAIN_ROOT, 8)};
+  int i;
+  *txnid = rd_le(m + META_TXNID, 8);
+  if (rd_le(m + META_MAGIC, 4) != LM_MDB_MAGIC) return "it is not a store file";
+  if (rd_le(m + META_VERSION, 4) != 1) return "its data format is unknown";
+  if (psize < 512 || psize > 65536 || (psize & (psize - 1))) return "its page size is invalid";
+  if (last < 1 || last >= size / psize)
+    return "data.mdb ends before its last page: the file was truncated";
+  for (i = 0; i < 2; i++)
+    if (roots[i] != LM_P_INVALID && (roots[i] < 2 || roots[i] > last))
+      return "a root page lies outside the store";
+  return NULL;
+}
+
+/* Check the meta page LMDB will use (the one with the larger txnid) before LMDB maps the file.
+** A file too short to hold both meta pages is left to LMDB (it reports it as not a store). */
+int dx__lm_check_meta(const char *data_path, dx_error_t *err) {
+  unsigned char m[2][META_END];
+  const char *why[2];
+  uint64_t txn[2], psize;
+  struct stat st;
+  int fd = open(data_path, O_RDONLY | O_CLOEXEC), i, use;
+  if (fd < 0) return 0; /* a new store: LMDB creates it */
+  if (fstat(fd, &st) != 0 || pread(fd, m[0], META_END, META_AT) != META_END) {
+    close(fd);
+    return 0;
+  }
+  psize = rd_le(m[0] + META_PSIZE, 4);
+  if (psize < 512 || psize > 65536 || (psize & (psize - 1))) psize = 4096;
+  if ((uint64_t)st.st_size < 2 * psize ||
+      pread(fd, m[1], META_END, (off_t)psize + META_AT) != META_END) {
+    close(fd);
+    return 0;
+  }
+  close(fd);
+  for (i = 0; i < 2; i++) why[i] = meta_problem(m[i], (uint64_t)st.st_size, &txn[i]);
+  use = txn[1] > txn[0];
+  /* the one in use must be sound; the older one only needs its magic (LMDB checks both) */
+  if (!why[use] && (!why[!use] || rd_le(m[!use] + META_MAGIC, 4) == LM_MDB_MAGIC)) return 0;
+  if (!why[use]) use = !use;
+  return dx_error_set(err, DX_ECORRUPT,
+                      "the store is damaged: data.mdb's meta page %d is inconsistent (%s)", use,
+                      why[use]);
+}
+
+int dx__lm_can_grow(shared_env_t *se) {
+  return !se->read_only && (se->max_size == 0 || se->map_size < se->max_size);
+}
+
+/* Bytes in use: pages up to the last one any committed transaction wrote. */
+static size_t used_bytes(shared_env_t *se) {
+  MDB_envinfo info;
+  if (mdb_env_info(se->env, &info) != 0) return 0;
+  return ((size_t)info.me_last_pgno + 1) * se->psize;
+}
+
+int dx__lm_files_ok(shared_env_t *se, dx_error_t *err) {
+  struct stat st;
+  size_t need;
+  if (__atomic_load_n(&se->lost, __ATOMIC_RELAXED))
+    goto lost;
+  if (se->lock_ino && (stat(se->lock_path, &st) != 0 || st.st_ino != se->lock_ino ||
+                       st.st_dev != se->lock_dev)) {
+    __atomic_store_n(&se->lost, 1, __ATOMIC_RELAXED);
+    goto lost;
+  }
+  /* used before size: a commit in another thread grows the file before its meta page says
+  ** so; the meta pages are read through the map, so they are checked to be in the file */
+  if (fstat(se->data_fd, &st) != 0)
+    return dx_error_set(err, DX_EIO, "store %s: cannot check data.mdb: %s", se->path,
+                        strerror(errno));
+  if ((size_t)st.st_size >= 2 * se->psize) {
+    need = used_bytes(se);
+    if (fstat(se->data_fd, &st) == 0 && (size_t)st.st_size >= need) return 0;
+  }
+  need = (size_t)st.st_size < 2 * se->psize ? 2 * se->psize : used_bytes(se);
+  return dx_error_set(err, DX_ECORRUPT,
+                      "store %s is damaged: data.mdb is %lld bytes but its pages reach %zu bytes "
+                      "(the file was truncated)",
+                      se->path, (long long)st.st_size, need);
+lost:
+  return dx_error_set(err, DX_ECORRUPT,
+                      "store %s is unsafe to use: its lock file lock.mdb was deleted or "
+                      "replaced while the store was open; stop every process using the store, "
+                      "then start them again",
+                      se->path);
+}
+
+static void set_size(shared_env_t *se, size_t size) {
+  MDB_envinfo info;
+  pthread_rwlock_wrlock(&se->remap);
+  if (size == 0 || size > se->map_size) mdb_env_set_mapsize(se->env, size);
+  if (mdb_env_info(se->env, &info) == 0) se->map_size = info.me_mapsize;
+  pthread_rwlock_unlock(&se->remap);
+}
+
+void dx__lm_adopt_size(shared_env_t *se) { set_size(se, 0); }
+
+/* Double the map (up to max_size) when a write found it full or it is three quarters used.
+** LMDB only reserves address space for the map: the file grows as pages are written. */
+int dx__lm_make_room(shared_env_t *se, dx_error_t *err) {
+  size_t map = se->map_size, want;
+  (void)err;
+  if (!dx__lm_can_grow(se)) return 0; /* at the limit: a full map reports it */
+  if (!__atomic_load_n(&se->grow_wanted, __ATOMIC_RELAXED) && used_bytes(se) <= map - map / 4)
+    return 0;
+  want = map > SIZE_MAX / 2 ? SIZE_MAX : map * 2;
+  if (se->max_size && want > se->max_size) want = se->max_size;
+  set_size(se, want);
+  __atomic_store_n(&se->grow_wanted, 0, __ATOMIC_RELAXED);
+  return 0;
+}

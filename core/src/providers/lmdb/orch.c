@@ -1,0 +1,506 @@
+/*
+** orch.c -- LMDB provider: the orchestrator queue: messages, per-instance lock state, fetch, ack,
+** abandon, renew.
+*/
+#include "lmdb_int.h"
+
+static void msgs_free(msg_list_t *l) {
+  size_t i;
+  for (i = 0; i < l->n; i++) free(l->v[i].item);
+  free(l->v);
+  l->v = NULL;
+  l->n = l->cap = 0;
+}
+
+static int msgs_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  msg_list_t *l = ud;
+  orch_msg_t *m;
+  int rc;
+  char what[LM_INSTANCE_MAX + 64];
+  orch_msg_t *nv;
+  if (!(nv = dx__lm_grow(l->v, &l->cap, l->n, sizeof *l->v))) return dx__lm_nomem(t->err);
+  l->v = nv;
+  m = &l->v[l->n];
+  memset(m, 0, sizeof *m);
+  m->seq = k->mv_size == l->prefix_n + 8 ? get_u64((const char *)k->mv_data + l->prefix_n) : 0;
+  snprintf(what, sizeof what, "instance '%s' message %llu", l->inst, (unsigned long long)m->seq);
+  if (m->seq == 0) return dx__lm_corrupt(t, DB_ORCH_MSGS, "bad key", "%s", what);
+  if ((rc = dx__lm_rec_decode(t, &dx__lm_msg_schema, v, m, what))) return rc;
+  l->n++;
+  return 0;
+}
+
+/* Every message of one instance, oldest first. */
+static int msgs_load(tx_t *t, const char *inst, msg_list_t *l) {
+  dkey_t k;
+  int rc;
+  memset(l, 0, sizeof *l);
+  l->inst = inst;
+  key_inst(&k, inst);
+  l->prefix_n = k.n;
+  rc = dx__lm_scan_prefix(t, DB_ORCH_MSGS, &k, msgs_cb, l);
+  if (rc) msgs_free(l);
+  return rc;
+}
+
+static int msg_put(tx_t *t, const char *inst, const orch_msg_t *m) {
+  dkey_t k;
+  key_inst(&k, inst);
+  k_u64(&k, m->seq);
+  return dx__lm_rec_put(t, &dx__lm_msg_schema, &k, m);
+}
+
+static int msg_del(tx_t *t, const char *inst, uint64_t seq) {
+  dkey_t k;
+  key_inst(&k, inst);
+  k_u64(&k, seq);
+  return dx__lm_db_del(t, DB_ORCH_MSGS, &k);
+}
+
+/* Delete the messages of `l` tagged with `token` (token 0: those visible at `now`). */
+static int msgs_delete(tx_t *t, const msg_list_t *l, uint64_t token, int64_t now) {
+  size_t i;
+  int rc;
+  for (i = 0; i < l->n; i++) {
+    int hit = token ? l->v[i].token == token : l->v[i].visible_at <= now;
+    if (hit && (rc = msg_del(t, l->inst, l->v[i].seq))) return rc;
+  }
+  return 0;
+}
+
+/* The index entry a state implies: DB_ORCH_LOCK, DB_ORCH_READY or -1 (none). */
+int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
+  if (s->token) { key_timed(k, s->locked_until, inst); return DB_ORCH_LOCK; }
+  if (s->ready_at != LM_NEVER) { key_timed(k, s->ready_at, inst); return DB_ORCH_READY; }
+  return -1;
+}
+
+/* 0 or an error; a missing record reads as STATE_EMPTY. */
+int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s) {
+  dkey_t k;
+  char what[LM_INSTANCE_MAX + 16];
+  int rc;
+  *s = STATE_EMPTY;
+  key_inst(&k, inst);
+  snprintf(what, sizeof what, "instance '%s'", inst);
+  rc = dx__lm_rec_get(t, &dx__lm_state_schema, &k, s, what);
+  return rc == DX_ENOTFOUND ? 0 : rc;
+}
+
+/* Replace state `old` by `nw`, moving the instance between the ready and lock indexes. */
+static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const orch_state_t *nw) {
+  dkey_t k;
+  int db, rc;
+  if ((db = dx__lm_state_index(inst, old, &k)) >= 0 && (rc = dx__lm_idx_op(t, db, &k, NULL, 0, 0)))
+    return rc;
+  db = dx__lm_state_index(inst, nw, &k);
+  if (db >= 0 && (rc = dx__lm_idx_op(t, db, &k, "", 0, 1))) return rc;
+  key_inst(&k, inst);
+  if (db < 0) return dx__lm_db_del(t, DB_ORCH_STATE, &k);
+  return dx__lm_rec_put(t, &dx__lm_state_schema, &k, nw);
+}
+
+/* Unlock the instance; it becomes ready at its earliest remaining message, if any. */
+static int orch_release(tx_t *t, const char *inst, const orch_state_t *old) {
+  msg_list_t l;
+  orch_state_t nw = STATE_EMPTY;
+  size_t i;
+  int rc = msgs_load(t, inst, &l);
+  if (rc) return rc;
+  for (i = 0; i < l.n; i++)
+    if (l.v[i].visible_at < nw.ready_at) nw.ready_at = l.v[i].visible_at;
+  msgs_free(&l);
+  return state_set(t, inst, old, &nw);
+}
+
+/* Timers become visible when they fire; everything else after the delay. */
+static int64_t orch_visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms) {
+  int64_t at = sat_add(now, delay_ms > 0 ? delay_ms : 0);
+  if (w->kind == DX_WI_TIMER_FIRED && w->fire_at_ms > at) at = w->fire_at_ms;
+  return at;
+}
+
+/* Store a message for item->instance. A locked instance is re-indexed by ack or abandon. */
+int dx__lm_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
+  orch_msg_t m;
+  orch_state_t old, nw;
+  int rc;
+  memset(&m, 0, sizeof m);
+  m.visible_at = visible_at;
+  if (dx__work_item_encode(w, &m.item, &m.item_len)) return dx__lm_nomem(t->err);
+  rc = dx__lm_next_seq(t, &m.seq);
+  if (!rc) rc = msg_put(t, w->instance, &m);
+  free(m.item);
+  if (!rc) rc = dx__lm_state_get(t, w->instance, &old);
+  if (rc || old.token || old.ready_at <= visible_at) return rc;
+  nw = old;
+  nw.ready_at = visible_at;
+  return state_set(t, w->instance, &old, &nw);
+}
+
+/* Validate a lock: unknown or other token -> DX_ETOKEN; expired (when need_live) -> DX_ELOCK. */
+static int orch_check_lock(tx_t *t, const char *inst, uint64_t token, int64_t now, int need_live,
+                           orch_state_t *s) {
+  int rc = dx__lm_state_get(t, inst, s);
+  if (rc) return rc;
+  if (token == 0 || s->token != token)
+    return dx_error_set(t->err, DX_ETOKEN, "instance '%s' is not locked with token %llx", inst,
+                        (unsigned long long)token);
+  if (need_live && s->locked_until <= now)
+    return dx_error_set(t->err, DX_ELOCK, "the lock on instance '%s' expired at %lld (now %lld)",
+                        inst, (long long)s->locked_until, (long long)now);
+  return 0;
+}
+
+/* {===== orchestrator fetch =====} */
+
+/* Consider the head of a timed index (be64 time + inst\0); keep the older candidate. */
+int dx__lm_orch_head(tx_t *t, int db, int64_t now, orch_cand_t *c) {
+  dkey_t none;
+  MDB_val k;
+  int64_t at;
+  char *inst;
+  int rc;
+  k_init(&none);
+  rc = dx__lm_head_key(t, db, &none, &k);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return rc;
+  if (k.mv_size < 10 || ((const char *)k.mv_data)[k.mv_size - 1] != 0)
+    return dx__lm_corrupt(t, db, "bad key", "%zu-byte key", k.mv_size);
+  at = (int64_t)get_u64(k.mv_data);
+  if (at > now || (c->inst && c->at <= at)) return 0;
+  if (!(inst = dx__strdup((const char *)k.mv_data + 8))) return dx__lm_nomem(t->err);
+  free(c->inst);
+  c->inst = inst;
+  c->db = db;
+  c->at = at;
+  k_init(&c->key);
+  k_bytes(&c->key, k.mv_data, k.mv_size);
+  return 0;
+}
+
+/* The instance to lock: the older of the ready head (due) and the lock head (expired). */
+static int orch_pick(tx_t *t, int64_t now, orch_cand_t *c) {
+  int rc;
+  memset(c, 0, sizeof *c);
+  rc = dx__lm_orch_head(t, DB_ORCH_READY, now, c);
+  if (!rc) rc = dx__lm_orch_head(t, DB_ORCH_LOCK, now, c);
+  return rc;
+}
+
+static int starts_instance(const dx_work_item_t *w) {
+  return w->kind == DX_WI_START || w->kind == DX_WI_CAN;
+}
+
+/* Decode the messages visible at `now` (the batch). */
+static int batch_decode(tx_t *t, const msg_list_t *l, int64_t now, dx_work_item_t **out,
+                        size_t *n) {
+  dx_work_item_t *v = calloc(l->n ? l->n : 1, sizeof *v);
+  size_t i, k = 0;
+  dx_error_t derr = {0};
+  int rc;
+  if (!v) return dx__lm_nomem(t->err);
+  for (i = 0; i < l->n; i++) {
+    if (l->v[i].visible_at > now) continue;
+    if ((rc = dx__work_item_decode(l->v[i].item, l->v[i].item_len, &v[k], &derr))) {
+      size_t j;
+      for (j = 0; j < k; j++) dx_work_item_clear(&v[j]);
+      free(v);
+      if (rc == DX_ENOMEM) return dx__lm_nomem(t->err);
+      return dx__lm_corrupt(t, DB_ORCH_MSGS, derr.msg, "instance '%s' message %llu", l->inst,
+                     (unsigned long long)l->v[i].seq);
+    }
+    k++;
+  }
+  *out = v;
+  *n = k;
+  return 0;
+}
+
+/* Tag the batch with the token and bump attempts; returns the batch's max attempt. */
+static int batch_lock(tx_t *t, msg_list_t *l, int64_t now, uint64_t token, uint32_t *max_attempt) {
+  size_t i;
+  int rc;
+  *max_attempt = 0;
+  for (i = 0; i < l->n; i++) {
+    orch_msg_t *m = &l->v[i];
+    if (m->visible_at > now) continue;
+    m->token = token;
+    m->attempt++;
+    if (m->attempt > *max_attempt) *max_attempt = (uint32_t)m->attempt;
+    if ((rc = msg_put(t, l->inst, m))) return rc;
+  }
+  return 0;
+}
+
+/* Fill the locked item's name/version and history. A history that cannot be decoded is
+** reported through history_error with the lock kept, as the runtime expects. */
+static int orch_item_fill(tx_t *t, dx_orch_item_t *it, const inst_rec_t *ir) {
+  const char *name = NULL, *version = NULL;
+  dx_error_t herr = {0}, *saved = t->err;
+  size_t i;
+  int rc;
+  if (ir) {
+    name = ir->name;
+    version = ir->version;
+  } else {
+    for (i = 0; i < it->messages_len && !name; i++)
+      if (starts_instance(&it->messages[i])) {
+        name = it->messages[i].name;
+        version = it->messages[i].version;
+      }
+  }
+  it->execution_id = ir ? ir->current_exec : 1;
+  if ((name && !(it->orchestration_name = dx__strdup(name))) ||
+      (version && !(it->orchestration_version = dx__strdup(version))))
+    return dx__lm_nomem(t->err);
+  t->err = &herr; /* a corrupt history is reported in the item, not as the call's error */
+  rc = dx__lm_history_load(t, it->instance, it->execution_id, &it->history, &it->history_len);
+  t->err = saved;
+  if (rc == DX_ECORRUPT) {
+    it->history_error = DX_ECORRUPT;
+    if (!(it->history_error_msg = dx__strdup(herr.msg))) return dx__lm_nomem(t->err);
+    return 0;
+  }
+  if (rc) dx_error_set(t->err, rc, "%s", herr.msg);
+  return rc;
+}
+
+/* Try to lock candidate `c`. *out stays NULL when the candidate was cleaned up instead (no
+** visible message, orphan messages, stray index entry); the caller then picks again. */
+static int orch_try_lock(tx_t *t, const orch_cand_t *c, int64_t now, int64_t lock_ms,
+                         dx_orch_item_t **out) {
+  orch_state_t st, nw;
+  msg_list_t l;
+  dkey_t k;
+  inst_rec_t ir;
+  dx_orch_item_t *it = NULL;
+  dx_work_item_t *items = NULL;
+  size_t n = 0, i;
+  int rc, has_ir, starts = 0;
+  if ((rc = dx__lm_state_get(t, c->inst, &st))) return rc;
+  if (dx__lm_state_index(c->inst, &st, &k) != c->db || k.n != c->key.n ||
+      memcmp(k.b, c->key.b, k.n))
+    return dx__lm_db_del(t, c->db, &c->key); /* stray index entry: drop it */
+  if ((rc = msgs_load(t, c->inst, &l))) return rc;
+  if ((rc = batch_decode(t, &l, now, &items, &n))) goto done;
+  if (n == 0) { rc = orch_release(t, c->inst, &st); goto done; }
+  if ((rc = dx__lm_inst_get(t, c->inst, &ir)) && rc != DX_ENOTFOUND) goto done;
+  has_ir = rc == 0;
+  for (i = 0; i < n; i++) starts |= starts_instance(&items[i]);
+  if (!has_ir && !starts) {
+    /* messages for an instance that never started: drop them instead of letting them sit at
+    ** the head of the queue (the reference's starvation quirk) */
+    rc = msgs_delete(t, &l, 0, now);
+    if (!rc) rc = orch_release(t, c->inst, &st);
+    goto done;
+  }
+  nw.ready_at = LM_NEVER;
+  nw.locked_until = sat_add(now, lock_ms);
+  nw.token = dx__new_token();
+  if (!(it = calloc(1, sizeof *it)) || !(it->instance = dx__strdup(c->inst))) {
+    rc = dx__lm_nomem(t->err);
+    goto done_ir;
+  }
+  it->lock_token = nw.token;
+  it->messages = items;
+  it->messages_len = n;
+  items = NULL;
+  if ((rc = batch_lock(t, &l, now, nw.token, &it->attempt_count))) goto done_ir;
+  if ((rc = state_set(t, c->inst, &st, &nw))) goto done_ir;
+  rc = orch_item_fill(t, it, has_ir ? &ir : NULL);
+done_ir:
+  dx__lm_inst_clear(&ir);
+done:
+  msgs_free(&l);
+  if (items) {
+    for (i = 0; i < n; i++) dx_work_item_clear(&items[i]);
+    free(items);
+  }
+  if (rc == 0 && it) *out = it;
+  else if (it) dx_orch_item_free(it);
+  return rc;
+}
+
+static int orch_fetch(tx_t *t, int64_t now, int64_t lock_ms, dx_orch_item_t **out) {
+  orch_cand_t c;
+  int rc;
+  for (;;) { /* each round locks an instance or removes the candidate from the indexes */
+    if ((rc = orch_pick(t, now, &c)) || !c.inst) break;
+    rc = orch_try_lock(t, &c, now, lock_ms, out);
+    free(c.inst);
+    if (rc || *out) return rc;
+  }
+  free(c.inst);
+  return rc;
+}
+
+/* {===== orchestrator ack =====} */
+
+static int set_str(char **dst, const char *src) {
+  char *s = dx__strdup(src);
+  if (src && !s) return DX_ENOMEM;
+  free(*dst);
+  *dst = s;
+  return 0;
+}
+
+/* A new instance record: parent is immutable, the creation index orders list_instances. */
+static int inst_create(tx_t *t, int64_t now, const dx_orch_ack_t *a, inst_rec_t *r) {
+  dkey_t k;
+  int rc;
+  r->created_at = now;
+  if (set_str(&r->parent, a->parent_instance)) return dx__lm_nomem(t->err);
+  if ((rc = dx__lm_next_seq(t, &r->created_seq))) return rc;
+  k_init(&k);
+  k_time(&k, r->created_at);
+  k_u64(&k, r->created_seq);
+  return dx__lm_db_put(t, DB_INST_CREATED, &k, a->instance, strlen(a->instance) + 1, 0);
+}
+
+/* Steps 3 and 7: create or update the instance record. */
+static int ack_instance(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
+  inst_rec_t r;
+  int rc = dx__lm_inst_get(t, a->instance, &r);
+  if (rc == DX_ENOTFOUND) rc = inst_create(t, now, a, &r);
+  if (!rc && ((a->orchestration_name && (set_str(&r.name, a->orchestration_name) ||
+                                         set_str(&r.version, a->orchestration_version))) ||
+              (a->custom_status_set && set_str(&r.custom_status, a->custom_status))))
+    rc = dx__lm_nomem(t->err);
+  if (!rc) {
+    if (a->custom_status_set) r.cs_version++;
+    if (a->execution_id > r.current_exec) r.current_exec = a->execution_id;
+    r.updated_at = now;
+    rc = dx__lm_inst_put(t, a->instance, &r);
+  }
+  dx__lm_inst_clear(&r);
+  return rc;
+}
+
+/* Steps 4 and 6: create the execution record if missing; apply the status. */
+static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
+  exec_rec_t r;
+  int rc = dx__lm_exec_get(t, a->instance, a->execution_id, &r);
+  if (rc && rc != DX_ENOTFOUND) return rc;
+  if (rc == DX_ENOTFOUND) {
+    r.status = DX_STATUS_RUNNING;
+    r.started_at = now;
+  }
+  rc = 0;
+  if (a->status != DX_STATUS_NONE) {
+    r.status = a->status;
+    r.completed_at = now;
+    dx_failure_clear(&r.fail);
+    if (set_str(&r.output, a->output) || (a->failure && dx_failure_copy(&r.fail, a->failure)))
+      rc = dx__lm_nomem(t->err);
+  }
+  if (!rc) rc = dx__lm_exec_put(t, a->instance, a->execution_id, &r);
+  dx__lm_exec_clear(&r);
+  return rc;
+}
+
+static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
+  orch_state_t st;
+  msg_list_t l;
+  size_t i;
+  int rc;
+  if ((rc = orch_check_lock(t, a->instance, a->lock_token, now, 1, &st))) return rc;
+  if ((rc = msgs_load(t, a->instance, &l))) return rc;
+  rc = msgs_delete(t, &l, a->lock_token, now);
+  msgs_free(&l);
+  if (rc || (rc = ack_instance(t, now, a)) || (rc = ack_execution(t, now, a)) ||
+      (rc = dx__lm_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)))
+    return rc;
+  for (i = 0; i < a->worker_items_len && !rc; i++)
+    rc = dx__lm_work_insert(t, &a->worker_items[i], now);
+  for (i = 0; i < a->cancelled_len && !rc; i++) rc = dx__lm_work_cancel(t, &a->cancelled[i]);
+  for (i = 0; i < a->orch_items_len && !rc; i++)
+    rc = dx__lm_orch_enqueue(t, &a->orch_items[i], orch_visible_at(&a->orch_items[i], now, 0));
+  return rc ? rc : orch_release(t, a->instance, &st);
+}
+/* {===== methods: orchestrator queue =====} */
+
+int dx__lm_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_item_t **out,
+                      dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  tx_t t;
+  int rc;
+  if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
+  *out = NULL;
+  if ((rc = dx__lm_nothing_due(p, now, 1, 0, 0, err))) return rc < 0 ? rc : 0;
+  LM_WRITE(p, t, err, rc, orch_fetch(&t, now, lock_ms, out), {
+    dx_orch_item_free(*out);
+    *out = NULL;
+  });
+  return rc;
+}
+
+int dx__lm_ack_orch(dx_provider_t *pp, int64_t now, const dx_orch_ack_t *ack, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  tx_t t;
+  int rc;
+  if ((rc = dx__lm_check_ack(ack, err))) return rc;
+  LM_WRITE(p, t, err, rc, orch_ack(&t, now, ack), (void)0);
+  return rc;
+}
+
+static int orch_abandon(tx_t *t, int64_t now, const char *inst, uint64_t token, int64_t delay_ms,
+                        int ignore_attempt) {
+  orch_state_t st;
+  msg_list_t l;
+  size_t i;
+  int rc;
+  if ((rc = orch_check_lock(t, inst, token, now, 0, &st))) return rc;
+  if ((rc = msgs_load(t, inst, &l))) return rc;
+  for (i = 0; i < l.n && !rc; i++) {
+    orch_msg_t *m = &l.v[i];
+    if (m->token != token) continue;
+    m->token = 0;
+    if (delay_ms > 0) m->visible_at = sat_add(now, delay_ms);
+    if (ignore_attempt && m->attempt > 0) m->attempt--;
+    rc = msg_put(t, inst, m);
+  }
+  msgs_free(&l);
+  return rc ? rc : orch_release(t, inst, &st);
+}
+
+int dx__lm_abandon_orch(dx_provider_t *pp, int64_t now, const char *instance, uint64_t token,
+                        int64_t delay_ms, int ignore_attempt, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  tx_t t;
+  int rc;
+  if ((rc = dx__lm_check_instance(instance, err))) return rc;
+  LM_WRITE(p, t, err, rc, orch_abandon(&t, now, instance, token, delay_ms, ignore_attempt),
+           (void)0);
+  return rc;
+}
+
+static int orch_renew(tx_t *t, int64_t now, const char *inst, uint64_t token, int64_t extend_ms) {
+  orch_state_t st, nw;
+  int rc = orch_check_lock(t, inst, token, now, 1, &st);
+  if (rc) return rc;
+  nw = st;
+  nw.locked_until = sat_add(now, extend_ms);
+  return state_set(t, inst, &st, &nw);
+}
+
+int dx__lm_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint64_t token,
+                      int64_t extend_ms, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  tx_t t;
+  int rc;
+  if ((rc = dx__lm_check_instance(instance, err))) return rc;
+  LM_WRITE(p, t, err, rc, orch_renew(&t, now, instance, token, extend_ms), (void)0);
+  return rc;
+}
+
+int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
+                        int64_t delay_ms, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  tx_t t;
+  int rc;
+  if ((rc = dx__lm_check_item(item, err)) || (rc = dx__lm_check_payload(item, err))) return rc;
+  LM_WRITE(p, t, err, rc,
+           dx__lm_orch_enqueue(&t, item, orch_visible_at(item, now, delay_ms)), (void)0);
+  return rc;
+}

@@ -1,0 +1,228 @@
+/*
+** records.c -- LMDB provider: the wrapper records (instance, execution, orchestrator message
+** and lock state, session, worker row) and their one table-driven MessagePack codec.
+**
+** A record is a MessagePack array [format, field1, field2, ...] in the order of its schema's
+** field table; each entry of the table names the field's type and its offset in the C struct,
+** so writing, reading and freeing are one loop each. Strings are str or nil (NULL), byte
+** strings are bin. A record with too few fields, a wrong type or a missing required field is
+** DX_ECORRUPT naming the store, the DB and the record.
+*/
+#include <stddef.h>
+
+#include "lmdb_int.h"
+
+#define F(type, T, member, req) {type, offsetof(T, member), 0, req}
+#define FB(T, member, len_member) {RF_BIN, offsetof(T, member), offsetof(T, len_member), 1}
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static const lm_field_t inst_fields[] = {
+  F(RF_STR, inst_rec_t, name, 0),       F(RF_STR, inst_rec_t, version, 0),
+  F(RF_U64, inst_rec_t, current_exec, 0), F(RF_STR, inst_rec_t, custom_status, 0),
+  F(RF_U64, inst_rec_t, cs_version, 0), F(RF_I64, inst_rec_t, created_at, 0),
+  F(RF_I64, inst_rec_t, updated_at, 0), F(RF_STR, inst_rec_t, parent, 0),
+  F(RF_U64, inst_rec_t, created_seq, 0),
+};
+static const lm_field_t exec_fields[] = {
+  F(RF_INT, exec_rec_t, status, 0),        F(RF_STR, exec_rec_t, output, 0),
+  F(RF_INT, exec_rec_t, fail.category, 0), F(RF_STR, exec_rec_t, fail.kind, 0),
+  F(RF_STR, exec_rec_t, fail.message, 0),  F(RF_INT, exec_rec_t, fail.retryable, 0),
+  F(RF_I64, exec_rec_t, started_at, 0),    F(RF_I64, exec_rec_t, completed_at, 0),
+};
+static const lm_field_t msg_fields[] = {
+  F(RF_I64, orch_msg_t, visible_at, 0), F(RF_U64, orch_msg_t, token, 0),
+  F(RF_U64, orch_msg_t, attempt, 0),    FB(orch_msg_t, item, item_len),
+};
+static const lm_field_t state_fields[] = {
+  F(RF_I64, orch_state_t, ready_at, 0), F(RF_I64, orch_state_t, locked_until, 0),
+  F(RF_U64, orch_state_t, token, 0),
+};
+static const lm_field_t sess_fields[] = {
+  F(RF_STR, sess_rec_t, owner, 0),        F(RF_STR, sess_rec_t, prev, 0),
+  F(RF_I64, sess_rec_t, locked_until, 0), F(RF_I64, sess_rec_t, last_activity, 0),
+};
+static const lm_field_t row_fields[] = {
+  F(RF_I64, work_row_t, visible_at, 0), F(RF_I64, work_row_t, locked_until, 0),
+  F(RF_U64, work_row_t, token, 0),      F(RF_U64, work_row_t, attempt, 0),
+  F(RF_STR, work_row_t, session_id, 0), F(RF_STR, work_row_t, instance, 1),
+  F(RF_U64, work_row_t, exec, 0),       F(RF_U64, work_row_t, act_id, 0),
+  FB(work_row_t, item, item_len),
+};
+#undef F
+#undef FB
+
+const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fields)};
+const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields)};
+const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields)};
+const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields)};
+const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields)};
+const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields)};
+
+#define AT(base, f, T) ((T *)(void *)((char *)(base) + (f)->off))
+#define CAT(base, f, T) ((const T *)(const void *)((const char *)(base) + (f)->off))
+
+/* {===== encoding =====} */
+
+static int pack_field(msgpack_packer *pk, const lm_field_t *f, const void *rec) {
+  switch (f->type) {
+    case RF_I64: return msgpack_pack_int64(pk, *CAT(rec, f, int64_t));
+    case RF_U64: return msgpack_pack_uint64(pk, *CAT(rec, f, uint64_t));
+    case RF_INT: return msgpack_pack_int64(pk, *CAT(rec, f, int));
+    case RF_STR: {
+      const char *s = *CAT(rec, f, char *);
+      return s ? msgpack_pack_str_with_body(pk, s, strlen(s)) : msgpack_pack_nil(pk);
+    }
+    case RF_BIN: {
+      const char *p = *CAT(rec, f, char *);
+      size_t n = *(const size_t *)(const void *)((const char *)rec + f->len_off);
+      return msgpack_pack_bin_with_body(pk, p, n);
+    }
+  }
+  return -1;
+}
+
+int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  size_t i;
+  int bad, rc;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  bad = msgpack_pack_array(&pk, s->n + 1) | msgpack_pack_uint32(&pk, LM_RECORD_FORMAT);
+  for (i = 0; i < s->n && !bad; i++) bad |= pack_field(&pk, &s->f[i], rec);
+  rc = bad ? dx__lm_nomem(t->err) : dx__lm_db_put(t, s->db, k, sb.data, sb.size, 0);
+  msgpack_sbuffer_destroy(&sb);
+  return rc;
+}
+
+/* {===== decoding =====} */
+
+/* Owned, NUL-terminated copy of a str/bin object; *out NULL for nil when allowed. */
+static int copy_bytes(const msgpack_object *o, int bin, char **out, size_t *len) {
+  const char *p;
+  size_t n;
+  if (o->type == MSGPACK_OBJECT_NIL && !bin) return 0;
+  if (o->type == MSGPACK_OBJECT_STR && !bin) { p = o->via.str.ptr; n = o->via.str.size; }
+  else if (o->type == MSGPACK_OBJECT_BIN && bin) { p = o->via.bin.ptr; n = o->via.bin.size; }
+  else return DX_ECORRUPT;
+  if (!(*out = malloc(n + 1))) return DX_ENOMEM;
+  if (n) memcpy(*out, p, n);
+  (*out)[n] = 0;
+  if (len) *len = n;
+  return 0;
+}
+
+static int unpack_field(const msgpack_object *o, const lm_field_t *f, void *rec) {
+  int64_t v;
+  int rc;
+  switch (f->type) {
+    case RF_U64:
+      if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER) return DX_ECORRUPT;
+      *AT(rec, f, uint64_t) = o->via.u64;
+      return 0;
+    case RF_I64: case RF_INT:
+      if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
+        v = (int64_t)o->via.u64;
+      else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        v = o->via.i64;
+      else
+        return DX_ECORRUPT;
+      if (f->type == RF_I64) *AT(rec, f, int64_t) = v;
+      else if (v < INT_MIN || v > INT_MAX) return DX_ECORRUPT;
+      else *AT(rec, f, int) = (int)v;
+      return 0;
+    case RF_STR: case RF_BIN:
+      rc = copy_bytes(o, f->type == RF_BIN, AT(rec, f, char *),
+                      f->type == RF_BIN ? (size_t *)(void *)((char *)rec + f->len_off) : NULL);
+      if (!rc && f->required && !*AT(rec, f, char *)) rc = DX_ECORRUPT;
+      return rc;
+  }
+  return DX_ECORRUPT;
+}
+
+void dx__lm_rec_clear(const lm_schema_t *s, void *rec) {
+  size_t i;
+  for (i = 0; i < s->n; i++)
+    if (s->f[i].type == RF_STR || s->f[i].type == RF_BIN) {
+      free(*AT(rec, &s->f[i], char *));
+      *AT(rec, &s->f[i], char *) = NULL;
+    }
+}
+
+/* Decode `v` into the schema's fields of `rec` (other members untouched). On failure the
+** fields are freed and the error names the record as `what`. */
+int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
+                      const char *what) {
+  msgpack_unpacked up;
+  const msgpack_object *o;
+  size_t off = 0, i;
+  int rc = DX_ECORRUPT;
+  dx_error_t derr;
+  msgpack_unpacked_init(&up);
+  /* the framing check bounds every length by the bytes present before msgpack-c allocates */
+  if (dx__msgpack_check(v->mv_data, v->mv_size, "record", &derr) == 0 &&
+      msgpack_unpack_next(&up, v->mv_data, v->mv_size, &off) == MSGPACK_UNPACK_SUCCESS) {
+    o = &up.data;
+    if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size >= s->n + 1 &&
+        o->via.array.ptr[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+        o->via.array.ptr[0].via.u64 == LM_RECORD_FORMAT) {
+      o = o->via.array.ptr + 1;
+      for (rc = 0, i = 0; i < s->n && !rc; i++) rc = unpack_field(&o[i], &s->f[i], rec);
+    }
+  }
+  msgpack_unpacked_destroy(&up);
+  if (rc == 0) return 0;
+  dx__lm_rec_clear(s, rec);
+  if (rc == DX_ENOMEM) return dx__lm_nomem(t->err);
+  return dx__lm_corrupt(t, s->db, "not a valid record", "%s", what);
+}
+
+/* 0, DX_ENOTFOUND (err untouched) or an error. */
+int dx__lm_rec_get(tx_t *t, const lm_schema_t *s, const dkey_t *k, void *rec, const char *what) {
+  MDB_val v;
+  int rc = dx__lm_db_get(t, s->db, k, &v);
+  return rc ? rc : dx__lm_rec_decode(t, s, &v, rec, what);
+}
+
+/* {===== instance and execution records =====} */
+
+void dx__lm_inst_clear(inst_rec_t *r) {
+  dx__lm_rec_clear(&dx__lm_inst_schema, r);
+  memset(r, 0, sizeof *r);
+}
+
+/* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */
+int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r) {
+  dkey_t k;
+  char what[LM_INSTANCE_MAX + 16];
+  memset(r, 0, sizeof *r);
+  key_inst(&k, inst);
+  snprintf(what, sizeof what, "instance '%s'", inst);
+  return dx__lm_rec_get(t, &dx__lm_inst_schema, &k, r, what);
+}
+
+int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r) {
+  dkey_t k;
+  key_inst(&k, inst);
+  return dx__lm_rec_put(t, &dx__lm_inst_schema, &k, r);
+}
+
+void dx__lm_exec_clear(exec_rec_t *r) {
+  dx__lm_rec_clear(&dx__lm_exec_schema, r);
+  memset(r, 0, sizeof *r);
+}
+
+int dx__lm_exec_get(tx_t *t, const char *inst, uint64_t exec, exec_rec_t *r) {
+  dkey_t k;
+  char what[LM_INSTANCE_MAX + 64];
+  memset(r, 0, sizeof *r);
+  key_exec(&k, inst, exec);
+  snprintf(what, sizeof what, "instance '%s' execution %llu", inst, (unsigned long long)exec);
+  return dx__lm_rec_get(t, &dx__lm_exec_schema, &k, r, what);
+}
+
+int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r) {
+  dkey_t k;
+  key_exec(&k, inst, exec);
+  return dx__lm_rec_put(t, &dx__lm_exec_schema, &k, r);
+}

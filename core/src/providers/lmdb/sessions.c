@@ -1,0 +1,383 @@
+/*
+** sessions.c -- LMDB provider: session rows, per-session queue summaries, and the session methods
+** (renew, release, cleanup, list).
+*/
+#include "lmdb_int.h"
+
+int dx__lm_sess_owned(const sess_rec_t *r) { return r->owner && *r->owner; }
+
+int dx__lm_sess_owner_is(const sess_rec_t *r, const char *worker) {
+  return dx__lm_sess_owned(r) && strcmp(r->owner, worker) == 0;
+}
+
+void dx__lm_sess_clear(sess_rec_t *r) {
+  dx__lm_rec_clear(&dx__lm_sess_schema, r);
+  memset(r, 0, sizeof *r);
+}
+
+static int sess_decode(tx_t *t, const char *sid, const MDB_val *v, sess_rec_t *r) {
+  char what[LM_SESSION_MAX + 16];
+  memset(r, 0, sizeof *r);
+  snprintf(what, sizeof what, "session '%s'", sid);
+  return dx__lm_rec_decode(t, &dx__lm_sess_schema, v, r, what);
+}
+
+/* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */
+int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r) {
+  dkey_t k;
+  MDB_val v;
+  int rc;
+  memset(r, 0, sizeof *r);
+  key_inst(&k, sid);
+  if ((rc = dx__lm_db_get(t, DB_SESSIONS, &k, &v))) return rc;
+  return sess_decode(t, sid, &v, r);
+}
+
+/* Replace session row `old` (NULL: none) by `nw` (NULL: delete), keeping sess_owner in step. */
+int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw) {
+  int same = old && nw && dx__lm_sess_owned(old) && dx__lm_sess_owned(nw) &&
+             strcmp(old->owner, nw->owner) == 0 &&
+             time_u64(old->locked_until) == time_u64(nw->locked_until);
+  unsigned char b[8];
+  sess_rec_t row;
+  dkey_t k;
+  int rc;
+  if (!same && old && dx__lm_sess_owned(old)) {
+    key_sess_owner(&k, old->owner, sid);
+    if ((rc = dx__lm_db_del(t, DB_SESS_OWNER, &k))) return rc;
+  }
+  if (!same && nw && dx__lm_sess_owned(nw)) {
+    key_sess_owner(&k, nw->owner, sid);
+    put_u64(b, time_u64(nw->locked_until));
+    if ((rc = dx__lm_db_put(t, DB_SESS_OWNER, &k, b, 8, 0))) return rc;
+  }
+  key_inst(&k, sid);
+  if (!nw) return dx__lm_db_del(t, DB_SESSIONS, &k);
+  row = *nw;
+  if (!dx__lm_sess_owned(nw)) row.owner = ""; /* unowned is stored as "" */
+  return dx__lm_rec_put(t, &dx__lm_sess_schema, &k, &row);
+}
+
+/* Work flowed through the session (ack, lock renewal): last_activity = now. No row: no-op. */
+int dx__lm_sess_touch(tx_t *t, const char *sid, int64_t now) {
+  sess_rec_t r, nw;
+  int rc;
+  if (!sid) return 0;
+  rc = dx__lm_sess_get(t, sid, &r);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return rc;
+  nw = r;
+  nw.last_activity = now;
+  rc = dx__lm_sess_put(t, sid, &r, &nw);
+  dx__lm_sess_clear(&r);
+  return rc;
+}
+
+int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q) {
+  dkey_t k;
+  MDB_val v;
+  int rc;
+  memset(q, 0, sizeof *q);
+  key_inst(&k, sid);
+  rc = dx__lm_db_get(t, DB_SESS_QUEUE, &k, &v);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return rc;
+  if (v.mv_size != 24) return dx__lm_corrupt(t, DB_SESS_QUEUE, "not 24 bytes", "session '%s'", sid);
+  q->found = 1;
+  q->due = get_u64(v.mv_data);
+  q->seq = get_u64((const char *)v.mv_data + 8);
+  q->rows = get_u64((const char *)v.mv_data + 16);
+  return 0;
+}
+
+/* After rows of `sid` were added, removed or re-timed (delta: change in their number), point
+** the session's sess_queue record and sess_heads entry at its earliest row again. */
+int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta) {
+  sess_queue_t q;
+  dkey_t k, pre;
+  MDB_val head;
+  unsigned char b[24];
+  uint64_t due = 0, seq = 0, rows;
+  int rc, has;
+  if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
+  key_inst(&pre, sid);
+  rc = dx__lm_head_key(t, DB_SESS_ITEMS, &pre, &head);
+  if (rc && rc != DX_ENOTFOUND) return rc;
+  if ((has = rc == 0)) {
+    if (head.mv_size != pre.n + 16)
+      return dx__lm_corrupt(t, DB_SESS_ITEMS, "bad key", "session '%s'", sid);
+    due = get_u64((const char *)head.mv_data + pre.n);
+    seq = get_u64((const char *)head.mv_data + pre.n + 8);
+  }
+  rows = delta < 0 && q.rows < (uint64_t)-delta ? 0 : q.rows + (uint64_t)(int64_t)delta;
+  if (has && rows == 0) rows = 1;
+  if (q.found && has && q.due == due && q.seq == seq && q.rows == rows) return 0;
+  if (q.found) {
+    key_sess_head(&k, q.due, q.seq, sid);
+    if ((rc = dx__lm_db_del(t, DB_SESS_HEADS, &k))) return rc;
+  }
+  key_inst(&k, sid);
+  if (!has) return dx__lm_db_del(t, DB_SESS_QUEUE, &k);
+  put_u64(b, due);
+  put_u64(b + 8, seq);
+  put_u64(b + 16, rows);
+  if ((rc = dx__lm_db_put(t, DB_SESS_QUEUE, &k, b, 24, 0))) return rc;
+  key_sess_head(&k, due, seq, sid);
+  return dx__lm_db_put(t, DB_SESS_HEADS, &k, "", 0, 0);
+}
+
+/* Session rows handed to callbacks after the read or write txn ended. */
+typedef struct {
+  char *sid, *owner;
+  int64_t locked_until, last_activity;
+  uint64_t queued;
+} sess_out_t;
+
+typedef struct {
+  sess_out_t *v;
+  size_t n, cap;
+} sess_list_t;
+
+static void slist_free(sess_list_t *l) {
+  size_t i;
+  for (i = 0; i < l->n; i++) {
+    free(l->v[i].sid);
+    free(l->v[i].owner);
+  }
+  free(l->v);
+  memset(l, 0, sizeof *l);
+}
+
+static int slist_push(tx_t *t, sess_list_t *l, const char *sid, const sess_rec_t *r) {
+  sess_queue_t q;
+  sess_out_t *o, *nv;
+  int rc;
+  if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
+  if (!(nv = dx__lm_grow(l->v, &l->cap, l->n, sizeof *l->v))) return dx__lm_nomem(t->err);
+  l->v = nv;
+  o = &l->v[l->n];
+  memset(o, 0, sizeof *o);
+  if (!(o->sid = dx__strdup(sid)) || (r->owner && !(o->owner = dx__strdup(r->owner)))) {
+    free(o->sid);
+    return dx__lm_nomem(t->err);
+  }
+  o->locked_until = r->locked_until;
+  o->last_activity = r->last_activity;
+  o->queued = q.rows;
+  l->n++;
+  return 0;
+}
+
+/* Call cb for each collected row until it returns non-zero. */
+static void slist_report(const sess_list_t *l, dx_session_cb cb, void *ud) {
+  size_t i;
+  for (i = 0; cb && i < l->n; i++) {
+    dx_session_info_t s;
+    s.session_id = l->v[i].sid;
+    s.worker_id = l->v[i].owner;
+    s.locked_until_ms = l->v[i].locked_until;
+    s.last_activity_ms = l->v[i].last_activity;
+    s.queued = l->v[i].queued;
+    if (cb(ud, &s)) break;
+  }
+}
+
+typedef struct {
+  str_list_t l;
+  size_t prefix_n;
+} owned_ids_t;
+
+static int owned_ids_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  owned_ids_t *o = ud;
+  if (k->mv_size <= o->prefix_n || ((const char *)k->mv_data)[k->mv_size - 1] != 0)
+    return dx__lm_corrupt(t, DB_SESS_OWNER, "bad key", "%zu-byte key", k->mv_size);
+  return dx__lm_strs_push(&o->l, (const char *)k->mv_data + o->prefix_n) ? dx__lm_nomem(t->err) : 0;
+}
+
+/* Ids of the sessions `worker` owns (any lease state), in session id order. */
+static int owned_ids(tx_t *t, const char *worker, str_list_t *out) {
+  owned_ids_t o;
+  dkey_t pre;
+  int rc;
+  memset(&o, 0, sizeof o);
+  key_inst(&pre, worker);
+  o.prefix_n = pre.n;
+  rc = dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_ids_cb, &o);
+  if (rc) dx__lm_strs_free(&o.l);
+  else *out = o.l;
+  return rc;
+}
+
+static int sess_renew(tx_t *t, int64_t now, const char *worker, int64_t extend_ms,
+                      int64_t idle_ms, sess_list_t *out) {
+  str_list_t ids = {NULL, 0, 0};
+  size_t i;
+  int rc = owned_ids(t, worker, &ids);
+  for (i = 0; i < ids.n && !rc; i++) {
+    sess_rec_t r, nw;
+    rc = dx__lm_sess_get(t, ids.v[i], &r);
+    if (rc == DX_ENOTFOUND) { rc = 0; continue; }
+    if (!rc && dx__lm_sess_owner_is(&r, worker) && r.locked_until > now &&
+        (idle_ms <= 0 || sat_add(r.last_activity, idle_ms) > now)) {
+      nw = r;
+      nw.locked_until = sat_add(now, extend_ms);
+      rc = dx__lm_sess_put(t, ids.v[i], &r, &nw);
+      if (!rc) rc = slist_push(t, out, ids.v[i], &nw);
+    }
+    dx__lm_sess_clear(&r);
+  }
+  dx__lm_strs_free(&ids);
+  return rc;
+}
+
+int dx__lm_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
+                          int64_t extend_ms, int64_t idle_ms, dx_session_cb cb, void *ud,
+                          uint64_t *renewed, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  sess_list_t l = {NULL, 0, 0};
+  tx_t t;
+  int rc;
+  if (renewed) *renewed = 0;
+  if ((rc = dx__lm_check_worker_id(worker_id, err))) return rc;
+  LM_WRITE(p, t, err, rc, sess_renew(&t, now, worker_id, extend_ms, idle_ms, &l), slist_free(&l));
+  if (!rc) {
+    if (renewed) *renewed = l.n;
+    slist_report(&l, cb, ud); /* after the commit: callbacks may call the provider */
+  }
+  slist_free(&l);
+  return rc;
+}
+
+/* Give up ownership: owner "" (previous owner = worker), lease ends now. */
+static int sess_release(tx_t *t, int64_t now, const char *worker, const char *sid,
+                        uint64_t *count) {
+  str_list_t ids = {NULL, 0, 0};
+  size_t i;
+  int rc = sid ? (dx__lm_strs_push(&ids, sid) ? dx__lm_nomem(t->err) : 0)
+               : owned_ids(t, worker, &ids);
+  for (i = 0; i < ids.n && !rc; i++) {
+    sess_rec_t r, nw;
+    rc = dx__lm_sess_get(t, ids.v[i], &r);
+    if (rc == DX_ENOTFOUND) { rc = 0; continue; }
+    if (!rc && dx__lm_sess_owner_is(&r, worker)) {
+      nw = r;
+      nw.owner = "";
+      nw.prev = (char *)worker;
+      nw.locked_until = now;
+      rc = dx__lm_sess_put(t, ids.v[i], &r, &nw);
+      if (!rc) (*count)++;
+    }
+    dx__lm_sess_clear(&r);
+  }
+  dx__lm_strs_free(&ids);
+  return rc;
+}
+
+int dx__lm_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
+                            const char *session_id, uint64_t *released, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  uint64_t n = 0;
+  tx_t t;
+  int rc;
+  if (released) *released = 0;
+  if ((rc = dx__lm_check_worker_id(worker_id, err))) return rc;
+  LM_WRITE(p, t, err, rc, sess_release(&t, now, worker_id, session_id, &n), n = 0);
+  if (!rc && released) *released = n;
+  return rc;
+}
+
+typedef struct {
+  int64_t now;
+  int orphans_only;   /* 1: collect only rows cleanup deletes; 0: every row */
+  str_list_t ids;     /* orphans_only */
+  sess_list_t rows;   /* !orphans_only */
+} sess_scan_t;
+
+static int sess_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  sess_scan_t *s = ud;
+  const char *sid = k->mv_data;
+  sess_rec_t r;
+  sess_queue_t q;
+  int rc;
+  if (k->mv_size == 0 || sid[k->mv_size - 1] != 0)
+    return dx__lm_corrupt(t, DB_SESSIONS, "bad key", "%zu-byte key", k->mv_size);
+  if ((rc = sess_decode(t, sid, v, &r))) return rc;
+  if (!s->orphans_only) {
+    rc = slist_push(t, &s->rows, sid, &r);
+  } else if (!dx__lm_sess_owned(&r) || r.locked_until <= s->now) {
+    if (!(rc = dx__lm_squeue_get(t, sid, &q)) && !q.found && dx__lm_strs_push(&s->ids, sid))
+      rc = dx__lm_nomem(t->err);
+  }
+  dx__lm_sess_clear(&r);
+  return rc;
+}
+
+static int sess_cleanup(tx_t *t, int64_t now, uint64_t *count) {
+  sess_scan_t s;
+  dkey_t none;
+  size_t i;
+  int rc;
+  memset(&s, 0, sizeof s);
+  s.now = now;
+  s.orphans_only = 1;
+  k_init(&none);
+  rc = dx__lm_scan_prefix(t, DB_SESSIONS, &none, sess_scan_cb, &s);
+  for (i = 0; i < s.ids.n && !rc; i++) {
+    sess_rec_t r;
+    rc = dx__lm_sess_get(t, s.ids.v[i], &r);
+    if (!rc) rc = dx__lm_sess_put(t, s.ids.v[i], &r, NULL);
+    if (!rc) (*count)++;
+    dx__lm_sess_clear(&r);
+  }
+  dx__lm_strs_free(&s.ids);
+  return rc;
+}
+
+int dx__lm_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted,
+                            dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  uint64_t n = 0;
+  tx_t t;
+  int rc;
+  if (deleted) *deleted = 0;
+  LM_WRITE(p, t, err, rc, sess_cleanup(&t, now, &n), n = 0);
+  if (!rc && deleted) *deleted = n;
+  return rc;
+}
+
+/* Sessions with queued work but no row yet (never claimed: held back by capacity, or no
+** worker takes session work) are listed too, unowned: their queue is what an operator needs. */
+static int unclaimed_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  sess_scan_t *s = ud;
+  const char *sid = k->mv_data;
+  sess_rec_t r;
+  int rc;
+  (void)v;
+  if (k->mv_size == 0 || sid[k->mv_size - 1] != 0)
+    return dx__lm_corrupt(t, DB_SESS_QUEUE, "bad key", "%zu-byte key", k->mv_size);
+  rc = dx__lm_sess_get(t, sid, &r);
+  if (rc == DX_ENOTFOUND) {
+    memset(&r, 0, sizeof r);
+    rc = slist_push(t, &s->rows, sid, &r);
+  }
+  dx__lm_sess_clear(&r);
+  return rc;
+}
+
+int dx__lm_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  sess_scan_t s;
+  dkey_t none;
+  tx_t t;
+  int rc;
+  if (!cb) return dx_error_set(err, DX_EINVAL, "callback is NULL");
+  if ((rc = dx__lm_begin_tx(p, 0, &t, err))) return rc;
+  memset(&s, 0, sizeof s);
+  k_init(&none);
+  rc = dx__lm_scan_prefix(&t, DB_SESSIONS, &none, sess_scan_cb, &s);
+  if (!rc) rc = dx__lm_scan_prefix(&t, DB_SESS_QUEUE, &none, unclaimed_scan_cb, &s);
+  rc = dx__lm_tx_end(&t, rc);
+  if (!rc) slist_report(&s.rows, cb, ud);
+  slist_free(&s.rows);
+  return rc;
+}

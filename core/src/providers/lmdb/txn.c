@@ -1,0 +1,358 @@
+/*
+** txn.c -- LMDB provider: error mapping, transactions (nested inside a group-commit batch), raw
+** DB operations, prefix scans and the sequence counter.
+*/
+#include "lmdb_int.h"
+
+const char *const dx__lm_db_names[DB__COUNT] = {
+  "meta", "instances", "inst_created", "executions", "history",
+  "orch_msgs", "orch_state", "orch_ready", "orch_lock",
+  "work", "work_ready", "work_lock", "work_token", "work_ident",
+  "sessions", "sess_owner", "sess_items", "sess_queue", "sess_heads",
+};
+
+/* {===== errors =====} */
+
+/* LMDB's message without its "MDB_NAME: " prefix: constant names never reach users. */
+static const char *plain_error(int mrc) {
+  const char *s = mdb_strerror(mrc), *colon;
+  if (strncmp(s, "MDB_", 4) == 0 && (colon = strstr(s, ": ")) != NULL) return colon + 2;
+  return s;
+}
+
+/* LMDB reports a short write as EIO: when the disk holding the store is (nearly) full, that
+** is what it was. */
+static int disk_full(const shared_env_t *se) {
+  struct statvfs vs;
+  return se->data_fd >= 0 && fstatvfs(se->data_fd, &vs) == 0 &&
+         (uint64_t)vs.f_bavail * vs.f_frsize < (uint64_t)64 * se->psize;
+}
+
+int dx__lm_mdb_error(shared_env_t *se, int mrc, const char *what, dx_error_t *err) {
+  if (mrc == EIO && disk_full(se)) mrc = ENOSPC;
+  switch (mrc) {
+    case MDB_MAP_FULL:
+      __atomic_store_n(&se->grow_wanted, 1, __ATOMIC_RELAXED);
+      if (!dx__lm_can_grow(se))
+        return dx_error_set(err, DX_EFULL,
+                            "store %s is full: it reached its maximum size of %zu bytes (%s); "
+                            "raise store_max_size (--store-max-size)",
+                            se->path, se->map_size, what);
+      return dx_error_set(err, DX_EFULL,
+                          "store %s is full: its map of %zu bytes is used up (%s); it grows "
+                          "before the next transaction",
+                          se->path, se->map_size, what);
+    case ENOSPC:
+      return dx_error_set(err, DX_EFULL, "store %s is full: no space left on device (%s)",
+                          se->path, what);
+    case EDQUOT:
+      return dx_error_set(err, DX_EFULL, "store %s is full: disk quota exceeded (%s)", se->path,
+                          what);
+    case EACCES: case EROFS: case EPERM:
+      return dx_error_set(err, DX_ESTORE, "store %s is read-only: cannot %s", se->path, what);
+    case MDB_CORRUPTED: case MDB_PAGE_NOTFOUND: case MDB_INVALID: case MDB_VERSION_MISMATCH:
+      return dx_error_set(err, DX_ECORRUPT, "store %s is damaged: %s: %s", se->path, what,
+                          plain_error(mrc));
+    case MDB_NOTFOUND: return dx_error_set(err, DX_ENOTFOUND, "%s: not found", what);
+    case MDB_KEYEXIST: return dx_error_set(err, DX_EEXIST, "%s: key exists", what);
+    case ENOMEM: return dx_error_set(err, DX_ENOMEM, "%s: out of memory", what);
+    default:
+      return dx_error_set(err, DX_ESTORE, "store %s: %s: %s", se->path, what, plain_error(mrc));
+  }
+}
+
+int dx__lm_nomem(dx_error_t *err) { return dx_error_set(err, DX_ENOMEM, "out of memory"); }
+
+/* {===== transactions =====} */
+
+int dx__lm_tx_err(tx_t *t, int mrc, const char *what) {
+  return dx__lm_mdb_error(t->se, mrc, what, t->err);
+}
+
+MDB_txn *dx__lm_thread_batch(shared_env_t *se) {
+  MDB_txn *b = NULL;
+  pthread_mutex_lock(&se->batch_mu);
+  if (se->batch && pthread_equal(se->batch_thread, pthread_self())) b = se->batch;
+  pthread_mutex_unlock(&se->batch_mu);
+  return b;
+}
+
+/* A top-level txn: the store's files are checked first, a write grows the map when it must,
+** and the txn holds the remap lock as a reader until dx__lm_top_finish, so no thread of this
+** process resizes the map under it. */
+int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err) {
+  int rc, mrc, tries;
+  *txn = NULL;
+  if ((rc = dx__lm_files_ok(se, err))) return rc;
+  if (write && (rc = dx__lm_make_room(se, err))) return rc;
+  for (tries = 0;; tries++) {
+    pthread_rwlock_rdlock(&se->remap);
+    mrc = mdb_txn_begin(se->env, NULL, write ? 0 : MDB_RDONLY, txn);
+    if (mrc == 0) return 0;
+    pthread_rwlock_unlock(&se->remap);
+    *txn = NULL;
+    if (mrc != MDB_MAP_RESIZED || tries > 0)
+      return dx__lm_mdb_error(se, mrc, write ? "begin a write transaction" : "begin a read", err);
+    dx__lm_adopt_size(se); /* another process grew the map */
+  }
+}
+
+/* Commit (commit=1) or abort a top-level txn and release the remap lock. sync=0 sets
+** MDB_NOSYNC for this one commit. The flag lives in the process's MDB_env, so every top-level
+** commit takes commit_mu: no other thread can commit (and so skip its fsync) while the flag is
+** set. Returns LMDB's code for the commit. */
+int dx__lm_top_finish(shared_env_t *se, MDB_txn *txn, int commit, int durable, int notify) {
+  int rc = 0;
+  if (!commit) {
+    mdb_txn_abort(txn);
+  } else {
+    pthread_mutex_lock(&se->commit_mu);
+    if (!durable) mdb_env_set_flags(se->env, MDB_NOSYNC, 1);
+    rc = mdb_txn_commit(txn);
+    if (!durable) mdb_env_set_flags(se->env, MDB_NOSYNC, 0);
+    pthread_mutex_unlock(&se->commit_mu);
+  }
+  pthread_rwlock_unlock(&se->remap);
+  /* Wake workers in other processes watching the notify file (inotify sees any write). */
+  if (commit && rc == 0 && notify && se->notify_fd >= 0 &&
+      pwrite(se->notify_fd, "!", 1, 0) < 0) {
+    /* best effort: watchers still poll */
+  }
+  return rc;
+}
+
+int dx__lm_tx_begin(shared_env_t *se, int durable, int write, tx_t *t, dx_error_t *err) {
+  MDB_txn *parent = dx__lm_thread_batch(se);
+  int rc;
+  memset(t, 0, sizeof *t);
+  t->se = se;
+  t->write = write;
+  t->nested = parent != NULL;
+  t->durable = durable;
+  t->err = err ? err : &t->scratch;
+  if (!parent) return dx__lm_top_begin(se, write, &t->txn, t->err);
+  /* nested even for reads: they must see the batch's own writes */
+  if ((rc = mdb_txn_begin(se->env, parent, 0, &t->txn))) {
+    t->txn = NULL;
+    return dx__lm_tx_err(t, rc, "begin a nested transaction");
+  }
+  return 0;
+}
+
+int dx__lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err) {
+  return dx__lm_tx_begin(p->se, !p->no_sync, write, t, err);
+}
+
+/* Commit when rc == 0 and the txn wrote; abort otherwise. Returns the final code. */
+int dx__lm_tx_end(tx_t *t, int rc) {
+  int mrc, commit = rc == 0 && t->write;
+  if (!t->txn) return rc;
+  if (t->nested) {
+    mrc = 0;
+    if (commit) mrc = mdb_txn_commit(t->txn);
+    else mdb_txn_abort(t->txn);
+  } else {
+    mrc = dx__lm_top_finish(t->se, t->txn, commit, t->durable, 1);
+  }
+  t->txn = NULL;
+  return mrc ? dx__lm_tx_err(t, mrc, "commit") : rc;
+}
+
+/* 1 when a top-level write that failed with `rc` should run again: the map was full and
+** has room to grow (the next begin grows it). Bounded by `tries`. */
+int dx__lm_retry_full(tx_t *t, int rc, int tries) {
+  return rc == DX_EFULL && !t->nested && tries < 16 &&
+         __atomic_load_n(&t->se->grow_wanted, __ATOMIC_RELAXED) && dx__lm_can_grow(t->se);
+}
+
+/* Room for element n of a growable array: the (maybe moved) array, or NULL when out of
+** memory (the old array stays valid). */
+void *dx__lm_grow(void *v, size_t *cap, size_t n, size_t elem) {
+  size_t ncap;
+  if (n < *cap) return v;
+  ncap = *cap ? *cap * 2 : 16;
+  if (!(v = realloc(v, ncap * elem))) return NULL;
+  *cap = ncap;
+  return v;
+}
+
+/* {===== checksums =====} */
+
+/* Every value is stored as its bytes followed by a CRC32C (Castagnoli) of key and value, so a
+** flipped byte in a key or a value is detected on read instead of changing an answer. */
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void) {
+  uint32_t i, j, c;
+  for (i = 0; i < 256; i++) {
+    for (c = i, j = 0; j < 8; j++) c = (c >> 1) ^ (c & 1 ? 0x82F63B78u : 0);
+    crc_table[i] = c;
+  }
+}
+
+static uint32_t crc32c(uint32_t crc, const void *p, size_t n) {
+  const unsigned char *b = p;
+  while (n--) crc = crc_table[(crc ^ *b++) & 0xff] ^ (crc >> 8);
+  return crc;
+}
+
+static uint32_t record_sum(const MDB_val *k, const void *v, size_t n) {
+  pthread_once(&crc_once, crc_init);
+  return ~crc32c(crc32c(~0u, k->mv_data, k->mv_size), v, n);
+}
+
+static void put_u32(unsigned char *b, uint32_t v) {
+  b[0] = (unsigned char)(v >> 24);
+  b[1] = (unsigned char)(v >> 16);
+  b[2] = (unsigned char)(v >> 8);
+  b[3] = (unsigned char)v;
+}
+
+/* Printable form of a key for error messages, following the key layout: NUL-terminated ids
+** as text, 8-byte numbers in decimal, parts joined by '/' ("inst-1/1/3"). */
+static void key_text(const MDB_val *k, char *out, size_t cap) {
+  const unsigned char *b = k->mv_data;
+  size_t i = 0, o = 0, j;
+  out[0] = 0;
+  while (i < k->mv_size && o + 24 < cap) {
+    if (o) out[o++] = '/';
+    for (j = i; j < k->mv_size && b[j] >= 0x20 && b[j] < 0x7f; j++) {}
+    if (j < k->mv_size && b[j] == 0 && (j > i || k->mv_size - i < 8)) { /* an id */
+      o += (size_t)snprintf(out + o, cap - o, "%.*s", (int)(j - i < cap - o - 24 ? j - i : 0),
+                            (const char *)b + i);
+      i = j + 1;
+    } else if (k->mv_size - i >= 8) {
+      o += (size_t)snprintf(out + o, cap - o, "%llu", (unsigned long long)get_u64(b + i));
+      i += 8;
+    } else {
+      o += (size_t)snprintf(out + o, cap - o, "%u", b[i]);
+      i++;
+    }
+  }
+}
+
+int dx__lm_check_sum(tx_t *t, int db, const MDB_val *k, MDB_val *v) {
+  unsigned char want[4];
+  char key[160];
+  if (t->raw) return 0;
+  if (v->mv_size >= LM_SUM_BYTES) {
+    put_u32(want, record_sum(k, v->mv_data, v->mv_size - LM_SUM_BYTES));
+    if (memcmp(want, (const char *)v->mv_data + v->mv_size - LM_SUM_BYTES, LM_SUM_BYTES) == 0) {
+      v->mv_size -= LM_SUM_BYTES;
+      return 0;
+    }
+  }
+  key_text(k, key, sizeof key);
+  return dx_error_set(t->err, DX_ECORRUPT,
+                      "store %s is damaged: the record %s in %s fails its checksum",
+                      t->se->path, key, dx__lm_db_names[db]);
+}
+
+/* {===== basic operations =====} */
+
+int dx__lm_db_get(tx_t *t, int db, const dkey_t *k, MDB_val *v) {
+  MDB_val key = kval(k);
+  int rc = mdb_get(t->txn, t->se->dbi[db], &key, v);
+  if (rc == MDB_NOTFOUND) return DX_ENOTFOUND; /* callers decide; err untouched */
+  if (rc) return dx__lm_tx_err(t, rc, dx__lm_db_names[db]);
+  return dx__lm_check_sum(t, db, &key, v);
+}
+
+/* Writes the value with its checksum in place (MDB_RESERVE: no copy). */
+int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, unsigned flags) {
+  MDB_val key = kval(k), val;
+  size_t extra = t->raw ? 0 : LM_SUM_BYTES;
+  int rc;
+  val.mv_size = n + extra;
+  val.mv_data = NULL;
+  rc = mdb_put(t->txn, t->se->dbi[db], &key, &val, flags | MDB_RESERVE);
+  if (rc) {
+    char what[64];
+    snprintf(what, sizeof what, "write to %s", dx__lm_db_names[db]);
+    return dx__lm_tx_err(t, rc, what);
+  }
+  if (n) memcpy(val.mv_data, data, n);
+  if (extra) put_u32((unsigned char *)val.mv_data + n, record_sum(&key, data, n));
+  return 0;
+}
+
+/* Deleting a missing key is fine. */
+int dx__lm_db_del(tx_t *t, int db, const dkey_t *k) {
+  MDB_val key = kval(k);
+  int rc = mdb_del(t->txn, t->se->dbi[db], &key, NULL);
+  if (rc && rc != MDB_NOTFOUND) {
+    char what[64];
+    snprintf(what, sizeof what, "delete from %s", dx__lm_db_names[db]);
+    return dx__lm_tx_err(t, rc, what);
+  }
+  return 0;
+}
+
+/* The one place index entries are written or removed. */
+int dx__lm_idx_op(tx_t *t, int db, const dkey_t *k, const void *v, size_t n, int put) {
+  return put ? dx__lm_db_put(t, db, k, v, n, 0) : dx__lm_db_del(t, db, k);
+}
+
+int dx__lm_scan_prefix(tx_t *t, int db, const dkey_t *prefix, scan_fn fn, void *ud) {
+  MDB_cursor *c;
+  MDB_val k = kval(prefix), v;
+  int rc = 0, mrc = mdb_cursor_open(t->txn, t->se->dbi[db], &c);
+  if (mrc) return dx__lm_tx_err(t, mrc, dx__lm_db_names[db]);
+  mrc = mdb_cursor_get(c, &k, &v, prefix->n ? MDB_SET_RANGE : MDB_FIRST);
+  while (mrc == 0 && k.mv_size >= prefix->n && memcmp(k.mv_data, prefix->b, prefix->n) == 0) {
+    if ((rc = dx__lm_check_sum(t, db, &k, &v)) != 0 || (rc = fn(t, &k, &v, ud)) != 0) break;
+    mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+  }
+  mdb_cursor_close(c);
+  if (rc < 0) return rc;
+  if (mrc && mrc != MDB_NOTFOUND) return dx__lm_tx_err(t, mrc, dx__lm_db_names[db]);
+  return 0;
+}
+
+static int head_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  *(MDB_val *)ud = *k;
+  return 1;
+}
+
+/* First key of `db` under `prefix`: 0, DX_ENOTFOUND (err untouched) or an error. The bytes
+** stay valid until the txn writes. */
+int dx__lm_head_key(tx_t *t, int db, const dkey_t *prefix, MDB_val *key) {
+  int rc;
+  key->mv_size = 0;
+  key->mv_data = NULL;
+  rc = dx__lm_scan_prefix(t, db, prefix, head_cb, key);
+  if (rc) return rc;
+  return key->mv_data ? 0 : DX_ENOTFOUND;
+}
+
+int dx__lm_corrupt(tx_t *t, int db, const char *detail, const char *keyfmt, ...) {
+  char key[256];
+  va_list ap;
+  va_start(ap, keyfmt);
+  vsnprintf(key, sizeof key, keyfmt, ap);
+  va_end(ap);
+  return dx_error_set(t->err, DX_ECORRUPT, "store %s is damaged: corrupted record in %s (%s)%s%s",
+                      t->se->path, dx__lm_db_names[db], key, detail ? ": " : "",
+                      detail ? detail : "");
+}
+
+int dx__lm_next_seq(tx_t *t, uint64_t *out) {
+  dkey_t k;
+  MDB_val v;
+  unsigned char b[8];
+  uint64_t s = 0;
+  int rc;
+  key_name(&k, "seq");
+  rc = dx__lm_db_get(t, DB_META, &k, &v);
+  if (rc == 0) {
+    if (v.mv_size != 8) return dx__lm_corrupt(t, DB_META, "not 8 bytes", "seq");
+    s = get_u64(v.mv_data);
+  } else if (rc != DX_ENOTFOUND) {
+    return rc;
+  }
+  put_u64(b, ++s);
+  *out = s;
+  return dx__lm_db_put(t, DB_META, &k, b, 8, 0);
+}
+

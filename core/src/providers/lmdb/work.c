@@ -1,0 +1,471 @@
+/*
+** work.c -- LMDB provider: the worker queue: rows and their indexes, fetch (plain and session
+** rows), ack, abandon, renew, lock stealing.
+*/
+#include "lmdb_int.h"
+
+void dx__lm_row_clear(work_row_t *r) {
+  dx__lm_rec_clear(&dx__lm_row_schema, r);
+  memset(r, 0, sizeof *r);
+}
+
+int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r) {
+  dkey_t k;
+  char what[64];
+  memset(r, 0, sizeof *r);
+  key_seq(&k, seq);
+  r->seq = seq;
+  snprintf(what, sizeof what, "row %llu", (unsigned long long)seq);
+  return dx__lm_rec_get(t, &dx__lm_row_schema, &k, r, what);
+}
+
+static int row_write(tx_t *t, const work_row_t *r) {
+  dkey_t k;
+  key_seq(&k, r->seq);
+  return dx__lm_rec_put(t, &dx__lm_row_schema, &k, r);
+}
+
+/* Add (put=1) or remove the row's queue index entry (ready or lock for plain rows, the
+** session's sess_items for session rows) and, when locked, its token entry. */
+int dx__lm_row_queue_key(const work_row_t *r, dkey_t *k) {
+  int64_t due = r->token ? r->locked_until : r->visible_at;
+  if (r->session_id) {
+    key_sess_item(k, r->session_id, due, r->seq);
+    return DB_SESS_ITEMS;
+  }
+  key_work_idx(k, 0, due, r->seq);
+  return r->token ? DB_WORK_LOCK : DB_WORK_READY;
+}
+
+int dx__lm_row_index(tx_t *t, const work_row_t *r, int put) {
+  unsigned char seq[8];
+  dkey_t k;
+  int db = dx__lm_row_queue_key(r, &k);
+  int rc = dx__lm_idx_op(t, db, &k, "", 0, put);
+  if (rc || !r->token) return rc;
+  key_seq(&k, r->token);
+  put_u64(seq, r->seq);
+  return dx__lm_idx_op(t, DB_WORK_TOKEN, &k, seq, 8, put);
+}
+
+static int row_ident(tx_t *t, const work_row_t *r, int put) {
+  dkey_t k;
+  key_ident(&k, r->instance, r->exec, r->act_id);
+  k_u64(&k, r->seq);
+  return dx__lm_idx_op(t, DB_WORK_IDENT, &k, "", 0, put);
+}
+
+/* Replace row `old` (NULL: insert) by `nw` (NULL: delete), keeping every index in step. */
+static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
+  const char *sid = old ? old->session_id : nw->session_id;
+  dkey_t k;
+  int rc = 0;
+  if (old && (rc = dx__lm_row_index(t, old, 0))) return rc;
+  if (nw) {
+    if ((rc = row_write(t, nw)) || (rc = dx__lm_row_index(t, nw, 1))) return rc;
+    if (!old && (rc = row_ident(t, nw, 1))) return rc;
+  } else {
+    key_seq(&k, old->seq);
+    if ((rc = dx__lm_db_del(t, DB_WORK, &k)) || (rc = row_ident(t, old, 0))) return rc;
+  }
+  return sid ? dx__lm_squeue_refresh(t, sid, (nw != NULL) - (old != NULL)) : 0;
+}
+
+int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
+  work_row_t r;
+  int rc;
+  memset(&r, 0, sizeof r);
+  r.visible_at = visible_at;
+  r.exec = w->execution_id;
+  r.act_id = w->id;
+  if (dx__work_item_encode(w, &r.item, &r.item_len) || !(r.instance = dx__strdup(w->instance)) ||
+      (w->session_id && !(r.session_id = dx__strdup(w->session_id)))) {
+    dx__lm_row_clear(&r);
+    return dx__lm_nomem(t->err);
+  }
+  rc = dx__lm_next_seq(t, &r.seq);
+  if (!rc) rc = row_set(t, NULL, &r);
+  dx__lm_row_clear(&r);
+  return rc;
+}
+
+/* The row locked with `token`. DX_ELOCK when none is: acked, cancelled (lock stolen), or
+** re-locked by another worker after the lock expired. */
+static int row_by_token(tx_t *t, uint64_t token, work_row_t *r) {
+  dkey_t k;
+  MDB_val v;
+  int rc;
+  memset(r, 0, sizeof *r);
+  if (token == 0) return dx_error_set(t->err, DX_ETOKEN, "lock token 0 is never valid");
+  key_seq(&k, token);
+  rc = dx__lm_db_get(t, DB_WORK_TOKEN, &k, &v);
+  if (rc == DX_ENOTFOUND)
+    return dx_error_set(t->err, DX_ELOCK,
+                        "no worker item is locked with token %llx (acked, cancelled, or "
+                        "re-delivered after its lock expired)",
+                        (unsigned long long)token);
+  if (rc) return rc;
+  if (v.mv_size != 8)
+    return dx__lm_corrupt(t, DB_WORK_TOKEN, "not 8 bytes", "token %llx", (unsigned long long)token);
+  return dx__lm_row_get(t, get_u64(v.mv_data), r);
+}
+
+static int row_check_live(tx_t *t, const work_row_t *r, int64_t now) {
+  if (r->locked_until > now) return 0;
+  return dx_error_set(t->err, DX_ELOCK, "the lock on worker item %llu expired at %lld (now %lld)",
+                      (unsigned long long)r->seq, (long long)r->locked_until, (long long)now);
+}
+
+/* FIFO: earlier due time first, then older row. */
+static int cand_better(const work_cand_t *c, int64_t at, uint64_t seq) {
+  return !c->found || at < c->at || (at == c->at && seq < c->seq);
+}
+
+int dx__lm_work_head(tx_t *t, int db, int64_t now, work_cand_t *c) {
+  dkey_t pre;
+  MDB_val k;
+  int64_t at;
+  uint64_t seq;
+  int rc;
+  k_init(&pre);
+  k_u8(&pre, 0);
+  rc = dx__lm_head_key(t, db, &pre, &k);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return rc;
+  if (k.mv_size != 17) return dx__lm_corrupt(t, db, "bad key", "%zu-byte key", k.mv_size);
+  at = (int64_t)get_u64((const char *)k.mv_data + 1);
+  seq = get_u64((const char *)k.mv_data + 9);
+  if (at > now || !cand_better(c, at, seq)) return 0;
+  c->found = 1;
+  c->db = db;
+  c->kind = WC_PLAIN;
+  c->at = at;
+  c->seq = seq;
+  k_init(&c->key);
+  k_bytes(&c->key, k.mv_data, k.mv_size);
+  return 0;
+}
+
+/* Consider the earliest row of session `sid` (due at `due`). */
+static void sess_cand(const char *sid, uint64_t due, uint64_t seq, int kind, int64_t now,
+                      work_cand_t *c) {
+  size_t n = strlen(sid);
+  if ((int64_t)due > now || !cand_better(c, (int64_t)due, seq) || n > LM_SESSION_MAX) return;
+  c->found = 1;
+  c->db = DB_SESS_ITEMS;
+  c->kind = kind;
+  c->at = (int64_t)due;
+  c->seq = seq;
+  memcpy(c->sid, sid, n + 1);
+  key_sess_item(&c->key, sid, (int64_t)due, seq);
+}
+
+typedef struct {
+  const char *worker;
+  size_t prefix_n;
+  int64_t now;
+  uint32_t live;   /* owned sessions with a live lease */
+  work_cand_t *c;
+} owned_scan_t;
+
+/* sess_owner entry of this worker: count it, consider its session's earliest row. A session
+** whose lease lapsed is still ours until someone else claims it (same-id restart). */
+static int owned_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  owned_scan_t *o = ud;
+  const char *sid = (const char *)k->mv_data + o->prefix_n;
+  sess_queue_t q;
+  int rc;
+  if (k->mv_size <= o->prefix_n || ((const char *)k->mv_data)[k->mv_size - 1] != 0 ||
+      v->mv_size != 8)
+    return dx__lm_corrupt(t, DB_SESS_OWNER, "bad entry", "worker '%s'", o->worker);
+  if ((int64_t)get_u64(v->mv_data) > o->now) o->live++;
+  if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
+  if (q.found) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
+  return 0;
+}
+
+typedef struct {
+  const char *worker;
+  int64_t now;
+  work_cand_t *c;
+} claim_scan_t;
+
+/* sess_heads in time order: the first due session nobody holds (no row, released, or lease
+** lapsed) is the claim candidate. Sessions held by other workers are skipped; the walk ends
+** at the first head that is not due or not older than the best candidate so far. */
+static int claim_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  claim_scan_t *s = ud;
+  const char *kb = k->mv_data;
+  uint64_t due, seq;
+  sess_rec_t r;
+  int rc, held;
+  if (k->mv_size < 18 || kb[k->mv_size - 1] != 0)
+    return dx__lm_corrupt(t, DB_SESS_HEADS, "bad key", "%zu-byte key", k->mv_size);
+  due = get_u64(kb);
+  seq = get_u64(kb + 8);
+  if ((int64_t)due > s->now || !cand_better(s->c, (int64_t)due, seq)) return 1;
+  rc = dx__lm_sess_get(t, kb + 16, &r);
+  if (rc && rc != DX_ENOTFOUND) return rc;
+  /* our own sessions were considered by owned_cb */
+  held = rc == 0 && dx__lm_sess_owned(&r) &&
+         (strcmp(r.owner, s->worker) == 0 || r.locked_until > s->now);
+  dx__lm_sess_clear(&r);
+  if (held) return 0;
+  sess_cand(kb + 16, due, seq, WC_CLAIM, s->now, s->c);
+  return 1;
+}
+
+/* Oldest due row this worker may take: plain rows (ready, or lock expired), rows of sessions
+** it owns, and, while it owns fewer than max_sessions live sessions, rows of sessions it may
+** claim. cfg NULL: plain rows only. */
+static int work_pick(tx_t *t, int64_t now, const dx_session_cfg_t *cfg, work_cand_t *c) {
+  owned_scan_t o;
+  claim_scan_t cs;
+  dkey_t pre;
+  int rc;
+  memset(c, 0, sizeof *c);
+  if ((rc = dx__lm_work_head(t, DB_WORK_READY, now, c)) ||
+      (rc = dx__lm_work_head(t, DB_WORK_LOCK, now, c)))
+    return rc;
+  if (!cfg) return 0;
+  memset(&o, 0, sizeof o);
+  o.worker = cfg->worker_id;
+  o.now = now;
+  o.c = c;
+  key_inst(&pre, cfg->worker_id);
+  o.prefix_n = pre.n;
+  if ((rc = dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, &o))) return rc;
+  if (o.live >= cfg->max_sessions) return 0; /* at capacity: no new claims */
+  cs.worker = cfg->worker_id;
+  cs.now = now;
+  cs.c = c;
+  k_init(&pre);
+  return dx__lm_scan_prefix(t, DB_SESS_HEADS, &pre, claim_cb, &cs);
+}
+
+/* A token no live worker lock uses: tokens key the work_token index, so a repeat (say, a
+** process forked after drawing tokens) must not overwrite another row's entry. */
+static int fresh_work_token(tx_t *t, uint64_t *token) {
+  for (;;) {
+    dkey_t k;
+    MDB_val v;
+    int rc;
+    *token = dx__new_token();
+    key_seq(&k, *token);
+    rc = dx__lm_db_get(t, DB_WORK_TOKEN, &k, &v);
+    if (rc == DX_ENOTFOUND) return 0;
+    if (rc) return rc;
+  }
+}
+
+/* A close-session item at the head of a session nobody holds has nothing to close: delete
+** it, and the session row once the session has no rows left. */
+static int close_unheld(tx_t *t, const work_row_t *r) {
+  sess_queue_t q;
+  sess_rec_t s;
+  int rc;
+  if ((rc = row_set(t, r, NULL)) || (rc = dx__lm_squeue_get(t, r->session_id, &q)) || q.found)
+    return rc;
+  rc = dx__lm_sess_get(t, r->session_id, &s);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (!rc) rc = dx__lm_sess_put(t, r->session_id, &s, NULL);
+  dx__lm_sess_clear(&s);
+  return rc;
+}
+
+/* The session side of fetching a row of c->sid: claim it (owner = us, fresh lease) or, when
+** we own it, record the activity (and renew a lease that lapsed while we still owned it). */
+static int sess_take(tx_t *t, const work_cand_t *c, int64_t now, const dx_session_cfg_t *cfg,
+                     dx_work_fetch_t *out) {
+  sess_rec_t old, nw;
+  int rc = dx__lm_sess_get(t, c->sid, &old), found = rc == 0;
+  if (rc && rc != DX_ENOTFOUND) return rc;
+  rc = 0;
+  nw = old; /* shares old's strings */
+  nw.owner = (char *)cfg->worker_id;
+  nw.last_activity = now;
+  if (c->kind == WC_CLAIM || !dx__lm_sess_owner_is(&old, cfg->worker_id)) {
+    const char *prev = dx__lm_sess_owned(&old) ? old.owner : old.prev;
+    nw.prev = (char *)prev;
+    nw.locked_until = sat_add(now, cfg->session_lock_ms);
+    out->session_claimed = 1;
+    if (prev && *prev && !(out->previous_owner = dx__strdup(prev))) rc = dx__lm_nomem(t->err);
+  } else if (old.locked_until <= now) {
+    nw.locked_until = sat_add(now, cfg->session_lock_ms);
+  }
+  if (!rc) rc = dx__lm_sess_put(t, c->sid, found ? &old : NULL, &nw);
+  dx__lm_sess_clear(&old);
+  return rc;
+}
+
+static void fetch_reset(dx_work_fetch_t *out) {
+  dx_work_item_clear(&out->item);
+  free(out->previous_owner);
+  memset(out, 0, sizeof *out);
+}
+
+/* Lock candidate `c`. out->item.kind stays 0 when the candidate was cleaned up instead (a
+** stray index entry, a close item of a session nobody holds); the caller picks again. */
+static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms,
+                     const dx_session_cfg_t *cfg, dx_work_fetch_t *out) {
+  work_row_t old, nw;
+  dx_error_t derr = {0};
+  int rc = dx__lm_row_get(t, c->seq, &old);
+  if (rc == DX_ENOTFOUND) { /* stray index entry */
+    if ((rc = dx__lm_db_del(t, c->db, &c->key))) return rc;
+    return c->kind == WC_PLAIN ? 0 : dx__lm_squeue_refresh(t, c->sid, -1);
+  }
+  if (rc) return rc;
+  rc = dx__work_item_decode(old.item, old.item_len, &out->item, &derr);
+  if (rc == DX_ENOMEM) rc = dx__lm_nomem(t->err);
+  else if (rc) rc = dx__lm_corrupt(t, DB_WORK, derr.msg, "row %llu", (unsigned long long)c->seq);
+  if (!rc && c->kind == WC_CLAIM && out->item.name &&
+      strcmp(out->item.name, DX_CLOSE_SESSION_ACTIVITY) == 0) {
+    rc = close_unheld(t, &old);
+    fetch_reset(out);
+    dx__lm_row_clear(&old);
+    return rc;
+  }
+  nw = old;
+  if (!rc) rc = fresh_work_token(t, &nw.token);
+  if (!rc) {
+    nw.locked_until = sat_add(now, lock_ms);
+    nw.attempt++;
+    rc = row_set(t, &old, &nw);
+  }
+  if (!rc && c->kind != WC_PLAIN) rc = sess_take(t, c, now, cfg, out);
+  if (rc) {
+    fetch_reset(out);
+  } else {
+    out->lock_token = nw.token;
+    out->attempt_count = (uint32_t)nw.attempt;
+  }
+  dx__lm_row_clear(&old); /* nw shares old's strings */
+  return rc;
+}
+
+static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
+                      dx_work_fetch_t *out) {
+  work_cand_t c;
+  int rc;
+  for (;;) { /* a round only repeats after removing a stray index entry or a close item */
+    if ((rc = work_pick(t, now, cfg, &c)) || !c.found) return rc;
+    if ((rc = work_lock(t, &c, now, lock_ms, cfg, out)) || out->item.kind) return rc;
+  }
+}
+
+int dx__lm_ident_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  seq_list_t *l = ud;
+  uint64_t *nv;
+  if (!(nv = dx__lm_grow(l->v, &l->cap, l->n, sizeof *l->v))) return dx__lm_nomem(t->err);
+  l->v = nv;
+  l->v[l->n++] = get_u64((const char *)k->mv_data + k->mv_size - 8);
+  return 0;
+}
+
+/* Lock stealing: delete every row with this identity; none is fine. */
+int dx__lm_work_cancel(tx_t *t, const dx_activity_ref_t *ref) {
+  seq_list_t l = {NULL, 0, 0};
+  dkey_t k;
+  size_t i;
+  int rc;
+  key_ident(&k, ref->instance, ref->execution_id, ref->activity_id);
+  rc = dx__lm_scan_prefix(t, DB_WORK_IDENT, &k, dx__lm_ident_cb, &l);
+  for (i = 0; i < l.n && !rc; i++) {
+    work_row_t r;
+    rc = dx__lm_row_get(t, l.v[i], &r);
+    if (rc == DX_ENOTFOUND) { rc = 0; continue; }
+    if (!rc) rc = row_set(t, &r, NULL);
+    dx__lm_row_clear(&r);
+  }
+  free(l.v);
+  return rc;
+}
+
+/* {===== methods: worker queue =====} */
+
+int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
+                      const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
+                      dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  tx_t t;
+  int rc;
+  if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
+  memset(out, 0, sizeof *out);
+  if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
+  if (sessions && (rc = dx__lm_check_worker_id(sessions->worker_id, err))) return rc;
+  if ((rc = dx__lm_nothing_due(p, now, 0, 1, sessions != NULL, err))) return rc < 0 ? rc : 0;
+  LM_WRITE(p, t, err, rc, work_fetch(&t, now, lock_ms, sessions, out), fetch_reset(out));
+  return rc;
+}
+
+static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion) {
+  work_row_t r;
+  int rc = row_by_token(t, token, &r);
+  if (!rc) rc = row_check_live(t, &r, now);
+  if (!rc) rc = row_set(t, &r, NULL);
+  if (!rc) rc = dx__lm_sess_touch(t, r.session_id, now);
+  dx__lm_row_clear(&r);
+  if (!rc && completion) rc = dx__lm_orch_enqueue(t, completion, now);
+  return rc;
+}
+
+int dx__lm_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
+                    const dx_work_item_t *completion, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  tx_t t;
+  int rc;
+  if (completion && (rc = dx__lm_check_item(completion, err))) return rc;
+  LM_WRITE(p, t, err, rc, work_ack(&t, now, token, completion), (void)0);
+  return rc;
+}
+
+/* Abandon (release, visible after `ms`) or renew (extend by `ms`) a worker lock. */
+static int work_relock(tx_t *t, int64_t now, uint64_t token, int abandon, int64_t ms,
+                       int ignore_attempt) {
+  work_row_t r, nw;
+  int rc = row_by_token(t, token, &r);
+  if (!rc && !abandon) rc = row_check_live(t, &r, now);
+  if (rc) { dx__lm_row_clear(&r); return rc; }
+  nw = r;
+  if (abandon) {
+    nw.token = 0;
+    nw.locked_until = 0;
+    nw.visible_at = sat_add(now, ms > 0 ? ms : 0);
+    if (ignore_attempt && nw.attempt > 0) nw.attempt--;
+  } else {
+    nw.locked_until = sat_add(now, ms);
+  }
+  rc = row_set(t, &r, &nw);
+  if (!rc && !abandon) rc = dx__lm_sess_touch(t, r.session_id, now);
+  dx__lm_row_clear(&r); /* nw shares r's strings */
+  return rc;
+}
+
+int dx__lm_abandon_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t delay_ms,
+                        int ignore_attempt, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  tx_t t;
+  int rc;
+  LM_WRITE(p, t, err, rc, work_relock(&t, now, token, 1, delay_ms, ignore_attempt), (void)0);
+  return rc;
+}
+
+int dx__lm_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t extend_ms,
+                      dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  tx_t t;
+  int rc;
+  LM_WRITE(p, t, err, rc, work_relock(&t, now, token, 0, extend_ms, 0), (void)0);
+  return rc;
+}
+
+int dx__lm_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
+                        dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  tx_t t;
+  int rc;
+  if ((rc = dx__lm_check_item(item, err)) || (rc = dx__lm_check_payload(item, err))) return rc;
+  LM_WRITE(p, t, err, rc, dx__lm_work_insert(&t, item, now), (void)0);
+  return rc;
+}

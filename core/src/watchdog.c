@@ -1,0 +1,189 @@
+/*
+** watchdog.c -- the blocked-loop warning (see watchdog.h).
+**
+** Orchestration turns, activities and callbacks share one loop: code that runs for seconds
+** without yielding stalls every instance of the worker. The loop cannot report that itself,
+** so a thread does: the loop's heartbeat timer stamps the time every threshold/4, and when the
+** stamp is older than the threshold the thread logs what the loop thread recorded as running.
+** One global mutex guards every watchdog (the loop threads and the watchdog threads are few).
+*/
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "watchdog.h"
+
+#define MAX_DEPTH 8     /* nested labels kept; deeper ones count but keep the 8th */
+#define LABEL_LEN 240
+
+typedef struct watchdog_s {
+  uv_loop_t *loop;
+  int refs;
+  int64_t threshold_ms, period_ms;
+  uv_timer_t beat;
+  uv_thread_t thread;
+  uv_cond_t wake;
+  int stop;
+  int64_t beat_ms;        /* last heartbeat (monotonic ms) */
+  int warned;             /* this blockage was reported */
+  int64_t blocked_from;   /* the heartbeat before the reported blockage */
+  int paused;             /* dx__watch_driven(loop, 0): the script is not driving the loop */
+  int depth;              /* nesting of dx__watch_enter */
+  char labels[MAX_DEPTH][LABEL_LEN];
+  struct watchdog_s *next;
+} watchdog_t;
+
+static uv_mutex_t mu;
+static uv_once_t mu_once = UV_ONCE_INIT;
+static watchdog_t *all; /* guarded by mu */
+
+static void mu_init(void) { uv_mutex_init(&mu); }
+
+static int64_t mono_ms(void) { return (int64_t)(uv_hrtime() / 1000000u); }
+
+/* Caller holds mu. */
+static watchdog_t *find(uv_loop_t *loop) {
+  watchdog_t *w;
+  for (w = all; w; w = w->next)
+    if (w->loop == loop) return w;
+  return NULL;
+}
+
+static void on_beat(uv_timer_t *t) {
+  watchdog_t *w = t->data;
+  int64_t now = mono_ms(), blocked;
+  int warned;
+  uv_mutex_lock(&mu);
+  blocked = now - w->blocked_from;
+  warned = w->warned;
+  w->beat_ms = now;
+  w->warned = 0;
+  uv_mutex_unlock(&mu);
+  if (warned) dx__log(DX_LOG_WARN, "loop no longer blocked", "blocked_ms=%" PRId64, blocked);
+}
+
+static void watch_thread(void *arg) {
+  watchdog_t *w = arg;
+  uv_mutex_lock(&mu);
+  while (!w->stop) {
+    int64_t now = mono_ms(), blocked = now - w->beat_ms;
+    if (!w->warned && !w->paused && blocked > w->threshold_ms) {
+      char running[LABEL_LEN];
+      int d = w->depth;
+      snprintf(running, sizeof running, "%s",
+               d > 0 ? w->labels[(d > MAX_DEPTH ? MAX_DEPTH : d) - 1]
+                     : "engine or app code outside activities and turns");
+      w->warned = 1;
+      w->blocked_from = w->beat_ms;
+      uv_mutex_unlock(&mu); /* never log under the lock: the loop would wait on it */
+      dx__log(DX_LOG_WARN, "loop blocked: every instance of this worker waits",
+              "blocked_ms=%" PRId64 " threshold_ms=%" PRId64 " running=\"%s\"", blocked,
+              w->threshold_ms, running);
+      uv_mutex_lock(&mu);
+      continue;
+    }
+    uv_cond_timedwait(&w->wake, &mu, (uint64_t)w->period_ms * 1000000u);
+  }
+  uv_mutex_unlock(&mu);
+}
+
+int dx__watchdog_attach(uv_loop_t *loop, int64_t threshold_ms) {
+  watchdog_t *w;
+  int rc;
+  if (threshold_ms <= 0) return 0;
+  uv_once(&mu_once, mu_init);
+  uv_mutex_lock(&mu);
+  if ((w = find(loop)) != NULL) {
+    w->refs++; /* the first runtime's threshold stays */
+    uv_mutex_unlock(&mu);
+    return 0;
+  }
+  uv_mutex_unlock(&mu);
+  if (!(w = calloc(1, sizeof *w))) return UV_ENOMEM;
+  w->loop = loop;
+  w->refs = 1;
+  w->threshold_ms = threshold_ms;
+  w->period_ms = threshold_ms / 4 > 10 ? threshold_ms / 4 : 10;
+  w->beat_ms = mono_ms();
+  if ((rc = uv_cond_init(&w->wake)) != 0) {
+    free(w);
+    return rc;
+  }
+  uv_timer_init(loop, &w->beat);
+  w->beat.data = w;
+  uv_timer_start(&w->beat, on_beat, (uint64_t)w->period_ms, (uint64_t)w->period_ms);
+  uv_unref((uv_handle_t *)&w->beat); /* never keeps the loop alive by itself */
+  uv_mutex_lock(&mu);
+  w->next = all;
+  all = w;
+  uv_mutex_unlock(&mu);
+  if ((rc = uv_thread_create(&w->thread, watch_thread, w)) != 0) {
+    w->refs = 0;
+    w->thread = uv_thread_self(); /* no thread to join */
+    dx__watchdog_detach(loop);
+    return rc;
+  }
+  return 0;
+}
+
+static void beat_closed(uv_handle_t *h) {
+  watchdog_t *w = h->data;
+  uv_cond_destroy(&w->wake);
+  free(w);
+}
+
+void dx__watchdog_detach(uv_loop_t *loop) {
+  watchdog_t *w, **pp;
+  uv_thread_t self = uv_thread_self();
+  uv_once(&mu_once, mu_init);
+  uv_mutex_lock(&mu);
+  if (!(w = find(loop)) || --w->refs > 0) {
+    uv_mutex_unlock(&mu);
+    return;
+  }
+  for (pp = &all; *pp != w; pp = &(*pp)->next) {}
+  *pp = w->next;
+  w->stop = 1;
+  uv_cond_signal(&w->wake);
+  uv_mutex_unlock(&mu);
+  if (!uv_thread_equal(&w->thread, &self)) uv_thread_join(&w->thread);
+  uv_close((uv_handle_t *)&w->beat, beat_closed);
+}
+
+void dx__watch_enter(uv_loop_t *loop, const char *fmt, ...) {
+  watchdog_t *w;
+  uv_once(&mu_once, mu_init);
+  uv_mutex_lock(&mu);
+  if ((w = find(loop)) != NULL) {
+    if (w->depth < MAX_DEPTH) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(w->labels[w->depth], LABEL_LEN, fmt, ap);
+      va_end(ap);
+    }
+    w->depth++;
+  }
+  uv_mutex_unlock(&mu);
+}
+
+void dx__watch_leave(uv_loop_t *loop) {
+  watchdog_t *w;
+  uv_once(&mu_once, mu_init);
+  uv_mutex_lock(&mu);
+  if ((w = find(loop)) != NULL && w->depth > 0) w->depth--;
+  uv_mutex_unlock(&mu);
+}
+
+void dx__watch_driven(uv_loop_t *loop, int driven) {
+  watchdog_t *w;
+  uv_once(&mu_once, mu_init);
+  uv_mutex_lock(&mu);
+  if ((w = find(loop)) != NULL) {
+    w->paused = !driven;
+    if (driven) w->beat_ms = mono_ms();
+  }
+  uv_mutex_unlock(&mu);
+}

@@ -1,0 +1,31 @@
+/*
+** watchdog.h -- warns when a loop is blocked (internal).
+**
+** One watchdog per libuv loop, shared by the runtimes on it. A heartbeat timer on the loop
+** stamps the time; a thread notices when the stamps stop for longer than the threshold and
+** logs `loop blocked`, naming what the loop thread said it was running (dx__watch_enter).
+*/
+#ifndef DX_WATCHDOG_H
+#define DX_WATCHDOG_H
+#include <stdint.h>
+#include <uv.h>
+
+/* Start watching `loop` (or take another reference when it is watched already). threshold_ms
+** 0 does nothing. Loop thread. 0, or a libuv error (the loop is then simply not watched). */
+int dx__watchdog_attach(uv_loop_t *loop, int64_t threshold_ms);
+/* Drop a reference taken by a successful attach; the last one stops the thread and closes
+** the timer (freed by its close callback: the loop must run once more). Loop thread. */
+void dx__watchdog_detach(uv_loop_t *loop);
+
+/* The loop thread starts running user code described by fmt (say "activity Foo (instance
+** i1, id 3)") until the matching dx__watch_leave; calls nest. No-op on an unwatched loop. */
+void dx__watch_enter(uv_loop_t *loop, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void dx__watch_leave(uv_loop_t *loop);
+/* A loop that a script drives now and then (duroxide.runtime) is not blocked while the script
+** does other things: driven 0 pauses the watch, 1 resumes it with a fresh heartbeat. */
+void dx__watch_driven(uv_loop_t *loop, int driven);
+#endif

@@ -1,0 +1,327 @@
+#!/usr/bin/env bash
+# tests/chaos/chaos.sh -- the chaos campaign (TAP): several real duroxide-lua workers on one
+# store run hundreds of orchestrations (tests/chaos/app.lua: chains, fan-outs, shared sessions,
+# timers, sub-orchestrations, external events, continue-as-new) while workers are killed with
+# SIGKILL at random and restarted, with the same --worker-node-id or a new one. At the end
+# (tests/chaos/ctl.lua check): every instance completed once with the output plan.lua computes,
+# no history has a duplicated or missing completion or more than one terminal event, and no two
+# processes ran activities of one session at the same time (a TODO until issue 9 item 3 is
+# fixed). scripts/chaos runs the long version and prints the JSON summary.
+#
+# Environment (defaults are the short version that `meson test` runs):
+#   CHAOS_ORCHESTRATIONS=150  CHAOS_WORKERS=3  CHAOS_KILLS=4   instances, workers, SIGKILLs
+#   CHAOS_KILL_EVERY="800 2500"    a kill every uniform(MIN, MAX) ms, the first after MIN
+#   CHAOS_WAVES               starts come in this many waves, one a second, so that kills land
+#                             at every stage of the instances' lives (default: as many as the
+#                             seconds the kills take, at least 5)
+#   CHAOS_SESSIONS=6          session ids shared by the Sess and Mix instances
+#   CHAOS_CLOSE=1             some Sess instances call ctx:close_session (0: never)
+#   CHAOS_SEED                plan and kill schedule seed (default: from the clock; printed)
+#   CHAOS_TIMEOUT=240         seconds the instances may take after the last kill
+#   CHAOS_WORKER_OPTS         worker options (default: 2s activity, session and turn leases)
+#   CHAOS_SUMMARY             also write the JSON summary to this file
+#   STORE                     the store (directory or URL); default a fresh temp dir
+#   E2E_KEEP=1                keep the temp dir (store, worker logs, activity logs)
+
+# The whole script is one compound command: bash parses it before running any of it, so editing
+# this file during a long run cannot change the run.
+{
+E2E_TMP_PREFIX=duroxide-chaos
+source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
+
+# A private copy of the app and ctl.lua: editing the tree during a long run cannot change it.
+CHAOS=$TMP/chaos
+cp -r "$HERE/chaos" "$CHAOS"
+N=${CHAOS_ORCHESTRATIONS:-150}
+NW=${CHAOS_WORKERS:-3}
+KILLS=${CHAOS_KILLS:-4}
+read -r KMIN KMAX <<<"${CHAOS_KILL_EVERY:-800 2500}"
+SEED=${CHAOS_SEED:-$(( $(date +%s%N) / 1000 % 2000000000 + 1 ))}
+TIMEOUT=${CHAOS_TIMEOUT:-240}
+# need_int VAR VALUE MIN: a whole number >= MIN, else a usage error naming the variable.
+need_int() {
+  [[ $2 =~ ^[0-9]+$ ]] && (($2 >= $3)) && return
+  echo "Bail out! $1 must be a whole number >= $3 (got '$2')"
+  exit 2
+}
+need_int CHAOS_ORCHESTRATIONS "$N" 1
+need_int CHAOS_WORKERS "$NW" 1
+need_int CHAOS_KILLS "$KILLS" 0
+need_int "CHAOS_KILL_EVERY (min)" "${KMIN:-}" 1
+need_int "CHAOS_KILL_EVERY (max)" "${KMAX:-}" "${KMIN:-1}"
+need_int CHAOS_SEED "$SEED" 1
+need_int CHAOS_TIMEOUT "$TIMEOUT" 1
+need_int CHAOS_SESSIONS "${CHAOS_SESSIONS:-6}" 1
+KILL_SPAN_S=$((KILLS * (KMIN + KMAX) / 2000))   # about how long the kills go on
+WAVES=${CHAOS_WAVES:-$((KILL_SPAN_S > 5 ? KILL_SPAN_S : 5))}
+DEFAULT_WOPTS="--worker-lock-timeout 2s --session-lock-timeout 2s --orchestrator-lock-timeout 2s"
+read -r -a WOPTS <<<"${CHAOS_WORKER_OPTS:-$DEFAULT_WOPTS}"
+export STORE=${STORE:-$TMP/store}
+export CHAOS_N=$N CHAOS_SEED=$SEED CHAOS_SESSIONS=${CHAOS_SESSIONS:-6} CHAOS_CLOSE=${CHAOS_CLOSE:-1}
+export CHAOS_LOG=$TMP/logs CHAOS_DEATHS=$TMP/deaths
+mkdir -p "$CHAOS_LOG"
+RANDOM=$SEED
+
+# ctl.lua runs in lua5.4 with the duroxide.so built next to the binary under test (with the
+# sanitizer runtimes preloaded when that build is instrumented, as scripts/test does for busted).
+SO_DIR=$(dirname "${DUROXIDE_LUA:-$ROOT/build/bindings/duroxide-lua}")
+CTL_ENV=(env "LUA_CPATH=$SO_DIR/?.so;;")
+if ldd "$SO_DIR/duroxide.so" 2>/dev/null | grep -q libasan; then
+  CTL_ENV+=("LD_PRELOAD=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
+            "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1")
+fi
+ctl() { timeout 120 "${CTL_ENV[@]}" lua5.4 "$CHAOS/ctl.lua" "$@"; }
+
+now_ms() { date +%s%3N; }
+rand_between() { echo $(( $1 + (RANDOM * 32768 + RANDOM) % ($2 - $1 + 1) )); }
+
+# Worker slots 1..NW: the id and pid of the process each slot runs now.
+declare -a WNAME WPIDS
+KILLED=0 SAME_ID=0 NEW_ID=0 GEN=0
+slot_start() {   # slot_start K NAME
+  WNAME[$1]=$2
+  start_worker "$TMP/w$1.log" "$CHAOS/app.lua" --store "$STORE" --worker-node-id "$2" "${WOPTS[@]}"
+  WPIDS[$1]=$WPID
+}
+died() { echo "$1 $(now_ms)" >>"$CHAOS_DEATHS"; }
+# exited PID: the process is gone or a zombie (kill -0 still succeeds on a zombie child).
+exited() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null); [ -z "$st" ] || [[ $st == Z* ]]; }
+
+# Workers that died without being killed, or did not stop cleanly on SIGTERM: real defects.
+CRASHES=()
+# reap_crashed: restart (same id) every worker that exited on its own, recording it.
+reap_crashed() {
+  local k pid st
+  for ((k = 1; k <= NW; k++)); do
+    pid=${WPIDS[$k]}
+    exited "$pid" || continue
+    wait "$pid" 2>/dev/null
+    st=$?
+    died "$pid"
+    CRASHES+=("worker pid $pid (${WNAME[$k]}) exited on its own with status $st; w$k.log ends:
+$(tail -n 5 "$TMP/w$k.log")")
+    diag "worker pid $pid (${WNAME[$k]}) exited on its own (status $st): restarting it"
+    slot_start "$k" "${WNAME[$k]}"
+  done
+}
+
+# kill -9 a random worker; restart it at once with the same id (half the time) or a new one.
+kill_and_restart() {
+  local k=$((RANDOM % NW + 1)) pid name
+  pid=${WPIDS[$k]}
+  kill -9 "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  died "$pid"
+  KILLED=$((KILLED + 1))
+  if ((RANDOM % 2)); then
+    name=${WNAME[$k]}
+    SAME_ID=$((SAME_ID + 1))
+  else
+    GEN=$((GEN + 1))
+    name=chaos-w$k-g$GEN
+    NEW_ID=$((NEW_ID + 1))
+  fi
+  diag "kill -9 pid $pid (${WNAME[$k]}) -> restart as $name"
+  slot_start "$k" "$name"
+}
+
+# ctl_tap CMD: run `ctl.lua CMD` and turn its "PASS|FAIL|TODOPASS|TODOFAIL name" lines, each
+# followed by its "DIAG text" lines, into TAP checks.
+ctl_tap() {
+  local kind name line diags=() last="" lastname=""
+  emit() {
+    case $last in
+      PASS) pass "$lastname" ;;
+      FAIL) fail "$lastname" "${diags[@]}" ;;
+      # meson counts "ok # TODO" as an unexpected pass (a failure): a passing TODO is a pass.
+      TODOPASS) pass "$lastname" ;;
+      TODOFAIL) todo "$lastname" 1 "issue 9 item 3: session overlap (same-id restart or close_session)" \
+                  "${diags[@]}" ;;
+    esac
+    diags=()
+  }
+  while IFS= read -r line; do
+    kind=${line%% *}
+    name=${line#* }
+    case $kind in
+      DIAG) diags+=("$name") ;;
+      PASS | FAIL | TODOPASS | TODOFAIL) emit; last=$kind lastname=$name ;;
+    esac
+  done < <(ctl "$1")
+  emit
+  [ -n "$last" ] || fail "ctl.lua $1 printed no check"
+}
+
+# The checkers find what they exist to find (made-up histories and activity runs), and a TODO
+# check that fails does not fail `scripts/test` (its counter, tools/tap_count.lua).
+c0_checkers() {
+  local log=$TMP/testlog.json counts
+  ctl_tap selftest
+  printf '{"name":"t","result":"OK","stdout":"%s"}\n' \
+    'ok 1 - a\nnot ok 2 - b # TODO known gap\nnot ok 3 - c\nok 4 - d # TODO fixed\n' >"$log"
+  counts=$(lua5.4 "$ROOT/tools/tap_count.lua" "$log" 2>&1)
+  check "tools/tap_count.lua counts a failing TODO as neither passed nor failed" \
+    "$([ "$counts" = "2 1" ]; echo $?)" "got '$counts', want '2 1'"
+}
+
+c1_campaign() {
+  local t0 k done=0 started=0 wave next_wave next_kill deadline=0 now
+  diag "seed $SEED: $N orchestrations, $NW workers, $KILLS kills, store $STORE"
+  t0=$(now_ms)
+  for ((k = 1; k <= NW; k++)); do slot_start "$k" "chaos-w$k"; done
+  wave=$(((N + WAVES - 1) / WAVES))
+  next_wave=$t0
+  next_kill=$((t0 + KMIN))
+  while :; do
+    now=$(now_ms)
+    if ((started < N && now >= next_wave)); then
+      if ! ctl start $((started + 1)) $((started + wave)); then
+        fail "start instances $((started + 1))..$((started + wave))"
+        break
+      fi
+      started=$((started + wave))
+      next_wave=$((next_wave + 1000))
+    fi
+    if ((KILLED < KILLS && now >= next_kill)); then
+      kill_and_restart
+      next_kill=$((now + $(rand_between "$KMIN" "$KMAX")))
+      ((KILLED == KILLS)) && deadline=$((now + TIMEOUT * 1000))
+    fi
+    reap_crashed
+    done=$(ctl poll | sed -n 's/^DONE //p')
+    ((started >= N && ${done:-0} >= N)) && break
+    ((KILLS == 0 && deadline == 0)) && deadline=$((now + TIMEOUT * 1000))
+    if ((deadline > 0 && now > deadline)); then
+      diag "timeout: ${done:-0} of $N instances ended within ${TIMEOUT}s after the last kill"
+      break
+    fi
+    sleep 0.3
+  done
+  local elapsed=$(( ($(now_ms) - t0) / 1000 ))
+  # Graceful stop of the survivors; the stop time ends any activity run they left open.
+  reap_crashed
+  for ((k = 1; k <= NW; k++)); do
+    stop_worker "${WPIDS[$k]}" TERM 30
+    died "${WPIDS[$k]}"
+    [ "$WRC" -eq 0 ] ||
+      CRASHES+=("worker pid ${WPIDS[$k]} (${WNAME[$k]}): SIGTERM stop ended with status $WRC")
+  done
+  diag "ran ${elapsed}s; $KILLED kills ($SAME_ID restarts with the same id, $NEW_ID with a new id)"
+  # A campaign whose instances all ended before the first kill tested nothing about crashes.
+  if ((KILLS > 0)); then
+    check "workers were killed while instances ran ($KILLED kills)" "$((KILLED == 0))"
+  fi
+  check "no worker exited on its own; each survivor stopped cleanly on SIGTERM" "${#CRASHES[@]}" \
+    "${CRASHES[@]}"
+  CHAOS_META=$(printf '{"worker_crashes":%d,"seed":%d,"workers":%d,"kills":%d,' \
+    "${#CRASHES[@]}" "$SEED" "$NW" "$KILLED")
+  CHAOS_META+=$(printf '"restarts_same_id":%d,"restarts_new_id":%d,"elapsed_s":%d}' \
+    "$SAME_ID" "$NEW_ID" "$elapsed")
+  export CHAOS_META
+  export CHAOS_SUMMARY=${CHAOS_SUMMARY:-$TMP/summary.json}
+  ctl_tap check
+  diag "summary: $(cat "$CHAOS_SUMMARY" 2>/dev/null)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Minimal reproductions of the two session-overlap defects the campaign finds (issue 9 item 3).
+# Each is deterministic: it builds the exact interleaving instead of waiting for a kill to hit
+# it. Completion is a hard check; the overlap check is a TODO until the defect is fixed.
+
+# scen_setup NAME: a fresh log dir for scenario NAME; instance and session ids get a run suffix
+# so the scenarios can share a store ($STORE) with earlier runs.
+scen_setup() {
+  local d
+  d=$(new_dir "$1")
+  export CHAOS_LOG=$d/logs CHAOS_DEATHS=$d/deaths
+  mkdir -p "$CHAOS_LOG"
+  SDIR=$d
+  RUN=$1-$SEED
+}
+# sess_in X SID MS CLOSE: the input of a Sess instance with one SessStep.
+sess_in() { printf '{"x":%d,"n":1,"par":0,"sid":"%s","ms":%d,"close":%s}' "$1" "$2" "$3" "$4"; }
+runlog_has() { cat "$CHAOS_LOG"/act.*.log 2>/dev/null | grep -Eq "$1"; }   # runlog_has REGEX
+lease_lapsed() {   # lease_lapsed SID
+  dx sessions --store "$STORE" | grep "\"session_id\":\"$1\"" | grep -q '"lease":"lapsed"'
+}
+# overlap_todo NAME REASON: the session-overlap check of the scenario's logs, as a TODO when it
+# fails. When it passes it is a plain pass (meson counts "ok # TODO" as a failure, and under
+# heavy load the interleaving may not happen); once the defect is fixed, make it a `check`.
+overlap_todo() {
+  local ov
+  ov=$(ctl overlaps)
+  if [ -z "$ov" ]; then pass "$1"; else todo "$1" 1 "$2" "$ov"; fi
+}
+# wait_done ID...: hard check that each instance completed.
+wait_done() {
+  local id bad=()
+  for id in "$@"; do
+    run_cmd wait "$id" --timeout 60s --store "$STORE"
+    [ "$RC" -eq 0 ] || bad+=("$id: rc=$RC $OUT $ERR")
+  done
+  check "$SCEN: instances ${*} completed" "${#bad[@]}" "${bad[@]}"
+}
+
+# (b) ctx:close_session from one instance releases the session while another instance's
+# activity on it still runs on the owner; a second worker then claims it and runs the next
+# activity at the same time. Worker A runs a 4 s SessStep of instance "long"; instance "close"
+# runs a SessStep on the same session on A and closes it; A is asked to stop (it fetches nothing
+# more but finishes "long" within its grace); worker B starts and claims the session for
+# instance "next". Leases are 30 s, so no lease lapses here.
+c2_close_during_activity() {
+  SCEN=c2
+  scen_setup c2
+  local sid=s-$RUN opts=(--session-lock-timeout 30s --worker-lock-timeout 30s
+                         --orchestrator-lock-timeout 2s --shutdown-grace 30s) pa
+  start_worker "$SDIR/a.log" "$CHAOS/app.lua" --store "$STORE" --worker-node-id "a-$RUN" "${opts[@]}"
+  pa=$WPID
+  dx start Sess "$(sess_in 1 "$sid" 4000 false)" --id "long-$RUN" --store "$STORE" >/dev/null
+  wait_until 30 runlog_has "^S .* long-$RUN " || diag "long-$RUN never started"
+  dx start Sess "$(sess_in 2 "$sid" 0 true)" --id "close-$RUN" --store "$STORE" >/dev/null
+  wait_until 30 runlog_has "^H .* $sid released closed" || diag "$sid was never closed"
+  kill -TERM "$pa"
+  start_worker "$SDIR/b.log" "$CHAOS/app.lua" --store "$STORE" --worker-node-id "b-$RUN" "${opts[@]}"
+  dx start Sess "$(sess_in 3 "$sid" 300 false)" --id "next-$RUN" --store "$STORE" >/dev/null
+  wait_done "long-$RUN" "close-$RUN" "next-$RUN"
+  stop_worker "$pa" TERM 40
+  died "$pa"
+  overlap_todo "c2: no other worker runs a session's activity while a closed session's activity still runs" \
+    "issue 9 item 3(b)/5: close_session releases the session without waiting for its running activities"
+}
+
+# (a) A worker restarted with the same --worker-node-id owns its sessions again but keeps the
+# dead process's lease, and its first renewal comes one renewal interval after its start. With
+# a 16 s session lease (renewed every 11 s): A claims the session, is killed 9 s later and
+# restarted at once as A' (same id, one activity at a time); A' runs an 11 s SessStep of instance
+# "long" under the old lease, which lapses about 7 s after the restart, 4 s before A' first
+# renews. Worker B then claims the session for instance "next" while A' still runs "long".
+c3_same_id_restart() {
+  SCEN=c3
+  scen_setup c3
+  local sid=s-$RUN opts=(--session-lock-timeout 16s --worker-lock-timeout 30s
+                         --orchestrator-lock-timeout 2s --worker-concurrency 1) pa
+  start_worker "$SDIR/a.log" "$CHAOS/app.lua" --store "$STORE" --worker-node-id "a-$RUN" "${opts[@]}"
+  pa=$WPID
+  dx start Sess "$(sess_in 1 "$sid" 0 false)" --id "first-$RUN" --store "$STORE" --wait 30s >/dev/null \
+    || diag "first-$RUN did not complete"
+  sleep 9
+  kill -9 "$pa"
+  wait "$pa" 2>/dev/null
+  died "$pa"
+  start_worker "$SDIR/a2.log" "$CHAOS/app.lua" --store "$STORE" --worker-node-id "a-$RUN" "${opts[@]}"
+  pa=$WPID
+  dx start Sess "$(sess_in 2 "$sid" 11000 false)" --id "long-$RUN" --store "$STORE" >/dev/null
+  wait_until 30 runlog_has "^S .* long-$RUN " || diag "long-$RUN never started"
+  start_worker "$SDIR/b.log" "$CHAOS/app.lua" --store "$STORE" --worker-node-id "b-$RUN" "${opts[@]}"
+  wait_until 30 lease_lapsed "$sid" || diag "the lease of $sid did not lapse"
+  dx start Sess "$(sess_in 3 "$sid" 300 false)" --id "next-$RUN" --store "$STORE" >/dev/null
+  wait_done "first-$RUN" "long-$RUN" "next-$RUN"
+  stop_worker "$pa" TERM 40
+  died "$pa"
+  overlap_todo "c3: a same-id restart keeps its sessions leased: no other worker runs them meanwhile" \
+    "issue 9 item 3(a): the restarted worker does not renew the dead process's session lease"
+}
+
+run_scenarios c0_checkers c1_campaign c2_close_during_activity c3_same_id_restart
+exit
+}

@@ -1,0 +1,321 @@
+/*
+** test_lmdb_damage.c -- damaged, truncated, read-only and old LMDB stores (issue 7 items 15
+** and 17): every damage is a clear error naming the store and the record, never a crash and
+** never a silently changed answer; `check` finds it; format 1 and 2 stores are upgraded on
+** open (fixtures written by those builds).
+** The files are damaged for real (bytes flipped in data.mdb, truncation, lock.mdb removed).
+*/
+#include <errno.h>
+#include <fcntl.h>
+
+#include "duroxide/provider.h"
+#include "testlib.h"
+
+#define T0 INT64_C(1700000000000)
+#define M(p) ((p)->methods)
+
+static char *new_store(const char *name) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s/%s", dx_test_tmpdir(), name);
+  return strdup(buf);
+}
+
+static dx_provider_t *open_ok(const char *store) {
+  dx_provider_t *p = NULL;
+  dx_error_t err;
+  int rc = dx_lmdb_open(store, NULL, &p, &err);
+  if (rc) DX_FAIL_AT("dx_lmdb_open(%s): %s: %s", store, dx_err_name(rc), err.msg);
+  return p;
+}
+
+/* An instance `inst` run to completion with output `output` (one turn). */
+static void completed_instance(dx_provider_t *p, const char *inst, const char *output) {
+  dx_work_item_t w;
+  dx_orch_item_t *it = NULL;
+  dx_orch_ack_t a;
+  dx_event_t ev[1];
+  dx_error_t err;
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_START;
+  w.instance = (char *)inst;
+  w.name = "Orch";
+  w.execution_id = 1;
+  w.data = "1";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 5000, &it, &err));
+  ASSERT(it);
+  memset(ev, 0, sizeof ev);
+  ev[0].event_id = 1;
+  ev[0].kind = DX_EV_ORCH_STARTED;
+  ev[0].name = "Orch";
+  ev[0].data = "1";
+  memset(&a, 0, sizeof a);
+  a.instance = inst;
+  a.lock_token = it->lock_token;
+  a.execution_id = 1;
+  a.orchestration_name = "Orch";
+  a.orchestration_version = "1.0.0";
+  a.delta = ev;
+  a.delta_len = 1;
+  a.status = DX_STATUS_COMPLETED;
+  a.output = output;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0, &a, &err));
+  dx_orch_item_free(it);
+}
+
+static char *data_path(const char *store) {
+  static char buf[600];
+  snprintf(buf, sizeof buf, "%s/data.mdb", store);
+  return buf;
+}
+
+/* Flip one bit of the first occurrence of `marker` in data.mdb. */
+static void flip_in_file(const char *store, const char *marker) {
+  FILE *f = fopen(data_path(store), "r+b");
+  size_t n, m = strlen(marker), i;
+  char *buf;
+  ASSERT(f);
+  fseek(f, 0, SEEK_END);
+  n = (size_t)ftell(f);
+  buf = malloc(n);
+  fseek(f, 0, SEEK_SET);
+  ASSERT(fread(buf, 1, n, f) == n);
+  for (i = 0; i + m <= n; i++)
+    if (memcmp(buf + i, marker, m) == 0) break;
+  if (i + m > n) DX_FAIL_AT("marker %s not found in data.mdb", marker);
+  buf[i + m - 1] ^= 0x01;
+  fseek(f, (long)(i + m - 1), SEEK_SET);
+  ASSERT(fwrite(buf + i + m - 1, 1, 1, f) == 1);
+  fclose(f);
+  free(buf);
+}
+
+typedef struct {
+  int n;
+  char first[600];
+} problems_t;
+
+static void on_problem(void *ud, const char *msg) {
+  problems_t *pr = ud;
+  if (pr->n++ == 0) snprintf(pr->first, sizeof pr->first, "%s", msg);
+}
+
+static uint64_t check_store(dx_provider_t *p, problems_t *pr) {
+  uint64_t records = 0, problems = 0;
+  dx_error_t err;
+  memset(pr, 0, sizeof *pr);
+  ASSERT(M(p)->version >= 4 && M(p)->check);
+  ASSERT_OK(M(p)->check(p, on_problem, pr, &records, &problems, &err));
+  ASSERT(records > 0);
+  ASSERT_EQ(problems, (uint64_t)pr->n);
+  return problems;
+}
+
+DX_TEST(lmdb_flipped_byte_never_changes_an_answer) {
+  char *store = new_store("flip");
+  dx_provider_t *p = open_ok(store);
+  dx_instance_info_t info;
+  problems_t pr;
+  dx_error_t err;
+  completed_instance(p, "i1", "\"OUTPUT-MARKER\"");
+  ASSERT_EQ(check_store(p, &pr), 0);
+  M(p)->destroy(p);
+  flip_in_file(store, "OUTPUT-MARKER");
+  p = open_ok(store);
+  ASSERT_EQ(M(p)->get_instance_info(p, "i1", &info, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, store);
+  ASSERT_CONTAINS(err.msg, "executions");
+  ASSERT_CONTAINS(err.msg, "i1");
+  ASSERT_CONTAINS(err.msg, "checksum");
+  ASSERT(check_store(p, &pr) >= 1);
+  ASSERT_CONTAINS(pr.first, store);
+  ASSERT_CONTAINS(pr.first, "executions");
+  M(p)->destroy(p);
+  free(store);
+}
+
+DX_TEST(lmdb_zero_length_data_is_damaged_not_empty) {
+  char *store = new_store("zero");
+  dx_provider_t *p = NULL;
+  dx_error_t err;
+  int fd;
+  ASSERT(mkdir(store, 0700) == 0);
+  fd = open(data_path(store), O_CREAT | O_WRONLY, 0600);
+  ASSERT(fd >= 0);
+  close(fd);
+  ASSERT_EQ(dx_lmdb_open(store, NULL, &p, &err), DX_ECORRUPT);
+  ASSERT(p == NULL);
+  ASSERT_CONTAINS(err.msg, "data.mdb is empty");
+  ASSERT(strstr(err.msg, "cannot open store") == NULL); /* callers add that prefix */
+  free(store);
+}
+
+DX_TEST(lmdb_truncated_data_is_an_error_not_sigbus) {
+  char *store = new_store("trunc");
+  dx_provider_t *p = open_ok(store), *q;
+  dx_instance_info_t info;
+  struct stat st;
+  dx_error_t err;
+  char id[32];
+  int i;
+  for (i = 0; i < 60; i++) {
+    snprintf(id, sizeof id, "inst-%d", i);
+    completed_instance(p, id, "\"some output that takes a little room in the store\"");
+  }
+  ASSERT(stat(data_path(store), &st) == 0);
+  /* truncated while open: the next call reports it */
+  ASSERT(truncate(data_path(store), st.st_size / 2) == 0);
+  ASSERT_EQ(M(p)->get_instance_info(p, "inst-59", &info, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, store);
+  ASSERT_CONTAINS(err.msg, "truncated");
+  M(p)->destroy(p);
+  /* and when opened again */
+  q = NULL;
+  ASSERT_EQ(dx_lmdb_open(store, NULL, &q, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, "truncated");
+  /* below the two meta pages */
+  ASSERT(truncate(data_path(store), 100) == 0);
+  ASSERT_NE(dx_lmdb_open(store, NULL, &q, &err), 0);
+  ASSERT_CONTAINS(err.msg, "damaged");
+  ASSERT(strstr(err.msg, "MDB_") == NULL);
+  free(store);
+}
+
+DX_TEST(lmdb_damaged_meta_page_is_an_error_not_sigbus) {
+  /* LMDB trusts its meta pages: a flipped page size made every command die with SIGBUS */
+  char *store = new_store("meta");
+  dx_provider_t *p = open_ok(store);
+  dx_error_t err;
+  int fd, i;
+  completed_instance(p, "i1", "1");
+  M(p)->destroy(p);
+  fd = open(data_path(store), O_RDWR);
+  ASSERT(fd >= 0);
+  for (i = 0; i < 2; i++) /* byte 1 of the page size (4096 = 0x1000) in both meta pages */
+    ASSERT(pwrite(fd, "\x30", 1, (off_t)i * 4096 + 16 + 24 + 1) == 1);
+  close(fd);
+  p = NULL;
+  ASSERT_EQ(dx_lmdb_open(store, NULL, &p, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, "meta page");
+  ASSERT_CONTAINS(err.msg, "page size");
+  free(store);
+}
+
+DX_TEST(lmdb_deleted_lock_file_stops_the_store) {
+  char *store = new_store("lock");
+  dx_provider_t *p = open_ok(store);
+  dx_instance_info_t info;
+  dx_error_t err;
+  char path[600];
+  completed_instance(p, "i1", "1");
+  snprintf(path, sizeof path, "%s/lock.mdb", store);
+  ASSERT(unlink(path) == 0);
+  ASSERT_EQ(M(p)->get_instance_info(p, "i1", &info, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, "lock.mdb was deleted");
+  /* sticky: a writer never goes on without its lock file */
+  ASSERT_OK(creat(path, 0600) >= 0 ? 0 : -1);
+  ASSERT_EQ(M(p)->begin(p, &err), DX_ECORRUPT);
+  M(p)->destroy(p);
+  free(store);
+}
+
+DX_TEST(lmdb_format2_store_is_upgraded_on_open) {
+  char *store = new_store("fmt2"), cmd[1400];
+  dx_provider_t *p;
+  dx_instance_info_t info;
+  dx_event_t *ev;
+  problems_t pr;
+  dx_error_t err;
+  size_t n;
+  ASSERT(mkdir(store, 0700) == 0);
+  snprintf(cmd, sizeof cmd, "tar xzf '%s/store-format2.tar.gz' -C '%s'", DX_FIXTURES, store);
+  ASSERT_EQ(system(cmd), 0);
+  p = open_ok(store); /* written by the format 2 build; upgraded here */
+  ASSERT_OK(M(p)->get_instance_info(p, "hello-2", &info, &err));
+  ASSERT_EQ(info.status, DX_STATUS_COMPLETED);
+  ASSERT_STR_EQ(info.output, "\"Hello, Fmt2!\"");
+  dx_instance_info_clear(&info);
+  ASSERT_OK(M(p)->read_history(p, "hello-1", 0, &ev, &n, NULL, &err));
+  ASSERT(n >= 4);
+  ASSERT_EQ(ev[0].kind, DX_EV_ORCH_STARTED);
+  dx_events_free(ev, n);
+  ASSERT_EQ(check_store(p, &pr), 0); /* every value carries its checksum now */
+  completed_instance(p, "after", "2");
+  M(p)->destroy(p);
+  p = open_ok(store); /* opened again: already format 3 */
+  ASSERT_EQ(check_store(p, &pr), 0);
+  ASSERT_OK(M(p)->get_instance_info(p, "hello-1", &info, &err));
+  ASSERT_STR_EQ(info.output, "\"Hello, Lua!\"");
+  dx_instance_info_clear(&info);
+  M(p)->destroy(p);
+  free(store);
+}
+
+DX_TEST(lmdb_format1_store_is_upgraded_on_open) {
+  char *store = new_store("fmt1"), cmd[1400];
+  dx_provider_t *p;
+  dx_instance_info_t info;
+  dx_queue_depths_t d;
+  problems_t pr;
+  dx_error_t err;
+  ASSERT(mkdir(store, 0700) == 0);
+  snprintf(cmd, sizeof cmd, "tar xzf '%s/store-format1.tar.gz' -C '%s'", DX_FIXTURES, store);
+  ASSERT_EQ(system(cmd), 0);
+  p = open_ok(store); /* written by the format 1 build: a finished instance, a queued start */
+  ASSERT_OK(M(p)->get_instance_info(p, "hello-1", &info, &err));
+  ASSERT_EQ(info.status, DX_STATUS_COMPLETED);
+  ASSERT_STR_EQ(info.output, "\"Hello, One!\"");
+  dx_instance_info_clear(&info);
+  ASSERT_OK(M(p)->get_instance_info(p, "pending-1", &info, &err));
+  dx_instance_info_clear(&info);
+  ASSERT_OK(M(p)->get_queue_depths(p, &d, &err));
+  ASSERT_EQ(d.orchestrator, 1);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* A read-only mount: reads work, writes fail saying so. Needs root (mount); skipped without. */
+DX_TEST(lmdb_read_only_store_can_be_read) {
+  char *dir = new_store("ro"), store[600], cmd[1400];
+  dx_provider_t *p;
+  dx_instance_info_t info;
+  dx_work_item_t w;
+  dx_error_t err;
+  int rc;
+  ASSERT(mkdir(dir, 0700) == 0);
+  snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=8m tmpfs '%s' 2>/dev/null", dir);
+  if (geteuid() != 0 || system(cmd) != 0) {
+    printf("# skipped: needs root to mount a read-only tmpfs\n");
+    free(dir);
+    return;
+  }
+  snprintf(store, sizeof store, "%s/store", dir);
+  p = open_ok(store);
+  completed_instance(p, "i1", "\"kept\"");
+  M(p)->destroy(p);
+  snprintf(cmd, sizeof cmd, "mount -o remount,ro '%s'", dir);
+  rc = system(cmd);
+  if (rc == 0) {
+    p = NULL;
+    rc = dx_lmdb_open(store, NULL, &p, &err);
+    if (rc == 0) {
+      rc = M(p)->get_instance_info(p, "i1", &info, &err);
+      if (rc == 0 && strcmp(info.output, "\"kept\"") != 0) rc = -1;
+      if (rc == 0) dx_instance_info_clear(&info);
+      memset(&w, 0, sizeof w);
+      w.kind = DX_WI_START;
+      w.instance = "i2";
+      w.name = "Orch";
+      w.execution_id = 1;
+      if (rc == 0 && M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err) == 0) rc = -2;
+      M(p)->destroy(p);
+    }
+  }
+  snprintf(cmd, sizeof cmd, "umount '%s'", dir);
+  ASSERT_EQ(system(cmd), 0);
+  if (rc == -2) DX_FAIL_AT("a write to a read-only store succeeded");
+  ASSERT_OK(rc);
+  ASSERT_CONTAINS(err.msg, "read-only");
+  free(dir);
+}
