@@ -463,6 +463,13 @@ static void on_async(uv_async_t *h) {
 
 static void on_closed(uv_handle_t *h);
 
+/* When the store thread renews a lock the loop renews every `every` ms: only once the loop is
+** late, halfway between when its renewal was due and when the lock lapses. */
+static int64_t late_after(int64_t every, int64_t lock) {
+  int64_t at = every > 0 && every < lock ? every + (lock - every) / 2 : lock / 2;
+  return at < 1 ? 1 : at;
+}
+
 int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
                   dx_error_t *err) {
   dx_store_t *s = calloc(1, sizeof *s);
@@ -472,16 +479,9 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
   if (s->cfg.poll_interval_ms <= 0) s->cfg.poll_interval_ms = 10;
   s->renew_every_ms = dx__renewal_interval(s->cfg.orch_lock_ms, 5000);
   if (s->renew_every_ms < 1) s->renew_every_ms = 1;
-  /* Activity locks: step in only when the loop's renewal is late, halfway between when it
-  ** was due and when the lock lapses. */
-  s->work_renew_every_ms = s->cfg.work_renew_ms > 0 && s->cfg.work_renew_ms < s->cfg.work_lock_ms
-                               ? s->cfg.work_renew_ms + (s->cfg.work_lock_ms - s->cfg.work_renew_ms) / 2
-                               : s->cfg.work_lock_ms / 2;
-  if (s->work_renew_every_ms < 1) s->work_renew_every_ms = 1;
-  if (s->cfg.sessions) { /* the same rule for session leases */
-    int64_t lease = s->cfg.sessions->session_lock_ms, every = s->cfg.session_renew_ms;
-    s->sess_every_ms = every > 0 && every < lease ? every + (lease - every) / 2 : lease / 2;
-    if (s->sess_every_ms < 1) s->sess_every_ms = 1;
+  s->work_renew_every_ms = late_after(s->cfg.work_renew_ms, s->cfg.work_lock_ms);
+  if (s->cfg.sessions) {
+    s->sess_every_ms = late_after(s->cfg.session_renew_ms, s->cfg.sessions->session_lock_ms);
     s->sess_due = mono_ms() + (uint64_t)s->sess_every_ms;
   }
   s->fetching = 1;
