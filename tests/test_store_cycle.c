@@ -29,6 +29,11 @@ typedef struct {
   int spoiled;         /* an op in the open batch spoiled it: its commit fails */
   int spoil_rc;        /* ... with this code (0: DX_ESTORE) */
   int corrupt_commits; /* this many commits fail with DX_ECORRUPT (the store is damaged) */
+  int retry_renewing;  /* this many commits that renewed a lock fail with DX_ERETRY */
+  int txn_renews;      /* lock renewals in the open transaction */
+  int logging;         /* log each commit's renewals and outcome (and nothing else injected) */
+  int log_n;           /* commits logged below (atomic: the test thread reads it) */
+  int log_renews[64], log_rc[64];
   int commits, begins; /* calls seen */
   int wake_pipe[2];    /* wake_fd: the read end */
   int drains, lost_next, next_dues;
@@ -39,6 +44,7 @@ typedef struct {
 
 static int w_begin(dx_provider_t *p, dx_error_t *err) {
   W(p)->begins++;
+  W(p)->txn_renews = 0;
   W(p)->spoiled = W(p)->spoil_rc = 0;
   return IN(p)->methods->begin(IN(p), err);
 }
@@ -46,6 +52,20 @@ static int w_begin(dx_provider_t *p, dx_error_t *err) {
 static int w_commit(dx_provider_t *p, int sync, dx_error_t *err) {
   wrap_t *w = W(p);
   w->commits++;
+  if (w->logging && w->log_n < 64) {
+    int n = w->log_n, rc = 0;
+    w->log_renews[n] = w->txn_renews;
+    if (w->retry_renewing > 0 && w->txn_renews > 0) {
+      w->retry_renewing--;
+      IN(p)->methods->rollback(IN(p));
+      rc = dx_error_set(err, DX_ERETRY, "injected serialization failure");
+    } else {
+      rc = IN(p)->methods->commit(IN(p), sync, err);
+    }
+    w->log_rc[n] = rc;
+    __atomic_store_n(&w->log_n, n + 1, __ATOMIC_SEQ_CST);
+    return rc;
+  }
   if (w->corrupt_commits > 0) {
     w->corrupt_commits--;
     IN(p)->methods->rollback(IN(p));
@@ -66,6 +86,22 @@ static int w_commit(dx_provider_t *p, int sync, dx_error_t *err) {
 }
 
 static void w_rollback(dx_provider_t *p) { IN(p)->methods->rollback(IN(p)); }
+
+static int w_fetch_orch(dx_provider_t *p, int64_t now, int64_t lock_ms, dx_orch_item_t **out,
+                        dx_error_t *err) {
+  return IN(p)->methods->fetch_orchestration_item(IN(p), now, lock_ms, out, err);
+}
+
+static int w_next_due_inner(dx_provider_t *p, int64_t now, int64_t *out, dx_error_t *err) {
+  return IN(p)->methods->next_due_ms(IN(p), now, out, err);
+}
+
+static int w_renew_orch(dx_provider_t *p, int64_t now, const char *instance, uint64_t token,
+                        int64_t extend_ms, dx_error_t *err) {
+  W(p)->txn_renews++;
+  return IN(p)->methods->renew_orchestration_item_lock(IN(p), now, instance, token, extend_ms,
+                                                        err);
+}
 
 /* Instance "bad" fails in a way that spoils the transaction (as a SQL error would). */
 static int w_enqueue(dx_provider_t *p, int64_t now, const dx_work_item_t *item, int64_t delay,
@@ -102,6 +138,9 @@ static wrap_t *wrap_open(void) {
   w->m.rollback = w_rollback;
   w->m.enqueue_for_orchestrator = w_enqueue;
   w->m.destroy = w_destroy;
+  w->m.renew_orchestration_item_lock = w_renew_orch;
+  w->m.fetch_orchestration_item = w_fetch_orch;
+  w->m.next_due_ms = w_next_due_inner;
   w->base.methods = &w->m;
   return w;
 }
@@ -248,6 +287,56 @@ DX_TEST(store_damaged_at_commit_is_reported_once) {
   w->corrupt_commits = 1;
   run_batch(w, ids, 2, ops);
   ASSERT_EQ(fatals, 1);
+  w_destroy(&w->base);
+}
+
+static void keep_fetched(void *ud, dx_store_fetched_t *f) {} /* never settled: stays held */
+
+DX_TEST(store_renewal_lost_to_a_retried_batch_is_made_again) {
+  /* the store thread renews the lock of a turn the loop has not settled; when the batch that
+  ** renewed it is rolled back for DX_ERETRY, the retry renews it again instead of leaving it
+  ** for the next interval (by when the lock would lapse) */
+  wrap_t *w = wrap_open();
+  uv_loop_t loop;
+  dx_store_t *s;
+  dx_store_cfg_t cfg;
+  dx_work_item_t start;
+  dx_error_t err;
+  int i, n, failed_at = -1, is_closed = 0;
+  memset(&start, 0, sizeof start);
+  start.kind = DX_WI_START;
+  start.instance = "held";
+  start.name = "Orch";
+  start.execution_id = 1;
+  ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start, 0,
+                                                        &err));
+  w->logging = 1;
+  w->retry_renewing = 1;
+  ASSERT_OK(uv_loop_init(&loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  cfg.orch_lock_ms = 200; /* renewed every 100 ms while held */
+  cfg.work_lock_ms = 1000;
+  cfg.poll_interval_ms = 10;
+  cfg.on_fetch = keep_fetched;
+  ASSERT_OK(dx__store_new(&s, &loop, &cfg, &err));
+  dx__store_want(s, 1, 0);
+  /* wait (bounded) for a failed renewing commit and the commit after it */
+  for (i = 0; i < 20000; i++) {
+    n = __atomic_load_n(&w->log_n, __ATOMIC_SEQ_CST);
+    for (failed_at = 0; failed_at < n && w->log_rc[failed_at] != DX_ERETRY; failed_at++) {}
+    if (failed_at + 1 < n) break;
+    uv_run(&loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+  ASSERT(failed_at + 1 < n);
+  ASSERT(w->log_renews[failed_at] > 0);
+  ASSERT_EQ(w->log_rc[failed_at + 1], 0);
+  ASSERT(w->log_renews[failed_at + 1] > 0); /* the retry renewed the lock again */
+  dx__store_close(s, closed, &is_closed);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&loop));
   w_destroy(&w->base);
 }
 
