@@ -474,7 +474,7 @@ static dxl_state_t *ensure_state(lua_State *L) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
   S->L = lua_tothread(L, -1);
   lua_pop(L, 1);
-  S->loop = uv_default_loop();
+  S->loop = dxl_pick_loop(L);
   dx_options_init(&S->opts);
   lua_createtable(L, 0, 4);
   lua_newtable(L);
