@@ -55,6 +55,16 @@ describe("docs and behaviour agree", function()
 end)
 
 describe("require order", function()
+  it("duroxide.testing loads first, with only duroxide.so on package.cpath", function()
+    local p = assert(io.popen(string.format(
+      "lua5.4 -e 'package.path=\"/nonexistent/?.lua\"; package.cpath=%q' " ..
+      "-e 'local t = require(\"duroxide.testing\"); print(type(t.env), package.loaded.duroxide ~= nil)' 2>&1",
+      package.cpath)))
+    local out = p:read("a")
+    p:close()
+    assert.are.equal("function\ttrue\n", out)
+  end)
+
   it("luv required before duroxide: the app's uv.run() runs duroxide's work", function()
     local script = os.tmpname()
     local f = assert(io.open(script, "w"))

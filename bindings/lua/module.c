@@ -561,3 +561,16 @@ int luaopen_duroxide(lua_State *L) {
   dxl_testing_register(L);
   return 1;
 }
+
+/* require("duroxide.testing") before require("duroxide"), with only duroxide.so on
+** package.cpath (a build tree, a LuaRocks tree): Lua's all-in-one loader finds duroxide.so
+** and calls this. It loads duroxide first (which registers the harness), then the harness. */
+int luaopen_duroxide_testing(lua_State *L) {
+  const char *name = luaL_optstring(L, 1, "duroxide.testing");
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "duroxide");
+  lua_call(L, 1, 0);
+  lua_settop(L, 0);
+  lua_pushstring(L, name);
+  return open_testing(L);
+}
