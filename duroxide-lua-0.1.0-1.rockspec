@@ -21,7 +21,6 @@ require("duroxide") registers code; require("duroxide.testing") runs it under bu
 dependencies = {
   "lua >= 5.4, < 5.5",
 }
-build_dependencies = {}
 build = {
   type = "command",
   -- A build folder of its own, configured once; werror off so a newer compiler's new
