@@ -12,6 +12,20 @@
 
 #include "duroxide.h"
 
+typedef struct dxl_alloc_s dxl_alloc_t;
+
+/* A bound on untrusted code (budget.c): instructions and heap growth while it is entered. */
+typedef struct dxl_budget_s {
+  lua_State *top;      /* the thread that yields out when the budget runs out (NULL: raise) */
+  int64_t used, limit; /* instructions (allocations are charged too) */
+  int hit;             /* exhausted: every later instruction fails */
+  int64_t mem_limit;   /* heap growth allowed since dxl_budget_start_memory; 0: none */
+  int64_t mem_base;
+  int mem_refused;     /* an allocation was refused for mem_limit */
+  dxl_alloc_t *A;
+  struct dxl_budget_s *prev;
+} dxl_budget_t;
+
 typedef struct dxl_state_s {
   lua_State *L;             /* main thread */
   uv_loop_t *loop;
@@ -29,6 +43,8 @@ typedef struct dxl_state_s {
   void *timers;             /* pending C.after timers (activity.c), cancelled at close */
   int shared_runtimes;      /* runtimes started with {shared = true} (duroxide.testing) */
   int running_activities;
+  dxl_alloc_t *alloc;       /* the allocator wrapper that enforces memory budgets */
+  int orch_env_ref;         /* globals of the orchestration running now (LUA_NOREF: none) */
 } dxl_state_t;
 
 /* Registry key of the state userdata. */
@@ -60,12 +76,54 @@ const char *dxl_check_text(lua_State *L, int idx, const char *what, int optional
 /* [-0, +1, m] push a duroxide.Error table {message=, category=, kind=}. */
 void dxl_push_error(lua_State *L, const char *message, const char *category, const char *kind);
 
-/* Install the guards that make non-deterministic functions raise inside orchestrations. */
+/* {===== sandbox.c: what orchestration code can reach =====} */
+
+/* Install the guards that make non-deterministic, I/O and state-changing functions raise
+** inside orchestrations; again on every luaopen (busted restores the globals per file). */
 void dxl_install_sandbox(lua_State *L, dxl_state_t *S);
+/* Wrap the C functions of the table at idx (those in `names`, NULL-terminated, or all when
+** names is NULL) so they raise inside orchestrations with "<prefix><name> is not available in
+** orchestrations; <instead>". [-0, +0, e] */
+void dxl_guard_functions(lua_State *L, dxl_state_t *S, int idx, const char *const *names,
+                         const char *prefix, const char *instead);
+/* Guard the methods of luv handles (after luaopen_luv). [-0, +0, e] */
+void dxl_guard_luv_handles(lua_State *L, dxl_state_t *S);
+/* At registration: give the orchestration function at fidx its own _ENV cell so each instance
+** can see its own globals. [-0, +0, e] */
+void dxl_sandbox_adopt(lua_State *L, int fidx);
+/* At instance start: registry refs of the function's sandbox info and of a fresh globals
+** table for one instance (LUA_NOREF both when the function reads no globals). [-0, +0, e] */
+void dxl_sandbox_new_env(lua_State *L, int fidx, int *info_ref, int *env_ref);
+/* Bind the instance's globals while its code runs; unbind after. [-0, +0, -] */
+void dxl_sandbox_enter(lua_State *L, dxl_state_t *S, int info_ref, int env_ref);
+void dxl_sandbox_leave(lua_State *L, dxl_state_t *S, int info_ref);
+
+/* {===== budget.c: instruction and memory budgets =====} */
+
+/* Wrap the state's allocator (once); uninstall before the state's memory goes away. */
+void dxl_budget_install(lua_State *L, dxl_state_t *S);
+void dxl_budget_uninstall(lua_State *L, dxl_state_t *S);
+/* Charge instructions run on thread L (and threads it creates) to the entered budget. */
+void dxl_budget_watch(lua_State *L);
+void dxl_budget_enter(dxl_state_t *S, dxl_budget_t *b);
+void dxl_budget_leave(dxl_budget_t *b);
+/* The entered budget has run out (its failure is being raised). */
+int dxl_budget_exhausted(void);
+/* Allow `limit` bytes of heap growth from now on (0: no cap). */
+void dxl_budget_start_memory(dxl_state_t *S, dxl_budget_t *b, int64_t limit);
+
+/* Heap growth one orchestration turn may cause, and the bounds on an error object's
+** __tostring (run outside the turn). */
+#define DXL_TURN_MEMORY_LIMIT ((int64_t)256 << 20)
+#define DXL_TOSTRING_INSTRUCTIONS 1000000
+#define DXL_TOSTRING_MEMORY ((int64_t)16 << 20)
 
 /* Stop every pending actx:sleep / C.after timer without calling into Lua: the state is
 ** closing. Their memory is freed when the loop next runs the close callbacks. */
 void dxl_cancel_timers(dxl_state_t *S);
+/* End the activities the runtime handed back at shutdown (their coroutines are closed, <close>
+** handlers run): the duroxide-lua worker calls it once its runtime has stopped. */
+void dxl_end_abandoned_activities(dxl_state_t *S);
 
 /* Orchestration primitives for duroxide/context.lua (registered into the prims table). */
 void dxl_orch_register(lua_State *L, int prims_idx);

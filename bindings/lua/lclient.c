@@ -268,6 +268,8 @@ int dxl_client_new(lua_State *L) {
   u->c = NULL;
   if (luaL_newmetatable(L, CLIENT_MT)) {
     luaL_newlib(L, methods);
+    dxl_guard_functions(L, S, -1, NULL, "client:", "start work with ctx:start_orchestration or "
+                        "ctx:schedule_sub_orchestration, or use the client in an activity");
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, l_close);
     lua_setfield(L, -2, "__gc");

@@ -1,5 +1,6 @@
 /*
-** module.c -- luaopen_duroxide: registrations, configuration, values, errors, the sandbox.
+** module.c -- luaopen_duroxide: registrations, configuration, values, errors.
+** (What orchestration code may reach is in sandbox.c; budgets in budget.c.)
 */
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@ int luaopen_duroxide_runtime_mt(lua_State *L);
 static int state_gc(lua_State *L) {
   dxl_state_t *S = lua_touserdata(L, 1);
   dxl_cancel_timers(S); /* the Lua state is going away: no timer may call into it */
+  dxl_budget_uninstall(L, S);
   free(S->worker_node_id);
   free(S->store_dir);
   S->worker_node_id = S->store_dir = NULL;
@@ -79,25 +81,45 @@ static int tostring_impl(lua_State *L) {
   return 1;
 }
 
-/* __tostring of an error object may raise, and the object may sit on a dead coroutine:
-** convert it with a protected call on the main thread. [-0, +0, -] */
+/* __tostring of an error object may raise, loop or allocate without end, and the object may
+** sit on a dead coroutine: convert it with a protected call on the main thread, under a small
+** budget of its own. [-0, +0, -] */
 static void tostring_protected(lua_State *L, int idx, char *buf, size_t len) {
   lua_State *M;
+  dxl_state_t *S;
+  dxl_budget_t b;
+  lua_Hook hook;
+  int mask, count, rc;
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
   M = lua_tothread(L, -1);
   lua_pop(L, 1);
-  if (!M || !lua_checkstack(M, 4)) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &dxl_state_key);
+  S = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (!M || !S || !lua_checkstack(M, 4)) {
     snprintf(buf, len, "error object is a %s value", luaL_typename(L, idx));
     return;
   }
+  memset(&b, 0, sizeof b);
+  b.limit = DXL_TOSTRING_INSTRUCTIONS;
+  hook = lua_gethook(M);
+  mask = lua_gethookmask(M);
+  count = lua_gethookcount(M);
   lua_pushcfunction(M, tostring_impl);
   lua_pushvalue(L, idx);
   if (L != M) lua_xmove(L, M, 1);
-  if (lua_pcall(M, 1, 1, 0) == LUA_OK && lua_type(M, -1) == LUA_TSTRING)
+  dxl_budget_enter(S, &b);
+  dxl_budget_start_memory(S, &b, DXL_TOSTRING_MEMORY);
+  dxl_budget_watch(M);
+  rc = lua_pcall(M, 1, 1, 0);
+  lua_sethook(M, hook, mask, count);
+  dxl_budget_leave(&b);
+  if (rc == LUA_OK && lua_type(M, -1) == LUA_TSTRING)
     snprintf(buf, len, "%s", lua_tostring(M, -1));
   else
-    snprintf(buf, len, "error object is a %s value (its __tostring failed)",
-             luaL_typename(L, idx));
+    snprintf(buf, len, "error object is a %s value (its __tostring %s)", luaL_typename(L, idx),
+             b.hit ? "ran out of its instruction budget"
+                   : b.mem_refused ? "ran out of memory" : "failed");
   lua_pop(M, 1);
 }
 
@@ -154,9 +176,7 @@ int dxl_pcall(lua_State *L, int nargs, int nres, char *errbuf, size_t errlen, in
 
 /* {===== registration =====} */
 
-static int parse_semver(const char *s, int v[3]) {
-  return s && sscanf(s, "%d.%d.%d", &v[0], &v[1], &v[2]) == 3;
-}
+static int parse_semver(const char *s, int v[3]) { return dx__semver_parse(s, v); }
 
 static int semver_less(const char *a, const char *b) {
   int x[3], y[3], i;
@@ -181,11 +201,19 @@ const char *dxl_check_text(lua_State *L, int idx, const char *what, int optional
 static void check_reg_name(lua_State *L, const char *what) {
   char label[64];
   snprintf(label, sizeof label, "%s name", what);
-  if (lua_rawlen(L, 1) == 0 || lua_rawlen(L, 1) > 200 || lua_type(L, 1) != LUA_TSTRING)
-    luaL_argerror(L, 1, lua_pushfstring(L, "%s must be 1 to 200 bytes", label));
+  if (lua_rawlen(L, 1) == 0 || lua_rawlen(L, 1) > DX_MAX_NAME_BYTES ||
+      lua_type(L, 1) != LUA_TSTRING)
+    luaL_argerror(L, 1, lua_pushfstring(L, "%s must be 1 to %d bytes", label,
+                                        DX_MAX_NAME_BYTES));
   dxl_check_text(L, 1, label, 0);
   luaL_checktype(L, 2, LUA_TFUNCTION);
 }
+
+/* Registration and configuration change what every instance runs: never from orchestration
+** code (guarded in luaopen_duroxide). */
+static const char *const load_time_fns[] = {"activity", "orchestration", "on_session_released",
+                                            "on_session_claimed", "configure", "client",
+                                            "runtime", NULL};
 
 static int l_activity(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
@@ -223,6 +251,7 @@ static int l_orchestration(lua_State *L) {
   lua_pushstring(L, version);
   lua_pushvalue(L, 2);
   lua_rawset(L, -3);
+  dxl_sandbox_adopt(L, 2);
   lua_pop(L, 1);
   lua_getfield(L, -1, "latest");
   if (lua_isnil(L, -1) || semver_less(lua_tostring(L, -1), version)) {
@@ -300,6 +329,11 @@ static int l_configure(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
   dx_options_t o = S->opts;
   dx_error_t err;
+  /* A running worker's options are final (the command line wins over the app's configure);
+  ** changing them underneath it would let the app override the command line after all. */
+  if (S->runtime)
+    return luaL_error(L, "duroxide.configure: a worker is already running in this state; "
+                      "options are fixed when it starts (configure before starting it)");
   dxl_options_from_table(L, 1, S, &o);
   if (dx_options_validate(&o, &err) != 0) return luaL_error(L, "%s", err.msg);
   S->opts = o;
@@ -342,89 +376,6 @@ static int l_error(lua_State *L) {
   return 1;
 }
 
-/* {===== sandbox =====} */
-
-/* upvalues: original function, message, state, date-mode flag */
-static int guarded(lua_State *L) {
-  dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(3));
-  int date_mode = lua_toboolean(L, lua_upvalueindex(4));
-  /* os.date is deterministic only for an explicit time in UTC ("!..." formats). */
-  if (S->in_orchestration && !(date_mode && !lua_isnoneornil(L, 2) &&
-                               lua_type(L, 1) == LUA_TSTRING && lua_tostring(L, 1)[0] == '!'))
-    return luaL_error(L, "%s", lua_tostring(L, lua_upvalueindex(2)));
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
-}
-
-static void guard(lua_State *L, dxl_state_t *S, const char *lib, const char *fn,
-                  const char *instead) {
-  char msg[256];
-  if (lib) {
-    if (lua_getglobal(L, lib) != LUA_TTABLE) {
-      lua_pop(L, 1);
-      return;
-    }
-  } else {
-    lua_pushglobaltable(L);
-  }
-  if (lua_getfield(L, -1, fn) != LUA_TFUNCTION) {
-    lua_pop(L, 2);
-    return;
-  }
-  snprintf(msg, sizeof msg, "%s%s%s is not available in orchestrations (it is not "
-           "deterministic on replay); %s", lib ? lib : "", lib ? "." : "", fn, instead);
-  lua_pushstring(L, msg);
-  lua_pushlightuserdata(L, S);
-  lua_pushboolean(L, lib && strcmp(lib, "os") == 0 && strcmp(fn, "date") == 0);
-  lua_pushcclosure(L, guarded, 4);
-  lua_setfield(L, -2, fn);
-  lua_pop(L, 1);
-}
-
-void dxl_install_sandbox(lua_State *L, dxl_state_t *S) {
-  static const char *io_fns[] = {"open", "read", "write", "lines", "popen", "input", "output",
-                                 "close", "tmpfile", NULL};
-  static const char *debug_fns[] = {"sethook", "gethook", "getupvalue", "setupvalue",
-                                    "upvalueid", "upvaluejoin", "getregistry", "getlocal",
-                                    "setlocal", "setuservalue",
-                                    "getuservalue", "setcstacklimit", NULL};
-  const char *io_msg = "do I/O in an activity";
-  int i;
-  lua_getglobal(L, "os");
-  lua_getfield(L, -1, "__duroxide_guarded");
-  i = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  if (i || !lua_istable(L, -1)) { /* already done (module re-opened) */
-    lua_pop(L, 1);
-    return;
-  }
-  lua_pushboolean(L, 1);
-  lua_setfield(L, -2, "__duroxide_guarded");
-  lua_pop(L, 1);
-  guard(L, S, "os", "time", "use ctx:utc_now()");
-  guard(L, S, "os", "clock", "use ctx:utc_now()");
-  guard(L, S, "os", "date", "use os.date(\"!\" .. format, ctx:utc_now() // 1000)");
-  guard(L, S, "os", "setlocale", "set the locale outside the orchestration");
-  guard(L, S, "os", "getenv", "read configuration in an activity or pass it as input");
-  guard(L, S, "os", "execute", io_msg);
-  guard(L, S, "os", "remove", io_msg);
-  guard(L, S, "os", "rename", io_msg);
-  guard(L, S, "os", "tmpname", io_msg);
-  guard(L, S, "os", "exit", "return from the orchestration or raise an error");
-  guard(L, S, "math", "random", "use ctx:random()");
-  guard(L, S, "math", "randomseed", "use ctx:random()");
-  for (i = 0; io_fns[i]; i++) guard(L, S, "io", io_fns[i], io_msg);
-  /* The debug library can remove the instruction-budget hook or reach the unguarded
-  ** originals through upvalues. */
-  for (i = 0; debug_fns[i]; i++)
-    guard(L, S, "debug", debug_fns[i], "the debug library is not available in orchestrations");
-  guard(L, S, NULL, "dofile", "require modules at load time, outside the orchestration");
-  guard(L, S, NULL, "loadfile", "require modules at load time, outside the orchestration");
-  guard(L, S, NULL, "require", "require modules at load time, outside the orchestration");
-}
-
 /* {===== module =====} */
 
 static int l_wait_placeholder(lua_State *L) {
@@ -457,6 +408,17 @@ static int open_testing(lua_State *L) {
   return 1;
 }
 
+/* package.preload.luv: luv bound to the runtime loop; its functions refuse orchestrations
+** (they would reach the loop, files and processes). */
+static int open_luv(lua_State *L) {
+  dxl_state_t *S = dxl_state(L);
+  dxl_open_luv(L);
+  dxl_guard_functions(L, S, -1, NULL, "luv.",
+                      "use ctx:schedule_timer for time and activities for I/O");
+  dxl_guard_luv_handles(L, S);
+  return 1;
+}
+
 static dxl_state_t *ensure_state(lua_State *L) {
   dxl_state_t *S;
   int prims;
@@ -475,6 +437,8 @@ static dxl_state_t *ensure_state(lua_State *L) {
   S->L = lua_tothread(L, -1);
   lua_pop(L, 1);
   S->loop = dxl_pick_loop(L);
+  S->orch_env_ref = LUA_NOREF;
+  dxl_budget_install(L, S);
   dx_options_init(&S->opts);
   lua_createtable(L, 0, 4);
   lua_newtable(L);
@@ -499,7 +463,11 @@ static dxl_state_t *ensure_state(lua_State *L) {
   lua_pushvalue(L, prims);
   lua_call(L, 1, 1);
   lua_getfield(L, -1, "Context");
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "duroxide.Context"); /* shared: getmetatable sees a view */
   S->context_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_getfield(L, -1, "Future");
+  lua_setfield(L, LUA_REGISTRYINDEX, "duroxide.Future");
   lua_pop(L, 1);
 
   dxl_load_embedded(L, "duroxide/activity.lua");
@@ -511,14 +479,13 @@ static dxl_state_t *ensure_state(lua_State *L) {
   lua_setfield(L, prims, "wait");
   lua_pop(L, 2);
 
-  dxl_install_sandbox(L, S);
   luaopen_duroxide_runtime_mt(L);
 
   /* luv, bound to our loop, for activities */
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   lua_getfield(L, -1, "luv");
   if (lua_isnil(L, -1)) {
-    lua_pushcfunction(L, dxl_open_luv);
+    lua_pushcfunction(L, open_luv);
     lua_setfield(L, -3, "luv");
   }
   lua_pop(L, 1);
@@ -549,7 +516,11 @@ static const luaL_Reg module_fns[] = {
 
 int luaopen_duroxide(lua_State *L) {
   dxl_state_t *S = ensure_state(L);
+  dxl_install_sandbox(L, S);
   luaL_newlib(L, module_fns);
+  dxl_guard_functions(L, S, -1, load_time_fns, "duroxide.",
+                      "register, configure and open clients at load time (use "
+                      "ctx:start_orchestration or ctx:schedule_sub_orchestration to start work)");
   dx__lua_push_null(L);
   lua_setfield(L, -2, "null");
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->prims_ref);

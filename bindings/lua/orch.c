@@ -3,9 +3,8 @@
 ** ctx primitives used by duroxide/context.lua.
 **
 ** Each turn creates a fresh coroutine and replays the code from the start; the engine
-** resumes it after every delivery. A count hook charges instructions against the turn's
-** budget; once exhausted, every further hook call raises again, so a pcall in user code
-** cannot swallow the failure.
+** resumes it after every delivery. Every resume runs under the turn's budget (budget.c:
+** instructions and heap growth) with the instance's own globals bound (sandbox.c).
 */
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +14,8 @@
 #include "util.h"
 #include "value.h"
 
-#define HOOK_EVERY 10000
 #define BOX_MT "duroxide.TurnBox"
+#define GENERATED_SUFFIX_MAX 27 /* "::sub::" and up to 20 digits of an event id */
 
 typedef struct orch_inst_s orch_inst_t;
 
@@ -35,35 +34,11 @@ struct orch_inst_s {
   int box_ref;
   int started;
   int can;
-  int64_t used;
-  int64_t budget;
-  int budget_hit;
+  dxl_budget_t budget;
+  int info_ref, env_ref; /* sandbox: the function's _ENV carrier, this instance's globals */
   dx_turn_t *t;
   const char *name, *version, *input;
 };
-
-static orch_inst_t *current;  /* the orchestration running now (one at a time per loop) */
-
-/* {===== budget =====} */
-
-static void budget_hook(lua_State *L, lua_Debug *ar) {
-  orch_inst_t *inst = current;
-  (void)ar;
-  if (!inst) return;
-  inst->used += HOOK_EVERY;
-  if (inst->used > inst->budget || inst->budget_hit) {
-    inst->budget_hit = 1;
-    /* Yield out of the coroutine: unlike an error, pcall in user code cannot catch it.
-    ** Where a yield is impossible (inside a C call such as a sort comparator), raise; the
-    ** next hook call tries again. */
-    if (lua_isyieldable(L)) {
-      lua_yield(L, 0);
-      return;
-    }
-    luaL_error(L, "instruction budget exceeded: the orchestration ran more than %I "
-               "instructions in one turn (an infinite loop?)", (LUAI_UACINT)inst->budget);
-  }
-}
 
 /* {===== host methods: orchestrations =====} */
 
@@ -104,6 +79,7 @@ static int start_impl(lua_State *L) {
   if (lua_getfield(L, -1, inst->version) != LUA_TFUNCTION)
     return luaL_error(L, "orchestration %s version %s is not registered", inst->name,
                       inst->version);
+  dxl_sandbox_new_env(L, -1, &inst->info_ref, &inst->env_ref);
   inst->co = lua_newthread(L);
   inst->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_xmove(L, inst->co, 1); /* function */
@@ -136,7 +112,8 @@ static int start_impl(lua_State *L) {
   lua_xmove(L, inst->co, 1);
   if (!dx__lua_push_json(inst->co, inst->input, strlen(inst->input), err, sizeof err))
     return luaL_error(L, "orchestration input: %s", err);
-  lua_sethook(inst->co, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
+  inst->budget.top = inst->co;
+  dxl_budget_watch(inst->co);
   return 0;
 }
 
@@ -152,8 +129,11 @@ static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *
   inst->name = name;
   inst->version = version ? version : "1.0.0";
   inst->input = input ? input : "null";
-  inst->budget = S->opts.turn_instruction_budget;
-  inst->co_ref = inst->box_ref = LUA_NOREF;
+  /* the runtime's own options (command line, runtime{} or C options), not duroxide.configure's */
+  inst->budget.limit = dx_turn_instruction_budget(t);
+  if (inst->budget.limit <= 0) inst->budget.limit = S->opts.turn_instruction_budget;
+  dxl_budget_start_memory(S, &inst->budget, DXL_TURN_MEMORY_LIMIT); /* for the whole turn */
+  inst->co_ref = inst->box_ref = inst->info_ref = inst->env_ref = LUA_NOREF;
   lua_pushcfunction(L, start_impl);
   lua_pushlightuserdata(L, inst);
   if (dxl_pcall(L, 1, 0, msg, sizeof msg, 0) != LUA_OK) {
@@ -178,41 +158,79 @@ static int finish_ok(orch_inst_t *inst, int nres) {
   return DX_RUN_DONE;
 }
 
+/* Enter / leave the instance's guards: its budget, its globals, the sandbox checks. */
+static void guards_enter(dxl_state_t *S, orch_inst_t *inst, dxl_budget_t *b) {
+  dxl_sandbox_enter(S->L, S, inst->info_ref, inst->env_ref); /* outside the memory cap */
+  dxl_budget_enter(S, b);
+  S->in_orchestration++;
+}
+
+static void guards_leave(dxl_state_t *S, orch_inst_t *inst, dxl_budget_t *b) {
+  S->in_orchestration--;
+  dxl_budget_leave(b);
+  dxl_sandbox_leave(S->L, S, inst->info_ref);
+}
+
+/* A memory error, and the budget refused an allocation: the turn's cap, not the machine. */
+static int memory_cap_hit(orch_inst_t *inst, int rc, const char *msg) {
+  return inst->budget.mem_refused &&
+         (rc == LUA_ERRMEM || strstr(msg, "not enough memory") != NULL);
+}
+
 static int h_orch_resume(void *host, void *vinst, dx_turn_t *t) {
   dxl_state_t *S = host;
   orch_inst_t *inst = vinst;
-  int nres = 0, rc, nargs = inst->started ? 0 : 2;
-  orch_inst_t *prev = current;
+  int nres = 0, rc, nargs = inst->started ? 0 : 2, out;
   char msg[2048];
   inst->started = 1;
-  current = inst;
-  S->in_orchestration++;
+  guards_enter(S, inst, &inst->budget);
   rc = lua_resume(inst->co, S->L, nargs, &nres);
-  S->in_orchestration--;
-  current = prev;
-  if (inst->budget_hit) {
-    dx_turn_set_failure(t, DX_CAT_APPLICATION, "BudgetExceeded", "instruction budget exceeded: "
-                        "the orchestration ran too long in one turn (an infinite loop?)");
-    return DX_RUN_FAILED;
-  }
-  if (rc == LUA_YIELD) {
+  if (inst->budget.hit) {
+    snprintf(msg, sizeof msg, "instruction budget exceeded: the orchestration ran more than %lld "
+             "instructions in one turn (an infinite loop?)", (long long)inst->budget.limit);
+    dx_turn_set_failure(t, DX_CAT_APPLICATION, "BudgetExceeded", msg);
+    out = DX_RUN_FAILED;
+  } else if (rc == LUA_YIELD) {
     lua_pop(inst->co, nres);
-    return inst->can ? DX_RUN_CAN : DX_RUN_PENDING;
+    out = inst->can ? DX_RUN_CAN : DX_RUN_PENDING;
+  } else if (rc == LUA_OK) {
+    out = inst->can ? DX_RUN_CAN : finish_ok(inst, nres);
+  } else {
+    /* still inside the guards: the error object's __tostring is orchestration code */
+    dxl_error_message(inst->co, -1, msg, sizeof msg);
+    lua_pop(inst->co, 1);
+    if (memory_cap_hit(inst, rc, msg)) {
+      snprintf(msg, sizeof msg, "memory limit exceeded: the orchestration grew the Lua heap by "
+               "more than %lld bytes in one turn", (long long)inst->budget.mem_limit);
+      dx_turn_set_failure(t, DX_CAT_APPLICATION, "MemoryLimitExceeded", msg);
+    } else {
+      dx_turn_set_failure(t, DX_CAT_APPLICATION, "OrchestrationFailed", msg);
+    }
+    out = DX_RUN_FAILED;
   }
-  if (rc == LUA_OK) return inst->can ? DX_RUN_CAN : finish_ok(inst, nres);
-  dxl_error_message(inst->co, -1, msg, sizeof msg);
-  lua_pop(inst->co, 1);
-  dx_turn_set_failure(t, DX_CAT_APPLICATION, "OrchestrationFailed", msg);
-  return DX_RUN_FAILED;
+  guards_leave(S, inst, &inst->budget);
+  return out;
 }
 
 static void h_orch_free(void *host, void *vinst) {
   dxl_state_t *S = host;
   orch_inst_t *inst = vinst;
   if (inst->box) inst->box->t = NULL;
-  if (inst->co) lua_resetthread(inst->co);
+  if (inst->co) {
+    /* Closing the coroutine runs pending __close handlers: orchestration code, so under a
+    ** fresh budget and the same sandbox. */
+    dxl_budget_t b;
+    memset(&b, 0, sizeof b);
+    b.limit = S->opts.turn_instruction_budget;
+    dxl_budget_start_memory(S, &b, DXL_TURN_MEMORY_LIMIT);
+    guards_enter(S, inst, &b);
+    lua_resetthread(inst->co);
+    guards_leave(S, inst, &b);
+  }
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->co_ref);
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->box_ref);
+  luaL_unref(S->L, LUA_REGISTRYINDEX, inst->info_ref);
+  luaL_unref(S->L, LUA_REGISTRYINDEX, inst->env_ref);
   free(inst);
 }
 
@@ -228,6 +246,33 @@ static turn_box_t *check_box(lua_State *L) {
   return b;
 }
 
+/* {===== sizes checked at the call (docs/lua-api.md "Limits") =====} */
+
+/* What each action's name and input are called in errors, and the name's limit. */
+static const struct {
+  int kind;
+  const char *name, *input;
+  size_t name_max;
+} action_words[] = {
+  {DX_ACT_ACTIVITY, "activity name", "activity input", DX_MAX_NAME_BYTES},
+  {DX_ACT_WAIT, "event name", NULL, DX_MAX_EVENT_NAME_BYTES},
+  {DX_ACT_SUB, "orchestration name", "sub-orchestration input", DX_MAX_NAME_BYTES},
+  {DX_ACT_CHAINED, "orchestration name", "orchestration input", DX_MAX_NAME_BYTES},
+  {DX_ACT_CAN, NULL, "continue_as_new input", 0},
+  {DX_ACT_STATUS, NULL, "custom status", 0},
+};
+
+/* Argument idx as a string no longer than max bytes and without NUL bytes (NULL when nil):
+** the store would refuse it at commit, long after the call. [-0, +0, e] */
+static const char *opt_limited(lua_State *L, int idx, const char *what, size_t max) {
+  size_t n;
+  const char *s = dxl_check_text(L, idx, what, 1); /* NUL bytes refused, not cut */
+  if (!s) return NULL;
+  lua_tolstring(L, idx, &n);
+  if (max && n > max) luaL_error(L, "%s is %d bytes; the limit is %d bytes", what, (int)n, (int)max);
+  return s;
+}
+
 /* C.emit(box, kind, name, input, session_id, instance, version, delay_ms) */
 static int p_emit(lua_State *L) {
   turn_box_t *b = check_box(L);
@@ -237,18 +282,35 @@ static int p_emit(lua_State *L) {
   const char *value = NULL;
   uint64_t token = 0;
   int rc;
+  size_t i, n;
+  const char *name_what = "name", *input_what = "input";
+  size_t name_max = DX_MAX_NAME_BYTES;
   memset(&a, 0, sizeof a);
   a.kind = (int)luaL_checkinteger(L, 2);
-  a.name = dxl_check_text(L, 3, "name", 1); /* NUL bytes refused, not cut */
-  a.session_id = dxl_check_text(L, 5, "session id", 1);
-  a.instance = dxl_check_text(L, 6, "instance id", 1);
-  a.version = dxl_check_text(L, 7, "version", 1);
+  for (i = 0; i < sizeof action_words / sizeof action_words[0]; i++)
+    if (action_words[i].kind == a.kind) {
+      if (action_words[i].name) name_what = action_words[i].name, name_max = action_words[i].name_max;
+      if (action_words[i].input) input_what = action_words[i].input;
+    }
+  a.name = opt_limited(L, 3, name_what, name_max);
+  a.session_id = opt_limited(L, 5, "session id", DX_MAX_SESSION_ID_BYTES);
+  a.instance = opt_limited(L, 6, "instance id", DX_MAX_INSTANCE_ID_BYTES);
+  a.version = opt_limited(L, 7, "version", 0);
   a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
+  if (a.kind == DX_ACT_SUB && !a.instance &&
+      strlen(dx_turn_instance(b->t)) + GENERATED_SUFFIX_MAX > DX_MAX_INSTANCE_ID_BYTES)
+    return luaL_error(L, "a generated sub-orchestration id (this instance's id + "
+                      "\"::sub::N\") could exceed %d bytes: pass an instance id",
+                      DX_MAX_INSTANCE_ID_BYTES);
   if (a.kind == DX_ACT_ACTIVITY || a.kind == DX_ACT_SUB || a.kind == DX_ACT_CHAINED ||
       a.kind == DX_ACT_CAN || (a.kind == DX_ACT_STATUS && !lua_isnil(L, 4))) {
-    input = dx__lua_to_json(L, 4, a.kind == DX_ACT_STATUS ? "custom status" : "input", err,
-                            sizeof err);
+    input = dx__lua_to_json(L, 4, input_what, err, sizeof err);
     if (!input) return luaL_error(L, "%s", err);
+    if ((n = strlen(input)) > DX_MAX_PAYLOAD_BYTES) {
+      free(input);
+      return luaL_error(L, "%s is %d bytes; the limit is %d bytes", input_what, (int)n,
+                        DX_MAX_PAYLOAD_BYTES);
+    }
     a.input = input;
   }
   if (a.kind == DX_ACT_CAN) b->inst->can = 1;

@@ -52,10 +52,16 @@ void dx_client_close(dx_client_t *c) {
 
 dx_provider_t *dx_client_provider(dx_client_t *c) { return c ? c->p : NULL; }
 
-static int check_id(const char *what, const char *id, dx_error_t *err) {
+static int check_len(const char *what, const char *id, size_t max, dx_error_t *err) {
   if (!id || !*id) return dx_error_set(err, DX_EINVAL, "%s must be a non-empty string", what);
-  if (strlen(id) > 400) return dx_error_set(err, DX_EINVAL, "%s is longer than 400 bytes", what);
+  if (strlen(id) > max)
+    return dx_error_set(err, DX_EINVAL, "%s is %zu bytes; the limit is %zu bytes", what,
+                        strlen(id), max);
   return DX_OK;
+}
+
+static int check_id(const char *what, const char *id, dx_error_t *err) {
+  return check_len(what, id, DX_MAX_INSTANCE_ID_BYTES, err);
 }
 
 /* Canonical JSON of user text; NULL means JSON null. */
@@ -87,7 +93,13 @@ static int prepare_start(dx_client_t *c, const dx_start_t *st, dx_work_item_t *w
   char *json = NULL;
   int rc;
   if ((rc = check_id("instance id", st->id, err)) != 0) return rc;
-  if ((rc = check_id("orchestration name", st->name, err)) != 0) return rc;
+  if ((rc = check_len("orchestration name", st->name, DX_MAX_NAME_BYTES, err)) != 0) return rc;
+  if (st->version) {
+    int v[3];
+    if (!dx__semver_parse(st->version, v))
+      return dx_error_set(err, DX_EINVAL, "version '%.200s' is not a version: expected "
+                          "MAJOR.MINOR.PATCH such as 1.2.0", st->version);
+  }
   if ((rc = canonical("input", st->input, &json, err)) != 0) return rc;
   memset(&info, 0, sizeof info);
   rc = c->p->methods->get_instance_info(c->p, st->id, &info, NULL);
@@ -153,7 +165,7 @@ int dx_client_raise(dx_client_t *c, const char *id, const char *name, const char
   int rc;
   if (!c) return dx_error_set(err, DX_EINVAL, "NULL client");
   if ((rc = check_id("instance id", id, err)) != 0) return rc;
-  if ((rc = check_id("event name", name, err)) != 0) return rc;
+  if ((rc = check_len("event name", name, DX_MAX_EVENT_NAME_BYTES, err)) != 0) return rc;
   if ((rc = canonical("event data", data, &json, err)) != 0) return rc;
   if ((rc = require_instance(c, id, err)) != 0) {
     free(json);
@@ -174,6 +186,9 @@ int dx_client_cancel(dx_client_t *c, const char *id, const char *reason, dx_erro
   int rc;
   if (!c) return dx_error_set(err, DX_EINVAL, "NULL client");
   if ((rc = check_id("instance id", id, err)) != 0) return rc;
+  if (reason && strlen(reason) > DX_MAX_REASON_BYTES)
+    return dx_error_set(err, DX_EINVAL, "cancel reason is %zu bytes; the limit is %d bytes",
+                        strlen(reason), DX_MAX_REASON_BYTES);
   if ((rc = require_instance(c, id, err)) != 0) return rc;
   memset(&w, 0, sizeof w);
   w.kind = DX_WI_CANCEL;

@@ -389,4 +389,11 @@ int dx_lmdb_open(const char *path, const dx_lmdb_opts_t *opts, dx_provider_t **o
 /** Largest payload (input, output, event data) accepted anywhere, in bytes. */
 #define DX_MAX_PAYLOAD_BYTES (256 * 1024)
 
+/** Longest ids and names, in bytes (docs/lua-api.md "Limits" lists them all). */
+#define DX_MAX_INSTANCE_ID_BYTES 400
+#define DX_MAX_SESSION_ID_BYTES 200
+#define DX_MAX_NAME_BYTES 200       /* activity and orchestration names */
+#define DX_MAX_EVENT_NAME_BYTES 400
+#define DX_MAX_REASON_BYTES 1000    /* cancel reasons: failure messages keep them whole */
+
 #endif

@@ -1,0 +1,111 @@
+/*
+** budget.c -- bounds on Lua code the worker does not trust to stop: an instruction budget
+** (a count hook) and a memory cap (a wrapper around the state's allocator).
+**
+** A budget is "entered" around a resume of an orchestration (or a protected tostring of an
+** error object). Once its instructions run out it stays exhausted: the hook then fires on
+** every instruction and fails again, so neither pcall nor a C function calling back into Lua
+** (table.sort, string.gsub, tostring, metamethods) can swallow the failure -- each error
+** escapes one more level until the budget's top thread can yield out to the engine.
+** Allocations are charged too, so a loop of large C allocations (string.rep) cannot run
+** for long between two hooks.
+*/
+#include <stdlib.h>
+
+#include "dxlua.h"
+
+#define HOOK_EVERY 10000
+#define BYTES_PER_INSTRUCTION 16 /* allocation charged against the instruction budget */
+
+struct dxl_alloc_s {
+  lua_Alloc f;   /* the allocator the state had before */
+  void *ud;
+  int64_t delta; /* bytes allocated minus bytes freed since the wrapper was installed */
+};
+
+/* The budget running now on this OS thread (one Lua state runs on one thread at a time). */
+static _Thread_local dxl_budget_t *current;
+
+static void budget_hook(lua_State *L, lua_Debug *ar);
+
+static void escalate(lua_State *L) {
+  if (L && lua_gethook(L) == budget_hook) lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
+}
+
+static void *guard_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  dxl_alloc_t *A = ud;
+  size_t old = ptr ? osize : 0;
+  dxl_budget_t *b = current;
+  void *r;
+  if (b && b->A == A && nsize > old) {
+    int64_t grow = A->delta - b->mem_base + (int64_t)(nsize - old);
+    if (b->mem_limit > 0 && grow > b->mem_limit) {
+      b->mem_refused = 1;
+      return NULL; /* Lua collects garbage and retries once before raising "not enough memory" */
+    }
+    b->used += (int64_t)((nsize - old) / BYTES_PER_INSTRUCTION);
+    if (b->used > b->limit && !b->hit) {
+      b->hit = 1;
+      escalate(b->top); /* lua_sethook is safe here: lua.c calls it from a signal handler */
+    }
+  }
+  r = A->f(A->ud, ptr, osize, nsize);
+  if (r || nsize == 0) A->delta += (int64_t)nsize - (int64_t)old;
+  return r;
+}
+
+void dxl_budget_install(lua_State *L, dxl_state_t *S) {
+  dxl_alloc_t *A;
+  if (S->alloc) return;
+  if (!(A = calloc(1, sizeof *A))) luaL_error(L, "out of memory");
+  A->f = lua_getallocf(L, &A->ud);
+  lua_setallocf(L, guard_alloc, A);
+  S->alloc = A;
+}
+
+void dxl_budget_uninstall(lua_State *L, dxl_state_t *S) {
+  if (!S->alloc) return;
+  lua_setallocf(L, S->alloc->f, S->alloc->ud); /* later frees go straight to the original */
+  free(S->alloc);
+  S->alloc = NULL;
+}
+
+static void budget_hook(lua_State *L, lua_Debug *ar) {
+  dxl_budget_t *b = current;
+  (void)ar;
+  if (!b) return;
+  b->used += lua_gethookcount(L);
+  if (b->used <= b->limit && !b->hit) return;
+  if (!b->hit) {
+    b->hit = 1;
+    escalate(b->top);
+  }
+  escalate(L);
+  /* A yield from the top thread reaches the engine; pcall cannot catch it. Elsewhere (inside
+  ** a C function, a coroutine the code created, an error handler) raise; the next
+  ** instruction of the caller raises again. */
+  if (L == b->top && lua_isyieldable(L)) {
+    lua_yield(L, 0);
+    return;
+  }
+  luaL_error(L, "instruction budget exceeded: the code ran more than %I instructions",
+             (LUAI_UACINT)b->limit);
+}
+
+void dxl_budget_watch(lua_State *L) { lua_sethook(L, budget_hook, LUA_MASKCOUNT, HOOK_EVERY); }
+
+void dxl_budget_enter(dxl_state_t *S, dxl_budget_t *b) {
+  b->A = S->alloc;
+  b->prev = current;
+  current = b;
+}
+
+void dxl_budget_leave(dxl_budget_t *b) { current = b->prev; }
+
+int dxl_budget_exhausted(void) { return current && current->hit; }
+
+void dxl_budget_start_memory(dxl_state_t *S, dxl_budget_t *b, int64_t limit) {
+  b->mem_limit = limit;
+  b->mem_base = S->alloc ? S->alloc->delta : 0;
+  b->mem_refused = 0;
+}

@@ -1,0 +1,365 @@
+-- Hostile orchestration code (issue 7, items 6-9 and 20): every attack fails its own instance
+-- cleanly, and the worker keeps serving others with unchanged results. The same attacks run
+-- against a real worker process (and SIGTERM) in tests/e2e_hostile.sh.
+local duroxide = require("duroxide")
+local H = require("helpers")
+
+describe("hostile orchestration code", function()
+  local env
+  -- a small budget keeps the runaway cases short (the turns read duroxide.configure's value)
+  before_each(function()
+    duroxide.configure({ turn_instruction_budget = 2000000 })
+    env = H.env({ turn_instruction_budget = 2000000 })
+  end)
+  after_each(function()
+    env:close()
+    duroxide.configure({ turn_instruction_budget = 50000000 })
+  end)
+
+  -- An innocent orchestration, run after each attack: its result must not have changed.
+  local function check_innocent()
+    local act = env:activity("Echo", function(_, v) return v end)
+    local orch = env:orchestration("Innocent", function(ctx, v)
+      local got = assert(ctx:schedule_activity(act, v):await())
+      return {
+        rep = string.rep("ab", 2), upper = ("x"):upper(), fmt = string.format("%d", 7),
+        floor = math.floor(2.5), concat = table.concat({ "a", "b" }), got = got,
+        global = rawequal(shared_global, nil), -- luacheck: ignore
+        timer_type = type(ctx.schedule_timer),
+      }
+    end)
+    local st = env:run(orch, "v")
+    assert.are.equal("Completed", st.status, st.error and st.error.message)
+    assert.are.same({ rep = "abab", upper = "X", fmt = "7", floor = 2, concat = "ab", got = "v",
+                      global = true, timer_type = "function" }, st.output)
+    -- and outside orchestrations, too
+    assert.are.equal("abab", string.rep("ab", 2))
+    assert.are.equal("X", ("x"):upper())
+  end
+
+  local function run_attack(base, fn)
+    local orch = env:orchestration(base, fn)
+    return env:run(orch, nil, 120000)
+  end
+
+  describe("isolation (item 6)", function()
+    it("gives each instance its own globals", function()
+      local orch = env:orchestration("Globals", function(ctx)
+        counter = (counter or 0) + 1 -- luacheck: ignore
+        _G.other = (_G.other or 0) + 1
+        local f = load("seen = (seen or 0) + 1; return seen")
+        return { counter = counter, other = other, loaded = f() } -- luacheck: ignore
+      end)
+      local a, b = env:run(orch), env:run(orch)
+      assert.are.same({ counter = 1, other = 1, loaded = 1 }, a.output)
+      assert.are.same({ counter = 1, other = 1, loaded = 1 }, b.output)
+      assert.is_nil(rawget(_G, "counter"))
+      assert.is_nil(rawget(_G, "other"))
+    end)
+
+    local writes = {
+      { "string.rep", function() string.rep = function() return "evil" end end },
+      { "table.concat", function() table.concat = function() return "evil" end end },
+      { "math.floor", function() math.floor = function() return 42 end end },
+      { "the string metatable", function() getmetatable("").__index = { upper = function() return "evil" end } end },
+      { "a method through the string metatable", function() getmetatable("").__index.upper = function() return "evil" end end },
+      { "the ctx metatable", function(ctx) getmetatable(ctx).x = 1 end },
+      { "a ctx method", function(ctx) getmetatable(ctx).__index.schedule_timer = 1 end },
+      { "a global library table", function() _G.string.format = nil end },
+      { "rawset on a library view", function() rawset(string, "rep", function() return "evil" end) end },
+      { "the globals metatable", function() setmetatable(_G, nil) end },
+      { "debug.setmetatable", function() debug.setmetatable("", {}) end },
+      { "a nested view", function() getmetatable("").__index.rep = nil end },
+      { "the state of pairs(string)", function()
+        local _, state = pairs(string)
+        if type(state) == "table" then rawset(state, "rep", function() return "evil" end) end
+        state.rep = function() return "evil" end
+      end },
+    }
+    for _, case in ipairs(writes) do
+      it("refuses a write to " .. case[1] .. " and others keep their results", function()
+        local st = run_attack("Write", case[2])
+        assert.are.equal("Failed", st.status)
+        assert.are.equal("application", st.error.category)
+        check_innocent()
+      end)
+    end
+
+    it("names the read-only table in the error", function()
+      local st = run_attack("WriteRep", function() string.rep = nil end)
+      assert.are.equal("Failed", st.status)
+      assert.matches("cannot assign string.rep: string is read-only in orchestrations",
+                     st.error.message, 1, true)
+    end)
+
+    it("refuses writes made by a helper defined outside the orchestration", function()
+      local function helper() string.rep = nil end
+      local st = run_attack("HelperWrite", function() helper() end)
+      assert.are.equal("Failed", st.status)
+      assert.matches("string is read-only in orchestrations", st.error.message, 1, true)
+      check_innocent()
+    end)
+
+    it("still lets orchestration code read and iterate the libraries", function()
+      local st = run_attack("Reads", function(ctx)
+        local n = 0
+        for k, v in pairs(string) do if type(v) == "function" then n = n + 1 end end
+        return { n = n > 10, pi = math.pi, mt = getmetatable("").__index.rep("a", 2),
+                 same = getmetatable(ctx) == getmetatable(ctx) }
+      end)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.same({ n = true, pi = math.pi, mt = "aa", same = true }, st.output)
+    end)
+  end)
+
+  describe("unreachable (item 7)", function()
+    local cases = {
+      { "binary chunks (mode b)", function() return load(string.dump(function() return 1 end), "x", "b") end,
+        "binary chunks are not available" },
+      { "package", function() return package.loaded end, "attempt to index a nil value" },
+      { "package.loadlib", function() return package.loadlib("x", "y") end, "attempt to index a nil value" },
+      { "require", function() return require("luv") end, "require is not available in orchestrations" },
+      { "luv", function() return luv.now() end, "attempt to index a nil value" },
+      { "duroxide.client", function() return duroxide.client({ store = "/tmp/x" }) end,
+        "duroxide.client is not available in orchestrations" },
+      { "duroxide.runtime", function() return duroxide.runtime({}) end,
+        "duroxide.runtime is not available in orchestrations" },
+      { "duroxide.orchestration", function() return duroxide.orchestration("X", function() end) end,
+        "duroxide.orchestration is not available in orchestrations" },
+      { "duroxide.configure", function() return duroxide.configure({}) end,
+        "duroxide.configure is not available in orchestrations" },
+      { "collectgarbage(\"stop\")", function() return collectgarbage("stop") end,
+        "collectgarbage(\"stop\") is not available in orchestrations" },
+      { "collectgarbage(\"incremental\")", function() return collectgarbage("incremental", 1000) end,
+        "is not available in orchestrations" },
+      { "os.exit", function() return os.exit(1) end, "os.exit is not available in orchestrations" },
+      { "io.stdout", function() return io.stdout:write("x") end, "file:write is not available in orchestrations" },
+      { "a __gc finalizer", function() return setmetatable({}, { __gc = function() end }) end,
+        "finalizers (__gc) are not available in orchestrations" },
+      { "the finalizer of io.stderr", function() return getmetatable(io.stderr).__gc(io.stderr) end,
+        "attempt to call a nil value (field '__gc')" },
+      { "the closer of io.stderr", function() return getmetatable(io.stderr).__close(io.stderr) end,
+        "attempt to call a nil value (field '__close')" },
+    }
+    for _, case in ipairs(cases) do
+      it("fails an orchestration that reaches " .. case[1], function()
+        local st = run_attack("Reach", case[2])
+        assert.are.equal("Failed", st.status)
+        assert.matches(case[3], st.error.message, 1, true)
+        check_innocent()
+      end)
+    end
+
+    it("refuses a binary string given to load in text mode", function()
+      local st = run_attack("LoadText", function()
+        local f, err = load(string.dump(function() return 1 end), "x", "t")
+        local g, err2 = load(string.dump(function() return 1 end))
+        return { f = f == nil, err = err, g = g == nil, err2 = err2 }
+      end)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.is_true(st.output.f)
+      assert.is_true(st.output.g)
+      assert.matches("binary chunk", st.output.err, 1, true)
+      assert.matches("binary chunk", st.output.err2, 1, true)
+    end)
+
+    it("refuses a luv module captured at load time", function()
+      local uv = require("luv")
+      local st = run_attack("CapturedLuv", function() return uv.now() end)
+      assert.are.equal("Failed", st.status)
+      assert.matches("luv.now is not available in orchestrations", st.error.message, 1, true)
+      assert.is_number(uv.now()) -- unchanged outside
+    end)
+
+    it("refuses a client captured at load time", function()
+      local client = env.client
+      local st = run_attack("CapturedClient", function()
+        return client:start("sneaky", "Anything", nil)
+      end)
+      assert.are.equal("Failed", st.status)
+      assert.matches("client:start is not available in orchestrations", st.error.message, 1, true)
+      assert.are.equal("NotFound", env.client:status("sneaky").status)
+    end)
+
+    it("still lets xpcall wrap an await (orchestrations and activities)", function()
+      local act = env:activity("SleepyEcho", function(actx, v)
+        local ok, r = xpcall(function() actx:sleep(5); return v end, debug.traceback)
+        return ok and r
+      end)
+      local st = run_attack("XpcallAwait", function(ctx)
+        local ok, v = xpcall(function() return assert(ctx:schedule_activity(act, 7):await()) end,
+                             debug.traceback)
+        return { ok = ok, v = v }
+      end)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.same({ ok = true, v = 7 }, st.output)
+    end)
+
+    it("allows collectgarbage(\"count\")", function()
+      local st = run_attack("GcCount", function() return math.type(collectgarbage("count")) end)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.equal("float", st.output)
+    end)
+  end)
+
+  describe("sizes checked at the call (item 9)", function()
+    local big = ("x"):rep(300000)
+    local cases = {
+      { "session id", function(ctx) ctx:schedule_activity_on_session("A", nil, ("s"):rep(201)) end,
+        "session id is 201 bytes; the limit is 200 bytes" },
+      { "closed session id", function(ctx) ctx:close_session(("s"):rep(201)) end,
+        "session id is 201 bytes; the limit is 200 bytes" },
+      { "sub-orchestration instance id", function(ctx) ctx:schedule_sub_orchestration("O", nil, ("i"):rep(401)) end,
+        "instance id is 401 bytes; the limit is 400 bytes" },
+      { "started instance id", function(ctx) ctx:start_orchestration("O", ("i"):rep(401), nil) end,
+        "instance id is 401 bytes; the limit is 400 bytes" },
+      { "activity name", function(ctx) ctx:schedule_activity(("n"):rep(201)) end,
+        "activity name is 201 bytes; the limit is 200 bytes" },
+      { "orchestration name", function(ctx) ctx:schedule_sub_orchestration(("n"):rep(201)) end,
+        "orchestration name is 201 bytes; the limit is 200 bytes" },
+      { "event name", function(ctx) ctx:schedule_wait(("n"):rep(401)) end,
+        "event name is 401 bytes; the limit is 400 bytes" },
+      { "activity input", function(ctx) ctx:schedule_activity("A", big) end,
+        "activity input is 300002 bytes; the limit is 262144 bytes" },
+      { "sub-orchestration input", function(ctx) ctx:schedule_sub_orchestration("O", big) end,
+        "sub-orchestration input is 300002 bytes; the limit is 262144 bytes" },
+      { "continue_as_new input", function(ctx) ctx:continue_as_new(big) end,
+        "continue_as_new input is 300002 bytes; the limit is 262144 bytes" },
+      { "name with a NUL byte", function(ctx) ctx:schedule_activity("A\0B") end,
+        "activity name must not contain a NUL byte" },
+    }
+    for _, case in ipairs(cases) do
+      it("refuses an oversized " .. case[1] .. " at the call, naming the limit", function()
+        local orch = env:orchestration("Size", function(ctx)
+          local ok, err = pcall(case[2], ctx)
+          return { ok = ok, err = tostring(err) }
+        end)
+        local st = env:run(orch)
+        assert.are.equal("Completed", st.status, st.error and st.error.message)
+        assert.is_false(st.output.ok)
+        assert.matches(case[3], st.output.err, 1, true)
+      end)
+    end
+
+    it("fails the instance at once when the error is not caught", function()
+      local orch = env:orchestration("SizeUncaught", function(ctx)
+        ctx:schedule_activity_on_session("A", nil, ("s"):rep(201))
+      end)
+      local st = env:run(orch)
+      assert.are.equal("Failed", st.status)
+      assert.are.equal("application", st.error.category)
+      assert.matches("session id is 201 bytes; the limit is 200 bytes", st.error.message, 1, true)
+    end)
+
+    it("refuses oversized cancel reasons, event names and event data at the client", function()
+      local orch = env:orchestration("SizeWait", function(ctx) return ctx:schedule_wait("e"):await() end)
+      local id = env:start(orch)
+      local ok, err = env.client:cancel(id, ("r"):rep(1001))
+      assert.is_nil(ok)
+      assert.matches("cancel reason is 1001 bytes; the limit is 1000 bytes", tostring(err), 1, true)
+      ok, err = env.client:raise_event(id, ("e"):rep(401), 1)
+      assert.is_nil(ok)
+      assert.matches("event name is 401 bytes; the limit is 400 bytes", tostring(err), 1, true)
+      ok, err = env.client:raise_event(id, "e", big)
+      assert.is_nil(ok)
+      assert.matches("the limit is 262144 bytes", tostring(err), 1, true)
+      ok, err = env.client:start(H.unique("i"), ("n"):rep(201))
+      assert.is_nil(ok)
+      assert.matches("orchestration name is 201 bytes; the limit is 200 bytes", tostring(err), 1, true)
+      assert(env.client:raise_event(id, "e", "fine"))
+      local st = env:wait(id)
+      assert.are.equal("Completed", st.status)
+      assert.are.equal("fine", st.output)
+    end)
+  end)
+
+  describe("the budget (item 8)", function()
+    local loops = {
+      { "pcall(table.sort) with a looping comparator", function()
+        local t = { 3, 2, 1 }
+        while true do pcall(table.sort, t, function() while true do end end) end
+      end },
+      { "pcall(string.gsub) with a looping callback", function()
+        while true do pcall(string.gsub, "abc", ".", function() while true do end end) end
+      end },
+      { "pcall(tostring) with a looping __tostring", function()
+        local o = setmetatable({}, { __tostring = function() while true do end end })
+        while true do pcall(tostring, o) end
+      end },
+      { "a looping __index caught by pcall", function()
+        local o = setmetatable({}, { __index = function() while true do end end })
+        while true do pcall(function() return o.x end) end
+      end },
+      { "nested pcalls inside a C callback", function()
+        while true do
+          pcall(table.sort, { 2, 1 }, function()
+            while true do pcall(function() while true do end end) end
+          end)
+        end
+      end },
+      { "an error handler that loops", function()
+        while true do xpcall(error, function() while true do end end) end
+      end },
+      { "a loop inside a coroutine", function()
+        while true do pcall(coroutine.wrap(function() while true do end end)) end
+      end },
+      { "repeated large allocations", function()
+        while true do local s = string.rep("x", 8 * 1024 * 1024) end
+      end },
+    }
+    for _, case in ipairs(loops) do
+      it("fails " .. case[1] .. ", and the worker serves others", function()
+        local st = run_attack("Loop", case[2])
+        assert.are.equal("Failed", st.status)
+        assert.matches("budget exceeded", st.error.message, 1, true)
+        check_innocent()
+      end)
+    end
+
+    it("bounds a looping __tostring on the error object", function()
+      local st = run_attack("ErrTostring", function()
+        error(setmetatable({}, { __tostring = function() while true do end end }))
+      end)
+      assert.are.equal("Failed", st.status)
+      assert.matches("instruction budget", st.error.message, 1, true)
+      check_innocent()
+    end)
+
+    it("runs an error object's __tostring inside the sandbox", function()
+      local st = run_attack("ErrTostringIo", function()
+        error(setmetatable({}, { __tostring = function() return tostring(os.getenv("HOME")) end }))
+      end)
+      assert.are.equal("Failed", st.status)
+      assert.matches("__tostring failed", st.error.message, 1, true)
+    end)
+
+    it("bounds pending __close handlers run when the turn ends", function()
+      local orch = env:orchestration("Close", function(ctx)
+        local guard <close> = setmetatable({}, { __close = function() while true do end end })
+        ctx:schedule_timer(60000):await()
+      end)
+      local id = env:start(orch)
+      -- the instance waits for its timer; the worker is not stuck in the handler
+      env:await_event(id, "TimerCreated")
+      check_innocent()
+    end)
+
+    it("fails string.rep(\"x\", 1e9) with a clear memory message", function()
+      local st = run_attack("Rep", function() return #string.rep("x", 1e9) end)
+      assert.are.equal("Failed", st.status)
+      assert.are.equal("MemoryLimitExceeded", st.error.kind)
+      assert.matches("memory limit exceeded", st.error.message, 1, true)
+      check_innocent()
+    end)
+
+    it("fails a table that grows without end", function()
+      local st = run_attack("Grow", function()
+        local t = {}
+        for i = 1, math.maxinteger do t[i] = ("x"):rep(4096) .. i end
+      end)
+      assert.are.equal("Failed", st.status)
+      assert.matches("exceeded", st.error.message, 1, true)
+      check_innocent()
+    end)
+  end)
+end)
