@@ -223,18 +223,10 @@ static int wait_and_print(dx_client_t *cl, const char *id, const char *timeout_t
 }
 
 static int print_history(dx_client_t *cl, const char *id) {
-  dx_provider_t *p = dx_client_provider(cl);
   dx_event_t *ev = NULL;
   size_t n = 0, i;
   dx_error_t err;
-  int rc = p->methods->read_history(p, id, 0, &ev, &n, NULL, &err);
-  if (rc == DX_ENOTFOUND) {
-    dx_instance_info_t info;
-    int queued = dx_client_status(cl, id, &info, NULL) == 0 && info.status != DX_STATUS_NONE;
-    if (queued) dx_instance_info_clear(&info);
-    return queued ? 0 : dxh_fail(1, "unknown instance '%s'", id); /* queued: no events yet */
-  }
-  if (rc != 0) return dxh_fail(1, "%s", err.msg);
+  if (dx_client_history(cl, id, 0, &ev, &n, &err) != 0) return dxh_fail(1, "%s", err.msg);
   for (i = 0; i < n; i++) {
     char *json = dx_event_to_json(&ev[i]);
     puts(json ? json : "{}");

@@ -152,6 +152,7 @@ int dxl_load_embedded(lua_State *L, const char *name);
 
 /* luaopen for the luv library bound to the runtime loop. */
 int dxl_open_luv(lua_State *L);
+uv_loop_t *dxl_pick_loop(lua_State *L);
 
 /* [-0, +0, e] Set the duroxide.testing primitives (_clock_now, _run_once, _replay, ...) into
 ** the table at the top of the stack (ltesting.c). */

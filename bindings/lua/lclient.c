@@ -201,7 +201,6 @@ static int l_wait(lua_State *L) {
 static int l_history(lua_State *L) {
   dx_client_t *c = check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
-  dx_provider_t *p = dx_client_provider(c);
   dx_event_t *ev = NULL;
   size_t n = 0, i;
   dx_error_t err;
@@ -209,7 +208,7 @@ static int l_history(lua_State *L) {
   uint64_t exec;
   luaL_argcheck(L, n_exec >= 0, 3, "execution_id must be >= 0");
   exec = (uint64_t)n_exec;
-  if (p->methods->read_history(p, id, exec, &ev, &n, NULL, &err) != 0) return fail(L, &err);
+  if (dx_client_history(c, id, exec, &ev, &n, &err) != 0) return fail(L, &err);
   lua_createtable(L, (int)n, 0);
   for (i = 0; i < n; i++) {
     char *json = dx_event_to_json(&ev[i]);

@@ -138,6 +138,17 @@ static int l_uv_loop_close(lua_State *L) {
   return luaL_error(L, "uv.loop_close: the loop belongs to duroxide and is closed by it");
 }
 
+/* The loop duroxide runs on: luv's when the app required luv before duroxide (its uv.run()
+** must run duroxide's work too; on a loop of its own duroxide would never progress), else the
+** default loop, which require("luv") after duroxide then gets (dxl_open_luv). */
+uv_loop_t *dxl_pick_loop(lua_State *L) {
+  int luv_first;
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  luv_first = lua_getfield(L, -1, "luv") == LUA_TTABLE;
+  lua_pop(L, 2);
+  return luv_first && luv_loop(L) ? luv_loop(L) : uv_default_loop();
+}
+
 int dxl_open_luv(lua_State *L) {
   static const luaL_Reg guarded[] = {{"walk", l_uv_walk}, {"run", l_uv_run},
                                      {"loop_close", l_uv_loop_close}, {NULL, NULL}};

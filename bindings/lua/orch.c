@@ -238,9 +238,11 @@ static void h_orch_free(void *host, void *vinst) {
 
 static turn_box_t *check_box(lua_State *L) {
   turn_box_t *b = luaL_testudata(L, 1, BOX_MT);
-  if (!b || !b->t)
-    luaL_error(L, "this ctx belongs to a finished orchestration turn; use the ctx passed to "
-                  "the running orchestration");
+  if (!b || !b->t) { /* no position: luaL_error's would name context.lua, not the caller */
+    lua_pushliteral(L, "this ctx belongs to a finished orchestration turn; use the ctx passed "
+                       "to the running orchestration");
+    lua_error(L);
+  }
   return b;
 }
 

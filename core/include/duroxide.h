@@ -165,6 +165,12 @@ int dx_client_status(dx_client_t *c, const char *id, dx_instance_info_t *out,
 **  status). */
 int dx_client_wait(dx_client_t *c, const char *id, int64_t timeout_ms, dx_instance_info_t *out,
                    dx_error_t *err);
+/** The events of execution `exec` (0: the latest) into *out (*n of them; free with
+**  dx_events_free). DX_ENOTFOUND "unknown instance 'ID'" for an id the store does not know,
+**  and "instance 'ID' has no history yet: it is queued and no worker has run it" for a
+**  start no worker has run yet. */
+int dx_client_history(dx_client_t *c, const char *id, uint64_t exec, dx_event_t **out,
+                      size_t *n, dx_error_t *err);
 /** Status as a canonical JSON object {"instance_id":..,"status":..,"output":..|"error":..}
 **  (malloc'd). */
 char *dx_instance_info_to_json(const char *id, const dx_instance_info_t *info);

@@ -204,6 +204,27 @@ int dx_client_status(dx_client_t *c, const char *id, dx_instance_info_t *out,
   return rc;
 }
 
+int dx_client_history(dx_client_t *c, const char *id, uint64_t exec, dx_event_t **out,
+                      size_t *n, dx_error_t *err) {
+  dx_instance_info_t info;
+  int rc, queued;
+  if (!c || !out || !n) return dx_error_set(err, DX_EINVAL, "NULL argument");
+  *out = NULL;
+  *n = 0;
+  if ((rc = check_id("instance id", id, err)) != 0) return rc;
+  rc = c->p->methods->read_history(c->p, id, exec, out, n, NULL, err);
+  if (rc != DX_ENOTFOUND) return rc;
+  /* One wording for every provider; a queued start exists (status Running) but has no events. */
+  queued = dx_client_status(c, id, &info, NULL) == 0 && info.status != DX_STATUS_NONE;
+  if (queued) {
+    dx_instance_info_clear(&info);
+    return dx_error_set(err, DX_ENOTFOUND,
+                        "instance '%s' has no history yet: it is queued and no worker has run it",
+                        id);
+  }
+  return dx_error_set(err, DX_ENOTFOUND, "unknown instance '%s'", id);
+}
+
 static void sleep_ms(int64_t ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
