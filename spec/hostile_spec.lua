@@ -306,6 +306,26 @@ describe("hostile orchestration code", function()
       { "repeated large allocations", function()
         while true do local s = string.rep("x", 8 * 1024 * 1024) end
       end },
+      -- pattern matching runs in C, where the count hook never fires: the sandbox's matcher
+      -- charges its steps to the budget (bindings/lua/pattern.c)
+      { "a backtracking pattern (a?^30 a^30)", function()
+        return ("a"):rep(30):match(("a?"):rep(30) .. ("a"):rep(30))
+      end },
+      { "a backtracking find caught by pcall", function()
+        while true do pcall(string.find, string.rep("a", 1e5), ".-.-.-.-b") end
+      end },
+      { "a backtracking gmatch", function()
+        for _ in string.rep("a", 1e5):gmatch(".-.-.-.-b") do end
+      end },
+      { "a backtracking gsub", function()
+        return (string.rep("a", 1e5):gsub(".-.-.-.-b", "x"))
+      end },
+      { "a quadratic %b scan", function()
+        return string.rep("(", 1e5):find("%b()")
+      end },
+      { "a quadratic plain find", function()
+        return string.rep("a", 1e6):find(string.rep("a", 5e5) .. "b", 1, true)
+      end },
     }
     for _, case in ipairs(loops) do
       it("fails " .. case[1] .. ", and the worker serves others", function()

@@ -21,6 +21,8 @@ ATTACKS=(
   "index|instruction budget exceeded"
   "handler|instruction budget exceeded"
   "errobj|instruction budget"
+  "pattern|instruction budget exceeded"
+  "patfind|instruction budget exceeded"
   "rep|memory limit exceeded"
   "strrep|string is read-only in orchestrations"
   "strmeta|read-only in orchestrations"

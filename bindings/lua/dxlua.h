@@ -98,6 +98,13 @@ void dxl_sandbox_new_env(lua_State *L, int fidx, int *info_ref, int *env_ref);
 void dxl_sandbox_enter(lua_State *L, dxl_state_t *S, int info_ref, int env_ref);
 void dxl_sandbox_leave(lua_State *L, dxl_state_t *S, int info_ref);
 
+/* {===== pattern.c: budgeted pattern matching =====} */
+
+/* Replace string.find, match, gmatch and gsub (before the library is made read-only) by
+** versions that, inside orchestrations, charge their steps to the turn's budget; elsewhere
+** they call the stock functions. [-0, +0, e] */
+void dxl_pattern_install(lua_State *L, dxl_state_t *S);
+
 /* {===== budget.c: instruction and memory budgets =====} */
 
 /* Wrap the state's allocator (once); uninstall before the state's memory goes away. */
@@ -107,6 +114,9 @@ void dxl_budget_uninstall(lua_State *L, dxl_state_t *S);
 void dxl_budget_watch(lua_State *L);
 void dxl_budget_enter(dxl_state_t *S, dxl_budget_t *b);
 void dxl_budget_leave(dxl_budget_t *b);
+/* [-0, +0, e] Charge n units of work done in C (pattern matching) to the entered budget;
+** once it runs out, raise its error (sticky, like the hook's). No budget entered: nothing. */
+void dxl_budget_charge(lua_State *L, int64_t n);
 /* The entered budget has run out (its failure is being raised). */
 int dxl_budget_exhausted(void);
 /* Allow `limit` bytes of heap growth from now on (0: no cap). */
