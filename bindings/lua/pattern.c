@@ -80,6 +80,7 @@ static int class_matches(int c, int cl) {
   case 'u': r = isupper(c); break;
   case 'w': r = isalnum(c); break;
   case 'x': r = isxdigit(c); break;
+  case 'z': r = c == 0; break; /* deprecated, still in 5.4 */
   default: return cl == c;
   }
   return isupper(cl) ? !r : r != 0;
@@ -363,11 +364,34 @@ static int sandboxed(lua_State *L) {
   return S && S->in_orchestration > 0;
 }
 
-static int call_stock(lua_State *L) {
-  lua_pushvalue(L, lua_upvalueindex(1));
+/* Message handler of call_stock (upvalue: the stock function). An error the stock function
+** raised itself names no place (its caller, the wrapper, is C); add the wrapper's caller, as a
+** direct call would. Errors from a callback or a metamethod pass unchanged. Levels: 0 this
+** handler, 1 the raiser, 2 the wrapper, 3 its caller. */
+static int stock_error(lua_State *L) {
+  lua_Debug ar;
+  int from_stock;
+  if (lua_type(L, 1) != LUA_TSTRING || !lua_getstack(L, 1, &ar)) return 1;
+  lua_getinfo(L, "f", &ar);
+  from_stock = lua_rawequal(L, -1, lua_upvalueindex(1));
+  lua_pop(L, 1);
+  if (!from_stock) return 1;
+  luaL_where(L, 3);
   lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
+  lua_concat(L, 2);
+  return 1;
+}
+
+/* Outside orchestrations: the stock function, with its errors placed as a direct call's. It
+** cannot yield (the stock gsub calls its callback without a continuation either). */
+static int call_stock(lua_State *L) {
+  int n = lua_gettop(L);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushcclosure(L, stock_error, 1);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_rotate(L, 1, 2); /* handler, stock, args... */
+  if (lua_pcall(L, n, LUA_MULTRET, 1) != LUA_OK) return lua_error(L);
+  return lua_gettop(L) - 1;
 }
 
 static int find_or_match(lua_State *L, int find) {
