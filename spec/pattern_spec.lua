@@ -238,6 +238,25 @@ describe("pattern matching in orchestrations", function()
     assert.are.equal("BudgetExceeded", st.error.kind)
   end)
 
+  it("calls the stock functions outside orchestrations, with the same results and errors", function()
+    for _, c in ipairs(all_cases(1000)) do
+      assert.are.equal(run_case(c, STOCK), run_case(c, string), describe_case(c))
+    end
+    -- an error of the stock function names the caller's line; a callback's error is untouched
+    local ok, err = pcall(function()
+      local r = ("a"):find("%")
+      return r
+    end)
+    assert.is_false(ok)
+    assert.matches("^spec/pattern_spec%.lua:%d+: malformed pattern %(ends with '%%'%)$", err)
+    ok, err = pcall(function()
+      local r = ("a"):gsub(".", function() error("boom") end)
+      return r
+    end)
+    assert.is_false(ok)
+    assert.matches("^spec/pattern_spec%.lua:%d+: boom$", err)
+  end)
+
   it("keeps the stock functions for activities", function()
     duroxide.configure({ turn_instruction_budget = 100000 })
     local act = env:activity("PatternAct", function()
