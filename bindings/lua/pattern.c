@@ -358,7 +358,8 @@ static int has_specials(const char *p, size_t lp) {
 
 /* {===== the string functions =====} */
 
-/* upvalues of each function: the stock function, the state */
+/* upvalues of each function: the stock function, the state, stock_error bound to the stock
+** function */
 static int sandboxed(lua_State *L) {
   dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(2));
   return S && S->in_orchestration > 0;
@@ -386,8 +387,7 @@ static int stock_error(lua_State *L) {
 ** cannot yield (the stock gsub calls its callback without a continuation either). */
 static int call_stock(lua_State *L) {
   int n = lua_gettop(L);
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_pushcclosure(L, stock_error, 1);
+  lua_pushvalue(L, lua_upvalueindex(3));
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_rotate(L, 1, 2); /* handler, stock, args... */
   if (lua_pcall(L, n, LUA_MULTRET, 1) != LUA_OK) return lua_error(L);
@@ -590,7 +590,9 @@ void dxl_pattern_install(lua_State *L, dxl_state_t *S) {
       continue;
     }
     lua_pushlightuserdata(L, S);
-    lua_pushcclosure(L, fns[i].func, 2);
+    lua_pushvalue(L, -2);
+    lua_pushcclosure(L, stock_error, 1);
+    lua_pushcclosure(L, fns[i].func, 3);
     lua_setfield(L, -2, fns[i].name);
   }
   lua_pop(L, 1);
