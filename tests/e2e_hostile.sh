@@ -23,6 +23,8 @@ ATTACKS=(
   "errobj|instruction budget"
   "pattern|instruction budget exceeded"
   "patfind|instruction budget exceeded"
+  "move|instruction budget exceeded"
+  "emptyrep|instruction budget exceeded"
   "rep|memory limit exceeded"
   "strrep|string is read-only in orchestrations"
   "strmeta|read-only in orchestrations"

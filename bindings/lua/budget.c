@@ -100,9 +100,12 @@ static void budget_hook(lua_State *L, lua_Debug *ar) {
 void dxl_budget_charge(lua_State *L, int64_t n) {
   dxl_budget_t *b = current;
   if (!b) return;
-  b->used += n;
-  if (b->used <= b->limit && !b->hit) return;
+  if (!b->hit && n <= b->limit - b->used) { /* used <= limit until hit: no overflow */
+    b->used += n > 0 ? n : 0;
+    return;
+  }
   if (!b->hit) {
+    b->used = b->limit + 1;
     b->hit = 1;
     escalate(b->top);
   }

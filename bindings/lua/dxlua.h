@@ -98,12 +98,21 @@ void dxl_sandbox_new_env(lua_State *L, int fidx, int *info_ref, int *env_ref);
 void dxl_sandbox_enter(lua_State *L, dxl_state_t *S, int info_ref, int env_ref);
 void dxl_sandbox_leave(lua_State *L, dxl_state_t *S, int info_ref);
 
-/* {===== pattern.c: budgeted pattern matching =====} */
+/* {===== charged.c, pattern.c: library functions whose C loops the hook cannot see =====} */
 
-/* Replace string.find, match, gmatch and gsub (before the library is made read-only) by
-** versions that, inside orchestrations, charge their steps to the turn's budget; elsewhere
-** they call the stock functions. [-0, +0, e] */
+/* Wrap string.find/match/gmatch/gsub (pattern.c), table.move and string.rep (before the
+** libraries are made read-only): inside orchestrations they charge their work to the turn's
+** budget; elsewhere they call the stock functions. [-0, +0, e] */
+void dxl_charged_install(lua_State *L, dxl_state_t *S);
 void dxl_pattern_install(lua_State *L, dxl_state_t *S);
+/* Replace lib[name] by a C closure of each fns entry with upvalues (stock function, S, error
+** handler); fns ends with {NULL, NULL}. [-0, +0, e] */
+void dxl_wrap_stock(lua_State *L, dxl_state_t *S, const char *lib, const luaL_Reg *fns);
+/* In such a wrapper: orchestration code is running. */
+int dxl_stock_sandboxed(lua_State *L);
+/* In such a wrapper: call the stock function with the wrapper's arguments and return its
+** results; its own errors name the wrapper's caller, as from a direct call. */
+int dxl_call_stock(lua_State *L);
 
 /* {===== budget.c: instruction and memory budgets =====} */
 

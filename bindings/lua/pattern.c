@@ -8,8 +8,9 @@
 ** §6.4.1, with the stock library's limits and error messages) but count their steps and
 ** charge them to the running turn's instruction budget (budget.c), raising the same sticky
 ** budget error when it runs out. They take over only while orchestration code runs
-** (S->in_orchestration); activities and load-time code call the stock functions. Arguments
-** are checked here in both cases, so the errors name the function the same way.
+** (S->in_orchestration); activities and load-time code call the stock functions (through
+** charged.c's wrappers). Arguments are checked here in both cases, so the errors name the
+** function the same way.
 */
 #include <ctype.h>
 #include <string.h>
@@ -358,49 +359,13 @@ static int has_specials(const char *p, size_t lp) {
 
 /* {===== the string functions =====} */
 
-/* upvalues of each function: the stock function, the state, stock_error bound to the stock
-** function */
-static int sandboxed(lua_State *L) {
-  dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(2));
-  return S && S->in_orchestration > 0;
-}
-
-/* Message handler of call_stock (upvalue: the stock function). An error the stock function
-** raised itself names no place (its caller, the wrapper, is C); add the wrapper's caller, as a
-** direct call would. Errors from a callback or a metamethod pass unchanged. Levels: 0 this
-** handler, 1 the raiser, 2 the wrapper, 3 its caller. */
-static int stock_error(lua_State *L) {
-  lua_Debug ar;
-  int from_stock;
-  if (lua_type(L, 1) != LUA_TSTRING || !lua_getstack(L, 1, &ar)) return 1;
-  lua_getinfo(L, "f", &ar);
-  from_stock = lua_rawequal(L, -1, lua_upvalueindex(1));
-  lua_pop(L, 1);
-  if (!from_stock) return 1;
-  luaL_where(L, 3);
-  lua_insert(L, 1);
-  lua_concat(L, 2);
-  return 1;
-}
-
-/* Outside orchestrations: the stock function, with its errors placed as a direct call's. It
-** cannot yield (the stock gsub calls its callback without a continuation either). */
-static int call_stock(lua_State *L) {
-  int n = lua_gettop(L);
-  lua_pushvalue(L, lua_upvalueindex(3));
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_rotate(L, 1, 2); /* handler, stock, args... */
-  if (lua_pcall(L, n, LUA_MULTRET, 1) != LUA_OK) return lua_error(L);
-  return lua_gettop(L) - 1;
-}
-
 static int find_or_match(lua_State *L, int find) {
   size_t ls, lp, init;
   const char *s = luaL_checklstring(L, 1, &ls);
   const char *p = luaL_checklstring(L, 2, &lp);
   lua_Integer pos = luaL_optinteger(L, 3, 1);
   matcher_t m;
-  if (!sandboxed(L)) return call_stock(L);
+  if (!dxl_stock_sandboxed(L)) return dxl_call_stock(L);
   init = start_offset(pos, ls);
   matcher_init(&m, L, s, ls, p + lp);
   if (init > ls) {
@@ -473,7 +438,7 @@ static int p_gmatch(lua_State *L) {
   luaL_checklstring(L, 1, &ls);
   luaL_checkstring(L, 2);
   init = start_offset(luaL_optinteger(L, 3, 1), ls);
-  if (!sandboxed(L)) return call_stock(L);
+  if (!dxl_stock_sandboxed(L)) return dxl_call_stock(L);
   lua_settop(L, 2);
   g = lua_newuserdatauv(L, sizeof *g, 0);
   g->next = init > ls ? ls + 1 : init;
@@ -551,7 +516,7 @@ static int p_gsub(lua_State *L) {
   luaL_Buffer b;
   luaL_argexpected(L, tr == LUA_TNUMBER || tr == LUA_TSTRING || tr == LUA_TFUNCTION ||
                    tr == LUA_TTABLE, 3, "string/function/table");
-  if (!sandboxed(L)) return call_stock(L);
+  if (!dxl_stock_sandboxed(L)) return dxl_call_stock(L);
   anchored = lp > 0 && *p == '^';
   if (anchored) p++;
   matcher_init(&m, L, s, ls, p_end);
@@ -578,22 +543,6 @@ static int p_gsub(lua_State *L) {
 
 void dxl_pattern_install(lua_State *L, dxl_state_t *S) {
   static const luaL_Reg fns[] = {
-    {"find", p_find}, {"match", p_match}, {"gmatch", p_gmatch}, {"gsub", p_gsub}};
-  size_t i;
-  if (lua_getglobal(L, "string") != LUA_TTABLE) {
-    lua_pop(L, 1);
-    return;
-  }
-  for (i = 0; i < sizeof fns / sizeof fns[0]; i++) {
-    if (lua_getfield(L, -1, fns[i].name) != LUA_TFUNCTION) {
-      lua_pop(L, 1);
-      continue;
-    }
-    lua_pushlightuserdata(L, S);
-    lua_pushvalue(L, -2);
-    lua_pushcclosure(L, stock_error, 1);
-    lua_pushcclosure(L, fns[i].func, 3);
-    lua_setfield(L, -2, fns[i].name);
-  }
-  lua_pop(L, 1);
+    {"find", p_find}, {"match", p_match}, {"gmatch", p_gmatch}, {"gsub", p_gsub}, {NULL, NULL}};
+  dxl_wrap_stock(L, S, "string", fns);
 }

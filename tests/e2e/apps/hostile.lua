@@ -32,6 +32,8 @@ local attacks = {
   patfind = function()
     while true do pcall(string.find, string.rep("a", 1e5), ".-.-.-.-b") end
   end,
+  move = function() return table.move({}, 1, 1e12, 2) end,
+  emptyrep = function() return string.rep("", 1e15) end,
   -- memory
   rep = function() return #string.rep("x", 1e9) end,
   -- shared state
