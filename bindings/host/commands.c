@@ -9,6 +9,7 @@
 
 #include "duroxide.h"
 #include "host.h"
+#include "util.h"
 #include "codec.h"
 #include "jsonout.h"
 
@@ -133,7 +134,13 @@ static int parse(const command_t *cmd, int argc, char **argv, cmdline_t *c) {
       return dxh_opt_error(a, rc, val);
     if (strcmp(name, "store") == 0) c->store = val;
     else if (bit == O_ID) c->id = val;
-    else if (bit == O_VERSION) c->version = val;
+    else if (bit == O_VERSION) {
+      int v[3];
+      if (!dx__semver_parse(val, v)) /* refused before the store is opened: nothing written */
+        return dxh_fail(2, "--version '%s' is not a version (expected MAJOR.MINOR.PATCH such "
+                        "as 1.2.0)", val);
+      c->version = val;
+    }
     else if (bit == O_TIMEOUT) c->timeout = val;
     else { c->wait = 1; c->timeout = val; }
   }

@@ -62,18 +62,23 @@ int dxh_fail(int code, const char *fmt, const char *detail) {
 
 typedef struct {
   dx_runtime_t *rt;
+  dxl_state_t *S;
   uv_signal_t sigint, sigterm;
   uv_timer_t health;  /* watches for a store that became unusable */
   int signals;
   int failed;
 } worker_t;
 
+/* The runtime has stopped: every activity has finished or, past the grace, been handed back
+** (its row released for another worker). The handed-back ones are ended now (cancelled, not
+** left running); dx_runtime_run then returns even while something still holds a handle. */
 static void on_stopped(dx_runtime_t *rt, void *ud) {
   worker_t *w = ud;
   (void)rt;
   uv_close((uv_handle_t *)&w->sigint, NULL);
   uv_close((uv_handle_t *)&w->sigterm, NULL);
   uv_close((uv_handle_t *)&w->health, NULL);
+  dxl_end_abandoned_activities(w->S); /* cancelled: their code stops here */
 }
 
 /* A store that became unusable (damaged, lock file deleted) stops the worker: exit 1. */
@@ -166,6 +171,8 @@ static int run_worker(const char *app, int argc, char **argv) {
     lua_close(L);
     return dxh_fail(2, "%s", err.msg);
   }
+  /* The command line wins over duroxide.configure: the state keeps the final options too. */
+  S->opts = opts;
   dx__log_configure(opts.log_level, opts.log_format);
   if (!store) store = S->store_dir;
   store = dxh_store_dir(store);
@@ -185,6 +192,7 @@ static int run_worker(const char *app, int argc, char **argv) {
     return 1;
   }
   S->runtime = w.rt;
+  w.S = S;
   uv_signal_init(S->loop, &w.sigint);
   uv_signal_init(S->loop, &w.sigterm);
   w.sigint.data = w.sigterm.data = &w;

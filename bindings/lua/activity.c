@@ -206,6 +206,31 @@ void dxl_h_activity_abort(void *host, dx_activity_t *a) {
   }
 }
 
+void dxl_end_abandoned_activities(dxl_state_t *S) {
+  lua_State *L = S->L;
+  act_run_t **dead = NULL;
+  size_t n = 0, cap = 0, i;
+  int top = lua_gettop(L);
+  if (!lua_checkstack(L, 4)) return;
+  push_runs(L);
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    act_run_t *r = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (r && !r->a && lua_status(r->co) == LUA_YIELD) {
+      if (n == cap) {
+        act_run_t **nd = realloc(dead, (cap = cap ? cap * 2 : 8) * sizeof *nd);
+        if (!nd) break;
+        dead = nd;
+      }
+      dead[n++] = r;
+    }
+  }
+  lua_settop(L, top);
+  for (i = 0; i < n; i++) run_end(dead[i]); /* after the walk: run_end edits the table */
+  free(dead);
+}
+
 /* {===== session hooks =====} */
 
 /* Call hooks[name](session_id, word, worker_id) under pcall: an app error is logged, never

@@ -140,6 +140,9 @@ void dxl_budget_start_memory(dxl_state_t *S, dxl_budget_t *b, int64_t limit);
 /* Stop every pending actx:sleep / C.after timer without calling into Lua: the state is
 ** closing. Their memory is freed when the loop next runs the close callbacks. */
 void dxl_cancel_timers(dxl_state_t *S);
+/* End the activities the runtime handed back at shutdown (their coroutines are closed, <close>
+** handlers run): the duroxide-lua worker calls it once its runtime has stopped. */
+void dxl_end_abandoned_activities(dxl_state_t *S);
 
 /* Orchestration primitives for duroxide/context.lua (registered into the prims table). */
 void dxl_orch_register(lua_State *L, int prims_idx);

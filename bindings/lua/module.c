@@ -176,9 +176,7 @@ int dxl_pcall(lua_State *L, int nargs, int nres, char *errbuf, size_t errlen, in
 
 /* {===== registration =====} */
 
-static int parse_semver(const char *s, int v[3]) {
-  return s && sscanf(s, "%d.%d.%d", &v[0], &v[1], &v[2]) == 3;
-}
+static int parse_semver(const char *s, int v[3]) { return dx__semver_parse(s, v); }
 
 static int semver_less(const char *a, const char *b) {
   int x[3], y[3], i;
@@ -331,6 +329,11 @@ static int l_configure(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
   dx_options_t o = S->opts;
   dx_error_t err;
+  /* A running worker's options are final (the command line wins over the app's configure);
+  ** changing them underneath it would let the app override the command line after all. */
+  if (S->runtime)
+    return luaL_error(L, "duroxide.configure: a worker is already running in this state; "
+                      "options are fixed when it starts (configure before starting it)");
   dxl_options_from_table(L, 1, S, &o);
   if (dx_options_validate(&o, &err) != 0) return luaL_error(L, "%s", err.msg);
   S->opts = o;

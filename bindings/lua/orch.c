@@ -129,7 +129,9 @@ static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *
   inst->name = name;
   inst->version = version ? version : "1.0.0";
   inst->input = input ? input : "null";
-  inst->budget.limit = S->opts.turn_instruction_budget;
+  /* the runtime's own options (command line, runtime{} or C options), not duroxide.configure's */
+  inst->budget.limit = dx_turn_instruction_budget(t);
+  if (inst->budget.limit <= 0) inst->budget.limit = S->opts.turn_instruction_budget;
   dxl_budget_start_memory(S, &inst->budget, DXL_TURN_MEMORY_LIMIT); /* for the whole turn */
   inst->co_ref = inst->box_ref = inst->info_ref = inst->env_ref = LUA_NOREF;
   lua_pushcfunction(L, start_impl);

@@ -94,6 +94,12 @@ static int prepare_start(dx_client_t *c, const dx_start_t *st, dx_work_item_t *w
   int rc;
   if ((rc = check_id("instance id", st->id, err)) != 0) return rc;
   if ((rc = check_len("orchestration name", st->name, DX_MAX_NAME_BYTES, err)) != 0) return rc;
+  if (st->version) {
+    int v[3];
+    if (!dx__semver_parse(st->version, v))
+      return dx_error_set(err, DX_EINVAL, "version '%.200s' is not a version: expected "
+                          "MAJOR.MINOR.PATCH such as 1.2.0", st->version);
+  }
   if ((rc = canonical("input", st->input, &json, err)) != 0) return rc;
   memset(&info, 0, sizeof info);
   rc = c->p->methods->get_instance_info(c->p, st->id, &info, NULL);

@@ -80,6 +80,7 @@ struct dx_turn_s {
   int oom;                  /* an allocation failed: never ack a partial turn */
   int run_state;            /* DX_RUN_* of the code */
   int fatal;                /* nondeterminism or other turn-level failure recorded */
+  int parent_cancelled;     /* the instance itself was cancelled: children hear why */
   dx_failure_t failure;     /* terminal failure */
   char *output;
   char *can_input;
@@ -436,7 +437,10 @@ static void cancel_outstanding(dx_turn_t *t, uint64_t id, const char *reason) {
     memset(&w, 0, sizeof w);
     w.kind = DX_WI_CANCEL;
     w.instance = dx__strdup(sched->instance);
-    w.reason = dx__strdup("parent dropped sub-orchestration future");
+    /* A child cancelled with its parent says so (as the reference); a dropped future (a
+    ** select loser) keeps its own reason. */
+    w.reason = dx__strdup(t->parent_cancelled ? "parent canceled"
+                                              : "parent dropped sub-orchestration future");
     VEC_PUSH(t->orch_items, w);
   }
 }
@@ -452,6 +456,7 @@ const char *dx_turn_instance(const dx_turn_t *t) { return t->instance; }
 uint64_t dx_turn_execution(const dx_turn_t *t) { return t->exec; }
 const char *dx_turn_name(const dx_turn_t *t) { return t->name; }
 const char *dx_turn_version(const dx_turn_t *t) { return t->version; }
+int64_t dx_turn_instruction_budget(const dx_turn_t *t) { return t->cfg->instruction_budget; }
 int dx_turn_is_replaying(const dx_turn_t *t) {
   return t->cursor < t->n_hist && t->emitted < t->n_sched_known;
 }
@@ -808,7 +813,13 @@ static const dx_work_item_t *find_start(const dx_orch_item_t *item, int kind) {
   return NULL;
 }
 
-/* Decide which execution this turn works on; 0 = nothing to do (ack and drop messages). */
+enum { SEL_DROP = 0, SEL_RUN = 1, SEL_WAIT = 2 };
+
+/* Decide which execution this turn works on: SEL_RUN; SEL_DROP = the execution has ended
+** (ack drops stale messages); SEL_WAIT = the messages precede the execution they belong to,
+** whose start (or continue-as-new) message is still queued but not visible yet (another
+** worker handed it back with a delay, e.g. it lacked the orchestration): they must wait for
+** that first turn, not be dropped. */
 static int select_execution(dx_turn_t *t) {
   const dx_orch_item_t *it = t->item;
   const dx_work_item_t *can = find_start(it, DX_WI_CAN);
@@ -820,13 +831,15 @@ static int select_execution(dx_turn_t *t) {
     t->hist = NULL;
     t->n_hist = 0;
     start = can;
+  } else if (last && last->kind == DX_EV_ORCH_CAN) {
+    return SEL_WAIT; /* the next execution's start is queued: its messages wait for it */
   } else if (last && is_terminal_kind(last->kind)) {
-    return 0;
+    return SEL_DROP;
   } else {
     t->hist = it->history;
     t->n_hist = it->history_len;
   }
-  if (t->n_hist == 0 && !start) return 0; /* nothing can begin this instance */
+  if (t->n_hist == 0 && !start) return SEL_WAIT;
   t->instance = dx__strdup(it->instance);
   if (t->n_hist) {
     t->name = dx__strdup(t->hist[0].name);
@@ -835,7 +848,7 @@ static int select_execution(dx_turn_t *t) {
     t->name = dx__strdup(start->name);
     t->version = dx__strdup(start->version);
   }
-  return 1;
+  return SEL_RUN;
 }
 
 static int validate_history(dx_turn_t *t) {
@@ -901,9 +914,10 @@ static void start_event(dx_turn_t *t, const char *resolved_version) {
     free(t->version);
     t->version = v;
   }
+  /* t->version, not resolved_version: that may have been the string just freed. */
   dx__log(DX_LOG_INFO, "orchestration started", "instance=%s execution=%" PRIu64
           " orchestration=%s version=%s", t->instance, t->exec, t->name,
-          resolved_version ? resolved_version : "");
+          t->version ? t->version : "");
 }
 
 static void run_code(dx_turn_t *t) {
@@ -934,6 +948,7 @@ static void run_code(dx_turn_t *t) {
 static void turn_body(dx_turn_t *t) {
   const dx_orch_item_t *it = t->item;
   const char *resolved = NULL;
+  int registered;
   t->action = DX_TURN_ACK;
   if (it->history_error) {
     /* History is unreadable: retry (maybe a newer build can read it), then mark the
@@ -955,28 +970,55 @@ static void turn_body(dx_turn_t *t) {
     }
     return;
   }
-  if (!select_execution(t)) return; /* stale or orphan messages: ack drops them */
+  switch (select_execution(t)) {
+    case SEL_DROP: return; /* stale messages of an ended execution: ack drops them */
+    case SEL_WAIT:
+      if (it->attempt_count <= t->cfg->max_attempts) {
+        /* Same schedule as the unregistered start they wait for: they come back after it. */
+        t->action = DX_TURN_ABANDON;
+        t->abandon_delay_ms = dx__unregistered_backoff(it->attempt_count,
+                                                       t->cfg->unregistered_base_ms,
+                                                       t->cfg->unregistered_max_ms);
+        dx__log(DX_LOG_DEBUG, "messages wait for the instance's first turn",
+                "instance=%s messages=%zu attempt=%u retry_in_ms=%" PRId64, it->instance,
+                it->messages_len, it->attempt_count, t->abandon_delay_ms);
+      } else {
+        /* Outlived every attempt a start gets: nothing will ever run them. */
+        dx__log(DX_LOG_WARN, "messages for an instance that never started dropped",
+                "instance=%s messages=%zu attempts=%u", it->instance, it->messages_len,
+                it->attempt_count);
+      }
+      return;
+    default: break;
+  }
   if (!validate_history(t)) goto terminal;
+  /* Resolve the version even for a poisoned instance: its OrchestrationStarted records it. */
+  registered = t->host->orch_lookup(t->host_ud, t->name, t->version, &resolved);
   if (it->attempt_count > t->cfg->max_attempts) {
     set_failure(t, DX_CAT_POISON, "Poison",
                 "poison: orchestration %s exceeded %u attempts (max %u)", t->instance,
                 it->attempt_count, t->cfg->max_attempts);
-  } else if (!t->host->orch_lookup(t->host_ud, t->name, t->version, &resolved)) {
+  } else if (!registered) {
+    char what[512];
+    if (t->version)
+      snprintf(what, sizeof what, "orchestration '%s' version %s", t->name, t->version);
+    else
+      snprintf(what, sizeof what, "orchestration '%s'", t->name);
     if (it->attempt_count < t->cfg->max_attempts) {
       t->action = DX_TURN_ABANDON;
       t->abandon_delay_ms = dx__unregistered_backoff(it->attempt_count,
                                                      t->cfg->unregistered_base_ms,
                                                      t->cfg->unregistered_max_ms);
       dx__log(DX_LOG_WARN, "orchestration not registered; will retry",
-              "instance=%s orchestration=%s attempt=%u retry_in_ms=%" PRId64, t->instance,
-              t->name, it->attempt_count, t->abandon_delay_ms);
+              "instance=%s orchestration=%s version=%s attempt=%u retry_in_ms=%" PRId64,
+              t->instance, t->name, t->version ? t->version : "", it->attempt_count,
+              t->abandon_delay_ms);
       return;
     }
     set_failure(t, DX_CAT_CONFIGURATION, "Unregistered",
-                "orchestration '%s' is not registered (gave up after %u attempts)", t->name,
-                it->attempt_count);
+                "%s is not registered (gave up after %u attempts)", what, it->attempt_count);
   }
-  if (t->n_hist == 0) start_event(t, resolved ? resolved : t->version);
+  if (t->n_hist == 0) start_event(t, registered && resolved ? resolved : t->version);
   if (t->fatal) goto terminal;
   convert_batch(t);
   index_history(t);
@@ -988,6 +1030,7 @@ static void turn_body(dx_turn_t *t) {
       if (ev_at(t, id)->kind == DX_EV_ORCH_CANCEL_REQ) cr = ev_at(t, id);
     set_failure(t, DX_CAT_APPLICATION, "Cancelled", "canceled: %s",
                 cr && cr->reason ? cr->reason : "cancelled");
+    t->parent_cancelled = 1;
     goto terminal;
   }
   run_code(t);

@@ -18,6 +18,7 @@ typedef struct dx_turn_cfg_s {
   int64_t unregistered_base_ms;   /* backoff for unregistered orchestrations */
   int64_t unregistered_max_ms;
   const char *worker_id;          /* for logs */
+  int64_t instruction_budget;     /* the runtime's turn_instruction_budget (0 = host default) */
 } dx_turn_cfg_t;
 
 /* Run one turn for a fetched item. Always returns a turn (NULL only on ENOMEM) whose

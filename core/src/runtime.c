@@ -17,6 +17,7 @@
 #include "codec.h"
 #include "embedding.h"
 #include "log.h"
+#include "options.h"
 #include "replay.h"
 #include "sessions.h"
 #include "store.h"
@@ -76,6 +77,7 @@ struct dx_runtime_s {
   dx_runtime_stop_cb stop_cb;
   void *stop_ud;
   dx_runtime_stats_t stats;
+  int64_t skew_warned_ms;    /* last "store times in our future" warning (process time) */
   int failed;                  /* the store became unusable: `failure` says why */
   dx_error_t failure;
   /* C embedding (section below): C activities, dx_runtime_run, the owner of a Lua runtime. */
@@ -94,167 +96,6 @@ static void registry_init(void) { uv_mutex_init(&registry_mu); }
 
 const char *dx_version(void) { return "0.1.0"; }
 
-/* {===== options =====} */
-
-void dx_options_init(dx_options_t *o) {
-  memset(o, 0, sizeof *o);
-  o->version = 1;
-  o->orchestration_concurrency = 256;
-  o->worker_concurrency = 256;
-  o->max_sessions_per_worker = 10;
-  o->session_lock_timeout_ms = 30000;
-  o->session_lock_renewal_buffer_ms = 5000;
-  o->session_idle_timeout_ms = 300000;
-  o->session_cleanup_interval_ms = 300000;
-  o->worker_lock_timeout_ms = 30000;
-  o->worker_lock_renewal_buffer_ms = 5000;
-  o->orchestrator_lock_timeout_ms = 5000;
-  o->poll_interval_ms = 10;
-  o->max_attempts = 10;
-  o->shutdown_grace_ms = 10000;
-  o->unregistered_base_ms = 1000;
-  o->unregistered_max_ms = 60000;
-  o->turn_instruction_budget = 50000000;
-  o->loop_block_warning_ms = 1000;
-  o->log_level = DX_LOG_INFO;
-  o->log_format = 0;
-}
-
-int dx_parse_duration(const char *text, int64_t *out_ms) {
-  char *end = NULL;
-  double v;
-  double mult = 1;
-  if (!text || !*text) return DX_EINVAL;
-  v = strtod(text, &end);
-  if (end == text || v < 0 || v != v) return DX_EINVAL;
-  if (strcmp(end, "") == 0 || strcmp(end, "ms") == 0) mult = 1;
-  else if (strcmp(end, "s") == 0) mult = 1000;
-  else if (strcmp(end, "m") == 0) mult = 60000;
-  else if (strcmp(end, "h") == 0) mult = 3600000;
-  else return DX_EINVAL;
-  if (v * mult > 9.0e15) return DX_EINVAL;
-  *out_ms = (int64_t)(v * mult + 0.5);
-  return DX_OK;
-}
-
-/* Renewal period shared by activity leases and session leases (duroxide §4.4). */
-static int64_t renewal_interval(int64_t timeout, int64_t buffer) {
-  int64_t r = dx__renewal_interval(timeout, buffer);
-  return r < 1000 && timeout >= 2000 ? 1000 : (r < 1 ? 1 : r); /* floor 1 s where possible */
-}
-
-int dx_options_validate(const dx_options_t *o, dx_error_t *err) {
-  int64_t renew = renewal_interval(o->worker_lock_timeout_ms, o->worker_lock_renewal_buffer_ms);
-  if (o->orchestration_concurrency < 1)
-    return dx_error_set(err, DX_EINVAL, "orchestration_concurrency must be at least 1 (got %d)",
-                        o->orchestration_concurrency);
-  if (o->worker_concurrency < 1)
-    return dx_error_set(err, DX_EINVAL, "worker_concurrency must be at least 1 (got %d)",
-                        o->worker_concurrency);
-  if (o->max_sessions_per_worker < 0)
-    return dx_error_set(err, DX_EINVAL, "max_sessions_per_worker must be 0 or more (got %d)",
-                        o->max_sessions_per_worker);
-  if (o->worker_lock_timeout_ms < 100)
-    return dx_error_set(err, DX_EINVAL, "worker_lock_timeout must be at least 100ms (got %" PRId64
-                        "ms)", o->worker_lock_timeout_ms);
-  if (o->session_lock_timeout_ms < 100)
-    return dx_error_set(err, DX_EINVAL, "session_lock_timeout must be at least 100ms (got %"
-                        PRId64 "ms)", o->session_lock_timeout_ms);
-  if (o->orchestrator_lock_timeout_ms < 100)
-    return dx_error_set(err, DX_EINVAL, "orchestrator_lock_timeout must be at least 100ms");
-  if (o->session_idle_timeout_ms != 0 && o->session_idle_timeout_ms <= renew)
-    return dx_error_set(err, DX_EINVAL,
-                        "session_idle_timeout (%" PRId64 "ms) must exceed the worker lock renewal "
-                        "interval (%" PRId64 "ms, from worker_lock_timeout %" PRId64 "ms); use 0 "
-                        "to never unpin idle sessions",
-                        o->session_idle_timeout_ms, renew, o->worker_lock_timeout_ms);
-  if (o->max_attempts < 1)
-    return dx_error_set(err, DX_EINVAL, "max_attempts must be at least 1");
-  if (o->turn_instruction_budget < 1000)
-    return dx_error_set(err, DX_EINVAL, "turn_instruction_budget must be at least 1000");
-  if (o->worker_node_id && (!*o->worker_node_id || strlen(o->worker_node_id) > 200))
-    return dx_error_set(err, DX_EINVAL, "worker_node_id must be 1 to 200 characters");
-  return DX_OK;
-}
-
-typedef enum { OPT_INT, OPT_DUR, OPT_STR, OPT_LEVEL, OPT_FORMAT } opt_type_t;
-
-typedef struct {
-  const char *name;
-  opt_type_t type;
-  size_t off;
-} opt_desc_t;
-
-static const opt_desc_t opt_table[] = {
-  {"worker-node-id", OPT_STR, offsetof(dx_options_t, worker_node_id)},
-  {"orchestration-concurrency", OPT_INT, offsetof(dx_options_t, orchestration_concurrency)},
-  {"worker-concurrency", OPT_INT, offsetof(dx_options_t, worker_concurrency)},
-  {"max-sessions-per-worker", OPT_INT, offsetof(dx_options_t, max_sessions_per_worker)},
-  {"session-lock-timeout", OPT_DUR, offsetof(dx_options_t, session_lock_timeout_ms)},
-  {"session-idle-timeout", OPT_DUR, offsetof(dx_options_t, session_idle_timeout_ms)},
-  {"session-cleanup-interval", OPT_DUR, offsetof(dx_options_t, session_cleanup_interval_ms)},
-  {"worker-lock-timeout", OPT_DUR, offsetof(dx_options_t, worker_lock_timeout_ms)},
-  {"orchestrator-lock-timeout", OPT_DUR, offsetof(dx_options_t, orchestrator_lock_timeout_ms)},
-  {"poll-interval", OPT_DUR, offsetof(dx_options_t, poll_interval_ms)},
-  {"max-attempts", OPT_INT, offsetof(dx_options_t, max_attempts)},
-  {"shutdown-grace", OPT_DUR, offsetof(dx_options_t, shutdown_grace_ms)},
-  {"turn-instruction-budget", OPT_INT, offsetof(dx_options_t, turn_instruction_budget)},
-  {"log-level", OPT_LEVEL, offsetof(dx_options_t, log_level)},
-  {"log-format", OPT_FORMAT, offsetof(dx_options_t, log_format)},
-  {"loop-block-warning", OPT_DUR, offsetof(dx_options_t, loop_block_warning_ms)},
-};
-
-int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_error_t *err) {
-  char norm[64];
-  size_t i;
-  if (!name || !value) return dx_error_set(err, DX_EINVAL, "option name and value required");
-  snprintf(norm, sizeof norm, "%s", name);
-  for (i = 0; norm[i]; i++)
-    if (norm[i] == '_') norm[i] = '-';
-  for (i = 0; i < sizeof opt_table / sizeof opt_table[0]; i++) {
-    const opt_desc_t *d = &opt_table[i];
-    char *p = (char *)o + d->off;
-    if (strcmp(d->name, norm) != 0) continue;
-    switch (d->type) {
-      case OPT_INT: {
-        char *end;
-        long long v = strtoll(value, &end, 10);
-        if (end == value || *end || v < 0 || v > 1000000000LL)
-          return dx_error_set(err, DX_EINVAL, "invalid value for --%s: '%s' (expected a "
-                              "non-negative integer)", d->name, value);
-        if (d->off == offsetof(dx_options_t, max_attempts)) *(uint32_t *)p = (uint32_t)v;
-        else if (d->off == offsetof(dx_options_t, turn_instruction_budget)) *(int64_t *)p = v;
-        else *(int *)p = (int)v;
-        return DX_OK;
-      }
-      case OPT_DUR:
-        if (dx_parse_duration(value, (int64_t *)p) != 0)
-          return dx_error_set(err, DX_EINVAL, "invalid value for --%s: '%s' (expected a "
-                              "duration such as 250ms, 30s, 5m or 1h)", d->name, value);
-        return DX_OK;
-      case OPT_STR:
-        *(const char **)p = value;
-        return DX_OK;
-      case OPT_LEVEL: {
-        int lv = dx__log_level_from_name(value);
-        if (lv < 0)
-          return dx_error_set(err, DX_EINVAL, "invalid value for --log-level: '%s' (expected "
-                              "error, warn, info or debug)", value);
-        *(int *)p = lv;
-        return DX_OK;
-      }
-      case OPT_FORMAT:
-        if (strcmp(value, "text") == 0) *(int *)p = 0;
-        else if (strcmp(value, "json") == 0) *(int *)p = 1;
-        else
-          return dx_error_set(err, DX_EINVAL, "invalid value for --log-format: '%s' (expected "
-                              "text or json)", value);
-        return DX_OK;
-    }
-  }
-  return dx_error_set(err, DX_ENOTFOUND, "unknown option --%s", norm);
-}
-
 /* {===== orchestration dispatcher =====} */
 
 static void turn_committed(dx_store_op_t *op) {
@@ -269,6 +110,22 @@ static void turn_committed(dx_store_op_t *op) {
   if (!rt->stopping) dx__store_want(rt->store, 1, 0);
 }
 
+/* Another worker wrote times (history timestamps) in our future: its clock runs ahead of ours
+** (or ours behind). Leases and timers assume synchronised clocks, so say so, once a minute. */
+static void check_clock_skew(dx_runtime_t *rt, const dx_orch_item_t *item, int64_t now) {
+  int64_t newest = now;
+  size_t i;
+  for (i = item->history_len; i > 0 && i + 8 > item->history_len; i--) /* the newest events */
+    if (item->history[i - 1].timestamp_ms > newest) newest = item->history[i - 1].timestamp_ms;
+  /* newest >= now here, and both are real times: no overflow */
+  if (newest - now <= 1000 || now - rt->skew_warned_ms < 60000) return;
+  rt->skew_warned_ms = now;
+  dx__log(DX_LOG_WARN, "the store holds times ahead of this worker's clock: clocks are not "
+          "synchronised (leases, locks and timers assume they are)",
+          "instance=%s ahead_ms=%" PRId64 " worker_id=%s", item->instance, newest - now,
+          rt->worker_id);
+}
+
 static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   turn_job_t *job = calloc(1, sizeof *job);
   dx_turn_cfg_t cfg;
@@ -278,10 +135,12 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   }
   memset(&cfg, 0, sizeof cfg);
   cfg.now_ms = dx__now_ms();
+  check_clock_skew(rt, item, cfg.now_ms);
   cfg.max_attempts = rt->opts.max_attempts;
   cfg.unregistered_base_ms = rt->opts.unregistered_base_ms;
   cfg.unregistered_max_ms = rt->opts.unregistered_max_ms;
   cfg.worker_id = rt->worker_id;
+  cfg.instruction_budget = rt->opts.turn_instruction_budget;
   job->rt = rt;
   job->item = item;
   dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
@@ -746,7 +605,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
   if (rt->running) rt->running->prev = a;
   rt->running = a;
   rt->n_running++;
-  every = renewal_interval(rt->opts.worker_lock_timeout_ms, rt->opts.worker_lock_renewal_buffer_ms);
+  every = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
+                                    rt->opts.worker_lock_renewal_buffer_ms);
   uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
   if (a->item.session_id && rt->sessions)
     dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
@@ -835,6 +695,7 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   rt->opts.worker_node_id = rt->worker_id;
   rt->host = host;
   rt->host_ud = host_ud;
+  rt->skew_warned_ms = INT64_MIN / 2;
   *out = rt;
   return DX_OK;
 }
@@ -923,6 +784,8 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   cfg.provider = rt->provider;
   cfg.orch_lock_ms = rt->opts.orchestrator_lock_timeout_ms;
   cfg.work_lock_ms = rt->opts.worker_lock_timeout_ms;
+  cfg.work_renew_ms = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
+                                       rt->opts.worker_lock_renewal_buffer_ms);
   cfg.poll_interval_ms = rt->opts.poll_interval_ms;
   cfg.on_fetch = on_fetch;
   cfg.on_fatal = on_store_fatal;
@@ -932,6 +795,8 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
     rt->session_cfg.session_lock_ms = rt->opts.session_lock_timeout_ms;
     rt->session_cfg.max_sessions = (uint32_t)rt->opts.max_sessions_per_worker;
     cfg.sessions = &rt->session_cfg;
+    cfg.session_renew_ms = dx__sessions_renew_every(&rt->opts);
+    cfg.session_idle_ms = rt->opts.session_idle_timeout_ms;
   }
   rc = dx__store_new(&rt->store, rt->loop, &cfg, err);
   if (rc != 0) return rc;
@@ -945,6 +810,11 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   dx__log(DX_LOG_INFO, "worker started", "worker_id=%s orchestration_concurrency=%d "
           "worker_concurrency=%d", rt->worker_id, rt->opts.orchestration_concurrency,
           rt->opts.worker_concurrency);
+  {
+    char all[1024];
+    dx__options_describe(&rt->opts, all, sizeof all);
+    dx__log(DX_LOG_INFO, "worker options", "%s", all);
+  }
   return DX_OK;
 }
 

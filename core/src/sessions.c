@@ -227,7 +227,7 @@ static void on_cleanup_timer(uv_timer_t *t) {
 
 /* Renew at the lease minus the buffer (duroxide's rule), but often enough to notice idle
 ** unpins close to idle timeout + lease. */
-static int64_t renew_every(const dx_options_t *o) {
+int64_t dx__sessions_renew_every(const dx_options_t *o) {
   int64_t r = dx__renewal_interval(o->session_lock_timeout_ms,
                                    o->session_lock_renewal_buffer_ms);
   return r < 50 ? 50 : r;
@@ -245,7 +245,7 @@ dx_sessions_t *dx__sessions_new(uv_loop_t *loop, dx_store_t *store, const dx_opt
   s->worker_id = worker_id;
   s->host = host;
   s->host_ud = host_ud;
-  every = renew_every(opts);
+  every = dx__sessions_renew_every(opts);
   uv_timer_init(loop, &s->renew_timer);
   uv_timer_init(loop, &s->cleanup_timer);
   s->renew_timer.data = s->cleanup_timer.data = s;

@@ -21,6 +21,8 @@ dx_sessions_t *dx__sessions_new(uv_loop_t *loop, dx_store_t *store, const dx_opt
                                 const char *worker_id, const dx_host_methods_t *host,
                                 void *host_ud);
 /* A session activity was fetched (claimed says whether the fetch made us the owner). */
+/* How often the session manager renews its leases (the store thread steps in when late). */
+int64_t dx__sessions_renew_every(const dx_options_t *o);
 void dx__sessions_on_fetch(dx_sessions_t *s, const char *session_id, int claimed,
                            const char *previous_owner);
 /* A session activity finished (its result is queued). */

@@ -4,6 +4,13 @@
 ** Why a thread: a durable commit waits for fsync, which must not stall Lua work on the loop.
 ** Why one transaction per cycle: LMDB has one writer; batching every ack and fetch of a cycle
 ** into one commit turns N fsyncs into one (group commit), which is where throughput comes from.
+** Why this thread renews locks: turns and activity code run on the loop one after another,
+** so a long turn (or an activity that computes without yielding) blocks the loop and every
+** timer on it, while the other items of its batch wait their turn. The store thread holds
+** every fetched item until its settlement is applied and renews its lock on the monotonic
+** clock: orchestration locks always, activity locks only when the loop's own renewal (which
+** also detects cancellation) is late. So neither the long item nor the innocent ones queued
+** behind it lose their lock.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +18,16 @@
 #include "log.h"
 #include "store.h"
 #include "util.h"
+
+/* An item handed to the loop whose settlement (ack/abandon) is not applied yet. */
+typedef struct held_s {
+  char *instance;      /* orchestration items; NULL for work items */
+  uint64_t token;
+  uint64_t renew_at;   /* monotonic ms */
+  uint64_t give_up_at; /* monotonic ms: a turn never takes this long (the budget stops code),
+                          nor does the loop go this long without renewing an activity */
+  struct held_s *next;
+} held_t;
 
 typedef struct fetched_node_s {
   dx_store_fetched_t f;
@@ -36,6 +53,10 @@ struct dx_store_s {
   int woken;          /* another process may have committed work: check before sleeping */
   int busy;           /* the thread holds ops not yet on the done list */
   uint64_t commits, cycles;
+  held_t *held;       /* store thread only */
+  int64_t renew_every_ms, work_renew_every_ms;
+  uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
+  int64_t sess_every_ms;
   int64_t backoff_ms;  /* guarded by mu: after a failed cycle 10 ms doubling to 1 s, else 0 */
   int cycle_failed;    /* store thread only: the last cycle failed */
   int fatal;           /* guarded by mu: 1 = fatal_err is set, 2 = reported to the loop */
@@ -50,6 +71,116 @@ static int64_t now_ms(dx_store_t *s) {
 }
 
 /* {===== store thread =====} */
+
+#define HOLD_MAX_MS (10 * 60 * 1000)
+
+static uint64_t mono_ms(void) { return uv_hrtime() / 1000000u; }
+
+/* instance: an orchestration item's; NULL for a work item. */
+static void hold(dx_store_t *s, const char *instance, uint64_t token) {
+  held_t *h = calloc(1, sizeof *h);
+  if (!h || (instance && !(h->instance = dx__strdup(instance)))) {
+    free(h); /* not renewed: the lock may lapse, and the item then simply comes back */
+    return;
+  }
+  h->token = token;
+  h->renew_at = mono_ms() + (uint64_t)(instance ? s->renew_every_ms : s->work_renew_every_ms);
+  /* Bounded, so an item the loop dropped without a settlement (out of memory) is not kept
+  ** locked for ever: its lock then lapses and it comes back. */
+  h->give_up_at = mono_ms() + HOLD_MAX_MS;
+  h->next = s->held;
+  s->held = h;
+}
+
+static held_t *find_held(dx_store_t *s, uint64_t token) {
+  held_t *h;
+  for (h = s->held; h; h = h->next)
+    if (h->token == token) return h;
+  return NULL;
+}
+
+/* The loop renewed this activity lock itself: no fallback renewal needed until it is late. */
+static void touch_held(dx_store_t *s, uint64_t token) {
+  held_t *h = find_held(s, token);
+  if (!h) return;
+  h->renew_at = mono_ms() + (uint64_t)s->work_renew_every_ms;
+  h->give_up_at = mono_ms() + HOLD_MAX_MS;
+}
+
+static void unhold(dx_store_t *s, uint64_t token) {
+  held_t **pp;
+  for (pp = &s->held; *pp; pp = &(*pp)->next) {
+    if ((*pp)->token == token) {
+      held_t *dead = *pp;
+      *pp = dead->next;
+      free(dead->instance);
+      free(dead);
+      return;
+    }
+  }
+}
+
+static void free_held(dx_store_t *s) {
+  while (s->held) unhold(s, s->held->token);
+}
+
+/* Items fetched but never delivered to the loop: nobody will settle them. */
+static void unhold_fetched(dx_store_t *s, const dx_store_fetched_t *f) {
+  size_t i;
+  for (i = 0; i < f->n_orch; i++) unhold(s, f->orch[i]->lock_token);
+  for (i = 0; i < f->n_work; i++) unhold(s, f->work[i].lock_token);
+}
+
+/* Earliest renewal due (monotonic ms), UINT64_MAX when nothing is held. */
+static uint64_t next_renewal(dx_store_t *s) {
+  uint64_t due = s->cfg.sessions ? s->sess_due : UINT64_MAX;
+  held_t *h;
+  for (h = s->held; h; h = h->next)
+    if (h->renew_at < due) due = h->renew_at;
+  return due;
+}
+
+/* Inside a cycle's transaction: extend the locks that are due. A lost lock (expired before we
+** got here, or taken over) is forgotten; the turn's commit will then be refused as before. */
+static void renew_held(dx_store_t *s, int64_t now) {
+  dx_provider_t *p = s->cfg.provider;
+  uint64_t mono = mono_ms();
+  held_t *h, *next;
+  if (s->cfg.sessions && mono >= s->sess_due) {
+    /* The loop's session renewal is late (the loop is blocked): renew our leases here. */
+    dx_error_t err;
+    const dx_session_cfg_t *sc = s->cfg.sessions;
+    if (p->methods->renew_session_lock(p, now, sc->worker_id, sc->session_lock_ms,
+                                       s->cfg.session_idle_ms, NULL, NULL, NULL, &err) != 0)
+      dx__log(DX_LOG_WARN, "session lease renewal failed", "error=\"%s\"", err.msg);
+    s->sess_due = mono + (uint64_t)s->sess_every_ms;
+  }
+  for (h = s->held; h; h = next) {
+    dx_error_t err;
+    next = h->next;
+    if (h->renew_at > mono) continue;
+    if (mono >= h->give_up_at) {
+      dx__log(DX_LOG_WARN, "lock no longer renewed: its item was never settled",
+              "instance=%s token=%016llx", h->instance ? h->instance : "(activity)",
+              (unsigned long long)h->token);
+      unhold(s, h->token);
+      continue;
+    }
+    if (h->instance ? p->methods->renew_orchestration_item_lock(p, now, h->instance, h->token,
+                                                                s->cfg.orch_lock_ms, &err)
+                    : p->methods->renew_work_item_lock(p, now, h->token, s->cfg.work_lock_ms,
+                                                       &err)) {
+      /* Lost (expired before we got here, taken over, or the activity was cancelled): the
+      ** settlement will be refused, or the loop's renewal reports the cancellation. */
+      if (h->instance)
+        dx__log(DX_LOG_WARN, "orchestration lock lost while its turn was pending",
+                "instance=%s error=\"%s\"", h->instance, err.msg);
+      unhold(s, h->token);
+      continue;
+    }
+    h->renew_at = mono + (uint64_t)(h->instance ? s->renew_every_ms : s->work_renew_every_ms);
+  }
+}
 
 /* renew_session_lock callback: remember each renewed session id on the op. */
 static int collect_id(void *ud, const dx_session_info_t *si) {
@@ -121,6 +252,7 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
     }
     if (!it) break;
     f->orch[f->n_orch++] = it;
+    hold(s, it->instance, it->lock_token);
   }
   while (f->work && (int)f->n_work < bw) {
     dx_work_fetch_t *w = &f->work[f->n_work];
@@ -134,6 +266,7 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
       memset(w, 0, sizeof *w);
       break;
     }
+    hold(s, NULL, w->lock_token);
     f->n_work++;
   }
   return failed;
@@ -150,8 +283,19 @@ static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fet
   memset(&err, 0, sizeof err);
   rc = p->methods->begin(p, &err);
   if (rc == 0) {
+    renew_held(s, now);
     for (op = ops; op; op = op->next) {
       op->rc = run_op(s, op, now);
+      if (op->kind == DX_OP_ACK_ORCH) unhold(s, op->ack->lock_token);
+      else if (op->kind == DX_OP_ABANDON_ORCH || op->kind == DX_OP_ACK_WORK ||
+               op->kind == DX_OP_ABANDON_WORK)
+        unhold(s, op->token);
+      else if (op->kind == DX_OP_RENEW_WORK) {
+        if (op->rc == 0) touch_held(s, op->token);
+        else unhold(s, op->token);
+      } else if (op->kind == DX_OP_RENEW_SESSIONS && op->rc == 0) {
+        s->sess_due = mono_ms() + (uint64_t)s->sess_every_ms; /* the loop is on time */
+      }
       /* Renewals only move lock expiries: losing one after a power cut merely shortens a
       ** lease, so they need no fsync of their own. */
       if (op->kind != DX_OP_RENEW_WORK && op->kind != DX_OP_RENEW_SESSIONS && op->rc == 0)
@@ -167,6 +311,7 @@ static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fet
       op->rc = rc;
       op->err = err;
     }
+    unhold_fetched(s, f);
     free_fetched(f);
   }
   s->cycles++;
@@ -188,7 +333,11 @@ static int64_t next_due(dx_store_t *s, int64_t now) {
   return due;
 }
 
+/* Sleep (mu held) at most ms, and never past the next lock renewal. */
 static void timed_wait(dx_store_t *s, int64_t ms) {
+  uint64_t rdue = next_renewal(s), mono = mono_ms();
+  if (rdue != UINT64_MAX && (int64_t)(rdue > mono ? rdue - mono : 0) < ms)
+    ms = (int64_t)(rdue > mono ? rdue - mono : 0);
   if (ms < 1) ms = 1;
   uv_cond_timedwait(&s->cv, &s->mu, (uint64_t)ms * 1000000ull);
 }
@@ -200,12 +349,15 @@ static void store_main(void *arg) {
     dx_store_op_t *ops;
     dx_store_fetched_t f;
     int bo, bw, got, can_fetch = s->fetching && (s->budget_orch > 0 || s->budget_work > 0);
-    if (!s->pending && !can_fetch) {
+    uint64_t rdue = next_renewal(s);
+    int renew_now = rdue <= mono_ms();
+    if (!s->pending && !can_fetch && !renew_now) {
       if (s->stopping) break;
-      uv_cond_wait(&s->cv, &s->mu);
+      if (rdue == UINT64_MAX) uv_cond_wait(&s->cv, &s->mu);
+      else timed_wait(s, INT64_MAX / 2);
       continue;
     }
-    if (!s->pending && !s->poked) {
+    if (!s->pending && !s->poked && !renew_now) {
       int64_t now = now_ms(s), due;
       s->woken = 0; /* this check covers every wake so far */
       uv_mutex_unlock(&s->mu);
@@ -247,6 +399,7 @@ static void store_main(void *arg) {
         else s->fetched = n;
         s->fetched_tail = n;
       } else {
+        unhold_fetched(s, &f);
         free_fetched(&f); /* locks expire and the items come back */
       }
     } else {
@@ -310,6 +463,13 @@ static void on_async(uv_async_t *h) {
 
 static void on_closed(uv_handle_t *h);
 
+/* When the store thread renews a lock the loop renews every `every` ms: only once the loop is
+** late, halfway between when its renewal was due and when the lock lapses. */
+static int64_t late_after(int64_t every, int64_t lock) {
+  int64_t at = every > 0 && every < lock ? every + (lock - every) / 2 : lock / 2;
+  return at < 1 ? 1 : at;
+}
+
 int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
                   dx_error_t *err) {
   dx_store_t *s = calloc(1, sizeof *s);
@@ -317,6 +477,13 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
   s->loop = loop;
   s->cfg = *cfg;
   if (s->cfg.poll_interval_ms <= 0) s->cfg.poll_interval_ms = 10;
+  s->renew_every_ms = dx__renewal_interval(s->cfg.orch_lock_ms, 5000);
+  if (s->renew_every_ms < 1) s->renew_every_ms = 1;
+  s->work_renew_every_ms = late_after(s->cfg.work_renew_ms, s->cfg.work_lock_ms);
+  if (s->cfg.sessions) {
+    s->sess_every_ms = late_after(s->cfg.session_renew_ms, s->cfg.sessions->session_lock_ms);
+    s->sess_due = mono_ms() + (uint64_t)s->sess_every_ms;
+  }
   s->fetching = 1;
   uv_mutex_init(&s->mu);
   uv_cond_init(&s->cv);
@@ -375,6 +542,7 @@ static void on_closed(uv_handle_t *h) {
   dx_store_t *s = h->data;
   void (*cb)(void *) = s->close_cb;
   void *ud = s->close_ud;
+  free_held(s); /* the thread has been joined */
   uv_mutex_destroy(&s->mu);
   uv_cond_destroy(&s->cv);
   free(s);

@@ -2,7 +2,8 @@
 ** store.h -- the store thread: every provider call of a runtime, with group commit (internal).
 **
 ** The loop thread queues operations (acks, abandons, renewals) and states how many new items
-** it can take. The store thread runs cycles: one transaction applies every queued operation,
+** it can take. Until an item's settlement is applied, the store thread also keeps its lock
+** alive when the loop cannot (see store.c). The store thread runs cycles: one transaction applies every queued operation,
 ** fetches up to the wanted number of orchestration and work items, and commits with a
 ** single fsync (none when the cycle only took locks). Results go back to the loop through a
 ** uv_async; callbacks run on the loop thread.
@@ -69,6 +70,9 @@ typedef struct dx_store_cfg_s {
   dx_provider_t *provider;
   int64_t orch_lock_ms;
   int64_t work_lock_ms;
+  int64_t work_renew_ms;             /* how often the loop renews activity locks */
+  int64_t session_renew_ms;          /* how often the loop renews session leases */
+  int64_t session_idle_ms;           /* session_idle_timeout (renewals skip idle sessions) */
   int64_t poll_interval_ms;
   const dx_session_cfg_t *sessions;  /* NULL = no session work */
   dx_store_fetch_cb on_fetch;        /* loop thread */

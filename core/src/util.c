@@ -2,6 +2,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "duroxide.h"
+#include "log.h"
 #include "util.h"
 
 char *dx__strdup(const char *s) {
@@ -23,6 +26,21 @@ char *dx__strdup(const char *s) {
   return d;
 }
 
+int dx__semver_parse(const char *s, int v[3]) {
+  int i;
+  if (!s) return 0;
+  for (i = 0; i < 3; i++) {
+    long n = 0;
+    const char *start = s;
+    while (*s >= '0' && *s <= '9' && s - start < 9) n = n * 10 + (*s++ - '0');
+    if (s == start || (*s >= '0' && *s <= '9')) return 0;
+    v[i] = (int)n;
+    if (*s != (i < 2 ? '.' : '\0')) return 0;
+    s++;
+  }
+  return 1;
+}
+
 int64_t dx__renewal_interval(int64_t timeout_ms, int64_t buffer_ms) {
   if (timeout_ms >= 15000) return timeout_ms - (buffer_ms < timeout_ms ? buffer_ms : timeout_ms);
   return (timeout_ms + 1) / 2;
@@ -32,10 +50,98 @@ int64_t dx__renewal_interval(int64_t timeout_ms, int64_t buffer_ms) {
 ** this way). Process-wide: every lock, lease, timer and timestamp moves together. */
 static _Atomic int64_t clock_offset_ms;
 
-int64_t dx__now_ms(void) {
+/*
+** The process clock. Locks, leases and timers compare wall-clock times written by different
+** processes, so every host's clock must be synchronised (docs/architecture.md, "Clocks").
+** What one process can do is not to jump: the time it uses runs at the speed of the steady
+** clock (CLOCK_BOOTTIME: monotonic, and counts suspend), anchored to the wall clock when the
+** process starts. When the wall clock steps (a bad NTP step, someone setting the date), the
+** process time moves towards it by at most 5% of the time elapsed: a step of +20 s is adopted
+** over 400 s instead of at once, so this worker does not suddenly see every live lease of the
+** other workers as lapsed (and steal their sessions and activities), nor its own timers fire
+** early; a real correction is still adopted. Process time never goes backwards.
+**
+** Tests inject a wall-clock offset for one process with DX_TEST_CLOCK_OFFSET_MS: a number of
+** ms (a clock that runs ahead or behind), or @FILE whose content (ms) is re-read every 100 ms
+** (a clock that steps while the process runs).
+*/
+#define CLOCK_SLEW_DIV 20 /* adopt at most elapsed/20 ms of a step: 5% */
+#define CLOCK_STEP_WARN_MS 1000
+
+static pthread_mutex_t clk_mu = PTHREAD_MUTEX_INITIALIZER;
+static int clk_init;
+static int64_t clk_time, clk_mono; /* process time at steady time clk_mono */
+static int64_t clk_warned_mono = INT64_MIN / 2;
+static const char *test_offset_spec;
+static int64_t test_offset_ms, test_offset_read_mono = INT64_MIN / 2;
+
+static int64_t read_clock(clockid_t id) {
   struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + clock_offset_ms;
+  clock_gettime(id, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The injected test offset (clk_mu held). */
+static int64_t test_offset(int64_t mono) {
+  if (!test_offset_spec) return 0;
+  if (test_offset_spec[0] != '@') return test_offset_ms;
+  if (mono - test_offset_read_mono >= 100) {
+    FILE *f = fopen(test_offset_spec + 1, "r");
+    long long v;
+    if (f) {
+      if (fscanf(f, "%lld", &v) == 1) test_offset_ms = (int64_t)v;
+      fclose(f);
+    }
+    test_offset_read_mono = mono;
+  }
+  return test_offset_ms;
+}
+
+int64_t dx__now_ms(void) {
+  int64_t mono, wall, t, diff, max_adj, step = 0;
+  pthread_mutex_lock(&clk_mu);
+  mono = read_clock(CLOCK_BOOTTIME);
+  if (!clk_init) {
+    const char *e = getenv("DX_TEST_CLOCK_OFFSET_MS");
+    if (e && *e) {
+      test_offset_spec = e;
+      if (e[0] != '@') test_offset_ms = strtoll(e, NULL, 10);
+    }
+  }
+  wall = read_clock(CLOCK_REALTIME) + test_offset(mono);
+  if (!clk_init) {
+    clk_init = 1;
+    clk_time = wall;
+    clk_mono = mono;
+  }
+  t = clk_time + (mono - clk_mono);
+  diff = wall - t;
+  max_adj = (mono - clk_mono) / CLOCK_SLEW_DIV;
+  if (diff > max_adj || diff < -max_adj) {
+    /* catching up with a step: say so (at most once a minute) */
+    t += diff > 0 ? max_adj : -max_adj;
+    if ((diff > CLOCK_STEP_WARN_MS || diff < -CLOCK_STEP_WARN_MS) &&
+        mono - clk_warned_mono >= 60000) {
+      clk_warned_mono = mono;
+      step = diff;
+    }
+    /* only advance the anchor when some slew was granted, so that frequent calls (each
+    ** with a tiny elapsed time) still accumulate their 5% allowance */
+    if (max_adj > 0) {
+      clk_time = t;
+      clk_mono = mono;
+    }
+  } else {
+    t = wall;
+    clk_time = t;
+    clk_mono = mono;
+  }
+  pthread_mutex_unlock(&clk_mu);
+  if (step)
+    dx__log(DX_LOG_WARN, "the wall clock stepped; this process adopts the change gradually "
+            "(5% of elapsed time) so that leases, locks and timers stay safe",
+            "step_ms=%" PRId64, step);
+  return t + clock_offset_ms;
 }
 
 void dx_clock_advance(int64_t ms) {

@@ -16,6 +16,8 @@ uint64_t dx__random_u64(void);
 ** session leases): timeout - buffer from 15 s up, else half the timeout. No floor applied:
 ** callers add their own. */
 int64_t dx__renewal_interval(int64_t timeout_ms, int64_t buffer_ms);
+/* Strict "MAJOR.MINOR.PATCH" (digits only, nothing around it): 1 and v filled, else 0. */
+int dx__semver_parse(const char *s, int v[3]);
 /* Lock tokens: unique across processes and restarts, never 0. */
 uint64_t dx__new_token(void);
 /* Parse a size: bytes, or a number with k, m, g or t (powers of 1024; "MiB", "mb" and

@@ -71,6 +71,9 @@ const char *dx_turn_instance(const dx_turn_t *t);
 uint64_t dx_turn_execution(const dx_turn_t *t);
 const char *dx_turn_name(const dx_turn_t *t);
 const char *dx_turn_version(const dx_turn_t *t);
+/** The running runtime's turn_instruction_budget (its final options: command line over
+**  duroxide.configure); 0 when the turn was not started by a runtime (the host decides). */
+int64_t dx_turn_instruction_budget(const dx_turn_t *t);
 int dx_turn_is_replaying(const dx_turn_t *t);
 /** Set by the binding before returning DX_RUN_DONE / DX_RUN_FAILED (copied). */
 void dx_turn_set_output(dx_turn_t *t, const char *json);
