@@ -43,8 +43,8 @@ local WORKLOADS = {
 }
 
 local dir = testing.tmpdir()
-duroxide.configure({ turn_instruction_budget = 1000000000 })
-local rt = duroxide.runtime({ store = dir, log_level = "error" })
+local rt = duroxide.runtime({ store = dir, log_level = "error",
+                             turn_instruction_budget = 1000000000 })
 rt:start()
 local client = duroxide.client({ store = dir })
 
