@@ -306,6 +306,32 @@ describe("hostile orchestration code", function()
       { "repeated large allocations", function()
         while true do local s = string.rep("x", 8 * 1024 * 1024) end
       end },
+      -- pattern matching runs in C, where the count hook never fires: the sandbox's matcher
+      -- charges its steps to the budget (bindings/lua/pattern.c)
+      { "a backtracking pattern (a?^30 a^30)", function()
+        return ("a"):rep(30):match(("a?"):rep(30) .. ("a"):rep(30))
+      end },
+      { "a backtracking find caught by pcall", function()
+        while true do pcall(string.find, string.rep("a", 1e5), ".-.-.-.-b") end
+      end },
+      { "a backtracking gmatch", function()
+        for _ in string.rep("a", 1e5):gmatch(".-.-.-.-b") do end
+      end },
+      { "a backtracking gsub", function()
+        return (string.rep("a", 1e5):gsub(".-.-.-.-b", "x"))
+      end },
+      { "a quadratic %b scan", function()
+        return string.rep("(", 1e5):find("%b()")
+      end },
+      { "a quadratic plain find", function()
+        return string.rep("a", 1e6):find(string.rep("a", 5e5) .. "b", 1, true)
+      end },
+      -- one call that loops in C without allocating (bindings/lua/charged.c)
+      { "table.move over a huge range", function() return table.move({}, 1, 1e12, 2) end },
+      { "string.rep of an empty string", function() return string.rep("", 1e15) end },
+      { "string.rep of empty strings with a separator, under pcall", function()
+        while true do pcall(string.rep, "", 1e15, "") end
+      end },
     }
     for _, case in ipairs(loops) do
       it("fails " .. case[1] .. ", and the worker serves others", function()
@@ -315,6 +341,17 @@ describe("hostile orchestration code", function()
         check_innocent()
       end)
     end
+
+    it("still runs ordinary table.move and string.rep calls, and their errors", function()
+      local st = run_attack("Charged", function()
+        local ok, err = pcall(table.move, {}, 1, 2, "x")
+        return { moved = table.move({ 1, 2, 3 }, 1, 3, 2), rep = string.rep("ab", 3, ","),
+                 empty = string.rep("", 5), none = string.rep("x", 0), err = err, ok = ok }
+      end)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.same({ moved = { 1, 1, 2, 3 }, rep = "ab,ab,ab", empty = "", none = "",
+                        ok = false, err = select(2, pcall(table.move, {}, 1, 2, "x")) }, st.output)
+    end)
 
     it("bounds a looping __tostring on the error object", function()
       local st = run_attack("ErrTostring", function()

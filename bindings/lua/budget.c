@@ -8,7 +8,8 @@
 ** (table.sort, string.gsub, tostring, metamethods) can swallow the failure -- each error
 ** escapes one more level until the budget's top thread can yield out to the engine.
 ** Allocations are charged too, so a loop of large C allocations (string.rep) cannot run
-** for long between two hooks.
+** for long between two hooks; so is work done in C that no hook sees (pattern matching,
+** pattern.c, through dxl_budget_charge).
 */
 #include <stdlib.h>
 
@@ -70,6 +71,11 @@ void dxl_budget_uninstall(lua_State *L, dxl_state_t *S) {
   S->alloc = NULL;
 }
 
+static int exceeded(lua_State *L, const dxl_budget_t *b) {
+  return luaL_error(L, "instruction budget exceeded: the code ran more than %I instructions",
+                    (LUAI_UACINT)b->limit);
+}
+
 static void budget_hook(lua_State *L, lua_Debug *ar) {
   dxl_budget_t *b = current;
   (void)ar;
@@ -88,8 +94,23 @@ static void budget_hook(lua_State *L, lua_Debug *ar) {
     lua_yield(L, 0);
     return;
   }
-  luaL_error(L, "instruction budget exceeded: the code ran more than %I instructions",
-             (LUAI_UACINT)b->limit);
+  exceeded(L, b);
+}
+
+void dxl_budget_charge(lua_State *L, int64_t n) {
+  dxl_budget_t *b = current;
+  if (!b) return;
+  if (!b->hit && n <= b->limit - b->used) { /* used <= limit until hit: no overflow */
+    b->used += n > 0 ? n : 0;
+    return;
+  }
+  if (!b->hit) {
+    b->used = b->limit + 1;
+    b->hit = 1;
+    escalate(b->top);
+  }
+  escalate(L); /* the caller's next instruction fails again, even under pcall */
+  exceeded(L, b);
 }
 
 void dxl_budget_watch(lua_State *L) { lua_sethook(L, budget_hook, LUA_MASKCOUNT, HOOK_EVERY); }

@@ -98,6 +98,22 @@ void dxl_sandbox_new_env(lua_State *L, int fidx, int *info_ref, int *env_ref);
 void dxl_sandbox_enter(lua_State *L, dxl_state_t *S, int info_ref, int env_ref);
 void dxl_sandbox_leave(lua_State *L, dxl_state_t *S, int info_ref);
 
+/* {===== charged.c, pattern.c: library functions whose C loops the hook cannot see =====} */
+
+/* Wrap string.find/match/gmatch/gsub (pattern.c), table.move and string.rep (before the
+** libraries are made read-only): inside orchestrations they charge their work to the turn's
+** budget; elsewhere they call the stock functions. [-0, +0, e] */
+void dxl_charged_install(lua_State *L, dxl_state_t *S);
+void dxl_pattern_install(lua_State *L, dxl_state_t *S);
+/* Replace lib[name] by a C closure of each fns entry with upvalues (stock function, S, error
+** handler); fns ends with {NULL, NULL}. [-0, +0, e] */
+void dxl_wrap_stock(lua_State *L, dxl_state_t *S, const char *lib, const luaL_Reg *fns);
+/* In such a wrapper: orchestration code is running. */
+int dxl_stock_sandboxed(lua_State *L);
+/* In such a wrapper: call the stock function with the wrapper's arguments and return its
+** results; its own errors name the wrapper's caller, as from a direct call. */
+int dxl_call_stock(lua_State *L);
+
 /* {===== budget.c: instruction and memory budgets =====} */
 
 /* Wrap the state's allocator (once); uninstall before the state's memory goes away. */
@@ -107,6 +123,9 @@ void dxl_budget_uninstall(lua_State *L, dxl_state_t *S);
 void dxl_budget_watch(lua_State *L);
 void dxl_budget_enter(dxl_state_t *S, dxl_budget_t *b);
 void dxl_budget_leave(dxl_budget_t *b);
+/* [-0, +0, e] Charge n units of work done in C (pattern matching) to the entered budget;
+** once it runs out, raise its error (sticky, like the hook's). No budget entered: nothing. */
+void dxl_budget_charge(lua_State *L, int64_t n);
 /* The entered budget has run out (its failure is being raised). */
 int dxl_budget_exhausted(void);
 /* Allow `limit` bytes of heap growth from now on (0: no cap). */

@@ -549,6 +549,7 @@ void dxl_install_sandbox(lua_State *L, dxl_state_t *S) {
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
+  dxl_charged_install(L, S);
   for (i = 0; std_libs[i]; i++) make_read_only(L, S, std_libs[i]);
 }
 

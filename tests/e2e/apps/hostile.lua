@@ -27,6 +27,13 @@ local attacks = {
   errobj = function()
     error(setmetatable({}, { __tostring = function() while true do end end }))
   end,
+  -- pattern matching (C code the count hook cannot interrupt) is charged to the budget
+  pattern = function() return ("a"):rep(30):match(("a?"):rep(30) .. ("a"):rep(30)) end,
+  patfind = function()
+    while true do pcall(string.find, string.rep("a", 1e5), ".-.-.-.-b") end
+  end,
+  move = function() return table.move({}, 1, 1e12, 2) end,
+  emptyrep = function() return string.rep("", 1e15) end,
   -- memory
   rep = function() return #string.rep("x", 1e9) end,
   -- shared state

@@ -1,0 +1,109 @@
+/*
+** charged.c -- standard library functions whose C loops the instruction-count hook never
+** sees, wrapped so orchestration code cannot hang the worker with one call.
+**
+** A wrapper replaces a library function (before the library is made read-only, so references
+** taken at load time are wrapped too). Inside orchestrations it charges the call's work to the
+** turn's budget before (or while) doing it; elsewhere it calls the stock function unchanged.
+** pattern.c wraps the pattern functions this way; the functions here charge their length up
+** front: table.move(a, f, e) loops e - f + 1 times and string.rep("", n) n times whatever
+** memory they use, so neither the hook nor the allocator would ever stop them.
+*/
+#include "dxlua.h"
+
+#define REP_COPIES_PER_STEP 64 /* string.rep of empty strings: one step per 64 copies */
+
+/* upvalues of every wrapper: the stock function, the state, stock_error (bound to the stock
+** function) */
+int dxl_stock_sandboxed(lua_State *L) {
+  dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(2));
+  return S && S->in_orchestration > 0;
+}
+
+/* Message handler of dxl_call_stock (upvalue: the stock function). An error the stock function
+** raised itself names no place (its caller, the wrapper, is C); add the wrapper's caller, as a
+** direct call would. Errors from a callback or a metamethod pass unchanged. Levels: 0 this
+** handler, 1 the raiser, 2 the wrapper, 3 its caller. */
+static int stock_error(lua_State *L) {
+  lua_Debug ar;
+  int from_stock;
+  if (lua_type(L, 1) != LUA_TSTRING || !lua_getstack(L, 1, &ar)) return 1;
+  lua_getinfo(L, "f", &ar);
+  from_stock = lua_rawequal(L, -1, lua_upvalueindex(1));
+  lua_pop(L, 1);
+  if (!from_stock) return 1;
+  luaL_where(L, 3);
+  lua_insert(L, 1);
+  lua_concat(L, 2);
+  return 1;
+}
+
+int dxl_call_stock(lua_State *L) {
+  int n = lua_gettop(L);
+  lua_pushvalue(L, lua_upvalueindex(3));
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_rotate(L, 1, 2); /* handler, stock, args... */
+  if (lua_pcall(L, n, LUA_MULTRET, 1) != LUA_OK) return lua_error(L);
+  return lua_gettop(L) - 1;
+}
+
+void dxl_wrap_stock(lua_State *L, dxl_state_t *S, const char *lib, const luaL_Reg *fns) {
+  if (lua_getglobal(L, lib) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return;
+  }
+  for (; fns->name; fns++) {
+    if (lua_getfield(L, -1, fns->name) != LUA_TFUNCTION) {
+      lua_pop(L, 1);
+      continue;
+    }
+    lua_pushlightuserdata(L, S);
+    lua_pushvalue(L, -2);
+    lua_pushcclosure(L, stock_error, 1);
+    lua_pushcclosure(L, fns->func, 3);
+    lua_setfield(L, -2, fns->name);
+  }
+  lua_pop(L, 1);
+}
+
+/* The integer argument at idx, or 0 when it is not one (the stock function then raises). */
+static lua_Integer int_arg(lua_State *L, int idx) {
+  int ok;
+  lua_Integer v = lua_tointegerx(L, idx, &ok);
+  return ok ? v : 0;
+}
+
+/* table.move(a1, f, e, t [, a2]): e - f + 1 element copies. */
+static int charged_move(lua_State *L) {
+  if (dxl_stock_sandboxed(L)) {
+    lua_Integer f = int_arg(L, 2), e = int_arg(L, 3);
+    if (e >= f) {
+      lua_Unsigned n = (lua_Unsigned)e - (lua_Unsigned)f + 1u;
+      dxl_budget_charge(L, n > (lua_Unsigned)INT64_MAX || n == 0 ? INT64_MAX : (int64_t)n);
+    }
+  }
+  return dxl_call_stock(L);
+}
+
+static int empty_string(lua_State *L, int idx) {
+  return lua_type(L, idx) == LUA_TSTRING && lua_rawlen(L, idx) == 0;
+}
+
+/* string.rep(s, n [, sep]): n copies. Copies of empty strings allocate nothing (the
+** allocator charges all other calls). */
+static int charged_rep(lua_State *L) {
+  if (dxl_stock_sandboxed(L) && empty_string(L, 1) &&
+      (lua_isnoneornil(L, 3) || empty_string(L, 3))) {
+    lua_Integer n = int_arg(L, 2);
+    if (n > 0) dxl_budget_charge(L, (int64_t)(n / REP_COPIES_PER_STEP));
+  }
+  return dxl_call_stock(L);
+}
+
+void dxl_charged_install(lua_State *L, dxl_state_t *S) {
+  static const luaL_Reg table_fns[] = {{"move", charged_move}, {NULL, NULL}};
+  static const luaL_Reg string_fns[] = {{"rep", charged_rep}, {NULL, NULL}};
+  dxl_wrap_stock(L, S, "table", table_fns);
+  dxl_wrap_stock(L, S, "string", string_fns);
+  dxl_pattern_install(L, S);
+}
