@@ -29,6 +29,7 @@ typedef struct watchdog_s {
   int stop;
   int64_t beat_ms;        /* last heartbeat (monotonic ms) */
   int warned;             /* this blockage was reported */
+  char reported[LABEL_LEN]; /* what the last report named (a new holder is reported too) */
   int64_t blocked_from;   /* the heartbeat before the reported blockage */
   int paused;             /* dx__watch_driven(loop, 0): the script is not driving the loop */
   int depth;              /* nesting of dx__watch_enter */
@@ -65,25 +66,36 @@ static void on_beat(uv_timer_t *t) {
   if (warned) dx__log(DX_LOG_WARN, "loop no longer blocked", "blocked_ms=%" PRId64, blocked);
 }
 
+/* What the loop thread is running now (caller holds mu). */
+static void current_label(const watchdog_t *w, char *out) {
+  int d = w->depth;
+  snprintf(out, LABEL_LEN, "%s",
+           d > 0 ? w->labels[(d > MAX_DEPTH ? MAX_DEPTH : d) - 1]
+                 : "engine or app code outside activities and turns");
+}
+
+/* A blockage is reported when it passes the threshold, and again whenever the code holding
+** the loop changes while it lasts: engine work that ran into a spinning turn still names the
+** turn. */
 static void watch_thread(void *arg) {
   watchdog_t *w = arg;
   uv_mutex_lock(&mu);
   while (!w->stop) {
     int64_t now = mono_ms(), blocked = now - w->beat_ms;
-    if (!w->warned && !w->paused && blocked > w->threshold_ms) {
+    if (!w->paused && blocked > w->threshold_ms) {
       char running[LABEL_LEN];
-      int d = w->depth;
-      snprintf(running, sizeof running, "%s",
-               d > 0 ? w->labels[(d > MAX_DEPTH ? MAX_DEPTH : d) - 1]
-                     : "engine or app code outside activities and turns");
-      w->warned = 1;
-      w->blocked_from = w->beat_ms;
-      uv_mutex_unlock(&mu); /* never log under the lock: the loop would wait on it */
-      dx__log(DX_LOG_WARN, "loop blocked: every instance of this worker waits",
-              "blocked_ms=%" PRId64 " threshold_ms=%" PRId64 " running=\"%s\"", blocked,
-              w->threshold_ms, running);
-      uv_mutex_lock(&mu);
-      continue;
+      current_label(w, running);
+      if (!w->warned || strcmp(running, w->reported) != 0) {
+        if (!w->warned) w->blocked_from = w->beat_ms;
+        w->warned = 1;
+        memcpy(w->reported, running, LABEL_LEN);
+        uv_mutex_unlock(&mu); /* never log under the lock: the loop would wait on it */
+        dx__log(DX_LOG_WARN, "loop blocked: every instance of this worker waits",
+                "blocked_ms=%" PRId64 " threshold_ms=%" PRId64 " running=\"%s\"", blocked,
+                w->threshold_ms, running);
+        uv_mutex_lock(&mu);
+        continue;
+      }
     }
     uv_cond_timedwait(&w->wake, &mu, (uint64_t)w->period_ms * 1000000u);
   }
