@@ -9,6 +9,7 @@
 
 #include <lauxlib.h>
 #include <lua.h>
+#include <stdatomic.h>
 
 #include "duroxide.h"
 
@@ -19,6 +20,8 @@ typedef struct dxl_budget_s {
   lua_State *top;      /* the thread that yields out when the budget runs out (NULL: raise) */
   int64_t used, limit; /* instructions (allocations are charged too) */
   int hit;             /* exhausted: every later instruction fails */
+  atomic_int timed_out; /* set by the watchdog thread (dxl_budget_alarm): the turn time limit */
+  int64_t time_limit_ms; /* for the message; 0: no time limit */
   int64_t mem_limit;   /* heap growth allowed since dxl_budget_start_memory; 0: none */
   int64_t mem_base;
   int mem_refused;     /* an allocation was refused for mem_limit */
@@ -126,6 +129,12 @@ void dxl_budget_leave(dxl_budget_t *b);
 /* [-0, +0, e] Charge n units of work done in C (pattern matching) to the entered budget;
 ** once it runs out, raise its error (sticky, like the hook's). No budget entered: nothing. */
 void dxl_budget_charge(lua_State *L, int64_t n);
+/* The watchdog thread's alarm (core/src/watchdog.h dx__watch_arm) for budget `arg`: the turn
+** outlived its time limit. Any thread; sets a flag and arms the hook of the budget's top thread
+** to fire on its next instruction, which then fails like an exhausted budget. */
+void dxl_budget_alarm(void *arg);
+/* The failure message of a budget that ran past its time limit, in buf. */
+const char *dxl_budget_time_message(const dxl_budget_t *b, char *buf, size_t cap);
 /* The entered budget has run out (its failure is being raised). */
 int dxl_budget_exhausted(void);
 /* Allow `limit` bytes of heap growth from now on (0: no cap). */
