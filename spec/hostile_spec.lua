@@ -399,4 +399,69 @@ describe("hostile orchestration code", function()
       check_innocent()
     end)
   end)
+  -- Single C calls that take long (bounded only by the heap) count as one instruction each:
+  -- repeated in a loop they would hold the worker for hours within the budget. The watchdog
+  -- thread ends the turn at the turn time limit (1s here); the budget is the default 50M.
+  describe("the turn time limit (items 8, 20)", function()
+    before_each(function()
+      env:close()
+      env = H.env({ turn_instruction_budget = 50000000, turn_time_limit = 1000 })
+    end)
+
+    local function big_table()
+      local t = {}
+      for i = 1, 1e6 do t[i] = (i * 7919) % 1000003 end
+      return t
+    end
+    local slow = {
+      { "table.sort of a million entries", function()
+        local t = big_table()
+        while true do table.sort(t) end
+      end },
+      { "table.insert(t, 1, v) / table.remove(t, 1) on a million entries", function()
+        local t = big_table()
+        while true do table.insert(t, 1, 0); table.remove(t, 1) end
+      end },
+      { "utf8.len of 16 MB", function()
+        local s = string.rep("a", 16 * 1024 * 1024)
+        while true do utf8.len(s) end
+      end },
+      { "== between two 10 MB strings that differ at the end", function()
+        local a, b = string.rep("a", 1e7) .. "b", string.rep("a", 1e7) .. "c"
+        local n = 0
+        while true do if a == b then n = n + 1 end end
+      end },
+      { "table.sort under pcall", function()
+        local t = big_table()
+        while true do pcall(table.sort, t) end
+      end },
+      { "== inside a sort comparator", function()
+        local a, b = string.rep("a", 1e7) .. "b", string.rep("a", 1e7) .. "c"
+        while true do pcall(table.sort, { 1, 2, 3 }, function(x, y)
+          while true do local _ = a == b end
+        end) end
+      end },
+    }
+    for _, case in ipairs(slow) do
+      it("fails " .. case[1] .. " in a loop, and the worker serves others", function()
+        local st = run_attack("Slow", case[2])
+        assert.are.equal("Failed", st.status)
+        assert.are.equal("TimeLimitExceeded", st.error.kind)
+        assert.are.equal("application", st.error.category)
+        assert.matches("turn ran longer than the turn time limit (1s)", st.error.message, 1, true)
+        check_innocent()
+      end)
+    end
+
+    it("does not touch a turn that ends in time, nor ordinary sorts", function()
+      local st = run_attack("Quick", function(ctx)
+        local t = { 3, 1, 2 }
+        table.sort(t)
+        ctx:schedule_timer(10):await()
+        return t
+      end)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.same({ 1, 2, 3 }, st.output)
+    end)
+  end)
 end)
