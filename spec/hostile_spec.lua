@@ -408,9 +408,9 @@ describe("hostile orchestration code", function()
       env = H.env({ turn_instruction_budget = 50000000, turn_time_limit = 1000 })
     end)
 
-    local function big_table()
+    local function big_table(n)
       local t = {}
-      for i = 1, 1e6 do t[i] = (i * 7919) % 1000003 end
+      for i = 1, n or 1e6 do t[i] = (i * 7919) % 1000003 end
       return t
     end
     local slow = {
@@ -440,6 +440,26 @@ describe("hostile orchestration code", function()
         while true do pcall(table.sort, { 1, 2, 3 }, function(x, y)
           while true do local _ = a == b end
         end) end
+      end },
+      -- inside coroutines the code made: the alarm arms every coroutine on the resume chain
+      -- (without that, their own hook would fire after 10,000 instructions: 2,500 sorts of 4M)
+      { "table.sort inside coroutine.wrap", function()
+        local t = big_table(4e6)
+        coroutine.wrap(function() while true do table.sort(t) end end)()
+      end },
+      { "== inside coroutine.resume, two levels down", function()
+        local a, b = string.rep("a", 1e7) .. "b", string.rep("a", 1e7) .. "c"
+        local inner = coroutine.create(function() while true do local _ = a == b end end)
+        local outer = coroutine.create(function() return coroutine.resume(inner) end)
+        while true do coroutine.resume(outer) end
+      end },
+      { "table.sort in a coroutine made before the limit, resumed after it", function()
+        local t = big_table(4e6)
+        local co = coroutine.wrap(function()
+          while true do coroutine.yield(); for _ = 1, 1000 do table.sort(t) end end
+        end)
+        co() -- made and started early: it fires the hook only every 10,000 instructions
+        while true do co() end
       end },
     }
     for _, case in ipairs(slow) do

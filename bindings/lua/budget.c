@@ -97,11 +97,43 @@ static int exceeded(lua_State *L, dxl_budget_t *b) {
                     (LUAI_UACINT)b->limit);
 }
 
+/* Guards every budget's `running` list: the alarm walks it from the watchdog thread. */
+static uv_mutex_t running_mu;
+static uv_once_t running_once = UV_ONCE_INIT;
+static void running_init(void) { uv_mutex_init(&running_mu); }
+
 void dxl_budget_alarm(void *arg) {
   dxl_budget_t *b = arg;
+  dxl_running_t *n;
+  uv_once(&running_once, running_init);
+  uv_mutex_lock(&running_mu);
   atomic_store_explicit(&b->timed_out, 1, memory_order_relaxed);
-  /* lua_sethook may be called asynchronously (lua.c does from a signal handler) */
+  /* lua_sethook may be called asynchronously (lua.c does from a signal handler). Every thread
+  ** on the resume chain is alive: its resumer's stack holds it until it is popped. */
   if (b->top) lua_sethook(b->top, budget_hook, LUA_MASKCOUNT, 1);
+  for (n = b->running; n; n = n->prev) lua_sethook(n->L, budget_hook, LUA_MASKCOUNT, 1);
+  uv_mutex_unlock(&running_mu);
+}
+
+void dxl_budget_running_push(dxl_running_t *n, lua_State *co) {
+  dxl_budget_t *b = current;
+  n->L = co;
+  n->b = b;
+  if (!b) return;
+  uv_once(&running_once, running_init);
+  uv_mutex_lock(&running_mu);
+  n->prev = b->running;
+  b->running = n;
+  uv_mutex_unlock(&running_mu);
+  /* resumed after the alarm: a coroutine made before it still fires every HOOK_EVERY */
+  if (timed_out(b)) lua_sethook(co, budget_hook, LUA_MASKCOUNT, 1);
+}
+
+void dxl_budget_running_pop(dxl_running_t *n) {
+  if (!n->b) return;
+  uv_mutex_lock(&running_mu);
+  n->b->running = n->prev;
+  uv_mutex_unlock(&running_mu);
 }
 
 static void budget_hook(lua_State *L, lua_Debug *ar) {
