@@ -473,15 +473,30 @@ describe("hostile orchestration code", function()
       end)
     end
 
-    it("does not touch a turn that ends in time, nor ordinary sorts", function()
+    -- coroutine.resume and coroutine.wrap are wrapped (charged.c): same results and errors
+    local function coroutine_uses()
+      local gen = coroutine.wrap(function(a) local b = coroutine.yield(a + 1); return b * 2 end)
+      local co = coroutine.create(function(x) coroutine.yield(x); error("inner") end)
+      local r = { gen(1), gen(5) }
+      r[#r + 1] = select("#", coroutine.resume(co, 7))
+      r[#r + 1] = table.concat({ tostring(select(2, coroutine.resume(co))) })
+      r[#r + 1] = select(2, pcall(gen)) -- dead coroutine
+      r[#r + 1] = select(2, pcall(coroutine.wrap(function() error("boom") end)))
+      r[#r + 1] = select(2, pcall(coroutine.wrap(function() error({}) end))) and "table"
+      r[#r + 1] = select(2, pcall(coroutine.resume, 42))
+      r[#r + 1] = select(2, coroutine.resume(coroutine.running()))
+      return r
+    end
+
+    it("does not touch a turn that ends in time, ordinary sorts or coroutines", function()
       local st = run_attack("Quick", function(ctx)
         local t = { 3, 1, 2 }
         table.sort(t)
         ctx:schedule_timer(10):await()
-        return t
+        return { t = t, co = coroutine_uses() }
       end)
       assert.are.equal("Completed", st.status, st.error and st.error.message)
-      assert.are.same({ 1, 2, 3 }, st.output)
+      assert.are.same({ t = { 1, 2, 3 }, co = coroutine_uses() }, st.output)
     end)
   end)
 end)
