@@ -497,6 +497,9 @@ describe("hostile orchestration code", function()
       end)
       assert.are.equal("Completed", st.status, st.error and st.error.message)
       assert.are.same({ t = { 1, 2, 3 }, co = coroutine_uses() }, st.output)
+      -- the wrapper's argument errors still name the function
+      assert.are.equal("bad argument #1 to 'coroutine.resume' (thread expected, got number)",
+                       st.output.co[8])
     end)
   end)
 end)

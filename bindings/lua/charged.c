@@ -11,6 +11,8 @@
 ** coroutine.resume and coroutine.wrap are wrapped too, not to charge but to put the resumed
 ** coroutine on the budget's resume chain, so the turn time limit's alarm arms its hook.
 */
+#include <string.h>
+
 #include "dxlua.h"
 
 #define REP_COPIES_PER_STEP 64 /* string.rep of empty strings: one step per 64 copies */
@@ -22,18 +24,30 @@ int dxl_stock_sandboxed(lua_State *L) {
   return S && S->in_orchestration > 0;
 }
 
-/* Message handler of dxl_call_stock (upvalue: the stock function). An error the stock function
-** raised itself names no place (its caller, the wrapper, is C); add the wrapper's caller, as a
-** direct call would. Errors from a callback or a metamethod pass unchanged. Levels: 0 this
-** handler, 1 the raiser, 2 the wrapper, 3 its caller. */
+/* Message handler of dxl_call_stock (upvalues: the stock function, its "lib.name" or nil). An
+** error the stock function raised itself names no place (its caller, the wrapper, is C); add
+** the wrapper's caller, as a direct call would, and the function's name where luaL_argerror
+** found none ("bad argument #1 to '?'": the library now holds the wrapper). Errors from a
+** callback or a metamethod pass unchanged. Levels: 0 this handler, 1 the raiser, 2 the
+** wrapper, 3 its caller. */
 static int stock_error(lua_State *L) {
   lua_Debug ar;
   int from_stock;
+  const char *msg, *q;
   if (lua_type(L, 1) != LUA_TSTRING || !lua_getstack(L, 1, &ar)) return 1;
   lua_getinfo(L, "f", &ar);
   from_stock = lua_rawequal(L, -1, lua_upvalueindex(1));
   lua_pop(L, 1);
   if (!from_stock) return 1;
+  msg = lua_tostring(L, 1);
+  if (lua_type(L, lua_upvalueindex(2)) == LUA_TSTRING && strncmp(msg, "bad argument #", 14) == 0 &&
+      (q = strstr(msg, " to '?'")) != NULL) {
+    lua_pushlstring(L, msg, (size_t)(q - msg) + 5);
+    lua_pushvalue(L, lua_upvalueindex(2));
+    lua_pushstring(L, q + 6);
+    lua_concat(L, 3);
+    lua_replace(L, 1);
+  }
   luaL_where(L, 3);
   lua_insert(L, 1);
   lua_concat(L, 2);
@@ -67,7 +81,8 @@ void dxl_wrap_stock(lua_State *L, dxl_state_t *S, const char *lib, const luaL_Re
     }
     lua_pushlightuserdata(L, S);
     lua_pushvalue(L, -2);
-    lua_pushcclosure(L, stock_error, 1);
+    lua_pushfstring(L, "%s.%s", lib, fns->name);
+    lua_pushcclosure(L, stock_error, 2);
     lua_pushcclosure(L, fns->func, 3);
     lua_setfield(L, -2, fns->name);
   }
@@ -131,7 +146,8 @@ static int tracked_wrap(lua_State *L) {
   lua_pushvalue(L, -2);               /* w, co, w */
   lua_pushlightuserdata(L, S);        /* w, co, w, S */
   lua_pushvalue(L, -2);
-  lua_pushcclosure(L, stock_error, 1); /* w, co, w, S, handler */
+  lua_pushnil(L);                     /* its errors never read "to '?'" */
+  lua_pushcclosure(L, stock_error, 2); /* w, co, w, S, handler */
   lua_rotate(L, -4, -1);              /* w, w, S, handler, co */
   lua_pushcclosure(L, tracked_wrapped, 4);
   return 1;
