@@ -473,6 +473,20 @@ describe("hostile orchestration code", function()
       end)
     end
 
+    it("bounds an error object's __tostring that loops over slow calls", function()
+      -- its own budget (1M instructions, 16 MiB) allows some 50,000 scans of 4 MB: a minute
+      local st = run_attack("ErrSlow", function()
+        error(setmetatable({}, { __tostring = function()
+          local s = string.rep("a", 4e6)
+          while true do utf8.len(s) end
+        end }))
+      end)
+      assert.are.equal("Failed", st.status)
+      assert.are.equal("error object is a table value (its __tostring ran longer than the turn "
+                       .. "time limit)", st.error.message)
+      check_innocent()
+    end)
+
     -- coroutine.resume and coroutine.wrap are wrapped (charged.c): same results and errors
     local function coroutine_uses()
       local gen = coroutine.wrap(function(a) local b = coroutine.yield(a + 1); return b * 2 end)

@@ -183,6 +183,8 @@ void dxl_budget_enter(dxl_state_t *S, dxl_budget_t *b) {
 
 void dxl_budget_leave(dxl_budget_t *b) { current = b->prev; }
 
+int64_t dxl_budget_time_limit(void) { return current ? current->time_limit_ms : 0; }
+
 int dxl_budget_exhausted(void) { return current && (current->hit || timed_out(current)); }
 
 void dxl_budget_start_memory(dxl_state_t *S, dxl_budget_t *b, int64_t limit) {

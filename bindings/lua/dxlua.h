@@ -148,6 +148,8 @@ void dxl_budget_running_push(dxl_running_t *n, lua_State *co);
 void dxl_budget_running_pop(dxl_running_t *n);
 /* The failure message of a budget that ran past its time limit, in buf. */
 const char *dxl_budget_time_message(const dxl_budget_t *b, char *buf, size_t cap);
+/* The entered budget's time limit in ms (0: none, or no budget entered). */
+int64_t dxl_budget_time_limit(void);
 /* The entered budget has run out (its failure is being raised). */
 int dxl_budget_exhausted(void);
 /* Allow `limit` bytes of heap growth from now on (0: no cap). */

@@ -185,12 +185,11 @@ static int memory_cap_hit(orch_inst_t *inst, int rc, const char *msg) {
 static int resume_timed(dxl_state_t *S, orch_inst_t *inst, int nargs, int *nres) {
   dxl_budget_t *b = &inst->budget;
   uint64_t t0 = uv_hrtime();
-  int rc;
-  if (b->time_limit_ms > 0)
-    dx__watch_arm(S->loop, b->time_limit_ms > inst->ran_ms ? b->time_limit_ms - inst->ran_ms : 1,
-                  dxl_budget_alarm, b);
+  int rc, armed;
+  armed = dx__watch_arm(S->loop, b->time_limit_ms > inst->ran_ms ? b->time_limit_ms - inst->ran_ms
+                                                                 : 1, dxl_budget_alarm, b);
   rc = lua_resume(inst->co, S->L, nargs, nres);
-  if (b->time_limit_ms > 0) dx__watch_disarm(S->loop);
+  if (armed) dx__watch_disarm(S->loop);
   inst->ran_ms += (int64_t)((uv_hrtime() - t0) / 1000000u);
   return rc;
 }
@@ -249,9 +248,9 @@ static void h_orch_free(void *host, void *vinst) {
     b.time_limit_ms = inst->budget.time_limit_ms;
     dxl_budget_start_memory(S, &b, DXL_TURN_MEMORY_LIMIT);
     guards_enter(S, inst, &b);
-    if (b.time_limit_ms > 0) dx__watch_arm(S->loop, b.time_limit_ms, dxl_budget_alarm, &b);
+    int armed = dx__watch_arm(S->loop, b.time_limit_ms, dxl_budget_alarm, &b);
     lua_resetthread(inst->co);
-    if (b.time_limit_ms > 0) dx__watch_disarm(S->loop);
+    if (armed) dx__watch_disarm(S->loop);
     guards_leave(S, inst, &b);
   }
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->co_ref);

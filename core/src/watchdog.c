@@ -208,18 +208,21 @@ void dx__watch_driven(uv_loop_t *loop, int driven) {
   uv_mutex_unlock(&mu);
 }
 
-void dx__watch_arm(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *), void *arg) {
+int dx__watch_arm(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *), void *arg) {
   watchdog_t *w;
-  if (limit_ms <= 0) return;
+  int armed = 0;
+  if (limit_ms <= 0) return 0;
   uv_once(&mu_once, mu_init);
   uv_mutex_lock(&mu);
-  if ((w = find(loop)) != NULL) {
+  if ((w = find(loop)) != NULL && !w->alarm) {
+    armed = 1;
     /* no wake-up: the thread looks every period, and a late alarm only adds that period */
     w->alarm_at = mono_ms() + limit_ms;
     w->alarm = alarm;
     w->alarm_arg = arg;
   }
   uv_mutex_unlock(&mu);
+  return armed;
 }
 
 void dx__watch_disarm(uv_loop_t *loop) {

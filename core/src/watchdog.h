@@ -33,8 +33,10 @@ void dx__watch_driven(uv_loop_t *loop, int driven);
 /* Arm the loop's one alarm: unless disarmed within limit_ms, the watchdog thread calls
 ** alarm(arg) once, from its own thread and under the watchdog's lock (so alarm may only set
 ** flags and call async-signal-safe functions such as lua_sethook, and must not log). limit_ms
-** <= 0 or an unwatched loop: nothing. Loop thread. */
-void dx__watch_arm(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *), void *arg);
-/* Cancel the armed alarm; once this returns the alarm is not running and will not run. */
+** <= 0, an unwatched loop or an alarm armed already (an outer one stays): nothing. Loop
+** thread. 1 when armed: the caller must disarm. */
+int dx__watch_arm(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *), void *arg);
+/* Cancel the armed alarm (only after an arm that returned 1); once this returns the alarm is
+** not running and will not run. */
 void dx__watch_disarm(uv_loop_t *loop);
 #endif
