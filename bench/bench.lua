@@ -1,7 +1,8 @@
 -- bench/bench.lua: workloads measured the way ../shared/peers/duroxide-node measures the Rust
 -- duroxide: 5 warm-up orchestrations, then all N started at once; orch_per_s = N / time from
 -- the first start to the last completion commit; latency per instance = its start to its
--- completion commit. Prints one JSON line. See bench/run for the options.
+-- completion commit. Prints one JSON line (with "store":"lmdb"|"postgres"). See bench/run for
+-- the options.
 local duroxide = require("duroxide")
 local uv = require("luv")
 
@@ -41,8 +42,19 @@ end
 
 local function sleep_ms(ms) uv.sleep(ms) end
 
+-- A directory store is made fresh (and removed at the end); a postgres:// URL gets a fresh
+-- schema of its own unless it names one (?schema=), and is left in place.
 local store = opts.store or (os.tmpname() .. ".dxbench")
-os.execute("rm -rf '" .. store .. "' && mkdir -p '" .. store .. "'")
+local store_kind = (store:match("^postgres://") or store:match("^postgresql://")) and "postgres"
+  or "lmdb"
+if store_kind == "postgres" then
+  if not store:find("[?&]schema=") then
+    store = store .. (store:find("?", 1, true) and "&" or "?") ..
+      string.format("schema=bench_%d_%d", os.time(), math.random(1, 999999))
+  end
+else
+  os.execute("rm -rf '" .. store .. "' && mkdir -p '" .. store .. "'")
+end
 local client = duroxide.client({ store = store })
 
 -- {===== workers =====}
@@ -198,6 +210,7 @@ local ok, line = pcall(opts.workload == "handoff" and handoff or throughput)
 if rt then rt:stop() end
 stop_external()
 client:close()
-os.execute("rm -rf '" .. store .. "'")
+if store_kind == "lmdb" then os.execute("rm -rf '" .. store .. "'") end
 if not ok then io.stderr:write("bench: " .. tostring(line) .. "\n"); os.exit(1) end
-print(line)
+-- every line names the store it measured
+print((line:gsub('^{"engine":"duroxide%-lua",', '{"engine":"duroxide-lua","store":"' .. store_kind .. '",')))

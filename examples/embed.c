@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <duroxide.h>
+#include <duroxide/lua_host.h>
 
 /* The C activity: a checksum of a JSON string. It runs on a libuv thread-pool thread, so it
 ** must not call dx_runtime_* functions; it returns malloc'd JSON (the runtime frees it). */

@@ -22,11 +22,11 @@ FAST=(--session-lock-timeout 2s --worker-lock-timeout 2s --orchestrator-lock-tim
 SLOW=(--session-lock-timeout 60s --worker-lock-timeout 2s --orchestrator-lock-timeout 2s)
 
 # sworker DIR NAME ARGS...: start worker NAME (also its --worker-node-id) of the sessions app on
-# DIR/store, logging to DIR/NAME.log, hooks to DIR/hooks. Its pid goes to WPID.
+# store_of DIR, logging to DIR/NAME.log, hooks to DIR/hooks. Its pid goes to WPID.
 sworker() {
   local d=$1 name=$2
   shift 2
-  E2E_HOOKS=$d/hooks E2E_WORKER=$name start_worker "$d/$name.log" "$SAPP" --store "$d/store" \
+  E2E_HOOKS=$d/hooks E2E_WORKER=$name start_worker "$d/$name.log" "$SAPP" --store "$(store_of "$d")" \
     --worker-node-id "$name" "$@"
 }
 
@@ -34,7 +34,7 @@ sworker() {
 jin() { printf '{"log":"%s/log","sid":"%s","tag":"%s"%s}' "$1" "$2" "$3" "${4:+,$4}"; }
 
 # sstart DIR ORCH ID INPUT: start an instance; non-zero when refused.
-sstart() { dx start "$2" "$4" --id "$3" --store "$1/store" >/dev/null; }
+sstart() { dx start "$2" "$4" --id "$3" --store "$(store_of "$1")" >/dev/null; }
 
 # wait_all DIR TIMEOUT ID...: wait for each instance; 0 when all Completed. Failures in MSGS.
 wait_all() {
@@ -42,7 +42,7 @@ wait_all() {
   shift 2
   MSGS=()
   for id in "$@"; do
-    run_cmd wait "$id" --timeout "$t" --store "$d/store"
+    run_cmd wait "$id" --timeout "$t" --store "$(store_of "$d")"
     if [ "$RC" -ne 0 ]; then bad=1; MSGS+=("$id: rc=$RC $OUT $ERR"); fi
   done
   return $bad
@@ -60,8 +60,8 @@ nhook() { count_lines "$1/hooks" "$2"; }                   # nhook DIR REGEX
 # sess_line STORE SID: the session's line of `duroxide-lua sessions` (empty when not listed).
 sess_line() { dx sessions --store "$1" 2>/dev/null | grep -F "\"session_id\":\"$2\""; }
 sess_is() { sess_line "$1" "$2" | grep -Eq "$3"; }           # sess_is STORE SID REGEX
-raise_go() { dx raise "$2" go 1 --store "$1/store" >/dev/null; }   # raise_go DIR ID
-waiting() { has_event "$1/store" "$2" ExternalSubscribed; }       # waiting DIR ID
+raise_go() { dx raise "$2" go 1 --store "$(store_of "$1")" >/dev/null; }   # raise_go DIR ID
+waiting() { has_event "$(store_of "$1")" "$2" ExternalSubscribed; }       # waiting DIR ID
 hooks_tail() { echo "hooks:"; cat "$1/hooks" 2>/dev/null; }
 
 # ---------------------------------------------------------------------------------------------
@@ -72,7 +72,7 @@ s1_affinity() {
   local d S i w n bad=0 msgs=() na nb
   local opts=("${FAST[@]}" --session-idle-timeout 0 --max-sessions-per-worker 2
     --worker-concurrency 2)
-  d=$(new_dir s1); S=$d/store
+  d=$(new_dir s1); S=$(store_of "$d")
   sworker "$d" A "${opts[@]}"
   sworker "$d" B "${opts[@]}"
   for i in 1 2 3 4; do
@@ -105,7 +105,7 @@ s1_affinity() {
 
 s2_kill() {
   local d S i pa pb owner other k w n bad=0 dups
-  d=$(new_dir s2); S=$d/store
+  d=$(new_dir s2); S=$(store_of "$d")
   sworker "$d" A "${FAST[@]}" --session-idle-timeout 0; pa=$WPID
   sworker "$d" B "${FAST[@]}" --session-idle-timeout 0; pb=$WPID
   for i in 1 2 3 4; do
@@ -152,7 +152,7 @@ s2_kill() {
 
 s3_term() {
   local d S pa pb po owner other w
-  d=$(new_dir s3); S=$d/store
+  d=$(new_dir s3); S=$(store_of "$d")
   sworker "$d" A "${SLOW[@]}" --session-idle-timeout 0; pa=$WPID
   sworker "$d" B "${SLOW[@]}" --session-idle-timeout 0; pb=$WPID
   sstart "$d" SessWaitRun t1 "$(jin "$d" t1 t1 '"n1":2,"n2":2')"
@@ -184,7 +184,7 @@ s3_term() {
 
 s4_restart() {
   local d S pa w
-  d=$(new_dir s4); S=$d/store
+  d=$(new_dir s4); S=$(store_of "$d")
   sworker "$d" A "${SLOW[@]}" --session-idle-timeout 0; pa=$WPID
   sstart "$d" SessWaitRun r1 "$(jin "$d" r1 r1 '"n1":1,"n2":2')"
   wait_until 30 waiting "$d" r1 && [ "$(runs "$d/log" r1 | workers)" = A ]
@@ -217,7 +217,7 @@ s4_restart() {
 
 s5_capacity() {
   local d S d2 S2 w st
-  d=$(new_dir s5); S=$d/store
+  d=$(new_dir s5); S=$(store_of "$d")
   sworker "$d" A "${FAST[@]}" --session-idle-timeout 0 --max-sessions-per-worker 1
   sstart "$d" SessWaitRun cap1 "$(jin "$d" c1 cap1 '"n1":1,"n2":2')"
   wait_until 30 waiting "$d" cap1
@@ -245,7 +245,7 @@ s5_capacity() {
   check "capacity: A still runs its own session c1's activities; never claimed c2" $? \
     "rc=$RC $OUT" "c1 ran on: '$w'" "$(hooks_tail "$d")"
 
-  d2=$(new_dir s5/zero); S2=$d2/store
+  d2=$(new_dir s5/zero); S2=$(store_of "$d2")
   sworker "$d2" Z "${FAST[@]}" --max-sessions-per-worker 0
   sstart "$d2" SessRun z1 "$(jin "$d2" zs z1 '"n":2')"
   sstart "$d2" SessRun zp "$(jin "$d2" "" zp '"n":0,"plain":3')"
@@ -273,7 +273,7 @@ both_started() { grep -q 'worker started' "$1/A.log" && grep -q 'worker started'
 
 s6_race() {
   local d S i w n bad=0 msgs=()
-  d=$(new_dir s6); S=$d/store
+  d=$(new_dir s6); S=$(store_of "$d")
   sworker "$d" A "${FAST[@]}" --session-idle-timeout 0
   sworker "$d" B "${FAST[@]}" --session-idle-timeout 0
   wait_until 20 both_started "$d"
@@ -298,7 +298,7 @@ s6_race() {
 
 s7_long() {
   local d S w
-  d=$(new_dir s7); S=$d/store
+  d=$(new_dir s7); S=$(store_of "$d")
   sworker "$d" A "${FAST[@]}" --session-idle-timeout 3s
   sstart "$d" SessRun long1 "$(jin "$d" L long1 '"n":3,"ms":0,"ms_first":5000')"
   wait_until 30 at_least_lines "$d/log" 1
@@ -318,7 +318,7 @@ s7_long() {
 
 s8_can() {
   local d S i w n bad=0 msgs=()
-  d=$(new_dir s8); S=$d/store
+  d=$(new_dir s8); S=$(store_of "$d")
   sworker "$d" A "${FAST[@]}" --session-idle-timeout 0
   sworker "$d" B "${FAST[@]}" --session-idle-timeout 0
   for i in 1 2 3; do sstart "$d" SessCan can$i "$(jin "$d" n$i can$i '"rounds":3')"; done
@@ -348,7 +348,7 @@ claimed_after_idle() {
 
 s9_idle() {
   local d S w
-  d=$(new_dir s9); S=$d/store
+  d=$(new_dir s9); S=$(store_of "$d")
   sworker "$d" A "${FAST[@]}" --session-idle-timeout 3s
   sstart "$d" SessWaitRun id1 "$(jin "$d" i1 id1 '"n1":2,"n2":1')"
   wait_until 30 waiting "$d" id1
@@ -380,7 +380,8 @@ s9_idle() {
 # stalls B until SIGCONT; such an attempt proves nothing and is run again.
 
 lost_attempt() {
-  local d=$1 S=$1/store pa pb rc=1 w
+  local d=$1 S pa pb rc=1 w
+  S=$(store_of "$d")
   mkdir -p "$d"
   sworker "$d" A "${FAST[@]}" --session-idle-timeout 0; pa=$WPID
   sstart "$d" SessWaitRun lo1 "$(jin "$d" lo1 lo1 '"n1":1,"n2":1')"
@@ -416,7 +417,7 @@ lost_attempt() {
 
 s10_hooks() {
   local d S attempt ok=1
-  d=$(new_dir s10/closed); S=$d/store
+  d=$(new_dir s10/closed); S=$(store_of "$d")
   sworker "$d" A "${FAST[@]}" --session-idle-timeout 0
   sstart "$d" SessWaitRun cl1 "$(jin "$d" cl1 cl1 '"n1":1,"n2":1,"close":true')"
   wait_until 30 hook "$d" '^released cl1 closed A$'
@@ -446,7 +447,7 @@ chat_has() { chat_status "$1" | grep -qF "$2"; }
 
 s11_chat() {
   local d S p1 st
-  d=$(new_dir s11); S=$d/store
+  d=$(new_dir s11); S=$(store_of "$d")
   start_worker "$d/w1.log" "$CHAT" --store "$S" --worker-node-id chat-w1 "${FAST[@]}"; p1=$WPID
   run_cmd start ChatAgent '{"idle_ms":60000}' --id chat-1 --store "$S"
   wait_until 30 has_event "$S" chat-1 ExternalSubscribed
@@ -486,7 +487,7 @@ locked_until() { sess_line "$1" "$2" | sed -n 's/.*"locked_until_ms":\([0-9]*\).
 
 s12_cli() {
   local d S out line pa L t try found=1
-  d=$(new_dir s12); S=$d/store
+  d=$(new_dir s12); S=$(store_of "$d")
   # Lease 2300ms: renewals (every 1150ms) then end at varying points within a second.
   sworker "$d" A --session-lock-timeout 2300ms --worker-lock-timeout 2s \
     --orchestrator-lock-timeout 2s --session-idle-timeout 0 --max-sessions-per-worker 1 \

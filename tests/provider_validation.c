@@ -502,6 +502,29 @@ DX_TEST(pv_enqueue_delay_and_limits) {
   done(p);
 }
 
+/* The contract's uniqueness rule: a START for an id that is queued or exists is DX_EEXIST,
+** writes nothing, and leaves a batch usable (the client relies on it instead of reading). */
+DX_TEST(pv_start_of_a_taken_id_is_eexist) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t w = start_item("A");
+  enqueue(p, T0, w);
+  CHECK_ERR(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &E), DX_EEXIST); /* start queued */
+  ASSERT_CONTAINS(E.msg, "'A'");
+  ASSERT_EQ(depths(p).orchestrator, 1);
+  CHECK(M(p)->begin(p, &E));
+  CHECK_ERR(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &E), DX_EEXIST);
+  enqueue(p, T0, start_item("B"));
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT_EQ(depths(p).orchestrator, 2);
+  dx_orch_item_free(fetch(p, T0 + 1)); /* A and B are taken by a worker */
+  dx_orch_item_free(fetch(p, T0 + 1));
+  create_instance(p, T0 + 2, "C");
+  w.instance = "C";
+  CHECK_ERR(M(p)->enqueue_for_orchestrator(p, T0 + 3, &w, 0, &E), DX_EEXIST);
+  enqueue(p, T0 + 3, raise_item("C")); /* other messages to a taken id are fine */
+  done(p);
+}
+
 DX_TEST(pv_orphan_messages_do_not_block_the_queue) {
   dx_provider_t *p = fresh();
   dx_orch_item_t *it;
@@ -1822,7 +1845,8 @@ DX_TEST(pv_session_close_item_on_unowned_session_is_deleted) {
   dx_provider_t *p = fresh();
   dx_work_item_t c1 = sess_item("I", 1, "s1"), c2 = sess_item("I", 3, "s2"), c3;
   dx_work_fetch_t f;
-  c1.name = c2.name = DX_CLOSE_SESSION_ACTIVITY;
+  c1.kind = c2.kind = DX_WI_SESSION_CLOSE;
+  c1.name = c2.name = NULL;
   c3 = c2;
   c3.id = 6;
   /* no session row */
@@ -1849,7 +1873,7 @@ DX_TEST(pv_session_close_item_on_unowned_session_is_deleted) {
   ASSERT_EQ(take(p, T0 + 7, "A", 10, 7), 1);
   f = sfetch(p, T0 + 8, "A", 10);
   ASSERT_EQ(f.item.id, 8);
-  ASSERT_STR_EQ(f.item.name, DX_CLOSE_SESSION_ACTIVITY);
+  ASSERT_EQ(f.item.kind, DX_WI_SESSION_CLOSE);
   ASSERT_EQ(f.session_claimed, 0);
   fclear(&f);
   done(p);

@@ -12,7 +12,7 @@
 
 #include <time.h>
 
-#include "duroxide.h"
+#include "duroxide/lua_host.h"
 
 /* {===== helpers =====} */
 

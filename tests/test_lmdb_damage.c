@@ -23,8 +23,8 @@ static char *new_store(const char *name) {
 static dx_provider_t *open_ok(const char *store) {
   dx_provider_t *p = NULL;
   dx_error_t err;
-  int rc = dx_lmdb_open(store, NULL, &p, &err);
-  if (rc) DX_FAIL_AT("dx_lmdb_open(%s): %s: %s", store, dx_err_name(rc), err.msg);
+  int rc = dx_provider_open(store, NULL, &p, &err);
+  if (rc) DX_FAIL_AT("dx_provider_open(%s): %s: %s", store, dx_err_name(rc), err.msg);
   return p;
 }
 
@@ -143,7 +143,7 @@ DX_TEST(lmdb_zero_length_data_is_damaged_not_empty) {
   fd = open(data_path(store), O_CREAT | O_WRONLY, 0600);
   ASSERT(fd >= 0);
   close(fd);
-  ASSERT_EQ(dx_lmdb_open(store, NULL, &p, &err), DX_ECORRUPT);
+  ASSERT_EQ(dx_provider_open(store, NULL, &p, &err), DX_ECORRUPT);
   ASSERT(p == NULL);
   ASSERT_CONTAINS(err.msg, "data.mdb is empty");
   ASSERT(strstr(err.msg, "cannot open store") == NULL); /* callers add that prefix */
@@ -171,11 +171,11 @@ DX_TEST(lmdb_truncated_data_is_an_error_not_sigbus) {
   M(p)->destroy(p);
   /* and when opened again */
   q = NULL;
-  ASSERT_EQ(dx_lmdb_open(store, NULL, &q, &err), DX_ECORRUPT);
+  ASSERT_EQ(dx_provider_open(store, NULL, &q, &err), DX_ECORRUPT);
   ASSERT_CONTAINS(err.msg, "truncated");
   /* below the two meta pages */
   ASSERT(truncate(data_path(store), 100) == 0);
-  ASSERT_NE(dx_lmdb_open(store, NULL, &q, &err), 0);
+  ASSERT_NE(dx_provider_open(store, NULL, &q, &err), 0);
   ASSERT_CONTAINS(err.msg, "damaged");
   ASSERT(strstr(err.msg, "MDB_") == NULL);
   free(store);
@@ -195,7 +195,7 @@ DX_TEST(lmdb_damaged_meta_page_is_an_error_not_sigbus) {
     ASSERT(pwrite(fd, "\x30", 1, (off_t)i * 4096 + 16 + 24 + 1) == 1);
   close(fd);
   p = NULL;
-  ASSERT_EQ(dx_lmdb_open(store, NULL, &p, &err), DX_ECORRUPT);
+  ASSERT_EQ(dx_provider_open(store, NULL, &p, &err), DX_ECORRUPT);
   ASSERT_CONTAINS(err.msg, "meta page");
   ASSERT_CONTAINS(err.msg, "page size");
   free(store);
@@ -298,7 +298,7 @@ DX_TEST(lmdb_read_only_store_can_be_read) {
   rc = system(cmd);
   if (rc == 0) {
     p = NULL;
-    rc = dx_lmdb_open(store, NULL, &p, &err);
+    rc = dx_provider_open(store, NULL, &p, &err);
     if (rc == 0) {
       rc = M(p)->get_instance_info(p, "i1", &info, &err);
       if (rc == 0 && strcmp(info.output, "\"kept\"") != 0) rc = -1;

@@ -7,7 +7,6 @@
 
 #include "duroxide/provider.h"
 #include "provider_validation.h"
-#include "providers/lmdb_test.h"
 #include "testlib.h"
 
 #define T0 INT64_C(1700000000000)
@@ -25,11 +24,11 @@ char *dx_pv_new_store(void) {
   return s;
 }
 
-static dx_provider_t *open_with(const char *store, const dx_lmdb_opts_t *opts) {
+static dx_provider_t *open_with(const char *store, const dx_provider_opts_t *opts) {
   dx_provider_t *p = NULL;
   dx_error_t err;
-  int rc = dx_lmdb_open(store, opts, &p, &err);
-  if (rc) DX_FAIL_AT("dx_lmdb_open(%s): %s: %s", store, dx_err_name(rc), err.msg);
+  int rc = dx_provider_open(store, opts, &p, &err);
+  if (rc) DX_FAIL_AT("dx_provider_open(%s): %s: %s", store, dx_err_name(rc), err.msg);
   return p;
 }
 
@@ -37,7 +36,7 @@ dx_provider_t *dx_pv_open(const char *store) { return open_with(store, NULL); }
 
 int dx_pv_corrupt_history(dx_provider_t *p, const char *instance, uint64_t execution_id,
                           uint64_t event_id) {
-  return dx__lmdb_test_corrupt_history(p, instance, execution_id, event_id);
+  return M(p)->test_hooks->corrupt_history(p, instance, execution_id, event_id);
 }
 
 int dx_pv_multi_process(void) { return 1; }
@@ -70,6 +69,7 @@ DX_TEST(lmdb_handles_share_one_env) {
   ASSERT_OK(M(a)->enqueue_for_orchestrator(a, T0, &w, 0, &err));
   ASSERT_EQ(orch_depth(b), 1);
   M(a)->destroy(a); /* b keeps the env open */
+  w.kind = DX_WI_EXTERNAL; /* a second START of "A" would be refused (DX_EEXIST) */
   ASSERT_OK(M(b)->enqueue_for_orchestrator(b, T0, &w, 0, &err));
   c = dx_pv_open(store);
   ASSERT_EQ(orch_depth(c), 2);
@@ -80,7 +80,7 @@ DX_TEST(lmdb_handles_share_one_env) {
 
 DX_TEST(lmdb_reopen_keeps_data) {
   char *store = dx_pv_new_store();
-  dx_lmdb_opts_t opts = {1, 1, 0, 0}; /* no_sync: a clean close still persists everything */
+  dx_provider_opts_t opts = {1, 1, 0, 0}; /* no_sync: a clean close still persists everything */
   dx_provider_t *p = open_with(store, &opts);
   dx_work_item_t w = start_item("A", "1");
   dx_error_t err;
@@ -92,7 +92,7 @@ DX_TEST(lmdb_reopen_keeps_data) {
   free(store);
 }
 
-/* Fill the store with 200 KiB starts until it refuses one: returns how many were accepted. */
+/* Fill the store with 200 KiB events until it refuses one: returns how many were accepted. */
 static int fill(dx_provider_t *p, dx_error_t *err, int *rc) {
   size_t len = 200 * 1024;
   char *data = malloc(len + 3);
@@ -102,6 +102,7 @@ static int fill(dx_provider_t *p, dx_error_t *err, int *rc) {
   memset(data + 1, 'x', len);
   strcpy(data + 1 + len, "\"");
   w.data = data;
+  w.kind = DX_WI_EXTERNAL; /* events: repeated STARTs of "A" would be refused (DX_EEXIST) */
   for (i = 0, *rc = 0; i < 200 && *rc == 0; i++)
     *rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, err);
   free(data);
@@ -111,7 +112,7 @@ static int fill(dx_provider_t *p, dx_error_t *err, int *rc) {
 DX_TEST(lmdb_map_grows_up_to_max_size) {
   /* issue 7 item 14: the map starts at 1 MiB and grows; the limit is the store's maximum */
   char *store = dx_pv_new_store();
-  dx_lmdb_opts_t opts = {2, 1, 1 << 20, 4 << 20};
+  dx_provider_opts_t opts = {1, 1, 1 << 20, 4 << 20};
   dx_provider_t *p = open_with(store, &opts), *q;
   dx_error_t err;
   int n, more, rc;
@@ -151,7 +152,7 @@ DX_TEST(lmdb_map_grows_up_to_max_size) {
 DX_TEST(lmdb_map_grows_without_limit) {
   /* no maximum: a store opened with a 1 MiB map takes far more than 1 MiB */
   char *store = dx_pv_new_store();
-  dx_lmdb_opts_t opts = {2, 1, 1 << 20, 0};
+  dx_provider_opts_t opts = {1, 1, 1 << 20, 0};
   dx_provider_t *p = open_with(store, &opts);
   size_t len = 200 * 1024;
   char *data = malloc(len + 3);
@@ -162,6 +163,7 @@ DX_TEST(lmdb_map_grows_without_limit) {
   memset(data + 1, 'x', len);
   strcpy(data + 1 + len, "\"");
   w.data = data;
+  w.kind = DX_WI_EXTERNAL; /* events: repeated STARTs of "A" would be refused (DX_EEXIST) */
   for (i = 0; i < 40; i++) ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
   ASSERT_EQ(orch_depth(p), 40);
   free(data);
@@ -173,7 +175,7 @@ DX_TEST(lmdb_map_growth_reaches_other_processes) {
   /* a child process grows the map; the parent, still on its first map, adopts the new size
   ** (MDB_MAP_RESIZED) and keeps reading and writing */
   char *store = dx_pv_new_store();
-  dx_lmdb_opts_t opts = {2, 1, 1 << 20, 0};
+  dx_provider_opts_t opts = {1, 1, 1 << 20, 0};
   dx_provider_t *p = open_with(store, &opts);
   dx_work_item_t w = start_item("P", "1");
   dx_error_t err;
@@ -185,7 +187,7 @@ DX_TEST(lmdb_map_growth_reaches_other_processes) {
   ASSERT(pid >= 0);
   if (pid == 0) {
     dx_provider_t *c = open_with(store, &opts);
-    dx_lmdb_opts_t capped = {2, 1, 0, 6 << 20};
+    dx_provider_opts_t capped = {1, 1, 0, 6 << 20};
     M(c)->destroy(c);
     c = open_with(store, &capped); /* cap at 6 MiB: fill() stops there */
     n = fill(c, &err, &rc);
@@ -224,7 +226,7 @@ DX_TEST(lmdb_reads_during_commits_see_no_damage) {
   /* the per-transaction file checks read LMDB's meta page while other threads commit: they
   ** must never mistake a commit in progress for a truncated store */
   char *store = dx_pv_new_store();
-  dx_lmdb_opts_t opts = {2, 1, 1 << 20, 0};
+  dx_provider_opts_t opts = {1, 1, 1 << 20, 0};
   dx_provider_t *p = open_with(store, &opts);
   dx_work_item_t w = start_item("A", "\"payload payload payload payload payload\"");
   reader_t r[2];
@@ -254,19 +256,19 @@ DX_TEST(lmdb_reads_during_commits_see_no_damage) {
 DX_TEST(lmdb_open_errors) {
   char path[512];
   dx_provider_t *p = (dx_provider_t *)1;
-  dx_lmdb_opts_t bad = {0, 0, 0, 0};
+  dx_provider_opts_t bad = {0, 0, 0, 0};
   dx_error_t err;
   int fd;
   snprintf(path, sizeof path, "%s/plain-file", dx_test_tmpdir());
   fd = open(path, O_CREAT | O_WRONLY, 0644);
   ASSERT(fd >= 0);
   close(fd);
-  ASSERT_EQ(dx_lmdb_open(path, NULL, &p, &err), DX_EIO);
+  ASSERT_EQ(dx_provider_open(path, NULL, &p, &err), DX_EIO);
   ASSERT(p == NULL);
   ASSERT_CONTAINS(err.msg, "plain-file");
-  ASSERT_EQ(dx_lmdb_open(NULL, NULL, &p, &err), DX_EINVAL);
-  ASSERT_EQ(dx_lmdb_open(dx_test_tmpdir(), &bad, &p, &err), DX_EINVAL);
-  ASSERT_EQ(dx_lmdb_open(dx_test_tmpdir(), NULL, NULL, &err), DX_EINVAL);
+  ASSERT_EQ(dx_provider_open(NULL, NULL, &p, &err), DX_EINVAL);
+  ASSERT_EQ(dx_provider_open(dx_test_tmpdir(), &bad, &p, &err), DX_EINVAL);
+  ASSERT_EQ(dx_provider_open(dx_test_tmpdir(), NULL, NULL, &err), DX_EINVAL);
 }
 
 DX_TEST(lmdb_creates_missing_directories) {

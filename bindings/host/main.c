@@ -36,7 +36,7 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua check                    verify the whole store (exit 1 on any problem)\n"
       "\n"
       "INPUT and DATA are JSON text, or - to read it from stdin, or @FILE to read a file.\n"
-      "Every command takes --store DIR (default\n"
+      "Every command takes --store STORE, a directory or a postgres:// URL (default\n"
       "$DUROXIDE_STORE or ./duroxide-data).\n"
       "\n"
       "worker options (also duroxide.configure{...} in the app; durations take ms, s, m, h):\n"
@@ -116,7 +116,7 @@ static int run_worker(const char *app, int argc, char **argv) {
   dxl_state_t *S;
   dx_options_t opts;
   dx_provider_t *p = NULL;
-  dx_lmdb_opts_t lo = {2, 0, 0, 0};
+  dx_provider_opts_t po = {1, 0, 0, 0};
   dx_error_t err;
   worker_t w;
   const char *store = NULL;
@@ -139,7 +139,7 @@ static int run_worker(const char *app, int argc, char **argv) {
     char name[64];
     if (strncmp(a, "--", 2) != 0) continue; /* positional args are the app's (arg table) */
     if (strcmp(a, "--no-sync") == 0) {
-      lo.no_sync = 1;
+      po.no_sync = 1;
       continue;
     }
     if ((rc = dxh_split_opt(argc, argv, &i, name, sizeof name, &val)) != 0) {
@@ -177,8 +177,8 @@ static int run_worker(const char *app, int argc, char **argv) {
   dx__log_configure(opts.log_level, opts.log_format);
   if (!store) store = S->store_dir;
   store = dxh_store_dir(store);
-  lo.max_size = max_size ? max_size : S->store_max_size; /* the command line wins */
-  if (dx_lmdb_open(store, &lo, &p, &err) != 0) {
+  po.max_size = max_size ? max_size : S->store_max_size; /* the command line wins */
+  if (dx_provider_open(store, &po, &p, &err) != 0) {
     lua_close(L);
     fprintf(stderr, "duroxide-lua: cannot open store %s: %s\n", store, err.msg);
     return 1;

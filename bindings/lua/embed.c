@@ -2,7 +2,7 @@
 ** embed.c -- the Lua host for C programs: dx_lua_runtime_new and dx_lua_runtime_free.
 **
 ** A Lua runtime is a core runtime whose owner (embedding.h) is an embed_t: the Lua state that
-** ran the app, the LMDB provider and, when the caller gave no loop, the loop. dx_runtime_free
+** ran the app, the store and, when the caller gave no loop, the loop. dx_runtime_free
 ** releases the owner after the runtime, so the provider and loop outlive it.
 */
 #include <errno.h>
@@ -13,6 +13,7 @@
 
 #include <lualib.h>
 
+#include "duroxide/lua_host.h"
 #include "dxlua.h"
 #include "embedding.h"
 #include "log.h"
@@ -153,7 +154,7 @@ int dx_lua_runtime_new(dx_runtime_t **out, uv_loop_t *loop, const char *store_di
   embed_t *e;
   dxl_state_t *S;
   dx_options_t o;
-  dx_lmdb_opts_t lo = {2, 0, 0, 0};
+  dx_provider_opts_t po = {1, 0, 0, 0};
   dx_runtime_t *rt = NULL;
   const char *store, *env;
   char msg[sizeof err->msg];
@@ -199,8 +200,8 @@ int dx_lua_runtime_new(dx_runtime_t **out, uv_loop_t *loop, const char *store_di
     S->store_dir = copy;
     store = copy;
   }
-  lo.max_size = S->store_max_size;
-  if ((rc = dx_lmdb_open(store, &lo, &e->p, err)) != 0) {
+  po.max_size = S->store_max_size;
+  if ((rc = dx_provider_open(store, &po, &e->p, err)) != 0) {
     if (err) {
       snprintf(msg, sizeof msg, "%s", err->msg);
       snprintf(err->msg, sizeof err->msg, "cannot open store %s: %.400s", store, msg);

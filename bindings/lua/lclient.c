@@ -260,7 +260,7 @@ int dxl_client_new(lua_State *L) {
     lua_getfield(L, 1, "store");
     store = dxl_check_text(L, -1, "store (a directory path)", 1);
   } else if (!lua_isnoneornil(L, 1)) {
-    return luaL_argerror(L, 1, "expected a table {store=dir} or a directory");
+    return luaL_argerror(L, 1, "expected a table {store=...} or a store (a directory or a postgres:// URL)");
   }
   if (!store) store = S->store_dir ? S->store_dir : getenv("DUROXIDE_STORE");
   if (!store) store = "./duroxide-data";

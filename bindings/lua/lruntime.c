@@ -373,15 +373,15 @@ int dxl_runtime_new(lua_State *L) {
   dx_error_t err;
   const char *store;
   lrt_t *r;
-  dx_lmdb_opts_t lo;
+  dx_provider_opts_t po;
   char *saved_store;
   size_t saved_max;
-  memset(&lo, 0, sizeof lo);
-  lo.version = 2;
+  memset(&po, 0, sizeof po);
+  po.version = 1;
   if (lua_istable(L, 1)) {
     /* no_sync = true: skip fsync on commits (a store option, not an engine option) */
     int t = lua_getfield(L, 1, "no_sync");
-    lo.no_sync = lua_toboolean(L, -1);
+    po.no_sync = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (t != LUA_TNIL) { /* parse a copy without it */
       lua_newtable(L);
@@ -414,16 +414,20 @@ int dxl_runtime_new(lua_State *L) {
   }
   store = S->store_dir ? S->store_dir : getenv("DUROXIDE_STORE");
   if (!store) store = "./duroxide-data";
-  lo.max_size = S->store_max_size;
+  po.max_size = S->store_max_size;
   S->store_max_size = saved_max;
   r = lua_newuserdatauv(L, sizeof *r, 0);
   memset(r, 0, sizeof *r);
   r->S = S;
   luaL_setmetatable(L, RT_MT);
-  if (dx_lmdb_open(store, &lo, &r->p, &err) != 0) {
+  if (dx_provider_open(store, &po, &r->p, &err) != 0) {
+    /* the message first: `store` may be the S->store_dir freed below */
+    luaL_where(L, 1);
+    lua_pushfstring(L, "cannot open store %s: %s", store, err.msg);
+    lua_concat(L, 2);
     free(S->store_dir);
     S->store_dir = saved_store;
-    return luaL_error(L, "cannot open store %s: %s", store, err.msg);
+    return lua_error(L);
   }
   free(S->store_dir);
   S->store_dir = saved_store;

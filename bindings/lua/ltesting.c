@@ -11,7 +11,6 @@
 
 #include "codec.h"
 #include "dxlua.h"
-#include "providers/lmdb_test.h"
 #include "replay.h"
 #include "util.h"
 #include "value.h"
@@ -159,9 +158,11 @@ static int ts_expire_session(lua_State *L) {
   const char *sid = luaL_checkstring(L, 2);
   int64_t now = (int64_t)luaL_optinteger(L, 3, dx_clock_now_ms());
   int rc;
-  if (strcmp(p->methods->name, "lmdb") != 0)
-    return luaL_error(L, "expire_session needs the lmdb provider");
-  rc = dx__lmdb_test_expire_session(p, sid, now);
+  const dx_provider_test_hooks_t *h = p->methods->version >= 4 ? p->methods->test_hooks : NULL;
+  if (!h || !h->expire_session)
+    return luaL_error(L, "expire_session: the %s provider has no test hook for it",
+                      p->methods->name);
+  rc = h->expire_session(p, sid, now);
   if (rc != 0) {
     lua_pushnil(L);
     lua_pushfstring(L, rc == DX_ENOTFOUND ? "session '%s' has no row in the store"
@@ -179,7 +180,7 @@ static int ts_close(lua_State *L) {
   return 0;
 }
 
-/* duroxide._test_store(dir): a provider handle of its own, used from this thread only. */
+/* duroxide._test_store(store): a provider handle of its own, used from this thread only. */
 static int l_test_store(lua_State *L) {
   static const luaL_Reg methods[] = {{"probe", ts_probe}, {"next_due", ts_next_due},
                                      {"sessions", ts_sessions},
@@ -196,7 +197,7 @@ static int l_test_store(lua_State *L) {
     lua_setfield(L, -2, "__gc");
   }
   lua_setmetatable(L, -2);
-  if (dx_lmdb_open(dir, NULL, &u->p, &err) != 0)
+  if (dx_provider_open(dir, NULL, &u->p, &err) != 0)
     return luaL_error(L, "cannot open store %s: %s", dir, err.msg);
   return 1;
 }

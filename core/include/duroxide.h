@@ -129,8 +129,9 @@ void dx_runtime_renew_sessions_now(dx_runtime_t *rt);
 
 typedef struct dx_client_s dx_client_t;
 
-/** Open a client on the LMDB store in `store_dir` (created if missing). */
-int dx_client_open(dx_client_t **out, const char *store_dir, dx_error_t *err);
+/** Open a client on the store `store` (a directory or a postgres:// URL; see dx_provider_open),
+**  created if missing. *out owned by the caller: dx_client_close. */
+int dx_client_open(dx_client_t **out, const char *store, dx_error_t *err);
 /** A client over an existing provider (borrowed). */
 int dx_client_new(dx_client_t **out, dx_provider_t *p, dx_error_t *err);
 void dx_client_close(dx_client_t *c);
@@ -185,7 +186,8 @@ char *dx_event_to_json(const dx_event_t *e);
 
 /* {===== C embedding =====} */
 /*
-** A C program hosts Lua orchestrations and activities with dx_lua_runtime_new, adds C
+** A C program hosts Lua orchestrations and activities with dx_lua_runtime_new (declared in
+** duroxide/lua_host.h, the Lua host's header; this header declares no Lua function), adds C
 ** activities with dx_register_activity, drives the runtime with dx_runtime_run (or its own
 ** libuv loop) and talks to instances with the dx_client_* functions above. See
 ** docs/embedding.md and examples/embed.c. Build flags: `pkg-config --cflags --libs duroxide`.
@@ -265,35 +267,5 @@ int dx_runtime_request_stop(dx_runtime_t *rt);
 /** 1 once the runtime has stopped (its stop callback ran, or it was stopped before starting);
 **  0 otherwise and for NULL. */
 int dx_runtime_is_stopped(const dx_runtime_t *rt);
-
-/** Create a runtime that runs the Lua app `app_path` (its duroxide.orchestration and
-**  duroxide.activity registrations) over the LMDB store in `store_dir`.
-**  The app runs once, now, in a fresh Lua state with the standard libraries and
-**  `require("duroxide")`; modules next to the app are found first; `arg[0]` is app_path.
-**  The runtime is not started: register C activities, then dx_runtime_start or dx_runtime_run.
-**  @param[out] out      the runtime, owned by the caller: free with dx_lua_runtime_free.
-**                       Set to NULL on error.
-**  @param[in] loop      the libuv loop to run on (borrowed; must outlive the runtime), or NULL
-**                       for a loop owned by the runtime (drive it with dx_runtime_run).
-**  @param[in] store_dir store directory (created if missing); NULL = the app's
-**                       duroxide.configure{store=}, else $DUROXIDE_STORE, else ./duroxide-data.
-**                       The app's own duroxide.client() defaults to the same store.
-**  @param[in] opts      options (copied), or NULL for the app's duroxide.configure{} values
-**                       (defaults when it sets none).
-**  @param[in] app_path  path of the Lua app script.
-**  @return DX_OK; DX_EINVAL (NULL out or app_path, bad option), DX_ENOTFOUND (no file at
-**          app_path), DX_EIO (app unreadable, loop init failed), DX_ELUA (the app failed to
-**          compile or raised while loading: err->msg is "file:line: message"), a store error of
-**          the LMDB provider (DX_ESTORE, DX_EIO, ...), DX_ENOMEM.
-**  Thread: any; the runtime then belongs to the thread that runs its loop. */
-int dx_lua_runtime_new(dx_runtime_t **out, uv_loop_t *loop, const char *store_dir,
-                       const dx_options_t *opts, const char *app_path, dx_error_t *err);
-
-/** Release a runtime made by dx_lua_runtime_new: its Lua state, store handle and (when owned)
-**  loop. A runtime still running is stopped gracefully first, by running its loop until the
-**  stop completes. NULL is ignored. For a runtime made by dx_runtime_new this is
-**  dx_runtime_free. Do not call it from a callback of the runtime's loop.
-**  Thread: the runtime's loop thread. */
-void dx_lua_runtime_free(dx_runtime_t *rt);
 
 #endif

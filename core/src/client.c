@@ -29,11 +29,11 @@ int dx_client_new(dx_client_t **out, dx_provider_t *p, dx_error_t *err) {
   return DX_OK;
 }
 
-int dx_client_open(dx_client_t **out, const char *store_dir, dx_error_t *err) {
+int dx_client_open(dx_client_t **out, const char *store, dx_error_t *err) {
   dx_provider_t *p = NULL;
   int rc;
-  if (!out || !store_dir) return dx_error_set(err, DX_EINVAL, "NULL argument");
-  rc = dx_lmdb_open(store_dir, NULL, &p, err);
+  if (!out || !store) return dx_error_set(err, DX_EINVAL, "NULL argument");
+  rc = dx_provider_open(store, NULL, &p, err);
   if (rc != 0) return rc;
   rc = dx_client_new(out, p, err);
   if (rc != 0) {
@@ -86,10 +86,10 @@ static int enqueue(dx_client_t *c, dx_work_item_t *w, dx_error_t *err) {
   return rc;
 }
 
-/* Validate one start and build its work item (w->data is malloc'd: free it). */
-static int prepare_start(dx_client_t *c, const dx_start_t *st, dx_work_item_t *w,
-                         dx_error_t *err) {
-  dx_instance_info_t info;
+/* Validate one start and build its work item (w->data is malloc'd: free it). Whether the id
+** is taken is the provider's call: its START enqueue fails with DX_EEXIST (provider.h), which
+** stays true when two clients start the same id at once. */
+static int prepare_start(const dx_start_t *st, dx_work_item_t *w, dx_error_t *err) {
   char *json = NULL;
   int rc;
   if ((rc = check_id("instance id", st->id, err)) != 0) return rc;
@@ -101,15 +101,6 @@ static int prepare_start(dx_client_t *c, const dx_start_t *st, dx_work_item_t *w
                           "MAJOR.MINOR.PATCH such as 1.2.0", st->version);
   }
   if ((rc = canonical("input", st->input, &json, err)) != 0) return rc;
-  memset(&info, 0, sizeof info);
-  rc = c->p->methods->get_instance_info(c->p, st->id, &info, NULL);
-  if (rc == 0) {
-    int status = info.status;
-    dx_instance_info_clear(&info);
-    free(json);
-    return dx_error_set(err, DX_EEXIST, "instance '%s' already exists (%s)", st->id,
-                        status == DX_STATUS_NONE ? "start queued" : dx_status_name(status));
-  }
   memset(w, 0, sizeof *w);
   w->kind = DX_WI_START;
   w->instance = (char *)st->id;
@@ -136,7 +127,7 @@ int dx_client_start_many(dx_client_t *c, const dx_start_t *starts, size_t n, dx_
   if ((rc = p->methods->begin(p, err)) != 0) return rc;
   for (i = 0; i < n && rc == 0; i++) {
     dx_work_item_t w;
-    if ((rc = prepare_start(c, &starts[i], &w, err)) != 0) break;
+    if ((rc = prepare_start(&starts[i], &w, err)) != 0) break;
     rc = p->methods->enqueue_for_orchestrator(p, now, &w, 0, err);
     free(w.data);
   }

@@ -669,12 +669,10 @@ static void emit_work(dx_turn_t *t, int terminal, int can) {
         break;
       case DX_EV_SESSION_CLOSED:
         /* Routed like a session activity, so it reaches the owner after earlier work. */
-        w.kind = DX_WI_ACT_EXECUTE;
+        w.kind = DX_WI_SESSION_CLOSE;
         w.instance = dx__strdup(t->instance);
         w.execution_id = t->exec;
         w.id = e->event_id;
-        w.name = dx__strdup(DX_CLOSE_SESSION_ACTIVITY);
-        w.data = dx__strdup("null");
         w.session_id = dx__strdup(e->session_id);
         add_item(t, 1, &w);
         break;

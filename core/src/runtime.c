@@ -22,6 +22,7 @@
 #include "sessions.h"
 #include "store.h"
 #include "util.h"
+#include "wake.h"
 #include "watchdog.h"
 
 typedef struct runtime_list_s {
@@ -70,8 +71,7 @@ struct dx_runtime_s {
   int n_running;
   int started, stopping;
   uv_timer_t grace_timer;
-  uv_fs_event_t notify_watch;  /* the provider's notify file (other processes' commits) */
-  int watching;
+  dx_wake_t *wake;             /* wake-ups from other processes' commits (NULL: polling) */
   int watchdog;                /* holds a reference on the loop's watchdog (watchdog.c) */
   int64_t stop_deadline_ms;
   dx_runtime_stop_cb stop_cb;
@@ -613,8 +613,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
                           w->previous_owner);
 
-  if (a->item.session_id && strcmp(a->item.name, DX_CLOSE_SESSION_ACTIVITY) == 0) {
-    if (rt->sessions) dx__sessions_close(rt->sessions, a->item.session_id);
+  if (a->item.kind == DX_WI_SESSION_CLOSE) { /* not an activity: end the session here */
+    if (rt->sessions && a->item.session_id) dx__sessions_close(rt->sessions, a->item.session_id);
     activity_settle(a, DX_OP_ACK_WORK, 0, 0);
     return;
   }
@@ -730,36 +730,28 @@ static void registry_remove(dx_runtime_t *rt) {
   uv_mutex_unlock(&registry_mu);
 }
 
-/* Another process committed work: look for it now instead of at the next poll. */
-static void on_notify(uv_fs_event_t *h, const char *name, int events, int status) {
-  dx_runtime_t *rt = h->data;
-  (void)name;
-  (void)events;
-  if (status == 0 && rt->store && !rt->stopping) dx__store_wake(rt->store);
+/* The provider lost its connection and re-established it: peers may have taken our sessions
+** meanwhile, so check them now (the renewal reports the ones that are gone as lost). */
+static void on_wake_lost(void *ud) {
+  dx_runtime_t *rt = ud;
+  dx__log(DX_LOG_WARN, "store connection was lost and re-established; checking sessions",
+          "worker_id=%s", rt->worker_id);
+  if (rt->sessions) dx__sessions_renew_now(rt->sessions);
 }
 
+/* Another process commits work: look for it at once instead of at the next poll. */
 static void watch_start(dx_runtime_t *rt) {
-  const dx_provider_methods_t *m = rt->provider->methods;
-  const char *path = m->version >= 3 && m->notify_path ? m->notify_path(rt->provider) : NULL;
   rt->watchdog = (rt->opts.loop_block_warning_ms > 0 || rt->opts.turn_time_limit_ms > 0) &&
                  dx__watchdog_attach(rt->loop, rt->opts.loop_block_warning_ms,
                                      rt->opts.turn_time_limit_ms) == 0;
-  if (!path || uv_fs_event_init(rt->loop, &rt->notify_watch) != 0) return;
-  rt->notify_watch.data = rt;
-  if (uv_fs_event_start(&rt->notify_watch, on_notify, path, 0) != 0) {
-    uv_close((uv_handle_t *)&rt->notify_watch, NULL);
-    return;
-  }
-  uv_unref((uv_handle_t *)&rt->notify_watch); /* never keeps the loop alive by itself */
-  rt->watching = 1;
+  rt->wake = dx__wake_start(rt->loop, rt->provider, rt->store, on_wake_lost, rt);
 }
 
 static void watch_stop(dx_runtime_t *rt) {
   if (rt->watchdog) dx__watchdog_detach(rt->loop);
   rt->watchdog = 0;
-  if (!rt->watching) return;
-  rt->watching = 0;
-  uv_close((uv_handle_t *)&rt->notify_watch, NULL);
+  dx__wake_stop(rt->wake);
+  rt->wake = NULL;
 }
 
 /* The store cannot be used any more: record why for the host (dx_runtime_error). */

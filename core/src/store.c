@@ -2,8 +2,15 @@
 ** store.c -- the store thread (see store.h).
 **
 ** Why a thread: a durable commit waits for fsync, which must not stall Lua work on the loop.
-** Why one transaction per cycle: LMDB has one writer; batching every ack and fetch of a cycle
-** into one commit turns N fsyncs into one (group commit), which is where throughput comes from.
+** Why one transaction per cycle: a durable commit costs a flush (and a round trip on a
+** database); batching every ack and fetch of a cycle into one commit turns N flushes into one
+** (group commit), which is where throughput comes from.
+** When a batch fails: DX_ERETRY (deadlock, serialization failure, lost connection) retries it
+** whole, a bounded number of times with backoff; any other failure of the whole batch applies
+** each operation in a transaction of its own, so one bad operation fails alone
+** (cycle_retrying, cycle_isolate; the contract is in duroxide/provider.h). Cycles that still
+** fail back off (10 ms doubling to 1 s); a store that begin or commit finds damaged is
+** reported once to the loop (cfg.on_fatal).
 ** Why this thread renews locks: turns and activity code run on the loop one after another,
 ** so a long turn (or an activity that computes without yielding) blocks the loop and every
 ** timer on it, while the other items of its batch wait their turn. The store thread holds
@@ -27,6 +34,7 @@ typedef struct held_s {
   uint64_t give_up_at; /* monotonic ms: a turn never takes this long (the turn time limit and
                           the budget stop code), nor does the loop go this long without
                           renewing an activity */
+  int renewing;        /* renewed in the open transaction (undone if it is not kept) */
   struct held_s *next;
 } held_t;
 
@@ -59,6 +67,7 @@ struct dx_store_s {
   int64_t orch_hold_ms; /* renew a turn's lock this long at most: past the turn time limit */
   uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
   int64_t sess_every_ms;
+  int sess_renewing;  /* the open transaction renewed the session leases */
   int64_t backoff_ms;  /* guarded by mu: after a failed cycle 10 ms doubling to 1 s, else 0 */
   int cycle_failed;    /* store thread only: the last cycle failed */
   int fatal;           /* guarded by mu: 1 = fatal_err is set, 2 = reported to the loop */
@@ -148,6 +157,7 @@ static void renew_held(dx_store_t *s, int64_t now) {
   dx_provider_t *p = s->cfg.provider;
   uint64_t mono = mono_ms();
   held_t *h, *next;
+  int rc;
   if (s->cfg.sessions && mono >= s->sess_due) {
     /* The loop's session renewal is late (the loop is blocked): renew our leases here. */
     dx_error_t err;
@@ -155,6 +165,8 @@ static void renew_held(dx_store_t *s, int64_t now) {
     if (p->methods->renew_session_lock(p, now, sc->worker_id, sc->session_lock_ms,
                                        s->cfg.session_idle_ms, NULL, NULL, NULL, &err) != 0)
       dx__log(DX_LOG_WARN, "session lease renewal failed", "error=\"%s\"", err.msg);
+    else
+      s->sess_renewing = 1;
     s->sess_due = mono + (uint64_t)s->sess_every_ms;
   }
   for (h = s->held; h; h = next) {
@@ -168,10 +180,12 @@ static void renew_held(dx_store_t *s, int64_t now) {
       unhold(s, h->token);
       continue;
     }
-    if (h->instance ? p->methods->renew_orchestration_item_lock(p, now, h->instance, h->token,
-                                                                s->cfg.orch_lock_ms, &err)
-                    : p->methods->renew_work_item_lock(p, now, h->token, s->cfg.work_lock_ms,
-                                                       &err)) {
+    rc = h->instance ? p->methods->renew_orchestration_item_lock(p, now, h->instance, h->token,
+                                                                 s->cfg.orch_lock_ms, &err)
+                     : p->methods->renew_work_item_lock(p, now, h->token, s->cfg.work_lock_ms,
+                                                        &err);
+    if (rc == DX_ERETRY) continue; /* the store could not answer: still due, the batch retries */
+    if (rc != 0) {
       /* Lost (expired before we got here, taken over, or the activity was cancelled): the
       ** settlement will be refused, or the loop's renewal reports the cancellation. */
       if (h->instance)
@@ -181,7 +195,20 @@ static void renew_held(dx_store_t *s, int64_t now) {
       continue;
     }
     h->renew_at = mono + (uint64_t)(h->instance ? s->renew_every_ms : s->work_renew_every_ms);
+    h->renewing = 1;
   }
+}
+
+/* The transaction that renew_held ran in ended: kept (committed), or not (rolled back, as
+** when it is retried on DX_ERETRY), in which case its renewals are due again at once. */
+static void renewals_end(dx_store_t *s, int kept) {
+  held_t *h;
+  for (h = s->held; h; h = h->next) {
+    if (h->renewing && !kept) h->renew_at = 0;
+    h->renewing = 0;
+  }
+  if (s->sess_renewing && !kept) s->sess_due = 0;
+  s->sess_renewing = 0;
 }
 
 /* renew_session_lock callback: remember each renewed session id on the op. */
@@ -274,56 +301,136 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
   return failed;
 }
 
-/* One transaction: apply ops, fetch, commit. Returns 1 when anything was fetched. */
-static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fetched_t *f) {
+/* After an op ran: settled items are no longer held (whatever the outcome: the loop does not
+** settle them again); a renewal by the loop postpones this thread's fallback renewal. */
+static void settle_held(dx_store_t *s, const dx_store_op_t *op) {
+  if (op->kind == DX_OP_ACK_ORCH) unhold(s, op->ack->lock_token);
+  else if (op->kind == DX_OP_ABANDON_ORCH || op->kind == DX_OP_ACK_WORK ||
+           op->kind == DX_OP_ABANDON_WORK)
+    unhold(s, op->token);
+  else if (op->kind == DX_OP_RENEW_WORK) {
+    if (op->rc == 0) touch_held(s, op->token);
+    else unhold(s, op->token);
+  } else if (op->kind == DX_OP_RENEW_SESSIONS && op->rc == 0) {
+    s->sess_due = mono_ms() + (uint64_t)s->sess_every_ms; /* the loop is on time */
+  }
+}
+
+/* Renewals only move lock expiries: losing one after a power cut merely shortens a lease, so
+** they need no fsync of their own. */
+static int op_needs_sync(const dx_store_op_t *op) {
+  return op->kind != DX_OP_RENEW_WORK && op->kind != DX_OP_RENEW_SESSIONS && op->rc == 0;
+}
+
+enum { CALL_OP = 1, CALL_FETCH = 2 };
+
+/* One transaction: apply `ops`, fetch, commit. 0, or the error that lost the whole batch
+** (in *err; nothing of it was kept and nothing is left in f). DX_ERETRY from any call ends the
+** batch at once: the provider says it cannot go on, and the same calls may succeed again.
+** *failed gets CALL_OP / CALL_FETCH when an op / a fetch failed (a failed commit is then
+** their consequence, not the store's own failure). */
+static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t now,
+                      dx_store_fetched_t *f, int *failed, dx_error_t *err) {
   dx_provider_t *p = s->cfg.provider;
   dx_store_op_t *op;
-  dx_error_t err;
-  int64_t now = now_ms(s);
-  int durable = 0, rc, fetch_failed = 0;
+  int durable = 0, rc;
   memset(f, 0, sizeof *f);
-  memset(&err, 0, sizeof err);
-  rc = p->methods->begin(p, &err);
-  if (rc == 0) {
-    renew_held(s, now);
-    for (op = ops; op; op = op->next) {
-      op->rc = run_op(s, op, now);
-      if (op->kind == DX_OP_ACK_ORCH) unhold(s, op->ack->lock_token);
-      else if (op->kind == DX_OP_ABANDON_ORCH || op->kind == DX_OP_ACK_WORK ||
-               op->kind == DX_OP_ABANDON_WORK)
-        unhold(s, op->token);
-      else if (op->kind == DX_OP_RENEW_WORK) {
-        if (op->rc == 0) touch_held(s, op->token);
-        else unhold(s, op->token);
-      } else if (op->kind == DX_OP_RENEW_SESSIONS && op->rc == 0) {
-        s->sess_due = mono_ms() + (uint64_t)s->sess_every_ms; /* the loop is on time */
-      }
-      /* Renewals only move lock expiries: losing one after a power cut merely shortens a
-      ** lease, so they need no fsync of their own. */
-      if (op->kind != DX_OP_RENEW_WORK && op->kind != DX_OP_RENEW_SESSIONS && op->rc == 0)
-        durable = 1;
+  memset(err, 0, sizeof *err);
+  *failed = 0;
+  if ((rc = p->methods->begin(p, err)) != 0) return rc;
+  renew_held(s, now);
+  for (op = ops; op; op = op->next) {
+    op->rc = run_op(s, op, now);
+    if (op->rc == DX_ERETRY) { /* the op runs again: its outcome is not known yet */
+      *err = op->err;
+      *failed = CALL_OP;
+      p->methods->rollback(p);
+      renewals_end(s, 0);
+      return DX_ERETRY;
     }
-    fetch_failed = fetch_into(s, now, bo, bw, f);
-    /* A cycle that only took locks need not reach the disk: a lost lock only delays. */
-    rc = p->methods->commit(p, durable, &err);
+    settle_held(s, op);
+    if (op->rc != 0) *failed |= CALL_OP;
+    durable |= op_needs_sync(op);
   }
-  if (rc != 0) {
-    dx__log(DX_LOG_ERROR, "store commit failed", "error=\"%s\"", err.msg);
-    for (op = ops; op; op = op->next) {
-      op->rc = rc;
-      op->err = err;
-    }
+  if (fetch_into(s, now, bo, bw, f)) *failed |= CALL_FETCH;
+  /* A cycle that only took locks need not reach the disk: a lost lock only delays. */
+  if ((rc = p->methods->commit(p, durable, err)) != 0) {
+    p->methods->rollback(p); /* a no-op when the failed commit already ended the batch */
     unhold_fetched(s, f);
     free_fetched(f);
   }
-  s->cycles++;
-  if (rc == 0) s->commits++;
-  s->cycle_failed = rc != 0 || fetch_failed;
-  /* A damaged store (or one whose lock file vanished) cannot be used safely any more. */
-  if (rc == DX_ECORRUPT && !s->fatal_seen) {
-    s->fatal_err = err;
-    s->fatal_seen = 1;
+  renewals_end(s, rc == 0);
+  return rc;
+}
+
+#define RETRY_ATTEMPTS 8      /* whole-batch attempts on DX_ERETRY before giving up */
+#define RETRY_FIRST_MS 2      /* backoff doubles from here: 2, 4, ... 256 ms (~0.5 s in all) */
+
+/* cycle_once, repeated while it fails with DX_ERETRY (deadlock, serialization failure, lost
+** connection), with a doubling backoff; each attempt takes the clock anew. */
+static int cycle_retrying(dx_store_t *s, dx_store_op_t *ops, int bo, int bw,
+                          dx_store_fetched_t *f, int *failed, dx_error_t *err) {
+  int attempt, rc = 0;
+  for (attempt = 1; attempt <= RETRY_ATTEMPTS; attempt++) {
+    rc = cycle_once(s, ops, bo, bw, now_ms(s), f, failed, err);
+    if (rc != DX_ERETRY) break;
+    dx__log(DX_LOG_WARN, "store transaction failed; retrying it whole", "attempt=%d error=\"%s\"",
+            attempt, err->msg);
+    if (attempt < RETRY_ATTEMPTS) uv_sleep(RETRY_FIRST_MS << (attempt - 1));
   }
+  return rc;
+}
+
+/* The batch failed as a whole (not by DX_ERETRY, or by DX_ERETRY too often): apply each op in
+** a transaction of its own, so one bad op fails alone instead of failing its neighbours.
+** Nothing is fetched; the next cycle does that. */
+static void cycle_isolate(dx_store_t *s, dx_store_op_t *ops) {
+  dx_store_fetched_t none;
+  dx_store_op_t *op;
+  dx_error_t err;
+  int rc = 0, failed;
+  for (op = ops; op; op = op->next) {
+    dx_store_op_t *next = op->next;
+    if (rc != DX_ERETRY) { /* once the store stays unavailable, the rest fail alike at once */
+      op->next = NULL; /* a batch of one */
+      rc = cycle_retrying(s, op, 0, 0, &none, &failed, &err);
+      op->next = next;
+      s->cycles++;
+      if (rc == 0) s->commits++;
+    }
+    if (rc != 0) {
+      op->rc = rc;
+      op->err = err;
+    }
+  }
+}
+
+/* One cycle: apply ops, fetch, commit. Returns 1 when anything was fetched. */
+static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fetched_t *f) {
+  dx_store_op_t *op;
+  dx_error_t err;
+  int failed, rc = cycle_retrying(s, ops, bo, bw, f, &failed, &err);
+  s->cycles++;
+  if (rc == 0) {
+    s->commits++;
+  } else {
+    dx__log(DX_LOG_ERROR, "store commit failed", "error=\"%s\"", err.msg);
+    /* A damaged store (or one whose lock file vanished) cannot be used safely any more. Only
+    ** when begin or commit found it so: a damaged record read by one call fails that call. */
+    if (rc == DX_ECORRUPT && !failed && !s->fatal_seen) {
+      s->fatal_err = err;
+      s->fatal_seen = 1;
+    }
+    if (ops && ops->next) {
+      cycle_isolate(s, ops);
+    } else if (ops) {
+      ops->rc = rc;
+      ops->err = err;
+    }
+    for (op = ops; op; op = op->next) settle_held(s, op); /* ops that failed by DX_ERETRY */
+  }
+  /* a failed op (a lost lock, bad input) is an answer, not a failing store: no backoff */
+  s->cycle_failed = rc != 0 || (failed & CALL_FETCH);
   return f->n_orch + f->n_work > 0;
 }
 

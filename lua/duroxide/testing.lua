@@ -478,7 +478,7 @@ function Env:close()
   restore(self.reg, self.saved)
   if self.client then self.client:close() end
   if self.store then self.store:close() end
-  if self.dir:match("^/tmp/") then M.remove_tree(self.dir) end
+  if self.own_dir and self.dir:match("^/tmp/") then M.remove_tree(self.dir) end
   local reg = debug.getregistry()
   if reg[OPEN_KEY] == self then reg[OPEN_KEY] = nil end
 end
@@ -486,11 +486,17 @@ end
 Env.__close = Env.close
 
 --- A new env: a temporary store and worker "w1". opts.app: a script dofile'd now (its
---- registrations last until close); opts.options: worker options (duroxide.runtime names);
+--- registrations last until close); opts.store: a store to use instead of a temporary
+--- directory (a directory or a postgres:// URL; kept on close, so give it a fresh one, e.g. a
+--- new ?schema=); opts.options: worker options (duroxide.runtime names);
 --- opts.workers: worker ids to start (default {"w1"}). An env still open in this Lua state (a
 --- spec that failed before env:close()) is closed first: one env runs at a time.
 function M.env(opts)
   opts = opts or {}
+  if opts.store ~= nil and (type(opts.store) ~= "string" or opts.store == "") then
+    error("testing.env: store must be a non-empty string (a directory or a postgres:// URL), "
+      .. "got " .. (type(opts.store) == "string" and "an empty string" or type(opts.store)), 2)
+  end
   local reg = debug.getregistry()
   local stale = reg[OPEN_KEY]
   if stale and not stale.closed then stale:close() end
@@ -502,7 +508,8 @@ function M.env(opts)
   for k, v in pairs(opts.options or {}) do self.options[k] = v end
   self.reg = duroxide._registry()
   self.saved = snapshot(self.reg)
-  self.dir = M.tmpdir()
+  self.own_dir = opts.store == nil
+  self.dir = opts.store or M.tmpdir()
   local ok, err = pcall(function()
     if opts.app then dofile(opts.app) end
     self.client = duroxide.client({ store = self.dir })

@@ -8,6 +8,8 @@
 #
 #   E2E_KEEP=1     keep the temp dir (stores, worker logs) for debugging
 #   E2E_ONLY="s2 s4"   run only some scenarios (by number prefix or full function name)
+#   DX_E2E_STORE=pg    every store is a fresh schema on the PostgreSQL server $DX_TEST_PG
+#                      (scripts/test starts one) instead of a directory; see store_of
 
 set -u
 
@@ -21,6 +23,15 @@ if [ ! -x "$DX" ]; then
   echo "1..0 # SKIP duroxide-lua not found at $DX (build it, or set DUROXIDE_LUA)"
   exit 0
 fi
+case "${DX_E2E_STORE:-}" in
+  ""|dir) ;;
+  pg)
+    if [ -z "${DX_TEST_PG:-}" ]; then
+      echo "1..0 # SKIP DX_E2E_STORE=pg but no PostgreSQL server (\$DX_TEST_PG is not set)"
+      exit 0
+    fi ;;
+  *) echo "Bail out! DX_E2E_STORE must be empty, dir or pg (got '$DX_E2E_STORE')"; exit 1 ;;
+esac
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/${E2E_TMP_PREFIX:-duroxide-e2e}.XXXXXX")
 # Run a private copy, so a rebuild during the run cannot swap the binary under the tests.
@@ -166,6 +177,19 @@ check_histories() {
 }
 
 new_dir() { local d=$TMP/$1; mkdir -p "$d"; echo "$d"; }
+
+# store_of DIR: the store of the scenario that works in DIR (the same answer every time):
+# DIR/store, or with DX_E2E_STORE=pg the schema e2e_<pid>_<DIR below $TMP> on $DX_TEST_PG.
+store_of() {
+  local rel
+  if [ "${DX_E2E_STORE:-}" != pg ]; then echo "$1/store"; return; fi
+  rel=${1#"$TMP"/}
+  rel=$(printf '%s' "$rel" | tr -c 'a-zA-Z0-9\n' '_' | tr 'A-Z' 'a-z')
+  case "$DX_TEST_PG" in
+    *\?*) echo "${DX_TEST_PG}&schema=e2e_$$_${rel}" ;;
+    *) echo "${DX_TEST_PG}?schema=e2e_$$_${rel}" ;;
+  esac
+}
 
 # ---------------------------------------------------------------------------------------------
 # run_scenarios FUNC...: run each scenario function (honouring $E2E_ONLY), kill any worker it

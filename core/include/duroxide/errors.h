@@ -2,7 +2,8 @@
 ** duroxide/errors.h -- error codes shared by the engine, providers and bindings.
 **
 ** Codes are negative; 0 is DX_OK. The dx range is -20000..-20999, away from libuv's
-** (>= -9919) and LMDB's (-30799..-30779). Each entry: name, retryable, message.
+** (>= -9919) and the embedded store library's (-30799..-30779). Each entry: name, retryable,
+** message.
 */
 #ifndef DUROXIDE_ERRORS_H
 #define DUROXIDE_ERRORS_H
@@ -26,7 +27,8 @@
   XX(EUNREG,     -20016, 0, "not registered")                                   \
   XX(EIO,        -20017, 1, "I/O error")                                        \
   XX(EFULL,      -20018, 1, "store is full")                                    \
-  XX(ESTATE,     -20019, 0, "invalid state for this call")
+  XX(ESTATE,     -20019, 0, "invalid state for this call")                      \
+  XX(ERETRY,     -20020, 1, "transient store conflict: retry the transaction")
 
 typedef enum {
   DX_OK = 0,

@@ -10,9 +10,21 @@
 **   thread at a time (its store thread), clients call from their own thread. A provider must
 **   tolerate other *processes* using the same store concurrently.
 ** - Group commit: calls made between begin() and commit() on one thread share one
-**   transaction and one durable commit. A method that fails inside a batch changes nothing
-**   (the provider scopes each method to a nested transaction or equivalent); the batch stays
-**   usable. Outside a batch every method is its own transaction.
+**   transaction and one durable commit. Outside a batch every method is its own transaction.
+** - Failures inside a batch. Expected outcomes (lock lost DX_ELOCK, token gone DX_ETOKEN,
+**   DX_ENOTFOUND, DX_EEXIST, bad input DX_EINVAL/DX_ETOOBIG) are returned before anything is
+**   written, or undone by the provider, and the batch stays usable. Any other error may spoil
+**   the batch: commit() then fails and nothing of the batch is kept. The store thread then
+**   retries the whole batch when the error is DX_ERETRY (deadlock, serialization failure, lost
+**   connection: nothing was applied and the same calls may succeed), and otherwise applies
+**   each operation in a transaction of its own, so one bad operation cannot fail its
+**   neighbours. A provider need not (and on a SQL database should not) scope every method to a
+**   nested transaction.
+** - Concurrency: other processes run batches at the same time (on a SQL database, under READ
+**   COMMITTED). Every enqueue must leave its instance visibly due even when a concurrent
+**   release runs, and a START enqueued for an instance id that already exists, or whose START
+**   is already queued, fails with DX_EEXIST from a uniqueness check in the store itself (the
+**   client relies on it; it does not read first).
 ** - Every time-dependent method takes `now_ms` (wall clock, ms since the epoch) from the
 **   caller, so tests can run on a virtual clock.
 ** - Ownership: inputs are borrowed for the call; everything returned through an out-param is
@@ -105,6 +117,12 @@ typedef enum {
   DX_WI_SUB_FAILED = 8,     /* instance=parent, execution_id=parent exec, id=parent_id, fail */
   DX_WI_CANCEL = 9,         /* instance, reason */
   DX_WI_CAN = 10,           /* instance, name, version, data=input (continue as new) */
+  DX_WI_SESSION_CLOSE = 11, /* worker queue: instance, execution_id, id, session_id. The close
+                               marker ctx:close_session() routes to the session's owner, behind
+                               the session's earlier work. fetch_work_item hands it to the owner
+                               like any session row; at the head of a session nobody holds it is
+                               deleted (with the session row when no rows are left) instead of
+                               claiming the session. */
   DX_WI__COUNT
 } dx_work_kind_t;
 
@@ -211,11 +229,6 @@ typedef struct dx_session_info_s {
 /** Callback for session listings: return non-zero to stop. */
 typedef int (*dx_session_cb)(void *ud, const dx_session_info_t *s);
 
-/** Activity name of the item ctx:close_session() routes to a session's owner. A provider
-**  that finds it at the head of a session nobody owns deletes it and the session row
-**  instead of claiming the session. */
-#define DX_CLOSE_SESSION_ACTIVITY "__duroxide:close_session"
-
 /** Instance summary for status and listing. */
 typedef struct dx_instance_info_s {
   char *instance_id;
@@ -262,7 +275,7 @@ typedef int (*dx_instance_cb)(void *ud, const char *id);
 typedef void (*dx_check_cb)(void *ud, const char *problem);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 3 */
+  int version; /* 4 (older providers: 1..3; members past `version` are absent) */
   const char *name;
 
   /** Close and free the provider. */
@@ -354,42 +367,91 @@ typedef struct dx_provider_methods_s {
   const char *(*notify_path)(dx_provider_t *p);
   /* methods above are version 3 */
 
-  /** Verify the whole store (`duroxide-lua check`): every record decodes and passes its
-  **  checksum, every index entry points at its record and every record has its index
-  **  entries. cb (may be NULL) receives each problem found, as a message naming the store,
-  **  the table and the record. *records / *problems (may be NULL) receive the counts.
-  **  Returns 0 when the walk finished, problems or not. */
+  /* Version 4 adds the four members below, in this order. A provider fills all four (any may
+  ** be NULL where the provider has no such feature). */
+
+  /** Verify the whole store (`duroxide-lua check`): every record decodes (and, where the
+  **  provider keeps them, passes its checksum), every index entry points at its record and
+  **  every record has its index entries. cb (may be NULL) receives each problem found, as a
+  **  message naming the store, the table and the record. *records / *problems (may be NULL)
+  **  receive the counts. Returns 0 when the walk finished, problems or not. NULL: the provider
+  **  cannot check (the CLI says so). */
   int (*check)(dx_provider_t *p, dx_check_cb cb, void *ud, uint64_t *records,
                uint64_t *problems, dx_error_t *err);
-  /* methods above are version 4 */
+
+  /** Wake-ups for providers without a file to watch (both may be NULL). wake_fd
+  **  returns a descriptor that becomes readable when another process committed work this
+  **  worker may fetch (-1: none; the runtime then uses notify_path, else polling). The runtime
+  **  watches it on its loop thread and calls wake_drain when it is readable; wake_drain
+  **  consumes what is pending and returns 0, or a negative DX_E* code when the descriptor is
+  **  no longer usable (the runtime stops watching and polls). *lost = 1 tells the runtime the
+  **  provider lost and re-established the connection behind the descriptor since the last
+  **  drain. These two are the only members called from the loop thread: they must touch
+  **  nothing the store thread uses. wake_fd is called once, after the runtime starts. */
+  int (*wake_fd)(dx_provider_t *p);
+  int (*wake_drain)(dx_provider_t *p, int *lost);
+
+  /** Test-only hooks (NULL in a provider that has none; never used by the engine). */
+  const struct dx_provider_test_hooks_s *test_hooks;
+  /* members above are version 4 */
 } dx_provider_methods_t;
+
+/** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a
+**  running engine reaches only through failures. Every member may be NULL (not supported). */
+typedef struct dx_provider_test_hooks_s {
+  int version; /* 1 */
+  /** Overwrite the stored bytes of one history event with bytes that are not a valid record.
+  **  DX_OK, DX_ENOTFOUND, or another DX_E* code. */
+  int (*corrupt_history)(dx_provider_t *p, const char *instance, uint64_t execution_id,
+                         uint64_t event_id);
+  /** Make a session's lease lapse at now_ms without changing its owner (the owner did not
+  **  renew in time). DX_ENOTFOUND when the session has no row. */
+  int (*expire_session)(dx_provider_t *p, const char *session_id, int64_t now_ms);
+} dx_provider_test_hooks_t;
 
 struct dx_provider_s {
   const dx_provider_methods_t *methods;
 };
 
-/* {===== LMDB provider =====} */
+/* {===== opening a store =====} */
 
-typedef struct dx_lmdb_opts_s {
-  int version;            /* 1, or 2 with max_size */
-  int no_sync;            /* 1: skip fsync on commit (faster, may lose the last commits on
-                             power loss; a killed process loses nothing) */
-  size_t map_size;        /* first map size in bytes; 0 = default (64 MiB). The map doubles
-                             whenever it is full or three quarters used, up to max_size */
-  size_t max_size;        /* version 2: the store's size limit in bytes, remembered by the
-                             store for every process; 0 = keep the remembered limit (none:
-                             grow until the disk is full). At least 1 MiB */
-} dx_lmdb_opts_t;
+/** Options for dx_provider_open. Zero-initialise, set version = 1, then change fields. */
+typedef struct dx_provider_opts_s {
+  int version;            /* 1 */
+  int no_sync;            /* 1: commits skip the flush to durable storage (faster; the last
+                             commits may be lost on power loss; a killed process loses nothing).
+                             For throwaway stores and benchmarks. */
+  size_t map_size;        /* directory stores: first size of the memory map in bytes; 0 =
+                             default (64 MiB). The map doubles whenever it is full or three
+                             quarters used, up to max_size. Ignored by database URLs. */
+  size_t max_size;        /* directory stores: the store's size limit in bytes, remembered by
+                             the store for every process; 0 = keep the remembered limit (none:
+                             grow until the disk is full). At least 1 MiB. Ignored by database
+                             URLs. */
+} dx_provider_opts_t;
 
-/** Open (creating if missing) the LMDB store in directory `path`. opts may be NULL.
-**  *out is owned by the caller and freed with methods->destroy. */
-int dx_lmdb_open(const char *path, const dx_lmdb_opts_t *opts, dx_provider_t **out,
-                 dx_error_t *err);
+/** Open (creating if missing) the store named by `url`, the one place that chooses a provider:
+**  - a directory path: the embedded store (LMDB) in that directory, created if missing;
+**  - `postgres://...` or `postgresql://...`: a libpq connection URI on PostgreSQL;
+**    `?schema=NAME` selects the schema (default `duroxide`), created and migrated on open.
+**    Builds without PostgreSQL support refuse it with DX_EINVAL ("this build has no
+**    PostgreSQL support").
+**  Anything else of the form `scheme://...` is refused with DX_EINVAL naming the scheme.
+**  @param[in] url   borrowed for the call.
+**  @param[in] opts  borrowed; NULL = defaults. DX_EINVAL when opts->version is not 1.
+**  @param[out] out  the provider, owned by the caller: release with (*out)->methods->destroy.
+**                   NULL on error.
+**  @return DX_OK; DX_EINVAL (NULL or empty url, unknown scheme, bad options), or the opening
+**          provider's error (DX_EIO, DX_ESTORE, DX_ECORRUPT, ...), naming the store.
+**  Thread: any. */
+int dx_provider_open(const char *url, const dx_provider_opts_t *opts, dx_provider_t **out,
+                     dx_error_t *err);
 
 /** Largest payload (input, output, event data) accepted anywhere, in bytes. */
 #define DX_MAX_PAYLOAD_BYTES (256 * 1024)
 
-/** Longest ids and names, in bytes (docs/lua-api.md "Limits" lists them all). */
+/** Longest ids and names, in bytes (docs/lua-api.md "Limits" lists them all). The client and
+**  every provider apply the same limits, so an id valid on one provider is valid on all. */
 #define DX_MAX_INSTANCE_ID_BYTES 400
 #define DX_MAX_SESSION_ID_BYTES 200
 #define DX_MAX_NAME_BYTES 200       /* activity and orchestration names */

@@ -279,7 +279,7 @@ static int store_in_use(const char *lock_path) {
 
 /* Open the env of directory `path`; a directory this process cannot write is opened
 ** read-only (without the lock file when that cannot be opened either: nobody can write). */
-static int env_open(char *path, const dx_lmdb_opts_t *o, shared_env_t **out,
+static int env_open(char *path, const dx_provider_opts_t *o, shared_env_t **out,
                     dx_error_t *err) {
   shared_env_t *se = calloc(1, sizeof *se);
   char *data = NULL;
@@ -343,7 +343,7 @@ done:
 }
 
 /* Find or open the env for `path` (realpath, owned by this call). */
-static int registry_acquire(char *path, const dx_lmdb_opts_t *o, shared_env_t **out,
+static int registry_acquire(char *path, const dx_provider_opts_t *o, shared_env_t **out,
                             dx_error_t *err) {
   shared_env_t *se;
   int rc = 0;
@@ -443,25 +443,24 @@ static const dx_provider_methods_t lm_methods = {
   dx__lm_list_sessions,
   lm_notify_path,
   dx__lm_check,
+  NULL, /* wake_fd: the notify file serves */
+  NULL, /* wake_drain */
+  &dx__lm_test_hooks,
 };
 
-int dx_lmdb_open(const char *path, const dx_lmdb_opts_t *opts, dx_provider_t **out,
-                 dx_error_t *err) {
-  dx_lmdb_opts_t o;
+int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,
+                  dx_error_t *err) {
+  dx_provider_opts_t o;
   lm_t *p;
   char *real;
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = NULL;
   if (!path || !*path) return dx_error_set(err, DX_EINVAL, "store path is empty");
-  if (opts && (opts->version < 1 || opts->version > 2))
-    return dx_error_set(err, DX_EINVAL, "dx_lmdb_opts_t.version must be 1 or 2");
+  if (opts && opts->version != 1)
+    return dx_error_set(err, DX_EINVAL, "dx_provider_opts_t.version must be 1");
   memset(&o, 0, sizeof o);
-  if (opts) {
-    o.no_sync = opts->no_sync;
-    o.map_size = opts->map_size;
-    if (opts->version >= 2) o.max_size = opts->max_size;
-  }
+  if (opts) o = *opts;
   if (!o.map_size) o.map_size = LM_DEFAULT_MAP;
   if (o.max_size && o.max_size < (size_t)1 << 20)
     return dx_error_set(err, DX_EINVAL, "store maximum size %zu bytes is below the minimum of "

@@ -67,7 +67,8 @@
 
 #include "codec.h"
 #include "duroxide/provider.h"
-#include "providers/lmdb_test.h"
+#include "providers/checks.h"
+#include "providers/providers.h"
 #include "util.h"
 
 #define LM_STORE_FORMAT 3u   /* layout version in meta "format" (1 and 2 are upgraded on open) */
@@ -76,8 +77,8 @@
 #define LM_SUM_BYTES 4       /* CRC32C after every value (format 3) */
 #define LM_MAXDBS 24
 #define LM_KEY_MAX 511       /* LMDB's default MDB_MAXKEYSIZE */
-#define LM_INSTANCE_MAX 400  /* leaves room for the numbers appended to instance keys */
-#define LM_SESSION_MAX 200   /* session ids and worker ids: owner\0sid\0 must fit a key */
+#define LM_INSTANCE_MAX DX_MAX_INSTANCE_ID_BYTES /* room left for the numbers in keys */
+#define LM_SESSION_MAX DX_MAX_SESSION_ID_BYTES /* owner\0sid\0 must fit a key */
 #define LM_NEVER INT64_MAX
 
 enum {
@@ -482,22 +483,18 @@ int dx__lm_append(dx_provider_t *pp, const char *instance, uint64_t execution_id
                   const dx_event_t *events, size_t n, dx_error_t *err);
 int dx__lm_get_info(dx_provider_t *pp, const char *instance, dx_instance_info_t *out,
                     dx_error_t *err);
+int dx__lm_start_unique(tx_t *t, const dx_work_item_t *w);
 void dx__lm_strs_free(str_list_t *l);
 int dx__lm_strs_push(str_list_t *l, const char *s);
 int dx__lm_list(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err);
 int dx__lm_depths(dx_provider_t *pp, dx_queue_depths_t *out, dx_error_t *err);
 int dx__lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *err);
 
+/* testhooks.c */
+extern const dx_provider_test_hooks_t dx__lm_test_hooks;
+
 /* check.c */
 int dx__lm_check(dx_provider_t *pp, dx_check_cb cb, void *ud, uint64_t *records,
                  uint64_t *problems, dx_error_t *err);
-
-/* args.c */
-int dx__lm_check_instance(const char *inst, dx_error_t *err);
-int dx__lm_check_item(const dx_work_item_t *w, dx_error_t *err);
-int dx__lm_check_worker_id(const char *id, dx_error_t *err);
-int dx__lm_check_payload(const dx_work_item_t *w, dx_error_t *err);
-int dx__lm_check_events(const dx_event_t *ev, size_t n, dx_error_t *err);
-int dx__lm_check_ack(const dx_orch_ack_t *a, dx_error_t *err);
 
 #endif

@@ -60,7 +60,7 @@ int dx__lm_read_history(dx_provider_t *pp, const char *instance, uint64_t execut
   if (!events || !n) return dx_error_set(err, DX_EINVAL, "events/n is NULL");
   *events = NULL;
   *n = 0;
-  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 0, &t, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 0, &t, err)))
     return rc;
   rc = dx__lm_resolve_exec(&t, instance, execution_id, &exec);
   if (!rc) rc = dx__lm_history_load(&t, instance, exec, events, n);
@@ -74,7 +74,7 @@ int dx__lm_append(dx_provider_t *pp, const char *instance, uint64_t execution_id
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_check_events(events, n, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__check_events(events, n, err)))
     return rc;
   if (execution_id == 0) return dx_error_set(err, DX_EINVAL, "execution_id 0 (ids start at 1)");
   LM_WRITE(p, t, err, rc, dx__lm_history_append(&t, instance, execution_id, events, n), (void)0);
@@ -119,6 +119,23 @@ static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
   return rc;
 }
 
+/* The contract's uniqueness rule: a START for an id that exists or whose start is queued
+** fails with DX_EEXIST (checked in the writing transaction; LMDB has one writer). */
+int dx__lm_start_unique(tx_t *t, const dx_work_item_t *w) {
+  dx_instance_info_t info;
+  dx_error_t *saved = t->err, probe = {0};
+  int rc;
+  if (w->kind != DX_WI_START) return 0;
+  memset(&info, 0, sizeof info);
+  t->err = &probe;
+  rc = instance_info(t, w->instance, &info);
+  t->err = saved;
+  dx_instance_info_clear(&info);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return dx_error_set(t->err, rc, "%s", probe.msg);
+  return dx_error_set(t->err, DX_EEXIST, "instance '%s' already exists", w->instance);
+}
+
 int dx__lm_get_info(dx_provider_t *pp, const char *instance, dx_instance_info_t *out,
                     dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
@@ -126,7 +143,7 @@ int dx__lm_get_info(dx_provider_t *pp, const char *instance, dx_instance_info_t 
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
-  if ((rc = dx__lm_check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 0, &t, err)))
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__lm_begin_tx(p, 0, &t, err)))
     return rc;
   rc = dx__lm_tx_end(&t, instance_info(&t, instance, out));
   if (rc) dx_instance_info_clear(out);

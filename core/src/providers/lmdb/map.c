@@ -77,11 +77,16 @@ int dx__lm_can_grow(shared_env_t *se) {
   return !se->read_only && (se->max_size == 0 || se->map_size < se->max_size);
 }
 
-/* Bytes in use: pages up to the last one any committed transaction wrote. */
+/* Bytes in use: pages up to the last one any committed transaction wrote. mdb_env_info reads
+** the meta pages through the map, so it holds the remap lock as a reader: a resize in another
+** thread would otherwise unmap them under it (SIGSEGV). Callers hold no remap lock. */
 static size_t used_bytes(shared_env_t *se) {
   MDB_envinfo info;
-  if (mdb_env_info(se->env, &info) != 0) return 0;
-  return ((size_t)info.me_last_pgno + 1) * se->psize;
+  int rc;
+  pthread_rwlock_rdlock(&se->remap);
+  rc = mdb_env_info(se->env, &info);
+  pthread_rwlock_unlock(&se->remap);
+  return rc != 0 ? 0 : ((size_t)info.me_last_pgno + 1) * se->psize;
 }
 
 int dx__lm_files_ok(shared_env_t *se, dx_error_t *err) {

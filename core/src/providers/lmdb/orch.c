@@ -113,13 +113,6 @@ static int orch_release(tx_t *t, const char *inst, const orch_state_t *old) {
   return state_set(t, inst, old, &nw);
 }
 
-/* Timers become visible when they fire; everything else after the delay. */
-static int64_t orch_visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms) {
-  int64_t at = sat_add(now, delay_ms > 0 ? delay_ms : 0);
-  if (w->kind == DX_WI_TIMER_FIRED && w->fire_at_ms > at) at = w->fire_at_ms;
-  return at;
-}
-
 /* Store a message for item->instance. A locked instance is re-indexed by ack or abandon. */
 int dx__lm_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   orch_msg_t m;
@@ -415,7 +408,7 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
     rc = dx__lm_work_insert(t, &a->worker_items[i], now);
   for (i = 0; i < a->cancelled_len && !rc; i++) rc = dx__lm_work_cancel(t, &a->cancelled[i]);
   for (i = 0; i < a->orch_items_len && !rc; i++)
-    rc = dx__lm_orch_enqueue(t, &a->orch_items[i], orch_visible_at(&a->orch_items[i], now, 0));
+    rc = dx__lm_orch_enqueue(t, &a->orch_items[i], dx__visible_at(&a->orch_items[i], now, 0));
   return rc ? rc : orch_release(t, a->instance, &st);
 }
 /* {===== methods: orchestrator queue =====} */
@@ -439,7 +432,7 @@ int dx__lm_ack_orch(dx_provider_t *pp, int64_t now, const dx_orch_ack_t *ack, dx
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_ack(ack, err))) return rc;
+  if ((rc = dx__check_ack(ack, err))) return rc;
   LM_WRITE(p, t, err, rc, orch_ack(&t, now, ack), (void)0);
   return rc;
 }
@@ -469,7 +462,7 @@ int dx__lm_abandon_orch(dx_provider_t *pp, int64_t now, const char *instance, ui
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_instance(instance, err))) return rc;
+  if ((rc = dx__check_instance(instance, err))) return rc;
   LM_WRITE(p, t, err, rc, orch_abandon(&t, now, instance, token, delay_ms, ignore_attempt),
            (void)0);
   return rc;
@@ -489,9 +482,14 @@ int dx__lm_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_instance(instance, err))) return rc;
+  if ((rc = dx__check_instance(instance, err))) return rc;
   LM_WRITE(p, t, err, rc, orch_renew(&t, now, instance, token, extend_ms), (void)0);
   return rc;
+}
+
+static int enqueue_unique(tx_t *t, const dx_work_item_t *item, int64_t visible_at) {
+  int rc = dx__lm_start_unique(t, item);
+  return rc ? rc : dx__lm_orch_enqueue(t, item, visible_at);
 }
 
 int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
@@ -499,8 +497,8 @@ int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_item(item, err)) || (rc = dx__lm_check_payload(item, err))) return rc;
-  LM_WRITE(p, t, err, rc,
-           dx__lm_orch_enqueue(&t, item, orch_visible_at(item, now, delay_ms)), (void)0);
+  if ((rc = dx__check_item(item, err)) || (rc = dx__check_payload(item, err))) return rc;
+  LM_WRITE(p, t, err, rc, enqueue_unique(&t, item, dx__visible_at(item, now, delay_ms)),
+           (void)0);
   return rc;
 }

@@ -238,7 +238,7 @@ int dx__lm_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
   tx_t t;
   int rc;
   if (renewed) *renewed = 0;
-  if ((rc = dx__lm_check_worker_id(worker_id, err))) return rc;
+  if ((rc = dx__check_worker_id(worker_id, err))) return rc;
   LM_WRITE(p, t, err, rc, sess_renew(&t, now, worker_id, extend_ms, idle_ms, &l), slist_free(&l));
   if (!rc) {
     if (renewed) *renewed = l.n;
@@ -280,7 +280,7 @@ int dx__lm_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_i
   tx_t t;
   int rc;
   if (released) *released = 0;
-  if ((rc = dx__lm_check_worker_id(worker_id, err))) return rc;
+  if ((rc = dx__check_worker_id(worker_id, err))) return rc;
   LM_WRITE(p, t, err, rc, sess_release(&t, now, worker_id, session_id, &n), n = 0);
   if (!rc && released) *released = n;
   return rc;

@@ -1,13 +1,13 @@
 /*
-** testhooks.c -- LMDB provider: test-only hooks declared in providers/lmdb_test.h (never used by
+** testhooks.c -- LMDB provider: the test-only hooks behind methods->test_hooks (never used by
 ** the engine).
 */
 #include "lmdb_int.h"
 
 /* {===== test hooks =====} */
 
-int dx__lmdb_test_corrupt_history(dx_provider_t *pp, const char *instance, uint64_t execution_id,
-                                  uint64_t event_id) {
+static int lm_test_corrupt_history(dx_provider_t *pp, const char *instance,
+                                   uint64_t execution_id, uint64_t event_id) {
   static const unsigned char garbage[] = {0xc1, 0xc1, 0xc1, 0xc1}; /* 0xc1: never valid */
   lm_t *p = (lm_t *)pp;
   dkey_t k;
@@ -19,7 +19,7 @@ int dx__lmdb_test_corrupt_history(dx_provider_t *pp, const char *instance, uint6
 }
 
 /* The session's lease ends at now_ms; the owner stays recorded (a lapse, not a release). */
-int dx__lmdb_test_expire_session(dx_provider_t *pp, const char *session_id, int64_t now_ms) {
+static int lm_test_expire_session(dx_provider_t *pp, const char *session_id, int64_t now_ms) {
   lm_t *p = (lm_t *)pp;
   sess_rec_t r, nw;
   tx_t t;
@@ -34,3 +34,6 @@ int dx__lmdb_test_expire_session(dx_provider_t *pp, const char *session_id, int6
   }
   return dx__lm_tx_end(&t, rc);
 }
+
+const dx_provider_test_hooks_t dx__lm_test_hooks = {1, lm_test_corrupt_history,
+                                                    lm_test_expire_session};

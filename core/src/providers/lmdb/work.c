@@ -319,8 +319,7 @@ static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms
   rc = dx__work_item_decode(old.item, old.item_len, &out->item, &derr);
   if (rc == DX_ENOMEM) rc = dx__lm_nomem(t->err);
   else if (rc) rc = dx__lm_corrupt(t, DB_WORK, derr.msg, "row %llu", (unsigned long long)c->seq);
-  if (!rc && c->kind == WC_CLAIM && out->item.name &&
-      strcmp(out->item.name, DX_CLOSE_SESSION_ACTIVITY) == 0) {
+  if (!rc && c->kind == WC_CLAIM && out->item.kind == DX_WI_SESSION_CLOSE) {
     rc = close_unheld(t, &old);
     fetch_reset(out);
     dx__lm_row_clear(&old);
@@ -393,7 +392,7 @@ int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
   if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
-  if (sessions && (rc = dx__lm_check_worker_id(sessions->worker_id, err))) return rc;
+  if (sessions && (rc = dx__check_worker_id(sessions->worker_id, err))) return rc;
   if ((rc = dx__lm_nothing_due(p, now, 0, 1, sessions != NULL, err))) return rc < 0 ? rc : 0;
   LM_WRITE(p, t, err, rc, work_fetch(&t, now, lock_ms, sessions, out), fetch_reset(out));
   return rc;
@@ -415,7 +414,7 @@ int dx__lm_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if (completion && (rc = dx__lm_check_item(completion, err))) return rc;
+  if (completion && (rc = dx__check_item(completion, err))) return rc;
   LM_WRITE(p, t, err, rc, work_ack(&t, now, token, completion), (void)0);
   return rc;
 }
@@ -465,7 +464,7 @@ int dx__lm_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  if ((rc = dx__lm_check_item(item, err)) || (rc = dx__lm_check_payload(item, err))) return rc;
+  if ((rc = dx__check_item(item, err)) || (rc = dx__check_payload(item, err))) return rc;
   LM_WRITE(p, t, err, rc, dx__lm_work_insert(&t, item, now), (void)0);
   return rc;
 }

@@ -1,0 +1,83 @@
+/*
+** checks.c -- argument rules shared by the providers (see checks.h).
+*/
+#include <string.h>
+
+#include "providers/checks.h"
+
+int dx__check_instance(const char *inst, dx_error_t *err) {
+  size_t n;
+  if (!inst || !*inst) return dx_error_set(err, DX_EINVAL, "instance id is missing or empty");
+  n = strlen(inst);
+  if (n > DX_MAX_INSTANCE_ID_BYTES)
+    return dx_error_set(err, DX_EINVAL, "instance id is %zu bytes; the limit is %d bytes", n,
+                        DX_MAX_INSTANCE_ID_BYTES);
+  return 0;
+}
+
+int dx__check_item(const dx_work_item_t *w, dx_error_t *err) {
+  size_t n;
+  if (!w) return dx_error_set(err, DX_EINVAL, "work item is NULL");
+  if (w->kind <= 0 || w->kind >= DX_WI__COUNT)
+    return dx_error_set(err, DX_EINVAL, "unknown work item kind %d", w->kind);
+  if (w->session_id && (n = strlen(w->session_id)) > DX_MAX_SESSION_ID_BYTES)
+    return dx_error_set(err, DX_EINVAL, "session id is %zu bytes; the limit is %d bytes", n,
+                        DX_MAX_SESSION_ID_BYTES);
+  return dx__check_instance(w->instance, err);
+}
+
+int dx__check_payload(const dx_work_item_t *w, dx_error_t *err) {
+  size_t n = w->data ? strlen(w->data) : 0;
+  if (n > DX_MAX_PAYLOAD_BYTES)
+    return dx_error_set(err, DX_ETOOBIG, "work item data is %zu bytes; the limit is %d bytes", n,
+                        DX_MAX_PAYLOAD_BYTES);
+  return 0;
+}
+
+int dx__check_events(const dx_event_t *ev, size_t n, dx_error_t *err) {
+  size_t i;
+  if (n && !ev) return dx_error_set(err, DX_EINVAL, "events are NULL");
+  for (i = 0; i < n; i++)
+    if (ev[i].event_id == 0)
+      return dx_error_set(err, DX_EINVAL, "event %zu has event_id 0 (ids start at 1)", i);
+  return 0;
+}
+
+int dx__check_worker_id(const char *id, dx_error_t *err) {
+  size_t n;
+  if (!id || !*id) return dx_error_set(err, DX_EINVAL, "session worker id is missing or empty");
+  if ((n = strlen(id)) > DX_MAX_SESSION_ID_BYTES)
+    return dx_error_set(err, DX_EINVAL, "worker id is %zu bytes; the limit is %d bytes", n,
+                        DX_MAX_SESSION_ID_BYTES);
+  return 0;
+}
+
+static int check_items(const dx_work_item_t *w, size_t n, dx_error_t *err) {
+  size_t i;
+  int rc;
+  for (i = 0; i < n; i++)
+    if ((rc = dx__check_item(&w[i], err))) return rc;
+  return 0;
+}
+
+int dx__check_ack(const dx_orch_ack_t *a, dx_error_t *err) {
+  size_t i;
+  int rc;
+  if (!a) return dx_error_set(err, DX_EINVAL, "ack is NULL");
+  if ((rc = dx__check_instance(a->instance, err))) return rc;
+  if (a->execution_id == 0) return dx_error_set(err, DX_EINVAL, "execution_id 0 (ids start at 1)");
+  if ((rc = dx__check_events(a->delta, a->delta_len, err)) ||
+      (rc = check_items(a->worker_items, a->worker_items_len, err)) ||
+      (rc = check_items(a->orch_items, a->orch_items_len, err)))
+    return rc;
+  for (i = 0; i < a->cancelled_len; i++)
+    if ((rc = dx__check_instance(a->cancelled[i].instance, err))) return rc;
+  return 0;
+}
+
+int64_t dx__visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms) {
+  int64_t d = delay_ms > 0 ? delay_ms : 0;
+  int64_t at = now > INT64_MAX - d ? INT64_MAX : now + d;
+  if (w->kind == DX_WI_TIMER_FIRED && w->fire_at_ms > at) at = w->fire_at_ms;
+  return at;
+}

@@ -1,0 +1,20 @@
+/*
+** checks.h -- argument rules every provider applies the same way (internal): ids, item kinds,
+** payload sizes, event ids, acks, and when an enqueued orchestrator item becomes visible.
+** Each check returns 0 or DX_EINVAL / DX_ETOOBIG with a message naming the problem.
+*/
+#ifndef DX_PROVIDER_CHECKS_H
+#define DX_PROVIDER_CHECKS_H
+
+#include "duroxide/provider.h"
+
+int dx__check_instance(const char *inst, dx_error_t *err);
+int dx__check_item(const dx_work_item_t *w, dx_error_t *err);
+int dx__check_payload(const dx_work_item_t *w, dx_error_t *err);
+int dx__check_events(const dx_event_t *ev, size_t n, dx_error_t *err);
+int dx__check_worker_id(const char *id, dx_error_t *err);
+int dx__check_ack(const dx_orch_ack_t *a, dx_error_t *err);
+/* Timers become visible when they fire; everything else after the delay (saturating). */
+int64_t dx__visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms);
+
+#endif

@@ -1,0 +1,15 @@
+/* pg.h -- the PostgreSQL provider's entry point (internal; the provider registry calls it). */
+#ifndef DX_PG_H
+#define DX_PG_H
+
+#include "duroxide/provider.h"
+
+/** Open (creating and migrating the schema if needed) the store at `url`, a libpq URI
+**  `postgres://...` or `postgresql://...`. A `schema=NAME` query parameter selects the
+**  schema (default "duroxide"); it is removed before the URI reaches libpq. no_sync: commits
+**  do not wait for the WAL flush. *out is owned by the caller and freed with methods->destroy.
+**  Errors: DX_EINVAL (bad URL, schema name or credentials), DX_EIO (server unreachable),
+**  DX_ESTATE (schema of a newer version), DX_ESTORE (other server errors). */
+int dx__pg_open(const char *url, int no_sync, dx_provider_t **out, dx_error_t *err);
+
+#endif

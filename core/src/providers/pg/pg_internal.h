@@ -1,0 +1,200 @@
+/*
+** pg_internal.h -- shared types and helpers of the PostgreSQL provider (internal).
+**
+** One provider handle owns one libpq connection per calling thread (a pthread key), made on
+** first use. A connection remembers the pid that opened it: after fork() a child never
+** touches (or PQfinish()es) an inherited connection, it opens its own. begin() opens a batch
+** on the calling thread's connection; methods called on that thread until commit() share its
+** transaction. Methods report expected outcomes (lock lost, token gone, duplicate event)
+** before they write anything, so a batch survives them without savepoints; an unexpected
+** server error poisons the batch and commit() returns it (DX_ERETRY for deadlocks,
+** serialization failures and lost connections: the caller retries the whole batch).
+*/
+#ifndef DX_PG_INTERNAL_H
+#define DX_PG_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <libpq-fe.h>
+
+#include "duroxide/provider.h"
+#include "providers/pg/pg_sql.h"
+
+#define PG_NEVER INT64_MAX
+#define PG_MAX_PARAMS 16
+
+typedef struct pg_s pg_t;
+
+typedef struct pg_conn_s {
+  PGconn *conn;             /* NULL after a lost connection: reconnect on next use */
+  pid_t pid;                /* process that opened it */
+  pg_t *owner;
+  int in_batch;
+  int batch_rc;             /* first unexpected failure inside the batch; 0 = none */
+  int notify;               /* the transaction made work visible: NOTIFY at commit */
+  char batch_msg[512];
+  unsigned char prepared[PQ__COUNT];
+  int reprepare;            /* a statement failed: prepare afresh at the next transaction */
+  int pending;              /* statements queued in the pipeline, results unread */
+  int pend_cap;
+  const char **pend;        /* their names, for error messages */
+  PGresult ***pend_out;     /* where each one's result goes (NULL: discarded) */
+  /* orchestration items locked by a fetch in this batch and not handed out yet */
+  dx_orch_item_t **obuf;
+  int obuf_n, obuf_next;
+  int64_t obuf_now, obuf_lock;
+  /* plain worker rows locked by a fetch in this batch and not handed out yet: rows of wbuf in
+  ** the order of wrow */
+  PGresult *wbuf;
+  int *wrow;
+  int wbuf_n, wbuf_next;
+  int64_t wbuf_now, wbuf_lock;
+  char *wbuf_worker;        /* the session worker id of the fetch ("" without one) */
+  struct pg_conn_s *next;   /* owner's list */
+} pg_conn_t;
+
+struct pg_s {
+  dx_provider_t base;
+  char *conninfo;           /* the URL without the schema parameter */
+  char *schema;             /* validated schema name */
+  char *schema_q;           /* quoted identifier */
+  int no_sync;
+  char *channel_q;          /* quoted LISTEN/NOTIFY channel of the schema */
+  PGconn *listen;           /* wake-up listener (loop thread); NULL until wake_fd */
+  int liveness;             /* ?liveness=on: workers hold liveness locks (pg_live.c) */
+  char *live_prefix;        /* "dx-live:<schema>:" */
+  struct pg_live_s *live;   /* the locks this handle holds, guarded by mu */
+  int64_t reaped_at;        /* caller-clock ms of the last dead-worker sweep of sessions */
+  int64_t reaped_orch_at;   /* ... and of instance locks */
+  char proc_tag[24];        /* "@<random hex>": this handle's name as a lock holder */
+  pid_t listen_pid;
+  pthread_key_t key;
+  pthread_mutex_t mu;       /* guards conns and retry_after */
+  int64_t retry_after;      /* monotonic ms: reconnects fail fast until then */
+  pg_conn_t *conns;
+};
+
+/* One method's transaction: the thread's batch, or its own BEGIN/COMMIT. */
+typedef struct {
+  pg_t *p;
+  pg_conn_t *c;
+  dx_error_t *err;
+  int own;                  /* 1: this method issued BEGIN */
+} tx_t;
+
+/* Statement parameters: text, except bytea which goes binary. */
+typedef struct {
+  int n;
+  const char *v[PG_MAX_PARAMS];
+  int len[PG_MAX_PARAMS];
+  int fmt[PG_MAX_PARAMS];
+  char num[PG_MAX_PARAMS][24];
+} qp_t;
+
+/* {===== pg_conn.c =====} */
+int dx__pg_conn_key_init(pg_t *p);
+int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err);
+void dx__pg_conns_close(pg_t *p);
+int dx__pg_connect(const char *conninfo, const char *schema_q, PGconn **out, dx_error_t *err);
+/* Map a failed result (or NULL result) on `conn` to a DX code with a message naming `what`. */
+int dx__pg_fail(PGconn *conn, PGresult *res, const char *what, dx_error_t *err);
+int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err);
+/* For methods that only read: the batch if one is open, else no transaction at all (each
+** statement is its own; one round trip per read). dx__pg_tx_end still ends it. */
+int dx__pg_read_begin(pg_t *p, tx_t *t, dx_error_t *err);
+/* Ends the method: own txn -> COMMIT on rc == 0, else ROLLBACK. Returns rc (or the commit's). */
+int dx__pg_tx_end(tx_t *t, int rc);
+/* An unexpected failure after writes: the batch (if any) must not commit. Returns rc. */
+int dx__pg_tx_poison(tx_t *t, int rc);
+/* The transaction made work visible to other workers: NOTIFY them at commit. */
+#define dx__pg_tx_notify(t) ((t)->c->notify = 1)
+/* Run prepared statement `id`; *out (may be NULL) receives the binary result. With out NULL
+** the statement is only queued (a write): its errors show at the next read or the commit. */
+int dx__pg_q(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out);
+/* Queue statement `id`; *out (may be NULL) is filled by the next dx__pg_qwait (several reads in
+** one round trip). Every *out is NULL after a failed wait. */
+int dx__pg_qsend(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out);
+int dx__pg_qwait(tx_t *t);
+int dx__pg_begin(dx_provider_t *pp, dx_error_t *err);
+int dx__pg_commit(dx_provider_t *pp, int sync, dx_error_t *err);
+void dx__pg_rollback(dx_provider_t *pp);
+
+/* Parameters and binary result columns. */
+void dx__qp_init(qp_t *q);
+void dx__qp_i64(qp_t *q, int64_t v);
+void dx__qp_str(qp_t *q, const char *s);
+void dx__qp_bin(qp_t *q, const void *b, size_t n);
+int64_t dx__col_i64(const PGresult *r, int row, int col);   /* NULL -> 0 */
+int dx__col_null(const PGresult *r, int row, int col);
+char *dx__col_str(const PGresult *r, int row, int col, int *oom); /* NULL -> NULL */
+int64_t dx__sat_add(int64_t a, int64_t b);
+uint64_t dx__pg_hash(const char *a, const char *b);
+
+/* {===== shared queue steps =====} */
+/* Before the batch ends: items a fetch locked ahead but never handed out are released
+** (commit: their locks and attempts undone in the transaction) or just dropped (rollback). */
+int dx__pg_orch_unbuffer(tx_t *t, int release);
+void dx__pg_orch_unbuffer_drop(pg_conn_t *c);
+/* The same for plain worker rows (release: unlocked again, no attempt spent). */
+int dx__pg_work_unbuffer(tx_t *t, int release);
+void dx__pg_work_unbuffer_drop(pg_conn_t *c);
+int dx__pg_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
+int dx__pg_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
+/* DX_EEXIST (writing nothing) when an event id of `ev` is stored or repeated. */
+int dx__pg_history_dups(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev, size_t n);
+/* Inserts only: call dx__pg_history_dups first. */
+int dx__pg_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev, size_t n);
+int dx__pg_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n);
+int dx__pg_nomem(dx_error_t *err);
+
+/* {===== methods =====} */
+int dx__pg_fetch_orch(dx_provider_t *, int64_t, int64_t, dx_orch_item_t **, dx_error_t *);
+int dx__pg_ack_orch(dx_provider_t *, int64_t, const dx_orch_ack_t *, dx_error_t *);
+int dx__pg_abandon_orch(dx_provider_t *, int64_t, const char *, uint64_t, int64_t, int,
+                        dx_error_t *);
+int dx__pg_renew_orch(dx_provider_t *, int64_t, const char *, uint64_t, int64_t, dx_error_t *);
+int dx__pg_enqueue_orch(dx_provider_t *, int64_t, const dx_work_item_t *, int64_t, dx_error_t *);
+int dx__pg_fetch_work(dx_provider_t *, int64_t, int64_t, const dx_session_cfg_t *,
+                      dx_work_fetch_t *, dx_error_t *);
+int dx__pg_ack_work(dx_provider_t *, int64_t, uint64_t, const dx_work_item_t *, dx_error_t *);
+int dx__pg_abandon_work(dx_provider_t *, int64_t, uint64_t, int64_t, int, dx_error_t *);
+int dx__pg_renew_work(dx_provider_t *, int64_t, uint64_t, int64_t, dx_error_t *);
+int dx__pg_enqueue_work(dx_provider_t *, int64_t, const dx_work_item_t *, dx_error_t *);
+int dx__pg_read_history(dx_provider_t *, const char *, uint64_t, dx_event_t **, size_t *,
+                        uint64_t *, dx_error_t *);
+int dx__pg_append(dx_provider_t *, const char *, uint64_t, const dx_event_t *, size_t,
+                  dx_error_t *);
+int dx__pg_get_info(dx_provider_t *, const char *, dx_instance_info_t *, dx_error_t *);
+int dx__pg_list(dx_provider_t *, dx_instance_cb, void *, dx_error_t *);
+int dx__pg_depths(dx_provider_t *, dx_queue_depths_t *, dx_error_t *);
+int dx__pg_next_due(dx_provider_t *, int64_t, int64_t *, dx_error_t *);
+int dx__pg_renew_sessions(dx_provider_t *, int64_t, const char *, int64_t, int64_t, dx_session_cb,
+                          void *, uint64_t *, dx_error_t *);
+int dx__pg_release_sessions(dx_provider_t *, int64_t, const char *, const char *, uint64_t *,
+                            dx_error_t *);
+int dx__pg_cleanup_sessions(dx_provider_t *, int64_t, uint64_t *, dx_error_t *);
+int dx__pg_list_sessions(dx_provider_t *, dx_session_cb, void *, dx_error_t *);
+
+int dx__pg_test_corrupt_history(dx_provider_t *, const char *, uint64_t, uint64_t);
+int dx__pg_test_expire_session(dx_provider_t *, const char *, int64_t);
+
+/* {===== pg_wake.c =====} */
+int dx__pg_wake_fd(dx_provider_t *pp);
+int dx__pg_wake_drain(dx_provider_t *pp, int *lost);
+void dx__pg_wake_close(pg_t *p);
+
+/* {===== pg_live.c =====} */
+/* Make sure `worker` holds its liveness lock (no-op without ?liveness=on). */
+int dx__pg_live_hold(pg_t *p, const char *worker, dx_error_t *err);
+void dx__pg_live_close(pg_t *p);
+/* 1 when a session fetch should first sweep dead owners' in-flight rows (throttled). */
+int dx__pg_live_sweep_due(pg_t *p, int64_t *last, int64_t now);
+/* When (caller's clock) the next sweep is worth a fetch. */
+int64_t dx__pg_live_next_sweep(pg_t *p);
+
+/* {===== pg_schema.c =====} */
+int dx__pg_migrate(pg_t *p, PGconn *conn, dx_error_t *err);
+
+#endif

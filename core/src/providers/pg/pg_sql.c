@@ -1,0 +1,279 @@
+/*
+** pg_sql.c -- the SQL of the PostgreSQL provider: schema migrations and prepared statements.
+**
+** Schema (all times BIGINT ms on the caller's clock; text keys use COLLATE "C" so order is
+** byte order, as in the LMDB provider):
+**   orch_queue  one row per instance with queued or locked messages. due_at = ready_at while
+**               unlocked (earliest visible message) and locked_until while locked, so one index
+**               serves "ready" and "lock expired". Every enqueue upserts it (READ COMMITTED:
+**               a release re-reads the row it waited for, so no wake-up is lost).
+**   orch_msgs   the messages; a fetch tags the visible ones with its lock token.
+**   work        worker rows; due_at = visible_at while unlocked, locked_until while locked.
+**   sessions    session ownership and leases ('' owner = released).
+**   started     every instance id a START was enqueued for: the uniqueness key that makes a
+**               second client START of an id DX_EEXIST, even when two clients race.
+** Tokens and sequence numbers come from one sequence, so they are unique across hosts.
+*/
+#include "providers/pg/pg_sql.h"
+
+static const char MIGRATION_1[] =
+  "CREATE SEQUENCE dx_seq;"
+  "CREATE TABLE instances (instance_id text COLLATE \"C\" PRIMARY KEY, name text, version text,"
+  "  current_exec bigint NOT NULL DEFAULT 0, custom_status text,"
+  "  cs_version bigint NOT NULL DEFAULT 0, created_at bigint NOT NULL, updated_at bigint NOT NULL,"
+  "  parent text, created_seq bigint NOT NULL);"
+  "CREATE INDEX instances_created ON instances (created_at, created_seq);"
+  "CREATE TABLE executions (instance_id text COLLATE \"C\", exec bigint, status bigint NOT NULL,"
+  "  output text, f_cat bigint, f_kind text, f_msg text, f_retry bigint,"
+  "  started_at bigint NOT NULL, completed_at bigint NOT NULL, PRIMARY KEY (instance_id, exec));"
+  "CREATE TABLE history (instance_id text COLLATE \"C\", exec bigint, event_id bigint,"
+  "  rec bytea NOT NULL, PRIMARY KEY (instance_id, exec, event_id));"
+  "CREATE TABLE orch_queue (instance_id text COLLATE \"C\" PRIMARY KEY, ready_at bigint,"
+  "  locked_until bigint, lock_token bigint, due_at bigint, locked_by text);"
+  "CREATE INDEX orch_queue_due ON orch_queue (due_at, instance_id) WHERE due_at IS NOT NULL;"
+  "CREATE TABLE orch_msgs (seq bigint PRIMARY KEY, instance_id text COLLATE \"C\" NOT NULL,"
+  "  visible_at bigint NOT NULL, lock_token bigint, attempt bigint NOT NULL DEFAULT 0,"
+  "  item bytea NOT NULL);"
+  "CREATE INDEX orch_msgs_inst ON orch_msgs (instance_id, seq);"
+  "CREATE TABLE work (seq bigint PRIMARY KEY, due_at bigint NOT NULL, visible_at bigint NOT NULL,"
+  "  locked_until bigint, lock_token bigint, attempt bigint NOT NULL DEFAULT 0,"
+  "  session_id text COLLATE \"C\", instance_id text COLLATE \"C\" NOT NULL, exec bigint,"
+  "  activity_id bigint, kind bigint NOT NULL, item bytea NOT NULL);"
+  "CREATE INDEX work_plain ON work (due_at, seq) WHERE session_id IS NULL;"
+  "CREATE INDEX work_sess_due ON work (due_at, seq) WHERE session_id IS NOT NULL;"
+  "CREATE INDEX work_sess ON work (session_id, due_at, seq) WHERE session_id IS NOT NULL;"
+  "CREATE UNIQUE INDEX work_token ON work (lock_token) WHERE lock_token IS NOT NULL;"
+  "CREATE INDEX work_ident ON work (instance_id, exec, activity_id);"
+  "CREATE TABLE sessions (session_id text COLLATE \"C\" PRIMARY KEY,"
+  "  owner text COLLATE \"C\" NOT NULL DEFAULT '', prev text, locked_until bigint NOT NULL,"
+  "  last_activity bigint NOT NULL);"
+  "CREATE INDEX sessions_owner ON sessions (owner);"
+  "CREATE TABLE started (instance_id text COLLATE \"C\" PRIMARY KEY);";
+
+const char *const dx__pg_migrations[] = {MIGRATION_1};
+
+/* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
+const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
+const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__pg_migrations[0]);
+
+/* An owner counts as dead (liveness on: $live = 1) when nobody holds its shared liveness lock
+** and the server has been up a while (a restart drops every lock: grace before trusting it).
+** The probe's exclusive lock lasts to the end of the prober's transaction. */
+#define OWNER_DEAD(owner, prefix, live)                                                      \
+  " (" live " = 1 AND pg_postmaster_start_time() < clock_timestamp() - interval '5 seconds'" \
+  " AND pg_try_advisory_xact_lock(hashtextextended(" prefix " || " owner ", 0)))"
+
+/* A claimable-or-owned session row is only a candidate when it is its session's head. */
+#define SESSION_HEAD                                                                        \
+  " AND NOT EXISTS (SELECT 1 FROM work x WHERE x.session_id = w.session_id"                 \
+  " AND (x.due_at < w.due_at OR (x.due_at = w.due_at AND x.seq < w.seq)))"
+
+static const char *const SQL[PQ__COUNT] = {
+  [PQ_LOCK_KEY] = "SELECT pg_advisory_xact_lock($1::bigint)::text",
+
+  /* orchestrator queue */
+  [PQ_ORCH_ENQ_MSG] =
+    "INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
+    " VALUES (nextval('dx_seq'), $1, $2::bigint, $3::bytea)",
+  [PQ_ORCH_ENQ_QUEUE] =
+    "INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
+    " VALUES ($1, $2::bigint, $2::bigint)"
+    " ON CONFLICT (instance_id) DO UPDATE SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
+    " due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
+    " ELSE q.due_at END",
+  [PQ_START_CLAIM] =
+    "INSERT INTO started (instance_id) SELECT $1::text"
+    " WHERE NOT EXISTS (SELECT 1 FROM instances WHERE instance_id = $1::text)"
+    " ON CONFLICT (instance_id) DO NOTHING RETURNING 1::bigint",
+  [PQ_START_NOTE] = "INSERT INTO started (instance_id) VALUES ($1) ON CONFLICT DO NOTHING",
+  [PQ_ORCH_PICK] = /* lock the $3 instances due first; no other fetcher waits on them */
+    "WITH c AS (SELECT instance_id, due_at FROM orch_queue WHERE due_at <= $1::bigint"
+    " ORDER BY due_at, instance_id LIMIT $3::bigint FOR UPDATE SKIP LOCKED)"
+    " UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
+    " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text"
+    " FROM c WHERE q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at",
+  [PQ_ORCH_REAP] = /* liveness on: instances locked by a dead process are due now */
+    "UPDATE orch_queue SET due_at = $1::bigint, locked_until = $1::bigint"
+    " WHERE lock_token IS NOT NULL AND locked_until > $1::bigint AND locked_by IS NOT NULL"
+    " AND locked_by <> $2 AND" OWNER_DEAD("locked_by", "$3::text", "1"),
+  [PQ_ORCH_MARK] =
+    "UPDATE orch_msgs SET lock_token = $2::bigint, attempt = attempt + 1"
+    " WHERE instance_id = $1 AND visible_at <= $3::bigint RETURNING seq, attempt, item",
+  [PQ_ORCH_RELEASE] =
+    "UPDATE orch_queue q SET lock_token = NULL, locked_until = NULL, locked_by = NULL,"
+    " ready_at = LEAST(q.ready_at, m.nxt), due_at = LEAST(q.ready_at, m.nxt)"
+    " FROM (SELECT min(visible_at) AS nxt FROM orch_msgs WHERE instance_id = $1) m"
+    " WHERE q.instance_id = $1",
+  [PQ_ORCH_DROP_EMPTY] =
+    "DELETE FROM orch_queue WHERE instance_id = $1 AND lock_token IS NULL AND ready_at IS NULL",
+  [PQ_ORCH_DEL_BATCH] = "DELETE FROM orch_msgs WHERE instance_id = $1 AND lock_token = $2::bigint",
+  [PQ_ORCH_CHECK] =
+    "SELECT lock_token, locked_until FROM orch_queue WHERE instance_id = $1 FOR UPDATE",
+  [PQ_ORCH_RENEW] =
+    "UPDATE orch_queue SET locked_until = $2::bigint, due_at = $2::bigint WHERE instance_id = $1",
+  [PQ_ORCH_ABANDON_MSGS] =
+    "UPDATE orch_msgs SET lock_token = NULL, visible_at = COALESCE($3::bigint, visible_at),"
+    " attempt = CASE WHEN $4::bigint <> 0 AND attempt > 0 THEN attempt - 1 ELSE attempt END"
+    " WHERE instance_id = $1 AND lock_token = $2::bigint",
+
+  /* instances, executions, history */
+  [PQ_INST_GET] = "SELECT name, version, current_exec FROM instances WHERE instance_id = $1",
+  [PQ_HIST_LOAD_CUR] = /* the current execution's history (1 for a new instance) */
+    "SELECT event_id, rec FROM history WHERE instance_id = $1 AND exec ="
+    " COALESCE((SELECT current_exec FROM instances WHERE instance_id = $1), 1) ORDER BY event_id",
+  [PQ_HIST_LOAD] =
+    "SELECT event_id, rec FROM history WHERE instance_id = $1 AND exec = $2::bigint"
+    " ORDER BY event_id",
+  [PQ_HIST_DUPS] =
+    "SELECT min(event_id) FROM history WHERE instance_id = $1 AND exec = $2::bigint"
+    " AND event_id = ANY($3::bigint[])",
+  [PQ_HIST_INSERT] =
+    "INSERT INTO history (instance_id, exec, event_id, rec) VALUES ($1, $2::bigint, $3::bigint,"
+    " $4::bytea)",
+  [PQ_INST_UPSERT] =
+    "INSERT INTO instances AS i (instance_id, name, version, current_exec, custom_status,"
+    " cs_version, created_at, updated_at, parent, created_seq)"
+    " VALUES ($1, $2::text, $3::text, $4::bigint, CASE WHEN $5::bigint <> 0 THEN $6::text END,"
+    " $5::bigint, $7::bigint, $7::bigint, $8::text, nextval('dx_seq'))"
+    " ON CONFLICT (instance_id) DO UPDATE SET"
+    " name = CASE WHEN $2::text IS NOT NULL THEN $2::text ELSE i.name END,"
+    " version = CASE WHEN $2::text IS NOT NULL THEN $3::text ELSE i.version END,"
+    " current_exec = GREATEST(i.current_exec, $4::bigint),"
+    " custom_status = CASE WHEN $5::bigint <> 0 THEN $6::text ELSE i.custom_status END,"
+    " cs_version = i.cs_version + $5::bigint, updated_at = $7::bigint",
+  [PQ_EXEC_UPSERT] =
+    "INSERT INTO executions AS e (instance_id, exec, status, output, f_cat, f_kind, f_msg,"
+    " f_retry, started_at, completed_at) VALUES ($1, $2::bigint,"
+    " CASE WHEN $3::bigint = 0 THEN 1 ELSE $3::bigint END, $4::text, $5::bigint, $6::text,"
+    " $7::text, $8::bigint, $9::bigint, CASE WHEN $3::bigint = 0 THEN 0 ELSE $9::bigint END)"
+    " ON CONFLICT (instance_id, exec) DO UPDATE SET status = $3::bigint, output = $4::text,"
+    " f_cat = $5::bigint, f_kind = $6::text, f_msg = $7::text, f_retry = $8::bigint,"
+    " completed_at = $9::bigint WHERE $3::bigint <> 0",
+
+  /* worker queue */
+  [PQ_WORK_INSERT] =
+    "INSERT INTO work (seq, due_at, visible_at, session_id, instance_id, exec, activity_id, item,"
+    " kind) VALUES (nextval('dx_seq'), $1::bigint, $1::bigint, $2::text, $3, $4::bigint,"
+    " $5::bigint, $6::bytea, $7::bigint)",
+  [PQ_WORK_CANCEL] =
+    "DELETE FROM work WHERE instance_id = $1 AND exec = $2::bigint AND activity_id = $3::bigint",
+  [PQ_WORK_FETCH_PLAIN] = /* lock the $3 plain rows due first */
+    "WITH c AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
+    " ORDER BY due_at, seq LIMIT $3::bigint FOR UPDATE SKIP LOCKED)"
+    " UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
+    " due_at = $2::bigint, attempt = w.attempt + 1 FROM c WHERE w.seq = c.seq"
+    " RETURNING w.lock_token, w.attempt, w.item, c.seq, c.due_at",
+  [PQ_WORK_UNLOCK] = /* undo WORK_FETCH_PLAIN for a row not handed out: no attempt spent */
+    "UPDATE work SET lock_token = NULL, locked_until = NULL, due_at = visible_at,"
+    " attempt = attempt - 1 WHERE seq = $1::bigint",
+  [PQ_WORK_PICK_OWNED] =
+    "SELECT w.seq, w.due_at, w.session_id FROM sessions s JOIN work w"
+    " ON w.session_id = s.session_id WHERE s.owner = $2 AND w.due_at <= $1::bigint"
+    SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
+  [PQ_WORK_PICK_CLAIM] = /* anti-joins, so the plan walks work_sess_due in order and stops */
+    "SELECT w.seq, w.due_at, w.session_id, w.kind FROM work w"
+    " WHERE w.session_id IS NOT NULL AND w.due_at <= $1::bigint"
+    " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id"
+    " AND s.owner <> '' AND (s.owner = $2 OR (s.locked_until > $1::bigint AND NOT"
+    OWNER_DEAD("s.owner", "$4::text", "$5::bigint") ")))"
+    " AND (SELECT count(*) FROM sessions o WHERE o.owner = $2 AND o.locked_until > $1::bigint)"
+    " < $3::bigint"
+    SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
+  [PQ_WORK_REAP] = /* liveness on: a dead owner's in-flight session rows are due now */
+    "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
+    " WHERE w.session_id = s.session_id AND s.owner <> '' AND s.owner <> $2"
+    " AND s.locked_until > $1::bigint AND w.lock_token IS NOT NULL"
+    " AND w.locked_until > $1::bigint AND" OWNER_DEAD("s.owner", "$3::text", "1"),
+  [PQ_WORK_SET_LOCK_OWNED] = /* only while the session is ours (claimed just before) */
+    "UPDATE work SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
+    " due_at = $2::bigint, attempt = attempt + 1 WHERE seq = $1::bigint"
+    " AND EXISTS (SELECT 1 FROM sessions WHERE session_id = $3 AND owner = $4)"
+    " RETURNING lock_token, attempt, item",
+  [PQ_WORK_BY_TOKEN] =
+    "SELECT seq, locked_until, session_id FROM work WHERE lock_token = $1::bigint FOR UPDATE",
+  [PQ_WORK_RENEW] =
+    "UPDATE work SET locked_until = $2::bigint, due_at = $2::bigint WHERE seq = $1::bigint",
+  [PQ_WORK_ABANDON] =
+    "UPDATE work SET lock_token = NULL, locked_until = NULL, visible_at = $2::bigint,"
+    " due_at = $2::bigint,"
+    " attempt = CASE WHEN $3::bigint <> 0 AND attempt > 0 THEN attempt - 1 ELSE attempt END"
+    " WHERE seq = $1::bigint",
+  [PQ_WORK_DEL_ROW] = "DELETE FROM work WHERE seq = $1::bigint",
+
+  /* sessions */
+  [PQ_SESS_TOUCH] = "UPDATE sessions SET last_activity = $2::bigint WHERE session_id = $1",
+  [PQ_SESS_CLAIM] =
+    "INSERT INTO sessions AS s (session_id, owner, prev, locked_until, last_activity)"
+    " VALUES ($1, $2, NULL, $4::bigint, $3::bigint) ON CONFLICT (session_id) DO UPDATE SET"
+    " owner = $2, prev = CASE WHEN s.owner <> '' THEN s.owner ELSE s.prev END,"
+    " locked_until = $4::bigint, last_activity = $3::bigint"
+    " WHERE s.owner = '' OR (s.owner <> $2 AND (s.locked_until <= $3::bigint OR"
+    OWNER_DEAD("s.owner", "$5::text", "$6::bigint") ")) RETURNING prev",
+
+  [PQ_SESS_OWNED] =
+    "UPDATE sessions SET last_activity = $3::bigint, locked_until = CASE WHEN locked_until <="
+    " $3::bigint THEN $4::bigint ELSE locked_until END WHERE session_id = $1 AND owner = $2",
+  [PQ_SESS_DROP_IF_EMPTY] =
+    "DELETE FROM sessions WHERE session_id = $1"
+    " AND NOT EXISTS (SELECT 1 FROM work WHERE session_id = $1)",
+  [PQ_SESS_RENEW] =
+    "WITH u AS (UPDATE sessions SET locked_until = $3::bigint WHERE owner = $1"
+    " AND locked_until > $2::bigint"
+    " AND ($4::bigint <= 0 OR last_activity > $2::bigint - $4::bigint)"
+    " RETURNING session_id, owner, locked_until, last_activity)"
+    " SELECT u.session_id, u.owner, u.locked_until, u.last_activity,"
+    " (SELECT count(*) FROM work w WHERE w.session_id = u.session_id) FROM u ORDER BY 1",
+  [PQ_SESS_RELEASE] =
+    "UPDATE sessions SET owner = '', prev = $1, locked_until = $2::bigint"
+    " WHERE owner = $1 AND ($3::text IS NULL OR session_id = $3::text)",
+  [PQ_SESS_CLEANUP] =
+    "DELETE FROM sessions s WHERE (s.owner = '' OR s.locked_until <= $1::bigint)"
+    " AND NOT EXISTS (SELECT 1 FROM work w WHERE w.session_id = s.session_id)",
+  [PQ_SESS_LIST] =
+    "SELECT sid, owner, locked_until, last_activity, queued FROM ("
+    " SELECT s.session_id AS sid, s.owner, s.locked_until, s.last_activity,"
+    " (SELECT count(*) FROM work w WHERE w.session_id = s.session_id) AS queued, 0 AS grp"
+    " FROM sessions s UNION ALL"
+    " SELECT w.session_id, NULL, 0::bigint, 0::bigint, count(*), 1 FROM work w"
+    " WHERE w.session_id IS NOT NULL"
+    " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id)"
+    " GROUP BY w.session_id) l ORDER BY grp, sid",
+
+  /* reads and management */
+  [PQ_HIST_MAX_EXEC] = "SELECT max(exec) FROM history WHERE instance_id = $1",
+  [PQ_INFO_GET] =
+    "SELECT i.name, i.version, i.current_exec, i.custom_status, i.cs_version, i.created_at,"
+    " i.updated_at, i.parent, e.status, e.output, e.f_cat, e.f_kind, e.f_msg, e.f_retry"
+    " FROM instances i LEFT JOIN executions e"
+    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec WHERE i.instance_id = $1",
+  [PQ_INFO_QUEUED] =
+    "SELECT 1::bigint FROM orch_queue WHERE instance_id = $1"
+    " AND (lock_token IS NOT NULL OR ready_at IS NOT NULL)",
+  [PQ_LIST_INSTANCES] =
+    "SELECT instance_id FROM instances ORDER BY created_at DESC, created_seq DESC",
+  [PQ_DEPTHS] =
+    "SELECT (SELECT count(*) FROM orch_msgs), (SELECT count(*) FROM work),"
+    " (SELECT count(*) FROM instances)",
+  [PQ_TEST_CORRUPT] =
+    "UPDATE history SET rec = '\\xc1c1c1c1'::bytea WHERE instance_id = $1 AND exec = $2::bigint"
+    " AND event_id = $3::bigint",
+  [PQ_TEST_EXPIRE] = "UPDATE sessions SET locked_until = $2::bigint WHERE session_id = $1",
+  [PQ_NEXT_DUE_LIVE] = /* liveness on: while session rows or instances are in flight, look
+    ** again soon (their holder may die; the next fetch sweeps dead holders' locks) */
+    "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work),"
+    " CASE WHEN EXISTS (SELECT 1 FROM work WHERE session_id IS NOT NULL"
+    " AND lock_token IS NOT NULL AND locked_until > $1::bigint)"
+    " OR EXISTS (SELECT 1 FROM orch_queue WHERE locked_by IS NOT NULL"
+    " AND locked_until > $1::bigint) THEN $2::bigint END)",
+  [PQ_NEXT_DUE] =
+    "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work))",
+};
+
+static const char *const NAMES[PQ__COUNT] = {
+#define PG__STMT_NAME(name) "dx_" #name,
+  PG_STATEMENTS(PG__STMT_NAME)
+#undef PG__STMT_NAME
+};
+
+const char *dx__pg_sql(pg_stmt_t id) { return SQL[id]; }
+const char *dx__pg_stmt_name(pg_stmt_t id) { return NAMES[id]; }

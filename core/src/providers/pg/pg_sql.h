@@ -1,0 +1,33 @@
+/* pg_sql.h -- the PostgreSQL provider's prepared statements, by id (text in pg_sql.c). */
+#ifndef DX_PG_SQL_H
+#define DX_PG_SQL_H
+
+#define PG_STATEMENTS(X)                                                                   \
+  X(LOCK_KEY) X(START_CLAIM) X(START_NOTE) X(ORCH_ENQ_MSG) X(ORCH_ENQ_QUEUE) X(ORCH_PICK) X(ORCH_REAP)    \
+  X(ORCH_MARK) X(ORCH_RELEASE) X(ORCH_DROP_EMPTY) X(ORCH_DEL_BATCH) X(ORCH_CHECK)             \
+  X(ORCH_RENEW) X(ORCH_ABANDON_MSGS) X(INST_GET) X(HIST_LOAD_CUR) X(HIST_LOAD) X(HIST_DUPS)   \
+  X(HIST_INSERT) X(INST_UPSERT) X(EXEC_UPSERT) X(WORK_INSERT) X(WORK_CANCEL)                 \
+  X(WORK_UNLOCK) X(WORK_FETCH_PLAIN) X(WORK_PICK_OWNED) X(WORK_PICK_CLAIM)               \
+  X(WORK_REAP) X(WORK_SET_LOCK_OWNED) X(WORK_BY_TOKEN) X(WORK_RENEW) X(WORK_ABANDON)     \
+  X(WORK_DEL_ROW) X(SESS_TOUCH) X(SESS_CLAIM) X(SESS_OWNED) X(SESS_DROP_IF_EMPTY)            \
+  X(SESS_RENEW) X(SESS_RELEASE) X(SESS_CLEANUP) X(SESS_LIST) X(HIST_MAX_EXEC) X(INFO_GET)    \
+  X(INFO_QUEUED) X(LIST_INSTANCES) X(DEPTHS) X(NEXT_DUE) X(NEXT_DUE_LIVE) X(TEST_CORRUPT) X(TEST_EXPIRE)
+
+typedef enum {
+#define PG__STMT_ENUM(name) PQ_##name,
+  PG_STATEMENTS(PG__STMT_ENUM)
+#undef PG__STMT_ENUM
+  PQ__COUNT
+} pg_stmt_t;
+
+/* SQL text and name of statement `id` (static storage). */
+const char *dx__pg_sql(pg_stmt_t id);
+const char *dx__pg_stmt_name(pg_stmt_t id);
+
+/* The schema migrations, oldest first: version i+1 is dx__pg_migrations[i]. */
+extern const char *const dx__pg_migrations[];
+extern const int dx__pg_migration_count;
+/* The liveness lock a worker holds (parameter: the key text, see pg_live.c). */
+extern const char dx__pg_live_hold_sql[];
+
+#endif

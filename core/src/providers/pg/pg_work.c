@@ -1,0 +1,566 @@
+/*
+** pg_work.c -- the worker queue and sessions on PostgreSQL.
+**
+** A session fetch runs under a transaction-scoped advisory lock on the worker id, so every
+** claim made under one worker id (several processes with the same id, or a store thread and
+** a client thread) is serialized: the live-session count and the claim happen in the fetch's
+** own transaction and capacity is never overshot. Claims of one session by different
+** workers are serialized by the session row (INSERT ... ON CONFLICT re-checks ownership on
+** the latest row version).
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "providers/checks.h"
+#include "providers/pg/pg_internal.h"
+#include "util.h"
+
+/* {===== rows =====} */
+
+int dx__pg_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
+  char *buf;
+  size_t len;
+  qp_t q;
+  int rc;
+  if (dx__work_item_encode(w, &buf, &len)) return dx__pg_tx_poison(t, dx__pg_nomem(t->err));
+  dx__qp_init(&q);
+  dx__qp_i64(&q, visible_at);
+  dx__qp_str(&q, w->session_id);
+  dx__qp_str(&q, w->instance);
+  dx__qp_i64(&q, (int64_t)w->execution_id);
+  dx__qp_i64(&q, (int64_t)w->id);
+  dx__qp_bin(&q, buf, len);
+  dx__qp_i64(&q, w->kind);
+  rc = dx__pg_q(t, PQ_WORK_INSERT, &q, NULL);
+  free(buf);
+  if (!rc) dx__pg_tx_notify(t);
+  return rc;
+}
+
+int dx__pg_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
+                        dx_error_t *err) {
+  tx_t t;
+  int rc;
+  if ((rc = dx__check_item(item, err)) || (rc = dx__check_payload(item, err)) ||
+      (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+    return rc;
+  return dx__pg_tx_end(&t, dx__pg_work_insert(&t, item, now));
+}
+
+/* {===== fetch =====} */
+
+enum { WC_PLAIN, WC_OWNED, WC_CLAIM };
+
+typedef struct {
+  int found, kind;
+  int64_t seq, due;
+  char *sid;
+  PGresult *res; /* the claim pick (carries the item kind) */
+} cand_t;
+
+static void cand_clear(cand_t *c) {
+  free(c->sid);
+  PQclear(c->res);
+  memset(c, 0, sizeof *c);
+}
+
+/* Keep the row of pick result `res` when it is due earlier (then older) than *best; `cols`
+** are the seq and due columns. Takes res unless it is the plain pick (the caller's). */
+static int consider(tx_t *t, PGresult *res, int kind, int seq_col, cand_t *best) {
+  int64_t due, seq;
+  int oom = 0;
+  if (!res || PQntuples(res) == 0) {
+    if (kind != WC_PLAIN) PQclear(res);
+    return 0;
+  }
+  seq = dx__col_i64(res, 0, seq_col);
+  due = dx__col_i64(res, 0, seq_col + 1);
+  if (best->found && (best->due < due || (best->due == due && best->seq < seq))) {
+    if (kind != WC_PLAIN) PQclear(res);
+    return 0;
+  }
+  cand_clear(best);
+  best->found = 1;
+  best->kind = kind;
+  best->seq = seq;
+  best->due = due;
+  if (kind != WC_PLAIN) best->sid = dx__col_str(res, 0, 2, &oom);
+  if (kind == WC_CLAIM) best->res = res;
+  else if (kind != WC_PLAIN) PQclear(res);
+  return oom ? dx__pg_tx_poison(t, dx__pg_nomem(t->err)) : 0;
+}
+
+static int q_seq(tx_t *t, pg_stmt_t id, int64_t seq) {
+  qp_t q;
+  dx__qp_init(&q);
+  dx__qp_i64(&q, seq);
+  return dx__pg_q(t, id, &q, NULL);
+}
+
+static int q_sid(tx_t *t, pg_stmt_t id, const char *sid) {
+  qp_t q;
+  dx__qp_init(&q);
+  dx__qp_str(&q, sid);
+  return dx__pg_q(t, id, &q, NULL);
+}
+
+static void fetch_reset(dx_work_fetch_t *out) {
+  dx_work_item_clear(&out->item);
+  free(out->previous_owner);
+  memset(out, 0, sizeof *out);
+}
+
+/* Hand out row `row` of a lock result (lock_token, attempt, item). */
+static int hand_out_row(tx_t *t, PGresult *res, int row, dx_work_fetch_t *out) {
+  dx_error_t derr = {0};
+  int rc;
+  out->lock_token = (uint64_t)dx__col_i64(res, row, 0);
+  out->attempt_count = (uint32_t)dx__col_i64(res, row, 1);
+  rc = dx__work_item_decode(PQgetvalue(res, row, 2), (size_t)PQgetlength(res, row, 2),
+                            &out->item, &derr);
+  if (rc == DX_ENOMEM) return dx__pg_tx_poison(t, dx__pg_nomem(t->err));
+  if (rc)
+    return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ECORRUPT,
+                                            "corrupted record in work (row %lld): %s",
+                                            (long long)out->lock_token, derr.msg));
+  return 0;
+}
+
+/* Hand out the row locked by `res` (one row or none); takes res. 0 rows: *got 0. */
+static int hand_out(tx_t *t, PGresult *res, dx_work_fetch_t *out, int *got) {
+  int rc = 0;
+  *got = PQntuples(res) == 1;
+  if (*got) rc = hand_out_row(t, res, 0, out);
+  PQclear(res);
+  return rc;
+}
+
+/* {===== plain rows locked ahead (inside a batch) =====} */
+
+#define WORK_PREFETCH 16 /* plain rows locked per round trip inside a batch */
+
+static _Thread_local PGresult *g_sort_res; /* qsort's context */
+
+static int row_cmp(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  int64_t dx = dx__col_i64(g_sort_res, x, 4), dy = dx__col_i64(g_sort_res, y, 4);
+  int64_t sx = dx__col_i64(g_sort_res, x, 3), sy = dx__col_i64(g_sort_res, y, 3);
+  if (dx != dy) return dx < dy ? -1 : 1;
+  return sx < sy ? -1 : sx > sy;
+}
+
+void dx__pg_work_unbuffer_drop(pg_conn_t *c) {
+  PQclear(c->wbuf);
+  free(c->wrow);
+  free(c->wbuf_worker);
+  c->wbuf = NULL;
+  c->wrow = NULL;
+  c->wbuf_worker = NULL;
+  c->wbuf_n = c->wbuf_next = 0;
+}
+
+int dx__pg_work_unbuffer(tx_t *t, int release) {
+  pg_conn_t *c = t->c;
+  int rc = 0, i;
+  for (i = c->wbuf_next; release && !rc && i < c->wbuf_n; i++)
+    rc = q_seq(t, PQ_WORK_UNLOCK, dx__col_i64(c->wbuf, c->wrow[i], 3));
+  dx__pg_work_unbuffer_drop(c);
+  return rc;
+}
+
+/* Keep the rows of lock result `res` (taken), oldest due first, to hand out one per call;
+** the first `skip` of them in that order are handed out or unlocked by the caller. */
+static int buffer_rows(tx_t *t, PGresult *res, int64_t now, int64_t lock_ms,
+                       const dx_session_cfg_t *cfg) {
+  pg_conn_t *c = t->c;
+  int i, n = PQntuples(res);
+  dx__pg_work_unbuffer_drop(c);
+  if (!(c->wrow = malloc((n ? (size_t)n : 1) * sizeof *c->wrow)) ||
+      !(c->wbuf_worker = dx__strdup(cfg ? cfg->worker_id : ""))) {
+    PQclear(res);
+    dx__pg_work_unbuffer_drop(c);
+    return dx__pg_tx_poison(t, dx__pg_nomem(t->err));
+  }
+  for (i = 0; i < n; i++) c->wrow[i] = i;
+  g_sort_res = res;
+  qsort(c->wrow, (size_t)n, sizeof *c->wrow, row_cmp);
+  g_sort_res = NULL;
+  c->wbuf = res;
+  c->wbuf_n = n;
+  c->wbuf_next = 0;
+  c->wbuf_now = now;
+  c->wbuf_lock = lock_ms;
+  return 0;
+}
+
+/* 1 when the buffer holds rows for a fetch with these parameters. */
+static int buffered_for(const pg_conn_t *c, int64_t now, int64_t lock_ms,
+                        const dx_session_cfg_t *cfg) {
+  return c->wbuf_next < c->wbuf_n && c->wbuf_now == now && c->wbuf_lock == lock_ms &&
+         strcmp(c->wbuf_worker, cfg ? cfg->worker_id : "") == 0;
+}
+
+/* Take session candidate c: the session side (claim, or record activity on an owned session) and the
+** row lock in one round trip; the lock only applies while the session is ours, so a claim
+** lost to another worker meanwhile locks nothing (*got 0: pick again). A close marker at the
+** head of a session nobody holds has nothing to close: it is dropped, with the session row
+** once the session has no rows. */
+static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
+                const dx_session_cfg_t *cfg, dx_work_fetch_t *out, int *got) {
+  PGresult *sess = NULL, *row = NULL;
+  qp_t qs, ql;
+  int rc, oom = 0;
+  *got = 0;
+  dx__qp_init(&ql);
+  dx__qp_i64(&ql, c->seq);
+  dx__qp_i64(&ql, dx__sat_add(now, lock_ms));
+  if (c->kind == WC_CLAIM && dx__col_i64(c->res, 0, 3) == DX_WI_SESSION_CLOSE) {
+    if ((rc = q_seq(t, PQ_WORK_DEL_ROW, c->seq))) return rc;
+    return q_sid(t, PQ_SESS_DROP_IF_EMPTY, c->sid);
+  }
+  dx__qp_init(&qs);
+  dx__qp_str(&qs, c->sid);
+  dx__qp_str(&qs, cfg->worker_id);
+  dx__qp_i64(&qs, now);
+  dx__qp_i64(&qs, dx__sat_add(now, cfg->session_lock_ms));
+  dx__qp_str(&ql, c->sid);
+  dx__qp_str(&ql, cfg->worker_id);
+  if (c->kind == WC_CLAIM) { /* a live lease of a dead owner is claimable (liveness on) */
+    dx__qp_str(&qs, t->p->live_prefix);
+    dx__qp_i64(&qs, t->p->liveness);
+  }
+  if ((rc = dx__pg_qsend(t, c->kind == WC_CLAIM ? PQ_SESS_CLAIM : PQ_SESS_OWNED, &qs, &sess)) ||
+      (rc = dx__pg_qsend(t, PQ_WORK_SET_LOCK_OWNED, &ql, &row)) || (rc = dx__pg_qwait(t)))
+    return rc;
+  if (c->kind == WC_CLAIM && PQntuples(sess) == 1) {
+    out->session_claimed = 1;
+    out->previous_owner = dx__col_str(sess, 0, 0, &oom);
+    if (out->previous_owner && !*out->previous_owner) {
+      free(out->previous_owner);
+      out->previous_owner = NULL;
+    }
+  }
+  PQclear(sess);
+  if (oom) {
+    PQclear(row);
+    return dx__pg_tx_poison(t, dx__pg_nomem(t->err));
+  }
+  rc = hand_out(t, row, out, got);
+  if (!*got) fetch_reset(out);
+  return rc;
+}
+
+/* Send WORK_FETCH_PLAIN for up to k rows; *res receives the lock result at the next wait. */
+static int plain_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresult **res) {
+  qp_t q;
+  dx__qp_init(&q);
+  dx__qp_i64(&q, now);
+  dx__qp_i64(&q, dx__sat_add(now, lock_ms));
+  dx__qp_i64(&q, k);
+  return dx__pg_qsend(t, PQ_WORK_FETCH_PLAIN, &q, res);
+}
+
+static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
+                      dx_work_fetch_t *out) {
+  pg_conn_t *c = t->c;
+  cand_t cd;
+  int rc = 0, round, got = 0, k = c->in_batch ? WORK_PREFETCH : 1;
+  memset(&cd, 0, sizeof cd);
+  if (cfg && (rc = dx__pg_live_hold(t->p, cfg->worker_id, t->err))) return rc;
+  if (c->wbuf_next < c->wbuf_n && !buffered_for(c, now, lock_ms, cfg) &&
+      (rc = dx__pg_work_unbuffer(t, 1))) /* locked for another fetch: give them back */
+    return rc;
+  if (c->wbuf_next < c->wbuf_n) /* locked ahead by an earlier fetch of this batch */
+    return hand_out_row(t, c->wbuf, c->wrow[c->wbuf_next++], out);
+  dx__pg_work_unbuffer_drop(c);
+  if (!cfg) { /* plain rows only: pick and lock in one statement */
+    PGresult *res;
+    if ((rc = plain_send(t, now, lock_ms, k, &res)) || (rc = dx__pg_qwait(t))) return rc;
+    if (PQntuples(res) == 0) {
+      PQclear(res);
+      return 0;
+    }
+    if ((rc = buffer_rows(t, res, now, lock_ms, cfg))) return rc;
+    return hand_out_row(t, c->wbuf, c->wrow[c->wbuf_next++], out);
+  }
+  /* Plain rows are locked speculatively in the same round trip as the session picks (plain
+  ** work is the common case). Rows that lose to an older session row, or that might (when
+  ** there is session work at all), are unlocked again (queued, no round trip). A round
+  ** repeats only after a close marker was dropped or a session was lost meanwhile. */
+  for (round = 0; round < 64 && !got; round++) {
+    PGresult *plain = NULL, *owned = NULL, *claim = NULL;
+    qp_t qo, qc, qk;
+    int sessions_due, i;
+    cand_clear(&cd);
+    dx__qp_init(&qo);
+    dx__qp_i64(&qo, now);
+    dx__qp_str(&qo, cfg->worker_id);
+    dx__qp_init(&qc);
+    dx__qp_i64(&qc, now);
+    dx__qp_str(&qc, cfg->worker_id);
+    dx__qp_i64(&qc, (int64_t)cfg->max_sessions);
+    dx__qp_str(&qc, t->p->live_prefix);
+    dx__qp_i64(&qc, t->p->liveness);
+    dx__qp_init(&qk);
+    dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
+    if (round == 0 && dx__pg_live_sweep_due(t->p, &t->p->reaped_at, now)) {
+      qp_t qr;
+      dx__qp_init(&qr);
+      dx__qp_i64(&qr, now);
+      dx__qp_str(&qr, cfg->worker_id);
+      dx__qp_str(&qr, t->p->live_prefix);
+      if ((rc = dx__pg_qsend(t, PQ_WORK_REAP, &qr, NULL))) break;
+    }
+    /* the advisory lock serializes every claim made under this worker id (held to the end of
+    ** the transaction), so the capacity count and the claim cannot interleave */
+    if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
+        (rc = plain_send(t, now, lock_ms, k, &plain)) ||
+        (rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &owned)) ||
+        (rc = dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &claim)) || (rc = dx__pg_qwait(t)))
+      break;
+    sessions_due = PQntuples(owned) + PQntuples(claim) > 0;
+    if ((rc = buffer_rows(t, plain, now, lock_ms, cfg))) {
+      PQclear(owned);
+      PQclear(claim);
+      break;
+    }
+    if (c->wbuf_n) { /* the oldest plain row competes with the session candidates */
+      cd.found = 1;
+      cd.kind = WC_PLAIN;
+      cd.seq = dx__col_i64(c->wbuf, c->wrow[0], 3);
+      cd.due = dx__col_i64(c->wbuf, c->wrow[0], 4);
+    }
+    rc = consider(t, owned, WC_OWNED, 0, &cd);
+    if (rc) PQclear(claim);
+    else rc = consider(t, claim, WC_CLAIM, 0, &cd);
+    if (!rc && cd.found && cd.kind == WC_PLAIN) {
+      rc = hand_out_row(t, c->wbuf, c->wrow[c->wbuf_next++], out);
+      got = 1;
+    }
+    /* keep the rest only when no session row is due: else they may be younger than one */
+    for (i = c->wbuf_next; !rc && sessions_due && i < c->wbuf_n; i++)
+      rc = q_seq(t, PQ_WORK_UNLOCK, dx__col_i64(c->wbuf, c->wrow[i], 3));
+    if (sessions_due) dx__pg_work_unbuffer_drop(c);
+    if (rc || !cd.found || got) break;
+    if ((rc = take(t, &cd, now, lock_ms, cfg, out, &got))) break;
+  }
+  cand_clear(&cd);
+  if (rc) fetch_reset(out);
+  return rc;
+}
+
+int dx__pg_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
+                      const dx_session_cfg_t *sessions, dx_work_fetch_t *out, dx_error_t *err) {
+  tx_t t;
+  int rc;
+  if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
+  memset(out, 0, sizeof *out);
+  if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
+  if (sessions && (rc = dx__check_worker_id(sessions->worker_id, err))) return rc;
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  rc = work_fetch(&t, now, lock_ms, sessions, out);
+  if (t.own) dx__pg_work_unbuffer_drop(t.c); /* own transaction: at most one was locked */
+  rc = dx__pg_tx_end(&t, rc);
+  if (rc) fetch_reset(out);
+  return rc;
+}
+
+/* {===== ack, renew, abandon =====} */
+
+typedef struct {
+  int64_t seq, locked_until;
+  char *sid;
+} row_t;
+
+/* The row locked with `token` (row-locked). DX_ELOCK when none is. */
+static int row_by_token(tx_t *t, uint64_t token, row_t *r) {
+  PGresult *res;
+  qp_t q;
+  int rc, oom = 0;
+  memset(r, 0, sizeof *r);
+  if (token == 0) return dx_error_set(t->err, DX_ETOKEN, "lock token 0 is never valid");
+  dx__qp_init(&q);
+  dx__qp_i64(&q, (int64_t)token);
+  if ((rc = dx__pg_q(t, PQ_WORK_BY_TOKEN, &q, &res))) return rc;
+  if (PQntuples(res) == 0) {
+    PQclear(res);
+    return dx_error_set(t->err, DX_ELOCK,
+                        "no worker item is locked with token %llx (acked, cancelled, or "
+                        "re-delivered after its lock expired)",
+                        (unsigned long long)token);
+  }
+  r->seq = dx__col_i64(res, 0, 0);
+  r->locked_until = dx__col_i64(res, 0, 1);
+  r->sid = dx__col_str(res, 0, 2, &oom);
+  PQclear(res);
+  return oom ? dx__pg_nomem(t->err) : 0;
+}
+
+static int row_check_live(tx_t *t, const row_t *r, int64_t now) {
+  if (r->locked_until > now) return 0;
+  return dx_error_set(t->err, DX_ELOCK, "the lock on worker item %lld expired at %lld (now %lld)",
+                      (long long)r->seq, (long long)r->locked_until, (long long)now);
+}
+
+/* Work flowed through the session: last_activity = now (no row: nothing to do). */
+static int sess_touch(tx_t *t, const char *sid, int64_t now) {
+  qp_t q;
+  if (!sid) return 0;
+  dx__qp_init(&q);
+  dx__qp_str(&q, sid);
+  dx__qp_i64(&q, now);
+  return dx__pg_q(t, PQ_SESS_TOUCH, &q, NULL);
+}
+
+static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion) {
+  row_t r;
+  int rc = row_by_token(t, token, &r);
+  if (!rc) rc = row_check_live(t, &r, now);
+  if (!rc) rc = q_seq(t, PQ_WORK_DEL_ROW, r.seq);
+  if (!rc) rc = sess_touch(t, r.sid, now);
+  if (!rc && completion) rc = dx__pg_orch_enqueue(t, completion, now);
+  free(r.sid);
+  return rc;
+}
+
+int dx__pg_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
+                    const dx_work_item_t *completion, dx_error_t *err) {
+  tx_t t;
+  int rc;
+  if ((completion && ((rc = dx__check_item(completion, err)) ||
+                      (rc = dx__check_payload(completion, err)))) ||
+      (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+    return rc;
+  return dx__pg_tx_end(&t, work_ack(&t, now, token, completion));
+}
+
+int dx__pg_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t extend_ms,
+                      dx_error_t *err) {
+  tx_t t;
+  row_t r;
+  qp_t q;
+  int rc;
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  rc = row_by_token(&t, token, &r);
+  if (!rc) rc = row_check_live(&t, &r, now);
+  if (!rc) {
+    dx__qp_init(&q);
+    dx__qp_i64(&q, r.seq);
+    dx__qp_i64(&q, dx__sat_add(now, extend_ms));
+    rc = dx__pg_q(&t, PQ_WORK_RENEW, &q, NULL);
+  }
+  if (!rc) rc = sess_touch(&t, r.sid, now);
+  free(r.sid);
+  return dx__pg_tx_end(&t, rc);
+}
+
+int dx__pg_abandon_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t delay_ms,
+                        int ignore_attempt, dx_error_t *err) {
+  tx_t t;
+  row_t r;
+  qp_t q;
+  int rc;
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  rc = row_by_token(&t, token, &r);
+  if (!rc) {
+    dx__qp_init(&q);
+    dx__qp_i64(&q, r.seq);
+    dx__qp_i64(&q, dx__sat_add(now, delay_ms > 0 ? delay_ms : 0));
+    dx__qp_i64(&q, ignore_attempt ? 1 : 0);
+    rc = dx__pg_q(&t, PQ_WORK_ABANDON, &q, NULL);
+    if (!rc) dx__pg_tx_notify(&t);
+  }
+  free(r.sid);
+  return dx__pg_tx_end(&t, rc);
+}
+
+/* {===== session management =====} */
+
+/* Report the rows of a session listing (sid, owner, locked_until, last_activity, queued) to
+** cb after the statement finished; stops when cb returns non-zero. */
+static void report(PGresult *res, dx_session_cb cb, void *ud) {
+  int i, n = PQntuples(res);
+  for (i = 0; cb && i < n; i++) {
+    dx_session_info_t s;
+    s.session_id = PQgetvalue(res, i, 0);
+    s.worker_id = dx__col_null(res, i, 1) ? NULL : PQgetvalue(res, i, 1);
+    s.locked_until_ms = dx__col_i64(res, i, 2);
+    s.last_activity_ms = dx__col_i64(res, i, 3);
+    s.queued = (uint64_t)dx__col_i64(res, i, 4);
+    if (cb(ud, &s)) break;
+  }
+}
+
+int dx__pg_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
+                          int64_t extend_ms, int64_t idle_ms, dx_session_cb cb, void *ud,
+                          uint64_t *renewed, dx_error_t *err) {
+  PGresult *res = NULL;
+  tx_t t;
+  qp_t q;
+  int rc;
+  if (renewed) *renewed = 0;
+  if ((rc = dx__check_worker_id(worker_id, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+    return rc;
+  dx__qp_init(&q);
+  dx__qp_str(&q, worker_id);
+  dx__qp_i64(&q, now);
+  dx__qp_i64(&q, dx__sat_add(now, extend_ms));
+  dx__qp_i64(&q, idle_ms);
+  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_SESS_RENEW, &q, &res));
+  if (!rc) {
+    if (renewed) *renewed = (uint64_t)PQntuples(res);
+    report(res, cb, ud); /* after the commit: callbacks may call the provider */
+  }
+  PQclear(res);
+  return rc;
+}
+
+int dx__pg_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
+                            const char *session_id, uint64_t *released, dx_error_t *err) {
+  PGresult *res = NULL;
+  tx_t t;
+  qp_t q;
+  int rc;
+  if (released) *released = 0;
+  if ((rc = dx__check_worker_id(worker_id, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
+    return rc;
+  dx__qp_init(&q);
+  dx__qp_str(&q, worker_id);
+  dx__qp_i64(&q, now);
+  dx__qp_str(&q, session_id);
+  rc = dx__pg_q(&t, PQ_SESS_RELEASE, &q, &res);
+  if (!rc) dx__pg_tx_notify(&t); /* released sessions are claimable at once */
+  rc = dx__pg_tx_end(&t, rc);
+  if (!rc && released) *released = (uint64_t)strtoull(PQcmdTuples(res), NULL, 10);
+  PQclear(res);
+  return rc;
+}
+
+int dx__pg_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted, dx_error_t *err) {
+  PGresult *res = NULL;
+  tx_t t;
+  qp_t q;
+  int rc;
+  if (deleted) *deleted = 0;
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  dx__qp_init(&q);
+  dx__qp_i64(&q, now);
+  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_SESS_CLEANUP, &q, &res));
+  if (!rc && deleted) *deleted = (uint64_t)strtoull(PQcmdTuples(res), NULL, 10);
+  PQclear(res);
+  return rc;
+}
+
+int dx__pg_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error_t *err) {
+  PGresult *res = NULL;
+  tx_t t;
+  int rc;
+  if (!cb) return dx_error_set(err, DX_EINVAL, "callback is NULL");
+  if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) return rc;
+  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_SESS_LIST, NULL, &res));
+  if (!rc) report(res, cb, ud);
+  PQclear(res);
+  return rc;
+}

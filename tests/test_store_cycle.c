@@ -1,0 +1,450 @@
+/*
+** test_store_cycle.c -- how the store thread (core/src/store.c) handles a batch that fails:
+** DX_ERETRY retries the whole batch (bounded), any other batch failure applies each operation
+** in a transaction of its own so one bad operation cannot fail its neighbours. Only a store
+** that begin or commit itself finds damaged is reported as unusable (cfg.on_fatal), not a
+** batch that one operation's damaged record spoiled.
+**
+** Also the wake-up watch (core/src/wake.c): a provider's wake descriptor wakes the store
+** thread and reports a lost connection.
+**
+** A wrapping provider delegates to a real directory store and injects the failures a
+** database provider reports: commits that fail with DX_ERETRY, and an operation that spoils
+** the transaction (its commit then fails, nothing of the batch kept).
+*/
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "duroxide.h"
+#include "store.h"
+#include "testlib.h"
+#include "wake.h"
+
+typedef struct {
+  dx_provider_t base;
+  dx_provider_methods_t m;
+  dx_provider_t *inner;
+  int retry_commits;   /* this many commits fail with DX_ERETRY (-1: all) */
+  int spoiled;         /* an op in the open batch spoiled it: its commit fails */
+  int spoil_rc;        /* ... with this code (0: DX_ESTORE) */
+  int corrupt_commits; /* this many commits fail with DX_ECORRUPT (the store is damaged) */
+  int retry_renewing;  /* this many commits that renewed a lock fail with DX_ERETRY */
+  int txn_renews;      /* lock renewals in the open transaction */
+  int logging;         /* log each commit's renewals and outcome (and nothing else injected) */
+  int log_n;           /* commits logged below (atomic: the test thread reads it) */
+  int log_renews[64], log_rc[64];
+  int commits, begins; /* calls seen */
+  int wake_pipe[2];    /* wake_fd: the read end */
+  int drains, lost_next, next_dues;
+} wrap_t;
+
+#define W(p) ((wrap_t *)(p))
+#define IN(p) (W(p)->inner)
+
+static int w_begin(dx_provider_t *p, dx_error_t *err) {
+  W(p)->begins++;
+  W(p)->txn_renews = 0;
+  W(p)->spoiled = W(p)->spoil_rc = 0;
+  return IN(p)->methods->begin(IN(p), err);
+}
+
+static int w_commit(dx_provider_t *p, int sync, dx_error_t *err) {
+  wrap_t *w = W(p);
+  w->commits++;
+  if (w->logging && w->log_n < 64) {
+    int n = w->log_n, rc = 0;
+    w->log_renews[n] = w->txn_renews;
+    if (w->retry_renewing > 0 && w->txn_renews > 0) {
+      w->retry_renewing--;
+      IN(p)->methods->rollback(IN(p));
+      rc = dx_error_set(err, DX_ERETRY, "injected serialization failure");
+    } else {
+      rc = IN(p)->methods->commit(IN(p), sync, err);
+    }
+    w->log_rc[n] = rc;
+    __atomic_store_n(&w->log_n, n + 1, __ATOMIC_SEQ_CST);
+    return rc;
+  }
+  if (w->corrupt_commits > 0) {
+    w->corrupt_commits--;
+    IN(p)->methods->rollback(IN(p));
+    return dx_error_set(err, DX_ECORRUPT, "injected: store /wrap is damaged");
+  }
+  if (w->retry_commits != 0) {
+    if (w->retry_commits > 0) w->retry_commits--;
+    IN(p)->methods->rollback(IN(p));
+    return dx_error_set(err, DX_ERETRY, "injected serialization failure");
+  }
+  if (w->spoiled) {
+    IN(p)->methods->rollback(IN(p));
+    return dx_error_set(err, w->spoil_rc ? w->spoil_rc : DX_ESTORE,
+                        "injected: the transaction was aborted by instance '%s'",
+                        w->spoil_rc ? "damaged" : "bad");
+  }
+  return IN(p)->methods->commit(IN(p), sync, err);
+}
+
+static void w_rollback(dx_provider_t *p) { IN(p)->methods->rollback(IN(p)); }
+
+static int w_fetch_orch(dx_provider_t *p, int64_t now, int64_t lock_ms, dx_orch_item_t **out,
+                        dx_error_t *err) {
+  return IN(p)->methods->fetch_orchestration_item(IN(p), now, lock_ms, out, err);
+}
+
+static int w_next_due_inner(dx_provider_t *p, int64_t now, int64_t *out, dx_error_t *err) {
+  return IN(p)->methods->next_due_ms(IN(p), now, out, err);
+}
+
+static int w_renew_orch(dx_provider_t *p, int64_t now, const char *instance, uint64_t token,
+                        int64_t extend_ms, dx_error_t *err) {
+  W(p)->txn_renews++;
+  return IN(p)->methods->renew_orchestration_item_lock(IN(p), now, instance, token, extend_ms,
+                                                        err);
+}
+
+/* Instance "bad" fails in a way that spoils the transaction (as a SQL error would). */
+static int w_enqueue(dx_provider_t *p, int64_t now, const dx_work_item_t *item, int64_t delay,
+                     dx_error_t *err) {
+  if (item->instance && strcmp(item->instance, "bad") == 0) {
+    W(p)->spoiled = 1;
+    return dx_error_set(err, DX_ESTORE, "injected: statement failed for instance 'bad'");
+  }
+  if (item->instance && strcmp(item->instance, "damaged") == 0) { /* a damaged record */
+    W(p)->spoiled = 1;
+    W(p)->spoil_rc = DX_ECORRUPT;
+    return dx_error_set(err, DX_ECORRUPT, "injected: corrupted record of instance 'damaged'");
+  }
+  return IN(p)->methods->enqueue_for_orchestrator(IN(p), now, item, delay, err);
+}
+
+static void w_destroy(dx_provider_t *p) {
+  IN(p)->methods->destroy(IN(p));
+  free(p);
+}
+
+static wrap_t *wrap_open(void) {
+  char path[512];
+  static int n;
+  dx_error_t err;
+  wrap_t *w = calloc(1, sizeof *w);
+  ASSERT(w);
+  snprintf(path, sizeof path, "%s/store-%d", dx_test_tmpdir(), ++n);
+  ASSERT_OK(dx_provider_open(path, NULL, &w->inner, &err));
+  w->m = *w->inner->methods; /* the store thread calls only the members replaced below */
+  w->m.name = "wrap";
+  w->m.begin = w_begin;
+  w->m.commit = w_commit;
+  w->m.rollback = w_rollback;
+  w->m.enqueue_for_orchestrator = w_enqueue;
+  w->m.destroy = w_destroy;
+  w->m.renew_orchestration_item_lock = w_renew_orch;
+  w->m.fetch_orchestration_item = w_fetch_orch;
+  w->m.next_due_ms = w_next_due_inner;
+  w->base.methods = &w->m;
+  return w;
+}
+
+typedef struct {
+  dx_store_op_t op;
+  dx_work_item_t item;
+  int *done;
+} op_t;
+
+static void op_done(dx_store_op_t *op) { (*((op_t *)op->ud)->done)++; }
+
+static void closed(void *ud) { *(int *)ud = 1; }
+
+static int fatals; /* on_fatal calls in the last run_batch */
+static void on_fatal(void *ud, const dx_error_t *err) {
+  (void)ud;
+  (void)err;
+  fatals++;
+}
+
+/* Submit a start of each id as one batch and run the loop until every op reported back. */
+static void run_batch(wrap_t *w, const char *const *ids, size_t n, op_t *ops) {
+  uv_loop_t loop;
+  dx_store_t *s;
+  dx_store_cfg_t cfg;
+  dx_error_t err;
+  int done = 0, is_closed = 0;
+  size_t i;
+  ASSERT_OK(uv_loop_init(&loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  cfg.orch_lock_ms = cfg.work_lock_ms = 1000;
+  cfg.on_fatal = on_fatal;
+  fatals = 0;
+  for (i = 0; i < n; i++) {
+    memset(&ops[i], 0, sizeof ops[i]);
+    ops[i].item.kind = DX_WI_START;
+    ops[i].item.instance = (char *)ids[i];
+    ops[i].item.name = "Orch";
+    ops[i].item.execution_id = 1;
+    ops[i].op.kind = DX_OP_ENQUEUE_ORCH;
+    ops[i].op.item = &ops[i].item;
+    ops[i].op.done = op_done;
+    ops[i].op.ud = &ops[i];
+    ops[i].done = &done;
+  }
+  /* queue everything before the thread starts, so it is one batch */
+  ASSERT_OK(dx__store_new(&s, &loop, &cfg, &err));
+  dx__store_stop_fetching(s);
+  for (i = 0; i < n; i++) dx__store_submit(s, &ops[i].op);
+  while (done < (int)n) uv_run(&loop, UV_RUN_ONCE);
+  dx__store_close(s, closed, &is_closed);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&loop));
+}
+
+static int queued(wrap_t *w, const char *id) {
+  dx_instance_info_t info;
+  int rc;
+  memset(&info, 0, sizeof info);
+  rc = w->inner->methods->get_instance_info(w->inner, id, &info, NULL);
+  dx_instance_info_clear(&info);
+  return rc == 0;
+}
+
+DX_TEST(store_retries_the_whole_batch_on_eretry) {
+  static const char *const ids[] = {"a", "b", "c"};
+  wrap_t *w = wrap_open();
+  op_t ops[3];
+  size_t i;
+  w->retry_commits = 2;
+  run_batch(w, ids, 3, ops);
+  for (i = 0; i < 3; i++) {
+    ASSERT_EQ(ops[i].op.rc, 0);
+    ASSERT(queued(w, ids[i]));
+  }
+  ASSERT_EQ(w->commits, 3); /* two failed attempts, then the batch as one commit */
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_gives_up_retrying_after_a_bound) {
+  static const char *const ids[] = {"a", "b"};
+  wrap_t *w = wrap_open();
+  op_t ops[2];
+  w->retry_commits = -1; /* never succeeds: the ops fail with DX_ERETRY, the thread goes on */
+  run_batch(w, ids, 2, ops);
+  ASSERT_EQ(ops[0].op.rc, DX_ERETRY);
+  ASSERT_EQ(ops[1].op.rc, DX_ERETRY);
+  ASSERT_CONTAINS(ops[1].op.err.msg, "serialization");
+  ASSERT(w->commits >= 2 && w->commits <= 30); /* bounded */
+  ASSERT(!queued(w, "a"));
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_isolates_an_op_that_spoils_the_batch) {
+  static const char *const ids[] = {"a", "bad", "c"};
+  wrap_t *w = wrap_open();
+  op_t ops[3];
+  run_batch(w, ids, 3, ops);
+  ASSERT_EQ(ops[0].op.rc, 0);
+  ASSERT_EQ(ops[2].op.rc, 0);
+  ASSERT(queued(w, "a"));
+  ASSERT(queued(w, "c"));
+  ASSERT_EQ(ops[1].op.rc, DX_ESTORE); /* the bad one fails alone, naming itself */
+  ASSERT_CONTAINS(ops[1].op.err.msg, "'bad'");
+  ASSERT(!queued(w, "bad"));
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_expected_failures_do_not_fail_the_batch) {
+  /* DX_EEXIST for a taken id is an expected outcome: its neighbours commit in the same batch */
+  static const char *const ids[] = {"x", "x", "y"};
+  wrap_t *w = wrap_open();
+  op_t ops[3];
+  run_batch(w, ids, 3, ops);
+  ASSERT_EQ(ops[0].op.rc, 0);
+  ASSERT_EQ(ops[1].op.rc, DX_EEXIST);
+  ASSERT_EQ(ops[2].op.rc, 0);
+  ASSERT_EQ(w->commits, 1);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_damaged_record_spoiling_a_batch_is_not_a_damaged_store) {
+  /* a database provider fails the whole commit with the code of the op that spoiled it: a
+  ** damaged record fails its own op, and the worker keeps going */
+  static const char *const ids[] = {"a", "damaged", "c"};
+  wrap_t *w = wrap_open();
+  op_t ops[3];
+  run_batch(w, ids, 3, ops);
+  ASSERT_EQ(ops[0].op.rc, 0);
+  ASSERT_EQ(ops[1].op.rc, DX_ECORRUPT);
+  ASSERT_EQ(ops[2].op.rc, 0);
+  ASSERT_EQ(fatals, 0);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_damaged_at_commit_is_reported_once) {
+  /* commit itself finds the store damaged (no op failed): reported to the loop */
+  static const char *const ids[] = {"a", "b"};
+  wrap_t *w = wrap_open();
+  op_t ops[2];
+  w->corrupt_commits = 1;
+  run_batch(w, ids, 2, ops);
+  ASSERT_EQ(fatals, 1);
+  w_destroy(&w->base);
+}
+
+static void keep_fetched(void *ud, dx_store_fetched_t *f) {} /* never settled: stays held */
+
+DX_TEST(store_renewal_lost_to_a_retried_batch_is_made_again) {
+  /* the store thread renews the lock of a turn the loop has not settled; when the batch that
+  ** renewed it is rolled back for DX_ERETRY, the retry renews it again instead of leaving it
+  ** for the next interval (by when the lock would lapse) */
+  wrap_t *w = wrap_open();
+  uv_loop_t loop;
+  dx_store_t *s;
+  dx_store_cfg_t cfg;
+  dx_work_item_t start;
+  dx_error_t err;
+  int i, n, failed_at = -1, is_closed = 0;
+  memset(&start, 0, sizeof start);
+  start.kind = DX_WI_START;
+  start.instance = "held";
+  start.name = "Orch";
+  start.execution_id = 1;
+  ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start, 0,
+                                                        &err));
+  w->logging = 1;
+  w->retry_renewing = 1;
+  ASSERT_OK(uv_loop_init(&loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  cfg.orch_lock_ms = 200; /* renewed every 100 ms while held */
+  cfg.work_lock_ms = 1000;
+  cfg.poll_interval_ms = 10;
+  cfg.on_fetch = keep_fetched;
+  ASSERT_OK(dx__store_new(&s, &loop, &cfg, &err));
+  dx__store_want(s, 1, 0);
+  /* wait (bounded) for a failed renewing commit and the commit after it */
+  for (i = 0; i < 20000; i++) {
+    n = __atomic_load_n(&w->log_n, __ATOMIC_SEQ_CST);
+    for (failed_at = 0; failed_at < n && w->log_rc[failed_at] != DX_ERETRY; failed_at++) {}
+    if (failed_at + 1 < n) break;
+    uv_run(&loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+  ASSERT(failed_at + 1 < n);
+  ASSERT(w->log_renews[failed_at] > 0);
+  ASSERT_EQ(w->log_rc[failed_at + 1], 0);
+  ASSERT(w->log_renews[failed_at + 1] > 0); /* the retry renewed the lock again */
+  dx__store_close(s, closed, &is_closed);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&loop));
+  w_destroy(&w->base);
+}
+
+/* {===== wake-ups =====} */
+
+static int w_wake_fd(dx_provider_t *p) { return W(p)->wake_pipe[0]; }
+
+static int w_wake_drain(dx_provider_t *p, int *lost) {
+  char buf[64];
+  W(p)->drains++;
+  if (read(W(p)->wake_pipe[0], buf, sizeof buf) <= 0) return DX_EIO;
+  *lost = W(p)->lost_next;
+  W(p)->lost_next = 0;
+  return 0;
+}
+
+static int w_next_due(dx_provider_t *p, int64_t now, int64_t *out, dx_error_t *err) {
+  __atomic_add_fetch(&W(p)->next_dues, 1, __ATOMIC_SEQ_CST);
+  *out = INT64_MAX; /* nothing due: the thread sleeps a poll interval unless woken */
+  return 0;
+}
+
+static const char *w_notify_path(dx_provider_t *p) {
+  return IN(p)->methods->notify_path(IN(p));
+}
+
+static void count_lost(void *ud) { (*(int *)ud)++; }
+
+static void spin(uv_loop_t *loop, int ms) {
+  int i;
+  for (i = 0; i < ms; i++) {
+    uv_run(loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+}
+
+static int dues(wrap_t *w) { return __atomic_load_n(&w->next_dues, __ATOMIC_SEQ_CST); }
+
+DX_TEST(wake_fd_wakes_the_store_thread_and_reports_lost_connections) {
+  wrap_t *w = wrap_open();
+  uv_loop_t loop;
+  dx_store_t *s;
+  dx_store_cfg_t cfg;
+  dx_wake_t *wk;
+  dx_error_t err;
+  int lost = 0, before, i, is_closed = 0;
+  ASSERT_OK(pipe(w->wake_pipe));
+  w->m.version = 4;
+  w->m.wake_fd = w_wake_fd;
+  w->m.wake_drain = w_wake_drain;
+  w->m.next_due_ms = w_next_due;
+  ASSERT_OK(uv_loop_init(&loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  cfg.poll_interval_ms = 600000; /* only a wake-up can make the thread look again */
+  ASSERT_OK(dx__store_new(&s, &loop, &cfg, &err));
+  dx__store_want(s, 1, 0);
+  wk = dx__wake_start(&loop, &w->base, s, count_lost, &lost);
+  ASSERT(wk != NULL);
+  for (i = 0; i < 5000 && dues(w) == 0; i++) spin(&loop, 1); /* the thread went to sleep */
+  ASSERT(dues(w) >= 1);
+  spin(&loop, 20);
+  before = dues(w);
+  ASSERT_EQ(write(w->wake_pipe[1], "x", 1), 1);
+  for (i = 0; i < 5000 && dues(w) == before; i++) spin(&loop, 1);
+  ASSERT(dues(w) > before); /* woken at once, not after the 10-minute poll */
+  ASSERT_EQ(w->drains, 1);
+  ASSERT_EQ(lost, 0);
+  w->lost_next = 1;
+  ASSERT_EQ(write(w->wake_pipe[1], "y", 1), 1);
+  for (i = 0; i < 5000 && lost == 0; i++) spin(&loop, 1);
+  ASSERT_EQ(lost, 1);
+  dx__wake_stop(wk);
+  dx__store_close(s, closed, &is_closed);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&loop));
+  close(w->wake_pipe[0]);
+  close(w->wake_pipe[1]);
+  w_destroy(&w->base);
+}
+
+DX_TEST(wake_without_a_source_is_null_and_the_notify_file_still_works) {
+  wrap_t *w = wrap_open();
+  uv_loop_t loop;
+  dx_store_t *s;
+  dx_store_cfg_t cfg;
+  dx_wake_t *wk;
+  dx_error_t err;
+  int lost = 0, is_closed = 0;
+  const dx_provider_methods_t *inner = w->inner->methods;
+  ASSERT_OK(uv_loop_init(&loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  ASSERT_OK(dx__store_new(&s, &loop, &cfg, &err));
+  dx__store_stop_fetching(s);
+  /* the directory store offers its notify file (no wake_fd) */
+  ASSERT(inner->notify_path && inner->notify_path(w->inner));
+  ASSERT(inner->version < 4 || !inner->wake_fd);
+  w->m.notify_path = w_notify_path;
+  wk = dx__wake_start(&loop, &w->base, s, count_lost, &lost);
+  ASSERT(wk != NULL);
+  dx__wake_stop(wk);
+  w->m.notify_path = NULL; /* no source at all: polling */
+  ASSERT(dx__wake_start(&loop, &w->base, s, count_lost, &lost) == NULL);
+  dx__store_close(s, closed, &is_closed);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&loop));
+  w_destroy(&w->base);
+}
