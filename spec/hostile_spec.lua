@@ -399,4 +399,121 @@ describe("hostile orchestration code", function()
       check_innocent()
     end)
   end)
+  -- Single C calls that take long (bounded only by the heap) count as one instruction each:
+  -- repeated in a loop they would hold the worker for hours within the budget. The watchdog
+  -- thread ends the turn at the turn time limit (1s here); the budget is the default 50M.
+  describe("the turn time limit (items 8, 20)", function()
+    before_each(function()
+      env:close()
+      env = H.env({ turn_instruction_budget = 50000000, turn_time_limit = 1000 })
+    end)
+
+    local function big_table(n)
+      local t = {}
+      for i = 1, n or 1e6 do t[i] = (i * 7919) % 1000003 end
+      return t
+    end
+    local slow = {
+      { "table.sort of a million entries", function()
+        local t = big_table()
+        while true do table.sort(t) end
+      end },
+      { "table.insert(t, 1, v) / table.remove(t, 1) on a million entries", function()
+        local t = big_table()
+        while true do table.insert(t, 1, 0); table.remove(t, 1) end
+      end },
+      { "utf8.len of 16 MB", function()
+        local s = string.rep("a", 16 * 1024 * 1024)
+        while true do utf8.len(s) end
+      end },
+      { "== between two 10 MB strings that differ at the end", function()
+        local a, b = string.rep("a", 1e7) .. "b", string.rep("a", 1e7) .. "c"
+        local n = 0
+        while true do if a == b then n = n + 1 end end
+      end },
+      { "table.sort under pcall", function()
+        local t = big_table()
+        while true do pcall(table.sort, t) end
+      end },
+      { "== inside a sort comparator", function()
+        local a, b = string.rep("a", 1e7) .. "b", string.rep("a", 1e7) .. "c"
+        while true do pcall(table.sort, { 1, 2, 3 }, function(x, y)
+          while true do local _ = a == b end
+        end) end
+      end },
+      -- inside coroutines the code made: the alarm arms every coroutine on the resume chain
+      -- (without that, their own hook would fire after 10,000 instructions: 2,500 sorts of 4M)
+      { "table.sort inside coroutine.wrap", function()
+        local t = big_table(4e6)
+        coroutine.wrap(function() while true do table.sort(t) end end)()
+      end },
+      { "== inside coroutine.resume, two levels down", function()
+        local a, b = string.rep("a", 1e7) .. "b", string.rep("a", 1e7) .. "c"
+        local inner = coroutine.create(function() while true do local _ = a == b end end)
+        local outer = coroutine.create(function() return coroutine.resume(inner) end)
+        while true do coroutine.resume(outer) end
+      end },
+      { "table.sort in a coroutine made before the limit, resumed after it", function()
+        local t = big_table(4e6)
+        local co = coroutine.wrap(function()
+          while true do coroutine.yield(); for _ = 1, 1000 do table.sort(t) end end
+        end)
+        co() -- made and started early: it fires the hook only every 10,000 instructions
+        while true do co() end
+      end },
+    }
+    for _, case in ipairs(slow) do
+      it("fails " .. case[1] .. " in a loop, and the worker serves others", function()
+        local st = run_attack("Slow", case[2])
+        assert.are.equal("Failed", st.status)
+        assert.are.equal("TimeLimitExceeded", st.error.kind)
+        assert.are.equal("application", st.error.category)
+        assert.matches("turn ran longer than the turn time limit (1s)", st.error.message, 1, true)
+        check_innocent()
+      end)
+    end
+
+    it("bounds an error object's __tostring that loops over slow calls", function()
+      -- its own budget (1M instructions, 16 MiB) allows some 50,000 scans of 4 MB: a minute
+      local st = run_attack("ErrSlow", function()
+        error(setmetatable({}, { __tostring = function()
+          local s = string.rep("a", 4e6)
+          while true do utf8.len(s) end
+        end }))
+      end)
+      assert.are.equal("Failed", st.status)
+      assert.are.equal("error object is a table value (its __tostring ran longer than the turn "
+                       .. "time limit)", st.error.message)
+      check_innocent()
+    end)
+
+    -- coroutine.resume and coroutine.wrap are wrapped (charged.c): same results and errors
+    local function coroutine_uses()
+      local gen = coroutine.wrap(function(a) local b = coroutine.yield(a + 1); return b * 2 end)
+      local co = coroutine.create(function(x) coroutine.yield(x); error("inner") end)
+      local r = { gen(1), gen(5) }
+      r[#r + 1] = select("#", coroutine.resume(co, 7))
+      r[#r + 1] = table.concat({ tostring(select(2, coroutine.resume(co))) })
+      r[#r + 1] = select(2, pcall(gen)) -- dead coroutine
+      r[#r + 1] = select(2, pcall(coroutine.wrap(function() error("boom") end)))
+      r[#r + 1] = select(2, pcall(coroutine.wrap(function() error({}) end))) and "table"
+      r[#r + 1] = select(2, pcall(coroutine.resume, 42))
+      r[#r + 1] = select(2, coroutine.resume(coroutine.running()))
+      return r
+    end
+
+    it("does not touch a turn that ends in time, ordinary sorts or coroutines", function()
+      local st = run_attack("Quick", function(ctx)
+        local t = { 3, 1, 2 }
+        table.sort(t)
+        ctx:schedule_timer(10):await()
+        return { t = t, co = coroutine_uses() }
+      end)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.same({ t = { 1, 2, 3 }, co = coroutine_uses() }, st.output)
+      -- the wrapper's argument errors still name the function
+      assert.are.equal("bad argument #1 to 'coroutine.resume' (thread expected, got number)",
+                       st.output.co[8])
+    end)
+  end)
 end)

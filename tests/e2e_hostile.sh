@@ -106,4 +106,32 @@ h3_sigterm_mid_attack() {
     "$(tail -8 "$d/worker.log")"
 }
 
-run_scenarios h1_attacks h2_concurrent h3_sigterm_mid_attack
+# Single C calls the instruction budget counts as one instruction (a sort of a million
+# entries, shifting a huge table, utf8.len of 16 MB, == of two 10 MB strings), in a loop: the
+# turn time limit fails each instance; the worker serves the innocent one and stops on SIGTERM.
+SLOW_ATTACKS=(slowsort shift utf8len streq)
+h4_time_limit() {
+  local d S name
+  d=$(new_dir h4); S=$d/store
+  start_worker "$d/worker.log" "$HOSTILE" --store "$S" --turn-time-limit 1s
+  for name in "${SLOW_ATTACKS[@]}"; do
+    run_cmd start "Attack_$name" --id "slow-$name" --wait 120s --store "$S"
+    grep -q '"status":"Failed"' <<<"$OUT" && grep -q '"kind":"TimeLimitExceeded"' <<<"$OUT" &&
+      grep -qF "turn ran longer than the turn time limit (1s)" <<<"$OUT"
+    check "hostile: $name in a loop fails its instance (turn time limit)" $? "rc=$RC" "$OUT" \
+      "$ERR" "$(tail -5 "$d/worker.log")"
+    innocent_ok "$S" "after-$name"
+    check "hostile: an innocent instance completes after $name" $? "rc=$RC" "$OUT" "$ERR"
+  done
+  # all at once: the innocent one still gets its turns between them
+  for name in "${SLOW_ATTACKS[@]}"; do
+    dx start "Attack_$name" --id "slow2-$name" --store "$S" >/dev/null
+  done
+  innocent_ok "$S" innocent-during
+  check "hostile: an innocent instance completes among the slow attacks" $? "rc=$RC" "$OUT" "$ERR"
+  stop_worker "$WPID" TERM 60
+  check "hostile: worker exits 0 on SIGTERM during the slow attacks" $((WRC != 0)) "rc=$WRC" \
+    "$(tail -8 "$d/worker.log")"
+}
+
+run_scenarios h1_attacks h2_concurrent h3_sigterm_mid_attack h4_time_limit

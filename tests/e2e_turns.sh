@@ -131,6 +131,7 @@ poll-interval               "20ms"      30ms      20ms        30ms
 max-attempts                3           7         3           7
 shutdown-grace              "2s"        3s        2000ms      3000ms
 turn-instruction-budget     200000      300000    200000      300000
+turn-time-limit             "20s"       45s       20000ms     45000ms
 log-level                   "debug"     info      debug       info
 log-format                  "json"      text      json        text
 '
@@ -163,7 +164,7 @@ t4_command_line_wins_over_configure() {
     grep 'worker options' "$d/$lua_name.cli.log" | grep -Eq "\"?$name\"?[=:]\"?$want_cli([\" ]|\$)" ||
       bad+=("$name: --$name $cli should win: $(grep 'worker options' "$d/$lua_name.cli.log" | head -c 600)")
   done <<<"$OPTION_ROWS"
-  [ "$rows" -eq 15 ]
+  [ "$rows" -eq 16 ]
   check "options: the table covers every worker option ($rows rows)" $?
   check "options: configure sets each option, the command line wins over it" ${#bad[@]} "${bad[@]}"
 }

@@ -10,7 +10,11 @@
 ** Allocations are charged too, so a loop of large C allocations (string.rep) cannot run
 ** for long between two hooks; so is work done in C that no hook sees (pattern matching,
 ** pattern.c, through dxl_budget_charge).
+** A single C call the hook never sees (sorting millions of entries) is bounded by the turn
+** time limit instead: the watchdog thread calls dxl_budget_alarm when the turn outlives it,
+** and the hook fires at the next instruction and fails the same sticky way.
 */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "dxlua.h"
@@ -71,9 +75,65 @@ void dxl_budget_uninstall(lua_State *L, dxl_state_t *S) {
   S->alloc = NULL;
 }
 
-static int exceeded(lua_State *L, const dxl_budget_t *b) {
+static int timed_out(dxl_budget_t *b) {
+  return atomic_load_explicit(&b->timed_out, memory_order_relaxed);
+}
+
+const char *dxl_budget_time_message(const dxl_budget_t *b, char *buf, size_t cap) {
+  long long ms = (long long)b->time_limit_ms;
+  char limit[32];
+  if (ms % 1000 == 0) snprintf(limit, sizeof limit, "%llds", ms / 1000);
+  else snprintf(limit, sizeof limit, "%lldms", ms);
+  snprintf(buf, cap, "turn ran longer than the turn time limit (%s): the orchestration did not "
+           "yield in time (a long loop, or slow calls such as table.sort of a huge table?)",
+           limit);
+  return buf;
+}
+
+static int exceeded(lua_State *L, dxl_budget_t *b) {
+  char msg[256];
+  if (timed_out(b)) return luaL_error(L, "%s", dxl_budget_time_message(b, msg, sizeof msg));
   return luaL_error(L, "instruction budget exceeded: the code ran more than %I instructions",
                     (LUAI_UACINT)b->limit);
+}
+
+/* Guards every budget's `running` list: the alarm walks it from the watchdog thread. */
+static uv_mutex_t running_mu;
+static uv_once_t running_once = UV_ONCE_INIT;
+static void running_init(void) { uv_mutex_init(&running_mu); }
+
+void dxl_budget_alarm(void *arg) {
+  dxl_budget_t *b = arg;
+  dxl_running_t *n;
+  uv_once(&running_once, running_init);
+  uv_mutex_lock(&running_mu);
+  atomic_store_explicit(&b->timed_out, 1, memory_order_relaxed);
+  /* lua_sethook may be called asynchronously (lua.c does from a signal handler). Every thread
+  ** on the resume chain is alive: its resumer's stack holds it until it is popped. */
+  if (b->top) lua_sethook(b->top, budget_hook, LUA_MASKCOUNT, 1);
+  for (n = b->running; n; n = n->prev) lua_sethook(n->L, budget_hook, LUA_MASKCOUNT, 1);
+  uv_mutex_unlock(&running_mu);
+}
+
+void dxl_budget_running_push(dxl_running_t *n, lua_State *co) {
+  dxl_budget_t *b = current;
+  n->L = co;
+  n->b = b;
+  if (!b) return;
+  uv_once(&running_once, running_init);
+  uv_mutex_lock(&running_mu);
+  n->prev = b->running;
+  b->running = n;
+  uv_mutex_unlock(&running_mu);
+  /* resumed after the alarm: a coroutine made before it still fires every HOOK_EVERY */
+  if (timed_out(b)) lua_sethook(co, budget_hook, LUA_MASKCOUNT, 1);
+}
+
+void dxl_budget_running_pop(dxl_running_t *n) {
+  if (!n->b) return;
+  uv_mutex_lock(&running_mu);
+  n->b->running = n->prev;
+  uv_mutex_unlock(&running_mu);
 }
 
 static void budget_hook(lua_State *L, lua_Debug *ar) {
@@ -81,7 +141,7 @@ static void budget_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   if (!b) return;
   b->used += lua_gethookcount(L);
-  if (b->used <= b->limit && !b->hit) return;
+  if (b->used <= b->limit && !b->hit && !timed_out(b)) return;
   if (!b->hit) {
     b->hit = 1;
     escalate(b->top);
@@ -100,12 +160,12 @@ static void budget_hook(lua_State *L, lua_Debug *ar) {
 void dxl_budget_charge(lua_State *L, int64_t n) {
   dxl_budget_t *b = current;
   if (!b) return;
-  if (!b->hit && n <= b->limit - b->used) { /* used <= limit until hit: no overflow */
+  if (!b->hit && !timed_out(b) && n <= b->limit - b->used) { /* used <= limit until hit */
     b->used += n > 0 ? n : 0;
     return;
   }
   if (!b->hit) {
-    b->used = b->limit + 1;
+    if (!timed_out(b)) b->used = b->limit + 1;
     b->hit = 1;
     escalate(b->top);
   }
@@ -123,7 +183,9 @@ void dxl_budget_enter(dxl_state_t *S, dxl_budget_t *b) {
 
 void dxl_budget_leave(dxl_budget_t *b) { current = b->prev; }
 
-int dxl_budget_exhausted(void) { return current && current->hit; }
+int64_t dxl_budget_time_limit(void) { return current ? current->time_limit_ms : 0; }
+
+int dxl_budget_exhausted(void) { return current && (current->hit || timed_out(current)); }
 
 void dxl_budget_start_memory(dxl_state_t *S, dxl_budget_t *b, int64_t limit) {
   b->mem_limit = limit;

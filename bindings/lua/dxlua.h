@@ -9,6 +9,7 @@
 
 #include <lauxlib.h>
 #include <lua.h>
+#include <stdatomic.h>
 
 #include "duroxide.h"
 
@@ -19,6 +20,9 @@ typedef struct dxl_budget_s {
   lua_State *top;      /* the thread that yields out when the budget runs out (NULL: raise) */
   int64_t used, limit; /* instructions (allocations are charged too) */
   int hit;             /* exhausted: every later instruction fails */
+  atomic_int timed_out; /* set by the watchdog thread (dxl_budget_alarm): the turn time limit */
+  int64_t time_limit_ms; /* for the message; 0: no time limit */
+  struct dxl_running_s *running; /* coroutines the code resumed, innermost first (charged.c) */
   int64_t mem_limit;   /* heap growth allowed since dxl_budget_start_memory; 0: none */
   int64_t mem_base;
   int mem_refused;     /* an allocation was refused for mem_limit */
@@ -113,6 +117,8 @@ int dxl_stock_sandboxed(lua_State *L);
 /* In such a wrapper: call the stock function with the wrapper's arguments and return its
 ** results; its own errors name the wrapper's caller, as from a direct call. */
 int dxl_call_stock(lua_State *L);
+/* The same, while the stock function resumes coroutine co (NULL: none): see dxl_running_t. */
+int dxl_call_stock_on(lua_State *L, lua_State *co);
 
 /* {===== budget.c: instruction and memory budgets =====} */
 
@@ -126,6 +132,24 @@ void dxl_budget_leave(dxl_budget_t *b);
 /* [-0, +0, e] Charge n units of work done in C (pattern matching) to the entered budget;
 ** once it runs out, raise its error (sticky, like the hook's). No budget entered: nothing. */
 void dxl_budget_charge(lua_State *L, int64_t n);
+/* The watchdog thread's alarm (core/src/watchdog.h dx__watch_arm) for budget `arg`: the turn
+** outlived its time limit. Any thread; sets a flag and arms the hook of the budget's top thread
+** to fire on its next instruction, which then fails like an exhausted budget. */
+void dxl_budget_alarm(void *arg);
+/* A coroutine resumed under the entered budget (coroutine.resume / wrap, charged.c): while it
+** is pushed, the alarm arms its hook as well, so a long C call inside it ends too. Lives on
+** the C stack of the resuming call. */
+typedef struct dxl_running_s {
+  lua_State *L;
+  dxl_budget_t *b; /* NULL: no budget was entered */
+  struct dxl_running_s *prev;
+} dxl_running_t;
+void dxl_budget_running_push(dxl_running_t *n, lua_State *co);
+void dxl_budget_running_pop(dxl_running_t *n);
+/* The failure message of a budget that ran past its time limit, in buf. */
+const char *dxl_budget_time_message(const dxl_budget_t *b, char *buf, size_t cap);
+/* The entered budget's time limit in ms (0: none, or no budget entered). */
+int64_t dxl_budget_time_limit(void);
 /* The entered budget has run out (its failure is being raised). */
 int dxl_budget_exhausted(void);
 /* Allow `limit` bytes of heap growth from now on (0: no cap). */

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "util.h"
 #include "value.h"
+#include "watchdog.h"
 
 const char dxl_state_key = 0;
 
@@ -89,7 +90,7 @@ static void tostring_protected(lua_State *L, int idx, char *buf, size_t len) {
   dxl_state_t *S;
   dxl_budget_t b;
   lua_Hook hook;
-  int mask, count, rc;
+  int mask, count, rc, armed;
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
   M = lua_tothread(L, -1);
   lua_pop(L, 1);
@@ -108,18 +109,24 @@ static void tostring_protected(lua_State *L, int idx, char *buf, size_t len) {
   lua_pushcfunction(M, tostring_impl);
   lua_pushvalue(L, idx);
   if (L != M) lua_xmove(L, M, 1);
+  /* inside a turn, the turn's time limit applies afresh (it is not yieldable: the hook raises) */
+  b.time_limit_ms = dxl_budget_time_limit();
+  b.top = M;
   dxl_budget_enter(S, &b);
   dxl_budget_start_memory(S, &b, DXL_TOSTRING_MEMORY);
   dxl_budget_watch(M);
+  armed = dx__watch_arm(S->loop, b.time_limit_ms, dxl_budget_alarm, &b);
   rc = lua_pcall(M, 1, 1, 0);
+  if (armed) dx__watch_disarm(S->loop); /* before M's hook is restored */
   lua_sethook(M, hook, mask, count);
   dxl_budget_leave(&b);
   if (rc == LUA_OK && lua_type(M, -1) == LUA_TSTRING)
     snprintf(buf, len, "%s", lua_tostring(M, -1));
   else
     snprintf(buf, len, "error object is a %s value (its __tostring %s)", luaL_typename(L, idx),
-             b.hit ? "ran out of its instruction budget"
-                   : b.mem_refused ? "ran out of memory" : "failed");
+             atomic_load(&b.timed_out) ? "ran longer than the turn time limit"
+             : b.hit ? "ran out of its instruction budget"
+             : b.mem_refused ? "ran out of memory" : "failed");
   lua_pop(M, 1);
 }
 

@@ -13,6 +13,7 @@
 #include "dxlua.h"
 #include "util.h"
 #include "value.h"
+#include "watchdog.h"
 
 #define BOX_MT "duroxide.TurnBox"
 #define GENERATED_SUFFIX_MAX 27 /* "::sub::" and up to 20 digits of an event id */
@@ -35,6 +36,7 @@ struct orch_inst_s {
   int started;
   int can;
   dxl_budget_t budget;
+  int64_t ran_ms;             /* time spent in resumes this turn, against budget.time_limit_ms */
   int info_ref, env_ref; /* sandbox: the function's _ENV carrier, this instance's globals */
   dx_turn_t *t;
   const char *name, *version, *input;
@@ -132,6 +134,7 @@ static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *
   /* the runtime's own options (command line, runtime{} or C options), not duroxide.configure's */
   inst->budget.limit = dx_turn_instruction_budget(t);
   if (inst->budget.limit <= 0) inst->budget.limit = S->opts.turn_instruction_budget;
+  inst->budget.time_limit_ms = dx_turn_time_limit(t); /* 0 outside a runtime: none */
   dxl_budget_start_memory(S, &inst->budget, DXL_TURN_MEMORY_LIMIT); /* for the whole turn */
   inst->co_ref = inst->box_ref = inst->info_ref = inst->env_ref = LUA_NOREF;
   lua_pushcfunction(L, start_impl);
@@ -177,6 +180,20 @@ static int memory_cap_hit(orch_inst_t *inst, int rc, const char *msg) {
          (rc == LUA_ERRMEM || strstr(msg, "not enough memory") != NULL);
 }
 
+/* lua_resume under the turn time limit: the watchdog's alarm is armed for what is left of the
+** turn's limit (a turn may resume several times) and disarmed before the budget can go. */
+static int resume_timed(dxl_state_t *S, orch_inst_t *inst, int nargs, int *nres) {
+  dxl_budget_t *b = &inst->budget;
+  uint64_t t0 = uv_hrtime();
+  int rc, armed;
+  armed = dx__watch_arm(S->loop, b->time_limit_ms > inst->ran_ms ? b->time_limit_ms - inst->ran_ms
+                                                                 : 1, dxl_budget_alarm, b);
+  rc = lua_resume(inst->co, S->L, nargs, nres);
+  if (armed) dx__watch_disarm(S->loop);
+  inst->ran_ms += (int64_t)((uv_hrtime() - t0) / 1000000u);
+  return rc;
+}
+
 static int h_orch_resume(void *host, void *vinst, dx_turn_t *t) {
   dxl_state_t *S = host;
   orch_inst_t *inst = vinst;
@@ -184,8 +201,13 @@ static int h_orch_resume(void *host, void *vinst, dx_turn_t *t) {
   char msg[2048];
   inst->started = 1;
   guards_enter(S, inst, &inst->budget);
-  rc = lua_resume(inst->co, S->L, nargs, &nres);
-  if (inst->budget.hit) {
+  rc = resume_timed(S, inst, nargs, &nres);
+  if (atomic_load(&inst->budget.timed_out)) {
+    if (rc == LUA_YIELD || rc == LUA_OK) lua_pop(inst->co, nres);
+    dxl_budget_time_message(&inst->budget, msg, sizeof msg);
+    dx_turn_set_failure(t, DX_CAT_APPLICATION, "TimeLimitExceeded", msg);
+    out = DX_RUN_FAILED;
+  } else if (inst->budget.hit) {
     snprintf(msg, sizeof msg, "instruction budget exceeded: the orchestration ran more than %lld "
              "instructions in one turn (an infinite loop?)", (long long)inst->budget.limit);
     dx_turn_set_failure(t, DX_CAT_APPLICATION, "BudgetExceeded", msg);
@@ -222,9 +244,13 @@ static void h_orch_free(void *host, void *vinst) {
     dxl_budget_t b;
     memset(&b, 0, sizeof b);
     b.limit = S->opts.turn_instruction_budget;
+    b.top = inst->co; /* not yieldable while closing: the hook raises */
+    b.time_limit_ms = inst->budget.time_limit_ms;
     dxl_budget_start_memory(S, &b, DXL_TURN_MEMORY_LIMIT);
     guards_enter(S, inst, &b);
+    int armed = dx__watch_arm(S->loop, b.time_limit_ms, dxl_budget_alarm, &b);
     lua_resetthread(inst->co);
+    if (armed) dx__watch_disarm(S->loop);
     guards_leave(S, inst, &b);
   }
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->co_ref);

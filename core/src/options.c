@@ -34,6 +34,7 @@ void dx_options_init(dx_options_t *o) {
   o->unregistered_max_ms = 60000;
   o->turn_instruction_budget = 50000000;
   o->loop_block_warning_ms = 1000;
+  o->turn_time_limit_ms = 30000;
   o->log_level = DX_LOG_INFO;
   o->log_format = 0;
 }
@@ -91,6 +92,9 @@ int dx_options_validate(const dx_options_t *o, dx_error_t *err) {
     return dx_error_set(err, DX_EINVAL, "max_attempts must be at least 1");
   if (o->turn_instruction_budget < 1000)
     return dx_error_set(err, DX_EINVAL, "turn_instruction_budget must be at least 1000");
+  if (o->turn_time_limit_ms != 0 && o->turn_time_limit_ms < 100)
+    return dx_error_set(err, DX_EINVAL, "turn_time_limit must be 0 (off) or at least 100ms (got "
+                        "%" PRId64 "ms)", o->turn_time_limit_ms);
   if (o->worker_node_id && (!*o->worker_node_id || strlen(o->worker_node_id) > 200))
     return dx_error_set(err, DX_EINVAL, "worker_node_id must be 1 to 200 characters");
   return DX_OK;
@@ -118,6 +122,7 @@ static const opt_desc_t opt_table[] = {
   {"max-attempts", OPT_INT, offsetof(dx_options_t, max_attempts)},
   {"shutdown-grace", OPT_DUR, offsetof(dx_options_t, shutdown_grace_ms)},
   {"turn-instruction-budget", OPT_INT, offsetof(dx_options_t, turn_instruction_budget)},
+  {"turn-time-limit", OPT_DUR, offsetof(dx_options_t, turn_time_limit_ms)},
   {"log-level", OPT_LEVEL, offsetof(dx_options_t, log_level)},
   {"log-format", OPT_FORMAT, offsetof(dx_options_t, log_format)},
   {"loop-block-warning", OPT_DUR, offsetof(dx_options_t, loop_block_warning_ms)},

@@ -457,6 +457,7 @@ uint64_t dx_turn_execution(const dx_turn_t *t) { return t->exec; }
 const char *dx_turn_name(const dx_turn_t *t) { return t->name; }
 const char *dx_turn_version(const dx_turn_t *t) { return t->version; }
 int64_t dx_turn_instruction_budget(const dx_turn_t *t) { return t->cfg->instruction_budget; }
+int64_t dx_turn_time_limit(const dx_turn_t *t) { return t->cfg->time_limit_ms; }
 int dx_turn_is_replaying(const dx_turn_t *t) {
   return t->cursor < t->n_hist && t->emitted < t->n_sched_known;
 }

@@ -19,6 +19,7 @@ typedef struct dx_turn_cfg_s {
   int64_t unregistered_max_ms;
   const char *worker_id;          /* for logs */
   int64_t instruction_budget;     /* the runtime's turn_instruction_budget (0 = host default) */
+  int64_t time_limit_ms;          /* the runtime's turn_time_limit (0 = none) */
 } dx_turn_cfg_t;
 
 /* Run one turn for a fetched item. Always returns a turn (NULL only on ENOMEM) whose

@@ -141,6 +141,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   cfg.unregistered_max_ms = rt->opts.unregistered_max_ms;
   cfg.worker_id = rt->worker_id;
   cfg.instruction_budget = rt->opts.turn_instruction_budget;
+  cfg.time_limit_ms = rt->opts.turn_time_limit_ms;
   job->rt = rt;
   job->item = item;
   dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
@@ -740,8 +741,9 @@ static void on_wake_lost(void *ud) {
 
 /* Another process commits work: look for it at once instead of at the next poll. */
 static void watch_start(dx_runtime_t *rt) {
-  rt->watchdog = rt->opts.loop_block_warning_ms > 0 &&
-                 dx__watchdog_attach(rt->loop, rt->opts.loop_block_warning_ms) == 0;
+  rt->watchdog = (rt->opts.loop_block_warning_ms > 0 || rt->opts.turn_time_limit_ms > 0) &&
+                 dx__watchdog_attach(rt->loop, rt->opts.loop_block_warning_ms,
+                                     rt->opts.turn_time_limit_ms) == 0;
   rt->wake = dx__wake_start(rt->loop, rt->provider, rt->store, on_wake_lost, rt);
 }
 
@@ -775,6 +777,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   memset(&cfg, 0, sizeof cfg);
   cfg.provider = rt->provider;
   cfg.orch_lock_ms = rt->opts.orchestrator_lock_timeout_ms;
+  cfg.turn_time_limit_ms = rt->opts.turn_time_limit_ms;
   cfg.work_lock_ms = rt->opts.worker_lock_timeout_ms;
   cfg.work_renew_ms = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
                                        rt->opts.worker_lock_renewal_buffer_ms);

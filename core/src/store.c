@@ -31,8 +31,9 @@ typedef struct held_s {
   char *instance;      /* orchestration items; NULL for work items */
   uint64_t token;
   uint64_t renew_at;   /* monotonic ms */
-  uint64_t give_up_at; /* monotonic ms: a turn never takes this long (the budget stops code),
-                          nor does the loop go this long without renewing an activity */
+  uint64_t give_up_at; /* monotonic ms: a turn never takes this long (the turn time limit and
+                          the budget stop code), nor does the loop go this long without
+                          renewing an activity */
   int renewing;        /* renewed in the open transaction (undone if it is not kept) */
   struct held_s *next;
 } held_t;
@@ -63,6 +64,7 @@ struct dx_store_s {
   uint64_t commits, cycles;
   held_t *held;       /* store thread only */
   int64_t renew_every_ms, work_renew_every_ms;
+  int64_t orch_hold_ms; /* renew a turn's lock this long at most: past the turn time limit */
   uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
   int64_t sess_every_ms;
   int sess_renewing;  /* the open transaction renewed the session leases */
@@ -96,7 +98,7 @@ static void hold(dx_store_t *s, const char *instance, uint64_t token) {
   h->renew_at = mono_ms() + (uint64_t)(instance ? s->renew_every_ms : s->work_renew_every_ms);
   /* Bounded, so an item the loop dropped without a settlement (out of memory) is not kept
   ** locked for ever: its lock then lapses and it comes back. */
-  h->give_up_at = mono_ms() + HOLD_MAX_MS;
+  h->give_up_at = mono_ms() + (uint64_t)(instance ? s->orch_hold_ms : HOLD_MAX_MS);
   h->next = s->held;
   s->held = h;
 }
@@ -585,6 +587,9 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
   s->cfg = *cfg;
   if (s->cfg.poll_interval_ms <= 0) s->cfg.poll_interval_ms = 10;
   s->renew_every_ms = dx__renewal_interval(s->cfg.orch_lock_ms, 5000);
+  /* The time limit, not a lapsed lock, ends a runaway turn: renew well past the limit. */
+  s->orch_hold_ms = s->cfg.turn_time_limit_ms > HOLD_MAX_MS / 2 ? 2 * s->cfg.turn_time_limit_ms
+                                                                 : HOLD_MAX_MS;
   if (s->renew_every_ms < 1) s->renew_every_ms = 1;
   s->work_renew_every_ms = late_after(s->cfg.work_renew_ms, s->cfg.work_lock_ms);
   if (s->cfg.sessions) {

@@ -74,6 +74,7 @@ typedef struct dx_store_cfg_s {
   int64_t session_renew_ms;          /* how often the loop renews session leases */
   int64_t session_idle_ms;           /* session_idle_timeout (renewals skip idle sessions) */
   int64_t poll_interval_ms;
+  int64_t turn_time_limit_ms;        /* turns end by then: orchestration locks renewed past it */
   const dx_session_cfg_t *sessions;  /* NULL = no session work */
   dx_store_fetch_cb on_fetch;        /* loop thread */
   void *ud;

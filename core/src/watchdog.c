@@ -5,6 +5,11 @@
 ** without yielding stalls every instance of the worker. The loop cannot report that itself,
 ** so a thread does: the loop's heartbeat timer stamps the time every threshold/4, and when the
 ** stamp is older than the threshold the thread logs what the loop thread recorded as running.
+** The same thread enforces the turn time limit: the loop thread arms an alarm around a turn
+** of orchestration code (dx__watch_arm) and, when the turn is still running at its deadline,
+** the thread calls the alarm, which makes the Lua hook fail the turn (bindings/lua/budget.c).
+** That is what ends a single long C call (a sort of millions of entries) that the instruction
+** budget counts as one instruction.
 ** One global mutex guards every watchdog (the loop threads and the watchdog threads are few).
 */
 #include <inttypes.h>
@@ -22,7 +27,7 @@
 typedef struct watchdog_s {
   uv_loop_t *loop;
   int refs;
-  int64_t threshold_ms, period_ms;
+  int64_t threshold_ms, period_ms; /* threshold 0: no blocked-loop warning, only alarms */
   uv_timer_t beat;
   uv_thread_t thread;
   uv_cond_t wake;
@@ -34,6 +39,9 @@ typedef struct watchdog_s {
   int paused;             /* dx__watch_driven(loop, 0): the script is not driving the loop */
   int depth;              /* nesting of dx__watch_enter */
   char labels[MAX_DEPTH][LABEL_LEN];
+  int64_t alarm_at;       /* monotonic ms; 0: no alarm armed */
+  void (*alarm)(void *);
+  void *alarm_arg;
   struct watchdog_s *next;
 } watchdog_t;
 
@@ -81,8 +89,13 @@ static void watch_thread(void *arg) {
   watchdog_t *w = arg;
   uv_mutex_lock(&mu);
   while (!w->stop) {
-    int64_t now = mono_ms(), blocked = now - w->beat_ms;
-    if (!w->paused && blocked > w->threshold_ms) {
+    int64_t now = mono_ms(), blocked = now - w->beat_ms, wait = w->period_ms;
+    if (w->alarm_at > 0 && now >= w->alarm_at) {
+      w->alarm_at = 0;
+      w->alarm(w->alarm_arg); /* under mu: dx__watch_disarm cannot return while it runs */
+    }
+    if (w->alarm_at > 0 && w->alarm_at - now < wait) wait = w->alarm_at - now;
+    if (w->threshold_ms > 0 && !w->paused && blocked > w->threshold_ms) {
       char running[LABEL_LEN];
       current_label(w, running);
       if (!w->warned || strcmp(running, w->reported) != 0) {
@@ -97,15 +110,22 @@ static void watch_thread(void *arg) {
         continue;
       }
     }
-    uv_cond_timedwait(&w->wake, &mu, (uint64_t)w->period_ms * 1000000u);
+    uv_cond_timedwait(&w->wake, &mu, (uint64_t)(wait > 1 ? wait : 1) * 1000000u);
   }
   uv_mutex_unlock(&mu);
 }
 
-int dx__watchdog_attach(uv_loop_t *loop, int64_t threshold_ms) {
+/* How often the thread looks: a quarter of the threshold (or of the turn time limit when
+** there is no threshold; alarms also wake it at their deadline), at least every 10ms. */
+static int64_t period_of(int64_t threshold_ms, int64_t limit_ms) {
+  int64_t p = (threshold_ms > 0 ? threshold_ms : limit_ms) / 4;
+  return p > 10 ? p : 10;
+}
+
+int dx__watchdog_attach(uv_loop_t *loop, int64_t threshold_ms, int64_t limit_ms) {
   watchdog_t *w;
   int rc;
-  if (threshold_ms <= 0) return 0;
+  if (threshold_ms <= 0 && limit_ms <= 0) return 0;
   uv_once(&mu_once, mu_init);
   uv_mutex_lock(&mu);
   if ((w = find(loop)) != NULL) {
@@ -117,8 +137,8 @@ int dx__watchdog_attach(uv_loop_t *loop, int64_t threshold_ms) {
   if (!(w = calloc(1, sizeof *w))) return UV_ENOMEM;
   w->loop = loop;
   w->refs = 1;
-  w->threshold_ms = threshold_ms;
-  w->period_ms = threshold_ms / 4 > 10 ? threshold_ms / 4 : 10;
+  w->threshold_ms = threshold_ms > 0 ? threshold_ms : 0;
+  w->period_ms = period_of(threshold_ms, limit_ms);
   w->beat_ms = mono_ms();
   if ((rc = uv_cond_init(&w->wake)) != 0) {
     free(w);
@@ -196,6 +216,35 @@ void dx__watch_driven(uv_loop_t *loop, int driven) {
   if ((w = find(loop)) != NULL) {
     w->paused = !driven;
     if (driven) w->beat_ms = mono_ms();
+  }
+  uv_mutex_unlock(&mu);
+}
+
+int dx__watch_arm(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *), void *arg) {
+  watchdog_t *w;
+  int armed = 0;
+  if (limit_ms <= 0) return 0;
+  uv_once(&mu_once, mu_init);
+  uv_mutex_lock(&mu);
+  if ((w = find(loop)) != NULL && !w->alarm) {
+    armed = 1;
+    /* no wake-up: the thread looks every period, and a late alarm only adds that period */
+    w->alarm_at = mono_ms() + limit_ms;
+    w->alarm = alarm;
+    w->alarm_arg = arg;
+  }
+  uv_mutex_unlock(&mu);
+  return armed;
+}
+
+void dx__watch_disarm(uv_loop_t *loop) {
+  watchdog_t *w;
+  uv_once(&mu_once, mu_init);
+  uv_mutex_lock(&mu);
+  if ((w = find(loop)) != NULL) {
+    w->alarm_at = 0;
+    w->alarm = NULL;
+    w->alarm_arg = NULL;
   }
   uv_mutex_unlock(&mu);
 }

@@ -74,6 +74,9 @@ const char *dx_turn_version(const dx_turn_t *t);
 /** The running runtime's turn_instruction_budget (its final options: command line over
 **  duroxide.configure); 0 when the turn was not started by a runtime (the host decides). */
 int64_t dx_turn_instruction_budget(const dx_turn_t *t);
+/** The running runtime's turn_time_limit in ms (same sources); 0 when off or not started by a
+**  runtime: the turn then has no wall-clock limit. */
+int64_t dx_turn_time_limit(const dx_turn_t *t);
 int dx_turn_is_replaying(const dx_turn_t *t);
 /** Set by the binding before returning DX_RUN_DONE / DX_RUN_FAILED (copied). */
 void dx_turn_set_output(dx_turn_t *t, const char *json);

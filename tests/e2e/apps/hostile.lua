@@ -34,6 +34,27 @@ local attacks = {
   end,
   move = function() return table.move({}, 1, 1e12, 2) end,
   emptyrep = function() return string.rep("", 1e15) end,
+  -- single C calls that take long but count as one instruction: the turn time limit ends them
+  -- (tests/e2e_hostile.sh h4 runs the worker with --turn-time-limit 1s)
+  slowsort = function()
+    local t = {}
+    for i = 1, 1e6 do t[i] = (i * 7919) % 1000003 end
+    while true do table.sort(t) end
+  end,
+  shift = function()
+    local t = {}
+    for i = 1, 1e6 do t[i] = i end
+    while true do table.insert(t, 1, 0); table.remove(t, 1) end
+  end,
+  utf8len = function()
+    local s = string.rep("a", 16 * 1024 * 1024)
+    while true do utf8.len(s) end
+  end,
+  streq = function()
+    local a, b = string.rep("a", 1e7) .. "b", string.rep("a", 1e7) .. "c"
+    local n = 0
+    while true do if a == b then n = n + 1 end end
+  end,
   -- memory
   rep = function() return #string.rep("x", 1e9) end,
   -- shared state

@@ -51,7 +51,8 @@ duroxide.orchestration("SlowOnce", function(ctx, input)
 end)
 
 -- One long turn: pure computation for input iterations (long turns, lock renewal).
-duroxide.configure({ turn_instruction_budget = 1000000000 })
+-- (and time: under ASan the long turn of t3 may outlast the default 30s turn time limit)
+duroxide.configure({ turn_instruction_budget = 1000000000, turn_time_limit = "10m" })
 duroxide.orchestration("Busy", function(ctx, n)
   local x = 0
   for i = 1, n do x = (x + i) % 1000003 end
