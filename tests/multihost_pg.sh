@@ -153,21 +153,28 @@ fi
 if [ "$owner" = A ]; then mhworker A 0; pa=$WPID; elif [ "$owner" = B ]; then mhworker B 1; pb=$WPID; fi
 
 # ---------------------------------------------------------------------------------------------
-# 3. pg_ctl restart -m fast while 100 orchestrations run: nothing lost, nothing doubled.
+# 3. pg_ctl restart -m fast mid-run: 100 orchestrations run a first activity and wait for event
+# 'go'; 50 get it, the server restarts at once, then the other 50 get it. None can have
+# completed before the restart, so the restart is mid-run by construction.
 bad=0
 for ((i = 1; i <= 100; i++)); do
-  dx start SessRun "$(jin "r$((i % 10))" "r$i" '"n":3,"plain":2,"ms":20')" --id "r$i" \
+  dx start SessWaitRun "$(jin "r$((i % 10))" "r$i" '"n1":1,"n2":2,"ms":50')" --id "r$i" \
     --store "$S" >/dev/null 2>>"$D/start.err" || bad=1
 done
 check "restart: 100 more orchestrations started" $bad "$(tail -3 "$D/start.err")"
-wait_until 60 all_done r 5
-before=$(ncompleted r)
+bad=0
+for ((i = 1; i <= 100; i++)); do wait_until 60 has_event "$S" "r$i" ExternalSubscribed || bad=1; done
+check "restart: all 100 ran their first activity and wait for 'go'" $bad
+bad=0
+for ((i = 1; i <= 50; i++)); do dx raise "r$i" go 1 --store "$S" >/dev/null || bad=1; done
 bash "$HERE/pg_server.sh" ctl "$PGDIR" restart -m fast >/dev/null 2>&1
-check "restart: pg_ctl restart -m fast with $before of 100 completed" $?
+check "restart: pg_ctl restart -m fast right after 'go' to r1..r50 (then $(ncompleted r) of 100 completed)" $?
+for ((i = 51; i <= 100; i++)); do dx raise "r$i" go 1 --store "$S" >/dev/null || bad=1; done
+check "restart: 'go' raised to all 100 (the client reconnects to the restarted server)" $bad
 wait_until 240 all_done r 100
 check "restart: all 100 completed after the server restart" $? "completed: $(ncompleted r)" \
   "$(tail -5 "$D/A.log")" "$(tail -5 "$D/B.log")"
-exactly_once r 100 5
+exactly_once r 100 3
 check "restart: each completed once, every activity completed and ran once" $? "${MSGS[@]}"
 alive "$pa" && alive "$pb"
 check "restart: both workers carried on through the restart" $? \
