@@ -69,7 +69,7 @@ e1_usage() {
 
 e2_luv() {
   local d S
-  d=$(new_dir e2); S=$d/store
+  d=$(new_dir e2); S=$(store_of "$d")
   start_worker "$d/worker.log" "$EDGES" --store "$S"
   run_cmd start Call '{"name":"UvStop"}' --id stop --wait 20s --store "$S"
   [ "$RC" -eq 0 ] && grep -q '"output":"stopped"' <<<"$OUT"
@@ -102,7 +102,7 @@ e2_luv() {
 
 e3_blocked() {
   local d S
-  d=$(new_dir e3); S=$d/store
+  d=$(new_dir e3); S=$(store_of "$d")
   start_worker "$d/worker.log" "$EDGES" --store "$S"
   run_cmd start Call "{\"name\":\"BlockUntilWarned\",\"input\":\"$d/worker.log\"}" --id block1 \
     --wait 60s --store "$S"
@@ -132,7 +132,7 @@ e3_blocked() {
 
 e4_log_forging() {
   local d S id
-  d=$(new_dir e4); S=$d/store
+  d=$(new_dir e4); S=$(store_of "$d")
   start_worker "$d/worker.log" "$EDGES" --store "$S"
   id=$'evil\n2026-01-01T00:00:00.000Z error FORGED record'
   run_cmd start Quick '1' --id "$id" --wait 20s --store "$S"

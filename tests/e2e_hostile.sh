@@ -44,7 +44,7 @@ innocent_ok() { # innocent_ok STORE ID: the innocent instance completed with its
 
 h1_attacks() {
   local d S a name want i=0
-  d=$(new_dir h1); S=$d/store
+  d=$(new_dir h1); S=$(store_of "$d")
   start_worker "$d/worker.log" "$HOSTILE" --store "$S"
   innocent_ok "$S" before
   check "hostile: innocent instance completes before the attacks" $? "rc=$RC" "$OUT" "$ERR"
@@ -74,7 +74,7 @@ h1_attacks() {
 
 h2_concurrent() {
   local d S a name bad=0 msgs=()
-  d=$(new_dir h2); S=$d/store
+  d=$(new_dir h2); S=$(store_of "$d")
   start_worker "$d/worker.log" "$HOSTILE" --store "$S"
   for a in "${ATTACKS[@]}"; do
     name=${a%%|*}
@@ -97,7 +97,7 @@ h2_concurrent() {
 
 h3_sigterm_mid_attack() {
   local d S
-  d=$(new_dir h3); S=$d/store
+  d=$(new_dir h3); S=$(store_of "$d")
   start_worker "$d/worker.log" "$HOSTILE" --store "$S"
   dx start Attack_sort --id looping --store "$S" >/dev/null
   wait_until 30 has_event "$S" looping OrchestrationStarted

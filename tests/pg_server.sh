@@ -3,6 +3,7 @@
 #
 #   tests/pg_server.sh start   -> prints two lines: the URL, then the directory to stop
 #   tests/pg_server.sh stop DIR
+#   tests/pg_server.sh ctl DIR ARGS...  -> pg_ctl ARGS on that server (e.g. restart -m fast, reload)
 #
 # The server runs as user `postgres` (initdb refuses root) with fsync off: it is thrown away,
 # and the crash tests kill workers, not the server. Needs the Debian postgresql package.
@@ -50,8 +51,17 @@ stop() {
   rm -rf "$D"
 }
 
+ctl() {
+  local B D=$1
+  shift
+  [ -d "$D/data" ] || { echo "pg_server.sh: $D is not a server directory" >&2; exit 2; }
+  B=$(bindir)
+  as_pg "$B/pg_ctl" -D "$D/data" -w -s "$@"
+}
+
 case "${1:-}" in
   start) start ;;
   stop) [ $# -eq 2 ] || { echo "usage: $0 stop DIR" >&2; exit 2; }; stop "$2" ;;
-  *) echo "usage: $0 start | stop DIR" >&2; exit 2 ;;
+  ctl) [ $# -ge 3 ] || { echo "usage: $0 ctl DIR ARGS..." >&2; exit 2; }; shift; ctl "$@" ;;
+  *) echo "usage: $0 start | stop DIR | ctl DIR ARGS..." >&2; exit 2 ;;
 esac

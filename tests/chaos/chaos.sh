@@ -56,7 +56,7 @@ KILL_SPAN_S=$((KILLS * (KMIN + KMAX) / 2000))   # about how long the kills go on
 WAVES=${CHAOS_WAVES:-$((KILL_SPAN_S > 5 ? KILL_SPAN_S : 5))}
 DEFAULT_WOPTS="--worker-lock-timeout 2s --session-lock-timeout 2s --orchestrator-lock-timeout 2s"
 read -r -a WOPTS <<<"${CHAOS_WORKER_OPTS:-$DEFAULT_WOPTS}"
-export STORE=${STORE:-$TMP/store}
+export STORE=${STORE:-$(store_of "$(new_dir c)")}   # DX_E2E_STORE=pg: a fresh schema
 export CHAOS_N=$N CHAOS_SEED=$SEED CHAOS_SESSIONS=${CHAOS_SESSIONS:-6} CHAOS_CLOSE=${CHAOS_CLOSE:-1}
 export CHAOS_LOG=$TMP/logs CHAOS_DEATHS=$TMP/deaths
 mkdir -p "$CHAOS_LOG"
