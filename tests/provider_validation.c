@@ -539,6 +539,34 @@ DX_TEST(pv_orphan_messages_do_not_block_the_queue) {
   done(p);
 }
 
+/* A start handed back with a delay (a worker without the orchestration) is not an orphan:
+** an event and a cancel sent meanwhile wait for it and come in its first batch (issue 7.1). */
+DX_TEST(pv_messages_wait_for_a_start_handed_back) {
+  dx_provider_t *p = fresh();
+  dx_orch_item_t *it;
+  dx_work_item_t cancel = wi(DX_WI_CANCEL, "A", 0, 0);
+  cancel.data = "stop";
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  CHECK(M(p)->abandon_orchestration_item(p, T0 + 1, "A", it->lock_token, 1000, 0, &E));
+  dx_orch_item_free(it);
+  enqueue(p, T0 + 2, raise_item("A"));
+  enqueue(p, T0 + 3, cancel);
+  ASSERT(fetch(p, T0 + 4) == NULL); /* nothing to hand out before the start is visible */
+  ASSERT_EQ(depths(p).orchestrator, 3); /* ... and nothing was dropped */
+  ASSERT_EQ(next_due(p, T0 + 4), T0 + 1001);
+  ASSERT(fetch(p, T0 + 500) == NULL);
+  it = fetch(p, T0 + 1001);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 3);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_START);
+  ASSERT_EQ(it->messages[1].kind, DX_WI_EXTERNAL);
+  ASSERT_EQ(it->messages[2].kind, DX_WI_CANCEL);
+  turn(p, T0 + 1002, it, 1);
+  ASSERT_EQ(depths(p).orchestrator, 0);
+  done(p);
+}
+
 DX_TEST(pv_sub_orchestration_completion_routes_to_parent) {
   dx_provider_t *p = fresh();
   dx_work_item_t start = start_item("P::sub::2"), reply = wi(DX_WI_SUB_COMPLETED, "P", 1, 2);
