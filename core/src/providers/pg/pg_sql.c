@@ -106,6 +106,12 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE q.instance_id = $1",
   [PQ_ORCH_DROP_EMPTY] =
     "DELETE FROM orch_queue WHERE instance_id = $1 AND lock_token IS NULL AND ready_at IS NULL",
+  [PQ_ORCH_LATER_MSGS] = /* messages not visible yet: is a start among them? */
+    "SELECT visible_at, item FROM orch_msgs WHERE instance_id = $1 AND visible_at > $2::bigint"
+    " ORDER BY visible_at, seq",
+  [PQ_ORCH_WAIT] = /* unlock; due when the start handed back is visible */
+    "UPDATE orch_queue SET lock_token = NULL, locked_until = NULL, locked_by = NULL,"
+    " ready_at = $2::bigint, due_at = $2::bigint WHERE instance_id = $1",
   [PQ_ORCH_DEL_BATCH] = "DELETE FROM orch_msgs WHERE instance_id = $1 AND lock_token = $2::bigint",
   [PQ_ORCH_CHECK] =
     "SELECT lock_token, locked_until FROM orch_queue WHERE instance_id = $1 FOR UPDATE",
