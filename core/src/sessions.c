@@ -8,7 +8,9 @@
 ** - idle: no activity for session_idle_timeout -> we stop renewing; once the lease lapses
 **   the session is unpinned (another worker may claim it) and the hook fires;
 ** - lost: a renewal did not cover a session we still consider active;
-** - closed: ctx:close_session reached us; shutdown: graceful stop.
+** - closed: ctx:close_session reached us and the session's running activities here finished
+**   (until then we keep the lease, so no other worker runs the session meanwhile);
+** - shutdown: graceful stop.
 */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@ typedef struct owned_s {
   int64_t lease_until;
   int running;          /* activities of this session running here now */
   int idle;             /* stopped renewing because idle */
+  int closing;          /* ctx:close_session arrived: release once `running` reaches 0 */
   struct owned_s *next;
 } owned_t;
 
@@ -106,11 +109,14 @@ void dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
   o->running++;
 }
 
+static void close_now(dx_sessions_t *s, const char *sid);
+
 void dx__sessions_on_done(dx_sessions_t *s, const char *sid) {
   owned_t *o = find(s, sid);
   if (!o) return;
   if (o->running > 0) o->running--;
   o->last_activity = dx__now_ms();
+  if (o->closing && o->running == 0) close_now(s, sid);
 }
 
 static void maybe_finish(dx_sessions_t *s);
@@ -136,11 +142,21 @@ static void submit_release(dx_sessions_t *s, const char *sid, dx_store_op_cb don
   dx__store_submit(s->store, op);
 }
 
-void dx__sessions_close(dx_sessions_t *s, const char *sid) {
-  dx__log(DX_LOG_INFO, "session close requested", "session_id=%s worker_id=%s", sid,
-          s->worker_id);
+/* Release in the store, then tell the app. */
+static void close_now(dx_sessions_t *s, const char *sid) {
   submit_release(s, sid, release_done);
   if (find(s, sid)) drop(s, sid, "closed");
+}
+
+void dx__sessions_close(dx_sessions_t *s, const char *sid) {
+  owned_t *o = find(s, sid);
+  dx__log(DX_LOG_INFO, "session close requested", "session_id=%s worker_id=%s running=%d", sid,
+          s->worker_id, o ? o->running : 0);
+  if (o && o->running > 0) { /* another instance's activity on it still runs here */
+    o->closing = 1;
+    return;
+  }
+  close_now(s, sid);
 }
 
 static int renewed(const dx_store_op_t *op, const char *id) {
