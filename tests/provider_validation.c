@@ -1631,7 +1631,23 @@ DX_TEST(pv_session_fetch_updates_last_activity) {
   ASSERT_EQ(srow(p, "s1").last, T0);
   ASSERT_EQ(take(p, T0 + 900, "A", 10, 2), 0);
   ASSERT_EQ(srow(p, "s1").last, T0 + 900);
-  ASSERT_EQ(srow(p, "s1").locked, T0 + SLOCK); /* a live lease is left alone */
+  ASSERT_EQ(srow(p, "s1").locked, T0 + 900 + SLOCK); /* the owner's fetch refreshes it */
+  done(p);
+}
+
+/* A worker restarted with the same id owns its sessions again: its first fetch refreshes the
+** dead process's lease at once, so no other worker claims the session under the activity it
+** starts (issue 9 item 3a: before, the old lease lapsed mid-activity and B claimed it). */
+DX_TEST(pv_session_same_id_restart_refreshes_lease) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  enqueue_work(p, T0, sess_item("J", 3, "s1"));
+  take_ack(p, T0, "A", 1); /* A claims s1, then dies; a new A comes back with the same id */
+  ASSERT_EQ(take(p, T0 + SLOCK - 100, "A", 10, 2), 0); /* the restarted A: no new claim */
+  ASSERT_EQ(srow(p, "s1").locked, T0 + 2 * SLOCK - 100);
+  ASSERT_EQ(take(p, T0 + SLOCK + 1, "B", 10, 0), 0); /* the old lease would have lapsed */
+  ASSERT_STR_EQ(srow(p, "s1").owner, "A");
   done(p);
 }
 

@@ -216,9 +216,9 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE s.owner = '' OR (s.owner <> $2 AND (s.locked_until <= $3::bigint OR"
     OWNER_DEAD("s.owner", "$5::text", "$6::bigint") ")) RETURNING prev",
 
-  [PQ_SESS_OWNED] =
-    "UPDATE sessions SET last_activity = $3::bigint, locked_until = CASE WHEN locked_until <="
-    " $3::bigint THEN $4::bigint ELSE locked_until END WHERE session_id = $1 AND owner = $2",
+  [PQ_SESS_OWNED] = /* an owner's fetch refreshes the lease at once (a same-id restart) */
+    "UPDATE sessions SET last_activity = $3::bigint, locked_until ="
+    " GREATEST(locked_until, $4::bigint) WHERE session_id = $1 AND owner = $2",
   [PQ_SESS_DROP_IF_EMPTY] =
     "DELETE FROM sessions WHERE session_id = $1"
     " AND NOT EXISTS (SELECT 1 FROM work WHERE session_id = $1)",
