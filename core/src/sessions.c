@@ -42,6 +42,7 @@ struct dx_sessions_s {
   uv_timer_t renew_timer, cleanup_timer;
   dx_store_op_t renew_op, cleanup_op, release_op;
   int renew_busy, cleanup_busy;
+  int renewed_once;     /* the first renewal runs at start, owned or not (same-id restart) */
   int closing_handles;
   int shutting_down;
   void (*shutdown_cb)(void *);
@@ -207,7 +208,10 @@ static void renew_done(dx_store_op_t *op) {
 
 static void on_renew_timer(uv_timer_t *t) {
   dx_sessions_t *s = t->data;
-  if (s->renew_busy || s->shutting_down || !s->owned) return;
+  /* the first tick renews what the store says we own: a worker restarted with the same id
+  ** keeps the dead process's leases instead of letting them lapse before it renews */
+  if (s->renew_busy || s->shutting_down || (!s->owned && s->renewed_once)) return;
+  s->renewed_once = 1;
   memset(&s->renew_op, 0, sizeof s->renew_op);
   s->renew_op.kind = DX_OP_RENEW_SESSIONS;
   s->renew_op.worker_id = s->worker_id;
@@ -265,7 +269,7 @@ dx_sessions_t *dx__sessions_new(uv_loop_t *loop, dx_store_t *store, const dx_opt
   uv_timer_init(loop, &s->renew_timer);
   uv_timer_init(loop, &s->cleanup_timer);
   s->renew_timer.data = s->cleanup_timer.data = s;
-  uv_timer_start(&s->renew_timer, on_renew_timer, (uint64_t)every, (uint64_t)every);
+  uv_timer_start(&s->renew_timer, on_renew_timer, 0, (uint64_t)every); /* first: at start */
   uv_timer_start(&s->cleanup_timer, on_cleanup_timer,
                  (uint64_t)opts->session_cleanup_interval_ms,
                  (uint64_t)opts->session_cleanup_interval_ms);
