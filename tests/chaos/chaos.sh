@@ -5,8 +5,8 @@
 # SIGKILL at random and restarted, with the same --worker-node-id or a new one. At the end
 # (tests/chaos/ctl.lua check): every instance completed once with the output plan.lua computes,
 # no history has a duplicated or missing completion or more than one terminal event, and no two
-# processes ran activities of one session at the same time (a TODO until issue 9 item 3 is
-# fixed). scripts/chaos runs the long version and prints the JSON summary.
+# processes ran activities of one session at the same time (a TODO until issue 9 item 3's
+# fencing is done). scripts/chaos runs the long version and prints the JSON summary.
 #
 # Environment (defaults are the short version that `meson test` runs):
 #   CHAOS_ORCHESTRATIONS=150  CHAOS_WORKERS=3  CHAOS_KILLS=4   instances, workers, SIGKILLs
@@ -135,7 +135,7 @@ ctl_tap() {
       FAIL) fail "$lastname" "${diags[@]}" ;;
       # meson counts "ok # TODO" as an unexpected pass (a failure): a passing TODO is a pass.
       TODOPASS) pass "$lastname" ;;
-      TODOFAIL) todo "$lastname" 1 "issue 9 item 3: session overlap (same-id restart or close_session)" \
+      TODOFAIL) todo "$lastname" 1 "issue 9 item 3: session overlap (a stalled owner is not fenced yet)" \
                   "${diags[@]}" ;;
     esac
     diags=()
