@@ -190,6 +190,33 @@ describe("duroxide.testing, simulated workers and sessions", function()
     assert.are.same({ "claimed s4 new w1", "released s4 closed w1" }, hook_log())
   end)
 
+  it("ctx:close_session waits for the session's running activities before closed", function()
+    local go = false
+    env:register_activity("Slow", function(actx, n)
+      while not go do actx:sleep(5) end -- runs until the test lets it finish
+      return n
+    end)
+    env:register_orchestration("SlowTurn", function(ctx, sid)
+      return assert(ctx:schedule_activity_on_session("Slow", 7, sid):await())
+    end)
+    env:register_orchestration("Close", function(ctx, sid)
+      local a = assert(ctx:schedule_activity_on_session("Turn", 1, sid):await())
+      ctx:close_session(sid)
+      return a
+    end)
+    local slow = env:start("slow-7", "SlowTurn", "s7")
+    local st = env:run_until_complete(env:start("close-7", "Close", "s7"))
+    assert.are.equal("Completed", st.status)
+    assert.are.equal("Running", env:status(slow).status)
+    -- the close reached the owner, but Slow still runs there: the session stays held
+    assert.are.same({ "claimed s7 new w1" }, hook_log())
+    assert.are.equal("w1", env:sessions()[1].worker_id)
+    go = true
+    assert.are.equal(7, env:run_until_complete(slow).output)
+    env:run_until_idle()
+    assert.are.same({ "claimed s7 new w1", "released s7 closed w1" }, hook_log())
+  end)
+
   it("fires idle once the session has been idle for session_idle_timeout", function()
     local st = env:run_until_complete(env:start(nil, "OneTurn", "s5"))
     assert.are.equal("Completed", st.status)

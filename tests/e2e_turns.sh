@@ -68,13 +68,11 @@ t2_start_on_new_worker_keeps_event_and_cancel() {
   run_cmd wait g1 --timeout 20s --store "$S"
   st=$RC
   [ "$st" -eq 0 ] && grep -q '"output":"ev"' <<<"$OUT"
-  todo "rolling/start: the event raised during the backoff reaches the first turn" $? \
-    "LMDB provider drops messages of an instance with no record and no *visible* start" \
+  check "rolling/start: the event raised during the backoff reaches the first turn" $? \
     "rc=$st" "$OUT" "$ERR"
   run_cmd wait c1 --timeout 5s --store "$S"
   [ "$RC" -eq 1 ] && grep -q 'canceled: rolled back' <<<"$OUT"
-  todo "rolling/start: the cancel sent during the backoff fails the instance" $? \
-    "LMDB provider drops messages of an instance with no record and no *visible* start" \
+  check "rolling/start: the cancel sent during the backoff fails the instance" $? \
     "rc=$RC" "$OUT" "$ERR"
 }
 

@@ -539,6 +539,34 @@ DX_TEST(pv_orphan_messages_do_not_block_the_queue) {
   done(p);
 }
 
+/* A start handed back with a delay (a worker without the orchestration) is not an orphan:
+** an event and a cancel sent meanwhile wait for it and come in its first batch (issue 7.1). */
+DX_TEST(pv_messages_wait_for_a_start_handed_back) {
+  dx_provider_t *p = fresh();
+  dx_orch_item_t *it;
+  dx_work_item_t cancel = wi(DX_WI_CANCEL, "A", 0, 0);
+  cancel.data = "stop";
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  CHECK(M(p)->abandon_orchestration_item(p, T0 + 1, "A", it->lock_token, 1000, 0, &E));
+  dx_orch_item_free(it);
+  enqueue(p, T0 + 2, raise_item("A"));
+  enqueue(p, T0 + 3, cancel);
+  ASSERT(fetch(p, T0 + 4) == NULL); /* nothing to hand out before the start is visible */
+  ASSERT_EQ(depths(p).orchestrator, 3); /* ... and nothing was dropped */
+  ASSERT_EQ(next_due(p, T0 + 4), T0 + 1001);
+  ASSERT(fetch(p, T0 + 500) == NULL);
+  it = fetch(p, T0 + 1001);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 3);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_START);
+  ASSERT_EQ(it->messages[1].kind, DX_WI_EXTERNAL);
+  ASSERT_EQ(it->messages[2].kind, DX_WI_CANCEL);
+  turn(p, T0 + 1002, it, 1);
+  ASSERT_EQ(depths(p).orchestrator, 0);
+  done(p);
+}
+
 DX_TEST(pv_sub_orchestration_completion_routes_to_parent) {
   dx_provider_t *p = fresh();
   dx_work_item_t start = start_item("P::sub::2"), reply = wi(DX_WI_SUB_COMPLETED, "P", 1, 2);
@@ -1603,7 +1631,23 @@ DX_TEST(pv_session_fetch_updates_last_activity) {
   ASSERT_EQ(srow(p, "s1").last, T0);
   ASSERT_EQ(take(p, T0 + 900, "A", 10, 2), 0);
   ASSERT_EQ(srow(p, "s1").last, T0 + 900);
-  ASSERT_EQ(srow(p, "s1").locked, T0 + SLOCK); /* a live lease is left alone */
+  ASSERT_EQ(srow(p, "s1").locked, T0 + 900 + SLOCK); /* the owner's fetch refreshes it */
+  done(p);
+}
+
+/* A worker restarted with the same id owns its sessions again: its first fetch refreshes the
+** dead process's lease at once, so no other worker claims the session under the activity it
+** starts (issue 9 item 3a: before, the old lease lapsed mid-activity and B claimed it). */
+DX_TEST(pv_session_same_id_restart_refreshes_lease) {
+  dx_provider_t *p = fresh();
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  enqueue_work(p, T0, sess_item("J", 3, "s1"));
+  take_ack(p, T0, "A", 1); /* A claims s1, then dies; a new A comes back with the same id */
+  ASSERT_EQ(take(p, T0 + SLOCK - 100, "A", 10, 2), 0); /* the restarted A: no new claim */
+  ASSERT_EQ(srow(p, "s1").locked, T0 + 2 * SLOCK - 100);
+  ASSERT_EQ(take(p, T0 + SLOCK + 1, "B", 10, 0), 0); /* the old lease would have lapsed */
+  ASSERT_STR_EQ(srow(p, "s1").owner, "A");
   done(p);
 }
 

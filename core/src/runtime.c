@@ -614,8 +614,9 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
                           w->previous_owner);
 
   if (a->item.kind == DX_WI_SESSION_CLOSE) { /* not an activity: end the session here */
+    activity_settle(a, DX_OP_ACK_WORK, 0, 0); /* first: the close item is not a running one */
+    /* released once the session's running activities here finish (issue 9 item 5) */
     if (rt->sessions && a->item.session_id) dx__sessions_close(rt->sessions, a->item.session_id);
-    activity_settle(a, DX_OP_ACK_WORK, 0, 0);
     return;
   }
   if (w->attempt_count > rt->opts.max_attempts) {

@@ -8,7 +8,9 @@
 ** - idle: no activity for session_idle_timeout -> we stop renewing; once the lease lapses
 **   the session is unpinned (another worker may claim it) and the hook fires;
 ** - lost: a renewal did not cover a session we still consider active;
-** - closed: ctx:close_session reached us; shutdown: graceful stop.
+** - closed: ctx:close_session reached us and the session's running activities here finished
+**   (until then we keep the lease, so no other worker runs the session meanwhile);
+** - shutdown: graceful stop.
 */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@ typedef struct owned_s {
   int64_t lease_until;
   int running;          /* activities of this session running here now */
   int idle;             /* stopped renewing because idle */
+  int closing;          /* ctx:close_session arrived: release once `running` reaches 0 */
   struct owned_s *next;
 } owned_t;
 
@@ -39,6 +42,7 @@ struct dx_sessions_s {
   uv_timer_t renew_timer, cleanup_timer;
   dx_store_op_t renew_op, cleanup_op, release_op;
   int renew_busy, cleanup_busy;
+  int renewed_once;     /* the first renewal runs at start, owned or not (same-id restart) */
   int closing_handles;
   int shutting_down;
   void (*shutdown_cb)(void *);
@@ -106,11 +110,14 @@ void dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
   o->running++;
 }
 
+static void close_now(dx_sessions_t *s, const char *sid);
+
 void dx__sessions_on_done(dx_sessions_t *s, const char *sid) {
   owned_t *o = find(s, sid);
   if (!o) return;
   if (o->running > 0) o->running--;
   o->last_activity = dx__now_ms();
+  if (o->closing && o->running == 0) close_now(s, sid);
 }
 
 static void maybe_finish(dx_sessions_t *s);
@@ -136,11 +143,21 @@ static void submit_release(dx_sessions_t *s, const char *sid, dx_store_op_cb don
   dx__store_submit(s->store, op);
 }
 
-void dx__sessions_close(dx_sessions_t *s, const char *sid) {
-  dx__log(DX_LOG_INFO, "session close requested", "session_id=%s worker_id=%s", sid,
-          s->worker_id);
+/* Release in the store, then tell the app. */
+static void close_now(dx_sessions_t *s, const char *sid) {
   submit_release(s, sid, release_done);
   if (find(s, sid)) drop(s, sid, "closed");
+}
+
+void dx__sessions_close(dx_sessions_t *s, const char *sid) {
+  owned_t *o = find(s, sid);
+  dx__log(DX_LOG_INFO, "session close requested", "session_id=%s worker_id=%s running=%d", sid,
+          s->worker_id, o ? o->running : 0);
+  if (o && o->running > 0) { /* another instance's activity on it still runs here */
+    o->closing = 1;
+    return;
+  }
+  close_now(s, sid);
 }
 
 static int renewed(const dx_store_op_t *op, const char *id) {
@@ -191,7 +208,10 @@ static void renew_done(dx_store_op_t *op) {
 
 static void on_renew_timer(uv_timer_t *t) {
   dx_sessions_t *s = t->data;
-  if (s->renew_busy || s->shutting_down || !s->owned) return;
+  /* the first tick renews what the store says we own: a worker restarted with the same id
+  ** keeps the dead process's leases instead of letting them lapse before it renews */
+  if (s->renew_busy || s->shutting_down || (!s->owned && s->renewed_once)) return;
+  s->renewed_once = 1;
   memset(&s->renew_op, 0, sizeof s->renew_op);
   s->renew_op.kind = DX_OP_RENEW_SESSIONS;
   s->renew_op.worker_id = s->worker_id;
@@ -249,7 +269,7 @@ dx_sessions_t *dx__sessions_new(uv_loop_t *loop, dx_store_t *store, const dx_opt
   uv_timer_init(loop, &s->renew_timer);
   uv_timer_init(loop, &s->cleanup_timer);
   s->renew_timer.data = s->cleanup_timer.data = s;
-  uv_timer_start(&s->renew_timer, on_renew_timer, (uint64_t)every, (uint64_t)every);
+  uv_timer_start(&s->renew_timer, on_renew_timer, 0, (uint64_t)every); /* first: at start */
   uv_timer_start(&s->cleanup_timer, on_cleanup_timer,
                  (uint64_t)opts->session_cleanup_interval_ms,
                  (uint64_t)opts->session_cleanup_interval_ms);

@@ -27,7 +27,8 @@ void dx__sessions_on_fetch(dx_sessions_t *s, const char *session_id, int claimed
                            const char *previous_owner);
 /* A session activity finished (its result is queued). */
 void dx__sessions_on_done(dx_sessions_t *s, const char *session_id);
-/* ctx:close_session reached this owner: hook "closed" and release the lease. */
+/* ctx:close_session reached this owner: release the lease and fire hook "closed" once the
+** session's activities running here have finished (at once when none runs). */
 void dx__sessions_close(dx_sessions_t *s, const char *session_id);
 /* Graceful shutdown: release every owned session (hook "shutdown"), stop the timers, then
 ** call cb. The manager is freed after cb returns. */

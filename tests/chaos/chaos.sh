@@ -5,8 +5,8 @@
 # SIGKILL at random and restarted, with the same --worker-node-id or a new one. At the end
 # (tests/chaos/ctl.lua check): every instance completed once with the output plan.lua computes,
 # no history has a duplicated or missing completion or more than one terminal event, and no two
-# processes ran activities of one session at the same time (a TODO until issue 9 item 3 is
-# fixed). scripts/chaos runs the long version and prints the JSON summary.
+# processes ran activities of one session at the same time (a TODO until issue 9 item 3's
+# fencing is done). scripts/chaos runs the long version and prints the JSON summary.
 #
 # Environment (defaults are the short version that `meson test` runs):
 #   CHAOS_ORCHESTRATIONS=150  CHAOS_WORKERS=3  CHAOS_KILLS=4   instances, workers, SIGKILLs
@@ -135,7 +135,7 @@ ctl_tap() {
       FAIL) fail "$lastname" "${diags[@]}" ;;
       # meson counts "ok # TODO" as an unexpected pass (a failure): a passing TODO is a pass.
       TODOPASS) pass "$lastname" ;;
-      TODOFAIL) todo "$lastname" 1 "issue 9 item 3: session overlap (same-id restart or close_session)" \
+      TODOFAIL) todo "$lastname" 1 "issue 9 item 3: session overlap (a stalled owner is not fenced yet)" \
                   "${diags[@]}" ;;
     esac
     diags=()
@@ -226,7 +226,7 @@ c1_campaign() {
 # ---------------------------------------------------------------------------------------------
 # Minimal reproductions of the two session-overlap defects the campaign finds (issue 9 item 3).
 # Each is deterministic: it builds the exact interleaving instead of waiting for a kill to hit
-# it. Completion is a hard check; the overlap check is a TODO until the defect is fixed.
+# it. Completion and the absence of overlap are hard checks (both defects are fixed).
 
 # scen_setup NAME: a fresh log dir for scenario NAME; instance and session ids get a run suffix
 # so the scenarios can share a store ($STORE) with earlier runs.
@@ -241,16 +241,12 @@ scen_setup() {
 # sess_in X SID MS CLOSE: the input of a Sess instance with one SessStep.
 sess_in() { printf '{"x":%d,"n":1,"par":0,"sid":"%s","ms":%d,"close":%s}' "$1" "$2" "$3" "$4"; }
 runlog_has() { cat "$CHAOS_LOG"/act.*.log 2>/dev/null | grep -Eq "$1"; }   # runlog_has REGEX
-lease_lapsed() {   # lease_lapsed SID
-  dx sessions --store "$STORE" | grep "\"session_id\":\"$1\"" | grep -q '"lease":"lapsed"'
-}
-# overlap_todo NAME REASON: the session-overlap check of the scenario's logs, as a TODO when it
-# fails. When it passes it is a plain pass (meson counts "ok # TODO" as a failure, and under
-# heavy load the interleaving may not happen); once the defect is fixed, make it a `check`.
-overlap_todo() {
+# no_overlap NAME: hard check that no two processes ran activities of one session at once
+# (the scenario's activity logs).
+no_overlap() {
   local ov
   ov=$(ctl overlaps)
-  if [ -z "$ov" ]; then pass "$1"; else todo "$1" 1 "$2" "$ov"; fi
+  check "$1" "$([ -z "$ov" ]; echo $?)" "$ov"
 }
 # wait_done ID...: hard check that each instance completed.
 wait_done() {
@@ -285,21 +281,25 @@ c2_close_during_activity() {
   wait_done "long-$RUN" "close-$RUN" "next-$RUN"
   stop_worker "$pa" TERM 40
   died "$pa"
-  overlap_todo "c2: no other worker runs a session's activity while a closed session's activity still runs" \
-    "issue 9 item 3(b)/5: close_session releases the session without waiting for its running activities"
+  no_overlap "c2: no other worker runs a session's activity while a closed session's activity still runs"
 }
 
-# (a) A worker restarted with the same --worker-node-id owns its sessions again but keeps the
-# dead process's lease, and its first renewal comes one renewal interval after its start. With
+# (a) A worker restarted with the same --worker-node-id owns its sessions again; before the fix
+# it kept the dead process's lease and renewed only one renewal interval after its start. With
 # a 16 s session lease (renewed every 11 s): A claims the session, is killed 9 s later and
 # restarted at once as A' (same id, one activity at a time); A' runs an 11 s SessStep of instance
-# "long" under the old lease, which lapses about 7 s after the restart, 4 s before A' first
-# renews. Worker B then claims the session for instance "next" while A' still runs "long".
+# "long". Worker B starts, and once the dead process's lease would have lapsed instance "next"
+# asks for the session: A' must still hold it (its fetch refreshed the lease), so "next" waits
+# for A' instead of running on B next to "long".
+lease_until() {   # lease_until SID: the session's locked_until_ms
+  dx sessions --store "$STORE" | grep "\"session_id\":\"$1\"" |
+    sed -E 's/.*"locked_until_ms":([0-9]+).*/\1/'
+}
 c3_same_id_restart() {
   SCEN=c3
   scen_setup c3
   local sid=s-$RUN opts=(--session-lock-timeout 16s --worker-lock-timeout 30s
-                         --orchestrator-lock-timeout 2s --worker-concurrency 1) pa
+                         --orchestrator-lock-timeout 2s --worker-concurrency 1) pa dead now
   start_worker "$SDIR/a.log" "$CHAOS/app.lua" --store "$STORE" --worker-node-id "a-$RUN" "${opts[@]}"
   pa=$WPID
   dx start Sess "$(sess_in 1 "$sid" 0 false)" --id "first-$RUN" --store "$STORE" --wait 30s >/dev/null \
@@ -308,18 +308,22 @@ c3_same_id_restart() {
   kill -9 "$pa"
   wait "$pa" 2>/dev/null
   died "$pa"
+  dead=$(lease_until "$sid")
   start_worker "$SDIR/a2.log" "$CHAOS/app.lua" --store "$STORE" --worker-node-id "a-$RUN" "${opts[@]}"
   pa=$WPID
   dx start Sess "$(sess_in 2 "$sid" 11000 false)" --id "long-$RUN" --store "$STORE" >/dev/null
   wait_until 30 runlog_has "^S .* long-$RUN " || diag "long-$RUN never started"
+  now=$(lease_until "$sid")
+  check "c3: the restarted worker refreshed the dead process's lease" \
+    "$([ -n "$dead" ] && [ -n "$now" ] && [ "$now" -gt "$dead" ]; echo $?)" "dead=$dead now=$now"
   start_worker "$SDIR/b.log" "$CHAOS/app.lua" --store "$STORE" --worker-node-id "b-$RUN" "${opts[@]}"
-  wait_until 30 lease_lapsed "$sid" || diag "the lease of $sid did not lapse"
+  # past the dead process's lease (a wait, not an assertion on time)
+  while [ -n "$dead" ] && [ "$(($(date +%s%N) / 1000000))" -le "$((dead + 200))" ]; do sleep 0.2; done
   dx start Sess "$(sess_in 3 "$sid" 300 false)" --id "next-$RUN" --store "$STORE" >/dev/null
   wait_done "first-$RUN" "long-$RUN" "next-$RUN"
   stop_worker "$pa" TERM 40
   died "$pa"
-  overlap_todo "c3: a same-id restart keeps its sessions leased: no other worker runs them meanwhile" \
-    "issue 9 item 3(a): the restarted worker does not renew the dead process's session lease"
+  no_overlap "c3: a same-id restart keeps its sessions leased: no other worker runs them meanwhile"
 }
 
 run_scenarios c0_checkers c1_campaign c2_close_during_activity c3_same_id_restart

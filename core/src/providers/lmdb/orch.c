@@ -185,28 +185,51 @@ static int starts_instance(const dx_work_item_t *w) {
   return w->kind == DX_WI_START || w->kind == DX_WI_CAN;
 }
 
+/* Decode message `i` of `l`; a record that does not decode is reported as corrupt. */
+static int msg_decode(tx_t *t, const msg_list_t *l, size_t i, dx_work_item_t *w) {
+  dx_error_t derr = {0};
+  int rc = dx__work_item_decode(l->v[i].item, l->v[i].item_len, w, &derr);
+  if (rc == DX_ENOMEM) return dx__lm_nomem(t->err);
+  if (rc)
+    return dx__lm_corrupt(t, DB_ORCH_MSGS, derr.msg, "instance '%s' message %llu", l->inst,
+                          (unsigned long long)l->v[i].seq);
+  return 0;
+}
+
 /* Decode the messages visible at `now` (the batch). */
 static int batch_decode(tx_t *t, const msg_list_t *l, int64_t now, dx_work_item_t **out,
                         size_t *n) {
   dx_work_item_t *v = calloc(l->n ? l->n : 1, sizeof *v);
   size_t i, k = 0;
-  dx_error_t derr = {0};
   int rc;
   if (!v) return dx__lm_nomem(t->err);
   for (i = 0; i < l->n; i++) {
     if (l->v[i].visible_at > now) continue;
-    if ((rc = dx__work_item_decode(l->v[i].item, l->v[i].item_len, &v[k], &derr))) {
+    if ((rc = msg_decode(t, l, i, &v[k]))) {
       size_t j;
       for (j = 0; j < k; j++) dx_work_item_clear(&v[j]);
       free(v);
-      if (rc == DX_ENOMEM) return dx__lm_nomem(t->err);
-      return dx__lm_corrupt(t, DB_ORCH_MSGS, derr.msg, "instance '%s' message %llu", l->inst,
-                     (unsigned long long)l->v[i].seq);
+      return rc;
     }
     k++;
   }
   *out = v;
   *n = k;
+  return 0;
+}
+
+/* The earliest visible_at of a start (START or CAN) queued for later than `now`, or LM_NEVER. */
+static int queued_start_at(tx_t *t, const msg_list_t *l, int64_t now, int64_t *at) {
+  size_t i;
+  *at = LM_NEVER;
+  for (i = 0; i < l->n; i++) {
+    dx_work_item_t w;
+    int rc;
+    if (l->v[i].visible_at <= now || l->v[i].visible_at >= *at) continue;
+    if ((rc = msg_decode(t, l, i, &w))) return rc;
+    if (starts_instance(&w)) *at = l->v[i].visible_at;
+    dx_work_item_clear(&w);
+  }
   return 0;
 }
 
@@ -282,8 +305,17 @@ static int orch_try_lock(tx_t *t, const orch_cand_t *c, int64_t now, int64_t loc
   has_ir = rc == 0;
   for (i = 0; i < n; i++) starts |= starts_instance(&items[i]);
   if (!has_ir && !starts) {
-    /* messages for an instance that never started: drop them instead of letting them sit at
-    ** the head of the queue (the reference's starvation quirk) */
+    int64_t start_at;
+    if ((rc = queued_start_at(t, &l, now, &start_at))) goto done;
+    if (start_at != LM_NEVER) {
+      /* the start was handed back with a delay: the messages wait for it (issue 7.1) */
+      orch_state_t wait = STATE_EMPTY;
+      wait.ready_at = start_at;
+      rc = state_set(t, c->inst, &st, &wait);
+      goto done;
+    }
+    /* messages for an instance that never started and never will: drop them instead of
+    ** letting them sit at the head of the queue (the reference's starvation quirk) */
     rc = msgs_delete(t, &l, 0, now);
     if (!rc) rc = orch_release(t, c->inst, &st);
     goto done;

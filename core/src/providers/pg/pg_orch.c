@@ -320,18 +320,67 @@ static int item_fill(tx_t *t, dx_orch_item_t *it, PGresult *inst, PGresult *hist
   return rc;
 }
 
-/* Instance `inst` was just locked with `token`; res, ir and hist (taken) are its tagged
-** messages, record and history. *out stays NULL when it had nothing to hand out (no visible
-** message, or messages of an instance that never started, which are dropped). */
-static int orch_take(tx_t *t, const char *inst, uint64_t token, PGresult *res, PGresult *ir,
-                     PGresult *hist, dx_orch_item_t **out) {
-  dx_orch_item_t *it;
+/* The earliest visible_at of a start (START or CAN) of `inst` queued for later than `now`, or
+** -1 when there is none. */
+static int queued_start_at(tx_t *t, const char *inst, int64_t now, int64_t *at) {
+  PGresult *res;
   qp_t q;
-  size_t i;
-  int rc, starts = 0;
+  int rc, i, n;
+  *at = -1;
+  dx__qp_init(&q);
+  dx__qp_str(&q, inst);
+  dx__qp_i64(&q, now);
+  if ((rc = dx__pg_q(t, PQ_ORCH_LATER_MSGS, &q, &res))) return rc;
+  n = PQntuples(res);
+  for (i = 0; i < n && *at < 0; i++) { /* oldest first: the first start is the earliest */
+    dx_work_item_t w;
+    dx_error_t derr = {0};
+    rc = dx__work_item_decode(PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1), &w, &derr);
+    if (rc == DX_ENOMEM) rc = dx__pg_nomem(t->err);
+    else if (rc)
+      rc = dx_error_set(t->err, DX_ECORRUPT, "corrupted record in orch_msgs (instance '%s'): %s",
+                        inst, derr.msg);
+    if (rc) break;
+    if (starts_instance(&w)) *at = dx__col_i64(res, i, 0);
+    dx_work_item_clear(&w);
+  }
+  PQclear(res);
+  return rc;
+}
+
+/* Messages of an instance with no record and no visible start: when a start handed back with
+** a delay is queued they wait for it, unmarked (issue 7.1); otherwise they are orphans and are
+** dropped instead of sitting at the head of the queue (the reference's starvation quirk). */
+static int orch_park_or_drop(tx_t *t, const char *inst, uint64_t token, int64_t now) {
+  qp_t q;
+  int64_t start_at;
+  int rc = queued_start_at(t, inst, now, &start_at);
+  if (rc) return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
   dx__qp_i64(&q, (int64_t)token);
+  if (start_at < 0) {
+    rc = dx__pg_q(t, PQ_ORCH_DEL_BATCH, &q, NULL);
+    return rc ? rc : orch_release(t, inst);
+  }
+  dx__qp_str(&q, NULL);
+  dx__qp_i64(&q, 1); /* as if never fetched: undo the attempt */
+  if ((rc = dx__pg_q(t, PQ_ORCH_ABANDON_MSGS, &q, NULL))) return rc;
+  dx__qp_init(&q);
+  dx__qp_str(&q, inst);
+  dx__qp_i64(&q, start_at);
+  dx__pg_tx_notify(t); /* sleepers recompute their next due time */
+  return dx__pg_q(t, PQ_ORCH_WAIT, &q, NULL);
+}
+
+/* Instance `inst` was just locked with `token`; res, ir and hist (taken) are its tagged
+** messages, record and history. *out stays NULL when it had nothing to hand out (no visible
+** message, or messages of an instance that has not started: see orch_park_or_drop). */
+static int orch_take(tx_t *t, const char *inst, uint64_t token, int64_t now, PGresult *res,
+                     PGresult *ir, PGresult *hist, dx_orch_item_t **out) {
+  dx_orch_item_t *it;
+  size_t i;
+  int rc, starts = 0;
   if (!(it = calloc(1, sizeof *it)) || !(it->instance = dx__strdup(inst))) {
     free(it);
     rc = dx__pg_tx_poison(t, dx__pg_nomem(t->err));
@@ -341,11 +390,8 @@ static int orch_take(tx_t *t, const char *inst, uint64_t token, PGresult *res, P
   if ((rc = decode_batch(t, res, it))) goto fail;
   for (i = 0; i < it->messages_len; i++) starts |= starts_instance(&it->messages[i]);
   if (it->messages_len == 0 || (PQntuples(ir) == 0 && !starts)) {
-    /* nothing visible, or messages for an instance that never started: drop them instead of
-    ** letting them sit at the head of the queue (the reference's starvation quirk) */
     dx_orch_item_free(it);
-    rc = dx__pg_q(t, PQ_ORCH_DEL_BATCH, &q, NULL);
-    if (!rc) rc = orch_release(t, inst);
+    rc = orch_park_or_drop(t, inst, token, now);
     goto done;
   }
   rc = item_fill(t, it, PQntuples(ir) ? ir : NULL, hist);
@@ -440,7 +486,7 @@ static int orch_fill(tx_t *t, int64_t now, int64_t lock_ms, int k, int *picked_n
   for (i = 0; i < n; i++) {
     dx_orch_item_t *it = NULL;
     if (!rc) {
-      rc = orch_take(t, v[i].inst, v[i].token, r[3 * i], r[3 * i + 1], r[3 * i + 2], &it);
+      rc = orch_take(t, v[i].inst, v[i].token, now, r[3 * i], r[3 * i + 1], r[3 * i + 2], &it);
     } else {
       PQclear(r[3 * i]);
       PQclear(r[3 * i + 1]);

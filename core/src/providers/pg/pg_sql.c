@@ -106,6 +106,12 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE q.instance_id = $1",
   [PQ_ORCH_DROP_EMPTY] =
     "DELETE FROM orch_queue WHERE instance_id = $1 AND lock_token IS NULL AND ready_at IS NULL",
+  [PQ_ORCH_LATER_MSGS] = /* messages not visible yet: is a start among them? */
+    "SELECT visible_at, item FROM orch_msgs WHERE instance_id = $1 AND visible_at > $2::bigint"
+    " ORDER BY visible_at, seq",
+  [PQ_ORCH_WAIT] = /* unlock; due when the start handed back is visible */
+    "UPDATE orch_queue SET lock_token = NULL, locked_until = NULL, locked_by = NULL,"
+    " ready_at = $2::bigint, due_at = $2::bigint WHERE instance_id = $1",
   [PQ_ORCH_DEL_BATCH] = "DELETE FROM orch_msgs WHERE instance_id = $1 AND lock_token = $2::bigint",
   [PQ_ORCH_CHECK] =
     "SELECT lock_token, locked_until FROM orch_queue WHERE instance_id = $1 FOR UPDATE",
@@ -210,9 +216,9 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE s.owner = '' OR (s.owner <> $2 AND (s.locked_until <= $3::bigint OR"
     OWNER_DEAD("s.owner", "$5::text", "$6::bigint") ")) RETURNING prev",
 
-  [PQ_SESS_OWNED] =
-    "UPDATE sessions SET last_activity = $3::bigint, locked_until = CASE WHEN locked_until <="
-    " $3::bigint THEN $4::bigint ELSE locked_until END WHERE session_id = $1 AND owner = $2",
+  [PQ_SESS_OWNED] = /* an owner's fetch refreshes the lease at once (a same-id restart) */
+    "UPDATE sessions SET last_activity = $3::bigint, locked_until ="
+    " GREATEST(locked_until, $4::bigint) WHERE session_id = $1 AND owner = $2",
   [PQ_SESS_DROP_IF_EMPTY] =
     "DELETE FROM sessions WHERE session_id = $1"
     " AND NOT EXISTS (SELECT 1 FROM work WHERE session_id = $1)",
