@@ -374,17 +374,22 @@ typedef struct {
   char *sid;
 } row_t;
 
-/* The row locked with `token` (row-locked). DX_ELOCK when none is. */
-static int row_by_token(tx_t *t, uint64_t token, row_t *r) {
-  PGresult *res;
+/* Queue the lookup of the row locked with `token` (row-locked); *res at the next wait. */
+static int row_send(tx_t *t, uint64_t token, PGresult **res) {
   qp_t q;
-  int rc, oom = 0;
-  memset(r, 0, sizeof *r);
-  if (token == 0) return dx_error_set(t->err, DX_ETOKEN, "lock token 0 is never valid");
+  *res = NULL;
+  if (token == 0) return 0; /* row_read refuses it */
   dx__qp_init(&q);
   dx__qp_i64(&q, (int64_t)token);
-  if ((rc = dx__pg_q(t, PQ_WORK_BY_TOKEN, &q, &res))) return rc;
-  if (PQntuples(res) == 0) {
+  return dx__pg_qsend(t, PQ_WORK_BY_TOKEN, &q, res);
+}
+
+/* The looked-up row (res taken). DX_ELOCK when none is locked with `token`. */
+static int row_read(tx_t *t, uint64_t token, PGresult *res, row_t *r) {
+  int oom = 0;
+  memset(r, 0, sizeof *r);
+  if (token == 0) return dx_error_set(t->err, DX_ETOKEN, "lock token 0 is never valid");
+  if (!res || PQntuples(res) == 0) {
     PQclear(res);
     return dx_error_set(t->err, DX_ELOCK,
                         "no worker item is locked with token %llx (acked, cancelled, or "
@@ -396,6 +401,15 @@ static int row_by_token(tx_t *t, uint64_t token, row_t *r) {
   r->sid = dx__col_str(res, 0, 2, &oom);
   PQclear(res);
   return oom ? dx__pg_nomem(t->err) : 0;
+}
+
+/* The row locked with `token` (row-locked). DX_ELOCK when none is. */
+static int row_by_token(tx_t *t, uint64_t token, row_t *r) {
+  PGresult *res = NULL;
+  int rc;
+  memset(r, 0, sizeof *r);
+  if ((rc = row_send(t, token, &res)) || (token && (rc = dx__pg_qwait(t)))) return rc;
+  return row_read(t, token, res, r);
 }
 
 static int row_check_live(tx_t *t, const row_t *r, int64_t now) {
@@ -414,15 +428,28 @@ static int sess_touch(tx_t *t, const char *sid, int64_t now) {
   return dx__pg_q(t, PQ_SESS_TOUCH, &q, NULL);
 }
 
-static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion) {
+/* run_cycle's halves of a work ack: queue its lookup, then (res taken) queue its writes. */
+int dx__pg_ack_work_send(tx_t *t, uint64_t token, PGresult **res) {
+  return row_send(t, token, res);
+}
+
+int dx__pg_ack_work_finish(tx_t *t, int64_t now, uint64_t token,
+                           const dx_work_item_t *completion, PGresult *res) {
   row_t r;
-  int rc = row_by_token(t, token, &r);
+  int rc = row_read(t, token, res, &r);
   if (!rc) rc = row_check_live(t, &r, now);
   if (!rc) rc = q_seq(t, PQ_WORK_DEL_ROW, r.seq);
   if (!rc) rc = sess_touch(t, r.sid, now);
   if (!rc && completion) rc = dx__pg_orch_enqueue(t, completion, now);
   free(r.sid);
   return rc;
+}
+
+static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion) {
+  PGresult *res = NULL;
+  int rc;
+  if ((rc = row_send(t, token, &res)) || (token && (rc = dx__pg_qwait(t)))) return rc;
+  return dx__pg_ack_work_finish(t, now, token, completion, res);
 }
 
 int dx__pg_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
