@@ -62,24 +62,43 @@ static int acks(tx_t *t, int64_t now, dx_cycle_t *cy) {
   return rc;
 }
 
-/* The fetches, as the store thread would make them one by one. */
-static void fetches(dx_provider_t *pp, int64_t now, dx_cycle_t *cy) {
+/* The fetches, as the store thread would make them one by one; the first work fetch's picks
+** are queued ahead, to travel with the orchestration fetch's round trip. */
+static void fetches(tx_t *t, int64_t now, dx_cycle_t *cy) {
+  dx_provider_t *pp = &t->p->base;
+  dx__pg_wpre_t pre;
+  tx_t tf = *t;
+  int rc;
+  memset(&pre, 0, sizeof pre);
   memset(&cy->fetch_err, 0, sizeof cy->fetch_err);
+  tf.err = &cy->fetch_err;
+  if (cy->work_out && cy->max_work > 0 && cy->orch_out && cy->max_orch > 0 &&
+      (cy->fetch_rc = dx__pg_work_presend(&tf, now, cy->work_lock_ms, cy->sessions, &pre)))
+    return;
   while (cy->orch_out && (int)cy->n_orch < cy->max_orch) {
     dx_orch_item_t *it = NULL;
-    if ((cy->fetch_rc = dx__pg_fetch_orch(pp, now, cy->orch_lock_ms, &it, &cy->fetch_err)))
-      return;
+    if ((rc = dx__pg_fetch_orch(pp, now, cy->orch_lock_ms, &it, &cy->fetch_err))) {
+      cy->fetch_rc = rc;
+      break;
+    }
     if (!it) break;
     cy->orch_out[cy->n_orch++] = it;
   }
   while (cy->work_out && (int)cy->n_work < cy->max_work) {
     dx_work_fetch_t *w = &cy->work_out[cy->n_work];
-    if ((cy->fetch_rc = dx__pg_fetch_work(pp, now, cy->work_lock_ms, cy->sessions, w,
-                                          &cy->fetch_err)))
-      return;
+    if ((rc = dx__pg_fetch_work_pre(pp, now, cy->work_lock_ms, cy->sessions, w, &cy->fetch_err,
+                                    &pre))) {
+      cy->fetch_rc = rc;
+      break;
+    }
     if (w->item.kind == 0) break;
     cy->n_work++;
   }
+  if (pre.sent && !cy->fetch_rc) /* never taken: wait, so nothing points at this frame */
+    cy->fetch_rc = dx__pg_qwait(&tf);
+  PQclear(pre.plain);
+  PQclear(pre.owned);
+  PQclear(pre.claim);
 }
 
 int dx__pg_run_cycle(dx_provider_t *pp, int64_t now, dx_cycle_t *cy, dx_error_t *err) {
@@ -92,6 +111,6 @@ int dx__pg_run_cycle(dx_provider_t *pp, int64_t now, dx_cycle_t *cy, dx_error_t 
   if (t.own) /* the fetches below would each open their own transaction */
     return dx__pg_tx_end(&t, dx_error_set(err, DX_ESTATE, "run_cycle outside a batch (begin)"));
   if ((rc = acks(&t, now, cy))) return dx__pg_tx_poison(&t, rc);
-  fetches(pp, now, cy);
+  fetches(&t, now, cy);
   return 0;
 }
