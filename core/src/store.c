@@ -344,7 +344,7 @@ static int op_apply(dx_store_t *s, dx_store_op_t *op, int64_t now, int *failed, 
 }
 
 static int has_run_cycle(dx_provider_t *p) {
-  return p->methods->version >= 5 && p->methods->run_cycle != NULL && !getenv("DX_AB_OLD");
+  return p->methods->version >= 5 && p->methods->run_cycle != NULL;
 }
 
 static int is_ack(const dx_store_op_t *op) {
