@@ -872,3 +872,136 @@ DX_TEST(pg_liveness_moves_a_dead_processs_locks_at_once) {
   M(p)->destroy(p);
   free(store);
 }
+
+/* {===== run_cycle: round trips per store cycle =====} */
+
+#define RC_N 6
+
+/* One store cycle through run_cycle: begin, the acks, fetch up to RC_N of each, commit.
+** Returns the round trips it took; the fetched items land in orch/work. */
+static uint64_t rc_cycle(dx_provider_t *p, int64_t now, dx_cycle_ack_t *acks, size_t n,
+                         dx_orch_item_t **orch, size_t *n_orch, dx_work_fetch_t *work,
+                         size_t *n_work) {
+  dx_cycle_t cy;
+  dx_error_t err;
+  uint64_t before = dx__pg_round_trips(p);
+  memset(&cy, 0, sizeof cy);
+  cy.acks = acks;
+  cy.n_acks = n;
+  cy.orch_lock_ms = cy.work_lock_ms = 600000;
+  cy.max_orch = cy.max_work = RC_N;
+  cy.orch_out = orch;
+  cy.work_out = work;
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->run_cycle(p, now, &cy, &err));
+  ASSERT_EQ(cy.fetch_rc, 0);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  *n_orch = cy.n_orch;
+  *n_work = cy.n_work;
+  return dx__pg_round_trips(p) - before;
+}
+
+static size_t history_len_of(dx_provider_t *p, const char *inst) {
+  dx_event_t *ev;
+  dx_error_t err;
+  size_t n;
+  ASSERT_OK(M(p)->read_history(p, inst, 0, &ev, &n, NULL, &err));
+  dx_events_free(ev, n);
+  return n;
+}
+
+/* A turn of `it` that appends one event. */
+static const dx_orch_ack_t *rc_ack(dx_orch_ack_t *a, dx_event_t *ev, const dx_orch_item_t *it) {
+  memset(a, 0, sizeof *a);
+  memset(ev, 0, sizeof *ev);
+  ev->event_id = it->history_len + 1;
+  ev->kind = it->history_len ? DX_EV_EXT_EVENT : DX_EV_ORCH_STARTED;
+  ev->name = it->history_len ? "go" : "Orch";
+  ev->data = "1";
+  a->instance = it->instance;
+  a->lock_token = it->lock_token;
+  a->execution_id = it->execution_id;
+  a->orchestration_name = "Orch";
+  a->delta = ev;
+  a->delta_len = 1;
+  a->status = DX_STATUS_RUNNING;
+  return a;
+}
+
+/* Queue RC_N starts (instances <prefix>0..) and RC_N worker rows. */
+static void rc_fill(dx_provider_t *p, int64_t now, const char *prefix) {
+  dx_error_t err;
+  char inst[32];
+  int i;
+  for (i = 0; i < RC_N; i++) {
+    dx_work_item_t s, w;
+    snprintf(inst, sizeof inst, "%s%d", prefix, i);
+    s = item(DX_WI_START, inst, 0);
+    w = item(DX_WI_ACT_EXECUTE, inst, 1 + (uint64_t)i);
+    ASSERT_OK(M(p)->enqueue_for_orchestrator(p, now, &s, 0, &err));
+    w.name = "Act";
+    ASSERT_OK(M(p)->enqueue_for_worker(p, now, &w, &err));
+  }
+}
+
+/* The round trips of a cycle do not grow with its acks: RC_N turn acks + RC_N work acks (with
+** completions) + full fetches take as many as one ack of each; a stale token is that ack's
+** own outcome, not the cycle's. */
+DX_TEST(pg_run_cycle_round_trips_do_not_grow_with_acks) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store);
+  dx_orch_item_t *orch[RC_N], *orch2[RC_N];
+  dx_work_fetch_t work[RC_N], work2[RC_N];
+  dx_work_item_t done[RC_N];
+  dx_orch_ack_t oa[RC_N];
+  dx_event_t ev[RC_N];
+  dx_cycle_ack_t acks[2 * RC_N + 1];
+  size_t no, nw, no2, nw2, i;
+  uint64_t rt_many, rt_one;
+  int64_t now = wall_ms();
+  ASSERT_EQ(M(p)->version, 5);
+  rc_fill(p, now, "a");
+  rc_cycle(p, now, NULL, 0, orch, &no, work, &nw);
+  ASSERT_EQ(no, RC_N);
+  ASSERT_EQ(nw, RC_N);
+  rc_fill(p, now, "b");
+  memset(acks, 0, sizeof acks);
+  for (i = 0; i < RC_N; i++) {
+    acks[i].orch = rc_ack(&oa[i], &ev[i], orch[i]);
+    done[i] = item(DX_WI_ACT_COMPLETED, work[i].item.instance, work[i].item.id);
+    acks[RC_N + i].work_token = work[i].lock_token;
+    acks[RC_N + i].completion = &done[i];
+  }
+  acks[2 * RC_N].work_token = 0xdeadbeef; /* no row has it */
+  rt_many = rc_cycle(p, now, acks, 2 * RC_N + 1, orch2, &no2, work2, &nw2);
+  for (i = 0; i < 2 * RC_N; i++) ASSERT_EQ(acks[i].rc, 0);
+  ASSERT_EQ(acks[2 * RC_N].rc, DX_ELOCK);
+  ASSERT_EQ(no2, RC_N);
+  ASSERT_EQ(nw2, RC_N);
+  ASSERT_EQ(history_len_of(p, "a0"), 1);
+  for (i = 0; i < RC_N; i++) {
+    dx_orch_item_free(orch[i]);
+    dx_work_item_clear(&work[i].item);
+  }
+  /* one ack of each kind, same fetches */
+  rc_fill(p, now, "c");
+  memset(acks, 0, sizeof acks);
+  acks[0].orch = rc_ack(&oa[0], &ev[0], orch2[0]);
+  acks[1].work_token = work2[0].lock_token;
+  rt_one = rc_cycle(p, now, acks, 2, orch, &no, work, &nw);
+  ASSERT_EQ(acks[0].rc, 0);
+  ASSERT_EQ(acks[1].rc, 0);
+  ASSERT_EQ(nw, RC_N);
+  printf("# round trips per cycle: %llu with %d acks, %llu with 2 acks\n",
+         (unsigned long long)rt_many, 2 * RC_N + 1, (unsigned long long)rt_one);
+  ASSERT_EQ(rt_many, rt_one);
+  ASSERT(rt_many <= 4);
+  for (i = 0; i < no; i++) dx_orch_item_free(orch[i]);
+  for (i = 0; i < nw; i++) dx_work_item_clear(&work[i].item);
+  for (i = 0; i < RC_N; i++) {
+    dx_orch_item_free(orch2[i]);
+    dx_work_item_clear(&work2[i].item);
+  }
+  M(p)->destroy(p);
+  free(store);
+}

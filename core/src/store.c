@@ -324,6 +324,96 @@ static int op_needs_sync(const dx_store_op_t *op) {
 
 enum { CALL_OP = 1, CALL_FETCH = 2 };
 
+/* Run one op inside the cycle's batch and note its outcome. DX_ERETRY (the batch is lost)
+** is returned, in *err; any other failure is the op's own answer. */
+static int op_done(dx_store_t *s, dx_store_op_t *op, int *failed, int *durable,
+                   dx_error_t *err) {
+  if (op->rc == DX_ERETRY) {
+    *err = op->err;
+    *failed = CALL_OP;
+    return DX_ERETRY;
+  }
+  settle_held(s, op);
+  if (op->rc != 0) *failed |= CALL_OP;
+  *durable |= op_needs_sync(op);
+  return 0;
+}
+
+static int op_apply(dx_store_t *s, dx_store_op_t *op, int64_t now, int *failed, int *durable,
+                    dx_error_t *err) {
+  op->rc = run_op(s, op, now);
+  return op_done(s, op, failed, durable, err);
+}
+
+static int has_run_cycle(dx_provider_t *p) {
+  return p->methods->version >= 5 && p->methods->run_cycle != NULL;
+}
+
+static int is_ack(const dx_store_op_t *op) {
+  return op->kind == DX_OP_ACK_ORCH || op->kind == DX_OP_ACK_WORK;
+}
+
+/* The provider takes the cycle's acks and fetches in one call (run_cycle, provider.h v5), so
+** a database provider can send them in a few round trips; other ops run one by one first. */
+static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t now,
+                     dx_store_fetched_t *f, int *failed, int *durable, dx_error_t *err) {
+  dx_provider_t *p = s->cfg.provider;
+  dx_cycle_ack_t *acks = NULL;
+  dx_store_op_t *op;
+  dx_cycle_t cy;
+  size_t n = 0, i;
+  int rc = 0;
+  for (op = ops; op && !rc; op = op->next)
+    if (is_ack(op)) n++;
+    else rc = op_apply(s, op, now, failed, durable, err);
+  if (rc) return rc;
+  if (n && !(acks = calloc(n, sizeof *acks)))
+    return dx_error_set(err, DX_ERETRY, "out of memory for the cycle's acks");
+  for (op = ops, i = 0; op; op = op->next) {
+    if (!is_ack(op)) continue;
+    if (op->kind == DX_OP_ACK_ORCH) acks[i].orch = op->ack;
+    else {
+      acks[i].work_token = op->token;
+      acks[i].completion = op->item;
+    }
+    i++;
+  }
+  memset(&cy, 0, sizeof cy);
+  cy.acks = acks;
+  cy.n_acks = n;
+  cy.orch_lock_ms = s->cfg.orch_lock_ms;
+  cy.work_lock_ms = s->cfg.work_lock_ms;
+  cy.sessions = s->cfg.sessions;
+  cy.max_orch = bo > 0 ? bo : 0;
+  cy.max_work = bw > 0 ? bw : 0;
+  if (bo > 0) f->orch = cy.orch_out = calloc((size_t)bo, sizeof *f->orch);
+  if (bw > 0) f->work = cy.work_out = calloc((size_t)bw, sizeof *f->work);
+  if (!cy.orch_out) cy.max_orch = 0;
+  if (!cy.work_out) cy.max_work = 0;
+  rc = p->methods->run_cycle(p, now, &cy, err);
+  f->n_orch = cy.n_orch;
+  f->n_work = cy.n_work;
+  for (i = 0; i < f->n_orch; i++) hold(s, f->orch[i]->instance, f->orch[i]->lock_token);
+  for (i = 0; i < f->n_work; i++) hold(s, NULL, f->work[i].lock_token);
+  if (cy.fetch_rc) {
+    dx__log(DX_LOG_WARN, "fetch failed", "error=\"%s\"", cy.fetch_err.msg);
+    *failed |= CALL_FETCH;
+  }
+  for (op = ops, i = 0; op; op = op->next) {
+    if (!is_ack(op)) continue;
+    if (rc == 0) {
+      op->rc = acks[i].rc;
+      op->err = acks[i].err;
+      if (op_done(s, op, failed, durable, err)) rc = DX_ERETRY;
+    } else {
+      *failed |= CALL_OP;
+    }
+    i++;
+  }
+  free(acks);
+  return rc;
+}
+
 /* One transaction: apply `ops`, fetch, commit. 0, or the error that lost the whole batch
 ** (in *err; nothing of it was kept and nothing is left in f). DX_ERETRY from any call ends the
 ** batch at once: the provider says it cannot go on, and the same calls may succeed again.
@@ -339,20 +429,19 @@ static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t
   *failed = 0;
   if ((rc = p->methods->begin(p, err)) != 0) return rc;
   renew_held(s, now);
-  for (op = ops; op; op = op->next) {
-    op->rc = run_op(s, op, now);
-    if (op->rc == DX_ERETRY) { /* the op runs again: its outcome is not known yet */
-      *err = op->err;
-      *failed = CALL_OP;
-      p->methods->rollback(p);
-      renewals_end(s, 0);
-      return DX_ERETRY;
-    }
-    settle_held(s, op);
-    if (op->rc != 0) *failed |= CALL_OP;
-    durable |= op_needs_sync(op);
+  if (has_run_cycle(p)) {
+    rc = run_cycle(s, ops, bo, bw, now, f, failed, &durable, err);
+  } else {
+    for (op = ops; op && !rc; op = op->next) rc = op_apply(s, op, now, failed, &durable, err);
+    if (!rc && fetch_into(s, now, bo, bw, f)) *failed |= CALL_FETCH;
   }
-  if (fetch_into(s, now, bo, bw, f)) *failed |= CALL_FETCH;
+  if (rc) { /* DX_ERETRY from an op: it runs again, its outcome is not known yet */
+    p->methods->rollback(p);
+    unhold_fetched(s, f);
+    free_fetched(f);
+    renewals_end(s, 0);
+    return rc;
+  }
   /* A cycle that only took locks need not reach the disk: a lost lock only delays. */
   if ((rc = p->methods->commit(p, durable, err)) != 0) {
     p->methods->rollback(p); /* a no-op when the failed commit already ended the batch */

@@ -268,6 +268,33 @@ int dx_work_item_copy(dx_work_item_t *dst, const dx_work_item_t *src);
 
 typedef struct dx_provider_s dx_provider_t;
 
+/** One acknowledgement handed to run_cycle: an orchestration turn (`orch` set) or a worker
+**  item (`orch` NULL: `work_token` and `completion`, which may be NULL). */
+typedef struct dx_cycle_ack_s {
+  const dx_orch_ack_t *orch;        /* borrowed */
+  uint64_t work_token;
+  const dx_work_item_t *completion; /* borrowed, may be NULL */
+  int rc;                           /* out: what ack_orchestration_item / ack_work_item return */
+  dx_error_t err;                   /* out: detail when rc != 0 */
+} dx_cycle_ack_t;
+
+/** The acks and fetches of one store cycle (run_cycle). The caller allocates the out arrays
+**  with room for max_orch / max_work entries; what lands there is caller-owned as with
+**  fetch_orchestration_item / fetch_work_item. */
+typedef struct dx_cycle_s {
+  dx_cycle_ack_t *acks;
+  size_t n_acks;
+  int64_t orch_lock_ms, work_lock_ms;
+  const dx_session_cfg_t *sessions;   /* as for fetch_work_item */
+  int max_orch, max_work;             /* fetch budgets (0: fetch none) */
+  dx_orch_item_t **orch_out;          /* out: n_orch locked instances */
+  size_t n_orch;
+  dx_work_fetch_t *work_out;          /* out: n_work locked worker items */
+  size_t n_work;
+  int fetch_rc;                       /* out: a fetch failed (items before it are kept) */
+  dx_error_t fetch_err;
+} dx_cycle_t;
+
 /** Callback for list_instances: return non-zero to stop. `id` is borrowed for the call. */
 typedef int (*dx_instance_cb)(void *ud, const char *id);
 
@@ -275,7 +302,7 @@ typedef int (*dx_instance_cb)(void *ud, const char *id);
 typedef void (*dx_check_cb)(void *ud, const char *problem);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 4 (older providers: 1..3; members past `version` are absent) */
+  int version; /* 5 (older providers: 1..4; members past `version` are absent) */
   const char *name;
 
   /** Close and free the provider. */
@@ -394,6 +421,16 @@ typedef struct dx_provider_methods_s {
   /** Test-only hooks (NULL in a provider that has none; never used by the engine). */
   const struct dx_provider_test_hooks_s *test_hooks;
   /* members above are version 4 */
+
+  /** The acks and fetches of one store cycle in one call (NULL: the runtime calls the
+  **  methods above one by one). Called inside a batch (between begin and commit): acks
+  **  first, in order, then up to max_orch orchestration fetches and max_work work fetches,
+  **  with the same results as those calls made one by one. Per-ack outcomes land in
+  **  acks[i].rc; a failed fetch in fetch_rc. The return value is for the batch: 0, or the
+  **  error that spoiled it (DX_ERETRY: retry the whole cycle). Lets a provider on a network
+  **  database send the cycle in a few round trips instead of one per call. */
+  int (*run_cycle)(dx_provider_t *p, int64_t now_ms, dx_cycle_t *cycle, dx_error_t *err);
+  /* members above are version 5 */
 } dx_provider_methods_t;
 
 /** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a

@@ -446,6 +446,7 @@ static const dx_provider_methods_t lm_methods = {
   NULL, /* wake_fd: the notify file serves */
   NULL, /* wake_drain */
   &dx__lm_test_hooks,
+  NULL, /* run_cycle: calls one by one cost no round trips on a local store */
 };
 
 int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,

@@ -12,4 +12,8 @@
 **  DX_ESTATE (schema of a newer version), DX_ESTORE (other server errors). */
 int dx__pg_open(const char *url, int no_sync, dx_provider_t **out, dx_error_t *err);
 
+/** Round trips (pipeline syncs) this handle's connections made so far (any thread). A stat
+**  for tests and benchmarks: the difference across a store cycle is that cycle's count. */
+uint64_t dx__pg_round_trips(dx_provider_t *p);
+
 #endif

@@ -356,6 +356,7 @@ static int send_stmt(pg_conn_t *c, int id, const char *sql, const qp_t *qp, PGre
 static int drain(pg_conn_t *c, int deliver, dx_error_t *err) {
   int i, n = c->pending, rc = 0;
   PGresult *res;
+  __atomic_fetch_add(&c->owner->round_trips, 1, __ATOMIC_RELAXED);
   if (!PQpipelineSync(c->conn)) {
     rc = dx__pg_fail(c->conn, NULL, "pipeline sync", err);
     conn_drop(c);

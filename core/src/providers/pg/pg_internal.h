@@ -74,6 +74,7 @@ struct pg_s {
   pthread_mutex_t mu;       /* guards conns and retry_after */
   int64_t retry_after;      /* monotonic ms: reconnects fail fast until then */
   pg_conn_t *conns;
+  uint64_t round_trips;     /* pipeline syncs on store/client connections (atomic) */
 };
 
 /* One method's transaction: the thread's batch, or its own BEGIN/COMMIT. */
@@ -176,6 +177,27 @@ int dx__pg_release_sessions(dx_provider_t *, int64_t, const char *, const char *
                             dx_error_t *);
 int dx__pg_cleanup_sessions(dx_provider_t *, int64_t, uint64_t *, dx_error_t *);
 int dx__pg_list_sessions(dx_provider_t *, dx_session_cb, void *, dx_error_t *);
+
+/* The first work fetch's picks, queued ahead by run_cycle so that they travel with the
+** orchestration fetch's round trip (pg_work.c). */
+typedef struct {
+  int sent;
+  PGresult *plain, *owned, *claim;
+} dx__pg_wpre_t;
+int dx__pg_work_presend(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
+                        dx__pg_wpre_t *pre);
+/* dx__pg_fetch_work using (and clearing) what presend queued; pre may be NULL. */
+int dx__pg_fetch_work_pre(dx_provider_t *, int64_t, int64_t, const dx_session_cfg_t *,
+                          dx_work_fetch_t *, dx_error_t *, dx__pg_wpre_t *pre);
+
+/* run_cycle (pg_cycle.c) and the ack halves it is made of: *_send queues an ack's checks
+** (results at the next dx__pg_qwait), *_finish takes their results and queues the writes. */
+int dx__pg_run_cycle(dx_provider_t *, int64_t, dx_cycle_t *, dx_error_t *);
+int dx__pg_ack_orch_send(tx_t *t, const dx_orch_ack_t *a, PGresult **chk /* [2] */);
+int dx__pg_ack_orch_finish(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult **chk);
+int dx__pg_ack_work_send(tx_t *t, uint64_t token, PGresult **res);
+int dx__pg_ack_work_finish(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion,
+                           PGresult *res);
 
 int dx__pg_test_corrupt_history(dx_provider_t *, const char *, uint64_t, uint64_t);
 int dx__pg_test_expire_session(dx_provider_t *, const char *, int64_t);

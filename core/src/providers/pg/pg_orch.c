@@ -598,23 +598,28 @@ static int work_cancel(tx_t *t, const dx_activity_ref_t *ref) {
   return dx__pg_q(t, PQ_WORK_CANCEL, &q, NULL);
 }
 
-static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
+/* Queue an ack's checks (lock, duplicate events); their results land in chk[0..1] at the
+** next wait. run_cycle queues the checks of every ack of a cycle before one wait. */
+int dx__pg_ack_orch_send(tx_t *t, const dx_orch_ack_t *a, PGresult **chk) {
+  int rc = lock_send(t, a->instance, &chk[0]);
+  return rc ? rc : dups_send(t, a->instance, a->execution_id, a->delta, a->delta_len, &chk[1]);
+}
+
+/* The ack, given its checks' results (taken): an expected failure writes nothing; the writes
+** are only queued (they travel with the transaction's next round trip). */
+int dx__pg_ack_orch_finish(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult **chk) {
   qp_t q;
   size_t i;
-  int rc;
-  PGresult *lock = NULL, *dups = NULL;
-  /* the checks first, in one round trip: an expected failure must write nothing */
-  if ((rc = lock_send(t, a->instance, &lock)) ||
-      (rc = dups_send(t, a->instance, a->execution_id, a->delta, a->delta_len, &dups)) ||
-      (rc = dx__pg_qwait(t)))
-    return rc;
-  rc = lock_check(t, lock, a->instance, a->lock_token, now, 1);
+  int rc = lock_check(t, chk[0], a->instance, a->lock_token, now, 1);
+  chk[0] = NULL;
   if (rc) {
-    PQclear(dups);
+    PQclear(chk[1]);
+    chk[1] = NULL;
     return rc;
   }
-  if ((rc = dups_check(t, a->instance, a->execution_id, a->delta, a->delta_len, dups)))
-    return rc;
+  rc = dups_check(t, a->instance, a->execution_id, a->delta, a->delta_len, chk[1]);
+  chk[1] = NULL;
+  if (rc) return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, a->instance);
   dx__qp_i64(&q, (int64_t)a->lock_token);
@@ -635,6 +640,13 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
     }
   }
   return rc ? rc : orch_release(t, a->instance);
+}
+
+static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
+  PGresult *chk[2] = {NULL, NULL};
+  int rc;
+  if ((rc = dx__pg_ack_orch_send(t, a, chk)) || (rc = dx__pg_qwait(t))) return rc;
+  return dx__pg_ack_orch_finish(t, now, a, chk);
 }
 
 int dx__pg_ack_orch(dx_provider_t *pp, int64_t now, const dx_orch_ack_t *ack, dx_error_t *err) {

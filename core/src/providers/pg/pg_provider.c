@@ -36,7 +36,7 @@ static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_hi
                                                        dx__pg_test_expire_session};
 
 static const dx_provider_methods_t pg_methods = {
-  4,
+  5,
   "postgres",
   pg_destroy,
   dx__pg_begin,
@@ -67,7 +67,12 @@ static const dx_provider_methods_t pg_methods = {
   dx__pg_wake_fd,
   dx__pg_wake_drain,
   &pg_test_hooks,
+  dx__pg_run_cycle,
 };
+
+uint64_t dx__pg_round_trips(dx_provider_t *pp) {
+  return __atomic_load_n(&((pg_t *)pp)->round_trips, __ATOMIC_RELAXED);
+}
 
 /* Schema names: lower-case letters, digits and '_', not starting with a digit, <= 63 bytes
 ** (PostgreSQL's identifier limit), so the name is the same quoted or not. */

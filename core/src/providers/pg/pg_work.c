@@ -262,11 +262,87 @@ static int plain_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresult **r
   return dx__pg_qsend(t, PQ_WORK_FETCH_PLAIN, &q, res);
 }
 
+/* Queue one round's picks: plain rows (locked at once, speculatively) and, with sessions,
+** the oldest owned and claimable session rows; results in r at the next wait. */
+static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
+                      int round, dx__pg_wpre_t *r) {
+  int k = t->c->in_batch ? WORK_PREFETCH : 1, rc;
+  qp_t qo, qc, qk;
+  if (!cfg) return plain_send(t, now, lock_ms, k, &r->plain);
+  dx__qp_init(&qo);
+  dx__qp_i64(&qo, now);
+  dx__qp_str(&qo, cfg->worker_id);
+  dx__qp_init(&qc);
+  dx__qp_i64(&qc, now);
+  dx__qp_str(&qc, cfg->worker_id);
+  dx__qp_i64(&qc, (int64_t)cfg->max_sessions);
+  dx__qp_str(&qc, t->p->live_prefix);
+  dx__qp_i64(&qc, t->p->liveness);
+  dx__qp_init(&qk);
+  dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
+  if (round == 0 && dx__pg_live_sweep_due(t->p, &t->p->reaped_at, now)) {
+    qp_t qr;
+    dx__qp_init(&qr);
+    dx__qp_i64(&qr, now);
+    dx__qp_str(&qr, cfg->worker_id);
+    dx__qp_str(&qr, t->p->live_prefix);
+    if ((rc = dx__pg_qsend(t, PQ_WORK_REAP, &qr, NULL))) return rc;
+  }
+  /* the advisory lock serializes every claim made under this worker id (held to the end of
+  ** the transaction), so the capacity count and the claim cannot interleave */
+  if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
+      (rc = plain_send(t, now, lock_ms, k, &r->plain)) ||
+      (rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)))
+    return rc;
+  return dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &r->claim);
+}
+
+/* Round `round`'s results in r: those queued ahead in *pre (run_cycle), else sent now; then
+** one wait (none when an earlier wait of the batch delivered them). */
+static int round_get(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
+                     int round, dx__pg_wpre_t *pre, dx__pg_wpre_t *r) {
+  int rc = 0;
+  memset(r, 0, sizeof *r);
+  if (pre && pre->sent && round == 0) {
+    if (t->c->pending || t->c->batch_rc) rc = dx__pg_qwait(t);
+    *r = *pre;
+    memset(pre, 0, sizeof *pre);
+    if (!rc && (!r->plain || (cfg && (!r->owned || !r->claim))))
+      rc = dx__pg_tx_poison(t, dx_error_set(t->err, DX_ESTORE, "work fetch: results missing"));
+  } else if (!(rc = round_send(t, now, lock_ms, cfg, round, r))) {
+    rc = dx__pg_qwait(t);
+  }
+  if (rc) {
+    PQclear(r->plain);
+    PQclear(r->owned);
+    PQclear(r->claim);
+    memset(r, 0, sizeof *r);
+  }
+  return rc;
+}
+
+int dx__pg_work_presend(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
+                        dx__pg_wpre_t *pre) {
+  int rc;
+  memset(pre, 0, sizeof *pre);
+  if (cfg && cfg->max_sessions == 0) cfg = NULL;
+  if (t->c->wbuf_next < t->c->wbuf_n) return 0; /* rows locked ahead already */
+  if (cfg && ((rc = dx__check_worker_id(cfg->worker_id, t->err)) ||
+              (rc = dx__pg_live_hold(t->p, cfg->worker_id, t->err))))
+    return rc;
+  /* keep the pipeline short enough that no flush (which drops results) happens before the
+  ** wait that delivers these */
+  if (t->c->pending > 128 && (rc = dx__pg_qwait(t))) return rc;
+  if ((rc = round_send(t, now, lock_ms, cfg, 0, pre))) return rc;
+  pre->sent = 1;
+  return 0;
+}
+
 static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
-                      dx_work_fetch_t *out) {
+                      dx_work_fetch_t *out, dx__pg_wpre_t *pre) {
   pg_conn_t *c = t->c;
   cand_t cd;
-  int rc = 0, round, got = 0, k = c->in_batch ? WORK_PREFETCH : 1;
+  int rc = 0, round, got = 0;
   memset(&cd, 0, sizeof cd);
   if (cfg && (rc = dx__pg_live_hold(t->p, cfg->worker_id, t->err))) return rc;
   if (c->wbuf_next < c->wbuf_n && !buffered_for(c, now, lock_ms, cfg) &&
@@ -276,13 +352,13 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
     return hand_out_row(t, c->wbuf, c->wrow[c->wbuf_next++], out);
   dx__pg_work_unbuffer_drop(c);
   if (!cfg) { /* plain rows only: pick and lock in one statement */
-    PGresult *res;
-    if ((rc = plain_send(t, now, lock_ms, k, &res)) || (rc = dx__pg_qwait(t))) return rc;
-    if (PQntuples(res) == 0) {
-      PQclear(res);
+    dx__pg_wpre_t r;
+    if ((rc = round_get(t, now, lock_ms, cfg, 0, pre, &r))) return rc;
+    if (PQntuples(r.plain) == 0) {
+      PQclear(r.plain);
       return 0;
     }
-    if ((rc = buffer_rows(t, res, now, lock_ms, cfg))) return rc;
+    if ((rc = buffer_rows(t, r.plain, now, lock_ms, cfg))) return rc;
     return hand_out_row(t, c->wbuf, c->wrow[c->wbuf_next++], out);
   }
   /* Plain rows are locked speculatively in the same round trip as the session picks (plain
@@ -290,36 +366,14 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   ** there is session work at all), are unlocked again (queued, no round trip). A round
   ** repeats only after a close marker was dropped or a session was lost meanwhile. */
   for (round = 0; round < 64 && !got; round++) {
-    PGresult *plain = NULL, *owned = NULL, *claim = NULL;
-    qp_t qo, qc, qk;
+    PGresult *plain, *owned, *claim;
+    dx__pg_wpre_t r;
     int sessions_due, i;
     cand_clear(&cd);
-    dx__qp_init(&qo);
-    dx__qp_i64(&qo, now);
-    dx__qp_str(&qo, cfg->worker_id);
-    dx__qp_init(&qc);
-    dx__qp_i64(&qc, now);
-    dx__qp_str(&qc, cfg->worker_id);
-    dx__qp_i64(&qc, (int64_t)cfg->max_sessions);
-    dx__qp_str(&qc, t->p->live_prefix);
-    dx__qp_i64(&qc, t->p->liveness);
-    dx__qp_init(&qk);
-    dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
-    if (round == 0 && dx__pg_live_sweep_due(t->p, &t->p->reaped_at, now)) {
-      qp_t qr;
-      dx__qp_init(&qr);
-      dx__qp_i64(&qr, now);
-      dx__qp_str(&qr, cfg->worker_id);
-      dx__qp_str(&qr, t->p->live_prefix);
-      if ((rc = dx__pg_qsend(t, PQ_WORK_REAP, &qr, NULL))) break;
-    }
-    /* the advisory lock serializes every claim made under this worker id (held to the end of
-    ** the transaction), so the capacity count and the claim cannot interleave */
-    if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
-        (rc = plain_send(t, now, lock_ms, k, &plain)) ||
-        (rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &owned)) ||
-        (rc = dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &claim)) || (rc = dx__pg_qwait(t)))
-      break;
+    if ((rc = round_get(t, now, lock_ms, cfg, round, pre, &r))) break;
+    plain = r.plain;
+    owned = r.owned;
+    claim = r.claim;
     sessions_due = PQntuples(owned) + PQntuples(claim) > 0;
     if ((rc = buffer_rows(t, plain, now, lock_ms, cfg))) {
       PQclear(owned);
@@ -351,8 +405,9 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   return rc;
 }
 
-int dx__pg_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
-                      const dx_session_cfg_t *sessions, dx_work_fetch_t *out, dx_error_t *err) {
+int dx__pg_fetch_work_pre(dx_provider_t *pp, int64_t now, int64_t lock_ms,
+                          const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
+                          dx_error_t *err, dx__pg_wpre_t *pre) {
   tx_t t;
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
@@ -360,11 +415,16 @@ int dx__pg_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
   if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
   if (sessions && (rc = dx__check_worker_id(sessions->worker_id, err))) return rc;
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
-  rc = work_fetch(&t, now, lock_ms, sessions, out);
+  rc = work_fetch(&t, now, lock_ms, sessions, out, pre);
   if (t.own) dx__pg_work_unbuffer_drop(t.c); /* own transaction: at most one was locked */
   rc = dx__pg_tx_end(&t, rc);
   if (rc) fetch_reset(out);
   return rc;
+}
+
+int dx__pg_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
+                      const dx_session_cfg_t *sessions, dx_work_fetch_t *out, dx_error_t *err) {
+  return dx__pg_fetch_work_pre(pp, now, lock_ms, sessions, out, err, NULL);
 }
 
 /* {===== ack, renew, abandon =====} */
@@ -374,17 +434,22 @@ typedef struct {
   char *sid;
 } row_t;
 
-/* The row locked with `token` (row-locked). DX_ELOCK when none is. */
-static int row_by_token(tx_t *t, uint64_t token, row_t *r) {
-  PGresult *res;
+/* Queue the lookup of the row locked with `token` (row-locked); *res at the next wait. */
+static int row_send(tx_t *t, uint64_t token, PGresult **res) {
   qp_t q;
-  int rc, oom = 0;
-  memset(r, 0, sizeof *r);
-  if (token == 0) return dx_error_set(t->err, DX_ETOKEN, "lock token 0 is never valid");
+  *res = NULL;
+  if (token == 0) return 0; /* row_read refuses it */
   dx__qp_init(&q);
   dx__qp_i64(&q, (int64_t)token);
-  if ((rc = dx__pg_q(t, PQ_WORK_BY_TOKEN, &q, &res))) return rc;
-  if (PQntuples(res) == 0) {
+  return dx__pg_qsend(t, PQ_WORK_BY_TOKEN, &q, res);
+}
+
+/* The looked-up row (res taken). DX_ELOCK when none is locked with `token`. */
+static int row_read(tx_t *t, uint64_t token, PGresult *res, row_t *r) {
+  int oom = 0;
+  memset(r, 0, sizeof *r);
+  if (token == 0) return dx_error_set(t->err, DX_ETOKEN, "lock token 0 is never valid");
+  if (!res || PQntuples(res) == 0) {
     PQclear(res);
     return dx_error_set(t->err, DX_ELOCK,
                         "no worker item is locked with token %llx (acked, cancelled, or "
@@ -396,6 +461,15 @@ static int row_by_token(tx_t *t, uint64_t token, row_t *r) {
   r->sid = dx__col_str(res, 0, 2, &oom);
   PQclear(res);
   return oom ? dx__pg_nomem(t->err) : 0;
+}
+
+/* The row locked with `token` (row-locked). DX_ELOCK when none is. */
+static int row_by_token(tx_t *t, uint64_t token, row_t *r) {
+  PGresult *res = NULL;
+  int rc;
+  memset(r, 0, sizeof *r);
+  if ((rc = row_send(t, token, &res)) || (token && (rc = dx__pg_qwait(t)))) return rc;
+  return row_read(t, token, res, r);
 }
 
 static int row_check_live(tx_t *t, const row_t *r, int64_t now) {
@@ -414,15 +488,28 @@ static int sess_touch(tx_t *t, const char *sid, int64_t now) {
   return dx__pg_q(t, PQ_SESS_TOUCH, &q, NULL);
 }
 
-static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion) {
+/* run_cycle's halves of a work ack: queue its lookup, then (res taken) queue its writes. */
+int dx__pg_ack_work_send(tx_t *t, uint64_t token, PGresult **res) {
+  return row_send(t, token, res);
+}
+
+int dx__pg_ack_work_finish(tx_t *t, int64_t now, uint64_t token,
+                           const dx_work_item_t *completion, PGresult *res) {
   row_t r;
-  int rc = row_by_token(t, token, &r);
+  int rc = row_read(t, token, res, &r);
   if (!rc) rc = row_check_live(t, &r, now);
   if (!rc) rc = q_seq(t, PQ_WORK_DEL_ROW, r.seq);
   if (!rc) rc = sess_touch(t, r.sid, now);
   if (!rc && completion) rc = dx__pg_orch_enqueue(t, completion, now);
   free(r.sid);
   return rc;
+}
+
+static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion) {
+  PGresult *res = NULL;
+  int rc;
+  if ((rc = row_send(t, token, &res)) || (token && (rc = dx__pg_qwait(t)))) return rc;
+  return dx__pg_ack_work_finish(t, now, token, completion, res);
 }
 
 int dx__pg_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
