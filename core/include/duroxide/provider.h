@@ -275,7 +275,7 @@ typedef int (*dx_instance_cb)(void *ud, const char *id);
 typedef void (*dx_check_cb)(void *ud, const char *problem);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 4 (older providers: 1..3; members past `version` are absent) */
+  int version; /* 5 (older providers: 1..4; members past `version` are absent) */
   const char *name;
 
   /** Close and free the provider. */
@@ -394,6 +394,20 @@ typedef struct dx_provider_methods_s {
   /** Test-only hooks (NULL in a provider that has none; never used by the engine). */
   const struct dx_provider_test_hooks_s *test_hooks;
   /* members above are version 4 */
+
+  /** Worker liveness (version 5; both may be NULL: the provider has none, peers wait out
+  **  leases). worker_register claims worker_id for this process on this store: it holds a
+  **  token the operating system or the database server drops the moment the process dies,
+  **  so peers treat the sessions, session rows and locks of a dead owner as free at once
+  **  (the lease stays the fallback). DX_EEXIST, changing nothing, when a live process
+  **  already holds worker_id (the message names it). A registration finds what a dead
+  **  predecessor with the same id left in flight (its session rows) and makes it due now.
+  **  Called by dx_runtime_start before the first fetch; worker_unregister (dx_runtime_stop,
+  **  after the sessions are released) drops the token. worker_id is borrowed. */
+  int (*worker_register)(dx_provider_t *p, const char *worker_id, int64_t now_ms,
+                         dx_error_t *err);
+  void (*worker_unregister)(dx_provider_t *p, const char *worker_id);
+  /* members above are version 5 */
 } dx_provider_methods_t;
 
 /** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a

@@ -415,7 +415,7 @@ static void lm_destroy(dx_provider_t *pp) {
 static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
 
 static const dx_provider_methods_t lm_methods = {
-  4,
+  5,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -446,6 +446,8 @@ static const dx_provider_methods_t lm_methods = {
   NULL, /* wake_fd: the notify file serves */
   NULL, /* wake_drain */
   &dx__lm_test_hooks,
+  NULL, /* worker_register */
+  NULL, /* worker_unregister */
 };
 
 int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,

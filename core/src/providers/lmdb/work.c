@@ -274,7 +274,7 @@ static int close_unheld(tx_t *t, const work_row_t *r) {
 }
 
 /* The session side of fetching a row of c->sid: claim it (owner = us, fresh lease) or, when
-** we own it, record the activity (and renew a lease that lapsed while we still owned it). */
+** we own it, record the activity and extend the lease to a full one from now. */
 static int sess_take(tx_t *t, const work_cand_t *c, int64_t now, const dx_session_cfg_t *cfg,
                      dx_work_fetch_t *out) {
   sess_rec_t old, nw;
@@ -290,7 +290,8 @@ static int sess_take(tx_t *t, const work_cand_t *c, int64_t now, const dx_sessio
     nw.locked_until = sat_add(now, cfg->session_lock_ms);
     out->session_claimed = 1;
     if (prev && *prev && !(out->previous_owner = dx__strdup(prev))) rc = dx__lm_nomem(t->err);
-  } else if (old.locked_until <= now) {
+  } else if (old.locked_until < sat_add(now, cfg->session_lock_ms)) {
+    /* the lease runs from this fetch: a restarted owner never runs on its predecessor's */
     nw.locked_until = sat_add(now, cfg->session_lock_ms);
   }
   if (!rc) rc = dx__lm_sess_put(t, c->sid, found ? &old : NULL, &nw);

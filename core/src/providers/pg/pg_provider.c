@@ -36,7 +36,7 @@ static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_hi
                                                        dx__pg_test_expire_session};
 
 static const dx_provider_methods_t pg_methods = {
-  4,
+  5,
   "postgres",
   pg_destroy,
   dx__pg_begin,
@@ -67,6 +67,8 @@ static const dx_provider_methods_t pg_methods = {
   dx__pg_wake_fd,
   dx__pg_wake_drain,
   &pg_test_hooks,
+  dx__pg_worker_register,
+  dx__pg_worker_unregister,
 };
 
 /* Schema names: lower-case letters, digits and '_', not starting with a digit, <= 63 bytes
@@ -154,6 +156,7 @@ int dx__pg_open(const char *url, int no_sync, dx_provider_t **out, dx_error_t *e
   if (!(p = calloc(1, sizeof *p))) return dx__pg_nomem(err);
   p->base.methods = &pg_methods;
   p->no_sync = no_sync;
+  p->liveness = 1; /* ?liveness=off turns it off */
   pthread_mutex_init(&p->mu, NULL);
   if (dx__pg_conn_key_init(p)) {
     pthread_mutex_destroy(&p->mu);
