@@ -202,6 +202,16 @@ int dx__lm_live_sweep_due(lm_t *p, int64_t now) {
   return due;
 }
 
+int64_t dx__lm_live_next_sweep(lm_t *p) {
+  struct lm_live_s *l = p->live;
+  int64_t at;
+  if (!usable(l)) return LM_NEVER;
+  pthread_mutex_lock(&l->mu);
+  at = l->swept_at + LIVE_SWEEP_MS;
+  pthread_mutex_unlock(&l->mu);
+  return at;
+}
+
 int dx__lm_worker_register(dx_provider_t *pp, const char *worker, int64_t now,
                            dx_error_t *err) {
   lm_t *p = (lm_t *)pp;

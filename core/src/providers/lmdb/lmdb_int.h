@@ -485,6 +485,8 @@ void dx__lm_live_hold(lm_t *p, const char *worker);
 int dx__lm_live_alive(lm_t *p, const char *owner);
 /* 1 when a session fetch should first sweep dead owners' locked rows (throttled). */
 int dx__lm_live_sweep_due(lm_t *p, int64_t now);
+/* When (caller's clock) the next sweep is worth a fetch; LM_NEVER without liveness. */
+int64_t dx__lm_live_next_sweep(lm_t *p);
 int dx__lm_worker_register(dx_provider_t *pp, const char *worker, int64_t now,
                            dx_error_t *err);
 void dx__lm_worker_unregister(dx_provider_t *pp, const char *worker);
