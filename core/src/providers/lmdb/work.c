@@ -265,11 +265,6 @@ static int fresh_work_token(tx_t *t, uint64_t *token) {
 
 /* {===== liveness: the locks of dead owners (live.c) =====} */
 
-static int seq_of_item_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
-  (void)v;
-  return dx__lm_ident_cb(t, k, v, ud); /* same layout: the key ends with be64 seq */
-}
-
 /* Rows of session `sid` still locked (except row `skip`) are due now: their locker is dead. */
 static int reap_session(tx_t *t, const char *sid, int64_t now, uint64_t skip) {
   seq_list_t l = {NULL, 0, 0};
@@ -277,7 +272,8 @@ static int reap_session(tx_t *t, const char *sid, int64_t now, uint64_t skip) {
   size_t i;
   int rc;
   key_inst(&pre, sid);
-  rc = dx__lm_scan_prefix(t, DB_SESS_ITEMS, &pre, seq_of_item_cb, &l);
+  /* sess_items keys end with be64 seq, as work_ident keys do */
+  rc = dx__lm_scan_prefix(t, DB_SESS_ITEMS, &pre, dx__lm_ident_cb, &l);
   for (i = 0; i < l.n && !rc; i++) {
     work_row_t r, nw;
     if (l.v[i] == skip) continue;
