@@ -70,6 +70,7 @@ struct dx_runtime_s {
   dx_activity_t *running;
   int n_running;
   int started, stopping;
+  int registered;          /* worker_register succeeded: unregister when the store closed */
   uv_timer_t grace_timer;
   dx_wake_t *wake;             /* wake-ups from other processes' commits (NULL: polling) */
   int watchdog;                /* holds a reference on the loop's watchdog (watchdog.c) */
@@ -769,6 +770,28 @@ int dx_runtime_error(const dx_runtime_t *rt, dx_error_t *err) {
   return rt->failure.code ? rt->failure.code : DX_ESTORE;
 }
 
+/* Liveness (provider v5): one live process per worker id on a store; peers learn at once
+** when it dies. Before the store thread exists, so the provider is ours alone here. */
+static int worker_register(dx_runtime_t *rt, dx_error_t *err) {
+  const dx_provider_methods_t *m = rt->provider->methods;
+  int rc;
+  if (m->version < 5 || !m->worker_register) return 0;
+  rc = m->worker_register(rt->provider, rt->worker_id, dx__now_ms(), err);
+  if (rc == 0) rt->registered = 1;
+  else
+    dx__log(DX_LOG_ERROR, "worker refused", "worker_id=%s error=\"%s\"", rt->worker_id,
+            err ? err->msg : "");
+  return rc;
+}
+
+/* After the store closed (no thread uses the provider any more). */
+static void worker_unregister(dx_runtime_t *rt) {
+  const dx_provider_methods_t *m = rt->provider->methods;
+  if (!rt->registered) return;
+  rt->registered = 0;
+  if (m->version >= 5 && m->worker_unregister) m->worker_unregister(rt->provider, rt->worker_id);
+}
+
 int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   dx_store_cfg_t cfg;
   int rc;
@@ -794,8 +817,12 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
     cfg.session_renew_ms = dx__sessions_renew_every(&rt->opts);
     cfg.session_idle_ms = rt->opts.session_idle_timeout_ms;
   }
+  if ((rc = worker_register(rt, err)) != 0) return rc;
   rc = dx__store_new(&rt->store, rt->loop, &cfg, err);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    worker_unregister(rt);
+    return rc;
+  }
   if (cfg.sessions)
     rt->sessions = dx__sessions_new(rt->loop, rt->store, &rt->opts, rt->worker_id, rt->host,
                                     rt->host_ud);
@@ -839,6 +866,7 @@ void dx__runtime_poke_all(void) {
 static void store_closed(void *ud) {
   dx_runtime_t *rt = ud;
   rt->store = NULL;
+  worker_unregister(rt);
   dx__log(DX_LOG_INFO, "worker stopped", "worker_id=%s", rt->worker_id);
   if (rt->stop_cb) rt->stop_cb(rt, rt->stop_ud);
 }
@@ -960,6 +988,7 @@ static void crash_part_done(crash_wait_t *w) {
 static void crash_store_closed(void *ud) {
   crash_wait_t *w = ud;
   w->rt->store = NULL;
+  worker_unregister(w->rt); /* as the OS drops a killed process's registration */
   crash_part_done(w);
 }
 

@@ -430,6 +430,19 @@ typedef struct dx_provider_methods_s {
   **  error that spoiled it (DX_ERETRY: retry the whole cycle). Lets a provider on a network
   **  database send the cycle in a few round trips instead of one per call. */
   int (*run_cycle)(dx_provider_t *p, int64_t now_ms, dx_cycle_t *cycle, dx_error_t *err);
+
+  /** Worker liveness (version 5; both may be NULL: the provider has none, peers wait out
+  **  leases). worker_register claims worker_id for this process on this store: it holds a
+  **  token the operating system or the database server drops the moment the process dies,
+  **  so peers treat the sessions, session rows and locks of a dead owner as free at once
+  **  (the lease stays the fallback). DX_EEXIST, changing nothing, when a live process
+  **  already holds worker_id (the message names it). A registration finds what a dead
+  **  predecessor with the same id left in flight (its session rows) and makes it due now.
+  **  Called by dx_runtime_start before the first fetch; worker_unregister (dx_runtime_stop,
+  **  after the sessions are released) drops the token. worker_id is borrowed. */
+  int (*worker_register)(dx_provider_t *p, const char *worker_id, int64_t now_ms,
+                         dx_error_t *err);
+  void (*worker_unregister)(dx_provider_t *p, const char *worker_id);
   /* members above are version 5 */
 } dx_provider_methods_t;
 

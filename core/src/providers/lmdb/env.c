@@ -408,6 +408,7 @@ static void lm_destroy(dx_provider_t *pp) {
   lm_t *p = (lm_t *)pp;
   if (!p) return;
   lm_rollback(pp);
+  dx__lm_live_close(p);
   registry_release(p->se);
   free(p);
 }
@@ -415,7 +416,7 @@ static void lm_destroy(dx_provider_t *pp) {
 static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
 
 static const dx_provider_methods_t lm_methods = {
-  4,
+  5,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -447,6 +448,8 @@ static const dx_provider_methods_t lm_methods = {
   NULL, /* wake_drain */
   &dx__lm_test_hooks,
   NULL, /* run_cycle: calls one by one cost no round trips on a local store */
+  dx__lm_worker_register,
+  dx__lm_worker_unregister,
 };
 
 int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,
@@ -475,6 +478,10 @@ int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_
   if (rc) { free(p); return rc; }
   p->base.methods = &lm_methods;
   p->no_sync = o.no_sync;
+  if ((rc = dx__lm_live_open(p, p->se->path))) {
+    lm_destroy(&p->base);
+    return dx__lm_nomem(err);
+  }
   *out = &p->base;
   return 0;
 }

@@ -124,6 +124,7 @@ typedef struct {
   shared_env_t *se;
   int no_sync;
   int in_batch; /* this handle opened the env's batch (begin) */
+  struct lm_live_s *live; /* worker liveness of this handle (live.c) */
 } lm_t;
 static inline int64_t sat_add(int64_t a, int64_t b) {
   if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
@@ -474,6 +475,23 @@ int dx__lm_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t ex
                       dx_error_t *err);
 int dx__lm_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
                         dx_error_t *err);
+
+/* live.c */
+int dx__lm_live_open(lm_t *p, const char *dir);
+void dx__lm_live_close(lm_t *p);
+/* This handle acts as `worker`: peers see the id alive while the handle is open. */
+void dx__lm_live_hold(lm_t *p, const char *worker);
+/* 0 only when the kernel says no process holds `owner` (1 without liveness: lease decides). */
+int dx__lm_live_alive(lm_t *p, const char *owner);
+/* 1 when a session fetch should first sweep dead owners' locked rows (throttled). */
+int dx__lm_live_sweep_due(lm_t *p, int64_t now);
+/* When (caller's clock) the next sweep is worth a fetch; LM_NEVER without liveness. */
+int64_t dx__lm_live_next_sweep(lm_t *p);
+int dx__lm_worker_register(dx_provider_t *pp, const char *worker, int64_t now,
+                           dx_error_t *err);
+void dx__lm_worker_unregister(dx_provider_t *pp, const char *worker);
+/* work.c: the locked session rows of `worker`'s sessions are due now (at registration). */
+int dx__lm_reap_own(lm_t *p, const char *worker, int64_t now, dx_error_t *err);
 
 /* manage.c */
 int dx__lm_nothing_due(lm_t *p, int64_t now, int orch, int work, int sess, dx_error_t *err);

@@ -38,6 +38,14 @@ static int due_time(tx_t *t, int orch, int work, int sess, int64_t *out) {
   return 0;
 }
 
+/* When the earliest session row is due (LM_NEVER: none). */
+static int due_time_sess(lm_t *p, int64_t *out) {
+  tx_t t;
+  int rc;
+  if ((rc = dx__lm_begin_tx(p, 0, &t, NULL))) return rc;
+  return dx__lm_tx_end(&t, due_time(&t, 0, 0, 1, out));
+}
+
 /* Read-only look before a fetch takes the writer lock: idle polling from several processes
 ** then never contends with writers. Inside a batch the write txn is already held. */
 int dx__lm_nothing_due(lm_t *p, int64_t now, int orch, int work, int sess, dx_error_t *err) {
@@ -227,6 +235,13 @@ int dx__lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *er
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = LM_NEVER;
+  int64_t sess_due = LM_NEVER, sweep;
   if ((rc = dx__lm_begin_tx(p, 0, &t, err))) return rc;
-  return dx__lm_tx_end(&t, due_time(&t, 1, 1, 1, out));
+  rc = dx__lm_tx_end(&t, due_time(&t, 1, 1, 1, out));
+  if (!rc) rc = due_time_sess(p, &sess_due);
+  /* session rows wait in flight (or delayed): their holder may die, and only a fetch sweeps
+  ** dead holders' rows, so look again soon (live.c) */
+  if (!rc && sess_due != LM_NEVER && sess_due > now && (sweep = dx__lm_live_next_sweep(p)) < *out)
+    *out = sweep > now ? sweep : now;
+  return rc;
 }

@@ -188,10 +188,12 @@ typedef struct {
   const char *worker;
   int64_t now;
   work_cand_t *c;
+  lm_t *lm;
 } claim_scan_t;
 
 /* sess_heads in time order: the first due session nobody holds (no row, released, or lease
-** lapsed) is the claim candidate. Sessions held by other workers are skipped; the walk ends
+** lapsed, or its owner's process is dead) is the claim candidate. Sessions held by other
+** live workers are skipped; the walk ends
 ** at the first head that is not due or not older than the best candidate so far. */
 static int claim_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   claim_scan_t *s = ud;
@@ -208,7 +210,8 @@ static int claim_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   if (rc && rc != DX_ENOTFOUND) return rc;
   /* our own sessions were considered by owned_cb */
   held = rc == 0 && dx__lm_sess_owned(&r) &&
-         (strcmp(r.owner, s->worker) == 0 || r.locked_until > s->now);
+         (strcmp(r.owner, s->worker) == 0 ||
+          (r.locked_until > s->now && dx__lm_live_alive(s->lm, r.owner)));
   dx__lm_sess_clear(&r);
   if (held) return 0;
   sess_cand(kb + 16, due, seq, WC_CLAIM, s->now, s->c);
@@ -218,7 +221,8 @@ static int claim_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
 /* Oldest due row this worker may take: plain rows (ready, or lock expired), rows of sessions
 ** it owns, and, while it owns fewer than max_sessions live sessions, rows of sessions it may
 ** claim. cfg NULL: plain rows only. */
-static int work_pick(tx_t *t, int64_t now, const dx_session_cfg_t *cfg, work_cand_t *c) {
+static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg,
+                     work_cand_t *c) {
   owned_scan_t o;
   claim_scan_t cs;
   dkey_t pre;
@@ -239,6 +243,7 @@ static int work_pick(tx_t *t, int64_t now, const dx_session_cfg_t *cfg, work_can
   cs.worker = cfg->worker_id;
   cs.now = now;
   cs.c = c;
+  cs.lm = lm;
   k_init(&pre);
   return dx__lm_scan_prefix(t, DB_SESS_HEADS, &pre, claim_cb, &cs);
 }
@@ -256,6 +261,75 @@ static int fresh_work_token(tx_t *t, uint64_t *token) {
     if (rc == DX_ENOTFOUND) return 0;
     if (rc) return rc;
   }
+}
+
+/* {===== liveness: the locks of dead owners (live.c) =====} */
+
+/* Rows of session `sid` still locked (except row `skip`) are due now: their locker is dead. */
+static int reap_session(tx_t *t, const char *sid, int64_t now, uint64_t skip) {
+  seq_list_t l = {NULL, 0, 0};
+  dkey_t pre;
+  size_t i;
+  int rc;
+  key_inst(&pre, sid);
+  /* sess_items keys end with be64 seq, as work_ident keys do */
+  rc = dx__lm_scan_prefix(t, DB_SESS_ITEMS, &pre, dx__lm_ident_cb, &l);
+  for (i = 0; i < l.n && !rc; i++) {
+    work_row_t r, nw;
+    if (l.v[i] == skip) continue;
+    if ((rc = dx__lm_row_get(t, l.v[i], &r))) {
+      if (rc == DX_ENOTFOUND) rc = 0;
+      continue;
+    }
+    if (r.token && r.locked_until > now) {
+      nw = r; /* shares r's strings */
+      nw.locked_until = now;
+      rc = row_set(t, &r, &nw);
+    }
+    dx__lm_row_clear(&r);
+  }
+  free(l.v);
+  return rc;
+}
+
+static int sid_collect_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  (void)v;
+  if (k->mv_size == 0 || ((const char *)k->mv_data)[k->mv_size - 1] != 0)
+    return dx__lm_corrupt(t, DB_SESSIONS, "bad key", "%zu-byte key", k->mv_size);
+  return dx__lm_strs_push(ud, k->mv_data) ? dx__lm_nomem(t->err) : 0;
+}
+
+/* Sessions whose owner is `only` (NULL: any owner but `me` that is dead, with a live lease):
+** their locked rows are due now. */
+static int reap_dead(tx_t *t, lm_t *p, const char *me, const char *only, int64_t now) {
+  str_list_t ids = {NULL, 0, 0};
+  dkey_t none;
+  size_t i;
+  int rc;
+  k_init(&none);
+  rc = dx__lm_scan_prefix(t, DB_SESSIONS, &none, sid_collect_cb, &ids);
+  for (i = 0; i < ids.n && !rc; i++) {
+    sess_rec_t r;
+    int dead;
+    if ((rc = dx__lm_sess_get(t, ids.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
+    if (rc) break;
+    dead = dx__lm_sess_owned(&r) &&
+           (only ? strcmp(r.owner, only) == 0
+                 : strcmp(r.owner, me) != 0 && r.locked_until > now &&
+                       !dx__lm_live_alive(p, r.owner));
+    dx__lm_sess_clear(&r);
+    if (dead) rc = reap_session(t, ids.v[i], now, 0);
+  }
+  dx__lm_strs_free(&ids);
+  return rc;
+}
+
+/* worker_register: what a dead predecessor with this id left locked is due now. */
+int dx__lm_reap_own(lm_t *p, const char *worker, int64_t now, dx_error_t *err) {
+  tx_t t;
+  int rc;
+  LM_WRITE(p, t, err, rc, reap_dead(&t, p, worker, worker, now), (void)0);
+  return rc;
 }
 
 /* A close-session item at the head of a session nobody holds has nothing to close: delete
@@ -308,7 +382,7 @@ static void fetch_reset(dx_work_fetch_t *out) {
 
 /* Lock candidate `c`. out->item.kind stays 0 when the candidate was cleaned up instead (a
 ** stray index entry, a close item of a session nobody holds); the caller picks again. */
-static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms,
+static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64_t lock_ms,
                      const dx_session_cfg_t *cfg, dx_work_fetch_t *out) {
   work_row_t old, nw;
   dx_error_t derr = {0};
@@ -326,6 +400,15 @@ static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms
     fetch_reset(out);
     dx__lm_row_clear(&old);
     return rc;
+  }
+  if (!rc && c->kind == WC_CLAIM) { /* a dead owner's locked rows of the session: due now */
+    sess_rec_t sr;
+    int r2 = dx__lm_sess_get(t, c->sid, &sr);
+    if (r2 == 0 && dx__lm_sess_owned(&sr) && strcmp(sr.owner, cfg->worker_id) != 0 &&
+        !dx__lm_live_alive(lm, sr.owner))
+      r2 = reap_session(t, c->sid, now, c->seq);
+    dx__lm_sess_clear(&sr);
+    if (r2 != DX_ENOTFOUND) rc = r2;
   }
   nw = old;
   if (!rc) rc = fresh_work_token(t, &nw.token);
@@ -345,13 +428,14 @@ static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms
   return rc;
 }
 
-static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
-                      dx_work_fetch_t *out) {
+static int work_fetch(tx_t *t, lm_t *lm, int sweep, int64_t now, int64_t lock_ms,
+                      const dx_session_cfg_t *cfg, dx_work_fetch_t *out) {
   work_cand_t c;
   int rc;
+  if (sweep && (rc = reap_dead(t, lm, cfg->worker_id, NULL, now))) return rc;
   for (;;) { /* a round only repeats after removing a stray index entry or a close item */
-    if ((rc = work_pick(t, now, cfg, &c)) || !c.found) return rc;
-    if ((rc = work_lock(t, &c, now, lock_ms, cfg, out)) || out->item.kind) return rc;
+    if ((rc = work_pick(t, lm, now, cfg, &c)) || !c.found) return rc;
+    if ((rc = work_lock(t, lm, &c, now, lock_ms, cfg, out)) || out->item.kind) return rc;
   }
 }
 
@@ -390,13 +474,19 @@ int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
                       dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
-  int rc;
+  int rc, sweep = 0;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
   if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
   if (sessions && (rc = dx__check_worker_id(sessions->worker_id, err))) return rc;
-  if ((rc = dx__lm_nothing_due(p, now, 0, 1, sessions != NULL, err))) return rc < 0 ? rc : 0;
-  LM_WRITE(p, t, err, rc, work_fetch(&t, now, lock_ms, sessions, out), fetch_reset(out));
+  if (sessions) {
+    dx__lm_live_hold(p, sessions->worker_id); /* peers see this id alive from now on */
+    sweep = dx__lm_live_sweep_due(p, now);
+  }
+  if (!sweep && (rc = dx__lm_nothing_due(p, now, 0, 1, sessions != NULL, err)))
+    return rc < 0 ? rc : 0;
+  LM_WRITE(p, t, err, rc, work_fetch(&t, p, sweep, now, lock_ms, sessions, out),
+           fetch_reset(out));
   return rc;
 }
 

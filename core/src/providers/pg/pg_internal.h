@@ -63,7 +63,7 @@ struct pg_s {
   int no_sync;
   char *channel_q;          /* quoted LISTEN/NOTIFY channel of the schema */
   PGconn *listen;           /* wake-up listener (loop thread); NULL until wake_fd */
-  int liveness;             /* ?liveness=on: workers hold liveness locks (pg_live.c) */
+  int liveness;             /* default 1 (?liveness=off: 0): liveness locks (pg_live.c) */
   char *live_prefix;        /* "dx-live:<schema>:" */
   struct pg_live_s *live;   /* the locks this handle holds, guarded by mu */
   int64_t reaped_at;        /* caller-clock ms of the last dead-worker sweep of sessions */
@@ -208,9 +208,11 @@ int dx__pg_wake_drain(dx_provider_t *pp, int *lost);
 void dx__pg_wake_close(pg_t *p);
 
 /* {===== pg_live.c =====} */
-/* Make sure `worker` holds its liveness lock (no-op without ?liveness=on). */
+/* Make sure `worker` holds its liveness lock (no-op with ?liveness=off). */
 int dx__pg_live_hold(pg_t *p, const char *worker, dx_error_t *err);
 void dx__pg_live_close(pg_t *p);
+int dx__pg_worker_register(dx_provider_t *pp, const char *worker, int64_t now, dx_error_t *err);
+void dx__pg_worker_unregister(dx_provider_t *pp, const char *worker);
 /* 1 when a session fetch should first sweep dead owners' in-flight rows (throttled). */
 int dx__pg_live_sweep_due(pg_t *p, int64_t *last, int64_t now);
 /* When (caller's clock) the next sweep is worth a fetch. */

@@ -68,6 +68,8 @@ static const dx_provider_methods_t pg_methods = {
   dx__pg_wake_drain,
   &pg_test_hooks,
   dx__pg_run_cycle,
+  dx__pg_worker_register,
+  dx__pg_worker_unregister,
 };
 
 uint64_t dx__pg_round_trips(dx_provider_t *pp) {
@@ -159,6 +161,7 @@ int dx__pg_open(const char *url, int no_sync, dx_provider_t **out, dx_error_t *e
   if (!(p = calloc(1, sizeof *p))) return dx__pg_nomem(err);
   p->base.methods = &pg_methods;
   p->no_sync = no_sync;
+  p->liveness = 1; /* ?liveness=off turns it off */
   pthread_mutex_init(&p->mu, NULL);
   if (dx__pg_conn_key_init(p)) {
     pthread_mutex_destroy(&p->mu);

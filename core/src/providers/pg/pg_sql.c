@@ -54,6 +54,16 @@ const char *const dx__pg_migrations[] = {MIGRATION_1};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
+/* The exclusive registration lock of a worker id (one live process per id) and the server's
+** clock in ms, for the skew check. */
+const char dx__pg_live_register_sql[] =
+  "SELECT pg_try_advisory_lock(hashtextextended($1::text, 0)),"
+  " (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+/* At registration: the session rows a dead predecessor with this id left locked are due now. */
+const char dx__pg_live_reap_own_sql[] =
+  "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
+  " WHERE w.session_id = s.session_id AND s.owner = $2 AND w.lock_token IS NOT NULL"
+  " AND w.locked_until > $1::bigint";
 const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__pg_migrations[0]);
 
 /* An owner counts as dead (liveness on: $live = 1) when nobody holds its shared liveness lock
@@ -190,6 +200,12 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE w.session_id = s.session_id AND s.owner <> '' AND s.owner <> $2"
     " AND s.locked_until > $1::bigint AND w.lock_token IS NOT NULL"
     " AND w.locked_until > $1::bigint AND" OWNER_DEAD("s.owner", "$3::text", "1"),
+  [PQ_WORK_REAP_CLAIMED] = /* after a claim ($2 = us): rows the dead previous owner left
+    ** locked are due now (they are its: we held nothing of the session before the claim) */
+    "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
+    " WHERE s.session_id = $3 AND s.owner = $2 AND s.prev IS NOT NULL AND s.prev <> $2"
+    " AND w.session_id = s.session_id AND w.lock_token IS NOT NULL"
+    " AND w.locked_until > $1::bigint AND" OWNER_DEAD("s.prev", "$4::text", "1"),
   [PQ_WORK_SET_LOCK_OWNED] = /* only while the session is ours (claimed just before) */
     "UPDATE work SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, attempt = attempt + 1 WHERE seq = $1::bigint"

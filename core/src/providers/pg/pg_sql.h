@@ -8,7 +8,7 @@
   X(ORCH_RENEW) X(ORCH_ABANDON_MSGS) X(INST_GET) X(HIST_LOAD_CUR) X(HIST_LOAD) X(HIST_DUPS)   \
   X(HIST_INSERT) X(INST_UPSERT) X(EXEC_UPSERT) X(WORK_INSERT) X(WORK_CANCEL)                 \
   X(WORK_UNLOCK) X(WORK_FETCH_PLAIN) X(WORK_PICK_OWNED) X(WORK_PICK_CLAIM)               \
-  X(WORK_REAP) X(WORK_SET_LOCK_OWNED) X(WORK_BY_TOKEN) X(WORK_RENEW) X(WORK_ABANDON)     \
+  X(WORK_REAP) X(WORK_REAP_CLAIMED) X(WORK_SET_LOCK_OWNED) X(WORK_BY_TOKEN) X(WORK_RENEW) X(WORK_ABANDON)     \
   X(WORK_DEL_ROW) X(SESS_TOUCH) X(SESS_CLAIM) X(SESS_OWNED) X(SESS_DROP_IF_EMPTY)            \
   X(SESS_RENEW) X(SESS_RELEASE) X(SESS_CLEANUP) X(SESS_LIST) X(HIST_MAX_EXEC) X(INFO_GET)    \
   X(INFO_QUEUED) X(LIST_INSTANCES) X(DEPTHS) X(NEXT_DUE) X(NEXT_DUE_LIVE) X(TEST_CORRUPT) X(TEST_EXPIRE)
@@ -29,5 +29,7 @@ extern const char *const dx__pg_migrations[];
 extern const int dx__pg_migration_count;
 /* The liveness lock a worker holds (parameter: the key text, see pg_live.c). */
 extern const char dx__pg_live_hold_sql[];
+extern const char dx__pg_live_register_sql[];
+extern const char dx__pg_live_reap_own_sql[];
 
 #endif

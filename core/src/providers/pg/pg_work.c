@@ -231,8 +231,18 @@ static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
     dx__qp_str(&qs, t->p->live_prefix);
     dx__qp_i64(&qs, t->p->liveness);
   }
-  if ((rc = dx__pg_qsend(t, c->kind == WC_CLAIM ? PQ_SESS_CLAIM : PQ_SESS_OWNED, &qs, &sess)) ||
-      (rc = dx__pg_qsend(t, PQ_WORK_SET_LOCK_OWNED, &ql, &row)) || (rc = dx__pg_qwait(t)))
+  if ((rc = dx__pg_qsend(t, c->kind == WC_CLAIM ? PQ_SESS_CLAIM : PQ_SESS_OWNED, &qs, &sess)))
+    return rc;
+  if (c->kind == WC_CLAIM && t->p->liveness) { /* before our own row lock below */
+    qp_t qr;
+    dx__qp_init(&qr);
+    dx__qp_i64(&qr, now);
+    dx__qp_str(&qr, cfg->worker_id);
+    dx__qp_str(&qr, c->sid);
+    dx__qp_str(&qr, t->p->live_prefix);
+    if ((rc = dx__pg_qsend(t, PQ_WORK_REAP_CLAIMED, &qr, NULL))) return rc;
+  }
+  if ((rc = dx__pg_qsend(t, PQ_WORK_SET_LOCK_OWNED, &ql, &row)) || (rc = dx__pg_qwait(t)))
     return rc;
   if (c->kind == WC_CLAIM && PQntuples(sess) == 1) {
     out->session_claimed = 1;
