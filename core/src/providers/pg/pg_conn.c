@@ -478,13 +478,20 @@ static int open_tx(pg_conn_t *c, dx_error_t *err) {
   return send_stmt(c, -1, "BEGIN", NULL, NULL, err);
 }
 
-int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
+/* The start shared by a transaction and a read: a connection, or the open batch's failure.
+** The caller checks t->c->in_batch after a 0 return (inside a batch nothing more is sent). */
+static int tx_attach(pg_t *p, tx_t *t, dx_error_t *err) {
   int rc;
   memset(t, 0, sizeof *t);
   t->p = p;
   t->err = err;
   if ((rc = dx__pg_conn_get(p, &t->c, err))) return rc;
-  if (t->c->in_batch) return t->c->batch_rc ? batch_failed(t->c, err) : 0;
+  return t->c->in_batch && t->c->batch_rc ? batch_failed(t->c, err) : 0;
+}
+
+int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
+  int rc;
+  if ((rc = tx_attach(p, t, err)) || t->c->in_batch) return rc;
   if ((rc = open_tx(t->c, err))) return rc;
   t->own = 1;
   return 0;
@@ -492,11 +499,7 @@ int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
 
 int dx__pg_read_begin(pg_t *p, tx_t *t, dx_error_t *err) {
   int rc;
-  memset(t, 0, sizeof *t);
-  t->p = p;
-  t->err = err;
-  if ((rc = dx__pg_conn_get(p, &t->c, err))) return rc;
-  if (t->c->in_batch) return t->c->batch_rc ? batch_failed(t->c, err) : 0;
+  if ((rc = tx_attach(p, t, err)) || t->c->in_batch) return rc;
   return reprepare_if_needed(t->c, err);
 }
 
