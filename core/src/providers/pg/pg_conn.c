@@ -531,6 +531,14 @@ int dx__pg_tx_end(tx_t *t, int rc) {
   return commit_now(t->c, !t->p->no_sync, t->err);
 }
 
+int dx__pg_one(pg_t *p, int write, pg_stmt_t id, const qp_t *qp, PGresult **out,
+               dx_error_t *err) {
+  tx_t t;
+  int rc = write ? dx__pg_tx_begin(p, &t, err) : dx__pg_read_begin(p, &t, err);
+  if (rc) return rc;
+  return dx__pg_tx_end(&t, dx__pg_q(&t, id, qp, out));
+}
+
 int dx__pg_begin(dx_provider_t *pp, dx_error_t *err) {
   pg_t *p = (pg_t *)pp;
   pg_conn_t *c;
