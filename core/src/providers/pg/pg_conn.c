@@ -175,6 +175,16 @@ static void conn_unlink(pg_t *p, pg_conn_t *c) {
     }
 }
 
+/* Close an unlinked connection and free it with its buffers. */
+static void conn_free(pg_conn_t *c) {
+  conn_drop(c);
+  dx__pg_orch_unbuffer_drop(c);
+  dx__pg_work_unbuffer_drop(c);
+  free(c->pend);
+  free(c->pend_out);
+  free(c);
+}
+
 /* pthread key destructor: the thread ended. */
 static void conn_thread_exit(void *arg) {
   pg_conn_t *c = arg;
@@ -182,12 +192,7 @@ static void conn_thread_exit(void *arg) {
   pthread_mutex_lock(&p->mu);
   conn_unlink(p, c);
   pthread_mutex_unlock(&p->mu);
-  conn_drop(c);
-  dx__pg_orch_unbuffer_drop(c);
-  dx__pg_work_unbuffer_drop(c);
-  free(c->pend);
-  free(c->pend_out);
-  free(c);
+  conn_free(c);
 }
 
 int dx__pg_conn_key_init(pg_t *p) { return pthread_key_create(&p->key, conn_thread_exit); }
@@ -198,12 +203,7 @@ void dx__pg_conns_close(pg_t *p) {
   pthread_mutex_lock(&p->mu);
   for (c = p->conns; c; c = next) {
     next = c->next;
-    conn_drop(c);
-    dx__pg_orch_unbuffer_drop(c);
-    dx__pg_work_unbuffer_drop(c);
-    free(c->pend);
-    free(c->pend_out);
-    free(c);
+    conn_free(c);
   }
   p->conns = NULL;
   pthread_mutex_unlock(&p->mu);
