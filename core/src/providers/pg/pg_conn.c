@@ -175,6 +175,16 @@ static void conn_unlink(pg_t *p, pg_conn_t *c) {
     }
 }
 
+/* Close an unlinked connection and free it with its buffers. */
+static void conn_free(pg_conn_t *c) {
+  conn_drop(c);
+  dx__pg_orch_unbuffer_drop(c);
+  dx__pg_work_unbuffer_drop(c);
+  free(c->pend);
+  free(c->pend_out);
+  free(c);
+}
+
 /* pthread key destructor: the thread ended. */
 static void conn_thread_exit(void *arg) {
   pg_conn_t *c = arg;
@@ -182,12 +192,7 @@ static void conn_thread_exit(void *arg) {
   pthread_mutex_lock(&p->mu);
   conn_unlink(p, c);
   pthread_mutex_unlock(&p->mu);
-  conn_drop(c);
-  dx__pg_orch_unbuffer_drop(c);
-  dx__pg_work_unbuffer_drop(c);
-  free(c->pend);
-  free(c->pend_out);
-  free(c);
+  conn_free(c);
 }
 
 int dx__pg_conn_key_init(pg_t *p) { return pthread_key_create(&p->key, conn_thread_exit); }
@@ -198,12 +203,7 @@ void dx__pg_conns_close(pg_t *p) {
   pthread_mutex_lock(&p->mu);
   for (c = p->conns; c; c = next) {
     next = c->next;
-    conn_drop(c);
-    dx__pg_orch_unbuffer_drop(c);
-    dx__pg_work_unbuffer_drop(c);
-    free(c->pend);
-    free(c->pend_out);
-    free(c);
+    conn_free(c);
   }
   p->conns = NULL;
   pthread_mutex_unlock(&p->mu);
@@ -478,13 +478,20 @@ static int open_tx(pg_conn_t *c, dx_error_t *err) {
   return send_stmt(c, -1, "BEGIN", NULL, NULL, err);
 }
 
-int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
+/* The start shared by a transaction and a read: a connection, or the open batch's failure.
+** The caller checks t->c->in_batch after a 0 return (inside a batch nothing more is sent). */
+static int tx_attach(pg_t *p, tx_t *t, dx_error_t *err) {
   int rc;
   memset(t, 0, sizeof *t);
   t->p = p;
   t->err = err;
   if ((rc = dx__pg_conn_get(p, &t->c, err))) return rc;
-  if (t->c->in_batch) return t->c->batch_rc ? batch_failed(t->c, err) : 0;
+  return t->c->in_batch && t->c->batch_rc ? batch_failed(t->c, err) : 0;
+}
+
+int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
+  int rc;
+  if ((rc = tx_attach(p, t, err)) || t->c->in_batch) return rc;
   if ((rc = open_tx(t->c, err))) return rc;
   t->own = 1;
   return 0;
@@ -492,11 +499,7 @@ int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err) {
 
 int dx__pg_read_begin(pg_t *p, tx_t *t, dx_error_t *err) {
   int rc;
-  memset(t, 0, sizeof *t);
-  t->p = p;
-  t->err = err;
-  if ((rc = dx__pg_conn_get(p, &t->c, err))) return rc;
-  if (t->c->in_batch) return t->c->batch_rc ? batch_failed(t->c, err) : 0;
+  if ((rc = tx_attach(p, t, err)) || t->c->in_batch) return rc;
   return reprepare_if_needed(t->c, err);
 }
 
@@ -526,6 +529,14 @@ int dx__pg_tx_end(tx_t *t, int rc) {
     return rc;
   }
   return commit_now(t->c, !t->p->no_sync, t->err);
+}
+
+int dx__pg_one(pg_t *p, int write, pg_stmt_t id, const qp_t *qp, PGresult **out,
+               dx_error_t *err) {
+  tx_t t;
+  int rc = write ? dx__pg_tx_begin(p, &t, err) : dx__pg_read_begin(p, &t, err);
+  if (rc) return rc;
+  return dx__pg_tx_end(&t, dx__pg_q(&t, id, qp, out));
 }
 
 int dx__pg_begin(dx_provider_t *pp, dx_error_t *err) {

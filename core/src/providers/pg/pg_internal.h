@@ -107,6 +107,10 @@ int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err);
 int dx__pg_read_begin(pg_t *p, tx_t *t, dx_error_t *err);
 /* Ends the method: own txn -> COMMIT on rc == 0, else ROLLBACK. Returns rc (or the commit's). */
 int dx__pg_tx_end(tx_t *t, int rc);
+/* One statement as a whole method: begun (a transaction if `write`, else as a read), run as
+** dx__pg_q, ended. Returns the method's code; *out as dx__pg_q leaves it. */
+int dx__pg_one(pg_t *p, int write, pg_stmt_t id, const qp_t *qp, PGresult **out,
+               dx_error_t *err);
 /* An unexpected failure after writes: the batch (if any) must not commit. Returns rc. */
 int dx__pg_tx_poison(tx_t *t, int rc);
 /* The transaction made work visible to other workers: NOTIFY them at commit. */

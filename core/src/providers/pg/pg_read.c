@@ -119,11 +119,9 @@ static int get_info_once(dx_provider_t *pp, const char *instance, dx_instance_in
 
 static int list_once(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err) {
   PGresult *res = NULL;
-  tx_t t;
   int rc, i;
   if (!cb) return dx_error_set(err, DX_EINVAL, "callback is NULL");
-  if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) return rc;
-  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_LIST_INSTANCES, NULL, &res));
+  rc = dx__pg_one((pg_t *)pp, 0, PQ_LIST_INSTANCES, NULL, &res, err);
   /* the callbacks run after the statement: they may take their time or call us */
   for (i = 0; !rc && i < PQntuples(res); i++)
     if (cb(ud, PQgetvalue(res, i, 0))) break;
@@ -163,12 +161,10 @@ int dx__pg_list(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err)
 /* count(*) over the tables: O(rows), unlike LMDB's entry counts. */
 int dx__pg_depths(dx_provider_t *pp, dx_queue_depths_t *out, dx_error_t *err) {
   PGresult *res = NULL;
-  tx_t t;
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
-  if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) return rc;
-  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_DEPTHS, NULL, &res));
+  rc = dx__pg_one((pg_t *)pp, 0, PQ_DEPTHS, NULL, &res, err);
   if (!rc) {
     out->orchestrator = (uint64_t)dx__col_i64(res, 0, 0);
     out->worker = (uint64_t)dx__col_i64(res, 0, 1);
@@ -180,19 +176,17 @@ int dx__pg_depths(dx_provider_t *pp, dx_queue_depths_t *out, dx_error_t *err) {
 
 int dx__pg_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *err) {
   PGresult *res = NULL;
-  tx_t t;
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = PG_NEVER;
-  if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) return rc;
   if (((pg_t *)pp)->liveness) {
     qp_t q;
     dx__qp_init(&q);
     dx__qp_i64(&q, now);
     dx__qp_i64(&q, dx__pg_live_next_sweep((pg_t *)pp));
-    rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_NEXT_DUE_LIVE, &q, &res));
+    rc = dx__pg_one((pg_t *)pp, 0, PQ_NEXT_DUE_LIVE, &q, &res, err);
   } else {
-    rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_NEXT_DUE, NULL, &res));
+    rc = dx__pg_one((pg_t *)pp, 0, PQ_NEXT_DUE, NULL, &res, err);
   }
   if (!rc && !dx__col_null(res, 0, 0)) *out = dx__col_i64(res, 0, 0);
   PQclear(res);
@@ -204,15 +198,13 @@ int dx__pg_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *er
 int dx__pg_test_corrupt_history(dx_provider_t *pp, const char *instance, uint64_t execution_id,
                                 uint64_t event_id) {
   PGresult *res = NULL;
-  tx_t t;
   qp_t q;
   int rc;
-  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, NULL))) return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, instance);
   dx__qp_i64(&q, (int64_t)execution_id);
   dx__qp_i64(&q, (int64_t)event_id);
-  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_TEST_CORRUPT, &q, &res));
+  rc = dx__pg_one((pg_t *)pp, 1, PQ_TEST_CORRUPT, &q, &res, NULL);
   if (!rc && atoi(PQcmdTuples(res)) == 0) rc = DX_ENOTFOUND;
   PQclear(res);
   return rc;
@@ -221,14 +213,12 @@ int dx__pg_test_corrupt_history(dx_provider_t *pp, const char *instance, uint64_
 /* The session's lease ends at now_ms; the owner stays recorded (a lapse, not a release). */
 int dx__pg_test_expire_session(dx_provider_t *pp, const char *session_id, int64_t now_ms) {
   PGresult *res = NULL;
-  tx_t t;
   qp_t q;
   int rc;
-  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, NULL))) return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, session_id);
   dx__qp_i64(&q, now_ms);
-  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_TEST_EXPIRE, &q, &res));
+  rc = dx__pg_one((pg_t *)pp, 1, PQ_TEST_EXPIRE, &q, &res, NULL);
   if (!rc && atoi(PQcmdTuples(res)) == 0) rc = DX_ENOTFOUND;
   PQclear(res);
   return rc;

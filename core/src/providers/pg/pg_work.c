@@ -594,18 +594,16 @@ int dx__pg_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
                           int64_t extend_ms, int64_t idle_ms, dx_session_cb cb, void *ud,
                           uint64_t *renewed, dx_error_t *err) {
   PGresult *res = NULL;
-  tx_t t;
   qp_t q;
   int rc;
   if (renewed) *renewed = 0;
-  if ((rc = dx__check_worker_id(worker_id, err)) || (rc = dx__pg_tx_begin((pg_t *)pp, &t, err)))
-    return rc;
+  if ((rc = dx__check_worker_id(worker_id, err))) return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, worker_id);
   dx__qp_i64(&q, now);
   dx__qp_i64(&q, dx__sat_add(now, extend_ms));
   dx__qp_i64(&q, idle_ms);
-  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_SESS_RENEW, &q, &res));
+  rc = dx__pg_one((pg_t *)pp, 1, PQ_SESS_RENEW, &q, &res, err);
   if (!rc) {
     if (renewed) *renewed = (uint64_t)PQntuples(res);
     report(res, cb, ud); /* after the commit: callbacks may call the provider */
@@ -637,14 +635,12 @@ int dx__pg_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_i
 
 int dx__pg_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted, dx_error_t *err) {
   PGresult *res = NULL;
-  tx_t t;
   qp_t q;
   int rc;
   if (deleted) *deleted = 0;
-  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
   dx__qp_init(&q);
   dx__qp_i64(&q, now);
-  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_SESS_CLEANUP, &q, &res));
+  rc = dx__pg_one((pg_t *)pp, 1, PQ_SESS_CLEANUP, &q, &res, err);
   if (!rc && deleted) *deleted = (uint64_t)strtoull(PQcmdTuples(res), NULL, 10);
   PQclear(res);
   return rc;
@@ -652,11 +648,9 @@ int dx__pg_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted, d
 
 int dx__pg_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error_t *err) {
   PGresult *res = NULL;
-  tx_t t;
   int rc;
   if (!cb) return dx_error_set(err, DX_EINVAL, "callback is NULL");
-  if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) return rc;
-  rc = dx__pg_tx_end(&t, dx__pg_q(&t, PQ_SESS_LIST, NULL, &res));
+  rc = dx__pg_one((pg_t *)pp, 0, PQ_SESS_LIST, NULL, &res, err);
   if (!rc) report(res, cb, ud);
   PQclear(res);
   return rc;
