@@ -280,15 +280,22 @@ static void kill_backends(const char *app) {
   PQfinish(c);
 }
 
+/* A store URL whose connections carry application_name TAG_<pid> (written to app), so a test
+** can find and terminate exactly its own backends. Caller frees the URL. */
+static char *store_for_app(const char *tag, char *app, size_t n) {
+  char extra[96];
+  snprintf(app, n, "%s_%d", tag, (int)getpid());
+  snprintf(extra, sizeof extra, "&application_name=%s", app);
+  return store_url(extra);
+}
+
 DX_TEST(pg_reconnects_after_connection_loss) {
-  char app[64], extra[96], *store;
+  char app[64], *store;
   dx_provider_t *p;
   dx_work_item_t w = item(DX_WI_EXTERNAL, "A", 0);
   dx_error_t err;
   int rc;
-  snprintf(app, sizeof app, "dxkill_%d", (int)getpid());
-  snprintf(extra, sizeof extra, "&application_name=%s", app);
-  store = store_url(extra);
+  store = store_for_app("dxkill", app, sizeof app);
   p = dx_pv_open(store);
   ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
   kill_backends(app);
@@ -428,14 +435,12 @@ static int readable(int fd, int timeout_ms) {
 /* A commit that made work visible wakes a listener at once (LISTEN/NOTIFY); draining consumes
 ** the wake-up; a lost listener says so. */
 DX_TEST(pg_wake_fd_becomes_readable_on_committed_work) {
-  char app[64], extra[96], *store;
+  char app[64], *store;
   dx_provider_t *p, *q;
   dx_work_item_t w = item(DX_WI_EXTERNAL, "A", 0);
   dx_error_t err;
   int fd, lost = 7, i, rc = 0;
-  snprintf(app, sizeof app, "dxwake_%d", (int)getpid());
-  snprintf(extra, sizeof extra, "&application_name=%s", app);
-  store = store_url(extra);
+  store = store_for_app("dxwake", app, sizeof app);
   p = dx_pv_open(store);
   q = dx_pv_open(store);
   ASSERT(M(p)->version >= 4 && M(p)->wake_fd && M(p)->wake_drain);
@@ -467,15 +472,13 @@ DX_TEST(pg_wake_fd_becomes_readable_on_committed_work) {
 /* A server restart closes every connection: a read on a handle whose connection the server
 ** closed just works (the loss is noticed, the read reconnects and runs again). */
 DX_TEST(pg_reads_survive_a_closed_connection) {
-  char app[64], extra[96], *store;
+  char app[64], *store;
   dx_provider_t *p;
   dx_work_item_t w = item(DX_WI_START, "A", 0);
   dx_instance_info_t info;
   dx_error_t err;
   int i;
-  snprintf(app, sizeof app, "dxread_%d", (int)getpid());
-  snprintf(extra, sizeof extra, "&application_name=%s", app);
-  store = store_url(extra);
+  store = store_for_app("dxread", app, sizeof app);
   p = dx_pv_open(store);
   ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
   for (i = 0; i < 3; i++) {
@@ -708,6 +711,18 @@ DX_TEST(pg_processes_running_workflows_lose_nothing) {
   free(store);
 }
 
+/* Liveness is not trusted in the first seconds after a server (re)start (the restart grace):
+** tests of dead-owner takeover wait until the server has been up for 6 s. */
+static void wait_out_liveness_grace(void) {
+  PGconn *c = admin();
+  PGresult *r = PQexec(c, "SELECT extract(epoch from clock_timestamp() -"
+                          " pg_postmaster_start_time())");
+  double up = atof(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  PQfinish(c);
+  if (up < 6) usleep((useconds_t)((6 - up) * 1e6));
+}
+
 /* ?liveness=on: a session whose owner process died (SIGKILL) is claimable at once by another
 ** worker, long before its lease (10 min here) lapses; while the owner lives it is not. */
 DX_TEST(pg_liveness_moves_a_dead_owners_session_at_once) {
@@ -717,19 +732,11 @@ DX_TEST(pg_liveness_moves_a_dead_owners_session_at_once) {
   dx_work_item_t w1 = item(DX_WI_ACT_EXECUTE, "I", 1), w2 = item(DX_WI_ACT_EXECUTE, "I", 2);
   dx_work_fetch_t f;
   dx_error_t err;
-  PGconn *c;
-  PGresult *r;
-  double up;
   int fds[2], status, i;
   pid_t pid;
   w1.session_id = w2.session_id = "s1";
   ASSERT_OK(M(p)->enqueue_for_worker(p, wall_ms(), &w1, &err));
-  c = admin(); /* liveness is not trusted in the first seconds after a server (re)start */
-  r = PQexec(c, "SELECT extract(epoch from clock_timestamp() - pg_postmaster_start_time())");
-  up = atof(PQgetvalue(r, 0, 0));
-  PQclear(r);
-  PQfinish(c);
-  if (up < 6) usleep((useconds_t)((6 - up) * 1e6));
+  wait_out_liveness_grace();
   ASSERT(pipe(fds) == 0);
   fflush(NULL);
   ASSERT((pid = fork()) >= 0);
@@ -816,20 +823,12 @@ DX_TEST(pg_liveness_moves_a_dead_processs_locks_at_once) {
   dx_orch_item_t *it = NULL;
   dx_work_fetch_t f;
   dx_error_t err;
-  PGconn *c;
-  PGresult *r;
-  double up;
   int fds[2], status, i;
   pid_t pid;
   w1.session_id = "s1";
   ASSERT_OK(M(p)->enqueue_for_worker(p, wall_ms(), &w1, &err));
   ASSERT_OK(M(p)->enqueue_for_orchestrator(p, wall_ms(), &st, 0, &err));
-  c = admin();
-  r = PQexec(c, "SELECT extract(epoch from clock_timestamp() - pg_postmaster_start_time())");
-  up = atof(PQgetvalue(r, 0, 0));
-  PQclear(r);
-  PQfinish(c);
-  if (up < 6) usleep((useconds_t)((6 - up) * 1e6));
+  wait_out_liveness_grace();
   ASSERT(pipe(fds) == 0);
   fflush(NULL);
   ASSERT((pid = fork()) >= 0);
