@@ -96,6 +96,10 @@ static int w_next_due_inner(dx_provider_t *p, int64_t now, int64_t *out, dx_erro
   return IN(p)->methods->next_due_ms(IN(p), now, out, err);
 }
 
+static int w_set_filter(dx_provider_t *p, const dx_fetch_filter_t *f, dx_error_t *err) {
+  return IN(p)->methods->set_fetch_filter(IN(p), f, err);
+}
+
 static int w_renew_orch(dx_provider_t *p, int64_t now, const char *instance, uint64_t token,
                         int64_t extend_ms, dx_error_t *err) {
   W(p)->txn_renews++;
@@ -141,6 +145,7 @@ static wrap_t *wrap_open(void) {
   w->m.renew_orchestration_item_lock = w_renew_orch;
   w->m.fetch_orchestration_item = w_fetch_orch;
   w->m.next_due_ms = w_next_due_inner;
+  w->m.set_fetch_filter = w_set_filter;
   w->base.methods = &w->m;
   return w;
 }

@@ -150,6 +150,7 @@ static int start_impl(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)info->attempt);
   lua_setfield(L, -2, "attempt");
   set_str(L, "session_id", info->session_id);
+  set_str(L, "tag", info->tag);
   set_str(L, "worker_id", info->worker_id);
   lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->actx_mt_ref);
   lua_setmetatable(L, -2);

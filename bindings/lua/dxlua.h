@@ -49,6 +49,7 @@ typedef struct dxl_state_s {
   int running_activities;
   dxl_alloc_t *alloc;       /* the allocator wrapper that enforces memory budgets */
   int orch_env_ref;         /* globals of the orchestration running now (LUA_NOREF: none) */
+  struct dxl_caps_s *caps;  /* registered orchestrations for the store thread (capabilities.c) */
 } dxl_state_t;
 
 /* Registry key of the state userdata. */
@@ -60,6 +61,13 @@ dxl_state_t *dxl_state(lua_State *L);
 /* [-0, +1, e] push registrations[table][name] ("orchestrations", "activities" or "hooks");
 ** returns its Lua type (LUA_TNIL when nothing is registered under that name). */
 int dxl_push_registered(lua_State *L, dxl_state_t *S, const char *table, const char *name);
+
+/* capabilities.c: after registrations change (loop thread), refresh the snapshot the store
+** thread reads; the host method; release at state close. */
+void dxl_caps_rebuild(lua_State *L, dxl_state_t *S);
+int dxl_h_orch_capabilities(void *host, uint64_t known, uint64_t *gen,
+                            dx_orch_capability_t **caps, size_t *n);
+void dxl_caps_free(dxl_state_t *S);
 
 /* Host methods for the engine (orchestrations + activities in this Lua state). */
 extern const dx_host_methods_t dxl_host_methods;

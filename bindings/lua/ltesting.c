@@ -11,6 +11,7 @@
 
 #include "codec.h"
 #include "dxlua.h"
+#include "options.h"
 #include "replay.h"
 #include "util.h"
 #include "value.h"
@@ -61,20 +62,48 @@ static dx_provider_t *check_store(lua_State *L) {
   return u->p;
 }
 
+/* What worker `i` of a probe fetches: its tags, and the orchestrations registered in this
+** state (every simulated worker shares its registrations). */
+typedef struct {
+  dx_fetch_filter_t f[MAX_PROBE_WORKERS];
+  dx_orch_capability_t *caps;
+  size_t n_caps;
+  uint64_t gen;
+} probe_filters_t;
+
+static void probe_filters_free(probe_filters_t *pf, lua_Integer n) {
+  lua_Integer i;
+  size_t k;
+  for (i = 0; i < n; i++) dx__tags_free(&pf->f[i]);
+  for (k = 0; k < pf->n_caps; k++) {
+    free((char *)pf->caps[k].name);
+    free((char *)pf->caps[k].version);
+  }
+  free(pf->caps);
+}
+
+static int has_filters(dx_provider_t *p) {
+  return p->methods->version >= 6 && p->methods->set_fetch_filter;
+}
+
 /* store:probe(T, workers) -> true when some worker of `workers` (an array of {worker_id=,
-** session_lock_ms=, max_sessions=}) could fetch an orchestration or work item at time T.
-** Runs the fetches in a batch that is rolled back: nothing changes. */
+** session_lock_ms=, max_sessions=, tags=}) could fetch an orchestration or work item at time
+** T. Runs the fetches in a batch that is rolled back: nothing changes. */
 static int ts_probe(lua_State *L) {
   dx_provider_t *p = check_store(L);
   int64_t at = (int64_t)luaL_checkinteger(L, 2);
   dx_session_cfg_t cfg[MAX_PROBE_WORKERS];
   int use_sessions[MAX_PROBE_WORKERS];
+  probe_filters_t *pf;
   lua_Integer n, i;
   dx_error_t err;
   int found = 0;
   luaL_checktype(L, 3, LUA_TTABLE);
   n = luaL_len(L, 3);
   if (n > MAX_PROBE_WORKERS) return luaL_error(L, "probe: at most %d workers", MAX_PROBE_WORKERS);
+  /* a userdata, so an error below cannot leak it; freed before returning */
+  pf = lua_newuserdatauv(L, sizeof *pf, 0);
+  memset(pf, 0, sizeof *pf);
   for (i = 0; i < n; i++) { /* read everything before the batch opens: no error inside it */
     lua_geti(L, 3, i + 1);
     luaL_checktype(L, -1, LUA_TTABLE);
@@ -85,28 +114,46 @@ static int ts_probe(lua_State *L) {
     lua_getfield(L, -3, "max_sessions");
     cfg[i].max_sessions = (uint32_t)luaL_optinteger(L, -1, 0);
     use_sessions[i] = cfg[i].max_sessions > 0;
-    lua_pop(L, 4);
+    lua_getfield(L, -4, "tags");
+    pf->f[i].untagged = 1;
+    if (!lua_isnil(L, -1) && dx__tags_parse(luaL_checkstring(L, -1), &pf->f[i], &err) != 0) {
+      probe_filters_free(pf, i);
+      return luaL_error(L, "probe: %s", err.msg);
+    }
+    lua_pop(L, 5);
   }
   if (n == 0) {
     lua_pushboolean(L, 0);
     return 1;
   }
-  if (p->methods->begin(p, &err) != 0) return luaL_error(L, "probe: %s", err.msg);
-  {
-    dx_orch_item_t *it = NULL;
-    if (p->methods->fetch_orchestration_item(p, at, 1000, &it, &err) == 0 && it) found = 1;
-    dx_orch_item_free(it);
+  if (dxl_h_orch_capabilities(dxl_state(L), 0, &pf->gen, &pf->caps, &pf->n_caps) < 0) {
+    probe_filters_free(pf, n);
+    return luaL_error(L, "probe: out of memory");
+  }
+  if (p->methods->begin(p, &err) != 0) {
+    probe_filters_free(pf, n);
+    return luaL_error(L, "probe: %s", err.msg);
   }
   for (i = 0; i < n && !found; i++) {
+    dx_orch_item_t *it = NULL;
     dx_work_fetch_t w;
+    pf->f[i].capabilities_set = 1;
+    pf->f[i].capabilities = pf->caps;
+    pf->f[i].n_capabilities = pf->n_caps;
+    if (has_filters(p) && p->methods->set_fetch_filter(p, &pf->f[i], &err) != 0) break;
+    if (i == 0 && p->methods->fetch_orchestration_item(p, at, 1000, &it, &err) == 0 && it)
+      found = 1;
+    dx_orch_item_free(it);
     memset(&w, 0, sizeof w);
-    if (p->methods->fetch_work_item(p, at, 1000, use_sessions[i] ? &cfg[i] : NULL, &w,
-                                    &err) == 0 && w.item.kind)
+    if (!found && p->methods->fetch_work_item(p, at, 1000, use_sessions[i] ? &cfg[i] : NULL,
+                                              &w, &err) == 0 && w.item.kind)
       found = 1;
     dx_work_item_clear(&w.item);
     free(w.previous_owner);
   }
   p->methods->rollback(p);
+  if (has_filters(p)) p->methods->set_fetch_filter(p, NULL, &err);
+  probe_filters_free(pf, n);
   lua_pushboolean(L, found);
   return 1;
 }
@@ -254,6 +301,7 @@ static void event_from_lua(lua_State *L, int idx, size_t pos, dx_event_t *e) {
   e->version = opt_string_field(L, idx, "version");
   e->instance = opt_string_field(L, idx, "instance");
   e->session_id = opt_string_field(L, idx, "session_id");
+  e->tag = opt_string_field(L, idx, "tag");
   e->reason = opt_string_field(L, idx, "reason");
   if (lua_getfield(L, idx, "data") != LUA_TNIL) { /* duroxide.null stays "null" */
     e->data = dx__lua_to_json(L, -1, "data", err, sizeof err);

@@ -25,6 +25,7 @@ static int state_gc(lua_State *L) {
   free(S->worker_node_id);
   free(S->store_dir);
   S->worker_node_id = S->store_dir = NULL;
+  dxl_caps_free(S);
   return 0;
 }
 
@@ -220,7 +221,7 @@ static void check_reg_name(lua_State *L, const char *what) {
 ** code (guarded in luaopen_duroxide). */
 static const char *const load_time_fns[] = {"activity", "orchestration", "on_session_released",
                                             "on_session_claimed", "configure", "client",
-                                            "runtime", NULL};
+                                            "runtime", "version_policy", NULL};
 
 static int l_activity(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
@@ -265,6 +266,41 @@ static int l_orchestration(lua_State *L) {
     lua_pushstring(L, version);
     lua_setfield(L, -3, "latest");
   }
+  dxl_caps_rebuild(L, S);
+  return 0;
+}
+
+/* duroxide.version_policy(name, "latest" | "exact:X.Y.Z"): the version a start or a
+** continue-as-new that names none runs. orchestrations[name].policy = nil (latest) | "X.Y.Z". */
+static int l_version_policy(lua_State *L) {
+  dxl_state_t *S = dxl_state(L);
+  const char *name = dxl_check_text(L, 1, "orchestration name", 0);
+  const char *policy = dxl_check_text(L, 2, "version policy", 0);
+  int v[3];
+  push_reg(L, S, "orchestrations");
+  if (lua_getfield(L, -1, name) != LUA_TTABLE)
+    return luaL_error(L, "version_policy: orchestration '%s' is not registered (register it "
+                      "first)", name);
+  if (strcmp(policy, "latest") == 0) {
+    lua_pushnil(L);
+  } else if (strncmp(policy, "exact:", 6) == 0 && parse_semver(policy + 6, v)) {
+    lua_getfield(L, -1, "versions");
+    if (lua_getfield(L, -1, policy + 6) != LUA_TFUNCTION)
+      return luaL_error(L, "version_policy: orchestration '%s' has no version %s registered",
+                        name, policy + 6);
+    lua_pop(L, 2);
+    lua_pushstring(L, policy + 6);
+  } else {
+    return luaL_error(L, "version_policy: policy must be \"latest\" or \"exact:X.Y.Z\", got "
+                      "'%s'", policy);
+  }
+  lua_setfield(L, -2, "policy");
+  return 0;
+}
+
+/* duroxide._registry_changed(): the testing harness swapped the registration tables. */
+static int l_registry_changed(lua_State *L) {
+  dxl_caps_rebuild(L, dxl_state(L));
   return 0;
 }
 
@@ -280,6 +316,52 @@ static int l_on_session_released(lua_State *L) { return set_hook(L, "released");
 static int l_on_session_claimed(lua_State *L) { return set_hook(L, "claimed"); }
 
 /* {===== configuration =====} */
+
+/* tags = {"gpu", "default"} (or "gpu,default") at the top of the stack -> opts->tags. The
+** joined text is kept alive in the registration table (options borrow their strings). */
+static void opts_tags(lua_State *L, dxl_state_t *S, dx_options_t *opts) {
+  luaL_Buffer b;
+  dx_error_t err;
+  lua_Integer i, n;
+  int t = lua_gettop(L);
+  if (lua_type(L, t) == LUA_TSTRING) {
+    lua_pushvalue(L, t);
+  } else if (lua_type(L, t) == LUA_TTABLE) {
+    n = (lua_Integer)lua_rawlen(L, t);
+    if (n == 0) luaL_error(L, "invalid value for option tags: an empty list (name at least "
+                           "one tag; \"default\" is untagged work)");
+    luaL_buffinit(L, &b);
+    for (i = 1; i <= n; i++) {
+      if (lua_rawgeti(L, t, i) != LUA_TSTRING)
+        luaL_error(L, "invalid value for option tags: element %d is a %s, not a string",
+                   (int)i, luaL_typename(L, -1));
+      if (strchr(lua_tostring(L, -1), ','))
+        luaL_error(L, "invalid value for option tags: tag '%s' contains a comma",
+                   lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+    for (i = 1; i <= n; i++) {
+      if (i > 1) luaL_addchar(&b, ',');
+      lua_rawgeti(L, t, i);
+      luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+  } else {
+    luaL_error(L, "invalid value for option tags: expected a list of tag names, got %s",
+               luaL_typename(L, t));
+  }
+  dxl_check_text(L, -1, "tags", 0);
+  if (dx_options_set(opts, "tags", lua_tostring(L, -1), &err) != 0 ||
+      dx_options_validate(opts, &err) != 0) {
+    lua_pushstring(L, err.msg);
+    lua_error(L);
+  }
+  push_reg(L, S, "tag_texts"); /* [text] = true: the pointer stays valid */
+  lua_pushvalue(L, -2);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_settop(L, t);
+}
 
 void dxl_options_from_table(lua_State *L, int idx, dxl_state_t *S, dx_options_t *opts) {
   idx = lua_absindex(L, idx);
@@ -305,6 +387,11 @@ void dxl_options_from_table(lua_State *L, int idx, dxl_state_t *S, dx_options_t 
         luaL_error(L, "invalid value for store_max_size: expected a size of at least 1m, such "
                    "as 512m or 2g");
       S->store_max_size = size;
+      lua_pop(L, 1);
+      continue;
+    }
+    if (strcmp(key, "tags") == 0) {
+      opts_tags(L, S, opts);
       lua_pop(L, 1);
       continue;
     }
@@ -454,6 +541,8 @@ static dxl_state_t *ensure_state(lua_State *L) {
   lua_setfield(L, -2, "activities");
   lua_newtable(L);
   lua_setfield(L, -2, "hooks");
+  lua_newtable(L);
+  lua_setfield(L, -2, "tag_texts");
   S->reg_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 
   /* primitives for the Lua layer */
@@ -511,6 +600,8 @@ static const luaL_Reg module_fns[] = {
   {"on_session_released", l_on_session_released},
   {"on_session_claimed", l_on_session_claimed},
   {"configure", l_configure},
+  {"version_policy", l_version_policy},
+  {"_registry_changed", l_registry_changed},
   {"client", dxl_client_new},
   {"runtime", dxl_runtime_new},
   {"array", dx__lua_array},

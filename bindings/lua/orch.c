@@ -61,8 +61,13 @@ static int h_orch_lookup(void *host, const char *name, const char *version,
       lua_pop(L, 2);
       if (found) *resolved = version;
     } else {
-      /* The string is kept alive by the registration table. */
-      found = lua_getfield(L, -1, "latest") == LUA_TSTRING;
+      /* The policy's version (duroxide.version_policy), else the latest; the string is kept
+      ** alive by the registration table. */
+      if (lua_getfield(L, -1, "policy") != LUA_TSTRING) {
+        lua_pop(L, 1);
+        lua_getfield(L, -1, "latest");
+      }
+      found = lua_type(L, -1) == LUA_TSTRING;
       if (found) *resolved = lua_tostring(L, -1);
       lua_pop(L, 1);
     }
@@ -299,7 +304,7 @@ static const char *opt_limited(lua_State *L, int idx, const char *what, size_t m
   return s;
 }
 
-/* C.emit(box, kind, name, input, session_id, instance, version, delay_ms) */
+/* C.emit(box, kind, name, input, session_id, instance, version, delay_ms, on_moved, tag) */
 static int p_emit(lua_State *L) {
   turn_box_t *b = check_box(L);
   dx_action_t a;
@@ -323,6 +328,8 @@ static int p_emit(lua_State *L) {
   a.instance = opt_limited(L, 6, "instance id", DX_MAX_INSTANCE_ID_BYTES);
   a.version = opt_limited(L, 7, "version", 0);
   a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
+  a.tag = opt_limited(L, 10, "activity tag", DX_MAX_TAG_BYTES); /* 9: sesslife on_moved */
+  if (a.tag && !*a.tag) return luaL_error(L, "activity tag must not be empty");
   if (a.kind == DX_ACT_SUB && !a.instance &&
       strlen(dx_turn_instance(b->t)) + GENERATED_SUFFIX_MAX > DX_MAX_INSTANCE_ID_BYTES)
     return luaL_error(L, "a generated sub-orchestration id (this instance's id + "
@@ -420,7 +427,7 @@ void dxl_h_session_released_by(void *host, const char *session_id, const char *r
                                const char *worker_id);
 
 const dx_host_methods_t dxl_host_methods = {
-  3,
+  4,
   h_orch_lookup,
   h_orch_start,
   h_orch_resume,
@@ -432,4 +439,5 @@ const dx_host_methods_t dxl_host_methods = {
   dxl_h_session_released,
   dxl_h_session_claimed_by,
   dxl_h_session_released_by,
+  dxl_h_orch_capabilities,
 };

@@ -338,6 +338,7 @@ char *dx_event_to_json(const dx_event_t *e) {
   if (e->data) json_object_set_new(o, "data", parse_or_null(e->data));
   if (e->instance) json_object_set_new(o, "instance", jstr(e->instance));
   if (e->session_id) json_object_set_new(o, "session_id", jstr(e->session_id));
+  if (e->tag) json_object_set_new(o, "tag", jstr(e->tag));
   if (e->reason) json_object_set_new(o, "reason", jstr(e->reason));
   if (e->fire_at_ms) json_object_set_new(o, "fire_at_ms", json_integer((json_int_t)e->fire_at_ms));
   if (e->fail.category) json_object_set_new(o, "error", failure_json(&e->fail));

@@ -95,6 +95,10 @@ int dx_options_validate(const dx_options_t *o, dx_error_t *err) {
   if (o->turn_time_limit_ms != 0 && o->turn_time_limit_ms < 100)
     return dx_error_set(err, DX_EINVAL, "turn_time_limit must be 0 (off) or at least 100ms (got "
                         "%" PRId64 "ms)", o->turn_time_limit_ms);
+  if (o->tags) {
+    int rc = dx__tags_parse(o->tags, NULL, err);
+    if (rc) return rc;
+  }
   if (o->worker_node_id && (!*o->worker_node_id || strlen(o->worker_node_id) > 200))
     return dx_error_set(err, DX_EINVAL, "worker_node_id must be 1 to 200 characters");
   return DX_OK;
@@ -126,6 +130,7 @@ static const opt_desc_t opt_table[] = {
   {"log-level", OPT_LEVEL, offsetof(dx_options_t, log_level)},
   {"log-format", OPT_FORMAT, offsetof(dx_options_t, log_format)},
   {"loop-block-warning", OPT_DUR, offsetof(dx_options_t, loop_block_warning_ms)},
+  {"tags", OPT_STR, offsetof(dx_options_t, tags)},
 };
 
 int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_error_t *err) {
@@ -177,6 +182,71 @@ int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_erro
     }
   }
   return dx_error_set(err, DX_ENOTFOUND, "unknown option --%s", norm);
+}
+
+/* "gpu,default" -> the tag half of a fetch filter ("default" = untagged work). f may be NULL
+** (validation only); else its tags point into f's own storage (dx__tags_free). */
+int dx__tags_parse(const char *csv, dx_fetch_filter_t *f, dx_error_t *err) {
+  const char *p = csv;
+  dx_fetch_filter_t tmp;
+  int rc = DX_OK;
+  memset(&tmp, 0, sizeof tmp);
+  if (!*csv)
+    return dx_error_set(err, DX_EINVAL, "invalid value for --tags: empty (expected tag names "
+                        "separated by commas; \"default\" is untagged work)");
+  for (;;) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p), i;
+    char *tag;
+    if (n == 0 || n > DX_MAX_TAG_BYTES) {
+      rc = dx_error_set(err, DX_EINVAL, "invalid value for --tags: '%s' (%s)", csv,
+                        n ? "a tag is longer than 256 bytes" : "an empty tag");
+      break;
+    }
+    if (n == 7 && memcmp(p, "default", 7) == 0) {
+      tmp.untagged = 1;
+    } else {
+      for (i = 0; i < tmp.n_tags; i++)
+        if (strlen(tmp.tags[i]) == n && memcmp(tmp.tags[i], p, n) == 0) break;
+      if (i == tmp.n_tags) {
+        const char **nv;
+        if (tmp.n_tags == DX_MAX_WORKER_TAGS) {
+          rc = dx_error_set(err, DX_EINVAL, "invalid value for --tags: '%s' (a worker takes "
+                            "at most %d tags besides \"default\")", csv, DX_MAX_WORKER_TAGS);
+          break;
+        }
+        nv = realloc((void *)tmp.tags, (tmp.n_tags + 1) * sizeof *nv);
+        tag = malloc(n + 1);
+        if (nv) tmp.tags = nv;
+        if (!nv || !tag) {
+          free(tag);
+          rc = dx_error_set(err, DX_ENOMEM, "out of memory");
+          break;
+        }
+        memcpy(tag, p, n);
+        tag[n] = 0;
+        nv[tmp.n_tags++] = tag;
+      }
+    }
+    if (!end) break;
+    p = end + 1;
+  }
+  if (rc || !f) {
+    dx__tags_free(&tmp);
+    return rc;
+  }
+  f->untagged = tmp.untagged;
+  f->tags = tmp.tags;
+  f->n_tags = tmp.n_tags;
+  return DX_OK;
+}
+
+void dx__tags_free(dx_fetch_filter_t *f) {
+  size_t i;
+  for (i = 0; i < f->n_tags; i++) free((char *)f->tags[i]);
+  free((void *)f->tags);
+  f->tags = NULL;
+  f->n_tags = 0;
 }
 
 /* Every option as "name=value ..." (the table's order and spelling; durations in ms), for the

@@ -12,5 +12,9 @@
 int64_t dx__lock_renewal_interval(int64_t timeout_ms, int64_t buffer_ms);
 /* Every option as "name=value ..." in the table's order and spelling (durations in ms). */
 void dx__options_describe(const dx_options_t *o, char *buf, size_t cap);
+/* The tags option ("gpu,default") as the tag half of a fetch filter: f->untagged, f->tags,
+** f->n_tags (owned by f: dx__tags_free). f NULL: validate only. DX_EINVAL names the problem. */
+int dx__tags_parse(const char *csv, dx_fetch_filter_t *f, dx_error_t *err);
+void dx__tags_free(dx_fetch_filter_t *f);
 
 #endif

@@ -183,6 +183,16 @@ static int same_str(const char *a, const char *b) {
   return strcmp(a, b) == 0;
 }
 
+/* A pinned child version is part of a start: the child would run different code. */
+static int same_version(dx_turn_t *t, const dx_action_t *a, const dx_event_t *e) {
+  if (same_str(a->version, e->version)) return 1;
+  NONDET(t, "nondeterministic: %s %s at event %" PRIu64 " asked for version %s in history but "
+            "the code now asks for version %s",
+         kind_word(e->kind), e->name, e->event_id, e->version ? e->version : "(by policy)",
+         a->version ? a->version : "(by policy)");
+  return 0;
+}
+
 /* Compare an emitted action with the history schedule event at the same ordinal. */
 static int matches_history(dx_turn_t *t, const dx_action_t *a, const dx_event_t *e) {
   int want = action_event_kind(a->kind);
@@ -196,6 +206,12 @@ static int matches_history(dx_turn_t *t, const dx_action_t *a, const dx_event_t 
   }
   switch (a->kind) {
     case DX_ACT_ACTIVITY:
+      if (!same_str(a->tag, e->tag)) {
+        NONDET(t, "nondeterministic: activity %s at event %" PRIu64 " had tag '%s' in history "
+                  "but the code now schedules it with tag '%s'",
+               e->name, e->event_id, e->tag ? e->tag : "default", a->tag ? a->tag : "default");
+        return 0;
+      }
       if (!same_str(a->name, e->name) || !same_str(a->input, e->data) ||
           !same_str(a->session_id, e->session_id)) {
         NONDET(t, "nondeterministic: activity at event %" PRIu64 " was %s(%s%s%s) in history "
@@ -225,6 +241,7 @@ static int matches_history(dx_turn_t *t, const dx_action_t *a, const dx_event_t 
       }
       return 1;
     case DX_ACT_SUB:
+      if (!same_version(t, a, e)) return 0;
       if (!same_str(a->name, e->name) || !same_str(a->input, e->data)) {
         NONDET(t, "nondeterministic: sub-orchestration at event %" PRIu64 " was %s(%s) in "
                   "history but the code now starts %s(%s)",
@@ -234,6 +251,7 @@ static int matches_history(dx_turn_t *t, const dx_action_t *a, const dx_event_t 
       }
       return 1;
     case DX_ACT_CHAINED:
+      if (!same_version(t, a, e)) return 0;
       if (!same_str(a->name, e->name) || !same_str(a->input, e->data) ||
           !same_str(a->instance, e->instance)) {
         NONDET(t, "nondeterministic: orchestration start at event %" PRIu64 " was %s(%s) as "
@@ -276,7 +294,8 @@ static int fill_new_event(dx_turn_t *t, dx_event_t *e, const dx_action_t *a) {
       e->name = dx__strdup(a->name);
       e->data = dx__strdup(a->input ? a->input : "null");
       e->session_id = dx__strdup(a->session_id);
-      ok = e->name && e->data && (!a->session_id || e->session_id);
+      e->tag = dx__strdup(a->tag);
+      ok = e->name && e->data && (!a->session_id || e->session_id) && (!a->tag || e->tag);
       break;
     case DX_ACT_TIMER:
       {
@@ -342,6 +361,7 @@ static void note_custom_status(dx_turn_t *t, const char *json) {
 }
 
 int dx_turn_emit(dx_turn_t *t, const dx_action_t *a, uint64_t *token, const char **value) {
+  dx_action_t norm;
   size_t ordinal;
   dx_event_t *e;
   slot_t *s;
@@ -370,6 +390,13 @@ int dx_turn_emit(dx_turn_t *t, const dx_action_t *a, uint64_t *token, const char
       strcmp(a->name, "new_guid") != 0 && strcmp(a->name, "random") != 0)
     return DX_EINVAL;
   if (!check_size(t, "input", a->input)) return DX_ETOOBIG;
+  if (a->tag && (a->kind != DX_ACT_ACTIVITY || !*a->tag || strlen(a->tag) > DX_MAX_TAG_BYTES))
+    return DX_EINVAL;
+  if (a->tag && strcmp(a->tag, "default") == 0) { /* the name of untagged work */
+    norm = *a;
+    norm.tag = NULL;
+    a = &norm;
+  }
   ordinal = t->emitted++;
   if (ordinal < t->sched.n) {
     e = ev_at(t, t->sched.v[ordinal]);
@@ -665,6 +692,7 @@ static void emit_work(dx_turn_t *t, int terminal, int can) {
         w.name = dx__strdup(e->name);
         w.data = dx__strdup(e->data);
         w.session_id = dx__strdup(e->session_id);
+        w.tag = dx__strdup(e->tag);
         add_item(t, 1, &w);
         break;
       case DX_EV_SESSION_CLOSED:

@@ -65,6 +65,8 @@ struct dx_runtime_s {
   void *host_ud;
   dx_store_t *store;
   dx_session_cfg_t session_cfg;
+  dx_fetch_filter_t tag_filter;   /* from opts.tags (owned) */
+  char *tags_text;                /* opts.tags points here (owned) */
   dx_sessions_t *sessions;   /* NULL when max_sessions_per_worker == 0 */
   int sessions_stopping;
   dx_activity_t *running;
@@ -302,7 +304,7 @@ typedef struct cact_job_s {
   dx_activity_fn fn;
   void *userdata;
   dx_activity_info_t info;  /* points at the job's own copies below */
-  char *instance, *name, *input, *session_id, *worker_id;
+  char *instance, *name, *input, *session_id, *worker_id, *tag;
   int failed;
   char *output;             /* canonical JSON (NULL = null) on success */
   char *message;            /* the failure message */
@@ -364,6 +366,7 @@ static void cact_job_free(cact_job_t *j) {
   free(j->name);
   free(j->input);
   free(j->session_id);
+  free(j->tag);
   free(j->worker_id);
   free(j->output);
   free(j->message);
@@ -414,8 +417,9 @@ static void cact_start(dx_activity_t *a, const cact_t *c) {
   j->info.input = j->input = dx__strdup(in->input ? in->input : "null");
   j->info.session_id = j->session_id = dx__strdup(in->session_id);
   j->info.worker_id = j->worker_id = dx__strdup(in->worker_id);
+  j->info.tag = j->tag = dx__strdup(in->tag);
   if (!j->instance || !j->name || !j->input || !j->worker_id ||
-      (in->session_id && !j->session_id)) {
+      (in->session_id && !j->session_id) || (in->tag && !j->tag)) {
     cact_job_free(j);
     dx_activity_fail(a, "out of memory starting the C activity");
     return;
@@ -599,6 +603,7 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
   a->info.name = a->item.name;
   a->info.input = a->item.data;
   a->info.session_id = a->item.session_id;
+  a->info.tag = a->item.tag;
   a->info.worker_id = rt->worker_id;
   a->info.attempt = w->attempt_count;
   uv_timer_init(rt->loop, &a->renew_timer);
@@ -694,6 +699,12 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   rt->provider = p;
   if (opts) rt->opts = *opts;
   else dx_options_init(&rt->opts);
+  rt->tag_filter.untagged = 1;
+  if (rt->opts.tags && (rc = dx__tags_parse(rt->opts.tags, &rt->tag_filter, err)) != 0) {
+    free(rt);
+    return rc;
+  }
+  rt->opts.tags = rt->tags_text = dx__strdup(rt->opts.tags ? rt->opts.tags : "default");
   rt->worker_id = make_worker_id(&rt->opts);
   rt->opts.worker_node_id = rt->worker_id;
   rt->host = host;
@@ -809,6 +820,9 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   cfg.on_fetch = on_fetch;
   cfg.on_fatal = on_store_fatal;
   cfg.ud = rt;
+  cfg.tag_filter = &rt->tag_filter;
+  cfg.host = rt->host;
+  cfg.host_ud = rt->host_ud;
   if (rt->opts.max_sessions_per_worker > 0) {
     rt->session_cfg.worker_id = rt->worker_id;
     rt->session_cfg.session_lock_ms = rt->opts.session_lock_timeout_ms;
@@ -943,6 +957,8 @@ void dx_runtime_free(dx_runtime_t *rt) {
   owner = rt->owner;
   cact_free_all(rt);
   free(rt->worker_id);
+  free(rt->tags_text);
+  dx__tags_free(&rt->tag_filter);
   free(rt);
   if (owner_free) owner_free(owner); /* after the runtime: it may own the provider and loop */
 }

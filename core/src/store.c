@@ -75,6 +75,8 @@ struct dx_store_s {
   dx_error_t fatal_err;
   void (*close_cb)(void *);
   void *close_ud;
+  uint64_t cap_gen;    /* store thread only: the host capabilities generation applied */
+  int filter_set;      /* store thread only: the provider has this worker's filter */
 };
 
 static int64_t now_ms(dx_store_t *s) {
@@ -265,6 +267,48 @@ static void free_fetched(dx_store_fetched_t *f) {
   memset(f, 0, sizeof *f);
 }
 
+static void free_caps(dx_orch_capability_t *caps, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    free((char *)caps[i].name);
+    free((char *)caps[i].version);
+  }
+  free(caps);
+}
+
+/* Before fetching: the provider takes only this worker's tags and the orchestrations its host
+** can run, re-read whenever the host's registrations changed (rolling deployments). A failure
+** is retried at the next cycle; meanwhile the previous filter stays. */
+static void refresh_filter(dx_store_t *s) {
+  dx_provider_t *p = s->cfg.provider;
+  const dx_host_methods_t *h = s->cfg.host;
+  dx_orch_capability_t *caps = NULL;
+  size_t n = 0;
+  uint64_t gen = s->cap_gen;
+  int changed = 0;
+  dx_fetch_filter_t f;
+  dx_error_t err;
+  if (p->methods->version < 6 || !p->methods->set_fetch_filter) return;
+  if (h && h->version >= 4 && h->orch_capabilities) {
+    changed = h->orch_capabilities(s->cfg.host_ud, s->cap_gen, &gen, &caps, &n);
+    if (changed < 0) return;
+  }
+  if (s->filter_set && !changed) return;
+  memset(&f, 0, sizeof f);
+  if (s->cfg.tag_filter) f = *s->cfg.tag_filter;
+  else f.untagged = 1;
+  f.capabilities_set = changed;
+  f.capabilities = caps;
+  f.n_capabilities = n;
+  if (p->methods->set_fetch_filter(p, &f, &err) == 0) {
+    s->filter_set = 1;
+    s->cap_gen = gen;
+  } else {
+    dx__log(DX_LOG_WARN, "setting the fetch filter failed", "error=\"%s\"", err.msg);
+  }
+  free_caps(caps, n);
+}
+
 /* Returns 1 when a fetch failed (the cycle then counts as failed, for the backoff). */
 static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetched_t *f) {
   dx_provider_t *p = s->cfg.provider;
@@ -429,6 +473,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t
   *failed = 0;
   if ((rc = p->methods->begin(p, err)) != 0) return rc;
   renew_held(s, now);
+  if (bo > 0 || bw > 0) refresh_filter(s);
   if (has_run_cycle(p)) {
     rc = run_cycle(s, ops, bo, bw, now, f, failed, &durable, err);
   } else {
@@ -527,6 +572,7 @@ static int64_t next_due(dx_store_t *s, int64_t now) {
   dx_provider_t *p = s->cfg.provider;
   int64_t due = INT64_MAX;
   dx_error_t err;
+  refresh_filter(s); /* what is due depends on what this worker takes */
   if (p->methods->next_due_ms(p, now, &due, &err) != 0) return now; /* let fetch report it */
   return due;
 }

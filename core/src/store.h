@@ -13,6 +13,7 @@
 
 #include <uv.h>
 
+#include "duroxide/executor.h"
 #include "duroxide/provider.h"
 
 typedef struct dx_store_s dx_store_t;
@@ -80,6 +81,12 @@ typedef struct dx_store_cfg_s {
   void *ud;
   /* loop thread, once: the store cannot be used any more (damaged, lock file gone) */
   void (*on_fatal)(void *ud, const dx_error_t *err);
+  /* What this worker fetches (provider set_fetch_filter): tag_filter's tags (borrowed, NULL =
+  ** untagged only) and the orchestrations host->orch_capabilities names (re-read whenever
+  ** the host's registrations change). host NULL: every orchestration. */
+  const dx_fetch_filter_t *tag_filter;
+  const dx_host_methods_t *host;
+  void *host_ud;
   dx_clock_fn clock;                 /* NULL = wall clock */
   void *clock_ud;
 } dx_store_cfg_t;

@@ -1,7 +1,7 @@
 -- duroxide/context.lua: the orchestration context (ctx), durable futures, join and select.
 --
 -- Loaded once by the C module with its primitives table `C`:
---   C.emit(box, kind, name, input, session_id, instance, version, delay_ms) -> token | value
+--   C.emit(box, kind, name, input, session_id, instance, version, delay_ms, on_moved, tag) -> token | value
 --   C.poll(box, token) -> state, value, err, order   (state: 0 pending, 1 ok, 2 error)
 --   C.cancel(box, token)
 --   C.replaying(box) -> boolean ; C.trace(box, level, message)
@@ -55,9 +55,20 @@ local function suspend(ctx)
   yield()
 end
 
+local function cancelled_error()
+  return C.error("cancelled: the orchestration cancelled this future", "application", "Cancelled")
+end
+
 --- Wait for the future. Returns its value, or nil and a duroxide.Error.
 function Future:await()
-  if self.composite then return self.composite() end
+  if self.cancelled then return nil, cancelled_error() end
+  if self.composite then
+    if not self.done then
+      self.value, self.err = self.composite()
+      self.done = true
+    end
+    return self.value, self.err
+  end
   local box, token = self.ctx._box, self.token
   while true do
     local state, value, err = C.poll(box, token)
@@ -68,22 +79,70 @@ function Future:await()
 end
 
 function Future:is_ready()
+  if self.cancelled then return true end
   if self.composite then return false end
   return (C.poll(self.ctx._box, self.token)) ~= PENDING
 end
 
--- {===== scheduling =====}
-
-function Context:schedule_activity(name, input)
-  check_name("activity name", name)
-  return new_future(self, C.emit(self._box, ACT_ACTIVITY, name, input), "activity")
+--- Withdraw a future the orchestration no longer needs: an activity is taken off the queue
+--- (a running one sees actx:is_cancelled()), a sub-orchestration is cancelled, a wait is
+--- unsubscribed, a timer is dropped. Recorded in history like a select loser, so replay does
+--- the same. Returns true when the future was still pending (it then resolves to nil and a
+--- "Cancelled" error), false when it had already completed (cancel changes nothing).
+function Future:cancel()
+  if self.cancelled then return true end
+  if self.composite then
+    if self.done then return false end
+    self.cancelled = true
+    if self.current then self.current:cancel() end
+    return true
+  end
+  if self.token == nil then error("cancel: this future cannot be cancelled", 2) end
+  if (C.poll(self.ctx._box, self.token)) ~= PENDING then return false end
+  C.cancel(self.ctx._box, self.token)
+  self.cancelled = true
+  return true
 end
 
+-- {===== scheduling =====}
+
+-- The options table of activity calls ({ tag = "gpu" }); unknown keys are refused, so a
+-- misspelt option fails at the call instead of being ignored. `allowed` adds keys that
+-- another layer handles.
+local function activity_opts(opts, allowed)
+  if opts == nil then return nil end
+  if type(opts) ~= "table" then error("activity options must be a table, got " .. type(opts), 4) end
+  for k in pairs(opts) do
+    if k ~= "tag" and not (allowed and allowed[k]) then
+      error("unknown activity option '" .. tostring(k) .. "'", 4)
+    end
+  end
+  local tag = opts.tag
+  if tag ~= nil and (type(tag) ~= "string" or tag == "") then
+    error("activity tag must be a non-empty string, got " ..
+          (type(tag) == "string" and "an empty string" or type(tag)), 4)
+  end
+  return tag
+end
+
+local function activity_future(ctx, name, input, session_id, tag)
+  return new_future(ctx, C.emit(ctx._box, ACT_ACTIVITY, name, input, session_id, nil, nil, nil,
+                                nil, tag), "activity")
+end
+
+--- Schedule an activity; opts.tag routes it to workers that take that tag.
+function Context:schedule_activity(name, input, opts)
+  check_name("activity name", name)
+  return activity_future(self, name, input, nil, activity_opts(opts))
+end
+
+local SESSION_OPTS = { on_moved = true }
+
 --- Like schedule_activity; the activity runs on the worker that owns `session_id`.
-function Context:schedule_activity_on_session(name, input, session_id)
+function Context:schedule_activity_on_session(name, input, session_id, opts)
   check_name("activity name", name)
   check_name("session id", session_id)
-  return new_future(self, C.emit(self._box, ACT_ACTIVITY, name, input, session_id), "activity")
+  return activity_future(self, name, input, session_id, activity_opts(opts, SESSION_OPTS))
 end
 
 --- Release a session now: its owner's on_session_released hook gets "closed" (after the
@@ -103,10 +162,30 @@ function Context:schedule_wait(event_name)
   return new_future(self, C.emit(self._box, ACT_WAIT, event_name), "wait")
 end
 
-function Context:schedule_sub_orchestration(name, input, instance_id)
+local function check_version(v, level)
+  if v ~= nil and (type(v) ~= "string" or not v:match("^%d+%.%d+%.%d+$")) then
+    error("version must look like \"1.2.3\", got " ..
+          (type(v) == "string" and ("'" .. v .. "'") or type(v)), level + 1)
+  end
+  return v
+end
+
+--- Start a child orchestration and wait for its output. The third argument is the child's
+--- instance id, or an options table { instance_id = , version = } (version pins the code the
+--- child runs; without one the child's registry policy decides).
+function Context:schedule_sub_orchestration(name, input, opts)
   check_name("orchestration name", name)
+  local instance_id, version = opts, nil
+  if type(opts) == "table" then
+    for k in pairs(opts) do
+      if k ~= "instance_id" and k ~= "version" then
+        error("unknown sub-orchestration option '" .. tostring(k) .. "'", 2)
+      end
+    end
+    instance_id, version = opts.instance_id, check_version(opts.version, 2)
+  end
   if instance_id ~= nil then check_name("instance id", instance_id) end
-  return new_future(self, C.emit(self._box, ACT_SUB, name, input, nil, instance_id),
+  return new_future(self, C.emit(self._box, ACT_SUB, name, input, nil, instance_id, version),
                     "sub_orchestration")
 end
 
@@ -143,20 +222,28 @@ end
 --- Schedule an activity and retry it on failure per `policy`. Every attempt is an activity
 --- scheduled in history; waits between attempts are durable timers, so retries survive
 --- restarts. A per-attempt `timeout_ms` races the activity with a timer (timeouts are final).
-function Context:schedule_activity_with_retry(name, input, policy, session_id)
+--- The fourth argument is the session id or the options table; an options table may follow
+--- a session id ({ tag = , plus on_moved for sessions }).
+function Context:schedule_activity_with_retry(name, input, policy, session_id, opts)
   check_name("activity name", name)
+  if type(session_id) == "table" and opts == nil then session_id, opts = nil, session_id end
+  if session_id ~= nil then check_name("session id", session_id) end
+  local tag = activity_opts(opts, session_id ~= nil and SESSION_OPTS or nil)
   local max_attempts = check_policy(policy)
   local ctx = self
   local function attempt_future()
-    if session_id ~= nil then return ctx:schedule_activity_on_session(name, input, session_id) end
-    return ctx:schedule_activity(name, input)
+    return activity_future(ctx, name, input, session_id, tag)
   end
-  local first = attempt_future()
   local f = setmetatable({ ctx = self, kind = "retry" }, Future)
+  local first = attempt_future()
+  f.current = first
   f.composite = function()
     local current, last_err = first, nil
     for attempt = 1, max_attempts do
-      if attempt > 1 then current = attempt_future() end
+      if attempt > 1 then
+        current = attempt_future()
+        f.current = current
+      end
       local value, err
       if policy.timeout_ms then
         local idx, v, e = ctx:select({ current, ctx:schedule_timer(policy.timeout_ms) })
@@ -182,7 +269,17 @@ function Context:schedule_activity_with_retry(name, input, policy, session_id)
   return f
 end
 
-function Context:continue_as_new(input, version)
+--- End this execution and start a new one with `input`; opts.version (or a version string)
+--- picks the code the new execution runs (without one: the registry policy, i.e. upgrade).
+function Context:continue_as_new(input, opts)
+  local version = opts
+  if type(opts) == "table" then
+    for k in pairs(opts) do
+      if k ~= "version" then error("unknown continue_as_new option '" .. tostring(k) .. "'", 2) end
+    end
+    version = opts.version
+  end
+  check_version(version, 2)
   C.emit(self._box, ACT_CAN, nil, input, nil, nil, version)
   while true do suspend(self) end
 end
@@ -250,7 +347,12 @@ function Context:select(futures)
   while true do
     local best, best_order, best_value, best_err
     for i = 1, #futures do
-      local state, value, err, order = C.poll(box, futures[i].token)
+      local state, value, err, order
+      if futures[i].cancelled then -- resolved by the code itself, before anything in history
+        state, value, err, order = -1, nil, cancelled_error(), -1
+      else
+        state, value, err, order = C.poll(box, futures[i].token)
+      end
       if state ~= PENDING and (best == nil or order < best_order) then
         best, best_order, best_value, best_err = i, order, value, err
       end

@@ -78,7 +78,7 @@ local function snapshot(reg)
   for name, e in pairs(reg.orchestrations) do
     local versions = {}
     for v, fn in pairs(e.versions) do versions[v] = fn end
-    s.orchestrations[name] = { versions = versions, latest = e.latest }
+    s.orchestrations[name] = { versions = versions, latest = e.latest, policy = e.policy }
   end
   for k, v in pairs(reg.activities) do s.activities[k] = v end
   for k, v in pairs(reg.hooks) do s.hooks[k] = v end
@@ -89,6 +89,7 @@ local function restore(reg, s)
   local fresh = snapshot(s) -- a copy: the snapshot may be restored again
   reg.orchestrations, reg.activities, reg.hooks = fresh.orchestrations, fresh.activities,
     fresh.hooks
+  duroxide._registry_changed() -- workers fetch by what is registered (rolling deployments)
 end
 
 local function check_string(v, what, level)
@@ -117,7 +118,7 @@ function Env:_probe_set()
   local set = {}
   for _, w in ipairs(self:_live()) do
     set[#set + 1] = { worker_id = w.id, session_lock_ms = w.config.session_lock_ms,
-                      max_sessions = w.config.max_sessions }
+                      max_sessions = w.config.max_sessions, tags = w.tags }
   end
   return set
 end
@@ -158,7 +159,7 @@ function Env:_wrap(name, fn)
   local function recorder(actx, input)
     local rec = { name = name, input = deepcopy(input), session_id = actx.session_id,
                   worker_id = actx.worker_id, instance_id = actx.instance_id,
-                  attempt = actx.attempt }
+                  attempt = actx.attempt, tag = actx.tag }
     local list = env.calls_by_name[name]
     if not list then
       list = {}
@@ -406,7 +407,8 @@ function Env:add_worker(id, options)
   rt:start({ shared = true })
   if not w then self.order[#self.order + 1] = id end
   self.workers[id] = { id = id, rt = rt, alive = true, options = options or (w and w.options),
-                       config = rt:_config() }
+                       config = rt:_config(),
+                       tags = type(o.tags) == "table" and table.concat(o.tags, ",") or o.tags }
   return id
 end
 

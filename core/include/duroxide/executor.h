@@ -28,7 +28,7 @@ enum { DX_RUN_PENDING = 0, DX_RUN_DONE = 1, DX_RUN_FAILED = 2, DX_RUN_CAN = 3 };
 
 /** What orchestration code emits. All strings borrowed for the call. */
 typedef enum {
-  DX_ACT_ACTIVITY = 1,  /* name, input, session_id */
+  DX_ACT_ACTIVITY = 1,  /* name, input, session_id, tag */
   DX_ACT_TIMER = 2,     /* delay_ms */
   DX_ACT_WAIT = 3,      /* name (event name) */
   DX_ACT_SUB = 4,       /* name, version, input, instance (NULL = generated child id) */
@@ -47,6 +47,7 @@ typedef struct dx_action_s {
   const char *instance;
   const char *session_id;
   int64_t delay_ms;
+  const char *tag;          /* ACTIVITY: routing tag; NULL or "default" = untagged */
 } dx_action_t;
 
 /** Record an action. *token identifies the durable future (0 for STATUS and CAN). For SYSCALL,
@@ -96,6 +97,7 @@ typedef struct dx_activity_info_s {
   const char *session_id;   /* NULL unless scheduled on a session */
   const char *worker_id;
   uint32_t attempt;
+  const char *tag;          /* NULL unless scheduled with a tag */
 } dx_activity_info_t;
 
 const dx_activity_info_t *dx_activity_info(const dx_activity_t *a);
@@ -112,7 +114,7 @@ void *dx_activity_userdata(const dx_activity_t *a);
 enum { DX_LOG_ERROR = 0, DX_LOG_WARN = 1, DX_LOG_INFO = 2, DX_LOG_DEBUG = 3 };
 
 typedef struct dx_host_methods_s {
-  int version; /* 3 */
+  int version; /* 4 */
   /** 1 when an orchestration `name` (version NULL = latest) is registered; *resolved receives
   **  the version string (static or host-owned, borrowed). */
   int (*orch_lookup)(void *host, const char *name, const char *version, const char **resolved);
@@ -142,6 +144,16 @@ typedef struct dx_host_methods_s {
   void (*session_released_by)(void *host, const char *session_id, const char *reason,
                               const char *worker_id);
   /* methods above are version 3 */
+  /** Rolling deployments: the orchestrations this host can run (name and version), so the
+  **  worker fetches only work it can run. Called from the runtime's store thread, so it must
+  **  not touch the host's interpreter: it reads a snapshot the host keeps. When the host's
+  **  registrations changed since `known` (0 = never asked), *gen receives the new generation
+  **  and *caps / *n a copy (caller-owned: free each name and version, then the array) and 1 is
+  **  returned; 0 when nothing changed; negative DX_E* on failure. May be NULL (the worker then
+  **  takes every orchestration). */
+  int (*orch_capabilities)(void *host, uint64_t known, uint64_t *gen,
+                           dx_orch_capability_t **caps, size_t *n);
+  /* methods above are version 4 */
 } dx_host_methods_t;
 
 #endif

@@ -48,7 +48,7 @@ typedef enum {
   DX_EV_ORCH_FAILED = 3,      /* fail */
   DX_EV_ORCH_CAN = 4,         /* data=new input (continued as new) */
   DX_EV_ORCH_CANCEL_REQ = 5,  /* reason */
-  DX_EV_ACT_SCHEDULED = 6,    /* name, data=input, session_id */
+  DX_EV_ACT_SCHEDULED = 6,    /* name, data=input, session_id, tag */
   DX_EV_ACT_COMPLETED = 7,    /* source_id, data=result */
   DX_EV_ACT_FAILED = 8,       /* source_id, fail */
   DX_EV_ACT_CANCEL_REQ = 9,   /* source_id, reason */
@@ -102,13 +102,15 @@ typedef struct dx_event_s {
   uint64_t parent_execution_id;
   int64_t fire_at_ms;
   dx_failure_t fail;
+  char *tag;            /* ACT_SCHEDULED: routing tag (NULL = untagged, "default") */
 } dx_event_t;
 
 /** Work item kinds (duroxide WorkItem). Values are stored: never renumber. */
 typedef enum {
   DX_WI_START = 1,          /* instance, name, version, data=input, parent_instance, parent_id,
                                parent_execution_id, execution_id */
-  DX_WI_ACT_EXECUTE = 2,    /* worker queue: instance, execution_id, id, name, data, session_id */
+  DX_WI_ACT_EXECUTE = 2,    /* worker queue: instance, execution_id, id, name, data, session_id,
+                               tag */
   DX_WI_ACT_COMPLETED = 3,  /* instance, execution_id, id, data */
   DX_WI_ACT_FAILED = 4,     /* instance, execution_id, id, fail */
   DX_WI_TIMER_FIRED = 5,    /* instance, execution_id, id, fire_at_ms (delayed visibility) */
@@ -142,6 +144,7 @@ typedef struct dx_work_item_s {
   char *reason;
   int64_t fire_at_ms;
   dx_failure_t fail;
+  char *tag;                /* ACT_EXECUTE: routing tag (NULL = untagged) */
 } dx_work_item_t;
 
 /** Execution status as stored. */
@@ -264,6 +267,45 @@ int dx_failure_copy(dx_failure_t *dst, const dx_failure_t *src);
 int dx_event_copy(dx_event_t *dst, const dx_event_t *src);
 int dx_work_item_copy(dx_work_item_t *dst, const dx_work_item_t *src);
 
+/* {===== fetch filter (provider version 6) =====} */
+
+/** One orchestration a worker can run: name and version registered there. */
+typedef struct dx_orch_capability_s {
+  const char *name;
+  const char *version;
+} dx_orch_capability_t;
+
+/** What a worker takes from the queues (set_fetch_filter). Borrowed for the call; the
+**  provider keeps its own copy.
+**  Activities: rows whose tag is one of `tags` (n_tags <= DX_MAX_WORKER_TAGS), and untagged
+**  rows when `untagged` is set (duroxide's DefaultOnly / Tags / DefaultAnd; no tags and
+**  untagged 0 = no activity work at all). Session rows are filtered the same way.
+**  Orchestrations (rolling deployments): when `capabilities_set`, only instances this worker
+**  can run: a new instance whose start names a registered orchestration (any registered
+**  version when the start pins none, else that version), an instance whose stored name and
+**  version are registered, and instances whose name is not known yet (messages without a
+**  start). A provider that has not been given a filter takes untagged rows and every
+**  instance. */
+typedef struct dx_fetch_filter_s {
+  int untagged;
+  const char *const *tags;
+  size_t n_tags;
+  int capabilities_set;
+  const dx_orch_capability_t *capabilities;
+  size_t n_capabilities;
+} dx_fetch_filter_t;
+
+/** Does `f` (NULL = no filter: untagged only) accept a row tagged `tag` (NULL = untagged)? */
+int dx_fetch_filter_accepts_tag(const dx_fetch_filter_t *f, const char *tag);
+/** Does `f` (NULL: yes) accept an orchestration `name` at `version` (NULL: not pinned, any
+**  registered version will do; name NULL: not known yet)? */
+int dx_fetch_filter_accepts_orch(const dx_fetch_filter_t *f, const char *name,
+                                 const char *version);
+/** Deep copy into *out (free with dx_fetch_filter_free). DX_OK, DX_ENOMEM, or DX_EINVAL
+**  (more than DX_MAX_WORKER_TAGS tags, an empty or over-long tag) naming the problem. */
+int dx_fetch_filter_copy(const dx_fetch_filter_t *src, dx_fetch_filter_t **out, dx_error_t *err);
+void dx_fetch_filter_free(dx_fetch_filter_t *f);
+
 /* {===== provider vtable =====} */
 
 typedef struct dx_provider_s dx_provider_t;
@@ -302,7 +344,7 @@ typedef int (*dx_instance_cb)(void *ud, const char *id);
 typedef void (*dx_check_cb)(void *ud, const char *problem);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 5 (older providers: 1..4; members past `version` are absent) */
+  int version; /* 6 (older providers: 1..5; members past `version` are absent) */
   const char *name;
 
   /** Close and free the provider. */
@@ -444,6 +486,13 @@ typedef struct dx_provider_methods_s {
                          dx_error_t *err);
   void (*worker_unregister)(dx_provider_t *p, const char *worker_id);
   /* members above are version 5 */
+
+  /* Activity tags and rolling deployments (version 6). */
+  /** What this handle's later fetches take (fetch_orchestration_item, fetch_work_item,
+  **  run_cycle, next_due_ms): see dx_fetch_filter_t. NULL = back to the default. Copied;
+  **  DX_EINVAL (changing nothing) for a bad filter. */
+  int (*set_fetch_filter)(dx_provider_t *p, const dx_fetch_filter_t *filter, dx_error_t *err);
+  /* members above are version 6 */
 } dx_provider_methods_t;
 
 /** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a
@@ -507,5 +556,7 @@ int dx_provider_open(const char *url, const dx_provider_opts_t *opts, dx_provide
 #define DX_MAX_NAME_BYTES 200       /* activity and orchestration names */
 #define DX_MAX_EVENT_NAME_BYTES 400
 #define DX_MAX_REASON_BYTES 1000    /* cancel reasons: failure messages keep them whole */
+#define DX_MAX_TAG_BYTES 256        /* activity tags (duroxide MAX_TAG_NAME_BYTES) */
+#define DX_MAX_WORKER_TAGS 5        /* tags one worker accepts (duroxide MAX_WORKER_TAGS) */
 
 #endif

@@ -23,6 +23,9 @@ int dx__check_item(const dx_work_item_t *w, dx_error_t *err) {
   if (w->session_id && (n = strlen(w->session_id)) > DX_MAX_SESSION_ID_BYTES)
     return dx_error_set(err, DX_EINVAL, "session id is %zu bytes; the limit is %d bytes", n,
                         DX_MAX_SESSION_ID_BYTES);
+  if (w->tag && ((n = strlen(w->tag)) == 0 || n > DX_MAX_TAG_BYTES))
+    return dx_error_set(err, DX_EINVAL, "activity tag is %zu bytes; it must be 1 to %d bytes", n,
+                        DX_MAX_TAG_BYTES);
   return dx__check_instance(w->instance, err);
 }
 

@@ -197,14 +197,27 @@ static void ck_row_ref(ck_t *c, int db, uint64_t seq, const MDB_val *k) {
   dx__lm_row_clear(&r);
 }
 
+/* work_ready / work_lock keys: class 0, or class 2 + tag\0; then be64 due, be64 seq. */
+static void ck_work_idx(ck_t *c, int db, const MDB_val *k) {
+  const unsigned char *b = k->mv_data;
+  size_t want = 17;
+  if (k->mv_size > 0 && b[0] == 2) {
+    const unsigned char *nul = memchr(b + 1, 0, k->mv_size - 1);
+    want = nul ? (size_t)(nul - b) + 17 : 0;
+  }
+  if (k->mv_size < 17 || k->mv_size != want || (b[0] != 0 && b[0] != 2)) {
+    problem(c, "%s: malformed key", dx__lm_db_names[db]);
+    return;
+  }
+  ck_row_ref(c, db, get_u64((const char *)b + k->mv_size - 8), k);
+}
+
 static void ck_work_ready(ck_t *c, const MDB_val *k, const MDB_val *v) {
-  if (k->mv_size != 17) { problem(c, "work_ready: malformed key"); return; }
-  ck_row_ref(c, DB_WORK_READY, get_u64((const char *)k->mv_data + 9), k);
+  ck_work_idx(c, DB_WORK_READY, k);
 }
 
 static void ck_work_lock(ck_t *c, const MDB_val *k, const MDB_val *v) {
-  if (k->mv_size != 17) { problem(c, "work_lock: malformed key"); return; }
-  ck_row_ref(c, DB_WORK_LOCK, get_u64((const char *)k->mv_data + 9), k);
+  ck_work_idx(c, DB_WORK_LOCK, k);
 }
 
 static void ck_work_token(ck_t *c, const MDB_val *k, const MDB_val *v) {

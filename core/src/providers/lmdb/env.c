@@ -410,13 +410,24 @@ static void lm_destroy(dx_provider_t *pp) {
   lm_rollback(pp);
   dx__lm_live_close(p);
   registry_release(p->se);
+  dx_fetch_filter_free(p->filter);
   free(p);
+}
+
+static int lm_set_fetch_filter(dx_provider_t *pp, const dx_fetch_filter_t *f, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  dx_fetch_filter_t *copy = NULL;
+  int rc;
+  if (f && (rc = dx_fetch_filter_copy(f, &copy, err))) return rc;
+  dx_fetch_filter_free(p->filter);
+  p->filter = copy;
+  return 0;
 }
 
 static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
 
 static const dx_provider_methods_t lm_methods = {
-  5,
+  6,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -450,6 +461,7 @@ static const dx_provider_methods_t lm_methods = {
   NULL, /* run_cycle: calls one by one cost no round trips on a local store */
   dx__lm_worker_register,
   dx__lm_worker_unregister,
+  lm_set_fetch_filter,
 };
 
 int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,

@@ -125,6 +125,7 @@ typedef struct {
   int no_sync;
   int in_batch; /* this handle opened the env's batch (begin) */
   struct lm_live_s *live; /* worker liveness of this handle (live.c) */
+  dx_fetch_filter_t *filter; /* set_fetch_filter (NULL: untagged rows, every instance) */
 } lm_t;
 static inline int64_t sat_add(int64_t a, int64_t b) {
   if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
@@ -208,6 +209,13 @@ static inline void key_work_idx(dkey_t *k, unsigned cls, int64_t at, uint64_t se
   k_u8(k, cls);
   k_time(k, at);
   k_u64(k, seq);
+}
+/* Plain worker rows are indexed under class 0 (untagged) or class 2 + tag (tagged), then
+** due time and seq, so a fetch seeks the head of each tag it takes. */
+static inline void key_work_prefix(dkey_t *k, const char *tag) {
+  k_init(k);
+  k_u8(k, tag ? 2 : 0);
+  if (tag) k_str(k, tag);
 }
 static inline void key_ident(dkey_t *k, const char *inst, uint64_t exec, uint64_t act) {
   key_exec(k, inst, exec);
@@ -304,6 +312,7 @@ typedef struct {
   uint64_t exec, act_id;
   char *item;
   size_t item_len;
+  char *tag;        /* plain rows: indexed under the tag (NULL: untagged); session rows: kept */
 } work_row_t;
 
 /* One stored field of a wrapper record: its type and where it lives in the C struct. */
@@ -320,6 +329,7 @@ typedef struct {
   int db;                 /* the DB holding these records */
   const lm_field_t *f;    /* stored fields, in record order */
   size_t n;
+  size_t n_min;           /* fields a record must have (later ones were appended: optional) */
 } lm_schema_t;
 typedef struct {
   int db;       /* index the candidate came from */
@@ -461,7 +471,8 @@ int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r);
 int dx__lm_row_queue_key(const work_row_t *r, dkey_t *k);
 int dx__lm_row_index(tx_t *t, const work_row_t *r, int put);
 int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
-int dx__lm_work_head(tx_t *t, int db, int64_t now, work_cand_t *c);
+/* Consider the head of every plain-row index this filter takes (NULL: untagged only). */
+int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c);
 int dx__lm_ident_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud);
 int dx__lm_work_cancel(tx_t *t, const dx_activity_ref_t *ref);
 int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,

@@ -7,9 +7,9 @@
 /* Earliest due time over the orchestrator indexes (orch), the plain worker indexes (work)
 ** and the session heads (sess). A due session head may belong to a session another worker
 ** holds: the fetch then finds nothing and the runtime waits a poll interval. */
-static int due_time(tx_t *t, int orch, int work, int sess, int64_t *out) {
+static int due_time(tx_t *t, const dx_fetch_filter_t *f, int orch, int work, int sess,
+                    int64_t *out) {
   static const int orch_dbs[] = {DB_ORCH_READY, DB_ORCH_LOCK};
-  static const int work_dbs[] = {DB_WORK_READY, DB_WORK_LOCK};
   size_t i;
   int rc;
   *out = LM_NEVER;
@@ -20,10 +20,10 @@ static int due_time(tx_t *t, int orch, int work, int sess, int64_t *out) {
     if (c.inst && c.at < *out) *out = c.at;
     free(c.inst);
   }
-  for (i = 0; work && i < 2; i++) {
+  if (work) {
     work_cand_t c;
     memset(&c, 0, sizeof c);
-    if ((rc = dx__lm_work_head(t, work_dbs[i], LM_NEVER, &c))) return rc;
+    if ((rc = dx__lm_work_heads(t, f, LM_NEVER, &c))) return rc;
     if (c.found && c.at < *out) *out = c.at;
   }
   if (sess) {
@@ -43,7 +43,7 @@ static int due_time_sess(lm_t *p, int64_t *out) {
   tx_t t;
   int rc;
   if ((rc = dx__lm_begin_tx(p, 0, &t, NULL))) return rc;
-  return dx__lm_tx_end(&t, due_time(&t, 0, 0, 1, out));
+  return dx__lm_tx_end(&t, due_time(&t, p->filter, 0, 0, 1, out));
 }
 
 /* Read-only look before a fetch takes the writer lock: idle polling from several processes
@@ -54,7 +54,7 @@ int dx__lm_nothing_due(lm_t *p, int64_t now, int orch, int work, int sess, dx_er
   int rc;
   if (dx__lm_thread_batch(p->se)) return 0;
   if ((rc = dx__lm_begin_tx(p, 0, &t, err))) return rc;
-  rc = dx__lm_tx_end(&t, due_time(&t, orch, work, sess, &due));
+  rc = dx__lm_tx_end(&t, due_time(&t, p->filter, orch, work, sess, &due));
   if (rc) return rc;
   return due > now;
 }
@@ -237,7 +237,7 @@ int dx__lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *er
   *out = LM_NEVER;
   int64_t sess_due = LM_NEVER, sweep;
   if ((rc = dx__lm_begin_tx(p, 0, &t, err))) return rc;
-  rc = dx__lm_tx_end(&t, due_time(&t, 1, 1, 1, out));
+  rc = dx__lm_tx_end(&t, due_time(&t, p->filter, 1, 1, 1, out));
   if (!rc) rc = due_time_sess(p, &sess_due);
   /* session rows wait in flight (or delayed): their holder may die, and only a fetch sweeps
   ** dead holders' rows, so look again soon (live.c) */

@@ -147,37 +147,110 @@ static int orch_check_lock(tx_t *t, const char *inst, uint64_t token, int64_t no
 
 /* {===== orchestrator fetch =====} */
 
-/* Consider the head of a timed index (be64 time + inst\0); keep the older candidate. */
-int dx__lm_orch_head(tx_t *t, int db, int64_t now, orch_cand_t *c) {
-  dkey_t none;
-  MDB_val k;
-  int64_t at;
-  char *inst;
-  int rc;
-  k_init(&none);
-  rc = dx__lm_head_key(t, db, &none, &k);
-  if (rc == DX_ENOTFOUND) return 0;
-  if (rc) return rc;
-  if (k.mv_size < 10 || ((const char *)k.mv_data)[k.mv_size - 1] != 0)
-    return dx__lm_corrupt(t, db, "bad key", "%zu-byte key", k.mv_size);
-  at = (int64_t)get_u64(k.mv_data);
-  if (at > now || (c->inst && c->at <= at)) return 0;
-  if (!(inst = dx__strdup((const char *)k.mv_data + 8))) return dx__lm_nomem(t->err);
+/* Make the timed-index entry `k` (be64 time + inst\0) the candidate. */
+static int cand_set(tx_t *t, orch_cand_t *c, int db, const MDB_val *k, int64_t at) {
+  char *inst = dx__strdup((const char *)k->mv_data + 8);
+  if (!inst) return dx__lm_nomem(t->err);
   free(c->inst);
   c->inst = inst;
   c->db = db;
   c->at = at;
   k_init(&c->key);
-  k_bytes(&c->key, k.mv_data, k.mv_size);
+  k_bytes(&c->key, k->mv_data, k->mv_size);
   return 0;
 }
 
-/* The instance to lock: the older of the ready head (due) and the lock head (expired). */
-static int orch_pick(tx_t *t, int64_t now, orch_cand_t *c) {
+static int timed_key_ok(tx_t *t, int db, const MDB_val *k) {
+  if (k->mv_size < 10 || ((const char *)k->mv_data)[k->mv_size - 1] != 0)
+    return dx__lm_corrupt(t, db, "bad key", "%zu-byte key", k->mv_size);
+  return 0;
+}
+
+/* Consider the head of a timed index (be64 time + inst\0); keep the older candidate. */
+int dx__lm_orch_head(tx_t *t, int db, int64_t now, orch_cand_t *c) {
+  dkey_t none;
+  MDB_val k;
+  int64_t at;
   int rc;
+  k_init(&none);
+  rc = dx__lm_head_key(t, db, &none, &k);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc || (rc = timed_key_ok(t, db, &k))) return rc;
+  at = (int64_t)get_u64(k.mv_data);
+  if (at > now || (c->inst && c->at <= at)) return 0;
+  return cand_set(t, c, db, &k, at);
+}
+
+static int starts_instance(const dx_work_item_t *w);
+static int msg_decode(tx_t *t, const msg_list_t *l, size_t i, dx_work_item_t *w);
+
+/* Rolling deployments: may a worker with filter `f` run instance `inst`? A visible start or
+** continue-as-new names the orchestration (and maybe a version), else the instance record
+** does; an instance known by neither is taken (its turn drops or parks the messages). */
+static int orch_runnable(tx_t *t, const dx_fetch_filter_t *f, const char *inst, int64_t now,
+                         int *ok) {
+  msg_list_t l;
+  inst_rec_t ir;
+  size_t i;
+  int rc = 0, found = 0;
+  *ok = 1;
+  if ((rc = msgs_load(t, inst, &l))) return rc;
+  for (i = 0; i < l.n && !found && !rc; i++) {
+    dx_work_item_t w;
+    if (l.v[i].visible_at > now || (rc = msg_decode(t, &l, i, &w))) continue;
+    if (starts_instance(&w)) {
+      found = 1;
+      *ok = dx_fetch_filter_accepts_orch(f, w.name, w.version);
+    }
+    dx_work_item_clear(&w);
+  }
+  msgs_free(&l);
+  if (rc || found) return rc;
+  rc = dx__lm_inst_get(t, inst, &ir);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return rc;
+  *ok = dx_fetch_filter_accepts_orch(f, ir.name, ir.version);
+  dx__lm_inst_clear(&ir);
+  return 0;
+}
+
+typedef struct {
+  const dx_fetch_filter_t *f;
+  int db;
+  int64_t now;
+  orch_cand_t *c;
+} orch_scan_t;
+
+/* Timed index in order: the first due instance this worker can run is the candidate. */
+static int orch_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  orch_scan_t *s = ud;
+  int64_t at;
+  int ok, rc;
+  (void)v;
+  if ((rc = timed_key_ok(t, s->db, k))) return rc;
+  at = (int64_t)get_u64(k->mv_data);
+  if (at > s->now || (s->c->inst && s->c->at <= at)) return 1;
+  if ((rc = orch_runnable(t, s->f, (const char *)k->mv_data + 8, s->now, &ok))) return rc;
+  if (!ok) return 0;
+  return (rc = cand_set(t, s->c, s->db, k, at)) ? rc : 1;
+}
+
+/* The instance to lock: the older of the ready head (due) and the lock head (expired); with
+** orchestration capabilities, the older of the first ones this worker can run. */
+static int orch_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c) {
+  static const int dbs[2] = {DB_ORCH_READY, DB_ORCH_LOCK};
+  int rc = 0, i;
   memset(c, 0, sizeof *c);
-  rc = dx__lm_orch_head(t, DB_ORCH_READY, now, c);
-  if (!rc) rc = dx__lm_orch_head(t, DB_ORCH_LOCK, now, c);
+  for (i = 0; i < 2 && !rc; i++) {
+    if (!f || !f->capabilities_set) {
+      rc = dx__lm_orch_head(t, dbs[i], now, c);
+    } else {
+      orch_scan_t s = {f, dbs[i], now, c};
+      dkey_t none;
+      k_init(&none);
+      rc = dx__lm_scan_prefix(t, dbs[i], &none, orch_scan_cb, &s);
+    }
+  }
   return rc;
 }
 
@@ -347,11 +420,12 @@ done:
   return rc;
 }
 
-static int orch_fetch(tx_t *t, int64_t now, int64_t lock_ms, dx_orch_item_t **out) {
+static int orch_fetch(tx_t *t, const dx_fetch_filter_t *f, int64_t now, int64_t lock_ms,
+                      dx_orch_item_t **out) {
   orch_cand_t c;
   int rc;
   for (;;) { /* each round locks an instance or removes the candidate from the indexes */
-    if ((rc = orch_pick(t, now, &c)) || !c.inst) break;
+    if ((rc = orch_pick(t, f, now, &c)) || !c.inst) break;
     rc = orch_try_lock(t, &c, now, lock_ms, out);
     free(c.inst);
     if (rc || *out) return rc;
@@ -453,7 +527,7 @@ int dx__lm_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_i
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = NULL;
   if ((rc = dx__lm_nothing_due(p, now, 1, 0, 0, err))) return rc < 0 ? rc : 0;
-  LM_WRITE(p, t, err, rc, orch_fetch(&t, now, lock_ms, out), {
+  LM_WRITE(p, t, err, rc, orch_fetch(&t, p->filter, now, lock_ms, out), {
     dx_orch_item_free(*out);
     *out = NULL;
   });

@@ -33,7 +33,9 @@ int dx__lm_row_queue_key(const work_row_t *r, dkey_t *k) {
     key_sess_item(k, r->session_id, due, r->seq);
     return DB_SESS_ITEMS;
   }
-  key_work_idx(k, 0, due, r->seq);
+  key_work_prefix(k, r->tag);
+  k_time(k, due);
+  k_u64(k, r->seq);
   return r->token ? DB_WORK_LOCK : DB_WORK_READY;
 }
 
@@ -79,7 +81,8 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   r.exec = w->execution_id;
   r.act_id = w->id;
   if (dx__work_item_encode(w, &r.item, &r.item_len) || !(r.instance = dx__strdup(w->instance)) ||
-      (w->session_id && !(r.session_id = dx__strdup(w->session_id)))) {
+      (w->session_id && !(r.session_id = dx__strdup(w->session_id))) ||
+      (w->tag && !(r.tag = dx__strdup(w->tag)))) {
     dx__lm_row_clear(&r);
     return dx__lm_nomem(t->err);
   }
@@ -121,20 +124,20 @@ static int cand_better(const work_cand_t *c, int64_t at, uint64_t seq) {
   return !c->found || at < c->at || (at == c->at && seq < c->seq);
 }
 
-int dx__lm_work_head(tx_t *t, int db, int64_t now, work_cand_t *c) {
+/* The earliest row of `db` with this tag (NULL: untagged). */
+static int work_head(tx_t *t, int db, const char *tag, int64_t now, work_cand_t *c) {
   dkey_t pre;
   MDB_val k;
   int64_t at;
   uint64_t seq;
   int rc;
-  k_init(&pre);
-  k_u8(&pre, 0);
+  key_work_prefix(&pre, tag);
   rc = dx__lm_head_key(t, db, &pre, &k);
   if (rc == DX_ENOTFOUND) return 0;
   if (rc) return rc;
-  if (k.mv_size != 17) return dx__lm_corrupt(t, db, "bad key", "%zu-byte key", k.mv_size);
-  at = (int64_t)get_u64((const char *)k.mv_data + 1);
-  seq = get_u64((const char *)k.mv_data + 9);
+  if (k.mv_size != pre.n + 16) return dx__lm_corrupt(t, db, "bad key", "%zu-byte key", k.mv_size);
+  at = (int64_t)get_u64((const char *)k.mv_data + pre.n);
+  seq = get_u64((const char *)k.mv_data + pre.n + 8);
   if (at > now || !cand_better(c, at, seq)) return 0;
   c->found = 1;
   c->db = db;
@@ -143,6 +146,29 @@ int dx__lm_work_head(tx_t *t, int db, int64_t now, work_cand_t *c) {
   c->seq = seq;
   k_init(&c->key);
   k_bytes(&c->key, k.mv_data, k.mv_size);
+  return 0;
+}
+
+int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c) {
+  static const int dbs[2] = {DB_WORK_READY, DB_WORK_LOCK};
+  size_t d, i;
+  int rc = 0;
+  for (d = 0; d < 2 && !rc; d++) {
+    if (dx_fetch_filter_accepts_tag(f, NULL)) rc = work_head(t, dbs[d], NULL, now, c);
+    for (i = 0; f && i < f->n_tags && !rc; i++) rc = work_head(t, dbs[d], f->tags[i], now, c);
+  }
+  return rc;
+}
+
+/* A session's head row is a candidate only when this worker takes its tag. */
+static int sess_tag_ok(tx_t *t, const dx_fetch_filter_t *f, uint64_t seq, int *ok) {
+  work_row_t r;
+  int rc = dx__lm_row_get(t, seq, &r);
+  *ok = 0;
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return rc;
+  *ok = dx_fetch_filter_accepts_tag(f, r.tag);
+  dx__lm_row_clear(&r);
   return 0;
 }
 
@@ -166,6 +192,7 @@ typedef struct {
   int64_t now;
   uint32_t live;   /* owned sessions with a live lease */
   work_cand_t *c;
+  const dx_fetch_filter_t *filter;
 } owned_scan_t;
 
 /* sess_owner entry of this worker: count it, consider its session's earliest row. A session
@@ -179,8 +206,11 @@ static int owned_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
       v->mv_size != 8)
     return dx__lm_corrupt(t, DB_SESS_OWNER, "bad entry", "worker '%s'", o->worker);
   if ((int64_t)get_u64(v->mv_data) > o->now) o->live++;
+  int ok;
   if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
-  if (q.found) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
+  if (!q.found || (int64_t)q.due > o->now) return 0;
+  if ((rc = sess_tag_ok(t, o->filter, q.seq, &ok))) return rc;
+  if (ok) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
   return 0;
 }
 
@@ -214,6 +244,8 @@ static int claim_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
           (r.locked_until > s->now && dx__lm_live_alive(s->lm, r.owner)));
   dx__lm_sess_clear(&r);
   if (held) return 0;
+  if ((rc = sess_tag_ok(t, s->lm->filter, seq, &held))) return rc;
+  if (!held) return 0; /* a tag this worker does not take: another worker's session */
   sess_cand(kb + 16, due, seq, WC_CLAIM, s->now, s->c);
   return 1;
 }
@@ -228,11 +260,10 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   dkey_t pre;
   int rc;
   memset(c, 0, sizeof *c);
-  if ((rc = dx__lm_work_head(t, DB_WORK_READY, now, c)) ||
-      (rc = dx__lm_work_head(t, DB_WORK_LOCK, now, c)))
-    return rc;
+  if ((rc = dx__lm_work_heads(t, lm->filter, now, c))) return rc;
   if (!cfg) return 0;
   memset(&o, 0, sizeof o);
+  o.filter = lm->filter;
   o.worker = cfg->worker_id;
   o.now = now;
   o.c = c;

@@ -75,6 +75,8 @@ struct pg_s {
   int64_t retry_after;      /* monotonic ms: reconnects fail fast until then */
   pg_conn_t *conns;
   uint64_t round_trips;     /* pipeline syncs on store/client connections (atomic) */
+  dx_fetch_filter_t *filter; /* set_fetch_filter (NULL: untagged rows, every instance) */
+  char *tags_param;          /* the filter's tags as a text[] literal for the fetch queries */
 };
 
 /* One method's transaction: the thread's batch, or its own BEGIN/COMMIT. */

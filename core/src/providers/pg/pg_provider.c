@@ -24,7 +24,49 @@ static void pg_destroy(dx_provider_t *pp) {
   free(p->conninfo);
   free(p->schema);
   free(p->schema_q);
+  dx_fetch_filter_free(p->filter);
+  free(p->tags_param);
   free(p);
+}
+
+/* A text[] literal of the filter's tags ("{}" for none): every tag is quoted, with '"' and '\\'
+** escaped, so any tag text is one element. */
+static char *tags_literal(const dx_fetch_filter_t *f) {
+  size_t i, n = 3, o = 0;
+  char *s;
+  for (i = 0; f && i < f->n_tags; i++) n += 2 * strlen(f->tags[i]) + 3;
+  if (!(s = malloc(n))) return NULL;
+  s[o++] = '{';
+  for (i = 0; f && i < f->n_tags; i++) {
+    const char *c;
+    if (i) s[o++] = ',';
+    s[o++] = '"';
+    for (c = f->tags[i]; *c; c++) {
+      if (*c == '"' || *c == '\\') s[o++] = '\\';
+      s[o++] = *c;
+    }
+    s[o++] = '"';
+  }
+  s[o++] = '}';
+  s[o] = 0;
+  return s;
+}
+
+static int pg_set_fetch_filter(dx_provider_t *pp, const dx_fetch_filter_t *f, dx_error_t *err) {
+  pg_t *p = (pg_t *)pp;
+  dx_fetch_filter_t *copy = NULL;
+  char *lit;
+  int rc;
+  if (f && (rc = dx_fetch_filter_copy(f, &copy, err))) return rc;
+  if (!(lit = tags_literal(copy))) {
+    dx_fetch_filter_free(copy);
+    return dx__pg_nomem(err);
+  }
+  dx_fetch_filter_free(p->filter);
+  free(p->tags_param);
+  p->filter = copy;
+  p->tags_param = lit;
+  return 0;
 }
 
 static const char *pg_notify_path(dx_provider_t *pp) {
@@ -36,7 +78,7 @@ static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_hi
                                                        dx__pg_test_expire_session};
 
 static const dx_provider_methods_t pg_methods = {
-  5,
+  6,
   "postgres",
   pg_destroy,
   dx__pg_begin,
@@ -70,6 +112,7 @@ static const dx_provider_methods_t pg_methods = {
   dx__pg_run_cycle,
   dx__pg_worker_register,
   dx__pg_worker_unregister,
+  pg_set_fetch_filter,
 };
 
 uint64_t dx__pg_round_trips(dx_provider_t *pp) {
