@@ -76,7 +76,8 @@ struct pg_s {
   pg_conn_t *conns;
   uint64_t round_trips;     /* pipeline syncs on store/client connections (atomic) */
   dx_fetch_filter_t *filter; /* set_fetch_filter (NULL: untagged rows, every instance) */
-  char *tags_param;          /* the filter's tags as a text[] literal for the fetch queries */
+  char *tags_param;          /* the filter's tags as a text[] literal ("{}": none) */
+  char *cap_names, *cap_versions; /* its capabilities as text[] literals (NULL: any instance) */
 };
 
 /* One method's transaction: the thread's batch, or its own BEGIN/COMMIT. */

@@ -151,6 +151,9 @@ int dx__pg_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   dx__qp_str(&q, w->instance);
   dx__qp_i64(&q, visible_at);
   dx__qp_bin(&q, buf, len);
+  /* a start names what it runs: fetches skip it on workers without that orchestration */
+  dx__qp_str(&q, w->kind == DX_WI_START || w->kind == DX_WI_CAN ? w->name : NULL);
+  dx__qp_str(&q, w->kind == DX_WI_START || w->kind == DX_WI_CAN ? w->version : NULL);
   rc = dx__pg_q(t, PQ_ORCH_ENQ_MSG, &q, NULL);
   free(buf);
   if (rc) return rc;
@@ -447,6 +450,8 @@ static int orch_fill(tx_t *t, int64_t now, int64_t lock_ms, int k, int *picked_n
   dx__qp_i64(&q, dx__sat_add(now, lock_ms));
   dx__qp_i64(&q, k);
   dx__qp_str(&q, t->p->liveness ? t->p->proc_tag : NULL);
+  dx__qp_str(&q, t->p->cap_names);    /* NULL: every instance */
+  dx__qp_str(&q, t->p->cap_versions);
   if ((rc = dx__pg_q(t, PQ_ORCH_PICK, &q, &res))) return rc;
   n = PQntuples(res);
   if (n && !(v = calloc((size_t)n, sizeof *v))) oom = 1;

@@ -26,22 +26,24 @@ static void pg_destroy(dx_provider_t *pp) {
   free(p->schema_q);
   dx_fetch_filter_free(p->filter);
   free(p->tags_param);
+  free(p->cap_names);
+  free(p->cap_versions);
   free(p);
 }
 
-/* A text[] literal of the filter's tags ("{}" for none): every tag is quoted, with '"' and '\\'
-** escaped, so any tag text is one element. */
-static char *tags_literal(const dx_fetch_filter_t *f) {
-  size_t i, n = 3, o = 0;
+/* A text[] literal of n strings (v[i * stride] as char **): every element quoted, with '"' and
+** '\\' escaped, so any text is one element. */
+static char *text_array(const void *v, size_t n, size_t stride) {
+  size_t i, len = 3, o = 0;
   char *s;
-  for (i = 0; f && i < f->n_tags; i++) n += 2 * strlen(f->tags[i]) + 3;
-  if (!(s = malloc(n))) return NULL;
+  for (i = 0; i < n; i++) len += 2 * strlen(*(const char *const *)((const char *)v + i * stride)) + 3;
+  if (!(s = malloc(len))) return NULL;
   s[o++] = '{';
-  for (i = 0; f && i < f->n_tags; i++) {
-    const char *c;
+  for (i = 0; i < n; i++) {
+    const char *c = *(const char *const *)((const char *)v + i * stride);
     if (i) s[o++] = ',';
     s[o++] = '"';
-    for (c = f->tags[i]; *c; c++) {
+    for (; *c; c++) {
       if (*c == '"' || *c == '\\') s[o++] = '\\';
       s[o++] = *c;
     }
@@ -55,17 +57,32 @@ static char *tags_literal(const dx_fetch_filter_t *f) {
 static int pg_set_fetch_filter(dx_provider_t *pp, const dx_fetch_filter_t *f, dx_error_t *err) {
   pg_t *p = (pg_t *)pp;
   dx_fetch_filter_t *copy = NULL;
-  char *lit;
+  char *tags, *names = NULL, *versions = NULL;
+  int caps;
   int rc;
   if (f && (rc = dx_fetch_filter_copy(f, &copy, err))) return rc;
-  if (!(lit = tags_literal(copy))) {
+  caps = copy && copy->capabilities_set;
+  tags = text_array(copy ? copy->tags : NULL, copy ? copy->n_tags : 0, sizeof(char *));
+  if (caps) {
+    const dx_orch_capability_t *c = copy->capabilities;
+    names = text_array(c ? &c[0].name : NULL, copy->n_capabilities, sizeof *c);
+    versions = text_array(c ? &c[0].version : NULL, copy->n_capabilities, sizeof *c);
+  }
+  if (!tags || (caps && (!names || !versions))) {
+    free(tags);
+    free(names);
+    free(versions);
     dx_fetch_filter_free(copy);
     return dx__pg_nomem(err);
   }
   dx_fetch_filter_free(p->filter);
   free(p->tags_param);
+  free(p->cap_names);
+  free(p->cap_versions);
   p->filter = copy;
-  p->tags_param = lit;
+  p->tags_param = tags;
+  p->cap_names = names;
+  p->cap_versions = versions;
   return 0;
 }
 

@@ -50,7 +50,19 @@ static const char MIGRATION_1[] =
   "CREATE INDEX sessions_owner ON sessions (owner);"
   "CREATE TABLE started (instance_id text COLLATE \"C\" PRIMARY KEY);";
 
-const char *const dx__pg_migrations[] = {MIGRATION_1};
+/* Activity tags and rolling deployments: tagged plain rows have an index of their own (a
+** fetch reads the untagged index and the tagged one for its tags); a START / continue-as-new
+** message records the orchestration it asks for, so a fetch can skip instances the worker
+** cannot run. */
+static const char MIGRATION_2[] =
+  "ALTER TABLE work ADD COLUMN tag text COLLATE \"C\";"
+  "DROP INDEX work_plain;"
+  "CREATE INDEX work_plain ON work (due_at, seq) WHERE session_id IS NULL AND tag IS NULL;"
+  "CREATE INDEX work_tagged ON work (tag, due_at, seq)"
+  "  WHERE session_id IS NULL AND tag IS NOT NULL;"
+  "ALTER TABLE orch_msgs ADD COLUMN start_name text, ADD COLUMN start_version text;";
+
+const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
@@ -73,6 +85,11 @@ const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__p
   " (" live " = 1 AND pg_postmaster_start_time() < clock_timestamp() - interval '5 seconds'" \
   " AND pg_try_advisory_xact_lock(hashtextextended(" prefix " || " owner ", 0)))"
 
+/* The worker takes the row's tag: untagged rows when `untagged` <> 0, else tags in `tags`. */
+#define TAG_OK(row, untagged, tags)                                                          \
+  " AND CASE WHEN " row ".tag IS NULL THEN " untagged " <> 0 ELSE " row ".tag = ANY(" tags \
+  ") END"
+
 /* A claimable-or-owned session row is only a candidate when it is its session's head. */
 #define SESSION_HEAD                                                                        \
   " AND NOT EXISTS (SELECT 1 FROM work x WHERE x.session_id = w.session_id"                 \
@@ -83,8 +100,8 @@ static const char *const SQL[PQ__COUNT] = {
 
   /* orchestrator queue */
   [PQ_ORCH_ENQ_MSG] =
-    "INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
-    " VALUES (nextval('dx_seq'), $1, $2::bigint, $3::bytea)",
+    "INSERT INTO orch_msgs (seq, instance_id, visible_at, item, start_name, start_version)"
+    " VALUES (nextval('dx_seq'), $1, $2::bigint, $3::bytea, $4::text, $5::text)",
   [PQ_ORCH_ENQ_QUEUE] =
     "INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
     " VALUES ($1, $2::bigint, $2::bigint)"
@@ -96,9 +113,20 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE NOT EXISTS (SELECT 1 FROM instances WHERE instance_id = $1::text)"
     " ON CONFLICT (instance_id) DO NOTHING RETURNING 1::bigint",
   [PQ_START_NOTE] = "INSERT INTO started (instance_id) VALUES ($1) ON CONFLICT DO NOTHING",
-  [PQ_ORCH_PICK] = /* lock the $3 instances due first; no other fetcher waits on them */
-    "WITH c AS (SELECT instance_id, due_at FROM orch_queue WHERE due_at <= $1::bigint"
-    " ORDER BY due_at, instance_id LIMIT $3::bigint FOR UPDATE SKIP LOCKED)"
+  [PQ_ORCH_PICK] = /* lock the $3 instances due first; no other fetcher waits on them. With
+    ** capabilities ($5 names, $6 versions; NULL: any), only instances this worker can run:
+    ** the orchestration its first visible start asks for, else the instance's own */
+    "WITH c AS (SELECT q.instance_id, q.due_at FROM orch_queue q"
+    " LEFT JOIN LATERAL (SELECT m.start_name, m.start_version FROM orch_msgs m"
+    " WHERE $5::text[] IS NOT NULL AND m.instance_id = q.instance_id"
+    " AND m.start_name IS NOT NULL AND m.visible_at <= $1::bigint ORDER BY m.seq LIMIT 1) s"
+    " ON true LEFT JOIN instances i ON $5::text[] IS NOT NULL AND i.instance_id = q.instance_id"
+    " WHERE q.due_at <= $1::bigint AND ($5::text[] IS NULL"
+    " OR COALESCE(s.start_name, i.name) IS NULL"
+    " OR (s.start_name IS NOT NULL AND s.start_version IS NULL AND s.start_name = ANY($5::text[]))"
+    " OR (COALESCE(s.start_name, i.name), CASE WHEN s.start_name IS NOT NULL THEN s.start_version"
+    " ELSE i.version END) IN (SELECT * FROM unnest($5::text[], $6::text[])))"
+    " ORDER BY q.due_at, q.instance_id LIMIT $3::bigint FOR UPDATE OF q SKIP LOCKED)"
     " UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text"
     " FROM c WHERE q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at",
@@ -169,13 +197,19 @@ static const char *const SQL[PQ__COUNT] = {
   /* worker queue */
   [PQ_WORK_INSERT] =
     "INSERT INTO work (seq, due_at, visible_at, session_id, instance_id, exec, activity_id, item,"
-    " kind) VALUES (nextval('dx_seq'), $1::bigint, $1::bigint, $2::text, $3, $4::bigint,"
-    " $5::bigint, $6::bytea, $7::bigint)",
+    " kind, tag) VALUES (nextval('dx_seq'), $1::bigint, $1::bigint, $2::text, $3, $4::bigint,"
+    " $5::bigint, $6::bytea, $7::bigint, $8::text)",
   [PQ_WORK_CANCEL] =
     "DELETE FROM work WHERE instance_id = $1 AND exec = $2::bigint AND activity_id = $3::bigint",
-  [PQ_WORK_FETCH_PLAIN] = /* lock the $3 plain rows due first */
-    "WITH c AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
-    " ORDER BY due_at, seq LIMIT $3::bigint FOR UPDATE SKIP LOCKED)"
+  [PQ_WORK_FETCH_PLAIN] = /* lock the $3 plain rows due first: untagged ones when $4 <> 0,
+    ** tagged ones whose tag is in $5 (each from its own index) */
+    "WITH u AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND tag IS NULL"
+    " AND $4::bigint <> 0 AND due_at <= $1::bigint"
+    " ORDER BY due_at, seq LIMIT $3::bigint FOR UPDATE SKIP LOCKED),"
+    " g AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND tag = ANY($5::text[])"
+    " AND due_at <= $1::bigint ORDER BY due_at, seq LIMIT $3::bigint FOR UPDATE SKIP LOCKED),"
+    " c AS (SELECT seq, due_at FROM u UNION ALL SELECT seq, due_at FROM g"
+    " ORDER BY due_at, seq LIMIT $3::bigint)"
     " UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, attempt = w.attempt + 1 FROM c WHERE w.seq = c.seq"
     " RETURNING w.lock_token, w.attempt, w.item, c.seq, c.due_at",
@@ -185,6 +219,7 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_WORK_PICK_OWNED] =
     "SELECT w.seq, w.due_at, w.session_id FROM sessions s JOIN work w"
     " ON w.session_id = s.session_id WHERE s.owner = $2 AND w.due_at <= $1::bigint"
+    TAG_OK("w", "$3::bigint", "$4::text[]")
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
   [PQ_WORK_PICK_CLAIM] = /* anti-joins, so the plan walks work_sess_due in order and stops */
     "SELECT w.seq, w.due_at, w.session_id, w.kind FROM work w"
@@ -193,7 +228,7 @@ static const char *const SQL[PQ__COUNT] = {
     " AND s.owner <> '' AND (s.owner = $2 OR (s.locked_until > $1::bigint AND NOT"
     OWNER_DEAD("s.owner", "$4::text", "$5::bigint") ")))"
     " AND (SELECT count(*) FROM sessions o WHERE o.owner = $2 AND o.locked_until > $1::bigint)"
-    " < $3::bigint"
+    " < $3::bigint" TAG_OK("w", "$6::bigint", "$7::text[]")
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
   [PQ_WORK_REAP] = /* liveness on: a dead owner's in-flight session rows are due now */
     "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"

@@ -33,6 +33,7 @@ int dx__pg_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   dx__qp_i64(&q, (int64_t)w->id);
   dx__qp_bin(&q, buf, len);
   dx__qp_i64(&q, w->kind);
+  dx__qp_str(&q, w->tag);
   rc = dx__pg_q(t, PQ_WORK_INSERT, &q, NULL);
   free(buf);
   if (!rc) dx__pg_tx_notify(t);
@@ -269,6 +270,8 @@ static int plain_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresult **r
   dx__qp_i64(&q, now);
   dx__qp_i64(&q, dx__sat_add(now, lock_ms));
   dx__qp_i64(&q, k);
+  dx__qp_i64(&q, dx_fetch_filter_accepts_tag(t->p->filter, NULL));
+  dx__qp_str(&q, t->p->tags_param);
   return dx__pg_qsend(t, PQ_WORK_FETCH_PLAIN, &q, res);
 }
 
@@ -282,12 +285,16 @@ static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   dx__qp_init(&qo);
   dx__qp_i64(&qo, now);
   dx__qp_str(&qo, cfg->worker_id);
+  dx__qp_i64(&qo, dx_fetch_filter_accepts_tag(t->p->filter, NULL));
+  dx__qp_str(&qo, t->p->tags_param);
   dx__qp_init(&qc);
   dx__qp_i64(&qc, now);
   dx__qp_str(&qc, cfg->worker_id);
   dx__qp_i64(&qc, (int64_t)cfg->max_sessions);
   dx__qp_str(&qc, t->p->live_prefix);
   dx__qp_i64(&qc, t->p->liveness);
+  dx__qp_i64(&qc, dx_fetch_filter_accepts_tag(t->p->filter, NULL));
+  dx__qp_str(&qc, t->p->tags_param);
   dx__qp_init(&qk);
   dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
   if (round == 0 && dx__pg_live_sweep_due(t->p, &t->p->reaped_at, now)) {
