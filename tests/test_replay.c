@@ -39,7 +39,8 @@ enum {
   OP_FAIL,        /* input = message */
   OP_CAN,         /* input = new input; skipped when the current input already equals it */
   OP_MARK,        /* log dx_turn_is_replaying */
-  OP_CANCEL_RAW   /* dx_turn_cancel(ms as a raw token) */
+  OP_CANCEL_RAW,  /* dx_turn_cancel(ms as a raw token) */
+  OP_CANCEL       /* dx_turn_cancel of future slot a (future:cancel()) */
 };
 
 typedef struct {
@@ -49,6 +50,8 @@ typedef struct {
   const char *extra;
   int64_t ms;
   int a, b;
+  const char *tag;      /* ACT: routing tag */
+  const char *version;  /* SUB, CHAINED, CAN: pinned version */
 } step_t;
 
 #define ACT(n, in) {.op = OP_ACT, .name = (n), .input = (in)}
@@ -69,6 +72,10 @@ typedef struct {
 #define MARK {.op = OP_MARK}
 #define END {.op = OP_END}
 #define CANCEL_RAW(tok) {.op = OP_CANCEL_RAW, .ms = (int64_t)(tok)}
+#define CANCEL(k) {.op = OP_CANCEL, .a = (k)}
+#define ACT_T(n, in, t) {.op = OP_ACT, .name = (n), .input = (in), .tag = (t)}
+#define SUB_V(n, in, v) {.op = OP_SUB, .name = (n), .input = (in), .version = (v)}
+#define CAN_V(in, v) {.op = OP_CAN, .input = (in), .version = (v)}
 
 typedef struct {
   const char *name;     /* the one registered orchestration */
@@ -136,11 +143,13 @@ static int fake_resume(void *host, void *vi, dx_turn_t *t) {
       case OP_END: return DX_RUN_PENDING;
       case OP_ACT:
         a.kind = DX_ACT_ACTIVITY, a.name = s->name, a.input = s->input, a.session_id = s->extra;
+        a.tag = s->tag;
         break;
       case OP_TIMER: a.kind = DX_ACT_TIMER, a.delay_ms = s->ms; break;
       case OP_WAIT: a.kind = DX_ACT_WAIT, a.name = s->name; break;
       case OP_SUB:
         a.kind = DX_ACT_SUB, a.name = s->name, a.input = s->input, a.instance = s->extra;
+        a.version = s->version;
         break;
       case OP_CHAINED:
         a.kind = DX_ACT_CHAINED, a.name = s->name, a.input = s->input, a.instance = s->extra;
@@ -182,7 +191,7 @@ static int fake_resume(void *host, void *vi, dx_turn_t *t) {
           in->pc++;
           continue;
         }
-        a.kind = DX_ACT_CAN, a.input = s->input;
+        a.kind = DX_ACT_CAN, a.input = s->input, a.version = s->version;
         rc = dx_turn_emit(t, &a, NULL, NULL);
         if (rc != DX_OK) logf_(h, "emit_rc=%s", dx_err_name(rc));
         return rc == DX_OK ? DX_RUN_CAN : DX_RUN_FAILED;
@@ -192,6 +201,10 @@ static int fake_resume(void *host, void *vi, dx_turn_t *t) {
         continue;
       case OP_CANCEL_RAW:
         dx_turn_cancel(t, (uint64_t)s->ms);
+        in->pc++;
+        continue;
+      case OP_CANCEL:
+        dx_turn_cancel(t, in->fut[s->a]);
         in->pc++;
         continue;
       default: ASSERT(0);
@@ -1762,4 +1775,185 @@ DX_TEST(corrupt_history_source_ids_fail_cleanly) {
       sim_free(&s);
     }
   }
+}
+
+/* {===== activity tags, pinned versions, future:cancel() (issue 11 items 3, 4, 6) =====} */
+
+DX_TEST(activity_tag_is_recorded_and_routed) {
+  static const step_t p[] = {ACT_T("Render", "1", "gpu"), ACT_T("Log", "2", "default"),
+                             AWAIT(0), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:ActSched 3:ActSched");
+  ASSERT_STR_EQ(dev(&s, 1)->tag, "gpu");
+  ASSERT_NULL(dev(&s, 2)->tag); /* "default" is the name of untagged work */
+  ASSERT_EQ(a->worker_items_len, 2);
+  ASSERT_STR_EQ(a->worker_items[0].tag, "gpu");
+  ASSERT_NULL(a->worker_items[1].tag);
+  sim_next(&s);
+  msg_act_done(&s, 2, "\"png\"");
+  a = sim_run(&s); /* replays with the same tags: no nondeterminism */
+  ASSERT_KINDS(&s, "4:ActDone<2 5:ActCancel<3 6:Completed");
+  ASSERT_STR_EQ(a->output, "\"png\"");
+  sim_free(&s);
+}
+
+DX_TEST(nondeterminism_activity_tag) {
+  static const step_t gpu[] = {ACT_T("A", "1", "gpu"), AWAIT(0), RETURN_LAST};
+  static const step_t io[] = {ACT_T("A", "1", "io"), AWAIT(0), RETURN_LAST};
+  static const step_t none[] = {ACT("A", "1"), AWAIT(0), RETURN_LAST};
+  static const step_t dflt[] = {ACT_T("A", "1", "default"), AWAIT(0), RETURN_LAST};
+  sim_t s;
+  nondet_case(gpu, io, "tag 'gpu' in history but the code now schedules it with tag 'io'");
+  nondet_case(gpu, none, "with tag 'default'");
+  nondet_case(none, gpu, "had tag 'default' in history");
+  /* "default" and no tag are the same */
+  sim_init(&s, "i1", "Orch", none);
+  sim_begin(&s, NULL);
+  s.host.prog = dflt;
+  msg_act_done(&s, 2, "1");
+  sim_run(&s);
+  ASSERT_KINDS(&s, "3:ActDone<2 4:Completed");
+  sim_free(&s);
+}
+
+DX_TEST(invalid_tags_are_refused) {
+  static char long_tag[DX_MAX_TAG_BYTES + 2];
+  static const step_t p[] = {ACT_T("A", "1", ""), RETURN("1")};
+  step_t q[] = {ACT_T("A", "1", long_tag), RETURN("1")};
+  sim_t s;
+  memset(long_tag, 't', DX_MAX_TAG_BYTES + 1);
+  sim_init(&s, "i1", "Orch", p);
+  sim_begin(&s, NULL);
+  ASSERT_CONTAINS(s.host.log, "emit_rc=DX_EINVAL");
+  sim_free(&s);
+  sim_init(&s, "i1", "Orch", q);
+  sim_begin(&s, NULL);
+  ASSERT_CONTAINS(s.host.log, "emit_rc=DX_EINVAL");
+  sim_free(&s);
+}
+
+DX_TEST(sub_orchestration_version_is_pinned_and_checked) {
+  static const step_t v1[] = {SUB_V("Kid", "1", "1.0.0"), AWAIT(0), RETURN_LAST};
+  static const step_t v2[] = {SUB_V("Kid", "1", "2.0.0"), AWAIT(0), RETURN_LAST};
+  static const step_t any[] = {SUB("Kid", "1"), AWAIT(0), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "p1", "Orch", v1);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_STR_EQ(dev(&s, 1)->version, "1.0.0");
+  ASSERT_EQ(a->orch_items[0].kind, DX_WI_START);
+  ASSERT_STR_EQ(a->orch_items[0].version, "1.0.0");
+  sim_next(&s);
+  s.host.prog = v2;
+  msg_sub_done(&s, 2, "\"k\"");
+  sim_run(&s);
+  assert_nondet(&s, "asked for version 1.0.0 in history but the code now asks for version 2.0.0");
+  sim_free(&s);
+  sim_init(&s, "p1", "Orch", v1);
+  sim_begin(&s, NULL);
+  s.host.prog = any;
+  msg_sub_done(&s, 2, "\"k\"");
+  sim_run(&s);
+  assert_nondet(&s, "now asks for version (by policy)");
+  sim_free(&s);
+}
+
+DX_TEST(continue_as_new_carries_the_version) {
+  static const step_t p[] = {CAN_V("\"next\"", "2.0.0"), RETURN("1")};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Loop", p);
+  msg_start(&s, "Loop", "\"first\"");
+  a = sim_run(&s);
+  ASSERT_EQ(a->status, DX_STATUS_CONTINUED_AS_NEW);
+  ASSERT_EQ(a->orch_items[0].kind, DX_WI_CAN);
+  ASSERT_STR_EQ(a->orch_items[0].version, "2.0.0");
+  sim_free(&s);
+}
+
+DX_TEST(cancel_withdraws_an_activity) {
+  static const step_t p[] = {ACT("Slow", "1"), TIMER(10), AWAIT(1), CANCEL(0), WAIT("go"),
+                             AWAIT(2), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  sim_begin(&s, NULL);
+  msg_timer(&s, 3, T0 + 10);
+  a = sim_run(&s);
+  /* recorded as a breadcrumb; the worker row is deleted (the running worker sees it as a
+  ** lost lock: actx:is_cancelled()) */
+  ASSERT_KINDS(&s, "4:TimerFired<3 5:ActCancel<2 6:ExtSub");
+  ASSERT_STR_EQ(dev(&s, 1)->reason, "dropped_future");
+  ASSERT_EQ(a->cancelled_len, 1);
+  ASSERT_EQ(a->cancelled[0].activity_id, 2);
+  sim_next(&s);
+  /* a late result is recorded and ignored; replay cancels again without a second crumb */
+  msg_act_done(&s, 2, "\"late\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "7:ActDone<2");
+  ASSERT_STR_EQ(s.host.log, "start(null) ok(nil)"); /* never its result */
+  sim_free(&s);
+}
+
+DX_TEST(cancel_of_a_new_activity_or_timer_never_enqueues_it) {
+  static const step_t p[] = {ACT("A", "1"), TIMER(1000), CANCEL(0), CANCEL(1), WAIT("go"),
+                             AWAIT(2), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:ActSched 3:TimerCreated 4:ActCancel<2 5:ExtSub");
+  ASSERT_EQ(a->worker_items_len, 0);
+  ASSERT_EQ(a->orch_items_len, 0); /* no TimerFired either */
+  sim_free(&s);
+}
+
+DX_TEST(cancel_unsubscribes_a_wait) {
+  static const step_t p[] = {WAIT("go"), CANCEL(0), WAIT("go"), AWAIT(1), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:ExtSub 3:ExtSubCancel<2 4:ExtSub");
+  sim_next(&s);
+  msg_ext(&s, "go", "\"second\""); /* goes to the live wait */
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "5:ExtEvent 6:Completed");
+  ASSERT_STR_EQ(a->output, "\"second\"");
+  sim_free(&s);
+}
+
+DX_TEST(cancel_cancels_a_started_sub_orchestration) {
+  static const step_t p[] = {SUB("Kid", "1"), TIMER(10), AWAIT(1), CANCEL(0), RETURN("1")};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "p1", "Orch", p);
+  sim_begin(&s, NULL);
+  msg_timer(&s, 3, T0 + 10);
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "4:TimerFired<3 5:SubCancel<2 6:Completed");
+  ASSERT_EQ(a->orch_items_len, 1);
+  ASSERT_EQ(a->orch_items[0].kind, DX_WI_CANCEL);
+  ASSERT_STR_EQ(a->orch_items[0].instance, "p1::sub::2");
+  sim_free(&s);
+}
+
+DX_TEST(cancel_after_completion_changes_nothing) {
+  static const step_t p[] = {ACT("A", "1"), AWAIT(0), CANCEL(0), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  sim_begin(&s, NULL);
+  msg_act_done(&s, 2, "\"a\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "3:ActDone<2 4:Completed");
+  ASSERT_EQ(a->cancelled_len, 0);
+  sim_free(&s);
 }
