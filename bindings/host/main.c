@@ -44,7 +44,7 @@ int dxh_usage(FILE *f) {
       "  --max-sessions-per-worker N  --session-lock-timeout D  --session-idle-timeout D\n"
       "  --session-cleanup-interval D  --worker-lock-timeout D  --orchestrator-lock-timeout D\n"
       "  --poll-interval D  --max-attempts N  --shutdown-grace D  --turn-instruction-budget N\n"
-      "  --turn-time-limit D (30s; 0 = off)\n"
+      "  --turn-time-limit D (30s; 0 = off)  --tags gpu,default (activity tags taken)\n"
       "  --log-level error|warn|info|debug  --loop-block-warning D (1s; 0 = off)\n"
       "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n"
       "  --store-max-size SIZE (e.g. 512m, 2g; the store remembers it; default: the disk)\n",
