@@ -23,30 +23,31 @@ start_worker_env() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Item 1. Rolling deploy: worker A (old release) lacks what an instance needs and hands it back with
-#    a delay; an event raised or a cancel sent meanwhile must wait for the first turn on
-#    worker B (new release), not be dropped.
+# Item 1. Rolling deploy: worker A (old release) lacks what an instance needs. Since issue 11
+#    (capability filter) A never fetches it at all; an event raised or a cancel sent meanwhile
+#    waits in the store for the first turn on worker B (new release), A still running.
 
 t1_can_to_new_version_keeps_event() {
   local d S a
   d=$(new_dir t1); S=$(store_of "$d")
-  # debug: the "messages wait" line shows A has seen the event (and not dropped it)
   start_worker_env "$d/A.log" TURNS_NEW=0 -- "$TURNS" --store "$S" --log-level debug
   a=$WPID
   run_cmd start Versioned '"in"' --id v1 --store "$S"
   check "rolling/can: instance started" "$RC" "$OUT" "$ERR"
-  wait_until 20 grep -q 'not registered; will retry instance=v1 orchestration=Versioned version=2.0.0' "$d/A.log"
-  check "rolling/can: old worker hands the continue-as-new to 2.0.0 back" $? "$(tail -5 "$d/A.log")"
+  wait_until 20 has_event "$S" v1 OrchestrationContinuedAsNew
+  check "rolling/can: the old worker ran 1.0.0 up to the continue-as-new to 2.0.0" $? \
+    "$(tail -5 "$d/A.log")"
   run_cmd raise v1 go '"now"' --store "$S"
   check "rolling/can: event raised" "$RC" "$ERR"
-  wait_until 20 grep -q "messages wait for the instance's first turn instance=v1" "$d/A.log"
-  check "rolling/can: old worker keeps the event for the next execution" $? "$(tail -5 "$d/A.log")"
-  stop_worker "$a" # the old release leaves (it would keep winning the fetch race meanwhile)
   start_worker_env "$d/B.log" TURNS_NEW=1 -- "$TURNS" --store "$S"
   run_cmd wait v1 --timeout 60s --store "$S"
   [ "$RC" -eq 0 ] && grep -q '"output":{"ev":"now","input":"in"}' <<<"$OUT"
   check "rolling/can: new worker runs 2.0.0 and receives the event" $? "rc=$RC" "$OUT" "$ERR" \
     "$(tail -5 "$d/A.log")" "$(tail -5 "$d/B.log")"
+  ! grep -q 'not registered' "$d/A.log"
+  check "rolling/can: the old worker never took the execution it cannot run" $? \
+    "$(grep 'not registered' "$d/A.log" | head -3)"
+  stop_worker "$a"
 }
 
 t2_start_on_new_worker_keeps_event_and_cancel() {
@@ -57,23 +58,23 @@ t2_start_on_new_worker_keeps_event_and_cancel() {
   run_cmd start WaitGo --id g1 --store "$S"
   check "rolling/start: instances started" "$RC" "$OUT" "$ERR"
   run_cmd start WaitCancel --id c1 --store "$S"
-  wait_until 20 grep -q 'not registered; will retry instance=c1' "$d/A.log"
-  check "rolling/start: old worker hands both starts back" $? "$(tail -5 "$d/A.log")"
   run_cmd raise g1 go '"ev"' --store "$S"
   run_cmd cancel c1 "rolled back" --store "$S"
   check "rolling/start: cancel accepted" "$RC" "$ERR"
-  # the old release leaves while both starts are still handed back (invisible for a while)
-  stop_worker "$a"
   start_worker_env "$d/B.log" TURNS_NEW=1 -- "$TURNS" --store "$S"
   run_cmd wait g1 --timeout 20s --store "$S"
   st=$RC
   [ "$st" -eq 0 ] && grep -q '"output":"ev"' <<<"$OUT"
-  check "rolling/start: the event raised during the backoff reaches the first turn" $? \
+  check "rolling/start: the event raised before the first turn reaches it" $? \
     "rc=$st" "$OUT" "$ERR"
   run_cmd wait c1 --timeout 5s --store "$S"
   [ "$RC" -eq 1 ] && grep -q 'canceled: rolled back' <<<"$OUT"
-  check "rolling/start: the cancel sent during the backoff fails the instance" $? \
+  check "rolling/start: the cancel sent before the first turn fails the instance" $? \
     "rc=$RC" "$OUT" "$ERR"
+  ! grep -q 'not registered' "$d/A.log"
+  check "rolling/start: the old worker never took the starts it cannot run" $? \
+    "$(grep 'not registered' "$d/A.log" | head -3)"
+  stop_worker "$a"
 }
 
 # ---------------------------------------------------------------------------------------------
