@@ -191,11 +191,12 @@ char *dx_event_to_json(const dx_event_t *e);
 ** Bad input (ids, filters, cursors, durations) gives DX_EINVAL naming it and changes nothing.
 ** JSON shapes (the CLI prints them, the Lua client and the web console decode them):
 **   list row:  {"instance_id","status","orchestration","version","execution_id",
-**               "created_at_ms","updated_at_ms","parent_instance"?}
+**               "created_at_ms","updated_at_ms","parent_instance"?,"output"? (Completed),
+**               "error"? (Failed),"custom_status"?}
 **              status: "Pending" (queued, never run), "Running", "Completed", "Failed"
 **   list page: {"instances":[row...],"next":CURSOR|null}
 **   execution: {"execution_id","status","started_at_ms","completed_at_ms"?,"event_count"}
-**   describe:  row fields + {"output"?,"error"?,"custom_status"?,"custom_status_version",
+**   describe:  row fields + {"custom_status_version",
 **               "executions":[execution...],
 **               "pending_activities":[{"activity_id","execution_id","name","session_id"?,
 **                  "attempt","visible_at_ms","locked_until_ms"?,"locked_by"?}],
@@ -207,6 +208,11 @@ char *dx_event_to_json(const dx_event_t *e);
 **               "children":[instance ids], "parent_instance"?}
 */
 
+/** A point in time for filters (--created-after, --completed-before): a duration ago with a
+**  unit ("30s", "15m", "12h", "7d"), an ISO-8601 UTC time ("2026-11-20T08:00:00Z",
+**  "2026-11-20"), or a bare integer of ms since the epoch. DX_EINVAL (err names the text) for
+**  anything else. now_ms: the clock durations count back from. */
+int dx_parse_time(const char *text, int64_t now_ms, int64_t *out_ms, dx_error_t *err);
 /** Status filter from its name: "Pending", "Running", "Completed", "Failed" (exact).
 **  Returns a dx_list_query_t status, or DX_LIST_ANY for NULL; -100 for an unknown name. */
 int dx_status_filter_from_name(const char *name);

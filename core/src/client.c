@@ -214,6 +214,9 @@ int dx_client_history(dx_client_t *c, const char *id, uint64_t exec, dx_event_t 
   *n = 0;
   if ((rc = check_id("instance id", id, err)) != 0) return rc;
   rc = c->p->methods->read_history(c->p, id, exec, out, n, NULL, err);
+  if (rc == 0 && exec && *n == 0) /* the instance exists; that execution does not */
+    return dx_error_set(err, DX_ENOTFOUND, "instance '%s' has no execution %llu (pruned, or "
+                        "not reached yet)", id, (unsigned long long)exec);
   if (rc != DX_ENOTFOUND) return rc;
   /* One wording for every provider; a queued start exists (status Running) but has no events. */
   queued = dx_client_status(c, id, &info, NULL) == 0 && info.status != DX_STATUS_NONE;

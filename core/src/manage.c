@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "duroxide.h"
 #include "jsonout.h"
@@ -57,6 +58,10 @@ static json_t *row_json(const dx_instance_info_t *r) {
   json_object_set_new(o, "created_at_ms", json_integer(r->created_at_ms));
   json_object_set_new(o, "updated_at_ms", json_integer(r->updated_at_ms));
   if (r->parent_instance) json_object_set_new(o, "parent_instance", dx__jstr(r->parent_instance));
+  /* what `status` shows too, so a listing answers without a status call per row */
+  if (r->status == DX_STATUS_COMPLETED) json_object_set_new(o, "output", dx__json_or_null(r->output));
+  if (r->status == DX_STATUS_FAILED) json_object_set_new(o, "error", dx__failure_json(&r->failure));
+  if (r->custom_status) json_object_set_new(o, "custom_status", dx__json_or_null(r->custom_status));
   return o;
 }
 
@@ -80,6 +85,46 @@ static json_t *exec_json(const dx_execution_info_t *e) {
 }
 
 char *dx_execution_info_to_json(const dx_execution_info_t *e) { return dump(exec_json(e)); }
+
+int dx_parse_time(const char *text, int64_t now_ms, int64_t *out_ms, dx_error_t *err) {
+  struct tm tm;
+  const char *end;
+  char *e = NULL;
+  long long v;
+  size_t n = text ? strlen(text) : 0;
+  if (!text || !*text || n > 40) goto bad;
+  v = strtoll(text, &e, 10);
+  if (*text >= '0' && *text <= '9' && e && *e == '\0') { /* ms since the epoch */
+    *out_ms = (int64_t)v;
+    return 0;
+  }
+  if (e && e != text && strcmp(e, "d") == 0 && v >= 0 && v < 100000) { /* days ago */
+    *out_ms = now_ms - (int64_t)v * 86400000;
+    return 0;
+  }
+  if (text[n - 1] >= 'a' && text[n - 1] <= 'z') { /* a duration with its unit: that long ago */
+    int64_t d;
+    if (dx_parse_duration(text, &d) != 0) goto bad;
+    *out_ms = now_ms - d;
+    return 0;
+  }
+  memset(&tm, 0, sizeof tm);
+  end = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
+  if (end && (strcmp(end, "Z") == 0 || strcmp(end, "") == 0)) {
+    *out_ms = (int64_t)timegm(&tm) * 1000;
+    return 0;
+  }
+  memset(&tm, 0, sizeof tm);
+  end = strptime(text, "%Y-%m-%d", &tm);
+  if (end && *end == '\0') {
+    *out_ms = (int64_t)timegm(&tm) * 1000;
+    return 0;
+  }
+bad:
+  return dx_error_set(err, DX_EINVAL, "'%.60s' is not a time: expected a duration ago (30s, 15m, "
+                      "12h, 7d), an ISO-8601 UTC time (2026-11-20T08:00:00Z) or ms since the "
+                      "epoch", text ? text : "");
+}
 
 /* {===== list, executions =====} */
 
@@ -542,13 +587,7 @@ int dx_client_describe(dx_client_t *c, const char *id, char **json, dx_error_t *
     }
   }
   o = row_json(&info);
-  if (!rc) {
-    if (info.status == DX_STATUS_COMPLETED)
-      json_object_set_new(o, "output", dx__json_or_null(info.output));
-    if (info.status == DX_STATUS_FAILED) json_object_set_new(o, "error", dx__failure_json(&info.failure));
-    if (info.custom_status) json_object_set_new(o, "custom_status", dx__json_or_null(info.custom_status));
-    json_object_set_new(o, "custom_status_version", json_integer((json_int_t)info.custom_status_version));
-  }
+  json_object_set_new(o, "custom_status_version", json_integer((json_int_t)info.custom_status_version));
   if (!rc && info.current_execution_id) {
     dx_execution_info_t *ex = NULL;
     dx_event_t *ev = NULL;
