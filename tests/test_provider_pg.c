@@ -991,7 +991,7 @@ DX_TEST(pg_run_cycle_round_trips_do_not_grow_with_acks) {
   size_t no, nw, no2, nw2, i;
   uint64_t rt_many, rt_one;
   int64_t now = wall_ms();
-  ASSERT_EQ(M(p)->version, 5);
+  ASSERT(M(p)->version >= 5); /* run_cycle is a version 4 member */
   rc_fill(p, now, "a");
   rc_cycle(p, now, NULL, 0, orch, &no, work, &nw);
   ASSERT_EQ(no, RC_N);
