@@ -109,6 +109,25 @@ typedef struct dx_runtime_stats_s {
 } dx_runtime_stats_t;
 void dx_runtime_stats(const dx_runtime_t *rt, dx_runtime_stats_t *out);
 
+/* {===== metrics =====} */
+/*
+** Each runtime counts what it does (orchestration starts and ends, failures by category,
+** turns, replays, activity outcomes and durations, store transactions and their commit
+** latency, queue depths, session claims, moves and releases) in a registry of counters, gauges
+** and histograms. docs/operations.md lists every metric.
+*/
+typedef struct dx_metrics_s dx_metrics_t;
+/** The runtime's metrics registry (borrowed: valid until dx_runtime_free). NULL for NULL. */
+dx_metrics_t *dx_runtime_metrics(dx_runtime_t *rt);
+/** The registry in the Prometheus text exposition format (version 0.0.4), as served on
+**  /metrics: malloc'd, the caller frees it; NULL for NULL or out of memory. Any thread. */
+char *dx_metrics_render_prometheus(dx_metrics_t *m);
+/** The registry as one JSON object {"<metric>": {"type", "help", "series": [{"labels": {..},
+**  "value"} or, for histograms, {"labels", "count", "sum", "buckets": [{"le", "count"}]}]}}
+**  (bucket counts cumulative): malloc'd, caller frees; NULL for NULL or out of memory. Any
+**  thread. */
+char *dx_metrics_render_json(dx_metrics_t *m);
+
 /* Test support (the duroxide.testing harness; not for production use). */
 /** Stop `rt` abruptly, as if its process were killed: no hook runs, nothing is released or
 **  committed any more. Queued commits and results are dropped; running activities, fetched

@@ -9,4 +9,7 @@
 ** malloc'd (caller frees), NULL when out of memory. */
 char *dx__json_dump(const json_t *j);
 
+/* A string node for any C text (invalid UTF-8 bytes become U+FFFD); NULL on ENOMEM. */
+json_t *dx__json_text(const char *s);
+
 #endif

@@ -17,6 +17,7 @@
 #include "codec.h"
 #include "embedding.h"
 #include "log.h"
+#include "metrics.h"
 #include "options.h"
 #include "replay.h"
 #include "sessions.h"
@@ -78,6 +79,7 @@ struct dx_runtime_s {
   dx_runtime_stop_cb stop_cb;
   void *stop_ud;
   dx_runtime_stats_t stats;
+  dx_metrics_t *metrics;       /* this worker's counters (metrics.h); recorded from both threads */
   int64_t skew_warned_ms;    /* last "store times in our future" warning (process time) */
   int failed;                  /* the store became unusable: `failure` says why */
   dx_error_t failure;
@@ -695,6 +697,14 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   if (opts) rt->opts = *opts;
   else dx_options_init(&rt->opts);
   rt->worker_id = make_worker_id(&rt->opts);
+  rt->metrics = dx__metrics_new();
+  if (!rt->worker_id || !rt->metrics) {
+    dx__metrics_free(rt->metrics);
+    free(rt->worker_id);
+    free(rt);
+    return dx_error_set(err, DX_ENOMEM, "out of memory");
+  }
+  dx__metric_set(rt->metrics, DXM_WORKER_INFO, DXM_LABELS(rt->worker_id, dx_version()), 1);
   rt->opts.worker_node_id = rt->worker_id;
   rt->host = host;
   rt->host_ud = host_ud;
@@ -942,12 +952,15 @@ void dx_runtime_free(dx_runtime_t *rt) {
   owner_free = rt->owner_free;
   owner = rt->owner;
   cact_free_all(rt);
+  dx__metrics_free(rt->metrics);
   free(rt->worker_id);
   free(rt);
   if (owner_free) owner_free(owner); /* after the runtime: it may own the provider and loop */
 }
 
 const char *dx_runtime_worker_id(const dx_runtime_t *rt) { return rt ? rt->worker_id : NULL; }
+
+dx_metrics_t *dx_runtime_metrics(dx_runtime_t *rt) { return rt ? rt->metrics : NULL; }
 
 void dx_runtime_stats(const dx_runtime_t *rt, dx_runtime_stats_t *out) {
   if (!out) return;
