@@ -1,6 +1,6 @@
 /*
 ** commands.c -- duroxide-lua's client commands: start, raise, status, wait, cancel, history,
-** list, sessions, check. Output on stdout is JSON, one object per line; errors go to stderr.
+** list, sessions, stats, check. Output on stdout is JSON, one object per line; errors go to stderr.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -326,6 +326,17 @@ static int run_list(dx_client_t *cl, const cmdline_t *c) {
   return p->methods->list_instances(p, print_id, cl, &err) != 0 ? client_fail(&err) : 0;
 }
 
+/* `stats`: the store-wide figures (dx_client_stats_json) as one JSON line. */
+static int run_stats(dx_client_t *cl, const cmdline_t *c) {
+  dx_error_t err;
+  char *json;
+  (void)c;
+  if (dx_client_stats_json(cl, &json, &err) != 0) return client_fail(&err);
+  puts(json);
+  free(json);
+  return 0;
+}
+
 static int run_check(dx_client_t *cl, const cmdline_t *c);
 
 static const command_t commands[] = {
@@ -338,6 +349,7 @@ static const command_t commands[] = {
   {"history", 1, 1, -1, 0, NULL, "history ID", run_history},
   {"list", 0, 0, -1, 0, NULL, "list", run_list},
   {"sessions", 0, 0, -1, 0, NULL, "sessions", run_sessions},
+  {"stats", 0, 0, -1, 0, NULL, "stats", run_stats},
   {"check", 0, 0, -1, 0, NULL, "check", run_check},
 };
 

@@ -33,6 +33,7 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua history ID\n"
       "  duroxide-lua list\n"
       "  duroxide-lua sessions                 the session table: owner, lease, queued work\n"
+      "  duroxide-lua stats                    store-wide figures: queue depths, instances, sessions\n"
       "  duroxide-lua check                    verify the whole store (exit 1 on any problem)\n"
       "\n"
       "INPUT and DATA are JSON text, or - to read it from stdin, or @FILE to read a file.\n"

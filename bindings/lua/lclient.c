@@ -1,5 +1,6 @@
 /*
-** lclient.c -- duroxide.client{}: start, raise_event, cancel, status, wait, history, list.
+** lclient.c -- duroxide.client{}: start, raise_event, cancel, status, wait, history, list,
+** stats.
 **
 ** Operational failures return nil, err (err is a duroxide.Error); misuse raises.
 */
@@ -236,6 +237,18 @@ static int l_list(lua_State *L) {
   return 1;
 }
 
+/* client:stats() (also client:metrics()): the store-wide figures of dx_client_stats_json as a
+** table. A worker's own counters are rt:metrics() / its /metrics endpoint. */
+static int l_stats(lua_State *L) {
+  dx_client_t *c = check_client(L);
+  dx_error_t err;
+  char *json;
+  if (dx_client_stats_json(c, &json, &err) != 0) return fail(L, &err);
+  push_decoded(L, json);
+  free(json);
+  return 1;
+}
+
 static int l_close(lua_State *L) {
   lclient_t *u = luaL_checkudata(L, 1, CLIENT_MT);
   if (u->c) dx_client_close(u->c);
@@ -249,7 +262,8 @@ int dxl_client_new(lua_State *L) {
                                      {"raise_event", l_raise},
                                      {"cancel", l_cancel}, {"status", l_status},
                                      {"wait", l_wait}, {"history", l_history},
-                                     {"list", l_list}, {"close", l_close}, {NULL, NULL}};
+                                     {"list", l_list}, {"stats", l_stats},
+                                     {"metrics", l_stats}, {"close", l_close}, {NULL, NULL}};
   dxl_state_t *S = dxl_state(L);
   const char *store = NULL;
   lclient_t *u;

@@ -202,6 +202,13 @@ const char *dx_event_kind_name(int kind);
 int dx_event_kind_from_name(const char *name);
 /** JSON text of one event (malloc'd), as `duroxide-lua history` prints it. */
 char *dx_event_to_json(const dx_event_t *e);
+/** Store-wide figures as one JSON object in *out (malloc'd, caller frees):
+**  {"time_ms", "orchestrator_queue", "worker_queue" (messages and rows in any state),
+**   "instances", "sessions": {"total", "live" (owned, lease not lapsed), "lapsed", "unowned"
+**   (released or never claimed), "queued" (their worker rows), "by_worker": {id: live}}}.
+**  What `duroxide-lua stats` prints and client:stats() returns; a worker's own counters are
+**  its metrics (dx_runtime_metrics). DX_OK, or the provider's error. */
+int dx_client_stats_json(dx_client_t *c, char **out, dx_error_t *err);
 
 /* {===== C embedding =====} */
 /*

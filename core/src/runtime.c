@@ -35,6 +35,8 @@ struct dx_activity_s {
   dx_runtime_t *rt;
   dx_work_item_t item;
   uint64_t token;
+  uint64_t started_hr;                /* uv_hrtime() at start: the duration metric */
+  const char *outcome;                /* metric outcome of its settlement (NULL: not counted) */
   dx_activity_info_t info;
   dx_work_item_t result;
   dx_store_op_t op;
@@ -54,6 +56,7 @@ typedef struct turn_job_s {
   dx_runtime_t *rt;
   dx_orch_item_t *item;
   dx_turn_t *turn;
+  int acked;                 /* the settlement is an ack (else an abandon) */
   dx_store_op_t op;
 } turn_job_t;
 
@@ -107,6 +110,7 @@ static void turn_committed(dx_store_op_t *op) {
   if (op->rc != 0)
     dx__log(DX_LOG_WARN, "orchestration commit failed; the turn will be retried",
             "instance=%s error=\"%s\"", job->item->instance, op->err.msg);
+  dx__observe_turn(rt->metrics, job->item, job->acked ? op->ack : NULL, op->rc, dx__now_ms());
   dx__turn_free(job->turn);
   dx_orch_item_free(job->item);
   free(job);
@@ -132,6 +136,7 @@ static void check_clock_skew(dx_runtime_t *rt, const dx_orch_item_t *item, int64
 static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   turn_job_t *job = calloc(1, sizeof *job);
   dx_turn_cfg_t cfg;
+  uint64_t t0;
   if (!job) {
     dx_orch_item_free(item); /* the lock expires and the item comes back */
     return;
@@ -148,9 +153,16 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   job->rt = rt;
   job->item = item;
   dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
+  t0 = uv_hrtime();
   job->turn = dx__turn_run(item, &cfg, rt->host, rt->host_ud);
+  dx__metric_observe(rt->metrics, DXM_ORCH_TURN_DURATION, DXM_NOLABELS, dx__seconds_since(t0));
   dx__watch_leave(rt->loop);
   rt->stats.turns++;
+  if (item->history_len) {
+    dx__metric_add(rt->metrics, DXM_ORCH_REPLAYS, DXM_NOLABELS, 1);
+    dx__metric_add(rt->metrics, DXM_ORCH_REPLAYED_EVENTS, DXM_NOLABELS,
+                   (double)item->history_len);
+  }
   job->op.ud = job;
   job->op.done = turn_committed;
   if (!job->turn) {
@@ -166,6 +178,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   } else {
     job->op.kind = DX_OP_ACK_ORCH;
     job->op.ack = dx__turn_ack(job->turn);
+    job->acked = 1;
   }
   dx__store_submit(rt->store, &job->op);
 }
@@ -179,6 +192,7 @@ static void activity_unlink(dx_activity_t *a) {
   if (a->next) a->next->prev = a->prev;
   a->prev = a->next = NULL;
   rt->n_running--;
+  dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
 }
 
 static void activity_release(dx_activity_t *a) {
@@ -203,6 +217,9 @@ static void check_stop_done(dx_runtime_t *rt);
 static void activity_acked(dx_store_op_t *op) {
   dx_activity_t *a = op->ud;
   dx_runtime_t *rt = a->rt;
+  if (a->outcome) /* a refused settlement changed nothing: the delivery's result is lost */
+    dx__metric_add(rt->metrics, DXM_ACT_EXECUTIONS,
+                   DXM_LABELS(a->item.name, op->rc ? "lost" : a->outcome), 1);
   if (op->rc == DX_ELOCK || op->rc == DX_ETOKEN)
     dx__log(DX_LOG_WARN, "activity result not recorded (lock lost: cancelled or expired)",
             "instance=%s activity=%s id=%" PRIu64 " error=\"%s\"", a->item.instance,
@@ -217,11 +234,14 @@ static void activity_acked(dx_store_op_t *op) {
   check_stop_done(rt);
 }
 
-/* Queue the row's settlement: ack with a completion, ack without, or abandon. */
-static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ignore_attempt) {
+/* Queue the row's settlement: ack with a completion, ack without, or abandon. outcome: the
+** duroxide_activity_executions_total label it is counted under once applied (NULL: none). */
+static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ignore_attempt,
+                            const char *outcome) {
   dx_runtime_t *rt = a->rt;
   if (a->finished) return;
   a->finished = 1;
+  a->outcome = outcome;
   if (a->item.session_id && rt->sessions) dx__sessions_on_done(rt->sessions, a->item.session_id);
   uv_timer_stop(&a->renew_timer);
   activity_unlink(a);
@@ -235,6 +255,12 @@ static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ig
   a->op.ud = a;
   rt->stats.activities++;
   dx__store_submit(rt->store, &a->op);
+}
+
+/* The activity's code ran to an end (a result or an application failure): how long it took. */
+static void observe_ran(dx_activity_t *a) {
+  dx__metric_observe(a->rt->metrics, DXM_ACT_DURATION, DXM_LABELS(a->item.name),
+                     dx__seconds_since(a->started_hr));
 }
 
 static void result_base(dx_activity_t *a, int kind) {
@@ -253,11 +279,12 @@ void dx_activity_complete(dx_activity_t *a, const char *output_json) {
     dx_activity_fail(a, msg);
     return;
   }
+  observe_ran(a);
   result_base(a, DX_WI_ACT_COMPLETED);
   a->result.data = dx__strdup(output_json ? output_json : "null");
   dx__log(DX_LOG_DEBUG, "activity completed", "instance=%s activity=%s id=%" PRIu64,
           a->item.instance, a->item.name, a->item.id);
-  activity_settle(a, DX_OP_ACK_WORK, 0, 0);
+  activity_settle(a, DX_OP_ACK_WORK, 0, 0, "success");
 }
 
 static void fail_with(dx_activity_t *a, int category, const char *kind, const char *message) {
@@ -265,7 +292,11 @@ static void fail_with(dx_activity_t *a, int category, const char *kind, const ch
   a->result.fail.category = category;
   a->result.fail.kind = dx__strdup(kind);
   a->result.fail.message = dx__strdup(message ? message : "activity failed");
-  activity_settle(a, DX_OP_ACK_WORK, 0, 0);
+  activity_settle(a, DX_OP_ACK_WORK, 0, 0,
+                  category == DX_CAT_POISON          ? "poison"
+                  : category == DX_CAT_CONFIGURATION ? "config_error"
+                  : category == DX_CAT_APPLICATION   ? "app_error"
+                                                     : "infra_error");
 }
 
 void dx_activity_fail(dx_activity_t *a, const char *message) {
@@ -273,6 +304,7 @@ void dx_activity_fail(dx_activity_t *a, const char *message) {
   dx__log(DX_LOG_INFO, "activity failed (application error)", "instance=%s activity=%s id=%"
           PRIu64 " error=\"%s\"", a->item.instance, a->item.name, a->item.id,
           message ? message : "");
+  observe_ran(a);
   fail_with(a, DX_CAT_APPLICATION, "ActivityFailed", message);
 }
 
@@ -609,6 +641,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
   if (rt->running) rt->running->prev = a;
   rt->running = a;
   rt->n_running++;
+  a->started_hr = uv_hrtime();
+  dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
   every = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
                                     rt->opts.worker_lock_renewal_buffer_ms);
   uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
@@ -617,7 +651,7 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
                           w->previous_owner);
 
   if (a->item.kind == DX_WI_SESSION_CLOSE) { /* not an activity: end the session here */
-    activity_settle(a, DX_OP_ACK_WORK, 0, 0); /* first: the close item is not a running one */
+    activity_settle(a, DX_OP_ACK_WORK, 0, 0, NULL); /* first: the close item is not running */
     /* released once the session's running activities here finish (issue 9 item 5) */
     if (rt->sessions && a->item.session_id) dx__sessions_close(rt->sessions, a->item.session_id);
     return;
@@ -639,7 +673,7 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
       dx__log(DX_LOG_WARN, "activity not registered; will retry", "instance=%s activity=%s "
               "attempt=%u retry_in_ms=%" PRId64, a->item.instance, a->item.name,
               w->attempt_count, d);
-      activity_settle(a, DX_OP_ABANDON_WORK, d, 0);
+      activity_settle(a, DX_OP_ABANDON_WORK, d, 0, "retry_unregistered");
     } else {
       char msg[512];
       snprintf(msg, sizeof msg, "activity '%s' is not registered (gave up after %u attempts)",
@@ -649,7 +683,7 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     return;
   }
   if (rt->stopping) {
-    activity_settle(a, DX_OP_ABANDON_WORK, 0, 1); /* fetched as we stopped: hand it back */
+    activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back"); /* fetched as we stopped */
     return;
   }
   dx__log(DX_LOG_DEBUG, "activity started", "instance=%s activity=%s id=%" PRIu64 " attempt=%u",
@@ -819,6 +853,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   cfg.on_fetch = on_fetch;
   cfg.on_fatal = on_store_fatal;
   cfg.ud = rt;
+  cfg.metrics = rt->metrics;
   if (rt->opts.max_sessions_per_worker > 0) {
     rt->session_cfg.worker_id = rt->worker_id;
     rt->session_cfg.session_lock_ms = rt->opts.session_lock_timeout_ms;
@@ -836,6 +871,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   if (cfg.sessions)
     rt->sessions = dx__sessions_new(rt->loop, rt->store, &rt->opts, rt->worker_id, rt->host,
                                     rt->host_ud);
+  dx__sessions_set_metrics(rt->sessions, rt->metrics);
   rt->started = 1;
   dx__store_want(rt->store, rt->opts.orchestration_concurrency, rt->opts.worker_concurrency);
   registry_add(rt);
@@ -915,7 +951,7 @@ static void on_stop_tick(uv_timer_t *h) {
       dx__log(DX_LOG_WARN, "activity abandoned at shutdown", "instance=%s activity=%s id=%"
               PRIu64, a->item.instance, a->item.name, a->item.id);
       if (!cact_abort(a)) rt->host->activity_abort(rt->host_ud, a);
-      activity_settle(a, DX_OP_ABANDON_WORK, 0, 1);
+      activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back");
     }
   }
   check_stop_done(rt);
