@@ -272,6 +272,7 @@ static void result_base(dx_activity_t *a, int kind) {
 
 void dx_activity_complete(dx_activity_t *a, const char *output_json) {
   if (!a || a->finished) return;
+  dx__log_set_worker(a->rt->worker_id); /* called from activity code: say whose */
   if (output_json && strlen(output_json) > DX_MAX_PAYLOAD_BYTES) {
     char msg[160];
     snprintf(msg, sizeof msg, "activity output is %zu bytes; the limit is %d bytes",
@@ -301,6 +302,7 @@ static void fail_with(dx_activity_t *a, int category, const char *kind, const ch
 
 void dx_activity_fail(dx_activity_t *a, const char *message) {
   if (!a || a->finished) return;
+  dx__log_set_worker(a->rt->worker_id);
   dx__log(DX_LOG_INFO, "activity failed (application error)", "instance=%s activity=%s id=%"
           PRIu64 " error=\"%s\"", a->item.instance, a->item.name, a->item.id,
           message ? message : "");
@@ -739,6 +741,7 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
     return dx_error_set(err, DX_ENOMEM, "out of memory");
   }
   dx__metric_set(rt->metrics, DXM_WORKER_INFO, DXM_LABELS(rt->worker_id, dx_version()), 1);
+  dx__log_set_worker(rt->worker_id); /* this thread's JSON log records name the worker */
   rt->opts.worker_node_id = rt->worker_id;
   rt->host = host;
   rt->host_ud = host_ud;
@@ -842,6 +845,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   if (!rt) return dx_error_set(err, DX_EINVAL, "NULL runtime");
   if (rt->stopping) return dx_error_set(err, DX_ECLOSED, "runtime is stopped");
   if (rt->started) return dx_error_set(err, DX_ESTATE, "runtime already started");
+  dx__log_set_worker(rt->worker_id);
   memset(&cfg, 0, sizeof cfg);
   cfg.provider = rt->provider;
   cfg.orch_lock_ms = rt->opts.orchestrator_lock_timeout_ms;
@@ -854,6 +858,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   cfg.on_fatal = on_store_fatal;
   cfg.ud = rt;
   cfg.metrics = rt->metrics;
+  cfg.worker_id = rt->worker_id;
   if (rt->opts.max_sessions_per_worker > 0) {
     rt->session_cfg.worker_id = rt->worker_id;
     rt->session_cfg.session_lock_ms = rt->opts.session_lock_timeout_ms;
@@ -879,11 +884,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   dx__log(DX_LOG_INFO, "worker started", "worker_id=%s orchestration_concurrency=%d "
           "worker_concurrency=%d", rt->worker_id, rt->opts.orchestration_concurrency,
           rt->opts.worker_concurrency);
-  {
-    char all[1024];
-    dx__options_describe(&rt->opts, all, sizeof all);
-    dx__log(DX_LOG_INFO, "worker options", "%s", all);
-  }
+  dx__options_log(&rt->opts, DX_LOG_INFO, "worker options");
   return DX_OK;
 }
 
@@ -945,6 +946,7 @@ static void check_stop_done(dx_runtime_t *rt) {
 ** worker runs them now; close once nothing runs and every commit is applied. */
 static void on_stop_tick(uv_timer_t *h) {
   dx_runtime_t *rt = h->data;
+  dx__log_set_worker(rt->worker_id);
   if (dx__now_ms() >= rt->stop_deadline_ms) {
     while (rt->running) {
       dx_activity_t *a = rt->running;
@@ -959,6 +961,7 @@ static void on_stop_tick(uv_timer_t *h) {
 
 void dx_runtime_stop(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud) {
   if (!rt || rt->stopping) return;
+  dx__log_set_worker(rt->worker_id);
   rt->stopping = 1;
   rt->stop_cb = cb;
   rt->stop_ud = ud;

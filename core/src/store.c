@@ -596,6 +596,7 @@ static void timed_wait(dx_store_t *s, int64_t ms) {
 
 static void store_main(void *arg) {
   dx_store_t *s = arg;
+  dx__log_set_worker(s->cfg.worker_id);
   uv_mutex_lock(&s->mu);
   for (;;) {
     dx_store_op_t *ops;
@@ -690,6 +691,7 @@ static void on_async(uv_async_t *h) {
   dx_store_op_t *ops;
   fetched_node_t *fl;
   int fatal;
+  dx__log_set_worker(s->cfg.worker_id); /* the loop may serve several runtimes (tests) */
   /* uv_async_send coalesces: drain everything on each wakeup. */
   uv_mutex_lock(&s->mu);
   ops = s->done;
