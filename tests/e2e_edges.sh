@@ -143,4 +143,40 @@ e4_log_forging() {
   stop_worker "$WPID"
 }
 
-run_scenarios e1_usage e2_luv e3_blocked e4_log_forging
+# ---------------------------------------------------------------------------------------------
+# 5. --log-format json: one valid JSON object per line, whatever users put in ids, names and
+#    errors (quotes, newlines, control bytes, invalid UTF-8); each with ts, level, worker_id
+
+e5_json_logs() {
+  local d S id out
+  d=$(new_dir e5); S=$(store_of "$d")
+  start_worker "$d/worker.log" "$APPS/logs.lua" --store "$S" --log-format json --log-level debug
+  id=$'i"d\\x
+2026-01-01T00:00:00.000Z error FORGED
+	ÿ end'
+  run_cmd start Fails --id "$id" --wait 20s --store "$S"
+  [ "$RC" -eq 1 ]
+  check "json log: an instance with a hostile id fails with a hostile error" $? "rc=$RC" "$ERR"
+  run_cmd start Hostile --id "h-$id" --store "$S"
+  check "json log: the hostile orchestration starts" "$RC" "$ERR"
+  wait_until 30 grep -q 'activity not registered; will retry' "$d/worker.log"
+  stop_worker "$WPID"
+  out=$("${LUA_ENV[@]}" lua5.4 "$HERE/e2e/json_lines.lua" "$d/worker.log" 2>"$d/check.err")
+  grep -q '^lines [1-9][0-9]* bad 0$' <<<"$out"
+  check "json log: every line is one JSON object with ts, level, msg and worker_id" $? "$out" \
+    "$(head -c 2000 "$d/check.err")"
+  ! grep -q '^2026-01-01' "$d/worker.log"
+  check "json log: no forged record line" $?
+  local want
+  for want in $'orchestration started\tinstance' $'orchestration failed\tinstance' \
+              $'orchestration failed\terror' $'session claimed\tsession_id' \
+              $'activity failed (application error)\terror' \
+              $'activity not registered; will retry\tactivity'; do
+    grep -qF "$want" <<<"$out"
+    check "json log: hostile text intact in '${want//$'\t'/' / '}'" $? "$out"
+  done
+  grep -q $'^trace q"b.*FORGED.*\tmsg$' <<<"$out"
+  check "json log: a trace message with hostile text is one record" $? "$out"
+}
+
+run_scenarios e1_usage e2_luv e3_blocked e4_log_forging e5_json_logs
