@@ -177,6 +177,13 @@ e5_json_logs() {
   done
   grep -q $'^trace q"b.*FORGED.*\tmsg$' <<<"$out"
   check "json log: a trace message with hostile text is one record" $? "$out"
+  run_cmd stats --store "$S"
+  [ "$RC" -eq 0 ] && grep -q '"instances":2,' <<<"$OUT" && grep -q '"sessions":{.*"total":1,' <<<"$OUT"
+  check "stats: store-wide figures as one JSON line (2 instances, the hostile session)" $? \
+    "rc=$RC" "$OUT" "$ERR"
+  run_cmd stats extra --store "$S"
+  [ "$RC" -eq 2 ]
+  check "stats: an extra argument is refused with exit 2" $? "rc=$RC" "$ERR"
 }
 
 run_scenarios e1_usage e2_luv e3_blocked e4_log_forging e5_json_logs

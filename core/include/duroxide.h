@@ -103,7 +103,8 @@ int dx_runtime_error(const dx_runtime_t *rt, dx_error_t *err);
 const char *dx_runtime_worker_id(const dx_runtime_t *rt);
 /** Wake the store thread now (work was enqueued in this process). Thread-safe. */
 void dx_runtime_poke(dx_runtime_t *rt);
-/** Counters for tests and benchmarks. */
+/** Counters for tests and benchmarks (a summary of dx_runtime_metrics: turns run, activity
+**  deliveries settled, store commits and cycles). */
 typedef struct dx_runtime_stats_s {
   uint64_t turns, activities, commits, fetch_cycles;
 } dx_runtime_stats_t;

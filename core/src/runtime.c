@@ -81,7 +81,6 @@ struct dx_runtime_s {
   int64_t stop_deadline_ms;
   dx_runtime_stop_cb stop_cb;
   void *stop_ud;
-  dx_runtime_stats_t stats;
   dx_metrics_t *metrics;       /* this worker's counters (metrics.h); recorded from both threads */
   int64_t skew_warned_ms;    /* last "store times in our future" warning (process time) */
   int failed;                  /* the store became unusable: `failure` says why */
@@ -157,7 +156,6 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   job->turn = dx__turn_run(item, &cfg, rt->host, rt->host_ud);
   dx__metric_observe(rt->metrics, DXM_ORCH_TURN_DURATION, DXM_NOLABELS, dx__seconds_since(t0));
   dx__watch_leave(rt->loop);
-  rt->stats.turns++;
   if (item->history_len) {
     dx__metric_add(rt->metrics, DXM_ORCH_REPLAYS, DXM_NOLABELS, 1);
     dx__metric_add(rt->metrics, DXM_ORCH_REPLAYED_EVENTS, DXM_NOLABELS,
@@ -253,7 +251,6 @@ static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ig
   a->op.ignore_attempt = ignore_attempt;
   a->op.done = activity_acked;
   a->op.ud = a;
-  rt->stats.activities++;
   dx__store_submit(rt->store, &a->op);
 }
 
@@ -1003,11 +1000,11 @@ dx_metrics_t *dx_runtime_metrics(dx_runtime_t *rt) { return rt ? rt->metrics : N
 
 void dx_runtime_stats(const dx_runtime_t *rt, dx_runtime_stats_t *out) {
   if (!out) return;
-  if (!rt) {
-    memset(out, 0, sizeof *out);
-    return;
-  }
-  *out = rt->stats;
+  memset(out, 0, sizeof *out);
+  if (!rt) return;
+  /* the registry counts them; commits and cycles are the store thread's own counters */
+  out->turns = (uint64_t)dx__metric_sum(rt->metrics, DXM_ORCH_TURN_DURATION);
+  out->activities = (uint64_t)dx__metric_sum(rt->metrics, DXM_ACT_EXECUTIONS);
   if (rt->store) {
     out->commits = dx__store_commits(rt->store);
     out->fetch_cycles = dx__store_cycles(rt->store);
