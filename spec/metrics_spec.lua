@@ -194,4 +194,30 @@ describe("rt:metrics() and client:stats()", function()
     assert.is_true(st.orchestrator_queue >= 0 and st.worker_queue >= 0)
     env:close()
   end)
+
+  it("docs/operations.md lists every metric with its type and labels", function()
+    local env = testing.env()
+    local f = assert(io.open("docs/operations.md"))
+    local doc = f:read("a")
+    f:close()
+    local rows = {}
+    for name, type_, labels in doc:gmatch("\n| `(duroxide_[%w_]+)` | (%w+) |([^|]*)|") do
+      rows[name] = { type = type_, labels = labels }
+    end
+    local m, n = env:metrics("w1"), 0
+    for name, fam in pairs(m) do
+      n = n + 1
+      assert.is_table(rows[name], name .. " is not in docs/operations.md")
+      assert.are.equal(fam.type, rows[name].type, name)
+    end
+    for name in pairs(rows) do assert.is_table(m[name], name .. " is documented but not a metric") end
+    assert.is_true(n > 20)
+    -- the labels column names each label of a recorded series
+    for _, s in ipairs(m.duroxide_worker_info.series) do
+      for k in pairs(s.labels) do
+        assert.is_truthy(rows.duroxide_worker_info.labels:find("`" .. k .. "`", 1, true), k)
+      end
+    end
+    env:close()
+  end)
 end)
