@@ -177,9 +177,17 @@ e5_json_logs() {
   done
   grep -q $'^trace q"b.*FORGED.*\tmsg$' <<<"$out"
   check "json log: a trace message with hostile text is one record" $? "$out"
+  # the watchdog thread's records name the worker too
+  start_worker "$d/worker2.log" "$EDGES" --store "$S" --log-format json --loop-block-warning 20ms
+  run_cmd start Spin --id spin1 --wait 60s --store "$S"
+  stop_worker "$WPID"
+  out=$("${LUA_ENV[@]}" lua5.4 "$HERE/e2e/json_lines.lua" "$d/worker2.log" 2>"$d/check2.err")
+  grep -q '^lines [1-9][0-9]* bad 0$' <<<"$out" && grep -q '"msg":"loop blocked' "$d/worker2.log"
+  check "json log: a blocked-loop record (watchdog thread) is valid and names the worker" $? \
+    "$out" "$(head -c 2000 "$d/check2.err")"
   run_cmd stats --store "$S"
-  [ "$RC" -eq 0 ] && grep -q '"instances":2,' <<<"$OUT" && grep -q '"sessions":{.*"total":1,' <<<"$OUT"
-  check "stats: store-wide figures as one JSON line (2 instances, the hostile session)" $? \
+  [ "$RC" -eq 0 ] && grep -q '"instances":3,' <<<"$OUT" && grep -q '"sessions":{.*"total":1,' <<<"$OUT"
+  check "stats: store-wide figures as one JSON line (3 instances, the hostile session)" $? \
     "rc=$RC" "$OUT" "$ERR"
   run_cmd stats extra --store "$S"
   [ "$RC" -eq 2 ]

@@ -54,6 +54,8 @@ void dx__log_set_worker(const char *worker_id) {
   snprintf(thread_worker, sizeof thread_worker, "%s", worker_id ? worker_id : "");
 }
 
+const char *dx__log_worker(void) { return thread_worker; }
+
 /* {===== fields =====} */
 
 #define MAX_FIELDS 40

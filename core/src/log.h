@@ -22,6 +22,8 @@ void dx__log_configure(int level, int format);
 /* The worker this thread works for: JSON records that name no worker_id carry it. Copied;
 ** NULL or "" = none. */
 void dx__log_set_worker(const char *worker_id);
+/* This thread's worker ("" = none), for threads started on its behalf. */
+const char *dx__log_worker(void);
 /* Write one record from fields built by the caller (dx__log parses a format into these). */
 void dx__log_fields(int level, const char *msg, const dx_log_field_t *fields, int n);
 int dx__log_level(void);
