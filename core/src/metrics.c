@@ -102,15 +102,20 @@ static const double bucket_le[N_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 
 
 typedef struct series_s {
   struct series_s *next;      /* insertion order */
+  struct series_s *hnext;     /* same hash bucket */
+  uint32_t hash;
   char *labels[MAX_LABELS];
   double value;               /* counter, gauge; histogram: sum */
   uint64_t count;             /* histogram */
   uint64_t buckets[N_BUCKETS]; /* histogram: observations <= bucket_le[i] (not cumulative) */
 } series_t;
 
+#define HASH_BUCKETS 64
+
 typedef struct {
   series_t *head, *tail;
   size_t n;
+  series_t *bucket[HASH_BUCKETS]; /* lookup by label values without scanning every series */
 } family_t;
 
 struct dx_metrics_s {
@@ -162,6 +167,18 @@ static int label_is_clean(const char *v) {
   return n <= MAX_LABEL_BYTES && dx__utf8_valid_prefix(v, n) == n;
 }
 
+/* FNV-1a over the label values (each followed by a 0 byte, so ("ab","") != ("a","b")). */
+static uint32_t labels_hash(const char *const *labels, size_t nl) {
+  uint32_t h = 2166136261u;
+  size_t k;
+  for (k = 0; k < nl; k++) {
+    const unsigned char *p = (const unsigned char *)labels[k];
+    for (; *p; p++) h = (h ^ *p) * 16777619u;
+    h = (h ^ 0xffu) * 16777619u;
+  }
+  return h;
+}
+
 static int same_labels(const series_t *s, const char *const *labels, size_t nl) {
   size_t k;
   for (k = 0; k < nl; k++)
@@ -176,9 +193,10 @@ static series_t *series_find(dx_metrics_t *m, dx_metric_id_t id, const char *con
                                                    "_overflow"};
   family_t *f = &m->fam[id];
   size_t nl = n_labels(&defs[id]), k;
+  uint32_t h = labels_hash(labels, nl);
   series_t *s;
-  for (s = f->head; s; s = s->next)
-    if (same_labels(s, labels, nl)) return s;
+  for (s = f->bucket[h % HASH_BUCKETS]; s; s = s->hnext)
+    if (s->hash == h && same_labels(s, labels, nl)) return s;
   if (f->n >= MAX_SERIES && labels != overflow) return series_find(m, id, overflow);
   if (!(s = calloc(1, sizeof *s))) return NULL;
   for (k = 0; k < nl; k++) {
@@ -188,6 +206,9 @@ static series_t *series_find(dx_metrics_t *m, dx_metric_id_t id, const char *con
       return NULL;
     }
   }
+  s->hash = h;
+  s->hnext = f->bucket[h % HASH_BUCKETS];
+  f->bucket[h % HASH_BUCKETS] = s;
   if (f->tail) f->tail->next = s;
   else f->head = s;
   f->tail = s;
