@@ -55,6 +55,7 @@ describe("worker metrics", function()
                           { operation = "ack_work", result = "ok" }))
     assert.are.equal(3, m("duroxide_store_fetched_items_total", { queue = "worker" }))
     assert.is_true(m("duroxide_store_commit_duration_seconds", { sync = "true" }) > 0)
+    assert.is_true(m("duroxide_store_fetch_duration_seconds") > 0)
     assert.are.equal(1, m("duroxide_worker_info", { worker_id = "w1" }))
   end)
 

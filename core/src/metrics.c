@@ -69,6 +69,9 @@ static const def_t defs[DXM__COUNT] = {
   [DXM_STORE_COMMIT_DURATION] = {"duroxide_store_commit_duration_seconds", HISTOGRAM,
     "Time of the commit call of a store transaction (sync: whether it was flushed to disk)",
     {"sync"}},
+  [DXM_STORE_FETCH_DURATION] = {"duroxide_store_fetch_duration_seconds", HISTOGRAM,
+    "Time a store transaction spent fetching and locking work (with the acks of the same call "
+    "on providers that do both in one, such as PostgreSQL)", {NULL}},
   [DXM_STORE_FETCHED] = {"duroxide_store_fetched_items_total", COUNTER,
     "Items fetched and locked (queue: orchestrator, worker)", {"queue"}},
   [DXM_STORE_OPERATIONS] = {"duroxide_store_operations_total", COUNTER,

@@ -365,6 +365,7 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   dx_cycle_t cy;
   size_t n = 0, i;
   int rc = 0;
+  uint64_t t0;
   for (op = ops; op && !rc; op = op->next)
     if (is_ack(op)) n++;
     else rc = op_apply(s, op, now, failed, durable, err);
@@ -392,7 +393,11 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   if (bw > 0) f->work = cy.work_out = calloc((size_t)bw, sizeof *f->work);
   if (!cy.orch_out) cy.max_orch = 0;
   if (!cy.work_out) cy.max_work = 0;
+  t0 = uv_hrtime();
   rc = p->methods->run_cycle(p, now, &cy, err);
+  if (bo > 0 || bw > 0) /* the acks ride along: one call does both */
+    dx__metric_observe(s->cfg.metrics, DXM_STORE_FETCH_DURATION, DXM_NOLABELS,
+                       dx__seconds_since(t0));
   f->n_orch = cy.n_orch;
   f->n_work = cy.n_work;
   for (i = 0; i < f->n_orch; i++) hold(s, f->orch[i]->instance, f->orch[i]->lock_token);
@@ -436,7 +441,11 @@ static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t
     rc = run_cycle(s, ops, bo, bw, now, f, failed, &durable, err);
   } else {
     for (op = ops; op && !rc; op = op->next) rc = op_apply(s, op, now, failed, &durable, err);
+    t0 = uv_hrtime();
     if (!rc && fetch_into(s, now, bo, bw, f)) *failed |= CALL_FETCH;
+    if (!rc && (bo > 0 || bw > 0))
+      dx__metric_observe(s->cfg.metrics, DXM_STORE_FETCH_DURATION, DXM_NOLABELS,
+                         dx__seconds_since(t0));
   }
   if (rc) { /* DX_ERETRY from an op: it runs again, its outcome is not known yet */
     p->methods->rollback(p);
