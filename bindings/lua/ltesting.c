@@ -83,7 +83,7 @@ static void probe_filters_free(probe_filters_t *pf, lua_Integer n) {
 }
 
 static int has_filters(dx_provider_t *p) {
-  return p->methods->version >= 6 && p->methods->set_fetch_filter;
+  return p->methods->version >= 7 && p->methods->set_fetch_filter;
 }
 
 /* store:probe(T, workers) -> true when some worker of `workers` (an array of {worker_id=,

@@ -427,7 +427,7 @@ static int lm_set_fetch_filter(dx_provider_t *pp, const dx_fetch_filter_t *f, dx
 static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
 
 static const dx_provider_methods_t lm_methods = {
-  6,
+  7,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -461,7 +461,14 @@ static const dx_provider_methods_t lm_methods = {
   NULL, /* run_cycle: calls one by one cost no round trips on a local store */
   dx__lm_worker_register,
   dx__lm_worker_unregister,
-  lm_set_fetch_filter,
+  /* management (version 6) */
+  dx__lm_list_page,
+  dx__lm_list_executions,
+  dx__lm_instance_queue,
+  dx__lm_delete_instances,
+  dx__lm_prune_executions,
+  dx__lm_terminate,
+  lm_set_fetch_filter, /* activity tags and rolling deployments (version 7) */
 };
 
 int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,
