@@ -80,11 +80,13 @@ describe("activity tags", function()
       local b = assert(ctx:schedule_activity_with_retry("Flaky", nil,
         { max_attempts = 3, backoff = "none" }, "s1", { tag = "gpu" }):await())
       local c = assert(ctx:schedule_activity_on_session("Work", 7, "s1", { tag = "gpu" }):await())
-      return { a, b, c.tag, c.worker }
+      local d = assert(ctx:schedule_activity("Work", 8, { session_id = "s1", tag = "gpu" }):await())
+      return { a, b, c.tag, c.worker, d.tag }
     end)
     local st = env:run_until_complete(env:start(nil, "Retry"))
     assert.are.equal("Completed", st.status)
-    assert.are.same({ "gpu/nil", "gpu/s1", "gpu", "gpu1" }, st.output)
+    assert.are.same({ "gpu/nil", "gpu/s1", "gpu", "gpu1", "gpu" }, st.output)
+    assert.are.equal("s1", env:calls("Work")[2].session_id) -- { session_id = } is a session
     for _, call in ipairs(env:calls("Flaky")) do assert.are.equal("gpu1", call.worker_id) end
   end)
 

@@ -130,13 +130,18 @@ local function activity_future(ctx, name, input, session_id, tag)
                                 nil, tag), "activity")
 end
 
---- Schedule an activity; opts.tag routes it to workers that take that tag.
+local SESSION_OPTS = { on_moved = true }
+local SESSION_ID_OPTS = { session_id = true, on_moved = true }
+
+--- Schedule an activity; opts.tag routes it to workers that take that tag, opts.session_id
+--- runs it on a session (as schedule_activity_on_session).
 function Context:schedule_activity(name, input, opts)
   check_name("activity name", name)
-  return activity_future(self, name, input, nil, activity_opts(opts))
+  local tag = activity_opts(opts, SESSION_ID_OPTS)
+  local sid = opts and opts.session_id
+  if sid ~= nil then check_name("session id", sid) end
+  return activity_future(self, name, input, sid, tag)
 end
-
-local SESSION_OPTS = { on_moved = true }
 
 --- Like schedule_activity; the activity runs on the worker that owns `session_id`.
 function Context:schedule_activity_on_session(name, input, session_id, opts)

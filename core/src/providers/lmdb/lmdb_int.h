@@ -432,6 +432,9 @@ int dx__lm_resolve_exec(tx_t *t, const char *inst, uint64_t want, uint64_t *exec
 
 /* orch.c */
 int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s);
+/* The instance a fetch with filter f (NULL: none) would lock at `now`: c->inst NULL when none
+** (caller frees c->inst). */
+int dx__lm_orch_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c);
 /* The index entry a lock state implies: DB_ORCH_LOCK, DB_ORCH_READY or -1 (none). */
 int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k);
 int dx__lm_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at);

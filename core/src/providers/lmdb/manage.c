@@ -14,6 +14,13 @@ static int due_time(tx_t *t, const dx_fetch_filter_t *f, int orch, int work, int
   size_t i;
   int rc;
   *out = LM_NEVER;
+  if (orch && f && f->capabilities_set) { /* the first instance this worker can run */
+    orch_cand_t c;
+    if ((rc = dx__lm_orch_pick(t, f, LM_NEVER, &c))) return rc;
+    if (c.inst && c.at < *out) *out = c.at;
+    free(c.inst);
+    orch = 0;
+  }
   for (i = 0; orch && i < 2; i++) {
     orch_cand_t c;
     memset(&c, 0, sizeof c);

@@ -237,7 +237,7 @@ static int orch_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
 
 /* The instance to lock: the older of the ready head (due) and the lock head (expired); with
 ** orchestration capabilities, the older of the first ones this worker can run. */
-static int orch_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c) {
+int dx__lm_orch_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c) {
   static const int dbs[2] = {DB_ORCH_READY, DB_ORCH_LOCK};
   int rc = 0, i;
   memset(c, 0, sizeof *c);
@@ -425,7 +425,7 @@ static int orch_fetch(tx_t *t, const dx_fetch_filter_t *f, int64_t now, int64_t 
   orch_cand_t c;
   int rc;
   for (;;) { /* each round locks an instance or removes the candidate from the indexes */
-    if ((rc = orch_pick(t, f, now, &c)) || !c.inst) break;
+    if ((rc = dx__lm_orch_pick(t, f, now, &c)) || !c.inst) break;
     rc = orch_try_lock(t, &c, now, lock_ms, out);
     free(c.inst);
     if (rc || *out) return rc;
