@@ -178,16 +178,16 @@ describe("management", function()
       assert.is_true(a.locked_until_ms > 0)
     end)
 
-    it("shows a start waiting in unregistered backoff with the reason", function()
+    it("shows a start no worker can run as pending, never fetched", function()
+      -- a worker fetches only orchestrations it has registered (issue 11, rolling
+      -- deployments): the start waits for a worker that has it instead of backing off
       assert(env.client:start("unreg-1", "NoSuchOrchestration", nil))
-      env:run_until(function()
-        return env.client:describe("unreg-1").start_backoff ~= nil
-      end)
+      assert(env.client:start("after-unreg", echo, 1))
+      assert.are.equal("Completed", env:wait("after-unreg").status) -- the worker went past it
       local d = env.client:describe("unreg-1")
       assert.are.equal("Pending", d.status)
       assert.are.equal("NoSuchOrchestration", d.orchestration)
-      assert.is_true(d.start_backoff.attempt >= 1)
-      assert.matches("orchestration 'NoSuchOrchestration' was not registered", d.start_backoff.reason, 1, true)
+      assert.is_nil(d.start_backoff)
     end)
 
     it("refuses unknown and bad ids", function()
