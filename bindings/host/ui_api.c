@@ -1,0 +1,583 @@
+/*
+** ui_api.c -- the web console's JSON API: one table of routes over the client and the
+** provider's read calls. Every answer is a JSON object; bad input gets 400 with {"error": ...}
+** naming the parameter or field, before anything is changed.
+*/
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "jsonout.h"
+#include "ui.h"
+
+/* {===== input checks =====} */
+
+/* Refuse (400) a query argument the route does not take (`allowed`: NULL-terminated). */
+static int check_args_known(dxh_req_t *r, const char *const *allowed);
+
+static const char *const statuses[] = {"Running", "Completed", "Failed", "Pending", NULL};
+
+/* The store's status as the console names it (a start no worker has run yet is Pending). */
+static const char *status_word(int status) {
+  return status == DX_STATUS_NONE ? "Pending" : dx_status_name(status);
+}
+
+/* A required id argument or field: non-empty, within the limit. 0, or replies 400. */
+static int check_id(dxh_req_t *r, const char *where, const char *id) {
+  char msg[200];
+  if (!id || !*id) {
+    dxh_reply_error(r, 400, "%s is missing (the instance id)", where);
+    return -1;
+  }
+  if (strlen(id) > DX_MAX_INSTANCE_ID_BYTES) {
+    snprintf(msg, sizeof msg, "%s is longer than %d bytes", where, DX_MAX_INSTANCE_ID_BYTES);
+    dxh_reply_error(r, 400, "%s", msg);
+    return -1;
+  }
+  return 0;
+}
+
+/* A positive integer argument within [1, max]; absent leaves *out. 0, or replies 400. */
+static int uint_arg(dxh_req_t *r, const char *name, uint64_t max, uint64_t *out) {
+  const char *text = dxh_req_arg(r, name);
+  char *end, msg[200];
+  unsigned long long v;
+  if (!text) return 0;
+  errno = 0;
+  v = strtoull(text, &end, 10);
+  if (!*text || *end || errno || text[0] == '-' || v < 1 || v > max) {
+    snprintf(msg, sizeof msg, "query parameter %s must be a whole number from 1 to %llu (got "
+             "'%%s')", name, (unsigned long long)max);
+    dxh_reply_error(r, 400, msg, text);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* The request body as a JSON object whose members are all in `fields`. NULL after a 400. */
+static json_t *body_object(dxh_req_t *r, const char *const *fields) {
+  const char *ct = dxh_req_header(r, "Content-Type");
+  size_t len;
+  const char *body = dxh_req_body(r, &len);
+  json_error_t jerr;
+  json_t *o;
+  const char *key;
+  json_t *v;
+  /* A form on another site cannot send application/json without the browser asking first. */
+  if (!ct || strncmp(ct, "application/json", 16) != 0) {
+    dxh_reply_error(r, 415, "%s", "actions take a JSON body: send Content-Type: application/json");
+    return NULL;
+  }
+  o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!o || !json_is_object(o)) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "request body is not a JSON object%s%.200s", o ? "" : ": ",
+             o ? "" : jerr.text);
+    json_decref(o);
+    dxh_reply_error(r, 400, "%s", msg);
+    return NULL;
+  }
+  json_object_foreach(o, key, v) {
+    const char *const *f;
+    for (f = fields; *f && strcmp(*f, key) != 0; f++) {}
+    if (!*f) {
+      dxh_reply_error(r, 400, "unknown field '%s' in the request body", key);
+      json_decref(o);
+      return NULL;
+    }
+  }
+  return o;
+}
+
+/* Field `name` of o as a string (NULL when absent). -1 after a 400 when it is not a string. */
+static int str_field(dxh_req_t *r, json_t *o, const char *name, const char **out) {
+  json_t *v = json_object_get(o, name);
+  *out = NULL;
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_string(v)) {
+    dxh_reply_error(r, 400, "field '%s' must be a string", name);
+    return -1;
+  }
+  *out = json_string_value(v);
+  return 0;
+}
+
+/* Answer a failed client call: bad input 400, unknown instance 404, the rest 500. */
+static void reply_client_error(dxh_req_t *r, const dx_error_t *err) {
+  int status = err->code == DX_ENOTFOUND ? 404
+               : (err->code == DX_EINVAL || err->code == DX_EJSON || err->code == DX_ETOOBIG)
+                   ? 400 : err->code == DX_ESTATE ? 409 : 500;
+  dxh_reply_error(r, status, "%s", err->msg);
+}
+
+static json_t *parsed_or_null(const char *text) {
+  json_t *j = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+  return j ? j : json_null();
+}
+
+/* {===== instances =====} */
+
+/* One instance as the list and the instance page show it. */
+static json_t *instance_json(const char *id, const dx_instance_info_t *info) {
+  json_t *o = json_pack("{s:s, s:s, s:s?, s:s?, s:I, s:I, s:I}", "instance_id", id, "status",
+                        status_word(info->status), "orchestration", info->orchestration_name,
+                        "version", info->orchestration_version, "execution_id",
+                        (json_int_t)info->current_execution_id, "created_at_ms",
+                        (json_int_t)info->created_at_ms, "updated_at_ms",
+                        (json_int_t)info->updated_at_ms);
+  if (!o) return NULL;
+  if (info->parent_instance) json_object_set_new(o, "parent", json_string(info->parent_instance));
+  if (info->status == DX_STATUS_COMPLETED)
+    json_object_set_new(o, "output", parsed_or_null(info->output));
+  if (info->status == DX_STATUS_FAILED)
+    json_object_set_new(o, "error",
+                        json_pack("{s:s?, s:s?}", "kind", info->failure.kind, "message",
+                                  info->failure.message));
+  if (info->custom_status)
+    json_object_set_new(o, "custom_status", parsed_or_null(info->custom_status));
+  return o;
+}
+
+typedef struct {
+  dxh_ui_t *u;
+  const char *status, *name, *after;
+  int skipping;
+  size_t limit;
+  json_t *rows;
+  const char *next; /* set when there is a page after this one */
+  char next_buf[DX_MAX_INSTANCE_ID_BYTES + 1];
+} list_walk_t;
+
+/* Newest first; the cursor is the id of the last row shown. */
+static int list_one(void *ud, const char *id) {
+  list_walk_t *w = ud;
+  dx_provider_t *p = dx_client_provider(w->u->cl);
+  dx_instance_info_t info;
+  if (w->skipping) {
+    if (strcmp(id, w->after) == 0) w->skipping = 0;
+    return 0;
+  }
+  memset(&info, 0, sizeof info);
+  if (p->methods->get_instance_info(p, id, &info, NULL) != 0) return 0; /* deleted meanwhile */
+  if ((!w->status || strcmp(status_word(info.status), w->status) == 0) &&
+      (!w->name || (info.orchestration_name && strcmp(info.orchestration_name, w->name) == 0))) {
+    if (json_array_size(w->rows) == w->limit) {
+      json_t *last = json_array_get(w->rows, w->limit - 1);
+      snprintf(w->next_buf, sizeof w->next_buf, "%s",
+               json_string_value(json_object_get(last, "instance_id")));
+      w->next = w->next_buf;
+      dx_instance_info_clear(&info);
+      return 1;
+    }
+    json_array_append_new(w->rows, instance_json(id, &info));
+  }
+  dx_instance_info_clear(&info);
+  return 0;
+}
+
+static void api_instances(dxh_ui_t *u, dxh_req_t *r) {
+  static const char *const args[] = {"status", "name", "limit", "after", NULL};
+  dx_provider_t *p = dx_client_provider(u->cl);
+  list_walk_t w;
+  uint64_t limit = 50;
+  dx_error_t err;
+  const char *const *s;
+  if (check_args_known(r, args) != 0 || uint_arg(r, "limit", 500, &limit) != 0) return;
+  memset(&w, 0, sizeof w);
+  w.u = u;
+  w.status = dxh_req_arg(r, "status");
+  w.name = dxh_req_arg(r, "name");
+  w.after = dxh_req_arg(r, "after");
+  if (w.status && !*w.status) w.status = NULL;
+  if (w.name && !*w.name) w.name = NULL;
+  if (w.after && !*w.after) w.after = NULL;
+  if (w.status) {
+    for (s = statuses; *s && strcmp(*s, w.status) != 0; s++) {}
+    if (!*s) {
+      dxh_reply_error(r, 400, "query parameter status '%s' is not one of Running, Completed, "
+                      "Failed, Pending", w.status);
+      return;
+    }
+  }
+  if (w.name && strlen(w.name) > DX_MAX_NAME_BYTES) {
+    dxh_reply_error(r, 400, "%s", "query parameter name is longer than an orchestration name "
+                    "can be");
+    return;
+  }
+  if (w.after && check_id(r, "query parameter after", w.after) != 0) return;
+  w.skipping = w.after != NULL;
+  w.limit = (size_t)limit;
+  w.rows = json_array();
+  if (p->methods->list_instances(p, list_one, &w, &err) != 0) {
+    json_decref(w.rows);
+    reply_client_error(r, &err);
+    return;
+  }
+  dxh_reply_json(r, 200, json_pack("{s:o, s:s?}", "instances", w.rows, "next", w.next));
+}
+
+/* What the instance waits for, read from its current execution's history: activities and
+** sub-orchestrations without a result, timers not fired, events subscribed and not received. */
+static void add_pending(json_t *o, const dx_event_t *ev, size_t n) {
+  json_t *acts = json_array(), *timers = json_array(), *subs = json_array(),
+         *children = json_array();
+  size_t i, j;
+  for (i = 0; i < n; i++) {
+    const dx_event_t *e = &ev[i];
+    int done = 0;
+    int k = e->kind;
+    if (k != DX_EV_ACT_SCHEDULED && k != DX_EV_TIMER_CREATED && k != DX_EV_EXT_SUBSCRIBED &&
+        k != DX_EV_SUB_SCHEDULED)
+      continue;
+    for (j = i + 1; j < n && !done; j++) {
+      if (k == DX_EV_EXT_SUBSCRIBED) /* the next event of that name after the subscription */
+        done = ev[j].kind == DX_EV_EXT_EVENT && ev[j].name && e->name &&
+               strcmp(ev[j].name, e->name) == 0;
+      else
+        done = ev[j].source_id == e->event_id &&
+               (ev[j].kind == DX_EV_ACT_COMPLETED || ev[j].kind == DX_EV_ACT_FAILED ||
+                ev[j].kind == DX_EV_TIMER_FIRED || ev[j].kind == DX_EV_SUB_COMPLETED ||
+                ev[j].kind == DX_EV_SUB_FAILED);
+      if (done && k == DX_EV_EXT_SUBSCRIBED) break;
+    }
+    if (k == DX_EV_SUB_SCHEDULED)
+      json_array_append_new(children, json_pack("{s:s?, s:s?, s:I, s:b}", "instance_id",
+                                                e->instance, "orchestration", e->name,
+                                                "event_id", (json_int_t)e->event_id,
+                                                "finished", done));
+    if (done) continue;
+    if (k == DX_EV_ACT_SCHEDULED)
+      json_array_append_new(acts, json_pack("{s:I, s:s?, s:s?, s:I}", "event_id",
+                                            (json_int_t)e->event_id, "name", e->name,
+                                            "session_id", e->session_id, "scheduled_at_ms",
+                                            (json_int_t)e->timestamp_ms));
+    else if (k == DX_EV_TIMER_CREATED)
+      json_array_append_new(timers, json_pack("{s:I, s:I}", "event_id", (json_int_t)e->event_id,
+                                              "fire_at_ms", (json_int_t)e->fire_at_ms));
+    else if (k == DX_EV_EXT_SUBSCRIBED)
+      json_array_append_new(subs, json_pack("{s:I, s:s?}", "event_id", (json_int_t)e->event_id,
+                                            "name", e->name));
+  }
+  json_object_set_new(o, "pending", json_pack("{s:o, s:o, s:o}", "activities", acts, "timers",
+                                              timers, "events", subs));
+  json_object_set_new(o, "children", children);
+  for (i = 0; i < n; i++)
+    if (ev[i].kind == DX_EV_ORCH_STARTED) {
+      json_object_set_new(o, "input", parsed_or_null(ev[i].data));
+      break;
+    }
+}
+
+static void api_instance(dxh_ui_t *u, dxh_req_t *r) {
+  static const char *const args[] = {"id", NULL};
+  dx_provider_t *p = dx_client_provider(u->cl);
+  const char *id = dxh_req_arg(r, "id");
+  dx_instance_info_t info;
+  dx_event_t *ev = NULL;
+  size_t n = 0, i;
+  dx_error_t err;
+  json_t *o, *children;
+  if (check_args_known(r, args) != 0 || check_id(r, "query parameter id", id) != 0) return;
+  memset(&info, 0, sizeof info);
+  if (p->methods->get_instance_info(p, id, &info, &err) != 0) {
+    if (err.code == DX_ENOTFOUND) dxh_reply_error(r, 404, "unknown instance '%s'", id);
+    else reply_client_error(r, &err);
+    return;
+  }
+  o = instance_json(id, &info);
+  dx_instance_info_clear(&info);
+  if (dx_client_history(u->cl, id, 0, &ev, &n, &err) == 0) {
+    add_pending(o, ev, n);
+    dx_events_free(ev, n);
+  }
+  /* Each child's own status, so the page can show and link it. */
+  children = json_object_get(o, "children");
+  for (i = 0; children && i < json_array_size(children); i++) {
+    json_t *c = json_array_get(children, i);
+    const char *cid = json_string_value(json_object_get(c, "instance_id"));
+    memset(&info, 0, sizeof info);
+    if (cid && p->methods->get_instance_info(p, cid, &info, NULL) == 0)
+      json_object_set_new(c, "status", json_string(status_word(info.status)));
+    dx_instance_info_clear(&info);
+  }
+  dxh_reply_json(r, 200, o);
+}
+
+static void api_history(dxh_ui_t *u, dxh_req_t *r) {
+  static const char *const args[] = {"id", "execution", NULL};
+  const char *id = dxh_req_arg(r, "id");
+  uint64_t exec = 0;
+  dx_event_t *ev = NULL;
+  size_t n = 0, i;
+  dx_error_t err;
+  json_t *events;
+  if (check_args_known(r, args) != 0 || check_id(r, "query parameter id", id) != 0 ||
+      uint_arg(r, "execution", UINT32_MAX, &exec) != 0)
+    return;
+  if (dx_client_history(u->cl, id, exec, &ev, &n, &err) != 0) {
+    reply_client_error(r, &err);
+    return;
+  }
+  events = json_array();
+  for (i = 0; i < n; i++) {
+    char *s = dx_event_to_json(&ev[i]);
+    json_array_append_new(events, parsed_or_null(s));
+    free(s);
+  }
+  dx_events_free(ev, n);
+  dxh_reply_json(r, 200, json_pack("{s:s, s:o}", "instance_id", id, "events", events));
+}
+
+/* {===== actions =====} */
+
+static void api_raise(dxh_ui_t *u, dxh_req_t *r) {
+  static const char *const fields[] = {"id", "event", "data", NULL};
+  json_t *o = body_object(r, fields);
+  const char *id, *event;
+  char *data = NULL;
+  dx_error_t err;
+  if (!o) return;
+  if (str_field(r, o, "id", &id) == 0 && check_id(r, "field 'id'", id) == 0 &&
+      str_field(r, o, "event", &event) == 0) {
+    if (!event || !*event) dxh_reply_error(r, 400, "%s", "field 'event' is missing (the event name)");
+    else {
+      json_t *d = json_object_get(o, "data");
+      data = d ? dx__json_dump(d) : NULL;
+      if (dx_client_raise(u->cl, id, event, data, &err) != 0) reply_client_error(r, &err);
+      else dxh_reply_json(r, 200, json_pack("{s:s, s:s}", "instance_id", id, "raised", event));
+    }
+  }
+  free(data);
+  json_decref(o);
+}
+
+static void api_cancel(dxh_ui_t *u, dxh_req_t *r) {
+  static const char *const fields[] = {"id", "reason", NULL};
+  json_t *o = body_object(r, fields);
+  const char *id, *reason;
+  dx_error_t err;
+  if (!o) return;
+  if (str_field(r, o, "id", &id) == 0 && check_id(r, "field 'id'", id) == 0 &&
+      str_field(r, o, "reason", &reason) == 0) {
+    if (dx_client_cancel(u->cl, id, reason, &err) != 0) reply_client_error(r, &err);
+    else dxh_reply_json(r, 200, json_pack("{s:s, s:b}", "instance_id", id, "cancel_requested", 1));
+  }
+  json_decref(o);
+}
+
+static void api_not_built(dxh_ui_t *u, dxh_req_t *r) {
+  (void)u;
+  dxh_reply_error(r, 501, "%s is not available: this build has no management calls yet",
+                  dxh_req_path(r));
+}
+
+/* {===== sessions, workers, charts =====} */
+
+typedef struct {
+  int64_t now;
+  json_t *rows;
+} sess_walk_t;
+
+static int lease_live(const dx_session_info_t *s, int64_t now) {
+  return s->worker_id && *s->worker_id && s->locked_until_ms > now;
+}
+
+static int sess_one(void *ud, const dx_session_info_t *s) {
+  sess_walk_t *w = ud;
+  int owned = s->worker_id && *s->worker_id;
+  json_array_append_new(w->rows, json_pack("{s:s, s:s?, s:s, s:I, s:I, s:I, s:I}", "session_id",
+    s->session_id, "owner", owned ? s->worker_id : NULL, "lease",
+    !owned ? "released" : lease_live(s, w->now) ? "live" : "lapsed", "locked_until_ms",
+    (json_int_t)s->locked_until_ms, "last_activity_ms", (json_int_t)s->last_activity_ms,
+    "idle_ms", (json_int_t)(s->last_activity_ms ? w->now - s->last_activity_ms : 0),
+    "queued", (json_int_t)s->queued));
+  return 0;
+}
+
+/* The session table now; NULL (err filled) when the store cannot list it. */
+static json_t *session_rows(dxh_ui_t *u, int64_t now, dx_error_t *err) {
+  dx_provider_t *p = dx_client_provider(u->cl);
+  sess_walk_t w = {now, json_array()};
+  if (p->methods->list_sessions(p, sess_one, &w, err) != 0) {
+    json_decref(w.rows);
+    return NULL;
+  }
+  return w.rows;
+}
+
+static void api_sessions(dxh_ui_t *u, dxh_req_t *r) {
+  static const char *const args[] = {NULL};
+  int64_t now = dx_clock_now_ms();
+  dx_error_t err;
+  json_t *rows;
+  if (check_args_known(r, args) != 0) return;
+  if (!(rows = session_rows(u, now, &err))) {
+    reply_client_error(r, &err);
+    return;
+  }
+  dxh_reply_json(r, 200, json_pack("{s:I, s:o, s:O}", "now_ms", (json_int_t)now, "sessions",
+                                    rows, "moves", u->moves));
+}
+
+/* Live workers as the store shows them: owners of sessions with a live lease, with their
+** sessions and the work queued on those sessions. */
+static json_t *workers_of(json_t *rows) {
+  json_t *by = json_object(), *list = json_array(), *row, *w;
+  const char *owner;
+  size_t i;
+  json_array_foreach(rows, i, row) {
+    if (strcmp(json_string_value(json_object_get(row, "lease")), "live") != 0) continue;
+    owner = json_string_value(json_object_get(row, "owner"));
+    if (!(w = json_object_get(by, owner))) {
+      w = json_pack("{s:s, s:[], s:I, s:I}", "worker_id", owner, "sessions", "queued",
+                    (json_int_t)0, "lease_until_ms", (json_int_t)0);
+      json_object_set_new(by, owner, w);
+      json_array_append(list, w);
+    }
+    json_array_append(json_object_get(w, "sessions"), json_object_get(row, "session_id"));
+    json_object_set_new(w, "queued", json_integer(json_integer_value(json_object_get(w, "queued")) +
+                                                  json_integer_value(json_object_get(row, "queued"))));
+    if (json_integer_value(json_object_get(row, "locked_until_ms")) >
+        json_integer_value(json_object_get(w, "lease_until_ms")))
+      json_object_set(w, "lease_until_ms", json_object_get(row, "locked_until_ms"));
+  }
+  json_decref(by);
+  return list;
+}
+
+static void api_workers(dxh_ui_t *u, dxh_req_t *r) {
+  static const char *const args[] = {NULL};
+  int64_t now = dx_clock_now_ms();
+  dx_error_t err;
+  json_t *rows;
+  if (check_args_known(r, args) != 0) return;
+  if (!(rows = session_rows(u, now, &err))) {
+    reply_client_error(r, &err);
+    return;
+  }
+  dxh_reply_json(r, 200, json_pack("{s:I, s:o}", "now_ms", (json_int_t)now, "workers",
+                                   workers_of(rows)));
+  json_decref(rows);
+}
+
+static void api_metrics(dxh_ui_t *u, dxh_req_t *r) {
+  static const char *const args[] = {NULL};
+  if (check_args_known(r, args) != 0) return;
+  dxh_reply_json(r, 200, json_pack("{s:I, s:i, s:O}", "now_ms", (json_int_t)dx_clock_now_ms(),
+                                   "interval_ms", DXH_UI_SAMPLE_MS, "samples", u->samples));
+}
+
+static void api_overview(dxh_ui_t *u, dxh_req_t *r) {
+  static const char *const args[] = {NULL};
+  if (check_args_known(r, args) != 0) return;
+  dxh_reply_json(r, 200, json_pack("{s:s, s:b, s:s}", "store", u->store, "read_only",
+                                   u->read_only, "version", dx_version()));
+}
+
+/* Record how session ownership changed since the last sample (claims, moves, releases). */
+static void note_moves(dxh_ui_t *u, json_t *rows, int64_t now) {
+  json_t *seen = json_object(), *row, *prev;
+  const char *sid, *was, *owner;
+  size_t i;
+  json_array_foreach(rows, i, row) {
+    sid = json_string_value(json_object_get(row, "session_id"));
+    owner = strcmp(json_string_value(json_object_get(row, "lease")), "live") == 0
+                ? json_string_value(json_object_get(row, "owner")) : "";
+    json_object_set_new(seen, sid, json_string(owner));
+  }
+  json_object_foreach(u->owners, sid, prev) { /* sessions gone from the table */
+    if (!json_object_get(seen, sid) && *json_string_value(prev))
+      json_object_set_new(seen, sid, json_string(""));
+  }
+  json_object_foreach(seen, sid, row) {
+    owner = json_string_value(row);
+    prev = json_object_get(u->owners, sid);
+    was = prev ? json_string_value(prev) : "";
+    if (strcmp(was, owner) == 0) continue;
+    json_array_append_new(u->moves, json_pack("{s:I, s:s, s:s, s:s?, s:s?}", "t", (json_int_t)now,
+      "session_id", sid, "change", !*was ? "claimed" : !*owner ? "released" : "moved",
+      "from", *was ? was : NULL, "to", *owner ? owner : NULL));
+  }
+  while (json_array_size(u->moves) > DXH_UI_MOVES) json_array_remove(u->moves, 0);
+  json_decref(u->owners);
+  u->owners = seen;
+}
+
+void dxh_ui_sample(dxh_ui_t *u) {
+  dx_provider_t *p = dx_client_provider(u->cl);
+  int64_t now = dx_clock_now_ms();
+  dx_queue_depths_t d;
+  json_t *rows, *s, *row;
+  size_t i, owned = 0, queued = 0;
+  memset(&d, 0, sizeof d);
+  if (p->methods->get_queue_depths(p, &d, NULL) != 0 || !(rows = session_rows(u, now, NULL)))
+    return; /* the store is busy or gone: a gap in the chart */
+  json_array_foreach(rows, i, row) {
+    owned += strcmp(json_string_value(json_object_get(row, "lease")), "live") == 0;
+    queued += (size_t)json_integer_value(json_object_get(row, "queued"));
+  }
+  {
+    json_t *workers = workers_of(rows);
+    s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "t", (json_int_t)now,
+                  "orchestrator_queue", (json_int_t)d.orchestrator, "worker_queue",
+                  (json_int_t)d.worker, "instances", (json_int_t)d.instances, "sessions",
+                  (json_int_t)json_array_size(rows), "sessions_owned", (json_int_t)owned,
+                  "session_work", (json_int_t)queued, "workers",
+                  (json_int_t)json_array_size(workers));
+    json_decref(workers);
+  }
+  json_array_append_new(u->samples, s);
+  while (json_array_size(u->samples) > DXH_UI_SAMPLES) json_array_remove(u->samples, 0);
+  note_moves(u, rows, now);
+  json_decref(rows);
+}
+
+/* {===== routing =====} */
+
+typedef void (*api_fn)(dxh_ui_t *u, dxh_req_t *r);
+
+static const struct {
+  const char *method, *path;
+  int action; /* changes something: refused in read-only mode */
+  api_fn fn;
+} routes[] = {
+  {"GET", "/api/overview", 0, api_overview},
+  {"GET", "/api/instances", 0, api_instances},
+  {"GET", "/api/instance", 0, api_instance},
+  {"GET", "/api/history", 0, api_history},
+  {"GET", "/api/sessions", 0, api_sessions},
+  {"GET", "/api/workers", 0, api_workers},
+  {"GET", "/api/metrics", 0, api_metrics},
+  {"POST", "/api/raise", 1, api_raise},
+  {"POST", "/api/cancel", 1, api_cancel},
+  {"POST", "/api/terminate", 1, api_not_built},
+  {"POST", "/api/delete", 1, api_not_built},
+};
+
+static int check_args_known(dxh_req_t *r, const char *const *allowed) {
+  const char *bad = dxh_req_unknown_arg(r, allowed);
+  if (!bad) return 0;
+  dxh_reply_error(r, 400, "unknown query parameter '%s'", bad);
+  return -1;
+}
+
+void dxh_ui_api(dxh_ui_t *u, dxh_req_t *r) {
+  const char *method = dxh_req_method(r), *path = dxh_req_path(r);
+  size_t i;
+  int path_known = 0;
+  for (i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+    if (strcmp(routes[i].path, path) != 0) continue;
+    path_known = 1;
+    if (strcmp(routes[i].method, method) != 0) continue;
+    if (routes[i].action && u->read_only) {
+      dxh_reply_error(r, 403, "%s: the console runs with --read-only", path);
+      return;
+    }
+    routes[i].fn(u, r);
+    return;
+  }
+  if (path_known) dxh_reply_error(r, 405, "%s does not answer this method", path);
+  else dxh_reply_error(r, 404, "no API %s", path);
+}
