@@ -186,7 +186,7 @@ views.instance = async function (root, id) {
       ...p.events.map((e) => h('tr', {}, h('td', {}, 'event'), h('td', {}, e.name), h('td', {}, ''), h('td', {}, ''))),
     ], { 'data-test': 'pending' })),
     section('Children', table(['Instance', 'Orchestration', 'Status'], (inst.children || []).map((c) =>
-      h('tr', {}, h('td', {}, instLink(c.instance_id)), h('td', {}, c.orchestration || ''), h('td', {}, c.status ? badge(c.status) : '')))), { 'data-test': 'children' }),
+      h('tr', {}, h('td', {}, instLink(c.instance_id)), h('td', {}, c.orchestration || ''), h('td', {}, c.status ? badge(c.status) : ''))), { 'data-test': 'children' })),
     section('History', timeline(hist.events)));
 };
 
