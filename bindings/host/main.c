@@ -224,6 +224,8 @@ static int run_worker(const char *app, int argc, char **argv) {
   }
   S->runtime = w.rt;
   w.S = S;
+  if (w.metrics) /* port 0 picks a free port: the log says which */
+    dx__log(DX_LOG_INFO, "serving metrics at /metrics", "port=%d", dxh_http_port(w.metrics));
 
   uv_signal_init(S->loop, &w.sigint);
   uv_signal_init(S->loop, &w.sigterm);
