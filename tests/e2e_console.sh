@@ -110,6 +110,9 @@ c2_api() {
   expect_code "instance without id: 400" 400 "query parameter id is missing"
   http GET "/api/instance?id=nobody"
   expect_code "unknown instance: 404 naming it" 404 "unknown instance 'nobody'"
+  dx start Hello '"odd"' --id 'odd id/with?&=#%' --wait 30s --store "$S" >/dev/null
+  http GET /api/instance --get --data-urlencode 'id=odd id/with?&=#%'
+  expect_code "an id with spaces, slashes and query characters is found" 200 '"instance_id":"odd id/with\?&=#%"'
   http GET "/api/history?id=done-1&execution=0"
   expect_code "execution 0: 400" 400 "execution must be a whole number"
   http GET "/api/history?id=done-1"
@@ -204,6 +207,9 @@ c3_token() {
   expect_code "--allow-remote: other host names are served with the token" 200 '"store"'
   http GET /api/overview -H "Host: console.example:8080"
   expect_code "--allow-remote: still 401 without the token" 401
+  kill -TERM "$UPID"
+  wait "$UPID"
+  check "ui exits 0 on SIGTERM" $? 
 }
 
 # -----------------------------------------------------------------------------------------------
