@@ -69,6 +69,9 @@ run_cmd start Boom '"x"' --id fail-1 --wait 30s --store "$S"
 check "setup: fail-1 failed" $((RC != 1)) "$OUT" "$ERR"
 run_cmd start Parent '"kid"' --id parent-1 --wait 30s --store "$S"
 check "setup: parent-1 completed" "$RC" "$OUT" "$ERR"
+run_cmd start Counter 1 --id counter-1 --wait 30s --store "$S"
+[ "$RC" -eq 0 ] && grep -q '"execution_id":3' <<<"$OUT"
+check "setup: counter-1 completed in its third execution" $? "$OUT" "$ERR"
 dx start Waiter '{"a":1}' --id wait-1 --store "$S" >/dev/null
 dx start Sleeper null --id sleep-1 --store "$S" >/dev/null
 dx start SessionUser '{"session":"sess-A"}' --id sess-1 --store "$S" >/dev/null

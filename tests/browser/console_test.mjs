@@ -42,6 +42,11 @@ page.on('console', (m) => {
 page.on('pageerror', (e) => consoleErrors.push(e.message));
 const row = (attr, id) => page.locator(`tr[${attr}="${id}"]`);
 const statusOf = (id) => row('data-instance', id).locator('.status');
+// Open an instance's page and wait until that page (not the one before it) is shown.
+async function openInstance(id) {
+  await page.goto(URL + '#/instance/' + encodeURIComponent(id));
+  await page.waitForFunction((want) => document.querySelector('h1 .mono')?.textContent === want, id, { timeout: WAIT });
+}
 const shot = (name) => page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
 
 await check('instances page lists running, completed and failed instances', async () => {
@@ -74,7 +79,7 @@ await check('the failed instance shows its error', async () => {
 });
 
 await check('an instance page shows input, custom status, history and the awaited event', async () => {
-  await page.goto(URL + '#/instance/wait-1');
+  await openInstance('wait-1');
   await page.waitForSelector('[data-test=pending] td', { timeout: WAIT });
   expect((await page.textContent('[data-test=input]')).includes('"a": 1'), 'input not shown');
   expect((await page.textContent('[data-test=summary]')).includes('waiting_for'), 'custom status not shown');
@@ -94,7 +99,7 @@ await check('raising "go" from the page completes the instance with the data', a
 });
 
 await check('cancelling from the page ends the sleeping instance', async () => {
-  await page.goto(URL + '#/instance/sleep-1');
+  await openInstance('sleep-1');
   await page.waitForSelector('[data-test=cancel]', { timeout: WAIT });
   expect(await page.textContent('h1 .status') === 'Running', 'sleep-1 is not Running before the cancel');
   await page.fill('[data-test=reason]', 'from the browser test');
@@ -105,11 +110,20 @@ await check('cancelling from the page ends the sleeping instance', async () => {
 });
 
 await check('a parent lists its child, linked', async () => {
-  await page.goto(URL + '#/instance/parent-1');
+  await openInstance('parent-1');
   await page.waitForSelector('[data-test=children] a', { timeout: WAIT });
   expect((await page.textContent('[data-test=children]')).includes('child-of-parent'), 'child not listed');
   await page.click('[data-test=children] a');
   await page.waitForFunction(() => document.querySelector('h1 .mono')?.textContent === 'child-of-parent', null, { timeout: WAIT });
+});
+
+await check('an older execution of a continued-as-new instance shows its own history', async () => {
+  await openInstance('counter-1');
+  await page.waitForSelector('[data-test=execution]', { timeout: WAIT });
+  expect(await page.locator('[data-test=history] tr[data-event=OrchestrationCompleted]').count() === 1, 'the current execution did not complete');
+  await page.selectOption('[data-test=execution]', '1');
+  await page.waitForSelector('[data-test=history] tr[data-event=OrchestrationContinuedAsNew]', { timeout: WAIT });
+  expect(await page.locator('[data-test=history] tr[data-event=OrchestrationCompleted]').count() === 0, 'execution 1 shows a completion');
 });
 
 await check('sessions page shows the session owned by the live worker', async () => {

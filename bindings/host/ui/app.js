@@ -162,10 +162,21 @@ function actionForms(inst) {
   return h('div', { class: 'actions' }, raise, stop);
 }
 
+// The execution whose history the instance page shows (null: the current one).
+let shownExecution = { id: null, execution: null };
+
 views.instance = async function (root, id) {
   const inst = await api('instance?' + q({ id }));
+  if (shownExecution.id !== id) shownExecution = { id, execution: null };
+  const exec = shownExecution.execution;
   let hist = { events: [] };
-  try { hist = await api('history?' + q({ id })); } catch (e) { /* queued: no history yet */ }
+  try { hist = await api('history?' + q({ id, execution: exec })); } catch (e) { /* queued: no history yet */ }
+  // An instance that continued as new has older executions: pick one to see its history.
+  const execPicker = inst.execution_id > 1 ? h('select', { 'data-test': 'execution', onchange: (e) => {
+    shownExecution.execution = e.target.value === String(inst.execution_id) ? null : e.target.value;
+    render();
+  } }, Array.from({ length: inst.execution_id }, (_, i) => i + 1).reverse().map((n) =>
+    h('option', { value: n, selected: String(n) === String(exec || inst.execution_id) }, 'execution ' + n))) : null;
   const kv = (k, v) => (v === undefined || v === null || v === '' ? null : h('tr', {}, h('th', {}, k), h('td', {}, v)));
   const p = inst.pending || { activities: [], timers: [], events: [] };
   root.replaceChildren(
@@ -187,7 +198,7 @@ views.instance = async function (root, id) {
     ], { 'data-test': 'pending' })),
     section('Children', table(['Instance', 'Orchestration', 'Status'], (inst.children || []).map((c) =>
       h('tr', {}, h('td', {}, instLink(c.instance_id)), h('td', {}, c.orchestration || ''), h('td', {}, c.status ? badge(c.status) : ''))), { 'data-test': 'children' })),
-    section('History', timeline(hist.events)));
+    section('History', execPicker, timeline(hist.events)));
 };
 
 views.sessions = async function (root) {
@@ -260,22 +271,26 @@ function route() {
   return { name, arg: parts.length > 1 ? decodeURIComponent(parts.slice(1).join('/')) : undefined };
 }
 
-let rendering = false;
+// One render at a time; a render asked for meanwhile (a click during a refresh) runs right
+// after, so the page always ends up showing the address's view.
+let rendering = false, again = false;
 async function render() {
-  const r = route();
-  const root = document.getElementById('view');
-  for (const a of document.querySelectorAll('nav a'))
-    a.classList.toggle('active', a.dataset.view === r.name || (r.name === 'instance' && a.dataset.view === 'instances'));
-  if (rendering) return;
+  if (rendering) { again = true; return; }
   rendering = true;
-  try {
-    await views[r.name](root, r.arg);
-    root.dataset.view = r.name;
-  } catch (e) {
-    root.replaceChildren(h('h1', {}, 'Error'), h('p', { class: 'err', 'data-test': 'error' }, e.message));
-  } finally {
-    rendering = false;
-  }
+  do {
+    again = false;
+    const r = route();
+    const root = document.getElementById('view');
+    for (const a of document.querySelectorAll('nav a'))
+      a.classList.toggle('active', a.dataset.view === r.name || (r.name === 'instance' && a.dataset.view === 'instances'));
+    try {
+      await views[r.name](root, r.arg);
+      root.dataset.view = r.name;
+    } catch (e) {
+      root.replaceChildren(h('h1', {}, 'Error'), h('p', { class: 'err', 'data-test': 'error' }, e.message));
+    }
+  } while (again);
+  rendering = false;
 }
 
 function scheduleRefresh() {

@@ -44,3 +44,9 @@ duroxide.orchestration("SessionUser", function(ctx, input)
   ctx:schedule_wait("done"):await()
   return r
 end)
+
+-- Continues as new until input reaches 3: three executions, the last one Completed.
+duroxide.orchestration("Counter", function(ctx, n)
+  if n < 3 then ctx:continue_as_new(n + 1) end
+  return n
+end)
