@@ -48,12 +48,14 @@ fi
 mkdir -p "$SHOT_DIR"
 rm -f "$SHOT_DIR"/*.png
 
+UIS=()
 # start_ui OUTFILE ARGS...: a console in the background (pid recorded); URL receives its address.
 start_ui() {
   local out=$1
   shift
   "$DX" ui --listen 127.0.0.1:0 "$@" >"$out" 2>"$out.err" &
   WORKERS+=("$!")
+  UIS+=("$!")
   wait_until 20 grep -q listening "$out"
   URL=$(sed -n 's/.*"listening":"\([^"]*\)".*/\1/p' "$out")
 }
@@ -102,6 +104,12 @@ while IFS= read -r line; do
 done <"$d/browser.tap"
 grep -qE '^1\.\.[0-9]+' "$d/browser.tap"
 check "browser: the run finished (exit $BRC)" $? "$(grep -vE '^(ok|not ok|#)' "$d/browser.tap" | tail -20)"
+# The consoles served the whole session; they stop cleanly (under ASan: without leaks).
+for p in "${UIS[@]}"; do
+  kill -TERM "$p"
+  wait "$p"
+  check "console $p exits 0 on SIGTERM" $? "$(cat "$d"/ui*.out.err)"
+done
 for p in instances instance sessions workers metrics; do
   [ -s "$SHOT_DIR/$p.png" ]
   check "screenshot of the $p page saved" $?

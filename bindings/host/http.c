@@ -27,6 +27,7 @@ struct dxh_http_s {
   void *ud;
   int port;
   int closing;
+  int open_handles; /* while closing: handles whose close callback has not run */
 };
 
 #define MAX_EXTRA_HEADERS 4
@@ -349,14 +350,17 @@ int dxh_http_start(uv_loop_t *loop, const dxh_listen_t *addr, dxh_handler_fn fn,
 
 int dxh_http_port(const dxh_http_t *h) { return h->port; }
 
+/* Both handles live inside h: free it when the second one has closed (libuv does not promise
+** the order of close callbacks). */
 static void on_closed(uv_handle_t *handle) {
   dxh_http_t *h = handle->data;
-  if (handle == (uv_handle_t *)&h->timer) free(h); /* closed second */
+  if (--h->open_handles == 0) free(h);
 }
 
 void dxh_http_close(dxh_http_t *h) {
   if (!h || h->closing) return;
   h->closing = 1;
+  h->open_handles = 2;
   uv_close((uv_handle_t *)&h->poll, on_closed);
   uv_close((uv_handle_t *)&h->timer, on_closed);
   /* Closes the connections and the epoll descriptor the poll handle no longer watches. The
