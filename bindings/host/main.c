@@ -41,6 +41,7 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua prune ID --keep N        drop old executions (continue-as-new)\n"
       "  duroxide-lua terminate ID [REASON]    fail a running instance now, with its children\n"
       "  duroxide-lua sessions                 the session table: owner, lease, queued work\n"
+      "  duroxide-lua stats                    store-wide figures: queue depths, instances, sessions\n"
       "  duroxide-lua check                    verify the whole store (exit 1 on any problem)\n"
       "  duroxide-lua ui [--listen 127.0.0.1:8080] [--read-only] [--allow-remote --token T]\n"
       "                                        the web console (instances, sessions, workers)\n"
