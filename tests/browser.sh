@@ -76,6 +76,7 @@ run_cmd start Counter 1 --id counter-1 --wait 30s --store "$S"
 check "setup: counter-1 completed in its third execution" $? "$OUT" "$ERR"
 dx start Waiter '{"a":1}' --id wait-1 --store "$S" >/dev/null
 dx start Sleeper null --id sleep-1 --store "$S" >/dev/null
+dx start Sleeper null --id sleep-2 --store "$S" >/dev/null
 dx start SessionUser '{"session":"sess-A"}' --id sess-1 --store "$S" >/dev/null
 wait_until 30 session_owned
 check "setup: session sess-A is owned by the live worker" $? "$(dx sessions --store "$S")"

@@ -160,6 +160,23 @@ c2_api() {
   run_cmd wait sleep-1 --timeout 30s --store "$S"
   [ "$RC" -eq 1 ] && grep -q "from the API" <<<"$OUT"
   check "the cancel fails the instance with the reason" $? "rc=$RC" "$OUT" "$ERR"
+  dx start Sleeper null --id sleep-2 --store "$S" >/dev/null
+  wait_until 30 has_event "$S" sleep-2 TimerCreated
+  post /api/delete '{"id":"sleep-2"}'
+  expect_code "delete of a running instance without force: 409" 409 "sleep-2"
+  post /api/delete '{"id":"sleep-2","force":"yes"}'
+  expect_code "delete with a non-boolean force: 400" 400 "field 'force' must be true or false"
+  post /api/terminate '{"id":"sleep-2","reason":"stuck"}'
+  expect_code "terminate: 200" 200 '"terminated":1'
+  run_cmd status sleep-2 --store "$S"
+  grep -q '"status":"Failed"' <<<"$OUT" && grep -q "stuck" <<<"$OUT"
+  check "terminate fails the instance at once with the reason" $? "$OUT" "$ERR"
+  post /api/terminate '{"id":"sleep-2"}'
+  expect_code "terminate of a finished instance: 409" 409 "sleep-2"
+  post /api/delete '{"id":"sleep-2"}'
+  expect_code "delete of a finished instance: 200" 200 '"deleted":1'
+  http GET "/api/instance?id=sleep-2"
+  expect_code "a deleted instance is gone: 404" 404 "unknown instance 'sleep-2'"
   http GET /api/sessions
   expect_code "GET /api/sessions" 200 '"sessions":\['
   http GET /api/workers
@@ -229,7 +246,7 @@ c4_metrics() {
   grep -qi "^Content-Type: text/plain; version=0.0.4" <<<"$BODY"
   check "/metrics has the Prometheus content type" $? "$BODY"
   http GET /metrics
-  awk '/^duroxide_turns_total/ { if ($NF + 0 >= 1) ok = 1 } END { exit !ok }' <<<"$BODY"
+  awk '/^duroxide_orchestration_turns_total\{outcome="committed"\}/ { if ($NF + 0 >= 1) ok = 1 } END { exit !ok }' <<<"$BODY"
   check "/metrics counts the turns run" $? "$BODY"
   http GET /other
   expect_code "/other: 404" 404 "metrics are at /metrics"

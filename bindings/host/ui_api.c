@@ -16,13 +16,6 @@
 /* Refuse (400) a query argument the route does not take (`allowed`: NULL-terminated). */
 static int check_args_known(dxh_req_t *r, const char *const *allowed);
 
-static const char *const statuses[] = {"Running", "Completed", "Failed", "Pending", NULL};
-
-/* The store's status as the console names it (a start no worker has run yet is Pending). */
-static const char *status_word(int status) {
-  return status == DX_STATUS_NONE ? "Pending" : dx_status_name(status);
-}
-
 /* A required id argument or field: non-empty, within the limit. 0, or replies 400. */
 static int check_id(dxh_req_t *r, const char *where, const char *id) {
   char msg[200];
@@ -119,188 +112,90 @@ static json_t *parsed_or_null(const char *text) {
 
 /* {===== instances =====} */
 
-/* One instance as the list and the instance page show it. */
-static json_t *instance_json(const char *id, const dx_instance_info_t *info) {
-  json_t *o = json_pack("{s:s, s:s, s:s?, s:s?, s:I, s:I, s:I}", "instance_id", id, "status",
-                        status_word(info->status), "orchestration", info->orchestration_name,
-                        "version", info->orchestration_version, "execution_id",
-                        (json_int_t)info->current_execution_id, "created_at_ms",
-                        (json_int_t)info->created_at_ms, "updated_at_ms",
-                        (json_int_t)info->updated_at_ms);
-  if (!o) return NULL;
-  if (info->parent_instance) json_object_set_new(o, "parent", json_string(info->parent_instance));
-  if (info->status == DX_STATUS_COMPLETED)
-    json_object_set_new(o, "output", parsed_or_null(info->output));
-  if (info->status == DX_STATUS_FAILED)
-    json_object_set_new(o, "error",
-                        json_pack("{s:s?, s:s?}", "kind", info->failure.kind, "message",
-                                  info->failure.message));
-  if (info->custom_status)
-    json_object_set_new(o, "custom_status", parsed_or_null(info->custom_status));
-  return o;
-}
-
-typedef struct {
-  dxh_ui_t *u;
-  const char *status, *name, *after;
-  int skipping;
-  size_t limit;
-  json_t *rows;
-  const char *next; /* set when there is a page after this one */
-  char next_buf[DX_MAX_INSTANCE_ID_BYTES + 1];
-} list_walk_t;
-
-/* Newest first; the cursor is the id of the last row shown. */
-static int list_one(void *ud, const char *id) {
-  list_walk_t *w = ud;
-  dx_provider_t *p = dx_client_provider(w->u->cl);
-  dx_instance_info_t info;
-  if (w->skipping) {
-    if (strcmp(id, w->after) == 0) w->skipping = 0;
-    return 0;
-  }
-  memset(&info, 0, sizeof info);
-  if (p->methods->get_instance_info(p, id, &info, NULL) != 0) return 0; /* deleted meanwhile */
-  if ((!w->status || strcmp(status_word(info.status), w->status) == 0) &&
-      (!w->name || (info.orchestration_name && strcmp(info.orchestration_name, w->name) == 0))) {
-    if (json_array_size(w->rows) == w->limit) {
-      json_t *last = json_array_get(w->rows, w->limit - 1);
-      snprintf(w->next_buf, sizeof w->next_buf, "%s",
-               json_string_value(json_object_get(last, "instance_id")));
-      w->next = w->next_buf;
-      dx_instance_info_clear(&info);
-      return 1;
-    }
-    json_array_append_new(w->rows, instance_json(id, &info));
-  }
-  dx_instance_info_clear(&info);
-  return 0;
+/* JSON text made by the client (malloc'd, taken) as a tree; NULL when it does not parse. */
+static json_t *take_json(char *text) {
+  json_t *j = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+  free(text);
+  return j;
 }
 
 static void api_instances(dxh_ui_t *u, dxh_req_t *r) {
   static const char *const args[] = {"status", "name", "limit", "after", NULL};
-  dx_provider_t *p = dx_client_provider(u->cl);
-  list_walk_t w;
+  dx_list_query_t q;
   uint64_t limit = 50;
+  const char *status = dxh_req_arg(r, "status"), *name = dxh_req_arg(r, "name");
+  const char *after = dxh_req_arg(r, "after");
+  char *page = NULL;
   dx_error_t err;
-  const char *const *s;
-  if (check_args_known(r, args) != 0 || uint_arg(r, "limit", 500, &limit) != 0) return;
-  memset(&w, 0, sizeof w);
-  w.u = u;
-  w.status = dxh_req_arg(r, "status");
-  w.name = dxh_req_arg(r, "name");
-  w.after = dxh_req_arg(r, "after");
-  if (w.status && !*w.status) w.status = NULL;
-  if (w.name && !*w.name) w.name = NULL;
-  if (w.after && !*w.after) w.after = NULL;
-  if (w.status) {
-    for (s = statuses; *s && strcmp(*s, w.status) != 0; s++) {}
-    if (!*s) {
-      dxh_reply_error(r, 400, "query parameter status '%s' is not one of Running, Completed, "
-                      "Failed, Pending", w.status);
-      return;
-    }
-  }
-  if (w.name && strlen(w.name) > DX_MAX_NAME_BYTES) {
-    dxh_reply_error(r, 400, "%s", "query parameter name is longer than an orchestration name "
-                    "can be");
+  if (check_args_known(r, args) != 0 || uint_arg(r, "limit", DX_LIST_MAX_LIMIT, &limit) != 0)
+    return;
+  memset(&q, 0, sizeof q);
+  q.status = status && *status ? dx_status_filter_from_name(status) : DX_LIST_ANY;
+  if (q.status == -100) {
+    dxh_reply_error(r, 400, "query parameter status '%s' is not one of Pending, Running, "
+                    "Completed, Failed", status);
     return;
   }
-  if (w.after && check_id(r, "query parameter after", w.after) != 0) return;
-  w.skipping = w.after != NULL;
-  w.limit = (size_t)limit;
-  w.rows = json_array();
-  if (p->methods->list_instances(p, list_one, &w, &err) != 0) {
-    json_decref(w.rows);
-    reply_client_error(r, &err);
+  q.name = name && *name ? name : NULL;
+  q.after = after && *after ? after : NULL;
+  q.limit = (size_t)limit;
+  if (dx_client_list_json(u->cl, &q, &page, &err) != 0) {
+    reply_client_error(r, &err); /* a bad name or cursor: 400 naming it */
     return;
   }
-  dxh_reply_json(r, 200, json_pack("{s:o, s:s?}", "instances", w.rows, "next", w.next));
+  dxh_reply_json(r, 200, take_json(page));
 }
 
-/* What the instance waits for, read from its current execution's history: activities and
-** sub-orchestrations without a result, timers not fired, events subscribed and not received. */
-static void add_pending(json_t *o, const dx_event_t *ev, size_t n) {
-  json_t *acts = json_array(), *timers = json_array(), *subs = json_array(),
-         *children = json_array();
-  size_t i, j;
-  for (i = 0; i < n; i++) {
-    const dx_event_t *e = &ev[i];
-    int done = 0;
-    int k = e->kind;
-    if (k != DX_EV_ACT_SCHEDULED && k != DX_EV_TIMER_CREATED && k != DX_EV_EXT_SUBSCRIBED &&
-        k != DX_EV_SUB_SCHEDULED)
-      continue;
-    for (j = i + 1; j < n && !done; j++) {
-      if (k == DX_EV_EXT_SUBSCRIBED) /* the next event of that name after the subscription */
-        done = ev[j].kind == DX_EV_EXT_EVENT && ev[j].name && e->name &&
-               strcmp(ev[j].name, e->name) == 0;
-      else
-        done = ev[j].source_id == e->event_id &&
-               (ev[j].kind == DX_EV_ACT_COMPLETED || ev[j].kind == DX_EV_ACT_FAILED ||
-                ev[j].kind == DX_EV_TIMER_FIRED || ev[j].kind == DX_EV_SUB_COMPLETED ||
-                ev[j].kind == DX_EV_SUB_FAILED);
-      if (done && k == DX_EV_EXT_SUBSCRIBED) break;
-    }
-    if (k == DX_EV_SUB_SCHEDULED)
-      json_array_append_new(children, json_pack("{s:s?, s:s?, s:I, s:b}", "instance_id",
-                                                e->instance, "orchestration", e->name,
-                                                "event_id", (json_int_t)e->event_id,
-                                                "finished", done));
-    if (done) continue;
-    if (k == DX_EV_ACT_SCHEDULED)
-      json_array_append_new(acts, json_pack("{s:I, s:s?, s:s?, s:I}", "event_id",
-                                            (json_int_t)e->event_id, "name", e->name,
-                                            "session_id", e->session_id, "scheduled_at_ms",
-                                            (json_int_t)e->timestamp_ms));
-    else if (k == DX_EV_TIMER_CREATED)
-      json_array_append_new(timers, json_pack("{s:I, s:I}", "event_id", (json_int_t)e->event_id,
-                                              "fire_at_ms", (json_int_t)e->fire_at_ms));
-    else if (k == DX_EV_EXT_SUBSCRIBED)
-      json_array_append_new(subs, json_pack("{s:I, s:s?}", "event_id", (json_int_t)e->event_id,
-                                            "name", e->name));
-  }
-  json_object_set_new(o, "pending", json_pack("{s:o, s:o, s:o}", "activities", acts, "timers",
-                                              timers, "events", subs));
-  json_object_set_new(o, "children", children);
+/* The input of the current execution (its OrchestrationStarted event), or nothing. */
+static void add_input(dxh_ui_t *u, const char *id, json_t *o) {
+  dx_event_t *ev = NULL;
+  size_t n = 0, i;
+  if (dx_client_history(u->cl, id, 0, &ev, &n, NULL) != 0) return; /* queued: no history */
   for (i = 0; i < n; i++)
     if (ev[i].kind == DX_EV_ORCH_STARTED) {
       json_object_set_new(o, "input", parsed_or_null(ev[i].data));
       break;
     }
+  dx_events_free(ev, n);
 }
 
+/* describe's children are ids: add each one's orchestration and status for the page. */
+static void add_child_rows(dxh_ui_t *u, json_t *o) {
+  dx_provider_t *p = dx_client_provider(u->cl);
+  json_t *rows = json_array(), *c;
+  size_t i;
+  json_array_foreach(json_object_get(o, "children"), i, c) {
+    const char *cid = json_string_value(c);
+    dx_instance_info_t info;
+    memset(&info, 0, sizeof info);
+    if (!cid) continue;
+    if (p->methods->get_instance_info(p, cid, &info, NULL) == 0)
+      json_array_append_new(rows, json_pack("{s:s, s:s, s:s?}", "instance_id", cid, "status",
+                                            dx_list_status_name(info.status), "orchestration",
+                                            info.orchestration_name));
+    else
+      json_array_append_new(rows, json_pack("{s:s}", "instance_id", cid));
+    dx_instance_info_clear(&info);
+  }
+  json_object_set_new(o, "child_rows", rows);
+}
+
+/* describe (everything the store knows about the instance) plus its input and its children's
+** status. */
 static void api_instance(dxh_ui_t *u, dxh_req_t *r) {
   static const char *const args[] = {"id", NULL};
-  dx_provider_t *p = dx_client_provider(u->cl);
   const char *id = dxh_req_arg(r, "id");
-  dx_instance_info_t info;
-  dx_event_t *ev = NULL;
-  size_t n = 0, i;
+  char *text = NULL;
   dx_error_t err;
-  json_t *o, *children;
+  json_t *o;
   if (check_args_known(r, args) != 0 || check_id(r, "query parameter id", id) != 0) return;
-  memset(&info, 0, sizeof info);
-  if (p->methods->get_instance_info(p, id, &info, &err) != 0) {
-    if (err.code == DX_ENOTFOUND) dxh_reply_error(r, 404, "unknown instance '%s'", id);
-    else reply_client_error(r, &err);
+  if (dx_client_describe(u->cl, id, &text, &err) != 0) {
+    reply_client_error(r, &err);
     return;
   }
-  o = instance_json(id, &info);
-  dx_instance_info_clear(&info);
-  if (dx_client_history(u->cl, id, 0, &ev, &n, &err) == 0) {
-    add_pending(o, ev, n);
-    dx_events_free(ev, n);
-  }
-  /* Each child's own status, so the page can show and link it. */
-  children = json_object_get(o, "children");
-  for (i = 0; children && i < json_array_size(children); i++) {
-    json_t *c = json_array_get(children, i);
-    const char *cid = json_string_value(json_object_get(c, "instance_id"));
-    memset(&info, 0, sizeof info);
-    if (cid && p->methods->get_instance_info(p, cid, &info, NULL) == 0)
-      json_object_set_new(c, "status", json_string(status_word(info.status)));
-    dx_instance_info_clear(&info);
+  if ((o = take_json(text)) != NULL) {
+    add_input(u, id, o);
+    add_child_rows(u, o);
   }
   dxh_reply_json(r, 200, o);
 }
@@ -367,10 +262,39 @@ static void api_cancel(dxh_ui_t *u, dxh_req_t *r) {
   json_decref(o);
 }
 
-static void api_not_built(dxh_ui_t *u, dxh_req_t *r) {
-  (void)u;
-  dxh_reply_error(r, 501, "%s is not available: this build has no management calls yet",
-                  dxh_req_path(r));
+static void api_terminate(dxh_ui_t *u, dxh_req_t *r) {
+  static const char *const fields[] = {"id", "reason", NULL};
+  json_t *o = body_object(r, fields);
+  const char *id, *reason;
+  uint64_t n = 0;
+  dx_error_t err;
+  if (!o) return;
+  if (str_field(r, o, "id", &id) == 0 && check_id(r, "field 'id'", id) == 0 &&
+      str_field(r, o, "reason", &reason) == 0) {
+    if (dx_client_terminate(u->cl, id, reason, &n, &err) != 0) reply_client_error(r, &err);
+    else dxh_reply_json(r, 200, json_pack("{s:s, s:I}", "instance_id", id, "terminated",
+                                          (json_int_t)n));
+  }
+  json_decref(o);
+}
+
+static void api_delete(dxh_ui_t *u, dxh_req_t *r) {
+  static const char *const fields[] = {"id", "force", NULL};
+  json_t *o = body_object(r, fields), *force;
+  const char *id;
+  uint64_t n = 0;
+  dx_error_t err;
+  if (!o) return;
+  force = json_object_get(o, "force");
+  if (str_field(r, o, "id", &id) == 0 && check_id(r, "field 'id'", id) == 0) {
+    if (force && !json_is_boolean(force))
+      dxh_reply_error(r, 400, "%s", "field 'force' must be true or false");
+    else if (dx_client_delete(u->cl, id, force && json_is_true(force), &n, &err) != 0)
+      reply_client_error(r, &err);
+    else
+      dxh_reply_json(r, 200, json_pack("{s:s, s:I}", "instance_id", id, "deleted", (json_int_t)n));
+  }
+  json_decref(o);
 }
 
 /* {===== sessions, workers, charts =====} */
@@ -552,8 +476,8 @@ static const struct {
   {"GET", "/api/metrics", 0, api_metrics},
   {"POST", "/api/raise", 1, api_raise},
   {"POST", "/api/cancel", 1, api_cancel},
-  {"POST", "/api/terminate", 1, api_not_built},
-  {"POST", "/api/delete", 1, api_not_built},
+  {"POST", "/api/terminate", 1, api_terminate},
+  {"POST", "/api/delete", 1, api_delete},
 };
 
 static int check_args_known(dxh_req_t *r, const char *const *allowed) {

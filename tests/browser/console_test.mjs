@@ -109,6 +109,19 @@ await check('cancelling from the page ends the sleeping instance', async () => {
   expect(/cancel/i.test(err), 'error does not say cancelled: ' + err);
 });
 
+await check('terminating from the page fails the instance, and delete removes it', async () => {
+  await openInstance('sleep-2');
+  await page.waitForSelector('[data-test=terminate]', { timeout: WAIT });
+  await page.fill('[data-test=reason]', 'stuck in the browser test');
+  await page.click('[data-test=terminate]');
+  await page.waitForFunction(() => document.querySelector('h1 .status')?.textContent === 'Failed', null, { timeout: WAIT });
+  expect((await page.textContent('[data-test=error]')).includes('stuck in the browser test'), 'reason not in the error');
+  await page.click('[data-test=delete]');
+  await page.waitForFunction(() => location.hash === '#/instances', null, { timeout: WAIT });
+  await row('data-instance', 'done-1').waitFor({ timeout: WAIT });
+  expect(await row('data-instance', 'sleep-2').count() === 0, 'sleep-2 still listed after delete');
+});
+
 await check('a parent lists its child, linked', async () => {
   await openInstance('parent-1');
   await page.waitForSelector('[data-test=children] a', { timeout: WAIT });

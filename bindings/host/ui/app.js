@@ -117,7 +117,7 @@ function timeline(events) {
   for (const e of events) if (e.source_event_id) done[e.source_event_id] = e;
   const rows = events.map((e) => {
     const end = done[e.event_id];
-    const left = (100 * (e.timestamp_ms - t0)) / (tEnd - t0);
+    const left = Math.min(99.5, (100 * (e.timestamp_ms - t0)) / (tEnd - t0)); // the last event stays visible
     const dur = end ? end.timestamp_ms - e.timestamp_ms : null;
     const width = end ? Math.max(0.5, (100 * dur) / (tEnd - t0)) : 0.5;
     const detail = [e.name, e.instance, e.session_id && ('session ' + e.session_id), e.reason,
@@ -172,31 +172,36 @@ views.instance = async function (root, id) {
   let hist = { events: [] };
   try { hist = await api('history?' + q({ id, execution: exec })); } catch (e) { /* queued: no history yet */ }
   // An instance that continued as new has older executions: pick one to see its history.
-  const execPicker = inst.execution_id > 1 ? h('select', { 'data-test': 'execution', onchange: (e) => {
+  const execs = (inst.executions || []).map((e) => e.execution_id).reverse();
+  const execPicker = execs.length > 1 ? h('select', { 'data-test': 'execution', onchange: (e) => {
     shownExecution.execution = e.target.value === String(inst.execution_id) ? null : e.target.value;
     render();
-  } }, Array.from({ length: inst.execution_id }, (_, i) => i + 1).reverse().map((n) =>
-    h('option', { value: n, selected: String(n) === String(exec || inst.execution_id) }, 'execution ' + n))) : null;
+  } }, execs.map((n) => h('option', { value: n, selected: String(n) === String(exec || inst.execution_id) }, 'execution ' + n))) : null;
   const kv = (k, v) => (v === undefined || v === null || v === '' ? null : h('tr', {}, h('th', {}, k), h('td', {}, v)));
-  const p = inst.pending || { activities: [], timers: [], events: [] };
+  const lock = (x) => (x.locked_by ? x.locked_by + ' until ' + when(x.locked_until_ms) : x.locked_until_ms ? 'until ' + when(x.locked_until_ms) : '');
+  const row = (...cells) => h('tr', {}, cells.map((c) => h('td', {}, c)));
+  const pending = [
+    ...(inst.pending_activities || []).map((a) => row('activity', a.name, a.attempt, when(a.visible_at_ms), lock(a), a.session_id || '')),
+    ...(inst.pending_timers || []).map((t) => row('timer', '#' + t.timer_id, '', 'fires ' + when(t.fire_at_ms), '', '')),
+    ...(inst.subscribed_events || []).map((e) => row('event', e.name + (e.waiting > 1 ? ' ×' + e.waiting : ''), '', '', '', '')),
+    ...(inst.queued_messages || []).map((m) => row('message', m.type + (m.name ? ' ' + m.name : ''), m.attempt, when(m.visible_at_ms), lock(m), '')),
+  ];
+  const backoff = inst.start_backoff;
   root.replaceChildren(
     h('h1', {}, 'Instance ', h('span', { class: 'mono' }, inst.instance_id), ' ', badge(inst.status)),
     h('table', { class: 'kv', 'data-test': 'summary' }, h('tbody', {},
-      kv('Orchestration', inst.orchestration), kv('Version', inst.version), kv('Execution', inst.execution_id),
+      kv('Orchestration', inst.orchestration), kv('Version', inst.version), kv('Execution', inst.execution_id || null),
       kv('Created', when(inst.created_at_ms)), kv('Updated', when(inst.updated_at_ms)),
-      kv('Parent', inst.parent && instLink(inst.parent)),
-      kv('Custom status', inst.custom_status !== undefined ? h('code', {}, JSON.stringify(inst.custom_status)) : null))),
+      kv('Parent', inst.parent_instance && instLink(inst.parent_instance)),
+      kv('Custom status', inst.custom_status !== undefined ? h('code', {}, JSON.stringify(inst.custom_status)) : null),
+      kv('Start waits', backoff && `attempt ${backoff.attempt}, retry at ${when(backoff.retry_at_ms)}: ${backoff.reason}`))),
     h('div', { class: 'cols' },
       section('Input', h('pre', { 'data-test': 'input' }, json(inst.input))),
       inst.status === 'Completed' ? section('Output', h('pre', { 'data-test': 'output' }, json(inst.output))) : null,
       inst.status === 'Failed' ? section('Error', h('pre', { class: 'err', 'data-test': 'error' }, (inst.error.kind || '') + ': ' + (inst.error.message || ''))) : null),
     section('Actions', actionForms(inst)),
-    section('Pending work', table(['Kind', 'What', 'Since / fires', 'Session'], [
-      ...p.activities.map((a) => h('tr', {}, h('td', {}, 'activity'), h('td', {}, a.name), h('td', {}, when(a.scheduled_at_ms)), h('td', {}, a.session_id || ''))),
-      ...p.timers.map((t) => h('tr', {}, h('td', {}, 'timer'), h('td', {}, '#' + t.event_id), h('td', {}, when(t.fire_at_ms)), h('td', {}, ''))),
-      ...p.events.map((e) => h('tr', {}, h('td', {}, 'event'), h('td', {}, e.name), h('td', {}, ''), h('td', {}, ''))),
-    ], { 'data-test': 'pending' })),
-    section('Children', table(['Instance', 'Orchestration', 'Status'], (inst.children || []).map((c) =>
+    section('Pending work', table(['Kind', 'What', 'Attempt', 'Visible / fires', 'Locked by', 'Session'], pending, { 'data-test': 'pending' })),
+    section('Children', table(['Instance', 'Orchestration', 'Status'], (inst.child_rows || []).map((c) =>
       h('tr', {}, h('td', {}, instLink(c.instance_id)), h('td', {}, c.orchestration || ''), h('td', {}, c.status ? badge(c.status) : ''))), { 'data-test': 'children' })),
     section('History', execPicker, timeline(hist.events)));
 };
