@@ -429,33 +429,26 @@ static void note_moves(dxh_ui_t *u, json_t *rows, int64_t now) {
   u->owners = seen;
 }
 
+/* A chart sample: the store-wide figures of `duroxide-lua stats`, flattened. */
 void dxh_ui_sample(dxh_ui_t *u) {
-  dx_provider_t *p = dx_client_provider(u->cl);
   int64_t now = dx_clock_now_ms();
-  dx_queue_depths_t d;
-  json_t *rows, *s, *row;
-  size_t i, owned = 0, queued = 0;
-  memset(&d, 0, sizeof d);
-  if (p->methods->get_queue_depths(p, &d, NULL) != 0 || !(rows = session_rows(u, now, NULL)))
+  char *text = NULL;
+  json_t *st, *ss, *rows;
+  if (dx_client_stats_json(u->cl, &text, NULL) != 0 || !(st = take_json(text)))
     return; /* the store is busy or gone: a gap in the chart */
-  json_array_foreach(rows, i, row) {
-    owned += strcmp(json_string_value(json_object_get(row, "lease")), "live") == 0;
-    queued += (size_t)json_integer_value(json_object_get(row, "queued"));
-  }
-  {
-    json_t *workers = workers_of(rows);
-    s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "t", (json_int_t)now,
-                  "orchestrator_queue", (json_int_t)d.orchestrator, "worker_queue",
-                  (json_int_t)d.worker, "instances", (json_int_t)d.instances, "sessions",
-                  (json_int_t)json_array_size(rows), "sessions_owned", (json_int_t)owned,
-                  "session_work", (json_int_t)queued, "workers",
-                  (json_int_t)json_array_size(workers));
-    json_decref(workers);
-  }
-  json_array_append_new(u->samples, s);
+  ss = json_object_get(st, "sessions");
+  json_array_append_new(u->samples, json_pack("{s:I, s:O, s:O, s:O, s:O, s:O, s:O, s:I}",
+    "t", (json_int_t)now, "orchestrator_queue", json_object_get(st, "orchestrator_queue"),
+    "worker_queue", json_object_get(st, "worker_queue"), "instances",
+    json_object_get(st, "instances"), "sessions", json_object_get(ss, "total"),
+    "sessions_owned", json_object_get(ss, "live"), "session_work", json_object_get(ss, "queued"),
+    "workers", (json_int_t)json_object_size(json_object_get(ss, "by_worker"))));
+  json_decref(st);
   while (json_array_size(u->samples) > DXH_UI_SAMPLES) json_array_remove(u->samples, 0);
-  note_moves(u, rows, now);
-  json_decref(rows);
+  if ((rows = session_rows(u, now, NULL)) != NULL) {
+    note_moves(u, rows, now);
+    json_decref(rows);
+  }
 }
 
 /* {===== routing =====} */
