@@ -51,6 +51,9 @@ c1_refusals() {
   run_cmd ui --listen 127.0.0.1:0 --token short --store "$S"
   [ "$RC" -eq 2 ] && grep -q -- "--token is too short" <<<"$ERR"
   check "ui refuses a short token (exit 2)" $? "rc=$RC" "$ERR"
+  run_cmd ui --listen 127.0.0.1:0 --token 'abcdefghijklmnop; q' --store "$S"
+  [ "$RC" -eq 2 ] && grep -q -- "--token may contain only" <<<"$ERR"
+  check "ui refuses a token with characters a cookie cannot carry (exit 2)" $? "rc=$RC" "$ERR"
   run_cmd ui --listen example.org:80 --store "$S"
   [ "$RC" -eq 2 ] && grep -q "listen address 'example.org:80' is not HOST:PORT" <<<"$ERR"
   check "ui refuses a host name other than localhost (exit 2)" $? "rc=$RC" "$ERR"
@@ -214,6 +217,9 @@ c3_token() {
   expect_code "token: the bearer header works" 200 '"read_only":false'
   http GET /api/overview -H "Cookie: dx_token=$tok"
   expect_code "token: the cookie works" 200 '"store"'
+  BODY=$(curl -s -D - -o /dev/null "${URL%/}//elsewhere.example/?token=$tok")
+  grep -qi "^Location: /"$'\r'"\?$" <<<"$BODY"
+  check "token: the first-visit redirect always goes to / (no open redirect)" $? "$BODY"
   BODY=$(curl -s -D - -o /dev/null "${URL}?token=$tok")
   grep -q "^HTTP/1.1 303" <<<"$BODY" && grep -qi "^Set-Cookie: dx_token=$tok; HttpOnly; SameSite=Strict" <<<"$BODY" &&
     grep -qi "^Location: /" <<<"$BODY"

@@ -102,7 +102,7 @@ static void on_request(void *ud, dxh_req_t *r) {
       snprintf(cookie, sizeof cookie, "dx_token=%.512s; HttpOnly; SameSite=Strict; Path=/",
                u->token);
       dxh_req_add_header(r, "Set-Cookie", cookie);
-      dxh_req_add_header(r, "Location", path);
+      dxh_req_add_header(r, "Location", "/"); /* never the request's path: "//elsewhere" */
       dxh_reply(r, 303, "text/plain", "", 0, 1);
       return;
     }
@@ -172,6 +172,10 @@ static int parse_args(int argc, char **argv, ui_args_t *a) {
                     "`openssl rand -hex 16`)", "16");
   if (a->token && strlen(a->token) > 512)
     return dxh_fail(2, "--token is longer than %s characters", "512");
+  /* The token travels in a cookie and a header: no spaces, quotes, ';' or control bytes. */
+  if (a->token && a->token[strspn(a->token, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                           "0123456789-._~+/=")] != '\0')
+    return dxh_fail(2, "%s", "--token may contain only letters, digits and - . _ ~ + / =");
   if (a->allow_remote && !a->token)
     return dxh_fail(2, "%s", "--allow-remote needs --token TOKEN: a console reachable from "
                     "other machines must ask for a token");
