@@ -149,6 +149,15 @@ c2_api() {
   expect_code "unknown page: 404" 404
   http GET /api/overview -H 'Host: attacker.example'
   expect_code "a foreign Host header (DNS rebinding): 403" 403 "not a loopback address"
+  # Broken HTTP on raw connections: the server answers or drops them, and keeps serving.
+  hp=${URL#http://}; hp=${hp%/}
+  for junk in 'GARBAGE\r\n\r\n' 'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -5\r\n\r\n' \
+              'POST /api/raise HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n' \
+              'GET /api/instances HTTP/1.1\r\nHost: 127.0.0.1\r\n'; do
+    timeout 5 bash -c "exec 3<>/dev/tcp/${hp%:*}/${hp##*:}; printf '$junk' >&3; timeout 1 cat <&3 >/dev/null" 2>/dev/null
+  done
+  http GET /api/overview
+  expect_code "after broken requests and a half-sent one, the console still serves" 200 '"store"'
   ! has_event "$S" wait-1 ExternalEvent
   check "no refused request raised anything" $? "$(dx history wait-1 --store "$S")"
 
