@@ -55,8 +55,10 @@ static const char MIGRATION_1[] =
 ** the lock and either writes everything or nothing, and returns its outcome as a row
 ** (r_code 0 ok; 1 not locked with that token; 2 lock expired; 3 duplicate event r_a).
 ** CREATE OR REPLACE keeps the migration idempotent; functions resolve tables in the schema
-** they were created in. */
+** they were created in. Also: work.locked_by. */
 static const char MIGRATION_2[] =
+  /* the handle that locked a worker row (liveness: a dead locker's rows are due at once) */
+  "ALTER TABLE work ADD COLUMN IF NOT EXISTS locked_by text;"
   /* messages for the orchestrator, in array order; each instance's queue row folds in its
   ** earliest one (see orch_queue: a concurrent release re-reads the row, nothing is lost) */
   "CREATE OR REPLACE FUNCTION dx_orch_push(o_inst text[], o_vis bigint[], o_item bytea[])"
