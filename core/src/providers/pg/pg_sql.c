@@ -263,7 +263,8 @@ static const char *const SQL[PQ__COUNT] = {
     "WITH c AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
     " ORDER BY due_at, seq LIMIT $3::bigint FOR UPDATE SKIP LOCKED)"
     " UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, attempt = w.attempt + 1 FROM c WHERE w.seq = c.seq"
+    " due_at = $2::bigint, attempt = w.attempt + 1, locked_by = $4::text FROM c"
+    " WHERE w.seq = c.seq"
     " RETURNING w.lock_token, w.attempt, w.item, c.seq, c.due_at",
   [PQ_WORK_UNLOCK] = /* undo WORK_FETCH_PLAIN for a row not handed out: no attempt spent */
     "UPDATE work SET lock_token = NULL, locked_until = NULL, due_at = visible_at,"
@@ -286,6 +287,11 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE w.session_id = s.session_id AND s.owner <> '' AND s.owner <> $2"
     " AND s.locked_until > $1::bigint AND w.lock_token IS NOT NULL"
     " AND w.locked_until > $1::bigint AND" OWNER_DEAD("s.owner", "$3::text", "1"),
+  [PQ_WORK_REAP_PLAIN] = /* liveness on: plain rows locked by a dead handle are due now */
+    "UPDATE work SET due_at = $1::bigint, locked_until = $1::bigint"
+    " WHERE session_id IS NULL AND due_at > $1::bigint AND lock_token IS NOT NULL"
+    " AND locked_until > $1::bigint AND locked_by IS NOT NULL AND locked_by <> $2 AND"
+    OWNER_DEAD("locked_by", "$3::text", "1"),
   [PQ_WORK_REAP_CLAIMED] = /* after a claim ($2 = us): rows the dead previous owner left
     ** locked are due now (they are its: we held nothing of the session before the claim) */
     "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
@@ -366,11 +372,11 @@ static const char *const SQL[PQ__COUNT] = {
     "UPDATE history SET rec = '\\xc1c1c1c1'::bytea WHERE instance_id = $1 AND exec = $2::bigint"
     " AND event_id = $3::bigint",
   [PQ_TEST_EXPIRE] = "UPDATE sessions SET locked_until = $2::bigint WHERE session_id = $1",
-  [PQ_NEXT_DUE_LIVE] = /* liveness on: while session rows or instances are in flight, look
+  [PQ_NEXT_DUE_LIVE] = /* liveness on: while worker rows or instances are in flight, look
     ** again soon (their holder may die; the next fetch sweeps dead holders' locks) */
     "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work),"
-    " CASE WHEN EXISTS (SELECT 1 FROM work WHERE session_id IS NOT NULL"
-    " AND lock_token IS NOT NULL AND locked_until > $1::bigint)"
+    " CASE WHEN EXISTS (SELECT 1 FROM work WHERE lock_token IS NOT NULL"
+    " AND locked_until > $1::bigint)"
     " OR EXISTS (SELECT 1 FROM orch_queue WHERE locked_by IS NOT NULL"
     " AND locked_until > $1::bigint) THEN $2::bigint END)",
   [PQ_NEXT_DUE] =

@@ -262,14 +262,34 @@ static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
   return rc;
 }
 
-/* Send WORK_FETCH_PLAIN for up to k rows; *res receives the lock result at the next wait. */
+/* Send WORK_FETCH_PLAIN for up to k rows, locked under this handle's liveness tag (liveness
+** on); *res receives the lock result at the next wait. */
 static int plain_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresult **res) {
   qp_t q;
   dx__qp_init(&q);
   dx__qp_i64(&q, now);
   dx__qp_i64(&q, dx__sat_add(now, lock_ms));
   dx__qp_i64(&q, k);
+  dx__qp_str(&q, t->p->liveness ? t->p->proc_tag : NULL);
   return dx__pg_qsend(t, PQ_WORK_FETCH_PLAIN, &q, res);
+}
+
+/* Liveness on: hold this handle's lock (its plain rows' locks are its), and at most every
+** sweep period make the rows dead lockers left locked due now: plain rows of dead handles,
+** and (with sessions) in-flight rows of sessions whose owner is dead. */
+static int reap_send(tx_t *t, int64_t now, const dx_session_cfg_t *cfg) {
+  qp_t q;
+  int rc;
+  if (!t->p->liveness) return 0;
+  if ((rc = dx__pg_live_hold(t->p, t->p->proc_tag, t->err))) return rc;
+  if (!dx__pg_live_sweep_due(t->p, &t->p->reaped_at, now)) return 0;
+  dx__qp_init(&q);
+  dx__qp_i64(&q, now);
+  dx__qp_str(&q, t->p->proc_tag);
+  dx__qp_str(&q, t->p->live_prefix);
+  if ((rc = dx__pg_qsend(t, PQ_WORK_REAP_PLAIN, &q, NULL)) || !cfg) return rc;
+  q.v[1] = cfg->worker_id;
+  return dx__pg_qsend(t, PQ_WORK_REAP, &q, NULL);
 }
 
 /* Queue one round's picks: plain rows (locked at once, speculatively) and, with sessions,
@@ -278,6 +298,7 @@ static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
                       int round, int k, dx__pg_wpre_t *r) {
   int rc;
   qp_t qo, qc, qk;
+  if (round == 0 && (rc = reap_send(t, now, cfg))) return rc;
   if (!cfg) return plain_send(t, now, lock_ms, k, &r->plain);
   dx__qp_init(&qo);
   dx__qp_i64(&qo, now);
@@ -290,14 +311,6 @@ static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   dx__qp_i64(&qc, t->p->liveness);
   dx__qp_init(&qk);
   dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
-  if (round == 0 && dx__pg_live_sweep_due(t->p, &t->p->reaped_at, now)) {
-    qp_t qr;
-    dx__qp_init(&qr);
-    dx__qp_i64(&qr, now);
-    dx__qp_str(&qr, cfg->worker_id);
-    dx__qp_str(&qr, t->p->live_prefix);
-    if ((rc = dx__pg_qsend(t, PQ_WORK_REAP, &qr, NULL))) return rc;
-  }
   /* the advisory lock serializes every claim made under this worker id (held to the end of
   ** the transaction), so the capacity count and the claim cannot interleave */
   if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
