@@ -497,9 +497,11 @@ int64_t dx__lm_live_next_sweep(lm_t *p);
 int dx__lm_live_locks_due(lm_t *p, int64_t now);
 /* 0 only when the kernel says the handle that recorded `locker` on a lock is gone. */
 int dx__lm_live_locker_alive(lm_t *p, uint64_t locker);
-/* Sweeps (orch.c, work.c): locks taken by dead handles become due now. */
+/* Sweeps (orch.c, work.c): locks taken by dead handles become due now. The fetch that finds
+** the sweep due runs both (one stamp for both, so neither is starved by the other). */
 int dx__lm_orch_reap_dead(tx_t *t, lm_t *p, int64_t now);
 int dx__lm_work_reap_dead(tx_t *t, lm_t *p, int64_t now);
+int dx__lm_reap_dead_locks(tx_t *t, lm_t *p, int64_t now);
 int dx__lm_worker_register(dx_provider_t *pp, const char *worker, int64_t now,
                            dx_error_t *err);
 void dx__lm_worker_unregister(dx_provider_t *pp, const char *worker);

@@ -383,7 +383,7 @@ static int orch_fetch(tx_t *t, lm_t *lm, int sweep, int64_t now, int64_t lock_ms
   orch_cand_t c;
   int rc;
   memset(&c, 0, sizeof c);
-  if (sweep && (rc = dx__lm_orch_reap_dead(t, lm, now))) return rc;
+  if (sweep && (rc = dx__lm_reap_dead_locks(t, lm, now))) return rc;
   for (;;) { /* each round locks an instance or removes the candidate from the indexes */
     if ((rc = orch_pick(t, now, &c)) || !c.inst) break;
     rc = orch_try_lock(t, lm, &c, now, lock_ms, out);

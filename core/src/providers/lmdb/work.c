@@ -453,11 +453,16 @@ int dx__lm_work_reap_dead(tx_t *t, lm_t *p, int64_t now) {
   return rc;
 }
 
+int dx__lm_reap_dead_locks(tx_t *t, lm_t *p, int64_t now) {
+  int rc = dx__lm_work_reap_dead(t, p, now);
+  return rc ? rc : dx__lm_orch_reap_dead(t, p, now);
+}
+
 static int work_fetch(tx_t *t, lm_t *lm, int sweep, int locks, int64_t now, int64_t lock_ms,
                       const dx_session_cfg_t *cfg, dx_work_fetch_t *out) {
   work_cand_t c;
   int rc;
-  if (locks && (rc = dx__lm_work_reap_dead(t, lm, now))) return rc;
+  if (locks && (rc = dx__lm_reap_dead_locks(t, lm, now))) return rc;
   if (sweep && (rc = reap_dead(t, lm, cfg->worker_id, NULL, now))) return rc;
   for (;;) { /* a round only repeats after removing a stray index entry or a close item */
     if ((rc = work_pick(t, lm, now, cfg, &c)) || !c.found) return rc;
