@@ -90,6 +90,18 @@ static const char MIGRATION_2[] =
   " DELETE FROM orch_queue WHERE instance_id = p_inst AND lock_token IS NULL"
   "  AND ready_at IS NULL;"
   " $f$;"
+  /* an execution's row: created running (status 0), or given its final status */
+  "CREATE OR REPLACE FUNCTION dx_exec_set(p_inst text, p_exec bigint, p_status bigint,"
+  " p_output text, p_fcat bigint, p_fkind text, p_fmsg text, p_fretry bigint, p_now bigint)"
+  " RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $f$"
+  " INSERT INTO executions AS e (instance_id, exec, status, output, f_cat, f_kind, f_msg,"
+  "  f_retry, started_at, completed_at) VALUES (p_inst, p_exec,"
+  "  CASE WHEN p_status = 0 THEN 1 ELSE p_status END, p_output, p_fcat, p_fkind, p_fmsg,"
+  "  p_fretry, p_now, CASE WHEN p_status = 0 THEN 0 ELSE p_now END)"
+  "  ON CONFLICT (instance_id, exec) DO UPDATE SET status = p_status, output = p_output,"
+  "  f_cat = p_fcat, f_kind = p_fkind, f_msg = p_fmsg, f_retry = p_fretry,"
+  "  completed_at = p_now WHERE p_status <> 0;"
+  " $f$;"
   /* one orchestration turn (provider.h ack_orchestration_item) */
   "CREATE OR REPLACE FUNCTION dx_ack_orch(p_inst text, p_token bigint, p_now bigint,"
   " p_exec bigint, p_dup bigint, e_id bigint[], e_rec bytea[], p_name text, p_version text,"
@@ -121,13 +133,8 @@ static const char MIGRATION_2[] =
   "   current_exec = GREATEST(i.current_exec, p_exec),"
   "   custom_status = CASE WHEN p_cs_set <> 0 THEN p_cs ELSE i.custom_status END,"
   "   cs_version = i.cs_version + p_cs_set, updated_at = p_now;"
-  "  INSERT INTO executions AS e (instance_id, exec, status, output, f_cat, f_kind, f_msg,"
-  "   f_retry, started_at, completed_at) VALUES (p_inst, p_exec,"
-  "   CASE WHEN p_status = 0 THEN 1 ELSE p_status END, p_output, p_fcat, p_fkind, p_fmsg,"
-  "   p_fretry, p_now, CASE WHEN p_status = 0 THEN 0 ELSE p_now END)"
-  "   ON CONFLICT (instance_id, exec) DO UPDATE SET status = p_status, output = p_output,"
-  "   f_cat = p_fcat, f_kind = p_fkind, f_msg = p_fmsg, f_retry = p_fretry,"
-  "   completed_at = p_now WHERE p_status <> 0;"
+  "  PERFORM dx_exec_set(p_inst, p_exec, p_status, p_output, p_fcat, p_fkind, p_fmsg,"
+  "   p_fretry, p_now);"
   "  INSERT INTO history (instance_id, exec, event_id, rec)"
   "   SELECT p_inst, p_exec, u.i, u.r FROM unnest(e_id, e_rec) u(i, r);"
   "  PERFORM dx_work_push(p_now, w_sid, w_inst, w_exec, w_act, w_kind, w_item);"
@@ -185,6 +192,17 @@ const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__p
   " AND NOT EXISTS (SELECT 1 FROM work x WHERE x.session_id = w.session_id"                 \
   " AND (x.due_at < w.due_at OR (x.due_at = w.due_at AND x.seq < w.seq)))"
 
+/* Management: an instance's queue rows go, with session rows they leave unowned and empty
+** (the CTEs share one snapshot: rows deleted by `w` still show, hence the instance test). */
+#define DROP_QUEUES_CTE(inst)                                                               \
+  " dm AS (DELETE FROM orch_msgs WHERE instance_id = " inst " RETURNING 1),"               \
+  " dq AS (DELETE FROM orch_queue WHERE instance_id = " inst " RETURNING 1),"              \
+  " dw AS (DELETE FROM work WHERE instance_id = " inst " RETURNING session_id),"           \
+  " ds AS (DELETE FROM sessions ss WHERE ss.owner = ''"                                     \
+  " AND ss.session_id IN (SELECT session_id FROM dw WHERE session_id IS NOT NULL)"          \
+  " AND NOT EXISTS (SELECT 1 FROM work x WHERE x.session_id = ss.session_id"                \
+  " AND x.instance_id <> " inst "))"
+
 static const char *const SQL[PQ__COUNT] = {
   [PQ_LOCK_KEY] = "SELECT pg_advisory_xact_lock($1::bigint)::text",
 
@@ -218,6 +236,9 @@ static const char *const SQL[PQ__COUNT] = {
     " $13::bigint, $14::text, $15::bigint, $16::text, $17::text, $18::bigint, $19::text[],"
     " $20::text[], $21::bigint[], $22::bigint[], $23::bigint[], $24::bytea[], $25::text[],"
     " $26::bigint[], $27::bigint[], $28::text[], $29::bigint[], $30::bytea[], $31::text[])",
+  [PQ_EXEC_UPSERT] = /* migration 2 */
+    "SELECT dx_exec_set($1, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::text, $7::text,"
+    " $8::bigint, $9::bigint)",
   [PQ_ACK_WORK] = "SELECT * FROM dx_ack_work($1::bigint, $2::bigint, $3::text, $4::bytea)",
   [PQ_START_CLAIM] =
     "INSERT INTO started (instance_id) SELECT $1::text"
@@ -379,6 +400,66 @@ static const char *const SQL[PQ__COUNT] = {
     " AND locked_until > $1::bigint)"
     " OR EXISTS (SELECT 1 FROM orch_queue WHERE locked_by IS NOT NULL"
     " AND locked_until > $1::bigint) THEN $2::bigint END)",
+  /* management (admin.c): a page of recorded instances newest first, strictly after the
+  ** cursor ($1, $2); $7 status: -1 any, -2 terminal, else a status (continued-as-new counts
+  ** as running). One row more than asked tells whether a next page exists. */
+  [PQ_ADM_PAGE] =
+    "SELECT i.instance_id, i.name, i.version, i.current_exec, i.custom_status, i.cs_version,"
+    " i.created_at, i.updated_at, i.parent, e.status, e.output, e.f_cat, e.f_kind, e.f_msg,"
+    " e.f_retry, i.created_seq FROM instances i LEFT JOIN executions e"
+    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec"
+    " WHERE (i.created_at, i.created_seq) < ($1::bigint, $2::bigint)"
+    " AND ($3::text IS NULL OR i.name = $3::text) AND i.created_at > $4::bigint"
+    " AND ($5::bigint = 0 OR i.updated_at < $5::bigint) AND ($6::bigint = 0 OR i.parent IS NULL)"
+    " AND ($7::bigint = -1 OR ($7::bigint = -2 AND e.status IN (2, 3))"
+    " OR CASE WHEN e.status = 4 THEN 1 ELSE coalesce(e.status, 0) END = $7::bigint)"
+    " ORDER BY i.created_at DESC, i.created_seq DESC LIMIT $8::bigint",
+  [PQ_ADM_QUEUED] = /* messages of instances with queue state and no record */
+    "SELECT m.instance_id, m.seq, m.visible_at, m.item FROM orch_msgs m"
+    " WHERE m.instance_id IN (SELECT q.instance_id FROM orch_queue q WHERE NOT EXISTS"
+    " (SELECT 1 FROM instances i WHERE i.instance_id = q.instance_id))"
+    " ORDER BY m.instance_id, m.seq",
+  [PQ_ADM_EXECS] =
+    "SELECT e.exec, e.status, e.started_at, e.completed_at,"
+    " (SELECT count(*) FROM history h WHERE h.instance_id = e.instance_id AND h.exec = e.exec)"
+    " FROM executions e WHERE e.instance_id = $1 ORDER BY e.exec",
+  [PQ_ADM_QUEUE_ORCH] =
+    "SELECT m.visible_at, m.attempt, m.item,"
+    " CASE WHEN q.lock_token IS NOT NULL AND m.lock_token = q.lock_token THEN q.locked_until END,"
+    " CASE WHEN q.lock_token IS NOT NULL AND m.lock_token = q.lock_token THEN q.locked_by END"
+    " FROM orch_msgs m LEFT JOIN orch_queue q ON q.instance_id = m.instance_id"
+    " WHERE m.instance_id = $1 ORDER BY m.seq",
+  [PQ_ADM_QUEUE_WORK] =
+    "SELECT w.visible_at, w.attempt, w.item,"
+    " CASE WHEN w.lock_token IS NOT NULL THEN w.locked_until END,"
+    " CASE WHEN s.owner <> '' THEN s.owner END"
+    " FROM work w LEFT JOIN sessions s ON s.session_id = w.session_id"
+    " WHERE w.instance_id = $1 ORDER BY w.seq",
+  [PQ_ADM_STATUS] = /* status of a record (0: no execution), -1: queued only, no row: unknown */
+    "SELECT coalesce(e.status, 0) FROM instances i LEFT JOIN executions e"
+    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec WHERE i.instance_id = $1"
+    " UNION ALL SELECT -1 FROM orch_queue q WHERE q.instance_id = $1"
+    " AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.instance_id = $1) LIMIT 1",
+  [PQ_ADM_DELETE] = /* everything under one id; returns how much was there */
+    "WITH" DROP_QUEUES_CTE("$1") ","
+    " dh AS (DELETE FROM history WHERE instance_id = $1 RETURNING 1),"
+    " de AS (DELETE FROM executions WHERE instance_id = $1 RETURNING 1),"
+    " dst AS (DELETE FROM started WHERE instance_id = $1 RETURNING 1),"
+    " di AS (DELETE FROM instances WHERE instance_id = $1 RETURNING 1)"
+    " SELECT (SELECT count(*) FROM di) + (SELECT count(*) FROM de) + (SELECT count(*) FROM dh)"
+    " + (SELECT count(*) FROM dq)",
+  [PQ_ADM_PRUNE] = /* ended executions older than the newest $2 */
+    "WITH old AS (SELECT exec FROM executions WHERE instance_id = $1 AND status <> 1"
+    " AND exec <= (SELECT current_exec FROM instances WHERE instance_id = $1) - $2::bigint),"
+    " dh AS (DELETE FROM history WHERE instance_id = $1 AND exec IN (SELECT exec FROM old)),"
+    " de AS (DELETE FROM executions WHERE instance_id = $1 AND exec IN (SELECT exec FROM old)"
+    " RETURNING 1) SELECT count(*) FROM de",
+  [PQ_ADM_TERM_CHECK] =
+    "SELECT i.current_exec, coalesce(e.status, 0) FROM instances i LEFT JOIN executions e"
+    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec WHERE i.instance_id = $1"
+    " FOR UPDATE OF i",
+  [PQ_ADM_TOUCH] = "UPDATE instances SET updated_at = $2::bigint WHERE instance_id = $1",
+  [PQ_ADM_DROP_QUEUES] = "WITH" DROP_QUEUES_CTE("$1") " SELECT 1",
   [PQ_NEXT_DUE] =
     "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work))",
 };
