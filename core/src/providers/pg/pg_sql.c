@@ -54,15 +54,17 @@ static const char MIGRATION_1[] =
 ** acks need no check round trip of their own (pg_cycle.c): each ack is one call that checks
 ** the lock and either writes everything or nothing, and returns its outcome as a row
 ** (r_code 0 ok; 1 not locked with that token; 2 lock expired; 3 duplicate event r_a).
-** CREATE OR REPLACE keeps the migration idempotent; functions resolve tables in the schema
-** they were created in. Also: work.locked_by. */
+** CREATE OR REPLACE keeps the migration idempotent. The two entry points resolve tables in the
+** schema they were created in; the helpers they call (also called directly, on connections
+** whose search_path is the schema) run in the caller's path, which saves a path switch per
+** call. Helpers are PL/pgSQL, not SQL, so their plans are cached per connection. Also: work.locked_by. */
 static const char MIGRATION_2[] =
   /* the handle that locked a worker row (liveness: a dead locker's rows are due at once) */
   "ALTER TABLE work ADD COLUMN IF NOT EXISTS locked_by text;"
   /* messages for the orchestrator, in array order; each instance's queue row folds in its
   ** earliest one (see orch_queue: a concurrent release re-reads the row, nothing is lost) */
   "CREATE OR REPLACE FUNCTION dx_orch_push(o_inst text[], o_vis bigint[], o_item bytea[])"
-  " RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $f$"
+  " RETURNS void LANGUAGE plpgsql AS $f$ BEGIN"
   " INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
   "  SELECT nextval('dx_seq'), u.i, u.v, u.it FROM unnest(o_inst, o_vis, o_item) u(i, v, it);"
   " INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
@@ -70,30 +72,30 @@ static const char MIGRATION_2[] =
   "  ON CONFLICT (instance_id) DO UPDATE SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
   "  due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
   "  ELSE q.due_at END;"
-  " $f$;"
+  " END $f$;"
   /* worker rows, visible at p_vis */
   "CREATE OR REPLACE FUNCTION dx_work_push(p_vis bigint, w_sid text[], w_inst text[],"
   " w_exec bigint[], w_act bigint[], w_kind bigint[], w_item bytea[])"
-  " RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $f$"
+  " RETURNS void LANGUAGE plpgsql AS $f$ BEGIN"
   " INSERT INTO work (seq, due_at, visible_at, session_id, instance_id, exec, activity_id,"
   "  kind, item) SELECT nextval('dx_seq'), p_vis, p_vis, u.s, u.i, u.e, u.a, u.k, u.it"
   "  FROM unnest(w_sid, w_inst, w_exec, w_act, w_kind, w_item) u(s, i, e, a, k, it);"
-  " $f$;"
+  " END $f$;"
   /* unlock an instance: ready at its earliest remaining message (or what concurrent
   ** enqueuers folded in); the row goes when nothing is left */
   "CREATE OR REPLACE FUNCTION dx_orch_release(p_inst text)"
-  " RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $f$"
+  " RETURNS void LANGUAGE plpgsql AS $f$ BEGIN"
   " UPDATE orch_queue q SET lock_token = NULL, locked_until = NULL, locked_by = NULL,"
   "  ready_at = LEAST(q.ready_at, m.nxt), due_at = LEAST(q.ready_at, m.nxt)"
   "  FROM (SELECT min(visible_at) AS nxt FROM orch_msgs WHERE instance_id = p_inst) m"
   "  WHERE q.instance_id = p_inst;"
   " DELETE FROM orch_queue WHERE instance_id = p_inst AND lock_token IS NULL"
   "  AND ready_at IS NULL;"
-  " $f$;"
+  " END $f$;"
   /* an execution's row: created running (status 0), or given its final status */
   "CREATE OR REPLACE FUNCTION dx_exec_set(p_inst text, p_exec bigint, p_status bigint,"
   " p_output text, p_fcat bigint, p_fkind text, p_fmsg text, p_fretry bigint, p_now bigint)"
-  " RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $f$"
+  " RETURNS void LANGUAGE plpgsql AS $f$ BEGIN"
   " INSERT INTO executions AS e (instance_id, exec, status, output, f_cat, f_kind, f_msg,"
   "  f_retry, started_at, completed_at) VALUES (p_inst, p_exec,"
   "  CASE WHEN p_status = 0 THEN 1 ELSE p_status END, p_output, p_fcat, p_fkind, p_fmsg,"
@@ -101,7 +103,7 @@ static const char MIGRATION_2[] =
   "  ON CONFLICT (instance_id, exec) DO UPDATE SET status = p_status, output = p_output,"
   "  f_cat = p_fcat, f_kind = p_fkind, f_msg = p_fmsg, f_retry = p_fretry,"
   "  completed_at = p_now WHERE p_status <> 0;"
-  " $f$;"
+  " END $f$;"
   /* one orchestration turn (provider.h ack_orchestration_item) */
   "CREATE OR REPLACE FUNCTION dx_ack_orch(p_inst text, p_token bigint, p_now bigint,"
   " p_exec bigint, p_dup bigint, e_id bigint[], e_rec bytea[], p_name text, p_version text,"
@@ -137,12 +139,14 @@ static const char MIGRATION_2[] =
   "   p_fretry, p_now);"
   "  INSERT INTO history (instance_id, exec, event_id, rec)"
   "   SELECT p_inst, p_exec, u.i, u.r FROM unnest(e_id, e_rec) u(i, r);"
-  "  PERFORM dx_work_push(p_now, w_sid, w_inst, w_exec, w_act, w_kind, w_item);"
-  "  DELETE FROM work w USING unnest(c_inst, c_exec, c_act) u(i, e, a)"
-  "   WHERE w.instance_id = u.i AND w.exec = u.e AND w.activity_id = u.a;"
-  "  PERFORM dx_orch_push(o_inst, o_vis, o_item);"
-  "  INSERT INTO started (instance_id) SELECT DISTINCT u.i FROM unnest(o_start) u(i)"
-  "   ON CONFLICT DO NOTHING;" /* a child's id is taken too */
+  "  IF cardinality(w_inst) > 0 THEN"
+  "   PERFORM dx_work_push(p_now, w_sid, w_inst, w_exec, w_act, w_kind, w_item); END IF;"
+  "  IF cardinality(c_inst) > 0 THEN DELETE FROM work w USING unnest(c_inst, c_exec, c_act)"
+  "   u(i, e, a) WHERE w.instance_id = u.i AND w.exec = u.e AND w.activity_id = u.a; END IF;"
+  "  IF cardinality(o_inst) > 0 THEN PERFORM dx_orch_push(o_inst, o_vis, o_item); END IF;"
+  "  IF cardinality(o_start) > 0 THEN" /* a child's id is taken too */
+  "   INSERT INTO started (instance_id) SELECT DISTINCT u.i FROM unnest(o_start) u(i)"
+  "   ON CONFLICT DO NOTHING; END IF;"
   "  PERFORM dx_orch_release(p_inst);"
   "  RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;"
   " END $f$;"
@@ -217,18 +221,21 @@ static const char *const SQL[PQ__COUNT] = {
     " u AS (UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text"
     " FROM c WHERE q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at),"
-    " m AS (UPDATE orch_msgs o SET lock_token = u.lock_token, attempt = o.attempt + 1 FROM u"
-    " WHERE o.instance_id = u.instance_id AND o.visible_at <= $1::bigint"
+    /* = ANY(ARRAY(...)) and LATERAL keep every lookup on an index, whatever the sizes */
+    " m AS (UPDATE orch_msgs o SET attempt = o.attempt + 1, lock_token ="
+    " (SELECT u.lock_token FROM u WHERE u.instance_id = o.instance_id)"
+    " WHERE o.instance_id = ANY(ARRAY(SELECT instance_id FROM u)) AND o.visible_at <= $1::bigint"
     " RETURNING o.instance_id, o.seq, o.attempt, o.item)"
     " SELECT u.due_at, u.instance_id, 0::bigint, u.lock_token, 0::bigint, NULL::text,"
     " NULL::text, NULL::bytea FROM u"
     " UNION ALL SELECT u.due_at, u.instance_id, 1, m.seq, m.attempt, NULL, NULL, m.item"
     " FROM m JOIN u ON u.instance_id = m.instance_id"
     " UNION ALL SELECT u.due_at, u.instance_id, 2, i.current_exec, 0, i.name, i.version, NULL"
-    " FROM u JOIN instances i ON i.instance_id = u.instance_id"
+    " FROM u CROSS JOIN LATERAL (SELECT * FROM instances x WHERE x.instance_id = u.instance_id) i"
     " UNION ALL SELECT u.due_at, u.instance_id, 3, h.event_id, 0, NULL, NULL, h.rec"
-    " FROM u JOIN history h ON h.instance_id = u.instance_id AND h.exec ="
-    " COALESCE((SELECT x.current_exec FROM instances x WHERE x.instance_id = u.instance_id), 1)"
+    " FROM u CROSS JOIN LATERAL (SELECT * FROM history y WHERE y.instance_id = u.instance_id"
+    " AND y.exec = COALESCE((SELECT x.current_exec FROM instances x"
+    " WHERE x.instance_id = u.instance_id), 1)) h"
     " ORDER BY 1, 2, 3, 4",
   [PQ_ACK_ORCH] = /* migration 2; one row: outcome code, detail, detail */
     "SELECT * FROM dx_ack_orch($1, $2::bigint, $3::bigint, $4::bigint, $5::bigint,"
