@@ -54,6 +54,13 @@ c1_refusals() {
   run_cmd ui --listen 127.0.0.1:0 --token 'abcdefghijklmnop; q' --store "$S"
   [ "$RC" -eq 2 ] && grep -q -- "--token may contain only" <<<"$ERR"
   check "ui refuses a token with characters a cookie cannot carry (exit 2)" $? "rc=$RC" "$ERR"
+  printf 'short\n' >"$d/short-token"
+  run_cmd ui --listen 127.0.0.1:0 --token "@$d/short-token" --store "$S"
+  [ "$RC" -eq 2 ] && grep -q -- "--token is too short" <<<"$ERR"
+  check "ui refuses a short token read from a file (exit 2)" $? "rc=$RC" "$ERR"
+  run_cmd ui --help
+  [ "$RC" -eq 0 ] && grep -q "usage: duroxide-lua ui" <<<"$OUT"
+  check "ui --help prints the usage (exit 0)" $? "rc=$RC" "$OUT" "$ERR"
   run_cmd ui --listen example.org:80 --store "$S"
   [ "$RC" -eq 2 ] && grep -q "listen address 'example.org:80' is not HOST:PORT" <<<"$ERR"
   check "ui refuses a host name other than localhost (exit 2)" $? "rc=$RC" "$ERR"

@@ -146,6 +146,10 @@ static int parse_args(int argc, char **argv, ui_args_t *a) {
   for (i = 1; i < argc; i++) {
     char name[64];
     const char *val;
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      printf("usage: duroxide-lua %s\n(see docs/operations.md, Web console)\n", ui_usage);
+      return -1; /* not an error: the caller exits 0 */
+    }
     if (strcmp(argv[i], "--read-only") == 0) { a->read_only = 1; continue; }
     if (strcmp(argv[i], "--allow-remote") == 0) { a->allow_remote = 1; continue; }
     if (strncmp(argv[i], "--", 2) != 0) {
@@ -211,7 +215,10 @@ int dxh_ui(int argc, char **argv) {
   dx_error_t err;
   char msg[512];
   int rc;
-  if ((rc = parse_args(argc, argv, &a)) != 0) return rc;
+  if ((rc = parse_args(argc, argv, &a)) != 0) {
+    free(a.token_buf);
+    return rc < 0 ? 0 : rc;
+  }
   if (dxh_listen_parse(a.listen, &addr, msg, sizeof msg) != 0) {
     free(a.token_buf);
     return dxh_fail(2, "%s", msg);
