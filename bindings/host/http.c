@@ -189,7 +189,8 @@ void dxh_reply_json(dxh_req_t *r, int status, json_t *o) {
 void dxh_reply_error(dxh_req_t *r, int status, const char *fmt, const char *detail) {
   char msg[1024];
   snprintf(msg, sizeof msg, fmt, detail);
-  dxh_reply_json(r, status, json_pack("{s:s}", "error", msg));
+  /* The detail may be user text that is not UTF-8 (an id, a name): keep it, not a 500. */
+  dxh_reply_json(r, status, json_pack("{s:o}", "error", dx__json_text(msg)));
 }
 
 static void req_free(dxh_req_t *r) {

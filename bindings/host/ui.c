@@ -130,7 +130,8 @@ static int read_token(ui_args_t *a) {
   char buf[600];
   size_t n;
   if (!a->token || a->token[0] != '@') return 0;
-  if (!(f = fopen(a->token + 1, "rb"))) return dxh_fail(2, "cannot read token file %s", a->token + 1);
+  if (!(f = fopen(a->token + 1, "rb")))
+    return dxh_fail(2, "cannot read token file %s", a->token + 1);
   n = fread(buf, 1, sizeof buf - 1, f);
   fclose(f);
   buf[n] = '\0';
@@ -251,7 +252,8 @@ int dxh_ui(int argc, char **argv) {
   {
     /* The one line a script reads to find the console (port 0 picks a free port). */
     char host[80];
-    const char *colon = addr.sa.ss_family == AF_INET6 ? strstr(a.listen, "]:") : strrchr(a.listen, ':');
+    const char *colon = addr.sa.ss_family == AF_INET6 ? strstr(a.listen, "]:")
+                                                      : strrchr(a.listen, ':');
     snprintf(host, sizeof host, "%.*s", (int)(colon - a.listen + (addr.sa.ss_family == AF_INET6)),
              a.listen);
     printf("{\"listening\":\"http://%s:%d/\",\"read_only\":%s}\n", host,

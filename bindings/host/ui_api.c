@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
 #include "jsonout.h"
 #include "ui.h"
 
@@ -105,11 +104,6 @@ static void reply_client_error(dxh_req_t *r, const dx_error_t *err) {
   dxh_reply_error(r, status, "%s", err->msg);
 }
 
-static json_t *parsed_or_null(const char *text) {
-  json_t *j = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
-  return j ? j : json_null();
-}
-
 /* {===== instances =====} */
 
 /* JSON text made by the client (malloc'd, taken) as a tree; NULL when it does not parse. */
@@ -153,7 +147,7 @@ static void add_input(dxh_ui_t *u, const char *id, json_t *o) {
   if (dx_client_history(u->cl, id, 0, &ev, &n, NULL) != 0) return; /* queued: no history */
   for (i = 0; i < n; i++)
     if (ev[i].kind == DX_EV_ORCH_STARTED) {
-      json_object_set_new(o, "input", parsed_or_null(ev[i].data));
+      json_object_set_new(o, "input", dx__json_or_null(ev[i].data));
       break;
     }
   dx_events_free(ev, n);
@@ -170,9 +164,11 @@ static void add_child_rows(dxh_ui_t *u, json_t *o) {
     memset(&info, 0, sizeof info);
     if (!cid) continue;
     if (p->methods->get_instance_info(p, cid, &info, NULL) == 0)
-      json_array_append_new(rows, json_pack("{s:s, s:s, s:s?}", "instance_id", cid, "status",
+      json_array_append_new(rows, json_pack("{s:s, s:s, s:o}", "instance_id", cid, "status",
                                             dx_list_status_name(info.status), "orchestration",
-                                            info.orchestration_name));
+                                            info.orchestration_name
+                                                ? dx__json_text(info.orchestration_name)
+                                                : json_null()));
     else
       json_array_append_new(rows, json_pack("{s:s}", "instance_id", cid));
     dx_instance_info_clear(&info);
@@ -218,11 +214,12 @@ static void api_history(dxh_ui_t *u, dxh_req_t *r) {
   events = json_array();
   for (i = 0; i < n; i++) {
     char *s = dx_event_to_json(&ev[i]);
-    json_array_append_new(events, parsed_or_null(s));
+    json_array_append_new(events, dx__json_or_null(s));
     free(s);
   }
   dx_events_free(ev, n);
-  dxh_reply_json(r, 200, json_pack("{s:s, s:o}", "instance_id", id, "events", events));
+  dxh_reply_json(r, 200, json_pack("{s:o, s:o}", "instance_id", dx__json_text(id), "events",
+                                   events));
 }
 
 /* {===== actions =====} */
@@ -236,7 +233,8 @@ static void api_raise(dxh_ui_t *u, dxh_req_t *r) {
   if (!o) return;
   if (str_field(r, o, "id", &id) == 0 && check_id(r, "field 'id'", id) == 0 &&
       str_field(r, o, "event", &event) == 0) {
-    if (!event || !*event) dxh_reply_error(r, 400, "%s", "field 'event' is missing (the event name)");
+    if (!event || !*event)
+      dxh_reply_error(r, 400, "%s", "field 'event' is missing (the event name)");
     else {
       json_t *d = json_object_get(o, "data");
       data = d ? dx__json_dump(d) : NULL;
@@ -311,8 +309,10 @@ static int lease_live(const dx_session_info_t *s, int64_t now) {
 static int sess_one(void *ud, const dx_session_info_t *s) {
   sess_walk_t *w = ud;
   int owned = s->worker_id && *s->worker_id;
-  json_array_append_new(w->rows, json_pack("{s:s, s:s?, s:s, s:I, s:I, s:I, s:I}", "session_id",
-    s->session_id, "owner", owned ? s->worker_id : NULL, "lease",
+  /* Session and worker ids are user text, not always UTF-8: dx__json_text keeps them whole. */
+  json_array_append_new(w->rows, json_pack("{s:o, s:o, s:s, s:I, s:I, s:I, s:I}",
+    "session_id", dx__json_text(s->session_id),
+    "owner", owned ? dx__json_text(s->worker_id) : json_null(), "lease",
     !owned ? "released" : lease_live(s, w->now) ? "live" : "lapsed", "locked_until_ms",
     (json_int_t)s->locked_until_ms, "last_activity_ms", (json_int_t)s->last_activity_ms,
     "idle_ms", (json_int_t)(s->last_activity_ms ? w->now - s->last_activity_ms : 0),
@@ -361,8 +361,9 @@ static json_t *workers_of(json_t *rows) {
       json_array_append(list, w);
     }
     json_array_append(json_object_get(w, "sessions"), json_object_get(row, "session_id"));
-    json_object_set_new(w, "queued", json_integer(json_integer_value(json_object_get(w, "queued")) +
-                                                  json_integer_value(json_object_get(row, "queued"))));
+    json_object_set_new(w, "queued",
+                        json_integer(json_integer_value(json_object_get(w, "queued")) +
+                                     json_integer_value(json_object_get(row, "queued"))));
     if (json_integer_value(json_object_get(row, "locked_until_ms")) >
         json_integer_value(json_object_get(w, "lease_until_ms")))
       json_object_set(w, "lease_until_ms", json_object_get(row, "locked_until_ms"));
@@ -396,8 +397,8 @@ static void api_metrics(dxh_ui_t *u, dxh_req_t *r) {
 static void api_overview(dxh_ui_t *u, dxh_req_t *r) {
   static const char *const args[] = {NULL};
   if (check_args_known(r, args) != 0) return;
-  dxh_reply_json(r, 200, json_pack("{s:s, s:b, s:s}", "store", u->store, "read_only",
-                                   u->read_only, "version", dx_version()));
+  dxh_reply_json(r, 200, json_pack("{s:o, s:b, s:s}", "store", dx__json_text(u->store),
+                                   "read_only", u->read_only, "version", dx_version()));
 }
 
 /* Record how session ownership changed since the last sample (claims, moves, releases). */

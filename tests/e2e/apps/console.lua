@@ -5,7 +5,7 @@ local duroxide = require("duroxide")
 
 duroxide.activity("Greet", function(actx, name) return "Hello, " .. name .. "!" end)
 duroxide.activity("Explode", function(actx, input) error("boom: " .. tostring(input)) end)
-duroxide.activity("Remember", function(actx, input) return actx.session_id .. ":" .. input end)
+duroxide.activity("Remember", function(actx, input) return input end)
 
 -- Completes at once through one activity.
 duroxide.orchestration("Hello", function(ctx, name)
@@ -39,8 +39,10 @@ end)
 
 -- Runs one activity on session input.session, then waits for "done": the session stays owned
 -- by this worker while it lives (run it with --session-idle-timeout 0).
+-- input.raw appends a byte that is not UTF-8 to the session id (ids are any bytes).
 duroxide.orchestration("SessionUser", function(ctx, input)
-  local r = assert(ctx:schedule_activity_on_session("Remember", "x", input.session):await())
+  local sid = input.raw and (input.session .. "\255") or input.session
+  local r = assert(ctx:schedule_activity_on_session("Remember", "x", sid):await())
   ctx:schedule_wait("done"):await()
   return r
 end)
