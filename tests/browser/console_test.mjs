@@ -60,15 +60,22 @@ await check('instances page lists running, completed and failed instances', asyn
 });
 
 await check('the status filter shows only failed instances', async () => {
-  await page.selectOption('[data-test=filter-status]', 'Failed');
-  await page.click('form.filters button[type=submit]');
+  await page.selectOption('[data-test=filter-status]', 'Failed'); // applies at once
   await page.waitForFunction(() => {
     const rows = [...document.querySelectorAll('tr[data-instance]')];
     return rows.length === 1 && rows[0].dataset.instance === 'fail-1';
   }, null, { timeout: WAIT });
   await page.selectOption('[data-test=filter-status]', '');
-  await page.click('form.filters button[type=submit]');
   await row('data-instance', 'done-1').waitFor({ timeout: WAIT });
+});
+
+await check('what is typed into a form survives the page refresh', async () => {
+  await page.fill('[data-test=filter-name]', 'Hel');
+  await page.locator('h1').click(); // the field loses the focus: refreshes run again
+  const before = Number(await page.getAttribute('#view', 'data-renders'));
+  await page.waitForFunction((n) => Number(document.querySelector('#view').dataset.renders) > n, before, { timeout: WAIT });
+  expect(await page.inputValue('[data-test=filter-name]') === 'Hel', 'the typed name was lost in a refresh');
+  await page.fill('[data-test=filter-name]', '');
 });
 
 await check('the failed instance shows its error', async () => {

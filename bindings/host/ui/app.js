@@ -8,10 +8,20 @@ let refreshTimer = null;
 
 // {===== helpers =====}
 
+// What the user typed into form fields, by field name: the views are rebuilt on every refresh,
+// and a field given a 'keep' name gets its typed value back instead of losing it.
+const drafts = {};
+
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
+    if (k === 'keep') {
+      const prop = el.type === 'checkbox' || attrs.type === 'checkbox' ? 'checked' : 'value';
+      el.addEventListener(prop === 'checked' ? 'change' : 'input', () => { drafts[v] = el[prop]; });
+      queueMicrotask(() => { if (v in drafts) el[prop] = drafts[v]; });
+      continue;
+    }
     if (k === 'class') el.className = v;
     else if (k === 'style') Object.assign(el.style, v); // CSSOM: allowed by the page's CSP
     else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
@@ -88,9 +98,12 @@ let listState = { status: '', name: '', cursors: [null] };
 views.instances = async function (root) {
   const page = listState.cursors[listState.cursors.length - 1];
   const data = await api('instances?' + q({ status: listState.status, name: listState.name, limit: 25, after: page }));
-  const statusSel = h('select', { name: 'status', 'data-test': 'filter-status' },
-    ['', 'Running', 'Completed', 'Failed', 'Pending'].map((s) => h('option', { value: s, selected: s === listState.status }, s || 'any status')));
-  const nameIn = h('input', { name: 'name', placeholder: 'orchestration name', value: listState.name, 'data-test': 'filter-name' });
+  const nameIn = h('input', { name: 'name', placeholder: 'orchestration name', value: listState.name, keep: 'filter-name', 'data-test': 'filter-name' });
+  // A status applies as soon as it is picked.
+  const statusSel = h('select', { name: 'status', 'data-test': 'filter-status', onchange: () => {
+    listState = { status: statusSel.value, name: nameIn.value.trim(), cursors: [null] };
+    render();
+  } }, ['', 'Running', 'Completed', 'Failed', 'Pending'].map((s) => h('option', { value: s, selected: s === listState.status }, s || 'any status')));
   const form = h('form', { class: 'filters', onsubmit: (e) => {
     e.preventDefault();
     listState = { status: statusSel.value, name: nameIn.value.trim(), cursors: [null] };
@@ -138,10 +151,15 @@ function actionForms(inst) {
   if (overview.read_only) return h('p', { class: 'muted' }, 'Actions are off: the console runs with --read-only.');
   const id = inst.instance_id;
   const act = async (path, body, what) => {
-    try { await api(path, body); flash(what + ': done'); render(); } catch (e) { flash(what + ': ' + e.message, true); }
+    try {
+      await api(path, body);
+      for (const k of Object.keys(drafts)) if (k.startsWith('act-')) delete drafts[k];
+      flash(what + ': done');
+      render();
+    } catch (e) { flash(what + ': ' + e.message, true); }
   };
-  const evName = h('input', { placeholder: 'event name', 'data-test': 'raise-event', required: true });
-  const evData = h('textarea', { placeholder: 'data (JSON, empty = null)', rows: 2, 'data-test': 'raise-data' });
+  const evName = h('input', { placeholder: 'event name', 'data-test': 'raise-event', required: true, keep: 'act-event' });
+  const evData = h('textarea', { placeholder: 'data (JSON, empty = null)', rows: 2, 'data-test': 'raise-data', keep: 'act-data' });
   const raise = h('form', { class: 'action', onsubmit: (e) => {
     e.preventDefault();
     let data;
@@ -149,9 +167,9 @@ function actionForms(inst) {
     if (text) { try { data = JSON.parse(text); } catch (err) { flash('raise: data is not JSON: ' + err.message, true); return; } }
     act('raise', data === undefined ? { id, event: evName.value } : { id, event: evName.value, data }, 'raise ' + evName.value);
   } }, h('strong', {}, 'Raise event'), evName, evData, h('button', { type: 'submit', 'data-test': 'raise' }, 'Raise'));
-  const reason = h('input', { placeholder: 'reason (optional)', 'data-test': 'reason' });
+  const reason = h('input', { placeholder: 'reason (optional)', 'data-test': 'reason', keep: 'act-reason' });
   const withReason = () => (reason.value.trim() ? { id, reason: reason.value.trim() } : { id });
-  const force = h('input', { type: 'checkbox', 'data-test': 'force' });
+  const force = h('input', { type: 'checkbox', 'data-test': 'force', keep: 'act-force' });
   const stop = h('div', { class: 'action' }, h('strong', {}, 'Stop or remove'), reason,
     h('button', { 'data-test': 'cancel', onclick: () => act('cancel', withReason(), 'cancel') }, 'Cancel'),
     h('button', { class: 'danger', 'data-test': 'terminate', onclick: () => act('terminate', withReason(), 'terminate') }, 'Terminate'),
@@ -167,7 +185,10 @@ let shownExecution = { id: null, execution: null };
 
 views.instance = async function (root, id) {
   const inst = await api('instance?' + q({ id }));
-  if (shownExecution.id !== id) shownExecution = { id, execution: null };
+  if (shownExecution.id !== id) { // another instance: forget what was typed for the last one
+    shownExecution = { id, execution: null };
+    for (const k of Object.keys(drafts)) if (k.startsWith('act-')) delete drafts[k];
+  }
   const exec = shownExecution.execution;
   let hist = { events: [] };
   try { hist = await api('history?' + q({ id, execution: exec })); } catch (e) { /* queued: no history yet */ }
@@ -291,6 +312,7 @@ async function render() {
     try {
       await views[r.name](root, r.arg);
       root.dataset.view = r.name;
+      root.dataset.renders = String(Number(root.dataset.renders || 0) + 1); // tests watch it
     } catch (e) {
       root.replaceChildren(h('h1', {}, 'Error'), h('p', { class: 'err', 'data-test': 'error' }, e.message));
     }
