@@ -42,6 +42,8 @@ void dx__log_configure(int level, int format) {
 
 int dx__log_level(void) { return log_level; }
 
+int dx__log_format(void) { return log_format; }
+
 int dx__log_level_from_name(const char *name) {
   int i;
   for (i = 0; i < 4; i++)
