@@ -176,8 +176,8 @@ e5_json_logs() {
     grep -qF "$want" <<<"$out"
     check "json log: hostile text intact in '${want//$'\t'/' / '}'" $? "$out"
   done
-  grep -q $'^trace q"b.*FORGED.*\tmsg$' <<<"$out"
-  check "json log: a trace message with hostile text is one record" $? "$out"
+  grep -q $'^trace q"b.*FORGED.*\tmsg$' <<<"$out" && grep -q $'^atrace q"b.*FORGED.*\tmsg$' <<<"$out"
+  check "json log: ctx and actx traces with hostile text are one record each" $? "$out"
   # the watchdog thread's records name the worker too
   start_worker "$d/worker2.log" "$EDGES" --store "$S" --log-format json --loop-block-warning 20ms
   run_cmd start Spin --id spin1 --wait 60s --store "$S"
