@@ -183,6 +183,11 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
 
 /* {===== activity dispatcher =====} */
 
+/* The fields every activity record starts with, and their arguments (session_id is left out
+** of the record when the activity has no session). */
+#define ACT_FIELDS "instance=%s activity=%s id=%" PRIu64 " session_id=%s"
+#define ACT_ARGS(a) (a)->item.instance, (a)->item.name, (a)->item.id, (a)->item.session_id
+
 static void activity_unlink(dx_activity_t *a) {
   dx_runtime_t *rt = a->rt;
   if (a->prev) a->prev->next = a->next;
@@ -220,12 +225,10 @@ static void activity_acked(dx_store_op_t *op) {
                    DXM_LABELS(a->item.name, op->rc ? "lost" : a->outcome), 1);
   if (op->rc == DX_ELOCK || op->rc == DX_ETOKEN)
     dx__log(DX_LOG_WARN, "activity result not recorded (lock lost: cancelled or expired)",
-            "instance=%s activity=%s id=%" PRIu64 " error=\"%s\"", a->item.instance,
-            a->item.name, a->item.id, op->err.msg);
+            ACT_FIELDS " error=\"%s\"", ACT_ARGS(a), op->err.msg);
   else if (op->rc != 0) /* the store refused it: say why; the row runs again after its lock */
     dx__log(DX_LOG_WARN, "activity result not recorded (store error)",
-            "instance=%s activity=%s id=%" PRIu64 " error=\"%s\"", a->item.instance,
-            a->item.name, a->item.id, op->err.msg);
+            ACT_FIELDS " error=\"%s\"", ACT_ARGS(a), op->err.msg);
   a->acked = 1;
   if (!rt->stopping) dx__store_want(rt->store, 0, 1);
   uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
@@ -280,8 +283,7 @@ void dx_activity_complete(dx_activity_t *a, const char *output_json) {
   observe_ran(a);
   result_base(a, DX_WI_ACT_COMPLETED);
   a->result.data = dx__strdup(output_json ? output_json : "null");
-  dx__log(DX_LOG_DEBUG, "activity completed", "instance=%s activity=%s id=%" PRIu64,
-          a->item.instance, a->item.name, a->item.id);
+  dx__log(DX_LOG_DEBUG, "activity completed", ACT_FIELDS, ACT_ARGS(a));
   activity_settle(a, DX_OP_ACK_WORK, 0, 0, "success");
 }
 
@@ -300,9 +302,8 @@ static void fail_with(dx_activity_t *a, int category, const char *kind, const ch
 void dx_activity_fail(dx_activity_t *a, const char *message) {
   if (!a || a->finished) return;
   dx__log_set_worker(a->rt->worker_id);
-  dx__log(DX_LOG_INFO, "activity failed (application error)", "instance=%s activity=%s id=%"
-          PRIu64 " error=\"%s\"", a->item.instance, a->item.name, a->item.id,
-          message ? message : "");
+  dx__log(DX_LOG_INFO, "activity failed (application error)", ACT_FIELDS " error=\"%s\"",
+          ACT_ARGS(a), message ? message : "");
   observe_ran(a);
   fail_with(a, DX_CAT_APPLICATION, "ActivityFailed", message);
 }
@@ -595,8 +596,7 @@ static void renew_done(dx_store_op_t *op) {
   if (op->rc != 0 && !a->finished) {
     /* The orchestration withdrew the activity (or the lease lapsed): tell the code. */
     a->cancelled = 1;
-    dx__log(DX_LOG_INFO, "activity cancelled (lock lost)", "instance=%s activity=%s id=%" PRIu64,
-            a->item.instance, a->item.name, a->item.id);
+    dx__log(DX_LOG_INFO, "activity cancelled (lock lost)", ACT_FIELDS, ACT_ARGS(a));
   }
   try_free(a);
 }
@@ -659,8 +659,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     char msg[512];
     snprintf(msg, sizeof msg, "poison: activity %s#%" PRIu64 " exceeded %u attempts (max %u)",
              a->item.name, a->item.id, w->attempt_count, rt->opts.max_attempts);
-    dx__log(DX_LOG_ERROR, "activity poisoned", "instance=%s activity=%s attempts=%u",
-            a->item.instance, a->item.name, w->attempt_count);
+    dx__log(DX_LOG_ERROR, "activity poisoned", ACT_FIELDS " attempts=%u", ACT_ARGS(a),
+            w->attempt_count);
     fail_with(a, DX_CAT_POISON, "Poison", msg);
     return;
   }
@@ -669,9 +669,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     if (w->attempt_count < rt->opts.max_attempts) {
       int64_t d = dx__unregistered_backoff(w->attempt_count, rt->opts.unregistered_base_ms,
                                            rt->opts.unregistered_max_ms);
-      dx__log(DX_LOG_WARN, "activity not registered; will retry", "instance=%s activity=%s "
-              "attempt=%u retry_in_ms=%" PRId64, a->item.instance, a->item.name,
-              w->attempt_count, d);
+      dx__log(DX_LOG_WARN, "activity not registered; will retry",
+              ACT_FIELDS " attempt=%u retry_in_ms=%" PRId64, ACT_ARGS(a), w->attempt_count, d);
       activity_settle(a, DX_OP_ABANDON_WORK, d, 0, "retry_unregistered");
     } else {
       char msg[512];
@@ -685,8 +684,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back"); /* fetched as we stopped */
     return;
   }
-  dx__log(DX_LOG_DEBUG, "activity started", "instance=%s activity=%s id=%" PRIu64 " attempt=%u",
-          a->item.instance, a->item.name, a->item.id, w->attempt_count);
+  dx__log(DX_LOG_DEBUG, "activity started", ACT_FIELDS " attempt=%u", ACT_ARGS(a),
+          w->attempt_count);
   if (cact) cact_start(a, cact);
   else rt->host->activity_start(rt->host_ud, a);
 }
@@ -947,8 +946,7 @@ static void on_stop_tick(uv_timer_t *h) {
   if (dx__now_ms() >= rt->stop_deadline_ms) {
     while (rt->running) {
       dx_activity_t *a = rt->running;
-      dx__log(DX_LOG_WARN, "activity abandoned at shutdown", "instance=%s activity=%s id=%"
-              PRIu64, a->item.instance, a->item.name, a->item.id);
+      dx__log(DX_LOG_WARN, "activity abandoned at shutdown", ACT_FIELDS, ACT_ARGS(a));
       if (!cact_abort(a)) rt->host->activity_abort(rt->host_ud, a);
       activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back");
     }
