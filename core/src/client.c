@@ -314,7 +314,8 @@ static const char *const event_names[DX_EV__COUNT] = {"",
   "TimerFired", "ExternalSubscribed", "ExternalEvent", "ExternalSubscribedCancelled",
   "SubOrchestrationScheduled", "SubOrchestrationCompleted", "SubOrchestrationFailed",
   "SubOrchestrationCancelRequested", "OrchestrationChained", "CustomStatusUpdated",
-  "SystemCall", "SessionClosed"};
+  "SystemCall", "SessionClosed", "KeyValueSet", "KeyValueCleared", "KeyValuesCleared",
+  "QueueSubscribed", "QueueEventDelivered", "QueueSubscriptionCancelled"};
 
 const char *dx_event_kind_name(int kind) {
   return (kind > 0 && kind < DX_EV__COUNT) ? event_names[kind] : "Unknown";
@@ -341,5 +342,7 @@ char *dx_event_to_json(const dx_event_t *e) {
   if (e->reason) json_object_set_new(o, "reason", jstr(e->reason));
   if (e->fire_at_ms) json_object_set_new(o, "fire_at_ms", json_integer((json_int_t)e->fire_at_ms));
   if (e->fail.category) json_object_set_new(o, "error", failure_json(&e->fail));
+  if (e->custom_status)
+    json_object_set_new(o, "initial_custom_status", parse_or_null(e->custom_status));
   return dump(o);
 }

@@ -154,6 +154,15 @@ int dx__pg_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_eve
 int dx__pg_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n);
 int dx__pg_nomem(dx_error_t *err);
 
+/* {===== key-value state (pg_kv.c) =====} */
+/* The committed state from a PQ_KV_SNAPSHOT result (taken) into it->kv. */
+int dx__pg_kv_take(tx_t *t, PGresult *res, dx_orch_item_t *it);
+/* Queue the writes of an ack's key-value events (and the fold when `status` ends the
+** execution). */
+int dx__pg_kv_ack(tx_t *t, const char *inst, const dx_event_t *delta, size_t n, int status);
+int dx__pg_get_kv(dx_provider_t *, const char *, const char *, char **, int64_t *, dx_error_t *);
+int dx__pg_list_kv(dx_provider_t *, const char *, dx_kv_cb, void *, dx_error_t *);
+
 /* {===== methods =====} */
 int dx__pg_fetch_orch(dx_provider_t *, int64_t, int64_t, dx_orch_item_t **, dx_error_t *);
 int dx__pg_ack_orch(dx_provider_t *, int64_t, const dx_orch_ack_t *, dx_error_t *);

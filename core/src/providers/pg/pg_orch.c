@@ -373,11 +373,12 @@ static int orch_park_or_drop(tx_t *t, const char *inst, uint64_t token, int64_t 
   return dx__pg_q(t, PQ_ORCH_WAIT, &q, NULL);
 }
 
-/* Instance `inst` was just locked with `token`; res, ir and hist (taken) are its tagged
-** messages, record and history. *out stays NULL when it had nothing to hand out (no visible
-** message, or messages of an instance that has not started: see orch_park_or_drop). */
+/* Instance `inst` was just locked with `token`; res, ir, hist and kv (taken) are its tagged
+** messages, record, history and committed key-value state. *out stays NULL when it had
+** nothing to hand out (no visible message, or messages of an instance that has not started:
+** see orch_park_or_drop). */
 static int orch_take(tx_t *t, const char *inst, uint64_t token, int64_t now, PGresult *res,
-                     PGresult *ir, PGresult *hist, dx_orch_item_t **out) {
+                     PGresult *ir, PGresult *hist, PGresult *kv, dx_orch_item_t **out) {
   dx_orch_item_t *it;
   size_t i;
   int rc, starts = 0;
@@ -396,6 +397,8 @@ static int orch_take(tx_t *t, const char *inst, uint64_t token, int64_t now, PGr
   }
   rc = item_fill(t, it, PQntuples(ir) ? ir : NULL, hist);
   hist = NULL;
+  if (!rc) rc = dx__pg_kv_take(t, kv, it);
+  kv = NULL;
   if (rc) goto fail;
   *out = it;
   goto done;
@@ -406,6 +409,7 @@ done:
   PQclear(res);
   PQclear(ir);
   PQclear(hist);
+  PQclear(kv);
   return rc;
 }
 
@@ -458,7 +462,7 @@ static int orch_fill(tx_t *t, int64_t now, int64_t lock_ms, int k, int *picked_n
   PQclear(res);
   if (!oom && n) qsort(v, (size_t)n, sizeof *v, picked_cmp);
   if (!oom && n && !(c->obuf = calloc((size_t)n, sizeof *c->obuf))) oom = 1;
-  if (!oom && n && !(r = calloc((size_t)n * 3, sizeof *r))) oom = 1;
+  if (!oom && n && !(r = calloc((size_t)n * 4, sizeof *r))) oom = 1;
   if (oom) {
     for (i = 0; v && i < n; i++) free(v[i].inst);
     free(v);
@@ -470,7 +474,8 @@ static int orch_fill(tx_t *t, int64_t now, int64_t lock_ms, int k, int *picked_n
   c->obuf_n = c->obuf_next = 0;
   c->obuf_now = now;
   c->obuf_lock = lock_ms;
-  for (i = 0; i < n && !rc; i++) { /* one pipeline: every instance's messages, record, history */
+  for (i = 0; i < n && !rc; i++) { /* one pipeline: every instance's messages, record, history,
+                                    ** key-value state */
     qp_t qm, qi;
     dx__qp_init(&qm);
     dx__qp_str(&qm, v[i].inst);
@@ -478,19 +483,20 @@ static int orch_fill(tx_t *t, int64_t now, int64_t lock_ms, int k, int *picked_n
     dx__qp_i64(&qm, now);
     dx__qp_init(&qi);
     dx__qp_str(&qi, v[i].inst);
-    if (!(rc = dx__pg_qsend(t, PQ_ORCH_MARK, &qm, &r[3 * i])) &&
-        !(rc = dx__pg_qsend(t, PQ_INST_GET, &qi, &r[3 * i + 1])))
-      rc = dx__pg_qsend(t, PQ_HIST_LOAD_CUR, &qi, &r[3 * i + 2]);
+    if (!(rc = dx__pg_qsend(t, PQ_ORCH_MARK, &qm, &r[4 * i])) &&
+        !(rc = dx__pg_qsend(t, PQ_INST_GET, &qi, &r[4 * i + 1])) &&
+        !(rc = dx__pg_qsend(t, PQ_HIST_LOAD_CUR, &qi, &r[4 * i + 2])))
+      rc = dx__pg_qsend(t, PQ_KV_SNAPSHOT, &qi, &r[4 * i + 3]);
   }
   if (!rc && n) rc = dx__pg_qwait(t);
   for (i = 0; i < n; i++) {
     dx_orch_item_t *it = NULL;
     if (!rc) {
-      rc = orch_take(t, v[i].inst, v[i].token, now, r[3 * i], r[3 * i + 1], r[3 * i + 2], &it);
+      rc = orch_take(t, v[i].inst, v[i].token, now, r[4 * i], r[4 * i + 1], r[4 * i + 2],
+                     r[4 * i + 3], &it);
     } else {
-      PQclear(r[3 * i]);
-      PQclear(r[3 * i + 1]);
-      PQclear(r[3 * i + 2]);
+      int j;
+      for (j = 0; j < 4; j++) PQclear(r[4 * i + j]);
     }
     if (it) c->obuf[c->obuf_n++] = it;
     free(v[i].inst);
@@ -625,7 +631,8 @@ int dx__pg_ack_orch_finish(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresul
   dx__qp_i64(&q, (int64_t)a->lock_token);
   if ((rc = dx__pg_q(t, PQ_ORCH_DEL_BATCH, &q, NULL)) || (rc = ack_instance(t, now, a)) ||
       (rc = ack_execution(t, now, a)) ||
-      (rc = dx__pg_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)))
+      (rc = dx__pg_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
+      (rc = dx__pg_kv_ack(t, a->instance, a->delta, a->delta_len, a->status)))
     return rc;
   for (i = 0; i < a->worker_items_len && !rc; i++)
     rc = dx__pg_work_insert(t, &a->worker_items[i], now);

@@ -70,6 +70,8 @@ static const dx_provider_methods_t pg_methods = {
   dx__pg_run_cycle,
   dx__pg_worker_register,
   dx__pg_worker_unregister,
+  dx__pg_get_kv,
+  dx__pg_list_kv,
 };
 
 uint64_t dx__pg_round_trips(dx_provider_t *pp) {

@@ -50,7 +50,15 @@ static const char MIGRATION_1[] =
   "CREATE INDEX sessions_owner ON sessions (owner);"
   "CREATE TABLE started (instance_id text COLLATE \"C\" PRIMARY KEY);";
 
-const char *const dx__pg_migrations[] = {MIGRATION_1};
+/* Key-value state (issue 11): committed state and the running execution's changes (value
+** NULL = cleared), as the LMDB provider's kv / kv_delta. */
+static const char MIGRATION_2[] =
+  "CREATE TABLE kv (instance_id text COLLATE \"C\", key text COLLATE \"C\", value text NOT NULL,"
+  "  updated_at bigint NOT NULL, PRIMARY KEY (instance_id, key));"
+  "CREATE TABLE kv_delta (instance_id text COLLATE \"C\", key text COLLATE \"C\", value text,"
+  "  updated_at bigint NOT NULL, PRIMARY KEY (instance_id, key));";
+
+const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
@@ -287,6 +295,37 @@ static const char *const SQL[PQ__COUNT] = {
     " AND lock_token IS NOT NULL AND locked_until > $1::bigint)"
     " OR EXISTS (SELECT 1 FROM orch_queue WHERE locked_by IS NOT NULL"
     " AND locked_until > $1::bigint) THEN $2::bigint END)",
+  /* key-value state (pg_kv.c) */
+  [PQ_KV_SNAPSHOT] =
+    "SELECT key, value, updated_at FROM kv WHERE instance_id = $1 ORDER BY key",
+  [PQ_KV_DSET] = /* value NULL: cleared */
+    "INSERT INTO kv_delta (instance_id, key, value, updated_at) VALUES ($1, $2, $3, $4::bigint)"
+    " ON CONFLICT (instance_id, key) DO UPDATE SET value = EXCLUDED.value,"
+    " updated_at = EXCLUDED.updated_at",
+  [PQ_KV_DCLEAR_ALL] =
+    "INSERT INTO kv_delta (instance_id, key, value, updated_at) SELECT $1, key, NULL, $2::bigint"
+    " FROM (SELECT key FROM kv WHERE instance_id = $1 UNION"
+    " SELECT key FROM kv_delta WHERE instance_id = $1) k"
+    " ON CONFLICT (instance_id, key) DO UPDATE SET value = NULL, updated_at = EXCLUDED.updated_at",
+  [PQ_KV_FOLD] = /* every part reads kv_delta as it was before the statement */
+    "WITH del AS (DELETE FROM kv k USING kv_delta d WHERE k.instance_id = $1"
+    " AND d.instance_id = $1 AND d.key = k.key AND d.value IS NULL),"
+    " up AS (INSERT INTO kv (instance_id, key, value, updated_at) SELECT instance_id, key, value,"
+    " updated_at FROM kv_delta WHERE instance_id = $1 AND value IS NOT NULL"
+    " ON CONFLICT (instance_id, key) DO UPDATE SET value = EXCLUDED.value,"
+    " updated_at = EXCLUDED.updated_at)"
+    " DELETE FROM kv_delta WHERE instance_id = $1",
+  [PQ_KV_GET] =
+    "SELECT value, updated_at FROM (SELECT 0 AS o, value, updated_at FROM kv_delta"
+    " WHERE instance_id = $1 AND key = $2 UNION ALL SELECT 1, value, updated_at FROM kv"
+    " WHERE instance_id = $1 AND key = $2) s ORDER BY o LIMIT 1",
+  [PQ_KV_LIST] =
+    "SELECT key, value, updated_at FROM (SELECT DISTINCT ON (key) key, value, updated_at FROM"
+    " (SELECT 0 AS o, key, value, updated_at FROM kv_delta WHERE instance_id = $1 UNION ALL"
+    " SELECT 1, key, value, updated_at FROM kv WHERE instance_id = $1) u ORDER BY key, o) m"
+    " WHERE value IS NOT NULL ORDER BY key",
+  [PQ_KV_DELETE] =
+    "WITH a AS (DELETE FROM kv WHERE instance_id = $1) DELETE FROM kv_delta WHERE instance_id = $1",
   [PQ_NEXT_DUE] =
     "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work))",
 };
