@@ -341,8 +341,9 @@ char *dx_instance_info_to_json(const char *id, const dx_instance_info_t *info) {
     json_object_set_new(o, "output", parse_or_null(info->output));
   if (info->status == DX_STATUS_FAILED) json_object_set_new(o, "error", failure_json(&info->failure));
   if (info->custom_status) json_object_set_new(o, "custom_status", parse_or_null(info->custom_status));
-  json_object_set_new(o, "custom_status_version",
-                      json_integer((json_int_t)info->custom_status_version));
+  if (info->status != DX_STATUS_NONE) /* grows with every custom status change */
+    json_object_set_new(o, "custom_status_version",
+                        json_integer((json_int_t)info->custom_status_version));
   return dump(o);
 }
 
