@@ -36,7 +36,7 @@ static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_hi
                                                        dx__pg_test_expire_session};
 
 static const dx_provider_methods_t pg_methods = {
-  5,
+  6,
   "postgres",
   pg_destroy,
   dx__pg_begin,
