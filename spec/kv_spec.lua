@@ -67,6 +67,14 @@ describe("key-value state", function()
     assert.are.equal(3, st.execution_id)
     assert.are.equal(3, st.output)
     assert.are.same({ count = 3 }, env:kv("kv-3"))
+    -- replaying execution 2 needs the state it began with (what execution 1 left)
+    local h2 = env:history("kv-3", 2)
+    local ok, err = testing.check_replay(h2, nil, { kv = { count = 1 } })
+    assert.is_true(ok, tostring(err))
+    ok, err = testing.check_replay(h2, nil, { kv = {} })
+    assert.is_false(ok)
+    assert.matches("key%-value set at event 2 was 'count' = 2 in history but the code now sets " ..
+                   "'count' = 1", err)
   end)
 
   -- duroxide 0.1.26's read-modify-write fix: every turn replays from the committed state, so

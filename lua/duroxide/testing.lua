@@ -561,6 +561,8 @@ end
 --- code is compatible, or false and the engine's message ("nondeterministic: ...") when it
 --- would fail on replay; a third value tells how the replayed code ended ("Completed",
 --- "Failed", "ContinuedAsNew", "Running"). Registrations are restored afterwards.
+--- opts: instance_id, execution_id (default: the history's), kv (the instance's key-value
+--- state when the execution began, {key = value}; default none: right for a first execution).
 function M.check_replay(history, app, opts)
   if type(history) ~= "table" then error("check_replay: history must be a table", 2) end
   opts = opts or {}
@@ -571,7 +573,7 @@ function M.check_replay(history, app, opts)
     elseif type(app) == "function" then app(duroxide)
     elseif app ~= nil then error("check_replay: app must be a script path or a function") end
     return duroxide._replay(history, opts.instance_id or history.instance_id,
-                            opts.execution_id or history.execution_id)
+                            opts.execution_id or history.execution_id, opts.kv)
   end)
   restore(reg, saved)
   if not ok then error(a, 2) end
