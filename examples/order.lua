@@ -5,14 +5,16 @@
 -- client reads at any time with client:get_kv_value / `duroxide-lua kv`. A "checkout" message
 -- ends the collection: the card is charged for the total and the order completes.
 --
---   duroxide-lua examples/order.lua & \
---   duroxide-lua start Order '{"customer":"ann"}' --id order-1 && \
---   duroxide-lua enqueue order-1 items '{"sku":"pen","qty":2,"price":150}' && \
---   duroxide-lua enqueue order-1 items '{"sku":"pad","qty":1,"price":300}' && \
---   sleep 1 && duroxide-lua kv order-1 total && \
---   duroxide-lua enqueue order-1 items '"checkout"' && duroxide-lua wait order-1; kill $!
---   # 600
---   # {"custom_status":"charged",...,"output":{"charge":"ch-ann-600","count":2,"customer":"ann","total":600},...}
+--   export DUROXIDE_STORE=order-store; rm -rf order-store
+--   duroxide-lua examples/order.lua &
+--   duroxide-lua start Order '{"customer":"ann"}' --id order-1
+--   duroxide-lua enqueue order-1 items '{"sku":"pen","qty":2,"price":150}'
+--   duroxide-lua enqueue order-1 items '{"sku":"pad","qty":1,"price":300}'
+--   until [ "$(duroxide-lua kv order-1 count 2>/dev/null)" = 2 ]; do sleep 0.2; done
+--   duroxide-lua kv order-1                    # {"count":2,"last_sku":"pad","total":600}
+--   duroxide-lua enqueue order-1 items '"checkout"'
+--   duroxide-lua wait order-1                  # ...,"output":{"charge":"ch-ann-600",...}
+--   kill $!
 local duroxide = require("duroxide")
 
 -- Stands in for a payment service.
