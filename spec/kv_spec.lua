@@ -158,6 +158,14 @@ describe("key-value state", function()
       assert.matches("key%-value key must be a non%-empty string",
                      failure_of(function(ctx) ctx:get_kv_value("") end))
       assert.matches("key%-value key is 101 bytes; the limit is 100 bytes",
+                     failure_of(function(ctx) ctx:get_kv_value(string.rep("k", 101)) end))
+      assert.matches("key%-value key must not contain a NUL byte",
+                     failure_of(function(ctx) ctx:get_kv_value("a\0b") end))
+      assert.matches("key%-value key must not contain a NUL byte",
+                     failure_of(function(ctx) ctx:set_kv_value("a\0b", 1) end))
+      assert.matches("queue name is 401 bytes; the limit is 400 bytes",
+                     failure_of(function(ctx) ctx:dequeue_event(string.rep("q", 401)) end))
+      assert.matches("key%-value key is 101 bytes; the limit is 100 bytes",
                      failure_of(function(ctx) ctx:set_kv_value(string.rep("k", 101), 1) end))
       assert.matches("value must not be nil %(use clear_kv_value%)",
                      failure_of(function(ctx) ctx:set_kv_value("k", nil) end))

@@ -403,7 +403,8 @@ static void push_stored(lua_State *L, const char *json) {
 /* C.kv_get(box, key) -> value | nil */
 static int p_kv_get(lua_State *L) {
   turn_box_t *b = check_box(L);
-  push_stored(L, dx_turn_kv_get(b->t, luaL_checkstring(L, 2)));
+  const char *key = opt_limited(L, 2, "key-value key", DX_MAX_KV_KEY_BYTES);
+  push_stored(L, key ? dx_turn_kv_get(b->t, key) : NULL);
   return 1;
 }
 
