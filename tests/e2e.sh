@@ -350,6 +350,11 @@ s9_kv_queue() {
   run_cmd enqueue o1 items '{bad' --store "$S"
   [ "$RC" -eq 2 ] && grep -q "invalid JSON" <<<"$ERR"
   check "kv: enqueue with invalid JSON exits 2" $? "rc=$RC" "$OUT" "$ERR"
+  if [ "${DX_E2E_STORE:-}" != pg ]; then # the running execution's changes are in kv_delta
+    run_cmd check --store "$S"
+    [ "$RC" -eq 0 ] && grep -q '"ok":true' <<<"$OUT"
+    check "kv: check verifies the key-value tables" $? "rc=$RC" "$OUT" "$ERR"
+  fi
   dx enqueue o1 items '"checkout"' --store "$S"
   run_cmd wait o1 --timeout 30s --store "$S"
   [ "$RC" -eq 0 ] && grep -q '"output":{"charge":"ch-ann-675","count":3,"customer":"ann","total":675}' <<<"$OUT" \
