@@ -281,13 +281,14 @@ DX_TEST(pv_kv_bad_keys_refused) {
   char *v = NULL;
   dx_orch_item_t *it;
   dx_event_t empty[] = {KSET("", "1", T0)}, none[] = {KSET(NULL, "1", T0)},
-             toolong[] = {KSET(longkey, "1", T0)}, novalue[] = {KSET("k", NULL, T0)};
-  dx_event_t *bad[] = {empty, none, toolong, novalue};
+             toolong[] = {KSET(longkey, "1", T0)}, novalue[] = {KSET("k", NULL, T0)},
+             notutf8[] = {KSET("k\xff", "1", T0)};
+  dx_event_t *bad[] = {empty, none, toolong, novalue, notutf8};
   size_t i;
   memset(longkey, 'k', sizeof longkey - 1);
   longkey[sizeof longkey - 1] = 0;
   start_with(p, "i1", NULL, 0);
-  for (i = 0; i < 4; i++) {
+  for (i = 0; i < 5; i++) {
     uint64_t token;
     it = wake(p, "i1");
     token = it->lock_token;

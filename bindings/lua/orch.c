@@ -326,6 +326,8 @@ static int p_emit(lua_State *L) {
   a.instance = opt_limited(L, 6, "instance id", DX_MAX_INSTANCE_ID_BYTES);
   a.version = opt_limited(L, 7, "version", 0);
   a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
+  if ((a.kind == DX_ACT_KV_SET || a.kind == DX_ACT_KV_CLEAR) && a.name && !dx__utf8_valid(a.name))
+    return luaL_error(L, "key-value key is not valid UTF-8");
   if (a.kind == DX_ACT_SUB && !a.instance &&
       strlen(dx_turn_instance(b->t)) + GENERATED_SUFFIX_MAX > DX_MAX_INSTANCE_ID_BYTES)
     return luaL_error(L, "a generated sub-orchestration id (this instance's id + "

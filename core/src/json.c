@@ -171,6 +171,16 @@ static size_t utf8_seq(const unsigned char *s) {
   return n;
 }
 
+int dx__utf8_valid(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t k;
+  while (*p) {
+    if ((k = utf8_seq(p)) == 0) return 0;
+    p += k;
+  }
+  return 1;
+}
+
 /* A JSON string node for arbitrary C text: invalid UTF-8 bytes become U+FFFD, because
 ** these strings are often messages from outside (Lua errors may carry binary). */
 static json_t *string_node(const char *s) {

@@ -442,7 +442,8 @@ static void kv_clear_all(dx_turn_t *t) {
 ** (the binding raises with the same words). */
 static int kv_check(dx_turn_t *t, const dx_action_t *a) {
   int found;
-  if (!a->name || !*a->name || strlen(a->name) > DX_MAX_KV_KEY_BYTES) return DX_EINVAL;
+  if (!a->name || !*a->name || strlen(a->name) > DX_MAX_KV_KEY_BYTES || !dx__utf8_valid(a->name))
+    return DX_EINVAL;
   if (a->kind != DX_ACT_KV_SET) return DX_OK;
   if (!a->input) return DX_EINVAL;
   if (strlen(a->input) > DX_MAX_KV_VALUE_BYTES) return DX_ETOOBIG;

@@ -3,6 +3,7 @@
 */
 #include <string.h>
 
+#include "codec.h"
 #include "providers/checks.h"
 
 int dx__check_instance(const char *inst, dx_error_t *err) {
@@ -49,6 +50,8 @@ int dx__check_kv_key(const char *key, dx_error_t *err) {
   if ((n = strlen(key)) > DX_MAX_KV_KEY_BYTES)
     return dx_error_set(err, DX_EINVAL, "key-value key is %zu bytes; the limit is %d bytes", n,
                         DX_MAX_KV_KEY_BYTES);
+  /* a text key on every store: PostgreSQL refuses invalid UTF-8 (the ack would never commit) */
+  if (!dx__utf8_valid(key)) return dx_error_set(err, DX_EINVAL, "key-value key is not valid UTF-8");
   return 0;
 }
 
