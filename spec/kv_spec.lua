@@ -165,6 +165,14 @@ describe("key-value state", function()
                      failure_of(function(ctx) ctx:set_kv_value("a\0b", 1) end))
       assert.matches("key%-value key is not valid UTF%-8",
                      failure_of(function(ctx) ctx:set_kv_value("a\255", 1) end))
+      assert.matches("instance id is 401 bytes; the limit is 400 bytes",
+                     failure_of(function(ctx)
+                       ctx:get_kv_value_from_instance(string.rep("i", 401), "k")
+                     end))
+      assert.matches("key%-value key is 101 bytes; the limit is 100 bytes",
+                     failure_of(function(ctx)
+                       ctx:get_kv_value_from_instance("i", string.rep("k", 101))
+                     end))
       assert.matches("queue name is 401 bytes; the limit is 400 bytes",
                      failure_of(function(ctx) ctx:dequeue_event(string.rep("q", 401)) end))
       assert.matches("key%-value key is 101 bytes; the limit is 100 bytes",

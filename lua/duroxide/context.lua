@@ -6,6 +6,7 @@
 --   C.cancel(box, token)
 --   C.replaying(box) -> boolean ; C.trace(box, level, message)
 --   C.kv_get(box, key) -> value ; C.kv_all(box) -> { {key, value, updated_ms}, ... }
+--   C.kv_key_check(key) raises for a key no write would accept
 --   C.custom_status(box) -> value
 -- Yields happen here, in Lua, never inside a C function: a suspended orchestration is a
 -- coroutine parked in `coroutine.yield()` until the engine delivers something and resumes it.
@@ -265,8 +266,11 @@ end
 function Context:get_kv_value_from_instance(instance_id, key)
   check_name("instance id", instance_id)
   check_name("key-value key", key)
+  C.kv_key_check(key)
+  -- the instance id also goes as the action's instance: checked there like any other id
   return new_future(self, C.emit(self._box, ACT_ACTIVITY, KV_SYSCALL,
-                                 { instance = instance_id, key = key }), "activity")
+                                 { instance = instance_id, key = key }, nil, instance_id),
+                    "activity")
 end
 
 -- {===== event queues =====}
