@@ -26,7 +26,7 @@ static dx_provider_t *open_fresh(void) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
   free(store);
-  ASSERT(M(p)->version >= 6 && M(p)->get_kv && M(p)->list_kv);
+  ASSERT(M(p)->version >= 7 && M(p)->get_kv && M(p)->list_kv);
   return p;
 }
 
@@ -380,4 +380,35 @@ DX_TEST(pv_custom_status_carried_by_continue_as_new_item) {
     dx_events_free(h, n);
   }
   M(p)->destroy(p);
+}
+
+/* Deleting an instance deletes its key-value state: committed and the running execution's. */
+DX_TEST(pv_kv_deleted_with_the_instance) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = dx_pv_open(store);
+  dx_event_t e1[] = {KSET("kept-key", "1", T0)};
+  dx_work_item_t can = item_of(DX_WI_CAN, "kv-victim", "Orch", "null");
+  const char *ids[1] = {"kv-victim"};
+  dx_orch_item_t *it;
+  uint64_t deleted = 0;
+  ASSERT(M(p)->delete_instances);
+  can.execution_id = 2;
+  start_with(p, "kv-victim", e1, 1);
+  it = wake(p, "kv-victim");
+  CHECK(commit(p, it, 1, NULL, 0, DX_STATUS_CONTINUED_AS_NEW, &can)); /* kv-victim's kv */
+  it = fetch_one(p, T0);
+  {
+    dx_event_t c[] = {KSET("delta-key", "2", T0)}; /* and its kv_delta */
+    CHECK(commit(p, it, 2, c, 1, DX_STATUS_NONE, NULL));
+  }
+  start_with(p, "kv-keeper", e1, 1);
+  ASSERT_STR_EQ(listing(p, "kv-victim"), "delta-key=2@0 kept-key=1@0");
+  CHECK(M(p)->delete_instances(p, ids, 1, 1, &deleted, &E));
+  ASSERT_EQ(deleted, 1);
+  ASSERT_STR_EQ(listing(p, "kv-victim"), "");
+  ASSERT(live(p, "kv-victim", "kept-key") == NULL);
+  ASSERT_STR_EQ(listing(p, "kv-keeper"), "kept-key=1@0");
+  M(p)->destroy(p);
+  ASSERT_EQ(dx_pv_rows_naming(store, "kv-victim"), 0);
+  free(store);
 }

@@ -1,6 +1,7 @@
 /*
 ** lclient.c -- duroxide.client{}: start, raise_event, enqueue_event, cancel, status, wait,
-** wait_for_status_change, key-value reads, history, list.
+** wait_for_status_change, key-value reads, history, stats (the management methods are in
+** lmanage.c).
 **
 ** Operational failures return nil, err (err is a duroxide.Error); misuse raises.
 */
@@ -18,14 +19,14 @@ typedef struct {
   dx_client_t *c;
 } lclient_t;
 
-static dx_client_t *check_client(lua_State *L) {
+dx_client_t *dxl_check_client(lua_State *L) {
   lclient_t *u = luaL_checkudata(L, 1, CLIENT_MT);
   if (!u->c) luaL_error(L, "client is closed");
   return u->c;
 }
 
 /* [-0, +2, m] nil, duroxide.Error from a dx_error_t */
-static int fail(lua_State *L, const dx_error_t *err) {
+int dxl_client_fail(lua_State *L, const dx_error_t *err) {
   lua_pushnil(L);
   dxl_push_error(L, err->msg, "client", dx_err_name(err->code));
   return 2;
@@ -40,7 +41,7 @@ static char *arg_json(lua_State *L, int idx, const char *what) {
 }
 
 static int l_start(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   const char *name = dxl_check_text(L, 3, "orchestration name", 0);
   const char *version = dxl_check_text(L, 5, "version", 1);
@@ -48,7 +49,7 @@ static int l_start(lua_State *L) {
   dx_error_t err;
   int rc = dx_client_start(c, id, name, input, version, &err);
   free(input);
-  if (rc != 0) return fail(L, &err);
+  if (rc != 0) return dxl_client_fail(L, &err);
   lua_pushstring(L, id);
   return 1;
 }
@@ -66,7 +67,7 @@ static const char *entry_text(lua_State *L, int idx, const char *what, const cha
 
 /* client:start_many({ {id, name, input [, version]}, ... }): one durable commit. */
 static int l_start_many(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   lua_Integer n, i;
   dx_start_t *st;
   char **inputs;
@@ -103,7 +104,7 @@ static int l_start_many(lua_State *L) {
   }
   rc = dx_client_start_many(c, st, (size_t)n, &err);
   for (i = 0; i < n; i++) free(inputs[i]);
-  if (rc != 0) return fail(L, &err);
+  if (rc != 0) return dxl_client_fail(L, &err);
   lua_pushinteger(L, n);
   return 1;
 bad:
@@ -114,59 +115,59 @@ bad:
 }
 
 static int l_raise(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   const char *name = dxl_check_text(L, 3, "event name", 0);
   char *data = arg_json(L, 4, "data");
   dx_error_t err;
   int rc = dx_client_raise(c, id, name, data, &err);
   free(data);
-  if (rc != 0) return fail(L, &err);
+  if (rc != 0) return dxl_client_fail(L, &err);
   lua_pushboolean(L, 1);
   return 1;
 }
 
 static int l_enqueue(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   const char *queue = dxl_check_text(L, 3, "queue name", 0);
   char *data = arg_json(L, 4, "data");
   dx_error_t err;
   int rc = dx_client_enqueue_event(c, id, queue, data, &err);
   free(data);
-  if (rc != 0) return fail(L, &err);
+  if (rc != 0) return dxl_client_fail(L, &err);
   lua_pushboolean(L, 1);
   return 1;
 }
 
 static int l_cancel(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   dx_error_t err;
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   if (dx_client_cancel(c, id, dxl_check_text(L, 3, "cancel reason", 1), &err) != 0)
-    return fail(L, &err);
+    return dxl_client_fail(L, &err);
   lua_pushboolean(L, 1);
   return 1;
 }
 
 /* [-0, +1, m] decode JSON text produced by the engine into a Lua value */
-static void push_decoded(lua_State *L, const char *json) {
+void dxl_push_decoded(lua_State *L, const char *json) {
   char err[256];
   if (!json || !dx__lua_push_json(L, json, strlen(json), err, sizeof err)) lua_pushnil(L);
 }
 
 static void push_status(lua_State *L, const char *id, const dx_instance_info_t *info) {
   char *json = dx_instance_info_to_json(id, info);
-  push_decoded(L, json);
+  dxl_push_decoded(L, json);
   free(json);
 }
 
 static int l_status(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   dx_instance_info_t info;
   dx_error_t err;
-  if (dx_client_status(c, id, &info, &err) != 0) return fail(L, &err);
+  if (dx_client_status(c, id, &info, &err) != 0) return dxl_client_fail(L, &err);
   push_status(L, id, &info);
   dx_instance_info_clear(&info);
   return 1;
@@ -209,7 +210,7 @@ static int is_done(int status) {
 /* client:wait_for_status_change(id, last_version, timeout_ms): the status once its
 ** custom_status_version exceeds last_version or the instance has ended. */
 static int l_wait_status_change(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   dxl_state_t *S = dxl_state(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   lua_Integer last = luaL_checkinteger(L, 3);
@@ -218,7 +219,7 @@ static int l_wait_status_change(lua_State *L) {
   dx_error_t err;
   for (;;) {
     int changed;
-    if (dx_client_status(c, id, &info, &err) != 0) return fail(L, &err);
+    if (dx_client_status(c, id, &info, &err) != 0) return dxl_client_fail(L, &err);
     changed = (lua_Integer)info.custom_status_version > last || is_done(info.status);
     if (changed || dx__now_ms() >= deadline) {
       push_status(L, id, &info);
@@ -232,7 +233,7 @@ static int l_wait_status_change(lua_State *L) {
 
 /* client:get_kv_value(id, key) -> value | nil (no such key), or nil, err */
 static int l_kv_get(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   const char *key = dxl_check_text(L, 3, "key-value key", 0);
   char *value = NULL;
@@ -242,8 +243,8 @@ static int l_kv_get(lua_State *L) {
     lua_pushnil(L);
     return 1;
   }
-  if (rc != 0) return fail(L, &err);
-  push_decoded(L, value);
+  if (rc != 0) return dxl_client_fail(L, &err);
+  dxl_push_decoded(L, value);
   free(value);
   return 1;
 }
@@ -251,24 +252,24 @@ static int l_kv_get(lua_State *L) {
 static int collect_kv(void *ud, const char *key, const char *value, int64_t updated_ms) {
   lua_State *L = ud;
   (void)updated_ms;
-  push_decoded(L, value);
+  dxl_push_decoded(L, value);
   lua_setfield(L, -2, key);
   return 0;
 }
 
 /* client:get_kv_all_values(id) -> { key = value, ... } ({} for an unknown instance) */
 static int l_kv_all(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   dx_error_t err;
   lua_newtable(L);
-  if (dx_client_kv_list(c, id, collect_kv, L, &err) != 0) return fail(L, &err);
+  if (dx_client_kv_list(c, id, collect_kv, L, &err) != 0) return dxl_client_fail(L, &err);
   return 1;
 }
 
 /* client:wait_for_kv_value(id, key, timeout_ms) -> value once the key exists, or nil, err */
 static int l_kv_wait(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   dxl_state_t *S = dxl_state(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   const char *key = dxl_check_text(L, 3, "key-value key", 0);
@@ -278,11 +279,11 @@ static int l_kv_wait(lua_State *L) {
     char *value = NULL;
     int rc = dx_client_kv_get(c, id, key, &value, &err);
     if (rc == 0) {
-      push_decoded(L, value);
+      dxl_push_decoded(L, value);
       free(value);
       return 1;
     }
-    if (rc != DX_ENOTFOUND) return fail(L, &err);
+    if (rc != DX_ENOTFOUND) return dxl_client_fail(L, &err);
     if (dx__now_ms() >= deadline) {
       lua_pushnil(L);
       dxl_push_error(L, "timed out waiting for the key-value key", "client", "DX_ETIMEDOUT");
@@ -294,14 +295,14 @@ static int l_kv_wait(lua_State *L) {
 
 /* client:wait(id, timeout_ms): the status once the instance has ended. */
 static int l_wait(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   dxl_state_t *S = dxl_state(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   int64_t deadline = wait_deadline(L, S, 3, "wait");
   dx_instance_info_t info;
   dx_error_t err;
   for (;;) {
-    if (dx_client_status(c, id, &info, &err) != 0) return fail(L, &err);
+    if (dx_client_status(c, id, &info, &err) != 0) return dxl_client_fail(L, &err);
     if (is_done(info.status) || dx__now_ms() >= deadline) {
       int done = is_done(info.status);
       push_status(L, id, &info);
@@ -314,7 +315,7 @@ static int l_wait(lua_State *L) {
 }
 
 static int l_history(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   dx_event_t *ev = NULL;
   size_t n = 0, i;
@@ -323,11 +324,11 @@ static int l_history(lua_State *L) {
   uint64_t exec;
   luaL_argcheck(L, n_exec >= 0, 3, "execution_id must be >= 0");
   exec = (uint64_t)n_exec;
-  if (dx_client_history(c, id, exec, &ev, &n, &err) != 0) return fail(L, &err);
+  if (dx_client_history(c, id, exec, &ev, &n, &err) != 0) return dxl_client_fail(L, &err);
   lua_createtable(L, (int)n, 0);
   for (i = 0; i < n; i++) {
     char *json = dx_event_to_json(&ev[i]);
-    push_decoded(L, json);
+    dxl_push_decoded(L, json);
     free(json);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
@@ -335,19 +336,15 @@ static int l_history(lua_State *L) {
   return 1;
 }
 
-static int collect_id(void *ud, const char *id) {
-  lua_State *L = ud;
-  lua_pushstring(L, id);
-  lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
-  return 0;
-}
-
-static int l_list(lua_State *L) {
-  dx_client_t *c = check_client(L);
-  dx_provider_t *p = dx_client_provider(c);
+/* client:stats() (also client:metrics()): the store-wide figures of dx_client_stats_json as a
+** table. A worker's own counters are rt:metrics() / its /metrics endpoint. */
+static int l_stats(lua_State *L) {
+  dx_client_t *c = dxl_check_client(L);
   dx_error_t err;
-  lua_newtable(L);
-  if (p->methods->list_instances(p, collect_id, L, &err) != 0) return fail(L, &err);
+  char *json;
+  if (dx_client_stats_json(c, &json, &err) != 0) return dxl_client_fail(L, &err);
+  dxl_push_decoded(L, json);
+  free(json);
   return 1;
 }
 
@@ -369,7 +366,8 @@ int dxl_client_new(lua_State *L) {
                                      {"wait_for_kv_value", l_kv_wait},
                                      {"cancel", l_cancel}, {"status", l_status},
                                      {"wait", l_wait}, {"history", l_history},
-                                     {"list", l_list}, {"close", l_close}, {NULL, NULL}};
+                                     {"stats", l_stats}, {"metrics", l_stats},
+                                     {"close", l_close}, {NULL, NULL}};
   dxl_state_t *S = dxl_state(L);
   const char *store = NULL;
   lclient_t *u;
@@ -388,6 +386,7 @@ int dxl_client_new(lua_State *L) {
   u->c = NULL;
   if (luaL_newmetatable(L, CLIENT_MT)) {
     luaL_newlib(L, methods);
+    luaL_setfuncs(L, dxl_manage_methods, 0);
     dxl_guard_functions(L, S, -1, NULL, "client:", "start work with ctx:start_orchestration or "
                         "ctx:schedule_sub_orchestration, or use the client in an activity");
     lua_setfield(L, -2, "__index");

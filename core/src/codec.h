@@ -28,9 +28,6 @@ int dx__msgpack_check(const void *buf, size_t len, const char *what, dx_error_t 
 ** "invalid JSON at line L, column C: reason". DX_ETOOBIG over DX_MAX_PAYLOAD_BYTES. */
 int dx__json_canonical(const char *text, size_t len, char **out, dx_error_t *err);
 
-/* 1 when the NUL-terminated text is valid UTF-8 (as jansson and PostgreSQL accept it). */
-int dx__utf8_valid(const char *s);
-
 /* Encode a string as a JSON string literal (malloc'd). */
 char *dx__json_quote(const char *s);
 /* Build a failure's JSON object {"category":..,"kind":..,"message":..} (malloc'd). */

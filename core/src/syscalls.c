@@ -29,7 +29,7 @@ int dx__syscall_get_kv(const dx_activity_info_t *info, const char *input, char *
     return 1;
   }
   memset(&err, 0, sizeof err);
-  rc = p->methods->version >= 6 && p->methods->get_kv
+  rc = p->methods->version >= 7 && p->methods->get_kv
            ? p->methods->get_kv(p, inst, key, output, NULL, &err)
            : dx_error_set(&err, DX_EINVAL, "the store has no key-value support");
   json_decref(in);

@@ -3,8 +3,8 @@
 */
 #include <string.h>
 
-#include "codec.h"
 #include "providers/checks.h"
+#include "util.h"
 
 int dx__check_instance(const char *inst, dx_error_t *err) {
   size_t n;
