@@ -412,3 +412,26 @@ DX_TEST(pv_kv_deleted_with_the_instance) {
   ASSERT_EQ(dx_pv_rows_naming(store, "kv-victim"), 0);
   free(store);
 }
+
+/* Terminating a running instance ends its execution: its key-value changes are committed. */
+DX_TEST(pv_kv_terminate_commits_the_changes) {
+  dx_provider_t *p = open_fresh();
+  dx_event_t e1[] = {KSET("a", "1", T0), KSET("b", "2", T0)};
+  dx_failure_t why = {DX_CAT_APPLICATION, "Terminated", "stop", 0};
+  dx_orch_item_t *it;
+  ASSERT(M(p)->terminate_instance);
+  start_with(p, "t1", e1, 2);
+  it = wake(p, "t1");
+  {
+    dx_event_t c[] = {KCLR("a")};
+    CHECK(commit(p, it, 1, c, 1, DX_STATUS_NONE, NULL));
+  }
+  CHECK(M(p)->terminate_instance(p, T0, "t1", &why, 0, &E));
+  ASSERT_STR_EQ(listing(p, "t1"), "b=2@0");
+  /* what a later fetch hands out is the committed state: the changes were folded in */
+  put(p, T0, item_of(DX_WI_EXTERNAL, "t1", "late", "1"));
+  it = fetch_one(p, T0);
+  ASSERT_STR_EQ(snapshot(it), "b=2@0");
+  CHECK(commit(p, it, 1, NULL, 0, DX_STATUS_NONE, NULL));
+  M(p)->destroy(p);
+}

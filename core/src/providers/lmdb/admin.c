@@ -239,6 +239,8 @@ static int terminate_tx(tx_t *t, int64_t now, const char *inst, const dx_failure
   }
   if (!rc) rc = drop_orch_queue(t, inst);
   if (!rc) rc = drop_work_rows(t, inst);
+  /* the execution ended: its key-value changes become committed, as an ack's would */
+  if (!rc) rc = dx__lm_kv_ack(t, inst, NULL, 0, DX_STATUS_FAILED);
   if (!rc && notify_parent && n && hist[0].kind == DX_EV_ORCH_STARTED && hist[0].instance &&
       hist[0].parent_id) {
     dx_work_item_t w;
