@@ -1,7 +1,8 @@
 /*
 ** pg_kv.c -- key-value state per instance on PostgreSQL (issue 11; duroxide §7.7): tables kv
 ** (committed state) and kv_delta (the running execution's changes, value NULL = cleared),
-** as kv.c does on LMDB. Acks queue their writes; fetches read kv in their pipeline.
+** as kv.c does on LMDB. Acks write them in dx_ack_orch_kv and fetches read kv in ORCH_FETCH
+** (pg_orch.c, migration 3); here: the client reads and the fold after a terminate.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -34,43 +35,11 @@ static int rows_to_entries(tx_t *t, PGresult *res, dx_kv_entry_t **out, size_t *
   return 0;
 }
 
-int dx__pg_kv_take(tx_t *t, PGresult *res, dx_orch_item_t *it) {
-  return rows_to_entries(t, res, &it->kv, &it->kv_len);
-}
-
-static int dset(tx_t *t, const char *inst, const char *key, const char *value, int64_t at) {
+int dx__pg_kv_fold(tx_t *t, const char *inst) {
   qp_t q;
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
-  dx__qp_str(&q, key);
-  dx__qp_str(&q, value);
-  dx__qp_i64(&q, at);
-  return dx__pg_q(t, PQ_KV_DSET, &q, NULL);
-}
-
-int dx__pg_kv_ack(tx_t *t, const char *inst, const dx_event_t *delta, size_t n, int status) {
-  qp_t q;
-  size_t i;
-  int rc = 0;
-  for (i = 0; i < n && !rc; i++) {
-    const dx_event_t *e = &delta[i];
-    if (e->kind == DX_EV_KV_SET) {
-      rc = dset(t, inst, e->name, e->data, e->timestamp_ms);
-    } else if (e->kind == DX_EV_KV_CLEARED) {
-      rc = dset(t, inst, e->name, NULL, e->timestamp_ms);
-    } else if (e->kind == DX_EV_KV_CLEARED_ALL) {
-      dx__qp_init(&q);
-      dx__qp_str(&q, inst);
-      dx__qp_i64(&q, e->timestamp_ms);
-      rc = dx__pg_q(t, PQ_KV_DCLEAR_ALL, &q, NULL);
-    }
-  }
-  if (!rc && dx__kv_folds(status)) {
-    dx__qp_init(&q);
-    dx__qp_str(&q, inst);
-    rc = dx__pg_q(t, PQ_KV_FOLD, &q, NULL);
-  }
-  return rc;
+  return dx__pg_q(t, PQ_KV_FOLD, &q, NULL);
 }
 
 /* {===== client reads: kv_delta over kv =====} */
