@@ -27,10 +27,12 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua APP.lua [options]        run a worker with APP.lua's registrations\n"
       "  duroxide-lua start NAME [INPUT] --id ID [--wait [TIMEOUT]] [--version V]\n"
       "  duroxide-lua raise ID EVENT [DATA]\n"
+      "  duroxide-lua enqueue ID QUEUE [DATA]  put DATA on the instance's event queue QUEUE\n"
       "  duroxide-lua status ID\n"
       "  duroxide-lua wait ID [--timeout 10s]\n"
       "  duroxide-lua cancel ID [REASON]\n"
       "  duroxide-lua history ID [--execution N]\n"
+      "  duroxide-lua kv ID [KEY]              the instance's key-value state (or one key)\n"
       "  duroxide-lua list [--status S] [--name N] [--limit N] [--after CURSOR] [--created-after T]\n"
       "  duroxide-lua describe ID              everything about one instance\n"
       "  duroxide-lua executions ID\n"
@@ -90,13 +92,24 @@ static void on_stopped(dx_runtime_t *rt, void *ud) {
   dxl_end_abandoned_activities(w->S); /* cancelled: their code stops here */
 }
 
+/* A worker's fatal error once the log format is known: "duroxide-lua: [WHAT: ]DETAIL" on
+** stderr, or with --log-format json an error record, so every line stays one JSON object. */
+static void worker_fatal(const char *what, const char *detail) {
+  if (dx__log_format() == DX_LOGFMT_JSON)
+    dx__log(DX_LOG_ERROR, what ? what : "worker did not start", "error=\"%s\"", detail);
+  else if (what)
+    fprintf(stderr, "duroxide-lua: %s: %s\n", what, detail);
+  else
+    fprintf(stderr, "duroxide-lua: %s\n", detail);
+}
+
 /* A store that became unusable (damaged, lock file deleted) stops the worker: exit 1. */
 static void on_health(uv_timer_t *h) {
   worker_t *w = h->data;
   dx_error_t err;
   if (w->failed || dx_runtime_error(w->rt, &err) == 0) return;
   w->failed = 1;
-  fprintf(stderr, "duroxide-lua: stopping: %s\n", err.msg);
+  worker_fatal("stopping", err.msg);
   dx_runtime_stop(w->rt, on_stopped, w);
 }
 
@@ -188,13 +201,15 @@ static int run_worker(const char *app, int argc, char **argv) {
   po.max_size = max_size ? max_size : S->store_max_size; /* the command line wins */
   if (dx_provider_open(store, &po, &p, &err) != 0) {
     lua_close(L);
-    fprintf(stderr, "duroxide-lua: cannot open store %s: %s\n", store, err.msg);
+    char what[1200];
+    snprintf(what, sizeof what, "cannot open store %s", store);
+    worker_fatal(what, err.msg);
     return 1;
   }
   memset(&w, 0, sizeof w);
   if (dx_runtime_new(&w.rt, S->loop, p, &opts, &dxl_host_methods, S, &err) != 0 ||
       dx_runtime_start(w.rt, &err) != 0) {
-    fprintf(stderr, "duroxide-lua: %s\n", err.msg);
+    worker_fatal(NULL, err.msg);
     dx_runtime_free(w.rt);
     p->methods->destroy(p);
     lua_close(L);

@@ -22,6 +22,7 @@
 #include "replay.h"
 #include "sessions.h"
 #include "store.h"
+#include "syscalls.h"
 #include "util.h"
 #include "wake.h"
 #include "watchdog.h"
@@ -183,6 +184,11 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
 
 /* {===== activity dispatcher =====} */
 
+/* The fields every activity record starts with, and their arguments (session_id is left out
+** of the record when the activity has no session). */
+#define ACT_FIELDS "instance=%s activity=%s id=%" PRIu64 " session_id=%s"
+#define ACT_ARGS(a) (a)->item.instance, (a)->item.name, (a)->item.id, (a)->item.session_id
+
 static void activity_unlink(dx_activity_t *a) {
   dx_runtime_t *rt = a->rt;
   if (a->prev) a->prev->next = a->next;
@@ -220,12 +226,10 @@ static void activity_acked(dx_store_op_t *op) {
                    DXM_LABELS(a->item.name, op->rc ? "lost" : a->outcome), 1);
   if (op->rc == DX_ELOCK || op->rc == DX_ETOKEN)
     dx__log(DX_LOG_WARN, "activity result not recorded (lock lost: cancelled or expired)",
-            "instance=%s activity=%s id=%" PRIu64 " error=\"%s\"", a->item.instance,
-            a->item.name, a->item.id, op->err.msg);
+            ACT_FIELDS " error=\"%s\"", ACT_ARGS(a), op->err.msg);
   else if (op->rc != 0) /* the store refused it: say why; the row runs again after its lock */
     dx__log(DX_LOG_WARN, "activity result not recorded (store error)",
-            "instance=%s activity=%s id=%" PRIu64 " error=\"%s\"", a->item.instance,
-            a->item.name, a->item.id, op->err.msg);
+            ACT_FIELDS " error=\"%s\"", ACT_ARGS(a), op->err.msg);
   a->acked = 1;
   if (!rt->stopping) dx__store_want(rt->store, 0, 1);
   uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
@@ -280,8 +284,7 @@ void dx_activity_complete(dx_activity_t *a, const char *output_json) {
   observe_ran(a);
   result_base(a, DX_WI_ACT_COMPLETED);
   a->result.data = dx__strdup(output_json ? output_json : "null");
-  dx__log(DX_LOG_DEBUG, "activity completed", "instance=%s activity=%s id=%" PRIu64,
-          a->item.instance, a->item.name, a->item.id);
+  dx__log(DX_LOG_DEBUG, "activity completed", ACT_FIELDS, ACT_ARGS(a));
   activity_settle(a, DX_OP_ACK_WORK, 0, 0, "success");
 }
 
@@ -300,9 +303,8 @@ static void fail_with(dx_activity_t *a, int category, const char *kind, const ch
 void dx_activity_fail(dx_activity_t *a, const char *message) {
   if (!a || a->finished) return;
   dx__log_set_worker(a->rt->worker_id);
-  dx__log(DX_LOG_INFO, "activity failed (application error)", "instance=%s activity=%s id=%"
-          PRIu64 " error=\"%s\"", a->item.instance, a->item.name, a->item.id,
-          message ? message : "");
+  dx__log(DX_LOG_INFO, "activity failed (application error)", ACT_FIELDS " error=\"%s\"",
+          ACT_ARGS(a), message ? message : "");
   observe_ran(a);
   fail_with(a, DX_CAT_APPLICATION, "ActivityFailed", message);
 }
@@ -490,9 +492,23 @@ static int check_activity_name(const char *name, dx_error_t *err) {
   return DX_OK;
 }
 
+static int cact_add(dx_runtime_t *rt, const char *name, dx_activity_fn fn, void *userdata,
+                    int flags, dx_error_t *err) {
+  cact_t *c = calloc(1, sizeof *c);
+  if (!c || !(c->name = dx__strdup(name))) {
+    free(c);
+    return dx_error_set(err, DX_ENOMEM, "out of memory");
+  }
+  c->fn = fn;
+  c->userdata = userdata;
+  c->flags = flags;
+  c->next = rt->cacts;
+  rt->cacts = c;
+  return DX_OK;
+}
+
 int dx_register_activity_ex(dx_runtime_t *rt, const char *name, dx_activity_fn fn,
                             void *userdata, int flags, dx_error_t *err) {
-  cact_t *c;
   int rc;
   if (!rt) return dx_error_set(err, DX_EINVAL, "NULL runtime");
   if ((rc = check_activity_name(name, err)) != 0) return rc;
@@ -505,17 +521,7 @@ int dx_register_activity_ex(dx_runtime_t *rt, const char *name, dx_activity_fn f
                         name);
   if (cact_find(rt, name))
     return dx_error_set(err, DX_EEXIST, "C activity '%s' is already registered", name);
-  c = calloc(1, sizeof *c);
-  if (!c || !(c->name = dx__strdup(name))) {
-    free(c);
-    return dx_error_set(err, DX_ENOMEM, "out of memory");
-  }
-  c->fn = fn;
-  c->userdata = userdata;
-  c->flags = flags;
-  c->next = rt->cacts;
-  rt->cacts = c;
-  return DX_OK;
+  return cact_add(rt, name, fn, userdata, flags, err);
 }
 
 int dx_register_activity(dx_runtime_t *rt, const char *name, dx_activity_fn fn, void *userdata,
@@ -595,8 +601,7 @@ static void renew_done(dx_store_op_t *op) {
   if (op->rc != 0 && !a->finished) {
     /* The orchestration withdrew the activity (or the lease lapsed): tell the code. */
     a->cancelled = 1;
-    dx__log(DX_LOG_INFO, "activity cancelled (lock lost)", "instance=%s activity=%s id=%" PRIu64,
-            a->item.instance, a->item.name, a->item.id);
+    dx__log(DX_LOG_INFO, "activity cancelled (lock lost)", ACT_FIELDS, ACT_ARGS(a));
   }
   try_free(a);
 }
@@ -659,8 +664,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     char msg[512];
     snprintf(msg, sizeof msg, "poison: activity %s#%" PRIu64 " exceeded %u attempts (max %u)",
              a->item.name, a->item.id, w->attempt_count, rt->opts.max_attempts);
-    dx__log(DX_LOG_ERROR, "activity poisoned", "instance=%s activity=%s attempts=%u",
-            a->item.instance, a->item.name, w->attempt_count);
+    dx__log(DX_LOG_ERROR, "activity poisoned", ACT_FIELDS " attempts=%u", ACT_ARGS(a),
+            w->attempt_count);
     fail_with(a, DX_CAT_POISON, "Poison", msg);
     return;
   }
@@ -669,9 +674,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     if (w->attempt_count < rt->opts.max_attempts) {
       int64_t d = dx__unregistered_backoff(w->attempt_count, rt->opts.unregistered_base_ms,
                                            rt->opts.unregistered_max_ms);
-      dx__log(DX_LOG_WARN, "activity not registered; will retry", "instance=%s activity=%s "
-              "attempt=%u retry_in_ms=%" PRId64, a->item.instance, a->item.name,
-              w->attempt_count, d);
+      dx__log(DX_LOG_WARN, "activity not registered; will retry",
+              ACT_FIELDS " attempt=%u retry_in_ms=%" PRId64, ACT_ARGS(a), w->attempt_count, d);
       activity_settle(a, DX_OP_ABANDON_WORK, d, 0, "retry_unregistered");
     } else {
       char msg[512];
@@ -685,8 +689,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back"); /* fetched as we stopped */
     return;
   }
-  dx__log(DX_LOG_DEBUG, "activity started", "instance=%s activity=%s id=%" PRIu64 " attempt=%u",
-          a->item.instance, a->item.name, a->item.id, w->attempt_count);
+  dx__log(DX_LOG_DEBUG, "activity started", ACT_FIELDS " attempt=%u", ACT_ARGS(a),
+          w->attempt_count);
   if (cact) cact_start(a, cact);
   else rt->host->activity_start(rt->host_ud, a);
 }
@@ -743,6 +747,11 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   rt->host = host;
   rt->host_ud = host_ud;
   rt->skew_warned_ms = INT64_MIN / 2;
+  /* built-in: reads another instance's key-value state (ctx:get_kv_value_from_instance) */
+  if ((rc = cact_add(rt, DX_SYSCALL_GET_KV, dx__syscall_get_kv, p, DX_ACTIVITY_ON_POOL, err))) {
+    dx_runtime_free(rt);
+    return rc;
+  }
   *out = rt;
   return DX_OK;
 }
@@ -947,8 +956,7 @@ static void on_stop_tick(uv_timer_t *h) {
   if (dx__now_ms() >= rt->stop_deadline_ms) {
     while (rt->running) {
       dx_activity_t *a = rt->running;
-      dx__log(DX_LOG_WARN, "activity abandoned at shutdown", "instance=%s activity=%s id=%"
-              PRIu64, a->item.instance, a->item.name, a->item.id);
+      dx__log(DX_LOG_WARN, "activity abandoned at shutdown", ACT_FIELDS, ACT_ARGS(a));
       if (!cact_abort(a)) rt->host->activity_abort(rt->host_ud, a);
       activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back");
     }

@@ -355,6 +355,13 @@ static int is_ack(const dx_store_op_t *op) {
   return op->kind == DX_OP_ACK_ORCH || op->kind == DX_OP_ACK_WORK;
 }
 
+/* The fetch of a cycle that wanted items took since t0 (uv_hrtime). */
+static void observe_fetch(dx_store_t *s, uint64_t t0, int bo, int bw) {
+  if (bo > 0 || bw > 0)
+    dx__metric_observe(s->cfg.metrics, DXM_STORE_FETCH_DURATION, DXM_NOLABELS,
+                       dx__seconds_since(t0));
+}
+
 /* The provider takes the cycle's acks and fetches in one call (run_cycle, provider.h v5), so
 ** a database provider can send them in a few round trips; other ops run one by one first. */
 static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t now,
@@ -396,9 +403,7 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   if (!cy.work_out) cy.max_work = 0;
   t0 = uv_hrtime();
   rc = p->methods->run_cycle(p, now, &cy, err);
-  if (bo > 0 || bw > 0) /* the acks ride along: one call does both */
-    dx__metric_observe(s->cfg.metrics, DXM_STORE_FETCH_DURATION, DXM_NOLABELS,
-                       dx__seconds_since(t0));
+  observe_fetch(s, t0, bo, bw); /* the acks ride along: one call does both */
   f->n_orch = cy.n_orch;
   f->n_work = cy.n_work;
   for (i = 0; i < f->n_orch; i++) hold(s, f->orch[i]->instance, f->orch[i]->lock_token);
@@ -444,9 +449,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t
     for (op = ops; op && !rc; op = op->next) rc = op_apply(s, op, now, failed, &durable, err);
     t0 = uv_hrtime();
     if (!rc && fetch_into(s, now, bo, bw, f)) *failed |= CALL_FETCH;
-    if (!rc && (bo > 0 || bw > 0))
-      dx__metric_observe(s->cfg.metrics, DXM_STORE_FETCH_DURATION, DXM_NOLABELS,
-                         dx__seconds_since(t0));
+    if (!rc) observe_fetch(s, t0, bo, bw);
   }
   if (rc) { /* DX_ERETRY from an op: it runs again, its outcome is not known yet */
     p->methods->rollback(p);

@@ -23,7 +23,7 @@
 #include "providers/pg/pg_sql.h"
 
 #define PG_NEVER INT64_MAX
-#define PG_MAX_PARAMS 32
+#define PG_MAX_PARAMS 40
 
 typedef struct pg_s pg_t;
 
@@ -178,6 +178,12 @@ int dx__pg_history_dups(tx_t *t, const char *inst, uint64_t exec, const dx_event
 int dx__pg_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev, size_t n);
 int dx__pg_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n);
 int dx__pg_nomem(dx_error_t *err);
+
+/* {===== key-value state (pg_kv.c) =====} */
+/* The execution of `inst` ended outside an ack (terminate): its changes become committed. */
+int dx__pg_kv_fold(tx_t *t, const char *inst);
+int dx__pg_get_kv(dx_provider_t *, const char *, const char *, char **, int64_t *, dx_error_t *);
+int dx__pg_list_kv(dx_provider_t *, const char *, dx_kv_cb, void *, dx_error_t *);
 
 /* {===== methods =====} */
 int dx__pg_fetch_orch(dx_provider_t *, int64_t, int64_t, dx_orch_item_t **, dx_error_t *);

@@ -168,7 +168,62 @@ static const char MIGRATION_2[] =
   "  RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;"
   " END $f$;";
 
-const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2};
+/* Version 3: key-value state (issue 11; pg_kv.c). kv holds the committed state, kv_delta the
+** running execution's changes (value NULL = cleared), as the LMDB provider's tables.
+** dx_ack_orch_kv is dx_ack_orch plus the turn's key-value events (k_* arrays, in delta order;
+** k_val NULL = clear, k_op 1 = clear all) and, with p_fold, the fold of the changes into the
+** committed state when the execution ends: all of it, or nothing when the ack is refused. */
+static const char MIGRATION_3[] =
+  "CREATE TABLE IF NOT EXISTS kv (instance_id text COLLATE \"C\", key text COLLATE \"C\","
+  "  value text NOT NULL, updated_at bigint NOT NULL, PRIMARY KEY (instance_id, key));"
+  "CREATE TABLE IF NOT EXISTS kv_delta (instance_id text COLLATE \"C\", key text COLLATE \"C\","
+  "  value text, updated_at bigint NOT NULL, PRIMARY KEY (instance_id, key));"
+  "CREATE OR REPLACE FUNCTION dx_kv_fold(p_inst text) RETURNS void LANGUAGE plpgsql AS $f$ BEGIN"
+  " DELETE FROM kv k USING kv_delta d WHERE k.instance_id = p_inst AND d.instance_id = p_inst"
+  "  AND d.key = k.key AND d.value IS NULL;"
+  " INSERT INTO kv (instance_id, key, value, updated_at) SELECT instance_id, key, value,"
+  "  updated_at FROM kv_delta WHERE instance_id = p_inst AND value IS NOT NULL"
+  "  ON CONFLICT (instance_id, key) DO UPDATE SET value = EXCLUDED.value,"
+  "  updated_at = EXCLUDED.updated_at;"
+  " DELETE FROM kv_delta WHERE instance_id = p_inst;"
+  " END $f$;"
+  "CREATE OR REPLACE FUNCTION dx_kv_apply(p_inst text, k_op bigint[], k_key text[],"
+  " k_val text[], k_at bigint[], p_fold bigint) RETURNS void LANGUAGE plpgsql AS $f$"
+  " DECLARE i int; BEGIN"
+  " FOR i IN 1 .. coalesce(cardinality(k_op), 0) LOOP"
+  "  IF k_op[i] = 1 THEN"
+  "   INSERT INTO kv_delta (instance_id, key, value, updated_at) SELECT p_inst, u.key, NULL,"
+  "    k_at[i] FROM (SELECT key FROM kv WHERE instance_id = p_inst UNION"
+  "    SELECT key FROM kv_delta WHERE instance_id = p_inst) u"
+  "    ON CONFLICT (instance_id, key) DO UPDATE SET value = NULL, updated_at = EXCLUDED.updated_at;"
+  "  ELSE"
+  "   INSERT INTO kv_delta (instance_id, key, value, updated_at)"
+  "    VALUES (p_inst, k_key[i], k_val[i], k_at[i]) ON CONFLICT (instance_id, key) DO UPDATE"
+  "    SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;"
+  "  END IF;"
+  " END LOOP;"
+  " IF p_fold <> 0 THEN PERFORM dx_kv_fold(p_inst); END IF;"
+  " END $f$;"
+  "CREATE OR REPLACE FUNCTION dx_ack_orch_kv(p_inst text, p_token bigint, p_now bigint,"
+  " p_exec bigint, p_dup bigint, e_id bigint[], e_rec bytea[], p_name text, p_version text,"
+  " p_cs_set bigint, p_cs text, p_parent text, p_status bigint, p_output text, p_fcat bigint,"
+  " p_fkind text, p_fmsg text, p_fretry bigint, w_sid text[], w_inst text[], w_exec bigint[],"
+  " w_act bigint[], w_kind bigint[], w_item bytea[], c_inst text[], c_exec bigint[],"
+  " c_act bigint[], o_inst text[], o_vis bigint[], o_item bytea[], o_start text[],"
+  " k_op bigint[], k_key text[], k_val text[], k_at bigint[], p_fold bigint)"
+  " RETURNS TABLE (r_code bigint, r_a bigint, r_b bigint) LANGUAGE plpgsql"
+  " SET search_path FROM CURRENT AS $f$"
+  " DECLARE r record;"
+  " BEGIN"
+  "  SELECT * INTO r FROM dx_ack_orch(p_inst, p_token, p_now, p_exec, p_dup, e_id, e_rec,"
+  "   p_name, p_version, p_cs_set, p_cs, p_parent, p_status, p_output, p_fcat, p_fkind, p_fmsg,"
+  "   p_fretry, w_sid, w_inst, w_exec, w_act, w_kind, w_item, c_inst, c_exec, c_act, o_inst,"
+  "   o_vis, o_item, o_start);"
+  "  IF r.r_code = 0 THEN PERFORM dx_kv_apply(p_inst, k_op, k_key, k_val, k_at, p_fold); END IF;"
+  "  RETURN QUERY SELECT r.r_code, r.r_a, r.r_b;"
+  " END $f$;";
+
+const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
@@ -214,7 +269,8 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_ORCH_PUSH] = "SELECT dx_orch_push(ARRAY[$1::text], ARRAY[$2::bigint], ARRAY[$3::bytea])",
   [PQ_ORCH_FETCH] = /* lock the $3 instances due first (no other fetcher waits on them), tag
     ** their visible messages, and return per instance, in order: its lock (t 0), messages
-    ** (t 1, by seq), record (t 2, if any) and current history (t 3, by event id). Columns:
+    ** (t 1, by seq), record (t 2, if any), current history (t 3, by event id) and committed
+    ** key-value entries (t 4). Columns:
     ** due, instance, t, id (token/seq/exec/event id), attempt, name, version, bytes. */
     "WITH c AS (SELECT instance_id, due_at FROM orch_queue WHERE due_at <= $1::bigint"
     " ORDER BY due_at, instance_id LIMIT $3::bigint FOR UPDATE SKIP LOCKED),"
@@ -236,6 +292,9 @@ static const char *const SQL[PQ__COUNT] = {
     " FROM u CROSS JOIN LATERAL (SELECT * FROM history y WHERE y.instance_id = u.instance_id"
     " AND y.exec = COALESCE((SELECT x.current_exec FROM instances x"
     " WHERE x.instance_id = u.instance_id), 1)) h"
+    /* (t 4) its committed key-value state: id = updated_at, name = key, version = value */
+    " UNION ALL SELECT u.due_at, u.instance_id, 4, k.updated_at, 0, k.key, k.value, NULL"
+    " FROM u CROSS JOIN LATERAL (SELECT * FROM kv z WHERE z.instance_id = u.instance_id) k"
     " ORDER BY 1, 2, 3, 4",
   [PQ_ACK_ORCH] = /* migration 2; one row: outcome code, detail, detail */
     "SELECT * FROM dx_ack_orch($1, $2::bigint, $3::bigint, $4::bigint, $5::bigint,"
@@ -452,6 +511,8 @@ static const char *const SQL[PQ__COUNT] = {
     " dh AS (DELETE FROM history WHERE instance_id = $1 RETURNING 1),"
     " de AS (DELETE FROM executions WHERE instance_id = $1 RETURNING 1),"
     " dst AS (DELETE FROM started WHERE instance_id = $1 RETURNING 1),"
+    " dk AS (DELETE FROM kv WHERE instance_id = $1), dkd AS (DELETE FROM kv_delta"
+    " WHERE instance_id = $1),"
     " di AS (DELETE FROM instances WHERE instance_id = $1 RETURNING 1)"
     " SELECT (SELECT count(*) FROM di) + (SELECT count(*) FROM de) + (SELECT count(*) FROM dh)"
     " + (SELECT count(*) FROM dq)",
@@ -467,6 +528,24 @@ static const char *const SQL[PQ__COUNT] = {
     " FOR UPDATE OF i",
   [PQ_ADM_TOUCH] = "UPDATE instances SET updated_at = $2::bigint WHERE instance_id = $1",
   [PQ_ADM_DROP_QUEUES] = "WITH" DROP_QUEUES_CTE("$1") " SELECT 1",
+  /* key-value state (pg_kv.c) */
+  [PQ_KV_FOLD] = "SELECT dx_kv_fold($1)", /* migration 3 */
+  [PQ_ACK_ORCH_KV] = /* migration 3: PQ_ACK_ORCH with the turn's key-value events */
+    "SELECT * FROM dx_ack_orch_kv($1, $2::bigint, $3::bigint, $4::bigint, $5::bigint,"
+    " $6::bigint[], $7::bytea[], $8::text, $9::text, $10::bigint, $11::text, $12::text,"
+    " $13::bigint, $14::text, $15::bigint, $16::text, $17::text, $18::bigint, $19::text[],"
+    " $20::text[], $21::bigint[], $22::bigint[], $23::bigint[], $24::bytea[], $25::text[],"
+    " $26::bigint[], $27::bigint[], $28::text[], $29::bigint[], $30::bytea[], $31::text[],"
+    " $32::bigint[], $33::text[], $34::text[], $35::bigint[], $36::bigint)",
+  [PQ_KV_GET] =
+    "SELECT value, updated_at FROM (SELECT 0 AS o, value, updated_at FROM kv_delta"
+    " WHERE instance_id = $1 AND key = $2 UNION ALL SELECT 1, value, updated_at FROM kv"
+    " WHERE instance_id = $1 AND key = $2) s ORDER BY o LIMIT 1",
+  [PQ_KV_LIST] =
+    "SELECT key, value, updated_at FROM (SELECT DISTINCT ON (key) key, value, updated_at FROM"
+    " (SELECT 0 AS o, key, value, updated_at FROM kv_delta WHERE instance_id = $1 UNION ALL"
+    " SELECT 1, key, value, updated_at FROM kv WHERE instance_id = $1) u ORDER BY key, o) m"
+    " WHERE value IS NOT NULL ORDER BY key",
   [PQ_NEXT_DUE] =
     "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work))",
 };
