@@ -54,10 +54,11 @@ static const char MIGRATION_1[] =
 ** acks need no check round trip of their own (pg_cycle.c): each ack is one call that checks
 ** the lock and either writes everything or nothing, and returns its outcome as a row
 ** (r_code 0 ok; 1 not locked with that token; 2 lock expired; 3 duplicate event r_a).
-** CREATE OR REPLACE keeps the migration idempotent. Functions resolve tables through the
-** caller's search_path, which every connection of the provider sets to the schema (pg_conn.c);
-** a SET clause would switch the path on every call, which costs more than the call. They are
-** PL/pgSQL, not SQL, so their plans are cached per connection. Also: work.locked_by. */
+** CREATE OR REPLACE keeps the migration idempotent. The two entry points resolve tables in the
+** schema they were created in (until version 4); the helpers they call (also called directly, on
+** connections whose search_path is the schema) run in the caller's path, which saves a path
+** switch per call. Helpers are PL/pgSQL, not SQL, so their plans are cached per connection.
+** Also: work.locked_by. */
 static const char MIGRATION_2[] =
   /* the handle that locked a worker row (liveness: a dead locker's rows are due at once) */
   "ALTER TABLE work ADD COLUMN IF NOT EXISTS locked_by text;"
