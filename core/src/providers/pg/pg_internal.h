@@ -225,8 +225,8 @@ int dx__pg_release_sessions(dx_provider_t *, int64_t, const char *, const char *
 int dx__pg_cleanup_sessions(dx_provider_t *, int64_t, uint64_t *, dx_error_t *);
 int dx__pg_list_sessions(dx_provider_t *, dx_session_cb, void *, dx_error_t *);
 
-/* The first work fetch's picks, queued ahead by run_cycle so that they travel with the
-** orchestration fetch's round trip (pg_work.c). */
+/* A work fetch's picks queued by run_cycle (up to k plain rows locked, the oldest owned and
+** claimable session rows), read in the cycle's one round trip (pg_work.c). */
 typedef struct {
   int sent;
   PGresult *plain, *owned, *claim;
