@@ -255,6 +255,7 @@ static void event_from_lua(lua_State *L, int idx, size_t pos, dx_event_t *e) {
   e->instance = opt_string_field(L, idx, "instance");
   e->session_id = opt_string_field(L, idx, "session_id");
   e->reason = opt_string_field(L, idx, "reason");
+  e->worker_id = opt_string_field(L, idx, "worker_id");
   if (lua_getfield(L, idx, "data") != LUA_TNIL) { /* duroxide.null stays "null" */
     e->data = dx__lua_to_json(L, -1, "data", err, sizeof err);
     if (!e->data) luaL_error(L, "history[%d]: %s", (int)pos, err);

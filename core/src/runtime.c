@@ -240,6 +240,8 @@ static void result_base(dx_activity_t *a, int kind) {
   a->result.instance = dx__strdup(a->item.instance);
   a->result.execution_id = a->item.execution_id;
   a->result.id = a->item.id;
+  /* history shows where each session activity ran (issue 9 item 7) */
+  if (a->item.session_id) a->result.worker_id = dx__strdup(a->rt->worker_id);
 }
 
 void dx_activity_complete(dx_activity_t *a, const char *output_json) {
@@ -627,6 +629,18 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     dx__log(DX_LOG_ERROR, "activity poisoned", "instance=%s activity=%s attempts=%u",
             a->item.instance, a->item.name, w->attempt_count);
     fail_with(a, DX_CAT_POISON, "Poison", msg);
+    return;
+  }
+  if (a->item.kind == DX_WI_ACT_EXECUTE && a->item.session_id && a->item.worker_id &&
+      strcmp(a->item.worker_id, rt->worker_id) != 0) {
+    /* on_moved = "fail": the session moved since this instance's previous activity on it */
+    char msg[700];
+    snprintf(msg, sizeof msg, "session '%s' moved from worker '%s' to worker '%s': activity %s "
+             "was not run", a->item.session_id, a->item.worker_id, rt->worker_id, a->item.name);
+    dx__log(DX_LOG_INFO, "session activity refused (session moved)", "instance=%s activity=%s "
+            "session_id=%s from=%s to=%s", a->item.instance, a->item.name, a->item.session_id,
+            a->item.worker_id, rt->worker_id);
+    fail_with(a, DX_CAT_APPLICATION, "SessionMoved", msg);
     return;
   }
   cact = cact_find(rt, a->item.name);

@@ -102,6 +102,8 @@ typedef struct dx_event_s {
   uint64_t parent_execution_id;
   int64_t fire_at_ms;
   dx_failure_t fail;
+  char *worker_id;      /* ACT_COMPLETED / ACT_FAILED of a session activity: the worker that
+                           ran it (or refused it: SessionMoved) */
 } dx_event_t;
 
 /** Work item kinds (duroxide WorkItem). Values are stored: never renumber. */
@@ -142,6 +144,9 @@ typedef struct dx_work_item_s {
   char *reason;
   int64_t fire_at_ms;
   dx_failure_t fail;
+  char *worker_id;          /* ACT_COMPLETED / ACT_FAILED of a session activity: the worker that
+                               ran it. ACT_EXECUTE (on_moved = "fail"): the worker that must own
+                               the session, else the activity fails SessionMoved unrun. */
 } dx_work_item_t;
 
 /** Execution status as stored. */
