@@ -559,6 +559,32 @@ s12_cli() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# u1. rolling upgrade: the session is pinned to A (old code, no Work2); B (new code) starts;
+# the instance's next activity on the session is Work2. A hands the session on (released
+# "upgrade"), B claims it and runs Work2: no Unregistered failure, no waiting for the 60s lease.
+
+u1_upgrade() {
+  local d S pa
+  d=$(new_dir u1); S=$(store_of "$d")
+  sworker "$d" A "${SLOW[@]}" --session-idle-timeout 0; pa=$WPID
+  sstart "$d" SessUpgrade up1 "$(jin "$d" up up1)"
+  wait_until 30 at_least_lines "$d/log" 1 && wait_until 20 waiting "$d" up1
+  check "upgrade: the first activity ran on A (old code), the instance waits" $?     "$(cat "$d/log" 2>/dev/null)" "$(tail -n 3 "$d/A.log")"
+  E2E_NEW_CODE=1 sworker "$d" B "${SLOW[@]}" --session-idle-timeout 0
+  raise_go "$d" up1
+  run_cmd wait up1 --timeout 40s --store "$S"
+  [ "$RC" -eq 0 ] && grep -q '"output":\["A","B"\]' <<<"$OUT"
+  check "upgrade: Completed well within the 60s lease, Work2 ran on B" $? "rc=$RC $OUT $ERR"     "$(tail -n 5 "$d/A.log" "$d/B.log")" "$(hooks_tail "$d")"
+  hook "$d" '^released up upgrade A$' && hook "$d" '^claimed up new B$'
+  check "upgrade: A released the session (reason upgrade), B claimed it" $? "$(hooks_tail "$d")"
+  grep -q 'handing its session to another worker' "$d/A.log" &&
+    ! grep -q 'Unregistered' "$d/A.log" "$d/B.log"
+  check "upgrade: A logged the hand-on; nothing failed Unregistered" $?     "$(grep -h -i 'regist' "$d/A.log" "$d/B.log")"
+  kill -0 "$pa" 2>/dev/null
+  check "upgrade: A (old code) still runs" $?
+}
+
+# ---------------------------------------------------------------------------------------------
 
 run_scenarios s1_affinity s2_kill s3_term s4_restart s5_capacity s6_race s7_long s8_can \
-  s9_idle s10_hooks s11_chat s12_cli
+  s9_idle s10_hooks s11_chat s12_cli u1_upgrade

@@ -840,7 +840,7 @@ DX_TEST(pv_lock_stealing_cancels_worker_rows) {
 
 DX_TEST(pv_session_rows_need_a_session_config) {
   dx_provider_t *p = fresh();
-  dx_session_cfg_t cfg = {"worker-1", LOCK, 10};
+  dx_session_cfg_t cfg = {.worker_id = "worker-1", .session_lock_ms = LOCK, .max_sessions = 10};
   dx_work_item_t s = act_item("A", 1, 1);
   dx_work_fetch_t f;
   s.session_id = "s1";
@@ -1329,6 +1329,7 @@ static dx_work_item_t sess_item(const char *inst, uint64_t id, const char *sid) 
 static dx_work_fetch_t sfetch(dx_provider_t *p, int64_t now, const char *worker, uint32_t max) {
   dx_session_cfg_t cfg;
   dx_work_fetch_t f;
+  memset(&cfg, 0, sizeof cfg);
   cfg.worker_id = worker;
   cfg.session_lock_ms = SLOCK;
   cfg.max_sessions = max;
@@ -1866,6 +1867,55 @@ DX_TEST(pv_session_release_makes_claimable_at_once) {
   done(p);
 }
 
+/* Fetch as `worker` declining the sessions in `declined` (NULL-terminated); expect item `id`
+** (0: nothing). Returns session_claimed. */
+static int take_declining(dx_provider_t *p, int64_t now, const char *worker,
+                          const char *const *declined, uint64_t id) {
+  dx_session_cfg_t cfg;
+  dx_work_fetch_t f;
+  int claimed;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.worker_id = worker;
+  cfg.session_lock_ms = SLOCK;
+  cfg.max_sessions = 10;
+  cfg.declined = declined;
+  while (declined && declined[cfg.n_declined]) cfg.n_declined++;
+  CHECK(M(p)->fetch_work_item(p, now, LOCK, &cfg, &f, &E));
+  claimed = f.session_claimed;
+  if (id == 0 && f.item.kind != 0)
+    DX_FAIL_AT("%s fetched item %llu, expected nothing", worker, (unsigned long long)f.item.id);
+  if (id != 0 && (f.item.kind == 0 || f.item.id != id))
+    DX_FAIL_AT("%s fetched %s %llu, expected item %llu", worker, f.item.kind ? "item" : "nothing",
+               (unsigned long long)f.item.id, (unsigned long long)id);
+  fclear(&f);
+  return claimed;
+}
+
+/* Rolling upgrades (dx_session_cfg_t.declined): a worker that declines a session neither
+** claims it nor fetches rows of it that it owns; other sessions and plain rows are unaffected,
+** and a worker that does not decline it claims it. */
+DX_TEST(pv_session_declined_sessions_are_skipped) {
+  dx_provider_t *p = fresh();
+  static const char *const s1[] = {"s1", NULL};
+  static const char *const odd[] = {"x\"y", "s1", "a,b", NULL}; /* quoting in SQL arrays */
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  ASSERT_EQ(take_declining(p, T0, "A", NULL, 1), 1);   /* A owns s1 */
+  enqueue_work(p, T0 + 1, sess_item("I", 2, "s1"));
+  enqueue_work(p, T0 + 1, sess_item("I", 3, "s2"));
+  enqueue_work(p, T0 + 1, act_item("I", 1, 4));
+  /* A declines s1: its own row 2 is skipped; s2 and the plain row come out */
+  ASSERT_EQ(take_declining(p, T0 + 2, "A", s1, 3), 1);
+  take_declining(p, T0 + 2, "A", odd, 4);
+  take_declining(p, T0 + 2, "A", odd, 0);
+  ASSERT_STR_EQ(srow(p, "s1").owner, "A");
+  /* released: A still does not claim it, B does */
+  ASSERT_EQ(release_sessions(p, T0 + 3, "A", "s1"), 1);
+  take_declining(p, T0 + 3, "A", s1, 0);
+  ASSERT_EQ(take_declining(p, T0 + 3, "B", s1 + 1, 2), 1);
+  ASSERT_STR_EQ(srow(p, "s1").owner, "B");
+  done(p);
+}
+
 /* {===== worker liveness (provider v5): registration, refusal, dead owners =====} */
 
 /* Providers without registration (LMDB, for now) skip these tests, saying so. */
@@ -2109,6 +2159,7 @@ static void session_race_child(const char *store, int idx, int fd) {
   char worker[16];
   int empty = 0;
   snprintf(worker, sizeof worker, "W%d", idx);
+  memset(&cfg, 0, sizeof cfg);
   cfg.worker_id = worker;
   cfg.session_lock_ms = 600000;
   cfg.max_sessions = 1000;

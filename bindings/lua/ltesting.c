@@ -73,6 +73,7 @@ static int ts_probe(lua_State *L) {
   dx_error_t err;
   int found = 0;
   luaL_checktype(L, 3, LUA_TTABLE);
+  memset(cfg, 0, sizeof cfg);
   n = luaL_len(L, 3);
   if (n > MAX_PROBE_WORKERS) return luaL_error(L, "probe: at most %d workers", MAX_PROBE_WORKERS);
   for (i = 0; i < n; i++) { /* read everything before the batch opens: no error inside it */

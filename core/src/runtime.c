@@ -645,6 +645,20 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
   }
   cact = cact_find(rt, a->item.name);
   if (!cact && !rt->host->activity_lookup(rt->host_ud, a->item.name)) {
+    if (a->item.session_id && rt->sessions && w->attempt_count < rt->opts.max_attempts) {
+      /* Rolling upgrade: the session is pinned here, but this worker runs older code. Hand the
+      ** session on (released "upgrade"; our fetches skip it for the backoff) so a worker that
+      ** has the activity claims it; the row is visible again at once. */
+      int64_t d = dx__unregistered_backoff(w->attempt_count, rt->opts.unregistered_base_ms,
+                                           rt->opts.unregistered_max_ms);
+      dx__log(DX_LOG_WARN, "activity not registered on this worker; handing its session to "
+              "another worker", "instance=%s activity=%s session_id=%s attempt=%u "
+              "declined_for_ms=%" PRId64, a->item.instance, a->item.name, a->item.session_id,
+              w->attempt_count, d);
+      dx__sessions_hand_on(rt->sessions, a->item.session_id, d); /* first: the decline */
+      activity_settle(a, DX_OP_ABANDON_WORK, 0, 0); /* then the release, once nothing runs */
+      return;
+    }
     if (w->attempt_count < rt->opts.max_attempts) {
       int64_t d = dx__unregistered_backoff(w->attempt_count, rt->opts.unregistered_base_ms,
                                            rt->opts.unregistered_max_ms);

@@ -26,7 +26,7 @@ typedef struct owned_s {
   int64_t lease_until;
   int running;          /* activities of this session running here now */
   int idle;             /* stopped renewing because idle */
-  int closing;          /* ctx:close_session arrived: release once `running` reaches 0 */
+  const char *closing;  /* release reason ("closed", "upgrade") once `running` reaches 0 */
   struct owned_s *next;
 } owned_t;
 
@@ -110,14 +110,14 @@ void dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
   o->running++;
 }
 
-static void close_now(dx_sessions_t *s, const char *sid);
+static void close_now(dx_sessions_t *s, const char *sid, const char *reason);
 
 void dx__sessions_on_done(dx_sessions_t *s, const char *sid) {
   owned_t *o = find(s, sid);
   if (!o) return;
   if (o->running > 0) o->running--;
   o->last_activity = dx__now_ms();
-  if (o->closing && o->running == 0) close_now(s, sid);
+  if (o->closing && o->running == 0) close_now(s, sid, o->closing);
 }
 
 static void maybe_finish(dx_sessions_t *s);
@@ -144,20 +144,46 @@ static void submit_release(dx_sessions_t *s, const char *sid, dx_store_op_cb don
 }
 
 /* Release in the store, then tell the app. */
-static void close_now(dx_sessions_t *s, const char *sid) {
+static void close_now(dx_sessions_t *s, const char *sid, const char *reason) {
   submit_release(s, sid, release_done);
-  if (find(s, sid)) drop(s, sid, "closed");
+  if (find(s, sid)) drop(s, sid, reason);
+}
+
+/* Release sid with `reason` (a literal) once its activities running here have finished: until
+** then we keep the lease, so no other worker runs the session meanwhile. */
+static void release_when_idle(dx_sessions_t *s, const char *sid, const char *reason) {
+  owned_t *o = find(s, sid);
+  dx__log(DX_LOG_INFO, "session release requested", "session_id=%s worker_id=%s reason=%s "
+          "running=%d", sid, s->worker_id, reason, o ? o->running : 0);
+  if (o && o->running > 0) { /* another instance's activity on it still runs here */
+    o->closing = reason;
+    return;
+  }
+  close_now(s, sid, reason);
 }
 
 void dx__sessions_close(dx_sessions_t *s, const char *sid) {
-  owned_t *o = find(s, sid);
-  dx__log(DX_LOG_INFO, "session close requested", "session_id=%s worker_id=%s running=%d", sid,
-          s->worker_id, o ? o->running : 0);
-  if (o && o->running > 0) { /* another instance's activity on it still runs here */
-    o->closing = 1;
-    return;
+  release_when_idle(s, sid, "closed");
+}
+
+static void decline_done(dx_store_op_t *op) {
+  free((char *)op->session_id);
+  free(op);
+}
+
+void dx__sessions_hand_on(dx_sessions_t *s, const char *sid, int64_t for_ms) {
+  dx_store_op_t *op = calloc(1, sizeof *op);
+  /* first: this worker's fetches skip the session, so it does not take it straight back */
+  if (op && (op->session_id = dx__strdup(sid))) {
+    op->kind = DX_OP_DECLINE_SESSION;
+    op->delay_ms = for_ms;
+    op->done = decline_done;
+    op->ud = s;
+    dx__store_submit(s->store, op);
+  } else {
+    free(op);
   }
-  close_now(s, sid);
+  release_when_idle(s, sid, "upgrade");
 }
 
 static int renewed(const dx_store_op_t *op, const char *id) {

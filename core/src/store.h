@@ -27,7 +27,9 @@ enum {
   DX_OP_ENQUEUE_ORCH,
   DX_OP_RENEW_SESSIONS,   /* worker_id, delay_ms = extension, idle_ms; fills ids/n_ids */
   DX_OP_RELEASE_SESSIONS, /* worker_id, session_id (NULL = all); fills count */
-  DX_OP_CLEANUP_SESSIONS  /* fills count */
+  DX_OP_CLEANUP_SESSIONS, /* fills count */
+  DX_OP_DECLINE_SESSION   /* session_id, delay_ms: this worker's fetches skip the session for
+                             delay_ms (a rolling upgrade: it lacks one of its activities) */
 };
 
 typedef void (*dx_store_op_cb)(dx_store_op_t *op);

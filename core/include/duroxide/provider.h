@@ -220,6 +220,11 @@ typedef struct dx_session_cfg_s {
   const char *worker_id;
   int64_t session_lock_ms;
   uint32_t max_sessions;    /* sessions this worker may own at once (live lease); 0 = none */
+  /* Rolling upgrades: sessions this worker does not take now (it lacks one of their
+  ** activities and handed the session on). A fetch neither claims them nor returns rows of
+  ** them that it owns. Borrowed for the call; n_declined 0 = none. */
+  const char *const *declined;
+  size_t n_declined;
 } dx_session_cfg_t;
 
 /** A row of the sessions table (strings owned by the provider; valid during the callback). */

@@ -75,6 +75,13 @@ int dx__check_ack(const dx_orch_ack_t *a, dx_error_t *err) {
   return 0;
 }
 
+int dx__session_declined(const dx_session_cfg_t *cfg, const char *sid) {
+  size_t i;
+  for (i = 0; cfg && sid && i < cfg->n_declined; i++)
+    if (strcmp(cfg->declined[i], sid) == 0) return 1;
+  return 0;
+}
+
 int64_t dx__visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms) {
   int64_t d = delay_ms > 0 ? delay_ms : 0;
   int64_t at = now > INT64_MAX - d ? INT64_MAX : now + d;

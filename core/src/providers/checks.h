@@ -16,5 +16,7 @@ int dx__check_worker_id(const char *id, dx_error_t *err);
 int dx__check_ack(const dx_orch_ack_t *a, dx_error_t *err);
 /* Timers become visible when they fire; everything else after the delay (saturating). */
 int64_t dx__visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms);
+/* 1 when the fetch config declines session sid (cfg->declined: a rolling upgrade). */
+int dx__session_declined(const dx_session_cfg_t *cfg, const char *sid);
 
 #endif

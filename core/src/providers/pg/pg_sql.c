@@ -185,10 +185,12 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_WORK_PICK_OWNED] =
     "SELECT w.seq, w.due_at, w.session_id FROM sessions s JOIN work w"
     " ON w.session_id = s.session_id WHERE s.owner = $2 AND w.due_at <= $1::bigint"
+    " AND NOT (w.session_id = ANY($3::text[]))" /* declined: a rolling upgrade */
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
   [PQ_WORK_PICK_CLAIM] = /* anti-joins, so the plan walks work_sess_due in order and stops */
     "SELECT w.seq, w.due_at, w.session_id, w.kind FROM work w"
     " WHERE w.session_id IS NOT NULL AND w.due_at <= $1::bigint"
+    " AND NOT (w.session_id = ANY($6::text[]))"
     " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id"
     " AND s.owner <> '' AND (s.owner = $2 OR (s.locked_until > $1::bigint AND NOT"
     OWNER_DEAD("s.owner", "$4::text", "$5::bigint") ")))"

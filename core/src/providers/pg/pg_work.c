@@ -272,22 +272,48 @@ static int plain_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresult **r
   return dx__pg_qsend(t, PQ_WORK_FETCH_PLAIN, &q, res);
 }
 
+/* cfg->declined as a text[] literal (malloc'ed; NULL when out of memory). */
+static char *declined_literal(const dx_session_cfg_t *cfg) {
+  size_t i, n = 3;
+  char *s, *o;
+  const char *c;
+  for (i = 0; i < cfg->n_declined; i++) n += 2 * strlen(cfg->declined[i]) + 3;
+  if (!(s = o = malloc(n))) return NULL;
+  *o++ = '{';
+  for (i = 0; i < cfg->n_declined; i++) {
+    if (i) *o++ = ',';
+    *o++ = '"';
+    for (c = cfg->declined[i]; *c; c++) {
+      if (*c == '"' || *c == '\\') *o++ = '\\';
+      *o++ = *c;
+    }
+    *o++ = '"';
+  }
+  *o++ = '}';
+  *o = 0;
+  return s;
+}
+
 /* Queue one round's picks: plain rows (locked at once, speculatively) and, with sessions,
 ** the oldest owned and claimable session rows; results in r at the next wait. */
 static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
                       int round, dx__pg_wpre_t *r) {
   int k = t->c->in_batch ? WORK_PREFETCH : 1, rc;
   qp_t qo, qc, qk;
+  char *declined;
   if (!cfg) return plain_send(t, now, lock_ms, k, &r->plain);
+  if (!(declined = declined_literal(cfg))) return dx__pg_nomem(t->err);
   dx__qp_init(&qo);
   dx__qp_i64(&qo, now);
   dx__qp_str(&qo, cfg->worker_id);
+  dx__qp_str(&qo, declined);
   dx__qp_init(&qc);
   dx__qp_i64(&qc, now);
   dx__qp_str(&qc, cfg->worker_id);
   dx__qp_i64(&qc, (int64_t)cfg->max_sessions);
   dx__qp_str(&qc, t->p->live_prefix);
   dx__qp_i64(&qc, t->p->liveness);
+  dx__qp_str(&qc, declined);
   dx__qp_init(&qk);
   dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
   if (round == 0 && dx__pg_live_sweep_due(t->p, &t->p->reaped_at, now)) {
@@ -296,15 +322,19 @@ static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
     dx__qp_i64(&qr, now);
     dx__qp_str(&qr, cfg->worker_id);
     dx__qp_str(&qr, t->p->live_prefix);
-    if ((rc = dx__pg_qsend(t, PQ_WORK_REAP, &qr, NULL))) return rc;
+    if ((rc = dx__pg_qsend(t, PQ_WORK_REAP, &qr, NULL))) {
+      free(declined);
+      return rc;
+    }
   }
   /* the advisory lock serializes every claim made under this worker id (held to the end of
   ** the transaction), so the capacity count and the claim cannot interleave */
-  if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
-      (rc = plain_send(t, now, lock_ms, k, &r->plain)) ||
-      (rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)))
-    return rc;
-  return dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &r->claim);
+  if (!(round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) &&
+      !(rc = plain_send(t, now, lock_ms, k, &r->plain)) &&
+      !(rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)))
+    rc = dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &r->claim);
+  free(declined); /* the sends copied it */
+  return rc;
 }
 
 /* Round `round`'s results in r: those queued ahead in *pre (run_cycle), else sent now; then
