@@ -1367,7 +1367,7 @@ static void take_ack(dx_provider_t *p, int64_t now, const char *worker, uint64_t
 typedef struct {
   char sid[32], owner[32];
   int64_t locked, last;
-  uint64_t queued;
+  uint64_t queued, running;
 } srow_t;
 
 typedef struct {
@@ -1385,6 +1385,7 @@ static int srow_cb(void *ud, const dx_session_info_t *s) {
   o->locked = s->locked_until_ms;
   o->last = s->last_activity_ms;
   o->queued = s->queued;
+  o->running = s->running;
   return 0;
 }
 
@@ -1864,6 +1865,31 @@ DX_TEST(pv_session_release_makes_claimable_at_once) {
   ASSERT_EQ(release_sessions(p, T0 + 3, "A", NULL), 1); /* all of A's: s2 */
   ASSERT_EQ(release_sessions(p, T0 + 3, "A", NULL), 0);
   ASSERT_EQ(take(p, T0 + 3, "B", 10, 4), 1);
+  done(p);
+}
+
+/* list_sessions counts a session's rows (queued) and those of them locked now (running),
+** also for a session that has queued work but no session row yet. */
+DX_TEST(pv_session_list_counts_running_rows) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  enqueue_work(p, T0, sess_item("I", 3, "s2"));
+  ASSERT_EQ(srow(p, "s1").queued, 2);
+  ASSERT_EQ(srow(p, "s1").running, 0);
+  take(p, T0, "A", 1, 1);           /* capacity 1: A owns s1 only */
+  ASSERT_EQ(srow(p, "s1").queued, 2);
+  ASSERT_EQ(srow(p, "s1").running, 1);
+  f = sfetch(p, T0, "A", 1);
+  ASSERT_EQ(f.item.id, 2);
+  ASSERT_EQ(srow(p, "s1").running, 2);
+  CHECK(M(p)->ack_work_item(p, T0, f.lock_token, NULL, &E));
+  fclear(&f);
+  ASSERT_EQ(srow(p, "s1").queued, 1);
+  ASSERT_EQ(srow(p, "s1").running, 1);
+  ASSERT_EQ(srow(p, "s2").queued, 1); /* never claimed: no session row */
+  ASSERT_EQ(srow(p, "s2").running, 0);
   done(p);
 }
 

@@ -246,17 +246,24 @@ static int print_id(void *ud, const char *id) {
   return 0;
 }
 
-/* One session row as a JSON line: who owns it, until when, and how much work is queued. */
+/* One session row as a JSON line: who owns it, until when, how long it has been idle, how
+** much work is queued and how much of it runs now. */
 static int print_session(void *ud, const dx_session_info_t *si) {
   int64_t now = *(const int64_t *)ud;
   int owned = si->worker_id && *si->worker_id;
-  json_t *o = json_pack("{s:s, s:s?, s:I, s:I, s:I, s:s}", "session_id", si->session_id,
+  json_t *o = json_pack("{s:s, s:s?, s:I, s:I, s:I, s:I, s:s}", "session_id", si->session_id,
                         "owner", owned ? si->worker_id : NULL,
                         "locked_until_ms", (json_int_t)si->locked_until_ms,
                         "last_activity_ms", (json_int_t)si->last_activity_ms,
                         "queued", (json_int_t)si->queued,
+                        "running", (json_int_t)si->running,
                         "lease", !owned ? "released" : si->locked_until_ms > now ? "live"
                                                                                 : "lapsed");
+  if (o && owned) /* negative once lapsed */
+    json_object_set_new(o, "lease_expires_in_ms", json_integer(si->locked_until_ms - now));
+  if (o && si->last_activity_ms > 0)
+    json_object_set_new(o, "idle_ms", json_integer(now > si->last_activity_ms
+                                                       ? now - si->last_activity_ms : 0));
   char *s = o ? dx__json_dump(o) : NULL;
   puts(s ? s : "{}");
   free(s);

@@ -234,6 +234,8 @@ typedef struct dx_session_info_s {
   int64_t locked_until_ms;
   int64_t last_activity_ms;
   uint64_t queued;            /* worker rows of this session (any lock state) */
+  uint64_t running;           /* list_sessions: those of them locked now (in flight); 0 in
+                                 renew_session_lock's reports */
 } dx_session_info_t;
 
 /** Callback for session listings: return non-zero to stop. */

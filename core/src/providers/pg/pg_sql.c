@@ -254,11 +254,14 @@ static const char *const SQL[PQ__COUNT] = {
     "DELETE FROM sessions s WHERE (s.owner = '' OR s.locked_until <= $1::bigint)"
     " AND NOT EXISTS (SELECT 1 FROM work w WHERE w.session_id = s.session_id)",
   [PQ_SESS_LIST] =
-    "SELECT sid, owner, locked_until, last_activity, queued FROM ("
+    "SELECT sid, owner, locked_until, last_activity, queued, running FROM ("
     " SELECT s.session_id AS sid, s.owner, s.locked_until, s.last_activity,"
-    " (SELECT count(*) FROM work w WHERE w.session_id = s.session_id) AS queued, 0 AS grp"
+    " (SELECT count(*) FROM work w WHERE w.session_id = s.session_id) AS queued,"
+    " (SELECT count(*) FROM work w WHERE w.session_id = s.session_id"
+    " AND w.lock_token IS NOT NULL) AS running, 0 AS grp"
     " FROM sessions s UNION ALL"
-    " SELECT w.session_id, NULL, 0::bigint, 0::bigint, count(*), 1 FROM work w"
+    " SELECT w.session_id, NULL, 0::bigint, 0::bigint, count(*),"
+    " count(*) FILTER (WHERE w.lock_token IS NOT NULL), 1 FROM work w"
     " WHERE w.session_id IS NOT NULL"
     " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id)"
     " GROUP BY w.session_id) l ORDER BY grp, sid",

@@ -616,6 +616,7 @@ static void report(PGresult *res, dx_session_cb cb, void *ud) {
     s.locked_until_ms = dx__col_i64(res, i, 2);
     s.last_activity_ms = dx__col_i64(res, i, 3);
     s.queued = (uint64_t)dx__col_i64(res, i, 4);
+    s.running = PQnfields(res) > 5 ? (uint64_t)dx__col_i64(res, i, 5) : 0;
     if (cb(ud, &s)) break;
   }
 }
