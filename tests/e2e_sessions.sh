@@ -582,6 +582,14 @@ u1_upgrade() {
   check "upgrade: A logged the hand-on; nothing failed Unregistered" $?     "$(grep -h -i 'regist' "$d/A.log" "$d/B.log")"
   kill -0 "$pa" 2>/dev/null
   check "upgrade: A (old code) still runs" $?
+  local h
+  h=$(dx sessions --history up --store "$S")
+  [ "$(grep -c . <<<"$h")" -eq 3 ] &&
+    sed -n 1p <<<"$h" | grep -q '"event":"claimed".*"how":"new".*"worker_id":"A"' &&
+    sed -n 2p <<<"$h" | grep -q '"event":"released".*"reason":"upgrade".*"worker_id":"A"' &&
+    sed -n 3p <<<"$h" | grep -q '"event":"moved","from":"A","how":"new".*"worker_id":"B"'
+  check "upgrade: sessions --history lists A's claim, its release (upgrade), B's move from A" \
+    $? "$h"
 }
 
 # ---------------------------------------------------------------------------------------------

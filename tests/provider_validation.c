@@ -1893,6 +1893,92 @@ DX_TEST(pv_session_list_counts_running_rows) {
   done(p);
 }
 
+/* {===== session history (provider v6) =====} */
+
+typedef struct {
+  int n;
+  char line[8][96];
+  int64_t first_at, last_at;
+} sevs_t;
+
+static int sev_cb(void *ud, const dx_session_event_t *e) {
+  sevs_t *s = ud;
+  if (s->n == 0) s->first_at = e->at_ms;
+  s->last_at = e->at_ms;
+  if (s->n < 8)
+    snprintf(s->line[s->n], sizeof s->line[0], "%s %s %s %s", e->event, e->worker_id,
+             e->detail ? e->detail : "-", e->previous_owner ? e->previous_owner : "-");
+  s->n++;
+  return 0;
+}
+
+static sevs_t sevs(dx_provider_t *p, const char *sid) {
+  sevs_t s;
+  memset(&s, 0, sizeof s);
+  CHECK(M(p)->list_session_events(p, sid, sev_cb, &s, &E));
+  return s;
+}
+
+static void sev_add(dx_provider_t *p, const char *sid, int64_t at, const char *event,
+                    const char *worker, const char *detail, const char *prev) {
+  dx_session_event_t e = {sid, at, event, worker, detail, prev};
+  CHECK(M(p)->append_session_event(p, &e, &E));
+}
+
+/* Claims, moves and releases are kept per session in order, with their details. */
+DX_TEST(pv_session_events_append_and_list) {
+  dx_provider_t *p = fresh();
+  sevs_t s;
+  dx_session_event_t bad = {"s1", T0, "", "A", NULL, NULL};
+  ASSERT(M(p)->version >= 6 && M(p)->append_session_event && M(p)->list_session_events);
+  sev_add(p, "s1", T0, "claimed", "A", "new", NULL);
+  sev_add(p, "s2", T0 + 1, "claimed", "B", "new", NULL);
+  sev_add(p, "s1", T0 + 2, "released", "A", "upgrade", NULL);
+  sev_add(p, "s1", T0 + 3, "moved", "B", "new", "A");
+  s = sevs(p, "s1");
+  ASSERT_EQ(s.n, 3);
+  ASSERT_STR_EQ(s.line[0], "claimed A new -");
+  ASSERT_STR_EQ(s.line[1], "released A upgrade -");
+  ASSERT_STR_EQ(s.line[2], "moved B new A");
+  ASSERT_EQ(s.first_at, T0);
+  ASSERT_EQ(s.last_at, T0 + 3);
+  ASSERT_EQ(sevs(p, "s2").n, 1);
+  ASSERT_EQ(sevs(p, "nope").n, 0);
+  /* bad input: refused, nothing written */
+  ASSERT_EQ(M(p)->append_session_event(p, &bad, &E), DX_EINVAL);
+  bad.event = "claimed";
+  bad.worker_id = NULL;
+  ASSERT_EQ(M(p)->append_session_event(p, &bad, &E), DX_EINVAL);
+  bad.worker_id = "A";
+  bad.session_id = NULL;
+  ASSERT_EQ(M(p)->append_session_event(p, &bad, &E), DX_EINVAL);
+  ASSERT_EQ(M(p)->list_session_events(p, "", sev_cb, &s, &E), DX_EINVAL);
+  ASSERT_EQ(sevs(p, "s1").n, 3);
+  done(p);
+}
+
+/* Bounded: the latest DX_SESSION_EVENTS_KEEP per session, and cleanup drops old ones. */
+DX_TEST(pv_session_events_bounded_and_pruned) {
+  dx_provider_t *p = fresh();
+  sevs_t s;
+  int i;
+  ASSERT(M(p)->version >= 6 && M(p)->append_session_event && M(p)->list_session_events);
+  for (i = 0; i < DX_SESSION_EVENTS_KEEP + 5; i++)
+    sev_add(p, "s1", T0 + i, i % 2 ? "released" : "claimed", "A", "idle", NULL);
+  sev_add(p, "s2", T0 + DX_SESSION_EVENTS_MAX_AGE_MS, "claimed", "B", "new", NULL);
+  s = sevs(p, "s1");
+  ASSERT_EQ(s.n, DX_SESSION_EVENTS_KEEP);
+  ASSERT_EQ(s.first_at, T0 + 5); /* the oldest five went */
+  ASSERT_EQ(s.last_at, T0 + DX_SESSION_EVENTS_KEEP + 4);
+  /* a week after T0 + 50: s1's events up to T0 + 50 are older than the limit */
+  cleanup_sessions(p, T0 + 50 + DX_SESSION_EVENTS_MAX_AGE_MS + 1);
+  s = sevs(p, "s1");
+  ASSERT_EQ(s.first_at, T0 + 51);
+  ASSERT_EQ(s.n, DX_SESSION_EVENTS_KEEP + 5 - 51);
+  ASSERT_EQ(sevs(p, "s2").n, 1);
+  done(p);
+}
+
 /* Fetch as `worker` declining the sessions in `declined` (NULL-terminated); expect item `id`
 ** (0: nothing). Returns session_claimed. */
 static int take_declining(dx_provider_t *p, int64_t now, const char *worker,

@@ -46,14 +46,14 @@ const char *dxh_store_dir(const char *explicit_dir) {
 /* {===== command line =====} */
 
 /* Options a command may take (--store is taken by every command). */
-enum { O_ID = 1, O_VERSION = 2, O_WAIT = 4, O_TIMEOUT = 8 };
+enum { O_ID = 1, O_VERSION = 2, O_WAIT = 4, O_TIMEOUT = 8, O_HISTORY = 16 };
 
 /* Parsed command line of a client command; the payload (INPUT/DATA) is read before the
 ** store is opened, so a refused command leaves no store behind. */
 typedef struct {
   const char *pos[3];
   int npos;
-  const char *store, *id, *version, *timeout;
+  const char *store, *id, *version, *timeout, *history;
   int wait;
   const char *payload; /* INPUT/DATA JSON text, NULL = null */
   char *payload_buf;   /* malloc'd when read from stdin or a file */
@@ -75,7 +75,7 @@ static const struct {
   const char *name;
   unsigned bit;
 } option_names[] = {{"id", O_ID}, {"version", O_VERSION}, {"wait", O_WAIT},
-                    {"timeout", O_TIMEOUT}};
+                    {"timeout", O_TIMEOUT}, {"history", O_HISTORY}};
 
 static const command_t *find_command(const char *word);
 
@@ -142,6 +142,7 @@ static int parse(const command_t *cmd, int argc, char **argv, cmdline_t *c) {
       c->version = val;
     }
     else if (bit == O_TIMEOUT) c->timeout = val;
+    else if (bit == O_HISTORY) c->history = val;
     else { c->wait = 1; c->timeout = val; }
   }
   if (c->npos < cmd->min) return dxh_fail(2, "usage: duroxide-lua %s", cmd->usage);
@@ -271,6 +272,23 @@ static int print_session(void *ud, const dx_session_info_t *si) {
   return 0;
 }
 
+/* One entry of a session's history as a JSON line: when, what, which worker, how or why. */
+static int print_session_event(void *ud, const dx_session_event_t *e) {
+  int released = strcmp(e->event, "released") == 0;
+  json_t *o = json_pack("{s:s, s:I, s:s, s:s}", "session_id", e->session_id,
+                        "at_ms", (json_int_t)e->at_ms, "event", e->event,
+                        "worker_id", e->worker_id);
+  char *s;
+  (void)ud;
+  if (o && e->detail) json_object_set_new(o, released ? "reason" : "how", json_string(e->detail));
+  if (o && e->previous_owner) json_object_set_new(o, "from", json_string(e->previous_owner));
+  s = o ? dx__json_dump(o) : NULL;
+  puts(s ? s : "{}");
+  free(s);
+  json_decref(o);
+  return 0;
+}
+
 /* {===== commands =====} */
 
 /* Exit status of a failed client call: bad input is usage (2), the rest a failure (1). */
@@ -322,7 +340,12 @@ static int run_sessions(dx_client_t *cl, const cmdline_t *c) {
   dx_provider_t *p = dx_client_provider(cl);
   int64_t now = dx_clock_now_ms();
   dx_error_t err;
-  (void)c;
+  if (c->history) {
+    if (p->methods->version < 6 || !p->methods->list_session_events)
+      return dxh_fail(1, "%s", "this store's provider keeps no session history");
+    return p->methods->list_session_events(p, c->history, print_session_event, NULL, &err) != 0
+               ? client_fail(&err) : 0;
+  }
   return p->methods->list_sessions(p, print_session, &now, &err) != 0 ? client_fail(&err) : 0;
 }
 
@@ -344,7 +367,7 @@ static const command_t commands[] = {
   {"cancel", 1, 2, -1, 0, NULL, "cancel ID [REASON]", run_cancel},
   {"history", 1, 1, -1, 0, NULL, "history ID", run_history},
   {"list", 0, 0, -1, 0, NULL, "list", run_list},
-  {"sessions", 0, 0, -1, 0, NULL, "sessions", run_sessions},
+  {"sessions", 0, 0, -1, O_HISTORY, NULL, "sessions [--history SESSION_ID]", run_sessions},
   {"check", 0, 0, -1, 0, NULL, "check", run_check},
 };
 
@@ -360,6 +383,12 @@ static const command_t *find_command(const char *word) {
 static int check_args(const command_t *cmd, const cmdline_t *c) {
   int64_t ms;
   if (cmd->run == run_start && !c->id) return dxh_fail(2, "%s", "start needs --id ID");
+  if (c->history && (!*c->history || strlen(c->history) > DX_MAX_SESSION_ID_BYTES)) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "--history needs a session id of 1 to %d bytes (got %zu)",
+             DX_MAX_SESSION_ID_BYTES, strlen(c->history));
+    return dxh_fail(2, "%s", msg);
+  }
   if (c->timeout && dx_parse_duration(c->timeout, &ms) != 0)
     return dxh_fail(2, c->wait && cmd->run == run_start
                            ? "invalid value for --wait: '%s' (expected a duration such as 10s)"

@@ -49,6 +49,52 @@ struct dx_sessions_s {
   void *shutdown_ud;
 };
 
+/* {===== session history in the store =====} */
+
+typedef struct {
+  dx_store_op_t op;
+  dx_session_event_t ev;
+  char *sid, *detail, *prev; /* owned copies behind ev */
+} sev_op_t;
+
+static void sev_done(dx_store_op_t *op) {
+  sev_op_t *e = (sev_op_t *)op;
+  if (op->rc != 0)
+    dx__log(DX_LOG_WARN, "session history not recorded", "session_id=%s event=%s error=\"%s\"",
+            e->sid, e->ev.event, op->err.msg);
+  free(e->sid);
+  free(e->detail);
+  free(e->prev);
+  free(e);
+}
+
+/* Record a claim, move or release in the store (`duroxide-lua sessions --history`). event is a
+** literal; best effort: a failure is logged. */
+static void record(dx_sessions_t *s, const char *sid, const char *event, const char *detail,
+                   const char *prev) {
+  sev_op_t *e = calloc(1, sizeof *e);
+  if (!e || !(e->sid = dx__strdup(sid)) || (detail && !(e->detail = dx__strdup(detail))) ||
+      (prev && !(e->prev = dx__strdup(prev)))) {
+    if (e) {
+      free(e->sid);
+      free(e->detail);
+    }
+    free(e);
+    return;
+  }
+  e->ev.session_id = e->sid;
+  e->ev.at_ms = dx__now_ms();
+  e->ev.event = event;
+  e->ev.worker_id = s->worker_id;
+  e->ev.detail = e->detail;
+  e->ev.previous_owner = e->prev;
+  e->op.kind = DX_OP_SESSION_EVENT;
+  e->op.sev = &e->ev;
+  e->op.done = sev_done;
+  e->op.ud = s;
+  dx__store_submit(s->store, &e->op);
+}
+
 /* {===== local set =====} */
 
 static owned_t *find(dx_sessions_t *s, const char *id) {
@@ -68,6 +114,7 @@ static void drop(dx_sessions_t *s, const char *id, const char *reason) {
     s->n_owned--;
     dx__log(DX_LOG_INFO, "session released", "session_id=%s worker_id=%s reason=%s "
             "idle_ms=%" PRId64, o->id, s->worker_id, reason, dx__now_ms() - o->last_activity);
+    record(s, o->id, "released", reason, NULL);
     if (s->host->version >= 3 && s->host->session_released_by)
       s->host->session_released_by(s->host_ud, o->id, reason, s->worker_id);
     else if (s->host->version >= 2 && s->host->session_released)
@@ -99,6 +146,10 @@ void dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
     dx__log(DX_LOG_INFO, "session claimed", "session_id=%s worker_id=%s how=%s "
             "previous_owner=%s", sid, s->worker_id, how,
             previous_owner && *previous_owner ? previous_owner : "none");
+    if (previous_owner && *previous_owner && strcmp(previous_owner, s->worker_id) != 0)
+      record(s, sid, "moved", how, previous_owner);
+    else
+      record(s, sid, "claimed", how, previous_owner && *previous_owner ? previous_owner : NULL);
     if (s->host->version >= 3 && s->host->session_claimed_by)
       s->host->session_claimed_by(s->host_ud, sid, how, s->worker_id);
     else if (s->host->version >= 2 && s->host->session_claimed)

@@ -241,6 +241,26 @@ typedef struct dx_session_info_s {
 /** Callback for session listings: return non-zero to stop. */
 typedef int (*dx_session_cb)(void *ud, const dx_session_info_t *s);
 
+/** One entry of a session's history in the store: who claimed it, from whom, who released it
+**  and why (append_session_event, list_session_events). Strings borrowed. */
+typedef struct dx_session_event_s {
+  const char *session_id;
+  int64_t at_ms;
+  const char *event;          /* "claimed", "moved" (claimed from another worker), "released" */
+  const char *worker_id;      /* the worker that claimed or released the session */
+  const char *detail;         /* claimed/moved: how ("new", "reclaim"); released: the reason
+                                 ("idle", "closed", "shutdown", "lost", "upgrade", ...) */
+  const char *previous_owner; /* claimed/moved: the owner before (NULL: none) */
+} dx_session_event_t;
+
+/** Callback for list_session_events: return non-zero to stop. */
+typedef int (*dx_session_event_cb)(void *ud, const dx_session_event_t *e);
+
+/** A provider keeps at most this many events per session (the oldest go first), and drops
+**  events older than DX_SESSION_EVENTS_MAX_AGE_MS in cleanup_orphaned_sessions. */
+#define DX_SESSION_EVENTS_KEEP 100
+#define DX_SESSION_EVENTS_MAX_AGE_MS (7LL * 24 * 3600 * 1000)
+
 /** Instance summary for status and listing. */
 typedef struct dx_instance_info_s {
   char *instance_id;
@@ -314,7 +334,7 @@ typedef int (*dx_instance_cb)(void *ud, const char *id);
 typedef void (*dx_check_cb)(void *ud, const char *problem);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 5 (older providers: 1..4; members past `version` are absent) */
+  int version; /* 6 (older providers: 1..5; members past `version` are absent) */
   const char *name;
 
   /** Close and free the provider. */
@@ -392,7 +412,8 @@ typedef struct dx_provider_methods_s {
   int (*release_session_locks)(dx_provider_t *p, int64_t now_ms, const char *worker_id,
                                const char *session_id, uint64_t *released, dx_error_t *err);
   /** Delete session rows whose lease has lapsed (or that are unowned) and that have no
-  **  worker rows left. */
+  **  worker rows left, and (version 6) session events older than
+  **  DX_SESSION_EVENTS_MAX_AGE_MS. *deleted counts the session rows. */
   int (*cleanup_orphaned_sessions)(dx_provider_t *p, int64_t now_ms, uint64_t *deleted,
                                    dx_error_t *err);
   /** Every session row (ordered by session id), then sessions that have queued work but were
@@ -456,6 +477,17 @@ typedef struct dx_provider_methods_s {
                          dx_error_t *err);
   void (*worker_unregister)(dx_provider_t *p, const char *worker_id);
   /* members above are version 5 */
+
+  /* Session history (version 6, `duroxide-lua sessions --history`; both may be NULL: the
+  ** provider keeps none). */
+  /** Record one session event (ev->at_ms is its time). Keeps the session's latest
+  **  DX_SESSION_EVENTS_KEEP events. DX_EINVAL (changing nothing) for a missing session id,
+  **  event word or worker id. */
+  int (*append_session_event)(dx_provider_t *p, const dx_session_event_t *ev, dx_error_t *err);
+  /** The stored events of one session, oldest first. */
+  int (*list_session_events)(dx_provider_t *p, const char *session_id, dx_session_event_cb cb,
+                             void *ud, dx_error_t *err);
+  /* members above are version 6 */
 } dx_provider_methods_t;
 
 /** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a

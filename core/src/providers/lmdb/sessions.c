@@ -356,6 +356,7 @@ static int sess_cleanup(tx_t *t, int64_t now, uint64_t *count) {
   s.orphans_only = 1;
   k_init(&none);
   rc = dx__lm_scan_prefix(t, DB_SESSIONS, &none, sess_scan_cb, &s);
+  if (!rc) rc = dx__lm_prune_session_events(t, now);
   for (i = 0; i < s.ids.n && !rc; i++) {
     sess_rec_t r;
     rc = dx__lm_sess_get(t, s.ids.v[i], &r);

@@ -181,6 +181,10 @@ int dx__pg_release_sessions(dx_provider_t *, int64_t, const char *, const char *
                             dx_error_t *);
 int dx__pg_cleanup_sessions(dx_provider_t *, int64_t, uint64_t *, dx_error_t *);
 int dx__pg_list_sessions(dx_provider_t *, dx_session_cb, void *, dx_error_t *);
+/* pg_events.c */
+int dx__pg_append_session_event(dx_provider_t *, const dx_session_event_t *, dx_error_t *);
+int dx__pg_list_session_events(dx_provider_t *, const char *, dx_session_event_cb, void *,
+                               dx_error_t *);
 
 /* The first work fetch's picks, queued ahead by run_cycle so that they travel with the
 ** orchestration fetch's round trip (pg_work.c). */

@@ -50,7 +50,14 @@ static const char MIGRATION_1[] =
   "CREATE INDEX sessions_owner ON sessions (owner);"
   "CREATE TABLE started (instance_id text COLLATE \"C\" PRIMARY KEY);";
 
-const char *const dx__pg_migrations[] = {MIGRATION_1};
+/* Version 2: the session history (`duroxide-lua sessions --history`). */
+static const char MIGRATION_2[] =
+  "CREATE TABLE session_events (session_id text COLLATE \"C\" NOT NULL,"
+  "  seq bigint NOT NULL DEFAULT nextval('dx_seq'), at bigint NOT NULL, event text NOT NULL,"
+  "  worker text NOT NULL, detail text, prev text, PRIMARY KEY (session_id, seq));"
+  "CREATE INDEX session_events_at ON session_events (at);";
+
+const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
@@ -253,6 +260,16 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_SESS_CLEANUP] =
     "DELETE FROM sessions s WHERE (s.owner = '' OR s.locked_until <= $1::bigint)"
     " AND NOT EXISTS (SELECT 1 FROM work w WHERE w.session_id = s.session_id)",
+  [PQ_SEV_INSERT] =
+    "INSERT INTO session_events (session_id, at, event, worker, detail, prev)"
+    " VALUES ($1, $2::bigint, $3, $4, $5, $6)",
+  [PQ_SEV_TRIM] = /* keep the session's latest $2 events */
+    "DELETE FROM session_events WHERE session_id = $1 AND seq <= (SELECT seq FROM"
+    " session_events WHERE session_id = $1 ORDER BY seq DESC OFFSET $2::bigint LIMIT 1)",
+  [PQ_SEV_LIST] =
+    "SELECT at, event, worker, detail, prev FROM session_events WHERE session_id = $1"
+    " ORDER BY seq",
+  [PQ_SEV_PRUNE] = "DELETE FROM session_events WHERE at < $1::bigint",
   [PQ_SESS_LIST] =
     "SELECT sid, owner, locked_until, last_activity, queued, running FROM ("
     " SELECT s.session_id AS sid, s.owner, s.locked_until, s.last_activity,"

@@ -668,10 +668,17 @@ int dx__pg_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted, d
   PGresult *res = NULL;
   qp_t q;
   int rc;
+  qp_t qe;
+  tx_t t;
   if (deleted) *deleted = 0;
   dx__qp_init(&q);
   dx__qp_i64(&q, now);
-  rc = dx__pg_one((pg_t *)pp, 1, PQ_SESS_CLEANUP, &q, &res, err);
+  dx__qp_init(&qe);
+  dx__qp_i64(&qe, now - DX_SESSION_EVENTS_MAX_AGE_MS);
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  rc = dx__pg_q(&t, PQ_SESS_CLEANUP, &q, &res);
+  if (!rc) rc = dx__pg_q(&t, PQ_SEV_PRUNE, &qe, NULL); /* old session history too */
+  rc = dx__pg_tx_end(&t, rc);
   if (!rc && deleted) *deleted = (uint64_t)strtoull(PQcmdTuples(res), NULL, 10);
   PQclear(res);
   return rc;
