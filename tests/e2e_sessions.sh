@@ -593,6 +593,38 @@ u1_upgrade() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# u2. session work waiting for capacity is reported: A (max 1 session) holds c1 while its
+# instance waits for "go"; c2's work waits for a free slot. Once c1 is closed, A claims c2 and
+# logs that the work waited longer than --session-wait-warning (1s).
+
+waited_1s() { past_ms $(($1 + 1100)); }
+
+u2_wait() {
+  local d S ts
+  d=$(new_dir u2); S=$(store_of "$d")
+  sworker "$d" A "${FAST[@]}" --session-idle-timeout 0 --max-sessions-per-worker 1 \
+    --session-wait-warning 1s
+  sstart "$d" SessWaitRun hold "$(jin "$d" c1 hold '"close_end":true')"
+  wait_until 30 waiting "$d" hold
+  check "wait: A holds c1 (its instance waits for go)" $? "$(tail -n 3 "$d/A.log")"
+  sstart "$d" SessRun queued "$(jin "$d" c2 queued '"n":1')"
+  wait_until 20 has_event "$S" queued ActivityScheduled &&
+    ts=$(dx history queued --store "$S" | grep '"ActivityScheduled"' |
+      sed -n 's/.*"timestamp_ms":\([0-9]*\).*/\1/p') && [ -n "$ts" ] &&
+    wait_until 10 waited_1s "$ts"
+  check "wait: c2's work is queued and has waited over 1s" $?
+  ! grep -q 'session work waited' "$d/A.log"
+  check "wait: no warning while c2 has not been claimed yet" $? "$(grep 'waited' "$d/A.log")"
+  raise_go "$d" hold
+  wait_all "$d" 30s hold queued
+  check "wait: both instances Completed once c1 was closed" $? "${MSGS[@]}"
+  grep 'session work waited for a worker to claim its session' "$d/A.log" |
+    grep -q 'session_id=c2 .*waited_ms=[0-9]\{4,\}'
+  check "wait: A warned that c2's work waited (waited_ms >= 1000)" $? \
+    "$(grep -i 'waited' "$d/A.log")"
+}
+
+# ---------------------------------------------------------------------------------------------
 
 run_scenarios s1_affinity s2_kill s3_term s4_restart s5_capacity s6_race s7_long s8_can \
-  s9_idle s10_hooks s11_chat s12_cli u1_upgrade
+  s9_idle s10_hooks s11_chat s12_cli u1_upgrade u2_wait

@@ -1868,6 +1868,25 @@ DX_TEST(pv_session_release_makes_claimable_at_once) {
   done(p);
 }
 
+/* A claim reports how long its row had been due (the runtime warns when session work waited
+** long for a worker to claim its session). */
+DX_TEST(pv_session_claim_reports_wait) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  f = sfetch(p, T0 + 700, "A", 10);
+  ASSERT_EQ(f.item.id, 1);
+  ASSERT_EQ(f.session_claimed, 1);
+  ASSERT_EQ(f.waited_ms, 700);
+  fclear(&f);
+  f = sfetch(p, T0 + 900, "A", 10); /* its own session: not a claim */
+  ASSERT_EQ(f.item.id, 2);
+  ASSERT_EQ(f.session_claimed, 0);
+  fclear(&f);
+  done(p);
+}
+
 /* list_sessions counts a session's rows (queued) and those of them locked now (running),
 ** also for a session that has queued work but no session row yet. */
 DX_TEST(pv_session_list_counts_running_rows) {

@@ -615,6 +615,13 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
   if (a->item.session_id && rt->sessions)
     dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
                           w->previous_owner);
+  if (w->session_claimed && rt->opts.session_wait_warning_ms > 0 &&
+      w->waited_ms >= rt->opts.session_wait_warning_ms)
+    dx__log(DX_LOG_WARN, "session work waited for a worker to claim its session (are all "
+            "workers at max_sessions_per_worker?)", "session_id=%s instance=%s activity=%s "
+            "waited_ms=%" PRId64 " previous_owner=%s worker_id=%s", a->item.session_id,
+            a->item.instance, a->item.name ? a->item.name : "-", w->waited_ms,
+            w->previous_owner ? w->previous_owner : "none", rt->worker_id);
 
   if (a->item.kind == DX_WI_SESSION_CLOSE) { /* not an activity: end the session here */
     activity_settle(a, DX_OP_ACK_WORK, 0, 0); /* first: the close item is not a running one */

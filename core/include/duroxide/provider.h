@@ -213,6 +213,7 @@ typedef struct dx_work_fetch_s {
   int session_claimed;      /* 1 when this fetch made the worker the session's owner (the row
                                was new, unowned, released, or its lease had lapsed) */
   char *previous_owner;     /* on a claim: the owner before it (NULL if none); owned */
+  int64_t waited_ms;        /* on a claim: how long the row had been due before this fetch */
 } dx_work_fetch_t;
 
 /** Session side of a work fetch. NULL = this worker takes no session work. */

@@ -72,13 +72,15 @@ duroxide.orchestration("SessRun", function(ctx, input)
   return duroxide.array(who)
 end)
 
--- input = { sid, log, tag, n1, n2, ms, close = bool }: n1 activities on the session, then
--- (optionally ctx:close_session) wait for event "go", then n2 more on the same session.
+-- input = { sid, log, tag, n1, n2, ms, close = bool, close_end = bool }: n1 activities on the
+-- session, then (optionally ctx:close_session) wait for event "go", then n2 more on the same
+-- session (then optionally close it).
 duroxide.orchestration("SessWaitRun", function(ctx, input)
   local who = run_on_session(ctx, input, input.n1 or 1, "a")
   if input.close then ctx:close_session(input.sid) end
   ctx:schedule_wait("go"):await()
   for _, w in ipairs(run_on_session(ctx, input, input.n2 or 1, "b")) do who[#who + 1] = w end
+  if input.close_end then ctx:close_session(input.sid) end
   return duroxide.array(who)
 end)
 

@@ -369,6 +369,7 @@ static int sess_take(tx_t *t, const work_cand_t *c, int64_t now, const dx_sessio
     nw.prev = (char *)prev;
     nw.locked_until = sat_add(now, cfg->session_lock_ms);
     out->session_claimed = 1;
+    out->waited_ms = now > c->at ? now - c->at : 0;
     if (prev && *prev && !(out->previous_owner = dx__strdup(prev))) rc = dx__lm_nomem(t->err);
   } else if (old.locked_until < sat_add(now, cfg->session_lock_ms)) {
     /* an owner's fetch refreshes the lease at once: after a same-id restart the dead

@@ -246,6 +246,7 @@ static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
     return rc;
   if (c->kind == WC_CLAIM && PQntuples(sess) == 1) {
     out->session_claimed = 1;
+    out->waited_ms = now > c->due ? now - c->due : 0;
     out->previous_owner = dx__col_str(sess, 0, 0, &oom);
     if (out->previous_owner && !*out->previous_owner) {
       free(out->previous_owner);
