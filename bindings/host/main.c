@@ -32,7 +32,8 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua cancel ID [REASON]\n"
       "  duroxide-lua history ID\n"
       "  duroxide-lua list\n"
-      "  duroxide-lua sessions                 the session table: owner, lease, queued work\n"
+      "  duroxide-lua sessions [--history SID] the session table: owner, lease, idle, queued and\n"
+      "                                        running work; --history: claims, moves, releases\n"
       "  duroxide-lua check                    verify the whole store (exit 1 on any problem)\n"
       "\n"
       "INPUT and DATA are JSON text, or - to read it from stdin, or @FILE to read a file.\n"
@@ -44,7 +45,7 @@ int dxh_usage(FILE *f) {
       "  --max-sessions-per-worker N  --session-lock-timeout D  --session-idle-timeout D\n"
       "  --session-cleanup-interval D  --worker-lock-timeout D  --orchestrator-lock-timeout D\n"
       "  --poll-interval D  --max-attempts N  --shutdown-grace D  --turn-instruction-budget N\n"
-      "  --turn-time-limit D (30s; 0 = off)\n"
+      "  --turn-time-limit D (30s; 0 = off)  --session-wait-warning D (30s; 0 = off)\n"
       "  --log-level error|warn|info|debug  --loop-block-warning D (1s; 0 = off)\n"
       "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n"
       "  --store-max-size SIZE (e.g. 512m, 2g; the store remembers it; default: the disk)\n",
