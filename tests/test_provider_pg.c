@@ -16,6 +16,7 @@
 #include "duroxide/provider.h"
 #include "provider_validation.h"
 #include "providers/pg/pg.h"
+#include "providers/pg/pg_sql.h"
 #include "testlib.h"
 
 #define T0 INT64_C(1700000000000)
@@ -189,7 +190,7 @@ DX_TEST(pg_reopen_keeps_data_and_migrates_once) {
   c = admin();
   snprintf(q, sizeof q, "SELECT count(*) FROM %s.dx_migrations", g_schemas[g_nschemas - 1]);
   r = PQexec(c, q);
-  ASSERT_STR_EQ(PQgetvalue(r, 0, 0), "1");
+  ASSERT_EQ(atoi(PQgetvalue(r, 0, 0)), dx__pg_migration_count);
   PQclear(r);
   PQfinish(c);
   free(store);
@@ -222,7 +223,7 @@ DX_TEST(pg_concurrent_first_opens_migrate_once) {
            " (SELECT count(*) FROM %s.orch_msgs)", g_schemas[g_nschemas - 1],
            g_schemas[g_nschemas - 1]);
   r = PQexec(c, q);
-  ASSERT_STR_EQ(PQgetvalue(r, 0, 0), "1");
+  ASSERT_EQ(atoi(PQgetvalue(r, 0, 0)), dx__pg_migration_count);
   ASSERT_STR_EQ(PQgetvalue(r, 0, 1), "4");
   PQclear(r);
   PQfinish(c);
@@ -961,7 +962,7 @@ DX_TEST(pg_run_cycle_round_trips_do_not_grow_with_acks) {
   size_t no, nw, no2, nw2, i;
   uint64_t rt_many, rt_one;
   int64_t now = wall_ms();
-  ASSERT_EQ(M(p)->version, 5);
+  ASSERT(M(p)->version >= 5);
   rc_fill(p, now, "a");
   rc_cycle(p, now, NULL, 0, orch, &no, work, &nw);
   ASSERT_EQ(no, RC_N);
