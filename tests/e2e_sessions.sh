@@ -519,12 +519,15 @@ s12_cli() {
   out=$(dx sessions --store "$S")
   line=$(grep -F '"session_id":"q1"' <<<"$out")
   grep -q '"lease":"live"' <<<"$line" && grep -q '"owner":"A"' <<<"$line" &&
-    grep -q '"queued":2' <<<"$line" && grep -Eq '"locked_until_ms":[0-9]+' <<<"$line" &&
-    grep -Eq '"last_activity_ms":[0-9]+' <<<"$line"
-  check "sessions: q1 listed with owner A, live lease, queued 2 (running + waiting), times" $? \
+    grep -q '"queued":2' <<<"$line" && grep -q '"running":1' <<<"$line" &&
+    grep -Eq '"locked_until_ms":[0-9]+' <<<"$line" &&
+    grep -Eq '"last_activity_ms":[0-9]+' <<<"$line" &&
+    grep -Eq '"lease_expires_in_ms":[0-9]+' <<<"$line" && grep -Eq '"idle_ms":[0-9]+' <<<"$line"
+  check "sessions: q1 listed with owner A, live lease, queued 2, running 1, times, idle" $? \
     "$out"
   line=$(grep -F '"session_id":"q2"' <<<"$out")
-  grep -q '"queued":1' <<<"$line" && ! grep -q '"owner":"' <<<"$line" &&
+  grep -q '"queued":1' <<<"$line" && grep -q '"running":0' <<<"$line" &&
+    ! grep -q '"owner":"' <<<"$line" &&
     [ "$(grep -c . <<<"$out")" -eq 2 ]
   check "sessions: q2 (waiting for capacity, never claimed) listed with queued 1, no owner" $? \
     "$out"
