@@ -1949,7 +1949,7 @@ DX_TEST(pv_session_events_append_and_list) {
   dx_provider_t *p = fresh();
   sevs_t s;
   dx_session_event_t bad = {"s1", T0, "", "A", NULL, NULL};
-  ASSERT(M(p)->version >= 6 && M(p)->append_session_event && M(p)->list_session_events);
+  ASSERT(M(p)->version >= 7 && M(p)->append_session_event && M(p)->list_session_events);
   sev_add(p, "s1", T0, "claimed", "A", "new", NULL);
   sev_add(p, "s2", T0 + 1, "claimed", "B", "new", NULL);
   sev_add(p, "s1", T0 + 2, "released", "A", "upgrade", NULL);
@@ -1981,7 +1981,7 @@ DX_TEST(pv_session_events_bounded_and_pruned) {
   dx_provider_t *p = fresh();
   sevs_t s;
   int i;
-  ASSERT(M(p)->version >= 6 && M(p)->append_session_event && M(p)->list_session_events);
+  ASSERT(M(p)->version >= 7 && M(p)->append_session_event && M(p)->list_session_events);
   for (i = 0; i < DX_SESSION_EVENTS_KEEP + 5; i++)
     sev_add(p, "s1", T0 + i, i % 2 ? "released" : "claimed", "A", "idle", NULL);
   sev_add(p, "s2", T0 + DX_SESSION_EVENTS_MAX_AGE_MS, "claimed", "B", "new", NULL);

@@ -169,7 +169,7 @@ static int ts_session_events(lua_State *L) {
   const char *sid = luaL_checkstring(L, 2);
   dx_error_t err;
   lua_newtable(L);
-  if (p->methods->version < 6 || !p->methods->list_session_events) return 1;
+  if (p->methods->version < 7 || !p->methods->list_session_events) return 1;
   if (p->methods->list_session_events(p, sid, push_session_event, L, &err) != 0)
     return luaL_error(L, "%s", err.msg);
   return 1;

@@ -318,7 +318,7 @@ static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
     case DX_OP_DECLINE_SESSION:
       return decline(s, op->session_id, now + op->delay_ms, &op->err);
     case DX_OP_SESSION_EVENT:
-      if (m->version < 6 || !m->append_session_event) return 0;
+      if (m->version < 7 || !m->append_session_event) return 0;
       return m->append_session_event(p, op->sev, &op->err);
     default:
       return dx_error_set(&op->err, DX_EINVAL, "unknown store operation %d", op->kind);

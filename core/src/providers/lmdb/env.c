@@ -418,7 +418,7 @@ static void lm_destroy(dx_provider_t *pp) {
 static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
 
 static const dx_provider_methods_t lm_methods = {
-  6,
+  7,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -452,6 +452,14 @@ static const dx_provider_methods_t lm_methods = {
   NULL, /* run_cycle: calls one by one cost no round trips on a local store */
   dx__lm_worker_register,
   dx__lm_worker_unregister,
+  /* management (version 6) */
+  dx__lm_list_page,
+  dx__lm_list_executions,
+  dx__lm_instance_queue,
+  dx__lm_delete_instances,
+  dx__lm_prune_executions,
+  dx__lm_terminate,
+  /* session history (version 7) */
   dx__lm_append_session_event,
   dx__lm_list_session_events,
 };
