@@ -593,6 +593,9 @@ u1_upgrade() {
     sed -n 3p <<<"$h" | grep -q '"event":"moved","from":"A","how":"new".*"worker_id":"B"'
   check "upgrade: sessions --history lists A's claim, its release (upgrade), B's move from A" \
     $? "$h"
+  h=$(dx history up1 --store "$S" | grep '"type":"ActivityCompleted"')
+  sed -n 1p <<<"$h" | grep -q '"worker_id":"A"' && sed -n 2p <<<"$h" | grep -q '"worker_id":"B"'
+  check "upgrade: history shows where each session activity ran (A, then B)" $? "$h"
 }
 
 # ---------------------------------------------------------------------------------------------
