@@ -1,6 +1,6 @@
 /*
 ** commands.c -- duroxide-lua's client commands: the command table and its parser; start, raise,
-** status, wait, cancel, sessions, check (the management commands are in manage_cmds.c).
+** status, wait, cancel, sessions, stats, check (the management commands are in manage_cmds.c).
 ** Output on stdout is JSON, one object per line; errors go to stderr.
 */
 #include <stddef.h>
@@ -342,6 +342,17 @@ static int run_sessions(dx_client_t *cl, const cmdline_t *c) {
   return p->methods->list_sessions(p, print_session, &now, &err) != 0 ? client_fail(&err) : 0;
 }
 
+/* `stats`: the store-wide figures (dx_client_stats_json) as one JSON line. */
+static int run_stats(dx_client_t *cl, const cmdline_t *c) {
+  dx_error_t err;
+  char *json;
+  (void)c;
+  if (dx_client_stats_json(cl, &json, &err) != 0) return client_fail(&err);
+  puts(json);
+  free(json);
+  return 0;
+}
+
 static int run_check(dx_client_t *cl, const cmdline_t *c);
 
 static const command_t commands[] = {
@@ -363,6 +374,7 @@ static const command_t commands[] = {
   {"prune", 1, 1, -1, O_KEEP, NULL, "prune ID --keep N", dxh_run_prune},
   {"terminate", 1, 2, -1, 0, NULL, "terminate ID [REASON]", dxh_run_terminate},
   {"sessions", 0, 0, -1, O_HISTORY, NULL, "sessions [--history SESSION_ID]", run_sessions},
+  {"stats", 0, 0, -1, 0, NULL, "stats", run_stats},
   {"check", 0, 0, -1, 0, NULL, "check", run_check},
 };
 

@@ -40,6 +40,7 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua terminate ID [REASON]    fail a running instance now, with its children\n"
       "  duroxide-lua sessions [--history SID] the session table: owner, lease, idle, queued and\n"
       "                                        running work; --history: claims, moves, releases\n"
+      "  duroxide-lua stats                    store-wide figures: queue depths, instances, sessions\n"
       "  duroxide-lua check                    verify the whole store (exit 1 on any problem)\n"
       "\n"
       "INPUT and DATA are JSON text, or - to read it from stdin, or @FILE to read a file.\n"

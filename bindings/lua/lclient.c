@@ -1,5 +1,5 @@
 /*
-** lclient.c -- duroxide.client{}: start, raise_event, cancel, status, wait, history (the
+** lclient.c -- duroxide.client{}: start, raise_event, cancel, status, wait, history, stats (the
 ** management methods are in lmanage.c).
 **
 ** Operational failures return nil, err (err is a duroxide.Error); misuse raises.
@@ -221,6 +221,18 @@ static int l_history(lua_State *L) {
   return 1;
 }
 
+/* client:stats() (also client:metrics()): the store-wide figures of dx_client_stats_json as a
+** table. A worker's own counters are rt:metrics() / its /metrics endpoint. */
+static int l_stats(lua_State *L) {
+  dx_client_t *c = dxl_check_client(L);
+  dx_error_t err;
+  char *json;
+  if (dx_client_stats_json(c, &json, &err) != 0) return dxl_client_fail(L, &err);
+  dxl_push_decoded(L, json);
+  free(json);
+  return 1;
+}
+
 static int l_close(lua_State *L) {
   lclient_t *u = luaL_checkudata(L, 1, CLIENT_MT);
   if (u->c) dx_client_close(u->c);
@@ -234,6 +246,7 @@ int dxl_client_new(lua_State *L) {
                                      {"raise_event", l_raise},
                                      {"cancel", l_cancel}, {"status", l_status},
                                      {"wait", l_wait}, {"history", l_history},
+                                     {"stats", l_stats}, {"metrics", l_stats},
                                      {"close", l_close}, {NULL, NULL}};
   dxl_state_t *S = dxl_state(L);
   const char *store = NULL;

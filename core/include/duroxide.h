@@ -105,11 +105,31 @@ int dx_runtime_error(const dx_runtime_t *rt, dx_error_t *err);
 const char *dx_runtime_worker_id(const dx_runtime_t *rt);
 /** Wake the store thread now (work was enqueued in this process). Thread-safe. */
 void dx_runtime_poke(dx_runtime_t *rt);
-/** Counters for tests and benchmarks. */
+/** Counters for tests and benchmarks (a summary of dx_runtime_metrics: turns run, activity
+**  deliveries settled, store commits and cycles). */
 typedef struct dx_runtime_stats_s {
   uint64_t turns, activities, commits, fetch_cycles;
 } dx_runtime_stats_t;
 void dx_runtime_stats(const dx_runtime_t *rt, dx_runtime_stats_t *out);
+
+/* {===== metrics =====} */
+/*
+** Each runtime counts what it does (orchestration starts and ends, failures by category,
+** turns, replays, activity outcomes and durations, store transactions and their commit
+** latency, queue depths, session claims, moves and releases) in a registry of counters, gauges
+** and histograms. docs/operations.md lists every metric.
+*/
+typedef struct dx_metrics_s dx_metrics_t;
+/** The runtime's metrics registry (borrowed: valid until dx_runtime_free). NULL for NULL. */
+dx_metrics_t *dx_runtime_metrics(dx_runtime_t *rt);
+/** The registry in the Prometheus text exposition format (version 0.0.4), as served on
+**  /metrics: malloc'd, the caller frees it; NULL for NULL or out of memory. Any thread. */
+char *dx_metrics_render_prometheus(dx_metrics_t *m);
+/** The registry as one JSON object {"<metric>": {"type", "help", "series": [{"labels": {..},
+**  "value"} or, for histograms, {"labels", "count", "sum", "buckets": [{"le", "count"}]}]}}
+**  (bucket counts cumulative): malloc'd, caller frees; NULL for NULL or out of memory. Any
+**  thread. */
+char *dx_metrics_render_json(dx_metrics_t *m);
 
 /* Test support (the duroxide.testing harness; not for production use). */
 /** Stop `rt` abruptly, as if its process were killed: no hook runs, nothing is released or
@@ -185,6 +205,13 @@ const char *dx_event_kind_name(int kind);
 int dx_event_kind_from_name(const char *name);
 /** JSON text of one event (malloc'd), as `duroxide-lua history` prints it. */
 char *dx_event_to_json(const dx_event_t *e);
+/** Store-wide figures as one JSON object in *out (malloc'd, caller frees):
+**  {"time_ms", "orchestrator_queue", "worker_queue" (messages and rows in any state),
+**   "instances", "sessions": {"total", "live" (owned, lease not lapsed), "lapsed", "unowned"
+**   (released or never claimed), "queued" (their worker rows), "by_worker": {id: live}}}.
+**  What `duroxide-lua stats` prints and client:stats() returns; a worker's own counters are
+**  its metrics (dx_runtime_metrics). DX_OK, or the provider's error. */
+int dx_client_stats_json(dx_client_t *c, char **out, dx_error_t *err);
 
 /* {===== management (issue 10) =====} */
 /*

@@ -267,17 +267,9 @@ json_t *dx__json_or_null(const char *text) {
 }
 
 /* A JSON string even for text that is not valid UTF-8 (error messages may carry any bytes):
-** such text keeps its ASCII and shows '?' for every other byte. */
+** such bytes become U+FFFD (dx__json_text). */
 json_t *dx__jstr(const char *text) {
-  json_t *v = json_string(text ? text : "");
-  char *copy, *p;
-  if (v) return v;
-  copy = dx__strdup(text);
-  if (!copy) return json_null();
-  for (p = copy; *p; p++)
-    if ((unsigned char)*p >= 0x80) *p = '?';
-  v = json_string(copy);
-  free(copy);
+  json_t *v = dx__json_text(text ? text : "");
   return v ? v : json_null();
 }
 

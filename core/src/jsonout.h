@@ -16,5 +16,7 @@ struct dx_failure_s;
 json_t *dx__json_or_null(const char *text);
 json_t *dx__jstr(const char *text);
 json_t *dx__failure_json(const struct dx_failure_s *f);
+/* A string node for any C text (invalid UTF-8 bytes become U+FFFD); NULL on ENOMEM. */
+json_t *dx__json_text(const char *s);
 
 #endif

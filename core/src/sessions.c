@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "sessions.h"
 #include "util.h"
 
@@ -47,6 +48,7 @@ struct dx_sessions_s {
   int shutting_down;
   void (*shutdown_cb)(void *);
   void *shutdown_ud;
+  dx_metrics_t *metrics;  /* claims, moves, releases, owned (NULL = none) */
 };
 
 /* {===== session history in the store =====} */
@@ -112,6 +114,8 @@ static void drop(dx_sessions_t *s, const char *id, const char *reason) {
     if (strcmp(o->id, id) != 0) continue;
     *pp = o->next;
     s->n_owned--;
+    dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, s->n_owned);
+    dx__metric_add(s->metrics, DXM_SESS_RELEASES, DXM_LABELS(reason), 1);
     dx__log(DX_LOG_INFO, "session released", "session_id=%s worker_id=%s reason=%s "
             "idle_ms=%" PRId64, o->id, s->worker_id, reason, dx__now_ms() - o->last_activity);
     record(s, o->id, "released", reason, NULL);
@@ -126,6 +130,10 @@ static void drop(dx_sessions_t *s, const char *id, const char *reason) {
 }
 
 int dx__sessions_count(const dx_sessions_t *s) { return s ? s->n_owned : 0; }
+
+void dx__sessions_set_metrics(dx_sessions_t *s, dx_metrics_t *m) {
+  if (s) s->metrics = m;
+}
 
 void dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
                            const char *previous_owner) {
@@ -143,6 +151,10 @@ void dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
     s->n_owned++;
     /* The store already named us (claimed == 0), or we were the previous owner. */
     if (!claimed || (previous_owner && strcmp(previous_owner, s->worker_id) == 0)) how = "reclaim";
+    dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, s->n_owned);
+    dx__metric_add(s->metrics, DXM_SESS_CLAIMS, DXM_LABELS(how), 1);
+    if (claimed && previous_owner && *previous_owner && strcmp(previous_owner, s->worker_id))
+      dx__metric_add(s->metrics, DXM_SESS_MOVES, DXM_NOLABELS, 1); /* it ran elsewhere before */
     dx__log(DX_LOG_INFO, "session claimed", "session_id=%s worker_id=%s how=%s "
             "previous_owner=%s", sid, s->worker_id, how,
             previous_owner && *previous_owner ? previous_owner : "none");
@@ -432,6 +444,7 @@ void dx__sessions_crash(dx_sessions_t *s, void (*cb)(void *ud), void *ud) {
     free(o);
   }
   s->n_owned = 0;
+  dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, 0);
   if (s->renew_busy) s->renew_op.done = wait_renew_then_finish;
   if (s->cleanup_busy) s->cleanup_op.done = cleanup_then_finish;
   s->closing_handles = 2;

@@ -35,7 +35,7 @@ static const lm_field_t msg_fields[] = {
 };
 static const lm_field_t state_fields[] = {
   F(RF_I64, orch_state_t, ready_at, 0), F(RF_I64, orch_state_t, locked_until, 0),
-  F(RF_U64, orch_state_t, token, 0),
+  F(RF_U64, orch_state_t, token, 0),   F(RF_U64, orch_state_t, locker, 0),
 };
 static const lm_field_t sess_fields[] = {
   F(RF_STR, sess_rec_t, owner, 0),        F(RF_STR, sess_rec_t, prev, 0),
@@ -51,18 +51,18 @@ static const lm_field_t row_fields[] = {
   F(RF_U64, work_row_t, token, 0),      F(RF_U64, work_row_t, attempt, 0),
   F(RF_STR, work_row_t, session_id, 0), F(RF_STR, work_row_t, instance, 1),
   F(RF_U64, work_row_t, exec, 0),       F(RF_U64, work_row_t, act_id, 0),
-  FB(work_row_t, item, item_len),
+  FB(work_row_t, item, item_len),       F(RF_U64, work_row_t, locker, 0),
 };
 #undef F
 #undef FB
 
-const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fields)};
-const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields)};
-const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields)};
-const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields)};
-const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields)};
-const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields)};
-const lm_schema_t dx__lm_sev_schema = {DB_SESS_EVENTS, sev_fields, COUNT(sev_fields)};
+const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fields), 0};
+const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields), 0};
+const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields), 0};
+const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 3};
+const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 0};
+const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9};
+const lm_schema_t dx__lm_sev_schema = {DB_SESS_EVENTS, sev_fields, COUNT(sev_fields), 0};
 
 #define AT(base, f, T) ((T *)(void *)((char *)(base) + (f)->off))
 #define CAT(base, f, T) ((const T *)(const void *)((const char *)(base) + (f)->off))
@@ -169,11 +169,13 @@ int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec
   if (dx__msgpack_check(v->mv_data, v->mv_size, "record", &derr) == 0 &&
       msgpack_unpack_next(&up, v->mv_data, v->mv_size, &off) == MSGPACK_UNPACK_SUCCESS) {
     o = &up.data;
-    if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size >= s->n + 1 &&
+    size_t have = o->type == MSGPACK_OBJECT_ARRAY ? o->via.array.size : 0;
+    if (have >= (s->n_min ? s->n_min : s->n) + 1 &&
         o->via.array.ptr[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
         o->via.array.ptr[0].via.u64 == LM_RECORD_FORMAT) {
       o = o->via.array.ptr + 1;
-      for (rc = 0, i = 0; i < s->n && !rc; i++) rc = unpack_field(&o[i], &s->f[i], rec);
+      for (rc = 0, i = 0; i < s->n && i + 1 < have && !rc; i++)
+        rc = unpack_field(&o[i], &s->f[i], rec);
     }
   }
   msgpack_unpacked_destroy(&up);
