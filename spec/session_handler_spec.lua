@@ -2,6 +2,15 @@
 -- activity of the session as actx.session_state, close on every release with its reason.
 local duroxide = require("duroxide")
 local testing = require("duroxide.testing")
+local uv = require("luv")
+
+-- Park the calling activity for ms on a real timer (so other activities run meanwhile).
+local function pause(ms)
+  duroxide.wait(function(done)
+    local t = uv.new_timer()
+    t:start(ms, 0, function() t:close(); done() end)
+  end)
+end
 
 describe("duroxide.session_handler", function()
   local env, log
@@ -11,7 +20,7 @@ describe("duroxide.session_handler", function()
     duroxide.session_handler({
       open = function(sid, how)
         log[#log + 1] = { "open", sid, how }
-        duroxide.wait(function(done) done() end) -- a handler may wait (spawn, load)
+        pause(5) -- a handler may wait (spawn, load); other activities run meanwhile
         return { sid = sid, n = #log, uses = 0 }
       end,
       close = function(sid, state, reason)
@@ -135,6 +144,48 @@ describe("duroxide.session_handler", function()
                      st.output.err)
     assert.are.equal(7, st.output.n)
     assert.are.equal(2, count("open", "sf"))
+  end)
+
+  it("hands activities that waited for an open the opened state when the session was "
+     .. "released meanwhile", function()
+    local pending, run_once = nil, duroxide._run_once
+    duroxide.session_handler({
+      open = function(sid, how)
+        log[#log + 1] = { "open", sid, how }
+        duroxide.wait(function(done) pending = done end) -- until the spec lets it finish
+        return { n = #log, uses = 0 }
+      end,
+      close = function(sid, state, reason) log[#log + 1] = { "close", sid, reason, state.n } end,
+    })
+    duroxide.on_session_released(function(sid, reason) log[#log + 1] = { "released", sid } end)
+    env:register_orchestration("Pair", function(ctx)
+      return ctx:join({ ctx:schedule_activity_on_session("Use", 1, "race"),
+                        ctx:schedule_activity_on_session("Use", 2, "race") })
+    end)
+    env:start("r1", "Pair")
+    for _ = 1, 5000 do
+      local s = env:sessions()[1]
+      if pending and s and s.running == 2 then break end
+      run_once(2)
+    end
+    assert.is_function(pending)
+    assert.are.equal(2, env:sessions()[1].running) -- both activities are here, one opening
+    -- the lease lapses while open waits: the session is released ("lost")
+    assert(env.store:expire_session("race", duroxide._clock_now()))
+    env.workers.w1.rt:_renew_sessions()
+    for _ = 1, 5000 do
+      if count("released", "race") == 1 then break end
+      run_once(2)
+    end
+    assert.are.equal(1, count("released", "race"))
+    assert.are.equal(0, count("close", "race")) -- not before open returns
+    pending()
+    local st = env:run_until_complete("r1")
+    assert.are.equal("Completed", st.status, st.error and st.error.message)
+    assert.are.equal(1, count("open", "race"))     -- the waiter did not open a second state
+    assert.are.same({ "close", "race", "lost", 2 }, log[3]) -- n: #log when open returned
+    assert.are.equal(2, st.output[1].n)                      -- both ran with that state
+    assert.are.equal(2, st.output[2].n)
   end)
 
   it("refuses bad registrations with a clear error", function()

@@ -87,19 +87,22 @@ local function session_run(fn, actx, input)
     local mine = e
     wait(function(done) mine.waiters[#mine.waiters + 1] = done end)
     e = sessions[k]
+    -- released while it opened: run with the state it opened (already closed) rather than
+    -- open one that no release would close
+    if e ~= mine and mine.opened then e = mine; break end
   end
   if not e.opened then
     e.opening, e.waiters = true, {}
     local ok, state = pcall(h.open or function() end, sid, e.how)
     local waiters = e.waiters
     e.opening, e.waiters = false, nil
-    for _, done in ipairs(waiters) do done() end
+    if ok then e.opened, e.state = true, state end
+    if ok and e.released then call_close(h, sid, state, e.released) end
+    for _, done in ipairs(waiters) do done() end -- after the outcome is set: they read it
     if not ok then
       local msg = type(state) == "table" and state.message or tostring(state)
       error(("session handler open failed for session %s: %s"):format(sid, msg), 0)
     end
-    e.opened, e.state = true, state
-    if e.released then call_close(h, sid, state, e.released) end
   end
   actx.session_state = e.state
   return fn(actx, input)
