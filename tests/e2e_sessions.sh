@@ -519,12 +519,15 @@ s12_cli() {
   out=$(dx sessions --store "$S")
   line=$(grep -F '"session_id":"q1"' <<<"$out")
   grep -q '"lease":"live"' <<<"$line" && grep -q '"owner":"A"' <<<"$line" &&
-    grep -q '"queued":2' <<<"$line" && grep -Eq '"locked_until_ms":[0-9]+' <<<"$line" &&
-    grep -Eq '"last_activity_ms":[0-9]+' <<<"$line"
-  check "sessions: q1 listed with owner A, live lease, queued 2 (running + waiting), times" $? \
+    grep -q '"queued":2' <<<"$line" && grep -q '"running":1' <<<"$line" &&
+    grep -Eq '"locked_until_ms":[0-9]+' <<<"$line" &&
+    grep -Eq '"last_activity_ms":[0-9]+' <<<"$line" &&
+    grep -Eq '"lease_expires_in_ms":[0-9]+' <<<"$line" && grep -Eq '"idle_ms":[0-9]+' <<<"$line"
+  check "sessions: q1 listed with owner A, live lease, queued 2, running 1, times, idle" $? \
     "$out"
   line=$(grep -F '"session_id":"q2"' <<<"$out")
-  grep -q '"queued":1' <<<"$line" && ! grep -q '"owner":"' <<<"$line" &&
+  grep -q '"queued":1' <<<"$line" && grep -q '"running":0' <<<"$line" &&
+    ! grep -q '"owner":"' <<<"$line" &&
     [ "$(grep -c . <<<"$out")" -eq 2 ]
   check "sessions: q2 (waiting for capacity, never claimed) listed with queued 1, no owner" $? \
     "$out"
@@ -559,6 +562,75 @@ s12_cli() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# u1. rolling upgrade: the session is pinned to A (old code, no Work2); B (new code) starts;
+# the instance's next activity on the session is Work2. A hands the session on (released
+# "upgrade"), B claims it and runs Work2: no Unregistered failure, no waiting for the 60s lease.
+
+u1_upgrade() {
+  local d S pa
+  d=$(new_dir u1); S=$(store_of "$d")
+  sworker "$d" A "${SLOW[@]}" --session-idle-timeout 0; pa=$WPID
+  sstart "$d" SessUpgrade up1 "$(jin "$d" up up1)"
+  wait_until 30 at_least_lines "$d/log" 1 && wait_until 20 waiting "$d" up1
+  check "upgrade: the first activity ran on A (old code), the instance waits" $?     "$(cat "$d/log" 2>/dev/null)" "$(tail -n 3 "$d/A.log")"
+  E2E_NEW_CODE=1 sworker "$d" B "${SLOW[@]}" --session-idle-timeout 0
+  raise_go "$d" up1
+  run_cmd wait up1 --timeout 40s --store "$S"
+  [ "$RC" -eq 0 ] && grep -q '"output":\["A","B"\]' <<<"$OUT"
+  check "upgrade: Completed well within the 60s lease, Work2 ran on B" $? "rc=$RC $OUT $ERR"     "$(tail -n 5 "$d/A.log" "$d/B.log")" "$(hooks_tail "$d")"
+  hook "$d" '^released up upgrade A$' && hook "$d" '^claimed up new B$'
+  check "upgrade: A released the session (reason upgrade), B claimed it" $? "$(hooks_tail "$d")"
+  grep -q 'handing its session to another worker' "$d/A.log" &&
+    ! grep -q 'Unregistered' "$d/A.log" "$d/B.log"
+  check "upgrade: A logged the hand-on; nothing failed Unregistered" $?     "$(grep -h -i 'regist' "$d/A.log" "$d/B.log")"
+  kill -0 "$pa" 2>/dev/null
+  check "upgrade: A (old code) still runs" $?
+  local h
+  h=$(dx sessions --history up --store "$S")
+  [ "$(grep -c . <<<"$h")" -eq 3 ] &&
+    sed -n 1p <<<"$h" | grep -q '"event":"claimed".*"how":"new".*"worker_id":"A"' &&
+    sed -n 2p <<<"$h" | grep -q '"event":"released".*"reason":"upgrade".*"worker_id":"A"' &&
+    sed -n 3p <<<"$h" | grep -q '"event":"moved","from":"A","how":"new".*"worker_id":"B"'
+  check "upgrade: sessions --history lists A's claim, its release (upgrade), B's move from A" \
+    $? "$h"
+  h=$(dx history up1 --store "$S" | grep '"type":"ActivityCompleted"')
+  sed -n 1p <<<"$h" | grep -q '"worker_id":"A"' && sed -n 2p <<<"$h" | grep -q '"worker_id":"B"'
+  check "upgrade: history shows where each session activity ran (A, then B)" $? "$h"
+}
+
+# ---------------------------------------------------------------------------------------------
+# u2. session work waiting for capacity is reported: A (max 1 session) holds c1 while its
+# instance waits for "go"; c2's work waits for a free slot. Once c1 is closed, A claims c2 and
+# logs that the work waited longer than --session-wait-warning (1s).
+
+waited_1s() { past_ms $(($1 + 1100)); }
+
+u2_wait() {
+  local d S ts
+  d=$(new_dir u2); S=$(store_of "$d")
+  sworker "$d" A "${FAST[@]}" --session-idle-timeout 0 --max-sessions-per-worker 1 \
+    --session-wait-warning 1s
+  sstart "$d" SessWaitRun hold "$(jin "$d" c1 hold '"close_end":true')"
+  wait_until 30 waiting "$d" hold
+  check "wait: A holds c1 (its instance waits for go)" $? "$(tail -n 3 "$d/A.log")"
+  sstart "$d" SessRun queued "$(jin "$d" c2 queued '"n":1')"
+  wait_until 20 has_event "$S" queued ActivityScheduled &&
+    ts=$(dx history queued --store "$S" | grep '"ActivityScheduled"' |
+      sed -n 's/.*"timestamp_ms":\([0-9]*\).*/\1/p') && [ -n "$ts" ] &&
+    wait_until 10 waited_1s "$ts"
+  check "wait: c2's work is queued and has waited over 1s" $?
+  ! grep -q 'session work waited' "$d/A.log"
+  check "wait: no warning while c2 has not been claimed yet" $? "$(grep 'waited' "$d/A.log")"
+  raise_go "$d" hold
+  wait_all "$d" 30s hold queued
+  check "wait: both instances Completed once c1 was closed" $? "${MSGS[@]}"
+  grep 'session work waited for a worker to claim its session' "$d/A.log" |
+    grep -q 'session_id=c2 .*waited_ms=[0-9]\{4,\}'
+  check "wait: A warned that c2's work waited (waited_ms >= 1000)" $? \
+    "$(grep -i 'waited' "$d/A.log")"
+}
+
+# ---------------------------------------------------------------------------------------------
 
 run_scenarios s1_affinity s2_kill s3_term s4_restart s5_capacity s6_race s7_long s8_can \
-  s9_idle s10_hooks s11_chat s12_cli
+  s9_idle s10_hooks s11_chat s12_cli u1_upgrade u2_wait

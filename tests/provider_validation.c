@@ -840,7 +840,7 @@ DX_TEST(pv_lock_stealing_cancels_worker_rows) {
 
 DX_TEST(pv_session_rows_need_a_session_config) {
   dx_provider_t *p = fresh();
-  dx_session_cfg_t cfg = {"worker-1", LOCK, 10};
+  dx_session_cfg_t cfg = {.worker_id = "worker-1", .session_lock_ms = LOCK, .max_sessions = 10};
   dx_work_item_t s = act_item("A", 1, 1);
   dx_work_fetch_t f;
   s.session_id = "s1";
@@ -1331,6 +1331,7 @@ static dx_work_item_t sess_item(const char *inst, uint64_t id, const char *sid) 
 static dx_work_fetch_t sfetch(dx_provider_t *p, int64_t now, const char *worker, uint32_t max) {
   dx_session_cfg_t cfg;
   dx_work_fetch_t f;
+  memset(&cfg, 0, sizeof cfg);
   cfg.worker_id = worker;
   cfg.session_lock_ms = SLOCK;
   cfg.max_sessions = max;
@@ -1368,7 +1369,7 @@ static void take_ack(dx_provider_t *p, int64_t now, const char *worker, uint64_t
 typedef struct {
   char sid[32], owner[32];
   int64_t locked, last;
-  uint64_t queued;
+  uint64_t queued, running;
 } srow_t;
 
 typedef struct {
@@ -1386,6 +1387,7 @@ static int srow_cb(void *ud, const dx_session_info_t *s) {
   o->locked = s->locked_until_ms;
   o->last = s->last_activity_ms;
   o->queued = s->queued;
+  o->running = s->running;
   return 0;
 }
 
@@ -1868,6 +1870,185 @@ DX_TEST(pv_session_release_makes_claimable_at_once) {
   done(p);
 }
 
+/* A claim reports how long its row had been due (the runtime warns when session work waited
+** long for a worker to claim its session). */
+DX_TEST(pv_session_claim_reports_wait) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  f = sfetch(p, T0 + 700, "A", 10);
+  ASSERT_EQ(f.item.id, 1);
+  ASSERT_EQ(f.session_claimed, 1);
+  ASSERT_EQ(f.waited_ms, 700);
+  fclear(&f);
+  f = sfetch(p, T0 + 900, "A", 10); /* its own session: not a claim */
+  ASSERT_EQ(f.item.id, 2);
+  ASSERT_EQ(f.session_claimed, 0);
+  fclear(&f);
+  done(p);
+}
+
+/* list_sessions counts a session's rows (queued) and those of them locked now (running),
+** also for a session that has queued work but no session row yet. */
+DX_TEST(pv_session_list_counts_running_rows) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  enqueue_work(p, T0, sess_item("I", 3, "s2"));
+  ASSERT_EQ(srow(p, "s1").queued, 2);
+  ASSERT_EQ(srow(p, "s1").running, 0);
+  take(p, T0, "A", 1, 1);           /* capacity 1: A owns s1 only */
+  ASSERT_EQ(srow(p, "s1").queued, 2);
+  ASSERT_EQ(srow(p, "s1").running, 1);
+  f = sfetch(p, T0, "A", 1);
+  ASSERT_EQ(f.item.id, 2);
+  ASSERT_EQ(srow(p, "s1").running, 2);
+  CHECK(M(p)->ack_work_item(p, T0, f.lock_token, NULL, &E));
+  fclear(&f);
+  ASSERT_EQ(srow(p, "s1").queued, 1);
+  ASSERT_EQ(srow(p, "s1").running, 1);
+  ASSERT_EQ(srow(p, "s2").queued, 1); /* never claimed: no session row */
+  ASSERT_EQ(srow(p, "s2").running, 0);
+  done(p);
+}
+
+/* {===== session history (provider v6) =====} */
+
+typedef struct {
+  int n;
+  char line[8][96];
+  int64_t first_at, last_at;
+} sevs_t;
+
+static int sev_cb(void *ud, const dx_session_event_t *e) {
+  sevs_t *s = ud;
+  if (s->n == 0) s->first_at = e->at_ms;
+  s->last_at = e->at_ms;
+  if (s->n < 8)
+    snprintf(s->line[s->n], sizeof s->line[0], "%s %s %s %s", e->event, e->worker_id,
+             e->detail ? e->detail : "-", e->previous_owner ? e->previous_owner : "-");
+  s->n++;
+  return 0;
+}
+
+static sevs_t sevs(dx_provider_t *p, const char *sid) {
+  sevs_t s;
+  memset(&s, 0, sizeof s);
+  CHECK(M(p)->list_session_events(p, sid, sev_cb, &s, &E));
+  return s;
+}
+
+static void sev_add(dx_provider_t *p, const char *sid, int64_t at, const char *event,
+                    const char *worker, const char *detail, const char *prev) {
+  dx_session_event_t e = {sid, at, event, worker, detail, prev};
+  CHECK(M(p)->append_session_event(p, &e, &E));
+}
+
+/* Claims, moves and releases are kept per session in order, with their details. */
+DX_TEST(pv_session_events_append_and_list) {
+  dx_provider_t *p = fresh();
+  sevs_t s;
+  dx_session_event_t bad = {"s1", T0, "", "A", NULL, NULL};
+  ASSERT(M(p)->version >= 8 && M(p)->append_session_event && M(p)->list_session_events);
+  sev_add(p, "s1", T0, "claimed", "A", "new", NULL);
+  sev_add(p, "s2", T0 + 1, "claimed", "B", "new", NULL);
+  sev_add(p, "s1", T0 + 2, "released", "A", "upgrade", NULL);
+  sev_add(p, "s1", T0 + 3, "moved", "B", "new", "A");
+  s = sevs(p, "s1");
+  ASSERT_EQ(s.n, 3);
+  ASSERT_STR_EQ(s.line[0], "claimed A new -");
+  ASSERT_STR_EQ(s.line[1], "released A upgrade -");
+  ASSERT_STR_EQ(s.line[2], "moved B new A");
+  ASSERT_EQ(s.first_at, T0);
+  ASSERT_EQ(s.last_at, T0 + 3);
+  ASSERT_EQ(sevs(p, "s2").n, 1);
+  ASSERT_EQ(sevs(p, "nope").n, 0);
+  /* bad input: refused, nothing written */
+  ASSERT_EQ(M(p)->append_session_event(p, &bad, &E), DX_EINVAL);
+  bad.event = "claimed";
+  bad.worker_id = NULL;
+  ASSERT_EQ(M(p)->append_session_event(p, &bad, &E), DX_EINVAL);
+  bad.worker_id = "A";
+  bad.session_id = NULL;
+  ASSERT_EQ(M(p)->append_session_event(p, &bad, &E), DX_EINVAL);
+  ASSERT_EQ(M(p)->list_session_events(p, "", sev_cb, &s, &E), DX_EINVAL);
+  ASSERT_EQ(sevs(p, "s1").n, 3);
+  done(p);
+}
+
+/* Bounded: the latest DX_SESSION_EVENTS_KEEP per session, and cleanup drops old ones. */
+DX_TEST(pv_session_events_bounded_and_pruned) {
+  dx_provider_t *p = fresh();
+  sevs_t s;
+  int i;
+  ASSERT(M(p)->version >= 8 && M(p)->append_session_event && M(p)->list_session_events);
+  for (i = 0; i < DX_SESSION_EVENTS_KEEP + 5; i++)
+    sev_add(p, "s1", T0 + i, i % 2 ? "released" : "claimed", "A", "idle", NULL);
+  sev_add(p, "s2", T0 + DX_SESSION_EVENTS_MAX_AGE_MS, "claimed", "B", "new", NULL);
+  s = sevs(p, "s1");
+  ASSERT_EQ(s.n, DX_SESSION_EVENTS_KEEP);
+  ASSERT_EQ(s.first_at, T0 + 5); /* the oldest five went */
+  ASSERT_EQ(s.last_at, T0 + DX_SESSION_EVENTS_KEEP + 4);
+  /* a week after T0 + 50: s1's events up to T0 + 50 are older than the limit */
+  cleanup_sessions(p, T0 + 50 + DX_SESSION_EVENTS_MAX_AGE_MS + 1);
+  s = sevs(p, "s1");
+  ASSERT_EQ(s.first_at, T0 + 51);
+  ASSERT_EQ(s.n, DX_SESSION_EVENTS_KEEP + 5 - 51);
+  ASSERT_EQ(sevs(p, "s2").n, 1);
+  done(p);
+}
+
+/* Fetch as `worker` declining the sessions in `declined` (NULL-terminated); expect item `id`
+** (0: nothing). Returns session_claimed. */
+static int take_declining(dx_provider_t *p, int64_t now, const char *worker,
+                          const char *const *declined, uint64_t id) {
+  dx_session_cfg_t cfg;
+  dx_work_fetch_t f;
+  int claimed;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.worker_id = worker;
+  cfg.session_lock_ms = SLOCK;
+  cfg.max_sessions = 10;
+  cfg.declined = declined;
+  while (declined && declined[cfg.n_declined]) cfg.n_declined++;
+  CHECK(M(p)->fetch_work_item(p, now, LOCK, &cfg, &f, &E));
+  claimed = f.session_claimed;
+  if (id == 0 && f.item.kind != 0)
+    DX_FAIL_AT("%s fetched item %llu, expected nothing", worker, (unsigned long long)f.item.id);
+  if (id != 0 && (f.item.kind == 0 || f.item.id != id))
+    DX_FAIL_AT("%s fetched %s %llu, expected item %llu", worker, f.item.kind ? "item" : "nothing",
+               (unsigned long long)f.item.id, (unsigned long long)id);
+  fclear(&f);
+  return claimed;
+}
+
+/* Rolling upgrades (dx_session_cfg_t.declined): a worker that declines a session neither
+** claims it nor fetches rows of it that it owns; other sessions and plain rows are unaffected,
+** and a worker that does not decline it claims it. */
+DX_TEST(pv_session_declined_sessions_are_skipped) {
+  dx_provider_t *p = fresh();
+  static const char *const s1[] = {"s1", NULL};
+  static const char *const odd[] = {"x\"y", "s1", "a,b", NULL}; /* quoting in SQL arrays */
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  ASSERT_EQ(take_declining(p, T0, "A", NULL, 1), 1);   /* A owns s1 */
+  enqueue_work(p, T0 + 1, sess_item("I", 2, "s1"));
+  enqueue_work(p, T0 + 1, sess_item("I", 3, "s2"));
+  enqueue_work(p, T0 + 1, act_item("I", 1, 4));
+  /* A declines s1: its own row 2 is skipped; s2 and the plain row come out */
+  ASSERT_EQ(take_declining(p, T0 + 2, "A", s1, 3), 1);
+  take_declining(p, T0 + 2, "A", odd, 4);
+  take_declining(p, T0 + 2, "A", odd, 0);
+  ASSERT_STR_EQ(srow(p, "s1").owner, "A");
+  /* released: A still does not claim it, B does */
+  ASSERT_EQ(release_sessions(p, T0 + 3, "A", "s1"), 1);
+  take_declining(p, T0 + 3, "A", s1, 0);
+  ASSERT_EQ(take_declining(p, T0 + 3, "B", s1 + 1, 2), 1);
+  ASSERT_STR_EQ(srow(p, "s1").owner, "B");
+  done(p);
+}
+
 /* {===== worker liveness (provider v5): registration, refusal, dead owners =====} */
 
 /* Providers without registration (LMDB, for now) skip these tests, saying so. */
@@ -2165,6 +2346,7 @@ static void session_race_child(const char *store, int idx, int fd) {
   char worker[16];
   int empty = 0;
   snprintf(worker, sizeof worker, "W%d", idx);
+  memset(&cfg, 0, sizeof cfg);
   cfg.worker_id = worker;
   cfg.session_lock_ms = 600000;
   cfg.max_sessions = 1000;

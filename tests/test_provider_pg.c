@@ -381,7 +381,8 @@ DX_TEST(pg_session_capacity_holds_across_processes) {
     ASSERT((pids[i] = fork()) >= 0);
     if (pids[i] == 0) {
       dx_provider_t *c = dx_pv_open(store);
-      dx_session_cfg_t cfg = {"same-worker", 600000, 1};
+      dx_session_cfg_t cfg = {.worker_id = "same-worker", .session_lock_ms = 600000,
+                              .max_sessions = 1};
       int empty = 0;
       while (empty < 20) {
         dx_work_fetch_t f;
@@ -762,7 +763,7 @@ static void wait_out_liveness_grace(void) {
 DX_TEST(pg_liveness_moves_a_dead_owners_session_at_once) {
   char *store = store_url("&liveness=on"), buf[4];
   dx_provider_t *p = dx_pv_open(store);
-  dx_session_cfg_t cfg_b = {"B", 600000, 10};
+  dx_session_cfg_t cfg_b = {.worker_id = "B", .session_lock_ms = 600000, .max_sessions = 10};
   dx_work_item_t w1 = item(DX_WI_ACT_EXECUTE, "I", 1), w2 = item(DX_WI_ACT_EXECUTE, "I", 2);
   dx_work_fetch_t f;
   dx_error_t err;
@@ -776,7 +777,8 @@ DX_TEST(pg_liveness_moves_a_dead_owners_session_at_once) {
   ASSERT((pid = fork()) >= 0);
   if (pid == 0) { /* worker A: claims s1, finishes item 1, then idles holding the session */
     dx_provider_t *a = dx_pv_open(store);
-    dx_session_cfg_t cfg_a = {"A", 600000, 10};
+    dx_session_cfg_t cfg_a = {.worker_id = "A", .session_lock_ms = 600000,
+                              .max_sessions = 10};
     if (M(a)->fetch_work_item(a, wall_ms(), 600000, &cfg_a, &f, &err) || f.item.id != 1 ||
         M(a)->ack_work_item(a, wall_ms(), f.lock_token, NULL, &err))
       _exit(1);
@@ -819,7 +821,7 @@ DX_TEST(pg_liveness_option_is_checked) {
 DX_TEST(pg_batch_work_fetch_releases_what_it_did_not_hand_out) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
-  dx_session_cfg_t cfg = {"W", 600000, 10};
+  dx_session_cfg_t cfg = {.worker_id = "W", .session_lock_ms = 600000, .max_sessions = 10};
   dx_work_fetch_t f;
   dx_error_t err;
   uint64_t id;
@@ -852,7 +854,7 @@ DX_TEST(pg_batch_work_fetch_releases_what_it_did_not_hand_out) {
 DX_TEST(pg_liveness_moves_a_dead_processs_locks_at_once) {
   char *store = store_url("&liveness=on"), buf[4];
   dx_provider_t *p = dx_pv_open(store);
-  dx_session_cfg_t cfg_b = {"B", 600000, 10};
+  dx_session_cfg_t cfg_b = {.worker_id = "B", .session_lock_ms = 600000, .max_sessions = 10};
   dx_work_item_t w1 = item(DX_WI_ACT_EXECUTE, "I", 1), st = item(DX_WI_START, "O", 0);
   dx_orch_item_t *it = NULL;
   dx_work_fetch_t f;
@@ -868,7 +870,8 @@ DX_TEST(pg_liveness_moves_a_dead_processs_locks_at_once) {
   ASSERT((pid = fork()) >= 0);
   if (pid == 0) { /* A locks the session row and the instance (10 min locks), then hangs */
     dx_provider_t *a = dx_pv_open(store);
-    dx_session_cfg_t cfg_a = {"A", 600000, 10};
+    dx_session_cfg_t cfg_a = {.worker_id = "A", .session_lock_ms = 600000,
+                              .max_sessions = 10};
     dx_orch_item_t *ai = NULL;
     if (M(a)->fetch_work_item(a, wall_ms(), 600000, &cfg_a, &f, &err) || f.item.id != 1 ||
         M(a)->fetch_orchestration_item(a, wall_ms(), 600000, &ai, &err) || !ai)
@@ -916,7 +919,7 @@ DX_TEST(pg_liveness_moves_a_dead_processs_locks_at_once) {
 static uint64_t rc_cycle(dx_provider_t *p, int64_t now, dx_cycle_ack_t *acks, size_t n,
                          dx_orch_item_t **orch, size_t *n_orch, dx_work_fetch_t *work,
                          size_t *n_work) {
-  dx_session_cfg_t sc = {"rc-worker", 600000, 10};
+  dx_session_cfg_t sc = {.worker_id = "rc-worker", .session_lock_ms = 600000, .max_sessions = 10};
   dx_cycle_t cy;
   dx_error_t err;
   uint64_t before = dx__pg_round_trips(p);

@@ -269,6 +269,8 @@ static void result_base(dx_activity_t *a, int kind) {
   a->result.instance = dx__strdup(a->item.instance);
   a->result.execution_id = a->item.execution_id;
   a->result.id = a->item.id;
+  /* history shows where each session activity ran (issue 9 item 7) */
+  if (a->item.session_id) a->result.worker_id = dx__strdup(a->rt->worker_id);
 }
 
 void dx_activity_complete(dx_activity_t *a, const char *output_json) {
@@ -653,6 +655,13 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
   if (a->item.session_id && rt->sessions)
     dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
                           w->previous_owner);
+  if (w->session_claimed && rt->opts.session_wait_warning_ms > 0 &&
+      w->waited_ms >= rt->opts.session_wait_warning_ms)
+    dx__log(DX_LOG_WARN, "session work waited for a worker to claim its session (are all "
+            "workers at max_sessions_per_worker?)", "session_id=%s instance=%s activity=%s "
+            "waited_ms=%" PRId64 " previous_owner=%s worker_id=%s", a->item.session_id,
+            a->item.instance, a->item.name ? a->item.name : "-", w->waited_ms,
+            w->previous_owner ? w->previous_owner : "none", rt->worker_id);
 
   if (a->item.kind == DX_WI_SESSION_CLOSE) { /* not an activity: end the session here */
     activity_settle(a, DX_OP_ACK_WORK, 0, 0, NULL); /* first: the close item is not running */
@@ -669,8 +678,34 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     fail_with(a, DX_CAT_POISON, "Poison", msg);
     return;
   }
+  if (a->item.kind == DX_WI_ACT_EXECUTE && a->item.session_id && a->item.worker_id &&
+      strcmp(a->item.worker_id, rt->worker_id) != 0) {
+    /* on_moved = "fail": the session moved since this instance's previous activity on it */
+    char msg[700];
+    snprintf(msg, sizeof msg, "session '%s' moved from worker '%s' to worker '%s': activity %s "
+             "was not run", a->item.session_id, a->item.worker_id, rt->worker_id, a->item.name);
+    dx__log(DX_LOG_INFO, "session activity refused (session moved)", "instance=%s activity=%s "
+            "session_id=%s from=%s to=%s", a->item.instance, a->item.name, a->item.session_id,
+            a->item.worker_id, rt->worker_id);
+    fail_with(a, DX_CAT_APPLICATION, "SessionMoved", msg);
+    return;
+  }
   cact = cact_find(rt, a->item.name);
   if (!cact && !rt->host->activity_lookup(rt->host_ud, a->item.name)) {
+    if (a->item.session_id && rt->sessions && w->attempt_count < rt->opts.max_attempts) {
+      /* Rolling upgrade: the session is pinned here, but this worker runs older code. Hand the
+      ** session on (released "upgrade"; our fetches skip it for the backoff) so a worker that
+      ** has the activity claims it; the row is visible again at once. */
+      int64_t d = dx__unregistered_backoff(w->attempt_count, rt->opts.unregistered_base_ms,
+                                           rt->opts.unregistered_max_ms);
+      dx__log(DX_LOG_WARN, "activity not registered on this worker; handing its session to "
+              "another worker", "instance=%s activity=%s session_id=%s attempt=%u "
+              "declined_for_ms=%" PRId64, a->item.instance, a->item.name, a->item.session_id,
+              w->attempt_count, d);
+      dx__sessions_hand_on(rt->sessions, a->item.session_id, d); /* first: the decline */
+      activity_settle(a, DX_OP_ABANDON_WORK, 0, 0, "retry_unregistered"); /* then the release, once nothing runs */
+      return;
+    }
     if (w->attempt_count < rt->opts.max_attempts) {
       int64_t d = dx__unregistered_backoff(w->attempt_count, rt->opts.unregistered_base_ms,
                                            rt->opts.unregistered_max_ms);

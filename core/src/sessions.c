@@ -27,7 +27,7 @@ typedef struct owned_s {
   int64_t lease_until;
   int running;          /* activities of this session running here now */
   int idle;             /* stopped renewing because idle */
-  int closing;          /* ctx:close_session arrived: release once `running` reaches 0 */
+  const char *closing;  /* release reason ("closed", "upgrade") once `running` reaches 0 */
   struct owned_s *next;
 } owned_t;
 
@@ -51,6 +51,52 @@ struct dx_sessions_s {
   dx_metrics_t *metrics;  /* claims, moves, releases, owned (NULL = none) */
 };
 
+/* {===== session history in the store =====} */
+
+typedef struct {
+  dx_store_op_t op;
+  dx_session_event_t ev;
+  char *sid, *detail, *prev; /* owned copies behind ev */
+} sev_op_t;
+
+static void sev_done(dx_store_op_t *op) {
+  sev_op_t *e = (sev_op_t *)op;
+  if (op->rc != 0)
+    dx__log(DX_LOG_WARN, "session history not recorded", "session_id=%s event=%s error=\"%s\"",
+            e->sid, e->ev.event, op->err.msg);
+  free(e->sid);
+  free(e->detail);
+  free(e->prev);
+  free(e);
+}
+
+/* Record a claim, move or release in the store (`duroxide-lua sessions --history`). event is a
+** literal; best effort: a failure is logged. */
+static void record(dx_sessions_t *s, const char *sid, const char *event, const char *detail,
+                   const char *prev) {
+  sev_op_t *e = calloc(1, sizeof *e);
+  if (!e || !(e->sid = dx__strdup(sid)) || (detail && !(e->detail = dx__strdup(detail))) ||
+      (prev && !(e->prev = dx__strdup(prev)))) {
+    if (e) {
+      free(e->sid);
+      free(e->detail);
+    }
+    free(e);
+    return;
+  }
+  e->ev.session_id = e->sid;
+  e->ev.at_ms = dx__now_ms();
+  e->ev.event = event;
+  e->ev.worker_id = s->worker_id;
+  e->ev.detail = e->detail;
+  e->ev.previous_owner = e->prev;
+  e->op.kind = DX_OP_SESSION_EVENT;
+  e->op.sev = &e->ev;
+  e->op.done = sev_done;
+  e->op.ud = s;
+  dx__store_submit(s->store, &e->op);
+}
+
 /* {===== local set =====} */
 
 static owned_t *find(dx_sessions_t *s, const char *id) {
@@ -72,6 +118,7 @@ static void drop(dx_sessions_t *s, const char *id, const char *reason) {
     dx__metric_add(s->metrics, DXM_SESS_RELEASES, DXM_LABELS(reason), 1);
     dx__log(DX_LOG_INFO, "session released", "session_id=%s worker_id=%s reason=%s "
             "idle_ms=%" PRId64, o->id, s->worker_id, reason, dx__now_ms() - o->last_activity);
+    record(s, o->id, "released", reason, NULL);
     if (s->host->version >= 3 && s->host->session_released_by)
       s->host->session_released_by(s->host_ud, o->id, reason, s->worker_id);
     else if (s->host->version >= 2 && s->host->session_released)
@@ -111,6 +158,10 @@ void dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
     dx__log(DX_LOG_INFO, "session claimed", "session_id=%s worker_id=%s how=%s "
             "previous_owner=%s", sid, s->worker_id, how,
             previous_owner && *previous_owner ? previous_owner : "none");
+    if (previous_owner && *previous_owner && strcmp(previous_owner, s->worker_id) != 0)
+      record(s, sid, "moved", how, previous_owner);
+    else
+      record(s, sid, "claimed", how, previous_owner && *previous_owner ? previous_owner : NULL);
     if (s->host->version >= 3 && s->host->session_claimed_by)
       s->host->session_claimed_by(s->host_ud, sid, how, s->worker_id);
     else if (s->host->version >= 2 && s->host->session_claimed)
@@ -122,14 +173,14 @@ void dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
   o->running++;
 }
 
-static void close_now(dx_sessions_t *s, const char *sid);
+static void close_now(dx_sessions_t *s, const char *sid, const char *reason);
 
 void dx__sessions_on_done(dx_sessions_t *s, const char *sid) {
   owned_t *o = find(s, sid);
   if (!o) return;
   if (o->running > 0) o->running--;
   o->last_activity = dx__now_ms();
-  if (o->closing && o->running == 0) close_now(s, sid);
+  if (o->closing && o->running == 0) close_now(s, sid, o->closing);
 }
 
 static void maybe_finish(dx_sessions_t *s);
@@ -156,20 +207,46 @@ static void submit_release(dx_sessions_t *s, const char *sid, dx_store_op_cb don
 }
 
 /* Release in the store, then tell the app. */
-static void close_now(dx_sessions_t *s, const char *sid) {
+static void close_now(dx_sessions_t *s, const char *sid, const char *reason) {
   submit_release(s, sid, release_done);
-  if (find(s, sid)) drop(s, sid, "closed");
+  if (find(s, sid)) drop(s, sid, reason);
+}
+
+/* Release sid with `reason` (a literal) once its activities running here have finished: until
+** then we keep the lease, so no other worker runs the session meanwhile. */
+static void release_when_idle(dx_sessions_t *s, const char *sid, const char *reason) {
+  owned_t *o = find(s, sid);
+  dx__log(DX_LOG_INFO, "session release requested", "session_id=%s worker_id=%s reason=%s "
+          "running=%d", sid, s->worker_id, reason, o ? o->running : 0);
+  if (o && o->running > 0) { /* another instance's activity on it still runs here */
+    o->closing = reason;
+    return;
+  }
+  close_now(s, sid, reason);
 }
 
 void dx__sessions_close(dx_sessions_t *s, const char *sid) {
-  owned_t *o = find(s, sid);
-  dx__log(DX_LOG_INFO, "session close requested", "session_id=%s worker_id=%s running=%d", sid,
-          s->worker_id, o ? o->running : 0);
-  if (o && o->running > 0) { /* another instance's activity on it still runs here */
-    o->closing = 1;
-    return;
+  release_when_idle(s, sid, "closed");
+}
+
+static void decline_done(dx_store_op_t *op) {
+  free((char *)op->session_id);
+  free(op);
+}
+
+void dx__sessions_hand_on(dx_sessions_t *s, const char *sid, int64_t for_ms) {
+  dx_store_op_t *op = calloc(1, sizeof *op);
+  /* first: this worker's fetches skip the session, so it does not take it straight back */
+  if (op && (op->session_id = dx__strdup(sid))) {
+    op->kind = DX_OP_DECLINE_SESSION;
+    op->delay_ms = for_ms;
+    op->done = decline_done;
+    op->ud = s;
+    dx__store_submit(s->store, op);
+  } else {
+    free(op);
   }
-  close_now(s, sid);
+  release_when_idle(s, sid, "upgrade");
 }
 
 static int renewed(const dx_store_op_t *op, const char *id) {

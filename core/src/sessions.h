@@ -30,6 +30,10 @@ void dx__sessions_on_done(dx_sessions_t *s, const char *session_id);
 /* ctx:close_session reached this owner: release the lease and fire hook "closed" once the
 ** session's activities running here have finished (at once when none runs). */
 void dx__sessions_close(dx_sessions_t *s, const char *session_id);
+/* Rolling upgrade: this worker lacks an activity of the session. Its fetches skip the session
+** for for_ms, and it releases the session (hook "upgrade") once the session's activities
+** running here have finished, so a worker that has the activity claims it. */
+void dx__sessions_hand_on(dx_sessions_t *s, const char *session_id, int64_t for_ms);
 /* Graceful shutdown: release every owned session (hook "shutdown"), stop the timers, then
 ** call cb. The manager is freed after cb returns. */
 void dx__sessions_shutdown(dx_sessions_t *s, void (*cb)(void *ud), void *ud);

@@ -27,6 +27,13 @@
 #include "store.h"
 #include "util.h"
 
+/* A session this worker's fetches skip until `until` (DX_OP_DECLINE_SESSION). */
+typedef struct declined_s {
+  char *sid;
+  int64_t until;
+  struct declined_s *next;
+} declined_t;
+
 /* An item handed to the loop whose settlement (ack/abandon) is not applied yet. */
 typedef struct held_s {
   char *instance;      /* orchestration items; NULL for work items */
@@ -75,6 +82,10 @@ struct dx_store_s {
   int fatal;           /* guarded by mu: 1 = fatal_err is set, 2 = reported to the loop */
   int fatal_seen;      /* store thread only: a cycle found the store unusable */
   dx_error_t fatal_err;
+  declined_t *declined;       /* store thread only */
+  dx_session_cfg_t sess_cfg;  /* store thread only: cfg.sessions plus the declined ids */
+  const char **declined_v;
+  size_t declined_cap;
   void (*close_cb)(void *);
   void *close_ud;
 };
@@ -223,6 +234,62 @@ static int collect_id(void *ud, const dx_session_info_t *si) {
   return 0;
 }
 
+/* Skip session sid in this worker's fetches until `until` (a later decline replaces it). */
+static int decline(dx_store_t *s, const char *sid, int64_t until, dx_error_t *err) {
+  declined_t *d;
+  for (d = s->declined; d; d = d->next)
+    if (strcmp(d->sid, sid) == 0) break;
+  if (!d) {
+    if (!(d = calloc(1, sizeof *d)) || !(d->sid = dx__strdup(sid))) {
+      free(d);
+      return dx_error_set(err, DX_ENOMEM, "out of memory declining session '%s'", sid);
+    }
+    d->next = s->declined;
+    s->declined = d;
+  }
+  d->until = until;
+  return 0;
+}
+
+static void free_declined(dx_store_t *s) {
+  while (s->declined) {
+    declined_t *d = s->declined;
+    s->declined = d->next;
+    free(d->sid);
+    free(d);
+  }
+  free(s->declined_v);
+}
+
+/* The session side of this cycle's fetches: cfg.sessions with the sessions declined now
+** (expired declines are dropped here). NULL: no session work. */
+static const dx_session_cfg_t *fetch_sessions(dx_store_t *s, int64_t now) {
+  declined_t **pp = &s->declined, *d;
+  size_t n = 0;
+  if (!s->cfg.sessions) return NULL;
+  s->sess_cfg = *s->cfg.sessions;
+  while ((d = *pp)) {
+    if (d->until <= now) {
+      *pp = d->next;
+      free(d->sid);
+      free(d);
+      continue;
+    }
+    if (n == s->declined_cap) {
+      size_t cap = s->declined_cap ? 2 * s->declined_cap : 8;
+      const char **v = realloc(s->declined_v, cap * sizeof *v);
+      if (!v) break; /* out of memory: the rest are simply not declined this cycle */
+      s->declined_v = v;
+      s->declined_cap = cap;
+    }
+    s->declined_v[n++] = d->sid;
+    pp = &d->next;
+  }
+  s->sess_cfg.declined = n ? s->declined_v : NULL;
+  s->sess_cfg.n_declined = n;
+  return &s->sess_cfg;
+}
+
 static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
   dx_provider_t *p = s->cfg.provider;
   const dx_provider_methods_t *m = p->methods;
@@ -250,6 +317,11 @@ static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
                                       &op->err);
     case DX_OP_CLEANUP_SESSIONS:
       return m->cleanup_orphaned_sessions(p, now, &op->count, &op->err);
+    case DX_OP_DECLINE_SESSION:
+      return decline(s, op->session_id, now + op->delay_ms, &op->err);
+    case DX_OP_SESSION_EVENT:
+      if (m->version < 7 || !m->append_session_event) return 0;
+      return m->append_session_event(p, op->sev, &op->err);
     default:
       return dx_error_set(&op->err, DX_EINVAL, "unknown store operation %d", op->kind);
   }
@@ -272,6 +344,7 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
   dx_provider_t *p = s->cfg.provider;
   dx_error_t err;
   int failed = 0;
+  const dx_session_cfg_t *sessions = fetch_sessions(s, now);
   if (bo > 0) f->orch = calloc((size_t)bo, sizeof *f->orch);
   if (bw > 0) f->work = calloc((size_t)bw, sizeof *f->work);
   while (f->orch && (int)f->n_orch < bo) {
@@ -287,7 +360,7 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
   }
   while (f->work && (int)f->n_work < bw) {
     dx_work_fetch_t *w = &f->work[f->n_work];
-    if (p->methods->fetch_work_item(p, now, s->cfg.work_lock_ms, s->cfg.sessions, w, &err) != 0) {
+    if (p->methods->fetch_work_item(p, now, s->cfg.work_lock_ms, sessions, w, &err) != 0) {
       dx__log(DX_LOG_WARN, "work fetch failed", "error=\"%s\"", err.msg);
       failed = 1;
       break;
@@ -393,7 +466,7 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   cy.n_acks = n;
   cy.orch_lock_ms = s->cfg.orch_lock_ms;
   cy.work_lock_ms = s->cfg.work_lock_ms;
-  cy.sessions = s->cfg.sessions;
+  cy.sessions = fetch_sessions(s, now);
   cy.max_orch = bo > 0 ? bo : 0;
   cy.max_work = bw > 0 ? bw : 0;
   cy.sync = *durable || n > 0; /* acks write; a provider may commit inside run_cycle */
@@ -815,6 +888,7 @@ static void on_closed(uv_handle_t *h) {
   void (*cb)(void *) = s->close_cb;
   void *ud = s->close_ud;
   free_held(s); /* the thread has been joined */
+  free_declined(s);
   uv_mutex_destroy(&s->mu);
   uv_cond_destroy(&s->cv);
   free(s);

@@ -27,7 +27,10 @@ enum {
   DX_OP_ENQUEUE_ORCH,
   DX_OP_RENEW_SESSIONS,   /* worker_id, delay_ms = extension, idle_ms; fills ids/n_ids */
   DX_OP_RELEASE_SESSIONS, /* worker_id, session_id (NULL = all); fills count */
-  DX_OP_CLEANUP_SESSIONS  /* fills count */
+  DX_OP_CLEANUP_SESSIONS, /* fills count */
+  DX_OP_DECLINE_SESSION,  /* session_id, delay_ms: this worker's fetches skip the session for
+                             delay_ms (a rolling upgrade: it lacks one of its activities) */
+  DX_OP_SESSION_EVENT     /* sev: append to the session's history (no-op without provider v6) */
 };
 
 typedef void (*dx_store_op_cb)(dx_store_op_t *op);
@@ -48,6 +51,7 @@ struct dx_store_op_s {
   char **ids;                        /* RENEW_SESSIONS: renewed ids (owned by the op's owner) */
   size_t n_ids;
   uint64_t count;                    /* RELEASE/CLEANUP_SESSIONS */
+  const dx_session_event_t *sev;     /* SESSION_EVENT */
   int rc;                            /* result */
   dx_error_t err;
   dx_store_op_cb done;

@@ -421,8 +421,15 @@ function Env:history(id, execution)
 end
 
 --- Session rows of the store: { {session_id=, worker_id=, locked_until=, last_activity=,
---- queued=}, ... } (worker_id nil when unowned).
+--- queued=, running=}, ... } (worker_id nil when unowned).
 function Env:sessions() return self.store:sessions() end
+
+--- The session's history in the store, oldest first: { {at=, event= "claimed" | "moved" |
+--- "released", worker_id=, detail= how or reason, from= previous owner}, ... }.
+function Env:session_history(sid)
+  check_string(sid, "session id")
+  return self.store:session_events(sid)
+end
 
 --- Metrics of running worker `id` (rt:metrics(): { [name] = {type=, help=, series=} }). With
 --- `name`: the sum over that metric's series whose labels include every pair in `labels`

@@ -51,6 +51,9 @@ typedef struct dx_action_s {
   const char *instance;
   const char *session_id;
   int64_t delay_ms;
+  int on_moved_fail;      /* ACTIVITY on a session: fail SessionMoved (unrun) when the session's
+                             owner is not the worker that ran this instance's previous activity
+                             on it (dx_turn_session_worker) */
 } dx_action_t;
 
 /** Record an action. *token identifies the durable future (0 for STATUS, CAN and KV_*). For SYSCALL,
@@ -93,6 +96,10 @@ size_t dx_turn_kv_count(const dx_turn_t *t);
 const dx_kv_entry_t *dx_turn_kv_at(const dx_turn_t *t, size_t i);
 /** The custom status as the code sees it (JSON; NULL = none). Borrowed for the turn step. */
 const char *dx_turn_custom_status(const dx_turn_t *t);
+/** The worker recorded by the latest completion the code has seen so far of an activity of
+**  this execution on session `session_id` (NULL: none yet, or recorded before workers were).
+**  Deterministic on replay: it is read from history. Borrowed for the turn. */
+const char *dx_turn_session_worker(dx_turn_t *t, const char *session_id);
 /** Set by the binding before returning DX_RUN_DONE / DX_RUN_FAILED (copied). */
 void dx_turn_set_output(dx_turn_t *t, const char *json);
 void dx_turn_set_failure(dx_turn_t *t, int category, const char *kind, const char *message);

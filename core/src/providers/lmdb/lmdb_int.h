@@ -35,6 +35,8 @@
 **   kv            inst\0 key\0 -> value, updated_at   committed key-value state (kv.c)
 **   kv_delta      inst\0 key\0 -> value|nil, updated_at   the running execution's changes
 **                                                     (nil = cleared)
+**   sess_events   sid\0 be64 seq -> at, event, worker, detail, previous_owner   (the session's
+**                 history for `sessions --history`; latest DX_SESSION_EVENTS_KEEP per session)
 **
 ** Fetches read the head of the ready and lock indexes (an expired lock is as fetchable as a
 ** ready message), so they stay O(log n) however many rows are locked or delayed. Rows with a
@@ -89,7 +91,7 @@ enum {
   DB_ORCH_MSGS, DB_ORCH_STATE, DB_ORCH_READY, DB_ORCH_LOCK,
   DB_WORK, DB_WORK_READY, DB_WORK_LOCK, DB_WORK_TOKEN, DB_WORK_IDENT,
   DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS,
-  DB_KV, DB_KV_DELTA, DB__COUNT
+  DB_KV, DB_KV_DELTA, DB_SESS_EVENTS, DB__COUNT
 };
 
 /* Names of the named DBs, indexed by DB_*. */
@@ -108,6 +110,7 @@ typedef struct shared_env_s {
   size_t max_size;           /* growth limit; 0 = none but the disk */
   int grow_wanted;           /* a write found the map full (atomic) */
   int read_only;             /* opened MDB_RDONLY: the directory is not writable */
+  int no_sess_events;        /* read-only store written before sess_events existed */
   size_t psize;              /* LMDB page size */
   int data_fd;               /* data.mdb, for the truncation check */
   char *lock_path;           /* lock.mdb and its identity when opened (ino 0: no lock file) */
@@ -299,6 +302,12 @@ typedef struct {
   int64_t locked_until, last_activity;
 } sess_rec_t;
 
+/* A session event (sess_events). */
+typedef struct {
+  int64_t at;
+  char *event, *worker, *detail, *prev;
+} sev_rec_t;
+
 /* A session's queue summary: its earliest row (due time, seq) and how many rows it has. */
 typedef struct {
   int found;
@@ -417,7 +426,7 @@ int dx__lm_can_grow(shared_env_t *se);
 /* records.c */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
     dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema, dx__lm_kv_schema,
-    dx__lm_kv_delta_schema;
+    dx__lm_kv_delta_schema, dx__lm_sev_schema;
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what);
@@ -476,6 +485,14 @@ int dx__lm_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_i
 int dx__lm_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted,
                             dx_error_t *err);
 int dx__lm_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error_t *err);
+
+/* sess_events.c */
+int dx__lm_append_session_event(dx_provider_t *pp, const dx_session_event_t *ev,
+                                dx_error_t *err);
+int dx__lm_list_session_events(dx_provider_t *pp, const char *sid, dx_session_event_cb cb,
+                               void *ud, dx_error_t *err);
+/* Delete session events older than DX_SESSION_EVENTS_MAX_AGE_MS (cleanup's txn). */
+int dx__lm_prune_session_events(tx_t *t, int64_t now);
 
 /* work.c */
 void dx__lm_row_clear(work_row_t *r);

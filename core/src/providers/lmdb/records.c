@@ -41,6 +41,11 @@ static const lm_field_t sess_fields[] = {
   F(RF_STR, sess_rec_t, owner, 0),        F(RF_STR, sess_rec_t, prev, 0),
   F(RF_I64, sess_rec_t, locked_until, 0), F(RF_I64, sess_rec_t, last_activity, 0),
 };
+static const lm_field_t sev_fields[] = {
+  F(RF_I64, sev_rec_t, at, 0),     F(RF_STR, sev_rec_t, event, 1),
+  F(RF_STR, sev_rec_t, worker, 1), F(RF_STR, sev_rec_t, detail, 0),
+  F(RF_STR, sev_rec_t, prev, 0),
+};
 static const lm_field_t row_fields[] = {
   F(RF_I64, work_row_t, visible_at, 0), F(RF_I64, work_row_t, locked_until, 0),
   F(RF_U64, work_row_t, token, 0),      F(RF_U64, work_row_t, attempt, 0),
@@ -62,6 +67,7 @@ const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fie
 const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9};
 const lm_schema_t dx__lm_kv_schema = {DB_KV, kv_fields, COUNT(kv_fields), 0};
 const lm_schema_t dx__lm_kv_delta_schema = {DB_KV_DELTA, kv_fields, COUNT(kv_fields), 0};
+const lm_schema_t dx__lm_sev_schema = {DB_SESS_EVENTS, sev_fields, COUNT(sev_fields), 0};
 
 #define AT(base, f, T) ((T *)(void *)((char *)(base) + (f)->off))
 #define CAT(base, f, T) ((const T *)(const void *)((const char *)(base) + (f)->off))

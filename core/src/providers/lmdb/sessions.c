@@ -130,7 +130,7 @@ int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta) {
 typedef struct {
   char *sid, *owner;
   int64_t locked_until, last_activity;
-  uint64_t queued;
+  uint64_t queued, running;
 } sess_out_t;
 
 typedef struct {
@@ -178,6 +178,7 @@ static void slist_report(const sess_list_t *l, dx_session_cb cb, void *ud) {
     s.locked_until_ms = l->v[i].locked_until;
     s.last_activity_ms = l->v[i].last_activity;
     s.queued = l->v[i].queued;
+    s.running = l->v[i].running;
     if (cb(ud, &s)) break;
   }
 }
@@ -293,6 +294,39 @@ typedef struct {
   sess_list_t rows;   /* !orphans_only */
 } sess_scan_t;
 
+typedef struct {
+  size_t prefix_n;
+  uint64_t running;
+} running_scan_t;
+
+static int running_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  running_scan_t *s = ud;
+  work_row_t r;
+  int rc;
+  (void)v;
+  if (k->mv_size != s->prefix_n + 16)
+    return dx__lm_corrupt(t, DB_SESS_ITEMS, "bad key", "%zu-byte key", k->mv_size);
+  if ((rc = dx__lm_row_get(t, get_u64((const char *)k->mv_data + s->prefix_n + 8), &r))) return rc;
+  if (r.token) s->running++;
+  dx__lm_row_clear(&r);
+  return 0;
+}
+
+/* For listings: how many rows of the last listed session are locked (in flight). */
+static int count_running(tx_t *t, sess_list_t *l) {
+  sess_out_t *o = &l->v[l->n - 1];
+  running_scan_t s;
+  dkey_t pre;
+  int rc;
+  key_inst(&pre, o->sid);
+  s.prefix_n = pre.n;
+  s.running = 0;
+  if (!o->queued) return 0;
+  rc = dx__lm_scan_prefix(t, DB_SESS_ITEMS, &pre, running_cb, &s);
+  o->running = s.running;
+  return rc;
+}
+
 static int sess_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   sess_scan_t *s = ud;
   const char *sid = k->mv_data;
@@ -303,7 +337,7 @@ static int sess_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
     return dx__lm_corrupt(t, DB_SESSIONS, "bad key", "%zu-byte key", k->mv_size);
   if ((rc = sess_decode(t, sid, v, &r))) return rc;
   if (!s->orphans_only) {
-    rc = slist_push(t, &s->rows, sid, &r);
+    if (!(rc = slist_push(t, &s->rows, sid, &r))) rc = count_running(t, &s->rows);
   } else if (!dx__lm_sess_owned(&r) || r.locked_until <= s->now) {
     if (!(rc = dx__lm_squeue_get(t, sid, &q)) && !q.found && dx__lm_strs_push(&s->ids, sid))
       rc = dx__lm_nomem(t->err);
@@ -322,6 +356,7 @@ static int sess_cleanup(tx_t *t, int64_t now, uint64_t *count) {
   s.orphans_only = 1;
   k_init(&none);
   rc = dx__lm_scan_prefix(t, DB_SESSIONS, &none, sess_scan_cb, &s);
+  if (!rc) rc = dx__lm_prune_session_events(t, now);
   for (i = 0; i < s.ids.n && !rc; i++) {
     sess_rec_t r;
     rc = dx__lm_sess_get(t, s.ids.v[i], &r);
@@ -358,7 +393,7 @@ static int unclaimed_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *
   rc = dx__lm_sess_get(t, sid, &r);
   if (rc == DX_ENOTFOUND) {
     memset(&r, 0, sizeof r);
-    rc = slist_push(t, &s->rows, sid, &r);
+    if (!(rc = slist_push(t, &s->rows, sid, &r))) rc = count_running(t, &s->rows);
   }
   dx__lm_sess_clear(&r);
   return rc;

@@ -166,6 +166,7 @@ typedef struct {
   int64_t now;
   uint32_t live;   /* owned sessions with a live lease */
   work_cand_t *c;
+  const dx_session_cfg_t *cfg;
 } owned_scan_t;
 
 /* sess_owner entry of this worker: count it, consider its session's earliest row. A session
@@ -179,6 +180,7 @@ static int owned_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
       v->mv_size != 8)
     return dx__lm_corrupt(t, DB_SESS_OWNER, "bad entry", "worker '%s'", o->worker);
   if ((int64_t)get_u64(v->mv_data) > o->now) o->live++;
+  if (dx__session_declined(o->cfg, sid)) return 0; /* handed on (rolling upgrade) */
   if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
   if (q.found) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
   return 0;
@@ -189,6 +191,7 @@ typedef struct {
   int64_t now;
   work_cand_t *c;
   lm_t *lm;
+  const dx_session_cfg_t *cfg;
 } claim_scan_t;
 
 /* sess_heads in time order: the first due session nobody holds (no row, released, or lease
@@ -206,6 +209,7 @@ static int claim_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   due = get_u64(kb);
   seq = get_u64(kb + 8);
   if ((int64_t)due > s->now || !cand_better(s->c, (int64_t)due, seq)) return 1;
+  if (dx__session_declined(s->cfg, kb + 16)) return 0;
   rc = dx__lm_sess_get(t, kb + 16, &r);
   if (rc && rc != DX_ENOTFOUND) return rc;
   /* our own sessions were considered by owned_cb */
@@ -236,6 +240,7 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   o.worker = cfg->worker_id;
   o.now = now;
   o.c = c;
+  o.cfg = cfg;
   key_inst(&pre, cfg->worker_id);
   o.prefix_n = pre.n;
   if ((rc = dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, &o))) return rc;
@@ -244,6 +249,7 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   cs.now = now;
   cs.c = c;
   cs.lm = lm;
+  cs.cfg = cfg;
   k_init(&pre);
   return dx__lm_scan_prefix(t, DB_SESS_HEADS, &pre, claim_cb, &cs);
 }
@@ -363,6 +369,7 @@ static int sess_take(tx_t *t, const work_cand_t *c, int64_t now, const dx_sessio
     nw.prev = (char *)prev;
     nw.locked_until = sat_add(now, cfg->session_lock_ms);
     out->session_claimed = 1;
+    out->waited_ms = now > c->at ? now - c->at : 0;
     if (prev && *prev && !(out->previous_owner = dx__strdup(prev))) rc = dx__lm_nomem(t->err);
   } else if (old.locked_until < sat_add(now, cfg->session_lock_ms)) {
     /* an owner's fetch refreshes the lease at once: after a same-id restart the dead

@@ -293,7 +293,16 @@ static const char MIGRATION_4[] =
   "  RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;"
   " END $f$;";
 
-const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4};
+
+/* Version 5: the session history (`duroxide-lua sessions --history`). */
+static const char MIGRATION_5[] =
+  "CREATE TABLE session_events (session_id text COLLATE \"C\" NOT NULL,"
+  "  seq bigint NOT NULL DEFAULT nextval('dx_seq'), at bigint NOT NULL, event text NOT NULL,"
+  "  worker text NOT NULL, detail text, prev text, PRIMARY KEY (session_id, seq));"
+  "CREATE INDEX session_events_at ON session_events (at);";
+
+const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
+                                        MIGRATION_5};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
@@ -429,10 +438,12 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_WORK_PICK_OWNED] =
     "SELECT w.seq, w.due_at, w.session_id FROM sessions s JOIN work w"
     " ON w.session_id = s.session_id WHERE s.owner = $2 AND w.due_at <= $1::bigint"
+    " AND NOT (w.session_id = ANY($3::text[]))" /* declined: a rolling upgrade */
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
   [PQ_WORK_PICK_CLAIM] = /* anti-joins, so the plan walks work_sess_due in order and stops */
     "SELECT w.seq, w.due_at, w.session_id, w.kind FROM work w"
     " WHERE w.session_id IS NOT NULL AND w.due_at <= $1::bigint"
+    " AND NOT (w.session_id = ANY($6::text[]))"
     " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id"
     " AND s.owner <> '' AND (s.owner = $2 OR (s.locked_until > $1::bigint AND NOT"
     OWNER_DEAD("s.owner", "$4::text", "$5::bigint") ")))"
@@ -500,12 +511,25 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_SESS_CLEANUP] =
     "DELETE FROM sessions s WHERE (s.owner = '' OR s.locked_until <= $1::bigint)"
     " AND NOT EXISTS (SELECT 1 FROM work w WHERE w.session_id = s.session_id)",
+  [PQ_SEV_INSERT] =
+    "INSERT INTO session_events (session_id, at, event, worker, detail, prev)"
+    " VALUES ($1, $2::bigint, $3, $4, $5, $6)",
+  [PQ_SEV_TRIM] = /* keep the session's latest $2 events */
+    "DELETE FROM session_events WHERE session_id = $1 AND seq <= (SELECT seq FROM"
+    " session_events WHERE session_id = $1 ORDER BY seq DESC OFFSET $2::bigint LIMIT 1)",
+  [PQ_SEV_LIST] =
+    "SELECT at, event, worker, detail, prev FROM session_events WHERE session_id = $1"
+    " ORDER BY seq",
+  [PQ_SEV_PRUNE] = "DELETE FROM session_events WHERE at < $1::bigint",
   [PQ_SESS_LIST] =
-    "SELECT sid, owner, locked_until, last_activity, queued FROM ("
+    "SELECT sid, owner, locked_until, last_activity, queued, running FROM ("
     " SELECT s.session_id AS sid, s.owner, s.locked_until, s.last_activity,"
-    " (SELECT count(*) FROM work w WHERE w.session_id = s.session_id) AS queued, 0 AS grp"
+    " (SELECT count(*) FROM work w WHERE w.session_id = s.session_id) AS queued,"
+    " (SELECT count(*) FROM work w WHERE w.session_id = s.session_id"
+    " AND w.lock_token IS NOT NULL) AS running, 0 AS grp"
     " FROM sessions s UNION ALL"
-    " SELECT w.session_id, NULL, 0::bigint, 0::bigint, count(*), 1 FROM work w"
+    " SELECT w.session_id, NULL, 0::bigint, 0::bigint, count(*),"
+    " count(*) FILTER (WHERE w.lock_token IS NOT NULL), 1 FROM work w"
     " WHERE w.session_id IS NOT NULL"
     " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id)"
     " GROUP BY w.session_id) l ORDER BY grp, sid",

@@ -246,6 +246,7 @@ static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
     return rc;
   if (c->kind == WC_CLAIM && PQntuples(sess) == 1) {
     out->session_claimed = 1;
+    out->waited_ms = now > c->due ? now - c->due : 0;
     out->previous_owner = dx__col_str(sess, 0, 0, &oom);
     if (out->previous_owner && !*out->previous_owner) {
       free(out->previous_owner);
@@ -294,30 +295,58 @@ static int reap_send(tx_t *t, int64_t now, const dx_session_cfg_t *cfg) {
 
 /* Queue one round's picks: plain rows (locked at once, speculatively) and, with sessions,
 ** the oldest owned and claimable session rows; results in r at the next wait. */
+/* cfg->declined as a text[] literal (malloc'ed; NULL when out of memory). */
+static char *declined_literal(const dx_session_cfg_t *cfg) {
+  size_t i, n = 3;
+  char *s, *o;
+  const char *c;
+  for (i = 0; i < cfg->n_declined; i++) n += 2 * strlen(cfg->declined[i]) + 3;
+  if (!(s = o = malloc(n))) return NULL;
+  *o++ = '{';
+  for (i = 0; i < cfg->n_declined; i++) {
+    if (i) *o++ = ',';
+    *o++ = '"';
+    for (c = cfg->declined[i]; *c; c++) {
+      if (*c == '"' || *c == '\\') *o++ = '\\';
+      *o++ = *c;
+    }
+    *o++ = '"';
+  }
+  *o++ = '}';
+  *o = 0;
+  return s;
+}
+
 static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
                       int round, int k, dx__pg_wpre_t *r) {
   int rc;
   qp_t qo, qc, qk;
+  char *declined;
   if (round == 0 && (rc = reap_send(t, now, cfg))) return rc;
   if (!cfg) return plain_send(t, now, lock_ms, k, &r->plain);
+  /* sessions this worker declines (a rolling upgrade): neither picked nor claimed */
+  if (!(declined = declined_literal(cfg))) return dx__pg_nomem(t->err);
   dx__qp_init(&qo);
   dx__qp_i64(&qo, now);
   dx__qp_str(&qo, cfg->worker_id);
+  dx__qp_str(&qo, declined);
   dx__qp_init(&qc);
   dx__qp_i64(&qc, now);
   dx__qp_str(&qc, cfg->worker_id);
   dx__qp_i64(&qc, (int64_t)cfg->max_sessions);
   dx__qp_str(&qc, t->p->live_prefix);
   dx__qp_i64(&qc, t->p->liveness);
+  dx__qp_str(&qc, declined);
   dx__qp_init(&qk);
   dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
   /* the advisory lock serializes every claim made under this worker id (held to the end of
   ** the transaction), so the capacity count and the claim cannot interleave */
-  if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
-      (rc = plain_send(t, now, lock_ms, k, &r->plain)) ||
-      (rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)))
-    return rc;
-  return dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &r->claim);
+  if (!(round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) &&
+      !(rc = plain_send(t, now, lock_ms, k, &r->plain)) &&
+      !(rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)))
+    rc = dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &r->claim);
+  free(declined); /* the sends copied it */
+  return rc;
 }
 
 /* Round `round`'s picks, sent and waited for; their results in r. */
@@ -651,6 +680,7 @@ static void report(PGresult *res, dx_session_cb cb, void *ud) {
     s.locked_until_ms = dx__col_i64(res, i, 2);
     s.last_activity_ms = dx__col_i64(res, i, 3);
     s.queued = (uint64_t)dx__col_i64(res, i, 4);
+    s.running = PQnfields(res) > 5 ? (uint64_t)dx__col_i64(res, i, 5) : 0;
     if (cb(ud, &s)) break;
   }
 }
@@ -702,10 +732,17 @@ int dx__pg_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted, d
   PGresult *res = NULL;
   qp_t q;
   int rc;
+  qp_t qe;
+  tx_t t;
   if (deleted) *deleted = 0;
   dx__qp_init(&q);
   dx__qp_i64(&q, now);
-  rc = dx__pg_one((pg_t *)pp, 1, PQ_SESS_CLEANUP, &q, &res, err);
+  dx__qp_init(&qe);
+  dx__qp_i64(&qe, now - DX_SESSION_EVENTS_MAX_AGE_MS);
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  rc = dx__pg_q(&t, PQ_SESS_CLEANUP, &q, &res);
+  if (!rc) rc = dx__pg_q(&t, PQ_SEV_PRUNE, &qe, NULL); /* old session history too */
+  rc = dx__pg_tx_end(&t, rc);
   if (!rc && deleted) *deleted = (uint64_t)strtoull(PQcmdTuples(res), NULL, 10);
   PQclear(res);
   return rc;
