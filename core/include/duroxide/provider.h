@@ -224,6 +224,9 @@ typedef struct dx_session_info_s {
   int64_t locked_until_ms;
   int64_t last_activity_ms;
   uint64_t queued;            /* worker rows of this session (any lock state) */
+  int ended;                  /* renew_session_lock only: no rows are left and every instance
+                                 that ran activities of the session has ended (completed,
+                                 failed, continued as new): the owner releases it ("ended") */
 } dx_session_info_t;
 
 /** Callback for session listings: return non-zero to stop. */

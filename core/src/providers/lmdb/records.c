@@ -40,6 +40,8 @@ static const lm_field_t state_fields[] = {
 static const lm_field_t sess_fields[] = {
   F(RF_STR, sess_rec_t, owner, 0),        F(RF_STR, sess_rec_t, prev, 0),
   F(RF_I64, sess_rec_t, locked_until, 0), F(RF_I64, sess_rec_t, last_activity, 0),
+  /* optional (absent in rows written before fencing): */
+  F(RF_U64, sess_rec_t, epoch, 0),        FB(sess_rec_t, users, users_len),
 };
 static const lm_field_t row_fields[] = {
   F(RF_I64, work_row_t, visible_at, 0), F(RF_I64, work_row_t, locked_until, 0),
@@ -47,16 +49,17 @@ static const lm_field_t row_fields[] = {
   F(RF_STR, work_row_t, session_id, 0), F(RF_STR, work_row_t, instance, 1),
   F(RF_U64, work_row_t, exec, 0),       F(RF_U64, work_row_t, act_id, 0),
   FB(work_row_t, item, item_len),
+  F(RF_U64, work_row_t, sess_epoch, 0), /* optional: absent in rows written before fencing */
 };
 #undef F
 #undef FB
 
-const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fields)};
-const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields)};
-const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields)};
-const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields)};
-const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields)};
-const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields)};
+const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fields), 0};
+const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields), 0};
+const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields), 0};
+const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 0};
+const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 4};
+const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9};
 
 #define AT(base, f, T) ((T *)(void *)((char *)(base) + (f)->off))
 #define CAT(base, f, T) ((const T *)(const void *)((const char *)(base) + (f)->off))
@@ -75,6 +78,7 @@ static int pack_field(msgpack_packer *pk, const lm_field_t *f, const void *rec) 
     case RF_BIN: {
       const char *p = *CAT(rec, f, char *);
       size_t n = *(const size_t *)(const void *)((const char *)rec + f->len_off);
+      if (!p) p = ""; /* an optional bin not set: stored empty */
       return msgpack_pack_bin_with_body(pk, p, n);
     }
   }
@@ -163,11 +167,14 @@ int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec
   if (dx__msgpack_check(v->mv_data, v->mv_size, "record", &derr) == 0 &&
       msgpack_unpack_next(&up, v->mv_data, v->mv_size, &off) == MSGPACK_UNPACK_SUCCESS) {
     o = &up.data;
-    if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size >= s->n + 1 &&
-        o->via.array.ptr[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+    size_t need = s->min ? s->min : s->n, have = 0;
+    if (o->type == MSGPACK_OBJECT_ARRAY) have = o->via.array.size;
+    if (have >= need + 1 && o->via.array.ptr[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
         o->via.array.ptr[0].via.u64 == LM_RECORD_FORMAT) {
       o = o->via.array.ptr + 1;
-      for (rc = 0, i = 0; i < s->n && !rc; i++) rc = unpack_field(&o[i], &s->f[i], rec);
+      /* fields past `min` that an older record lacks keep their zero value */
+      for (rc = 0, i = 0; i < s->n && i + 1 < have && !rc; i++)
+        rc = unpack_field(&o[i], &s->f[i], rec);
     }
   }
   msgpack_unpacked_destroy(&up);
