@@ -218,8 +218,8 @@ describe("duroxide.testing, simulated workers and sessions", function()
   end)
 
   it("fires idle once the session has been idle for session_idle_timeout", function()
-    local st = env:run_until_complete(env:start(nil, "OneTurn", "s5"))
-    assert.are.equal("Completed", st.status)
+    env:start(nil, "Chat", "s5") -- waits for "next" after its first turn: still uses s5
+    env:run_until_idle()
     env:advance(4 * 60 * 1000) -- idle timeout is 5 minutes: still pinned, lease renewed
     assert.are.same({ "claimed s5 new w1" }, hook_log())
     env:advance(2 * 60 * 1000)

@@ -312,6 +312,18 @@ static int p_actx_cancelled(lua_State *L) {
   return 1;
 }
 
+/* C.actx_abort_session(h, reason): give the activity's session up on this worker now. */
+static int p_actx_abort_session(lua_State *L) {
+  act_handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
+  const char *reason = luaL_optstring(L, 2, NULL);
+  dx_error_t err;
+  if (!h || !h->run || !h->run->a)
+    return luaL_error(L, "actx:abort_session: the activity has finished");
+  if (dx_activity_abort_session(h->run->a, reason, &err) != DX_OK)
+    return luaL_error(L, "actx:abort_session: %s", err.msg);
+  return 0;
+}
+
 static int p_actx_trace(lua_State *L) {
   act_handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
   int level = (int)luaL_checkinteger(L, 2);
@@ -393,6 +405,7 @@ void dxl_activity_register(lua_State *L, int prims) {
                                  {"resume_activity", p_resume_activity},
                                  {"actx_cancelled", p_actx_cancelled},
                                  {"actx_trace", p_actx_trace},
+                                 {"actx_abort_session", p_actx_abort_session},
                                  {"after", p_after},
                                  {NULL, NULL}};
   lua_pushvalue(L, prims);

@@ -44,6 +44,7 @@ struct dx_activity_s {
   int timer_closed;
   int finished;
   int cancelled;
+  uint64_t sess_gen;                  /* session activities: the hold they run under */
   void *userdata;
   struct cact_job_s *cjob;            /* a C activity on the thread pool (C embedding) */
   struct dx_activity_s *prev, *next;  /* running list */
@@ -216,11 +217,30 @@ static void activity_acked(dx_store_op_t *op) {
 }
 
 /* Queue the row's settlement: ack with a completion, ack without, or abandon. */
+/* 1 when the activity's session hold ended here (lost, aborted) or lapsed: fenced. */
+static int session_fenced(const dx_activity_t *a) {
+  return a->item.session_id && a->rt->sessions &&
+         dx__sessions_fenced(a->rt->sessions, a->item.session_id, a->sess_gen);
+}
+
 static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ignore_attempt) {
   dx_runtime_t *rt = a->rt;
   if (a->finished) return;
   a->finished = 1;
-  if (a->item.session_id && rt->sessions) dx__sessions_on_done(rt->sessions, a->item.session_id);
+  if (kind == DX_OP_ACK_WORK && a->item.kind != DX_WI_SESSION_CLOSE && session_fenced(a)) {
+    /* Our hold on the session ended (a stall let another worker claim it, or an abort): the
+    ** result is not ours to give; the row goes back (the store would refuse the ack anyway
+    ** once another worker claimed) and the session's next owner runs it. */
+    dx__log(DX_LOG_WARN, "activity result discarded: its session was lost or aborted here",
+            "instance=%s activity=%s id=%" PRIu64 " session_id=%s", a->item.instance,
+            a->item.name, a->item.id, a->item.session_id);
+    dx_work_item_clear(&a->result);
+    kind = DX_OP_ABANDON_WORK;
+    delay_ms = 0;
+    ignore_attempt = 0;
+  }
+  if (a->item.session_id && rt->sessions)
+    dx__sessions_on_done(rt->sessions, a->item.session_id, a->sess_gen);
   uv_timer_stop(&a->renew_timer);
   activity_unlink(a);
   memset(&a->op, 0, sizeof a->op);
@@ -275,7 +295,20 @@ void dx_activity_fail(dx_activity_t *a, const char *message) {
 }
 
 const dx_activity_info_t *dx_activity_info(const dx_activity_t *a) { return &a->info; }
-int dx_activity_is_cancelled(const dx_activity_t *a) { return a->cancelled; }
+int dx_activity_is_cancelled(const dx_activity_t *a) { return a->cancelled || session_fenced(a); }
+
+int dx_activity_abort_session(dx_activity_t *a, const char *reason, dx_error_t *err) {
+  if (!a || a->finished) return dx_error_set(err, DX_ESTATE, "the activity has finished");
+  if (!a->item.session_id)
+    return dx_error_set(err, DX_EINVAL, "activity %s (instance %s) does not run on a session: "
+                        "nothing to abort", a->item.name, a->item.instance);
+  if (reason && strlen(reason) > DX_MAX_REASON_BYTES)
+    return dx_error_set(err, DX_ETOOBIG, "abort reason is %zu bytes; the limit is %d bytes",
+                        strlen(reason), DX_MAX_REASON_BYTES);
+  if (!a->rt->sessions)
+    return dx_error_set(err, DX_ESTATE, "this worker holds no sessions");
+  return dx__sessions_abort(a->rt->sessions, a->item.session_id, a->sess_gen, reason, err);
+}
 void dx_activity_set_userdata(dx_activity_t *a, void *ud) { a->userdata = ud; }
 void *dx_activity_userdata(const dx_activity_t *a) { return a->userdata; }
 
@@ -581,7 +614,7 @@ static void on_renew(uv_timer_t *h) {
   dx__store_submit(a->rt->store, &a->renew_op);
 }
 
-static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
+static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) {
   dx_activity_t *a = calloc(1, sizeof *a);
   const struct cact_s *cact;
   int64_t every;
@@ -611,8 +644,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
                                     rt->opts.worker_lock_renewal_buffer_ms);
   uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
   if (a->item.session_id && rt->sessions)
-    dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
-                          w->previous_owner);
+    a->sess_gen = dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
+                                        w->previous_owner, at_ms);
 
   if (a->item.kind == DX_WI_SESSION_CLOSE) { /* not an activity: end the session here */
     activity_settle(a, DX_OP_ACK_WORK, 0, 0); /* first: the close item is not a running one */
@@ -650,6 +683,13 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     activity_settle(a, DX_OP_ABANDON_WORK, 0, 1); /* fetched as we stopped: hand it back */
     return;
   }
+  if (session_fenced(a)) { /* the lease lapsed before we got to it (a stall): do not run */
+    dx__log(DX_LOG_WARN, "session activity not started: the session's lease lapsed since the "
+            "fetch", "instance=%s activity=%s session_id=%s", a->item.instance, a->item.name,
+            a->item.session_id);
+    activity_settle(a, DX_OP_ABANDON_WORK, 0, 1);
+    return;
+  }
   dx__log(DX_LOG_DEBUG, "activity started", "instance=%s activity=%s id=%" PRIu64 " attempt=%u",
           a->item.instance, a->item.name, a->item.id, w->attempt_count);
   if (cact) cact_start(a, cact);
@@ -666,7 +706,7 @@ static void on_fetch(void *ud, dx_store_fetched_t *f) {
   }
   f->n_orch = 0;
   /* start_activity takes each item; free_fetched (after us) frees previous_owner strings */
-  for (i = 0; i < f->n_work; i++) start_activity(rt, &f->work[i]);
+  for (i = 0; i < f->n_work; i++) start_activity(rt, &f->work[i], f->at_ms);
 }
 
 /* {===== lifecycle =====} */
