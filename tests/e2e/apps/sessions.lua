@@ -8,6 +8,7 @@
 -- Every activity appends "<worker_id> <session_id or -> <tag>" to input.log when it starts, so
 -- the script can tell where (and how often) each activity ran.
 local duroxide = require("duroxide")
+local uv = require("luv")
 
 local HOOKS = os.getenv("E2E_HOOKS")
 local ME = os.getenv("E2E_WORKER") or "?"
@@ -31,6 +32,40 @@ duroxide.activity("Work", function(actx, input)
   append(input.log, ("%s %s %s"):format(actx.worker_id, actx.session_id or "-", input.tag or ""))
   if input.ms and input.ms > 0 then actx:sleep(input.ms) end
   return actx.worker_id
+end)
+
+local function now_ms()
+  local sec, usec = uv.gettimeofday()
+  return sec * 1000 + usec // 1000
+end
+
+-- input = { runs = path, tag, steps, ms }: a session activity that works in steps, each one
+-- recorded in input.runs with the wall-clock time ("S|P|C|E <ms> <worker> <tag> [step]"):
+-- S at the start, P before each step's work, E at the end. Before each step it checks
+-- actx:is_cancelled() and stops (C) when the worker no longer holds the session: a stalled
+-- owner must stop before doing more (issue 9 item 3). Returns the worker id, or "stale@<id>"
+-- when cancelled (a result the runtime must not record).
+duroxide.activity("Steps", function(actx, input)
+  local function rec(mark, extra)
+    append(input.runs, ("%s %d %s %s%s"):format(mark, now_ms(), actx.worker_id, input.tag,
+                                               extra or ""))
+  end
+  rec("S")
+  for i = 1, input.steps do
+    if actx:is_cancelled() then
+      rec("C")
+      return "stale@" .. actx.worker_id
+    end
+    rec("P", " " .. i)
+    actx:sleep(input.ms)
+  end
+  rec("E")
+  return actx.worker_id
+end)
+
+-- input = { sid, runs, tag, steps, ms }: one Steps activity on the session.
+duroxide.orchestration("SessSteps", function(ctx, input)
+  return assert(ctx:schedule_activity_on_session("Steps", input, input.sid):await())
 end)
 
 local function work(ctx, input, tag, sid, ms)
