@@ -101,6 +101,103 @@ describe("session lifecycle", function()
     end)
   end)
 
+  describe("fencing a stalled owner and killing one (items 3 and 11)", function()
+    it("stall_worker: the owner is stalled past its lease, another worker claims and runs " ..
+       "the activity, the owner resumes cancelled and lost, its result is not recorded",
+       function()
+      start_env({ session_lock_timeout = "5s", worker_lock_timeout = "5s" })
+      local steps, cancelled, stalled = { w1 = 0, w2 = 0 }, {}, false
+      env:register_activity("Long", function(actx)
+        while actx.worker_id == "w1" do -- w1's run goes on until it is told it lost
+          if actx:is_cancelled() then
+            cancelled[#cancelled + 1] = actx.worker_id
+            return "stale from w1"
+          end
+          if stalled then steps.during = (steps.during or 0) + 1 end
+          steps.w1 = steps.w1 + 1
+          actx:sleep(2)
+        end
+        steps.w2 = steps.w2 + 1
+        return "done by " .. actx.worker_id
+      end)
+      env:register_orchestration("UseLong", function(ctx, sid)
+        return assert(ctx:schedule_activity_on_session("Long", 0, sid):await())
+      end)
+      local id = env:start("st", "UseLong", "s8")
+      assert.is_truthy(env:_drive(function() return steps.w1 > 0 end))
+      env:add_worker("w2")
+      stalled = true
+      env:stall_worker("w1", 20000) -- past the 5s lease and lock: w2 claims and runs it
+      stalled = false
+      local st = env:run_until_complete(id)
+      assert.are.equal("Completed", st.status)
+      assert.are.equal("done by w2", st.output)
+      assert.are.same({ "w1" }, cancelled)       -- w1 saw is_cancelled on resuming
+      assert.is_nil(steps.during)                -- and did no step while stalled
+      assert.are.equal(1, completions(id))
+      assert.is_true(has_hook("released s8 lost w1"), table.concat(hook_log(), "; "))
+      assert.is_true(has_hook("claimed s8 new w2"), table.concat(hook_log(), "; "))
+    end)
+
+    it("a stall shorter than the lease changes nothing", function()
+      start_env({ session_lock_timeout = "30s" })
+      local runs = 0
+      env:register_activity("Quick", function(actx)
+        runs = runs + 1
+        actx:sleep(1)
+        assert(not actx:is_cancelled(), "not cancelled")
+        return actx.worker_id
+      end)
+      env:register_orchestration("UseQuick", function(ctx, sid)
+        local a = assert(ctx:schedule_activity_on_session("Quick", 0, sid):await())
+        ctx:schedule_wait("next"):await()
+        return a .. "," .. assert(ctx:schedule_activity_on_session("Quick", 0, sid):await())
+      end)
+      local id = env:start("q", "UseQuick", "s9")
+      env:run_until_idle()
+      env:stall_worker("w1", 1000)
+      env:raise_event(id, "next", true)
+      assert.are.equal("w1,w1", env:run_until_complete(id).output)
+      assert.are.same({ "claimed s9 new w1" }, hook_log())
+    end)
+
+    it("kill_worker: the session moves at once, long before the lease would lapse", function()
+      start_env({ session_lock_timeout = "30s" }, { "w1", "w2" })
+      local at = {}
+      env:register_activity("Where", function(actx)
+        at[#at + 1] = { actx.worker_id, duroxide._clock_now() }
+        return actx.worker_id
+      end)
+      env:register_orchestration("Twice", function(ctx, sid)
+        local a = assert(ctx:schedule_activity_on_session("Where", 0, sid):await())
+        ctx:schedule_wait("next"):await()
+        return a .. "," .. assert(ctx:schedule_activity_on_session("Where", 0, sid):await())
+      end)
+      local id = env:start("k", "Twice", "s10")
+      env:run_until_idle()
+      local owner = at[1][1]
+      local other = owner == "w1" and "w2" or "w1"
+      local killed_at = duroxide._clock_now()
+      env:kill_worker(owner)
+      env:raise_event(id, "next", true)
+      assert.are.equal(owner .. "," .. other, env:run_until_complete(id).output)
+      -- virtual time: the second run did not wait for the 30s lease of the dead owner
+      assert.is_true(at[2][2] - killed_at < 30000, owner .. " " .. tostring(at[2][2] - killed_at))
+      assert.is_true(has_hook("claimed s10 new " .. other))
+      assert.is_false(has_hook("released s10 lost " .. owner)) -- a dead worker fires nothing
+    end)
+
+    it("stall_worker and kill_worker refuse bad arguments", function()
+      start_env({})
+      assert.has_error(function() env:stall_worker("w9", 10) end, "stall_worker: no worker w9")
+      assert.has_error(function() env:stall_worker("w1", -1) end,
+        "stall_worker: ms must be a non-negative integer, got -1")
+      env:kill_worker("w1")
+      assert.has_error(function() env:kill_worker("w1") end,
+        "kill_worker: worker w1 is not running")
+    end)
+  end)
+
   describe("actx:abort_session (item 8)", function()
     it("gives the session up: aborted fires, the work runs again on the next claimer",
        function()

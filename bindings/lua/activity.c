@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dxlua.h"
+#include "embedding.h"
 #include "log.h"
 #include "util.h"
 #include "value.h"
@@ -29,6 +30,7 @@ struct act_run_s {
   int co_ref;
   act_handle_t *h;
   int h_ref;
+  int deferred;   /* its runtime is stalled (tests): resumed by dxl_resume_deferred */
 };
 
 /* Registry key of the table mapping activity coroutines to their act_run_t. */
@@ -302,8 +304,40 @@ static int p_resume_activity(lua_State *L) {
   co = lua_tothread(L, 1);
   r = run_of(L, 1);
   if (!r || co == L || lua_status(co) != LUA_YIELD) return 0;
+  if (r->a && dx__runtime_stalled(dx__activity_runtime(r->a))) {
+    r->deferred = 1; /* a stalled worker runs nothing: continue once it resumes */
+    return 0;
+  }
   step(r, L, 0);
   return 0;
+}
+
+void dxl_resume_deferred(dxl_state_t *S) {
+  lua_State *L = S->L;
+  act_run_t **due = NULL;
+  size_t n = 0, cap = 0, i;
+  int top = lua_gettop(L);
+  if (!lua_checkstack(L, 4)) return;
+  push_runs(L);
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    act_run_t *r = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (r && r->deferred && !(r->a && dx__runtime_stalled(dx__activity_runtime(r->a)))) {
+      if (n == cap) {
+        act_run_t **nd = realloc(due, (cap = cap ? cap * 2 : 8) * sizeof *nd);
+        if (!nd) break;
+        due = nd;
+      }
+      due[n++] = r;
+    }
+  }
+  lua_settop(L, top);
+  for (i = 0; i < n; i++) { /* after the walk: a step edits the table */
+    due[i]->deferred = 0;
+    if (lua_status(due[i]->co) == LUA_YIELD) step(due[i], L, 0);
+  }
+  free(due);
 }
 
 static int p_actx_cancelled(lua_State *L) {

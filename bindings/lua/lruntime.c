@@ -9,6 +9,7 @@
 #include <luv/luv.h>
 
 #include "dxlua.h"
+#include "embedding.h"
 #include "log.h"
 #include "util.h"
 #include "watchdog.h"
@@ -259,6 +260,18 @@ static int l_rt_renew_sessions(lua_State *L) {
   return 0;
 }
 
+/* rt:_stall(on): a simulated SIGSTOP (true) and SIGCONT (false) of this runtime (tests). */
+static int l_rt_stall(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  int on = lua_toboolean(L, 2);
+  if (r->state != 1) return luaL_error(L, "the runtime is not running");
+  if (r->S->loop_depth > 0)
+    return luaL_error(L, "cannot stall a runtime from inside a callback or activity");
+  dx__runtime_stall(r->rt, on);
+  if (!on) dxl_resume_deferred(r->S);
+  return 0;
+}
+
 /* rt:_poke(): wake the store thread (look for due work now). */
 static int l_rt_poke(lua_State *L) {
   lrt_t *r = check_rt(L);
@@ -451,6 +464,7 @@ int luaopen_duroxide_runtime_mt(lua_State *L) {
                                      {"crash", l_rt_crash}, {"_idle", l_rt_idle},
                                      {"_renew_sessions", l_rt_renew_sessions},
                                      {"_poke", l_rt_poke}, {"_config", l_rt_config},
+                                     {"_stall", l_rt_stall},
                                      {NULL, NULL}};
   if (luaL_newmetatable(L, RT_MT)) {
     luaL_newlib(L, methods);

@@ -71,6 +71,7 @@ struct dx_runtime_s {
   dx_activity_t *running;
   int n_running;
   int started, stopping;
+  int stalled;             /* dx__runtime_stall: a simulated SIGSTOP */
   int registered;          /* worker_register succeeded: unregister when the store closed */
   uv_timer_t grace_timer;
   dx_wake_t *wake;             /* wake-ups from other processes' commits (NULL: polling) */
@@ -1078,6 +1079,20 @@ int dx_runtime_is_idle(const dx_runtime_t *rt) {
   if (!rt || !rt->started || !rt->store) return 1;
   return rt->n_running == 0 && dx__store_quiet(rt->store);
 }
+
+void dx__runtime_stall(dx_runtime_t *rt, int on) {
+  if (!rt || !rt->started || rt->stopping || rt->stalled == !!on) return;
+  rt->stalled = !!on;
+  dx__log(DX_LOG_INFO, on ? "worker stalled (simulated)" : "worker resumed (simulated)",
+          "worker_id=%s", rt->worker_id);
+  if (on) dx__store_pause(rt->store, 1);
+  if (rt->sessions) dx__sessions_pause(rt->sessions, on);
+  if (!on) dx__store_pause(rt->store, 0);
+}
+
+int dx__runtime_stalled(const dx_runtime_t *rt) { return rt && rt->stalled; }
+
+dx_runtime_t *dx__activity_runtime(const dx_activity_t *a) { return a ? a->rt : NULL; }
 
 void dx_runtime_renew_sessions_now(dx_runtime_t *rt) {
   if (rt && rt->started && !rt->stopping && rt->sessions) dx__sessions_renew_now(rt->sessions);

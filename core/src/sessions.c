@@ -57,6 +57,7 @@ struct dx_sessions_s {
   int renewed_once;     /* the first renewal runs at start, owned or not (same-id restart) */
   int closing_handles;
   int shutting_down;
+  int paused;           /* a simulated stall (tests) */
   void (*shutdown_cb)(void *);
   void *shutdown_ud;
 };
@@ -115,7 +116,7 @@ static void on_check(uv_check_t *h) {
   dx_sessions_t *s = h->data;
   int64_t now = dx__now_ms();
   owned_t *o, *next;
-  if (s->shutting_down) return;
+  if (s->shutting_down || s->paused) return;
   for (o = s->owned; o; o = next) {
     next = o->next;
     if (!lapsed(s, o, now)) continue;
@@ -288,7 +289,7 @@ static void on_renew_timer(uv_timer_t *t) {
   dx_sessions_t *s = t->data;
   /* the first tick renews what the store says we own: a worker restarted with the same id
   ** keeps the dead process's leases instead of letting them lapse before it renews */
-  if (s->renew_busy || s->shutting_down || (!s->owned && s->renewed_once)) return;
+  if (s->renew_busy || s->shutting_down || s->paused || (!s->owned && s->renewed_once)) return;
   s->renewed_once = 1;
   memset(&s->renew_op, 0, sizeof s->renew_op);
   s->renew_op.kind = DX_OP_RENEW_SESSIONS;
@@ -314,7 +315,7 @@ static void cleanup_done(dx_store_op_t *op) {
 
 static void on_cleanup_timer(uv_timer_t *t) {
   dx_sessions_t *s = t->data;
-  if (s->cleanup_busy || s->shutting_down) return;
+  if (s->cleanup_busy || s->shutting_down || s->paused) return;
   memset(&s->cleanup_op, 0, sizeof s->cleanup_op);
   s->cleanup_op.kind = DX_OP_CLEANUP_SESSIONS;
   s->cleanup_op.done = cleanup_done;
@@ -415,6 +416,14 @@ void dx__sessions_shutdown(dx_sessions_t *s, void (*cb)(void *ud), void *ud) {
 
 void dx__sessions_renew_now(dx_sessions_t *s) {
   if (s) on_renew_timer(&s->renew_timer);
+}
+
+void dx__sessions_pause(dx_sessions_t *s, int on) {
+  if (!s) return;
+  s->paused = on;
+  if (on) return;
+  on_check(&s->check); /* what lapsed during the stall is lost, before anything else runs */
+  on_renew_timer(&s->renew_timer);
 }
 
 static void cleanup_then_finish(dx_store_op_t *op) {

@@ -50,6 +50,9 @@ int dx__sessions_count(const dx_sessions_t *s);
 /* Run the lease renewal now instead of at the next renewal tick (tests on a virtual clock:
 ** idle unpins and lost leases are noticed here). A renewal already in flight is left alone. */
 void dx__sessions_renew_now(dx_sessions_t *s);
+/* A simulated stall (tests): on = 1 stops renewals, sweeps and lapse checks; on = 0 resumes
+** them and checks the leases at once (a lease that lapsed meanwhile is "lost"). */
+void dx__sessions_pause(dx_sessions_t *s, int on);
 /* Abrupt stop (a simulated crash): forget owned sessions without hooks or releases, stop the
 ** timers, then call cb once in-flight store operations have settled; the manager is freed
 ** after cb returns. */

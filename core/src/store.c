@@ -58,6 +58,7 @@ struct dx_store_s {
   int budget_orch, budget_work;
   int fetching;
   int stopping;
+  int paused;         /* a simulated stall: no cycles */
   int poked;
   int woken;          /* another process may have committed work: check before sleeping */
   int busy;           /* the thread holds ops not yet on the done list */
@@ -608,6 +609,10 @@ static void store_main(void *arg) {
     int bo, bw, got, can_fetch = s->fetching && (s->budget_orch > 0 || s->budget_work > 0);
     uint64_t rdue = next_renewal(s);
     int renew_now = rdue <= mono_ms();
+    if (s->paused && !s->stopping) { /* a simulated stall: nothing runs until it ends */
+      uv_cond_wait(&s->cv, &s->mu);
+      continue;
+    }
     if (!s->pending && !can_fetch && !renew_now) {
       if (s->stopping) break;
       if (rdue == UINT64_MAX) uv_cond_wait(&s->cv, &s->mu);
@@ -787,6 +792,13 @@ void dx__store_poke(dx_store_t *s) {
 void dx__store_wake(dx_store_t *s) {
   uv_mutex_lock(&s->mu);
   s->woken = 1;
+  uv_cond_signal(&s->cv);
+  uv_mutex_unlock(&s->mu);
+}
+
+void dx__store_pause(dx_store_t *s, int on) {
+  uv_mutex_lock(&s->mu);
+  s->paused = on;
   uv_cond_signal(&s->cv);
   uv_mutex_unlock(&s->mu);
 }

@@ -101,6 +101,9 @@ void dx__store_wake(dx_store_t *s);
 void dx__store_stop_fetching(dx_store_t *s);
 /* Stop the thread after flushing queued operations, close handles, then call cb (loop). */
 void dx__store_close(dx_store_t *s, void (*cb)(void *ud), void *ud);
+/* Tests (a simulated stall, duroxide.testing stall_worker): on = 1 the thread runs no cycle
+** (no fetch, ack or renewal) until called again with 0. */
+void dx__store_pause(dx_store_t *s, int on);
 /* 1 when nothing is queued, in flight, or applied/fetched but not yet delivered to the loop. */
 int dx__store_quiet(dx_store_t *s);
 /* Close abruptly (a simulated crash): queued operations are not applied (their callbacks run

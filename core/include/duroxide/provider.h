@@ -442,7 +442,8 @@ typedef struct dx_provider_methods_s {
   **  already holds worker_id (the message names it). A registration finds what a dead
   **  predecessor with the same id left in flight (its session rows) and makes it due now.
   **  Called by dx_runtime_start before the first fetch; worker_unregister (dx_runtime_stop,
-  **  after the sessions are released) drops the token. worker_id is borrowed. */
+  **  after the sessions are released) drops the token; it also drops a hold that fetches took
+  **  for worker_id without a registration (a test harness probing on behalf of workers). */
   int (*worker_register)(dx_provider_t *p, const char *worker_id, int64_t now_ms,
                          dx_error_t *err);
   void (*worker_unregister)(dx_provider_t *p, const char *worker_id);
