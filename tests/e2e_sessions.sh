@@ -143,8 +143,11 @@ s2_kill() {
   check "kill: histories: each activity completed exactly once" $([ -z "$dups" ]; echo $?) "$dups"
   hook "$d" "^claimed shared new $other\$"
   check "kill: hook on $other: claimed shared new" $? "$(hooks_tail "$d")"
-  sess_is "$S" shared "\"owner\":\"$other\".*\"queued\":0"
-  check "kill: sessions shows $other as owner, nothing queued" $? "$(sess_line "$S" shared)"
+  # every instance using the session has ended: its owner releases it (issue 9 item 4)
+  wait_until 20 hook "$d" "^released shared ended $other\$"
+  check "kill: all 4 instances ended: $other released shared (hook ended)" $? "$(hooks_tail "$d")"
+  sess_is "$S" shared "\"queued\":0"
+  check "kill: sessions shows shared with nothing queued" $? "$(sess_line "$S" shared)"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -619,6 +622,34 @@ s13_stall() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# 14. actx:abort_session (issue 9 item 8): the first attempt of Fragile aborts its session on
+# A; the hook fires "aborted", the session is released, and the activity runs again (attempt
+# 2) on the next claimer, followed by the session's next activity. The aborting run's result
+# is not recorded.
+
+s14_abort() {
+  local d S out n
+  d=$(new_dir s14); S=$(store_of "$d")
+  sworker "$d" A "${FAST[@]}" --session-idle-timeout 0
+  sstart "$d" SessAbort ab "$(jin "$d" ab1 ab)"
+  wait_all "$d" 60s ab
+  check "abort: the instance completes" $? "${MSGS[@]}"
+  out=$(dx status ab --store "$S" 2>/dev/null)
+  grep -q '"output":"A#2 A"' <<<"$out"
+  check "abort: the result is the second attempt's (the aborting run's was discarded)" $? "$out"
+  hook "$d" '^released ab1 aborted A$'
+  check "abort: hook released ab1 aborted on A" $? "$(hooks_tail "$d")"
+  n=$(nhook "$d" '^claimed ab1 ')
+  check "abort: the session was claimed again after the abort (2 claims)" "$((n != 2))" \
+    "$(hooks_tail "$d")"
+  grep -q 'session aborted by an activity.*reason="state corrupt (test)"' "$d/A.log"
+  check "abort: the worker logs the abort with its reason" $? "$(tail -5 "$d/A.log")"
+  dx history ab --store "$S" >"$d/hist.ab" 2>&1
+  out=$(E2E_WANT_DONE=1 check_histories "$d/hist.ab")
+  check "abort: history: each activity completed exactly once" "$([ -z "$out" ]; echo $?)" "$out"
+}
+
+# ---------------------------------------------------------------------------------------------
 
 run_scenarios s1_affinity s2_kill s3_term s4_restart s5_capacity s6_race s7_long s8_can \
-  s9_idle s10_hooks s11_chat s12_cli s13_stall
+  s9_idle s10_hooks s11_chat s12_cli s13_stall s14_abort

@@ -68,6 +68,26 @@ duroxide.orchestration("SessSteps", function(ctx, input)
   return assert(ctx:schedule_activity_on_session("Steps", input, input.sid):await())
 end)
 
+-- input = { log, tag }: a session activity whose first attempt finds its state broken and
+-- aborts the session (issue 9 item 8); a later attempt returns "<worker>#<attempt>".
+duroxide.activity("Fragile", function(actx, input)
+  append(input.log, ("%s %s %s#%d"):format(actx.worker_id, actx.session_id or "-", input.tag,
+                                            actx.attempt))
+  if actx.attempt == 1 then
+    actx:abort_session("state corrupt (test)")
+    return "bad state" -- discarded: the aborted session's work runs again elsewhere
+  end
+  return ("%s#%d"):format(actx.worker_id, actx.attempt)
+end)
+
+-- input = { sid, log, tag }: Fragile on the session, then one Work on it; returns both.
+duroxide.orchestration("SessAbort", function(ctx, input)
+  local a = assert(ctx:schedule_activity_on_session("Fragile", input, input.sid):await())
+  local b = assert(ctx:schedule_activity_on_session("Work", { log = input.log, tag = input.tag
+                                                              .. "-after" }, input.sid):await())
+  return a .. " " .. b
+end)
+
 local function work(ctx, input, tag, sid, ms)
   local arg = { log = input.log, tag = tag, ms = ms or input.ms }
   if sid then return ctx:schedule_activity_on_session("Work", arg, sid) end
