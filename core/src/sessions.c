@@ -99,8 +99,10 @@ static int64_t confirmed_until(const dx_sessions_t *s, const owned_t *o) {
   return st > o->lease_until ? st : o->lease_until;
 }
 
+/* Cheap while our own view is live (every loop iteration asks): the store thread's renewals
+** are looked up only once our view says the lease ran out. */
 static int lapsed(const dx_sessions_t *s, const owned_t *o, int64_t now) {
-  return !o->idle && now >= confirmed_until(s, o);
+  return !o->idle && now >= o->lease_until && now >= confirmed_until(s, o);
 }
 
 int dx__sessions_fenced(const dx_sessions_t *s, const char *sid, uint64_t gen) {
