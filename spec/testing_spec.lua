@@ -145,7 +145,7 @@ describe("duroxide.testing, simulated workers and sessions", function()
     env:add_worker("w2")
     env:crash_worker("w1")
     env:raise_event(id, "next", true)
-    local st = env:run_until_complete(id) -- waits (virtually) for w1's lease to lapse
+    local st = env:run_until_complete(id) -- w1 is seen dead at once (liveness): w2 claims
     assert.are.equal("Completed", st.status)
     assert.are.equal(30, st.output)
     assert.are.same({ "w1", "w2" }, workers_of(env:calls("Turn")))
