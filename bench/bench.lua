@@ -29,6 +29,7 @@ local workloads = {
   hello = { n = 20, acts = 1, orch = "Hello", serial = true },
   session = { n = 200, acts = 10, orch = "Session" },
   handoff = { n = 1, acts = 0, orch = "Ticker", workers = 2 },
+  list = { n = 100000, acts = 0, orch = "Quick" },
 }
 local w = workloads[opts.workload]
 if not w then io.stderr:write("bench: unknown workload " .. tostring(opts.workload) .. "\n"); os.exit(2) end
@@ -206,7 +207,60 @@ local function handoff()
     opts.signal, moved.at - 50 - t_kill, owner, moved.worker)
 end
 
-local ok, line = pcall(opts.workload == "handoff" and handoff or throughput)
+-- {===== management: list on a full store =====}
+
+-- Fill the store with n instances (start_many in chunks of 2000, each one durable commit, run
+-- to completion by the worker), then time `list --limit 50`: the client call (30 runs) and the
+-- CLI command (10 runs, process start included), plus a status filter that matches nothing
+-- (it reads every instance: the worst case of a filtered page).
+local function list_bench()
+  local t0, chunk = wall_ms(), 2000
+  for base = 0, n - 1, chunk do
+    local batch, last = {}, nil
+    for k = base + 1, math.min(n, base + chunk) do
+      last = "l-" .. k
+      batch[#batch + 1] = { last, "Quick", k }
+    end
+    assert(client:start_many(batch))
+    wait_all({ last }, 600000)
+  end
+  -- every instance has run (a queued start shows as Pending, a started one as Running)
+  while #client:list { status = "Running", limit = 1 } > 0
+    or #client:list { status = "Pending", limit = 1 } > 0 do pump(5) end
+  local fill_s = (wall_ms() - t0) / 1000
+  local function p(xs, q)
+    table.sort(xs)
+    return xs[math.max(1, math.ceil(#xs * q))]
+  end
+  local function time_us(fn)
+    local a = uv.hrtime()
+    fn()
+    return (uv.hrtime() - a) / 1e6
+  end
+  local calls, filtered, cli = {}, {}, {}
+  for k = 1, 30 do
+    calls[k] = time_us(function()
+      local rows = assert(client:list { limit = 50 })
+      assert(#rows == 50)
+    end)
+  end
+  for k = 1, 5 do
+    filtered[k] = time_us(function() assert(#client:list { status = "Failed", limit = 50 } == 0) end)
+  end
+  local bin = os.getenv("DUROXIDE_LUA")
+  for k = 1, 10 do
+    cli[k] = time_us(function()
+      assert(os.execute(string.format("'%s' list --limit 50 --store '%s' >/dev/null", bin, store)))
+    end)
+  end
+  return string.format('{"engine":"duroxide-lua","workload":"list","n":%d,"fill_s":%.1f,' ..
+    '"list_limit50_p50_ms":%.2f,"list_limit50_p95_ms":%.2f,"cli_list_limit50_p50_ms":%.1f,' ..
+    '"list_status_filter_no_match_p50_ms":%.1f,"durable":true,"fill":"start_many + one run"}',
+    n, fill_s, p(calls, 0.5), p(calls, 0.95), p(cli, 0.5), p(filtered, 0.5))
+end
+
+local ok, line = pcall(opts.workload == "handoff" and handoff
+                       or opts.workload == "list" and list_bench or throughput)
 if rt then rt:stop() end
 stop_external()
 client:close()

@@ -32,6 +32,9 @@ duroxide.orchestration("Chain", function(ctx, input)
   return x
 end)
 
+-- One turn, no activity: fills a store quickly (the list workload).
+duroxide.orchestration("Quick", function(ctx, input) return input end)
+
 duroxide.orchestration("Hello", function(ctx, name)
   return assert(ctx:schedule_activity("Echo", "Hello, " .. name):await())
 end)

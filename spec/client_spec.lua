@@ -146,7 +146,7 @@ describe("client", function()
       return true
     end)
     local listed = {}
-    for _, id in ipairs(env.client:list()) do listed[id] = true end
+    for _, row in ipairs(env.client:list()) do listed[row.instance_id] = true end
     for _, id in ipairs(ids) do assert.is_true(listed[id], id) end
   end)
 

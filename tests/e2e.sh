@@ -134,7 +134,7 @@ s4_nondet() {
 # ---------------------------------------------------------------------------------------------
 # 5. two workers share a store and complete 200 orchestrations between them.
 
-all_completed() { [ "$(dx list --store "$1" | grep -c '"status":"Completed"')" -ge "$2" ]; }
+all_completed() { [ "$(dx list --limit 1000 --store "$1" | grep -c '"status":"Completed"')" -ge "$2" ]; }
 
 s5_two_workers() {
   local d S i w1 w2 bad=0 list n badh=0 hmsgs
@@ -148,7 +148,7 @@ s5_two_workers() {
   done
   check "two workers: $N starts accepted" $((bad != 0)) "failed starts: $bad" "$(tail -5 "$d/start.err")"
   wait_until 90 all_completed "$S" $N
-  list=$(dx list --store "$S")
+  list=$(dx list --limit 1000 --store "$S")
   n=$(grep -c '"status":"Completed"' <<<"$list")
   check "two workers: all $N instances Completed" $((n != N)) "completed=$n" \
     "$(grep -v '"status":"Completed"' <<<"$list" | head -5)"

@@ -143,4 +143,65 @@ e4_log_forging() {
   stop_worker "$WPID"
 }
 
-run_scenarios e1_usage e2_luv e3_blocked e4_log_forging
+# ---------------------------------------------------------------------------------------------
+# 5. --log-format json: one valid JSON object per line, whatever users put in ids, names and
+#    errors (quotes, newlines, control bytes, invalid UTF-8); each with ts, level, worker_id
+
+e5_json_logs() {
+  local d S id out
+  d=$(new_dir e5); S=$(store_of "$d")
+  start_worker "$d/worker.log" "$APPS/logs.lua" --store "$S" --log-format json --log-level debug
+  id=$'i"d\\x\n2026-01-01T00:00:00.000Z error FORGED\r\t\x01\xff end'
+  # PostgreSQL text refuses bytes that are not UTF-8 (a start with such an id is refused), so
+  # there the hostile text has none; see the TODO at the end
+  [ "${DX_E2E_STORE:-}" = pg ] && id=${id//$'\xff'/}
+  run_cmd start Fails --id "$id" --wait 20s --store "$S"
+  [ "$RC" -eq 1 ]
+  check "json log: an instance with a hostile id fails with a hostile error" $? "rc=$RC" "$ERR"
+  run_cmd start Hostile --id "h-$id" --store "$S"
+  check "json log: the hostile orchestration starts" "$RC" "$ERR"
+  wait_until 30 grep -q 'activity not registered; will retry' "$d/worker.log"
+  stop_worker "$WPID"
+  out=$("${LUA_ENV[@]}" lua5.4 "$HERE/e2e/json_lines.lua" "$d/worker.log" 2>"$d/check.err")
+  grep -q '^lines [1-9][0-9]* bad 0$' <<<"$out"
+  check "json log: every line is one JSON object with ts, level, msg and worker_id" $? "$out" \
+    "$(head -c 2000 "$d/check.err")"
+  ! grep -q '^2026-01-01' "$d/worker.log"
+  check "json log: no forged record line" $?
+  local want
+  for want in $'orchestration started\tinstance' $'orchestration failed\tinstance' \
+              $'orchestration failed\terror' $'session claimed\tsession_id' \
+              $'activity failed (application error)\terror' \
+              $'activity not registered; will retry\tactivity'; do
+    grep -qF "$want" <<<"$out"
+    check "json log: hostile text intact in '${want//$'\t'/' / '}'" $? "$out"
+  done
+  grep -q $'^trace q"b.*FORGED.*\tmsg$' <<<"$out"
+  check "json log: a trace message with hostile text is one record" $? "$out"
+  # the watchdog thread's records name the worker too
+  start_worker "$d/worker2.log" "$EDGES" --store "$S" --log-format json --loop-block-warning 20ms
+  run_cmd start Spin --id spin1 --wait 60s --store "$S"
+  stop_worker "$WPID"
+  out=$("${LUA_ENV[@]}" lua5.4 "$HERE/e2e/json_lines.lua" "$d/worker2.log" 2>"$d/check2.err")
+  grep -q '^lines [1-9][0-9]* bad 0$' <<<"$out" && grep -q '"msg":"loop blocked' "$d/worker2.log"
+  check "json log: a blocked-loop record (watchdog thread) is valid and names the worker" $? \
+    "$out" "$(head -c 2000 "$d/check2.err")"
+  run_cmd stats --store "$S"
+  [ "$RC" -eq 0 ] && grep -Eq '"instances":[3-9],' <<<"$OUT" && grep -q '"sessions":{.*"total":1,' <<<"$OUT"
+  check "stats: store-wide figures as one JSON line (3 instances, the hostile session)" $? \
+    "rc=$RC" "$OUT" "$ERR"
+  run_cmd stats extra --store "$S"
+  [ "$RC" -eq 2 ]
+  check "stats: an extra argument is refused with exit 2" $? "rc=$RC" "$ERR"
+  if [ "${DX_E2E_STORE:-}" = pg ]; then
+    start_worker "$d/worker3.log" "$APPS/logs.lua" --store "$S"
+    run_cmd start FailsNotUtf8 --id not-utf8 --wait 15s --store "$S"
+    stop_worker "$WPID"
+    [ "$RC" -eq 1 ]
+    todo "PostgreSQL: an orchestration failing with a message that is not UTF-8 ends Failed" $? \
+      "its commit is refused (invalid byte sequence for encoding UTF8) and retried for ever" \
+      "rc=$RC" "$(grep -m1 'invalid byte' "$d/worker3.log")"
+  fi
+}
+
+run_scenarios e1_usage e2_luv e3_blocked e4_log_forging e5_json_logs

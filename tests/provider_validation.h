@@ -22,4 +22,8 @@ int dx_pv_corrupt_history(dx_provider_t *p, const char *instance, uint64_t execu
 /* 1 when separate processes may use one store at the same time (fork tests run). */
 int dx_pv_multi_process(void);
 
+/* Rows (keys or values, in any table of the store) whose bytes contain `text`; called with
+** no handle open on `store`. The management tests use it to prove a deletion left nothing. */
+uint64_t dx_pv_rows_naming(const char *store, const char *text);
+
 #endif

@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <pthread.h>
 
+#include <lmdb.h>
+
 #include "duroxide/provider.h"
 #include "provider_validation.h"
 #include "testlib.h"
@@ -40,6 +42,45 @@ int dx_pv_corrupt_history(dx_provider_t *p, const char *instance, uint64_t execu
 }
 
 int dx_pv_multi_process(void) { return 1; }
+
+static int has_bytes(const MDB_val *v, const char *text) {
+  return memmem(v->mv_data, v->mv_size, text, strlen(text)) != NULL;
+}
+
+/* Every named DB of the environment, read with LMDB itself (not the provider's code). */
+uint64_t dx_pv_rows_naming(const char *store, const char *text) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi main_db;
+  MDB_cursor *names;
+  MDB_val k, v;
+  uint64_t hits = 0;
+  ASSERT_OK(mdb_env_create(&env));
+  ASSERT_OK(mdb_env_set_maxdbs(env, 64));
+  ASSERT_OK(mdb_env_open(env, store, MDB_RDONLY, 0600));
+  ASSERT_OK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn));
+  ASSERT_OK(mdb_dbi_open(txn, NULL, 0, &main_db));
+  ASSERT_OK(mdb_cursor_open(txn, main_db, &names));
+  while (mdb_cursor_get(names, &k, &v, MDB_NEXT) == 0) {
+    char name[128];
+    MDB_dbi db;
+    MDB_cursor *c;
+    MDB_val rk, rv;
+    snprintf(name, sizeof name, "%.*s", (int)k.mv_size, (const char *)k.mv_data);
+    if (mdb_dbi_open(txn, name, 0, &db) != 0) continue; /* a plain key of the main DB */
+    ASSERT_OK(mdb_cursor_open(txn, db, &c));
+    while (mdb_cursor_get(c, &rk, &rv, MDB_NEXT) == 0)
+      if (has_bytes(&rk, text) || has_bytes(&rv, text)) {
+        fprintf(stderr, "# %s names '%s'\n", name, text);
+        hits++;
+      }
+    mdb_cursor_close(c);
+  }
+  mdb_cursor_close(names);
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return hits;
+}
 
 /* {===== LMDB-only tests =====} */
 

@@ -101,6 +101,39 @@ int dx_pv_corrupt_history(dx_provider_t *p, const char *instance, uint64_t execu
 
 int dx_pv_multi_process(void) { return 1; }
 
+/* Every table of the store's schema, each row as text (bytea columns as hex: instance and
+** session ids live in text columns of every table that names them). */
+uint64_t dx_pv_rows_naming(const char *store, const char *text) {
+  const char *sch = strstr(store, "schema=");
+  char schema[64], q[512];
+  PGconn *c = admin();
+  PGresult *tables;
+  uint64_t hits = 0;
+  int i;
+  ASSERT(sch);
+  snprintf(schema, sizeof schema, "%.*s", (int)strcspn(sch + 7, "&"), sch + 7);
+  snprintf(q, sizeof q, "SELECT table_name FROM information_schema.tables WHERE table_schema = "
+           "'%s' AND table_type = 'BASE TABLE'", schema);
+  tables = PQexec(c, q);
+  ASSERT(PQresultStatus(tables) == PGRES_TUPLES_OK);
+  ASSERT(PQntuples(tables) > 0);
+  for (i = 0; i < PQntuples(tables); i++) {
+    const char *params[1] = {text};
+    PGresult *r;
+    snprintf(q, sizeof q, "SELECT count(*) FROM %s.%s t WHERE strpos(t::text, $1) > 0", schema,
+             PQgetvalue(tables, i, 0));
+    r = PQexecParams(c, q, 1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) DX_FAIL_AT("%s: %s", q, PQresultErrorMessage(r));
+    if (atoll(PQgetvalue(r, 0, 0)) > 0)
+      fprintf(stderr, "# %s names '%s'\n", PQgetvalue(tables, i, 0), text);
+    hits += (uint64_t)atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+  }
+  PQclear(tables);
+  PQfinish(c);
+  return hits;
+}
+
 /* {===== helpers =====} */
 
 static dx_work_item_t item(int kind, const char *inst, uint64_t id) {
@@ -987,7 +1020,7 @@ DX_TEST(pg_run_cycle_round_trips_do_not_grow_with_acks) {
   size_t no, nw, no2, nw2, i;
   uint64_t rt_many, rt_one;
   int64_t now = wall_ms();
-  ASSERT_EQ(M(p)->version, 5);
+  ASSERT(M(p)->version >= 5); /* run_cycle is a version 4 member */
   rc_fill(p, now, "a");
   rc_cycle(p, now, NULL, 0, orch, &no, work, &nw);
   ASSERT_EQ(no, RC_N);

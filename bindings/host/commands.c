@@ -1,7 +1,9 @@
 /*
-** commands.c -- duroxide-lua's client commands: start, raise, status, wait, cancel, history,
-** list, sessions, check. Output on stdout is JSON, one object per line; errors go to stderr.
+** commands.c -- duroxide-lua's client commands: the command table and its parser; start, raise,
+** status, wait, cancel, sessions, stats, check (the management commands are in manage_cmds.c).
+** Output on stdout is JSON, one object per line; errors go to stderr.
 */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,18 +48,13 @@ const char *dxh_store_dir(const char *explicit_dir) {
 /* {===== command line =====} */
 
 /* Options a command may take (--store is taken by every command). */
-enum { O_ID = 1, O_VERSION = 2, O_WAIT = 4, O_TIMEOUT = 8 };
+enum {
+  O_ID = 1, O_VERSION = 2, O_WAIT = 4, O_TIMEOUT = 8, O_STATUS = 16, O_NAME = 32, O_LIMIT = 64,
+  O_AFTER = 128, O_CREATED_AFTER = 256, O_EXECUTION = 512, O_FORCE = 1024,
+  O_COMPLETED_BEFORE = 2048, O_DRY_RUN = 4096, O_KEEP = 8192
+};
 
-/* Parsed command line of a client command; the payload (INPUT/DATA) is read before the
-** store is opened, so a refused command leaves no store behind. */
-typedef struct {
-  const char *pos[3];
-  int npos;
-  const char *store, *id, *version, *timeout;
-  int wait;
-  const char *payload; /* INPUT/DATA JSON text, NULL = null */
-  char *payload_buf;   /* malloc'd when read from stdin or a file */
-} cmdline_t;
+typedef dxh_cmdline_t cmdline_t;
 
 typedef int (*run_fn)(dx_client_t *cl, const cmdline_t *c);
 
@@ -71,11 +68,23 @@ typedef struct {
   run_fn run;
 } command_t;
 
+#define AT(f) offsetof(cmdline_t, f)
+/* Every option: its bit, and where its value goes (a switch sets an int; --wait,
+** whose value is optional, is parsed on its own). */
 static const struct {
   const char *name;
   unsigned bit;
-} option_names[] = {{"id", O_ID}, {"version", O_VERSION}, {"wait", O_WAIT},
-                    {"timeout", O_TIMEOUT}};
+  size_t off;
+} option_names[] = {{"id", O_ID, AT(id)}, {"version", O_VERSION, AT(version)},
+                    {"wait", O_WAIT, AT(timeout)}, {"timeout", O_TIMEOUT, AT(timeout)},
+                    {"status", O_STATUS, AT(status)}, {"name", O_NAME, AT(name)},
+                    {"limit", O_LIMIT, AT(limit)}, {"after", O_AFTER, AT(after)},
+                    {"created-after", O_CREATED_AFTER, AT(created_after)},
+                    {"execution", O_EXECUTION, AT(execution)}, {"force", O_FORCE, AT(force)},
+                    {"completed-before", O_COMPLETED_BEFORE, AT(completed_before)},
+                    {"dry-run", O_DRY_RUN, AT(dry_run)}, {"keep", O_KEEP, AT(keep)}};
+/* Switches: their field is an int set to 1. */
+static int is_switch(unsigned bit) { return bit == O_FORCE || bit == O_DRY_RUN; }
 
 static const command_t *find_command(const char *word);
 
@@ -93,7 +102,7 @@ static int parse(const command_t *cmd, int argc, char **argv, cmdline_t *c) {
     char name[64];
     const char *val = NULL, *a = argv[i];
     unsigned bit = 0;
-    size_t k;
+    size_t k, off = 0;
     int rc;
     if (!only_pos && strcmp(a, "--") == 0) { /* the rest are arguments, even "--x" */
       only_pos = 1;
@@ -116,10 +125,13 @@ static int parse(const command_t *cmd, int argc, char **argv, cmdline_t *c) {
     }
     if (strcmp(name, "store") != 0) {
       for (k = 0; k < sizeof option_names / sizeof option_names[0]; k++)
-        if (strcmp(name, option_names[k].name) == 0) bit = option_names[k].bit;
+        if (strcmp(name, option_names[k].name) == 0) {
+          bit = option_names[k].bit;
+          off = option_names[k].off;
+        }
       if (!bit) return dxh_fail(2, "unknown option --%s (see --help)", name);
       if (!(cmd->opts & bit)) {
-        char msg[160];
+        char msg[512];
         snprintf(msg, sizeof msg, "option --%s does not apply to %s (usage: duroxide-lua %s)",
                  name, cmd->name, cmd->usage);
         return dxh_fail(2, "%s", msg);
@@ -128,6 +140,11 @@ static int parse(const command_t *cmd, int argc, char **argv, cmdline_t *c) {
     if (strcmp(a, "--wait") == 0) {
       c->wait = 1;
       if (takes_wait_value(argc, argv, i)) c->timeout = argv[++i];
+      continue;
+    }
+    if (is_switch(bit)) {
+      if (strchr(a, '=')) return dxh_fail(2, "option --%s takes no value", name);
+      *(int *)(void *)((char *)c + off) = 1;
       continue;
     }
     if ((rc = dxh_split_opt(argc, argv, &i, name, sizeof name, &val)) != 0)
@@ -141,8 +158,8 @@ static int parse(const command_t *cmd, int argc, char **argv, cmdline_t *c) {
                         "as 1.2.0)", val);
       c->version = val;
     }
-    else if (bit == O_TIMEOUT) c->timeout = val;
-    else { c->wait = 1; c->timeout = val; }
+    else if (bit == O_WAIT) { c->wait = 1; c->timeout = val; }
+    else *(const char **)(void *)((char *)c + off) = val;
   }
   if (c->npos < cmd->min) return dxh_fail(2, "usage: duroxide-lua %s", cmd->usage);
   return 0;
@@ -222,30 +239,6 @@ static int wait_and_print(dx_client_t *cl, const char *id, const char *timeout_t
   return rc;
 }
 
-static int print_history(dx_client_t *cl, const char *id) {
-  dx_event_t *ev = NULL;
-  size_t n = 0, i;
-  dx_error_t err;
-  if (dx_client_history(cl, id, 0, &ev, &n, &err) != 0) return dxh_fail(1, "%s", err.msg);
-  for (i = 0; i < n; i++) {
-    char *json = dx_event_to_json(&ev[i]);
-    puts(json ? json : "{}");
-    free(json);
-  }
-  dx_events_free(ev, n);
-  return 0;
-}
-
-static int print_id(void *ud, const char *id) {
-  dx_client_t *cl = ud;
-  dx_instance_info_t info;
-  if (dx_client_status(cl, id, &info, NULL) == 0) {
-    print_status(id, &info);
-    dx_instance_info_clear(&info);
-  }
-  return 0;
-}
-
 /* One session row as a JSON line: who owns it, until when, and how much work is queued. */
 static int print_session(void *ud, const dx_session_info_t *si) {
   int64_t now = *(const int64_t *)ud;
@@ -266,11 +259,11 @@ static int print_session(void *ud, const dx_session_info_t *si) {
 
 /* {===== commands =====} */
 
-/* Exit status of a failed client call: bad input is usage (2), the rest a failure (1). */
-static int client_fail(const dx_error_t *err) {
-  return dxh_fail(err->code == DX_EJSON || err->code == DX_ETOOBIG || err->code == DX_EINVAL
-                      ? 2 : 1, "%s", err->msg);
+int dxh_client_fail(int code, const char *msg) {
+  return dxh_fail(code == DX_EJSON || code == DX_ETOOBIG || code == DX_EINVAL ? 2 : 1, "%s", msg);
 }
+
+static int client_fail(const dx_error_t *err) { return dxh_client_fail(err->code, err->msg); }
 
 static int run_start(dx_client_t *cl, const cmdline_t *c) {
   dx_error_t err;
@@ -309,7 +302,6 @@ static int run_cancel(dx_client_t *cl, const cmdline_t *c) {
              ? client_fail(&err) : 0;
 }
 
-static int run_history(dx_client_t *cl, const cmdline_t *c) { return print_history(cl, c->pos[0]); }
 
 static int run_sessions(dx_client_t *cl, const cmdline_t *c) {
   dx_provider_t *p = dx_client_provider(cl);
@@ -319,11 +311,15 @@ static int run_sessions(dx_client_t *cl, const cmdline_t *c) {
   return p->methods->list_sessions(p, print_session, &now, &err) != 0 ? client_fail(&err) : 0;
 }
 
-static int run_list(dx_client_t *cl, const cmdline_t *c) {
-  dx_provider_t *p = dx_client_provider(cl);
+/* `stats`: the store-wide figures (dx_client_stats_json) as one JSON line. */
+static int run_stats(dx_client_t *cl, const cmdline_t *c) {
   dx_error_t err;
+  char *json;
   (void)c;
-  return p->methods->list_instances(p, print_id, cl, &err) != 0 ? client_fail(&err) : 0;
+  if (dx_client_stats_json(cl, &json, &err) != 0) return client_fail(&err);
+  puts(json);
+  free(json);
+  return 0;
 }
 
 static int run_check(dx_client_t *cl, const cmdline_t *c);
@@ -335,9 +331,19 @@ static const command_t commands[] = {
   {"status", 1, 1, -1, 0, NULL, "status ID", run_status},
   {"wait", 1, 1, -1, O_TIMEOUT, NULL, "wait ID [--timeout 10s]", run_wait},
   {"cancel", 1, 2, -1, 0, NULL, "cancel ID [REASON]", run_cancel},
-  {"history", 1, 1, -1, 0, NULL, "history ID", run_history},
-  {"list", 0, 0, -1, 0, NULL, "list", run_list},
+  {"history", 1, 1, -1, O_EXECUTION, NULL, "history ID [--execution N]", dxh_run_history},
+  {"list", 0, 0, -1, O_STATUS | O_NAME | O_LIMIT | O_AFTER | O_CREATED_AFTER, NULL,
+   "list [--status S] [--name N] [--limit N] [--after CURSOR] [--created-after T]",
+   dxh_run_list},
+  {"describe", 1, 1, -1, 0, NULL, "describe ID", dxh_run_describe},
+  {"executions", 1, 1, -1, 0, NULL, "executions ID", dxh_run_executions},
+  {"delete", 1, 1, -1, O_FORCE, NULL, "delete ID [--force]", dxh_run_delete},
+  {"purge", 0, 0, -1, O_COMPLETED_BEFORE | O_STATUS | O_NAME | O_DRY_RUN, NULL,
+   "purge --completed-before DURATION|TIME [--status S] [--name N] [--dry-run]", dxh_run_purge},
+  {"prune", 1, 1, -1, O_KEEP, NULL, "prune ID --keep N", dxh_run_prune},
+  {"terminate", 1, 2, -1, 0, NULL, "terminate ID [REASON]", dxh_run_terminate},
   {"sessions", 0, 0, -1, 0, NULL, "sessions", run_sessions},
+  {"stats", 0, 0, -1, 0, NULL, "stats", run_stats},
   {"check", 0, 0, -1, 0, NULL, "check", run_check},
 };
 
@@ -352,6 +358,8 @@ static const command_t *find_command(const char *word) {
 ** exits 2 before the store is opened, so it creates no store files. */
 static int check_args(const command_t *cmd, const cmdline_t *c) {
   int64_t ms;
+  int rc;
+  if ((rc = dxh_manage_check(cmd->name, c)) != 0) return rc;
   if (cmd->run == run_start && !c->id) return dxh_fail(2, "%s", "start needs --id ID");
   if (c->timeout && dx_parse_duration(c->timeout, &ms) != 0)
     return dxh_fail(2, c->wait && cmd->run == run_start

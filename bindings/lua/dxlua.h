@@ -77,6 +77,16 @@ const char *dxl_error_message(lua_State *L, int idx, char *buf, size_t len);
 ** nil gives NULL. */
 const char *dxl_check_text(lua_State *L, int idx, const char *what, int optional);
 
+/* {===== lclient.c / lmanage.c: the client =====} */
+/* [-0, +0, e] the open client at index 1 (raises when closed or not a client). */
+dx_client_t *dxl_check_client(lua_State *L);
+/* [-0, +2, m] nil, duroxide.Error from a dx_error_t; returns 2. */
+int dxl_client_fail(lua_State *L, const dx_error_t *err);
+/* [-0, +1, m] the Lua value of JSON text the engine produced (nil for NULL or bad text). */
+void dxl_push_decoded(lua_State *L, const char *json);
+/* client:list, describe, executions, delete, purge, prune, terminate */
+extern const luaL_Reg dxl_manage_methods[];
+
 /* [-0, +1, m] push a duroxide.Error table {message=, category=, kind=}. */
 void dxl_push_error(lua_State *L, const char *message, const char *category, const char *kind);
 

@@ -1,5 +1,6 @@
 /*
-** lclient.c -- duroxide.client{}: start, raise_event, cancel, status, wait, history, list.
+** lclient.c -- duroxide.client{}: start, raise_event, cancel, status, wait, history, stats (the
+** management methods are in lmanage.c).
 **
 ** Operational failures return nil, err (err is a duroxide.Error); misuse raises.
 */
@@ -16,14 +17,14 @@ typedef struct {
   dx_client_t *c;
 } lclient_t;
 
-static dx_client_t *check_client(lua_State *L) {
+dx_client_t *dxl_check_client(lua_State *L) {
   lclient_t *u = luaL_checkudata(L, 1, CLIENT_MT);
   if (!u->c) luaL_error(L, "client is closed");
   return u->c;
 }
 
 /* [-0, +2, m] nil, duroxide.Error from a dx_error_t */
-static int fail(lua_State *L, const dx_error_t *err) {
+int dxl_client_fail(lua_State *L, const dx_error_t *err) {
   lua_pushnil(L);
   dxl_push_error(L, err->msg, "client", dx_err_name(err->code));
   return 2;
@@ -38,7 +39,7 @@ static char *arg_json(lua_State *L, int idx, const char *what) {
 }
 
 static int l_start(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   const char *name = dxl_check_text(L, 3, "orchestration name", 0);
   const char *version = dxl_check_text(L, 5, "version", 1);
@@ -46,7 +47,7 @@ static int l_start(lua_State *L) {
   dx_error_t err;
   int rc = dx_client_start(c, id, name, input, version, &err);
   free(input);
-  if (rc != 0) return fail(L, &err);
+  if (rc != 0) return dxl_client_fail(L, &err);
   lua_pushstring(L, id);
   return 1;
 }
@@ -64,7 +65,7 @@ static const char *entry_text(lua_State *L, int idx, const char *what, const cha
 
 /* client:start_many({ {id, name, input [, version]}, ... }): one durable commit. */
 static int l_start_many(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   lua_Integer n, i;
   dx_start_t *st;
   char **inputs;
@@ -101,7 +102,7 @@ static int l_start_many(lua_State *L) {
   }
   rc = dx_client_start_many(c, st, (size_t)n, &err);
   for (i = 0; i < n; i++) free(inputs[i]);
-  if (rc != 0) return fail(L, &err);
+  if (rc != 0) return dxl_client_fail(L, &err);
   lua_pushinteger(L, n);
   return 1;
 bad:
@@ -112,46 +113,46 @@ bad:
 }
 
 static int l_raise(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   const char *name = dxl_check_text(L, 3, "event name", 0);
   char *data = arg_json(L, 4, "data");
   dx_error_t err;
   int rc = dx_client_raise(c, id, name, data, &err);
   free(data);
-  if (rc != 0) return fail(L, &err);
+  if (rc != 0) return dxl_client_fail(L, &err);
   lua_pushboolean(L, 1);
   return 1;
 }
 
 static int l_cancel(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   dx_error_t err;
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   if (dx_client_cancel(c, id, dxl_check_text(L, 3, "cancel reason", 1), &err) != 0)
-    return fail(L, &err);
+    return dxl_client_fail(L, &err);
   lua_pushboolean(L, 1);
   return 1;
 }
 
 /* [-0, +1, m] decode JSON text produced by the engine into a Lua value */
-static void push_decoded(lua_State *L, const char *json) {
+void dxl_push_decoded(lua_State *L, const char *json) {
   char err[256];
   if (!json || !dx__lua_push_json(L, json, strlen(json), err, sizeof err)) lua_pushnil(L);
 }
 
 static void push_status(lua_State *L, const char *id, const dx_instance_info_t *info) {
   char *json = dx_instance_info_to_json(id, info);
-  push_decoded(L, json);
+  dxl_push_decoded(L, json);
   free(json);
 }
 
 static int l_status(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   dx_instance_info_t info;
   dx_error_t err;
-  if (dx_client_status(c, id, &info, &err) != 0) return fail(L, &err);
+  if (dx_client_status(c, id, &info, &err) != 0) return dxl_client_fail(L, &err);
   push_status(L, id, &info);
   dx_instance_info_clear(&info);
   return 1;
@@ -160,7 +161,7 @@ static int l_status(lua_State *L) {
 /* client:wait(id, timeout_ms): drives this state's runtime when one runs here, so specs and
 ** scripts can start and wait in one process; otherwise polls the store. */
 static int l_wait(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   dxl_state_t *S = dxl_state(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   lua_Integer timeout = luaL_optinteger(L, 3, 30000);
@@ -173,7 +174,7 @@ static int l_wait(lua_State *L) {
     return luaL_error(L, "client:wait would block the worker's loop (called from an activity or "
                          "callback); poll client:status with actx:sleep instead");
   for (;;) {
-    if (dx_client_status(c, id, &info, &err) != 0) return fail(L, &err);
+    if (dx_client_status(c, id, &info, &err) != 0) return dxl_client_fail(L, &err);
     if (info.status == DX_STATUS_COMPLETED || info.status == DX_STATUS_FAILED ||
         dx__now_ms() >= deadline) {
       int done = info.status == DX_STATUS_COMPLETED || info.status == DX_STATUS_FAILED;
@@ -199,7 +200,7 @@ static int l_wait(lua_State *L) {
 }
 
 static int l_history(lua_State *L) {
-  dx_client_t *c = check_client(L);
+  dx_client_t *c = dxl_check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   dx_event_t *ev = NULL;
   size_t n = 0, i;
@@ -208,11 +209,11 @@ static int l_history(lua_State *L) {
   uint64_t exec;
   luaL_argcheck(L, n_exec >= 0, 3, "execution_id must be >= 0");
   exec = (uint64_t)n_exec;
-  if (dx_client_history(c, id, exec, &ev, &n, &err) != 0) return fail(L, &err);
+  if (dx_client_history(c, id, exec, &ev, &n, &err) != 0) return dxl_client_fail(L, &err);
   lua_createtable(L, (int)n, 0);
   for (i = 0; i < n; i++) {
     char *json = dx_event_to_json(&ev[i]);
-    push_decoded(L, json);
+    dxl_push_decoded(L, json);
     free(json);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
@@ -220,19 +221,15 @@ static int l_history(lua_State *L) {
   return 1;
 }
 
-static int collect_id(void *ud, const char *id) {
-  lua_State *L = ud;
-  lua_pushstring(L, id);
-  lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
-  return 0;
-}
-
-static int l_list(lua_State *L) {
-  dx_client_t *c = check_client(L);
-  dx_provider_t *p = dx_client_provider(c);
+/* client:stats() (also client:metrics()): the store-wide figures of dx_client_stats_json as a
+** table. A worker's own counters are rt:metrics() / its /metrics endpoint. */
+static int l_stats(lua_State *L) {
+  dx_client_t *c = dxl_check_client(L);
   dx_error_t err;
-  lua_newtable(L);
-  if (p->methods->list_instances(p, collect_id, L, &err) != 0) return fail(L, &err);
+  char *json;
+  if (dx_client_stats_json(c, &json, &err) != 0) return dxl_client_fail(L, &err);
+  dxl_push_decoded(L, json);
+  free(json);
   return 1;
 }
 
@@ -249,7 +246,8 @@ int dxl_client_new(lua_State *L) {
                                      {"raise_event", l_raise},
                                      {"cancel", l_cancel}, {"status", l_status},
                                      {"wait", l_wait}, {"history", l_history},
-                                     {"list", l_list}, {"close", l_close}, {NULL, NULL}};
+                                     {"stats", l_stats}, {"metrics", l_stats},
+                                     {"close", l_close}, {NULL, NULL}};
   dxl_state_t *S = dxl_state(L);
   const char *store = NULL;
   lclient_t *u;
@@ -268,6 +266,7 @@ int dxl_client_new(lua_State *L) {
   u->c = NULL;
   if (luaL_newmetatable(L, CLIENT_MT)) {
     luaL_newlib(L, methods);
+    luaL_setfuncs(L, dxl_manage_methods, 0);
     dxl_guard_functions(L, S, -1, NULL, "client:", "start work with ctx:start_orchestration or "
                         "ctx:schedule_sub_orchestration, or use the client in an activity");
     lua_setfield(L, -2, "__index");

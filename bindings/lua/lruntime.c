@@ -12,6 +12,7 @@
 #include "embedding.h"
 #include "log.h"
 #include "util.h"
+#include "value.h"
 #include "watchdog.h"
 
 typedef struct {
@@ -372,6 +373,20 @@ static int l_rt_stats(lua_State *L) {
   return 1;
 }
 
+/* rt:metrics(): this worker's metrics as dx_metrics_render_json shapes them
+** ({ [name] = { type =, help =, series = { { labels = {..}, value = n }, ... } } }). */
+static int l_rt_metrics(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  char err[256], *json = r->rt ? dx_metrics_render_json(dx_runtime_metrics(r->rt)) : NULL;
+  if (!json) return luaL_error(L, "rt:metrics(): %s", r->rt ? "out of memory" : "runtime is freed");
+  if (!dx__lua_push_json(L, json, strlen(json), err, sizeof err)) {
+    free(json);
+    return luaL_error(L, "rt:metrics(): %s", err);
+  }
+  free(json);
+  return 1;
+}
+
 /* [-2, +0, e] dxl_options_from_table(arg 1) into the dx_options_t at arg 2. */
 static int parse_options(lua_State *L) {
   dxl_options_from_table(L, 1, dxl_state(L), lua_touserdata(L, 2));
@@ -461,6 +476,7 @@ int luaopen_duroxide_runtime_mt(lua_State *L) {
   static const luaL_Reg methods[] = {{"start", l_rt_start}, {"run_until", l_rt_run_until},
                                      {"run_for", l_rt_run_for}, {"stop", l_rt_stop},
                                      {"worker_id", l_rt_worker_id}, {"stats", l_rt_stats},
+                                     {"metrics", l_rt_metrics},
                                      {"crash", l_rt_crash}, {"_idle", l_rt_idle},
                                      {"_renew_sessions", l_rt_renew_sessions},
                                      {"_poke", l_rt_poke}, {"_config", l_rt_config},

@@ -103,11 +103,31 @@ int dx_runtime_error(const dx_runtime_t *rt, dx_error_t *err);
 const char *dx_runtime_worker_id(const dx_runtime_t *rt);
 /** Wake the store thread now (work was enqueued in this process). Thread-safe. */
 void dx_runtime_poke(dx_runtime_t *rt);
-/** Counters for tests and benchmarks. */
+/** Counters for tests and benchmarks (a summary of dx_runtime_metrics: turns run, activity
+**  deliveries settled, store commits and cycles). */
 typedef struct dx_runtime_stats_s {
   uint64_t turns, activities, commits, fetch_cycles;
 } dx_runtime_stats_t;
 void dx_runtime_stats(const dx_runtime_t *rt, dx_runtime_stats_t *out);
+
+/* {===== metrics =====} */
+/*
+** Each runtime counts what it does (orchestration starts and ends, failures by category,
+** turns, replays, activity outcomes and durations, store transactions and their commit
+** latency, queue depths, session claims, moves and releases) in a registry of counters, gauges
+** and histograms. docs/operations.md lists every metric.
+*/
+typedef struct dx_metrics_s dx_metrics_t;
+/** The runtime's metrics registry (borrowed: valid until dx_runtime_free). NULL for NULL. */
+dx_metrics_t *dx_runtime_metrics(dx_runtime_t *rt);
+/** The registry in the Prometheus text exposition format (version 0.0.4), as served on
+**  /metrics: malloc'd, the caller frees it; NULL for NULL or out of memory. Any thread. */
+char *dx_metrics_render_prometheus(dx_metrics_t *m);
+/** The registry as one JSON object {"<metric>": {"type", "help", "series": [{"labels": {..},
+**  "value"} or, for histograms, {"labels", "count", "sum", "buckets": [{"le", "count"}]}]}}
+**  (bucket counts cumulative): malloc'd, caller frees; NULL for NULL or out of memory. Any
+**  thread. */
+char *dx_metrics_render_json(dx_metrics_t *m);
 
 /* Test support (the duroxide.testing harness; not for production use). */
 /** Stop `rt` abruptly, as if its process were killed: no hook runs, nothing is released or
@@ -183,6 +203,103 @@ const char *dx_event_kind_name(int kind);
 int dx_event_kind_from_name(const char *name);
 /** JSON text of one event (malloc'd), as `duroxide-lua history` prints it. */
 char *dx_event_to_json(const dx_event_t *e);
+/** Store-wide figures as one JSON object in *out (malloc'd, caller frees):
+**  {"time_ms", "orchestrator_queue", "worker_queue" (messages and rows in any state),
+**   "instances", "sessions": {"total", "live" (owned, lease not lapsed), "lapsed", "unowned"
+**   (released or never claimed), "queued" (their worker rows), "by_worker": {id: live}}}.
+**  What `duroxide-lua stats` prints and client:stats() returns; a worker's own counters are
+**  its metrics (dx_runtime_metrics). DX_OK, or the provider's error. */
+int dx_client_stats_json(dx_client_t *c, char **out, dx_error_t *err);
+
+/* {===== management (issue 10) =====} */
+/*
+** Management over any provider with the version-6 management members (DX_ESTATE naming the
+** provider otherwise).
+** Bad input (ids, filters, cursors, durations) gives DX_EINVAL naming it and changes nothing.
+** JSON shapes (the CLI prints them, the Lua client and the web console decode them):
+**   list row:  {"instance_id","status","orchestration","version","execution_id",
+**               "created_at_ms","updated_at_ms","parent_instance"?,"output"? (Completed),
+**               "error"? (Failed),"custom_status"?}
+**              status: "Pending" (queued, never run), "Running", "Completed", "Failed"
+**   list page: {"instances":[row...],"next":CURSOR|null}
+**   execution: {"execution_id","status","started_at_ms","completed_at_ms"?,"event_count"}
+**   describe:  row fields + {"custom_status_version",
+**               "executions":[execution...],
+**               "pending_activities":[{"activity_id","execution_id","name","session_id"?,
+**                  "attempt","visible_at_ms","locked_until_ms"?,"locked_by"?}],
+**               "pending_timers":[{"timer_id","execution_id","fire_at_ms"}],
+**               "subscribed_events":[{"name","waiting"}],
+**               "queued_messages":[{"type","name"?,"visible_at_ms","attempt",
+**                  "locked_until_ms"?}],
+**               "start_backoff"?:{"attempt","retry_at_ms","reason"},
+**               "children":[instance ids], "parent_instance"?}
+*/
+
+/** A point in time for filters (--created-after, --completed-before): a duration ago with a
+**  unit ("30s", "15m", "12h", "7d"), an ISO-8601 UTC time ("2026-11-20T08:00:00Z",
+**  "2026-11-20"), or a bare integer of ms since the epoch. DX_EINVAL (err names the text) for
+**  anything else. now_ms: the clock durations count back from. */
+int dx_parse_time(const char *text, int64_t now_ms, int64_t *out_ms, dx_error_t *err);
+/** Status filter from its name: "Pending", "Running", "Completed", "Failed" (exact).
+**  Returns a dx_list_query_t status, or DX_LIST_ANY for NULL; -100 for an unknown name. */
+int dx_status_filter_from_name(const char *name);
+/** Status name of a list row: "Pending" for DX_STATUS_NONE, else dx_status_name. */
+const char *dx_list_status_name(int status);
+/** JSON text of one list row (malloc'd). */
+char *dx_list_row_to_json(const dx_instance_info_t *row);
+
+/** One page of instances (see list_page in duroxide/provider.h for order and cursor).
+**  q->limit 0 means 50. *rows (dx_instance_infos_free) and *next (free(); NULL on the last
+**  page) are caller-owned. DX_EINVAL for a bad limit, status or cursor. */
+int dx_client_list(dx_client_t *c, const dx_list_query_t *q, dx_instance_info_t **rows,
+                   size_t *n, char **next, dx_error_t *err);
+/** The same page as JSON text {"instances":[...],"next":...} (malloc'd into *json). */
+int dx_client_list_json(dx_client_t *c, const dx_list_query_t *q, char **json,
+                        dx_error_t *err);
+/** Executions of `id`, ascending (*out caller-owned: free()). DX_ENOTFOUND "unknown instance
+**  'ID'" (or "... has no executions yet: it is queued" for a start no worker has run). */
+int dx_client_executions(dx_client_t *c, const char *id, dx_execution_info_t **out,
+                         size_t *n, dx_error_t *err);
+/** JSON text of one execution (malloc'd). */
+char *dx_execution_info_to_json(const dx_execution_info_t *e);
+/** Everything about `id` as one JSON object (shape above) in *json (malloc'd).
+**  DX_ENOTFOUND "unknown instance 'ID'". */
+int dx_client_describe(dx_client_t *c, const char *id, char **json, dx_error_t *err);
+/** Delete `id` with its whole tree of sub-orchestrations, atomically. DX_ESTATE when one of
+**  them is not terminal and `force` is 0 ("instance 'X' is running; ..."), or when `id` is a
+**  sub-orchestration ("... delete its root 'R' instead"); DX_ENOTFOUND for an unknown id.
+**  *deleted (may be NULL) receives the number of instances removed. */
+int dx_client_delete(dx_client_t *c, const char *id, int force, uint64_t *deleted,
+                     dx_error_t *err);
+/** What dx_client_purge deletes (strings borrowed). */
+typedef struct dx_purge_opts_s {
+  int64_t completed_before_ms;  /* required (> 0): terminal instances last updated before */
+  int status;                   /* DX_LIST_TERMINAL (0 is taken as this), DX_STATUS_COMPLETED
+                                   or DX_STATUS_FAILED */
+  const char *name;             /* NULL = any orchestration */
+  int dry_run;                  /* 1: count only */
+  size_t batch;                 /* instances per transaction (0 = 100) */
+} dx_purge_opts_t;
+typedef struct dx_purge_result_s {
+  uint64_t matched;             /* root instances that matched */
+  uint64_t deleted;             /* instances removed, sub-orchestrations included */
+  uint64_t batches;             /* transactions used */
+} dx_purge_result_t;
+/** Delete terminal root instances (with their trees) matching `o`, in batches of o->batch,
+**  each its own short transaction. Instances that turn out running are skipped. */
+int dx_client_purge(dx_client_t *c, const dx_purge_opts_t *o, dx_purge_result_t *out,
+                    dx_error_t *err);
+/** Keep the newest `keep` (>= 1) executions of `id`; *pruned (may be NULL) receives how many
+**  went. DX_ENOTFOUND for an unknown id, DX_EINVAL for keep 0. */
+int dx_client_prune(dx_client_t *c, const char *id, uint64_t keep, uint64_t *pruned,
+                    dx_error_t *err);
+/** Fail running instance `id` now (Application error, kind "Terminated", message
+**  "terminated: REASON"), then its running descendants; its parent, when it has one,
+**  receives SubOrchestrationFailed. Unlike cancel, no orchestration code runs. DX_ESTATE when
+**  `id` is not running; DX_ENOTFOUND when unknown. *terminated (may be NULL) counts the
+**  instances failed. */
+int dx_client_terminate(dx_client_t *c, const char *id, const char *reason,
+                        uint64_t *terminated, dx_error_t *err);
 
 /* {===== C embedding =====} */
 /*

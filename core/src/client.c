@@ -108,6 +108,7 @@ static int prepare_start(const dx_start_t *st, dx_work_item_t *w, dx_error_t *er
   w->version = (char *)st->version;
   w->data = json;
   w->execution_id = 1;
+  w->fire_at_ms = dx__now_ms(); /* when it was started: listings show queued starts by it */
   return DX_OK;
 }
 
@@ -213,6 +214,9 @@ int dx_client_history(dx_client_t *c, const char *id, uint64_t exec, dx_event_t 
   *n = 0;
   if ((rc = check_id("instance id", id, err)) != 0) return rc;
   rc = c->p->methods->read_history(c->p, id, exec, out, n, NULL, err);
+  if (rc == 0 && exec && *n == 0) /* the instance exists; that execution does not */
+    return dx_error_set(err, DX_ENOTFOUND, "instance '%s' has no execution %llu (pruned, or "
+                        "not reached yet)", id, (unsigned long long)exec);
   if (rc != DX_ENOTFOUND) return rc;
   /* One wording for every provider; a queued start exists (status Running) but has no events. */
   queued = dx_client_status(c, id, &info, NULL) == 0 && info.status != DX_STATUS_NONE;
@@ -257,31 +261,23 @@ const char *dx_status_name(int status) {
 }
 
 /* Parse stored canonical JSON into a jansson value (null when absent or unparsable). */
-static json_t *parse_or_null(const char *text) {
+json_t *dx__json_or_null(const char *text) {
   json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
   return v ? v : json_null();
 }
 
 /* A JSON string even for text that is not valid UTF-8 (error messages may carry any bytes):
-** such text keeps its ASCII and shows '?' for every other byte. */
-static json_t *jstr(const char *text) {
-  json_t *v = json_string(text ? text : "");
-  char *copy, *p;
-  if (v) return v;
-  copy = dx__strdup(text);
-  if (!copy) return json_null();
-  for (p = copy; *p; p++)
-    if ((unsigned char)*p >= 0x80) *p = '?';
-  v = json_string(copy);
-  free(copy);
+** such bytes become U+FFFD (dx__json_text). */
+json_t *dx__jstr(const char *text) {
+  json_t *v = dx__json_text(text ? text : "");
   return v ? v : json_null();
 }
 
-static json_t *failure_json(const dx_failure_t *f) {
+json_t *dx__failure_json(const dx_failure_t *f) {
   json_t *o = json_object();
-  json_object_set_new(o, "category", jstr(dx__category_name(f->category)));
-  if (f->kind) json_object_set_new(o, "kind", jstr(f->kind));
-  json_object_set_new(o, "message", jstr(f->message ? f->message : ""));
+  json_object_set_new(o, "category", dx__jstr(dx__category_name(f->category)));
+  if (f->kind) json_object_set_new(o, "kind", dx__jstr(f->kind));
+  json_object_set_new(o, "message", dx__jstr(f->message ? f->message : ""));
   return o;
 }
 
@@ -293,16 +289,16 @@ static char *dump(json_t *o) {
 
 char *dx_instance_info_to_json(const char *id, const dx_instance_info_t *info) {
   json_t *o = json_object();
-  json_object_set_new(o, "instance_id", jstr(id));
-  json_object_set_new(o, "status", jstr(dx_status_name(info->status)));
+  json_object_set_new(o, "instance_id", dx__jstr(id));
+  json_object_set_new(o, "status", dx__jstr(dx_status_name(info->status)));
   if (info->orchestration_name)
-    json_object_set_new(o, "orchestration", jstr(info->orchestration_name));
+    json_object_set_new(o, "orchestration", dx__jstr(info->orchestration_name));
   if (info->current_execution_id) /* 0: the start is queued, no execution yet */
     json_object_set_new(o, "execution_id", json_integer((json_int_t)info->current_execution_id));
   if (info->status == DX_STATUS_COMPLETED)
-    json_object_set_new(o, "output", parse_or_null(info->output));
-  if (info->status == DX_STATUS_FAILED) json_object_set_new(o, "error", failure_json(&info->failure));
-  if (info->custom_status) json_object_set_new(o, "custom_status", parse_or_null(info->custom_status));
+    json_object_set_new(o, "output", dx__json_or_null(info->output));
+  if (info->status == DX_STATUS_FAILED) json_object_set_new(o, "error", dx__failure_json(&info->failure));
+  if (info->custom_status) json_object_set_new(o, "custom_status", dx__json_or_null(info->custom_status));
   return dump(o);
 }
 
@@ -330,16 +326,16 @@ int dx_event_kind_from_name(const char *name) {
 char *dx_event_to_json(const dx_event_t *e) {
   json_t *o = json_object();
   json_object_set_new(o, "event_id", json_integer((json_int_t)e->event_id));
-  json_object_set_new(o, "type", jstr(dx_event_kind_name(e->kind)));
+  json_object_set_new(o, "type", dx__jstr(dx_event_kind_name(e->kind)));
   json_object_set_new(o, "timestamp_ms", json_integer((json_int_t)e->timestamp_ms));
   if (e->source_id) json_object_set_new(o, "source_event_id", json_integer((json_int_t)e->source_id));
-  if (e->name) json_object_set_new(o, "name", jstr(e->name));
-  if (e->version) json_object_set_new(o, "version", jstr(e->version));
-  if (e->data) json_object_set_new(o, "data", parse_or_null(e->data));
-  if (e->instance) json_object_set_new(o, "instance", jstr(e->instance));
-  if (e->session_id) json_object_set_new(o, "session_id", jstr(e->session_id));
-  if (e->reason) json_object_set_new(o, "reason", jstr(e->reason));
+  if (e->name) json_object_set_new(o, "name", dx__jstr(e->name));
+  if (e->version) json_object_set_new(o, "version", dx__jstr(e->version));
+  if (e->data) json_object_set_new(o, "data", dx__json_or_null(e->data));
+  if (e->instance) json_object_set_new(o, "instance", dx__jstr(e->instance));
+  if (e->session_id) json_object_set_new(o, "session_id", dx__jstr(e->session_id));
+  if (e->reason) json_object_set_new(o, "reason", dx__jstr(e->reason));
   if (e->fire_at_ms) json_object_set_new(o, "fire_at_ms", json_integer((json_int_t)e->fire_at_ms));
-  if (e->fail.category) json_object_set_new(o, "error", failure_json(&e->fail));
+  if (e->fail.category) json_object_set_new(o, "error", dx__failure_json(&e->fail));
   return dump(o);
 }

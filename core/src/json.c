@@ -19,6 +19,7 @@
 
 #include "codec.h"
 #include "jsonout.h"
+#include "util.h"
 
 /* Parse flags shared by every reader of payloads; dump flags define the canonical form. */
 #define LOAD_FLAGS (JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL)
@@ -152,45 +153,14 @@ int dx__json_canonical(const char *text, size_t len, char **out, dx_error_t *err
   return DX_OK;
 }
 
-/* Length of the valid UTF-8 sequence at s (as jansson accepts it: no overlongs, no
-** surrogates, at most U+10FFFF), or 0 when the bytes there are not one. */
-static size_t utf8_seq(const unsigned char *s) {
-  unsigned c = s[0], cp, i, n;
-  if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) { n = 2; cp = c & 0x1f; }
-  else if (c >= 0xe0 && c <= 0xef) { n = 3; cp = c & 0x0f; }
-  else if (c >= 0xf0 && c <= 0xf4) { n = 4; cp = c & 0x07; }
-  else return 0;
-  for (i = 1; i < n; i++) {
-    if ((s[i] & 0xc0) != 0x80) return 0; /* also stops at the terminating NUL */
-    cp = (cp << 6) | (s[i] & 0x3f);
-  }
-  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-      (cp >= 0xd800 && cp <= 0xdfff))
-    return 0;
-  return n;
-}
-
 /* A JSON string node for arbitrary C text: invalid UTF-8 bytes become U+FFFD, because
 ** these strings are often messages from outside (Lua errors may carry binary). */
-static json_t *string_node(const char *s) {
-  const unsigned char *p = (const unsigned char *)s;
-  size_t n = strlen(s), i = 0, o = 0, k;
+json_t *dx__json_text(const char *s) {
+  size_t n = strlen(s), o;
   char *fixed;
   json_t *j = json_stringn(s, n);
   if (j) return j;
-  if (!(fixed = malloc(n * 3 + 1))) return NULL;
-  while (i < n) {
-    if ((k = utf8_seq(p + i)) == 0) {
-      memcpy(fixed + o, "\xef\xbf\xbd", 3);
-      o += 3;
-      i++;
-    } else {
-      memcpy(fixed + o, p + i, k);
-      o += k;
-      i += k;
-    }
-  }
+  if (!(fixed = dx__utf8_fix(s, n, &o))) return NULL;
   j = json_stringn(fixed, o);
   free(fixed);
   return j;
@@ -205,7 +175,7 @@ static char *dump_and_free(json_t *j) {
 }
 
 char *dx__json_quote(const char *s) {
-  return dump_and_free(s ? string_node(s) : json_null());
+  return dump_and_free(s ? dx__json_text(s) : json_null());
 }
 
 char *dx__failure_to_json(const dx_failure_t *f) {
@@ -213,8 +183,8 @@ char *dx__failure_to_json(const dx_failure_t *f) {
   int bad;
   if (!o) return NULL;
   bad = json_object_set_new(o, "category", json_string(dx__category_name(f->category)));
-  if (f->kind) bad |= json_object_set_new(o, "kind", string_node(f->kind));
-  bad |= json_object_set_new(o, "message", string_node(f->message ? f->message : ""));
+  if (f->kind) bad |= json_object_set_new(o, "kind", dx__json_text(f->kind));
+  bad |= json_object_set_new(o, "message", dx__json_text(f->message ? f->message : ""));
   if (bad) { /* set_new consumes the value even on failure; only o is left */
     json_decref(o);
     return NULL;

@@ -9,4 +9,14 @@
 ** malloc'd (caller frees), NULL when out of memory. */
 char *dx__json_dump(const json_t *j);
 
+/* Builders shared by the client's JSON output (client.c): stored JSON text parsed (null when
+** absent or unparsable); a string even for bytes that are not UTF-8 ('?' for those); a
+** failure {"category","kind"?,"message"}. */
+struct dx_failure_s;
+json_t *dx__json_or_null(const char *text);
+json_t *dx__jstr(const char *text);
+json_t *dx__failure_json(const struct dx_failure_s *f);
+/* A string node for any C text (invalid UTF-8 bytes become U+FFFD); NULL on ENOMEM. */
+json_t *dx__json_text(const char *s);
+
 #endif

@@ -131,3 +131,10 @@ int dx_work_item_copy(dx_work_item_t *dst, const dx_work_item_t *src) {
   }
   return DX_OK;
 }
+
+void dx_instance_infos_free(dx_instance_info_t *rows, size_t n) {
+  size_t i;
+  if (!rows) return;
+  for (i = 0; i < n; i++) dx_instance_info_clear(&rows[i]);
+  free(rows);
+}

@@ -179,35 +179,43 @@ int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_erro
   return dx_error_set(err, DX_ENOTFOUND, "unknown option --%s", norm);
 }
 
-/* Every option as "name=value ..." (the table's order and spelling; durations in ms), for the
-** "worker options" log line: what the worker really runs with, whichever source set it. */
-void dx__options_describe(const dx_options_t *o, char *buf, size_t cap) {
+/* The "worker options" log record: every option as a field (the table's order and spelling;
+** durations in ms), what the worker really runs with, whichever source set it. */
+void dx__options_log(const dx_options_t *o, int level, const char *msg) {
   static const char *levels[] = {"error", "warn", "info", "debug"};
-  size_t i, n = 0;
-  buf[0] = 0;
-  for (i = 0; i < sizeof opt_table / sizeof opt_table[0] && n < cap; i++) {
+  enum { N = sizeof opt_table / sizeof opt_table[0] };
+  dx_log_field_t f[N];
+  char vals[N][256];
+  size_t i;
+  for (i = 0; i < N; i++) {
     const opt_desc_t *d = &opt_table[i];
     const char *p = (const char *)o + d->off;
     const char *str = d->type == OPT_STR ? *(const char *const *)p : NULL;
-    char v[256];
+    char *v = vals[i];
     switch (d->type) {
       case OPT_INT:
         if (d->off == offsetof(dx_options_t, max_attempts))
-          snprintf(v, sizeof v, "%u", *(const uint32_t *)p);
+          snprintf(v, 256, "%u", *(const uint32_t *)p);
         else if (d->off == offsetof(dx_options_t, turn_instruction_budget))
-          snprintf(v, sizeof v, "%" PRId64, *(const int64_t *)p);
+          snprintf(v, 256, "%" PRId64, *(const int64_t *)p);
         else
-          snprintf(v, sizeof v, "%d", *(const int *)p);
+          snprintf(v, 256, "%d", *(const int *)p);
         break;
-      case OPT_DUR: snprintf(v, sizeof v, "%" PRId64 "ms", *(const int64_t *)p); break;
-      case OPT_STR: snprintf(v, sizeof v, "%s", str ? str : ""); break;
+      case OPT_DUR: snprintf(v, 256, "%" PRId64 "ms", *(const int64_t *)p); break;
+      case OPT_STR: snprintf(v, 256, "%s", str ? str : ""); break;
       case OPT_LEVEL: {
         int lv = *(const int *)p;
-        snprintf(v, sizeof v, "%s", lv >= 0 && lv < 4 ? levels[lv] : "?");
+        snprintf(v, 256, "%s", lv >= 0 && lv < 4 ? levels[lv] : "?");
         break;
       }
-      case OPT_FORMAT: snprintf(v, sizeof v, "%s", *(const int *)p ? "json" : "text"); break;
+      case OPT_FORMAT: snprintf(v, 256, "%s", *(const int *)p ? "json" : "text"); break;
     }
-    n += (size_t)snprintf(buf + n, cap - n, "%s%s=%s", i ? " " : "", d->name, v);
+    memset(&f[i], 0, sizeof f[i]);
+    f[i].key = d->name;
+    f[i].key_len = strlen(d->name);
+    f[i].value = v;
+    f[i].quoted = d->type == OPT_STR;
+    if ((f[i].is_int = d->type == OPT_INT)) f[i].int_value = strtoll(v, NULL, 10);
   }
+  dx__log_fields(level, msg, f, (int)N);
 }

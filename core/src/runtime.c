@@ -17,6 +17,7 @@
 #include "codec.h"
 #include "embedding.h"
 #include "log.h"
+#include "metrics.h"
 #include "options.h"
 #include "replay.h"
 #include "sessions.h"
@@ -34,6 +35,8 @@ struct dx_activity_s {
   dx_runtime_t *rt;
   dx_work_item_t item;
   uint64_t token;
+  uint64_t started_hr;                /* uv_hrtime() at start: the duration metric */
+  const char *outcome;                /* metric outcome of its settlement (NULL: not counted) */
   dx_activity_info_t info;
   dx_work_item_t result;
   dx_store_op_t op;
@@ -54,6 +57,7 @@ typedef struct turn_job_s {
   dx_runtime_t *rt;
   dx_orch_item_t *item;
   dx_turn_t *turn;
+  int acked;                 /* the settlement is an ack (else an abandon) */
   dx_store_op_t op;
 } turn_job_t;
 
@@ -79,7 +83,7 @@ struct dx_runtime_s {
   int64_t stop_deadline_ms;
   dx_runtime_stop_cb stop_cb;
   void *stop_ud;
-  dx_runtime_stats_t stats;
+  dx_metrics_t *metrics;       /* this worker's counters (metrics.h); recorded from both threads */
   int64_t skew_warned_ms;    /* last "store times in our future" warning (process time) */
   int failed;                  /* the store became unusable: `failure` says why */
   dx_error_t failure;
@@ -107,6 +111,7 @@ static void turn_committed(dx_store_op_t *op) {
   if (op->rc != 0)
     dx__log(DX_LOG_WARN, "orchestration commit failed; the turn will be retried",
             "instance=%s error=\"%s\"", job->item->instance, op->err.msg);
+  dx__observe_turn(rt->metrics, job->item, job->acked ? op->ack : NULL, op->rc, dx__now_ms());
   dx__turn_free(job->turn);
   dx_orch_item_free(job->item);
   free(job);
@@ -132,6 +137,7 @@ static void check_clock_skew(dx_runtime_t *rt, const dx_orch_item_t *item, int64
 static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   turn_job_t *job = calloc(1, sizeof *job);
   dx_turn_cfg_t cfg;
+  uint64_t t0;
   if (!job) {
     dx_orch_item_free(item); /* the lock expires and the item comes back */
     return;
@@ -148,9 +154,15 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   job->rt = rt;
   job->item = item;
   dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
+  t0 = uv_hrtime();
   job->turn = dx__turn_run(item, &cfg, rt->host, rt->host_ud);
+  dx__metric_observe(rt->metrics, DXM_ORCH_TURN_DURATION, DXM_NOLABELS, dx__seconds_since(t0));
   dx__watch_leave(rt->loop);
-  rt->stats.turns++;
+  if (item->history_len) {
+    dx__metric_add(rt->metrics, DXM_ORCH_REPLAYS, DXM_NOLABELS, 1);
+    dx__metric_add(rt->metrics, DXM_ORCH_REPLAYED_EVENTS, DXM_NOLABELS,
+                   (double)item->history_len);
+  }
   job->op.ud = job;
   job->op.done = turn_committed;
   if (!job->turn) {
@@ -166,6 +178,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   } else {
     job->op.kind = DX_OP_ACK_ORCH;
     job->op.ack = dx__turn_ack(job->turn);
+    job->acked = 1;
   }
   dx__store_submit(rt->store, &job->op);
 }
@@ -179,6 +192,7 @@ static void activity_unlink(dx_activity_t *a) {
   if (a->next) a->next->prev = a->prev;
   a->prev = a->next = NULL;
   rt->n_running--;
+  dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
 }
 
 static void activity_release(dx_activity_t *a) {
@@ -203,6 +217,9 @@ static void check_stop_done(dx_runtime_t *rt);
 static void activity_acked(dx_store_op_t *op) {
   dx_activity_t *a = op->ud;
   dx_runtime_t *rt = a->rt;
+  if (a->outcome) /* a refused settlement changed nothing: the delivery's result is lost */
+    dx__metric_add(rt->metrics, DXM_ACT_EXECUTIONS,
+                   DXM_LABELS(a->item.name, op->rc ? "lost" : a->outcome), 1);
   if (op->rc == DX_ELOCK || op->rc == DX_ETOKEN)
     dx__log(DX_LOG_WARN, "activity result not recorded (lock lost: cancelled or expired)",
             "instance=%s activity=%s id=%" PRIu64 " error=\"%s\"", a->item.instance,
@@ -217,14 +234,16 @@ static void activity_acked(dx_store_op_t *op) {
   check_stop_done(rt);
 }
 
-/* Queue the row's settlement: ack with a completion, ack without, or abandon. */
 /* 1 when the activity's session hold ended here (lost, aborted) or lapsed: fenced. */
 static int session_fenced(const dx_activity_t *a) {
   return a->item.session_id && a->rt->sessions &&
          dx__sessions_fenced(a->rt->sessions, a->item.session_id, a->sess_gen);
 }
 
-static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ignore_attempt) {
+/* Queue the row's settlement: ack with a completion, ack without, or abandon. outcome: the
+** duroxide_activity_executions_total label it is counted under once applied (NULL: none). */
+static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ignore_attempt,
+                            const char *outcome) {
   dx_runtime_t *rt = a->rt;
   if (a->finished) return;
   a->finished = 1;
@@ -239,7 +258,9 @@ static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ig
     kind = DX_OP_ABANDON_WORK;
     delay_ms = 0;
     ignore_attempt = 0;
+    outcome = "fenced";
   }
+  a->outcome = outcome;
   if (a->item.session_id && rt->sessions)
     dx__sessions_on_done(rt->sessions, a->item.session_id, a->sess_gen);
   uv_timer_stop(&a->renew_timer);
@@ -252,8 +273,13 @@ static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ig
   a->op.ignore_attempt = ignore_attempt;
   a->op.done = activity_acked;
   a->op.ud = a;
-  rt->stats.activities++;
   dx__store_submit(rt->store, &a->op);
+}
+
+/* The activity's code ran to an end (a result or an application failure): how long it took. */
+static void observe_ran(dx_activity_t *a) {
+  dx__metric_observe(a->rt->metrics, DXM_ACT_DURATION, DXM_LABELS(a->item.name),
+                     dx__seconds_since(a->started_hr));
 }
 
 static void result_base(dx_activity_t *a, int kind) {
@@ -265,6 +291,7 @@ static void result_base(dx_activity_t *a, int kind) {
 
 void dx_activity_complete(dx_activity_t *a, const char *output_json) {
   if (!a || a->finished) return;
+  dx__log_set_worker(a->rt->worker_id); /* called from activity code: say whose */
   if (output_json && strlen(output_json) > DX_MAX_PAYLOAD_BYTES) {
     char msg[160];
     snprintf(msg, sizeof msg, "activity output is %zu bytes; the limit is %d bytes",
@@ -272,11 +299,12 @@ void dx_activity_complete(dx_activity_t *a, const char *output_json) {
     dx_activity_fail(a, msg);
     return;
   }
+  observe_ran(a);
   result_base(a, DX_WI_ACT_COMPLETED);
   a->result.data = dx__strdup(output_json ? output_json : "null");
   dx__log(DX_LOG_DEBUG, "activity completed", "instance=%s activity=%s id=%" PRIu64,
           a->item.instance, a->item.name, a->item.id);
-  activity_settle(a, DX_OP_ACK_WORK, 0, 0);
+  activity_settle(a, DX_OP_ACK_WORK, 0, 0, "success");
 }
 
 static void fail_with(dx_activity_t *a, int category, const char *kind, const char *message) {
@@ -284,14 +312,20 @@ static void fail_with(dx_activity_t *a, int category, const char *kind, const ch
   a->result.fail.category = category;
   a->result.fail.kind = dx__strdup(kind);
   a->result.fail.message = dx__strdup(message ? message : "activity failed");
-  activity_settle(a, DX_OP_ACK_WORK, 0, 0);
+  activity_settle(a, DX_OP_ACK_WORK, 0, 0,
+                  category == DX_CAT_POISON          ? "poison"
+                  : category == DX_CAT_CONFIGURATION ? "config_error"
+                  : category == DX_CAT_APPLICATION   ? "app_error"
+                                                     : "infra_error");
 }
 
 void dx_activity_fail(dx_activity_t *a, const char *message) {
   if (!a || a->finished) return;
+  dx__log_set_worker(a->rt->worker_id);
   dx__log(DX_LOG_INFO, "activity failed (application error)", "instance=%s activity=%s id=%"
           PRIu64 " error=\"%s\"", a->item.instance, a->item.name, a->item.id,
           message ? message : "");
+  observe_ran(a);
   fail_with(a, DX_CAT_APPLICATION, "ActivityFailed", message);
 }
 
@@ -641,6 +675,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   if (rt->running) rt->running->prev = a;
   rt->running = a;
   rt->n_running++;
+  a->started_hr = uv_hrtime();
+  dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
   every = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
                                     rt->opts.worker_lock_renewal_buffer_ms);
   uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
@@ -649,7 +685,7 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
                                         w->previous_owner, at_ms);
 
   if (a->item.kind == DX_WI_SESSION_CLOSE) { /* not an activity: end the session here */
-    activity_settle(a, DX_OP_ACK_WORK, 0, 0); /* first: the close item is not a running one */
+    activity_settle(a, DX_OP_ACK_WORK, 0, 0, NULL); /* first: the close item is not running */
     /* released once the session's running activities here finish (issue 9 item 5) */
     if (rt->sessions && a->item.session_id) dx__sessions_close(rt->sessions, a->item.session_id);
     return;
@@ -671,7 +707,7 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
       dx__log(DX_LOG_WARN, "activity not registered; will retry", "instance=%s activity=%s "
               "attempt=%u retry_in_ms=%" PRId64, a->item.instance, a->item.name,
               w->attempt_count, d);
-      activity_settle(a, DX_OP_ABANDON_WORK, d, 0);
+      activity_settle(a, DX_OP_ABANDON_WORK, d, 0, "retry_unregistered");
     } else {
       char msg[512];
       snprintf(msg, sizeof msg, "activity '%s' is not registered (gave up after %u attempts)",
@@ -681,14 +717,14 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
     return;
   }
   if (rt->stopping) {
-    activity_settle(a, DX_OP_ABANDON_WORK, 0, 1); /* fetched as we stopped: hand it back */
+    activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back"); /* fetched as we stopped */
     return;
   }
   if (session_fenced(a)) { /* the lease lapsed before we got to it (a stall): do not run */
     dx__log(DX_LOG_WARN, "session activity not started: the session's lease lapsed since the "
             "fetch", "instance=%s activity=%s session_id=%s", a->item.instance, a->item.name,
             a->item.session_id);
-    activity_settle(a, DX_OP_ABANDON_WORK, 0, 1);
+    activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back");
     return;
   }
   dx__log(DX_LOG_DEBUG, "activity started", "instance=%s activity=%s id=%" PRIu64 " attempt=%u",
@@ -736,6 +772,15 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   if (opts) rt->opts = *opts;
   else dx_options_init(&rt->opts);
   rt->worker_id = make_worker_id(&rt->opts);
+  rt->metrics = dx__metrics_new();
+  if (!rt->worker_id || !rt->metrics) {
+    dx__metrics_free(rt->metrics);
+    free(rt->worker_id);
+    free(rt);
+    return dx_error_set(err, DX_ENOMEM, "out of memory");
+  }
+  dx__metric_set(rt->metrics, DXM_WORKER_INFO, DXM_LABELS(rt->worker_id, dx_version()), 1);
+  dx__log_set_worker(rt->worker_id); /* this thread's JSON log records name the worker */
   rt->opts.worker_node_id = rt->worker_id;
   rt->host = host;
   rt->host_ud = host_ud;
@@ -839,6 +884,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   if (!rt) return dx_error_set(err, DX_EINVAL, "NULL runtime");
   if (rt->stopping) return dx_error_set(err, DX_ECLOSED, "runtime is stopped");
   if (rt->started) return dx_error_set(err, DX_ESTATE, "runtime already started");
+  dx__log_set_worker(rt->worker_id);
   memset(&cfg, 0, sizeof cfg);
   cfg.provider = rt->provider;
   cfg.orch_lock_ms = rt->opts.orchestrator_lock_timeout_ms;
@@ -850,6 +896,8 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   cfg.on_fetch = on_fetch;
   cfg.on_fatal = on_store_fatal;
   cfg.ud = rt;
+  cfg.metrics = rt->metrics;
+  cfg.worker_id = rt->worker_id;
   if (rt->opts.max_sessions_per_worker > 0) {
     rt->session_cfg.worker_id = rt->worker_id;
     rt->session_cfg.session_lock_ms = rt->opts.session_lock_timeout_ms;
@@ -867,6 +915,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   if (cfg.sessions)
     rt->sessions = dx__sessions_new(rt->loop, rt->store, &rt->opts, rt->worker_id, rt->host,
                                     rt->host_ud);
+  dx__sessions_set_metrics(rt->sessions, rt->metrics);
   rt->started = 1;
   dx__store_want(rt->store, rt->opts.orchestration_concurrency, rt->opts.worker_concurrency);
   registry_add(rt);
@@ -874,11 +923,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   dx__log(DX_LOG_INFO, "worker started", "worker_id=%s orchestration_concurrency=%d "
           "worker_concurrency=%d", rt->worker_id, rt->opts.orchestration_concurrency,
           rt->opts.worker_concurrency);
-  {
-    char all[1024];
-    dx__options_describe(&rt->opts, all, sizeof all);
-    dx__log(DX_LOG_INFO, "worker options", "%s", all);
-  }
+  dx__options_log(&rt->opts, DX_LOG_INFO, "worker options");
   return DX_OK;
 }
 
@@ -940,13 +985,14 @@ static void check_stop_done(dx_runtime_t *rt) {
 ** worker runs them now; close once nothing runs and every commit is applied. */
 static void on_stop_tick(uv_timer_t *h) {
   dx_runtime_t *rt = h->data;
+  dx__log_set_worker(rt->worker_id);
   if (dx__now_ms() >= rt->stop_deadline_ms) {
     while (rt->running) {
       dx_activity_t *a = rt->running;
       dx__log(DX_LOG_WARN, "activity abandoned at shutdown", "instance=%s activity=%s id=%"
               PRIu64, a->item.instance, a->item.name, a->item.id);
       if (!cact_abort(a)) rt->host->activity_abort(rt->host_ud, a);
-      activity_settle(a, DX_OP_ABANDON_WORK, 0, 1);
+      activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back");
     }
   }
   check_stop_done(rt);
@@ -954,6 +1000,7 @@ static void on_stop_tick(uv_timer_t *h) {
 
 void dx_runtime_stop(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud) {
   if (!rt || rt->stopping) return;
+  dx__log_set_worker(rt->worker_id);
   rt->stopping = 1;
   rt->stop_cb = cb;
   rt->stop_ud = ud;
@@ -983,6 +1030,7 @@ void dx_runtime_free(dx_runtime_t *rt) {
   owner_free = rt->owner_free;
   owner = rt->owner;
   cact_free_all(rt);
+  dx__metrics_free(rt->metrics);
   free(rt->worker_id);
   free(rt);
   if (owner_free) owner_free(owner); /* after the runtime: it may own the provider and loop */
@@ -990,13 +1038,15 @@ void dx_runtime_free(dx_runtime_t *rt) {
 
 const char *dx_runtime_worker_id(const dx_runtime_t *rt) { return rt ? rt->worker_id : NULL; }
 
+dx_metrics_t *dx_runtime_metrics(dx_runtime_t *rt) { return rt ? rt->metrics : NULL; }
+
 void dx_runtime_stats(const dx_runtime_t *rt, dx_runtime_stats_t *out) {
   if (!out) return;
-  if (!rt) {
-    memset(out, 0, sizeof *out);
-    return;
-  }
-  *out = rt->stats;
+  memset(out, 0, sizeof *out);
+  if (!rt) return;
+  /* the registry counts them; commits and cycles are the store thread's own counters */
+  out->turns = (uint64_t)dx__metric_sum(rt->metrics, DXM_ORCH_TURN_DURATION);
+  out->activities = (uint64_t)dx__metric_sum(rt->metrics, DXM_ACT_EXECUTIONS);
   if (rt->store) {
     out->commits = dx__store_commits(rt->store);
     out->fetch_cycles = dx__store_cycles(rt->store);

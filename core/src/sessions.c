@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "sessions.h"
 #include "util.h"
 
@@ -60,6 +61,7 @@ struct dx_sessions_s {
   int paused;           /* a simulated stall (tests) */
   void (*shutdown_cb)(void *);
   void *shutdown_ud;
+  dx_metrics_t *metrics;  /* claims, moves, releases, owned (NULL = none) */
 };
 
 /* {===== local set =====} */
@@ -79,6 +81,8 @@ static void drop(dx_sessions_t *s, const char *id, const char *reason) {
     if (strcmp(o->id, id) != 0) continue;
     *pp = o->next;
     s->n_owned--;
+    dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, s->n_owned);
+    dx__metric_add(s->metrics, DXM_SESS_RELEASES, DXM_LABELS(reason), 1);
     dx__log(DX_LOG_INFO, "session released", "session_id=%s worker_id=%s reason=%s "
             "idle_ms=%" PRId64, o->id, s->worker_id, reason, dx__now_ms() - o->last_activity);
     if (s->host->version >= 3 && s->host->session_released_by)
@@ -92,6 +96,10 @@ static void drop(dx_sessions_t *s, const char *id, const char *reason) {
 }
 
 int dx__sessions_count(const dx_sessions_t *s) { return s ? s->n_owned : 0; }
+
+void dx__sessions_set_metrics(dx_sessions_t *s, dx_metrics_t *m) {
+  if (s) s->metrics = m;
+}
 
 /* The lease as far as we know it: our own renewals and fetches, or the store thread's. */
 static int64_t confirmed_until(const dx_sessions_t *s, const owned_t *o) {
@@ -151,6 +159,10 @@ uint64_t dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
     s->n_owned++;
     /* The store already named us (claimed == 0), or we were the previous owner. */
     if (!claimed || (previous_owner && strcmp(previous_owner, s->worker_id) == 0)) how = "reclaim";
+    dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, s->n_owned);
+    dx__metric_add(s->metrics, DXM_SESS_CLAIMS, DXM_LABELS(how), 1);
+    if (claimed && previous_owner && *previous_owner && strcmp(previous_owner, s->worker_id))
+      dx__metric_add(s->metrics, DXM_SESS_MOVES, DXM_NOLABELS, 1); /* it ran elsewhere before */
     dx__log(DX_LOG_INFO, "session claimed", "session_id=%s worker_id=%s how=%s "
             "previous_owner=%s", sid, s->worker_id, how,
             previous_owner && *previous_owner ? previous_owner : "none");
@@ -445,6 +457,7 @@ void dx__sessions_crash(dx_sessions_t *s, void (*cb)(void *ud), void *ud) {
     free(o);
   }
   s->n_owned = 0;
+  dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, 0);
   if (s->renew_busy) s->renew_op.done = wait_renew_then_finish;
   if (s->cleanup_busy) s->cleanup_op.done = cleanup_then_finish;
   s->closing_handles = 3;

@@ -47,6 +47,8 @@ void dx__sessions_close(dx_sessions_t *s, const char *session_id);
 void dx__sessions_shutdown(dx_sessions_t *s, void (*cb)(void *ud), void *ud);
 /* Number of sessions owned now (for stats). */
 int dx__sessions_count(const dx_sessions_t *s);
+/* Record claims, moves, releases and the owned count in m (borrowed; NULL = stop). */
+void dx__sessions_set_metrics(dx_sessions_t *s, struct dx_metrics_s *m);
 /* Run the lease renewal now instead of at the next renewal tick (tests on a virtual clock:
 ** idle unpins and lost leases are noticed here). A renewal already in flight is left alone. */
 void dx__sessions_renew_now(dx_sessions_t *s);

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "store.h"
 #include "util.h"
 
@@ -75,6 +76,7 @@ struct dx_store_s {
   char **sess_conf;   /* guarded by mu: the ids the last kept fallback renewal extended, */
   size_t n_sess_conf; /* to sess_conf_until (so the loop can tell a stall from a busy loop) */
   int64_t sess_conf_until;
+  uint64_t depths_due; /* monotonic ms of the next queue depth poll (with metrics) */
   int64_t backoff_ms;  /* guarded by mu: after a failed cycle 10 ms doubling to 1 s, else 0 */
   int cycle_failed;    /* store thread only: the last cycle failed */
   int fatal;           /* guarded by mu: 1 = fatal_err is set, 2 = reported to the loop */
@@ -422,6 +424,7 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   dx_cycle_t cy;
   size_t n = 0, i;
   int rc = 0;
+  uint64_t t0;
   for (op = ops; op && !rc; op = op->next)
     if (is_ack(op)) n++;
     else rc = op_apply(s, op, now, failed, durable, err);
@@ -449,7 +452,11 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   if (bw > 0) f->work = cy.work_out = calloc((size_t)bw, sizeof *f->work);
   if (!cy.orch_out) cy.max_orch = 0;
   if (!cy.work_out) cy.max_work = 0;
+  t0 = uv_hrtime();
   rc = p->methods->run_cycle(p, now, &cy, err);
+  if (bo > 0 || bw > 0) /* the acks ride along: one call does both */
+    dx__metric_observe(s->cfg.metrics, DXM_STORE_FETCH_DURATION, DXM_NOLABELS,
+                       dx__seconds_since(t0));
   f->n_orch = cy.n_orch;
   f->n_work = cy.n_work;
   for (i = 0; i < f->n_orch; i++) hold(s, f->orch[i]->instance, f->orch[i]->lock_token);
@@ -483,6 +490,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t
   dx_provider_t *p = s->cfg.provider;
   dx_store_op_t *op;
   int durable = 0, rc;
+  uint64_t t0;
   memset(f, 0, sizeof *f);
   memset(err, 0, sizeof *err);
   *failed = 0;
@@ -493,7 +501,11 @@ static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t
     rc = run_cycle(s, ops, bo, bw, now, f, failed, &durable, err);
   } else {
     for (op = ops; op && !rc; op = op->next) rc = op_apply(s, op, now, failed, &durable, err);
+    t0 = uv_hrtime();
     if (!rc && fetch_into(s, now, bo, bw, f)) *failed |= CALL_FETCH;
+    if (!rc && (bo > 0 || bw > 0))
+      dx__metric_observe(s->cfg.metrics, DXM_STORE_FETCH_DURATION, DXM_NOLABELS,
+                         dx__seconds_since(t0));
   }
   if (rc) { /* DX_ERETRY from an op: it runs again, its outcome is not known yet */
     p->methods->rollback(p);
@@ -503,7 +515,11 @@ static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t
     return rc;
   }
   /* A cycle that only took locks need not reach the disk: a lost lock only delays. */
-  if ((rc = p->methods->commit(p, durable, err)) != 0) {
+  t0 = uv_hrtime();
+  rc = p->methods->commit(p, durable, err);
+  dx__metric_observe(s->cfg.metrics, DXM_STORE_COMMIT_DURATION,
+                     DXM_LABELS(durable ? "true" : "false"), dx__seconds_since(t0));
+  if (rc != 0) {
     p->methods->rollback(p); /* a no-op when the failed commit already ended the batch */
     unhold_fetched(s, f);
     free_fetched(f);
@@ -523,11 +539,41 @@ static int cycle_retrying(dx_store_t *s, dx_store_op_t *ops, int bo, int bw,
   for (attempt = 1; attempt <= RETRY_ATTEMPTS; attempt++) {
     rc = cycle_once(s, ops, bo, bw, now_ms(s), f, failed, err);
     if (rc != DX_ERETRY) break;
+    dx__metric_add(s->cfg.metrics, DXM_STORE_RETRIES, DXM_NOLABELS, 1);
     dx__log(DX_LOG_WARN, "store transaction failed; retrying it whole", "attempt=%d error=\"%s\"",
             attempt, err->msg);
     if (attempt < RETRY_ATTEMPTS) uv_sleep(RETRY_FIRST_MS << (attempt - 1));
   }
   return rc;
+}
+
+/* One cycle ended with rc: the counters (dx__store_commits, metrics). */
+static void count_cycle(dx_store_t *s, int rc) {
+  s->cycles++;
+  if (rc == 0) s->commits++;
+  dx__metric_add(s->cfg.metrics, DXM_STORE_CYCLES, DXM_LABELS(rc ? "failed" : "ok"), 1);
+}
+
+/* Each op's outcome and what the cycle fetched, for the metrics. */
+static void count_ops(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f) {
+  static const char *const names[] = {
+    [DX_OP_ACK_ORCH] = "ack_orchestration", [DX_OP_ABANDON_ORCH] = "abandon_orchestration",
+    [DX_OP_ACK_WORK] = "ack_work", [DX_OP_ABANDON_WORK] = "abandon_work",
+    [DX_OP_RENEW_WORK] = "renew_work", [DX_OP_ENQUEUE_ORCH] = "enqueue",
+    [DX_OP_RENEW_SESSIONS] = "renew_sessions", [DX_OP_RELEASE_SESSIONS] = "release_sessions",
+    [DX_OP_CLEANUP_SESSIONS] = "cleanup_sessions"};
+  const dx_store_op_t *op;
+  if (!s->cfg.metrics) return;
+  for (op = ops; op; op = op->next)
+    dx__metric_add(s->cfg.metrics, DXM_STORE_OPERATIONS,
+                   DXM_LABELS(op->kind > 0 && (size_t)op->kind < sizeof names / sizeof *names
+                                  ? names[op->kind] : "other",
+                              op->rc ? "refused" : "ok"), 1);
+  if (f->n_orch)
+    dx__metric_add(s->cfg.metrics, DXM_STORE_FETCHED, DXM_LABELS("orchestrator"),
+                   (double)f->n_orch);
+  if (f->n_work)
+    dx__metric_add(s->cfg.metrics, DXM_STORE_FETCHED, DXM_LABELS("worker"), (double)f->n_work);
 }
 
 /* The batch failed as a whole (not by DX_ERETRY, or by DX_ERETRY too often): apply each op in
@@ -544,8 +590,7 @@ static void cycle_isolate(dx_store_t *s, dx_store_op_t *ops) {
       op->next = NULL; /* a batch of one */
       rc = cycle_retrying(s, op, 0, 0, &none, &failed, &err);
       op->next = next;
-      s->cycles++;
-      if (rc == 0) s->commits++;
+      count_cycle(s, rc);
     }
     if (rc != 0) {
       op->rc = rc;
@@ -558,11 +603,12 @@ static void cycle_isolate(dx_store_t *s, dx_store_op_t *ops) {
 static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fetched_t *f) {
   dx_store_op_t *op;
   dx_error_t err;
+  uint64_t t0 = uv_hrtime();
   int failed, rc = cycle_retrying(s, ops, bo, bw, f, &failed, &err);
-  s->cycles++;
-  if (rc == 0) {
-    s->commits++;
-  } else {
+  dx__metric_observe(s->cfg.metrics, DXM_STORE_CYCLE_DURATION, DXM_NOLABELS,
+                     dx__seconds_since(t0));
+  count_cycle(s, rc);
+  if (rc != 0) {
     dx__log(DX_LOG_ERROR, "store commit failed", "error=\"%s\"", err.msg);
     /* A damaged store (or one whose lock file vanished) cannot be used safely any more. Only
     ** when begin or commit found it so: a damaged record read by one call fails that call. */
@@ -578,9 +624,26 @@ static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fet
     }
     for (op = ops; op; op = op->next) settle_held(s, op); /* ops that failed by DX_ERETRY */
   }
+  count_ops(s, ops, f);
   /* a failed op (a lost lock, bad input) is an answer, not a failing store: no backoff */
   s->cycle_failed = rc != 0 || (failed & CALL_FETCH);
   return f->n_orch + f->n_work > 0;
+}
+
+#define DEPTHS_EVERY_MS 10000
+
+/* Refresh the queue depth gauges every DEPTHS_EVERY_MS (mu not held; outside a batch, like
+** next_due). A failed read keeps the last values. */
+static void poll_depths(dx_store_t *s) {
+  dx_provider_t *p = s->cfg.provider;
+  dx_queue_depths_t d;
+  dx_error_t err;
+  if (!s->cfg.metrics || mono_ms() < s->depths_due || !p->methods->get_queue_depths) return;
+  s->depths_due = mono_ms() + DEPTHS_EVERY_MS;
+  if (p->methods->get_queue_depths(p, &d, &err) != 0) return;
+  dx__metric_set(s->cfg.metrics, DXM_QUEUE_ORCH, DXM_NOLABELS, (double)d.orchestrator);
+  dx__metric_set(s->cfg.metrics, DXM_QUEUE_WORK, DXM_NOLABELS, (double)d.worker);
+  dx__metric_set(s->cfg.metrics, DXM_INSTANCES, DXM_NOLABELS, (double)d.instances);
 }
 
 static int64_t next_due(dx_store_t *s, int64_t now) {
@@ -602,6 +665,7 @@ static void timed_wait(dx_store_t *s, int64_t ms) {
 
 static void store_main(void *arg) {
   dx_store_t *s = arg;
+  dx__log_set_worker(s->cfg.worker_id);
   uv_mutex_lock(&s->mu);
   for (;;) {
     dx_store_op_t *ops;
@@ -623,6 +687,7 @@ static void store_main(void *arg) {
       int64_t now = now_ms(s), due;
       s->woken = 0; /* this check covers every wake so far */
       uv_mutex_unlock(&s->mu);
+      poll_depths(s);
       due = next_due(s, now);
       uv_mutex_lock(&s->mu);
       if (due > now && !s->pending && !s->poked && !s->woken) {
@@ -640,6 +705,7 @@ static void store_main(void *arg) {
     uv_mutex_unlock(&s->mu);
 
     got = cycle(s, ops, bo, bw, &f);
+    poll_depths(s);
 
     uv_mutex_lock(&s->mu);
     s->busy = 0;
@@ -698,6 +764,7 @@ static void on_async(uv_async_t *h) {
   dx_store_op_t *ops;
   fetched_node_t *fl;
   int fatal;
+  dx__log_set_worker(s->cfg.worker_id); /* the loop may serve several runtimes (tests) */
   /* uv_async_send coalesces: drain everything on each wakeup. */
   uv_mutex_lock(&s->mu);
   ops = s->done;

@@ -86,6 +86,9 @@ typedef struct dx_store_cfg_s {
   void (*on_fatal)(void *ud, const dx_error_t *err);
   dx_clock_fn clock;                 /* NULL = wall clock */
   void *clock_ud;
+  struct dx_metrics_s *metrics;      /* NULL = none; the thread records cycles, commits,
+                                        operations and polls queue depths (metrics.h) */
+  const char *worker_id;             /* for the JSON logs of both threads (may be NULL) */
 } dx_store_cfg_t;
 
 int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg, dx_error_t *err);

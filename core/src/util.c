@@ -208,3 +208,51 @@ int dx__parse_size(const char *text, size_t *out) {
   *out = (size_t)(v << shift);
   return DX_OK;
 }
+
+/* Length of the valid UTF-8 sequence at s (as jansson accepts it: no overlongs, no
+** surrogates, at most U+10FFFF), or 0 when the bytes there are not one. */
+static size_t utf8_seq(const unsigned char *s, size_t left) {
+  unsigned c = s[0], cp, i, n;
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) { n = 2; cp = c & 0x1f; }
+  else if (c >= 0xe0 && c <= 0xef) { n = 3; cp = c & 0x0f; }
+  else if (c >= 0xf0 && c <= 0xf4) { n = 4; cp = c & 0x07; }
+  else return 0;
+  if (n > left) return 0;
+  for (i = 1; i < n; i++) {
+    if ((s[i] & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (s[i] & 0x3f);
+  }
+  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+      (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return n;
+}
+
+size_t dx__utf8_valid_prefix(const char *s, size_t n) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0, k;
+  while (i < n && (k = utf8_seq(p + i, n - i)) != 0) i += k;
+  return i;
+}
+
+char *dx__utf8_fix(const char *s, size_t n, size_t *out_n) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0, o = 0, k;
+  char *fixed = malloc(n * 3 + 1);
+  if (!fixed) return NULL;
+  while (i < n) {
+    if ((k = utf8_seq(p + i, n - i)) == 0) {
+      memcpy(fixed + o, "\xef\xbf\xbd", 3);
+      o += 3;
+      i++;
+    } else {
+      memcpy(fixed + o, p + i, k);
+      o += k;
+      i += k;
+    }
+  }
+  fixed[o] = '\0';
+  if (out_n) *out_n = o;
+  return fixed;
+}

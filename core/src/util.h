@@ -23,4 +23,10 @@ uint64_t dx__new_token(void);
 /* Parse a size: bytes, or a number with k, m, g or t (powers of 1024; "MiB", "mb" and
 ** friends accepted). DX_OK or DX_EINVAL. */
 int dx__parse_size(const char *text, size_t *out);
+/* A malloc'd, NUL-terminated copy of the n bytes at s in which every byte that does not
+** start a valid UTF-8 sequence is replaced by U+FFFD; *out_n (may be NULL) gets its length.
+** NULL on ENOMEM. */
+char *dx__utf8_fix(const char *s, size_t n, size_t *out_n);
+/* How many of the n bytes at s form valid UTF-8 before the first bad byte (n: all valid). */
+size_t dx__utf8_valid_prefix(const char *s, size_t n);
 #endif

@@ -42,6 +42,7 @@ typedef struct watchdog_s {
   int64_t alarm_at;       /* monotonic ms; 0: no alarm armed */
   void (*alarm)(void *);
   void *alarm_arg;
+  char worker[256];       /* the worker of the thread that attached: the JSON logs name it */
   struct watchdog_s *next;
 } watchdog_t;
 
@@ -87,6 +88,7 @@ static void current_label(const watchdog_t *w, char *out) {
 ** turn. */
 static void watch_thread(void *arg) {
   watchdog_t *w = arg;
+  dx__log_set_worker(w->worker);
   uv_mutex_lock(&mu);
   while (!w->stop) {
     int64_t now = mono_ms(), blocked = now - w->beat_ms, wait = w->period_ms;
@@ -137,6 +139,7 @@ int dx__watchdog_attach(uv_loop_t *loop, int64_t threshold_ms, int64_t limit_ms)
   if (!(w = calloc(1, sizeof *w))) return UV_ENOMEM;
   w->loop = loop;
   w->refs = 1;
+  snprintf(w->worker, sizeof w->worker, "%s", dx__log_worker());
   w->threshold_ms = threshold_ms > 0 ? threshold_ms : 0;
   w->period_ms = period_of(threshold_ms, limit_ms);
   w->beat_ms = mono_ms();

@@ -398,6 +398,29 @@ end
 --- queued=}, ... } (worker_id nil when unowned).
 function Env:sessions() return self.store:sessions() end
 
+--- Metrics of running worker `id` (rt:metrics(): { [name] = {type=, help=, series=} }). With
+--- `name`: the sum over that metric's series whose labels include every pair in `labels`
+--- (a histogram's series count their observations). Read once the workers are idle: a
+--- worker counts a commit when its loop hears that the store applied it.
+function Env:metrics(id, name, labels)
+  local w = self:_worker(id, "metrics")
+  if not w.alive then error("metrics: worker " .. id .. " is not running", 2) end
+  self:_wait_idle()
+  local m = w.rt:metrics()
+  if name == nil then return m end
+  local fam = m[name]
+  if not fam then error("metrics: no metric named " .. tostring(name), 2) end
+  local sum = 0
+  for _, s in ipairs(fam.series) do
+    local match = true
+    for k, v in pairs(labels or {}) do
+      if s.labels[k] ~= v then match = false end
+    end
+    if match then sum = sum + (s.value or s.count) end
+  end
+  return sum
+end
+
 --- Start simulated worker `id` (a runtime with worker_node_id = id on this store).
 function Env:add_worker(id, options)
   check_string(id, "worker id")

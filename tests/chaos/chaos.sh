@@ -66,15 +66,9 @@ export CHAOS_LOG=$TMP/logs CHAOS_DEATHS=$TMP/deaths
 mkdir -p "$CHAOS_LOG"
 RANDOM=$SEED
 
-# ctl.lua runs in lua5.4 with the duroxide.so built next to the binary under test (with the
-# sanitizer runtimes preloaded when that build is instrumented, as scripts/test does for busted).
-SO_DIR=$(dirname "${DUROXIDE_LUA:-$ROOT/build/bindings/duroxide-lua}")
-CTL_ENV=(env "LUA_CPATH=$SO_DIR/?.so;;")
-if ldd "$SO_DIR/duroxide.so" 2>/dev/null | grep -q libasan; then
-  CTL_ENV+=("LD_PRELOAD=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
-            "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1")
-fi
-ctl() { timeout 120 "${CTL_ENV[@]}" lua5.4 "$CHAOS/ctl.lua" "$@"; }
+# ctl.lua runs in lua5.4 with the duroxide.so built next to the binary under test (LUA_ENV,
+# e2e/lib.sh).
+ctl() { timeout 120 "${LUA_ENV[@]}" lua5.4 "$CHAOS/ctl.lua" "$@"; }
 
 now_ms() { date +%s%3N; }
 rand_between() { echo $(( $1 + (RANDOM * 32768 + RANDOM) % ($2 - $1 + 1) )); }

@@ -87,6 +87,16 @@ diag() { printf '%s\n' "$@" | sed 's/^/# /'; }
 # dx ARGS...: a client command, bounded. stdout/stderr pass through.
 dx() { timeout 60 "$DX" "$@"; }
 
+# LUA_ENV: the environment for lua5.4 with the duroxide.so built next to the binary under test
+# (with the sanitizer runtimes preloaded when that build is instrumented, as scripts/test does
+# for busted). Use: "${LUA_ENV[@]}" lua5.4 script.lua ...
+SO_DIR=$(dirname "${DUROXIDE_LUA:-$ROOT/build/bindings/duroxide-lua}")
+LUA_ENV=(env "LUA_CPATH=$SO_DIR/?.so;;")
+if ldd "$SO_DIR/duroxide.so" 2>/dev/null | grep -q libasan; then
+  LUA_ENV+=("LD_PRELOAD=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
+            "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1")
+fi
+
 # run_cmd ARGS...: run a client command, capturing OUT, ERR and RC.
 run_cmd() {
   local ef=$TMP/.stderr.$$

@@ -255,6 +255,47 @@ typedef struct dx_queue_depths_s {
   uint64_t instances;
 } dx_queue_depths_t;
 
+/* {===== management types (provider version 6) =====} */
+
+/** list_page's status filter: DX_LIST_ANY, DX_LIST_TERMINAL, or a dx_status_t. DX_STATUS_NONE
+**  selects instances whose start is queued and that no worker has run yet ("Pending"). */
+#define DX_LIST_ANY (-1)
+#define DX_LIST_TERMINAL (-2) /* Completed or Failed */
+#define DX_LIST_MAX_LIMIT 1000
+
+/** One page request of list_page. All strings borrowed for the call. */
+typedef struct dx_list_query_s {
+  int status;                 /* DX_LIST_ANY, DX_LIST_TERMINAL or a dx_status_t */
+  const char *name;           /* exact orchestration name; NULL = any */
+  int64_t created_after_ms;   /* only instances created strictly after; 0 = any */
+  int64_t updated_before_ms;  /* only instances last updated strictly before; 0 = any (purge) */
+  int roots_only;             /* 1: skip sub-orchestrations (purge deletes whole trees) */
+  const char *after;          /* the `next` cursor of the previous page; NULL/"" = first page */
+  size_t limit;               /* rows wanted, 1..DX_LIST_MAX_LIMIT */
+} dx_list_query_t;
+
+/** One execution of an instance (list_executions). */
+typedef struct dx_execution_info_s {
+  uint64_t execution_id;
+  int status;                 /* dx_status_t */
+  int64_t started_at_ms;
+  int64_t completed_at_ms;    /* 0 while running */
+  uint64_t event_count;
+} dx_execution_info_t;
+
+/** Queue rows of one instance (instance_queue), for describe. Borrowed during the callback. */
+enum { DX_QUEUE_ORCHESTRATOR = 1, DX_QUEUE_WORKER = 2 };
+typedef struct dx_queued_s {
+  int queue;                  /* DX_QUEUE_* */
+  const dx_work_item_t *item;
+  int64_t visible_at_ms;
+  int64_t locked_until_ms;    /* 0: not locked */
+  uint32_t attempt;           /* fetches so far */
+  const char *locked_by;      /* worker holding it where the store knows (session owner,
+                                 instance lock holder); NULL otherwise */
+} dx_queued_t;
+typedef int (*dx_queued_cb)(void *ud, const dx_queued_t *q);
+
 /* Release helpers (safe on zeroed structs; leave the struct zeroed). */
 void dx_failure_clear(dx_failure_t *f);
 void dx_event_clear(dx_event_t *e);
@@ -262,6 +303,8 @@ void dx_work_item_clear(dx_work_item_t *w);
 void dx_events_free(dx_event_t *events, size_t n);
 void dx_orch_item_free(dx_orch_item_t *item);
 void dx_instance_info_clear(dx_instance_info_t *info);
+/** Clears every row, then frees the array (NULL is ignored). */
+void dx_instance_infos_free(dx_instance_info_t *rows, size_t n);
 /* Deep copies; return DX_OK or DX_ENOMEM. */
 int dx_failure_copy(dx_failure_t *dst, const dx_failure_t *src);
 int dx_event_copy(dx_event_t *dst, const dx_event_t *src);
@@ -305,7 +348,7 @@ typedef int (*dx_instance_cb)(void *ud, const char *id);
 typedef void (*dx_check_cb)(void *ud, const char *problem);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 5 (older providers: 1..4; members past `version` are absent) */
+  int version; /* 6 (older providers: 1..5; members past `version` are absent) */
   const char *name;
 
   /** Close and free the provider. */
@@ -448,6 +491,48 @@ typedef struct dx_provider_methods_s {
                          dx_error_t *err);
   void (*worker_unregister)(dx_provider_t *p, const char *worker_id);
   /* members above are version 5 */
+
+  /* Management (version 6; issue 10). A provider fills all six or none (NULL). They run
+  ** outside the runtime's batches, each in transactions of their own. */
+
+  /** One page of instances, newest first: instances whose start is queued and never ran
+  **  (status DX_STATUS_NONE; name, version, parent and created time from the queued start)
+  **  come before recorded instances, which follow in creation order. *rows (caller-owned,
+  **  dx_instance_infos_free) receives up to q->limit rows; *next (caller-owned, free()) the
+  **  cursor of the following page, NULL when this page is the last. The cursor names a
+  **  position, not an offset: instances created meanwhile never shift a page. DX_EINVAL
+  **  naming the problem for a bad limit or cursor. */
+  int (*list_page)(dx_provider_t *p, int64_t now_ms, const dx_list_query_t *q,
+                   dx_instance_info_t **rows, size_t *n, char **next, dx_error_t *err);
+  /** Every stored execution of `instance`, ascending (*out caller-owned, free()).
+  **  DX_ENOTFOUND for an instance without a record. */
+  int (*list_executions)(dx_provider_t *p, const char *instance, dx_execution_info_t **out,
+                         size_t *n, dx_error_t *err);
+  /** Calls cb for every orchestrator message and worker row of `instance` (orchestrator
+  **  messages first, oldest first). Reads everything before the first callback. */
+  int (*instance_queue)(dx_provider_t *p, const char *instance, dx_queued_cb cb, void *ud,
+                        dx_error_t *err);
+  /** Delete the listed instances in one transaction: records, executions, history, both
+  **  queues (with their session indexes; a session row left with no rows and no live owner
+  **  goes too), instance locks. Without `force`, DX_ESTATE (nothing deleted) when one of them
+  **  is not terminal (running, or queued and never run), naming it. Unknown ids are skipped.
+  **  An in-flight turn or activity of a deleted instance finds its lock gone and its ack
+  **  fails. *deleted (may be NULL) receives how many instances were removed. */
+  int (*delete_instances)(dx_provider_t *p, const char *const *ids, size_t n, int force,
+                          uint64_t *deleted, dx_error_t *err);
+  /** Delete the history and records of executions older than the newest `keep` (>= 1) of
+  **  `instance`; never the current execution nor a running one. *pruned (may be NULL)
+  **  receives how many executions went. DX_ENOTFOUND for an unknown instance. */
+  int (*prune_executions)(dx_provider_t *p, const char *instance, uint64_t keep,
+                          uint64_t *pruned, dx_error_t *err);
+  /** Fail a running instance now: append OrchestrationFailed (`why`) to its current
+  **  execution, mark it Failed, drop its queued messages, its instance lock and its worker
+  **  rows. With notify_parent, a sub-orchestration's running parent receives
+  **  SubOrchestrationFailed. DX_ESTATE when the instance is not running; DX_ENOTFOUND when
+  **  it has no record (a queued start: delete it instead). One transaction. */
+  int (*terminate_instance)(dx_provider_t *p, int64_t now_ms, const char *instance,
+                            const dx_failure_t *why, int notify_parent, dx_error_t *err);
+  /* members above are version 6 */
 } dx_provider_methods_t;
 
 /** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a

@@ -416,7 +416,7 @@ static void lm_destroy(dx_provider_t *pp) {
 static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
 
 static const dx_provider_methods_t lm_methods = {
-  5,
+  6,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -450,6 +450,13 @@ static const dx_provider_methods_t lm_methods = {
   NULL, /* run_cycle: calls one by one cost no round trips on a local store */
   dx__lm_worker_register,
   dx__lm_worker_unregister,
+  /* management (version 6) */
+  dx__lm_list_page,
+  dx__lm_list_executions,
+  dx__lm_instance_queue,
+  dx__lm_delete_instances,
+  dx__lm_prune_executions,
+  dx__lm_terminate,
 };
 
 int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,

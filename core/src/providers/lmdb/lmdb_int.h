@@ -443,6 +443,13 @@ int dx__lm_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint
                       int64_t extend_ms, dx_error_t *err);
 int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *item,
                         int64_t delay_ms, dx_error_t *err);
+/* Every message of one instance, oldest first (free with dx__lm_msgs_free). */
+int dx__lm_msgs_load(tx_t *t, const char *inst, msg_list_t *l);
+void dx__lm_msgs_free(msg_list_t *l);
+int dx__lm_msg_decode(tx_t *t, const msg_list_t *l, size_t i, dx_work_item_t *w);
+/* Replace lock state `old` by `nw` (STATE_EMPTY: drop it), moving the index entries. */
+int dx__lm_state_set(tx_t *t, const char *inst, const orch_state_t *old,
+                     const orch_state_t *nw);
 
 /* sessions.c */
 int dx__lm_sess_owned(const sess_rec_t *r);
@@ -479,6 +486,7 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__lm_work_head(tx_t *t, int db, int64_t now, work_cand_t *c);
 int dx__lm_ident_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud);
 int dx__lm_work_cancel(tx_t *t, const dx_activity_ref_t *ref);
+int dx__lm_row_set(tx_t *t, const work_row_t *old, const work_row_t *nw);
 int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
                       const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
                       dx_error_t *err);
@@ -522,6 +530,23 @@ int dx__lm_strs_push(str_list_t *l, const char *s);
 int dx__lm_list(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err);
 int dx__lm_depths(dx_provider_t *pp, dx_queue_depths_t *out, dx_error_t *err);
 int dx__lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *err);
+
+/* manage.c: management reads */
+int dx__lm_instance_info(tx_t *t, const char *inst, dx_instance_info_t *out);
+int dx__lm_list_page(dx_provider_t *pp, int64_t now, const dx_list_query_t *q,
+                     dx_instance_info_t **rows, size_t *n, char **next, dx_error_t *err);
+int dx__lm_list_executions(dx_provider_t *pp, const char *instance, dx_execution_info_t **out,
+                           size_t *n, dx_error_t *err);
+int dx__lm_instance_queue(dx_provider_t *pp, const char *instance, dx_queued_cb cb, void *ud,
+                          dx_error_t *err);
+
+/* admin.c: management writes */
+int dx__lm_delete_instances(dx_provider_t *pp, const char *const *ids, size_t n, int force,
+                            uint64_t *deleted, dx_error_t *err);
+int dx__lm_prune_executions(dx_provider_t *pp, const char *instance, uint64_t keep,
+                            uint64_t *pruned, dx_error_t *err);
+int dx__lm_terminate(dx_provider_t *pp, int64_t now, const char *instance,
+                     const dx_failure_t *why, int notify_parent, dx_error_t *err);
 
 /* testhooks.c */
 extern const dx_provider_test_hooks_t dx__lm_test_hooks;

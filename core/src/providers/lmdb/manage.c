@@ -1,8 +1,9 @@
 /*
-** manage.c -- LMDB provider: management reads: due times, instance info, listing, queue depths,
-** history reads.
+** manage.c -- LMDB provider: management reads: due times, instance info, listing (pages,
+** executions, an instance's queue rows), queue depths, history reads.
 */
 #include "lmdb_int.h"
+#include "providers/listing.h"
 
 /* Earliest due time over the orchestrator indexes (orch), the plain worker indexes (work)
 ** and the session heads (sess). A due session head may belong to a session another worker
@@ -127,6 +128,10 @@ static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
   return rc;
 }
 
+int dx__lm_instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
+  return instance_info(t, inst, out);
+}
+
 /* The contract's uniqueness rule: a START for an id that exists or whose start is queued
 ** fails with DX_EEXIST (checked in the writing transaction; LMDB has one writer). */
 int dx__lm_start_unique(tx_t *t, const dx_work_item_t *w) {
@@ -243,5 +248,357 @@ int dx__lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *er
   ** dead holders' rows, so look again soon (live.c) */
   if (!rc && sess_due != LM_NEVER && sess_due > now && (sweep = dx__lm_live_next_sweep(p)) < *out)
     *out = sweep > now ? sweep : now;
+  return rc;
+}
+
+/* {===== list_page =====} */
+
+typedef struct {
+  dx__list_cand_t *v;
+  size_t n, cap;
+} cand_list_t;
+
+static void cands_free(cand_list_t *l) {
+  size_t i;
+  for (i = 0; i < l->n; i++) dx_instance_info_clear(&l->v[i].row);
+  free(l->v);
+}
+
+/* The queued START of an instance without a record: its row and seq (found = 0: none). */
+static int queued_start(tx_t *t, const char *inst, dx__list_cand_t *c, int *found) {
+  msg_list_t l;
+  size_t i;
+  int rc = dx__lm_msgs_load(t, inst, &l);
+  *found = 0;
+  for (i = 0; !rc && !*found && i < l.n; i++) {
+    dx_work_item_t w;
+    if ((rc = dx__lm_msg_decode(t, &l, i, &w))) break;
+    if (w.kind == DX_WI_START) {
+      *found = 1;
+      c->seq = l.v[i].seq;
+      if (dx__list_queued_row(inst, &w, l.v[i].visible_at, &c->row)) rc = dx__lm_nomem(t->err);
+    }
+    dx_work_item_clear(&w);
+  }
+  dx__lm_msgs_free(&l);
+  return rc;
+}
+
+/* Instances with queue state but no record: starts no worker has run yet. */
+static int queued_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  cand_list_t *l = ud;
+  inst_rec_t ir;
+  dx__list_cand_t c, *nv;
+  const char *inst = k->mv_data;
+  int rc, found;
+  (void)v;
+  if (k->mv_size == 0 || inst[k->mv_size - 1] != 0) return 0; /* check reports such keys */
+  rc = dx__lm_inst_get(t, inst, &ir);
+  if (rc == 0) dx__lm_inst_clear(&ir);
+  if (rc != DX_ENOTFOUND) return rc;
+  memset(&c, 0, sizeof c);
+  if ((rc = queued_start(t, inst, &c, &found)) || !found) return rc;
+  if (!(nv = dx__lm_grow(l->v, &l->cap, l->n, sizeof *l->v))) {
+    dx_instance_info_clear(&c.row);
+    return dx__lm_nomem(t->err);
+  }
+  l->v = nv;
+  l->v[l->n++] = c;
+  return 0;
+}
+
+/* Recorded instances newest first from the creation index, starting after the cursor. */
+static int recorded_page(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cur,
+                         dx_instance_info_t *rows, size_t *n, int *more, dx__cursor_t *last) {
+  MDB_cursor *c;
+  MDB_val k, v;
+  dkey_t start;
+  int rc = 0, mrc = mdb_cursor_open(t->txn, t->se->dbi[DB_INST_CREATED], &c);
+  if (mrc) return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_INST_CREATED]);
+  if (cur->phase == 'i') {
+    /* the entry at the cursor or the first after it, then step back past it */
+    k_init(&start);
+    k_time(&start, cur->at);
+    k_u64(&start, cur->seq);
+    k = kval(&start);
+    mrc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    mrc = mrc == MDB_NOTFOUND ? mdb_cursor_get(c, &k, &v, MDB_LAST)
+                              : mdb_cursor_get(c, &k, &v, MDB_PREV);
+    while (mrc == 0 && k.mv_size == 16 &&
+           !dx__list_before(cur, 'i', (int64_t)get_u64(k.mv_data),
+                            get_u64((const char *)k.mv_data + 8)))
+      mrc = mdb_cursor_get(c, &k, &v, MDB_PREV);
+  } else {
+    mrc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+  }
+  for (; mrc == 0 && !rc && !*more; mrc = mdb_cursor_get(c, &k, &v, MDB_PREV)) {
+    dx_instance_info_t r;
+    int64_t at;
+    if ((rc = dx__lm_check_sum(t, DB_INST_CREATED, &k, &v))) break;
+    if (k.mv_size != 16 || v.mv_size == 0 || ((const char *)v.mv_data)[v.mv_size - 1] != 0) {
+      rc = dx__lm_corrupt(t, DB_INST_CREATED, "bad entry", "%zu-byte key", k.mv_size);
+      break;
+    }
+    at = (int64_t)get_u64(k.mv_data);
+    if (q->created_after_ms && at <= q->created_after_ms) break; /* older from here on */
+    memset(&r, 0, sizeof r);
+    rc = instance_info(t, v.mv_data, &r);
+    if (rc == DX_ENOTFOUND) { rc = 0; continue; }
+    if (rc) break;
+    if (!dx__list_match(q, &r)) {
+      dx_instance_info_clear(&r);
+      continue;
+    }
+    if (*n == q->limit) {
+      *more = 1;
+      dx_instance_info_clear(&r);
+      break;
+    }
+    rows[(*n)++] = r;
+    last->phase = 'i';
+    last->at = at;
+    last->seq = get_u64((const char *)k.mv_data + 8);
+  }
+  mdb_cursor_close(c);
+  if (!rc && mrc && mrc != MDB_NOTFOUND) rc = dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_INST_CREATED]);
+  return rc;
+}
+
+static int list_page_tx(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cur,
+                        dx_instance_info_t *rows, size_t *n, int *more, dx__cursor_t *last) {
+  int rc = 0;
+  if (dx__list_wants_queued(q) && cur->phase != 'i') {
+    cand_list_t l = {NULL, 0, 0};
+    dkey_t all;
+    k_init(&all);
+    rc = dx__lm_scan_prefix(t, DB_ORCH_STATE, &all, queued_scan_cb, &l);
+    if (!rc) rc = dx__list_take_queued(q, cur, l.v, l.n, rows, n, more, last);
+    else cands_free(&l);
+    if (!rc) free(l.v);
+  }
+  if (!rc && !*more && q->status != DX_STATUS_NONE) rc = recorded_page(t, q, cur, rows, n, more, last);
+  return rc;
+}
+
+int dx__lm_list_page(dx_provider_t *pp, int64_t now, const dx_list_query_t *q,
+                     dx_instance_info_t **rows, size_t *n, char **next, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  dx__cursor_t cur, last = {0, 0, 0};
+  int more = 0, rc;
+  tx_t t;
+  (void)now;
+  if (!rows || !n || !next) return dx_error_set(err, DX_EINVAL, "rows/n/next is NULL");
+  *rows = NULL;
+  *n = 0;
+  *next = NULL;
+  if ((rc = dx__list_query_check(q, &cur, err))) return rc;
+  if (!(*rows = calloc(q->limit, sizeof **rows))) return dx__lm_nomem(err);
+  if ((rc = dx__lm_begin_tx(p, 0, &t, err))) goto fail;
+  rc = dx__lm_tx_end(&t, list_page_tx(&t, q, &cur, *rows, n, &more, &last));
+  if (!rc && more && !(*next = dx__list_cursor(last.phase, last.at, last.seq)))
+    rc = dx__lm_nomem(err);
+  if (!rc) return 0;
+fail:
+  dx_instance_infos_free(*rows, *n);
+  *rows = NULL;
+  *n = 0;
+  return rc;
+}
+
+/* {===== executions =====} */
+
+typedef struct {
+  const char *inst;
+  size_t prefix_n;
+  dx_execution_info_t *v;
+  size_t n, cap;
+} exec_acc_t;
+
+static int count_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  (void)t; (void)k; (void)v;
+  (*(uint64_t *)ud)++;
+  return 0;
+}
+
+static int exec_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  exec_acc_t *a = ud;
+  dx_execution_info_t *nv, *e;
+  exec_rec_t r;
+  char what[LM_INSTANCE_MAX + 64];
+  int rc;
+  if (k->mv_size != a->prefix_n + 8) return dx__lm_corrupt(t, DB_EXECUTIONS, "bad key", "instance '%s'", a->inst);
+  if (!(nv = dx__lm_grow(a->v, &a->cap, a->n, sizeof *a->v))) return dx__lm_nomem(t->err);
+  a->v = nv;
+  e = &a->v[a->n];
+  memset(e, 0, sizeof *e);
+  e->execution_id = get_u64((const char *)k->mv_data + a->prefix_n);
+  snprintf(what, sizeof what, "instance '%s' execution %llu", a->inst,
+           (unsigned long long)e->execution_id);
+  memset(&r, 0, sizeof r);
+  if ((rc = dx__lm_rec_decode(t, &dx__lm_exec_schema, v, &r, what))) return rc;
+  e->status = r.status;
+  e->started_at_ms = r.started_at;
+  e->completed_at_ms = r.status == DX_STATUS_RUNNING ? 0 : r.completed_at;
+  dx__lm_exec_clear(&r);
+  a->n++;
+  return 0;
+}
+
+static int executions_tx(tx_t *t, exec_acc_t *a) {
+  inst_rec_t ir;
+  dkey_t k;
+  size_t i;
+  int rc = dx__lm_inst_get(t, a->inst, &ir);
+  if (rc == DX_ENOTFOUND)
+    return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", a->inst);
+  if (rc) return rc;
+  dx__lm_inst_clear(&ir);
+  key_inst(&k, a->inst);
+  a->prefix_n = k.n;
+  if ((rc = dx__lm_scan_prefix(t, DB_EXECUTIONS, &k, exec_cb, a))) return rc;
+  for (i = 0; i < a->n && !rc; i++) {
+    key_exec(&k, a->inst, a->v[i].execution_id);
+    rc = dx__lm_scan_prefix(t, DB_HISTORY, &k, count_cb, &a->v[i].event_count);
+  }
+  return rc;
+}
+
+int dx__lm_list_executions(dx_provider_t *pp, const char *instance, dx_execution_info_t **out,
+                           size_t *n, dx_error_t *err) {
+  exec_acc_t a;
+  tx_t t;
+  int rc;
+  if (!out || !n) return dx_error_set(err, DX_EINVAL, "out/n is NULL");
+  *out = NULL;
+  *n = 0;
+  memset(&a, 0, sizeof a);
+  a.inst = instance;
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__lm_begin_tx((lm_t *)pp, 0, &t, err)))
+    return rc;
+  rc = dx__lm_tx_end(&t, executions_tx(&t, &a));
+  if (rc) {
+    free(a.v);
+    return rc;
+  }
+  *out = a.v;
+  *n = a.n;
+  return 0;
+}
+
+/* {===== an instance's queue rows =====} */
+
+typedef struct {
+  dx_queued_t q;
+  dx_work_item_t item;
+  char *locked_by;
+} qrow_t;
+
+typedef struct {
+  qrow_t *v;
+  size_t n, cap;
+} qrow_list_t;
+
+static void qrows_free(qrow_list_t *l) {
+  size_t i;
+  for (i = 0; i < l->n; i++) {
+    dx_work_item_clear(&l->v[i].item);
+    free(l->v[i].locked_by);
+  }
+  free(l->v);
+}
+
+static qrow_t *qrow_add(tx_t *t, qrow_list_t *l) {
+  qrow_t *nv;
+  if (!(nv = dx__lm_grow(l->v, &l->cap, l->n, sizeof *l->v))) {
+    dx__lm_nomem(t->err);
+    return NULL;
+  }
+  l->v = nv;
+  memset(&l->v[l->n], 0, sizeof l->v[l->n]);
+  return &l->v[l->n++];
+}
+
+static int queue_orch(tx_t *t, const char *inst, qrow_list_t *out) {
+  msg_list_t l;
+  orch_state_t st;
+  size_t i;
+  int rc = dx__lm_state_get(t, inst, &st);
+  if (rc || (rc = dx__lm_msgs_load(t, inst, &l))) return rc;
+  for (i = 0; i < l.n && !rc; i++) {
+    qrow_t *r = qrow_add(t, out);
+    if (!r) rc = DX_ENOMEM;
+    else if (!(rc = dx__lm_msg_decode(t, &l, i, &r->item))) {
+      r->q.queue = DX_QUEUE_ORCHESTRATOR;
+      r->q.visible_at_ms = l.v[i].visible_at;
+      r->q.attempt = (uint32_t)l.v[i].attempt;
+      if (st.token && l.v[i].token == st.token) r->q.locked_until_ms = st.locked_until;
+    } else {
+      out->n--;
+    }
+  }
+  dx__lm_msgs_free(&l);
+  return rc;
+}
+
+static int queue_work(tx_t *t, const char *inst, qrow_list_t *out) {
+  seq_list_t seqs = {NULL, 0, 0};
+  dkey_t k;
+  size_t i;
+  int rc;
+  key_inst(&k, inst);
+  rc = dx__lm_scan_prefix(t, DB_WORK_IDENT, &k, dx__lm_ident_cb, &seqs);
+  for (i = 0; i < seqs.n && !rc; i++) {
+    work_row_t w;
+    qrow_t *r;
+    dx_error_t derr = {0};
+    rc = dx__lm_row_get(t, seqs.v[i], &w);
+    if (rc == DX_ENOTFOUND) { rc = 0; continue; }
+    if (rc) break;
+    if (!(r = qrow_add(t, out))) rc = DX_ENOMEM;
+    else if ((rc = dx__work_item_decode(w.item, w.item_len, &r->item, &derr))) {
+      out->n--;
+      rc = rc == DX_ENOMEM ? dx__lm_nomem(t->err)
+                           : dx__lm_corrupt(t, DB_WORK, derr.msg, "row %llu", (unsigned long long)w.seq);
+    } else {
+      r->q.queue = DX_QUEUE_WORKER;
+      r->q.visible_at_ms = w.visible_at;
+      r->q.attempt = (uint32_t)w.attempt;
+      if (w.token) r->q.locked_until_ms = w.locked_until;
+      if (w.session_id) {
+        sess_rec_t s;
+        int src = dx__lm_sess_get(t, w.session_id, &s);
+        if (src == 0) {
+          if (dx__lm_sess_owned(&s) && !(r->locked_by = dx__strdup(s.owner))) rc = dx__lm_nomem(t->err);
+          dx__lm_sess_clear(&s);
+        } else if (src != DX_ENOTFOUND) {
+          rc = src;
+        }
+      }
+    }
+    dx__lm_row_clear(&w);
+  }
+  free(seqs.v);
+  return rc;
+}
+
+int dx__lm_instance_queue(dx_provider_t *pp, const char *instance, dx_queued_cb cb, void *ud,
+                          dx_error_t *err) {
+  qrow_list_t l = {NULL, 0, 0};
+  size_t i;
+  tx_t t;
+  int rc;
+  if (!cb) return dx_error_set(err, DX_EINVAL, "callback is NULL");
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__lm_begin_tx((lm_t *)pp, 0, &t, err)))
+    return rc;
+  rc = queue_orch(&t, instance, &l);
+  if (!rc) rc = queue_work(&t, instance, &l);
+  rc = dx__lm_tx_end(&t, rc);
+  /* the callbacks run after the read txn ends: they may call us */
+  for (i = 0; i < l.n && !rc; i++) {
+    l.v[i].q.item = &l.v[i].item;
+    l.v[i].q.locked_by = l.v[i].locked_by;
+    if (cb(ud, &l.v[i].q)) break;
+  }
+  qrows_free(&l);
   return rc;
 }

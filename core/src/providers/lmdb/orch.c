@@ -534,3 +534,15 @@ int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
            (void)0);
   return rc;
 }
+
+/* {===== for management (manage.c, admin.c) =====} */
+
+int dx__lm_msgs_load(tx_t *t, const char *inst, msg_list_t *l) { return msgs_load(t, inst, l); }
+void dx__lm_msgs_free(msg_list_t *l) { msgs_free(l); }
+int dx__lm_msg_decode(tx_t *t, const msg_list_t *l, size_t i, dx_work_item_t *w) {
+  return msg_decode(t, l, i, w);
+}
+int dx__lm_state_set(tx_t *t, const char *inst, const orch_state_t *old,
+                     const orch_state_t *nw) {
+  return state_set(t, inst, old, nw);
+}

@@ -605,3 +605,8 @@ int dx__lm_enqueue_work(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
   LM_WRITE(p, t, err, rc, dx__lm_work_insert(&t, item, now), (void)0);
   return rc;
 }
+
+/* Management: replace row `old` by `nw` (NULL: delete), indexes and session queue in step. */
+int dx__lm_row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
+  return row_set(t, old, nw);
+}

@@ -172,6 +172,18 @@ int dx__pg_read_history(dx_provider_t *, const char *, uint64_t, dx_event_t **, 
 int dx__pg_append(dx_provider_t *, const char *, uint64_t, const dx_event_t *, size_t,
                   dx_error_t *);
 int dx__pg_get_info(dx_provider_t *, const char *, dx_instance_info_t *, dx_error_t *);
+void dx__pg_info_fill(const PGresult *res, int row, int c, dx_instance_info_t *out, int *oom);
+/* management (pg_admin.c) */
+int dx__pg_list_page(dx_provider_t *, int64_t, const dx_list_query_t *, dx_instance_info_t **,
+                     size_t *, char **, dx_error_t *);
+int dx__pg_list_executions(dx_provider_t *, const char *, dx_execution_info_t **, size_t *,
+                           dx_error_t *);
+int dx__pg_instance_queue(dx_provider_t *, const char *, dx_queued_cb, void *, dx_error_t *);
+int dx__pg_delete_instances(dx_provider_t *, const char *const *, size_t, int, uint64_t *,
+                            dx_error_t *);
+int dx__pg_prune_executions(dx_provider_t *, const char *, uint64_t, uint64_t *, dx_error_t *);
+int dx__pg_terminate(dx_provider_t *, int64_t, const char *, const dx_failure_t *, int,
+                     dx_error_t *);
 int dx__pg_list(dx_provider_t *, dx_instance_cb, void *, dx_error_t *);
 int dx__pg_depths(dx_provider_t *, dx_queue_depths_t *, dx_error_t *);
 int dx__pg_next_due(dx_provider_t *, int64_t, int64_t *, dx_error_t *);

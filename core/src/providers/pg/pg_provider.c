@@ -36,7 +36,7 @@ static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_hi
                                                        dx__pg_test_expire_session};
 
 static const dx_provider_methods_t pg_methods = {
-  5,
+  6,
   "postgres",
   pg_destroy,
   dx__pg_begin,
@@ -70,6 +70,13 @@ static const dx_provider_methods_t pg_methods = {
   dx__pg_run_cycle,
   dx__pg_worker_register,
   dx__pg_worker_unregister,
+  /* management (version 6) */
+  dx__pg_list_page,
+  dx__pg_list_executions,
+  dx__pg_instance_queue,
+  dx__pg_delete_instances,
+  dx__pg_prune_executions,
+  dx__pg_terminate,
 };
 
 uint64_t dx__pg_round_trips(dx_provider_t *pp) {

@@ -69,6 +69,24 @@ int dx__pg_append(dx_provider_t *pp, const char *instance, uint64_t execution_id
   return dx__pg_tx_end(&t, rc);
 }
 
+/* The columns of PQ_INFO_GET from column c (name .. f_retry) into *out. */
+void dx__pg_info_fill(const PGresult *res, int row, int c, dx_instance_info_t *out, int *oom) {
+  out->orchestration_name = dx__col_str(res, row, c + 0, oom);
+  out->orchestration_version = dx__col_str(res, row, c + 1, oom);
+  out->current_execution_id = (uint64_t)dx__col_i64(res, row, c + 2);
+  out->custom_status = dx__col_str(res, row, c + 3, oom);
+  out->custom_status_version = (uint64_t)dx__col_i64(res, row, c + 4);
+  out->created_at_ms = dx__col_i64(res, row, c + 5);
+  out->updated_at_ms = dx__col_i64(res, row, c + 6);
+  out->parent_instance = dx__col_str(res, row, c + 7, oom);
+  out->status = (int)dx__col_i64(res, row, c + 8); /* no execution row: NONE */
+  out->output = dx__col_str(res, row, c + 9, oom);
+  out->failure.category = (int)dx__col_i64(res, row, c + 10);
+  out->failure.kind = dx__col_str(res, row, c + 11, oom);
+  out->failure.message = dx__col_str(res, row, c + 12, oom);
+  out->failure.retryable = (int)dx__col_i64(res, row, c + 13);
+}
+
 static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
   PGresult *res;
   qp_t q;
@@ -86,20 +104,7 @@ static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
     return (out->instance_id = dx__strdup(inst)) ? 0 : dx__pg_nomem(t->err);
   }
   out->instance_id = dx__strdup(inst);
-  out->orchestration_name = dx__col_str(res, 0, 0, &oom);
-  out->orchestration_version = dx__col_str(res, 0, 1, &oom);
-  out->current_execution_id = (uint64_t)dx__col_i64(res, 0, 2);
-  out->custom_status = dx__col_str(res, 0, 3, &oom);
-  out->custom_status_version = (uint64_t)dx__col_i64(res, 0, 4);
-  out->created_at_ms = dx__col_i64(res, 0, 5);
-  out->updated_at_ms = dx__col_i64(res, 0, 6);
-  out->parent_instance = dx__col_str(res, 0, 7, &oom);
-  out->status = (int)dx__col_i64(res, 0, 8); /* no execution row: NONE */
-  out->output = dx__col_str(res, 0, 9, &oom);
-  out->failure.category = (int)dx__col_i64(res, 0, 10);
-  out->failure.kind = dx__col_str(res, 0, 11, &oom);
-  out->failure.message = dx__col_str(res, 0, 12, &oom);
-  out->failure.retryable = (int)dx__col_i64(res, 0, 13);
+  dx__pg_info_fill(res, 0, 0, out, &oom);
   PQclear(res);
   return oom || !out->instance_id ? dx__pg_nomem(t->err) : 0;
 }

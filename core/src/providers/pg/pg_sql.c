@@ -96,6 +96,17 @@ const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__p
   " AND NOT EXISTS (SELECT 1 FROM work x WHERE x.session_id = w.session_id"                 \
   " AND (x.due_at < w.due_at OR (x.due_at = w.due_at AND x.seq < w.seq)))"
 
+/* Management: an instance's queue rows go, with session rows they leave unowned and empty
+** (the CTEs share one snapshot: rows deleted by `w` still show, hence the instance test). */
+#define DROP_QUEUES_CTE(inst)                                                               \
+  " dm AS (DELETE FROM orch_msgs WHERE instance_id = " inst " RETURNING 1),"               \
+  " dq AS (DELETE FROM orch_queue WHERE instance_id = " inst " RETURNING 1),"              \
+  " dw AS (DELETE FROM work WHERE instance_id = " inst " RETURNING session_id),"           \
+  " ds AS (DELETE FROM sessions ss WHERE ss.owner = ''"                                     \
+  " AND ss.session_id IN (SELECT session_id FROM dw WHERE session_id IS NOT NULL)"          \
+  " AND NOT EXISTS (SELECT 1 FROM work x WHERE x.session_id = ss.session_id"                \
+  " AND x.instance_id <> " inst "))"
+
 static const char *const SQL[PQ__COUNT] = {
   [PQ_LOCK_KEY] = "SELECT pg_advisory_xact_lock($1::bigint)::text",
 
@@ -317,6 +328,67 @@ static const char *const SQL[PQ__COUNT] = {
     " AND lock_token IS NOT NULL AND locked_until > $1::bigint)"
     " OR EXISTS (SELECT 1 FROM orch_queue WHERE locked_by IS NOT NULL"
     " AND locked_until > $1::bigint) THEN $2::bigint END)",
+  /* management (admin.c): a page of recorded instances newest first, strictly after the
+  ** cursor ($1, $2); $7 status: -1 any, -2 terminal, else a status (continued-as-new counts
+  ** as running). One row more than asked tells whether a next page exists. */
+  [PQ_ADM_PAGE] =
+    "SELECT i.instance_id, i.name, i.version, i.current_exec, i.custom_status, i.cs_version,"
+    " i.created_at, i.updated_at, i.parent, e.status, e.output, e.f_cat, e.f_kind, e.f_msg,"
+    " e.f_retry, i.created_seq FROM instances i LEFT JOIN executions e"
+    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec"
+    " WHERE (i.created_at, i.created_seq) < ($1::bigint, $2::bigint)"
+    " AND ($3::text IS NULL OR i.name = $3::text) AND i.created_at > $4::bigint"
+    " AND ($5::bigint = 0 OR i.updated_at < $5::bigint) AND ($6::bigint = 0 OR i.parent IS NULL)"
+    " AND ($7::bigint = -1 OR ($7::bigint = -2 AND e.status IN (2, 3))"
+    " OR CASE WHEN e.status = 4 THEN 1 ELSE coalesce(e.status, 0) END = $7::bigint)"
+    " ORDER BY i.created_at DESC, i.created_seq DESC LIMIT $8::bigint",
+  [PQ_ADM_QUEUED] = /* messages of instances with queue state and no record */
+    "SELECT m.instance_id, m.seq, m.visible_at, m.item FROM orch_msgs m"
+    " WHERE m.instance_id IN (SELECT q.instance_id FROM orch_queue q WHERE NOT EXISTS"
+    " (SELECT 1 FROM instances i WHERE i.instance_id = q.instance_id))"
+    " ORDER BY m.instance_id, m.seq",
+  [PQ_ADM_EXECS] =
+    "SELECT e.exec, e.status, e.started_at, e.completed_at,"
+    " (SELECT count(*) FROM history h WHERE h.instance_id = e.instance_id AND h.exec = e.exec)"
+    " FROM executions e WHERE e.instance_id = $1 ORDER BY e.exec",
+  [PQ_ADM_QUEUE_ORCH] =
+    "SELECT m.visible_at, m.attempt, m.item,"
+    " CASE WHEN q.lock_token IS NOT NULL AND m.lock_token = q.lock_token THEN q.locked_until END,"
+    " CASE WHEN q.lock_token IS NOT NULL AND m.lock_token = q.lock_token THEN q.locked_by END"
+    " FROM orch_msgs m LEFT JOIN orch_queue q ON q.instance_id = m.instance_id"
+    " WHERE m.instance_id = $1 ORDER BY m.seq",
+  [PQ_ADM_QUEUE_WORK] =
+    "SELECT w.visible_at, w.attempt, w.item,"
+    " CASE WHEN w.lock_token IS NOT NULL THEN w.locked_until END,"
+    " CASE WHEN s.owner <> '' THEN s.owner END"
+    " FROM work w LEFT JOIN sessions s ON s.session_id = w.session_id"
+    " WHERE w.instance_id = $1 ORDER BY w.seq",
+  [PQ_ADM_STATUS] = /* status of a record (0: no execution), -1: queued only, no row: unknown */
+    "SELECT coalesce(e.status, 0) FROM instances i LEFT JOIN executions e"
+    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec WHERE i.instance_id = $1"
+    " UNION ALL SELECT -1 FROM orch_queue q WHERE q.instance_id = $1"
+    " AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.instance_id = $1) LIMIT 1",
+  [PQ_ADM_DELETE] = /* everything under one id; returns how much was there */
+    "WITH" DROP_QUEUES_CTE("$1") ","
+    " dh AS (DELETE FROM history WHERE instance_id = $1 RETURNING 1),"
+    " de AS (DELETE FROM executions WHERE instance_id = $1 RETURNING 1),"
+    " dst AS (DELETE FROM started WHERE instance_id = $1 RETURNING 1),"
+    " du AS (DELETE FROM session_users WHERE instance_id = $1),"
+    " di AS (DELETE FROM instances WHERE instance_id = $1 RETURNING 1)"
+    " SELECT (SELECT count(*) FROM di) + (SELECT count(*) FROM de) + (SELECT count(*) FROM dh)"
+    " + (SELECT count(*) FROM dq)",
+  [PQ_ADM_PRUNE] = /* ended executions older than the newest $2 */
+    "WITH old AS (SELECT exec FROM executions WHERE instance_id = $1 AND status <> 1"
+    " AND exec <= (SELECT current_exec FROM instances WHERE instance_id = $1) - $2::bigint),"
+    " dh AS (DELETE FROM history WHERE instance_id = $1 AND exec IN (SELECT exec FROM old)),"
+    " de AS (DELETE FROM executions WHERE instance_id = $1 AND exec IN (SELECT exec FROM old)"
+    " RETURNING 1) SELECT count(*) FROM de",
+  [PQ_ADM_TERM_CHECK] =
+    "SELECT i.current_exec, coalesce(e.status, 0) FROM instances i LEFT JOIN executions e"
+    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec WHERE i.instance_id = $1"
+    " FOR UPDATE OF i",
+  [PQ_ADM_TOUCH] = "UPDATE instances SET updated_at = $2::bigint WHERE instance_id = $1",
+  [PQ_ADM_DROP_QUEUES] = "WITH" DROP_QUEUES_CTE("$1") " SELECT 1",
   [PQ_NEXT_DUE] =
     "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work))",
 };

@@ -1,0 +1,384 @@
+/*
+** pg_admin.c -- management on PostgreSQL: list pages, executions, an instance's queue rows,
+** delete, prune, terminate (the SQL is in pg_sql.c, PQ_ADM_*).
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "providers/checks.h"
+#include "providers/listing.h"
+#include "providers/pg/pg_internal.h"
+#include "util.h"
+
+/* {===== list_page =====} */
+
+/* Queued-never-run instances: the first START message of each instance without a record. */
+static int queued_cands(tx_t *t, dx__list_cand_t **out, size_t *n) {
+  PGresult *res;
+  dx__list_cand_t *v;
+  int rc, i, rows;
+  const char *prev = NULL;
+  *out = NULL;
+  *n = 0;
+  if ((rc = dx__pg_q(t, PQ_ADM_QUEUED, NULL, &res))) return rc;
+  rows = PQntuples(res);
+  if (!(v = calloc(rows ? (size_t)rows : 1, sizeof *v))) {
+    PQclear(res);
+    return dx__pg_nomem(t->err);
+  }
+  for (i = 0; i < rows && !rc; i++) {
+    const char *inst = PQgetvalue(res, i, 0);
+    dx_work_item_t w;
+    dx_error_t derr = {0};
+    if (prev && strcmp(prev, inst) == 0) continue; /* this instance's START was found */
+    if (dx__work_item_decode(PQgetvalue(res, i, 3), (size_t)PQgetlength(res, i, 3), &w, &derr))
+      continue; /* `check` reports undecodable messages; a listing skips them */
+    if (w.kind == DX_WI_START) {
+      prev = inst;
+      v[*n].seq = (uint64_t)dx__col_i64(res, i, 1);
+      if (dx__list_queued_row(inst, &w, dx__col_i64(res, i, 2), &v[*n].row))
+        rc = dx__pg_nomem(t->err);
+      else
+        (*n)++;
+    }
+    dx_work_item_clear(&w);
+  }
+  PQclear(res);
+  *out = v;
+  return rc;
+}
+
+static int recorded_page(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cur,
+                         dx_instance_info_t *rows, size_t *n, int *more, dx__cursor_t *last) {
+  PGresult *res;
+  qp_t qp;
+  int rc, i, oom = 0;
+  size_t want = q->limit - *n;
+  dx__qp_init(&qp);
+  dx__qp_i64(&qp, cur->phase == 'i' ? cur->at : INT64_MAX);
+  dx__qp_i64(&qp, cur->phase == 'i' ? (int64_t)cur->seq : INT64_MAX);
+  dx__qp_str(&qp, q->name);
+  dx__qp_i64(&qp, q->created_after_ms);
+  dx__qp_i64(&qp, q->updated_before_ms);
+  dx__qp_i64(&qp, q->roots_only ? 1 : 0);
+  dx__qp_i64(&qp, q->status);
+  dx__qp_i64(&qp, (int64_t)want + 1);
+  if ((rc = dx__pg_q(t, PQ_ADM_PAGE, &qp, &res))) return rc;
+  for (i = 0; i < PQntuples(res); i++) {
+    dx_instance_info_t *r;
+    if ((size_t)i == want) {
+      *more = 1;
+      break;
+    }
+    r = &rows[(*n)++];
+    memset(r, 0, sizeof *r);
+    r->instance_id = dx__col_str(res, i, 0, &oom);
+    dx__pg_info_fill(res, i, 1, r, &oom);
+    last->phase = 'i';
+    last->at = r->created_at_ms;
+    last->seq = (uint64_t)dx__col_i64(res, i, 15);
+  }
+  PQclear(res);
+  return oom ? dx__pg_nomem(t->err) : 0;
+}
+
+static int list_page_tx(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cur,
+                        dx_instance_info_t *rows, size_t *n, int *more, dx__cursor_t *last) {
+  int rc = 0;
+  if (dx__list_wants_queued(q) && cur->phase != 'i') {
+    dx__list_cand_t *c = NULL;
+    size_t nc = 0, i;
+    rc = queued_cands(t, &c, &nc);
+    if (!rc) rc = dx__list_take_queued(q, cur, c, nc, rows, n, more, last);
+    else
+      for (i = 0; i < nc; i++) dx_instance_info_clear(&c[i].row);
+    free(c);
+  }
+  /* a page already full still asks for one recorded row: is there a next page? */
+  if (!rc && !*more && q->status != DX_STATUS_NONE)
+    rc = recorded_page(t, q, cur, rows, n, more, last);
+  return rc;
+}
+
+int dx__pg_list_page(dx_provider_t *pp, int64_t now, const dx_list_query_t *q,
+                     dx_instance_info_t **rows, size_t *n, char **next, dx_error_t *err) {
+  dx__cursor_t cur, last = {0, 0, 0};
+  int more = 0, rc;
+  tx_t t;
+  (void)now;
+  if (!rows || !n || !next) return dx_error_set(err, DX_EINVAL, "rows/n/next is NULL");
+  *rows = NULL;
+  *n = 0;
+  *next = NULL;
+  if ((rc = dx__list_query_check(q, &cur, err))) return rc;
+  if (!(*rows = calloc(q->limit, sizeof **rows))) return dx__pg_nomem(err);
+  if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) goto fail;
+  rc = dx__pg_tx_end(&t, list_page_tx(&t, q, &cur, *rows, n, &more, &last));
+  if (!rc && more && !(*next = dx__list_cursor(last.phase, last.at, last.seq)))
+    rc = dx__pg_nomem(err);
+  if (!rc) return 0;
+fail:
+  dx_instance_infos_free(*rows, *n);
+  *rows = NULL;
+  *n = 0;
+  return rc;
+}
+
+/* {===== executions and queue rows =====} */
+
+static int require_record(tx_t *t, const char *inst) {
+  PGresult *res;
+  qp_t q;
+  int rc, found;
+  dx__qp_init(&q);
+  dx__qp_str(&q, inst);
+  if ((rc = dx__pg_q(t, PQ_INST_GET, &q, &res))) return rc;
+  found = PQntuples(res) == 1;
+  PQclear(res);
+  return found ? 0 : dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
+}
+
+static int executions_tx(tx_t *t, const char *inst, dx_execution_info_t **out, size_t *n) {
+  PGresult *res;
+  qp_t q;
+  int rc, i;
+  if ((rc = require_record(t, inst))) return rc;
+  dx__qp_init(&q);
+  dx__qp_str(&q, inst);
+  if ((rc = dx__pg_q(t, PQ_ADM_EXECS, &q, &res))) return rc;
+  *n = (size_t)PQntuples(res);
+  if (!(*out = calloc(*n ? *n : 1, sizeof **out))) {
+    PQclear(res);
+    return dx__pg_nomem(t->err);
+  }
+  for (i = 0; i < (int)*n; i++) {
+    dx_execution_info_t *e = &(*out)[i];
+    e->execution_id = (uint64_t)dx__col_i64(res, i, 0);
+    e->status = (int)dx__col_i64(res, i, 1);
+    e->started_at_ms = dx__col_i64(res, i, 2);
+    e->completed_at_ms = e->status == DX_STATUS_RUNNING ? 0 : dx__col_i64(res, i, 3);
+    e->event_count = (uint64_t)dx__col_i64(res, i, 4);
+  }
+  PQclear(res);
+  return 0;
+}
+
+int dx__pg_list_executions(dx_provider_t *pp, const char *instance, dx_execution_info_t **out,
+                           size_t *n, dx_error_t *err) {
+  tx_t t;
+  int rc;
+  if (!out || !n) return dx_error_set(err, DX_EINVAL, "out/n is NULL");
+  *out = NULL;
+  *n = 0;
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__pg_read_begin((pg_t *)pp, &t, err)))
+    return rc;
+  rc = dx__pg_tx_end(&t, executions_tx(&t, instance, out, n));
+  if (rc) {
+    free(*out);
+    *out = NULL;
+    *n = 0;
+  }
+  return rc;
+}
+
+/* Rows of PQ_ADM_QUEUE_ORCH / PQ_ADM_QUEUE_WORK (visible_at, attempt, item, locked_until,
+** locked_by) to cb. */
+static int queue_report(PGresult *res, int queue, dx_queued_cb cb, void *ud, int *stop,
+                        dx_error_t *err) {
+  int i, rc = 0;
+  for (i = 0; i < PQntuples(res) && !*stop; i++) {
+    dx_work_item_t w;
+    dx_queued_t q;
+    dx_error_t derr = {0};
+    if ((rc = dx__work_item_decode(PQgetvalue(res, i, 2), (size_t)PQgetlength(res, i, 2), &w,
+                                   &derr)))
+      return dx_error_set(err, rc == DX_ENOMEM ? DX_ENOMEM : DX_ECORRUPT,
+                          "undecodable %s queue row: %s",
+                          queue == DX_QUEUE_WORKER ? "worker" : "orchestrator", derr.msg);
+    memset(&q, 0, sizeof q);
+    q.queue = queue;
+    q.item = &w;
+    q.visible_at_ms = dx__col_i64(res, i, 0);
+    q.attempt = (uint32_t)dx__col_i64(res, i, 1);
+    q.locked_until_ms = dx__col_i64(res, i, 3);
+    q.locked_by = dx__col_null(res, i, 4) ? NULL : PQgetvalue(res, i, 4);
+    if (cb(ud, &q)) *stop = 1;
+    dx_work_item_clear(&w);
+  }
+  return 0;
+}
+
+int dx__pg_instance_queue(dx_provider_t *pp, const char *instance, dx_queued_cb cb, void *ud,
+                          dx_error_t *err) {
+  PGresult *orch = NULL, *work = NULL;
+  qp_t q;
+  tx_t t;
+  int rc, stop = 0;
+  if (!cb) return dx_error_set(err, DX_EINVAL, "callback is NULL");
+  if ((rc = dx__check_instance(instance, err)) || (rc = dx__pg_read_begin((pg_t *)pp, &t, err)))
+    return rc;
+  dx__qp_init(&q);
+  dx__qp_str(&q, instance);
+  rc = dx__pg_q(&t, PQ_ADM_QUEUE_ORCH, &q, &orch);
+  if (!rc) rc = dx__pg_q(&t, PQ_ADM_QUEUE_WORK, &q, &work);
+  rc = dx__pg_tx_end(&t, rc);
+  /* the callbacks run after the reads: they may call us */
+  if (!rc) rc = queue_report(orch, DX_QUEUE_ORCHESTRATOR, cb, ud, &stop, err);
+  if (!rc) rc = queue_report(work, DX_QUEUE_WORKER, cb, ud, &stop, err);
+  PQclear(orch);
+  PQclear(work);
+  return rc;
+}
+
+/* {===== delete, prune, terminate =====} */
+
+static int delete_tx(tx_t *t, const char *const *ids, size_t n, int force, uint64_t *deleted) {
+  PGresult *res;
+  qp_t q;
+  size_t i;
+  int rc = 0;
+  for (i = 0; i < n && !rc && !force; i++) {
+    int st;
+    dx__qp_init(&q);
+    dx__qp_str(&q, ids[i]);
+    if ((rc = dx__pg_q(t, PQ_ADM_STATUS, &q, &res))) return rc;
+    st = PQntuples(res) ? (int)dx__col_i64(res, 0, 0) : DX_STATUS_COMPLETED; /* unknown: skip */
+    PQclear(res);
+    if (st != DX_STATUS_COMPLETED && st != DX_STATUS_FAILED)
+      return dx_error_set(t->err, DX_ESTATE, "instance '%s' is %s; use force to delete it anyway",
+                          ids[i], st == -1 ? "queued (its start has not run yet)" : "running");
+  }
+  for (i = 0; i < n && !rc; i++) {
+    dx__qp_init(&q);
+    dx__qp_str(&q, ids[i]);
+    if ((rc = dx__pg_q(t, PQ_ADM_DELETE, &q, &res))) return dx__pg_tx_poison(t, rc);
+    if (dx__col_i64(res, 0, 0) > 0) (*deleted)++;
+    PQclear(res);
+  }
+  return rc;
+}
+
+int dx__pg_delete_instances(dx_provider_t *pp, const char *const *ids, size_t n, int force,
+                            uint64_t *deleted, dx_error_t *err) {
+  uint64_t count = 0;
+  size_t i;
+  tx_t t;
+  int rc;
+  if (!ids && n) return dx_error_set(err, DX_EINVAL, "ids is NULL");
+  for (i = 0; i < n; i++)
+    if ((rc = dx__check_instance(ids[i], err))) return rc;
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  rc = dx__pg_tx_end(&t, delete_tx(&t, ids, n, force, &count));
+  if (deleted) *deleted = rc ? 0 : count;
+  return rc;
+}
+
+static int prune_tx(tx_t *t, const char *inst, uint64_t keep, uint64_t *pruned) {
+  PGresult *res;
+  qp_t q;
+  int rc;
+  if ((rc = require_record(t, inst))) return rc;
+  dx__qp_init(&q);
+  dx__qp_str(&q, inst);
+  dx__qp_i64(&q, (int64_t)keep);
+  if ((rc = dx__pg_q(t, PQ_ADM_PRUNE, &q, &res))) return dx__pg_tx_poison(t, rc);
+  *pruned = (uint64_t)dx__col_i64(res, 0, 0);
+  PQclear(res);
+  return 0;
+}
+
+int dx__pg_prune_executions(dx_provider_t *pp, const char *instance, uint64_t keep,
+                            uint64_t *pruned, dx_error_t *err) {
+  uint64_t count = 0;
+  tx_t t;
+  int rc;
+  if ((rc = dx__check_instance(instance, err))) return rc;
+  if (keep < 1) return dx_error_set(err, DX_EINVAL, "keep must be at least 1 (the current execution)");
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  rc = dx__pg_tx_end(&t, prune_tx(&t, instance, keep, &count));
+  if (pruned) *pruned = rc ? 0 : count;
+  return rc;
+}
+
+static const char *status_word(int st) {
+  return st == DX_STATUS_COMPLETED ? "Completed" : st == DX_STATUS_FAILED ? "Failed" : "ended";
+}
+
+static int terminate_tx(tx_t *t, int64_t now, const char *inst, const dx_failure_t *why,
+                        int notify_parent) {
+  PGresult *res;
+  dx_event_t *hist = NULL, ev;
+  size_t n = 0;
+  uint64_t exec;
+  qp_t q;
+  int rc, st;
+  dx__qp_init(&q);
+  dx__qp_str(&q, inst);
+  if ((rc = dx__pg_q(t, PQ_ADM_TERM_CHECK, &q, &res))) return rc;
+  if (PQntuples(res) == 0) {
+    PQclear(res);
+    return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' has no record (unknown, or its "
+                        "start is queued and has not run: delete it instead)", inst);
+  }
+  exec = (uint64_t)dx__col_i64(res, 0, 0);
+  st = (int)dx__col_i64(res, 0, 1);
+  PQclear(res);
+  if (st != DX_STATUS_RUNNING)
+    return dx_error_set(t->err, DX_ESTATE, "instance '%s' is not running (%s)", inst,
+                        status_word(st));
+  if ((rc = dx__pg_history_load(t, inst, exec, &hist, &n))) return rc;
+  memset(&ev, 0, sizeof ev);
+  ev.kind = DX_EV_ORCH_FAILED;
+  ev.event_id = n ? hist[n - 1].event_id + 1 : 1;
+  ev.timestamp_ms = now;
+  ev.fail = *why;
+  rc = dx__pg_history_append(t, inst, exec, &ev, 1);
+  if (!rc) {
+    dx__qp_init(&q);
+    dx__qp_str(&q, inst);
+    dx__qp_i64(&q, (int64_t)exec);
+    dx__qp_i64(&q, DX_STATUS_FAILED);
+    dx__qp_str(&q, NULL);
+    dx__qp_i64(&q, why->category);
+    dx__qp_str(&q, why->kind);
+    dx__qp_str(&q, why->message);
+    dx__qp_i64(&q, why->retryable);
+    dx__qp_i64(&q, now);
+    rc = dx__pg_q(t, PQ_EXEC_UPSERT, &q, NULL);
+  }
+  if (!rc) {
+    dx__qp_init(&q);
+    dx__qp_str(&q, inst);
+    dx__qp_i64(&q, now);
+    rc = dx__pg_q(t, PQ_ADM_TOUCH, &q, NULL);
+  }
+  if (!rc) {
+    dx__qp_init(&q);
+    dx__qp_str(&q, inst);
+    rc = dx__pg_q(t, PQ_ADM_DROP_QUEUES, &q, NULL);
+  }
+  if (!rc && notify_parent && n && hist[0].kind == DX_EV_ORCH_STARTED && hist[0].instance &&
+      hist[0].parent_id) {
+    dx_work_item_t w;
+    memset(&w, 0, sizeof w);
+    w.kind = DX_WI_SUB_FAILED;
+    w.instance = hist[0].instance;
+    w.execution_id = hist[0].parent_execution_id ? hist[0].parent_execution_id : 1;
+    w.id = hist[0].parent_id;
+    w.fail = *why;
+    rc = dx__pg_orch_enqueue(t, &w, now);
+  }
+  dx_events_free(hist, n);
+  return rc ? dx__pg_tx_poison(t, rc) : 0;
+}
+
+int dx__pg_terminate(dx_provider_t *pp, int64_t now, const char *instance,
+                     const dx_failure_t *why, int notify_parent, dx_error_t *err) {
+  tx_t t;
+  int rc;
+  if ((rc = dx__check_instance(instance, err))) return rc;
+  if (!why) return dx_error_set(err, DX_EINVAL, "failure is NULL");
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  return dx__pg_tx_end(&t, terminate_tx(&t, now, instance, why, notify_parent));
+}
