@@ -187,6 +187,26 @@ describe("session lifecycle", function()
       assert.is_false(has_hook("released s10 lost " .. owner)) -- a dead worker fires nothing
     end)
 
+    it("add_worker{without_activities}: an older worker lacks the activity; a worker " ..
+       "with the code runs it", function()
+      start_env({})
+      env:add_worker("old", { without_activities = { "Turn" } })
+      env:shutdown_worker("w1")
+      env:register_orchestration("Plain", function(ctx, n)
+        return assert(ctx:schedule_activity("Turn", n):await())
+      end)
+      local id = env:start("u", "Plain", 4)
+      env:run_until_idle() -- "old" fetched it and handed it back (not registered there)
+      assert.are.same({}, env:calls("Turn"))
+      assert.are.equal("Running", env:status(id).status)
+      env:add_worker("new")
+      local st = env:run_until_complete(id)
+      assert.are.equal(40, st.output)
+      assert.are.equal("new", env:calls("Turn")[1].worker_id)
+      assert.has_error(function() env:add_worker("bad", { without_activities = "Turn" }) end,
+        "add_worker: without_activities must be a list of activity names, got string")
+    end)
+
     it("stall_worker and kill_worker refuse bad arguments", function()
       start_env({})
       assert.has_error(function() env:stall_worker("w9", 10) end, "stall_worker: no worker w9")

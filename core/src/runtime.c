@@ -76,6 +76,8 @@ struct dx_runtime_s {
   int n_running;
   int started, stopping;
   int stalled;             /* dx__runtime_stall: a simulated SIGSTOP */
+  char **hidden;           /* dx__runtime_hide_activity: names this worker lacks (tests) */
+  size_t n_hidden;
   int registered;          /* worker_register succeeded: unregister when the store closed */
   uv_timer_t grace_timer;
   dx_wake_t *wake;             /* wake-ups from other processes' commits (NULL: polling) */
@@ -649,6 +651,13 @@ static void on_renew(uv_timer_t *h) {
   dx__store_submit(a->rt->store, &a->renew_op);
 }
 
+static int hidden_activity(const dx_runtime_t *rt, const char *name) {
+  size_t i;
+  for (i = 0; i < rt->n_hidden; i++)
+    if (strcmp(rt->hidden[i], name) == 0) return 1;
+  return 0;
+}
+
 static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) {
   dx_activity_t *a = calloc(1, sizeof *a);
   const struct cact_s *cact;
@@ -700,7 +709,8 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
     return;
   }
   cact = cact_find(rt, a->item.name);
-  if (!cact && !rt->host->activity_lookup(rt->host_ud, a->item.name)) {
+  if ((!cact && !rt->host->activity_lookup(rt->host_ud, a->item.name)) ||
+      hidden_activity(rt, a->item.name)) {
     if (w->attempt_count < rt->opts.max_attempts) {
       int64_t d = dx__unregistered_backoff(w->attempt_count, rt->opts.unregistered_base_ms,
                                            rt->opts.unregistered_max_ms);
@@ -1030,6 +1040,8 @@ void dx_runtime_free(dx_runtime_t *rt) {
   owner_free = rt->owner_free;
   owner = rt->owner;
   cact_free_all(rt);
+  while (rt->n_hidden > 0) free(rt->hidden[--rt->n_hidden]);
+  free(rt->hidden);
   dx__metrics_free(rt->metrics);
   free(rt->worker_id);
   free(rt);
@@ -1141,6 +1153,17 @@ void dx__runtime_stall(dx_runtime_t *rt, int on) {
 }
 
 int dx__runtime_stalled(const dx_runtime_t *rt) { return rt && rt->stalled; }
+
+int dx__runtime_hide_activity(dx_runtime_t *rt, const char *name) {
+  char **v;
+  if (!rt || !name) return DX_EINVAL;
+  if (hidden_activity(rt, name)) return DX_OK;
+  if (!(v = realloc(rt->hidden, (rt->n_hidden + 1) * sizeof *v))) return DX_ENOMEM;
+  rt->hidden = v;
+  if (!(v[rt->n_hidden] = dx__strdup(name))) return DX_ENOMEM;
+  rt->n_hidden++;
+  return DX_OK;
+}
 
 dx_runtime_t *dx__activity_runtime(const dx_activity_t *a) { return a ? a->rt : NULL; }
 

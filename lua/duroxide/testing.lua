@@ -421,7 +421,9 @@ function Env:metrics(id, name, labels)
   return sum
 end
 
---- Start simulated worker `id` (a runtime with worker_node_id = id on this store).
+--- Start simulated worker `id` (a runtime with worker_node_id = id on this store). options
+--- override the env's; options.without_activities = { names } makes it a worker running
+--- older code, without those activities (they are "not registered" there: upgrade scenarios).
 function Env:add_worker(id, options)
   check_string(id, "worker id")
   local w = self.workers[id]
@@ -430,7 +432,15 @@ function Env:add_worker(id, options)
   for k, v in pairs(self.options) do o[k] = v end
   for k, v in pairs(options or (w and w.options) or {}) do o[k] = v end
   o.store, o.worker_node_id = self.dir, id
+  -- without_activities: an older worker that lacks these activities (upgrade scenarios)
+  local without = o.without_activities
+  o.without_activities = nil
+  if without ~= nil and type(without) ~= "table" then
+    error("add_worker: without_activities must be a list of activity names, got "
+      .. type(without), 2)
+  end
   local rt = duroxide.runtime(o)
+  if without then rt:_without(without) end
   rt:start({ shared = true })
   if not w then self.order[#self.order + 1] = id end
   self.workers[id] = { id = id, rt = rt, alive = true, options = options or (w and w.options),
