@@ -311,6 +311,35 @@ s8_graceful() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# 9. a dead locker's activity moves at once: SIGKILL while the activity runs under a 4-minute
+# lock; a live peer reruns and completes it long before that lock could lapse (liveness).
+
+s9_dead_locker() {
+  local d S a h n
+  d=$(new_dir s9); S=$(store_of "$d")
+  start_worker "$d/workerA.log" "$APPS/common.lua" --store "$S" --worker-lock-timeout 240s
+  a=$WPID
+  run_cmd start MarkOnce "{\"marker\":\"$d/marker\",\"ms\":3000,\"tag\":\"k1\"}" --id k1 --store "$S"
+  check "dead locker: instance started" "$RC" "$OUT" "$ERR"
+  wait_until 30 test -s "$d/marker"
+  check "dead locker: activity started on worker A" $? "$(tail -5 "$d/workerA.log")"
+  start_worker "$d/workerB.log" "$APPS/common.lua" --store "$S" --worker-lock-timeout 240s
+  kill -9 "$a"; wait "$a" 2>/dev/null
+  # 60 s is a quarter of A's activity lock: only the dead-locker handoff can finish it in time
+  run_cmd wait k1 --timeout 60s --store "$S"
+  [ "$RC" -eq 0 ] && grep -q '"output":1' <<<"$OUT"
+  check "dead locker: worker B completes it long before A's lock would lapse" $? "rc=$RC" \
+    "$OUT" "$ERR" "$(tail -5 "$d/workerB.log")"
+  h=$(dx history k1 --store "$S")
+  n=$(count_event "$h" ActivityCompleted)
+  [ "$n" -eq 1 ] && no_duplicate_completions "$h"
+  check "dead locker: exactly one ActivityCompleted in history" $? "count=$n" "$h"
+  n=$(count_lines "$d/marker" '^start')
+  check "dead locker: the activity ran again on B" $((n != 2)) "runs=$n" "$(cat "$d/marker")"
+  stop_worker "$WPID"
+}
+
+# ---------------------------------------------------------------------------------------------
 
 run_scenarios s1_hello s2_crash s3_chains s4_nondet s5_two_workers s6_hash_seed s7_bad_input \
-  s8_graceful
+  s8_graceful s9_dead_locker

@@ -67,7 +67,7 @@ mhworker() {
   WORKERS+=("$WPID")
 }
 jin() { printf '{"log":"%s/log","sid":"%s","tag":"%s"%s}' "$D" "$1" "$2" "${3:+,$3}"; }
-ncompleted() { dx list --store "$S" 2>/dev/null | grep -c "\"instance_id\":\"$1[0-9]*\".*\"status\":\"Completed\""; }
+ncompleted() { dx list --status Completed --limit 1000 --store "$S" 2>/dev/null | grep -c "\"instance_id\":\"$1[0-9]*\".*\"status\":\"Completed\""; }
 all_done() { [ "$(ncompleted "$1")" -ge "$2" ]; }
 runs() { awk -v s="$1" -v p="${2:-}" '$2 == s && index($3, p) == 1' "$D/log" 2>/dev/null; }
 workers() { awk '{ print $1 }' | sort -u | tr '\n' ' ' | sed 's/ $//'; }

@@ -448,6 +448,7 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   cy.sessions = s->cfg.sessions;
   cy.max_orch = bo > 0 ? bo : 0;
   cy.max_work = bw > 0 ? bw : 0;
+  cy.sync = *durable || n > 0; /* acks write; a provider may commit inside run_cycle */
   if (bo > 0) f->orch = cy.orch_out = calloc((size_t)bo, sizeof *f->orch);
   if (bw > 0) f->work = cy.work_out = calloc((size_t)bw, sizeof *f->work);
   if (!cy.orch_out) cy.max_orch = 0;

@@ -333,6 +333,7 @@ typedef struct dx_cycle_s {
   int64_t orch_lock_ms, work_lock_ms;
   const dx_session_cfg_t *sessions;   /* as for fetch_work_item */
   int max_orch, max_work;             /* fetch budgets (0: fetch none) */
+  int sync;                           /* in: what commit() would be given as `sync` */
   dx_orch_item_t **orch_out;          /* out: n_orch locked instances */
   size_t n_orch;
   dx_work_fetch_t *work_out;          /* out: n_work locked worker items */
@@ -479,8 +480,11 @@ typedef struct dx_provider_methods_s {
   **  first, in order, then up to max_orch orchestration fetches and max_work work fetches,
   **  with the same results as those calls made one by one. Per-ack outcomes land in
   **  acks[i].rc; a failed fetch in fetch_rc. The return value is for the batch: 0, or the
-  **  error that spoiled it (DX_ERETRY: retry the whole cycle). Lets a provider on a network
-  **  database send the cycle in a few round trips instead of one per call. */
+  **  error that spoiled it (DX_ERETRY: retry the whole cycle), and then nothing of the batch
+  **  was kept. A provider may end the batch inside the call, committing it (flushed when
+  **  cycle->sync is set) in the same round trip as the rest: the caller's commit() then
+  **  returns 0 at once. Lets a provider on a network database send a cycle in one round trip
+  **  instead of one per call. */
   int (*run_cycle)(dx_provider_t *p, int64_t now_ms, dx_cycle_t *cycle, dx_error_t *err);
 
   /** Worker liveness (version 5; both may be NULL: the provider has none, peers wait out

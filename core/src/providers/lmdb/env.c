@@ -485,6 +485,7 @@ int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_
   if (rc) { free(p); return rc; }
   p->base.methods = &lm_methods;
   p->no_sync = o.no_sync;
+  p->tag = dx__random_u64() | 1; /* never 0 (unknown) */
   if ((rc = dx__lm_live_open(p, p->se->path))) {
     lm_destroy(&p->base);
     return dx__lm_nomem(err);

@@ -126,6 +126,7 @@ typedef struct {
   int no_sync;
   int in_batch; /* this handle opened the env's batch (begin) */
   struct lm_live_s *live; /* worker liveness of this handle (live.c) */
+  uint64_t tag;           /* this handle as a lock holder: recorded on the locks it takes */
 } lm_t;
 static inline int64_t sat_add(int64_t a, int64_t b) {
   if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
@@ -277,9 +278,10 @@ typedef struct {
   int64_t ready_at;     /* unlocked: min visible_at of the messages; LM_NEVER when none */
   int64_t locked_until; /* locked: lock expiry */
   uint64_t token;       /* 0 = unlocked */
+  uint64_t locker;      /* locked: the tag of the handle that locked it (0: unknown) */
 } orch_state_t;
 
-static const orch_state_t STATE_EMPTY = {LM_NEVER, 0, 0};
+static const orch_state_t STATE_EMPTY = {LM_NEVER, 0, 0, 0};
 
 /* A session row. Owned <=> owner is non-empty; the lease is live while locked_until > now. */
 typedef struct {
@@ -310,6 +312,7 @@ typedef struct {
   uint64_t exec, act_id;
   char *item;
   size_t item_len;
+  uint64_t locker;  /* locked: the tag of the handle that locked it (0: unknown) */
   uint64_t sess_epoch; /* session rows: the session's epoch when this lock was taken */
 } work_row_t;
 
@@ -327,7 +330,8 @@ typedef struct {
   int db;                 /* the DB holding these records */
   const lm_field_t *f;    /* stored fields, in record order */
   size_t n;
-  size_t min;             /* fields every record has (0: all n); later ones were added since */
+  size_t n_min;           /* fields every stored record has (0: all n); later ones were
+                             appended since and read as 0 / NULL when absent */
 } lm_schema_t;
 typedef struct {
   int db;       /* index the candidate came from */
@@ -510,6 +514,16 @@ int dx__lm_live_alive(lm_t *p, const char *owner);
 int dx__lm_live_sweep_due(lm_t *p, int64_t now);
 /* When (caller's clock) the next sweep is worth a fetch; LM_NEVER without liveness. */
 int64_t dx__lm_live_next_sweep(lm_t *p);
+/* The locks of dead handles (plain rows, instances): this handle's tag held alive, and 1 when
+** a sweep of others' locks is due (at most every sweep period). */
+int dx__lm_live_locks_due(lm_t *p, int64_t now);
+/* 0 only when the kernel says the handle that recorded `locker` on a lock is gone. */
+int dx__lm_live_locker_alive(lm_t *p, uint64_t locker);
+/* Sweeps (orch.c, work.c): locks taken by dead handles become due now. The fetch that finds
+** the sweep due runs both (one stamp for both, so neither is starved by the other). */
+int dx__lm_orch_reap_dead(tx_t *t, lm_t *p, int64_t now);
+int dx__lm_work_reap_dead(tx_t *t, lm_t *p, int64_t now);
+int dx__lm_reap_dead_locks(tx_t *t, lm_t *p, int64_t now);
 int dx__lm_worker_register(dx_provider_t *pp, const char *worker, int64_t now,
                            dx_error_t *err);
 void dx__lm_worker_unregister(dx_provider_t *pp, const char *worker);

@@ -145,6 +145,36 @@ static int orch_check_lock(tx_t *t, const char *inst, uint64_t token, int64_t no
   return 0;
 }
 
+/* {===== liveness: instances locked by dead handles =====} */
+
+static int timed_inst_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  (void)v;
+  if (k->mv_size < 10 || ((const char *)k->mv_data)[k->mv_size - 1] != 0)
+    return dx__lm_corrupt(t, DB_ORCH_LOCK, "bad key", "%zu-byte key", k->mv_size);
+  return dx__lm_strs_push(ud, (const char *)k->mv_data + 8) ? dx__lm_nomem(t->err) : 0;
+}
+
+/* Instances whose lock is live but whose locker (another handle) is dead: the lock expires
+** now, so the next pick takes them (as a lapsed lock: the attempt counts). */
+int dx__lm_orch_reap_dead(tx_t *t, lm_t *p, int64_t now) {
+  str_list_t l = {NULL, 0, 0};
+  dkey_t none;
+  size_t i;
+  int rc;
+  k_init(&none);
+  rc = dx__lm_scan_prefix(t, DB_ORCH_LOCK, &none, timed_inst_cb, &l);
+  for (i = 0; i < l.n && !rc; i++) {
+    orch_state_t st, nw;
+    if ((rc = dx__lm_state_get(t, l.v[i], &st))) break;
+    if (!st.token || st.locked_until <= now || dx__lm_live_locker_alive(p, st.locker)) continue;
+    nw = st;
+    nw.locked_until = now;
+    rc = state_set(t, l.v[i], &st, &nw);
+  }
+  dx__lm_strs_free(&l);
+  return rc;
+}
+
 /* {===== orchestrator fetch =====} */
 
 /* Consider the head of a timed index (be64 time + inst\0); keep the older candidate. */
@@ -284,8 +314,8 @@ static int orch_item_fill(tx_t *t, dx_orch_item_t *it, const inst_rec_t *ir) {
 
 /* Try to lock candidate `c`. *out stays NULL when the candidate was cleaned up instead (no
 ** visible message, orphan messages, stray index entry); the caller then picks again. */
-static int orch_try_lock(tx_t *t, const orch_cand_t *c, int64_t now, int64_t lock_ms,
-                         dx_orch_item_t **out) {
+static int orch_try_lock(tx_t *t, lm_t *lm, const orch_cand_t *c, int64_t now,
+                         int64_t lock_ms, dx_orch_item_t **out) {
   orch_state_t st, nw;
   msg_list_t l;
   dkey_t k;
@@ -323,6 +353,7 @@ static int orch_try_lock(tx_t *t, const orch_cand_t *c, int64_t now, int64_t loc
   nw.ready_at = LM_NEVER;
   nw.locked_until = sat_add(now, lock_ms);
   nw.token = dx__new_token();
+  nw.locker = lm->tag;
   if (!(it = calloc(1, sizeof *it)) || !(it->instance = dx__strdup(c->inst))) {
     rc = dx__lm_nomem(t->err);
     goto done_ir;
@@ -347,12 +378,15 @@ done:
   return rc;
 }
 
-static int orch_fetch(tx_t *t, int64_t now, int64_t lock_ms, dx_orch_item_t **out) {
+static int orch_fetch(tx_t *t, lm_t *lm, int sweep, int64_t now, int64_t lock_ms,
+                      dx_orch_item_t **out) {
   orch_cand_t c;
   int rc;
+  memset(&c, 0, sizeof c);
+  if (sweep && (rc = dx__lm_reap_dead_locks(t, lm, now))) return rc;
   for (;;) { /* each round locks an instance or removes the candidate from the indexes */
     if ((rc = orch_pick(t, now, &c)) || !c.inst) break;
-    rc = orch_try_lock(t, &c, now, lock_ms, out);
+    rc = orch_try_lock(t, lm, &c, now, lock_ms, out);
     free(c.inst);
     if (rc || *out) return rc;
   }
@@ -450,10 +484,12 @@ int dx__lm_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_i
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
+  int sweep;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = NULL;
-  if ((rc = dx__lm_nothing_due(p, now, 1, 0, 0, err))) return rc < 0 ? rc : 0;
-  LM_WRITE(p, t, err, rc, orch_fetch(&t, now, lock_ms, out), {
+  sweep = dx__lm_live_locks_due(p, now);
+  if (!sweep && (rc = dx__lm_nothing_due(p, now, 1, 0, 0, err))) return rc < 0 ? rc : 0;
+  LM_WRITE(p, t, err, rc, orch_fetch(&t, p, sweep, now, lock_ms, out), {
     dx_orch_item_free(*out);
     *out = NULL;
   });

@@ -35,7 +35,7 @@ static const lm_field_t msg_fields[] = {
 };
 static const lm_field_t state_fields[] = {
   F(RF_I64, orch_state_t, ready_at, 0), F(RF_I64, orch_state_t, locked_until, 0),
-  F(RF_U64, orch_state_t, token, 0),
+  F(RF_U64, orch_state_t, token, 0),   F(RF_U64, orch_state_t, locker, 0),
 };
 static const lm_field_t sess_fields[] = {
   F(RF_STR, sess_rec_t, owner, 0),        F(RF_STR, sess_rec_t, prev, 0),
@@ -48,7 +48,7 @@ static const lm_field_t row_fields[] = {
   F(RF_U64, work_row_t, token, 0),      F(RF_U64, work_row_t, attempt, 0),
   F(RF_STR, work_row_t, session_id, 0), F(RF_STR, work_row_t, instance, 1),
   F(RF_U64, work_row_t, exec, 0),       F(RF_U64, work_row_t, act_id, 0),
-  FB(work_row_t, item, item_len),
+  FB(work_row_t, item, item_len),       F(RF_U64, work_row_t, locker, 0),
   F(RF_U64, work_row_t, sess_epoch, 0), /* optional: absent in rows written before fencing */
 };
 #undef F
@@ -57,7 +57,7 @@ static const lm_field_t row_fields[] = {
 const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fields), 0};
 const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields), 0};
 const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields), 0};
-const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 0};
+const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 3};
 const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 4};
 const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9};
 
@@ -167,12 +167,11 @@ int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec
   if (dx__msgpack_check(v->mv_data, v->mv_size, "record", &derr) == 0 &&
       msgpack_unpack_next(&up, v->mv_data, v->mv_size, &off) == MSGPACK_UNPACK_SUCCESS) {
     o = &up.data;
-    size_t need = s->min ? s->min : s->n, have = 0;
-    if (o->type == MSGPACK_OBJECT_ARRAY) have = o->via.array.size;
-    if (have >= need + 1 && o->via.array.ptr[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+    size_t have = o->type == MSGPACK_OBJECT_ARRAY ? o->via.array.size : 0;
+    if (have >= (s->n_min ? s->n_min : s->n) + 1 &&
+        o->via.array.ptr[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
         o->via.array.ptr[0].via.u64 == LM_RECORD_FORMAT) {
       o = o->via.array.ptr + 1;
-      /* fields past `min` that an older record lacks keep their zero value */
       for (rc = 0, i = 0; i < s->n && i + 1 < have && !rc; i++)
         rc = unpack_field(&o[i], &s->f[i], rec);
     }

@@ -431,7 +431,7 @@ static void fetch_reset(dx_work_fetch_t *out) {
 
 /* Lock candidate `c`. out->item.kind stays 0 when the candidate was cleaned up instead (a
 ** stray index entry, a close item of a session nobody holds); the caller picks again. */
-static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms,
+static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64_t lock_ms,
                      const dx_session_cfg_t *cfg, dx_work_fetch_t *out) {
   work_row_t old, nw;
   dx_error_t derr = {0};
@@ -454,6 +454,7 @@ static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms
   ** earlier owner (dead, or stalled past its lease): due now, the new owner runs them. */
   if (!rc && c->kind == WC_CLAIM) rc = reap_session(t, c->sid, now, c->seq);
   nw = old;
+  nw.locker = lm->tag;
   if (!rc && c->kind != WC_PLAIN) rc = sess_take(t, c, &old, now, cfg, out, &nw.sess_epoch);
   if (!rc) rc = fresh_work_token(t, &nw.token);
   if (!rc) {
@@ -471,14 +472,44 @@ static int work_lock(tx_t *t, const work_cand_t *c, int64_t now, int64_t lock_ms
   return rc;
 }
 
-static int work_fetch(tx_t *t, lm_t *lm, int sweep, int64_t now, int64_t lock_ms,
+/* Plain rows whose lock is live but whose locker (another handle) is dead: due now. */
+int dx__lm_work_reap_dead(tx_t *t, lm_t *p, int64_t now) {
+  seq_list_t l = {NULL, 0, 0};
+  dkey_t pre;
+  size_t i;
+  int rc;
+  k_init(&pre);
+  k_u8(&pre, 0);
+  rc = dx__lm_scan_prefix(t, DB_WORK_LOCK, &pre, dx__lm_ident_cb, &l);
+  for (i = 0; i < l.n && !rc; i++) {
+    work_row_t r, nw;
+    if ((rc = dx__lm_row_get(t, l.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
+    if (rc) break;
+    if (r.token && r.locked_until > now && !dx__lm_live_locker_alive(p, r.locker)) {
+      nw = r; /* shares r's strings */
+      nw.locked_until = now;
+      rc = row_set(t, &r, &nw);
+    }
+    dx__lm_row_clear(&r);
+  }
+  free(l.v);
+  return rc;
+}
+
+int dx__lm_reap_dead_locks(tx_t *t, lm_t *p, int64_t now) {
+  int rc = dx__lm_work_reap_dead(t, p, now);
+  return rc ? rc : dx__lm_orch_reap_dead(t, p, now);
+}
+
+static int work_fetch(tx_t *t, lm_t *lm, int sweep, int locks, int64_t now, int64_t lock_ms,
                       const dx_session_cfg_t *cfg, dx_work_fetch_t *out) {
   work_cand_t c;
   int rc;
+  if (locks && (rc = dx__lm_reap_dead_locks(t, lm, now))) return rc;
   if (sweep && (rc = reap_dead(t, lm, cfg->worker_id, NULL, now))) return rc;
   for (;;) { /* a round only repeats after removing a stray index entry or a close item */
     if ((rc = work_pick(t, lm, now, cfg, &c)) || !c.found) return rc;
-    if ((rc = work_lock(t, &c, now, lock_ms, cfg, out)) || out->item.kind) return rc;
+    if ((rc = work_lock(t, lm, &c, now, lock_ms, cfg, out)) || out->item.kind) return rc;
   }
 }
 
@@ -517,7 +548,7 @@ int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
                       dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
-  int rc, sweep = 0;
+  int rc, sweep = 0, locks;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
   if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
@@ -526,9 +557,10 @@ int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
     dx__lm_live_hold(p, sessions->worker_id); /* peers see this id alive from now on */
     sweep = dx__lm_live_sweep_due(p, now);
   }
-  if (!sweep && (rc = dx__lm_nothing_due(p, now, 0, 1, sessions != NULL, err)))
+  locks = dx__lm_live_locks_due(p, now);
+  if (!sweep && !locks && (rc = dx__lm_nothing_due(p, now, 0, 1, sessions != NULL, err)))
     return rc < 0 ? rc : 0;
-  LM_WRITE(p, t, err, rc, work_fetch(&t, p, sweep, now, lock_ms, sessions, out),
+  LM_WRITE(p, t, err, rc, work_fetch(&t, p, sweep, locks, now, lock_ms, sessions, out),
            fetch_reset(out));
   return rc;
 }

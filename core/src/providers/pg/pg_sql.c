@@ -54,14 +54,161 @@ static const char MIGRATION_1[] =
   "CREATE INDEX sessions_owner ON sessions (owner);"
   "CREATE TABLE started (instance_id text COLLATE \"C\" PRIMARY KEY);";
 
-/* Fencing and ended sessions (issue 9 items 3 and 4). */
+/* Version 2: the writes of an acknowledgement as server-side functions, so that a store cycle's
+** acks need no check round trip of their own (pg_cycle.c): each ack is one call that checks
+** the lock and either writes everything or nothing, and returns its outcome as a row
+** (r_code 0 ok; 1 not locked with that token; 2 lock expired; 3 duplicate event r_a).
+** CREATE OR REPLACE keeps the migration idempotent. The two entry points resolve tables in the
+** schema they were created in; the helpers they call (also called directly, on connections
+** whose search_path is the schema) run in the caller's path, which saves a path switch per
+** call. Helpers are PL/pgSQL, not SQL, so their plans are cached per connection. Also: work.locked_by. */
 static const char MIGRATION_2[] =
+  /* the handle that locked a worker row (liveness: a dead locker's rows are due at once) */
+  "ALTER TABLE work ADD COLUMN IF NOT EXISTS locked_by text;"
+  /* messages for the orchestrator, in array order; each instance's queue row folds in its
+  ** earliest one (see orch_queue: a concurrent release re-reads the row, nothing is lost) */
+  "CREATE OR REPLACE FUNCTION dx_orch_push(o_inst text[], o_vis bigint[], o_item bytea[])"
+  " RETURNS void LANGUAGE plpgsql AS $f$ BEGIN"
+  " INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
+  "  SELECT nextval('dx_seq'), u.i, u.v, u.it FROM unnest(o_inst, o_vis, o_item) u(i, v, it);"
+  " INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
+  "  SELECT u.i, min(u.v), min(u.v) FROM unnest(o_inst, o_vis) u(i, v) GROUP BY u.i ORDER BY u.i"
+  "  ON CONFLICT (instance_id) DO UPDATE SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
+  "  due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
+  "  ELSE q.due_at END;"
+  " END $f$;"
+  /* worker rows, visible at p_vis */
+  "CREATE OR REPLACE FUNCTION dx_work_push(p_vis bigint, w_sid text[], w_inst text[],"
+  " w_exec bigint[], w_act bigint[], w_kind bigint[], w_item bytea[])"
+  " RETURNS void LANGUAGE plpgsql AS $f$ BEGIN"
+  " INSERT INTO work (seq, due_at, visible_at, session_id, instance_id, exec, activity_id,"
+  "  kind, item) SELECT nextval('dx_seq'), p_vis, p_vis, u.s, u.i, u.e, u.a, u.k, u.it"
+  "  FROM unnest(w_sid, w_inst, w_exec, w_act, w_kind, w_item) u(s, i, e, a, k, it);"
+  " END $f$;"
+  /* unlock an instance: ready at its earliest remaining message (or what concurrent
+  ** enqueuers folded in); the row goes when nothing is left */
+  "CREATE OR REPLACE FUNCTION dx_orch_release(p_inst text)"
+  " RETURNS void LANGUAGE plpgsql AS $f$ BEGIN"
+  " UPDATE orch_queue q SET lock_token = NULL, locked_until = NULL, locked_by = NULL,"
+  "  ready_at = LEAST(q.ready_at, m.nxt), due_at = LEAST(q.ready_at, m.nxt)"
+  "  FROM (SELECT min(visible_at) AS nxt FROM orch_msgs WHERE instance_id = p_inst) m"
+  "  WHERE q.instance_id = p_inst;"
+  " DELETE FROM orch_queue WHERE instance_id = p_inst AND lock_token IS NULL"
+  "  AND ready_at IS NULL;"
+  " END $f$;"
+  /* an execution's row: created running (status 0), or given its final status */
+  "CREATE OR REPLACE FUNCTION dx_exec_set(p_inst text, p_exec bigint, p_status bigint,"
+  " p_output text, p_fcat bigint, p_fkind text, p_fmsg text, p_fretry bigint, p_now bigint)"
+  " RETURNS void LANGUAGE plpgsql AS $f$ BEGIN"
+  " INSERT INTO executions AS e (instance_id, exec, status, output, f_cat, f_kind, f_msg,"
+  "  f_retry, started_at, completed_at) VALUES (p_inst, p_exec,"
+  "  CASE WHEN p_status = 0 THEN 1 ELSE p_status END, p_output, p_fcat, p_fkind, p_fmsg,"
+  "  p_fretry, p_now, CASE WHEN p_status = 0 THEN 0 ELSE p_now END)"
+  "  ON CONFLICT (instance_id, exec) DO UPDATE SET status = p_status, output = p_output,"
+  "  f_cat = p_fcat, f_kind = p_fkind, f_msg = p_fmsg, f_retry = p_fretry,"
+  "  completed_at = p_now WHERE p_status <> 0;"
+  " END $f$;"
+  /* one orchestration turn (provider.h ack_orchestration_item) */
+  "CREATE OR REPLACE FUNCTION dx_ack_orch(p_inst text, p_token bigint, p_now bigint,"
+  " p_exec bigint, p_dup bigint, e_id bigint[], e_rec bytea[], p_name text, p_version text,"
+  " p_cs_set bigint, p_cs text, p_parent text, p_status bigint, p_output text, p_fcat bigint,"
+  " p_fkind text, p_fmsg text, p_fretry bigint, w_sid text[], w_inst text[], w_exec bigint[],"
+  " w_act bigint[], w_kind bigint[], w_item bytea[], c_inst text[], c_exec bigint[],"
+  " c_act bigint[], o_inst text[], o_vis bigint[], o_item bytea[], o_start text[])"
+  " RETURNS TABLE (r_code bigint, r_a bigint, r_b bigint) LANGUAGE plpgsql"
+  " SET search_path FROM CURRENT AS $f$"
+  " DECLARE tok bigint; til bigint; dup bigint;"
+  " BEGIN"
+  "  SELECT q.lock_token, q.locked_until INTO tok, til FROM orch_queue q"
+  "   WHERE q.instance_id = p_inst FOR UPDATE;"
+  "  IF tok IS DISTINCT FROM p_token THEN RETURN QUERY SELECT 1::bigint, tok, til; RETURN;"
+  "  END IF;"
+  "  IF til <= p_now THEN RETURN QUERY SELECT 2::bigint, tok, til; RETURN; END IF;"
+  "  dup := NULLIF(p_dup, 0);"
+  "  IF dup IS NULL THEN SELECT min(h.event_id) INTO dup FROM history h"
+  "   WHERE h.instance_id = p_inst AND h.exec = p_exec AND h.event_id = ANY(e_id); END IF;"
+  "  IF dup IS NOT NULL THEN RETURN QUERY SELECT 3::bigint, dup, 0::bigint; RETURN; END IF;"
+  "  DELETE FROM orch_msgs WHERE instance_id = p_inst AND lock_token = p_token;"
+  "  INSERT INTO instances AS i (instance_id, name, version, current_exec, custom_status,"
+  "   cs_version, created_at, updated_at, parent, created_seq)"
+  "   VALUES (p_inst, p_name, p_version, p_exec, CASE WHEN p_cs_set <> 0 THEN p_cs END,"
+  "   p_cs_set, p_now, p_now, p_parent, nextval('dx_seq'))"
+  "   ON CONFLICT (instance_id) DO UPDATE SET"
+  "   name = CASE WHEN p_name IS NOT NULL THEN p_name ELSE i.name END,"
+  "   version = CASE WHEN p_name IS NOT NULL THEN p_version ELSE i.version END,"
+  "   current_exec = GREATEST(i.current_exec, p_exec),"
+  "   custom_status = CASE WHEN p_cs_set <> 0 THEN p_cs ELSE i.custom_status END,"
+  "   cs_version = i.cs_version + p_cs_set, updated_at = p_now;"
+  "  PERFORM dx_exec_set(p_inst, p_exec, p_status, p_output, p_fcat, p_fkind, p_fmsg,"
+  "   p_fretry, p_now);"
+  "  INSERT INTO history (instance_id, exec, event_id, rec)"
+  "   SELECT p_inst, p_exec, u.i, u.r FROM unnest(e_id, e_rec) u(i, r);"
+  "  IF cardinality(w_inst) > 0 THEN"
+  "   PERFORM dx_work_push(p_now, w_sid, w_inst, w_exec, w_act, w_kind, w_item); END IF;"
+  "  IF cardinality(c_inst) > 0 THEN DELETE FROM work w USING unnest(c_inst, c_exec, c_act)"
+  "   u(i, e, a) WHERE w.instance_id = u.i AND w.exec = u.e AND w.activity_id = u.a; END IF;"
+  "  IF cardinality(o_inst) > 0 THEN PERFORM dx_orch_push(o_inst, o_vis, o_item); END IF;"
+  "  IF cardinality(o_start) > 0 THEN" /* a child's id is taken too */
+  "   INSERT INTO started (instance_id) SELECT DISTINCT u.i FROM unnest(o_start) u(i)"
+  "   ON CONFLICT DO NOTHING; END IF;"
+  "  PERFORM dx_orch_release(p_inst);"
+  "  RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;"
+  " END $f$;"
+  /* one worker item done (provider.h ack_work_item): row gone, completion queued */
+  "CREATE OR REPLACE FUNCTION dx_ack_work(p_token bigint, p_now bigint, c_inst text,"
+  " c_item bytea) RETURNS TABLE (r_code bigint, r_a bigint, r_b bigint) LANGUAGE plpgsql"
+  " SET search_path FROM CURRENT AS $f$"
+  " DECLARE s bigint; til bigint; sid text;"
+  " BEGIN"
+  "  SELECT w.seq, w.locked_until, w.session_id INTO s, til, sid FROM work w"
+  "   WHERE w.lock_token = p_token FOR UPDATE;"
+  "  IF NOT FOUND THEN RETURN QUERY SELECT 1::bigint, 0::bigint, 0::bigint; RETURN; END IF;"
+  "  IF til <= p_now THEN RETURN QUERY SELECT 2::bigint, s, til; RETURN; END IF;"
+  "  DELETE FROM work WHERE seq = s;"
+  "  IF sid IS NOT NULL THEN"
+  "   UPDATE sessions SET last_activity = p_now WHERE session_id = sid; END IF;"
+  "  IF c_item IS NOT NULL THEN"
+  "   PERFORM dx_orch_push(ARRAY[c_inst], ARRAY[p_now], ARRAY[c_item]); END IF;"
+  "  RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;"
+  " END $f$;";
+
+/* Version 3: fencing and ended sessions (issue 9 items 3 and 4): the ownership epoch of a
+** session (+1 per claim) and the epoch a row was locked under; the instances that used a
+** session; dx_ack_work refuses a row locked under an earlier epoch (r_code 4: r_a the row,
+** r_b the session's epoch or -1 when it is gone, r_sid and r_owner naming the session, r_c
+** the epoch the row was locked under). */
+static const char MIGRATION_3[] =
   "ALTER TABLE sessions ADD COLUMN epoch bigint NOT NULL DEFAULT 0;"
   "ALTER TABLE work ADD COLUMN sess_epoch bigint NOT NULL DEFAULT 0;"
   "CREATE TABLE session_users (session_id text COLLATE \"C\", instance_id text COLLATE \"C\","
-  "  exec bigint NOT NULL, PRIMARY KEY (session_id, instance_id));";
+  "  exec bigint NOT NULL, PRIMARY KEY (session_id, instance_id));"
+  "DROP FUNCTION IF EXISTS dx_ack_work(bigint, bigint, text, bytea);"
+  "CREATE FUNCTION dx_ack_work(p_token bigint, p_now bigint, c_inst text, c_item bytea)"
+  " RETURNS TABLE (r_code bigint, r_a bigint, r_b bigint, r_sid text, r_owner text,"
+  " r_c bigint)"
+  " LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$"
+  " DECLARE s bigint; til bigint; sid text; we bigint; ep bigint; own text;"
+  " BEGIN"
+  "  SELECT w.seq, w.locked_until, w.session_id, w.sess_epoch INTO s, til, sid, we FROM work w"
+  "   WHERE w.lock_token = p_token FOR UPDATE;"
+  "  IF NOT FOUND THEN RETURN QUERY SELECT 1::bigint, 0::bigint, 0::bigint, NULL::text,"
+  "   NULL::text, 0::bigint; RETURN; END IF;"
+  "  IF til <= p_now THEN RETURN QUERY SELECT 2::bigint, s, til, NULL::text, NULL::text,"
+  "   0::bigint; RETURN; END IF;"
+  "  IF sid IS NOT NULL THEN"
+  "   SELECT x.epoch, x.owner INTO ep, own FROM sessions x WHERE x.session_id = sid;"
+  "   IF ep IS DISTINCT FROM we THEN"
+  "    RETURN QUERY SELECT 4::bigint, s, coalesce(ep, -1), sid, own, we; RETURN; END IF;"
+  "  END IF;"
+  "  DELETE FROM work WHERE seq = s;"
+  "  IF sid IS NOT NULL THEN"
+  "   UPDATE sessions SET last_activity = p_now WHERE session_id = sid; END IF;"
+  "  IF c_item IS NOT NULL THEN"
+  "   PERFORM dx_orch_push(ARRAY[c_inst], ARRAY[p_now], ARRAY[c_item]); END IF;"
+  "  RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint, NULL::text, NULL::text, 0::bigint;"
+  " END $f$;";
 
-const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2};
+const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
@@ -111,40 +258,51 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_LOCK_KEY] = "SELECT pg_advisory_xact_lock($1::bigint)::text",
 
   /* orchestrator queue */
-  [PQ_ORCH_ENQ_MSG] =
-    "INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
-    " VALUES (nextval('dx_seq'), $1, $2::bigint, $3::bytea)",
-  [PQ_ORCH_ENQ_QUEUE] =
-    "INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
-    " VALUES ($1, $2::bigint, $2::bigint)"
-    " ON CONFLICT (instance_id) DO UPDATE SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
-    " due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
-    " ELSE q.due_at END",
+  [PQ_ORCH_PUSH] = "SELECT dx_orch_push(ARRAY[$1::text], ARRAY[$2::bigint], ARRAY[$3::bytea])",
+  [PQ_ORCH_FETCH] = /* lock the $3 instances due first (no other fetcher waits on them), tag
+    ** their visible messages, and return per instance, in order: its lock (t 0), messages
+    ** (t 1, by seq), record (t 2, if any) and current history (t 3, by event id). Columns:
+    ** due, instance, t, id (token/seq/exec/event id), attempt, name, version, bytes. */
+    "WITH c AS (SELECT instance_id, due_at FROM orch_queue WHERE due_at <= $1::bigint"
+    " ORDER BY due_at, instance_id LIMIT $3::bigint FOR UPDATE SKIP LOCKED),"
+    " u AS (UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
+    " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text"
+    " FROM c WHERE q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at),"
+    /* = ANY(ARRAY(...)) and LATERAL keep every lookup on an index, whatever the sizes */
+    " m AS (UPDATE orch_msgs o SET attempt = o.attempt + 1, lock_token ="
+    " (SELECT u.lock_token FROM u WHERE u.instance_id = o.instance_id)"
+    " WHERE o.instance_id = ANY(ARRAY(SELECT instance_id FROM u)) AND o.visible_at <= $1::bigint"
+    " RETURNING o.instance_id, o.seq, o.attempt, o.item)"
+    " SELECT u.due_at, u.instance_id, 0::bigint, u.lock_token, 0::bigint, NULL::text,"
+    " NULL::text, NULL::bytea FROM u"
+    " UNION ALL SELECT u.due_at, u.instance_id, 1, m.seq, m.attempt, NULL, NULL, m.item"
+    " FROM m JOIN u ON u.instance_id = m.instance_id"
+    " UNION ALL SELECT u.due_at, u.instance_id, 2, i.current_exec, 0, i.name, i.version, NULL"
+    " FROM u CROSS JOIN LATERAL (SELECT * FROM instances x WHERE x.instance_id = u.instance_id) i"
+    " UNION ALL SELECT u.due_at, u.instance_id, 3, h.event_id, 0, NULL, NULL, h.rec"
+    " FROM u CROSS JOIN LATERAL (SELECT * FROM history y WHERE y.instance_id = u.instance_id"
+    " AND y.exec = COALESCE((SELECT x.current_exec FROM instances x"
+    " WHERE x.instance_id = u.instance_id), 1)) h"
+    " ORDER BY 1, 2, 3, 4",
+  [PQ_ACK_ORCH] = /* migration 2; one row: outcome code, detail, detail */
+    "SELECT * FROM dx_ack_orch($1, $2::bigint, $3::bigint, $4::bigint, $5::bigint,"
+    " $6::bigint[], $7::bytea[], $8::text, $9::text, $10::bigint, $11::text, $12::text,"
+    " $13::bigint, $14::text, $15::bigint, $16::text, $17::text, $18::bigint, $19::text[],"
+    " $20::text[], $21::bigint[], $22::bigint[], $23::bigint[], $24::bytea[], $25::text[],"
+    " $26::bigint[], $27::bigint[], $28::text[], $29::bigint[], $30::bytea[], $31::text[])",
+  [PQ_EXEC_UPSERT] = /* migration 2 */
+    "SELECT dx_exec_set($1, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::text, $7::text,"
+    " $8::bigint, $9::bigint)",
+  [PQ_ACK_WORK] = "SELECT * FROM dx_ack_work($1::bigint, $2::bigint, $3::text, $4::bytea)",
   [PQ_START_CLAIM] =
     "INSERT INTO started (instance_id) SELECT $1::text"
     " WHERE NOT EXISTS (SELECT 1 FROM instances WHERE instance_id = $1::text)"
     " ON CONFLICT (instance_id) DO NOTHING RETURNING 1::bigint",
-  [PQ_START_NOTE] = "INSERT INTO started (instance_id) VALUES ($1) ON CONFLICT DO NOTHING",
-  [PQ_ORCH_PICK] = /* lock the $3 instances due first; no other fetcher waits on them */
-    "WITH c AS (SELECT instance_id, due_at FROM orch_queue WHERE due_at <= $1::bigint"
-    " ORDER BY due_at, instance_id LIMIT $3::bigint FOR UPDATE SKIP LOCKED)"
-    " UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text"
-    " FROM c WHERE q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at",
   [PQ_ORCH_REAP] = /* liveness on: instances locked by a dead process are due now */
     "UPDATE orch_queue SET due_at = $1::bigint, locked_until = $1::bigint"
     " WHERE lock_token IS NOT NULL AND locked_until > $1::bigint AND locked_by IS NOT NULL"
     " AND locked_by <> $2 AND" OWNER_DEAD("locked_by", "$3::text", "1"),
-  [PQ_ORCH_MARK] =
-    "UPDATE orch_msgs SET lock_token = $2::bigint, attempt = attempt + 1"
-    " WHERE instance_id = $1 AND visible_at <= $3::bigint RETURNING seq, attempt, item",
-  [PQ_ORCH_RELEASE] =
-    "UPDATE orch_queue q SET lock_token = NULL, locked_until = NULL, locked_by = NULL,"
-    " ready_at = LEAST(q.ready_at, m.nxt), due_at = LEAST(q.ready_at, m.nxt)"
-    " FROM (SELECT min(visible_at) AS nxt FROM orch_msgs WHERE instance_id = $1) m"
-    " WHERE q.instance_id = $1",
-  [PQ_ORCH_DROP_EMPTY] =
-    "DELETE FROM orch_queue WHERE instance_id = $1 AND lock_token IS NULL AND ready_at IS NULL",
+  [PQ_ORCH_RELEASE] = "SELECT dx_orch_release($1)",
   [PQ_ORCH_LATER_MSGS] = /* messages not visible yet: is a start among them? */
     "SELECT visible_at, item FROM orch_msgs WHERE instance_id = $1 AND visible_at > $2::bigint"
     " ORDER BY visible_at, seq",
@@ -163,9 +321,6 @@ static const char *const SQL[PQ__COUNT] = {
 
   /* instances, executions, history */
   [PQ_INST_GET] = "SELECT name, version, current_exec FROM instances WHERE instance_id = $1",
-  [PQ_HIST_LOAD_CUR] = /* the current execution's history (1 for a new instance) */
-    "SELECT event_id, rec FROM history WHERE instance_id = $1 AND exec ="
-    " COALESCE((SELECT current_exec FROM instances WHERE instance_id = $1), 1) ORDER BY event_id",
   [PQ_HIST_LOAD] =
     "SELECT event_id, rec FROM history WHERE instance_id = $1 AND exec = $2::bigint"
     " ORDER BY event_id",
@@ -175,38 +330,16 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_HIST_INSERT] =
     "INSERT INTO history (instance_id, exec, event_id, rec) VALUES ($1, $2::bigint, $3::bigint,"
     " $4::bytea)",
-  [PQ_INST_UPSERT] =
-    "INSERT INTO instances AS i (instance_id, name, version, current_exec, custom_status,"
-    " cs_version, created_at, updated_at, parent, created_seq)"
-    " VALUES ($1, $2::text, $3::text, $4::bigint, CASE WHEN $5::bigint <> 0 THEN $6::text END,"
-    " $5::bigint, $7::bigint, $7::bigint, $8::text, nextval('dx_seq'))"
-    " ON CONFLICT (instance_id) DO UPDATE SET"
-    " name = CASE WHEN $2::text IS NOT NULL THEN $2::text ELSE i.name END,"
-    " version = CASE WHEN $2::text IS NOT NULL THEN $3::text ELSE i.version END,"
-    " current_exec = GREATEST(i.current_exec, $4::bigint),"
-    " custom_status = CASE WHEN $5::bigint <> 0 THEN $6::text ELSE i.custom_status END,"
-    " cs_version = i.cs_version + $5::bigint, updated_at = $7::bigint",
-  [PQ_EXEC_UPSERT] =
-    "INSERT INTO executions AS e (instance_id, exec, status, output, f_cat, f_kind, f_msg,"
-    " f_retry, started_at, completed_at) VALUES ($1, $2::bigint,"
-    " CASE WHEN $3::bigint = 0 THEN 1 ELSE $3::bigint END, $4::text, $5::bigint, $6::text,"
-    " $7::text, $8::bigint, $9::bigint, CASE WHEN $3::bigint = 0 THEN 0 ELSE $9::bigint END)"
-    " ON CONFLICT (instance_id, exec) DO UPDATE SET status = $3::bigint, output = $4::text,"
-    " f_cat = $5::bigint, f_kind = $6::text, f_msg = $7::text, f_retry = $8::bigint,"
-    " completed_at = $9::bigint WHERE $3::bigint <> 0",
-
   /* worker queue */
   [PQ_WORK_INSERT] =
-    "INSERT INTO work (seq, due_at, visible_at, session_id, instance_id, exec, activity_id, item,"
-    " kind) VALUES (nextval('dx_seq'), $1::bigint, $1::bigint, $2::text, $3, $4::bigint,"
-    " $5::bigint, $6::bytea, $7::bigint)",
-  [PQ_WORK_CANCEL] =
-    "DELETE FROM work WHERE instance_id = $1 AND exec = $2::bigint AND activity_id = $3::bigint",
+    "SELECT dx_work_push($1::bigint, ARRAY[$2::text], ARRAY[$3::text], ARRAY[$4::bigint],"
+    " ARRAY[$5::bigint], ARRAY[$7::bigint], ARRAY[$6::bytea])",
   [PQ_WORK_FETCH_PLAIN] = /* lock the $3 plain rows due first */
     "WITH c AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND due_at <= $1::bigint"
     " ORDER BY due_at, seq LIMIT $3::bigint FOR UPDATE SKIP LOCKED)"
     " UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, attempt = w.attempt + 1 FROM c WHERE w.seq = c.seq"
+    " due_at = $2::bigint, attempt = w.attempt + 1, locked_by = $4::text FROM c"
+    " WHERE w.seq = c.seq"
     " RETURNING w.lock_token, w.attempt, w.item, c.seq, c.due_at",
   [PQ_WORK_UNLOCK] = /* undo WORK_FETCH_PLAIN for a row not handed out: no attempt spent */
     "UPDATE work SET lock_token = NULL, locked_until = NULL, due_at = visible_at,"
@@ -229,6 +362,11 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE w.session_id = s.session_id AND s.owner <> '' AND s.owner <> $2"
     " AND s.locked_until > $1::bigint AND w.lock_token IS NOT NULL"
     " AND w.locked_until > $1::bigint AND" OWNER_DEAD("s.owner", "$3::text", "1"),
+  [PQ_WORK_REAP_PLAIN] = /* liveness on: plain rows locked by a dead handle are due now */
+    "UPDATE work SET due_at = $1::bigint, locked_until = $1::bigint"
+    " WHERE session_id IS NULL AND due_at > $1::bigint AND lock_token IS NOT NULL"
+    " AND locked_until > $1::bigint AND locked_by IS NOT NULL AND locked_by <> $2 AND"
+    OWNER_DEAD("locked_by", "$3::text", "1"),
   [PQ_WORK_REAP_CLAIMED] = /* after a claim ($2 = us): rows still locked under an earlier
     ** epoch belong to an owner that died or stalled past its lease: due now, we run them */
     "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
@@ -321,11 +459,11 @@ static const char *const SQL[PQ__COUNT] = {
     "UPDATE history SET rec = '\\xc1c1c1c1'::bytea WHERE instance_id = $1 AND exec = $2::bigint"
     " AND event_id = $3::bigint",
   [PQ_TEST_EXPIRE] = "UPDATE sessions SET locked_until = $2::bigint WHERE session_id = $1",
-  [PQ_NEXT_DUE_LIVE] = /* liveness on: while session rows or instances are in flight, look
+  [PQ_NEXT_DUE_LIVE] = /* liveness on: while worker rows or instances are in flight, look
     ** again soon (their holder may die; the next fetch sweeps dead holders' locks) */
     "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work),"
-    " CASE WHEN EXISTS (SELECT 1 FROM work WHERE session_id IS NOT NULL"
-    " AND lock_token IS NOT NULL AND locked_until > $1::bigint)"
+    " CASE WHEN EXISTS (SELECT 1 FROM work WHERE lock_token IS NOT NULL"
+    " AND locked_until > $1::bigint)"
     " OR EXISTS (SELECT 1 FROM orch_queue WHERE locked_by IS NOT NULL"
     " AND locked_until > $1::bigint) THEN $2::bigint END)",
   /* management (admin.c): a page of recorded instances newest first, strictly after the
