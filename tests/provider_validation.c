@@ -1893,6 +1893,29 @@ static void end_instance(dx_provider_t *p, int64_t now, const char *inst, int st
   dx_orch_item_free(it);
 }
 
+/* The first turn of execution `exec` of `inst` (after a continue-as-new), scheduling nothing. */
+static void new_execution_turn(dx_provider_t *p, int64_t now, const char *inst, uint64_t exec) {
+  dx_event_t ev;
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  enqueue(p, now, raise_item(inst));
+  it = fetch(p, now);
+  ASSERT(it);
+  a = ack_of(it);
+  a.execution_id = exec;
+  memset(&ev, 0, sizeof ev);
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.event_id = 1;
+  ev.timestamp_ms = now;
+  ev.name = "Orch";
+  ev.data = "{}";
+  a.delta = &ev;
+  a.delta_len = 1;
+  a.orchestration_name = "Orch";
+  CHECK(M(p)->ack_orchestration_item(p, now, &a, &E));
+  dx_orch_item_free(it);
+}
+
 /* A stalls past its lease while running item 1; B claims the session for item 2 and, the
 ** claim making A's locked row due, runs item 1 too. A's late ack and renewal are refused; the
 ** orchestrator queue gets B's completions only. */
@@ -2016,6 +2039,9 @@ DX_TEST(pv_session_ended_after_completion_and_continue_as_new) {
   ASSERT_STR_EQ(ended, ""); /* Y still runs */
   end_instance(p, T0 + 2, "Y", DX_STATUS_CONTINUED_AS_NEW);
   renew_ended(p, T0 + 2, "A", ended);
+  ASSERT_STR_EQ(ended, ""); /* Y's next execution has not run yet: it may use s1 again */
+  new_execution_turn(p, T0 + 3, "Y", 2); /* it runs without scheduling on s1 */
+  renew_ended(p, T0 + 3, "A", ended);
   ASSERT_STR_EQ(ended, "s1 ");
   done(p);
 }

@@ -141,21 +141,30 @@ int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exe
   return 0;
 }
 
-/* Keep the users whose execution still runs. */
+/* Keep the users whose execution still runs, or continued as new into one that has not had
+** its first turn yet (it may use the session again: "continued-as-new without it" only ends
+** the session once the new execution ran without scheduling on it). */
 static int alive_cb(tx_t *t, const char *inst, size_t n, uint64_t exec, void *ud) {
   ublob_t *u = ud;
   char id[LM_INSTANCE_MAX + 1];
   exec_rec_t er;
-  int rc, running;
+  int rc, status;
   if (n > LM_INSTANCE_MAX) return 0; /* cannot name a stored instance */
   memcpy(id, inst, n);
   id[n] = 0;
   rc = dx__lm_exec_get(t, id, exec, &er);
   if (rc == DX_ENOTFOUND) return 0;
   if (rc) return rc;
-  running = er.status == DX_STATUS_RUNNING;
+  status = er.status;
   dx__lm_exec_clear(&er);
-  return running ? ublob_put(t, u, inst, n, exec) : 0;
+  if (status == DX_STATUS_CONTINUED_AS_NEW) {
+    inst_rec_t ir;
+    if ((rc = dx__lm_inst_get(t, id, &ir)) == DX_ENOTFOUND) return 0;
+    if (rc) return rc;
+    if (ir.current_exec == exec) status = DX_STATUS_RUNNING;
+    dx__lm_inst_clear(&ir);
+  }
+  return status == DX_STATUS_RUNNING ? ublob_put(t, u, inst, n, exec) : 0;
 }
 
 int dx__lm_sess_ended(tx_t *t, const char *sid, const sess_rec_t *r, int *ended, char **alive,

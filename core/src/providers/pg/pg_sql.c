@@ -231,12 +231,19 @@ const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__p
   " (" live " = 1 AND pg_postmaster_start_time() < clock_timestamp() - interval '5 seconds'" \
   " AND pg_try_advisory_xact_lock(hashtextextended(" prefix " || " owner ", 0)))"
 
-/* Session `sid` ended: no rows left and none of its users' executions still runs. */
+/* A user (alias u) still runs: its execution runs, or it continued as new into an execution
+** that has not had its first turn yet (it may use the session again). */
+#define USER_ALIVE(u)                                                                       \
+  " EXISTS (SELECT 1 FROM executions ee WHERE ee.instance_id = " u ".instance_id"             \
+  " AND ee.exec = " u ".exec AND (ee.status = 1 OR (ee.status = 4 AND EXISTS (SELECT 1"        \
+  " FROM instances ei WHERE ei.instance_id = " u ".instance_id"                               \
+  " AND ei.current_exec = " u ".exec))))"
+
+/* Session `sid` ended: no rows left and none of its users still runs. */
 #define SESSION_ENDED(sid)                                                                  \
   " (NOT EXISTS (SELECT 1 FROM work ew WHERE ew.session_id = " sid ")"                       \
-  " AND NOT EXISTS (SELECT 1 FROM session_users eu JOIN executions ee"                        \
-  " ON ee.instance_id = eu.instance_id AND ee.exec = eu.exec"                                 \
-  " WHERE eu.session_id = " sid " AND ee.status = 1))"
+  " AND NOT EXISTS (SELECT 1 FROM session_users eu WHERE eu.session_id = " sid " AND"         \
+  USER_ALIVE("eu") "))"
 
 /* A claimable-or-owned session row is only a candidate when it is its session's head. */
 #define SESSION_HEAD                                                                        \
@@ -427,8 +434,7 @@ static const char *const SQL[PQ__COUNT] = {
     " RETURNING s.session_id), x AS (DELETE FROM session_users u"
     " WHERE u.session_id IN (SELECT session_id FROM d)"
     " OR NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = u.session_id)"
-    " OR NOT EXISTS (SELECT 1 FROM executions e WHERE e.instance_id = u.instance_id"
-    " AND e.exec = u.exec AND e.status = 1))"
+    " OR NOT" USER_ALIVE("u") ")"
     " SELECT count(*) FROM d",
   [PQ_SESS_LIST] =
     "SELECT sid, owner, locked_until, last_activity, queued FROM ("
