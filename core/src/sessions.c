@@ -107,10 +107,12 @@ static int64_t confirmed_until(const dx_sessions_t *s, const owned_t *o) {
   return st > o->lease_until ? st : o->lease_until;
 }
 
-/* Cheap while our own view is live (every loop iteration asks): the store thread's renewals
+/* A hold with activities running here whose lease ran out unrenewed: they must stop (a
+** stall). Holds with nothing running are left to the renewals, which tell "idle" from "lost".
+** Cheap while our own view is live (every loop iteration asks): the store thread's renewals
 ** are looked up only once our view says the lease ran out. */
 static int lapsed(const dx_sessions_t *s, const owned_t *o, int64_t now) {
-  return !o->idle && now >= o->lease_until && now >= confirmed_until(s, o);
+  return o->running > 0 && !o->idle && now >= o->lease_until && now >= confirmed_until(s, o);
 }
 
 int dx__sessions_fenced(const dx_sessions_t *s, const char *sid, uint64_t gen) {
@@ -121,7 +123,8 @@ int dx__sessions_fenced(const dx_sessions_t *s, const char *sid, uint64_t gen) {
   return 1;
 }
 
-/* After every loop iteration: a hold whose lease lapsed unrenewed is lost (a stall). */
+/* After every loop iteration: a hold with running activities whose lease lapsed unrenewed is
+** lost (a stall): before the activities' next timers fire. */
 static void on_check(uv_check_t *h) {
   dx_sessions_t *s = h->data;
   int64_t now = dx__now_ms();
