@@ -143,8 +143,11 @@ s2_kill() {
   check "kill: histories: each activity completed exactly once" $([ -z "$dups" ]; echo $?) "$dups"
   hook "$d" "^claimed shared new $other\$"
   check "kill: hook on $other: claimed shared new" $? "$(hooks_tail "$d")"
-  sess_is "$S" shared "\"owner\":\"$other\".*\"queued\":0"
-  check "kill: sessions shows $other as owner, nothing queued" $? "$(sess_line "$S" shared)"
+  # every instance using the session has ended: its owner releases it (issue 9 item 4)
+  wait_until 20 hook "$d" "^released shared ended $other\$"
+  check "kill: all 4 instances ended: $other released shared (hook ended)" $? "$(hooks_tail "$d")"
+  sess_is "$S" shared "\"queued\":0"
+  check "kill: sessions shows shared with nothing queued" $? "$(sess_line "$S" shared)"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -631,6 +634,94 @@ u2_wait() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# 13. fencing a stalled owner (issue 9 item 3): A runs a long stepped activity of session f1
+# (2s lease, 30s activity lock) and is SIGSTOPped. Past the lease, a second instance queues
+# work on f1: B claims the session, which makes A's locked row due, and runs both. Then A gets
+# SIGCONT while B runs: A must stop before doing another step (actx:is_cancelled), its result
+# must not be recorded, "lost" must fire on A, and the step records of A and B must not
+# overlap (compared from the recorded wall-clock times, not asserted on durations).
+
+# overlaps FILE: lines "A-run B-run" for runs on different workers whose [first, last record]
+# intervals overlap (a C record is the moment a run noticed it lost the session: not work).
+overlaps() {
+  awk '$1 != "C" { k = $3 " " $4; if (!(k in lo) || $2 < lo[k]) lo[k] = $2; if ($2 > hi[k]) hi[k] = $2 }
+    END { for (a in lo) for (b in lo) { split(a, x, " "); split(b, y, " ")
+            if (x[1] < y[1] && lo[a] <= hi[b] && lo[b] <= hi[a]) print a " [" lo[a] "," hi[a] "] / " b " [" lo[b] "," hi[b] "]" } }' "$1" 2>/dev/null
+}
+ran_on() { grep -Eq "^S [0-9]+ $2 $3\$" "$1" 2>/dev/null; }   # ran_on RUNS WORKER TAG
+
+s13_stall() {
+  local d S pa st1 st2 o1 o2 ov lastA firstB
+  local opts=(--session-lock-timeout 2s --worker-lock-timeout 30s --orchestrator-lock-timeout 2s
+    --session-idle-timeout 0)
+  d=$(new_dir s13); S=$(store_of "$d")
+  sworker "$d" A "${opts[@]}"; pa=$WPID
+  sstart "$d" SessSteps st1 "{\"sid\":\"f1\",\"runs\":\"$d/runs\",\"tag\":\"st1\",\"steps\":40,\"ms\":150}"
+  wait_until 30 ran_on "$d/runs" A st1
+  check "stall: A runs the long activity of f1" $? "$(cat "$d/runs" 2>/dev/null)"
+  sworker "$d" B "${opts[@]}"
+  wait_until 20 grep -q 'worker started' "$d/B.log"
+  kill -STOP "$pa"
+  sleep 3 # past A's 2s lease (a wait, not an assertion)
+  sstart "$d" SessSteps st2 "{\"sid\":\"f1\",\"runs\":\"$d/runs\",\"tag\":\"st2\",\"steps\":3,\"ms\":100}"
+  wait_until 30 ran_on "$d/runs" B st1
+  st1=$?
+  kill -CONT "$pa"
+  check "stall: B claimed f1 and runs A's in-flight activity while A is stopped" $st1 \
+    "$(cat "$d/runs" 2>/dev/null)" "$(hooks_tail "$d")"
+  wait_all "$d" 60s st1 st2
+  check "stall: both instances complete" $? "${MSGS[@]}"
+  o1=$(dx status st1 --store "$S" 2>/dev/null); o2=$(dx status st2 --store "$S" 2>/dev/null)
+  grep -q '"output":"B"' <<<"$o1" && grep -q '"output":"B"' <<<"$o2"
+  check "stall: both results are B's (A's late result was not recorded)" $? "$o1" "$o2"
+  wait_until 20 grep -Eq "^C [0-9]+ A st1\$" "$d/runs"
+  check "stall: A saw actx:is_cancelled() on resuming and stopped" $? "$(cat "$d/runs")"
+  ov=$(overlaps "$d/runs")
+  check "stall: no overlap of f1's activities between A and B (recorded times)" \
+    "$([ -z "$ov" ]; echo $?)" "$ov"
+  lastA=$(awk '$1 == "P" && $3 == "A" { t = $2 } END { printf "%.0f\n", t }' "$d/runs")
+  firstB=$(awk '$1 == "S" && $3 == "B" && (!t || $2 < t) { t = $2 } END { printf "%.0f\n", t }' "$d/runs")
+  check "stall: A's last step precedes B's first run" "$((lastA >= firstB))" \
+    "lastA=$lastA firstB=$firstB"
+  wait_until 20 hook "$d" '^released f1 lost A$'
+  check "stall: A's on_session_released fired with lost" $? "$(hooks_tail "$d")"
+  grep -Eq 'activity result (discarded|not recorded)' "$d/A.log"
+  check "stall: A's late result was refused (logged)" $? "$(tail -5 "$d/A.log")"
+  for i in st1 st2; do dx history "$i" --store "$S" >"$d/hist.$i" 2>&1; done
+  ov=$(E2E_WANT_DONE=1 check_histories "$d"/hist.st*)
+  check "stall: histories: each activity completed exactly once" "$([ -z "$ov" ]; echo $?)" "$ov"
+  stop_worker "$pa" TERM 20
+}
+
+# ---------------------------------------------------------------------------------------------
+# 14. actx:abort_session (issue 9 item 8): the first attempt of Fragile aborts its session on
+# A; the hook fires "aborted", the session is released, and the activity runs again (attempt
+# 2) on the next claimer, followed by the session's next activity. The aborting run's result
+# is not recorded.
+
+s14_abort() {
+  local d S out n
+  d=$(new_dir s14); S=$(store_of "$d")
+  sworker "$d" A "${FAST[@]}" --session-idle-timeout 0
+  sstart "$d" SessAbort ab "$(jin "$d" ab1 ab)"
+  wait_all "$d" 60s ab
+  check "abort: the instance completes" $? "${MSGS[@]}"
+  out=$(dx status ab --store "$S" 2>/dev/null)
+  grep -q '"output":"A#2 A"' <<<"$out"
+  check "abort: the result is the second attempt's (the aborting run's was discarded)" $? "$out"
+  hook "$d" '^released ab1 aborted A$'
+  check "abort: hook released ab1 aborted on A" $? "$(hooks_tail "$d")"
+  n=$(nhook "$d" '^claimed ab1 ')
+  check "abort: the session was claimed again after the abort (2 claims)" "$((n != 2))" \
+    "$(hooks_tail "$d")"
+  grep -q 'session aborted by an activity.*reason="state corrupt (test)"' "$d/A.log"
+  check "abort: the worker logs the abort with its reason" $? "$(tail -5 "$d/A.log")"
+  dx history ab --store "$S" >"$d/hist.ab" 2>&1
+  out=$(E2E_WANT_DONE=1 check_histories "$d/hist.ab")
+  check "abort: history: each activity completed exactly once" "$([ -z "$out" ]; echo $?)" "$out"
+}
+
+# ---------------------------------------------------------------------------------------------
 
 run_scenarios s1_affinity s2_kill s3_term s4_restart s5_capacity s6_race s7_long s8_can \
-  s9_idle s10_hooks s11_chat s12_cli u1_upgrade u2_wait
+  s9_idle s10_hooks s11_chat s12_cli s13_stall s14_abort u1_upgrade u2_wait

@@ -1663,6 +1663,7 @@ DX_TEST(pv_session_same_id_restart_refreshes_lease) {
 
 DX_TEST(pv_session_max_sessions_capacity_respected) {
   dx_provider_t *p = fresh();
+  create_instance(p, T0, "I"); /* running: its session keeps its slot */
   enqueue_work(p, T0, sess_item("I", 1, "s1"));
   enqueue_work(p, T0, sess_item("I", 2, "s2"));
   take_ack(p, T0, "A", 1); /* A owns s1 (no activity running: it still counts) */
@@ -2052,6 +2053,180 @@ DX_TEST(pv_session_declined_sessions_are_skipped) {
 /* {===== worker liveness (provider v5): registration, refusal, dead owners =====} */
 
 /* Providers without registration (LMDB, for now) skip these tests, saying so. */
+/* {===== fencing and ended sessions (issue 9 items 3 and 4) =====} */
+
+/* End `inst`'s current execution with `status` (COMPLETED, FAILED or CONTINUED_AS_NEW). */
+static void end_instance(dx_provider_t *p, int64_t now, const char *inst, int status) {
+  dx_failure_t fail = {DX_CAT_APPLICATION, "OrchestrationFailed", "boom", 0};
+  dx_event_t ev[1];
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  enqueue(p, now, raise_item(inst));
+  it = fetch(p, now);
+  ASSERT(it);
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  a.status = status;
+  if (status == DX_STATUS_FAILED) a.failure = &fail;
+  else a.output = "1";
+  CHECK(M(p)->ack_orchestration_item(p, now, &a, &E));
+  dx_orch_item_free(it);
+}
+
+/* The first turn of execution `exec` of `inst` (after a continue-as-new), scheduling nothing. */
+static void new_execution_turn(dx_provider_t *p, int64_t now, const char *inst, uint64_t exec) {
+  dx_event_t ev;
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  enqueue(p, now, raise_item(inst));
+  it = fetch(p, now);
+  ASSERT(it);
+  a = ack_of(it);
+  a.execution_id = exec;
+  memset(&ev, 0, sizeof ev);
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.event_id = 1;
+  ev.timestamp_ms = now;
+  ev.name = "Orch";
+  ev.data = "{}";
+  a.delta = &ev;
+  a.delta_len = 1;
+  a.orchestration_name = "Orch";
+  CHECK(M(p)->ack_orchestration_item(p, now, &a, &E));
+  dx_orch_item_free(it);
+}
+
+/* A stalls past its lease while running item 1; B claims the session for item 2 and, the
+** claim making A's locked row due, runs item 1 too. A's late ack and renewal are refused; the
+** orchestrator queue gets B's completions only. */
+DX_TEST(pv_session_fence_refuses_a_stalled_owners_ack) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t done1 = act_done("I", 1, 1);
+  dx_work_fetch_t f, g, h;
+  uint64_t before;
+  create_instance(p, T0, "I");
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  f = sfetch(p, T0, "A", 10);
+  ASSERT_EQ(f.item.id, 1);
+  g = sfetch(p, T0 + SLOCK, "B", 10); /* A's lease lapsed; its item lock (LOCK) has not */
+  ASSERT_EQ(g.item.id, 2);
+  ASSERT_EQ(g.session_claimed, 1);
+  ASSERT_STR_EQ(g.previous_owner, "A");
+  h = sfetch(p, T0 + SLOCK, "B", 10); /* the claim made A's row due: B runs it */
+  ASSERT_EQ(h.item.id, 1);
+  ASSERT_EQ(h.attempt_count, 2);
+  before = depths(p).orchestrator;
+  CHECK_ERR(M(p)->ack_work_item(p, T0 + SLOCK + 1, f.lock_token, &done1, &E), DX_ELOCK);
+  CHECK_ERR(M(p)->renew_work_item_lock(p, T0 + SLOCK + 1, f.lock_token, LOCK, &E), DX_ELOCK);
+  ASSERT_EQ(depths(p).orchestrator, before);
+  CHECK(M(p)->ack_work_item(p, T0 + SLOCK + 1, h.lock_token, &done1, &E));
+  CHECK(M(p)->ack_work_item(p, T0 + SLOCK + 1, g.lock_token, NULL, &E));
+  ASSERT_EQ(depths(p).orchestrator, before + 1);
+  ASSERT_EQ(srow(p, "s1").queued, 0);
+  fclear(&f);
+  fclear(&g);
+  fclear(&h);
+  done(p);
+}
+
+/* The ownership epoch itself is checked in the ack's transaction: a stalled owner whose clock
+** says its item lock is still live (its ack carries an earlier time) is refused all the same,
+** and its message names the new owner. */
+DX_TEST(pv_session_fence_checks_the_epoch_not_only_the_lock) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t done1 = act_done("I", 1, 1);
+  dx_work_fetch_t f, g;
+  uint64_t before;
+  create_instance(p, T0, "I");
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  f = sfetch(p, T0, "A", 10);
+  g = sfetch(p, T0 + SLOCK, "B", 10);
+  ASSERT_EQ(g.session_claimed, 1);
+  before = depths(p).orchestrator;
+  CHECK_ERR(M(p)->ack_work_item(p, T0 + SLOCK - 1, f.lock_token, &done1, &E), DX_ELOCK);
+  ASSERT(strstr(E.msg, "moved to worker 'B'") != NULL);
+  CHECK_ERR(M(p)->renew_work_item_lock(p, T0 + SLOCK - 1, f.lock_token, LOCK, &E), DX_ELOCK);
+  ASSERT_EQ(depths(p).orchestrator, before);
+  /* the owner's own later fetch and ack of the session are fine (same epoch) */
+  CHECK(M(p)->ack_work_item(p, T0 + SLOCK + 1, g.lock_token, NULL, &E));
+  fclear(&f);
+  fclear(&g);
+  done(p);
+}
+
+/* A lease that lapsed without another claim fences nothing: the owner's ack still counts. */
+DX_TEST(pv_session_lapsed_lease_without_a_claim_keeps_the_ack) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  create_instance(p, T0, "I");
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  f = sfetch(p, T0, "A", 10);
+  CHECK(M(p)->ack_work_item(p, T0 + SLOCK + 5, f.lock_token, NULL, &E));
+  fclear(&f);
+  done(p);
+}
+
+static int ended_cb(void *ud, const dx_session_info_t *s) {
+  char *out = ud;
+  if (s->ended) strcat(out, s->session_id), strcat(out, " ");
+  return 0;
+}
+
+static void renew_ended(dx_provider_t *p, int64_t now, const char *worker, char *out) {
+  out[0] = 0;
+  CHECK(M(p)->renew_session_lock(p, now, worker, SLOCK, 0, ended_cb, out, NULL, &E));
+}
+
+/* A session whose instances all ended (failed without closing it, completed, continued as
+** new) stops counting against max_sessions at once, and renewals report it ended; a session
+** with a running instance or with rows does not. */
+DX_TEST(pv_session_of_ended_instances_frees_its_slot) {
+  dx_provider_t *p = fresh();
+  char ended[128];
+  create_instance(p, T0, "X");
+  create_instance(p, T0, "Y");
+  create_instance(p, T0, "Z");
+  enqueue_work(p, T0, sess_item("X", 1, "s1"));
+  take_ack(p, T0, "A", 1);
+  enqueue_work(p, T0 + 1, sess_item("Y", 2, "s2"));
+  take(p, T0 + 1, "A", 1, 0); /* capacity 1: s1 still serves X */
+  renew_ended(p, T0 + 1, "A", ended);
+  ASSERT_STR_EQ(ended, "");
+  end_instance(p, T0 + 2, "X", DX_STATUS_FAILED);
+  renew_ended(p, T0 + 2, "A", ended);
+  ASSERT_STR_EQ(ended, "s1 ");
+  ASSERT_EQ(take(p, T0 + 3, "A", 1, 2), 1); /* the capacity-1 worker serves s2 */
+  /* s2 is used by Y (running) and by Z once Z's row is queued */
+  enqueue_work(p, T0 + 4, sess_item("Z", 3, "s2"));
+  renew_ended(p, T0 + 4, "A", ended);
+  ASSERT_STR_EQ(ended, "s1 ");
+  done(p);
+}
+
+DX_TEST(pv_session_ended_after_completion_and_continue_as_new) {
+  dx_provider_t *p = fresh();
+  char ended[128];
+  create_instance(p, T0, "X");
+  create_instance(p, T0, "Y");
+  enqueue_work(p, T0, sess_item("X", 1, "s1"));
+  enqueue_work(p, T0, sess_item("Y", 2, "s1"));
+  take_ack(p, T0, "A", 1);
+  take_ack(p, T0, "A", 2);
+  end_instance(p, T0 + 1, "X", DX_STATUS_COMPLETED);
+  renew_ended(p, T0 + 1, "A", ended);
+  ASSERT_STR_EQ(ended, ""); /* Y still runs */
+  end_instance(p, T0 + 2, "Y", DX_STATUS_CONTINUED_AS_NEW);
+  renew_ended(p, T0 + 2, "A", ended);
+  ASSERT_STR_EQ(ended, ""); /* Y's next execution has not run yet: it may use s1 again */
+  new_execution_turn(p, T0 + 3, "Y", 2); /* it runs without scheduling on s1 */
+  renew_ended(p, T0 + 3, "A", ended);
+  ASSERT_STR_EQ(ended, "s1 ");
+  done(p);
+}
+
 static int has_liveness(dx_provider_t *p) {
   if (M(p)->version >= 5 && M(p)->worker_register && M(p)->worker_unregister) return 1;
   fprintf(stderr, "# SKIP: provider %s has no worker registration\n", M(p)->name);

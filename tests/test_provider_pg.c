@@ -356,6 +356,33 @@ enum { CAP_SESSIONS = 8, CAP_PER_SESSION = 5, CAP_PROCS = 4 };
 
 static atomic_int *g_claims;
 
+/* Start `inst` and commit its first turn: a running instance (its sessions keep their slot). */
+static void running_instance(dx_provider_t *p, const char *inst) {
+  dx_work_item_t w = item(DX_WI_START, inst, 0);
+  dx_orch_item_t *it = NULL;
+  dx_event_t ev;
+  dx_orch_ack_t a;
+  dx_error_t err;
+  w.name = "Orch";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, wall_ms(), &w, 0, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, wall_ms(), 30000, &it, &err));
+  ASSERT(it);
+  memset(&ev, 0, sizeof ev);
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.event_id = 1;
+  ev.name = "Orch";
+  ev.data = "null";
+  memset(&a, 0, sizeof a);
+  a.instance = it->instance;
+  a.lock_token = it->lock_token;
+  a.execution_id = it->execution_id;
+  a.orchestration_name = "Orch";
+  a.delta = &ev;
+  a.delta_len = 1;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, wall_ms(), &a, &err));
+  dx_orch_item_free(it);
+}
+
 DX_TEST(pg_session_capacity_holds_across_processes) {
   char *store = dx_pv_new_store(), sid[16];
   dx_provider_t *p = dx_pv_open(store);
@@ -366,6 +393,7 @@ DX_TEST(pg_session_capacity_holds_across_processes) {
                   -1, 0);
   ASSERT(g_claims != MAP_FAILED);
   atomic_store(g_claims, 0);
+  running_instance(p, "I");
   ASSERT_OK(M(p)->begin(p, &err));
   for (i = 0; i < CAP_SESSIONS; i++)
     for (j = 0; j < CAP_PER_SESSION; j++) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dxlua.h"
+#include "embedding.h"
 #include "log.h"
 #include "util.h"
 #include "value.h"
@@ -30,6 +31,7 @@ struct act_run_s {
   act_handle_t *h;
   int h_ref;
   int nargs;      /* values the first resume passes to the coroutine body */
+  int deferred;   /* its runtime is stalled (tests): resumed by dxl_resume_deferred */
 };
 
 /* Registry key of the table mapping activity coroutines to their act_run_t. */
@@ -335,8 +337,40 @@ static int p_resume_activity(lua_State *L) {
   co = lua_tothread(L, 1);
   r = run_of(L, 1);
   if (!r || co == L || lua_status(co) != LUA_YIELD) return 0;
+  if (r->a && dx__runtime_stalled(dx__activity_runtime(r->a))) {
+    r->deferred = 1; /* a stalled worker runs nothing: continue once it resumes */
+    return 0;
+  }
   step(r, L, 0);
   return 0;
+}
+
+void dxl_resume_deferred(dxl_state_t *S) {
+  lua_State *L = S->L;
+  act_run_t **due = NULL;
+  size_t n = 0, cap = 0, i;
+  int top = lua_gettop(L);
+  if (!lua_checkstack(L, 4)) return;
+  push_runs(L);
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    act_run_t *r = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (r && r->deferred && !(r->a && dx__runtime_stalled(dx__activity_runtime(r->a)))) {
+      if (n == cap) {
+        act_run_t **nd = realloc(due, (cap = cap ? cap * 2 : 8) * sizeof *nd);
+        if (!nd) break;
+        due = nd;
+      }
+      due[n++] = r;
+    }
+  }
+  lua_settop(L, top);
+  for (i = 0; i < n; i++) { /* after the walk: a step edits the table */
+    due[i]->deferred = 0;
+    if (lua_status(due[i]->co) == LUA_YIELD) step(due[i], L, 0);
+  }
+  free(due);
 }
 
 static int p_actx_cancelled(lua_State *L) {
@@ -352,6 +386,18 @@ static int p_session_handler(lua_State *L) {
     lua_pushnil(L);
   }
   return 1;
+}
+
+/* C.actx_abort_session(h, reason): give the activity's session up on this worker now. */
+static int p_actx_abort_session(lua_State *L) {
+  act_handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
+  const char *reason = luaL_optstring(L, 2, NULL);
+  dx_error_t err;
+  if (!h || !h->run || !h->run->a)
+    return luaL_error(L, "actx:abort_session: the activity has finished");
+  if (dx_activity_abort_session(h->run->a, reason, &err) != DX_OK)
+    return luaL_error(L, "actx:abort_session: %s", err.msg);
+  return 0;
 }
 
 static int p_actx_trace(lua_State *L) {
@@ -436,6 +482,7 @@ void dxl_activity_register(lua_State *L, int prims) {
                                  {"actx_cancelled", p_actx_cancelled},
                                  {"actx_trace", p_actx_trace},
                                  {"session_handler", p_session_handler},
+                                 {"actx_abort_session", p_actx_abort_session},
                                  {"after", p_after},
                                  {NULL, NULL}};
   lua_pushvalue(L, prims);

@@ -108,6 +108,10 @@ static int ts_probe(lua_State *L) {
     free(w.previous_owner);
   }
   p->methods->rollback(p);
+  /* the fetches held the workers' liveness ids on this handle: drop them, or a worker that
+  ** is killed later would look alive to its peers for as long as this handle lives */
+  for (i = 0; i < n && p->methods->version >= 5 && p->methods->worker_unregister; i++)
+    if (use_sessions[i]) p->methods->worker_unregister(p, cfg[i].worker_id);
   lua_pushboolean(L, found);
   return 1;
 }

@@ -37,6 +37,17 @@ end
 
 function Actx:is_cancelled() return C.actx_cancelled(self._h) end
 
+--- Give this activity's session up on this worker now (its in-memory state is bad): the
+--- session's released hook fires with "aborted", its queued work goes to the next claimer, and
+--- the session's activities running here (this one too) are cancelled: their results are
+--- discarded and they run again on the next claimer.
+function Actx:abort_session(reason)
+  if reason ~= nil and type(reason) ~= "string" then
+    error("actx:abort_session expects a reason string (or nothing), got " .. type(reason), 2)
+  end
+  C.actx_abort_session(self._h, reason)
+end
+
 local LEVELS = { error = 0, warn = 1, info = 2, debug = 3 }
 function Actx:trace(level, message)
   local lv = LEVELS[level]

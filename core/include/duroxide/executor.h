@@ -125,8 +125,18 @@ const dx_activity_info_t *dx_activity_info(const dx_activity_t *a);
 **  Copies its arguments. After this the dx_activity_t must not be used. */
 void dx_activity_complete(dx_activity_t *a, const char *output_json);
 void dx_activity_fail(dx_activity_t *a, const char *message);
-/** 1 once the runtime lost the activity's lock (cancelled by the orchestration, or stolen). */
+/** 1 once the runtime lost the activity's lock (cancelled by the orchestration, or stolen),
+**  or, for a session activity, once this worker no longer holds the session it started under
+**  (lease lapsed during a stall, lost, aborted): its result is then handed back, not recorded. */
 int dx_activity_is_cancelled(const dx_activity_t *a);
+/** Give up the activity's session on this worker now (its in-memory state is bad): the
+**  released hook fires with "aborted", the lease is released in the store and the session's
+**  queued work goes to the next claimer. Every activity of the session running here, this one
+**  included, is cancelled: its result is handed back and runs again on the next claimer.
+**  reason is borrowed (may be NULL; logged). DX_EINVAL when the activity is not on a session,
+**  DX_ETOOBIG for a reason over DX_MAX_REASON_BYTES, DX_ESTATE when the session is no longer
+**  held here (already lost or aborted) or the activity has finished. Thread: the loop. */
+int dx_activity_abort_session(dx_activity_t *a, const char *reason, dx_error_t *err);
 /** Opaque per-activity slot for the binding. */
 void dx_activity_set_userdata(dx_activity_t *a, void *ud);
 void *dx_activity_userdata(const dx_activity_t *a);
@@ -152,8 +162,8 @@ typedef struct dx_host_methods_s {
   /* methods above are version 1 */
   /** This process now owns `session_id`; how is "new" or "reclaim". May be NULL. */
   void (*session_claimed)(void *host, const char *session_id, const char *how);
-  /** This process no longer owns `session_id`; reason is "idle", "closed", "shutdown" or
-  **  "lost". Free per-session memory here. May be NULL. */
+  /** This process no longer owns `session_id`; reason is "idle", "closed", "shutdown",
+  **  "lost", "ended" or "aborted" (and "upgrade"). Free per-session memory here. May be NULL. */
   void (*session_released)(void *host, const char *session_id, const char *reason);
   /* methods above are version 2 */
   /** As session_claimed / session_released, also naming the worker id of the runtime whose

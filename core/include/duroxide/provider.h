@@ -263,6 +263,9 @@ typedef struct dx_session_info_s {
   uint64_t queued;            /* worker rows of this session (any lock state) */
   uint64_t running;           /* list_sessions: those of them locked now (in flight); 0 in
                                  renew_session_lock's reports */
+  int ended;                  /* renew_session_lock only: no rows are left and every instance
+                                 that ran activities of the session has ended (completed,
+                                 failed, continued as new): the owner releases it ("ended") */
 } dx_session_info_t;
 
 /** Callback for session listings: return non-zero to stop. */
@@ -432,11 +435,17 @@ typedef struct dx_provider_methods_s {
   int (*renew_orchestration_item_lock)(dx_provider_t *p, int64_t now_ms, const char *instance,
                                        uint64_t lock_token, int64_t extend_ms, dx_error_t *err);
 
-  /** Lock the oldest visible worker row. out->item.kind == 0 when nothing is visible. */
+  /** Lock the oldest visible worker row. out->item.kind == 0 when nothing is visible.
+  **  Sessions: a claim starts the session's next ownership epoch and makes the session's rows
+  **  still locked (by an earlier owner) due at once; the locked row records the epoch and its
+  **  instance joins the session's users. The capacity count skips sessions that ended (no rows,
+  **  every user's execution no longer running). */
   int (*fetch_work_item)(dx_provider_t *p, int64_t now_ms, int64_t lock_ms,
                          const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
                          dx_error_t *err);
-  /** Delete the row (lock must be live) and enqueue `completion` (may be NULL). */
+  /** Delete the row (lock must be live) and enqueue `completion` (may be NULL). A session
+  **  row locked under an earlier ownership epoch than the session's (another worker claimed
+  **  it since) is refused with DX_ELOCK in the same transaction (fencing); so is its renewal. */
   int (*ack_work_item)(dx_provider_t *p, int64_t now_ms, uint64_t lock_token,
                        const dx_work_item_t *completion, dx_error_t *err);
   int (*abandon_work_item)(dx_provider_t *p, int64_t now_ms, uint64_t lock_token,
@@ -547,7 +556,8 @@ typedef struct dx_provider_methods_s {
   **  already holds worker_id (the message names it). A registration finds what a dead
   **  predecessor with the same id left in flight (its session rows) and makes it due now.
   **  Called by dx_runtime_start before the first fetch; worker_unregister (dx_runtime_stop,
-  **  after the sessions are released) drops the token. worker_id is borrowed. */
+  **  after the sessions are released) drops the token; it also drops a hold that fetches took
+  **  for worker_id without a registration (a test harness probing on behalf of workers). */
   int (*worker_register)(dx_provider_t *p, const char *worker_id, int64_t now_ms,
                          dx_error_t *err);
   void (*worker_unregister)(dx_provider_t *p, const char *worker_id);

@@ -10,6 +10,7 @@
 -- Every activity appends "<worker_id> <session_id or -> <tag>" to input.log when it starts, so
 -- the script can tell where (and how often) each activity ran.
 local duroxide = require("duroxide")
+local uv = require("luv")
 
 local HOOKS = os.getenv("E2E_HOOKS")
 local ME = os.getenv("E2E_WORKER") or "?"
@@ -42,6 +43,60 @@ if os.getenv("E2E_NEW_CODE") then
     return actx.worker_id
   end)
 end
+
+local function now_ms()
+  local sec, usec = uv.gettimeofday()
+  return sec * 1000 + usec // 1000
+end
+
+-- input = { runs = path, tag, steps, ms }: a session activity that works in steps, each one
+-- recorded in input.runs with the wall-clock time ("S|P|C|E <ms> <worker> <tag> [step]"):
+-- S at the start, P before each step's work, E at the end. Before each step it checks
+-- actx:is_cancelled() and stops (C) when the worker no longer holds the session: a stalled
+-- owner must stop before doing more (issue 9 item 3). Returns the worker id, or "stale@<id>"
+-- when cancelled (a result the runtime must not record).
+duroxide.activity("Steps", function(actx, input)
+  local function rec(mark, extra)
+    append(input.runs, ("%s %d %s %s%s"):format(mark, now_ms(), actx.worker_id, input.tag,
+                                               extra or ""))
+  end
+  rec("S")
+  for i = 1, input.steps do
+    if actx:is_cancelled() then
+      rec("C")
+      return "stale@" .. actx.worker_id
+    end
+    rec("P", " " .. i)
+    actx:sleep(input.ms)
+  end
+  rec("E")
+  return actx.worker_id
+end)
+
+-- input = { sid, runs, tag, steps, ms }: one Steps activity on the session.
+duroxide.orchestration("SessSteps", function(ctx, input)
+  return assert(ctx:schedule_activity_on_session("Steps", input, input.sid):await())
+end)
+
+-- input = { log, tag }: a session activity whose first attempt finds its state broken and
+-- aborts the session (issue 9 item 8); a later attempt returns "<worker>#<attempt>".
+duroxide.activity("Fragile", function(actx, input)
+  append(input.log, ("%s %s %s#%d"):format(actx.worker_id, actx.session_id or "-", input.tag,
+                                            actx.attempt))
+  if actx.attempt == 1 then
+    actx:abort_session("state corrupt (test)")
+    return "bad state" -- discarded: the aborted session's work runs again elsewhere
+  end
+  return ("%s#%d"):format(actx.worker_id, actx.attempt)
+end)
+
+-- input = { sid, log, tag }: Fragile on the session, then one Work on it; returns both.
+duroxide.orchestration("SessAbort", function(ctx, input)
+  local a = assert(ctx:schedule_activity_on_session("Fragile", input, input.sid):await())
+  local b = assert(ctx:schedule_activity_on_session("Work", { log = input.log, tag = input.tag
+                                                              .. "-after" }, input.sid):await())
+  return a .. " " .. b
+end)
 
 local function work(ctx, input, tag, sid, ms)
   local arg = { log = input.log, tag = tag, ms = ms or input.ms }

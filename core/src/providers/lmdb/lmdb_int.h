@@ -21,12 +21,13 @@
 **   orch_ready    be64 ready_at inst\0 -> ""       unlocked instances with messages
 **   orch_lock     be64 locked_until inst\0 -> ""   locked instances
 **   work          be64 seq -> visible_at, locked_until, token, attempt, session_id, inst,
-**                             exec, activity_id, item
+**                             exec, activity_id, item, sess_epoch (optional)
 **   work_ready    u8 0 be64 visible_at be64 seq -> ""     unlocked plain rows
 **   work_lock     u8 0 be64 locked_until be64 seq -> ""   locked plain rows
 **   work_token    be64 token -> be64 seq                   (plain and session rows)
 **   work_ident    inst\0 be64 exec be64 activity_id be64 seq -> ""   (lock stealing)
-**   sessions      sid\0 -> owner ("" = unowned), previous_owner, locked_until, last_activity
+**   sessions      sid\0 -> owner ("" = unowned), previous_owner, locked_until, last_activity,
+**                           epoch, users (optional: added for fencing and ended sessions)
 **   sess_owner    owner\0 sid\0 -> be64 locked_until      sessions by owner
 **   sess_items    sid\0 be64 due be64 seq -> ""            rows of a session; due is
 **                                                          visible_at, or locked_until if locked
@@ -300,6 +301,11 @@ typedef struct {
   char *owner;        /* NULL or "" = unowned (released) */
   char *prev;         /* owner before the current one (or before a release); NULL if none */
   int64_t locked_until, last_activity;
+  uint64_t epoch;     /* ownership epoch: +1 on every claim (fencing: locks taken under an
+                         older epoch cannot ack or renew) */
+  char *users;        /* instances that ran activities of the session: entries of be64 exec,
+                         be16 length, instance bytes (NULL: none) */
+  size_t users_len;
 } sess_rec_t;
 
 /* A session event (sess_events). */
@@ -326,6 +332,7 @@ typedef struct {
   char *item;
   size_t item_len;
   uint64_t locker;  /* locked: the tag of the handle that locked it (0: unknown) */
+  uint64_t sess_epoch; /* session rows: the session's epoch when this lock was taken */
 } work_row_t;
 
 /* One stored field of a wrapper record: its type and where it lives in the C struct. */
@@ -475,6 +482,13 @@ void dx__lm_sess_clear(sess_rec_t *r);
 int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r);
 int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw);
 int dx__lm_sess_touch(tx_t *t, const char *sid, int64_t now);
+/* Point nw->users at a new blob (caller frees *blob) that lists (inst, exec) once. */
+int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exec, char **blob);
+/* 1 in *ended when the session has no worker rows and every instance that used it has ended
+** (its execution is no longer running). *alive (may be NULL) receives a blob of the users
+** still running (caller frees; NULL when none). */
+int dx__lm_sess_ended(tx_t *t, const char *sid, const sess_rec_t *r, int *ended, char **alive,
+                      size_t *alive_len);
 int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q);
 int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta);
 int dx__lm_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
