@@ -100,6 +100,18 @@ describe("worker metrics", function()
                           { orchestration_name = "Loop", status = "success" }))
   end)
 
+  it("counts sub-orchestrations and their starts by a parent", function()
+    env:register_orchestration("Parent", function(ctx, n)
+      return assert(ctx:schedule_sub_orchestration("Calc", n):await())
+    end)
+    assert.are.equal("Completed", env:run_until_complete(env:start("p1", "Parent", 4)).status)
+    assert.are.equal(1, m("duroxide_suborchestration_calls_total", { orchestration_name = "Calc" }))
+    assert.are.equal(1, m("duroxide_orchestration_starts_total",
+                          { orchestration_name = "Calc", initiated_by = "suborchestration" }))
+    assert.are.equal(1, m("duroxide_orchestration_starts_total",
+                          { orchestration_name = "Parent", initiated_by = "client" }))
+  end)
+
   it("counts unregistered activities handed back for a retry", function()
     env:register_orchestration("Missing", function(ctx)
       return ctx:schedule_activity("NotThere"):await()

@@ -311,6 +311,88 @@ s8_graceful() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# 9. a dead locker's activity moves at once: SIGKILL while the activity runs under a 4-minute
+# lock; a live peer reruns and completes it long before that lock could lapse (liveness).
+
+s9_dead_locker() {
+  local d S a h n
+  d=$(new_dir s9); S=$(store_of "$d")
+  start_worker "$d/workerA.log" "$APPS/common.lua" --store "$S" --worker-lock-timeout 240s
+  a=$WPID
+  run_cmd start MarkOnce "{\"marker\":\"$d/marker\",\"ms\":3000,\"tag\":\"k1\"}" --id k1 --store "$S"
+  check "dead locker: instance started" "$RC" "$OUT" "$ERR"
+  wait_until 30 test -s "$d/marker"
+  check "dead locker: activity started on worker A" $? "$(tail -5 "$d/workerA.log")"
+  start_worker "$d/workerB.log" "$APPS/common.lua" --store "$S" --worker-lock-timeout 240s
+  kill -9 "$a"; wait "$a" 2>/dev/null
+  # 60 s is a quarter of A's activity lock: only the dead-locker handoff can finish it in time
+  run_cmd wait k1 --timeout 60s --store "$S"
+  [ "$RC" -eq 0 ] && grep -q '"output":1' <<<"$OUT"
+  check "dead locker: worker B completes it long before A's lock would lapse" $? "rc=$RC" \
+    "$OUT" "$ERR" "$(tail -5 "$d/workerB.log")"
+  h=$(dx history k1 --store "$S")
+  n=$(count_event "$h" ActivityCompleted)
+  [ "$n" -eq 1 ] && no_duplicate_completions "$h"
+  check "dead locker: exactly one ActivityCompleted in history" $? "count=$n" "$h"
+  n=$(count_lines "$d/marker" '^start')
+  check "dead locker: the activity ran again on B" $((n != 2)) "runs=$n" "$(cat "$d/marker")"
+  stop_worker "$WPID"
+}
+
+# ---------------------------------------------------------------------------------------------
+# 10. key-value state and event queues (examples/order.lua): `enqueue` and `kv` from the CLI,
+#    messages kept while no worker runs, SIGKILL in the middle, the total intact.
+
+kv_total_is() { [ "$(dx kv "$2" total --store "$1" 2>/dev/null)" = "$3" ]; }
+
+s10_kv_queue() {
+  local d S a
+  d=$(new_dir s10); S=$(store_of "$d")
+  start_worker "$d/wA.log" "$ROOT/examples/order.lua" --store "$S"
+  a=$WPID
+  run_cmd start Order '{"customer":"ann"}' --id o1 --store "$S"
+  check "kv: order started" "$RC" "$OUT" "$ERR"
+  run_cmd enqueue o1 items '{"sku":"pen","qty":2,"price":150}' --store "$S"
+  [ "$RC" -eq 0 ] && [ -z "$OUT" ]
+  check "kv: enqueue prints nothing and exits 0" $? "rc=$RC" "$OUT" "$ERR"
+  dx enqueue o1 items '{"sku":"pad","qty":1,"price":300}' --store "$S"
+  wait_until 30 kv_total_is "$S" o1 600
+  check "kv: kv ID KEY shows the running total" $? "$(dx kv o1 --store "$S" 2>&1)" \
+    "$(tail -5 "$d/wA.log")"
+  kill -9 "$a"; wait "$a" 2>/dev/null
+  # no worker runs: the message is kept in the queue, not dropped
+  dx enqueue o1 items '{"sku":"ink","qty":3,"price":25}' --store "$S"
+  start_worker "$d/wB.log" "$ROOT/examples/order.lua" --store "$S"
+  wait_until 30 kv_total_is "$S" o1 675
+  run_cmd kv o1 --store "$S"
+  [ "$RC" -eq 0 ] && [ "$OUT" = '{"count":3,"last_sku":"ink","total":675}' ]
+  check "kv: after SIGKILL and restart, kv ID shows every key" $? "rc=$RC" "$OUT" "$ERR"
+  run_cmd kv o1 nope --store "$S"
+  [ "$RC" -eq 1 ] && grep -q "instance 'o1' has no key 'nope'" <<<"$ERR" && [ -z "$OUT" ]
+  check "kv: a missing key exits 1 naming it" $? "rc=$RC" "$OUT" "$ERR"
+  run_cmd kv nobody --store "$S"
+  [ "$RC" -eq 1 ] && grep -q "unknown instance 'nobody'" <<<"$ERR"
+  check "kv: an unknown instance exits 1" $? "rc=$RC" "$OUT" "$ERR"
+  run_cmd enqueue nobody items 1 --store "$S"
+  [ "$RC" -eq 1 ] && grep -q "unknown instance 'nobody'" <<<"$ERR"
+  check "kv: enqueue to an unknown instance exits 1" $? "rc=$RC" "$OUT" "$ERR"
+  run_cmd enqueue o1 items '{bad' --store "$S"
+  [ "$RC" -eq 2 ] && grep -q "invalid JSON" <<<"$ERR"
+  check "kv: enqueue with invalid JSON exits 2" $? "rc=$RC" "$OUT" "$ERR"
+  if [ "${DX_E2E_STORE:-}" != pg ]; then # the running execution's changes are in kv_delta
+    run_cmd check --store "$S"
+    [ "$RC" -eq 0 ] && grep -q '"ok":true' <<<"$OUT"
+    check "kv: check verifies the key-value tables" $? "rc=$RC" "$OUT" "$ERR"
+  fi
+  dx enqueue o1 items '"checkout"' --store "$S"
+  run_cmd wait o1 --timeout 30s --store "$S"
+  [ "$RC" -eq 0 ] && grep -q '"output":{"charge":"ch-ann-675","count":3,"customer":"ann","total":675}' <<<"$OUT" \
+    && grep -q '"custom_status_version":' <<<"$OUT"
+  check "kv: checkout completes the order with every item counted once" $? "rc=$RC" "$OUT" "$ERR"
+  stop_worker "$WPID"
+}
+
+# ---------------------------------------------------------------------------------------------
 
 run_scenarios s1_hello s2_crash s3_chains s4_nondet s5_two_workers s6_hash_seed s7_bad_input \
-  s8_graceful
+  s8_graceful s9_dead_locker s10_kv_queue

@@ -150,7 +150,8 @@ e4_log_forging() {
 e5_json_logs() {
   local d S id out
   d=$(new_dir e5); S=$(store_of "$d")
-  start_worker "$d/worker.log" "$APPS/logs.lua" --store "$S" --log-format json --log-level debug
+  WORKER_LOG_LEVEL=debug start_worker "$d/worker.log" "$APPS/logs.lua" --store "$S" \
+    --log-format json
   id=$'i"d\\x\n2026-01-01T00:00:00.000Z error FORGED\r\t\x01\xff end'
   # PostgreSQL text refuses bytes that are not UTF-8 (a start with such an id is refused), so
   # there the hostile text has none; see the TODO at the end
@@ -176,8 +177,14 @@ e5_json_logs() {
     grep -qF "$want" <<<"$out"
     check "json log: hostile text intact in '${want//$'\t'/' / '}'" $? "$out"
   done
-  grep -q $'^trace q"b.*FORGED.*\tmsg$' <<<"$out"
-  check "json log: a trace message with hostile text is one record" $? "$out"
+  grep -q $'^trace q"b.*FORGED.*\tmsg$' <<<"$out" && grep -q $'^atrace q"b.*FORGED.*\tmsg$' <<<"$out"
+  check "json log: ctx and actx traces with hostile text are one record each" $? "$out"
+  grep '"msg":"activity started"' "$d/worker.log" | grep '"activity":"Echo"' |
+    grep -q '"session_id":"sq' &&
+    ! grep '"msg":"activity started"' "$d/worker.log" | grep '"activity":"Boom"' |
+    grep -q session_id
+  check "json log: activity records carry session_id for a session activity only" $? \
+    "$(grep '"msg":"activity started"' "$d/worker.log")"
   # the watchdog thread's records name the worker too
   start_worker "$d/worker2.log" "$EDGES" --store "$S" --log-format json --loop-block-warning 20ms
   run_cmd start Spin --id spin1 --wait 60s --store "$S"

@@ -67,7 +67,7 @@ mhworker() {
   WORKERS+=("$WPID")
 }
 jin() { printf '{"log":"%s/log","sid":"%s","tag":"%s"%s}' "$D" "$1" "$2" "${3:+,$3}"; }
-ncompleted() { dx list --store "$S" 2>/dev/null | grep -c "\"instance_id\":\"$1[0-9]*\".*\"status\":\"Completed\""; }
+ncompleted() { dx list --status Completed --limit 1000 --store "$S" 2>/dev/null | grep -c "\"instance_id\":\"$1[0-9]*\".*\"status\":\"Completed\""; }
 all_done() { [ "$(ncompleted "$1")" -ge "$2" ]; }
 runs() { awk -v s="$1" -v p="${2:-}" '$2 == s && index($3, p) == 1' "$D/log" 2>/dev/null; }
 workers() { awk '{ print $1 }' | sort -u | tr '\n' ' ' | sed 's/ $//'; }
@@ -108,12 +108,15 @@ check "multihost: all 200 completed (workers in two namespaces)" $? "completed: 
 exactly_once o 200 3
 check "multihost: each of the 200 completed once, every activity completed and ran once" $? \
   "${MSGS[@]}"
+# A session whose instances have all ended is released ("ended", issue 9 item 4), so a later
+# instance on the same id may claim it elsewhere: affinity holds within each instance.
 bad=0; MSGS=()
 for ((k = 0; k < 20; k++)); do
-  w=$(runs "s$k" | workers)
-  [ "$(wc -w <<<"$w")" -eq 1 ] || { bad=1; MSGS+=("s$k ran on: $w"); }
+  w=$(runs "s$k" | awk '{ split($3, t, "-"); print t[1], $1 }' | sort -u |
+      awk '{ n[$1]++ } END { for (i in n) if (n[i] > 1) print i }')
+  [ -z "$w" ] || { bad=1; MSGS+=("s$k: instances whose session activities ran on two workers: $w"); }
 done
-check "multihost: every session's activities ran on its one owner" $bad "${MSGS[@]}"
+check "multihost: each instance's session activities ran on one owner" $bad "${MSGS[@]}"
 w=$(runs - | workers)
 diag "plain activities ran on: $w; sessions on A: $(awk '$1 == "A" && $2 != "-" { print $2 }' "$D/log" | sort -u | wc -l), on B: $(awk '$1 == "B" && $2 != "-" { print $2 }' "$D/log" | sort -u | wc -l)"
 alive "$pa" && alive "$pb"

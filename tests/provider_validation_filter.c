@@ -25,7 +25,7 @@ static dx_provider_t *open_fresh(void) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
   free(store);
-  ASSERT(M(p)->version >= 7 && M(p)->set_fetch_filter);
+  ASSERT(M(p)->version >= 9 && M(p)->set_fetch_filter);
   return p;
 }
 

@@ -286,6 +286,7 @@ DX_TEST(pv_manage_executions_and_prune) {
   free(ex);
   OK(M(p)->read_history(p, "can", 1, &ev, &ne, NULL, &E));
   ASSERT_EQ(ne, 0);
+  dx_events_free(ev, ne); /* a provider may return an empty array */
   OK(M(p)->read_history(p, "can", 0, &ev, &ne, NULL, &E));
   ASSERT_EQ(ne, 1);
   dx_events_free(ev, ne);
@@ -317,7 +318,7 @@ static int qcount_cb(void *ud, const dx_queued_t *q) {
 DX_TEST(pv_manage_instance_queue_shows_messages_timers_and_locks) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
-  dx_session_cfg_t cfg = {"w1", LOCK, 5};
+  dx_session_cfg_t cfg = {.worker_id = "w1", .session_lock_ms = LOCK, .max_sessions = 5};
   dx_work_fetch_t f;
   qcount_t c;
   turn_t t;
@@ -377,7 +378,7 @@ static int status_of(dx_provider_t *p, const char *id) {
 DX_TEST(pv_manage_delete_leaves_no_rows_anywhere) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
-  dx_session_cfg_t cfg = {"w1", LOCK, 5};
+  dx_session_cfg_t cfg = {.worker_id = "w1", .session_lock_ms = LOCK, .max_sessions = 5};
   const char *ids[2] = {"victim-7f3a", "victim-7f3a-kid"};
   dx_orch_item_t *it = NULL;
   dx_work_fetch_t f;
@@ -397,6 +398,10 @@ DX_TEST(pv_manage_delete_leaves_no_rows_anywhere) {
   t.orch[0].id = 4;
   t.orch[0].fire_at_ms = T0 + 3600000;
   t.n_orch = 1;
+  t.ev[0].kind = DX_EV_KV_SET; /* key-value state of the running execution (kv_delta) */
+  t.ev[0].name = "victim-key";
+  t.ev[0].data = "1";
+  t.n_ev = 1;
   create(p, T0, "keeper", "A", DX_STATUS_COMPLETED);
   start(p, T0 + 1, ids[0], "A", NULL, 0);
   run_turn(p, T0 + 1, ids[0], &t);

@@ -16,6 +16,8 @@
 
 #include "dxlua.h"
 #include "host.h"
+#include "metrics_http.h"
+#include "ui.h"
 #include "log.h"
 #include "util.h"
 
@@ -27,10 +29,12 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua APP.lua [options]        run a worker with APP.lua's registrations\n"
       "  duroxide-lua start NAME [INPUT] --id ID [--wait [TIMEOUT]] [--version V]\n"
       "  duroxide-lua raise ID EVENT [DATA]\n"
+      "  duroxide-lua enqueue ID QUEUE [DATA]  put DATA on the instance's event queue QUEUE\n"
       "  duroxide-lua status ID\n"
       "  duroxide-lua wait ID [--timeout 10s]\n"
       "  duroxide-lua cancel ID [REASON]\n"
       "  duroxide-lua history ID [--execution N]\n"
+      "  duroxide-lua kv ID [KEY]              the instance's key-value state (or one key)\n"
       "  duroxide-lua list [--status S] [--name N] [--limit N] [--after CURSOR] [--created-after T]\n"
       "  duroxide-lua describe ID              everything about one instance\n"
       "  duroxide-lua executions ID\n"
@@ -38,9 +42,12 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua purge --completed-before DURATION|TIME [--status S] [--name N] [--dry-run]\n"
       "  duroxide-lua prune ID --keep N        drop old executions (continue-as-new)\n"
       "  duroxide-lua terminate ID [REASON]    fail a running instance now, with its children\n"
-      "  duroxide-lua sessions                 the session table: owner, lease, queued work\n"
+      "  duroxide-lua sessions [--history SID] the session table: owner, lease, idle, queued and\n"
+      "                                        running work; --history: claims, moves, releases\n"
       "  duroxide-lua stats                    store-wide figures: queue depths, instances, sessions\n"
       "  duroxide-lua check                    verify the whole store (exit 1 on any problem)\n"
+      "  duroxide-lua ui [--listen 127.0.0.1:8080] [--read-only] [--allow-remote --token T]\n"
+      "                                        the web console (instances, sessions, workers)\n"
       "\n"
       "INPUT and DATA are JSON text, or - to read it from stdin, or @FILE to read a file.\n"
       "Every command takes --store STORE, a directory or a postgres:// URL (default\n"
@@ -52,10 +59,12 @@ int dxh_usage(FILE *f) {
       "  --max-sessions-per-worker N  --session-lock-timeout D  --session-idle-timeout D\n"
       "  --session-cleanup-interval D  --worker-lock-timeout D  --orchestrator-lock-timeout D\n"
       "  --poll-interval D  --max-attempts N  --shutdown-grace D  --turn-instruction-budget N\n"
-      "  --turn-time-limit D (30s; 0 = off)  --tags gpu,default (activity tags taken)\n"
+      "  --turn-time-limit D (30s; 0 = off)  --session-wait-warning D (30s; 0 = off)\n"
+      "  --tags gpu,default (activity tags taken)\n"
       "  --log-level error|warn|info|debug  --loop-block-warning D (1s; 0 = off)\n"
       "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n"
-      "  --store-max-size SIZE (e.g. 512m, 2g; the store remembers it; default: the disk)\n",
+      "  --store-max-size SIZE (e.g. 512m, 2g; the store remembers it; default: the disk)\n"
+      "  --metrics-listen HOST:PORT (serve Prometheus text at http://HOST:PORT/metrics)\n",
       f);
   return 2;
 }
@@ -74,6 +83,7 @@ typedef struct {
   dxl_state_t *S;
   uv_signal_t sigint, sigterm;
   uv_timer_t health;  /* watches for a store that became unusable */
+  dxh_http_t *metrics; /* --metrics-listen, NULL without */
   int signals;
   int failed;
 } worker_t;
@@ -87,7 +97,20 @@ static void on_stopped(dx_runtime_t *rt, void *ud) {
   uv_close((uv_handle_t *)&w->sigint, NULL);
   uv_close((uv_handle_t *)&w->sigterm, NULL);
   uv_close((uv_handle_t *)&w->health, NULL);
+  dxh_http_close(w->metrics);
+  w->metrics = NULL;
   dxl_end_abandoned_activities(w->S); /* cancelled: their code stops here */
+}
+
+/* A worker's fatal error once the log format is known: "duroxide-lua: [WHAT: ]DETAIL" on
+** stderr, or with --log-format json an error record, so every line stays one JSON object. */
+static void worker_fatal(const char *what, const char *detail) {
+  if (dx__log_format() == DX_LOGFMT_JSON)
+    dx__log(DX_LOG_ERROR, what ? what : "worker did not start", "error=\"%s\"", detail);
+  else if (what)
+    fprintf(stderr, "duroxide-lua: %s: %s\n", what, detail);
+  else
+    fprintf(stderr, "duroxide-lua: %s\n", detail);
 }
 
 /* A store that became unusable (damaged, lock file deleted) stops the worker: exit 1. */
@@ -96,7 +119,7 @@ static void on_health(uv_timer_t *h) {
   dx_error_t err;
   if (w->failed || dx_runtime_error(w->rt, &err) == 0) return;
   w->failed = 1;
-  fprintf(stderr, "duroxide-lua: stopping: %s\n", err.msg);
+  worker_fatal("stopping", err.msg);
   dx_runtime_stop(w->rt, on_stopped, w);
 }
 
@@ -129,6 +152,8 @@ static int run_worker(const char *app, int argc, char **argv) {
   worker_t w;
   const char *store = NULL;
   size_t max_size = 0;
+  dxh_listen_t metrics_addr;
+  const char *metrics_listen = NULL;
   int i, rc = 0;
   if (!L) return dxh_fail(1, "%s", "cannot create a Lua state");
   /* The app's own duroxide.client() should default to the worker's store. */
@@ -171,6 +196,15 @@ static int run_worker(const char *app, int argc, char **argv) {
       }
       continue;
     }
+    if (strcmp(name, "metrics-listen") == 0 || strcmp(name, "metrics_listen") == 0) {
+      char msg[400];
+      if (dxh_listen_parse(val, &metrics_addr, msg, sizeof msg) != 0) {
+        lua_close(L);
+        return dxh_fail(2, "invalid value for --metrics-listen: %s", msg);
+      }
+      metrics_listen = val;
+      continue;
+    }
     if (dx_options_set(&opts, name, val, &err) != 0) {
       lua_close(L);
       return dxh_fail(2, "%s", err.msg);
@@ -188,13 +222,25 @@ static int run_worker(const char *app, int argc, char **argv) {
   po.max_size = max_size ? max_size : S->store_max_size; /* the command line wins */
   if (dx_provider_open(store, &po, &p, &err) != 0) {
     lua_close(L);
-    fprintf(stderr, "duroxide-lua: cannot open store %s: %s\n", store, err.msg);
+    char what[1200];
+    snprintf(what, sizeof what, "cannot open store %s", store);
+    worker_fatal(what, err.msg);
     return 1;
   }
   memset(&w, 0, sizeof w);
-  if (dx_runtime_new(&w.rt, S->loop, p, &opts, &dxl_host_methods, S, &err) != 0 ||
-      dx_runtime_start(w.rt, &err) != 0) {
-    fprintf(stderr, "duroxide-lua: %s\n", err.msg);
+  rc = dx_runtime_new(&w.rt, S->loop, p, &opts, &dxl_host_methods, S, &err);
+  /* The metrics port is bound before the runtime takes any work: a refused address stops
+  ** the worker before it starts. */
+  if (rc == 0 && metrics_listen &&
+      dxh_metrics_serve(S->loop, &metrics_addr, w.rt, &w.metrics, err.msg, sizeof err.msg) != 0)
+    rc = DX_EINVAL;
+  if (rc == 0) rc = dx_runtime_start(w.rt, &err);
+  if (rc != 0) {
+    worker_fatal(w.rt && metrics_listen && !w.metrics ? "--metrics-listen" : NULL, err.msg);
+    if (w.metrics) {
+      dxh_http_close(w.metrics);
+      uv_run(S->loop, UV_RUN_NOWAIT); /* its close callbacks */
+    }
     dx_runtime_free(w.rt);
     p->methods->destroy(p);
     lua_close(L);
@@ -202,6 +248,9 @@ static int run_worker(const char *app, int argc, char **argv) {
   }
   S->runtime = w.rt;
   w.S = S;
+  if (w.metrics) /* port 0 picks a free port: the log says which */
+    dx__log(DX_LOG_INFO, "serving metrics at /metrics", "port=%d", dxh_http_port(w.metrics));
+
   uv_signal_init(S->loop, &w.sigint);
   uv_signal_init(S->loop, &w.sigterm);
   w.sigint.data = w.sigterm.data = &w;
@@ -246,6 +295,7 @@ int main(int argc, char **argv) {
     printf("duroxide-lua %s\n", dx_version());
     return 0;
   }
+  if (strcmp(argv[1], "ui") == 0) return dxh_ui(argc - 1, argv + 1);
   if (dxh_is_command(argv[1])) return dxh_command(argc - 1, argv + 1);
   if (argv[1][0] == '-') return dxh_fail(2, "unknown option %s (see --help)", argv[1]);
   if (!looks_like_app(argv[1])) return dxh_fail(2, "unknown command '%s' (see --help)", argv[1]);

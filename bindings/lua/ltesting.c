@@ -83,7 +83,7 @@ static void probe_filters_free(probe_filters_t *pf, lua_Integer n) {
 }
 
 static int has_filters(dx_provider_t *p) {
-  return p->methods->version >= 7 && p->methods->set_fetch_filter;
+  return p->methods->version >= 9 && p->methods->set_fetch_filter;
 }
 
 /* store:probe(T, workers) -> true when some worker of `workers` (an array of {worker_id=,
@@ -99,6 +99,7 @@ static int ts_probe(lua_State *L) {
   dx_error_t err;
   int found = 0;
   luaL_checktype(L, 3, LUA_TTABLE);
+  memset(cfg, 0, sizeof cfg);
   n = luaL_len(L, 3);
   if (n > MAX_PROBE_WORKERS) return luaL_error(L, "probe: at most %d workers", MAX_PROBE_WORKERS);
   /* a userdata, so an error below cannot leak it; freed before returning */
@@ -154,6 +155,10 @@ static int ts_probe(lua_State *L) {
   p->methods->rollback(p);
   if (has_filters(p)) p->methods->set_fetch_filter(p, NULL, &err);
   probe_filters_free(pf, n);
+  /* the fetches held the workers' liveness ids on this handle: drop them, or a worker that
+  ** is killed later would look alive to its peers for as long as this handle lives */
+  for (i = 0; i < n && p->methods->version >= 5 && p->methods->worker_unregister; i++)
+    if (use_sessions[i]) p->methods->worker_unregister(p, cfg[i].worker_id);
   lua_pushboolean(L, found);
   return 1;
 }
@@ -184,8 +189,41 @@ static int push_session(void *ud, const dx_session_info_t *si) {
   lua_setfield(L, -2, "last_activity");
   lua_pushinteger(L, (lua_Integer)si->queued);
   lua_setfield(L, -2, "queued");
+  lua_pushinteger(L, (lua_Integer)si->running);
+  lua_setfield(L, -2, "running");
   lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
   return 0;
+}
+
+static void set_opt_str(lua_State *L, const char *k, const char *v) {
+  if (!v) return;
+  lua_pushstring(L, v);
+  lua_setfield(L, -2, k);
+}
+
+static int push_session_event(void *ud, const dx_session_event_t *e) {
+  lua_State *L = ud;
+  lua_createtable(L, 0, 5);
+  lua_pushinteger(L, (lua_Integer)e->at_ms);
+  lua_setfield(L, -2, "at");
+  set_opt_str(L, "event", e->event);
+  set_opt_str(L, "worker_id", e->worker_id);
+  set_opt_str(L, "detail", e->detail);
+  set_opt_str(L, "from", e->previous_owner);
+  lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+  return 0;
+}
+
+/* store:session_events(sid) -> { {at=, event=, worker_id=, detail=, from=}, ... } oldest first */
+static int ts_session_events(lua_State *L) {
+  dx_provider_t *p = check_store(L);
+  const char *sid = luaL_checkstring(L, 2);
+  dx_error_t err;
+  lua_newtable(L);
+  if (p->methods->version < 7 || !p->methods->list_session_events) return 1;
+  if (p->methods->list_session_events(p, sid, push_session_event, L, &err) != 0)
+    return luaL_error(L, "%s", err.msg);
+  return 1;
 }
 
 /* store:sessions() -> { {session_id=, worker_id=, locked_until=, last_activity=, queued=} } */
@@ -231,6 +269,7 @@ static int ts_close(lua_State *L) {
 static int l_test_store(lua_State *L) {
   static const luaL_Reg methods[] = {{"probe", ts_probe}, {"next_due", ts_next_due},
                                      {"sessions", ts_sessions},
+                                     {"session_events", ts_session_events},
                                      {"expire_session", ts_expire_session},
                                      {"close", ts_close}, {NULL, NULL}};
   const char *dir = luaL_checkstring(L, 1);
@@ -303,9 +342,15 @@ static void event_from_lua(lua_State *L, int idx, size_t pos, dx_event_t *e) {
   e->session_id = opt_string_field(L, idx, "session_id");
   e->tag = opt_string_field(L, idx, "tag");
   e->reason = opt_string_field(L, idx, "reason");
+  e->worker_id = opt_string_field(L, idx, "worker_id");
   if (lua_getfield(L, idx, "data") != LUA_TNIL) { /* duroxide.null stays "null" */
     e->data = dx__lua_to_json(L, -1, "data", err, sizeof err);
     if (!e->data) luaL_error(L, "history[%d]: %s", (int)pos, err);
+  }
+  lua_pop(L, 1);
+  if (lua_getfield(L, idx, "initial_custom_status") != LUA_TNIL) {
+    e->custom_status = dx__lua_to_json(L, -1, "initial_custom_status", err, sizeof err);
+    if (!e->custom_status) luaL_error(L, "history[%d]: %s", (int)pos, err);
   }
   lua_pop(L, 1);
   if (lua_getfield(L, idx, "error") == LUA_TTABLE) {
@@ -324,17 +369,75 @@ static int is_terminal(int kind) {
   return kind == DX_EV_ORCH_COMPLETED || kind == DX_EV_ORCH_FAILED || kind == DX_EV_ORCH_CAN;
 }
 
-/* duroxide._replay(history [, instance_id [, execution_id]]) -> ok, message, outcome
+/* The key-value table at idx ({key = value}) as the committed state of a replayed turn,
+** sorted by key, into the box (freed by its __gc). */
+typedef struct {
+  dx_kv_entry_t *v;
+  size_t n;
+} kv_box_t;
+
+static int kv_box_gc(lua_State *L) {
+  kv_box_t *b = lua_touserdata(L, 1);
+  dx_kv_entries_free(b->v, b->n);
+  b->v = NULL;
+  b->n = 0;
+  return 0;
+}
+
+static int kv_cmp(const void *a, const void *b) {
+  return strcmp(((const dx_kv_entry_t *)a)->key, ((const dx_kv_entry_t *)b)->key);
+}
+
+static kv_box_t *kv_from_lua(lua_State *L, int idx) {
+  kv_box_t *box;
+  char err[512];
+  size_t cap = 0;
+  idx = lua_absindex(L, idx);
+  box = lua_newuserdatauv(L, sizeof *box, 0);
+  box->v = NULL;
+  box->n = 0;
+  lua_newtable(L);
+  lua_pushcfunction(L, kv_box_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  if (lua_isnoneornil(L, idx)) return box;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    dx_kv_entry_t *e;
+    if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "check_replay: kv keys must be strings");
+    if (box->n == cap) {
+      dx_kv_entry_t *nv = realloc(box->v, (cap ? cap * 2 : 8) * sizeof *nv);
+      if (!nv) luaL_error(L, "out of memory");
+      box->v = nv;
+      cap = cap ? cap * 2 : 8;
+    }
+    e = &box->v[box->n];
+    memset(e, 0, sizeof *e);
+    e->key = dx__strdup(lua_tostring(L, -2));
+    box->n++; /* freed by __gc even when the value does not encode */
+    if (!e->key) luaL_error(L, "out of memory");
+    e->value = dx__lua_to_json(L, -1, "kv value", err, sizeof err);
+    if (!e->value) luaL_error(L, "check_replay: kv.%s: %s", e->key, err);
+    lua_pop(L, 1);
+  }
+  if (box->n) qsort(box->v, box->n, sizeof *box->v, kv_cmp);
+  return box;
+}
+
+/* duroxide._replay(history [, instance_id [, execution_id [, kv]]]) -> ok, message, outcome
 ** Replays the recorded events of one execution against the orchestration registered now,
 ** in a turn of its own (no store, no runtime): ok is false with the engine's
 ** "nondeterministic: ..." message when the code no longer matches the history, or with a
 ** message when the orchestration is not registered. A final completion event is left out so
 ** the code runs to its end over the whole history. outcome: "Completed", "Failed",
-** "ContinuedAsNew" or "Running" (the code waits for more than the history holds). */
+** "ContinuedAsNew" or "Running" (the code waits for more than the history holds). `kv` is the
+** instance's key-value state when the execution began ({key = value}; default none). */
 static int l_replay(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
   const char *instance = luaL_optstring(L, 2, "replay-check");
   uint64_t exec = (uint64_t)luaL_optinteger(L, 3, 1);
+  kv_box_t *kv = kv_from_lua(L, 4);
   events_box_t *box;
   dx_orch_item_t item;
   dx_turn_cfg_t cfg;
@@ -374,6 +477,8 @@ static int l_replay(lua_State *L) {
   item.history = box->v;
   item.history_len = len;
   item.attempt_count = 1;
+  item.kv = kv->v;
+  item.kv_len = kv->n;
   memset(&cfg, 0, sizeof cfg);
   cfg.now_ms = dx_clock_now_ms();
   cfg.max_attempts = 10;

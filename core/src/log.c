@@ -5,7 +5,8 @@
 ** PRIu64 " error=\"%s\""), which keeps the compiler's format checks. The format is parsed here,
 ** not the text it expands to, so a value holding spaces, quotes, '=' or newlines (ids and
 ** messages come from users) stays one value. Each field's conversions are expanded on their
-** own, then the record is written:
+** own (a field that is just a NULL %s is left out: "session_id=%s" with no session), then the
+** record is written:
 ** - text: "TS LEVEL msg key=value ...", control characters escaped (\n, \xHH) so user text
 **   cannot end the record; a value the format quotes is written quoted, its quotes escaped;
 ** - JSON: one object per line built with jansson: ts, level, msg, worker_id (the field, else
@@ -42,6 +43,8 @@ void dx__log_configure(int level, int format) {
 
 int dx__log_level(void) { return log_level; }
 
+int dx__log_format(void) { return log_format; }
+
 int dx__log_level_from_name(const char *name) {
   int i;
   for (i = 0; i < 4; i++)
@@ -77,8 +80,10 @@ static void arena_put(fields_t *fs, const char *s, size_t n) {
 }
 
 /* One conversion at *pp (just past '%'): consume its argument from ap and append its text.
-** *is_int is set when it was an integer conversion that fits an int64 (*iv). */
-static void convert(fields_t *fs, const char **pp, va_list *ap, int *is_int, long long *iv) {
+** *is_int is set when it was an integer conversion that fits an int64 (*iv); *null when it was
+** %s of a NULL string. */
+static void convert(fields_t *fs, const char **pp, va_list *ap, int *is_int, long long *iv,
+                    int *null) {
   const char *p = *pp;
   char spec[48], tmp[128];
   size_t k = 0;
@@ -153,7 +158,10 @@ static void convert(fields_t *fs, const char **pp, va_list *ap, int *is_int, lon
     case 's': {
       const char *s = va_arg(*ap, const char *);
       const char *dot = strchr(spec, '.');
-      if (!s) s = "(null)";
+      if (!s) {
+        *null = 1;
+        s = "";
+      }
       if (strcmp(spec, "%s") == 0) { /* the common case, any length: straight in */
         arena_put(fs, s, strlen(s));
         *pp = p + 1;
@@ -182,7 +190,7 @@ static void parse_fields(fields_t *fs, const char *fmt, va_list *ap) {
   while (*p) {
     dx_log_field_t *f;
     const char *key, *eq;
-    int quoted, convs = 0, last_int = 0, other_text = 0;
+    int quoted, convs = 0, last_int = 0, other_text = 0, null = 0;
     long long iv = 0;
     size_t start;
     while (*p == ' ') p++;
@@ -203,7 +211,7 @@ static void parse_fields(fields_t *fs, const char *fmt, va_list *ap) {
       if (*p == '%' && p[1] != '%') {
         int is_int = 0;
         p++;
-        convert(fs, &p, ap, &is_int, &iv);
+        convert(fs, &p, ap, &is_int, &iv, &null);
         convs++;
         last_int = is_int;
         continue;
@@ -214,7 +222,11 @@ static void parse_fields(fields_t *fs, const char *fmt, va_list *ap) {
       p++;
     }
     if (quoted && *p == '"') p++;
-    if (fs->n == MAX_FIELDS) continue; /* arguments are still consumed in order */
+    /* arguments are still consumed in order; a field that is only a NULL %s is left out */
+    if (fs->n == MAX_FIELDS || (null && convs == 1 && !other_text)) {
+      fs->used = start;
+      continue;
+    }
     f = &fs->f[fs->n++];
     memset(f, 0, sizeof *f);
     if (eq) {

@@ -27,9 +27,11 @@ const char *dx__log_worker(void);
 /* Write one record from fields built by the caller (dx__log parses a format into these). */
 void dx__log_fields(int level, const char *msg, const dx_log_field_t *fields, int n);
 int dx__log_level(void);
+int dx__log_format(void);
 /* `msg` is a short event phrase; `fields_fmt` is a printf format of "key=value" pairs (may be
 ** NULL): "instance=%s attempt=%u error=\"%s\"". Each value is expanded on its own, so user text
-** in it cannot split or forge fields; quote a value to have the text format quote it. */
+** in it cannot split or forge fields; quote a value to have the text format quote it. A field
+** that is only "%s" given NULL is left out (optional fields: "session_id=%s"). */
 void dx__log(int level, const char *msg, const char *fields_fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))

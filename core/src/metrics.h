@@ -25,6 +25,7 @@ typedef enum {
   DXM_ORCH_TURN_DURATION,
   DXM_ORCH_REPLAYS,
   DXM_ORCH_REPLAYED_EVENTS,
+  DXM_SUBORCH_CALLS,
   /* activities (loop thread) */
   DXM_ACT_EXECUTIONS,
   DXM_ACT_DURATION,

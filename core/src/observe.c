@@ -1,6 +1,7 @@
 /*
 ** observe.c -- what an orchestration turn means for the metrics (metrics.h): the turn's
-** outcome, and the start, end and failure of executions, read from the turn's commit.
+** outcome, sub-orchestrations it scheduled, and the start, end and failure of executions,
+** read from the turn's commit.
 */
 #include <string.h>
 
@@ -25,9 +26,13 @@ void dx__observe_turn(dx_metrics_t *m, const dx_orch_item_t *item, const dx_orch
                       int rc, int64_t now) {
   const char *name, *version;
   int64_t t0;
+  size_t i;
   dx__metric_add(m, DXM_ORCH_TURNS, DXM_LABELS(rc ? "refused" : ack ? "committed" : "abandoned"),
                  1);
   if (rc || !ack) return;
+  for (i = 0; i < ack->delta_len; i++)
+    if (ack->delta[i].kind == DX_EV_SUB_SCHEDULED)
+      dx__metric_add(m, DXM_SUBORCH_CALLS, DXM_LABELS(ack->delta[i].name), 1);
   /* a start names the execution in the commit; later turns read it from the instance */
   name = ack->orchestration_name ? ack->orchestration_name : item->orchestration_name;
   version = ack->orchestration_name ? ack->orchestration_version : item->orchestration_version;

@@ -29,4 +29,6 @@ int dx__parse_size(const char *text, size_t *out);
 char *dx__utf8_fix(const char *s, size_t n, size_t *out_n);
 /* How many of the n bytes at s form valid UTF-8 before the first bad byte (n: all valid). */
 size_t dx__utf8_valid_prefix(const char *s, size_t n);
+/* 1 when the NUL-terminated text is valid UTF-8 (as jansson and PostgreSQL accept it). */
+int dx__utf8_valid(const char *s);
 #endif

@@ -36,8 +36,16 @@ local function wall_ms() return uv.hrtime() // 1000000 end
 
 -- {===== helpers =====}
 
---- A fresh private temporary directory (removed by env:close / M.remove_tree).
+--- A fresh private temporary directory (removed by env:close / M.remove_tree), under
+--- $TMPDIR when it is set (else the system's temporary directory).
 function M.tmpdir()
+  local base = os.getenv("TMPDIR")
+  if base and base ~= "" then
+    local path, err = uv.fs_mkdtemp(base:gsub("/+$", "") .. "/duroxide-XXXXXX")
+    if not path then error("testing.tmpdir: cannot create a directory under $TMPDIR (" ..
+                           base .. "): " .. tostring(err), 2) end
+    return path
+  end
   local path = os.tmpname()
   os.remove(path)
   assert(uv.fs_mkdir(path, tonumber("700", 8)))
@@ -109,7 +117,7 @@ function Env:_live()
   local out = {}
   for _, id in ipairs(self.order) do
     local w = self.workers[id]
-    if w.alive then out[#out + 1] = w end
+    if w.alive and not w.stalled then out[#out + 1] = w end
   end
   return out
 end
@@ -151,6 +159,11 @@ function Env:_wait_idle()
     run_once(1)
     if wall_ms() > deadline then error("duroxide.testing: workers stayed busy", 3) end
   end
+end
+
+-- Let the loop deliver what is ready (settlements queued by a resumed worker).
+function Env:_wait_idle_once()
+  for _ = 1, 20 do run_once(1) end
 end
 
 -- Every activity registered now records its calls (wrapping is idempotent).
@@ -210,7 +223,7 @@ function Env:_renewals(now, exclude)
   local out = {}
   for _, s in ipairs(self.store:sessions()) do
     local w = s.worker_id and self.workers[s.worker_id]
-    if w and w.alive and s.locked_until > now and not exclude[s.session_id] then
+    if w and w.alive and not w.stalled and s.locked_until > now and not exclude[s.session_id] then
       local cfg = w.config
       local margin = math.max(1, math.min(1000, cfg.session_lock_ms // 4))
       local at = s.locked_until - margin
@@ -371,6 +384,25 @@ function Env:raise_event(id, name, data)
   if not ok then error("raise_event " .. tostring(id) .. ": " .. tostring(err), 2) end
 end
 
+--- Put `data` on event queue `queue` of instance `id` (raises when refused).
+function Env:enqueue_event(id, queue, data)
+  local ok, err = self.client:enqueue_event(id, queue, data)
+  if not ok then error("enqueue_event " .. tostring(id) .. ": " .. tostring(err), 2) end
+end
+
+--- Cancel instance `id` (raises when refused); drive it with run_until_complete.
+function Env:cancel(id, reason)
+  local ok, err = self.client:cancel(id, reason)
+  if not ok then error("cancel " .. tostring(id) .. ": " .. tostring(err), 2) end
+end
+
+--- The instance's live key-value state: { key = value, ... }.
+function Env:kv(id)
+  local all, err = self.client:get_kv_all_values(id)
+  if not all then error("kv " .. tostring(id) .. ": " .. tostring(err), 2) end
+  return all
+end
+
 --- Recorded calls of activity `name` in call order: { {input=, session_id=, worker_id=,
 --- instance_id=, attempt=, name=}, ... }. Without a name: every call of every activity.
 function Env:calls(name)
@@ -380,19 +412,30 @@ function Env:calls(name)
   return out
 end
 
---- History of the instance's latest execution (as client:history), with .instance_id and
---- .execution_id set so testing.check_replay can replay it as that instance.
-function Env:history(id)
-  local h, err = self.client:history(id)
+--- History of execution `execution` of the instance (default: the latest), as
+--- client:history, with .instance_id and .execution_id set so testing.check_replay can replay
+--- it as that instance.
+function Env:history(id, execution)
+  if execution ~= nil and (math.type(execution) ~= "integer" or execution < 1) then
+    error("history: execution must be an integer >= 1", 2)
+  end
+  local h, err = self.client:history(id, execution)
   if not h then error("history " .. tostring(id) .. ": " .. tostring(err), 2) end
   h.instance_id = id
-  h.execution_id = self.client:status(id).execution_id
+  h.execution_id = execution or self.client:status(id).execution_id
   return h
 end
 
 --- Session rows of the store: { {session_id=, worker_id=, locked_until=, last_activity=,
---- queued=}, ... } (worker_id nil when unowned).
+--- queued=, running=}, ... } (worker_id nil when unowned).
 function Env:sessions() return self.store:sessions() end
+
+--- The session's history in the store, oldest first: { {at=, event= "claimed" | "moved" |
+--- "released", worker_id=, detail= how or reason, from= previous owner}, ... }.
+function Env:session_history(sid)
+  check_string(sid, "session id")
+  return self.store:session_events(sid)
+end
 
 --- Metrics of running worker `id` (rt:metrics(): { [name] = {type=, help=, series=} }). With
 --- `name`: the sum over that metric's series whose labels include every pair in `labels`
@@ -417,7 +460,9 @@ function Env:metrics(id, name, labels)
   return sum
 end
 
---- Start simulated worker `id` (a runtime with worker_node_id = id on this store).
+--- Start simulated worker `id` (a runtime with worker_node_id = id on this store). options
+--- override the env's; options.without_activities = { names } makes it a worker running
+--- older code, without those activities (they are "not registered" there: upgrade scenarios).
 function Env:add_worker(id, options)
   check_string(id, "worker id")
   local w = self.workers[id]
@@ -426,7 +471,15 @@ function Env:add_worker(id, options)
   for k, v in pairs(self.options) do o[k] = v end
   for k, v in pairs(options or (w and w.options) or {}) do o[k] = v end
   o.store, o.worker_node_id = self.dir, id
+  -- without_activities: an older worker that lacks these activities (upgrade scenarios)
+  local without = o.without_activities
+  o.without_activities = nil
+  if without ~= nil and type(without) ~= "table" then
+    error("add_worker: without_activities must be a list of activity names, got "
+      .. type(without), 2)
+  end
   local rt = duroxide.runtime(o)
+  if without then rt:_without(without) end
   rt:start({ shared = true })
   if not w then self.order[#self.order + 1] = id end
   self.workers[id] = { id = id, rt = rt, alive = true, options = options or (w and w.options),
@@ -441,15 +494,50 @@ function Env:_worker(id, what)
   return w
 end
 
---- Kill worker `id` abruptly: no hooks, no session release, nothing more committed; its
---- running activities, fetched items and sessions stay locked until their locks and leases
---- lapse (the clock jumps there when nothing else can progress).
+--- Kill worker `id` abruptly: no hooks, no session release, nothing more committed. Its
+--- liveness registration goes with it (as the OS drops a killed process's), so with a store
+--- that has liveness its sessions and in-flight activities move at once; otherwise they stay
+--- locked until their locks and leases lapse (the clock jumps there). Same as kill_worker.
 function Env:crash_worker(id)
   local w = self:_worker(id, "crash_worker")
   if not w.alive then error("crash_worker: worker " .. id .. " is not running", 2) end
   w.alive = false
   w.rt:crash()
   w.rt = nil
+end
+
+--- Kill worker `id` as SIGKILL kills a process: nothing more runs or is committed, no hook,
+--- no release, and the operating system tells its peers at once (its liveness registration
+--- goes with it), so its sessions and in-flight activities move to another worker without
+--- waiting for their leases.
+function Env:kill_worker(id)
+  local w = self:_worker(id, "kill_worker")
+  if not w.alive then error("kill_worker: worker " .. id .. " is not running", 2) end
+  w.alive = false
+  w.rt:crash() -- unregisters: a dead owner is seen dead by its peers at once
+  w.rt = nil
+end
+
+--- Stall worker `id` for `ms` of virtual time, as SIGSTOP then SIGCONT would: it renews
+--- nothing, fetches and commits nothing, and its activities make no progress, while the
+--- clock moves `ms` and the other workers run (its leases lapse when `ms` is past them and
+--- another worker may claim its sessions). On resuming it first gives up the sessions whose
+--- lease lapsed (on_session_released "lost"); their activities see actx:is_cancelled() and
+--- their results are not recorded.
+function Env:stall_worker(id, ms)
+  local w = self:_worker(id, "stall_worker")
+  if not w.alive then error("stall_worker: worker " .. id .. " is not running", 2) end
+  if w.stalled then error("stall_worker: worker " .. id .. " is already stalled", 2) end
+  if math.type(ms) ~= "integer" or ms < 0 then
+    error("stall_worker: ms must be a non-negative integer, got " .. tostring(ms), 2)
+  end
+  w.stalled = true
+  w.rt:_stall(true)
+  local ok, err = pcall(self._drive, self, never, ms)
+  w.rt:_stall(false)
+  w.stalled = nil
+  if not ok then error(err, 2) end
+  self:_wait_idle_once()
 end
 
 --- Stop worker `id` gracefully: running activities finish (up to shutdown_grace), its
@@ -555,6 +643,8 @@ end
 --- code is compatible, or false and the engine's message ("nondeterministic: ...") when it
 --- would fail on replay; a third value tells how the replayed code ended ("Completed",
 --- "Failed", "ContinuedAsNew", "Running"). Registrations are restored afterwards.
+--- opts: instance_id, execution_id (default: the history's), kv (the instance's key-value
+--- state when the execution began, {key = value}; default none: right for a first execution).
 function M.check_replay(history, app, opts)
   if type(history) ~= "table" then error("check_replay: history must be a table", 2) end
   opts = opts or {}
@@ -565,7 +655,7 @@ function M.check_replay(history, app, opts)
     elseif type(app) == "function" then app(duroxide)
     elseif app ~= nil then error("check_replay: app must be a script path or a function") end
     return duroxide._replay(history, opts.instance_id or history.instance_id,
-                            opts.execution_id or history.execution_id)
+                            opts.execution_id or history.execution_id, opts.kv)
   end)
   restore(reg, saved)
   if not ok then error(a, 2) end

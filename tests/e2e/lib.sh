@@ -106,11 +106,12 @@ run_cmd() {
   rm -f "$ef"
 }
 
-# start_worker LOG APP ARGS...: start a worker in the background; its pid goes to WPID.
+# start_worker LOG APP ARGS...: start a worker in the background (log level $WORKER_LOG_LEVEL,
+# default info); its pid goes to WPID.
 start_worker() {
   local log=$1
   shift
-  "$DX" "$@" --log-level info >/dev/null 2>>"$log" &
+  "$DX" "$@" --log-level "${WORKER_LOG_LEVEL:-info}" >/dev/null 2>>"$log" &
   WPID=$!
   WORKERS+=("$WPID")
 }

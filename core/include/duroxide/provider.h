@@ -65,6 +65,13 @@ typedef enum {
   DX_EV_CUSTOM_STATUS = 20,   /* data=status JSON or NULL (cleared) */
   DX_EV_SYSCALL = 21,         /* name=operation ("utc_now", "new_guid", "random"), data=value */
   DX_EV_SESSION_CLOSED = 22,  /* session_id (ctx:close_session; fire and forget) */
+  /* key-value state and event queues (issue 11) */
+  DX_EV_KV_SET = 23,          /* name=key, data=value JSON, timestamp_ms=last updated */
+  DX_EV_KV_CLEARED = 24,      /* name=key */
+  DX_EV_KV_CLEARED_ALL = 25,  /* (nothing) */
+  DX_EV_QUEUE_SUBSCRIBED = 26, /* name=queue (ctx:dequeue_event) */
+  DX_EV_QUEUE_EVENT = 27,     /* name=queue, data (a message arrived; kept until dequeued) */
+  DX_EV_QUEUE_SUB_CANCELLED = 28, /* source_id, reason */
   DX_EV__COUNT
 } dx_event_kind_t;
 
@@ -102,6 +109,10 @@ typedef struct dx_event_s {
   uint64_t parent_execution_id;
   int64_t fire_at_ms;
   dx_failure_t fail;
+  char *custom_status;  /* ORCH_STARTED of a continued execution: the custom status it
+                           starts with (JSON; NULL = none) */
+  char *worker_id;      /* ACT_COMPLETED / ACT_FAILED of a session activity: the worker that
+                           ran it (or refused it: SessionMoved) */
   char *tag;            /* ACT_SCHEDULED: routing tag (NULL = untagged, "default") */
 } dx_event_t;
 
@@ -125,6 +136,9 @@ typedef enum {
                                like any session row; at the head of a session nobody holds it is
                                deleted (with the session row when no rows are left) instead of
                                claiming the session. */
+  DX_WI_QUEUE_MESSAGE = 12, /* instance, name=queue, data (client:enqueue_event). execution_id
+                               0; a message carried across continue-as-new holds the new
+                               execution's id and is delivered before newer ones */
   DX_WI__COUNT
 } dx_work_kind_t;
 
@@ -144,6 +158,10 @@ typedef struct dx_work_item_s {
   char *reason;
   int64_t fire_at_ms;
   dx_failure_t fail;
+  char *custom_status;      /* CAN: the custom status the next execution starts with */
+  char *worker_id;          /* ACT_COMPLETED / ACT_FAILED of a session activity: the worker that
+                               ran it. ACT_EXECUTE (on_moved = "fail"): the worker that must own
+                               the session, else the activity fails SessionMoved unrun. */
   char *tag;                /* ACT_EXECUTE: routing tag (NULL = untagged) */
 } dx_work_item_t;
 
@@ -170,7 +188,20 @@ typedef struct dx_orch_item_s {
   uint32_t attempt_count;     /* max over the batch, after this fetch's increment */
   int history_error;          /* DX_ECORRUPT when history could not be decoded (history empty) */
   char *history_error_msg;
+  struct dx_kv_entry_s *kv;   /* committed key-value state (as of the end of the previous
+                                 execution; never the current one's writes), ascending key */
+  size_t kv_len;
 } dx_orch_item_t;
+
+/** One key-value entry of an instance (strings owned). */
+typedef struct dx_kv_entry_s {
+  char *key;
+  char *value;          /* canonical JSON */
+  int64_t updated_ms;   /* when it was last set (orchestration clock) */
+} dx_kv_entry_t;
+
+/** Callback for key-value listings: return non-zero to stop. Strings borrowed for the call. */
+typedef int (*dx_kv_cb)(void *ud, const char *key, const char *value, int64_t updated_ms);
 
 /** Identity of a worker-queue row, for lock stealing (cancelled activities). */
 typedef struct dx_activity_ref_s {
@@ -211,6 +242,7 @@ typedef struct dx_work_fetch_s {
   int session_claimed;      /* 1 when this fetch made the worker the session's owner (the row
                                was new, unowned, released, or its lease had lapsed) */
   char *previous_owner;     /* on a claim: the owner before it (NULL if none); owned */
+  int64_t waited_ms;        /* on a claim: how long the row had been due before this fetch */
 } dx_work_fetch_t;
 
 /** Session side of a work fetch. NULL = this worker takes no session work. */
@@ -218,6 +250,11 @@ typedef struct dx_session_cfg_s {
   const char *worker_id;
   int64_t session_lock_ms;
   uint32_t max_sessions;    /* sessions this worker may own at once (live lease); 0 = none */
+  /* Rolling upgrades: sessions this worker does not take now (it lacks one of their
+  ** activities and handed the session on). A fetch neither claims them nor returns rows of
+  ** them that it owns. Borrowed for the call; n_declined 0 = none. */
+  const char *const *declined;
+  size_t n_declined;
 } dx_session_cfg_t;
 
 /** A row of the sessions table (strings owned by the provider; valid during the callback). */
@@ -227,10 +264,35 @@ typedef struct dx_session_info_s {
   int64_t locked_until_ms;
   int64_t last_activity_ms;
   uint64_t queued;            /* worker rows of this session (any lock state) */
+  uint64_t running;           /* list_sessions: those of them locked now (in flight); 0 in
+                                 renew_session_lock's reports */
+  int ended;                  /* renew_session_lock only: no rows are left and every instance
+                                 that ran activities of the session has ended (completed,
+                                 failed, continued as new): the owner releases it ("ended") */
 } dx_session_info_t;
 
 /** Callback for session listings: return non-zero to stop. */
 typedef int (*dx_session_cb)(void *ud, const dx_session_info_t *s);
+
+/** One entry of a session's history in the store: who claimed it, from whom, who released it
+**  and why (append_session_event, list_session_events). Strings borrowed. */
+typedef struct dx_session_event_s {
+  const char *session_id;
+  int64_t at_ms;
+  const char *event;          /* "claimed", "moved" (claimed from another worker), "released" */
+  const char *worker_id;      /* the worker that claimed or released the session */
+  const char *detail;         /* claimed/moved: how ("new", "reclaim"); released: the reason
+                                 ("idle", "closed", "shutdown", "lost", "upgrade", ...) */
+  const char *previous_owner; /* claimed/moved: the owner before (NULL: none) */
+} dx_session_event_t;
+
+/** Callback for list_session_events: return non-zero to stop. */
+typedef int (*dx_session_event_cb)(void *ud, const dx_session_event_t *e);
+
+/** A provider keeps at most this many events per session (the oldest go first), and drops
+**  events older than DX_SESSION_EVENTS_MAX_AGE_MS in cleanup_orphaned_sessions. */
+#define DX_SESSION_EVENTS_KEEP 100
+#define DX_SESSION_EVENTS_MAX_AGE_MS (7LL * 24 * 3600 * 1000)
 
 /** Instance summary for status and listing. */
 typedef struct dx_instance_info_s {
@@ -303,6 +365,7 @@ void dx_work_item_clear(dx_work_item_t *w);
 void dx_events_free(dx_event_t *events, size_t n);
 void dx_orch_item_free(dx_orch_item_t *item);
 void dx_instance_info_clear(dx_instance_info_t *info);
+void dx_kv_entries_free(dx_kv_entry_t *kv, size_t n);
 /** Clears every row, then frees the array (NULL is ignored). */
 void dx_instance_infos_free(dx_instance_info_t *rows, size_t n);
 /* Deep copies; return DX_OK or DX_ENOMEM. */
@@ -310,7 +373,7 @@ int dx_failure_copy(dx_failure_t *dst, const dx_failure_t *src);
 int dx_event_copy(dx_event_t *dst, const dx_event_t *src);
 int dx_work_item_copy(dx_work_item_t *dst, const dx_work_item_t *src);
 
-/* {===== fetch filter (provider version 6) =====} */
+/* {===== fetch filter (provider version 9) =====} */
 
 /** One orchestration a worker can run: name and version registered there. */
 typedef struct dx_orch_capability_s {
@@ -372,6 +435,7 @@ typedef struct dx_cycle_s {
   int64_t orch_lock_ms, work_lock_ms;
   const dx_session_cfg_t *sessions;   /* as for fetch_work_item */
   int max_orch, max_work;             /* fetch budgets (0: fetch none) */
+  int sync;                           /* in: what commit() would be given as `sync` */
   dx_orch_item_t **orch_out;          /* out: n_orch locked instances */
   size_t n_orch;
   dx_work_fetch_t *work_out;          /* out: n_work locked worker items */
@@ -387,7 +451,7 @@ typedef int (*dx_instance_cb)(void *ud, const char *id);
 typedef void (*dx_check_cb)(void *ud, const char *problem);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 7 (older providers: 1..6; members past `version` are absent) */
+  int version; /* 9 (older providers: 1..8; members past `version` are absent) */
   const char *name;
 
   /** Close and free the provider. */
@@ -413,11 +477,17 @@ typedef struct dx_provider_methods_s {
   int (*renew_orchestration_item_lock)(dx_provider_t *p, int64_t now_ms, const char *instance,
                                        uint64_t lock_token, int64_t extend_ms, dx_error_t *err);
 
-  /** Lock the oldest visible worker row. out->item.kind == 0 when nothing is visible. */
+  /** Lock the oldest visible worker row. out->item.kind == 0 when nothing is visible.
+  **  Sessions: a claim starts the session's next ownership epoch and makes the session's rows
+  **  still locked (by an earlier owner) due at once; the locked row records the epoch and its
+  **  instance joins the session's users. The capacity count skips sessions that ended (no rows,
+  **  every user's execution no longer running). */
   int (*fetch_work_item)(dx_provider_t *p, int64_t now_ms, int64_t lock_ms,
                          const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
                          dx_error_t *err);
-  /** Delete the row (lock must be live) and enqueue `completion` (may be NULL). */
+  /** Delete the row (lock must be live) and enqueue `completion` (may be NULL). A session
+  **  row locked under an earlier ownership epoch than the session's (another worker claimed
+  **  it since) is refused with DX_ELOCK in the same transaction (fencing); so is its renewal. */
   int (*ack_work_item)(dx_provider_t *p, int64_t now_ms, uint64_t lock_token,
                        const dx_work_item_t *completion, dx_error_t *err);
   int (*abandon_work_item)(dx_provider_t *p, int64_t now_ms, uint64_t lock_token,
@@ -465,7 +535,8 @@ typedef struct dx_provider_methods_s {
   int (*release_session_locks)(dx_provider_t *p, int64_t now_ms, const char *worker_id,
                                const char *session_id, uint64_t *released, dx_error_t *err);
   /** Delete session rows whose lease has lapsed (or that are unowned) and that have no
-  **  worker rows left. */
+  **  worker rows left, and (version 7) session events older than
+  **  DX_SESSION_EVENTS_MAX_AGE_MS. *deleted counts the session rows. */
   int (*cleanup_orphaned_sessions)(dx_provider_t *p, int64_t now_ms, uint64_t *deleted,
                                    dx_error_t *err);
   /** Every session row (ordered by session id), then sessions that have queued work but were
@@ -512,8 +583,11 @@ typedef struct dx_provider_methods_s {
   **  first, in order, then up to max_orch orchestration fetches and max_work work fetches,
   **  with the same results as those calls made one by one. Per-ack outcomes land in
   **  acks[i].rc; a failed fetch in fetch_rc. The return value is for the batch: 0, or the
-  **  error that spoiled it (DX_ERETRY: retry the whole cycle). Lets a provider on a network
-  **  database send the cycle in a few round trips instead of one per call. */
+  **  error that spoiled it (DX_ERETRY: retry the whole cycle), and then nothing of the batch
+  **  was kept. A provider may end the batch inside the call, committing it (flushed when
+  **  cycle->sync is set) in the same round trip as the rest: the caller's commit() then
+  **  returns 0 at once. Lets a provider on a network database send a cycle in one round trip
+  **  instead of one per call. */
   int (*run_cycle)(dx_provider_t *p, int64_t now_ms, dx_cycle_t *cycle, dx_error_t *err);
 
   /** Worker liveness (version 5; both may be NULL: the provider has none, peers wait out
@@ -524,7 +598,8 @@ typedef struct dx_provider_methods_s {
   **  already holds worker_id (the message names it). A registration finds what a dead
   **  predecessor with the same id left in flight (its session rows) and makes it due now.
   **  Called by dx_runtime_start before the first fetch; worker_unregister (dx_runtime_stop,
-  **  after the sessions are released) drops the token. worker_id is borrowed. */
+  **  after the sessions are released) drops the token; it also drops a hold that fetches took
+  **  for worker_id without a registration (a test harness probing on behalf of workers). */
   int (*worker_register)(dx_provider_t *p, const char *worker_id, int64_t now_ms,
                          dx_error_t *err);
   void (*worker_unregister)(dx_provider_t *p, const char *worker_id);
@@ -572,12 +647,38 @@ typedef struct dx_provider_methods_s {
                             const dx_failure_t *why, int notify_parent, dx_error_t *err);
   /* members above are version 6 */
 
-  /* Activity tags and rolling deployments (version 7). */
+  /* Key-value state (issue 11; version 7). A provider keeps two views: the committed state
+  ** (as of the end of the instance's previous execution) and the current execution's changes
+  ** (sets and tombstones). ack_orchestration_item applies the delta's DX_EV_KV_* events to
+  ** the changes and, when the execution ends (COMPLETED, FAILED, CONTINUED_AS_NEW), folds
+  ** them into the committed state; fetch_orchestration_item returns the committed state in
+  ** item->kv. Deleting an instance deletes both. */
+  /** The live value of `key` (changes over committed state). *value owned by the caller;
+  **  DX_ENOTFOUND when the instance or key does not exist (or was cleared). */
+  int (*get_kv)(dx_provider_t *p, const char *instance, const char *key, char **value,
+                int64_t *updated_ms, dx_error_t *err);
+  /** Every live entry of `instance`, ascending key (none for an unknown instance). */
+  int (*list_kv)(dx_provider_t *p, const char *instance, dx_kv_cb cb, void *ud,
+                 dx_error_t *err);
+  /* members above are version 7 */
+
+  /* Session history (version 8, `duroxide-lua sessions --history`; both may be NULL: the
+  ** provider keeps none). */
+  /** Record one session event (ev->at_ms is its time). Keeps the session's latest
+  **  DX_SESSION_EVENTS_KEEP events. DX_EINVAL (changing nothing) for a missing session id,
+  **  event word or worker id. */
+  int (*append_session_event)(dx_provider_t *p, const dx_session_event_t *ev, dx_error_t *err);
+  /** The stored events of one session, oldest first. */
+  int (*list_session_events)(dx_provider_t *p, const char *session_id, dx_session_event_cb cb,
+                             void *ud, dx_error_t *err);
+  /* members above are version 8 */
+
+  /* Activity tags and rolling deployments (version 9). */
   /** What this handle's later fetches take (fetch_orchestration_item, fetch_work_item,
   **  run_cycle, next_due_ms): see dx_fetch_filter_t. NULL = back to the default. Copied;
   **  DX_EINVAL (changing nothing) for a bad filter. */
   int (*set_fetch_filter)(dx_provider_t *p, const dx_fetch_filter_t *filter, dx_error_t *err);
-  /* members above are version 7 */
+  /* members above are version 9 */
 } dx_provider_methods_t;
 
 /** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a
@@ -641,6 +742,13 @@ int dx_provider_open(const char *url, const dx_provider_opts_t *opts, dx_provide
 #define DX_MAX_NAME_BYTES 200       /* activity and orchestration names */
 #define DX_MAX_EVENT_NAME_BYTES 400
 #define DX_MAX_REASON_BYTES 1000    /* cancel reasons: failure messages keep them whole */
+/* Key-value state (duroxide's limits; the key limit leaves room for the instance id in a
+** store key). Checked at ctx:set_kv_value. */
+#define DX_MAX_KV_KEY_BYTES 100
+#define DX_MAX_KV_VALUE_BYTES 16384
+#define DX_MAX_KV_KEYS 100
+/* Queue messages carried into the next execution by continue_as_new (oldest kept). */
+#define DX_MAX_CARRY_FORWARD 20
 #define DX_MAX_TAG_BYTES 256        /* activity tags (duroxide MAX_TAG_NAME_BYTES) */
 #define DX_MAX_WORKER_TAGS 5        /* tags one worker accepts (duroxide MAX_WORKER_TAGS) */
 

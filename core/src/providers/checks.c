@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "providers/checks.h"
+#include "util.h"
 
 int dx__check_instance(const char *inst, dx_error_t *err) {
   size_t n;
@@ -46,6 +47,35 @@ int dx__check_events(const dx_event_t *ev, size_t n, dx_error_t *err) {
   return 0;
 }
 
+int dx__check_kv_key(const char *key, dx_error_t *err) {
+  size_t n;
+  if (!key || !*key) return dx_error_set(err, DX_EINVAL, "key-value key is missing or empty");
+  if ((n = strlen(key)) > DX_MAX_KV_KEY_BYTES)
+    return dx_error_set(err, DX_EINVAL, "key-value key is %zu bytes; the limit is %d bytes", n,
+                        DX_MAX_KV_KEY_BYTES);
+  /* a text key on every store: PostgreSQL refuses invalid UTF-8 (the ack would never commit) */
+  if (!dx__utf8_valid(key)) return dx_error_set(err, DX_EINVAL, "key-value key is not valid UTF-8");
+  return 0;
+}
+
+/* Key-value events carry a key the store can index and a value. */
+static int check_kv_events(const dx_event_t *ev, size_t n, dx_error_t *err) {
+  size_t i;
+  int rc;
+  for (i = 0; i < n; i++) {
+    if (ev[i].kind != DX_EV_KV_SET && ev[i].kind != DX_EV_KV_CLEARED) continue;
+    if ((rc = dx__check_kv_key(ev[i].name, err))) return rc;
+    if (ev[i].kind == DX_EV_KV_SET && !ev[i].data)
+      return dx_error_set(err, DX_EINVAL, "key-value set of '%s' has no value", ev[i].name);
+  }
+  return 0;
+}
+
+int dx__kv_folds(int status) {
+  return status == DX_STATUS_COMPLETED || status == DX_STATUS_FAILED ||
+         status == DX_STATUS_CONTINUED_AS_NEW;
+}
+
 int dx__check_worker_id(const char *id, dx_error_t *err) {
   size_t n;
   if (!id || !*id) return dx_error_set(err, DX_EINVAL, "session worker id is missing or empty");
@@ -70,11 +100,33 @@ int dx__check_ack(const dx_orch_ack_t *a, dx_error_t *err) {
   if ((rc = dx__check_instance(a->instance, err))) return rc;
   if (a->execution_id == 0) return dx_error_set(err, DX_EINVAL, "execution_id 0 (ids start at 1)");
   if ((rc = dx__check_events(a->delta, a->delta_len, err)) ||
+      (rc = check_kv_events(a->delta, a->delta_len, err)) ||
       (rc = check_items(a->worker_items, a->worker_items_len, err)) ||
       (rc = check_items(a->orch_items, a->orch_items_len, err)))
     return rc;
   for (i = 0; i < a->cancelled_len; i++)
     if ((rc = dx__check_instance(a->cancelled[i].instance, err))) return rc;
+  return 0;
+}
+
+int dx__check_session_event(const dx_session_event_t *ev, dx_error_t *err) {
+  size_t n;
+  if (!ev) return dx_error_set(err, DX_EINVAL, "session event is NULL");
+  if (!ev->session_id || !*ev->session_id)
+    return dx_error_set(err, DX_EINVAL, "session event without a session id");
+  if ((n = strlen(ev->session_id)) > DX_MAX_SESSION_ID_BYTES)
+    return dx_error_set(err, DX_EINVAL, "session id is %zu bytes; the limit is %d bytes", n,
+                        DX_MAX_SESSION_ID_BYTES);
+  if (!ev->event || !*ev->event)
+    return dx_error_set(err, DX_EINVAL, "session event for '%s' has no event word",
+                        ev->session_id);
+  return dx__check_worker_id(ev->worker_id, err);
+}
+
+int dx__session_declined(const dx_session_cfg_t *cfg, const char *sid) {
+  size_t i;
+  for (i = 0; cfg && sid && i < cfg->n_declined; i++)
+    if (strcmp(cfg->declined[i], sid) == 0) return 1;
   return 0;
 }
 

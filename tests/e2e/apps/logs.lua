@@ -13,7 +13,10 @@ local function hostile()
 end
 
 duroxide.activity("Echo", function(actx, x) return x end)
-duroxide.activity("Boom", function() error(hostile(), 0) end)
+duroxide.activity("Boom", function(actx)
+  actx:trace_warn("atrace " .. hostile())
+  error(hostile(), 0)
+end)
 
 duroxide.orchestration("Hostile", function(ctx)
   local h = hostile()

@@ -199,7 +199,9 @@ static int env_init_dbs(shared_env_t *se, size_t max_size, dx_error_t *err) {
   for (i = 0; i < DB__COUNT && !rc; i++) {
     int mrc = mdb_dbi_open(t.txn, dx__lm_db_names[i], se->read_only ? 0 : MDB_CREATE,
                            &se->dbi[i]);
-    if (mrc == MDB_NOTFOUND)
+    if (mrc == MDB_NOTFOUND && i == DB_SESS_EVENTS) /* added later: a read-only old store */
+      se->no_sess_events = 1;
+    else if (mrc == MDB_NOTFOUND)
       rc = dx_error_set(err, DX_ECORRUPT, "store %s is damaged: its table %s is missing",
                         se->path, dx__lm_db_names[i]);
     else if (mrc)
@@ -427,7 +429,7 @@ static int lm_set_fetch_filter(dx_provider_t *pp, const dx_fetch_filter_t *f, dx
 static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
 
 static const dx_provider_methods_t lm_methods = {
-  7,
+  9,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -468,7 +470,13 @@ static const dx_provider_methods_t lm_methods = {
   dx__lm_delete_instances,
   dx__lm_prune_executions,
   dx__lm_terminate,
-  lm_set_fetch_filter, /* activity tags and rolling deployments (version 7) */
+  /* key-value state (version 7) */
+  dx__lm_get_kv,
+  dx__lm_list_kv,
+  /* session history (version 8) */
+  dx__lm_append_session_event,
+  dx__lm_list_session_events,
+  lm_set_fetch_filter, /* activity tags and rolling deployments (version 9) */
 };
 
 int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,
@@ -497,6 +505,7 @@ int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_
   if (rc) { free(p); return rc; }
   p->base.methods = &lm_methods;
   p->no_sync = o.no_sync;
+  p->tag = dx__random_u64() | 1; /* never 0 (unknown) */
   if ((rc = dx__lm_live_open(p, p->se->path))) {
     lm_destroy(&p->base);
     return dx__lm_nomem(err);

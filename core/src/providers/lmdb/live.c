@@ -38,6 +38,7 @@ struct lm_live_s {
   pid_t pid;         /* process that opened fd */
   held_t *held;
   int64_t swept_at;  /* caller-clock ms of the last dead-owner sweep */
+  int64_t locks_swept_at; /* ... and of the last sweep of dead handles' locks */
   struct lm_live_s *next_all;
 };
 
@@ -99,7 +100,7 @@ int dx__lm_live_open(lm_t *p, const char *dir) {
   pthread_mutex_init(&l->mu, NULL);
   l->fd = -1;
   l->pid = getpid();
-  l->swept_at = INT64_MIN / 2;
+  l->swept_at = l->locks_swept_at = INT64_MIN / 2;
   p->live = l;
   if (statfs(dir, &sf) == 0)
     for (i = 0; i < sizeof NETWORK_FS / sizeof NETWORK_FS[0]; i++)
@@ -207,9 +208,36 @@ int64_t dx__lm_live_next_sweep(lm_t *p) {
   int64_t at;
   if (!usable(l)) return LM_NEVER;
   pthread_mutex_lock(&l->mu);
-  at = l->swept_at + LIVE_SWEEP_MS;
+  /* the later stamp: a handle that never fetches sessions never moves swept_at */
+  at = (l->swept_at > l->locks_swept_at ? l->swept_at : l->locks_swept_at) + LIVE_SWEEP_MS;
   pthread_mutex_unlock(&l->mu);
   return at;
+}
+
+/* A handle's name as a liveness holder ("@handle:<tag hex>"). */
+static void tag_name(uint64_t tag, char *buf, size_t n) {
+  snprintf(buf, n, "@handle:%016llx", (unsigned long long)tag);
+}
+
+int dx__lm_live_locks_due(lm_t *p, int64_t now) {
+  struct lm_live_s *l = p->live;
+  char name[40];
+  int due;
+  if (!usable(l)) return 0;
+  tag_name(p->tag, name, sizeof name);
+  pthread_mutex_lock(&l->mu);
+  (void)hold_locked(l, name); /* the locks this handle takes are alive while it is */
+  if ((due = now - l->locks_swept_at >= LIVE_SWEEP_MS || now < l->locks_swept_at))
+    l->locks_swept_at = now;
+  pthread_mutex_unlock(&l->mu);
+  return due;
+}
+
+int dx__lm_live_locker_alive(lm_t *p, uint64_t locker) {
+  char name[40];
+  if (!locker || locker == p->tag) return 1;
+  tag_name(locker, name, sizeof name);
+  return dx__lm_live_alive(p, name);
 }
 
 int dx__lm_worker_register(dx_provider_t *pp, const char *worker, int64_t now,
@@ -255,7 +283,7 @@ void dx__lm_worker_unregister(dx_provider_t *pp, const char *worker) {
   pthread_mutex_lock(&l->mu);
   for (hp = &l->held; (h = *hp); hp = &h->next)
     if (strcmp(h->worker, worker) == 0) break;
-  if (h && h->registered && --h->registered == 0) {
+  if (h && (!h->registered || --h->registered == 0)) { /* a hold fetches took goes too */
     /* both bytes go: peers see the id dead at once */
     lock_op(l->fd, F_OFD_SETLK, F_UNLCK, live_off(worker, 1), NULL);
     lock_op(l->fd, F_OFD_SETLK, F_UNLCK, live_off(worker, 0), NULL);

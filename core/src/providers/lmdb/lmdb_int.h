@@ -21,17 +21,23 @@
 **   orch_ready    be64 ready_at inst\0 -> ""       unlocked instances with messages
 **   orch_lock     be64 locked_until inst\0 -> ""   locked instances
 **   work          be64 seq -> visible_at, locked_until, token, attempt, session_id, inst,
-**                             exec, activity_id, item
+**                             exec, activity_id, item, sess_epoch (optional)
 **   work_ready    u8 0 be64 visible_at be64 seq -> ""     unlocked plain rows
 **   work_lock     u8 0 be64 locked_until be64 seq -> ""   locked plain rows
 **   work_token    be64 token -> be64 seq                   (plain and session rows)
 **   work_ident    inst\0 be64 exec be64 activity_id be64 seq -> ""   (lock stealing)
-**   sessions      sid\0 -> owner ("" = unowned), previous_owner, locked_until, last_activity
+**   sessions      sid\0 -> owner ("" = unowned), previous_owner, locked_until, last_activity,
+**                           epoch, users (optional: added for fencing and ended sessions)
 **   sess_owner    owner\0 sid\0 -> be64 locked_until      sessions by owner
 **   sess_items    sid\0 be64 due be64 seq -> ""            rows of a session; due is
 **                                                          visible_at, or locked_until if locked
 **   sess_queue    sid\0 -> be64 head_due be64 head_seq be64 rows   (sessions with rows)
 **   sess_heads    be64 head_due be64 head_seq sid\0 -> ""  one entry per sessions_queue row
+**   kv            inst\0 key\0 -> value, updated_at   committed key-value state (kv.c)
+**   kv_delta      inst\0 key\0 -> value|nil, updated_at   the running execution's changes
+**                                                     (nil = cleared)
+**   sess_events   sid\0 be64 seq -> at, event, worker, detail, previous_owner   (the session's
+**                 history for `sessions --history`; latest DX_SESSION_EVENTS_KEEP per session)
 **
 ** Fetches read the head of the ready and lock indexes (an expired lock is as fetchable as a
 ** ready message), so they stay O(log n) however many rows are locked or delayed. Rows with a
@@ -75,7 +81,7 @@
 #define LM_RECORD_FORMAT 1u  /* first element of every wrapper record */
 #define LM_DEFAULT_MAP ((size_t)64 << 20) /* first map size; it doubles as the store fills */
 #define LM_SUM_BYTES 4       /* CRC32C after every value (format 3) */
-#define LM_MAXDBS 24
+#define LM_MAXDBS 32
 #define LM_KEY_MAX 511       /* LMDB's default MDB_MAXKEYSIZE */
 #define LM_INSTANCE_MAX DX_MAX_INSTANCE_ID_BYTES /* room left for the numbers in keys */
 #define LM_SESSION_MAX DX_MAX_SESSION_ID_BYTES /* owner\0sid\0 must fit a key */
@@ -85,7 +91,8 @@ enum {
   DB_META, DB_INSTANCES, DB_INST_CREATED, DB_EXECUTIONS, DB_HISTORY,
   DB_ORCH_MSGS, DB_ORCH_STATE, DB_ORCH_READY, DB_ORCH_LOCK,
   DB_WORK, DB_WORK_READY, DB_WORK_LOCK, DB_WORK_TOKEN, DB_WORK_IDENT,
-  DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS, DB__COUNT
+  DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS,
+  DB_KV, DB_KV_DELTA, DB_SESS_EVENTS, DB__COUNT
 };
 
 /* Names of the named DBs, indexed by DB_*. */
@@ -104,6 +111,7 @@ typedef struct shared_env_s {
   size_t max_size;           /* growth limit; 0 = none but the disk */
   int grow_wanted;           /* a write found the map full (atomic) */
   int read_only;             /* opened MDB_RDONLY: the directory is not writable */
+  int no_sess_events;        /* read-only store written before sess_events existed */
   size_t psize;              /* LMDB page size */
   int data_fd;               /* data.mdb, for the truncation check */
   char *lock_path;           /* lock.mdb and its identity when opened (ino 0: no lock file) */
@@ -126,6 +134,7 @@ typedef struct {
   int in_batch; /* this handle opened the env's batch (begin) */
   struct lm_live_s *live; /* worker liveness of this handle (live.c) */
   dx_fetch_filter_t *filter; /* set_fetch_filter (NULL: untagged rows, every instance) */
+  uint64_t tag;           /* this handle as a lock holder: recorded on the locks it takes */
 } lm_t;
 static inline int64_t sat_add(int64_t a, int64_t b) {
   if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
@@ -261,6 +270,12 @@ typedef struct {
   int64_t started_at, completed_at;
 } exec_rec_t;
 
+/* A key-value record (kv and kv_delta); value NULL = cleared (kv_delta only). */
+typedef struct {
+  char *value;
+  int64_t updated_at;
+} kv_rec_t;
+
 /* {===== orchestrator queue: messages =====} */
 
 typedef struct {
@@ -284,16 +299,28 @@ typedef struct {
   int64_t ready_at;     /* unlocked: min visible_at of the messages; LM_NEVER when none */
   int64_t locked_until; /* locked: lock expiry */
   uint64_t token;       /* 0 = unlocked */
+  uint64_t locker;      /* locked: the tag of the handle that locked it (0: unknown) */
 } orch_state_t;
 
-static const orch_state_t STATE_EMPTY = {LM_NEVER, 0, 0};
+static const orch_state_t STATE_EMPTY = {LM_NEVER, 0, 0, 0};
 
 /* A session row. Owned <=> owner is non-empty; the lease is live while locked_until > now. */
 typedef struct {
   char *owner;        /* NULL or "" = unowned (released) */
   char *prev;         /* owner before the current one (or before a release); NULL if none */
   int64_t locked_until, last_activity;
+  uint64_t epoch;     /* ownership epoch: +1 on every claim (fencing: locks taken under an
+                         older epoch cannot ack or renew) */
+  char *users;        /* instances that ran activities of the session: entries of be64 exec,
+                         be16 length, instance bytes (NULL: none) */
+  size_t users_len;
 } sess_rec_t;
+
+/* A session event (sess_events). */
+typedef struct {
+  int64_t at;
+  char *event, *worker, *detail, *prev;
+} sev_rec_t;
 
 /* A session's queue summary: its earliest row (due time, seq) and how many rows it has. */
 typedef struct {
@@ -312,6 +339,8 @@ typedef struct {
   uint64_t exec, act_id;
   char *item;
   size_t item_len;
+  uint64_t locker;  /* locked: the tag of the handle that locked it (0: unknown) */
+  uint64_t sess_epoch; /* session rows: the session's epoch when this lock was taken */
   char *tag;        /* plain rows: indexed under the tag (NULL: untagged); session rows: kept */
 } work_row_t;
 
@@ -329,7 +358,8 @@ typedef struct {
   int db;                 /* the DB holding these records */
   const lm_field_t *f;    /* stored fields, in record order */
   size_t n;
-  size_t n_min;           /* fields a record must have (later ones were appended: optional) */
+  size_t n_min;           /* fields every stored record has (0: all n); later ones were
+                             appended since and read as 0 / NULL when absent */
 } lm_schema_t;
 typedef struct {
   int db;       /* index the candidate came from */
@@ -411,7 +441,8 @@ int dx__lm_can_grow(shared_env_t *se);
 
 /* records.c */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
-    dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema;
+    dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema, dx__lm_kv_schema,
+    dx__lm_kv_delta_schema, dx__lm_sev_schema;
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what);
@@ -463,6 +494,13 @@ void dx__lm_sess_clear(sess_rec_t *r);
 int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r);
 int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw);
 int dx__lm_sess_touch(tx_t *t, const char *sid, int64_t now);
+/* Point nw->users at a new blob (caller frees *blob) that lists (inst, exec) once. */
+int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exec, char **blob);
+/* 1 in *ended when the session has no worker rows and every instance that used it has ended
+** (its execution is no longer running). *alive (may be NULL) receives a blob of the users
+** still running (caller frees; NULL when none). */
+int dx__lm_sess_ended(tx_t *t, const char *sid, const sess_rec_t *r, int *ended, char **alive,
+                      size_t *alive_len);
 int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q);
 int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta);
 int dx__lm_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
@@ -474,6 +512,14 @@ int dx__lm_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted,
                             dx_error_t *err);
 int dx__lm_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error_t *err);
 
+/* sess_events.c */
+int dx__lm_append_session_event(dx_provider_t *pp, const dx_session_event_t *ev,
+                                dx_error_t *err);
+int dx__lm_list_session_events(dx_provider_t *pp, const char *sid, dx_session_event_cb cb,
+                               void *ud, dx_error_t *err);
+/* Delete session events older than DX_SESSION_EVENTS_MAX_AGE_MS (cleanup's txn). */
+int dx__lm_prune_session_events(tx_t *t, int64_t now);
+
 /* work.c */
 void dx__lm_row_clear(work_row_t *r);
 int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r);
@@ -483,6 +529,9 @@ int dx__lm_row_index(tx_t *t, const work_row_t *r, int put);
 int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 /* Consider the head of every plain-row index this filter takes (NULL: untagged only). */
 int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c);
+/* The same for one index (DB_WORK_READY or DB_WORK_LOCK). */
+int dx__lm_work_db_heads(tx_t *t, int db, const dx_fetch_filter_t *f, int64_t now,
+                         work_cand_t *c);
 int dx__lm_ident_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud);
 int dx__lm_work_cancel(tx_t *t, const dx_activity_ref_t *ref);
 int dx__lm_row_set(tx_t *t, const work_row_t *old, const work_row_t *nw);
@@ -509,6 +558,16 @@ int dx__lm_live_alive(lm_t *p, const char *owner);
 int dx__lm_live_sweep_due(lm_t *p, int64_t now);
 /* When (caller's clock) the next sweep is worth a fetch; LM_NEVER without liveness. */
 int64_t dx__lm_live_next_sweep(lm_t *p);
+/* The locks of dead handles (plain rows, instances): this handle's tag held alive, and 1 when
+** a sweep of others' locks is due (at most every sweep period). */
+int dx__lm_live_locks_due(lm_t *p, int64_t now);
+/* 0 only when the kernel says the handle that recorded `locker` on a lock is gone. */
+int dx__lm_live_locker_alive(lm_t *p, uint64_t locker);
+/* Sweeps (orch.c, work.c): locks taken by dead handles become due now. The fetch that finds
+** the sweep due runs both (one stamp for both, so neither is starved by the other). */
+int dx__lm_orch_reap_dead(tx_t *t, lm_t *p, int64_t now);
+int dx__lm_work_reap_dead(tx_t *t, lm_t *p, int64_t now);
+int dx__lm_reap_dead_locks(tx_t *t, lm_t *p, int64_t now);
 int dx__lm_worker_register(dx_provider_t *pp, const char *worker, int64_t now,
                            dx_error_t *err);
 void dx__lm_worker_unregister(dx_provider_t *pp, const char *worker);
@@ -546,6 +605,18 @@ int dx__lm_prune_executions(dx_provider_t *pp, const char *instance, uint64_t ke
                             uint64_t *pruned, dx_error_t *err);
 int dx__lm_terminate(dx_provider_t *pp, int64_t now, const char *instance,
                      const dx_failure_t *why, int notify_parent, dx_error_t *err);
+/* kv.c */
+/* The committed state of `inst` (fetch), ascending key; *out owned by the caller. */
+int dx__lm_kv_snapshot(tx_t *t, const char *inst, dx_kv_entry_t **out, size_t *n);
+/* Apply an ack's key-value events; fold the changes into the committed state when `status`
+** ends the execution. */
+int dx__lm_kv_ack(tx_t *t, const char *inst, const dx_event_t *delta, size_t n, int status);
+/* Delete every key-value record of `inst` (both tables). */
+int dx__lm_kv_delete(tx_t *t, const char *inst);
+int dx__lm_get_kv(dx_provider_t *pp, const char *instance, const char *key, char **value,
+                  int64_t *updated_ms, dx_error_t *err);
+int dx__lm_list_kv(dx_provider_t *pp, const char *instance, dx_kv_cb cb, void *ud,
+                   dx_error_t *err);
 
 /* testhooks.c */
 extern const dx_provider_test_hooks_t dx__lm_test_hooks;

@@ -46,6 +46,25 @@ static int due_time(tx_t *t, const dx_fetch_filter_t *f, int orch, int work, int
   return 0;
 }
 
+/* The earliest expiry of a held instance lock or plain row lock this handle's filter takes
+** (LM_NEVER: none held). */
+static int locks_head(lm_t *p, int64_t *out) {
+  orch_cand_t oc;
+  work_cand_t wc;
+  tx_t t;
+  int rc;
+  *out = LM_NEVER;
+  memset(&oc, 0, sizeof oc);
+  memset(&wc, 0, sizeof wc);
+  if ((rc = dx__lm_begin_tx(p, 0, &t, NULL))) return rc;
+  rc = dx__lm_orch_head(&t, DB_ORCH_LOCK, LM_NEVER, &oc);
+  if (!rc) rc = dx__lm_work_db_heads(&t, DB_WORK_LOCK, p->filter, LM_NEVER, &wc);
+  if (!rc && oc.inst) *out = oc.at;
+  if (!rc && wc.found && wc.at < *out) *out = wc.at;
+  free(oc.inst);
+  return dx__lm_tx_end(&t, rc);
+}
+
 /* When the earliest session row is due (LM_NEVER: none). */
 static int due_time_sess(lm_t *p, int64_t *out) {
   tx_t t;
@@ -247,13 +266,15 @@ int dx__lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *er
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = LM_NEVER;
-  int64_t sess_due = LM_NEVER, sweep;
+  int64_t sess_due = LM_NEVER, locks_due = LM_NEVER, sweep;
   if ((rc = dx__lm_begin_tx(p, 0, &t, err))) return rc;
   rc = dx__lm_tx_end(&t, due_time(&t, p->filter, 1, 1, 1, out));
   if (!rc) rc = due_time_sess(p, &sess_due);
-  /* session rows wait in flight (or delayed): their holder may die, and only a fetch sweeps
-  ** dead holders' rows, so look again soon (live.c) */
-  if (!rc && sess_due != LM_NEVER && sess_due > now && (sweep = dx__lm_live_next_sweep(p)) < *out)
+  if (!rc) rc = locks_head(p, &locks_due);
+  /* session rows wait in flight (or delayed), or locks are held: their holder may die, and
+  ** only a fetch sweeps dead holders' locks, so look again soon (live.c) */
+  if (!rc && ((sess_due != LM_NEVER && sess_due > now) || (locks_due != LM_NEVER && locks_due > now)) &&
+      (sweep = dx__lm_live_next_sweep(p)) < *out)
     *out = sweep > now ? sweep : now;
   return rc;
 }

@@ -145,6 +145,36 @@ static int orch_check_lock(tx_t *t, const char *inst, uint64_t token, int64_t no
   return 0;
 }
 
+/* {===== liveness: instances locked by dead handles =====} */
+
+static int timed_inst_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  (void)v;
+  if (k->mv_size < 10 || ((const char *)k->mv_data)[k->mv_size - 1] != 0)
+    return dx__lm_corrupt(t, DB_ORCH_LOCK, "bad key", "%zu-byte key", k->mv_size);
+  return dx__lm_strs_push(ud, (const char *)k->mv_data + 8) ? dx__lm_nomem(t->err) : 0;
+}
+
+/* Instances whose lock is live but whose locker (another handle) is dead: the lock expires
+** now, so the next pick takes them (as a lapsed lock: the attempt counts). */
+int dx__lm_orch_reap_dead(tx_t *t, lm_t *p, int64_t now) {
+  str_list_t l = {NULL, 0, 0};
+  dkey_t none;
+  size_t i;
+  int rc;
+  k_init(&none);
+  rc = dx__lm_scan_prefix(t, DB_ORCH_LOCK, &none, timed_inst_cb, &l);
+  for (i = 0; i < l.n && !rc; i++) {
+    orch_state_t st, nw;
+    if ((rc = dx__lm_state_get(t, l.v[i], &st))) break;
+    if (!st.token || st.locked_until <= now || dx__lm_live_locker_alive(p, st.locker)) continue;
+    nw = st;
+    nw.locked_until = now;
+    rc = state_set(t, l.v[i], &st, &nw);
+  }
+  dx__lm_strs_free(&l);
+  return rc;
+}
+
 /* {===== orchestrator fetch =====} */
 
 /* Make the timed-index entry `k` (be64 time + inst\0) the candidate. */
@@ -343,6 +373,7 @@ static int orch_item_fill(tx_t *t, dx_orch_item_t *it, const inst_rec_t *ir) {
   if ((name && !(it->orchestration_name = dx__strdup(name))) ||
       (version && !(it->orchestration_version = dx__strdup(version))))
     return dx__lm_nomem(t->err);
+  if ((rc = dx__lm_kv_snapshot(t, it->instance, &it->kv, &it->kv_len))) return rc;
   t->err = &herr; /* a corrupt history is reported in the item, not as the call's error */
   rc = dx__lm_history_load(t, it->instance, it->execution_id, &it->history, &it->history_len);
   t->err = saved;
@@ -357,8 +388,8 @@ static int orch_item_fill(tx_t *t, dx_orch_item_t *it, const inst_rec_t *ir) {
 
 /* Try to lock candidate `c`. *out stays NULL when the candidate was cleaned up instead (no
 ** visible message, orphan messages, stray index entry); the caller then picks again. */
-static int orch_try_lock(tx_t *t, const orch_cand_t *c, int64_t now, int64_t lock_ms,
-                         dx_orch_item_t **out) {
+static int orch_try_lock(tx_t *t, lm_t *lm, const orch_cand_t *c, int64_t now,
+                         int64_t lock_ms, dx_orch_item_t **out) {
   orch_state_t st, nw;
   msg_list_t l;
   dkey_t k;
@@ -396,6 +427,7 @@ static int orch_try_lock(tx_t *t, const orch_cand_t *c, int64_t now, int64_t loc
   nw.ready_at = LM_NEVER;
   nw.locked_until = sat_add(now, lock_ms);
   nw.token = dx__new_token();
+  nw.locker = lm->tag;
   if (!(it = calloc(1, sizeof *it)) || !(it->instance = dx__strdup(c->inst))) {
     rc = dx__lm_nomem(t->err);
     goto done_ir;
@@ -420,13 +452,15 @@ done:
   return rc;
 }
 
-static int orch_fetch(tx_t *t, const dx_fetch_filter_t *f, int64_t now, int64_t lock_ms,
+static int orch_fetch(tx_t *t, lm_t *lm, int sweep, int64_t now, int64_t lock_ms,
                       dx_orch_item_t **out) {
   orch_cand_t c;
   int rc;
+  memset(&c, 0, sizeof c);
+  if (sweep && (rc = dx__lm_reap_dead_locks(t, lm, now))) return rc;
   for (;;) { /* each round locks an instance or removes the candidate from the indexes */
-    if ((rc = dx__lm_orch_pick(t, f, now, &c)) || !c.inst) break;
-    rc = orch_try_lock(t, &c, now, lock_ms, out);
+    if ((rc = dx__lm_orch_pick(t, lm->filter, now, &c)) || !c.inst) break;
+    rc = orch_try_lock(t, lm, &c, now, lock_ms, out);
     free(c.inst);
     if (rc || *out) return rc;
   }
@@ -508,7 +542,8 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   rc = msgs_delete(t, &l, a->lock_token, now);
   msgs_free(&l);
   if (rc || (rc = ack_instance(t, now, a)) || (rc = ack_execution(t, now, a)) ||
-      (rc = dx__lm_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)))
+      (rc = dx__lm_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
+      (rc = dx__lm_kv_ack(t, a->instance, a->delta, a->delta_len, a->status)))
     return rc;
   for (i = 0; i < a->worker_items_len && !rc; i++)
     rc = dx__lm_work_insert(t, &a->worker_items[i], now);
@@ -524,10 +559,12 @@ int dx__lm_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_i
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
+  int sweep;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = NULL;
-  if ((rc = dx__lm_nothing_due(p, now, 1, 0, 0, err))) return rc < 0 ? rc : 0;
-  LM_WRITE(p, t, err, rc, orch_fetch(&t, p->filter, now, lock_ms, out), {
+  sweep = dx__lm_live_locks_due(p, now);
+  if (!sweep && (rc = dx__lm_nothing_due(p, now, 1, 0, 0, err))) return rc < 0 ? rc : 0;
+  LM_WRITE(p, t, err, rc, orch_fetch(&t, p, sweep, now, lock_ms, out), {
     dx_orch_item_free(*out);
     *out = NULL;
   });

@@ -149,15 +149,18 @@ static int work_head(tx_t *t, int db, const char *tag, int64_t now, work_cand_t 
   return 0;
 }
 
-int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c) {
-  static const int dbs[2] = {DB_WORK_READY, DB_WORK_LOCK};
-  size_t d, i;
+int dx__lm_work_db_heads(tx_t *t, int db, const dx_fetch_filter_t *f, int64_t now,
+                         work_cand_t *c) {
+  size_t i;
   int rc = 0;
-  for (d = 0; d < 2 && !rc; d++) {
-    if (dx_fetch_filter_accepts_tag(f, NULL)) rc = work_head(t, dbs[d], NULL, now, c);
-    for (i = 0; f && i < f->n_tags && !rc; i++) rc = work_head(t, dbs[d], f->tags[i], now, c);
-  }
+  if (dx_fetch_filter_accepts_tag(f, NULL)) rc = work_head(t, db, NULL, now, c);
+  for (i = 0; f && i < f->n_tags && !rc; i++) rc = work_head(t, db, f->tags[i], now, c);
   return rc;
+}
+
+int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c) {
+  int rc = dx__lm_work_db_heads(t, DB_WORK_READY, f, now, c);
+  return rc ? rc : dx__lm_work_db_heads(t, DB_WORK_LOCK, f, now, c);
 }
 
 /* A session's head row is a candidate only when this worker takes its tag. */
@@ -191,7 +194,9 @@ typedef struct {
   size_t prefix_n;
   int64_t now;
   uint32_t live;   /* owned sessions with a live lease */
+  str_list_t idle; /* those of them without rows: they may have ended */
   work_cand_t *c;
+  const dx_session_cfg_t *cfg;
   const dx_fetch_filter_t *filter;
 } owned_scan_t;
 
@@ -201,17 +206,35 @@ static int owned_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   owned_scan_t *o = ud;
   const char *sid = (const char *)k->mv_data + o->prefix_n;
   sess_queue_t q;
-  int rc;
+  int rc, live;
   if (k->mv_size <= o->prefix_n || ((const char *)k->mv_data)[k->mv_size - 1] != 0 ||
       v->mv_size != 8)
     return dx__lm_corrupt(t, DB_SESS_OWNER, "bad entry", "worker '%s'", o->worker);
-  if ((int64_t)get_u64(v->mv_data) > o->now) o->live++;
-  int ok;
+  if ((live = (int64_t)get_u64(v->mv_data) > o->now)) o->live++;
+  if (dx__session_declined(o->cfg, sid)) return 0; /* handed on (rolling upgrade) */
   if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
-  if (!q.found || (int64_t)q.due > o->now) return 0;
-  if ((rc = sess_tag_ok(t, o->filter, q.seq, &ok))) return rc;
-  if (ok) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
+  if (q.found && (int64_t)q.due <= o->now) {
+    int ok;
+    if ((rc = sess_tag_ok(t, o->filter, q.seq, &ok))) return rc;
+    if (ok) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
+  } else if (!q.found && live && dx__lm_strs_push(&o->idle, sid))
+    return dx__lm_nomem(t->err);
   return 0;
+}
+
+/* At capacity: sessions whose instances all ended do not count (issue 9 item 4). */
+static int uncount_ended(tx_t *t, owned_scan_t *o) {
+  size_t i;
+  int rc = 0;
+  for (i = 0; i < o->idle.n && !rc; i++) {
+    sess_rec_t r;
+    int ended = 0;
+    if ((rc = dx__lm_sess_get(t, o->idle.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
+    if (!rc) rc = dx__lm_sess_ended(t, o->idle.v[i], &r, &ended, NULL, NULL);
+    if (!rc && ended && o->live > 0) o->live--;
+    dx__lm_sess_clear(&r);
+  }
+  return rc;
 }
 
 typedef struct {
@@ -219,6 +242,7 @@ typedef struct {
   int64_t now;
   work_cand_t *c;
   lm_t *lm;
+  const dx_session_cfg_t *cfg;
 } claim_scan_t;
 
 /* sess_heads in time order: the first due session nobody holds (no row, released, or lease
@@ -236,6 +260,7 @@ static int claim_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   due = get_u64(kb);
   seq = get_u64(kb + 8);
   if ((int64_t)due > s->now || !cand_better(s->c, (int64_t)due, seq)) return 1;
+  if (dx__session_declined(s->cfg, kb + 16)) return 0;
   rc = dx__lm_sess_get(t, kb + 16, &r);
   if (rc && rc != DX_ENOTFOUND) return rc;
   /* our own sessions were considered by owned_cb */
@@ -267,14 +292,18 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   o.worker = cfg->worker_id;
   o.now = now;
   o.c = c;
+  o.cfg = cfg;
   key_inst(&pre, cfg->worker_id);
   o.prefix_n = pre.n;
-  if ((rc = dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, &o))) return rc;
-  if (o.live >= cfg->max_sessions) return 0; /* at capacity: no new claims */
+  rc = dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, &o);
+  if (!rc && o.live >= cfg->max_sessions) rc = uncount_ended(t, &o);
+  dx__lm_strs_free(&o.idle);
+  if (rc || o.live >= cfg->max_sessions) return rc; /* at capacity: no new claims */
   cs.worker = cfg->worker_id;
   cs.now = now;
   cs.c = c;
   cs.lm = lm;
+  cs.cfg = cfg;
   k_init(&pre);
   return dx__lm_scan_prefix(t, DB_SESS_HEADS, &pre, claim_cb, &cs);
 }
@@ -378,11 +407,13 @@ static int close_unheld(tx_t *t, const work_row_t *r) {
   return rc;
 }
 
-/* The session side of fetching a row of c->sid: claim it (owner = us, fresh lease) or, when
-** we own it, record the activity and refresh the lease. */
-static int sess_take(tx_t *t, const work_cand_t *c, int64_t now, const dx_session_cfg_t *cfg,
-                     dx_work_fetch_t *out) {
+/* The session side of fetching row `row` of c->sid: claim it (owner = us, fresh lease, next
+** ownership epoch) or, when we own it, record the activity and refresh the lease. The row's
+** instance joins the session's users. *epoch receives the epoch the row is locked under. */
+static int sess_take(tx_t *t, const work_cand_t *c, const work_row_t *row, int64_t now,
+                     const dx_session_cfg_t *cfg, dx_work_fetch_t *out, uint64_t *epoch) {
   sess_rec_t old, nw;
+  char *users = NULL;
   int rc = dx__lm_sess_get(t, c->sid, &old), found = rc == 0;
   if (rc && rc != DX_ENOTFOUND) return rc;
   rc = 0;
@@ -393,15 +424,44 @@ static int sess_take(tx_t *t, const work_cand_t *c, int64_t now, const dx_sessio
     const char *prev = dx__lm_sess_owned(&old) ? old.owner : old.prev;
     nw.prev = (char *)prev;
     nw.locked_until = sat_add(now, cfg->session_lock_ms);
+    nw.epoch = old.epoch + 1; /* locks of earlier owners can no longer ack or renew */
     out->session_claimed = 1;
+    out->waited_ms = now > c->at ? now - c->at : 0;
     if (prev && *prev && !(out->previous_owner = dx__strdup(prev))) rc = dx__lm_nomem(t->err);
   } else if (old.locked_until < sat_add(now, cfg->session_lock_ms)) {
     /* an owner's fetch refreshes the lease at once: after a same-id restart the dead
     ** process's lease must not lapse under the activity we start now (issue 9 item 3a) */
     nw.locked_until = sat_add(now, cfg->session_lock_ms);
   }
+  if (!rc && row->instance) rc = dx__lm_sess_add_user(t, &nw, row->instance, row->exec, &users);
   if (!rc) rc = dx__lm_sess_put(t, c->sid, found ? &old : NULL, &nw);
+  *epoch = nw.epoch;
+  free(users);
   dx__lm_sess_clear(&old);
+  return rc;
+}
+
+/* Fencing (issue 9 item 3): a session row locked under an earlier ownership epoch belongs to
+** an owner that lost the session (it stalled past its lease and another worker claimed it):
+** its ack and renewal are refused in their own transaction; the new owner runs the row. */
+static int row_check_epoch(tx_t *t, const work_row_t *r) {
+  sess_rec_t s;
+  int rc;
+  if (!r->session_id) return 0;
+  rc = dx__lm_sess_get(t, r->session_id, &s);
+  if (rc == DX_ENOTFOUND)
+    return dx_error_set(t->err, DX_ELOCK, "session '%s' of worker item %llu no longer exists",
+                        r->session_id, (unsigned long long)r->seq);
+  if (rc) return rc;
+  if (s.epoch != r->sess_epoch)
+    rc = dx_error_set(t->err, DX_ELOCK,
+                      "session '%s' moved to worker '%s' (ownership epoch %llu; worker item "
+                      "%llu was locked under epoch %llu): a result from an earlier owner is "
+                      "refused",
+                      r->session_id, s.owner && *s.owner ? s.owner : "(none)",
+                      (unsigned long long)s.epoch, (unsigned long long)r->seq,
+                      (unsigned long long)r->sess_epoch);
+  dx__lm_sess_clear(&s);
   return rc;
 }
 
@@ -432,23 +492,18 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
     dx__lm_row_clear(&old);
     return rc;
   }
-  if (!rc && c->kind == WC_CLAIM) { /* a dead owner's locked rows of the session: due now */
-    sess_rec_t sr;
-    int r2 = dx__lm_sess_get(t, c->sid, &sr);
-    if (r2 == 0 && dx__lm_sess_owned(&sr) && strcmp(sr.owner, cfg->worker_id) != 0 &&
-        !dx__lm_live_alive(lm, sr.owner))
-      r2 = reap_session(t, c->sid, now, c->seq);
-    dx__lm_sess_clear(&sr);
-    if (r2 != DX_ENOTFOUND) rc = r2;
-  }
+  /* A claim starts a new ownership epoch: rows of the session still locked were locked by an
+  ** earlier owner (dead, or stalled past its lease): due now, the new owner runs them. */
+  if (!rc && c->kind == WC_CLAIM) rc = reap_session(t, c->sid, now, c->seq);
   nw = old;
+  nw.locker = lm->tag;
+  if (!rc && c->kind != WC_PLAIN) rc = sess_take(t, c, &old, now, cfg, out, &nw.sess_epoch);
   if (!rc) rc = fresh_work_token(t, &nw.token);
   if (!rc) {
     nw.locked_until = sat_add(now, lock_ms);
     nw.attempt++;
     rc = row_set(t, &old, &nw);
   }
-  if (!rc && c->kind != WC_PLAIN) rc = sess_take(t, c, now, cfg, out);
   if (rc) {
     fetch_reset(out);
   } else {
@@ -459,10 +514,40 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   return rc;
 }
 
-static int work_fetch(tx_t *t, lm_t *lm, int sweep, int64_t now, int64_t lock_ms,
+/* Plain rows whose lock is live but whose locker (another handle) is dead: due now. */
+int dx__lm_work_reap_dead(tx_t *t, lm_t *p, int64_t now) {
+  seq_list_t l = {NULL, 0, 0};
+  dkey_t pre;
+  size_t i;
+  int rc;
+  k_init(&pre);
+  k_u8(&pre, 0);
+  rc = dx__lm_scan_prefix(t, DB_WORK_LOCK, &pre, dx__lm_ident_cb, &l);
+  for (i = 0; i < l.n && !rc; i++) {
+    work_row_t r, nw;
+    if ((rc = dx__lm_row_get(t, l.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
+    if (rc) break;
+    if (r.token && r.locked_until > now && !dx__lm_live_locker_alive(p, r.locker)) {
+      nw = r; /* shares r's strings */
+      nw.locked_until = now;
+      rc = row_set(t, &r, &nw);
+    }
+    dx__lm_row_clear(&r);
+  }
+  free(l.v);
+  return rc;
+}
+
+int dx__lm_reap_dead_locks(tx_t *t, lm_t *p, int64_t now) {
+  int rc = dx__lm_work_reap_dead(t, p, now);
+  return rc ? rc : dx__lm_orch_reap_dead(t, p, now);
+}
+
+static int work_fetch(tx_t *t, lm_t *lm, int sweep, int locks, int64_t now, int64_t lock_ms,
                       const dx_session_cfg_t *cfg, dx_work_fetch_t *out) {
   work_cand_t c;
   int rc;
+  if (locks && (rc = dx__lm_reap_dead_locks(t, lm, now))) return rc;
   if (sweep && (rc = reap_dead(t, lm, cfg->worker_id, NULL, now))) return rc;
   for (;;) { /* a round only repeats after removing a stray index entry or a close item */
     if ((rc = work_pick(t, lm, now, cfg, &c)) || !c.found) return rc;
@@ -505,7 +590,7 @@ int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
                       dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   tx_t t;
-  int rc, sweep = 0;
+  int rc, sweep = 0, locks;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   memset(out, 0, sizeof *out);
   if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
@@ -514,9 +599,10 @@ int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
     dx__lm_live_hold(p, sessions->worker_id); /* peers see this id alive from now on */
     sweep = dx__lm_live_sweep_due(p, now);
   }
-  if (!sweep && (rc = dx__lm_nothing_due(p, now, 0, 1, sessions != NULL, err)))
+  locks = dx__lm_live_locks_due(p, now);
+  if (!sweep && !locks && (rc = dx__lm_nothing_due(p, now, 0, 1, sessions != NULL, err)))
     return rc < 0 ? rc : 0;
-  LM_WRITE(p, t, err, rc, work_fetch(&t, p, sweep, now, lock_ms, sessions, out),
+  LM_WRITE(p, t, err, rc, work_fetch(&t, p, sweep, locks, now, lock_ms, sessions, out),
            fetch_reset(out));
   return rc;
 }
@@ -525,6 +611,7 @@ static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *
   work_row_t r;
   int rc = row_by_token(t, token, &r);
   if (!rc) rc = row_check_live(t, &r, now);
+  if (!rc) rc = row_check_epoch(t, &r);
   if (!rc) rc = row_set(t, &r, NULL);
   if (!rc) rc = dx__lm_sess_touch(t, r.session_id, now);
   dx__lm_row_clear(&r);
@@ -548,6 +635,7 @@ static int work_relock(tx_t *t, int64_t now, uint64_t token, int abandon, int64_
   work_row_t r, nw;
   int rc = row_by_token(t, token, &r);
   if (!rc && !abandon) rc = row_check_live(t, &r, now);
+  if (!rc && !abandon) rc = row_check_epoch(t, &r);
   if (rc) { dx__lm_row_clear(&r); return rc; }
   nw = r;
   if (abandon) {

@@ -51,6 +51,81 @@ void dx__qp_bin(qp_t *q, const void *b, size_t n) {
   q->fmt[q->n++] = 1;
 }
 
+/* Binary array layout (PostgreSQL's array_recv): ndim, has-nulls flag, element type oid, then
+** per dimension its length and lower bound, then each element as a length (-1: NULL) and its
+** bytes. The header is written last: HDR bytes are kept free for it. */
+#define ARR_HDR 20
+
+static void put32(unsigned char *b, uint32_t v) {
+  b[0] = (unsigned char)(v >> 24);
+  b[1] = (unsigned char)(v >> 16);
+  b[2] = (unsigned char)(v >> 8);
+  b[3] = (unsigned char)v;
+}
+
+static unsigned char *arr_room(pg_arr_t *a, size_t n) {
+  if (a->oom) return NULL;
+  if (a->len + n > a->cap) {
+    size_t cap = a->cap ? a->cap : 256;
+    unsigned char *b;
+    while (cap < a->len + n) cap *= 2;
+    if (!(b = realloc(a->b, cap))) {
+      a->oom = 1;
+      return NULL;
+    }
+    a->b = b;
+    a->cap = cap;
+  }
+  a->len += n;
+  return a->b + a->len - n;
+}
+
+void dx__arr_init(pg_arr_t *a, int oid) {
+  memset(a, 0, sizeof *a);
+  a->oid = oid;
+  arr_room(a, ARR_HDR);
+}
+
+void dx__arr_bytes(pg_arr_t *a, const void *p, size_t n) {
+  unsigned char *b = arr_room(a, 4 + (p ? n : 0));
+  if (!b) return;
+  put32(b, p ? (uint32_t)n : UINT32_C(0xffffffff));
+  if (p && n) memcpy(b + 4, p, n);
+  if (!p) a->nulls = 1;
+  a->n++;
+}
+
+void dx__arr_str(pg_arr_t *a, const char *s) { dx__arr_bytes(a, s, s ? strlen(s) : 0); }
+
+void dx__arr_i64(pg_arr_t *a, int64_t v) {
+  unsigned char x[8];
+  uint64_t u = (uint64_t)v;
+  int i;
+  for (i = 7; i >= 0; i--, u >>= 8) x[i] = (unsigned char)u;
+  dx__arr_bytes(a, x, 8);
+}
+
+int dx__arr_done(pg_arr_t *a, dx_error_t *err) {
+  if (a->oom) return dx__pg_nomem(err);
+  put32(a->b, a->n ? 1 : 0);
+  put32(a->b + 4, (uint32_t)a->nulls);
+  put32(a->b + 8, (uint32_t)a->oid);
+  if (a->n) { /* one dimension of n elements, lower bound 1 */
+    put32(a->b + 12, (uint32_t)a->n);
+    put32(a->b + 16, 1);
+  } else { /* an empty array has no dimensions: move nothing, just end the header early */
+    a->len = 12;
+  }
+  return 0;
+}
+
+void dx__arr_free(pg_arr_t *a) {
+  free(a->b);
+  memset(a, 0, sizeof *a);
+}
+
+void dx__qp_arr(qp_t *q, const pg_arr_t *a) { dx__qp_bin(q, a->b, a->len); }
+
 int dx__col_null(const PGresult *r, int row, int col) { return PQgetisnull(r, row, col); }
 
 /* Integer columns are all int8 (binary results: 8 bytes, big-endian). */
@@ -506,7 +581,7 @@ int dx__pg_read_begin(pg_t *p, tx_t *t, dx_error_t *err) {
 /* COMMIT, queued behind the transaction's writes, in one round trip: optionally without
 ** waiting for the WAL flush, and with a NOTIFY (delivered at commit, folded per transaction)
 ** when the transaction made work visible. */
-static int commit_now(pg_conn_t *c, int flush, dx_error_t *err) {
+static int commit_send(pg_conn_t *c, int flush, dx_error_t *err) {
   int rc = 0, notify = c->notify;
   char sql[128];
   c->notify = 0;
@@ -515,7 +590,12 @@ static int commit_now(pg_conn_t *c, int flush, dx_error_t *err) {
     snprintf(sql, sizeof sql, "NOTIFY %s", c->owner->channel_q);
     rc = send_stmt(c, -1, sql, NULL, NULL, err);
   }
-  if (!rc) rc = simple(c, "COMMIT", err);
+  return rc ? rc : send_stmt(c, -1, "COMMIT", NULL, NULL, err);
+}
+
+static int commit_now(pg_conn_t *c, int flush, dx_error_t *err) {
+  int rc = commit_send(c, flush, err);
+  if (!rc) rc = drain(c, 0, err);
   if (rc) rollback_now(c);
   return rc;
 }
@@ -539,6 +619,18 @@ int dx__pg_one(pg_t *p, int write, pg_stmt_t id, const qp_t *qp, PGresult **out,
   return dx__pg_tx_end(&t, dx__pg_q(&t, id, qp, out));
 }
 
+int dx__pg_batch_commit_wait(tx_t *t, int sync) {
+  pg_conn_t *c = t->c;
+  int rc = c->batch_rc ? batch_failed(c, t->err) : 0;
+  if (!rc && !c->conn) rc = dx_error_set(t->err, DX_ERETRY, "connection lost during the batch");
+  if (!rc) rc = commit_send(c, sync && !t->p->no_sync, t->err);
+  if (!rc) rc = drain(c, 1, t->err);
+  c->in_batch = 0;
+  c->batch_rc = 0;
+  if (rc) rollback_now(c);
+  return rc;
+}
+
 int dx__pg_begin(dx_provider_t *pp, dx_error_t *err) {
   pg_t *p = (pg_t *)pp;
   pg_conn_t *c;
@@ -546,6 +638,7 @@ int dx__pg_begin(dx_provider_t *pp, dx_error_t *err) {
   if ((rc = dx__pg_conn_get(p, &c, err))) return rc;
   if (c->in_batch) return dx_error_set(err, DX_ESTATE, "a batch is already open on this thread");
   if ((rc = open_tx(c, err))) return rc;
+  c->cycle_done = 0;
   c->in_batch = 1;
   c->batch_rc = 0;
   return 0;
@@ -555,6 +648,10 @@ int dx__pg_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   pg_t *p = (pg_t *)pp;
   pg_conn_t *c = pthread_getspecific(p->key);
   int rc;
+  if (c && c->cycle_done && c->pid == getpid()) { /* run_cycle committed it already */
+    c->cycle_done = 0;
+    return 0;
+  }
   if (!c || !c->in_batch || c->pid != getpid())
     return dx_error_set(err, DX_ESTATE, "commit without begin");
   if (!c->batch_rc && c->conn) { /* instances locked ahead and not handed out go back */
@@ -582,6 +679,7 @@ int dx__pg_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
 void dx__pg_rollback(dx_provider_t *pp) {
   pg_t *p = (pg_t *)pp;
   pg_conn_t *c = pthread_getspecific(p->key);
+  if (c) c->cycle_done = 0;
   if (!c || !c->in_batch || c->pid != getpid()) return;
   dx__pg_orch_unbuffer_drop(c);
   dx__pg_work_unbuffer_drop(c);

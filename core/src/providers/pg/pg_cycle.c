@@ -1,19 +1,29 @@
 /*
-** pg_cycle.c -- run_cycle on PostgreSQL: a store cycle's acks and fetches in a fixed number
-** of round trips, however many acks the cycle carries.
+** pg_cycle.c -- run_cycle on PostgreSQL: a store cycle's acks and fetches, and its COMMIT, in
+** one round trip (one pipeline sync), however many acks the cycle carries.
 **
-** Every ack needs a check before it writes (the instance lock and duplicate event ids; the
-** worker row behind a token), so that an expected failure writes nothing. Called one by one,
-** each ack waits for its own check: one round trip per ack. Here the checks of all acks are
-** queued together and read in one round trip; each ack's writes are then only queued and
-** travel with the next statement that needs a result (the first fetch) or with the COMMIT.
-** Fetches lock up to 16 instances / worker rows per statement (pg_orch.c, pg_work.c).
+** Nothing in the pipeline waits for an earlier result: each ack is one call of a server-side
+** function (dx_ack_orch / dx_ack_work, schema migration 2) that checks the lock itself and then
+** writes all of the ack or nothing, returning its outcome as a row; an orchestration fetch is
+** one statement that locks the instances and returns their messages, records and histories
+** with them (ORCH_FETCH); a work fetch locks plain rows and picks session candidates in the
+** same sync (pg_work.c). The COMMIT is queued behind them: expected per-ack failures write
+** nothing, so the batch can commit whatever they turn out to be. A real error fails the whole
+** cycle (DX_ERETRY: the store thread retries it).
+**
+** Rare cases need a second transaction after the commit: an instance locked with nothing to
+** hand out (parked or dropped, dx__pg_orch_park), and session rows due (claims and owned
+** session rows are taken one by one as before, after the plain rows due before them).
 */
 #include <stdlib.h>
 #include <string.h>
 
 #include "providers/checks.h"
 #include "providers/pg/pg_internal.h"
+
+/* Results are read before the pipeline grows past what dx__pg_qsend drains on its own (which
+** would drop them): only a cycle with hundreds of acks takes a second round trip. */
+#define CYCLE_PENDING_MAX 200
 
 /* Inputs are checked before anything is sent, as the single calls do. */
 static void check_input(dx_cycle_ack_t *a) {
@@ -24,93 +34,131 @@ static void check_input(dx_cycle_ack_t *a) {
   else if (w && (a->rc = dx__check_item(w, &a->err)) == 0) a->rc = dx__check_payload(w, &a->err);
 }
 
-/* The acks: every check in one round trip, then the writes queued. Returns the batch's error
-** (0 when each ack got its own outcome in acks[i].rc). */
-static int acks(tx_t *t, int64_t now, dx_cycle_t *cy) {
-  size_t i, n = cy->n_acks;
-  PGresult **chk;
-  int rc = 0, sent = 0;
-  if (!n) return 0;
-  if (!(chk = calloc(2 * n, sizeof *chk))) return dx__pg_nomem(t->err);
-  for (i = 0; i < n && !rc; i++) {
+static int room(tx_t *t) { return t->c->pending > CYCLE_PENDING_MAX ? dx__pg_qwait(t) : 0; }
+
+/* Queue every ack; res[i] receives ack i's outcome row. Returns the batch's error. */
+static int acks_send(tx_t *t, int64_t now, dx_cycle_t *cy, PGresult **res) {
+  size_t i;
+  int rc = 0;
+  for (i = 0; i < cy->n_acks && !rc; i++) {
     dx_cycle_ack_t *a = &cy->acks[i];
     tx_t ta = *t;
     ta.err = &a->err;
     check_input(a);
     if (a->rc) continue;
-    rc = a->orch ? dx__pg_ack_orch_send(&ta, a->orch, &chk[2 * i])
-                 : dx__pg_ack_work_send(&ta, a->work_token, &chk[2 * i]);
+    rc = a->orch ? dx__pg_ack_orch_send(&ta, now, a->orch, &res[i])
+                 : dx__pg_ack_work_send(&ta, now, a->work_token, a->completion, &res[i]);
+    if (!rc) rc = room(&ta);
     if (rc) *t->err = a->err;
-    sent = 1;
   }
-  if (!rc && sent) rc = dx__pg_qwait(t);
-  for (i = 0; i < n && !rc; i++) {
-    dx_cycle_ack_t *a = &cy->acks[i];
-    tx_t ta = *t;
-    ta.err = &a->err;
-    if (a->rc) continue;
-    a->rc = a->orch ? dx__pg_ack_orch_finish(&ta, now, a->orch, &chk[2 * i])
-                    : dx__pg_ack_work_finish(&ta, now, a->work_token, a->completion, chk[2 * i]);
-    chk[2 * i] = NULL;
-    if (a->rc == DX_ERETRY) { /* the batch is lost: every ack runs again */
-      *t->err = a->err;
-      rc = DX_ERETRY;
-    }
-  }
-  for (i = 0; i < 2 * n; i++) PQclear(chk[i]);
-  free(chk);
   return rc;
 }
 
-/* The fetches, as the store thread would make them one by one; the first work fetch's picks
-** are queued ahead, to travel with the orchestration fetch's round trip. */
-static void fetches(tx_t *t, int64_t now, dx_cycle_t *cy) {
-  dx_provider_t *pp = &t->p->base;
-  dx__pg_wpre_t pre;
-  tx_t tf = *t;
-  int rc;
-  memset(&pre, 0, sizeof pre);
-  memset(&cy->fetch_err, 0, sizeof cy->fetch_err);
-  tf.err = &cy->fetch_err;
-  if (cy->work_out && cy->max_work > 0 && cy->orch_out && cy->max_orch > 0 &&
-      (cy->fetch_rc = dx__pg_work_presend(&tf, now, cy->work_lock_ms, cy->sessions, &pre)))
-    return;
-  while (cy->orch_out && (int)cy->n_orch < cy->max_orch) {
-    dx_orch_item_t *it = NULL;
-    if ((rc = dx__pg_fetch_orch(pp, now, cy->orch_lock_ms, &it, &cy->fetch_err))) {
-      cy->fetch_rc = rc;
-      break;
+/* Queue the fetches (a failure to queue one is the fetch's, in fetch_rc). */
+static void fetches_send(tx_t *tf, int64_t now, dx_cycle_t *cy, PGresult **ores,
+                         dx__pg_wpre_t *pre) {
+  int rc = 0;
+  if (cy->orch_out && cy->max_orch > 0)
+    rc = dx__pg_orch_fetch_send(tf, now, cy->orch_lock_ms, cy->max_orch, ores);
+  if (!rc && cy->work_out && cy->max_work > 0)
+    rc = dx__pg_work_presend(tf, now, cy->work_lock_ms, cy->sessions, cy->max_work, pre);
+  cy->fetch_rc = rc;
+}
+
+/* After the commit: what needs a transaction of its own (parks; session rows, after the
+** plain rows left over from the first transaction are unlocked). A failure is the fetches'. */
+static void follow_up(pg_t *p, int64_t now, dx_cycle_t *cy, dx__pg_park_t *parks, int n_parks,
+                      int more) {
+  dx_provider_t *pp = &p->base;
+  dx_error_t *err = &cy->fetch_err;
+  size_t n0 = cy->n_work, i;
+  tx_t t;
+  int rc, k;
+  if ((rc = dx__pg_begin(pp, err)) == 0 && (rc = dx__pg_tx_begin(p, &t, err)) == 0) {
+    for (k = 0; k < n_parks && !rc; k++) rc = dx__pg_orch_park(&t, parks[k].inst, parks[k].token, now);
+    if (!rc && more) rc = dx__pg_work_unbuffer(&t, 1);
+    while (!rc && more && (int)cy->n_work < cy->max_work) {
+      dx_work_fetch_t *w = &cy->work_out[cy->n_work];
+      rc = dx__pg_fetch_work(pp, now, cy->work_lock_ms, cy->sessions, w, err);
+      if (rc || w->item.kind == 0) break;
+      cy->n_work++;
     }
-    if (!it) break;
-    cy->orch_out[cy->n_orch++] = it;
+    if (rc) dx__pg_rollback(pp);
+    else rc = dx__pg_commit(pp, 0, err);
   }
-  while (cy->work_out && (int)cy->n_work < cy->max_work) {
-    dx_work_fetch_t *w = &cy->work_out[cy->n_work];
-    if ((rc = dx__pg_fetch_work_pre(pp, now, cy->work_lock_ms, cy->sessions, w, &cy->fetch_err,
-                                    &pre))) {
-      cy->fetch_rc = rc;
-      break;
-    }
-    if (w->item.kind == 0) break;
-    cy->n_work++;
+  if (!rc) return;
+  for (i = n0; i < cy->n_work; i++) { /* their locks were not kept */
+    dx_work_item_clear(&cy->work_out[i].item);
+    free(cy->work_out[i].previous_owner);
+    memset(&cy->work_out[i], 0, sizeof cy->work_out[i]);
   }
-  if (pre.sent && !cy->fetch_rc) /* never taken: wait, so nothing points at this frame */
-    cy->fetch_rc = dx__pg_qwait(&tf);
-  PQclear(pre.plain);
-  PQclear(pre.owned);
-  PQclear(pre.claim);
+  cy->n_work = n0;
+  cy->fetch_rc = rc;
+}
+
+/* Hand the instances ORCH_FETCH locked (all of them: it locked at most max_orch) to the cycle. */
+static void orch_take(tx_t *tf, int64_t now, dx_cycle_t *cy, PGresult *res, dx__pg_park_t *parks,
+                      int *n_parks) {
+  pg_conn_t *c = tf->c;
+  int picked, i;
+  cy->fetch_rc = dx__pg_orch_fetch_take(tf, res, now, cy->orch_lock_ms, parks, n_parks, &picked);
+  for (i = 0; i < c->obuf_n; i++) cy->orch_out[cy->n_orch++] = c->obuf[i];
+  free(c->obuf);
+  c->obuf = NULL;
+  c->obuf_n = c->obuf_next = 0;
 }
 
 int dx__pg_run_cycle(dx_provider_t *pp, int64_t now, dx_cycle_t *cy, dx_error_t *err) {
-  tx_t t;
-  int rc;
+  dx__pg_park_t *parks = NULL;
+  dx__pg_wpre_t pre;
+  PGresult **res = NULL, *ores = NULL;
+  tx_t t, tf;
+  size_t i;
+  int rc, n_parks = 0, more = 0;
   if (!cy) return dx_error_set(err, DX_EINVAL, "run_cycle: cycle is NULL");
   cy->n_orch = cy->n_work = 0;
   cy->fetch_rc = 0;
+  memset(&cy->fetch_err, 0, sizeof cy->fetch_err);
+  memset(&pre, 0, sizeof pre);
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
-  if (t.own) /* the fetches below would each open their own transaction */
+  if (t.own) /* the calls below would each open their own transaction */
     return dx__pg_tx_end(&t, dx_error_set(err, DX_ESTATE, "run_cycle outside a batch (begin)"));
-  if ((rc = acks(&t, now, cy))) return dx__pg_tx_poison(&t, rc);
-  fetches(&t, now, cy);
-  return 0;
+  if ((cy->n_acks && !(res = calloc(cy->n_acks, sizeof *res))) ||
+      (cy->max_orch > 0 && !(parks = calloc((size_t)cy->max_orch, sizeof *parks)))) {
+    free(res);
+    return dx__pg_tx_poison(&t, dx__pg_nomem(err));
+  }
+  tf = t;
+  tf.err = &cy->fetch_err;
+  if (!(rc = acks_send(&t, now, cy, res))) fetches_send(&tf, now, cy, &ores, &pre);
+  if (rc) dx__pg_tx_poison(&t, rc);
+  /* one round trip: everything queued since begin(), then COMMIT */
+  if ((rc = dx__pg_batch_commit_wait(&t, cy->sync)) == 0) {
+    for (i = 0; i < cy->n_acks; i++) {
+      dx_cycle_ack_t *a = &cy->acks[i];
+      tx_t ta = t;
+      ta.err = &a->err;
+      if (a->rc) continue;
+      a->rc = a->orch ? dx__pg_ack_orch_outcome(&ta, now, a->orch, res[i])
+                      : dx__pg_ack_work_outcome(&ta, now, a->work_token, res[i]);
+      res[i] = NULL;
+    }
+    if (ores && !cy->fetch_rc) orch_take(&tf, now, cy, ores, parks, &n_parks);
+    else PQclear(ores);
+    if (pre.sent && !cy->fetch_rc)
+      cy->fetch_rc = dx__pg_work_take_pre(&tf, now, cy->work_lock_ms, cy->sessions, &pre,
+                                          cy->work_out, cy->max_work, &cy->n_work, &more);
+    more |= t.c->wbuf_next < t.c->wbuf_n;
+    if (n_parks || more) follow_up((pg_t *)pp, now, cy, parks, n_parks, more);
+    dx__pg_work_unbuffer_drop(t.c);
+    t.c->cycle_done = 1; /* after follow_up's own batch: the caller's commit() is a no-op */
+  }
+  for (i = 0; res && i < cy->n_acks; i++) PQclear(res[i]);
+  for (i = 0; i < (size_t)n_parks; i++) free(parks[i].inst);
+  PQclear(pre.plain);
+  PQclear(pre.owned);
+  PQclear(pre.claim);
+  free(parks);
+  free(res);
+  return rc;
 }

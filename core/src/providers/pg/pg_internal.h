@@ -23,7 +23,7 @@
 #include "providers/pg/pg_sql.h"
 
 #define PG_NEVER INT64_MAX
-#define PG_MAX_PARAMS 16
+#define PG_MAX_PARAMS 40
 
 typedef struct pg_s pg_t;
 
@@ -34,6 +34,7 @@ typedef struct pg_conn_s {
   int in_batch;
   int batch_rc;             /* first unexpected failure inside the batch; 0 = none */
   int notify;               /* the transaction made work visible: NOTIFY at commit */
+  int cycle_done;           /* run_cycle committed the batch: the caller's commit() is a no-op */
   char batch_msg[512];
   unsigned char prepared[PQ__COUNT];
   int reprepare;            /* a statement failed: prepare afresh at the next transaction */
@@ -97,7 +98,27 @@ typedef struct {
   char num[PG_MAX_PARAMS][24];
 } qp_t;
 
+/* A one-dimensional array parameter in binary form (int8[], text[] or bytea[]): elements are
+** appended, then dx__qp_arr hands it to a statement (the buffer must outlive the send). */
+typedef struct {
+  unsigned char *b;
+  size_t len, cap;
+  int n, oid, nulls, oom;
+} pg_arr_t;
+#define PG_OID_INT8 20
+#define PG_OID_TEXT 25
+#define PG_OID_BYTEA 17
+
 /* {===== pg_conn.c =====} */
+void dx__arr_init(pg_arr_t *a, int oid);
+void dx__arr_i64(pg_arr_t *a, int64_t v);
+void dx__arr_bytes(pg_arr_t *a, const void *p, size_t n); /* p NULL: SQL NULL */
+void dx__arr_str(pg_arr_t *a, const char *s);               /* s NULL: SQL NULL */
+/* Finish the header; DX_ENOMEM (in err) when an append ran out of memory. */
+int dx__arr_done(pg_arr_t *a, dx_error_t *err);
+void dx__arr_free(pg_arr_t *a);
+void dx__qp_arr(qp_t *q, const pg_arr_t *a);
+
 int dx__pg_conn_key_init(pg_t *p);
 int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err);
 void dx__pg_conns_close(pg_t *p);
@@ -125,6 +146,10 @@ int dx__pg_q(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out);
 ** one round trip). Every *out is NULL after a failed wait. */
 int dx__pg_qsend(tx_t *t, pg_stmt_t id, const qp_t *qp, PGresult **out);
 int dx__pg_qwait(tx_t *t);
+/* run_cycle: queue the batch's COMMIT (flushed when `sync`) behind everything queued and read
+** all results (delivered as by dx__pg_qwait) in one round trip. The batch is over either way;
+** on failure nothing of it was kept. */
+int dx__pg_batch_commit_wait(tx_t *t, int sync);
 int dx__pg_begin(dx_provider_t *pp, dx_error_t *err);
 int dx__pg_commit(dx_provider_t *pp, int sync, dx_error_t *err);
 void dx__pg_rollback(dx_provider_t *pp);
@@ -156,6 +181,12 @@ int dx__pg_history_dups(tx_t *t, const char *inst, uint64_t exec, const dx_event
 int dx__pg_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev, size_t n);
 int dx__pg_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n);
 int dx__pg_nomem(dx_error_t *err);
+
+/* {===== key-value state (pg_kv.c) =====} */
+/* The execution of `inst` ended outside an ack (terminate): its changes become committed. */
+int dx__pg_kv_fold(tx_t *t, const char *inst);
+int dx__pg_get_kv(dx_provider_t *, const char *, const char *, char **, int64_t *, dx_error_t *);
+int dx__pg_list_kv(dx_provider_t *, const char *, dx_kv_cb, void *, dx_error_t *);
 
 /* {===== methods =====} */
 int dx__pg_fetch_orch(dx_provider_t *, int64_t, int64_t, dx_orch_item_t **, dx_error_t *);
@@ -196,27 +227,46 @@ int dx__pg_release_sessions(dx_provider_t *, int64_t, const char *, const char *
                             dx_error_t *);
 int dx__pg_cleanup_sessions(dx_provider_t *, int64_t, uint64_t *, dx_error_t *);
 int dx__pg_list_sessions(dx_provider_t *, dx_session_cb, void *, dx_error_t *);
+/* pg_events.c */
+int dx__pg_append_session_event(dx_provider_t *, const dx_session_event_t *, dx_error_t *);
+int dx__pg_list_session_events(dx_provider_t *, const char *, dx_session_event_cb, void *,
+                               dx_error_t *);
 
-/* The first work fetch's picks, queued ahead by run_cycle so that they travel with the
-** orchestration fetch's round trip (pg_work.c). */
+/* A work fetch's picks queued by run_cycle (up to k plain rows locked, the oldest owned and
+** claimable session rows), read in the cycle's one round trip (pg_work.c). */
 typedef struct {
   int sent;
   PGresult *plain, *owned, *claim;
 } dx__pg_wpre_t;
 int dx__pg_work_presend(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
-                        dx__pg_wpre_t *pre);
-/* dx__pg_fetch_work using (and clearing) what presend queued; pre may be NULL. */
-int dx__pg_fetch_work_pre(dx_provider_t *, int64_t, int64_t, const dx_session_cfg_t *,
-                          dx_work_fetch_t *, dx_error_t *, dx__pg_wpre_t *pre);
+                        int k, dx__pg_wpre_t *pre);
+/* run_cycle, after the commit: hand out (into out[*n..max)) the plain rows presend locked that
+** are due before every session row the picks found. *more = 1 when a session row was found:
+** the rows not handed out stay in the connection's buffer, for the caller to unlock in a
+** transaction of its own before it fetches on (session rows need more round trips). */
+int dx__pg_work_take_pre(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
+                         dx__pg_wpre_t *pre, dx_work_fetch_t *out, int max, size_t *n,
+                         int *more);
 
-/* run_cycle (pg_cycle.c) and the ack halves it is made of: *_send queues an ack's checks
-** (results at the next dx__pg_qwait), *_finish takes their results and queues the writes. */
+/* run_cycle (pg_cycle.c) and the halves it is made of: *_send queues one statement whose
+** result arrives at the next dx__pg_qwait (or dx__pg_batch_commit_wait); the other half takes
+** that result. An ack's outcome (lock lost, token gone, duplicate event) is its return code;
+** it wrote nothing then. */
 int dx__pg_run_cycle(dx_provider_t *, int64_t, dx_cycle_t *, dx_error_t *);
-int dx__pg_ack_orch_send(tx_t *t, const dx_orch_ack_t *a, PGresult **chk /* [2] */);
-int dx__pg_ack_orch_finish(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult **chk);
-int dx__pg_ack_work_send(tx_t *t, uint64_t token, PGresult **res);
-int dx__pg_ack_work_finish(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion,
-                           PGresult *res);
+int dx__pg_ack_orch_send(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult **res);
+int dx__pg_ack_orch_outcome(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult *res);
+int dx__pg_ack_work_send(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion,
+                         PGresult **res);
+int dx__pg_ack_work_outcome(tx_t *t, int64_t now, uint64_t token, PGresult *res);
+/* An instance a fetch locked that had nothing to hand out (see dx__pg_orch_park). */
+typedef struct {
+  char *inst;
+  uint64_t token;
+} dx__pg_park_t;
+int dx__pg_orch_fetch_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresult **res);
+int dx__pg_orch_fetch_take(tx_t *t, PGresult *res, int64_t now, int64_t lock_ms,
+                           dx__pg_park_t *parks, int *n_parks, int *picked);
+int dx__pg_orch_park(tx_t *t, const char *inst, uint64_t token, int64_t now);
 
 int dx__pg_test_corrupt_history(dx_provider_t *, const char *, uint64_t, uint64_t);
 int dx__pg_test_expire_session(dx_provider_t *, const char *, int64_t);

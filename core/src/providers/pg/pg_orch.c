@@ -91,25 +91,23 @@ int dx__pg_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_eve
   return rc;
 }
 
-/* Decode history rows (event_id, rec) of `inst`/`exec`; takes `res`. DX_ECORRUPT names the
-** undecodable event. */
-static int history_decode(tx_t *t, PGresult *res, const char *inst, uint64_t exec,
-                          dx_event_t **out, size_t *n) {
+/* Decode rows r0..r0+n-1 of `res` (event id in column idc, record in column recc) as the
+** history of `inst`/`exec`. DX_ECORRUPT names the undecodable event. */
+static int history_decode(tx_t *t, const PGresult *res, int r0, int n, int idc, int recc,
+                          const char *inst, uint64_t exec, dx_event_t **out, size_t *nout) {
   dx_event_t *v;
-  int rc, i, rows = PQntuples(res);
+  int rc, i;
   *out = NULL;
-  *n = 0;
-  if (!(v = calloc(rows ? (size_t)rows : 1, sizeof *v))) {
-    PQclear(res);
-    return dx__pg_nomem(t->err);
-  }
-  for (i = 0; i < rows; i++) {
+  *nout = 0;
+  if (!(v = calloc(n ? (size_t)n : 1, sizeof *v))) return dx__pg_nomem(t->err);
+  for (i = 0; i < n; i++) {
     dx_error_t derr = {0};
-    rc = dx__event_decode(PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1), &v[i], &derr);
+    int r = r0 + i;
+    rc = dx__event_decode(PQgetvalue(res, r, recc), (size_t)PQgetlength(res, r, recc), &v[i],
+                          &derr);
     if (rc) {
-      uint64_t id = (uint64_t)dx__col_i64(res, i, 0);
+      uint64_t id = (uint64_t)dx__col_i64(res, r, idc);
       dx_events_free(v, (size_t)i);
-      PQclear(res);
       if (rc == DX_ENOMEM) return dx__pg_nomem(t->err);
       return dx_error_set(t->err, DX_ECORRUPT,
                           "corrupted record in history (instance '%s' execution %llu event "
@@ -117,9 +115,8 @@ static int history_decode(tx_t *t, PGresult *res, const char *inst, uint64_t exe
                           derr.msg);
     }
   }
-  PQclear(res);
   *out = v;
-  *n = (size_t)rows;
+  *nout = (size_t)n;
   return 0;
 }
 
@@ -134,13 +131,19 @@ int dx__pg_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **o
   dx__qp_str(&q, inst);
   dx__qp_i64(&q, (int64_t)exec);
   if ((rc = dx__pg_q(t, PQ_HIST_LOAD, &q, &res))) return rc;
-  return history_decode(t, res, inst, exec, out, n);
+  rc = history_decode(t, res, 0, PQntuples(res), 0, 1, inst, exec, out, n);
+  PQclear(res);
+  return rc;
 }
 
 /* {===== enqueue =====} */
 
-/* Store a message and fold its visibility into the instance's queue row (always: a release
-** running concurrently re-reads that row, so the message is never stranded). */
+/* A START or continue-as-new message: it names the orchestration it runs. */
+static int starts_orch(const dx_work_item_t *w) {
+  return w->kind == DX_WI_START || w->kind == DX_WI_CAN;
+}
+
+/* Store a message and fold its visibility into the instance's queue row (dx_orch_push). */
 int dx__pg_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   char *buf;
   size_t len;
@@ -152,14 +155,12 @@ int dx__pg_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   dx__qp_i64(&q, visible_at);
   dx__qp_bin(&q, buf, len);
   /* a start names what it runs: fetches skip it on workers without that orchestration */
-  dx__qp_str(&q, w->kind == DX_WI_START || w->kind == DX_WI_CAN ? w->name : NULL);
-  dx__qp_str(&q, w->kind == DX_WI_START || w->kind == DX_WI_CAN ? w->version : NULL);
-  rc = dx__pg_q(t, PQ_ORCH_ENQ_MSG, &q, NULL);
+  dx__qp_str(&q, starts_orch(w) ? w->name : NULL);
+  dx__qp_str(&q, starts_orch(w) ? w->version : NULL);
+  rc = dx__pg_q(t, PQ_ORCH_PUSH, &q, NULL);
   free(buf);
-  if (rc) return rc;
-  dx__pg_tx_notify(t);
-  q.n = 2;
-  return dx__pg_q(t, PQ_ORCH_ENQ_QUEUE, &q, NULL);
+  if (!rc) dx__pg_tx_notify(t);
+  return rc;
 }
 
 /* A client START takes the id in `started` first: DX_EEXIST (nothing written) when the id was
@@ -224,81 +225,60 @@ static int orch_check_lock(tx_t *t, const char *inst, uint64_t token, int64_t no
   return rc ? rc : lock_check(t, res, inst, token, now, need_live);
 }
 
-/* Unlock the instance: ready at its earliest remaining message (or at what concurrent
-** enqueuers folded in); the row goes when nothing is left. */
+/* Unlock the instance (dx_orch_release: ready at its earliest remaining message). */
 static int orch_release(tx_t *t, const char *inst) {
   qp_t q;
-  int rc;
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
-  if ((rc = dx__pg_q(t, PQ_ORCH_RELEASE, &q, NULL))) return rc;
   dx__pg_tx_notify(t); /* messages that came in meanwhile are fetchable now */
-  return dx__pg_q(t, PQ_ORCH_DROP_EMPTY, &q, NULL);
+  return dx__pg_q(t, PQ_ORCH_RELEASE, &q, NULL);
 }
 
 /* {===== fetch =====} */
 
-typedef struct {
-  int64_t seq;
-  int64_t attempt;
-  int row;
-} mark_t;
-
-static int mark_cmp(const void *a, const void *b) {
-  int64_t x = ((const mark_t *)a)->seq, y = ((const mark_t *)b)->seq;
-  return x < y ? -1 : x > y;
-}
+/* Columns of ORCH_FETCH; row kinds (column F_T). */
+enum { F_DUE, F_INST, F_T, F_ID, F_ATT, F_NAME, F_VER, F_BYTES };
+enum { T_LOCK, T_MSG, T_INST, T_HIST, T_KV };
 
 static int starts_instance(const dx_work_item_t *w) {
   return w->kind == DX_WI_START || w->kind == DX_WI_CAN;
 }
 
-/* Decode the marked messages oldest first into it->messages; max attempt. */
-static int decode_batch(tx_t *t, PGresult *res, dx_orch_item_t *it) {
-  int n = PQntuples(res), i, rc;
-  mark_t *m = calloc(n ? (size_t)n : 1, sizeof *m);
-  if (!m || !(it->messages = calloc(n ? (size_t)n : 1, sizeof *it->messages))) {
-    free(m);
+/* Decode the n tagged messages at rows r0.. (oldest first) into it->messages; max attempt. */
+static int decode_msgs(tx_t *t, const PGresult *res, int r0, int n, dx_orch_item_t *it) {
+  int i, rc;
+  if (!(it->messages = calloc(n ? (size_t)n : 1, sizeof *it->messages)))
     return dx__pg_nomem(t->err);
-  }
-  for (i = 0; i < n; i++) {
-    m[i].seq = dx__col_i64(res, i, 0);
-    m[i].attempt = dx__col_i64(res, i, 1);
-    m[i].row = i;
-  }
-  qsort(m, (size_t)n, sizeof *m, mark_cmp);
   for (i = 0; i < n; i++) {
     dx_error_t derr = {0};
-    int r = m[i].row;
-    if (m[i].attempt > (int64_t)it->attempt_count) it->attempt_count = (uint32_t)m[i].attempt;
-    rc = dx__work_item_decode(PQgetvalue(res, r, 2), (size_t)PQgetlength(res, r, 2),
+    int r = r0 + i;
+    int64_t attempt = dx__col_i64(res, r, F_ATT);
+    if (attempt > (int64_t)it->attempt_count) it->attempt_count = (uint32_t)attempt;
+    rc = dx__work_item_decode(PQgetvalue(res, r, F_BYTES), (size_t)PQgetlength(res, r, F_BYTES),
                               &it->messages[i], &derr);
-    if (rc) {
-      long long seq = (long long)m[i].seq;
-      free(m);
-      if (rc == DX_ENOMEM) return dx__pg_nomem(t->err);
+    if (rc == DX_ENOMEM) return dx__pg_nomem(t->err);
+    if (rc)
       return dx_error_set(t->err, DX_ECORRUPT,
                           "corrupted record in orch_msgs (instance '%s' message %lld): %s",
-                          it->instance, seq, derr.msg);
-    }
+                          it->instance, (long long)dx__col_i64(res, r, F_ID), derr.msg);
     it->messages_len++;
   }
-  free(m);
   return 0;
 }
 
-/* Name/version (instance record, else the starting message), execution and history (rows of
-** `hist`, which it takes). A history that cannot be decoded is reported in the item with the
-** lock kept. */
-static int item_fill(tx_t *t, dx_orch_item_t *it, PGresult *inst, PGresult *hist) {
+/* Name/version (instance record at row irow, else the starting message), execution and
+** history (rows h0..h0+hn-1). A history that cannot be decoded is reported in the item with
+** the lock kept. */
+static int item_fill(tx_t *t, dx_orch_item_t *it, const PGresult *res, int irow, int h0,
+                     int hn) {
   const char *name = NULL, *version = NULL;
   dx_error_t herr = {0}, *saved = t->err;
   size_t i;
   int rc;
-  if (inst) {
-    name = dx__col_null(inst, 0, 0) ? NULL : PQgetvalue(inst, 0, 0);
-    version = dx__col_null(inst, 0, 1) ? NULL : PQgetvalue(inst, 0, 1);
-    it->execution_id = (uint64_t)dx__col_i64(inst, 0, 2);
+  if (irow >= 0) {
+    name = dx__col_null(res, irow, F_NAME) ? NULL : PQgetvalue(res, irow, F_NAME);
+    version = dx__col_null(res, irow, F_VER) ? NULL : PQgetvalue(res, irow, F_VER);
+    it->execution_id = (uint64_t)dx__col_i64(res, irow, F_ID);
   } else {
     for (i = 0; i < it->messages_len && !name; i++)
       if (starts_instance(&it->messages[i])) {
@@ -308,12 +288,11 @@ static int item_fill(tx_t *t, dx_orch_item_t *it, PGresult *inst, PGresult *hist
     it->execution_id = 1;
   }
   if ((name && !(it->orchestration_name = dx__strdup(name))) ||
-      (version && !(it->orchestration_version = dx__strdup(version)))) {
-    PQclear(hist);
+      (version && !(it->orchestration_version = dx__strdup(version))))
     return dx__pg_nomem(t->err);
-  }
   t->err = &herr;
-  rc = history_decode(t, hist, it->instance, it->execution_id, &it->history, &it->history_len);
+  rc = history_decode(t, res, h0, hn, F_ID, F_BYTES, it->instance, it->execution_id,
+                      &it->history, &it->history_len);
   t->err = saved;
   if (rc == DX_ECORRUPT) {
     it->history_error = DX_ECORRUPT;
@@ -354,7 +333,7 @@ static int queued_start_at(tx_t *t, const char *inst, int64_t now, int64_t *at) 
 /* Messages of an instance with no record and no visible start: when a start handed back with
 ** a delay is queued they wait for it, unmarked (issue 7.1); otherwise they are orphans and are
 ** dropped instead of sitting at the head of the queue (the reference's starvation quirk). */
-static int orch_park_or_drop(tx_t *t, const char *inst, uint64_t token, int64_t now) {
+int dx__pg_orch_park(tx_t *t, const char *inst, uint64_t token, int64_t now) {
   qp_t q;
   int64_t start_at;
   int rc = queued_start_at(t, inst, now, &start_at);
@@ -376,66 +355,70 @@ static int orch_park_or_drop(tx_t *t, const char *inst, uint64_t token, int64_t 
   return dx__pg_q(t, PQ_ORCH_WAIT, &q, NULL);
 }
 
-/* Instance `inst` was just locked with `token`; res, ir and hist (taken) are its tagged
-** messages, record and history. *out stays NULL when it had nothing to hand out (no visible
-** message, or messages of an instance that has not started: see orch_park_or_drop). */
-static int orch_take(tx_t *t, const char *inst, uint64_t token, int64_t now, PGresult *res,
-                     PGresult *ir, PGresult *hist, dx_orch_item_t **out) {
+/* The instance locked at row r0 of `res`, whose rows end before r1. *out stays NULL (and
+** *park = 1) when it has nothing to hand out: no visible message, or messages of an instance
+** that has not started; the caller then parks or drops them (dx__pg_orch_park). */
+static int kv_cmp(const void *a, const void *b) {
+  return strcmp(((const dx_kv_entry_t *)a)->key, ((const dx_kv_entry_t *)b)->key);
+}
+
+/* The committed key-value entries at rows k0..k0+kn-1 into it->kv, ascending key. */
+static int kv_rows(tx_t *t, const PGresult *res, int k0, int kn, dx_orch_item_t *it) {
+  int i, oom = 0;
+  if (!kn) return 0;
+  if (!(it->kv = calloc((size_t)kn, sizeof *it->kv))) return dx__pg_nomem(t->err);
+  for (i = 0; i < kn && !oom; i++, it->kv_len++) {
+    it->kv[i].key = dx__col_str(res, k0 + i, F_NAME, &oom);
+    it->kv[i].value = dx__col_str(res, k0 + i, F_VER, &oom);
+    it->kv[i].updated_ms = dx__col_i64(res, k0 + i, F_ID);
+  }
+  if (oom) return dx__pg_nomem(t->err);
+  qsort(it->kv, it->kv_len, sizeof *it->kv, kv_cmp);
+  return 0;
+}
+
+static int orch_take(tx_t *t, const PGresult *res, int r0, int r1, dx_orch_item_t **out,
+                     int *park) {
   dx_orch_item_t *it;
+  int rc, r, m0 = r0 + 1, mn = 0, irow = -1, h0 = r1, hn = 0, k0 = r1, kn = 0;
   size_t i;
-  int rc, starts = 0;
-  if (!(it = calloc(1, sizeof *it)) || !(it->instance = dx__strdup(inst))) {
+  int starts = 0, oom = 0;
+  *out = NULL;
+  *park = 0;
+  for (r = r0 + 1; r < r1; r++) {
+    int64_t kind = dx__col_i64(res, r, F_T);
+    if (kind == T_MSG) mn++;
+    else if (kind == T_INST) irow = r;
+    else if (kind == T_HIST && hn++ == 0) h0 = r;
+    else if (kind == T_KV && kn++ == 0) k0 = r;
+  }
+  if (!(it = calloc(1, sizeof *it)) || !(it->instance = dx__col_str(res, r0, F_INST, &oom))) {
     free(it);
-    rc = dx__pg_tx_poison(t, dx__pg_nomem(t->err));
-    goto done;
+    return dx__pg_nomem(t->err);
   }
-  it->lock_token = token;
-  if ((rc = decode_batch(t, res, it))) goto fail;
+  it->lock_token = (uint64_t)dx__col_i64(res, r0, F_ID);
+  if ((rc = decode_msgs(t, res, m0, mn, it))) goto fail;
   for (i = 0; i < it->messages_len; i++) starts |= starts_instance(&it->messages[i]);
-  if (it->messages_len == 0 || (PQntuples(ir) == 0 && !starts)) {
+  if (it->messages_len == 0 || (irow < 0 && !starts)) {
     dx_orch_item_free(it);
-    rc = orch_park_or_drop(t, inst, token, now);
-    goto done;
+    *park = 1;
+    return 0;
   }
-  rc = item_fill(t, it, PQntuples(ir) ? ir : NULL, hist);
-  hist = NULL;
-  if (rc) goto fail;
+  if ((rc = item_fill(t, it, res, irow, h0, hn)) || (rc = kv_rows(t, res, k0, kn, it)))
+    goto fail;
   *out = it;
-  goto done;
+  return 0;
 fail:
   dx_orch_item_free(it);
-  dx__pg_tx_poison(t, rc);
-done:
-  PQclear(res);
-  PQclear(ir);
-  PQclear(hist);
   return rc;
 }
 
-#define ORCH_PREFETCH 16 /* instances locked per round trip inside a batch */
-
-typedef struct {
-  char *inst;
-  uint64_t token;
-  int64_t due;
-} picked_t;
-
-static int picked_cmp(const void *a, const void *b) {
-  const picked_t *x = a, *y = b;
-  if (x->due != y->due) return x->due < y->due ? -1 : 1;
-  return strcmp(x->inst, y->inst);
-}
-
-/* Lock up to `k` due instances and read them all in one round trip; the items that have
-** something to hand out go, oldest due first, into the connection's buffer. */
-static int orch_fill(tx_t *t, int64_t now, int64_t lock_ms, int k, int *picked_n) {
-  PGresult *res, **r = NULL;
-  picked_t *v = NULL;
-  pg_conn_t *c = t->c;
+/* Queue ORCH_FETCH for up to k due instances (with liveness: this handle's lock held, and
+** instances of dead lockers swept first); *res is filled at the next wait. */
+int dx__pg_orch_fetch_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresult **res) {
   qp_t q;
-  int rc, n, i, oom = 0;
-  *picked_n = 0;
-  if (t->p->liveness) { /* hold this handle's lock; sweep instances of dead lockers */
+  int rc;
+  if (t->p->liveness) {
     if ((rc = dx__pg_live_hold(t->p, t->p->proc_tag, t->err))) return rc;
     if (dx__pg_live_sweep_due(t->p, &t->p->reaped_orch_at, now)) {
       dx__qp_init(&q);
@@ -450,58 +433,60 @@ static int orch_fill(tx_t *t, int64_t now, int64_t lock_ms, int k, int *picked_n
   dx__qp_i64(&q, dx__sat_add(now, lock_ms));
   dx__qp_i64(&q, k);
   dx__qp_str(&q, t->p->liveness ? t->p->proc_tag : NULL);
-  dx__qp_str(&q, t->p->cap_names);    /* NULL: every instance */
+  dx__qp_str(&q, t->p->cap_names); /* NULL: every instance */
   dx__qp_str(&q, t->p->cap_versions);
-  if ((rc = dx__pg_q(t, PQ_ORCH_PICK, &q, &res))) return rc;
-  n = PQntuples(res);
-  if (n && !(v = calloc((size_t)n, sizeof *v))) oom = 1;
-  for (i = 0; i < n && !oom; i++) {
-    v[i].inst = dx__col_str(res, i, 0, &oom);
-    v[i].token = (uint64_t)dx__col_i64(res, i, 1);
-    v[i].due = dx__col_i64(res, i, 2);
-  }
-  PQclear(res);
-  if (!oom && n) qsort(v, (size_t)n, sizeof *v, picked_cmp);
-  if (!oom && n && !(c->obuf = calloc((size_t)n, sizeof *c->obuf))) oom = 1;
-  if (!oom && n && !(r = calloc((size_t)n * 3, sizeof *r))) oom = 1;
-  if (oom) {
-    for (i = 0; v && i < n; i++) free(v[i].inst);
-    free(v);
-    free(c->obuf);
-    c->obuf = NULL;
+  return dx__pg_qsend(t, PQ_ORCH_FETCH, &q, res);
+}
+
+/* The instances ORCH_FETCH locked (res taken), oldest due first, into the connection's buffer
+** (c->obuf). Those with nothing to hand out go to parks[] (*n_parks; room for every instance
+** the statement could lock) for the caller to park or drop. *picked: instances locked. */
+int dx__pg_orch_fetch_take(tx_t *t, PGresult *res, int64_t now, int64_t lock_ms,
+                           dx__pg_park_t *parks, int *n_parks, int *picked) {
+  pg_conn_t *c = t->c;
+  int rc = 0, r, r1, rows = PQntuples(res), n = 0, oom = 0;
+  *n_parks = 0;
+  for (r = 0; r < rows; r++) n += dx__col_i64(res, r, F_T) == T_LOCK;
+  *picked = n;
+  dx__pg_orch_unbuffer_drop(c);
+  if (n && !(c->obuf = calloc((size_t)n, sizeof *c->obuf))) {
+    PQclear(res);
     return dx__pg_tx_poison(t, dx__pg_nomem(t->err));
   }
-  *picked_n = n;
-  c->obuf_n = c->obuf_next = 0;
   c->obuf_now = now;
   c->obuf_lock = lock_ms;
-  for (i = 0; i < n && !rc; i++) { /* one pipeline: every instance's messages, record, history */
-    qp_t qm, qi;
-    dx__qp_init(&qm);
-    dx__qp_str(&qm, v[i].inst);
-    dx__qp_i64(&qm, (int64_t)v[i].token);
-    dx__qp_i64(&qm, now);
-    dx__qp_init(&qi);
-    dx__qp_str(&qi, v[i].inst);
-    if (!(rc = dx__pg_qsend(t, PQ_ORCH_MARK, &qm, &r[3 * i])) &&
-        !(rc = dx__pg_qsend(t, PQ_INST_GET, &qi, &r[3 * i + 1])))
-      rc = dx__pg_qsend(t, PQ_HIST_LOAD_CUR, &qi, &r[3 * i + 2]);
-  }
-  if (!rc && n) rc = dx__pg_qwait(t);
-  for (i = 0; i < n; i++) {
+  for (r = 0; r < rows && !rc; r = r1) { /* one instance: its lock row, then its other rows */
     dx_orch_item_t *it = NULL;
-    if (!rc) {
-      rc = orch_take(t, v[i].inst, v[i].token, now, r[3 * i], r[3 * i + 1], r[3 * i + 2], &it);
-    } else {
-      PQclear(r[3 * i]);
-      PQclear(r[3 * i + 1]);
-      PQclear(r[3 * i + 2]);
-    }
+    int park;
+    for (r1 = r + 1; r1 < rows && dx__col_i64(res, r1, F_T) != T_LOCK; r1++) continue;
+    if ((rc = orch_take(t, res, r, r1, &it, &park))) break;
     if (it) c->obuf[c->obuf_n++] = it;
-    free(v[i].inst);
+    if (park) {
+      parks[*n_parks].token = (uint64_t)dx__col_i64(res, r, F_ID);
+      if (!(parks[*n_parks].inst = dx__col_str(res, r, F_INST, &oom))) rc = dx__pg_nomem(t->err);
+      else (*n_parks)++;
+    }
   }
-  free(r);
-  free(v);
+  PQclear(res);
+  return rc ? dx__pg_tx_poison(t, rc) : 0;
+}
+
+#define ORCH_PREFETCH 16 /* instances locked per round trip inside a batch */
+
+/* Lock up to `k` due instances and read them in one round trip into the connection's buffer;
+** those with nothing to hand out are parked or dropped in the same transaction. */
+static int orch_fill(tx_t *t, int64_t now, int64_t lock_ms, int k, int *picked) {
+  dx__pg_park_t parks[ORCH_PREFETCH];
+  PGresult *res = NULL;
+  int rc, i, n_parks = 0;
+  *picked = 0;
+  if ((rc = dx__pg_orch_fetch_send(t, now, lock_ms, k, &res)) || (rc = dx__pg_qwait(t)))
+    return rc;
+  rc = dx__pg_orch_fetch_take(t, res, now, lock_ms, parks, &n_parks, picked);
+  for (i = 0; i < n_parks; i++) {
+    if (!rc) rc = dx__pg_orch_park(t, parks[i].inst, parks[i].token, now);
+    free(parks[i].inst);
+  }
   return rc;
 }
 
@@ -564,94 +549,145 @@ int dx__pg_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_i
 
 /* {===== ack =====} */
 
-static int ack_instance(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
-  qp_t q;
-  dx__qp_init(&q);
-  dx__qp_str(&q, a->instance);
-  dx__qp_str(&q, a->orchestration_name);
-  dx__qp_str(&q, a->orchestration_name ? a->orchestration_version : NULL);
-  dx__qp_i64(&q, (int64_t)a->execution_id);
-  dx__qp_i64(&q, a->custom_status_set ? 1 : 0);
-  dx__qp_str(&q, a->custom_status_set ? a->custom_status : NULL);
-  dx__qp_i64(&q, now);
-  dx__qp_str(&q, a->parent_instance);
-  return dx__pg_q(t, PQ_INST_UPSERT, &q, NULL);
-}
+/* Array parameters of dx_ack_orch, in call order after the scalar ones (see PQ_ACK_ORCH). */
+enum { A_EID, A_EREC, A_WSID, A_WINST, A_WEXEC, A_WACT, A_WKIND, A_WITEM, A_CINST, A_CEXEC,
+       A_CACT, A_OINST, A_OVIS, A_OITEM, A_OSTART, A_WTAG, A_OSNAME, A_OSVER,
+       A_KOP, A_KKEY, A_KVAL, A_KAT, /* dx_ack_orch_kv only (PQ_ACK_ORCH_KV) */
+       A__N };
+static const int ack_arr_oid[A__N] = {
+  PG_OID_INT8, PG_OID_BYTEA, PG_OID_TEXT, PG_OID_TEXT, PG_OID_INT8, PG_OID_INT8, PG_OID_INT8,
+  PG_OID_BYTEA, PG_OID_TEXT, PG_OID_INT8, PG_OID_INT8, PG_OID_TEXT, PG_OID_INT8, PG_OID_BYTEA,
+  PG_OID_TEXT, PG_OID_TEXT, PG_OID_TEXT, PG_OID_TEXT,
+  PG_OID_INT8, PG_OID_TEXT, PG_OID_TEXT, PG_OID_INT8};
 
-static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
-  const dx_failure_t *f = a->status != DX_STATUS_NONE ? a->failure : NULL;
-  qp_t q;
-  dx__qp_init(&q);
-  dx__qp_str(&q, a->instance);
-  dx__qp_i64(&q, (int64_t)a->execution_id);
-  dx__qp_i64(&q, a->status);
-  dx__qp_str(&q, a->status != DX_STATUS_NONE ? a->output : NULL);
-  dx__qp_i64(&q, f ? f->category : 0);
-  dx__qp_str(&q, f ? f->kind : NULL);
-  dx__qp_str(&q, f ? f->message : NULL);
-  dx__qp_i64(&q, f ? f->retryable : 0);
-  dx__qp_i64(&q, now);
-  return dx__pg_q(t, PQ_EXEC_UPSERT, &q, NULL);
-}
+/* Append the encoding of event or item `v` to a bytea array (enc: the codec's encoder). */
+#define ARR_ENCODED(arr, enc, v)                                                           \
+  do {                                                                                     \
+    char *buf_;                                                                            \
+    size_t len_;                                                                           \
+    if (enc((v), &buf_, &len_)) (arr)->oom = 1;                                             \
+    else {                                                                                 \
+      dx__arr_bytes((arr), buf_, len_);                                                    \
+      free(buf_);                                                                          \
+    }                                                                                      \
+  } while (0)
 
-static int work_cancel(tx_t *t, const dx_activity_ref_t *ref) {
-  qp_t q;
-  dx__qp_init(&q);
-  dx__qp_str(&q, ref->instance);
-  dx__qp_i64(&q, (int64_t)ref->execution_id);
-  dx__qp_i64(&q, (int64_t)ref->activity_id);
-  return dx__pg_q(t, PQ_WORK_CANCEL, &q, NULL);
-}
-
-/* Queue an ack's checks (lock, duplicate events); their results land in chk[0..1] at the
-** next wait. run_cycle queues the checks of every ack of a cycle before one wait. */
-int dx__pg_ack_orch_send(tx_t *t, const dx_orch_ack_t *a, PGresult **chk) {
-  int rc = lock_send(t, a->instance, &chk[0]);
-  return rc ? rc : dups_send(t, a->instance, a->execution_id, a->delta, a->delta_len, &chk[1]);
-}
-
-/* The ack, given its checks' results (taken): an expected failure writes nothing; the writes
-** are only queued (they travel with the transaction's next round trip). */
-int dx__pg_ack_orch_finish(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult **chk) {
-  qp_t q;
-  size_t i;
-  int rc = lock_check(t, chk[0], a->instance, a->lock_token, now, 1);
-  chk[0] = NULL;
-  if (rc) {
-    PQclear(chk[1]);
-    chk[1] = NULL;
-    return rc;
+/* The ack's arrays: delta events, worker rows, cancelled rows, orchestrator messages, and the
+** key-value events (op 0 set or clear (value NULL), 1 clear all). Returns how many of those. */
+static size_t ack_arrays(int64_t now, const dx_orch_ack_t *a, pg_arr_t *v) {
+  size_t i, kv = 0;
+  for (i = 0; i < A__N; i++) dx__arr_init(&v[i], ack_arr_oid[i]);
+  for (i = 0; i < a->delta_len; i++) {
+    const dx_event_t *e = &a->delta[i];
+    dx__arr_i64(&v[A_EID], (int64_t)e->event_id);
+    ARR_ENCODED(&v[A_EREC], dx__event_encode, e);
+    if (e->kind != DX_EV_KV_SET && e->kind != DX_EV_KV_CLEARED && e->kind != DX_EV_KV_CLEARED_ALL)
+      continue;
+    dx__arr_i64(&v[A_KOP], e->kind == DX_EV_KV_CLEARED_ALL);
+    dx__arr_str(&v[A_KKEY], e->name);
+    dx__arr_str(&v[A_KVAL], e->kind == DX_EV_KV_SET ? e->data : NULL);
+    dx__arr_i64(&v[A_KAT], e->timestamp_ms);
+    kv++;
   }
-  rc = dups_check(t, a->instance, a->execution_id, a->delta, a->delta_len, chk[1]);
-  chk[1] = NULL;
-  if (rc) return rc;
-  dx__qp_init(&q);
-  dx__qp_str(&q, a->instance);
-  dx__qp_i64(&q, (int64_t)a->lock_token);
-  if ((rc = dx__pg_q(t, PQ_ORCH_DEL_BATCH, &q, NULL)) || (rc = ack_instance(t, now, a)) ||
-      (rc = ack_execution(t, now, a)) ||
-      (rc = dx__pg_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)))
-    return rc;
-  for (i = 0; i < a->worker_items_len && !rc; i++)
-    rc = dx__pg_work_insert(t, &a->worker_items[i], now);
-  for (i = 0; i < a->cancelled_len && !rc; i++) rc = work_cancel(t, &a->cancelled[i]);
-  for (i = 0; i < a->orch_items_len && !rc; i++) {
+  for (i = 0; i < a->worker_items_len; i++) {
+    const dx_work_item_t *w = &a->worker_items[i];
+    dx__arr_str(&v[A_WSID], w->session_id);
+    dx__arr_str(&v[A_WINST], w->instance);
+    dx__arr_i64(&v[A_WEXEC], (int64_t)w->execution_id);
+    dx__arr_i64(&v[A_WACT], (int64_t)w->id);
+    dx__arr_i64(&v[A_WKIND], w->kind);
+    ARR_ENCODED(&v[A_WITEM], dx__work_item_encode, w);
+    dx__arr_str(&v[A_WTAG], w->tag);
+  }
+  for (i = 0; i < a->cancelled_len; i++) {
+    dx__arr_str(&v[A_CINST], a->cancelled[i].instance);
+    dx__arr_i64(&v[A_CEXEC], (int64_t)a->cancelled[i].execution_id);
+    dx__arr_i64(&v[A_CACT], (int64_t)a->cancelled[i].activity_id);
+  }
+  for (i = 0; i < a->orch_items_len; i++) {
     const dx_work_item_t *w = &a->orch_items[i];
-    rc = dx__pg_orch_enqueue(t, w, dx__visible_at(w, now, 0));
-    if (!rc && w->kind == DX_WI_START) { /* a child's id is taken too */
-      dx__qp_init(&q);
-      dx__qp_str(&q, w->instance);
-      rc = dx__pg_q(t, PQ_START_NOTE, &q, NULL);
-    }
+    dx__arr_str(&v[A_OINST], w->instance);
+    dx__arr_i64(&v[A_OVIS], dx__visible_at(w, now, 0));
+    ARR_ENCODED(&v[A_OITEM], dx__work_item_encode, w);
+    if (w->kind == DX_WI_START) dx__arr_str(&v[A_OSTART], w->instance); /* a child's id */
+    dx__arr_str(&v[A_OSNAME], starts_orch(w) ? w->name : NULL);
+    dx__arr_str(&v[A_OSVER], starts_orch(w) ? w->version : NULL);
   }
-  return rc ? rc : orch_release(t, a->instance);
+  return kv;
+}
+
+/* Queue ack `a` as one call of dx_ack_orch: it checks the lock and duplicate event ids and
+** then writes all of the turn or nothing; *res receives its outcome row at the next wait. */
+int dx__pg_ack_orch_send(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult **res) {
+  const dx_failure_t *f = a->status != DX_STATUS_NONE ? a->failure : NULL;
+  pg_arr_t v[A__N];
+  qp_t q;
+  int rc = 0, i;
+  /* key-value events, or an execution that ends (its changes fold in): dx_ack_orch_kv */
+  int kv = ack_arrays(now, a, v) > 0 || dx__kv_folds(a->status);
+  for (i = 0; i < A__N && !rc; i++) rc = dx__arr_done(&v[i], t->err);
+  if (!rc) {
+    dx__qp_init(&q);
+    dx__qp_str(&q, a->instance);
+    dx__qp_i64(&q, (int64_t)a->lock_token);
+    dx__qp_i64(&q, now);
+    dx__qp_i64(&q, (int64_t)a->execution_id);
+    dx__qp_i64(&q, (int64_t)repeated_id(a->delta, a->delta_len));
+    dx__qp_arr(&q, &v[A_EID]);
+    dx__qp_arr(&q, &v[A_EREC]);
+    dx__qp_str(&q, a->orchestration_name);
+    dx__qp_str(&q, a->orchestration_name ? a->orchestration_version : NULL);
+    dx__qp_i64(&q, a->custom_status_set ? 1 : 0);
+    dx__qp_str(&q, a->custom_status_set ? a->custom_status : NULL);
+    dx__qp_str(&q, a->parent_instance);
+    dx__qp_i64(&q, a->status);
+    dx__qp_str(&q, a->status != DX_STATUS_NONE ? a->output : NULL);
+    dx__qp_i64(&q, f ? f->category : 0);
+    dx__qp_str(&q, f ? f->kind : NULL);
+    dx__qp_str(&q, f ? f->message : NULL);
+    dx__qp_i64(&q, f ? f->retryable : 0);
+    for (i = A_WSID; i <= (kv ? A_KAT : A_OSVER); i++) dx__qp_arr(&q, &v[i]);
+    if (kv) dx__qp_i64(&q, dx__kv_folds(a->status));
+    rc = dx__pg_qsend(t, kv ? PQ_ACK_ORCH_KV : PQ_ACK_ORCH, &q, res);
+    if (!rc) dx__pg_tx_notify(t); /* the instance is released, messages and rows queued */
+  } else {
+    rc = dx__pg_tx_poison(t, rc);
+  }
+  for (i = 0; i < A__N; i++) dx__arr_free(&v[i]);
+  return rc;
+}
+
+/* The outcome row of dx_ack_orch (res taken): 0, or the expected failure, which wrote
+** nothing. */
+int dx__pg_ack_orch_outcome(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult *res) {
+  int64_t code, x, y;
+  if (!res || PQntuples(res) != 1) {
+    PQclear(res);
+    return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ESTORE, "ack of instance '%s': no "
+                                            "outcome from dx_ack_orch", a->instance));
+  }
+  code = dx__col_i64(res, 0, 0);
+  x = dx__col_i64(res, 0, 1);
+  y = dx__col_i64(res, 0, 2);
+  PQclear(res);
+  if (code == 1)
+    return dx_error_set(t->err, DX_ETOKEN, "instance '%s' is not locked with token %llx",
+                        a->instance, (unsigned long long)a->lock_token);
+  if (code == 2)
+    return dx_error_set(t->err, DX_ELOCK, "the lock on instance '%s' expired at %lld (now %lld)",
+                        a->instance, (long long)y, (long long)now);
+  if (code == 3)
+    return dx_error_set(t->err, DX_EEXIST,
+                        "event %llu already exists in instance '%s' execution %llu",
+                        (unsigned long long)x, a->instance, (unsigned long long)a->execution_id);
+  return 0;
 }
 
 static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
-  PGresult *chk[2] = {NULL, NULL};
+  PGresult *res = NULL;
   int rc;
-  if ((rc = dx__pg_ack_orch_send(t, a, chk)) || (rc = dx__pg_qwait(t))) return rc;
-  return dx__pg_ack_orch_finish(t, now, a, chk);
+  if ((rc = dx__pg_ack_orch_send(t, now, a, &res)) || (rc = dx__pg_qwait(t))) return rc;
+  return dx__pg_ack_orch_outcome(t, now, a, res);
 }
 
 int dx__pg_ack_orch(dx_provider_t *pp, int64_t now, const dx_orch_ack_t *ack, dx_error_t *err) {

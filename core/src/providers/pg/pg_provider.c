@@ -95,7 +95,7 @@ static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_hi
                                                        dx__pg_test_expire_session};
 
 static const dx_provider_methods_t pg_methods = {
-  7,
+  9,
   "postgres",
   pg_destroy,
   dx__pg_begin,
@@ -136,7 +136,13 @@ static const dx_provider_methods_t pg_methods = {
   dx__pg_delete_instances,
   dx__pg_prune_executions,
   dx__pg_terminate,
-  pg_set_fetch_filter, /* activity tags and rolling deployments (version 7) */
+  /* key-value state (version 7) */
+  dx__pg_get_kv,
+  dx__pg_list_kv,
+  /* session history (version 8) */
+  dx__pg_append_session_event,
+  dx__pg_list_session_events,
+  pg_set_fetch_filter, /* activity tags and rolling deployments (version 9) */
 };
 
 uint64_t dx__pg_round_trips(dx_provider_t *pp) {

@@ -234,19 +234,26 @@ static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
   }
   if ((rc = dx__pg_qsend(t, c->kind == WC_CLAIM ? PQ_SESS_CLAIM : PQ_SESS_OWNED, &qs, &sess)))
     return rc;
-  if (c->kind == WC_CLAIM && t->p->liveness) { /* before our own row lock below */
+  if (c->kind == WC_CLAIM) { /* before our own row lock below: earlier owners' rows */
     qp_t qr;
     dx__qp_init(&qr);
     dx__qp_i64(&qr, now);
     dx__qp_str(&qr, cfg->worker_id);
     dx__qp_str(&qr, c->sid);
-    dx__qp_str(&qr, t->p->live_prefix);
     if ((rc = dx__pg_qsend(t, PQ_WORK_REAP_CLAIMED, &qr, NULL))) return rc;
   }
-  if ((rc = dx__pg_qsend(t, PQ_WORK_SET_LOCK_OWNED, &ql, &row)) || (rc = dx__pg_qwait(t)))
-    return rc;
+  if ((rc = dx__pg_qsend(t, PQ_WORK_SET_LOCK_OWNED, &ql, &row))) return rc;
+  { /* the row's instance joins the session's users (ended sessions, issue 9 item 4) */
+    qp_t qu;
+    dx__qp_init(&qu);
+    dx__qp_str(&qu, c->sid);
+    dx__qp_i64(&qu, c->seq);
+    if ((rc = dx__pg_qsend(t, PQ_SESS_USER_ADD, &qu, NULL))) return rc;
+  }
+  if ((rc = dx__pg_qwait(t))) return rc;
   if (c->kind == WC_CLAIM && PQntuples(sess) == 1) {
     out->session_claimed = 1;
+    out->waited_ms = now > c->due ? now - c->due : 0;
     out->previous_owner = dx__col_str(sess, 0, 0, &oom);
     if (out->previous_owner && !*out->previous_owner) {
       free(out->previous_owner);
@@ -263,28 +270,75 @@ static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
   return rc;
 }
 
-/* Send WORK_FETCH_PLAIN for up to k rows; *res receives the lock result at the next wait. */
+/* Send WORK_FETCH_PLAIN for up to k rows, locked under this handle's liveness tag (liveness
+** on); *res receives the lock result at the next wait. */
 static int plain_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresult **res) {
   qp_t q;
   dx__qp_init(&q);
   dx__qp_i64(&q, now);
   dx__qp_i64(&q, dx__sat_add(now, lock_ms));
   dx__qp_i64(&q, k);
-  dx__qp_i64(&q, dx_fetch_filter_accepts_tag(t->p->filter, NULL));
+  dx__qp_str(&q, t->p->liveness ? t->p->proc_tag : NULL);
+  dx__qp_i64(&q, dx_fetch_filter_accepts_tag(t->p->filter, NULL)); /* the tags it takes */
   dx__qp_str(&q, t->p->tags_param);
   return dx__pg_qsend(t, PQ_WORK_FETCH_PLAIN, &q, res);
 }
 
+/* Liveness on: hold this handle's lock (its plain rows' locks are its), and at most every
+** sweep period make the rows dead lockers left locked due now: plain rows of dead handles,
+** and (with sessions) in-flight rows of sessions whose owner is dead. */
+static int reap_send(tx_t *t, int64_t now, const dx_session_cfg_t *cfg) {
+  qp_t q;
+  int rc;
+  if (!t->p->liveness) return 0;
+  if ((rc = dx__pg_live_hold(t->p, t->p->proc_tag, t->err))) return rc;
+  if (!dx__pg_live_sweep_due(t->p, &t->p->reaped_at, now)) return 0;
+  dx__qp_init(&q);
+  dx__qp_i64(&q, now);
+  dx__qp_str(&q, t->p->proc_tag);
+  dx__qp_str(&q, t->p->live_prefix);
+  if ((rc = dx__pg_qsend(t, PQ_WORK_REAP_PLAIN, &q, NULL)) || !cfg) return rc;
+  q.v[1] = cfg->worker_id;
+  return dx__pg_qsend(t, PQ_WORK_REAP, &q, NULL);
+}
+
 /* Queue one round's picks: plain rows (locked at once, speculatively) and, with sessions,
 ** the oldest owned and claimable session rows; results in r at the next wait. */
+/* cfg->declined as a text[] literal (malloc'ed; NULL when out of memory). */
+static char *declined_literal(const dx_session_cfg_t *cfg) {
+  size_t i, n = 3;
+  char *s, *o;
+  const char *c;
+  for (i = 0; i < cfg->n_declined; i++) n += 2 * strlen(cfg->declined[i]) + 3;
+  if (!(s = o = malloc(n))) return NULL;
+  *o++ = '{';
+  for (i = 0; i < cfg->n_declined; i++) {
+    if (i) *o++ = ',';
+    *o++ = '"';
+    for (c = cfg->declined[i]; *c; c++) {
+      if (*c == '"' || *c == '\\') *o++ = '\\';
+      *o++ = *c;
+    }
+    *o++ = '"';
+  }
+  *o++ = '}';
+  *o = 0;
+  return s;
+}
+
 static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
-                      int round, dx__pg_wpre_t *r) {
-  int k = t->c->in_batch ? WORK_PREFETCH : 1, rc;
+                      int round, int k, dx__pg_wpre_t *r) {
+  int rc;
   qp_t qo, qc, qk;
+  char *declined;
+  if (round == 0 && (rc = reap_send(t, now, cfg))) return rc;
   if (!cfg) return plain_send(t, now, lock_ms, k, &r->plain);
+  /* sessions this worker declines (a rolling upgrade): neither picked nor claimed */
+  if (!(declined = declined_literal(cfg))) return dx__pg_nomem(t->err);
   dx__qp_init(&qo);
   dx__qp_i64(&qo, now);
   dx__qp_str(&qo, cfg->worker_id);
+  dx__qp_str(&qo, declined);
   dx__qp_i64(&qo, dx_fetch_filter_accepts_tag(t->p->filter, NULL));
   dx__qp_str(&qo, t->p->tags_param);
   dx__qp_init(&qc);
@@ -293,42 +347,28 @@ static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   dx__qp_i64(&qc, (int64_t)cfg->max_sessions);
   dx__qp_str(&qc, t->p->live_prefix);
   dx__qp_i64(&qc, t->p->liveness);
+  dx__qp_str(&qc, declined);
   dx__qp_i64(&qc, dx_fetch_filter_accepts_tag(t->p->filter, NULL));
   dx__qp_str(&qc, t->p->tags_param);
   dx__qp_init(&qk);
   dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
-  if (round == 0 && dx__pg_live_sweep_due(t->p, &t->p->reaped_at, now)) {
-    qp_t qr;
-    dx__qp_init(&qr);
-    dx__qp_i64(&qr, now);
-    dx__qp_str(&qr, cfg->worker_id);
-    dx__qp_str(&qr, t->p->live_prefix);
-    if ((rc = dx__pg_qsend(t, PQ_WORK_REAP, &qr, NULL))) return rc;
-  }
   /* the advisory lock serializes every claim made under this worker id (held to the end of
   ** the transaction), so the capacity count and the claim cannot interleave */
-  if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
-      (rc = plain_send(t, now, lock_ms, k, &r->plain)) ||
-      (rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)))
-    return rc;
-  return dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &r->claim);
+  if (!(round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) &&
+      !(rc = plain_send(t, now, lock_ms, k, &r->plain)) &&
+      !(rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)))
+    rc = dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &r->claim);
+  free(declined); /* the sends copied it */
+  return rc;
 }
 
-/* Round `round`'s results in r: those queued ahead in *pre (run_cycle), else sent now; then
-** one wait (none when an earlier wait of the batch delivered them). */
+/* Round `round`'s picks, sent and waited for; their results in r. */
 static int round_get(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
-                     int round, dx__pg_wpre_t *pre, dx__pg_wpre_t *r) {
-  int rc = 0;
+                     int round, dx__pg_wpre_t *r) {
+  int rc;
   memset(r, 0, sizeof *r);
-  if (pre && pre->sent && round == 0) {
-    if (t->c->pending || t->c->batch_rc) rc = dx__pg_qwait(t);
-    *r = *pre;
-    memset(pre, 0, sizeof *pre);
-    if (!rc && (!r->plain || (cfg && (!r->owned || !r->claim))))
-      rc = dx__pg_tx_poison(t, dx_error_set(t->err, DX_ESTORE, "work fetch: results missing"));
-  } else if (!(rc = round_send(t, now, lock_ms, cfg, round, r))) {
+  if (!(rc = round_send(t, now, lock_ms, cfg, round, t->c->in_batch ? WORK_PREFETCH : 1, r)))
     rc = dx__pg_qwait(t);
-  }
   if (rc) {
     PQclear(r->plain);
     PQclear(r->owned);
@@ -339,24 +379,70 @@ static int round_get(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg
 }
 
 int dx__pg_work_presend(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
-                        dx__pg_wpre_t *pre) {
+                        int k, dx__pg_wpre_t *pre) {
   int rc;
   memset(pre, 0, sizeof *pre);
   if (cfg && cfg->max_sessions == 0) cfg = NULL;
-  if (t->c->wbuf_next < t->c->wbuf_n) return 0; /* rows locked ahead already */
   if (cfg && ((rc = dx__check_worker_id(cfg->worker_id, t->err)) ||
               (rc = dx__pg_live_hold(t->p, cfg->worker_id, t->err))))
     return rc;
-  /* keep the pipeline short enough that no flush (which drops results) happens before the
-  ** wait that delivers these */
-  if (t->c->pending > 128 && (rc = dx__pg_qwait(t))) return rc;
-  if ((rc = round_send(t, now, lock_ms, cfg, 0, pre))) return rc;
+  if ((rc = round_send(t, now, lock_ms, cfg, 0, k, pre))) return rc;
   pre->sent = 1;
   return 0;
 }
 
+/* The oldest session candidate of a round's picks (owned and claim results taken), else
+** cd->found = 0. */
+static int session_best(tx_t *t, PGresult *owned, PGresult *claim, cand_t *cd) {
+  int rc;
+  memset(cd, 0, sizeof *cd);
+  rc = consider(t, owned, WC_OWNED, 0, cd);
+  if (rc) PQclear(claim);
+  else rc = consider(t, claim, WC_CLAIM, 0, cd);
+  return rc;
+}
+
+/* 1 when plain row `row` of the buffer is due before candidate cd (none: always). */
+static int plain_first(const pg_conn_t *c, int row, const cand_t *cd) {
+  int64_t due = dx__col_i64(c->wbuf, row, 4), seq = dx__col_i64(c->wbuf, row, 3);
+  return !cd->found || due < cd->due || (due == cd->due && seq < cd->seq);
+}
+
+int dx__pg_work_take_pre(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
+                         dx__pg_wpre_t *pre, dx_work_fetch_t *out, int max, size_t *n,
+                         int *more) {
+  pg_conn_t *c = t->c;
+  cand_t cd;
+  int rc;
+  *more = 0;
+  memset(&cd, 0, sizeof cd);
+  if (cfg && cfg->max_sessions == 0) cfg = NULL;
+  if (!pre->plain || (cfg && (!pre->owned || !pre->claim))) {
+    PQclear(pre->plain);
+    PQclear(pre->owned);
+    PQclear(pre->claim);
+    memset(pre, 0, sizeof *pre);
+    return dx_error_set(t->err, DX_ESTORE, "work fetch: results missing");
+  }
+  rc = buffer_rows(t, pre->plain, now, lock_ms, cfg);
+  if (!rc && cfg) rc = session_best(t, pre->owned, pre->claim, &cd);
+  else if (cfg) {
+    PQclear(pre->owned);
+    PQclear(pre->claim);
+  }
+  memset(pre, 0, sizeof *pre);
+  while (!rc && (int)*n < max && c->wbuf_next < c->wbuf_n &&
+         plain_first(c, c->wrow[c->wbuf_next], &cd)) {
+    memset(&out[*n], 0, sizeof out[*n]);
+    if (!(rc = hand_out_row(t, c->wbuf, c->wrow[c->wbuf_next++], &out[*n]))) (*n)++;
+  }
+  *more = cd.found;
+  cand_clear(&cd);
+  return rc;
+}
+
 static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
-                      dx_work_fetch_t *out, dx__pg_wpre_t *pre) {
+                      dx_work_fetch_t *out) {
   pg_conn_t *c = t->c;
   cand_t cd;
   int rc = 0, round, got = 0;
@@ -370,7 +456,7 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   dx__pg_work_unbuffer_drop(c);
   if (!cfg) { /* plain rows only: pick and lock in one statement */
     dx__pg_wpre_t r;
-    if ((rc = round_get(t, now, lock_ms, cfg, 0, pre, &r))) return rc;
+    if ((rc = round_get(t, now, lock_ms, cfg, 0, &r))) return rc;
     if (PQntuples(r.plain) == 0) {
       PQclear(r.plain);
       return 0;
@@ -387,7 +473,7 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
     dx__pg_wpre_t r;
     int sessions_due, i;
     cand_clear(&cd);
-    if ((rc = round_get(t, now, lock_ms, cfg, round, pre, &r))) break;
+    if ((rc = round_get(t, now, lock_ms, cfg, round, &r))) break;
     plain = r.plain;
     owned = r.owned;
     claim = r.claim;
@@ -397,16 +483,9 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
       PQclear(claim);
       break;
     }
-    if (c->wbuf_n) { /* the oldest plain row competes with the session candidates */
-      cd.found = 1;
-      cd.kind = WC_PLAIN;
-      cd.seq = dx__col_i64(c->wbuf, c->wrow[0], 3);
-      cd.due = dx__col_i64(c->wbuf, c->wrow[0], 4);
-    }
-    rc = consider(t, owned, WC_OWNED, 0, &cd);
-    if (rc) PQclear(claim);
-    else rc = consider(t, claim, WC_CLAIM, 0, &cd);
-    if (!rc && cd.found && cd.kind == WC_PLAIN) {
+    /* the oldest plain row competes with the session candidates */
+    if (!(rc = session_best(t, owned, claim, &cd)) && c->wbuf_n &&
+        plain_first(c, c->wrow[0], &cd)) {
       rc = hand_out_row(t, c->wbuf, c->wrow[c->wbuf_next++], out);
       got = 1;
     }
@@ -422,9 +501,8 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   return rc;
 }
 
-int dx__pg_fetch_work_pre(dx_provider_t *pp, int64_t now, int64_t lock_ms,
-                          const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
-                          dx_error_t *err, dx__pg_wpre_t *pre) {
+int dx__pg_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
+                      const dx_session_cfg_t *sessions, dx_work_fetch_t *out, dx_error_t *err) {
   tx_t t;
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
@@ -432,24 +510,30 @@ int dx__pg_fetch_work_pre(dx_provider_t *pp, int64_t now, int64_t lock_ms,
   if (sessions && sessions->max_sessions == 0) sessions = NULL; /* takes no session work */
   if (sessions && (rc = dx__check_worker_id(sessions->worker_id, err))) return rc;
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
-  rc = work_fetch(&t, now, lock_ms, sessions, out, pre);
+  rc = work_fetch(&t, now, lock_ms, sessions, out);
   if (t.own) dx__pg_work_unbuffer_drop(t.c); /* own transaction: at most one was locked */
   rc = dx__pg_tx_end(&t, rc);
   if (rc) fetch_reset(out);
   return rc;
 }
 
-int dx__pg_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
-                      const dx_session_cfg_t *sessions, dx_work_fetch_t *out, dx_error_t *err) {
-  return dx__pg_fetch_work_pre(pp, now, lock_ms, sessions, out, err, NULL);
-}
 
 /* {===== ack, renew, abandon =====} */
 
 typedef struct {
   int64_t seq, locked_until;
   char *sid;
+  int64_t sess_epoch;   /* the epoch the row was locked under */
+  int has_session;      /* the session row exists: epoch and owner are its */
+  int64_t epoch;
+  char *owner;
 } row_t;
+
+static void row_clear(row_t *r) {
+  free(r->sid);
+  free(r->owner);
+  memset(r, 0, sizeof *r);
+}
 
 /* Queue the lookup of the row locked with `token` (row-locked); *res at the next wait. */
 static int row_send(tx_t *t, uint64_t token, PGresult **res) {
@@ -476,8 +560,17 @@ static int row_read(tx_t *t, uint64_t token, PGresult *res, row_t *r) {
   r->seq = dx__col_i64(res, 0, 0);
   r->locked_until = dx__col_i64(res, 0, 1);
   r->sid = dx__col_str(res, 0, 2, &oom);
+  r->sess_epoch = dx__col_i64(res, 0, 3);
+  if ((r->has_session = !dx__col_null(res, 0, 4))) {
+    r->epoch = dx__col_i64(res, 0, 4);
+    r->owner = dx__col_str(res, 0, 5, &oom);
+  }
   PQclear(res);
-  return oom ? dx__pg_nomem(t->err) : 0;
+  if (oom) {
+    row_clear(r);
+    return dx__pg_nomem(t->err);
+  }
+  return 0;
 }
 
 /* The row locked with `token` (row-locked). DX_ELOCK when none is. */
@@ -495,6 +588,23 @@ static int row_check_live(tx_t *t, const row_t *r, int64_t now) {
                       (long long)r->seq, (long long)r->locked_until, (long long)now);
 }
 
+/* Fencing (issue 9 item 3): a session row locked under an earlier ownership epoch belongs to
+** an owner that lost the session (stalled past its lease, another worker claimed it): its
+** ack and renewal are refused in their own transaction; the new owner runs the row. */
+static int row_check_epoch(tx_t *t, const row_t *r) {
+  if (!r->sid) return 0;
+  if (!r->has_session)
+    return dx_error_set(t->err, DX_ELOCK, "session '%s' of worker item %lld no longer exists",
+                        r->sid, (long long)r->seq);
+  if (r->epoch == r->sess_epoch) return 0;
+  return dx_error_set(t->err, DX_ELOCK,
+                      "session '%s' moved to worker '%s' (ownership epoch %lld; worker item "
+                      "%lld was locked under epoch %lld): a result from an earlier owner is "
+                      "refused",
+                      r->sid, r->owner && *r->owner ? r->owner : "(none)", (long long)r->epoch,
+                      (long long)r->seq, (long long)r->sess_epoch);
+}
+
 /* Work flowed through the session: last_activity = now (no row: nothing to do). */
 static int sess_touch(tx_t *t, const char *sid, int64_t now) {
   qp_t q;
@@ -505,28 +615,69 @@ static int sess_touch(tx_t *t, const char *sid, int64_t now) {
   return dx__pg_q(t, PQ_SESS_TOUCH, &q, NULL);
 }
 
-/* run_cycle's halves of a work ack: queue its lookup, then (res taken) queue its writes. */
-int dx__pg_ack_work_send(tx_t *t, uint64_t token, PGresult **res) {
-  return row_send(t, token, res);
+/* Queue ack `token` as one call of dx_ack_work (the row must be locked with it and live; the
+** completion, which may be NULL, is queued with the delete); *res gets its outcome row. */
+int dx__pg_ack_work_send(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion,
+                         PGresult **res) {
+  char *buf = NULL;
+  size_t len = 0;
+  qp_t q;
+  int rc;
+  if (completion && dx__work_item_encode(completion, &buf, &len))
+    return dx__pg_tx_poison(t, dx__pg_nomem(t->err));
+  dx__qp_init(&q);
+  dx__qp_i64(&q, (int64_t)token);
+  dx__qp_i64(&q, now);
+  dx__qp_str(&q, completion ? completion->instance : NULL);
+  if (buf) dx__qp_bin(&q, buf, len);
+  else dx__qp_str(&q, NULL);
+  rc = dx__pg_qsend(t, PQ_ACK_WORK, &q, res);
+  free(buf);
+  if (!rc && completion) dx__pg_tx_notify(t);
+  return rc;
 }
 
-int dx__pg_ack_work_finish(tx_t *t, int64_t now, uint64_t token,
-                           const dx_work_item_t *completion, PGresult *res) {
-  row_t r;
-  int rc = row_read(t, token, res, &r);
-  if (!rc) rc = row_check_live(t, &r, now);
-  if (!rc) rc = q_seq(t, PQ_WORK_DEL_ROW, r.seq);
-  if (!rc) rc = sess_touch(t, r.sid, now);
-  if (!rc && completion) rc = dx__pg_orch_enqueue(t, completion, now);
-  free(r.sid);
-  return rc;
+/* The outcome row of dx_ack_work (res taken). */
+int dx__pg_ack_work_outcome(tx_t *t, int64_t now, uint64_t token, PGresult *res) {
+  int64_t code, seq, until;
+  int rc;
+  if (!res || PQntuples(res) != 1) {
+    PQclear(res);
+    return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ESTORE, "ack of worker item %llx: no "
+                                            "outcome from dx_ack_work",
+                                            (unsigned long long)token));
+  }
+  code = dx__col_i64(res, 0, 0);
+  seq = dx__col_i64(res, 0, 1);
+  until = dx__col_i64(res, 0, 2);
+  if (code == 4 && PQnfields(res) >= 6) { /* fenced: the session moved since the lock */
+    row_t r = {0};
+    int oom = 0;
+    r.seq = seq;
+    r.sid = dx__col_str(res, 0, 3, &oom);
+    r.has_session = until >= 0;
+    r.epoch = until;
+    r.sess_epoch = dx__col_i64(res, 0, 5);
+    if (r.has_session) r.owner = dx__col_str(res, 0, 4, &oom);
+    PQclear(res);
+    rc = oom ? dx__pg_nomem(t->err) : row_check_epoch(t, &r);
+    row_clear(&r);
+    return rc;
+  }
+  PQclear(res);
+  if (code == 1) return row_read(t, token, NULL, &(row_t){0});
+  if (code == 2)
+    return row_check_live(t, &(row_t){.seq = seq, .locked_until = until}, now);
+  return 0;
 }
 
 static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion) {
   PGresult *res = NULL;
   int rc;
-  if ((rc = row_send(t, token, &res)) || (token && (rc = dx__pg_qwait(t)))) return rc;
-  return dx__pg_ack_work_finish(t, now, token, completion, res);
+  if (token == 0) return row_read(t, token, NULL, &(row_t){0});
+  if ((rc = dx__pg_ack_work_send(t, now, token, completion, &res)) || (rc = dx__pg_qwait(t)))
+    return rc;
+  return dx__pg_ack_work_outcome(t, now, token, res);
 }
 
 int dx__pg_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
@@ -549,6 +700,7 @@ int dx__pg_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t ex
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
   rc = row_by_token(&t, token, &r);
   if (!rc) rc = row_check_live(&t, &r, now);
+  if (!rc) rc = row_check_epoch(&t, &r);
   if (!rc) {
     dx__qp_init(&q);
     dx__qp_i64(&q, r.seq);
@@ -556,7 +708,7 @@ int dx__pg_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t ex
     rc = dx__pg_q(&t, PQ_WORK_RENEW, &q, NULL);
   }
   if (!rc) rc = sess_touch(&t, r.sid, now);
-  free(r.sid);
+  row_clear(&r);
   return dx__pg_tx_end(&t, rc);
 }
 
@@ -576,7 +728,7 @@ int dx__pg_abandon_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t 
     rc = dx__pg_q(&t, PQ_WORK_ABANDON, &q, NULL);
     if (!rc) dx__pg_tx_notify(&t);
   }
-  free(r.sid);
+  row_clear(&r);
   return dx__pg_tx_end(&t, rc);
 }
 
@@ -593,6 +745,8 @@ static void report(PGresult *res, dx_session_cb cb, void *ud) {
     s.locked_until_ms = dx__col_i64(res, i, 2);
     s.last_activity_ms = dx__col_i64(res, i, 3);
     s.queued = (uint64_t)dx__col_i64(res, i, 4);
+    s.running = PQnfields(res) > 5 ? (uint64_t)dx__col_i64(res, i, 5) : 0;
+    s.ended = PQnfields(res) > 5 && dx__col_i64(res, i, 5) != 0; /* renewals report it */
     if (cb(ud, &s)) break;
   }
 }
@@ -644,11 +798,18 @@ int dx__pg_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted, d
   PGresult *res = NULL;
   qp_t q;
   int rc;
+  qp_t qe;
+  tx_t t;
   if (deleted) *deleted = 0;
   dx__qp_init(&q);
   dx__qp_i64(&q, now);
-  rc = dx__pg_one((pg_t *)pp, 1, PQ_SESS_CLEANUP, &q, &res, err);
-  if (!rc && deleted) *deleted = (uint64_t)strtoull(PQcmdTuples(res), NULL, 10);
+  dx__qp_init(&qe);
+  dx__qp_i64(&qe, now - DX_SESSION_EVENTS_MAX_AGE_MS);
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  rc = dx__pg_q(&t, PQ_SESS_CLEANUP, &q, &res);
+  if (!rc) rc = dx__pg_q(&t, PQ_SEV_PRUNE, &qe, NULL); /* old session history too */
+  rc = dx__pg_tx_end(&t, rc);
+  if (!rc && deleted && PQntuples(res) == 1) *deleted = (uint64_t)dx__col_i64(res, 0, 0);
   PQclear(res);
   return rc;
 }
