@@ -97,6 +97,30 @@ void dx__arr_bytes(pg_arr_t *a, const void *p, size_t n) {
 
 void dx__arr_str(pg_arr_t *a, const char *s) { dx__arr_bytes(a, s, s ? strlen(s) : 0); }
 
+/* Every element quoted, with '"' and '\\' escaped, so any text is one element. */
+#define TEXT_AT(v, i, stride) (*(const char *const *)((const char *)(v) + (i) * (stride)))
+char *dx__pg_text_array(const void *v, size_t n, size_t stride) {
+  size_t i, len = 3, o = 0;
+  char *s;
+  for (i = 0; i < n; i++) len += 2 * strlen(TEXT_AT(v, i, stride)) + 3;
+  if (!(s = malloc(len))) return NULL;
+  s[o++] = '{';
+  for (i = 0; i < n; i++) {
+    const char *c = TEXT_AT(v, i, stride);
+    if (i) s[o++] = ',';
+    s[o++] = '"';
+    for (; *c; c++) {
+      if (*c == '"' || *c == '\\') s[o++] = '\\';
+      s[o++] = *c;
+    }
+    s[o++] = '"';
+  }
+  s[o++] = '}';
+  s[o] = 0;
+  return s;
+}
+#undef TEXT_AT
+
 void dx__arr_i64(pg_arr_t *a, int64_t v) {
   unsigned char x[8];
   uint64_t u = (uint64_t)v;

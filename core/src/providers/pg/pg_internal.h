@@ -118,6 +118,9 @@ void dx__arr_str(pg_arr_t *a, const char *s);               /* s NULL: SQL NULL 
 int dx__arr_done(pg_arr_t *a, dx_error_t *err);
 void dx__arr_free(pg_arr_t *a);
 void dx__qp_arr(qp_t *q, const pg_arr_t *a);
+/* A text[] literal of n strings (element i: *(char **)((char *)v + i * stride)), each quoted
+** and escaped; malloc'ed, NULL when out of memory. */
+char *dx__pg_text_array(const void *v, size_t n, size_t stride);
 
 int dx__pg_conn_key_init(pg_t *p);
 int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err);

@@ -31,29 +31,6 @@ static void pg_destroy(dx_provider_t *pp) {
   free(p);
 }
 
-/* A text[] literal of n strings (v[i * stride] as char **): every element quoted, with '"' and
-** '\\' escaped, so any text is one element. */
-static char *text_array(const void *v, size_t n, size_t stride) {
-  size_t i, len = 3, o = 0;
-  char *s;
-  for (i = 0; i < n; i++) len += 2 * strlen(*(const char *const *)((const char *)v + i * stride)) + 3;
-  if (!(s = malloc(len))) return NULL;
-  s[o++] = '{';
-  for (i = 0; i < n; i++) {
-    const char *c = *(const char *const *)((const char *)v + i * stride);
-    if (i) s[o++] = ',';
-    s[o++] = '"';
-    for (; *c; c++) {
-      if (*c == '"' || *c == '\\') s[o++] = '\\';
-      s[o++] = *c;
-    }
-    s[o++] = '"';
-  }
-  s[o++] = '}';
-  s[o] = 0;
-  return s;
-}
-
 static int pg_set_fetch_filter(dx_provider_t *pp, const dx_fetch_filter_t *f, dx_error_t *err) {
   pg_t *p = (pg_t *)pp;
   dx_fetch_filter_t *copy = NULL;
@@ -62,11 +39,11 @@ static int pg_set_fetch_filter(dx_provider_t *pp, const dx_fetch_filter_t *f, dx
   int rc;
   if (f && (rc = dx_fetch_filter_copy(f, &copy, err))) return rc;
   caps = copy && copy->capabilities_set;
-  tags = text_array(copy ? copy->tags : NULL, copy ? copy->n_tags : 0, sizeof(char *));
+  tags = dx__pg_text_array(copy ? copy->tags : NULL, copy ? copy->n_tags : 0, sizeof(char *));
   if (caps) {
     const dx_orch_capability_t *c = copy->capabilities;
-    names = text_array(c ? &c[0].name : NULL, copy->n_capabilities, sizeof *c);
-    versions = text_array(c ? &c[0].version : NULL, copy->n_capabilities, sizeof *c);
+    names = dx__pg_text_array(c ? &c[0].name : NULL, copy->n_capabilities, sizeof *c);
+    versions = dx__pg_text_array(c ? &c[0].version : NULL, copy->n_capabilities, sizeof *c);
   }
   if (!tags || (caps && (!names || !versions))) {
     free(tags);

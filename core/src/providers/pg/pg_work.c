@@ -304,28 +304,6 @@ static int reap_send(tx_t *t, int64_t now, const dx_session_cfg_t *cfg) {
 
 /* Queue one round's picks: plain rows (locked at once, speculatively) and, with sessions,
 ** the oldest owned and claimable session rows; results in r at the next wait. */
-/* cfg->declined as a text[] literal (malloc'ed; NULL when out of memory). */
-static char *declined_literal(const dx_session_cfg_t *cfg) {
-  size_t i, n = 3;
-  char *s, *o;
-  const char *c;
-  for (i = 0; i < cfg->n_declined; i++) n += 2 * strlen(cfg->declined[i]) + 3;
-  if (!(s = o = malloc(n))) return NULL;
-  *o++ = '{';
-  for (i = 0; i < cfg->n_declined; i++) {
-    if (i) *o++ = ',';
-    *o++ = '"';
-    for (c = cfg->declined[i]; *c; c++) {
-      if (*c == '"' || *c == '\\') *o++ = '\\';
-      *o++ = *c;
-    }
-    *o++ = '"';
-  }
-  *o++ = '}';
-  *o = 0;
-  return s;
-}
-
 static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
                       int round, int k, dx__pg_wpre_t *r) {
   int rc;
@@ -334,7 +312,8 @@ static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   if (round == 0 && (rc = reap_send(t, now, cfg))) return rc;
   if (!cfg) return plain_send(t, now, lock_ms, k, &r->plain);
   /* sessions this worker declines (a rolling upgrade): neither picked nor claimed */
-  if (!(declined = declined_literal(cfg))) return dx__pg_nomem(t->err);
+  declined = dx__pg_text_array(cfg->declined, cfg->n_declined, sizeof(char *));
+  if (!declined) return dx__pg_nomem(t->err);
   dx__qp_init(&qo);
   dx__qp_i64(&qo, now);
   dx__qp_str(&qo, cfg->worker_id);
