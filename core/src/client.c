@@ -57,7 +57,7 @@ static int check_len(const char *what, const char *id, size_t max, dx_error_t *e
   if (strlen(id) > max)
     return dx_error_set(err, DX_EINVAL, "%s is %zu bytes; the limit is %zu bytes", what,
                         strlen(id), max);
-  return DX_OK;
+  return dx__check_utf8(what, id, err);
 }
 
 static int check_id(const char *what, const char *id, dx_error_t *err) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "providers/checks.h"
+#include "util.h"
 
 int dx__check_instance(const char *inst, dx_error_t *err) {
   size_t n;
@@ -23,6 +24,9 @@ int dx__check_item(const dx_work_item_t *w, dx_error_t *err) {
   if (w->session_id && (n = strlen(w->session_id)) > DX_MAX_SESSION_ID_BYTES)
     return dx_error_set(err, DX_EINVAL, "session id is %zu bytes; the limit is %d bytes", n,
                         DX_MAX_SESSION_ID_BYTES);
+  if (dx__check_utf8("session id", w->session_id, err) ||
+      dx__check_utf8("instance id", w->instance, err))
+    return DX_EINVAL;
   return dx__check_instance(w->instance, err);
 }
 
@@ -49,7 +53,7 @@ int dx__check_worker_id(const char *id, dx_error_t *err) {
   if ((n = strlen(id)) > DX_MAX_SESSION_ID_BYTES)
     return dx_error_set(err, DX_EINVAL, "worker id is %zu bytes; the limit is %d bytes", n,
                         DX_MAX_SESSION_ID_BYTES);
-  return 0;
+  return dx__check_utf8("worker id", id, err);
 }
 
 static int check_items(const dx_work_item_t *w, size_t n, dx_error_t *err) {
