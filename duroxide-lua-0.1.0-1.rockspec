@@ -1,7 +1,8 @@
 -- duroxide-lua-0.1.0-1.rockspec: `luarocks make` (in this folder) builds with meson, as
 -- `meson install` does, and installs the Lua module duroxide.so, duroxide.testing and the
 -- duroxide-lua program into a LuaRocks tree. The C libraries (libuv, LMDB, jansson,
--- msgpack-c) and luv come from the system: on Debian run scripts/install-deps first.
+-- msgpack-c, libpq, libmicrohttpd for the program's web console and /metrics) and luv come
+-- from the system: on Debian run scripts/install-deps first.
 rockspec_format = "3.0"
 package = "duroxide-lua"
 version = "0.1.0-1"

@@ -232,7 +232,8 @@ end
 -- Fill the store with n instances (start_many in chunks of 2000, each one durable commit, run
 -- to completion by the worker), then time `list --limit 50`: the client call (30 runs) and the
 -- CLI command (10 runs, process start included), plus a status filter that matches nothing
--- (it reads every instance: the worst case of a filtered page).
+-- (it reads every instance: the worst case of a filtered page), describe of one instance, and
+-- a purge of the whole store.
 local function list_bench()
   local t0, chunk = wall_ms(), 2000
   for base = 0, n - 1, chunk do
@@ -273,10 +274,18 @@ local function list_bench()
       assert(os.execute(string.format("'%s' list --limit 50 --store '%s' >/dev/null", bin, store)))
     end)
   end
+  local describe_ms = time_us(function() assert(client:describe("l-" .. n)) end)
+  -- then the whole store goes, in batches (every instance is finished)
+  local purged
+  local purge_s = time_us(function()
+    purged = assert(client:purge { completed_before = os.time() * 1000 + 3600000 })
+  end) / 1000
+  assert(purged.deleted == n, "purge deleted " .. purged.deleted)
   return string.format('{"engine":"duroxide-lua","workload":"list","n":%d,"fill_s":%.1f,' ..
     '"list_limit50_p50_ms":%.2f,"list_limit50_p95_ms":%.2f,"cli_list_limit50_p50_ms":%.1f,' ..
-    '"list_status_filter_no_match_p50_ms":%.1f,"durable":true,"fill":"start_many + one run"}',
-    n, fill_s, p(calls, 0.5), p(calls, 0.95), p(cli, 0.5), p(filtered, 0.5))
+    '"list_status_filter_no_match_p50_ms":%.1f,"describe_ms":%.1f,"purge_all_s":%.1f,' ..
+    '"durable":true,"fill":"start_many + one run"}',
+    n, fill_s, p(calls, 0.5), p(calls, 0.95), p(cli, 0.5), p(filtered, 0.5), describe_ms, purge_s)
 end
 
 local ok, line = pcall(opts.workload == "handoff" and handoff

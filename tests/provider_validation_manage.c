@@ -398,6 +398,10 @@ DX_TEST(pv_manage_delete_leaves_no_rows_anywhere) {
   t.orch[0].id = 4;
   t.orch[0].fire_at_ms = T0 + 3600000;
   t.n_orch = 1;
+  t.ev[0].kind = DX_EV_KV_SET; /* key-value state of the running execution (kv_delta) */
+  t.ev[0].name = "victim-key";
+  t.ev[0].data = "1";
+  t.n_ev = 1;
   create(p, T0, "keeper", "A", DX_STATUS_COMPLETED);
   start(p, T0 + 1, ids[0], "A", NULL, 0);
   run_turn(p, T0 + 1, ids[0], &t);

@@ -1,7 +1,7 @@
 /*
 ** commands.c -- duroxide-lua's client commands: the command table and its parser; start, raise,
-** status, wait, cancel, sessions, stats, check (the management commands are in manage_cmds.c).
-** Output on stdout is JSON, one object per line; errors go to stderr.
+** enqueue, status, wait, cancel, kv, sessions, stats, check (the management commands are in
+** manage_cmds.c). Output on stdout is JSON, one object per line; errors go to stderr.
 */
 #include <stddef.h>
 #include <stdlib.h>
@@ -280,6 +280,46 @@ static int run_raise(dx_client_t *cl, const cmdline_t *c) {
                                                                           : 0;
 }
 
+static int run_enqueue(dx_client_t *cl, const cmdline_t *c) {
+  dx_error_t err;
+  return dx_client_enqueue_event(cl, c->pos[0], c->pos[1], c->payload, &err) != 0
+             ? client_fail(&err) : 0;
+}
+
+static int collect_kv(void *ud, const char *key, const char *value, int64_t updated_ms) {
+  json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+  (void)updated_ms;
+  json_object_set_new(ud, key, v ? v : json_null());
+  return 0;
+}
+
+/* kv ID: one JSON object of every key; kv ID KEY: that key's value (exit 1 when absent). */
+static int run_kv(dx_client_t *cl, const cmdline_t *c) {
+  dx_instance_info_t info;
+  dx_error_t err;
+  char *out = NULL;
+  int rc;
+  if (dx_client_status(cl, c->pos[0], &info, &err) != 0) return client_fail(&err);
+  rc = info.status == DX_STATUS_NONE;
+  dx_instance_info_clear(&info);
+  if (rc) return dxh_fail(1, "unknown instance '%s'", c->pos[0]);
+  if (c->npos > 1) {
+    if (dx_client_kv_get(cl, c->pos[0], c->pos[1], &out, &err) != 0) return client_fail(&err);
+  } else {
+    json_t *all = json_object();
+    if (!all) return dxh_fail(1, "%s", "out of memory");
+    if (dx_client_kv_list(cl, c->pos[0], collect_kv, all, &err) != 0) {
+      json_decref(all);
+      return client_fail(&err);
+    }
+    out = dx__json_dump(all);
+    json_decref(all);
+  }
+  puts(out ? out : "null");
+  free(out);
+  return 0;
+}
+
 static int run_status(dx_client_t *cl, const cmdline_t *c) {
   dx_instance_info_t info;
   dx_error_t err;
@@ -328,10 +368,12 @@ static const command_t commands[] = {
   {"start", 1, 2, 1, O_ID | O_VERSION | O_WAIT | O_TIMEOUT,
    "input", "start NAME [INPUT] --id ID [--wait [TIMEOUT]] [--version V]", run_start},
   {"raise", 2, 3, 2, 0, "event data", "raise ID EVENT [DATA]", run_raise},
+  {"enqueue", 2, 3, 2, 0, "event data", "enqueue ID QUEUE [DATA]", run_enqueue},
   {"status", 1, 1, -1, 0, NULL, "status ID", run_status},
   {"wait", 1, 1, -1, O_TIMEOUT, NULL, "wait ID [--timeout 10s]", run_wait},
   {"cancel", 1, 2, -1, 0, NULL, "cancel ID [REASON]", run_cancel},
   {"history", 1, 1, -1, O_EXECUTION, NULL, "history ID [--execution N]", dxh_run_history},
+  {"kv", 1, 2, -1, 0, NULL, "kv ID [KEY]", run_kv},
   {"list", 0, 0, -1, O_STATUS | O_NAME | O_LIMIT | O_AFTER | O_CREATED_AFTER, NULL,
    "list [--status S] [--name N] [--limit N] [--after CURSOR] [--created-after T]",
    dxh_run_list},

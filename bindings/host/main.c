@@ -16,6 +16,8 @@
 
 #include "dxlua.h"
 #include "host.h"
+#include "metrics_http.h"
+#include "ui.h"
 #include "log.h"
 #include "util.h"
 
@@ -27,10 +29,12 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua APP.lua [options]        run a worker with APP.lua's registrations\n"
       "  duroxide-lua start NAME [INPUT] --id ID [--wait [TIMEOUT]] [--version V]\n"
       "  duroxide-lua raise ID EVENT [DATA]\n"
+      "  duroxide-lua enqueue ID QUEUE [DATA]  put DATA on the instance's event queue QUEUE\n"
       "  duroxide-lua status ID\n"
       "  duroxide-lua wait ID [--timeout 10s]\n"
       "  duroxide-lua cancel ID [REASON]\n"
       "  duroxide-lua history ID [--execution N]\n"
+      "  duroxide-lua kv ID [KEY]              the instance's key-value state (or one key)\n"
       "  duroxide-lua list [--status S] [--name N] [--limit N] [--after CURSOR] [--created-after T]\n"
       "  duroxide-lua describe ID              everything about one instance\n"
       "  duroxide-lua executions ID\n"
@@ -41,6 +45,8 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua sessions                 the session table: owner, lease, queued work\n"
       "  duroxide-lua stats                    store-wide figures: queue depths, instances, sessions\n"
       "  duroxide-lua check                    verify the whole store (exit 1 on any problem)\n"
+      "  duroxide-lua ui [--listen 127.0.0.1:8080] [--read-only] [--allow-remote --token T]\n"
+      "                                        the web console (instances, sessions, workers)\n"
       "\n"
       "INPUT and DATA are JSON text, or - to read it from stdin, or @FILE to read a file.\n"
       "Every command takes --store STORE, a directory or a postgres:// URL (default\n"
@@ -55,7 +61,8 @@ int dxh_usage(FILE *f) {
       "  --turn-time-limit D (30s; 0 = off)\n"
       "  --log-level error|warn|info|debug  --loop-block-warning D (1s; 0 = off)\n"
       "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n"
-      "  --store-max-size SIZE (e.g. 512m, 2g; the store remembers it; default: the disk)\n",
+      "  --store-max-size SIZE (e.g. 512m, 2g; the store remembers it; default: the disk)\n"
+      "  --metrics-listen HOST:PORT (serve Prometheus text at http://HOST:PORT/metrics)\n",
       f);
   return 2;
 }
@@ -74,6 +81,7 @@ typedef struct {
   dxl_state_t *S;
   uv_signal_t sigint, sigterm;
   uv_timer_t health;  /* watches for a store that became unusable */
+  dxh_http_t *metrics; /* --metrics-listen, NULL without */
   int signals;
   int failed;
 } worker_t;
@@ -87,6 +95,8 @@ static void on_stopped(dx_runtime_t *rt, void *ud) {
   uv_close((uv_handle_t *)&w->sigint, NULL);
   uv_close((uv_handle_t *)&w->sigterm, NULL);
   uv_close((uv_handle_t *)&w->health, NULL);
+  dxh_http_close(w->metrics);
+  w->metrics = NULL;
   dxl_end_abandoned_activities(w->S); /* cancelled: their code stops here */
 }
 
@@ -140,6 +150,8 @@ static int run_worker(const char *app, int argc, char **argv) {
   worker_t w;
   const char *store = NULL;
   size_t max_size = 0;
+  dxh_listen_t metrics_addr;
+  const char *metrics_listen = NULL;
   int i, rc = 0;
   if (!L) return dxh_fail(1, "%s", "cannot create a Lua state");
   /* The app's own duroxide.client() should default to the worker's store. */
@@ -182,6 +194,15 @@ static int run_worker(const char *app, int argc, char **argv) {
       }
       continue;
     }
+    if (strcmp(name, "metrics-listen") == 0 || strcmp(name, "metrics_listen") == 0) {
+      char msg[400];
+      if (dxh_listen_parse(val, &metrics_addr, msg, sizeof msg) != 0) {
+        lua_close(L);
+        return dxh_fail(2, "invalid value for --metrics-listen: %s", msg);
+      }
+      metrics_listen = val;
+      continue;
+    }
     if (dx_options_set(&opts, name, val, &err) != 0) {
       lua_close(L);
       return dxh_fail(2, "%s", err.msg);
@@ -205,9 +226,19 @@ static int run_worker(const char *app, int argc, char **argv) {
     return 1;
   }
   memset(&w, 0, sizeof w);
-  if (dx_runtime_new(&w.rt, S->loop, p, &opts, &dxl_host_methods, S, &err) != 0 ||
-      dx_runtime_start(w.rt, &err) != 0) {
-    worker_fatal(NULL, err.msg);
+  rc = dx_runtime_new(&w.rt, S->loop, p, &opts, &dxl_host_methods, S, &err);
+  /* The metrics port is bound before the runtime takes any work: a refused address stops
+  ** the worker before it starts. */
+  if (rc == 0 && metrics_listen &&
+      dxh_metrics_serve(S->loop, &metrics_addr, w.rt, &w.metrics, err.msg, sizeof err.msg) != 0)
+    rc = DX_EINVAL;
+  if (rc == 0) rc = dx_runtime_start(w.rt, &err);
+  if (rc != 0) {
+    worker_fatal(w.rt && metrics_listen && !w.metrics ? "--metrics-listen" : NULL, err.msg);
+    if (w.metrics) {
+      dxh_http_close(w.metrics);
+      uv_run(S->loop, UV_RUN_NOWAIT); /* its close callbacks */
+    }
     dx_runtime_free(w.rt);
     p->methods->destroy(p);
     lua_close(L);
@@ -215,6 +246,9 @@ static int run_worker(const char *app, int argc, char **argv) {
   }
   S->runtime = w.rt;
   w.S = S;
+  if (w.metrics) /* port 0 picks a free port: the log says which */
+    dx__log(DX_LOG_INFO, "serving metrics at /metrics", "port=%d", dxh_http_port(w.metrics));
+
   uv_signal_init(S->loop, &w.sigint);
   uv_signal_init(S->loop, &w.sigterm);
   w.sigint.data = w.sigterm.data = &w;
@@ -259,6 +293,7 @@ int main(int argc, char **argv) {
     printf("duroxide-lua %s\n", dx_version());
     return 0;
   }
+  if (strcmp(argv[1], "ui") == 0) return dxh_ui(argc - 1, argv + 1);
   if (dxh_is_command(argv[1])) return dxh_command(argc - 1, argv + 1);
   if (argv[1][0] == '-') return dxh_fail(2, "unknown option %s (see --help)", argv[1]);
   if (!looks_like_app(argv[1])) return dxh_fail(2, "unknown command '%s' (see --help)", argv[1]);

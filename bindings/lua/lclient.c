@@ -1,11 +1,13 @@
 /*
-** lclient.c -- duroxide.client{}: start, raise_event, cancel, status, wait, history, stats (the
-** management methods are in lmanage.c).
+** lclient.c -- duroxide.client{}: start, raise_event, enqueue_event, cancel, status, wait,
+** wait_for_status_change, key-value reads, history, stats (the management methods are in
+** lmanage.c).
 **
 ** Operational failures return nil, err (err is a duroxide.Error); misuse raises.
 */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dxlua.h"
 #include "util.h"
@@ -125,6 +127,19 @@ static int l_raise(lua_State *L) {
   return 1;
 }
 
+static int l_enqueue(lua_State *L) {
+  dx_client_t *c = dxl_check_client(L);
+  const char *id = dxl_check_text(L, 2, "instance id", 0);
+  const char *queue = dxl_check_text(L, 3, "queue name", 0);
+  char *data = arg_json(L, 4, "data");
+  dx_error_t err;
+  int rc = dx_client_enqueue_event(c, id, queue, data, &err);
+  free(data);
+  if (rc != 0) return dxl_client_fail(L, &err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 static int l_cancel(lua_State *L) {
   dx_client_t *c = dxl_check_client(L);
   dx_error_t err;
@@ -158,44 +173,144 @@ static int l_status(lua_State *L) {
   return 1;
 }
 
-/* client:wait(id, timeout_ms): drives this state's runtime when one runs here, so specs and
-** scripts can start and wait in one process; otherwise polls the store. */
+/* Between two polls of a wait: run this state's runtime for a moment when one runs here (specs
+** and scripts start and wait in one process), else sleep. */
+static void pause_polling(lua_State *L, dxl_state_t *S) {
+  if (S->runtime || S->shared_runtimes > 0) {
+    dxl_run_loop_once(L, S, 5);
+  } else {
+    struct timespec ts = {0, 5 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* A wait's timeout argument and deadline; raises when called where it would block the loop. */
+static int64_t wait_deadline(lua_State *L, dxl_state_t *S, int idx, const char *what) {
+  lua_Integer timeout = luaL_optinteger(L, idx, 30000);
+  luaL_argcheck(L, timeout >= 0, idx, "timeout must be >= 0 ms");
+  if (S->loop_depth > 0)
+    luaL_error(L, "client:%s would block the worker's loop (called from an activity or "
+                  "callback); poll client:status with actx:sleep instead", what);
+  return dx__deadline_ms((int64_t)timeout);
+}
+
+/* [-0, +3] nil, a timeout error, and the last status (on top of the stack, moved below) */
+static int timed_out(lua_State *L, const char *what) {
+  lua_pushnil(L);
+  lua_insert(L, -2);
+  dxl_push_error(L, what, "client", "DX_ETIMEDOUT");
+  lua_insert(L, -2);
+  return 3;
+}
+
+static int is_done(int status) {
+  return status == DX_STATUS_COMPLETED || status == DX_STATUS_FAILED;
+}
+
+/* client:wait_for_status_change(id, last_version, timeout_ms): the status once its
+** custom_status_version exceeds last_version or the instance has ended. */
+static int l_wait_status_change(lua_State *L) {
+  dx_client_t *c = dxl_check_client(L);
+  dxl_state_t *S = dxl_state(L);
+  const char *id = dxl_check_text(L, 2, "instance id", 0);
+  lua_Integer last = luaL_checkinteger(L, 3);
+  int64_t deadline = wait_deadline(L, S, 4, "wait_for_status_change");
+  dx_instance_info_t info;
+  dx_error_t err;
+  for (;;) {
+    int changed;
+    if (dx_client_status(c, id, &info, &err) != 0) return dxl_client_fail(L, &err);
+    changed = (lua_Integer)info.custom_status_version > last || is_done(info.status);
+    if (changed || dx__now_ms() >= deadline) {
+      push_status(L, id, &info);
+      dx_instance_info_clear(&info);
+      return changed ? 1 : timed_out(L, "timed out waiting for a custom status change");
+    }
+    dx_instance_info_clear(&info);
+    pause_polling(L, S);
+  }
+}
+
+/* client:get_kv_value(id, key) -> value | nil (no such key), or nil, err */
+static int l_kv_get(lua_State *L) {
+  dx_client_t *c = dxl_check_client(L);
+  const char *id = dxl_check_text(L, 2, "instance id", 0);
+  const char *key = dxl_check_text(L, 3, "key-value key", 0);
+  char *value = NULL;
+  dx_error_t err;
+  int rc = dx_client_kv_get(c, id, key, &value, &err);
+  if (rc == DX_ENOTFOUND) {
+    lua_pushnil(L);
+    return 1;
+  }
+  if (rc != 0) return dxl_client_fail(L, &err);
+  dxl_push_decoded(L, value);
+  free(value);
+  return 1;
+}
+
+static int collect_kv(void *ud, const char *key, const char *value, int64_t updated_ms) {
+  lua_State *L = ud;
+  (void)updated_ms;
+  dxl_push_decoded(L, value);
+  lua_setfield(L, -2, key);
+  return 0;
+}
+
+/* client:get_kv_all_values(id) -> { key = value, ... } ({} for an unknown instance) */
+static int l_kv_all(lua_State *L) {
+  dx_client_t *c = dxl_check_client(L);
+  const char *id = dxl_check_text(L, 2, "instance id", 0);
+  dx_error_t err;
+  lua_newtable(L);
+  if (dx_client_kv_list(c, id, collect_kv, L, &err) != 0) return dxl_client_fail(L, &err);
+  return 1;
+}
+
+/* client:wait_for_kv_value(id, key, timeout_ms) -> value once the key exists, or nil, err */
+static int l_kv_wait(lua_State *L) {
+  dx_client_t *c = dxl_check_client(L);
+  dxl_state_t *S = dxl_state(L);
+  const char *id = dxl_check_text(L, 2, "instance id", 0);
+  const char *key = dxl_check_text(L, 3, "key-value key", 0);
+  int64_t deadline = wait_deadline(L, S, 4, "wait_for_kv_value");
+  dx_error_t err;
+  for (;;) {
+    char *value = NULL;
+    int rc = dx_client_kv_get(c, id, key, &value, &err);
+    if (rc == 0) {
+      dxl_push_decoded(L, value);
+      free(value);
+      return 1;
+    }
+    if (rc != DX_ENOTFOUND) return dxl_client_fail(L, &err);
+    if (dx__now_ms() >= deadline) {
+      lua_pushnil(L);
+      dxl_push_error(L, "timed out waiting for the key-value key", "client", "DX_ETIMEDOUT");
+      return 2;
+    }
+    pause_polling(L, S);
+  }
+}
+
+/* client:wait(id, timeout_ms): the status once the instance has ended. */
 static int l_wait(lua_State *L) {
   dx_client_t *c = dxl_check_client(L);
   dxl_state_t *S = dxl_state(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
-  lua_Integer timeout = luaL_optinteger(L, 3, 30000);
-  int64_t deadline;
+  int64_t deadline = wait_deadline(L, S, 3, "wait");
   dx_instance_info_t info;
   dx_error_t err;
-  luaL_argcheck(L, timeout >= 0, 3, "timeout must be >= 0 ms");
-  deadline = dx__deadline_ms((int64_t)timeout);
-  if (S->loop_depth > 0)
-    return luaL_error(L, "client:wait would block the worker's loop (called from an activity or "
-                         "callback); poll client:status with actx:sleep instead");
   for (;;) {
     if (dx_client_status(c, id, &info, &err) != 0) return dxl_client_fail(L, &err);
-    if (info.status == DX_STATUS_COMPLETED || info.status == DX_STATUS_FAILED ||
-        dx__now_ms() >= deadline) {
-      int done = info.status == DX_STATUS_COMPLETED || info.status == DX_STATUS_FAILED;
+    if (is_done(info.status) || dx__now_ms() >= deadline) {
+      int done = is_done(info.status);
       push_status(L, id, &info);
       dx_instance_info_clear(&info);
-      if (done) return 1;
-      lua_pushnil(L);
-      lua_insert(L, -2);
-      dxl_push_error(L, "timed out waiting for the instance", "client", "DX_ETIMEDOUT");
-      lua_insert(L, -2);
-      return 3; /* nil, err, last status */
+      return done ? 1 : timed_out(L, "timed out waiting for the instance"); /* nil, err, last */
     }
     dx_instance_info_clear(&info);
-    if (S->runtime || S->shared_runtimes > 0) {
-      dxl_run_loop_once(L, S, 5);
-    } else {
-      dx_instance_info_t tmp;
-      dx_error_t e2;
-      if (dx_client_wait(c, id, 5, &tmp, &e2) == 0 || e2.code == DX_ETIMEDOUT)
-        dx_instance_info_clear(&tmp);
-    }
+    pause_polling(L, S);
   }
 }
 
@@ -244,6 +359,11 @@ static int l_close(lua_State *L) {
 int dxl_client_new(lua_State *L) {
   static const luaL_Reg methods[] = {{"start", l_start}, {"start_many", l_start_many},
                                      {"raise_event", l_raise},
+                                     {"enqueue_event", l_enqueue},
+                                     {"wait_for_status_change", l_wait_status_change},
+                                     {"get_kv_value", l_kv_get},
+                                     {"get_kv_all_values", l_kv_all},
+                                     {"wait_for_kv_value", l_kv_wait},
                                      {"cancel", l_cancel}, {"status", l_status},
                                      {"wait", l_wait}, {"history", l_history},
                                      {"stats", l_stats}, {"metrics", l_stats},

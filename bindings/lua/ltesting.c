@@ -260,6 +260,11 @@ static void event_from_lua(lua_State *L, int idx, size_t pos, dx_event_t *e) {
     if (!e->data) luaL_error(L, "history[%d]: %s", (int)pos, err);
   }
   lua_pop(L, 1);
+  if (lua_getfield(L, idx, "initial_custom_status") != LUA_TNIL) {
+    e->custom_status = dx__lua_to_json(L, -1, "initial_custom_status", err, sizeof err);
+    if (!e->custom_status) luaL_error(L, "history[%d]: %s", (int)pos, err);
+  }
+  lua_pop(L, 1);
   if (lua_getfield(L, idx, "error") == LUA_TTABLE) {
     int t = lua_gettop(L);
     char *cat = opt_string_field(L, t, "category");
@@ -276,17 +281,75 @@ static int is_terminal(int kind) {
   return kind == DX_EV_ORCH_COMPLETED || kind == DX_EV_ORCH_FAILED || kind == DX_EV_ORCH_CAN;
 }
 
-/* duroxide._replay(history [, instance_id [, execution_id]]) -> ok, message, outcome
+/* The key-value table at idx ({key = value}) as the committed state of a replayed turn,
+** sorted by key, into the box (freed by its __gc). */
+typedef struct {
+  dx_kv_entry_t *v;
+  size_t n;
+} kv_box_t;
+
+static int kv_box_gc(lua_State *L) {
+  kv_box_t *b = lua_touserdata(L, 1);
+  dx_kv_entries_free(b->v, b->n);
+  b->v = NULL;
+  b->n = 0;
+  return 0;
+}
+
+static int kv_cmp(const void *a, const void *b) {
+  return strcmp(((const dx_kv_entry_t *)a)->key, ((const dx_kv_entry_t *)b)->key);
+}
+
+static kv_box_t *kv_from_lua(lua_State *L, int idx) {
+  kv_box_t *box;
+  char err[512];
+  size_t cap = 0;
+  idx = lua_absindex(L, idx);
+  box = lua_newuserdatauv(L, sizeof *box, 0);
+  box->v = NULL;
+  box->n = 0;
+  lua_newtable(L);
+  lua_pushcfunction(L, kv_box_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  if (lua_isnoneornil(L, idx)) return box;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    dx_kv_entry_t *e;
+    if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "check_replay: kv keys must be strings");
+    if (box->n == cap) {
+      dx_kv_entry_t *nv = realloc(box->v, (cap ? cap * 2 : 8) * sizeof *nv);
+      if (!nv) luaL_error(L, "out of memory");
+      box->v = nv;
+      cap = cap ? cap * 2 : 8;
+    }
+    e = &box->v[box->n];
+    memset(e, 0, sizeof *e);
+    e->key = dx__strdup(lua_tostring(L, -2));
+    box->n++; /* freed by __gc even when the value does not encode */
+    if (!e->key) luaL_error(L, "out of memory");
+    e->value = dx__lua_to_json(L, -1, "kv value", err, sizeof err);
+    if (!e->value) luaL_error(L, "check_replay: kv.%s: %s", e->key, err);
+    lua_pop(L, 1);
+  }
+  if (box->n) qsort(box->v, box->n, sizeof *box->v, kv_cmp);
+  return box;
+}
+
+/* duroxide._replay(history [, instance_id [, execution_id [, kv]]]) -> ok, message, outcome
 ** Replays the recorded events of one execution against the orchestration registered now,
 ** in a turn of its own (no store, no runtime): ok is false with the engine's
 ** "nondeterministic: ..." message when the code no longer matches the history, or with a
 ** message when the orchestration is not registered. A final completion event is left out so
 ** the code runs to its end over the whole history. outcome: "Completed", "Failed",
-** "ContinuedAsNew" or "Running" (the code waits for more than the history holds). */
+** "ContinuedAsNew" or "Running" (the code waits for more than the history holds). `kv` is the
+** instance's key-value state when the execution began ({key = value}; default none). */
 static int l_replay(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
   const char *instance = luaL_optstring(L, 2, "replay-check");
   uint64_t exec = (uint64_t)luaL_optinteger(L, 3, 1);
+  kv_box_t *kv = kv_from_lua(L, 4);
   events_box_t *box;
   dx_orch_item_t item;
   dx_turn_cfg_t cfg;
@@ -326,6 +389,8 @@ static int l_replay(lua_State *L) {
   item.history = box->v;
   item.history_len = len;
   item.attempt_count = 1;
+  item.kv = kv->v;
+  item.kv_len = kv->n;
   memset(&cfg, 0, sizeof cfg);
   cfg.now_ms = dx_clock_now_ms();
   cfg.max_attempts = 10;

@@ -286,6 +286,9 @@ static const struct {
   {DX_ACT_CHAINED, "orchestration name", "orchestration input", DX_MAX_NAME_BYTES},
   {DX_ACT_CAN, NULL, "continue_as_new input", 0},
   {DX_ACT_STATUS, NULL, "custom status", 0},
+  {DX_ACT_KV_SET, "key-value key", "key-value value", DX_MAX_KV_KEY_BYTES},
+  {DX_ACT_KV_CLEAR, "key-value key", NULL, DX_MAX_KV_KEY_BYTES},
+  {DX_ACT_DEQUEUE, "queue name", NULL, DX_MAX_EVENT_NAME_BYTES},
 };
 
 /* Argument idx as a string no longer than max bytes, valid UTF-8, without NUL bytes (NULL when nil):
@@ -299,6 +302,14 @@ static const char *opt_limited(lua_State *L, int idx, const char *what, size_t m
   if (max && n > max) luaL_error(L, "%s is %d bytes; the limit is %d bytes", what, (int)n, (int)max);
   if (dx__check_utf8(what, s, &e)) luaL_error(L, "%s", e.msg); /* an identifier: see util.h */
   return s;
+}
+
+/* A key-value key at idx: length, NUL bytes (opt_limited) and UTF-8, as every store keeps
+** keys as text. Raises naming the problem. [-0, +0, e] */
+static const char *kv_key_at(lua_State *L, int idx) {
+  const char *key = opt_limited(L, idx, "key-value key", DX_MAX_KV_KEY_BYTES);
+  if (key && !dx__utf8_valid(key)) luaL_error(L, "key-value key is not valid UTF-8");
+  return key;
 }
 
 /* C.emit(box, kind, name, input, session_id, instance, version, delay_ms) */
@@ -325,21 +336,29 @@ static int p_emit(lua_State *L) {
   a.instance = opt_limited(L, 6, "instance id", DX_MAX_INSTANCE_ID_BYTES);
   a.version = opt_limited(L, 7, "version", 0);
   a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
+  if (a.kind == DX_ACT_KV_SET || a.kind == DX_ACT_KV_CLEAR) kv_key_at(L, 3);
   if (a.kind == DX_ACT_SUB && !a.instance &&
       strlen(dx_turn_instance(b->t)) + GENERATED_SUFFIX_MAX > DX_MAX_INSTANCE_ID_BYTES)
     return luaL_error(L, "a generated sub-orchestration id (this instance's id + "
                       "\"::sub::N\") could exceed %d bytes: pass an instance id",
                       DX_MAX_INSTANCE_ID_BYTES);
   if (a.kind == DX_ACT_ACTIVITY || a.kind == DX_ACT_SUB || a.kind == DX_ACT_CHAINED ||
-      a.kind == DX_ACT_CAN || (a.kind == DX_ACT_STATUS && !lua_isnil(L, 4))) {
+      a.kind == DX_ACT_CAN || a.kind == DX_ACT_KV_SET ||
+      (a.kind == DX_ACT_STATUS && !lua_isnil(L, 4))) {
+    size_t max = a.kind == DX_ACT_KV_SET ? DX_MAX_KV_VALUE_BYTES : DX_MAX_PAYLOAD_BYTES;
     input = dx__lua_to_json(L, 4, input_what, err, sizeof err);
     if (!input) return luaL_error(L, "%s", err);
-    if ((n = strlen(input)) > DX_MAX_PAYLOAD_BYTES) {
+    if ((n = strlen(input)) > max) {
       free(input);
-      return luaL_error(L, "%s is %d bytes; the limit is %d bytes", input_what, (int)n,
-                        DX_MAX_PAYLOAD_BYTES);
+      return luaL_error(L, "%s is %d bytes; the limit is %d bytes", input_what, (int)n, (int)max);
     }
     a.input = input;
+  }
+  if (a.kind == DX_ACT_KV_SET && !dx_turn_kv_get(b->t, a.name) &&
+      dx_turn_kv_count(b->t) >= DX_MAX_KV_KEYS) {
+    free(input);
+    return luaL_error(L, "cannot set key-value key '%s': the instance already has %d keys, the "
+                      "limit (clear some first)", a.name, DX_MAX_KV_KEYS);
   }
   if (a.kind == DX_ACT_CAN) b->inst->can = 1;
   rc = dx_turn_emit(b->t, &a, &token, &value);
@@ -384,6 +403,54 @@ static int p_poll(lua_State *L) {
   return 4;
 }
 
+/* [-0, +1, e] push stored JSON as a Lua value (nil for NULL) */
+static void push_stored(lua_State *L, const char *json) {
+  char err[512];
+  if (!json) lua_pushnil(L);
+  else if (!dx__lua_push_json(L, json, strlen(json), err, sizeof err))
+    luaL_error(L, "stored value: %s", err);
+}
+
+/* C.kv_get(box, key) -> value | nil */
+static int p_kv_get(lua_State *L) {
+  turn_box_t *b = check_box(L);
+  const char *key = kv_key_at(L, 2);
+  push_stored(L, key ? dx_turn_kv_get(b->t, key) : NULL);
+  return 1;
+}
+
+/* C.kv_key_check(key): raises as a write would for a bad key */
+static int p_kv_key_check(lua_State *L) {
+  kv_key_at(L, 1);
+  return 0;
+}
+
+/* C.kv_all(box) -> { {key, value, updated_ms}, ... } ascending key */
+static int p_kv_all(lua_State *L) {
+  turn_box_t *b = check_box(L);
+  size_t i, n = dx_turn_kv_count(b->t);
+  lua_createtable(L, (int)n, 0);
+  for (i = 0; i < n; i++) {
+    const dx_kv_entry_t *e = dx_turn_kv_at(b->t, i);
+    lua_createtable(L, 3, 0);
+    lua_pushstring(L, e->key);
+    lua_rawseti(L, -2, 1);
+    push_stored(L, e->value);
+    lua_rawseti(L, -2, 2);
+    lua_pushinteger(L, (lua_Integer)e->updated_ms);
+    lua_rawseti(L, -2, 3);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  return 1;
+}
+
+/* C.custom_status(box) -> value | nil */
+static int p_custom_status(lua_State *L) {
+  turn_box_t *b = check_box(L);
+  push_stored(L, dx_turn_custom_status(b->t));
+  return 1;
+}
+
 static int p_cancel(lua_State *L) {
   turn_box_t *b = check_box(L);
   dx_turn_cancel(b->t, (uint64_t)luaL_checkinteger(L, 2));
@@ -404,7 +471,10 @@ static int p_trace(lua_State *L) {
 
 void dxl_orch_register(lua_State *L, int prims) {
   static const luaL_Reg fns[] = {{"emit", p_emit}, {"poll", p_poll}, {"cancel", p_cancel},
-                                 {"replaying", p_replaying}, {"trace", p_trace}, {NULL, NULL}};
+                                 {"replaying", p_replaying}, {"trace", p_trace},
+                                 {"kv_get", p_kv_get}, {"kv_all", p_kv_all},
+                                 {"kv_key_check", p_kv_key_check},
+                                 {"custom_status", p_custom_status}, {NULL, NULL}};
   lua_pushvalue(L, prims);
   luaL_setfuncs(L, fns, 0);
   lua_pop(L, 1);

@@ -177,6 +177,18 @@ int dx_client_start_many(dx_client_t *c, const dx_start_t *starts, size_t n, dx_
 int dx_client_raise(dx_client_t *c, const char *id, const char *name, const char *data,
                     dx_error_t *err);
 /** Request cancellation. DX_ENOTFOUND for an unknown instance. */
+/** Enqueue `data` (JSON text; NULL = null) on event queue `queue` of instance `id`, for
+**  ctx:dequeue_event (kept until dequeued). DX_ENOTFOUND for an unknown instance, DX_EINVAL /
+**  DX_EJSON / DX_ETOOBIG for bad arguments. All arguments borrowed. */
+int dx_client_enqueue_event(dx_client_t *c, const char *id, const char *queue, const char *data,
+                            dx_error_t *err);
+/** The live key-value value of `key` of instance `id` (JSON; *value owned by the caller).
+**  DX_ENOTFOUND when the instance or the key does not exist. */
+int dx_client_kv_get(dx_client_t *c, const char *id, const char *key, char **value,
+                     dx_error_t *err);
+/** Every live key-value entry of instance `id`, ascending key (none for an unknown instance);
+**  cb's strings are borrowed for the call. */
+int dx_client_kv_list(dx_client_t *c, const char *id, dx_kv_cb cb, void *ud, dx_error_t *err);
 int dx_client_cancel(dx_client_t *c, const char *id, const char *reason, dx_error_t *err);
 /** Status of the latest execution. An unknown instance gives DX_OK with
 **  out->status == DX_STATUS_NONE. Clear *out with dx_instance_info_clear. */

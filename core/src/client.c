@@ -150,27 +150,65 @@ static int require_instance(dx_client_t *c, const char *id, dx_error_t *err) {
   return rc;
 }
 
-int dx_client_raise(dx_client_t *c, const char *id, const char *name, const char *data,
-                    dx_error_t *err) {
+/* raise_event and enqueue_event: a named message with data for an existing instance. */
+static int send_event(dx_client_t *c, int kind, const char *id, const char *name_what,
+                      const char *name, const char *data, dx_error_t *err) {
   dx_work_item_t w;
   char *json = NULL;
   int rc;
   if (!c) return dx_error_set(err, DX_EINVAL, "NULL client");
   if ((rc = check_id("instance id", id, err)) != 0) return rc;
-  if ((rc = check_len("event name", name, DX_MAX_EVENT_NAME_BYTES, err)) != 0) return rc;
+  if ((rc = check_len(name_what, name, DX_MAX_EVENT_NAME_BYTES, err)) != 0) return rc;
   if ((rc = canonical("event data", data, &json, err)) != 0) return rc;
   if ((rc = require_instance(c, id, err)) != 0) {
     free(json);
     return rc;
   }
   memset(&w, 0, sizeof w);
-  w.kind = DX_WI_EXTERNAL;
+  w.kind = kind;
   w.instance = (char *)id;
   w.name = (char *)name;
   w.data = json;
   rc = enqueue(c, &w, err);
   free(json);
   return rc;
+}
+
+int dx_client_raise(dx_client_t *c, const char *id, const char *name, const char *data,
+                    dx_error_t *err) {
+  return send_event(c, DX_WI_EXTERNAL, id, "event name", name, data, err);
+}
+
+int dx_client_enqueue_event(dx_client_t *c, const char *id, const char *queue, const char *data,
+                            dx_error_t *err) {
+  return send_event(c, DX_WI_QUEUE_MESSAGE, id, "queue name", queue, data, err);
+}
+
+/* The provider's key-value methods, or DX_EINVAL naming a provider without them. */
+static int kv_capable(dx_client_t *c, dx_error_t *err) {
+  if (!c) return dx_error_set(err, DX_EINVAL, "NULL client");
+  if (c->p->methods->version < 7 || !c->p->methods->get_kv || !c->p->methods->list_kv)
+    return dx_error_set(err, DX_EINVAL, "store provider '%s' has no key-value state",
+                        c->p->methods->name);
+  return DX_OK;
+}
+
+int dx_client_kv_get(dx_client_t *c, const char *id, const char *key, char **value,
+                     dx_error_t *err) {
+  int rc;
+  if (!value) return dx_error_set(err, DX_EINVAL, "NULL argument");
+  *value = NULL;
+  if ((rc = kv_capable(c, err)) != 0 || (rc = check_id("instance id", id, err)) != 0 ||
+      (rc = check_len("key-value key", key, DX_MAX_KV_KEY_BYTES, err)) != 0)
+    return rc;
+  return c->p->methods->get_kv(c->p, id, key, value, NULL, err);
+}
+
+int dx_client_kv_list(dx_client_t *c, const char *id, dx_kv_cb cb, void *ud, dx_error_t *err) {
+  int rc;
+  if (!cb) return dx_error_set(err, DX_EINVAL, "NULL callback");
+  if ((rc = kv_capable(c, err)) != 0 || (rc = check_id("instance id", id, err)) != 0) return rc;
+  return c->p->methods->list_kv(c->p, id, cb, ud, err);
 }
 
 int dx_client_cancel(dx_client_t *c, const char *id, const char *reason, dx_error_t *err) {
@@ -299,6 +337,9 @@ char *dx_instance_info_to_json(const char *id, const dx_instance_info_t *info) {
     json_object_set_new(o, "output", dx__json_or_null(info->output));
   if (info->status == DX_STATUS_FAILED) json_object_set_new(o, "error", dx__failure_json(&info->failure));
   if (info->custom_status) json_object_set_new(o, "custom_status", dx__json_or_null(info->custom_status));
+  if (info->status != DX_STATUS_NONE) /* grows with every custom status change */
+    json_object_set_new(o, "custom_status_version",
+                        json_integer((json_int_t)info->custom_status_version));
   return dump(o);
 }
 
@@ -310,7 +351,8 @@ static const char *const event_names[DX_EV__COUNT] = {"",
   "TimerFired", "ExternalSubscribed", "ExternalEvent", "ExternalSubscribedCancelled",
   "SubOrchestrationScheduled", "SubOrchestrationCompleted", "SubOrchestrationFailed",
   "SubOrchestrationCancelRequested", "OrchestrationChained", "CustomStatusUpdated",
-  "SystemCall", "SessionClosed"};
+  "SystemCall", "SessionClosed", "KeyValueSet", "KeyValueCleared", "KeyValuesCleared",
+  "QueueSubscribed", "QueueEventDelivered", "QueueSubscriptionCancelled"};
 
 const char *dx_event_kind_name(int kind) {
   return (kind > 0 && kind < DX_EV__COUNT) ? event_names[kind] : "Unknown";
@@ -337,5 +379,7 @@ char *dx_event_to_json(const dx_event_t *e) {
   if (e->reason) json_object_set_new(o, "reason", dx__jstr(e->reason));
   if (e->fire_at_ms) json_object_set_new(o, "fire_at_ms", json_integer((json_int_t)e->fire_at_ms));
   if (e->fail.category) json_object_set_new(o, "error", dx__failure_json(&e->fail));
+  if (e->custom_status)
+    json_object_set_new(o, "initial_custom_status", dx__json_or_null(e->custom_status));
   return dump(o);
 }

@@ -43,6 +43,7 @@ static const field_t event_fields[] = {
   EV("s", FT_STR, session_id),    EV("r", FT_STR, reason),
   EV("pid", FT_U64, parent_id),   EV("pex", FT_U64, parent_execution_id),
   EV("fa", FT_I64, fire_at_ms),   EV("f", FT_FAIL, fail),
+  EV("cs", FT_STR, custom_status),
 };
 #undef EV
 
@@ -55,6 +56,7 @@ static const field_t work_fields[] = {
   WI("pid", FT_U64, parent_id),   WI("pex", FT_U64, parent_execution_id),
   WI("s", FT_STR, session_id),    WI("r", FT_STR, reason),
   WI("fa", FT_I64, fire_at_ms),   WI("f", FT_FAIL, fail),
+  WI("cs", FT_STR, custom_status),
 };
 #undef WI
 

@@ -246,11 +246,14 @@ static int children_of(dx_provider_t *p, const char *id, ids_t *out, dx_error_t 
   return rc;
 }
 
-/* `id` and every descendant, parents before children. */
+/* Append `id` and every descendant (parents before children) to `tree`, which may already
+** hold other trees: only what this call adds is walked. */
 static int tree_of(dx_provider_t *p, const char *id, ids_t *tree, dx_error_t *err) {
-  size_t i;
-  int rc = ids_add(tree, id) ? dx_error_set(err, DX_ENOMEM, "out of memory") : 0;
-  for (i = 0; i < tree->n && !rc; i++) rc = children_of(p, tree->v[i], tree, err);
+  size_t i = tree->n;
+  int rc;
+  if (ids_has(tree, id)) return 0;
+  rc = ids_add(tree, id) ? dx_error_set(err, DX_ENOMEM, "out of memory") : 0;
+  for (; i < tree->n && !rc; i++) rc = children_of(p, tree->v[i], tree, err);
   return rc;
 }
 

@@ -12,12 +12,13 @@ static const size_t event_strings[] = {
   offsetof(dx_event_t, name),     offsetof(dx_event_t, version),
   offsetof(dx_event_t, data),     offsetof(dx_event_t, instance),
   offsetof(dx_event_t, session_id), offsetof(dx_event_t, reason),
+  offsetof(dx_event_t, custom_status),
 };
 static const size_t work_strings[] = {
   offsetof(dx_work_item_t, instance),   offsetof(dx_work_item_t, name),
   offsetof(dx_work_item_t, version),    offsetof(dx_work_item_t, data),
   offsetof(dx_work_item_t, parent_instance), offsetof(dx_work_item_t, session_id),
-  offsetof(dx_work_item_t, reason),
+  offsetof(dx_work_item_t, reason),   offsetof(dx_work_item_t, custom_status),
 };
 static const size_t info_strings[] = {
   offsetof(dx_instance_info_t, instance_id), offsetof(dx_instance_info_t, orchestration_name),
@@ -90,7 +91,18 @@ void dx_orch_item_free(dx_orch_item_t *item) {
     free(item->messages);
   }
   free(item->history_error_msg);
+  dx_kv_entries_free(item->kv, item->kv_len);
   free(item);
+}
+
+void dx_kv_entries_free(dx_kv_entry_t *kv, size_t n) {
+  size_t i;
+  if (!kv) return;
+  for (i = 0; i < n; i++) {
+    free(kv[i].key);
+    free(kv[i].value);
+  }
+  free(kv);
 }
 
 void dx_instance_info_clear(dx_instance_info_t *info) {

@@ -85,8 +85,11 @@ struct dx_turn_s {
   char *output;
   char *can_input;
   char *can_version;
-  int custom_status_set;
+  int custom_status_set;    /* a new status event this turn: the ack stores custom_status */
   char *custom_status;
+  char *status_now;         /* the custom status as the code sees it (get_custom_status) */
+  VEC(dx_kv_entry_t) kv;    /* key-value state as the code sees it, ascending key */
+  VEC(uint64_t) arrivals;   /* queue events applied and not dequeued yet, oldest first */
   dx_orch_ack_t ack;
 };
 
@@ -113,7 +116,14 @@ static slot_t *slot(dx_turn_t *t, uint64_t id) {
 static int is_schedule_kind(int k) {
   return k == DX_EV_ACT_SCHEDULED || k == DX_EV_TIMER_CREATED || k == DX_EV_EXT_SUBSCRIBED ||
          k == DX_EV_SUB_SCHEDULED || k == DX_EV_ORCH_CHAINED || k == DX_EV_CUSTOM_STATUS ||
-         k == DX_EV_SYSCALL || k == DX_EV_SESSION_CLOSED;
+         k == DX_EV_SYSCALL || k == DX_EV_SESSION_CLOSED || k == DX_EV_KV_SET ||
+         k == DX_EV_KV_CLEARED || k == DX_EV_KV_CLEARED_ALL || k == DX_EV_QUEUE_SUBSCRIBED;
+}
+
+/* Breadcrumbs: a cancelled schedule, pointing back at it. */
+static int is_crumb_kind(int k) {
+  return k == DX_EV_ACT_CANCEL_REQ || k == DX_EV_SUB_CANCEL_REQ || k == DX_EV_EXT_SUB_CANCELLED ||
+         k == DX_EV_QUEUE_SUB_CANCELLED;
 }
 
 static int is_terminal_kind(int k) {
@@ -130,6 +140,10 @@ static const char *kind_word(int k) {
     case DX_EV_CUSTOM_STATUS: return "custom status";
     case DX_EV_SYSCALL: return "system call";
     case DX_EV_SESSION_CLOSED: return "session close";
+    case DX_EV_KV_SET: return "key-value set";
+    case DX_EV_KV_CLEARED: return "key-value clear";
+    case DX_EV_KV_CLEARED_ALL: return "key-value clear-all";
+    case DX_EV_QUEUE_SUBSCRIBED: return "event queue wait";
     default: return "event";
   }
 }
@@ -137,7 +151,8 @@ static const char *kind_word(int k) {
 static int action_event_kind(int a) {
   static const int map[] = {0, DX_EV_ACT_SCHEDULED, DX_EV_TIMER_CREATED, DX_EV_EXT_SUBSCRIBED,
                             DX_EV_SUB_SCHEDULED, DX_EV_ORCH_CHAINED, DX_EV_CUSTOM_STATUS,
-                            DX_EV_SYSCALL, 0, DX_EV_SESSION_CLOSED};
+                            DX_EV_SYSCALL, 0, DX_EV_SESSION_CLOSED, DX_EV_KV_SET,
+                            DX_EV_KV_CLEARED, DX_EV_KV_CLEARED_ALL, DX_EV_QUEUE_SUBSCRIBED};
   return (a > 0 && a < (int)(sizeof map / sizeof map[0])) ? map[a] : 0;
 }
 
@@ -216,6 +231,8 @@ static int matches_history(dx_turn_t *t, const dx_action_t *a, const dx_event_t 
       }
       return 1;
     case DX_ACT_WAIT:
+    case DX_ACT_DEQUEUE:
+    case DX_ACT_KV_CLEAR:
     case DX_ACT_SYSCALL:
       if (!same_str(a->name, e->name)) {
         NONDET(t, "nondeterministic: %s at event %" PRIu64 " was '%s' in history but the code "
@@ -243,8 +260,17 @@ static int matches_history(dx_turn_t *t, const dx_action_t *a, const dx_event_t 
         return 0;
       }
       return 1;
+    case DX_ACT_KV_SET:
+      if (!same_str(a->name, e->name) || !same_str(a->input, e->data)) {
+        NONDET(t, "nondeterministic: key-value set at event %" PRIu64 " was '%s' = %s in "
+                  "history but the code now sets '%s' = %s",
+               e->event_id, e->name, e->data ? e->data : "null", a->name,
+               a->input ? a->input : "null");
+        return 0;
+      }
+      return 1;
     default:
-      return 1; /* timers and custom status compare by kind only */
+      return 1; /* timers, custom status and clear-all compare by kind only */
   }
 }
 
@@ -286,8 +312,15 @@ static int fill_new_event(dx_turn_t *t, dx_event_t *e, const dx_action_t *a) {
       }
       break;
     case DX_ACT_WAIT:
+    case DX_ACT_DEQUEUE:
+    case DX_ACT_KV_CLEAR:
       e->name = dx__strdup(a->name);
       ok = e->name != NULL;
+      break;
+    case DX_ACT_KV_SET:
+      e->name = dx__strdup(a->name);
+      e->data = dx__strdup(a->input);
+      ok = e->name && e->data;
       break;
     case DX_ACT_SUB:
     case DX_ACT_CHAINED: {
@@ -335,10 +368,129 @@ static int check_size(dx_turn_t *t, const char *what, const char *s) {
   return 1;
 }
 
-static void note_custom_status(dx_turn_t *t, const char *json) {
+/* A status set by the code: what it now reads; a new event also goes to the store. */
+static void note_custom_status(dx_turn_t *t, const char *json, int is_new) {
+  free(t->status_now);
+  t->status_now = dx__strdup(json);
+  if (json && !t->status_now) t->oom = 1;
+  if (!is_new) return;
   free(t->custom_status);
   t->custom_status = dx__strdup(json);
+  if (json && !t->custom_status) t->oom = 1;
   t->custom_status_set = 1;
+}
+
+/* {===== key-value state =====} */
+
+/* Index of `key` in the sorted map, or where it would go (*found = 0). */
+static size_t kv_find(const dx_turn_t *t, const char *key, int *found) {
+  size_t lo = 0, hi = t->kv.n;
+  *found = 0;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    int c = strcmp(t->kv.v[mid].key, key);
+    if (c == 0) {
+      *found = 1;
+      return mid;
+    }
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static void kv_put(dx_turn_t *t, const char *key, const char *value, int64_t ts) {
+  int found;
+  size_t i = kv_find(t, key, &found);
+  char *v = dx__strdup(value);
+  dx_kv_entry_t e;
+  if (!v) { t->oom = 1; return; }
+  if (found) {
+    free(t->kv.v[i].value);
+    t->kv.v[i].value = v;
+    t->kv.v[i].updated_ms = ts;
+    return;
+  }
+  e.key = dx__strdup(key);
+  e.value = v;
+  e.updated_ms = ts;
+  if (!e.key || VEC_PUSH(t->kv, e)) {
+    free(e.key);
+    free(v);
+    t->oom = 1;
+    return;
+  }
+  memmove(&t->kv.v[i + 1], &t->kv.v[i], (t->kv.n - 1 - i) * sizeof e);
+  t->kv.v[i] = e;
+}
+
+static void kv_remove(dx_turn_t *t, const char *key) {
+  int found;
+  size_t i = kv_find(t, key, &found);
+  if (!found) return;
+  free(t->kv.v[i].key);
+  free(t->kv.v[i].value);
+  memmove(&t->kv.v[i], &t->kv.v[i + 1], (t->kv.n - 1 - i) * sizeof t->kv.v[0]);
+  t->kv.n--;
+}
+
+static void kv_clear_all(dx_turn_t *t) {
+  while (t->kv.n) kv_remove(t, t->kv.v[t->kv.n - 1].key);
+}
+
+/* The limits duroxide enforces on key-value writes, checked before the action is recorded
+** (the binding raises with the same words). */
+static int kv_check(dx_turn_t *t, const dx_action_t *a) {
+  int found;
+  if (!a->name || !*a->name || strlen(a->name) > DX_MAX_KV_KEY_BYTES || !dx__utf8_valid(a->name))
+    return DX_EINVAL;
+  if (a->kind != DX_ACT_KV_SET) return DX_OK;
+  if (!a->input) return DX_EINVAL;
+  if (strlen(a->input) > DX_MAX_KV_VALUE_BYTES) return DX_ETOOBIG;
+  kv_find(t, a->name, &found);
+  return found || t->kv.n < DX_MAX_KV_KEYS ? DX_OK : DX_ETOOBIG;
+}
+
+static void kv_apply(dx_turn_t *t, const dx_event_t *e) {
+  if (e->kind == DX_EV_KV_SET) kv_put(t, e->name, e->data, e->timestamp_ms);
+  else if (e->kind == DX_EV_KV_CLEARED) kv_remove(t, e->name);
+  else if (e->kind == DX_EV_KV_CLEARED_ALL) kv_clear_all(t);
+}
+
+const char *dx_turn_kv_get(const dx_turn_t *t, const char *key) {
+  int found;
+  size_t i = key ? kv_find(t, key, &found) : 0;
+  return key && found ? t->kv.v[i].value : NULL;
+}
+
+size_t dx_turn_kv_count(const dx_turn_t *t) { return t->kv.n; }
+
+const dx_kv_entry_t *dx_turn_kv_at(const dx_turn_t *t, size_t i) {
+  return i < t->kv.n ? &t->kv.v[i] : NULL;
+}
+
+const char *dx_turn_custom_status(const dx_turn_t *t) { return t->status_now; }
+
+/* {===== event queues =====} */
+
+static void deliver_to(slot_t *s, const dx_event_t *arrival) {
+  s->delivered = 1;
+  s->state = DX_FUT_OK;
+  s->data = arrival->data;
+  s->order = arrival->event_id;
+}
+
+/* A new dequeue takes the oldest message of its queue that is already here. */
+static void dequeue_waiting(dx_turn_t *t, slot_t *s, const char *queue) {
+  size_t i;
+  for (i = 0; i < t->arrivals.n; i++) {
+    const dx_event_t *m = ev_at(t, t->arrivals.v[i]);
+    if (!same_str(m->name, queue)) continue;
+    deliver_to(s, m);
+    memmove(&t->arrivals.v[i], &t->arrivals.v[i + 1], (t->arrivals.n - 1 - i) * sizeof(uint64_t));
+    t->arrivals.n--;
+    return;
+  }
 }
 
 int dx_turn_emit(dx_turn_t *t, const dx_action_t *a, uint64_t *token, const char **value) {
@@ -364,8 +516,12 @@ int dx_turn_emit(dx_turn_t *t, const dx_action_t *a, uint64_t *token, const char
   ** as "out of memory" (infrastructure), and a NULL or unknown system call crashed or did. */
   if (!a->name && (a->kind == DX_ACT_ACTIVITY || a->kind == DX_ACT_WAIT ||
                    a->kind == DX_ACT_SUB || a->kind == DX_ACT_CHAINED ||
-                   a->kind == DX_ACT_SYSCALL))
+                   a->kind == DX_ACT_SYSCALL || a->kind == DX_ACT_DEQUEUE))
     return DX_EINVAL;
+  if (a->kind == DX_ACT_KV_SET || a->kind == DX_ACT_KV_CLEAR) {
+    int rc = kv_check(t, a);
+    if (rc) return rc;
+  }
   if (a->kind == DX_ACT_SYSCALL && strcmp(a->name, "utc_now") != 0 &&
       strcmp(a->name, "new_guid") != 0 && strcmp(a->name, "random") != 0)
     return DX_EINVAL;
@@ -390,9 +546,16 @@ int dx_turn_emit(dx_turn_t *t, const dx_action_t *a, uint64_t *token, const char
     s->data = e->data;
     if (value) *value = e->data;
   } else if (e->kind == DX_EV_CUSTOM_STATUS) {
-    note_custom_status(t, e->event_id > t->n_hist ? e->data : a->input);
+    note_custom_status(t, e->event_id > t->n_hist ? e->data : a->input, e->event_id > t->n_hist);
+  } else if (e->kind == DX_EV_QUEUE_SUBSCRIBED) {
+    dequeue_waiting(t, s, e->name);
+  } else {
+    kv_apply(t, e); /* history's timestamp on replay: prune decisions stay the same */
   }
-  if (token && e->kind != DX_EV_CUSTOM_STATUS) *token = e->event_id;
+  if (token && (e->kind == DX_EV_CUSTOM_STATUS || e->kind == DX_EV_KV_SET ||
+                e->kind == DX_EV_KV_CLEARED || e->kind == DX_EV_KV_CLEARED_ALL))
+    return DX_OK; /* nothing to wait for */
+  if (token) *token = e->event_id;
   return DX_OK;
 }
 
@@ -419,6 +582,7 @@ static void cancel_outstanding(dx_turn_t *t, uint64_t id, const char *reason) {
     case DX_EV_ACT_SCHEDULED: crumb_kind = DX_EV_ACT_CANCEL_REQ; break;
     case DX_EV_SUB_SCHEDULED: crumb_kind = DX_EV_SUB_CANCEL_REQ; break;
     case DX_EV_EXT_SUBSCRIBED: crumb_kind = DX_EV_EXT_SUB_CANCELLED; break;
+    case DX_EV_QUEUE_SUBSCRIBED: crumb_kind = DX_EV_QUEUE_SUB_CANCELLED; break;
     default: return; /* timers need nothing: a late TimerFired is simply ignored */
   }
   if (!s->has_crumb) {
@@ -523,14 +687,34 @@ static int has_cancel_request(dx_turn_t *t) {
   return 0;
 }
 
+/* A queue message becomes an arrival event. */
+static void convert_queue_message(dx_turn_t *t, const dx_work_item_t *m) {
+  dx_event_t *e = append(t, DX_EV_QUEUE_EVENT);
+  if (!e) return;
+  e->name = dx__strdup(m->name);
+  e->data = dx__strdup(m->data ? m->data : "null");
+  if (!e->name || !e->data) t->oom = 1;
+}
+
+/* Messages carried over by continue_as_new (they hold the new execution's id) arrived before
+** anything queued since: they go first, in their order. */
+static int is_carried(const dx_turn_t *t, const dx_work_item_t *m) {
+  return m->kind == DX_WI_QUEUE_MESSAGE && m->execution_id == t->exec && t->n_hist == 0;
+}
+
 /* Turn the batch into completion events (message order), dropping stale and duplicate ones. */
 static void convert_batch(dx_turn_t *t) {
   size_t i;
+  for (i = 0; i < t->item->messages_len; i++)
+    if (is_carried(t, &t->item->messages[i])) convert_queue_message(t, &t->item->messages[i]);
   for (i = 0; i < t->item->messages_len && !t->fatal; i++) {
     const dx_work_item_t *m = &t->item->messages[i];
     int ck = completion_kind_for(m->kind);
     dx_event_t *e, *sched;
-    if (ck) {
+    if (m->kind == DX_WI_QUEUE_MESSAGE) {
+      /* a carried message of another execution is stale; client messages have id 0 */
+      if (m->execution_id == 0) convert_queue_message(t, m);
+    } else if (ck) {
       if (m->execution_id != t->exec) continue;          /* an older execution's result */
       if (m->id == 0 || m->id >= next_id(t)) {
         NONDET(t, "nondeterministic: completion for event %" PRIu64 " which does not exist",
@@ -590,6 +774,25 @@ static int deliver_external(dx_turn_t *t, const dx_event_t *e, uint64_t pos) {
   return 0;
 }
 
+/* A queue message goes to the oldest waiting dequeue of its queue, else waits for one. Once
+** the code has ended nobody will dequeue: it stays (continue_as_new carries it). */
+static int deliver_queue(dx_turn_t *t, const dx_event_t *e) {
+  size_t i;
+  if (t->run_state == DX_RUN_PENDING && !t->fatal) {
+    for (i = 0; i < t->emitted && i < t->sched.n; i++) {
+      uint64_t id = t->sched.v[i];
+      dx_event_t *sub = ev_at(t, id);
+      slot_t *s = slot(t, id);
+      if (!s || sub->kind != DX_EV_QUEUE_SUBSCRIBED || s->cancelled || s->delivered) continue;
+      if (!same_str(sub->name, e->name)) continue;
+      deliver_to(s, e);
+      return 1;
+    }
+  }
+  if (VEC_PUSH(t->arrivals, e->event_id)) t->oom = 1;
+  return 0;
+}
+
 static void apply(dx_turn_t *t, uint64_t id) {
   dx_event_t *e = ev_at(t, id);
   slot_t *s;
@@ -626,6 +829,9 @@ static void apply(dx_turn_t *t, uint64_t id) {
       break;
     case DX_EV_EXT_EVENT:
       if (deliver_external(t, e, id)) resume(t);
+      break;
+    case DX_EV_QUEUE_EVENT:
+      if (deliver_queue(t, e)) resume(t);
       break;
     default:
       break;
@@ -726,6 +932,27 @@ static void cancel_all_outstanding(dx_turn_t *t, const char *reason) {
   for (i = 0; i < t->sched.n; i++) cancel_outstanding(t, t->sched.v[i], reason);
 }
 
+/* Queue messages nobody dequeued go to the next execution (the oldest DX_MAX_CARRY_FORWARD;
+** the rest are dropped with a warning), after its start message. */
+static void carry_forward(dx_turn_t *t) {
+  size_t i;
+  for (i = 0; i < t->arrivals.n && i < DX_MAX_CARRY_FORWARD; i++) {
+    const dx_event_t *m = ev_at(t, t->arrivals.v[i]);
+    dx_work_item_t w;
+    memset(&w, 0, sizeof w);
+    w.kind = DX_WI_QUEUE_MESSAGE;
+    w.instance = dx__strdup(t->instance);
+    w.execution_id = t->exec + 1;
+    w.name = dx__strdup(m->name);
+    w.data = dx__strdup(m->data);
+    add_item(t, 0, &w);
+  }
+  if (t->arrivals.n > DX_MAX_CARRY_FORWARD)
+    dx__log(DX_LOG_WARN, "queue messages dropped at continue_as_new", "instance=%s execution=%"
+            PRIu64 " carried=%d dropped=%zu", t->instance, t->exec, DX_MAX_CARRY_FORWARD,
+            t->arrivals.n - DX_MAX_CARRY_FORWARD);
+}
+
 static void finish_terminal(dx_turn_t *t, int status) {
   dx_event_t *e;
   cancel_all_outstanding(t, status == DX_STATUS_COMPLETED ? "orchestration_terminal_completed"
@@ -752,8 +979,10 @@ static void finish_terminal(dx_turn_t *t, int status) {
     w.name = dx__strdup(t->name);
     w.version = dx__strdup(t->can_version);
     w.data = dx__strdup(t->can_input);
+    w.custom_status = dx__strdup(t->status_now);
     w.execution_id = t->exec + 1;
     add_item(t, 0, &w);
+    carry_forward(t);
     t->ack.output = t->can_input;
   }
   t->ack.status = status;
@@ -861,8 +1090,7 @@ static int validate_history(dx_turn_t *t) {
     }
     /* Completions and breadcrumbs must refer back to an earlier event: the walk indexes slots
     ** by source id (a huge one allocated without bound) and dereferences that event. */
-    if ((schedule_kind_for(e->kind) || e->kind == DX_EV_ACT_CANCEL_REQ ||
-         e->kind == DX_EV_SUB_CANCEL_REQ || e->kind == DX_EV_EXT_SUB_CANCELLED) &&
+    if ((schedule_kind_for(e->kind) || is_crumb_kind(e->kind)) &&
         (e->source_id == 0 || e->source_id >= e->event_id)) {
       NONDET(t, "nondeterministic: corrupted history: event %zu refers to event %" PRIu64,
              i + 1, e->source_id);
@@ -881,8 +1109,7 @@ static void index_history(dx_turn_t *t) {
   for (id = 1; id < next_id(t); id++) {
     const dx_event_t *e = ev_at(t, id);
     if (is_schedule_kind(e->kind)) VEC_PUSH(t->sched, id);
-    if (e->kind == DX_EV_ACT_CANCEL_REQ || e->kind == DX_EV_SUB_CANCEL_REQ ||
-        e->kind == DX_EV_EXT_SUB_CANCELLED) {
+    if (is_crumb_kind(e->kind)) {
       slot_t *s = slot(t, e->source_id);
       if (s) s->has_crumb = 1;
     } else if (schedule_kind_for(e->kind)) {
@@ -902,6 +1129,8 @@ static void start_event(dx_turn_t *t, const char *resolved_version) {
   e->name = dx__strdup(t->name);
   e->version = dx__strdup(resolved_version);
   e->data = dx__strdup(start && start->data ? start->data : "null");
+  if (t->exec > 1 && start && start->custom_status) /* carried over by continue_as_new */
+    e->custom_status = dx__strdup(start->custom_status);
   if (start && start->parent_instance) {
     e->instance = dx__strdup(start->parent_instance);
     e->parent_id = start->parent_id;
@@ -917,6 +1146,16 @@ static void start_event(dx_turn_t *t, const char *resolved_version) {
   dx__log(DX_LOG_INFO, "orchestration started", "instance=%s execution=%" PRIu64
           " orchestration=%s version=%s", t->instance, t->exec, t->name,
           t->version ? t->version : "");
+}
+
+/* What the code reads before it writes: the committed key-value state (never this
+** execution's writes, which replay reproduces) and the status the execution started with. */
+static void seed_state(dx_turn_t *t) {
+  const dx_event_t *st = ev_at(t, 1);
+  size_t i;
+  for (i = 0; i < t->item->kv_len; i++)
+    kv_put(t, t->item->kv[i].key, t->item->kv[i].value, t->item->kv[i].updated_ms);
+  if (st && st->custom_status && !(t->status_now = dx__strdup(st->custom_status))) t->oom = 1;
 }
 
 static void run_code(dx_turn_t *t) {
@@ -1022,6 +1261,7 @@ static void turn_body(dx_turn_t *t) {
   convert_batch(t);
   index_history(t);
   if (t->fatal) goto terminal;
+  seed_state(t);
   if (has_cancel_request(t)) {
     const dx_event_t *cr = NULL;
     uint64_t id;
@@ -1103,5 +1343,12 @@ void dx__turn_free(dx_turn_t *t) {
   free(t->can_input);
   free(t->can_version);
   free(t->custom_status);
+  free(t->status_now);
+  for (i = 0; i < t->kv.n; i++) {
+    free(t->kv.v[i].key);
+    free(t->kv.v[i].value);
+  }
+  free(t->kv.v);
+  free(t->arrivals.v);
   free(t);
 }

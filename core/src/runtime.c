@@ -15,6 +15,7 @@
 
 #include "duroxide.h"
 #include "codec.h"
+#include "credit.h"
 #include "embedding.h"
 #include "log.h"
 #include "metrics.h"
@@ -22,7 +23,7 @@
 #include "replay.h"
 #include "sessions.h"
 #include "store.h"
-#include "credit.h"
+#include "syscalls.h"
 #include "util.h"
 #include "wake.h"
 #include "watchdog.h"
@@ -500,9 +501,23 @@ static int check_activity_name(const char *name, dx_error_t *err) {
   return DX_OK;
 }
 
+static int cact_add(dx_runtime_t *rt, const char *name, dx_activity_fn fn, void *userdata,
+                    int flags, dx_error_t *err) {
+  cact_t *c = calloc(1, sizeof *c);
+  if (!c || !(c->name = dx__strdup(name))) {
+    free(c);
+    return dx_error_set(err, DX_ENOMEM, "out of memory");
+  }
+  c->fn = fn;
+  c->userdata = userdata;
+  c->flags = flags;
+  c->next = rt->cacts;
+  rt->cacts = c;
+  return DX_OK;
+}
+
 int dx_register_activity_ex(dx_runtime_t *rt, const char *name, dx_activity_fn fn,
                             void *userdata, int flags, dx_error_t *err) {
-  cact_t *c;
   int rc;
   if (!rt) return dx_error_set(err, DX_EINVAL, "NULL runtime");
   if ((rc = check_activity_name(name, err)) != 0) return rc;
@@ -515,17 +530,7 @@ int dx_register_activity_ex(dx_runtime_t *rt, const char *name, dx_activity_fn f
                         name);
   if (cact_find(rt, name))
     return dx_error_set(err, DX_EEXIST, "C activity '%s' is already registered", name);
-  c = calloc(1, sizeof *c);
-  if (!c || !(c->name = dx__strdup(name))) {
-    free(c);
-    return dx_error_set(err, DX_ENOMEM, "out of memory");
-  }
-  c->fn = fn;
-  c->userdata = userdata;
-  c->flags = flags;
-  c->next = rt->cacts;
-  rt->cacts = c;
-  return DX_OK;
+  return cact_add(rt, name, fn, userdata, flags, err);
 }
 
 int dx_register_activity(dx_runtime_t *rt, const char *name, dx_activity_fn fn, void *userdata,
@@ -757,6 +762,11 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   rt->host = host;
   rt->host_ud = host_ud;
   rt->skew_warned_ms = INT64_MIN / 2;
+  /* built-in: reads another instance's key-value state (ctx:get_kv_value_from_instance) */
+  if ((rc = cact_add(rt, DX_SYSCALL_GET_KV, dx__syscall_get_kv, p, DX_ACTIVITY_ON_POOL, err))) {
+    dx_runtime_free(rt);
+    return rc;
+  }
   *out = rt;
   return DX_OK;
 }

@@ -236,6 +236,11 @@ size_t dx__utf8_valid_prefix(const char *s, size_t n) {
   return i;
 }
 
+int dx__utf8_valid(const char *s) {
+  size_t n = strlen(s);
+  return dx__utf8_valid_prefix(s, n) == n;
+}
+
 char *dx__utf8_fix(const char *s, size_t n, size_t *out_n) {
   const unsigned char *p = (const unsigned char *)s;
   size_t i = 0, o = 0, k;

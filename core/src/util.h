@@ -29,6 +29,8 @@ int dx__parse_size(const char *text, size_t *out);
 char *dx__utf8_fix(const char *s, size_t n, size_t *out_n);
 /* How many of the n bytes at s form valid UTF-8 before the first bad byte (n: all valid). */
 size_t dx__utf8_valid_prefix(const char *s, size_t n);
+/* 1 when the NUL-terminated text is valid UTF-8 (as jansson and PostgreSQL accept it). */
+int dx__utf8_valid(const char *s);
 /* Identifiers (instance and session ids, names) must be valid UTF-8: PostgreSQL's text refuses
 ** other bytes and replacing them would make two ids one. DX_OK, or DX_EINVAL in err with
 ** "WHAT is not valid UTF-8 (byte K is 0xXX)". s may be NULL (nothing to check). */

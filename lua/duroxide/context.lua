@@ -5,6 +5,9 @@
 --   C.poll(box, token) -> state, value, err, order   (state: 0 pending, 1 ok, 2 error)
 --   C.cancel(box, token)
 --   C.replaying(box) -> boolean ; C.trace(box, level, message)
+--   C.kv_get(box, key) -> value ; C.kv_all(box) -> { {key, value, updated_ms}, ... }
+--   C.kv_key_check(key) raises for a key no write would accept
+--   C.custom_status(box) -> value
 -- Yields happen here, in Lua, never inside a C function: a suspended orchestration is a
 -- coroutine parked in `coroutine.yield()` until the engine delivers something and resumes it.
 local C = ...
@@ -12,10 +15,13 @@ local C = ...
 local ACT_ACTIVITY, ACT_TIMER, ACT_WAIT, ACT_SUB, ACT_CHAINED, ACT_STATUS, ACT_SYSCALL, ACT_CAN =
   1, 2, 3, 4, 5, 6, 7, 8
 local ACT_CLOSE_SESSION = 9
+local ACT_KV_SET, ACT_KV_CLEAR, ACT_KV_CLEAR_ALL, ACT_DEQUEUE = 10, 11, 12, 13
+local KV_SYSCALL = "__duroxide_syscall:get_kv_value"
 local PENDING, OK = 0, 1
 
 local yield = coroutine.yield
-local type, select_, error, tostring = type, select, error, tostring
+local mtype = math.type
+local type, select_, error, tostring, ipairs = type, select, error, tostring, ipairs
 -- the originals, captured before the sandbox guards them (sandbox.c): Future checks compare
 -- the real metatable, which orchestration code only sees as a read-only view
 local getmetatable, setmetatable = getmetatable, setmetatable
@@ -195,6 +201,85 @@ function Context:random() return C.emit(self._box, ACT_SYSCALL, "random") end
 
 function Context:set_custom_status(value)
   C.emit(self._box, ACT_STATUS, nil, value)
+end
+
+--- The custom status as this execution last set it (a continued execution starts with the
+--- status its predecessor ended with); nil when none.
+function Context:get_custom_status() return C.custom_status(self._box) end
+
+-- {===== key-value state =====}
+-- Reads see the instance's state as of the previous execution's end plus this execution's
+-- writes so far; every write is recorded in history, so replay reads the same values.
+
+function Context:set_kv_value(key, value)
+  check_name("key-value key", key)
+  if value == nil then error("set_kv_value: value must not be nil (use clear_kv_value)", 2) end
+  C.emit(self._box, ACT_KV_SET, key, value)
+end
+
+function Context:get_kv_value(key)
+  check_name("key-value key", key)
+  return C.kv_get(self._box, key)
+end
+
+function Context:clear_kv_value(key)
+  check_name("key-value key", key)
+  C.emit(self._box, ACT_KV_CLEAR, key)
+end
+
+function Context:clear_all_kv_values() C.emit(self._box, ACT_KV_CLEAR_ALL) end
+
+function Context:get_kv_all_values()
+  local all = {}
+  for _, e in ipairs(C.kv_all(self._box)) do all[e[1]] = e[2] end
+  return all
+end
+
+--- Keys in ascending (byte) order.
+function Context:get_kv_all_keys()
+  local keys = {}
+  for i, e in ipairs(C.kv_all(self._box)) do keys[i] = e[1] end
+  return keys
+end
+
+function Context:get_kv_length() return #C.kv_all(self._box) end
+
+--- Clear every key last set before `cutoff_ms` (ms since the epoch, as ctx:utc_now());
+--- returns how many were cleared.
+function Context:prune_kv_values_updated_before(cutoff_ms)
+  if mtype(cutoff_ms) == nil then
+    error("prune_kv_values_updated_before expects a time in milliseconds, got " ..
+          type(cutoff_ms), 2)
+  end
+  local n = 0
+  for _, e in ipairs(C.kv_all(self._box)) do
+    if e[3] < cutoff_ms then
+      C.emit(self._box, ACT_KV_CLEAR, e[1])
+      n = n + 1
+    end
+  end
+  return n
+end
+
+--- A future of another instance's live value of `key` (nil when it has none), read by a
+--- built-in activity so the value is recorded in history.
+function Context:get_kv_value_from_instance(instance_id, key)
+  check_name("instance id", instance_id)
+  check_name("key-value key", key)
+  C.kv_key_check(key)
+  -- the instance id also goes as the action's instance: checked there like any other id
+  return new_future(self, C.emit(self._box, ACT_ACTIVITY, KV_SYSCALL,
+                                 { instance = instance_id, key = key }, nil, instance_id),
+                    "activity")
+end
+
+-- {===== event queues =====}
+
+--- A future of the next message of `queue` (FIFO). Messages enqueued before anyone waits are
+--- kept until dequeued, and carried across continue_as_new.
+function Context:dequeue_event(queue)
+  check_name("queue name", queue)
+  return new_future(self, C.emit(self._box, ACT_DEQUEUE, queue), "dequeue")
 end
 
 function Context:is_replaying() return C.replaying(self._box) end

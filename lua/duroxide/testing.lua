@@ -36,8 +36,16 @@ local function wall_ms() return uv.hrtime() // 1000000 end
 
 -- {===== helpers =====}
 
---- A fresh private temporary directory (removed by env:close / M.remove_tree).
+--- A fresh private temporary directory (removed by env:close / M.remove_tree), under
+--- $TMPDIR when it is set (else the system's temporary directory).
 function M.tmpdir()
+  local base = os.getenv("TMPDIR")
+  if base and base ~= "" then
+    local path, err = uv.fs_mkdtemp(base:gsub("/+$", "") .. "/duroxide-XXXXXX")
+    if not path then error("testing.tmpdir: cannot create a directory under $TMPDIR (" ..
+                           base .. "): " .. tostring(err), 2) end
+    return path
+  end
   local path = os.tmpname()
   os.remove(path)
   assert(uv.fs_mkdir(path, tonumber("700", 8)))
@@ -370,6 +378,25 @@ function Env:raise_event(id, name, data)
   if not ok then error("raise_event " .. tostring(id) .. ": " .. tostring(err), 2) end
 end
 
+--- Put `data` on event queue `queue` of instance `id` (raises when refused).
+function Env:enqueue_event(id, queue, data)
+  local ok, err = self.client:enqueue_event(id, queue, data)
+  if not ok then error("enqueue_event " .. tostring(id) .. ": " .. tostring(err), 2) end
+end
+
+--- Cancel instance `id` (raises when refused); drive it with run_until_complete.
+function Env:cancel(id, reason)
+  local ok, err = self.client:cancel(id, reason)
+  if not ok then error("cancel " .. tostring(id) .. ": " .. tostring(err), 2) end
+end
+
+--- The instance's live key-value state: { key = value, ... }.
+function Env:kv(id)
+  local all, err = self.client:get_kv_all_values(id)
+  if not all then error("kv " .. tostring(id) .. ": " .. tostring(err), 2) end
+  return all
+end
+
 --- Recorded calls of activity `name` in call order: { {input=, session_id=, worker_id=,
 --- instance_id=, attempt=, name=}, ... }. Without a name: every call of every activity.
 function Env:calls(name)
@@ -379,13 +406,17 @@ function Env:calls(name)
   return out
 end
 
---- History of the instance's latest execution (as client:history), with .instance_id and
---- .execution_id set so testing.check_replay can replay it as that instance.
-function Env:history(id)
-  local h, err = self.client:history(id)
+--- History of execution `execution` of the instance (default: the latest), as
+--- client:history, with .instance_id and .execution_id set so testing.check_replay can replay
+--- it as that instance.
+function Env:history(id, execution)
+  if execution ~= nil and (math.type(execution) ~= "integer" or execution < 1) then
+    error("history: execution must be an integer >= 1", 2)
+  end
+  local h, err = self.client:history(id, execution)
   if not h then error("history " .. tostring(id) .. ": " .. tostring(err), 2) end
   h.instance_id = id
-  h.execution_id = self.client:status(id).execution_id
+  h.execution_id = execution or self.client:status(id).execution_id
   return h
 end
 
@@ -553,6 +584,8 @@ end
 --- code is compatible, or false and the engine's message ("nondeterministic: ...") when it
 --- would fail on replay; a third value tells how the replayed code ended ("Completed",
 --- "Failed", "ContinuedAsNew", "Running"). Registrations are restored afterwards.
+--- opts: instance_id, execution_id (default: the history's), kv (the instance's key-value
+--- state when the execution began, {key = value}; default none: right for a first execution).
 function M.check_replay(history, app, opts)
   if type(history) ~= "table" then error("check_replay: history must be a table", 2) end
   opts = opts or {}
@@ -563,7 +596,7 @@ function M.check_replay(history, app, opts)
     elseif type(app) == "function" then app(duroxide)
     elseif app ~= nil then error("check_replay: app must be a script path or a function") end
     return duroxide._replay(history, opts.instance_id or history.instance_id,
-                            opts.execution_id or history.execution_id)
+                            opts.execution_id or history.execution_id, opts.kv)
   end)
   restore(reg, saved)
   if not ok then error(a, 2) end

@@ -36,7 +36,11 @@ typedef enum {
   DX_ACT_STATUS = 6,    /* input = custom status JSON (NULL clears) */
   DX_ACT_SYSCALL = 7,   /* name = "utc_now" | "new_guid" | "random"; value returned at once */
   DX_ACT_CAN = 8,       /* input, version (continue as new; terminal) */
-  DX_ACT_CLOSE_SESSION = 9 /* session_id: release the session on its owner */
+  DX_ACT_CLOSE_SESSION = 9, /* session_id: release the session on its owner */
+  DX_ACT_KV_SET = 10,       /* name = key, input = value JSON (no future) */
+  DX_ACT_KV_CLEAR = 11,     /* name = key (no future) */
+  DX_ACT_KV_CLEAR_ALL = 12, /* (no future) */
+  DX_ACT_DEQUEUE = 13       /* name = queue: a future of its next message */
 } dx_action_kind_t;
 
 typedef struct dx_action_s {
@@ -49,7 +53,7 @@ typedef struct dx_action_s {
   int64_t delay_ms;
 } dx_action_t;
 
-/** Record an action. *token identifies the durable future (0 for STATUS and CAN). For SYSCALL,
+/** Record an action. *token identifies the durable future (0 for STATUS, CAN and KV_*). For SYSCALL,
 **  *value receives the recorded value (borrowed, valid for the turn). Returns DX_OK, or
 **  DX_ENONDET when the action does not match history (the turn then fails whatever the code
 **  does next; the binding should stop the code), DX_ETOOBIG for an oversized input. */
@@ -78,6 +82,17 @@ int64_t dx_turn_instruction_budget(const dx_turn_t *t);
 **  runtime: the turn then has no wall-clock limit. */
 int64_t dx_turn_time_limit(const dx_turn_t *t);
 int dx_turn_is_replaying(const dx_turn_t *t);
+/** Key-value state as the code sees it: the committed state plus this execution's writes so
+**  far. dx_turn_kv_get: the value JSON of `key` or NULL. dx_turn_kv_at: entry i (ascending
+**  key) of dx_turn_kv_count, NULL past the end. Borrowed until the next dx_turn_emit.
+**  KV_SET refuses (DX_EINVAL / DX_ETOOBIG, nothing recorded) a key that is empty or longer than
+**  DX_MAX_KV_KEY_BYTES, a value over DX_MAX_KV_VALUE_BYTES, and a new key past
+**  DX_MAX_KV_KEYS. */
+const char *dx_turn_kv_get(const dx_turn_t *t, const char *key);
+size_t dx_turn_kv_count(const dx_turn_t *t);
+const dx_kv_entry_t *dx_turn_kv_at(const dx_turn_t *t, size_t i);
+/** The custom status as the code sees it (JSON; NULL = none). Borrowed for the turn step. */
+const char *dx_turn_custom_status(const dx_turn_t *t);
 /** Set by the binding before returning DX_RUN_DONE / DX_RUN_FAILED (copied). */
 void dx_turn_set_output(dx_turn_t *t, const char *json);
 void dx_turn_set_failure(dx_turn_t *t, int category, const char *kind, const char *message);

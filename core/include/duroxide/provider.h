@@ -65,6 +65,13 @@ typedef enum {
   DX_EV_CUSTOM_STATUS = 20,   /* data=status JSON or NULL (cleared) */
   DX_EV_SYSCALL = 21,         /* name=operation ("utc_now", "new_guid", "random"), data=value */
   DX_EV_SESSION_CLOSED = 22,  /* session_id (ctx:close_session; fire and forget) */
+  /* key-value state and event queues (issue 11) */
+  DX_EV_KV_SET = 23,          /* name=key, data=value JSON, timestamp_ms=last updated */
+  DX_EV_KV_CLEARED = 24,      /* name=key */
+  DX_EV_KV_CLEARED_ALL = 25,  /* (nothing) */
+  DX_EV_QUEUE_SUBSCRIBED = 26, /* name=queue (ctx:dequeue_event) */
+  DX_EV_QUEUE_EVENT = 27,     /* name=queue, data (a message arrived; kept until dequeued) */
+  DX_EV_QUEUE_SUB_CANCELLED = 28, /* source_id, reason */
   DX_EV__COUNT
 } dx_event_kind_t;
 
@@ -102,6 +109,8 @@ typedef struct dx_event_s {
   uint64_t parent_execution_id;
   int64_t fire_at_ms;
   dx_failure_t fail;
+  char *custom_status;  /* ORCH_STARTED of a continued execution: the custom status it
+                           starts with (JSON; NULL = none) */
 } dx_event_t;
 
 /** Work item kinds (duroxide WorkItem). Values are stored: never renumber. */
@@ -123,6 +132,9 @@ typedef enum {
                                like any session row; at the head of a session nobody holds it is
                                deleted (with the session row when no rows are left) instead of
                                claiming the session. */
+  DX_WI_QUEUE_MESSAGE = 12, /* instance, name=queue, data (client:enqueue_event). execution_id
+                               0; a message carried across continue-as-new holds the new
+                               execution's id and is delivered before newer ones */
   DX_WI__COUNT
 } dx_work_kind_t;
 
@@ -142,6 +154,7 @@ typedef struct dx_work_item_s {
   char *reason;
   int64_t fire_at_ms;
   dx_failure_t fail;
+  char *custom_status;      /* CAN: the custom status the next execution starts with */
 } dx_work_item_t;
 
 /** Execution status as stored. */
@@ -167,7 +180,20 @@ typedef struct dx_orch_item_s {
   uint32_t attempt_count;     /* max over the batch, after this fetch's increment */
   int history_error;          /* DX_ECORRUPT when history could not be decoded (history empty) */
   char *history_error_msg;
+  struct dx_kv_entry_s *kv;   /* committed key-value state (as of the end of the previous
+                                 execution; never the current one's writes), ascending key */
+  size_t kv_len;
 } dx_orch_item_t;
+
+/** One key-value entry of an instance (strings owned). */
+typedef struct dx_kv_entry_s {
+  char *key;
+  char *value;          /* canonical JSON */
+  int64_t updated_ms;   /* when it was last set (orchestration clock) */
+} dx_kv_entry_t;
+
+/** Callback for key-value listings: return non-zero to stop. Strings borrowed for the call. */
+typedef int (*dx_kv_cb)(void *ud, const char *key, const char *value, int64_t updated_ms);
 
 /** Identity of a worker-queue row, for lock stealing (cancelled activities). */
 typedef struct dx_activity_ref_s {
@@ -300,6 +326,7 @@ void dx_work_item_clear(dx_work_item_t *w);
 void dx_events_free(dx_event_t *events, size_t n);
 void dx_orch_item_free(dx_orch_item_t *item);
 void dx_instance_info_clear(dx_instance_info_t *info);
+void dx_kv_entries_free(dx_kv_entry_t *kv, size_t n);
 /** Clears every row, then frees the array (NULL is ignored). */
 void dx_instance_infos_free(dx_instance_info_t *rows, size_t n);
 /* Deep copies; return DX_OK or DX_ENOMEM. */
@@ -346,7 +373,7 @@ typedef int (*dx_instance_cb)(void *ud, const char *id);
 typedef void (*dx_check_cb)(void *ud, const char *problem);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 6 (older providers: 1..5; members past `version` are absent) */
+  int version; /* 7 (older providers: 1..6; members past `version` are absent) */
   const char *name;
 
   /** Close and free the provider. */
@@ -533,6 +560,21 @@ typedef struct dx_provider_methods_s {
   int (*terminate_instance)(dx_provider_t *p, int64_t now_ms, const char *instance,
                             const dx_failure_t *why, int notify_parent, dx_error_t *err);
   /* members above are version 6 */
+
+  /* Key-value state (issue 11; version 7). A provider keeps two views: the committed state
+  ** (as of the end of the instance's previous execution) and the current execution's changes
+  ** (sets and tombstones). ack_orchestration_item applies the delta's DX_EV_KV_* events to
+  ** the changes and, when the execution ends (COMPLETED, FAILED, CONTINUED_AS_NEW), folds
+  ** them into the committed state; fetch_orchestration_item returns the committed state in
+  ** item->kv. Deleting an instance deletes both. */
+  /** The live value of `key` (changes over committed state). *value owned by the caller;
+  **  DX_ENOTFOUND when the instance or key does not exist (or was cleared). */
+  int (*get_kv)(dx_provider_t *p, const char *instance, const char *key, char **value,
+                int64_t *updated_ms, dx_error_t *err);
+  /** Every live entry of `instance`, ascending key (none for an unknown instance). */
+  int (*list_kv)(dx_provider_t *p, const char *instance, dx_kv_cb cb, void *ud,
+                 dx_error_t *err);
+  /* members above are version 7 */
 } dx_provider_methods_t;
 
 /** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a
@@ -596,5 +638,12 @@ int dx_provider_open(const char *url, const dx_provider_opts_t *opts, dx_provide
 #define DX_MAX_NAME_BYTES 200       /* activity and orchestration names */
 #define DX_MAX_EVENT_NAME_BYTES 400
 #define DX_MAX_REASON_BYTES 1000    /* cancel reasons: failure messages keep them whole */
+/* Key-value state (duroxide's limits; the key limit leaves room for the instance id in a
+** store key). Checked at ctx:set_kv_value. */
+#define DX_MAX_KV_KEY_BYTES 100
+#define DX_MAX_KV_VALUE_BYTES 16384
+#define DX_MAX_KV_KEYS 100
+/* Queue messages carried into the next execution by continue_as_new (oldest kept). */
+#define DX_MAX_CARRY_FORWARD 20
 
 #endif

@@ -47,6 +47,35 @@ int dx__check_events(const dx_event_t *ev, size_t n, dx_error_t *err) {
   return 0;
 }
 
+int dx__check_kv_key(const char *key, dx_error_t *err) {
+  size_t n;
+  if (!key || !*key) return dx_error_set(err, DX_EINVAL, "key-value key is missing or empty");
+  if ((n = strlen(key)) > DX_MAX_KV_KEY_BYTES)
+    return dx_error_set(err, DX_EINVAL, "key-value key is %zu bytes; the limit is %d bytes", n,
+                        DX_MAX_KV_KEY_BYTES);
+  /* a text key on every store: PostgreSQL refuses invalid UTF-8 (the ack would never commit) */
+  if (!dx__utf8_valid(key)) return dx_error_set(err, DX_EINVAL, "key-value key is not valid UTF-8");
+  return 0;
+}
+
+/* Key-value events carry a key the store can index and a value. */
+static int check_kv_events(const dx_event_t *ev, size_t n, dx_error_t *err) {
+  size_t i;
+  int rc;
+  for (i = 0; i < n; i++) {
+    if (ev[i].kind != DX_EV_KV_SET && ev[i].kind != DX_EV_KV_CLEARED) continue;
+    if ((rc = dx__check_kv_key(ev[i].name, err))) return rc;
+    if (ev[i].kind == DX_EV_KV_SET && !ev[i].data)
+      return dx_error_set(err, DX_EINVAL, "key-value set of '%s' has no value", ev[i].name);
+  }
+  return 0;
+}
+
+int dx__kv_folds(int status) {
+  return status == DX_STATUS_COMPLETED || status == DX_STATUS_FAILED ||
+         status == DX_STATUS_CONTINUED_AS_NEW;
+}
+
 int dx__check_worker_id(const char *id, dx_error_t *err) {
   size_t n;
   if (!id || !*id) return dx_error_set(err, DX_EINVAL, "session worker id is missing or empty");
@@ -71,6 +100,7 @@ int dx__check_ack(const dx_orch_ack_t *a, dx_error_t *err) {
   if ((rc = dx__check_instance(a->instance, err))) return rc;
   if (a->execution_id == 0) return dx_error_set(err, DX_EINVAL, "execution_id 0 (ids start at 1)");
   if ((rc = dx__check_events(a->delta, a->delta_len, err)) ||
+      (rc = check_kv_events(a->delta, a->delta_len, err)) ||
       (rc = check_items(a->worker_items, a->worker_items_len, err)) ||
       (rc = check_items(a->orch_items, a->orch_items_len, err)))
     return rc;

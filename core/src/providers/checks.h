@@ -14,6 +14,10 @@ int dx__check_payload(const dx_work_item_t *w, dx_error_t *err);
 int dx__check_events(const dx_event_t *ev, size_t n, dx_error_t *err);
 int dx__check_worker_id(const char *id, dx_error_t *err);
 int dx__check_ack(const dx_orch_ack_t *a, dx_error_t *err);
+/* A key-value key: non-empty, at most DX_MAX_KV_KEY_BYTES. */
+int dx__check_kv_key(const char *key, dx_error_t *err);
+/* 1 when an ack with this status ends the execution: its key-value changes become committed. */
+int dx__kv_folds(int status);
 /* Timers become visible when they fire; everything else after the delay (saturating). */
 int64_t dx__visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms);
 

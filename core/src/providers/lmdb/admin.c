@@ -82,8 +82,7 @@ static int drop_work_rows(tx_t *t, const char *inst) {
   return rc;
 }
 
-/* Everything stored under one instance id. Key-value state of the instance (when the store
-** keeps any) belongs here too. */
+/* Everything stored under one instance id, its key-value state included. */
 static int delete_one(tx_t *t, const char *inst, uint64_t *deleted) {
   inst_rec_t ir;
   dkey_t k;
@@ -109,6 +108,7 @@ static int delete_one(tx_t *t, const char *inst, uint64_t *deleted) {
   if (!rc) rc = del_prefix(t, DB_HISTORY, &k, &found);
   if (!rc) rc = drop_orch_queue(t, inst);
   if (!rc) rc = drop_work_rows(t, inst);
+  if (!rc) rc = dx__lm_kv_delete(t, inst);
   if (!rc && found && deleted) (*deleted)++;
   return rc;
 }
@@ -239,6 +239,8 @@ static int terminate_tx(tx_t *t, int64_t now, const char *inst, const dx_failure
   }
   if (!rc) rc = drop_orch_queue(t, inst);
   if (!rc) rc = drop_work_rows(t, inst);
+  /* the execution ended: its key-value changes become committed, as an ack's would */
+  if (!rc) rc = dx__lm_kv_ack(t, inst, NULL, 0, DX_STATUS_FAILED);
   if (!rc && notify_parent && n && hist[0].kind == DX_EV_ORCH_STARTED && hist[0].instance &&
       hist[0].parent_id) {
     dx_work_item_t w;

@@ -272,6 +272,35 @@ static void ck_sess_head(ck_t *c, const MDB_val *k, const MDB_val *v) {
     problem(c, "sess_heads: stray entry for session '%s'", sid);
 }
 
+/* Key-value records: inst\0 key\0, a decodable record, an instance that exists. */
+static void ck_kv_in(ck_t *c, int db, const lm_schema_t *s, const MDB_val *k, const MDB_val *v) {
+  kv_rec_t r;
+  dkey_t ik;
+  const char *b = k->mv_data;
+  size_t il = b ? strnlen(b, k->mv_size) : 0;
+  memset(&r, 0, sizeof r);
+  if (il == 0 || k->mv_size < il + 3 ||
+      strnlen(b + il + 1, k->mv_size - il - 1) != k->mv_size - il - 2) {
+    problem(c, "%s: malformed key", dx__lm_db_names[db]);
+    return;
+  }
+  if (dx__lm_rec_decode(c->t, s, v, &r, b)) { failed(c); return; }
+  if (db == DB_KV && !r.value) problem(c, "kv: entry '%s' of '%s' has no value", b + il + 1, b);
+  dx__lm_rec_clear(s, &r);
+  key_inst(&ik, b);
+  if (!has(c, DB_INSTANCES, &ik, NULL))
+    problem(c, "%s: entry '%s' for instance '%s', which does not exist", dx__lm_db_names[db],
+            b + il + 1, b);
+}
+
+static void ck_kv(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  ck_kv_in(c, DB_KV, &dx__lm_kv_schema, k, v);
+}
+
+static void ck_kv_delta(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  ck_kv_in(c, DB_KV_DELTA, &dx__lm_kv_delta_schema, k, v);
+}
+
 typedef void (*ck_fn)(ck_t *c, const MDB_val *k, const MDB_val *v);
 
 static const ck_fn checkers[DB__COUNT] = {
@@ -281,7 +310,7 @@ static const ck_fn checkers[DB__COUNT] = {
   [DB_WORK] = ck_row,            [DB_WORK_READY] = ck_work_ready, [DB_WORK_LOCK] = ck_work_lock,
   [DB_WORK_TOKEN] = ck_work_token, [DB_WORK_IDENT] = ck_work_ident, [DB_SESSIONS] = ck_session,
   [DB_SESS_OWNER] = ck_sess_owner, [DB_SESS_ITEMS] = ck_sess_item, [DB_SESS_QUEUE] = ck_sess_queue,
-  [DB_SESS_HEADS] = ck_sess_head,
+  [DB_SESS_HEADS] = ck_sess_head, [DB_KV] = ck_kv,              [DB_KV_DELTA] = ck_kv_delta,
 };
 
 /* Walk one table: checksum, then the table's checker, for every entry. */

@@ -416,7 +416,7 @@ static void lm_destroy(dx_provider_t *pp) {
 static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
 
 static const dx_provider_methods_t lm_methods = {
-  6,
+  7,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -457,6 +457,9 @@ static const dx_provider_methods_t lm_methods = {
   dx__lm_delete_instances,
   dx__lm_prune_executions,
   dx__lm_terminate,
+  /* key-value state (version 7) */
+  dx__lm_get_kv,
+  dx__lm_list_kv,
 };
 
 int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,

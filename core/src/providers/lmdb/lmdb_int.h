@@ -32,6 +32,9 @@
 **                                                          visible_at, or locked_until if locked
 **   sess_queue    sid\0 -> be64 head_due be64 head_seq be64 rows   (sessions with rows)
 **   sess_heads    be64 head_due be64 head_seq sid\0 -> ""  one entry per sessions_queue row
+**   kv            inst\0 key\0 -> value, updated_at   committed key-value state (kv.c)
+**   kv_delta      inst\0 key\0 -> value|nil, updated_at   the running execution's changes
+**                                                     (nil = cleared)
 **
 ** Fetches read the head of the ready and lock indexes (an expired lock is as fetchable as a
 ** ready message), so they stay O(log n) however many rows are locked or delayed. Rows with a
@@ -75,7 +78,7 @@
 #define LM_RECORD_FORMAT 1u  /* first element of every wrapper record */
 #define LM_DEFAULT_MAP ((size_t)64 << 20) /* first map size; it doubles as the store fills */
 #define LM_SUM_BYTES 4       /* CRC32C after every value (format 3) */
-#define LM_MAXDBS 24
+#define LM_MAXDBS 32
 #define LM_KEY_MAX 511       /* LMDB's default MDB_MAXKEYSIZE */
 #define LM_INSTANCE_MAX DX_MAX_INSTANCE_ID_BYTES /* room left for the numbers in keys */
 #define LM_SESSION_MAX DX_MAX_SESSION_ID_BYTES /* owner\0sid\0 must fit a key */
@@ -85,7 +88,8 @@ enum {
   DB_META, DB_INSTANCES, DB_INST_CREATED, DB_EXECUTIONS, DB_HISTORY,
   DB_ORCH_MSGS, DB_ORCH_STATE, DB_ORCH_READY, DB_ORCH_LOCK,
   DB_WORK, DB_WORK_READY, DB_WORK_LOCK, DB_WORK_TOKEN, DB_WORK_IDENT,
-  DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS, DB__COUNT
+  DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS,
+  DB_KV, DB_KV_DELTA, DB__COUNT
 };
 
 /* Names of the named DBs, indexed by DB_*. */
@@ -254,6 +258,12 @@ typedef struct {
   int64_t started_at, completed_at;
 } exec_rec_t;
 
+/* A key-value record (kv and kv_delta); value NULL = cleared (kv_delta only). */
+typedef struct {
+  char *value;
+  int64_t updated_at;
+} kv_rec_t;
+
 /* {===== orchestrator queue: messages =====} */
 
 typedef struct {
@@ -406,7 +416,8 @@ int dx__lm_can_grow(shared_env_t *se);
 
 /* records.c */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
-    dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema;
+    dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema, dx__lm_kv_schema,
+    dx__lm_kv_delta_schema;
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what);
@@ -547,6 +558,18 @@ int dx__lm_prune_executions(dx_provider_t *pp, const char *instance, uint64_t ke
                             uint64_t *pruned, dx_error_t *err);
 int dx__lm_terminate(dx_provider_t *pp, int64_t now, const char *instance,
                      const dx_failure_t *why, int notify_parent, dx_error_t *err);
+/* kv.c */
+/* The committed state of `inst` (fetch), ascending key; *out owned by the caller. */
+int dx__lm_kv_snapshot(tx_t *t, const char *inst, dx_kv_entry_t **out, size_t *n);
+/* Apply an ack's key-value events; fold the changes into the committed state when `status`
+** ends the execution. */
+int dx__lm_kv_ack(tx_t *t, const char *inst, const dx_event_t *delta, size_t n, int status);
+/* Delete every key-value record of `inst` (both tables). */
+int dx__lm_kv_delete(tx_t *t, const char *inst);
+int dx__lm_get_kv(dx_provider_t *pp, const char *instance, const char *key, char **value,
+                  int64_t *updated_ms, dx_error_t *err);
+int dx__lm_list_kv(dx_provider_t *pp, const char *instance, dx_kv_cb cb, void *ud,
+                   dx_error_t *err);
 
 /* testhooks.c */
 extern const dx_provider_test_hooks_t dx__lm_test_hooks;

@@ -300,6 +300,7 @@ static int orch_item_fill(tx_t *t, dx_orch_item_t *it, const inst_rec_t *ir) {
   if ((name && !(it->orchestration_name = dx__strdup(name))) ||
       (version && !(it->orchestration_version = dx__strdup(version))))
     return dx__lm_nomem(t->err);
+  if ((rc = dx__lm_kv_snapshot(t, it->instance, &it->kv, &it->kv_len))) return rc;
   t->err = &herr; /* a corrupt history is reported in the item, not as the call's error */
   rc = dx__lm_history_load(t, it->instance, it->execution_id, &it->history, &it->history_len);
   t->err = saved;
@@ -468,7 +469,8 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   rc = msgs_delete(t, &l, a->lock_token, now);
   msgs_free(&l);
   if (rc || (rc = ack_instance(t, now, a)) || (rc = ack_execution(t, now, a)) ||
-      (rc = dx__lm_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)))
+      (rc = dx__lm_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
+      (rc = dx__lm_kv_ack(t, a->instance, a->delta, a->delta_len, a->status)))
     return rc;
   for (i = 0; i < a->worker_items_len && !rc; i++)
     rc = dx__lm_work_insert(t, &a->worker_items[i], now);

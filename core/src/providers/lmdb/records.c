@@ -48,6 +48,9 @@ static const lm_field_t row_fields[] = {
   F(RF_U64, work_row_t, exec, 0),       F(RF_U64, work_row_t, act_id, 0),
   FB(work_row_t, item, item_len),       F(RF_U64, work_row_t, locker, 0),
 };
+static const lm_field_t kv_fields[] = {
+  F(RF_STR, kv_rec_t, value, 0), F(RF_I64, kv_rec_t, updated_at, 0),
+};
 #undef F
 #undef FB
 
@@ -57,6 +60,8 @@ const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_field
 const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 3};
 const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 0};
 const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9};
+const lm_schema_t dx__lm_kv_schema = {DB_KV, kv_fields, COUNT(kv_fields), 0};
+const lm_schema_t dx__lm_kv_delta_schema = {DB_KV_DELTA, kv_fields, COUNT(kv_fields), 0};
 
 #define AT(base, f, T) ((T *)(void *)((char *)(base) + (f)->off))
 #define CAT(base, f, T) ((const T *)(const void *)((const char *)(base) + (f)->off))

@@ -363,6 +363,8 @@ static int terminate_tx(tx_t *t, int64_t now, const char *inst, const dx_failure
     dx__qp_str(&q, inst);
     rc = dx__pg_q(t, PQ_ADM_DROP_QUEUES, &q, NULL);
   }
+  /* the execution ended: its key-value changes become committed, as an ack's would */
+  if (!rc) rc = dx__pg_kv_fold(t, inst);
   if (!rc && notify_parent && n && hist[0].kind == DX_EV_ORCH_STARTED && hist[0].instance &&
       hist[0].parent_id) {
     dx_work_item_t w;

@@ -23,7 +23,7 @@
 #include "providers/pg/pg_sql.h"
 
 #define PG_NEVER INT64_MAX
-#define PG_MAX_PARAMS 32
+#define PG_MAX_PARAMS 40
 
 typedef struct pg_s pg_t;
 
@@ -184,6 +184,12 @@ int dx__pg_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_eve
 int dx__pg_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n);
 int dx__pg_nomem(dx_error_t *err);
 
+/* {===== key-value state (pg_kv.c) =====} */
+/* The execution of `inst` ended outside an ack (terminate): its changes become committed. */
+int dx__pg_kv_fold(tx_t *t, const char *inst);
+int dx__pg_get_kv(dx_provider_t *, const char *, const char *, char **, int64_t *, dx_error_t *);
+int dx__pg_list_kv(dx_provider_t *, const char *, dx_kv_cb, void *, dx_error_t *);
+
 /* {===== methods =====} */
 int dx__pg_fetch_orch(dx_provider_t *, int64_t, int64_t, dx_orch_item_t **, dx_error_t *);
 int dx__pg_ack_orch(dx_provider_t *, int64_t, const dx_orch_ack_t *, dx_error_t *);
@@ -224,8 +230,8 @@ int dx__pg_release_sessions(dx_provider_t *, int64_t, const char *, const char *
 int dx__pg_cleanup_sessions(dx_provider_t *, int64_t, uint64_t *, dx_error_t *);
 int dx__pg_list_sessions(dx_provider_t *, dx_session_cb, void *, dx_error_t *);
 
-/* The first work fetch's picks, queued ahead by run_cycle so that they travel with the
-** orchestration fetch's round trip (pg_work.c). */
+/* A work fetch's picks queued by run_cycle (up to k plain rows locked, the oldest owned and
+** claimable session rows), read in the cycle's one round trip (pg_work.c). */
 typedef struct {
   int sent;
   PGresult *plain, *owned, *claim;

@@ -230,7 +230,7 @@ static int orch_release(tx_t *t, const char *inst) {
 
 /* Columns of ORCH_FETCH; row kinds (column F_T). */
 enum { F_DUE, F_INST, F_T, F_ID, F_ATT, F_NAME, F_VER, F_BYTES };
-enum { T_LOCK, T_MSG, T_INST, T_HIST };
+enum { T_LOCK, T_MSG, T_INST, T_HIST, T_KV };
 
 static int starts_instance(const dx_work_item_t *w) {
   return w->kind == DX_WI_START || w->kind == DX_WI_CAN;
@@ -350,10 +350,29 @@ int dx__pg_orch_park(tx_t *t, const char *inst, uint64_t token, int64_t now) {
 /* The instance locked at row r0 of `res`, whose rows end before r1. *out stays NULL (and
 ** *park = 1) when it has nothing to hand out: no visible message, or messages of an instance
 ** that has not started; the caller then parks or drops them (dx__pg_orch_park). */
+static int kv_cmp(const void *a, const void *b) {
+  return strcmp(((const dx_kv_entry_t *)a)->key, ((const dx_kv_entry_t *)b)->key);
+}
+
+/* The committed key-value entries at rows k0..k0+kn-1 into it->kv, ascending key. */
+static int kv_rows(tx_t *t, const PGresult *res, int k0, int kn, dx_orch_item_t *it) {
+  int i, oom = 0;
+  if (!kn) return 0;
+  if (!(it->kv = calloc((size_t)kn, sizeof *it->kv))) return dx__pg_nomem(t->err);
+  for (i = 0; i < kn && !oom; i++, it->kv_len++) {
+    it->kv[i].key = dx__col_str(res, k0 + i, F_NAME, &oom);
+    it->kv[i].value = dx__col_str(res, k0 + i, F_VER, &oom);
+    it->kv[i].updated_ms = dx__col_i64(res, k0 + i, F_ID);
+  }
+  if (oom) return dx__pg_nomem(t->err);
+  qsort(it->kv, it->kv_len, sizeof *it->kv, kv_cmp);
+  return 0;
+}
+
 static int orch_take(tx_t *t, const PGresult *res, int r0, int r1, dx_orch_item_t **out,
                      int *park) {
   dx_orch_item_t *it;
-  int rc, r, m0 = r0 + 1, mn = 0, irow = -1, h0 = r1;
+  int rc, r, m0 = r0 + 1, mn = 0, irow = -1, h0 = r1, hn = 0, k0 = r1, kn = 0;
   size_t i;
   int starts = 0, oom = 0;
   *out = NULL;
@@ -362,7 +381,8 @@ static int orch_take(tx_t *t, const PGresult *res, int r0, int r1, dx_orch_item_
     int64_t kind = dx__col_i64(res, r, F_T);
     if (kind == T_MSG) mn++;
     else if (kind == T_INST) irow = r;
-    else if (kind == T_HIST && h0 == r1) h0 = r;
+    else if (kind == T_HIST && hn++ == 0) h0 = r;
+    else if (kind == T_KV && kn++ == 0) k0 = r;
   }
   if (!(it = calloc(1, sizeof *it)) || !(it->instance = dx__col_str(res, r0, F_INST, &oom))) {
     free(it);
@@ -376,7 +396,8 @@ static int orch_take(tx_t *t, const PGresult *res, int r0, int r1, dx_orch_item_
     *park = 1;
     return 0;
   }
-  if ((rc = item_fill(t, it, res, irow, h0, r1 - h0))) goto fail;
+  if ((rc = item_fill(t, it, res, irow, h0, hn)) || (rc = kv_rows(t, res, k0, kn, it)))
+    goto fail;
   *out = it;
   return 0;
 fail:
@@ -520,11 +541,13 @@ int dx__pg_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_i
 
 /* Array parameters of dx_ack_orch, in call order after the scalar ones (see PQ_ACK_ORCH). */
 enum { A_EID, A_EREC, A_WSID, A_WINST, A_WEXEC, A_WACT, A_WKIND, A_WITEM, A_CINST, A_CEXEC,
-       A_CACT, A_OINST, A_OVIS, A_OITEM, A_OSTART, A__N };
+       A_CACT, A_OINST, A_OVIS, A_OITEM, A_OSTART,
+       A_KOP, A_KKEY, A_KVAL, A_KAT, /* dx_ack_orch_kv only (PQ_ACK_ORCH_KV) */
+       A__N };
 static const int ack_arr_oid[A__N] = {
   PG_OID_INT8, PG_OID_BYTEA, PG_OID_TEXT, PG_OID_TEXT, PG_OID_INT8, PG_OID_INT8, PG_OID_INT8,
   PG_OID_BYTEA, PG_OID_TEXT, PG_OID_INT8, PG_OID_INT8, PG_OID_TEXT, PG_OID_INT8, PG_OID_BYTEA,
-  PG_OID_TEXT};
+  PG_OID_TEXT, PG_OID_INT8, PG_OID_TEXT, PG_OID_TEXT, PG_OID_INT8};
 
 /* Append the encoding of event or item `v` to a bytea array (enc: the codec's encoder). */
 #define ARR_ENCODED(arr, enc, v)                                                           \
@@ -538,13 +561,22 @@ static const int ack_arr_oid[A__N] = {
     }                                                                                      \
   } while (0)
 
-/* The ack's arrays: delta events, worker rows, cancelled rows, orchestrator messages. */
-static void ack_arrays(int64_t now, const dx_orch_ack_t *a, pg_arr_t *v) {
-  size_t i;
+/* The ack's arrays: delta events, worker rows, cancelled rows, orchestrator messages, and the
+** key-value events (op 0 set or clear (value NULL), 1 clear all). Returns how many of those. */
+static size_t ack_arrays(int64_t now, const dx_orch_ack_t *a, pg_arr_t *v) {
+  size_t i, kv = 0;
   for (i = 0; i < A__N; i++) dx__arr_init(&v[i], ack_arr_oid[i]);
   for (i = 0; i < a->delta_len; i++) {
-    dx__arr_i64(&v[A_EID], (int64_t)a->delta[i].event_id);
-    ARR_ENCODED(&v[A_EREC], dx__event_encode, &a->delta[i]);
+    const dx_event_t *e = &a->delta[i];
+    dx__arr_i64(&v[A_EID], (int64_t)e->event_id);
+    ARR_ENCODED(&v[A_EREC], dx__event_encode, e);
+    if (e->kind != DX_EV_KV_SET && e->kind != DX_EV_KV_CLEARED && e->kind != DX_EV_KV_CLEARED_ALL)
+      continue;
+    dx__arr_i64(&v[A_KOP], e->kind == DX_EV_KV_CLEARED_ALL);
+    dx__arr_str(&v[A_KKEY], e->name);
+    dx__arr_str(&v[A_KVAL], e->kind == DX_EV_KV_SET ? e->data : NULL);
+    dx__arr_i64(&v[A_KAT], e->timestamp_ms);
+    kv++;
   }
   for (i = 0; i < a->worker_items_len; i++) {
     const dx_work_item_t *w = &a->worker_items[i];
@@ -567,6 +599,7 @@ static void ack_arrays(int64_t now, const dx_orch_ack_t *a, pg_arr_t *v) {
     ARR_ENCODED(&v[A_OITEM], dx__work_item_encode, w);
     if (w->kind == DX_WI_START) dx__arr_str(&v[A_OSTART], w->instance); /* a child's id */
   }
+  return kv;
 }
 
 /* Queue ack `a` as one call of dx_ack_orch: it checks the lock and duplicate event ids and
@@ -579,14 +612,15 @@ int dx__pg_ack_orch_send(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult 
   char *keep[T__N];
   pg_arr_t v[A__N];
   qp_t q;
-  int rc = 0, i;
+  int rc = 0, i, kv;
   raw[T_STATUS] = a->custom_status_set ? a->custom_status : NULL;
   raw[T_OUTPUT] = a->status != DX_STATUS_NONE ? a->output : NULL;
   raw[T_KIND] = f ? f->kind : NULL;
   raw[T_MSG] = f ? f->message : NULL;
   for (i = 0; i < T__N; i++)
     if (!(txt[i] = dx__pg_text(raw[i], &keep[i])) && raw[i]) rc = dx__pg_nomem(t->err);
-  ack_arrays(now, a, v);
+  /* key-value events, or an execution that ends (its changes fold in): dx_ack_orch_kv */
+  kv = ack_arrays(now, a, v) > 0 || dx__kv_folds(a->status);
   for (i = 0; i < A__N && !rc; i++) rc = dx__arr_done(&v[i], t->err);
   if (!rc) {
     dx__qp_init(&q);
@@ -608,8 +642,9 @@ int dx__pg_ack_orch_send(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult 
     dx__qp_str(&q, txt[T_KIND]);
     dx__qp_str(&q, txt[T_MSG]);
     dx__qp_i64(&q, f ? f->retryable : 0);
-    for (i = A_WSID; i < A__N; i++) dx__qp_arr(&q, &v[i]);
-    rc = dx__pg_qsend(t, PQ_ACK_ORCH, &q, res);
+    for (i = A_WSID; i <= (kv ? A_KAT : A_OSTART); i++) dx__qp_arr(&q, &v[i]);
+    if (kv) dx__qp_i64(&q, dx__kv_folds(a->status));
+    rc = dx__pg_qsend(t, kv ? PQ_ACK_ORCH_KV : PQ_ACK_ORCH, &q, res);
     if (!rc) dx__pg_tx_notify(t); /* the instance is released, messages and rows queued */
   } else {
     rc = dx__pg_tx_poison(t, rc);

@@ -36,7 +36,7 @@ static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_hi
                                                        dx__pg_test_expire_session};
 
 static const dx_provider_methods_t pg_methods = {
-  6,
+  7,
   "postgres",
   pg_destroy,
   dx__pg_begin,
@@ -77,6 +77,9 @@ static const dx_provider_methods_t pg_methods = {
   dx__pg_delete_instances,
   dx__pg_prune_executions,
   dx__pg_terminate,
+  /* key-value state (version 7) */
+  dx__pg_get_kv,
+  dx__pg_list_kv,
 };
 
 uint64_t dx__pg_round_trips(dx_provider_t *pp) {
