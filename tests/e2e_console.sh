@@ -127,10 +127,14 @@ c2_api() {
   expect_code "an id that is not UTF-8: 404 with a JSON error, not 500" 404 '"error":"unknown instance'
   http GET "/api/history?id=%FF%FE"
   expect_code "history of an id that is not UTF-8: 404 with a JSON error" 404 '"error":'
-  dx start SessionUser '{"session":"bad-","raw":true}' --id sess-bad --store "$S" >/dev/null
-  wait_until 30 has_event "$S" sess-bad ActivityCompleted
+  # a session id that is not UTF-8 is refused at the call on every store (lua-api.md "Limits")
+  run_cmd start SessionUser '{"session":"bad-","raw":true}' --id sess-bad --wait 30s --store "$S"
+  [ "$RC" -eq 1 ] && grep -q 'session id is not valid UTF-8' <<<"$OUT$ERR"
+  check "a session id that is not UTF-8 fails the instance at the call, naming it" $? \
+    "rc=$RC" "$OUT" "$ERR"
   http GET /api/sessions
-  expect_code "a session id that is not UTF-8 is listed (the byte replaced), not dropped" 200 '"session_id":"bad-'
+  [ "$CODE" = 200 ] && ! grep -q '"session_id":"bad-' <<<"$BODY"
+  check "... and no such session is listed" $? "status $CODE" "$BODY"
   http GET "/api/history?id=done-1&execution=0"
   expect_code "execution 0: 400" 400 "execution must be a whole number"
   http GET "/api/history?id=done-1"

@@ -989,6 +989,8 @@ DX_TEST(pv_ids_not_utf8_are_refused) {
   CHECK_ERR(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &E), DX_EINVAL);
   ASSERT_STR_EQ(E.msg, "session id is not valid UTF-8 (byte 2 is 0xc3)");
   CHECK_ERR(M(p)->get_instance_info(p, "ok", &info, &E), DX_ENOTFOUND);
+  /* looked up, such an id names no instance (PostgreSQL would refuse the parameter) */
+  CHECK_ERR(M(p)->get_instance_info(p, "i\xff", &info, &E), DX_ENOTFOUND);
   done(p);
 }
 

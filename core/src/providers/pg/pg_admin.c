@@ -131,6 +131,7 @@ static int require_record(tx_t *t, const char *inst) {
   PGresult *res;
   qp_t q;
   int rc, found;
+  if ((rc = dx__pg_lookup_id(t, inst))) return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
   if ((rc = dx__pg_q(t, PQ_INST_GET, &q, &res))) return rc;

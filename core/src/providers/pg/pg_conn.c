@@ -104,6 +104,11 @@ void dx__arr_str(pg_arr_t *a, const char *s) {
   free(keep);
 }
 
+int dx__pg_lookup_id(tx_t *t, const char *inst) {
+  if (!inst || dx__utf8_valid(inst)) return 0;
+  return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
+}
+
 const char *dx__pg_text(const char *s, char **keep) {
   size_t n = s ? strlen(s) : 0;
   *keep = NULL;
