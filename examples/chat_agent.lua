@@ -1,11 +1,12 @@
 -- examples/chat_agent.lua: a long-lived chat whose turns run on an activity session.
 --
 -- Each conversation keeps a live "agent" in the worker's memory: its message list and a child
--- process (here `cat`, standing in for a model server), started with luv. Every turn of the
--- conversation runs on the session's owner, so the agent is reused. Each turn returns a
--- checkpoint; if the session moves to another worker (crash, shutdown, idle unpin), the new
--- owner rebuilds the agent from that checkpoint. Before a long wait, the orchestration closes
--- the session so the worker frees the agent instead of holding it for hours.
+-- process (here `cat`, standing in for a model server), started with luv by the session
+-- handler's open and stopped by its close. Every turn of the conversation runs on the
+-- session's owner, so the agent is reused. Each turn returns a checkpoint; if the session
+-- moves to another worker (crash, shutdown, idle unpin), the new owner opens a fresh agent and
+-- the turn rebuilds it from that checkpoint. Before a long wait, the orchestration closes the
+-- session so the worker frees the agent instead of holding it for hours.
 --
 --   duroxide-lua examples/chat_agent.lua &
 --   duroxide-lua start ChatAgent '{"idle_ms":60000}' --id chat-1
@@ -18,59 +19,51 @@
 local duroxide = require("duroxide")
 local uv = require("luv")
 
-local agents = {} -- session id -> live agent (this process only)
-
-local function stop_agent(session_id)
-  local agent = agents[session_id]
-  if not agent then return end
-  agents[session_id] = nil
-  agent.stdout:read_stop()
-  agent.stdin:close()
-  agent.stdout:close()
-  if not agent.handle:is_closing() then
-    agent.handle:kill("sigterm")
-    agent.handle:close()
-  end
-end
-
-local function start_agent(session_id, checkpoint)
-  local stdin, stdout = uv.new_pipe(false), uv.new_pipe(false)
-  local agent = { messages = {}, stdin = stdin, stdout = stdout }
-  agent.handle, agent.pid = uv.spawn("cat", { stdio = { stdin, stdout, nil } }, function()
-    agents[session_id] = nil
-  end)
-  assert(agent.handle, "cannot start the agent process")
-  for _, m in ipairs(checkpoint and checkpoint.messages or {}) do
-    agent.messages[#agent.messages + 1] = m
-  end
-  stdout:read_start(function(err, data)
-    local reply = agent.pending
-    if reply and data then
-      agent.pending = nil
-      reply(err, data)
+-- The live agent of a session on this worker is the session handler's state: open starts its
+-- process when the worker claims the session (before the session's first turn here), every
+-- turn gets it as actx.session_state, and close stops the process on every release (idle,
+-- closed, shutdown, lost, ...).
+duroxide.session_handler({
+  open = function(session_id, how)
+    local stdin, stdout = uv.new_pipe(false), uv.new_pipe(false)
+    local agent = { messages = {}, stdin = stdin, stdout = stdout }
+    agent.handle, agent.pid = uv.spawn("cat", { stdio = { stdin, stdout, nil } }, function()
+      agent.exited = true
+    end)
+    assert(agent.handle, "cannot start the agent process")
+    stdout:read_start(function(err, data)
+      local reply = agent.pending
+      if reply and data then
+        agent.pending = nil
+        reply(err, data)
+      end
+    end)
+    return agent
+  end,
+  close = function(session_id, agent, reason)
+    agent.stdout:read_stop()
+    agent.stdin:close()
+    agent.stdout:close()
+    if not agent.handle:is_closing() then
+      agent.handle:kill("sigterm")
+      agent.handle:close()
     end
-  end)
-  agents[session_id] = agent
-  return agent
-end
+  end,
+})
 
--- The worker stops owning a session (idle, closed, shutdown, lost): free its agent.
-duroxide.on_session_released(function(session_id, reason)
-  stop_agent(session_id)
-end)
-
--- A (re)claimed session may have been served elsewhere meanwhile: any agent still in memory
--- here is stale, so start from the checkpoint the next turn brings.
-duroxide.on_session_claimed(function(session_id, how)
-  stop_agent(session_id)
-end)
+-- Apps may still watch claims and releases (here: a count, for the curious).
+local released = 0
+duroxide.on_session_released(function(session_id, reason) released = released + 1 end)
 
 duroxide.activity("ChatTurn", function(actx, req)
-  local agent = agents[actx.session_id]
+  local agent = actx.session_state
+  assert(not agent.exited, "the agent process exited")
   local rehydrated = false
-  if not agent then
-    agent = start_agent(actx.session_id, req.checkpoint)
-    rehydrated = req.checkpoint ~= nil and #req.checkpoint.messages > 0
+  if #agent.messages == 0 and req.checkpoint and #req.checkpoint.messages > 0 then
+    -- a fresh agent (new owner, or the session was closed meanwhile): rebuild it from the
+    -- checkpoint the orchestration keeps in history
+    for _, m in ipairs(req.checkpoint.messages) do agent.messages[#agent.messages + 1] = m end
+    rehydrated = true
   end
   agent.messages[#agent.messages + 1] = { role = "user", text = req.message }
   local err, data = duroxide.wait(function(done)

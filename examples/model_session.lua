@@ -1,33 +1,26 @@
 -- examples/model_session.lua: model serving on an activity session. Loading a model is slow
--- (simulated with actx:sleep), so it is loaded once per worker per session and kept in the
--- worker's memory. Every classification of the batch runs on the session, so on the same
--- worker, and reuses the loaded model. The orchestration closes the session at the end; the
--- owner's on_session_released hook then frees the model.
+-- (simulated with a timer), so it is loaded once per worker per session and kept in the
+-- worker's memory: the session handler's open loads it when a worker claims the session, every
+-- classification of the batch runs on the session (so on the same worker) and gets the model
+-- as actx.session_state, and close frees it when the worker releases the session (the
+-- orchestration closes it at the end).
 --
 --   duroxide-lua examples/model_session.lua & duroxide-lua start ClassifyBatch '{"texts":["great product","awful service","it is ok","love it"]}' --id batch-1 --wait 30s; kill $!
 --
 -- Prints {"output":{"labels":["positive","negative","neutral","positive"],"loads":1,...},...}:
 -- four classifications, one model load. If the session moves to another worker (the owner
--- crashed, shut down or idled out), the new owner loads the model again and "loads" grows.
--- Input: texts (strings to classify), load_ms (simulated load time, default 500).
+-- crashed, shut down or idled out), the new owner opens the session again, loads the model
+-- again and "loads" grows. Input: texts (strings to classify). $MODEL_LOAD_MS sets the
+-- simulated load time (default 500).
 local duroxide = require("duroxide")
 
--- Per-process memory: session id -> { worker = owner's worker id, model = ... }. The worker
--- id is kept so that a table shared by several workers (the test harness runs simulated
--- workers in one process) never hands one worker's model to another.
-local models = {}
-local stats = { loads = 0, frees = 0 } -- per process, for the curious
+local LOAD_MS = tonumber(os.getenv("MODEL_LOAD_MS")) or 500
+local stats = { loads = 0, frees = 0, claims = 0, releases = 0 } -- per process, for the curious
 
 local WORDS = {
   positive = { "great", "good", "love", "excellent", "nice" },
   negative = { "awful", "bad", "hate", "terrible", "poor" },
 }
-
-local function load_model(actx, load_ms)
-  actx:sleep(load_ms) -- the expensive part: reading weights, warming caches
-  stats.loads = stats.loads + 1
-  return { id = stats.loads, words = WORDS }
-end
 
 local function classify(model, text)
   local score = 0
@@ -38,31 +31,37 @@ local function classify(model, text)
   return score > 0 and "positive" or score < 0 and "negative" or "neutral"
 end
 
--- A claim means this worker did not own the session a moment ago: whatever is kept for it
--- is stale (a restarted worker taking its sessions back has an empty memory anyway).
-duroxide.on_session_claimed(function(session_id, how, worker_id)
-  models[session_id] = nil
-end)
-
-duroxide.on_session_released(function(session_id, reason, worker_id)
-  local entry = models[session_id]
-  -- Free it only if this worker loaded it (worker_id is the worker whose session manager
-  -- released the session).
-  if entry and (worker_id == nil or entry.worker == worker_id) then
-    models[session_id] = nil
+-- The session's state on this worker: open runs once per claim, before the session's first
+-- activity here, inside that activity (so it may wait: read weights, warm caches); close runs
+-- on every release (closed, idle, shutdown, lost, ...).
+duroxide.session_handler({
+  open = function(session_id, how)
+    duroxide.wait(function(done) -- the expensive part, without blocking the worker
+      local t = require("luv").new_timer()
+      t:start(LOAD_MS, 0, function() t:close(); done() end)
+    end)
+    stats.loads = stats.loads + 1
+    return { model = { id = stats.loads, words = WORDS }, fresh = true }
+  end,
+  close = function(session_id, state, reason)
+    state.model = nil
     stats.frees = stats.frees + 1
-  end
+  end,
+})
+
+-- The claim and release hooks still fire for apps that want them (metrics, logs).
+duroxide.on_session_claimed(function(session_id, how, worker_id)
+  stats.claims = stats.claims + 1
+end)
+duroxide.on_session_released(function(session_id, reason, worker_id)
+  stats.releases = stats.releases + 1
 end)
 
 duroxide.activity("Classify", function(actx, req)
-  local entry = models[actx.session_id]
-  local loaded = false
-  if not entry or entry.worker ~= actx.worker_id then
-    entry = { worker = actx.worker_id, model = load_model(actx, req.load_ms or 500) }
-    models[actx.session_id] = entry
-    loaded = true
-  end
-  return { label = classify(entry.model, req.text), loaded = loaded, worker = actx.worker_id }
+  local state = actx.session_state
+  local loaded = state.fresh -- the first classification since this worker loaded the model
+  state.fresh = false
+  return { label = classify(state.model, req.text), loaded = loaded, worker = actx.worker_id }
 end)
 
 duroxide.orchestration("ClassifyBatch", function(ctx, input)
@@ -71,8 +70,8 @@ duroxide.orchestration("ClassifyBatch", function(ctx, input)
   local session = input.session or ("model-" .. ctx.instance_id)
   local labels, workers, loads = {}, {}, 0
   for i, text in ipairs(texts) do
-    local out = assert(ctx:schedule_activity_on_session("Classify",
-      { text = text, load_ms = input.load_ms }, session):await())
+    local out = assert(ctx:schedule_activity_on_session("Classify", { text = text }, session)
+      :await())
     labels[i] = out.label
     workers[i] = out.worker
     if out.loaded then loads = loads + 1 end

@@ -145,7 +145,7 @@ describe("duroxide.testing, simulated workers and sessions", function()
     env:add_worker("w2")
     env:crash_worker("w1")
     env:raise_event(id, "next", true)
-    local st = env:run_until_complete(id) -- waits (virtually) for w1's lease to lapse
+    local st = env:run_until_complete(id) -- w1 is seen dead at once (liveness): w2 claims
     assert.are.equal("Completed", st.status)
     assert.are.equal(30, st.output)
     assert.are.same({ "w1", "w2" }, workers_of(env:calls("Turn")))
@@ -218,8 +218,8 @@ describe("duroxide.testing, simulated workers and sessions", function()
   end)
 
   it("fires idle once the session has been idle for session_idle_timeout", function()
-    local st = env:run_until_complete(env:start(nil, "OneTurn", "s5"))
-    assert.are.equal("Completed", st.status)
+    env:start(nil, "Chat", "s5") -- waits for "next" after its first turn: still uses s5
+    env:run_until_idle()
     env:advance(4 * 60 * 1000) -- idle timeout is 5 minutes: still pinned, lease renewed
     assert.are.same({ "claimed s5 new w1" }, hook_log())
     env:advance(2 * 60 * 1000)

@@ -143,8 +143,11 @@ s2_kill() {
   check "kill: histories: each activity completed exactly once" $([ -z "$dups" ]; echo $?) "$dups"
   hook "$d" "^claimed shared new $other\$"
   check "kill: hook on $other: claimed shared new" $? "$(hooks_tail "$d")"
-  sess_is "$S" shared "\"owner\":\"$other\".*\"queued\":0"
-  check "kill: sessions shows $other as owner, nothing queued" $? "$(sess_line "$S" shared)"
+  # every instance using the session has ended: its owner releases it (issue 9 item 4)
+  wait_until 20 hook "$d" "^released shared ended $other\$"
+  check "kill: all 4 instances ended: $other released shared (hook ended)" $? "$(hooks_tail "$d")"
+  sess_is "$S" shared "\"queued\":0"
+  check "kill: sessions shows shared with nothing queued" $? "$(sess_line "$S" shared)"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -519,12 +522,15 @@ s12_cli() {
   out=$(dx sessions --store "$S")
   line=$(grep -F '"session_id":"q1"' <<<"$out")
   grep -q '"lease":"live"' <<<"$line" && grep -q '"owner":"A"' <<<"$line" &&
-    grep -q '"queued":2' <<<"$line" && grep -Eq '"locked_until_ms":[0-9]+' <<<"$line" &&
-    grep -Eq '"last_activity_ms":[0-9]+' <<<"$line"
-  check "sessions: q1 listed with owner A, live lease, queued 2 (running + waiting), times" $? \
+    grep -q '"queued":2' <<<"$line" && grep -q '"running":1' <<<"$line" &&
+    grep -Eq '"locked_until_ms":[0-9]+' <<<"$line" &&
+    grep -Eq '"last_activity_ms":[0-9]+' <<<"$line" &&
+    grep -Eq '"lease_expires_in_ms":[0-9]+' <<<"$line" && grep -Eq '"idle_ms":[0-9]+' <<<"$line"
+  check "sessions: q1 listed with owner A, live lease, queued 2, running 1, times, idle" $? \
     "$out"
   line=$(grep -F '"session_id":"q2"' <<<"$out")
-  grep -q '"queued":1' <<<"$line" && ! grep -q '"owner":"' <<<"$line" &&
+  grep -q '"queued":1' <<<"$line" && grep -q '"running":0' <<<"$line" &&
+    ! grep -q '"owner":"' <<<"$line" &&
     [ "$(grep -c . <<<"$out")" -eq 2 ]
   check "sessions: q2 (waiting for capacity, never claimed) listed with queued 1, no owner" $? \
     "$out"
@@ -559,6 +565,163 @@ s12_cli() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# u1. rolling upgrade: the session is pinned to A (old code, no Work2); B (new code) starts;
+# the instance's next activity on the session is Work2. A hands the session on (released
+# "upgrade"), B claims it and runs Work2: no Unregistered failure, no waiting for the 60s lease.
+
+u1_upgrade() {
+  local d S pa
+  d=$(new_dir u1); S=$(store_of "$d")
+  sworker "$d" A "${SLOW[@]}" --session-idle-timeout 0; pa=$WPID
+  sstart "$d" SessUpgrade up1 "$(jin "$d" up up1)"
+  wait_until 30 at_least_lines "$d/log" 1 && wait_until 20 waiting "$d" up1
+  check "upgrade: the first activity ran on A (old code), the instance waits" $?     "$(cat "$d/log" 2>/dev/null)" "$(tail -n 3 "$d/A.log")"
+  E2E_NEW_CODE=1 sworker "$d" B "${SLOW[@]}" --session-idle-timeout 0
+  raise_go "$d" up1
+  run_cmd wait up1 --timeout 40s --store "$S"
+  [ "$RC" -eq 0 ] && grep -q '"output":\["A","B"\]' <<<"$OUT"
+  check "upgrade: Completed well within the 60s lease, Work2 ran on B" $? "rc=$RC $OUT $ERR"     "$(tail -n 5 "$d/A.log" "$d/B.log")" "$(hooks_tail "$d")"
+  hook "$d" '^released up upgrade A$' && hook "$d" '^claimed up new B$'
+  check "upgrade: A released the session (reason upgrade), B claimed it" $? "$(hooks_tail "$d")"
+  grep -q 'handing its session to another worker' "$d/A.log" &&
+    ! grep -q 'Unregistered' "$d/A.log" "$d/B.log"
+  check "upgrade: A logged the hand-on; nothing failed Unregistered" $?     "$(grep -h -i 'regist' "$d/A.log" "$d/B.log")"
+  kill -0 "$pa" 2>/dev/null
+  check "upgrade: A (old code) still runs" $?
+  local h
+  h=$(dx sessions --history up --store "$S")
+  [ "$(grep -c . <<<"$h")" -eq 3 ] &&
+    sed -n 1p <<<"$h" | grep -q '"event":"claimed".*"how":"new".*"worker_id":"A"' &&
+    sed -n 2p <<<"$h" | grep -q '"event":"released".*"reason":"upgrade".*"worker_id":"A"' &&
+    sed -n 3p <<<"$h" | grep -q '"event":"moved","from":"A","how":"new".*"worker_id":"B"'
+  check "upgrade: sessions --history lists A's claim, its release (upgrade), B's move from A" \
+    $? "$h"
+  h=$(dx history up1 --store "$S" | grep '"type":"ActivityCompleted"')
+  sed -n 1p <<<"$h" | grep -q '"worker_id":"A"' && sed -n 2p <<<"$h" | grep -q '"worker_id":"B"'
+  check "upgrade: history shows where each session activity ran (A, then B)" $? "$h"
+}
+
+# ---------------------------------------------------------------------------------------------
+# u2. session work waiting for capacity is reported: A (max 1 session) holds c1 while its
+# instance waits for "go"; c2's work waits for a free slot. Once c1 is closed, A claims c2 and
+# logs that the work waited longer than --session-wait-warning (1s).
+
+waited_1s() { past_ms $(($1 + 1100)); }
+
+u2_wait() {
+  local d S ts
+  d=$(new_dir u2); S=$(store_of "$d")
+  sworker "$d" A "${FAST[@]}" --session-idle-timeout 0 --max-sessions-per-worker 1 \
+    --session-wait-warning 1s
+  sstart "$d" SessWaitRun hold "$(jin "$d" c1 hold '"close_end":true')"
+  wait_until 30 waiting "$d" hold
+  check "wait: A holds c1 (its instance waits for go)" $? "$(tail -n 3 "$d/A.log")"
+  sstart "$d" SessRun queued "$(jin "$d" c2 queued '"n":1')"
+  wait_until 20 has_event "$S" queued ActivityScheduled &&
+    ts=$(dx history queued --store "$S" | grep '"ActivityScheduled"' |
+      sed -n 's/.*"timestamp_ms":\([0-9]*\).*/\1/p') && [ -n "$ts" ] &&
+    wait_until 10 waited_1s "$ts"
+  check "wait: c2's work is queued and has waited over 1s" $?
+  ! grep -q 'session work waited' "$d/A.log"
+  check "wait: no warning while c2 has not been claimed yet" $? "$(grep 'waited' "$d/A.log")"
+  raise_go "$d" hold
+  wait_all "$d" 30s hold queued
+  check "wait: both instances Completed once c1 was closed" $? "${MSGS[@]}"
+  grep 'session work waited for a worker to claim its session' "$d/A.log" |
+    grep -q 'session_id=c2 .*waited_ms=[0-9]\{4,\}'
+  check "wait: A warned that c2's work waited (waited_ms >= 1000)" $? \
+    "$(grep -i 'waited' "$d/A.log")"
+}
+
+# ---------------------------------------------------------------------------------------------
+# 13. fencing a stalled owner (issue 9 item 3): A runs a long stepped activity of session f1
+# (2s lease, 30s activity lock) and is SIGSTOPped. Past the lease, a second instance queues
+# work on f1: B claims the session, which makes A's locked row due, and runs both. Then A gets
+# SIGCONT while B runs: A must stop before doing another step (actx:is_cancelled), its result
+# must not be recorded, "lost" must fire on A, and the step records of A and B must not
+# overlap (compared from the recorded wall-clock times, not asserted on durations).
+
+# overlaps FILE: lines "A-run B-run" for runs on different workers whose [first, last record]
+# intervals overlap (a C record is the moment a run noticed it lost the session: not work).
+overlaps() {
+  awk '$1 != "C" { k = $3 " " $4; if (!(k in lo) || $2 < lo[k]) lo[k] = $2; if ($2 > hi[k]) hi[k] = $2 }
+    END { for (a in lo) for (b in lo) { split(a, x, " "); split(b, y, " ")
+            if (x[1] < y[1] && lo[a] <= hi[b] && lo[b] <= hi[a]) print a " [" lo[a] "," hi[a] "] / " b " [" lo[b] "," hi[b] "]" } }' "$1" 2>/dev/null
+}
+ran_on() { grep -Eq "^S [0-9]+ $2 $3\$" "$1" 2>/dev/null; }   # ran_on RUNS WORKER TAG
+
+s13_stall() {
+  local d S pa st1 st2 o1 o2 ov lastA firstB
+  local opts=(--session-lock-timeout 2s --worker-lock-timeout 30s --orchestrator-lock-timeout 2s
+    --session-idle-timeout 0)
+  d=$(new_dir s13); S=$(store_of "$d")
+  sworker "$d" A "${opts[@]}"; pa=$WPID
+  sstart "$d" SessSteps st1 "{\"sid\":\"f1\",\"runs\":\"$d/runs\",\"tag\":\"st1\",\"steps\":40,\"ms\":150}"
+  wait_until 30 ran_on "$d/runs" A st1
+  check "stall: A runs the long activity of f1" $? "$(cat "$d/runs" 2>/dev/null)"
+  sworker "$d" B "${opts[@]}"
+  wait_until 20 grep -q 'worker started' "$d/B.log"
+  kill -STOP "$pa"
+  sleep 3 # past A's 2s lease (a wait, not an assertion)
+  sstart "$d" SessSteps st2 "{\"sid\":\"f1\",\"runs\":\"$d/runs\",\"tag\":\"st2\",\"steps\":3,\"ms\":100}"
+  wait_until 30 ran_on "$d/runs" B st1
+  st1=$?
+  kill -CONT "$pa"
+  check "stall: B claimed f1 and runs A's in-flight activity while A is stopped" $st1 \
+    "$(cat "$d/runs" 2>/dev/null)" "$(hooks_tail "$d")"
+  wait_all "$d" 60s st1 st2
+  check "stall: both instances complete" $? "${MSGS[@]}"
+  o1=$(dx status st1 --store "$S" 2>/dev/null); o2=$(dx status st2 --store "$S" 2>/dev/null)
+  grep -q '"output":"B"' <<<"$o1" && grep -q '"output":"B"' <<<"$o2"
+  check "stall: both results are B's (A's late result was not recorded)" $? "$o1" "$o2"
+  wait_until 20 grep -Eq "^C [0-9]+ A st1\$" "$d/runs"
+  check "stall: A saw actx:is_cancelled() on resuming and stopped" $? "$(cat "$d/runs")"
+  ov=$(overlaps "$d/runs")
+  check "stall: no overlap of f1's activities between A and B (recorded times)" \
+    "$([ -z "$ov" ]; echo $?)" "$ov"
+  lastA=$(awk '$1 == "P" && $3 == "A" { t = $2 } END { printf "%.0f\n", t }' "$d/runs")
+  firstB=$(awk '$1 == "S" && $3 == "B" && (!t || $2 < t) { t = $2 } END { printf "%.0f\n", t }' "$d/runs")
+  check "stall: A's last step precedes B's first run" "$((lastA >= firstB))" \
+    "lastA=$lastA firstB=$firstB"
+  wait_until 20 hook "$d" '^released f1 lost A$'
+  check "stall: A's on_session_released fired with lost" $? "$(hooks_tail "$d")"
+  grep -Eq 'activity result (discarded|not recorded)' "$d/A.log"
+  check "stall: A's late result was refused (logged)" $? "$(tail -5 "$d/A.log")"
+  for i in st1 st2; do dx history "$i" --store "$S" >"$d/hist.$i" 2>&1; done
+  ov=$(E2E_WANT_DONE=1 check_histories "$d"/hist.st*)
+  check "stall: histories: each activity completed exactly once" "$([ -z "$ov" ]; echo $?)" "$ov"
+  stop_worker "$pa" TERM 20
+}
+
+# ---------------------------------------------------------------------------------------------
+# 14. actx:abort_session (issue 9 item 8): the first attempt of Fragile aborts its session on
+# A; the hook fires "aborted", the session is released, and the activity runs again (attempt
+# 2) on the next claimer, followed by the session's next activity. The aborting run's result
+# is not recorded.
+
+s14_abort() {
+  local d S out n
+  d=$(new_dir s14); S=$(store_of "$d")
+  sworker "$d" A "${FAST[@]}" --session-idle-timeout 0
+  sstart "$d" SessAbort ab "$(jin "$d" ab1 ab)"
+  wait_all "$d" 60s ab
+  check "abort: the instance completes" $? "${MSGS[@]}"
+  out=$(dx status ab --store "$S" 2>/dev/null)
+  grep -q '"output":"A#2 A"' <<<"$out"
+  check "abort: the result is the second attempt's (the aborting run's was discarded)" $? "$out"
+  hook "$d" '^released ab1 aborted A$'
+  check "abort: hook released ab1 aborted on A" $? "$(hooks_tail "$d")"
+  n=$(nhook "$d" '^claimed ab1 ')
+  check "abort: the session was claimed again after the abort (2 claims)" "$((n != 2))" \
+    "$(hooks_tail "$d")"
+  grep -q 'session aborted by an activity.*reason="state corrupt (test)"' "$d/A.log"
+  check "abort: the worker logs the abort with its reason" $? "$(tail -5 "$d/A.log")"
+  dx history ab --store "$S" >"$d/hist.ab" 2>&1
+  out=$(E2E_WANT_DONE=1 check_histories "$d/hist.ab")
+  check "abort: history: each activity completed exactly once" "$([ -z "$out" ]; echo $?)" "$out"
+}
+
+# ---------------------------------------------------------------------------------------------
 
 run_scenarios s1_affinity s2_kill s3_term s4_restart s5_capacity s6_race s7_long s8_can \
-  s9_idle s10_hooks s11_chat s12_cli
+  s9_idle s10_hooks s11_chat s12_cli s13_stall s14_abort u1_upgrade u2_wait

@@ -108,12 +108,15 @@ check "multihost: all 200 completed (workers in two namespaces)" $? "completed: 
 exactly_once o 200 3
 check "multihost: each of the 200 completed once, every activity completed and ran once" $? \
   "${MSGS[@]}"
+# A session whose instances have all ended is released ("ended", issue 9 item 4), so a later
+# instance on the same id may claim it elsewhere: affinity holds within each instance.
 bad=0; MSGS=()
 for ((k = 0; k < 20; k++)); do
-  w=$(runs "s$k" | workers)
-  [ "$(wc -w <<<"$w")" -eq 1 ] || { bad=1; MSGS+=("s$k ran on: $w"); }
+  w=$(runs "s$k" | awk '{ split($3, t, "-"); print t[1], $1 }' | sort -u |
+      awk '{ n[$1]++ } END { for (i in n) if (n[i] > 1) print i }')
+  [ -z "$w" ] || { bad=1; MSGS+=("s$k: instances whose session activities ran on two workers: $w"); }
 done
-check "multihost: every session's activities ran on its one owner" $bad "${MSGS[@]}"
+check "multihost: each instance's session activities ran on one owner" $bad "${MSGS[@]}"
 w=$(runs - | workers)
 diag "plain activities ran on: $w; sessions on A: $(awk '$1 == "A" && $2 != "-" { print $2 }' "$D/log" | sort -u | wc -l), on B: $(awk '$1 == "B" && $2 != "-" { print $2 }' "$D/log" | sort -u | wc -l)"
 alive "$pa" && alive "$pb"

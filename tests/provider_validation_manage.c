@@ -318,7 +318,7 @@ static int qcount_cb(void *ud, const dx_queued_t *q) {
 DX_TEST(pv_manage_instance_queue_shows_messages_timers_and_locks) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
-  dx_session_cfg_t cfg = {"w1", LOCK, 5};
+  dx_session_cfg_t cfg = {.worker_id = "w1", .session_lock_ms = LOCK, .max_sessions = 5};
   dx_work_fetch_t f;
   qcount_t c;
   turn_t t;
@@ -378,7 +378,7 @@ static int status_of(dx_provider_t *p, const char *id) {
 DX_TEST(pv_manage_delete_leaves_no_rows_anywhere) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
-  dx_session_cfg_t cfg = {"w1", LOCK, 5};
+  dx_session_cfg_t cfg = {.worker_id = "w1", .session_lock_ms = LOCK, .max_sessions = 5};
   const char *ids[2] = {"victim-7f3a", "victim-7f3a-kid"};
   dx_orch_item_t *it = NULL;
   dx_work_fetch_t f;

@@ -77,6 +77,7 @@ static void rnd_event(dx_event_t *e) {
   e->parent_execution_id = rnd_u64();
   e->fire_at_ms = rnd_i64();
   rnd_failure(&e->fail);
+  e->worker_id = rnd_str();
 }
 
 static void rnd_work(dx_work_item_t *w) {
@@ -95,6 +96,7 @@ static void rnd_work(dx_work_item_t *w) {
   w->reason = rnd_str();
   w->fire_at_ms = rnd_i64();
   rnd_failure(&w->fail);
+  w->worker_id = rnd_str();
 }
 
 /* Equal strings, NULL only equal to NULL (so NULL vs "" is a difference). */
@@ -132,6 +134,7 @@ static void assert_same_event(const dx_event_t *a, const dx_event_t *b) {
   ASSERT_SAME_U64(a->parent_execution_id, b->parent_execution_id);
   ASSERT_SAME_U64(a->fire_at_ms, b->fire_at_ms);
   assert_same_failure(&a->fail, &b->fail);
+  ASSERT_SAME_STR(a->worker_id, b->worker_id);
 }
 
 static void assert_same_work(const dx_work_item_t *a, const dx_work_item_t *b) {
@@ -149,6 +152,7 @@ static void assert_same_work(const dx_work_item_t *a, const dx_work_item_t *b) {
   ASSERT_SAME_STR(a->reason, b->reason);
   ASSERT_SAME_U64(a->fire_at_ms, b->fire_at_ms);
   assert_same_failure(&a->fail, &b->fail);
+  ASSERT_SAME_STR(a->worker_id, b->worker_id);
 }
 
 static int is_zero(const void *p, size_t n) {

@@ -356,6 +356,33 @@ enum { CAP_SESSIONS = 8, CAP_PER_SESSION = 5, CAP_PROCS = 4 };
 
 static atomic_int *g_claims;
 
+/* Start `inst` and commit its first turn: a running instance (its sessions keep their slot). */
+static void running_instance(dx_provider_t *p, const char *inst) {
+  dx_work_item_t w = item(DX_WI_START, inst, 0);
+  dx_orch_item_t *it = NULL;
+  dx_event_t ev;
+  dx_orch_ack_t a;
+  dx_error_t err;
+  w.name = "Orch";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, wall_ms(), &w, 0, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, wall_ms(), 30000, &it, &err));
+  ASSERT(it);
+  memset(&ev, 0, sizeof ev);
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.event_id = 1;
+  ev.name = "Orch";
+  ev.data = "null";
+  memset(&a, 0, sizeof a);
+  a.instance = it->instance;
+  a.lock_token = it->lock_token;
+  a.execution_id = it->execution_id;
+  a.orchestration_name = "Orch";
+  a.delta = &ev;
+  a.delta_len = 1;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, wall_ms(), &a, &err));
+  dx_orch_item_free(it);
+}
+
 DX_TEST(pg_session_capacity_holds_across_processes) {
   char *store = dx_pv_new_store(), sid[16];
   dx_provider_t *p = dx_pv_open(store);
@@ -366,6 +393,7 @@ DX_TEST(pg_session_capacity_holds_across_processes) {
                   -1, 0);
   ASSERT(g_claims != MAP_FAILED);
   atomic_store(g_claims, 0);
+  running_instance(p, "I");
   ASSERT_OK(M(p)->begin(p, &err));
   for (i = 0; i < CAP_SESSIONS; i++)
     for (j = 0; j < CAP_PER_SESSION; j++) {
@@ -381,7 +409,8 @@ DX_TEST(pg_session_capacity_holds_across_processes) {
     ASSERT((pids[i] = fork()) >= 0);
     if (pids[i] == 0) {
       dx_provider_t *c = dx_pv_open(store);
-      dx_session_cfg_t cfg = {"same-worker", 600000, 1};
+      dx_session_cfg_t cfg = {.worker_id = "same-worker", .session_lock_ms = 600000,
+                              .max_sessions = 1};
       int empty = 0;
       while (empty < 20) {
         dx_work_fetch_t f;
@@ -762,7 +791,7 @@ static void wait_out_liveness_grace(void) {
 DX_TEST(pg_liveness_moves_a_dead_owners_session_at_once) {
   char *store = store_url("&liveness=on"), buf[4];
   dx_provider_t *p = dx_pv_open(store);
-  dx_session_cfg_t cfg_b = {"B", 600000, 10};
+  dx_session_cfg_t cfg_b = {.worker_id = "B", .session_lock_ms = 600000, .max_sessions = 10};
   dx_work_item_t w1 = item(DX_WI_ACT_EXECUTE, "I", 1), w2 = item(DX_WI_ACT_EXECUTE, "I", 2);
   dx_work_fetch_t f;
   dx_error_t err;
@@ -776,7 +805,8 @@ DX_TEST(pg_liveness_moves_a_dead_owners_session_at_once) {
   ASSERT((pid = fork()) >= 0);
   if (pid == 0) { /* worker A: claims s1, finishes item 1, then idles holding the session */
     dx_provider_t *a = dx_pv_open(store);
-    dx_session_cfg_t cfg_a = {"A", 600000, 10};
+    dx_session_cfg_t cfg_a = {.worker_id = "A", .session_lock_ms = 600000,
+                              .max_sessions = 10};
     if (M(a)->fetch_work_item(a, wall_ms(), 600000, &cfg_a, &f, &err) || f.item.id != 1 ||
         M(a)->ack_work_item(a, wall_ms(), f.lock_token, NULL, &err))
       _exit(1);
@@ -819,7 +849,7 @@ DX_TEST(pg_liveness_option_is_checked) {
 DX_TEST(pg_batch_work_fetch_releases_what_it_did_not_hand_out) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
-  dx_session_cfg_t cfg = {"W", 600000, 10};
+  dx_session_cfg_t cfg = {.worker_id = "W", .session_lock_ms = 600000, .max_sessions = 10};
   dx_work_fetch_t f;
   dx_error_t err;
   uint64_t id;
@@ -852,7 +882,7 @@ DX_TEST(pg_batch_work_fetch_releases_what_it_did_not_hand_out) {
 DX_TEST(pg_liveness_moves_a_dead_processs_locks_at_once) {
   char *store = store_url("&liveness=on"), buf[4];
   dx_provider_t *p = dx_pv_open(store);
-  dx_session_cfg_t cfg_b = {"B", 600000, 10};
+  dx_session_cfg_t cfg_b = {.worker_id = "B", .session_lock_ms = 600000, .max_sessions = 10};
   dx_work_item_t w1 = item(DX_WI_ACT_EXECUTE, "I", 1), st = item(DX_WI_START, "O", 0);
   dx_orch_item_t *it = NULL;
   dx_work_fetch_t f;
@@ -868,7 +898,8 @@ DX_TEST(pg_liveness_moves_a_dead_processs_locks_at_once) {
   ASSERT((pid = fork()) >= 0);
   if (pid == 0) { /* A locks the session row and the instance (10 min locks), then hangs */
     dx_provider_t *a = dx_pv_open(store);
-    dx_session_cfg_t cfg_a = {"A", 600000, 10};
+    dx_session_cfg_t cfg_a = {.worker_id = "A", .session_lock_ms = 600000,
+                              .max_sessions = 10};
     dx_orch_item_t *ai = NULL;
     if (M(a)->fetch_work_item(a, wall_ms(), 600000, &cfg_a, &f, &err) || f.item.id != 1 ||
         M(a)->fetch_orchestration_item(a, wall_ms(), 600000, &ai, &err) || !ai)
@@ -916,7 +947,7 @@ DX_TEST(pg_liveness_moves_a_dead_processs_locks_at_once) {
 static uint64_t rc_cycle(dx_provider_t *p, int64_t now, dx_cycle_ack_t *acks, size_t n,
                          dx_orch_item_t **orch, size_t *n_orch, dx_work_fetch_t *work,
                          size_t *n_work) {
-  dx_session_cfg_t sc = {"rc-worker", 600000, 10};
+  dx_session_cfg_t sc = {.worker_id = "rc-worker", .session_lock_ms = 600000, .max_sessions = 10};
   dx_cycle_t cy;
   dx_error_t err;
   uint64_t before = dx__pg_round_trips(p);

@@ -51,7 +51,7 @@ const char *dxh_store_dir(const char *explicit_dir) {
 enum {
   O_ID = 1, O_VERSION = 2, O_WAIT = 4, O_TIMEOUT = 8, O_STATUS = 16, O_NAME = 32, O_LIMIT = 64,
   O_AFTER = 128, O_CREATED_AFTER = 256, O_EXECUTION = 512, O_FORCE = 1024,
-  O_COMPLETED_BEFORE = 2048, O_DRY_RUN = 4096, O_KEEP = 8192
+  O_COMPLETED_BEFORE = 2048, O_DRY_RUN = 4096, O_KEEP = 8192, O_HISTORY = 16384
 };
 
 typedef dxh_cmdline_t cmdline_t;
@@ -82,7 +82,8 @@ static const struct {
                     {"created-after", O_CREATED_AFTER, AT(created_after)},
                     {"execution", O_EXECUTION, AT(execution)}, {"force", O_FORCE, AT(force)},
                     {"completed-before", O_COMPLETED_BEFORE, AT(completed_before)},
-                    {"dry-run", O_DRY_RUN, AT(dry_run)}, {"keep", O_KEEP, AT(keep)}};
+                    {"dry-run", O_DRY_RUN, AT(dry_run)}, {"keep", O_KEEP, AT(keep)},
+                    {"history", O_HISTORY, AT(history)}};
 /* Switches: their field is an int set to 1. */
 static int is_switch(unsigned bit) { return bit == O_FORCE || bit == O_DRY_RUN; }
 
@@ -239,18 +240,43 @@ static int wait_and_print(dx_client_t *cl, const char *id, const char *timeout_t
   return rc;
 }
 
-/* One session row as a JSON line: who owns it, until when, and how much work is queued. */
+/* One session row as a JSON line: who owns it, until when, how long it has been idle, how
+** much work is queued and how much of it runs now. */
 static int print_session(void *ud, const dx_session_info_t *si) {
   int64_t now = *(const int64_t *)ud;
   int owned = si->worker_id && *si->worker_id;
-  json_t *o = json_pack("{s:s, s:s?, s:I, s:I, s:I, s:s}", "session_id", si->session_id,
+  json_t *o = json_pack("{s:s, s:s?, s:I, s:I, s:I, s:I, s:s}", "session_id", si->session_id,
                         "owner", owned ? si->worker_id : NULL,
                         "locked_until_ms", (json_int_t)si->locked_until_ms,
                         "last_activity_ms", (json_int_t)si->last_activity_ms,
                         "queued", (json_int_t)si->queued,
+                        "running", (json_int_t)si->running,
                         "lease", !owned ? "released" : si->locked_until_ms > now ? "live"
                                                                                 : "lapsed");
-  char *s = o ? dx__json_dump(o) : NULL;
+  char *s;
+  if (o && owned) /* negative once lapsed */
+    json_object_set_new(o, "lease_expires_in_ms", json_integer(si->locked_until_ms - now));
+  if (o && si->last_activity_ms > 0)
+    json_object_set_new(o, "idle_ms", json_integer(now > si->last_activity_ms
+                                                       ? now - si->last_activity_ms : 0));
+  s = o ? dx__json_dump(o) : NULL;
+  puts(s ? s : "{}");
+  free(s);
+  json_decref(o);
+  return 0;
+}
+
+/* One entry of a session's history as a JSON line: when, what, which worker, how or why. */
+static int print_session_event(void *ud, const dx_session_event_t *e) {
+  int released = strcmp(e->event, "released") == 0;
+  json_t *o = json_pack("{s:s, s:I, s:s, s:s}", "session_id", e->session_id,
+                        "at_ms", (json_int_t)e->at_ms, "event", e->event,
+                        "worker_id", e->worker_id);
+  char *s;
+  (void)ud;
+  if (o && e->detail) json_object_set_new(o, released ? "reason" : "how", json_string(e->detail));
+  if (o && e->previous_owner) json_object_set_new(o, "from", json_string(e->previous_owner));
+  s = o ? dx__json_dump(o) : NULL;
   puts(s ? s : "{}");
   free(s);
   json_decref(o);
@@ -347,7 +373,12 @@ static int run_sessions(dx_client_t *cl, const cmdline_t *c) {
   dx_provider_t *p = dx_client_provider(cl);
   int64_t now = dx_clock_now_ms();
   dx_error_t err;
-  (void)c;
+  if (c->history) {
+    if (p->methods->version < 7 || !p->methods->list_session_events)
+      return dxh_fail(1, "%s", "this store's provider keeps no session history");
+    return p->methods->list_session_events(p, c->history, print_session_event, NULL, &err) != 0
+               ? client_fail(&err) : 0;
+  }
   return p->methods->list_sessions(p, print_session, &now, &err) != 0 ? client_fail(&err) : 0;
 }
 
@@ -384,7 +415,7 @@ static const command_t commands[] = {
    "purge --completed-before DURATION|TIME [--status S] [--name N] [--dry-run]", dxh_run_purge},
   {"prune", 1, 1, -1, O_KEEP, NULL, "prune ID --keep N", dxh_run_prune},
   {"terminate", 1, 2, -1, 0, NULL, "terminate ID [REASON]", dxh_run_terminate},
-  {"sessions", 0, 0, -1, 0, NULL, "sessions", run_sessions},
+  {"sessions", 0, 0, -1, O_HISTORY, NULL, "sessions [--history SESSION_ID]", run_sessions},
   {"stats", 0, 0, -1, 0, NULL, "stats", run_stats},
   {"check", 0, 0, -1, 0, NULL, "check", run_check},
 };
@@ -403,6 +434,12 @@ static int check_args(const command_t *cmd, const cmdline_t *c) {
   int rc;
   if ((rc = dxh_manage_check(cmd->name, c)) != 0) return rc;
   if (cmd->run == run_start && !c->id) return dxh_fail(2, "%s", "start needs --id ID");
+  if (c->history && (!*c->history || strlen(c->history) > DX_MAX_SESSION_ID_BYTES)) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "--history needs a session id of 1 to %d bytes (got %zu)",
+             DX_MAX_SESSION_ID_BYTES, strlen(c->history));
+    return dxh_fail(2, "%s", msg);
+  }
   if (c->timeout && dx_parse_duration(c->timeout, &ms) != 0)
     return dxh_fail(2, c->wait && cmd->run == run_start
                            ? "invalid value for --wait: '%s' (expected a duration such as 10s)"

@@ -28,6 +28,7 @@ typedef struct {
   const char *status, *name, *limit, *after, *created_after, *execution, *completed_before,
       *keep;
   int force, dry_run;
+  const char *history; /* sessions --history SESSION_ID */
 } dxh_cmdline_t;
 
 /* manage_cmds.c: checks of the management options (exit status or 0), and the commands. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dxlua.h"
+#include "embedding.h"
 #include "log.h"
 #include "util.h"
 #include "value.h"
@@ -29,6 +30,8 @@ struct act_run_s {
   int co_ref;
   act_handle_t *h;
   int h_ref;
+  int nargs;      /* values the first resume passes to the coroutine body */
+  int deferred;   /* its runtime is stalled (tests): resumed by dxl_resume_deferred */
 };
 
 /* Registry key of the table mapping activity coroutines to their act_run_t. */
@@ -117,15 +120,30 @@ static void set_str(lua_State *L, const char *k, const char *v) {
   lua_setfield(L, -2, k);
 }
 
-/* Protected setup: coroutine, actx, input. [-1, +0, e] */
+/* [-0, +1, e] push prims[name]. */
+static void push_prim(lua_State *L, dxl_state_t *S, const char *name) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->prims_ref);
+  lua_getfield(L, -1, name);
+  lua_remove(L, -2);
+}
+
+/* Protected setup: coroutine, actx, input. A session activity with a session handler
+** registered runs as session_run(fn, actx, input) (activity.lua: open first). [-1, +0, e] */
 static int start_impl(lua_State *L) {
   act_run_t *r = lua_touserdata(L, 1);
   const dx_activity_info_t *info = dx_activity_info(r->a);
   char err[512];
+  int wrapped = 0;
+  if (info->session_id) {
+    wrapped = dxl_push_registered(L, r->S, "hooks", "session_handler") == LUA_TTABLE;
+    lua_pop(L, 1);
+  }
+  if (wrapped) push_prim(L, r->S, "session_run");
   dxl_push_registered(L, r->S, "activities", info->name);
+  r->nargs = 2 + wrapped;
   r->co = lua_newthread(L);
   r->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_xmove(L, r->co, 1);
+  lua_xmove(L, r->co, 1 + wrapped);
   push_runs(L);
   lua_pushthread(r->co);
   lua_xmove(r->co, L, 1);
@@ -181,7 +199,7 @@ void dxl_h_activity_start(void *host, dx_activity_t *a) {
     run_end(r);
     return;
   }
-  step(r, L, 2);
+  step(r, L, r->nargs);
 }
 
 void dxl_h_activity_abort(void *host, dx_activity_t *a) {
@@ -235,13 +253,30 @@ void dxl_end_abandoned_activities(dxl_state_t *S) {
 
 /* Call hooks[name](session_id, word, worker_id) under pcall: an app error is logged, never
 ** raised. worker_id names the runtime whose session manager fired (several simulated workers
-** may share this Lua state). */
+** may share this Lua state). The session handler's own bookkeeping (prims.session_claimed /
+** session_released: open state, close) runs first, when a handler is registered. */
 static void call_hook(dxl_state_t *S, const char *name, const char *sid, const char *word,
                       const char *worker_id) {
   lua_State *L = S->L;
   char msg[1024];
-  int rc;
+  int rc, handler;
   if (!lua_checkstack(L, 6)) return;
+  handler = dxl_push_registered(L, S, "hooks", "session_handler") == LUA_TTABLE;
+  lua_pop(L, 1);
+  if (handler) {
+    push_prim(L, S, strcmp(name, "claimed") == 0 ? "session_claimed" : "session_released");
+    lua_pushstring(L, sid);
+    lua_pushstring(L, word);
+    lua_pushstring(L, worker_id);
+    S->loop_depth++;
+    dx__watch_enter(S->loop, "session handler (session %s, %s)", sid, word);
+    rc = dxl_pcall(L, 3, 0, msg, sizeof msg, 1);
+    dx__watch_leave(S->loop);
+    S->loop_depth--;
+    if (rc != LUA_OK)
+      dx__log(DX_LOG_ERROR, "error in session handler close", "session_id=%s reason=%s "
+              "error=\"%s\"", sid, word, msg);
+  }
   if (dxl_push_registered(L, S, "hooks", name) != LUA_TFUNCTION) {
     lua_pop(L, 1);
     return;
@@ -302,14 +337,67 @@ static int p_resume_activity(lua_State *L) {
   co = lua_tothread(L, 1);
   r = run_of(L, 1);
   if (!r || co == L || lua_status(co) != LUA_YIELD) return 0;
+  if (r->a && dx__runtime_stalled(dx__activity_runtime(r->a))) {
+    r->deferred = 1; /* a stalled worker runs nothing: continue once it resumes */
+    return 0;
+  }
   step(r, L, 0);
   return 0;
+}
+
+void dxl_resume_deferred(dxl_state_t *S) {
+  lua_State *L = S->L;
+  act_run_t **due = NULL;
+  size_t n = 0, cap = 0, i;
+  int top = lua_gettop(L);
+  if (!lua_checkstack(L, 4)) return;
+  push_runs(L);
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    act_run_t *r = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (r && r->deferred && !(r->a && dx__runtime_stalled(dx__activity_runtime(r->a)))) {
+      if (n == cap) {
+        act_run_t **nd = realloc(due, (cap = cap ? cap * 2 : 8) * sizeof *nd);
+        if (!nd) break;
+        due = nd;
+      }
+      due[n++] = r;
+    }
+  }
+  lua_settop(L, top);
+  for (i = 0; i < n; i++) { /* after the walk: a step edits the table */
+    due[i]->deferred = 0;
+    if (lua_status(due[i]->co) == LUA_YIELD) step(due[i], L, 0);
+  }
+  free(due);
 }
 
 static int p_actx_cancelled(lua_State *L) {
   act_handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
   lua_pushboolean(L, !h || !h->run || !h->run->a || dx_activity_is_cancelled(h->run->a));
   return 1;
+}
+
+/* C.session_handler() -> the registered { open =, close = } or nil. */
+static int p_session_handler(lua_State *L) {
+  if (dxl_push_registered(L, dxl_state(L), "hooks", "session_handler") != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_pushnil(L);
+  }
+  return 1;
+}
+
+/* C.actx_abort_session(h, reason): give the activity's session up on this worker now. */
+static int p_actx_abort_session(lua_State *L) {
+  act_handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
+  const char *reason = luaL_optstring(L, 2, NULL);
+  dx_error_t err;
+  if (!h || !h->run || !h->run->a)
+    return luaL_error(L, "actx:abort_session: the activity has finished");
+  if (dx_activity_abort_session(h->run->a, reason, &err) != DX_OK)
+    return luaL_error(L, "actx:abort_session: %s", err.msg);
+  return 0;
 }
 
 static int p_actx_trace(lua_State *L) {
@@ -393,6 +481,8 @@ void dxl_activity_register(lua_State *L, int prims) {
                                  {"resume_activity", p_resume_activity},
                                  {"actx_cancelled", p_actx_cancelled},
                                  {"actx_trace", p_actx_trace},
+                                 {"session_handler", p_session_handler},
+                                 {"actx_abort_session", p_actx_abort_session},
                                  {"after", p_after},
                                  {NULL, NULL}};
   lua_pushvalue(L, prims);

@@ -177,6 +177,8 @@ void dxl_cancel_timers(dxl_state_t *S);
 /* End the activities the runtime handed back at shutdown (their coroutines are closed, <close>
 ** handlers run): the duroxide-lua worker calls it once its runtime has stopped. */
 void dxl_end_abandoned_activities(dxl_state_t *S);
+/* Continue the activities whose steps waited while their runtime was stalled (tests). */
+void dxl_resume_deferred(dxl_state_t *S);
 
 /* Orchestration primitives for duroxide/context.lua (registered into the prims table). */
 void dxl_orch_register(lua_State *L, int prims_idx);

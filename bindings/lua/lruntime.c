@@ -9,6 +9,7 @@
 #include <luv/luv.h>
 
 #include "dxlua.h"
+#include "embedding.h"
 #include "log.h"
 #include "util.h"
 #include "value.h"
@@ -260,6 +261,37 @@ static int l_rt_renew_sessions(lua_State *L) {
   return 0;
 }
 
+/* rt:_stall(on): a simulated SIGSTOP (true) and SIGCONT (false) of this runtime (tests). */
+static int l_rt_stall(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  int on = lua_toboolean(L, 2);
+  if (r->state != 1) return luaL_error(L, "the runtime is not running");
+  if (r->S->loop_depth > 0)
+    return luaL_error(L, "cannot stall a runtime from inside a callback or activity");
+  dx__runtime_stall(r->rt, on);
+  if (!on) dxl_resume_deferred(r->S);
+  return 0;
+}
+
+/* rt:_without(names): this runtime lacks these activities (an older worker; tests). */
+static int l_rt_without(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  lua_Integer i, n;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  if (!r->rt) return luaL_error(L, "the runtime is closed");
+  n = luaL_len(L, 2);
+  for (i = 1; i <= n; i++) {
+    lua_geti(L, 2, i);
+    if (lua_type(L, -1) != LUA_TSTRING)
+      return luaL_error(L, "activity names must be strings (entry %d is a %s)", (int)i,
+                        luaL_typename(L, -1));
+    if (dx__runtime_hide_activity(r->rt, lua_tostring(L, -1)) != DX_OK)
+      return luaL_error(L, "out of memory");
+    lua_pop(L, 1);
+  }
+  return 0;
+}
+
 /* rt:_poke(): wake the store thread (look for due work now). */
 static int l_rt_poke(lua_State *L) {
   lrt_t *r = check_rt(L);
@@ -467,6 +499,7 @@ int luaopen_duroxide_runtime_mt(lua_State *L) {
                                      {"crash", l_rt_crash}, {"_idle", l_rt_idle},
                                      {"_renew_sessions", l_rt_renew_sessions},
                                      {"_poke", l_rt_poke}, {"_config", l_rt_config},
+                                     {"_stall", l_rt_stall}, {"_without", l_rt_without},
                                      {NULL, NULL}};
   if (luaL_newmetatable(L, RT_MT)) {
     luaL_newlib(L, methods);

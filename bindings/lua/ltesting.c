@@ -73,6 +73,7 @@ static int ts_probe(lua_State *L) {
   dx_error_t err;
   int found = 0;
   luaL_checktype(L, 3, LUA_TTABLE);
+  memset(cfg, 0, sizeof cfg);
   n = luaL_len(L, 3);
   if (n > MAX_PROBE_WORKERS) return luaL_error(L, "probe: at most %d workers", MAX_PROBE_WORKERS);
   for (i = 0; i < n; i++) { /* read everything before the batch opens: no error inside it */
@@ -107,6 +108,10 @@ static int ts_probe(lua_State *L) {
     free(w.previous_owner);
   }
   p->methods->rollback(p);
+  /* the fetches held the workers' liveness ids on this handle: drop them, or a worker that
+  ** is killed later would look alive to its peers for as long as this handle lives */
+  for (i = 0; i < n && p->methods->version >= 5 && p->methods->worker_unregister; i++)
+    if (use_sessions[i]) p->methods->worker_unregister(p, cfg[i].worker_id);
   lua_pushboolean(L, found);
   return 1;
 }
@@ -137,8 +142,41 @@ static int push_session(void *ud, const dx_session_info_t *si) {
   lua_setfield(L, -2, "last_activity");
   lua_pushinteger(L, (lua_Integer)si->queued);
   lua_setfield(L, -2, "queued");
+  lua_pushinteger(L, (lua_Integer)si->running);
+  lua_setfield(L, -2, "running");
   lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
   return 0;
+}
+
+static void set_opt_str(lua_State *L, const char *k, const char *v) {
+  if (!v) return;
+  lua_pushstring(L, v);
+  lua_setfield(L, -2, k);
+}
+
+static int push_session_event(void *ud, const dx_session_event_t *e) {
+  lua_State *L = ud;
+  lua_createtable(L, 0, 5);
+  lua_pushinteger(L, (lua_Integer)e->at_ms);
+  lua_setfield(L, -2, "at");
+  set_opt_str(L, "event", e->event);
+  set_opt_str(L, "worker_id", e->worker_id);
+  set_opt_str(L, "detail", e->detail);
+  set_opt_str(L, "from", e->previous_owner);
+  lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+  return 0;
+}
+
+/* store:session_events(sid) -> { {at=, event=, worker_id=, detail=, from=}, ... } oldest first */
+static int ts_session_events(lua_State *L) {
+  dx_provider_t *p = check_store(L);
+  const char *sid = luaL_checkstring(L, 2);
+  dx_error_t err;
+  lua_newtable(L);
+  if (p->methods->version < 7 || !p->methods->list_session_events) return 1;
+  if (p->methods->list_session_events(p, sid, push_session_event, L, &err) != 0)
+    return luaL_error(L, "%s", err.msg);
+  return 1;
 }
 
 /* store:sessions() -> { {session_id=, worker_id=, locked_until=, last_activity=, queued=} } */
@@ -184,6 +222,7 @@ static int ts_close(lua_State *L) {
 static int l_test_store(lua_State *L) {
   static const luaL_Reg methods[] = {{"probe", ts_probe}, {"next_due", ts_next_due},
                                      {"sessions", ts_sessions},
+                                     {"session_events", ts_session_events},
                                      {"expire_session", ts_expire_session},
                                      {"close", ts_close}, {NULL, NULL}};
   const char *dir = luaL_checkstring(L, 1);
@@ -255,6 +294,7 @@ static void event_from_lua(lua_State *L, int idx, size_t pos, dx_event_t *e) {
   e->instance = opt_string_field(L, idx, "instance");
   e->session_id = opt_string_field(L, idx, "session_id");
   e->reason = opt_string_field(L, idx, "reason");
+  e->worker_id = opt_string_field(L, idx, "worker_id");
   if (lua_getfield(L, idx, "data") != LUA_TNIL) { /* duroxide.null stays "null" */
     e->data = dx__lua_to_json(L, -1, "data", err, sizeof err);
     if (!e->data) luaL_error(L, "history[%d]: %s", (int)pos, err);

@@ -219,8 +219,8 @@ static void check_reg_name(lua_State *L, const char *what) {
 /* Registration and configuration change what every instance runs: never from orchestration
 ** code (guarded in luaopen_duroxide). */
 static const char *const load_time_fns[] = {"activity", "orchestration", "on_session_released",
-                                            "on_session_claimed", "configure", "client",
-                                            "runtime", NULL};
+                                            "on_session_claimed", "session_handler",
+                                            "configure", "client", "runtime", NULL};
 
 static int l_activity(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
@@ -278,6 +278,37 @@ static int set_hook(lua_State *L, const char *name) {
 }
 static int l_on_session_released(lua_State *L) { return set_hook(L, "released"); }
 static int l_on_session_claimed(lua_State *L) { return set_hook(L, "claimed"); }
+
+/* duroxide.session_handler{ open = fn(sid, how) -> state, close = fn(sid, state, reason) }:
+** hooks.session_handler = a private copy { open =, close = } (activity.lua uses it). */
+static int l_session_handler(lua_State *L) {
+  dxl_state_t *S = dxl_state(L);
+  int n = 0;
+  luaL_argexpected(L, lua_type(L, 1) == LUA_TTABLE, 1, "a table { open =, close = }");
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    lua_pop(L, 1);
+    if (!k || (strcmp(k, "open") != 0 && strcmp(k, "close") != 0))
+      return luaL_error(L, "duroxide.session_handler: unknown field %s (expected open, close)",
+                        k ? k : luaL_typename(L, -1));
+  }
+  lua_createtable(L, 0, 2);
+  for (int i = 0; i < 2; i++) {
+    const char *k = i == 0 ? "open" : "close";
+    int t = lua_getfield(L, 1, k);
+    if (t != LUA_TNIL && t != LUA_TFUNCTION)
+      return luaL_error(L, "duroxide.session_handler: %s must be a function, got %s", k,
+                        luaL_typename(L, -1));
+    n += t == LUA_TFUNCTION;
+    lua_setfield(L, -2, k);
+  }
+  if (n == 0) return luaL_error(L, "duroxide.session_handler: give open, close or both");
+  push_reg(L, S, "hooks");
+  lua_pushvalue(L, -2);
+  lua_setfield(L, -2, "session_handler");
+  return 0;
+}
 
 /* {===== configuration =====} */
 
@@ -484,6 +515,12 @@ static dxl_state_t *ensure_state(lua_State *L) {
   S->actx_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_getfield(L, -1, "wait");
   lua_setfield(L, prims, "wait");
+  lua_getfield(L, -1, "session_run");
+  lua_setfield(L, prims, "session_run");
+  lua_getfield(L, -1, "session_claimed");
+  lua_setfield(L, prims, "session_claimed");
+  lua_getfield(L, -1, "session_released");
+  lua_setfield(L, prims, "session_released");
   lua_pop(L, 2);
 
   luaopen_duroxide_runtime_mt(L);
@@ -510,6 +547,7 @@ static const luaL_Reg module_fns[] = {
   {"orchestration", l_orchestration},
   {"on_session_released", l_on_session_released},
   {"on_session_claimed", l_on_session_claimed},
+  {"session_handler", l_session_handler},
   {"configure", l_configure},
   {"client", dxl_client_new},
   {"runtime", dxl_runtime_new},

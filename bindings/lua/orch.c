@@ -312,7 +312,7 @@ static const char *kv_key_at(lua_State *L, int idx) {
   return key;
 }
 
-/* C.emit(box, kind, name, input, session_id, instance, version, delay_ms) */
+/* C.emit(box, kind, name, input, session_id, instance, version, delay_ms, on_moved_fail) */
 static int p_emit(lua_State *L) {
   turn_box_t *b = check_box(L);
   dx_action_t a;
@@ -337,6 +337,7 @@ static int p_emit(lua_State *L) {
   a.version = opt_limited(L, 7, "version", 0);
   a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
   if (a.kind == DX_ACT_KV_SET || a.kind == DX_ACT_KV_CLEAR) kv_key_at(L, 3);
+  a.on_moved_fail = lua_toboolean(L, 9);
   if (a.kind == DX_ACT_SUB && !a.instance &&
       strlen(dx_turn_instance(b->t)) + GENERATED_SUFFIX_MAX > DX_MAX_INSTANCE_ID_BYTES)
     return luaL_error(L, "a generated sub-orchestration id (this instance's id + "
@@ -457,6 +458,15 @@ static int p_cancel(lua_State *L) {
   return 0;
 }
 
+/* C.session_worker(box, session_id) -> worker id or nil */
+static int p_session_worker(lua_State *L) {
+  turn_box_t *b = check_box(L);
+  const char *w = dx_turn_session_worker(b->t, luaL_checkstring(L, 2));
+  if (w) lua_pushstring(L, w);
+  else lua_pushnil(L);
+  return 1;
+}
+
 static int p_replaying(lua_State *L) {
   turn_box_t *b = check_box(L);
   lua_pushboolean(L, dx_turn_is_replaying(b->t));
@@ -472,6 +482,7 @@ static int p_trace(lua_State *L) {
 void dxl_orch_register(lua_State *L, int prims) {
   static const luaL_Reg fns[] = {{"emit", p_emit}, {"poll", p_poll}, {"cancel", p_cancel},
                                  {"replaying", p_replaying}, {"trace", p_trace},
+                                 {"session_worker", p_session_worker},
                                  {"kv_get", p_kv_get}, {"kv_all", p_kv_all},
                                  {"kv_key_check", p_kv_key_check},
                                  {"custom_status", p_custom_status}, {NULL, NULL}};

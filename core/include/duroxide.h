@@ -62,6 +62,8 @@ typedef struct dx_options_s {
   int log_format;                    /* 0 text, 1 json */
   int64_t loop_block_warning_ms;     /* warn when the loop is blocked this long (default 1s; 0 off) */
   int64_t turn_time_limit_ms;        /* wall clock per orchestration turn (default 30s; 0 off) */
+  int64_t session_wait_warning_ms;   /* warn when session work waited this long before a worker
+                                        claimed its session (default 30s; 0 off) */
 } dx_options_t;
 
 /** Fill defaults. */

@@ -381,6 +381,7 @@ char *dx_event_to_json(const dx_event_t *e) {
   if (e->instance) json_object_set_new(o, "instance", dx__jstr(e->instance));
   if (e->session_id) json_object_set_new(o, "session_id", dx__jstr(e->session_id));
   if (e->reason) json_object_set_new(o, "reason", dx__jstr(e->reason));
+  if (e->worker_id) json_object_set_new(o, "worker_id", dx__jstr(e->worker_id));
   if (e->fire_at_ms) json_object_set_new(o, "fire_at_ms", json_integer((json_int_t)e->fire_at_ms));
   if (e->fail.category) json_object_set_new(o, "error", dx__failure_json(&e->fail));
   if (e->custom_status)

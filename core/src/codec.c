@@ -44,6 +44,7 @@ static const field_t event_fields[] = {
   EV("pid", FT_U64, parent_id),   EV("pex", FT_U64, parent_execution_id),
   EV("fa", FT_I64, fire_at_ms),   EV("f", FT_FAIL, fail),
   EV("cs", FT_STR, custom_status),
+  EV("w", FT_STR, worker_id),
 };
 #undef EV
 
@@ -57,6 +58,7 @@ static const field_t work_fields[] = {
   WI("s", FT_STR, session_id),    WI("r", FT_STR, reason),
   WI("fa", FT_I64, fire_at_ms),   WI("f", FT_FAIL, fail),
   WI("cs", FT_STR, custom_status),
+  WI("w", FT_STR, worker_id),
 };
 #undef WI
 

@@ -12,4 +12,14 @@ void *dx__runtime_owner(const dx_runtime_t *rt, void (*owner_free)(void *));
 uv_loop_t *dx__runtime_loop(const dx_runtime_t *rt);
 /* 1 while dx_runtime_run drives the runtime's loop. */
 int dx__runtime_in_run(const dx_runtime_t *rt);
+/* A simulated stall (duroxide.testing stall_worker): on = 1 the runtime runs nothing of its
+** own (no store cycle, renewal or lease check; the binding holds its activities' steps), as a
+** SIGSTOPped process; on = 0 resumes it: lapsed session leases are lost first. */
+void dx__runtime_stall(dx_runtime_t *rt, int on);
+int dx__runtime_stalled(const dx_runtime_t *rt);
+/* Tests (duroxide.testing upgrade scenarios): this runtime treats activity `name` as not
+** registered, as a worker running older code would. DX_OK or DX_ENOMEM. */
+int dx__runtime_hide_activity(dx_runtime_t *rt, const char *name);
+/* The runtime an activity runs on. */
+dx_runtime_t *dx__activity_runtime(const dx_activity_t *a);
 #endif

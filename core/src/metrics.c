@@ -58,7 +58,7 @@ static const def_t defs[DXM__COUNT] = {
     "Sub-orchestrations scheduled, by the child's orchestration name", {"orchestration_name"}},
   [DXM_ACT_EXECUTIONS] = {"duroxide_activity_executions_total", COUNTER,
     "Activity deliveries settled (outcome: success, app_error, config_error, poison, "
-    "retry_unregistered, handed_back, lost)", {"activity_name", "outcome"}},
+    "retry_unregistered, handed_back, fenced, lost)", {"activity_name", "outcome"}},
   [DXM_ACT_DURATION] = {"duroxide_activity_duration_seconds", HISTOGRAM,
     "Time an activity ran, for those that completed or failed", {"activity_name"}},
   [DXM_ACT_RUNNING] = {"duroxide_activities_running", GAUGE,

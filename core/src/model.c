@@ -13,12 +13,14 @@ static const size_t event_strings[] = {
   offsetof(dx_event_t, data),     offsetof(dx_event_t, instance),
   offsetof(dx_event_t, session_id), offsetof(dx_event_t, reason),
   offsetof(dx_event_t, custom_status),
+  offsetof(dx_event_t, worker_id),
 };
 static const size_t work_strings[] = {
   offsetof(dx_work_item_t, instance),   offsetof(dx_work_item_t, name),
   offsetof(dx_work_item_t, version),    offsetof(dx_work_item_t, data),
   offsetof(dx_work_item_t, parent_instance), offsetof(dx_work_item_t, session_id),
   offsetof(dx_work_item_t, reason),   offsetof(dx_work_item_t, custom_status),
+  offsetof(dx_work_item_t, worker_id),
 };
 static const size_t info_strings[] = {
   offsetof(dx_instance_info_t, instance_id), offsetof(dx_instance_info_t, orchestration_name),

@@ -35,6 +35,7 @@ void dx_options_init(dx_options_t *o) {
   o->turn_instruction_budget = 50000000;
   o->loop_block_warning_ms = 1000;
   o->turn_time_limit_ms = 30000;
+  o->session_wait_warning_ms = 30000;
   o->log_level = DX_LOG_INFO;
   o->log_format = 0;
 }
@@ -126,6 +127,7 @@ static const opt_desc_t opt_table[] = {
   {"log-level", OPT_LEVEL, offsetof(dx_options_t, log_level)},
   {"log-format", OPT_FORMAT, offsetof(dx_options_t, log_format)},
   {"loop-block-warning", OPT_DUR, offsetof(dx_options_t, loop_block_warning_ms)},
+  {"session-wait-warning", OPT_DUR, offsetof(dx_options_t, session_wait_warning_ms)},
 };
 
 int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_error_t *err) {

@@ -48,6 +48,8 @@ typedef struct {
   uint64_t order;       /* history position of the completion */
   uint64_t fail_id;     /* failed: the event holding the failure (pointers would move) */
   const char *data;
+  const char *expect_owner; /* new session activity with on_moved = "fail": the worker that
+                               ran the previous one (owned by an event's heap string) */
 } slot_t;
 
 struct dx_turn_s {
@@ -541,6 +543,9 @@ int dx_turn_emit(dx_turn_t *t, const dx_action_t *a, uint64_t *token, const char
   s = slot(t, e->event_id);
   if (!s) return DX_ENOMEM;
   s->emitted = 1;
+  if (a->kind == DX_ACT_ACTIVITY && a->on_moved_fail && a->session_id &&
+      e->event_id > t->n_hist)
+    s->expect_owner = dx_turn_session_worker(t, a->session_id);
   if (e->kind == DX_EV_SYSCALL) {
     s->state = DX_FUT_OK;
     s->data = e->data;
@@ -624,6 +629,21 @@ int64_t dx_turn_instruction_budget(const dx_turn_t *t) { return t->cfg->instruct
 int64_t dx_turn_time_limit(const dx_turn_t *t) { return t->cfg->time_limit_ms; }
 int dx_turn_is_replaying(const dx_turn_t *t) {
   return t->cursor < t->n_hist && t->emitted < t->n_sched_known;
+}
+
+const char *dx_turn_session_worker(dx_turn_t *t, const char *session_id) {
+  uint64_t best = 0;
+  size_t i;
+  for (i = 0; session_id && i < t->sched.n; i++) {
+    uint64_t id = t->sched.v[i];
+    const dx_event_t *e = ev_at(t, id);
+    const slot_t *s = id < t->slots.n ? &t->slots.v[id] : NULL;
+    if (!s || s->state == DX_FUT_PENDING || e->kind != DX_EV_ACT_SCHEDULED ||
+        !same_str(e->session_id, session_id))
+      continue;
+    if (s->order > best) best = s->order; /* order: the completion's event id */
+  }
+  return best ? ev_at(t, best)->worker_id : NULL;
 }
 
 void dx_turn_set_output(dx_turn_t *t, const char *json) {
@@ -734,6 +754,7 @@ static void convert_batch(dx_turn_t *t) {
       e->source_id = m->id;
       e->data = dx__strdup(m->data);
       e->fire_at_ms = m->fire_at_ms;
+      e->worker_id = dx__strdup(m->worker_id);
       dx_failure_copy(&e->fail, &m->fail);
     } else if (m->kind == DX_WI_EXTERNAL) {
       e = append(t, DX_EV_EXT_EVENT);
@@ -871,6 +892,7 @@ static void emit_work(dx_turn_t *t, int terminal, int can) {
         w.name = dx__strdup(e->name);
         w.data = dx__strdup(e->data);
         w.session_id = dx__strdup(e->session_id);
+        w.worker_id = s ? dx__strdup(s->expect_owner) : NULL;
         add_item(t, 1, &w);
         break;
       case DX_EV_SESSION_CLOSED:

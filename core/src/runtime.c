@@ -49,6 +49,7 @@ struct dx_activity_s {
   int timer_closed;
   int finished;
   int cancelled;
+  uint64_t sess_gen;                  /* session activities: the hold they run under */
   void *userdata;
   struct cact_job_s *cjob;            /* a C activity on the thread pool (C embedding) */
   struct dx_activity_s *prev, *next;  /* running list */
@@ -77,6 +78,9 @@ struct dx_runtime_s {
   int n_running;
   dx__credit_t credit;         /* how many activities to ask the store for (credit.h) */
   int started, stopping;
+  int stalled;             /* dx__runtime_stall: a simulated SIGSTOP */
+  char **hidden;           /* dx__runtime_hide_activity: names this worker lacks (tests) */
+  size_t n_hidden;
   int registered;          /* worker_register succeeded: unregister when the store closed */
   uv_timer_t grace_timer;
   dx_wake_t *wake;             /* wake-ups from other processes' commits (NULL: polling) */
@@ -245,6 +249,12 @@ static void activity_acked(dx_store_op_t *op) {
   check_stop_done(rt);
 }
 
+/* 1 when the activity's session hold ended here (lost, aborted) or lapsed: fenced. */
+static int session_fenced(const dx_activity_t *a) {
+  return a->item.session_id && a->rt->sessions &&
+         dx__sessions_fenced(a->rt->sessions, a->item.session_id, a->sess_gen);
+}
+
 /* Queue the row's settlement: ack with a completion, ack without, or abandon. outcome: the
 ** duroxide_activity_executions_total label it is counted under once applied (NULL: none). */
 static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ignore_attempt,
@@ -252,8 +262,22 @@ static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ig
   dx_runtime_t *rt = a->rt;
   if (a->finished) return;
   a->finished = 1;
+  if (kind == DX_OP_ACK_WORK && a->item.kind != DX_WI_SESSION_CLOSE && session_fenced(a)) {
+    /* Our hold on the session ended (a stall let another worker claim it, or an abort): the
+    ** result is not ours to give; the row goes back (the store would refuse the ack anyway
+    ** once another worker claimed) and the session's next owner runs it. */
+    dx__log(DX_LOG_WARN, "activity result discarded: its session was lost or aborted here",
+            "instance=%s activity=%s id=%" PRIu64 " session_id=%s", a->item.instance,
+            a->item.name, a->item.id, a->item.session_id);
+    dx_work_item_clear(&a->result);
+    kind = DX_OP_ABANDON_WORK;
+    delay_ms = 0;
+    ignore_attempt = 0;
+    outcome = "fenced";
+  }
   a->outcome = outcome;
-  if (a->item.session_id && rt->sessions) dx__sessions_on_done(rt->sessions, a->item.session_id);
+  if (a->item.session_id && rt->sessions)
+    dx__sessions_on_done(rt->sessions, a->item.session_id, a->sess_gen);
   uv_timer_stop(&a->renew_timer);
   activity_unlink(a);
   memset(&a->op, 0, sizeof a->op);
@@ -278,6 +302,8 @@ static void result_base(dx_activity_t *a, int kind) {
   a->result.instance = dx__strdup(a->item.instance);
   a->result.execution_id = a->item.execution_id;
   a->result.id = a->item.id;
+  /* history shows where each session activity ran (issue 9 item 7) */
+  if (a->item.session_id) a->result.worker_id = dx__strdup(a->rt->worker_id);
 }
 
 void dx_activity_complete(dx_activity_t *a, const char *output_json) {
@@ -319,7 +345,20 @@ void dx_activity_fail(dx_activity_t *a, const char *message) {
 }
 
 const dx_activity_info_t *dx_activity_info(const dx_activity_t *a) { return &a->info; }
-int dx_activity_is_cancelled(const dx_activity_t *a) { return a->cancelled; }
+int dx_activity_is_cancelled(const dx_activity_t *a) { return a->cancelled || session_fenced(a); }
+
+int dx_activity_abort_session(dx_activity_t *a, const char *reason, dx_error_t *err) {
+  if (!a || a->finished) return dx_error_set(err, DX_ESTATE, "the activity has finished");
+  if (!a->item.session_id)
+    return dx_error_set(err, DX_EINVAL, "activity %s (instance %s) does not run on a session: "
+                        "nothing to abort", a->item.name, a->item.instance);
+  if (reason && strlen(reason) > DX_MAX_REASON_BYTES)
+    return dx_error_set(err, DX_ETOOBIG, "abort reason is %zu bytes; the limit is %d bytes",
+                        strlen(reason), DX_MAX_REASON_BYTES);
+  if (!a->rt->sessions)
+    return dx_error_set(err, DX_ESTATE, "this worker holds no sessions");
+  return dx__sessions_abort(a->rt->sessions, a->item.session_id, a->sess_gen, reason, err);
+}
 void dx_activity_set_userdata(dx_activity_t *a, void *ud) { a->userdata = ud; }
 void *dx_activity_userdata(const dx_activity_t *a) { return a->userdata; }
 
@@ -628,7 +667,14 @@ static void on_renew(uv_timer_t *h) {
   dx__store_submit(a->rt->store, &a->renew_op);
 }
 
-static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
+static int hidden_activity(const dx_runtime_t *rt, const char *name) {
+  size_t i;
+  for (i = 0; i < rt->n_hidden; i++)
+    if (strcmp(rt->hidden[i], name) == 0) return 1;
+  return 0;
+}
+
+static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) {
   dx_activity_t *a = calloc(1, sizeof *a);
   const struct cact_s *cact;
   int64_t every;
@@ -662,8 +708,15 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
                                     rt->opts.worker_lock_renewal_buffer_ms);
   uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
   if (a->item.session_id && rt->sessions)
-    dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
-                          w->previous_owner);
+    a->sess_gen = dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
+                                        w->previous_owner, at_ms);
+  if (w->session_claimed && rt->opts.session_wait_warning_ms > 0 &&
+      w->waited_ms >= rt->opts.session_wait_warning_ms)
+    dx__log(DX_LOG_WARN, "session work waited for a worker to claim its session (are all "
+            "workers at max_sessions_per_worker?)", "session_id=%s instance=%s activity=%s "
+            "waited_ms=%" PRId64 " previous_owner=%s worker_id=%s", a->item.session_id,
+            a->item.instance, a->item.name ? a->item.name : "-", w->waited_ms,
+            w->previous_owner ? w->previous_owner : "none", rt->worker_id);
 
   if (a->item.kind == DX_WI_SESSION_CLOSE) { /* not an activity: end the session here */
     activity_settle(a, DX_OP_ACK_WORK, 0, 0, NULL); /* first: the close item is not running */
@@ -680,8 +733,35 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
     fail_with(a, DX_CAT_POISON, "Poison", msg);
     return;
   }
+  if (a->item.kind == DX_WI_ACT_EXECUTE && a->item.session_id && a->item.worker_id &&
+      strcmp(a->item.worker_id, rt->worker_id) != 0) {
+    /* on_moved = "fail": the session moved since this instance's previous activity on it */
+    char msg[700];
+    snprintf(msg, sizeof msg, "session '%s' moved from worker '%s' to worker '%s': activity %s "
+             "was not run", a->item.session_id, a->item.worker_id, rt->worker_id, a->item.name);
+    dx__log(DX_LOG_INFO, "session activity refused (session moved)", "instance=%s activity=%s "
+            "session_id=%s from=%s to=%s", a->item.instance, a->item.name, a->item.session_id,
+            a->item.worker_id, rt->worker_id);
+    fail_with(a, DX_CAT_APPLICATION, "SessionMoved", msg);
+    return;
+  }
   cact = cact_find(rt, a->item.name);
-  if (!cact && !rt->host->activity_lookup(rt->host_ud, a->item.name)) {
+  if ((!cact && !rt->host->activity_lookup(rt->host_ud, a->item.name)) ||
+      hidden_activity(rt, a->item.name)) {
+    if (a->item.session_id && rt->sessions && w->attempt_count < rt->opts.max_attempts) {
+      /* Rolling upgrade: the session is pinned here, but this worker runs older code. Hand the
+      ** session on (released "upgrade"; our fetches skip it for the backoff) so a worker that
+      ** has the activity claims it; the row is visible again at once. */
+      int64_t d = dx__unregistered_backoff(w->attempt_count, rt->opts.unregistered_base_ms,
+                                           rt->opts.unregistered_max_ms);
+      dx__log(DX_LOG_WARN, "activity not registered on this worker; handing its session to "
+              "another worker", "instance=%s activity=%s session_id=%s attempt=%u "
+              "declined_for_ms=%" PRId64, a->item.instance, a->item.name, a->item.session_id,
+              w->attempt_count, d);
+      dx__sessions_hand_on(rt->sessions, a->item.session_id, d); /* first: the decline */
+      activity_settle(a, DX_OP_ABANDON_WORK, 0, 0, "retry_unregistered"); /* then the release, once nothing runs */
+      return;
+    }
     if (w->attempt_count < rt->opts.max_attempts) {
       int64_t d = dx__unregistered_backoff(w->attempt_count, rt->opts.unregistered_base_ms,
                                            rt->opts.unregistered_max_ms);
@@ -698,6 +778,13 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w) {
   }
   if (rt->stopping) {
     activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back"); /* fetched as we stopped */
+    return;
+  }
+  if (session_fenced(a)) { /* the lease lapsed before we got to it (a stall): do not run */
+    dx__log(DX_LOG_WARN, "session activity not started: the session's lease lapsed since the "
+            "fetch", "instance=%s activity=%s session_id=%s", a->item.instance, a->item.name,
+            a->item.session_id);
+    activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back");
     return;
   }
   dx__log(DX_LOG_DEBUG, "activity started", ACT_FIELDS " attempt=%u", ACT_ARGS(a),
@@ -719,7 +806,7 @@ static void on_fetch(void *ud, dx_store_fetched_t *f) {
   f->n_orch = 0;
   dx__credit_fetched(&rt->credit, (int)f->n_work);
   /* start_activity takes each item; free_fetched (after us) frees previous_owner strings */
-  for (i = 0; i < f->n_work; i++) start_activity(rt, &f->work[i]);
+  for (i = 0; i < f->n_work; i++) start_activity(rt, &f->work[i], f->at_ms);
   ask_for_activities(rt);
 }
 
@@ -1012,6 +1099,8 @@ void dx_runtime_free(dx_runtime_t *rt) {
   owner_free = rt->owner_free;
   owner = rt->owner;
   cact_free_all(rt);
+  while (rt->n_hidden > 0) free(rt->hidden[--rt->n_hidden]);
+  free(rt->hidden);
   dx__metrics_free(rt->metrics);
   free(rt->worker_id);
   free(rt);
@@ -1111,6 +1200,31 @@ int dx_runtime_is_idle(const dx_runtime_t *rt) {
   if (!rt || !rt->started || !rt->store) return 1;
   return rt->n_running == 0 && dx__store_quiet(rt->store);
 }
+
+void dx__runtime_stall(dx_runtime_t *rt, int on) {
+  if (!rt || !rt->started || rt->stopping || rt->stalled == !!on) return;
+  rt->stalled = !!on;
+  dx__log(DX_LOG_INFO, on ? "worker stalled (simulated)" : "worker resumed (simulated)",
+          "worker_id=%s", rt->worker_id);
+  if (on) dx__store_pause(rt->store, 1);
+  if (rt->sessions) dx__sessions_pause(rt->sessions, on);
+  if (!on) dx__store_pause(rt->store, 0);
+}
+
+int dx__runtime_stalled(const dx_runtime_t *rt) { return rt && rt->stalled; }
+
+int dx__runtime_hide_activity(dx_runtime_t *rt, const char *name) {
+  char **v;
+  if (!rt || !name) return DX_EINVAL;
+  if (hidden_activity(rt, name)) return DX_OK;
+  if (!(v = realloc(rt->hidden, (rt->n_hidden + 1) * sizeof *v))) return DX_ENOMEM;
+  rt->hidden = v;
+  if (!(v[rt->n_hidden] = dx__strdup(name))) return DX_ENOMEM;
+  rt->n_hidden++;
+  return DX_OK;
+}
+
+dx_runtime_t *dx__activity_runtime(const dx_activity_t *a) { return a ? a->rt : NULL; }
 
 void dx_runtime_renew_sessions_now(dx_runtime_t *rt) {
   if (rt && rt->started && !rt->stopping && rt->sessions) dx__sessions_renew_now(rt->sessions);

@@ -7,10 +7,19 @@
 **   when the store already named us: a restart with the same worker_node_id);
 ** - idle: no activity for session_idle_timeout -> we stop renewing; once the lease lapses
 **   the session is unpinned (another worker may claim it) and the hook fires;
-** - lost: a renewal did not cover a session we still consider active;
+** - lost: a renewal did not cover a session we still consider active, or its lease lapsed
+**   with no renewal we know of (the process stalled, e.g. SIGSTOP: another worker may have
+**   claimed it; the store refuses our late results by the session's ownership epoch);
 ** - closed: ctx:close_session reached us and the session's running activities here finished
 **   (until then we keep the lease, so no other worker runs the session meanwhile);
+** - ended: every instance that used the session has ended and no work is left (renewals say
+**   so): the slot is freed even with session_idle_timeout 0;
+** - aborted: actx:abort_session gave it up;
 ** - shutdown: graceful stop.
+** Fencing: each local hold of a session has a generation; activities started under it are
+** fenced (cancelled, results handed back) once the hold ends or its lease is lapsed. The lapse
+** is checked synchronously (dx__sessions_fenced) and by a uv_check handle after every loop
+** iteration, so after a stall the hold ends before any timer of the session's activities runs.
 */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -23,11 +32,12 @@
 
 typedef struct owned_s {
   char *id;
+  uint64_t gen;         /* this hold of the session (a new one per claim here) */
   int64_t last_activity;
-  int64_t lease_until;
+  int64_t lease_until;  /* as far as the loop's own renewals and fetches extended it */
   int running;          /* activities of this session running here now */
   int idle;             /* stopped renewing because idle */
-  int closing;          /* ctx:close_session arrived: release once `running` reaches 0 */
+  const char *closing;  /* release reason ("closed", "upgrade") once `running` reaches 0 */
   struct owned_s *next;
 } owned_t;
 
@@ -40,16 +50,65 @@ struct dx_sessions_s {
   void *host_ud;
   owned_t *owned;
   int n_owned;
+  uint64_t next_gen;
   uv_timer_t renew_timer, cleanup_timer;
+  uv_check_t check;     /* lapsed leases: after every loop iteration */
   dx_store_op_t renew_op, cleanup_op, release_op;
   int renew_busy, cleanup_busy;
   int renewed_once;     /* the first renewal runs at start, owned or not (same-id restart) */
   int closing_handles;
   int shutting_down;
+  int paused;           /* a simulated stall (tests) */
   void (*shutdown_cb)(void *);
   void *shutdown_ud;
   dx_metrics_t *metrics;  /* claims, moves, releases, owned (NULL = none) */
 };
+
+/* {===== session history in the store =====} */
+
+typedef struct {
+  dx_store_op_t op;
+  dx_session_event_t ev;
+  char *sid, *detail, *prev; /* owned copies behind ev */
+} sev_op_t;
+
+static void sev_done(dx_store_op_t *op) {
+  sev_op_t *e = (sev_op_t *)op;
+  if (op->rc != 0)
+    dx__log(DX_LOG_WARN, "session history not recorded", "session_id=%s event=%s error=\"%s\"",
+            e->sid, e->ev.event, op->err.msg);
+  free(e->sid);
+  free(e->detail);
+  free(e->prev);
+  free(e);
+}
+
+/* Record a claim, move or release in the store (`duroxide-lua sessions --history`). event is a
+** literal; best effort: a failure is logged. */
+static void record(dx_sessions_t *s, const char *sid, const char *event, const char *detail,
+                   const char *prev) {
+  sev_op_t *e = calloc(1, sizeof *e);
+  if (!e || !(e->sid = dx__strdup(sid)) || (detail && !(e->detail = dx__strdup(detail))) ||
+      (prev && !(e->prev = dx__strdup(prev)))) {
+    if (e) {
+      free(e->sid);
+      free(e->detail);
+    }
+    free(e);
+    return;
+  }
+  e->ev.session_id = e->sid;
+  e->ev.at_ms = dx__now_ms();
+  e->ev.event = event;
+  e->ev.worker_id = s->worker_id;
+  e->ev.detail = e->detail;
+  e->ev.previous_owner = e->prev;
+  e->op.kind = DX_OP_SESSION_EVENT;
+  e->op.sev = &e->ev;
+  e->op.done = sev_done;
+  e->op.ud = s;
+  dx__store_submit(s->store, &e->op);
+}
 
 /* {===== local set =====} */
 
@@ -72,6 +131,7 @@ static void drop(dx_sessions_t *s, const char *id, const char *reason) {
     dx__metric_add(s->metrics, DXM_SESS_RELEASES, DXM_LABELS(reason), 1);
     dx__log(DX_LOG_INFO, "session released", "session_id=%s worker_id=%s reason=%s "
             "idle_ms=%" PRId64, o->id, s->worker_id, reason, dx__now_ms() - o->last_activity);
+    record(s, o->id, "released", reason, NULL);
     if (s->host->version >= 3 && s->host->session_released_by)
       s->host->session_released_by(s->host_ud, o->id, reason, s->worker_id);
     else if (s->host->version >= 2 && s->host->session_released)
@@ -88,17 +148,62 @@ void dx__sessions_set_metrics(dx_sessions_t *s, dx_metrics_t *m) {
   if (s) s->metrics = m;
 }
 
-void dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
-                           const char *previous_owner) {
+/* The lease as far as we know it: our own renewals and fetches, or the store thread's. */
+static int64_t confirmed_until(const dx_sessions_t *s, const owned_t *o) {
+  int64_t st = dx__store_session_confirmed(s->store, o->id);
+  return st > o->lease_until ? st : o->lease_until;
+}
+
+/* A hold with activities running here whose lease ran out unrenewed: they must stop (a
+** stall). Holds with nothing running are left to the renewals, which tell "idle" from "lost".
+** Cheap while our own view is live (every loop iteration asks): the store thread's renewals
+** are looked up only once our view says the lease ran out. */
+static int lapsed(const dx_sessions_t *s, const owned_t *o, int64_t now) {
+  return o->running > 0 && !o->idle && now >= o->lease_until && now >= confirmed_until(s, o);
+}
+
+int dx__sessions_fenced(const dx_sessions_t *s, const char *sid, uint64_t gen) {
+  const owned_t *o;
+  if (!s) return 0;
+  for (o = s->owned; o; o = o->next)
+    if (strcmp(o->id, sid) == 0) return o->gen != gen || lapsed(s, o, dx__now_ms());
+  return 1;
+}
+
+/* After every loop iteration: a hold with running activities whose lease lapsed unrenewed is
+** lost (a stall): before the activities' next timers fire. */
+static void on_check(uv_check_t *h) {
+  dx_sessions_t *s = h->data;
   int64_t now = dx__now_ms();
+  owned_t *o, *next;
+  if (s->shutting_down || s->paused) return;
+  for (o = s->owned; o; o = next) {
+    next = o->next;
+    if (!lapsed(s, o, now)) continue;
+    dx__log(DX_LOG_WARN, "session lease lapsed unrenewed (this process stalled?): giving it up",
+            "session_id=%s worker_id=%s lapsed_ms=%" PRId64, o->id, s->worker_id,
+            now - confirmed_until(s, o));
+    drop(s, o->id, "lost");
+  }
+}
+
+uint64_t dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
+                               const char *previous_owner, int64_t at_ms) {
+  int64_t now = dx__now_ms(), until = at_ms + s->opts->session_lock_timeout_ms;
   owned_t *o = find(s, sid);
+  if (o && claimed) {
+    /* the store made us owner anew (we had lost it meanwhile): a new hold */
+    drop(s, sid, "lost");
+    o = NULL;
+  }
   if (!o) {
     const char *how = "new";
     o = calloc(1, sizeof *o);
     if (!o || !(o->id = dx__strdup(sid))) {
       free(o);
-      return;
+      return 0;
     }
+    o->gen = ++s->next_gen;
     o->next = s->owned;
     s->owned = o;
     s->n_owned++;
@@ -111,25 +216,31 @@ void dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
     dx__log(DX_LOG_INFO, "session claimed", "session_id=%s worker_id=%s how=%s "
             "previous_owner=%s", sid, s->worker_id, how,
             previous_owner && *previous_owner ? previous_owner : "none");
+    if (previous_owner && *previous_owner && strcmp(previous_owner, s->worker_id) != 0)
+      record(s, sid, "moved", how, previous_owner);
+    else
+      record(s, sid, "claimed", how, previous_owner && *previous_owner ? previous_owner : NULL);
     if (s->host->version >= 3 && s->host->session_claimed_by)
       s->host->session_claimed_by(s->host_ud, sid, how, s->worker_id);
     else if (s->host->version >= 2 && s->host->session_claimed)
       s->host->session_claimed(s->host_ud, sid, how);
   }
   o->last_activity = now;
-  o->lease_until = now + s->opts->session_lock_timeout_ms;
+  /* the fetch's store time, not ours: a stall between fetch and delivery must show */
+  if (until > o->lease_until) o->lease_until = until;
   o->idle = 0;
   o->running++;
+  return o->gen;
 }
 
-static void close_now(dx_sessions_t *s, const char *sid);
+static void close_now(dx_sessions_t *s, const char *sid, const char *reason);
 
-void dx__sessions_on_done(dx_sessions_t *s, const char *sid) {
+void dx__sessions_on_done(dx_sessions_t *s, const char *sid, uint64_t gen) {
   owned_t *o = find(s, sid);
-  if (!o) return;
+  if (!o || o->gen != gen) return;
   if (o->running > 0) o->running--;
   o->last_activity = dx__now_ms();
-  if (o->closing && o->running == 0) close_now(s, sid);
+  if (o->closing && o->running == 0) close_now(s, sid, o->closing);
 }
 
 static void maybe_finish(dx_sessions_t *s);
@@ -156,27 +267,76 @@ static void submit_release(dx_sessions_t *s, const char *sid, dx_store_op_cb don
 }
 
 /* Release in the store, then tell the app. */
-static void close_now(dx_sessions_t *s, const char *sid) {
+static void close_now(dx_sessions_t *s, const char *sid, const char *reason) {
   submit_release(s, sid, release_done);
-  if (find(s, sid)) drop(s, sid, "closed");
+  if (find(s, sid)) drop(s, sid, reason);
+}
+
+/* Release sid with `reason` (a literal) once its activities running here have finished: until
+** then we keep the lease, so no other worker runs the session meanwhile. */
+static void release_when_idle(dx_sessions_t *s, const char *sid, const char *reason) {
+  owned_t *o = find(s, sid);
+  dx__log(DX_LOG_INFO, "session release requested", "session_id=%s worker_id=%s reason=%s "
+          "running=%d", sid, s->worker_id, reason, o ? o->running : 0);
+  if (o && o->running > 0) { /* another instance's activity on it still runs here */
+    o->closing = reason;
+    return;
+  }
+  close_now(s, sid, reason);
 }
 
 void dx__sessions_close(dx_sessions_t *s, const char *sid) {
-  owned_t *o = find(s, sid);
-  dx__log(DX_LOG_INFO, "session close requested", "session_id=%s worker_id=%s running=%d", sid,
-          s->worker_id, o ? o->running : 0);
-  if (o && o->running > 0) { /* another instance's activity on it still runs here */
-    o->closing = 1;
-    return;
-  }
-  close_now(s, sid);
+  release_when_idle(s, sid, "closed");
 }
 
-static int renewed(const dx_store_op_t *op, const char *id) {
+static void decline_done(dx_store_op_t *op) {
+  free((char *)op->session_id);
+  free(op);
+}
+
+void dx__sessions_hand_on(dx_sessions_t *s, const char *sid, int64_t for_ms) {
+  dx_store_op_t *op = calloc(1, sizeof *op);
+  /* first: this worker's fetches skip the session, so it does not take it straight back */
+  if (op && (op->session_id = dx__strdup(sid))) {
+    op->kind = DX_OP_DECLINE_SESSION;
+    op->delay_ms = for_ms;
+    op->done = decline_done;
+    op->ud = s;
+    dx__store_submit(s->store, op);
+  } else {
+    free(op);
+  }
+  release_when_idle(s, sid, "upgrade");
+}
+
+int dx__sessions_abort(dx_sessions_t *s, const char *sid, uint64_t gen, const char *reason,
+                       dx_error_t *err) {
+  owned_t *o = find(s, sid);
+  if (!o || o->gen != gen)
+    return dx_error_set(err, DX_ESTATE, "session '%s' is no longer held by this worker ('%s'): "
+                        "nothing to abort", sid, s->worker_id);
+  dx__log(DX_LOG_WARN, "session aborted by an activity", "session_id=%s worker_id=%s "
+          "reason=\"%s\"", sid, s->worker_id, reason ? reason : "");
+  submit_release(s, sid, release_done);
+  drop(s, sid, "aborted");
+  return DX_OK;
+}
+
+static int listed(char **ids, size_t n, const char *id) {
   size_t i;
-  for (i = 0; i < op->n_ids; i++)
-    if (strcmp(op->ids[i], id) == 0) return 1;
+  for (i = 0; i < n; i++)
+    if (strcmp(ids[i], id) == 0) return 1;
   return 0;
+}
+
+static void free_renew_ids(dx_store_op_t *op) {
+  size_t i;
+  for (i = 0; i < op->n_ids; i++) free(op->ids[i]);
+  for (i = 0; i < op->n_ended; i++) free(op->ended[i]);
+  free(op->ids);
+  free(op->ended);
+  op->ids = op->ended = NULL;
+  op->n_ids = op->n_ended = 0;
 }
 
 /* After a renewal batch: update leases; unpin idle sessions whose lease lapsed; report lost. */
@@ -184,7 +344,6 @@ static void renew_done(dx_store_op_t *op) {
   dx_sessions_t *s = op->ud;
   int64_t now = dx__now_ms();
   owned_t *o, *next;
-  size_t i;
   s->renew_busy = 0;
   if (op->rc != 0) {
     dx__log(DX_LOG_WARN, "session renewal failed", "worker_id=%s error=\"%s\"", s->worker_id,
@@ -194,8 +353,13 @@ static void renew_done(dx_store_op_t *op) {
             s->worker_id, op->n_ids, s->n_owned);
     for (o = s->owned; o; o = next) {
       next = o->next;
-      if (renewed(op, o->id)) {
-        o->lease_until = now + s->opts->session_lock_timeout_ms;
+      if (listed(op->ids, op->n_ids, o->id)) {
+        /* from the store's clock when it renewed: time the answer took is not lease */
+        o->lease_until = op->at_ms + s->opts->session_lock_timeout_ms;
+        if (o->running == 0 && listed(op->ended, op->n_ended, o->id)) {
+          submit_release(s, o->id, release_done);
+          drop(s, o->id, "ended");
+        }
         continue;
       }
       if (o->idle || (s->opts->session_idle_timeout_ms > 0 && o->running == 0 &&
@@ -212,17 +376,14 @@ static void renew_done(dx_store_op_t *op) {
       }
     }
   }
-  for (i = 0; i < op->n_ids; i++) free(op->ids[i]);
-  free(op->ids);
-  op->ids = NULL;
-  op->n_ids = 0;
+  free_renew_ids(op);
 }
 
 static void on_renew_timer(uv_timer_t *t) {
   dx_sessions_t *s = t->data;
   /* the first tick renews what the store says we own: a worker restarted with the same id
   ** keeps the dead process's leases instead of letting them lapse before it renews */
-  if (s->renew_busy || s->shutting_down || (!s->owned && s->renewed_once)) return;
+  if (s->renew_busy || s->shutting_down || s->paused || (!s->owned && s->renewed_once)) return;
   s->renewed_once = 1;
   memset(&s->renew_op, 0, sizeof s->renew_op);
   s->renew_op.kind = DX_OP_RENEW_SESSIONS;
@@ -248,7 +409,7 @@ static void cleanup_done(dx_store_op_t *op) {
 
 static void on_cleanup_timer(uv_timer_t *t) {
   dx_sessions_t *s = t->data;
-  if (s->cleanup_busy || s->shutting_down) return;
+  if (s->cleanup_busy || s->shutting_down || s->paused) return;
   memset(&s->cleanup_op, 0, sizeof s->cleanup_op);
   s->cleanup_op.kind = DX_OP_CLEANUP_SESSIONS;
   s->cleanup_op.done = cleanup_done;
@@ -280,7 +441,10 @@ dx_sessions_t *dx__sessions_new(uv_loop_t *loop, dx_store_t *store, const dx_opt
   every = dx__sessions_renew_every(opts);
   uv_timer_init(loop, &s->renew_timer);
   uv_timer_init(loop, &s->cleanup_timer);
-  s->renew_timer.data = s->cleanup_timer.data = s;
+  uv_check_init(loop, &s->check);
+  s->renew_timer.data = s->cleanup_timer.data = s->check.data = s;
+  uv_check_start(&s->check, on_check);
+  uv_unref((uv_handle_t *)&s->check);
   uv_timer_start(&s->renew_timer, on_renew_timer, 0, (uint64_t)every); /* first: at start */
   uv_timer_start(&s->cleanup_timer, on_cleanup_timer,
                  (uint64_t)opts->session_cleanup_interval_ms,
@@ -319,11 +483,8 @@ static void shutdown_release_done(dx_store_op_t *op) {
 static void wait_renew_then_finish(dx_store_op_t *op) {
   /* A renewal in flight at shutdown: drop its result, then finish. */
   dx_sessions_t *s = op->ud;
-  size_t i;
   s->renew_busy = 0;
-  for (i = 0; i < op->n_ids; i++) free(op->ids[i]);
-  free(op->ids);
-  op->ids = NULL;
+  free_renew_ids(op);
   maybe_finish(s);
 }
 
@@ -339,15 +500,24 @@ void dx__sessions_shutdown(dx_sessions_t *s, void (*cb)(void *ud), void *ud) {
   s->release_op.done = shutdown_release_done;
   s->release_op.ud = s;
   dx__store_submit(s->store, &s->release_op);
-  s->closing_handles = 2;
+  s->closing_handles = 3;
   uv_close((uv_handle_t *)&s->renew_timer, handle_closed);
   uv_close((uv_handle_t *)&s->cleanup_timer, handle_closed);
+  uv_close((uv_handle_t *)&s->check, handle_closed);
 }
 
 /* {===== test support: renew now, crash =====} */
 
 void dx__sessions_renew_now(dx_sessions_t *s) {
   if (s) on_renew_timer(&s->renew_timer);
+}
+
+void dx__sessions_pause(dx_sessions_t *s, int on) {
+  if (!s) return;
+  s->paused = on;
+  if (on) return;
+  on_check(&s->check); /* what lapsed during the stall is lost, before anything else runs */
+  on_renew_timer(&s->renew_timer);
 }
 
 static void cleanup_then_finish(dx_store_op_t *op) {
@@ -370,7 +540,8 @@ void dx__sessions_crash(dx_sessions_t *s, void (*cb)(void *ud), void *ud) {
   dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, 0);
   if (s->renew_busy) s->renew_op.done = wait_renew_then_finish;
   if (s->cleanup_busy) s->cleanup_op.done = cleanup_then_finish;
-  s->closing_handles = 2;
+  s->closing_handles = 3;
   uv_close((uv_handle_t *)&s->renew_timer, handle_closed);
   uv_close((uv_handle_t *)&s->cleanup_timer, handle_closed);
+  uv_close((uv_handle_t *)&s->check, handle_closed);
 }

@@ -27,6 +27,13 @@
 #include "store.h"
 #include "util.h"
 
+/* A session this worker's fetches skip until `until` (DX_OP_DECLINE_SESSION). */
+typedef struct declined_s {
+  char *sid;
+  int64_t until;
+  struct declined_s *next;
+} declined_t;
+
 /* An item handed to the loop whose settlement (ack/abandon) is not applied yet. */
 typedef struct held_s {
   char *instance;      /* orchestration items; NULL for work items */
@@ -59,6 +66,7 @@ struct dx_store_s {
   int budget_orch, budget_work;
   int fetching;
   int stopping;
+  int paused;         /* a simulated stall: no cycles */
   int poked;
   int woken;          /* another process may have committed work: check before sleeping */
   int busy;           /* the thread holds ops not yet on the done list */
@@ -69,12 +77,22 @@ struct dx_store_s {
   uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
   int64_t sess_every_ms;
   int sess_renewing;  /* the open transaction renewed the session leases */
+  char **sess_new;    /* store thread: the ids it renewed in the open transaction */
+  size_t n_sess_new;
+  int64_t sess_new_until;
+  char **sess_conf;   /* guarded by mu: the ids the last kept fallback renewal extended, */
+  size_t n_sess_conf; /* to sess_conf_until (so the loop can tell a stall from a busy loop) */
+  int64_t sess_conf_until;
   uint64_t depths_due; /* monotonic ms of the next queue depth poll (with metrics) */
   int64_t backoff_ms;  /* guarded by mu: after a failed cycle 10 ms doubling to 1 s, else 0 */
   int cycle_failed;    /* store thread only: the last cycle failed */
   int fatal;           /* guarded by mu: 1 = fatal_err is set, 2 = reported to the loop */
   int fatal_seen;      /* store thread only: a cycle found the store unusable */
   dx_error_t fatal_err;
+  declined_t *declined;       /* store thread only */
+  dx_session_cfg_t sess_cfg;  /* store thread only: cfg.sessions plus the declined ids */
+  const char **declined_v;
+  size_t declined_cap;
   void (*close_cb)(void *);
   void *close_ud;
 };
@@ -137,6 +155,22 @@ static void free_held(dx_store_t *s) {
   while (s->held) unhold(s, s->held->token);
 }
 
+static void free_ids(char **v, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++) free(v[i]);
+  free(v);
+}
+
+/* renew_session_lock callback of the fallback renewal: note each renewed id. */
+static int note_renewed(void *ud, const dx_session_info_t *si) {
+  dx_store_t *s = ud;
+  char **v = realloc(s->sess_new, (s->n_sess_new + 1) * sizeof *v);
+  if (!v) return 1;
+  s->sess_new = v;
+  if ((v[s->n_sess_new] = dx__strdup(si->session_id)) != NULL) s->n_sess_new++;
+  return 0;
+}
+
 /* Items fetched but never delivered to the loop: nobody will settle them. */
 static void unhold_fetched(dx_store_t *s, const dx_store_fetched_t *f) {
   size_t i;
@@ -164,11 +198,17 @@ static void renew_held(dx_store_t *s, int64_t now) {
     /* The loop's session renewal is late (the loop is blocked): renew our leases here. */
     dx_error_t err;
     const dx_session_cfg_t *sc = s->cfg.sessions;
+    free_ids(s->sess_new, s->n_sess_new);
+    s->sess_new = NULL;
+    s->n_sess_new = 0;
     if (p->methods->renew_session_lock(p, now, sc->worker_id, sc->session_lock_ms,
-                                       s->cfg.session_idle_ms, NULL, NULL, NULL, &err) != 0)
+                                       s->cfg.session_idle_ms, note_renewed, s, NULL,
+                                       &err) != 0) {
       dx__log(DX_LOG_WARN, "session lease renewal failed", "error=\"%s\"", err.msg);
-    else
+    } else {
       s->sess_renewing = 1;
+      s->sess_new_until = now + sc->session_lock_ms;
+    }
     s->sess_due = mono + (uint64_t)s->sess_every_ms;
   }
   for (h = s->held; h; h = next) {
@@ -210,7 +250,31 @@ static void renewals_end(dx_store_t *s, int kept) {
     h->renewing = 0;
   }
   if (s->sess_renewing && !kept) s->sess_due = 0;
+  if (s->sess_renewing && kept) { /* publish: the loop's fence must not count these lapsed */
+    char **old;
+    size_t n_old;
+    uv_mutex_lock(&s->mu);
+    old = s->sess_conf;
+    n_old = s->n_sess_conf;
+    s->sess_conf = s->sess_new;
+    s->n_sess_conf = s->n_sess_new;
+    s->sess_conf_until = s->sess_new_until;
+    uv_mutex_unlock(&s->mu);
+    free_ids(old, n_old);
+    s->sess_new = NULL;
+    s->n_sess_new = 0;
+  }
   s->sess_renewing = 0;
+}
+
+int64_t dx__store_session_confirmed(dx_store_t *s, const char *sid) {
+  int64_t until = 0;
+  size_t i;
+  uv_mutex_lock(&s->mu);
+  for (i = 0; i < s->n_sess_conf; i++)
+    if (strcmp(s->sess_conf[i], sid) == 0) until = s->sess_conf_until;
+  uv_mutex_unlock(&s->mu);
+  return until;
 }
 
 /* renew_session_lock callback: remember each renewed session id on the op. */
@@ -220,13 +284,75 @@ static int collect_id(void *ud, const dx_session_info_t *si) {
   if (!v) return 1;
   op->ids = v;
   if ((v[op->n_ids] = dx__strdup(si->session_id)) != NULL) op->n_ids++;
+  if (si->ended) { /* its instances all ended: the owner releases it */
+    if (!(v = realloc(op->ended, (op->n_ended + 1) * sizeof *v))) return 1;
+    op->ended = v;
+    if ((v[op->n_ended] = dx__strdup(si->session_id)) != NULL) op->n_ended++;
+  }
   return 0;
+}
+
+/* Skip session sid in this worker's fetches until `until` (a later decline replaces it). */
+static int decline(dx_store_t *s, const char *sid, int64_t until, dx_error_t *err) {
+  declined_t *d;
+  for (d = s->declined; d; d = d->next)
+    if (strcmp(d->sid, sid) == 0) break;
+  if (!d) {
+    if (!(d = calloc(1, sizeof *d)) || !(d->sid = dx__strdup(sid))) {
+      free(d);
+      return dx_error_set(err, DX_ENOMEM, "out of memory declining session '%s'", sid);
+    }
+    d->next = s->declined;
+    s->declined = d;
+  }
+  d->until = until;
+  return 0;
+}
+
+static void free_declined(dx_store_t *s) {
+  while (s->declined) {
+    declined_t *d = s->declined;
+    s->declined = d->next;
+    free(d->sid);
+    free(d);
+  }
+  free(s->declined_v);
+}
+
+/* The session side of this cycle's fetches: cfg.sessions with the sessions declined now
+** (expired declines are dropped here). NULL: no session work. */
+static const dx_session_cfg_t *fetch_sessions(dx_store_t *s, int64_t now) {
+  declined_t **pp = &s->declined, *d;
+  size_t n = 0;
+  if (!s->cfg.sessions) return NULL;
+  s->sess_cfg = *s->cfg.sessions;
+  while ((d = *pp)) {
+    if (d->until <= now) {
+      *pp = d->next;
+      free(d->sid);
+      free(d);
+      continue;
+    }
+    if (n == s->declined_cap) {
+      size_t cap = s->declined_cap ? 2 * s->declined_cap : 8;
+      const char **v = realloc(s->declined_v, cap * sizeof *v);
+      if (!v) break; /* out of memory: the rest are simply not declined this cycle */
+      s->declined_v = v;
+      s->declined_cap = cap;
+    }
+    s->declined_v[n++] = d->sid;
+    pp = &d->next;
+  }
+  s->sess_cfg.declined = n ? s->declined_v : NULL;
+  s->sess_cfg.n_declined = n;
+  return &s->sess_cfg;
 }
 
 static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
   dx_provider_t *p = s->cfg.provider;
   const dx_provider_methods_t *m = p->methods;
   memset(&op->err, 0, sizeof op->err);
+  op->at_ms = now;
   switch (op->kind) {
     case DX_OP_ACK_ORCH:
       return m->ack_orchestration_item(p, now, op->ack, &op->err);
@@ -250,6 +376,11 @@ static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
                                       &op->err);
     case DX_OP_CLEANUP_SESSIONS:
       return m->cleanup_orphaned_sessions(p, now, &op->count, &op->err);
+    case DX_OP_DECLINE_SESSION:
+      return decline(s, op->session_id, now + op->delay_ms, &op->err);
+    case DX_OP_SESSION_EVENT:
+      if (m->version < 7 || !m->append_session_event) return 0;
+      return m->append_session_event(p, op->sev, &op->err);
     default:
       return dx_error_set(&op->err, DX_EINVAL, "unknown store operation %d", op->kind);
   }
@@ -272,6 +403,7 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
   dx_provider_t *p = s->cfg.provider;
   dx_error_t err;
   int failed = 0;
+  const dx_session_cfg_t *sessions = fetch_sessions(s, now);
   if (bo > 0) f->orch = calloc((size_t)bo, sizeof *f->orch);
   if (bw > 0) f->work = calloc((size_t)bw, sizeof *f->work);
   while (f->orch && (int)f->n_orch < bo) {
@@ -287,7 +419,7 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
   }
   while (f->work && (int)f->n_work < bw) {
     dx_work_fetch_t *w = &f->work[f->n_work];
-    if (p->methods->fetch_work_item(p, now, s->cfg.work_lock_ms, s->cfg.sessions, w, &err) != 0) {
+    if (p->methods->fetch_work_item(p, now, s->cfg.work_lock_ms, sessions, w, &err) != 0) {
       dx__log(DX_LOG_WARN, "work fetch failed", "error=\"%s\"", err.msg);
       failed = 1;
       break;
@@ -393,7 +525,7 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   cy.n_acks = n;
   cy.orch_lock_ms = s->cfg.orch_lock_ms;
   cy.work_lock_ms = s->cfg.work_lock_ms;
-  cy.sessions = s->cfg.sessions;
+  cy.sessions = fetch_sessions(s, now);
   cy.max_orch = bo > 0 ? bo : 0;
   cy.max_work = bw > 0 ? bw : 0;
   cy.sync = *durable || n > 0; /* acks write; a provider may commit inside run_cycle */
@@ -441,6 +573,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t
   memset(f, 0, sizeof *f);
   memset(err, 0, sizeof *err);
   *failed = 0;
+  f->at_ms = now;
   if ((rc = p->methods->begin(p, err)) != 0) return rc;
   renew_held(s, now);
   if (has_run_cycle(p)) {
@@ -617,6 +750,10 @@ static void store_main(void *arg) {
     int bo, bw, got, can_fetch = s->fetching && (s->budget_orch > 0 || s->budget_work > 0);
     uint64_t rdue = next_renewal(s);
     int renew_now = rdue <= mono_ms();
+    if (s->paused && !s->stopping) { /* a simulated stall: nothing runs until it ends */
+      uv_cond_wait(&s->cv, &s->mu);
+      continue;
+    }
     if (!s->pending && !can_fetch && !renew_now) {
       if (s->stopping) break;
       if (rdue == UINT64_MAX) uv_cond_wait(&s->cv, &s->mu);
@@ -803,6 +940,13 @@ void dx__store_wake(dx_store_t *s) {
   uv_mutex_unlock(&s->mu);
 }
 
+void dx__store_pause(dx_store_t *s, int on) {
+  uv_mutex_lock(&s->mu);
+  s->paused = on;
+  uv_cond_signal(&s->cv);
+  uv_mutex_unlock(&s->mu);
+}
+
 void dx__store_stop_fetching(dx_store_t *s) {
   uv_mutex_lock(&s->mu);
   s->fetching = 0;
@@ -815,6 +959,9 @@ static void on_closed(uv_handle_t *h) {
   void (*cb)(void *) = s->close_cb;
   void *ud = s->close_ud;
   free_held(s); /* the thread has been joined */
+  free_declined(s);
+  free_ids(s->sess_new, s->n_sess_new);
+  free_ids(s->sess_conf, s->n_sess_conf);
   uv_mutex_destroy(&s->mu);
   uv_cond_destroy(&s->cv);
   free(s);

@@ -27,7 +27,10 @@ enum {
   DX_OP_ENQUEUE_ORCH,
   DX_OP_RENEW_SESSIONS,   /* worker_id, delay_ms = extension, idle_ms; fills ids/n_ids */
   DX_OP_RELEASE_SESSIONS, /* worker_id, session_id (NULL = all); fills count */
-  DX_OP_CLEANUP_SESSIONS  /* fills count */
+  DX_OP_CLEANUP_SESSIONS, /* fills count */
+  DX_OP_DECLINE_SESSION,  /* session_id, delay_ms: this worker's fetches skip the session for
+                             delay_ms (a rolling upgrade: it lacks one of its activities) */
+  DX_OP_SESSION_EVENT     /* sev: append to the session's history (no-op without provider v6) */
 };
 
 typedef void (*dx_store_op_cb)(dx_store_op_t *op);
@@ -47,7 +50,11 @@ struct dx_store_op_s {
   int64_t idle_ms;
   char **ids;                        /* RENEW_SESSIONS: renewed ids (owned by the op's owner) */
   size_t n_ids;
+  char **ended;                      /* RENEW_SESSIONS: those of them that ended (owned) */
+  size_t n_ended;
   uint64_t count;                    /* RELEASE/CLEANUP_SESSIONS */
+  const dx_session_event_t *sev;     /* SESSION_EVENT */
+  int64_t at_ms;                     /* out: the store's clock when the op ran */
   int rc;                            /* result */
   dx_error_t err;
   dx_store_op_cb done;
@@ -61,6 +68,7 @@ typedef struct dx_store_fetched_s {
   size_t n_orch;
   dx_work_fetch_t *work;    /* owned by the receiver: dx_work_item_clear each .item */
   size_t n_work;
+  int64_t at_ms;            /* the store's clock when they were fetched */
 } dx_store_fetched_t;
 
 typedef void (*dx_store_fetch_cb)(void *ud, dx_store_fetched_t *f);
@@ -100,11 +108,17 @@ void dx__store_wake(dx_store_t *s);
 void dx__store_stop_fetching(dx_store_t *s);
 /* Stop the thread after flushing queued operations, close handles, then call cb (loop). */
 void dx__store_close(dx_store_t *s, void (*cb)(void *ud), void *ud);
+/* Tests (a simulated stall, duroxide.testing stall_worker): on = 1 the thread runs no cycle
+** (no fetch, ack or renewal) until called again with 0. */
+void dx__store_pause(dx_store_t *s, int on);
 /* 1 when nothing is queued, in flight, or applied/fetched but not yet delivered to the loop. */
 int dx__store_quiet(dx_store_t *s);
 /* Close abruptly (a simulated crash): queued operations are not applied (their callbacks run
 ** with DX_ESTATE) and fetched items are dropped undelivered; then as dx__store_close. */
 void dx__store_crash(dx_store_t *s, void (*cb)(void *ud), void *ud);
+/* Until when (store clock) the store thread's last fallback renewal extended session `sid`'s
+** lease; 0 when it did not (loop thread; the loop's own renewals it knows itself). */
+int64_t dx__store_session_confirmed(dx_store_t *s, const char *sid);
 uint64_t dx__store_commits(const dx_store_t *s);
 uint64_t dx__store_cycles(const dx_store_t *s);
 /* The wait before the next cycle after failed ones (0 after a good cycle); any thread. */

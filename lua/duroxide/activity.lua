@@ -37,6 +37,17 @@ end
 
 function Actx:is_cancelled() return C.actx_cancelled(self._h) end
 
+--- Give this activity's session up on this worker now (its in-memory state is bad): the
+--- session's released hook fires with "aborted", its queued work goes to the next claimer, and
+--- the session's activities running here (this one too) are cancelled: their results are
+--- discarded and they run again on the next claimer.
+function Actx:abort_session(reason)
+  if reason ~= nil and type(reason) ~= "string" then
+    error("actx:abort_session expects a reason string (or nothing), got " .. type(reason), 2)
+  end
+  C.actx_abort_session(self._h, reason)
+end
+
 local LEVELS = { error = 0, warn = 1, info = 2, debug = 3 }
 function Actx:trace(level, message)
   local lv = LEVELS[level]
@@ -48,4 +59,65 @@ function Actx:trace_warn(message) C.actx_trace(self._h, 1, tostring(message)) en
 function Actx:trace_error(message) C.actx_trace(self._h, 0, tostring(message)) end
 function Actx:trace_debug(message) C.actx_trace(self._h, 3, tostring(message)) end
 
-return { Actx = Actx, wait = wait }
+-- {===== session handler (duroxide.session_handler) =====}
+-- State of each session this process owns, per worker (simulated workers share one Lua
+-- state): key worker_id \0 session_id -> { how = claim word, opened, opening, state,
+-- waiters (dones of activities waiting for an open in flight), released (a reason) }.
+-- A claim starts a fresh entry; the first activity of the session here calls open in its own
+-- coroutine (so open may wait); a release calls close with the state and drops the entry.
+local sessions = {}
+
+local function skey(worker, sid) return (worker or "") .. "\0" .. sid end
+
+local function call_close(h, sid, state, reason)
+  if h and h.close then h.close(sid, state, reason) end
+end
+
+local function session_claimed(sid, how, worker)
+  sessions[skey(worker, sid)] = { how = how }
+end
+
+local function session_released(sid, reason, worker)
+  local k = skey(worker, sid)
+  local e = sessions[k]
+  if not e then return end
+  sessions[k] = nil
+  if e.opened then call_close(C.session_handler(), sid, e.state, reason)
+  else e.released = reason end -- an open in flight: close once it returns
+end
+
+-- Open the session's state on this worker (once per claim), then run the activity with it.
+local function session_run(fn, actx, input)
+  local h = C.session_handler()
+  local sid, k = actx.session_id, skey(actx.worker_id, actx.session_id)
+  local e = sessions[k]
+  while true do
+    if not e then e = { how = "new" }; sessions[k] = e end
+    if not e.opening then break end
+    -- another activity of the session is opening it here: wait for it, then look again
+    local mine = e
+    wait(function(done) mine.waiters[#mine.waiters + 1] = done end)
+    e = sessions[k]
+    -- released while it opened: run with the state it opened (already closed) rather than
+    -- open one that no release would close
+    if e ~= mine and mine.opened then e = mine; break end
+  end
+  if not e.opened then
+    e.opening, e.waiters = true, {}
+    local ok, state = pcall(h.open or function() end, sid, e.how)
+    local waiters = e.waiters
+    e.opening, e.waiters = false, nil
+    if ok then e.opened, e.state = true, state end
+    if ok and e.released then call_close(h, sid, state, e.released) end
+    for _, done in ipairs(waiters) do done() end -- after the outcome is set: they read it
+    if not ok then
+      local msg = type(state) == "table" and state.message or tostring(state)
+      error(("session handler open failed for session %s: %s"):format(sid, msg), 0)
+    end
+  end
+  actx.session_state = e.state
+  return fn(actx, input)
+end
+
+return { Actx = Actx, wait = wait, session_run = session_run,
+         session_claimed = session_claimed, session_released = session_released }

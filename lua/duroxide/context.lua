@@ -85,11 +85,42 @@ function Context:schedule_activity(name, input)
   return new_future(self, C.emit(self._box, ACT_ACTIVITY, name, input), "activity")
 end
 
+local ON_MOVED = { fail = true, run = false }
+
 --- Like schedule_activity; the activity runs on the worker that owns `session_id`.
-function Context:schedule_activity_on_session(name, input, session_id)
+--- opts.on_moved = "fail": fail with kind SessionMoved instead of running when the session's
+--- owner is not the worker that ran this instance's previous activity on it ("run": default).
+function Context:schedule_activity_on_session(name, input, session_id, opts)
   check_name("activity name", name)
   check_name("session id", session_id)
-  return new_future(self, C.emit(self._box, ACT_ACTIVITY, name, input, session_id), "activity")
+  local fail_moved = false
+  if opts ~= nil then
+    if type(opts) ~= "table" then
+      error("schedule_activity_on_session: options must be a table, got " .. type(opts), 2)
+    end
+    for k in pairs(opts) do
+      if k ~= "on_moved" then
+        error("schedule_activity_on_session: unknown option " .. tostring(k) ..
+              " (expected on_moved)", 2)
+      end
+    end
+    if opts.on_moved ~= nil then
+      fail_moved = ON_MOVED[opts.on_moved]
+      if fail_moved == nil then
+        error('schedule_activity_on_session: on_moved must be "fail" or "run", got ' ..
+              tostring(opts.on_moved), 2)
+      end
+    end
+  end
+  return new_future(self, C.emit(self._box, ACT_ACTIVITY, name, input, session_id, nil, nil,
+                                 nil, fail_moved), "activity")
+end
+
+--- The worker that ran this instance's latest completed activity on `session_id` (as the
+--- code has seen it so far: read from history, the same on every replay), or nil.
+function Context:session_worker(session_id)
+  check_name("session id", session_id)
+  return C.session_worker(self._box, session_id)
 end
 
 --- Release a session now: its owner's on_session_released hook gets "closed" (after the

@@ -116,7 +116,7 @@ function Env:_live()
   local out = {}
   for _, id in ipairs(self.order) do
     local w = self.workers[id]
-    if w.alive then out[#out + 1] = w end
+    if w.alive and not w.stalled then out[#out + 1] = w end
   end
   return out
 end
@@ -158,6 +158,11 @@ function Env:_wait_idle()
     run_once(1)
     if wall_ms() > deadline then error("duroxide.testing: workers stayed busy", 3) end
   end
+end
+
+-- Let the loop deliver what is ready (settlements queued by a resumed worker).
+function Env:_wait_idle_once()
+  for _ = 1, 20 do run_once(1) end
 end
 
 -- Every activity registered now records its calls (wrapping is idempotent).
@@ -217,7 +222,7 @@ function Env:_renewals(now, exclude)
   local out = {}
   for _, s in ipairs(self.store:sessions()) do
     local w = s.worker_id and self.workers[s.worker_id]
-    if w and w.alive and s.locked_until > now and not exclude[s.session_id] then
+    if w and w.alive and not w.stalled and s.locked_until > now and not exclude[s.session_id] then
       local cfg = w.config
       local margin = math.max(1, math.min(1000, cfg.session_lock_ms // 4))
       local at = s.locked_until - margin
@@ -421,8 +426,15 @@ function Env:history(id, execution)
 end
 
 --- Session rows of the store: { {session_id=, worker_id=, locked_until=, last_activity=,
---- queued=}, ... } (worker_id nil when unowned).
+--- queued=, running=}, ... } (worker_id nil when unowned).
 function Env:sessions() return self.store:sessions() end
+
+--- The session's history in the store, oldest first: { {at=, event= "claimed" | "moved" |
+--- "released", worker_id=, detail= how or reason, from= previous owner}, ... }.
+function Env:session_history(sid)
+  check_string(sid, "session id")
+  return self.store:session_events(sid)
+end
 
 --- Metrics of running worker `id` (rt:metrics(): { [name] = {type=, help=, series=} }). With
 --- `name`: the sum over that metric's series whose labels include every pair in `labels`
@@ -447,7 +459,9 @@ function Env:metrics(id, name, labels)
   return sum
 end
 
---- Start simulated worker `id` (a runtime with worker_node_id = id on this store).
+--- Start simulated worker `id` (a runtime with worker_node_id = id on this store). options
+--- override the env's; options.without_activities = { names } makes it a worker running
+--- older code, without those activities (they are "not registered" there: upgrade scenarios).
 function Env:add_worker(id, options)
   check_string(id, "worker id")
   local w = self.workers[id]
@@ -456,7 +470,15 @@ function Env:add_worker(id, options)
   for k, v in pairs(self.options) do o[k] = v end
   for k, v in pairs(options or (w and w.options) or {}) do o[k] = v end
   o.store, o.worker_node_id = self.dir, id
+  -- without_activities: an older worker that lacks these activities (upgrade scenarios)
+  local without = o.without_activities
+  o.without_activities = nil
+  if without ~= nil and type(without) ~= "table" then
+    error("add_worker: without_activities must be a list of activity names, got "
+      .. type(without), 2)
+  end
   local rt = duroxide.runtime(o)
+  if without then rt:_without(without) end
   rt:start({ shared = true })
   if not w then self.order[#self.order + 1] = id end
   self.workers[id] = { id = id, rt = rt, alive = true, options = options or (w and w.options),
@@ -470,15 +492,50 @@ function Env:_worker(id, what)
   return w
 end
 
---- Kill worker `id` abruptly: no hooks, no session release, nothing more committed; its
---- running activities, fetched items and sessions stay locked until their locks and leases
---- lapse (the clock jumps there when nothing else can progress).
+--- Kill worker `id` abruptly: no hooks, no session release, nothing more committed. Its
+--- liveness registration goes with it (as the OS drops a killed process's), so with a store
+--- that has liveness its sessions and in-flight activities move at once; otherwise they stay
+--- locked until their locks and leases lapse (the clock jumps there). Same as kill_worker.
 function Env:crash_worker(id)
   local w = self:_worker(id, "crash_worker")
   if not w.alive then error("crash_worker: worker " .. id .. " is not running", 2) end
   w.alive = false
   w.rt:crash()
   w.rt = nil
+end
+
+--- Kill worker `id` as SIGKILL kills a process: nothing more runs or is committed, no hook,
+--- no release, and the operating system tells its peers at once (its liveness registration
+--- goes with it), so its sessions and in-flight activities move to another worker without
+--- waiting for their leases.
+function Env:kill_worker(id)
+  local w = self:_worker(id, "kill_worker")
+  if not w.alive then error("kill_worker: worker " .. id .. " is not running", 2) end
+  w.alive = false
+  w.rt:crash() -- unregisters: a dead owner is seen dead by its peers at once
+  w.rt = nil
+end
+
+--- Stall worker `id` for `ms` of virtual time, as SIGSTOP then SIGCONT would: it renews
+--- nothing, fetches and commits nothing, and its activities make no progress, while the
+--- clock moves `ms` and the other workers run (its leases lapse when `ms` is past them and
+--- another worker may claim its sessions). On resuming it first gives up the sessions whose
+--- lease lapsed (on_session_released "lost"); their activities see actx:is_cancelled() and
+--- their results are not recorded.
+function Env:stall_worker(id, ms)
+  local w = self:_worker(id, "stall_worker")
+  if not w.alive then error("stall_worker: worker " .. id .. " is not running", 2) end
+  if w.stalled then error("stall_worker: worker " .. id .. " is already stalled", 2) end
+  if math.type(ms) ~= "integer" or ms < 0 then
+    error("stall_worker: ms must be a non-negative integer, got " .. tostring(ms), 2)
+  end
+  w.stalled = true
+  w.rt:_stall(true)
+  local ok, err = pcall(self._drive, self, never, ms)
+  w.rt:_stall(false)
+  w.stalled = nil
+  if not ok then error(err, 2) end
+  self:_wait_idle_once()
 end
 
 --- Stop worker `id` gracefully: running activities finish (up to shutdown_grace), its

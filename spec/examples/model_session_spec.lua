@@ -1,15 +1,31 @@
 -- spec/examples/model_session_spec.lua: examples/model_session.lua (a model loaded once per
--- worker per session, reloaded after the session moves, freed when the session is released).
+-- worker per session by the session handler's open, reloaded after the session moves, freed
+-- by close when the session is released).
 local duroxide = require("duroxide")
 local testing = require("duroxide.testing")
 
 local TEXTS = { "great product", "awful service", "it is ok", "love it", "bad fit", "nice" }
 local LABELS = { "positive", "negative", "neutral", "positive", "negative", "positive" }
 
--- Load the app with its session hooks wrapped, so the spec sees every hook call.
+-- Load the app with its session hooks and handler wrapped, so the spec sees every call (as
+-- "claimed", "released", "open", "close"), and with a 1 ms model load ($MODEL_LOAD_MS).
 local function env_with_hooks()
   local hooks = {}
   local on_claimed, on_released = duroxide.on_session_claimed, duroxide.on_session_released
+  local handler, getenv = duroxide.session_handler, os.getenv
+  duroxide.session_handler = function(h)
+    handler({
+      open = function(sid, how)
+        hooks[#hooks + 1] = { "open", sid, how }
+        return h.open(sid, how)
+      end,
+      close = function(sid, state, reason)
+        hooks[#hooks + 1] = { "close", sid, reason }
+        return h.close(sid, state, reason)
+      end,
+    })
+  end
+  os.getenv = function(k) if k == "MODEL_LOAD_MS" then return "1" end return getenv(k) end
   duroxide.on_session_claimed = function(fn)
     on_claimed(function(sid, how, wid)
       hooks[#hooks + 1] = { "claimed", sid, how, wid }
@@ -24,6 +40,7 @@ local function env_with_hooks()
   end
   local ok, env = pcall(testing.env, { app = "examples/model_session.lua" })
   duroxide.on_session_claimed, duroxide.on_session_released = on_claimed, on_released
+  duroxide.session_handler, os.getenv = handler, getenv
   assert(ok, env)
   return env, hooks
 end
@@ -43,8 +60,8 @@ local function register_paused_batch(env)
     local out = {}
     for i, text in ipairs(input.texts) do
       if i == input.pause + 1 then ctx:schedule_wait("go"):await() end
-      out[i] = assert(ctx:schedule_activity_on_session("Classify",
-        { text = text, load_ms = 1 }, input.session):await())
+      out[i] = assert(ctx:schedule_activity_on_session("Classify", { text = text },
+        input.session):await())
     end
     ctx:close_session(input.session)
     return out
@@ -65,7 +82,7 @@ describe("examples/model_session.lua", function()
   after_each(function() env:close() end)
 
   it("loads the model once for many classifications on one worker", function()
-    local id = env:start("batch-1", "ClassifyBatch", { texts = TEXTS, load_ms = 1 })
+    local id = env:start("batch-1", "ClassifyBatch", { texts = TEXTS })
     local st = env:run_until_complete(id)
     assert.are.equal("Completed", st.status)
     assert.are.same(LABELS, st.output.labels)
@@ -80,19 +97,21 @@ describe("examples/model_session.lua", function()
   end)
 
   it("frees the model through on_session_released \"closed\" at the end", function()
-    local st = finish(env, env:start("batch-2", "ClassifyBatch", { texts = TEXTS, load_ms = 1 }))
+    local st = finish(env, env:start("batch-2", "ClassifyBatch", { texts = TEXTS }))
     assert.are.equal("Completed", st.status)
     assert.are.same({ { "new", "w1" } }, hooks_of(hooks, "claimed", "model-batch-2"))
     assert.are.same({ { "closed", "w1" } }, hooks_of(hooks, "released", "model-batch-2"))
+    assert.are.same({ { "new" } }, hooks_of(hooks, "open", "model-batch-2"))
+    assert.are.same({ { "closed" } }, hooks_of(hooks, "close", "model-batch-2"))
     -- the session was released: a new batch on the same session id loads the model again
     local st2 = env:run_until_complete(env:start("batch-3", "ClassifyBatch",
-      { texts = { "good" }, session = "model-batch-2", load_ms = 1 }))
+      { texts = { "good" }, session = "model-batch-2" }))
     assert.are.equal(1, st2.output.loads)
   end)
 
   it("gives each batch its own session and model", function()
-    local a = env:start("batch-a", "ClassifyBatch", { texts = { "good", "bad" }, load_ms = 1 })
-    local b = env:start("batch-b", "ClassifyBatch", { texts = { "ok", "nice" }, load_ms = 1 })
+    local a = env:start("batch-a", "ClassifyBatch", { texts = { "good", "bad" } })
+    local b = env:start("batch-b", "ClassifyBatch", { texts = { "ok", "nice" } })
     local sa, sb = finish(env, a), finish(env, b)
     assert.are.same({ "positive", "negative" }, sa.output.labels)
     assert.are.same({ "neutral", "positive" }, sb.output.labels)
@@ -123,6 +142,9 @@ describe("examples/model_session.lua", function()
     -- the crashed worker never ran a hook; the new owner claimed the session and closed it
     assert.are.same({ { "new", "w1" }, { "new", "w2" } }, hooks_of(hooks, "claimed", "s-crash"))
     assert.are.same({ { "closed", "w2" } }, hooks_of(hooks, "released", "s-crash"))
+    -- one open per claim; the crashed worker's close never runs (its process is gone)
+    assert.are.same({ { "new" }, { "new" } }, hooks_of(hooks, "open", "s-crash"))
+    assert.are.same({ { "closed" } }, hooks_of(hooks, "close", "s-crash"))
   end)
 
   it("reloads the model after the owner restarts with the same worker id", function()
@@ -141,10 +163,11 @@ describe("examples/model_session.lua", function()
     end
     assert.are.same({ { "new", "w1" }, { "reclaim", "w1" } }, hooks_of(hooks, "claimed", "s-restart"))
     assert.are.same({ { "closed", "w1" } }, hooks_of(hooks, "released", "s-restart"))
+    assert.are.same({ { "new" }, { "reclaim" } }, hooks_of(hooks, "open", "s-restart"))
   end)
 
   it("replays its history deterministically", function()
-    local id = env:start("batch-replay", "ClassifyBatch", { texts = TEXTS, load_ms = 1 })
+    local id = env:start("batch-replay", "ClassifyBatch", { texts = TEXTS })
     env:run_until_complete(id)
     local ok, err = testing.check_replay(env:history(id), "examples/model_session.lua")
     assert.is_true(ok, err)

@@ -8,6 +8,7 @@
 -- tell which process ran what and when (wall-clock ms):
 --   S <ms> <pid> <worker_id> <sid or -> <instance> <execution> <activity_id> <attempt> <name>
 --   E <ms> <pid> <worker_id> <sid or -> <instance> <execution> <activity_id> <attempt> <name>
+--   C (same fields): the run found itself cancelled and stopped without doing its work
 -- and the session hooks append
 --   H <ms> <pid> <worker_id> <sid> claimed|released <how or reason>
 local duroxide = require("duroxide")
@@ -33,11 +34,18 @@ local function logrun(mark, actx)
       actx.attempt, actx.name)
 end
 
--- Runs fn between an S and an E record; the sleep makes kills land inside activities.
+-- Runs fn between an S and an E record; the sleep makes kills land inside activities. A run
+-- that finds itself cancelled after the sleep (its lock, or for a session activity its
+-- session, was lost meanwhile: the process stalled past its lease) does no more work: it
+-- records C and fails (the runtime does not record the result of a fenced run).
 local function timed(name, fn)
   duroxide.activity(name, function(actx, input)
     logrun("S", actx)
     if (input.ms or 0) > 0 then actx:sleep(input.ms) end
+    if actx:is_cancelled() then
+      logrun("C", actx)
+      error("cancelled")
+    end
     local out = fn(input)
     logrun("E", actx)
     return out

@@ -158,7 +158,7 @@ local function read_runs(stats)
   for path in p:lines() do
     for line in io.lines(path) do
       local mark, ms, pid, wid, rest = line:match("^(%u) (%d+) (%d+) (%S+) (.*)$")
-      if mark == "S" or mark == "E" then
+      if mark == "S" or mark == "E" or mark == "C" then
         local sid, inst, exec, aid, att, name = rest:match("^(%S+) (%S+) (%d+) (%d+) (%d+) (%S+)")
         local key = table.concat({ pid, inst, exec, aid, att }, " ")
         if mark == "S" then
@@ -167,7 +167,10 @@ local function read_runs(stats)
           runs[#runs + 1] = r
           open[key] = r
         elseif open[key] then
-          open[key].e = tonumber(ms)
+          -- C: the run stopped at its cancellation check without working since S (a stalled
+          -- owner that lost its session): its work ended where it began
+          open[key].e = mark == "C" and open[key].s or tonumber(ms)
+          open[key].cancelled = mark == "C" or nil
           open[key] = nil
         end
       elseif mark == "H" then
@@ -271,7 +274,7 @@ function cmd.check()
   local ov = session_overlaps(runs, read_deaths(), stats, hooks)
   stats.session_overlaps = #ov
   stats.session_hook_events = #hooks
-  todo("no two workers ran activities of one session at the same time", ov)
+  check("no two workers ran activities of one session at the same time", ov)
   -- summary
   local meta = os.getenv("CHAOS_META")
   if meta and meta ~= "" then
@@ -335,6 +338,8 @@ function cmd.selftest()
     { "cut by a kill, after the other began", { run(1, "s", 0, nil), run(2, "s", 10, 40) },
       { [1] = 20 }, 1 },
     { "never ended, process never died", { run(1, "s", 0, nil), run(2, "s", 1000, 1001) }, {}, 1 },
+    -- a stalled owner that found itself cancelled on resuming (C) did no work after its S
+    { "stopped at its cancellation check", { run(1, "s", 0, 0), run(2, "s", 5, 20) }, {}, 0 },
   }
   wrong = {}
   for _, c in ipairs(ocases) do

@@ -111,6 +111,8 @@ typedef struct dx_event_s {
   dx_failure_t fail;
   char *custom_status;  /* ORCH_STARTED of a continued execution: the custom status it
                            starts with (JSON; NULL = none) */
+  char *worker_id;      /* ACT_COMPLETED / ACT_FAILED of a session activity: the worker that
+                           ran it (or refused it: SessionMoved) */
 } dx_event_t;
 
 /** Work item kinds (duroxide WorkItem). Values are stored: never renumber. */
@@ -155,6 +157,9 @@ typedef struct dx_work_item_s {
   int64_t fire_at_ms;
   dx_failure_t fail;
   char *custom_status;      /* CAN: the custom status the next execution starts with */
+  char *worker_id;          /* ACT_COMPLETED / ACT_FAILED of a session activity: the worker that
+                               ran it. ACT_EXECUTE (on_moved = "fail"): the worker that must own
+                               the session, else the activity fails SessionMoved unrun. */
 } dx_work_item_t;
 
 /** Execution status as stored. */
@@ -234,6 +239,7 @@ typedef struct dx_work_fetch_s {
   int session_claimed;      /* 1 when this fetch made the worker the session's owner (the row
                                was new, unowned, released, or its lease had lapsed) */
   char *previous_owner;     /* on a claim: the owner before it (NULL if none); owned */
+  int64_t waited_ms;        /* on a claim: how long the row had been due before this fetch */
 } dx_work_fetch_t;
 
 /** Session side of a work fetch. NULL = this worker takes no session work. */
@@ -241,6 +247,11 @@ typedef struct dx_session_cfg_s {
   const char *worker_id;
   int64_t session_lock_ms;
   uint32_t max_sessions;    /* sessions this worker may own at once (live lease); 0 = none */
+  /* Rolling upgrades: sessions this worker does not take now (it lacks one of their
+  ** activities and handed the session on). A fetch neither claims them nor returns rows of
+  ** them that it owns. Borrowed for the call; n_declined 0 = none. */
+  const char *const *declined;
+  size_t n_declined;
 } dx_session_cfg_t;
 
 /** A row of the sessions table (strings owned by the provider; valid during the callback). */
@@ -250,10 +261,35 @@ typedef struct dx_session_info_s {
   int64_t locked_until_ms;
   int64_t last_activity_ms;
   uint64_t queued;            /* worker rows of this session (any lock state) */
+  uint64_t running;           /* list_sessions: those of them locked now (in flight); 0 in
+                                 renew_session_lock's reports */
+  int ended;                  /* renew_session_lock only: no rows are left and every instance
+                                 that ran activities of the session has ended (completed,
+                                 failed, continued as new): the owner releases it ("ended") */
 } dx_session_info_t;
 
 /** Callback for session listings: return non-zero to stop. */
 typedef int (*dx_session_cb)(void *ud, const dx_session_info_t *s);
+
+/** One entry of a session's history in the store: who claimed it, from whom, who released it
+**  and why (append_session_event, list_session_events). Strings borrowed. */
+typedef struct dx_session_event_s {
+  const char *session_id;
+  int64_t at_ms;
+  const char *event;          /* "claimed", "moved" (claimed from another worker), "released" */
+  const char *worker_id;      /* the worker that claimed or released the session */
+  const char *detail;         /* claimed/moved: how ("new", "reclaim"); released: the reason
+                                 ("idle", "closed", "shutdown", "lost", "upgrade", ...) */
+  const char *previous_owner; /* claimed/moved: the owner before (NULL: none) */
+} dx_session_event_t;
+
+/** Callback for list_session_events: return non-zero to stop. */
+typedef int (*dx_session_event_cb)(void *ud, const dx_session_event_t *e);
+
+/** A provider keeps at most this many events per session (the oldest go first), and drops
+**  events older than DX_SESSION_EVENTS_MAX_AGE_MS in cleanup_orphaned_sessions. */
+#define DX_SESSION_EVENTS_KEEP 100
+#define DX_SESSION_EVENTS_MAX_AGE_MS (7LL * 24 * 3600 * 1000)
 
 /** Instance summary for status and listing. */
 typedef struct dx_instance_info_s {
@@ -373,7 +409,7 @@ typedef int (*dx_instance_cb)(void *ud, const char *id);
 typedef void (*dx_check_cb)(void *ud, const char *problem);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 7 (older providers: 1..6; members past `version` are absent) */
+  int version; /* 8 (older providers: 1..7; members past `version` are absent) */
   const char *name;
 
   /** Close and free the provider. */
@@ -399,11 +435,17 @@ typedef struct dx_provider_methods_s {
   int (*renew_orchestration_item_lock)(dx_provider_t *p, int64_t now_ms, const char *instance,
                                        uint64_t lock_token, int64_t extend_ms, dx_error_t *err);
 
-  /** Lock the oldest visible worker row. out->item.kind == 0 when nothing is visible. */
+  /** Lock the oldest visible worker row. out->item.kind == 0 when nothing is visible.
+  **  Sessions: a claim starts the session's next ownership epoch and makes the session's rows
+  **  still locked (by an earlier owner) due at once; the locked row records the epoch and its
+  **  instance joins the session's users. The capacity count skips sessions that ended (no rows,
+  **  every user's execution no longer running). */
   int (*fetch_work_item)(dx_provider_t *p, int64_t now_ms, int64_t lock_ms,
                          const dx_session_cfg_t *sessions, dx_work_fetch_t *out,
                          dx_error_t *err);
-  /** Delete the row (lock must be live) and enqueue `completion` (may be NULL). */
+  /** Delete the row (lock must be live) and enqueue `completion` (may be NULL). A session
+  **  row locked under an earlier ownership epoch than the session's (another worker claimed
+  **  it since) is refused with DX_ELOCK in the same transaction (fencing); so is its renewal. */
   int (*ack_work_item)(dx_provider_t *p, int64_t now_ms, uint64_t lock_token,
                        const dx_work_item_t *completion, dx_error_t *err);
   int (*abandon_work_item)(dx_provider_t *p, int64_t now_ms, uint64_t lock_token,
@@ -451,7 +493,8 @@ typedef struct dx_provider_methods_s {
   int (*release_session_locks)(dx_provider_t *p, int64_t now_ms, const char *worker_id,
                                const char *session_id, uint64_t *released, dx_error_t *err);
   /** Delete session rows whose lease has lapsed (or that are unowned) and that have no
-  **  worker rows left. */
+  **  worker rows left, and (version 7) session events older than
+  **  DX_SESSION_EVENTS_MAX_AGE_MS. *deleted counts the session rows. */
   int (*cleanup_orphaned_sessions)(dx_provider_t *p, int64_t now_ms, uint64_t *deleted,
                                    dx_error_t *err);
   /** Every session row (ordered by session id), then sessions that have queued work but were
@@ -513,7 +556,8 @@ typedef struct dx_provider_methods_s {
   **  already holds worker_id (the message names it). A registration finds what a dead
   **  predecessor with the same id left in flight (its session rows) and makes it due now.
   **  Called by dx_runtime_start before the first fetch; worker_unregister (dx_runtime_stop,
-  **  after the sessions are released) drops the token. worker_id is borrowed. */
+  **  after the sessions are released) drops the token; it also drops a hold that fetches took
+  **  for worker_id without a registration (a test harness probing on behalf of workers). */
   int (*worker_register)(dx_provider_t *p, const char *worker_id, int64_t now_ms,
                          dx_error_t *err);
   void (*worker_unregister)(dx_provider_t *p, const char *worker_id);
@@ -575,6 +619,17 @@ typedef struct dx_provider_methods_s {
   int (*list_kv)(dx_provider_t *p, const char *instance, dx_kv_cb cb, void *ud,
                  dx_error_t *err);
   /* members above are version 7 */
+
+  /* Session history (version 8, `duroxide-lua sessions --history`; both may be NULL: the
+  ** provider keeps none). */
+  /** Record one session event (ev->at_ms is its time). Keeps the session's latest
+  **  DX_SESSION_EVENTS_KEEP events. DX_EINVAL (changing nothing) for a missing session id,
+  **  event word or worker id. */
+  int (*append_session_event)(dx_provider_t *p, const dx_session_event_t *ev, dx_error_t *err);
+  /** The stored events of one session, oldest first. */
+  int (*list_session_events)(dx_provider_t *p, const char *session_id, dx_session_event_cb cb,
+                             void *ud, dx_error_t *err);
+  /* members above are version 8 */
 } dx_provider_methods_t;
 
 /** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a

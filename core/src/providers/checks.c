@@ -109,6 +109,27 @@ int dx__check_ack(const dx_orch_ack_t *a, dx_error_t *err) {
   return 0;
 }
 
+int dx__check_session_event(const dx_session_event_t *ev, dx_error_t *err) {
+  size_t n;
+  if (!ev) return dx_error_set(err, DX_EINVAL, "session event is NULL");
+  if (!ev->session_id || !*ev->session_id)
+    return dx_error_set(err, DX_EINVAL, "session event without a session id");
+  if ((n = strlen(ev->session_id)) > DX_MAX_SESSION_ID_BYTES)
+    return dx_error_set(err, DX_EINVAL, "session id is %zu bytes; the limit is %d bytes", n,
+                        DX_MAX_SESSION_ID_BYTES);
+  if (!ev->event || !*ev->event)
+    return dx_error_set(err, DX_EINVAL, "session event for '%s' has no event word",
+                        ev->session_id);
+  return dx__check_worker_id(ev->worker_id, err);
+}
+
+int dx__session_declined(const dx_session_cfg_t *cfg, const char *sid) {
+  size_t i;
+  for (i = 0; cfg && sid && i < cfg->n_declined; i++)
+    if (strcmp(cfg->declined[i], sid) == 0) return 1;
+  return 0;
+}
+
 int64_t dx__visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms) {
   int64_t d = delay_ms > 0 ? delay_ms : 0;
   int64_t at = now > INT64_MAX - d ? INT64_MAX : now + d;

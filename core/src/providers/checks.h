@@ -20,5 +20,9 @@ int dx__check_kv_key(const char *key, dx_error_t *err);
 int dx__kv_folds(int status);
 /* Timers become visible when they fire; everything else after the delay (saturating). */
 int64_t dx__visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms);
+/* A session event to append: session id, event word and worker id present, within limits. */
+int dx__check_session_event(const dx_session_event_t *ev, dx_error_t *err);
+/* 1 when the fetch config declines session sid (cfg->declined: a rolling upgrade). */
+int dx__session_declined(const dx_session_cfg_t *cfg, const char *sid);
 
 #endif

@@ -199,7 +199,9 @@ static int env_init_dbs(shared_env_t *se, size_t max_size, dx_error_t *err) {
   for (i = 0; i < DB__COUNT && !rc; i++) {
     int mrc = mdb_dbi_open(t.txn, dx__lm_db_names[i], se->read_only ? 0 : MDB_CREATE,
                            &se->dbi[i]);
-    if (mrc == MDB_NOTFOUND)
+    if (mrc == MDB_NOTFOUND && i == DB_SESS_EVENTS) /* added later: a read-only old store */
+      se->no_sess_events = 1;
+    else if (mrc == MDB_NOTFOUND)
       rc = dx_error_set(err, DX_ECORRUPT, "store %s is damaged: its table %s is missing",
                         se->path, dx__lm_db_names[i]);
     else if (mrc)
@@ -416,7 +418,7 @@ static void lm_destroy(dx_provider_t *pp) {
 static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
 
 static const dx_provider_methods_t lm_methods = {
-  7,
+  8,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -460,6 +462,9 @@ static const dx_provider_methods_t lm_methods = {
   /* key-value state (version 7) */
   dx__lm_get_kv,
   dx__lm_list_kv,
+  /* session history (version 8) */
+  dx__lm_append_session_event,
+  dx__lm_list_session_events,
 };
 
 int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,

@@ -283,7 +283,7 @@ void dx__lm_worker_unregister(dx_provider_t *pp, const char *worker) {
   pthread_mutex_lock(&l->mu);
   for (hp = &l->held; (h = *hp); hp = &h->next)
     if (strcmp(h->worker, worker) == 0) break;
-  if (h && h->registered && --h->registered == 0) {
+  if (h && (!h->registered || --h->registered == 0)) { /* a hold fetches took goes too */
     /* both bytes go: peers see the id dead at once */
     lock_op(l->fd, F_OFD_SETLK, F_UNLCK, live_off(worker, 1), NULL);
     lock_op(l->fd, F_OFD_SETLK, F_UNLCK, live_off(worker, 0), NULL);

@@ -21,12 +21,13 @@
 **   orch_ready    be64 ready_at inst\0 -> ""       unlocked instances with messages
 **   orch_lock     be64 locked_until inst\0 -> ""   locked instances
 **   work          be64 seq -> visible_at, locked_until, token, attempt, session_id, inst,
-**                             exec, activity_id, item
+**                             exec, activity_id, item, sess_epoch (optional)
 **   work_ready    u8 0 be64 visible_at be64 seq -> ""     unlocked plain rows
 **   work_lock     u8 0 be64 locked_until be64 seq -> ""   locked plain rows
 **   work_token    be64 token -> be64 seq                   (plain and session rows)
 **   work_ident    inst\0 be64 exec be64 activity_id be64 seq -> ""   (lock stealing)
-**   sessions      sid\0 -> owner ("" = unowned), previous_owner, locked_until, last_activity
+**   sessions      sid\0 -> owner ("" = unowned), previous_owner, locked_until, last_activity,
+**                           epoch, users (optional: added for fencing and ended sessions)
 **   sess_owner    owner\0 sid\0 -> be64 locked_until      sessions by owner
 **   sess_items    sid\0 be64 due be64 seq -> ""            rows of a session; due is
 **                                                          visible_at, or locked_until if locked
@@ -35,6 +36,8 @@
 **   kv            inst\0 key\0 -> value, updated_at   committed key-value state (kv.c)
 **   kv_delta      inst\0 key\0 -> value|nil, updated_at   the running execution's changes
 **                                                     (nil = cleared)
+**   sess_events   sid\0 be64 seq -> at, event, worker, detail, previous_owner   (the session's
+**                 history for `sessions --history`; latest DX_SESSION_EVENTS_KEEP per session)
 **
 ** Fetches read the head of the ready and lock indexes (an expired lock is as fetchable as a
 ** ready message), so they stay O(log n) however many rows are locked or delayed. Rows with a
@@ -89,7 +92,7 @@ enum {
   DB_ORCH_MSGS, DB_ORCH_STATE, DB_ORCH_READY, DB_ORCH_LOCK,
   DB_WORK, DB_WORK_READY, DB_WORK_LOCK, DB_WORK_TOKEN, DB_WORK_IDENT,
   DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS,
-  DB_KV, DB_KV_DELTA, DB__COUNT
+  DB_KV, DB_KV_DELTA, DB_SESS_EVENTS, DB__COUNT
 };
 
 /* Names of the named DBs, indexed by DB_*. */
@@ -108,6 +111,7 @@ typedef struct shared_env_s {
   size_t max_size;           /* growth limit; 0 = none but the disk */
   int grow_wanted;           /* a write found the map full (atomic) */
   int read_only;             /* opened MDB_RDONLY: the directory is not writable */
+  int no_sess_events;        /* read-only store written before sess_events existed */
   size_t psize;              /* LMDB page size */
   int data_fd;               /* data.mdb, for the truncation check */
   char *lock_path;           /* lock.mdb and its identity when opened (ino 0: no lock file) */
@@ -297,7 +301,18 @@ typedef struct {
   char *owner;        /* NULL or "" = unowned (released) */
   char *prev;         /* owner before the current one (or before a release); NULL if none */
   int64_t locked_until, last_activity;
+  uint64_t epoch;     /* ownership epoch: +1 on every claim (fencing: locks taken under an
+                         older epoch cannot ack or renew) */
+  char *users;        /* instances that ran activities of the session: entries of be64 exec,
+                         be16 length, instance bytes (NULL: none) */
+  size_t users_len;
 } sess_rec_t;
+
+/* A session event (sess_events). */
+typedef struct {
+  int64_t at;
+  char *event, *worker, *detail, *prev;
+} sev_rec_t;
 
 /* A session's queue summary: its earliest row (due time, seq) and how many rows it has. */
 typedef struct {
@@ -317,6 +332,7 @@ typedef struct {
   char *item;
   size_t item_len;
   uint64_t locker;  /* locked: the tag of the handle that locked it (0: unknown) */
+  uint64_t sess_epoch; /* session rows: the session's epoch when this lock was taken */
 } work_row_t;
 
 /* One stored field of a wrapper record: its type and where it lives in the C struct. */
@@ -417,7 +433,7 @@ int dx__lm_can_grow(shared_env_t *se);
 /* records.c */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
     dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema, dx__lm_kv_schema,
-    dx__lm_kv_delta_schema;
+    dx__lm_kv_delta_schema, dx__lm_sev_schema;
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what);
@@ -466,6 +482,13 @@ void dx__lm_sess_clear(sess_rec_t *r);
 int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r);
 int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw);
 int dx__lm_sess_touch(tx_t *t, const char *sid, int64_t now);
+/* Point nw->users at a new blob (caller frees *blob) that lists (inst, exec) once. */
+int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exec, char **blob);
+/* 1 in *ended when the session has no worker rows and every instance that used it has ended
+** (its execution is no longer running). *alive (may be NULL) receives a blob of the users
+** still running (caller frees; NULL when none). */
+int dx__lm_sess_ended(tx_t *t, const char *sid, const sess_rec_t *r, int *ended, char **alive,
+                      size_t *alive_len);
 int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q);
 int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta);
 int dx__lm_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
@@ -476,6 +499,14 @@ int dx__lm_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_i
 int dx__lm_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted,
                             dx_error_t *err);
 int dx__lm_list_sessions(dx_provider_t *pp, dx_session_cb cb, void *ud, dx_error_t *err);
+
+/* sess_events.c */
+int dx__lm_append_session_event(dx_provider_t *pp, const dx_session_event_t *ev,
+                                dx_error_t *err);
+int dx__lm_list_session_events(dx_provider_t *pp, const char *sid, dx_session_event_cb cb,
+                               void *ud, dx_error_t *err);
+/* Delete session events older than DX_SESSION_EVENTS_MAX_AGE_MS (cleanup's txn). */
+int dx__lm_prune_session_events(tx_t *t, int64_t now);
 
 /* work.c */
 void dx__lm_row_clear(work_row_t *r);

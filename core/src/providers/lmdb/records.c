@@ -40,6 +40,13 @@ static const lm_field_t state_fields[] = {
 static const lm_field_t sess_fields[] = {
   F(RF_STR, sess_rec_t, owner, 0),        F(RF_STR, sess_rec_t, prev, 0),
   F(RF_I64, sess_rec_t, locked_until, 0), F(RF_I64, sess_rec_t, last_activity, 0),
+  /* optional (absent in rows written before fencing): */
+  F(RF_U64, sess_rec_t, epoch, 0),        FB(sess_rec_t, users, users_len),
+};
+static const lm_field_t sev_fields[] = {
+  F(RF_I64, sev_rec_t, at, 0),     F(RF_STR, sev_rec_t, event, 1),
+  F(RF_STR, sev_rec_t, worker, 1), F(RF_STR, sev_rec_t, detail, 0),
+  F(RF_STR, sev_rec_t, prev, 0),
 };
 static const lm_field_t row_fields[] = {
   F(RF_I64, work_row_t, visible_at, 0), F(RF_I64, work_row_t, locked_until, 0),
@@ -47,6 +54,7 @@ static const lm_field_t row_fields[] = {
   F(RF_STR, work_row_t, session_id, 0), F(RF_STR, work_row_t, instance, 1),
   F(RF_U64, work_row_t, exec, 0),       F(RF_U64, work_row_t, act_id, 0),
   FB(work_row_t, item, item_len),       F(RF_U64, work_row_t, locker, 0),
+  F(RF_U64, work_row_t, sess_epoch, 0), /* optional: absent in rows written before fencing */
 };
 static const lm_field_t kv_fields[] = {
   F(RF_STR, kv_rec_t, value, 0), F(RF_I64, kv_rec_t, updated_at, 0),
@@ -58,10 +66,11 @@ const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fi
 const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields), 0};
 const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields), 0};
 const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 3};
-const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 0};
+const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 4};
 const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9};
 const lm_schema_t dx__lm_kv_schema = {DB_KV, kv_fields, COUNT(kv_fields), 0};
 const lm_schema_t dx__lm_kv_delta_schema = {DB_KV_DELTA, kv_fields, COUNT(kv_fields), 0};
+const lm_schema_t dx__lm_sev_schema = {DB_SESS_EVENTS, sev_fields, COUNT(sev_fields), 0};
 
 #define AT(base, f, T) ((T *)(void *)((char *)(base) + (f)->off))
 #define CAT(base, f, T) ((const T *)(const void *)((const char *)(base) + (f)->off))
@@ -80,6 +89,7 @@ static int pack_field(msgpack_packer *pk, const lm_field_t *f, const void *rec) 
     case RF_BIN: {
       const char *p = *CAT(rec, f, char *);
       size_t n = *(const size_t *)(const void *)((const char *)rec + f->len_off);
+      if (!p) p = ""; /* an optional bin not set: stored empty */
       return msgpack_pack_bin_with_body(pk, p, n);
     }
   }

@@ -73,6 +73,123 @@ int dx__lm_sess_touch(tx_t *t, const char *sid, int64_t now) {
   return rc;
 }
 
+/* {===== users: the instances that ran activities of a session =====} */
+
+/* Entries are be64 exec, be16 n, n bytes of instance id. Calls fn for each until it returns
+** non-zero; a malformed blob is corruption. */
+typedef int (*user_fn)(tx_t *t, const char *inst, size_t n, uint64_t exec, void *ud);
+
+static int users_each(tx_t *t, const char *sid, const char *b, size_t len, user_fn fn,
+                      void *ud) {
+  size_t off = 0;
+  while (off < len) {
+    uint64_t exec;
+    size_t n;
+    int rc;
+    if (len - off < 10) return dx__lm_corrupt(t, DB_SESSIONS, "bad users", "session '%s'", sid);
+    exec = get_u64(b + off);
+    n = ((size_t)(unsigned char)b[off + 8] << 8) | (unsigned char)b[off + 9];
+    if (len - off - 10 < n) return dx__lm_corrupt(t, DB_SESSIONS, "bad users", "session '%s'", sid);
+    if ((rc = fn(t, b + off + 10, n, exec, ud))) return rc < 0 ? rc : 0;
+    off += 10 + n;
+  }
+  return 0;
+}
+
+typedef struct {
+  char *b;
+  size_t n, cap;
+  const char *skip; /* add_user: the instance being replaced */
+} ublob_t;
+
+static int ublob_put(tx_t *t, ublob_t *u, const char *inst, size_t n, uint64_t exec) {
+  char *nb;
+  while (u->n + 10 + n > u->cap) {
+    size_t cap = u->cap ? u->cap * 2 : 64;
+    if (!(nb = realloc(u->b, cap))) return dx__lm_nomem(t->err);
+    u->b = nb;
+    u->cap = cap;
+  }
+  put_u64((unsigned char *)u->b + u->n, exec);
+  u->b[u->n + 8] = (char)(n >> 8);
+  u->b[u->n + 9] = (char)(n & 0xff);
+  memcpy(u->b + u->n + 10, inst, n);
+  u->n += 10 + n;
+  return 0;
+}
+
+static int keep_other_cb(tx_t *t, const char *inst, size_t n, uint64_t exec, void *ud) {
+  ublob_t *u = ud;
+  if (n == strlen(u->skip) && memcmp(inst, u->skip, n) == 0) return 0;
+  return ublob_put(t, u, inst, n, exec);
+}
+
+int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exec, char **blob) {
+  ublob_t u = {NULL, 0, 0, inst};
+  size_t n = strlen(inst);
+  int rc;
+  *blob = NULL;
+  if (n > 0xffff) n = 0xffff; /* ids are far shorter (DX_MAX_INSTANCE_ID_BYTES) */
+  rc = users_each(t, "", nw->users, nw->users_len, keep_other_cb, &u);
+  if (!rc) rc = ublob_put(t, &u, inst, n, exec);
+  if (rc) {
+    free(u.b);
+    return rc;
+  }
+  *blob = nw->users = u.b;
+  nw->users_len = u.n;
+  return 0;
+}
+
+/* Keep the users whose execution still runs, or continued as new into one that has not had
+** its first turn yet (it may use the session again: "continued-as-new without it" only ends
+** the session once the new execution ran without scheduling on it). */
+static int alive_cb(tx_t *t, const char *inst, size_t n, uint64_t exec, void *ud) {
+  ublob_t *u = ud;
+  char id[LM_INSTANCE_MAX + 1];
+  exec_rec_t er;
+  int rc, status;
+  if (n > LM_INSTANCE_MAX) return 0; /* cannot name a stored instance */
+  memcpy(id, inst, n);
+  id[n] = 0;
+  rc = dx__lm_exec_get(t, id, exec, &er);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return rc;
+  status = er.status;
+  dx__lm_exec_clear(&er);
+  if (status == DX_STATUS_CONTINUED_AS_NEW) {
+    inst_rec_t ir;
+    if ((rc = dx__lm_inst_get(t, id, &ir)) == DX_ENOTFOUND) return 0;
+    if (rc) return rc;
+    if (ir.current_exec == exec) status = DX_STATUS_RUNNING;
+    dx__lm_inst_clear(&ir);
+  }
+  return status == DX_STATUS_RUNNING ? ublob_put(t, u, inst, n, exec) : 0;
+}
+
+int dx__lm_sess_ended(tx_t *t, const char *sid, const sess_rec_t *r, int *ended, char **alive,
+                      size_t *alive_len) {
+  ublob_t u = {NULL, 0, 0, NULL};
+  sess_queue_t q;
+  int rc;
+  *ended = 0;
+  if (alive) *alive = NULL;
+  if (alive_len) *alive_len = 0;
+  if ((rc = dx__lm_squeue_get(t, sid, &q)) || q.found) return rc; /* work queued or running */
+  if ((rc = users_each(t, sid, r->users, r->users_len, alive_cb, &u))) {
+    free(u.b);
+    return rc;
+  }
+  *ended = u.n == 0;
+  if (alive && u.n) {
+    *alive = u.b;
+    *alive_len = u.n;
+  } else {
+    free(u.b);
+  }
+  return 0;
+}
+
 int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q) {
   dkey_t k;
   MDB_val v;
@@ -130,7 +247,8 @@ int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta) {
 typedef struct {
   char *sid, *owner;
   int64_t locked_until, last_activity;
-  uint64_t queued;
+  uint64_t queued, running;
+  int ended;
 } sess_out_t;
 
 typedef struct {
@@ -148,7 +266,7 @@ static void slist_free(sess_list_t *l) {
   memset(l, 0, sizeof *l);
 }
 
-static int slist_push(tx_t *t, sess_list_t *l, const char *sid, const sess_rec_t *r) {
+static int slist_push(tx_t *t, sess_list_t *l, const char *sid, const sess_rec_t *r, int ended) {
   sess_queue_t q;
   sess_out_t *o, *nv;
   int rc;
@@ -164,6 +282,7 @@ static int slist_push(tx_t *t, sess_list_t *l, const char *sid, const sess_rec_t
   o->locked_until = r->locked_until;
   o->last_activity = r->last_activity;
   o->queued = q.rows;
+  o->ended = ended;
   l->n++;
   return 0;
 }
@@ -178,6 +297,8 @@ static void slist_report(const sess_list_t *l, dx_session_cb cb, void *ud) {
     s.locked_until_ms = l->v[i].locked_until;
     s.last_activity_ms = l->v[i].last_activity;
     s.queued = l->v[i].queued;
+    s.running = l->v[i].running;
+    s.ended = l->v[i].ended;
     if (cb(ud, &s)) break;
   }
 }
@@ -219,10 +340,16 @@ static int sess_renew(tx_t *t, int64_t now, const char *worker, int64_t extend_m
     if (rc == DX_ENOTFOUND) { rc = 0; continue; }
     if (!rc && dx__lm_sess_owner_is(&r, worker) && r.locked_until > now &&
         (idle_ms <= 0 || sat_add(r.last_activity, idle_ms) > now)) {
+      char *alive = NULL;
+      int ended = 0;
       nw = r;
       nw.locked_until = sat_add(now, extend_ms);
-      rc = dx__lm_sess_put(t, ids.v[i], &r, &nw);
-      if (!rc) rc = slist_push(t, out, ids.v[i], &nw);
+      /* users whose instance ended are dropped; none left and no rows: the session ended */
+      rc = dx__lm_sess_ended(t, ids.v[i], &r, &ended, &alive, &nw.users_len);
+      nw.users = alive;
+      if (!rc) rc = dx__lm_sess_put(t, ids.v[i], &r, &nw);
+      if (!rc) rc = slist_push(t, out, ids.v[i], &nw, ended);
+      free(alive);
     }
     dx__lm_sess_clear(&r);
   }
@@ -293,6 +420,39 @@ typedef struct {
   sess_list_t rows;   /* !orphans_only */
 } sess_scan_t;
 
+typedef struct {
+  size_t prefix_n;
+  uint64_t running;
+} running_scan_t;
+
+static int running_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  running_scan_t *s = ud;
+  work_row_t r;
+  int rc;
+  (void)v;
+  if (k->mv_size != s->prefix_n + 16)
+    return dx__lm_corrupt(t, DB_SESS_ITEMS, "bad key", "%zu-byte key", k->mv_size);
+  if ((rc = dx__lm_row_get(t, get_u64((const char *)k->mv_data + s->prefix_n + 8), &r))) return rc;
+  if (r.token) s->running++;
+  dx__lm_row_clear(&r);
+  return 0;
+}
+
+/* For listings: how many rows of the last listed session are locked (in flight). */
+static int count_running(tx_t *t, sess_list_t *l) {
+  sess_out_t *o = &l->v[l->n - 1];
+  running_scan_t s;
+  dkey_t pre;
+  int rc;
+  key_inst(&pre, o->sid);
+  s.prefix_n = pre.n;
+  s.running = 0;
+  if (!o->queued) return 0;
+  rc = dx__lm_scan_prefix(t, DB_SESS_ITEMS, &pre, running_cb, &s);
+  o->running = s.running;
+  return rc;
+}
+
 static int sess_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   sess_scan_t *s = ud;
   const char *sid = k->mv_data;
@@ -303,7 +463,7 @@ static int sess_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
     return dx__lm_corrupt(t, DB_SESSIONS, "bad key", "%zu-byte key", k->mv_size);
   if ((rc = sess_decode(t, sid, v, &r))) return rc;
   if (!s->orphans_only) {
-    rc = slist_push(t, &s->rows, sid, &r);
+    if (!(rc = slist_push(t, &s->rows, sid, &r, 0))) rc = count_running(t, &s->rows);
   } else if (!dx__lm_sess_owned(&r) || r.locked_until <= s->now) {
     if (!(rc = dx__lm_squeue_get(t, sid, &q)) && !q.found && dx__lm_strs_push(&s->ids, sid))
       rc = dx__lm_nomem(t->err);
@@ -322,6 +482,7 @@ static int sess_cleanup(tx_t *t, int64_t now, uint64_t *count) {
   s.orphans_only = 1;
   k_init(&none);
   rc = dx__lm_scan_prefix(t, DB_SESSIONS, &none, sess_scan_cb, &s);
+  if (!rc) rc = dx__lm_prune_session_events(t, now);
   for (i = 0; i < s.ids.n && !rc; i++) {
     sess_rec_t r;
     rc = dx__lm_sess_get(t, s.ids.v[i], &r);
@@ -358,7 +519,7 @@ static int unclaimed_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *
   rc = dx__lm_sess_get(t, sid, &r);
   if (rc == DX_ENOTFOUND) {
     memset(&r, 0, sizeof r);
-    rc = slist_push(t, &s->rows, sid, &r);
+    if (!(rc = slist_push(t, &s->rows, sid, &r, 0))) rc = count_running(t, &s->rows);
   }
   dx__lm_sess_clear(&r);
   return rc;

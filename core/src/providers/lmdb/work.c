@@ -165,7 +165,9 @@ typedef struct {
   size_t prefix_n;
   int64_t now;
   uint32_t live;   /* owned sessions with a live lease */
+  str_list_t idle; /* those of them without rows: they may have ended */
   work_cand_t *c;
+  const dx_session_cfg_t *cfg;
 } owned_scan_t;
 
 /* sess_owner entry of this worker: count it, consider its session's earliest row. A session
@@ -174,14 +176,31 @@ static int owned_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   owned_scan_t *o = ud;
   const char *sid = (const char *)k->mv_data + o->prefix_n;
   sess_queue_t q;
-  int rc;
+  int rc, live;
   if (k->mv_size <= o->prefix_n || ((const char *)k->mv_data)[k->mv_size - 1] != 0 ||
       v->mv_size != 8)
     return dx__lm_corrupt(t, DB_SESS_OWNER, "bad entry", "worker '%s'", o->worker);
-  if ((int64_t)get_u64(v->mv_data) > o->now) o->live++;
+  if ((live = (int64_t)get_u64(v->mv_data) > o->now)) o->live++;
+  if (dx__session_declined(o->cfg, sid)) return 0; /* handed on (rolling upgrade) */
   if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
   if (q.found) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
+  else if (live && dx__lm_strs_push(&o->idle, sid)) return dx__lm_nomem(t->err);
   return 0;
+}
+
+/* At capacity: sessions whose instances all ended do not count (issue 9 item 4). */
+static int uncount_ended(tx_t *t, owned_scan_t *o) {
+  size_t i;
+  int rc = 0;
+  for (i = 0; i < o->idle.n && !rc; i++) {
+    sess_rec_t r;
+    int ended = 0;
+    if ((rc = dx__lm_sess_get(t, o->idle.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
+    if (!rc) rc = dx__lm_sess_ended(t, o->idle.v[i], &r, &ended, NULL, NULL);
+    if (!rc && ended && o->live > 0) o->live--;
+    dx__lm_sess_clear(&r);
+  }
+  return rc;
 }
 
 typedef struct {
@@ -189,6 +208,7 @@ typedef struct {
   int64_t now;
   work_cand_t *c;
   lm_t *lm;
+  const dx_session_cfg_t *cfg;
 } claim_scan_t;
 
 /* sess_heads in time order: the first due session nobody holds (no row, released, or lease
@@ -206,6 +226,7 @@ static int claim_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   due = get_u64(kb);
   seq = get_u64(kb + 8);
   if ((int64_t)due > s->now || !cand_better(s->c, (int64_t)due, seq)) return 1;
+  if (dx__session_declined(s->cfg, kb + 16)) return 0;
   rc = dx__lm_sess_get(t, kb + 16, &r);
   if (rc && rc != DX_ENOTFOUND) return rc;
   /* our own sessions were considered by owned_cb */
@@ -236,14 +257,18 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   o.worker = cfg->worker_id;
   o.now = now;
   o.c = c;
+  o.cfg = cfg;
   key_inst(&pre, cfg->worker_id);
   o.prefix_n = pre.n;
-  if ((rc = dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, &o))) return rc;
-  if (o.live >= cfg->max_sessions) return 0; /* at capacity: no new claims */
+  rc = dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, &o);
+  if (!rc && o.live >= cfg->max_sessions) rc = uncount_ended(t, &o);
+  dx__lm_strs_free(&o.idle);
+  if (rc || o.live >= cfg->max_sessions) return rc; /* at capacity: no new claims */
   cs.worker = cfg->worker_id;
   cs.now = now;
   cs.c = c;
   cs.lm = lm;
+  cs.cfg = cfg;
   k_init(&pre);
   return dx__lm_scan_prefix(t, DB_SESS_HEADS, &pre, claim_cb, &cs);
 }
@@ -347,11 +372,13 @@ static int close_unheld(tx_t *t, const work_row_t *r) {
   return rc;
 }
 
-/* The session side of fetching a row of c->sid: claim it (owner = us, fresh lease) or, when
-** we own it, record the activity and refresh the lease. */
-static int sess_take(tx_t *t, const work_cand_t *c, int64_t now, const dx_session_cfg_t *cfg,
-                     dx_work_fetch_t *out) {
+/* The session side of fetching row `row` of c->sid: claim it (owner = us, fresh lease, next
+** ownership epoch) or, when we own it, record the activity and refresh the lease. The row's
+** instance joins the session's users. *epoch receives the epoch the row is locked under. */
+static int sess_take(tx_t *t, const work_cand_t *c, const work_row_t *row, int64_t now,
+                     const dx_session_cfg_t *cfg, dx_work_fetch_t *out, uint64_t *epoch) {
   sess_rec_t old, nw;
+  char *users = NULL;
   int rc = dx__lm_sess_get(t, c->sid, &old), found = rc == 0;
   if (rc && rc != DX_ENOTFOUND) return rc;
   rc = 0;
@@ -362,15 +389,44 @@ static int sess_take(tx_t *t, const work_cand_t *c, int64_t now, const dx_sessio
     const char *prev = dx__lm_sess_owned(&old) ? old.owner : old.prev;
     nw.prev = (char *)prev;
     nw.locked_until = sat_add(now, cfg->session_lock_ms);
+    nw.epoch = old.epoch + 1; /* locks of earlier owners can no longer ack or renew */
     out->session_claimed = 1;
+    out->waited_ms = now > c->at ? now - c->at : 0;
     if (prev && *prev && !(out->previous_owner = dx__strdup(prev))) rc = dx__lm_nomem(t->err);
   } else if (old.locked_until < sat_add(now, cfg->session_lock_ms)) {
     /* an owner's fetch refreshes the lease at once: after a same-id restart the dead
     ** process's lease must not lapse under the activity we start now (issue 9 item 3a) */
     nw.locked_until = sat_add(now, cfg->session_lock_ms);
   }
+  if (!rc && row->instance) rc = dx__lm_sess_add_user(t, &nw, row->instance, row->exec, &users);
   if (!rc) rc = dx__lm_sess_put(t, c->sid, found ? &old : NULL, &nw);
+  *epoch = nw.epoch;
+  free(users);
   dx__lm_sess_clear(&old);
+  return rc;
+}
+
+/* Fencing (issue 9 item 3): a session row locked under an earlier ownership epoch belongs to
+** an owner that lost the session (it stalled past its lease and another worker claimed it):
+** its ack and renewal are refused in their own transaction; the new owner runs the row. */
+static int row_check_epoch(tx_t *t, const work_row_t *r) {
+  sess_rec_t s;
+  int rc;
+  if (!r->session_id) return 0;
+  rc = dx__lm_sess_get(t, r->session_id, &s);
+  if (rc == DX_ENOTFOUND)
+    return dx_error_set(t->err, DX_ELOCK, "session '%s' of worker item %llu no longer exists",
+                        r->session_id, (unsigned long long)r->seq);
+  if (rc) return rc;
+  if (s.epoch != r->sess_epoch)
+    rc = dx_error_set(t->err, DX_ELOCK,
+                      "session '%s' moved to worker '%s' (ownership epoch %llu; worker item "
+                      "%llu was locked under epoch %llu): a result from an earlier owner is "
+                      "refused",
+                      r->session_id, s.owner && *s.owner ? s.owner : "(none)",
+                      (unsigned long long)s.epoch, (unsigned long long)r->seq,
+                      (unsigned long long)r->sess_epoch);
+  dx__lm_sess_clear(&s);
   return rc;
 }
 
@@ -401,24 +457,18 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
     dx__lm_row_clear(&old);
     return rc;
   }
-  if (!rc && c->kind == WC_CLAIM) { /* a dead owner's locked rows of the session: due now */
-    sess_rec_t sr;
-    int r2 = dx__lm_sess_get(t, c->sid, &sr);
-    if (r2 == 0 && dx__lm_sess_owned(&sr) && strcmp(sr.owner, cfg->worker_id) != 0 &&
-        !dx__lm_live_alive(lm, sr.owner))
-      r2 = reap_session(t, c->sid, now, c->seq);
-    dx__lm_sess_clear(&sr);
-    if (r2 != DX_ENOTFOUND) rc = r2;
-  }
+  /* A claim starts a new ownership epoch: rows of the session still locked were locked by an
+  ** earlier owner (dead, or stalled past its lease): due now, the new owner runs them. */
+  if (!rc && c->kind == WC_CLAIM) rc = reap_session(t, c->sid, now, c->seq);
   nw = old;
   nw.locker = lm->tag;
+  if (!rc && c->kind != WC_PLAIN) rc = sess_take(t, c, &old, now, cfg, out, &nw.sess_epoch);
   if (!rc) rc = fresh_work_token(t, &nw.token);
   if (!rc) {
     nw.locked_until = sat_add(now, lock_ms);
     nw.attempt++;
     rc = row_set(t, &old, &nw);
   }
-  if (!rc && c->kind != WC_PLAIN) rc = sess_take(t, c, now, cfg, out);
   if (rc) {
     fetch_reset(out);
   } else {
@@ -526,6 +576,7 @@ static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *
   work_row_t r;
   int rc = row_by_token(t, token, &r);
   if (!rc) rc = row_check_live(t, &r, now);
+  if (!rc) rc = row_check_epoch(t, &r);
   if (!rc) rc = row_set(t, &r, NULL);
   if (!rc) rc = dx__lm_sess_touch(t, r.session_id, now);
   dx__lm_row_clear(&r);
@@ -549,6 +600,7 @@ static int work_relock(tx_t *t, int64_t now, uint64_t token, int abandon, int64_
   work_row_t r, nw;
   int rc = row_by_token(t, token, &r);
   if (!rc && !abandon) rc = row_check_live(t, &r, now);
+  if (!rc && !abandon) rc = row_check_epoch(t, &r);
   if (rc) { dx__lm_row_clear(&r); return rc; }
   nw = r;
   if (abandon) {

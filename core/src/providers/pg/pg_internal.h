@@ -232,6 +232,10 @@ int dx__pg_release_sessions(dx_provider_t *, int64_t, const char *, const char *
                             dx_error_t *);
 int dx__pg_cleanup_sessions(dx_provider_t *, int64_t, uint64_t *, dx_error_t *);
 int dx__pg_list_sessions(dx_provider_t *, dx_session_cb, void *, dx_error_t *);
+/* pg_events.c */
+int dx__pg_append_session_event(dx_provider_t *, const dx_session_event_t *, dx_error_t *);
+int dx__pg_list_session_events(dx_provider_t *, const char *, dx_session_event_cb, void *,
+                               dx_error_t *);
 
 /* A work fetch's picks queued by run_cycle (up to k plain rows locked, the oldest owned and
 ** claimable session rows), read in the cycle's one round trip (pg_work.c). */

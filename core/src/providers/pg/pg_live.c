@@ -195,7 +195,7 @@ void dx__pg_worker_unregister(dx_provider_t *pp, const char *worker) {
   pthread_mutex_lock(&p->mu);
   for (lp = &p->live; (l = *lp); lp = &l->next)
     if (l->pid == getpid() && strcmp(l->worker, worker) == 0) break;
-  if (l && l->registered && --l->registered == 0) {
+  if (l && (!l->registered || --l->registered == 0)) { /* a hold fetches took goes too */
     /* closing the connection drops both locks: peers see the id gone at once */
     *lp = l->next;
     if (l->conn) PQfinish(l->conn);

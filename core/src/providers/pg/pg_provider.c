@@ -36,7 +36,7 @@ static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_hi
                                                        dx__pg_test_expire_session};
 
 static const dx_provider_methods_t pg_methods = {
-  7,
+  8,
   "postgres",
   pg_destroy,
   dx__pg_begin,
@@ -80,6 +80,9 @@ static const dx_provider_methods_t pg_methods = {
   /* key-value state (version 7) */
   dx__pg_get_kv,
   dx__pg_list_kv,
+  /* session history (version 8) */
+  dx__pg_append_session_event,
+  dx__pg_list_session_events,
 };
 
 uint64_t dx__pg_round_trips(dx_provider_t *pp) {

@@ -9,7 +9,11 @@
 **               a release re-reads the row it waited for, so no wake-up is lost).
 **   orch_msgs   the messages; a fetch tags the visible ones with its lock token.
 **   work        worker rows; due_at = visible_at while unlocked, locked_until while locked.
-**   sessions    session ownership and leases ('' owner = released).
+**   sessions    session ownership and leases ('' owner = released); epoch counts the claims
+**               (fencing: work.sess_epoch is the epoch a session row was locked under, and a
+**               lock from an earlier epoch can no longer ack or renew).
+**   session_users  the instances (and executions) that ran activities of a session: once they
+**               all ended and no rows are left, the session is "ended" (frees its slot).
 **   started     every instance id a START was enqueued for: the uniqueness key that makes a
 **               second client START of an id DX_EEXIST, even when two clients race.
 ** Tokens and sequence numbers come from one sequence, so they are unique across hosts.
@@ -293,7 +297,52 @@ static const char MIGRATION_4[] =
   "  RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;"
   " END $f$;";
 
-const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4};
+
+/* Version 5: the session history (`duroxide-lua sessions --history`). */
+static const char MIGRATION_5[] =
+  "CREATE TABLE session_events (session_id text COLLATE \"C\" NOT NULL,"
+  "  seq bigint NOT NULL DEFAULT nextval('dx_seq'), at bigint NOT NULL, event text NOT NULL,"
+  "  worker text NOT NULL, detail text, prev text, PRIMARY KEY (session_id, seq));"
+  "CREATE INDEX session_events_at ON session_events (at);";
+
+/* Version 6: fencing and ended sessions (issue 9 items 3 and 4): the ownership epoch of a
+** session (+1 per claim) and the epoch a row was locked under; the instances that used a
+** session; dx_ack_work refuses a row locked under an earlier epoch (r_code 4: r_a the row,
+** r_b the session's epoch or -1 when it is gone, r_sid and r_owner naming the session, r_c
+** the epoch the row was locked under). */
+static const char MIGRATION_6[] =
+  "ALTER TABLE sessions ADD COLUMN epoch bigint NOT NULL DEFAULT 0;"
+  "ALTER TABLE work ADD COLUMN sess_epoch bigint NOT NULL DEFAULT 0;"
+  "CREATE TABLE session_users (session_id text COLLATE \"C\", instance_id text COLLATE \"C\","
+  "  exec bigint NOT NULL, PRIMARY KEY (session_id, instance_id));"
+  "DROP FUNCTION IF EXISTS dx_ack_work(bigint, bigint, text, bytea);"
+  "CREATE FUNCTION dx_ack_work(p_token bigint, p_now bigint, c_inst text, c_item bytea)"
+  " RETURNS TABLE (r_code bigint, r_a bigint, r_b bigint, r_sid text, r_owner text,"
+  " r_c bigint)"
+  " LANGUAGE plpgsql AS $f$"
+  " DECLARE s bigint; til bigint; sid text; we bigint; ep bigint; own text;"
+  " BEGIN"
+  "  SELECT w.seq, w.locked_until, w.session_id, w.sess_epoch INTO s, til, sid, we FROM work w"
+  "   WHERE w.lock_token = p_token FOR UPDATE;"
+  "  IF NOT FOUND THEN RETURN QUERY SELECT 1::bigint, 0::bigint, 0::bigint, NULL::text,"
+  "   NULL::text, 0::bigint; RETURN; END IF;"
+  "  IF til <= p_now THEN RETURN QUERY SELECT 2::bigint, s, til, NULL::text, NULL::text,"
+  "   0::bigint; RETURN; END IF;"
+  "  IF sid IS NOT NULL THEN"
+  "   SELECT x.epoch, x.owner INTO ep, own FROM sessions x WHERE x.session_id = sid;"
+  "   IF ep IS DISTINCT FROM we THEN"
+  "    RETURN QUERY SELECT 4::bigint, s, coalesce(ep, -1), sid, own, we; RETURN; END IF;"
+  "  END IF;"
+  "  DELETE FROM work WHERE seq = s;"
+  "  IF sid IS NOT NULL THEN"
+  "   UPDATE sessions SET last_activity = p_now WHERE session_id = sid; END IF;"
+  "  IF c_item IS NOT NULL THEN"
+  "   PERFORM dx_orch_push(ARRAY[c_inst], ARRAY[p_now], ARRAY[c_item]); END IF;"
+  "  RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint, NULL::text, NULL::text, 0::bigint;"
+  " END $f$;";
+
+const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
+                                        MIGRATION_5, MIGRATION_6};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
@@ -315,6 +364,20 @@ const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__p
 #define OWNER_DEAD(owner, prefix, live)                                                      \
   " (" live " = 1 AND pg_postmaster_start_time() < clock_timestamp() - interval '5 seconds'" \
   " AND pg_try_advisory_xact_lock(hashtextextended(" prefix " || " owner ", 0)))"
+
+/* A user (alias u) still runs: its execution runs, or it continued as new into an execution
+** that has not had its first turn yet (it may use the session again). */
+#define USER_ALIVE(u)                                                                       \
+  " EXISTS (SELECT 1 FROM executions ee WHERE ee.instance_id = " u ".instance_id"             \
+  " AND ee.exec = " u ".exec AND (ee.status = 1 OR (ee.status = 4 AND EXISTS (SELECT 1"        \
+  " FROM instances ei WHERE ei.instance_id = " u ".instance_id"                               \
+  " AND ei.current_exec = " u ".exec))))"
+
+/* Session `sid` ended: no rows left and none of its users still runs. */
+#define SESSION_ENDED(sid)                                                                  \
+  " (NOT EXISTS (SELECT 1 FROM work ew WHERE ew.session_id = " sid ")"                       \
+  " AND NOT EXISTS (SELECT 1 FROM session_users eu WHERE eu.session_id = " sid " AND"         \
+  USER_ALIVE("eu") "))"
 
 /* A claimable-or-owned session row is only a candidate when it is its session's head. */
 #define SESSION_HEAD                                                                        \
@@ -429,15 +492,17 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_WORK_PICK_OWNED] =
     "SELECT w.seq, w.due_at, w.session_id FROM sessions s JOIN work w"
     " ON w.session_id = s.session_id WHERE s.owner = $2 AND w.due_at <= $1::bigint"
+    " AND NOT (w.session_id = ANY($3::text[]))" /* declined: a rolling upgrade */
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
   [PQ_WORK_PICK_CLAIM] = /* anti-joins, so the plan walks work_sess_due in order and stops */
     "SELECT w.seq, w.due_at, w.session_id, w.kind FROM work w"
     " WHERE w.session_id IS NOT NULL AND w.due_at <= $1::bigint"
+    " AND NOT (w.session_id = ANY($6::text[]))"
     " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id"
     " AND s.owner <> '' AND (s.owner = $2 OR (s.locked_until > $1::bigint AND NOT"
     OWNER_DEAD("s.owner", "$4::text", "$5::bigint") ")))"
-    " AND (SELECT count(*) FROM sessions o WHERE o.owner = $2 AND o.locked_until > $1::bigint)"
-    " < $3::bigint"
+    " AND (SELECT count(*) FROM sessions o WHERE o.owner = $2 AND o.locked_until > $1::bigint"
+    " AND NOT" SESSION_ENDED("o.session_id") ") < $3::bigint"
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
   [PQ_WORK_REAP] = /* liveness on: a dead owner's in-flight session rows are due now */
     "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
@@ -449,19 +514,20 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE session_id IS NULL AND due_at > $1::bigint AND lock_token IS NOT NULL"
     " AND locked_until > $1::bigint AND locked_by IS NOT NULL AND locked_by <> $2 AND"
     OWNER_DEAD("locked_by", "$3::text", "1"),
-  [PQ_WORK_REAP_CLAIMED] = /* after a claim ($2 = us): rows the dead previous owner left
-    ** locked are due now (they are its: we held nothing of the session before the claim) */
+  [PQ_WORK_REAP_CLAIMED] = /* after a claim ($2 = us): rows still locked under an earlier
+    ** epoch belong to an owner that died or stalled past its lease: due now, we run them */
     "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
-    " WHERE s.session_id = $3 AND s.owner = $2 AND s.prev IS NOT NULL AND s.prev <> $2"
-    " AND w.session_id = s.session_id AND w.lock_token IS NOT NULL"
-    " AND w.locked_until > $1::bigint AND" OWNER_DEAD("s.prev", "$4::text", "1"),
+    " WHERE s.session_id = $3 AND s.owner = $2 AND w.session_id = s.session_id"
+    " AND w.lock_token IS NOT NULL AND w.sess_epoch <> s.epoch AND w.locked_until > $1::bigint",
   [PQ_WORK_SET_LOCK_OWNED] = /* only while the session is ours (claimed just before) */
-    "UPDATE work SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, attempt = attempt + 1 WHERE seq = $1::bigint"
-    " AND EXISTS (SELECT 1 FROM sessions WHERE session_id = $3 AND owner = $4)"
-    " RETURNING lock_token, attempt, item",
-  [PQ_WORK_BY_TOKEN] =
-    "SELECT seq, locked_until, session_id FROM work WHERE lock_token = $1::bigint FOR UPDATE",
+    "UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
+    " due_at = $2::bigint, attempt = w.attempt + 1, sess_epoch = s.epoch FROM sessions s"
+    " WHERE w.seq = $1::bigint AND s.session_id = $3 AND s.owner = $4"
+    " RETURNING w.lock_token, w.attempt, w.item",
+  [PQ_WORK_BY_TOKEN] = /* with the session's epoch and owner now (fencing) */
+    "SELECT w.seq, w.locked_until, w.session_id, w.sess_epoch, s.epoch, s.owner FROM work w"
+    " LEFT JOIN sessions s ON s.session_id = w.session_id WHERE w.lock_token = $1::bigint"
+    " FOR UPDATE OF w",
   [PQ_WORK_RENEW] =
     "UPDATE work SET locked_until = $2::bigint, due_at = $2::bigint WHERE seq = $1::bigint",
   [PQ_WORK_ABANDON] =
@@ -473,14 +539,18 @@ static const char *const SQL[PQ__COUNT] = {
 
   /* sessions */
   [PQ_SESS_TOUCH] = "UPDATE sessions SET last_activity = $2::bigint WHERE session_id = $1",
-  [PQ_SESS_CLAIM] =
-    "INSERT INTO sessions AS s (session_id, owner, prev, locked_until, last_activity)"
-    " VALUES ($1, $2, NULL, $4::bigint, $3::bigint) ON CONFLICT (session_id) DO UPDATE SET"
+  [PQ_SESS_CLAIM] = /* a claim starts the next ownership epoch */
+    "INSERT INTO sessions AS s (session_id, owner, prev, locked_until, last_activity, epoch)"
+    " VALUES ($1, $2, NULL, $4::bigint, $3::bigint, 1) ON CONFLICT (session_id) DO UPDATE SET"
     " owner = $2, prev = CASE WHEN s.owner <> '' THEN s.owner ELSE s.prev END,"
-    " locked_until = $4::bigint, last_activity = $3::bigint"
+    " locked_until = $4::bigint, last_activity = $3::bigint, epoch = s.epoch + 1"
     " WHERE s.owner = '' OR (s.owner <> $2 AND (s.locked_until <= $3::bigint OR"
     OWNER_DEAD("s.owner", "$5::text", "$6::bigint") ")) RETURNING prev",
 
+  [PQ_SESS_USER_ADD] = /* the fetched row's instance joins the session's users */
+    "INSERT INTO session_users (session_id, instance_id, exec)"
+    " SELECT $1, instance_id, exec FROM work WHERE seq = $2::bigint"
+    " ON CONFLICT (session_id, instance_id) DO UPDATE SET exec = EXCLUDED.exec",
   [PQ_SESS_OWNED] = /* an owner's fetch refreshes the lease at once (a same-id restart) */
     "UPDATE sessions SET last_activity = $3::bigint, locked_until ="
     " GREATEST(locked_until, $4::bigint) WHERE session_id = $1 AND owner = $2",
@@ -493,19 +563,38 @@ static const char *const SQL[PQ__COUNT] = {
     " AND ($4::bigint <= 0 OR last_activity > $2::bigint - $4::bigint)"
     " RETURNING session_id, owner, locked_until, last_activity)"
     " SELECT u.session_id, u.owner, u.locked_until, u.last_activity,"
-    " (SELECT count(*) FROM work w WHERE w.session_id = u.session_id) FROM u ORDER BY 1",
+    " (SELECT count(*) FROM work w WHERE w.session_id = u.session_id),"
+    " CASE WHEN" SESSION_ENDED("u.session_id") " THEN 1 ELSE 0 END FROM u ORDER BY 1",
   [PQ_SESS_RELEASE] =
     "UPDATE sessions SET owner = '', prev = $1, locked_until = $2::bigint"
     " WHERE owner = $1 AND ($3::text IS NULL OR session_id = $3::text)",
-  [PQ_SESS_CLEANUP] =
-    "DELETE FROM sessions s WHERE (s.owner = '' OR s.locked_until <= $1::bigint)"
-    " AND NOT EXISTS (SELECT 1 FROM work w WHERE w.session_id = s.session_id)",
+  [PQ_SESS_CLEANUP] = /* and the users that ended or whose session is gone */
+    "WITH d AS (DELETE FROM sessions s WHERE (s.owner = '' OR s.locked_until <= $1::bigint)"
+    " AND NOT EXISTS (SELECT 1 FROM work w WHERE w.session_id = s.session_id)"
+    " RETURNING s.session_id), x AS (DELETE FROM session_users u"
+    " WHERE u.session_id IN (SELECT session_id FROM d)"
+    " OR NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = u.session_id)"
+    " OR NOT" USER_ALIVE("u") ")"
+    " SELECT count(*) FROM d",
+  [PQ_SEV_INSERT] =
+    "INSERT INTO session_events (session_id, at, event, worker, detail, prev)"
+    " VALUES ($1, $2::bigint, $3, $4, $5, $6)",
+  [PQ_SEV_TRIM] = /* keep the session's latest $2 events */
+    "DELETE FROM session_events WHERE session_id = $1 AND seq <= (SELECT seq FROM"
+    " session_events WHERE session_id = $1 ORDER BY seq DESC OFFSET $2::bigint LIMIT 1)",
+  [PQ_SEV_LIST] =
+    "SELECT at, event, worker, detail, prev FROM session_events WHERE session_id = $1"
+    " ORDER BY seq",
+  [PQ_SEV_PRUNE] = "DELETE FROM session_events WHERE at < $1::bigint",
   [PQ_SESS_LIST] =
-    "SELECT sid, owner, locked_until, last_activity, queued FROM ("
+    "SELECT sid, owner, locked_until, last_activity, queued, running FROM ("
     " SELECT s.session_id AS sid, s.owner, s.locked_until, s.last_activity,"
-    " (SELECT count(*) FROM work w WHERE w.session_id = s.session_id) AS queued, 0 AS grp"
+    " (SELECT count(*) FROM work w WHERE w.session_id = s.session_id) AS queued,"
+    " (SELECT count(*) FROM work w WHERE w.session_id = s.session_id"
+    " AND w.lock_token IS NOT NULL) AS running, 0 AS grp"
     " FROM sessions s UNION ALL"
-    " SELECT w.session_id, NULL, 0::bigint, 0::bigint, count(*), 1 FROM work w"
+    " SELECT w.session_id, NULL, 0::bigint, 0::bigint, count(*),"
+    " count(*) FILTER (WHERE w.lock_token IS NOT NULL), 1 FROM work w"
     " WHERE w.session_id IS NOT NULL"
     " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id)"
     " GROUP BY w.session_id) l ORDER BY grp, sid",
@@ -583,6 +672,7 @@ static const char *const SQL[PQ__COUNT] = {
     " dst AS (DELETE FROM started WHERE instance_id = $1 RETURNING 1),"
     " dk AS (DELETE FROM kv WHERE instance_id = $1), dkd AS (DELETE FROM kv_delta"
     " WHERE instance_id = $1),"
+    " du AS (DELETE FROM session_users WHERE instance_id = $1),"
     " di AS (DELETE FROM instances WHERE instance_id = $1 RETURNING 1)"
     " SELECT (SELECT count(*) FROM di) + (SELECT count(*) FROM de) + (SELECT count(*) FROM dh)"
     " + (SELECT count(*) FROM dq)",

@@ -233,19 +233,26 @@ static int take(tx_t *t, const cand_t *c, int64_t now, int64_t lock_ms,
   }
   if ((rc = dx__pg_qsend(t, c->kind == WC_CLAIM ? PQ_SESS_CLAIM : PQ_SESS_OWNED, &qs, &sess)))
     return rc;
-  if (c->kind == WC_CLAIM && t->p->liveness) { /* before our own row lock below */
+  if (c->kind == WC_CLAIM) { /* before our own row lock below: earlier owners' rows */
     qp_t qr;
     dx__qp_init(&qr);
     dx__qp_i64(&qr, now);
     dx__qp_str(&qr, cfg->worker_id);
     dx__qp_str(&qr, c->sid);
-    dx__qp_str(&qr, t->p->live_prefix);
     if ((rc = dx__pg_qsend(t, PQ_WORK_REAP_CLAIMED, &qr, NULL))) return rc;
   }
-  if ((rc = dx__pg_qsend(t, PQ_WORK_SET_LOCK_OWNED, &ql, &row)) || (rc = dx__pg_qwait(t)))
-    return rc;
+  if ((rc = dx__pg_qsend(t, PQ_WORK_SET_LOCK_OWNED, &ql, &row))) return rc;
+  { /* the row's instance joins the session's users (ended sessions, issue 9 item 4) */
+    qp_t qu;
+    dx__qp_init(&qu);
+    dx__qp_str(&qu, c->sid);
+    dx__qp_i64(&qu, c->seq);
+    if ((rc = dx__pg_qsend(t, PQ_SESS_USER_ADD, &qu, NULL))) return rc;
+  }
+  if ((rc = dx__pg_qwait(t))) return rc;
   if (c->kind == WC_CLAIM && PQntuples(sess) == 1) {
     out->session_claimed = 1;
+    out->waited_ms = now > c->due ? now - c->due : 0;
     out->previous_owner = dx__col_str(sess, 0, 0, &oom);
     if (out->previous_owner && !*out->previous_owner) {
       free(out->previous_owner);
@@ -294,30 +301,58 @@ static int reap_send(tx_t *t, int64_t now, const dx_session_cfg_t *cfg) {
 
 /* Queue one round's picks: plain rows (locked at once, speculatively) and, with sessions,
 ** the oldest owned and claimable session rows; results in r at the next wait. */
+/* cfg->declined as a text[] literal (malloc'ed; NULL when out of memory). */
+static char *declined_literal(const dx_session_cfg_t *cfg) {
+  size_t i, n = 3;
+  char *s, *o;
+  const char *c;
+  for (i = 0; i < cfg->n_declined; i++) n += 2 * strlen(cfg->declined[i]) + 3;
+  if (!(s = o = malloc(n))) return NULL;
+  *o++ = '{';
+  for (i = 0; i < cfg->n_declined; i++) {
+    if (i) *o++ = ',';
+    *o++ = '"';
+    for (c = cfg->declined[i]; *c; c++) {
+      if (*c == '"' || *c == '\\') *o++ = '\\';
+      *o++ = *c;
+    }
+    *o++ = '"';
+  }
+  *o++ = '}';
+  *o = 0;
+  return s;
+}
+
 static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
                       int round, int k, dx__pg_wpre_t *r) {
   int rc;
   qp_t qo, qc, qk;
+  char *declined;
   if (round == 0 && (rc = reap_send(t, now, cfg))) return rc;
   if (!cfg) return plain_send(t, now, lock_ms, k, &r->plain);
+  /* sessions this worker declines (a rolling upgrade): neither picked nor claimed */
+  if (!(declined = declined_literal(cfg))) return dx__pg_nomem(t->err);
   dx__qp_init(&qo);
   dx__qp_i64(&qo, now);
   dx__qp_str(&qo, cfg->worker_id);
+  dx__qp_str(&qo, declined);
   dx__qp_init(&qc);
   dx__qp_i64(&qc, now);
   dx__qp_str(&qc, cfg->worker_id);
   dx__qp_i64(&qc, (int64_t)cfg->max_sessions);
   dx__qp_str(&qc, t->p->live_prefix);
   dx__qp_i64(&qc, t->p->liveness);
+  dx__qp_str(&qc, declined);
   dx__qp_init(&qk);
   dx__qp_i64(&qk, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
   /* the advisory lock serializes every claim made under this worker id (held to the end of
   ** the transaction), so the capacity count and the claim cannot interleave */
-  if ((round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) ||
-      (rc = plain_send(t, now, lock_ms, k, &r->plain)) ||
-      (rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)))
-    return rc;
-  return dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &r->claim);
+  if (!(round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) &&
+      !(rc = plain_send(t, now, lock_ms, k, &r->plain)) &&
+      !(rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)))
+    rc = dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &r->claim);
+  free(declined); /* the sends copied it */
+  return rc;
 }
 
 /* Round `round`'s picks, sent and waited for; their results in r. */
@@ -481,7 +516,17 @@ int dx__pg_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
 typedef struct {
   int64_t seq, locked_until;
   char *sid;
+  int64_t sess_epoch;   /* the epoch the row was locked under */
+  int has_session;      /* the session row exists: epoch and owner are its */
+  int64_t epoch;
+  char *owner;
 } row_t;
+
+static void row_clear(row_t *r) {
+  free(r->sid);
+  free(r->owner);
+  memset(r, 0, sizeof *r);
+}
 
 /* Queue the lookup of the row locked with `token` (row-locked); *res at the next wait. */
 static int row_send(tx_t *t, uint64_t token, PGresult **res) {
@@ -508,8 +553,17 @@ static int row_read(tx_t *t, uint64_t token, PGresult *res, row_t *r) {
   r->seq = dx__col_i64(res, 0, 0);
   r->locked_until = dx__col_i64(res, 0, 1);
   r->sid = dx__col_str(res, 0, 2, &oom);
+  r->sess_epoch = dx__col_i64(res, 0, 3);
+  if ((r->has_session = !dx__col_null(res, 0, 4))) {
+    r->epoch = dx__col_i64(res, 0, 4);
+    r->owner = dx__col_str(res, 0, 5, &oom);
+  }
   PQclear(res);
-  return oom ? dx__pg_nomem(t->err) : 0;
+  if (oom) {
+    row_clear(r);
+    return dx__pg_nomem(t->err);
+  }
+  return 0;
 }
 
 /* The row locked with `token` (row-locked). DX_ELOCK when none is. */
@@ -525,6 +579,23 @@ static int row_check_live(tx_t *t, const row_t *r, int64_t now) {
   if (r->locked_until > now) return 0;
   return dx_error_set(t->err, DX_ELOCK, "the lock on worker item %lld expired at %lld (now %lld)",
                       (long long)r->seq, (long long)r->locked_until, (long long)now);
+}
+
+/* Fencing (issue 9 item 3): a session row locked under an earlier ownership epoch belongs to
+** an owner that lost the session (stalled past its lease, another worker claimed it): its
+** ack and renewal are refused in their own transaction; the new owner runs the row. */
+static int row_check_epoch(tx_t *t, const row_t *r) {
+  if (!r->sid) return 0;
+  if (!r->has_session)
+    return dx_error_set(t->err, DX_ELOCK, "session '%s' of worker item %lld no longer exists",
+                        r->sid, (long long)r->seq);
+  if (r->epoch == r->sess_epoch) return 0;
+  return dx_error_set(t->err, DX_ELOCK,
+                      "session '%s' moved to worker '%s' (ownership epoch %lld; worker item "
+                      "%lld was locked under epoch %lld): a result from an earlier owner is "
+                      "refused",
+                      r->sid, r->owner && *r->owner ? r->owner : "(none)", (long long)r->epoch,
+                      (long long)r->seq, (long long)r->sess_epoch);
 }
 
 /* Work flowed through the session: last_activity = now (no row: nothing to do). */
@@ -562,6 +633,7 @@ int dx__pg_ack_work_send(tx_t *t, int64_t now, uint64_t token, const dx_work_ite
 /* The outcome row of dx_ack_work (res taken). */
 int dx__pg_ack_work_outcome(tx_t *t, int64_t now, uint64_t token, PGresult *res) {
   int64_t code, seq, until;
+  int rc;
   if (!res || PQntuples(res) != 1) {
     PQclear(res);
     return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ESTORE, "ack of worker item %llx: no "
@@ -571,6 +643,20 @@ int dx__pg_ack_work_outcome(tx_t *t, int64_t now, uint64_t token, PGresult *res)
   code = dx__col_i64(res, 0, 0);
   seq = dx__col_i64(res, 0, 1);
   until = dx__col_i64(res, 0, 2);
+  if (code == 4 && PQnfields(res) >= 6) { /* fenced: the session moved since the lock */
+    row_t r = {0};
+    int oom = 0;
+    r.seq = seq;
+    r.sid = dx__col_str(res, 0, 3, &oom);
+    r.has_session = until >= 0;
+    r.epoch = until;
+    r.sess_epoch = dx__col_i64(res, 0, 5);
+    if (r.has_session) r.owner = dx__col_str(res, 0, 4, &oom);
+    PQclear(res);
+    rc = oom ? dx__pg_nomem(t->err) : row_check_epoch(t, &r);
+    row_clear(&r);
+    return rc;
+  }
   PQclear(res);
   if (code == 1) return row_read(t, token, NULL, &(row_t){0});
   if (code == 2)
@@ -607,6 +693,7 @@ int dx__pg_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t ex
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
   rc = row_by_token(&t, token, &r);
   if (!rc) rc = row_check_live(&t, &r, now);
+  if (!rc) rc = row_check_epoch(&t, &r);
   if (!rc) {
     dx__qp_init(&q);
     dx__qp_i64(&q, r.seq);
@@ -614,7 +701,7 @@ int dx__pg_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t ex
     rc = dx__pg_q(&t, PQ_WORK_RENEW, &q, NULL);
   }
   if (!rc) rc = sess_touch(&t, r.sid, now);
-  free(r.sid);
+  row_clear(&r);
   return dx__pg_tx_end(&t, rc);
 }
 
@@ -634,7 +721,7 @@ int dx__pg_abandon_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t 
     rc = dx__pg_q(&t, PQ_WORK_ABANDON, &q, NULL);
     if (!rc) dx__pg_tx_notify(&t);
   }
-  free(r.sid);
+  row_clear(&r);
   return dx__pg_tx_end(&t, rc);
 }
 
@@ -651,6 +738,8 @@ static void report(PGresult *res, dx_session_cb cb, void *ud) {
     s.locked_until_ms = dx__col_i64(res, i, 2);
     s.last_activity_ms = dx__col_i64(res, i, 3);
     s.queued = (uint64_t)dx__col_i64(res, i, 4);
+    s.running = PQnfields(res) > 5 ? (uint64_t)dx__col_i64(res, i, 5) : 0;
+    s.ended = PQnfields(res) > 5 && dx__col_i64(res, i, 5) != 0; /* renewals report it */
     if (cb(ud, &s)) break;
   }
 }
@@ -702,11 +791,18 @@ int dx__pg_cleanup_sessions(dx_provider_t *pp, int64_t now, uint64_t *deleted, d
   PGresult *res = NULL;
   qp_t q;
   int rc;
+  qp_t qe;
+  tx_t t;
   if (deleted) *deleted = 0;
   dx__qp_init(&q);
   dx__qp_i64(&q, now);
-  rc = dx__pg_one((pg_t *)pp, 1, PQ_SESS_CLEANUP, &q, &res, err);
-  if (!rc && deleted) *deleted = (uint64_t)strtoull(PQcmdTuples(res), NULL, 10);
+  dx__qp_init(&qe);
+  dx__qp_i64(&qe, now - DX_SESSION_EVENTS_MAX_AGE_MS);
+  if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
+  rc = dx__pg_q(&t, PQ_SESS_CLEANUP, &q, &res);
+  if (!rc) rc = dx__pg_q(&t, PQ_SEV_PRUNE, &qe, NULL); /* old session history too */
+  rc = dx__pg_tx_end(&t, rc);
+  if (!rc && deleted && PQntuples(res) == 1) *deleted = (uint64_t)dx__col_i64(res, 0, 0);
   PQclear(res);
   return rc;
 }
