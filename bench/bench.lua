@@ -28,6 +28,7 @@ local workloads = {
   chain = { n = 200, acts = 10, orch = "Chain" },
   hello = { n = 20, acts = 1, orch = "Hello", serial = true },
   session = { n = 200, acts = 10, orch = "Session" },
+  cpu = { n = 200, acts = 1, orch = "Cpu" },
   handoff = { n = 1, acts = 0, orch = "Ticker", workers = 2 },
   list = { n = 100000, acts = 0, orch = "Quick" },
 }
@@ -116,6 +117,8 @@ end
 
 local function input_of(k) return opts.workload == "hello" and ("n" .. k) or 0 end
 
+local per_worker = {} -- cpu: activities each worker ran (measured batch only)
+
 local function run_batch(prefix, count)
   local ids, starts = {}, {}
   for k = 1, count do ids[k] = prefix .. k end
@@ -142,6 +145,9 @@ local function run_batch(prefix, count)
     lat[k] = fin.timestamp_ms - starts[k]
     if fin.timestamp_ms > last then last = fin.timestamp_ms end
     if opts.workload == "session" and fin.data then workers_per[#workers_per + 1] = #fin.data.workers end
+    if opts.workload == "cpu" and prefix == "b-" and fin.data then
+      per_worker[fin.data] = (per_worker[fin.data] or 0) + 1
+    end
   end
   return first, last, lat, failed, workers_per
 end
@@ -159,6 +165,20 @@ local function throughput()
   if opts.workload == "session" then
     extra = string.format(',"affinity_ok":%s,"max_sessions_per_worker":%d', tostring(affinity),
                           opts.max_sessions or 10)
+  elseif opts.workload == "cpu" then
+    -- activities per worker, the biggest share, and the load average (the machine may be busy)
+    local names, parts, most = {}, {}, 0
+    for id in pairs(per_worker) do names[#names + 1] = id end
+    table.sort(names)
+    for _, id in ipairs(names) do
+      parts[#parts + 1] = string.format('"%s":%d', id, per_worker[id])
+      if per_worker[id] > most then most = per_worker[id] end
+    end
+    local f = io.open("/proc/loadavg")
+    local load = f and f:read("n") or -1
+    if f then f:close() end
+    extra = string.format(',"activity_ms":50,"per_worker":{%s},"max_share":%.2f,"loadavg":%.2f',
+                          table.concat(parts, ","), most / n, load)
   end
   return string.format('{"engine":"duroxide-lua","workload":"%s","n":%d,"orch_per_s":%s,' ..
     '"act_per_s":%s,"p50_ms":%d,"p95_ms":%d,"makespan_ms":%d,"failed":%d%s,' ..

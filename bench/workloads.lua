@@ -9,6 +9,13 @@ duroxide.activity("Inc", function(actx, x) return x + 1 end)
 -- Records which worker ran it: {value + 1, worker_id}.
 duroxide.activity("IncWhere", function(actx, x) return { x[1] + 1, actx.worker_id } end)
 
+-- CPU-bound: busy for `ms` of CPU time on the worker's loop (no yield); reports the worker.
+duroxide.activity("Burn", function(actx, ms)
+  local t = os.clock()
+  while os.clock() - t < ms / 1000 do end
+  return actx.worker_id
+end)
+
 -- Handoff probe: sleeps a little, reports worker and wall time.
 duroxide.activity("Tick", function(actx, n)
   actx:sleep(50)
@@ -30,6 +37,11 @@ duroxide.orchestration("Chain", function(ctx, input)
   local x = input
   for _ = 1, 10 do x = assert(ctx:schedule_activity("Inc", x):await()) end
   return x
+end)
+
+-- The cpu workload: one CPU-bound activity of 50 ms; returns the worker that ran it.
+duroxide.orchestration("Cpu", function(ctx, input)
+  return assert(ctx:schedule_activity("Burn", 50):await())
 end)
 
 -- One turn, no activity: fills a store quickly (the list workload).

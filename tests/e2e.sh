@@ -393,6 +393,25 @@ s10_kv_queue() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# 11. fetch only what can start (issue 12 item 2): CPU-bound activities queued by one commit are
+# shared by two worker processes instead of all going to the first one that fetches.
+
+s11_cpu_split() {
+  local d S w1 w2 c1 c2
+  local N=24
+  d=$(new_dir s11); S=$(store_of "$d")
+  start_worker "$d/w1.log" "$APPS/cpu.lua" --store "$S" --worker-node-id e2e-c1; w1=$WPID
+  start_worker "$d/w2.log" "$APPS/cpu.lua" --store "$S" --worker-node-id e2e-c2; w2=$WPID
+  run_cmd start CpuFan "{\"n\":$N,\"ms\":50}" --id fan --wait 55s --store "$S"
+  check "cpu split: $N CPU-bound activities of one turn complete" "$RC" "$OUT" "$ERR"
+  c1=$(grep -o '"e2e-c1":[0-9]*' <<<"$OUT" | cut -d: -f2); c2=$(grep -o '"e2e-c2":[0-9]*' <<<"$OUT" | cut -d: -f2)
+  diag "activities run: e2e-c1=${c1:-0} e2e-c2=${c2:-0}"
+  [ "${c1:-0}" -gt 0 ] && [ "${c2:-0}" -gt 0 ] && [ $((c1 + c2)) -eq $N ]
+  check "cpu split: each worker ran some of them (neither took all)" $? "$OUT"
+  stop_worker "$w1"; stop_worker "$w2"
+}
+
+# ---------------------------------------------------------------------------------------------
 
 run_scenarios s1_hello s2_crash s3_chains s4_nondet s5_two_workers s6_hash_seed s7_bad_input \
-  s8_graceful s9_dead_locker s10_kv_queue
+  s8_graceful s9_dead_locker s10_kv_queue s11_cpu_split

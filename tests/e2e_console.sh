@@ -123,22 +123,18 @@ c2_api() {
   dx start Hello '"odd"' --id 'odd id/with?&=#%' --wait 30s --store "$S" >/dev/null
   http GET /api/instance --get --data-urlencode 'id=odd id/with?&=#%'
   expect_code "an id with spaces, slashes and query characters is found" 200 '"instance_id":"odd id/with\?&=#%"'
-  # Text that is not UTF-8: a directory store keeps any bytes; PostgreSQL refuses them (its
-  # error comes back as a JSON error naming the database's complaint).
-  if [ "${DX_E2E_STORE:-}" = pg ]; then
-    http GET "/api/instance?id=%FF%FE"
-    grep -q '"error":".*UTF8' <<<"$BODY"
-    check "an id that is not UTF-8: a JSON error from PostgreSQL" $? "status $CODE" "$BODY"
-  else
-    http GET "/api/instance?id=%FF%FE"
-    expect_code "an id that is not UTF-8: 404 with a JSON error, not 500" 404 '"error":"unknown instance'
-    http GET "/api/history?id=%FF%FE"
-    expect_code "history of an id that is not UTF-8: 404 with a JSON error" 404 '"error":'
-    dx start SessionUser '{"session":"bad-","raw":true}' --id sess-bad --store "$S" >/dev/null
-    wait_until 30 has_event "$S" sess-bad ActivityCompleted
-    http GET /api/sessions
-    expect_code "a session id that is not UTF-8 is listed (the byte replaced), not dropped" 200 '"session_id":"bad-'
-  fi
+  http GET "/api/instance?id=%FF%FE"
+  expect_code "an id that is not UTF-8: 404 with a JSON error, not 500" 404 '"error":"unknown instance'
+  http GET "/api/history?id=%FF%FE"
+  expect_code "history of an id that is not UTF-8: 404 with a JSON error" 404 '"error":'
+  # a session id that is not UTF-8 is refused at the call on every store (lua-api.md "Limits")
+  run_cmd start SessionUser '{"session":"bad-","raw":true}' --id sess-bad --wait 30s --store "$S"
+  [ "$RC" -eq 1 ] && grep -q 'session id is not valid UTF-8' <<<"$OUT$ERR"
+  check "a session id that is not UTF-8 fails the instance at the call, naming it" $? \
+    "rc=$RC" "$OUT" "$ERR"
+  http GET /api/sessions
+  [ "$CODE" = 200 ] && ! grep -q '"session_id":"bad-' <<<"$BODY"
+  check "... and no such session is listed" $? "status $CODE" "$BODY"
   http GET "/api/history?id=done-1&execution=0"
   expect_code "execution 0: 400" 400 "execution must be a whole number"
   http GET "/api/history?id=done-1"

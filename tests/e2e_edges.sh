@@ -152,10 +152,12 @@ e5_json_logs() {
   d=$(new_dir e5); S=$(store_of "$d")
   WORKER_LOG_LEVEL=debug start_worker "$d/worker.log" "$APPS/logs.lua" --store "$S" \
     --log-format json
-  id=$'i"d\\x\n2026-01-01T00:00:00.000Z error FORGED\r\t\x01\xff end'
-  # PostgreSQL text refuses bytes that are not UTF-8 (a start with such an id is refused), so
-  # there the hostile text has none; see the TODO at the end
-  [ "${DX_E2E_STORE:-}" = pg ] && id=${id//$'\xff'/}
+  id=$'i"d\\x\n2026-01-01T00:00:00.000Z error FORGED\r\t\x01 end'
+  # ids must be valid UTF-8 (every store): refused at the call, nothing started
+  run_cmd start Fails --id "$id"$'\xff' --store "$S"
+  [ "$RC" -ne 0 ] && grep -q 'instance id is not valid UTF-8 (byte [0-9]* is 0xff)' <<<"$ERR"
+  check "an instance id that is not UTF-8 is refused at the call, naming the byte" $? \
+    "rc=$RC" "$ERR"
   run_cmd start Fails --id "$id" --wait 20s --store "$S"
   [ "$RC" -eq 1 ]
   check "json log: an instance with a hostile id fails with a hostile error" $? "rc=$RC" "$ERR"
@@ -200,15 +202,19 @@ e5_json_logs() {
   run_cmd stats extra --store "$S"
   [ "$RC" -eq 2 ]
   check "stats: an extra argument is refused with exit 2" $? "rc=$RC" "$ERR"
-  if [ "${DX_E2E_STORE:-}" = pg ]; then
-    start_worker "$d/worker3.log" "$APPS/logs.lua" --store "$S"
-    run_cmd start FailsNotUtf8 --id not-utf8 --wait 15s --store "$S"
-    stop_worker "$WPID"
-    [ "$RC" -eq 1 ]
-    todo "PostgreSQL: an orchestration failing with a message that is not UTF-8 ends Failed" $? \
-      "its commit is refused (invalid byte sequence for encoding UTF8) and retried for ever" \
-      "rc=$RC" "$(grep -m1 'invalid byte' "$d/worker3.log")"
-  fi
+  # free text that is not UTF-8 commits on every store (PostgreSQL: as U+FFFD); an activity
+  # name that is not UTF-8 is refused at the call (the orchestration fails naming it)
+  start_worker "$d/worker3.log" "$APPS/logs.lua" --store "$S"
+  run_cmd start FailsNotUtf8 --id not-utf8 --wait 30s --store "$S"
+  local rc1=$RC err1=$ERR
+  run_cmd start NameNotUtf8 --id name-not-utf8 --wait 30s --store "$S"
+  stop_worker "$WPID"
+  [ "$rc1" -eq 1 ]
+  check "an orchestration failing with a message that is not UTF-8 ends Failed" $? \
+    "rc=$rc1" "$err1" "$(grep -m1 'invalid byte' "$d/worker3.log")"
+  [ "$RC" -eq 1 ] && grep -q 'activity name is not valid UTF-8 (byte 5 is 0xff)' <<<"$OUT$ERR"
+  check "an activity name that is not UTF-8 fails the orchestration at the call, naming the byte" \
+    $? "rc=$RC" "$OUT" "$ERR"
 }
 
 run_scenarios e1_usage e2_luv e3_blocked e4_log_forging e5_json_logs

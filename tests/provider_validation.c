@@ -943,6 +943,57 @@ DX_TEST(pv_instance_info_status_and_custom_status) {
   done(p);
 }
 
+/* Free text that is not UTF-8 (a Lua error(string.char(255))) commits on every store: kept
+** as given or with each bad byte replaced by U+FFFD (PostgreSQL's text refuses the bytes). */
+static int text_kept(const char *got, const char *given, const char *fixed) {
+  return got && (strcmp(got, given) == 0 || strcmp(got, fixed) == 0);
+}
+
+DX_TEST(pv_text_not_utf8_commits_and_reads_back) {
+  dx_provider_t *p = fresh();
+  dx_failure_t fail = {DX_CAT_APPLICATION, "Kind\xfe", "bad \xff end", 0};
+  dx_instance_info_t info;
+  dx_event_t ev[1];
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0);
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  a.status = DX_STATUS_FAILED;
+  a.failure = &fail;
+  a.custom_status_set = 1;
+  a.custom_status = "\"s\xff\"";
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 1, &a, &E));
+  dx_orch_item_free(it);
+  CHECK(M(p)->get_instance_info(p, "A", &info, &E));
+  ASSERT_EQ(info.status, DX_STATUS_FAILED);
+  ASSERT(text_kept(info.failure.message, "bad \xff end", "bad \xef\xbf\xbd end"));
+  ASSERT(text_kept(info.failure.kind, "Kind\xfe", "Kind\xef\xbf\xbd"));
+  ASSERT(text_kept(info.custom_status, "\"s\xff\"", "\"s\xef\xbf\xbd\""));
+  dx_instance_info_clear(&info);
+  done(p);
+}
+
+/* Identifiers that are not UTF-8 are refused by every store with the same message: replacing
+** bytes would make two ids one. Nothing is written. */
+DX_TEST(pv_ids_not_utf8_are_refused) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t w = start_item("i\xff");
+  dx_instance_info_t info;
+  CHECK_ERR(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &E), DX_EINVAL);
+  ASSERT_STR_EQ(E.msg, "instance id is not valid UTF-8 (byte 2 is 0xff)");
+  w = start_item("ok");
+  w.session_id = "s\xc3";
+  CHECK_ERR(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &E), DX_EINVAL);
+  ASSERT_STR_EQ(E.msg, "session id is not valid UTF-8 (byte 2 is 0xc3)");
+  CHECK_ERR(M(p)->get_instance_info(p, "ok", &info, &E), DX_ENOTFOUND);
+  /* looked up, such an id names no instance (PostgreSQL would refuse the parameter) */
+  CHECK_ERR(M(p)->get_instance_info(p, "i\xff", &info, &E), DX_ENOTFOUND);
+  done(p);
+}
+
 typedef struct {
   char ids[8][16];
   int n, stop_after;

@@ -296,14 +296,16 @@ static const struct {
   {DX_ACT_DEQUEUE, "queue name", NULL, DX_MAX_EVENT_NAME_BYTES},
 };
 
-/* Argument idx as a string no longer than max bytes and without NUL bytes (NULL when nil):
+/* Argument idx as a string no longer than max bytes, valid UTF-8, without NUL bytes (NULL when nil):
 ** the store would refuse it at commit, long after the call. [-0, +0, e] */
 static const char *opt_limited(lua_State *L, int idx, const char *what, size_t max) {
   size_t n;
+  dx_error_t e;
   const char *s = dxl_check_text(L, idx, what, 1); /* NUL bytes refused, not cut */
   if (!s) return NULL;
   lua_tolstring(L, idx, &n);
   if (max && n > max) luaL_error(L, "%s is %d bytes; the limit is %d bytes", what, (int)n, (int)max);
+  if (dx__check_utf8(what, s, &e)) luaL_error(L, "%s", e.msg); /* an identifier: see util.h */
   return s;
 }
 

@@ -94,6 +94,10 @@ static int prepare_start(const dx_start_t *st, dx_work_item_t *w, dx_error_t *er
   int rc;
   if ((rc = check_id("instance id", st->id, err)) != 0) return rc;
   if ((rc = check_len("orchestration name", st->name, DX_MAX_NAME_BYTES, err)) != 0) return rc;
+  /* ids and names a start creates must be UTF-8 (util.h); lookups of other ids find nothing */
+  if ((rc = dx__check_utf8("instance id", st->id, err)) != 0 ||
+      (rc = dx__check_utf8("orchestration name", st->name, err)) != 0)
+    return rc;
   if (st->version) {
     int v[3];
     if (!dx__semver_parse(st->version, v))

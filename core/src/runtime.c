@@ -15,6 +15,7 @@
 
 #include "duroxide.h"
 #include "codec.h"
+#include "credit.h"
 #include "embedding.h"
 #include "log.h"
 #include "metrics.h"
@@ -77,6 +78,7 @@ struct dx_runtime_s {
   int sessions_stopping;
   dx_activity_t *running;
   int n_running;
+  dx__credit_t credit;         /* how many activities to ask the store for (credit.h) */
   int started, stopping;
   int stalled;             /* dx__runtime_stall: a simulated SIGSTOP */
   char **hidden;           /* dx__runtime_hide_activity: names this worker lacks (tests) */
@@ -224,6 +226,12 @@ static void on_renew_timer_closed(uv_handle_t *h) {
 
 static void check_stop_done(dx_runtime_t *rt);
 
+/* Ask the store for activities the loop can start now (credit.h). */
+static void ask_for_activities(dx_runtime_t *rt) {
+  int more = rt->stopping ? 0 : dx__credit_top_up(&rt->credit);
+  if (more > 0) dx__store_want(rt->store, 0, more);
+}
+
 static void activity_acked(dx_store_op_t *op) {
   dx_activity_t *a = op->ud;
   dx_runtime_t *rt = a->rt;
@@ -237,7 +245,8 @@ static void activity_acked(dx_store_op_t *op) {
     dx__log(DX_LOG_WARN, "activity result not recorded (store error)",
             ACT_FIELDS " error=\"%s\"", ACT_ARGS(a), op->err.msg);
   a->acked = 1;
-  if (!rt->stopping) dx__store_want(rt->store, 0, 1);
+  dx__credit_settled(&rt->credit);
+  ask_for_activities(rt);
   uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
   check_stop_done(rt);
 }
@@ -673,8 +682,10 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   dx_activity_t *a = calloc(1, sizeof *a);
   const struct cact_s *cact;
   int64_t every;
+  uint64_t t0;
   if (!a) {
     dx_work_item_clear(&w->item);
+    dx__credit_settled(&rt->credit); /* never settled in the store: its slot is free */
     return;
   }
   a->rt = rt;
@@ -783,8 +794,10 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   }
   dx__log(DX_LOG_DEBUG, "activity started", ACT_FIELDS " attempt=%u", ACT_ARGS(a),
           w->attempt_count);
+  t0 = uv_hrtime(); /* the loop time this start took: CPU-bound Lua work counts (credit.h) */
   if (cact) cact_start(a, cact);
   else rt->host->activity_start(rt->host_ud, a);
+  dx__credit_cost(&rt->credit, uv_hrtime() - t0);
 }
 
 static void on_fetch(void *ud, dx_store_fetched_t *f) {
@@ -796,8 +809,10 @@ static void on_fetch(void *ud, dx_store_fetched_t *f) {
     run_turn(rt, it);
   }
   f->n_orch = 0;
+  dx__credit_fetched(&rt->credit, (int)f->n_work);
   /* start_activity takes each item; free_fetched (after us) frees previous_owner strings */
   for (i = 0; i < f->n_work; i++) start_activity(rt, &f->work[i], f->at_ms);
+  ask_for_activities(rt);
 }
 
 /* {===== lifecycle =====} */
@@ -987,7 +1002,8 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
                                     rt->host_ud);
   dx__sessions_set_metrics(rt->sessions, rt->metrics);
   rt->started = 1;
-  dx__store_want(rt->store, rt->opts.orchestration_concurrency, rt->opts.worker_concurrency);
+  dx__credit_init(&rt->credit, rt->opts.worker_concurrency);
+  dx__store_want(rt->store, rt->opts.orchestration_concurrency, dx__credit_top_up(&rt->credit));
   registry_add(rt);
   watch_start(rt);
   dx__log(DX_LOG_INFO, "worker started", "worker_id=%s orchestration_concurrency=%d "

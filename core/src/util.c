@@ -261,3 +261,10 @@ char *dx__utf8_fix(const char *s, size_t n, size_t *out_n) {
   if (out_n) *out_n = o;
   return fixed;
 }
+
+int dx__check_utf8(const char *what, const char *s, dx_error_t *err) {
+  size_t n = s ? strlen(s) : 0, k = s ? dx__utf8_valid_prefix(s, n) : 0;
+  if (k == n) return DX_OK;
+  return dx_error_set(err, DX_EINVAL, "%s is not valid UTF-8 (byte %zu is 0x%02x)", what, k + 1,
+                      (unsigned)(unsigned char)s[k]);
+}

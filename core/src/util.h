@@ -31,4 +31,9 @@ char *dx__utf8_fix(const char *s, size_t n, size_t *out_n);
 size_t dx__utf8_valid_prefix(const char *s, size_t n);
 /* 1 when the NUL-terminated text is valid UTF-8 (as jansson and PostgreSQL accept it). */
 int dx__utf8_valid(const char *s);
+/* Identifiers (instance and session ids, names) must be valid UTF-8: PostgreSQL's text refuses
+** other bytes and replacing them would make two ids one. DX_OK, or DX_EINVAL in err with
+** "WHAT is not valid UTF-8 (byte K is 0xXX)". s may be NULL (nothing to check). */
+struct dx_error_s;
+int dx__check_utf8(const char *what, const char *s, struct dx_error_s *err);
 #endif

@@ -27,6 +27,9 @@ int dx__check_item(const dx_work_item_t *w, dx_error_t *err) {
   if (w->tag && ((n = strlen(w->tag)) == 0 || n > DX_MAX_TAG_BYTES))
     return dx_error_set(err, DX_EINVAL, "activity tag is %zu bytes; it must be 1 to %d bytes", n,
                         DX_MAX_TAG_BYTES);
+  if (dx__check_utf8("session id", w->session_id, err) ||
+      dx__check_utf8("instance id", w->instance, err))
+    return DX_EINVAL;
   return dx__check_instance(w->instance, err);
 }
 
@@ -82,7 +85,7 @@ int dx__check_worker_id(const char *id, dx_error_t *err) {
   if ((n = strlen(id)) > DX_MAX_SESSION_ID_BYTES)
     return dx_error_set(err, DX_EINVAL, "worker id is %zu bytes; the limit is %d bytes", n,
                         DX_MAX_SESSION_ID_BYTES);
-  return 0;
+  return dx__check_utf8("worker id", id, err);
 }
 
 static int check_items(const dx_work_item_t *w, size_t n, dx_error_t *err) {

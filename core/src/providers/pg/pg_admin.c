@@ -131,6 +131,7 @@ static int require_record(tx_t *t, const char *inst) {
   PGresult *res;
   qp_t q;
   int rc, found;
+  if ((rc = dx__pg_lookup_id(t, inst))) return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
   if ((rc = dx__pg_q(t, PQ_INST_GET, &q, &res))) return rc;
@@ -335,17 +336,22 @@ static int terminate_tx(tx_t *t, int64_t now, const char *inst, const dx_failure
   ev.fail = *why;
   rc = dx__pg_history_append(t, inst, exec, &ev, 1);
   if (!rc) {
+    char *keep[2];
+    const char *kind = dx__pg_text(why->kind, &keep[0]), *msg = dx__pg_text(why->message, &keep[1]);
     dx__qp_init(&q);
     dx__qp_str(&q, inst);
     dx__qp_i64(&q, (int64_t)exec);
     dx__qp_i64(&q, DX_STATUS_FAILED);
     dx__qp_str(&q, NULL);
     dx__qp_i64(&q, why->category);
-    dx__qp_str(&q, why->kind);
-    dx__qp_str(&q, why->message);
+    dx__qp_str(&q, kind);
+    dx__qp_str(&q, msg);
     dx__qp_i64(&q, why->retryable);
     dx__qp_i64(&q, now);
-    rc = dx__pg_q(t, PQ_EXEC_UPSERT, &q, NULL);
+    rc = (why->kind && !kind) || (why->message && !msg) ? dx__pg_nomem(t->err)
+                                                         : dx__pg_q(t, PQ_EXEC_UPSERT, &q, NULL);
+    free(keep[0]);
+    free(keep[1]);
   }
   if (!rc) {
     dx__qp_init(&q);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "providers/pg/pg_internal.h"
+#include "util.h"
 
 /* {===== helpers =====} */
 
@@ -95,7 +96,25 @@ void dx__arr_bytes(pg_arr_t *a, const void *p, size_t n) {
   a->n++;
 }
 
-void dx__arr_str(pg_arr_t *a, const char *s) { dx__arr_bytes(a, s, s ? strlen(s) : 0); }
+void dx__arr_str(pg_arr_t *a, const char *s) {
+  char *keep = NULL;
+  const char *t = dx__pg_text(s, &keep);
+  if (s && !t) a->oom = 1;
+  else dx__arr_bytes(a, t, t ? strlen(t) : 0);
+  free(keep);
+}
+
+int dx__pg_lookup_id(tx_t *t, const char *inst) {
+  if (!inst || dx__utf8_valid(inst)) return 0;
+  return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
+}
+
+const char *dx__pg_text(const char *s, char **keep) {
+  size_t n = s ? strlen(s) : 0;
+  *keep = NULL;
+  if (!s || dx__utf8_valid_prefix(s, n) == n) return s;
+  return *keep = dx__utf8_fix(s, n, NULL);
+}
 
 /* Every element quoted, with '"' and '\\' escaped, so any text is one element. */
 #define TEXT_AT(v, i, stride) (*(const char *const *)((const char *)(v) + (i) * (stride)))

@@ -113,7 +113,15 @@ typedef struct {
 void dx__arr_init(pg_arr_t *a, int oid);
 void dx__arr_i64(pg_arr_t *a, int64_t v);
 void dx__arr_bytes(pg_arr_t *a, const void *p, size_t n); /* p NULL: SQL NULL */
-void dx__arr_str(pg_arr_t *a, const char *s);               /* s NULL: SQL NULL */
+void dx__arr_str(pg_arr_t *a, const char *s);               /* s NULL: SQL NULL; see below */
+/* Text for a text column or element: PostgreSQL refuses bytes that are not UTF-8 (22021), so
+** free text (failure messages, outputs, custom status) goes with each bad byte replaced by
+** U+FFFD. Returns s itself when valid (or NULL), else a fixed copy also left in *keep (free it
+** once sent; NULL returned on ENOMEM). Identifiers are refused before they get here. */
+const char *dx__pg_text(const char *s, char **keep);
+/* A lookup by instance id: an id that is not UTF-8 names no instance (none can be created)
+** and PostgreSQL would refuse the parameter, so answer DX_ENOTFOUND as for any unknown id. */
+int dx__pg_lookup_id(tx_t *t, const char *inst);
 /* Finish the header; DX_ENOMEM (in err) when an append ran out of memory. */
 int dx__arr_done(pg_arr_t *a, dx_error_t *err);
 void dx__arr_free(pg_arr_t *a);

@@ -620,11 +620,21 @@ static size_t ack_arrays(int64_t now, const dx_orch_ack_t *a, pg_arr_t *v) {
 ** then writes all of the turn or nothing; *res receives its outcome row at the next wait. */
 int dx__pg_ack_orch_send(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult **res) {
   const dx_failure_t *f = a->status != DX_STATUS_NONE ? a->failure : NULL;
+  /* free text as PostgreSQL takes it (pg_internal.h dx__pg_text) */
+  enum { T_STATUS, T_OUTPUT, T_KIND, T_MSG, T__N };
+  const char *raw[T__N], *txt[T__N];
+  char *keep[T__N];
   pg_arr_t v[A__N];
   qp_t q;
-  int rc = 0, i;
+  int rc = 0, i, kv;
+  raw[T_STATUS] = a->custom_status_set ? a->custom_status : NULL;
+  raw[T_OUTPUT] = a->status != DX_STATUS_NONE ? a->output : NULL;
+  raw[T_KIND] = f ? f->kind : NULL;
+  raw[T_MSG] = f ? f->message : NULL;
+  for (i = 0; i < T__N; i++)
+    if (!(txt[i] = dx__pg_text(raw[i], &keep[i])) && raw[i]) rc = dx__pg_nomem(t->err);
   /* key-value events, or an execution that ends (its changes fold in): dx_ack_orch_kv */
-  int kv = ack_arrays(now, a, v) > 0 || dx__kv_folds(a->status);
+  kv = ack_arrays(now, a, v) > 0 || dx__kv_folds(a->status);
   for (i = 0; i < A__N && !rc; i++) rc = dx__arr_done(&v[i], t->err);
   if (!rc) {
     dx__qp_init(&q);
@@ -638,13 +648,13 @@ int dx__pg_ack_orch_send(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult 
     dx__qp_str(&q, a->orchestration_name);
     dx__qp_str(&q, a->orchestration_name ? a->orchestration_version : NULL);
     dx__qp_i64(&q, a->custom_status_set ? 1 : 0);
-    dx__qp_str(&q, a->custom_status_set ? a->custom_status : NULL);
+    dx__qp_str(&q, txt[T_STATUS]);
     dx__qp_str(&q, a->parent_instance);
     dx__qp_i64(&q, a->status);
-    dx__qp_str(&q, a->status != DX_STATUS_NONE ? a->output : NULL);
+    dx__qp_str(&q, txt[T_OUTPUT]);
     dx__qp_i64(&q, f ? f->category : 0);
-    dx__qp_str(&q, f ? f->kind : NULL);
-    dx__qp_str(&q, f ? f->message : NULL);
+    dx__qp_str(&q, txt[T_KIND]);
+    dx__qp_str(&q, txt[T_MSG]);
     dx__qp_i64(&q, f ? f->retryable : 0);
     for (i = A_WSID; i <= (kv ? A_KAT : A_OSVER); i++) dx__qp_arr(&q, &v[i]);
     if (kv) dx__qp_i64(&q, dx__kv_folds(a->status));
@@ -654,6 +664,7 @@ int dx__pg_ack_orch_send(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult 
     rc = dx__pg_tx_poison(t, rc);
   }
   for (i = 0; i < A__N; i++) dx__arr_free(&v[i]);
+  for (i = 0; i < T__N; i++) free(keep[i]);
   return rc;
 }
 

@@ -15,6 +15,7 @@ static int resolve_exec(tx_t *t, const char *inst, uint64_t want, uint64_t *exec
   PGresult *res;
   qp_t q;
   int rc;
+  if ((rc = dx__pg_lookup_id(t, inst))) return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
   if ((rc = dx__pg_q(t, PQ_INST_GET, &q, &res))) return rc;
@@ -91,6 +92,7 @@ static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
   PGresult *res;
   qp_t q;
   int rc, oom = 0;
+  if ((rc = dx__pg_lookup_id(t, inst))) return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
   if ((rc = dx__pg_q(t, PQ_INFO_GET, &q, &res))) return rc;
