@@ -18,33 +18,19 @@
 #include "provider_validation.h"
 #include "testlib.h"
 
-#define T0 INT64_C(1700000000000)
-#define LOCK 30000
-#define M(p) ((p)->methods)
-
 static dx_error_t E; /* the last call's error detail, printed by CHECK */
 
-#define CHECK(call)                                                                 \
-  do {                                                                              \
-    int rc_ = (call);                                                               \
-    if (rc_ != 0) DX_FAIL_AT("%s -> %s: %s", #call, dx_err_name(rc_), E.msg);      \
-  } while (0)
-#define CHECK_ERR(call, code)                                                       \
-  do {                                                                              \
-    int rc_ = (call);                                                               \
-    if (rc_ != (code))                                                              \
-      DX_FAIL_AT("%s -> %s, expected %s (%s)", #call, dx_err_name(rc_),            \
-                 dx_err_name(code), rc_ ? E.msg : "");                              \
-  } while (0)
 
 /* {===== fixtures =====} */
 
-static dx_provider_t *fresh(void) {
+dx_provider_t *dx_pv_fresh(void) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
   free(store);
   return p;
 }
+
+static dx_provider_t *fresh(void) { return dx_pv_fresh(); }
 
 static void done(dx_provider_t *p) { M(p)->destroy(p); }
 

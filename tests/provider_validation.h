@@ -26,4 +26,27 @@ int dx_pv_multi_process(void);
 ** no handle open on `store`. The management tests use it to prove a deletion left nothing. */
 uint64_t dx_pv_rows_naming(const char *store, const char *text);
 
+/* {===== shared by the suite's files =====}
+** Each file that uses CHECK / CHECK_ERR defines `static dx_error_t E;` (the last call's error
+** detail, printed on failure) and includes testlib.h. */
+#define T0 INT64_C(1700000000000)
+#define LOCK 30000
+#define M(p) ((p)->methods)
+
+#define CHECK(call)                                                                 \
+  do {                                                                              \
+    int rc_ = (call);                                                               \
+    if (rc_ != 0) DX_FAIL_AT("%s -> %s: %s", #call, dx_err_name(rc_), E.msg);      \
+  } while (0)
+#define CHECK_ERR(call, code)                                                       \
+  do {                                                                              \
+    int rc_ = (call);                                                               \
+    if (rc_ != (code))                                                              \
+      DX_FAIL_AT("%s -> %s, expected %s (%s)", #call, dx_err_name(rc_),            \
+                 dx_err_name(code), rc_ ? E.msg : "");                              \
+  } while (0)
+
+/* A handle on a new, empty store (dx_pv_new_store + dx_pv_open). */
+dx_provider_t *dx_pv_fresh(void);
+
 #endif

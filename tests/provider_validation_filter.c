@@ -9,22 +9,11 @@
 #include "provider_validation.h"
 #include "testlib.h"
 
-#define T0 INT64_C(1700000000000)
-#define LOCK 30000
-#define M(p) ((p)->methods)
-
 static dx_error_t E;
 
-#define OK(call)                                                                    \
-  do {                                                                              \
-    int rc_ = (call);                                                               \
-    if (rc_ != 0) DX_FAIL_AT("%s -> %s: %s", #call, dx_err_name(rc_), E.msg);      \
-  } while (0)
 
 static dx_provider_t *open_fresh(void) {
-  char *store = dx_pv_new_store();
-  dx_provider_t *p = dx_pv_open(store);
-  free(store);
+  dx_provider_t *p = dx_pv_fresh();
   ASSERT(M(p)->version >= 9 && M(p)->set_fetch_filter);
   return p;
 }
@@ -41,7 +30,7 @@ static void put_activity(dx_provider_t *p, uint64_t id, const char *tag, const c
   w.data = "null";
   w.tag = (char *)tag;
   w.session_id = (char *)sid;
-  OK(M(p)->enqueue_for_worker(p, T0, &w, &E));
+  CHECK(M(p)->enqueue_for_worker(p, T0, &w, &E));
 }
 
 /* Set the filter: untagged work or not, and up to two tags (NULL: none). */
@@ -53,7 +42,7 @@ static void filter(dx_provider_t *p, int untagged, const char *t1, const char *t
   f.tags = tags;
   if (t1) tags[f.n_tags++] = t1;
   if (t2) tags[f.n_tags++] = t2;
-  OK(M(p)->set_fetch_filter(p, &f, &E));
+  CHECK(M(p)->set_fetch_filter(p, &f, &E));
 }
 
 /* Fetch (and keep locked) one worker item: its id, 0 when nothing is fetchable. `worker`
@@ -66,7 +55,7 @@ static uint64_t take(dx_provider_t *p, int64_t now, const char *worker) {
   cfg.worker_id = worker;
   cfg.session_lock_ms = LOCK;
   cfg.max_sessions = 4;
-  OK(M(p)->fetch_work_item(p, now, LOCK, worker ? &cfg : NULL, &f, &E));
+  CHECK(M(p)->fetch_work_item(p, now, LOCK, worker ? &cfg : NULL, &f, &E));
   id = f.item.kind ? f.item.id : 0;
   dx_work_item_clear(&f.item);
   free(f.previous_owner);
@@ -92,7 +81,7 @@ DX_TEST(pvf_tags_select_rows_in_fifo_order) {
   put_activity(p, 4, "gpu", NULL);
   filter(p, 0, "gpu", NULL);       /* Tags{gpu} */
   filter(q, 1, "io", NULL);        /* DefaultAnd{io} */
-  OK(M(p)->next_due_ms(p, T0, &due, &E));
+  CHECK(M(p)->next_due_ms(p, T0, &due, &E));
   ASSERT_EQ(due, T0);
   ASSERT_EQ(take(p, T0, NULL), 1);
   ASSERT_EQ(take(q, T0, NULL), 2);
@@ -118,7 +107,7 @@ DX_TEST(pvf_no_tags_and_no_untagged_takes_nothing) {
   ASSERT_EQ(take(p, T0, NULL), 0);
   filter(p, 1, "gpu", NULL);
   ASSERT_EQ(take(p, T0, NULL), 1);
-  OK(M(p)->set_fetch_filter(p, NULL, &E)); /* back to the default */
+  CHECK(M(p)->set_fetch_filter(p, NULL, &E)); /* back to the default */
   ASSERT_EQ(take(p, T0, NULL), 2);
   M(p)->destroy(p);
 }
@@ -182,7 +171,7 @@ static void put_start(dx_provider_t *p, const char *inst, const char *name, cons
   w.name = (char *)name;
   w.version = (char *)version;
   w.data = "null";
-  OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &E));
+  CHECK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &E));
 }
 
 static void can_run(dx_provider_t *p, const dx_orch_capability_t *caps, size_t n) {
@@ -192,7 +181,7 @@ static void can_run(dx_provider_t *p, const dx_orch_capability_t *caps, size_t n
   f.capabilities_set = 1;
   f.capabilities = caps;
   f.n_capabilities = n;
-  OK(M(p)->set_fetch_filter(p, &f, &E));
+  CHECK(M(p)->set_fetch_filter(p, &f, &E));
 }
 
 /* Fetch an orchestration item; returns its instance (static copy) or "" when none, and acks
@@ -200,7 +189,7 @@ static void can_run(dx_provider_t *p, const dx_orch_capability_t *caps, size_t n
 static const char *take_orch(dx_provider_t *p, int64_t now, const char *ack_version) {
   static char got[64];
   dx_orch_item_t *it = NULL;
-  OK(M(p)->fetch_orchestration_item(p, now, LOCK, &it, &E));
+  CHECK(M(p)->fetch_orchestration_item(p, now, LOCK, &it, &E));
   if (!it) return "";
   snprintf(got, sizeof got, "%s", it->instance);
   if (ack_version) {
@@ -220,7 +209,7 @@ static const char *take_orch(dx_provider_t *p, int64_t now, const char *ack_vers
     a.delta_len = 1;
     a.orchestration_name = it->orchestration_name;
     a.orchestration_version = ack_version;
-    OK(M(p)->ack_orchestration_item(p, now, &a, &E));
+    CHECK(M(p)->ack_orchestration_item(p, now, &a, &E));
   }
   dx_orch_item_free(it);
   return got;
@@ -261,13 +250,13 @@ DX_TEST(pvf_capabilities_follow_the_instance_version) {
   ev.instance = "o";
   ev.name = "go";
   ev.data = "1";
-  OK(M(old)->enqueue_for_orchestrator(old, T0 + 1, &ev, 0, &E));
+  CHECK(M(old)->enqueue_for_orchestrator(old, T0 + 1, &ev, 0, &E));
   can_run(old, v1, 1);
   ASSERT_STR_EQ(take_orch(old, T0 + 2, NULL), ""); /* its next turn needs 2.0.0 */
   ASSERT_STR_EQ(take_orch(nw, T0 + 2, NULL), "o");
   /* messages for an instance nobody has started yet are anyone's (they are dropped) */
   ev.instance = "ghost";
-  OK(M(old)->enqueue_for_orchestrator(old, T0 + 3, &ev, 0, &E));
+  CHECK(M(old)->enqueue_for_orchestrator(old, T0 + 3, &ev, 0, &E));
   ASSERT_STR_EQ(take_orch(old, T0 + 4, NULL), "");
   M(old)->destroy(old);
   M(nw)->destroy(nw);

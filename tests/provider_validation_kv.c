@@ -10,22 +10,11 @@
 #include "provider_validation.h"
 #include "testlib.h"
 
-#define T0 INT64_C(1700000000000)
-#define LOCK 30000
-#define M(p) ((p)->methods)
-
 static dx_error_t E;
 
-#define CHECK(call)                                                                 \
-  do {                                                                              \
-    int rc_ = (call);                                                               \
-    if (rc_ != 0) DX_FAIL_AT("%s -> %s: %s", #call, dx_err_name(rc_), E.msg);      \
-  } while (0)
 
 static dx_provider_t *open_fresh(void) {
-  char *store = dx_pv_new_store();
-  dx_provider_t *p = dx_pv_open(store);
-  free(store);
+  dx_provider_t *p = dx_pv_fresh();
   ASSERT(M(p)->version >= 7 && M(p)->get_kv && M(p)->list_kv);
   return p;
 }

@@ -9,24 +9,8 @@
 #include "provider_validation.h"
 #include "testlib.h"
 
-#define T0 INT64_C(1700000000000)
-#define LOCK 30000
-#define M(p) ((p)->methods)
-
 static dx_error_t E;
 
-#define OK(call)                                                                    \
-  do {                                                                              \
-    int rc_ = (call);                                                               \
-    if (rc_ != 0) DX_FAIL_AT("%s -> %s: %s", #call, dx_err_name(rc_), E.msg);      \
-  } while (0)
-#define FAILS(call, code)                                                           \
-  do {                                                                              \
-    int rc_ = (call);                                                               \
-    if (rc_ != (code))                                                              \
-      DX_FAIL_AT("%s -> %s, expected %s (%s)", #call, dx_err_name(rc_),            \
-                 dx_err_name(code), rc_ ? E.msg : "");                              \
-  } while (0)
 
 /* {===== building instances through the queue, as the runtime would =====} */
 
@@ -44,7 +28,7 @@ static void start(dx_provider_t *p, int64_t now, const char *id, const char *nam
   w.parent_id = parent_id;
   w.parent_execution_id = parent ? 1 : 0;
   w.fire_at_ms = now;
-  OK(M(p)->enqueue_for_orchestrator(p, now, &w, 0, &E));
+  CHECK(M(p)->enqueue_for_orchestrator(p, now, &w, 0, &E));
 }
 
 /* What one turn adds: events, worker rows, orchestrator items, a status. */
@@ -68,7 +52,7 @@ static void run_turn(dx_provider_t *p, int64_t now, const char *id, turn_t *t) {
   size_t n = 0, i, base;
   uint64_t exec;
   int fresh_exec;
-  OK(M(p)->fetch_orchestration_item(p, now, LOCK, &it, &E));
+  CHECK(M(p)->fetch_orchestration_item(p, now, LOCK, &it, &E));
   ASSERT(it);
   ASSERT_STR_EQ(it->instance, id);
   /* after a continue-as-new the next execution starts empty */
@@ -110,7 +94,7 @@ static void run_turn(dx_provider_t *p, int64_t now, const char *id, turn_t *t) {
     a.failure = t->status == DX_STATUS_FAILED ? &t->fail : NULL;
     a.output = t->status == DX_STATUS_COMPLETED ? "\"done\"" : NULL;
   }
-  OK(M(p)->ack_orchestration_item(p, now, &a, &E));
+  CHECK(M(p)->ack_orchestration_item(p, now, &a, &E));
   dx_orch_item_free(it);
 }
 
@@ -193,7 +177,7 @@ DX_TEST(pv_manage_list_pages_newest_first_with_queued_starts) {
   start(p, T0 + 7, "q2", "B", NULL, 0);
   /* pages of 3 walk everything once, newest first, queued starts first */
   do {
-    OK(list(p, DX_LIST_ANY, NULL, 0, after[0] ? after : NULL, 3, &pg));
+    CHECK(list(p, DX_LIST_ANY, NULL, 0, after[0] ? after : NULL, 3, &pg));
     for (i = 0; i < pg.n; i++, got++) {
       ASSERT(got < 7);
       ASSERT_STR_EQ(pg.ids[i], want[got]);
@@ -202,34 +186,34 @@ DX_TEST(pv_manage_list_pages_newest_first_with_queued_starts) {
   } while (after[0]);
   ASSERT_EQ(got, 7);
   /* filters */
-  OK(list(p, DX_STATUS_NONE, NULL, 0, NULL, 10, &pg));
+  CHECK(list(p, DX_STATUS_NONE, NULL, 0, NULL, 10, &pg));
   ASSERT_EQ(pg.n, 2);
   ASSERT_STR_EQ(pg.ids[0], "q2");
-  OK(list(p, DX_STATUS_RUNNING, NULL, 0, NULL, 10, &pg));
+  CHECK(list(p, DX_STATUS_RUNNING, NULL, 0, NULL, 10, &pg));
   ASSERT_EQ(pg.n, 2);
   ASSERT_STR_EQ(pg.ids[0], "r2");
   ASSERT_STR_EQ(pg.ids[1], "r1");
-  OK(list(p, DX_LIST_TERMINAL, NULL, 0, NULL, 10, &pg));
+  CHECK(list(p, DX_LIST_TERMINAL, NULL, 0, NULL, 10, &pg));
   ASSERT_EQ(pg.n, 3);
   ASSERT_EQ(pg.status[0], DX_STATUS_FAILED);
-  OK(list(p, DX_STATUS_COMPLETED, "B", 0, NULL, 10, &pg));
+  CHECK(list(p, DX_STATUS_COMPLETED, "B", 0, NULL, 10, &pg));
   ASSERT_EQ(pg.n, 1);
   ASSERT_STR_EQ(pg.ids[0], "c2");
-  OK(list(p, DX_LIST_ANY, "A", 0, NULL, 10, &pg));
+  CHECK(list(p, DX_LIST_ANY, "A", 0, NULL, 10, &pg));
   ASSERT_EQ(pg.n, 4);
-  OK(list(p, DX_LIST_ANY, NULL, T0 + 3, NULL, 10, &pg)); /* strictly after */
+  CHECK(list(p, DX_LIST_ANY, NULL, T0 + 3, NULL, 10, &pg)); /* strictly after */
   ASSERT_EQ(pg.n, 4);
   ASSERT_STR_EQ(pg.ids[3], "r2");
   /* a page boundary exactly at the end gives no cursor */
-  OK(list(p, DX_LIST_ANY, NULL, 0, NULL, 7, &pg));
+  CHECK(list(p, DX_LIST_ANY, NULL, 0, NULL, 7, &pg));
   ASSERT_EQ(pg.n, 7);
   ASSERT_STR_EQ(pg.next, "");
   /* bad queries change nothing and say what is wrong */
-  FAILS(list(p, DX_LIST_ANY, NULL, 0, "nonsense", 3, &pg), DX_EINVAL);
+  CHECK_ERR(list(p, DX_LIST_ANY, NULL, 0, "nonsense", 3, &pg), DX_EINVAL);
   ASSERT(strstr(E.msg, "cursor 'nonsense'"));
-  FAILS(list(p, DX_LIST_ANY, NULL, 0, NULL, 0, &pg), DX_EINVAL);
+  CHECK_ERR(list(p, DX_LIST_ANY, NULL, 0, NULL, 0, &pg), DX_EINVAL);
   ASSERT(strstr(E.msg, "limit"));
-  FAILS(list(p, 77, NULL, 0, NULL, 5, &pg), DX_EINVAL);
+  CHECK_ERR(list(p, 77, NULL, 0, NULL, 5, &pg), DX_EINVAL);
   M(p)->destroy(p);
   free(store);
 }
@@ -263,7 +247,7 @@ DX_TEST(pv_manage_executions_and_prune) {
     }
     run_turn(p, T0 + k, "can", &t);
   }
-  OK(M(p)->list_executions(p, "can", &ex, &n, &E));
+  CHECK(M(p)->list_executions(p, "can", &ex, &n, &E));
   ASSERT_EQ(n, 3);
   ASSERT_EQ(ex[0].execution_id, 1);
   ASSERT_EQ(ex[0].status, DX_STATUS_CONTINUED_AS_NEW);
@@ -273,25 +257,25 @@ DX_TEST(pv_manage_executions_and_prune) {
   ASSERT_EQ(ex[2].status, DX_STATUS_RUNNING);
   ASSERT_EQ(ex[2].completed_at_ms, 0);
   free(ex);
-  FAILS(M(p)->prune_executions(p, "can", 0, &pruned, &E), DX_EINVAL);
-  OK(M(p)->prune_executions(p, "can", 2, &pruned, &E));
+  CHECK_ERR(M(p)->prune_executions(p, "can", 0, &pruned, &E), DX_EINVAL);
+  CHECK(M(p)->prune_executions(p, "can", 2, &pruned, &E));
   ASSERT_EQ(pruned, 1);
-  OK(M(p)->prune_executions(p, "can", 1, &pruned, &E));
+  CHECK(M(p)->prune_executions(p, "can", 1, &pruned, &E));
   ASSERT_EQ(pruned, 1);
-  OK(M(p)->prune_executions(p, "can", 1, &pruned, &E)); /* the running current one stays */
+  CHECK(M(p)->prune_executions(p, "can", 1, &pruned, &E)); /* the running current one stays */
   ASSERT_EQ(pruned, 0);
-  OK(M(p)->list_executions(p, "can", &ex, &n, &E));
+  CHECK(M(p)->list_executions(p, "can", &ex, &n, &E));
   ASSERT_EQ(n, 1);
   ASSERT_EQ(ex[0].execution_id, 3);
   free(ex);
-  OK(M(p)->read_history(p, "can", 1, &ev, &ne, NULL, &E));
+  CHECK(M(p)->read_history(p, "can", 1, &ev, &ne, NULL, &E));
   ASSERT_EQ(ne, 0);
   dx_events_free(ev, ne); /* a provider may return an empty array */
-  OK(M(p)->read_history(p, "can", 0, &ev, &ne, NULL, &E));
+  CHECK(M(p)->read_history(p, "can", 0, &ev, &ne, NULL, &E));
   ASSERT_EQ(ne, 1);
   dx_events_free(ev, ne);
-  FAILS(M(p)->list_executions(p, "nobody", &ex, &n, &E), DX_ENOTFOUND);
-  FAILS(M(p)->prune_executions(p, "nobody", 1, &pruned, &E), DX_ENOTFOUND);
+  CHECK_ERR(M(p)->list_executions(p, "nobody", &ex, &n, &E), DX_ENOTFOUND);
+  CHECK_ERR(M(p)->prune_executions(p, "nobody", 1, &pruned, &E), DX_ENOTFOUND);
   M(p)->destroy(p);
   free(store);
 }
@@ -340,24 +324,24 @@ DX_TEST(pv_manage_instance_queue_shows_messages_timers_and_locks) {
   raise.instance = "qi";
   raise.name = "go";
   raise.data = "1";
-  OK(M(p)->enqueue_for_orchestrator(p, T0 + 1, &raise, 0, &E));
-  OK(M(p)->fetch_work_item(p, T0 + 2, LOCK, &cfg, &f, &E)); /* plain row first */
+  CHECK(M(p)->enqueue_for_orchestrator(p, T0 + 1, &raise, 0, &E));
+  CHECK(M(p)->fetch_work_item(p, T0 + 2, LOCK, &cfg, &f, &E)); /* plain row first */
   ASSERT_EQ(f.item.kind, DX_WI_ACT_EXECUTE);
   dx_work_item_clear(&f.item);
   free(f.previous_owner);
-  OK(M(p)->fetch_work_item(p, T0 + 2, LOCK, &cfg, &f, &E)); /* the session row: w1 owns it */
+  CHECK(M(p)->fetch_work_item(p, T0 + 2, LOCK, &cfg, &f, &E)); /* the session row: w1 owns it */
   ASSERT_STR_EQ(f.item.session_id, "qi-sess");
   dx_work_item_clear(&f.item);
   free(f.previous_owner);
   memset(&c, 0, sizeof c);
-  OK(M(p)->instance_queue(p, "qi", qcount_cb, &c, &E));
+  CHECK(M(p)->instance_queue(p, "qi", qcount_cb, &c, &E));
   ASSERT_EQ(c.orch, 2);
   ASSERT_EQ(c.timers, 1);
   ASSERT_EQ(c.acts, 2);
   ASSERT_EQ(c.locked, 2);
   ASSERT_EQ(c.owned_by_w1, 1);
   memset(&c, 0, sizeof c);
-  OK(M(p)->instance_queue(p, "nobody", qcount_cb, &c, &E));
+  CHECK(M(p)->instance_queue(p, "nobody", qcount_cb, &c, &E));
   ASSERT_EQ(c.orch + c.acts, 0);
   M(p)->destroy(p);
   free(store);
@@ -369,7 +353,7 @@ static int status_of(dx_provider_t *p, const char *id) {
   dx_instance_info_t info;
   int rc = M(p)->get_instance_info(p, id, &info, &E), st;
   if (rc == DX_ENOTFOUND) return -1;
-  OK(rc);
+  CHECK(rc);
   st = info.status;
   dx_instance_info_clear(&info);
   return st;
@@ -406,34 +390,34 @@ DX_TEST(pv_manage_delete_leaves_no_rows_anywhere) {
   start(p, T0 + 1, ids[0], "A", NULL, 0);
   run_turn(p, T0 + 1, ids[0], &t);
   start(p, T0 + 2, ids[1], "A", ids[0], 5);
-  OK(M(p)->fetch_work_item(p, T0 + 3, LOCK, &cfg, &f, &E));
+  CHECK(M(p)->fetch_work_item(p, T0 + 3, LOCK, &cfg, &f, &E));
   dx_work_item_clear(&f.item);
   free(f.previous_owner);
-  OK(M(p)->fetch_work_item(p, T0 + 3, LOCK, &cfg, &f, &E)); /* the session row, in flight */
+  CHECK(M(p)->fetch_work_item(p, T0 + 3, LOCK, &cfg, &f, &E)); /* the session row, in flight */
   ASSERT_STR_EQ(f.item.session_id, "victim-7f3a-sess");
   dx_work_item_clear(&f.item);
   free(f.previous_owner);
   /* the owner lets go of the session (a graceful stop) while the row stays locked */
-  OK(M(p)->release_session_locks(p, T0 + 3, "w1", NULL, &released, &E));
+  CHECK(M(p)->release_session_locks(p, T0 + 3, "w1", NULL, &released, &E));
   memset(&raise, 0, sizeof raise);
   raise.kind = DX_WI_EXTERNAL;
   raise.instance = (char *)ids[0];
   raise.name = "go";
   raise.data = "1";
-  OK(M(p)->enqueue_for_orchestrator(p, T0 + 4, &raise, 0, &E));
-  OK(M(p)->fetch_orchestration_item(p, T0 + 5, LOCK, &it, &E)); /* the child's first turn */
+  CHECK(M(p)->enqueue_for_orchestrator(p, T0 + 4, &raise, 0, &E));
+  CHECK(M(p)->fetch_orchestration_item(p, T0 + 5, LOCK, &it, &E)); /* the child's first turn */
   ASSERT(it);
   ASSERT_STR_EQ(it->instance, ids[1]);
   dx_orch_item_free(it);
-  OK(M(p)->fetch_orchestration_item(p, T0 + 5, LOCK, &it, &E)); /* and the victim's */
+  CHECK(M(p)->fetch_orchestration_item(p, T0 + 5, LOCK, &it, &E)); /* and the victim's */
   ASSERT(it);
   ASSERT_STR_EQ(it->instance, ids[0]);
   /* without force: refused, nothing changes */
-  FAILS(M(p)->delete_instances(p, ids, 2, 0, &deleted, &E), DX_ESTATE);
+  CHECK_ERR(M(p)->delete_instances(p, ids, 2, 0, &deleted, &E), DX_ESTATE);
   ASSERT(strstr(E.msg, "victim-7f3a"));
   ASSERT_EQ(status_of(p, ids[0]), DX_STATUS_RUNNING);
   /* with force: both go at once; the in-flight turn finds its lock gone */
-  OK(M(p)->delete_instances(p, ids, 2, 1, &deleted, &E));
+  CHECK(M(p)->delete_instances(p, ids, 2, 1, &deleted, &E));
   ASSERT_EQ(deleted, 2);
   ASSERT_EQ(status_of(p, ids[0]), -1);
   ASSERT_EQ(status_of(p, ids[1]), -1);
@@ -446,7 +430,7 @@ DX_TEST(pv_manage_delete_leaves_no_rows_anywhere) {
   ASSERT(M(p)->ack_work_item(p, T0 + 6, f.lock_token, NULL, &E) != 0);
   dx_orch_item_free(it);
   /* the ids can be used again; deleting unknown ids is fine */
-  OK(M(p)->delete_instances(p, ids, 1, 0, &deleted, &E));
+  CHECK(M(p)->delete_instances(p, ids, 1, 0, &deleted, &E));
   ASSERT_EQ(deleted, 0);
   M(p)->destroy(p);
   ASSERT_EQ(dx_pv_rows_naming(store, "victim-7f3a"), 0);
@@ -462,7 +446,7 @@ DX_TEST(pv_manage_delete_without_force_takes_finished_instances) {
   dx_work_item_t w;
   create(p, T0, ids[0], "A", DX_STATUS_COMPLETED);
   create(p, T0 + 1, ids[1], "A", DX_STATUS_FAILED);
-  OK(M(p)->delete_instances(p, ids, 3, 0, &deleted, &E));
+  CHECK(M(p)->delete_instances(p, ids, 3, 0, &deleted, &E));
   ASSERT_EQ(deleted, 2);
   ASSERT_EQ(status_of(p, ids[0]), -1);
   /* a new start of a deleted id is a new instance */
@@ -498,22 +482,22 @@ DX_TEST(pv_manage_terminate_fails_the_instance_and_tells_the_parent) {
   t.work[0] = act("tc", 2, NULL);
   t.n_work = 1;
   run_turn(p, T0 + 1, "tc", &t);
-  OK(M(p)->terminate_instance(p, T0 + 2, "tc", &why, 1, &E));
-  OK(M(p)->get_instance_info(p, "tc", &info, &E));
+  CHECK(M(p)->terminate_instance(p, T0 + 2, "tc", &why, 1, &E));
+  CHECK(M(p)->get_instance_info(p, "tc", &info, &E));
   ASSERT_EQ(info.status, DX_STATUS_FAILED);
   ASSERT_STR_EQ(info.failure.kind, "Terminated");
   ASSERT_STR_EQ(info.failure.message, "terminated: test");
   dx_instance_info_clear(&info);
-  OK(M(p)->read_history(p, "tc", 0, &ev, &n, NULL, &E));
+  CHECK(M(p)->read_history(p, "tc", 0, &ev, &n, NULL, &E));
   ASSERT(n >= 2);
   ASSERT_EQ(ev[n - 1].kind, DX_EV_ORCH_FAILED);
   ASSERT_EQ(ev[n - 1].event_id, ev[n - 2].event_id + 1);
   dx_events_free(ev, n);
   memset(&c, 0, sizeof c);
-  OK(M(p)->instance_queue(p, "tc", qcount_cb, &c, &E));
+  CHECK(M(p)->instance_queue(p, "tc", qcount_cb, &c, &E));
   ASSERT_EQ(c.acts + c.orch, 0);
   /* the parent received SubOrchestrationFailed for event 2 */
-  OK(M(p)->fetch_orchestration_item(p, T0 + 3, LOCK, &it, &E));
+  CHECK(M(p)->fetch_orchestration_item(p, T0 + 3, LOCK, &it, &E));
   ASSERT(it);
   ASSERT_STR_EQ(it->instance, "tp");
   ASSERT_EQ(it->messages_len, 1);
@@ -522,11 +506,11 @@ DX_TEST(pv_manage_terminate_fails_the_instance_and_tells_the_parent) {
   ASSERT_STR_EQ(it->messages[0].fail.message, "terminated: test");
   dx_orch_item_free(it);
   /* not running any more; unknown ids; a queued start has no record to fail */
-  FAILS(M(p)->terminate_instance(p, T0 + 4, "tc", &why, 1, &E), DX_ESTATE);
+  CHECK_ERR(M(p)->terminate_instance(p, T0 + 4, "tc", &why, 1, &E), DX_ESTATE);
   ASSERT(strstr(E.msg, "not running"));
-  FAILS(M(p)->terminate_instance(p, T0 + 4, "nobody", &why, 1, &E), DX_ENOTFOUND);
+  CHECK_ERR(M(p)->terminate_instance(p, T0 + 4, "nobody", &why, 1, &E), DX_ENOTFOUND);
   start(p, T0 + 5, "queued-only", "A", NULL, 0);
-  FAILS(M(p)->terminate_instance(p, T0 + 5, "queued-only", &why, 1, &E), DX_ENOTFOUND);
+  CHECK_ERR(M(p)->terminate_instance(p, T0 + 5, "queued-only", &why, 1, &E), DX_ENOTFOUND);
   M(p)->destroy(p);
   free(store);
 }

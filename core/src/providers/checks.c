@@ -139,3 +139,15 @@ int64_t dx__visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms) {
   if (w->kind == DX_WI_TIMER_FIRED && w->fire_at_ms > at) at = w->fire_at_ms;
   return at;
 }
+
+int dx__sub_failed_for_parent(const dx_event_t *started, const dx_failure_t *why,
+                              dx_work_item_t *out) {
+  if (started->kind != DX_EV_ORCH_STARTED || !started->instance || !started->parent_id) return 0;
+  memset(out, 0, sizeof *out);
+  out->kind = DX_WI_SUB_FAILED;
+  out->instance = started->instance;
+  out->execution_id = started->parent_execution_id ? started->parent_execution_id : 1;
+  out->id = started->parent_id;
+  out->fail = *why;
+  return 1;
+}

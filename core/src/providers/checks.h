@@ -22,6 +22,11 @@ int dx__kv_folds(int status);
 int64_t dx__visible_at(const dx_work_item_t *w, int64_t now, int64_t delay_ms);
 /* A session event to append: session id, event word and worker id present, within limits. */
 int dx__check_session_event(const dx_session_event_t *ev, dx_error_t *err);
+/* The SUB_FAILED item that tells the parent of a terminated child (terminate_instance):
+** filled from the child's ORCH_STARTED event `started` (borrowed) and `why`. 1 when the
+** child has a parent to tell, else 0 (*out untouched). */
+int dx__sub_failed_for_parent(const dx_event_t *started, const dx_failure_t *why,
+                              dx_work_item_t *out);
 /* 1 when the fetch config declines session sid (cfg->declined: a rolling upgrade). */
 int dx__session_declined(const dx_session_cfg_t *cfg, const char *sid);
 

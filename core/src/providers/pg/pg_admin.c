@@ -366,16 +366,9 @@ static int terminate_tx(tx_t *t, int64_t now, const char *inst, const dx_failure
   }
   /* the execution ended: its key-value changes become committed, as an ack's would */
   if (!rc) rc = dx__pg_kv_fold(t, inst);
-  if (!rc && notify_parent && n && hist[0].kind == DX_EV_ORCH_STARTED && hist[0].instance &&
-      hist[0].parent_id) {
+  if (!rc && notify_parent && n) {
     dx_work_item_t w;
-    memset(&w, 0, sizeof w);
-    w.kind = DX_WI_SUB_FAILED;
-    w.instance = hist[0].instance;
-    w.execution_id = hist[0].parent_execution_id ? hist[0].parent_execution_id : 1;
-    w.id = hist[0].parent_id;
-    w.fail = *why;
-    rc = dx__pg_orch_enqueue(t, &w, now);
+    if (dx__sub_failed_for_parent(&hist[0], why, &w)) rc = dx__pg_orch_enqueue(t, &w, now);
   }
   dx_events_free(hist, n);
   return rc ? dx__pg_tx_poison(t, rc) : 0;
