@@ -20,7 +20,6 @@
 
 static dx_error_t E; /* the last call's error detail, printed by CHECK */
 
-
 /* {===== fixtures =====} */
 
 dx_provider_t *dx_pv_fresh(void) {

@@ -11,7 +11,6 @@
 
 static dx_error_t E;
 
-
 static dx_provider_t *open_fresh(void) {
   dx_provider_t *p = dx_pv_fresh();
   ASSERT(M(p)->version >= 9 && M(p)->set_fetch_filter);

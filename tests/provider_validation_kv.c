@@ -12,7 +12,6 @@
 
 static dx_error_t E;
 
-
 static dx_provider_t *open_fresh(void) {
   dx_provider_t *p = dx_pv_fresh();
   ASSERT(M(p)->version >= 7 && M(p)->get_kv && M(p)->list_kv);

@@ -11,7 +11,6 @@
 
 static dx_error_t E;
 
-
 /* {===== building instances through the queue, as the runtime would =====} */
 
 static void start(dx_provider_t *p, int64_t now, const char *id, const char *name,
