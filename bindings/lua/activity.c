@@ -225,28 +225,38 @@ void dxl_h_activity_abort(void *host, dx_activity_t *a) {
   }
 }
 
-void dxl_end_abandoned_activities(dxl_state_t *S) {
-  lua_State *L = S->L;
-  act_run_t **dead = NULL;
-  size_t n = 0, cap = 0, i;
+/* The runs for which pick(r) holds, in a malloc'd array (*n of them; NULL when none or out
+** of memory). Collected first because acting on a run edits the runs table. */
+static act_run_t **runs_where(lua_State *L, int (*pick)(const act_run_t *r), size_t *n) {
+  act_run_t **v = NULL;
+  size_t cap = 0;
   int top = lua_gettop(L);
-  if (!lua_checkstack(L, 4)) return;
+  *n = 0;
+  if (!lua_checkstack(L, 4)) return NULL;
   push_runs(L);
   lua_pushnil(L);
   while (lua_next(L, -2)) {
     act_run_t *r = lua_touserdata(L, -1);
     lua_pop(L, 1);
-    if (r && !r->a && lua_status(r->co) == LUA_YIELD) {
-      if (n == cap) {
-        act_run_t **nd = realloc(dead, (cap = cap ? cap * 2 : 8) * sizeof *nd);
-        if (!nd) break;
-        dead = nd;
+    if (r && pick(r)) {
+      if (*n == cap) {
+        act_run_t **nv = realloc(v, (cap = cap ? cap * 2 : 8) * sizeof *nv);
+        if (!nv) break;
+        v = nv;
       }
-      dead[n++] = r;
+      v[(*n)++] = r;
     }
   }
   lua_settop(L, top);
-  for (i = 0; i < n; i++) run_end(dead[i]); /* after the walk: run_end edits the table */
+  return v;
+}
+
+static int is_abandoned(const act_run_t *r) { return !r->a && lua_status(r->co) == LUA_YIELD; }
+
+void dxl_end_abandoned_activities(dxl_state_t *S) {
+  size_t n, i;
+  act_run_t **dead = runs_where(S->L, is_abandoned, &n);
+  for (i = 0; i < n; i++) run_end(dead[i]);
   free(dead);
 }
 
@@ -346,30 +356,16 @@ static int p_resume_activity(lua_State *L) {
   return 0;
 }
 
+static int is_due_deferred(const act_run_t *r) {
+  return r->deferred && !(r->a && dx__runtime_stalled(dx__activity_runtime(r->a)));
+}
+
 void dxl_resume_deferred(dxl_state_t *S) {
-  lua_State *L = S->L;
-  act_run_t **due = NULL;
-  size_t n = 0, cap = 0, i;
-  int top = lua_gettop(L);
-  if (!lua_checkstack(L, 4)) return;
-  push_runs(L);
-  lua_pushnil(L);
-  while (lua_next(L, -2)) {
-    act_run_t *r = lua_touserdata(L, -1);
-    lua_pop(L, 1);
-    if (r && r->deferred && !(r->a && dx__runtime_stalled(dx__activity_runtime(r->a)))) {
-      if (n == cap) {
-        act_run_t **nd = realloc(due, (cap = cap ? cap * 2 : 8) * sizeof *nd);
-        if (!nd) break;
-        due = nd;
-      }
-      due[n++] = r;
-    }
-  }
-  lua_settop(L, top);
-  for (i = 0; i < n; i++) { /* after the walk: a step edits the table */
+  size_t n, i;
+  act_run_t **due = runs_where(S->L, is_due_deferred, &n);
+  for (i = 0; i < n; i++) {
     due[i]->deferred = 0;
-    if (lua_status(due[i]->co) == LUA_YIELD) step(due[i], L, 0);
+    if (lua_status(due[i]->co) == LUA_YIELD) step(due[i], S->L, 0);
   }
   free(due);
 }
