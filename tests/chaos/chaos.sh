@@ -85,13 +85,17 @@ died() { echo "$1 ${2:-$(now_ms)}" >>"$CHAOS_DEATHS"; }   # died PID [MS]
 # exited PID: the process is gone or a zombie (kill -0 still succeeds on a zombie child).
 exited() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null); [ -z "$st" ] || [[ $st == Z* ]]; }
 
-# SIGSTOP a random worker (SIGCONT after 3s, in the main loop: resume_stalled).
+# SIGSTOP a random worker; a background timer sends SIGCONT after 3s. Not the main loop alone:
+# a worker stopped inside a store transaction holds the store's write lock, so the loop's own
+# client calls (ctl start) wait until the worker runs again (resume_stalled stays as the
+# loop's bookkeeping and a second SIGCONT at the end).
 STALLED=0 STALL_PID="" STALL_UNTIL=0
 stall_one() {
   local k=$((RANDOM % NW + 1))
   STALL_PID=${WPIDS[$k]}
   STALL_UNTIL=$(($(now_ms) + 3000))
   kill -STOP "$STALL_PID" 2>/dev/null
+  (sleep 3; kill -CONT "$STALL_PID" 2>/dev/null) &
   STALLED=$((STALLED + 1))
   diag "SIGSTOP pid $STALL_PID (${WNAME[$k]}) for 3s"
 }
