@@ -151,3 +151,12 @@ int dx__sub_failed_for_parent(const dx_event_t *started, const dx_failure_t *why
   out->fail = *why;
   return 1;
 }
+
+int dx__check_instances(const char *const *ids, size_t n, dx_error_t *err) {
+  size_t i;
+  int rc;
+  if (!ids && n) return dx_error_set(err, DX_EINVAL, "ids is NULL");
+  for (i = 0; i < n; i++)
+    if ((rc = dx__check_instance(ids[i], err))) return rc;
+  return 0;
+}

@@ -9,6 +9,8 @@
 #include "duroxide/provider.h"
 
 int dx__check_instance(const char *inst, dx_error_t *err);
+/* Every id of a list of n instance ids (ids may be NULL only when n is 0). */
+int dx__check_instances(const char *const *ids, size_t n, dx_error_t *err);
 int dx__check_item(const dx_work_item_t *w, dx_error_t *err);
 int dx__check_payload(const dx_work_item_t *w, dx_error_t *err);
 int dx__check_events(const dx_event_t *ev, size_t n, dx_error_t *err);

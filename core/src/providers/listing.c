@@ -116,3 +116,27 @@ int dx__list_take_queued(const dx_list_query_t *q, const dx__cursor_t *cur,
   }
   return 0;
 }
+
+int dx__list_page_open(const dx_list_query_t *q, dx_instance_info_t **rows, size_t *n,
+                       char **next, dx__cursor_t *cur, dx_error_t *err) {
+  int rc;
+  if (!rows || !n || !next) return dx_error_set(err, DX_EINVAL, "rows/n/next is NULL");
+  *rows = NULL;
+  *n = 0;
+  *next = NULL;
+  if ((rc = dx__list_query_check(q, cur, err))) return rc;
+  if (!(*rows = calloc(q->limit, sizeof **rows)))
+    return dx_error_set(err, DX_ENOMEM, "out of memory");
+  return 0;
+}
+
+int dx__list_page_close(int rc, int more, const dx__cursor_t *last, dx_instance_info_t **rows,
+                        size_t *n, char **next, dx_error_t *err) {
+  if (!rc && more && !(*next = dx__list_cursor(last->phase, last->at, last->seq)))
+    rc = dx_error_set(err, DX_ENOMEM, "out of memory");
+  if (!rc) return 0;
+  dx_instance_infos_free(*rows, *n);
+  *rows = NULL;
+  *n = 0;
+  return rc;
+}

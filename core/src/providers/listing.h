@@ -44,4 +44,14 @@ int dx__list_take_queued(const dx_list_query_t *q, const dx__cursor_t *cur,
                          dx__list_cand_t *cands, size_t ncand, dx_instance_info_t *rows,
                          size_t *n, int *more, dx__cursor_t *last);
 
+/* The frame of list_page, the same in every provider. dx__list_page_open checks the
+** arguments and the query (*cur: where the page starts), clears the outputs and allocates
+** *rows for q->limit rows. dx__list_page_close takes the page's result rc: on success it sets
+** *next when `more` (the cursor of `last`); on any failure it frees the rows and clears *rows
+** and *n. Both return 0 or the error. */
+int dx__list_page_open(const dx_list_query_t *q, dx_instance_info_t **rows, size_t *n,
+                       char **next, dx__cursor_t *cur, dx_error_t *err);
+int dx__list_page_close(int rc, int more, const dx__cursor_t *last, dx_instance_info_t **rows,
+                        size_t *n, char **next, dx_error_t *err);
+
 #endif

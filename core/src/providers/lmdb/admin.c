@@ -147,12 +147,9 @@ int dx__lm_delete_instances(dx_provider_t *pp, const char *const *ids, size_t n,
                             uint64_t *deleted, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   uint64_t count = 0;
-  size_t i;
   tx_t t;
   int rc;
-  if (!ids && n) return dx_error_set(err, DX_EINVAL, "ids is NULL");
-  for (i = 0; i < n; i++)
-    if ((rc = dx__check_instance(ids[i], err))) return rc;
+  if ((rc = dx__check_instances(ids, n, err))) return rc;
   LM_WRITE(p, t, err, rc, delete_tx(&t, ids, n, force, &count), count = 0);
   if (deleted) *deleted = rc ? 0 : count;
   return rc;

@@ -415,22 +415,10 @@ int dx__lm_list_page(dx_provider_t *pp, int64_t now, const dx_list_query_t *q,
   int more = 0, rc;
   tx_t t;
   (void)now;
-  if (!rows || !n || !next) return dx_error_set(err, DX_EINVAL, "rows/n/next is NULL");
-  *rows = NULL;
-  *n = 0;
-  *next = NULL;
-  if ((rc = dx__list_query_check(q, &cur, err))) return rc;
-  if (!(*rows = calloc(q->limit, sizeof **rows))) return dx__lm_nomem(err);
-  if ((rc = dx__lm_begin_tx(p, 0, &t, err))) goto fail;
-  rc = dx__lm_tx_end(&t, list_page_tx(&t, q, &cur, *rows, n, &more, &last));
-  if (!rc && more && !(*next = dx__list_cursor(last.phase, last.at, last.seq)))
-    rc = dx__lm_nomem(err);
-  if (!rc) return 0;
-fail:
-  dx_instance_infos_free(*rows, *n);
-  *rows = NULL;
-  *n = 0;
-  return rc;
+  if ((rc = dx__list_page_open(q, rows, n, next, &cur, err))) return rc;
+  if (!(rc = dx__lm_begin_tx(p, 0, &t, err)))
+    rc = dx__lm_tx_end(&t, list_page_tx(&t, q, &cur, *rows, n, &more, &last));
+  return dx__list_page_close(rc, more, &last, rows, n, next, err);
 }
 
 /* {===== executions =====} */

@@ -107,22 +107,10 @@ int dx__pg_list_page(dx_provider_t *pp, int64_t now, const dx_list_query_t *q,
   int more = 0, rc;
   tx_t t;
   (void)now;
-  if (!rows || !n || !next) return dx_error_set(err, DX_EINVAL, "rows/n/next is NULL");
-  *rows = NULL;
-  *n = 0;
-  *next = NULL;
-  if ((rc = dx__list_query_check(q, &cur, err))) return rc;
-  if (!(*rows = calloc(q->limit, sizeof **rows))) return dx__pg_nomem(err);
-  if ((rc = dx__pg_read_begin((pg_t *)pp, &t, err))) goto fail;
-  rc = dx__pg_tx_end(&t, list_page_tx(&t, q, &cur, *rows, n, &more, &last));
-  if (!rc && more && !(*next = dx__list_cursor(last.phase, last.at, last.seq)))
-    rc = dx__pg_nomem(err);
-  if (!rc) return 0;
-fail:
-  dx_instance_infos_free(*rows, *n);
-  *rows = NULL;
-  *n = 0;
-  return rc;
+  if ((rc = dx__list_page_open(q, rows, n, next, &cur, err))) return rc;
+  if (!(rc = dx__pg_read_begin((pg_t *)pp, &t, err)))
+    rc = dx__pg_tx_end(&t, list_page_tx(&t, q, &cur, *rows, n, &more, &last));
+  return dx__list_page_close(rc, more, &last, rows, n, next, err);
 }
 
 /* {===== executions and queue rows =====} */
@@ -263,12 +251,9 @@ static int delete_tx(tx_t *t, const char *const *ids, size_t n, int force, uint6
 int dx__pg_delete_instances(dx_provider_t *pp, const char *const *ids, size_t n, int force,
                             uint64_t *deleted, dx_error_t *err) {
   uint64_t count = 0;
-  size_t i;
   tx_t t;
   int rc;
-  if (!ids && n) return dx_error_set(err, DX_EINVAL, "ids is NULL");
-  for (i = 0; i < n; i++)
-    if ((rc = dx__check_instance(ids[i], err))) return rc;
+  if ((rc = dx__check_instances(ids, n, err))) return rc;
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
   rc = dx__pg_tx_end(&t, delete_tx(&t, ids, n, force, &count));
   if (deleted) *deleted = rc ? 0 : count;
