@@ -326,30 +326,40 @@ static int fresh_work_token(tx_t *t, uint64_t *token) {
 /* {===== liveness: the locks of dead owners (live.c) =====} */
 
 /* Rows of session `sid` still locked (except row `skip`) are due now: their locker is dead. */
-static int reap_session(tx_t *t, const char *sid, int64_t now, uint64_t skip) {
-  seq_list_t l = {NULL, 0, 0};
-  dkey_t pre;
+/* The rows of l (seqs) still locked are due now, except row `skip` (0: none); with `p`, only
+** those whose locker (a handle of p's liveness table) is dead. Frees l. */
+static int locked_rows_due(tx_t *t, seq_list_t *l, int64_t now, uint64_t skip, lm_t *p) {
   size_t i;
-  int rc;
-  key_inst(&pre, sid);
-  /* sess_items keys end with be64 seq, as work_ident keys do */
-  rc = dx__lm_scan_prefix(t, DB_SESS_ITEMS, &pre, dx__lm_ident_cb, &l);
-  for (i = 0; i < l.n && !rc; i++) {
+  int rc = 0;
+  for (i = 0; i < l->n && !rc; i++) {
     work_row_t r, nw;
-    if (l.v[i] == skip) continue;
-    if ((rc = dx__lm_row_get(t, l.v[i], &r))) {
-      if (rc == DX_ENOTFOUND) rc = 0;
-      continue;
-    }
-    if (r.token && r.locked_until > now) {
+    if (l->v[i] == skip) continue;
+    if ((rc = dx__lm_row_get(t, l->v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
+    if (rc) break;
+    if (r.token && r.locked_until > now && (!p || !dx__lm_live_locker_alive(p, r.locker))) {
       nw = r; /* shares r's strings */
       nw.locked_until = now;
       rc = row_set(t, &r, &nw);
     }
     dx__lm_row_clear(&r);
   }
-  free(l.v);
+  free(l->v);
   return rc;
+}
+
+/* Rows of session `sid` still locked (except row `skip`) are due now: their locker is dead. */
+static int reap_session(tx_t *t, const char *sid, int64_t now, uint64_t skip) {
+  seq_list_t l = {NULL, 0, 0};
+  dkey_t pre;
+  int rc;
+  key_inst(&pre, sid);
+  /* sess_items keys end with be64 seq, as work_ident keys do */
+  rc = dx__lm_scan_prefix(t, DB_SESS_ITEMS, &pre, dx__lm_ident_cb, &l);
+  if (rc) {
+    free(l.v);
+    return rc;
+  }
+  return locked_rows_due(t, &l, now, skip, NULL);
 }
 
 static int sid_collect_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
@@ -518,24 +528,15 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
 int dx__lm_work_reap_dead(tx_t *t, lm_t *p, int64_t now) {
   seq_list_t l = {NULL, 0, 0};
   dkey_t pre;
-  size_t i;
   int rc;
   k_init(&pre);
   k_u8(&pre, 0);
   rc = dx__lm_scan_prefix(t, DB_WORK_LOCK, &pre, dx__lm_ident_cb, &l);
-  for (i = 0; i < l.n && !rc; i++) {
-    work_row_t r, nw;
-    if ((rc = dx__lm_row_get(t, l.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
-    if (rc) break;
-    if (r.token && r.locked_until > now && !dx__lm_live_locker_alive(p, r.locker)) {
-      nw = r; /* shares r's strings */
-      nw.locked_until = now;
-      rc = row_set(t, &r, &nw);
-    }
-    dx__lm_row_clear(&r);
+  if (rc) {
+    free(l.v);
+    return rc;
   }
-  free(l.v);
-  return rc;
+  return locked_rows_due(t, &l, now, 0, p);
 }
 
 int dx__lm_reap_dead_locks(tx_t *t, lm_t *p, int64_t now) {
