@@ -261,3 +261,58 @@ DX_TEST(pvf_capabilities_follow_the_instance_version) {
   M(nw)->destroy(nw);
   free(store);
 }
+
+/* {===== next_due_ms under the filter =====} */
+
+/* A worker whose only due work belongs to others (another tag, an orchestration version it
+** lacks) is told nothing is due (it sleeps instead of polling); work it takes, due later,
+** gives that later time. */
+DX_TEST(pvf_next_due_honours_the_filter) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = dx_pv_open(store), *q = dx_pv_open(store);
+  static const dx_orch_capability_t v1[] = {{"Order", "1.0.0"}};
+  dx_fetch_filter_t f;
+  const char *gpu[1] = {"gpu"};
+  int64_t due;
+  dx_work_item_t w;
+  put_activity(p, 1, "io", NULL);     /* plain work of another tag */
+  put_activity(p, 2, "io", "s1");     /* session work of another tag */
+  put_start(p, "pinned2", "Order", "2.0.0"); /* a start this worker cannot run */
+  memset(&f, 0, sizeof f);
+  f.tags = gpu;
+  f.n_tags = 1; /* Tags{gpu}: no untagged work */
+  f.capabilities_set = 1;
+  f.capabilities = v1;
+  f.n_capabilities = 1;
+  CHECK(M(p)->set_fetch_filter(p, &f, &E));
+  CHECK(M(p)->next_due_ms(p, T0, &due, &E));
+  ASSERT_EQ(due, INT64_MAX);
+  CHECK(M(q)->next_due_ms(q, T0, &due, &E)); /* no filter: the start is due */
+  ASSERT_EQ(due, T0);
+  /* work it takes, due later: that time */
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_ACT_EXECUTE;
+  w.instance = "B";
+  w.execution_id = 1;
+  w.id = 3;
+  w.name = "Act";
+  w.data = "null";
+  w.tag = "gpu";
+  CHECK(M(p)->enqueue_for_worker(p, T0 + 500, &w, &E));
+  CHECK(M(p)->next_due_ms(p, T0, &due, &E));
+  ASSERT_EQ(due, T0 + 500);
+  w.kind = DX_WI_START;
+  w.instance = "runs1";
+  w.id = 0;
+  w.name = "Order";
+  w.version = "1.0.0";
+  w.tag = NULL;
+  CHECK(M(p)->enqueue_for_orchestrator(p, T0 + 300, &w, 0, &E));
+  CHECK(M(p)->next_due_ms(p, T0, &due, &E));
+  ASSERT_EQ(due, T0 + 300);
+  ASSERT_STR_EQ(take_orch(p, T0 + 300, NULL), "runs1");
+  ASSERT_EQ(take(p, T0 + 500, NULL), 3);
+  M(p)->destroy(p);
+  M(q)->destroy(q);
+  free(store);
+}

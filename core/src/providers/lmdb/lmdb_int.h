@@ -532,6 +532,8 @@ int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_can
 /* The same for one index (DB_WORK_READY or DB_WORK_LOCK). */
 int dx__lm_work_db_heads(tx_t *t, int db, const dx_fetch_filter_t *f, int64_t now,
                          work_cand_t *c);
+/* When the earliest session head whose row has a tag `f` takes is due (LM_NEVER: none). */
+int dx__lm_sess_heads_due(tx_t *t, const dx_fetch_filter_t *f, int64_t *out);
 int dx__lm_ident_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud);
 int dx__lm_work_cancel(tx_t *t, const dx_activity_ref_t *ref);
 int dx__lm_row_set(tx_t *t, const work_row_t *old, const work_row_t *nw);

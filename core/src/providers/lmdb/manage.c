@@ -6,8 +6,9 @@
 #include "providers/listing.h"
 
 /* Earliest due time over the orchestrator indexes (orch), the plain worker indexes (work)
-** and the session heads (sess). A due session head may belong to a session another worker
-** holds: the fetch then finds nothing and the runtime waits a poll interval. */
+** and the session heads (sess), counting only work the filter `f` takes (tags,
+** capabilities). A due session head may belong to a session another worker holds: the
+** fetch then finds nothing and the runtime waits a poll interval. */
 static int due_time(tx_t *t, const dx_fetch_filter_t *f, int orch, int work, int sess,
                     int64_t *out) {
   static const int orch_dbs[] = {DB_ORCH_READY, DB_ORCH_LOCK};
@@ -35,13 +36,9 @@ static int due_time(tx_t *t, const dx_fetch_filter_t *f, int orch, int work, int
     if (c.found && c.at < *out) *out = c.at;
   }
   if (sess) {
-    dkey_t none;
-    MDB_val k;
-    k_init(&none);
-    rc = dx__lm_head_key(t, DB_SESS_HEADS, &none, &k);
-    if (rc && rc != DX_ENOTFOUND) return rc;
-    if (rc == 0 && k.mv_size >= 8 && (int64_t)get_u64(k.mv_data) < *out)
-      *out = (int64_t)get_u64(k.mv_data);
+    int64_t at;
+    if ((rc = dx__lm_sess_heads_due(t, f, &at))) return rc;
+    if (at < *out) *out = at;
   }
   return 0;
 }

@@ -175,6 +175,32 @@ static int sess_tag_ok(tx_t *t, const dx_fetch_filter_t *f, uint64_t seq, int *o
   return 0;
 }
 
+typedef struct {
+  const dx_fetch_filter_t *f;
+  int64_t *out;
+} sess_due_scan_t;
+
+/* sess_heads in time order: the first head whose row has a tag this worker takes. */
+static int sess_due_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  sess_due_scan_t *s = ud;
+  int ok, rc;
+  (void)v;
+  if (k->mv_size < 18 || ((const char *)k->mv_data)[k->mv_size - 1] != 0)
+    return dx__lm_corrupt(t, DB_SESS_HEADS, "bad key", "%zu-byte key", k->mv_size);
+  if ((rc = sess_tag_ok(t, s->f, get_u64((const char *)k->mv_data + 8), &ok))) return rc;
+  if (!ok) return 0;
+  *s->out = (int64_t)get_u64(k->mv_data);
+  return 1;
+}
+
+int dx__lm_sess_heads_due(tx_t *t, const dx_fetch_filter_t *f, int64_t *out) {
+  sess_due_scan_t s = {f, out};
+  dkey_t none;
+  *out = LM_NEVER;
+  k_init(&none);
+  return dx__lm_scan_prefix(t, DB_SESS_HEADS, &none, sess_due_cb, &s);
+}
+
 /* Consider the earliest row of session `sid` (due at `due`). */
 static void sess_cand(const char *sid, uint64_t due, uint64_t seq, int kind, int64_t now,
                       work_cand_t *c) {

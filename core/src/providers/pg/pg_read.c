@@ -182,19 +182,23 @@ int dx__pg_depths(dx_provider_t *pp, dx_queue_depths_t *out, dx_error_t *err) {
 }
 
 int dx__pg_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *err) {
+  pg_t *p = (pg_t *)pp;
   PGresult *res = NULL;
+  qp_t q;
   int rc;
   if (!out) return dx_error_set(err, DX_EINVAL, "out is NULL");
   *out = PG_NEVER;
-  if (((pg_t *)pp)->liveness) {
-    qp_t q;
-    dx__qp_init(&q);
+  /* what this worker takes (set_fetch_filter): the same rules as its fetches */
+  dx__qp_init(&q);
+  dx__qp_i64(&q, dx_fetch_filter_accepts_tag(p->filter, NULL));
+  dx__qp_str(&q, p->tags_param);
+  dx__qp_str(&q, p->cap_names);
+  dx__qp_str(&q, p->cap_versions);
+  if (p->liveness) {
     dx__qp_i64(&q, now);
-    dx__qp_i64(&q, dx__pg_live_next_sweep((pg_t *)pp));
-    rc = dx__pg_one((pg_t *)pp, 0, PQ_NEXT_DUE_LIVE, &q, &res, err);
-  } else {
-    rc = dx__pg_one((pg_t *)pp, 0, PQ_NEXT_DUE, NULL, &res, err);
+    dx__qp_i64(&q, dx__pg_live_next_sweep(p));
   }
+  rc = dx__pg_one(p, 0, p->liveness ? PQ_NEXT_DUE_LIVE : PQ_NEXT_DUE, &q, &res, err);
   if (!rc && !dx__col_null(res, 0, 0)) *out = dx__col_i64(res, 0, 0);
   PQclear(res);
   return rc;

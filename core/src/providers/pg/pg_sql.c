@@ -502,6 +502,38 @@ const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__p
   " AND CASE WHEN " row ".tag IS NULL THEN " untagged " <> 0 ELSE " row ".tag = ANY(" tags \
   ") END"
 
+/* Rolling deployments: the orchestration an orchestrator-queue row `q` asks for: its first
+** start visible at `now` (s), else its instance record (i); joined only when the worker has
+** capabilities (`names` not NULL). */
+#define CAN_RUN_JOIN(now, names)                                                            \
+  " LEFT JOIN LATERAL (SELECT m.start_name, m.start_version FROM orch_msgs m"              \
+  " WHERE " names " IS NOT NULL AND m.instance_id = q.instance_id"                          \
+  " AND m.start_name IS NOT NULL AND m.visible_at <= " now " ORDER BY m.seq LIMIT 1) s"     \
+  " ON true LEFT JOIN instances i ON " names " IS NOT NULL AND i.instance_id = q.instance_id"
+
+/* ... and may the worker run it (capabilities `names`/`versions`; NULL: any instance)? An
+** instance known by neither is taken (its turn drops or parks the messages). */
+#define CAN_RUN(names, versions)                                                            \
+  " (" names " IS NULL OR COALESCE(s.start_name, i.name) IS NULL"                           \
+  " OR (s.start_name IS NOT NULL AND s.start_version IS NULL"                               \
+  " AND s.start_name = ANY(" names "))"                                                     \
+  " OR (COALESCE(s.start_name, i.name), CASE WHEN s.start_name IS NOT NULL"                 \
+  " THEN s.start_version ELSE i.version END) IN (SELECT * FROM unnest(" names ", " versions \
+  ")))"
+
+/* next_due_ms: the earliest due time of the work this worker's filter takes ($1 untagged,
+** $2 tags, $3/$4 capabilities): instances it can run (a start counts whenever it becomes
+** visible), plain rows of its tags (each from its own index), session rows of its tags. */
+#define NEXT_DUE_OF_FILTER                                                                  \
+  " (SELECT q.due_at FROM orch_queue q" CAN_RUN_JOIN("9223372036854775807", "$3::text[]")    \
+  " WHERE q.due_at IS NOT NULL AND" CAN_RUN("$3::text[]", "$4::text[]")                     \
+  " ORDER BY q.due_at LIMIT 1),"                                                            \
+  " (SELECT min(due_at) FROM work WHERE session_id IS NULL AND tag IS NULL"                 \
+  " AND $1::bigint <> 0),"                                                                  \
+  " (SELECT min(due_at) FROM work WHERE session_id IS NULL AND tag = ANY($2::text[])),"     \
+  " (SELECT min(w.due_at) FROM work w WHERE w.session_id IS NOT NULL"                        \
+  TAG_OK("w", "$1::bigint", "$2::text[]") ")"
+
 /* A claimable-or-owned session row is only a candidate when it is its session's head. */
 #define SESSION_HEAD                                                                        \
   " AND NOT EXISTS (SELECT 1 FROM work x WHERE x.session_id = w.session_id"                 \
@@ -533,15 +565,8 @@ static const char *const SQL[PQ__COUNT] = {
     ** With capabilities ($5 names, $6 versions; NULL: any), only instances this worker can
     ** run: the orchestration its first visible start asks for, else the instance's own. */
     "WITH c AS (SELECT q.instance_id, q.due_at FROM orch_queue q"
-    " LEFT JOIN LATERAL (SELECT m.start_name, m.start_version FROM orch_msgs m"
-    " WHERE $5::text[] IS NOT NULL AND m.instance_id = q.instance_id"
-    " AND m.start_name IS NOT NULL AND m.visible_at <= $1::bigint ORDER BY m.seq LIMIT 1) s"
-    " ON true LEFT JOIN instances i ON $5::text[] IS NOT NULL AND i.instance_id = q.instance_id"
-    " WHERE q.due_at <= $1::bigint AND ($5::text[] IS NULL"
-    " OR COALESCE(s.start_name, i.name) IS NULL"
-    " OR (s.start_name IS NOT NULL AND s.start_version IS NULL AND s.start_name = ANY($5::text[]))"
-    " OR (COALESCE(s.start_name, i.name), CASE WHEN s.start_name IS NOT NULL THEN s.start_version"
-    " ELSE i.version END) IN (SELECT * FROM unnest($5::text[], $6::text[])))"
+    CAN_RUN_JOIN("$1::bigint", "$5::text[]")
+    " WHERE q.due_at <= $1::bigint AND" CAN_RUN("$5::text[]", "$6::text[]")
     " ORDER BY q.due_at, q.instance_id LIMIT $3::bigint FOR UPDATE OF q SKIP LOCKED),"
     " u AS (UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text"
@@ -764,12 +789,13 @@ static const char *const SQL[PQ__COUNT] = {
     " AND event_id = $3::bigint",
   [PQ_TEST_EXPIRE] = "UPDATE sessions SET locked_until = $2::bigint WHERE session_id = $1",
   [PQ_NEXT_DUE_LIVE] = /* liveness on: while worker rows or instances are in flight, look
-    ** again soon (their holder may die; the next fetch sweeps dead holders' locks) */
-    "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work),"
-    " CASE WHEN EXISTS (SELECT 1 FROM work WHERE lock_token IS NOT NULL"
-    " AND locked_until > $1::bigint)"
+    ** again soon (their holder may die; the next fetch sweeps dead holders' locks)
+    ** ($5 now, $6 the next sweep; rows of tags it does not take are not its concern) */
+    "SELECT LEAST(" NEXT_DUE_OF_FILTER ","
+    " CASE WHEN EXISTS (SELECT 1 FROM work w WHERE w.lock_token IS NOT NULL"
+    " AND w.locked_until > $5::bigint" TAG_OK("w", "$1::bigint", "$2::text[]") ")"
     " OR EXISTS (SELECT 1 FROM orch_queue WHERE locked_by IS NOT NULL"
-    " AND locked_until > $1::bigint) THEN $2::bigint END)",
+    " AND locked_until > $5::bigint) THEN $6::bigint END)",
   /* management (admin.c): a page of recorded instances newest first, strictly after the
   ** cursor ($1, $2); $7 status: -1 any, -2 terminal, else a status (continued-as-new counts
   ** as running). One row more than asked tells whether a next page exists. */
@@ -852,8 +878,7 @@ static const char *const SQL[PQ__COUNT] = {
     " (SELECT 0 AS o, key, value, updated_at FROM kv_delta WHERE instance_id = $1 UNION ALL"
     " SELECT 1, key, value, updated_at FROM kv WHERE instance_id = $1) u ORDER BY key, o) m"
     " WHERE value IS NOT NULL ORDER BY key",
-  [PQ_NEXT_DUE] =
-    "SELECT LEAST((SELECT min(due_at) FROM orch_queue), (SELECT min(due_at) FROM work))",
+  [PQ_NEXT_DUE] = "SELECT LEAST(" NEXT_DUE_OF_FILTER ")",
 };
 
 static const char *const NAMES[PQ__COUNT] = {
