@@ -43,6 +43,9 @@ typedef struct {
   uint8_t emitted;      /* the code has emitted the action matched to this event */
   uint8_t cancelled;    /* cancelled this turn or earlier */
   uint8_t has_crumb;    /* a cancel breadcrumb for it exists in history */
+  uint8_t dropped_crumb; /* persisted history cancelled it (a dropped_future breadcrumb) */
+  uint8_t code_cancelled; /* the code cancelled it while it was pending, in this run */
+  uint8_t hist_completed; /* a completion for it exists in persisted history */
   uint8_t delivered;    /* (waits) an event was delivered */
   uint8_t completed;    /* a completion for it exists in history or this batch */
   uint64_t order;       /* history position of the completion */
@@ -641,9 +644,51 @@ static void cancel_outstanding(dx_turn_t *t, uint64_t id, const char *reason) {
   }
 }
 
+/* Replay must cancel what history cancelled (and only that): a cancel the code makes while
+** replaying, of a future that persisted history neither cancelled nor completed, is one
+** the original run never made (it would have left a breadcrumb). A cancel of a future whose
+** completion is in history may be one that changed nothing then, so it passes. Timers leave
+** no breadcrumb (as the reference): they are not checked. */
+static int cancel_replays(dx_turn_t *t, uint64_t id, const slot_t *s) {
+  const dx_event_t *e = ev_at(t, id);
+  if (!dx_turn_is_replaying(t) || id > t->n_hist || e->kind == DX_EV_TIMER_CREATED ||
+      s->has_crumb || s->hist_completed)
+    return 1;
+  NONDET(t, "nondeterministic: %s%s%s at event %" PRIu64 " was not cancelled in history but "
+            "the code now cancels it",
+         kind_word(e->kind), e->name ? " " : "", e->name ? e->name : "", id);
+  return 0;
+}
+
 void dx_turn_cancel(dx_turn_t *t, uint64_t token) {
+  const dx_event_t *e = ev_at(t, token);
+  slot_t *s;
   if (t->fatal) return;
+  s = e && is_schedule_kind(e->kind) ? slot(t, token) : NULL;
+  if (s && s->emitted && s->state == DX_FUT_PENDING && !s->code_cancelled) {
+    s->code_cancelled = 1;
+    if (!cancel_replays(t, token, s)) return;
+  }
   cancel_outstanding(t, token, "dropped_future");
+}
+
+/* The other direction, once the code has run past history: every future persisted history
+** cancelled (dropped_future) the code must have cancelled again. A code that returned or
+** continued-as-new drops what it still holds, so a future still pending then passes (the
+** reference's drop-on-return). */
+static void check_cancels_replayed(dx_turn_t *t) {
+  uint64_t id;
+  int ended = t->run_state == DX_RUN_DONE || t->run_state == DX_RUN_CAN;
+  for (id = 1; id <= t->n_hist && id < t->slots.n && !t->fatal; id++) {
+    const slot_t *s = &t->slots.v[id];
+    const dx_event_t *e;
+    if (!s->dropped_crumb || s->code_cancelled || (ended && s->state == DX_FUT_PENDING))
+      continue;
+    e = ev_at(t, id);
+    NONDET(t, "nondeterministic: %s%s%s at event %" PRIu64 " was cancelled in history but "
+              "the code no longer cancels it",
+           kind_word(e->kind), e->name ? " " : "", e->name ? e->name : "", id);
+  }
 }
 
 /* {===== metadata =====} */
@@ -1162,9 +1207,11 @@ static void index_history(dx_turn_t *t) {
     if (is_crumb_kind(e->kind)) {
       slot_t *s = slot(t, e->source_id);
       if (s) s->has_crumb = 1;
+      if (s && id <= t->n_hist && same_str(e->reason, "dropped_future")) s->dropped_crumb = 1;
     } else if (schedule_kind_for(e->kind)) {
       slot_t *s = slot(t, e->source_id);
       if (s) s->completed = 1;
+      if (s && id <= t->n_hist) s->hist_completed = 1;
     }
   }
   t->n_sched_known = t->sched.n;
@@ -1231,6 +1278,7 @@ static void run_code(dx_turn_t *t) {
               " that the code no longer schedules",
            kind_word(e->kind), e->name ? " " : "", e->name ? e->name : "", e->event_id);
   }
+  check_cancels_replayed(t);
 }
 
 static void turn_body(dx_turn_t *t) {
