@@ -342,4 +342,47 @@ describe("future:cancel()", function()
                       "TimerCreated", "TimerFired", "OrchestrationCompleted" },
                     types_of(env:history(id)))
   end)
+
+  -- code of the instance "Waiter" that cancels its wait for "x" (or not) after a timer
+  local function waiter(cancel)
+    return function(d)
+      d.orchestration("Waiter", function(ctx)
+        local w = ctx:schedule_wait("x")
+        ctx:schedule_timer(10):await()
+        if cancel then w:cancel() end
+        return ctx:schedule_wait("go"):await()
+      end)
+    end
+  end
+
+  -- run Waiter (cancelling or not) up to its wait for "go"; its history, not terminal
+  local function waiting_history(cancel)
+    waiter(cancel)({ orchestration = function(name, fn) env:register_orchestration(name, fn) end })
+    local id = env:start(nil, "Waiter")
+    env:run_until_idle()
+    env:advance(10)
+    env:run_until_idle()
+    assert.are.equal("Running", env:status(id).status)
+    return env:history(id)
+  end
+
+  it("a cancel the code no longer makes is nondeterminism naming the future", function()
+    local h = waiting_history(true)
+    assert.are.equal(1, count(h, "ExternalSubscribedCancelled"))
+    assert.is_true((testing.check_replay(h, waiter(true))))
+    local ok, err = testing.check_replay(h, waiter(false))
+    assert.is_false(ok)
+    assert.matches("nondeterministic: event wait x at event 2 was cancelled in history but the " ..
+                   "code no longer cancels it", err, 1, true)
+  end)
+
+  it("a cancel the code newly makes on replay is nondeterminism naming the future", function()
+    local h = waiting_history(false)
+    assert.are.equal(0, count(h, "ExternalSubscribedCancelled"))
+    assert.is_true((testing.check_replay(h, waiter(false))))
+    local ok, err = testing.check_replay(h, waiter(true))
+    assert.is_false(ok)
+    assert.matches("nondeterministic: event wait x at event 2 was not cancelled in history but " ..
+                   "the code now cancels it", err, 1, true)
+  end)
 end)
