@@ -1,4 +1,4 @@
--- Client API: start, status, wait, raise_event, cancel, history, list.
+-- Client API: start, status, wait, raise_event, raise_many, cancel, history, list.
 local duroxide = require("duroxide")
 local H = require("helpers")
 
@@ -88,6 +88,66 @@ describe("client", function()
     assert.is_nil(ok)
     assert.is_string(err.message)
     assert.is_true(#err.message > 0)
+  end)
+
+  it("raise_many raises every event in one call, in order, and returns the count", function()
+    local pair = env:orchestration("Pair", function(ctx)
+      local a = ctx:schedule_wait("go"):await()
+      local b = ctx:schedule_wait("go"):await()
+      return { a, b == nil and "null" or b }
+    end)
+    local p1, p2 = env:start(pair), env:start(pair)
+    env:await_event(p1, "ExternalSubscribed")
+    env:await_event(p2, "ExternalSubscribed")
+    assert.are.equal(4, env.client:raise_many({ { p1, "go", "a1" }, { p2, "go", { n = 2 } },
+                                                { p1, "go", "a2" }, { p2, "go" } }))
+    assert.are.same({ "a1", "a2" }, env:wait(p1).output)
+    local out = env:wait(p2).output
+    assert.are.same({ n = 2 }, out[1])
+    assert.are.equal("null", out[2]) -- absent data is null
+    assert.are.equal(0, env.client:raise_many({}))
+  end)
+
+  it("raise_many: a bad entry returns nil, err naming it and raises nothing", function()
+    local id = env:start(waiter)
+    env:await_event(id, "ExternalSubscribed")
+    local ok, err = env.client:raise_many({ { id, "go", 1 }, { "nobody-home", "go", 2 } })
+    assert.is_nil(ok)
+    assert.are.equal("client", err.category)
+    assert.matches("entry 2: unknown instance 'nobody-home'", err.message, 1, true)
+    ok, err = env.client:raise_many({ { id, "go", 1 }, { id, string.rep("e", 401), 2 } })
+    assert.is_nil(ok)
+    assert.matches("entry 2: event name is 401 bytes", err.message, 1, true)
+    ok, err = env.client:raise_many({ { id, "go", "{" }, { id, "go", string.rep("x", 300000) } })
+    assert.is_nil(ok)
+    assert.matches("entry 2: event data: payload is", err.message, 1, true)
+    -- nothing reached the instance: the next single raise is the first event it sees
+    assert.is_true(env.client:raise_event(id, "go", "only"))
+    assert.are.equal("only", env:wait(id).output)
+    local events = 0
+    for _, e in ipairs(env.client:history(id)) do
+      if e.type == "ExternalEvent" then events = events + 1 end
+    end
+    assert.are.equal(1, events)
+  end)
+
+  it("raise_many raises on a malformed argument, naming the entry", function()
+    local id = env:start(waiter)
+    local cases = {
+      { { { id, "go" }, "x" }, "raise_many: entry 2 must be {id, name [, data]}" },
+      { { { id } }, "raise_many: entry 1 must be {id, name [, data]}" },
+      { { { id, 7 } }, "raise_many: entry 1 must be {id, name [, data]}" },
+      { { { id, "g\0o" } }, "raise_many: entry 1: event name must not contain a NUL byte" },
+      { { { id, "go", function() end } }, "raise_many: entry 1: data" },
+    }
+    for _, case in ipairs(cases) do
+      local ok, err = pcall(env.client.raise_many, env.client, case[1])
+      assert.is_false(ok)
+      assert.matches(case[2], tostring(err), 1, true)
+    end
+    assert.has_error(function() env.client:raise_many("x") end)
+    assert.is_true(env.client:raise_event(id, "go", "after"))
+    assert.are.equal("after", env:wait(id).output)
   end)
 
   it("cancel fails a running instance with a canceled error", function()

@@ -523,6 +523,38 @@ DX_TEST(own_loop_run_and_request_stop_from_thread) {
 
 /* {===== the client with bad arguments =====} */
 
+/* The orchestrator queue's message count (starts and raises not yet taken). */
+static uint64_t queued_messages(dx_client_t *c) {
+  dx_provider_t *p = dx_client_provider(c);
+  dx_queue_depths_t d;
+  dx_error_t err;
+  ASSERT_OK(p->methods->get_queue_depths(p, &d, &err));
+  return d.orchestrator;
+}
+
+DX_TEST(client_raise_many_is_all_or_nothing) {
+  dx_client_t *c = NULL;
+  dx_error_t err;
+  dx_raise_t ok[3] = {{"r1", "E", "1"}, {"r2", "E", NULL}, {"r1", "F", "{\"a\": [1]}"}};
+  dx_raise_t bad[2] = {{"r1", "E", "1"}, {"nope", "E", "2"}};
+  dx_raise_t bad_json[2] = {{"r1", "E", "1"}, {"r2", "E", "{bad"}};
+  ASSERT_EQ(dx_client_raise_many(NULL, ok, 3, &err), DX_EINVAL);
+  ASSERT_OK(dx_client_open(&c, store_dir(), &err));
+  ASSERT_EQ(dx_client_raise_many(c, NULL, 1, &err), DX_EINVAL);
+  ASSERT_OK(dx_client_start(c, "r1", "X", NULL, NULL, &err));
+  ASSERT_OK(dx_client_start(c, "r2", "X", NULL, NULL, &err));
+  ASSERT_EQ(queued_messages(c), 2);
+  ASSERT_EQ(dx_client_raise_many(c, bad, 2, &err), DX_ENOTFOUND);
+  ASSERT_STR_EQ(err.msg, "entry 2: unknown instance 'nope'");
+  ASSERT_EQ(dx_client_raise_many(c, bad_json, 2, &err), DX_EJSON);
+  ASSERT(strncmp(err.msg, "entry 2: event data: ", 21) == 0);
+  ASSERT_EQ(queued_messages(c), 2); /* nothing written */
+  ASSERT_OK(dx_client_raise_many(c, ok, 0, &err));
+  ASSERT_OK(dx_client_raise_many(c, ok, 3, &err));
+  ASSERT_EQ(queued_messages(c), 5);
+  dx_client_close(c);
+}
+
 DX_TEST(client_null_arguments) {
   dx_client_t *c = NULL;
   dx_instance_info_t info;

@@ -54,64 +54,115 @@ static int l_start(lua_State *L) {
   return 1;
 }
 
-/* Field of a start_many entry at idx: a string (NULL when absent or not a string); *nul is
-** set to `what` when it holds a NUL byte (C would cut it there). */
-static const char *entry_text(lua_State *L, int idx, const char *what, const char **nul) {
-  size_t n;
-  const char *s;
-  if (lua_type(L, idx) != LUA_TSTRING) return NULL;
-  s = lua_tolstring(L, idx, &n);
-  if (memchr(s, '\0', n)) *nul = what;
-  return s;
+/* A batch argument (client:start_many, client:raise_many): argument 2 is a list of entries,
+** each a list of fields. spec[f] says what field f is: 't' required text, 'o' optional text,
+** 'j' any encodable value (absent = null). */
+typedef struct {
+  const char *fn;            /* "start_many" */
+  const char *spec;          /* "ttjo" */
+  const char *const *names;  /* field names for errors */
+  const char *shape;         /* "{id, name, input [, version]}" */
+} batch_spec_t;
+
+/* Free the JSON fields of the first n entries of v. */
+static void batch_free(const batch_spec_t *b, const char **v, lua_Integer n) {
+  size_t nf = strlen(b->spec), f;
+  lua_Integer i;
+  for (i = 0; i < n; i++)
+    for (f = 0; f < nf; f++)
+      if (b->spec[f] == 'j') free((char *)v[i * (lua_Integer)nf + (lua_Integer)f]);
+}
+
+/* Read every entry into a GC-owned array (left on the stack): v[i * nf + f] is field f of
+** entry i, texts borrowed from the argument table, JSON malloc'd (batch_free). A bad entry
+** raises "<fn>: entry N ..." naming it, before anything is sent. */
+static const char **batch_read(lua_State *L, const batch_spec_t *b, lua_Integer *n_out) {
+  size_t nf = strlen(b->spec), f;
+  lua_Integer n, i;
+  const char **v;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  n = luaL_len(L, 2);
+  if (n < 0 || (lua_Unsigned)n > (lua_Unsigned)(SIZE_MAX / sizeof *v / nf - 1))
+    luaL_error(L, "%s: too many entries", b->fn);
+  v = lua_newuserdatauv(L, sizeof *v * nf * (size_t)(n ? n : 1), 0);
+  memset(v, 0, sizeof *v * nf * (size_t)(n ? n : 1));
+  for (i = 0; i < n; i++) {
+    char why[512];
+    int bad = 0; /* 1: not the entry's shape; 2: `why` says what */
+    lua_geti(L, 2, i + 1);
+    if (!lua_istable(L, -1)) bad = 1;
+    for (f = 0; f < nf && !bad; f++) {
+      const char **slot = &v[i * (lua_Integer)nf + (lua_Integer)f];
+      size_t len;
+      lua_geti(L, -1, (lua_Integer)f + 1);
+      if (b->spec[f] == 'j') {
+        if (!(*slot = dx__lua_to_json(L, -1, b->names[f], why, sizeof why))) bad = 2;
+      } else if (lua_type(L, -1) == LUA_TSTRING) {
+        *slot = lua_tolstring(L, -1, &len); /* referenced by the argument table */
+        if (memchr(*slot, '\0', len)) {
+          snprintf(why, sizeof why, "%s must not contain a NUL byte", b->names[f]);
+          bad = 2;
+        }
+      } else if (b->spec[f] == 't' || !lua_isnil(L, -1)) {
+        bad = 1;
+      }
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    if (bad) {
+      batch_free(b, v, i + 1);
+      if (bad == 2) luaL_error(L, "%s: entry %d: %s", b->fn, (int)(i + 1), why);
+      luaL_error(L, "%s: entry %d must be %s", b->fn, (int)(i + 1), b->shape);
+    }
+  }
+  *n_out = n;
+  return v;
 }
 
 /* client:start_many({ {id, name, input [, version]}, ... }): one durable commit. */
 static int l_start_many(lua_State *L) {
+  static const char *const names[] = {"instance id", "orchestration name", "input", "version"};
+  static const batch_spec_t spec = {"start_many", "ttjo", names,
+                                    "{id, name, input [, version]}"};
   dx_client_t *c = dxl_check_client(L);
   lua_Integer n, i;
-  dx_start_t *st;
-  char **inputs;
+  const char **v = batch_read(L, &spec, &n);
+  dx_start_t *st = lua_newuserdatauv(L, sizeof *st * (size_t)(n ? n : 1), 0);
   dx_error_t err;
-  const char *nul = NULL;
   int rc;
-  luaL_checktype(L, 2, LUA_TTABLE);
-  n = luaL_len(L, 2);
-  st = lua_newuserdatauv(L, sizeof *st * (size_t)(n ? n : 1), 0);     /* freed by GC */
-  inputs = lua_newuserdatauv(L, sizeof *inputs * (size_t)(n ? n : 1), 0);
-  memset(inputs, 0, sizeof *inputs * (size_t)(n ? n : 1));
   for (i = 0; i < n; i++) {
-    char err_text[512];
-    lua_geti(L, 2, i + 1);
-    if (!lua_istable(L, -1)) {
-      rc = (int)i;
-      goto bad;
-    }
-    lua_geti(L, -1, 1);
-    lua_geti(L, -2, 2);
-    lua_geti(L, -3, 3);
-    lua_geti(L, -4, 4);
-    st[i].id = entry_text(L, -4, "instance id", &nul);
-    st[i].name = entry_text(L, -3, "orchestration name", &nul);
-    st[i].version = entry_text(L, -1, "version", &nul);
-    inputs[i] = dx__lua_to_json(L, -2, "input", err_text, sizeof err_text);
-    st[i].input = inputs[i];
-    /* keep the strings alive: they stay referenced by the argument table */
-    lua_pop(L, 5);
-    if (!inputs[i] || !st[i].id || !st[i].name || nul) {
-      rc = (int)i;
-      goto bad;
-    }
+    st[i].id = v[i * 4];
+    st[i].name = v[i * 4 + 1];
+    st[i].input = v[i * 4 + 2];
+    st[i].version = v[i * 4 + 3];
   }
   rc = dx_client_start_many(c, st, (size_t)n, &err);
-  for (i = 0; i < n; i++) free(inputs[i]);
+  batch_free(&spec, v, n);
   if (rc != 0) return dxl_client_fail(L, &err);
   lua_pushinteger(L, n);
   return 1;
-bad:
-  for (i = 0; i < n; i++) free(inputs[i]);
-  if (nul) return luaL_error(L, "start_many: entry %d: %s must not contain a NUL byte", rc + 1, nul);
-  return luaL_error(L, "start_many: entry %d must be {id, name, input [, version]} with an "
-                    "encodable input", rc + 1);
+}
+
+/* client:raise_many({ {id, name [, data]}, ... }): one durable commit. */
+static int l_raise_many(lua_State *L) {
+  static const char *const names[] = {"instance id", "event name", "data"};
+  static const batch_spec_t spec = {"raise_many", "ttj", names, "{id, name [, data]}"};
+  dx_client_t *c = dxl_check_client(L);
+  lua_Integer n, i;
+  const char **v = batch_read(L, &spec, &n);
+  dx_raise_t *r = lua_newuserdatauv(L, sizeof *r * (size_t)(n ? n : 1), 0);
+  dx_error_t err;
+  int rc;
+  for (i = 0; i < n; i++) {
+    r[i].id = v[i * 3];
+    r[i].name = v[i * 3 + 1];
+    r[i].data = v[i * 3 + 2];
+  }
+  rc = dx_client_raise_many(c, r, (size_t)n, &err);
+  batch_free(&spec, v, n);
+  if (rc != 0) return dxl_client_fail(L, &err);
+  lua_pushinteger(L, n);
+  return 1;
 }
 
 static int l_raise(lua_State *L) {
@@ -359,6 +410,7 @@ static int l_close(lua_State *L) {
 int dxl_client_new(lua_State *L) {
   static const luaL_Reg methods[] = {{"start", l_start}, {"start_many", l_start_many},
                                      {"raise_event", l_raise},
+                                     {"raise_many", l_raise_many},
                                      {"enqueue_event", l_enqueue},
                                      {"wait_for_status_change", l_wait_status_change},
                                      {"get_kv_value", l_kv_get},

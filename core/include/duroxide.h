@@ -180,6 +180,17 @@ int dx_client_start_many(dx_client_t *c, const dx_start_t *starts, size_t n, dx_
 /** Raise event `name` with JSON `data`. DX_ENOTFOUND for an unknown instance. */
 int dx_client_raise(dx_client_t *c, const char *id, const char *name, const char *data,
                     dx_error_t *err);
+/** One raise for dx_client_raise_many (all fields borrowed). */
+typedef struct dx_raise_s {
+  const char *id;
+  const char *name;
+  const char *data;     /* JSON text, NULL = null */
+} dx_raise_t;
+/** Raise many events in one durable commit: all or nothing. Every entry is checked first
+**  (as dx_client_raise: DX_ENOTFOUND for an unknown instance, DX_EINVAL / DX_EJSON /
+**  DX_ETOOBIG for bad arguments); on error nothing is written and err starts with
+**  "entry N: " naming the first bad entry (1-based). */
+int dx_client_raise_many(dx_client_t *c, const dx_raise_t *raises, size_t n, dx_error_t *err);
 /** Request cancellation. DX_ENOTFOUND for an unknown instance. */
 /** Enqueue `data` (JSON text; NULL = null) on event queue `queue` of instance `id`, for
 **  ctx:dequeue_event (kept until dequeued). DX_ENOTFOUND for an unknown instance, DX_EINVAL /

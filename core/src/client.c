@@ -154,13 +154,13 @@ static int require_instance(dx_client_t *c, const char *id, dx_error_t *err) {
   return rc;
 }
 
-/* raise_event and enqueue_event: a named message with data for an existing instance. */
-static int send_event(dx_client_t *c, int kind, const char *id, const char *name_what,
-                      const char *name, const char *data, dx_error_t *err) {
-  dx_work_item_t w;
+/* raise_event and enqueue_event: check a named message with data for an existing instance
+** and build its work item (w->data is malloc'd: free it). */
+static int prepare_event(dx_client_t *c, int kind, const char *id, const char *name_what,
+                         const char *name, const char *data, dx_work_item_t *w,
+                         dx_error_t *err) {
   char *json = NULL;
   int rc;
-  if (!c) return dx_error_set(err, DX_EINVAL, "NULL client");
   if ((rc = check_id("instance id", id, err)) != 0) return rc;
   if ((rc = check_len(name_what, name, DX_MAX_EVENT_NAME_BYTES, err)) != 0) return rc;
   if ((rc = canonical("event data", data, &json, err)) != 0) return rc;
@@ -168,19 +168,59 @@ static int send_event(dx_client_t *c, int kind, const char *id, const char *name
     free(json);
     return rc;
   }
-  memset(&w, 0, sizeof w);
-  w.kind = kind;
-  w.instance = (char *)id;
-  w.name = (char *)name;
-  w.data = json;
+  memset(w, 0, sizeof *w);
+  w->kind = kind;
+  w->instance = (char *)id;
+  w->name = (char *)name;
+  w->data = json;
+  return DX_OK;
+}
+
+static int send_event(dx_client_t *c, int kind, const char *id, const char *name_what,
+                      const char *name, const char *data, dx_error_t *err) {
+  dx_work_item_t w;
+  int rc;
+  if (!c) return dx_error_set(err, DX_EINVAL, "NULL client");
+  if ((rc = prepare_event(c, kind, id, name_what, name, data, &w, err)) != 0) return rc;
   rc = enqueue(c, &w, err);
-  free(json);
+  free(w.data);
   return rc;
 }
 
 int dx_client_raise(dx_client_t *c, const char *id, const char *name, const char *data,
                     dx_error_t *err) {
   return send_event(c, DX_WI_EXTERNAL, id, "event name", name, data, err);
+}
+
+/* Every raise is checked (instances must exist) before the one transaction that writes
+** them all, so a bad entry changes nothing. */
+int dx_client_raise_many(dx_client_t *c, const dx_raise_t *raises, size_t n, dx_error_t *err) {
+  dx_work_item_t *w;
+  dx_provider_t *p;
+  int64_t now = dx__now_ms();
+  size_t i, k;
+  int rc = 0;
+  if (!c || (!raises && n)) return dx_error_set(err, DX_EINVAL, "NULL argument");
+  p = c->p;
+  if (!(w = calloc(n ? n : 1, sizeof *w))) return dx_error_set(err, DX_ENOMEM, "out of memory");
+  for (k = 0; k < n && rc == 0; k++) {
+    rc = prepare_event(c, DX_WI_EXTERNAL, raises[k].id, "event name", raises[k].name,
+                       raises[k].data, &w[k], err);
+    if (rc != 0 && err) {
+      char tmp[sizeof err->msg];
+      memcpy(tmp, err->msg, sizeof tmp);
+      snprintf(err->msg, sizeof err->msg, "entry %zu: %.480s", k + 1, tmp);
+    }
+  }
+  if (rc == 0) rc = p->methods->begin(p, err);
+  for (i = 0; i < n && rc == 0; i++) {
+    rc = p->methods->enqueue_for_orchestrator(p, now, &w[i], 0, err);
+    if (rc != 0) p->methods->rollback(p); /* all or nothing */
+  }
+  if (rc == 0 && (rc = p->methods->commit(p, 1, err)) == 0) dx__runtime_poke_all();
+  for (i = 0; i < n; i++) free(w[i].data);
+  free(w);
+  return rc;
 }
 
 int dx_client_enqueue_event(dx_client_t *c, const char *id, const char *queue, const char *data,
