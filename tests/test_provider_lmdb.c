@@ -4,6 +4,8 @@
 */
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <lmdb.h>
 
@@ -116,6 +118,40 @@ DX_TEST(lmdb_handles_share_one_env) {
   ASSERT_EQ(orch_depth(c), 2);
   M(b)->destroy(b);
   M(c)->destroy(c);
+  free(store);
+}
+
+/* The notify file's size: 1 once a commit woke the other processes (truncated to 0 here). */
+static off_t notify_size(dx_provider_t *p, int reset) {
+  struct stat st;
+  const char *path = M(p)->notify_path(p);
+  ASSERT(path);
+  if (reset) ASSERT_OK(truncate(path, 0));
+  ASSERT_OK(stat(path, &st));
+  return st.st_size;
+}
+
+/* A batch committed without a flush (an activity's result) still wakes workers in other
+** processes when it queued work; one that only took locks does not. */
+DX_TEST(lmdb_unflushed_batch_that_queued_work_notifies) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = dx_pv_open(store);
+  dx_work_item_t w = start_item("A", "1");
+  dx_orch_item_t *it = NULL;
+  dx_error_t err;
+  notify_size(p, 1);
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->commit(p, 0, &err));
+  ASSERT_EQ(notify_size(p, 0), 1);
+  notify_size(p, 1);
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 1000, &it, &err));
+  ASSERT(it);
+  ASSERT_OK(M(p)->commit(p, 0, &err));
+  ASSERT_EQ(notify_size(p, 0), 0);
+  dx_orch_item_free(it);
+  M(p)->destroy(p);
   free(store);
 }
 

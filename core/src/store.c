@@ -494,10 +494,15 @@ static void settle_held(dx_store_t *s, const dx_store_op_t *op) {
   }
 }
 
-/* Renewals only move lock expiries: losing one after a power cut merely shortens a lease, so
-** they need no fsync of their own. */
+/* What a power cut may lose without breaking a promise needs no fsync of its own (it reaches
+** the disk with the next durable commit, in order). Renewals only move lock expiries: losing
+** one merely shortens a lease. An activity's result: losing it runs the activity again when
+** its lock lapses, which activities allow anyway (at least once, as after any crash), and the
+** turn that records the result in history is durable. So the start -> complete path of an
+** orchestration syncs for the start, its turns and the raises, not for each activity. */
 static int op_needs_sync(const dx_store_op_t *op) {
-  return op->kind != DX_OP_RENEW_WORK && op->kind != DX_OP_RENEW_SESSIONS && op->rc == 0;
+  return op->kind != DX_OP_RENEW_WORK && op->kind != DX_OP_RENEW_SESSIONS &&
+         op->kind != DX_OP_ACK_WORK && op->rc == 0;
 }
 
 enum { CALL_OP = 1, CALL_FETCH = 2 };
@@ -547,10 +552,10 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   dx_store_op_t *op;
   dx_cycle_t cy;
   size_t n = 0, i;
-  int rc = 0;
+  int rc = 0, sync = 0;
   uint64_t t0;
   for (op = ops; op && !rc; op = op->next)
-    if (is_ack(op)) n++;
+    if (is_ack(op)) n++, sync |= op->kind == DX_OP_ACK_ORCH;
     else rc = op_apply(s, op, now, failed, durable, err);
   if (rc) return rc;
   if (n && !(acks = calloc(n, sizeof *acks)))
@@ -572,7 +577,8 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   cy.sessions = fetch_sessions(s, now);
   cy.max_orch = bo > 0 ? bo : 0;
   cy.max_work = bw > 0 ? bw : 0;
-  cy.sync = *durable || n > 0; /* acks write; a provider may commit inside run_cycle */
+  /* a provider may commit inside run_cycle: decide now (turn acks sync, op_needs_sync) */
+  cy.sync = *durable || sync;
   if (bo > 0) f->orch = cy.orch_out = calloc((size_t)bo, sizeof *f->orch);
   if (bw > 0) f->work = cy.work_out = calloc((size_t)bw, sizeof *f->work);
   if (!cy.orch_out) cy.max_orch = 0;

@@ -458,7 +458,9 @@ typedef struct dx_provider_methods_s {
   void (*destroy)(dx_provider_t *p);
 
   /* Group commit (see Caveats). commit(sync=0) may skip the flush to disk: used for batches
-  ** that only take locks, whose loss after a power cut merely delays redelivery. */
+  ** whose loss after a power cut breaks no promise: taking locks (redelivery is merely
+  ** delayed) and activity results (the activity runs again: at least once). Such a batch
+  ** still wakes other workers when it queued work (a completion for another's turn). */
   int (*begin)(dx_provider_t *p, dx_error_t *err);
   int (*commit)(dx_provider_t *p, int sync, dx_error_t *err);
   void (*rollback)(dx_provider_t *p);

@@ -21,6 +21,7 @@ static int lm_begin(dx_provider_t *pp, dx_error_t *err) {
   pthread_mutex_lock(&p->se->batch_mu);
   p->se->batch = t.txn;
   p->se->batch_thread = pthread_self();
+  p->se->batch_queued = 0;
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 1;
   return 0;
@@ -38,10 +39,11 @@ static MDB_txn *take_batch(lm_t *p) {
 
 static int lm_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
-  int rc;
+  int rc, notify;
   if (!p->in_batch) return dx_error_set(err, DX_ESTATE, "commit without begin");
-  /* sync=0 marks a lock-only batch: nothing for other workers to pick up. */
-  rc = dx__lm_top_finish(p->se, take_batch(p), 1, sync && !p->no_sync, sync);
+  /* sync=0 skips the flush (provider.h); workers elsewhere hear of any work it queued */
+  notify = sync || p->se->batch_queued;
+  rc = dx__lm_top_finish(p->se, take_batch(p), 1, sync && !p->no_sync, notify);
   return rc ? dx__lm_mdb_error(p->se, rc, "commit", err) : 0;
 }
 

@@ -123,6 +123,7 @@ typedef struct shared_env_s {
   pthread_mutex_t batch_mu;  /* guards batch / batch_thread */
   MDB_txn *batch;            /* open group-commit txn, owned by batch_thread */
   pthread_t batch_thread;
+  int batch_queued;          /* the open batch queued work (its commit wakes other workers) */
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;

@@ -76,6 +76,7 @@ static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
 int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   work_row_t r;
   int rc;
+  if (t->nested) t->se->batch_queued = 1;
   memset(&r, 0, sizeof r);
   r.visible_at = visible_at;
   r.exec = w->execution_id;
