@@ -11,6 +11,7 @@
 #include "testlib.h"
 
 #include <time.h>
+#include <unistd.h>
 
 #include "duroxide/lua_host.h"
 
@@ -553,6 +554,104 @@ DX_TEST(client_raise_many_is_all_or_nothing) {
   ASSERT_OK(dx_client_raise_many(c, ok, 3, &err));
   ASSERT_EQ(queued_messages(c), 5);
   dx_client_close(c);
+}
+
+/* {===== client waits hear commits =====} */
+
+/* A provider that counts the client's status reads (get_instance_info), over a real store. */
+typedef struct {
+  dx_provider_t base;
+  dx_provider_methods_t m;
+  dx_provider_t *in;
+  int reads;
+} counting_t;
+
+#define CIN(p) (((counting_t *)(p))->in)
+
+static int count_info(dx_provider_t *p, const char *id, dx_instance_info_t *out,
+                      dx_error_t *err) {
+  ((counting_t *)p)->reads++;
+  return CIN(p)->methods->get_instance_info(CIN(p), id, out, err);
+}
+
+static const char *count_notify_path(dx_provider_t *p) {
+  return CIN(p)->methods->notify_path(CIN(p));
+}
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Instance `id` of "Orch", started and past its first turn (Running), through the provider. */
+static void running_instance(dx_provider_t *p, const char *id) {
+  dx_work_item_t w;
+  dx_orch_item_t *it = NULL;
+  dx_event_t ev;
+  dx_orch_ack_t a;
+  dx_error_t err;
+  int64_t now = wall_ms();
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_START;
+  w.instance = (char *)id;
+  w.name = "Orch";
+  w.execution_id = 1;
+  w.data = "null";
+  ASSERT_OK(p->methods->enqueue_for_orchestrator(p, now, &w, 0, &err));
+  ASSERT_OK(p->methods->fetch_orchestration_item(p, wall_ms(), 60000, &it, &err));
+  ASSERT(it);
+  memset(&ev, 0, sizeof ev);
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.event_id = 1;
+  ev.name = "Orch";
+  ev.data = "null";
+  memset(&a, 0, sizeof a);
+  a.instance = it->instance;
+  a.lock_token = it->lock_token;
+  a.execution_id = 1;
+  a.delta = &ev;
+  a.delta_len = 1;
+  a.orchestration_name = "Orch";
+  ASSERT_OK(p->methods->ack_orchestration_item(p, wall_ms(), &a, &err));
+  dx_orch_item_free(it);
+}
+
+static void terminate_later(void *arg) {
+  dx_client_t *c = NULL;
+  (void)arg;
+  usleep(300 * 1000);
+  ASSERT_OK(dx_client_open(&c, store_dir(), NULL));
+  ASSERT_OK(dx_client_terminate(c, "w1", "enough", NULL, NULL));
+  dx_client_close(c);
+}
+
+/* A waiting client reads the status again when a commit may have changed it, not on a
+** timer: over 300 ms of quiet it reads once, then once after the terminating commit (a
+** polling wait, 2 ms doubling to 50 ms, reads about ten times). */
+DX_TEST(client_wait_wakes_on_commits_instead_of_polling) {
+  counting_t w;
+  dx_client_t *c = NULL;
+  dx_instance_info_t info;
+  dx_error_t err;
+  uv_thread_t tid;
+  memset(&w, 0, sizeof w);
+  ASSERT_OK(dx_provider_open(store_dir(), NULL, &w.in, &err));
+  running_instance(w.in, "w1");
+  w.m = *w.in->methods; /* the client calls only the members replaced below */
+  w.m.get_instance_info = count_info;
+  w.m.notify_path = count_notify_path;
+  w.m.wake_fd = NULL;
+  w.base.methods = &w.m;
+  ASSERT_OK(dx_client_new(&c, &w.base, &err));
+  ASSERT_OK(uv_thread_create(&tid, terminate_later, NULL));
+  ASSERT_OK(dx_client_wait(c, "w1", 20000, &info, &err));
+  uv_thread_join(&tid);
+  ASSERT_EQ(info.status, DX_STATUS_FAILED);
+  dx_instance_info_clear(&info);
+  ASSERT(w.reads >= 2 && w.reads <= 4);
+  dx_client_close(c);
+  w.in->methods->destroy(w.in);
 }
 
 DX_TEST(client_null_arguments) {

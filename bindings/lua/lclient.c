@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "dxlua.h"
+#include "embedding.h"
 #include "util.h"
 #include "value.h"
 
@@ -224,14 +225,16 @@ static int l_status(lua_State *L) {
   return 1;
 }
 
-/* Between two polls of a wait: run this state's runtime for a moment when one runs here (specs
-** and scripts start and wait in one process), else sleep. */
-static void pause_polling(lua_State *L, dxl_state_t *S) {
+/* Between two reads of a wait: run this state's runtime for a moment when one runs here (specs
+** and scripts start and wait in one process), else wait for a commit to the store (until the
+** deadline; a store without wake-ups is read again after 5 ms). */
+static void pause_polling(lua_State *L, dxl_state_t *S, dx_client_t *c, int64_t deadline) {
+  int64_t left = deadline - dx__now_ms();
   if (S->runtime || S->shared_runtimes > 0) {
     dxl_run_loop_once(L, S, 5);
-  } else {
-    struct timespec ts = {0, 5 * 1000000L};
-    nanosleep(&ts, NULL);
+  } else if (left > 0) {
+    dx__client_await(c, left < DX_CLIENT_WATCH_MAX_MS ? left : DX_CLIENT_WATCH_MAX_MS,
+                     left < 5 ? left : 5);
   }
 }
 
@@ -266,6 +269,7 @@ static int l_wait_status_change(lua_State *L) {
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   lua_Integer last = luaL_checkinteger(L, 3);
   int64_t deadline = wait_deadline(L, S, 4, "wait_for_status_change");
+  dx__client_watch(c); /* before the first read: no commit after it goes unheard */
   dx_instance_info_t info;
   dx_error_t err;
   for (;;) {
@@ -278,7 +282,7 @@ static int l_wait_status_change(lua_State *L) {
       return changed ? 1 : timed_out(L, "timed out waiting for a custom status change");
     }
     dx_instance_info_clear(&info);
-    pause_polling(L, S);
+    pause_polling(L, S, c, deadline);
   }
 }
 
@@ -325,6 +329,7 @@ static int l_kv_wait(lua_State *L) {
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   const char *key = dxl_check_text(L, 3, "key-value key", 0);
   int64_t deadline = wait_deadline(L, S, 4, "wait_for_kv_value");
+  dx__client_watch(c); /* before the first read: no commit after it goes unheard */
   dx_error_t err;
   for (;;) {
     char *value = NULL;
@@ -340,7 +345,7 @@ static int l_kv_wait(lua_State *L) {
       dxl_push_error(L, "timed out waiting for the key-value key", "client", "DX_ETIMEDOUT");
       return 2;
     }
-    pause_polling(L, S);
+    pause_polling(L, S, c, deadline);
   }
 }
 
@@ -350,6 +355,7 @@ static int l_wait(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   int64_t deadline = wait_deadline(L, S, 3, "wait");
+  dx__client_watch(c); /* before the first read: no commit after it goes unheard */
   dx_instance_info_t info;
   dx_error_t err;
   for (;;) {
@@ -361,7 +367,7 @@ static int l_wait(lua_State *L) {
       return done ? 1 : timed_out(L, "timed out waiting for the instance"); /* nil, err, last */
     }
     dx_instance_info_clear(&info);
-    pause_polling(L, S);
+    pause_polling(L, S, c, deadline);
   }
 }
 

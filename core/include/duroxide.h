@@ -209,8 +209,10 @@ int dx_client_cancel(dx_client_t *c, const char *id, const char *reason, dx_erro
 **  out->status == DX_STATUS_NONE. Clear *out with dx_instance_info_clear. */
 int dx_client_status(dx_client_t *c, const char *id, dx_instance_info_t *out,
                      dx_error_t *err);
-/** Poll until Completed/Failed or timeout_ms passes (DX_ETIMEDOUT, *out holds the last
-**  status). */
+/** Wait until Completed/Failed or timeout_ms passes (DX_ETIMEDOUT, *out holds the last
+**  status). The status is read again whenever a commit may have changed it (LMDB: the
+**  store's notify file; PostgreSQL: LISTEN, when the client opened its own store), at least
+**  every second; a store without wake-ups is polled (2 ms, doubling to 50 ms). */
 int dx_client_wait(dx_client_t *c, const char *id, int64_t timeout_ms, dx_instance_info_t *out,
                    dx_error_t *err);
 /** The events of execution `exec` (0: the latest) into *out (*n of them; free with

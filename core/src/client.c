@@ -3,20 +3,29 @@
 */
 #include <inttypes.h>
 #include <jansson.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "duroxide.h"
 #include "codec.h"
+#include "embedding.h"
 #include "jsonout.h"
 #include "util.h"
 
 void dx__runtime_poke_all(void);
 
+/* How a waiting client hears of commits (dx__client_await): not yet looked for, none (it
+** sleeps), an inotify watch of the store's notify file, or the provider's wake descriptor. */
+enum { WATCH_UNSET = 0, WATCH_NONE, WATCH_FILE, WATCH_WAKE };
+
 struct dx_client_s {
   dx_provider_t *p;
   int owns_provider;
+  int watch, watch_fd;
 };
 
 int dx_client_new(dx_client_t **out, dx_provider_t *p, dx_error_t *err) {
@@ -46,7 +55,8 @@ int dx_client_open(dx_client_t **out, const char *store, dx_error_t *err) {
 
 void dx_client_close(dx_client_t *c) {
   if (!c) return;
-  if (c->owns_provider) c->p->methods->destroy(c->p);
+  if (c->watch == WATCH_FILE) close(c->watch_fd);
+  if (c->owns_provider) c->p->methods->destroy(c->p); /* closes a WATCH_WAKE descriptor */
   free(c);
 }
 
@@ -316,18 +326,75 @@ static void sleep_ms(int64_t ms) {
   nanosleep(&ts, NULL);
 }
 
+/* {===== waiting for a change =====} */
+
+/* Watch for commits: the provider's wake descriptor when this client owns the provider (a
+** runtime sharing it watches that descriptor itself), else an inotify watch of the store's
+** notify file (written by commits that queue or finish work), else nothing. */
+static void watch_open(dx_client_t *c) {
+  const dx_provider_methods_t *m = c->p->methods;
+  const char *path;
+  int fd;
+  if (c->watch != WATCH_UNSET) return;
+  c->watch = WATCH_NONE;
+  c->watch_fd = -1;
+  if (c->owns_provider && m->version >= 4 && m->wake_fd && m->wake_drain &&
+      (fd = m->wake_fd(c->p)) >= 0) {
+    c->watch = WATCH_WAKE;
+    c->watch_fd = fd;
+    return;
+  }
+  path = m->version >= 3 && m->notify_path ? m->notify_path(c->p) : NULL;
+  if (!path || (fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0) return;
+  if (inotify_add_watch(fd, path, IN_MODIFY) < 0) {
+    close(fd);
+    return;
+  }
+  c->watch = WATCH_FILE;
+  c->watch_fd = fd;
+}
+
+void dx__client_watch(dx_client_t *c) { watch_open(c); }
+
+int dx__client_await(dx_client_t *c, int64_t max_ms, int64_t fallback_ms) {
+  struct pollfd pfd;
+  watch_open(c);
+  if (c->watch_fd < 0) {
+    sleep_ms(fallback_ms);
+    return 0;
+  }
+  pfd.fd = c->watch_fd;
+  pfd.events = POLLIN;
+  pfd.revents = 0;
+  if (poll(&pfd, 1, max_ms > INT32_MAX ? INT32_MAX : (int)max_ms) <= 0) return 0;
+  if (c->watch == WATCH_FILE) {
+    char buf[1024];
+    while (read(c->watch_fd, buf, sizeof buf) > 0) {}
+  } else {
+    int lost = 0;
+    if (c->p->methods->wake_drain(c->p, &lost) < 0) { /* no more wake-ups: sleep from now on */
+      c->watch = WATCH_NONE;
+      c->watch_fd = -1;
+    }
+  }
+  return 1;
+}
+
 int dx_client_wait(dx_client_t *c, const char *id, int64_t timeout_ms, dx_instance_info_t *out,
                    dx_error_t *err) {
   int64_t delay = 2, deadline = dx__deadline_ms(timeout_ms);
+  if (c) watch_open(c); /* before the first read: no commit after it goes unheard */
   for (;;) {
+    int64_t left;
     int rc = dx_client_status(c, id, out, err);
     if (rc != 0) return rc;
     if (out->status == DX_STATUS_COMPLETED || out->status == DX_STATUS_FAILED) return DX_OK;
-    if (dx__now_ms() >= deadline)
+    if ((left = deadline - dx__now_ms()) <= 0)
       return dx_error_set(err, DX_ETIMEDOUT, "instance '%s' did not finish within %" PRId64 "ms",
                           id, timeout_ms);
     dx_instance_info_clear(out);
-    sleep_ms(delay);
+    dx__client_await(c, left < DX_CLIENT_WATCH_MAX_MS ? left : DX_CLIENT_WATCH_MAX_MS,
+                     left < delay ? left : delay);
     if (delay < 50) delay *= 2;
   }
 }

@@ -20,6 +20,13 @@ int dx__runtime_stalled(const dx_runtime_t *rt);
 /* Tests (duroxide.testing upgrade scenarios): this runtime treats activity `name` as not
 ** registered, as a worker running older code would. DX_OK or DX_ENOMEM. */
 int dx__runtime_hide_activity(dx_runtime_t *rt, const char *name);
+/* Client waits (client.c): dx__client_watch starts listening for commits (call it before
+** the first read, so none after it goes unheard); dx__client_await blocks until a commit may
+** have changed the store or max_ms passed (1), or, with nothing to listen to, sleeps
+** fallback_ms (0). A watched wait still re-reads at least every DX_CLIENT_WATCH_MAX_MS. */
+#define DX_CLIENT_WATCH_MAX_MS 1000
+void dx__client_watch(dx_client_t *c);
+int dx__client_await(dx_client_t *c, int64_t max_ms, int64_t fallback_ms);
 /* The runtime an activity runs on. */
 dx_runtime_t *dx__activity_runtime(const dx_activity_t *a);
 #endif
