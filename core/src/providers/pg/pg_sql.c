@@ -459,143 +459,213 @@ static const char MIGRATION_7[] =
   "  RETURN QUERY SELECT r.r_code, r.r_a, r.r_b;"
   " END $f$;";
 
-/* pgchain's migration (pre-assigned number 10; the lead renumbers it at merge): the two ack
-** entry points again, same signatures and outcomes, with the helpers they called (dx_exec_set,
-** dx_work_push, dx_orch_push, dx_orch_release) written out in their bodies: each nested
-** PL/pgSQL call cost an executor start and a function frame, more than the statement inside
-** (pg_stat_statements, track = all: a turn's ack 0.153 ms of which ~0.05 call overhead).
-** Also per turn: the instance record is updated in place once it exists (its first turn
-** inserts it; only acks insert records, under the instance's lock), the execution row is
-** written only when the execution is new or ends (a running one's row does not change), and
-** the release deletes the queue row in one statement when nothing is left. dx_ack_work
-** deletes a plain row in one statement when its lock is current. dx_ack_orch_kv calls
-** dx_ack_orch and needs no change. */
+/* pgchain's migration (pre-assigned number 10; the lead renumbers it at merge): a store cycle's
+** acks as two calls, whatever their number: dx_ack_orchs takes every orchestration ack of the
+** cycle, dx_ack_works every worker-item ack, as arrays (one element per ack; the rows, events,
+** messages and key-value events of all acks flattened, each with the number k of its ack).
+** Each checks every lock (and duplicate event ids) first, then writes the acks that passed with
+** one statement per table, and returns one outcome row per ack, by k: (k, r_code, r_a, r_b
+** [, r_sid, r_owner, r_c]) with the codes of migration 2/6 (0 ok, 1 not locked with that token,
+** 2 expired, 3 duplicate event r_a, 4 fenced). A refused ack writes nothing. Per ack, one call
+** of migration 7's functions cost ~10 statements and 5 nested calls (pg_stat_statements, track =
+** all: 0.15 ms a turn); per cycle this is ~18 statements for all of them. Instances are locked
+** in id order. An instance acked twice in one call: the first that holds the lock wins, the
+** others find it released (1, as one call after another would). The execution row is written
+** when the execution is new or ends (a running one's row does not change). The ack functions
+** of migrations 2-7 go; the helpers stay (enqueue, abandon, terminate call them). */
 static const char MIGRATION_8[] =
-  "CREATE OR REPLACE FUNCTION dx_ack_orch(p_inst text, p_token bigint, p_now bigint,"
-  " p_exec bigint, p_dup bigint, e_id bigint[], e_rec bytea[], p_name text, p_version text,"
-  " p_cs_set bigint, p_cs text, p_parent text, p_status bigint, p_output text, p_fcat bigint,"
-  " p_fkind text, p_fmsg text, p_fretry bigint, w_sid text[], w_inst text[], w_exec bigint[],"
-  " w_act bigint[], w_kind bigint[], w_item bytea[], c_inst text[], c_exec bigint[],"
-  " c_act bigint[], o_inst text[], o_vis bigint[], o_item bytea[], o_start text[],"
-  " w_tag text[], o_sname text[], o_sver text[])"
-  " RETURNS TABLE (r_code bigint, r_a bigint, r_b bigint) LANGUAGE plpgsql"
+  "DROP FUNCTION dx_ack_orch_kv(text, bigint, bigint, bigint, bigint, bigint[], bytea[], text,"
+  " text, bigint, text, text, bigint, text, bigint, text, text, bigint, text[], text[],"
+  " bigint[], bigint[], bigint[], bytea[], text[], bigint[], bigint[], text[], bigint[],"
+  " bytea[], text[], text[], text[], text[], bigint[], text[], text[], bigint[], bigint);"
+  "DROP FUNCTION dx_ack_orch(text, bigint, bigint, bigint, bigint, bigint[], bytea[], text,"
+  " text, bigint, text, text, bigint, text, bigint, text, text, bigint, text[], text[],"
+  " bigint[], bigint[], bigint[], bytea[], text[], bigint[], bigint[], text[], bigint[],"
+  " bytea[], text[], text[], text[], text[]);"
+  "DROP FUNCTION dx_ack_work(bigint, bigint, text, bytea);"
+  "CREATE FUNCTION dx_ack_orchs(p_now bigint, a_inst text[], a_token bigint[],"
+  " a_exec bigint[], a_dup bigint[], a_name text[], a_version text[], a_cs_set bigint[],"
+  " a_cs text[], a_parent text[], a_status bigint[], a_output text[], a_fcat bigint[],"
+  " a_fkind text[], a_fmsg text[], a_fretry bigint[], a_fold bigint[],"
+  " e_k bigint[], e_id bigint[], e_rec bytea[],"
+  " w_k bigint[], w_sid text[], w_inst text[], w_exec bigint[], w_act bigint[],"
+  " w_kind bigint[], w_item bytea[], w_tag text[],"
+  " c_k bigint[], c_inst text[], c_exec bigint[], c_act bigint[],"
+  " o_k bigint[], o_inst text[], o_vis bigint[], o_item bytea[], o_sname text[],"
+  " o_sver text[], s_k bigint[], s_inst text[],"
+  " k_k bigint[], k_op bigint[], k_key text[], k_val text[], k_at bigint[])"
+  " RETURNS TABLE (r_k bigint, r_code bigint, r_a bigint, r_b bigint) LANGUAGE plpgsql"
   " AS $f$"
-  " DECLARE tok bigint; til bigint; dup bigint; cur bigint; nxt bigint;"
+  " DECLARE n int := coalesce(cardinality(a_inst), 0); code bigint[]; ra bigint[];"
+  "  rb bigint[]; tok bigint[]; til bigint[]; cur bigint[]; ok bigint[] := '{}';"
+  "  oki text[] := '{}'; fold text[]; r record; k int; dups boolean := false;"
   " BEGIN"
-  "  SELECT q.lock_token, q.locked_until INTO tok, til FROM orch_queue q"
-  "   WHERE q.instance_id = p_inst FOR UPDATE;"
-  "  IF tok IS DISTINCT FROM p_token THEN RETURN QUERY SELECT 1::bigint, tok, til; RETURN;"
+  "  IF n = 0 THEN RETURN; END IF;"
+  "  code := array_fill(0::bigint, ARRAY[n]); ra := code; rb := code;"
+  "  PERFORM 1 FROM orch_queue q WHERE q.instance_id = ANY(a_inst) ORDER BY q.instance_id"
+  "   FOR UPDATE;"
+  /* each ack's lock, and its instance's current execution before the turn (NULL: no record) */
+  "  SELECT array_agg(q.lock_token ORDER BY u.k), array_agg(q.locked_until ORDER BY u.k),"
+  "   array_agg(x.current_exec ORDER BY u.k) INTO tok, til, cur"
+  "   FROM unnest(a_inst) WITH ORDINALITY u(i, k)"
+  "   LEFT JOIN orch_queue q ON q.instance_id = u.i"
+  "   LEFT JOIN instances x ON x.instance_id = u.i;"
+  "  FOR k IN 1 .. n LOOP"
+  "   IF a_inst[k] = ANY(oki) THEN code[k] := 1; ra[k] := NULL; rb[k] := NULL;"
+  "   ELSIF tok[k] IS DISTINCT FROM a_token[k] THEN code[k] := 1; ra[k] := tok[k];"
+  "    rb[k] := til[k];"
+  "   ELSIF til[k] <= p_now THEN code[k] := 2; ra[k] := tok[k]; rb[k] := til[k];"
+  "   ELSIF a_dup[k] <> 0 THEN code[k] := 3; ra[k] := a_dup[k];"
+  "   ELSE oki := oki || a_inst[k]; ok := ok || k::bigint; END IF;"
+  "  END LOOP;"
+  "  FOR r IN SELECT e.k, min(h.event_id) AS d FROM unnest(e_k, e_id) e(k, id)"
+  "   JOIN history h ON h.instance_id = a_inst[e.k] AND h.exec = a_exec[e.k]"
+  "   AND h.event_id = e.id WHERE e.k = ANY(ok) GROUP BY e.k LOOP"
+  "   code[r.k] := 3; ra[r.k] := r.d; dups := true;"
+  "  END LOOP;"
+  "  IF dups THEN"
+  "   ok := ARRAY(SELECT o.k FROM unnest(ok) o(k) WHERE code[o.k] = 0);"
+  "   oki := ARRAY(SELECT a_inst[o.k] FROM unnest(ok) o(k));"
   "  END IF;"
-  "  IF til <= p_now THEN RETURN QUERY SELECT 2::bigint, tok, til; RETURN; END IF;"
-  "  dup := NULLIF(p_dup, 0);"
-  "  IF dup IS NULL AND cardinality(e_id) > 0 THEN SELECT min(h.event_id) INTO dup"
-  "   FROM history h WHERE h.instance_id = p_inst AND h.exec = p_exec"
-  "   AND h.event_id = ANY(e_id); END IF;"
-  "  IF dup IS NOT NULL THEN RETURN QUERY SELECT 3::bigint, dup, 0::bigint; RETURN; END IF;"
-  "  DELETE FROM orch_msgs WHERE instance_id = p_inst AND lock_token = p_token;"
-  /* the record: created by the first turn, then updated in place */
-  "  UPDATE instances i SET"
-  "   name = CASE WHEN p_name IS NOT NULL THEN p_name ELSE i.name END,"
-  "   version = CASE WHEN p_name IS NOT NULL THEN p_version ELSE i.version END,"
-  "   current_exec = GREATEST(i.current_exec, p_exec),"
-  "   custom_status = CASE WHEN p_cs_set <> 0 THEN p_cs ELSE i.custom_status END,"
-  "   cs_version = i.cs_version + p_cs_set, updated_at = p_now"
-  "   FROM (SELECT x.current_exec FROM instances x WHERE x.instance_id = p_inst) o"
-  "   WHERE i.instance_id = p_inst RETURNING o.current_exec INTO cur;"
-  "  IF NOT FOUND THEN"
+  "  IF cardinality(ok) > 0 THEN"
+  "   DELETE FROM orch_msgs m USING unnest(ok) o(k)"
+  "    WHERE m.instance_id = a_inst[o.k] AND m.lock_token = a_token[o.k];"
+  /* the records: created by an instance's first turn, then updated in place */
+  "   UPDATE instances i SET"
+  "    name = CASE WHEN a_name[o.k] IS NOT NULL THEN a_name[o.k] ELSE i.name END,"
+  "    version = CASE WHEN a_name[o.k] IS NOT NULL THEN a_version[o.k] ELSE i.version END,"
+  "    current_exec = GREATEST(i.current_exec, a_exec[o.k]),"
+  "    custom_status = CASE WHEN a_cs_set[o.k] <> 0 THEN a_cs[o.k] ELSE i.custom_status END,"
+  "    cs_version = i.cs_version + a_cs_set[o.k], updated_at = p_now"
+  "    FROM unnest(ok) o(k) WHERE i.instance_id = a_inst[o.k] AND cur[o.k] IS NOT NULL;"
   "   INSERT INTO instances (instance_id, name, version, current_exec, custom_status,"
   "    cs_version, created_at, updated_at, parent, created_seq)"
-  "    VALUES (p_inst, p_name, p_version, p_exec, CASE WHEN p_cs_set <> 0 THEN p_cs END,"
-  "    p_cs_set, p_now, p_now, p_parent, nextval('dx_seq'));"
-  "  END IF;"
-  /* the execution's row (as dx_exec_set): created running by its first turn, final status
-  ** when it ends; a turn of a running execution that already has its row changes nothing */
-  "  IF p_status <> 0 OR cur IS NULL OR cur < p_exec THEN"
-  "   INSERT INTO executions AS e (instance_id, exec, status, output, f_cat, f_kind, f_msg,"
-  "    f_retry, started_at, completed_at) VALUES (p_inst, p_exec,"
-  "    CASE WHEN p_status = 0 THEN 1 ELSE p_status END, p_output, p_fcat, p_fkind, p_fmsg,"
-  "    p_fretry, p_now, CASE WHEN p_status = 0 THEN 0 ELSE p_now END)"
-  "    ON CONFLICT (instance_id, exec) DO UPDATE SET status = p_status, output = p_output,"
-  "    f_cat = p_fcat, f_kind = p_fkind, f_msg = p_fmsg, f_retry = p_fretry,"
-  "    completed_at = p_now WHERE p_status <> 0;"
-  "  END IF;"
-  "  IF cardinality(e_id) > 0 THEN INSERT INTO history (instance_id, exec, event_id, rec)"
-  "   SELECT p_inst, p_exec, u.i, u.r FROM unnest(e_id, e_rec) u(i, r); END IF;"
-  /* worker rows (as dx_work_push) */
-  "  IF cardinality(w_inst) > 0 THEN"
-  "   INSERT INTO work (seq, due_at, visible_at, session_id, instance_id, exec, activity_id,"
-  "    kind, item, tag) SELECT nextval('dx_seq'), p_now, p_now, u.s, u.i, u.e, u.a, u.k,"
-  "    u.it, u.g FROM unnest(w_sid, w_inst, w_exec, w_act, w_kind, w_item, w_tag)"
-  "    u(s, i, e, a, k, it, g);"
-  "  END IF;"
-  "  IF cardinality(c_inst) > 0 THEN DELETE FROM work w USING unnest(c_inst, c_exec, c_act)"
-  "   u(i, e, a) WHERE w.instance_id = u.i AND w.exec = u.e AND w.activity_id = u.a; END IF;"
+  "    SELECT a_inst[o.k], a_name[o.k], a_version[o.k], a_exec[o.k],"
+  "    CASE WHEN a_cs_set[o.k] <> 0 THEN a_cs[o.k] END, a_cs_set[o.k], p_now, p_now,"
+  "    a_parent[o.k], nextval('dx_seq') FROM unnest(ok) o(k) WHERE cur[o.k] IS NULL;"
+  /* the execution's row: created running by its first turn (or when it ends without one),
+  ** then given its final status */
+  "   INSERT INTO executions (instance_id, exec, status, output, f_cat, f_kind, f_msg,"
+  "    f_retry, started_at, completed_at) SELECT a_inst[o.k], a_exec[o.k], 1, a_output[o.k],"
+  "    a_fcat[o.k], a_fkind[o.k], a_fmsg[o.k], a_fretry[o.k], p_now, 0 FROM unnest(ok) o(k)"
+  "    WHERE cur[o.k] IS NULL OR cur[o.k] < a_exec[o.k] OR a_status[o.k] <> 0"
+  "    ON CONFLICT (instance_id, exec) DO NOTHING;"
+  "   UPDATE executions e SET status = a_status[o.k], output = a_output[o.k],"
+  "    f_cat = a_fcat[o.k], f_kind = a_fkind[o.k], f_msg = a_fmsg[o.k],"
+  "    f_retry = a_fretry[o.k], completed_at = p_now FROM unnest(ok) o(k)"
+  "    WHERE a_status[o.k] <> 0 AND e.instance_id = a_inst[o.k] AND e.exec = a_exec[o.k];"
+  "   INSERT INTO history (instance_id, exec, event_id, rec)"
+  "    SELECT a_inst[u.k], a_exec[u.k], u.i, u.r FROM unnest(e_k, e_id, e_rec) u(k, i, r)"
+  "    WHERE u.k = ANY(ok);"
+  "   IF cardinality(w_k) > 0 THEN"
+  "    INSERT INTO work (seq, due_at, visible_at, session_id, instance_id, exec, activity_id,"
+  "     kind, item, tag) SELECT nextval('dx_seq'), p_now, p_now, u.s, u.i, u.e, u.a, u.t,"
+  "     u.it, u.g FROM unnest(w_k, w_sid, w_inst, w_exec, w_act, w_kind, w_item, w_tag)"
+  "     u(k, s, i, e, a, t, it, g) WHERE u.k = ANY(ok);"
+  "   END IF;"
+  "   IF cardinality(c_k) > 0 THEN DELETE FROM work w USING unnest(c_k, c_inst, c_exec, c_act)"
+  "    u(k, i, e, a) WHERE u.k = ANY(ok) AND w.instance_id = u.i AND w.exec = u.e"
+  "    AND w.activity_id = u.a; END IF;"
   /* messages (as dx_orch_push) */
-  "  IF cardinality(o_inst) > 0 THEN"
-  "   INSERT INTO orch_msgs (seq, instance_id, visible_at, item, start_name, start_version)"
-  "    SELECT nextval('dx_seq'), u.i, u.v, u.it, u.n, u.r"
-  "    FROM unnest(o_inst, o_vis, o_item, o_sname, o_sver) u(i, v, it, n, r);"
-  "   INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
-  "    SELECT u.i, min(u.v), min(u.v) FROM unnest(o_inst, o_vis) u(i, v) GROUP BY u.i"
-  "    ORDER BY u.i ON CONFLICT (instance_id) DO UPDATE"
-  "    SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
-  "    due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
-  "    ELSE q.due_at END;"
-  "  END IF;"
-  "  IF cardinality(o_start) > 0 THEN" /* a child's id is taken too */
-  "   INSERT INTO started (instance_id) SELECT DISTINCT u.i FROM unnest(o_start) u(i)"
-  "   ON CONFLICT DO NOTHING; END IF;"
-  /* the release (as dx_orch_release): the row goes when nothing is left (enqueuers that
-  ** committed meanwhile set ready_at; later ones wait for our row lock), else it is ready at
-  ** its earliest message */
-  "  SELECT min(m.visible_at) INTO nxt FROM orch_msgs m WHERE m.instance_id = p_inst;"
-  "  IF nxt IS NOT NULL THEN"
+  "   IF cardinality(o_k) > 0 THEN"
+  "    INSERT INTO orch_msgs (seq, instance_id, visible_at, item, start_name, start_version)"
+  "     SELECT nextval('dx_seq'), u.i, u.v, u.it, u.n, u.r"
+  "     FROM unnest(o_k, o_inst, o_vis, o_item, o_sname, o_sver) u(k, i, v, it, n, r)"
+  "     WHERE u.k = ANY(ok);"
+  "    INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
+  "     SELECT u.i, min(u.v), min(u.v) FROM unnest(o_k, o_inst, o_vis) u(k, i, v)"
+  "     WHERE u.k = ANY(ok) GROUP BY u.i ORDER BY u.i ON CONFLICT (instance_id) DO UPDATE"
+  "     SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
+  "     due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
+  "     ELSE q.due_at END;"
+  "   END IF;"
+  "   IF cardinality(s_k) > 0 THEN" /* a child's id is taken too */
+  "    INSERT INTO started (instance_id) SELECT DISTINCT u.i FROM unnest(s_k, s_inst) u(k, i)"
+  "    WHERE u.k = ANY(ok) ON CONFLICT DO NOTHING; END IF;"
+  /* key-value events (as dx_ack_orch_kv), then the folds of the executions that end */
+  "   IF cardinality(k_k) > 0 THEN"
+  "    FOR r IN SELECT DISTINCT u.k FROM unnest(k_k) u(k) WHERE u.k = ANY(ok) ORDER BY 1 LOOP"
+  "     PERFORM dx_kv_apply(a_inst[r.k],"
+  "      ARRAY(SELECT u.o FROM unnest(k_k, k_op) WITH ORDINALITY u(k, o, n) WHERE u.k = r.k"
+  "      ORDER BY u.n),"
+  "      ARRAY(SELECT u.o FROM unnest(k_k, k_key) WITH ORDINALITY u(k, o, n) WHERE u.k = r.k"
+  "      ORDER BY u.n),"
+  "      ARRAY(SELECT u.o FROM unnest(k_k, k_val) WITH ORDINALITY u(k, o, n) WHERE u.k = r.k"
+  "      ORDER BY u.n),"
+  "      ARRAY(SELECT u.o FROM unnest(k_k, k_at) WITH ORDINALITY u(k, o, n) WHERE u.k = r.k"
+  "      ORDER BY u.n), 0);"
+  "    END LOOP;"
+  "   END IF;"
+  "   fold := ARRAY(SELECT a_inst[o.k] FROM unnest(ok) o(k) WHERE a_fold[o.k] <> 0);"
+  "   IF cardinality(fold) > 0 AND EXISTS (SELECT 1 FROM kv_delta d"
+  "    WHERE d.instance_id = ANY(fold)) THEN"
+  "    DELETE FROM kv k USING kv_delta d WHERE d.instance_id = ANY(fold)"
+  "     AND k.instance_id = d.instance_id AND k.key = d.key AND d.value IS NULL;"
+  "    INSERT INTO kv (instance_id, key, value, updated_at) SELECT d.instance_id, d.key,"
+  "     d.value, d.updated_at FROM kv_delta d WHERE d.instance_id = ANY(fold)"
+  "     AND d.value IS NOT NULL ON CONFLICT (instance_id, key) DO UPDATE"
+  "     SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;"
+  "    DELETE FROM kv_delta d WHERE d.instance_id = ANY(fold);"
+  "   END IF;"
+  /* the releases (as dx_orch_release): ready at the earliest message left (or what
+  ** enqueuers folded in); the row goes when nothing is left */
   "   UPDATE orch_queue q SET lock_token = NULL, locked_until = NULL, locked_by = NULL,"
-  "    ready_at = LEAST(q.ready_at, nxt), due_at = LEAST(q.ready_at, nxt)"
-  "    WHERE q.instance_id = p_inst;"
-  "  ELSE"
-  "   DELETE FROM orch_queue q WHERE q.instance_id = p_inst AND q.ready_at IS NULL;"
-  "   IF NOT FOUND THEN UPDATE orch_queue q SET lock_token = NULL, locked_until = NULL,"
-  "    locked_by = NULL, due_at = q.ready_at WHERE q.instance_id = p_inst; END IF;"
+  "    ready_at = LEAST(q.ready_at, m.nxt), due_at = LEAST(q.ready_at, m.nxt)"
+  "    FROM (SELECT u.i, (SELECT min(x.visible_at) FROM orch_msgs x WHERE x.instance_id = u.i)"
+  "    AS nxt FROM unnest(oki) u(i)) m WHERE q.instance_id = m.i;"
+  "   DELETE FROM orch_queue q WHERE q.instance_id = ANY(oki) AND q.lock_token IS NULL"
+  "    AND q.ready_at IS NULL;"
   "  END IF;"
-  "  RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint;"
+  "  RETURN QUERY SELECT u.k::bigint, code[u.k], ra[u.k], rb[u.k]"
+  "   FROM generate_series(1, n) u(k) ORDER BY u.k;"
   " END $f$;"
-  /* one worker item done: a plain row whose lock is current goes in one statement; the
-  ** other cases (session rows: fencing; a lock that is gone or expired) as migration 6 */
-  "CREATE OR REPLACE FUNCTION dx_ack_work(p_token bigint, p_now bigint, c_inst text,"
-  " c_item bytea) RETURNS TABLE (r_code bigint, r_a bigint, r_b bigint, r_sid text,"
-  " r_owner text, r_c bigint)"
-  " LANGUAGE plpgsql AS $f$"
-  " DECLARE s bigint; til bigint; sid text; we bigint; ep bigint; own text;"
+  /* worker items done: a plain row whose lock is current goes in one statement for all of
+  ** them; the others (session rows: fencing; a lock that is gone or expired) one by one as
+  ** migration 6's dx_ack_work; then the completions of the acks that passed */
+  "CREATE FUNCTION dx_ack_works(p_now bigint, a_token bigint[], c_inst text[], c_item bytea[])"
+  " RETURNS TABLE (r_k bigint, r_code bigint, r_a bigint, r_b bigint, r_sid text,"
+  " r_owner text, r_c bigint) LANGUAGE plpgsql AS $f$"
+  " DECLARE n int := coalesce(cardinality(a_token), 0); code bigint[]; ra bigint[];"
+  "  rb bigint[]; rs text[]; ro text[]; rc bigint[]; done bigint[]; seen bigint[] := '{}';"
+  "  k int; s bigint; til bigint; sid text; we bigint; ep bigint; own text;"
   " BEGIN"
-  "  DELETE FROM work w WHERE w.lock_token = p_token AND w.locked_until > p_now"
-  "   AND w.session_id IS NULL RETURNING w.seq INTO s;"
-  "  IF NOT FOUND THEN"
-  "   SELECT w.seq, w.locked_until, w.session_id, w.sess_epoch INTO s, til, sid, we FROM work w"
-  "    WHERE w.lock_token = p_token FOR UPDATE;"
-  "   IF NOT FOUND THEN RETURN QUERY SELECT 1::bigint, 0::bigint, 0::bigint, NULL::text,"
-  "    NULL::text, 0::bigint; RETURN; END IF;"
-  "   IF til <= p_now THEN RETURN QUERY SELECT 2::bigint, s, til, NULL::text, NULL::text,"
-  "    0::bigint; RETURN; END IF;"
+  "  IF n = 0 THEN RETURN; END IF;"
+  "  code := array_fill(0::bigint, ARRAY[n]); ra := code; rb := code; rc := code;"
+  "  rs := array_fill(NULL::text, ARRAY[n]); ro := rs;"
+  "  WITH d AS (DELETE FROM work w WHERE w.lock_token = ANY(a_token)"
+  "   AND w.locked_until > p_now AND w.session_id IS NULL RETURNING w.lock_token)"
+  "   SELECT coalesce(array_agg(d.lock_token), '{}') INTO done FROM d;"
+  "  FOR k IN 1 .. n LOOP"
+  "   IF a_token[k] = ANY(done) AND NOT a_token[k] = ANY(seen) THEN"
+  "    seen := seen || a_token[k]; CONTINUE; END IF;"
+  "   SELECT w.seq, w.locked_until, w.session_id, w.sess_epoch INTO s, til, sid, we"
+  "    FROM work w WHERE w.lock_token = a_token[k] FOR UPDATE;"
+  "   IF NOT FOUND THEN code[k] := 1; CONTINUE; END IF;"
+  "   IF til <= p_now THEN code[k] := 2; ra[k] := s; rb[k] := til; CONTINUE; END IF;"
   "   IF sid IS NOT NULL THEN"
   "    SELECT x.epoch, x.owner INTO ep, own FROM sessions x WHERE x.session_id = sid;"
-  "    IF ep IS DISTINCT FROM we THEN"
-  "     RETURN QUERY SELECT 4::bigint, s, coalesce(ep, -1), sid, own, we; RETURN; END IF;"
+  "    IF ep IS DISTINCT FROM we THEN code[k] := 4; ra[k] := s; rb[k] := coalesce(ep, -1);"
+  "     rs[k] := sid; ro[k] := own; rc[k] := we; CONTINUE; END IF;"
   "   END IF;"
   "   DELETE FROM work WHERE seq = s;"
   "   IF sid IS NOT NULL THEN"
   "    UPDATE sessions SET last_activity = p_now WHERE session_id = sid; END IF;"
-  "  END IF;"
-  /* the completion (as dx_orch_push) */
-  "  IF c_item IS NOT NULL THEN"
-  "   INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
-  "    VALUES (nextval('dx_seq'), c_inst, p_now, c_item);"
-  "   INSERT INTO orch_queue AS q (instance_id, ready_at, due_at) VALUES (c_inst, p_now, p_now)"
+  "  END LOOP;"
+  /* the completions (as dx_orch_push) */
+  "  INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
+  "   SELECT nextval('dx_seq'), c_inst[u.k], p_now, c_item[u.k]"
+  "   FROM generate_series(1, n) u(k) WHERE code[u.k] = 0 AND c_item[u.k] IS NOT NULL"
+  "   ORDER BY u.k;"
+  "  IF FOUND THEN"
+  "   INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
+  "    SELECT DISTINCT c_inst[u.k], p_now, p_now FROM generate_series(1, n) u(k)"
+  "    WHERE code[u.k] = 0 AND c_item[u.k] IS NOT NULL ORDER BY 1"
   "    ON CONFLICT (instance_id) DO UPDATE SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
   "    due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
   "    ELSE q.due_at END;"
   "  END IF;"
-  "  RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint, NULL::text, NULL::text, 0::bigint;"
+  "  RETURN QUERY SELECT u.k::bigint, code[u.k], ra[u.k], rb[u.k], rs[u.k], ro[u.k], rc[u.k]"
+  "   FROM generate_series(1, n) u(k) ORDER BY u.k;"
   " END $f$;";
 
 const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
@@ -706,17 +776,22 @@ static const char *const SQL[PQ__COUNT] = {
     " UNION ALL SELECT u.due_at, u.instance_id, 4, k.updated_at, 0, k.key, k.value, NULL"
     " FROM u CROSS JOIN LATERAL (SELECT * FROM kv z WHERE z.instance_id = u.instance_id) k"
     " ORDER BY 1, 2, 3, 4",
-  [PQ_ACK_ORCH] = /* migration 7; one row: outcome code, detail, detail */
-    "SELECT * FROM dx_ack_orch($1, $2::bigint, $3::bigint, $4::bigint, $5::bigint,"
-    " $6::bigint[], $7::bytea[], $8::text, $9::text, $10::bigint, $11::text, $12::text,"
-    " $13::bigint, $14::text, $15::bigint, $16::text, $17::text, $18::bigint, $19::text[],"
-    " $20::text[], $21::bigint[], $22::bigint[], $23::bigint[], $24::bytea[], $25::text[],"
-    " $26::bigint[], $27::bigint[], $28::text[], $29::bigint[], $30::bytea[], $31::text[],"
-    " $32::text[], $33::text[], $34::text[])",
+  [PQ_ACK_ORCH] = /* pgchain's migration: every orchestration ack of a cycle (pg_orch.c);
+    ** one outcome row per ack, by k */
+    "SELECT * FROM dx_ack_orchs($1::bigint, $2::text[], $3::bigint[], $4::bigint[],"
+    " $5::bigint[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[],"
+    " $11::bigint[], $12::text[], $13::bigint[], $14::text[], $15::text[], $16::bigint[],"
+    " $17::bigint[], $18::bigint[], $19::bigint[], $20::bytea[], $21::bigint[],"
+    " $22::text[], $23::text[], $24::bigint[], $25::bigint[], $26::bigint[],"
+    " $27::bytea[], $28::text[], $29::bigint[], $30::text[], $31::bigint[],"
+    " $32::bigint[], $33::bigint[], $34::text[], $35::bigint[], $36::bytea[],"
+    " $37::text[], $38::text[], $39::bigint[], $40::text[], $41::bigint[], $42::bigint[],"
+    " $43::text[], $44::text[], $45::bigint[])",
   [PQ_EXEC_UPSERT] = /* migration 2 */
     "SELECT dx_exec_set($1, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::text, $7::text,"
     " $8::bigint, $9::bigint)",
-  [PQ_ACK_WORK] = "SELECT * FROM dx_ack_work($1::bigint, $2::bigint, $3::text, $4::bytea)",
+  [PQ_ACK_WORK] = /* pgchain's migration: every worker-item ack of a cycle (pg_work.c) */
+    "SELECT * FROM dx_ack_works($1::bigint, $2::bigint[], $3::text[], $4::bytea[])",
   [PQ_START_CLAIM] =
     "INSERT INTO started (instance_id) SELECT $1::text"
     " WHERE NOT EXISTS (SELECT 1 FROM instances WHERE instance_id = $1::text)"
@@ -976,14 +1051,6 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_ADM_DROP_QUEUES] = "WITH" DROP_QUEUES_CTE("$1") " SELECT 1",
   /* key-value state (pg_kv.c) */
   [PQ_KV_FOLD] = "SELECT dx_kv_fold($1)", /* migration 3 */
-  [PQ_ACK_ORCH_KV] = /* migration 7: PQ_ACK_ORCH with the turn's key-value events */
-    "SELECT * FROM dx_ack_orch_kv($1, $2::bigint, $3::bigint, $4::bigint, $5::bigint,"
-    " $6::bigint[], $7::bytea[], $8::text, $9::text, $10::bigint, $11::text, $12::text,"
-    " $13::bigint, $14::text, $15::bigint, $16::text, $17::text, $18::bigint, $19::text[],"
-    " $20::text[], $21::bigint[], $22::bigint[], $23::bigint[], $24::bytea[], $25::text[],"
-    " $26::bigint[], $27::bigint[], $28::text[], $29::bigint[], $30::bytea[], $31::text[],"
-    " $32::text[], $33::text[], $34::text[], $35::bigint[], $36::text[], $37::text[],"
-    " $38::bigint[], $39::bigint)",
   [PQ_KV_GET] =
     "SELECT value, updated_at FROM (SELECT 0 AS o, value, updated_at FROM kv_delta"
     " WHERE instance_id = $1 AND key = $2 UNION ALL SELECT 1, value, updated_at FROM kv"
