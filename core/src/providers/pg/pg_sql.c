@@ -607,14 +607,14 @@ static const char MIGRATION_8[] =
   "     SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;"
   "    DELETE FROM kv_delta d WHERE d.instance_id = ANY(fold);"
   "   END IF;"
-  /* the releases (as dx_orch_release): ready at the earliest message left (or what
-  ** enqueuers folded in); the row goes when nothing is left */
+  /* the releases (as dx_orch_release): the row goes when nothing is left (no message, and
+  ** no enqueuer folded a time in), else it is ready at the earliest message left */
+  "   DELETE FROM orch_queue q WHERE q.instance_id = ANY(oki) AND q.ready_at IS NULL"
+  "    AND NOT EXISTS (SELECT 1 FROM orch_msgs x WHERE x.instance_id = q.instance_id);"
   "   UPDATE orch_queue q SET lock_token = NULL, locked_until = NULL, locked_by = NULL,"
   "    ready_at = LEAST(q.ready_at, m.nxt), due_at = LEAST(q.ready_at, m.nxt)"
   "    FROM (SELECT u.i, (SELECT min(x.visible_at) FROM orch_msgs x WHERE x.instance_id = u.i)"
   "    AS nxt FROM unnest(oki) u(i)) m WHERE q.instance_id = m.i;"
-  "   DELETE FROM orch_queue q WHERE q.instance_id = ANY(oki) AND q.lock_token IS NULL"
-  "    AND q.ready_at IS NULL;"
   "  END IF;"
   "  RETURN QUERY SELECT u.k::bigint, code[u.k], ra[u.k], rb[u.k]"
   "   FROM generate_series(1, n) u(k) ORDER BY u.k;"
