@@ -261,14 +261,7 @@ int dx__pg_connect(const char *conninfo, const char *schema_q, PGconn **out, dx_
     return rc;
   }
   PQsetNoticeProcessor(conn, quiet_notices, NULL);
-  /* Generic plans only: the statements inside the ack functions (pg_sql.c dx_ack_orchs) take
-  ** arrays whose length a custom plan would know, so "auto" planned them afresh on every
-  ** call (one ack: 0.2 ms of planning, 0.06 ms of work); the provider's own statements are
-  ** all written to stay on their indexes whatever the parameters. Set per connection: as a
-  ** function's SET clause it cost twice the call. */
-  snprintf(sql, sizeof sql,
-           "SET search_path TO %s; SET client_min_messages TO warning;"
-           " SET plan_cache_mode TO force_generic_plan",
+  snprintf(sql, sizeof sql, "SET search_path TO %s; SET client_min_messages TO warning",
            schema_q);
   res = PQexec(conn, sql);
   if (PQresultStatus(res) != PGRES_COMMAND_OK) {
