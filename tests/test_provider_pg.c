@@ -1050,6 +1050,84 @@ DX_TEST(pg_run_cycle_keeps_due_order_with_session_rows) {
 /* A store cycle is one round trip (one pipeline sync, COMMIT included), however many acks it
 ** carries: RC_N turn acks + RC_N work acks (with completions) + full fetches, and one ack of
 ** each; a stale token is that ack's own outcome, not the cycle's. */
+/* A cycle's acks go as one call per kind (dx_ack_orchs / dx_ack_works) and still each is
+** whole or nothing: a refused ack (duplicate event, an instance acked twice, a worker token
+** acked twice) writes nothing, its neighbours all of theirs, each instance its own key-value
+** events (the second's also folded: its execution ends). */
+DX_TEST(pg_run_cycle_acks_are_each_whole) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store);
+  dx_orch_item_t *orch[RC_N], *orch2[RC_N];
+  dx_work_fetch_t work[RC_N], work2[RC_N];
+  dx_work_item_t done;
+  dx_orch_ack_t oa[5];
+  dx_event_t ev[5][2];
+  dx_cycle_ack_t acks[7];
+  dx_error_t err;
+  size_t no, nw, no2, nw2, i;
+  char *val = NULL;
+  int64_t at, now = wall_ms();
+  rc_fill(p, now, "w");
+  rc_cycle(p, now, NULL, 0, orch, &no, work, &nw);
+  ASSERT_EQ(no, RC_N);
+  ASSERT_EQ(nw, RC_N);
+  ASSERT_EQ(orch_depth(p), RC_N);
+  memset(acks, 0, sizeof acks);
+  for (i = 0; i < 5; i++) { /* started, then a second event (a key set for the first two) */
+    const dx_orch_item_t *it = orch[i < 4 ? i : 3];
+    acks[i].orch = rc_ack(&oa[i], &ev[i][0], it);
+    ev[i][1] = ev[i][0];
+    ev[i][1].event_id = 2;
+    oa[i].delta = ev[i];
+    oa[i].delta_len = 2;
+  }
+  for (i = 0; i < 2; i++) {
+    ev[i][1].kind = DX_EV_KV_SET;
+    ev[i][1].name = "k";
+    ev[i][1].data = i ? "v1" : "v0";
+    ev[i][1].timestamp_ms = now;
+  }
+  oa[1].status = DX_STATUS_COMPLETED; /* its changes fold into the committed state */
+  oa[1].output = "\"out\"";
+  ev[2][1].event_id = 1; /* a repeated event id: refused */
+  ev[4][1].name = "again"; /* orch[3] a second time, same token: refused */
+  done = item(DX_WI_ACT_COMPLETED, work[0].item.instance, work[0].item.id);
+  acks[5].work_token = acks[6].work_token = work[0].lock_token;
+  acks[5].completion = acks[6].completion = &done;
+  rc_cycle(p, now, acks, 7, orch2, &no2, work2, &nw2);
+  ASSERT_EQ(acks[0].rc, 0);
+  ASSERT_EQ(acks[1].rc, 0);
+  ASSERT_EQ(acks[2].rc, DX_EEXIST);
+  ASSERT_EQ(acks[3].rc, 0);
+  ASSERT_EQ(acks[4].rc, DX_ETOKEN);
+  ASSERT_EQ(acks[5].rc, 0);
+  ASSERT_EQ(acks[6].rc, DX_ELOCK);
+  ASSERT_EQ(history_len_of(p, orch[0]->instance), 2);
+  ASSERT_EQ(history_len_of(p, orch[1]->instance), 2);
+  { /* never acked: no record */
+    dx_event_t *none = NULL;
+    size_t nn = 0;
+    ASSERT_EQ(M(p)->read_history(p, orch[2]->instance, 0, &none, &nn, NULL, &err), DX_ENOTFOUND);
+  }
+  ASSERT_EQ(history_len_of(p, orch[3]->instance), 2);
+  /* the three acked starts are gone; one completion queued (not two) */
+  ASSERT_EQ(orch_depth(p), RC_N - 3 + 1);
+  for (i = 0; i < 2; i++) {
+    ASSERT_OK(M(p)->get_kv(p, orch[i]->instance, "k", &val, &at, &err));
+    ASSERT_STR_EQ(val, i ? "v1" : "v0");
+    free(val);
+  }
+  ASSERT_EQ(M(p)->get_kv(p, orch[3]->instance, "k", &val, &at, &err), DX_ENOTFOUND);
+  for (i = 0; i < no2; i++) dx_orch_item_free(orch2[i]);
+  for (i = 0; i < nw2; i++) dx_work_item_clear(&work2[i].item);
+  for (i = 0; i < RC_N; i++) {
+    dx_orch_item_free(orch[i]);
+    dx_work_item_clear(&work[i].item);
+  }
+  M(p)->destroy(p);
+  free(store);
+}
+
 DX_TEST(pg_run_cycle_is_one_round_trip) {
   char *store = store_url(NULL);
   dx_provider_t *p = dx_pv_open(store);

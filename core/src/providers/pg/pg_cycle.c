@@ -2,9 +2,10 @@
 ** pg_cycle.c -- run_cycle on PostgreSQL: a store cycle's acks and fetches, and its COMMIT, in
 ** one round trip (one pipeline sync), however many acks the cycle carries.
 **
-** Nothing in the pipeline waits for an earlier result: each ack is one call of a server-side
-** function (dx_ack_orch / dx_ack_work, schema migration 2) that checks the lock itself and then
-** writes all of the ack or nothing, returning its outcome as a row; an orchestration fetch is
+** Nothing in the pipeline waits for an earlier result: the cycle's orchestration acks are one
+** call of a server-side function (dx_ack_orchs), its worker-item acks another (dx_ack_works);
+** each checks every lock itself and then writes each ack whole or not at all, returning one
+** outcome row per ack (pg_sql.c, pgchain's migration); an orchestration fetch is
 ** one statement that locks the instances and returns their messages, records and histories
 ** with them (ORCH_FETCH); a work fetch locks plain rows and picks session candidates in the
 ** same sync (pg_work.c). The COMMIT is queued behind them: expected per-ack failures write
@@ -21,10 +22,6 @@
 #include "providers/checks.h"
 #include "providers/pg/pg_internal.h"
 
-/* Results are read before the pipeline grows past what dx__pg_qsend drains on its own (which
-** would drop them): only a cycle with hundreds of acks takes a second round trip. */
-#define CYCLE_PENDING_MAX 200
-
 /* Inputs are checked before anything is sent, as the single calls do. */
 static void check_input(dx_cycle_ack_t *a) {
   const dx_work_item_t *w = a->completion;
@@ -34,23 +31,13 @@ static void check_input(dx_cycle_ack_t *a) {
   else if (w && (a->rc = dx__check_item(w, &a->err)) == 0) a->rc = dx__check_payload(w, &a->err);
 }
 
-static int room(tx_t *t) { return t->c->pending > CYCLE_PENDING_MAX ? dx__pg_qwait(t) : 0; }
-
-/* Queue every ack; res[i] receives ack i's outcome row. Returns the batch's error. */
-static int acks_send(tx_t *t, int64_t now, dx_cycle_t *cy, PGresult **res) {
+/* Queue every ack: the orchestration acks as one call, the worker-item acks as another. */
+static int acks_send(tx_t *t, int64_t now, dx_cycle_t *cy, PGresult **ores, PGresult **wres) {
   size_t i;
-  int rc = 0;
-  for (i = 0; i < cy->n_acks && !rc; i++) {
-    dx_cycle_ack_t *a = &cy->acks[i];
-    tx_t ta = *t;
-    ta.err = &a->err;
-    check_input(a);
-    if (a->rc) continue;
-    rc = a->orch ? dx__pg_ack_orch_send(&ta, now, a->orch, &res[i])
-                 : dx__pg_ack_work_send(&ta, now, a->work_token, a->completion, &res[i]);
-    if (!rc) rc = room(&ta);
-    if (rc) *t->err = a->err;
-  }
+  int rc;
+  for (i = 0; i < cy->n_acks; i++) check_input(&cy->acks[i]);
+  rc = dx__pg_ack_orchs_send(t, now, cy->acks, cy->n_acks, ores);
+  if (!rc) rc = dx__pg_ack_works_send(t, now, cy->acks, cy->n_acks, wres);
   return rc;
 }
 
@@ -111,7 +98,7 @@ static void orch_take(tx_t *tf, int64_t now, dx_cycle_t *cy, PGresult *res, dx__
 int dx__pg_run_cycle(dx_provider_t *pp, int64_t now, dx_cycle_t *cy, dx_error_t *err) {
   dx__pg_park_t *parks = NULL;
   dx__pg_wpre_t pre;
-  PGresult **res = NULL, *ores = NULL;
+  PGresult *ares = NULL, *wres = NULL, *ores = NULL;
   tx_t t, tf;
   size_t i;
   int rc, n_parks = 0, more = 0;
@@ -123,26 +110,17 @@ int dx__pg_run_cycle(dx_provider_t *pp, int64_t now, dx_cycle_t *cy, dx_error_t 
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
   if (t.own) /* the calls below would each open their own transaction */
     return dx__pg_tx_end(&t, dx_error_set(err, DX_ESTATE, "run_cycle outside a batch (begin)"));
-  if ((cy->n_acks && !(res = calloc(cy->n_acks, sizeof *res))) ||
-      (cy->max_orch > 0 && !(parks = calloc((size_t)cy->max_orch, sizeof *parks)))) {
-    free(res);
+  if (cy->max_orch > 0 && !(parks = calloc((size_t)cy->max_orch, sizeof *parks)))
     return dx__pg_tx_poison(&t, dx__pg_nomem(err));
-  }
   tf = t;
   tf.err = &cy->fetch_err;
-  if (!(rc = acks_send(&t, now, cy, res))) fetches_send(&tf, now, cy, &ores, &pre);
+  if (!(rc = acks_send(&t, now, cy, &ares, &wres))) fetches_send(&tf, now, cy, &ores, &pre);
   if (rc) dx__pg_tx_poison(&t, rc);
   /* one round trip: everything queued since begin(), then COMMIT */
   if ((rc = dx__pg_batch_commit_wait(&t, cy->sync)) == 0) {
-    for (i = 0; i < cy->n_acks; i++) {
-      dx_cycle_ack_t *a = &cy->acks[i];
-      tx_t ta = t;
-      ta.err = &a->err;
-      if (a->rc) continue;
-      a->rc = a->orch ? dx__pg_ack_orch_outcome(&ta, now, a->orch, res[i])
-                      : dx__pg_ack_work_outcome(&ta, now, a->work_token, res[i]);
-      res[i] = NULL;
-    }
+    dx__pg_ack_orchs_take(&t, now, cy->acks, cy->n_acks, ares);
+    dx__pg_ack_works_take(&t, now, cy->acks, cy->n_acks, wres);
+    ares = wres = NULL;
     if (ores && !cy->fetch_rc) orch_take(&tf, now, cy, ores, parks, &n_parks);
     else PQclear(ores);
     if (pre.sent && !cy->fetch_rc)
@@ -153,12 +131,12 @@ int dx__pg_run_cycle(dx_provider_t *pp, int64_t now, dx_cycle_t *cy, dx_error_t 
     dx__pg_work_unbuffer_drop(t.c);
     t.c->cycle_done = 1; /* after follow_up's own batch: the caller's commit() is a no-op */
   }
-  for (i = 0; res && i < cy->n_acks; i++) PQclear(res[i]);
+  PQclear(ares);
+  PQclear(wres);
   for (i = 0; i < (size_t)n_parks; i++) free(parks[i].inst);
   PQclear(pre.plain);
   PQclear(pre.owned);
   PQclear(pre.claim);
   free(parks);
-  free(res);
   return rc;
 }

@@ -23,7 +23,7 @@
 #include "providers/pg/pg_sql.h"
 
 #define PG_NEVER INT64_MAX
-#define PG_MAX_PARAMS 40
+#define PG_MAX_PARAMS 48
 
 typedef struct pg_s pg_t;
 
@@ -264,11 +264,13 @@ int dx__pg_work_take_pre(tx_t *t, int64_t now, int64_t lock_ms, const dx_session
 ** that result. An ack's outcome (lock lost, token gone, duplicate event) is its return code;
 ** it wrote nothing then. */
 int dx__pg_run_cycle(dx_provider_t *, int64_t, dx_cycle_t *, dx_error_t *);
-int dx__pg_ack_orch_send(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult **res);
-int dx__pg_ack_orch_outcome(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult *res);
-int dx__pg_ack_work_send(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion,
-                         PGresult **res);
-int dx__pg_ack_work_outcome(tx_t *t, int64_t now, uint64_t token, PGresult *res);
+/* The orchestration acks (resp. worker-item acks) among acks[0..n) whose rc is 0 go as one
+** call of dx_ack_orchs (dx_ack_works); *res is NULL when there are none. *_take sets each such
+** ack's rc and err from the call's result (taken: res is cleared). */
+int dx__pg_ack_orchs_send(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n, PGresult **res);
+void dx__pg_ack_orchs_take(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n, PGresult *res);
+int dx__pg_ack_works_send(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n, PGresult **res);
+void dx__pg_ack_works_take(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n, PGresult *res);
 /* An instance a fetch locked that had nothing to hand out (see dx__pg_orch_park). */
 typedef struct {
   char *inst;

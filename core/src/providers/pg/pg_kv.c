@@ -1,7 +1,7 @@
 /*
 ** pg_kv.c -- key-value state per instance on PostgreSQL (issue 11; duroxide §7.7): tables kv
 ** (committed state) and kv_delta (the running execution's changes, value NULL = cleared),
-** as kv.c does on LMDB. Acks write them in dx_ack_orch_kv and fetches read kv in ORCH_FETCH
+** as kv.c does on LMDB. Acks write them in dx_ack_orchs and fetches read kv in ORCH_FETCH
 ** (pg_orch.c, migration 3); here: the client reads and the fold after a terminate.
 */
 #include <stdlib.h>

@@ -549,16 +549,32 @@ int dx__pg_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_i
 
 /* {===== ack =====} */
 
-/* Array parameters of dx_ack_orch, in call order after the scalar ones (see PQ_ACK_ORCH). */
-enum { A_EID, A_EREC, A_WSID, A_WINST, A_WEXEC, A_WACT, A_WKIND, A_WITEM, A_CINST, A_CEXEC,
-       A_CACT, A_OINST, A_OVIS, A_OITEM, A_OSTART, A_WTAG, A_OSNAME, A_OSVER,
-       A_KOP, A_KKEY, A_KVAL, A_KAT, /* dx_ack_orch_kv only (PQ_ACK_ORCH_KV) */
-       A__N };
-static const int ack_arr_oid[A__N] = {
-  PG_OID_INT8, PG_OID_BYTEA, PG_OID_TEXT, PG_OID_TEXT, PG_OID_INT8, PG_OID_INT8, PG_OID_INT8,
-  PG_OID_BYTEA, PG_OID_TEXT, PG_OID_INT8, PG_OID_INT8, PG_OID_TEXT, PG_OID_INT8, PG_OID_BYTEA,
-  PG_OID_TEXT, PG_OID_TEXT, PG_OID_TEXT, PG_OID_TEXT,
-  PG_OID_INT8, PG_OID_TEXT, PG_OID_TEXT, PG_OID_INT8};
+/* The array parameters of dx_ack_orchs after p_now, in call order (see PQ_ACK_ORCH): per ack
+** (B_INST .. B_FOLD, element k for the k-th ack sent), then the acks' events, worker rows,
+** cancelled rows, messages, started ids and key-value events, each element with its ack's k. */
+enum { B_INST, B_TOKEN, B_EXEC, B_DUP, B_NAME, B_VERSION, B_CSSET, B_CS, B_PARENT, B_STATUS,
+       B_OUTPUT, B_FCAT, B_FKIND, B_FMSG, B_FRETRY, B_FOLD,
+       B_EK, B_EID, B_EREC,
+       B_WK, B_WSID, B_WINST, B_WEXEC, B_WACT, B_WKIND, B_WITEM, B_WTAG,
+       B_CK, B_CINST, B_CEXEC, B_CACT,
+       B_OK, B_OINST, B_OVIS, B_OITEM, B_OSNAME, B_OSVER,
+       B_SK, B_SINST,
+       B_KK, B_KOP, B_KKEY, B_KVAL, B_KAT,
+       B__N };
+#define I8 PG_OID_INT8
+#define TX PG_OID_TEXT
+#define BY PG_OID_BYTEA
+static const int ack_arr_oid[B__N] = {
+  TX, I8, I8, I8, TX, TX, I8, TX, TX, I8, TX, I8, TX, TX, I8, I8,
+  I8, I8, BY,
+  I8, TX, TX, I8, I8, I8, BY, TX,
+  I8, TX, I8, I8,
+  I8, TX, I8, BY, TX, TX,
+  I8, TX,
+  I8, I8, TX, TX, I8};
+#undef I8
+#undef TX
+#undef BY
 
 /* Append the encoding of event or item `v` to a bytea array (enc: the codec's encoder). */
 #define ARR_ENCODED(arr, enc, v)                                                           \
@@ -572,115 +588,107 @@ static const int ack_arr_oid[A__N] = {
     }                                                                                      \
   } while (0)
 
-/* The ack's arrays: delta events, worker rows, cancelled rows, orchestrator messages, and the
-** key-value events (op 0 set or clear (value NULL), 1 clear all). Returns how many of those. */
-static size_t ack_arrays(int64_t now, const dx_orch_ack_t *a, pg_arr_t *v) {
-  size_t i, kv = 0;
-  for (i = 0; i < A__N; i++) dx__arr_init(&v[i], ack_arr_oid[i]);
+/* Append ack `a` as the k-th of the call: its scalars, delta events, worker rows, cancelled
+** rows, orchestrator messages and key-value events (op 0 set or clear (value NULL), 1 clear
+** all). Free text goes as PostgreSQL takes it (dx__arr_str: pg_internal.h dx__pg_text). */
+static void ack_append(int64_t now, const dx_orch_ack_t *a, int64_t k, pg_arr_t *v) {
+  const dx_failure_t *f = a->status != DX_STATUS_NONE ? a->failure : NULL;
+  size_t i;
+  dx__arr_str(&v[B_INST], a->instance);
+  dx__arr_i64(&v[B_TOKEN], (int64_t)a->lock_token);
+  dx__arr_i64(&v[B_EXEC], (int64_t)a->execution_id);
+  dx__arr_i64(&v[B_DUP], (int64_t)repeated_id(a->delta, a->delta_len));
+  dx__arr_str(&v[B_NAME], a->orchestration_name);
+  dx__arr_str(&v[B_VERSION], a->orchestration_name ? a->orchestration_version : NULL);
+  dx__arr_i64(&v[B_CSSET], a->custom_status_set ? 1 : 0);
+  dx__arr_str(&v[B_CS], a->custom_status_set ? a->custom_status : NULL);
+  dx__arr_str(&v[B_PARENT], a->parent_instance);
+  dx__arr_i64(&v[B_STATUS], a->status);
+  dx__arr_str(&v[B_OUTPUT], a->status != DX_STATUS_NONE ? a->output : NULL);
+  dx__arr_i64(&v[B_FCAT], f ? f->category : 0);
+  dx__arr_str(&v[B_FKIND], f ? f->kind : NULL);
+  dx__arr_str(&v[B_FMSG], f ? f->message : NULL);
+  dx__arr_i64(&v[B_FRETRY], f ? f->retryable : 0);
+  dx__arr_i64(&v[B_FOLD], dx__kv_folds(a->status)); /* the execution's KV changes fold in */
   for (i = 0; i < a->delta_len; i++) {
     const dx_event_t *e = &a->delta[i];
-    dx__arr_i64(&v[A_EID], (int64_t)e->event_id);
-    ARR_ENCODED(&v[A_EREC], dx__event_encode, e);
+    dx__arr_i64(&v[B_EK], k);
+    dx__arr_i64(&v[B_EID], (int64_t)e->event_id);
+    ARR_ENCODED(&v[B_EREC], dx__event_encode, e);
     if (e->kind != DX_EV_KV_SET && e->kind != DX_EV_KV_CLEARED && e->kind != DX_EV_KV_CLEARED_ALL)
       continue;
-    dx__arr_i64(&v[A_KOP], e->kind == DX_EV_KV_CLEARED_ALL);
-    dx__arr_str(&v[A_KKEY], e->name);
-    dx__arr_str(&v[A_KVAL], e->kind == DX_EV_KV_SET ? e->data : NULL);
-    dx__arr_i64(&v[A_KAT], e->timestamp_ms);
-    kv++;
+    dx__arr_i64(&v[B_KK], k);
+    dx__arr_i64(&v[B_KOP], e->kind == DX_EV_KV_CLEARED_ALL);
+    dx__arr_str(&v[B_KKEY], e->name);
+    dx__arr_str(&v[B_KVAL], e->kind == DX_EV_KV_SET ? e->data : NULL);
+    dx__arr_i64(&v[B_KAT], e->timestamp_ms);
   }
   for (i = 0; i < a->worker_items_len; i++) {
     const dx_work_item_t *w = &a->worker_items[i];
-    dx__arr_str(&v[A_WSID], w->session_id);
-    dx__arr_str(&v[A_WINST], w->instance);
-    dx__arr_i64(&v[A_WEXEC], (int64_t)w->execution_id);
-    dx__arr_i64(&v[A_WACT], (int64_t)w->id);
-    dx__arr_i64(&v[A_WKIND], w->kind);
-    ARR_ENCODED(&v[A_WITEM], dx__work_item_encode, w);
-    dx__arr_str(&v[A_WTAG], w->tag);
+    dx__arr_i64(&v[B_WK], k);
+    dx__arr_str(&v[B_WSID], w->session_id);
+    dx__arr_str(&v[B_WINST], w->instance);
+    dx__arr_i64(&v[B_WEXEC], (int64_t)w->execution_id);
+    dx__arr_i64(&v[B_WACT], (int64_t)w->id);
+    dx__arr_i64(&v[B_WKIND], w->kind);
+    ARR_ENCODED(&v[B_WITEM], dx__work_item_encode, w);
+    dx__arr_str(&v[B_WTAG], w->tag);
   }
   for (i = 0; i < a->cancelled_len; i++) {
-    dx__arr_str(&v[A_CINST], a->cancelled[i].instance);
-    dx__arr_i64(&v[A_CEXEC], (int64_t)a->cancelled[i].execution_id);
-    dx__arr_i64(&v[A_CACT], (int64_t)a->cancelled[i].activity_id);
+    dx__arr_i64(&v[B_CK], k);
+    dx__arr_str(&v[B_CINST], a->cancelled[i].instance);
+    dx__arr_i64(&v[B_CEXEC], (int64_t)a->cancelled[i].execution_id);
+    dx__arr_i64(&v[B_CACT], (int64_t)a->cancelled[i].activity_id);
   }
   for (i = 0; i < a->orch_items_len; i++) {
     const dx_work_item_t *w = &a->orch_items[i];
-    dx__arr_str(&v[A_OINST], w->instance);
-    dx__arr_i64(&v[A_OVIS], dx__visible_at(w, now, 0));
-    ARR_ENCODED(&v[A_OITEM], dx__work_item_encode, w);
-    if (w->kind == DX_WI_START) dx__arr_str(&v[A_OSTART], w->instance); /* a child's id */
-    dx__arr_str(&v[A_OSNAME], starts_orch(w) ? w->name : NULL);
-    dx__arr_str(&v[A_OSVER], starts_orch(w) ? w->version : NULL);
+    dx__arr_i64(&v[B_OK], k);
+    dx__arr_str(&v[B_OINST], w->instance);
+    dx__arr_i64(&v[B_OVIS], dx__visible_at(w, now, 0));
+    ARR_ENCODED(&v[B_OITEM], dx__work_item_encode, w);
+    dx__arr_str(&v[B_OSNAME], starts_orch(w) ? w->name : NULL);
+    dx__arr_str(&v[B_OSVER], starts_orch(w) ? w->version : NULL);
+    if (w->kind != DX_WI_START) continue;
+    dx__arr_i64(&v[B_SK], k); /* a child's id is taken too */
+    dx__arr_str(&v[B_SINST], w->instance);
   }
-  return kv;
 }
 
-/* Queue ack `a` as one call of dx_ack_orch: it checks the lock and duplicate event ids and
-** then writes all of the turn or nothing; *res receives its outcome row at the next wait. */
-int dx__pg_ack_orch_send(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult **res) {
-  const dx_failure_t *f = a->status != DX_STATUS_NONE ? a->failure : NULL;
-  /* free text as PostgreSQL takes it (pg_internal.h dx__pg_text) */
-  enum { T_STATUS, T_OUTPUT, T_KIND, T_MSG, T__N };
-  const char *raw[T__N], *txt[T__N];
-  char *keep[T__N];
-  pg_arr_t v[A__N];
+/* The orchestration acks among acks[0..n) that are sent: those with no input error. */
+static int orch_sent(const dx_cycle_ack_t *a) { return a->orch && a->rc == 0; }
+
+int dx__pg_ack_orchs_send(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n,
+                          PGresult **res) {
+  pg_arr_t v[B__N];
   qp_t q;
-  int rc = 0, i, kv;
-  raw[T_STATUS] = a->custom_status_set ? a->custom_status : NULL;
-  raw[T_OUTPUT] = a->status != DX_STATUS_NONE ? a->output : NULL;
-  raw[T_KIND] = f ? f->kind : NULL;
-  raw[T_MSG] = f ? f->message : NULL;
-  for (i = 0; i < T__N; i++)
-    if (!(txt[i] = dx__pg_text(raw[i], &keep[i])) && raw[i]) rc = dx__pg_nomem(t->err);
-  /* key-value events, or an execution that ends (its changes fold in): dx_ack_orch_kv */
-  kv = ack_arrays(now, a, v) > 0 || dx__kv_folds(a->status);
-  for (i = 0; i < A__N && !rc; i++) rc = dx__arr_done(&v[i], t->err);
+  size_t i;
+  int64_t k = 0;
+  int rc = 0, j;
+  *res = NULL;
+  for (i = 0; i < n; i++) k += orch_sent(&acks[i]);
+  if (k == 0) return 0;
+  for (j = 0; j < B__N; j++) dx__arr_init(&v[j], ack_arr_oid[j]);
+  for (i = 0, k = 0; i < n; i++)
+    if (orch_sent(&acks[i])) ack_append(now, acks[i].orch, ++k, v);
+  for (j = 0; j < B__N && !rc; j++) rc = dx__arr_done(&v[j], t->err);
   if (!rc) {
     dx__qp_init(&q);
-    dx__qp_str(&q, a->instance);
-    dx__qp_i64(&q, (int64_t)a->lock_token);
     dx__qp_i64(&q, now);
-    dx__qp_i64(&q, (int64_t)a->execution_id);
-    dx__qp_i64(&q, (int64_t)repeated_id(a->delta, a->delta_len));
-    dx__qp_arr(&q, &v[A_EID]);
-    dx__qp_arr(&q, &v[A_EREC]);
-    dx__qp_str(&q, a->orchestration_name);
-    dx__qp_str(&q, a->orchestration_name ? a->orchestration_version : NULL);
-    dx__qp_i64(&q, a->custom_status_set ? 1 : 0);
-    dx__qp_str(&q, txt[T_STATUS]);
-    dx__qp_str(&q, a->parent_instance);
-    dx__qp_i64(&q, a->status);
-    dx__qp_str(&q, txt[T_OUTPUT]);
-    dx__qp_i64(&q, f ? f->category : 0);
-    dx__qp_str(&q, txt[T_KIND]);
-    dx__qp_str(&q, txt[T_MSG]);
-    dx__qp_i64(&q, f ? f->retryable : 0);
-    for (i = A_WSID; i <= (kv ? A_KAT : A_OSVER); i++) dx__qp_arr(&q, &v[i]);
-    if (kv) dx__qp_i64(&q, dx__kv_folds(a->status));
-    rc = dx__pg_qsend(t, kv ? PQ_ACK_ORCH_KV : PQ_ACK_ORCH, &q, res);
-    if (!rc) dx__pg_tx_notify(t); /* the instance is released, messages and rows queued */
+    for (j = 0; j < B__N; j++) dx__qp_arr(&q, &v[j]);
+    rc = dx__pg_qsend(t, PQ_ACK_ORCH, &q, res);
+    if (!rc) dx__pg_tx_notify(t); /* instances released, messages and rows queued */
   } else {
     rc = dx__pg_tx_poison(t, rc);
   }
-  for (i = 0; i < A__N; i++) dx__arr_free(&v[i]);
-  for (i = 0; i < T__N; i++) free(keep[i]);
+  for (j = 0; j < B__N; j++) dx__arr_free(&v[j]);
   return rc;
 }
 
-/* The outcome row of dx_ack_orch (res taken): 0, or the expected failure, which wrote
-** nothing. */
-int dx__pg_ack_orch_outcome(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult *res) {
-  int64_t code, x, y;
-  if (!res || PQntuples(res) != 1) {
-    PQclear(res);
-    return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ESTORE, "ack of instance '%s': no "
-                                            "outcome from dx_ack_orch", a->instance));
-  }
-  code = dx__col_i64(res, 0, 0);
-  x = dx__col_i64(res, 0, 1);
-  y = dx__col_i64(res, 0, 2);
-  PQclear(res);
+/* Ack a's outcome (row `row` of dx_ack_orchs: k, code, detail, detail): 0, or the expected
+** failure, which wrote nothing. */
+static int orch_outcome(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresult *res, int row) {
+  int64_t code = dx__col_i64(res, row, 1), x = dx__col_i64(res, row, 2);
+  int64_t y = dx__col_i64(res, row, 3);
   if (code == 1)
     return dx_error_set(t->err, DX_ETOKEN, "instance '%s' is not locked with token %llx",
                         a->instance, (unsigned long long)a->lock_token);
@@ -694,11 +702,37 @@ int dx__pg_ack_orch_outcome(tx_t *t, int64_t now, const dx_orch_ack_t *a, PGresu
   return 0;
 }
 
+void dx__pg_ack_orchs_take(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n, PGresult *res) {
+  size_t i;
+  int row = 0, sent = 0, bad;
+  for (i = 0; i < n; i++) sent += orch_sent(&acks[i]);
+  bad = sent && (!res || PQntuples(res) != sent);
+  for (i = 0; i < n; i++) {
+    dx_cycle_ack_t *a = &acks[i];
+    tx_t ta = *t;
+    if (!orch_sent(a)) continue;
+    ta.err = &a->err;
+    if (bad)
+      a->rc = dx__pg_tx_poison(&ta, dx_error_set(&a->err, DX_ESTORE, "ack of instance '%s': no "
+                                                 "outcome from dx_ack_orchs", a->orch->instance));
+    else a->rc = orch_outcome(&ta, now, a->orch, res, row++);
+  }
+  PQclear(res);
+}
+
 static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
+  dx_cycle_ack_t one;
   PGresult *res = NULL;
   int rc;
-  if ((rc = dx__pg_ack_orch_send(t, now, a, &res)) || (rc = dx__pg_qwait(t))) return rc;
-  return dx__pg_ack_orch_outcome(t, now, a, res);
+  memset(&one, 0, sizeof one);
+  one.orch = (dx_orch_ack_t *)a;
+  if ((rc = dx__pg_ack_orchs_send(t, now, &one, 1, &res)) || (rc = dx__pg_qwait(t))) {
+    PQclear(res);
+    return rc;
+  }
+  dx__pg_ack_orchs_take(t, now, &one, 1, res);
+  if (one.rc && t->err) *t->err = one.err;
+  return one.rc;
 }
 
 int dx__pg_ack_orch(dx_provider_t *pp, int64_t now, const dx_orch_ack_t *ack, dx_error_t *err) {

@@ -459,8 +459,242 @@ static const char MIGRATION_7[] =
   "  RETURN QUERY SELECT r.r_code, r.r_a, r.r_b;"
   " END $f$;";
 
+/* pgchain's migration (pre-assigned number 10; the lead renumbers it at merge): a store cycle's
+** acks as two calls, whatever their number: dx_ack_orchs takes every orchestration ack of the
+** cycle, dx_ack_works every worker-item ack, as arrays (one element per ack; the rows, events,
+** messages and key-value events of all acks flattened, each with the number k of its ack).
+** Each checks every lock (and duplicate event ids) first, then writes the acks that passed with
+** one statement per table, and returns one outcome row per ack, by k: (k, r_code, r_a, r_b
+** [, r_sid, r_owner, r_c]) with the codes of migration 2/6 (0 ok, 1 not locked with that token,
+** 2 expired, 3 duplicate event r_a, 4 fenced). A refused ack writes nothing. Per ack, one call
+** of migration 7's functions cost ~10 statements and 5 nested calls (pg_stat_statements, track =
+** all: 0.15 ms a turn); per cycle this is ~18 statements for all of them. Instances are locked
+** in id order. An instance acked twice in one call: the first that holds the lock wins, the
+** others find it released (1, as one call after another would). The execution row is written
+** when the execution is new or ends (a running one's row does not change). The ack functions
+** of migrations 2-7 go; the helpers stay (enqueue, abandon, terminate call them). Both run
+** with generic plans: their statements take arrays whose length a custom plan sees, so for a
+** few acks "auto" kept planning them afresh on every call (a single ack: ~0.2 ms of planning
+** for ~0.06 ms of work); the SET clause costs ~5 us a call (pgbench). Every lookup in them is
+** by key from the arrays, so they also run without sequential scans: a generic plan is made
+** once per connection, and one made while a fresh schema's tables were small hash-joined a
+** sequential scan of history into every call for good. (Not set for the whole connection.) */
+static const char MIGRATION_8[] =
+  "DROP FUNCTION dx_ack_orch_kv(text, bigint, bigint, bigint, bigint, bigint[], bytea[], text,"
+  " text, bigint, text, text, bigint, text, bigint, text, text, bigint, text[], text[],"
+  " bigint[], bigint[], bigint[], bytea[], text[], bigint[], bigint[], text[], bigint[],"
+  " bytea[], text[], text[], text[], text[], bigint[], text[], text[], bigint[], bigint);"
+  "DROP FUNCTION dx_ack_orch(text, bigint, bigint, bigint, bigint, bigint[], bytea[], text,"
+  " text, bigint, text, text, bigint, text, bigint, text, text, bigint, text[], text[],"
+  " bigint[], bigint[], bigint[], bytea[], text[], bigint[], bigint[], text[], bigint[],"
+  " bytea[], text[], text[], text[], text[]);"
+  "DROP FUNCTION dx_ack_work(bigint, bigint, text, bytea);"
+  "CREATE FUNCTION dx_ack_orchs(p_now bigint, a_inst text[], a_token bigint[],"
+  " a_exec bigint[], a_dup bigint[], a_name text[], a_version text[], a_cs_set bigint[],"
+  " a_cs text[], a_parent text[], a_status bigint[], a_output text[], a_fcat bigint[],"
+  " a_fkind text[], a_fmsg text[], a_fretry bigint[], a_fold bigint[],"
+  " e_k bigint[], e_id bigint[], e_rec bytea[],"
+  " w_k bigint[], w_sid text[], w_inst text[], w_exec bigint[], w_act bigint[],"
+  " w_kind bigint[], w_item bytea[], w_tag text[],"
+  " c_k bigint[], c_inst text[], c_exec bigint[], c_act bigint[],"
+  " o_k bigint[], o_inst text[], o_vis bigint[], o_item bytea[], o_sname text[],"
+  " o_sver text[], s_k bigint[], s_inst text[],"
+  " k_k bigint[], k_op bigint[], k_key text[], k_val text[], k_at bigint[])"
+  " RETURNS TABLE (r_k bigint, r_code bigint, r_a bigint, r_b bigint) LANGUAGE plpgsql"
+  " SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $f$"
+  " DECLARE n int := coalesce(cardinality(a_inst), 0); code bigint[]; ra bigint[];"
+  "  rb bigint[]; tok bigint[]; til bigint[]; cur bigint[]; ok bigint[] := '{}';"
+  "  oki text[] := '{}'; fold text[] := '{}'; r record; k int; j int;"
+  "  dups boolean := false; f_upd boolean := false; f_ins boolean := false;"
+  "  f_newx boolean := false; f_end boolean := false;"
+  " BEGIN"
+  "  IF n = 0 THEN RETURN; END IF;"
+  "  code := array_fill(0::bigint, ARRAY[n]); ra := code; rb := code;"
+  /* each ack's lock (the queue rows locked in id order), and its instance's current
+  ** execution before the turn (NULL: no record) */
+  "  SELECT array_agg(l.lock_token ORDER BY u.k), array_agg(l.locked_until ORDER BY u.k),"
+  "   array_agg(x.current_exec ORDER BY u.k) INTO tok, til, cur"
+  "   FROM unnest(a_inst) WITH ORDINALITY u(i, k)"
+  "   LEFT JOIN (SELECT q.instance_id, q.lock_token, q.locked_until FROM orch_queue q"
+  "   WHERE q.instance_id = ANY(a_inst) ORDER BY q.instance_id FOR UPDATE) l"
+  "   ON l.instance_id = u.i LEFT JOIN instances x ON x.instance_id = u.i;"
+  "  FOR k IN 1 .. n LOOP"
+  "   IF a_inst[k] = ANY(oki) THEN code[k] := 1; ra[k] := NULL; rb[k] := NULL;"
+  "   ELSIF tok[k] IS DISTINCT FROM a_token[k] THEN code[k] := 1; ra[k] := tok[k];"
+  "    rb[k] := til[k];"
+  "   ELSIF til[k] <= p_now THEN code[k] := 2; ra[k] := tok[k]; rb[k] := til[k];"
+  "   ELSIF a_dup[k] <> 0 THEN code[k] := 3; ra[k] := a_dup[k];"
+  "   ELSE oki := oki || a_inst[k]; ok := ok || k::bigint; END IF;"
+  "  END LOOP;"
+  "  IF cardinality(e_k) > 0 AND cardinality(ok) > 0 THEN"
+  "   FOR r IN SELECT e.k, min(h.event_id) AS d FROM unnest(e_k, e_id) e(k, id)"
+  "    JOIN history h ON h.instance_id = a_inst[e.k] AND h.exec = a_exec[e.k]"
+  "    AND h.event_id = e.id WHERE e.k = ANY(ok) GROUP BY e.k LOOP"
+  "    code[r.k] := 3; ra[r.k] := r.d; dups := true;"
+  "   END LOOP;"
+  "  END IF;"
+  "  IF dups THEN"
+  "   ok := ARRAY(SELECT o.k FROM unnest(ok) o(k) WHERE code[o.k] = 0);"
+  "   oki := ARRAY(SELECT a_inst[o.k] FROM unnest(ok) o(k));"
+  "  END IF;"
+  /* which of the writes below the acks that passed need (a statement with nothing to do
+  ** still costs its executor start) */
+  "  FOR j IN 1 .. cardinality(ok) LOOP"
+  "   k := ok[j];"
+  "   IF cur[k] IS NULL THEN f_ins := true; ELSE f_upd := true; END IF;"
+  "   IF cur[k] IS NULL OR cur[k] < a_exec[k] OR a_status[k] <> 0 THEN f_newx := true; END IF;"
+  "   IF a_status[k] <> 0 THEN f_end := true; END IF;"
+  "   IF a_fold[k] <> 0 THEN fold := fold || a_inst[k]; END IF;"
+  "  END LOOP;"
+  "  IF cardinality(ok) > 0 THEN"
+  "   DELETE FROM orch_msgs m USING unnest(ok) o(k)"
+  "    WHERE m.instance_id = a_inst[o.k] AND m.lock_token = a_token[o.k];"
+  /* the records: created by an instance's first turn, then updated in place */
+  "   IF f_upd THEN UPDATE instances i SET"
+  "    name = CASE WHEN a_name[o.k] IS NOT NULL THEN a_name[o.k] ELSE i.name END,"
+  "    version = CASE WHEN a_name[o.k] IS NOT NULL THEN a_version[o.k] ELSE i.version END,"
+  "    current_exec = GREATEST(i.current_exec, a_exec[o.k]),"
+  "    custom_status = CASE WHEN a_cs_set[o.k] <> 0 THEN a_cs[o.k] ELSE i.custom_status END,"
+  "    cs_version = i.cs_version + a_cs_set[o.k], updated_at = p_now"
+  "    FROM unnest(ok) o(k) WHERE i.instance_id = a_inst[o.k] AND cur[o.k] IS NOT NULL;"
+  "   END IF;"
+  "   IF f_ins THEN INSERT INTO instances (instance_id, name, version, current_exec,"
+  "    custom_status,"
+  "    cs_version, created_at, updated_at, parent, created_seq)"
+  "    SELECT a_inst[o.k], a_name[o.k], a_version[o.k], a_exec[o.k],"
+  "    CASE WHEN a_cs_set[o.k] <> 0 THEN a_cs[o.k] END, a_cs_set[o.k], p_now, p_now,"
+  "    a_parent[o.k], nextval('dx_seq') FROM unnest(ok) o(k) WHERE cur[o.k] IS NULL;"
+  "   END IF;"
+  /* the execution's row: created running by its first turn (or when it ends without one),
+  ** then given its final status */
+  "   IF f_newx THEN INSERT INTO executions (instance_id, exec, status, output, f_cat,"
+  "    f_kind, f_msg,"
+  "    f_retry, started_at, completed_at) SELECT a_inst[o.k], a_exec[o.k], 1, a_output[o.k],"
+  "    a_fcat[o.k], a_fkind[o.k], a_fmsg[o.k], a_fretry[o.k], p_now, 0 FROM unnest(ok) o(k)"
+  "    WHERE cur[o.k] IS NULL OR cur[o.k] < a_exec[o.k] OR a_status[o.k] <> 0"
+  "    ON CONFLICT (instance_id, exec) DO NOTHING; END IF;"
+  "   IF f_end THEN UPDATE executions e SET status = a_status[o.k], output = a_output[o.k],"
+  "    f_cat = a_fcat[o.k], f_kind = a_fkind[o.k], f_msg = a_fmsg[o.k],"
+  "    f_retry = a_fretry[o.k], completed_at = p_now FROM unnest(ok) o(k)"
+  "    WHERE a_status[o.k] <> 0 AND e.instance_id = a_inst[o.k] AND e.exec = a_exec[o.k];"
+  "   END IF;"
+  "   IF cardinality(e_k) > 0 THEN INSERT INTO history (instance_id, exec, event_id, rec)"
+  "    SELECT a_inst[u.k], a_exec[u.k], u.i, u.r FROM unnest(e_k, e_id, e_rec) u(k, i, r)"
+  "    WHERE u.k = ANY(ok); END IF;"
+  "   IF cardinality(w_k) > 0 THEN"
+  "    INSERT INTO work (seq, due_at, visible_at, session_id, instance_id, exec, activity_id,"
+  "     kind, item, tag) SELECT nextval('dx_seq'), p_now, p_now, u.s, u.i, u.e, u.a, u.t,"
+  "     u.it, u.g FROM unnest(w_k, w_sid, w_inst, w_exec, w_act, w_kind, w_item, w_tag)"
+  "     u(k, s, i, e, a, t, it, g) WHERE u.k = ANY(ok);"
+  "   END IF;"
+  "   IF cardinality(c_k) > 0 THEN DELETE FROM work w USING unnest(c_k, c_inst, c_exec, c_act)"
+  "    u(k, i, e, a) WHERE u.k = ANY(ok) AND w.instance_id = u.i AND w.exec = u.e"
+  "    AND w.activity_id = u.a; END IF;"
+  /* messages (as dx_orch_push) */
+  "   IF cardinality(o_k) > 0 THEN"
+  "    INSERT INTO orch_msgs (seq, instance_id, visible_at, item, start_name, start_version)"
+  "     SELECT nextval('dx_seq'), u.i, u.v, u.it, u.n, u.r"
+  "     FROM unnest(o_k, o_inst, o_vis, o_item, o_sname, o_sver) u(k, i, v, it, n, r)"
+  "     WHERE u.k = ANY(ok);"
+  "    INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
+  "     SELECT u.i, min(u.v), min(u.v) FROM unnest(o_k, o_inst, o_vis) u(k, i, v)"
+  "     WHERE u.k = ANY(ok) GROUP BY u.i ORDER BY u.i ON CONFLICT (instance_id) DO UPDATE"
+  "     SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
+  "     due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
+  "     ELSE q.due_at END;"
+  "   END IF;"
+  "   IF cardinality(s_k) > 0 THEN" /* a child's id is taken too */
+  "    INSERT INTO started (instance_id) SELECT DISTINCT u.i FROM unnest(s_k, s_inst) u(k, i)"
+  "    WHERE u.k = ANY(ok) ON CONFLICT DO NOTHING; END IF;"
+  /* key-value events (as dx_ack_orch_kv), then the folds of the executions that end */
+  "   IF cardinality(k_k) > 0 THEN"
+  "    FOR r IN SELECT DISTINCT u.k FROM unnest(k_k) u(k) WHERE u.k = ANY(ok) ORDER BY 1 LOOP"
+  "     PERFORM dx_kv_apply(a_inst[r.k],"
+  "      ARRAY(SELECT u.o FROM unnest(k_k, k_op) WITH ORDINALITY u(k, o, n) WHERE u.k = r.k"
+  "      ORDER BY u.n),"
+  "      ARRAY(SELECT u.o FROM unnest(k_k, k_key) WITH ORDINALITY u(k, o, n) WHERE u.k = r.k"
+  "      ORDER BY u.n),"
+  "      ARRAY(SELECT u.o FROM unnest(k_k, k_val) WITH ORDINALITY u(k, o, n) WHERE u.k = r.k"
+  "      ORDER BY u.n),"
+  "      ARRAY(SELECT u.o FROM unnest(k_k, k_at) WITH ORDINALITY u(k, o, n) WHERE u.k = r.k"
+  "      ORDER BY u.n), 0);"
+  "    END LOOP;"
+  "   END IF;"
+  "   IF cardinality(fold) > 0 AND EXISTS (SELECT 1 FROM kv_delta d"
+  "    WHERE d.instance_id = ANY(fold)) THEN"
+  "    DELETE FROM kv k USING kv_delta d WHERE d.instance_id = ANY(fold)"
+  "     AND k.instance_id = d.instance_id AND k.key = d.key AND d.value IS NULL;"
+  "    INSERT INTO kv (instance_id, key, value, updated_at) SELECT d.instance_id, d.key,"
+  "     d.value, d.updated_at FROM kv_delta d WHERE d.instance_id = ANY(fold)"
+  "     AND d.value IS NOT NULL ON CONFLICT (instance_id, key) DO UPDATE"
+  "     SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;"
+  "    DELETE FROM kv_delta d WHERE d.instance_id = ANY(fold);"
+  "   END IF;"
+  /* the releases (as dx_orch_release): the row goes when nothing is left (no message, and
+  ** no enqueuer folded a time in), else it is ready at the earliest message left */
+  "   DELETE FROM orch_queue q WHERE q.instance_id = ANY(oki) AND q.ready_at IS NULL"
+  "    AND NOT EXISTS (SELECT 1 FROM orch_msgs x WHERE x.instance_id = q.instance_id);"
+  "   UPDATE orch_queue q SET lock_token = NULL, locked_until = NULL, locked_by = NULL,"
+  "    ready_at = LEAST(q.ready_at, m.nxt), due_at = LEAST(q.ready_at, m.nxt)"
+  "    FROM (SELECT u.i, (SELECT min(x.visible_at) FROM orch_msgs x WHERE x.instance_id = u.i)"
+  "    AS nxt FROM unnest(oki) u(i)) m WHERE q.instance_id = m.i;"
+  "  END IF;"
+  "  RETURN QUERY SELECT u.k::bigint, code[u.k], ra[u.k], rb[u.k]"
+  "   FROM generate_series(1, n) u(k) ORDER BY u.k;"
+  " END $f$;"
+  /* worker items done: a plain row whose lock is current goes in one statement for all of
+  ** them; the others (session rows: fencing; a lock that is gone or expired) one by one as
+  ** migration 6's dx_ack_work; then the completions of the acks that passed */
+  "CREATE FUNCTION dx_ack_works(p_now bigint, a_token bigint[], c_inst text[], c_item bytea[])"
+  " RETURNS TABLE (r_k bigint, r_code bigint, r_a bigint, r_b bigint, r_sid text,"
+  " r_owner text, r_c bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan"
+  " SET enable_seqscan = off AS $f$"
+  " DECLARE n int := coalesce(cardinality(a_token), 0); code bigint[]; ra bigint[];"
+  "  rb bigint[]; rs text[]; ro text[]; rc bigint[]; done bigint[]; seen bigint[] := '{}';"
+  "  k int; s bigint; til bigint; sid text; we bigint; ep bigint; own text;"
+  " BEGIN"
+  "  IF n = 0 THEN RETURN; END IF;"
+  "  code := array_fill(0::bigint, ARRAY[n]); ra := code; rb := code; rc := code;"
+  "  rs := array_fill(NULL::text, ARRAY[n]); ro := rs;"
+  "  WITH d AS (DELETE FROM work w WHERE w.lock_token = ANY(a_token)"
+  "   AND w.locked_until > p_now AND w.session_id IS NULL RETURNING w.lock_token)"
+  "   SELECT coalesce(array_agg(d.lock_token), '{}') INTO done FROM d;"
+  "  FOR k IN 1 .. n LOOP"
+  "   IF a_token[k] = ANY(done) AND NOT a_token[k] = ANY(seen) THEN"
+  "    seen := seen || a_token[k]; CONTINUE; END IF;"
+  "   SELECT w.seq, w.locked_until, w.session_id, w.sess_epoch INTO s, til, sid, we"
+  "    FROM work w WHERE w.lock_token = a_token[k] FOR UPDATE;"
+  "   IF NOT FOUND THEN code[k] := 1; CONTINUE; END IF;"
+  "   IF til <= p_now THEN code[k] := 2; ra[k] := s; rb[k] := til; CONTINUE; END IF;"
+  "   IF sid IS NOT NULL THEN"
+  "    SELECT x.epoch, x.owner INTO ep, own FROM sessions x WHERE x.session_id = sid;"
+  "    IF ep IS DISTINCT FROM we THEN code[k] := 4; ra[k] := s; rb[k] := coalesce(ep, -1);"
+  "     rs[k] := sid; ro[k] := own; rc[k] := we; CONTINUE; END IF;"
+  "   END IF;"
+  "   DELETE FROM work WHERE seq = s;"
+  "   IF sid IS NOT NULL THEN"
+  "    UPDATE sessions SET last_activity = p_now WHERE session_id = sid; END IF;"
+  "  END LOOP;"
+  /* the completions (as dx_orch_push) */
+  "  INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
+  "   SELECT nextval('dx_seq'), c_inst[u.k], p_now, c_item[u.k]"
+  "   FROM generate_series(1, n) u(k) WHERE code[u.k] = 0 AND c_item[u.k] IS NOT NULL"
+  "   ORDER BY u.k;"
+  "  IF FOUND THEN"
+  "   INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
+  "    SELECT DISTINCT c_inst[u.k], p_now, p_now FROM generate_series(1, n) u(k)"
+  "    WHERE code[u.k] = 0 AND c_item[u.k] IS NOT NULL ORDER BY 1"
+  "    ON CONFLICT (instance_id) DO UPDATE SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
+  "    due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
+  "    ELSE q.due_at END;"
+  "  END IF;"
+  "  RETURN QUERY SELECT u.k::bigint, code[u.k], ra[u.k], rb[u.k], rs[u.k], ro[u.k], rc[u.k]"
+  "   FROM generate_series(1, n) u(k) ORDER BY u.k;"
+  " END $f$;";
+
 const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
-                                        MIGRATION_5, MIGRATION_6, MIGRATION_7};
+                                        MIGRATION_5, MIGRATION_6, MIGRATION_7,
+                                        MIGRATION_8};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
@@ -572,9 +806,10 @@ static const char *const SQL[PQ__COUNT] = {
     " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text"
     " FROM c WHERE q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at),"
     /* = ANY(ARRAY(...)) and LATERAL keep every lookup on an index, whatever the sizes */
-    " m AS (UPDATE orch_msgs o SET attempt = o.attempt + 1, lock_token ="
-    " (SELECT u.lock_token FROM u WHERE u.instance_id = o.instance_id)"
-    " WHERE o.instance_id = ANY(ARRAY(SELECT instance_id FROM u)) AND o.visible_at <= $1::bigint"
+    /* (joined with u for the token: a subquery per message would scan u, n² per fetch) */
+    " m AS (UPDATE orch_msgs o SET attempt = o.attempt + 1, lock_token = u.lock_token FROM u"
+    " WHERE o.instance_id = ANY(ARRAY(SELECT instance_id FROM u))"
+    " AND u.instance_id = o.instance_id AND o.visible_at <= $1::bigint"
     " RETURNING o.instance_id, o.seq, o.attempt, o.item)"
     " SELECT u.due_at, u.instance_id, 0::bigint, u.lock_token, 0::bigint, NULL::text,"
     " NULL::text, NULL::bytea FROM u"
@@ -590,17 +825,22 @@ static const char *const SQL[PQ__COUNT] = {
     " UNION ALL SELECT u.due_at, u.instance_id, 4, k.updated_at, 0, k.key, k.value, NULL"
     " FROM u CROSS JOIN LATERAL (SELECT * FROM kv z WHERE z.instance_id = u.instance_id) k"
     " ORDER BY 1, 2, 3, 4",
-  [PQ_ACK_ORCH] = /* migration 7; one row: outcome code, detail, detail */
-    "SELECT * FROM dx_ack_orch($1, $2::bigint, $3::bigint, $4::bigint, $5::bigint,"
-    " $6::bigint[], $7::bytea[], $8::text, $9::text, $10::bigint, $11::text, $12::text,"
-    " $13::bigint, $14::text, $15::bigint, $16::text, $17::text, $18::bigint, $19::text[],"
-    " $20::text[], $21::bigint[], $22::bigint[], $23::bigint[], $24::bytea[], $25::text[],"
-    " $26::bigint[], $27::bigint[], $28::text[], $29::bigint[], $30::bytea[], $31::text[],"
-    " $32::text[], $33::text[], $34::text[])",
+  [PQ_ACK_ORCH] = /* pgchain's migration: every orchestration ack of a cycle (pg_orch.c);
+    ** one outcome row per ack, by k */
+    "SELECT * FROM dx_ack_orchs($1::bigint, $2::text[], $3::bigint[], $4::bigint[],"
+    " $5::bigint[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[],"
+    " $11::bigint[], $12::text[], $13::bigint[], $14::text[], $15::text[], $16::bigint[],"
+    " $17::bigint[], $18::bigint[], $19::bigint[], $20::bytea[], $21::bigint[],"
+    " $22::text[], $23::text[], $24::bigint[], $25::bigint[], $26::bigint[],"
+    " $27::bytea[], $28::text[], $29::bigint[], $30::text[], $31::bigint[],"
+    " $32::bigint[], $33::bigint[], $34::text[], $35::bigint[], $36::bytea[],"
+    " $37::text[], $38::text[], $39::bigint[], $40::text[], $41::bigint[], $42::bigint[],"
+    " $43::text[], $44::text[], $45::bigint[])",
   [PQ_EXEC_UPSERT] = /* migration 2 */
     "SELECT dx_exec_set($1, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::text, $7::text,"
     " $8::bigint, $9::bigint)",
-  [PQ_ACK_WORK] = "SELECT * FROM dx_ack_work($1::bigint, $2::bigint, $3::text, $4::bytea)",
+  [PQ_ACK_WORK] = /* pgchain's migration: every worker-item ack of a cycle (pg_work.c) */
+    "SELECT * FROM dx_ack_works($1::bigint, $2::bigint[], $3::text[], $4::bytea[])",
   [PQ_START_CLAIM] =
     "INSERT INTO started (instance_id) SELECT $1::text"
     " WHERE NOT EXISTS (SELECT 1 FROM instances WHERE instance_id = $1::text)"
@@ -861,14 +1101,6 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_ADM_DROP_QUEUES] = "WITH" DROP_QUEUES_CTE("$1") " SELECT 1",
   /* key-value state (pg_kv.c) */
   [PQ_KV_FOLD] = "SELECT dx_kv_fold($1)", /* migration 3 */
-  [PQ_ACK_ORCH_KV] = /* migration 7: PQ_ACK_ORCH with the turn's key-value events */
-    "SELECT * FROM dx_ack_orch_kv($1, $2::bigint, $3::bigint, $4::bigint, $5::bigint,"
-    " $6::bigint[], $7::bytea[], $8::text, $9::text, $10::bigint, $11::text, $12::text,"
-    " $13::bigint, $14::text, $15::bigint, $16::text, $17::text, $18::bigint, $19::text[],"
-    " $20::text[], $21::bigint[], $22::bigint[], $23::bigint[], $24::bytea[], $25::text[],"
-    " $26::bigint[], $27::bigint[], $28::text[], $29::bigint[], $30::bytea[], $31::text[],"
-    " $32::text[], $33::text[], $34::text[], $35::bigint[], $36::text[], $37::text[],"
-    " $38::bigint[], $39::bigint)",
   [PQ_KV_GET] =
     "SELECT value, updated_at FROM (SELECT 0 AS o, value, updated_at FROM kv_delta"
     " WHERE instance_id = $1 AND key = $2 UNION ALL SELECT 1, value, updated_at FROM kv"

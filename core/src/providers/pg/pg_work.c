@@ -594,69 +594,111 @@ static int sess_touch(tx_t *t, const char *sid, int64_t now) {
   return dx__pg_q(t, PQ_SESS_TOUCH, &q, NULL);
 }
 
-/* Queue ack `token` as one call of dx_ack_work (the row must be locked with it and live; the
-** completion, which may be NULL, is queued with the delete); *res gets its outcome row. */
-int dx__pg_ack_work_send(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion,
-                         PGresult **res) {
-  char *buf = NULL;
-  size_t len = 0;
+/* The worker-item acks among acks[0..n) that are sent: those with no input error. */
+static int work_sent(const dx_cycle_ack_t *a) { return !a->orch && a->rc == 0; }
+
+/* Queue the worker-item acks as one call of dx_ack_works (each row must be locked with its
+** token and live; its completion, which may be NULL, is queued with the delete). */
+int dx__pg_ack_works_send(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n,
+                          PGresult **res) {
+  pg_arr_t tok, inst, item;
+  size_t i, k = 0;
+  int rc = 0, notify = 0;
   qp_t q;
-  int rc;
-  if (completion && dx__work_item_encode(completion, &buf, &len))
-    return dx__pg_tx_poison(t, dx__pg_nomem(t->err));
-  dx__qp_init(&q);
-  dx__qp_i64(&q, (int64_t)token);
-  dx__qp_i64(&q, now);
-  dx__qp_str(&q, completion ? completion->instance : NULL);
-  if (buf) dx__qp_bin(&q, buf, len);
-  else dx__qp_str(&q, NULL);
-  rc = dx__pg_qsend(t, PQ_ACK_WORK, &q, res);
-  free(buf);
-  if (!rc && completion) dx__pg_tx_notify(t);
+  *res = NULL;
+  for (i = 0; i < n; i++) k += work_sent(&acks[i]);
+  if (k == 0) return 0;
+  dx__arr_init(&tok, PG_OID_INT8);
+  dx__arr_init(&inst, PG_OID_TEXT);
+  dx__arr_init(&item, PG_OID_BYTEA);
+  for (i = 0; i < n; i++) {
+    const dx_work_item_t *c = acks[i].completion;
+    char *buf = NULL;
+    size_t len = 0;
+    if (!work_sent(&acks[i])) continue;
+    dx__arr_i64(&tok, (int64_t)acks[i].work_token);
+    dx__arr_str(&inst, c ? c->instance : NULL);
+    if (c && dx__work_item_encode(c, &buf, &len)) item.oom = 1;
+    dx__arr_bytes(&item, c ? buf : NULL, len);
+    free(buf);
+    notify |= c != NULL;
+  }
+  if ((rc = dx__arr_done(&tok, t->err)) || (rc = dx__arr_done(&inst, t->err)) ||
+      (rc = dx__arr_done(&item, t->err))) {
+    rc = dx__pg_tx_poison(t, rc);
+  } else {
+    dx__qp_init(&q);
+    dx__qp_i64(&q, now);
+    dx__qp_arr(&q, &tok);
+    dx__qp_arr(&q, &inst);
+    dx__qp_arr(&q, &item);
+    rc = dx__pg_qsend(t, PQ_ACK_WORK, &q, res);
+    if (!rc && notify) dx__pg_tx_notify(t);
+  }
+  dx__arr_free(&tok);
+  dx__arr_free(&inst);
+  dx__arr_free(&item);
   return rc;
 }
 
-/* The outcome row of dx_ack_work (res taken). */
-int dx__pg_ack_work_outcome(tx_t *t, int64_t now, uint64_t token, PGresult *res) {
-  int64_t code, seq, until;
+/* One ack's outcome: row `row` of dx_ack_works (k, code, seq, until, sid, owner, epoch). */
+static int work_outcome(tx_t *t, int64_t now, uint64_t token, PGresult *res, int row) {
+  int64_t code = dx__col_i64(res, row, 1), seq = dx__col_i64(res, row, 2);
+  int64_t until = dx__col_i64(res, row, 3);
   int rc;
-  if (!res || PQntuples(res) != 1) {
-    PQclear(res);
-    return dx__pg_tx_poison(t, dx_error_set(t->err, DX_ESTORE, "ack of worker item %llx: no "
-                                            "outcome from dx_ack_work",
-                                            (unsigned long long)token));
-  }
-  code = dx__col_i64(res, 0, 0);
-  seq = dx__col_i64(res, 0, 1);
-  until = dx__col_i64(res, 0, 2);
-  if (code == 4 && PQnfields(res) >= 6) { /* fenced: the session moved since the lock */
+  if (code == 4) { /* fenced: the session moved since the lock */
     row_t r = {0};
     int oom = 0;
     r.seq = seq;
-    r.sid = dx__col_str(res, 0, 3, &oom);
+    r.sid = dx__col_str(res, row, 4, &oom);
     r.has_session = until >= 0;
     r.epoch = until;
-    r.sess_epoch = dx__col_i64(res, 0, 5);
-    if (r.has_session) r.owner = dx__col_str(res, 0, 4, &oom);
-    PQclear(res);
+    r.sess_epoch = dx__col_i64(res, row, 6);
+    if (r.has_session) r.owner = dx__col_str(res, row, 5, &oom);
     rc = oom ? dx__pg_nomem(t->err) : row_check_epoch(t, &r);
     row_clear(&r);
     return rc;
   }
-  PQclear(res);
   if (code == 1) return row_read(t, token, NULL, &(row_t){0});
   if (code == 2)
     return row_check_live(t, &(row_t){.seq = seq, .locked_until = until}, now);
   return 0;
 }
 
+void dx__pg_ack_works_take(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n, PGresult *res) {
+  size_t i;
+  int row = 0, sent = 0, bad;
+  for (i = 0; i < n; i++) sent += work_sent(&acks[i]);
+  bad = sent && (!res || PQntuples(res) != sent || PQnfields(res) < 7);
+  for (i = 0; i < n; i++) {
+    dx_cycle_ack_t *a = &acks[i];
+    tx_t ta = *t;
+    if (!work_sent(a)) continue;
+    ta.err = &a->err;
+    if (bad)
+      a->rc = dx__pg_tx_poison(&ta, dx_error_set(&a->err, DX_ESTORE, "ack of worker item %llx: "
+                                                 "no outcome from dx_ack_works",
+                                                 (unsigned long long)a->work_token));
+    else a->rc = work_outcome(&ta, now, a->work_token, res, row++);
+  }
+  PQclear(res);
+}
+
 static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion) {
+  dx_cycle_ack_t one;
   PGresult *res = NULL;
   int rc;
   if (token == 0) return row_read(t, token, NULL, &(row_t){0});
-  if ((rc = dx__pg_ack_work_send(t, now, token, completion, &res)) || (rc = dx__pg_qwait(t)))
+  memset(&one, 0, sizeof one);
+  one.work_token = token;
+  one.completion = completion;
+  if ((rc = dx__pg_ack_works_send(t, now, &one, 1, &res)) || (rc = dx__pg_qwait(t))) {
+    PQclear(res);
     return rc;
-  return dx__pg_ack_work_outcome(t, now, token, res);
+  }
+  dx__pg_ack_works_take(t, now, &one, 1, res);
+  if (one.rc && t->err) *t->err = one.err;
+  return one.rc;
 }
 
 int dx__pg_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
