@@ -446,6 +446,12 @@ extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_sche
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what);
+/* The two halves of dx__lm_rec_decode (tests compare them): the direct reader takes records
+** as dx__lm_rec_put writes them (0; DX_ENOMEM; 1 = anything else, rec untouched), the general
+** one (msgpack-c) every valid record, with the corruption messages. */
+int dx__lm_rec_decode_direct(const lm_schema_t *s, const MDB_val *v, void *rec);
+int dx__lm_rec_decode_general(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
+                              const char *what);
 int dx__lm_rec_get(tx_t *t, const lm_schema_t *s, const dkey_t *k, void *rec, const char *what);
 void dx__lm_rec_clear(const lm_schema_t *s, void *rec);
 void dx__lm_inst_clear(inst_rec_t *r);
