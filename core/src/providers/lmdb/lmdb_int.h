@@ -81,7 +81,6 @@
 #define LM_RECORD_FORMAT 1u  /* first element of every wrapper record */
 #define LM_DEFAULT_MAP ((size_t)64 << 20) /* first map size; it doubles as the store fills */
 #define LM_SUM_BYTES 4       /* CRC32C after every value (format 3) */
-#define LM_MAXDBS 32
 #define LM_KEY_MAX 511       /* LMDB's default MDB_MAXKEYSIZE */
 #define LM_INSTANCE_MAX DX_MAX_INSTANCE_ID_BYTES /* room left for the numbers in keys */
 #define LM_SESSION_MAX DX_MAX_SESSION_ID_BYTES /* owner\0sid\0 must fit a key */
@@ -94,6 +93,9 @@ enum {
   DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS,
   DB_KV, DB_KV_DELTA, DB_SESS_EVENTS, DB__COUNT
 };
+/* Exactly the named DBs above: every nested transaction (one per operation of a group commit)
+** allocates and copies per-DB state for this many. */
+#define LM_MAXDBS DB__COUNT
 
 /* Names of the named DBs, indexed by DB_*. */
 extern const char *const dx__lm_db_names[DB__COUNT];
