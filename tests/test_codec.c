@@ -299,6 +299,37 @@ DX_TEST(work_item_round_trip_random) {
   }
 }
 
+/* The kind read from the bytes without decoding agrees with the decoder on every record the
+** encoder writes, and a valid record's bit flips give either -1 or the decoder's kind. */
+DX_TEST(work_item_peek_kind_agrees_with_decode) {
+  int i;
+  rng_state = 7;
+  for (i = 0; i < 4000; i++) {
+    dx_work_item_t w, d;
+    dx_error_t err;
+    char *buf;
+    size_t len, bit;
+    rnd_work(&w);
+    ASSERT_OK(dx__work_item_encode(&w, &buf, &len));
+    ASSERT_EQ(dx__work_item_peek_kind(buf, len), w.kind);
+    for (bit = 0; i < 100 && len <= 300 && bit < len * 8; bit++) {
+      int k;
+      buf[bit / 8] ^= (char)(1 << (bit % 8));
+      k = dx__work_item_peek_kind(buf, len);
+      if (k != -1 && dx__work_item_decode(buf, len, &d, &err) == DX_OK) {
+        ASSERT_EQ(k, d.kind);
+        dx_work_item_clear(&d);
+      }
+      buf[bit / 8] ^= (char)(1 << (bit % 8));
+    }
+    free(buf);
+    dx_work_item_clear(&w);
+  }
+  ASSERT_EQ(dx__work_item_peek_kind("", 0), -1);
+  ASSERT_EQ(dx__work_item_peek_kind("\x82\xa1v\x01\xa1k", 6), -1); /* cut before the kind */
+  ASSERT_EQ(dx__work_item_peek_kind("\x82\xa1v\x01\xa1k\x00", 7), -1); /* no such kind */
+}
+
 DX_TEST(records_write_only_present_fields) {
   dx_event_t e;
   dx_work_item_t w;

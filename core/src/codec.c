@@ -163,6 +163,21 @@ int dx__work_item_encode(const dx_work_item_t *w, char **buf, size_t *len) {
   return encode(&work_schema, w, buf, len);
 }
 
+/* pack_fields writes a map, "v" 1, then "k" (the kind, a positive fixint: kinds are small). */
+int dx__work_item_peek_kind(const void *buf, size_t len) {
+  const unsigned char *p = buf;
+  size_t pos;
+  if (len < 1) return -1;
+  if (p[0] >= 0x82 && p[0] <= 0x8f) pos = 1;                /* fixmap of 2..15 entries */
+  else if (p[0] == 0xde && len >= 3) pos = 3;               /* map 16 */
+  else return -1;
+  if (len < pos + 5 || p[pos] != 0xa1 || p[pos + 1] != 'v' || p[pos + 2] != FORMAT_VERSION ||
+      p[pos + 3] != 0xa1 || p[pos + 4] != 'k' || len < pos + 6)
+    return -1;
+  if (p[pos + 5] < 1 || p[pos + 5] >= DX_WI__COUNT) return -1;
+  return p[pos + 5];
+}
+
 /* {===== framing check =====} */
 
 #define SCAN_MAX_DEPTH 8 /* records nest two deep; leaves room for future fields */

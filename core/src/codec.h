@@ -18,6 +18,9 @@ int dx__work_item_encode(const dx_work_item_t *w, char **buf, size_t *len);
 ** wrong when the bytes are not a valid record; *out is left cleared on failure. */
 int dx__event_decode(const void *buf, size_t len, dx_event_t *out, dx_error_t *err);
 int dx__work_item_decode(const void *buf, size_t len, dx_work_item_t *out, dx_error_t *err);
+/* The kind of an encoded work item without decoding it, when the record starts the way
+** dx__work_item_encode writes it ("v" then "k" first); -1 otherwise (decode it to know). */
+int dx__work_item_peek_kind(const void *buf, size_t len);
 
 /* Check the MessagePack framing of buf (one object, every length within the bytes present,
 ** no reserved bytes, no trailing bytes) before msgpack-c allocates. DX_ECORRUPT naming `what`. */

@@ -81,7 +81,6 @@
 #define LM_RECORD_FORMAT 1u  /* first element of every wrapper record */
 #define LM_DEFAULT_MAP ((size_t)64 << 20) /* first map size; it doubles as the store fills */
 #define LM_SUM_BYTES 4       /* CRC32C after every value (format 3) */
-#define LM_MAXDBS 32
 #define LM_KEY_MAX 511       /* LMDB's default MDB_MAXKEYSIZE */
 #define LM_INSTANCE_MAX DX_MAX_INSTANCE_ID_BYTES /* room left for the numbers in keys */
 #define LM_SESSION_MAX DX_MAX_SESSION_ID_BYTES /* owner\0sid\0 must fit a key */
@@ -94,6 +93,9 @@ enum {
   DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS,
   DB_KV, DB_KV_DELTA, DB_SESS_EVENTS, DB__COUNT
 };
+/* Exactly the named DBs above: every nested transaction (one per operation of a group commit)
+** allocates and copies per-DB state for this many. */
+#define LM_MAXDBS DB__COUNT
 
 /* Names of the named DBs, indexed by DB_*. */
 extern const char *const dx__lm_db_names[DB__COUNT];
@@ -447,6 +449,12 @@ extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_sche
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what);
+/* The two halves of dx__lm_rec_decode (tests compare them): the direct reader takes records
+** as dx__lm_rec_put writes them (0; DX_ENOMEM; 1 = anything else, rec untouched), the general
+** one (msgpack-c) every valid record, with the corruption messages. */
+int dx__lm_rec_decode_direct(const lm_schema_t *s, const MDB_val *v, void *rec);
+int dx__lm_rec_decode_general(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
+                              const char *what);
 int dx__lm_rec_get(tx_t *t, const lm_schema_t *s, const dkey_t *k, void *rec, const char *what);
 void dx__lm_rec_clear(const lm_schema_t *s, void *rec);
 void dx__lm_inst_clear(inst_rec_t *r);

@@ -228,7 +228,11 @@ static int orch_runnable(tx_t *t, const dx_fetch_filter_t *f, const char *inst, 
   if ((rc = msgs_load(t, inst, &l))) return rc;
   for (i = 0; i < l.n && !found && !rc; i++) {
     dx_work_item_t w;
-    if (l.v[i].visible_at > now || (rc = msg_decode(t, &l, i, &w))) continue;
+    int kind = dx__work_item_peek_kind(l.v[i].item, l.v[i].item_len);
+    /* only a start names the orchestration: others need no decoding (the fetch decodes them) */
+    if (l.v[i].visible_at > now || (kind > 0 && kind != DX_WI_START && kind != DX_WI_CAN))
+      continue;
+    if ((rc = msg_decode(t, &l, i, &w))) continue;
     if (starts_instance(&w)) {
       found = 1;
       *ok = dx_fetch_filter_accepts_orch(f, w.name, w.version);

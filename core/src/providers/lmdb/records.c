@@ -97,17 +97,41 @@ static int pack_field(msgpack_packer *pk, const lm_field_t *f, const void *rec) 
   return -1;
 }
 
+/* The packer's output: on the stack while it fits (records are small), else on the heap. */
+typedef struct {
+  char *p;
+  size_t n, cap;
+  char stack[512];
+} recbuf_t;
+
+static int recbuf_write(void *data, const char *buf, size_t len) {
+  recbuf_t *b = data;
+  if (b->n + len > b->cap) {
+    size_t cap = b->cap * 2 > b->n + len ? b->cap * 2 : b->n + len;
+    char *np = b->p == b->stack ? malloc(cap) : realloc(b->p, cap);
+    if (!np) return -1;
+    if (b->p == b->stack) memcpy(np, b->stack, b->n);
+    b->p = np;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, buf, len);
+  b->n += len;
+  return 0;
+}
+
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec) {
-  msgpack_sbuffer sb;
+  recbuf_t b;
   msgpack_packer pk;
   size_t i;
   int bad, rc;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  b.p = b.stack;
+  b.n = 0;
+  b.cap = sizeof b.stack;
+  msgpack_packer_init(&pk, &b, recbuf_write);
   bad = msgpack_pack_array(&pk, s->n + 1) | msgpack_pack_uint32(&pk, LM_RECORD_FORMAT);
   for (i = 0; i < s->n && !bad; i++) bad |= pack_field(&pk, &s->f[i], rec);
-  rc = bad ? dx__lm_nomem(t->err) : dx__lm_db_put(t, s->db, k, sb.data, sb.size, 0);
-  msgpack_sbuffer_destroy(&sb);
+  rc = bad ? dx__lm_nomem(t->err) : dx__lm_db_put(t, s->db, k, b.p, b.n, 0);
+  if (b.p != b.stack) free(b.p);
   return rc;
 }
 
@@ -165,10 +189,154 @@ void dx__lm_rec_clear(const lm_schema_t *s, void *rec) {
     }
 }
 
+/* {===== the direct reader: records as the writer above makes them =====} */
+
+/* A cursor over the bytes of one record. */
+typedef struct {
+  const unsigned char *p;
+  size_t n, pos;
+} rd_t;
+
+static int rd_be(rd_t *r, size_t w, uint64_t *v) {
+  size_t i;
+  if (r->n - r->pos < w) return -1;
+  for (*v = 0, i = 0; i < w; i++) *v = *v << 8 | r->p[r->pos++];
+  return 0;
+}
+
+/* An integer: *neg 1 for a negative value (in *i), else the value in *u, as msgpack-c sorts
+** them (a signed encoding of a non-negative value counts as positive). */
+static int rd_int(rd_t *r, int *neg, uint64_t *u, int64_t *i) {
+  unsigned c;
+  uint64_t v;
+  if (r->pos >= r->n) return -1;
+  c = r->p[r->pos++];
+  *neg = 0;
+  if (c <= 0x7f) { *u = c; return 0; }
+  if (c >= 0xe0) { *neg = 1; *i = (int64_t)(int8_t)c; return 0; }
+  if (c >= 0xcc && c <= 0xcf) return rd_be(r, (size_t)1 << (c - 0xcc), u);
+  if (c >= 0xd0 && c <= 0xd3) {
+    size_t w = (size_t)1 << (c - 0xd0);
+    int64_t sv;
+    if (rd_be(r, w, &v)) return -1;
+    sv = w == 8 ? (int64_t)v : (int64_t)(v ^ (1ull << (8 * w - 1))) - (int64_t)(1ull << (8 * w - 1));
+    if (sv < 0) { *neg = 1; *i = sv; }
+    else *u = (uint64_t)sv;
+    return 0;
+  }
+  return -1;
+}
+
+/* A str (bin = 0) or bin (bin = 1), or nil (*p NULL; only for str). */
+static int rd_bytes(rd_t *r, int bin, const char **p, size_t *len) {
+  unsigned c;
+  uint64_t n;
+  if (r->pos >= r->n) return -1;
+  c = r->p[r->pos++];
+  *p = NULL;
+  if (c == 0xc0 && !bin) return 0;
+  if (!bin && c >= 0xa0 && c <= 0xbf) n = c & 0x1f;
+  else if (!bin && c >= 0xd9 && c <= 0xdb) { if (rd_be(r, (size_t)1 << (c - 0xd9), &n)) return -1; }
+  else if (bin && c >= 0xc4 && c <= 0xc6) { if (rd_be(r, (size_t)1 << (c - 0xc4), &n)) return -1; }
+  else return -1;
+  if (n > r->n - r->pos) return -1;
+  *p = (const char *)r->p + r->pos;
+  *len = (size_t)n;
+  r->pos += (size_t)n;
+  return 0;
+}
+
+/* Decode the record the common way it is stored: every element one the schema expects, no
+** unknown trailing fields, no bytes after it. 0 done; DX_ENOMEM; 1 when the bytes are anything
+** else (rec untouched then): the general decoder below decides, with its own messages. */
+static int direct_decode(const lm_schema_t *s, const MDB_val *v, void *rec) {
+  rd_t r = {v->mv_data, v->mv_size, 0};
+  uint64_t have, u;
+  int64_t i64;
+  size_t i, len;
+  int neg;
+  unsigned c;
+  const char *p;
+  void *tmp[16];
+  size_t tlen[16];
+  if (s->n > 16 || r.n == 0) return 1;
+  c = r.p[r.pos++];
+  if (c >= 0x90 && c <= 0x9f) have = c & 0x0f;
+  else if (c == 0xdc) { if (rd_be(&r, 2, &have)) return 1; }
+  else return 1;
+  if (have < (s->n_min ? s->n_min : s->n) + 1 || have > s->n + 1) return 1;
+  if (rd_int(&r, &neg, &u, &i64) || neg || u != LM_RECORD_FORMAT) return 1;
+  /* first pass: check every field without writing (so a fallback finds rec untouched) */
+  for (i = 0; i + 1 < have; i++) {
+    const lm_field_t *f = &s->f[i];
+    tmp[i] = NULL;
+    switch (f->type) {
+      case RF_U64:
+        if (rd_int(&r, &neg, &u, &i64) || neg) return 1;
+        break;
+      case RF_I64: case RF_INT:
+        if (rd_int(&r, &neg, &u, &i64) || (!neg && u > INT64_MAX)) return 1;
+        if (!neg) i64 = (int64_t)u;
+        if (f->type == RF_INT && (i64 < INT_MIN || i64 > INT_MAX)) return 1;
+        break;
+      case RF_STR: case RF_BIN:
+        if (rd_bytes(&r, f->type == RF_BIN, &p, &len) || (f->required && !p)) return 1;
+        tmp[i] = (void *)p;
+        tlen[i] = len;
+        break;
+    }
+  }
+  if (r.pos != r.n) return 1; /* trailing bytes */
+  /* second pass: the values */
+  r.pos = 0;
+  c = r.p[r.pos++];
+  if (c == 0xdc) r.pos += 2;
+  (void)rd_int(&r, &neg, &u, &i64);
+  for (i = 0; i + 1 < have; i++) {
+    const lm_field_t *f = &s->f[i];
+    if (f->type == RF_STR || f->type == RF_BIN) {
+      char *cp = NULL;
+      (void)rd_bytes(&r, f->type == RF_BIN, &p, &len);
+      if (tmp[i] && !(cp = malloc(tlen[i] + 1))) {
+        size_t j;
+        for (j = 0; j < i; j++)
+          if (s->f[j].type == RF_STR || s->f[j].type == RF_BIN) {
+            free(*AT(rec, &s->f[j], char *));
+            *AT(rec, &s->f[j], char *) = NULL;
+          }
+        return DX_ENOMEM;
+      }
+      if (cp) {
+        if (tlen[i]) memcpy(cp, tmp[i], tlen[i]);
+        cp[tlen[i]] = 0;
+      }
+      *AT(rec, f, char *) = cp;
+      if (f->type == RF_BIN) *(size_t *)(void *)((char *)rec + f->len_off) = tlen[i];
+      continue;
+    }
+    (void)rd_int(&r, &neg, &u, &i64);
+    if (f->type == RF_U64) *AT(rec, f, uint64_t) = u;
+    else if (f->type == RF_I64) *AT(rec, f, int64_t) = neg ? i64 : (int64_t)u;
+    else *AT(rec, f, int) = (int)(neg ? i64 : (int64_t)u);
+  }
+  return 0;
+}
+
+int dx__lm_rec_decode_direct(const lm_schema_t *s, const MDB_val *v, void *rec) {
+  return direct_decode(s, v, rec);
+}
+
 /* Decode `v` into the schema's fields of `rec` (other members untouched). On failure the
 ** fields are freed and the error names the record as `what`. */
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what) {
+  int rc = direct_decode(s, v, rec);
+  if (rc == DX_ENOMEM) return dx__lm_nomem(t->err);
+  return rc == 0 ? 0 : dx__lm_rec_decode_general(t, s, v, rec, what);
+}
+
+int dx__lm_rec_decode_general(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
+                              const char *what) {
   msgpack_unpacked up;
   const msgpack_object *o;
   size_t off = 0, i;

@@ -100,6 +100,7 @@ typedef struct {
   char *b;
   size_t n, cap;
   const char *skip; /* add_user: the instance being replaced */
+  int first_only;   /* alive_cb: stop at the first live user (counted in n, b stays NULL) */
 } ublob_t;
 
 static int ublob_put(tx_t *t, ublob_t *u, const char *inst, size_t n, uint64_t exec) {
@@ -125,7 +126,7 @@ static int keep_other_cb(tx_t *t, const char *inst, size_t n, uint64_t exec, voi
 }
 
 int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exec, char **blob) {
-  ublob_t u = {NULL, 0, 0, inst};
+  ublob_t u = {NULL, 0, 0, inst, 0};
   size_t n = strlen(inst);
   int rc;
   *blob = NULL;
@@ -164,12 +165,17 @@ static int alive_cb(tx_t *t, const char *inst, size_t n, uint64_t exec, void *ud
     if (ir.current_exec == exec) status = DX_STATUS_RUNNING;
     dx__lm_inst_clear(&ir);
   }
-  return status == DX_STATUS_RUNNING ? ublob_put(t, u, inst, n, exec) : 0;
+  if (status != DX_STATUS_RUNNING) return 0;
+  if (u->first_only) {
+    u->n = 1;
+    return 1; /* one live user is enough: stop */
+  }
+  return ublob_put(t, u, inst, n, exec);
 }
 
 int dx__lm_sess_ended(tx_t *t, const char *sid, const sess_rec_t *r, int *ended, char **alive,
                       size_t *alive_len) {
-  ublob_t u = {NULL, 0, 0, NULL};
+  ublob_t u = {NULL, 0, 0, NULL, !alive}; /* no list wanted: the first live user decides */
   sess_queue_t q;
   int rc;
   *ended = 0;

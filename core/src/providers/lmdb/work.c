@@ -242,6 +242,7 @@ static int owned_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
   if (q.found && (int64_t)q.due <= o->now) {
     int ok;
+    if (!cand_better(o->c, (int64_t)q.due, q.seq)) return 0; /* before reading its row */
     if ((rc = sess_tag_ok(t, o->filter, q.seq, &ok))) return rc;
     if (ok) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
   } else if (!q.found && live && dx__lm_strs_push(&o->idle, sid))
@@ -249,11 +250,12 @@ static int owned_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   return 0;
 }
 
-/* At capacity: sessions whose instances all ended do not count (issue 9 item 4). */
+/* At capacity: sessions whose instances all ended do not count (issue 9 item 4). Stops as
+** soon as the worker is below capacity: only that answer is needed. */
 static int uncount_ended(tx_t *t, owned_scan_t *o) {
   size_t i;
   int rc = 0;
-  for (i = 0; i < o->idle.n && !rc; i++) {
+  for (i = 0; i < o->idle.n && !rc && o->live >= o->cfg->max_sessions; i++) {
     sess_rec_t r;
     int ended = 0;
     if ((rc = dx__lm_sess_get(t, o->idle.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
@@ -309,6 +311,7 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
                      work_cand_t *c) {
   owned_scan_t o;
   claim_scan_t cs;
+  work_cand_t claim;
   dkey_t pre;
   int rc;
   memset(c, 0, sizeof *c);
@@ -323,16 +326,24 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   key_inst(&pre, cfg->worker_id);
   o.prefix_n = pre.n;
   rc = dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, &o);
-  if (!rc && o.live >= cfg->max_sessions) rc = uncount_ended(t, &o);
-  dx__lm_strs_free(&o.idle);
-  if (rc || o.live >= cfg->max_sessions) return rc; /* at capacity: no new claims */
+  /* at capacity, unless enough of the idle sessions ended: no new claims */
+  if (rc || (o.live >= cfg->max_sessions && o.live - o.idle.n >= cfg->max_sessions)) {
+    dx__lm_strs_free(&o.idle);
+    return rc;
+  }
   cs.worker = cfg->worker_id;
   cs.now = now;
-  cs.c = c;
+  cs.c = &claim;
   cs.lm = lm;
   cs.cfg = cfg;
+  claim = *c;
   k_init(&pre);
-  return dx__lm_scan_prefix(t, DB_SESS_HEADS, &pre, claim_cb, &cs);
+  rc = dx__lm_scan_prefix(t, DB_SESS_HEADS, &pre, claim_cb, &cs);
+  /* a claim beats the rows at hand: only now is it worth asking whether sessions ended */
+  if (!rc && claim.kind == WC_CLAIM && o.live >= cfg->max_sessions) rc = uncount_ended(t, &o);
+  if (!rc && claim.kind == WC_CLAIM && o.live < cfg->max_sessions) *c = claim;
+  dx__lm_strs_free(&o.idle);
+  return rc;
 }
 
 /* A token no live worker lock uses: tokens key the work_token index, so a repeat (say, a

@@ -53,6 +53,11 @@ typedef struct pg_conn_s {
   int wbuf_n, wbuf_next;
   int64_t wbuf_now, wbuf_lock;
   char *wbuf_worker;        /* the session worker id of the fetch ("" without one) */
+  /* a session claim pick of this batch found nothing (at capacity or nothing claimable): later
+  ** fetches of the batch skip it. Capacity only grows within a batch and the batch's own
+  ** operations come before its fetches, so it can only change by other processes' commits,
+  ** whose wake-up starts the next batch (which asks again). */
+  int claim_none;
   struct pg_conn_s *next;   /* owner's list */
 } pg_conn_t;
 

@@ -725,11 +725,13 @@ const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__p
   " FROM instances ei WHERE ei.instance_id = " u ".instance_id"                               \
   " AND ei.current_exec = " u ".exec))))"
 
-/* Session `sid` ended: no rows left and none of its users still runs. */
+/* Session `sid` ended: no rows left and none of its users still runs. OFFSET 0 keeps the users
+** test a per-session index lookup: without it the planner may hash the whole session_users x
+** executions join, a scan of every execution in the store per evaluation. */
 #define SESSION_ENDED(sid)                                                                  \
   " (NOT EXISTS (SELECT 1 FROM work ew WHERE ew.session_id = " sid ")"                       \
   " AND NOT EXISTS (SELECT 1 FROM session_users eu WHERE eu.session_id = " sid " AND"         \
-  USER_ALIVE("eu") "))"
+  USER_ALIVE("eu") " OFFSET 0))"
 
 /* The worker takes the row's tag: untagged rows when `untagged` <> 0, else tags in `tags`. */
 #define TAG_OK(row, untagged, tags)                                                          \
@@ -910,8 +912,10 @@ static const char *const SQL[PQ__COUNT] = {
     " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id"
     " AND s.owner <> '' AND (s.owner = $2 OR (s.locked_until > $1::bigint AND NOT"
     OWNER_DEAD("s.owner", "$4::text", "$5::bigint") ")))"
-    " AND (SELECT count(*) FROM sessions o WHERE o.owner = $2 AND o.locked_until > $1::bigint"
-    " AND NOT" SESSION_ENDED("o.session_id") ") < $3::bigint"
+    /* below capacity; only at capacity count again without the sessions that ended */
+    " AND ((SELECT count(*) FROM sessions o WHERE o.owner = $2 AND o.locked_until > $1::bigint)"
+    " < $3::bigint OR (SELECT count(*) FROM sessions o WHERE o.owner = $2"
+    " AND o.locked_until > $1::bigint AND NOT" SESSION_ENDED("o.session_id") ") < $3::bigint)"
     TAG_OK("w", "$7::bigint", "$8::text[]")
     SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
   [PQ_WORK_REAP] = /* liveness on: a dead owner's in-flight session rows are due now */

@@ -302,8 +302,12 @@ static int reap_send(tx_t *t, int64_t now, const dx_session_cfg_t *cfg) {
   return dx__pg_qsend(t, PQ_WORK_REAP, &q, NULL);
 }
 
+/* 1 when an earlier claim pick of this batch found nothing (pg_conn_t.claim_none). */
+static int claims_over(const tx_t *t) { return t->c->in_batch && t->c->claim_none; }
+
 /* Queue one round's picks: plain rows (locked at once, speculatively) and, with sessions,
-** the oldest owned and claimable session rows; results in r at the next wait. */
+** the oldest owned and claimable session rows (r->claim stays NULL when claims are over for
+** this batch); results in r at the next wait. */
 static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
                       int round, int k, dx__pg_wpre_t *r) {
   int rc;
@@ -335,7 +339,7 @@ static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   ** the transaction), so the capacity count and the claim cannot interleave */
   if (!(round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) &&
       !(rc = plain_send(t, now, lock_ms, k, &r->plain)) &&
-      !(rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)))
+      !(rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)) && !claims_over(t))
     rc = dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &r->claim);
   free(declined); /* the sends copied it */
   return rc;
@@ -375,6 +379,7 @@ int dx__pg_work_presend(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_
 static int session_best(tx_t *t, PGresult *owned, PGresult *claim, cand_t *cd) {
   int rc;
   memset(cd, 0, sizeof *cd);
+  if (t->c->in_batch && PQntuples(claim) == 0) t->c->claim_none = 1;
   rc = consider(t, owned, WC_OWNED, 0, cd);
   if (rc) PQclear(claim);
   else rc = consider(t, claim, WC_CLAIM, 0, cd);
@@ -396,7 +401,7 @@ int dx__pg_work_take_pre(tx_t *t, int64_t now, int64_t lock_ms, const dx_session
   *more = 0;
   memset(&cd, 0, sizeof cd);
   if (cfg && cfg->max_sessions == 0) cfg = NULL;
-  if (!pre->plain || (cfg && (!pre->owned || !pre->claim))) {
+  if (!pre->plain || (cfg && (!pre->owned || (!pre->claim && !claims_over(t))))) {
     PQclear(pre->plain);
     PQclear(pre->owned);
     PQclear(pre->claim);
