@@ -38,6 +38,8 @@
 **                                                     (nil = cleared)
 **   sess_events   sid\0 be64 seq -> at, event, worker, detail, previous_owner   (the session's
 **                 history for `sessions --history`; latest DX_SESSION_EVENTS_KEEP per session)
+**   workers       worker\0 -> host, pid, started_at, locker   registered workers (workers.c);
+**                 live.c's locks say which of them still live
 **
 ** Fetches read the head of the ready and lock indexes (an expired lock is as fetchable as a
 ** ready message), so they stay O(log n) however many rows are locked or delayed. Rows with a
@@ -92,7 +94,7 @@ enum {
   DB_ORCH_MSGS, DB_ORCH_STATE, DB_ORCH_READY, DB_ORCH_LOCK,
   DB_WORK, DB_WORK_READY, DB_WORK_LOCK, DB_WORK_TOKEN, DB_WORK_IDENT,
   DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS,
-  DB_KV, DB_KV_DELTA, DB_SESS_EVENTS, DB__COUNT
+  DB_KV, DB_KV_DELTA, DB_SESS_EVENTS, DB_WORKERS, DB__COUNT
 };
 
 /* Names of the named DBs, indexed by DB_*. */
@@ -112,6 +114,7 @@ typedef struct shared_env_s {
   int grow_wanted;           /* a write found the map full (atomic) */
   int read_only;             /* opened MDB_RDONLY: the directory is not writable */
   int no_sess_events;        /* read-only store written before sess_events existed */
+  int no_workers;            /* read-only store written before workers existed */
   size_t psize;              /* LMDB page size */
   int data_fd;               /* data.mdb, for the truncation check */
   char *lock_path;           /* lock.mdb and its identity when opened (ino 0: no lock file) */
@@ -322,6 +325,13 @@ typedef struct {
   char *event, *worker, *detail, *prev;
 } sev_rec_t;
 
+/* A worker registration (workers). */
+typedef struct {
+  char *host;
+  int64_t pid, started_at;
+  uint64_t locker;    /* the registering handle's lock-holder tag (lm_t.tag) */
+} wreg_rec_t;
+
 /* A session's queue summary: its earliest row (due time, seq) and how many rows it has. */
 typedef struct {
   int found;
@@ -442,7 +452,7 @@ int dx__lm_can_grow(shared_env_t *se);
 /* records.c */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
     dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema, dx__lm_kv_schema,
-    dx__lm_kv_delta_schema, dx__lm_sev_schema;
+    dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what);
@@ -571,6 +581,13 @@ int dx__lm_reap_dead_locks(tx_t *t, lm_t *p, int64_t now);
 int dx__lm_worker_register(dx_provider_t *pp, const char *worker, int64_t now,
                            dx_error_t *err);
 void dx__lm_worker_unregister(dx_provider_t *pp, const char *worker);
+/* workers.c: the registration record of `worker` (written at registration, removed when it
+** ends; a record whose process died stays until the id registers again or a registration
+** sweeps it) and the listing. */
+int dx__lm_workers_put(lm_t *p, const char *worker, int64_t now, dx_error_t *err);
+void dx__lm_workers_del(lm_t *p, const char *worker);
+int dx__lm_list_workers(dx_provider_t *pp, int64_t now, dx_worker_cb cb, void *ud,
+                        dx_error_t *err);
 /* work.c: the locked session rows of `worker`'s sessions are due now (at registration). */
 int dx__lm_reap_own(lm_t *p, const char *worker, int64_t now, dx_error_t *err);
 

@@ -459,8 +459,15 @@ static const char MIGRATION_7[] =
   "  RETURN QUERY SELECT r.r_code, r.r_a, r.r_b;"
   " END $f$;";
 
+/* Version 8: operating it (issue 10). The registry of workers behind `duroxide-lua workers`
+** (written by worker_register on the liveness connection, removed by worker_unregister; the
+** liveness locks say which rows still live). */
+static const char MIGRATION_8[] =
+  "CREATE TABLE workers (worker_id text COLLATE \"C\" PRIMARY KEY, host text,"
+  "  pid bigint NOT NULL DEFAULT 0, started_at bigint NOT NULL, locker text);";
+
 const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
-                                        MIGRATION_5, MIGRATION_6, MIGRATION_7};
+                                        MIGRATION_5, MIGRATION_6, MIGRATION_7, MIGRATION_8};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
@@ -482,6 +489,17 @@ const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__p
 #define OWNER_DEAD(owner, prefix, live)                                                      \
   " (" live " = 1 AND pg_postmaster_start_time() < clock_timestamp() - interval '5 seconds'" \
   " AND pg_try_advisory_xact_lock(hashtextextended(" prefix " || " owner ", 0)))"
+
+/* worker_register (migration 8): the registration row ($1 id, $2 host, $3 pid, $4 now, $5 the
+** handle's lock-holder tag); rows of other ids whose process died ($6 liveness prefix) go. */
+const char dx__pg_live_worker_put_sql[] =
+  "WITH gone AS (DELETE FROM workers w WHERE w.worker_id <> $1 AND"
+  OWNER_DEAD("w.worker_id", "$6::text", "1") ")"
+  " INSERT INTO workers (worker_id, host, pid, started_at, locker)"
+  " VALUES ($1, $2, $3::bigint, $4::bigint, $5) ON CONFLICT (worker_id) DO UPDATE SET"
+  " host = EXCLUDED.host, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,"
+  " locker = EXCLUDED.locker";
+const char dx__pg_live_worker_del_sql[] = "DELETE FROM workers WHERE worker_id = $1";
 
 /* A user (alias u) still runs: its execution runs, or it continued as new into an execution
 ** that has not had its first turn yet (it may use the session again). */
@@ -730,6 +748,15 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_SEV_LIST] =
     "SELECT at, event, worker, detail, prev FROM session_events WHERE session_id = $1"
     " ORDER BY seq",
+  [PQ_WORKERS_LIST] = /* live registrations ($1 now, $2 liveness prefix, $3 liveness on) with
+  ** the instance locks and plain row locks their handles hold */
+    "WITH t AS (SELECT locked_by, count(*) AS n FROM orch_queue WHERE lock_token IS NOT NULL"
+    " AND locked_until > $1::bigint GROUP BY locked_by),"
+    " a AS (SELECT locked_by, count(*) AS n FROM work WHERE lock_token IS NOT NULL"
+    " AND session_id IS NULL AND locked_until > $1::bigint GROUP BY locked_by)"
+    " SELECT w.worker_id, w.host, w.pid, w.started_at, coalesce(t.n, 0), coalesce(a.n, 0)"
+    " FROM workers w LEFT JOIN t ON t.locked_by = w.locker LEFT JOIN a ON a.locked_by = w.locker"
+    " WHERE NOT" OWNER_DEAD("w.worker_id", "$2::text", "$3::bigint") " ORDER BY w.worker_id",
   [PQ_SEV_PRUNE] = "DELETE FROM session_events WHERE at < $1::bigint",
   [PQ_SESS_LIST] =
     "SELECT sid, owner, locked_until, last_activity, queued, running FROM ("

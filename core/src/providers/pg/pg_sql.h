@@ -15,7 +15,7 @@
   X(SEV_INSERT) X(SEV_TRIM) X(SEV_LIST) X(SEV_PRUNE)                                          \
   X(ADM_PAGE) X(ADM_QUEUED) X(ADM_EXECS) X(ADM_QUEUE_ORCH) X(ADM_QUEUE_WORK) X(ADM_STATUS)      \
   X(ADM_DELETE) X(ADM_PRUNE) X(ADM_TERM_CHECK) X(ADM_TOUCH) X(ADM_DROP_QUEUES)             \
-  X(KV_FOLD) X(ACK_ORCH_KV) X(KV_GET) X(KV_LIST)
+  X(KV_FOLD) X(ACK_ORCH_KV) X(KV_GET) X(KV_LIST) X(WORKERS_LIST)
 
 typedef enum {
 #define PG__STMT_ENUM(name) PQ_##name,
@@ -35,5 +35,7 @@ extern const int dx__pg_migration_count;
 extern const char dx__pg_live_hold_sql[];
 extern const char dx__pg_live_register_sql[];
 extern const char dx__pg_live_reap_own_sql[];
+extern const char dx__pg_live_worker_put_sql[];
+extern const char dx__pg_live_worker_del_sql[];
 
 #endif
