@@ -329,6 +329,11 @@ c5_history_workers() {
   kill -9 "$pb"; wait "$pb" 2>/dev/null
   wait_until 15 api_drops_worker "$ui" hist-b
   check "workers: a worker killed with kill -9 leaves the page" $? "$BODY"
+  if [ "${DX_E2E_STORE:-}" != pg ]; then
+    run_cmd check --store "$S"
+    check "check: a store with session history and a dead worker's registration is clean" \
+      "$RC" "rc=$RC" "$OUT" "$ERR"
+  fi
 }
 
 run_scenarios c1_refusals c2_api c3_token c4_metrics c5_history_workers

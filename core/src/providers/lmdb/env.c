@@ -203,6 +203,8 @@ static int env_init_dbs(shared_env_t *se, size_t max_size, dx_error_t *err) {
       se->no_sess_events = 1;
     else if (mrc == MDB_NOTFOUND && i == DB_WORKERS)
       se->no_workers = 1;
+    else if (mrc == MDB_NOTFOUND && (i == DB_INST_STATUS || i == DB_INST_NAME || i == DB_ORCH_STARTS))
+      se->no_list_idx = 1;
     else if (mrc == MDB_NOTFOUND)
       rc = dx_error_set(err, DX_ECORRUPT, "store %s is damaged: its table %s is missing",
                         se->path, dx__lm_db_names[i]);
@@ -210,6 +212,7 @@ static int env_init_dbs(shared_env_t *se, size_t max_size, dx_error_t *err) {
       rc = dx__lm_tx_err(&t, mrc, dx__lm_db_names[i]);
   }
   if (!rc) rc = check_format(&t);
+  if (!rc && !se->no_list_idx) rc = dx__lm_lidx_build(&t);
   if (!rc) rc = sync_max_size(&t, max_size);
   return dx__lm_tx_end(&t, rc);
 }

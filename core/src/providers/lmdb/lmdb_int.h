@@ -40,6 +40,7 @@
 **                 history for `sessions --history`; latest DX_SESSION_EVENTS_KEEP per session)
 **   workers       worker\0 -> host, pid, started_at, locker   registered workers (workers.c);
 **                 live.c's locks say which of them still live
+**   inst_status, inst_name, orch_starts   the list page indexes (listidx.c)
 **
 ** Fetches read the head of the ready and lock indexes (an expired lock is as fetchable as a
 ** ready message), so they stay O(log n) however many rows are locked or delayed. Rows with a
@@ -76,6 +77,7 @@
 #include "codec.h"
 #include "duroxide/provider.h"
 #include "providers/checks.h"
+#include "providers/listing.h"
 #include "providers/providers.h"
 #include "util.h"
 
@@ -94,7 +96,8 @@ enum {
   DB_ORCH_MSGS, DB_ORCH_STATE, DB_ORCH_READY, DB_ORCH_LOCK,
   DB_WORK, DB_WORK_READY, DB_WORK_LOCK, DB_WORK_TOKEN, DB_WORK_IDENT,
   DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS,
-  DB_KV, DB_KV_DELTA, DB_SESS_EVENTS, DB_WORKERS, DB__COUNT
+  DB_KV, DB_KV_DELTA, DB_SESS_EVENTS, DB_WORKERS, DB_INST_STATUS, DB_INST_NAME, DB_ORCH_STARTS,
+  DB__COUNT
 };
 
 /* Names of the named DBs, indexed by DB_*. */
@@ -115,6 +118,7 @@ typedef struct shared_env_s {
   int read_only;             /* opened MDB_RDONLY: the directory is not writable */
   int no_sess_events;        /* read-only store written before sess_events existed */
   int no_workers;            /* read-only store written before workers existed */
+  int no_list_idx;           /* read-only store written before the list indexes: list by scan */
   size_t psize;              /* LMDB page size */
   int data_fd;               /* data.mdb, for the truncation check */
   char *lock_path;           /* lock.mdb and its identity when opened (ino 0: no lock file) */
@@ -605,6 +609,20 @@ int dx__lm_strs_push(str_list_t *l, const char *s);
 int dx__lm_list(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err);
 int dx__lm_depths(dx_provider_t *pp, dx_queue_depths_t *out, dx_error_t *err);
 int dx__lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *err);
+
+/* listidx.c: the list page indexes. Status and name entries of a recorded instance (created
+** at `at`, sequence `seq`): old -> new (0 / NULL: none); start entries of a queued START. */
+int dx__lm_lidx_status(tx_t *t, const char *inst, int64_t at, uint64_t seq, int old_st,
+                       int new_st);
+int dx__lm_lidx_name(tx_t *t, const char *inst, int64_t at, uint64_t seq, const char *old_name,
+                     const char *new_name);
+int dx__lm_lidx_start(tx_t *t, uint64_t seq, const char *inst, const char *name, int put);
+/* Drop the start entries of the START messages in `l` (token != 0: those locked with it). */
+int dx__lm_lidx_forget_starts(tx_t *t, const msg_list_t *l, uint64_t token);
+/* At open: build the indexes of a store written before them (once; meta "list_idx"). */
+int dx__lm_lidx_build(tx_t *t);
+/* manage.c: every queued-never-run start (a scan of the orchestrator queue state). */
+int dx__lm_queued_scan(tx_t *t, dx__list_cand_t **out, size_t *n);
 
 /* manage.c: management reads */
 int dx__lm_instance_info(tx_t *t, const char *inst, dx_instance_info_t *out);

@@ -461,10 +461,17 @@ static const char MIGRATION_7[] =
 
 /* Version 8: operating it (issue 10). The registry of workers behind `duroxide-lua workers`
 ** (written by worker_register on the liveness connection, removed by worker_unregister; the
-** liveness locks say which rows still live). */
+** liveness locks say which rows still live). Indexes for list pages: queued-never-run starts
+** newest first (all, and by name), recorded instances by name and by the status of an
+** execution, so a page with a filter that matches little reads only its rows. */
 static const char MIGRATION_8[] =
   "CREATE TABLE workers (worker_id text COLLATE \"C\" PRIMARY KEY, host text,"
-  "  pid bigint NOT NULL DEFAULT 0, started_at bigint NOT NULL, locker text);";
+  "  pid bigint NOT NULL DEFAULT 0, started_at bigint NOT NULL, locker text);"
+  "CREATE INDEX orch_msgs_starts ON orch_msgs (seq) WHERE start_name IS NOT NULL;"
+  "CREATE INDEX orch_msgs_start_name ON orch_msgs (start_name, seq)"
+  "  WHERE start_name IS NOT NULL;"
+  "CREATE INDEX instances_name ON instances (name, created_at, created_seq);"
+  "CREATE INDEX executions_status ON executions (status, instance_id, exec);";
 
 const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
                                         MIGRATION_5, MIGRATION_6, MIGRATION_7, MIGRATION_8};
@@ -811,11 +818,13 @@ static const char *const SQL[PQ__COUNT] = {
     " AND ($7::bigint = -1 OR ($7::bigint = -2 AND e.status IN (2, 3))"
     " OR CASE WHEN e.status = 4 THEN 1 ELSE coalesce(e.status, 0) END = $7::bigint)"
     " ORDER BY i.created_at DESC, i.created_seq DESC LIMIT $8::bigint",
-  [PQ_ADM_QUEUED] = /* messages of instances with queue state and no record */
+  [PQ_ADM_QUEUED] = /* queued starts of instances without a record, newest first, before
+  ** seq $1, named $2 (NULL: any), at most $3 (orch_msgs_starts / orch_msgs_start_name) */
     "SELECT m.instance_id, m.seq, m.visible_at, m.item FROM orch_msgs m"
-    " WHERE m.instance_id IN (SELECT q.instance_id FROM orch_queue q WHERE NOT EXISTS"
-    " (SELECT 1 FROM instances i WHERE i.instance_id = q.instance_id))"
-    " ORDER BY m.instance_id, m.seq",
+    " WHERE m.start_name IS NOT NULL AND m.seq < $1::bigint"
+    " AND ($2::text IS NULL OR m.start_name = $2::text)"
+    " AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.instance_id = m.instance_id)"
+    " ORDER BY m.seq DESC LIMIT $3::bigint",
   [PQ_ADM_EXECS] =
     "SELECT e.exec, e.status, e.started_at, e.completed_at,"
     " (SELECT count(*) FROM history h WHERE h.instance_id = e.instance_id AND h.exec = e.exec)"
