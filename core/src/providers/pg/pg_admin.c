@@ -78,6 +78,16 @@ static int queued_page(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cu
   return rc;
 }
 
+/* The page statement of the query's status and name filters. */
+static pg_stmt_t page_stmt(const dx_list_query_t *q) {
+  static const pg_stmt_t by[2][5] = {
+    {PQ_ADM_PAGE, PQ_ADM_PAGE_RUN, PQ_ADM_PAGE_DONE, PQ_ADM_PAGE_FAIL, PQ_ADM_PAGE_END},
+    {PQ_ADM_PAGE_N, PQ_ADM_PAGE_N_RUN, PQ_ADM_PAGE_N_DONE, PQ_ADM_PAGE_N_FAIL, PQ_ADM_PAGE_N_END}};
+  int k = q->status == DX_STATUS_RUNNING ? 1 : q->status == DX_STATUS_COMPLETED ? 2
+        : q->status == DX_STATUS_FAILED ? 3 : q->status == DX_LIST_TERMINAL ? 4 : 0;
+  return by[q->name != NULL][k];
+}
+
 static int recorded_page(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cur,
                          dx_instance_info_t *rows, size_t *n, int *more, dx__cursor_t *last) {
   PGresult *res;
@@ -91,9 +101,8 @@ static int recorded_page(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *
   dx__qp_i64(&qp, q->created_after_ms);
   dx__qp_i64(&qp, q->updated_before_ms);
   dx__qp_i64(&qp, q->roots_only ? 1 : 0);
-  dx__qp_i64(&qp, q->status);
   dx__qp_i64(&qp, (int64_t)want + 1);
-  if ((rc = dx__pg_q(t, PQ_ADM_PAGE, &qp, &res))) return rc;
+  if ((rc = dx__pg_q(t, page_stmt(q), &qp, &res))) return rc;
   for (i = 0; i < PQntuples(res); i++) {
     dx_instance_info_t *r;
     if ((size_t)i == want) {

@@ -805,19 +805,35 @@ static const char *const SQL[PQ__COUNT] = {
     " OR EXISTS (SELECT 1 FROM orch_queue WHERE locked_by IS NOT NULL"
     " AND locked_until > $1::bigint) THEN $2::bigint END)",
   /* management (admin.c): a page of recorded instances newest first, strictly after the
-  ** cursor ($1, $2); $7 status: -1 any, -2 terminal, else a status (continued-as-new counts
-  ** as running). One row more than asked tells whether a next page exists. */
-  [PQ_ADM_PAGE] =
-    "SELECT i.instance_id, i.name, i.version, i.current_exec, i.custom_status, i.cs_version,"
-    " i.created_at, i.updated_at, i.parent, e.status, e.output, e.f_cat, e.f_kind, e.f_msg,"
-    " e.f_retry, i.created_seq FROM instances i LEFT JOIN executions e"
-    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec"
-    " WHERE (i.created_at, i.created_seq) < ($1::bigint, $2::bigint)"
-    " AND ($3::text IS NULL OR i.name = $3::text) AND i.created_at > $4::bigint"
-    " AND ($5::bigint = 0 OR i.updated_at < $5::bigint) AND ($6::bigint = 0 OR i.parent IS NULL)"
-    " AND ($7::bigint = -1 OR ($7::bigint = -2 AND e.status IN (2, 3))"
-    " OR CASE WHEN e.status = 4 THEN 1 ELSE coalesce(e.status, 0) END = $7::bigint)"
-    " ORDER BY i.created_at DESC, i.created_seq DESC LIMIT $8::bigint",
+  ** cursor ($1, $2), created after $4, updated before $5 (0: any), roots only when $6, at most
+  ** $7 (one more than the page: is there a next one?). One statement per status filter and
+  ** per name filter, so each plan fits its filter (a rare status reads executions_status, a
+  ** name instances_name, no filter the newest of instances_created). */
+#define ADM_PAGE(name_pred, status_pred)                                                     \
+    "SELECT i.instance_id, i.name, i.version, i.current_exec, i.custom_status, i.cs_version," \
+    " i.created_at, i.updated_at, i.parent, e.status, e.output, e.f_cat, e.f_kind, e.f_msg,"  \
+    " e.f_retry, i.created_seq FROM instances i LEFT JOIN executions e"                       \
+    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec"                          \
+    " WHERE (i.created_at, i.created_seq) < ($1::bigint, $2::bigint) AND " name_pred         \
+    " AND i.created_at > $4::bigint AND ($5::bigint = 0 OR i.updated_at < $5::bigint)"      \
+    " AND ($6::bigint = 0 OR i.parent IS NULL)" status_pred                                  \
+    " ORDER BY i.created_at DESC, i.created_seq DESC LIMIT $7::bigint"
+#define ADM_ANY_NAME "$3::text IS NULL"
+#define ADM_NAME "i.name = $3::text"
+#define ADM_RUN " AND e.status IN (1, 4)" /* continued-as-new counts as running */
+#define ADM_DONE " AND e.status = 2"
+#define ADM_FAIL " AND e.status = 3"
+#define ADM_END " AND e.status IN (2, 3)"
+  [PQ_ADM_PAGE] = ADM_PAGE(ADM_ANY_NAME, ""),
+  [PQ_ADM_PAGE_RUN] = ADM_PAGE(ADM_ANY_NAME, ADM_RUN),
+  [PQ_ADM_PAGE_DONE] = ADM_PAGE(ADM_ANY_NAME, ADM_DONE),
+  [PQ_ADM_PAGE_FAIL] = ADM_PAGE(ADM_ANY_NAME, ADM_FAIL),
+  [PQ_ADM_PAGE_END] = ADM_PAGE(ADM_ANY_NAME, ADM_END),
+  [PQ_ADM_PAGE_N] = ADM_PAGE(ADM_NAME, ""),
+  [PQ_ADM_PAGE_N_RUN] = ADM_PAGE(ADM_NAME, ADM_RUN),
+  [PQ_ADM_PAGE_N_DONE] = ADM_PAGE(ADM_NAME, ADM_DONE),
+  [PQ_ADM_PAGE_N_FAIL] = ADM_PAGE(ADM_NAME, ADM_FAIL),
+  [PQ_ADM_PAGE_N_END] = ADM_PAGE(ADM_NAME, ADM_END),
   [PQ_ADM_QUEUED] = /* queued starts of instances without a record, newest first, before
   ** seq $1, named $2 (NULL: any), at most $3 (orch_msgs_starts / orch_msgs_start_name) */
     "SELECT m.instance_id, m.seq, m.visible_at, m.item FROM orch_msgs m"
