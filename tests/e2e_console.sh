@@ -290,4 +290,50 @@ c4_metrics() {
   check "worker with --metrics-listen exits 0 on SIGTERM" $((WRC != 0)) "rc=$WRC"
 }
 
-run_scenarios c1_refusals c2_api c3_token c4_metrics
+# -----------------------------------------------------------------------------------------------
+# 5. the sessions page reads the store's session history; the workers page the live workers
+
+owned_by() { dx sessions --store "$1" | grep "\"session_id\":\"$2\"" | grep -q "\"owner\":\"$3\".*\"lease\":\"live\"\|\"lease\":\"live\".*\"owner\":\"$3\""; }
+api_lists_worker() { URL=$1; http GET /api/workers; grep -q "\"worker_id\":\"$2\"" <<<"$BODY"; }
+api_drops_worker() { ! api_lists_worker "$@"; }
+# change_row KIND: the move object of that kind in $BODY (empty when none).
+change_row() { grep -o "{[^{}]*\"change\":\"$1\"[^{}]*}" <<<"$BODY" | head -1; }
+
+c5_history_workers() {
+  local d S pb
+  d=$(new_dir c5); S=$(store_of "$d")
+  start_worker "$d/a.log" "$APPS/console.lua" --store "$S" --worker-node-id hist-a
+  local pa=$WPID
+  dx start SessionUser '{"session":"sess-H"}' --id sess-h --store "$S" >/dev/null
+  wait_until 30 owned_by "$S" sess-H hist-a
+  check "setup: hist-a owns sess-H" $? "$(dx sessions --store "$S")"
+  stop_worker "$pa" TERM
+  check "setup: hist-a stopped (its sessions released)" "$WRC"
+  # the console starts after the claim and the release: it can only know them from the store
+  start_ui "$d/ui.out" --listen 127.0.0.1:0 --store "$S"
+  local ui=$URL
+  http GET /api/sessions
+  expect_code "GET /api/sessions" 200 '"moves":\['
+  local c r
+  c=$(change_row claimed); r=$(change_row released)
+  grep -q '"session_id":"sess-H"' <<<"$c" && grep -q '"to":"hist-a"' <<<"$c"
+  check "sessions: a console started later shows the stored claim" $? "$BODY"
+  grep -q '"from":"hist-a"' <<<"$r" && grep -q '"detail":"[a-z]' <<<"$r"
+  check "sessions: ... and the release with its reason" $? "$BODY"
+  start_worker "$d/b.log" "$APPS/console.lua" --store "$S" --worker-node-id hist-b
+  pb=$WPID
+  wait_until 30 api_lists_worker "$ui" hist-b
+  check "workers: the live worker is listed" $? "$BODY"
+  grep -q "\"pid\":$pb\b" <<<"$BODY" && grep -q '"host":"' <<<"$BODY"
+  check "workers: with its host and process id" $? "$BODY"
+  kill -9 "$pb"; wait "$pb" 2>/dev/null
+  wait_until 15 api_drops_worker "$ui" hist-b
+  check "workers: a worker killed with kill -9 leaves the page" $? "$BODY"
+  if [ "${DX_E2E_STORE:-}" != pg ]; then
+    run_cmd check --store "$S"
+    check "check: a store with session history and a dead worker's registration is clean" \
+      "$RC" "rc=$RC" "$OUT" "$ERR"
+  fi
+}
+
+run_scenarios c1_refusals c2_api c3_token c4_metrics c5_history_workers

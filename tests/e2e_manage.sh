@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/e2e_manage.sh -- the management commands end to end with a real worker (TAP): list,
-# describe, history --execution, executions, prune, delete, terminate, purge, and their
-# refusals (exit 2, nothing created). Runs on LMDB, and on PostgreSQL with DX_E2E_STORE=pg.
+# describe, history --execution, executions, prune, delete, terminate, purge, workers, and
+# their refusals (exit 2, nothing created). Runs on LMDB, and on PostgreSQL with DX_E2E_STORE=pg.
 #
 #   bash tests/e2e_manage.sh        E2E_ONLY="s2" bash tests/e2e_manage.sh
 #
@@ -213,4 +213,33 @@ s6_refusals() {
     $([ $RC = 1 ] && grep -q "unknown instance 'nobody'" <<<"$ERR"; echo $?) "rc=$RC" "$ERR"
 }
 
-run_scenarios s1_list_describe_history s2_delete s3_terminate s4_purge s5_kill_during_purge s6_refusals
+listed() { dx workers --store "$1" 2>/dev/null | grep -q "\"worker_id\":\"$2\""; }
+not_listed() { ! listed "$@"; }
+
+s7_workers() {
+  # `workers` lists each live worker process (host, pid, start); one killed with kill -9
+  # leaves the list at once, one stopped gracefully removes itself.
+  D=$(new_dir s7); S=$(store_of "$D")
+  start_worker "$D/a.log" "$MAPP" --store "$S" --worker-node-id wk-a
+  local pa=$WPID
+  start_worker "$D/b.log" "$MAPP" --store "$S" --worker-node-id wk-b
+  local pb=$WPID
+  wait_until 30 listed "$S" wk-a && wait_until 30 listed "$S" wk-b
+  run_cmd workers --store "$S"
+  check "workers: both live workers, one line each" \
+    $(( $(grep -c '"worker_id"' <<<"$OUT") != 2 || RC != 0 )) "rc=$RC" "$OUT" "$ERR"
+  grep '"worker_id":"wk-b"' <<<"$OUT" | grep -q "\"pid\":$pb,.*\"started_at_ms\":[1-9]"
+  check "workers: a row names the process id and start time" $? "$OUT"
+  grep '"worker_id":"wk-a"' <<<"$OUT" | grep -q "\"host\":\"$(uname -n)\""
+  check "workers: a row names the host" $? "$OUT"
+  kill -9 "$pb"; wait "$pb" 2>/dev/null
+  wait_until 15 not_listed "$S" wk-b
+  check "a worker killed with kill -9 leaves the list" $? "$(dx workers --store "$S" 2>&1)"
+  listed "$S" wk-a
+  check "the other worker stays listed" $?
+  stop_worker "$pa" TERM
+  run_cmd workers --store "$S"
+  check "a worker stopped gracefully removes itself" $(( RC != 0 || $(grep -c worker_id <<<"$OUT") != 0 )) "$OUT" "$ERR"
+}
+
+run_scenarios s1_list_describe_history s2_delete s3_terminate s4_purge s5_kill_during_purge s6_refusals s7_workers

@@ -2274,7 +2274,7 @@ static int has_liveness(dx_provider_t *p) {
 ** and the instance that are due (locks of LOCK_LONG), tells the parent, and waits to be
 ** killed. Returns its pid once it holds all that. */
 #define LOCK_LONG 600000
-static pid_t spawn_holder(const char *store, const char *worker, int claim) {
+pid_t dx_pv_spawn_holder(const char *store, const char *worker, int claim) {
   int fds[2];
   char c = 0;
   pid_t pid;
@@ -2311,7 +2311,7 @@ static pid_t spawn_holder(const char *store, const char *worker, int claim) {
   return pid;
 }
 
-static void kill_holder(pid_t pid) {
+void dx_pv_kill_holder(pid_t pid) {
   int st;
   kill(pid, SIGKILL);
   waitpid(pid, &st, 0);
@@ -2334,12 +2334,12 @@ DX_TEST(pv_worker_register_refuses_a_live_duplicate) {
   if (!dx_pv_multi_process()) { free(store); return; }
   p = dx_pv_open(store);
   if (!has_liveness(p)) { done(p); free(store); return; }
-  pid = spawn_holder(store, "W", 0);
+  pid = dx_pv_spawn_holder(store, "W", 0);
   memset(&E, 0, sizeof E);
   ASSERT_EQ(M(p)->worker_register(p, "W", T0, &E), DX_EEXIST);
   ASSERT(strstr(E.msg, "'W'") != NULL); /* the message names the id */
   CHECK(M(p)->worker_register(p, "V", T0, &E)); /* another id is free */
-  kill_holder(pid);
+  dx_pv_kill_holder(pid);
   ASSERT_EQ(register_when_free(p, "W"), 0); /* the dead holder's id is free again */
   M(p)->worker_unregister(p, "W");
   M(p)->worker_unregister(p, "V");
@@ -2358,10 +2358,10 @@ DX_TEST(pv_worker_dead_owner_sessions_move_at_once) {
   if (!has_liveness(p)) { done(p); free(store); return; }
   enqueue_work(p, T0, sess_item("I", 1, "s1"));
   enqueue_work(p, T0, sess_item("I", 2, "s1"));
-  pid = spawn_holder(store, "A", 1);
+  pid = dx_pv_spawn_holder(store, "A", 1);
   CHECK(M(p)->worker_register(p, "B", T0, &E));
   ASSERT_EQ(take(p, T0 + 1, "B", 10, 0), 0); /* A lives: its session is pinned */
-  kill_holder(pid);
+  dx_pv_kill_holder(pid);
   /* long before A's lease or item lock lapse, B claims s1 and reruns A's locked item. Up to
   ** 10 s of real time for the store to see A gone (a database server just started grants
   ** a grace period); the caller's clock stays far inside A's lease. */
@@ -2402,12 +2402,12 @@ DX_TEST(pv_worker_dead_lockers_items_move_at_once) {
   if (!has_liveness(p)) { done(p); free(store); return; }
   enqueue_work(p, T0, act_item("I", 1, 7));
   enqueue(p, T0, start_item("O"));
-  pid = spawn_holder(store, "A", 2);
+  pid = dx_pv_spawn_holder(store, "A", 2);
   CHECK(M(p)->worker_register(p, "B", T0, &E));
   f = wfetch(p, now);
   ASSERT_EQ(f.item.kind, 0); /* A lives: its locks hold */
   ASSERT(fetch(p, now) == NULL);
-  kill_holder(pid);
+  dx_pv_kill_holder(pid);
   /* up to 10 s of real time for the store to see A gone (a database server just started
   ** grants a grace period); the caller's clock stays far inside A's locks */
   until = wall_ms() + 10000;
@@ -2444,8 +2444,8 @@ DX_TEST(pv_session_same_worker_id_restart_owns_at_once) {
   enqueue_work(p, T0, sess_item("I", 4, "s1"));
   enqueue_work(p, T0 + 2, sess_item("I", 5, "s1"));
   done(p);
-  pid = spawn_holder(store, "A", 1); /* A claims s1, locks item 1, then is killed */
-  kill_holder(pid);
+  pid = dx_pv_spawn_holder(store, "A", 1); /* A claims s1, locks item 1, then is killed */
+  dx_pv_kill_holder(pid);
   q = dx_pv_open(store);
   ASSERT_EQ(register_when_free(q, "A"), 0); /* A restarts with the same id */
   CHECK(M(q)->worker_register(q, "B", T0 + 1, &E));

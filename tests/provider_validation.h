@@ -8,6 +8,7 @@
 #define DX_PROVIDER_VALIDATION_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "duroxide/provider.h"
 
@@ -45,6 +46,12 @@ uint64_t dx_pv_rows_naming(const char *store, const char *text);
       DX_FAIL_AT("%s -> %s, expected %s (%s)", #call, dx_err_name(rc_),            \
                  dx_err_name(code), rc_ ? E.msg : "");                              \
   } while (0)
+
+/* A child process that registers `worker` on `store` (claim 0: and nothing else; 1: claims
+** session s1; 2: locks the due plain row and instance), then waits to be killed; returns its
+** pid once it holds that (provider_validation.c). dx_pv_kill_holder: SIGKILL and reap. */
+pid_t dx_pv_spawn_holder(const char *store, const char *worker, int claim);
+void dx_pv_kill_holder(pid_t pid);
 
 /* A handle on a new, empty store (dx_pv_new_store + dx_pv_open). */
 dx_provider_t *dx_pv_fresh(void);

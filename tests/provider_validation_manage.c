@@ -513,3 +513,73 @@ DX_TEST(pv_manage_terminate_fails_the_instance_and_tells_the_parent) {
   M(p)->destroy(p);
   free(store);
 }
+
+/* {===== list indexes: every change a listing can see =====} */
+
+static void expect_ids(dx_provider_t *p, int status, const char *name, const char *want) {
+  char got[256] = "", after[64] = "";
+  page_t pg;
+  size_t i;
+  int pages = 0;
+  do { /* pages of two, so the cursor is used on every filter */
+    CHECK(list(p, status, name, 0, after[0] ? after : NULL, 2, &pg));
+    for (i = 0; i < pg.n; i++) {
+      strcat(got, pg.ids[i]);
+      strcat(got, " ");
+    }
+    snprintf(after, sizeof after, "%s", pg.next);
+    ASSERT(++pages < 20);
+  } while (after[0]);
+  ASSERT_STR_EQ(got, want);
+}
+
+static void check_clean(dx_provider_t *p) {
+  uint64_t records = 0, problems = 0;
+  if (!M(p)->check) return; /* the provider offers no check */
+  CHECK(M(p)->check(p, NULL, NULL, &records, &problems, &E));
+  ASSERT_EQ(problems, 0);
+}
+
+DX_TEST(pv_manage_list_filters_follow_runs_ends_terminate_and_delete) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = dx_pv_open(store);
+  dx_failure_t why = {DX_CAT_APPLICATION, "Terminated", "terminated: test", 0};
+  const char *gone[2] = {"q3", "q2"};
+  char id[8];
+  turn_t t;
+  int i;
+  for (i = 1; i <= 8; i++) { /* queued, never run: odd ones run N, even ones M */
+    snprintf(id, sizeof id, "q%d", i);
+    start(p, T0 + i, id, i % 2 ? "N" : "M", NULL, 0);
+  }
+  expect_ids(p, DX_STATUS_NONE, "N", "q7 q5 q3 q1 ");
+  expect_ids(p, DX_STATUS_NONE, NULL, "q8 q7 q6 q5 q4 q3 q2 q1 ");
+  expect_ids(p, DX_STATUS_RUNNING, NULL, "");
+  /* q1's first turn: no longer queued, running under its name */
+  run_turn(p, T0 + 10, "q1", NULL);
+  expect_ids(p, DX_STATUS_NONE, "N", "q7 q5 q3 ");
+  expect_ids(p, DX_STATUS_RUNNING, "N", "q1 ");
+  expect_ids(p, DX_LIST_ANY, "N", "q7 q5 q3 q1 ");
+  /* q2 completes in its first turn */
+  memset(&t, 0, sizeof t);
+  t.status = DX_STATUS_COMPLETED;
+  run_turn(p, T0 + 11, "q2", &t);
+  expect_ids(p, DX_STATUS_COMPLETED, NULL, "q2 ");
+  expect_ids(p, DX_LIST_TERMINAL, "M", "q2 ");
+  expect_ids(p, DX_STATUS_RUNNING, NULL, "q1 ");
+  expect_ids(p, DX_STATUS_NONE, "M", "q8 q6 q4 ");
+  /* terminate moves q1 from running to failed */
+  CHECK(M(p)->terminate_instance(p, T0 + 12, "q1", &why, 0, &E));
+  expect_ids(p, DX_STATUS_RUNNING, NULL, "");
+  expect_ids(p, DX_STATUS_FAILED, "N", "q1 ");
+  expect_ids(p, DX_LIST_TERMINAL, NULL, "q2 q1 "); /* newest record first */
+  check_clean(p);
+  /* deleting a queued start and a completed instance takes them off every listing */
+  CHECK(M(p)->delete_instances(p, gone, 2, 1, NULL, &E));
+  expect_ids(p, DX_STATUS_NONE, "N", "q7 q5 ");
+  expect_ids(p, DX_STATUS_COMPLETED, NULL, "");
+  expect_ids(p, DX_LIST_ANY, NULL, "q8 q7 q6 q5 q4 q1 ");
+  check_clean(p);
+  M(p)->destroy(p);
+  free(store);
+}

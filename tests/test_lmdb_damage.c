@@ -219,6 +219,29 @@ DX_TEST(lmdb_deleted_lock_file_stops_the_store) {
   free(store);
 }
 
+/* Ids of the first page of instances with `status`, named `name` (NULL: any). */
+static const char *listed(dx_provider_t *p, int status, const char *name) {
+  static char out[256];
+  dx_list_query_t q;
+  dx_instance_info_t *rows = NULL;
+  dx_error_t err;
+  char *next = NULL;
+  size_t n = 0, i;
+  memset(&q, 0, sizeof q);
+  q.status = status;
+  q.name = name;
+  q.limit = 10;
+  ASSERT_OK(M(p)->list_page(p, T0, &q, &rows, &n, &next, &err));
+  out[0] = 0;
+  for (i = 0; i < n; i++) {
+    strcat(out, rows[i].instance_id);
+    strcat(out, " ");
+  }
+  dx_instance_infos_free(rows, n);
+  free(next);
+  return out;
+}
+
 DX_TEST(lmdb_format2_store_is_upgraded_on_open) {
   char *store = new_store("fmt2"), cmd[1400];
   dx_provider_t *p;
@@ -270,7 +293,10 @@ DX_TEST(lmdb_format1_store_is_upgraded_on_open) {
   dx_instance_info_clear(&info);
   ASSERT_OK(M(p)->get_queue_depths(p, &d, &err));
   ASSERT_EQ(d.orchestrator, 1);
-  ASSERT_EQ(check_store(p, &pr), 0);
+  ASSERT_EQ(check_store(p, &pr), 0); /* the list indexes were built at the upgrade */
+  ASSERT_STR_EQ(listed(p, DX_STATUS_COMPLETED, NULL), "hello-1 ");
+  ASSERT_STR_EQ(listed(p, DX_STATUS_NONE, NULL), "pending-1 ");
+  ASSERT_STR_EQ(listed(p, DX_LIST_ANY, "Nope"), "");
   M(p)->destroy(p);
   free(store);
 }

@@ -374,12 +374,31 @@ static int run_sessions(dx_client_t *cl, const cmdline_t *c) {
   int64_t now = dx_clock_now_ms();
   dx_error_t err;
   if (c->history) {
-    if (p->methods->version < 7 || !p->methods->list_session_events)
+    if (p->methods->version < 8 || !p->methods->list_session_events)
       return dxh_fail(1, "%s", "this store's provider keeps no session history");
     return p->methods->list_session_events(p, c->history, print_session_event, NULL, &err) != 0
                ? client_fail(&err) : 0;
   }
   return p->methods->list_sessions(p, print_session, &now, &err) != 0 ? client_fail(&err) : 0;
+}
+
+/* `workers`: one JSON line per live worker (dx_client_workers_json), ascending id. */
+static int run_workers(dx_client_t *cl, const cmdline_t *c) {
+  dx_error_t err;
+  json_t *o, *w;
+  char *json, *line;
+  size_t i;
+  (void)c;
+  if (dx_client_workers_json(cl, &json, &err) != 0) return client_fail(&err);
+  o = json_loads(json, 0, NULL);
+  free(json);
+  json_array_foreach(json_object_get(o, "workers"), i, w) {
+    line = dx__json_dump(w);
+    puts(line ? line : "{}");
+    free(line);
+  }
+  json_decref(o);
+  return 0;
 }
 
 /* `stats`: the store-wide figures (dx_client_stats_json) as one JSON line. */
@@ -416,6 +435,7 @@ static const command_t commands[] = {
   {"prune", 1, 1, -1, O_KEEP, NULL, "prune ID --keep N", dxh_run_prune},
   {"terminate", 1, 2, -1, 0, NULL, "terminate ID [REASON]", dxh_run_terminate},
   {"sessions", 0, 0, -1, O_HISTORY, NULL, "sessions [--history SESSION_ID]", run_sessions},
+  {"workers", 0, 0, -1, 0, NULL, "workers", run_workers},
   {"stats", 0, 0, -1, 0, NULL, "stats", run_stats},
   {"check", 0, 0, -1, 0, NULL, "check", run_check},
 };

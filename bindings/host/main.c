@@ -44,6 +44,7 @@ int dxh_usage(FILE *f) {
       "  duroxide-lua terminate ID [REASON]    fail a running instance now, with its children\n"
       "  duroxide-lua sessions [--history SID] the session table: owner, lease, idle, queued and\n"
       "                                        running work; --history: claims, moves, releases\n"
+      "  duroxide-lua workers                  live workers: host, pid, start, load, sessions\n"
       "  duroxide-lua stats                    store-wide figures: queue depths, instances, sessions\n"
       "  duroxide-lua check                    verify the whole store (exit 1 on any problem)\n"
       "  duroxide-lua ui [--listen 127.0.0.1:8080] [--read-only] [--allow-remote --token T]\n"

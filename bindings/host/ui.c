@@ -241,8 +241,6 @@ int dxh_ui(int argc, char **argv) {
     return 1;
   }
   run.ui.samples = json_array();
-  run.ui.owners = json_object();
-  run.ui.moves = json_array();
   if (dxh_http_start(loop, &addr, on_request, &run.ui, &run.http, msg, sizeof msg) != 0) {
     dx_client_close(run.ui.cl);
     free(a.token_buf);
@@ -274,7 +272,5 @@ int dxh_ui(int argc, char **argv) {
   rc = 0;
 out:
   json_decref(run.ui.samples);
-  json_decref(run.ui.owners);
-  json_decref(run.ui.moves);
   return rc;
 }

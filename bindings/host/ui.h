@@ -10,7 +10,7 @@
 /* How many samples the console keeps for its charts (one every DXH_UI_SAMPLE_MS). */
 #define DXH_UI_SAMPLES 300
 #define DXH_UI_SAMPLE_MS 2000
-/* How many observed session ownership changes it remembers. */
+/* How many stored session ownership changes the sessions page shows (the newest). */
 #define DXH_UI_MOVES 200
 
 typedef struct dxh_ui_s {
@@ -20,13 +20,11 @@ typedef struct dxh_ui_s {
   int read_only;
   int allow_remote;
   json_t *samples;    /* array of {t, ...} objects, oldest first */
-  json_t *owners;     /* session id -> owner ("" when none), as last sampled */
-  json_t *moves;      /* array of observed ownership changes, oldest first */
 } dxh_ui_t;
 
 /* Answer an /api/ request (the caller checked the token and the Host header). */
 void dxh_ui_api(dxh_ui_t *u, dxh_req_t *r);
-/* Take one sample for the charts and record session ownership changes (the timer's job). */
+/* Take one sample for the charts (the timer's job). */
 void dxh_ui_sample(dxh_ui_t *u);
 /* The `ui` command; argv[0] is "ui". Returns the exit status. */
 int dxh_ui(int argc, char **argv);

@@ -331,60 +331,88 @@ static json_t *session_rows(dxh_ui_t *u, int64_t now, dx_error_t *err) {
   return w.rows;
 }
 
+/* One stored session event as the sessions page shows it (newest first after sorting). */
+static json_t *change_of(const char *sid, json_t *ev) {
+  const char *event = json_string_value(json_object_get(ev, "event"));
+  json_t *worker = json_object_get(ev, "worker_id"), *prev = json_object_get(ev, "previous_owner");
+  int released = event && strcmp(event, "released") == 0;
+  return json_pack("{s:O, s:o, s:s, s:O, s:O, s:O}", "t", json_object_get(ev, "at_ms"),
+                   "session_id", dx__json_text(sid), "change", event ? event : "",
+                   "from", released ? worker : prev, "to", released ? json_null() : worker,
+                   "detail", json_object_get(ev, "detail"));
+}
+
+static int newest_first(const void *a, const void *b) {
+  json_int_t x = json_integer_value(json_object_get(*(json_t *const *)a, "t"));
+  json_int_t y = json_integer_value(json_object_get(*(json_t *const *)b, "t"));
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The stored history (claims, moves, releases) of the listed sessions, newest first, at most
+** DXH_UI_MOVES entries. NULL (err filled) when the store cannot be read. */
+static json_t *stored_changes(dxh_ui_t *u, json_t *rows, dx_error_t *err) {
+  json_t *all = json_array(), *row, *hist, *ev, **v, *out;
+  const char *sid;
+  char *text;
+  size_t i, j, n;
+  json_array_foreach(rows, i, row) {
+    sid = json_string_value(json_object_get(row, "session_id"));
+    if (!sid) continue;
+    if (dx_client_session_history_json(u->cl, sid, &text, err) != 0) {
+      json_decref(all);
+      return NULL;
+    }
+    hist = take_json(text);
+    json_array_foreach(json_object_get(hist, "events"), j, ev)
+      json_array_append_new(all, change_of(sid, ev));
+    json_decref(hist);
+  }
+  n = json_array_size(all);
+  out = json_array();
+  if (n && (v = malloc(n * sizeof *v)) != NULL) {
+    for (i = 0; i < n; i++) v[i] = json_array_get(all, i);
+    qsort(v, n, sizeof *v, newest_first);
+    for (i = 0; i < n && i < DXH_UI_MOVES; i++) json_array_append(out, v[i]);
+    free(v);
+  }
+  json_decref(all);
+  return out;
+}
+
 static void api_sessions(dxh_ui_t *u, dxh_req_t *r) {
   static const char *const args[] = {NULL};
   int64_t now = dx_clock_now_ms();
   dx_error_t err;
-  json_t *rows;
+  json_t *rows, *moves;
   if (check_args_known(r, args) != 0) return;
   if (!(rows = session_rows(u, now, &err))) {
     reply_client_error(r, &err);
     return;
   }
-  dxh_reply_json(r, 200, json_pack("{s:I, s:o, s:O}", "now_ms", (json_int_t)now, "sessions",
-                                    rows, "moves", u->moves));
-}
-
-/* Live workers as the store shows them: owners of sessions with a live lease, with their
-** sessions and the work queued on those sessions. */
-static json_t *workers_of(json_t *rows) {
-  json_t *by = json_object(), *list = json_array(), *row, *w;
-  const char *owner;
-  size_t i;
-  json_array_foreach(rows, i, row) {
-    if (strcmp(json_string_value(json_object_get(row, "lease")), "live") != 0) continue;
-    owner = json_string_value(json_object_get(row, "owner"));
-    if (!(w = json_object_get(by, owner))) {
-      w = json_pack("{s:s, s:[], s:I, s:I}", "worker_id", owner, "sessions", "queued",
-                    (json_int_t)0, "lease_until_ms", (json_int_t)0);
-      json_object_set_new(by, owner, w);
-      json_array_append(list, w);
-    }
-    json_array_append(json_object_get(w, "sessions"), json_object_get(row, "session_id"));
-    json_object_set_new(w, "queued",
-                        json_integer(json_integer_value(json_object_get(w, "queued")) +
-                                     json_integer_value(json_object_get(row, "queued"))));
-    if (json_integer_value(json_object_get(row, "locked_until_ms")) >
-        json_integer_value(json_object_get(w, "lease_until_ms")))
-      json_object_set(w, "lease_until_ms", json_object_get(row, "locked_until_ms"));
+  if (!(moves = stored_changes(u, rows, &err))) {
+    json_decref(rows);
+    reply_client_error(r, &err);
+    return;
   }
-  json_decref(by);
-  return list;
+  dxh_reply_json(r, 200, json_pack("{s:I, s:o, s:o}", "now_ms", (json_int_t)now, "sessions",
+                                    rows, "moves", moves));
 }
 
+/* The live workers of the store (dx_client_workers_json): registrations whose process lives,
+** with their load and sessions. */
 static void api_workers(dxh_ui_t *u, dxh_req_t *r) {
   static const char *const args[] = {NULL};
-  int64_t now = dx_clock_now_ms();
   dx_error_t err;
-  json_t *rows;
+  char *text;
+  json_t *o;
   if (check_args_known(r, args) != 0) return;
-  if (!(rows = session_rows(u, now, &err))) {
+  if (dx_client_workers_json(u->cl, &text, &err) != 0) {
     reply_client_error(r, &err);
     return;
   }
-  dxh_reply_json(r, 200, json_pack("{s:I, s:o}", "now_ms", (json_int_t)now, "workers",
-                                   workers_of(rows)));
-  json_decref(rows);
+  o = take_json(text);
+  json_object_set(o, "now_ms", json_object_get(o, "time_ms"));
+  dxh_reply_json(r, 200, o);
 }
 
 static void api_metrics(dxh_ui_t *u, dxh_req_t *r) {
@@ -401,55 +429,25 @@ static void api_overview(dxh_ui_t *u, dxh_req_t *r) {
                                    "read_only", u->read_only, "version", dx_version()));
 }
 
-/* Record how session ownership changed since the last sample (claims, moves, releases). */
-static void note_moves(dxh_ui_t *u, json_t *rows, int64_t now) {
-  json_t *seen = json_object(), *row, *prev;
-  const char *sid, *was, *owner;
-  size_t i;
-  json_array_foreach(rows, i, row) {
-    sid = json_string_value(json_object_get(row, "session_id"));
-    owner = strcmp(json_string_value(json_object_get(row, "lease")), "live") == 0
-                ? json_string_value(json_object_get(row, "owner")) : "";
-    json_object_set_new(seen, sid, json_string(owner));
-  }
-  json_object_foreach(u->owners, sid, prev) { /* sessions gone from the table */
-    if (!json_object_get(seen, sid) && *json_string_value(prev))
-      json_object_set_new(seen, sid, json_string(""));
-  }
-  json_object_foreach(seen, sid, row) {
-    owner = json_string_value(row);
-    prev = json_object_get(u->owners, sid);
-    was = prev ? json_string_value(prev) : "";
-    if (strcmp(was, owner) == 0) continue;
-    json_array_append_new(u->moves, json_pack("{s:I, s:s, s:s, s:s?, s:s?}", "t", (json_int_t)now,
-      "session_id", sid, "change", !*was ? "claimed" : !*owner ? "released" : "moved",
-      "from", *was ? was : NULL, "to", *owner ? owner : NULL));
-  }
-  while (json_array_size(u->moves) > DXH_UI_MOVES) json_array_remove(u->moves, 0);
-  json_decref(u->owners);
-  u->owners = seen;
-}
-
 /* A chart sample: the store-wide figures of `duroxide-lua stats`, flattened. */
 void dxh_ui_sample(dxh_ui_t *u) {
   int64_t now = dx_clock_now_ms();
   char *text = NULL;
-  json_t *st, *ss, *rows;
+  json_t *st, *ss, *ws = NULL;
   if (dx_client_stats_json(u->cl, &text, NULL) != 0 || !(st = take_json(text)))
     return; /* the store is busy or gone: a gap in the chart */
+  if (dx_client_workers_json(u->cl, &text, NULL) == 0) ws = take_json(text);
   ss = json_object_get(st, "sessions");
   json_array_append_new(u->samples, json_pack("{s:I, s:O, s:O, s:O, s:O, s:O, s:O, s:I}",
     "t", (json_int_t)now, "orchestrator_queue", json_object_get(st, "orchestrator_queue"),
     "worker_queue", json_object_get(st, "worker_queue"), "instances",
     json_object_get(st, "instances"), "sessions", json_object_get(ss, "total"),
     "sessions_owned", json_object_get(ss, "live"), "session_work", json_object_get(ss, "queued"),
-    "workers", (json_int_t)json_object_size(json_object_get(ss, "by_worker"))));
+    "workers", (json_int_t)(ws ? json_array_size(json_object_get(ws, "workers"))
+                               : json_object_size(json_object_get(ss, "by_worker")))));
   json_decref(st);
+  json_decref(ws);
   while (json_array_size(u->samples) > DXH_UI_SAMPLES) json_array_remove(u->samples, 0);
-  if ((rows = session_rows(u, now, NULL)) != NULL) {
-    note_moves(u, rows, now);
-    json_decref(rows);
-  }
 }
 
 /* {===== routing =====} */

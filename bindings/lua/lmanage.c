@@ -231,7 +231,34 @@ static int l_terminate(lua_State *L) {
   return 1;
 }
 
+/* client:workers(): the live workers (dx_client_workers_json) as an array of tables. */
+static int l_workers(lua_State *L) {
+  dx_client_t *c = dxl_check_client(L);
+  char *json = NULL;
+  dx_error_t e;
+  if (dx_client_workers_json(c, &json, &e) != 0) return dxl_client_fail(L, &e);
+  dxl_push_decoded(L, json);
+  free(json);
+  lua_getfield(L, -1, "workers");
+  return 1;
+}
+
+/* client:session_history(sid): the stored claims, moves and releases of one session. */
+static int l_session_history(lua_State *L) {
+  dx_client_t *c = dxl_check_client(L);
+  const char *sid;
+  char *json = NULL;
+  dx_error_t e;
+  if (!text_at(L, 2, 0, &sid)) return bad(L, "%s", "session id must be a string");
+  if (dx_client_session_history_json(c, sid, &json, &e) != 0) return dxl_client_fail(L, &e);
+  dxl_push_decoded(L, json);
+  free(json);
+  lua_getfield(L, -1, "events");
+  return 1;
+}
+
 const luaL_Reg dxl_manage_methods[] = {
+  {"workers", l_workers}, {"session_history", l_session_history},
   {"list", l_list}, {"describe", l_describe}, {"executions", l_executions},
   {"delete", l_delete}, {"purge", l_purge}, {"prune", l_prune}, {"terminate", l_terminate},
   {NULL, NULL}};

@@ -329,6 +329,21 @@ int dx_client_prune(dx_client_t *c, const char *id, uint64_t keep, uint64_t *pru
 **  instances failed. */
 int dx_client_terminate(dx_client_t *c, const char *id, const char *reason,
                         uint64_t *terminated, dx_error_t *err);
+/** The live workers of the store as one JSON object in *json (malloc'd, caller frees):
+**  {"time_ms", "workers": [{"worker_id", "host" (null: unknown), "pid" (0: unknown),
+**   "started_at_ms", "running_turns", "running_activities" (plain rows plus session rows in
+**   flight on its sessions), "sessions" [ids it owns with a live lease], "session_queued"
+**   (worker rows queued on them), "lease_until_ms" (its latest session lease; 0: none)}]},
+**  ascending worker id. A worker killed with SIGKILL is gone from the list at once (provider
+**  liveness). DX_ESTATE when the provider keeps no registry (version < 10). What `duroxide-lua
+**  workers` prints and client:workers() returns. Thread: any. */
+int dx_client_workers_json(dx_client_t *c, char **json, dx_error_t *err);
+/** The stored history of session `session_id` (claims, moves, releases: provider
+**  list_session_events) as JSON in *json (malloc'd, caller frees): {"session_id", "events":
+**  [{"at_ms", "event", "worker_id", "detail", "previous_owner"}]}, oldest first. An empty list
+**  when the provider keeps no session history. DX_EINVAL for a bad session id. */
+int dx_client_session_history_json(dx_client_t *c, const char *session_id, char **json,
+                                   dx_error_t *err);
 
 /* {===== C embedding =====} */
 /*

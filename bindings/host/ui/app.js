@@ -235,24 +235,27 @@ views.sessions = async function (root) {
     h('td', { class: 'num' }, s.lease === 'live' ? span(s.locked_until_ms - data.now_ms) : ''),
     h('td', { class: 'num' }, s.last_activity_ms ? span(s.idle_ms) : ''),
     h('td', { class: 'num' }, s.queued)));
-  const moves = data.moves.slice().reverse().map((m) => h('tr', {},
+  const moves = data.moves.map((m) => h('tr', { 'data-change': m.change },
     h('td', {}, when(m.t)), h('td', { class: 'mono' }, m.session_id), h('td', {}, m.change),
-    h('td', { class: 'mono' }, m.from || ''), h('td', { class: 'mono' }, m.to || '')));
+    h('td', { class: 'mono' }, m.from || ''), h('td', { class: 'mono' }, m.to || ''),
+    h('td', {}, m.detail || '')));
   root.replaceChildren(h('h1', {}, 'Sessions'),
     table(['Session', 'Owner', 'Lease', 'Lease left', 'Idle', 'Work (queued or running)'], rows, { 'data-test': 'sessions' }),
-    section('Claims and moves', h('p', { class: 'muted' }, 'Ownership changes this console has seen since it started.'),
-      table(['When', 'Session', 'Change', 'From', 'To'], moves, { 'data-test': 'moves' })));
+    section('Claims, moves and releases', h('p', { class: 'muted' }, 'The sessions\' stored history, newest first: every claim, move (from a dead, lapsed or releasing owner) and release with its reason.'),
+      table(['When', 'Session', 'Change', 'From', 'To', 'How / reason'], moves, { 'data-test': 'moves' })));
 };
 
 views.workers = async function (root) {
   const data = await api('workers');
   const rows = data.workers.map((w) => h('tr', { 'data-worker': w.worker_id },
-    h('td', { class: 'mono' }, w.worker_id), h('td', { class: 'num' }, w.sessions.length),
-    h('td', { class: 'mono' }, w.sessions.join(', ')), h('td', { class: 'num' }, w.queued),
-    h('td', { class: 'num' }, span(w.lease_until_ms - data.now_ms))));
+    h('td', { class: 'mono' }, w.worker_id), h('td', { class: 'mono' }, w.host || ''),
+    h('td', { class: 'num' }, w.pid || ''), h('td', {}, when(w.started_at_ms)),
+    h('td', { class: 'num' }, w.running_turns), h('td', { class: 'num' }, w.running_activities),
+    h('td', { class: 'mono' }, w.sessions.join(', ')), h('td', { class: 'num' }, w.session_queued),
+    h('td', { class: 'num' }, w.lease_until_ms ? span(w.lease_until_ms - data.now_ms) : '')));
   root.replaceChildren(h('h1', {}, 'Workers'),
-    h('p', { class: 'muted' }, 'Live workers as the store shows them: the owners of sessions with a live lease.'),
-    table(['Worker', 'Sessions', 'Session ids', 'Session work', 'Lease left'], rows, { 'data-test': 'workers' }));
+    h('p', { class: 'muted' }, 'Worker processes registered on the store and alive now (one killed with kill -9 leaves at once), their load (turns and activities in flight) and the sessions they own.'),
+    table(['Worker', 'Host', 'PID', 'Started', 'Turns', 'Activities', 'Sessions', 'Session work', 'Lease left'], rows, { 'data-test': 'workers' }));
 };
 
 const SERIES = [

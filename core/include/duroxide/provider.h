@@ -412,6 +412,22 @@ int dx_fetch_filter_accepts_orch(const dx_fetch_filter_t *f, const char *name,
 int dx_fetch_filter_copy(const dx_fetch_filter_t *src, dx_fetch_filter_t **out, dx_error_t *err);
 void dx_fetch_filter_free(dx_fetch_filter_t *f);
 
+/* {===== live workers (provider version 10) =====} */
+
+/** One live worker registration (list_workers). Strings borrowed during the callback. */
+typedef struct dx_worker_info_s {
+  const char *worker_id;
+  const char *host;             /* host name the worker registered from (NULL: unknown) */
+  int64_t pid;                  /* its process id on that host (0: unknown) */
+  int64_t started_at_ms;        /* when it registered (worker_register's now_ms) */
+  uint64_t running_turns;       /* instance locks its store handle holds now */
+  uint64_t running_activities;  /* plain (non-session) worker rows its handle holds locked now;
+                                   session rows are counted per session (list_sessions) */
+} dx_worker_info_t;
+
+/** Callback for list_workers: return non-zero to stop. */
+typedef int (*dx_worker_cb)(void *ud, const dx_worker_info_t *w);
+
 /* {===== provider vtable =====} */
 
 typedef struct dx_provider_s dx_provider_t;
@@ -451,7 +467,7 @@ typedef int (*dx_instance_cb)(void *ud, const char *id);
 typedef void (*dx_check_cb)(void *ud, const char *problem);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 9 (older providers: 1..8; members past `version` are absent) */
+  int version; /* 10 (older providers: 1..9; members past `version` are absent) */
   const char *name;
 
   /** Close and free the provider. */
@@ -681,6 +697,17 @@ typedef struct dx_provider_methods_s {
   **  DX_EINVAL (changing nothing) for a bad filter. */
   int (*set_fetch_filter)(dx_provider_t *p, const dx_fetch_filter_t *filter, dx_error_t *err);
   /* members above are version 9 */
+
+  /* Live workers (version 10; issue 10, `duroxide-lua workers`). worker_register records the
+  ** registration (worker id, host, process id, time, the handle's lock-holder tag) and
+  ** worker_unregister removes it. */
+  /** Calls cb for every registered worker whose process still lives (the liveness of
+  **  worker_register: a worker killed with SIGKILL is left out at once), ascending worker id.
+  **  Without liveness (a network filesystem, `?liveness=off`) every recorded registration is
+  **  listed. Reads everything before the first callback. May be NULL (no registry). */
+  int (*list_workers)(dx_provider_t *p, int64_t now_ms, dx_worker_cb cb, void *ud,
+                      dx_error_t *err);
+  /* members above are version 10 */
 } dx_provider_methods_t;
 
 /** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a

@@ -63,6 +63,7 @@ int dx__list_match(const dx_list_query_t *q, const dx_instance_info_t *r) {
 int dx__list_before(const dx__cursor_t *cur, char phase, int64_t at, uint64_t seq) {
   if (!cur->phase) return 1;
   if (cur->phase != phase) return cur->phase == 'q' && phase == 'i';
+  if (phase == 'q') return seq < cur->seq; /* queued starts: newest enqueue first */
   return at < cur->at || (at == cur->at && seq < cur->seq);
 }
 
@@ -89,8 +90,6 @@ int dx__list_queued_row(const char *inst, const dx_work_item_t *start, int64_t v
 
 static int cand_cmp(const void *a, const void *b) {
   const dx__list_cand_t *x = a, *y = b;
-  if (x->row.created_at_ms != y->row.created_at_ms)
-    return x->row.created_at_ms > y->row.created_at_ms ? -1 : 1;
   return x->seq > y->seq ? -1 : x->seq < y->seq ? 1 : 0;
 }
 

@@ -2,9 +2,11 @@
 ** listing.h -- the parts of list_page every provider shares (internal): query and cursor
 ** checks, row filters, and the page of queued-never-run instances.
 **
-** Order of a listing: queued-never-run instances first (phase 'q'), then recorded instances
-** (phase 'i'), each newest first by (created_at, seq). A cursor is "q.AT.SEQ" or "i.AT.SEQ":
-** the position of the last row handed out; the next page starts strictly after it.
+** Order of a listing: queued-never-run instances first (phase 'q', newest first by the store
+** sequence number of their START message, so a page reads only its own rows from an index),
+** then recorded instances (phase 'i', newest first by (created_at, seq)). A cursor is
+** "q.AT.SEQ" or "i.AT.SEQ": the position of the last row handed out (for 'q' AT is
+** informative, SEQ decides); the next page starts strictly after it.
 */
 #ifndef DX_PROVIDER_LISTING_H
 #define DX_PROVIDER_LISTING_H
@@ -37,7 +39,7 @@ char *dx__list_cursor(char phase, int64_t at, uint64_t seq);
 ** (its fire_at_ms is the enqueue time the client recorded; visible_at otherwise). */
 int dx__list_queued_row(const char *inst, const dx_work_item_t *start, int64_t visible_at,
                         dx_instance_info_t *row);
-/* Sort `cands` newest first, move the matching ones after the cursor into rows[*n..] (up to
+/* Sort `cands` newest first (by seq), move the matching ones after the cursor into rows[*n..] (up to
 ** q->limit in all), clear the rest. *more = 1 when a match was left over; *last gets the
 ** position of the last row taken. rows has room for q->limit. */
 int dx__list_take_queued(const dx_list_query_t *q, const dx__cursor_t *cur,

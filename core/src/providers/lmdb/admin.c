@@ -90,18 +90,31 @@ static int delete_one(tx_t *t, const char *inst, uint64_t *deleted) {
   int rc = dx__lm_inst_get(t, inst, &ir);
   if (rc && rc != DX_ENOTFOUND) return rc;
   if (rc == 0) {
+    exec_rec_t er;
     found = 1;
     k_init(&k);
     k_time(&k, ir.created_at);
     k_u64(&k, ir.created_seq);
     rc = dx__lm_idx_op(t, DB_INST_CREATED, &k, NULL, 0, 0);
+    if (!rc && (rc = dx__lm_exec_get(t, inst, ir.current_exec, &er)) == 0) {
+      rc = dx__lm_lidx_status(t, inst, ir.created_at, ir.created_seq, er.status, DX_STATUS_NONE);
+      dx__lm_exec_clear(&er);
+    } else if (rc == DX_ENOTFOUND) {
+      rc = 0;
+    }
+    if (!rc) rc = dx__lm_lidx_name(t, inst, ir.created_at, ir.created_seq, ir.name, NULL);
     key_inst(&k, inst);
     if (!rc) rc = dx__lm_db_del(t, DB_INSTANCES, &k);
     dx__lm_inst_clear(&ir);
   } else {
     orch_state_t st;
+    msg_list_t l;
     rc = dx__lm_state_get(t, inst, &st);
     found = !rc && (st.token || st.ready_at != LM_NEVER);
+    if (found && !(rc = dx__lm_msgs_load(t, inst, &l))) { /* a queued start: its entries go */
+      rc = dx__lm_lidx_forget_starts(t, &l, 0);
+      dx__lm_msgs_free(&l);
+    }
   }
   key_inst(&k, inst);
   if (!rc) rc = del_prefix(t, DB_EXECUTIONS, &k, &found);
@@ -230,6 +243,9 @@ static int terminate_tx(tx_t *t, int64_t now, const char *inst, const dx_failure
     if (dx_failure_copy(&er.fail, why)) rc = dx__lm_nomem(t->err);
   }
   if (!rc) rc = dx__lm_exec_put(t, inst, ir.current_exec, &er);
+  if (!rc)
+    rc = dx__lm_lidx_status(t, inst, ir.created_at, ir.created_seq, DX_STATUS_RUNNING,
+                            DX_STATUS_FAILED);
   if (!rc) {
     ir.updated_at = now;
     rc = dx__lm_inst_put(t, inst, &ir);

@@ -58,12 +58,13 @@ static int same_key(const dkey_t *a, const MDB_val *b) {
 /* {===== one checker per table =====} */
 
 static void ck_meta(ck_t *c, const MDB_val *k, const MDB_val *v) {
-  static const char *const names[] = {"format", "seq", "max_size"};
+  static const char *const names[] = {"format", "seq", "max_size", "list_idx"};
+  static const size_t sizes[] = {4, 8, 8, 1};
   size_t i;
-  for (i = 0; i < 3; i++)
+  for (i = 0; i < 4; i++)
     if (k->mv_size == strlen(names[i]) && memcmp(k->mv_data, names[i], k->mv_size) == 0) break;
-  if (i == 3) problem(c, "meta: unknown key of %zu bytes", k->mv_size);
-  else if (v->mv_size != (i == 0 ? 4u : 8u))
+  if (i == 4) problem(c, "meta: unknown key of %zu bytes", k->mv_size);
+  else if (v->mv_size != sizes[i])
     problem(c, "meta: %s has %zu bytes", names[i], v->mv_size);
 }
 
@@ -79,7 +80,100 @@ static void ck_instance(ck_t *c, const MDB_val *k, const MDB_val *v) {
   k_u64(&ck, r.created_seq);
   if (!has(c, DB_INST_CREATED, &ck, NULL))
     problem(c, "inst_created: no entry for instance '%s'", inst);
+  if (!c->t->se->no_list_idx && r.name) {
+    k_init(&ck);
+    k_str(&ck, r.name);
+    k_time(&ck, r.created_at);
+    k_u64(&ck, r.created_seq);
+    if (!has(c, DB_INST_NAME, &ck, NULL)) problem(c, "inst_name: no entry for instance '%s'", inst);
+  }
   dx__lm_inst_clear(&r);
+}
+
+/* {===== the list indexes (listidx.c) =====} */
+
+/* The record of the instance an index entry names, when its creation stamp is the key's. */
+static int indexed_inst(ck_t *c, const char *table, const MDB_val *k, const MDB_val *v,
+                        size_t prefix_n, inst_rec_t *r) {
+  const char *inst = v->mv_data;
+  const unsigned char *b = (const unsigned char *)k->mv_data + prefix_n;
+  int rc;
+  memset(r, 0, sizeof *r);
+  if (k->mv_size != prefix_n + 16 || v->mv_size == 0 || inst[v->mv_size - 1] != 0) {
+    problem(c, "%s: malformed entry", table);
+    return -1;
+  }
+  rc = dx__lm_inst_get(c->t, inst, r);
+  if (rc == DX_ENOTFOUND || (rc == 0 && (r->created_at != (int64_t)get_u64(b) ||
+                                         r->created_seq != get_u64(b + 8)))) {
+    problem(c, "%s: stray entry for instance '%s'", table, inst);
+    dx__lm_inst_clear(r);
+    return -1;
+  }
+  if (rc) failed(c);
+  return rc ? -1 : 0;
+}
+
+static void ck_inst_status(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  inst_rec_t r;
+  exec_rec_t er;
+  int st;
+  if (k->mv_size < 1 || indexed_inst(c, "inst_status", k, v, 1, &r)) return;
+  if (dx__lm_exec_get(c->t, v->mv_data, r.current_exec, &er) == 0) {
+    st = er.status == DX_STATUS_CONTINUED_AS_NEW ? DX_STATUS_RUNNING : er.status;
+    if (st != *(const unsigned char *)k->mv_data)
+      problem(c, "inst_status: instance '%s' is listed as status %u, its status is %d",
+              (const char *)v->mv_data, *(const unsigned char *)k->mv_data, st);
+    dx__lm_exec_clear(&er);
+  }
+  dx__lm_inst_clear(&r);
+}
+
+static void ck_inst_name(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  inst_rec_t r;
+  long n = key_str(k, 16);
+  if (n < 0) { problem(c, "inst_name: malformed key"); return; }
+  if (indexed_inst(c, "inst_name", k, v, (size_t)n + 1, &r)) return;
+  if (!r.name || strcmp(r.name, k->mv_data) != 0)
+    problem(c, "inst_name: instance '%s' is listed under another name", (const char *)v->mv_data);
+  dx__lm_inst_clear(&r);
+}
+
+/* A start entry names a START message still queued for an instance without a record. */
+static void ck_orch_start(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  const unsigned char *b = k->mv_data;
+  const char *inst = v->mv_data;
+  inst_rec_t r;
+  dkey_t mk;
+  if (k->mv_size < 9 || (b[0] == 0 && k->mv_size != 9) || b[0] > 1 || v->mv_size == 0 ||
+      inst[v->mv_size - 1] != 0) {
+    problem(c, "orch_starts: malformed entry");
+    return;
+  }
+  key_inst(&mk, inst);
+  k_u64(&mk, get_u64(b + k->mv_size - 8));
+  if (!has(c, DB_ORCH_MSGS, &mk, NULL)) {
+    problem(c, "orch_starts: stray entry for instance '%s'", inst);
+  } else if (dx__lm_inst_get(c->t, inst, &r) == 0) {
+    problem(c, "orch_starts: instance '%s' has run", inst);
+    dx__lm_inst_clear(&r);
+  }
+}
+
+static void ck_sess_event(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  sev_rec_t r;
+  memset(&r, 0, sizeof r);
+  if (key_str(k, 8) < 0) { problem(c, "sess_events: malformed key"); return; }
+  if (dx__lm_rec_decode(c->t, &dx__lm_sev_schema, v, &r, k->mv_data)) failed(c);
+  dx__lm_rec_clear(&dx__lm_sev_schema, &r);
+}
+
+static void ck_worker(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  wreg_rec_t r;
+  memset(&r, 0, sizeof r);
+  if (key_str(k, 0) < 0) { problem(c, "workers: a key is not a worker id"); return; }
+  if (dx__lm_rec_decode(c->t, &dx__lm_wreg_schema, v, &r, k->mv_data)) failed(c);
+  dx__lm_rec_clear(&dx__lm_wreg_schema, &r);
 }
 
 static void ck_created(ck_t *c, const MDB_val *k, const MDB_val *v) {
@@ -324,6 +418,8 @@ static const ck_fn checkers[DB__COUNT] = {
   [DB_WORK_TOKEN] = ck_work_token, [DB_WORK_IDENT] = ck_work_ident, [DB_SESSIONS] = ck_session,
   [DB_SESS_OWNER] = ck_sess_owner, [DB_SESS_ITEMS] = ck_sess_item, [DB_SESS_QUEUE] = ck_sess_queue,
   [DB_SESS_HEADS] = ck_sess_head, [DB_KV] = ck_kv,              [DB_KV_DELTA] = ck_kv_delta,
+  [DB_SESS_EVENTS] = ck_sess_event, [DB_WORKERS] = ck_worker,   [DB_INST_STATUS] = ck_inst_status,
+  [DB_INST_NAME] = ck_inst_name,  [DB_ORCH_STARTS] = ck_orch_start,
 };
 
 /* Walk one table: checksum, then the table's checker, for every entry. */
@@ -357,7 +453,10 @@ int dx__lm_check(dx_provider_t *pp, dx_check_cb cb, void *ud, uint64_t *records,
   c.t = &t;
   c.cb = cb;
   c.ud = ud;
-  for (db = 0, rc = 0; db < DB__COUNT && !rc; db++) rc = walk(&c, db);
+  for (db = 0, rc = 0; db < DB__COUNT && !rc; db++)
+    if (!(db == DB_SESS_EVENTS && p->se->no_sess_events) && !(db == DB_WORKERS && p->se->no_workers) &&
+        !((db == DB_INST_STATUS || db == DB_INST_NAME || db == DB_ORCH_STARTS) && p->se->no_list_idx))
+      rc = walk(&c, db);
   if (rc) dx_error_set(err, rc, "%s", scratch.msg);
   rc = dx__lm_tx_end(&t, rc);
   if (records) *records = c.records;

@@ -203,6 +203,10 @@ static int env_init_dbs(shared_env_t *se, size_t max_size, dx_error_t *err) {
                            &se->dbi[i]);
     if (mrc == MDB_NOTFOUND && i == DB_SESS_EVENTS) /* added later: a read-only old store */
       se->no_sess_events = 1;
+    else if (mrc == MDB_NOTFOUND && i == DB_WORKERS)
+      se->no_workers = 1;
+    else if (mrc == MDB_NOTFOUND && (i == DB_INST_STATUS || i == DB_INST_NAME || i == DB_ORCH_STARTS))
+      se->no_list_idx = 1;
     else if (mrc == MDB_NOTFOUND)
       rc = dx_error_set(err, DX_ECORRUPT, "store %s is damaged: its table %s is missing",
                         se->path, dx__lm_db_names[i]);
@@ -210,6 +214,7 @@ static int env_init_dbs(shared_env_t *se, size_t max_size, dx_error_t *err) {
       rc = dx__lm_tx_err(&t, mrc, dx__lm_db_names[i]);
   }
   if (!rc) rc = check_format(&t);
+  if (!rc && !se->no_list_idx) rc = dx__lm_lidx_build(&t);
   if (!rc) rc = sync_max_size(&t, max_size);
   return dx__lm_tx_end(&t, rc);
 }
@@ -431,7 +436,7 @@ static int lm_set_fetch_filter(dx_provider_t *pp, const dx_fetch_filter_t *f, dx
 static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
 
 static const dx_provider_methods_t lm_methods = {
-  9,
+  10,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -479,6 +484,7 @@ static const dx_provider_methods_t lm_methods = {
   dx__lm_append_session_event,
   dx__lm_list_session_events,
   lm_set_fetch_filter, /* activity tags and rolling deployments (version 9) */
+  dx__lm_list_workers, /* live workers (version 10) */
 };
 
 int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,

@@ -247,7 +247,7 @@ int dx__lm_worker_register(dx_provider_t *pp, const char *worker, int64_t now,
   held_t *h;
   int rc = 0;
   if ((rc = dx__check_worker_id(worker, err))) return rc;
-  if (!usable(l)) return 0;
+  if (!usable(l)) return dx__lm_workers_put(p, worker, now, err); /* listed, never judged dead */
   pthread_mutex_lock(&l->mu);
   if (!(h = hold_locked(l, worker))) {
     pthread_mutex_unlock(&l->mu);
@@ -272,6 +272,7 @@ int dx__lm_worker_register(dx_provider_t *pp, const char *worker, int64_t now,
   }
   h->registered = 1;
   pthread_mutex_unlock(&l->mu);
+  if ((rc = dx__lm_workers_put(p, worker, now, err))) return rc;
   return dx__lm_reap_own(p, worker, now, err);
 }
 
@@ -279,10 +280,16 @@ void dx__lm_worker_unregister(dx_provider_t *pp, const char *worker) {
   lm_t *p = (lm_t *)pp;
   struct lm_live_s *l = p->live;
   held_t *h, **hp;
-  if (!usable(l) || !worker) return;
+  int last;
+  if (!worker) return;
+  if (!usable(l)) {
+    dx__lm_workers_del(p, worker);
+    return;
+  }
   pthread_mutex_lock(&l->mu);
   for (hp = &l->held; (h = *hp); hp = &h->next)
     if (strcmp(h->worker, worker) == 0) break;
+  last = h && h->registered == 1;
   if (h && (!h->registered || --h->registered == 0)) { /* a hold fetches took goes too */
     /* both bytes go: peers see the id dead at once */
     lock_op(l->fd, F_OFD_SETLK, F_UNLCK, live_off(worker, 1), NULL);
@@ -292,4 +299,6 @@ void dx__lm_worker_unregister(dx_provider_t *pp, const char *worker) {
     free(h);
   }
   pthread_mutex_unlock(&l->mu);
+  /* outside l->mu: a write txn may wait for a batch whose thread asks for liveness */
+  if (last) dx__lm_workers_del(p, worker);
 }

@@ -38,6 +38,9 @@
 **                                                     (nil = cleared)
 **   sess_events   sid\0 be64 seq -> at, event, worker, detail, previous_owner   (the session's
 **                 history for `sessions --history`; latest DX_SESSION_EVENTS_KEEP per session)
+**   workers       worker\0 -> host, pid, started_at, locker   registered workers (workers.c);
+**                 live.c's locks say which of them still live
+**   inst_status, inst_name, orch_starts   the list page indexes (listidx.c)
 **
 ** Fetches read the head of the ready and lock indexes (an expired lock is as fetchable as a
 ** ready message), so they stay O(log n) however many rows are locked or delayed. Rows with a
@@ -74,6 +77,7 @@
 #include "codec.h"
 #include "duroxide/provider.h"
 #include "providers/checks.h"
+#include "providers/listing.h"
 #include "providers/providers.h"
 #include "util.h"
 
@@ -91,7 +95,8 @@ enum {
   DB_ORCH_MSGS, DB_ORCH_STATE, DB_ORCH_READY, DB_ORCH_LOCK,
   DB_WORK, DB_WORK_READY, DB_WORK_LOCK, DB_WORK_TOKEN, DB_WORK_IDENT,
   DB_SESSIONS, DB_SESS_OWNER, DB_SESS_ITEMS, DB_SESS_QUEUE, DB_SESS_HEADS,
-  DB_KV, DB_KV_DELTA, DB_SESS_EVENTS, DB__COUNT
+  DB_KV, DB_KV_DELTA, DB_SESS_EVENTS, DB_WORKERS, DB_INST_STATUS, DB_INST_NAME, DB_ORCH_STARTS,
+  DB__COUNT
 };
 /* Exactly the named DBs above: every nested transaction (one per operation of a group commit)
 ** allocates and copies per-DB state for this many. */
@@ -114,6 +119,8 @@ typedef struct shared_env_s {
   int grow_wanted;           /* a write found the map full (atomic) */
   int read_only;             /* opened MDB_RDONLY: the directory is not writable */
   int no_sess_events;        /* read-only store written before sess_events existed */
+  int no_workers;            /* read-only store written before workers existed */
+  int no_list_idx;           /* read-only store written before the list indexes: list by scan */
   size_t psize;              /* LMDB page size */
   int data_fd;               /* data.mdb, for the truncation check */
   char *lock_path;           /* lock.mdb and its identity when opened (ino 0: no lock file) */
@@ -325,6 +332,13 @@ typedef struct {
   char *event, *worker, *detail, *prev;
 } sev_rec_t;
 
+/* A worker registration (workers). */
+typedef struct {
+  char *host;
+  int64_t pid, started_at;
+  uint64_t locker;    /* the registering handle's lock-holder tag (lm_t.tag) */
+} wreg_rec_t;
+
 /* A session's queue summary: its earliest row (due time, seq) and how many rows it has. */
 typedef struct {
   int found;
@@ -445,7 +459,7 @@ int dx__lm_can_grow(shared_env_t *se);
 /* records.c */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
     dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema, dx__lm_kv_schema,
-    dx__lm_kv_delta_schema, dx__lm_sev_schema;
+    dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what);
@@ -582,6 +596,13 @@ int dx__lm_reap_dead_locks(tx_t *t, lm_t *p, int64_t now);
 int dx__lm_worker_register(dx_provider_t *pp, const char *worker, int64_t now,
                            dx_error_t *err);
 void dx__lm_worker_unregister(dx_provider_t *pp, const char *worker);
+/* workers.c: the registration record of `worker` (written at registration, removed when it
+** ends; a record whose process died stays until the id registers again or a registration
+** sweeps it) and the listing. */
+int dx__lm_workers_put(lm_t *p, const char *worker, int64_t now, dx_error_t *err);
+void dx__lm_workers_del(lm_t *p, const char *worker);
+int dx__lm_list_workers(dx_provider_t *pp, int64_t now, dx_worker_cb cb, void *ud,
+                        dx_error_t *err);
 /* work.c: the locked session rows of `worker`'s sessions are due now (at registration). */
 int dx__lm_reap_own(lm_t *p, const char *worker, int64_t now, dx_error_t *err);
 
@@ -599,6 +620,20 @@ int dx__lm_strs_push(str_list_t *l, const char *s);
 int dx__lm_list(dx_provider_t *pp, dx_instance_cb cb, void *ud, dx_error_t *err);
 int dx__lm_depths(dx_provider_t *pp, dx_queue_depths_t *out, dx_error_t *err);
 int dx__lm_next_due(dx_provider_t *pp, int64_t now, int64_t *out, dx_error_t *err);
+
+/* listidx.c: the list page indexes. Status and name entries of a recorded instance (created
+** at `at`, sequence `seq`): old -> new (0 / NULL: none); start entries of a queued START. */
+int dx__lm_lidx_status(tx_t *t, const char *inst, int64_t at, uint64_t seq, int old_st,
+                       int new_st);
+int dx__lm_lidx_name(tx_t *t, const char *inst, int64_t at, uint64_t seq, const char *old_name,
+                     const char *new_name);
+int dx__lm_lidx_start(tx_t *t, uint64_t seq, const char *inst, const char *name, int put);
+/* Drop the start entries of the START messages in `l` (token != 0: those locked with it). */
+int dx__lm_lidx_forget_starts(tx_t *t, const msg_list_t *l, uint64_t token);
+/* At open: build the indexes of a store written before them (once; meta "list_idx"). */
+int dx__lm_lidx_build(tx_t *t);
+/* manage.c: every queued-never-run start (a scan of the orchestrator queue state). */
+int dx__lm_queued_scan(tx_t *t, dx__list_cand_t **out, size_t *n);
 
 /* manage.c: management reads */
 int dx__lm_instance_info(tx_t *t, const char *inst, dx_instance_info_t *out);

@@ -3,7 +3,6 @@
 ** executions, an instance's queue rows), queue depths, history reads.
 */
 #include "lmdb_int.h"
-#include "providers/listing.h"
 
 /* Earliest due time over the orchestrator indexes (orch), the plain worker indexes (work)
 ** and the session heads (sess), counting only work the filter `f` takes (tags,
@@ -283,12 +282,6 @@ typedef struct {
   size_t n, cap;
 } cand_list_t;
 
-static void cands_free(cand_list_t *l) {
-  size_t i;
-  for (i = 0; i < l->n; i++) dx_instance_info_clear(&l->v[i].row);
-  free(l->v);
-}
-
 /* The queued START of an instance without a record: its row and seq (found = 0: none). */
 static int queued_start(tx_t *t, const char *inst, dx__list_cand_t *c, int *found) {
   msg_list_t l;
@@ -309,20 +302,26 @@ static int queued_start(tx_t *t, const char *inst, dx__list_cand_t *c, int *foun
   return rc;
 }
 
+/* The queued START of `inst` when it has no record yet (found = 0: none, or it ran). */
+static int never_run(tx_t *t, const char *inst, dx__list_cand_t *c, int *found) {
+  inst_rec_t ir;
+  int rc = dx__lm_inst_get(t, inst, &ir);
+  *found = 0;
+  if (rc == 0) dx__lm_inst_clear(&ir);
+  if (rc != DX_ENOTFOUND) return rc;
+  memset(c, 0, sizeof *c);
+  return queued_start(t, inst, c, found);
+}
+
 /* Instances with queue state but no record: starts no worker has run yet. */
 static int queued_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   cand_list_t *l = ud;
-  inst_rec_t ir;
   dx__list_cand_t c, *nv;
   const char *inst = k->mv_data;
   int rc, found;
   (void)v;
   if (k->mv_size == 0 || inst[k->mv_size - 1] != 0) return 0; /* check reports such keys */
-  rc = dx__lm_inst_get(t, inst, &ir);
-  if (rc == 0) dx__lm_inst_clear(&ir);
-  if (rc != DX_ENOTFOUND) return rc;
-  memset(&c, 0, sizeof c);
-  if ((rc = queued_start(t, inst, &c, &found)) || !found) return rc;
+  if ((rc = never_run(t, inst, &c, &found)) || !found) return rc;
   if (!(nv = dx__lm_grow(l->v, &l->cap, l->n, sizeof *l->v))) {
     dx_instance_info_clear(&c.row);
     return dx__lm_nomem(t->err);
@@ -332,60 +331,190 @@ static int queued_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud)
   return 0;
 }
 
-/* Recorded instances newest first from the creation index, starting after the cursor. */
-static int recorded_page(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cur,
-                         dx_instance_info_t *rows, size_t *n, int *more, dx__cursor_t *last) {
+int dx__lm_queued_scan(tx_t *t, dx__list_cand_t **out, size_t *n) {
+  cand_list_t l = {NULL, 0, 0};
+  dkey_t all;
+  size_t i;
+  int rc;
+  k_init(&all);
+  rc = dx__lm_scan_prefix(t, DB_ORCH_STATE, &all, queued_scan_cb, &l);
+  if (rc) {
+    for (i = 0; i < l.n; i++) dx_instance_info_clear(&l.v[i].row);
+    free(l.v);
+    l.v = NULL;
+    l.n = 0;
+  }
+  *out = l.v;
+  *n = l.n;
+  return rc;
+}
+
+/* One index walked newest first: the entries of `db` under a prefix, whose keys end with
+** `nums` big-endian numbers ((created_at, seq) or (seq)) and whose values are instance ids. */
+typedef struct {
   MDB_cursor *c;
+  int db, nums, valid;
+  dkey_t prefix;
+  int64_t at;
+  uint64_t seq;
+  const char *inst;
+} stream_t;
+
+/* Check the entry under the cursor (mrc: the cursor operation's result) and decode it. */
+static int stream_take(tx_t *t, stream_t *s, int mrc, MDB_val *k, MDB_val *v) {
+  const unsigned char *b;
+  s->valid = 0;
+  if (mrc == MDB_NOTFOUND) return 0;
+  if (mrc) return dx__lm_tx_err(t, mrc, dx__lm_db_names[s->db]);
+  if (k->mv_size != s->prefix.n + 8u * (size_t)s->nums ||
+      memcmp(k->mv_data, s->prefix.b, s->prefix.n) != 0)
+    return 0; /* before the prefix: this index has no more entries */
+  if ((mrc = dx__lm_check_sum(t, s->db, k, v))) return mrc;
+  if (v->mv_size == 0 || ((const char *)v->mv_data)[v->mv_size - 1] != 0)
+    return dx__lm_corrupt(t, s->db, "value is not an instance id", "%zu-byte key", k->mv_size);
+  b = (const unsigned char *)k->mv_data + s->prefix.n;
+  s->at = s->nums == 2 ? (int64_t)get_u64(b) : 0;
+  s->seq = get_u64(b + 8 * (s->nums - 1));
+  s->inst = v->mv_data;
+  s->valid = 1;
+  return 0;
+}
+
+/* Open s on db under `prefix`, on the newest entry strictly before (at, seq) (has_cur 0: the
+** newest entry). */
+static int stream_open(tx_t *t, stream_t *s, int db, const dkey_t *prefix, int nums,
+                       int has_cur, int64_t at, uint64_t seq) {
   MDB_val k, v;
   dkey_t start;
-  int rc = 0, mrc = mdb_cursor_open(t->txn, t->se->dbi[DB_INST_CREATED], &c);
-  if (mrc) return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_INST_CREATED]);
-  if (cur->phase == 'i') {
-    /* the entry at the cursor or the first after it, then step back past it */
-    k_init(&start);
-    k_time(&start, cur->at);
-    k_u64(&start, cur->seq);
-    k = kval(&start);
-    mrc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
-    mrc = mrc == MDB_NOTFOUND ? mdb_cursor_get(c, &k, &v, MDB_LAST)
-                              : mdb_cursor_get(c, &k, &v, MDB_PREV);
-    while (mrc == 0 && k.mv_size == 16 &&
-           !dx__list_before(cur, 'i', (int64_t)get_u64(k.mv_data),
-                            get_u64((const char *)k.mv_data + 8)))
-      mrc = mdb_cursor_get(c, &k, &v, MDB_PREV);
-  } else {
-    mrc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+  int mrc;
+  memset(s, 0, sizeof *s);
+  s->db = db;
+  s->nums = nums;
+  s->prefix = *prefix;
+  if ((mrc = mdb_cursor_open(t->txn, t->se->dbi[db], &s->c))) {
+    s->c = NULL;
+    return dx__lm_tx_err(t, mrc, dx__lm_db_names[db]);
   }
-  for (; mrc == 0 && !rc && !*more; mrc = mdb_cursor_get(c, &k, &v, MDB_PREV)) {
+  start = *prefix;
+  if (!has_cur) { /* past every key under the prefix */
+    at = INT64_MAX;
+    seq = UINT64_MAX;
+  }
+  if (nums == 2) k_time(&start, at);
+  k_u64(&start, seq);
+  k = kval(&start);
+  mrc = mdb_cursor_get(s->c, &k, &v, MDB_SET_RANGE); /* the first key >= start: step back */
+  mrc = mrc == MDB_NOTFOUND ? mdb_cursor_get(s->c, &k, &v, MDB_LAST)
+                            : mrc ? mrc : mdb_cursor_get(s->c, &k, &v, MDB_PREV);
+  return stream_take(t, s, mrc, &k, &v);
+}
+
+static int stream_next(tx_t *t, stream_t *s) {
+  MDB_val k, v;
+  return stream_take(t, s, mdb_cursor_get(s->c, &k, &v, MDB_PREV), &k, &v);
+}
+
+static void stream_close(stream_t *s) {
+  if (s->c) mdb_cursor_close(s->c);
+  s->c = NULL;
+}
+
+/* The newest valid stream of n (NULL: all ended). */
+static stream_t *newest(stream_t *s, int n) {
+  stream_t *best = NULL;
+  int i;
+  for (i = 0; i < n; i++)
+    if (s[i].valid && (!best || s[i].at > best->at || (s[i].at == best->at && s[i].seq > best->seq)))
+      best = &s[i];
+  return best;
+}
+
+/* Where recorded instances come from: the name index, the status index (two statuses for
+** terminal), or the creation index. Returns how many streams were opened. */
+static int recorded_streams(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cur,
+                            stream_t *s, int *rc) {
+  int has = cur->phase == 'i', n = 0, i;
+  dkey_t p;
+  k_init(&p);
+  if (t->se->no_list_idx) {
+    *rc = stream_open(t, &s[n++], DB_INST_CREATED, &p, 2, has, cur->at, cur->seq);
+  } else if (q->name) {
+    k_str(&p, q->name);
+    *rc = stream_open(t, &s[n++], DB_INST_NAME, &p, 2, has, cur->at, cur->seq);
+  } else if (q->status == DX_LIST_TERMINAL || (q->status >= DX_STATUS_RUNNING &&
+                                                q->status <= DX_STATUS_FAILED)) {
+    int lo = q->status == DX_LIST_TERMINAL ? DX_STATUS_COMPLETED : q->status;
+    int hi = q->status == DX_LIST_TERMINAL ? DX_STATUS_FAILED : q->status;
+    for (i = lo, *rc = 0; i <= hi && !*rc; i++) {
+      k_init(&p);
+      k_u8(&p, (unsigned)i);
+      *rc = stream_open(t, &s[n++], DB_INST_STATUS, &p, 2, has, cur->at, cur->seq);
+    }
+  } else {
+    *rc = stream_open(t, &s[n++], DB_INST_CREATED, &p, 2, has, cur->at, cur->seq);
+  }
+  return n;
+}
+
+/* Recorded instances newest first, starting after the cursor. Every index entry is checked
+** against the record (a stale entry hides nothing and shows nothing wrong). */
+static int recorded_page(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cur,
+                         dx_instance_info_t *rows, size_t *n, int *more, dx__cursor_t *last) {
+  stream_t s[2], *best;
+  int rc = 0, ns = recorded_streams(t, q, cur, s, &rc), i;
+  while (!rc && !*more && (best = newest(s, ns)) != NULL) {
     dx_instance_info_t r;
-    int64_t at;
-    if ((rc = dx__lm_check_sum(t, DB_INST_CREATED, &k, &v))) break;
-    if (k.mv_size != 16 || v.mv_size == 0 || ((const char *)v.mv_data)[v.mv_size - 1] != 0) {
-      rc = dx__lm_corrupt(t, DB_INST_CREATED, "bad entry", "%zu-byte key", k.mv_size);
-      break;
-    }
-    at = (int64_t)get_u64(k.mv_data);
-    if (q->created_after_ms && at <= q->created_after_ms) break; /* older from here on */
+    if (q->created_after_ms && best->at <= q->created_after_ms) break; /* older from here on */
     memset(&r, 0, sizeof r);
-    rc = instance_info(t, v.mv_data, &r);
-    if (rc == DX_ENOTFOUND) { rc = 0; continue; }
-    if (rc) break;
-    if (!dx__list_match(q, &r)) {
+    rc = instance_info(t, best->inst, &r);
+    if (rc == DX_ENOTFOUND) {
+      rc = 0;
+    } else if (!rc && (r.created_at_ms != best->at || !dx__list_match(q, &r))) {
       dx_instance_info_clear(&r);
-      continue;
-    }
-    if (*n == q->limit) {
+    } else if (!rc && *n == q->limit) {
       *more = 1;
       dx_instance_info_clear(&r);
-      break;
+    } else if (!rc) {
+      rows[(*n)++] = r;
+      last->phase = 'i';
+      last->at = best->at;
+      last->seq = best->seq;
     }
-    rows[(*n)++] = r;
-    last->phase = 'i';
-    last->at = at;
-    last->seq = get_u64((const char *)k.mv_data + 8);
+    if (!rc && !*more) rc = stream_next(t, best);
   }
-  mdb_cursor_close(c);
-  if (!rc && mrc && mrc != MDB_NOTFOUND) rc = dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_INST_CREATED]);
+  for (i = 0; i < ns; i++) stream_close(&s[i]);
+  return rc;
+}
+
+/* Queued-never-run instances newest first from the start index (by name when filtered). */
+static int queued_page(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cur,
+                       dx_instance_info_t *rows, size_t *n, int *more, dx__cursor_t *last) {
+  stream_t s;
+  dkey_t p;
+  int rc;
+  k_init(&p);
+  k_u8(&p, q->name ? 1 : 0);
+  if (q->name) k_str(&p, q->name);
+  rc = stream_open(t, &s, DB_ORCH_STARTS, &p, 1, cur->phase == 'q', 0, cur->seq);
+  while (!rc && !*more && s.valid) {
+    dx__list_cand_t c;
+    int found;
+    rc = never_run(t, s.inst, &c, &found);
+    if (!rc && found && c.seq == s.seq && dx__list_match(q, &c.row)) {
+      if (*n == q->limit) {
+        *more = 1;
+      } else {
+        rows[(*n)++] = c.row;
+        memset(&c.row, 0, sizeof c.row);
+        last->phase = 'q';
+        last->at = rows[*n - 1].created_at_ms;
+        last->seq = c.seq;
+      }
+    }
+    if (found) dx_instance_info_clear(&c.row);
+    if (!rc && !*more) rc = stream_next(t, &s);
+  }
+  stream_close(&s);
   return rc;
 }
 
@@ -393,13 +522,15 @@ static int list_page_tx(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *c
                         dx_instance_info_t *rows, size_t *n, int *more, dx__cursor_t *last) {
   int rc = 0;
   if (dx__list_wants_queued(q) && cur->phase != 'i') {
-    cand_list_t l = {NULL, 0, 0};
-    dkey_t all;
-    k_init(&all);
-    rc = dx__lm_scan_prefix(t, DB_ORCH_STATE, &all, queued_scan_cb, &l);
-    if (!rc) rc = dx__list_take_queued(q, cur, l.v, l.n, rows, n, more, last);
-    else cands_free(&l);
-    if (!rc) free(l.v);
+    if (!t->se->no_list_idx) {
+      rc = queued_page(t, q, cur, rows, n, more, last);
+    } else { /* a read-only store from before the indexes: scan */
+      dx__list_cand_t *c = NULL;
+      size_t nc = 0;
+      rc = dx__lm_queued_scan(t, &c, &nc);
+      if (!rc) rc = dx__list_take_queued(q, cur, c, nc, rows, n, more, last);
+      free(c);
+    }
   }
   if (!rc && !*more && q->status != DX_STATUS_NONE) rc = recorded_page(t, q, cur, rows, n, more, last);
   return rc;

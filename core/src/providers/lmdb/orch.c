@@ -124,6 +124,7 @@ int dx__lm_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   if (dx__work_item_encode(w, &m.item, &m.item_len)) return dx__lm_nomem(t->err);
   rc = dx__lm_next_seq(t, &m.seq);
   if (!rc) rc = msg_put(t, w->instance, &m);
+  if (!rc && w->kind == DX_WI_START) rc = dx__lm_lidx_start(t, m.seq, w->instance, w->name, 1);
   free(m.item);
   if (!rc) rc = dx__lm_state_get(t, w->instance, &old);
   if (rc || old.token || old.ready_at <= visible_at) return rc;
@@ -496,30 +497,51 @@ static int inst_create(tx_t *t, int64_t now, const dx_orch_ack_t *a, inst_rec_t 
   return dx__lm_db_put(t, DB_INST_CREATED, &k, a->instance, strlen(a->instance) + 1, 0);
 }
 
+/* What an ack learned of the instance record, for the list indexes (listidx.c). */
+typedef struct {
+  int created;             /* this ack created the record (the instance's first turn) */
+  int current;             /* the ack's execution is (or becomes) the current one */
+  int64_t created_at;
+  uint64_t created_seq;
+} ack_inst_t;
+
 /* Steps 3 and 7: create or update the instance record. */
-static int ack_instance(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
+static int ack_instance(tx_t *t, int64_t now, const dx_orch_ack_t *a, ack_inst_t *ai) {
   inst_rec_t r;
+  char *old_name = NULL;
   int rc = dx__lm_inst_get(t, a->instance, &r);
+  ai->created = rc == DX_ENOTFOUND;
   if (rc == DX_ENOTFOUND) rc = inst_create(t, now, a, &r);
+  if (!rc && a->orchestration_name && r.name && !(old_name = dx__strdup(r.name)))
+    rc = dx__lm_nomem(t->err);
   if (!rc && ((a->orchestration_name && (set_str(&r.name, a->orchestration_name) ||
                                          set_str(&r.version, a->orchestration_version))) ||
               (a->custom_status_set && set_str(&r.custom_status, a->custom_status))))
     rc = dx__lm_nomem(t->err);
   if (!rc) {
     if (a->custom_status_set) r.cs_version++;
+    ai->current = a->execution_id >= r.current_exec;
     if (a->execution_id > r.current_exec) r.current_exec = a->execution_id;
     r.updated_at = now;
+    ai->created_at = r.created_at;
+    ai->created_seq = r.created_seq;
     rc = dx__lm_inst_put(t, a->instance, &r);
   }
+  /* the name index changes only with the name (the first turn) */
+  if (!rc && a->orchestration_name)
+    rc = dx__lm_lidx_name(t, a->instance, r.created_at, r.created_seq, old_name, r.name);
+  free(old_name);
   dx__lm_inst_clear(&r);
   return rc;
 }
 
 /* Steps 4 and 6: create the execution record if missing; apply the status. */
-static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
+static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a, const ack_inst_t *ai) {
   exec_rec_t r;
-  int rc = dx__lm_exec_get(t, a->instance, a->execution_id, &r);
+  int old_st, rc = dx__lm_exec_get(t, a->instance, a->execution_id, &r);
   if (rc && rc != DX_ENOTFOUND) return rc;
+  /* as listed before: a new execution follows one that continued as new (listed running) */
+  old_st = rc == 0 ? r.status : ai->created ? DX_STATUS_NONE : DX_STATUS_RUNNING;
   if (rc == DX_ENOTFOUND) {
     r.status = DX_STATUS_RUNNING;
     r.started_at = now;
@@ -533,20 +555,25 @@ static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
       rc = dx__lm_nomem(t->err);
   }
   if (!rc) rc = dx__lm_exec_put(t, a->instance, a->execution_id, &r);
+  if (!rc && ai->current) /* writes only when the listed status changes */
+    rc = dx__lm_lidx_status(t, a->instance, ai->created_at, ai->created_seq, old_st, r.status);
   dx__lm_exec_clear(&r);
   return rc;
 }
 
 static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   orch_state_t st;
+  ack_inst_t ai = {0, 0, 0, 0};
   msg_list_t l;
   size_t i;
   int rc;
   if ((rc = orch_check_lock(t, a->instance, a->lock_token, now, 1, &st))) return rc;
   if ((rc = msgs_load(t, a->instance, &l))) return rc;
   rc = msgs_delete(t, &l, a->lock_token, now);
+  if (!rc) rc = ack_instance(t, now, a, &ai);
+  if (!rc && ai.created) rc = dx__lm_lidx_forget_starts(t, &l, a->lock_token); /* no longer queued */
   msgs_free(&l);
-  if (rc || (rc = ack_instance(t, now, a)) || (rc = ack_execution(t, now, a)) ||
+  if (rc || (rc = ack_execution(t, now, a, &ai)) ||
       (rc = dx__lm_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
       (rc = dx__lm_kv_ack(t, a->instance, a->delta, a->delta_len, a->status)))
     return rc;

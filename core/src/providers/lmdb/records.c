@@ -57,6 +57,10 @@ static const lm_field_t row_fields[] = {
   F(RF_U64, work_row_t, sess_epoch, 0), /* optional: absent in rows written before fencing */
   F(RF_STR, work_row_t, tag, 0),        /* optional: absent in rows written before tags */
 };
+static const lm_field_t wreg_fields[] = {
+  F(RF_STR, wreg_rec_t, host, 0),       F(RF_I64, wreg_rec_t, pid, 0),
+  F(RF_I64, wreg_rec_t, started_at, 0), F(RF_U64, wreg_rec_t, locker, 0),
+};
 static const lm_field_t kv_fields[] = {
   F(RF_STR, kv_rec_t, value, 0), F(RF_I64, kv_rec_t, updated_at, 0),
 };
@@ -72,6 +76,7 @@ const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9
 const lm_schema_t dx__lm_kv_schema = {DB_KV, kv_fields, COUNT(kv_fields), 0};
 const lm_schema_t dx__lm_kv_delta_schema = {DB_KV_DELTA, kv_fields, COUNT(kv_fields), 0};
 const lm_schema_t dx__lm_sev_schema = {DB_SESS_EVENTS, sev_fields, COUNT(sev_fields), 0};
+const lm_schema_t dx__lm_wreg_schema = {DB_WORKERS, wreg_fields, COUNT(wreg_fields), 0};
 
 #define AT(base, f, T) ((T *)(void *)((char *)(base) + (f)->off))
 #define CAT(base, f, T) ((const T *)(const void *)((const char *)(base) + (f)->off))

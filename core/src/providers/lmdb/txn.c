@@ -10,7 +10,7 @@ const char *const dx__lm_db_names[DB__COUNT] = {
   "orch_msgs", "orch_state", "orch_ready", "orch_lock",
   "work", "work_ready", "work_lock", "work_token", "work_ident",
   "sessions", "sess_owner", "sess_items", "sess_queue", "sess_heads", "kv", "kv_delta",
-  "sess_events",
+  "sess_events", "workers", "inst_status", "inst_name", "orch_starts",
 };
 
 /* {===== errors =====} */

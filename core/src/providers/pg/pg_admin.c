@@ -13,31 +13,37 @@
 
 /* {===== list_page =====} */
 
-/* Queued-never-run instances: the first START message of each instance without a record. */
-static int queued_cands(tx_t *t, dx__list_cand_t **out, size_t *n) {
+/* One batch of queued-never-run candidates: START messages of instances without a record,
+** newest first, before seq `before`, at most `want`. *last_seq: the seq of the batch's last
+** message when the batch was full (0: nothing older is left). */
+static int queued_batch(tx_t *t, const dx_list_query_t *q, uint64_t before, size_t want,
+                        dx__list_cand_t **out, size_t *n, uint64_t *last_seq) {
   PGresult *res;
   dx__list_cand_t *v;
+  qp_t qp;
   int rc, i, rows;
-  const char *prev = NULL;
   *out = NULL;
   *n = 0;
-  if ((rc = dx__pg_q(t, PQ_ADM_QUEUED, NULL, &res))) return rc;
+  *last_seq = 0;
+  dx__qp_init(&qp);
+  dx__qp_i64(&qp, before > INT64_MAX ? INT64_MAX : (int64_t)before);
+  dx__qp_str(&qp, q->name);
+  dx__qp_i64(&qp, (int64_t)want);
+  if ((rc = dx__pg_q(t, PQ_ADM_QUEUED, &qp, &res))) return rc;
   rows = PQntuples(res);
   if (!(v = calloc(rows ? (size_t)rows : 1, sizeof *v))) {
     PQclear(res);
     return dx__pg_nomem(t->err);
   }
+  if (rows > 0 && (size_t)rows == want) *last_seq = (uint64_t)dx__col_i64(res, rows - 1, 1);
   for (i = 0; i < rows && !rc; i++) {
-    const char *inst = PQgetvalue(res, i, 0);
     dx_work_item_t w;
     dx_error_t derr = {0};
-    if (prev && strcmp(prev, inst) == 0) continue; /* this instance's START was found */
     if (dx__work_item_decode(PQgetvalue(res, i, 3), (size_t)PQgetlength(res, i, 3), &w, &derr))
       continue; /* `check` reports undecodable messages; a listing skips them */
     if (w.kind == DX_WI_START) {
-      prev = inst;
       v[*n].seq = (uint64_t)dx__col_i64(res, i, 1);
-      if (dx__list_queued_row(inst, &w, dx__col_i64(res, i, 2), &v[*n].row))
+      if (dx__list_queued_row(PQgetvalue(res, i, 0), &w, dx__col_i64(res, i, 2), &v[*n].row))
         rc = dx__pg_nomem(t->err);
       else
         (*n)++;
@@ -47,6 +53,39 @@ static int queued_cands(tx_t *t, dx__list_cand_t **out, size_t *n) {
   PQclear(res);
   *out = v;
   return rc;
+}
+
+/* The queued-never-run part of a page: batches of one page (+1) after the cursor until the
+** page is full or nothing older is left (a filter such as created_after may skip rows). */
+static int queued_page(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cur,
+                       dx_instance_info_t *rows, size_t *n, int *more, dx__cursor_t *last) {
+  dx__cursor_t at = *cur;
+  uint64_t next;
+  int rc = 0;
+  at.phase = 'q';
+  if (cur->phase != 'q') at.seq = UINT64_MAX;
+  while (!rc && !*more) {
+    dx__list_cand_t *c = NULL;
+    size_t nc = 0, i;
+    rc = queued_batch(t, q, at.seq, q->limit - *n + 1, &c, &nc, &next);
+    if (!rc) rc = dx__list_take_queued(q, &at, c, nc, rows, n, more, last);
+    else
+      for (i = 0; i < nc; i++) dx_instance_info_clear(&c[i].row);
+    free(c);
+    if (!next) break;
+    at.seq = next;
+  }
+  return rc;
+}
+
+/* The page statement of the query's status and name filters. */
+static pg_stmt_t page_stmt(const dx_list_query_t *q) {
+  static const pg_stmt_t by[2][5] = {
+    {PQ_ADM_PAGE, PQ_ADM_PAGE_RUN, PQ_ADM_PAGE_DONE, PQ_ADM_PAGE_FAIL, PQ_ADM_PAGE_END},
+    {PQ_ADM_PAGE_N, PQ_ADM_PAGE_N_RUN, PQ_ADM_PAGE_N_DONE, PQ_ADM_PAGE_N_FAIL, PQ_ADM_PAGE_N_END}};
+  int k = q->status == DX_STATUS_RUNNING ? 1 : q->status == DX_STATUS_COMPLETED ? 2
+        : q->status == DX_STATUS_FAILED ? 3 : q->status == DX_LIST_TERMINAL ? 4 : 0;
+  return by[q->name != NULL][k];
 }
 
 static int recorded_page(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cur,
@@ -62,9 +101,8 @@ static int recorded_page(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *
   dx__qp_i64(&qp, q->created_after_ms);
   dx__qp_i64(&qp, q->updated_before_ms);
   dx__qp_i64(&qp, q->roots_only ? 1 : 0);
-  dx__qp_i64(&qp, q->status);
   dx__qp_i64(&qp, (int64_t)want + 1);
-  if ((rc = dx__pg_q(t, PQ_ADM_PAGE, &qp, &res))) return rc;
+  if ((rc = dx__pg_q(t, page_stmt(q), &qp, &res))) return rc;
   for (i = 0; i < PQntuples(res); i++) {
     dx_instance_info_t *r;
     if ((size_t)i == want) {
@@ -86,15 +124,7 @@ static int recorded_page(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *
 static int list_page_tx(tx_t *t, const dx_list_query_t *q, const dx__cursor_t *cur,
                         dx_instance_info_t *rows, size_t *n, int *more, dx__cursor_t *last) {
   int rc = 0;
-  if (dx__list_wants_queued(q) && cur->phase != 'i') {
-    dx__list_cand_t *c = NULL;
-    size_t nc = 0, i;
-    rc = queued_cands(t, &c, &nc);
-    if (!rc) rc = dx__list_take_queued(q, cur, c, nc, rows, n, more, last);
-    else
-      for (i = 0; i < nc; i++) dx_instance_info_clear(&c[i].row);
-    free(c);
-  }
+  if (dx__list_wants_queued(q) && cur->phase != 'i') rc = queued_page(t, q, cur, rows, n, more, last);
   /* a page already full still asks for one recorded row: is there a next page? */
   if (!rc && !*more && q->status != DX_STATUS_NONE)
     rc = recorded_page(t, q, cur, rows, n, more, last);

@@ -299,6 +299,8 @@ void dx__pg_wake_close(pg_t *p);
 int dx__pg_live_hold(pg_t *p, const char *worker, dx_error_t *err);
 void dx__pg_live_close(pg_t *p);
 int dx__pg_worker_register(dx_provider_t *pp, const char *worker, int64_t now, dx_error_t *err);
+int dx__pg_list_workers(dx_provider_t *pp, int64_t now, dx_worker_cb cb, void *ud,
+                        dx_error_t *err);
 void dx__pg_worker_unregister(dx_provider_t *pp, const char *worker);
 /* 1 when a session fetch should first sweep dead owners' in-flight rows (throttled). */
 int dx__pg_live_sweep_due(pg_t *p, int64_t *last, int64_t now);

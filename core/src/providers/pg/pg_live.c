@@ -139,6 +139,33 @@ int dx__pg_live_hold(pg_t *p, const char *worker, dx_error_t *err) {
   return rc;
 }
 
+/* Run one statement with text parameters on l's idle connection (autocommit). */
+static int live_exec(struct pg_live_s *l, const char *sql, int n, const char *const *v,
+                     const char *what, dx_error_t *err) {
+  PGresult *res = PQexecParams(l->conn, sql, n, NULL, v, NULL, NULL, 0);
+  int rc = 0;
+  if (PQresultStatus(res) != PGRES_COMMAND_OK) rc = dx__pg_fail(l->conn, res, what, err);
+  PQclear(res);
+  return rc;
+}
+
+/* The registration row `duroxide-lua workers` lists (migration 8). */
+static int record_worker(pg_t *p, struct pg_live_s *l, int64_t now, dx_error_t *err) {
+  char host[256], pid[24], nows[24];
+  const char *v[6];
+  if (gethostname(host, sizeof host) != 0) host[0] = 0;
+  host[sizeof host - 1] = 0;
+  snprintf(pid, sizeof pid, "%lld", (long long)getpid());
+  snprintf(nows, sizeof nows, "%lld", (long long)now);
+  v[0] = l->worker;
+  v[1] = host[0] ? host : NULL;
+  v[2] = pid;
+  v[3] = nows;
+  v[4] = p->proc_tag;
+  v[5] = p->live_prefix;
+  return live_exec(l, dx__pg_live_worker_put_sql, 6, v, "worker registration", err);
+}
+
 /* A dead predecessor with this id may have left session rows locked: due now. One statement
 ** on the idle connection (autocommit), before the runtime fetches anything. */
 static int reap_own(pg_t *p, struct pg_live_s *l, int64_t now, dx_error_t *err) {
@@ -177,7 +204,7 @@ int dx__pg_worker_register(dx_provider_t *pp, const char *worker, int64_t now,
     goto done;
   }
   l->registered = 1;
-  if ((rc = reap_own(p, l, now, err))) goto done;
+  if ((rc = reap_own(p, l, now, err)) || (rc = record_worker(p, l, now, err))) goto done;
   skew = server_ms - now;
   if (skew > SKEW_WARN_MS || skew < -SKEW_WARN_MS)
     dx__log(DX_LOG_WARN, "clock skew against the PostgreSQL server",
@@ -191,13 +218,22 @@ done:
 void dx__pg_worker_unregister(dx_provider_t *pp, const char *worker) {
   pg_t *p = (pg_t *)pp;
   struct pg_live_s *l, **lp;
+  int was_registered;
   if (!p->liveness || !worker) return;
   pthread_mutex_lock(&p->mu);
   for (lp = &p->live; (l = *lp); lp = &l->next)
     if (l->pid == getpid() && strcmp(l->worker, worker) == 0) break;
+  was_registered = l && l->registered > 0;
   if (l && (!l->registered || --l->registered == 0)) { /* a hold fetches took goes too */
     /* closing the connection drops both locks: peers see the id gone at once */
     *lp = l->next;
+    if (l->conn && was_registered && PQstatus(l->conn) == CONNECTION_OK) {
+      const char *v[1] = {l->worker};
+      dx_error_t e = {0};
+      if (live_exec(l, dx__pg_live_worker_del_sql, 1, v, "worker unregistration", &e))
+        dx__log(DX_LOG_WARN, "could not remove the worker registration (listings leave a "
+                "dead worker out)", "worker_id=%s error=\"%s\"", l->worker, e.msg);
+    }
     if (l->conn) PQfinish(l->conn);
     free(l->worker);
     free(l);
@@ -235,4 +271,31 @@ void dx__pg_live_close(pg_t *p) {
     free(l);
   }
   p->live = NULL;
+}
+
+int dx__pg_list_workers(dx_provider_t *pp, int64_t now, dx_worker_cb cb, void *ud,
+                        dx_error_t *err) {
+  pg_t *p = (pg_t *)pp;
+  PGresult *res = NULL;
+  qp_t q;
+  int rc, i, n;
+  if (!cb) return dx_error_set(err, DX_EINVAL, "callback is NULL");
+  dx__qp_init(&q);
+  dx__qp_i64(&q, now);
+  dx__qp_str(&q, p->live_prefix);
+  dx__qp_i64(&q, p->liveness ? 1 : 0);
+  if ((rc = dx__pg_one(p, 0, PQ_WORKERS_LIST, &q, &res, err))) return rc;
+  n = PQntuples(res);
+  for (i = 0; i < n; i++) { /* after the read: callbacks may call the provider */
+    dx_worker_info_t w;
+    w.worker_id = PQgetvalue(res, i, 0);
+    w.host = dx__col_null(res, i, 1) ? NULL : PQgetvalue(res, i, 1);
+    w.pid = dx__col_i64(res, i, 2);
+    w.started_at_ms = dx__col_i64(res, i, 3);
+    w.running_turns = (uint64_t)dx__col_i64(res, i, 4);
+    w.running_activities = (uint64_t)dx__col_i64(res, i, 5);
+    if (cb(ud, &w)) break;
+  }
+  PQclear(res);
+  return 0;
 }

@@ -72,7 +72,7 @@ static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_hi
                                                        dx__pg_test_expire_session};
 
 static const dx_provider_methods_t pg_methods = {
-  9,
+  10,
   "postgres",
   pg_destroy,
   dx__pg_begin,
@@ -120,6 +120,7 @@ static const dx_provider_methods_t pg_methods = {
   dx__pg_append_session_event,
   dx__pg_list_session_events,
   pg_set_fetch_filter, /* activity tags and rolling deployments (version 9) */
+  dx__pg_list_workers, /* live workers (version 10) */
 };
 
 uint64_t dx__pg_round_trips(dx_provider_t *pp) {

@@ -459,7 +459,21 @@ static const char MIGRATION_7[] =
   "  RETURN QUERY SELECT r.r_code, r.r_a, r.r_b;"
   " END $f$;";
 
-/* pgchain's migration (pre-assigned number 10; the lead renumbers it at merge): a store cycle's
+/* Version 8: operating it (issue 10). The registry of workers behind `duroxide-lua workers`
+** (written by worker_register on the liveness connection, removed by worker_unregister; the
+** liveness locks say which rows still live). Indexes for list pages: queued-never-run starts
+** newest first (all, and by name), recorded instances by name and by the status of an
+** execution, so a page with a filter that matches little reads only its rows. */
+static const char MIGRATION_8[] =
+  "CREATE TABLE workers (worker_id text COLLATE \"C\" PRIMARY KEY, host text,"
+  "  pid bigint NOT NULL DEFAULT 0, started_at bigint NOT NULL, locker text);"
+  "CREATE INDEX orch_msgs_starts ON orch_msgs (seq) WHERE start_name IS NOT NULL;"
+  "CREATE INDEX orch_msgs_start_name ON orch_msgs (start_name, seq)"
+  "  WHERE start_name IS NOT NULL;"
+  "CREATE INDEX instances_name ON instances (name, created_at, created_seq);"
+  "CREATE INDEX executions_status ON executions (status, instance_id, exec);";
+
+/* Version 9: a store cycle's
 ** acks as two calls, whatever their number: dx_ack_orchs takes every orchestration ack of the
 ** cycle, dx_ack_works every worker-item ack, as arrays (one element per ack; the rows, events,
 ** messages and key-value events of all acks flattened, each with the number k of its ack).
@@ -479,7 +493,7 @@ static const char MIGRATION_7[] =
 ** by key from the arrays, so they also run without sequential scans: a generic plan is made
 ** once per connection, and one made while a fresh schema's tables were small hash-joined a
 ** sequential scan of history into every call for good. (Not set for the whole connection.) */
-static const char MIGRATION_8[] =
+static const char MIGRATION_9[] =
   "DROP FUNCTION dx_ack_orch_kv(text, bigint, bigint, bigint, bigint, bigint[], bytea[], text,"
   " text, bigint, text, text, bigint, text, bigint, text, text, bigint, text[], text[],"
   " bigint[], bigint[], bigint[], bytea[], text[], bigint[], bigint[], text[], bigint[],"
@@ -693,8 +707,8 @@ static const char MIGRATION_8[] =
   " END $f$;";
 
 const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
-                                        MIGRATION_5, MIGRATION_6, MIGRATION_7,
-                                        MIGRATION_8};
+                                        MIGRATION_5, MIGRATION_6, MIGRATION_7, MIGRATION_8,
+                                        MIGRATION_9};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
@@ -716,6 +730,17 @@ const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__p
 #define OWNER_DEAD(owner, prefix, live)                                                      \
   " (" live " = 1 AND pg_postmaster_start_time() < clock_timestamp() - interval '5 seconds'" \
   " AND pg_try_advisory_xact_lock(hashtextextended(" prefix " || " owner ", 0)))"
+
+/* worker_register (migration 8): the registration row ($1 id, $2 host, $3 pid, $4 now, $5 the
+** handle's lock-holder tag); rows of other ids whose process died ($6 liveness prefix) go. */
+const char dx__pg_live_worker_put_sql[] =
+  "WITH gone AS (DELETE FROM workers w WHERE w.worker_id <> $1 AND"
+  OWNER_DEAD("w.worker_id", "$6::text", "1") ")"
+  " INSERT INTO workers (worker_id, host, pid, started_at, locker)"
+  " VALUES ($1, $2, $3::bigint, $4::bigint, $5) ON CONFLICT (worker_id) DO UPDATE SET"
+  " host = EXCLUDED.host, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,"
+  " locker = EXCLUDED.locker";
+const char dx__pg_live_worker_del_sql[] = "DELETE FROM workers WHERE worker_id = $1";
 
 /* A user (alias u) still runs: its execution runs, or it continued as new into an execution
 ** that has not had its first turn yet (it may use the session again). */
@@ -999,6 +1024,15 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_SEV_LIST] =
     "SELECT at, event, worker, detail, prev FROM session_events WHERE session_id = $1"
     " ORDER BY seq",
+  [PQ_WORKERS_LIST] = /* live registrations ($1 now, $2 liveness prefix, $3 liveness on) with
+  ** the instance locks and plain row locks their handles hold */
+    "WITH t AS (SELECT locked_by, count(*) AS n FROM orch_queue WHERE lock_token IS NOT NULL"
+    " AND locked_until > $1::bigint GROUP BY locked_by),"
+    " a AS (SELECT locked_by, count(*) AS n FROM work WHERE lock_token IS NOT NULL"
+    " AND session_id IS NULL AND locked_until > $1::bigint GROUP BY locked_by)"
+    " SELECT w.worker_id, w.host, w.pid, w.started_at, coalesce(t.n, 0), coalesce(a.n, 0)"
+    " FROM workers w LEFT JOIN t ON t.locked_by = w.locker LEFT JOIN a ON a.locked_by = w.locker"
+    " WHERE NOT" OWNER_DEAD("w.worker_id", "$2::text", "$3::bigint") " ORDER BY w.worker_id",
   [PQ_SEV_PRUNE] = "DELETE FROM session_events WHERE at < $1::bigint",
   [PQ_SESS_LIST] =
     "SELECT sid, owner, locked_until, last_activity, queued, running FROM ("
@@ -1041,24 +1075,42 @@ static const char *const SQL[PQ__COUNT] = {
     " OR EXISTS (SELECT 1 FROM orch_queue WHERE locked_by IS NOT NULL"
     " AND locked_until > $5::bigint) THEN $6::bigint END)",
   /* management (admin.c): a page of recorded instances newest first, strictly after the
-  ** cursor ($1, $2); $7 status: -1 any, -2 terminal, else a status (continued-as-new counts
-  ** as running). One row more than asked tells whether a next page exists. */
-  [PQ_ADM_PAGE] =
-    "SELECT i.instance_id, i.name, i.version, i.current_exec, i.custom_status, i.cs_version,"
-    " i.created_at, i.updated_at, i.parent, e.status, e.output, e.f_cat, e.f_kind, e.f_msg,"
-    " e.f_retry, i.created_seq FROM instances i LEFT JOIN executions e"
-    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec"
-    " WHERE (i.created_at, i.created_seq) < ($1::bigint, $2::bigint)"
-    " AND ($3::text IS NULL OR i.name = $3::text) AND i.created_at > $4::bigint"
-    " AND ($5::bigint = 0 OR i.updated_at < $5::bigint) AND ($6::bigint = 0 OR i.parent IS NULL)"
-    " AND ($7::bigint = -1 OR ($7::bigint = -2 AND e.status IN (2, 3))"
-    " OR CASE WHEN e.status = 4 THEN 1 ELSE coalesce(e.status, 0) END = $7::bigint)"
-    " ORDER BY i.created_at DESC, i.created_seq DESC LIMIT $8::bigint",
-  [PQ_ADM_QUEUED] = /* messages of instances with queue state and no record */
+  ** cursor ($1, $2), created after $4, updated before $5 (0: any), roots only when $6, at most
+  ** $7 (one more than the page: is there a next one?). One statement per status filter and
+  ** per name filter, so each plan fits its filter (a rare status reads executions_status, a
+  ** name instances_name, no filter the newest of instances_created). */
+#define ADM_PAGE(name_pred, status_pred)                                                     \
+    "SELECT i.instance_id, i.name, i.version, i.current_exec, i.custom_status, i.cs_version," \
+    " i.created_at, i.updated_at, i.parent, e.status, e.output, e.f_cat, e.f_kind, e.f_msg,"  \
+    " e.f_retry, i.created_seq FROM instances i LEFT JOIN executions e"                       \
+    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec"                          \
+    " WHERE (i.created_at, i.created_seq) < ($1::bigint, $2::bigint) AND " name_pred         \
+    " AND i.created_at > $4::bigint AND ($5::bigint = 0 OR i.updated_at < $5::bigint)"      \
+    " AND ($6::bigint = 0 OR i.parent IS NULL)" status_pred                                  \
+    " ORDER BY i.created_at DESC, i.created_seq DESC LIMIT $7::bigint"
+#define ADM_ANY_NAME "$3::text IS NULL"
+#define ADM_NAME "i.name = $3::text"
+#define ADM_RUN " AND e.status IN (1, 4)" /* continued-as-new counts as running */
+#define ADM_DONE " AND e.status = 2"
+#define ADM_FAIL " AND e.status = 3"
+#define ADM_END " AND e.status IN (2, 3)"
+  [PQ_ADM_PAGE] = ADM_PAGE(ADM_ANY_NAME, ""),
+  [PQ_ADM_PAGE_RUN] = ADM_PAGE(ADM_ANY_NAME, ADM_RUN),
+  [PQ_ADM_PAGE_DONE] = ADM_PAGE(ADM_ANY_NAME, ADM_DONE),
+  [PQ_ADM_PAGE_FAIL] = ADM_PAGE(ADM_ANY_NAME, ADM_FAIL),
+  [PQ_ADM_PAGE_END] = ADM_PAGE(ADM_ANY_NAME, ADM_END),
+  [PQ_ADM_PAGE_N] = ADM_PAGE(ADM_NAME, ""),
+  [PQ_ADM_PAGE_N_RUN] = ADM_PAGE(ADM_NAME, ADM_RUN),
+  [PQ_ADM_PAGE_N_DONE] = ADM_PAGE(ADM_NAME, ADM_DONE),
+  [PQ_ADM_PAGE_N_FAIL] = ADM_PAGE(ADM_NAME, ADM_FAIL),
+  [PQ_ADM_PAGE_N_END] = ADM_PAGE(ADM_NAME, ADM_END),
+  [PQ_ADM_QUEUED] = /* queued starts of instances without a record, newest first, before
+  ** seq $1, named $2 (NULL: any), at most $3 (orch_msgs_starts / orch_msgs_start_name) */
     "SELECT m.instance_id, m.seq, m.visible_at, m.item FROM orch_msgs m"
-    " WHERE m.instance_id IN (SELECT q.instance_id FROM orch_queue q WHERE NOT EXISTS"
-    " (SELECT 1 FROM instances i WHERE i.instance_id = q.instance_id))"
-    " ORDER BY m.instance_id, m.seq",
+    " WHERE m.start_name IS NOT NULL AND m.seq < $1::bigint"
+    " AND ($2::text IS NULL OR m.start_name = $2::text)"
+    " AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.instance_id = m.instance_id)"
+    " ORDER BY m.seq DESC LIMIT $3::bigint",
   [PQ_ADM_EXECS] =
     "SELECT e.exec, e.status, e.started_at, e.completed_at,"
     " (SELECT count(*) FROM history h WHERE h.instance_id = e.instance_id AND h.exec = e.exec)"

@@ -13,9 +13,10 @@
   X(HIST_MAX_EXEC) X(INFO_GET) X(INFO_QUEUED) X(LIST_INSTANCES) X(DEPTHS) X(NEXT_DUE)           \
   X(NEXT_DUE_LIVE) X(TEST_CORRUPT) X(TEST_EXPIRE)                                              \
   X(SEV_INSERT) X(SEV_TRIM) X(SEV_LIST) X(SEV_PRUNE)                                          \
-  X(ADM_PAGE) X(ADM_QUEUED) X(ADM_EXECS) X(ADM_QUEUE_ORCH) X(ADM_QUEUE_WORK) X(ADM_STATUS)      \
+  X(ADM_PAGE) X(ADM_PAGE_RUN) X(ADM_PAGE_DONE) X(ADM_PAGE_FAIL) X(ADM_PAGE_END)  \
+  X(ADM_PAGE_N) X(ADM_PAGE_N_RUN) X(ADM_PAGE_N_DONE) X(ADM_PAGE_N_FAIL) X(ADM_PAGE_N_END) X(ADM_QUEUED) X(ADM_EXECS) X(ADM_QUEUE_ORCH) X(ADM_QUEUE_WORK) X(ADM_STATUS)      \
   X(ADM_DELETE) X(ADM_PRUNE) X(ADM_TERM_CHECK) X(ADM_TOUCH) X(ADM_DROP_QUEUES)             \
-  X(KV_FOLD) X(KV_GET) X(KV_LIST)
+  X(KV_FOLD) X(KV_GET) X(KV_LIST) X(WORKERS_LIST)
 
 typedef enum {
 #define PG__STMT_ENUM(name) PQ_##name,
@@ -35,5 +36,7 @@ extern const int dx__pg_migration_count;
 extern const char dx__pg_live_hold_sql[];
 extern const char dx__pg_live_register_sql[];
 extern const char dx__pg_live_reap_own_sql[];
+extern const char dx__pg_live_worker_put_sql[];
+extern const char dx__pg_live_worker_del_sql[];
 
 #endif
