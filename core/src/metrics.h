@@ -26,6 +26,12 @@ typedef enum {
   DXM_ORCH_REPLAYS,
   DXM_ORCH_REPLAYED_EVENTS,
   DXM_SUBORCH_CALLS,
+  /* the orchestration cache (loop thread) */
+  DXM_OCACHE_HITS,
+  DXM_OCACHE_MISSES,
+  DXM_OCACHE_EVICTIONS,
+  DXM_OCACHE_ENTRIES,
+  DXM_OCACHE_BYTES,
   /* activities (loop thread) */
   DXM_ACT_EXECUTIONS,
   DXM_ACT_DURATION,

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "options.h"
+#include "orch_cache.h"
 #include "replay.h"
 #include "sessions.h"
 #include "store.h"
@@ -91,6 +92,7 @@ struct dx_runtime_s {
   dx_runtime_stop_cb stop_cb;
   void *stop_ud;
   dx_metrics_t *metrics;       /* this worker's counters (metrics.h); recorded from both threads */
+  dx_ocache_t *ocache;         /* kept orchestrations (NULL: cache off); loop thread */
   int64_t skew_warned_ms;    /* last "store times in our future" warning (process time) */
   int failed;                  /* the store became unusable: `failure` says why */
   dx_error_t failure;
@@ -119,6 +121,12 @@ static void turn_committed(dx_store_op_t *op) {
     dx__log(DX_LOG_WARN, "orchestration commit failed; the turn will be retried",
             "instance=%s error=\"%s\"", job->item->instance, op->err.msg);
   dx__observe_turn(rt->metrics, job->item, job->acked ? op->ack : NULL, op->rc, dx__now_ms());
+  /* Only a committed turn is kept: an abandoned or refused one is ahead of the store. */
+  if (rt->ocache && job->acked && op->rc == 0 && !rt->stopping && job->turn &&
+      dx__turn_keepable(job->turn) && dx__turn_keep(job->turn, job->item) == DX_OK) {
+    dx__ocache_put(rt->ocache, job->turn);
+    job->turn = NULL;
+  }
   dx__turn_free(job->turn);
   dx_orch_item_free(job->item);
   free(job);
@@ -141,8 +149,28 @@ static void check_clock_skew(dx_runtime_t *rt, const dx_orch_item_t *item, int64
           rt->worker_id);
 }
 
+/* The instance's kept turn when it holds exactly the fetched history (a hit), else NULL (a
+** miss: a stale copy is dropped). A redelivery (attempt > 1) always replays: the poison count
+** and whatever made the previous delivery fail are the fresh turn's business. */
+static dx_turn_t *cached_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
+  dx_turn_t *kept;
+  const char *why = NULL;
+  if (!rt->ocache) return NULL;
+  kept = dx__ocache_take(rt->ocache, item->instance);
+  if (kept && item->attempt_count <= 1 && dx__turn_matches(kept, item)) {
+    dx__metric_add(rt->metrics, DXM_OCACHE_HITS, DXM_NOLABELS, 1);
+    return kept;
+  }
+  if (kept) why = item->attempt_count > 1 ? "retry" : "stale";
+  else if (item->history_len) why = "absent";
+  if (why) dx__metric_add(rt->metrics, DXM_OCACHE_MISSES, DXM_LABELS(why), 1);
+  dx__turn_free(kept);
+  return NULL;
+}
+
 static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   turn_job_t *job = calloc(1, sizeof *job);
+  dx_turn_t *kept;
   dx_turn_cfg_t cfg;
   uint64_t t0;
   if (!job) {
@@ -160,12 +188,15 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   cfg.time_limit_ms = rt->opts.turn_time_limit_ms;
   job->rt = rt;
   job->item = item;
+  cfg.keep = rt->ocache != NULL;
+  kept = cached_turn(rt, item);
   dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
   t0 = uv_hrtime();
-  job->turn = dx__turn_run(item, &cfg, rt->host, rt->host_ud);
+  job->turn = kept ? dx__turn_continue(kept, item, &cfg)
+                   : dx__turn_run(item, &cfg, rt->host, rt->host_ud);
   dx__metric_observe(rt->metrics, DXM_ORCH_TURN_DURATION, DXM_NOLABELS, dx__seconds_since(t0));
   dx__watch_leave(rt->loop);
-  if (item->history_len) {
+  if (item->history_len && !kept) {
     dx__metric_add(rt->metrics, DXM_ORCH_REPLAYS, DXM_NOLABELS, 1);
     dx__metric_add(rt->metrics, DXM_ORCH_REPLAYED_EVENTS, DXM_NOLABELS,
                    (double)item->history_len);
@@ -1001,6 +1032,8 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
     rt->sessions = dx__sessions_new(rt->loop, rt->store, &rt->opts, rt->worker_id, rt->host,
                                     rt->host_ud);
   dx__sessions_set_metrics(rt->sessions, rt->metrics);
+  if (rt->opts.orchestration_cache_size > 0 && rt->host->version >= 5 && rt->host->orch_turn)
+    rt->ocache = dx__ocache_new(rt->opts.orchestration_cache_size, rt->metrics);
   rt->started = 1;
   dx__credit_init(&rt->credit, rt->opts.worker_concurrency);
   dx__store_want(rt->store, rt->opts.orchestration_concurrency, dx__credit_top_up(&rt->credit));
@@ -1035,8 +1068,15 @@ void dx__runtime_poke_all(void) {
   uv_mutex_unlock(&registry_mu);
 }
 
+/* The kept orchestrations go when the store closes: the host (their code) is still alive. */
+static void cache_close(dx_runtime_t *rt) {
+  dx__ocache_free(rt->ocache);
+  rt->ocache = NULL;
+}
+
 static void store_closed(void *ud) {
   dx_runtime_t *rt = ud;
+  cache_close(rt);
   rt->store = NULL;
   worker_unregister(rt);
   dx__log(DX_LOG_INFO, "worker stopped", "worker_id=%s", rt->worker_id);
@@ -1114,6 +1154,7 @@ void dx_runtime_free(dx_runtime_t *rt) {
   }
   owner_free = rt->owner_free;
   owner = rt->owner;
+  cache_close(rt);
   cact_free_all(rt);
   while (rt->n_hidden > 0) free(rt->hidden[--rt->n_hidden]);
   free(rt->hidden);
@@ -1167,6 +1208,7 @@ static void crash_part_done(crash_wait_t *w) {
 
 static void crash_store_closed(void *ud) {
   crash_wait_t *w = ud;
+  cache_close(w->rt);
   w->rt->store = NULL;
   worker_unregister(w->rt); /* as the OS drops a killed process's registration */
   crash_part_done(w);
