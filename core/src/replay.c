@@ -1220,13 +1220,13 @@ static void seed_state(dx_turn_t *t) {
   if (st && st->custom_status && !(t->status_now = dx__strdup(st->custom_status))) t->oom = 1;
 }
 
-/* Run the code over events from `first` on: a fresh turn (first 0) starts it and replays the
+/* Run the code over events [first, end): a fresh turn (first 0) starts it and replays the
 ** whole history; a kept turn's code is suspended where its last turn left it and is fed only
 ** the events of this batch. */
-static void run_code(dx_turn_t *t, uint64_t first) {
+static void run_code(dx_turn_t *t, uint64_t first, uint64_t end) {
   dx_error_t err;
   const dx_event_t *st = ev_at(t, 1);
-  uint64_t end = next_id(t), id = first;
+  uint64_t id = first;
   memset(&err, 0, sizeof err);
   if (!t->inst) {
     if (t->host->orch_start(t->host_ud, t, t->name, t->version, st->data, &t->inst, &err) != 0) {
@@ -1343,17 +1343,23 @@ terminal:
 ** outcome becomes the commit. */
 static void run_batch(dx_turn_t *t) {
   uint64_t first = t->indexed; /* 0: fresh turn, all of history is new to the index */
+  uint64_t batch = next_id(t); /* the batch's first event */
   const dx_event_t *cr;
   convert_batch(t);
   index_history(t);
   if (t->fatal) goto terminal;
   if ((cr = cancel_request(t, first)) != NULL) {
-    set_failure(t, DX_CAT_APPLICATION, "Cancelled", "canceled: %s",
-                cr->reason ? cr->reason : "cancelled");
+    /* The code does not see the batch, but what it saw before decides what is outstanding
+    ** (a delivered wait is not): a fresh turn replays history up to the batch, so it cancels
+    ** exactly what a kept turn's code left open. A new instance's code never runs. */
+    if (!t->inst && t->n_hist > 0) run_code(t, 0, batch);
+    if (!t->fatal)
+      set_failure(t, DX_CAT_APPLICATION, "Cancelled", "canceled: %s",
+                  cr->reason ? cr->reason : "cancelled");
     t->parent_cancelled = 1;
     goto terminal;
   }
-  run_code(t, first);
+  run_code(t, first, next_id(t));
 terminal:
   finish_turn(t);
 }
@@ -1416,7 +1422,8 @@ static dx_turn_t *turn_end(dx_turn_t *t) {
 /* {===== kept turns (the orchestration cache: orch_cache.c) =====} */
 
 int dx__turn_keepable(const dx_turn_t *t) {
-  return t->inst && t->action == DX_TURN_ACK && !t->oom && !t->fatal &&
+  return t->inst && t->host->version >= 5 && t->host->orch_turn && t->action == DX_TURN_ACK &&
+         !t->oom && !t->fatal &&
          t->run_state == DX_RUN_PENDING && t->n_hist + t->delta.n > 0 &&
          (t->ack.status == DX_STATUS_NONE || t->ack.status == DX_STATUS_RUNNING);
 }
@@ -1488,6 +1495,10 @@ dx_turn_t *dx__turn_continue(dx_turn_t *t, const dx_orch_item_t *item, const dx_
 }
 
 uint64_t dx__turn_history_len(const dx_turn_t *t) { return t->n_hist + t->delta.n; }
+
+int dx__item_continues(const dx_orch_item_t *item) {
+  return item->history_len > 0 && !is_terminal_kind(item->history[item->history_len - 1].kind);
+}
 
 /* Same execution and length, and the same first and last events (an instance deleted and
 ** started again under the same id could reach the same length). */

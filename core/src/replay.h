@@ -48,6 +48,9 @@ int dx__turn_keep(dx_turn_t *t, dx_orch_item_t *item);
 ** the messages, feeds them to the live code, builds the commit. Returns t (the same object,
 ** as dx__turn_run would return a new one): settle it, then keep it again or free it. */
 dx_turn_t *dx__turn_continue(dx_turn_t *t, const dx_orch_item_t *item, const dx_turn_cfg_t *cfg);
+/* 1 when the item's history is of an execution still running (its turn replays it unless
+** cached), 0 for a new instance or the first turn after continue-as-new. */
+int dx__item_continues(const dx_orch_item_t *item);
 /* 1 when the fetched item's history is the one kept turn t holds (a hit). */
 int dx__turn_matches(const dx_turn_t *t, const dx_orch_item_t *item);
 /* Events of the execution the turn holds (history and this turn's). */

@@ -162,7 +162,7 @@ static dx_turn_t *cached_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
     return kept;
   }
   if (kept) why = item->attempt_count > 1 ? "retry" : "stale";
-  else if (item->history_len) why = "absent";
+  else if (dx__item_continues(item)) why = "absent";
   if (why) dx__metric_add(rt->metrics, DXM_OCACHE_MISSES, DXM_LABELS(why), 1);
   dx__turn_free(kept);
   return NULL;
@@ -196,7 +196,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
                    : dx__turn_run(item, &cfg, rt->host, rt->host_ud);
   dx__metric_observe(rt->metrics, DXM_ORCH_TURN_DURATION, DXM_NOLABELS, dx__seconds_since(t0));
   dx__watch_leave(rt->loop);
-  if (item->history_len && !kept) {
+  if (dx__item_continues(item) && !kept) {
     dx__metric_add(rt->metrics, DXM_ORCH_REPLAYS, DXM_NOLABELS, 1);
     dx__metric_add(rt->metrics, DXM_ORCH_REPLAYED_EVENTS, DXM_NOLABELS,
                    (double)item->history_len);
