@@ -73,7 +73,7 @@ typedef struct dx_options_s {
 } dx_options_t;
 
 /** The default orchestration cache budget in bytes. */
-#define DX_ORCHESTRATION_CACHE_DEFAULT 0
+#define DX_ORCHESTRATION_CACHE_DEFAULT (64 * 1024 * 1024)
 
 /** Fill defaults. */
 void dx_options_init(dx_options_t *o);

@@ -163,7 +163,11 @@ static dx_turn_t *cached_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   }
   if (kept) why = item->attempt_count > 1 ? "retry" : "stale";
   else if (dx__item_continues(item)) why = "absent";
-  if (why) dx__metric_add(rt->metrics, DXM_OCACHE_MISSES, DXM_LABELS(why), 1);
+  if (why) {
+    dx__metric_add(rt->metrics, DXM_OCACHE_MISSES, DXM_LABELS(why), 1);
+    dx__log(DX_LOG_DEBUG, "orchestration cache miss: replaying history", "instance=%s reason=%s",
+            item->instance, why);
+  }
   dx__turn_free(kept);
   return NULL;
 }
