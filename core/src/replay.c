@@ -1475,7 +1475,17 @@ int dx__turn_keep(dx_turn_t *t, dx_orch_item_t *item) {
   /* Forget the turn's commit. */
   for (i = 0; i < t->worker_items.n; i++) dx_work_item_clear(&t->worker_items.v[i]);
   for (i = 0; i < t->orch_items.n; i++) dx_work_item_clear(&t->orch_items.v[i]);
-  t->worker_items.n = t->orch_items.n = t->cancelled.n = t->new_sched.n = 0;
+  /* per-turn vectors: a kept instance is mostly idle, so give their memory back */
+  free(t->delta.v);
+  free(t->worker_items.v);
+  free(t->orch_items.v);
+  free(t->cancelled.v);
+  free(t->new_sched.v);
+  memset(&t->delta, 0, sizeof t->delta);
+  memset(&t->worker_items, 0, sizeof t->worker_items);
+  memset(&t->orch_items, 0, sizeof t->orch_items);
+  memset(&t->cancelled, 0, sizeof t->cancelled);
+  memset(&t->new_sched, 0, sizeof t->new_sched);
   free(t->custom_status);
   t->custom_status = NULL;
   t->custom_status_set = 0;
@@ -1500,17 +1510,28 @@ int dx__item_continues(const dx_orch_item_t *item) {
   return item->history_len > 0 && !is_terminal_kind(item->history[item->history_len - 1].kind);
 }
 
-/* Same execution and length, and the same first and last events (an instance deleted and
-** started again under the same id could reach the same length). */
+/* Same execution and length, and the same last event (and first, when the whole history came:
+** an instance deleted and started again under the same id could reach the same length). */
 int dx__turn_matches(const dx_turn_t *t, const dx_orch_item_t *item) {
   const dx_event_t *a, *b;
   size_t n = t->n_hist;
   if (item->history_error || item->execution_id != t->exec || n == 0 || t->delta.n) return 0;
-  if (item->history_len != n) return 0;
-  a = &item->history[n - 1];
+  if (item->history_held) { /* the provider sent only the last event (set_history_hint) */
+    if (item->history_held != n || item->history_len != 1) return 0;
+    a = &item->history[0];
+  } else {
+    if (item->history_len != n || item->history[0].timestamp_ms != t->hist[0].timestamp_ms)
+      return 0;
+    a = &item->history[n - 1];
+  }
   b = &t->hist[n - 1];
   return a->kind == b->kind && a->event_id == b->event_id && a->timestamp_ms == b->timestamp_ms &&
-         a->source_id == b->source_id && item->history[0].timestamp_ms == t->hist[0].timestamp_ms;
+         a->source_id == b->source_id;
+}
+
+int64_t dx__turn_started_ms(const dx_turn_t *t) {
+  const dx_event_t *e = t->n_hist ? &t->hist[0] : t->delta.n ? &t->delta.v[0] : NULL;
+  return e && e->kind == DX_EV_ORCH_STARTED ? e->timestamp_ms : 0;
 }
 
 size_t dx__turn_bytes(const dx_turn_t *t) {

@@ -53,6 +53,8 @@ dx_turn_t *dx__turn_continue(dx_turn_t *t, const dx_orch_item_t *item, const dx_
 int dx__item_continues(const dx_orch_item_t *item);
 /* 1 when the fetched item's history is the one kept turn t holds (a hit). */
 int dx__turn_matches(const dx_turn_t *t, const dx_orch_item_t *item);
+/* When the turn's execution started (its OrchestrationStarted), 0 when unknown. */
+int64_t dx__turn_started_ms(const dx_turn_t *t);
 /* Events of the execution the turn holds (history and this turn's). */
 uint64_t dx__turn_history_len(const dx_turn_t *t);
 /* Memory a kept turn holds: its events, indexes, state, and the host's estimate of its code. */

@@ -120,7 +120,8 @@ static void turn_committed(dx_store_op_t *op) {
   if (op->rc != 0)
     dx__log(DX_LOG_WARN, "orchestration commit failed; the turn will be retried",
             "instance=%s error=\"%s\"", job->item->instance, op->err.msg);
-  dx__observe_turn(rt->metrics, job->item, job->acked ? op->ack : NULL, op->rc, dx__now_ms());
+  dx__observe_turn(rt->metrics, job->item, job->acked ? op->ack : NULL, op->rc, dx__now_ms(),
+                   job->turn ? dx__turn_started_ms(job->turn) : 0);
   /* Only a committed turn is kept: an abandoned or refused one is ahead of the store. */
   if (rt->ocache && job->acked && op->rc == 0 && !rt->stopping && job->turn &&
       dx__turn_keepable(job->turn) && dx__turn_keep(job->turn, job->item) == DX_OK) {
@@ -162,6 +163,7 @@ static dx_turn_t *cached_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
     return kept;
   }
   if (kept) why = item->attempt_count > 1 ? "retry" : "stale";
+  else if (item->history_held) why = "refetch";
   else if (dx__item_continues(item)) why = "absent";
   if (why) {
     dx__metric_add(rt->metrics, DXM_OCACHE_MISSES, DXM_LABELS(why), 1);
@@ -194,6 +196,18 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   job->item = item;
   cfg.keep = rt->ocache != NULL;
   kept = cached_turn(rt, item);
+  if (!kept && item->history_held) {
+    /* The store sent only the last event, for a copy this worker no longer has (evicted since
+    ** the fetch) or that does not match: fetch again, with the whole history. */
+    job->op.kind = DX_OP_ABANDON_ORCH;
+    job->op.instance = item->instance;
+    job->op.token = item->lock_token;
+    job->op.ignore_attempt = 1;
+    job->op.ud = job;
+    job->op.done = turn_committed;
+    dx__store_submit(rt->store, &job->op);
+    return;
+  }
   dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
   t0 = uv_hrtime();
   job->turn = kept ? dx__turn_continue(kept, item, &cfg)
@@ -260,6 +274,9 @@ static void on_renew_timer_closed(uv_handle_t *h) {
 }
 
 static void check_stop_done(dx_runtime_t *rt);
+
+static void cache_open(dx_runtime_t *rt);
+static void cache_close(dx_runtime_t *rt);
 
 /* Ask the store for activities the loop can start now (credit.h). */
 static void ask_for_activities(dx_runtime_t *rt) {
@@ -1027,6 +1044,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
     cfg.session_idle_ms = rt->opts.session_idle_timeout_ms;
   }
   if ((rc = worker_register(rt, err)) != 0) return rc;
+  cache_open(rt);
   rc = dx__store_new(&rt->store, rt->loop, &cfg, err);
   if (rc != 0) {
     worker_unregister(rt);
@@ -1036,8 +1054,6 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
     rt->sessions = dx__sessions_new(rt->loop, rt->store, &rt->opts, rt->worker_id, rt->host,
                                     rt->host_ud);
   dx__sessions_set_metrics(rt->sessions, rt->metrics);
-  if (rt->opts.orchestration_cache_size > 0 && rt->host->version >= 5 && rt->host->orch_turn)
-    rt->ocache = dx__ocache_new(rt->opts.orchestration_cache_size, rt->metrics);
   rt->started = 1;
   dx__credit_init(&rt->credit, rt->opts.worker_concurrency);
   dx__store_want(rt->store, rt->opts.orchestration_concurrency, dx__credit_top_up(&rt->credit));
@@ -1072,8 +1088,29 @@ void dx__runtime_poke_all(void) {
   uv_mutex_unlock(&registry_mu);
 }
 
-/* The kept orchestrations go when the store closes: the host (their code) is still alive. */
+/* The provider asks while fetching (store thread): which histories does the cache hold? */
+static int cache_holds(void *ud, const char *instance, uint64_t *exec, uint64_t *n) {
+  return dx__ocache_holds(ud, instance, exec, n);
+}
+
+/* Before the store thread exists (the provider is ours alone here). */
+static void cache_open(dx_runtime_t *rt) {
+  const dx_provider_methods_t *m = rt->provider->methods;
+  dx_history_hint_t hint = {cache_holds, NULL};
+  if (rt->opts.orchestration_cache_size <= 0 || rt->host->version < 5 || !rt->host->orch_turn)
+    return;
+  rt->ocache = dx__ocache_new(rt->opts.orchestration_cache_size, rt->metrics);
+  if (!rt->ocache || m->version < 11 || !m->set_history_hint) return;
+  hint.ud = rt->ocache;
+  m->set_history_hint(rt->provider, &hint, NULL);
+}
+
+/* The kept orchestrations go when the store closes (no fetch asks the cache any more): the
+** host (their code) is still alive. */
 static void cache_close(dx_runtime_t *rt) {
+  const dx_provider_methods_t *m = rt->provider->methods;
+  if (!rt->ocache) return;
+  if (m->version >= 11 && m->set_history_hint) m->set_history_hint(rt->provider, NULL, NULL);
   dx__ocache_free(rt->ocache);
   rt->ocache = NULL;
 }
