@@ -5,8 +5,9 @@ local testing = require("duroxide.testing")
 
 describe("worker metrics", function()
   local env
-  before_each(function()
-    env = testing.env()
+  -- options: worker options (the replay counters need the orchestration cache off)
+  local function setup(options)
+    env = testing.env({ options = options })
     env:register_activity("Double", function(actx, n) return n * 2 end)
     env:register_activity("Boom", function(actx) error("boom") end)
     env:register_orchestration("Calc", function(ctx, n)
@@ -20,12 +21,18 @@ describe("worker metrics", function()
       if n > 0 then return ctx:continue_as_new(n - 1) end
       return "done"
     end)
-  end)
+  end
+  before_each(function() setup() end)
   after_each(function() env:close() end)
+  local function replaying()
+    env:close()
+    setup({ orchestration_cache_size = 0 })
+  end
 
   local function m(name, labels) return env:metrics("w1", name, labels) end
 
   it("counts starts, completions, turns, replays and activity outcomes", function()
+    replaying()
     assert.are.equal(0, m("duroxide_orchestration_starts_total"))
     for i = 1, 3 do
       assert.are.equal("Completed", env:run_until_complete(env:start("c" .. i, "Calc", i)).status)
@@ -72,6 +79,7 @@ describe("worker metrics", function()
   end)
 
   it("counts a nondeterministic replay as a configuration failure", function()
+    replaying() -- a cached instance is not replayed: nothing to compare
     local v = 1
     env:register_activity("Step", function() return true end)
     env:register_orchestration("Shifty", function(ctx)

@@ -342,6 +342,8 @@ describe("ctx", function()
 
   describe("deterministic helpers", function()
     it("new_guid, utc_now and random return the recorded values on replay", function()
+      env:close()
+      env = H.env({ orchestration_cache_size = 0 }) -- every turn replays
       local captured, turns = nil, {}
       local capture = env:activity("Capture", function(actx, rec)
         captured = rec

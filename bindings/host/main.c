@@ -62,6 +62,7 @@ int dxh_usage(FILE *f) {
       "  --poll-interval D  --max-attempts N  --shutdown-grace D  --turn-instruction-budget N\n"
       "  --turn-time-limit D (30s; 0 = off)  --session-wait-warning D (30s; 0 = off)\n"
       "  --tags gpu,default (activity tags taken)\n"
+      "  --orchestration-cache-size SIZE (64m; 0 = off: every turn replays its history)\n"
       "  --log-level error|warn|info|debug  --loop-block-warning D (1s; 0 = off)\n"
       "  --log-format text|json  --no-sync (faster; may lose the last commits on power loss)\n"
       "  --store-max-size SIZE (e.g. 512m, 2g; the store remembers it; default: the disk)\n"

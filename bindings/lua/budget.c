@@ -192,3 +192,5 @@ void dxl_budget_start_memory(dxl_state_t *S, dxl_budget_t *b, int64_t limit) {
   b->mem_base = S->alloc ? S->alloc->delta : 0;
   b->mem_refused = 0;
 }
+
+int64_t dxl_budget_heap(dxl_state_t *S) { return S->alloc ? S->alloc->delta : 0; }

@@ -172,6 +172,8 @@ int64_t dxl_budget_time_limit(void);
 int dxl_budget_exhausted(void);
 /* Allow `limit` bytes of heap growth from now on (0: no cap). */
 void dxl_budget_start_memory(dxl_state_t *S, dxl_budget_t *b, int64_t limit);
+/* Bytes the state's allocator holds (allocated minus freed since the wrapper went in). */
+int64_t dxl_budget_heap(dxl_state_t *S);
 
 /* Heap growth one orchestration turn may cause, and the bounds on an error object's
 ** __tostring (run outside the turn). */

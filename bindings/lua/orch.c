@@ -2,8 +2,10 @@
 ** orch.c -- orchestrations as Lua coroutines: the executor half of dxl_host_methods and the
 ** ctx primitives used by duroxide/context.lua.
 **
-** Each turn creates a fresh coroutine and replays the code from the start; the engine
-** resumes it after every delivery. Every resume runs under the turn's budget (budget.c:
+** A fresh turn creates a coroutine and replays the code from the start; the engine resumes
+** it after every delivery. With the orchestration cache the engine may keep the coroutine
+** suspended after the turn and resume it in the instance's next turn (h_orch_turn gives it
+** that turn's budgets). Every resume runs under the turn's budget (budget.c:
 ** instructions and heap growth) with the instance's own globals bound (sandbox.c).
 */
 #include <stdlib.h>
@@ -37,6 +39,7 @@ struct orch_inst_s {
   int can;
   dxl_budget_t budget;
   int64_t ran_ms;             /* time spent in resumes this turn, against budget.time_limit_ms */
+  int64_t heap;               /* Lua heap growth while this instance ran (its size estimate) */
   int info_ref, env_ref; /* sandbox: the function's _ENV carrier, this instance's globals */
   dx_turn_t *t;
   const char *name, *version, *input;
@@ -124,6 +127,9 @@ static int start_impl(lua_State *L) {
   return 0;
 }
 
+/* The state's heap size as the allocator wrapper counts it (budget.c). */
+static int64_t heap_now(dxl_state_t *S) { return dxl_budget_heap(S); }
+
 static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *version,
                         const char *input, void **out, dx_error_t *err) {
   dxl_state_t *S = host;
@@ -144,7 +150,10 @@ static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *
   inst->co_ref = inst->box_ref = inst->info_ref = inst->env_ref = LUA_NOREF;
   lua_pushcfunction(L, start_impl);
   lua_pushlightuserdata(L, inst);
-  if (dxl_pcall(L, 1, 0, msg, sizeof msg, 0) != LUA_OK) {
+  int64_t h0 = heap_now(S);
+  int prc = dxl_pcall(L, 1, 0, msg, sizeof msg, 0);
+  inst->heap += heap_now(S) - h0;
+  if (prc != LUA_OK) {
     *out = inst; /* freed by orch_free */
     return dx_error_set(err, DX_ELUA, "%s", msg);
   }
@@ -205,6 +214,7 @@ static int h_orch_resume(void *host, void *vinst, dx_turn_t *t) {
   int nres = 0, rc, nargs = inst->started ? 0 : 2, out;
   char msg[2048];
   inst->started = 1;
+  int64_t h0 = heap_now(S);
   guards_enter(S, inst, &inst->budget);
   rc = resume_timed(S, inst, nargs, &nres);
   if (atomic_load(&inst->budget.timed_out)) {
@@ -236,7 +246,31 @@ static int h_orch_resume(void *host, void *vinst, dx_turn_t *t) {
     out = DX_RUN_FAILED;
   }
   guards_leave(S, inst, &inst->budget);
+  inst->heap += heap_now(S) - h0;
   return out;
+}
+
+/* A kept instance starts its next turn: the budgets a new instance's turn would get. */
+static void h_orch_turn(void *host, void *vinst, dx_turn_t *t) {
+  dxl_state_t *S = host;
+  orch_inst_t *inst = vinst;
+  inst->t = t;
+  if (inst->box) inst->box->t = t;
+  if (!t) return;
+  inst->budget.used = 0;
+  inst->budget.hit = 0;
+  atomic_store(&inst->budget.timed_out, 0);
+  inst->ran_ms = 0;
+  inst->budget.limit = dx_turn_instruction_budget(t);
+  if (inst->budget.limit <= 0) inst->budget.limit = S->opts.turn_instruction_budget;
+  inst->budget.time_limit_ms = dx_turn_time_limit(t);
+  dxl_budget_start_memory(S, &inst->budget, DXL_TURN_MEMORY_LIMIT);
+}
+
+static size_t h_orch_size(void *host, void *vinst) {
+  orch_inst_t *inst = vinst;
+  (void)host;
+  return sizeof *inst + (inst->heap > 0 ? (size_t)inst->heap : 0);
 }
 
 static void h_orch_free(void *host, void *vinst) {
@@ -511,7 +545,7 @@ void dxl_h_session_released_by(void *host, const char *session_id, const char *r
                                const char *worker_id);
 
 const dx_host_methods_t dxl_host_methods = {
-  4,
+  5,
   h_orch_lookup,
   h_orch_start,
   h_orch_resume,
@@ -524,4 +558,6 @@ const dx_host_methods_t dxl_host_methods = {
   dxl_h_session_claimed_by,
   dxl_h_session_released_by,
   dxl_h_orch_capabilities,
+  h_orch_turn,
+  h_orch_size,
 };

@@ -66,7 +66,14 @@ typedef struct dx_options_s {
                                         = untagged work (NULL = "default"); borrowed */
   int64_t session_wait_warning_ms;   /* warn when session work waited this long before a worker
                                         claimed its session (default 30s; 0 off) */
+  int64_t orchestration_cache_size;  /* bytes of memory for orchestrations kept alive between
+                                        turns (no replay per turn; LRU); 0 = off. Default: the
+                                        DUROXIDE_ORCHESTRATION_CACHE_SIZE environment variable
+                                        when set, else DX_ORCHESTRATION_CACHE_DEFAULT */
 } dx_options_t;
+
+/** The default orchestration cache budget in bytes. */
+#define DX_ORCHESTRATION_CACHE_DEFAULT (64 * 1024 * 1024)
 
 /** Fill defaults. */
 void dx_options_init(dx_options_t *o);

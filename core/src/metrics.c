@@ -56,6 +56,19 @@ static const def_t defs[DXM__COUNT] = {
     "History events replayed by turns", {NULL}},
   [DXM_SUBORCH_CALLS] = {"duroxide_suborchestration_calls_total", COUNTER,
     "Sub-orchestrations scheduled, by the child's orchestration name", {"orchestration_name"}},
+  [DXM_OCACHE_HITS] = {"duroxide_orchestration_cache_hits_total", COUNTER,
+    "Turns that resumed a cached orchestration instead of replaying its history", {NULL}},
+  [DXM_OCACHE_MISSES] = {"duroxide_orchestration_cache_misses_total", COUNTER,
+    "Turns of a started execution that replayed history (reason: absent = not cached or "
+    "evicted, stale = the store's history differs: another worker turned it, retry = a "
+    "redelivery, refetch = evicted after the store sent only its last event: fetched again)",
+    {"reason"}},
+  [DXM_OCACHE_EVICTIONS] = {"duroxide_orchestration_cache_evictions_total", COUNTER,
+    "Cached orchestrations evicted to stay within orchestration_cache_size", {NULL}},
+  [DXM_OCACHE_ENTRIES] = {"duroxide_orchestration_cache_entries", GAUGE,
+    "Orchestrations cached on this worker now", {NULL}},
+  [DXM_OCACHE_BYTES] = {"duroxide_orchestration_cache_bytes", GAUGE,
+    "Memory the cached orchestrations hold (history, state and Lua heap estimate)", {NULL}},
   [DXM_ACT_EXECUTIONS] = {"duroxide_activity_executions_total", COUNTER,
     "Activity deliveries settled (outcome: success, app_error, config_error, poison, "
     "retry_unregistered, handed_back, fenced, lost)", {"activity_name", "outcome"}},

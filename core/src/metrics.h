@@ -26,6 +26,12 @@ typedef enum {
   DXM_ORCH_REPLAYS,
   DXM_ORCH_REPLAYED_EVENTS,
   DXM_SUBORCH_CALLS,
+  /* the orchestration cache (loop thread) */
+  DXM_OCACHE_HITS,
+  DXM_OCACHE_MISSES,
+  DXM_OCACHE_EVICTIONS,
+  DXM_OCACHE_ENTRIES,
+  DXM_OCACHE_BYTES,
   /* activities (loop thread) */
   DXM_ACT_EXECUTIONS,
   DXM_ACT_DURATION,
@@ -68,9 +74,10 @@ double dx__metric_sum(const dx_metrics_t *m, dx_metric_id_t id);
 
 /* What one orchestration turn changed, once its settlement was applied (observe.c): turns by
 ** outcome, and for a committed ack the execution started, ended or failed (with its
-** duration). ack is NULL when the turn was abandoned; rc is the settlement's result. */
+** duration). ack is NULL when the turn was abandoned; rc is the settlement's result;
+** started_ms: when the execution started (dx__turn_started_ms; 0: unknown). */
 void dx__observe_turn(dx_metrics_t *m, const dx_orch_item_t *item, const dx_orch_ack_t *ack,
-                      int rc, int64_t now_ms);
+                      int rc, int64_t now_ms, int64_t started_ms);
 
 /* Seconds since a uv_hrtime() reading. */
 double dx__seconds_since(uint64_t hrtime_start);

@@ -14,16 +14,8 @@ static const char *const status_label[] = {
   [DX_STATUS_CONTINUED_AS_NEW] = "continuedAsNew",
 };
 
-/* When the execution started: its OrchestrationStarted event, stored or in this commit. */
-static int64_t started_at(const dx_orch_item_t *item, const dx_orch_ack_t *ack) {
-  if (ack->delta_len && ack->delta[0].kind == DX_EV_ORCH_STARTED) return ack->delta[0].timestamp_ms;
-  if (item->history_len && item->history[0].kind == DX_EV_ORCH_STARTED)
-    return item->history[0].timestamp_ms;
-  return 0;
-}
-
 void dx__observe_turn(dx_metrics_t *m, const dx_orch_item_t *item, const dx_orch_ack_t *ack,
-                      int rc, int64_t now) {
+                      int rc, int64_t now, int64_t started_ms) {
   const char *name, *version;
   int64_t t0;
   size_t i;
@@ -50,7 +42,7 @@ void dx__observe_turn(dx_metrics_t *m, const dx_orch_item_t *item, const dx_orch
     dx__metric_add(m, DXM_ORCH_FAILURES,
                    DXM_LABELS(name, version,
                               dx__category_name(ack->failure ? ack->failure->category : 0)), 1);
-  if ((t0 = started_at(item, ack)) > 0 && now >= t0)
+  if ((t0 = started_ms) > 0 && now >= t0)
     dx__metric_observe(m, DXM_ORCH_DURATION, DXM_LABELS(name, status_label[ack->status]),
                        (double)(now - t0) / 1000.0);
 }

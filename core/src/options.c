@@ -38,6 +38,14 @@ void dx_options_init(dx_options_t *o) {
   o->session_wait_warning_ms = 30000;
   o->log_level = DX_LOG_INFO;
   o->log_format = 0;
+  o->orchestration_cache_size = DX_ORCHESTRATION_CACHE_DEFAULT;
+  {
+    /* Lets a test suite run every spec with the cache on and off (meson suite "cache"). */
+    const char *env = getenv("DUROXIDE_ORCHESTRATION_CACHE_SIZE");
+    size_t v;
+    if (env && *env && dx__parse_size(env, &v) == 0 && v <= (size_t)INT64_MAX)
+      o->orchestration_cache_size = (int64_t)v;
+  }
 }
 
 int dx_parse_duration(const char *text, int64_t *out_ms) {
@@ -105,7 +113,7 @@ int dx_options_validate(const dx_options_t *o, dx_error_t *err) {
   return DX_OK;
 }
 
-typedef enum { OPT_INT, OPT_DUR, OPT_STR, OPT_LEVEL, OPT_FORMAT } opt_type_t;
+typedef enum { OPT_INT, OPT_DUR, OPT_STR, OPT_LEVEL, OPT_FORMAT, OPT_SIZE } opt_type_t;
 
 typedef struct {
   const char *name;
@@ -133,6 +141,7 @@ static const opt_desc_t opt_table[] = {
   {"loop-block-warning", OPT_DUR, offsetof(dx_options_t, loop_block_warning_ms)},
   {"session-wait-warning", OPT_DUR, offsetof(dx_options_t, session_wait_warning_ms)},
   {"tags", OPT_STR, offsetof(dx_options_t, tags)},
+  {"orchestration-cache-size", OPT_SIZE, offsetof(dx_options_t, orchestration_cache_size)},
 };
 
 int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_error_t *err) {
@@ -166,6 +175,14 @@ int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_erro
       case OPT_STR:
         *(const char **)p = value;
         return DX_OK;
+      case OPT_SIZE: {
+        size_t v;
+        if (dx__parse_size(value, &v) != 0 || v > ((size_t)1 << 50))
+          return dx_error_set(err, DX_EINVAL, "invalid value for --%s: '%s' (expected a size in "
+                              "bytes such as 0, 512k, 64m or 1g)", d->name, value);
+        *(int64_t *)p = (int64_t)v;
+        return DX_OK;
+      }
       case OPT_LEVEL: {
         int lv = dx__log_level_from_name(value);
         if (lv < 0)
@@ -281,13 +298,14 @@ void dx__options_log(const dx_options_t *o, int level, const char *msg) {
         break;
       }
       case OPT_FORMAT: snprintf(v, 256, "%s", *(const int *)p ? "json" : "text"); break;
+      case OPT_SIZE: snprintf(v, 256, "%" PRId64, *(const int64_t *)p); break;
     }
     memset(&f[i], 0, sizeof f[i]);
     f[i].key = d->name;
     f[i].key_len = strlen(d->name);
     f[i].value = v;
     f[i].quoted = d->type == OPT_STR;
-    if ((f[i].is_int = d->type == OPT_INT)) f[i].int_value = strtoll(v, NULL, 10);
+    if ((f[i].is_int = d->type == OPT_INT || d->type == OPT_SIZE)) f[i].int_value = strtoll(v, NULL, 10);
   }
   dx__log_fields(level, msg, f, (int)N);
 }

@@ -71,6 +71,10 @@ struct dx_turn_s {
   uint64_t exec;
   const dx_event_t *hist;   /* persisted history of `exec` (empty for a new execution) */
   size_t n_hist;
+  dx_event_t *own_hist;     /* a kept turn: the history it owns (hist points here) */
+  size_t own_cap;
+  size_t ev_bytes;          /* a kept turn: bytes of its events' strings */
+  uint64_t indexed;         /* events below this id are indexed (slots, sched): a kept turn */
   VEC(dx_event_t) delta;
   VEC(slot_t) slots;        /* index = event id */
   VEC(uint64_t) sched;      /* schedule event ids in order; ordinal = index */
@@ -763,21 +767,28 @@ static int schedule_kind_for(int completion_kind) {
   }
 }
 
+/* A completion of `src` exists: indexed ones are marked in its slot, later ones (this batch;
+** the whole history before a fresh turn's index) are looked up. */
 static int has_completion(dx_turn_t *t, uint64_t src) {
-  uint64_t id;
-  for (id = src + 1; id < next_id(t); id++) {
+  uint64_t id = t->indexed > src + 1 ? t->indexed : src + 1;
+  if (src < t->slots.n && t->slots.v[src].completed) return 1;
+  for (; id < next_id(t); id++) {
     const dx_event_t *e = ev_at(t, id);
     if (e->source_id == src && schedule_kind_for(e->kind)) return 1;
   }
   return 0;
 }
 
-static int has_cancel_request(dx_turn_t *t) {
+/* The latest cancel request from event `from` on (a kept turn saw none before), or NULL. */
+static const dx_event_t *cancel_request(dx_turn_t *t, uint64_t from) {
+  const dx_event_t *cr = NULL;
   uint64_t id;
-  for (id = 1; id < next_id(t); id++)
-    if (ev_at(t, id)->kind == DX_EV_ORCH_CANCEL_REQ) return 1;
-  return 0;
+  for (id = from ? from : 1; id < next_id(t); id++)
+    if (ev_at(t, id)->kind == DX_EV_ORCH_CANCEL_REQ) cr = ev_at(t, id);
+  return cr;
 }
+
+static int has_cancel_request(dx_turn_t *t) { return cancel_request(t, t->indexed) != NULL; }
 
 /* A queue message becomes an arrival event. */
 static void convert_queue_message(dx_turn_t *t, const dx_work_item_t *m) {
@@ -1201,7 +1212,7 @@ static int validate_history(dx_turn_t *t) {
 
 static void index_history(dx_turn_t *t) {
   uint64_t id;
-  for (id = 1; id < next_id(t); id++) {
+  for (id = t->indexed ? t->indexed : 1; id < next_id(t); id++) {
     const dx_event_t *e = ev_at(t, id);
     if (is_schedule_kind(e->kind)) VEC_PUSH(t->sched, id);
     if (is_crumb_kind(e->kind)) {
@@ -1214,6 +1225,7 @@ static void index_history(dx_turn_t *t) {
       if (s && id <= t->n_hist) s->hist_completed = 1;
     }
   }
+  t->indexed = next_id(t);
   t->n_sched_known = t->sched.n;
 }
 
@@ -1255,18 +1267,26 @@ static void seed_state(dx_turn_t *t) {
   if (st && st->custom_status && !(t->status_now = dx__strdup(st->custom_status))) t->oom = 1;
 }
 
-static void run_code(dx_turn_t *t) {
+/* Run the code over events [first, end): a fresh turn (first 0) starts it and replays the
+** whole history; a kept turn's code is suspended where its last turn left it and is fed only
+** the events of this batch. */
+static void run_code(dx_turn_t *t, uint64_t first, uint64_t end) {
   dx_error_t err;
   const dx_event_t *st = ev_at(t, 1);
-  uint64_t end = next_id(t), id;
+  uint64_t id = first;
   memset(&err, 0, sizeof err);
-  if (t->host->orch_start(t->host_ud, t, t->name, t->version, st->data, &t->inst, &err) != 0) {
-    set_failure(t, DX_CAT_APPLICATION, "Panicked", "%s", err.msg);
-    return;
+  if (!t->inst) {
+    if (t->host->orch_start(t->host_ud, t, t->name, t->version, st->data, &t->inst, &err) != 0) {
+      set_failure(t, DX_CAT_APPLICATION, "Panicked", "%s", err.msg);
+      return;
+    }
+    t->cursor = 1;
+    resume(t);
+    id = 2;
+  } else if (t->host->version >= 5 && t->host->orch_turn) {
+    t->host->orch_turn(t->host_ud, t->inst, t); /* a new turn: fresh budgets */
   }
-  t->cursor = 1;
-  resume(t);
-  for (id = 2; id < end && !t->fatal; id++) {
+  for (; id < end && !t->fatal; id++) {
     t->cursor = id;
     apply(t, id);
   }
@@ -1280,6 +1300,9 @@ static void run_code(dx_turn_t *t) {
   }
   check_cancels_replayed(t);
 }
+
+static void run_batch(dx_turn_t *t);
+static void finish_turn(dx_turn_t *t);
 
 static void turn_body(dx_turn_t *t) {
   const dx_orch_item_t *it = t->item;
@@ -1356,22 +1379,40 @@ static void turn_body(dx_turn_t *t) {
   }
   if (t->n_hist == 0) start_event(t, registered && resolved ? resolved : t->version);
   if (t->fatal) goto terminal;
+  seed_state(t);
+  run_batch(t);
+  return;
+terminal:
+  finish_turn(t);
+}
+
+/* Everything after the code exists: the batch becomes events, they are indexed and applied
+** (a fresh turn replays from the start; a kept one goes on from where it stopped), and the
+** outcome becomes the commit. */
+static void run_batch(dx_turn_t *t) {
+  uint64_t first = t->indexed; /* 0: fresh turn, all of history is new to the index */
+  uint64_t batch = next_id(t); /* the batch's first event */
+  const dx_event_t *cr;
   convert_batch(t);
   index_history(t);
   if (t->fatal) goto terminal;
-  seed_state(t);
-  if (has_cancel_request(t)) {
-    const dx_event_t *cr = NULL;
-    uint64_t id;
-    for (id = 1; id < next_id(t); id++)
-      if (ev_at(t, id)->kind == DX_EV_ORCH_CANCEL_REQ) cr = ev_at(t, id);
-    set_failure(t, DX_CAT_APPLICATION, "Cancelled", "canceled: %s",
-                cr && cr->reason ? cr->reason : "cancelled");
+  if ((cr = cancel_request(t, first)) != NULL) {
+    /* The code does not see the batch, but what it saw before decides what is outstanding
+    ** (a delivered wait is not): a fresh turn replays history up to the batch, so it cancels
+    ** exactly what a kept turn's code left open. A new instance's code never runs. */
+    if (!t->inst && t->n_hist > 0) run_code(t, 0, batch);
+    if (!t->fatal)
+      set_failure(t, DX_CAT_APPLICATION, "Cancelled", "canceled: %s",
+                  cr->reason ? cr->reason : "cancelled");
     t->parent_cancelled = 1;
     goto terminal;
   }
-  run_code(t);
+  run_code(t, first, next_id(t));
 terminal:
+  finish_turn(t);
+}
+
+static void finish_turn(dx_turn_t *t) {
   if (t->fatal || t->run_state == DX_RUN_FAILED) {
     if (!t->failure.message) set_failure(t, DX_CAT_APPLICATION, "OrchestrationFailed",
                                          "orchestration failed");
@@ -1387,6 +1428,8 @@ terminal:
   }
 }
 
+static dx_turn_t *turn_end(dx_turn_t *t);
+
 dx_turn_t *dx__turn_run(const dx_orch_item_t *item, const dx_turn_cfg_t *cfg,
                         const dx_host_methods_t *host, void *host_ud) {
   dx_turn_t *t = calloc(1, sizeof *t);
@@ -1397,15 +1440,23 @@ dx_turn_t *dx__turn_run(const dx_orch_item_t *item, const dx_turn_cfg_t *cfg,
   t->host_ud = host_ud;
   t->run_state = DX_RUN_PENDING;
   turn_body(t);
-  if (t->inst) {
-    host->orch_free(host_ud, t->inst);
+  return turn_end(t);
+}
+
+/* What every turn ends with: the code goes unless the turn may be kept, a turn short of memory
+** is retried, an ack is filled. */
+static dx_turn_t *turn_end(dx_turn_t *t) {
+  if (t->inst && !(t->cfg->keep && dx__turn_keepable(t))) {
+    t->host->orch_free(t->host_ud, t->inst);
     t->inst = NULL;
+  } else if (t->inst) {
+    t->host->orch_turn(t->host_ud, t->inst, NULL); /* suspended between turns */
   }
   if (t->oom) {
     /* Acking now would delete the batch's messages with some of their effects missing:
     ** release the lock instead, so the batch is fetched and the turn replayed again. */
     dx__log(DX_LOG_ERROR, "out of memory in an orchestration turn; retrying", "instance=%s",
-            item->instance);
+            t->item->instance);
     t->action = DX_TURN_ABANDON;
     t->abandon_delay_ms = 100;
   }
@@ -1416,6 +1467,137 @@ dx_turn_t *dx__turn_run(const dx_orch_item_t *item, const dx_turn_cfg_t *cfg,
   return t;
 }
 
+/* {===== kept turns (the orchestration cache: orch_cache.c) =====} */
+
+int dx__turn_keepable(const dx_turn_t *t) {
+  return t->inst && t->host->version >= 5 && t->host->orch_turn && t->action == DX_TURN_ACK &&
+         !t->oom && !t->fatal &&
+         t->run_state == DX_RUN_PENDING && t->n_hist + t->delta.n > 0 &&
+         (t->ack.status == DX_STATUS_NONE || t->ack.status == DX_STATUS_RUNNING);
+}
+
+static size_t str_bytes(const char *s) { return s ? strlen(s) + 1 : 0; }
+
+static size_t event_bytes(const dx_event_t *e) {
+  return str_bytes(e->name) + str_bytes(e->version) + str_bytes(e->data) +
+         str_bytes(e->instance) + str_bytes(e->session_id) + str_bytes(e->reason) +
+         str_bytes(e->fail.kind) + str_bytes(e->fail.message) + str_bytes(e->custom_status) +
+         str_bytes(e->worker_id) + str_bytes(e->tag);
+}
+
+int dx__turn_keep(dx_turn_t *t, dx_orch_item_t *item) {
+  size_t n = t->n_hist + t->delta.n, i;
+  uint64_t id;
+  if (!dx__turn_keepable(t)) return DX_ESTATE;
+  if (!t->own_hist && t->n_hist) {
+    /* The history is the fetched item's: take it rather than copy it. */
+    if (t->hist != item->history) return DX_ESTATE;
+    t->own_hist = item->history;
+    t->own_cap = item->history_len;
+    item->history = NULL;
+    item->history_len = 0;
+    for (i = 0; i < t->n_hist; i++) t->ev_bytes += event_bytes(&t->own_hist[i]);
+  }
+  if (n > t->own_cap) {
+    size_t cap = t->own_cap ? t->own_cap : 8;
+    dx_event_t *nv;
+    while (cap < n) cap *= 2;
+    if (!(nv = realloc(t->own_hist, cap * sizeof *nv))) return DX_ENOMEM;
+    t->own_hist = nv;
+    t->own_cap = cap;
+  }
+  for (i = 0; i < t->delta.n; i++) t->ev_bytes += event_bytes(&t->delta.v[i]);
+  memcpy(t->own_hist + t->n_hist, t->delta.v, t->delta.n * sizeof *t->delta.v);
+  t->delta.n = 0; /* the strings now belong to own_hist */
+  t->hist = t->own_hist;
+  t->n_hist = n;
+  /* Breadcrumbs the code wrote this turn: what a replay's index would mark. */
+  for (id = t->indexed; id < next_id(t); id++)
+    if (is_crumb_kind(ev_at(t, id)->kind)) {
+      slot_t *s = slot(t, ev_at(t, id)->source_id);
+      if (!s) return DX_ENOMEM;
+      s->has_crumb = 1;
+    }
+  t->indexed = next_id(t);
+  t->n_sched_known = t->sched.n;
+  /* Forget the turn's commit. */
+  for (i = 0; i < t->worker_items.n; i++) dx_work_item_clear(&t->worker_items.v[i]);
+  for (i = 0; i < t->orch_items.n; i++) dx_work_item_clear(&t->orch_items.v[i]);
+  /* per-turn vectors: a kept instance is mostly idle, so give their memory back */
+  free(t->delta.v);
+  free(t->worker_items.v);
+  free(t->orch_items.v);
+  free(t->cancelled.v);
+  free(t->new_sched.v);
+  memset(&t->delta, 0, sizeof t->delta);
+  memset(&t->worker_items, 0, sizeof t->worker_items);
+  memset(&t->orch_items, 0, sizeof t->orch_items);
+  memset(&t->cancelled, 0, sizeof t->cancelled);
+  memset(&t->new_sched, 0, sizeof t->new_sched);
+  free(t->custom_status);
+  t->custom_status = NULL;
+  t->custom_status_set = 0;
+  memset(&t->ack, 0, sizeof t->ack);
+  t->item = NULL;
+  t->cfg = NULL;
+  return DX_OK;
+}
+
+dx_turn_t *dx__turn_continue(dx_turn_t *t, const dx_orch_item_t *item, const dx_turn_cfg_t *cfg) {
+  t->item = item;
+  t->cfg = cfg;
+  t->action = DX_TURN_ACK;
+  t->abandon_delay_ms = 0;
+  run_batch(t);
+  return turn_end(t);
+}
+
+uint64_t dx__turn_history_len(const dx_turn_t *t) { return t->n_hist + t->delta.n; }
+
+int dx__item_continues(const dx_orch_item_t *item) {
+  return item->history_len > 0 && !is_terminal_kind(item->history[item->history_len - 1].kind);
+}
+
+/* Same execution and length, and the same last event (and first, when the whole history came:
+** an instance deleted and started again under the same id could reach the same length). */
+int dx__turn_matches(const dx_turn_t *t, const dx_orch_item_t *item) {
+  const dx_event_t *a, *b;
+  size_t n = t->n_hist;
+  if (item->history_error || item->execution_id != t->exec || n == 0 || t->delta.n) return 0;
+  if (item->history_held) { /* the provider sent only the last event (set_history_hint) */
+    if (item->history_held != n || item->history_len != 1) return 0;
+    a = &item->history[0];
+  } else {
+    if (item->history_len != n || item->history[0].timestamp_ms != t->hist[0].timestamp_ms)
+      return 0;
+    a = &item->history[n - 1];
+  }
+  b = &t->hist[n - 1];
+  return a->kind == b->kind && a->event_id == b->event_id && a->timestamp_ms == b->timestamp_ms &&
+         a->source_id == b->source_id;
+}
+
+int64_t dx__turn_started_ms(const dx_turn_t *t) {
+  const dx_event_t *e = t->n_hist ? &t->hist[0] : t->delta.n ? &t->delta.v[0] : NULL;
+  return e && e->kind == DX_EV_ORCH_STARTED ? e->timestamp_ms : 0;
+}
+
+size_t dx__turn_bytes(const dx_turn_t *t) {
+  size_t b = sizeof *t + t->own_cap * sizeof(dx_event_t) + t->ev_bytes +
+             t->slots.cap * sizeof(slot_t) + t->sched.cap * sizeof(uint64_t) +
+             t->delta.cap * sizeof(dx_event_t) + t->worker_items.cap * sizeof(dx_work_item_t) +
+             t->orch_items.cap * sizeof(dx_work_item_t) +
+             t->cancelled.cap * sizeof(dx_activity_ref_t) + t->new_sched.cap * sizeof(uint64_t) +
+             t->arrivals.cap * sizeof(uint64_t) + t->kv.cap * sizeof(dx_kv_entry_t) +
+             str_bytes(t->instance) + str_bytes(t->name) + str_bytes(t->version) +
+             str_bytes(t->status_now);
+  size_t i;
+  for (i = 0; i < t->kv.n; i++) b += str_bytes(t->kv.v[i].key) + str_bytes(t->kv.v[i].value);
+  if (t->inst && t->host->version >= 5 && t->host->orch_size)
+    b += t->host->orch_size(t->host_ud, t->inst);
+  return b;
+}
+
 int dx__turn_action(const dx_turn_t *t) { return t->action; }
 const dx_orch_ack_t *dx__turn_ack(const dx_turn_t *t) { return &t->ack; }
 int64_t dx__turn_abandon_delay(const dx_turn_t *t) { return t->abandon_delay_ms; }
@@ -1423,6 +1605,9 @@ int64_t dx__turn_abandon_delay(const dx_turn_t *t) { return t->abandon_delay_ms;
 void dx__turn_free(dx_turn_t *t) {
   size_t i;
   if (!t) return;
+  if (t->inst) t->host->orch_free(t->host_ud, t->inst);
+  for (i = 0; t->own_hist && i < t->n_hist; i++) dx_event_clear(&t->own_hist[i]);
+  free(t->own_hist);
   for (i = 0; i < t->delta.n; i++) dx_event_clear(&t->delta.v[i]);
   for (i = 0; i < t->worker_items.n; i++) dx_work_item_clear(&t->worker_items.v[i]);
   for (i = 0; i < t->orch_items.n; i++) dx_work_item_clear(&t->orch_items.v[i]);

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "options.h"
+#include "orch_cache.h"
 #include "replay.h"
 #include "sessions.h"
 #include "store.h"
@@ -91,6 +92,7 @@ struct dx_runtime_s {
   dx_runtime_stop_cb stop_cb;
   void *stop_ud;
   dx_metrics_t *metrics;       /* this worker's counters (metrics.h); recorded from both threads */
+  dx_ocache_t *ocache;         /* kept orchestrations (NULL: cache off); loop thread */
   int64_t skew_warned_ms;    /* last "store times in our future" warning (process time) */
   int failed;                  /* the store became unusable: `failure` says why */
   dx_error_t failure;
@@ -118,7 +120,14 @@ static void turn_committed(dx_store_op_t *op) {
   if (op->rc != 0)
     dx__log(DX_LOG_WARN, "orchestration commit failed; the turn will be retried",
             "instance=%s error=\"%s\"", job->item->instance, op->err.msg);
-  dx__observe_turn(rt->metrics, job->item, job->acked ? op->ack : NULL, op->rc, dx__now_ms());
+  dx__observe_turn(rt->metrics, job->item, job->acked ? op->ack : NULL, op->rc, dx__now_ms(),
+                   job->turn ? dx__turn_started_ms(job->turn) : 0);
+  /* Only a committed turn is kept: an abandoned or refused one is ahead of the store. */
+  if (rt->ocache && job->acked && op->rc == 0 && !rt->stopping && job->turn &&
+      dx__turn_keepable(job->turn) && dx__turn_keep(job->turn, job->item) == DX_OK) {
+    dx__ocache_put(rt->ocache, job->turn);
+    job->turn = NULL;
+  }
   dx__turn_free(job->turn);
   dx_orch_item_free(job->item);
   free(job);
@@ -141,8 +150,33 @@ static void check_clock_skew(dx_runtime_t *rt, const dx_orch_item_t *item, int64
           rt->worker_id);
 }
 
+/* The instance's kept turn when it holds exactly the fetched history (a hit), else NULL (a
+** miss: a stale copy is dropped). A redelivery (attempt > 1) always replays: the poison count
+** and whatever made the previous delivery fail are the fresh turn's business. */
+static dx_turn_t *cached_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
+  dx_turn_t *kept;
+  const char *why = NULL;
+  if (!rt->ocache) return NULL;
+  kept = dx__ocache_take(rt->ocache, item->instance);
+  if (kept && item->attempt_count <= 1 && dx__turn_matches(kept, item)) {
+    dx__metric_add(rt->metrics, DXM_OCACHE_HITS, DXM_NOLABELS, 1);
+    return kept;
+  }
+  if (kept) why = item->attempt_count > 1 ? "retry" : "stale";
+  else if (item->history_held) why = "refetch";
+  else if (dx__item_continues(item)) why = "absent";
+  if (why) {
+    dx__metric_add(rt->metrics, DXM_OCACHE_MISSES, DXM_LABELS(why), 1);
+    dx__log(DX_LOG_DEBUG, "orchestration cache miss: replaying history", "instance=%s reason=%s",
+            item->instance, why);
+  }
+  dx__turn_free(kept);
+  return NULL;
+}
+
 static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   turn_job_t *job = calloc(1, sizeof *job);
+  dx_turn_t *kept;
   dx_turn_cfg_t cfg;
   uint64_t t0;
   if (!job) {
@@ -160,12 +194,27 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   cfg.time_limit_ms = rt->opts.turn_time_limit_ms;
   job->rt = rt;
   job->item = item;
+  cfg.keep = rt->ocache != NULL;
+  kept = cached_turn(rt, item);
+  if (!kept && item->history_held) {
+    /* The store sent only the last event, for a copy this worker no longer has (evicted since
+    ** the fetch) or that does not match: fetch again, with the whole history. */
+    job->op.kind = DX_OP_ABANDON_ORCH;
+    job->op.instance = item->instance;
+    job->op.token = item->lock_token;
+    job->op.ignore_attempt = 1;
+    job->op.ud = job;
+    job->op.done = turn_committed;
+    dx__store_submit(rt->store, &job->op);
+    return;
+  }
   dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
   t0 = uv_hrtime();
-  job->turn = dx__turn_run(item, &cfg, rt->host, rt->host_ud);
+  job->turn = kept ? dx__turn_continue(kept, item, &cfg)
+                   : dx__turn_run(item, &cfg, rt->host, rt->host_ud);
   dx__metric_observe(rt->metrics, DXM_ORCH_TURN_DURATION, DXM_NOLABELS, dx__seconds_since(t0));
   dx__watch_leave(rt->loop);
-  if (item->history_len) {
+  if (dx__item_continues(item) && !kept) {
     dx__metric_add(rt->metrics, DXM_ORCH_REPLAYS, DXM_NOLABELS, 1);
     dx__metric_add(rt->metrics, DXM_ORCH_REPLAYED_EVENTS, DXM_NOLABELS,
                    (double)item->history_len);
@@ -225,6 +274,9 @@ static void on_renew_timer_closed(uv_handle_t *h) {
 }
 
 static void check_stop_done(dx_runtime_t *rt);
+
+static void cache_open(dx_runtime_t *rt);
+static void cache_close(dx_runtime_t *rt);
 
 /* Ask the store for activities the loop can start now (credit.h). */
 static void ask_for_activities(dx_runtime_t *rt) {
@@ -992,6 +1044,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
     cfg.session_idle_ms = rt->opts.session_idle_timeout_ms;
   }
   if ((rc = worker_register(rt, err)) != 0) return rc;
+  cache_open(rt);
   rc = dx__store_new(&rt->store, rt->loop, &cfg, err);
   if (rc != 0) {
     worker_unregister(rt);
@@ -1035,8 +1088,36 @@ void dx__runtime_poke_all(void) {
   uv_mutex_unlock(&registry_mu);
 }
 
+/* The provider asks while fetching (store thread): which histories does the cache hold? */
+static int cache_holds(void *ud, const char *instance, uint64_t *exec, uint64_t *n) {
+  return dx__ocache_holds(ud, instance, exec, n);
+}
+
+/* Before the store thread exists (the provider is ours alone here). */
+static void cache_open(dx_runtime_t *rt) {
+  const dx_provider_methods_t *m = rt->provider->methods;
+  dx_history_hint_t hint = {cache_holds, NULL};
+  if (rt->opts.orchestration_cache_size <= 0 || rt->host->version < 5 || !rt->host->orch_turn)
+    return;
+  rt->ocache = dx__ocache_new(rt->opts.orchestration_cache_size, rt->metrics);
+  if (!rt->ocache || m->version < 11 || !m->set_history_hint) return;
+  hint.ud = rt->ocache;
+  m->set_history_hint(rt->provider, &hint, NULL);
+}
+
+/* The kept orchestrations go when the store closes (no fetch asks the cache any more): the
+** host (their code) is still alive. */
+static void cache_close(dx_runtime_t *rt) {
+  const dx_provider_methods_t *m = rt->provider->methods;
+  if (!rt->ocache) return;
+  if (m->version >= 11 && m->set_history_hint) m->set_history_hint(rt->provider, NULL, NULL);
+  dx__ocache_free(rt->ocache);
+  rt->ocache = NULL;
+}
+
 static void store_closed(void *ud) {
   dx_runtime_t *rt = ud;
+  cache_close(rt);
   rt->store = NULL;
   worker_unregister(rt);
   dx__log(DX_LOG_INFO, "worker stopped", "worker_id=%s", rt->worker_id);
@@ -1114,6 +1195,7 @@ void dx_runtime_free(dx_runtime_t *rt) {
   }
   owner_free = rt->owner_free;
   owner = rt->owner;
+  cache_close(rt);
   cact_free_all(rt);
   while (rt->n_hidden > 0) free(rt->hidden[--rt->n_hidden]);
   free(rt->hidden);
@@ -1167,6 +1249,7 @@ static void crash_part_done(crash_wait_t *w) {
 
 static void crash_store_closed(void *ud) {
   crash_wait_t *w = ud;
+  cache_close(w->rt);
   w->rt->store = NULL;
   worker_unregister(w->rt); /* as the OS drops a killed process's registration */
   crash_part_done(w);

@@ -146,7 +146,7 @@ void *dx_activity_userdata(const dx_activity_t *a);
 enum { DX_LOG_ERROR = 0, DX_LOG_WARN = 1, DX_LOG_INFO = 2, DX_LOG_DEBUG = 3 };
 
 typedef struct dx_host_methods_s {
-  int version; /* 4 */
+  int version; /* 5 */
   /** 1 when an orchestration `name` (version NULL = latest) is registered; *resolved receives
   **  the version string (static or host-owned, borrowed). */
   int (*orch_lookup)(void *host, const char *name, const char *version, const char **resolved);
@@ -186,6 +186,15 @@ typedef struct dx_host_methods_s {
   int (*orch_capabilities)(void *host, uint64_t known, uint64_t *gen,
                            dx_orch_capability_t **caps, size_t *n);
   /* methods above are version 4 */
+  /** Orchestration cache (version 5; both may be NULL: the runtime then never keeps code
+  **  alive between turns). orch_turn: a kept instance `inst` (suspended where its previous
+  **  turn left it) starts a new turn on `t`: give it the fresh per-turn budgets a new instance
+  **  would get; t NULL: the turn ended and `inst` is kept suspended (its ctx must fail cleanly
+  **  until the next turn, as a finished turn's does). orch_size: bytes the instance's code holds in the host (an honest estimate:
+  **  the host's allocator growth while it ran), for the cache's memory budget. */
+  void (*orch_turn)(void *host, void *inst, dx_turn_t *t);
+  size_t (*orch_size)(void *host, void *inst);
+  /* methods above are version 5 */
 } dx_host_methods_t;
 
 #endif

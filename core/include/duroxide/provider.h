@@ -191,6 +191,10 @@ typedef struct dx_orch_item_s {
   struct dx_kv_entry_s *kv;   /* committed key-value state (as of the end of the previous
                                  execution; never the current one's writes), ascending key */
   size_t kv_len;
+  uint64_t history_held;      /* version 11 (set_history_hint): the caller holds this many
+                                 events of execution_id, which is what the store holds: history
+                                 then has only the last of them (history_len 1). 0: history is
+                                 the whole execution, as always */
 } dx_orch_item_t;
 
 /** One key-value entry of an instance (strings owned). */
@@ -427,6 +431,15 @@ typedef struct dx_worker_info_s {
 
 /** Callback for list_workers: return non-zero to stop. */
 typedef int (*dx_worker_cb)(void *ud, const dx_worker_info_t *w);
+/* {===== history hint (provider version 11) =====} */
+
+/** What a fetching worker already holds (the orchestration cache): held() returns 1 with the
+**  execution and the number of its events the caller holds for `instance`, else 0. Called by
+**  the thread that fetches, inside the fetch; it must not call the provider. */
+typedef struct dx_history_hint_s {
+  int (*held)(void *ud, const char *instance, uint64_t *execution_id, uint64_t *n_events);
+  void *ud;
+} dx_history_hint_t;
 
 /* {===== provider vtable =====} */
 
@@ -467,7 +480,7 @@ typedef int (*dx_instance_cb)(void *ud, const char *id);
 typedef void (*dx_check_cb)(void *ud, const char *problem);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 10 (older providers: 1..9; members past `version` are absent) */
+  int version; /* 11 (older providers: 1..10; members past `version` are absent) */
   const char *name;
 
   /** Close and free the provider. */
@@ -708,6 +721,15 @@ typedef struct dx_provider_methods_s {
   int (*list_workers)(dx_provider_t *p, int64_t now_ms, dx_worker_cb cb, void *ud,
                       dx_error_t *err);
   /* members above are version 10 */
+  /* Cached orchestrations (version 11; version 10 is the ops block). */
+  /** Later orchestration fetches of this handle (fetch_orchestration_item, run_cycle) ask
+  **  `hint` (copied; NULL = none) about each instance they hand out: when the caller holds N
+  **  > 0 events of the instance's latest execution and the store's execution has exactly N,
+  **  the item carries history_held = N and only the last event (so the caller can check it is
+  **  the one it holds) instead of the whole history. Any other answer, or none: the whole
+  **  history as always. DX_OK. */
+  int (*set_history_hint)(dx_provider_t *p, const dx_history_hint_t *hint, dx_error_t *err);
+  /* members above are version 11 */
 } dx_provider_methods_t;
 
 /** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a

@@ -433,10 +433,18 @@ static int lm_set_fetch_filter(dx_provider_t *pp, const dx_fetch_filter_t *f, dx
   return 0;
 }
 
+static int lm_set_history_hint(dx_provider_t *pp, const dx_history_hint_t *h, dx_error_t *err) {
+  lm_t *p = (lm_t *)pp;
+  (void)err;
+  if (h) p->hint = *h;
+  else memset(&p->hint, 0, sizeof p->hint);
+  return 0;
+}
+
 static const char *lm_notify_path(dx_provider_t *pp) { return ((lm_t *)pp)->se->notify_path; }
 
 static const dx_provider_methods_t lm_methods = {
-  10,
+  11,
   "lmdb",
   lm_destroy,
   lm_begin,
@@ -485,6 +493,7 @@ static const dx_provider_methods_t lm_methods = {
   dx__lm_list_session_events,
   lm_set_fetch_filter, /* activity tags and rolling deployments (version 9) */
   dx__lm_list_workers, /* live workers (version 10) */
+  lm_set_history_hint, /* cached orchestrations (version 11) */
 };
 
 int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_t **out,

@@ -74,6 +74,28 @@ int dx__lm_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **o
   return 0;
 }
 
+/* Does execution `exec` hold exactly `n` (> 0) events? Then 1 with the last one decoded into
+** *last (caller-owned); 0 when it holds fewer or more (or event n does not decode: the whole
+** history is read and reports it). */
+int dx__lm_history_holds(tx_t *t, const char *inst, uint64_t exec, uint64_t n, dx_event_t *last) {
+  dkey_t k;
+  MDB_val v;
+  dx_error_t derr = {0};
+  int rc;
+  key_hist(&k, inst, exec, n + 1);
+  if ((rc = dx__lm_db_get(t, DB_HISTORY, &k, &v)) != DX_ENOTFOUND) return rc ? rc : 0;
+  key_hist(&k, inst, exec, n);
+  if ((rc = dx__lm_db_get(t, DB_HISTORY, &k, &v)) != 0) return rc == DX_ENOTFOUND ? 0 : rc;
+  memset(last, 0, sizeof *last);
+  rc = dx__event_decode(v.mv_data, v.mv_size, last, &derr);
+  if (rc == DX_ENOMEM) return dx__lm_nomem(t->err);
+  if (rc) {
+    dx_event_clear(last);
+    return 0;
+  }
+  return 1;
+}
+
 static int max_exec_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   size_t pn = ((size_t *)ud)[0];
   uint64_t exec;

@@ -144,6 +144,7 @@ typedef struct {
   int in_batch; /* this handle opened the env's batch (begin) */
   struct lm_live_s *live; /* worker liveness of this handle (live.c) */
   dx_fetch_filter_t *filter; /* set_fetch_filter (NULL: untagged rows, every instance) */
+  dx_history_hint_t hint;    /* set_history_hint (held NULL: none) */
   uint64_t tag;           /* this handle as a lock holder: recorded on the locks it takes */
 } lm_t;
 static inline int64_t sat_add(int64_t a, int64_t b) {
@@ -482,6 +483,7 @@ int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *
 int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
                           size_t n);
 int dx__lm_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n);
+int dx__lm_history_holds(tx_t *t, const char *inst, uint64_t exec, uint64_t n, dx_event_t *last);
 int dx__lm_resolve_exec(tx_t *t, const char *inst, uint64_t want, uint64_t *exec);
 
 /* orch.c */

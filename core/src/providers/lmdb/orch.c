@@ -360,7 +360,26 @@ static int batch_lock(tx_t *t, msg_list_t *l, int64_t now, uint64_t token, uint3
 
 /* Fill the locked item's name/version and history. A history that cannot be decoded is
 ** reported through history_error with the lock kept, as the runtime expects. */
-static int orch_item_fill(tx_t *t, dx_orch_item_t *it, const inst_rec_t *ir) {
+/* The caller holds the whole current execution (set_history_hint): hand out only its last
+** event. 1 when so, 0 to read the history, or an error. */
+static int history_held(tx_t *t, const lm_t *lm, dx_orch_item_t *it) {
+  uint64_t exec, n;
+  int rc;
+  if (!lm->hint.held || !lm->hint.held(lm->hint.ud, it->instance, &exec, &n) || n == 0 ||
+      exec != it->execution_id)
+    return 0;
+  if (!(it->history = calloc(1, sizeof *it->history))) return dx__lm_nomem(t->err);
+  if ((rc = dx__lm_history_holds(t, it->instance, exec, n, it->history)) != 1) {
+    free(it->history);
+    it->history = NULL;
+    return rc;
+  }
+  it->history_len = 1;
+  it->history_held = n;
+  return 1;
+}
+
+static int orch_item_fill(tx_t *t, const lm_t *lm, dx_orch_item_t *it, const inst_rec_t *ir) {
   const char *name = NULL, *version = NULL;
   dx_error_t herr = {0}, *saved = t->err;
   size_t i;
@@ -380,6 +399,7 @@ static int orch_item_fill(tx_t *t, dx_orch_item_t *it, const inst_rec_t *ir) {
       (version && !(it->orchestration_version = dx__strdup(version))))
     return dx__lm_nomem(t->err);
   if ((rc = dx__lm_kv_snapshot(t, it->instance, &it->kv, &it->kv_len))) return rc;
+  if ((rc = history_held(t, lm, it)) != 0) return rc < 0 ? rc : 0;
   t->err = &herr; /* a corrupt history is reported in the item, not as the call's error */
   rc = dx__lm_history_load(t, it->instance, it->execution_id, &it->history, &it->history_len);
   t->err = saved;
@@ -444,7 +464,7 @@ static int orch_try_lock(tx_t *t, lm_t *lm, const orch_cand_t *c, int64_t now,
   items = NULL;
   if ((rc = batch_lock(t, &l, now, nw.token, &it->attempt_count))) goto done_ir;
   if ((rc = state_set(t, c->inst, &st, &nw))) goto done_ir;
-  rc = orch_item_fill(t, it, has_ir ? &ir : NULL);
+  rc = orch_item_fill(t, lm, it, has_ir ? &ir : NULL);
 done_ir:
   dx__lm_inst_clear(&ir);
 done:

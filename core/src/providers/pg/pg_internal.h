@@ -84,6 +84,7 @@ struct pg_s {
   dx_fetch_filter_t *filter; /* set_fetch_filter (NULL: untagged rows, every instance) */
   char *tags_param;          /* the filter's tags as a text[] literal ("{}": none) */
   char *cap_names, *cap_versions; /* its capabilities as text[] literals (NULL: any instance) */
+  dx_history_hint_t hint;    /* set_history_hint (held NULL: none) */
 };
 
 /* One method's transaction: the thread's batch, or its own BEGIN/COMMIT. */

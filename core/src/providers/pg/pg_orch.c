@@ -266,6 +266,16 @@ static int decode_msgs(tx_t *t, const PGresult *res, int r0, int n, dx_orch_item
   return 0;
 }
 
+/* The caller holds exactly the hn history rows at h0 (set_history_hint). The rows still
+** come in the fetch's one round trip; what is saved is decoding them and handing them over. */
+static int held_whole(tx_t *t, const dx_orch_item_t *it, const PGresult *res, int h0, int hn) {
+  const dx_history_hint_t *h = &t->p->hint;
+  uint64_t exec, n;
+  return h->held && hn > 0 && h->held(h->ud, it->instance, &exec, &n) &&
+         exec == it->execution_id && n == (uint64_t)hn &&
+         (uint64_t)dx__col_i64(res, h0 + hn - 1, F_ID) == n;
+}
+
 /* Name/version (instance record at row irow, else the starting message), execution and
 ** history (rows h0..h0+hn-1). A history that cannot be decoded is reported in the item with
 ** the lock kept. */
@@ -291,6 +301,11 @@ static int item_fill(tx_t *t, dx_orch_item_t *it, const PGresult *res, int irow,
       (version && !(it->orchestration_version = dx__strdup(version))))
     return dx__pg_nomem(t->err);
   t->err = &herr;
+  if (held_whole(t, it, res, h0, hn)) { /* set_history_hint: only the last event */
+    h0 += hn - 1;
+    hn = 1;
+    it->history_held = (uint64_t)dx__col_i64(res, h0, F_ID);
+  }
   rc = history_decode(t, res, h0, hn, F_ID, F_BYTES, it->instance, it->execution_id,
                       &it->history, &it->history_len);
   t->err = saved;

@@ -31,6 +31,14 @@ static void pg_destroy(dx_provider_t *pp) {
   free(p);
 }
 
+static int pg_set_history_hint(dx_provider_t *pp, const dx_history_hint_t *h, dx_error_t *err) {
+  pg_t *p = (pg_t *)pp;
+  (void)err;
+  if (h) p->hint = *h;
+  else memset(&p->hint, 0, sizeof p->hint);
+  return 0;
+}
+
 static int pg_set_fetch_filter(dx_provider_t *pp, const dx_fetch_filter_t *f, dx_error_t *err) {
   pg_t *p = (pg_t *)pp;
   dx_fetch_filter_t *copy = NULL;
@@ -72,7 +80,7 @@ static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_hi
                                                        dx__pg_test_expire_session};
 
 static const dx_provider_methods_t pg_methods = {
-  10,
+  11,
   "postgres",
   pg_destroy,
   dx__pg_begin,
@@ -121,6 +129,7 @@ static const dx_provider_methods_t pg_methods = {
   dx__pg_list_session_events,
   pg_set_fetch_filter, /* activity tags and rolling deployments (version 9) */
   dx__pg_list_workers, /* live workers (version 10) */
+  pg_set_history_hint, /* cached orchestrations (version 11) */
 };
 
 uint64_t dx__pg_round_trips(dx_provider_t *pp) {

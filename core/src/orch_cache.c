@@ -1,0 +1,169 @@
+/*
+** orch_cache.c -- the orchestration cache (orch_cache.h): kept turns by instance id in a
+** chained hash table, on a least-recently-used list, within a byte budget.
+*/
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "orch_cache.h"
+#include "util.h"
+
+typedef struct entry_s {
+  const char *key;          /* the turn's instance id (owned by the turn) */
+  uint64_t hash;
+  dx_turn_t *turn;
+  uint64_t exec, n_events;  /* what the turn holds (read by the store thread) */
+  int64_t bytes;            /* charged against the budget */
+  struct entry_s *hnext;    /* hash chain */
+  struct entry_s *newer, *older; /* LRU list */
+} entry_t;
+
+struct dx_ocache_s {
+  int64_t budget, bytes;
+  size_t count, nb;         /* entries, buckets (a power of two) */
+  entry_t **buckets;
+  entry_t *newest, *oldest;
+  dx_metrics_t *metrics;
+  uv_mutex_t mu;            /* the table against dx__ocache_holds on the store thread */
+};
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+dx_ocache_t *dx__ocache_new(int64_t budget, dx_metrics_t *metrics) {
+  dx_ocache_t *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->nb = 64;
+  if (!(c->buckets = calloc(c->nb, sizeof *c->buckets))) {
+    free(c);
+    return NULL;
+  }
+  c->budget = budget;
+  c->metrics = metrics;
+  uv_mutex_init(&c->mu);
+  return c;
+}
+
+static entry_t **slot_of(dx_ocache_t *c, const char *key, uint64_t h) {
+  entry_t **pp = &c->buckets[h & (c->nb - 1)];
+  while (*pp && ((*pp)->hash != h || strcmp((*pp)->key, key) != 0)) pp = &(*pp)->hnext;
+  return pp;
+}
+
+static void lru_unlink(dx_ocache_t *c, entry_t *e) {
+  if (e->newer) e->newer->older = e->older;
+  else c->newest = e->older;
+  if (e->older) e->older->newer = e->newer;
+  else c->oldest = e->newer;
+  e->newer = e->older = NULL;
+}
+
+static void gauges(dx_ocache_t *c) {
+  dx__metric_set(c->metrics, DXM_OCACHE_ENTRIES, DXM_NOLABELS, (double)c->count);
+  dx__metric_set(c->metrics, DXM_OCACHE_BYTES, DXM_NOLABELS, (double)c->bytes);
+}
+
+/* Unlink e (under the mutex) and hand back its turn. */
+static dx_turn_t *remove_entry(dx_ocache_t *c, entry_t *e) {
+  dx_turn_t *t = e->turn;
+  uv_mutex_lock(&c->mu);
+  *slot_of(c, e->key, e->hash) = e->hnext;
+  uv_mutex_unlock(&c->mu);
+  lru_unlink(c, e);
+  c->count--;
+  c->bytes -= e->bytes;
+  free(e);
+  return t;
+}
+
+void dx__ocache_free(dx_ocache_t *c) {
+  if (!c) return;
+  while (c->oldest) dx__turn_free(remove_entry(c, c->oldest));
+  uv_mutex_destroy(&c->mu);
+  free(c->buckets);
+  free(c);
+}
+
+dx_turn_t *dx__ocache_take(dx_ocache_t *c, const char *instance) {
+  entry_t *e = *slot_of(c, instance, hash_str(instance));
+  dx_turn_t *t;
+  if (!e) return NULL;
+  t = remove_entry(c, e);
+  gauges(c);
+  return t;
+}
+
+static void grow(dx_ocache_t *c) {
+  size_t nb = c->nb * 2, i;
+  entry_t **nv = calloc(nb, sizeof *nv);
+  if (!nv) return; /* longer chains, still correct */
+  for (i = 0; i < c->nb; i++)
+    while (c->buckets[i]) {
+      entry_t *e = c->buckets[i];
+      c->buckets[i] = e->hnext;
+      e->hnext = nv[e->hash & (nb - 1)];
+      nv[e->hash & (nb - 1)] = e;
+    }
+  free(c->buckets);
+  c->buckets = nv;
+  c->nb = nb;
+}
+
+void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t) {
+  const char *key = dx_turn_instance(t);
+  entry_t *e, **pp;
+  uint64_t h = hash_str(key);
+  int64_t bytes = (int64_t)dx__turn_bytes(t) + (int64_t)sizeof *e;
+  dx_turn_t *old = NULL;
+  if (bytes > c->budget || !(e = calloc(1, sizeof *e))) {
+    dx__metric_add(c->metrics, DXM_OCACHE_EVICTIONS, DXM_NOLABELS, 1);
+    dx__turn_free(t);
+    return;
+  }
+  e->key = key;
+  e->hash = h;
+  e->turn = t;
+  e->exec = dx_turn_execution(t);
+  e->n_events = dx__turn_history_len(t);
+  e->bytes = bytes;
+  if (*(pp = slot_of(c, key, h)) != NULL) old = remove_entry(c, *pp); /* an older copy */
+  uv_mutex_lock(&c->mu);
+  if (c->count >= c->nb) grow(c);
+  pp = &c->buckets[h & (c->nb - 1)];
+  e->hnext = *pp;
+  *pp = e;
+  uv_mutex_unlock(&c->mu);
+  e->older = c->newest;
+  if (c->newest) c->newest->newer = e;
+  c->newest = e;
+  if (!c->oldest) c->oldest = e;
+  c->count++;
+  c->bytes += bytes;
+  dx__turn_free(old);
+  while (c->bytes > c->budget && c->oldest != e) {
+    dx__turn_free(remove_entry(c, c->oldest));
+    dx__metric_add(c->metrics, DXM_OCACHE_EVICTIONS, DXM_NOLABELS, 1);
+  }
+  gauges(c);
+}
+
+int dx__ocache_holds(dx_ocache_t *c, const char *instance, uint64_t *execution_id,
+                     uint64_t *n_events) {
+  entry_t *e;
+  int held = 0;
+  uv_mutex_lock(&c->mu);
+  if ((e = *slot_of(c, instance, hash_str(instance))) != NULL) {
+    *execution_id = e->exec;
+    *n_events = e->n_events;
+    held = 1;
+  }
+  uv_mutex_unlock(&c->mu);
+  return held;
+}
+
+size_t dx__ocache_count(const dx_ocache_t *c) { return c ? c->count : 0; }
+int64_t dx__ocache_bytes(const dx_ocache_t *c) { return c ? c->bytes : 0; }

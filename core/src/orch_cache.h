@@ -1,0 +1,39 @@
+/*
+** orch_cache.h -- the orchestration cache: kept turns (replay.h) of a worker, by instance,
+** bounded by a memory budget with least-recently-used eviction (internal).
+**
+** The loop thread takes a kept turn out for the instance's next turn and puts it back once
+** that turn's commit was applied; a turn out of the cache (running, or its commit in flight)
+** is not in it, so what the cache holds always matches a committed history. The store thread
+** asks dx__ocache_holds while fetching (the provider's history hint): that is the one call
+** from another thread, under the cache's mutex.
+*/
+#ifndef DX_ORCH_CACHE_H
+#define DX_ORCH_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrics.h"
+#include "replay.h"
+
+typedef struct dx_ocache_s dx_ocache_t;
+
+/* A cache of at most `budget` bytes (> 0); metrics may be NULL. NULL on ENOMEM. */
+dx_ocache_t *dx__ocache_new(int64_t budget, dx_metrics_t *metrics);
+/* Free every kept turn (their code goes: loop thread, host alive) and the cache. */
+void dx__ocache_free(dx_ocache_t *c);
+/* The kept turn of `instance`, taken out of the cache (the caller owns it), or NULL. */
+dx_turn_t *dx__ocache_take(dx_ocache_t *c, const char *instance);
+/* Keep t (dx__turn_keep done) as the most recently used; evicts the least recently used
+** turns past the budget (a turn larger than the whole budget is freed at once). */
+void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t);
+/* Any thread: 1 when the cache holds `instance`, with the execution and the number of its
+** events held; 0 otherwise. */
+int dx__ocache_holds(dx_ocache_t *c, const char *instance, uint64_t *execution_id,
+                     uint64_t *n_events);
+/* Kept turns and their bytes (as charged against the budget). */
+size_t dx__ocache_count(const dx_ocache_t *c);
+int64_t dx__ocache_bytes(const dx_ocache_t *c);
+
+#endif
