@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <lmdb.h>
@@ -151,6 +152,58 @@ DX_TEST(lmdb_unflushed_batch_that_queued_work_notifies) {
   ASSERT_OK(M(p)->commit(p, 0, &err));
   ASSERT_EQ(notify_size(p, 0), 0);
   dx_orch_item_free(it);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* LMDB's data flushes, counted: this definition takes the place of libc's for liblmdb. */
+static int fdatasyncs;
+int fdatasync(int fd) {
+  __atomic_add_fetch(&fdatasyncs, 1, __ATOMIC_SEQ_CST);
+  return (int)syscall(SYS_fdatasync, fd);
+}
+
+/* Flushes made by committing the open batch with `sync`. */
+static int commit_flushes(dx_provider_t *p, int sync) {
+  int before = __atomic_load_n(&fdatasyncs, __ATOMIC_SEQ_CST);
+  dx_error_t err;
+  ASSERT_OK(M(p)->commit(p, sync, &err));
+  return __atomic_load_n(&fdatasyncs, __ATOMIC_SEQ_CST) - before;
+}
+
+/* commit(sync=0) of a batch that recorded an activity's result still flushes its data (an
+** unflushed LMDB commit may damage the store on a power cut); one that only took locks does
+** not flush. */
+DX_TEST(lmdb_unsynced_result_batch_is_flushed_lock_only_batch_is_not) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = dx_pv_open(store);
+  dx_work_item_t w, done;
+  dx_work_fetch_t f;
+  dx_error_t err;
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_ACT_EXECUTE;
+  w.instance = "A";
+  w.execution_id = 1;
+  w.id = 2;
+  w.name = "Act";
+  w.data = "null";
+  ASSERT_OK(M(p)->enqueue_for_worker(p, T0, &w, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, T0, 60000, NULL, &f, &err));
+  ASSERT_EQ(f.item.kind, DX_WI_ACT_EXECUTE);
+  ASSERT_EQ(commit_flushes(p, 0), 0); /* locks only */
+  memset(&done, 0, sizeof done);
+  done.kind = DX_WI_ACT_COMPLETED;
+  done.instance = "A";
+  done.execution_id = 1;
+  done.id = 2;
+  done.data = "1";
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->ack_work_item(p, T0 + 1, f.lock_token, &done, &err));
+  ASSERT(commit_flushes(p, 0) >= 1);
+  ASSERT_EQ(orch_depth(p), 1); /* the result is there */
+  dx_work_item_clear(&f.item);
+  free(f.previous_owner);
   M(p)->destroy(p);
   free(store);
 }

@@ -240,8 +240,9 @@ static void run_op(wrap_t *w, dx_store_op_t *op) {
 }
 
 /* An activity's result may be lost to a power cut (the activity runs again: at least once),
-** so its commit skips the flush; a start (and a turn) is flushed. */
-DX_TEST(store_flushes_starts_but_not_activity_results) {
+** so its batch is committed with sync=0 (the provider skips what it safely can); a start (and
+** a turn) is committed with sync=1. */
+DX_TEST(store_syncs_starts_but_not_activity_results) {
   wrap_t *w = wrap_open();
   dx_provider_t *in = w->inner;
   dx_work_item_t act, done_msg;

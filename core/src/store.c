@@ -494,12 +494,12 @@ static void settle_held(dx_store_t *s, const dx_store_op_t *op) {
   }
 }
 
-/* What a power cut may lose without breaking a promise needs no fsync of its own (it reaches
-** the disk with the next durable commit, in order). Renewals only move lock expiries: losing
-** one merely shortens a lease. An activity's result: losing it runs the activity again when
-** its lock lapses, which activities allow anyway (at least once, as after any crash), and the
-** turn that records the result in history is durable. So the start -> complete path of an
-** orchestration syncs for the start, its turns and the raises, not for each activity. */
+/* What a power cut may lose without breaking a promise needs no sync of its own (it reaches
+** the disk with the next synced commit, in order; the provider decides how much of the flush
+** it may skip without risking the store: provider.h commit). Renewals only move lock
+** expiries: losing one merely shortens a lease. An activity's result: losing it runs the
+** activity again when its lock lapses, which activities allow anyway (at least once, as after
+** any crash), and the turn that records the result in history is synced. */
 static int op_needs_sync(const dx_store_op_t *op) {
   return op->kind != DX_OP_RENEW_WORK && op->kind != DX_OP_RENEW_SESSIONS &&
          op->kind != DX_OP_ACK_WORK && op->rc == 0;

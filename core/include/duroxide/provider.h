@@ -486,10 +486,13 @@ typedef struct dx_provider_methods_s {
   /** Close and free the provider. */
   void (*destroy)(dx_provider_t *p);
 
-  /* Group commit (see Caveats). commit(sync=0) may skip the flush to disk: used for batches
-  ** whose loss after a power cut breaks no promise: taking locks (redelivery is merely
-  ** delayed) and activity results (the activity runs again: at least once). Such a batch
-  ** still wakes other workers when it queued work (a completion for another's turn). */
+  /* Group commit (see Caveats). commit(sync=0) is for batches whose loss after a power cut
+  ** breaks no promise: taking locks (redelivery is merely delayed) and activity results (the
+  ** activity runs again: at least once). The provider may then skip or shorten the flush,
+  ** but a power cut must never damage the store (LMDB skips it only for lock-only batches
+  ** and otherwise flushes the data, leaving the meta page to the next flush; PostgreSQL
+  ** commits without waiting for the WAL flush). Such a batch still wakes other workers when
+  ** it queued work (a completion for another's turn). */
   int (*begin)(dx_provider_t *p, dx_error_t *err);
   int (*commit)(dx_provider_t *p, int sync, dx_error_t *err);
   void (*rollback)(dx_provider_t *p);

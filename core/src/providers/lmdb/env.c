@@ -21,7 +21,7 @@ static int lm_begin(dx_provider_t *pp, dx_error_t *err) {
   pthread_mutex_lock(&p->se->batch_mu);
   p->se->batch = t.txn;
   p->se->batch_thread = pthread_self();
-  p->se->batch_queued = 0;
+  p->se->batch_wrote = 0;
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 1;
   return 0;
@@ -39,17 +39,21 @@ static MDB_txn *take_batch(lm_t *p) {
 
 static int lm_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
-  int rc, notify;
+  int rc, wrote, flush;
   if (!p->in_batch) return dx_error_set(err, DX_ESTATE, "commit without begin");
-  /* sync=0 skips the flush (provider.h); workers elsewhere hear of any work it queued */
-  notify = sync || p->se->batch_queued;
-  rc = dx__lm_top_finish(p->se, take_batch(p), 1, sync && !p->no_sync, notify);
+  /* sync=0 (provider.h): a batch that only took locks is not flushed; one that wrote more (an
+  ** activity's result) flushes its data, so a power cut may lose it but never damages the
+  ** store (MDB_NOSYNC could: the meta page may reach the disk before the pages it names).
+  ** Workers elsewhere hear of any work it queued. */
+  wrote = p->se->batch_wrote;
+  flush = p->no_sync || !(sync || wrote) ? LM_FLUSH_NONE : sync ? LM_FLUSH_FULL : LM_FLUSH_DATA;
+  rc = dx__lm_top_finish(p->se, take_batch(p), 1, flush, sync || wrote);
   return rc ? dx__lm_mdb_error(p->se, rc, "commit", err) : 0;
 }
 
 static void lm_rollback(dx_provider_t *pp) {
   lm_t *p = (lm_t *)pp;
-  if (p->in_batch) dx__lm_top_finish(p->se, take_batch(p), 0, 0, 0);
+  if (p->in_batch) dx__lm_top_finish(p->se, take_batch(p), 0, LM_FLUSH_NONE, 0);
 }
 
 /* {===== store format =====} */

@@ -52,7 +52,8 @@
 ** Transactions: outside a batch each method is one txn (read-only for pure reads). begin()
 ** opens a batch for the calling thread on this env; until commit() every method on that
 ** thread runs in a nested txn, so a failing method undoes only its own changes. Commits
-** fsync unless the handle has no_sync or commit(sync=0) is used (see dx__lm_top_finish).
+** fsync unless the handle has no_sync or commit(sync=0) is used (see dx__lm_top_finish and
+** lm_commit: a sync=0 batch that wrote more than locks still flushes its data).
 ** Every top-level txn first checks the files and, for writes, grows the map (map.c).
 */
 #ifndef DX_LMDB_INT_H
@@ -132,7 +133,8 @@ typedef struct shared_env_s {
   pthread_mutex_t batch_mu;  /* guards batch / batch_thread */
   MDB_txn *batch;            /* open group-commit txn, owned by batch_thread */
   pthread_t batch_thread;
-  int batch_queued;          /* the open batch queued work (its commit wakes other workers) */
+  int batch_wrote;           /* the open batch wrote more than locks: queued work or recorded
+                                an activity's result (its commit flushes, wakes workers) */
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -429,7 +431,11 @@ MDB_txn *dx__lm_thread_batch(shared_env_t *se);
 int dx__lm_tx_begin(shared_env_t *se, int durable, int write, tx_t *t, dx_error_t *err);
 int dx__lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err);
 int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err);
-int dx__lm_top_finish(shared_env_t *se, MDB_txn *txn, int commit, int durable, int notify);
+/* How a commit reaches the disk: not flushed (MDB_NOSYNC: only for batches that take locks),
+** fully (data, then the meta page), or data only (MDB_NOMETASYNC: the store stays intact and
+** only this last commit may be lost to a power cut; the next flush carries its meta page). */
+enum { LM_FLUSH_NONE = 0, LM_FLUSH_FULL = 1, LM_FLUSH_DATA = 2 };
+int dx__lm_top_finish(shared_env_t *se, MDB_txn *txn, int commit, int flush, int notify);
 int dx__lm_retry_full(tx_t *t, int rc, int tries);
 /* Verify and strip the checksum of a value read from `db` (no-op for raw txns). */
 int dx__lm_check_sum(tx_t *t, int db, const MDB_val *k, MDB_val *v);

@@ -118,7 +118,7 @@ int dx__lm_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   orch_msg_t m;
   orch_state_t old, nw;
   int rc;
-  if (t->nested) t->se->batch_queued = 1;
+  if (t->nested) t->se->batch_wrote = 1;
   memset(&m, 0, sizeof m);
   m.visible_at = visible_at;
   if (dx__work_item_encode(w, &m.item, &m.item_len)) return dx__lm_nomem(t->err);

@@ -99,19 +99,22 @@ int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err
   }
 }
 
-/* Commit (commit=1) or abort a top-level txn and release the remap lock. sync=0 sets
-** MDB_NOSYNC for this one commit. The flag lives in the process's MDB_env, so every top-level
-** commit takes commit_mu: no other thread can commit (and so skip its fsync) while the flag is
-** set. Returns LMDB's code for the commit. */
-int dx__lm_top_finish(shared_env_t *se, MDB_txn *txn, int commit, int durable, int notify) {
+/* Commit (commit=1) or abort a top-level txn and release the remap lock. `flush` (LM_FLUSH_*)
+** other than FULL sets MDB_NOSYNC or MDB_NOMETASYNC for this one commit. The flag lives in
+** the process's MDB_env, so every top-level commit takes commit_mu: no other thread can
+** commit (and so skip its fsync) while the flag is set. Returns LMDB's code for the commit. */
+int dx__lm_top_finish(shared_env_t *se, MDB_txn *txn, int commit, int flush, int notify) {
+  unsigned flag = flush == LM_FLUSH_NONE   ? MDB_NOSYNC
+                  : flush == LM_FLUSH_DATA ? MDB_NOMETASYNC
+                                           : 0;
   int rc = 0;
   if (!commit) {
     mdb_txn_abort(txn);
   } else {
     pthread_mutex_lock(&se->commit_mu);
-    if (!durable) mdb_env_set_flags(se->env, MDB_NOSYNC, 1);
+    if (flag) mdb_env_set_flags(se->env, flag, 1);
     rc = mdb_txn_commit(txn);
-    if (!durable) mdb_env_set_flags(se->env, MDB_NOSYNC, 0);
+    if (flag) mdb_env_set_flags(se->env, flag, 0);
     pthread_mutex_unlock(&se->commit_mu);
   }
   pthread_rwlock_unlock(&se->remap);
@@ -154,7 +157,7 @@ int dx__lm_tx_end(tx_t *t, int rc) {
     if (commit) mrc = mdb_txn_commit(t->txn);
     else mdb_txn_abort(t->txn);
   } else {
-    mrc = dx__lm_top_finish(t->se, t->txn, commit, t->durable, 1);
+    mrc = dx__lm_top_finish(t->se, t->txn, commit, t->durable ? LM_FLUSH_FULL : LM_FLUSH_NONE, 1);
   }
   t->txn = NULL;
   return mrc ? dx__lm_tx_err(t, mrc, "commit") : rc;

@@ -76,7 +76,7 @@ static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
 int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   work_row_t r;
   int rc;
-  if (t->nested) t->se->batch_queued = 1;
+  if (t->nested) t->se->batch_wrote = 1;
   memset(&r, 0, sizeof r);
   r.visible_at = visible_at;
   r.exec = w->execution_id;
@@ -649,6 +649,7 @@ int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
 static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion) {
   work_row_t r;
   int rc = row_by_token(t, token, &r);
+  if (t->nested) t->se->batch_wrote = 1; /* an activity's result: its batch is flushed */
   if (!rc) rc = row_check_live(t, &r, now);
   if (!rc) rc = row_check_epoch(t, &r);
   if (!rc) rc = row_set(t, &r, NULL);
