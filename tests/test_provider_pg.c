@@ -1054,7 +1054,7 @@ DX_TEST(pg_run_cycle_keeps_due_order_with_session_rows) {
 ** whole or nothing: a refused ack (duplicate event, an instance acked twice, a worker token
 ** acked twice) writes nothing, its neighbours all of theirs, each instance its own key-value
 ** events (the second's also folded: its execution ends). */
-DX_TEST(pg_run_cycle_acks_are_each_whole) {
+static void acks_each_whole(void) {
   char *store = store_url(NULL);
   dx_provider_t *p = dx_pv_open(store);
   dx_orch_item_t *orch[RC_N], *orch2[RC_N];
@@ -1094,7 +1094,7 @@ DX_TEST(pg_run_cycle_acks_are_each_whole) {
   done = item(DX_WI_ACT_COMPLETED, work[0].item.instance, work[0].item.id);
   acks[5].work_token = acks[6].work_token = work[0].lock_token;
   acks[5].completion = acks[6].completion = &done;
-  rc_cycle(p, now, acks, 7, orch2, &no2, work2, &nw2);
+  ASSERT_EQ(rc_cycle(p, now, acks, 7, orch2, &no2, work2, &nw2), 1); /* one round trip */
   ASSERT_EQ(acks[0].rc, 0);
   ASSERT_EQ(acks[1].rc, 0);
   ASSERT_EQ(acks[2].rc, DX_EEXIST);
@@ -1126,6 +1126,16 @@ DX_TEST(pg_run_cycle_acks_are_each_whole) {
   }
   M(p)->destroy(p);
   free(store);
+}
+
+DX_TEST(pg_run_cycle_acks_are_each_whole) { acks_each_whole(); }
+
+/* The same with every ack a call of its own (a cycle whose arrays pass the size bound is
+** split into several calls; here the bound is 1 byte): same outcomes, one round trip. */
+DX_TEST(pg_run_cycle_splits_big_ack_calls) {
+  size_t was = dx__pg_set_ack_call_bytes(1);
+  acks_each_whole();
+  dx__pg_set_ack_call_bytes(was);
 }
 
 DX_TEST(pg_run_cycle_is_one_round_trip) {

@@ -16,4 +16,10 @@ int dx__pg_open(const char *url, int no_sync, dx_provider_t **out, dx_error_t *e
 **  for tests and benchmarks: the difference across a store cycle is that cycle's count. */
 uint64_t dx__pg_round_trips(dx_provider_t *p);
 
+/** The size of its array parameters past which a store cycle's acks go as more than one call
+**  of the ack functions (still in the cycle's one round trip); default 64 MiB, far below
+**  PostgreSQL's 1 GB per parameter. For tests (a small value splits every cycle); set it
+**  while no store cycle runs. Returns the previous value. */
+size_t dx__pg_set_ack_call_bytes(size_t n);
+
 #endif

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "providers/checks.h"
+#include "providers/pg/pg.h"
 #include "providers/pg/pg_internal.h"
 
 /* Inputs are checked before anything is sent, as the single calls do. */
@@ -31,14 +32,50 @@ static void check_input(dx_cycle_ack_t *a) {
   else if (w && (a->rc = dx__check_item(w, &a->err)) == 0) a->rc = dx__check_payload(w, &a->err);
 }
 
-/* Queue every ack: the orchestration acks as one call, the worker-item acks as another. */
-static int acks_send(tx_t *t, int64_t now, dx_cycle_t *cy, PGresult **ores, PGresult **wres) {
-  size_t i;
-  int rc;
+size_t dx__pg_ack_call_bytes = (size_t)64 << 20;
+
+size_t dx__pg_set_ack_call_bytes(size_t n) {
+  size_t was = dx__pg_ack_call_bytes;
+  dx__pg_ack_call_bytes = n;
+  return was;
+}
+
+/* One call of dx_ack_orchs or dx_ack_works: the acks it covers (acks[from, from + n)). */
+typedef struct {
+  PGresult *res;
+  size_t from, n;
+  int work;
+} call_t;
+
+/* Queue every ack: the orchestration acks as one call of dx_ack_orchs, the worker-item acks
+** as one of dx_ack_works (more calls only when a cycle's arrays pass dx__pg_ack_call_bytes);
+** calls[] (room for 2 * n_acks) gets them. */
+static int acks_send(tx_t *t, int64_t now, dx_cycle_t *cy, call_t *calls, size_t *n_calls) {
+  size_t i, from, used;
+  int rc = 0, work;
+  *n_calls = 0;
   for (i = 0; i < cy->n_acks; i++) check_input(&cy->acks[i]);
-  rc = dx__pg_ack_orchs_send(t, now, cy->acks, cy->n_acks, ores);
-  if (!rc) rc = dx__pg_ack_works_send(t, now, cy->acks, cy->n_acks, wres);
+  for (work = 0; work < 2 && !rc; work++)
+    for (from = 0; from < cy->n_acks && !rc; from += used) {
+      call_t *c = &calls[(*n_calls)++];
+      c->work = work;
+      c->from = from;
+      rc = work ? dx__pg_ack_works_send(t, now, cy->acks + from, cy->n_acks - from, &c->res, &used)
+                : dx__pg_ack_orchs_send(t, now, cy->acks + from, cy->n_acks - from, &c->res, &used);
+      c->n = used;
+    }
   return rc;
+}
+
+/* Each ack's outcome from its call's result (all results taken). */
+static void acks_take(tx_t *t, int64_t now, dx_cycle_t *cy, call_t *calls, size_t n_calls) {
+  size_t i;
+  for (i = 0; i < n_calls; i++) {
+    call_t *c = &calls[i];
+    if (c->work) dx__pg_ack_works_take(t, now, cy->acks + c->from, c->n, c->res);
+    else dx__pg_ack_orchs_take(t, now, cy->acks + c->from, c->n, c->res);
+    c->res = NULL;
+  }
 }
 
 /* Queue the fetches (a failure to queue one is the fetch's, in fetch_rc). */
@@ -98,9 +135,10 @@ static void orch_take(tx_t *tf, int64_t now, dx_cycle_t *cy, PGresult *res, dx__
 int dx__pg_run_cycle(dx_provider_t *pp, int64_t now, dx_cycle_t *cy, dx_error_t *err) {
   dx__pg_park_t *parks = NULL;
   dx__pg_wpre_t pre;
-  PGresult *ares = NULL, *wres = NULL, *ores = NULL;
+  PGresult *ores = NULL;
+  call_t *calls = NULL;
   tx_t t, tf;
-  size_t i;
+  size_t i, n_calls = 0;
   int rc, n_parks = 0, more = 0;
   if (!cy) return dx_error_set(err, DX_EINVAL, "run_cycle: cycle is NULL");
   cy->n_orch = cy->n_work = 0;
@@ -110,17 +148,18 @@ int dx__pg_run_cycle(dx_provider_t *pp, int64_t now, dx_cycle_t *cy, dx_error_t 
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
   if (t.own) /* the calls below would each open their own transaction */
     return dx__pg_tx_end(&t, dx_error_set(err, DX_ESTATE, "run_cycle outside a batch (begin)"));
-  if (cy->max_orch > 0 && !(parks = calloc((size_t)cy->max_orch, sizeof *parks)))
+  if ((cy->n_acks && !(calls = calloc(2 * cy->n_acks, sizeof *calls))) ||
+      (cy->max_orch > 0 && !(parks = calloc((size_t)cy->max_orch, sizeof *parks)))) {
+    free(calls);
     return dx__pg_tx_poison(&t, dx__pg_nomem(err));
+  }
   tf = t;
   tf.err = &cy->fetch_err;
-  if (!(rc = acks_send(&t, now, cy, &ares, &wres))) fetches_send(&tf, now, cy, &ores, &pre);
+  if (!(rc = acks_send(&t, now, cy, calls, &n_calls))) fetches_send(&tf, now, cy, &ores, &pre);
   if (rc) dx__pg_tx_poison(&t, rc);
   /* one round trip: everything queued since begin(), then COMMIT */
   if ((rc = dx__pg_batch_commit_wait(&t, cy->sync)) == 0) {
-    dx__pg_ack_orchs_take(&t, now, cy->acks, cy->n_acks, ares);
-    dx__pg_ack_works_take(&t, now, cy->acks, cy->n_acks, wres);
-    ares = wres = NULL;
+    acks_take(&t, now, cy, calls, n_calls);
     if (ores && !cy->fetch_rc) orch_take(&tf, now, cy, ores, parks, &n_parks);
     else PQclear(ores);
     if (pre.sent && !cy->fetch_rc)
@@ -131,8 +170,8 @@ int dx__pg_run_cycle(dx_provider_t *pp, int64_t now, dx_cycle_t *cy, dx_error_t 
     dx__pg_work_unbuffer_drop(t.c);
     t.c->cycle_done = 1; /* after follow_up's own batch: the caller's commit() is a no-op */
   }
-  PQclear(ares);
-  PQclear(wres);
+  for (i = 0; i < n_calls; i++) PQclear(calls[i].res);
+  free(calls);
   for (i = 0; i < (size_t)n_parks; i++) free(parks[i].inst);
   PQclear(pre.plain);
   PQclear(pre.owned);

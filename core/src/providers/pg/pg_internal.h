@@ -271,11 +271,17 @@ int dx__pg_work_take_pre(tx_t *t, int64_t now, int64_t lock_ms, const dx_session
 ** it wrote nothing then. */
 int dx__pg_run_cycle(dx_provider_t *, int64_t, dx_cycle_t *, dx_error_t *);
 /* The orchestration acks (resp. worker-item acks) among acks[0..n) whose rc is 0 go as one
-** call of dx_ack_orchs (dx_ack_works); *res is NULL when there are none. *_take sets each such
-** ack's rc and err from the call's result (taken: res is cleared). */
-int dx__pg_ack_orchs_send(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n, PGresult **res);
+** call of dx_ack_orchs (dx_ack_works), up to the first ack that takes its arrays past
+** dx__pg_ack_call_bytes (pg.h dx__pg_set_ack_call_bytes): *used says how many of acks[] the
+** call covers (the caller sends the rest as further calls); *res is NULL when those hold none.
+** *_take sets each such ack of acks[0..used) from that call's result (taken: res is cleared).
+** The bound keeps a call far below PostgreSQL's 1 GB per parameter, whatever a cycle holds. */
+extern size_t dx__pg_ack_call_bytes;
+int dx__pg_ack_orchs_send(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n, PGresult **res,
+                          size_t *used);
 void dx__pg_ack_orchs_take(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n, PGresult *res);
-int dx__pg_ack_works_send(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n, PGresult **res);
+int dx__pg_ack_works_send(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n, PGresult **res,
+                          size_t *used);
 void dx__pg_ack_works_take(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n, PGresult *res);
 /* An instance a fetch locked that had nothing to hand out (see dx__pg_orch_park). */
 typedef struct {

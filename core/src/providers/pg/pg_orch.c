@@ -673,18 +673,24 @@ static void ack_append(int64_t now, const dx_orch_ack_t *a, int64_t k, pg_arr_t 
 static int orch_sent(const dx_cycle_ack_t *a) { return a->orch && a->rc == 0; }
 
 int dx__pg_ack_orchs_send(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n,
-                          PGresult **res) {
+                          PGresult **res, size_t *used) {
   pg_arr_t v[B__N];
   qp_t q;
-  size_t i;
+  size_t i, bytes = 0;
   int64_t k = 0;
   int rc = 0, j;
   *res = NULL;
+  *used = n;
   for (i = 0; i < n; i++) k += orch_sent(&acks[i]);
   if (k == 0) return 0;
   for (j = 0; j < B__N; j++) dx__arr_init(&v[j], ack_arr_oid[j]);
-  for (i = 0, k = 0; i < n; i++)
-    if (orch_sent(&acks[i])) ack_append(now, acks[i].orch, ++k, v);
+  for (i = 0, k = 0; i < n; i++) {
+    if (!orch_sent(&acks[i])) continue;
+    if (k && bytes >= dx__pg_ack_call_bytes) break; /* the rest: another call */
+    ack_append(now, acks[i].orch, ++k, v);
+    for (j = 0, bytes = 0; j < B__N; j++) bytes += v[j].len;
+  }
+  *used = i;
   for (j = 0; j < B__N && !rc; j++) rc = dx__arr_done(&v[j], t->err);
   if (!rc) {
     dx__qp_init(&q);
@@ -739,9 +745,10 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   dx_cycle_ack_t one;
   PGresult *res = NULL;
   int rc;
+  size_t used;
   memset(&one, 0, sizeof one);
-  one.orch = (dx_orch_ack_t *)a;
-  if ((rc = dx__pg_ack_orchs_send(t, now, &one, 1, &res)) || (rc = dx__pg_qwait(t))) {
+  one.orch = a;
+  if ((rc = dx__pg_ack_orchs_send(t, now, &one, 1, &res, &used)) || (rc = dx__pg_qwait(t))) {
     PQclear(res);
     return rc;
   }

@@ -482,7 +482,7 @@ static const char MIGRATION_8[] =
 ** [, r_sid, r_owner, r_c]) with the codes of migration 2/6 (0 ok, 1 not locked with that token,
 ** 2 expired, 3 duplicate event r_a, 4 fenced). A refused ack writes nothing. Per ack, one call
 ** of migration 7's functions cost ~10 statements and 5 nested calls (pg_stat_statements, track =
-** all: 0.15 ms a turn); per cycle this is ~18 statements for all of them. Instances are locked
+** all: 0.15 ms a turn); per cycle this is about 15 statements for all of them. Instances are locked
 ** in id order. An instance acked twice in one call: the first that holds the lock wins, the
 ** others find it released (1, as one call after another would). The execution row is written
 ** when the execution is new or ends (a running one's row does not change). The ack functions

@@ -605,22 +605,24 @@ static int work_sent(const dx_cycle_ack_t *a) { return !a->orch && a->rc == 0; }
 /* Queue the worker-item acks as one call of dx_ack_works (each row must be locked with its
 ** token and live; its completion, which may be NULL, is queued with the delete). */
 int dx__pg_ack_works_send(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n,
-                          PGresult **res) {
+                          PGresult **res, size_t *used) {
   pg_arr_t tok, inst, item;
   size_t i, k = 0;
   int rc = 0, notify = 0;
   qp_t q;
   *res = NULL;
+  *used = n;
   for (i = 0; i < n; i++) k += work_sent(&acks[i]);
   if (k == 0) return 0;
   dx__arr_init(&tok, PG_OID_INT8);
   dx__arr_init(&inst, PG_OID_TEXT);
   dx__arr_init(&item, PG_OID_BYTEA);
-  for (i = 0; i < n; i++) {
+  for (i = 0, k = 0; i < n; i++) {
     const dx_work_item_t *c = acks[i].completion;
     char *buf = NULL;
     size_t len = 0;
     if (!work_sent(&acks[i])) continue;
+    if (k++ && tok.len + inst.len + item.len >= dx__pg_ack_call_bytes) break; /* another call */
     dx__arr_i64(&tok, (int64_t)acks[i].work_token);
     dx__arr_str(&inst, c ? c->instance : NULL);
     if (c && dx__work_item_encode(c, &buf, &len)) item.oom = 1;
@@ -628,6 +630,7 @@ int dx__pg_ack_works_send(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n,
     free(buf);
     notify |= c != NULL;
   }
+  *used = i;
   if ((rc = dx__arr_done(&tok, t->err)) || (rc = dx__arr_done(&inst, t->err)) ||
       (rc = dx__arr_done(&item, t->err))) {
     rc = dx__pg_tx_poison(t, rc);
@@ -692,12 +695,13 @@ void dx__pg_ack_works_take(tx_t *t, int64_t now, dx_cycle_ack_t *acks, size_t n,
 static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion) {
   dx_cycle_ack_t one;
   PGresult *res = NULL;
+  size_t used;
   int rc;
   if (token == 0) return row_read(t, token, NULL, &(row_t){0});
   memset(&one, 0, sizeof one);
   one.work_token = token;
   one.completion = completion;
-  if ((rc = dx__pg_ack_works_send(t, now, &one, 1, &res)) || (rc = dx__pg_qwait(t))) {
+  if ((rc = dx__pg_ack_works_send(t, now, &one, 1, &res, &used)) || (rc = dx__pg_qwait(t))) {
     PQclear(res);
     return rc;
   }
