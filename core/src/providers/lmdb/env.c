@@ -23,6 +23,7 @@ static int lm_begin(dx_provider_t *pp, dx_error_t *err) {
   p->se->batch_thread = pthread_self();
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 1;
+  p->claims_over[0] = 0;
   return 0;
 }
 
@@ -33,6 +34,7 @@ static MDB_txn *take_batch(lm_t *p) {
   p->se->batch = NULL;
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 0;
+  p->claims_over[0] = 0;
   return txn;
 }
 
