@@ -24,6 +24,7 @@ static int lm_begin(dx_provider_t *pp, dx_error_t *err) {
   p->se->batch_wrote = 0;
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 1;
+  p->claims_over[0] = 0;
   return 0;
 }
 
@@ -34,6 +35,7 @@ static MDB_txn *take_batch(lm_t *p) {
   p->se->batch = NULL;
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 0;
+  p->claims_over[0] = 0;
   return txn;
 }
 

@@ -144,6 +144,11 @@ typedef struct {
   shared_env_t *se;
   int no_sync;
   int in_batch; /* this handle opened the env's batch (begin) */
+  /* In this batch the session claims of this worker id are over (at capacity, or nothing
+  ** claimable): its later fetches skip them. Capacity only grows within a batch and its
+  ** operations come before its fetches; LMDB has one writer, so nothing else changes the
+  ** answer before the next batch asks again. "" = none. */
+  char claims_over[DX_MAX_SESSION_ID_BYTES + 1];
   struct lm_live_s *live; /* worker liveness of this handle (live.c) */
   dx_fetch_filter_t *filter; /* set_fetch_filter (NULL: untagged rows, every instance) */
   dx_history_hint_t hint;    /* set_history_hint (held NULL: none) */

@@ -304,6 +304,11 @@ static int claim_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   return 1;
 }
 
+/* Remember for the rest of the batch that this worker claims nothing more (lm_t.claims_over). */
+static void claims_over(lm_t *lm, const dx_session_cfg_t *cfg) {
+  if (lm->in_batch) snprintf(lm->claims_over, sizeof lm->claims_over, "%s", cfg->worker_id);
+}
+
 /* Oldest due row this worker may take: plain rows (ready, or lock expired), rows of sessions
 ** it owns, and, while it owns fewer than max_sessions live sessions, rows of sessions it may
 ** claim. cfg NULL: plain rows only. */
@@ -326,8 +331,13 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   key_inst(&pre, cfg->worker_id);
   o.prefix_n = pre.n;
   rc = dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, &o);
+  if (rc || (lm->in_batch && strcmp(lm->claims_over, cfg->worker_id) == 0)) {
+    dx__lm_strs_free(&o.idle);
+    return rc;
+  }
   /* at capacity, unless enough of the idle sessions ended: no new claims */
-  if (rc || (o.live >= cfg->max_sessions && o.live - o.idle.n >= cfg->max_sessions)) {
+  if (o.live >= cfg->max_sessions && o.live - o.idle.n >= cfg->max_sessions) {
+    claims_over(lm, cfg);
     dx__lm_strs_free(&o.idle);
     return rc;
   }
@@ -342,6 +352,7 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   /* a claim beats the rows at hand: only now is it worth asking whether sessions ended */
   if (!rc && claim.kind == WC_CLAIM && o.live >= cfg->max_sessions) rc = uncount_ended(t, &o);
   if (!rc && claim.kind == WC_CLAIM && o.live < cfg->max_sessions) *c = claim;
+  else if (!rc && (claim.kind == WC_CLAIM || !c->found)) claims_over(lm, cfg); /* full, or none */
   dx__lm_strs_free(&o.idle);
   return rc;
 }

@@ -684,7 +684,7 @@ int dx__pg_begin(dx_provider_t *pp, dx_error_t *err) {
   c->cycle_done = 0;
   c->in_batch = 1;
   c->batch_rc = 0;
-  c->claim_none = 0;
+  c->claim_none[0] = 0;
   return 0;
 }
 

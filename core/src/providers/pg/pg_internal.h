@@ -57,7 +57,7 @@ typedef struct pg_conn_s {
   ** fetches of the batch skip it. Capacity only grows within a batch and the batch's own
   ** operations come before its fetches, so it can only change by other processes' commits,
   ** whose wake-up starts the next batch (which asks again). */
-  int claim_none;
+  char claim_none[DX_MAX_SESSION_ID_BYTES + 1]; /* that worker id; "" none */
   struct pg_conn_s *next;   /* owner's list */
 } pg_conn_t;
 

@@ -302,8 +302,10 @@ static int reap_send(tx_t *t, int64_t now, const dx_session_cfg_t *cfg) {
   return dx__pg_qsend(t, PQ_WORK_REAP, &q, NULL);
 }
 
-/* 1 when an earlier claim pick of this batch found nothing (pg_conn_t.claim_none). */
-static int claims_over(const tx_t *t) { return t->c->in_batch && t->c->claim_none; }
+/* 1 when an earlier claim pick of this batch found nothing for this worker (claim_none). */
+static int claims_over(const tx_t *t, const dx_session_cfg_t *cfg) {
+  return t->c->in_batch && cfg && strcmp(t->c->claim_none, cfg->worker_id) == 0;
+}
 
 /* Queue one round's picks: plain rows (locked at once, speculatively) and, with sessions,
 ** the oldest owned and claimable session rows (r->claim stays NULL when claims are over for
@@ -339,7 +341,7 @@ static int round_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
   ** the transaction), so the capacity count and the claim cannot interleave */
   if (!(round == 0 && (rc = dx__pg_qsend(t, PQ_LOCK_KEY, &qk, NULL))) &&
       !(rc = plain_send(t, now, lock_ms, k, &r->plain)) &&
-      !(rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)) && !claims_over(t))
+      !(rc = dx__pg_qsend(t, PQ_WORK_PICK_OWNED, &qo, &r->owned)) && !claims_over(t, cfg))
     rc = dx__pg_qsend(t, PQ_WORK_PICK_CLAIM, &qc, &r->claim);
   free(declined); /* the sends copied it */
   return rc;
@@ -376,10 +378,12 @@ int dx__pg_work_presend(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_
 
 /* The oldest session candidate of a round's picks (owned and claim results taken), else
 ** cd->found = 0. */
-static int session_best(tx_t *t, PGresult *owned, PGresult *claim, cand_t *cd) {
+static int session_best(tx_t *t, const dx_session_cfg_t *cfg, PGresult *owned,
+                        PGresult *claim, cand_t *cd) {
   int rc;
   memset(cd, 0, sizeof *cd);
-  if (t->c->in_batch && PQntuples(claim) == 0) t->c->claim_none = 1;
+  if (t->c->in_batch && PQntuples(claim) == 0)
+    snprintf(t->c->claim_none, sizeof t->c->claim_none, "%s", cfg->worker_id);
   rc = consider(t, owned, WC_OWNED, 0, cd);
   if (rc) PQclear(claim);
   else rc = consider(t, claim, WC_CLAIM, 0, cd);
@@ -401,7 +405,7 @@ int dx__pg_work_take_pre(tx_t *t, int64_t now, int64_t lock_ms, const dx_session
   *more = 0;
   memset(&cd, 0, sizeof cd);
   if (cfg && cfg->max_sessions == 0) cfg = NULL;
-  if (!pre->plain || (cfg && (!pre->owned || (!pre->claim && !claims_over(t))))) {
+  if (!pre->plain || (cfg && (!pre->owned || (!pre->claim && !claims_over(t, cfg))))) {
     PQclear(pre->plain);
     PQclear(pre->owned);
     PQclear(pre->claim);
@@ -409,7 +413,7 @@ int dx__pg_work_take_pre(tx_t *t, int64_t now, int64_t lock_ms, const dx_session
     return dx_error_set(t->err, DX_ESTORE, "work fetch: results missing");
   }
   rc = buffer_rows(t, pre->plain, now, lock_ms, cfg);
-  if (!rc && cfg) rc = session_best(t, pre->owned, pre->claim, &cd);
+  if (!rc && cfg) rc = session_best(t, cfg, pre->owned, pre->claim, &cd);
   else if (cfg) {
     PQclear(pre->owned);
     PQclear(pre->claim);
@@ -468,7 +472,7 @@ static int work_fetch(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cf
       break;
     }
     /* the oldest plain row competes with the session candidates */
-    if (!(rc = session_best(t, owned, claim, &cd)) && c->wbuf_n &&
+    if (!(rc = session_best(t, cfg, owned, claim, &cd)) && c->wbuf_n &&
         plain_first(c, c->wrow[0], &cd)) {
       rc = hand_out_row(t, c->wbuf, c->wrow[c->wbuf_next++], out);
       got = 1;
