@@ -150,6 +150,26 @@ static void check_clock_skew(dx_runtime_t *rt, const dx_orch_item_t *item, int64
           rt->worker_id);
 }
 
+/* Queue the fetched item's settlement: the turn's commit (ack), or the item handed back,
+** visible again after delay_ms. */
+static void settle_turn(dx_runtime_t *rt, turn_job_t *job, int ack, int64_t delay_ms,
+                        int ignore_attempt) {
+  job->op.ud = job;
+  job->op.done = turn_committed;
+  if (ack) {
+    job->op.kind = DX_OP_ACK_ORCH;
+    job->op.ack = dx__turn_ack(job->turn);
+    job->acked = 1;
+  } else {
+    job->op.kind = DX_OP_ABANDON_ORCH;
+    job->op.instance = job->item->instance;
+    job->op.token = job->item->lock_token;
+    job->op.delay_ms = delay_ms;
+    job->op.ignore_attempt = ignore_attempt;
+  }
+  dx__store_submit(rt->store, &job->op);
+}
+
 /* The instance's kept turn when it holds exactly the fetched history (a hit), else NULL (a
 ** miss: a stale copy is dropped). A redelivery (attempt > 1) always replays: the poison count
 ** and whatever made the previous delivery fail are the fresh turn's business. */
@@ -199,13 +219,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   if (!kept && item->history_held) {
     /* The store sent only the last event, for a copy this worker no longer has (evicted since
     ** the fetch) or that does not match: fetch again, with the whole history. */
-    job->op.kind = DX_OP_ABANDON_ORCH;
-    job->op.instance = item->instance;
-    job->op.token = item->lock_token;
-    job->op.ignore_attempt = 1;
-    job->op.ud = job;
-    job->op.done = turn_committed;
-    dx__store_submit(rt->store, &job->op);
+    settle_turn(rt, job, 0, 0, 1);
     return;
   }
   dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
@@ -219,24 +233,10 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
     dx__metric_add(rt->metrics, DXM_ORCH_REPLAYED_EVENTS, DXM_NOLABELS,
                    (double)item->history_len);
   }
-  job->op.ud = job;
-  job->op.done = turn_committed;
-  if (!job->turn) {
-    job->op.kind = DX_OP_ABANDON_ORCH;
-    job->op.instance = item->instance;
-    job->op.token = item->lock_token;
-    job->op.delay_ms = 100;
-  } else if (dx__turn_action(job->turn) == DX_TURN_ABANDON) {
-    job->op.kind = DX_OP_ABANDON_ORCH;
-    job->op.instance = item->instance;
-    job->op.token = item->lock_token;
-    job->op.delay_ms = dx__turn_abandon_delay(job->turn);
-  } else {
-    job->op.kind = DX_OP_ACK_ORCH;
-    job->op.ack = dx__turn_ack(job->turn);
-    job->acked = 1;
-  }
-  dx__store_submit(rt->store, &job->op);
+  if (!job->turn) settle_turn(rt, job, 0, 100, 0);
+  else if (dx__turn_action(job->turn) == DX_TURN_ABANDON)
+    settle_turn(rt, job, 0, dx__turn_abandon_delay(job->turn), 0);
+  else settle_turn(rt, job, 1, 0, 0);
 }
 
 /* {===== activity dispatcher =====} */
