@@ -170,6 +170,13 @@ static void settle_turn(dx_runtime_t *rt, turn_job_t *job, int ack, int64_t dela
   dx__store_submit(rt->store, &job->op);
 }
 
+static void cache_missed(dx_runtime_t *rt, const dx_orch_item_t *item, const char *why) {
+  if (!why) return;
+  dx__metric_add(rt->metrics, DXM_OCACHE_MISSES, DXM_LABELS(why), 1);
+  dx__log(DX_LOG_DEBUG, "orchestration cache miss: replaying history", "instance=%s reason=%s",
+          item->instance, why);
+}
+
 /* The instance's kept turn when it holds exactly the fetched history (a hit), else NULL (a
 ** miss: a stale copy is dropped). A redelivery (attempt > 1) always replays: the poison count
 ** and whatever made the previous delivery fail are the fresh turn's business. */
@@ -178,18 +185,11 @@ static dx_turn_t *cached_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   const char *why = NULL;
   if (!rt->ocache) return NULL;
   kept = dx__ocache_take(rt->ocache, item->instance);
-  if (kept && item->attempt_count <= 1 && dx__turn_matches(kept, item)) {
-    dx__metric_add(rt->metrics, DXM_OCACHE_HITS, DXM_NOLABELS, 1);
-    return kept;
-  }
+  if (kept && item->attempt_count <= 1 && dx__turn_matches(kept, item)) return kept;
   if (kept) why = item->attempt_count > 1 ? "retry" : "stale";
   else if (item->history_held) why = "refetch";
   else if (dx__item_continues(item)) why = "absent";
-  if (why) {
-    dx__metric_add(rt->metrics, DXM_OCACHE_MISSES, DXM_LABELS(why), 1);
-    dx__log(DX_LOG_DEBUG, "orchestration cache miss: replaying history", "instance=%s reason=%s",
-            item->instance, why);
-  }
+  cache_missed(rt, item, why);
   dx__turn_free(kept);
   return NULL;
 }
@@ -216,16 +216,23 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   job->item = item;
   cfg.keep = rt->ocache != NULL;
   kept = cached_turn(rt, item);
+  dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
+  t0 = uv_hrtime();
+  if (kept && !(job->turn = dx__turn_continue(kept, item, &cfg))) {
+    cache_missed(rt, item, "code"); /* re-registered: the registered code replays */
+    dx__turn_free(kept);
+    kept = NULL;
+  } else if (kept) {
+    dx__metric_add(rt->metrics, DXM_OCACHE_HITS, DXM_NOLABELS, 1);
+  }
   if (!kept && item->history_held) {
+    dx__watch_leave(rt->loop);
     /* The store sent only the last event, for a copy this worker no longer has (evicted since
     ** the fetch) or that does not match: fetch again, with the whole history. */
     settle_turn(rt, job, 0, 0, 1);
     return;
   }
-  dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
-  t0 = uv_hrtime();
-  job->turn = kept ? dx__turn_continue(kept, item, &cfg)
-                   : dx__turn_run(item, &cfg, rt->host, rt->host_ud);
+  if (!kept) job->turn = dx__turn_run(item, &cfg, rt->host, rt->host_ud);
   dx__metric_observe(rt->metrics, DXM_ORCH_TURN_DURATION, DXM_NOLABELS, dx__seconds_since(t0));
   dx__watch_leave(rt->loop);
   if (dx__item_continues(item) && !kept) {
