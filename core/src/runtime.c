@@ -1100,10 +1100,14 @@ static int cache_holds(void *ud, const char *instance, uint64_t *exec, uint64_t 
   return dx__ocache_holds(ud, instance, exec, n);
 }
 
+static size_t cache_recent(void *ud, size_t max, char **ids, uint64_t *execs, uint64_t *ns) {
+  return dx__ocache_recent(ud, max, ids, execs, ns);
+}
+
 /* Before the store thread exists (the provider is ours alone here). */
 static void cache_open(dx_runtime_t *rt) {
   const dx_provider_methods_t *m = rt->provider->methods;
-  dx_history_hint_t hint = {cache_holds, NULL};
+  dx_history_hint_t hint = {cache_holds, NULL, cache_recent};
   if (rt->opts.orchestration_cache_size <= 0 || rt->host->version < 5 || !rt->host->orch_turn)
     return;
   rt->ocache = dx__ocache_new(rt->opts.orchestration_cache_size, rt->metrics);
