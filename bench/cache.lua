@@ -2,12 +2,12 @@
 -- LUA_CPATH; a durable store in a temp dir). chain: N instances of 10 steps; long: one
 -- instance of N steps (prints the step time of the first and last 10% of steps, from history
 -- timestamps). CACHE: an orchestration_cache_size (0 = off) or "base" (a build without the
--- option). One JSON line with wall time and the process's CPU time (os.clock: every thread).
+-- option). STORE (optional, 4th): a store to use instead of a temp dir (a postgres:// URL). One JSON line with wall time and the process's CPU time (os.clock: every thread).
 --   LUA_CPATH="build/bindings/?.so;;" lua5.4 bench/cache.lua long 5000 64m
 local duroxide = require("duroxide")
 local uv = require("luv")
 local workload, N, cache = arg[1], tonumber(arg[2]), arg[3]
-local store = os.tmpname() .. ".cb"
+local store = arg[4] or (os.tmpname() .. ".cb") -- a postgres:// URL: a fresh schema please
 duroxide.activity("Inc", function(actx, v) return v + 1 end)
 duroxide.orchestration("Chain", function(ctx, steps)
   local v = 0
@@ -48,4 +48,4 @@ print(string.format('{"workload":"%s","n":%d,"cache":"%s","wall_ms":%.0f,"cpu_s"
   workload, N, cache, wall, cpu, cpu * 1000 / count, sum("duroxide_orchestration_cache_hits_total"),
   sum("duroxide_orchestration_replays_total"), extra))
 rt:stop()
-os.execute("rm -rf " .. store)
+if not arg[4] then os.execute("rm -rf " .. store) end
