@@ -254,6 +254,52 @@ describe("orchestration cache", function()
       assert.is_true(m("w1", "duroxide_orchestration_cache_misses_total", { reason = "absent" }) > 0)
     end)
 
+    it("an orchestration registered again runs its new code, as a replay would", function()
+      local function register_waits(out)
+        env:register_orchestration("Swapped", function(ctx)
+          ctx:schedule_wait("go"):await()
+          return out
+        end)
+      end
+      register_waits("old")
+      env:start("swap", "Swapped")
+      env:run_until_idle()
+      assert.are.equal(1, m("w1", "duroxide_orchestration_cache_entries"))
+      register_waits("new")
+      env:raise_event("swap", "go", 1)
+      local st = env:run_until_complete("swap")
+      assert.are.equal("new", st.output)
+      assert.are.equal(1, m("w1", "duroxide_orchestration_cache_misses_total", { reason = "code" }))
+    end)
+
+    it("a store that sent only the last event of a history that is not the cached one: " ..
+       "fetched again whole", function()
+      env:register_orchestration("Twice", function(ctx)
+        local a = ctx:schedule_wait("go"):await()
+        return { a, ctx:schedule_wait("go"):await() }
+      end)
+      env:start("re", "Twice")
+      env:run_until_idle() -- w1 holds "re": OrchestrationStarted, ExternalSubscribed
+      local w1 = env.workers.w1.rt
+      w1:_stall(true)
+      env:add_worker("w2")
+      assert(env.client:delete("re", { force = true }))
+      env:advance(1000)
+      env:start("re", "Twice") -- the same id again, as long a history, other events
+      env:run_until_idle()
+      env:shutdown_worker("w2")
+      w1:_stall(false)
+      env:raise_event("re", "go", 1)
+      env:raise_event("re", "go", 2)
+      local st = env:run_until_complete("re")
+      assert.are.equal("Completed", st.status)
+      assert.are.same({ 1, 2 }, st.output)
+      -- the fetch sent the last event only (w1's hint matched the length); its copy differed
+      assert.are.equal(1, m("w1", "duroxide_orchestration_cache_misses_total", { reason = "stale" }))
+      assert.are.equal(1, m("w1", "duroxide_orchestration_cache_misses_total", { reason = "absent" }))
+      assert.are.equal(1, m("w1", "duroxide_orchestration_turns_total", { outcome = "abandoned" }))
+    end)
+
     it("refuses a bad size naming the option", function()
       local ok, err = pcall(testing.env, { options = { orchestration_cache_size = "lots" } })
       assert.is_false(ok)

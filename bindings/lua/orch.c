@@ -41,6 +41,7 @@ struct orch_inst_s {
   int64_t ran_ms;             /* time spent in resumes this turn, against budget.time_limit_ms */
   int64_t heap;               /* Lua heap growth while this instance ran (its size estimate) */
   int info_ref, env_ref; /* sandbox: the function's _ENV carrier, this instance's globals */
+  int fn_ref;            /* the registered function it runs (a kept instance checks it) */
   dx_turn_t *t;
   const char *name, *version, *input;
 };
@@ -89,6 +90,8 @@ static int start_impl(lua_State *L) {
   if (lua_getfield(L, -1, inst->version) != LUA_TFUNCTION)
     return luaL_error(L, "orchestration %s version %s is not registered", inst->name,
                       inst->version);
+  lua_pushvalue(L, -1);
+  inst->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   dxl_sandbox_new_env(L, -1, &inst->info_ref, &inst->env_ref);
   inst->co = lua_newthread(L);
   inst->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -147,7 +150,7 @@ static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *
   if (inst->budget.limit <= 0) inst->budget.limit = S->opts.turn_instruction_budget;
   inst->budget.time_limit_ms = dx_turn_time_limit(t); /* 0 outside a runtime: none */
   dxl_budget_start_memory(S, &inst->budget, DXL_TURN_MEMORY_LIMIT); /* for the whole turn */
-  inst->co_ref = inst->box_ref = inst->info_ref = inst->env_ref = LUA_NOREF;
+  inst->co_ref = inst->box_ref = inst->info_ref = inst->env_ref = inst->fn_ref = LUA_NOREF;
   lua_pushcfunction(L, start_impl);
   lua_pushlightuserdata(L, inst);
   int64_t h0 = heap_now(S);
@@ -250,13 +253,32 @@ static int h_orch_resume(void *host, void *vinst, dx_turn_t *t) {
   return out;
 }
 
-/* A kept instance starts its next turn: the budgets a new instance's turn would get. */
-static void h_orch_turn(void *host, void *vinst, dx_turn_t *t) {
+/* 1 when the function registered for the instance's orchestration and version is still the
+** one it runs (duroxide.orchestration may register a name again). */
+static int still_registered(dxl_state_t *S, orch_inst_t *inst) {
+  lua_State *L = S->L;
+  int same = 0;
+  if (!lua_checkstack(L, 4)) return 0;
+  if (lookup_versions(L, S, inst->name)) {
+    lua_getfield(L, -1, "versions");
+    lua_getfield(L, -1, inst->version);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, inst->fn_ref);
+    same = lua_rawequal(L, -1, -2);
+    lua_pop(L, 3);
+  }
+  lua_pop(L, 1);
+  return same;
+}
+
+/* A kept instance starts its next turn: the budgets a new instance's turn would get (1 when
+** its code was registered again: it must not go on). t NULL: it waits for its next turn. */
+static int h_orch_turn(void *host, void *vinst, dx_turn_t *t) {
   dxl_state_t *S = host;
   orch_inst_t *inst = vinst;
+  if (t && !still_registered(S, inst)) return 1;
   inst->t = t;
   if (inst->box) inst->box->t = t;
-  if (!t) return;
+  if (!t) return 0;
   inst->budget.used = 0;
   inst->budget.hit = 0;
   atomic_store(&inst->budget.timed_out, 0);
@@ -265,6 +287,7 @@ static void h_orch_turn(void *host, void *vinst, dx_turn_t *t) {
   if (inst->budget.limit <= 0) inst->budget.limit = S->opts.turn_instruction_budget;
   inst->budget.time_limit_ms = dx_turn_time_limit(t);
   dxl_budget_start_memory(S, &inst->budget, DXL_TURN_MEMORY_LIMIT);
+  return 0;
 }
 
 static size_t h_orch_size(void *host, void *vinst) {
@@ -296,6 +319,7 @@ static void h_orch_free(void *host, void *vinst) {
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->box_ref);
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->info_ref);
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->env_ref);
+  luaL_unref(S->L, LUA_REGISTRYINDEX, inst->fn_ref);
   free(inst);
 }
 

@@ -93,7 +93,9 @@ typedef struct dx_runtime_s dx_runtime_t;
 typedef void (*dx_runtime_stop_cb)(dx_runtime_t *rt, void *ud);
 
 /** Create a runtime on `loop` over provider `p` (borrowed; must outlive the runtime) running
-**  code through `host`. The runtime is idle until dx_runtime_start. *out owned by caller. */
+**  code through `host`. The runtime is idle until dx_runtime_start. *out owned by caller.
+**  While it runs, the runtime is the only user of the handle `p`: it sets the handle's fetch
+**  filter and history hint (open one handle per runtime). */
 int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
                    const dx_options_t *opts, const dx_host_methods_t *host, void *host_ud,
                    dx_error_t *err);

@@ -61,7 +61,8 @@ static const def_t defs[DXM__COUNT] = {
   [DXM_OCACHE_MISSES] = {"duroxide_orchestration_cache_misses_total", COUNTER,
     "Turns of a started execution that replayed history (reason: absent = not cached or "
     "evicted, stale = the store's history differs: another worker turned it, retry = a "
-    "redelivery, refetch = evicted after the store sent only its last event: fetched again)",
+    "redelivery, refetch = evicted after the store sent only its last event: fetched again, "
+    "code = its orchestration was registered again with other code)",
     {"reason"}},
   [DXM_OCACHE_EVICTIONS] = {"duroxide_orchestration_cache_evictions_total", COUNTER,
     "Cached orchestrations evicted to stay within orchestration_cache_size", {NULL}},

@@ -72,8 +72,8 @@ static dx_turn_t *remove_entry(dx_ocache_t *c, entry_t *e) {
   dx_turn_t *t = e->turn;
   uv_mutex_lock(&c->mu);
   *slot_of(c, e->key, e->hash) = e->hnext;
-  uv_mutex_unlock(&c->mu);
   lru_unlink(c, e);
+  uv_mutex_unlock(&c->mu);
   c->count--;
   c->bytes -= e->bytes;
   free(e);
@@ -136,11 +136,11 @@ void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t) {
   pp = &c->buckets[h & (c->nb - 1)];
   e->hnext = *pp;
   *pp = e;
-  uv_mutex_unlock(&c->mu);
   e->older = c->newest;
   if (c->newest) c->newest->newer = e;
   c->newest = e;
   if (!c->oldest) c->oldest = e;
+  uv_mutex_unlock(&c->mu);
   c->count++;
   c->bytes += bytes;
   dx__turn_free(old);
@@ -163,6 +163,20 @@ int dx__ocache_holds(dx_ocache_t *c, const char *instance, uint64_t *execution_i
   }
   uv_mutex_unlock(&c->mu);
   return held;
+}
+
+size_t dx__ocache_recent(dx_ocache_t *c, size_t max, char **ids, uint64_t *execution_ids,
+                         uint64_t *n_events) {
+  entry_t *e;
+  size_t n = 0;
+  uv_mutex_lock(&c->mu);
+  for (e = c->newest; e && n < max; e = e->older) {
+    if (!(ids[n] = dx__strdup(e->key))) break;
+    execution_ids[n] = e->exec;
+    n_events[n++] = e->n_events;
+  }
+  uv_mutex_unlock(&c->mu);
+  return n;
 }
 
 size_t dx__ocache_count(const dx_ocache_t *c) { return c ? c->count : 0; }

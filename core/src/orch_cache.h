@@ -5,8 +5,9 @@
 ** The loop thread takes a kept turn out for the instance's next turn and puts it back once
 ** that turn's commit was applied; a turn out of the cache (running, or its commit in flight)
 ** is not in it, so what the cache holds always matches a committed history. The store thread
-** asks dx__ocache_holds while fetching (the provider's history hint): that is the one call
-** from another thread, under the cache's mutex.
+** asks dx__ocache_holds and dx__ocache_recent while fetching (the provider's history hint):
+** those are the calls from another thread, under the cache's mutex (which also guards every
+** change to the table and the recency list).
 */
 #ifndef DX_ORCH_CACHE_H
 #define DX_ORCH_CACHE_H
@@ -32,6 +33,10 @@ void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t);
 ** events held; 0 otherwise. */
 int dx__ocache_holds(dx_ocache_t *c, const char *instance, uint64_t *execution_id,
                      uint64_t *n_events);
+/* Any thread: up to max held instances, most recently used first (ids malloc'd copies);
+** returns how many (fewer when out of memory). */
+size_t dx__ocache_recent(dx_ocache_t *c, size_t max, char **ids, uint64_t *execution_ids,
+                         uint64_t *n_events);
 /* Kept turns and their bytes (as charged against the budget). */
 size_t dx__ocache_count(const dx_ocache_t *c);
 int64_t dx__ocache_bytes(const dx_ocache_t *c);

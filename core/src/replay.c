@@ -1283,8 +1283,6 @@ static void run_code(dx_turn_t *t, uint64_t first, uint64_t end) {
     t->cursor = 1;
     resume(t);
     id = 2;
-  } else if (t->host->version >= 5 && t->host->orch_turn) {
-    t->host->orch_turn(t->host_ud, t->inst, t); /* a new turn: fresh budgets */
   }
   for (; id < end && !t->fatal; id++) {
     t->cursor = id;
@@ -1545,7 +1543,8 @@ int dx__turn_keep(dx_turn_t *t, dx_orch_item_t *item) {
 
 dx_turn_t *dx__turn_continue(dx_turn_t *t, const dx_orch_item_t *item, const dx_turn_cfg_t *cfg) {
   t->item = item;
-  t->cfg = cfg;
+  t->cfg = cfg; /* the host reads the turn's budgets */
+  if (t->host->orch_turn(t->host_ud, t->inst, t) != 0) return NULL; /* its code was replaced */
   t->action = DX_TURN_ACK;
   t->abandon_delay_ms = 0;
   run_batch(t);

@@ -46,7 +46,9 @@ int dx__turn_keepable(const dx_turn_t *t);
 int dx__turn_keep(dx_turn_t *t, dx_orch_item_t *item);
 /* The next turn of a kept instance on `item` (its history must be what t holds): converts
 ** the messages, feeds them to the live code, builds the commit. Returns t (the same object,
-** as dx__turn_run would return a new one): settle it, then keep it again or free it. */
+** as dx__turn_run would return a new one): settle it, then keep it again or free it. NULL,
+** with t untouched (free it), when the host no longer runs that code (re-registered): the
+** item then needs a fresh turn. */
 dx_turn_t *dx__turn_continue(dx_turn_t *t, const dx_orch_item_t *item, const dx_turn_cfg_t *cfg);
 /* 1 when the item's history is of an execution still running (its turn replays it unless
 ** cached), 0 for a new instance or the first turn after continue-as-new. */

@@ -150,6 +150,33 @@ static void check_clock_skew(dx_runtime_t *rt, const dx_orch_item_t *item, int64
           rt->worker_id);
 }
 
+/* Queue the fetched item's settlement: the turn's commit (ack), or the item handed back,
+** visible again after delay_ms. */
+static void settle_turn(dx_runtime_t *rt, turn_job_t *job, int ack, int64_t delay_ms,
+                        int ignore_attempt) {
+  job->op.ud = job;
+  job->op.done = turn_committed;
+  if (ack) {
+    job->op.kind = DX_OP_ACK_ORCH;
+    job->op.ack = dx__turn_ack(job->turn);
+    job->acked = 1;
+  } else {
+    job->op.kind = DX_OP_ABANDON_ORCH;
+    job->op.instance = job->item->instance;
+    job->op.token = job->item->lock_token;
+    job->op.delay_ms = delay_ms;
+    job->op.ignore_attempt = ignore_attempt;
+  }
+  dx__store_submit(rt->store, &job->op);
+}
+
+static void cache_missed(dx_runtime_t *rt, const dx_orch_item_t *item, const char *why) {
+  if (!why) return;
+  dx__metric_add(rt->metrics, DXM_OCACHE_MISSES, DXM_LABELS(why), 1);
+  dx__log(DX_LOG_DEBUG, "orchestration cache miss: replaying history", "instance=%s reason=%s",
+          item->instance, why);
+}
+
 /* The instance's kept turn when it holds exactly the fetched history (a hit), else NULL (a
 ** miss: a stale copy is dropped). A redelivery (attempt > 1) always replays: the poison count
 ** and whatever made the previous delivery fail are the fresh turn's business. */
@@ -158,18 +185,11 @@ static dx_turn_t *cached_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   const char *why = NULL;
   if (!rt->ocache) return NULL;
   kept = dx__ocache_take(rt->ocache, item->instance);
-  if (kept && item->attempt_count <= 1 && dx__turn_matches(kept, item)) {
-    dx__metric_add(rt->metrics, DXM_OCACHE_HITS, DXM_NOLABELS, 1);
-    return kept;
-  }
+  if (kept && item->attempt_count <= 1 && dx__turn_matches(kept, item)) return kept;
   if (kept) why = item->attempt_count > 1 ? "retry" : "stale";
   else if (item->history_held) why = "refetch";
   else if (dx__item_continues(item)) why = "absent";
-  if (why) {
-    dx__metric_add(rt->metrics, DXM_OCACHE_MISSES, DXM_LABELS(why), 1);
-    dx__log(DX_LOG_DEBUG, "orchestration cache miss: replaying history", "instance=%s reason=%s",
-            item->instance, why);
-  }
+  cache_missed(rt, item, why);
   dx__turn_free(kept);
   return NULL;
 }
@@ -196,22 +216,23 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   job->item = item;
   cfg.keep = rt->ocache != NULL;
   kept = cached_turn(rt, item);
-  if (!kept && item->history_held) {
-    /* The store sent only the last event, for a copy this worker no longer has (evicted since
-    ** the fetch) or that does not match: fetch again, with the whole history. */
-    job->op.kind = DX_OP_ABANDON_ORCH;
-    job->op.instance = item->instance;
-    job->op.token = item->lock_token;
-    job->op.ignore_attempt = 1;
-    job->op.ud = job;
-    job->op.done = turn_committed;
-    dx__store_submit(rt->store, &job->op);
-    return;
-  }
   dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
   t0 = uv_hrtime();
-  job->turn = kept ? dx__turn_continue(kept, item, &cfg)
-                   : dx__turn_run(item, &cfg, rt->host, rt->host_ud);
+  if (kept && !(job->turn = dx__turn_continue(kept, item, &cfg))) {
+    cache_missed(rt, item, "code"); /* re-registered: the registered code replays */
+    dx__turn_free(kept);
+    kept = NULL;
+  } else if (kept) {
+    dx__metric_add(rt->metrics, DXM_OCACHE_HITS, DXM_NOLABELS, 1);
+  }
+  if (!kept && item->history_held) {
+    dx__watch_leave(rt->loop);
+    /* The store sent only the last event, for a copy this worker no longer has (evicted since
+    ** the fetch) or that does not match: fetch again, with the whole history. */
+    settle_turn(rt, job, 0, 0, 1);
+    return;
+  }
+  if (!kept) job->turn = dx__turn_run(item, &cfg, rt->host, rt->host_ud);
   dx__metric_observe(rt->metrics, DXM_ORCH_TURN_DURATION, DXM_NOLABELS, dx__seconds_since(t0));
   dx__watch_leave(rt->loop);
   if (dx__item_continues(item) && !kept) {
@@ -219,24 +240,10 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
     dx__metric_add(rt->metrics, DXM_ORCH_REPLAYED_EVENTS, DXM_NOLABELS,
                    (double)item->history_len);
   }
-  job->op.ud = job;
-  job->op.done = turn_committed;
-  if (!job->turn) {
-    job->op.kind = DX_OP_ABANDON_ORCH;
-    job->op.instance = item->instance;
-    job->op.token = item->lock_token;
-    job->op.delay_ms = 100;
-  } else if (dx__turn_action(job->turn) == DX_TURN_ABANDON) {
-    job->op.kind = DX_OP_ABANDON_ORCH;
-    job->op.instance = item->instance;
-    job->op.token = item->lock_token;
-    job->op.delay_ms = dx__turn_abandon_delay(job->turn);
-  } else {
-    job->op.kind = DX_OP_ACK_ORCH;
-    job->op.ack = dx__turn_ack(job->turn);
-    job->acked = 1;
-  }
-  dx__store_submit(rt->store, &job->op);
+  if (!job->turn) settle_turn(rt, job, 0, 100, 0);
+  else if (dx__turn_action(job->turn) == DX_TURN_ABANDON)
+    settle_turn(rt, job, 0, dx__turn_abandon_delay(job->turn), 0);
+  else settle_turn(rt, job, 1, 0, 0);
 }
 
 /* {===== activity dispatcher =====} */
@@ -1093,10 +1100,14 @@ static int cache_holds(void *ud, const char *instance, uint64_t *exec, uint64_t 
   return dx__ocache_holds(ud, instance, exec, n);
 }
 
+static size_t cache_recent(void *ud, size_t max, char **ids, uint64_t *execs, uint64_t *ns) {
+  return dx__ocache_recent(ud, max, ids, execs, ns);
+}
+
 /* Before the store thread exists (the provider is ours alone here). */
 static void cache_open(dx_runtime_t *rt) {
   const dx_provider_methods_t *m = rt->provider->methods;
-  dx_history_hint_t hint = {cache_holds, NULL};
+  dx_history_hint_t hint = {cache_holds, NULL, cache_recent};
   if (rt->opts.orchestration_cache_size <= 0 || rt->host->version < 5 || !rt->host->orch_turn)
     return;
   rt->ocache = dx__ocache_new(rt->opts.orchestration_cache_size, rt->metrics);

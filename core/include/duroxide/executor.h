@@ -188,11 +188,14 @@ typedef struct dx_host_methods_s {
   /* methods above are version 4 */
   /** Orchestration cache (version 5; both may be NULL: the runtime then never keeps code
   **  alive between turns). orch_turn: a kept instance `inst` (suspended where its previous
-  **  turn left it) starts a new turn on `t`: give it the fresh per-turn budgets a new instance
-  **  would get; t NULL: the turn ended and `inst` is kept suspended (its ctx must fail cleanly
-  **  until the next turn, as a finished turn's does). orch_size: bytes the instance's code holds in the host (an honest estimate:
-  **  the host's allocator growth while it ran), for the cache's memory budget. */
-  void (*orch_turn)(void *host, void *inst, dx_turn_t *t);
+  **  turn left it) starts a new turn on `t`: 0, after giving it the fresh per-turn budgets a
+  **  new instance would get; non-zero when the code registered for its orchestration and
+  **  version is no longer the code it runs (re-registered): the runtime then frees it and
+  **  replays the history on the registered code. t NULL: the turn ended and `inst` is kept
+  **  suspended (its ctx must fail cleanly until the next turn, as a finished turn's does).
+  **  orch_size: bytes the instance's code holds in the host (an honest estimate: the host's
+  **  allocator growth while it ran), for the cache's memory budget. */
+  int (*orch_turn)(void *host, void *inst, dx_turn_t *t);
   size_t (*orch_size)(void *host, void *inst);
   /* methods above are version 5 */
 } dx_host_methods_t;

@@ -439,6 +439,12 @@ typedef int (*dx_worker_cb)(void *ud, const dx_worker_info_t *w);
 typedef struct dx_history_hint_s {
   int (*held)(void *ud, const char *instance, uint64_t *execution_id, uint64_t *n_events);
   void *ud;
+  /** May be NULL. For a provider that names the histories it skips before it knows which
+  **  instances a fetch locks (one statement locks and reads them: PostgreSQL): up to `max`
+  **  held histories, most recently used first, into ids (malloc'd copies the provider frees),
+  **  execution_ids and n_events; returns how many. */
+  size_t (*recent)(void *ud, size_t max, char **ids, uint64_t *execution_ids,
+                   uint64_t *n_events);
 } dx_history_hint_t;
 
 /* {===== provider vtable =====} */
@@ -730,7 +736,9 @@ typedef struct dx_provider_methods_s {
   **  > 0 events of the instance's latest execution and the store's execution has exactly N,
   **  the item carries history_held = N and only the last event (so the caller can check it is
   **  the one it holds) instead of the whole history. Any other answer, or none: the whole
-  **  history as always. DX_OK. */
+  **  history as always. A provider may also use `recent` (asked before the fetch): an item
+  **  whose history it skipped that way carries history_held even if held() has changed its
+  **  answer since (never a cut history without history_held). DX_OK. */
   int (*set_history_hint)(dx_provider_t *p, const dx_history_hint_t *hint, dx_error_t *err);
   /* members above are version 11 */
 } dx_provider_methods_t;

@@ -266,11 +266,13 @@ static int decode_msgs(tx_t *t, const PGresult *res, int r0, int n, dx_orch_item
   return 0;
 }
 
-/* The caller holds exactly the hn history rows at h0 (set_history_hint). The rows still
-** come in the fetch's one round trip; what is saved is decoding them and handing them over. */
+/* The caller holds exactly the history at rows h0.. (set_history_hint): the statement sent
+** only its last event (the history of rows does not start at event 1), or held() says so now
+** of the whole history sent (then only the last is decoded). */
 static int held_whole(tx_t *t, const dx_orch_item_t *it, const PGresult *res, int h0, int hn) {
   const dx_history_hint_t *h = &t->p->hint;
   uint64_t exec, n;
+  if (hn > 0 && dx__col_i64(res, h0, F_ID) > 1) return 1; /* cut by the statement: $7..$9 */
   return h->held && hn > 0 && h->held(h->ud, it->instance, &exec, &n) &&
          exec == it->execution_id && n == (uint64_t)hn &&
          (uint64_t)dx__col_i64(res, h0 + hn - 1, F_ID) == n;
@@ -428,6 +430,44 @@ fail:
   return rc;
 }
 
+/* ORCH_FETCH with its last three parameters: the histories the caller holds ($7 instance
+** ids, $8 executions, $9 numbers of events; NULL without a hint), so the statement sends only
+** the last event of a held history that the store holds exactly. libpq copies the parameters
+** when it queues the statement: the arrays go right after. */
+#define HINT_MAX 128
+static int send_with_hint(tx_t *t, qp_t *q, PGresult **res) {
+  const dx_history_hint_t *h = &t->p->hint;
+  char *ids[HINT_MAX];
+  uint64_t execs[HINT_MAX], ns[HINT_MAX];
+  pg_arr_t a_ids, a_execs, a_ns;
+  size_t n = h->recent ? h->recent(h->ud, HINT_MAX, ids, execs, ns) : 0, i;
+  int rc;
+  dx__arr_init(&a_ids, PG_OID_TEXT);
+  dx__arr_init(&a_execs, PG_OID_INT8);
+  dx__arr_init(&a_ns, PG_OID_INT8);
+  for (i = 0; i < n; i++) {
+    dx__arr_str(&a_ids, ids[i]);
+    dx__arr_i64(&a_execs, (int64_t)execs[i]);
+    dx__arr_i64(&a_ns, (int64_t)ns[i]);
+    free(ids[i]);
+  }
+  if (n && !dx__arr_done(&a_ids, t->err) && !dx__arr_done(&a_execs, t->err) &&
+      !dx__arr_done(&a_ns, t->err)) {
+    dx__qp_arr(q, &a_ids);
+    dx__qp_arr(q, &a_execs);
+    dx__qp_arr(q, &a_ns);
+  } else { /* no hint (or no memory for it: the whole histories come) */
+    dx__qp_str(q, NULL);
+    dx__qp_str(q, NULL);
+    dx__qp_str(q, NULL);
+  }
+  rc = dx__pg_qsend(t, PQ_ORCH_FETCH, q, res);
+  dx__arr_free(&a_ids);
+  dx__arr_free(&a_execs);
+  dx__arr_free(&a_ns);
+  return rc;
+}
+
 /* Queue ORCH_FETCH for up to k due instances (with liveness: this handle's lock held, and
 ** instances of dead lockers swept first); *res is filled at the next wait. */
 int dx__pg_orch_fetch_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresult **res) {
@@ -450,7 +490,7 @@ int dx__pg_orch_fetch_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresul
   dx__qp_str(&q, t->p->liveness ? t->p->proc_tag : NULL);
   dx__qp_str(&q, t->p->cap_names); /* NULL: every instance */
   dx__qp_str(&q, t->p->cap_versions);
-  return dx__pg_qsend(t, PQ_ORCH_FETCH, &q, res);
+  return send_with_hint(t, &q, res);
 }
 
 /* The instances ORCH_FETCH locked (res taken), oldest due first, into the connection's buffer

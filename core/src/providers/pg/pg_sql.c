@@ -824,7 +824,8 @@ static const char *const SQL[PQ__COUNT] = {
     ** key-value entries (t 4). Columns:
     ** due, instance, t, id (token/seq/exec/event id), attempt, name, version, bytes.
     ** With capabilities ($5 names, $6 versions; NULL: any), only instances this worker can
-    ** run: the orchestration its first visible start asks for, else the instance's own. */
+    ** run: the orchestration its first visible start asks for, else the instance's own.
+    ** $7..$9: histories the caller holds (instance, execution, events; NULL: none). */
     "WITH c AS (SELECT q.instance_id, q.due_at FROM orch_queue q"
     CAN_RUN_JOIN("$1::bigint", "$5::text[]")
     " WHERE q.due_at <= $1::bigint AND" CAN_RUN("$5::text[]", "$6::text[]")
@@ -845,9 +846,18 @@ static const char *const SQL[PQ__COUNT] = {
     " UNION ALL SELECT u.due_at, u.instance_id, 2, i.current_exec, 0, i.name, i.version, NULL"
     " FROM u CROSS JOIN LATERAL (SELECT * FROM instances x WHERE x.instance_id = u.instance_id) i"
     " UNION ALL SELECT u.due_at, u.instance_id, 3, h.event_id, 0, NULL, NULL, h.rec"
-    " FROM u CROSS JOIN LATERAL (SELECT * FROM history y WHERE y.instance_id = u.instance_id"
-    " AND y.exec = COALESCE((SELECT x.current_exec FROM instances x"
-    " WHERE x.instance_id = u.instance_id), 1)) h"
+    " FROM u CROSS JOIN LATERAL (SELECT COALESCE((SELECT x.current_exec FROM instances x"
+    " WHERE x.instance_id = u.instance_id), 1) AS e) ce"
+    /* the caller holds the first n events ($7..$9, set_history_hint) and the store has exactly
+    ** n: only event n goes */
+    " CROSS JOIN LATERAL (SELECT COALESCE((SELECT k.n FROM unnest($7::text[], $8::bigint[],"
+    " $9::bigint[]) k(i, e, n) WHERE k.i = u.instance_id AND k.e = ce.e AND k.n > 0"
+    " AND EXISTS (SELECT 1 FROM history z WHERE z.instance_id = u.instance_id"
+    " AND z.exec = ce.e AND z.event_id = k.n) AND NOT EXISTS (SELECT 1 FROM history z"
+    " WHERE z.instance_id = u.instance_id AND z.exec = ce.e AND z.event_id = k.n + 1)"
+    " LIMIT 1), 0) AS held) hh"
+    " CROSS JOIN LATERAL (SELECT * FROM history y WHERE y.instance_id = u.instance_id"
+    " AND y.exec = ce.e AND y.event_id >= hh.held) h"
     /* (t 4) its committed key-value state: id = updated_at, name = key, version = value */
     " UNION ALL SELECT u.due_at, u.instance_id, 4, k.updated_at, 0, k.key, k.value, NULL"
     " FROM u CROSS JOIN LATERAL (SELECT * FROM kv z WHERE z.instance_id = u.instance_id) k"
