@@ -289,8 +289,9 @@ local function list_bench()
     end)
   end
   local describe_ms = time_us(function() assert(client:describe("l-" .. n)) end)
-  -- a backlog of starts no worker has run yet (n/5, the runtime is not pumped meanwhile): the
-  -- first page and the Pending filter read only a page of it
+  -- a backlog of starts no worker has run yet (n/5; the worker is stopped first, so nothing
+  -- fetches them meanwhile): the first page and the Pending filter read only a page of it
+  if rt then rt:stop(); rt = nil end
   local backlog, queued, pending = n // 5, {}, {}
   for base = 0, backlog - 1, chunk do
     local batch = {}

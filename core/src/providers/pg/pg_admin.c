@@ -13,8 +13,8 @@
 
 /* {===== list_page =====} */
 
-/* One batch of queued-never-run candidates: START messages of instances without a record,
-** newest first, before seq `before`, at most `want`. *last_seq: the seq of the batch's last
+/* One batch of queued-never-run candidates: of the `want` newest START messages before seq
+** `before`, those of instances without a record. *last_seq: the seq of the batch's last
 ** message when the batch was full (0: nothing older is left). */
 static int queued_batch(tx_t *t, const dx_list_query_t *q, uint64_t before, size_t want,
                         dx__list_cand_t **out, size_t *n, uint64_t *last_seq) {
@@ -27,9 +27,9 @@ static int queued_batch(tx_t *t, const dx_list_query_t *q, uint64_t before, size
   *last_seq = 0;
   dx__qp_init(&qp);
   dx__qp_i64(&qp, before > INT64_MAX ? INT64_MAX : (int64_t)before);
-  dx__qp_str(&qp, q->name);
   dx__qp_i64(&qp, (int64_t)want);
-  if ((rc = dx__pg_q(t, PQ_ADM_QUEUED, &qp, &res))) return rc;
+  if (q->name) dx__qp_str(&qp, q->name);
+  if ((rc = dx__pg_q(t, q->name ? PQ_ADM_QUEUED_N : PQ_ADM_QUEUED, &qp, &res))) return rc;
   rows = PQntuples(res);
   if (!(v = calloc(rows ? (size_t)rows : 1, sizeof *v))) {
     PQclear(res);
@@ -39,6 +39,7 @@ static int queued_batch(tx_t *t, const dx_list_query_t *q, uint64_t before, size
   for (i = 0; i < rows && !rc; i++) {
     dx_work_item_t w;
     dx_error_t derr = {0};
+    if (strcmp(PQgetvalue(res, i, 4), "t") == 0) continue; /* it has run: a record exists */
     if (dx__work_item_decode(PQgetvalue(res, i, 3), (size_t)PQgetlength(res, i, 3), &w, &derr))
       continue; /* `check` reports undecodable messages; a listing skips them */
     if (w.kind == DX_WI_START) {

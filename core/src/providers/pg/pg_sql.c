@@ -1114,13 +1114,17 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_ADM_PAGE_N_DONE] = ADM_PAGE(ADM_NAME, ADM_DONE),
   [PQ_ADM_PAGE_N_FAIL] = ADM_PAGE(ADM_NAME, ADM_FAIL),
   [PQ_ADM_PAGE_N_END] = ADM_PAGE(ADM_NAME, ADM_END),
-  [PQ_ADM_QUEUED] = /* queued starts of instances without a record, newest first, before
-  ** seq $1, named $2 (NULL: any), at most $3 (orch_msgs_starts / orch_msgs_start_name) */
-    "SELECT m.instance_id, m.seq, m.visible_at, m.item FROM orch_msgs m"
-    " WHERE m.start_name IS NOT NULL AND m.seq < $1::bigint"
-    " AND ($2::text IS NULL OR m.start_name = $2::text)"
-    " AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.instance_id = m.instance_id)"
-    " ORDER BY m.seq DESC LIMIT $3::bigint",
+  /* queued starts newest first, before seq $1, at most $2 (orch_msgs_starts, or with the name
+  ** $3 orch_msgs_start_name): a batch of START messages read from the index first, then
+  ** whether each instance has run (a record), so no plan reads every instance to find out */
+#define ADM_QUEUED(name_pred)                                                                \
+    "SELECT b.instance_id, b.seq, b.visible_at, b.item,"                                    \
+    " EXISTS (SELECT 1 FROM instances i WHERE i.instance_id = b.instance_id) FROM"           \
+    " (SELECT m.instance_id, m.seq, m.visible_at, m.item FROM orch_msgs m"                   \
+    " WHERE m.start_name IS NOT NULL" name_pred " AND m.seq < $1::bigint"                   \
+    " ORDER BY m.seq DESC LIMIT $2::bigint) b ORDER BY b.seq DESC"
+  [PQ_ADM_QUEUED] = ADM_QUEUED(""),
+  [PQ_ADM_QUEUED_N] = ADM_QUEUED(" AND m.start_name = $3::text"),
   [PQ_ADM_EXECS] =
     "SELECT e.exec, e.status, e.started_at, e.completed_at,"
     " (SELECT count(*) FROM history h WHERE h.instance_id = e.instance_id AND h.exec = e.exec)"
