@@ -161,6 +161,54 @@ describe("session lifecycle", function()
       assert.are.same({ "claimed s9 new w1" }, hook_log())
     end)
 
+    it("an owner resuming with less than the fence margin of its lease left is fenced: " ..
+       "a step it began then could still run when another worker claims the session",
+       function()
+      -- chaos campaign (issue 9 item 3): the owner's check passed just before its lease ended
+      -- in the store, another worker claimed the session right at that end and started the
+      -- activity while the owner's step was still finishing. A hold now ends a safety margin
+      -- (a tenth of the lease here) before the store's lease does.
+      start_env({ session_lock_timeout = "5s", worker_lock_timeout = "5s" })
+      local checks, resume_at = {}, math.huge
+      env:register_activity("Steps", function(actx)
+        while true do
+          local cancelled = actx:is_cancelled()
+          local now = duroxide._clock_now()
+          checks[#checks + 1] = { now = now, cancelled = cancelled, attempt = actx.attempt }
+          if cancelled then return "cancelled" end
+          if now >= resume_at then return "done by " .. actx.worker_id end
+          actx:sleep(2)
+        end
+      end)
+      env:register_orchestration("UseSteps", function(ctx, sid)
+        return assert(ctx:schedule_activity_on_session("Steps", 0, sid):await())
+      end)
+      local id = env:start("m", "UseSteps", "s11")
+      assert.is_truthy(env:_drive(function() return #checks > 0 end))
+      local until_ms
+      for _, s in ipairs(env:sessions()) do
+        if s.session_id == "s11" then until_ms = s.locked_until end
+      end
+      assert.is_not_nil(until_ms)
+      -- stall w1 until 200 ms before its lease ends in the store (the margin is 500 ms)
+      local stall = until_ms - 200 - duroxide._clock_now()
+      assert.is_true(stall > 0, tostring(stall))
+      resume_at = duroxide._clock_now() + stall
+      local n_before = #checks
+      env:stall_worker("w1", stall)
+      local st = env:run_until_complete(id)
+      local first = checks[n_before + 1]
+      assert.is_not_nil(first)
+      assert.is_true(first.now >= resume_at)
+      assert.is_true(first.cancelled, "w1 resumed with " .. (until_ms - first.now) ..
+                     " ms of lease left and went on")
+      assert.is_true(has_hook("released s11 lost w1"), table.concat(hook_log(), "; "))
+      assert.is_true(has_hook("claimed s11 reclaim w1"), table.concat(hook_log(), "; "))
+      assert.are.equal("Completed", st.status)
+      assert.are.equal("done by w1", st.output) -- run again under a fresh hold
+      assert.are.equal(1, completions(id))
+    end)
+
     it("kill_worker: the session moves at once, long before the lease would lapse", function()
       start_env({ session_lock_timeout = "30s" }, { "w1", "w2" })
       local at = {}

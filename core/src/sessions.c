@@ -51,6 +51,7 @@ struct dx_sessions_s {
   owned_t *owned;
   int n_owned;
   uint64_t next_gen;
+  int64_t margin;       /* a hold ends this long before its lease does (dx__sessions_margin) */
   uv_timer_t renew_timer, cleanup_timer;
   uv_check_t check;     /* lapsed leases: after every loop iteration */
   dx_store_op_t renew_op, cleanup_op, release_op;
@@ -156,10 +157,13 @@ static int64_t confirmed_until(const dx_sessions_t *s, const owned_t *o) {
 
 /* A hold with activities running here whose lease ran out unrenewed: they must stop (a
 ** stall). Holds with nothing running are left to the renewals, which tell "idle" from "lost".
+** "Ran out" is a safety margin early: another worker may claim the session the moment the
+** store's lease ends, so a check that passes must leave the step it guards time to finish.
 ** Cheap while our own view is live (every loop iteration asks): the store thread's renewals
 ** are looked up only once our view says the lease ran out. */
 static int lapsed(const dx_sessions_t *s, const owned_t *o, int64_t now) {
-  return o->running > 0 && !o->idle && now >= o->lease_until && now >= confirmed_until(s, o);
+  return o->running > 0 && !o->idle && now >= o->lease_until - s->margin &&
+         now >= confirmed_until(s, o) - s->margin;
 }
 
 int dx__sessions_fenced(const dx_sessions_t *s, const char *sid, uint64_t gen) {
@@ -181,8 +185,8 @@ static void on_check(uv_check_t *h) {
     next = o->next;
     if (!lapsed(s, o, now)) continue;
     dx__log(DX_LOG_WARN, "session lease lapsed unrenewed (this process stalled?): giving it up",
-            "session_id=%s worker_id=%s lapsed_ms=%" PRId64, o->id, s->worker_id,
-            now - confirmed_until(s, o));
+            "session_id=%s worker_id=%s lapsed_ms=%" PRId64 " margin_ms=%" PRId64, o->id,
+            s->worker_id, now - confirmed_until(s, o), s->margin);
     drop(s, o->id, "lost");
   }
 }
@@ -426,6 +430,15 @@ int64_t dx__sessions_renew_every(const dx_options_t *o) {
   return r < 50 ? 50 : r;
 }
 
+int64_t dx__sessions_margin(const dx_options_t *o) {
+  int64_t lease = o->session_lock_timeout_ms;
+  int64_t m = lease / 10, slack = lease - dx__sessions_renew_every(o);
+  /* below half the time a renewal may be late, so an owner renewing on time never fences */
+  if (m > slack / 2) m = slack / 2;
+  if (m > DX_SESSION_FENCE_MARGIN_MAX_MS) m = DX_SESSION_FENCE_MARGIN_MAX_MS;
+  return m > 0 ? m : 0;
+}
+
 dx_sessions_t *dx__sessions_new(uv_loop_t *loop, dx_store_t *store, const dx_options_t *opts,
                                 const char *worker_id, const dx_host_methods_t *host,
                                 void *host_ud) {
@@ -439,6 +452,7 @@ dx_sessions_t *dx__sessions_new(uv_loop_t *loop, dx_store_t *store, const dx_opt
   s->host = host;
   s->host_ud = host_ud;
   every = dx__sessions_renew_every(opts);
+  s->margin = dx__sessions_margin(opts);
   uv_timer_init(loop, &s->renew_timer);
   uv_timer_init(loop, &s->cleanup_timer);
   uv_check_init(loop, &s->check);
