@@ -25,7 +25,7 @@ int64_t dx__sessions_renew_every(const dx_options_t *o);
 /* The fence's safety margin: a hold whose activities run is given up this long before its
 ** lease ends in the store, so that a step begun after a passing actx:is_cancelled() check
 ** (shorter than the margin) ends before another worker can claim the session. A tenth of the
-** lease, under half the renewal's slack (lease - renewal interval), at most this many ms. */
+** lease, under a quarter of the renewal's slack (lease - renewal interval), at most this many ms. */
 #define DX_SESSION_FENCE_MARGIN_MAX_MS 500
 int64_t dx__sessions_margin(const dx_options_t *o);
 /* A session activity was fetched at store time at_ms (claimed says whether the fetch made us
