@@ -161,6 +161,122 @@ describe("session lifecycle", function()
       assert.are.same({ "claimed s9 new w1" }, hook_log())
     end)
 
+    it("an owner resuming with less than the fence margin of its lease left is fenced: " ..
+       "a step it began then could still run when another worker claims the session",
+       function()
+      -- chaos campaign (issue 9 item 3): the owner's check passed just before its lease ended
+      -- in the store, another worker claimed the session right at that end and started the
+      -- activity while the owner's step was still finishing. A hold now ends a safety margin
+      -- (a tenth of the lease here) before the store's lease does.
+      start_env({ session_lock_timeout = "5s", worker_lock_timeout = "5s" })
+      local checks, resume_at = {}, math.huge
+      env:register_activity("Steps", function(actx)
+        while true do
+          local cancelled = actx:is_cancelled()
+          local now = duroxide._clock_now()
+          checks[#checks + 1] = { now = now, cancelled = cancelled, attempt = actx.attempt }
+          if cancelled then return "cancelled" end
+          if now >= resume_at then return "done by " .. actx.worker_id end
+          actx:sleep(2)
+        end
+      end)
+      env:register_orchestration("UseSteps", function(ctx, sid)
+        return assert(ctx:schedule_activity_on_session("Steps", 0, sid):await())
+      end)
+      local id = env:start("m", "UseSteps", "s11")
+      assert.is_truthy(env:_drive(function() return #checks > 0 end))
+      local until_ms
+      for _, s in ipairs(env:sessions()) do
+        if s.session_id == "s11" then until_ms = s.locked_until end
+      end
+      assert.is_not_nil(until_ms)
+      -- stall w1 until 200 ms before its lease ends in the store (the margin is 500 ms)
+      local stall = until_ms - 200 - duroxide._clock_now()
+      assert.is_true(stall > 0, tostring(stall))
+      resume_at = duroxide._clock_now() + stall
+      local n_before = #checks
+      env:stall_worker("w1", stall)
+      local st = env:run_until_complete(id)
+      local first = checks[n_before + 1]
+      assert.is_not_nil(first)
+      assert.is_true(first.now >= resume_at)
+      assert.is_true(first.cancelled, "w1 resumed with " .. (until_ms - first.now) ..
+                     " ms of lease left and went on")
+      assert.is_true(has_hook("released s11 lost w1"), table.concat(hook_log(), "; "))
+      assert.is_true(has_hook("claimed s11 reclaim w1"), table.concat(hook_log(), "; "))
+      assert.are.equal("Completed", st.status)
+      assert.are.equal("done by w1", st.output) -- run again under a fresh hold
+      assert.are.equal(1, completions(id))
+    end)
+
+    it("a session activity fetched with the close of its session is not run by the owner " ..
+       "that released it: the next owner runs it, never both at once", function()
+      -- chaos campaign (issue 9 item 3): the owner fetched a close item and another instance's
+      -- activity of the same session in one batch; the close released the session and the
+      -- activity then started under a new local hold ("reclaim") although the store had the
+      -- session unowned, so another worker claimed it and ran the same activity meanwhile.
+      start_env({ session_lock_timeout = "30s" }, { "w1", "w2" })
+      local runs, open = {}, {}
+      env:register_activity("Slow", function(actx)
+        local r = { worker = actx.worker_id, s = duroxide._clock_now() }
+        runs[#runs + 1] = r
+        open[r] = true
+        actx:sleep(50)
+        open[r] = nil
+        r.cancelled = actx:is_cancelled()
+        r.e = duroxide._clock_now()
+        if r.cancelled then error("cancelled") end
+        return actx.worker_id
+      end)
+      env:register_orchestration("UseThenClose", function(ctx, sid)
+        local a = assert(ctx:schedule_activity_on_session("Turn", 1, sid):await())
+        ctx:schedule_wait("close"):await()
+        ctx:close_session(sid)
+        return a
+      end)
+      env:register_orchestration("UseSlow", function(ctx, input)
+        if input.t then ctx:schedule_timer(input.t):await() end
+        return assert(ctx:schedule_activity_on_session("Slow", 0, input.sid):await())
+      end)
+      local function st_of(id) return env:status(id).status end
+      local a = env:start("a", "UseThenClose", "s12")
+      env:run_until_idle()
+      local owner
+      for _, s in ipairs(env:sessions()) do
+        if s.session_id == "s12" then owner = s.worker_id end
+      end
+      assert.is_not_nil(owner)
+      local other = owner == "w1" and "w2" or "w1"
+      -- while the owner stalls, the other worker runs the turns: the close item, then (after
+      -- b's timer) the Slow activity queue on the session, held by the stalled owner
+      env:raise_event(a, "close", true)
+      local b = env:start("b", "UseSlow", { sid = "s12", t = 10 })
+      env:stall_worker(owner, 100)
+      -- the owner fetches both in one batch. Then another instance queues work on the
+      -- session while the owner stalls briefly: the other worker may claim the session now
+      -- (the store has it unowned) and so runs the activities the session has in flight
+      env:_drive(function() return #runs > 0 or st_of(b) == "Completed" end)
+      local c = env:start("c", "UseSlow", { sid = "s12" })
+      env:stall_worker(owner, 20)
+      local st = env:run_until_complete(b)
+      assert.are.equal("Completed", env:run_until_complete(c).status)
+      assert.are.equal("Completed", st.status)
+      assert.are.equal("Completed", env:run_until_complete(a).status)
+      -- no two runs of Slow on different workers overlap
+      for i = 1, #runs do
+        for j = i + 1, #runs do
+          local x, y = runs[i], runs[j]
+          if x.worker ~= y.worker then
+            local xe, ye = x.e or math.huge, y.e or math.huge
+            assert.is_false(x.s < ye and y.s < xe, ("%s ran Slow [%d, %s] while %s ran it " ..
+              "[%d, %s]"):format(x.worker, x.s, tostring(x.e), y.worker, y.s, tostring(y.e)))
+          end
+        end
+      end
+      assert.are.equal(1, completions(b))
+      assert.is_true(has_hook("released s12 closed " .. owner), table.concat(hook_log(), "; "))
+    end)
+
     it("kill_worker: the session moves at once, long before the lease would lapse", function()
       start_env({ session_lock_timeout = "30s" }, { "w1", "w2" })
       local at = {}

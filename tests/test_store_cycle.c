@@ -427,6 +427,71 @@ DX_TEST(store_renewal_lost_to_a_retried_batch_is_made_again) {
   w_destroy(&w->base);
 }
 
+/* Session renewal whose first attempt renews "s1" and whose later attempts find it gone (in
+** between, its lease lapsed and another worker claimed it). */
+static int w_renew_sessions(dx_provider_t *p, int64_t now, const char *worker, int64_t extend_ms,
+                            int64_t idle_ms, dx_session_cb cb, void *ud, uint64_t *renewed,
+                            dx_error_t *err) {
+  static int calls;
+  dx_session_info_t si;
+  (void)p;
+  (void)now;
+  (void)worker;
+  (void)extend_ms;
+  (void)idle_ms;
+  (void)err;
+  if (renewed) *renewed = 0;
+  if (calls++ > 0) return 0;
+  memset(&si, 0, sizeof si);
+  si.session_id = "s1";
+  si.worker_id = "w1";
+  if (renewed) *renewed = 1;
+  (void)cb(ud, &si);
+  return 0;
+}
+
+DX_TEST(store_session_renewal_reports_only_what_the_kept_attempt_renewed) {
+  /* the loop sets its local lease from the ids a renewal reports: an id renewed by an attempt
+  ** that was rolled back (DX_ERETRY) must not be reported, or the loop believes it still holds
+  ** a session another worker claimed meanwhile (two workers in one session) */
+  wrap_t *w = wrap_open();
+  uv_loop_t loop;
+  dx_store_t *s;
+  dx_store_cfg_t cfg;
+  dx_error_t err;
+  op_t op;
+  int done = 0, is_closed = 0;
+  size_t i;
+  w->retry_commits = 1;
+  w->m.renew_session_lock = w_renew_sessions;
+  ASSERT_OK(uv_loop_init(&loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  cfg.orch_lock_ms = cfg.work_lock_ms = 1000;
+  memset(&op, 0, sizeof op);
+  op.op.kind = DX_OP_RENEW_SESSIONS;
+  op.op.worker_id = "w1";
+  op.op.delay_ms = 1000;
+  op.op.done = op_done;
+  op.op.ud = &op;
+  op.done = &done;
+  ASSERT_OK(dx__store_new(&s, &loop, &cfg, &err));
+  dx__store_stop_fetching(s);
+  dx__store_submit(s, &op.op);
+  while (done < 1) uv_run(&loop, UV_RUN_ONCE);
+  ASSERT_EQ(op.op.rc, 0);
+  ASSERT_EQ(w->commits, 2); /* the rolled-back attempt, then the kept one */
+  ASSERT_EQ(op.op.n_ids, 0);
+  for (i = 0; i < op.op.n_ids; i++) free(op.op.ids[i]);
+  free(op.op.ids);
+  free(op.op.ended);
+  dx__store_close(s, closed, &is_closed);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&loop));
+  w_destroy(&w->base);
+}
+
 /* {===== wake-ups =====} */
 
 static int w_wake_fd(dx_provider_t *p) { return W(p)->wake_pipe[0]; }

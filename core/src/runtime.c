@@ -844,10 +844,10 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
     activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back"); /* fetched as we stopped */
     return;
   }
-  if (session_fenced(a)) { /* the lease lapsed before we got to it (a stall): do not run */
-    dx__log(DX_LOG_WARN, "session activity not started: the session's lease lapsed since the "
-            "fetch", "instance=%s activity=%s session_id=%s", a->item.instance, a->item.name,
-            a->item.session_id);
+  if (session_fenced(a)) { /* lease lapsed (a stall), or released by us, since the fetch */
+    dx__log(DX_LOG_WARN, "session activity not started: the session's lease lapsed or this "
+            "worker released it since the fetch", "instance=%s activity=%s session_id=%s",
+            a->item.instance, a->item.name, a->item.session_id);
     activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back");
     return;
   }

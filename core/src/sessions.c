@@ -41,6 +41,16 @@ typedef struct owned_s {
   struct owned_s *next;
 } owned_t;
 
+/* A session this worker released in the store. Items of it fetched before the release took
+** effect (in the close's batch, or in a batch not delivered yet) were fetched as ours; they
+** must not start a new hold, since the store has the session unowned and any worker may claim
+** it and run them. */
+typedef struct released_s {
+  char *id;
+  int64_t at;           /* store time the release was applied; 0 while it is in flight */
+  struct released_s *next;
+} released_t;
+
 struct dx_sessions_s {
   uv_loop_t *loop;
   dx_store_t *store;
@@ -50,7 +60,10 @@ struct dx_sessions_s {
   void *host_ud;
   owned_t *owned;
   int n_owned;
+  released_t *released;
+  int releases_busy;    /* single-session releases in flight (shutdown waits for them) */
   uint64_t next_gen;
+  int64_t margin;       /* a hold ends this long before its lease does (dx__sessions_margin) */
   uv_timer_t renew_timer, cleanup_timer;
   uv_check_t check;     /* lapsed leases: after every loop iteration */
   dx_store_op_t renew_op, cleanup_op, release_op;
@@ -119,6 +132,36 @@ static owned_t *find(dx_sessions_t *s, const char *id) {
   return NULL;
 }
 
+static released_t **find_released(dx_sessions_t *s, const char *id) {
+  released_t **pp;
+  for (pp = &s->released; *pp; pp = &(*pp)->next)
+    if (strcmp((*pp)->id, id) == 0) return pp;
+  return NULL;
+}
+
+static void forget_released(released_t **pp) {
+  released_t *r = *pp;
+  *pp = r->next;
+  free(r->id);
+  free(r);
+}
+
+/* A release of `id` is on its way to the store (at == 0) or was applied at store time `at`. */
+static void note_released(dx_sessions_t *s, const char *id, int64_t at) {
+  released_t **pp = find_released(s, id), *r;
+  if (pp) {
+    (*pp)->at = at;
+    return;
+  }
+  if (!(r = calloc(1, sizeof *r)) || !(r->id = dx__strdup(id))) {
+    free(r);
+    return;
+  }
+  r->at = at;
+  r->next = s->released;
+  s->released = r;
+}
+
 /* Forget a session and tell the app why. */
 static void drop(dx_sessions_t *s, const char *id, const char *reason) {
   owned_t **pp;
@@ -156,10 +199,13 @@ static int64_t confirmed_until(const dx_sessions_t *s, const owned_t *o) {
 
 /* A hold with activities running here whose lease ran out unrenewed: they must stop (a
 ** stall). Holds with nothing running are left to the renewals, which tell "idle" from "lost".
+** "Ran out" is a safety margin early: another worker may claim the session the moment the
+** store's lease ends, so a check that passes must leave the step it guards time to finish.
 ** Cheap while our own view is live (every loop iteration asks): the store thread's renewals
 ** are looked up only once our view says the lease ran out. */
 static int lapsed(const dx_sessions_t *s, const owned_t *o, int64_t now) {
-  return o->running > 0 && !o->idle && now >= o->lease_until && now >= confirmed_until(s, o);
+  return o->running > 0 && !o->idle && now >= o->lease_until - s->margin &&
+         now >= confirmed_until(s, o) - s->margin;
 }
 
 int dx__sessions_fenced(const dx_sessions_t *s, const char *sid, uint64_t gen) {
@@ -181,8 +227,8 @@ static void on_check(uv_check_t *h) {
     next = o->next;
     if (!lapsed(s, o, now)) continue;
     dx__log(DX_LOG_WARN, "session lease lapsed unrenewed (this process stalled?): giving it up",
-            "session_id=%s worker_id=%s lapsed_ms=%" PRId64, o->id, s->worker_id,
-            now - confirmed_until(s, o));
+            "session_id=%s worker_id=%s lapsed_ms=%" PRId64 " margin_ms=%" PRId64, o->id,
+            s->worker_id, now - confirmed_until(s, o), s->margin);
     drop(s, o->id, "lost");
   }
 }
@@ -191,6 +237,21 @@ uint64_t dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
                                const char *previous_owner, int64_t at_ms) {
   int64_t now = dx__now_ms(), until = at_ms + s->opts->session_lock_timeout_ms;
   owned_t *o = find(s, sid);
+  released_t **rp = find_released(s, sid), **pp;
+  if (!o && !claimed && rp && ((*rp)->at == 0 || at_ms <= (*rp)->at)) {
+    /* fetched as ours before our release reached the store: not ours any more (generation
+    ** 0 is no hold, so the activity is fenced and handed back for the next owner) */
+    dx__log(DX_LOG_INFO, "session item fetched before this worker released the session: "
+            "handed back", "session_id=%s worker_id=%s", sid, s->worker_id);
+    return 0;
+  }
+  /* a claim, or a fetch after the release was applied: the release is behind us (fetches are
+  ** delivered in the order the store made them) */
+  for (pp = &s->released; *pp;)
+    if ((*pp)->at != 0 && ((*pp)->at < at_ms || (claimed && strcmp((*pp)->id, sid) == 0)))
+      forget_released(pp);
+    else
+      pp = &(*pp)->next;
   if (o && claimed) {
     /* the store made us owner anew (we had lost it meanwhile): a new hold */
     drop(s, sid, "lost");
@@ -248,10 +309,16 @@ static void maybe_finish(dx_sessions_t *s);
 /* {===== store operations =====} */
 
 static void release_done(dx_store_op_t *op) {
+  dx_sessions_t *s = op->ud;
   if (op->rc != 0)
     dx__log(DX_LOG_WARN, "session release failed", "error=\"%s\"", op->err.msg);
+  if (op->session_id) {
+    s->releases_busy--;
+    note_released(s, op->session_id, op->at_ms);
+  }
   free((char *)op->session_id);
   free(op);
+  if (s->shutting_down) maybe_finish(s); /* a stop was waiting for this release; may free s */
 }
 
 /* Release one session (or all when sid is NULL) in the store. */
@@ -263,6 +330,10 @@ static void submit_release(dx_sessions_t *s, const char *sid, dx_store_op_cb don
   op->session_id = sid ? dx__strdup(sid) : NULL;
   op->done = done;
   op->ud = s;
+  if (op->session_id) {
+    s->releases_busy++;
+    note_released(s, sid, 0);
+  }
   dx__store_submit(s->store, op);
 }
 
@@ -426,6 +497,16 @@ int64_t dx__sessions_renew_every(const dx_options_t *o) {
   return r < 50 ? 50 : r;
 }
 
+int64_t dx__sessions_margin(const dx_options_t *o) {
+  int64_t lease = o->session_lock_timeout_ms;
+  int64_t m = lease / 10, slack = lease - dx__sessions_renew_every(o);
+  /* well inside the renewal's slack: an owner renewing on time never fences, nor one whose
+  ** store thread renews for its blocked loop (halfway through the slack) */
+  if (m > slack / 4) m = slack / 4;
+  if (m > DX_SESSION_FENCE_MARGIN_MAX_MS) m = DX_SESSION_FENCE_MARGIN_MAX_MS;
+  return m > 0 ? m : 0;
+}
+
 dx_sessions_t *dx__sessions_new(uv_loop_t *loop, dx_store_t *store, const dx_options_t *opts,
                                 const char *worker_id, const dx_host_methods_t *host,
                                 void *host_ud) {
@@ -439,6 +520,7 @@ dx_sessions_t *dx__sessions_new(uv_loop_t *loop, dx_store_t *store, const dx_opt
   s->host = host;
   s->host_ud = host_ud;
   every = dx__sessions_renew_every(opts);
+  s->margin = dx__sessions_margin(opts);
   uv_timer_init(loop, &s->renew_timer);
   uv_timer_init(loop, &s->cleanup_timer);
   uv_check_init(loop, &s->check);
@@ -458,8 +540,11 @@ dx_sessions_t *dx__sessions_new(uv_loop_t *loop, dx_store_t *store, const dx_opt
 /* {===== shutdown =====} */
 
 static void maybe_finish(dx_sessions_t *s) {
-  if (s->closing_handles > 0 || s->renew_busy || s->cleanup_busy || s->release_op.done) return;
+  if (s->closing_handles > 0 || s->renew_busy || s->cleanup_busy || s->release_op.done ||
+      s->releases_busy > 0)
+    return;
   if (s->shutdown_cb) s->shutdown_cb(s->shutdown_ud);
+  while (s->released) forget_released(&s->released);
   free(s);
 }
 

@@ -22,6 +22,12 @@ dx_sessions_t *dx__sessions_new(uv_loop_t *loop, dx_store_t *store, const dx_opt
                                 void *host_ud);
 /* How often the session manager renews its leases (the store thread steps in when late). */
 int64_t dx__sessions_renew_every(const dx_options_t *o);
+/* The fence's safety margin: a hold whose activities run is given up this long before its
+** lease ends in the store, so that a step begun after a passing actx:is_cancelled() check
+** (shorter than the margin) ends before another worker can claim the session. A tenth of the
+** lease, under a quarter of the renewal's slack (lease - renewal interval), at most this many ms. */
+#define DX_SESSION_FENCE_MARGIN_MAX_MS 500
+int64_t dx__sessions_margin(const dx_options_t *o);
 /* A session activity was fetched at store time at_ms (claimed says whether the fetch made us
 ** the owner). Returns the generation of our hold on the session the activity runs under:
 ** each claim here (after a release, a loss or an abort) starts a new one. */
@@ -30,8 +36,8 @@ uint64_t dx__sessions_on_fetch(dx_sessions_t *s, const char *session_id, int cla
 /* A session activity of generation gen finished (its result is queued). */
 void dx__sessions_on_done(dx_sessions_t *s, const char *session_id, uint64_t gen);
 /* 1 when this process no longer holds the session as it did for generation gen: the session
-** was released (lost, aborted, ended), or its lease lapsed with no renewal we know of (a
-** stall: another worker may have claimed it). Activities of that generation are fenced: they
+** was released (lost, aborted, ended), or its lease lapsed (less than the margin left) with no
+** renewal we know of (a stall: another worker may claim it). Activities of that generation are fenced: they
 ** see actx:is_cancelled() and their results are handed back instead of acked. Pure: hooks fire
 ** from the manager's check after each loop iteration. */
 int dx__sessions_fenced(const dx_sessions_t *s, const char *session_id, uint64_t gen);

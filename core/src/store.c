@@ -371,6 +371,12 @@ static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
     case DX_OP_ENQUEUE_ORCH:
       return m->enqueue_for_orchestrator(p, now, op->item, op->delay_ms, &op->err);
     case DX_OP_RENEW_SESSIONS:
+      /* a retried or isolated batch runs the renewal again: an id an earlier attempt renewed
+      ** was rolled back with it, and must not make the loop believe its lease was extended */
+      free_ids(op->ids, op->n_ids);
+      free_ids(op->ended, op->n_ended);
+      op->ids = op->ended = NULL;
+      op->n_ids = op->n_ended = 0;
       return m->renew_session_lock(p, now, op->worker_id, op->delay_ms, op->idle_ms, collect_id,
                                    op, NULL, &op->err);
     case DX_OP_RELEASE_SESSIONS:

@@ -225,6 +225,7 @@ function Env:_renewals(now, exclude)
     local w = s.worker_id and self.workers[s.worker_id]
     if w and w.alive and not w.stalled and s.locked_until > now and not exclude[s.session_id] then
       local cfg = w.config
+      -- renew before the owner's fence margin (at most a tenth of the lease, 500 ms) begins
       local margin = math.max(1, math.min(1000, cfg.session_lock_ms // 4))
       local at = s.locked_until - margin
       if cfg.session_idle_ms <= 0 or s.last_activity + cfg.session_idle_ms > at then
