@@ -91,7 +91,7 @@ RO_URL=$URL
 check "setup: two consoles listen (one read-only)" $? "$(cat "$d"/ui*.out*)"
 
 diag "screenshots: $SHOT_DIR"
-CONSOLE_URL=$RW_URL CONSOLE_RO_URL=$RO_URL WORKER_ID=console-worker SHOT_DIR=$SHOT_DIR \
+CONSOLE_URL=$RW_URL CONSOLE_RO_URL=$RO_URL WORKER_ID=console-worker WORKER_PID=$WPID SHOT_DIR=$SHOT_DIR \
   PROFILE_DIR=$(mktemp -d "$TMP/profile.XXXXXX") PLAYWRIGHT=$PW_DIR/node_modules/playwright-core \
   CHROMIUM=$CHROMIUM timeout 300 node "$HERE/browser/console_test.mjs" >"$d/browser.tap" 2>&1
 BRC=$?

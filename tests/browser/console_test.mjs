@@ -9,6 +9,7 @@ const require = createRequire(import.meta.url);
 const { chromium } = require(process.env.PLAYWRIGHT);
 const URL = process.env.CONSOLE_URL;
 const WORKER = process.env.WORKER_ID;
+const WORKER_PID = process.env.WORKER_PID;
 const SHOTS = process.env.SHOT_DIR;
 const WAIT = 20000; // upper bound for one page condition; no assertion depends on time
 
@@ -158,11 +159,13 @@ await check('sessions page shows the session owned by the live worker', async ()
   await shot('sessions');
 });
 
-await check('workers page shows the live worker and its session', async () => {
+await check('workers page shows the live worker process and its session', async () => {
   await page.goto(URL + '#/workers');
   const r = row('data-worker', WORKER);
   await r.waitFor({ timeout: WAIT });
-  expect((await r.textContent()).includes('sess-A'), 'session sess-A not listed for the worker');
+  const text = await r.textContent();
+  expect(text.includes('sess-A'), 'session sess-A not listed for the worker');
+  expect(!WORKER_PID || text.includes(WORKER_PID), `worker process id ${WORKER_PID} not shown: ${text}`);
   await shot('workers');
 });
 
