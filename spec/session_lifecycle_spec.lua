@@ -215,6 +215,8 @@ describe("session lifecycle", function()
       -- activity of the same session in one batch; the close released the session and the
       -- activity then started under a new local hold ("reclaim") although the store had the
       -- session unowned, so another worker claimed it and ran the same activity meanwhile.
+      -- (Whether the two items share a batch depends on timing here; the deterministic form
+      -- is tests/test_sessions_fence.c.)
       start_env({ session_lock_timeout = "30s" }, { "w1", "w2" })
       local runs, open = {}, {}
       env:register_activity("Slow", function(actx)
