@@ -256,6 +256,9 @@ local function setup()
     rt = duroxide.runtime(runtime_opts({ no_sync = true }))
     rt:start()
     prefill_s = fill("p-", opts.prefill, "Quick")
+    local held = client:stats().instances
+    assert(held >= opts.prefill, string.format("prefill: the store holds %d instances, not %d",
+                                               held, opts.prefill))
     rt:stop()
     rt = nil
   end
