@@ -435,6 +435,10 @@ int dx__lm_next_seq(tx_t *t, uint64_t *out);
 int dx__lm_files_ok(shared_env_t *se, dx_error_t *err);
 /* Before LMDB maps data.mdb: its meta pages must not send LMDB outside the file. */
 int dx__lm_check_meta(const char *data_path, dx_error_t *err);
+/* crc32c.c: CRC32C of n bytes at p, continuing crc (start with ~0u, finish with ~): with the
+** CPU's instruction when it has one; _table always a byte at a time (tests compare them). */
+uint32_t dx__lm_crc32c(uint32_t crc, const void *p, size_t n);
+uint32_t dx__lm_crc32c_table(uint32_t crc, const void *p, size_t n);
 /* freelist.c: 1 when every page from the end of data.mdb (file_size bytes) to page `last` is on
 ** the freelist whose B-tree root is free_root (read with pread from fd). */
 int dx__lm_tail_is_free(int fd, uint64_t psize, uint64_t file_size, uint64_t free_root,

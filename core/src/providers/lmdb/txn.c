@@ -179,28 +179,11 @@ void *dx__lm_grow(void *v, size_t *cap, size_t n, size_t elem) {
 
 /* {===== checksums =====} */
 
-/* Every value is stored as its bytes followed by a CRC32C (Castagnoli) of key and value, so a
-** flipped byte in a key or a value is detected on read instead of changing an answer. */
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void) {
-  uint32_t i, j, c;
-  for (i = 0; i < 256; i++) {
-    for (c = i, j = 0; j < 8; j++) c = (c >> 1) ^ (c & 1 ? 0x82F63B78u : 0);
-    crc_table[i] = c;
-  }
-}
-
-static uint32_t crc32c(uint32_t crc, const void *p, size_t n) {
-  const unsigned char *b = p;
-  while (n--) crc = crc_table[(crc ^ *b++) & 0xff] ^ (crc >> 8);
-  return crc;
-}
-
+/* Every value is stored as its bytes followed by a CRC32C (Castagnoli, crc32c.c) of key and
+** value, so a flipped byte in a key or a value is detected on read instead of changing an
+** answer. */
 static uint32_t record_sum(const MDB_val *k, const void *v, size_t n) {
-  pthread_once(&crc_once, crc_init);
-  return ~crc32c(crc32c(~0u, k->mv_data, k->mv_size), v, n);
+  return ~dx__lm_crc32c(dx__lm_crc32c(~0u, k->mv_data, k->mv_size), v, n);
 }
 
 static void put_u32(unsigned char *b, uint32_t v) {
