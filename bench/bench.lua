@@ -42,6 +42,19 @@ end
 if opts.cache ~= "on" and opts.cache ~= "off" then
   usage("--cache expects on or off, got '" .. opts.cache .. "'")
 end
+-- A build without the orchestration cache has no option to turn it off: its lines say
+-- "cache":"absent" (the option is in the worker's --help when the cache is there).
+local function build_has_cache()
+  local bin = os.getenv("DUROXIDE_LUA") or usage("DUROXIDE_LUA is not set (run bench/run)")
+  local pipe = io.popen("'" .. bin .. "' --help 2>&1")
+  local help = pipe:read("a")
+  pipe:close()
+  return help:find("--orchestration-cache-size", 1, true) ~= nil
+end
+if not build_has_cache() then
+  if opts.cache == "off" then usage("--cache off: this build has no orchestration cache") end
+  opts.cache = "absent"
+end
 if opts.signal ~= "KILL" and opts.signal ~= "TERM" then
   usage("--signal expects KILL or TERM, got '" .. opts.signal .. "'")
 end

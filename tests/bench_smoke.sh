@@ -37,7 +37,7 @@ COMMON=(engine='"duroxide-lua"' store="$STORE_KIND" durable=true loadavg:number)
 b1_long() {
   bench --workload long --steps 20
   line_ok "long --steps 20: one line with the first and last 10% step times" "${COMMON[@]}" \
-    workload='"long"' cache='"on"' steps=20 n=1 first10_step_ms:number last10_step_ms:number \
+    workload='"long"' steps=20 n=1 first10_step_ms:number last10_step_ms:number \
     last_over_first:number\|null total_s:number worker_cpu_s:number worker='"same process"'
   bench --workload long --steps 10 --workers 1
   line_ok "long on a separate worker process" "${COMMON[@]}" workload='"long"' steps=10 \
@@ -56,8 +56,8 @@ b3_prefill() {
   line_ok "chain --prefill 300: the line says the fill size" "${COMMON[@]}" workload='"chain"' \
     n=5 failed=0 prefill=300 prefill_s:number orch_per_s:number
   bench --workload fanout --n 5
-  line_ok "fanout without prefill: no prefill field, cache on" "${COMMON[@]}" \
-    workload='"fanout"' failed=0 prefill:null cache='"on"'
+  line_ok "fanout without prefill: no prefill field" "${COMMON[@]}" \
+    workload='"fanout"' failed=0 prefill:null
 }
 
 b4_idle() {
@@ -70,10 +70,17 @@ b4_idle() {
 
 b5_cache_off() {
   if ! "$DX" --help 2>&1 | grep -q -- '--orchestration-cache-size'; then
-    NTEST=$((NTEST + 1))
-    echo "ok $NTEST - --cache off # SKIP this build has no --orchestration-cache-size yet"
+    bench --workload chain --n 3
+    line_ok "a build without the cache: the line says cache absent" "${COMMON[@]}" \
+      cache='"absent"' failed=0
+    bench --workload chain --n 3 --cache off
+    [ "$RC" -eq 2 ] && [ -z "$OUT" ] &&
+      grep -qF -- "--cache off: this build has no orchestration cache" <<<"$ERR"
+    check "a build without the cache: --cache off is refused at once" $? "rc=$RC" "$OUT" "$ERR"
     return
   fi
+  bench --workload chain --n 3
+  line_ok "the cache is on by default" "${COMMON[@]}" cache='"on"' failed=0
   bench --workload chain --n 3 --cache off
   line_ok "--cache off, in-process worker: the line says cache off" "${COMMON[@]}" \
     cache='"off"' failed=0
