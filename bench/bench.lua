@@ -468,13 +468,28 @@ local function rss_kib(pid)
   return tonumber(txt:match("RssAnon:%s*(%d+)"))
 end
 
+-- GET /metrics from the worker (luv, no child process), at most 5 s; nil when it fails.
 local function scrape_metrics()
-  if not procs[1].metrics_port then return nil end
-  local pipe = io.popen(string.format("curl -s --max-time 5 http://127.0.0.1:%d/metrics",
-                                      procs[1].metrics_port))
-  local txt = pipe:read("a")
-  pipe:close()
-  return txt
+  local port = procs[1].metrics_port
+  if not port then return nil end
+  local tcp, timer, chunks, done, ok = uv.new_tcp(), uv.new_timer(), {}, false, false
+  timer:start(5000, 0, function() done = true end)
+  tcp:connect("127.0.0.1", port, function(err)
+    if err then done = true; return end
+    tcp:write("GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+    tcp:read_start(function(rerr, data)
+      if rerr then done = true
+      elseif data then chunks[#chunks + 1] = data
+      else ok, done = true, true end
+    end)
+  end)
+  while not done do uv.run("once") end
+  timer:close()
+  tcp:close()
+  uv.run("nowait")
+  local txt = table.concat(chunks)
+  if not ok or not txt:match("^HTTP/1%.%d 200") then return nil end
+  return txt:match("\r\n\r\n(.*)$")
 end
 
 -- The sum of a Prometheus metric's samples (all label sets); nil when absent.
