@@ -84,6 +84,9 @@ if opts.steps and opts.workload ~= "long" and opts.workload ~= "payload" then
 end
 if opts.kib and opts.workload ~= "payload" then usage("--kib applies to the payload workload") end
 if opts.prefill > 0 and opts.workload == "list" then usage("--prefill does not apply to list") end
+if opts.workload == "idle" and opts.workers > 1 then
+  usage("idle measures one worker process (--workers 1)")
+end
 if opts.workload == "long" then opts.steps = opts.steps or 5000 end
 if (opts.steps and opts.steps < 1) or (opts.kib and opts.kib < 1) or (opts.n and opts.n < 1) then
   usage("--n, --steps and --kib must be at least 1")
@@ -503,7 +506,6 @@ local function metric_sum(txt, name)
 end
 
 local function idle_bench()
-  assert(external == 1, "idle measures one worker process (--workers 1)")
   local pid = procs[1].pid
   fill("warm-", 5, "Fanout") -- loads the app's code paths; these complete
   fill("iw-", 100, "Idle", true) -- and a first few idle instances

@@ -104,6 +104,7 @@ b6_bad_options() {
 --workload nope|unknown workload nope
 --workload list --prefill 10|--prefill does not apply to list
 --workload long --steps|--steps needs a value
+--workload idle --workers 2|idle measures one worker process (--workers 1)
 LIST
 }
 
