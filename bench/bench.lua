@@ -9,32 +9,93 @@ local uv = require("luv")
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 dofile(here .. "/workloads.lua")
 
-local opts = { workload = "fanout", workers = 0, signal = "KILL" }
+local function usage(msg)
+  io.stderr:write("bench: " .. msg .. "\n")
+  os.exit(2)
+end
+
+-- Options: name -> { field, kind }. Every value is checked here, before anything runs.
+local OPTIONS = {
+  ["--workload"] = { "workload", "string" }, ["--n"] = { "n", "count" },
+  ["--store"] = { "store", "string" }, ["--workers"] = { "workers", "count" },
+  ["--signal"] = { "signal", "string" }, ["--max-sessions"] = { "max_sessions", "count" },
+  ["--steps"] = { "steps", "count" }, ["--kib"] = { "kib", "count" },
+  ["--cache"] = { "cache", "string" }, ["--prefill"] = { "prefill", "count" },
+  ["--settle"] = { "settle", "string" },
+}
+local opts = { workload = "fanout", workers = 0, signal = "KILL", cache = "on", prefill = 0 }
 local i = 1
 while i <= #arg do
   local a, v = arg[i], arg[i + 1]
-  if a == "--workload" then opts.workload = v
-  elseif a == "--n" then opts.n = tonumber(v)
-  elseif a == "--store" then opts.store = v
-  elseif a == "--workers" then opts.workers = tonumber(v)
-  elseif a == "--signal" then opts.signal = v
-  elseif a == "--max-sessions" then opts.max_sessions = tonumber(v)
-  elseif a == "--settle" then opts.no_settle = v == "0"
-  else io.stderr:write("bench: unknown argument " .. a .. "\n"); os.exit(2) end
+  local o = OPTIONS[a]
+  if not o then usage("unknown argument " .. a) end
+  if v == nil then usage(a .. " needs a value") end
+  if o[2] == "count" then
+    local x = tonumber(v)
+    if not x or x ~= math.floor(x) or x < 0 then
+      usage(string.format("%s expects a whole number of 0 or more, got '%s'", a, v))
+    end
+    v = math.tointeger(x)
+  end
+  opts[o[1]] = v
   i = i + 2
 end
+if opts.settle ~= nil and opts.settle ~= "0" and opts.settle ~= "1" then
+  usage("--settle expects 0 or 1, got '" .. opts.settle .. "'")
+end
+opts.no_settle = opts.settle == "0"
+if opts.cache ~= "on" and opts.cache ~= "off" then
+  usage("--cache expects on or off, got '" .. opts.cache .. "'")
+end
+-- A build without the orchestration cache has no option to turn it off: its lines say
+-- "cache":"absent" (the option is in the worker's --help when the cache is there).
+local function build_has_cache()
+  local bin = os.getenv("DUROXIDE_LUA") or usage("DUROXIDE_LUA is not set (run bench/run)")
+  local pipe = io.popen("'" .. bin .. "' --help 2>&1")
+  local help = pipe:read("a")
+  pipe:close()
+  return help:find("--orchestration-cache-size", 1, true) ~= nil
+end
+if not build_has_cache() then
+  if opts.cache == "off" then usage("--cache off: this build has no orchestration cache") end
+  opts.cache = "absent"
+end
+if opts.signal ~= "KILL" and opts.signal ~= "TERM" then
+  usage("--signal expects KILL or TERM, got '" .. opts.signal .. "'")
+end
 
+-- The workloads. `input(k)` is instance k's input; `kind` picks the function that runs it
+-- (throughput by default). `steps`/`kib` give long/payload their sizes.
+local steps = opts.steps or 10
+local kib = opts.kib or 100
 local workloads = {
   fanout = { n = 200, acts = 5, orch = "Fanout" },
   chain = { n = 200, acts = 10, orch = "Chain" },
-  hello = { n = 20, acts = 1, orch = "Hello", serial = true },
+  hello = { n = 20, acts = 1, orch = "Hello", serial = true,
+            input = function(k) return "n" .. k end },
   session = { n = 200, acts = 10, orch = "Session" },
   cpu = { n = 200, acts = 1, orch = "Cpu" },
-  handoff = { n = 1, acts = 0, orch = "Ticker", workers = 2 },
-  list = { n = 100000, acts = 0, orch = "Quick" },
+  payload = { n = 20, acts = steps, orch = "Payload",
+              input = function() return { kib = kib, steps = steps } end },
+  long = { n = 1, orch = "Long", kind = "long" },
+  idle = { n = 10000, orch = "Idle", kind = "idle", workers = 1 },
+  handoff = { n = 1, acts = 0, orch = "Ticker", workers = 2, kind = "handoff" },
+  list = { n = 100000, acts = 0, orch = "Quick", kind = "list" },
 }
 local w = workloads[opts.workload]
-if not w then io.stderr:write("bench: unknown workload " .. tostring(opts.workload) .. "\n"); os.exit(2) end
+if not w then usage("unknown workload " .. tostring(opts.workload)) end
+if opts.steps and opts.workload ~= "long" and opts.workload ~= "payload" then
+  usage("--steps applies to the long and payload workloads")
+end
+if opts.kib and opts.workload ~= "payload" then usage("--kib applies to the payload workload") end
+if opts.prefill > 0 and opts.workload == "list" then usage("--prefill does not apply to list") end
+if opts.workload == "idle" and opts.workers > 1 then
+  usage("idle measures one worker process (--workers 1)")
+end
+if opts.workload == "long" then opts.steps = opts.steps or 5000 end
+if (opts.steps and opts.steps < 1) or (opts.kib and opts.kib < 1) or (opts.n and opts.n < 1) then
+  usage("--n, --steps and --kib must be at least 1")
+end
 local n = opts.n or w.n
 local external = opts.workers > 0 and opts.workers or (w.workers or 0)
 
@@ -62,6 +123,12 @@ local client = duroxide.client({ store = store })
 
 -- {===== workers =====}
 
+-- --cache off: the orchestration cache is off in every worker (in-process and external).
+local CACHE_OPTION = "orchestration-cache-size"
+-- The cache's figures on a worker's /metrics (idle workload); absent before the cache lands.
+local CACHE_BYTES_METRIC = "duroxide_orchestration_cache_bytes"
+local CACHE_ENTRIES_METRIC = "duroxide_orchestration_cache_entries"
+
 local rt
 local procs = {}
 local function start_external(k, extra)
@@ -72,30 +139,68 @@ local function start_external(k, extra)
     args[#args + 1] = "--max-sessions-per-worker"
     args[#args + 1] = tostring(opts.max_sessions)
   end
+  if opts.cache == "off" then
+    args[#args + 1] = "--" .. CACHE_OPTION
+    args[#args + 1] = "0"
+  end
   for _, x in ipairs(extra or {}) do args[#args + 1] = x end
-  local handle, pid = uv.spawn(bin, { args = args, stdio = { nil, nil, 2 } }, function() end)
-  assert(handle, "cannot start worker " .. tostring(pid))
-  procs[k] = { handle = handle, pid = pid, id = "w" .. k }
+  local p = { id = "w" .. k }
+  p.handle, p.pid = uv.spawn(bin, { args = args, stdio = { nil, nil, 2 } },
+                             function(code) p.alive, p.code = false, code end)
+  assert(p.handle, "cannot start worker " .. tostring(p.pid))
+  procs[k] = p
 end
 
 local function stop_external()
   for _, p in pairs(procs) do
     if p.alive ~= false then pcall(uv.kill, p.pid, "sigterm") end
   end
-  uv.run("nowait")
+  -- wait (bounded) for them to exit, so no worker outlives the benchmark
+  local deadline = wall_ms() + 30000
+  for _, p in pairs(procs) do
+    while p.alive ~= false and wall_ms() < deadline do uv.run("once") end
+  end
 end
 
-if external > 0 then
-  for k = 1, external do start_external(k) end
-else
-  rt = duroxide.runtime({ store = store, log_level = "warn",
-                          max_sessions_per_worker = opts.max_sessions })
-  rt:start()
+local function runtime_opts(extra)
+  local o = { store = store, log_level = "warn", max_sessions_per_worker = opts.max_sessions }
+  if opts.cache == "off" then o[(CACHE_OPTION:gsub("%-", "_"))] = 0 end
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return o
 end
 
--- Drive the in-process runtime, or just wait while external workers run.
+-- Drive the in-process runtime, or just wait while external workers run (and notice one
+-- that died: its exit code, instead of a timeout later).
 local function pump(ms)
-  if rt then rt:run_for(ms) else sleep_ms(ms) end
+  if rt then rt:run_for(ms) else
+    sleep_ms(ms)
+    uv.run("nowait")
+    for _, p in pairs(procs) do
+      if p.alive == false and not p.expected then
+        error(string.format("worker %s exited (code %s)", p.id, tostring(p.code)))
+      end
+    end
+  end
+end
+
+-- CPU seconds (user + system) the worker(s) used so far: the in-process runtime shares this
+-- process with the client; external workers are read from /proc.
+local function worker_cpu_s()
+  if rt then return os.clock() end
+  local sum = 0
+  for _, p in pairs(procs) do
+    local f = io.open("/proc/" .. p.pid .. "/stat")
+    if f then
+      local txt = f:read("a")
+      f:close()
+      -- fields after the command name "(...)": state is 3rd; utime, stime are 14th, 15th
+      local rest = txt:match("%) (.*)$")
+      local fields = {}
+      for x in rest:gmatch("%S+") do fields[#fields + 1] = x end
+      sum = sum + (tonumber(fields[12]) + tonumber(fields[13])) / 100
+    end
+  end
+  return sum
 end
 
 local function finished(id)
@@ -114,9 +219,100 @@ local function wait_all(ids, timeout_ms)
   end
 end
 
+-- Every instance the store holds has run (a queued start shows as Pending, a started one as
+-- Running until it ends).
+local function wait_store_settled(timeout_ms)
+  local deadline = wall_ms() + timeout_ms
+  while #client:list { status = "Running", limit = 1 } > 0
+    or #client:list { status = "Pending", limit = 1 } > 0 do
+    assert(wall_ms() < deadline, "timed out waiting for the store's instances to finish")
+    pump(5)
+  end
+end
+
+-- Every started instance has run its first turn and nothing waits in the orchestrator queue
+-- (instances that wait for an event stay Running).
+local function wait_store_settled_idle(timeout_ms)
+  local deadline = wall_ms() + timeout_ms
+  while #client:list { status = "Pending", limit = 1 } > 0
+    or client:stats().orchestrator_queue > 0 do
+    assert(wall_ms() < deadline, "timed out waiting for the instances' first turns")
+    pump(5)
+  end
+end
+
+-- Start `count` instances of `orch` (ids prefix..k, input k) with start_many in chunks of
+-- 2000 (one commit each), keeping at most two chunks ahead of the workers, then wait until
+-- each has run (`idle`: its first turn, it waits for an event; else it finished): every id by
+-- a status lookup, then one check over the whole store (a status filter reads every
+-- instance, so it is not polled). Returns the seconds it took.
+local function has_run(id) return client:status(id).status ~= "Pending" end
+
+local function fill(prefix, count, orch, idle)
+  local t0, chunk = wall_ms(), 2000
+  local ran = idle and has_run or finished
+  local deadline = wall_ms() + 600000
+  local function wait_for(k)
+    while not ran(prefix .. k) do
+      assert(wall_ms() < deadline, "timed out waiting for " .. prefix .. k)
+      pump(5)
+    end
+  end
+  local waited = 0 -- instances 1..waited have run
+  for base = 0, count - 1, chunk do
+    local batch = {}
+    for k = base + 1, math.min(count, base + chunk) do batch[#batch + 1] = { prefix .. k, orch, k } end
+    assert(client:start_many(batch))
+    while waited < base - chunk do waited = waited + 1; wait_for(waited) end
+  end
+  while waited < count do waited = waited + 1; wait_for(waited) end
+  local settled = idle and wait_store_settled_idle or wait_store_settled
+  settled(600000)
+  return (wall_ms() - t0) / 1000
+end
+
+-- --prefill N: the store holds N completed instances before the workload starts. A runtime of
+-- its own fills it before the measured workers start, without fsync (the fill is not what is
+-- measured): one-turn orchestrations, started in batches.
+local prefill_s = 0
+local function setup()
+  if opts.prefill > 0 then
+    rt = duroxide.runtime(runtime_opts({ no_sync = true }))
+    rt:start()
+    prefill_s = fill("p-", opts.prefill, "Quick")
+    local held = client:stats().instances
+    assert(held >= opts.prefill, string.format("prefill: the store holds %d instances, not %d",
+                                               held, opts.prefill))
+    rt:stop()
+    rt = nil
+    -- The fill's unsynced pages would otherwise be flushed by the measured workload's first
+    -- durable commit (LMDB: fdatasync of the whole file).
+    os.execute("sync")
+  end
+  if external > 0 then
+    for k = 1, external do
+      local extra
+      if w.kind == "idle" then -- the worker serves /metrics on a port picked here
+        math.randomseed(os.time() + uv.os_getpid())
+        extra = { "--metrics-listen", "127.0.0.1:" .. math.random(20000, 60000) }
+      end
+      start_external(k, extra)
+      if extra then procs[k].metrics_port = tonumber(extra[2]:match(":(%d+)$")) end
+    end
+  else
+    rt = duroxide.runtime(runtime_opts())
+    rt:start()
+  end
+end
+
 -- {===== throughput workloads =====}
 
-local function input_of(k) return opts.workload == "hello" and ("n" .. k) or 0 end
+local function worker_label()
+  if external == 0 then return "same process" end
+  return external .. (external == 1 and " separate process" or " separate processes")
+end
+
+local function input_of(k) return w.input and w.input(k) or 0 end
 
 local per_worker = {} -- cpu: activities each worker ran (measured batch only)
 
@@ -155,7 +351,9 @@ end
 
 local function throughput()
   run_batch("warm-", 5)
+  local cpu0 = worker_cpu_s()
   local t0, last, lat, failed, workers_per = run_batch("b-", n)
+  local cpu_ms = (worker_cpu_s() - cpu0) * 1000 / n
   table.sort(lat)
   local function pct(p) return lat[math.max(1, math.ceil(#lat * p))] end
   local makespan = math.max(1, last - t0)
@@ -175,18 +373,22 @@ local function throughput()
       parts[#parts + 1] = string.format('"%s":%d', id, per_worker[id])
       if per_worker[id] > most then most = per_worker[id] end
     end
-    local f = io.open("/proc/loadavg")
-    local load = f and f:read("n") or -1
-    if f then f:close() end
-    extra = string.format(',"activity_ms":50,"per_worker":{%s},"max_share":%.2f,"loadavg":%.2f',
-                          table.concat(parts, ","), most / n, load)
+    extra = string.format(',"activity_ms":50,"per_worker":{%s},"max_share":%.2f',
+                          table.concat(parts, ","), most / n)
+  elseif opts.workload == "payload" then
+    -- payload bytes carried through activity steps per second (one direction)
+    extra = string.format(',"kib":%d,"steps":%d,"bytes_per_s":%.0f', kib, steps,
+                          n * steps * kib * 1024 / makespan * 1000)
+  end
+  if opts.prefill > 0 then
+    extra = extra .. string.format(',"prefill":%d,"prefill_s":%.1f', opts.prefill, prefill_s)
   end
   return string.format('{"engine":"duroxide-lua","workload":"%s","n":%d,"orch_per_s":%s,' ..
     '"act_per_s":%s,"p50_ms":%d,"p95_ms":%d,"makespan_ms":%d,"failed":%d%s,' ..
-    '"durable":true,"worker":"%s","start":"%s"}',
+    '"worker_cpu_ms_per_orch":%.2f,"durable":true,"worker":"%s","start":"%s"}',
     opts.workload, n, rate(n / makespan * 1000), rate(n * w.acts / makespan * 1000),
-    pct(0.5), pct(0.95), makespan, failed, extra,
-    external > 0 and (external .. " separate processes") or "same process",
+    pct(0.5), pct(0.95), makespan, failed, extra, cpu_ms,
+    worker_label(),
     w.serial and "one at a time" or "one batch commit")
 end
 
@@ -211,7 +413,7 @@ local function handoff()
   for _, p in pairs(procs) do if p.id == owner then victim = p end end
   local t_kill = wall_ms()
   uv.kill(victim.pid, opts.signal == "TERM" and "sigterm" or "sigkill")
-  victim.alive = false
+  victim.expected = true
   deadline = wall_ms() + 120000
   local moved
   repeat
@@ -228,6 +430,108 @@ local function handoff()
     opts.signal, moved.at - 50 - t_kill, owner, moved.worker)
 end
 
+-- {===== long: one orchestration of many sequential steps =====}
+
+-- Step k ends when its ActivityCompleted is committed; a step's time is the gap to the one
+-- before (step 1: from the instance's first event). Reports the mean step time over the first
+-- and the last 10% of the steps and their ratio (null when the first is below the history's
+-- millisecond resolution), and the CPU time of the worker(s).
+local function long_bench()
+  local id, K = "long-1", opts.steps
+  local cpu0 = worker_cpu_s()
+  local t0 = wall_ms()
+  assert(client:start(id, "Long", K))
+  wait_all({ id }, 3600000)
+  local total_s = (wall_ms() - t0) / 1000
+  local cpu_s = worker_cpu_s() - cpu0
+  local h = client:history(id)
+  assert(h[#h].type == "OrchestrationCompleted", "long: the orchestration did not complete")
+  local ends = { [0] = h[1].timestamp_ms }
+  for _, e in ipairs(h) do
+    if e.type == "ActivityCompleted" then ends[#ends + 1] = e.timestamp_ms end
+  end
+  assert(#ends == K, string.format("long: %d of %d steps completed", #ends, K))
+  local m = math.max(1, K // 10)
+  local first = (ends[m] - ends[0]) / m
+  local last = (ends[K] - ends[K - m]) / m
+  return string.format('{"engine":"duroxide-lua","workload":"long","n":1,"steps":%d,' ..
+    '"first10_step_ms":%.3f,"last10_step_ms":%.3f,"last_over_first":%s,"total_s":%.2f,' ..
+    '"worker_cpu_s":%.2f,"durable":true,"worker":"%s"}',
+    K, first, last, first > 0 and string.format("%.2f", last / first) or "null", total_s, cpu_s,
+    worker_label())
+end
+
+-- {===== idle: memory per cached idle instance =====}
+
+-- One external worker. n instances each run one turn and wait for an event; once every one
+-- has run and the worker is idle, the growth of the worker's resident memory per instance,
+-- and the orchestration cache's own figures from the worker's /metrics when it reports them.
+-- Anonymous resident memory (heap, Lua states): the store's memory-mapped file pages (LMDB)
+-- are left out, they are the page cache's.
+local function rss_kib(pid)
+  local f = io.open("/proc/" .. pid .. "/status")
+  if not f then return nil end
+  local txt = f:read("a")
+  f:close()
+  return tonumber(txt:match("RssAnon:%s*(%d+)"))
+end
+
+-- GET /metrics from the worker (luv, no child process), at most 5 s; nil when it fails.
+local function scrape_metrics()
+  local port = procs[1].metrics_port
+  if not port then return nil end
+  local tcp, timer, chunks, done, ok = uv.new_tcp(), uv.new_timer(), {}, false, false
+  timer:start(5000, 0, function() done = true end)
+  tcp:connect("127.0.0.1", port, function(err)
+    if err then done = true; return end
+    tcp:write("GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+    tcp:read_start(function(rerr, data)
+      if rerr then done = true
+      elseif data then chunks[#chunks + 1] = data
+      else ok, done = true, true end
+    end)
+  end)
+  while not done do uv.run("once") end
+  timer:close()
+  tcp:close()
+  uv.run("nowait")
+  local txt = table.concat(chunks)
+  if not ok or not txt:match("^HTTP/1%.%d 200") then return nil end
+  return txt:match("\r\n\r\n(.*)$")
+end
+
+-- The sum of a Prometheus metric's samples (all label sets); nil when absent.
+local function metric_sum(txt, name)
+  local sum
+  for line in (txt or ""):gmatch("[^\n]+") do
+    local mname, v = line:match("^([%w_:]+)[^%s]*%s+([%d%.eE+-]+)")
+    if mname == name then sum = (sum or 0) + tonumber(v) end
+  end
+  return sum
+end
+
+local function idle_bench()
+  local pid = procs[1].pid
+  fill("warm-", 5, "Fanout") -- loads the app's code paths; these complete
+  fill("iw-", 100, "Idle", true) -- and a first few idle instances
+  sleep_ms(500)
+  local rss0 = assert(rss_kib(pid), "cannot read the worker's memory")
+  local m0 = scrape_metrics()
+  local fill_s = fill("i-", n, "Idle", true)
+  sleep_ms(1000) -- let the worker go idle
+  local rss1 = rss_kib(pid)
+  local m1 = scrape_metrics()
+  local cache = "null"
+  local b0, b1 = metric_sum(m0, CACHE_BYTES_METRIC), metric_sum(m1, CACHE_BYTES_METRIC)
+  if b0 and b1 then cache = string.format("%.0f", (b1 - b0) / n) end
+  local entries = metric_sum(m1, CACHE_ENTRIES_METRIC)
+  return string.format('{"engine":"duroxide-lua","workload":"idle","n":%d,"fill_s":%.1f,' ..
+    '"rss_anon_before_kib":%d,"rss_anon_after_kib":%d,"rss_bytes_per_instance":%.0f,' ..
+    '"cache_bytes_per_instance":%s,"cache_entries":%s,"durable":true,"worker":"1 separate process"}',
+    n, fill_s, rss0, rss1, (rss1 - rss0) * 1024 / n, cache,
+    entries and string.format("%.0f", entries) or "null")
+end
+
 -- {===== management: list on a full store =====}
 
 -- Fill the store with n instances (start_many in chunks of 2000, each one durable commit, run
@@ -237,20 +541,7 @@ end
 -- describe of one instance, pages with a backlog of n/5 never-run starts, and a purge of the
 -- whole store.
 local function list_bench()
-  local t0, chunk = wall_ms(), 2000
-  for base = 0, n - 1, chunk do
-    local batch, last = {}, nil
-    for k = base + 1, math.min(n, base + chunk) do
-      last = "l-" .. k
-      batch[#batch + 1] = { last, "Quick", k }
-    end
-    assert(client:start_many(batch))
-    wait_all({ last }, 600000)
-  end
-  -- every instance has run (a queued start shows as Pending, a started one as Running)
-  while #client:list { status = "Running", limit = 1 } > 0
-    or #client:list { status = "Pending", limit = 1 } > 0 do pump(5) end
-  local fill_s = (wall_ms() - t0) / 1000
+  local fill_s = fill("l-", n, "Quick")
   -- PostgreSQL plans by table statistics, which autovacuum refreshes within a minute of a bulk
   -- change (as on any store that has been running): measure the store as it is then, not in
   -- the minute after a bulk fill nobody has analyzed yet (opts.no_settle: measure at once)
@@ -320,12 +611,22 @@ local function list_bench()
     (store_kind == "postgres" and not opts.no_settle) and 65 or 0)
 end
 
-local ok, line = pcall(opts.workload == "handoff" and handoff
-                       or opts.workload == "list" and list_bench or throughput)
+local RUN = { throughput = throughput, long = long_bench, idle = idle_bench, handoff = handoff,
+              list = list_bench }
+local ok, line = pcall(function()
+  setup()
+  return RUN[w.kind or "throughput"]()
+end)
 if rt then rt:stop() end
 stop_external()
 client:close()
 if store_kind == "lmdb" then os.execute("rm -rf '" .. store .. "'") end
 if not ok then io.stderr:write("bench: " .. tostring(line) .. "\n"); os.exit(1) end
--- every line names the store it measured
-print((line:gsub('^{"engine":"duroxide%-lua",', '{"engine":"duroxide-lua","store":"' .. store_kind .. '",')))
+-- Every line names the store it measured, whether the orchestration cache was on, and the
+-- machine's 1-minute load average at the end (the machine may be busy with other work).
+local f = io.open("/proc/loadavg")
+local load = f and f:read("n") or -1
+if f then f:close() end
+line = line:gsub('^{"engine":"duroxide%-lua",', string.format(
+  '{"engine":"duroxide-lua","store":"%s","cache":"%s",', store_kind, opts.cache))
+print((line:gsub("}$", string.format(',"loadavg":%.2f}', load))))

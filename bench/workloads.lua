@@ -44,8 +44,29 @@ duroxide.orchestration("Cpu", function(ctx, input)
   return assert(ctx:schedule_activity("Burn", 50):await())
 end)
 
--- One turn, no activity: fills a store quickly (the list workload).
+-- One turn, no activity: fills a store quickly (the list workload, --prefill).
 duroxide.orchestration("Quick", function(ctx, input) return input end)
+
+-- The long workload: one orchestration of `steps` sequential activities; its history grows by
+-- two events a step, so a late step replays (without the cache) far more than an early one.
+duroxide.orchestration("Long", function(ctx, steps)
+  local x = 0
+  for _ = 1, steps do x = assert(ctx:schedule_activity("Inc", x):await()) end
+  return x
+end)
+
+-- The payload workload: a payload of `kib` KiB made in the orchestration and passed through
+-- `steps` sequential activities (each step's input and result are in the history).
+duroxide.orchestration("Payload", function(ctx, input)
+  local p = string.rep("x", input.kib * 1024)
+  for _ = 1, input.steps do p = assert(ctx:schedule_activity("Echo", p):await()) end
+  return #p
+end)
+
+-- The idle workload: one turn, then waits for an event (a cached idle instance).
+duroxide.orchestration("Idle", function(ctx, input)
+  return ctx:schedule_wait("go"):await()
+end)
 
 duroxide.orchestration("Hello", function(ctx, name)
   return assert(ctx:schedule_activity("Echo", "Hello, " .. name):await())

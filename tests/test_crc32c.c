@@ -18,6 +18,19 @@ DX_TEST(crc32c_known_values) {
   ASSERT_EQ(sum(dx__crc32c, "", 0), 0u);
 }
 
+DX_TEST(crc32c_rfc3720_vectors) {
+  /* iSCSI's CRC32C examples (RFC 3720 B.4): 32 zero bytes, 32 0xff bytes, 0..31 ascending */
+  unsigned char zeros[32], ones[32], inc[32];
+  size_t i;
+  memset(zeros, 0, sizeof zeros);
+  memset(ones, 0xff, sizeof ones);
+  for (i = 0; i < 32; i++) inc[i] = (unsigned char)i;
+  ASSERT_EQ(sum(dx__crc32c, zeros, 32), 0x8A9136AAu);
+  ASSERT_EQ(sum(dx__crc32c, ones, 32), 0x62A8AB43u);
+  ASSERT_EQ(sum(dx__crc32c, inc, 32), 0x46DD794Eu);
+  ASSERT_EQ(sum(dx__crc32c_sw, inc, 32), 0x46DD794Eu);
+}
+
 DX_TEST(crc32c_every_length_and_alignment_matches_the_reference) {
   unsigned char buf[600];
   size_t off, n, i;

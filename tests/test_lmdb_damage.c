@@ -7,6 +7,8 @@
 */
 #include <errno.h>
 #include <fcntl.h>
+#include <lmdb.h>
+#include <sys/wait.h>
 
 #include "duroxide/provider.h"
 #include "testlib.h"
@@ -178,6 +180,79 @@ DX_TEST(lmdb_truncated_data_is_an_error_not_sigbus) {
   ASSERT_NE(dx_provider_open(store, NULL, &q, &err), 0);
   ASSERT_CONTAINS(err.msg, "damaged");
   ASSERT(strstr(err.msg, "MDB_") == NULL);
+  free(store);
+}
+
+/* In another process (the store stays open here): raw LMDB commits that put and delete keys
+** of a scratch DB in one transaction, until a commit leaves data.mdb ending before the meta
+** page's last page (LMDB does not write pages it freed in the same transaction). Exits 0 then,
+** 1 when no commit did. */
+static void make_unwritten_tail(const char *store) {
+  MDB_env *env;
+  MDB_txn *t;
+  MDB_dbi dbi;
+  MDB_envinfo info;
+  struct stat st;
+  char kb[32], vb[600], path[600];
+  int round, i, n, status;
+  pid_t pid = fork();
+  ASSERT(pid >= 0);
+  if (pid > 0) {
+    ASSERT(waitpid(pid, &status, 0) == pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      DX_FAIL_AT("no commit left data.mdb short of its last page (status %d)", status);
+    return;
+  }
+  snprintf(path, sizeof path, "%s/data.mdb", store);
+  memset(vb, 'v', sizeof vb);
+  srand(7);
+  if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 64) ||
+      mdb_env_open(env, store, MDB_NOSYNC, 0600))
+    _exit(2);
+  for (round = 0; round < 20000; round++) {
+    if (mdb_txn_begin(env, NULL, 0, &t) || mdb_dbi_open(t, "scratch", MDB_CREATE, &dbi)) _exit(3);
+    n = 20 + rand() % 200;
+    for (i = 0; i < n; i++) {
+      MDB_val k = {(size_t)snprintf(kb, sizeof kb, "k%06d-%06d", round, i), kb};
+      MDB_val v = {(size_t)(100 + rand() % 500), vb};
+      if (mdb_put(t, dbi, &k, &v, 0)) _exit(4);
+    }
+    for (i = 0; i < n; i++)
+      if (rand() % 4) {
+        MDB_val k = {(size_t)snprintf(kb, sizeof kb, "k%06d-%06d", round, i), kb};
+        mdb_del(t, dbi, &k, NULL);
+      }
+    if (mdb_txn_commit(t) || mdb_env_info(env, &info) || stat(path, &st)) _exit(5);
+    if ((uint64_t)st.st_size < ((uint64_t)info.me_last_pgno + 1) * 4096) {
+      mdb_env_close(env);
+      _exit(0);
+    }
+  }
+  _exit(1);
+}
+
+DX_TEST(lmdb_unwritten_free_pages_are_not_a_truncation) {
+  /* A store whose data.mdb ends before the meta page's last page only because LMDB left pages
+  ** it freed unwritten is sound: it opens and answers, in the process that had it open and in
+  ** a new one. A real truncation of it is still reported. */
+  char *store = new_store("unwritten");
+  dx_provider_t *p = open_ok(store), *q = NULL;
+  dx_instance_info_t info;
+  struct stat st;
+  dx_error_t err;
+  completed_instance(p, "inst-1", "\"out\"");
+  make_unwritten_tail(store);
+  ASSERT_OK(M(p)->get_instance_info(p, "inst-1", &info, &err)); /* the per-transaction check */
+  dx_instance_info_clear(&info);
+  M(p)->destroy(p);
+  p = open_ok(store); /* the check before LMDB maps the file */
+  ASSERT_OK(M(p)->get_instance_info(p, "inst-1", &info, &err));
+  dx_instance_info_clear(&info);
+  M(p)->destroy(p);
+  ASSERT(stat(data_path(store), &st) == 0);
+  ASSERT(truncate(data_path(store), st.st_size / 2) == 0);
+  ASSERT_EQ(dx_provider_open(store, NULL, &q, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, "truncated");
   free(store);
 }
 

@@ -4,7 +4,8 @@
 ** SIGBUS; a deleted lock.mdb would let new processes ignore the running ones' locks), and
 ** before each top-level write the map grows when it is nearly or actually full, up to the
 ** store's maximum size. Resizing needs every transaction of this process closed: it takes the
-** remap lock as writer, every top-level transaction holds it as reader.
+** remap lock as writer, every top-level transaction holds it as reader. A file shorter than
+** its last page is fine when the missing pages are free ones LMDB never wrote (freelist.c).
 */
 #include "lmdb_int.h"
 
@@ -25,8 +26,9 @@ static uint64_t rd_le(const unsigned char *b, int n) {
   return v;
 }
 
-/* 0 when this meta page is consistent with a file of `size` bytes; else a reason. */
-static const char *meta_problem(const unsigned char *m, uint64_t size, uint64_t *txnid) {
+/* 0 when this meta page is sound; else a reason. Its last page may lie past the end of the
+** file: that is judged by tail_problem, for the meta page in use only. */
+static const char *meta_problem(const unsigned char *m, uint64_t *txnid) {
   uint64_t psize = rd_le(m + META_PSIZE, 4), last = rd_le(m + META_LAST_PG, 8);
   uint64_t roots[2] = {rd_le(m + META_FREE_ROOT, 8), rd_le(m + META_MAIN_ROOT, 8)};
   int i;
@@ -34,39 +36,63 @@ static const char *meta_problem(const unsigned char *m, uint64_t size, uint64_t 
   if (rd_le(m + META_MAGIC, 4) != LM_MDB_MAGIC) return "it is not a store file";
   if (rd_le(m + META_VERSION, 4) != 1) return "its data format is unknown";
   if (psize < 512 || psize > 65536 || (psize & (psize - 1))) return "its page size is invalid";
-  if (last < 1 || last >= size / psize)
-    return "data.mdb ends before its last page: the file was truncated";
+  if (last < 1) return "data.mdb ends before its last page: the file was truncated";
   for (i = 0; i < 2; i++)
     if (roots[i] != LM_P_INVALID && (roots[i] < 2 || roots[i] > last))
       return "a root page lies outside the store";
   return NULL;
 }
 
-/* Check the meta page LMDB will use (the one with the larger txnid) before LMDB maps the file.
-** A file too short to hold both meta pages is left to LMDB (it reports it as not a store). */
-int dx__lm_check_meta(const char *data_path, dx_error_t *err) {
-  unsigned char m[2][META_END];
-  const char *why[2];
-  uint64_t txn[2], psize;
-  struct stat st;
-  int fd = open(data_path, O_RDONLY | O_CLOEXEC), i, use;
-  if (fd < 0) return 0; /* a new store: LMDB creates it */
-  if (fstat(fd, &st) != 0 || pread(fd, m[0], META_END, META_AT) != META_END) {
-    close(fd);
-    return 0;
-  }
+/* 0 when the pages of sound meta page m are in data.mdb (fd, size bytes), or the missing ones
+** are pages LMDB freed without writing them (freelist.c); else the reason. */
+static const char *tail_problem(const unsigned char *m, int fd, uint64_t size) {
+  uint64_t psize = rd_le(m + META_PSIZE, 4), last = rd_le(m + META_LAST_PG, 8);
+  if (last < size / psize ||
+      dx__lm_tail_is_free(fd, psize, size, rd_le(m + META_FREE_ROOT, 8), last))
+    return NULL;
+  return "data.mdb ends before its last page: the file was truncated";
+}
+
+/* Both meta pages of fd (m[i] from META_AT), then the file's size: read in that order, the size
+** covers every page a commit wrote before its meta page (files only grow). 0, or -1 when the
+** file is too short to hold them (left to LMDB: it reports it as not a store). */
+static int read_metas(int fd, unsigned char m[2][META_END], struct stat *st) {
+  uint64_t psize;
+  if (pread(fd, m[0], META_END, META_AT) != META_END) return -1;
   psize = rd_le(m[0] + META_PSIZE, 4);
   if (psize < 512 || psize > 65536 || (psize & (psize - 1))) psize = 4096;
-  if ((uint64_t)st.st_size < 2 * psize ||
-      pread(fd, m[1], META_END, (off_t)psize + META_AT) != META_END) {
-    close(fd);
-    return 0;
+  if (pread(fd, m[1], META_END, (off_t)psize + META_AT) != META_END) return -1;
+  if (fstat(fd, st) != 0 || (uint64_t)st->st_size < 2 * psize) return -1;
+  return 0;
+}
+
+/* Check the meta page LMDB will use (the one with the larger txnid) before LMDB maps the file.
+** A file too short to hold both meta pages is left to LMDB (it reports it as not a store).
+** Another process may commit meanwhile: a verdict of damage stands only when the meta pages
+** did not change while it was reached (else it is looked at again, a few times). */
+int dx__lm_check_meta(const char *data_path, dx_error_t *err) {
+  unsigned char m[2][META_END], again[2][META_END];
+  const char *why[2];
+  uint64_t txn[2];
+  struct stat st;
+  int fd = open(data_path, O_RDONLY | O_CLOEXEC), i, use = 0, tries;
+  if (fd < 0) return 0; /* a new store: LMDB creates it */
+  for (tries = 0; tries < 5; tries++) {
+    if (read_metas(fd, m, &st) != 0) {
+      close(fd);
+      return 0;
+    }
+    for (i = 0; i < 2; i++) why[i] = meta_problem(m[i], &txn[i]);
+    use = txn[1] > txn[0];
+    if (!why[use]) why[use] = tail_problem(m[use], fd, (uint64_t)st.st_size);
+    /* the one in use must be sound; the older one only needs its magic (LMDB checks both) */
+    if (!why[use] && (!why[!use] || rd_le(m[!use] + META_MAGIC, 4) == LM_MDB_MAGIC)) {
+      close(fd);
+      return 0;
+    }
+    if (read_metas(fd, again, &st) != 0 || memcmp(m, again, sizeof m) == 0) break;
   }
   close(fd);
-  for (i = 0; i < 2; i++) why[i] = meta_problem(m[i], (uint64_t)st.st_size, &txn[i]);
-  use = txn[1] > txn[0];
-  /* the one in use must be sound; the older one only needs its magic (LMDB checks both) */
-  if (!why[use] && (!why[!use] || rd_le(m[!use] + META_MAGIC, 4) == LM_MDB_MAGIC)) return 0;
   if (!why[use]) use = !use;
   return dx_error_set(err, DX_ECORRUPT,
                       "the store is damaged: data.mdb's meta page %d is inconsistent (%s)", use,
@@ -89,6 +115,32 @@ static size_t used_bytes(shared_env_t *se) {
   return rc != 0 ? 0 : ((size_t)info.me_last_pgno + 1) * se->psize;
 }
 
+/* data.mdb ends before the last page of the newest snapshot: 1 when the missing pages are ones
+** LMDB freed without writing them. A read transaction pins the snapshot (its freelist pages
+** are not reused while it lasts); its meta page is the one carrying its txnid (looked for
+** again when two commits replaced it meanwhile). */
+static int short_of_free_pages_only(shared_env_t *se) {
+  unsigned char m[2][META_END];
+  struct stat st;
+  MDB_txn *txn;
+  int ok = 0, found = 0, tries, i;
+  pthread_rwlock_rdlock(&se->remap);
+  for (tries = 0; tries < 3 && !found; tries++) {
+    uint64_t id, txnid;
+    if (mdb_txn_begin(se->env, NULL, MDB_RDONLY, &txn) != 0) break;
+    id = (uint64_t)mdb_txn_id(txn);
+    if (read_metas(se->data_fd, m, &st) == 0)
+      for (i = 0; i < 2 && !found; i++)
+        if (!meta_problem(m[i], &txnid) && txnid == id) {
+          found = 1;
+          ok = !tail_problem(m[i], se->data_fd, (uint64_t)st.st_size);
+        }
+    mdb_txn_abort(txn);
+  }
+  pthread_rwlock_unlock(&se->remap);
+  return ok;
+}
+
 int dx__lm_files_ok(shared_env_t *se, dx_error_t *err) {
   struct stat st;
   size_t need;
@@ -107,6 +159,7 @@ int dx__lm_files_ok(shared_env_t *se, dx_error_t *err) {
   if ((size_t)st.st_size >= 2 * se->psize) {
     need = used_bytes(se);
     if (fstat(se->data_fd, &st) == 0 && (size_t)st.st_size >= need) return 0;
+    if (short_of_free_pages_only(se)) return 0;
   }
   need = (size_t)st.st_size < 2 * se->psize ? 2 * se->psize : used_bytes(se);
   return dx_error_set(err, DX_ECORRUPT,
