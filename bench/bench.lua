@@ -583,7 +583,7 @@ local function list_bench()
   -- a backlog of starts no worker has run yet (n/5; the worker is stopped first, so nothing
   -- fetches them meanwhile): the first page and the Pending filter read only a page of it
   if rt then rt:stop(); rt = nil end
-  local backlog, queued, pending = n // 5, {}, {}
+  local backlog, queued, pending, chunk = n // 5, {}, {}, 2000
   for base = 0, backlog - 1, chunk do
     local batch = {}
     for k = base + 1, math.min(backlog, base + chunk) do batch[#batch + 1] = { "q-" .. k, "Quick", k } end
