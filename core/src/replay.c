@@ -1483,6 +1483,19 @@ static size_t event_bytes(const dx_event_t *e) {
          str_bytes(e->worker_id) + str_bytes(e->tag);
 }
 
+/* The turn's own output: the items of its commit and its per-turn vectors (the new events'
+** strings are not freed here: a kept turn has moved them into its history). */
+static void free_turn_output(dx_turn_t *t) {
+  size_t i;
+  for (i = 0; i < t->worker_items.n; i++) dx_work_item_clear(&t->worker_items.v[i]);
+  for (i = 0; i < t->orch_items.n; i++) dx_work_item_clear(&t->orch_items.v[i]);
+  free(t->delta.v);
+  free(t->worker_items.v);
+  free(t->orch_items.v);
+  free(t->cancelled.v);
+  free(t->new_sched.v);
+}
+
 int dx__turn_keep(dx_turn_t *t, dx_orch_item_t *item) {
   size_t n = t->n_hist + t->delta.n, i;
   uint64_t id;
@@ -1518,15 +1531,8 @@ int dx__turn_keep(dx_turn_t *t, dx_orch_item_t *item) {
     }
   t->indexed = next_id(t);
   t->n_sched_known = t->sched.n;
-  /* Forget the turn's commit. */
-  for (i = 0; i < t->worker_items.n; i++) dx_work_item_clear(&t->worker_items.v[i]);
-  for (i = 0; i < t->orch_items.n; i++) dx_work_item_clear(&t->orch_items.v[i]);
-  /* per-turn vectors: a kept instance is mostly idle, so give their memory back */
-  free(t->delta.v);
-  free(t->worker_items.v);
-  free(t->orch_items.v);
-  free(t->cancelled.v);
-  free(t->new_sched.v);
+  /* Forget the turn's commit; a kept instance is mostly idle, so give the memory back. */
+  free_turn_output(t);
   memset(&t->delta, 0, sizeof t->delta);
   memset(&t->worker_items, 0, sizeof t->worker_items);
   memset(&t->orch_items, 0, sizeof t->orch_items);
@@ -1608,15 +1614,9 @@ void dx__turn_free(dx_turn_t *t) {
   for (i = 0; t->own_hist && i < t->n_hist; i++) dx_event_clear(&t->own_hist[i]);
   free(t->own_hist);
   for (i = 0; i < t->delta.n; i++) dx_event_clear(&t->delta.v[i]);
-  for (i = 0; i < t->worker_items.n; i++) dx_work_item_clear(&t->worker_items.v[i]);
-  for (i = 0; i < t->orch_items.n; i++) dx_work_item_clear(&t->orch_items.v[i]);
-  free(t->delta.v);
-  free(t->worker_items.v);
-  free(t->orch_items.v);
-  free(t->cancelled.v);
+  free_turn_output(t);
   free(t->slots.v);
   free(t->sched.v);
-  free(t->new_sched.v);
   dx_failure_clear(&t->failure);
   free(t->instance);
   free(t->name);
