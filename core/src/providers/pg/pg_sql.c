@@ -473,10 +473,10 @@ static const char MIGRATION_8[] =
   "CREATE INDEX instances_name ON instances (name, created_at, created_seq);"
   "CREATE INDEX executions_status ON executions (status, instance_id, exec);";
 
-/* Version 9: a store cycle's
-** acks as two calls, whatever their number: dx_ack_orchs takes every orchestration ack of the
-** cycle, dx_ack_works every worker-item ack, as arrays (one element per ack; the rows, events,
-** messages and key-value events of all acks flattened, each with the number k of its ack).
+/* Version 9: a store cycle's acks as two calls, whatever their number: dx_ack_orchs takes
+** every orchestration ack of the cycle, dx_ack_works every worker-item ack, as arrays (one
+** element per ack; the rows, events, messages and key-value events of all acks flattened,
+** each with the number k of its ack).
 ** Each checks every lock (and duplicate event ids) first, then writes the acks that passed with
 ** one statement per table, and returns one outcome row per ack, by k: (k, r_code, r_a, r_b
 ** [, r_sid, r_owner, r_c]) with the codes of migration 2/6 (0 ok, 1 not locked with that token,
