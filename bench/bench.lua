@@ -114,7 +114,9 @@ local store_kind = (store:match("^postgres://") or store:match("^postgresql://")
 if store_kind == "postgres" then
   if not store:find("[?&]schema=") then
     store = store .. (store:find("?", 1, true) and "&" or "?") ..
-      string.format("schema=bench_%d_%d", os.time(), math.random(1, 999999))
+      -- the process id: math.random's seed repeats when ASLR is off (as under ASan), and
+      -- two runs in one second then shared a schema
+      string.format("schema=bench_%d_%d_%d", os.time(), uv.os_getpid(), math.random(1, 999999))
   end
 else
   os.execute("rm -rf '" .. store .. "' && mkdir -p '" .. store .. "'")

@@ -11,4 +11,10 @@ if ! command -v busted >/dev/null && [ ! -x /usr/bin/busted ]; then
   echo "1..0 # SKIP busted is not installed"
   exit 0
 fi
+# An ASan build's module needs the sanitizer runtimes loaded first, as scripts/test --asan
+# does for its own busted run (the interpreter itself is not instrumented: no leak report).
+if ldd "$dir/duroxide.so" 2>/dev/null | grep -q libasan; then
+  export LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
+  export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1"
+fi
 DUROXIDE_ORCHESTRATION_CACHE_SIZE=0 lua5.4 /usr/bin/busted --cpath="$dir/?.so" -o TAP
