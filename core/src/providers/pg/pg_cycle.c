@@ -5,7 +5,7 @@
 ** Nothing in the pipeline waits for an earlier result: the cycle's orchestration acks are one
 ** call of a server-side function (dx_ack_orchs), its worker-item acks another (dx_ack_works);
 ** each checks every lock itself and then writes each ack whole or not at all, returning one
-** outcome row per ack (pg_sql.c, pgchain's migration); an orchestration fetch is
+** outcome row per ack (pg_sql.c, migration 9); an orchestration fetch is
 ** one statement that locks the instances and returns their messages, records and histories
 ** with them (ORCH_FETCH); a work fetch locks plain rows and picks session candidates in the
 ** same sync (pg_work.c). The COMMIT is queued behind them: expected per-ack failures write

@@ -862,7 +862,7 @@ static const char *const SQL[PQ__COUNT] = {
     " UNION ALL SELECT u.due_at, u.instance_id, 4, k.updated_at, 0, k.key, k.value, NULL"
     " FROM u CROSS JOIN LATERAL (SELECT * FROM kv z WHERE z.instance_id = u.instance_id) k"
     " ORDER BY 1, 2, 3, 4",
-  [PQ_ACK_ORCH] = /* pgchain's migration: every orchestration ack of a cycle (pg_orch.c);
+  [PQ_ACK_ORCH] = /* migration 9: every orchestration ack of a cycle (pg_orch.c);
     ** one outcome row per ack, by k */
     "SELECT * FROM dx_ack_orchs($1::bigint, $2::text[], $3::bigint[], $4::bigint[],"
     " $5::bigint[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[],"
@@ -876,7 +876,7 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_EXEC_UPSERT] = /* migration 2 */
     "SELECT dx_exec_set($1, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::text, $7::text,"
     " $8::bigint, $9::bigint)",
-  [PQ_ACK_WORK] = /* pgchain's migration: every worker-item ack of a cycle (pg_work.c) */
+  [PQ_ACK_WORK] = /* migration 9: every worker-item ack of a cycle (pg_work.c) */
     "SELECT * FROM dx_ack_works($1::bigint, $2::bigint[], $3::text[], $4::bytea[])",
   [PQ_START_CLAIM] =
     "INSERT INTO started (instance_id) SELECT $1::text"
