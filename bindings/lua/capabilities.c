@@ -17,15 +17,6 @@ struct dxl_caps_s {
   size_t n;
 };
 
-static void caps_free(dx_orch_capability_t *v, size_t n) {
-  size_t i;
-  for (i = 0; i < n; i++) {
-    free((char *)v[i].name);
-    free((char *)v[i].version);
-  }
-  free(v);
-}
-
 /* Append (name, version); 0 on success. */
 static int caps_push(dx_orch_capability_t **v, size_t *n, size_t *cap, const char *name,
                      const char *version) {
@@ -69,11 +60,11 @@ void dxl_caps_rebuild(lua_State *L, dxl_state_t *S) {
   }
   lua_settop(L, top);
   if (bad) { /* out of memory: the old snapshot stays */
-    caps_free(v, n);
+    dx_orch_capabilities_free(v, n);
     return;
   }
   uv_mutex_lock(&S->caps->mu);
-  caps_free(S->caps->v, S->caps->n);
+  dx_orch_capabilities_free(S->caps->v, S->caps->n);
   S->caps->v = v;
   S->caps->n = n;
   S->caps->gen++;
@@ -82,7 +73,7 @@ void dxl_caps_rebuild(lua_State *L, dxl_state_t *S) {
 
 void dxl_caps_free(dxl_state_t *S) {
   if (!S->caps) return;
-  caps_free(S->caps->v, S->caps->n);
+  dx_orch_capabilities_free(S->caps->v, S->caps->n);
   uv_mutex_destroy(&S->caps->mu);
   free(S->caps);
   S->caps = NULL;
@@ -114,7 +105,7 @@ int dxl_h_orch_capabilities(void *host, uint64_t known, uint64_t *gen,
   }
   uv_mutex_unlock(&S->caps->mu);
   if (rc < 0) {
-    caps_free(v, got);
+    dx_orch_capabilities_free(v, got);
     return rc;
   }
   *caps = v;

@@ -29,16 +29,21 @@ int dx_fetch_filter_accepts_orch(const dx_fetch_filter_t *f, const char *name,
   return 0;
 }
 
+void dx_orch_capabilities_free(dx_orch_capability_t *caps, size_t n) {
+  size_t i;
+  for (i = 0; caps && i < n; i++) {
+    free((char *)caps[i].name);
+    free((char *)caps[i].version);
+  }
+  free(caps);
+}
+
 void dx_fetch_filter_free(dx_fetch_filter_t *f) {
   size_t i;
   if (!f) return;
   for (i = 0; i < f->n_tags; i++) free((char *)f->tags[i]);
-  for (i = 0; i < f->n_capabilities; i++) {
-    free((char *)f->capabilities[i].name);
-    free((char *)f->capabilities[i].version);
-  }
   free((void *)f->tags);
-  free((void *)f->capabilities);
+  dx_orch_capabilities_free((dx_orch_capability_t *)f->capabilities, f->n_capabilities);
   free(f);
 }
 

@@ -406,15 +406,6 @@ static void free_fetched(dx_store_fetched_t *f) {
   memset(f, 0, sizeof *f);
 }
 
-static void free_caps(dx_orch_capability_t *caps, size_t n) {
-  size_t i;
-  for (i = 0; i < n; i++) {
-    free((char *)caps[i].name);
-    free((char *)caps[i].version);
-  }
-  free(caps);
-}
-
 /* Before fetching: the provider takes only this worker's tags and the orchestrations its host
 ** can run, re-read whenever the host's registrations changed (rolling deployments). A failure
 ** is retried at the next cycle; meanwhile the previous filter stays. */
@@ -445,7 +436,7 @@ static void refresh_filter(dx_store_t *s) {
   } else {
     dx__log(DX_LOG_WARN, "setting the fetch filter failed", "error=\"%s\"", err.msg);
   }
-  free_caps(caps, n);
+  dx_orch_capabilities_free(caps, n);
 }
 
 /* Returns 1 when a fetch failed (the cycle then counts as failed, for the backoff). */

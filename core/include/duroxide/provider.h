@@ -385,6 +385,9 @@ typedef struct dx_orch_capability_s {
   const char *version;
 } dx_orch_capability_t;
 
+/** Free an owned array of n capabilities: each name and version, then the array (NULL: no-op). */
+void dx_orch_capabilities_free(dx_orch_capability_t *caps, size_t n);
+
 /** What a worker takes from the queues (set_fetch_filter). Borrowed for the call; the
 **  provider keeps its own copy.
 **  Activities: rows whose tag is one of `tags` (n_tags <= DX_MAX_WORKER_TAGS), and untagged
