@@ -28,11 +28,7 @@ struct dx_ocache_s {
   uv_mutex_t mu;            /* the table against dx__ocache_holds on the store thread */
 };
 
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
+static uint64_t hash_str(const char *s) { return dx__fnv1a64(DX_FNV1A64_BASIS, s); }
 
 dx_ocache_t *dx__ocache_new(int64_t budget, dx_metrics_t *metrics) {
   dx_ocache_t *c = calloc(1, sizeof *c);

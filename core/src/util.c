@@ -156,6 +156,12 @@ int64_t dx__deadline_ms(int64_t ms) {
   return ms > INT64_MAX - now ? INT64_MAX : now + ms;
 }
 
+uint64_t dx__fnv1a64(uint64_t h, const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) h = (h ^ *p++) * UINT64_C(1099511628211);
+  return h;
+}
+
 uint64_t dx__random_u64(void) {
   uint64_t v = 0;
   if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {

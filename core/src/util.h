@@ -10,6 +10,10 @@ char *dx__strdup(const char *s);
 int64_t dx__now_ms(void);
 /* now + ms, saturated at INT64_MAX (a timeout of math.maxinteger waits, it does not wrap). */
 int64_t dx__deadline_ms(int64_t ms);
+/* FNV-1a (64-bit) of s's bytes, continuing from h (start with DX_FNV1A64_BASIS). The values
+** key cross-process locks (LMDB liveness offsets, PostgreSQL advisory locks): never change. */
+#define DX_FNV1A64_BASIS UINT64_C(14695981039346656037)
+uint64_t dx__fnv1a64(uint64_t h, const char *s);
 /* 64-bit random value from the OS (falls back to time^pid mixing). */
 uint64_t dx__random_u64(void);
 /* How often to renew a lease of `timeout_ms` (duroxide's rule, shared by activity locks and

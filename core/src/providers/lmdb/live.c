@@ -60,9 +60,9 @@ static void atfork_child(void) {
 static void atfork_install(void) { pthread_atfork(NULL, NULL, atfork_child); }
 
 static off_t live_off(const char *worker, int which) {
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char *s = (const unsigned char *)worker;
-  while (*s) h = (h ^ *s++) * 1099511628211ull;
+  /* FNV-1a from this seed (not the standard basis): every process sharing the store computes
+  ** the same offsets, so the seed stays as first shipped */
+  uint64_t h = dx__fnv1a64(UINT64_C(1469598103934665603), worker);
   return (off_t)((h & ((1ull << LIVE_HASH_BITS) - 1)) * 2 + (uint64_t)which);
 }
 

@@ -23,12 +23,8 @@ int64_t dx__sat_add(int64_t a, int64_t b) {
 
 /* FNV-1a over a, '\0', b: keys for advisory locks. */
 uint64_t dx__pg_hash(const char *a, const char *b) {
-  uint64_t h = UINT64_C(14695981039346656037);
-  const unsigned char *s;
-  for (s = (const unsigned char *)a; *s; s++) h = (h ^ *s) * UINT64_C(1099511628211);
-  h = (h ^ 0) * UINT64_C(1099511628211);
-  for (s = (const unsigned char *)b; b && *s; s++) h = (h ^ *s) * UINT64_C(1099511628211);
-  return h;
+  uint64_t h = dx__fnv1a64(DX_FNV1A64_BASIS, a) * UINT64_C(1099511628211); /* the '\0' */
+  return b ? dx__fnv1a64(h, b) : h;
 }
 
 void dx__qp_init(qp_t *q) { memset(q, 0, sizeof *q); }
