@@ -98,15 +98,11 @@ static int instance_info(tx_t *t, const char *inst, dx_instance_info_t *out) {
   if ((rc = dx__pg_q(t, PQ_INFO_GET, &q, &res))) return rc;
   if (PQntuples(res) == 0) {
     PQclear(res);
-    /* started but not yet run: messages are queued, no record yet. Status NONE, found. */
-    if ((rc = dx__pg_q(t, PQ_INFO_QUEUED, &q, &res))) return rc;
-    rc = PQntuples(res);
-    PQclear(res);
-    if (!rc) return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
-    return (out->instance_id = dx__strdup(inst)) ? 0 : dx__pg_nomem(t->err);
+    return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
   }
   out->instance_id = dx__strdup(inst);
-  dx__pg_info_fill(res, 0, 0, out, &oom);
+  /* started but not yet run (no record, messages queued): status NONE, found */
+  if (dx__col_i64(res, 0, 14)) dx__pg_info_fill(res, 0, 0, out, &oom);
   PQclear(res);
   return oom || !out->instance_id ? dx__pg_nomem(t->err) : 0;
 }

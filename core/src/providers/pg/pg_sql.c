@@ -1059,14 +1059,18 @@ static const char *const SQL[PQ__COUNT] = {
 
   /* reads and management */
   [PQ_HIST_MAX_EXEC] = "SELECT max(exec) FROM history WHERE instance_id = $1",
+  /* One statement, so one snapshot: the record, or else (column 14 is 0) a start queued or
+  ** being turned. Read as two statements, a first turn committing between them (record made,
+  ** start consumed) was missed by both and a just-started instance read as unknown. */
   [PQ_INFO_GET] =
     "SELECT i.name, i.version, i.current_exec, i.custom_status, i.cs_version, i.created_at,"
-    " i.updated_at, i.parent, e.status, e.output, e.f_cat, e.f_kind, e.f_msg, e.f_retry"
+    " i.updated_at, i.parent, e.status, e.output, e.f_cat, e.f_kind, e.f_msg, e.f_retry, 1::bigint"
     " FROM instances i LEFT JOIN executions e"
-    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec WHERE i.instance_id = $1",
-  [PQ_INFO_QUEUED] =
-    "SELECT 1::bigint FROM orch_queue WHERE instance_id = $1"
-    " AND (lock_token IS NOT NULL OR ready_at IS NOT NULL)",
+    " ON e.instance_id = i.instance_id AND e.exec = i.current_exec WHERE i.instance_id = $1"
+    " UNION ALL SELECT NULL, NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
+    " 0::bigint FROM orch_queue q WHERE q.instance_id = $1"
+    " AND (q.lock_token IS NOT NULL OR q.ready_at IS NOT NULL)"
+    " AND NOT EXISTS (SELECT 1 FROM instances i2 WHERE i2.instance_id = $1)",
   [PQ_LIST_INSTANCES] =
     "SELECT instance_id FROM instances ORDER BY created_at DESC, created_seq DESC",
   [PQ_DEPTHS] =
