@@ -843,9 +843,9 @@ DX_TEST(pg_liveness_option_is_checked) {
   ASSERT_CONTAINS(err.msg, "liveness");
 }
 
-/* The same for worker rows: a batch's fetch may lock plain rows ahead; at commit the ones not
-** handed out are unlocked again with no attempt spent, and a session row that is older still
-** comes first. */
+/* Worker rows: a fetch inside a batch locks only the row it hands out (dx_fetch_work with one
+** row; run_cycle asks for the cycle's rows at once): at commit nothing else is locked, the
+** rest are fetchable with no attempt spent. */
 DX_TEST(pg_batch_work_fetch_releases_what_it_did_not_hand_out) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
@@ -861,11 +861,11 @@ DX_TEST(pg_batch_work_fetch_releases_what_it_did_not_hand_out) {
   ASSERT_OK(M(p)->fetch_work_item(p, T0 + 10, 30000, &cfg, &f, &err));
   ASSERT_EQ(f.item.id, 1);
   dx_work_item_clear(&f.item);
-  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 10, 30000, &cfg, &f, &err)); /* from the buffer */
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 10, 30000, &cfg, &f, &err));
   ASSERT_EQ(f.item.id, 2);
   dx_work_item_clear(&f.item);
   ASSERT_OK(M(p)->commit(p, 1, &err));
-  for (id = 3; id <= 5; id++) { /* unlocked at commit: fetchable, first attempt */
+  for (id = 3; id <= 5; id++) { /* never locked: fetchable, first attempt */
     ASSERT_OK(M(p)->fetch_work_item(p, T0 + 11, 30000, NULL, &f, &err));
     ASSERT_EQ(f.item.id, id);
     ASSERT_EQ(f.attempt_count, 1);
