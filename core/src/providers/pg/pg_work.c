@@ -1,10 +1,11 @@
 /*
 ** pg_work.c -- the worker queue and sessions on PostgreSQL.
 **
-** A session fetch runs under a transaction-scoped advisory lock on the worker id, so every
-** claim made under one worker id (several processes with the same id, or a store thread and
-** a client thread) is serialized: the live-session count and the claim happen in the fetch's
-** own transaction and capacity is never overshot. Claims of one session by different
+** A work fetch is one call of dx_fetch_work (pg_sql.c, migration 10): the session picks, the
+** claim, the row locks and the session's users are decided in the database, in the fetch's own
+** transaction, under a transaction-scoped advisory lock on the worker id, so every claim made
+** under one worker id (several processes with the same id, or a store thread and a client
+** thread) is serialized and capacity is never overshot. Claims of one session by different
 ** workers are serialized by the session row (INSERT ... ON CONFLICT re-checks ownership on
 ** the latest row version).
 */
