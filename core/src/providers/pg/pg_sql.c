@@ -739,6 +739,25 @@ static const char MIGRATION_9[] =
   " AND NOT EXISTS (SELECT 1 FROM work x WHERE x.session_id = w.session_id"                 \
   " AND (x.due_at < w.due_at OR (x.due_at = w.due_at AND x.seq < w.seq)))"
 
+/* Lock the `k` plain rows due first, before (`lim_due`, `lim_seq`) in due order: untagged ones
+** when `untagged` <> 0, tagged ones whose tag is in `tags` (each from its own index); locked by
+** `proc` (liveness). Returns a work fetch's columns (token, attempt, item, due, claimed = false,
+** no previous owner), oldest first. */
+#define PLAIN_LOCK(now, until, k, proc, untagged, tags, lim_due, lim_seq)                    \
+  " WITH u AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND tag IS NULL"       \
+  " AND " untagged " <> 0 AND due_at <= " now " AND (due_at, seq) < (" lim_due ", " lim_seq \
+  ") ORDER BY due_at, seq LIMIT " k " FOR UPDATE SKIP LOCKED),"                             \
+  " g AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND tag = ANY(" tags ")"    \
+  " AND due_at <= " now " AND (due_at, seq) < (" lim_due ", " lim_seq ")"                   \
+  " ORDER BY due_at, seq LIMIT " k " FOR UPDATE SKIP LOCKED),"                              \
+  " c AS (SELECT seq, due_at FROM u UNION ALL SELECT seq, due_at FROM g"                    \
+  " ORDER BY due_at, seq LIMIT " k "),"                                                     \
+  " l AS (UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = " until ","      \
+  " due_at = " until ", attempt = w.attempt + 1, locked_by = " proc " FROM c"               \
+  " WHERE w.seq = c.seq RETURNING w.lock_token, w.attempt, w.item, c.seq, c.due_at)"        \
+  " SELECT l.lock_token, l.attempt, l.item, l.due_at, false, NULL::text FROM l"             \
+  " ORDER BY l.due_at, l.seq"
+
 /* Version 10: a work fetch is one call, dx_fetch_work, so a store cycle stays one round trip
 ** when session rows are due (pg_cycle.c). It hands out up to p_k rows in due order, as that
 ** many fetches one after another would: each step picks the oldest due row of a session the
@@ -754,7 +773,8 @@ static const char MIGRATION_9[] =
 ** advisory lock on it (p_key), so the count and the claim cannot interleave; each claim counts
 ** the worker's live sessions again. A claim pick that finds nothing is not repeated in the
 ** call; the call then ends with a row whose token is NULL (the caller skips the pick for the
-** rest of its batch). p_worker NULL: plain rows only. Each row: token, attempt, item, the due
+** rest of its batch). A worker without sessions runs the plain part alone (WORK_FETCH_PLAIN,
+** a statement). Each row: token, attempt, item, the due
 ** time it was picked at, claimed?, the previous owner (claims). The candidates keep their row
 ** locks (FOR UPDATE SKIP LOCKED) to the end of the transaction, as the statements did. Built
 ** from the macros above: a change to one of them that stores must see needs a migration that
@@ -772,11 +792,11 @@ static const char MIGRATION_10[] =
   "  c_due bigint; c_sid text; c_kind bigint; b_seq bigint; b_due bigint; b_sid text;"
   "  b_claim boolean; lim_seq bigint; lim_due bigint; v_prev text;"
   " BEGIN"
-  "  IF p_worker IS NOT NULL THEN PERFORM pg_advisory_xact_lock(p_key); END IF;"
+  "  PERFORM pg_advisory_xact_lock(p_key);"
   "  LOOP"
   "   steps := steps + 1;"
   "   EXIT WHEN n >= p_k OR steps > p_k + 64;"
-  "   IF p_worker IS NOT NULL AND need_o THEN"
+  "   IF need_o THEN"
   "    SELECT w.seq, w.due_at, w.session_id INTO o_seq, o_due, o_sid FROM sessions s JOIN work w"
   "     ON w.session_id = s.session_id WHERE s.owner = p_worker AND w.due_at <= p_now"
   "     AND NOT (w.session_id = ANY(p_declined))" /* declined: a rolling upgrade */
@@ -784,7 +804,7 @@ static const char MIGRATION_10[] =
   "     ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED;"
   "    o_ok := FOUND; need_o := false;"
   "   END IF;"
-  "   IF p_worker IS NOT NULL AND claims AND need_c THEN" /* anti-joins: the plan walks
+  "   IF claims AND need_c THEN" /* anti-joins: the plan walks
     ** work_sess_due in order and stops; only at capacity count again without the sessions
     ** that ended */
   "    SELECT w.seq, w.due_at, w.session_id, w.kind INTO c_seq, c_due, c_sid, c_kind FROM work w"
@@ -807,22 +827,9 @@ static const char MIGRATION_10[] =
   "   END IF;"
   "   lim_due := coalesce(b_due, 9223372036854775807);"
   "   lim_seq := coalesce(b_seq, 9223372036854775807);"
-  /* the plain rows due before it (all when no session row is due): untagged ones when
-  ** p_untagged <> 0, tagged ones whose tag is in p_tags, each from its own index */
-  "   RETURN QUERY WITH u AS (SELECT seq, due_at FROM work WHERE session_id IS NULL"
-  "    AND tag IS NULL AND p_untagged <> 0 AND due_at <= p_now"
-  "    AND (due_at, seq) < (lim_due, lim_seq)"
-  "    ORDER BY due_at, seq LIMIT p_k - n FOR UPDATE SKIP LOCKED),"
-  "    g AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND tag = ANY(p_tags)"
-  "    AND due_at <= p_now AND (due_at, seq) < (lim_due, lim_seq)"
-  "    ORDER BY due_at, seq LIMIT p_k - n FOR UPDATE SKIP LOCKED),"
-  "    c AS (SELECT seq, due_at FROM u UNION ALL SELECT seq, due_at FROM g"
-  "    ORDER BY due_at, seq LIMIT p_k - n),"
-  "    l AS (UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = p_until,"
-  "    due_at = p_until, attempt = w.attempt + 1, locked_by = p_proc FROM c"
-  "    WHERE w.seq = c.seq RETURNING w.lock_token, w.attempt, w.item, c.seq, c.due_at)"
-  "    SELECT l.lock_token, l.attempt, l.item, l.due_at, false, NULL::text FROM l"
-  "    ORDER BY l.due_at, l.seq;"
+  /* the plain rows due before it (all when no session row is due) */
+  "   RETURN QUERY" PLAIN_LOCK("p_now", "p_until", "p_k - n", "p_proc", "p_untagged", "p_tags",
+                             "lim_due", "lim_seq") ";"
   "   GET DIAGNOSTICS got = ROW_COUNT;"
   "   n := n + got;"
   "   EXIT WHEN b_seq IS NULL OR n >= p_k;"
@@ -1051,6 +1058,10 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_WORK_INSERT] =
     "SELECT dx_work_push($1::bigint, ARRAY[$2::text], ARRAY[$3::text], ARRAY[$4::bigint],"
     " ARRAY[$5::bigint], ARRAY[$7::bigint], ARRAY[$6::bytea], ARRAY[$8::text])",
+  [PQ_WORK_FETCH_PLAIN] = /* a worker without sessions: the plain part of dx_fetch_work alone,
+    ** a statement of its own (no PL/pgSQL call on the common path) */
+    PLAIN_LOCK("$1::bigint", "$2::bigint", "$3::bigint", "$4::text", "$5::bigint", "$6::text[]",
+               "9223372036854775807", "9223372036854775807"),
   [PQ_WORK_FETCH] = /* migration 10: up to $3 rows, sessions claimed in the call (pg_work.c) */
     "SELECT * FROM dx_fetch_work($1::bigint, $2::bigint, $3::bigint, $4::text, $5::bigint,"
     " $6::text[], $7::text, $8::bigint, $9::bigint, $10::bigint, $11::bigint, $12::text[],"

@@ -97,12 +97,13 @@ int dx__pg_work_fetch_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_sessi
   dx__qp_str(&q, t->p->liveness ? t->p->proc_tag : NULL); /* plain rows' locker */
   dx__qp_i64(&q, dx_fetch_filter_accepts_tag(t->p->filter, NULL)); /* the tags it takes */
   dx__qp_str(&q, t->p->tags_param);
-  dx__qp_str(&q, cfg ? cfg->worker_id : NULL);
+  if (!cfg) return dx__pg_qsend(t, PQ_WORK_FETCH_PLAIN, &q, res);
+  dx__qp_str(&q, cfg->worker_id);
   /* the advisory lock that serializes every claim made under this worker id */
-  dx__qp_i64(&q, cfg ? (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id) : 0);
-  dx__qp_i64(&q, cfg ? dx__sat_add(now, cfg->session_lock_ms) : 0);
-  dx__qp_i64(&q, cfg ? (int64_t)cfg->max_sessions : 0);
-  dx__qp_i64(&q, cfg && !claims_over(t, cfg));
+  dx__qp_i64(&q, (int64_t)dx__pg_hash(t->p->schema, cfg->worker_id));
+  dx__qp_i64(&q, dx__sat_add(now, cfg->session_lock_ms));
+  dx__qp_i64(&q, (int64_t)cfg->max_sessions);
+  dx__qp_i64(&q, !claims_over(t, cfg));
   dx__qp_str(&q, declined);
   dx__qp_str(&q, t->p->live_prefix); /* a live lease of a dead owner is claimable */
   dx__qp_i64(&q, t->p->liveness);
