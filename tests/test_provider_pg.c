@@ -1314,3 +1314,32 @@ DX_TEST(pg_run_cycle_claims_within_capacity) {
   M(p)->destroy(p);
   free(store);
 }
+
+/* Once a claim pick of a batch found nothing for a worker (dx_fetch_work's NULL-token row),
+** the batch's later fetches skip it (pg_conn_t.claim_none): a session row another connection
+** commits meanwhile is claimed by the next batch, not this one. */
+DX_TEST(pg_batch_skips_the_claim_pick_once_it_found_nothing) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store), *other = dx_pv_open(store);
+  dx_session_cfg_t sc = {.worker_id = "W", .session_lock_ms = 600000, .max_sessions = 10};
+  dx_work_fetch_t f;
+  dx_error_t err;
+  int64_t now = wall_ms();
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, now, 600000, &sc, &f, &err));
+  ASSERT_EQ(f.item.kind, 0); /* nothing at all: the claim pick found nothing */
+  rc_enqueue(other, now, DX_WI_ACT_EXECUTE, "late", 1); /* committed on its own connection */
+  ASSERT_OK(M(p)->fetch_work_item(p, now, 600000, &sc, &f, &err));
+  ASSERT_EQ(f.item.kind, 0); /* not asked again in this batch */
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, now, 600000, &sc, &f, &err));
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(f.item.id, 1);
+  ASSERT_EQ(f.session_claimed, 1);
+  dx_work_item_clear(&f.item);
+  free(f.previous_owner);
+  M(other)->destroy(other);
+  M(p)->destroy(p);
+  free(store);
+}
