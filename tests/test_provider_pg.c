@@ -844,9 +844,9 @@ DX_TEST(pg_liveness_option_is_checked) {
   ASSERT_CONTAINS(err.msg, "liveness");
 }
 
-/* The same for worker rows: a batch's fetch may lock plain rows ahead; at commit the ones not
-** handed out are unlocked again with no attempt spent, and a session row that is older still
-** comes first. */
+/* Worker rows: a fetch inside a batch locks only the row it hands out (dx_fetch_work with one
+** row; run_cycle asks for the cycle's rows at once): at commit nothing else is locked, the
+** rest are fetchable with no attempt spent. */
 DX_TEST(pg_batch_work_fetch_releases_what_it_did_not_hand_out) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
@@ -862,11 +862,11 @@ DX_TEST(pg_batch_work_fetch_releases_what_it_did_not_hand_out) {
   ASSERT_OK(M(p)->fetch_work_item(p, T0 + 10, 30000, &cfg, &f, &err));
   ASSERT_EQ(f.item.id, 1);
   dx_work_item_clear(&f.item);
-  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 10, 30000, &cfg, &f, &err)); /* from the buffer */
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 10, 30000, &cfg, &f, &err));
   ASSERT_EQ(f.item.id, 2);
   dx_work_item_clear(&f.item);
   ASSERT_OK(M(p)->commit(p, 1, &err));
-  for (id = 3; id <= 5; id++) { /* unlocked at commit: fetchable, first attempt */
+  for (id = 3; id <= 5; id++) { /* never locked: fetchable, first attempt */
     ASSERT_OK(M(p)->fetch_work_item(p, T0 + 11, 30000, NULL, &f, &err));
     ASSERT_EQ(f.item.id, id);
     ASSERT_EQ(f.attempt_count, 1);
@@ -1272,6 +1272,149 @@ DX_TEST(pg_get_info_is_one_snapshot_while_the_first_turn_commits) {
   if (r.rc) DX_FAIL_AT("get_instance_info: %s: %s", dx_err_name(r.rc), r.err.msg);
   PQfinish(c);
   dx_orch_item_free(it);
+/* A row of session `sid` (NULL: plain) due at `at`. */
+static void rc_enqueue(dx_provider_t *p, int64_t at, int kind, const char *sid, uint64_t id) {
+  dx_work_item_t w = item(kind, "S", id);
+  dx_error_t err;
+  w.session_id = (char *)sid;
+  ASSERT_OK(M(p)->enqueue_for_worker(p, at, &w, &err));
+}
+
+/* Fetch (as worker `worker`, session lease `lease_ms` from `now`) and ack the one row due. */
+static void rc_run_one(dx_provider_t *p, int64_t now, const char *worker, int64_t lease_ms) {
+  dx_session_cfg_t sc = {.worker_id = worker, .session_lock_ms = lease_ms, .max_sessions = 10};
+  dx_work_fetch_t f;
+  dx_error_t err;
+  ASSERT_OK(M(p)->fetch_work_item(p, now, 600000, &sc, &f, &err));
+  ASSERT(f.item.kind != 0);
+  ASSERT_OK(M(p)->ack_work_item(p, now, f.lock_token, NULL, &err));
+  dx_work_item_clear(&f.item);
+  free(f.previous_owner);
+}
+
+/* A cycle with session work due is still one round trip (the claim is decided in the
+** database, migration 10) and hands out what fetches one by one would, in due order: a plain
+** row, the next row of a session the worker owns (no claim), a close marker at the head of a
+** session nobody holds (dropped, not handed out), a new session's row (claimed, waited since
+** it was due), a row of a session whose owner's lease lapsed (claimed from that owner), a
+** younger plain row. */
+DX_TEST(pg_run_cycle_with_session_claim_is_one_round_trip) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store);
+  dx_work_fetch_t work[RC_N];
+  dx_orch_item_t *orch[RC_N];
+  dx_queue_depths_t d;
+  dx_error_t err;
+  size_t no, nw, i;
+  uint64_t rt;
+  int64_t now = wall_ms();
+  rc_enqueue(p, now - 1000, DX_WI_ACT_EXECUTE, "own", 100);
+  rc_run_one(p, now - 1000, "rc-worker", 600000); /* rc-worker owns "own" */
+  rc_enqueue(p, now - 1000, DX_WI_ACT_EXECUTE, "moved", 101);
+  rc_run_one(p, now - 1000, "other-worker", 10); /* its lease lapsed long ago */
+  rc_enqueue(p, now - 60, DX_WI_ACT_EXECUTE, NULL, 1);
+  rc_enqueue(p, now - 50, DX_WI_ACT_EXECUTE, "own", 2);
+  rc_enqueue(p, now - 45, DX_WI_SESSION_CLOSE, "gone", 3);
+  rc_enqueue(p, now - 40, DX_WI_ACT_EXECUTE, "new", 4);
+  rc_enqueue(p, now - 30, DX_WI_ACT_EXECUTE, "moved", 5);
+  rc_enqueue(p, now - 20, DX_WI_ACT_EXECUTE, NULL, 6);
+  rt = rc_cycle(p, now, NULL, 0, orch, &no, work, &nw);
+  printf("# round trips of a cycle with session rows due: %llu\n", (unsigned long long)rt);
+  ASSERT_EQ(no, 0);
+  ASSERT_EQ(nw, 5);
+  ASSERT_EQ(work[0].item.id, 1);
+  ASSERT_EQ(work[0].session_claimed, 0);
+  ASSERT_EQ(work[1].item.id, 2);
+  ASSERT_EQ(work[1].session_claimed, 0);
+  ASSERT_EQ(work[2].item.id, 4);
+  ASSERT_EQ(work[2].session_claimed, 1);
+  ASSERT(work[2].previous_owner == NULL);
+  ASSERT_EQ(work[2].waited_ms, 40);
+  ASSERT_EQ(work[3].item.id, 5);
+  ASSERT_EQ(work[3].session_claimed, 1);
+  ASSERT_STR_EQ(work[3].previous_owner, "other-worker");
+  ASSERT_EQ(work[3].waited_ms, 30);
+  ASSERT_EQ(work[4].item.id, 6);
+  ASSERT_EQ(work[4].session_claimed, 0);
+  ASSERT_EQ(rt, 1);
+  for (i = 0; i < nw; i++) {
+    ASSERT_OK(M(p)->ack_work_item(p, now, work[i].lock_token, NULL, &err));
+    dx_work_item_clear(&work[i].item);
+    free(work[i].previous_owner);
+  }
+  ASSERT_OK(M(p)->get_queue_depths(p, &d, &err));
+  ASSERT_EQ(d.worker, 0); /* the close marker went */
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* One cycle claims no more sessions than the worker may hold: with room for one more, of two
+** new sessions due only the older is claimed; the other's row stays queued. */
+DX_TEST(pg_run_cycle_claims_within_capacity) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store);
+  dx_session_cfg_t sc = {.worker_id = "cap-worker", .session_lock_ms = 600000, .max_sessions = 2};
+  dx_work_fetch_t work[RC_N];
+  dx_queue_depths_t d;
+  dx_cycle_t cy;
+  dx_error_t err;
+  size_t i;
+  int64_t now = wall_ms();
+  running_instance(p, "S"); /* its sessions keep their slot */
+  rc_enqueue(p, now - 1000, DX_WI_ACT_EXECUTE, "held", 100);
+  rc_run_one(p, now - 1000, "cap-worker", 600000);
+  rc_enqueue(p, now - 50, DX_WI_ACT_EXECUTE, "s1", 1);
+  rc_enqueue(p, now - 40, DX_WI_ACT_EXECUTE, "s2", 2);
+  rc_enqueue(p, now - 30, DX_WI_ACT_EXECUTE, "s1", 3);
+  memset(&cy, 0, sizeof cy);
+  cy.sessions = &sc;
+  cy.work_lock_ms = 600000;
+  cy.max_work = RC_N;
+  cy.work_out = work;
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->run_cycle(p, now, &cy, &err));
+  ASSERT_EQ(cy.fetch_rc, 0);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(cy.n_work, 2);
+  ASSERT_EQ(work[0].item.id, 1);
+  ASSERT_EQ(work[0].session_claimed, 1);
+  ASSERT_EQ(work[1].item.id, 3); /* s1 is ours now: its next row, no claim */
+  ASSERT_EQ(work[1].session_claimed, 0);
+  ASSERT_OK(M(p)->get_queue_depths(p, &d, &err));
+  ASSERT_EQ(d.worker, 3); /* s2's row waits (and the two locked ones) */
+  for (i = 0; i < cy.n_work; i++) {
+    dx_work_item_clear(&work[i].item);
+    free(work[i].previous_owner);
+  }
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* Once a claim pick of a batch found nothing for a worker (dx_fetch_work's NULL-token row),
+** the batch's later fetches skip it (pg_conn_t.claim_none): a session row another connection
+** commits meanwhile is claimed by the next batch, not this one. */
+DX_TEST(pg_batch_skips_the_claim_pick_once_it_found_nothing) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store), *other = dx_pv_open(store);
+  dx_session_cfg_t sc = {.worker_id = "W", .session_lock_ms = 600000, .max_sessions = 10};
+  dx_work_fetch_t f;
+  dx_error_t err;
+  int64_t now = wall_ms();
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, now, 600000, &sc, &f, &err));
+  ASSERT_EQ(f.item.kind, 0); /* nothing at all: the claim pick found nothing */
+  rc_enqueue(other, now, DX_WI_ACT_EXECUTE, "late", 1); /* committed on its own connection */
+  ASSERT_OK(M(p)->fetch_work_item(p, now, 600000, &sc, &f, &err));
+  ASSERT_EQ(f.item.kind, 0); /* not asked again in this batch */
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, now, 600000, &sc, &f, &err));
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(f.item.id, 1);
+  ASSERT_EQ(f.session_claimed, 1);
+  dx_work_item_clear(&f.item);
+  free(f.previous_owner);
+  M(other)->destroy(other);
   M(p)->destroy(p);
   free(store);
 }

@@ -293,7 +293,6 @@ static void conn_unlink(pg_t *p, pg_conn_t *c) {
 static void conn_free(pg_conn_t *c) {
   conn_drop(c);
   dx__pg_orch_unbuffer_drop(c);
-  dx__pg_work_unbuffer_drop(c);
   free(c->pend);
   free(c->pend_out);
   free(c);
@@ -375,7 +374,6 @@ int dx__pg_conn_get(pg_t *p, pg_conn_t **out, dx_error_t *err) {
   if (c && c->pid == getpid()) check_idle(c);
   if (c && c->pid != getpid()) { /* inherited across fork: forget it, start fresh */
     dx__pg_orch_unbuffer_drop(c); /* the parent's locks: never ours to release */
-    dx__pg_work_unbuffer_drop(c);
     c->conn = NULL;
     c->in_batch = 0;
     c->batch_rc = 0;
@@ -700,10 +698,9 @@ int dx__pg_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
     t.p = p;
     t.c = c;
     t.err = err;
-    if (!dx__pg_orch_unbuffer(&t, 1)) dx__pg_work_unbuffer(&t, 1);
+    dx__pg_orch_unbuffer(&t, 1);
   }
   dx__pg_orch_unbuffer_drop(c);
-  dx__pg_work_unbuffer_drop(c);
   c->in_batch = 0;
   if (c->batch_rc) {
     rc = batch_failed(c, err);
@@ -722,7 +719,6 @@ void dx__pg_rollback(dx_provider_t *pp) {
   if (c) c->cycle_done = 0;
   if (!c || !c->in_batch || c->pid != getpid()) return;
   dx__pg_orch_unbuffer_drop(c);
-  dx__pg_work_unbuffer_drop(c);
   c->in_batch = 0;
   c->batch_rc = 0;
   rollback_now(c);

@@ -7,14 +7,14 @@
 ** each checks every lock itself and then writes each ack whole or not at all, returning one
 ** outcome row per ack (pg_sql.c, migration 9); an orchestration fetch is
 ** one statement that locks the instances and returns their messages, records and histories
-** with them (ORCH_FETCH); a work fetch locks plain rows and picks session candidates in the
-** same sync (pg_work.c). The COMMIT is queued behind them: expected per-ack failures write
-** nothing, so the batch can commit whatever they turn out to be. A real error fails the whole
-** cycle (DX_ERETRY: the store thread retries it).
+** with them (ORCH_FETCH); a work fetch is one call of dx_fetch_work (migration 10), which locks
+** plain rows and decides session claims in the database, so session work due costs no round
+** trip of its own (pg_work.c). The COMMIT is queued behind them: expected per-ack failures
+** write nothing, so the batch can commit whatever they turn out to be. A real error fails the
+** whole cycle (DX_ERETRY: the store thread retries it).
 **
-** Rare cases need a second transaction after the commit: an instance locked with nothing to
-** hand out (parked or dropped, dx__pg_orch_park), and session rows due (claims and owned
-** session rows are taken one by one as before, after the plain rows due before them).
+** A rare case needs a second transaction after the commit: an instance locked with nothing to
+** hand out (parked or dropped, dx__pg_orch_park).
 */
 #include <stdlib.h>
 #include <string.h>
@@ -80,44 +80,28 @@ static void acks_take(tx_t *t, int64_t now, dx_cycle_t *cy, call_t *calls, size_
 
 /* Queue the fetches (a failure to queue one is the fetch's, in fetch_rc). */
 static void fetches_send(tx_t *tf, int64_t now, dx_cycle_t *cy, PGresult **ores,
-                         dx__pg_wpre_t *pre) {
+                         PGresult **wres) {
   int rc = 0;
   if (cy->orch_out && cy->max_orch > 0)
     rc = dx__pg_orch_fetch_send(tf, now, cy->orch_lock_ms, cy->max_orch, ores);
   if (!rc && cy->work_out && cy->max_work > 0)
-    rc = dx__pg_work_presend(tf, now, cy->work_lock_ms, cy->sessions, cy->max_work, pre);
+    rc = dx__pg_work_fetch_send(tf, now, cy->work_lock_ms, cy->sessions, cy->max_work, wres);
   cy->fetch_rc = rc;
 }
 
-/* After the commit: what needs a transaction of its own (parks; session rows, after the
-** plain rows left over from the first transaction are unlocked). A failure is the fetches'. */
-static void follow_up(pg_t *p, int64_t now, dx_cycle_t *cy, dx__pg_park_t *parks, int n_parks,
-                      int more) {
+/* After the commit: instances locked with nothing to hand out are parked in a transaction of
+** their own. A failure is the fetches'. */
+static void follow_up(pg_t *p, int64_t now, dx_cycle_t *cy, dx__pg_park_t *parks, int n_parks) {
   dx_provider_t *pp = &p->base;
   dx_error_t *err = &cy->fetch_err;
-  size_t n0 = cy->n_work, i;
   tx_t t;
   int rc, k;
   if ((rc = dx__pg_begin(pp, err)) == 0 && (rc = dx__pg_tx_begin(p, &t, err)) == 0) {
     for (k = 0; k < n_parks && !rc; k++) rc = dx__pg_orch_park(&t, parks[k].inst, parks[k].token, now);
-    if (!rc && more) rc = dx__pg_work_unbuffer(&t, 1);
-    while (!rc && more && (int)cy->n_work < cy->max_work) {
-      dx_work_fetch_t *w = &cy->work_out[cy->n_work];
-      rc = dx__pg_fetch_work(pp, now, cy->work_lock_ms, cy->sessions, w, err);
-      if (rc || w->item.kind == 0) break;
-      cy->n_work++;
-    }
     if (rc) dx__pg_rollback(pp);
     else rc = dx__pg_commit(pp, 0, err);
   }
-  if (!rc) return;
-  for (i = n0; i < cy->n_work; i++) { /* their locks were not kept */
-    dx_work_item_clear(&cy->work_out[i].item);
-    free(cy->work_out[i].previous_owner);
-    memset(&cy->work_out[i], 0, sizeof cy->work_out[i]);
-  }
-  cy->n_work = n0;
-  cy->fetch_rc = rc;
+  if (rc) cy->fetch_rc = rc;
 }
 
 /* Hand the instances ORCH_FETCH locked (all of them: it locked at most max_orch) to the cycle. */
@@ -134,17 +118,15 @@ static void orch_take(tx_t *tf, int64_t now, dx_cycle_t *cy, PGresult *res, dx__
 
 int dx__pg_run_cycle(dx_provider_t *pp, int64_t now, dx_cycle_t *cy, dx_error_t *err) {
   dx__pg_park_t *parks = NULL;
-  dx__pg_wpre_t pre;
-  PGresult *ores = NULL;
+  PGresult *ores = NULL, *wres = NULL;
   call_t *calls = NULL;
   tx_t t, tf;
   size_t i, n_calls = 0;
-  int rc, n_parks = 0, more = 0;
+  int rc, n_parks = 0;
   if (!cy) return dx_error_set(err, DX_EINVAL, "run_cycle: cycle is NULL");
   cy->n_orch = cy->n_work = 0;
   cy->fetch_rc = 0;
   memset(&cy->fetch_err, 0, sizeof cy->fetch_err);
-  memset(&pre, 0, sizeof pre);
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
   if (t.own) /* the calls below would each open their own transaction */
     return dx__pg_tx_end(&t, dx_error_set(err, DX_ESTATE, "run_cycle outside a batch (begin)"));
@@ -155,27 +137,25 @@ int dx__pg_run_cycle(dx_provider_t *pp, int64_t now, dx_cycle_t *cy, dx_error_t 
   }
   tf = t;
   tf.err = &cy->fetch_err;
-  if (!(rc = acks_send(&t, now, cy, calls, &n_calls))) fetches_send(&tf, now, cy, &ores, &pre);
+  if (!(rc = acks_send(&t, now, cy, calls, &n_calls))) fetches_send(&tf, now, cy, &ores, &wres);
   if (rc) dx__pg_tx_poison(&t, rc);
   /* one round trip: everything queued since begin(), then COMMIT */
   if ((rc = dx__pg_batch_commit_wait(&t, cy->sync)) == 0) {
     acks_take(&t, now, cy, calls, n_calls);
     if (ores && !cy->fetch_rc) orch_take(&tf, now, cy, ores, parks, &n_parks);
     else PQclear(ores);
-    if (pre.sent && !cy->fetch_rc)
-      cy->fetch_rc = dx__pg_work_take_pre(&tf, now, cy->work_lock_ms, cy->sessions, &pre,
-                                          cy->work_out, cy->max_work, &cy->n_work, &more);
-    more |= t.c->wbuf_next < t.c->wbuf_n;
-    if (n_parks || more) follow_up((pg_t *)pp, now, cy, parks, n_parks, more);
-    dx__pg_work_unbuffer_drop(t.c);
+    if (wres && !cy->fetch_rc)
+      cy->fetch_rc = dx__pg_work_fetch_take(&tf, now, cy->sessions, wres, cy->work_out,
+                                            cy->max_work, &cy->n_work);
+    else PQclear(wres);
+    wres = NULL;
+    if (n_parks) follow_up((pg_t *)pp, now, cy, parks, n_parks);
     t.c->cycle_done = 1; /* after follow_up's own batch: the caller's commit() is a no-op */
   }
   for (i = 0; i < n_calls; i++) PQclear(calls[i].res);
   free(calls);
   for (i = 0; i < (size_t)n_parks; i++) free(parks[i].inst);
-  PQclear(pre.plain);
-  PQclear(pre.owned);
-  PQclear(pre.claim);
+  PQclear(wres);
   free(parks);
   return rc;
 }

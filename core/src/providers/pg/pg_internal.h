@@ -46,13 +46,6 @@ typedef struct pg_conn_s {
   dx_orch_item_t **obuf;
   int obuf_n, obuf_next;
   int64_t obuf_now, obuf_lock;
-  /* plain worker rows locked by a fetch in this batch and not handed out yet: rows of wbuf in
-  ** the order of wrow */
-  PGresult *wbuf;
-  int *wrow;
-  int wbuf_n, wbuf_next;
-  int64_t wbuf_now, wbuf_lock;
-  char *wbuf_worker;        /* the session worker id of the fetch ("" without one) */
   /* a session claim pick of this batch found nothing (at capacity or nothing claimable): later
   ** fetches of the batch skip it. Capacity only grows within a batch and the batch's own
   ** operations come before its fetches, so it can only change by other processes' commits,
@@ -187,9 +180,6 @@ uint64_t dx__pg_hash(const char *a, const char *b);
 ** (commit: their locks and attempts undone in the transaction) or just dropped (rollback). */
 int dx__pg_orch_unbuffer(tx_t *t, int release);
 void dx__pg_orch_unbuffer_drop(pg_conn_t *c);
-/* The same for plain worker rows (release: unlocked again, no attempt spent). */
-int dx__pg_work_unbuffer(tx_t *t, int release);
-void dx__pg_work_unbuffer_drop(pg_conn_t *c);
 int dx__pg_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__pg_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 /* DX_EEXIST (writing nothing) when an event id of `ev` is stored or repeated. */
@@ -249,21 +239,15 @@ int dx__pg_append_session_event(dx_provider_t *, const dx_session_event_t *, dx_
 int dx__pg_list_session_events(dx_provider_t *, const char *, dx_session_event_cb, void *,
                                dx_error_t *);
 
-/* A work fetch's picks queued by run_cycle (up to k plain rows locked, the oldest owned and
-** claimable session rows), read in the cycle's one round trip (pg_work.c). */
-typedef struct {
-  int sent;
-  PGresult *plain, *owned, *claim;
-} dx__pg_wpre_t;
-int dx__pg_work_presend(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
-                        int k, dx__pg_wpre_t *pre);
-/* run_cycle, after the commit: hand out (into out[*n..max)) the plain rows presend locked that
-** are due before every session row the picks found. *more = 1 when a session row was found:
-** the rows not handed out stay in the connection's buffer, for the caller to unlock in a
-** transaction of its own before it fetches on (session rows need more round trips). */
-int dx__pg_work_take_pre(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
-                         dx__pg_wpre_t *pre, dx_work_fetch_t *out, int max, size_t *n,
-                         int *more);
+/* A work fetch is one call of dx_fetch_work (migration 10): up to k rows locked and handed
+** out in due order, session claims decided in the database, so run_cycle queues it with the
+** rest of the cycle (pg_work.c). *_send queues it (with the liveness sweep when due); *res
+** arrives at the next wait. *_take hands its rows out into out[0..*n) (res taken), at most
+** max; a failure leaves the rows handed out so far in out. */
+int dx__pg_work_fetch_send(tx_t *t, int64_t now, int64_t lock_ms, const dx_session_cfg_t *cfg,
+                           int k, PGresult **res);
+int dx__pg_work_fetch_take(tx_t *t, int64_t now, const dx_session_cfg_t *cfg, PGresult *res,
+                           dx_work_fetch_t *out, int max, size_t *n);
 
 /* run_cycle (pg_cycle.c) and the halves it is made of: *_send queues one statement whose
 ** result arrives at the next dx__pg_qwait (or dx__pg_batch_commit_wait); the other half takes

@@ -706,41 +706,12 @@ static const char MIGRATION_9[] =
   "   FROM generate_series(1, n) u(k) ORDER BY u.k;"
   " END $f$;";
 
-const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
-                                        MIGRATION_5, MIGRATION_6, MIGRATION_7, MIGRATION_8,
-                                        MIGRATION_9};
-
-/* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
-const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
-/* The exclusive registration lock of a worker id (one live process per id) and the server's
-** clock in ms, for the skew check. */
-const char dx__pg_live_register_sql[] =
-  "SELECT pg_try_advisory_lock(hashtextextended($1::text, 0)),"
-  " (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
-/* At registration: the session rows a dead predecessor with this id left locked are due now. */
-const char dx__pg_live_reap_own_sql[] =
-  "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
-  " WHERE w.session_id = s.session_id AND s.owner = $2 AND w.lock_token IS NOT NULL"
-  " AND w.locked_until > $1::bigint";
-const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__pg_migrations[0]);
-
 /* An owner counts as dead (liveness on: $live = 1) when nobody holds its shared liveness lock
 ** and the server has been up a while (a restart drops every lock: grace before trusting it).
 ** The probe's exclusive lock lasts to the end of the prober's transaction. */
 #define OWNER_DEAD(owner, prefix, live)                                                      \
   " (" live " = 1 AND pg_postmaster_start_time() < clock_timestamp() - interval '5 seconds'" \
   " AND pg_try_advisory_xact_lock(hashtextextended(" prefix " || " owner ", 0)))"
-
-/* worker_register (migration 8): the registration row ($1 id, $2 host, $3 pid, $4 now, $5 the
-** handle's lock-holder tag); rows of other ids whose process died ($6 liveness prefix) go. */
-const char dx__pg_live_worker_put_sql[] =
-  "WITH gone AS (DELETE FROM workers w WHERE w.worker_id <> $1 AND"
-  OWNER_DEAD("w.worker_id", "$6::text", "1") ")"
-  " INSERT INTO workers (worker_id, host, pid, started_at, locker)"
-  " VALUES ($1, $2, $3::bigint, $4::bigint, $5) ON CONFLICT (worker_id) DO UPDATE SET"
-  " host = EXCLUDED.host, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,"
-  " locker = EXCLUDED.locker";
-const char dx__pg_live_worker_del_sql[] = "DELETE FROM workers WHERE worker_id = $1";
 
 /* A user (alias u) still runs: its execution runs, or it continued as new into an execution
 ** that has not had its first turn yet (it may use the session again). */
@@ -762,6 +733,181 @@ const char dx__pg_live_worker_del_sql[] = "DELETE FROM workers WHERE worker_id =
 #define TAG_OK(row, untagged, tags)                                                          \
   " AND CASE WHEN " row ".tag IS NULL THEN " untagged " <> 0 ELSE " row ".tag = ANY(" tags \
   ") END"
+
+/* A claimable-or-owned session row is only a candidate when it is its session's head. */
+#define SESSION_HEAD                                                                        \
+  " AND NOT EXISTS (SELECT 1 FROM work x WHERE x.session_id = w.session_id"                 \
+  " AND (x.due_at < w.due_at OR (x.due_at = w.due_at AND x.seq < w.seq)))"
+
+/* Lock the `k` plain rows due first, before (`lim_due`, `lim_seq`) in due order: untagged ones
+** when `untagged` <> 0, tagged ones whose tag is in `tags` (each from its own index); locked by
+** `proc` (liveness). Returns a work fetch's columns (token, attempt, item, due, claimed = false,
+** no previous owner), oldest first. */
+#define PLAIN_LOCK(now, until, k, proc, untagged, tags, lim_due, lim_seq)                    \
+  " WITH u AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND tag IS NULL"       \
+  " AND " untagged " <> 0 AND due_at <= " now " AND (due_at, seq) < (" lim_due ", " lim_seq \
+  ") ORDER BY due_at, seq LIMIT " k " FOR UPDATE SKIP LOCKED),"                             \
+  " g AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND tag = ANY(" tags ")"    \
+  " AND due_at <= " now " AND (due_at, seq) < (" lim_due ", " lim_seq ")"                   \
+  " ORDER BY due_at, seq LIMIT " k " FOR UPDATE SKIP LOCKED),"                              \
+  " c AS (SELECT seq, due_at FROM u UNION ALL SELECT seq, due_at FROM g"                    \
+  " ORDER BY due_at, seq LIMIT " k "),"                                                     \
+  " l AS (UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = " until ","      \
+  " due_at = " until ", attempt = w.attempt + 1, locked_by = " proc " FROM c"               \
+  " WHERE w.seq = c.seq RETURNING w.lock_token, w.attempt, w.item, c.seq, c.due_at)"        \
+  " SELECT l.lock_token, l.attempt, l.item, l.due_at, false, NULL::text FROM l"             \
+  " ORDER BY l.due_at, l.seq"
+
+/* Version 10: a work fetch is one call, dx_fetch_work, so a store cycle stays one round trip
+** when session rows are due (pg_cycle.c). It hands out up to p_k rows in due order, as that
+** many fetches one after another would: each step picks the oldest due row of a session the
+** worker owns and the oldest claimable session head, locks the plain rows due before both,
+** then takes the older candidate: a close marker at the head of a session nobody holds is
+** deleted (with the session row once it has no rows); a claim starts the session's next
+** ownership epoch (migration 6) and makes rows an earlier owner still holds due now; an owned
+** session's lease is refreshed; the row is locked under the session's epoch only while the
+** session is the worker's (a claim lost to another worker locks nothing: pick again), and its
+** instance joins the session's users. Deciding the claim in the database is what spares the
+** round trip per session row the client-side claim cost (PQ_SESS_CLAIM & co., up to 64 more
+** per fetch). Capacity: claims under one worker id are serialized by a transaction-scoped
+** advisory lock on it (p_key), so the count and the claim cannot interleave; each claim counts
+** the worker's live sessions again. A claim pick that finds nothing is not repeated in the
+** call; the call then ends with a row whose token is NULL (the caller skips the pick for the
+** rest of its batch). A worker without sessions runs the plain part alone (WORK_FETCH_PLAIN,
+** a statement). Each row: token, attempt, item, the due
+** time it was picked at, claimed?, the previous owner (claims). The candidates keep their row
+** locks (FOR UPDATE SKIP LOCKED) to the end of the transaction, as the statements did. Built
+** from the macros above: a change to one of them that stores must see needs a migration that
+** replaces the function. */
+static const char MIGRATION_10[] =
+  "CREATE FUNCTION dx_fetch_work(p_now bigint, p_until bigint, p_k bigint, p_proc text,"
+  " p_untagged bigint, p_tags text[], p_worker text, p_key bigint, p_sess_until bigint,"
+  " p_max bigint, p_claims bigint, p_declined text[], p_prefix text, p_live bigint)"
+  " RETURNS TABLE (r_token bigint, r_attempt bigint, r_item bytea, r_due bigint,"
+  " r_claimed boolean, r_prev text) LANGUAGE plpgsql"
+  " SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $f$"
+  " DECLARE n bigint := 0; got bigint; steps bigint := 0; claims boolean := p_claims <> 0;"
+  "  need_o boolean := true; need_c boolean := true; o_ok boolean := false;"
+  "  c_ok boolean := false; o_seq bigint; o_due bigint; o_sid text; c_seq bigint;"
+  "  c_due bigint; c_sid text; c_kind bigint; b_seq bigint; b_due bigint; b_sid text;"
+  "  b_claim boolean; lim_seq bigint; lim_due bigint; v_prev text;"
+  " BEGIN"
+  "  PERFORM pg_advisory_xact_lock(p_key);"
+  "  LOOP"
+  "   steps := steps + 1;"
+  "   EXIT WHEN n >= p_k OR steps > p_k + 64;"
+  "   IF need_o THEN"
+  "    SELECT w.seq, w.due_at, w.session_id INTO o_seq, o_due, o_sid FROM sessions s JOIN work w"
+  "     ON w.session_id = s.session_id WHERE s.owner = p_worker AND w.due_at <= p_now"
+  "     AND NOT (w.session_id = ANY(p_declined))" /* declined: a rolling upgrade */
+  TAG_OK("w", "p_untagged", "p_tags") SESSION_HEAD
+  "     ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED;"
+  "    o_ok := FOUND; need_o := false;"
+  "   END IF;"
+  "   IF claims AND need_c THEN" /* anti-joins: the plan walks
+    ** work_sess_due in order and stops; only at capacity count again without the sessions
+    ** that ended */
+  "    SELECT w.seq, w.due_at, w.session_id, w.kind INTO c_seq, c_due, c_sid, c_kind FROM work w"
+  "     WHERE w.session_id IS NOT NULL AND w.due_at <= p_now"
+  "     AND NOT (w.session_id = ANY(p_declined))"
+  "     AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id"
+  "     AND s.owner <> '' AND (s.owner = p_worker OR (s.locked_until > p_now AND NOT"
+  OWNER_DEAD("s.owner", "p_prefix", "p_live") ")))"
+  "     AND ((SELECT count(*) FROM sessions o WHERE o.owner = p_worker"
+  "     AND o.locked_until > p_now) < p_max OR (SELECT count(*) FROM sessions o"
+  "     WHERE o.owner = p_worker AND o.locked_until > p_now AND NOT"
+  SESSION_ENDED("o.session_id") ") < p_max)" TAG_OK("w", "p_untagged", "p_tags") SESSION_HEAD
+  "     ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED;"
+  "    c_ok := FOUND; need_c := false; claims := c_ok;"
+  "   END IF;"
+  "   b_seq := NULL; b_due := NULL; b_claim := false;"
+  "   IF o_ok THEN b_seq := o_seq; b_due := o_due; b_sid := o_sid; END IF;"
+  "   IF c_ok AND (b_seq IS NULL OR c_due < b_due OR (c_due = b_due AND c_seq < b_seq)) THEN"
+  "    b_seq := c_seq; b_due := c_due; b_sid := c_sid; b_claim := true;"
+  "   END IF;"
+  "   lim_due := coalesce(b_due, 9223372036854775807);"
+  "   lim_seq := coalesce(b_seq, 9223372036854775807);"
+  /* the plain rows due before it (all when no session row is due) */
+  "   RETURN QUERY" PLAIN_LOCK("p_now", "p_until", "p_k - n", "p_proc", "p_untagged", "p_tags",
+                             "lim_due", "lim_seq") ";"
+  "   GET DIAGNOSTICS got = ROW_COUNT;"
+  "   n := n + got;"
+  "   EXIT WHEN b_seq IS NULL OR n >= p_k;"
+  /* pick again what this step takes; the owned pick in any case (a claim makes the
+  ** session's next row, and rows an earlier owner held, the worker's own) */
+  "   need_o := true; o_ok := false;"
+  "   IF b_claim THEN need_c := true; c_ok := false; END IF;"
+  "   IF b_claim AND c_kind = 11 THEN" /* DX_WI_SESSION_CLOSE: nothing to close */
+  "    DELETE FROM work WHERE seq = b_seq;"
+  "    DELETE FROM sessions WHERE session_id = b_sid"
+  "     AND NOT EXISTS (SELECT 1 FROM work WHERE session_id = b_sid);"
+  "    CONTINUE;"
+  "   END IF;"
+  "   v_prev := NULL;"
+  "   IF b_claim THEN"
+  "    INSERT INTO sessions AS s (session_id, owner, prev, locked_until, last_activity, epoch)"
+  "     VALUES (b_sid, p_worker, NULL, p_sess_until, p_now, 1)"
+  "     ON CONFLICT (session_id) DO UPDATE SET owner = p_worker,"
+  "     prev = CASE WHEN s.owner <> '' THEN s.owner ELSE s.prev END,"
+  "     locked_until = p_sess_until, last_activity = p_now, epoch = s.epoch + 1"
+  "     WHERE s.owner = '' OR (s.owner <> p_worker AND (s.locked_until <= p_now OR"
+  OWNER_DEAD("s.owner", "p_prefix", "p_live") ")) RETURNING s.prev INTO v_prev;"
+  "    CONTINUE WHEN NOT FOUND;"
+  /* rows still locked under an earlier epoch belong to an owner that died or stalled past
+  ** its lease: due now, this worker runs them */
+  "    UPDATE work w SET due_at = p_now, locked_until = p_now FROM sessions s"
+  "     WHERE s.session_id = b_sid AND s.owner = p_worker AND w.session_id = s.session_id"
+  "     AND w.lock_token IS NOT NULL AND w.sess_epoch <> s.epoch AND w.locked_until > p_now;"
+  "   ELSE" /* an owner's fetch refreshes the lease at once (a same-id restart) */
+  "    UPDATE sessions SET last_activity = p_now,"
+  "     locked_until = GREATEST(locked_until, p_sess_until)"
+  "     WHERE session_id = b_sid AND owner = p_worker;"
+  "   END IF;"
+  "   RETURN QUERY WITH l AS (UPDATE work w SET lock_token = nextval('dx_seq'),"
+  "    locked_until = p_until, due_at = p_until, attempt = w.attempt + 1,"
+  "    sess_epoch = s.epoch FROM sessions s WHERE w.seq = b_seq AND s.session_id = b_sid"
+  "    AND s.owner = p_worker RETURNING w.lock_token, w.attempt, w.item, w.instance_id, w.exec),"
+  "    x AS (INSERT INTO session_users (session_id, instance_id, exec)"
+  "    SELECT b_sid, l.instance_id, l.exec FROM l"
+  "    ON CONFLICT (session_id, instance_id) DO UPDATE SET exec = EXCLUDED.exec)"
+  "    SELECT l.lock_token, l.attempt, l.item, b_due, b_claim, v_prev FROM l;"
+  "   GET DIAGNOSTICS got = ROW_COUNT;"
+  "   n := n + got;"
+  "  END LOOP;"
+  "  IF p_claims <> 0 AND NOT claims THEN"
+  "   RETURN QUERY SELECT NULL::bigint, NULL::bigint, NULL::bytea, NULL::bigint, false,"
+  "    NULL::text;"
+  "  END IF;"
+  " END $f$;";
+
+const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
+                                        MIGRATION_5, MIGRATION_6, MIGRATION_7, MIGRATION_8,
+                                        MIGRATION_9, MIGRATION_10};
+
+/* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
+const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
+/* The exclusive registration lock of a worker id (one live process per id) and the server's
+** clock in ms, for the skew check. */
+const char dx__pg_live_register_sql[] =
+  "SELECT pg_try_advisory_lock(hashtextextended($1::text, 0)),"
+  " (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+/* At registration: the session rows a dead predecessor with this id left locked are due now. */
+const char dx__pg_live_reap_own_sql[] =
+  "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
+  " WHERE w.session_id = s.session_id AND s.owner = $2 AND w.lock_token IS NOT NULL"
+  " AND w.locked_until > $1::bigint";
+const int dx__pg_migration_count = (int)(sizeof dx__pg_migrations / sizeof dx__pg_migrations[0]);
+
+/* worker_register (migration 8): the registration row ($1 id, $2 host, $3 pid, $4 now, $5 the
+** handle's lock-holder tag); rows of other ids whose process died ($6 liveness prefix) go. */
+const char dx__pg_live_worker_put_sql[] =
+  "WITH gone AS (DELETE FROM workers w WHERE w.worker_id <> $1 AND"
+  OWNER_DEAD("w.worker_id", "$6::text", "1") ")"
+  " INSERT INTO workers (worker_id, host, pid, started_at, locker)"
+  " VALUES ($1, $2, $3::bigint, $4::bigint, $5) ON CONFLICT (worker_id) DO UPDATE SET"
+  " host = EXCLUDED.host, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,"
+  " locker = EXCLUDED.locker";
+const char dx__pg_live_worker_del_sql[] = "DELETE FROM workers WHERE worker_id = $1";
 
 /* Rolling deployments: the orchestration an orchestrator-queue row `q` asks for: its first
 ** start visible at `now` (s), else its instance record (i); joined only when the worker has
@@ -795,11 +941,6 @@ const char dx__pg_live_worker_del_sql[] = "DELETE FROM workers WHERE worker_id =
   " (SELECT min(w.due_at) FROM work w WHERE w.session_id IS NOT NULL"                        \
   TAG_OK("w", "$1::bigint", "$2::text[]") ")"
 
-/* A claimable-or-owned session row is only a candidate when it is its session's head. */
-#define SESSION_HEAD                                                                        \
-  " AND NOT EXISTS (SELECT 1 FROM work x WHERE x.session_id = w.session_id"                 \
-  " AND (x.due_at < w.due_at OR (x.due_at = w.due_at AND x.seq < w.seq)))"
-
 /* Management: an instance's queue rows go, with session rows they leave unowned and empty
 ** (the CTEs share one snapshot: rows deleted by `w` still show, hence the instance test). */
 #define DROP_QUEUES_CTE(inst)                                                               \
@@ -812,7 +953,6 @@ const char dx__pg_live_worker_del_sql[] = "DELETE FROM workers WHERE worker_id =
   " AND x.instance_id <> " inst "))"
 
 static const char *const SQL[PQ__COUNT] = {
-  [PQ_LOCK_KEY] = "SELECT pg_advisory_xact_lock($1::bigint)::text",
 
   /* orchestrator queue */
   [PQ_ORCH_PUSH] = /* migration 7: $4/$5 the orchestration a start asks for (else NULL) */
@@ -918,41 +1058,14 @@ static const char *const SQL[PQ__COUNT] = {
   [PQ_WORK_INSERT] =
     "SELECT dx_work_push($1::bigint, ARRAY[$2::text], ARRAY[$3::text], ARRAY[$4::bigint],"
     " ARRAY[$5::bigint], ARRAY[$7::bigint], ARRAY[$6::bytea], ARRAY[$8::text])",
-  [PQ_WORK_FETCH_PLAIN] = /* lock the $3 plain rows due first: untagged ones when $5 <> 0,
-    ** tagged ones whose tag is in $6 (each from its own index) */
-    "WITH u AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND tag IS NULL"
-    " AND $5::bigint <> 0 AND due_at <= $1::bigint"
-    " ORDER BY due_at, seq LIMIT $3::bigint FOR UPDATE SKIP LOCKED),"
-    " g AS (SELECT seq, due_at FROM work WHERE session_id IS NULL AND tag = ANY($6::text[])"
-    " AND due_at <= $1::bigint ORDER BY due_at, seq LIMIT $3::bigint FOR UPDATE SKIP LOCKED),"
-    " c AS (SELECT seq, due_at FROM u UNION ALL SELECT seq, due_at FROM g"
-    " ORDER BY due_at, seq LIMIT $3::bigint)"
-    " UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, attempt = w.attempt + 1, locked_by = $4::text FROM c"
-    " WHERE w.seq = c.seq"
-    " RETURNING w.lock_token, w.attempt, w.item, c.seq, c.due_at",
-  [PQ_WORK_UNLOCK] = /* undo WORK_FETCH_PLAIN for a row not handed out: no attempt spent */
-    "UPDATE work SET lock_token = NULL, locked_until = NULL, due_at = visible_at,"
-    " attempt = attempt - 1 WHERE seq = $1::bigint",
-  [PQ_WORK_PICK_OWNED] =
-    "SELECT w.seq, w.due_at, w.session_id FROM sessions s JOIN work w"
-    " ON w.session_id = s.session_id WHERE s.owner = $2 AND w.due_at <= $1::bigint"
-    " AND NOT (w.session_id = ANY($3::text[]))" /* declined: a rolling upgrade */
-    TAG_OK("w", "$4::bigint", "$5::text[]")
-    SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
-  [PQ_WORK_PICK_CLAIM] = /* anti-joins, so the plan walks work_sess_due in order and stops */
-    "SELECT w.seq, w.due_at, w.session_id, w.kind FROM work w"
-    " WHERE w.session_id IS NOT NULL AND w.due_at <= $1::bigint"
-    " AND NOT (w.session_id = ANY($6::text[]))"
-    " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = w.session_id"
-    " AND s.owner <> '' AND (s.owner = $2 OR (s.locked_until > $1::bigint AND NOT"
-    OWNER_DEAD("s.owner", "$4::text", "$5::bigint") ")))"
-    /* below capacity; only at capacity count again without the sessions that ended */
-    " AND ((SELECT count(*) FROM sessions o WHERE o.owner = $2 AND o.locked_until > $1::bigint)"
-    " < $3::bigint OR (SELECT count(*) FROM sessions o WHERE o.owner = $2"
-    " AND o.locked_until > $1::bigint AND NOT" SESSION_ENDED("o.session_id") ") < $3::bigint)"
-    TAG_OK("w", "$7::bigint", "$8::text[]")
-    SESSION_HEAD " ORDER BY w.due_at, w.seq LIMIT 1 FOR UPDATE OF w SKIP LOCKED",
+  [PQ_WORK_FETCH_PLAIN] = /* a worker without sessions: the plain part of dx_fetch_work alone,
+    ** a statement of its own (no PL/pgSQL call on the common path) */
+    PLAIN_LOCK("$1::bigint", "$2::bigint", "$3::bigint", "$4::text", "$5::bigint", "$6::text[]",
+               "9223372036854775807", "9223372036854775807"),
+  [PQ_WORK_FETCH] = /* migration 10: up to $3 rows, sessions claimed in the call (pg_work.c) */
+    "SELECT * FROM dx_fetch_work($1::bigint, $2::bigint, $3::bigint, $4::text, $5::bigint,"
+    " $6::text[], $7::text, $8::bigint, $9::bigint, $10::bigint, $11::bigint, $12::text[],"
+    " $13::text, $14::bigint)",
   [PQ_WORK_REAP] = /* liveness on: a dead owner's in-flight session rows are due now */
     "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
     " WHERE w.session_id = s.session_id AND s.owner <> '' AND s.owner <> $2"
@@ -963,16 +1076,6 @@ static const char *const SQL[PQ__COUNT] = {
     " WHERE session_id IS NULL AND due_at > $1::bigint AND lock_token IS NOT NULL"
     " AND locked_until > $1::bigint AND locked_by IS NOT NULL AND locked_by <> $2 AND"
     OWNER_DEAD("locked_by", "$3::text", "1"),
-  [PQ_WORK_REAP_CLAIMED] = /* after a claim ($2 = us): rows still locked under an earlier
-    ** epoch belong to an owner that died or stalled past its lease: due now, we run them */
-    "UPDATE work w SET due_at = $1::bigint, locked_until = $1::bigint FROM sessions s"
-    " WHERE s.session_id = $3 AND s.owner = $2 AND w.session_id = s.session_id"
-    " AND w.lock_token IS NOT NULL AND w.sess_epoch <> s.epoch AND w.locked_until > $1::bigint",
-  [PQ_WORK_SET_LOCK_OWNED] = /* only while the session is ours (claimed just before) */
-    "UPDATE work w SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, attempt = w.attempt + 1, sess_epoch = s.epoch FROM sessions s"
-    " WHERE w.seq = $1::bigint AND s.session_id = $3 AND s.owner = $4"
-    " RETURNING w.lock_token, w.attempt, w.item",
   [PQ_WORK_BY_TOKEN] = /* with the session's epoch and owner now (fencing) */
     "SELECT w.seq, w.locked_until, w.session_id, w.sess_epoch, s.epoch, s.owner FROM work w"
     " LEFT JOIN sessions s ON s.session_id = w.session_id WHERE w.lock_token = $1::bigint"
@@ -984,28 +1087,9 @@ static const char *const SQL[PQ__COUNT] = {
     " due_at = $2::bigint,"
     " attempt = CASE WHEN $3::bigint <> 0 AND attempt > 0 THEN attempt - 1 ELSE attempt END"
     " WHERE seq = $1::bigint",
-  [PQ_WORK_DEL_ROW] = "DELETE FROM work WHERE seq = $1::bigint",
 
   /* sessions */
   [PQ_SESS_TOUCH] = "UPDATE sessions SET last_activity = $2::bigint WHERE session_id = $1",
-  [PQ_SESS_CLAIM] = /* a claim starts the next ownership epoch */
-    "INSERT INTO sessions AS s (session_id, owner, prev, locked_until, last_activity, epoch)"
-    " VALUES ($1, $2, NULL, $4::bigint, $3::bigint, 1) ON CONFLICT (session_id) DO UPDATE SET"
-    " owner = $2, prev = CASE WHEN s.owner <> '' THEN s.owner ELSE s.prev END,"
-    " locked_until = $4::bigint, last_activity = $3::bigint, epoch = s.epoch + 1"
-    " WHERE s.owner = '' OR (s.owner <> $2 AND (s.locked_until <= $3::bigint OR"
-    OWNER_DEAD("s.owner", "$5::text", "$6::bigint") ")) RETURNING prev",
-
-  [PQ_SESS_USER_ADD] = /* the fetched row's instance joins the session's users */
-    "INSERT INTO session_users (session_id, instance_id, exec)"
-    " SELECT $1, instance_id, exec FROM work WHERE seq = $2::bigint"
-    " ON CONFLICT (session_id, instance_id) DO UPDATE SET exec = EXCLUDED.exec",
-  [PQ_SESS_OWNED] = /* an owner's fetch refreshes the lease at once (a same-id restart) */
-    "UPDATE sessions SET last_activity = $3::bigint, locked_until ="
-    " GREATEST(locked_until, $4::bigint) WHERE session_id = $1 AND owner = $2",
-  [PQ_SESS_DROP_IF_EMPTY] =
-    "DELETE FROM sessions WHERE session_id = $1"
-    " AND NOT EXISTS (SELECT 1 FROM work WHERE session_id = $1)",
   [PQ_SESS_RENEW] =
     "WITH u AS (UPDATE sessions SET locked_until = $3::bigint WHERE owner = $1"
     " AND locked_until > $2::bigint"
