@@ -1198,80 +1198,6 @@ DX_TEST(pg_run_cycle_is_one_round_trip) {
   free(store);
 }
 
-/* {===== instance info reads one snapshot =====} */
-
-typedef struct {
-  dx_provider_t *p;
-  atomic_int ready, go;
-  int rc;
-  dx_error_t err;
-} info_reader_t;
-
-static void *read_info(void *arg) {
-  info_reader_t *r = arg;
-  dx_instance_info_t info;
-  dx_error_t err;
-  memset(&err, 0, sizeof err);
-  /* first a read of an unknown id: this thread's connection is made (and its statements
-  ** prepared) before the queue is locked */
-  r->rc = M(r->p)->get_instance_info(r->p, "nobody", &info, &err);
-  atomic_store(&r->ready, 1);
-  while (!atomic_load(&r->go)) usleep(1000);
-  if (r->rc != DX_ENOTFOUND) return NULL;
-  r->rc = M(r->p)->get_instance_info(r->p, "race1", &info, &err);
-  r->err = err;
-  if (!r->rc) dx_instance_info_clear(&info);
-  return NULL;
-}
-
-/* A client reading a just-started instance while its first turn commits (the record made, the
-** start consumed, in one transaction) finds it. The turn's commit is played by hand on another
-** connection holding orch_queue locked, so the reader is caught between the instances table and
-** the queue: read as two statements, the queue was read after the commit and the instance
-** looked unknown (a CLI `enqueue` right after `start` failed "unknown instance"). */
-DX_TEST(pg_get_info_is_one_snapshot_while_the_first_turn_commits) {
-  char *store = store_url(NULL);
-  dx_provider_t *p = dx_pv_open(store);
-  const char *schema = g_schemas[g_nschemas - 1];
-  dx_work_item_t w = item(DX_WI_START, "race1", 0);
-  dx_orch_item_t *it = NULL;
-  dx_error_t err;
-  info_reader_t r;
-  pthread_t th;
-  PGconn *c = admin();
-  char q[512];
-  int waiting = 0, tries;
-  w.name = "Orch";
-  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, wall_ms(), &w, 0, &err));
-  ASSERT_OK(M(p)->fetch_orchestration_item(p, wall_ms(), 30000, &it, &err));
-  ASSERT(it);
-  snprintf(q, sizeof q,
-           "SET search_path TO %s; BEGIN; LOCK TABLE orch_queue IN ACCESS EXCLUSIVE MODE;"
-           " INSERT INTO instances (instance_id, name, current_exec, created_at, updated_at,"
-           " created_seq) VALUES ('race1', 'Orch', 1, 1, 1, 1);"
-           " UPDATE orch_queue SET lock_token = NULL, locked_until = NULL, ready_at = NULL,"
-           " locked_by = NULL WHERE instance_id = 'race1'", schema);
-  memset(&r, 0, sizeof r);
-  r.p = p;
-  ASSERT_EQ(pthread_create(&th, NULL, read_info, &r), 0);
-  while (!atomic_load(&r.ready)) usleep(1000);
-  sql(c, q);
-  atomic_store(&r.go, 1);
-  /* commit once the reader waits for the queue (it read the instances table before) */
-  snprintf(q, sizeof q, "SELECT count(*) FROM pg_locks WHERE NOT granted"
-                        " AND relation = '%s.orch_queue'::regclass", schema);
-  for (tries = 0; tries < 2000 && !waiting; tries++) {
-    PGresult *res = PQexec(c, q);
-    waiting = PQresultStatus(res) == PGRES_TUPLES_OK && atoi(PQgetvalue(res, 0, 0)) > 0;
-    PQclear(res);
-    if (!waiting) usleep(5000);
-  }
-  ASSERT(waiting);
-  sql(c, "COMMIT");
-  ASSERT_EQ(pthread_join(th, NULL), 0);
-  if (r.rc) DX_FAIL_AT("get_instance_info: %s: %s", dx_err_name(r.rc), r.err.msg);
-  PQfinish(c);
-  dx_orch_item_free(it);
 /* A row of session `sid` (NULL: plain) due at `at`. */
 static void rc_enqueue(dx_provider_t *p, int64_t at, int kind, const char *sid, uint64_t id) {
   dx_work_item_t w = item(kind, "S", id);
@@ -1415,6 +1341,84 @@ DX_TEST(pg_batch_skips_the_claim_pick_once_it_found_nothing) {
   dx_work_item_clear(&f.item);
   free(f.previous_owner);
   M(other)->destroy(other);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* {===== instance info reads one snapshot =====} */
+
+typedef struct {
+  dx_provider_t *p;
+  atomic_int ready, go;
+  int rc;
+  dx_error_t err;
+} info_reader_t;
+
+static void *read_info(void *arg) {
+  info_reader_t *r = arg;
+  dx_instance_info_t info;
+  dx_error_t err;
+  memset(&err, 0, sizeof err);
+  /* first a read of an unknown id: this thread's connection is made (and its statements
+  ** prepared) before the queue is locked */
+  r->rc = M(r->p)->get_instance_info(r->p, "nobody", &info, &err);
+  atomic_store(&r->ready, 1);
+  while (!atomic_load(&r->go)) usleep(1000);
+  if (r->rc != DX_ENOTFOUND) return NULL;
+  r->rc = M(r->p)->get_instance_info(r->p, "race1", &info, &err);
+  r->err = err;
+  if (!r->rc) dx_instance_info_clear(&info);
+  return NULL;
+}
+
+/* A client reading a just-started instance while its first turn commits (the record made, the
+** start consumed, in one transaction) finds it. The turn's commit is played by hand on another
+** connection holding orch_queue locked, so the reader is caught between the instances table and
+** the queue: read as two statements, the queue was read after the commit and the instance
+** looked unknown (a CLI `enqueue` right after `start` failed "unknown instance"). */
+DX_TEST(pg_get_info_is_one_snapshot_while_the_first_turn_commits) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store);
+  const char *schema = g_schemas[g_nschemas - 1];
+  dx_work_item_t w = item(DX_WI_START, "race1", 0);
+  dx_orch_item_t *it = NULL;
+  dx_error_t err;
+  info_reader_t r;
+  pthread_t th;
+  PGconn *c = admin();
+  char q[512];
+  int waiting = 0, tries;
+  w.name = "Orch";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, wall_ms(), &w, 0, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, wall_ms(), 30000, &it, &err));
+  ASSERT(it);
+  snprintf(q, sizeof q,
+           "SET search_path TO %s; BEGIN; LOCK TABLE orch_queue IN ACCESS EXCLUSIVE MODE;"
+           " INSERT INTO instances (instance_id, name, current_exec, created_at, updated_at,"
+           " created_seq) VALUES ('race1', 'Orch', 1, 1, 1, 1);"
+           " UPDATE orch_queue SET lock_token = NULL, locked_until = NULL, ready_at = NULL,"
+           " locked_by = NULL WHERE instance_id = 'race1'", schema);
+  memset(&r, 0, sizeof r);
+  r.p = p;
+  ASSERT_EQ(pthread_create(&th, NULL, read_info, &r), 0);
+  while (!atomic_load(&r.ready)) usleep(1000);
+  sql(c, q);
+  atomic_store(&r.go, 1);
+  /* commit once the reader waits for the queue (it read the instances table before) */
+  snprintf(q, sizeof q, "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                        " AND relation = '%s.orch_queue'::regclass", schema);
+  for (tries = 0; tries < 2000 && !waiting; tries++) {
+    PGresult *res = PQexec(c, q);
+    waiting = PQresultStatus(res) == PGRES_TUPLES_OK && atoi(PQgetvalue(res, 0, 0)) > 0;
+    PQclear(res);
+    if (!waiting) usleep(5000);
+  }
+  ASSERT(waiting);
+  sql(c, "COMMIT");
+  ASSERT_EQ(pthread_join(th, NULL), 0);
+  if (r.rc) DX_FAIL_AT("get_instance_info: %s: %s", dx_err_name(r.rc), r.err.msg);
+  PQfinish(c);
+  dx_orch_item_free(it);
   M(p)->destroy(p);
   free(store);
 }
