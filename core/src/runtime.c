@@ -29,6 +29,10 @@
 #include "wake.h"
 #include "watchdog.h"
 
+/* How long a local store's cycle waits for the turns it fetched, so their acks share its
+** commit (store.h hold_ms): a turn's usual loop time plus a thread wake-up, with room. */
+#define DX__TURN_HOLD_MS 2
+
 typedef struct runtime_list_s {
   dx_runtime_t *rt;
   struct runtime_list_s *next;
@@ -1034,6 +1038,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   cfg.work_renew_ms = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
                                        rt->opts.worker_lock_renewal_buffer_ms);
   cfg.poll_interval_ms = rt->opts.poll_interval_ms;
+  cfg.hold_ms = DX__TURN_HOLD_MS;
   cfg.on_fetch = on_fetch;
   cfg.on_fatal = on_store_fatal;
   cfg.ud = rt;
