@@ -633,13 +633,14 @@ static int can_hold(const dx_store_t *s, const dx_store_fetched_t *f) {
 }
 
 /* Hand f's orchestration items to the loop now (f keeps its work items). 0 when the store is
-** closing (they are then delivered with the commit, as usual). */
+** closing, or when the loop has not yet taken what it was handed before (it is busy: it
+** would not answer in time); they are then delivered with the commit, as usual. */
 static int hand_over_turns(dx_store_t *s, dx_store_fetched_t *f, handed_t *h) {
   fetched_node_t *n = calloc(1, sizeof *n);
   size_t i;
   if (!n) return 0;
   uv_mutex_lock(&s->mu);
-  if (s->stopping || !s->cfg.on_fetch) {
+  if (s->stopping || !s->cfg.on_fetch || s->fetched) {
     uv_mutex_unlock(&s->mu);
     free(n);
     return 0;
@@ -688,16 +689,14 @@ static dx_store_op_t *await_turns(dx_store_t *s, const handed_t *h) {
   return ops;
 }
 
-/* Inside the open transaction, after its fetch: hand the turns over, apply what the loop
-** answered (appended to *opsp, so it is reported like the rest of the batch), fetch again.
-** *bo is what may still be fetched of orchestrations. */
-static int hold_turns(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw,
-                      dx_store_fetched_t *f, handed_t *h, int *failed, int *durable,
-                      dx_error_t *err) {
+/* Inside the open transaction, after its orchestration fetch: hand the turns over, apply what
+** the loop answered (appended to *opsp, so it is reported like the rest of the batch), fetch
+** orchestrations again. *bo is what may still be fetched of them. */
+static int hold_turns(dx_store_t *s, dx_store_op_t **opsp, int *bo, dx_store_fetched_t *f,
+                      handed_t *h, int *failed, int *durable, dx_error_t *err) {
   dx_store_op_t *late, *op, **tail = opsp;
   int64_t now;
   int rc = 0;
-  uint64_t t0;
   int k = (int)f->n_orch;
   if (!hand_over_turns(s, f, h)) return 0;
   *bo -= k;
@@ -708,9 +707,7 @@ static int hold_turns(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw,
   for (op = late; op && !rc; op = op->next) rc = op_apply(s, op, now, failed, durable, err);
   if (rc) return rc;
   f->at_ms = now;
-  t0 = uv_hrtime();
-  if (fetch_into(s, now, *bo, bw, f)) *failed |= CALL_FETCH;
-  observe_fetch(s, t0, *bo, bw);
+  if (fetch_into(s, now, *bo, 0, f)) *failed |= CALL_FETCH;
   return 0;
 }
 
@@ -745,11 +742,17 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   } else {
     for (op = *opsp; op && !rc; op = op->next)
       rc = op_apply(s, op, now, failed, &durable, err);
+    /* Orchestrations first, then activities, once per batch and after every ack the batch
+    ** holds (a provider may skip work it found none of earlier in the batch: sessions) */
     t0 = uv_hrtime();
-    if (!rc && fetch_into(s, now, *bo, bw, f)) *failed |= CALL_FETCH;
+    if (!rc && fetch_into(s, now, *bo, 0, f)) *failed |= CALL_FETCH;
+    if (!rc && can_hold(s, f)) {
+      uint64_t h0 = uv_hrtime();
+      rc = hold_turns(s, opsp, bo, f, &handed, failed, &durable, err);
+      t0 += uv_hrtime() - h0; /* the fetch metric leaves the wait for the loop out */
+    }
+    if (!rc && fetch_into(s, f->at_ms, 0, bw, f)) *failed |= CALL_FETCH;
     if (!rc) observe_fetch(s, t0, *bo, bw);
-    if (!rc && can_hold(s, f))
-      rc = hold_turns(s, opsp, bo, bw, f, &handed, failed, &durable, err);
   }
   if (rc) { /* DX_ERETRY from an op: it runs again, its outcome is not known yet */
     p->methods->rollback(p);
