@@ -72,6 +72,7 @@ struct dx_store_s {
   int busy;           /* the thread holds ops not yet on the done list */
   uint64_t commits, cycles;
   held_t *held;       /* store thread only */
+  size_t n_held;      /* store thread only: entries in held */
   int64_t renew_every_ms, work_renew_every_ms;
   int64_t orch_hold_ms; /* renew a turn's lock this long at most: past the turn time limit */
   uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
@@ -123,6 +124,7 @@ static void hold(dx_store_t *s, const char *instance, uint64_t token) {
   h->give_up_at = mono_ms() + (uint64_t)(instance ? s->orch_hold_ms : HOLD_MAX_MS);
   h->next = s->held;
   s->held = h;
+  s->n_held++;
 }
 
 static held_t *find_held(dx_store_t *s, uint64_t token) {
@@ -148,6 +150,7 @@ static void unhold(dx_store_t *s, uint64_t token) {
       *pp = dead->next;
       free(dead->instance);
       free(dead);
+      s->n_held--;
       return;
     }
   }
@@ -615,8 +618,10 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
 ** join the transaction, which then fetches again and commits once. A step (an activity's
 ** result, the turn it unblocks, the next activity) then costs one commit instead of two, and
 ** the fetch of a start none of its own. Only for a few items (HOLD_MAX_ITEMS), waited for at
-** most cfg.hold_ms: a big batch or a busy loop commits at once as before, and other writers
-** wait for the store at most that long. If the transaction is then lost, the loop's acks of
+** most cfg.hold_ms, and only while the loop holds nothing else unsettled (idle, it answers at
+** once): a big batch or a busy loop commits at once as before (a hold waiting on a busy loop
+** would keep other processes' writers out for nothing), and other writers wait for the store
+** at most that long. If the transaction is then lost, the loop's acks of
 ** those items are refused (their locks were never kept) and the items come back. Work items
 ** still wait for the commit: an activity never starts before the turn that scheduled it is
 ** durable. */
@@ -629,7 +634,7 @@ typedef struct {
 
 static int can_hold(const dx_store_t *s, const dx_store_fetched_t *f) {
   return s->cfg.hold_ms > 0 && f->n_orch > 0 && f->n_orch <= HOLD_MAX_ITEMS &&
-         !has_run_cycle(s->cfg.provider);
+         s->n_held == f->n_orch && !has_run_cycle(s->cfg.provider);
 }
 
 /* Hand f's orchestration items to the loop now (f keeps its work items). 0 when the store is
