@@ -632,6 +632,7 @@ typedef struct turns_s {
   dx_store_t *s;
   wrap_t *w;
   int late_ms;
+  int keep_first; /* the first turn fetched is never answered; one more is then wanted */
   int n_turns, n_acked, n_refused, n_work, commits_at_work;
   turn_t turns[4];
 } turns_t;
@@ -654,6 +655,10 @@ static void answer_turns(void *ud, dx_store_fetched_t *f) {
   for (i = 0; i < f->n_orch && t->n_turns < 4; i++) {
     turn_t *tn = &t->turns[t->n_turns++];
     const dx_orch_item_t *it = f->orch[i];
+    if (t->keep_first && t->n_turns == 1) { /* held unsettled, as a busy loop's item is */
+      dx__store_want(t->s, 1, 0);
+      continue;
+    }
     memset(&tn->op, 0, sizeof tn->op);
     memset(&tn->ack, 0, sizeof tn->ack);
     memset(tn->ev, 0, sizeof tn->ev);
@@ -724,7 +729,7 @@ static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
   cfg.on_fetch = answer_turns;
   cfg.ud = t;
   ASSERT_OK(dx__store_new(&t->s, &t->loop, &cfg, &err));
-  dx__store_want(t->s, 4, 4);
+  dx__store_want(t->s, t->keep_first ? 1 : 4, 4);
   for (i = 0; i < 20000 && !t->n_work; i++) {
     uv_run(&t->loop, UV_RUN_NOWAIT);
     usleep(500);
@@ -792,6 +797,32 @@ DX_TEST(store_turn_handed_over_from_a_lost_transaction_is_refused_and_comes_back
   ASSERT_EQ(t.n_refused, 1);
   ASSERT_EQ(t.n_acked, 1);
   ASSERT_EQ(t.n_work, 1);
+  assert_one_turn(w);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_turn_fetched_while_the_loop_holds_other_items_commits_at_once) {
+  /* the loop still holds an earlier item unsettled (busy): the cycle that fetches i1 commits
+  ** without waiting for its turn, the ack follows in the next cycle (waiting would keep other
+  ** writers out of the store while the loop works through its backlog) */
+  static turns_t t;
+  wrap_t *w = wrap_open();
+  dx_work_item_t start;
+  dx_error_t err;
+  memset(&t, 0, sizeof t);
+  memset(&start, 0, sizeof start);
+  start.kind = DX_WI_START;
+  start.instance = "i0";
+  start.name = "Orch";
+  start.execution_id = 1;
+  ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms() - 1, &start,
+                                                        0, &err));
+  t.keep_first = 1;
+  run_turns(&t, w, 50); /* i0's cycle waits 50 ms for it in vain, commits; then i1 */
+  ASSERT_EQ(t.n_turns, 2);
+  ASSERT_EQ(t.n_acked, 1);
+  ASSERT_EQ(t.n_work, 1);
+  ASSERT_EQ(t.commits_at_work, 3); /* i0's fetch, i1's fetch, i1's ack with its activity */
   assert_one_turn(w);
   w_destroy(&w->base);
 }
