@@ -632,9 +632,26 @@ typedef struct {
   size_t n;
 } handed_t;
 
-static int can_hold(const dx_store_t *s, const dx_store_fetched_t *f) {
+/* 1 when ops settle a turn of an instance f fetched again: the loop learns that settlement
+** only with the commit (its cache keeps the turn then), so the new turn must not reach it
+** before (it would replay the history instead of continuing the kept turn). */
+static int refetched_settled(const dx_store_op_t *ops, const dx_store_fetched_t *f) {
+  const dx_store_op_t *op;
+  size_t i;
+  for (op = ops; op; op = op->next) {
+    const char *inst = op->kind == DX_OP_ACK_ORCH       ? op->ack->instance
+                       : op->kind == DX_OP_ABANDON_ORCH ? op->instance
+                                                        : NULL;
+    for (i = 0; inst && i < f->n_orch; i++)
+      if (strcmp(inst, f->orch[i]->instance) == 0) return 1;
+  }
+  return 0;
+}
+
+static int can_hold(const dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f) {
   return s->cfg.hold_ms > 0 && f->n_orch > 0 && f->n_orch <= HOLD_MAX_ITEMS &&
-         s->n_held == f->n_orch && !has_run_cycle(s->cfg.provider);
+         s->n_held == f->n_orch && !has_run_cycle(s->cfg.provider) &&
+         !refetched_settled(ops, f);
 }
 
 /* Hand f's orchestration items to the loop now (f keeps its work items). 0 when the store is
@@ -751,7 +768,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     ** holds (a provider may skip work it found none of earlier in the batch: sessions) */
     t0 = uv_hrtime();
     if (!rc && fetch_into(s, now, *bo, 0, f)) *failed |= CALL_FETCH;
-    if (!rc && can_hold(s, f)) {
+    if (!rc && can_hold(s, *opsp, f)) {
       uint64_t h0 = uv_hrtime();
       rc = hold_turns(s, opsp, bo, f, &handed, failed, &durable, err);
       t0 += uv_hrtime() - h0; /* the fetch metric leaves the wait for the loop out */
