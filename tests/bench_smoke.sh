@@ -108,4 +108,14 @@ b6_bad_options() {
 LIST
 }
 
-run_scenarios b1_long b2_payload b3_prefill b4_idle b5_cache_off b6_bad_options
+b7_latency_precision() {
+  bench --workload hello --n 3
+  line_ok "hello: p50/p95 latency printed to 0.01 ms, every instance completed" "${COMMON[@]}" \
+    workload='"hello"' n=3 failed=0 p50_ms:decimal2 p95_ms:decimal2 start='"one at a time"'
+  bench --workload chain --n 3
+  line_ok "chain: p50/p95 latency printed to 0.01 ms" "${COMMON[@]}" workload='"chain"' \
+    failed=0 p50_ms:decimal2 p95_ms:decimal2
+}
+
+run_scenarios b1_long b2_payload b3_prefill b4_idle b5_cache_off b6_bad_options \
+  b7_latency_precision

@@ -130,6 +130,15 @@ static int w_ack_work(dx_provider_t *p, int64_t now, uint64_t token,
   return IN(p)->methods->ack_work_item(IN(p), now, token, completion, err);
 }
 
+static int w_ack_orch(dx_provider_t *p, int64_t now, const dx_orch_ack_t *ack, dx_error_t *err) {
+  return IN(p)->methods->ack_orchestration_item(IN(p), now, ack, err);
+}
+
+static int w_fetch_work(dx_provider_t *p, int64_t now, int64_t lock_ms,
+                        const dx_session_cfg_t *sessions, dx_work_fetch_t *out, dx_error_t *err) {
+  return IN(p)->methods->fetch_work_item(IN(p), now, lock_ms, sessions, out, err);
+}
+
 static void w_destroy(dx_provider_t *p) {
   IN(p)->methods->destroy(IN(p));
   free(p);
@@ -155,6 +164,8 @@ static wrap_t *wrap_open(void) {
   w->m.next_due_ms = w_next_due_inner;
   w->m.set_fetch_filter = w_set_filter;
   w->m.ack_work_item = w_ack_work;
+  w->m.ack_orchestration_item = w_ack_orch;
+  w->m.fetch_work_item = w_fetch_work;
   w->base.methods = &w->m;
   return w;
 }
@@ -598,5 +609,255 @@ DX_TEST(wake_without_a_source_is_null_and_the_notify_file_still_works) {
   uv_run(&loop, UV_RUN_DEFAULT);
   ASSERT(is_closed);
   ASSERT_OK(uv_loop_close(&loop));
+  w_destroy(&w->base);
+}
+
+/* {===== a fetched turn's ack joins its fetch's transaction (store.c hold_turns) =====} */
+
+/* The loop side of these tests: each fetched turn is answered with an ack that starts the
+** orchestration and schedules activity 2 (at once, or late_ms later from a timer); fetched
+** activities are counted, with the commits the store had made when the first arrived. */
+typedef struct turn_s {
+  dx_store_op_t op;
+  dx_orch_ack_t ack;
+  dx_event_t ev[2];
+  dx_work_item_t act;
+  char instance[32];
+  uv_timer_t timer;
+  struct turns_s *t;
+} turn_t;
+
+typedef struct turns_s {
+  uv_loop_t loop;
+  dx_store_t *s;
+  wrap_t *w;
+  int late_ms;
+  int keep_first; /* the first turn fetched is never answered; one more is then wanted */
+  int self_event; /* the first turn's ack also queues an event for its own instance, and
+                     only that turn is answered; the run ends at the second delivery */
+  int acked_at_second; /* n_acked when the second turn was delivered */
+  int n_turns, n_acked, n_refused, n_work, commits_at_work;
+  turn_t turns[4];
+  dx_work_item_t event;
+} turns_t;
+
+static void turn_acked(dx_store_op_t *op) {
+  turns_t *t = ((turn_t *)op->ud)->t;
+  if (op->rc == 0) t->n_acked++;
+  else t->n_refused++;
+}
+
+static void on_late(uv_timer_t *h) {
+  turn_t *tn = h->data;
+  dx__store_submit(tn->t->s, &tn->op);
+  uv_close((uv_handle_t *)h, NULL);
+}
+
+static void answer_turns(void *ud, dx_store_fetched_t *f) {
+  turns_t *t = ud;
+  size_t i;
+  for (i = 0; i < f->n_orch && t->n_turns < 4; i++) {
+    turn_t *tn = &t->turns[t->n_turns++];
+    const dx_orch_item_t *it = f->orch[i];
+    if (t->keep_first && t->n_turns == 1) { /* held unsettled, as a busy loop's item is */
+      dx__store_want(t->s, 1, 0);
+      continue;
+    }
+    if (t->self_event && t->n_turns > 1) {
+      t->acked_at_second = t->n_acked;
+      continue;
+    }
+    memset(&tn->op, 0, sizeof tn->op);
+    memset(&tn->ack, 0, sizeof tn->ack);
+    memset(tn->ev, 0, sizeof tn->ev);
+    memset(&tn->act, 0, sizeof tn->act);
+    tn->t = t;
+    snprintf(tn->instance, sizeof tn->instance, "%s", it->instance);
+    tn->ev[0].event_id = 1;
+    tn->ev[0].kind = DX_EV_ORCH_STARTED;
+    tn->ev[0].name = "Orch";
+    tn->ev[0].data = "1";
+    tn->ev[1].event_id = 2;
+    tn->ev[1].kind = DX_EV_ACT_SCHEDULED;
+    tn->ev[1].name = "Act";
+    tn->ev[1].data = "null";
+    tn->act.kind = DX_WI_ACT_EXECUTE;
+    tn->act.instance = tn->instance;
+    tn->act.execution_id = 1;
+    tn->act.id = 2;
+    tn->act.name = "Act";
+    tn->act.data = "null";
+    tn->ack.instance = tn->instance;
+    tn->ack.lock_token = it->lock_token;
+    tn->ack.execution_id = it->execution_id;
+    tn->ack.orchestration_name = "Orch";
+    tn->ack.status = DX_STATUS_RUNNING;
+    tn->ack.delta = tn->ev;
+    tn->ack.delta_len = 2;
+    tn->ack.worker_items = &tn->act;
+    tn->ack.worker_items_len = 1;
+    if (t->self_event) {
+      memset(&t->event, 0, sizeof t->event);
+      t->event.kind = DX_WI_EXTERNAL;
+      t->event.instance = tn->instance;
+      t->event.execution_id = 1;
+      t->event.name = "go";
+      t->event.data = "1";
+      tn->ack.orch_items = &t->event;
+      tn->ack.orch_items_len = 1;
+    }
+    tn->op.kind = DX_OP_ACK_ORCH;
+    tn->op.ack = &tn->ack;
+    tn->op.done = turn_acked;
+    tn->op.ud = tn;
+    if (t->late_ms > 0) {
+      uv_timer_init(&t->loop, &tn->timer);
+      tn->timer.data = tn;
+      uv_timer_start(&tn->timer, on_late, (uint64_t)t->late_ms, 0);
+    } else {
+      dx__store_submit(t->s, &tn->op);
+    }
+  }
+  if (f->n_work && !t->n_work)
+    t->commits_at_work = __atomic_load_n(&t->w->commits, __ATOMIC_SEQ_CST);
+  t->n_work += (int)f->n_work;
+}
+
+/* Start instance "i1", run a store (hold_ms) answering its turns until the activity the
+** turn scheduled was fetched. */
+static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
+  dx_store_cfg_t cfg;
+  dx_work_item_t start;
+  dx_error_t err;
+  int i, is_closed = 0;
+  memset(&start, 0, sizeof start);
+  start.kind = DX_WI_START;
+  start.instance = "i1";
+  start.name = "Orch";
+  start.execution_id = 1;
+  ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start, 0,
+                                                        &err));
+  t->w = w;
+  ASSERT_OK(uv_loop_init(&t->loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  cfg.orch_lock_ms = cfg.work_lock_ms = 60000;
+  cfg.poll_interval_ms = 10;
+  cfg.hold_ms = hold_ms;
+  cfg.on_fetch = answer_turns;
+  cfg.ud = t;
+  ASSERT_OK(dx__store_new(&t->s, &t->loop, &cfg, &err));
+  dx__store_want(t->s, t->keep_first ? 1 : 4, 4);
+  for (i = 0; i < 20000 && !(t->self_event ? t->n_turns >= 2 : t->n_work > 0); i++) {
+    uv_run(&t->loop, UV_RUN_NOWAIT);
+    usleep(500);
+  }
+  dx__store_close(t->s, closed, &is_closed);
+  uv_run(&t->loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&t->loop));
+}
+
+/* The history the store holds for i1 has exactly its one turn's two events. */
+static void assert_one_turn(wrap_t *w) {
+  dx_event_t *ev = NULL;
+  size_t n = 0;
+  dx_error_t err;
+  ASSERT_OK(w->inner->methods->read_history(w->inner, "i1", 0, &ev, &n, NULL, &err));
+  ASSERT_EQ((int)n, 2);
+  ASSERT_EQ(ev[0].kind, DX_EV_ORCH_STARTED);
+  ASSERT_EQ(ev[1].kind, DX_EV_ACT_SCHEDULED);
+  dx_events_free(ev, n);
+}
+
+DX_TEST(store_turn_ack_commits_with_its_fetch_and_the_activity_it_scheduled) {
+  /* the start is fetched, the turn answered while the transaction is open, and the activity
+  ** it scheduled fetched by the same transaction: one commit (there were two: the fetch's,
+  ** then the ack's) */
+  static turns_t t;
+  wrap_t *w = wrap_open();
+  memset(&t, 0, sizeof t);
+  run_turns(&t, w, 60000);
+  ASSERT_EQ(t.n_turns, 1);
+  ASSERT_EQ(t.n_acked, 1);
+  ASSERT_EQ(t.n_work, 1);
+  ASSERT_EQ(t.commits_at_work, 1);
+  ASSERT_EQ(w->last_sync, 1); /* the turn's ack is durable */
+  assert_one_turn(w);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_turn_answered_after_the_hold_commits_in_the_next_cycle) {
+  /* a loop slower than hold_ms: the fetch commits alone, the ack follows as before */
+  static turns_t t;
+  wrap_t *w = wrap_open();
+  memset(&t, 0, sizeof t);
+  t.late_ms = 50;
+  run_turns(&t, w, 1);
+  ASSERT_EQ(t.n_turns, 1);
+  ASSERT_EQ(t.n_acked, 1);
+  ASSERT_EQ(t.n_work, 1);
+  ASSERT_EQ(t.commits_at_work, 2);
+  assert_one_turn(w);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_turn_handed_over_from_a_lost_transaction_is_refused_and_comes_back) {
+  /* the transaction that handed the turn over is rolled back (DX_ERETRY at commit): the ack
+  ** given for that delivery is refused, the retried batch fetches the start again, and only
+  ** the second delivery's turn is kept */
+  static turns_t t;
+  wrap_t *w = wrap_open();
+  memset(&t, 0, sizeof t);
+  w->retry_commits = 1;
+  run_turns(&t, w, 60000);
+  ASSERT_EQ(t.n_turns, 2);
+  ASSERT_EQ(t.n_refused, 1);
+  ASSERT_EQ(t.n_acked, 1);
+  ASSERT_EQ(t.n_work, 1);
+  assert_one_turn(w);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_turn_fetched_while_the_loop_holds_other_items_commits_at_once) {
+  /* the loop still holds an earlier item unsettled (busy): the cycle that fetches i1 commits
+  ** without waiting for its turn, the ack follows in the next cycle (waiting would keep other
+  ** writers out of the store while the loop works through its backlog) */
+  static turns_t t;
+  wrap_t *w = wrap_open();
+  dx_work_item_t start;
+  dx_error_t err;
+  memset(&t, 0, sizeof t);
+  memset(&start, 0, sizeof start);
+  start.kind = DX_WI_START;
+  start.instance = "i0";
+  start.name = "Orch";
+  start.execution_id = 1;
+  ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms() - 1, &start,
+                                                        0, &err));
+  t.keep_first = 1;
+  run_turns(&t, w, 50); /* i0's cycle waits 50 ms for it in vain, commits; then i1 */
+  ASSERT_EQ(t.n_turns, 2);
+  ASSERT_EQ(t.n_acked, 1);
+  ASSERT_EQ(t.n_work, 1);
+  ASSERT_EQ(t.commits_at_work, 3); /* i0's fetch, i1's fetch, i1's ack with its activity */
+  assert_one_turn(w);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_turn_refetched_in_the_cycle_of_its_previous_ack_waits_for_the_commit) {
+  /* the ack of i1's first turn (answered after the hold) queues an event for i1; the cycle
+  ** that applies it fetches i1 again: that turn goes to the loop only with the commit, after
+  ** the first turn's settlement (the worker's cache keeps a turn once its ack is known to be
+  ** committed: handed over earlier, the new turn found no kept turn and replayed) */
+  static turns_t t;
+  wrap_t *w = wrap_open();
+  memset(&t, 0, sizeof t);
+  t.late_ms = 20;
+  t.self_event = 1;
+  run_turns(&t, w, 1);
+  ASSERT_EQ(t.n_turns, 2);
+  ASSERT_EQ(t.n_acked, 1);
+  ASSERT_EQ(t.acked_at_second, 1);
   w_destroy(&w->base);
 }

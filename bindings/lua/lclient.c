@@ -41,14 +41,26 @@ static char *arg_json(lua_State *L, int idx, const char *what) {
   return s;
 }
 
+/* With this state's own runtime running on the same local store (and called outside its
+** loop's callbacks), the start is handed to that runtime and the loop runs until it is
+** committed: its first turn then commits with it (embedding.h dx__eager_start). */
 static int l_start(lua_State *L) {
   dx_client_t *c = dxl_check_client(L);
+  dxl_state_t *S = dxl_state(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   const char *name = dxl_check_text(L, 3, "orchestration name", 0);
   const char *version = dxl_check_text(L, 5, "version", 1);
   char *input = arg_json(L, 4, "input");
+  dx_start_t st = {id, name, input, version};
+  dx__eager_t *e = NULL;
   dx_error_t err;
-  int rc = dx_client_start(c, id, name, input, version, &err);
+  int rc = S->loop_depth == 0 ? dx__eager_start(S->runtime, c, &st, &e, &err) : 0;
+  if (rc == 0 && e) {
+    while (!dx__eager_done(e)) dxl_run_loop_once(L, S, 5);
+    rc = dx__eager_end(e, &err);
+  } else if (rc == 0) {
+    rc = dx_client_start(c, id, name, input, version, &err);
+  }
   free(input);
   if (rc != 0) return dxl_client_fail(L, &err);
   lua_pushstring(L, id);

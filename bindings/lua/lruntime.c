@@ -292,6 +292,17 @@ static int l_rt_without(lua_State *L) {
   return 0;
 }
 
+/* rt:_turn_hold(ms): before rt:start, how long its store cycles wait for the turns they
+** fetched (tests: a long hold makes sharing a commit independent of the machine's load). */
+static int l_rt_turn_hold(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  lua_Integer ms = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, ms >= 0, 2, "hold must be >= 0 ms");
+  if (!r->rt || r->state != 0) return luaL_error(L, "set the turn hold before rt:start");
+  dx__runtime_set_turn_hold(r->rt, (int64_t)ms);
+  return 0;
+}
+
 /* rt:_poke(): wake the store thread (look for due work now). */
 static int l_rt_poke(lua_State *L) {
   lrt_t *r = check_rt(L);
@@ -500,6 +511,7 @@ int luaopen_duroxide_runtime_mt(lua_State *L) {
                                      {"_renew_sessions", l_rt_renew_sessions},
                                      {"_poke", l_rt_poke}, {"_config", l_rt_config},
                                      {"_stall", l_rt_stall}, {"_without", l_rt_without},
+                                     {"_turn_hold", l_rt_turn_hold},
                                      {NULL, NULL}};
   if (luaL_newmetatable(L, RT_MT)) {
     luaL_newlib(L, methods);

@@ -99,7 +99,7 @@ static int enqueue(dx_client_t *c, dx_work_item_t *w, dx_error_t *err) {
 /* Validate one start and build its work item (w->data is malloc'd: free it). Whether the id
 ** is taken is the provider's call: its START enqueue fails with DX_EEXIST (provider.h), which
 ** stays true when two clients start the same id at once. */
-static int prepare_start(const dx_start_t *st, dx_work_item_t *w, dx_error_t *err) {
+int dx__client_start_item(const dx_start_t *st, dx_work_item_t *w, dx_error_t *err) {
   char *json = NULL;
   int rc;
   if ((rc = check_id("instance id", st->id, err)) != 0) return rc;
@@ -142,7 +142,7 @@ int dx_client_start_many(dx_client_t *c, const dx_start_t *starts, size_t n, dx_
   if ((rc = p->methods->begin(p, err)) != 0) return rc;
   for (i = 0; i < n && rc == 0; i++) {
     dx_work_item_t w;
-    if ((rc = prepare_start(&starts[i], &w, err)) != 0) break;
+    if ((rc = dx__client_start_item(&starts[i], &w, err)) != 0) break;
     rc = p->methods->enqueue_for_orchestrator(p, now, &w, 0, err);
     free(w.data);
   }

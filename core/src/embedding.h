@@ -27,6 +27,24 @@ int dx__runtime_hide_activity(dx_runtime_t *rt, const char *name);
 #define DX_CLIENT_WATCH_MAX_MS 1000
 void dx__client_watch(dx_client_t *c);
 int dx__client_await(dx_client_t *c, int64_t max_ms, int64_t fallback_ms);
+/* Validate one start and build its START work item (client.c; w->data is malloc'd: free it;
+** the other fields borrow st's strings). */
+int dx__client_start_item(const dx_start_t *st, dx_work_item_t *w, dx_error_t *err);
+/* Eager start: a runtime running on the client's own local store (the same notify file) takes
+** the start into its store cycle, which commits it together with its first turn when the loop
+** runs that turn in time (store.c hold_turns): one durable commit instead of two. *out NULL
+** (DX_OK): rt cannot take it now (not running, stopping, stalled, another store): use
+** dx_client_start. Else the start is queued: run rt's loop until dx__eager_done(*out), then
+** dx__eager_end gives its outcome (as dx_client_start's) and frees it. A bad start fails at
+** once, as in dx_client_start. Loop thread; st's strings must live until the end. */
+typedef struct dx__eager_s dx__eager_t;
+int dx__eager_start(dx_runtime_t *rt, dx_client_t *c, const dx_start_t *st, dx__eager_t **out,
+                    dx_error_t *err);
+int dx__eager_done(const dx__eager_t *e);
+int dx__eager_end(dx__eager_t *e, dx_error_t *err);
+/* Tests: how long the runtime's store cycles wait for the turns they fetched (store.h
+** hold_ms; default DX__TURN_HOLD_MS, 0 = never). Before dx_runtime_start. */
+void dx__runtime_set_turn_hold(dx_runtime_t *rt, int64_t ms);
 /* The runtime an activity runs on. */
 dx_runtime_t *dx__activity_runtime(const dx_activity_t *a);
 #endif

@@ -29,6 +29,10 @@
 #include "wake.h"
 #include "watchdog.h"
 
+/* How long a local store's cycle waits for the turns it fetched, so their acks share its
+** commit (store.h hold_ms): a turn's usual loop time plus a thread wake-up, with room. */
+#define DX__TURN_HOLD_MS 2
+
 typedef struct runtime_list_s {
   dx_runtime_t *rt;
   struct runtime_list_s *next;
@@ -94,6 +98,7 @@ struct dx_runtime_s {
   dx_metrics_t *metrics;       /* this worker's counters (metrics.h); recorded from both threads */
   dx_ocache_t *ocache;         /* kept orchestrations (NULL: cache off); loop thread */
   int64_t skew_warned_ms;    /* last "store times in our future" warning (process time) */
+  int64_t turn_hold_ms;      /* store.h hold_ms (DX__TURN_HOLD_MS; tests may set another) */
   int failed;                  /* the store became unusable: `failure` says why */
   dx_error_t failure;
   /* C embedding (section below): C activities, dx_runtime_run, the owner of a Lua runtime. */
@@ -921,6 +926,7 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   rt->host = host;
   rt->host_ud = host_ud;
   rt->skew_warned_ms = INT64_MIN / 2;
+  rt->turn_hold_ms = DX__TURN_HOLD_MS;
   /* built-in: reads another instance's key-value state (ctx:get_kv_value_from_instance) */
   if ((rc = cact_add(rt, DX_SYSCALL_GET_KV, dx__syscall_get_kv, p, DX_ACTIVITY_ON_POOL, err))) {
     dx_runtime_free(rt);
@@ -1034,6 +1040,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   cfg.work_renew_ms = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
                                        rt->opts.worker_lock_renewal_buffer_ms);
   cfg.poll_interval_ms = rt->opts.poll_interval_ms;
+  cfg.hold_ms = rt->turn_hold_ms;
   cfg.on_fetch = on_fetch;
   cfg.on_fatal = on_store_fatal;
   cfg.ud = rt;
@@ -1083,6 +1090,64 @@ void dx_runtime_poke(dx_runtime_t *rt) {
   for (n = registry; n; n = n->next)
     if (n->rt == rt && rt->store) dx__store_poke(rt->store);
   uv_mutex_unlock(&registry_mu);
+}
+
+/* {===== eager start (embedding.h) =====} */
+
+struct dx__eager_s {
+  dx_store_op_t op;
+  dx_work_item_t w;
+  int done;
+};
+
+/* (no poke: this runtime's cycle took the start; others hear of its commit as of any other,
+** through the store's notify file) */
+static void eager_applied(dx_store_op_t *op) { ((dx__eager_t *)op->ud)->done = 1; }
+
+/* Two handles of one local store: they name the same notify file (a provider that has none,
+** a database, is never taken for the same store). */
+static int same_store(dx_provider_t *a, dx_provider_t *b) {
+  const char *pa, *pb;
+  if (a->methods->version < 3 || b->methods->version < 3 || !a->methods->notify_path ||
+      !b->methods->notify_path)
+    return 0;
+  pa = a->methods->notify_path(a);
+  pb = b->methods->notify_path(b);
+  return pa && pb && strcmp(pa, pb) == 0;
+}
+
+int dx__eager_start(dx_runtime_t *rt, dx_client_t *c, const dx_start_t *st, dx__eager_t **out,
+                    dx_error_t *err) {
+  dx__eager_t *e;
+  int rc;
+  *out = NULL;
+  if (!rt || !c || !rt->started || rt->stopping || rt->stalled || !rt->store ||
+      !same_store(rt->provider, dx_client_provider(c)))
+    return DX_OK;
+  if (!(e = calloc(1, sizeof *e))) return dx_error_set(err, DX_ENOMEM, "out of memory");
+  if ((rc = dx__client_start_item(st, &e->w, err)) != 0) {
+    free(e);
+    return rc;
+  }
+  e->op.kind = DX_OP_ENQUEUE_ORCH;
+  e->op.item = &e->w;
+  e->op.done = eager_applied;
+  e->op.ud = e;
+  dx__store_submit(rt->store, &e->op);
+  *out = e;
+  return DX_OK;
+}
+
+int dx__eager_done(const dx__eager_t *e) { return e->done; }
+
+void dx__runtime_set_turn_hold(dx_runtime_t *rt, int64_t ms) { rt->turn_hold_ms = ms; }
+
+int dx__eager_end(dx__eager_t *e, dx_error_t *err) {
+  int rc = e->op.rc;
+  if (rc && err) *err = e->op.err;
+  free(e->w.data);
+  free(e);
+  return rc;
 }
 
 /* Wake every runtime of this process: a client here just enqueued work. */

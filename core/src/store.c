@@ -72,6 +72,7 @@ struct dx_store_s {
   int busy;           /* the thread holds ops not yet on the done list */
   uint64_t commits, cycles;
   held_t *held;       /* store thread only */
+  size_t n_held;      /* store thread only: entries in held */
   int64_t renew_every_ms, work_renew_every_ms;
   int64_t orch_hold_ms; /* renew a turn's lock this long at most: past the turn time limit */
   uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
@@ -123,6 +124,7 @@ static void hold(dx_store_t *s, const char *instance, uint64_t token) {
   h->give_up_at = mono_ms() + (uint64_t)(instance ? s->orch_hold_ms : HOLD_MAX_MS);
   h->next = s->held;
   s->held = h;
+  s->n_held++;
 }
 
 static held_t *find_held(dx_store_t *s, uint64_t token) {
@@ -148,6 +150,7 @@ static void unhold(dx_store_t *s, uint64_t token) {
       *pp = dead->next;
       free(dead->instance);
       free(dead);
+      s->n_held--;
       return;
     }
   }
@@ -445,8 +448,9 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
   dx_error_t err;
   int failed = 0;
   const dx_session_cfg_t *sessions = fetch_sessions(s, now);
-  if (bo > 0) f->orch = calloc((size_t)bo, sizeof *f->orch);
-  if (bw > 0) f->work = calloc((size_t)bw, sizeof *f->work);
+  /* arrays of capacity bo / bw; a second fetch of the same cycle (hold_turns) adds to them */
+  if (bo > 0 && !f->orch) f->orch = calloc((size_t)bo, sizeof *f->orch);
+  if (bw > 0 && !f->work) f->work = calloc((size_t)bw, sizeof *f->work);
   while (f->orch && (int)f->n_orch < bo) {
     dx_orch_item_t *it = NULL;
     if (p->methods->fetch_orchestration_item(p, now, s->cfg.orch_lock_ms, &it, &err) != 0) {
@@ -606,35 +610,176 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   return rc;
 }
 
+/* {===== turns answered inside their fetch's transaction =====} */
+
+/* A provider without run_cycle makes its calls without round trips (a local store), so a
+** cycle's transaction can stay open a moment for the turns it fetched: the orchestration items
+** go to the loop before the commit, their acks (with whatever else the loop queued meanwhile)
+** join the transaction, which then fetches again and commits once. A step (an activity's
+** result, the turn it unblocks, the next activity) then costs one commit instead of two, and
+** the fetch of a start none of its own. Only for a few items (HOLD_MAX_ITEMS), waited for at
+** most cfg.hold_ms, and only while the loop holds nothing else unsettled (idle, it answers at
+** once): a big batch or a busy loop commits at once as before (a hold waiting on a busy loop
+** would keep other processes' writers out for nothing), and other writers wait for the store
+** at most that long. If the transaction is then lost, the loop's acks of
+** those items are refused (their locks were never kept) and the items come back. Work items
+** still wait for the commit: an activity never starts before the turn that scheduled it is
+** durable. */
+#define HOLD_MAX_ITEMS 8
+
+typedef struct {
+  uint64_t tokens[HOLD_MAX_ITEMS]; /* lock tokens of the items handed to the loop */
+  size_t n;
+} handed_t;
+
+/* 1 when ops settle a turn of an instance f fetched again: the loop learns that settlement
+** only with the commit (its cache keeps the turn then), so the new turn must not reach it
+** before (it would replay the history instead of continuing the kept turn). */
+static int refetched_settled(const dx_store_op_t *ops, const dx_store_fetched_t *f) {
+  const dx_store_op_t *op;
+  size_t i;
+  for (op = ops; op; op = op->next) {
+    const char *inst = op->kind == DX_OP_ACK_ORCH       ? op->ack->instance
+                       : op->kind == DX_OP_ABANDON_ORCH ? op->instance
+                                                        : NULL;
+    for (i = 0; inst && i < f->n_orch; i++)
+      if (strcmp(inst, f->orch[i]->instance) == 0) return 1;
+  }
+  return 0;
+}
+
+static int can_hold(const dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f) {
+  return s->cfg.hold_ms > 0 && f->n_orch > 0 && f->n_orch <= HOLD_MAX_ITEMS &&
+         s->n_held == f->n_orch && !has_run_cycle(s->cfg.provider) &&
+         !refetched_settled(ops, f);
+}
+
+/* Hand f's orchestration items to the loop now (f keeps its work items). 0 when the store is
+** closing, or when the loop has not yet taken what it was handed before (it is busy: it
+** would not answer in time); they are then delivered with the commit, as usual. */
+static int hand_over_turns(dx_store_t *s, dx_store_fetched_t *f, handed_t *h) {
+  fetched_node_t *n = calloc(1, sizeof *n);
+  size_t i;
+  if (!n) return 0;
+  uv_mutex_lock(&s->mu);
+  if (s->stopping || !s->cfg.on_fetch || s->fetched) {
+    uv_mutex_unlock(&s->mu);
+    free(n);
+    return 0;
+  }
+  for (i = 0; i < f->n_orch; i++) h->tokens[h->n++] = f->orch[i]->lock_token;
+  n->f.orch = f->orch;
+  n->f.n_orch = f->n_orch;
+  n->f.at_ms = f->at_ms;
+  if (s->fetched_tail) s->fetched_tail->next = n;
+  else s->fetched = n;
+  s->fetched_tail = n;
+  s->budget_orch -= (int)f->n_orch;
+  uv_mutex_unlock(&s->mu);
+  f->orch = NULL;
+  f->n_orch = 0;
+  uv_async_send(&s->async);
+  return 1;
+}
+
+/* 1 when ops hold a settlement (ack or abandon) of every handed-over item. */
+static int turns_settled(const dx_store_op_t *ops, const handed_t *h) {
+  size_t i;
+  for (i = 0; i < h->n; i++) {
+    const dx_store_op_t *op;
+    for (op = ops; op; op = op->next)
+      if ((op->kind == DX_OP_ACK_ORCH && op->ack->lock_token == h->tokens[i]) ||
+          (op->kind == DX_OP_ABANDON_ORCH && op->token == h->tokens[i]))
+        break;
+    if (!op) return 0;
+  }
+  return 1;
+}
+
+/* Wait (at most cfg.hold_ms; stop and pause end it) until the loop settled every handed-over
+** item, then take everything it queued. */
+static dx_store_op_t *await_turns(dx_store_t *s, const handed_t *h) {
+  uint64_t until = uv_hrtime() + (uint64_t)s->cfg.hold_ms * 1000000u, t;
+  dx_store_op_t *ops;
+  uv_mutex_lock(&s->mu);
+  while (!s->stopping && !s->paused && !turns_settled(s->pending, h) &&
+         (t = uv_hrtime()) < until)
+    uv_cond_timedwait(&s->cv, &s->mu, until - t);
+  ops = s->pending;
+  s->pending = s->pending_tail = NULL;
+  uv_mutex_unlock(&s->mu);
+  return ops;
+}
+
+/* Inside the open transaction, after its orchestration fetch: hand the turns over, apply what
+** the loop answered (appended to *opsp, so it is reported like the rest of the batch), fetch
+** orchestrations again. *bo is what may still be fetched of them. */
+static int hold_turns(dx_store_t *s, dx_store_op_t **opsp, int *bo, dx_store_fetched_t *f,
+                      handed_t *h, int *failed, int *durable, dx_error_t *err) {
+  dx_store_op_t *late, *op, **tail = opsp;
+  int64_t now;
+  int rc = 0;
+  int k = (int)f->n_orch;
+  if (!hand_over_turns(s, f, h)) return 0;
+  *bo -= k;
+  late = await_turns(s, h);
+  while (*tail) tail = &(*tail)->next;
+  *tail = late;
+  now = now_ms(s);
+  for (op = late; op && !rc; op = op->next) rc = op_apply(s, op, now, failed, durable, err);
+  if (rc) return rc;
+  f->at_ms = now;
+  if (fetch_into(s, now, *bo, 0, f)) *failed |= CALL_FETCH;
+  return 0;
+}
+
+static void unhold_handed(dx_store_t *s, const handed_t *h) {
+  size_t i;
+  for (i = 0; i < h->n; i++) unhold(s, h->tokens[i]);
+}
+
 /* One transaction: apply `ops`, fetch, commit. 0, or the error that lost the whole batch
 ** (in *err; nothing of it was kept and nothing is left in f). DX_ERETRY from any call ends the
 ** batch at once: the provider says it cannot go on, and the same calls may succeed again.
 ** *failed gets CALL_OP / CALL_FETCH when an op / a fetch failed (a failed commit is then
-** their consequence, not the store's own failure). */
-static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t now,
+** their consequence, not the store's own failure). Ops the loop queued while the transaction
+** waited for its turns (hold_turns) are appended to *opsp; items handed over then reduce *bo. */
+static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int64_t now,
                       dx_store_fetched_t *f, int *failed, dx_error_t *err) {
   dx_provider_t *p = s->cfg.provider;
   dx_store_op_t *op;
+  handed_t handed;
   int durable = 0, rc;
   uint64_t t0;
   memset(f, 0, sizeof *f);
   memset(err, 0, sizeof *err);
+  handed.n = 0;
   *failed = 0;
   f->at_ms = now;
   if ((rc = p->methods->begin(p, err)) != 0) return rc;
   renew_held(s, now);
-  if (bo > 0 || bw > 0) refresh_filter(s);
+  if (*bo > 0 || bw > 0) refresh_filter(s);
   if (has_run_cycle(p)) {
-    rc = run_cycle(s, ops, bo, bw, now, f, failed, &durable, err);
+    rc = run_cycle(s, *opsp, *bo, bw, now, f, failed, &durable, err);
   } else {
-    for (op = ops; op && !rc; op = op->next) rc = op_apply(s, op, now, failed, &durable, err);
+    for (op = *opsp; op && !rc; op = op->next)
+      rc = op_apply(s, op, now, failed, &durable, err);
+    /* Orchestrations first, then activities, once per batch and after every ack the batch
+    ** holds (a provider may skip work it found none of earlier in the batch: sessions) */
     t0 = uv_hrtime();
-    if (!rc && fetch_into(s, now, bo, bw, f)) *failed |= CALL_FETCH;
-    if (!rc) observe_fetch(s, t0, bo, bw);
+    if (!rc && fetch_into(s, now, *bo, 0, f)) *failed |= CALL_FETCH;
+    if (!rc && can_hold(s, *opsp, f)) {
+      uint64_t h0 = uv_hrtime();
+      rc = hold_turns(s, opsp, bo, f, &handed, failed, &durable, err);
+      t0 += uv_hrtime() - h0; /* the fetch metric leaves the wait for the loop out */
+    }
+    if (!rc && fetch_into(s, f->at_ms, 0, bw, f)) *failed |= CALL_FETCH;
+    if (!rc) observe_fetch(s, t0, *bo, bw);
   }
   if (rc) { /* DX_ERETRY from an op: it runs again, its outcome is not known yet */
     p->methods->rollback(p);
     unhold_fetched(s, f);
+    unhold_handed(s, &handed);
     free_fetched(f);
     renewals_end(s, 0);
     return rc;
@@ -647,6 +792,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t
   if (rc != 0) {
     p->methods->rollback(p); /* a no-op when the failed commit already ended the batch */
     unhold_fetched(s, f);
+    unhold_handed(s, &handed);
     free_fetched(f);
   }
   renewals_end(s, rc == 0);
@@ -658,11 +804,11 @@ static int cycle_once(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t
 
 /* cycle_once, repeated while it fails with DX_ERETRY (deadlock, serialization failure, lost
 ** connection), with a doubling backoff; each attempt takes the clock anew. */
-static int cycle_retrying(dx_store_t *s, dx_store_op_t *ops, int bo, int bw,
+static int cycle_retrying(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
                           dx_store_fetched_t *f, int *failed, dx_error_t *err) {
   int attempt, rc = 0;
   for (attempt = 1; attempt <= RETRY_ATTEMPTS; attempt++) {
-    rc = cycle_once(s, ops, bo, bw, now_ms(s), f, failed, err);
+    rc = cycle_once(s, opsp, &bo, bw, now_ms(s), f, failed, err);
     if (rc != DX_ERETRY) break;
     dx__metric_add(s->cfg.metrics, DXM_STORE_RETRIES, DXM_NOLABELS, 1);
     dx__log(DX_LOG_WARN, "store transaction failed; retrying it whole", "attempt=%d error=\"%s\"",
@@ -713,7 +859,8 @@ static void cycle_isolate(dx_store_t *s, dx_store_op_t *ops) {
     dx_store_op_t *next = op->next;
     if (rc != DX_ERETRY) { /* once the store stays unavailable, the rest fail alike at once */
       op->next = NULL; /* a batch of one */
-      rc = cycle_retrying(s, op, 0, 0, &none, &failed, &err);
+      dx_store_op_t *one = op;
+      rc = cycle_retrying(s, &one, 0, 0, &none, &failed, &err);
       op->next = next;
       count_cycle(s, rc);
     }
@@ -724,12 +871,14 @@ static void cycle_isolate(dx_store_t *s, dx_store_op_t *ops) {
   }
 }
 
-/* One cycle: apply ops, fetch, commit. Returns 1 when anything was fetched. */
-static int cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, dx_store_fetched_t *f) {
-  dx_store_op_t *op;
+/* One cycle: apply *opsp, fetch, commit (ops the loop queued while it held its transaction
+** open are appended to *opsp). Returns 1 when anything was fetched. */
+static int cycle(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw, dx_store_fetched_t *f) {
+  dx_store_op_t *op, *ops;
   dx_error_t err;
   uint64_t t0 = uv_hrtime();
-  int failed, rc = cycle_retrying(s, ops, bo, bw, f, &failed, &err);
+  int failed, rc = cycle_retrying(s, opsp, bo, bw, f, &failed, &err);
+  ops = *opsp;
   dx__metric_observe(s->cfg.metrics, DXM_STORE_CYCLE_DURATION, DXM_NOLABELS,
                      dx__seconds_since(t0));
   count_cycle(s, rc);
@@ -830,7 +979,7 @@ static void store_main(void *arg) {
     s->busy = 1;
     uv_mutex_unlock(&s->mu);
 
-    got = cycle(s, ops, bo, bw, &f);
+    got = cycle(s, &ops, bo, bw, &f);
     poll_depths(s);
 
     uv_mutex_lock(&s->mu);

@@ -3,9 +3,11 @@
 **
 ** The loop thread queues operations (acks, abandons, renewals) and states how many new items
 ** it can take. Until an item's settlement is applied, the store thread also keeps its lock
-** alive when the loop cannot (see store.c). The store thread runs cycles: one transaction applies every queued operation,
-** fetches up to the wanted number of orchestration and work items, and commits with a
-** single fsync (none when the cycle only took locks). Results go back to the loop through a
+** alive when the loop cannot (see store.c). The store thread runs cycles: one transaction
+** applies every queued operation, fetches up to the wanted number of orchestration and work
+** items, and commits with a single fsync (none when the cycle only took locks). On a local
+** store a cycle that fetched a few turns waits a moment for their acks before it commits, so
+** they share its commit (cfg.hold_ms). Results go back to the loop through a
 ** uv_async; callbacks run on the loop thread.
 */
 #ifndef DX_STORE_H
@@ -83,6 +85,10 @@ typedef struct dx_store_cfg_s {
   int64_t session_renew_ms;          /* how often the loop renews session leases */
   int64_t session_idle_ms;           /* session_idle_timeout (renewals skip idle sessions) */
   int64_t poll_interval_ms;
+  /* A cycle on a local store (provider without run_cycle) that fetched a few orchestration
+  ** items hands them to the loop before committing and waits up to hold_ms for their acks,
+  ** which then commit in the same transaction (store.c hold_turns). 0 = never. */
+  int64_t hold_ms;
   int64_t turn_time_limit_ms;        /* turns end by then: orchestration locks renewed past it */
   const dx_session_cfg_t *sessions;  /* NULL = no session work */
   dx_store_fetch_cb on_fetch;        /* loop thread */

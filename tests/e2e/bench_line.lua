@@ -1,7 +1,8 @@
 -- tests/e2e/bench_line.lua CHECK...: reads what bench/run printed on stdin; it must be exactly
 -- one line holding one JSON object (parsed strictly by jansson). Each CHECK is KEY:TYPE (number,
--- string, boolean, object, number|null) or KEY=VALUE (the value's JSON text, e.g. steps=20,
--- cache="off"). Prints "ok", or one line per problem and exits 1.
+-- string, boolean, object, number|null; decimal2 = a number printed with exactly two decimals,
+-- as the latency fields are) or KEY=VALUE (the value's JSON text, e.g. steps=20, cache="off").
+-- Prints "ok", or one line per problem and exits 1.
 local duroxide = require("duroxide")
 local text = io.read("a")
 local lines = {}
@@ -24,7 +25,13 @@ local bad = 0
 for _, check in ipairs(arg) do
   local key, want = check:match("^([%w_]+):(.+)$")
   local problem
-  if key then
+  if key and want == "decimal2" then
+    local txt = lines[1]:match('"' .. key .. '":([^,}]*)')
+    if not (txt and txt:match("^%-?%d+%.%d%d$")) then
+      problem = string.format("%s is printed as %s, expected a number with two decimals", key,
+                              tostring(txt))
+    end
+  elseif key then
     local t = type_of(rec[key])
     local allowed = false
     for alt in want:gmatch("[^|]+") do if alt == t then allowed = true end end
