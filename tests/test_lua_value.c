@@ -46,6 +46,37 @@ static int l_decode(lua_State *L) {
   return 2;
 }
 
+/* decode_fast(json) -> handled, value: jsondec.c's one-pass decoder alone */
+static int l_decode_fast(lua_State *L) {
+  size_t n;
+  const char *j = luaL_checklstring(L, 1, &n);
+  int top = lua_gettop(L);
+  if (!dx__lua_decode_json(L, j, n, 0)) {
+    if (lua_gettop(L) != top) return luaL_error(L, "dx__lua_decode_json pushed when declining");
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  if (lua_gettop(L) != top + 1) return luaL_error(L, "dx__lua_decode_json did not push one value");
+  lua_pushboolean(L, 1);
+  lua_insert(L, -2);
+  return 2;
+}
+
+/* decode_tree(json) -> true, value | false, err: the jansson path alone */
+static int l_decode_tree(lua_State *L) {
+  size_t n;
+  const char *j = luaL_checklstring(L, 1, &n);
+  char err[512];
+  if (!dx__lua_push_json_tree(L, j, n, err, sizeof err)) {
+    lua_pushboolean(L, 0);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  lua_pushboolean(L, 1);
+  lua_insert(L, -2);
+  return 2;
+}
+
 /* canonical(json) -> the core canonicalizer's bytes (or raises) */
 static int l_canonical(lua_State *L) {
   size_t n;
@@ -81,6 +112,8 @@ static lua_State *new_state(void) {
   lua_setglobal(L, "duroxide");
   lua_register(L, "encode", l_encode);
   lua_register(L, "decode", l_decode);
+  lua_register(L, "decode_fast", l_decode_fast);
+  lua_register(L, "decode_tree", l_decode_tree);
   lua_register(L, "canonical", l_canonical);
   lua_register(L, "is_array", l_is_array);
   lua_register(L, "is_null", l_is_null);
@@ -312,6 +345,80 @@ DX_TEST(error_paths_name_the_value) {
       "local j = assert(encode(deep)); local ok = decode(j); assert(ok)\n"
       "local j2, err = encode({deep})\n"
       "assert(not j2 and err:find('^input%[1%]%[1%]') and err:find(': nested deeper than 100 levels$'), err)\n");
+  lua_close(L);
+}
+
+/* The one-pass decoder (jsondec.c) takes only what jansson reads the same way: on every
+** input it handles, jansson succeeds with an equal value (math.type, sign of zero, null,
+** array marks); what it declines goes to jansson. Canonical payloads are all handled. */
+DX_TEST(decode_fast_path_matches_jansson) {
+  lua_State *L = test_state();
+  run_lua(L,
+      "local function same(a, b, path)\n"
+      "  deq(a, b, path)\n"
+      "  if type(a) == 'table' then\n"
+      "    assert(is_array(a) == is_array(b), path .. ': array mark differs')\n"
+      "    for k, v in pairs(a) do same(v, b[k], path .. '.' .. tostring(k)) end\n"
+      "  end\n"
+      "end\n"
+      "local handled, declined = 0, 0\n"
+      "local function check(j, must_handle)\n"
+      "  local okt, vt = decode_tree(j)\n"
+      "  local h, vf = decode_fast(j)\n"
+      "  local name = string.format('%q', j)\n"
+      "  if h then\n"
+      "    handled = handled + 1\n"
+      "    if not okt then error('fast path took what jansson refuses: ' .. name .. ' (' .. vt .. ')') end\n"
+      "    same(vf, vt, name)\n"
+      "    local ok2, v2 = decode(j)\n"
+      "    assert(ok2)\n"
+      "    same(v2, vt, name)\n"
+      "  else\n"
+      "    declined = declined + 1\n"
+      "    if must_handle then error('fast path declined ' .. name) end\n"
+      "    local ok2, v2 = decode(j)\n"
+      "    assert(ok2 == okt, name)\n"
+      "    if ok2 then same(v2, vt, name) else assert(v2 == vt, name) end\n"
+      "  end\n"
+      "end\n"
+      "for _, j in ipairs({'null', 'true', 'false', '0', '-0', '1', '-1', '9223372036854775807',\n"
+      "    '-9223372036854775808', '1.0', '-0.0', '0.1', '1e20', '5e-324', '1.7976931348623157e308',\n"
+      "    '\"\"', '\"a\"', '\"\\\\u0000\"', '\"a\\\\\"b\\\\\\\\c\\\\/\\\\b\\\\f\\\\n\\\\r\\\\t\"', '\"\\\\u001f\\\\u00e9\\\\ud83d\\\\ude00\"',\n"
+      "    '\"h\\xc3\\xa9llo \\xe2\\x82\\xac \\xf0\\x9f\\x98\\x80\"', '[]', '{}', '[null]', '[[],{}]',\n"
+      "    '{\"a\":null,\"b\":[1,2.5,\"x\"],\"c\":{\"d\":true}}', ' [ 1 , 2 ] ', '\\n{\"a\" : 1}\\t',\n"
+      "    string.rep('[', 100) .. string.rep(']', 100)}) do\n"
+      "  check(j, true)\n"
+      "end\n"
+      "for _, j in ipairs({'', ' ', 'nul', 'nulll', 'True', '01', '-', '1.', '.5', '1e', '1e+',\n"
+      "    '+1', '0x10', 'NaN', 'Infinity', '1e400', '-1e400', '9223372036854775808',\n"
+      "    '-9223372036854775809', '99999999999999999999', '\"a', '\"\\\\x\"', '\"\\\\u12\"',\n"
+      "    '\"\\\\ud800\"', '\"\\\\udc00\"', '\"\\\\ud800\\\\u0041\"', '\"a\\\\u0000b\"', '{\"a\\\\u0000\":1}',\n"
+      "    '\"\\xff\"', '\"\\xc0\\x80\"', '\"\\xed\\xa0\\x80\"', '\"\\xf4\\x90\\x80\\x80\"', '\"a\\nb\"', '\"\\0\"',\n"
+      "    '[1,]', '[,1]', '[1 2]', '{\"a\":1,}', '{\"a\" 1}', '{a:1}', '{\"a\":1,\"a\":2}',\n"
+      "    '{\"a\":{\"b\":1,\"b\":1}}', '[1]]', '[1] x', '\\0', '1\\0', '\\xef\\xbb\\xbf1', '\\f1',\n"
+      "    string.rep('[', 101) .. string.rep(']', 101),\n"
+      "    string.rep('{\"a\":', 101) .. '1' .. string.rep('}', 101)}) do\n"
+      "  check(j, false)\n"
+      "end\n"
+      "-- mutations of valid JSON: drop, insert or change up to three bytes, many times\n"
+      "math.randomseed(12345)\n"
+      "local seeds = {'{\"a\":[1,-2.5e3,\"x\\\\u00e9\"],\"b\":{\"c\":null,\"d\":true,\"e\":false}}',\n"
+      "    '[0,1.0,-0.0,\"\\\\\\\\\\\\\"\",[],{},[[null]]]', '\"\\\\ud83d\\\\ude00\\xc3\\xa9\"', '123456789012345678'}\n"
+      "local alphabet = '{}[],:\"\\\\ 0123456789.eE+-tfnulrsa\\0\\n\\x80\\xc3\\xa9\\xff'\n"
+      "for i = 1, 30000 do\n"
+      "  local j = seeds[i % #seeds + 1]\n"
+      "  for _ = 1, math.random(1, 3) do\n"
+      "    local p = math.random(1, #j + 1)\n"
+      "    local c = math.random(1, #alphabet)\n"
+      "    c = alphabet:sub(c, c)\n"
+      "    local op = math.random(3)\n"
+      "    if op == 1 then j = j:sub(1, p - 1) .. j:sub(p + 1)\n"
+      "    elseif op == 2 then j = j:sub(1, p - 1) .. c .. j:sub(p)\n"
+      "    else j = j:sub(1, p - 1) .. c .. j:sub(p + 1) end\n"
+      "  end\n"
+      "  check(j, false)\n"
+      "end\n"
+      "assert(handled > 1000 and declined > 1000, handled .. ' handled, ' .. declined .. ' declined')\n");
   lua_close(L);
 }
 

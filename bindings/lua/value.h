@@ -52,6 +52,20 @@ char *dx__lua_to_json(lua_State *L, int idx, const char *root, char *errbuf, siz
 ** top-level null pushes nil; null inside tables becomes duroxide.null; arrays come back
 ** marked, so [] stays an array. Memory errors are reported the same way, not raised. */
 int dx__lua_push_json(lua_State *L, const char *json, size_t len, char *errbuf, size_t errlen);
+/* The same through jansson alone (what dx__lua_push_json falls back to when the one-pass
+** decoder declines); tests compare the two. */
+int dx__lua_push_json_tree(lua_State *L, const char *json, size_t len, char *errbuf,
+                           size_t errlen);
+
+/* [-0, +(0|1), m] jsondec.c's one-pass decoder: pushes the value of JSON text it is sure
+** jansson reads the same way and returns 1; else returns 0 with nothing pushed (use
+** dx__lua_push_json, which decides and words the error). Raises on memory errors: call it
+** where a Lua error may be raised. top_null: a top-level null becomes duroxide.null (as a
+** payload inside a table) instead of nil. */
+int dx__lua_decode_json(lua_State *L, const char *json, size_t len, int top_null);
+
+/* [-0, +1, m] The weak-keyed set of tables marked as arrays (created on first use). */
+void dx__lua_push_array_set(lua_State *L);
 
 /* [-0, +1, m] Push the duroxide.null sentinel (created on first use). */
 void dx__lua_push_null(lua_State *L);
