@@ -46,6 +46,34 @@ static int l_decode(lua_State *L) {
   return 2;
 }
 
+/* encode_fast(v) -> json | nil: jsonenc.c alone; encode_tree(v) -> json | nil, err: jansson */
+static int l_encode_fast(lua_State *L) {
+  char *s;
+  int top;
+  lua_settop(L, 1);
+  top = lua_gettop(L);
+  s = dx__lua_encode_json(L, 1);
+  if (lua_gettop(L) != top) return luaL_error(L, "dx__lua_encode_json changed the stack");
+  if (!s) return 0;
+  lua_pushstring(L, s);
+  free(s);
+  return 1;
+}
+
+static int l_encode_tree(lua_State *L) {
+  char err[512], *s;
+  lua_settop(L, 1);
+  s = dx__lua_to_json_tree(L, 1, "input", err, sizeof err);
+  if (!s) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  lua_pushstring(L, s);
+  free(s);
+  return 1;
+}
+
 /* decode_fast(json) -> handled, value: jsondec.c's one-pass decoder alone */
 static int l_decode_fast(lua_State *L) {
   size_t n;
@@ -113,6 +141,8 @@ static lua_State *new_state(void) {
   lua_register(L, "encode", l_encode);
   lua_register(L, "decode", l_decode);
   lua_register(L, "decode_fast", l_decode_fast);
+  lua_register(L, "encode_fast", l_encode_fast);
+  lua_register(L, "encode_tree", l_encode_tree);
   lua_register(L, "decode_tree", l_decode_tree);
   lua_register(L, "canonical", l_canonical);
   lua_register(L, "is_array", l_is_array);
@@ -345,6 +375,87 @@ DX_TEST(error_paths_name_the_value) {
       "local j = assert(encode(deep)); local ok = decode(j); assert(ok)\n"
       "local j2, err = encode({deep})\n"
       "assert(not j2 and err:find('^input%[1%]%[1%]') and err:find(': nested deeper than 100 levels$'), err)\n");
+  lua_close(L);
+}
+
+/* The one-pass encoder (jsonenc.c) writes exactly jansson's canonical bytes for every value
+** it takes, takes all plain values, and leaves floats and everything refused to jansson. */
+DX_TEST(encode_fast_path_matches_jansson) {
+  lua_State *L = test_state();
+  run_lua(L,
+      "math.randomseed(777)\n"
+      "local handled, declined = 0, 0\n"
+      "local function check(v, must_handle)\n"
+      "  local t, err = encode_tree(v)\n"
+      "  local f = encode_fast(v)\n"
+      "  if f then\n"
+      "    handled = handled + 1\n"
+      "    if f ~= t then error('fast encoder wrote ' .. f .. ' where jansson gives ' .. tostring(t) .. ' ' .. tostring(err)) end\n"
+      "  else\n"
+      "    declined = declined + 1\n"
+      "    if must_handle then error('fast encoder declined ' .. tostring(t) .. ' ' .. tostring(err)) end\n"
+      "  end\n"
+      "end\n"
+      "local function rstr(bad)\n"
+      "  local t = {}\n"
+      "  for _ = 1, math.random(0, 10) do\n"
+      "    local r = math.random(12)\n"
+      "    if r <= 5 then t[#t + 1] = string.char(math.random(0x20, 0x7e))\n"
+      "    elseif r == 6 then t[#t + 1] = string.char(math.random(bad and 0 or 1, 0x1f))\n"
+      "    elseif r == 7 then t[#t + 1] = utf8.char(math.random(0x80, 0x7ff))\n"
+      "    elseif r == 8 then t[#t + 1] = utf8.char(math.random(0x800, 0xd7ff))\n"
+      "    elseif r == 9 then t[#t + 1] = utf8.char(math.random(0x10000, 0x10ffff))\n"
+      "    elseif r == 10 then t[#t + 1] = ({'\"', '\\\\', '/', '\\127', 'a', 'aa', 'b'})[math.random(7)]\n"
+      "    elseif r == 11 and bad then t[#t + 1] = ({'\\255', '\\192\\128', '\\237\\160\\128', '\\0'})[math.random(4)]\n"
+      "    else t[#t + 1] = 'k' end\n"
+      "  end\n"
+      "  return table.concat(t)\n"
+      "end\n"
+      "local gen\n"
+      "local function scalar(bad)\n"
+      "  local r = math.random(bad and 9 or 6)\n"
+      "  if r == 1 then return math.random(2) == 1 end\n"
+      "  if r == 2 then return math.random(math.mininteger, math.maxinteger) end\n"
+      "  if r == 3 then return ({0, 1, -1, math.maxinteger, math.mininteger, 10, -10, 99})[math.random(8)] end\n"
+      "  if r == 4 then return rstr(bad) end\n"
+      "  if r == 5 then return duroxide.null end\n"
+      "  if r == 6 then return rstr(false) end\n"
+      "  if r == 7 then return ({1.5, -0.0, 1e300, 0.1})[math.random(4)] end\n"
+      "  if r == 8 then return ({print, io.stdout, coroutine.create(print), 0/0})[math.random(4)] end\n"
+      "  return math.huge\n"
+      "end\n"
+      "function gen(depth, bad)\n"
+      "  local r = math.random(depth > 4 and 1 or 8)\n"
+      "  if r <= 3 then return scalar(bad) end\n"
+      "  if r <= 5 then\n"
+      "    local n = math.random(0, 6)\n"
+      "    local t = {}\n"
+      "    for i = 1, n do t[i] = gen(depth + 1, bad) end\n"
+      "    if n == 0 or math.random(2) == 1 then duroxide.array(t) end\n"
+      "    if bad and math.random(10) == 1 then t[n + 2] = 1 end\n"
+      "    if bad and math.random(10) == 1 then t.x = 1 end\n"
+      "    return t\n"
+      "  end\n"
+      "  local t = {}\n"
+      "  for _ = 1, math.random(0, 12) do t[rstr(bad and math.random(4) == 1)] = gen(depth + 1, bad) end\n"
+      "  if bad and math.random(10) == 1 then t[math.random(2) == 1 and 1.5 or true] = 1 end\n"
+      "  if bad and math.random(20) == 1 then t.self = t end\n"
+      "  return t\n"
+      "end\n"
+      "for i = 1, 20000 do check(gen(0, false), true) end\n"
+      "for i = 1, 20000 do check(gen(0, true), false) end\n"
+      "-- nesting: 100 levels are written, 101 are left to jansson (which refuses them)\n"
+      "local deep = 1\n"
+      "for _ = 1, 100 do deep = {deep} end\n"
+      "check(deep, true)\n"
+      "check({deep}, false)\n"
+      "-- many keys, sorted bytewise (a key that is a prefix of another comes first)\n"
+      "local big = {}\n"
+      "for k = 1, 3000 do big['k' .. k] = k; big[string.rep('z', k % 7)] = k end\n"
+      "check(big, true)\n"
+      "check({['\\195\\169'] = 1, e = 2, ['E'] = 3, ['e\\0'] = 4}, false)\n"
+      "check({['\\195\\169'] = 1, e = 2, ['E'] = 3, ['\\127'] = 4, [''] = 5}, true)\n"
+      "assert(handled > 20000 and declined > 5000, handled .. ' handled, ' .. declined .. ' declined')\n");
   lua_close(L);
 }
 

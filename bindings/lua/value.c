@@ -57,6 +57,9 @@ void dx__lua_push_array_set(lua_State *L) {
   lua_rawsetp(L, LUA_REGISTRYINDEX, &arrays_key);
 }
 
+const void *dx__lua_null_key(void) { return &null_key; }
+const void *dx__lua_arrays_key(void) { return &arrays_key; }
+
 static int null_tostring(lua_State *L) {
   lua_pushliteral(L, "duroxide.null");
   return 1;
@@ -365,6 +368,15 @@ static json_t *encode(enc_t *e, int idx, int depth) {
 }
 
 char *dx__lua_to_json(lua_State *L, int idx, const char *root, char *errbuf, size_t errlen) {
+  char *s;
+  if (errbuf && errlen) errbuf[0] = '\0';
+  /* jsonenc.c writes plain values in one pass; the tree does the rest and the errors */
+  if ((s = dx__lua_encode_json(L, idx)) != NULL) return s;
+  return dx__lua_to_json_tree(L, idx, root, errbuf, errlen);
+}
+
+char *dx__lua_to_json_tree(lua_State *L, int idx, const char *root, char *errbuf,
+                           size_t errlen) {
   enc_t e;
   int top = lua_gettop(L);
   json_t *j;

@@ -46,6 +46,10 @@
 ** "input") in errbuf. Never raises a Lua error or calls a metamethod, so callers may hold
 ** C resources across the call. No payload size limit is applied here. */
 char *dx__lua_to_json(lua_State *L, int idx, const char *root, char *errbuf, size_t errlen);
+/* The same through jansson alone (what dx__lua_to_json falls back to when the one-pass
+** encoder declines); tests compare the two. */
+char *dx__lua_to_json_tree(lua_State *L, int idx, const char *root, char *errbuf,
+                           size_t errlen);
 
 /* [-0, +(0|1), m] Decode JSON text and push the Lua value: 1 when pushed, 0 (nothing pushed)
 ** with the reason in errbuf ("invalid JSON at line L, column C: ..." and the like). A
@@ -56,6 +60,14 @@ int dx__lua_push_json(lua_State *L, const char *json, size_t len, char *errbuf, 
 ** decoder declines); tests compare the two. */
 int dx__lua_push_json_tree(lua_State *L, const char *json, size_t len, char *errbuf,
                            size_t errlen);
+
+/* [-0, +0, -] jsonenc.c's one-pass encoder: the canonical JSON of plain values (no floats,
+** nothing the encoder refuses, at most 100 levels), malloc'd; NULL when declined (use
+** dx__lua_to_json, which also words the errors). Never raises. */
+char *dx__lua_encode_json(lua_State *L, int idx);
+/* The registry keys (lua_rawgetp) of the null sentinel and of the array set. */
+const void *dx__lua_null_key(void);
+const void *dx__lua_arrays_key(void);
 
 /* [-0, +(0|1), m] jsondec.c's one-pass decoder: pushes the value of JSON text it is sure
 ** jansson reads the same way and returns 1; else returns 0 with nothing pushed (use
