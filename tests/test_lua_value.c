@@ -379,7 +379,8 @@ DX_TEST(error_paths_name_the_value) {
 }
 
 /* The one-pass encoder (jsonenc.c) writes exactly jansson's canonical bytes for every value
-** it takes, takes all plain values, and leaves floats and everything refused to jansson. */
+** it takes, takes every value the encoder accepts (floats included), and leaves what it
+** refuses to jansson. */
 DX_TEST(encode_fast_path_matches_jansson) {
   lua_State *L = test_state();
   run_lua(L,
@@ -412,17 +413,24 @@ DX_TEST(encode_fast_path_matches_jansson) {
       "  return table.concat(t)\n"
       "end\n"
       "local gen\n"
+      "local function rfloat()\n"
+      "  while true do\n"
+      "    local d = string.unpack('<d', string.pack('<i8', math.random(math.mininteger, math.maxinteger)))\n"
+      "    if d == d and d ~= math.huge and d ~= -math.huge then return d end\n"
+      "  end\n"
+      "end\n"
       "local function scalar(bad)\n"
-      "  local r = math.random(bad and 9 or 6)\n"
+      "  local r = math.random(bad and 9 or 8)\n"
       "  if r == 1 then return math.random(2) == 1 end\n"
       "  if r == 2 then return math.random(math.mininteger, math.maxinteger) end\n"
       "  if r == 3 then return ({0, 1, -1, math.maxinteger, math.mininteger, 10, -10, 99})[math.random(8)] end\n"
       "  if r == 4 then return rstr(bad) end\n"
       "  if r == 5 then return duroxide.null end\n"
       "  if r == 6 then return rstr(false) end\n"
-      "  if r == 7 then return ({1.5, -0.0, 1e300, 0.1})[math.random(4)] end\n"
-      "  if r == 8 then return ({print, io.stdout, coroutine.create(print), 0/0})[math.random(4)] end\n"
-      "  return math.huge\n"
+      "  if r == 7 then return ({1.5, -0.0, 0.0, 1e300, -1e300, 0.1, 5e-324, 1e16, 1e17, 1e-6, 1e-7,\n"
+      "    1/3, 2^53, 2^63, 123.456, 1.2345678901234567e-6, 0.30000000000000004})[math.random(17)] end\n"
+      "  if r == 8 then return rfloat() end\n"
+      "  return ({print, io.stdout, coroutine.create(print), 0/0, math.huge, -math.huge})[math.random(6)]\n"
       "end\n"
       "function gen(depth, bad)\n"
       "  local r = math.random(depth > 4 and 1 or 8)\n"
@@ -443,6 +451,7 @@ DX_TEST(encode_fast_path_matches_jansson) {
       "  return t\n"
       "end\n"
       "for i = 1, 3000 do check(gen(0, false), true) end\n"
+      "for i = 1, 30000 do check(rfloat(), true) end\n"
       "for i = 1, 3000 do check(gen(0, true), false) end\n"
       "-- nesting: 100 levels are written, 101 are left to jansson (which refuses them)\n"
       "local deep = 1\n"

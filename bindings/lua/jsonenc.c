@@ -3,19 +3,21 @@
 ** canonical bytes straight into a buffer (value.c's path built a jansson tree, dumped it and
 ** rewrote its reals, for every activity input and result).
 **
-** It writes only values whose canonical form is plain: nil/booleans/integers/strings, the
-** null sentinel, and tables of those (keys sorted bytewise, as jansson's JSON_SORT_KEYS).
-** Anything else -- a float (its shortest form is json.c's job), any value the encoder
-** refuses (value.c words the error with its path), nesting past 100 levels (a cycle ends
-** there too) -- is declined: NULL, and the caller runs the jansson path. Like value.c's
+** It writes nil, booleans, integers, finite floats (json.c's dx__json_real: the same text
+** the jansson path ends with), strings, the null sentinel, and tables of those (keys sorted
+** bytewise, as jansson's JSON_SORT_KEYS). Anything the encoder refuses (value.c words the
+** error with its path) or nesting past 100 levels (a cycle ends there too) is declined:
+** NULL, and the caller runs the jansson path. Like value.c's
 ** encoder it never raises and never runs a metamethod: only lua_next, lua_rawget*,
 ** lua_pushvalue, lua_tolstring on strings and lua_checkstack.
 */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <lua.h>
 
+#include "jsonout.h"
 #include "util.h"
 #include "value.h"
 
@@ -194,8 +196,14 @@ static int value(enc_t *e, int idx, int depth) {
   switch (lua_type(L, idx)) {
     case LUA_TNIL: return put(&e->b, "null", 4);
     case LUA_TBOOLEAN: return lua_toboolean(L, idx) ? put(&e->b, "true", 4) : put(&e->b, "false", 5);
-    case LUA_TNUMBER:
-      return lua_isinteger(L, idx) && put_integer(&e->b, lua_tointeger(L, idx));
+    case LUA_TNUMBER: {
+      char real[40];
+      size_t n;
+      double d;
+      if (lua_isinteger(L, idx)) return put_integer(&e->b, lua_tointeger(L, idx));
+      d = lua_tonumber(L, idx);
+      return isfinite(d) && (n = dx__json_real(d, real)) != 0 && put(&e->b, real, n);
+    }
     case LUA_TSTRING: {
       size_t n;
       const char *s = lua_tolstring(L, idx, &n);

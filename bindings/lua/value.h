@@ -61,8 +61,8 @@ int dx__lua_push_json(lua_State *L, const char *json, size_t len, char *errbuf, 
 int dx__lua_push_json_tree(lua_State *L, const char *json, size_t len, char *errbuf,
                            size_t errlen);
 
-/* [-0, +0, -] jsonenc.c's one-pass encoder: the canonical JSON of plain values (no floats,
-** nothing the encoder refuses, at most 100 levels), malloc'd; NULL when declined (use
+/* [-0, +0, -] jsonenc.c's one-pass encoder: the canonical JSON of a value (nothing the
+** encoder refuses, at most 100 levels), malloc'd; NULL when declined (use
 ** dx__lua_to_json, which also words the errors). Never raises. */
 char *dx__lua_encode_json(lua_State *L, int idx);
 /* The registry keys (lua_rawgetp) of the null sentinel and of the array set. */
