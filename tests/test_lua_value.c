@@ -46,6 +46,65 @@ static int l_decode(lua_State *L) {
   return 2;
 }
 
+/* encode_fast(v) -> json | nil: jsonenc.c alone; encode_tree(v) -> json | nil, err: jansson */
+static int l_encode_fast(lua_State *L) {
+  char *s;
+  int top;
+  lua_settop(L, 1);
+  top = lua_gettop(L);
+  s = dx__lua_encode_json(L, 1);
+  if (lua_gettop(L) != top) return luaL_error(L, "dx__lua_encode_json changed the stack");
+  if (!s) return 0;
+  lua_pushstring(L, s);
+  free(s);
+  return 1;
+}
+
+static int l_encode_tree(lua_State *L) {
+  char err[512], *s;
+  lua_settop(L, 1);
+  s = dx__lua_to_json_tree(L, 1, "input", err, sizeof err);
+  if (!s) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  lua_pushstring(L, s);
+  free(s);
+  return 1;
+}
+
+/* decode_fast(json) -> handled, value: jsondec.c's one-pass decoder alone */
+static int l_decode_fast(lua_State *L) {
+  size_t n;
+  const char *j = luaL_checklstring(L, 1, &n);
+  int top = lua_gettop(L);
+  if (!dx__lua_decode_json(L, j, n, 0)) {
+    if (lua_gettop(L) != top) return luaL_error(L, "dx__lua_decode_json pushed when declining");
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  if (lua_gettop(L) != top + 1) return luaL_error(L, "dx__lua_decode_json did not push one value");
+  lua_pushboolean(L, 1);
+  lua_insert(L, -2);
+  return 2;
+}
+
+/* decode_tree(json) -> true, value | false, err: the jansson path alone */
+static int l_decode_tree(lua_State *L) {
+  size_t n;
+  const char *j = luaL_checklstring(L, 1, &n);
+  char err[512];
+  if (!dx__lua_push_json_tree(L, j, n, err, sizeof err)) {
+    lua_pushboolean(L, 0);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  lua_pushboolean(L, 1);
+  lua_insert(L, -2);
+  return 2;
+}
+
 /* canonical(json) -> the core canonicalizer's bytes (or raises) */
 static int l_canonical(lua_State *L) {
   size_t n;
@@ -81,6 +140,10 @@ static lua_State *new_state(void) {
   lua_setglobal(L, "duroxide");
   lua_register(L, "encode", l_encode);
   lua_register(L, "decode", l_decode);
+  lua_register(L, "decode_fast", l_decode_fast);
+  lua_register(L, "encode_fast", l_encode_fast);
+  lua_register(L, "encode_tree", l_encode_tree);
+  lua_register(L, "decode_tree", l_decode_tree);
   lua_register(L, "canonical", l_canonical);
   lua_register(L, "is_array", l_is_array);
   lua_register(L, "is_null", l_is_null);
@@ -312,6 +375,170 @@ DX_TEST(error_paths_name_the_value) {
       "local j = assert(encode(deep)); local ok = decode(j); assert(ok)\n"
       "local j2, err = encode({deep})\n"
       "assert(not j2 and err:find('^input%[1%]%[1%]') and err:find(': nested deeper than 100 levels$'), err)\n");
+  lua_close(L);
+}
+
+/* The one-pass encoder (jsonenc.c) writes exactly jansson's canonical bytes for every value
+** it takes, takes every value the encoder accepts (floats included), and leaves what it
+** refuses to jansson. */
+DX_TEST(encode_fast_path_matches_jansson) {
+  lua_State *L = test_state();
+  run_lua(L,
+      "math.randomseed(777)\n"
+      "local handled, declined = 0, 0\n"
+      "local function check(v, must_handle)\n"
+      "  local t, err = encode_tree(v)\n"
+      "  local f = encode_fast(v)\n"
+      "  if f then\n"
+      "    handled = handled + 1\n"
+      "    if f ~= t then error('fast encoder wrote ' .. f .. ' where jansson gives ' .. tostring(t) .. ' ' .. tostring(err)) end\n"
+      "  else\n"
+      "    declined = declined + 1\n"
+      "    if must_handle then error('fast encoder declined ' .. tostring(t) .. ' ' .. tostring(err)) end\n"
+      "  end\n"
+      "end\n"
+      "local function rstr(bad)\n"
+      "  local t = {}\n"
+      "  for _ = 1, math.random(0, 10) do\n"
+      "    local r = math.random(12)\n"
+      "    if r <= 5 then t[#t + 1] = string.char(math.random(0x20, 0x7e))\n"
+      "    elseif r == 6 then t[#t + 1] = string.char(math.random(bad and 0 or 1, 0x1f))\n"
+      "    elseif r == 7 then t[#t + 1] = utf8.char(math.random(0x80, 0x7ff))\n"
+      "    elseif r == 8 then t[#t + 1] = utf8.char(math.random(0x800, 0xd7ff))\n"
+      "    elseif r == 9 then t[#t + 1] = utf8.char(math.random(0x10000, 0x10ffff))\n"
+      "    elseif r == 10 then t[#t + 1] = ({'\"', '\\\\', '/', '\\127', 'a', 'aa', 'b'})[math.random(7)]\n"
+      "    elseif r == 11 and bad then t[#t + 1] = ({'\\255', '\\192\\128', '\\237\\160\\128', '\\0'})[math.random(4)]\n"
+      "    else t[#t + 1] = 'k' end\n"
+      "  end\n"
+      "  return table.concat(t)\n"
+      "end\n"
+      "local gen\n"
+      "local function rfloat()\n"
+      "  while true do\n"
+      "    local d = string.unpack('<d', string.pack('<i8', math.random(math.mininteger, math.maxinteger)))\n"
+      "    if d == d and d ~= math.huge and d ~= -math.huge then return d end\n"
+      "  end\n"
+      "end\n"
+      "local function scalar(bad)\n"
+      "  local r = math.random(bad and 9 or 8)\n"
+      "  if r == 1 then return math.random(2) == 1 end\n"
+      "  if r == 2 then return math.random(math.mininteger, math.maxinteger) end\n"
+      "  if r == 3 then return ({0, 1, -1, math.maxinteger, math.mininteger, 10, -10, 99})[math.random(8)] end\n"
+      "  if r == 4 then return rstr(bad) end\n"
+      "  if r == 5 then return duroxide.null end\n"
+      "  if r == 6 then return rstr(false) end\n"
+      "  if r == 7 then return ({1.5, -0.0, 0.0, 1e300, -1e300, 0.1, 5e-324, 1e16, 1e17, 1e-6, 1e-7,\n"
+      "    1/3, 2^53, 2^63, 123.456, 1.2345678901234567e-6, 0.30000000000000004})[math.random(17)] end\n"
+      "  if r == 8 then return rfloat() end\n"
+      "  return ({print, io.stdout, coroutine.create(print), 0/0, math.huge, -math.huge})[math.random(6)]\n"
+      "end\n"
+      "function gen(depth, bad)\n"
+      "  local r = math.random(depth > 4 and 1 or 8)\n"
+      "  if r <= 3 then return scalar(bad) end\n"
+      "  if r <= 5 then\n"
+      "    local n = math.random(0, 6)\n"
+      "    local t = {}\n"
+      "    for i = 1, n do t[i] = gen(depth + 1, bad) end\n"
+      "    if n == 0 or math.random(2) == 1 then duroxide.array(t) end\n"
+      "    if bad and math.random(10) == 1 then t[n + 2] = 1 end\n"
+      "    if bad and math.random(10) == 1 then t.x = 1 end\n"
+      "    return t\n"
+      "  end\n"
+      "  local t = {}\n"
+      "  for _ = 1, math.random(0, 6) do t[rstr(bad and math.random(4) == 1)] = gen(depth + 1, bad) end\n"
+      "  if bad and math.random(10) == 1 then t[math.random(2) == 1 and 1.5 or true] = 1 end\n"
+      "  if bad and math.random(20) == 1 then t.self = t end\n"
+      "  return t\n"
+      "end\n"
+      "for i = 1, 3000 do check(gen(0, false), true) end\n"
+      "for i = 1, 30000 do check(rfloat(), true) end\n"
+      "for i = 1, 3000 do check(gen(0, true), false) end\n"
+      "-- nesting: 100 levels are written, 101 are left to jansson (which refuses them)\n"
+      "local deep = 1\n"
+      "for _ = 1, 100 do deep = {deep} end\n"
+      "check(deep, true)\n"
+      "check({deep}, false)\n"
+      "-- many keys, sorted bytewise (a key that is a prefix of another comes first)\n"
+      "local big = {}\n"
+      "for k = 1, 3000 do big['k' .. k] = k; big[string.rep('z', k % 7)] = k end\n"
+      "check(big, true)\n"
+      "check({['\\195\\169'] = 1, e = 2, ['E'] = 3, ['e\\0'] = 4}, false)\n"
+      "check({['\\195\\169'] = 1, e = 2, ['E'] = 3, ['\\127'] = 4, [''] = 5}, true)\n"
+      "assert(handled > 3000 and declined > 500, handled .. ' handled, ' .. declined .. ' declined')\n");
+  lua_close(L);
+}
+
+/* The one-pass decoder (jsondec.c) takes only what jansson reads the same way: on every
+** input it handles, jansson succeeds with an equal value (math.type, sign of zero, null,
+** array marks); what it declines goes to jansson. Canonical payloads are all handled. */
+DX_TEST(decode_fast_path_matches_jansson) {
+  lua_State *L = test_state();
+  run_lua(L,
+      "local function same(a, b, path)\n"
+      "  deq(a, b, path)\n"
+      "  if type(a) == 'table' then\n"
+      "    assert(is_array(a) == is_array(b), path .. ': array mark differs')\n"
+      "    for k, v in pairs(a) do same(v, b[k], path .. '.' .. tostring(k)) end\n"
+      "  end\n"
+      "end\n"
+      "local handled, declined = 0, 0\n"
+      "local function check(j, must_handle)\n"
+      "  local okt, vt = decode_tree(j)\n"
+      "  local h, vf = decode_fast(j)\n"
+      "  local name = string.format('%q', j)\n"
+      "  if h then\n"
+      "    handled = handled + 1\n"
+      "    if not okt then error('fast path took what jansson refuses: ' .. name .. ' (' .. vt .. ')') end\n"
+      "    same(vf, vt, name)\n"
+      "    local ok2, v2 = decode(j)\n"
+      "    assert(ok2)\n"
+      "    same(v2, vt, name)\n"
+      "  else\n"
+      "    declined = declined + 1\n"
+      "    if must_handle then error('fast path declined ' .. name) end\n"
+      "    local ok2, v2 = decode(j)\n"
+      "    assert(ok2 == okt, name)\n"
+      "    if ok2 then same(v2, vt, name) else assert(v2 == vt, name) end\n"
+      "  end\n"
+      "end\n"
+      "for _, j in ipairs({'null', 'true', 'false', '0', '-0', '1', '-1', '9223372036854775807',\n"
+      "    '-9223372036854775808', '1.0', '-0.0', '0.1', '1e20', '5e-324', '1.7976931348623157e308',\n"
+      "    '\"\"', '\"a\"', '\"\\\\u0000\"', '\"a\\\\\"b\\\\\\\\c\\\\/\\\\b\\\\f\\\\n\\\\r\\\\t\"', '\"\\\\u001f\\\\u00e9\\\\ud83d\\\\ude00\"',\n"
+      "    '\"h\\xc3\\xa9llo \\xe2\\x82\\xac \\xf0\\x9f\\x98\\x80\"', '[]', '{}', '[null]', '[[],{}]',\n"
+      "    '{\"a\":null,\"b\":[1,2.5,\"x\"],\"c\":{\"d\":true}}', ' [ 1 , 2 ] ', '\\n{\"a\" : 1}\\t',\n"
+      "    string.rep('[', 100) .. string.rep(']', 100)}) do\n"
+      "  check(j, true)\n"
+      "end\n"
+      "for _, j in ipairs({'', ' ', 'nul', 'nulll', 'True', '01', '-', '1.', '.5', '1e', '1e+',\n"
+      "    '+1', '0x10', 'NaN', 'Infinity', '1e400', '-1e400', '9223372036854775808',\n"
+      "    '-9223372036854775809', '99999999999999999999', '\"a', '\"\\\\x\"', '\"\\\\u12\"',\n"
+      "    '\"\\\\ud800\"', '\"\\\\udc00\"', '\"\\\\ud800\\\\u0041\"', '\"a\\\\u0000b\"', '{\"a\\\\u0000\":1}',\n"
+      "    '\"\\xff\"', '\"\\xc0\\x80\"', '\"\\xed\\xa0\\x80\"', '\"\\xf4\\x90\\x80\\x80\"', '\"a\\nb\"', '\"\\0\"',\n"
+      "    '[1,]', '[,1]', '[1 2]', '{\"a\":1,}', '{\"a\" 1}', '{a:1}', '{\"a\":1,\"a\":2}',\n"
+      "    '{\"a\":{\"b\":1,\"b\":1}}', '[1]]', '[1] x', '\\0', '1\\0', '\\xef\\xbb\\xbf1', '\\f1',\n"
+      "    string.rep('[', 101) .. string.rep(']', 101),\n"
+      "    string.rep('{\"a\":', 101) .. '1' .. string.rep('}', 101)}) do\n"
+      "  check(j, false)\n"
+      "end\n"
+      "-- mutations of valid JSON: drop, insert or change up to three bytes, many times\n"
+      "math.randomseed(12345)\n"
+      "local seeds = {'{\"a\":[1,-2.5e3,\"x\\\\u00e9\"],\"b\":{\"c\":null,\"d\":true,\"e\":false}}',\n"
+      "    '[0,1.0,-0.0,\"\\\\\\\\\\\\\"\",[],{},[[null]]]', '\"\\\\ud83d\\\\ude00\\xc3\\xa9\"', '123456789012345678'}\n"
+      "local alphabet = '{}[],:\"\\\\ 0123456789.eE+-tfnulrsa\\0\\n\\x80\\xc3\\xa9\\xff'\n"
+      "for i = 1, 10000 do\n"
+      "  local j = seeds[i % #seeds + 1]\n"
+      "  for _ = 1, math.random(1, 3) do\n"
+      "    local p = math.random(1, #j + 1)\n"
+      "    local c = math.random(1, #alphabet)\n"
+      "    c = alphabet:sub(c, c)\n"
+      "    local op = math.random(3)\n"
+      "    if op == 1 then j = j:sub(1, p - 1) .. j:sub(p + 1)\n"
+      "    elseif op == 2 then j = j:sub(1, p - 1) .. c .. j:sub(p)\n"
+      "    else j = j:sub(1, p - 1) .. c .. j:sub(p + 1) end\n"
+      "  end\n"
+      "  check(j, false)\n"
+      "end\n"
+      "assert(handled > 1000 and declined > 1000, handled .. ' handled, ' .. declined .. ' declined')\n");
   lua_close(L);
 }
 

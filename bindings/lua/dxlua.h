@@ -92,6 +92,10 @@ dx_client_t *dxl_check_client(lua_State *L);
 int dxl_client_fail(lua_State *L, const dx_error_t *err);
 /* [-0, +1, m] the Lua value of JSON text the engine produced (nil for NULL or bad text). */
 void dxl_push_decoded(lua_State *L, const char *json);
+/* lrecords.c: [-0, +1, m] a history event / an instance status as the table its JSON form
+** (dx_event_to_json / dx_instance_info_to_json) decodes to. */
+void dxl_push_event(lua_State *L, const dx_event_t *e);
+void dxl_push_status(lua_State *L, const char *id, const dx_instance_info_t *info);
 /* client:list, describe, executions, delete, purge, prune, terminate */
 extern const luaL_Reg dxl_manage_methods[];
 

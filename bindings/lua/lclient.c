@@ -221,9 +221,7 @@ void dxl_push_decoded(lua_State *L, const char *json) {
 }
 
 static void push_status(lua_State *L, const char *id, const dx_instance_info_t *info) {
-  char *json = dx_instance_info_to_json(id, info);
-  dxl_push_decoded(L, json);
-  free(json);
+  dxl_push_status(L, id, info);
 }
 
 static int l_status(lua_State *L) {
@@ -383,7 +381,8 @@ static int l_wait(lua_State *L) {
   }
 }
 
-static int l_history(lua_State *L) {
+/* client:history(id [, execution]): the events as tables (as_json: as JSON text) */
+static int history(lua_State *L, int as_json) {
   dx_client_t *c = dxl_check_client(L);
   const char *id = dxl_check_text(L, 2, "instance id", 0);
   dx_event_t *ev = NULL;
@@ -396,12 +395,36 @@ static int l_history(lua_State *L) {
   if (dx_client_history(c, id, exec, &ev, &n, &err) != 0) return dxl_client_fail(L, &err);
   lua_createtable(L, (int)n, 0);
   for (i = 0; i < n; i++) {
-    char *json = dx_event_to_json(&ev[i]);
-    dxl_push_decoded(L, json);
-    free(json);
+    if (as_json) {
+      char *json = dx_event_to_json(&ev[i]);
+      lua_pushstring(L, json);
+      free(json);
+    } else {
+      dxl_push_event(L, &ev[i]);
+    }
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
   dx_events_free(ev, n);
+  return 1;
+}
+
+static int l_history(lua_State *L) { return history(L, 0); }
+
+/* client:_history_json(id [, execution]) / client:_status_json(id): the JSON text the CLI
+** prints for the same records (specs check the tables above decode from it). */
+static int l_history_json(lua_State *L) { return history(L, 1); }
+
+static int l_status_json(lua_State *L) {
+  dx_client_t *c = dxl_check_client(L);
+  const char *id = dxl_check_text(L, 2, "instance id", 0);
+  dx_instance_info_t info;
+  dx_error_t err;
+  char *json;
+  if (dx_client_status(c, id, &info, &err) != 0) return dxl_client_fail(L, &err);
+  json = dx_instance_info_to_json(id, &info);
+  dx_instance_info_clear(&info);
+  lua_pushstring(L, json);
+  free(json);
   return 1;
 }
 
@@ -436,6 +459,8 @@ int dxl_client_new(lua_State *L) {
                                      {"wait_for_kv_value", l_kv_wait},
                                      {"cancel", l_cancel}, {"status", l_status},
                                      {"wait", l_wait}, {"history", l_history},
+                                     {"_history_json", l_history_json},
+                                     {"_status_json", l_status_json},
                                      {"stats", l_stats}, {"metrics", l_stats},
                                      {"close", l_close}, {NULL, NULL}};
   dxl_state_t *S = dxl_state(L);

@@ -18,6 +18,7 @@
 #include <lua.h>
 
 #include "jsonout.h"
+#include "util.h"
 #include "value.h"
 
 #define LOAD_FLAGS (JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL)
@@ -33,26 +34,7 @@ static char arrays_key;
 /* {===== shared helpers =====} */
 
 static int utf8_valid(const unsigned char *s, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    unsigned c = s[i], cp, k, len;
-    if (c < 0x80) { i++; continue; }
-    if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
-    else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; }
-    else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; }
-    else return 0;
-    if (len > n - i) return 0;
-    for (k = 1; k < len; k++) {
-      if ((s[i + k] & 0xc0) != 0x80) return 0;
-      cp = (cp << 6) | (s[i + k] & 0x3f);
-    }
-    /* overlong forms, surrogates and > U+10FFFF, as jansson rejects them */
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-      return 0;
-    i += len;
-  }
-  return 1;
+  return dx__utf8_valid_prefix((const char *)s, n) == n;
 }
 
 static void set_err(char *errbuf, size_t errlen, const char *fmt, ...) {
@@ -63,8 +45,7 @@ static void set_err(char *errbuf, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* [-0, +1, m] The weak-keyed set of tables marked as arrays (created on first use). */
-static void push_array_set(lua_State *L) {
+void dx__lua_push_array_set(lua_State *L) {
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &arrays_key) == LUA_TTABLE) return;
   lua_pop(L, 1);
   lua_newtable(L);
@@ -75,6 +56,9 @@ static void push_array_set(lua_State *L) {
   lua_pushvalue(L, -1);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &arrays_key);
 }
+
+const void *dx__lua_null_key(void) { return &null_key; }
+const void *dx__lua_arrays_key(void) { return &arrays_key; }
 
 static int null_tostring(lua_State *L) {
   lua_pushliteral(L, "duroxide.null");
@@ -115,7 +99,7 @@ int dx__lua_array(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_settop(L, 1);
   }
-  push_array_set(L);
+  dx__lua_push_array_set(L);
   lua_pushvalue(L, 1);
   lua_pushboolean(L, 1);
   lua_rawset(L, -3);
@@ -384,6 +368,15 @@ static json_t *encode(enc_t *e, int idx, int depth) {
 }
 
 char *dx__lua_to_json(lua_State *L, int idx, const char *root, char *errbuf, size_t errlen) {
+  char *s;
+  if (errbuf && errlen) errbuf[0] = '\0';
+  /* jsonenc.c writes plain values in one pass; the tree does the rest and the errors */
+  if ((s = dx__lua_encode_json(L, idx)) != NULL) return s;
+  return dx__lua_to_json_tree(L, idx, root, errbuf, errlen);
+}
+
+char *dx__lua_to_json_tree(lua_State *L, int idx, const char *root, char *errbuf,
+                           size_t errlen) {
   enc_t e;
   int top = lua_gettop(L);
   json_t *j;
@@ -462,12 +455,38 @@ static void push_value(lua_State *L, json_t *v, int depth, int null_slot, int se
 static int push_json_protected(lua_State *L) {
   json_t *root = lua_touserdata(L, 1);
   dx__lua_push_null(L);  /* slot 2 */
-  push_array_set(L);     /* slot 3 */
+  dx__lua_push_array_set(L); /* slot 3 */
   push_value(L, root, 0, 2, 3);
   return 1;
 }
 
+/* Protected body of the fast path: [text lightuserdata, length] -> value, true | false. */
+static int push_fast_protected(lua_State *L) {
+  const char *json = lua_touserdata(L, 1);
+  size_t len = (size_t)lua_tointeger(L, 2);
+  if (!dx__lua_decode_json(L, json, len, 0)) return 0;
+  lua_pushboolean(L, 1);
+  return 2;
+}
+
 int dx__lua_push_json(lua_State *L, const char *json, size_t len, char *errbuf, size_t errlen) {
+  if (errbuf && errlen) errbuf[0] = '\0';
+  /* jsondec.c takes the text it is sure of in one pass; jansson decides the rest */
+  if (json && lua_checkstack(L, 3)) {
+    lua_pushcfunction(L, push_fast_protected);
+    lua_pushlightuserdata(L, (void *)json);
+    lua_pushinteger(L, (lua_Integer)len);
+    if (lua_pcall(L, 2, 2, 0) == LUA_OK && lua_toboolean(L, -1)) {
+      lua_pop(L, 1);
+      return 1;
+    }
+    lua_pop(L, 2); /* declined (nil, nil) or an error (message, nil) */
+  }
+  return dx__lua_push_json_tree(L, json, len, errbuf, errlen);
+}
+
+int dx__lua_push_json_tree(lua_State *L, const char *json, size_t len, char *errbuf,
+                           size_t errlen) {
   json_error_t je;
   json_t *root;
   int st;

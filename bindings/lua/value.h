@@ -46,12 +46,38 @@
 ** "input") in errbuf. Never raises a Lua error or calls a metamethod, so callers may hold
 ** C resources across the call. No payload size limit is applied here. */
 char *dx__lua_to_json(lua_State *L, int idx, const char *root, char *errbuf, size_t errlen);
+/* The same through jansson alone (what dx__lua_to_json falls back to when the one-pass
+** encoder declines); tests compare the two. */
+char *dx__lua_to_json_tree(lua_State *L, int idx, const char *root, char *errbuf,
+                           size_t errlen);
 
 /* [-0, +(0|1), m] Decode JSON text and push the Lua value: 1 when pushed, 0 (nothing pushed)
 ** with the reason in errbuf ("invalid JSON at line L, column C: ..." and the like). A
 ** top-level null pushes nil; null inside tables becomes duroxide.null; arrays come back
 ** marked, so [] stays an array. Memory errors are reported the same way, not raised. */
 int dx__lua_push_json(lua_State *L, const char *json, size_t len, char *errbuf, size_t errlen);
+/* The same through jansson alone (what dx__lua_push_json falls back to when the one-pass
+** decoder declines); tests compare the two. */
+int dx__lua_push_json_tree(lua_State *L, const char *json, size_t len, char *errbuf,
+                           size_t errlen);
+
+/* [-0, +0, -] jsonenc.c's one-pass encoder: the canonical JSON of a value (nothing the
+** encoder refuses, at most 100 levels), malloc'd; NULL when declined (use
+** dx__lua_to_json, which also words the errors). Never raises. */
+char *dx__lua_encode_json(lua_State *L, int idx);
+/* The registry keys (lua_rawgetp) of the null sentinel and of the array set. */
+const void *dx__lua_null_key(void);
+const void *dx__lua_arrays_key(void);
+
+/* [-0, +(0|1), m] jsondec.c's one-pass decoder: pushes the value of JSON text it is sure
+** jansson reads the same way and returns 1; else returns 0 with nothing pushed (use
+** dx__lua_push_json, which decides and words the error). Raises on memory errors: call it
+** where a Lua error may be raised. top_null: a top-level null becomes duroxide.null (as a
+** payload inside a table) instead of nil. */
+int dx__lua_decode_json(lua_State *L, const char *json, size_t len, int top_null);
+
+/* [-0, +1, m] The weak-keyed set of tables marked as arrays (created on first use). */
+void dx__lua_push_array_set(lua_State *L);
 
 /* [-0, +1, m] Push the duroxide.null sentinel (created on first use). */
 void dx__lua_push_null(lua_State *L);

@@ -86,6 +86,40 @@ static void shorten_reals(char *s) {
   *w = 0;
 }
 
+/* jansson's text for a real (its dtostr: "%.17g", ".0" added when there is no '.' or
+** exponent, the exponent without '+' or leading zeros). */
+static size_t jansson_real(double d, char *out) {
+  int n = snprintf(out, 40, "%.17g", d);
+  char *start, *end;
+  if (n < 0 || n >= 36) return 0;
+  if (!strchr(out, '.') && !strchr(out, 'e')) {
+    memcpy(out + n, ".0", 3);
+    n += 2;
+  }
+  if ((start = strchr(out, 'e')) != NULL) {
+    start++;
+    end = start + 1;
+    if (*start == '-') start++;
+    while (*end == '0') end++;
+    if (end != start) {
+      memmove(start, end, (size_t)n - (size_t)(end - out) + 1);
+      n -= (int)(end - start);
+    }
+  }
+  return (size_t)n;
+}
+
+size_t dx__json_real(double d, char out[40]) {
+  char tok[40];
+  size_t n = jansson_real(d, tok), m, i;
+  if (n == 0) return 0;
+  for (i = 0; i < n; i++) /* another locale's decimal point: leave it to jansson */
+    if (!strchr("-0123456789.e", tok[i])) return 0;
+  if ((m = shortest_real(tok, n, out)) != 0) return m;
+  memcpy(out, tok, n + 1);
+  return n;
+}
+
 char *dx__json_dump(const json_t *j) {
   char *s = json_dumps(j, DUMP_FLAGS);
   if (s) shorten_reals(s);

@@ -8,6 +8,9 @@
 ** reads back to the same double, always with a '.' or an exponent (1.0 stays a float).
 ** malloc'd (caller frees), NULL when out of memory. */
 char *dx__json_dump(const json_t *j);
+/* The canonical text of a finite real, as dx__json_dump writes it inside any value, into
+** out (NUL-terminated); its length, or 0 when it cannot be made here (use jansson). */
+size_t dx__json_real(double d, char out[40]);
 
 /* Builders shared by the client's JSON output (client.c): stored JSON text parsed (null when
 ** absent or unparsable); a string even for bytes that are not UTF-8 ('?' for those); a

@@ -1,0 +1,236 @@
+/*
+** jsonenc.c -- the fast path of Lua values -> canonical JSON: one pass that writes the
+** canonical bytes straight into a buffer (value.c's path built a jansson tree, dumped it and
+** rewrote its reals, for every activity input and result).
+**
+** It writes nil, booleans, integers, finite floats (json.c's dx__json_real: the same text
+** the jansson path ends with), strings, the null sentinel, and tables of those (keys sorted
+** bytewise, as jansson's JSON_SORT_KEYS). Anything the encoder refuses (value.c words the
+** error with its path) or nesting past 100 levels (a cycle ends there too) is declined:
+** NULL, and the caller runs the jansson path. Like value.c's
+** encoder it never raises and never runs a metamethod: only lua_next, lua_rawget*,
+** lua_pushvalue, lua_tolstring on strings and lua_checkstack.
+*/
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lua.h>
+
+#include "jsonout.h"
+#include "util.h"
+#include "value.h"
+
+typedef struct {
+  char *p;
+  size_t n, cap;
+} buf_t;
+
+typedef struct {
+  lua_State *L;
+  buf_t b;
+  int null_slot, arrays_slot;
+} enc_t;
+
+/* One key of an object being written: its bytes and the stack slot of its value. */
+typedef struct {
+  const char *s;
+  size_t n;
+  int value_slot;
+} okey_t;
+
+static int grow(buf_t *b, size_t more) {
+  size_t cap;
+  char *p;
+  if (b->n + more <= b->cap) return 1;
+  cap = b->cap ? b->cap : 128;
+  while (cap < b->n + more) cap *= 2;
+  if (!(p = realloc(b->p, cap))) return 0;
+  b->p = p;
+  b->cap = cap;
+  return 1;
+}
+
+static int put(buf_t *b, const char *s, size_t n) {
+  if (!grow(b, n)) return 0;
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  return 1;
+}
+
+static int put_char(buf_t *b, char c) { return put(b, &c, 1); }
+
+/* A JSON string with jansson's escapes: \" \\ \b \f \n \r \t, other controls \u00XX. */
+static int put_string(buf_t *b, const char *s, size_t n) {
+  static const char hex[] = "0123456789ABCDEF";
+  size_t i, run = 0;
+  if (!grow(b, n + 2) || !put_char(b, '"')) return 0;
+  for (i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    char esc[6];
+    size_t k;
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    if (!put(b, s + run, i - run)) return 0;
+    run = i + 1;
+    esc[0] = '\\';
+    switch (c) {
+      case '"': esc[1] = '"'; k = 2; break;
+      case '\\': esc[1] = '\\'; k = 2; break;
+      case '\b': esc[1] = 'b'; k = 2; break;
+      case '\f': esc[1] = 'f'; k = 2; break;
+      case '\n': esc[1] = 'n'; k = 2; break;
+      case '\r': esc[1] = 'r'; k = 2; break;
+      case '\t': esc[1] = 't'; k = 2; break;
+      default:
+        esc[1] = 'u';
+        esc[2] = '0';
+        esc[3] = '0';
+        esc[4] = hex[c >> 4];
+        esc[5] = hex[c & 15];
+        k = 6;
+    }
+    if (!put(b, esc, k)) return 0;
+  }
+  return put(b, s + run, n - run) && put_char(b, '"');
+}
+
+static int put_integer(buf_t *b, lua_Integer v) {
+  char tmp[24], *q = tmp + sizeof tmp;
+  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  do {
+    *--q = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0) *--q = '-';
+  return put(b, q, (size_t)(tmp + sizeof tmp - q));
+}
+
+static int value(enc_t *e, int idx, int depth);
+
+static int key_cmp(const void *a, const void *b) {
+  const okey_t *x = a, *y = b;
+  size_t n = x->n < y->n ? x->n : y->n;
+  int c = memcmp(x->s, y->s, n);
+  if (c) return c;
+  return x->n < y->n ? -1 : x->n > y->n;
+}
+
+/* An object of nstr string keys: keys and values are copied onto the stack, sorted, written. */
+static int object(enc_t *e, int t, int depth, size_t nstr) {
+  lua_State *L = e->L;
+  okey_t *keys;
+  size_t i = 0;
+  int ok = 0, base = lua_gettop(L);
+  if (nstr == 0) return put(&e->b, "{}", 2);
+  if (nstr > 100000 || !lua_checkstack(L, (int)nstr * 2 + 4)) return 0;
+  if (!(keys = malloc(nstr * sizeof *keys))) return 0;
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    size_t kn;
+    const char *k = lua_tolstring(L, -2, &kn); /* a string: the caller classified the keys */
+    if (i == nstr || memchr(k, '\0', kn) || dx__utf8_valid_prefix(k, kn) != kn) goto out;
+    keys[i].s = k;
+    keys[i].n = kn;
+    keys[i].value_slot = lua_gettop(L);
+    i++;
+    lua_pushvalue(L, -2); /* the key again, for lua_next; key and value stay below it */
+  }
+  if (i != nstr) goto out;
+  qsort(keys, nstr, sizeof *keys, key_cmp);
+  if (!put_char(&e->b, '{')) goto out;
+  for (i = 0; i < nstr; i++) {
+    if ((i && !put_char(&e->b, ',')) || !put_string(&e->b, keys[i].s, keys[i].n) ||
+        !put_char(&e->b, ':') || !value(e, keys[i].value_slot, depth + 1))
+      goto out;
+  }
+  ok = put_char(&e->b, '}');
+out:
+  free(keys);
+  lua_settop(L, base);
+  return ok;
+}
+
+static int table(enc_t *e, int t, int depth) {
+  lua_State *L = e->L;
+  lua_Integer nint = 0, kmin = LUA_MAXINTEGER, kmax = 0, i;
+  size_t nstr = 0;
+  int marked = 0;
+  if (depth >= DX__LUA_MAX_DEPTH || !lua_checkstack(L, 4)) return 0;
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    int kt = lua_type(L, -2);
+    lua_pop(L, 1);
+    if (kt == LUA_TSTRING) {
+      nstr++;
+    } else if (kt == LUA_TNUMBER && lua_isinteger(L, -1)) {
+      lua_Integer k = lua_tointeger(L, -1);
+      nint++;
+      if (k < kmin) kmin = k;
+      if (k > kmax) kmax = k;
+    } else {
+      lua_pop(L, 1);
+      return 0;
+    }
+  }
+  if (lua_type(L, e->arrays_slot) == LUA_TTABLE) {
+    lua_pushvalue(L, t);
+    marked = lua_rawget(L, e->arrays_slot) != LUA_TNIL;
+    lua_pop(L, 1);
+  }
+  if (nstr > 0 && (nint > 0 || marked)) return 0;
+  if (nint > 0 && (kmin != 1 || kmax != nint)) return 0;
+  if (nint == 0 && !marked) return object(e, t, depth, nstr);
+  if (!put_char(&e->b, '[')) return 0;
+  for (i = 1; i <= nint; i++) {
+    int ok;
+    lua_rawgeti(L, t, i);
+    ok = (i == 1 || put_char(&e->b, ',')) && value(e, lua_gettop(L), depth + 1);
+    lua_pop(L, 1);
+    if (!ok) return 0;
+  }
+  return put_char(&e->b, ']');
+}
+
+static int value(enc_t *e, int idx, int depth) {
+  lua_State *L = e->L;
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL: return put(&e->b, "null", 4);
+    case LUA_TBOOLEAN: return lua_toboolean(L, idx) ? put(&e->b, "true", 4) : put(&e->b, "false", 5);
+    case LUA_TNUMBER: {
+      char real[40];
+      size_t n;
+      double d;
+      if (lua_isinteger(L, idx)) return put_integer(&e->b, lua_tointeger(L, idx));
+      d = lua_tonumber(L, idx);
+      return isfinite(d) && (n = dx__json_real(d, real)) != 0 && put(&e->b, real, n);
+    }
+    case LUA_TSTRING: {
+      size_t n;
+      const char *s = lua_tolstring(L, idx, &n);
+      return dx__utf8_valid_prefix(s, n) == n && put_string(&e->b, s, n);
+    }
+    case LUA_TTABLE: return table(e, idx, depth);
+    case LUA_TUSERDATA: return lua_rawequal(L, idx, e->null_slot) && put(&e->b, "null", 4);
+    default: return 0;
+  }
+}
+
+char *dx__lua_encode_json(lua_State *L, int idx) {
+  enc_t e;
+  int top = lua_gettop(L), ok;
+  if (!lua_checkstack(L, 8)) return NULL;
+  idx = lua_absindex(L, idx);
+  memset(&e, 0, sizeof e);
+  e.L = L;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, dx__lua_null_key()); /* nil until created: nothing is null */
+  e.null_slot = lua_gettop(L);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, dx__lua_arrays_key());
+  e.arrays_slot = lua_gettop(L);
+  ok = value(&e, idx, 0) && put_char(&e.b, '\0');
+  lua_settop(L, top);
+  if (!ok) {
+    free(e.b.p);
+    return NULL;
+  }
+  return e.b.p;
+}
