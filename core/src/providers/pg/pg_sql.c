@@ -706,9 +706,80 @@ static const char MIGRATION_9[] =
   "   FROM generate_series(1, n) u(k) ORDER BY u.k;"
   " END $f$;";
 
+/* Version 11 (pre-assigned number; version 10 is the session claim's): dx_ack_works decides
+** every ack of the call with a fixed number of statements instead of four per session row: the
+** plain rows whose lock is current go in one DELETE (as in version 9); the rest are locked in
+** one statement (seq order), then their sessions' epochs and owners are read in a second one
+** (a fresh snapshot after the locks, as the per-row version read them: a claim that committed
+** while this call waited for a row lock is seen, so its rows are fenced), the rows that passed
+** go in one DELETE and their sessions are touched in one UPDATE. Outcomes per token as version
+** 9: 0 ok; 1 not locked with that token (or the same token already acked earlier in the call);
+** 2 expired (r_a row, r_b locked_until); 4 fenced (r_a row, r_b the session's epoch or -1 when
+** it is gone, r_sid, r_owner, r_c the epoch the row was locked under). A token given twice is
+** decided once: the repeats get the first one's refusal, or 1 when it passed. */
+static const char MIGRATION_11[] =
+  "CREATE OR REPLACE FUNCTION dx_ack_works(p_now bigint, a_token bigint[], c_inst text[],"
+  " c_item bytea[]) RETURNS TABLE (r_k bigint, r_code bigint, r_a bigint, r_b bigint,"
+  " r_sid text, r_owner text, r_c bigint) LANGUAGE plpgsql"
+  " SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $f$"
+  " DECLARE n int := coalesce(cardinality(a_token), 0); code bigint[]; ra bigint[];"
+  "  rb bigint[]; rs text[]; ro text[]; rc bigint[]; done bigint[]; gone bigint[] := '{}';"
+  "  seqs bigint[]; tils bigint[]; sids text[]; wes bigint[]; eps bigint[]; owns text[];"
+  "  okseq bigint[] := '{}'; oksid text[] := '{}'; k int;"
+  " BEGIN"
+  "  IF n = 0 THEN RETURN; END IF;"
+  "  code := array_fill(0::bigint, ARRAY[n]); ra := code; rb := code; rc := code;"
+  "  rs := array_fill(NULL::text, ARRAY[n]); ro := rs;"
+  "  WITH d AS (DELETE FROM work w WHERE w.lock_token = ANY(a_token)"
+  "   AND w.locked_until > p_now AND w.session_id IS NULL RETURNING w.lock_token)"
+  "   SELECT coalesce(array_agg(d.lock_token), '{}') INTO done FROM d;"
+  "  IF cardinality(done) < n THEN"
+  /* every other row, locked (by seq), by ack */
+  "   SELECT array_agg(l.seq ORDER BY u.k), array_agg(l.locked_until ORDER BY u.k),"
+  "    array_agg(l.session_id ORDER BY u.k), array_agg(l.sess_epoch ORDER BY u.k)"
+  "    INTO seqs, tils, sids, wes FROM unnest(a_token) WITH ORDINALITY u(t, k)"
+  "    LEFT JOIN (SELECT w.lock_token, w.seq, w.locked_until, w.session_id, w.sess_epoch"
+  "    FROM work w WHERE w.lock_token = ANY(a_token) AND NOT (w.lock_token = ANY(done))"
+  "    ORDER BY w.seq FOR UPDATE) l ON l.lock_token = u.t;"
+  /* their sessions now (a statement of its own: see above) */
+  "   SELECT array_agg(x.epoch ORDER BY u.k), array_agg(x.owner ORDER BY u.k)"
+  "    INTO eps, owns FROM unnest(sids) WITH ORDINALITY u(s, k)"
+  "    LEFT JOIN sessions x ON x.session_id = u.s;"
+  "  END IF;"
+  "  FOR k IN 1 .. n LOOP"
+  "   IF a_token[k] = ANY(gone) THEN code[k] := 1;"
+  "   ELSIF a_token[k] = ANY(done) THEN gone := gone || a_token[k];"
+  "   ELSIF seqs[k] IS NULL THEN code[k] := 1;"
+  "   ELSIF tils[k] <= p_now THEN code[k] := 2; ra[k] := seqs[k]; rb[k] := tils[k];"
+  "   ELSIF sids[k] IS NOT NULL AND eps[k] IS DISTINCT FROM wes[k] THEN code[k] := 4;"
+  "    ra[k] := seqs[k]; rb[k] := coalesce(eps[k], -1); rs[k] := sids[k]; ro[k] := owns[k];"
+  "    rc[k] := wes[k];"
+  "   ELSE gone := gone || a_token[k]; okseq := okseq || seqs[k];"
+  "    IF sids[k] IS NOT NULL THEN oksid := oksid || sids[k]; END IF;"
+  "   END IF;"
+  "  END LOOP;"
+  "  IF cardinality(okseq) > 0 THEN"
+  "   DELETE FROM work WHERE seq = ANY(okseq);"
+  "   IF cardinality(oksid) > 0 THEN"
+  "    UPDATE sessions SET last_activity = p_now WHERE session_id = ANY(oksid); END IF;"
+  "  END IF;"
+  /* the completions (as dx_orch_push), with their instances' queue rows */
+  "  WITH m AS (INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
+  "   SELECT nextval('dx_seq'), c_inst[u.k], p_now, c_item[u.k]"
+  "   FROM generate_series(1, n) u(k) WHERE code[u.k] = 0 AND c_item[u.k] IS NOT NULL"
+  "   ORDER BY u.k RETURNING instance_id)"
+  "   INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
+  "   SELECT DISTINCT m.instance_id, p_now, p_now FROM m ORDER BY 1"
+  "   ON CONFLICT (instance_id) DO UPDATE SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
+  "   due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
+  "   ELSE q.due_at END;"
+  "  RETURN QUERY SELECT u.k::bigint, code[u.k], ra[u.k], rb[u.k], rs[u.k], ro[u.k], rc[u.k]"
+  "   FROM generate_series(1, n) u(k) ORDER BY u.k;"
+  " END $f$;";
+
 const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
                                         MIGRATION_5, MIGRATION_6, MIGRATION_7, MIGRATION_8,
-                                        MIGRATION_9};
+                                        MIGRATION_9, MIGRATION_11};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
