@@ -901,37 +901,41 @@ static const char *const SQL[PQ__COUNT] = {
     CAN_RUN_JOIN("$1::bigint", "$5::text[]")
     " WHERE q.due_at <= $1::bigint AND" CAN_RUN("$5::text[]", "$6::text[]")
     " ORDER BY q.due_at, q.instance_id LIMIT $3::bigint FOR UPDATE OF q SKIP LOCKED),"
+    /* = ANY(ARRAY(...)) and OFFSET 0 laterals keep every lookup an index probe per instance,
+    ** whatever the table sizes were when the plan was made (a generic plan made on a fresh
+    ** schema otherwise hash-joins sequential scans of orch_queue, instances and kv) */
     " u AS (UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text"
-    " FROM c WHERE q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at),"
-    /* = ANY(ARRAY(...)) and LATERAL keep every lookup on an index, whatever the sizes */
+    " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text FROM c"
+    " WHERE q.instance_id = ANY(ARRAY(SELECT instance_id FROM c))"
+    " AND q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at),"
     /* (joined with u for the token: a subquery per message would scan u, n² per fetch) */
     " m AS (UPDATE orch_msgs o SET attempt = o.attempt + 1, lock_token = u.lock_token FROM u"
     " WHERE o.instance_id = ANY(ARRAY(SELECT instance_id FROM u))"
     " AND u.instance_id = o.instance_id AND o.visible_at <= $1::bigint"
-    " RETURNING o.instance_id, o.seq, o.attempt, o.item)"
+    " RETURNING o.instance_id, o.seq, o.attempt, o.item),"
+    /* per instance: its record, the execution whose history goes, and the events of it the
+    ** caller holds (set_history_hint): n when the store's last event of that execution is n,
+    ** and then only event n goes (else 0: all of them) */
+    " x AS (SELECT u.instance_id, u.due_at, i.current_exec, i.name, i.version, i.e,"
+    " COALESCE((SELECT k.n FROM unnest($7::text[], $8::bigint[], $9::bigint[]) k(i, e, n)"
+    " WHERE k.i = u.instance_id AND k.e = i.e AND k.n > 0 AND k.n = (SELECT max(z.event_id)"
+    " FROM history z WHERE z.instance_id = u.instance_id AND z.exec = i.e) LIMIT 1), 0) AS held"
+    " FROM u CROSS JOIN LATERAL (SELECT max(y.current_exec) AS current_exec, max(y.name) AS name,"
+    " max(y.version) AS version, COALESCE(max(y.current_exec), 1) AS e FROM instances y"
+    " WHERE y.instance_id = u.instance_id) i)"
     " SELECT u.due_at, u.instance_id, 0::bigint, u.lock_token, 0::bigint, NULL::text,"
     " NULL::text, NULL::bytea FROM u"
     " UNION ALL SELECT u.due_at, u.instance_id, 1, m.seq, m.attempt, NULL, NULL, m.item"
     " FROM m JOIN u ON u.instance_id = m.instance_id"
-    " UNION ALL SELECT u.due_at, u.instance_id, 2, i.current_exec, 0, i.name, i.version, NULL"
-    " FROM u CROSS JOIN LATERAL (SELECT * FROM instances x WHERE x.instance_id = u.instance_id) i"
-    " UNION ALL SELECT u.due_at, u.instance_id, 3, h.event_id, 0, NULL, NULL, h.rec"
-    " FROM u CROSS JOIN LATERAL (SELECT COALESCE((SELECT x.current_exec FROM instances x"
-    " WHERE x.instance_id = u.instance_id), 1) AS e) ce"
-    /* the caller holds the first n events ($7..$9, set_history_hint) and the store has exactly
-    ** n: only event n goes */
-    " CROSS JOIN LATERAL (SELECT COALESCE((SELECT k.n FROM unnest($7::text[], $8::bigint[],"
-    " $9::bigint[]) k(i, e, n) WHERE k.i = u.instance_id AND k.e = ce.e AND k.n > 0"
-    " AND EXISTS (SELECT 1 FROM history z WHERE z.instance_id = u.instance_id"
-    " AND z.exec = ce.e AND z.event_id = k.n) AND NOT EXISTS (SELECT 1 FROM history z"
-    " WHERE z.instance_id = u.instance_id AND z.exec = ce.e AND z.event_id = k.n + 1)"
-    " LIMIT 1), 0) AS held) hh"
-    " CROSS JOIN LATERAL (SELECT * FROM history y WHERE y.instance_id = u.instance_id"
-    " AND y.exec = ce.e AND y.event_id >= hh.held) h"
+    " UNION ALL SELECT x.due_at, x.instance_id, 2, x.current_exec, 0, x.name, x.version, NULL"
+    " FROM x WHERE x.current_exec IS NOT NULL"
+    " UNION ALL SELECT x.due_at, x.instance_id, 3, h.event_id, 0, NULL, NULL, h.rec"
+    " FROM x CROSS JOIN LATERAL (SELECT y.event_id, y.rec FROM history y"
+    " WHERE y.instance_id = x.instance_id AND y.exec = x.e AND y.event_id >= x.held OFFSET 0) h"
     /* (t 4) its committed key-value state: id = updated_at, name = key, version = value */
-    " UNION ALL SELECT u.due_at, u.instance_id, 4, k.updated_at, 0, k.key, k.value, NULL"
-    " FROM u CROSS JOIN LATERAL (SELECT * FROM kv z WHERE z.instance_id = u.instance_id) k"
+    " UNION ALL SELECT x.due_at, x.instance_id, 4, k.updated_at, 0, k.key, k.value, NULL"
+    " FROM x CROSS JOIN LATERAL (SELECT z.updated_at, z.key, z.value FROM kv z"
+    " WHERE z.instance_id = x.instance_id OFFSET 0) k"
     " ORDER BY 1, 2, 3, 4",
   [PQ_ACK_ORCH] = /* migration 9: every orchestration ack of a cycle (pg_orch.c);
     ** one outcome row per ack, by k */
