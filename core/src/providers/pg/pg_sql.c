@@ -840,12 +840,16 @@ const char dx__pg_live_worker_del_sql[] = "DELETE FROM workers WHERE worker_id =
 
 /* Rolling deployments: the orchestration an orchestrator-queue row `q` asks for: its first
 ** start visible at `now` (s), else its instance record (i); joined only when the worker has
-** capabilities (`names` not NULL). */
+** capabilities (`names` not NULL). Both are probes by instance (the (instance, seq) order
+** and OFFSET 0 keep them so): a generic plan made on small tables otherwise walked every
+** pending start (orch_msgs_starts) or hashed all of `instances` per call. */
 #define CAN_RUN_JOIN(now, names)                                                            \
   " LEFT JOIN LATERAL (SELECT m.start_name, m.start_version FROM orch_msgs m"              \
   " WHERE " names " IS NOT NULL AND m.instance_id = q.instance_id"                          \
-  " AND m.start_name IS NOT NULL AND m.visible_at <= " now " ORDER BY m.seq LIMIT 1) s"     \
-  " ON true LEFT JOIN instances i ON " names " IS NOT NULL AND i.instance_id = q.instance_id"
+  " AND m.start_name IS NOT NULL AND m.visible_at <= " now                                  \
+  " ORDER BY m.instance_id, m.seq LIMIT 1) s" /* (instance, seq): the orch_msgs_inst order */ \
+  " ON true LEFT JOIN LATERAL (SELECT x.name, x.version FROM instances x"                   \
+  " WHERE " names " IS NOT NULL AND x.instance_id = q.instance_id OFFSET 0) i ON true"
 
 /* ... and may the worker run it (capabilities `names`/`versions`; NULL: any instance)? An
 ** instance known by neither is taken (its turn drops or parks the messages). */
@@ -918,15 +922,18 @@ static const char *const SQL[PQ__COUNT] = {
     " AND u.instance_id = o.instance_id AND o.visible_at <= $1::bigint"
     " RETURNING o.instance_id, o.seq, o.attempt, o.item),"
     /* per instance: its record, the execution whose history goes, and the events of it the
-    ** caller holds (set_history_hint): n when the store's last event of that execution is n,
-    ** and then only event n goes (else 0: all of them) */
+    ** caller holds (set_history_hint; the hint list joined once, hk, not scanned per
+    ** instance): n when the store's last event of that execution is n, and then only event n
+    ** goes (else 0: all of them) */
+    " hk AS (SELECT k.i, k.e, max(k.n) AS n FROM unnest($7::text[], $8::bigint[], $9::bigint[])"
+    " k(i, e, n) WHERE k.n > 0 GROUP BY k.i, k.e),"
     " x AS (SELECT u.instance_id, u.due_at, i.current_exec, i.name, i.version, i.e,"
-    " COALESCE((SELECT k.n FROM unnest($7::text[], $8::bigint[], $9::bigint[]) k(i, e, n)"
-    " WHERE k.i = u.instance_id AND k.e = i.e AND k.n > 0 AND k.n = (SELECT max(z.event_id)"
-    " FROM history z WHERE z.instance_id = u.instance_id AND z.exec = i.e) LIMIT 1), 0) AS held"
+    " CASE WHEN hk.n IS NULL THEN 0 WHEN hk.n = (SELECT max(z.event_id) FROM history z"
+    " WHERE z.instance_id = u.instance_id AND z.exec = i.e) THEN hk.n ELSE 0 END AS held"
     " FROM u CROSS JOIN LATERAL (SELECT max(y.current_exec) AS current_exec, max(y.name) AS name,"
     " max(y.version) AS version, COALESCE(max(y.current_exec), 1) AS e FROM instances y"
-    " WHERE y.instance_id = u.instance_id) i)"
+    " WHERE y.instance_id = u.instance_id) i"
+    " LEFT JOIN hk ON hk.i = u.instance_id AND hk.e = i.e)"
     " SELECT u.due_at, u.instance_id, 0::bigint, u.lock_token, 0::bigint, NULL::text,"
     " NULL::text, NULL::bytea FROM u"
     " UNION ALL SELECT u.due_at, u.instance_id, 1, m.seq, m.attempt, NULL, NULL, m.item"
