@@ -764,21 +764,20 @@ static const char MIGRATION_11[] =
   "   IF cardinality(oksid) > 0 THEN"
   "    UPDATE sessions SET last_activity = p_now WHERE session_id = ANY(oksid); END IF;"
   "  END IF;"
-  /* the completions (as dx_orch_push) */
+  /* the completions (as dx_orch_push; unnest keeps ack order without subscripts or a sort) */
   "  INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
-  "   SELECT nextval('dx_seq'), c_inst[u.k], p_now, c_item[u.k]"
-  "   FROM generate_series(1, n) u(k) WHERE code[u.k] = 0 AND c_item[u.k] IS NOT NULL"
-  "   ORDER BY u.k;"
+  "   SELECT nextval('dx_seq'), u.i, p_now, u.it FROM unnest(c_inst, c_item, code) u(i, it, c)"
+  "   WHERE u.c = 0 AND u.it IS NOT NULL;"
   "  IF FOUND THEN"
   "   INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
-  "    SELECT DISTINCT c_inst[u.k], p_now, p_now FROM generate_series(1, n) u(k)"
-  "    WHERE code[u.k] = 0 AND c_item[u.k] IS NOT NULL ORDER BY 1"
+  "    SELECT DISTINCT u.i, p_now, p_now FROM unnest(c_inst, c_item, code) u(i, it, c)"
+  "    WHERE u.c = 0 AND u.it IS NOT NULL ORDER BY 1"
   "    ON CONFLICT (instance_id) DO UPDATE SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
   "    due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
   "    ELSE q.due_at END;"
   "  END IF;"
-  "  RETURN QUERY SELECT u.k::bigint, code[u.k], ra[u.k], rb[u.k], rs[u.k], ro[u.k], rc[u.k]"
-  "   FROM generate_series(1, n) u(k) ORDER BY u.k;"
+  "  RETURN QUERY SELECT u.k, u.c, u.a, u.b, u.s, u.o, u.e"
+  "   FROM unnest(code, ra, rb, rs, ro, rc) WITH ORDINALITY u(c, a, b, s, o, e, k);"
   " END $f$;";
 
 const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
