@@ -1139,6 +1139,104 @@ DX_TEST(pg_run_cycle_splits_big_ack_calls) {
   dx__pg_set_ack_call_bytes(was);
 }
 
+/* Fetch one worker item as `worker` (sessions: lease `slock_ms`, up to 10 owned). */
+static dx_work_fetch_t fence_fetch(dx_provider_t *p, int64_t now, const char *worker,
+                                   int64_t lock_ms, int64_t slock_ms) {
+  dx_session_cfg_t sc = {.worker_id = worker, .session_lock_ms = slock_ms, .max_sessions = 10};
+  dx_work_fetch_t f;
+  dx_error_t err;
+  ASSERT_OK(M(p)->fetch_work_item(p, now, lock_ms, &sc, &f, &err));
+  ASSERT(f.item.kind != 0);
+  return f;
+}
+
+static void fence_enqueue(dx_provider_t *p, int64_t at, uint64_t id, const char *sid) {
+  dx_work_item_t w = item(DX_WI_ACT_EXECUTE, "F", id);
+  dx_error_t err;
+  w.name = "Act";
+  w.session_id = (char *)sid;
+  ASSERT_OK(M(p)->enqueue_for_worker(p, at, &w, &err));
+}
+
+/* The worker-item acks of one cycle are decided in one dx_ack_works call, each on its own
+** (migration 11: set-based): a row locked under an earlier epoch of its session (another
+** worker claimed it) is refused and names the new owner, whatever the acker's clock says; a
+** row of another session of that owner; a plain row; an expired lock; the same token twice (the second finds
+** it acked); an unknown token; the new owner's own row. Only the accepted acks queue their
+** completions, and the new owner then runs the fenced row. */
+DX_TEST(pg_run_cycle_fences_stale_session_acks_in_one_call) {
+  enum { SL = 2000, LK = 600000 };
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store);
+  dx_work_fetch_t a1, a3, a4, a5, b2, again[2];
+  dx_work_item_t c[7];
+  dx_cycle_ack_t acks[7];
+  dx_cycle_t cy;
+  dx_error_t err;
+  uint64_t before;
+  int64_t now = wall_ms(), later = now + SL - 1; /* A's clock: its item locks still live */
+  int i, got1 = 0, got5 = 0;
+  fence_enqueue(p, now - 50, 1, "s1");
+  a1 = fence_fetch(p, now, "A", LK, SL); /* A claims s1 (epoch 1) */
+  fence_enqueue(p, now - 40, 3, "s2");
+  a3 = fence_fetch(p, now, "A", LK, SL); /* and s2 */
+  fence_enqueue(p, now - 30, 4, NULL);
+  a4 = fence_fetch(p, now, "A", LK, SL);
+  fence_enqueue(p, now - 20, 5, NULL);
+  a5 = fence_fetch(p, now, "A", 10, SL); /* its lock ends at now + 10 */
+  ASSERT_EQ(a1.item.id, 1);
+  ASSERT_EQ(a3.item.id, 3);
+  ASSERT_EQ(a4.item.id, 4);
+  ASSERT_EQ(a5.item.id, 5);
+  fence_enqueue(p, now - 10, 2, "s1");
+  b2 = fence_fetch(p, now + SL, "B", LK, SL); /* A's leases lapsed: B claims s1 (epoch 2) */
+  ASSERT_EQ(b2.item.id, 2);
+  ASSERT_EQ(b2.session_claimed, 1);
+  const char *inst[7] = {"c-fenced", "c-s2", "c-plain", "c-expired", "c-again", "c-none", "c-b"};
+  uint64_t tok[7] = {a1.lock_token, a3.lock_token, a4.lock_token, a5.lock_token, a3.lock_token,
+                     UINT64_C(0xdeadbeef), b2.lock_token};
+  memset(acks, 0, sizeof acks);
+  for (i = 0; i < 7; i++) {
+    c[i] = item(DX_WI_ACT_COMPLETED, inst[i], 1);
+    acks[i].work_token = tok[i];
+    acks[i].completion = &c[i];
+  }
+  before = orch_depth(p);
+  memset(&cy, 0, sizeof cy);
+  cy.acks = acks;
+  cy.n_acks = 7;
+  cy.sync = 1;
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->run_cycle(p, later, &cy, &err));
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(acks[0].rc, DX_ELOCK);
+  if (!strstr(acks[0].err.msg, "moved to worker 'B'")) DX_FAIL_AT("ack 0: %s", acks[0].err.msg);
+  ASSERT_EQ(acks[1].rc, 0);
+  ASSERT_EQ(acks[2].rc, 0);
+  ASSERT_EQ(acks[3].rc, DX_ELOCK);
+  ASSERT(strstr(acks[3].err.msg, "expired") != NULL);
+  ASSERT_EQ(acks[4].rc, DX_ELOCK);
+  ASSERT(strstr(acks[4].err.msg, "no worker item is locked") != NULL);
+  ASSERT_EQ(acks[5].rc, DX_ELOCK);
+  ASSERT_EQ(acks[6].rc, 0);
+  ASSERT_EQ(orch_depth(p), before + 3); /* c-s2, c-plain, c-b */
+  /* B runs what A was refused: the fenced session row (attempt 2) and the expired plain row */
+  for (i = 0; i < 2; i++) {
+    again[i] = fence_fetch(p, now + SL, "B", LK, SL);
+    got1 |= again[i].item.id == 1 && again[i].attempt_count == 2;
+    got5 |= again[i].item.id == 5;
+    ASSERT_OK(M(p)->ack_work_item(p, now + SL, again[i].lock_token, NULL, &err));
+  }
+  ASSERT(got1 && got5);
+  dx_work_fetch_t *all[] = {&a1, &a3, &a4, &a5, &b2, &again[0], &again[1]};
+  for (i = 0; i < 7; i++) {
+    dx_work_item_clear(&all[i]->item);
+    free(all[i]->previous_owner);
+  }
+  M(p)->destroy(p);
+  free(store);
+}
+
 DX_TEST(pg_run_cycle_is_one_round_trip) {
   char *store = store_url(NULL);
   dx_provider_t *p = dx_pv_open(store);

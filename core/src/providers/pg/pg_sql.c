@@ -880,9 +880,83 @@ static const char MIGRATION_10[] =
   "  END IF;"
   " END $f$;";
 
+/* Version 11: dx_ack_works decides
+** every ack of the call with a fixed number of statements instead of four per session row: the
+** plain rows whose lock is current go in one DELETE (as in version 9); the rest are locked in
+** one statement (seq order), then their sessions' epochs and owners are read in a second one
+** (a fresh snapshot after the locks, as the per-row version read them: a claim that committed
+** while this call waited for a row lock is seen, so its rows are fenced), the rows that passed
+** go in one DELETE and their sessions are touched in one UPDATE. Outcomes per token as version
+** 9: 0 ok; 1 not locked with that token (or the same token already acked earlier in the call);
+** 2 expired (r_a row, r_b locked_until); 4 fenced (r_a row, r_b the session's epoch or -1 when
+** it is gone, r_sid, r_owner, r_c the epoch the row was locked under). A token given twice is
+** decided once: the repeats get the first one's refusal, or 1 when it passed. */
+static const char MIGRATION_11[] =
+  "CREATE OR REPLACE FUNCTION dx_ack_works(p_now bigint, a_token bigint[], c_inst text[],"
+  " c_item bytea[]) RETURNS TABLE (r_k bigint, r_code bigint, r_a bigint, r_b bigint,"
+  " r_sid text, r_owner text, r_c bigint) LANGUAGE plpgsql"
+  " SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $f$"
+  " DECLARE n int := coalesce(cardinality(a_token), 0); code bigint[]; ra bigint[];"
+  "  rb bigint[]; rs text[]; ro text[]; rc bigint[]; done bigint[]; gone bigint[] := '{}';"
+  "  seqs bigint[]; tils bigint[]; sids text[]; wes bigint[]; eps bigint[]; owns text[];"
+  "  okseq bigint[] := '{}'; oksid text[] := '{}'; k int;"
+  " BEGIN"
+  "  IF n = 0 THEN RETURN; END IF;"
+  "  code := array_fill(0::bigint, ARRAY[n]); ra := code; rb := code; rc := code;"
+  "  rs := array_fill(NULL::text, ARRAY[n]); ro := rs;"
+  "  WITH d AS (DELETE FROM work w WHERE w.lock_token = ANY(a_token)"
+  "   AND w.locked_until > p_now AND w.session_id IS NULL RETURNING w.lock_token)"
+  "   SELECT coalesce(array_agg(d.lock_token), '{}') INTO done FROM d;"
+  "  IF cardinality(done) < n THEN"
+  /* every other row, locked (by seq), by ack */
+  "   SELECT array_agg(l.seq ORDER BY u.k), array_agg(l.locked_until ORDER BY u.k),"
+  "    array_agg(l.session_id ORDER BY u.k), array_agg(l.sess_epoch ORDER BY u.k)"
+  "    INTO seqs, tils, sids, wes FROM unnest(a_token) WITH ORDINALITY u(t, k)"
+  "    LEFT JOIN (SELECT w.lock_token, w.seq, w.locked_until, w.session_id, w.sess_epoch"
+  "    FROM work w WHERE w.lock_token = ANY(a_token) AND NOT (w.lock_token = ANY(done))"
+  "    ORDER BY w.seq FOR UPDATE) l ON l.lock_token = u.t;"
+  /* their sessions now (a statement of its own: see above) */
+  "   SELECT array_agg(x.epoch ORDER BY u.k), array_agg(x.owner ORDER BY u.k)"
+  "    INTO eps, owns FROM unnest(sids) WITH ORDINALITY u(s, k)"
+  "    LEFT JOIN (SELECT y.session_id, y.epoch, y.owner FROM sessions y"
+  "    WHERE y.session_id = ANY(sids)) x ON x.session_id = u.s;"
+  "  END IF;"
+  "  FOR k IN 1 .. n LOOP"
+  "   IF a_token[k] = ANY(gone) THEN code[k] := 1;"
+  "   ELSIF a_token[k] = ANY(done) THEN gone := gone || a_token[k];"
+  "   ELSIF seqs[k] IS NULL THEN code[k] := 1;"
+  "   ELSIF tils[k] <= p_now THEN code[k] := 2; ra[k] := seqs[k]; rb[k] := tils[k];"
+  "   ELSIF sids[k] IS NOT NULL AND eps[k] IS DISTINCT FROM wes[k] THEN code[k] := 4;"
+  "    ra[k] := seqs[k]; rb[k] := coalesce(eps[k], -1); rs[k] := sids[k]; ro[k] := owns[k];"
+  "    rc[k] := wes[k];"
+  "   ELSE gone := gone || a_token[k]; okseq := okseq || seqs[k];"
+  "    IF sids[k] IS NOT NULL THEN oksid := oksid || sids[k]; END IF;"
+  "   END IF;"
+  "  END LOOP;"
+  "  IF cardinality(okseq) > 0 THEN"
+  "   DELETE FROM work WHERE seq = ANY(okseq);"
+  "   IF cardinality(oksid) > 0 THEN"
+  "    UPDATE sessions SET last_activity = p_now WHERE session_id = ANY(oksid); END IF;"
+  "  END IF;"
+  /* the completions (as dx_orch_push; unnest keeps ack order without subscripts or a sort) */
+  "  INSERT INTO orch_msgs (seq, instance_id, visible_at, item)"
+  "   SELECT nextval('dx_seq'), u.i, p_now, u.it FROM unnest(c_inst, c_item, code) u(i, it, c)"
+  "   WHERE u.c = 0 AND u.it IS NOT NULL;"
+  "  IF FOUND THEN"
+  "   INSERT INTO orch_queue AS q (instance_id, ready_at, due_at)"
+  "    SELECT DISTINCT u.i, p_now, p_now FROM unnest(c_inst, c_item, code) u(i, it, c)"
+  "    WHERE u.c = 0 AND u.it IS NOT NULL ORDER BY 1"
+  "    ON CONFLICT (instance_id) DO UPDATE SET ready_at = LEAST(q.ready_at, EXCLUDED.ready_at),"
+  "    due_at = CASE WHEN q.lock_token IS NULL THEN LEAST(q.due_at, EXCLUDED.due_at)"
+  "    ELSE q.due_at END;"
+  "  END IF;"
+  "  RETURN QUERY SELECT u.k, u.c, u.a, u.b, u.s, u.o, u.e"
+  "   FROM unnest(code, ra, rb, rs, ro, rc) WITH ORDINALITY u(c, a, b, s, o, e, k);"
+  " END $f$;";
+
 const char *const dx__pg_migrations[] = {MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4,
                                         MIGRATION_5, MIGRATION_6, MIGRATION_7, MIGRATION_8,
-                                        MIGRATION_9, MIGRATION_10};
+                                        MIGRATION_9, MIGRATION_10, MIGRATION_11};
 
 /* Taken on a worker's idle liveness connection, held for as long as the connection lives. */
 const char dx__pg_live_hold_sql[] = "SELECT pg_advisory_lock_shared(hashtextextended($1::text, 0))";
@@ -911,12 +985,16 @@ const char dx__pg_live_worker_del_sql[] = "DELETE FROM workers WHERE worker_id =
 
 /* Rolling deployments: the orchestration an orchestrator-queue row `q` asks for: its first
 ** start visible at `now` (s), else its instance record (i); joined only when the worker has
-** capabilities (`names` not NULL). */
+** capabilities (`names` not NULL). Both are probes by instance (the (instance, seq) order
+** and OFFSET 0 keep them so): a generic plan made on small tables otherwise walked every
+** pending start (orch_msgs_starts) or hashed all of `instances` per call. */
 #define CAN_RUN_JOIN(now, names)                                                            \
   " LEFT JOIN LATERAL (SELECT m.start_name, m.start_version FROM orch_msgs m"              \
   " WHERE " names " IS NOT NULL AND m.instance_id = q.instance_id"                          \
-  " AND m.start_name IS NOT NULL AND m.visible_at <= " now " ORDER BY m.seq LIMIT 1) s"     \
-  " ON true LEFT JOIN instances i ON " names " IS NOT NULL AND i.instance_id = q.instance_id"
+  " AND m.start_name IS NOT NULL AND m.visible_at <= " now                                  \
+  " ORDER BY m.instance_id, m.seq LIMIT 1) s" /* (instance, seq): the orch_msgs_inst order */ \
+  " ON true LEFT JOIN LATERAL (SELECT x.name, x.version FROM instances x"                   \
+  " WHERE " names " IS NOT NULL AND x.instance_id = q.instance_id OFFSET 0) i ON true"
 
 /* ... and may the worker run it (capabilities `names`/`versions`; NULL: any instance)? An
 ** instance known by neither is taken (its turn drops or parks the messages). */
@@ -970,37 +1048,44 @@ static const char *const SQL[PQ__COUNT] = {
     CAN_RUN_JOIN("$1::bigint", "$5::text[]")
     " WHERE q.due_at <= $1::bigint AND" CAN_RUN("$5::text[]", "$6::text[]")
     " ORDER BY q.due_at, q.instance_id LIMIT $3::bigint FOR UPDATE OF q SKIP LOCKED),"
+    /* = ANY(ARRAY(...)) and OFFSET 0 laterals keep every lookup an index probe per instance,
+    ** whatever the table sizes were when the plan was made (a generic plan made on a fresh
+    ** schema otherwise hash-joins sequential scans of orch_queue, instances and kv) */
     " u AS (UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text"
-    " FROM c WHERE q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at),"
-    /* = ANY(ARRAY(...)) and LATERAL keep every lookup on an index, whatever the sizes */
+    " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text FROM c"
+    " WHERE q.instance_id = ANY(ARRAY(SELECT instance_id FROM c))"
+    " AND q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at),"
     /* (joined with u for the token: a subquery per message would scan u, n² per fetch) */
     " m AS (UPDATE orch_msgs o SET attempt = o.attempt + 1, lock_token = u.lock_token FROM u"
     " WHERE o.instance_id = ANY(ARRAY(SELECT instance_id FROM u))"
     " AND u.instance_id = o.instance_id AND o.visible_at <= $1::bigint"
-    " RETURNING o.instance_id, o.seq, o.attempt, o.item)"
+    " RETURNING o.instance_id, o.seq, o.attempt, o.item),"
+    /* per instance: its record, the execution whose history goes, and the events of it the
+    ** caller holds (set_history_hint; the hint list joined once, hk, not scanned per
+    ** instance): n when the store's last event of that execution is n, and then only event n
+    ** goes (else 0: all of them) */
+    " hk AS (SELECT k.i, k.e, max(k.n) AS n FROM unnest($7::text[], $8::bigint[], $9::bigint[])"
+    " k(i, e, n) WHERE k.n > 0 GROUP BY k.i, k.e),"
+    " x AS (SELECT u.instance_id, u.due_at, i.current_exec, i.name, i.version, i.e,"
+    " CASE WHEN hk.n IS NULL THEN 0 WHEN hk.n = (SELECT max(z.event_id) FROM history z"
+    " WHERE z.instance_id = u.instance_id AND z.exec = i.e) THEN hk.n ELSE 0 END AS held"
+    " FROM u CROSS JOIN LATERAL (SELECT max(y.current_exec) AS current_exec, max(y.name) AS name,"
+    " max(y.version) AS version, COALESCE(max(y.current_exec), 1) AS e FROM instances y"
+    " WHERE y.instance_id = u.instance_id) i"
+    " LEFT JOIN hk ON hk.i = u.instance_id AND hk.e = i.e)"
     " SELECT u.due_at, u.instance_id, 0::bigint, u.lock_token, 0::bigint, NULL::text,"
     " NULL::text, NULL::bytea FROM u"
     " UNION ALL SELECT u.due_at, u.instance_id, 1, m.seq, m.attempt, NULL, NULL, m.item"
     " FROM m JOIN u ON u.instance_id = m.instance_id"
-    " UNION ALL SELECT u.due_at, u.instance_id, 2, i.current_exec, 0, i.name, i.version, NULL"
-    " FROM u CROSS JOIN LATERAL (SELECT * FROM instances x WHERE x.instance_id = u.instance_id) i"
-    " UNION ALL SELECT u.due_at, u.instance_id, 3, h.event_id, 0, NULL, NULL, h.rec"
-    " FROM u CROSS JOIN LATERAL (SELECT COALESCE((SELECT x.current_exec FROM instances x"
-    " WHERE x.instance_id = u.instance_id), 1) AS e) ce"
-    /* the caller holds the first n events ($7..$9, set_history_hint) and the store has exactly
-    ** n: only event n goes */
-    " CROSS JOIN LATERAL (SELECT COALESCE((SELECT k.n FROM unnest($7::text[], $8::bigint[],"
-    " $9::bigint[]) k(i, e, n) WHERE k.i = u.instance_id AND k.e = ce.e AND k.n > 0"
-    " AND EXISTS (SELECT 1 FROM history z WHERE z.instance_id = u.instance_id"
-    " AND z.exec = ce.e AND z.event_id = k.n) AND NOT EXISTS (SELECT 1 FROM history z"
-    " WHERE z.instance_id = u.instance_id AND z.exec = ce.e AND z.event_id = k.n + 1)"
-    " LIMIT 1), 0) AS held) hh"
-    " CROSS JOIN LATERAL (SELECT * FROM history y WHERE y.instance_id = u.instance_id"
-    " AND y.exec = ce.e AND y.event_id >= hh.held) h"
+    " UNION ALL SELECT x.due_at, x.instance_id, 2, x.current_exec, 0, x.name, x.version, NULL"
+    " FROM x WHERE x.current_exec IS NOT NULL"
+    " UNION ALL SELECT x.due_at, x.instance_id, 3, h.event_id, 0, NULL, NULL, h.rec"
+    " FROM x CROSS JOIN LATERAL (SELECT y.event_id, y.rec FROM history y"
+    " WHERE y.instance_id = x.instance_id AND y.exec = x.e AND y.event_id >= x.held OFFSET 0) h"
     /* (t 4) its committed key-value state: id = updated_at, name = key, version = value */
-    " UNION ALL SELECT u.due_at, u.instance_id, 4, k.updated_at, 0, k.key, k.value, NULL"
-    " FROM u CROSS JOIN LATERAL (SELECT * FROM kv z WHERE z.instance_id = u.instance_id) k"
+    " UNION ALL SELECT x.due_at, x.instance_id, 4, k.updated_at, 0, k.key, k.value, NULL"
+    " FROM x CROSS JOIN LATERAL (SELECT z.updated_at, z.key, z.value FROM kv z"
+    " WHERE z.instance_id = x.instance_id OFFSET 0) k"
     " ORDER BY 1, 2, 3, 4",
   [PQ_ACK_ORCH] = /* migration 9: every orchestration ack of a cycle (pg_orch.c);
     ** one outcome row per ack, by k */
