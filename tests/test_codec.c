@@ -281,6 +281,59 @@ DX_TEST(event_round_trip_random) {
   }
 }
 
+/* A decoded record holds its strings in one block (its arena), the failure's too; a copy owns
+** its own strings, and a string the caller put in place of an arena one is still freed. */
+DX_TEST(decoded_strings_share_one_arena) {
+  dx_event_t e, d, c;
+  dx_work_item_t w, dw;
+  dx_error_t err;
+  char *buf;
+  size_t len;
+  memset(&e, 0, sizeof e);
+  e.kind = DX_EV_ACT_FAILED;
+  e.event_id = 3;
+  e.name = strdup("Charge");
+  e.data = strdup("{\"a\":1}");
+  e.fail.kind = strdup("Boom");
+  e.fail.message = strdup("it broke");
+  ASSERT_OK(dx__event_encode(&e, &buf, &len));
+  ASSERT_OK(dx__event_decode(buf, len, &d, &err));
+  free(buf);
+  ASSERT(d.arena != NULL);
+  ASSERT(dx__arena_owns(d.arena, d.name) && dx__arena_owns(d.arena, d.data));
+  ASSERT(dx__arena_owns(d.arena, d.fail.kind) && dx__arena_owns(d.arena, d.fail.message));
+  ASSERT(!dx__arena_owns(d.arena, e.name));
+  ASSERT_OK(dx_event_copy(&c, &d));
+  ASSERT(c.arena == NULL && !dx__arena_owns(d.arena, c.name));
+  d.data = strdup("null"); /* a replacement the caller owns: clear frees it (LeakSanitizer) */
+  dx_event_clear(&d);
+  ASSERT(is_zero(&d, sizeof d));
+  ASSERT_STR_EQ(c.name, "Charge");
+  ASSERT_STR_EQ(c.fail.message, "it broke");
+  dx_event_clear(&c);
+  dx_event_clear(&e);
+
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_ACT_EXECUTE;
+  w.instance = strdup("i-1");
+  w.name = strdup("Step");
+  ASSERT_OK(dx__work_item_encode(&w, &buf, &len));
+  ASSERT_OK(dx__work_item_decode(buf, len, &dw, &err));
+  free(buf);
+  ASSERT(dx__arena_owns(dw.arena, dw.instance) && dx__arena_owns(dw.arena, dw.name));
+  dx_work_item_clear(&dw);
+  dx_work_item_clear(&w);
+  /* a record without strings needs no block */
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_TIMER_FIRED;
+  w.id = 4;
+  ASSERT_OK(dx__work_item_encode(&w, &buf, &len));
+  ASSERT_OK(dx__work_item_decode(buf, len, &dw, &err));
+  free(buf);
+  ASSERT(dw.arena == NULL);
+  dx_work_item_clear(&dw);
+}
+
 DX_TEST(work_item_round_trip_random) {
   int i;
   rng_state = 2;

@@ -7,6 +7,7 @@
 ** loop each. Decoding is strict -- wrong types, unknown kinds, duplicates, truncation and
 ** trailing bytes are DX_ECORRUPT naming the problem -- except that unknown keys are skipped,
 ** so an older reader can open records written by a newer one of the same format version.
+** A decoded record's strings are copied into one block, the record's arena (codec.h).
 */
 #include <limits.h>
 #include <stdint.h>
@@ -32,6 +33,7 @@ typedef struct {
   const field_t *fields;
   size_t n;
   int kind_limit;       /* valid kinds are 1 .. kind_limit-1 */
+  size_t arena_off;     /* top-level records: offset of their `arena` member */
 } schema_t;
 
 #define EV(key, type, member) {key, type, offsetof(dx_event_t, member)}
@@ -73,10 +75,10 @@ static const field_t failure_fields[] = {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 static const schema_t event_schema = {"event record", event_fields, COUNT(event_fields),
-                                      DX_EV__COUNT};
+                                      DX_EV__COUNT, offsetof(dx_event_t, arena)};
 static const schema_t work_schema = {"work item record", work_fields, COUNT(work_fields),
-                                     DX_WI__COUNT};
-static const schema_t failure_schema = {"failure", failure_fields, COUNT(failure_fields), 0};
+                                     DX_WI__COUNT, offsetof(dx_work_item_t, arena)};
+static const schema_t failure_schema = {"failure", failure_fields, COUNT(failure_fields), 0, 0};
 
 /* Field access through the descriptor's offset. */
 #define AT(base, f, T) ((T *)(void *)((char *)(base) + (f)->off))
@@ -279,13 +281,20 @@ static int key_is(const msgpack_object *k, const char *key) {
   return k->via.str.size == n && memcmp(k->via.str.ptr, key, n) == 0;
 }
 
+/* Where a record's strings are copied: the cursor into its arena (decode sized it for every
+** string of the record). */
+typedef struct {
+  char *next;
+} strbuf_t;
+
 static int read_fields(const schema_t *s, const msgpack_object *map, uint32_t first,
-                       void *base, const char *what, const char *prefix, dx_error_t *err);
+                       void *base, const char *what, const char *prefix, strbuf_t *sb,
+                       dx_error_t *err);
 
 /* Store one value into the member a descriptor names; DX_ECORRUPT naming the field when the
 ** value has the wrong type or range. */
 static int read_field(const field_t *f, const msgpack_object *v, void *base, int kind_limit,
-                      const char *what, const char *prefix, dx_error_t *err) {
+                      const char *what, const char *prefix, strbuf_t *sb, dx_error_t *err) {
   const char *expected = NULL;
   switch (f->type) {
     case FT_STR: {
@@ -294,7 +303,8 @@ static int read_field(const field_t *f, const msgpack_object *v, void *base, int
       if (memchr(v->via.str.ptr, 0, v->via.str.size))
         return dx_error_set(err, DX_ECORRUPT, "%s: field '%s%s' contains a NUL byte", what,
                             prefix, f->key);
-      if (!(str = malloc(v->via.str.size + 1))) return DX_ENOMEM;
+      str = sb->next;
+      sb->next += v->via.str.size + 1;
       memcpy(str, v->via.str.ptr, v->via.str.size);
       str[v->via.str.size] = '\0';
       *AT(base, f, char *) = str;
@@ -334,7 +344,7 @@ static int read_field(const field_t *f, const msgpack_object *v, void *base, int
       return DX_OK;
     case FT_FAIL:
       if (v->type != MSGPACK_OBJECT_MAP) { expected = "a map"; break; }
-      return read_fields(&failure_schema, v, 0, AT(base, f, dx_failure_t), what, "f.", err);
+      return read_fields(&failure_schema, v, 0, AT(base, f, dx_failure_t), what, "f.", sb, err);
   }
   return dx_error_set(err, DX_ECORRUPT, "%s: field '%s%s' is not %s", what, prefix, f->key,
                       expected);
@@ -343,7 +353,8 @@ static int read_field(const field_t *f, const msgpack_object *v, void *base, int
 /* Fill `base` from a map following schema `s`, starting at entry `first` (the caller has
 ** already checked the version entry of a top-level record). */
 static int read_fields(const schema_t *s, const msgpack_object *map, uint32_t first,
-                       void *base, const char *what, const char *prefix, dx_error_t *err) {
+                       void *base, const char *what, const char *prefix, strbuf_t *sb,
+                       dx_error_t *err) {
   uint32_t seen = 0, i;
   size_t j;
   for (i = first; i < map->via.map.size; i++) {
@@ -359,13 +370,41 @@ static int read_fields(const schema_t *s, const msgpack_object *map, uint32_t fi
       return dx_error_set(err, DX_ECORRUPT, "%s: field '%s%s' appears twice", what, prefix,
                           s->fields[j].key);
     seen |= 1u << j;
-    rc = read_field(&s->fields[j], &kv->val, base, s->kind_limit, what, prefix, err);
+    rc = read_field(&s->fields[j], &kv->val, base, s->kind_limit, what, prefix, sb, err);
     if (rc != DX_OK) return rc;
   }
   for (j = 0; j < s->n; j++)
     if (s->fields[j].type == FT_KIND && !(seen & (1u << j)))
       return dx_error_set(err, DX_ECORRUPT, "%s: field '%s' (kind) is missing", what,
                           s->fields[j].key);
+  return DX_OK;
+}
+
+/* Bytes the strings of a record take with their NULs: its string values and those of the
+** maps inside it (the failure). Unknown keys' strings are counted too: a few bytes spare. */
+static size_t string_bytes(const msgpack_object *map, int depth) {
+  size_t n = 0;
+  uint32_t i;
+  for (i = 0; i < map->via.map.size; i++) {
+    const msgpack_object *v = &map->via.map.ptr[i].val;
+    if (v->type == MSGPACK_OBJECT_STR) n += (size_t)v->via.str.size + 1;
+    else if (v->type == MSGPACK_OBJECT_MAP && depth == 0) n += string_bytes(v, 1);
+  }
+  return n;
+}
+
+/* One allocation for all of a record's strings (instead of one each, freed one by one on
+** another thread): its arena, stored in the record. DX_OK or DX_ENOMEM. */
+static int arena_alloc(const schema_t *s, const msgpack_object *root, void *out,
+                       strbuf_t *sb) {
+  size_t n = string_bytes(root, 0);
+  char *block;
+  sb->next = NULL;
+  if (n == 0) return DX_OK;
+  if (!(block = malloc(sizeof(size_t) + n))) return DX_ENOMEM;
+  memcpy(block, &n, sizeof n);
+  *(void **)(void *)((char *)out + s->arena_off) = block;
+  sb->next = block + sizeof(size_t);
   return DX_OK;
 }
 
@@ -399,7 +438,9 @@ static int decode(const schema_t *s, const void *buf, size_t len, void *out, dx_
     rc = dx_error_set(err, DX_ECORRUPT, "%s: unsupported format version (expected %d)",
                       s->what, FORMAT_VERSION);
   } else {
-    rc = read_fields(s, root, 1, out, s->what, "", err);
+    strbuf_t sb;
+    rc = arena_alloc(s, root, out, &sb);
+    if (rc == DX_OK) rc = read_fields(s, root, 1, out, s->what, "", &sb, err);
   }
   msgpack_unpacked_destroy(&up);
   if (rc == DX_ENOMEM) dx_error_set(err, rc, "%s: out of memory while decoding", s->what);

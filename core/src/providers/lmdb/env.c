@@ -301,7 +301,10 @@ static int env_open(char *path, const dx_provider_opts_t *o, shared_env_t **out,
   MDB_envinfo info;
   MDB_stat ms;
   struct stat st;
-  unsigned flags = MDB_NOTLS;
+  /* MDB_NOMEMINIT: LMDB would zero every freshly allocated page buffer before filling it
+  ** (about 5% of the store thread's time went to that memset); the bytes of a page no record
+  ** covers are never read back, and the file is the owner's alone (0600). */
+  unsigned flags = MDB_NOTLS | MDB_NOMEMINIT;
   int dead, rc = 0, mrc;
   if (!se) { free(path); return dx__lm_nomem(err); }
   se->path = path;

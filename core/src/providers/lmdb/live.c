@@ -146,7 +146,9 @@ void dx__lm_live_close(lm_t *p) {
   p->live = NULL;
 }
 
-static int usable(const struct lm_live_s *l) { return l && l->fd >= 0 && l->pid == getpid(); }
+static int usable(const struct lm_live_s *l) {
+  return l && l->fd >= 0 && l->pid == dx__getpid();
+}
 
 static held_t *find_held(struct lm_live_s *l, const char *worker) {
   held_t *h;

@@ -560,6 +560,10 @@ static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a, const ack
   exec_rec_t r;
   int old_st, rc = dx__lm_exec_get(t, a->instance, a->execution_id, &r);
   if (rc && rc != DX_ENOTFOUND) return rc;
+  if (rc == 0 && a->status == DX_STATUS_NONE) { /* a turn that ends nothing changes nothing */
+    dx__lm_exec_clear(&r);
+    return 0;
+  }
   /* as listed before: a new execution follows one that continued as new (listed running) */
   old_st = rc == 0 ? r.status : ai->created ? DX_STATUS_NONE : DX_STATUS_RUNNING;
   if (rc == DX_ENOTFOUND) {
