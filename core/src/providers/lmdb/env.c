@@ -22,6 +22,7 @@ static int lm_begin(dx_provider_t *pp, dx_error_t *err) {
   p->se->batch = t.txn;
   p->se->batch_thread = pthread_self();
   p->se->batch_wrote = 0;
+  p->se->batch_spoiled = 0;
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 1;
   p->claims_over[0] = 0;
@@ -43,6 +44,11 @@ static int lm_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
   int rc, wrote, flush;
   if (!p->in_batch) return dx_error_set(err, DX_ESTATE, "commit without begin");
+  if (p->se->batch_spoiled) { /* a direct method failed part way (LM_WRITE_DIRECT) */
+    dx__lm_top_finish(p->se, take_batch(p), 0, LM_FLUSH_NONE, 0);
+    if (err) *err = p->se->spoil_err;
+    return p->se->spoil_err.code;
+  }
   /* sync=0 (provider.h): a batch that only took locks is not flushed; one that wrote more (an
   ** activity's result) flushes its data, so a power cut may lose it but never damages the
   ** store (MDB_NOSYNC could: the meta page may reach the disk before the pages it names).
@@ -201,7 +207,7 @@ static int sync_max_size(tx_t *t, size_t want) {
 ** txn (a read txn on a read-only store, committed so the DB handles stay open). */
 static int env_init_dbs(shared_env_t *se, size_t max_size, dx_error_t *err) {
   tx_t t;
-  int i, rc = dx__lm_tx_begin(se, 1, !se->read_only, &t, err);
+  int i, rc = dx__lm_tx_begin(se, 1, !se->read_only, 0, &t, err);
   if (rc) return rc;
   t.write = 1;
   for (i = 0; i < DB__COUNT && !rc; i++) {
@@ -374,7 +380,7 @@ static int registry_acquire(char *path, const dx_provider_opts_t *o, shared_env_
     free(path);
     /* a new explicit limit for an env already open here: remember it like an open would */
     if (o->max_size && o->max_size != se->max_size) {
-      if (!(rc = dx__lm_tx_begin(se, 1, !se->read_only, &t, err)))
+      if (!(rc = dx__lm_tx_begin(se, 1, !se->read_only, 0, &t, err)))
         rc = dx__lm_tx_end(&t, sync_max_size(&t, o->max_size));
       if (rc) se->refs--;
     }

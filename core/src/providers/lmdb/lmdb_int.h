@@ -135,6 +135,10 @@ typedef struct shared_env_s {
   pthread_t batch_thread;
   int batch_wrote;           /* the open batch wrote more than locks: queued work or recorded
                                 an activity's result (its commit flushes, wakes workers) */
+  uint64_t batch_writes;     /* puts and deletes tried in the open batch (direct methods) */
+  int batch_spoiled;         /* a direct method failed after writing: the batch is lost, its
+                                commit fails with spoil_err (env.c lm_commit) */
+  dx_error_t spoil_err;
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -165,6 +169,8 @@ typedef struct {
   shared_env_t *se;
   MDB_txn *txn;
   int write, nested, durable;
+  int direct;          /* nested in name only: runs in the batch txn itself (LM_WRITE_DIRECT) */
+  uint64_t writes0;    /* direct: se->batch_writes when the method began */
   int raw;         /* values without checksums (reading and upgrading format 1 and 2) */
   dx_error_t *err; /* never NULL: points at scratch when the caller passed NULL */
   dx_error_t scratch;
@@ -417,23 +423,32 @@ typedef struct {
 ** result in rc. A top-level write that failed only because the map was full runs again once
 ** the map has grown; `reset` (a statement) undoes the body's outputs before each rerun and
 ** after a failure. */
-#define LM_WRITE(p, t, err, rc, body, reset)                                   \
+#define LM_WRITE_MODE(p, t, err, rc, body, reset, direct)                      \
   do {                                                                         \
     int lm_tries_ = 0;                                                         \
     for (;;) {                                                                 \
-      if (((rc) = dx__lm_begin_tx((p), 1, &(t), (err))) != 0) break;           \
+      if (((rc) = dx__lm_tx_begin((p)->se, !(p)->no_sync, 1, (direct), &(t), (err))) != 0) \
+        break;                                                                 \
       (rc) = dx__lm_tx_end(&(t), (body));                                      \
       if ((rc) == 0) break;                                                    \
       reset;                                                                   \
       if (!dx__lm_retry_full(&(t), (rc), ++lm_tries_)) break;                  \
     }                                                                          \
   } while (0)
+#define LM_WRITE(p, t, err, rc, body, reset) LM_WRITE_MODE(p, t, err, rc, body, reset, 0)
+/* For the store cycle's hot methods, whose expected refusals (lost lock, stale token) come
+** before their first write: inside a batch they run in the batch txn itself instead of a
+** nested one (LMDB's nested txn allocates megabytes of bookkeeping and copies every page it
+** touches). One that fails after writing spoils the batch (provider.h: commit then fails and
+** the store thread applies each op alone, where such a method runs in a batch of one). */
+#define LM_WRITE_DIRECT(p, t, err, rc, body, reset) LM_WRITE_MODE(p, t, err, rc, body, reset, 1)
 
 int dx__lm_mdb_error(shared_env_t *se, int mrc, const char *what, dx_error_t *err);
 int dx__lm_nomem(dx_error_t *err);
 int dx__lm_tx_err(tx_t *t, int mrc, const char *what);
 MDB_txn *dx__lm_thread_batch(shared_env_t *se);
-int dx__lm_tx_begin(shared_env_t *se, int durable, int write, tx_t *t, dx_error_t *err);
+int dx__lm_tx_begin(shared_env_t *se, int durable, int write, int direct, tx_t *t,
+                    dx_error_t *err);
 int dx__lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err);
 int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err);
 /* How a commit reaches the disk: not flushed (MDB_NOSYNC: only for batches that take locks),
@@ -495,6 +510,8 @@ int dx__lm_exec_get(tx_t *t, const char *inst, uint64_t exec, exec_rec_t *r);
 int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r);
 
 /* history.c */
+int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
+                          size_t n);
 int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
                           size_t n);
 int dx__lm_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n);

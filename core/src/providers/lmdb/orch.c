@@ -591,8 +591,11 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   msg_list_t l;
   size_t i;
   int rc;
-  if ((rc = orch_check_lock(t, a->instance, a->lock_token, now, 1, &st))) return rc;
-  if ((rc = msgs_load(t, a->instance, &l))) return rc;
+  /* the expected refusals come before the first write (LM_WRITE_DIRECT) */
+  if ((rc = orch_check_lock(t, a->instance, a->lock_token, now, 1, &st)) ||
+      (rc = dx__lm_history_unused(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
+      (rc = msgs_load(t, a->instance, &l)))
+    return rc;
   rc = msgs_delete(t, &l, a->lock_token, now);
   if (!rc) rc = ack_instance(t, now, a, &ai);
   if (!rc && ai.created) rc = dx__lm_lidx_forget_starts(t, &l, a->lock_token); /* no longer queued */
@@ -620,7 +623,7 @@ int dx__lm_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_i
   *out = NULL;
   sweep = dx__lm_live_locks_due(p, now);
   if (!sweep && (rc = dx__lm_nothing_due(p, now, 1, 0, 0, err))) return rc < 0 ? rc : 0;
-  LM_WRITE(p, t, err, rc, orch_fetch(&t, p, sweep, now, lock_ms, out), {
+  LM_WRITE_DIRECT(p, t, err, rc, orch_fetch(&t, p, sweep, now, lock_ms, out), {
     dx_orch_item_free(*out);
     *out = NULL;
   });
@@ -632,7 +635,7 @@ int dx__lm_ack_orch(dx_provider_t *pp, int64_t now, const dx_orch_ack_t *ack, dx
   tx_t t;
   int rc;
   if ((rc = dx__check_ack(ack, err))) return rc;
-  LM_WRITE(p, t, err, rc, orch_ack(&t, now, ack), (void)0);
+  LM_WRITE_DIRECT(p, t, err, rc, orch_ack(&t, now, ack), (void)0);
   return rc;
 }
 
@@ -682,7 +685,7 @@ int dx__lm_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint
   tx_t t;
   int rc;
   if ((rc = dx__check_instance(instance, err))) return rc;
-  LM_WRITE(p, t, err, rc, orch_renew(&t, now, instance, token, extend_ms), (void)0);
+  LM_WRITE_DIRECT(p, t, err, rc, orch_renew(&t, now, instance, token, extend_ms), (void)0);
   return rc;
 }
 

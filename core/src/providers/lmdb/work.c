@@ -652,7 +652,7 @@ int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
   locks = dx__lm_live_locks_due(p, now);
   if (!sweep && !locks && (rc = dx__lm_nothing_due(p, now, 0, 1, sessions != NULL, err)))
     return rc < 0 ? rc : 0;
-  LM_WRITE(p, t, err, rc, work_fetch(&t, p, sweep, locks, now, lock_ms, sessions, out),
+  LM_WRITE_DIRECT(p, t, err, rc, work_fetch(&t, p, sweep, locks, now, lock_ms, sessions, out),
            fetch_reset(out));
   return rc;
 }
@@ -676,7 +676,7 @@ int dx__lm_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
   tx_t t;
   int rc;
   if (completion && (rc = dx__check_item(completion, err))) return rc;
-  LM_WRITE(p, t, err, rc, work_ack(&t, now, token, completion), (void)0);
+  LM_WRITE_DIRECT(p, t, err, rc, work_ack(&t, now, token, completion), (void)0);
   return rc;
 }
 
@@ -717,7 +717,7 @@ int dx__lm_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t ex
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  LM_WRITE(p, t, err, rc, work_relock(&t, now, token, 0, extend_ms, 0), (void)0);
+  LM_WRITE_DIRECT(p, t, err, rc, work_relock(&t, now, token, 0, extend_ms, 0), (void)0);
   return rc;
 }
 
