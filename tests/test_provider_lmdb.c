@@ -105,6 +105,59 @@ static uint64_t orch_depth(dx_provider_t *p) {
   return d.orchestrator;
 }
 
+/* meta "seq" as stored (read with LMDB itself): the last sequence number handed out. */
+static uint64_t stored_seq(const char *store) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi db;
+  MDB_val k = {3, "seq"}, v;
+  uint64_t s = 0;
+  size_t i;
+  ASSERT_OK(mdb_env_create(&env));
+  ASSERT_OK(mdb_env_set_maxdbs(env, 64));
+  ASSERT_OK(mdb_env_open(env, store, MDB_RDONLY, 0600));
+  ASSERT_OK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn));
+  ASSERT_OK(mdb_dbi_open(txn, "meta", 0, &db));
+  ASSERT_OK(mdb_get(txn, db, &k, &v));
+  ASSERT(v.mv_size == 8 + 4); /* be64 and its checksum */
+  for (i = 0; i < 8; i++) s = (s << 8) | ((const unsigned char *)v.mv_data)[i];
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return s;
+}
+
+/* Inside a batch the sequence counter is kept in memory and stored once, at commit: a
+** committed batch leaves it at the last number it used, a rolled-back one leaves it as it
+** was, and numbers are never handed out twice. */
+DX_TEST(lmdb_batch_stores_the_sequence_counter_at_commit) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = dx_pv_open(store);
+  dx_work_item_t w = start_item("s1", "1");
+  dx_error_t err;
+  uint64_t before;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  before = stored_seq(store);
+  ASSERT(before >= 1);
+  ASSERT_OK(M(p)->begin(p, &err));
+  w.kind = DX_WI_EXTERNAL;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_EQ(stored_seq(store), before); /* not yet */
+  M(p)->rollback(p);
+  ASSERT_EQ(stored_seq(store), before);
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(stored_seq(store), before + 3);
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err)); /* outside a batch */
+  ASSERT_EQ(stored_seq(store), before + 4);
+  ASSERT_EQ(orch_depth(p), 5); /* distinct keys: none overwrote another */
+  M(p)->destroy(p);
+  free(store);
+}
+
 DX_TEST(lmdb_handles_share_one_env) {
   char *store = dx_pv_new_store();
   dx_provider_t *a = dx_pv_open(store), *b = dx_pv_open(store), *c;

@@ -23,6 +23,7 @@ static int lm_begin(dx_provider_t *pp, dx_error_t *err) {
   p->se->batch_thread = pthread_self();
   p->se->batch_wrote = 0;
   p->se->batch_spoiled = 0;
+  p->se->seq_held = 0;
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 1;
   p->claims_over[0] = 0;
@@ -48,6 +49,10 @@ static int lm_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
     dx__lm_top_finish(p->se, take_batch(p), 0, LM_FLUSH_NONE, 0);
     if (err) *err = p->se->spoil_err;
     return p->se->spoil_err.code;
+  }
+  if ((rc = dx__lm_seq_flush(p->se, p->se->batch, err))) {
+    dx__lm_top_finish(p->se, take_batch(p), 0, LM_FLUSH_NONE, 0);
+    return rc;
   }
   /* sync=0 (provider.h): a batch that only took locks is not flushed; one that wrote more (an
   ** activity's result) flushes its data, so a power cut may lose it but never damages the

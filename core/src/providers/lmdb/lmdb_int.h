@@ -139,6 +139,8 @@ typedef struct shared_env_s {
   int batch_spoiled;         /* a direct method failed after writing: the batch is lost, its
                                 commit fails with spoil_err (env.c lm_commit) */
   dx_error_t spoil_err;
+  int seq_held;              /* the open batch holds the sequence counter in `seq` (txn.c) */
+  uint64_t seq;
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -473,6 +475,8 @@ int dx__lm_corrupt(tx_t *t, int db, const char *detail, const char *keyfmt, ...)
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
+/* Write the batch's sequence counter before it commits (txn.c dx__lm_next_seq). */
+int dx__lm_seq_flush(shared_env_t *se, MDB_txn *batch, dx_error_t *err);
 int dx__lm_next_seq(tx_t *t, uint64_t *out);
 
 /* map.c */

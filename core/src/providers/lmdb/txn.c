@@ -350,22 +350,58 @@ int dx__lm_corrupt(tx_t *t, int db, const char *detail, const char *keyfmt, ...)
                       detail ? detail : "");
 }
 
-int dx__lm_next_seq(tx_t *t, uint64_t *out) {
+static int seq_read(tx_t *t, uint64_t *s) {
   dkey_t k;
   MDB_val v;
-  unsigned char b[8];
-  uint64_t s = 0;
   int rc;
+  *s = 0;
   key_name(&k, "seq");
   rc = dx__lm_db_get(t, DB_META, &k, &v);
-  if (rc == 0) {
-    if (v.mv_size != 8) return dx__lm_corrupt(t, DB_META, "not 8 bytes", "seq");
-    s = get_u64(v.mv_data);
-  } else if (rc != DX_ENOTFOUND) {
-    return rc;
-  }
-  put_u64(b, ++s);
-  *out = s;
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return rc;
+  if (v.mv_size != 8) return dx__lm_corrupt(t, DB_META, "not 8 bytes", "seq");
+  *s = get_u64(v.mv_data);
+  return 0;
+}
+
+static int seq_write(tx_t *t, uint64_t s) {
+  dkey_t k;
+  unsigned char b[8];
+  key_name(&k, "seq");
+  put_u64(b, s);
   return dx__lm_db_put(t, DB_META, &k, b, 8, 0);
 }
 
+/* Inside a batch the counter lives in the env until the batch commits (dx__lm_seq_flush):
+** one write of meta "seq" per batch instead of one per queued row. A call that fails after
+** taking numbers leaves a gap, never a duplicate. */
+int dx__lm_next_seq(tx_t *t, uint64_t *out) {
+  shared_env_t *se = t->se;
+  uint64_t s;
+  int rc;
+  if (t->nested) {
+    if (!se->seq_held) {
+      if ((rc = seq_read(t, &se->seq))) return rc;
+      se->seq_held = 1;
+    }
+    *out = ++se->seq;
+    return 0;
+  }
+  if ((rc = seq_read(t, &s))) return rc;
+  *out = ++s;
+  return seq_write(t, s);
+}
+
+int dx__lm_seq_flush(shared_env_t *se, MDB_txn *batch, dx_error_t *err) {
+  tx_t t;
+  int rc;
+  if (!se->seq_held) return 0;
+  memset(&t, 0, sizeof t);
+  t.se = se;
+  t.txn = batch;
+  t.write = 1;
+  t.err = err ? err : &t.scratch;
+  rc = seq_write(&t, se->seq);
+  se->seq_held = 0;
+  return rc;
+}
