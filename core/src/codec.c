@@ -26,6 +26,7 @@ typedef struct {
   const char *key;
   field_type_t type;
   size_t off;
+  size_t key_len; /* strlen(key), known at compile time (every record packs and matches keys) */
 } field_t;
 
 typedef struct {
@@ -36,7 +37,7 @@ typedef struct {
   size_t arena_off;     /* top-level records: offset of their `arena` member */
 } schema_t;
 
-#define EV(key, type, member) {key, type, offsetof(dx_event_t, member)}
+#define EV(key, type, member) {key, type, offsetof(dx_event_t, member), sizeof key - 1}
 static const field_t event_fields[] = {
   EV("k", FT_KIND, kind),         EV("id", FT_U64, event_id),
   EV("src", FT_U64, source_id),   EV("ts", FT_I64, timestamp_ms),
@@ -51,7 +52,7 @@ static const field_t event_fields[] = {
 };
 #undef EV
 
-#define WI(key, type, member) {key, type, offsetof(dx_work_item_t, member)}
+#define WI(key, type, member) {key, type, offsetof(dx_work_item_t, member), sizeof key - 1}
 static const field_t work_fields[] = {
   WI("k", FT_KIND, kind),         WI("i", FT_STR, instance),
   WI("ex", FT_U64, execution_id), WI("id", FT_U64, id),
@@ -66,7 +67,7 @@ static const field_t work_fields[] = {
 };
 #undef WI
 
-#define FL(key, type, member) {key, type, offsetof(dx_failure_t, member)}
+#define FL(key, type, member) {key, type, offsetof(dx_failure_t, member), sizeof key - 1}
 static const field_t failure_fields[] = {
   FL("c", FT_INT, category), FL("k", FT_STR, kind),
   FL("m", FT_STR, message),  FL("rt", FT_BOOL, retryable),
@@ -102,15 +103,15 @@ static int field_present(const field_t *f, const void *base) {
   return 0;
 }
 
-static int pack_key(msgpack_packer *pk, const char *key) {
-  return msgpack_pack_str_with_body(pk, key, strlen(key));
+static int pack_key(msgpack_packer *pk, const char *key, size_t n) {
+  return msgpack_pack_str_with_body(pk, key, n);
 }
 
 static int pack_fields(msgpack_packer *pk, const schema_t *s, const void *base);
 
 /* Write one present field (key and value). Non-zero on allocation failure. */
 static int pack_field(msgpack_packer *pk, const field_t *f, const void *base) {
-  int rc = pack_key(pk, f->key);
+  int rc = pack_key(pk, f->key, f->key_len);
   switch (f->type) {
     case FT_KIND: case FT_INT: rc |= msgpack_pack_int64(pk, *CAT(base, f, int)); break;
     case FT_U64: rc |= msgpack_pack_uint64(pk, *CAT(base, f, uint64_t)); break;
@@ -132,7 +133,7 @@ static int pack_fields(msgpack_packer *pk, const schema_t *s, const void *base) 
   int rc, top = s != &failure_schema;
   for (i = 0; i < s->n; i++) n += (size_t)field_present(&s->fields[i], base);
   rc = msgpack_pack_map(pk, n + (size_t)top);
-  if (top) rc |= pack_key(pk, "v") | msgpack_pack_uint64(pk, FORMAT_VERSION);
+  if (top) rc |= pack_key(pk, "v", 1) | msgpack_pack_uint64(pk, FORMAT_VERSION);
   for (i = 0; i < s->n && rc == 0; i++)
     if (field_present(&s->fields[i], base)) rc |= pack_field(pk, &s->fields[i], base);
   return rc;
@@ -276,8 +277,7 @@ int dx__msgpack_check(const void *buf, size_t len, const char *what, dx_error_t 
 
 /* {===== decoding =====} */
 
-static int key_is(const msgpack_object *k, const char *key) {
-  size_t n = strlen(key);
+static int key_is(const msgpack_object *k, const char *key, size_t n) {
   return k->via.str.size == n && memcmp(k->via.str.ptr, key, n) == 0;
 }
 
@@ -364,7 +364,7 @@ static int read_fields(const schema_t *s, const msgpack_object *map, uint32_t fi
       return dx_error_set(err, DX_ECORRUPT, "%s: key %u%s is not a string", what, i + 1,
                           prefix[0] ? " of field 'f'" : "");
     for (j = 0; j < s->n; j++)
-      if (key_is(&kv->key, s->fields[j].key)) break;
+      if (key_is(&kv->key, s->fields[j].key, s->fields[j].key_len)) break;
     if (j == s->n) continue; /* unknown key: written by a newer version, skip */
     if (seen & (1u << j))
       return dx_error_set(err, DX_ECORRUPT, "%s: field '%s%s' appears twice", what, prefix,
@@ -430,7 +430,7 @@ static int decode(const schema_t *s, const void *buf, size_t len, void *out, dx_
   if (root->type != MSGPACK_OBJECT_MAP) {
     rc = dx_error_set(err, DX_ECORRUPT, "%s: not a map", s->what);
   } else if (root->via.map.size == 0 || root->via.map.ptr[0].key.type != MSGPACK_OBJECT_STR ||
-             !key_is(&root->via.map.ptr[0].key, "v")) {
+             !key_is(&root->via.map.ptr[0].key, "v", 1)) {
     rc = dx_error_set(err, DX_ECORRUPT, "%s: format version 'v' is not the first field",
                       s->what);
   } else if ((v = &root->via.map.ptr[0].val)->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
