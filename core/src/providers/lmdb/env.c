@@ -543,6 +543,7 @@ int dx__lmdb_open(const char *path, const dx_provider_opts_t *opts, dx_provider_
   p->base.methods = &lm_methods;
   p->no_sync = o.no_sync;
   p->tag = dx__random_u64() | 1; /* never 0 (unknown) */
+  dx__lm_tag_name(p->tag, p->tag_name, sizeof p->tag_name);
   if ((rc = dx__lm_live_open(p, p->se->path))) {
     lm_destroy(&p->base);
     return dx__lm_nomem(err);

@@ -159,6 +159,7 @@ typedef struct {
   dx_fetch_filter_t *filter; /* set_fetch_filter (NULL: untagged rows, every instance) */
   dx_history_hint_t hint;    /* set_history_hint (held NULL: none) */
   uint64_t tag;           /* this handle as a lock holder: recorded on the locks it takes */
+  char tag_name[32];      /* its liveness name, "@handle:<tag>" (live.c) */
 } lm_t;
 static inline int64_t sat_add(int64_t a, int64_t b) {
   if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
@@ -504,6 +505,17 @@ int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec
 int dx__lm_rec_decode_direct(const lm_schema_t *s, const MDB_val *v, void *rec);
 int dx__lm_rec_decode_general(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                               const char *what);
+/* A record's name for error messages, formatted only on failure: fmt takes s then n (or n
+** alone when s is NULL). */
+typedef struct {
+  const char *fmt;
+  const char *s;
+  unsigned long long n;
+} lm_what_t;
+int dx__lm_rec_get_as(tx_t *t, const lm_schema_t *s, const dkey_t *k, void *rec,
+                      const lm_what_t *w);
+int dx__lm_rec_decode_as(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
+                         const lm_what_t *w);
 int dx__lm_rec_get(tx_t *t, const lm_schema_t *s, const dkey_t *k, void *rec, const char *what);
 void dx__lm_rec_clear(const lm_schema_t *s, void *rec);
 void dx__lm_inst_clear(inst_rec_t *r);
@@ -623,6 +635,8 @@ int dx__lm_live_sweep_due(lm_t *p, int64_t now);
 int64_t dx__lm_live_next_sweep(lm_t *p);
 /* The locks of dead handles (plain rows, instances): this handle's tag held alive, and 1 when
 ** a sweep of others' locks is due (at most every sweep period). */
+/* The liveness name of lock holder `tag` ("@handle:<hex>"). */
+void dx__lm_tag_name(uint64_t tag, char *buf, size_t n);
 int dx__lm_live_locks_due(lm_t *p, int64_t now);
 /* 0 only when the kernel says the handle that recorded `locker` on a lock is gone. */
 int dx__lm_live_locker_alive(lm_t *p, uint64_t locker);

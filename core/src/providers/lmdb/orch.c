@@ -16,16 +16,17 @@ static int msgs_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   msg_list_t *l = ud;
   orch_msg_t *m;
   int rc;
-  char what[LM_INSTANCE_MAX + 64];
+  lm_what_t w = {"instance '%s' message %llu", l->inst, 0};
   orch_msg_t *nv;
   if (!(nv = dx__lm_grow(l->v, &l->cap, l->n, sizeof *l->v))) return dx__lm_nomem(t->err);
   l->v = nv;
   m = &l->v[l->n];
   memset(m, 0, sizeof *m);
   m->seq = k->mv_size == l->prefix_n + 8 ? get_u64((const char *)k->mv_data + l->prefix_n) : 0;
-  snprintf(what, sizeof what, "instance '%s' message %llu", l->inst, (unsigned long long)m->seq);
-  if (m->seq == 0) return dx__lm_corrupt(t, DB_ORCH_MSGS, "bad key", "%s", what);
-  if ((rc = dx__lm_rec_decode(t, &dx__lm_msg_schema, v, m, what))) return rc;
+  w.n = m->seq;
+  if (m->seq == 0)
+    return dx__lm_corrupt(t, DB_ORCH_MSGS, "bad key", "instance '%s' message 0", l->inst);
+  if ((rc = dx__lm_rec_decode_as(t, &dx__lm_msg_schema, v, m, &w))) return rc;
   l->n++;
   return 0;
 }
@@ -78,12 +79,11 @@ int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
 /* 0 or an error; a missing record reads as STATE_EMPTY. */
 int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s) {
   dkey_t k;
-  char what[LM_INSTANCE_MAX + 16];
+  lm_what_t w = {"instance '%s'", inst, 0};
   int rc;
   *s = STATE_EMPTY;
   key_inst(&k, inst);
-  snprintf(what, sizeof what, "instance '%s'", inst);
-  rc = dx__lm_rec_get(t, &dx__lm_state_schema, &k, s, what);
+  rc = dx__lm_rec_get_as(t, &dx__lm_state_schema, &k, s, &w);
   return rc == DX_ENOTFOUND ? 0 : rc;
 }
 

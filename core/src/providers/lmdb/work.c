@@ -11,12 +11,11 @@ void dx__lm_row_clear(work_row_t *r) {
 
 int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r) {
   dkey_t k;
-  char what[64];
+  lm_what_t w = {"row %llu", NULL, seq};
   memset(r, 0, sizeof *r);
   key_seq(&k, seq);
   r->seq = seq;
-  snprintf(what, sizeof what, "row %llu", (unsigned long long)seq);
-  return dx__lm_rec_get(t, &dx__lm_row_schema, &k, r, what);
+  return dx__lm_rec_get_as(t, &dx__lm_row_schema, &k, r, &w);
 }
 
 static int row_write(tx_t *t, const work_row_t *r) {
