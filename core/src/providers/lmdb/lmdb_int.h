@@ -24,7 +24,8 @@
 **                             exec, activity_id, item, sess_epoch (optional)
 **   work_ready    u8 0 be64 visible_at be64 seq -> ""     unlocked plain rows
 **   work_lock     u8 0 be64 locked_until be64 seq -> ""   locked plain rows
-**   work_token    be64 token -> be64 seq                   (plain and session rows)
+**   work_token    be64 token -> be64 seq    locks whose token does not name its row: a lock
+**                                           token is seq << 20 | 20 counter bits (work.c)
 **   work_ident    inst\0 be64 exec be64 activity_id be64 seq -> ""   (lock stealing)
 **   sessions      sid\0 -> owner ("" = unowned), previous_owner, locked_until, last_activity,
 **                           epoch, users (optional: added for fencing and ended sessions)
@@ -598,6 +599,13 @@ void dx__lm_row_clear(work_row_t *r);
 int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r);
 /* The queue index entry of a row: work_ready / work_lock (plain rows) or sess_items. */
 int dx__lm_row_queue_key(const work_row_t *r, dkey_t *k);
+/* Worker lock tokens carry their row's seq above this many generation bits (work.c). */
+#define LM_TOKEN_GEN_BITS 20
+/* 1 when the row's lock token is kept in the work_token index: a token that does not name its
+** row (written before tokens did, or a row whose seq is too large to fit in one). */
+static inline int dx__lm_token_indexed(const work_row_t *r) {
+  return r->token && r->token >> LM_TOKEN_GEN_BITS != r->seq;
+}
 int dx__lm_row_index(tx_t *t, const work_row_t *r, int put);
 int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 /* Consider the head of every plain-row index this filter takes (NULL: untagged only). */

@@ -43,7 +43,7 @@ int dx__lm_row_index(tx_t *t, const work_row_t *r, int put) {
   dkey_t k;
   int db = dx__lm_row_queue_key(r, &k);
   int rc = dx__lm_idx_op(t, db, &k, "", 0, put);
-  if (rc || !r->token) return rc;
+  if (rc || !dx__lm_token_indexed(r)) return rc;
   key_seq(&k, r->token);
   put_u64(seq, r->seq);
   return dx__lm_idx_op(t, DB_WORK_TOKEN, &k, seq, 8, put);
@@ -100,6 +100,11 @@ static int row_by_token(tx_t *t, uint64_t token, work_row_t *r) {
   int rc;
   memset(r, 0, sizeof *r);
   if (token == 0) return dx_error_set(t->err, DX_ETOKEN, "lock token 0 is never valid");
+  /* a token names its row (fresh_work_token); else it is one from the work_token index */
+  rc = dx__lm_row_get(t, token >> LM_TOKEN_GEN_BITS, r);
+  if (rc == 0 && r->token == token) return 0;
+  dx__lm_row_clear(r);
+  if (rc && rc != DX_ENOTFOUND) return rc;
   key_seq(&k, token);
   rc = dx__lm_db_get(t, DB_WORK_TOKEN, &k, &v);
   if (rc == DX_ENOTFOUND)
@@ -356,9 +361,16 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   return rc;
 }
 
-/* A token no live worker lock uses: tokens key the work_token index, so a repeat (say, a
-** process forked after drawing tokens) must not overwrite another row's entry. */
-static int fresh_work_token(tx_t *t, uint64_t *token) {
+/* A token for locking row `seq`: the row's seq, then LM_TOKEN_GEN_BITS of this process's token
+** counter, so it names its row and needs no work_token entry (two writes less per activity).
+** A row past 2^(64 - LM_TOKEN_GEN_BITS) gets a token no live worker lock uses, kept in the
+** work_token index (a repeat, say by a process forked after drawing tokens, must not
+** overwrite another row's entry), as every row did before. */
+static int fresh_work_token(tx_t *t, uint64_t seq, uint64_t *token) {
+  if (seq >> (64 - LM_TOKEN_GEN_BITS) == 0) {
+    *token = seq << LM_TOKEN_GEN_BITS | (dx__new_token() & ((1u << LM_TOKEN_GEN_BITS) - 1));
+    return 0;
+  }
   for (;;) {
     dkey_t k;
     MDB_val v;
@@ -556,7 +568,7 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   nw = old;
   nw.locker = lm->tag;
   if (!rc && c->kind != WC_PLAIN) rc = sess_take(t, c, &old, now, cfg, out, &nw.sess_epoch);
-  if (!rc) rc = fresh_work_token(t, &nw.token);
+  if (!rc) rc = fresh_work_token(t, old.seq, &nw.token);
   if (!rc) {
     nw.locked_until = sat_add(now, lock_ms);
     nw.attempt++;
