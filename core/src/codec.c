@@ -103,58 +103,116 @@ static int field_present(const field_t *f, const void *base) {
   return 0;
 }
 
-static int pack_key(msgpack_packer *pk, const char *key, size_t n) {
-  return msgpack_pack_str_with_body(pk, key, n);
+/* A MessagePack writer straight into one exactly sized buffer (msgpack-c's growing buffer
+** reallocated and copied as a record grew). Run twice over a record: with p NULL it only
+** counts the bytes and notes each string's length, then it writes them. The encodings are
+** the smallest ones, as msgpack-c chooses them. */
+#define MAX_STRS 24 /* more than the fields of any record and its failure */
+typedef struct {
+  unsigned char *p; /* NULL: counting pass */
+  size_t n;         /* bytes so far */
+  size_t lens[MAX_STRS];
+  int nstr;         /* strings so far (noted in the counting pass, reused in the writing one) */
+} wr_t;
+
+static void wr_bytes(wr_t *w, const void *b, size_t n) {
+  if (w->p && n) memcpy(w->p + w->n, b, n);
+  w->n += n;
 }
 
-static int pack_fields(msgpack_packer *pk, const schema_t *s, const void *base);
-
-/* Write one present field (key and value). Non-zero on allocation failure. */
-static int pack_field(msgpack_packer *pk, const field_t *f, const void *base) {
-  int rc = pack_key(pk, f->key, f->key_len);
-  switch (f->type) {
-    case FT_KIND: case FT_INT: rc |= msgpack_pack_int64(pk, *CAT(base, f, int)); break;
-    case FT_U64: rc |= msgpack_pack_uint64(pk, *CAT(base, f, uint64_t)); break;
-    case FT_I64: rc |= msgpack_pack_int64(pk, *CAT(base, f, int64_t)); break;
-    case FT_BOOL: rc |= msgpack_pack_true(pk); break; /* only present when true */
-    case FT_STR: {
-      const char *str = *CAT(base, f, char *);
-      rc |= msgpack_pack_str_with_body(pk, str, strlen(str));
-      break;
-    }
-    case FT_FAIL: rc |= pack_fields(pk, &failure_schema, CAT(base, f, dx_failure_t)); break;
+/* A tag byte followed by the low `n` bytes of v, big-endian. */
+static void wr_tag(wr_t *w, unsigned tag, uint64_t v, int n) {
+  if (w->p) {
+    int i;
+    w->p[w->n] = (unsigned char)tag;
+    for (i = 0; i < n; i++) w->p[w->n + 1 + i] = (unsigned char)(v >> (8 * (n - 1 - i)));
   }
-  return rc;
+  w->n += 1 + (size_t)n;
+}
+
+static void wr_uint(wr_t *w, uint64_t v) {
+  if (v < 128) wr_tag(w, (unsigned)v, 0, 0);
+  else if (v < 256) wr_tag(w, 0xcc, v, 1);
+  else if (v < 65536) wr_tag(w, 0xcd, v, 2);
+  else if (v <= UINT32_MAX) wr_tag(w, 0xce, v, 4);
+  else wr_tag(w, 0xcf, v, 8);
+}
+
+static void wr_int(wr_t *w, int64_t v) {
+  if (v >= 0) wr_uint(w, (uint64_t)v);
+  else if (v >= -32) wr_tag(w, (unsigned)(v & 0xff), 0, 0);
+  else if (v >= -128) wr_tag(w, 0xd0, (uint64_t)v, 1);
+  else if (v >= -32768) wr_tag(w, 0xd1, (uint64_t)v, 2);
+  else if (v >= INT32_MIN) wr_tag(w, 0xd2, (uint64_t)v, 4);
+  else wr_tag(w, 0xd3, (uint64_t)v, 8);
+}
+
+static void wr_str(wr_t *w, const char *s, size_t n) {
+  if (n < 32) wr_tag(w, 0xa0 | (unsigned)n, 0, 0);
+  else if (n < 256) wr_tag(w, 0xd9, n, 1);
+  else if (n < 65536) wr_tag(w, 0xda, n, 2);
+  else wr_tag(w, 0xdb, n, 4);
+  wr_bytes(w, s, n);
+}
+
+static void wr_map(wr_t *w, size_t n) {
+  if (n < 16) wr_tag(w, 0x80 | (unsigned)n, 0, 0);
+  else if (n < 65536) wr_tag(w, 0xde, n, 2);
+  else wr_tag(w, 0xdf, n, 4);
+}
+
+/* A string value: its length measured once, in the counting pass. */
+static void wr_value_str(wr_t *w, const char *s) {
+  size_t n;
+  if (!w->p) w->lens[w->nstr] = strlen(s);
+  n = w->lens[w->nstr++];
+  wr_str(w, s, n);
+}
+
+static void wr_fields(wr_t *w, const schema_t *s, const void *base);
+
+/* One present field (key and value). */
+static void wr_field(wr_t *w, const field_t *f, const void *base) {
+  wr_str(w, f->key, f->key_len);
+  switch (f->type) {
+    case FT_KIND: case FT_INT: wr_int(w, *CAT(base, f, int)); break;
+    case FT_U64: wr_uint(w, *CAT(base, f, uint64_t)); break;
+    case FT_I64: wr_int(w, *CAT(base, f, int64_t)); break;
+    case FT_BOOL: wr_tag(w, 0xc3, 0, 0); break; /* only present when true */
+    case FT_STR: wr_value_str(w, *CAT(base, f, char *)); break;
+    case FT_FAIL: wr_fields(w, &failure_schema, CAT(base, f, dx_failure_t)); break;
+  }
 }
 
 /* A map of the schema's present fields; top-level records get the version entry first. */
-static int pack_fields(msgpack_packer *pk, const schema_t *s, const void *base) {
+static void wr_fields(wr_t *w, const schema_t *s, const void *base) {
   size_t i, n = 0;
-  int rc, top = s != &failure_schema;
+  int top = s != &failure_schema;
   for (i = 0; i < s->n; i++) n += (size_t)field_present(&s->fields[i], base);
-  rc = msgpack_pack_map(pk, n + (size_t)top);
-  if (top) rc |= pack_key(pk, "v", 1) | msgpack_pack_uint64(pk, FORMAT_VERSION);
-  for (i = 0; i < s->n && rc == 0; i++)
-    if (field_present(&s->fields[i], base)) rc |= pack_field(pk, &s->fields[i], base);
-  return rc;
+  wr_map(w, n + (size_t)top);
+  if (top) {
+    wr_str(w, "v", 1);
+    wr_uint(w, FORMAT_VERSION);
+  }
+  for (i = 0; i < s->n; i++)
+    if (field_present(&s->fields[i], base)) wr_field(w, &s->fields[i], base);
 }
 
 static int encode(const schema_t *s, const void *rec, char **buf, size_t *len) {
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
+  wr_t w;
   int kind = *CAT(rec, &s->fields[0], int); /* fields[0] is the kind in both schemas */
   *buf = NULL;
   *len = 0;
   /* A record with no valid kind could never be read back: refuse it at the writer. */
   if (kind < 1 || kind >= s->kind_limit) return DX_EINVAL;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  if (pack_fields(&pk, s, rec) != 0) {
-    msgpack_sbuffer_destroy(&sb);
-    return DX_ENOMEM;
-  }
-  *len = sb.size;
-  *buf = msgpack_sbuffer_release(&sb);
+  memset(&w, 0, sizeof w);
+  wr_fields(&w, s, rec);
+  if (!(w.p = malloc(w.n))) return DX_ENOMEM;
+  *len = w.n;
+  w.n = 0;
+  w.nstr = 0;
+  wr_fields(&w, s, rec);
+  *buf = (char *)w.p;
   return DX_OK;
 }
 
