@@ -158,6 +158,35 @@ DX_TEST(lmdb_batch_stores_the_sequence_counter_at_commit) {
   free(store);
 }
 
+/* A worker lock token names its row; a row re-locked after its lock lapsed never gets the
+** token it had, so the lapsed holder's ack is refused (ELOCK) every time. */
+DX_TEST(lmdb_relocked_row_never_reuses_its_previous_token) {
+  dx_provider_t *p = dx_pv_fresh();
+  dx_work_item_t act;
+  dx_work_fetch_t f;
+  dx_error_t err;
+  uint64_t prev = 0;
+  int i;
+  memset(&act, 0, sizeof act);
+  act.kind = DX_WI_ACT_EXECUTE;
+  act.instance = "r";
+  act.execution_id = 1;
+  act.id = 1;
+  act.name = "Act";
+  ASSERT_OK(M(p)->enqueue_for_worker(p, T0, &act, &err));
+  for (i = 0; i < 300; i++) {
+    memset(&f, 0, sizeof f);
+    ASSERT_OK(M(p)->fetch_work_item(p, T0 + 10 * i, 5, NULL, &f, &err)); /* lapses in 5 ms */
+    ASSERT(f.item.kind == DX_WI_ACT_EXECUTE);
+    ASSERT(f.lock_token != prev);
+    if (prev) ASSERT_EQ(M(p)->ack_work_item(p, T0 + 10 * i, prev, NULL, &err), DX_ELOCK);
+    prev = f.lock_token;
+    dx_work_item_clear(&f.item);
+  }
+  ASSERT_OK(M(p)->ack_work_item(p, T0 + 10 * i - 8, prev, NULL, &err));
+  M(p)->destroy(p);
+}
+
 DX_TEST(lmdb_handles_share_one_env) {
   char *store = dx_pv_new_store();
   dx_provider_t *a = dx_pv_open(store), *b = dx_pv_open(store), *c;

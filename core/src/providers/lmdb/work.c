@@ -361,14 +361,19 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   return rc;
 }
 
-/* A token for locking row `seq`: the row's seq, then LM_TOKEN_GEN_BITS of this process's token
-** counter, so it names its row and needs no work_token entry (two writes less per activity).
-** A row past 2^(64 - LM_TOKEN_GEN_BITS) gets a token no live worker lock uses, kept in the
-** work_token index (a repeat, say by a process forked after drawing tokens, must not
-** overwrite another row's entry), as every row did before. */
-static int fresh_work_token(tx_t *t, uint64_t seq, uint64_t *token) {
+/* A token for locking row `seq` (whose lock token was `prev`, 0 for none): the row's seq,
+** then LM_TOKEN_GEN_BITS drawn from this process's tokens (random per process, mixed so that
+** two processes' counters do not line up), never `prev`: so an expired holder's token does
+** not match the new lock. It names its row and needs no work_token entry (two writes less per
+** activity). A row past 2^(64 - LM_TOKEN_GEN_BITS) gets a token no live worker lock uses,
+** kept in the work_token index (a repeat, say by a process forked after drawing tokens, must
+** not overwrite another row's entry), as every row did before. */
+static int fresh_work_token(tx_t *t, uint64_t seq, uint64_t prev, uint64_t *token) {
   if (seq >> (64 - LM_TOKEN_GEN_BITS) == 0) {
-    *token = seq << LM_TOKEN_GEN_BITS | (dx__new_token() & ((1u << LM_TOKEN_GEN_BITS) - 1));
+    do {
+      uint64_t gen = (dx__new_token() * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - LM_TOKEN_GEN_BITS);
+      *token = seq << LM_TOKEN_GEN_BITS | gen;
+    } while (*token == prev);
     return 0;
   }
   for (;;) {
@@ -568,7 +573,7 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   nw = old;
   nw.locker = lm->tag;
   if (!rc && c->kind != WC_PLAIN) rc = sess_take(t, c, &old, now, cfg, out, &nw.sess_epoch);
-  if (!rc) rc = fresh_work_token(t, old.seq, &nw.token);
+  if (!rc) rc = fresh_work_token(t, old.seq, old.token, &nw.token);
   if (!rc) {
     nw.locked_until = sat_add(now, lock_ms);
     nw.attempt++;
