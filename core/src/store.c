@@ -74,7 +74,8 @@ struct dx_store_s {
   uint64_t commits, cycles;
   held_t *held;       /* store thread only */
   held_t **hidx;      /* store thread only: held by token (each settled op looks one up) */
-  size_t hcap, hcount;
+  size_t hcap;
+  size_t n_held;      /* store thread only: entries in held */
   int64_t renew_every_ms, work_renew_every_ms;
   int64_t orch_hold_ms; /* renew a turn's lock this long at most: past the turn time limit */
   uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
@@ -120,7 +121,7 @@ static held_t **bucket(dx_store_t *s, uint64_t token) {
 static int hidx_room(dx_store_t *s) {
   held_t **nv, *h;
   size_t cap = s->hcap ? s->hcap * 2 : 64;
-  if (s->hcount < s->hcap) return 1;
+  if (s->n_held < s->hcap) return 1;
   if (!(nv = calloc(cap, sizeof *nv))) return 0;
   free(s->hidx);
   s->hidx = nv;
@@ -152,7 +153,7 @@ static void hold(dx_store_t *s, const char *instance, uint64_t token) {
   b = bucket(s, token);
   h->hnext = *b;
   *b = h;
-  s->hcount++;
+  s->n_held++;
 }
 
 static held_t *find_held(dx_store_t *s, uint64_t token) {
@@ -180,7 +181,7 @@ static void unhold(dx_store_t *s, uint64_t token) {
   if (dead->prev) dead->prev->next = dead->next;
   else s->held = dead->next;
   if (dead->next) dead->next->prev = dead->prev;
-  s->hcount--;
+  s->n_held--;
   free(dead->instance);
   free(dead);
 }
@@ -189,7 +190,7 @@ static void free_held(dx_store_t *s) {
   while (s->held) unhold(s, s->held->token);
   free(s->hidx);
   s->hidx = NULL;
-  s->hcap = s->hcount = 0;
+  s->hcap = s->n_held = 0;
 }
 
 static void free_ids(char **v, size_t n) {
