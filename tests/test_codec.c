@@ -281,6 +281,59 @@ DX_TEST(event_round_trip_random) {
   }
 }
 
+/* A decoded record holds its strings in one block (its arena), the failure's too; a copy owns
+** its own strings, and a string the caller put in place of an arena one is still freed. */
+DX_TEST(decoded_strings_share_one_arena) {
+  dx_event_t e, d, c;
+  dx_work_item_t w, dw;
+  dx_error_t err;
+  char *buf;
+  size_t len;
+  memset(&e, 0, sizeof e);
+  e.kind = DX_EV_ACT_FAILED;
+  e.event_id = 3;
+  e.name = strdup("Charge");
+  e.data = strdup("{\"a\":1}");
+  e.fail.kind = strdup("Boom");
+  e.fail.message = strdup("it broke");
+  ASSERT_OK(dx__event_encode(&e, &buf, &len));
+  ASSERT_OK(dx__event_decode(buf, len, &d, &err));
+  free(buf);
+  ASSERT(d.arena != NULL);
+  ASSERT(dx__arena_owns(d.arena, d.name) && dx__arena_owns(d.arena, d.data));
+  ASSERT(dx__arena_owns(d.arena, d.fail.kind) && dx__arena_owns(d.arena, d.fail.message));
+  ASSERT(!dx__arena_owns(d.arena, e.name));
+  ASSERT_OK(dx_event_copy(&c, &d));
+  ASSERT(c.arena == NULL && !dx__arena_owns(d.arena, c.name));
+  d.data = strdup("null"); /* a replacement the caller owns: clear frees it (LeakSanitizer) */
+  dx_event_clear(&d);
+  ASSERT(is_zero(&d, sizeof d));
+  ASSERT_STR_EQ(c.name, "Charge");
+  ASSERT_STR_EQ(c.fail.message, "it broke");
+  dx_event_clear(&c);
+  dx_event_clear(&e);
+
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_ACT_EXECUTE;
+  w.instance = strdup("i-1");
+  w.name = strdup("Step");
+  ASSERT_OK(dx__work_item_encode(&w, &buf, &len));
+  ASSERT_OK(dx__work_item_decode(buf, len, &dw, &err));
+  free(buf);
+  ASSERT(dx__arena_owns(dw.arena, dw.instance) && dx__arena_owns(dw.arena, dw.name));
+  dx_work_item_clear(&dw);
+  dx_work_item_clear(&w);
+  /* a record without strings needs no block */
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_TIMER_FIRED;
+  w.id = 4;
+  ASSERT_OK(dx__work_item_encode(&w, &buf, &len));
+  ASSERT_OK(dx__work_item_decode(buf, len, &dw, &err));
+  free(buf);
+  ASSERT(dw.arena == NULL);
+  dx_work_item_clear(&dw);
+}
+
 DX_TEST(work_item_round_trip_random) {
   int i;
   rng_state = 2;
@@ -574,6 +627,47 @@ DX_TEST(decode_skips_unknown_keys) {
   ASSERT_STR_EQ(w.instance, "inst");
   dx_work_item_clear(&w);
   msgpack_sbuffer_destroy(&m.sb);
+}
+
+/* Other writers may pick wider encodings than ours: every integer and string width decodes to
+** the same value (non-negative signed formats count as unsigned), and unknown keys holding
+** exts, bins and nested containers are skipped. */
+DX_TEST(decode_reads_every_integer_and_string_width) {
+  static const unsigned char rec[] = {
+    0x8c, 0xa1, 'v', 0xd0, 0x01,                          /* "v": int8 1 */
+    0xd9, 0x01, 'k', 0xcd, 0x00, 0x03,                    /* "k" (str8): uint16 3 */
+    0xda, 0x00, 0x02, 'i', 'd', 0xd3, 0, 0, 0, 0, 0, 0, 0, 7, /* "id" (str16): int64 7 */
+    0xa3, 's', 'r', 'c', 0xcf, 0, 0, 0, 1, 0, 0, 0, 0,    /* "src": uint64 2^32 */
+    0xa2, 't', 's', 0xd2, 0xff, 0xff, 0xff, 0xfe,          /* "ts": int32 -2 */
+    0xa2, 'f', 'a', 0xd1, 0x80, 0x00,                      /* "fa": int16 -32768 */
+    0xa1, 'n', 0xdb, 0, 0, 0, 3, 'A', 'c', 't',            /* "n": str32 "Act" */
+    0xa1, 'x', 0xc7, 0x02, 0x05, 0xaa, 0xbb,               /* unknown: ext8 */
+    0xa1, 'y', 0x92, 0xc4, 0x01, 0x00, 0x81, 0xa1, 'q', 0xca, 0, 0, 0, 0, /* [bin, {q: f32}] */
+    0xa1, 'f', 0x84, 0xa1, 'c', 0xff, 0xa1, 'm', 0xa2, 'h', 'i', /* f: c -1, m "hi", */
+    0xa2, 'r', 't', 0xc3, 0xa2, 'z', 'z', 0xd4, 0x01, 0x02,    /* rt true, zz fixext1 */
+    0xa1, 'd', 0xa4, 'n', 'u', 'l', 'l',                   /* "d": "null" */
+    0xa3, 'p', 'e', 'x', 0xcc, 0xff,                       /* "pex": uint8 255 */
+  };
+  static const unsigned char bin_str[] = {0x83, 0xa1, 'v', 0x01, 0xa1, 'k', 0x01,
+                                          0xa1, 'n', 0xc4, 0x01, 'a'};
+  dx_event_t e;
+  dx_error_t err;
+  ASSERT_OK(dx__event_decode(rec, sizeof rec, &e, &err));
+  ASSERT_EQ(e.kind, 3);
+  ASSERT_EQ(e.event_id, 7);
+  ASSERT_EQ(e.source_id, UINT64_C(1) << 32);
+  ASSERT_EQ(e.timestamp_ms, -2);
+  ASSERT_EQ(e.fire_at_ms, -32768);
+  ASSERT_EQ(e.parent_execution_id, 255);
+  ASSERT_STR_EQ(e.name, "Act");
+  ASSERT_STR_EQ(e.data, "null");
+  ASSERT_EQ(e.fail.category, -1);
+  ASSERT_STR_EQ(e.fail.message, "hi");
+  ASSERT_EQ(e.fail.retryable, 1);
+  ASSERT(dx__arena_owns(e.arena, e.fail.message));
+  dx_event_clear(&e);
+  ASSERT_EQ(dx__event_decode(bin_str, sizeof bin_str, &e, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, "field 'n' is not a string");
 }
 
 /* {===== JSON =====} */

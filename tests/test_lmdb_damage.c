@@ -136,6 +136,111 @@ DX_TEST(lmdb_flipped_byte_never_changes_an_answer) {
   free(store);
 }
 
+/* An ack runs in the batch's own transaction (no nested one per call): when it fails after
+** it wrote (here: the activity it cancels has a damaged row), nothing of the batch is kept and
+** commit reports that error; an expected refusal (a stale token, an event stored already)
+** comes before any write and leaves the batch usable. */
+DX_TEST(lmdb_ack_failing_part_way_spoils_its_batch_a_refusal_does_not) {
+  char *store = new_store("spoil");
+  dx_provider_t *p = open_ok(store);
+  dx_work_item_t w, act;
+  dx_orch_item_t *it = NULL;
+  dx_orch_ack_t a;
+  dx_event_t ev[2];
+  dx_activity_ref_t ref = {"sp", 1, 2};
+  dx_error_t err;
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_START;
+  w.instance = "sp";
+  w.name = "Orch";
+  w.execution_id = 1;
+  w.data = "1";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 5000, &it, &err));
+  ASSERT(it);
+  memset(ev, 0, sizeof ev);
+  ev[0].event_id = 1;
+  ev[0].kind = DX_EV_ORCH_STARTED;
+  ev[0].name = "Orch";
+  ev[0].data = "1";
+  ev[1].event_id = 2;
+  ev[1].kind = DX_EV_ACT_SCHEDULED;
+  ev[1].name = "Act";
+  ev[1].data = "null";
+  memset(&act, 0, sizeof act);
+  act.kind = DX_WI_ACT_EXECUTE;
+  act.instance = "sp";
+  act.execution_id = 1;
+  act.id = 2;
+  act.name = "Act";
+  act.data = "\"ROW-MARKER\"";
+  memset(&a, 0, sizeof a);
+  a.instance = "sp";
+  a.lock_token = it->lock_token;
+  a.execution_id = 1;
+  a.orchestration_name = "Orch";
+  a.delta = ev;
+  a.delta_len = 2;
+  a.worker_items = &act;
+  a.worker_items_len = 1;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0, &a, &err));
+  dx_orch_item_free(it);
+  M(p)->destroy(p);
+  flip_in_file(store, "ROW-MARKER"); /* the activity's work row */
+  p = open_ok(store);
+  w.kind = DX_WI_EXTERNAL;
+  w.name = "go";
+  w.data = "null";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+
+  /* refusals before any write: the batch stays usable and its other calls are kept */
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 1, 5000, &it, &err));
+  ASSERT(it && strcmp(it->instance, "sp") == 0);
+  memset(&a, 0, sizeof a);
+  a.instance = "sp";
+  a.lock_token = it->lock_token + 1;
+  a.execution_id = 1;
+  ev[0].event_id = 3;
+  ev[0].kind = DX_EV_EXT_EVENT;
+  ev[0].name = "go";
+  ev[0].data = "null";
+  a.delta = ev;
+  a.delta_len = 1;
+  ASSERT_EQ(M(p)->ack_orchestration_item(p, T0 + 1, &a, &err), DX_ETOKEN);
+  a.lock_token = it->lock_token;
+  ev[0].event_id = 2; /* stored already */
+  ASSERT_EQ(M(p)->ack_orchestration_item(p, T0 + 1, &a, &err), DX_EEXIST);
+  ASSERT_CONTAINS(err.msg, "event 2 already exists");
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  dx_orch_item_free(it);
+
+  /* failing part way: the fetch's lock and the ack's writes are all undone */
+  ASSERT_OK(M(p)->begin(p, &err));
+  it = NULL;
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 6000, 5000, &it, &err)); /* lock lapsed */
+  ASSERT(it && strcmp(it->instance, "sp") == 0);
+  a.lock_token = it->lock_token;
+  ev[0].event_id = 3;
+  a.cancelled = &ref;
+  a.cancelled_len = 1;
+  a.status = DX_STATUS_COMPLETED;
+  a.output = "1";
+  ASSERT_EQ(M(p)->ack_orchestration_item(p, T0 + 6000, &a, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, "work");
+  ASSERT_EQ(M(p)->commit(p, 1, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, store);
+  M(p)->rollback(p); /* a no-op: the failed commit ended the batch */
+  dx_orch_item_free(it);
+  it = NULL;
+  /* nothing was kept: not the ack (no event 3, still running), not the fetch's lock */
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 6001, 5000, &it, &err));
+  ASSERT(it && strcmp(it->instance, "sp") == 0 && it->history_len == 2);
+  dx_orch_item_free(it);
+  M(p)->destroy(p);
+  free(store);
+}
+
 DX_TEST(lmdb_zero_length_data_is_damaged_not_empty) {
   char *store = new_store("zero");
   dx_provider_t *p = NULL;
@@ -345,6 +450,56 @@ DX_TEST(lmdb_format2_store_is_upgraded_on_open) {
   ASSERT_OK(M(p)->get_instance_info(p, "hello-1", &info, &err));
   ASSERT_STR_EQ(info.output, "\"Hello, Lua!\"");
   dx_instance_info_clear(&info);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* Work lock tokens now name their row (no work_token entry, two writes less per activity); a
+** lock taken by the build before (fixture: an activity locked under such a token, kept in
+** work_token) is still acked and renewed by its token. */
+DX_TEST(lmdb_work_tokens_name_their_row_old_tokens_still_work) {
+  char *store = new_store("oldtok"), cmd[1400];
+  dx_provider_t *p;
+  dx_work_item_t act, done;
+  dx_work_fetch_t f;
+  problems_t pr;
+  dx_error_t err;
+  uint64_t old = UINT64_C(0x2c2ee91c00000001); /* the token the old build printed */
+  ASSERT(mkdir(store, 0700) == 0);
+  snprintf(cmd, sizeof cmd, "tar xzf '%s/store-oldtoken.tar.gz' -C '%s'", DX_FIXTURES, store);
+  ASSERT_EQ(system(cmd), 0);
+  p = open_ok(store);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  ASSERT_EQ(M(p)->ack_work_item(p, T0, old + 1, NULL, &err), DX_ELOCK);
+  ASSERT_OK(M(p)->renew_work_item_lock(p, T0, old, 60000, &err));
+  memset(&done, 0, sizeof done);
+  done.kind = DX_WI_ACT_COMPLETED;
+  done.instance = "old-1";
+  done.execution_id = 1;
+  done.id = 2;
+  done.data = "1";
+  ASSERT_OK(M(p)->ack_work_item(p, T0, old, &done, &err));
+  ASSERT_EQ(M(p)->ack_work_item(p, T0, old, &done, &err), DX_ELOCK); /* once */
+  ASSERT_EQ(check_store(p, &pr), 0);
+  /* a new lock: its token names the row (seq << 20), no index entry, and it acks once */
+  memset(&act, 0, sizeof act);
+  act.kind = DX_WI_ACT_EXECUTE;
+  act.instance = "new-1";
+  act.execution_id = 1;
+  act.id = 3;
+  act.name = "Act";
+  act.data = "null";
+  ASSERT_OK(M(p)->enqueue_for_worker(p, T0, &act, &err));
+  memset(&f, 0, sizeof f);
+  ASSERT_OK(M(p)->fetch_work_item(p, T0, 60000, NULL, &f, &err));
+  ASSERT_STR_EQ(f.item.instance, "new-1");
+  ASSERT(f.lock_token >> 20 != 0 && (f.lock_token >> 20) < 100); /* a small seq */
+  ASSERT_EQ(check_store(p, &pr), 0);
+  ASSERT_EQ(M(p)->ack_work_item(p, T0, f.lock_token ^ 1, NULL, &err), DX_ELOCK);
+  ASSERT_OK(M(p)->ack_work_item(p, T0, f.lock_token, NULL, &err));
+  ASSERT_EQ(M(p)->ack_work_item(p, T0, f.lock_token, NULL, &err), DX_ELOCK);
+  dx_work_item_clear(&f.item);
+  ASSERT_EQ(check_store(p, &pr), 0);
   M(p)->destroy(p);
   free(store);
 }

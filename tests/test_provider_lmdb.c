@@ -105,6 +105,88 @@ static uint64_t orch_depth(dx_provider_t *p) {
   return d.orchestrator;
 }
 
+/* meta "seq" as stored (read with LMDB itself): the last sequence number handed out. */
+static uint64_t stored_seq(const char *store) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi db;
+  MDB_val k = {3, "seq"}, v;
+  uint64_t s = 0;
+  size_t i;
+  ASSERT_OK(mdb_env_create(&env));
+  ASSERT_OK(mdb_env_set_maxdbs(env, 64));
+  ASSERT_OK(mdb_env_open(env, store, MDB_RDONLY, 0600));
+  ASSERT_OK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn));
+  ASSERT_OK(mdb_dbi_open(txn, "meta", 0, &db));
+  ASSERT_OK(mdb_get(txn, db, &k, &v));
+  ASSERT(v.mv_size == 8 + 4); /* be64 and its checksum */
+  for (i = 0; i < 8; i++) s = (s << 8) | ((const unsigned char *)v.mv_data)[i];
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return s;
+}
+
+/* Inside a batch the sequence counter is kept in memory and stored once, at commit: a
+** committed batch leaves it at the last number it used, a rolled-back one leaves it as it
+** was, and numbers are never handed out twice. */
+DX_TEST(lmdb_batch_stores_the_sequence_counter_at_commit) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = dx_pv_open(store);
+  dx_work_item_t w = start_item("s1", "1");
+  dx_error_t err;
+  uint64_t before;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  before = stored_seq(store);
+  ASSERT(before >= 1);
+  ASSERT_OK(M(p)->begin(p, &err));
+  w.kind = DX_WI_EXTERNAL;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_EQ(stored_seq(store), before); /* not yet */
+  M(p)->rollback(p);
+  ASSERT_EQ(stored_seq(store), before);
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(stored_seq(store), before + 3);
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err)); /* outside a batch */
+  ASSERT_EQ(stored_seq(store), before + 4);
+  ASSERT_EQ(orch_depth(p), 5); /* distinct keys: none overwrote another */
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* A worker lock token names its row; a row re-locked after its lock lapsed never gets the
+** token it had, so the lapsed holder's ack is refused (ELOCK) every time. */
+DX_TEST(lmdb_relocked_row_never_reuses_its_previous_token) {
+  dx_provider_t *p = dx_pv_fresh();
+  dx_work_item_t act;
+  dx_work_fetch_t f;
+  dx_error_t err;
+  uint64_t prev = 0;
+  int i;
+  memset(&act, 0, sizeof act);
+  act.kind = DX_WI_ACT_EXECUTE;
+  act.instance = "r";
+  act.execution_id = 1;
+  act.id = 1;
+  act.name = "Act";
+  ASSERT_OK(M(p)->enqueue_for_worker(p, T0, &act, &err));
+  for (i = 0; i < 300; i++) {
+    memset(&f, 0, sizeof f);
+    ASSERT_OK(M(p)->fetch_work_item(p, T0 + 10 * i, 5, NULL, &f, &err)); /* lapses in 5 ms */
+    ASSERT(f.item.kind == DX_WI_ACT_EXECUTE);
+    ASSERT(f.lock_token != prev);
+    if (prev) ASSERT_EQ(M(p)->ack_work_item(p, T0 + 10 * i, prev, NULL, &err), DX_ELOCK);
+    prev = f.lock_token;
+    dx_work_item_clear(&f.item);
+  }
+  ASSERT_OK(M(p)->ack_work_item(p, T0 + 10 * i - 8, prev, NULL, &err));
+  M(p)->destroy(p);
+}
+
 DX_TEST(lmdb_handles_share_one_env) {
   char *store = dx_pv_new_store();
   dx_provider_t *a = dx_pv_open(store), *b = dx_pv_open(store), *c;

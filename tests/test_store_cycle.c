@@ -213,10 +213,13 @@ static void run_batch(wrap_t *w, const char *const *ids, size_t n, op_t *ops) {
     ops[i].op.ud = &ops[i];
     ops[i].done = &done;
   }
-  /* queue everything before the thread starts, so it is one batch */
+  /* queue everything while the thread is held, so it is one batch (the thread runs from
+  ** dx__store_new on: a cycle between two submits split the batch on a busy machine) */
   ASSERT_OK(dx__store_new(&s, &loop, &cfg, &err));
+  dx__store_pause(s, 1);
   dx__store_stop_fetching(s);
   for (i = 0; i < n; i++) dx__store_submit(s, &ops[i].op);
+  dx__store_pause(s, 0);
   while (done < (int)n) uv_run(&loop, UV_RUN_ONCE);
   dx__store_close(s, closed, &is_closed);
   uv_run(&loop, UV_RUN_DEFAULT);

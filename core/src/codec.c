@@ -7,13 +7,14 @@
 ** loop each. Decoding is strict -- wrong types, unknown kinds, duplicates, truncation and
 ** trailing bytes are DX_ECORRUPT naming the problem -- except that unknown keys are skipped,
 ** so an older reader can open records written by a newer one of the same format version.
+** Records are written into one exactly sized buffer and read straight from their bytes
+** (after the framing scan), without msgpack-c's growing buffers and object trees; a decoded
+** record's strings are copied into one block, the record's arena (codec.h).
 */
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <msgpack.h>
 
 #include "codec.h"
 
@@ -25,6 +26,7 @@ typedef struct {
   const char *key;
   field_type_t type;
   size_t off;
+  size_t key_len; /* strlen(key), known at compile time (every record packs and matches keys) */
 } field_t;
 
 typedef struct {
@@ -32,9 +34,10 @@ typedef struct {
   const field_t *fields;
   size_t n;
   int kind_limit;       /* valid kinds are 1 .. kind_limit-1 */
+  size_t arena_off;     /* top-level records: offset of their `arena` member */
 } schema_t;
 
-#define EV(key, type, member) {key, type, offsetof(dx_event_t, member)}
+#define EV(key, type, member) {key, type, offsetof(dx_event_t, member), sizeof key - 1}
 static const field_t event_fields[] = {
   EV("k", FT_KIND, kind),         EV("id", FT_U64, event_id),
   EV("src", FT_U64, source_id),   EV("ts", FT_I64, timestamp_ms),
@@ -49,7 +52,7 @@ static const field_t event_fields[] = {
 };
 #undef EV
 
-#define WI(key, type, member) {key, type, offsetof(dx_work_item_t, member)}
+#define WI(key, type, member) {key, type, offsetof(dx_work_item_t, member), sizeof key - 1}
 static const field_t work_fields[] = {
   WI("k", FT_KIND, kind),         WI("i", FT_STR, instance),
   WI("ex", FT_U64, execution_id), WI("id", FT_U64, id),
@@ -64,7 +67,7 @@ static const field_t work_fields[] = {
 };
 #undef WI
 
-#define FL(key, type, member) {key, type, offsetof(dx_failure_t, member)}
+#define FL(key, type, member) {key, type, offsetof(dx_failure_t, member), sizeof key - 1}
 static const field_t failure_fields[] = {
   FL("c", FT_INT, category), FL("k", FT_STR, kind),
   FL("m", FT_STR, message),  FL("rt", FT_BOOL, retryable),
@@ -73,10 +76,10 @@ static const field_t failure_fields[] = {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 static const schema_t event_schema = {"event record", event_fields, COUNT(event_fields),
-                                      DX_EV__COUNT};
+                                      DX_EV__COUNT, offsetof(dx_event_t, arena)};
 static const schema_t work_schema = {"work item record", work_fields, COUNT(work_fields),
-                                     DX_WI__COUNT};
-static const schema_t failure_schema = {"failure", failure_fields, COUNT(failure_fields), 0};
+                                     DX_WI__COUNT, offsetof(dx_work_item_t, arena)};
+static const schema_t failure_schema = {"failure", failure_fields, COUNT(failure_fields), 0, 0};
 
 /* Field access through the descriptor's offset. */
 #define AT(base, f, T) ((T *)(void *)((char *)(base) + (f)->off))
@@ -100,58 +103,116 @@ static int field_present(const field_t *f, const void *base) {
   return 0;
 }
 
-static int pack_key(msgpack_packer *pk, const char *key) {
-  return msgpack_pack_str_with_body(pk, key, strlen(key));
+/* A MessagePack writer straight into one exactly sized buffer (msgpack-c's growing buffer
+** reallocated and copied as a record grew). Run twice over a record: with p NULL it only
+** counts the bytes and notes each string's length, then it writes them. The encodings are
+** the smallest ones, as msgpack-c chooses them. */
+#define MAX_STRS 24 /* more than the fields of any record and its failure */
+typedef struct {
+  unsigned char *p; /* NULL: counting pass */
+  size_t n;         /* bytes so far */
+  size_t lens[MAX_STRS];
+  int nstr;         /* strings so far (noted in the counting pass, reused in the writing one) */
+} wr_t;
+
+static void wr_bytes(wr_t *w, const void *b, size_t n) {
+  if (w->p && n) memcpy(w->p + w->n, b, n);
+  w->n += n;
 }
 
-static int pack_fields(msgpack_packer *pk, const schema_t *s, const void *base);
-
-/* Write one present field (key and value). Non-zero on allocation failure. */
-static int pack_field(msgpack_packer *pk, const field_t *f, const void *base) {
-  int rc = pack_key(pk, f->key);
-  switch (f->type) {
-    case FT_KIND: case FT_INT: rc |= msgpack_pack_int64(pk, *CAT(base, f, int)); break;
-    case FT_U64: rc |= msgpack_pack_uint64(pk, *CAT(base, f, uint64_t)); break;
-    case FT_I64: rc |= msgpack_pack_int64(pk, *CAT(base, f, int64_t)); break;
-    case FT_BOOL: rc |= msgpack_pack_true(pk); break; /* only present when true */
-    case FT_STR: {
-      const char *str = *CAT(base, f, char *);
-      rc |= msgpack_pack_str_with_body(pk, str, strlen(str));
-      break;
-    }
-    case FT_FAIL: rc |= pack_fields(pk, &failure_schema, CAT(base, f, dx_failure_t)); break;
+/* A tag byte followed by the low `n` bytes of v, big-endian. */
+static void wr_tag(wr_t *w, unsigned tag, uint64_t v, int n) {
+  if (w->p) {
+    int i;
+    w->p[w->n] = (unsigned char)tag;
+    for (i = 0; i < n; i++) w->p[w->n + 1 + i] = (unsigned char)(v >> (8 * (n - 1 - i)));
   }
-  return rc;
+  w->n += 1 + (size_t)n;
+}
+
+static void wr_uint(wr_t *w, uint64_t v) {
+  if (v < 128) wr_tag(w, (unsigned)v, 0, 0);
+  else if (v < 256) wr_tag(w, 0xcc, v, 1);
+  else if (v < 65536) wr_tag(w, 0xcd, v, 2);
+  else if (v <= UINT32_MAX) wr_tag(w, 0xce, v, 4);
+  else wr_tag(w, 0xcf, v, 8);
+}
+
+static void wr_int(wr_t *w, int64_t v) {
+  if (v >= 0) wr_uint(w, (uint64_t)v);
+  else if (v >= -32) wr_tag(w, (unsigned)(v & 0xff), 0, 0);
+  else if (v >= -128) wr_tag(w, 0xd0, (uint64_t)v, 1);
+  else if (v >= -32768) wr_tag(w, 0xd1, (uint64_t)v, 2);
+  else if (v >= INT32_MIN) wr_tag(w, 0xd2, (uint64_t)v, 4);
+  else wr_tag(w, 0xd3, (uint64_t)v, 8);
+}
+
+static void wr_str(wr_t *w, const char *s, size_t n) {
+  if (n < 32) wr_tag(w, 0xa0 | (unsigned)n, 0, 0);
+  else if (n < 256) wr_tag(w, 0xd9, n, 1);
+  else if (n < 65536) wr_tag(w, 0xda, n, 2);
+  else wr_tag(w, 0xdb, n, 4);
+  wr_bytes(w, s, n);
+}
+
+static void wr_map(wr_t *w, size_t n) {
+  if (n < 16) wr_tag(w, 0x80 | (unsigned)n, 0, 0);
+  else if (n < 65536) wr_tag(w, 0xde, n, 2);
+  else wr_tag(w, 0xdf, n, 4);
+}
+
+/* A string value: its length measured once, in the counting pass. */
+static void wr_value_str(wr_t *w, const char *s) {
+  size_t n;
+  if (!w->p) w->lens[w->nstr] = strlen(s);
+  n = w->lens[w->nstr++];
+  wr_str(w, s, n);
+}
+
+static void wr_fields(wr_t *w, const schema_t *s, const void *base);
+
+/* One present field (key and value). */
+static void wr_field(wr_t *w, const field_t *f, const void *base) {
+  wr_str(w, f->key, f->key_len);
+  switch (f->type) {
+    case FT_KIND: case FT_INT: wr_int(w, *CAT(base, f, int)); break;
+    case FT_U64: wr_uint(w, *CAT(base, f, uint64_t)); break;
+    case FT_I64: wr_int(w, *CAT(base, f, int64_t)); break;
+    case FT_BOOL: wr_tag(w, 0xc3, 0, 0); break; /* only present when true */
+    case FT_STR: wr_value_str(w, *CAT(base, f, char *)); break;
+    case FT_FAIL: wr_fields(w, &failure_schema, CAT(base, f, dx_failure_t)); break;
+  }
 }
 
 /* A map of the schema's present fields; top-level records get the version entry first. */
-static int pack_fields(msgpack_packer *pk, const schema_t *s, const void *base) {
+static void wr_fields(wr_t *w, const schema_t *s, const void *base) {
   size_t i, n = 0;
-  int rc, top = s != &failure_schema;
+  int top = s != &failure_schema;
   for (i = 0; i < s->n; i++) n += (size_t)field_present(&s->fields[i], base);
-  rc = msgpack_pack_map(pk, n + (size_t)top);
-  if (top) rc |= pack_key(pk, "v") | msgpack_pack_uint64(pk, FORMAT_VERSION);
-  for (i = 0; i < s->n && rc == 0; i++)
-    if (field_present(&s->fields[i], base)) rc |= pack_field(pk, &s->fields[i], base);
-  return rc;
+  wr_map(w, n + (size_t)top);
+  if (top) {
+    wr_str(w, "v", 1);
+    wr_uint(w, FORMAT_VERSION);
+  }
+  for (i = 0; i < s->n; i++)
+    if (field_present(&s->fields[i], base)) wr_field(w, &s->fields[i], base);
 }
 
 static int encode(const schema_t *s, const void *rec, char **buf, size_t *len) {
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
+  wr_t w;
   int kind = *CAT(rec, &s->fields[0], int); /* fields[0] is the kind in both schemas */
   *buf = NULL;
   *len = 0;
   /* A record with no valid kind could never be read back: refuse it at the writer. */
   if (kind < 1 || kind >= s->kind_limit) return DX_EINVAL;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  if (pack_fields(&pk, s, rec) != 0) {
-    msgpack_sbuffer_destroy(&sb);
-    return DX_ENOMEM;
-  }
-  *len = sb.size;
-  *buf = msgpack_sbuffer_release(&sb);
+  memset(&w, 0, sizeof w);
+  wr_fields(&w, s, rec);
+  if (!(w.p = malloc(w.n))) return DX_ENOMEM;
+  *len = w.n;
+  w.n = 0;
+  w.nstr = 0;
+  wr_fields(&w, s, rec);
+  *buf = (char *)w.p;
   return DX_OK;
 }
 
@@ -274,52 +335,141 @@ int dx__msgpack_check(const void *buf, size_t len, const char *what, dx_error_t 
 
 /* {===== decoding =====} */
 
-static int key_is(const msgpack_object *k, const char *key) {
-  size_t n = strlen(key);
-  return k->via.str.size == n && memcmp(k->via.str.ptr, key, n) == 0;
+/*
+** A direct reader over the record's bytes. scan_framing has checked them first (every length
+** within the buffer, no reserved byte, nothing trailing), so the reader trusts the lengths.
+** Values are classified as msgpack-c would: any integer >= 0 is unsigned, any below 0 signed.
+*/
+typedef enum { V_NIL, V_BOOL, V_UINT, V_NEG, V_FLOAT, V_STR, V_BIN, V_ARRAY, V_MAP, V_EXT } vtype_t;
+
+typedef struct {
+  vtype_t type;
+  uint64_t u;      /* V_UINT; V_BOOL: 0/1 */
+  int64_t i;       /* V_NEG */
+  const char *s;   /* V_STR, V_BIN, V_EXT: the body */
+  uint64_t n;      /* body bytes; V_ARRAY / V_MAP: element count */
+} val_t;
+
+typedef struct {
+  const unsigned char *p;
+  size_t pos;
+} rd_t;
+
+static uint64_t rd_be(rd_t *r, int n) {
+  uint64_t v = 0;
+  int i;
+  for (i = 0; i < n; i++) v = (v << 8) | r->p[r->pos++];
+  return v;
 }
 
-static int read_fields(const schema_t *s, const msgpack_object *map, uint32_t first,
-                       void *base, const char *what, const char *prefix, dx_error_t *err);
+static void rd_body(rd_t *r, val_t *v, vtype_t type, uint64_t n) {
+  v->type = type;
+  v->n = n;
+  v->s = (const char *)r->p + r->pos;
+  r->pos += (size_t)n;
+}
 
-/* Store one value into the member a descriptor names; DX_ECORRUPT naming the field when the
-** value has the wrong type or range. */
-static int read_field(const field_t *f, const msgpack_object *v, void *base, int kind_limit,
-                      const char *what, const char *prefix, dx_error_t *err) {
+/* One value's header (and body, for strings, bins and exts; containers' elements follow). */
+static void rd_value(rd_t *r, val_t *v) {
+  unsigned c = r->p[r->pos++];
+  memset(v, 0, sizeof *v);
+  if (c <= 0x7f) { v->type = V_UINT; v->u = c; return; }
+  if (c >= 0xe0) { v->type = V_NEG; v->i = (int64_t)c - 256; return; }
+  if (c <= 0x8f) { v->type = V_MAP; v->n = c & 0x0f; return; }
+  if (c <= 0x9f) { v->type = V_ARRAY; v->n = c & 0x0f; return; }
+  if (c <= 0xbf) { rd_body(r, v, V_STR, c & 0x1f); return; }
+  switch (c) {
+    case 0xc0: v->type = V_NIL; return;
+    case 0xc2: case 0xc3: v->type = V_BOOL; v->u = c == 0xc3; return;
+    case 0xc4: case 0xc5: case 0xc6: rd_body(r, v, V_BIN, rd_be(r, 1 << (c - 0xc4))); return;
+    case 0xc7: case 0xc8: case 0xc9: {
+      uint64_t n = rd_be(r, 1 << (c - 0xc7));
+      r->pos++; /* type */
+      rd_body(r, v, V_EXT, n);
+      return;
+    }
+    case 0xca: r->pos += 4; v->type = V_FLOAT; return;
+    case 0xcb: r->pos += 8; v->type = V_FLOAT; return;
+    case 0xcc: case 0xcd: case 0xce: case 0xcf:
+      v->type = V_UINT;
+      v->u = rd_be(r, 1 << (c - 0xcc));
+      return;
+    case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+      int n = 1 << (c - 0xd0);
+      uint64_t raw = rd_be(r, n);
+      int64_t x = n == 8 ? (int64_t)raw : (int64_t)(raw ^ (UINT64_C(1) << (8 * n - 1))) -
+                                              (int64_t)(UINT64_C(1) << (8 * n - 1));
+      if (x >= 0) { v->type = V_UINT; v->u = (uint64_t)x; }
+      else { v->type = V_NEG; v->i = x; }
+      return;
+    }
+    case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
+      r->pos++; /* type */
+      rd_body(r, v, V_EXT, (uint64_t)1 << (c - 0xd4));
+      return;
+    case 0xd9: case 0xda: case 0xdb: rd_body(r, v, V_STR, rd_be(r, 1 << (c - 0xd9))); return;
+    case 0xdc: case 0xdd: v->type = V_ARRAY; v->n = rd_be(r, c == 0xdc ? 2 : 4); return;
+    default: v->type = V_MAP; v->n = rd_be(r, c == 0xde ? 2 : 4); return; /* 0xde, 0xdf */
+  }
+}
+
+/* Skip one whole value, containers with everything in them (depth is bounded by the scan). */
+static void rd_skip(rd_t *r) {
+  val_t v;
+  uint64_t k;
+  rd_value(r, &v);
+  if (v.type == V_ARRAY) for (k = 0; k < v.n; k++) rd_skip(r);
+  if (v.type == V_MAP) for (k = 0; k < 2 * v.n; k++) rd_skip(r);
+}
+
+static int key_is(const val_t *k, const char *key, size_t n) {
+  return k->n == n && memcmp(k->s, key, n) == 0;
+}
+
+/* Where a record's strings are copied: the cursor into its arena (decode sized it for every
+** string of the record). */
+typedef struct {
+  char *next;
+} strbuf_t;
+
+static int read_fields(const schema_t *s, rd_t *r, uint64_t count, uint32_t first, void *base,
+                       const char *what, const char *prefix, strbuf_t *sb, dx_error_t *err);
+
+/* Store one value (its header read into v) into the member a descriptor names; DX_ECORRUPT
+** naming the field when the value has the wrong type or range. */
+static int read_field(const field_t *f, const val_t *v, rd_t *r, void *base, int kind_limit,
+                      const char *what, const char *prefix, strbuf_t *sb, dx_error_t *err) {
   const char *expected = NULL;
   switch (f->type) {
     case FT_STR: {
       char *str;
-      if (v->type != MSGPACK_OBJECT_STR) { expected = "a string"; break; }
-      if (memchr(v->via.str.ptr, 0, v->via.str.size))
+      if (v->type != V_STR) { expected = "a string"; break; }
+      if (memchr(v->s, 0, (size_t)v->n))
         return dx_error_set(err, DX_ECORRUPT, "%s: field '%s%s' contains a NUL byte", what,
                             prefix, f->key);
-      if (!(str = malloc(v->via.str.size + 1))) return DX_ENOMEM;
-      memcpy(str, v->via.str.ptr, v->via.str.size);
-      str[v->via.str.size] = '\0';
+      str = sb->next;
+      sb->next += v->n + 1;
+      memcpy(str, v->s, (size_t)v->n);
+      str[v->n] = '\0';
       *AT(base, f, char *) = str;
       return DX_OK;
     }
     case FT_U64:
-      if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER) { expected = "an unsigned integer"; break; }
-      *AT(base, f, uint64_t) = v->via.u64;
+      if (v->type != V_UINT) { expected = "an unsigned integer"; break; }
+      *AT(base, f, uint64_t) = v->u;
       return DX_OK;
     case FT_I64:
-      if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
-        *AT(base, f, int64_t) = v->via.i64;
+      if (v->type == V_NEG) {
+        *AT(base, f, int64_t) = v->i;
         return DX_OK;
       }
-      if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 > INT64_MAX) {
-        expected = "a 64-bit signed integer";
-        break;
-      }
-      *AT(base, f, int64_t) = (int64_t)v->via.u64;
+      if (v->type != V_UINT || v->u > INT64_MAX) { expected = "a 64-bit signed integer"; break; }
+      *AT(base, f, int64_t) = (int64_t)v->u;
       return DX_OK;
     case FT_KIND: case FT_INT: {
       int64_t x;
-      if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) x = v->via.i64;
-      else if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 <= INT_MAX)
-        x = (int64_t)v->via.u64;
+      if (v->type == V_NEG) x = v->i;
+      else if (v->type == V_UINT && v->u <= INT_MAX) x = (int64_t)v->u;
       else { expected = "a small integer"; break; }
       if (x < INT_MIN) { expected = "a small integer"; break; }
       if (f->type == FT_KIND && (x < 1 || x >= kind_limit))
@@ -329,37 +479,44 @@ static int read_field(const field_t *f, const msgpack_object *v, void *base, int
       return DX_OK;
     }
     case FT_BOOL:
-      if (v->type != MSGPACK_OBJECT_BOOLEAN) { expected = "a boolean"; break; }
-      *AT(base, f, int) = v->via.boolean ? 1 : 0;
+      if (v->type != V_BOOL) { expected = "a boolean"; break; }
+      *AT(base, f, int) = (int)v->u;
       return DX_OK;
     case FT_FAIL:
-      if (v->type != MSGPACK_OBJECT_MAP) { expected = "a map"; break; }
-      return read_fields(&failure_schema, v, 0, AT(base, f, dx_failure_t), what, "f.", err);
+      if (v->type != V_MAP) { expected = "a map"; break; }
+      return read_fields(&failure_schema, r, v->n, 0, AT(base, f, dx_failure_t), what, "f.", sb,
+                         err);
   }
   return dx_error_set(err, DX_ECORRUPT, "%s: field '%s%s' is not %s", what, prefix, f->key,
                       expected);
 }
 
-/* Fill `base` from a map following schema `s`, starting at entry `first` (the caller has
-** already checked the version entry of a top-level record). */
-static int read_fields(const schema_t *s, const msgpack_object *map, uint32_t first,
-                       void *base, const char *what, const char *prefix, dx_error_t *err) {
-  uint32_t seen = 0, i;
+/* Fill `base` from the `count` entries of a map following schema `s` (r is at entry `first`:
+** the caller has already read a top-level record's version entry). */
+static int read_fields(const schema_t *s, rd_t *r, uint64_t count, uint32_t first, void *base,
+                       const char *what, const char *prefix, strbuf_t *sb, dx_error_t *err) {
+  uint32_t seen = 0;
+  uint64_t i;
   size_t j;
-  for (i = first; i < map->via.map.size; i++) {
-    const msgpack_object_kv *kv = &map->via.map.ptr[i];
+  for (i = first; i < count; i++) {
+    val_t k, v;
     int rc;
-    if (kv->key.type != MSGPACK_OBJECT_STR)
-      return dx_error_set(err, DX_ECORRUPT, "%s: key %u%s is not a string", what, i + 1,
-                          prefix[0] ? " of field 'f'" : "");
+    rd_value(r, &k);
+    if (k.type != V_STR)
+      return dx_error_set(err, DX_ECORRUPT, "%s: key %u%s is not a string", what,
+                          (unsigned)(i + 1), prefix[0] ? " of field 'f'" : "");
     for (j = 0; j < s->n; j++)
-      if (key_is(&kv->key, s->fields[j].key)) break;
-    if (j == s->n) continue; /* unknown key: written by a newer version, skip */
+      if (key_is(&k, s->fields[j].key, s->fields[j].key_len)) break;
+    if (j == s->n) { /* unknown key: written by a newer version, skip */
+      rd_skip(r);
+      continue;
+    }
     if (seen & (1u << j))
       return dx_error_set(err, DX_ECORRUPT, "%s: field '%s%s' appears twice", what, prefix,
                           s->fields[j].key);
     seen |= 1u << j;
-    rc = read_field(&s->fields[j], &kv->val, base, s->kind_limit, what, prefix, err);
+    rd_value(r, &v);
+    rc = read_field(&s->fields[j], &v, r, base, s->kind_limit, what, prefix, sb, err);
     if (rc != DX_OK) return rc;
   }
   for (j = 0; j < s->n; j++)
@@ -369,41 +526,64 @@ static int read_fields(const schema_t *s, const msgpack_object *map, uint32_t fi
   return DX_OK;
 }
 
+/* Bytes the strings of the `count` entries at r take with their NULs: string values, and those
+** of the maps inside (the failure). Unknown keys' strings are counted too: a few bytes spare. */
+static size_t string_bytes(rd_t r, uint64_t count, int depth) {
+  size_t n = 0;
+  uint64_t i;
+  for (i = 0; i < count; i++) {
+    val_t v;
+    rd_skip(&r); /* the key */
+    rd_value(&r, &v);
+    if (v.type == V_STR) {
+      n += (size_t)v.n + 1;
+    } else if (v.type == V_MAP && depth == 0) {
+      n += string_bytes(r, v.n, 1);
+    }
+    if (v.type == V_MAP || v.type == V_ARRAY) {
+      uint64_t k, m = v.type == V_MAP ? 2 * v.n : v.n;
+      for (k = 0; k < m; k++) rd_skip(&r);
+    }
+  }
+  return n;
+}
+
+/* One allocation for all of a record's strings (instead of one each, freed one by one on
+** another thread): its arena, stored in the record. DX_OK or DX_ENOMEM. */
+static int arena_alloc(const schema_t *s, const rd_t *r, uint64_t count, void *out,
+                       strbuf_t *sb) {
+  size_t n = string_bytes(*r, count, 0);
+  char *block;
+  sb->next = NULL;
+  if (n == 0) return DX_OK;
+  if (!(block = malloc(sizeof(size_t) + n))) return DX_ENOMEM;
+  memcpy(block, &n, sizeof n);
+  *(void **)(void *)((char *)out + s->arena_off) = block;
+  sb->next = block + sizeof(size_t);
+  return DX_OK;
+}
+
 static int decode(const schema_t *s, const void *buf, size_t len, void *out, dx_error_t *err) {
-  msgpack_unpacked up;
-  const msgpack_object *root, *v;
-  size_t off = 0;
+  rd_t r = {buf, 0};
+  val_t root, k, v;
+  strbuf_t sb;
   int rc;
   if (!buf || len == 0) return dx_error_set(err, DX_ECORRUPT, "%s: empty", s->what);
   rc = scan_framing(buf, len, s->what, err);
   if (rc != DX_OK) return rc;
-  msgpack_unpacked_init(&up);
-  switch (msgpack_unpack_next(&up, buf, len, &off)) {
-    case MSGPACK_UNPACK_SUCCESS: break;
-    case MSGPACK_UNPACK_NOMEM_ERROR:
-      msgpack_unpacked_destroy(&up);
-      return dx_error_set(err, DX_ENOMEM, "%s: out of memory while decoding", s->what);
-    default: /* the framing scan makes this unreachable; kept as a guard */
-      msgpack_unpacked_destroy(&up);
-      return dx_error_set(err, DX_ECORRUPT, "%s: malformed MessagePack", s->what);
-  }
-  root = &up.data;
-  if (root->type != MSGPACK_OBJECT_MAP) {
-    rc = dx_error_set(err, DX_ECORRUPT, "%s: not a map", s->what);
-  } else if (root->via.map.size == 0 || root->via.map.ptr[0].key.type != MSGPACK_OBJECT_STR ||
-             !key_is(&root->via.map.ptr[0].key, "v")) {
-    rc = dx_error_set(err, DX_ECORRUPT, "%s: format version 'v' is not the first field",
-                      s->what);
-  } else if ((v = &root->via.map.ptr[0].val)->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-             v->via.u64 != FORMAT_VERSION) {
-    rc = dx_error_set(err, DX_ECORRUPT, "%s: unsupported format version (expected %d)",
-                      s->what, FORMAT_VERSION);
-  } else {
-    rc = read_fields(s, root, 1, out, s->what, "", err);
-  }
-  msgpack_unpacked_destroy(&up);
-  if (rc == DX_ENOMEM) dx_error_set(err, rc, "%s: out of memory while decoding", s->what);
-  return rc;
+  rd_value(&r, &root);
+  if (root.type != V_MAP) return dx_error_set(err, DX_ECORRUPT, "%s: not a map", s->what);
+  if (root.n > 0) rd_value(&r, &k);
+  if (root.n == 0 || k.type != V_STR || !key_is(&k, "v", 1))
+    return dx_error_set(err, DX_ECORRUPT, "%s: format version 'v' is not the first field",
+                        s->what);
+  rd_value(&r, &v);
+  if (v.type != V_UINT || v.u != FORMAT_VERSION)
+    return dx_error_set(err, DX_ECORRUPT, "%s: unsupported format version (expected %d)",
+                        s->what, FORMAT_VERSION);
+  if ((rc = arena_alloc(s, &r, root.n - 1, out, &sb)) != DX_OK)
+    return dx_error_set(err, rc, "%s: out of memory while decoding", s->what);
+  return read_fields(s, &r, root.n, 1, out, s->what, "", &sb, err);
 }
 
 int dx__event_decode(const void *buf, size_t len, dx_event_t *out, dx_error_t *err) {

@@ -9,6 +9,7 @@
 #define DX_CODEC_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "duroxide/provider.h"
 
 /* Encode into a malloc'd buffer (*buf, *len), owned by the caller. DX_OK or DX_ENOMEM. */
@@ -18,6 +19,13 @@ int dx__work_item_encode(const dx_work_item_t *w, char **buf, size_t *len);
 ** wrong when the bytes are not a valid record; *out is left cleared on failure. */
 int dx__event_decode(const void *buf, size_t len, dx_event_t *out, dx_error_t *err);
 int dx__work_item_decode(const void *buf, size_t len, dx_work_item_t *out, dx_error_t *err);
+/* A decoded record's strings share one malloc'd block, its `arena` (dx_event_t.arena):
+** a size_t byte count, then the strings with their NULs. 1 when p points into it. */
+static inline int dx__arena_owns(const void *arena, const void *p) {
+  uintptr_t b = (uintptr_t)arena, c = (uintptr_t)p;
+  return arena && c >= b + sizeof(size_t) && c < b + sizeof(size_t) + *(const size_t *)arena;
+}
+
 /* The kind of an encoded work item without decoding it, when the record starts the way
 ** dx__work_item_encode writes it ("v" then "k" first); -1 otherwise (decode it to know). */
 int dx__work_item_peek_kind(const void *buf, size_t len);

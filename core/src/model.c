@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
 #include "duroxide/provider.h"
 #include "util.h"
 
@@ -35,9 +36,19 @@ static char **str_at(void *base, size_t off) {
   return (char **)(void *)((char *)base + off);
 }
 
-static void free_strings(void *base, const size_t *offs, size_t n) {
+/* Free the listed strings, except those inside the record's arena (freed with it). */
+static void free_strings(void *base, const size_t *offs, size_t n, const void *arena) {
   size_t i;
-  for (i = 0; i < n; i++) free(*str_at(base, offs[i]));
+  for (i = 0; i < n; i++) {
+    char *p = *str_at(base, offs[i]);
+    if (!dx__arena_owns(arena, p)) free(p);
+  }
+}
+
+static void failure_clear_in(dx_failure_t *f, const void *arena) {
+  if (!dx__arena_owns(arena, f->kind)) free(f->kind);
+  if (!dx__arena_owns(arena, f->message)) free(f->message);
+  memset(f, 0, sizeof *f);
 }
 
 /* Replace each listed (borrowed, shallow-copied) pointer in dst by a private copy. On failure
@@ -55,23 +66,22 @@ static int dup_strings(void *dst, const size_t *offs, size_t n) {
 }
 
 void dx_failure_clear(dx_failure_t *f) {
-  if (!f) return;
-  free(f->kind);
-  free(f->message);
-  memset(f, 0, sizeof *f);
+  if (f) failure_clear_in(f, NULL);
 }
 
 void dx_event_clear(dx_event_t *e) {
   if (!e) return;
-  free_strings(e, event_strings, COUNT(event_strings));
-  dx_failure_clear(&e->fail);
+  free_strings(e, event_strings, COUNT(event_strings), e->arena);
+  failure_clear_in(&e->fail, e->arena);
+  free(e->arena);
   memset(e, 0, sizeof *e);
 }
 
 void dx_work_item_clear(dx_work_item_t *w) {
   if (!w) return;
-  free_strings(w, work_strings, COUNT(work_strings));
-  dx_failure_clear(&w->fail);
+  free_strings(w, work_strings, COUNT(work_strings), w->arena);
+  failure_clear_in(&w->fail, w->arena);
+  free(w->arena);
   memset(w, 0, sizeof *w);
 }
 
@@ -110,7 +120,7 @@ void dx_kv_entries_free(dx_kv_entry_t *kv, size_t n) {
 
 void dx_instance_info_clear(dx_instance_info_t *info) {
   if (!info) return;
-  free_strings(info, info_strings, COUNT(info_strings));
+  free_strings(info, info_strings, COUNT(info_strings), NULL);
   dx_failure_clear(&info->failure);
   memset(info, 0, sizeof *info);
 }
@@ -127,6 +137,7 @@ int dx_failure_copy(dx_failure_t *dst, const dx_failure_t *src) {
 
 int dx_event_copy(dx_event_t *dst, const dx_event_t *src) {
   *dst = *src;
+  dst->arena = NULL; /* every string is copied on its own */
   dst->fail.kind = dst->fail.message = NULL; /* not yet owned: keep clear() from freeing src's */
   if (dup_strings(dst, event_strings, COUNT(event_strings)) != DX_OK ||
       dx_failure_copy(&dst->fail, &src->fail) != DX_OK) {
@@ -138,6 +149,7 @@ int dx_event_copy(dx_event_t *dst, const dx_event_t *src) {
 
 int dx_work_item_copy(dx_work_item_t *dst, const dx_work_item_t *src) {
   *dst = *src;
+  dst->arena = NULL;
   dst->fail.kind = dst->fail.message = NULL;
   if (dup_strings(dst, work_strings, COUNT(work_strings)) != DX_OK ||
       dx_failure_copy(&dst->fail, &src->fail) != DX_OK) {

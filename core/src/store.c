@@ -43,7 +43,8 @@ typedef struct held_s {
                           the budget stop code), nor does the loop go this long without
                           renewing an activity */
   int renewing;        /* renewed in the open transaction (undone if it is not kept) */
-  struct held_s *next;
+  struct held_s *next, *prev; /* s->held, in both directions */
+  struct held_s *hnext;       /* s->hidx bucket chain */
 } held_t;
 
 typedef struct fetched_node_s {
@@ -72,6 +73,8 @@ struct dx_store_s {
   int busy;           /* the thread holds ops not yet on the done list */
   uint64_t commits, cycles;
   held_t *held;       /* store thread only */
+  held_t **hidx;      /* store thread only: held by token (each settled op looks one up) */
+  size_t hcap;
   size_t n_held;      /* store thread only: entries in held */
   int64_t renew_every_ms, work_renew_every_ms;
   int64_t orch_hold_ms; /* renew a turn's lock this long at most: past the turn time limit */
@@ -110,10 +113,32 @@ static int64_t now_ms(dx_store_t *s) {
 
 static uint64_t mono_ms(void) { return uv_hrtime() / 1000000u; }
 
+static held_t **bucket(dx_store_t *s, uint64_t token) {
+  return &s->hidx[(token * UINT64_C(0x9E3779B97F4A7C15)) >> 32 & (s->hcap - 1)];
+}
+
+/* Room for one more entry in the token index (doubling; false when out of memory). */
+static int hidx_room(dx_store_t *s) {
+  held_t **nv, *h;
+  size_t cap = s->hcap ? s->hcap * 2 : 64;
+  if (s->n_held < s->hcap) return 1;
+  if (!(nv = calloc(cap, sizeof *nv))) return 0;
+  free(s->hidx);
+  s->hidx = nv;
+  s->hcap = cap;
+  for (h = s->held; h; h = h->next) {
+    held_t **b = bucket(s, h->token);
+    h->hnext = *b;
+    *b = h;
+  }
+  return 1;
+}
+
 /* instance: an orchestration item's; NULL for a work item. */
 static void hold(dx_store_t *s, const char *instance, uint64_t token) {
-  held_t *h = calloc(1, sizeof *h);
-  if (!h || (instance && !(h->instance = dx__strdup(instance)))) {
+  held_t *h = calloc(1, sizeof *h), **b;
+  if (!h || (instance && !(h->instance = dx__strdup(instance))) || !hidx_room(s)) {
+    if (h) free(h->instance);
     free(h); /* not renewed: the lock may lapse, and the item then simply comes back */
     return;
   }
@@ -123,13 +148,18 @@ static void hold(dx_store_t *s, const char *instance, uint64_t token) {
   ** locked for ever: its lock then lapses and it comes back. */
   h->give_up_at = mono_ms() + (uint64_t)(instance ? s->orch_hold_ms : HOLD_MAX_MS);
   h->next = s->held;
+  if (s->held) s->held->prev = h;
   s->held = h;
+  b = bucket(s, token);
+  h->hnext = *b;
+  *b = h;
   s->n_held++;
 }
 
 static held_t *find_held(dx_store_t *s, uint64_t token) {
   held_t *h;
-  for (h = s->held; h; h = h->next)
+  if (!s->hcap) return NULL;
+  for (h = *bucket(s, token); h; h = h->hnext)
     if (h->token == token) return h;
   return NULL;
 }
@@ -143,21 +173,24 @@ static void touch_held(dx_store_t *s, uint64_t token) {
 }
 
 static void unhold(dx_store_t *s, uint64_t token) {
-  held_t **pp;
-  for (pp = &s->held; *pp; pp = &(*pp)->next) {
-    if ((*pp)->token == token) {
-      held_t *dead = *pp;
-      *pp = dead->next;
-      free(dead->instance);
-      free(dead);
-      s->n_held--;
-      return;
-    }
-  }
+  held_t **pp, *dead;
+  if (!s->hcap) return;
+  for (pp = bucket(s, token); *pp && (*pp)->token != token; pp = &(*pp)->hnext) {}
+  if (!(dead = *pp)) return;
+  *pp = dead->hnext;
+  if (dead->prev) dead->prev->next = dead->next;
+  else s->held = dead->next;
+  if (dead->next) dead->next->prev = dead->prev;
+  s->n_held--;
+  free(dead->instance);
+  free(dead);
 }
 
 static void free_held(dx_store_t *s) {
   while (s->held) unhold(s, s->held->token);
+  free(s->hidx);
+  s->hidx = NULL;
+  s->hcap = s->n_held = 0;
 }
 
 static void free_ids(char **v, size_t n) {

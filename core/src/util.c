@@ -172,6 +172,22 @@ uint64_t dx__random_u64(void) {
   return v;
 }
 
+/* This process's id without a system call per question (the store thread asks for every
+** token and liveness check): cached, and forgotten in the child of a fork(). */
+static pid_t cached_pid; /* 0 = not known (atomic) */
+static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+static void pid_forget(void) { __atomic_store_n(&cached_pid, 0, __ATOMIC_RELAXED); }
+static void pid_install(void) { pthread_atfork(NULL, NULL, pid_forget); }
+
+pid_t dx__getpid(void) {
+  pid_t p = __atomic_load_n(&cached_pid, __ATOMIC_RELAXED);
+  if (p) return p;
+  pthread_once(&pid_once, pid_install);
+  p = getpid();
+  __atomic_store_n(&cached_pid, p, __ATOMIC_RELAXED);
+  return p;
+}
+
 /* Random high half per process, counter low half: unique without a syscall per token. The
 ** high half is redrawn after fork() (pid change) so parent and child never share tokens. */
 uint64_t dx__new_token(void) {
@@ -180,11 +196,12 @@ uint64_t dx__new_token(void) {
   static uint32_t counter = 0;
   static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   uint64_t t;
+  pid_t pid = dx__getpid();
   pthread_mutex_lock(&mu);
-  if (base == 0 || base_pid != getpid()) {
+  if (base == 0 || base_pid != pid) {
     base = dx__random_u64() & 0xFFFFFFFF00000000ull;
     if (base == 0) base = 1ull << 32;
-    base_pid = getpid();
+    base_pid = pid;
     counter = 0;
   }
   t = base | ++counter;

@@ -3,6 +3,7 @@
 #define DX_UTIL_H
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* strdup that accepts NULL (returns NULL). Aborts never; returns NULL on ENOMEM. */
 char *dx__strdup(const char *s);
@@ -24,6 +25,8 @@ int64_t dx__renewal_interval(int64_t timeout_ms, int64_t buffer_ms);
 int dx__semver_parse(const char *s, int v[3]);
 /* Lock tokens: unique across processes and restarts, never 0. */
 uint64_t dx__new_token(void);
+/* getpid() cached per process (reset in a fork child). */
+pid_t dx__getpid(void);
 /* Parse a size: bytes, or a number with k, m, g or t (powers of 1024; "MiB", "mb" and
 ** friends accepted). DX_OK or DX_EINVAL. */
 int dx__parse_size(const char *text, size_t *out);

@@ -114,6 +114,9 @@ typedef struct dx_event_s {
   char *worker_id;      /* ACT_COMPLETED / ACT_FAILED of a session activity: the worker that
                            ran it (or refused it: SessionMoved) */
   char *tag;            /* ACT_SCHEDULED: routing tag (NULL = untagged, "default") */
+  void *arena;          /* a decoded event: one owned block holding its strings (fail's too),
+                           freed by dx_event_clear; NULL = each string is its own malloc.
+                           Never free() a string that lies in it: clear the event instead */
 } dx_event_t;
 
 /** Work item kinds (duroxide WorkItem). Values are stored: never renumber. */
@@ -163,6 +166,7 @@ typedef struct dx_work_item_s {
                                ran it. ACT_EXECUTE (on_moved = "fail"): the worker that must own
                                the session, else the activity fails SessionMoved unrun. */
   char *tag;                /* ACT_EXECUTE: routing tag (NULL = untagged) */
+  void *arena;              /* as dx_event_t.arena: a decoded item's strings in one block */
 } dx_work_item_t;
 
 /** Execution status as stored. */

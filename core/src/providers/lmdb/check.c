@@ -273,7 +273,7 @@ static void ck_row(ck_t *c, const MDB_val *k, const MDB_val *v) {
   k_u64(&ik, r.seq);
   if (!has(c, DB_WORK_IDENT, &ik, NULL)) problem(c, "work_ident: no entry for %s", what);
   key_seq(&ik, r.token);
-  if (r.token && !has(c, DB_WORK_TOKEN, &ik, NULL))
+  if (dx__lm_token_indexed(&r) && !has(c, DB_WORK_TOKEN, &ik, NULL))
     problem(c, "work_token: no entry for %s", what);
   dx__lm_row_clear(&r);
 }

@@ -5,6 +5,30 @@
 
 /* {===== history =====} */
 
+static int event_exists(tx_t *t, const char *inst, uint64_t exec, uint64_t id) {
+  return dx_error_set(t->err, DX_EEXIST,
+                      "event %llu already exists in instance '%s' execution %llu",
+                      (unsigned long long)id, inst, (unsigned long long)exec);
+}
+
+/* DX_EEXIST when one of the events is stored already: an ack checks before it writes
+** anything (it runs in the batch's own txn: LM_WRITE_DIRECT). */
+int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
+                          size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    dkey_t k;
+    MDB_val v, key;
+    int mrc;
+    key_hist(&k, inst, exec, ev[i].event_id);
+    key = kval(&k);
+    mrc = mdb_get(t->txn, t->se->dbi[DB_HISTORY], &key, &v);
+    if (mrc == 0) return event_exists(t, inst, exec, ev[i].event_id);
+    if (mrc != MDB_NOTFOUND) return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_HISTORY]);
+  }
+  return 0;
+}
+
 int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
                           size_t n) {
   size_t i;
@@ -17,10 +41,7 @@ int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_eve
     key_hist(&k, inst, exec, ev[i].event_id);
     rc = dx__lm_db_put(t, DB_HISTORY, &k, buf, len, MDB_NOOVERWRITE);
     free(buf);
-    if (rc == DX_EEXIST)
-      return dx_error_set(t->err, DX_EEXIST,
-                          "event %llu already exists in instance '%s' execution %llu",
-                          (unsigned long long)ev[i].event_id, inst, (unsigned long long)exec);
+    if (rc == DX_EEXIST) return event_exists(t, inst, exec, ev[i].event_id);
     if (rc) return rc;
   }
   return 0;

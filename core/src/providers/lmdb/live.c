@@ -146,7 +146,9 @@ void dx__lm_live_close(lm_t *p) {
   p->live = NULL;
 }
 
-static int usable(const struct lm_live_s *l) { return l && l->fd >= 0 && l->pid == getpid(); }
+static int usable(const struct lm_live_s *l) {
+  return l && l->fd >= 0 && l->pid == dx__getpid();
+}
 
 static held_t *find_held(struct lm_live_s *l, const char *worker) {
   held_t *h;
@@ -215,18 +217,16 @@ int64_t dx__lm_live_next_sweep(lm_t *p) {
 }
 
 /* A handle's name as a liveness holder ("@handle:<tag hex>"). */
-static void tag_name(uint64_t tag, char *buf, size_t n) {
+void dx__lm_tag_name(uint64_t tag, char *buf, size_t n) {
   snprintf(buf, n, "@handle:%016llx", (unsigned long long)tag);
 }
 
 int dx__lm_live_locks_due(lm_t *p, int64_t now) {
   struct lm_live_s *l = p->live;
-  char name[40];
   int due;
   if (!usable(l)) return 0;
-  tag_name(p->tag, name, sizeof name);
   pthread_mutex_lock(&l->mu);
-  (void)hold_locked(l, name); /* the locks this handle takes are alive while it is */
+  (void)hold_locked(l, p->tag_name); /* the locks this handle takes are alive while it is */
   if ((due = now - l->locks_swept_at >= LIVE_SWEEP_MS || now < l->locks_swept_at))
     l->locks_swept_at = now;
   pthread_mutex_unlock(&l->mu);
@@ -236,7 +236,7 @@ int dx__lm_live_locks_due(lm_t *p, int64_t now) {
 int dx__lm_live_locker_alive(lm_t *p, uint64_t locker) {
   char name[40];
   if (!locker || locker == p->tag) return 1;
-  tag_name(locker, name, sizeof name);
+  dx__lm_tag_name(locker, name, sizeof name);
   return dx__lm_live_alive(p, name);
 }
 

@@ -24,7 +24,8 @@
 **                             exec, activity_id, item, sess_epoch (optional)
 **   work_ready    u8 0 be64 visible_at be64 seq -> ""     unlocked plain rows
 **   work_lock     u8 0 be64 locked_until be64 seq -> ""   locked plain rows
-**   work_token    be64 token -> be64 seq                   (plain and session rows)
+**   work_token    be64 token -> be64 seq    locks whose token does not name its row: a lock
+**                                           token is seq << 20 | 20 counter bits (work.c)
 **   work_ident    inst\0 be64 exec be64 activity_id be64 seq -> ""   (lock stealing)
 **   sessions      sid\0 -> owner ("" = unowned), previous_owner, locked_until, last_activity,
 **                           epoch, users (optional: added for fencing and ended sessions)
@@ -51,7 +52,9 @@
 **
 ** Transactions: outside a batch each method is one txn (read-only for pure reads). begin()
 ** opens a batch for the calling thread on this env; until commit() every method on that
-** thread runs in a nested txn, so a failing method undoes only its own changes. Commits
+** thread runs in a nested txn, so a failing method undoes only its own changes -- except the
+** store cycle's hot methods (LM_WRITE_DIRECT), which run in the batch txn itself: their
+** expected refusals come before any write, and a later failure spoils the batch. Commits
 ** fsync unless the handle has no_sync or commit(sync=0) is used (see dx__lm_top_finish and
 ** lm_commit: a sync=0 batch that wrote more than locks still flushes its data).
 ** Every top-level txn first checks the files and, for writes, grows the map (map.c).
@@ -135,6 +138,12 @@ typedef struct shared_env_s {
   pthread_t batch_thread;
   int batch_wrote;           /* the open batch wrote more than locks: queued work or recorded
                                 an activity's result (its commit flushes, wakes workers) */
+  uint64_t batch_writes;     /* puts and deletes tried in the open batch (direct methods) */
+  int batch_spoiled;         /* a direct method failed after writing: the batch is lost, its
+                                commit fails with spoil_err (env.c lm_commit) */
+  dx_error_t spoil_err;
+  int seq_held;              /* the open batch holds the sequence counter in `seq` (txn.c) */
+  uint64_t seq;
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -153,6 +162,7 @@ typedef struct {
   dx_fetch_filter_t *filter; /* set_fetch_filter (NULL: untagged rows, every instance) */
   dx_history_hint_t hint;    /* set_history_hint (held NULL: none) */
   uint64_t tag;           /* this handle as a lock holder: recorded on the locks it takes */
+  char tag_name[32];      /* its liveness name, "@handle:<tag>" (live.c) */
 } lm_t;
 static inline int64_t sat_add(int64_t a, int64_t b) {
   if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
@@ -165,6 +175,8 @@ typedef struct {
   shared_env_t *se;
   MDB_txn *txn;
   int write, nested, durable;
+  int direct;          /* nested in name only: runs in the batch txn itself (LM_WRITE_DIRECT) */
+  uint64_t writes0;    /* direct: se->batch_writes when the method began */
   int raw;         /* values without checksums (reading and upgrading format 1 and 2) */
   dx_error_t *err; /* never NULL: points at scratch when the caller passed NULL */
   dx_error_t scratch;
@@ -417,23 +429,32 @@ typedef struct {
 ** result in rc. A top-level write that failed only because the map was full runs again once
 ** the map has grown; `reset` (a statement) undoes the body's outputs before each rerun and
 ** after a failure. */
-#define LM_WRITE(p, t, err, rc, body, reset)                                   \
+#define LM_WRITE_MODE(p, t, err, rc, body, reset, direct)                      \
   do {                                                                         \
     int lm_tries_ = 0;                                                         \
     for (;;) {                                                                 \
-      if (((rc) = dx__lm_begin_tx((p), 1, &(t), (err))) != 0) break;           \
+      if (((rc) = dx__lm_tx_begin((p)->se, !(p)->no_sync, 1, (direct), &(t), (err))) != 0) \
+        break;                                                                 \
       (rc) = dx__lm_tx_end(&(t), (body));                                      \
       if ((rc) == 0) break;                                                    \
       reset;                                                                   \
       if (!dx__lm_retry_full(&(t), (rc), ++lm_tries_)) break;                  \
     }                                                                          \
   } while (0)
+#define LM_WRITE(p, t, err, rc, body, reset) LM_WRITE_MODE(p, t, err, rc, body, reset, 0)
+/* For the store cycle's hot methods, whose expected refusals (lost lock, stale token) come
+** before their first write: inside a batch they run in the batch txn itself instead of a
+** nested one (LMDB's nested txn allocates megabytes of bookkeeping and copies every page it
+** touches). One that fails after writing spoils the batch (provider.h: commit then fails and
+** the store thread applies each op alone, where such a method runs in a batch of one). */
+#define LM_WRITE_DIRECT(p, t, err, rc, body, reset) LM_WRITE_MODE(p, t, err, rc, body, reset, 1)
 
 int dx__lm_mdb_error(shared_env_t *se, int mrc, const char *what, dx_error_t *err);
 int dx__lm_nomem(dx_error_t *err);
 int dx__lm_tx_err(tx_t *t, int mrc, const char *what);
 MDB_txn *dx__lm_thread_batch(shared_env_t *se);
-int dx__lm_tx_begin(shared_env_t *se, int durable, int write, tx_t *t, dx_error_t *err);
+int dx__lm_tx_begin(shared_env_t *se, int durable, int write, int direct, tx_t *t,
+                    dx_error_t *err);
 int dx__lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err);
 int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err);
 /* How a commit reaches the disk: not flushed (MDB_NOSYNC: only for batches that take locks),
@@ -458,6 +479,8 @@ int dx__lm_corrupt(tx_t *t, int db, const char *detail, const char *keyfmt, ...)
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
+/* Write the batch's sequence counter before it commits (txn.c dx__lm_next_seq). */
+int dx__lm_seq_flush(shared_env_t *se, MDB_txn *batch, dx_error_t *err);
 int dx__lm_next_seq(tx_t *t, uint64_t *out);
 
 /* map.c */
@@ -485,6 +508,17 @@ int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec
 int dx__lm_rec_decode_direct(const lm_schema_t *s, const MDB_val *v, void *rec);
 int dx__lm_rec_decode_general(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                               const char *what);
+/* A record's name for error messages, formatted only on failure: fmt takes s then n (or n
+** alone when s is NULL). */
+typedef struct {
+  const char *fmt;
+  const char *s;
+  unsigned long long n;
+} lm_what_t;
+int dx__lm_rec_get_as(tx_t *t, const lm_schema_t *s, const dkey_t *k, void *rec,
+                      const lm_what_t *w);
+int dx__lm_rec_decode_as(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
+                         const lm_what_t *w);
 int dx__lm_rec_get(tx_t *t, const lm_schema_t *s, const dkey_t *k, void *rec, const char *what);
 void dx__lm_rec_clear(const lm_schema_t *s, void *rec);
 void dx__lm_inst_clear(inst_rec_t *r);
@@ -495,6 +529,8 @@ int dx__lm_exec_get(tx_t *t, const char *inst, uint64_t exec, exec_rec_t *r);
 int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r);
 
 /* history.c */
+int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
+                          size_t n);
 int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
                           size_t n);
 int dx__lm_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n);
@@ -565,6 +601,13 @@ void dx__lm_row_clear(work_row_t *r);
 int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r);
 /* The queue index entry of a row: work_ready / work_lock (plain rows) or sess_items. */
 int dx__lm_row_queue_key(const work_row_t *r, dkey_t *k);
+/* Worker lock tokens carry their row's seq above this many generation bits (work.c). */
+#define LM_TOKEN_GEN_BITS 20
+/* 1 when the row's lock token is kept in the work_token index: a token that does not name its
+** row (written before tokens did, or a row whose seq is too large to fit in one). */
+static inline int dx__lm_token_indexed(const work_row_t *r) {
+  return r->token && r->token >> LM_TOKEN_GEN_BITS != r->seq;
+}
 int dx__lm_row_index(tx_t *t, const work_row_t *r, int put);
 int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 /* Consider the head of every plain-row index this filter takes (NULL: untagged only). */
@@ -602,6 +645,8 @@ int dx__lm_live_sweep_due(lm_t *p, int64_t now);
 int64_t dx__lm_live_next_sweep(lm_t *p);
 /* The locks of dead handles (plain rows, instances): this handle's tag held alive, and 1 when
 ** a sweep of others' locks is due (at most every sweep period). */
+/* The liveness name of lock holder `tag` ("@handle:<hex>"). */
+void dx__lm_tag_name(uint64_t tag, char *buf, size_t n);
 int dx__lm_live_locks_due(lm_t *p, int64_t now);
 /* 0 only when the kernel says the handle that recorded `locker` on a lock is gone. */
 int dx__lm_live_locker_alive(lm_t *p, uint64_t locker);

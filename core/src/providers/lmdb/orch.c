@@ -16,16 +16,17 @@ static int msgs_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   msg_list_t *l = ud;
   orch_msg_t *m;
   int rc;
-  char what[LM_INSTANCE_MAX + 64];
+  lm_what_t w = {"instance '%s' message %llu", l->inst, 0};
   orch_msg_t *nv;
   if (!(nv = dx__lm_grow(l->v, &l->cap, l->n, sizeof *l->v))) return dx__lm_nomem(t->err);
   l->v = nv;
   m = &l->v[l->n];
   memset(m, 0, sizeof *m);
   m->seq = k->mv_size == l->prefix_n + 8 ? get_u64((const char *)k->mv_data + l->prefix_n) : 0;
-  snprintf(what, sizeof what, "instance '%s' message %llu", l->inst, (unsigned long long)m->seq);
-  if (m->seq == 0) return dx__lm_corrupt(t, DB_ORCH_MSGS, "bad key", "%s", what);
-  if ((rc = dx__lm_rec_decode(t, &dx__lm_msg_schema, v, m, what))) return rc;
+  w.n = m->seq;
+  if (m->seq == 0)
+    return dx__lm_corrupt(t, DB_ORCH_MSGS, "bad key", "instance '%s' message 0", l->inst);
+  if ((rc = dx__lm_rec_decode_as(t, &dx__lm_msg_schema, v, m, &w))) return rc;
   l->n++;
   return 0;
 }
@@ -78,12 +79,11 @@ int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
 /* 0 or an error; a missing record reads as STATE_EMPTY. */
 int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s) {
   dkey_t k;
-  char what[LM_INSTANCE_MAX + 16];
+  lm_what_t w = {"instance '%s'", inst, 0};
   int rc;
   *s = STATE_EMPTY;
   key_inst(&k, inst);
-  snprintf(what, sizeof what, "instance '%s'", inst);
-  rc = dx__lm_rec_get(t, &dx__lm_state_schema, &k, s, what);
+  rc = dx__lm_rec_get_as(t, &dx__lm_state_schema, &k, s, &w);
   return rc == DX_ENOTFOUND ? 0 : rc;
 }
 
@@ -560,6 +560,10 @@ static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a, const ack
   exec_rec_t r;
   int old_st, rc = dx__lm_exec_get(t, a->instance, a->execution_id, &r);
   if (rc && rc != DX_ENOTFOUND) return rc;
+  if (rc == 0 && a->status == DX_STATUS_NONE) { /* a turn that ends nothing changes nothing */
+    dx__lm_exec_clear(&r);
+    return 0;
+  }
   /* as listed before: a new execution follows one that continued as new (listed running) */
   old_st = rc == 0 ? r.status : ai->created ? DX_STATUS_NONE : DX_STATUS_RUNNING;
   if (rc == DX_ENOTFOUND) {
@@ -587,8 +591,11 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   msg_list_t l;
   size_t i;
   int rc;
-  if ((rc = orch_check_lock(t, a->instance, a->lock_token, now, 1, &st))) return rc;
-  if ((rc = msgs_load(t, a->instance, &l))) return rc;
+  /* the expected refusals come before the first write (LM_WRITE_DIRECT) */
+  if ((rc = orch_check_lock(t, a->instance, a->lock_token, now, 1, &st)) ||
+      (rc = dx__lm_history_unused(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
+      (rc = msgs_load(t, a->instance, &l)))
+    return rc;
   rc = msgs_delete(t, &l, a->lock_token, now);
   if (!rc) rc = ack_instance(t, now, a, &ai);
   if (!rc && ai.created) rc = dx__lm_lidx_forget_starts(t, &l, a->lock_token); /* no longer queued */
@@ -616,7 +623,7 @@ int dx__lm_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_i
   *out = NULL;
   sweep = dx__lm_live_locks_due(p, now);
   if (!sweep && (rc = dx__lm_nothing_due(p, now, 1, 0, 0, err))) return rc < 0 ? rc : 0;
-  LM_WRITE(p, t, err, rc, orch_fetch(&t, p, sweep, now, lock_ms, out), {
+  LM_WRITE_DIRECT(p, t, err, rc, orch_fetch(&t, p, sweep, now, lock_ms, out), {
     dx_orch_item_free(*out);
     *out = NULL;
   });
@@ -628,7 +635,7 @@ int dx__lm_ack_orch(dx_provider_t *pp, int64_t now, const dx_orch_ack_t *ack, dx
   tx_t t;
   int rc;
   if ((rc = dx__check_ack(ack, err))) return rc;
-  LM_WRITE(p, t, err, rc, orch_ack(&t, now, ack), (void)0);
+  LM_WRITE_DIRECT(p, t, err, rc, orch_ack(&t, now, ack), (void)0);
   return rc;
 }
 
@@ -678,7 +685,7 @@ int dx__lm_renew_orch(dx_provider_t *pp, int64_t now, const char *instance, uint
   tx_t t;
   int rc;
   if ((rc = dx__check_instance(instance, err))) return rc;
-  LM_WRITE(p, t, err, rc, orch_renew(&t, now, instance, token, extend_ms), (void)0);
+  LM_WRITE_DIRECT(p, t, err, rc, orch_renew(&t, now, instance, token, extend_ms), (void)0);
   return rc;
 }
 

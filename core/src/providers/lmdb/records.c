@@ -375,6 +375,25 @@ int dx__lm_rec_get(tx_t *t, const lm_schema_t *s, const dkey_t *k, void *rec, co
   return rc ? rc : dx__lm_rec_decode(t, s, &v, rec, what);
 }
 
+/* The hot readers name their record only when it fails to decode: no snprintf per read. */
+int dx__lm_rec_decode_as(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
+                         const lm_what_t *w) {
+  char what[LM_KEY_MAX + 64];
+  int rc = direct_decode(s, v, rec);
+  if (rc == DX_ENOMEM) return dx__lm_nomem(t->err);
+  if (rc == 0) return 0;
+  if (w->s) snprintf(what, sizeof what, w->fmt, w->s, w->n);
+  else snprintf(what, sizeof what, w->fmt, w->n);
+  return dx__lm_rec_decode_general(t, s, v, rec, what);
+}
+
+int dx__lm_rec_get_as(tx_t *t, const lm_schema_t *s, const dkey_t *k, void *rec,
+                      const lm_what_t *w) {
+  MDB_val v;
+  int rc = dx__lm_db_get(t, s->db, k, &v);
+  return rc ? rc : dx__lm_rec_decode_as(t, s, &v, rec, w);
+}
+
 /* {===== instance and execution records =====} */
 
 void dx__lm_inst_clear(inst_rec_t *r) {
@@ -385,11 +404,10 @@ void dx__lm_inst_clear(inst_rec_t *r) {
 /* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */
 int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r) {
   dkey_t k;
-  char what[LM_INSTANCE_MAX + 16];
+  lm_what_t w = {"instance '%s'", inst, 0};
   memset(r, 0, sizeof *r);
   key_inst(&k, inst);
-  snprintf(what, sizeof what, "instance '%s'", inst);
-  return dx__lm_rec_get(t, &dx__lm_inst_schema, &k, r, what);
+  return dx__lm_rec_get_as(t, &dx__lm_inst_schema, &k, r, &w);
 }
 
 int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r) {
@@ -405,11 +423,10 @@ void dx__lm_exec_clear(exec_rec_t *r) {
 
 int dx__lm_exec_get(tx_t *t, const char *inst, uint64_t exec, exec_rec_t *r) {
   dkey_t k;
-  char what[LM_INSTANCE_MAX + 64];
+  lm_what_t w = {"instance '%s' execution %llu", inst, exec};
   memset(r, 0, sizeof *r);
   key_exec(&k, inst, exec);
-  snprintf(what, sizeof what, "instance '%s' execution %llu", inst, (unsigned long long)exec);
-  return dx__lm_rec_get(t, &dx__lm_exec_schema, &k, r, what);
+  return dx__lm_rec_get_as(t, &dx__lm_exec_schema, &k, r, &w);
 }
 
 int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r) {

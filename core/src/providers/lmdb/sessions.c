@@ -16,10 +16,9 @@ void dx__lm_sess_clear(sess_rec_t *r) {
 }
 
 static int sess_decode(tx_t *t, const char *sid, const MDB_val *v, sess_rec_t *r) {
-  char what[LM_SESSION_MAX + 16];
+  lm_what_t w = {"session '%s'", sid, 0};
   memset(r, 0, sizeof *r);
-  snprintf(what, sizeof what, "session '%s'", sid);
-  return dx__lm_rec_decode(t, &dx__lm_sess_schema, v, r, what);
+  return dx__lm_rec_decode_as(t, &dx__lm_sess_schema, v, r, &w);
 }
 
 /* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */

@@ -126,7 +126,8 @@ int dx__lm_top_finish(shared_env_t *se, MDB_txn *txn, int commit, int flush, int
   return rc;
 }
 
-int dx__lm_tx_begin(shared_env_t *se, int durable, int write, tx_t *t, dx_error_t *err) {
+int dx__lm_tx_begin(shared_env_t *se, int durable, int write, int direct, tx_t *t,
+                    dx_error_t *err) {
   MDB_txn *parent = dx__lm_thread_batch(se);
   int rc;
   memset(t, 0, sizeof *t);
@@ -136,6 +137,12 @@ int dx__lm_tx_begin(shared_env_t *se, int durable, int write, tx_t *t, dx_error_
   t->durable = durable;
   t->err = err ? err : &t->scratch;
   if (!parent) return dx__lm_top_begin(se, write, &t->txn, t->err);
+  if (direct) {
+    t->direct = 1;
+    t->txn = parent;
+    t->writes0 = se->batch_writes;
+    return 0;
+  }
   /* nested even for reads: they must see the batch's own writes */
   if ((rc = mdb_txn_begin(se->env, parent, 0, &t->txn))) {
     t->txn = NULL;
@@ -145,13 +152,29 @@ int dx__lm_tx_begin(shared_env_t *se, int durable, int write, tx_t *t, dx_error_
 }
 
 int dx__lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err) {
-  return dx__lm_tx_begin(p->se, !p->no_sync, write, t, err);
+  return dx__lm_tx_begin(p->se, !p->no_sync, write, 0, t, err);
+}
+
+/* A direct method failed after it wrote (or tried to: LMDB fails the whole txn on a failed
+** write): nothing of the batch may be kept. The first such error is the commit's answer. */
+static void spoil(tx_t *t, int rc) {
+  shared_env_t *se = t->se;
+  if (se->batch_spoiled) return;
+  se->batch_spoiled = 1;
+  dx_error_set(&se->spoil_err, rc, "%s",
+               t->err->code == rc && t->err->msg[0] ? t->err->msg
+                                                    : "a store operation failed part way");
 }
 
 /* Commit when rc == 0 and the txn wrote; abort otherwise. Returns the final code. */
 int dx__lm_tx_end(tx_t *t, int rc) {
   int mrc, commit = rc == 0 && t->write;
   if (!t->txn) return rc;
+  if (t->direct) {
+    if (rc && t->se->batch_writes != t->writes0) spoil(t, rc);
+    t->txn = NULL;
+    return rc;
+  }
   if (t->nested) {
     mrc = 0;
     if (commit) mrc = mdb_txn_commit(t->txn);
@@ -253,6 +276,7 @@ int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, 
   int rc;
   val.mv_size = n + extra;
   val.mv_data = NULL;
+  t->se->batch_writes++;
   rc = mdb_put(t->txn, t->se->dbi[db], &key, &val, flags | MDB_RESERVE);
   if (rc) {
     char what[64];
@@ -267,7 +291,9 @@ int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, 
 /* Deleting a missing key is fine. */
 int dx__lm_db_del(tx_t *t, int db, const dkey_t *k) {
   MDB_val key = kval(k);
-  int rc = mdb_del(t->txn, t->se->dbi[db], &key, NULL);
+  int rc;
+  t->se->batch_writes++;
+  rc = mdb_del(t->txn, t->se->dbi[db], &key, NULL);
   if (rc && rc != MDB_NOTFOUND) {
     char what[64];
     snprintf(what, sizeof what, "delete from %s", dx__lm_db_names[db]);
@@ -324,22 +350,58 @@ int dx__lm_corrupt(tx_t *t, int db, const char *detail, const char *keyfmt, ...)
                       detail ? detail : "");
 }
 
-int dx__lm_next_seq(tx_t *t, uint64_t *out) {
+static int seq_read(tx_t *t, uint64_t *s) {
   dkey_t k;
   MDB_val v;
-  unsigned char b[8];
-  uint64_t s = 0;
   int rc;
+  *s = 0;
   key_name(&k, "seq");
   rc = dx__lm_db_get(t, DB_META, &k, &v);
-  if (rc == 0) {
-    if (v.mv_size != 8) return dx__lm_corrupt(t, DB_META, "not 8 bytes", "seq");
-    s = get_u64(v.mv_data);
-  } else if (rc != DX_ENOTFOUND) {
-    return rc;
-  }
-  put_u64(b, ++s);
-  *out = s;
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return rc;
+  if (v.mv_size != 8) return dx__lm_corrupt(t, DB_META, "not 8 bytes", "seq");
+  *s = get_u64(v.mv_data);
+  return 0;
+}
+
+static int seq_write(tx_t *t, uint64_t s) {
+  dkey_t k;
+  unsigned char b[8];
+  key_name(&k, "seq");
+  put_u64(b, s);
   return dx__lm_db_put(t, DB_META, &k, b, 8, 0);
 }
 
+/* Inside a batch the counter lives in the env until the batch commits (dx__lm_seq_flush):
+** one write of meta "seq" per batch instead of one per queued row. A call that fails after
+** taking numbers leaves a gap, never a duplicate. */
+int dx__lm_next_seq(tx_t *t, uint64_t *out) {
+  shared_env_t *se = t->se;
+  uint64_t s;
+  int rc;
+  if (t->nested) {
+    if (!se->seq_held) {
+      if ((rc = seq_read(t, &se->seq))) return rc;
+      se->seq_held = 1;
+    }
+    *out = ++se->seq;
+    return 0;
+  }
+  if ((rc = seq_read(t, &s))) return rc;
+  *out = ++s;
+  return seq_write(t, s);
+}
+
+int dx__lm_seq_flush(shared_env_t *se, MDB_txn *batch, dx_error_t *err) {
+  tx_t t;
+  int rc;
+  if (!se->seq_held) return 0;
+  memset(&t, 0, sizeof t);
+  t.se = se;
+  t.txn = batch;
+  t.write = 1;
+  t.err = err ? err : &t.scratch;
+  rc = seq_write(&t, se->seq);
+  se->seq_held = 0;
+  return rc;
+}

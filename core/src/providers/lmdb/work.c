@@ -11,12 +11,11 @@ void dx__lm_row_clear(work_row_t *r) {
 
 int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r) {
   dkey_t k;
-  char what[64];
+  lm_what_t w = {"row %llu", NULL, seq};
   memset(r, 0, sizeof *r);
   key_seq(&k, seq);
   r->seq = seq;
-  snprintf(what, sizeof what, "row %llu", (unsigned long long)seq);
-  return dx__lm_rec_get(t, &dx__lm_row_schema, &k, r, what);
+  return dx__lm_rec_get_as(t, &dx__lm_row_schema, &k, r, &w);
 }
 
 static int row_write(tx_t *t, const work_row_t *r) {
@@ -44,7 +43,7 @@ int dx__lm_row_index(tx_t *t, const work_row_t *r, int put) {
   dkey_t k;
   int db = dx__lm_row_queue_key(r, &k);
   int rc = dx__lm_idx_op(t, db, &k, "", 0, put);
-  if (rc || !r->token) return rc;
+  if (rc || !dx__lm_token_indexed(r)) return rc;
   key_seq(&k, r->token);
   put_u64(seq, r->seq);
   return dx__lm_idx_op(t, DB_WORK_TOKEN, &k, seq, 8, put);
@@ -101,6 +100,11 @@ static int row_by_token(tx_t *t, uint64_t token, work_row_t *r) {
   int rc;
   memset(r, 0, sizeof *r);
   if (token == 0) return dx_error_set(t->err, DX_ETOKEN, "lock token 0 is never valid");
+  /* a token names its row (fresh_work_token); else it is one from the work_token index */
+  rc = dx__lm_row_get(t, token >> LM_TOKEN_GEN_BITS, r);
+  if (rc == 0 && r->token == token) return 0;
+  dx__lm_row_clear(r);
+  if (rc && rc != DX_ENOTFOUND) return rc;
   key_seq(&k, token);
   rc = dx__lm_db_get(t, DB_WORK_TOKEN, &k, &v);
   if (rc == DX_ENOTFOUND)
@@ -357,9 +361,21 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   return rc;
 }
 
-/* A token no live worker lock uses: tokens key the work_token index, so a repeat (say, a
-** process forked after drawing tokens) must not overwrite another row's entry. */
-static int fresh_work_token(tx_t *t, uint64_t *token) {
+/* A token for locking row `seq` (whose lock token was `prev`, 0 for none): the row's seq,
+** then LM_TOKEN_GEN_BITS drawn from this process's tokens (random per process, mixed so that
+** two processes' counters do not line up), never `prev`: so an expired holder's token does
+** not match the new lock. It names its row and needs no work_token entry (two writes less per
+** activity). A row past 2^(64 - LM_TOKEN_GEN_BITS) gets a token no live worker lock uses,
+** kept in the work_token index (a repeat, say by a process forked after drawing tokens, must
+** not overwrite another row's entry), as every row did before. */
+static int fresh_work_token(tx_t *t, uint64_t seq, uint64_t prev, uint64_t *token) {
+  if (seq >> (64 - LM_TOKEN_GEN_BITS) == 0) {
+    do {
+      uint64_t gen = (dx__new_token() * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - LM_TOKEN_GEN_BITS);
+      *token = seq << LM_TOKEN_GEN_BITS | gen;
+    } while (*token == prev);
+    return 0;
+  }
   for (;;) {
     dkey_t k;
     MDB_val v;
@@ -557,7 +573,7 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   nw = old;
   nw.locker = lm->tag;
   if (!rc && c->kind != WC_PLAIN) rc = sess_take(t, c, &old, now, cfg, out, &nw.sess_epoch);
-  if (!rc) rc = fresh_work_token(t, &nw.token);
+  if (!rc) rc = fresh_work_token(t, old.seq, old.token, &nw.token);
   if (!rc) {
     nw.locked_until = sat_add(now, lock_ms);
     nw.attempt++;
@@ -652,7 +668,7 @@ int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
   locks = dx__lm_live_locks_due(p, now);
   if (!sweep && !locks && (rc = dx__lm_nothing_due(p, now, 0, 1, sessions != NULL, err)))
     return rc < 0 ? rc : 0;
-  LM_WRITE(p, t, err, rc, work_fetch(&t, p, sweep, locks, now, lock_ms, sessions, out),
+  LM_WRITE_DIRECT(p, t, err, rc, work_fetch(&t, p, sweep, locks, now, lock_ms, sessions, out),
            fetch_reset(out));
   return rc;
 }
@@ -676,7 +692,7 @@ int dx__lm_ack_work(dx_provider_t *pp, int64_t now, uint64_t token,
   tx_t t;
   int rc;
   if (completion && (rc = dx__check_item(completion, err))) return rc;
-  LM_WRITE(p, t, err, rc, work_ack(&t, now, token, completion), (void)0);
+  LM_WRITE_DIRECT(p, t, err, rc, work_ack(&t, now, token, completion), (void)0);
   return rc;
 }
 
@@ -717,7 +733,7 @@ int dx__lm_renew_work(dx_provider_t *pp, int64_t now, uint64_t token, int64_t ex
   lm_t *p = (lm_t *)pp;
   tx_t t;
   int rc;
-  LM_WRITE(p, t, err, rc, work_relock(&t, now, token, 0, extend_ms, 0), (void)0);
+  LM_WRITE_DIRECT(p, t, err, rc, work_relock(&t, now, token, 0, extend_ms, 0), (void)0);
   return rc;
 }
 
