@@ -53,6 +53,18 @@ static size_t scheme_len(const char *url) {
   return strncmp(url + n, "://", 3) == 0 ? n : 0;
 }
 
+int dx__provider_same_store(dx_provider_t *a, dx_provider_t *b) {
+  const char *pa, *pb;
+  if (!a || !b || a->methods != b->methods) return 0;
+#ifdef DX_HAVE_POSTGRES
+  if (dx__pg_same_store(a, b)) return 1;
+#endif
+  if (a->methods->version < 3 || !a->methods->notify_path) return 0;
+  pa = a->methods->notify_path(a);
+  pb = b->methods->notify_path(b);
+  return pa && pb && strcmp(pa, pb) == 0;
+}
+
 int dx_provider_open(const char *url, const dx_provider_opts_t *opts, dx_provider_t **out,
                      dx_error_t *err) {
   static const dx_provider_opts_t defaults = {1, 0, 0, 0};
