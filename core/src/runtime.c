@@ -21,7 +21,7 @@
 #include "metrics.h"
 #include "options.h"
 #include "orch_cache.h"
-#include "providers/providers.h"
+#include "providers/registry.h"
 #include "replay.h"
 #include "sessions.h"
 #include "store.h"

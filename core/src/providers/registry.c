@@ -1,5 +1,6 @@
 /*
-** registry.c -- dx_provider_open: the one place that turns a store URL into a provider.
+** registry.c -- dx_provider_open: the one place that turns a store URL into a provider; and
+** dx__provider_same_store, which tells whether two handles name one store.
 **
 ** Every way of naming a store (--store, $DUROXIDE_STORE, configure{store=}, client{store=},
 ** testing.env{store=}, the C API) ends here, so the engine never names a provider. A URL of
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "providers/providers.h"
+#include "providers/registry.h"
 #ifdef DX_HAVE_POSTGRES
 #include "providers/pg/pg.h"
 #endif
