@@ -825,7 +825,8 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     /* Orchestrations first, then activities, once per batch and after every ack the batch
     ** holds (a provider may skip work it found none of earlier in the batch: sessions) */
     t0 = uv_hrtime();
-    if (!rc && fetch_into(s, now, *bo, 0, f)) *failed |= CALL_FETCH;
+    /* (a database: one call, one round trip, for the start's turn; run_cycle fetches the rest) */
+    if (!rc && fetch_into(s, now, rcy && *bo > 1 ? 1 : *bo, 0, f)) *failed |= CALL_FETCH;
     if (!rc && can_hold(s, *opsp, f)) {
       uint64_t h0 = uv_hrtime();
       rc = hold_turns(s, opsp, bo, f, &handed, rcy ? &late : NULL, failed, &durable, err);
