@@ -689,18 +689,31 @@ static int has_eager(const dx_store_op_t *ops) {
   return 0;
 }
 
-/* The cycle makes one call per op and fetch (and so may hold its turns): always on a provider
-** without run_cycle; on one with it (a database) only for a cycle carrying this process's own
-** start, whose caller waits for it: start, first turn and the activity it schedules then cost
-** one commit, and the idle loop answers in microseconds, so the row locks are kept that long
-** only. Every other cycle stays one round trip. */
-static int per_call(dx_store_t *s, const dx_store_op_t *ops) {
-  return !has_run_cycle(s->cfg.provider) || (s->cfg.hold_ms > 0 && has_eager(ops));
+/* 1 when ops are only activity results (at most HOLD_MAX_ITEMS) and settle everything the
+** loop holds: the loop is idle once they are applied, so it answers the turns they unblock at
+** once. */
+static int results_of_idle_loop(const dx_store_t *s, const dx_store_op_t *ops) {
+  size_t k = 0;
+  for (; ops; ops = ops->next, k++)
+    if (ops->kind != DX_OP_ACK_WORK || !ops->item || k >= HOLD_MAX_ITEMS) return 0;
+  return k > 0 && s->n_held == k;
 }
 
-static int can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f) {
+/* The cycle makes one call per op and fetch (and so may hold its turns): always on a provider
+** without run_cycle. On one with it (a database) only where someone waits for the turn and the
+** idle loop answers in microseconds, so the row locks are kept that long only: a cycle
+** carrying this process's own start (start, first turn and the activity it schedules cost one
+** commit), or an idle loop's activity results (result and the turn it unblocks, one commit).
+** Every other cycle stays one round trip. */
+static int per_call(dx_store_t *s, const dx_store_op_t *ops) {
+  return !has_run_cycle(s->cfg.provider) ||
+         (s->cfg.hold_ms > 0 && (has_eager(ops) || results_of_idle_loop(s, ops)));
+}
+
+/* pc: per_call decided at the cycle's start */
+static int can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f, int pc) {
   return s->cfg.hold_ms > 0 && f->n_orch > 0 && f->n_orch <= HOLD_MAX_ITEMS &&
-         s->n_held == f->n_orch && per_call(s, ops) && !refetched_settled(ops, f);
+         s->n_held == f->n_orch && pc && !refetched_settled(ops, f);
 }
 
 /* Hand f's orchestration items to the loop now (f keeps its work items). 0 when the store is
@@ -805,7 +818,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   dx_provider_t *p = s->cfg.provider;
   dx_store_op_t *op;
   handed_t handed;
-  int durable = 0, rc;
+  int durable = 0, rc, pc;
   uint64_t t0;
   memset(f, 0, sizeof *f);
   memset(err, 0, sizeof *err);
@@ -815,7 +828,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   if ((rc = p->methods->begin(p, err)) != 0) return rc;
   renew_held(s, now);
   if (*bo > 0 || bw > 0) refresh_filter(s);
-  if (!per_call(s, *opsp)) {
+  if (!(pc = per_call(s, *opsp))) {
     rc = run_cycle(s, *opsp, *bo, bw, now, f, failed, &durable, err);
   } else {
     dx_store_op_t *late = NULL;
@@ -827,7 +840,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     t0 = uv_hrtime();
     /* (a database: one call, one round trip, for the start's turn; run_cycle fetches the rest) */
     if (!rc && fetch_into(s, now, rcy && *bo > 1 ? 1 : *bo, 0, f)) *failed |= CALL_FETCH;
-    if (!rc && can_hold(s, *opsp, f)) {
+    if (!rc && can_hold(s, *opsp, f, pc)) {
       uint64_t h0 = uv_hrtime();
       rc = hold_turns(s, opsp, bo, f, &handed, rcy ? &late : NULL, failed, &durable, err);
       t0 += uv_hrtime() - h0; /* the fetch metric leaves the wait for the loop out */
