@@ -12,6 +12,7 @@
 ** database provider reports: commits that fail with DX_ERETRY, and an operation that spoils
 ** the transaction (its commit then fails, nothing of the batch kept).
 */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -144,14 +145,19 @@ static void w_destroy(dx_provider_t *p) {
   free(p);
 }
 
-static wrap_t *wrap_open(void) {
+static int w_run_cycle(dx_provider_t *p, int64_t now, dx_cycle_t *cy, dx_error_t *err) {
+  return IN(p)->methods->run_cycle(IN(p), now, cy, err);
+}
+
+/* url NULL: a fresh directory store */
+static wrap_t *wrap_open_at(const char *url) {
   char path[512];
   static int n;
   dx_error_t err;
   wrap_t *w = calloc(1, sizeof *w);
   ASSERT(w);
   snprintf(path, sizeof path, "%s/store-%d", dx_test_tmpdir(), ++n);
-  ASSERT_OK(dx_provider_open(path, NULL, &w->inner, &err));
+  ASSERT_OK(dx_provider_open(url ? url : path, NULL, &w->inner, &err));
   w->m = *w->inner->methods; /* the store thread calls only the members replaced below */
   w->m.name = "wrap";
   w->m.begin = w_begin;
@@ -166,9 +172,12 @@ static wrap_t *wrap_open(void) {
   w->m.ack_work_item = w_ack_work;
   w->m.ack_orchestration_item = w_ack_orch;
   w->m.fetch_work_item = w_fetch_work;
+  if (w->m.version >= 5 && w->m.run_cycle) w->m.run_cycle = w_run_cycle;
   w->base.methods = &w->m;
   return w;
 }
+
+static wrap_t *wrap_open(void) { return wrap_open_at(NULL); }
 
 typedef struct {
   dx_store_op_t op;
@@ -639,6 +648,8 @@ typedef struct turns_s {
   int self_event; /* the first turn's ack also queues an event for its own instance, and
                      only that turn is answered; the run ends at the second delivery */
   int acked_at_second; /* n_acked when the second turn was delivered */
+  int eager;           /* the start is this process's own (dx__eager_start), queued as an op */
+  dx_store_op_t start_op;
   int n_turns, n_acked, n_refused, n_work, commits_at_work;
   turn_t turns[4];
   dx_work_item_t event;
@@ -726,6 +737,8 @@ static void answer_turns(void *ud, dx_store_fetched_t *f) {
   t->n_work += (int)f->n_work;
 }
 
+static void start_applied(dx_store_op_t *op) { ASSERT_EQ(op->rc, 0); }
+
 /* Start instance "i1", run a store (hold_ms) answering its turns until the activity the
 ** turn scheduled was fetched. */
 static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
@@ -738,8 +751,9 @@ static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
   start.instance = "i1";
   start.name = "Orch";
   start.execution_id = 1;
-  ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start, 0,
-                                                        &err));
+  if (!t->eager)
+    ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start, 0,
+                                                          &err));
   t->w = w;
   ASSERT_OK(uv_loop_init(&t->loop));
   memset(&cfg, 0, sizeof cfg);
@@ -750,6 +764,14 @@ static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
   cfg.on_fetch = answer_turns;
   cfg.ud = t;
   ASSERT_OK(dx__store_new(&t->s, &t->loop, &cfg, &err));
+  if (t->eager) {
+    memset(&t->start_op, 0, sizeof t->start_op);
+    t->start_op.kind = DX_OP_ENQUEUE_ORCH;
+    t->start_op.eager = 1;
+    t->start_op.item = &start;
+    t->start_op.done = start_applied;
+    dx__store_submit(t->s, &t->start_op);
+  }
   dx__store_want(t->s, t->keep_first ? 1 : 4, 4);
   for (i = 0; i < 20000 && !(t->self_event ? t->n_turns >= 2 : t->n_work > 0); i++) {
     uv_run(&t->loop, UV_RUN_NOWAIT);
@@ -786,6 +808,35 @@ DX_TEST(store_turn_ack_commits_with_its_fetch_and_the_activity_it_scheduled) {
   ASSERT_EQ(t.n_work, 1);
   ASSERT_EQ(t.commits_at_work, 1);
   ASSERT_EQ(w->last_sync, 1); /* the turn's ack is durable */
+  assert_one_turn(w);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_eager_start_on_a_database_commits_with_its_first_turn) {
+  /* a provider with run_cycle ($DX_TEST_PG): this process's own start is applied and its turn
+  ** fetched by single calls, the turn answered while the transaction is open, and the
+  ** run_cycle closing it acks the turn and fetches the activity: one commit (there were two:
+  ** the start's cycle, then the ack's; and three with the client's own commit of the start) */
+  static turns_t t;
+  const char *pg = getenv("DX_TEST_PG");
+  char url[1024];
+  wrap_t *w;
+  if (!pg || !*pg) {
+    printf("# no $DX_TEST_PG: the database case is not run here (scripts/test runs it)\n");
+    return;
+  }
+  snprintf(url, sizeof url, "%s%sschema=sc_%d_%lld", pg, strchr(pg, '?') ? "&" : "?",
+           (int)getpid(), (long long)dx_clock_now_ms());
+  w = wrap_open_at(url);
+  ASSERT(w->m.version >= 5 && w->m.run_cycle);
+  memset(&t, 0, sizeof t);
+  t.eager = 1;
+  run_turns(&t, w, 60000);
+  ASSERT_EQ(t.n_turns, 1);
+  ASSERT_EQ(t.n_acked, 1);
+  ASSERT_EQ(t.n_work, 1);
+  ASSERT_EQ(t.commits_at_work, 1);
+  ASSERT_EQ(w->last_sync, 1); /* start and turn are durable */
   assert_one_turn(w);
   w_destroy(&w->base);
 }
