@@ -649,6 +649,8 @@ typedef struct turns_s {
                      only that turn is answered; the run ends at the second delivery */
   int acked_at_second; /* n_acked when the second turn was delivered */
   int eager;           /* the start is this process's own (dx__eager_start), queued as an op */
+  dx_store_fetch_cb on_fetch; /* NULL: answer_turns */
+  int (*until)(struct turns_s *t); /* NULL: until the activity was fetched */
   dx_store_op_t start_op;
   int n_turns, n_acked, n_refused, n_work, commits_at_work;
   turn_t turns[4];
@@ -761,7 +763,7 @@ static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
   cfg.orch_lock_ms = cfg.work_lock_ms = 60000;
   cfg.poll_interval_ms = 10;
   cfg.hold_ms = hold_ms;
-  cfg.on_fetch = answer_turns;
+  cfg.on_fetch = t->on_fetch ? t->on_fetch : answer_turns;
   cfg.ud = t;
   ASSERT_OK(dx__store_new(&t->s, &t->loop, &cfg, &err));
   if (t->eager) {
@@ -773,7 +775,10 @@ static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
     dx__store_submit(t->s, &t->start_op);
   }
   dx__store_want(t->s, t->keep_first ? 1 : 4, 4);
-  for (i = 0; i < 20000 && !(t->self_event ? t->n_turns >= 2 : t->n_work > 0); i++) {
+  for (i = 0; i < 20000 && !(t->until          ? t->until(t)
+                              : t->self_event ? t->n_turns >= 2
+                                              : t->n_work > 0);
+       i++) {
     uv_run(&t->loop, UV_RUN_NOWAIT);
     usleep(500);
   }
@@ -838,6 +843,96 @@ DX_TEST(store_eager_start_on_a_database_commits_with_its_first_turn) {
   ASSERT_EQ(t.commits_at_work, 1);
   ASSERT_EQ(w->last_sync, 1); /* start and turn are durable */
   assert_one_turn(w);
+  w_destroy(&w->base);
+}
+
+/* The activity's result and the turn it unblocks: the loop answers the activity run_turns
+** fetched with its result, then the turn that result wakes with a completing ack. */
+typedef struct {
+  turns_t t; /* first: answer_turns gets it for the first turn */
+  dx_store_op_t res_op, fin_op;
+  dx_work_item_t res;
+  dx_orch_ack_t fin;
+  dx_event_t fin_ev[2];
+  int commits_at_result, commits_at_turn, commits_at_done, fin_rc, fin_done;
+} steps_t;
+
+static void fin_acked(dx_store_op_t *op) {
+  steps_t *st = op->ud;
+  st->fin_rc = op->rc;
+  st->commits_at_done = __atomic_load_n(&st->t.w->commits, __ATOMIC_SEQ_CST);
+  st->fin_done = 1;
+}
+
+static void result_applied(dx_store_op_t *op) { ASSERT_EQ(op->rc, 0); }
+
+static void answer_steps(void *ud, dx_store_fetched_t *f) {
+  steps_t *st = ud;
+  size_t i;
+  for (i = 0; i < f->n_orch; i++) {
+    const dx_orch_item_t *it = f->orch[i];
+    dx_store_fetched_t one = {0};
+    if (it->history_len == 0) { /* the first turn */
+      one.orch = f->orch + i;
+      one.n_orch = 1;
+      answer_turns(&st->t, &one);
+      continue;
+    }
+    st->commits_at_turn = __atomic_load_n(&st->t.w->commits, __ATOMIC_SEQ_CST);
+    st->fin_ev[0] = (dx_event_t){.event_id = 3, .kind = DX_EV_ACT_COMPLETED, .source_id = 2,
+                                 .data = "1"};
+    st->fin_ev[1] = (dx_event_t){.event_id = 4, .kind = DX_EV_ORCH_COMPLETED, .data = "1"};
+    st->fin = (dx_orch_ack_t){.instance = "i1", .lock_token = it->lock_token,
+                              .execution_id = it->execution_id, .orchestration_name = "Orch",
+                              .status = DX_STATUS_COMPLETED, .output = "1",
+                              .delta = st->fin_ev, .delta_len = 2};
+    st->fin_op = (dx_store_op_t){.kind = DX_OP_ACK_ORCH, .ack = &st->fin, .done = fin_acked,
+                                 .ud = st};
+    dx__store_submit(st->t.s, &st->fin_op);
+  }
+  if (f->n_work && !st->t.n_work) { /* the activity: its result */
+    st->t.n_work = (int)f->n_work;
+    st->res = (dx_work_item_t){.kind = DX_WI_ACT_COMPLETED, .instance = "i1",
+                               .execution_id = 1, .id = 2, .data = "1"};
+    st->res_op = (dx_store_op_t){.kind = DX_OP_ACK_WORK, .token = f->work[0].lock_token,
+                                 .item = &st->res, .done = result_applied, .ud = st};
+    st->commits_at_result = __atomic_load_n(&st->t.w->commits, __ATOMIC_SEQ_CST);
+    dx__store_submit(st->t.s, &st->res_op);
+  }
+}
+
+static int steps_done(turns_t *t) { return ((steps_t *)t)->fin_done; }
+
+DX_TEST(store_result_of_an_idle_loop_on_a_database_commits_with_the_turn_it_unblocks) {
+  /* a provider with run_cycle ($DX_TEST_PG), the loop holding nothing but the activity: its
+  ** result is applied and the woken turn fetched by single calls, the turn answered while the
+  ** transaction is open and acked by the run_cycle closing it: one commit (there were two) */
+  static steps_t st;
+  const char *pg = getenv("DX_TEST_PG");
+  char url[1024];
+  dx_event_t *ev = NULL;
+  size_t n = 0;
+  dx_error_t err;
+  wrap_t *w;
+  if (!pg || !*pg) {
+    printf("# no $DX_TEST_PG: the database case is not run here (scripts/test runs it)\n");
+    return;
+  }
+  snprintf(url, sizeof url, "%s%sschema=sr_%d_%lld", pg, strchr(pg, '?') ? "&" : "?",
+           (int)getpid(), (long long)dx_clock_now_ms());
+  w = wrap_open_at(url);
+  memset(&st, 0, sizeof st);
+  st.t.on_fetch = answer_steps;
+  st.t.until = steps_done;
+  run_turns(&st.t, w, 60000);
+  ASSERT_EQ(st.fin_rc, 0);
+  ASSERT_EQ(st.commits_at_turn, st.commits_at_result); /* handed over before any commit */
+  ASSERT_EQ(st.commits_at_done - st.commits_at_result, 1);
+  ASSERT_EQ(w->last_sync, 1);
+  ASSERT_OK(w->inner->methods->read_history(w->inner, "i1", 0, &ev, &n, NULL, &err));
+  ASSERT_EQ((int)n, 4);
+  ASSERT_EQ(ev[3].kind, DX_EV_ORCH_COMPLETED);
+  dx_events_free(ev, n);
   w_destroy(&w->base);
 }
 
