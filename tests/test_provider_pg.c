@@ -1296,6 +1296,42 @@ DX_TEST(pg_run_cycle_is_one_round_trip) {
   free(store);
 }
 
+/* A batch whose first fetch was a single call (an eager start's cycle, store.c) closes with
+** run_cycle: the instances that call locked ahead and did not hand out are neither stranded
+** (locked until their lock lapsed) nor lost: the cycle's own fetch can hand them out, and what
+** it leaves is due again after the commit. */
+DX_TEST(pg_run_cycle_after_a_single_fetch_strands_nothing) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store);
+  dx_orch_item_t *first = NULL, *orch[RC_N], *rest[RC_N];
+  dx_work_fetch_t work[RC_N];
+  size_t no, nw, i;
+  dx_cycle_t cy;
+  dx_error_t err;
+  int64_t now = wall_ms();
+  rc_fill(p, now, "e"); /* RC_N starts due */
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, now, 600000, &first, &err));
+  ASSERT(first != NULL);
+  memset(&cy, 0, sizeof cy);
+  cy.orch_lock_ms = cy.work_lock_ms = 600000;
+  cy.max_orch = 2;
+  cy.orch_out = orch;
+  ASSERT_OK(M(p)->run_cycle(p, now, &cy, &err));
+  ASSERT_EQ(cy.fetch_rc, 0);
+  ASSERT_OK(M(p)->commit(p, 0, &err));
+  ASSERT_EQ(cy.n_orch, 2);
+  /* the other RC_N - 3 are due at once, not after their lock */
+  rc_cycle(p, now, NULL, 0, rest, &no, work, &nw);
+  ASSERT_EQ(no, RC_N - 3);
+  dx_orch_item_free(first);
+  for (i = 0; i < cy.n_orch; i++) dx_orch_item_free(orch[i]);
+  for (i = 0; i < no; i++) dx_orch_item_free(rest[i]);
+  for (i = 0; i < nw; i++) dx_work_item_clear(&work[i].item);
+  M(p)->destroy(p);
+  free(store);
+}
+
 /* A row of session `sid` (NULL: plain) due at `at`. */
 static void rc_enqueue(dx_provider_t *p, int64_t at, int kind, const char *sid, uint64_t id) {
   dx_work_item_t w = item(kind, "S", id);

@@ -12,6 +12,7 @@
 ** database provider reports: commits that fail with DX_ERETRY, and an operation that spoils
 ** the transaction (its commit then fails, nothing of the batch kept).
 */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -144,14 +145,19 @@ static void w_destroy(dx_provider_t *p) {
   free(p);
 }
 
-static wrap_t *wrap_open(void) {
+static int w_run_cycle(dx_provider_t *p, int64_t now, dx_cycle_t *cy, dx_error_t *err) {
+  return IN(p)->methods->run_cycle(IN(p), now, cy, err);
+}
+
+/* url NULL: a fresh directory store */
+static wrap_t *wrap_open_at(const char *url) {
   char path[512];
   static int n;
   dx_error_t err;
   wrap_t *w = calloc(1, sizeof *w);
   ASSERT(w);
   snprintf(path, sizeof path, "%s/store-%d", dx_test_tmpdir(), ++n);
-  ASSERT_OK(dx_provider_open(path, NULL, &w->inner, &err));
+  ASSERT_OK(dx_provider_open(url ? url : path, NULL, &w->inner, &err));
   w->m = *w->inner->methods; /* the store thread calls only the members replaced below */
   w->m.name = "wrap";
   w->m.begin = w_begin;
@@ -166,9 +172,12 @@ static wrap_t *wrap_open(void) {
   w->m.ack_work_item = w_ack_work;
   w->m.ack_orchestration_item = w_ack_orch;
   w->m.fetch_work_item = w_fetch_work;
+  if (w->m.version >= 5 && w->m.run_cycle) w->m.run_cycle = w_run_cycle;
   w->base.methods = &w->m;
   return w;
 }
+
+static wrap_t *wrap_open(void) { return wrap_open_at(NULL); }
 
 typedef struct {
   dx_store_op_t op;
@@ -639,6 +648,10 @@ typedef struct turns_s {
   int self_event; /* the first turn's ack also queues an event for its own instance, and
                      only that turn is answered; the run ends at the second delivery */
   int acked_at_second; /* n_acked when the second turn was delivered */
+  int eager;           /* the start is this process's own (dx__eager_start), queued as an op */
+  dx_store_fetch_cb on_fetch; /* NULL: answer_turns */
+  int (*until)(struct turns_s *t); /* NULL: until the activity was fetched */
+  dx_store_op_t start_op;
   int n_turns, n_acked, n_refused, n_work, commits_at_work;
   turn_t turns[4];
   dx_work_item_t event;
@@ -726,6 +739,8 @@ static void answer_turns(void *ud, dx_store_fetched_t *f) {
   t->n_work += (int)f->n_work;
 }
 
+static void start_applied(dx_store_op_t *op) { ASSERT_EQ(op->rc, 0); }
+
 /* Start instance "i1", run a store (hold_ms) answering its turns until the activity the
 ** turn scheduled was fetched. */
 static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
@@ -738,8 +753,9 @@ static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
   start.instance = "i1";
   start.name = "Orch";
   start.execution_id = 1;
-  ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start, 0,
-                                                        &err));
+  if (!t->eager)
+    ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start, 0,
+                                                          &err));
   t->w = w;
   ASSERT_OK(uv_loop_init(&t->loop));
   memset(&cfg, 0, sizeof cfg);
@@ -747,11 +763,22 @@ static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
   cfg.orch_lock_ms = cfg.work_lock_ms = 60000;
   cfg.poll_interval_ms = 10;
   cfg.hold_ms = hold_ms;
-  cfg.on_fetch = answer_turns;
+  cfg.on_fetch = t->on_fetch ? t->on_fetch : answer_turns;
   cfg.ud = t;
   ASSERT_OK(dx__store_new(&t->s, &t->loop, &cfg, &err));
+  if (t->eager) {
+    memset(&t->start_op, 0, sizeof t->start_op);
+    t->start_op.kind = DX_OP_ENQUEUE_ORCH;
+    t->start_op.eager = 1;
+    t->start_op.item = &start;
+    t->start_op.done = start_applied;
+    dx__store_submit(t->s, &t->start_op);
+  }
   dx__store_want(t->s, t->keep_first ? 1 : 4, 4);
-  for (i = 0; i < 20000 && !(t->self_event ? t->n_turns >= 2 : t->n_work > 0); i++) {
+  for (i = 0; i < 20000 && !(t->until          ? t->until(t)
+                              : t->self_event ? t->n_turns >= 2
+                                              : t->n_work > 0);
+       i++) {
     uv_run(&t->loop, UV_RUN_NOWAIT);
     usleep(500);
   }
@@ -787,6 +814,125 @@ DX_TEST(store_turn_ack_commits_with_its_fetch_and_the_activity_it_scheduled) {
   ASSERT_EQ(t.commits_at_work, 1);
   ASSERT_EQ(w->last_sync, 1); /* the turn's ack is durable */
   assert_one_turn(w);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_eager_start_on_a_database_commits_with_its_first_turn) {
+  /* a provider with run_cycle ($DX_TEST_PG): this process's own start is applied and its turn
+  ** fetched by single calls, the turn answered while the transaction is open, and the
+  ** run_cycle closing it acks the turn and fetches the activity: one commit (there were two:
+  ** the start's cycle, then the ack's; and three with the client's own commit of the start) */
+  static turns_t t;
+  const char *pg = getenv("DX_TEST_PG");
+  char url[1024];
+  wrap_t *w;
+  if (!pg || !*pg) {
+    printf("# no $DX_TEST_PG: the database case is not run here (scripts/test runs it)\n");
+    return;
+  }
+  snprintf(url, sizeof url, "%s%sschema=sc_%d_%lld", pg, strchr(pg, '?') ? "&" : "?",
+           (int)getpid(), (long long)dx_clock_now_ms());
+  w = wrap_open_at(url);
+  ASSERT(w->m.version >= 5 && w->m.run_cycle);
+  memset(&t, 0, sizeof t);
+  t.eager = 1;
+  run_turns(&t, w, 60000);
+  ASSERT_EQ(t.n_turns, 1);
+  ASSERT_EQ(t.n_acked, 1);
+  ASSERT_EQ(t.n_work, 1);
+  ASSERT_EQ(t.commits_at_work, 1);
+  ASSERT_EQ(w->last_sync, 1); /* start and turn are durable */
+  assert_one_turn(w);
+  w_destroy(&w->base);
+}
+
+/* The activity's result and the turn it unblocks: the loop answers the activity run_turns
+** fetched with its result, then the turn that result wakes with a completing ack. */
+typedef struct {
+  turns_t t; /* first: answer_turns gets it for the first turn */
+  dx_store_op_t res_op, fin_op;
+  dx_work_item_t res;
+  dx_orch_ack_t fin;
+  dx_event_t fin_ev[2];
+  int commits_at_result, commits_at_turn, commits_at_done, fin_rc, fin_done;
+} steps_t;
+
+static void fin_acked(dx_store_op_t *op) {
+  steps_t *st = op->ud;
+  st->fin_rc = op->rc;
+  st->commits_at_done = __atomic_load_n(&st->t.w->commits, __ATOMIC_SEQ_CST);
+  st->fin_done = 1;
+}
+
+static void result_applied(dx_store_op_t *op) { ASSERT_EQ(op->rc, 0); }
+
+static void answer_steps(void *ud, dx_store_fetched_t *f) {
+  steps_t *st = ud;
+  size_t i;
+  for (i = 0; i < f->n_orch; i++) {
+    const dx_orch_item_t *it = f->orch[i];
+    dx_store_fetched_t one = {0};
+    if (it->history_len == 0) { /* the first turn */
+      one.orch = f->orch + i;
+      one.n_orch = 1;
+      answer_turns(&st->t, &one);
+      continue;
+    }
+    st->commits_at_turn = __atomic_load_n(&st->t.w->commits, __ATOMIC_SEQ_CST);
+    st->fin_ev[0] = (dx_event_t){.event_id = 3, .kind = DX_EV_ACT_COMPLETED, .source_id = 2,
+                                 .data = "1"};
+    st->fin_ev[1] = (dx_event_t){.event_id = 4, .kind = DX_EV_ORCH_COMPLETED, .data = "1"};
+    st->fin = (dx_orch_ack_t){.instance = "i1", .lock_token = it->lock_token,
+                              .execution_id = it->execution_id, .orchestration_name = "Orch",
+                              .status = DX_STATUS_COMPLETED, .output = "1",
+                              .delta = st->fin_ev, .delta_len = 2};
+    st->fin_op = (dx_store_op_t){.kind = DX_OP_ACK_ORCH, .ack = &st->fin, .done = fin_acked,
+                                 .ud = st};
+    dx__store_submit(st->t.s, &st->fin_op);
+  }
+  if (f->n_work && !st->t.n_work) { /* the activity: its result */
+    st->t.n_work = (int)f->n_work;
+    st->res = (dx_work_item_t){.kind = DX_WI_ACT_COMPLETED, .instance = "i1",
+                               .execution_id = 1, .id = 2, .data = "1"};
+    st->res_op = (dx_store_op_t){.kind = DX_OP_ACK_WORK, .token = f->work[0].lock_token,
+                                 .item = &st->res, .done = result_applied, .ud = st};
+    st->commits_at_result = __atomic_load_n(&st->t.w->commits, __ATOMIC_SEQ_CST);
+    dx__store_submit(st->t.s, &st->res_op);
+  }
+}
+
+static int steps_done(turns_t *t) { return ((steps_t *)t)->fin_done; }
+
+DX_TEST(store_result_of_an_idle_loop_on_a_database_commits_with_the_turn_it_unblocks) {
+  /* a provider with run_cycle ($DX_TEST_PG), the loop holding nothing but the activity: its
+  ** result is applied and the woken turn fetched by single calls, the turn answered while the
+  ** transaction is open and acked by the run_cycle closing it: one commit (there were two) */
+  static steps_t st;
+  const char *pg = getenv("DX_TEST_PG");
+  char url[1024];
+  dx_event_t *ev = NULL;
+  size_t n = 0;
+  dx_error_t err;
+  wrap_t *w;
+  if (!pg || !*pg) {
+    printf("# no $DX_TEST_PG: the database case is not run here (scripts/test runs it)\n");
+    return;
+  }
+  snprintf(url, sizeof url, "%s%sschema=sr_%d_%lld", pg, strchr(pg, '?') ? "&" : "?",
+           (int)getpid(), (long long)dx_clock_now_ms());
+  w = wrap_open_at(url);
+  memset(&st, 0, sizeof st);
+  st.t.on_fetch = answer_steps;
+  st.t.until = steps_done;
+  run_turns(&st.t, w, 60000);
+  ASSERT_EQ(st.fin_rc, 0);
+  ASSERT_EQ(st.commits_at_turn, st.commits_at_result); /* handed over before any commit */
+  ASSERT_EQ(st.commits_at_done - st.commits_at_result, 1);
+  ASSERT_EQ(w->last_sync, 1);
+  ASSERT_OK(w->inner->methods->read_history(w->inner, "i1", 0, &ev, &n, NULL, &err));
+  ASSERT_EQ((int)n, 4);
+  ASSERT_EQ(ev[3].kind, DX_EV_ORCH_COMPLETED);
+  dx_events_free(ev, n);
   w_destroy(&w->base);
 }
 

@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "options.h"
 #include "orch_cache.h"
+#include "providers/registry.h"
 #include "replay.h"
 #include "sessions.h"
 #include "store.h"
@@ -1104,25 +1105,13 @@ struct dx__eager_s {
 ** through the store's notify file) */
 static void eager_applied(dx_store_op_t *op) { ((dx__eager_t *)op->ud)->done = 1; }
 
-/* Two handles of one local store: they name the same notify file (a provider that has none,
-** a database, is never taken for the same store). */
-static int same_store(dx_provider_t *a, dx_provider_t *b) {
-  const char *pa, *pb;
-  if (a->methods->version < 3 || b->methods->version < 3 || !a->methods->notify_path ||
-      !b->methods->notify_path)
-    return 0;
-  pa = a->methods->notify_path(a);
-  pb = b->methods->notify_path(b);
-  return pa && pb && strcmp(pa, pb) == 0;
-}
-
 int dx__eager_start(dx_runtime_t *rt, dx_client_t *c, const dx_start_t *st, dx__eager_t **out,
                     dx_error_t *err) {
   dx__eager_t *e;
   int rc;
   *out = NULL;
   if (!rt || !c || !rt->started || rt->stopping || rt->stalled || !rt->store ||
-      !same_store(rt->provider, dx_client_provider(c)))
+      !dx__provider_same_store(rt->provider, dx_client_provider(c)))
     return DX_OK;
   if (!(e = calloc(1, sizeof *e))) return dx_error_set(err, DX_ENOMEM, "out of memory");
   if ((rc = dx__client_start_item(st, &e->w, err)) != 0) {
@@ -1130,6 +1119,7 @@ int dx__eager_start(dx_runtime_t *rt, dx_client_t *c, const dx_start_t *st, dx__
     return rc;
   }
   e->op.kind = DX_OP_ENQUEUE_ORCH;
+  e->op.eager = 1;
   e->op.item = &e->w;
   e->op.done = eager_applied;
   e->op.ud = e;

@@ -609,21 +609,22 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   cy.orch_lock_ms = s->cfg.orch_lock_ms;
   cy.work_lock_ms = s->cfg.work_lock_ms;
   cy.sessions = fetch_sessions(s, now);
-  cy.max_orch = bo > 0 ? bo : 0;
-  cy.max_work = bw > 0 ? bw : 0;
   /* a provider may commit inside run_cycle: decide now (turn acks sync, op_needs_sync) */
   cy.sync = *durable || sync;
-  if (bo > 0) f->orch = cy.orch_out = calloc((size_t)bo, sizeof *f->orch);
-  if (bw > 0) f->work = cy.work_out = calloc((size_t)bw, sizeof *f->work);
-  if (!cy.orch_out) cy.max_orch = 0;
-  if (!cy.work_out) cy.max_work = 0;
+  /* (after an eager cycle's calls f may hold items already: add to them) */
+  if (bo > 0 && !f->orch) f->orch = calloc((size_t)bo, sizeof *f->orch);
+  if (bw > 0 && !f->work) f->work = calloc((size_t)bw, sizeof *f->work);
+  cy.orch_out = f->orch ? f->orch + f->n_orch : NULL;
+  cy.work_out = f->work ? f->work + f->n_work : NULL;
+  cy.max_orch = cy.orch_out && bo > (int)f->n_orch ? bo - (int)f->n_orch : 0;
+  cy.max_work = cy.work_out && bw > (int)f->n_work ? bw - (int)f->n_work : 0;
   t0 = uv_hrtime();
   rc = p->methods->run_cycle(p, now, &cy, err);
   observe_fetch(s, t0, bo, bw); /* the acks ride along: one call does both */
-  f->n_orch = cy.n_orch;
-  f->n_work = cy.n_work;
-  for (i = 0; i < f->n_orch; i++) hold(s, f->orch[i]->instance, f->orch[i]->lock_token);
-  for (i = 0; i < f->n_work; i++) hold(s, NULL, f->work[i].lock_token);
+  for (i = 0; i < cy.n_orch; i++) hold(s, cy.orch_out[i]->instance, cy.orch_out[i]->lock_token);
+  for (i = 0; i < cy.n_work; i++) hold(s, NULL, cy.work_out[i].lock_token);
+  f->n_orch += cy.n_orch;
+  f->n_work += cy.n_work;
   if (cy.fetch_rc) {
     dx__log(DX_LOG_WARN, "fetch failed", "error=\"%s\"", cy.fetch_err.msg);
     *failed |= CALL_FETCH;
@@ -681,10 +682,38 @@ static int refetched_settled(const dx_store_op_t *ops, const dx_store_fetched_t 
   return 0;
 }
 
-static int can_hold(const dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f) {
+/* 1 when ops carry this process's own client start (dx__eager_start). */
+static int has_eager(const dx_store_op_t *ops) {
+  for (; ops; ops = ops->next)
+    if (ops->kind == DX_OP_ENQUEUE_ORCH && ops->eager) return 1;
+  return 0;
+}
+
+/* 1 when ops are only activity results (at most HOLD_MAX_ITEMS) and settle everything the
+** loop holds: the loop is idle once they are applied, so it answers the turns they unblock at
+** once. */
+static int results_of_idle_loop(const dx_store_t *s, const dx_store_op_t *ops) {
+  size_t k = 0;
+  for (; ops; ops = ops->next, k++)
+    if (ops->kind != DX_OP_ACK_WORK || !ops->item || k >= HOLD_MAX_ITEMS) return 0;
+  return k > 0 && s->n_held == k;
+}
+
+/* The cycle makes one call per op and fetch (and so may hold its turns): always on a provider
+** without run_cycle. On one with it (a database) only where someone waits for the turn and the
+** idle loop answers in microseconds, so the row locks are kept that long only: a cycle
+** carrying this process's own start (start, first turn and the activity it schedules cost one
+** commit), or an idle loop's activity results (result and the turn it unblocks, one commit).
+** Every other cycle stays one round trip. */
+static int per_call(dx_store_t *s, const dx_store_op_t *ops) {
+  return !has_run_cycle(s->cfg.provider) ||
+         (s->cfg.hold_ms > 0 && (has_eager(ops) || results_of_idle_loop(s, ops)));
+}
+
+/* pc: per_call decided at the cycle's start */
+static int can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f, int pc) {
   return s->cfg.hold_ms > 0 && f->n_orch > 0 && f->n_orch <= HOLD_MAX_ITEMS &&
-         s->n_held == f->n_orch && !has_run_cycle(s->cfg.provider) &&
-         !refetched_settled(ops, f);
+         s->n_held == f->n_orch && pc && !refetched_settled(ops, f);
 }
 
 /* Hand f's orchestration items to the loop now (f keeps its work items). 0 when the store is
@@ -744,11 +773,14 @@ static dx_store_op_t *await_turns(dx_store_t *s, const handed_t *h) {
   return ops;
 }
 
-/* Inside the open transaction, after its orchestration fetch: hand the turns over, apply what
-** the loop answered (appended to *opsp, so it is reported like the rest of the batch), fetch
-** orchestrations again. *bo is what may still be fetched of them. */
+/* Inside the open transaction, after its orchestration fetch: hand the turns over and take
+** what the loop answered (appended to *opsp, so it is reported like the rest of the batch).
+** With latep (a provider with run_cycle) *latep gets those ops for the cycle's closing
+** run_cycle; else they are applied here and orchestrations fetched again. *bo is what may
+** still be fetched of them. */
 static int hold_turns(dx_store_t *s, dx_store_op_t **opsp, int *bo, dx_store_fetched_t *f,
-                      handed_t *h, int *failed, int *durable, dx_error_t *err) {
+                      handed_t *h, dx_store_op_t **latep, int *failed, int *durable,
+                      dx_error_t *err) {
   dx_store_op_t *late, *op, **tail = opsp;
   int64_t now;
   int rc = 0;
@@ -759,9 +791,13 @@ static int hold_turns(dx_store_t *s, dx_store_op_t **opsp, int *bo, dx_store_fet
   while (*tail) tail = &(*tail)->next;
   *tail = late;
   now = now_ms(s);
+  f->at_ms = now;
+  if (latep) {
+    *latep = late;
+    return 0;
+  }
   for (op = late; op && !rc; op = op->next) rc = op_apply(s, op, now, failed, durable, err);
   if (rc) return rc;
-  f->at_ms = now;
   if (fetch_into(s, now, *bo, 0, f)) *failed |= CALL_FETCH;
   return 0;
 }
@@ -782,7 +818,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   dx_provider_t *p = s->cfg.provider;
   dx_store_op_t *op;
   handed_t handed;
-  int durable = 0, rc;
+  int durable = 0, rc, pc;
   uint64_t t0;
   memset(f, 0, sizeof *f);
   memset(err, 0, sizeof *err);
@@ -792,22 +828,28 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   if ((rc = p->methods->begin(p, err)) != 0) return rc;
   renew_held(s, now);
   if (*bo > 0 || bw > 0) refresh_filter(s);
-  if (has_run_cycle(p)) {
+  if (!(pc = per_call(s, *opsp))) {
     rc = run_cycle(s, *opsp, *bo, bw, now, f, failed, &durable, err);
   } else {
+    dx_store_op_t *late = NULL;
+    int rcy = has_run_cycle(p);
     for (op = *opsp; op && !rc; op = op->next)
       rc = op_apply(s, op, now, failed, &durable, err);
     /* Orchestrations first, then activities, once per batch and after every ack the batch
     ** holds (a provider may skip work it found none of earlier in the batch: sessions) */
     t0 = uv_hrtime();
-    if (!rc && fetch_into(s, now, *bo, 0, f)) *failed |= CALL_FETCH;
-    if (!rc && can_hold(s, *opsp, f)) {
+    /* (a database: one call, one round trip, for the start's turn; run_cycle fetches the rest) */
+    if (!rc && fetch_into(s, now, rcy && *bo > 1 ? 1 : *bo, 0, f)) *failed |= CALL_FETCH;
+    if (!rc && can_hold(s, *opsp, f, pc)) {
       uint64_t h0 = uv_hrtime();
-      rc = hold_turns(s, opsp, bo, f, &handed, failed, &durable, err);
+      rc = hold_turns(s, opsp, bo, f, &handed, rcy ? &late : NULL, failed, &durable, err);
       t0 += uv_hrtime() - h0; /* the fetch metric leaves the wait for the loop out */
     }
-    if (!rc && fetch_into(s, f->at_ms, 0, bw, f)) *failed |= CALL_FETCH;
-    if (!rc) observe_fetch(s, t0, *bo, bw);
+    /* a database closes the cycle as usual: the turns' acks, the fetches and the commit in
+    ** one round trip */
+    if (!rc && rcy) rc = run_cycle(s, late, *bo, bw, f->at_ms, f, failed, &durable, err);
+    else if (!rc && fetch_into(s, f->at_ms, 0, bw, f)) *failed |= CALL_FETCH;
+    if (!rc && !rcy) observe_fetch(s, t0, *bo, bw); /* (run_cycle observed its own) */
   }
   if (rc) { /* DX_ERETRY from an op: it runs again, its outcome is not known yet */
     p->methods->rollback(p);

@@ -48,6 +48,8 @@ struct dx_store_op_s {
   const dx_work_item_t *item;        /* ACK_WORK completion (may be NULL), ENQUEUE_ORCH */
   int64_t delay_ms;                  /* ABANDON_*, ENQUEUE_ORCH; RENEW_WORK: extension */
   int ignore_attempt;
+  int eager;                         /* ENQUEUE_ORCH: this process's client start, which the
+                                        cycle commits with its first turn (cycle_once) */
   const char *worker_id;             /* session ops */
   const char *session_id;
   int64_t idle_ms;

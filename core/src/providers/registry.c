@@ -1,5 +1,6 @@
 /*
-** registry.c -- dx_provider_open: the one place that turns a store URL into a provider.
+** registry.c -- dx_provider_open: the one place that turns a store URL into a provider; and
+** dx__provider_same_store, which tells whether two handles name one store.
 **
 ** Every way of naming a store (--store, $DUROXIDE_STORE, configure{store=}, client{store=},
 ** testing.env{store=}, the C API) ends here, so the engine never names a provider. A URL of
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "providers/providers.h"
+#include "providers/registry.h"
 #ifdef DX_HAVE_POSTGRES
 #include "providers/pg/pg.h"
 #endif
@@ -51,6 +53,18 @@ static size_t scheme_len(const char *url) {
                     (url[n] >= 'a' && url[n] <= 'z') || (url[n] >= 'A' && url[n] <= 'Z')))
     n++;
   return strncmp(url + n, "://", 3) == 0 ? n : 0;
+}
+
+int dx__provider_same_store(dx_provider_t *a, dx_provider_t *b) {
+  const char *pa, *pb;
+  if (!a || !b || a->methods != b->methods) return 0;
+#ifdef DX_HAVE_POSTGRES
+  if (dx__pg_same_store(a, b)) return 1;
+#endif
+  if (a->methods->version < 3 || !a->methods->notify_path) return 0;
+  pa = a->methods->notify_path(a);
+  pb = b->methods->notify_path(b);
+  return pa && pb && strcmp(pa, pb) == 0;
 }
 
 int dx_provider_open(const char *url, const dx_provider_opts_t *opts, dx_provider_t **out,

@@ -22,4 +22,8 @@ uint64_t dx__pg_round_trips(dx_provider_t *p);
 **  while no store cycle runs. Returns the previous value. */
 size_t dx__pg_set_ack_call_bytes(size_t n);
 
+/** 1 when a and b are PostgreSQL handles of one store: the same connection URI and schema
+**  (registry.c dx__provider_same_store). */
+int dx__pg_same_store(dx_provider_t *a, dx_provider_t *b);
+
 #endif

@@ -130,6 +130,9 @@ int dx__pg_run_cycle(dx_provider_t *pp, int64_t now, dx_cycle_t *cy, dx_error_t 
   if ((rc = dx__pg_tx_begin((pg_t *)pp, &t, err))) return rc;
   if (t.own) /* the calls below would each open their own transaction */
     return dx__pg_tx_end(&t, dx_error_set(err, DX_ESTATE, "run_cycle outside a batch (begin)"));
+  /* instances a single fetch of this batch locked ahead and did not hand out (an eager
+  ** start's cycle, store.c) go back first, queued: the fetch below may pick them again */
+  if ((rc = dx__pg_orch_unbuffer(&t, 1))) return dx__pg_tx_poison(&t, rc);
   if ((cy->n_acks && !(calls = calloc(2 * cy->n_acks, sizeof *calls))) ||
       (cy->max_orch > 0 && !(parks = calloc((size_t)cy->max_orch, sizeof *parks)))) {
     free(calls);

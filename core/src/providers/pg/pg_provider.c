@@ -71,6 +71,12 @@ static int pg_set_fetch_filter(dx_provider_t *pp, const dx_fetch_filter_t *f, dx
   return 0;
 }
 
+int dx__pg_same_store(dx_provider_t *a, dx_provider_t *b) {
+  const pg_t *x = (const pg_t *)a, *y = (const pg_t *)b;
+  return a->methods == b->methods && a->methods->destroy == pg_destroy &&
+         strcmp(x->conninfo, y->conninfo) == 0 && strcmp(x->schema, y->schema) == 0;
+}
+
 static const char *pg_notify_path(dx_provider_t *pp) {
   (void)pp;
   return NULL; /* no file to watch: the runtime polls */
