@@ -25,295 +25,14 @@
 #include "log.h"
 #include "metrics.h"
 #include "store.h"
+#include "store_int.h"
 #include "util.h"
-
-/* A session this worker's fetches skip until `until` (DX_OP_DECLINE_SESSION). */
-typedef struct declined_s {
-  char *sid;
-  int64_t until;
-  struct declined_s *next;
-} declined_t;
-
-/* An item handed to the loop whose settlement (ack/abandon) is not applied yet. */
-typedef struct held_s {
-  char *instance;      /* orchestration items; NULL for work items */
-  uint64_t token;
-  uint64_t renew_at;   /* monotonic ms */
-  uint64_t give_up_at; /* monotonic ms: a turn never takes this long (the turn time limit and
-                          the budget stop code), nor does the loop go this long without
-                          renewing an activity */
-  int renewing;        /* renewed in the open transaction (undone if it is not kept) */
-  struct held_s *next, *prev; /* s->held, in both directions */
-  struct held_s *hnext;       /* s->hidx bucket chain */
-} held_t;
-
-typedef struct fetched_node_s {
-  dx_store_fetched_t f;
-  struct fetched_node_s *next;
-} fetched_node_t;
-
-struct dx_store_s {
-  uv_loop_t *loop;
-  dx_store_cfg_t cfg;
-  uv_thread_t thread;
-  uv_mutex_t mu;
-  uv_cond_t cv;
-  uv_async_t async;
-  int thread_started;
-  /* guarded by mu */
-  dx_store_op_t *pending, *pending_tail;
-  dx_store_op_t *done, *done_tail;
-  fetched_node_t *fetched, *fetched_tail;
-  int budget_orch, budget_work;
-  int fetching;
-  int stopping;
-  int paused;         /* a simulated stall: no cycles */
-  int poked;
-  int woken;          /* another process may have committed work: check before sleeping */
-  int busy;           /* the thread holds ops not yet on the done list */
-  uint64_t commits, cycles;
-  held_t *held;       /* store thread only */
-  held_t **hidx;      /* store thread only: held by token (each settled op looks one up) */
-  size_t hcap;
-  size_t n_held;      /* store thread only: entries in held */
-  int64_t renew_every_ms, work_renew_every_ms;
-  int64_t orch_hold_ms; /* renew a turn's lock this long at most: past the turn time limit */
-  uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
-  int64_t sess_every_ms;
-  int sess_renewing;  /* the open transaction renewed the session leases */
-  char **sess_new;    /* store thread: the ids it renewed in the open transaction */
-  size_t n_sess_new;
-  int64_t sess_new_until;
-  char **sess_conf;   /* guarded by mu: the ids the last kept fallback renewal extended, */
-  size_t n_sess_conf; /* to sess_conf_until (so the loop can tell a stall from a busy loop) */
-  int64_t sess_conf_until;
-  uint64_t depths_due; /* monotonic ms of the next queue depth poll (with metrics) */
-  int64_t backoff_ms;  /* guarded by mu: after a failed cycle 10 ms doubling to 1 s, else 0 */
-  int cycle_failed;    /* store thread only: the last cycle failed */
-  int fatal;           /* guarded by mu: 1 = fatal_err is set, 2 = reported to the loop */
-  int fatal_seen;      /* store thread only: a cycle found the store unusable */
-  dx_error_t fatal_err;
-  declined_t *declined;       /* store thread only */
-  dx_session_cfg_t sess_cfg;  /* store thread only: cfg.sessions plus the declined ids */
-  const char **declined_v;
-  size_t declined_cap;
-  void (*close_cb)(void *);
-  void *close_ud;
-  uint64_t cap_gen;    /* store thread only: the host capabilities generation applied */
-  int filter_set;      /* store thread only: the provider has this worker's filter */
-};
 
 static int64_t now_ms(dx_store_t *s) {
   return s->cfg.clock ? s->cfg.clock(s->cfg.clock_ud) : dx__now_ms();
 }
 
 /* {===== store thread =====} */
-
-#define HOLD_MAX_MS (10 * 60 * 1000)
-
-static uint64_t mono_ms(void) { return uv_hrtime() / 1000000u; }
-
-static held_t **bucket(dx_store_t *s, uint64_t token) {
-  return &s->hidx[(token * UINT64_C(0x9E3779B97F4A7C15)) >> 32 & (s->hcap - 1)];
-}
-
-/* Room for one more entry in the token index (doubling; false when out of memory). */
-static int hidx_room(dx_store_t *s) {
-  held_t **nv, *h;
-  size_t cap = s->hcap ? s->hcap * 2 : 64;
-  if (s->n_held < s->hcap) return 1;
-  if (!(nv = calloc(cap, sizeof *nv))) return 0;
-  free(s->hidx);
-  s->hidx = nv;
-  s->hcap = cap;
-  for (h = s->held; h; h = h->next) {
-    held_t **b = bucket(s, h->token);
-    h->hnext = *b;
-    *b = h;
-  }
-  return 1;
-}
-
-/* instance: an orchestration item's; NULL for a work item. */
-static void hold(dx_store_t *s, const char *instance, uint64_t token) {
-  held_t *h = calloc(1, sizeof *h), **b;
-  if (!h || (instance && !(h->instance = dx__strdup(instance))) || !hidx_room(s)) {
-    if (h) free(h->instance);
-    free(h); /* not renewed: the lock may lapse, and the item then simply comes back */
-    return;
-  }
-  h->token = token;
-  h->renew_at = mono_ms() + (uint64_t)(instance ? s->renew_every_ms : s->work_renew_every_ms);
-  /* Bounded, so an item the loop dropped without a settlement (out of memory) is not kept
-  ** locked for ever: its lock then lapses and it comes back. */
-  h->give_up_at = mono_ms() + (uint64_t)(instance ? s->orch_hold_ms : HOLD_MAX_MS);
-  h->next = s->held;
-  if (s->held) s->held->prev = h;
-  s->held = h;
-  b = bucket(s, token);
-  h->hnext = *b;
-  *b = h;
-  s->n_held++;
-}
-
-static held_t *find_held(dx_store_t *s, uint64_t token) {
-  held_t *h;
-  if (!s->hcap) return NULL;
-  for (h = *bucket(s, token); h; h = h->hnext)
-    if (h->token == token) return h;
-  return NULL;
-}
-
-/* The loop renewed this activity lock itself: no fallback renewal needed until it is late. */
-static void touch_held(dx_store_t *s, uint64_t token) {
-  held_t *h = find_held(s, token);
-  if (!h) return;
-  h->renew_at = mono_ms() + (uint64_t)s->work_renew_every_ms;
-  h->give_up_at = mono_ms() + HOLD_MAX_MS;
-}
-
-static void unhold(dx_store_t *s, uint64_t token) {
-  held_t **pp, *dead;
-  if (!s->hcap) return;
-  for (pp = bucket(s, token); *pp && (*pp)->token != token; pp = &(*pp)->hnext) {}
-  if (!(dead = *pp)) return;
-  *pp = dead->hnext;
-  if (dead->prev) dead->prev->next = dead->next;
-  else s->held = dead->next;
-  if (dead->next) dead->next->prev = dead->prev;
-  s->n_held--;
-  free(dead->instance);
-  free(dead);
-}
-
-static void free_held(dx_store_t *s) {
-  while (s->held) unhold(s, s->held->token);
-  free(s->hidx);
-  s->hidx = NULL;
-  s->hcap = s->n_held = 0;
-}
-
-static void free_ids(char **v, size_t n) {
-  size_t i;
-  for (i = 0; i < n; i++) free(v[i]);
-  free(v);
-}
-
-/* renew_session_lock callback of the fallback renewal: note each renewed id. */
-static int note_renewed(void *ud, const dx_session_info_t *si) {
-  dx_store_t *s = ud;
-  char **v = realloc(s->sess_new, (s->n_sess_new + 1) * sizeof *v);
-  if (!v) return 1;
-  s->sess_new = v;
-  if ((v[s->n_sess_new] = dx__strdup(si->session_id)) != NULL) s->n_sess_new++;
-  return 0;
-}
-
-/* Items fetched but never delivered to the loop: nobody will settle them. */
-static void unhold_fetched(dx_store_t *s, const dx_store_fetched_t *f) {
-  size_t i;
-  for (i = 0; i < f->n_orch; i++) unhold(s, f->orch[i]->lock_token);
-  for (i = 0; i < f->n_work; i++) unhold(s, f->work[i].lock_token);
-}
-
-/* Earliest renewal due (monotonic ms), UINT64_MAX when nothing is held. */
-static uint64_t next_renewal(dx_store_t *s) {
-  uint64_t due = s->cfg.sessions ? s->sess_due : UINT64_MAX;
-  held_t *h;
-  for (h = s->held; h; h = h->next)
-    if (h->renew_at < due) due = h->renew_at;
-  return due;
-}
-
-/* Inside a cycle's transaction: extend the locks that are due. A lost lock (expired before we
-** got here, or taken over) is forgotten; the turn's commit will then be refused as before. */
-static void renew_held(dx_store_t *s, int64_t now) {
-  dx_provider_t *p = s->cfg.provider;
-  uint64_t mono = mono_ms();
-  held_t *h, *next;
-  int rc;
-  if (s->cfg.sessions && mono >= s->sess_due) {
-    /* The loop's session renewal is late (the loop is blocked): renew our leases here. */
-    dx_error_t err;
-    const dx_session_cfg_t *sc = s->cfg.sessions;
-    free_ids(s->sess_new, s->n_sess_new);
-    s->sess_new = NULL;
-    s->n_sess_new = 0;
-    if (p->methods->renew_session_lock(p, now, sc->worker_id, sc->session_lock_ms,
-                                       s->cfg.session_idle_ms, note_renewed, s, NULL,
-                                       &err) != 0) {
-      dx__log(DX_LOG_WARN, "session lease renewal failed", "error=\"%s\"", err.msg);
-    } else {
-      s->sess_renewing = 1;
-      s->sess_new_until = now + sc->session_lock_ms;
-    }
-    s->sess_due = mono + (uint64_t)s->sess_every_ms;
-  }
-  for (h = s->held; h; h = next) {
-    dx_error_t err;
-    next = h->next;
-    if (h->renew_at > mono) continue;
-    if (mono >= h->give_up_at) {
-      dx__log(DX_LOG_WARN, "lock no longer renewed: its item was never settled",
-              "instance=%s token=%016llx", h->instance ? h->instance : "(activity)",
-              (unsigned long long)h->token);
-      unhold(s, h->token);
-      continue;
-    }
-    rc = h->instance ? p->methods->renew_orchestration_item_lock(p, now, h->instance, h->token,
-                                                                 s->cfg.orch_lock_ms, &err)
-                     : p->methods->renew_work_item_lock(p, now, h->token, s->cfg.work_lock_ms,
-                                                        &err);
-    if (rc == DX_ERETRY) continue; /* the store could not answer: still due, the batch retries */
-    if (rc != 0) {
-      /* Lost (expired before we got here, taken over, or the activity was cancelled): the
-      ** settlement will be refused, or the loop's renewal reports the cancellation. */
-      if (h->instance)
-        dx__log(DX_LOG_WARN, "orchestration lock lost while its turn was pending",
-                "instance=%s error=\"%s\"", h->instance, err.msg);
-      unhold(s, h->token);
-      continue;
-    }
-    h->renew_at = mono + (uint64_t)(h->instance ? s->renew_every_ms : s->work_renew_every_ms);
-    h->renewing = 1;
-  }
-}
-
-/* The transaction that renew_held ran in ended: kept (committed), or not (rolled back, as
-** when it is retried on DX_ERETRY), in which case its renewals are due again at once. */
-static void renewals_end(dx_store_t *s, int kept) {
-  held_t *h;
-  for (h = s->held; h; h = h->next) {
-    if (h->renewing && !kept) h->renew_at = 0;
-    h->renewing = 0;
-  }
-  if (s->sess_renewing && !kept) s->sess_due = 0;
-  if (s->sess_renewing && kept) { /* publish: the loop's fence must not count these lapsed */
-    char **old;
-    size_t n_old;
-    uv_mutex_lock(&s->mu);
-    old = s->sess_conf;
-    n_old = s->n_sess_conf;
-    s->sess_conf = s->sess_new;
-    s->n_sess_conf = s->n_sess_new;
-    s->sess_conf_until = s->sess_new_until;
-    uv_mutex_unlock(&s->mu);
-    free_ids(old, n_old);
-    s->sess_new = NULL;
-    s->n_sess_new = 0;
-  }
-  s->sess_renewing = 0;
-}
-
-int64_t dx__store_session_confirmed(dx_store_t *s, const char *sid) {
-  int64_t until = 0;
-  size_t i;
-  uv_mutex_lock(&s->mu);
-  for (i = 0; i < s->n_sess_conf; i++)
-    if (strcmp(s->sess_conf[i], sid) == 0) until = s->sess_conf_until;
-  uv_mutex_unlock(&s->mu);
-  return until;
-}
 
 /* renew_session_lock callback: remember each renewed session id on the op. */
 static int collect_id(void *ud, const dx_session_info_t *si) {
@@ -328,62 +47,6 @@ static int collect_id(void *ud, const dx_session_info_t *si) {
     if ((v[op->n_ended] = dx__strdup(si->session_id)) != NULL) op->n_ended++;
   }
   return 0;
-}
-
-/* Skip session sid in this worker's fetches until `until` (a later decline replaces it). */
-static int decline(dx_store_t *s, const char *sid, int64_t until, dx_error_t *err) {
-  declined_t *d;
-  for (d = s->declined; d; d = d->next)
-    if (strcmp(d->sid, sid) == 0) break;
-  if (!d) {
-    if (!(d = calloc(1, sizeof *d)) || !(d->sid = dx__strdup(sid))) {
-      free(d);
-      return dx_error_set(err, DX_ENOMEM, "out of memory declining session '%s'", sid);
-    }
-    d->next = s->declined;
-    s->declined = d;
-  }
-  d->until = until;
-  return 0;
-}
-
-static void free_declined(dx_store_t *s) {
-  while (s->declined) {
-    declined_t *d = s->declined;
-    s->declined = d->next;
-    free(d->sid);
-    free(d);
-  }
-  free(s->declined_v);
-}
-
-/* The session side of this cycle's fetches: cfg.sessions with the sessions declined now
-** (expired declines are dropped here). NULL: no session work. */
-static const dx_session_cfg_t *fetch_sessions(dx_store_t *s, int64_t now) {
-  declined_t **pp = &s->declined, *d;
-  size_t n = 0;
-  if (!s->cfg.sessions) return NULL;
-  s->sess_cfg = *s->cfg.sessions;
-  while ((d = *pp)) {
-    if (d->until <= now) {
-      *pp = d->next;
-      free(d->sid);
-      free(d);
-      continue;
-    }
-    if (n == s->declined_cap) {
-      size_t cap = s->declined_cap ? 2 * s->declined_cap : 8;
-      const char **v = realloc(s->declined_v, cap * sizeof *v);
-      if (!v) break; /* out of memory: the rest are simply not declined this cycle */
-      s->declined_v = v;
-      s->declined_cap = cap;
-    }
-    s->declined_v[n++] = d->sid;
-    pp = &d->next;
-  }
-  s->sess_cfg.declined = n ? s->declined_v : NULL;
-  s->sess_cfg.n_declined = n;
-  return &s->sess_cfg;
 }
 
 static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
@@ -409,8 +72,8 @@ static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
     case DX_OP_RENEW_SESSIONS:
       /* a retried or isolated batch runs the renewal again: an id an earlier attempt renewed
       ** was rolled back with it, and must not make the loop believe its lease was extended */
-      free_ids(op->ids, op->n_ids);
-      free_ids(op->ended, op->n_ended);
+      dx__store_free_ids(op->ids, op->n_ids);
+      dx__store_free_ids(op->ended, op->n_ended);
       op->ids = op->ended = NULL;
       op->n_ids = op->n_ended = 0;
       return m->renew_session_lock(p, now, op->worker_id, op->delay_ms, op->idle_ms, collect_id,
@@ -421,7 +84,7 @@ static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {
     case DX_OP_CLEANUP_SESSIONS:
       return m->cleanup_orphaned_sessions(p, now, &op->count, &op->err);
     case DX_OP_DECLINE_SESSION:
-      return decline(s, op->session_id, now + op->delay_ms, &op->err);
+      return dx__store_decline(s, op->session_id, now + op->delay_ms, &op->err);
     case DX_OP_SESSION_EVENT:
       if (m->version < 7 || !m->append_session_event) return 0;
       return m->append_session_event(p, op->sev, &op->err);
@@ -480,7 +143,7 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
   dx_provider_t *p = s->cfg.provider;
   dx_error_t err;
   int failed = 0;
-  const dx_session_cfg_t *sessions = fetch_sessions(s, now);
+  const dx_session_cfg_t *sessions = dx__store_fetch_sessions(s, now);
   /* arrays of capacity bo / bw; a second fetch of the same cycle (hold_turns) adds to them */
   if (bo > 0 && !f->orch) f->orch = calloc((size_t)bo, sizeof *f->orch);
   if (bw > 0 && !f->work) f->work = calloc((size_t)bw, sizeof *f->work);
@@ -493,7 +156,7 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
     }
     if (!it) break;
     f->orch[f->n_orch++] = it;
-    hold(s, it->instance, it->lock_token);
+    dx__store_hold(s, it->instance, it->lock_token);
   }
   while (f->work && (int)f->n_work < bw) {
     dx_work_fetch_t *w = &f->work[f->n_work];
@@ -507,7 +170,7 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
       memset(w, 0, sizeof *w);
       break;
     }
-    hold(s, NULL, w->lock_token);
+    dx__store_hold(s, NULL, w->lock_token);
     f->n_work++;
   }
   return failed;
@@ -516,15 +179,15 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
 /* After an op ran: settled items are no longer held (whatever the outcome: the loop does not
 ** settle them again); a renewal by the loop postpones this thread's fallback renewal. */
 static void settle_held(dx_store_t *s, const dx_store_op_t *op) {
-  if (op->kind == DX_OP_ACK_ORCH) unhold(s, op->ack->lock_token);
+  if (op->kind == DX_OP_ACK_ORCH) dx__store_unhold(s, op->ack->lock_token);
   else if (op->kind == DX_OP_ABANDON_ORCH || op->kind == DX_OP_ACK_WORK ||
            op->kind == DX_OP_ABANDON_WORK)
-    unhold(s, op->token);
+    dx__store_unhold(s, op->token);
   else if (op->kind == DX_OP_RENEW_WORK) {
-    if (op->rc == 0) touch_held(s, op->token);
-    else unhold(s, op->token);
+    if (op->rc == 0) dx__store_touch_held(s, op->token);
+    else dx__store_unhold(s, op->token);
   } else if (op->kind == DX_OP_RENEW_SESSIONS && op->rc == 0) {
-    s->sess_due = mono_ms() + (uint64_t)s->sess_every_ms; /* the loop is on time */
+    s->sess_due = dx__store_mono_ms() + (uint64_t)s->sess_every_ms; /* the loop is on time */
   }
 }
 
@@ -608,7 +271,7 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   cy.n_acks = n;
   cy.orch_lock_ms = s->cfg.orch_lock_ms;
   cy.work_lock_ms = s->cfg.work_lock_ms;
-  cy.sessions = fetch_sessions(s, now);
+  cy.sessions = dx__store_fetch_sessions(s, now);
   /* a provider may commit inside run_cycle: decide now (turn acks sync, op_needs_sync) */
   cy.sync = *durable || sync;
   /* (after an eager cycle's calls f may hold items already: add to them) */
@@ -621,8 +284,8 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   t0 = uv_hrtime();
   rc = p->methods->run_cycle(p, now, &cy, err);
   observe_fetch(s, t0, bo, bw); /* the acks ride along: one call does both */
-  for (i = 0; i < cy.n_orch; i++) hold(s, cy.orch_out[i]->instance, cy.orch_out[i]->lock_token);
-  for (i = 0; i < cy.n_work; i++) hold(s, NULL, cy.work_out[i].lock_token);
+  for (i = 0; i < cy.n_orch; i++) dx__store_hold(s, cy.orch_out[i]->instance, cy.orch_out[i]->lock_token);
+  for (i = 0; i < cy.n_work; i++) dx__store_hold(s, NULL, cy.work_out[i].lock_token);
   f->n_orch += cy.n_orch;
   f->n_work += cy.n_work;
   if (cy.fetch_rc) {
@@ -804,7 +467,7 @@ static int hold_turns(dx_store_t *s, dx_store_op_t **opsp, int *bo, dx_store_fet
 
 static void unhold_handed(dx_store_t *s, const handed_t *h) {
   size_t i;
-  for (i = 0; i < h->n; i++) unhold(s, h->tokens[i]);
+  for (i = 0; i < h->n; i++) dx__store_unhold(s, h->tokens[i]);
 }
 
 /* One transaction: apply `ops`, fetch, commit. 0, or the error that lost the whole batch
@@ -826,7 +489,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   *failed = 0;
   f->at_ms = now;
   if ((rc = p->methods->begin(p, err)) != 0) return rc;
-  renew_held(s, now);
+  dx__store_renew_held(s, now);
   if (*bo > 0 || bw > 0) refresh_filter(s);
   if (!(pc = per_call(s, *opsp))) {
     rc = run_cycle(s, *opsp, *bo, bw, now, f, failed, &durable, err);
@@ -853,10 +516,10 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   }
   if (rc) { /* DX_ERETRY from an op: it runs again, its outcome is not known yet */
     p->methods->rollback(p);
-    unhold_fetched(s, f);
+    dx__store_unhold_fetched(s, f);
     unhold_handed(s, &handed);
     free_fetched(f);
-    renewals_end(s, 0);
+    dx__store_renewals_end(s, 0);
     return rc;
   }
   /* A cycle that only took locks need not reach the disk: a lost lock only delays. */
@@ -866,11 +529,11 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
                      DXM_LABELS(durable ? "true" : "false"), dx__seconds_since(t0));
   if (rc != 0) {
     p->methods->rollback(p); /* a no-op when the failed commit already ended the batch */
-    unhold_fetched(s, f);
+    dx__store_unhold_fetched(s, f);
     unhold_handed(s, &handed);
     free_fetched(f);
   }
-  renewals_end(s, rc == 0);
+  dx__store_renewals_end(s, rc == 0);
   return rc;
 }
 
@@ -987,8 +650,8 @@ static void poll_depths(dx_store_t *s) {
   dx_provider_t *p = s->cfg.provider;
   dx_queue_depths_t d;
   dx_error_t err;
-  if (!s->cfg.metrics || mono_ms() < s->depths_due || !p->methods->get_queue_depths) return;
-  s->depths_due = mono_ms() + DEPTHS_EVERY_MS;
+  if (!s->cfg.metrics || dx__store_mono_ms() < s->depths_due || !p->methods->get_queue_depths) return;
+  s->depths_due = dx__store_mono_ms() + DEPTHS_EVERY_MS;
   if (p->methods->get_queue_depths(p, &d, &err) != 0) return;
   dx__metric_set(s->cfg.metrics, DXM_QUEUE_ORCH, DXM_NOLABELS, (double)d.orchestrator);
   dx__metric_set(s->cfg.metrics, DXM_QUEUE_WORK, DXM_NOLABELS, (double)d.worker);
@@ -1006,7 +669,7 @@ static int64_t next_due(dx_store_t *s, int64_t now) {
 
 /* Sleep (mu held) at most ms, and never past the next lock renewal. */
 static void timed_wait(dx_store_t *s, int64_t ms) {
-  uint64_t rdue = next_renewal(s), mono = mono_ms();
+  uint64_t rdue = dx__store_next_renewal(s), mono = dx__store_mono_ms();
   if (rdue != UINT64_MAX && (int64_t)(rdue > mono ? rdue - mono : 0) < ms)
     ms = (int64_t)(rdue > mono ? rdue - mono : 0);
   if (ms < 1) ms = 1;
@@ -1021,8 +684,8 @@ static void store_main(void *arg) {
     dx_store_op_t *ops;
     dx_store_fetched_t f;
     int bo, bw, got, can_fetch = s->fetching && (s->budget_orch > 0 || s->budget_work > 0);
-    uint64_t rdue = next_renewal(s);
-    int renew_now = rdue <= mono_ms();
+    uint64_t rdue = dx__store_next_renewal(s);
+    int renew_now = rdue <= dx__store_mono_ms();
     if (s->paused && !s->stopping) { /* a simulated stall: nothing runs until it ends */
       uv_cond_wait(&s->cv, &s->mu);
       continue;
@@ -1077,7 +740,7 @@ static void store_main(void *arg) {
         else s->fetched = n;
         s->fetched_tail = n;
       } else {
-        unhold_fetched(s, &f);
+        dx__store_unhold_fetched(s, &f);
         free_fetched(&f); /* locks expire and the items come back */
       }
     } else {
@@ -1164,7 +827,7 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
   s->work_renew_every_ms = late_after(s->cfg.work_renew_ms, s->cfg.work_lock_ms);
   if (s->cfg.sessions) {
     s->sess_every_ms = late_after(s->cfg.session_renew_ms, s->cfg.sessions->session_lock_ms);
-    s->sess_due = mono_ms() + (uint64_t)s->sess_every_ms;
+    s->sess_due = dx__store_mono_ms() + (uint64_t)s->sess_every_ms;
   }
   s->fetching = 1;
   uv_mutex_init(&s->mu);
@@ -1231,10 +894,10 @@ static void on_closed(uv_handle_t *h) {
   dx_store_t *s = h->data;
   void (*cb)(void *) = s->close_cb;
   void *ud = s->close_ud;
-  free_held(s); /* the thread has been joined */
-  free_declined(s);
-  free_ids(s->sess_new, s->n_sess_new);
-  free_ids(s->sess_conf, s->n_sess_conf);
+  dx__store_free_held(s); /* the thread has been joined */
+  dx__store_free_declined(s);
+  dx__store_free_ids(s->sess_new, s->n_sess_new);
+  dx__store_free_ids(s->sess_conf, s->n_sess_conf);
   uv_mutex_destroy(&s->mu);
   uv_cond_destroy(&s->cv);
   free(s);

@@ -1,0 +1,105 @@
+/*
+** store_int.h -- the store thread's state, shared by store.c (cycles, the loop side) and
+** store_held.c (items held for the loop, lock and lease renewals, declined sessions). Store
+** thread only unless a field says otherwise.
+*/
+#ifndef DX_STORE_INT_H
+#define DX_STORE_INT_H
+
+#include "store.h"
+
+#define HOLD_MAX_MS (10 * 60 * 1000)
+
+/* A session this worker's fetches skip until `until` (DX_OP_DECLINE_SESSION). */
+typedef struct declined_s {
+  char *sid;
+  int64_t until;
+  struct declined_s *next;
+} declined_t;
+
+/* An item handed to the loop whose settlement (ack/abandon) is not applied yet. */
+typedef struct held_s {
+  char *instance;      /* orchestration items; NULL for work items */
+  uint64_t token;
+  uint64_t renew_at;   /* monotonic ms */
+  uint64_t give_up_at; /* monotonic ms: a turn never takes this long (the turn time limit and
+                          the budget stop code), nor does the loop go this long without
+                          renewing an activity */
+  int renewing;        /* renewed in the open transaction (undone if it is not kept) */
+  struct held_s *next, *prev; /* s->held, in both directions */
+  struct held_s *hnext;       /* s->hidx bucket chain */
+} held_t;
+
+typedef struct fetched_node_s {
+  dx_store_fetched_t f;
+  struct fetched_node_s *next;
+} fetched_node_t;
+
+struct dx_store_s {
+  uv_loop_t *loop;
+  dx_store_cfg_t cfg;
+  uv_thread_t thread;
+  uv_mutex_t mu;
+  uv_cond_t cv;
+  uv_async_t async;
+  int thread_started;
+  /* guarded by mu */
+  dx_store_op_t *pending, *pending_tail;
+  dx_store_op_t *done, *done_tail;
+  fetched_node_t *fetched, *fetched_tail;
+  int budget_orch, budget_work;
+  int fetching;
+  int stopping;
+  int paused;         /* a simulated stall: no cycles */
+  int poked;
+  int woken;          /* another process may have committed work: check before sleeping */
+  int busy;           /* the thread holds ops not yet on the done list */
+  uint64_t commits, cycles;
+  held_t *held;       /* store thread only */
+  held_t **hidx;      /* store thread only: held by token (each settled op looks one up) */
+  size_t hcap;
+  size_t n_held;      /* store thread only: entries in held */
+  int64_t renew_every_ms, work_renew_every_ms;
+  int64_t orch_hold_ms; /* renew a turn's lock this long at most: past the turn time limit */
+  uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
+  int64_t sess_every_ms;
+  int sess_renewing;  /* the open transaction renewed the session leases */
+  char **sess_new;    /* store thread: the ids it renewed in the open transaction */
+  size_t n_sess_new;
+  int64_t sess_new_until;
+  char **sess_conf;   /* guarded by mu: the ids the last kept fallback renewal extended, */
+  size_t n_sess_conf; /* to sess_conf_until (so the loop can tell a stall from a busy loop) */
+  int64_t sess_conf_until;
+  uint64_t depths_due; /* monotonic ms of the next queue depth poll (with metrics) */
+  int64_t backoff_ms;  /* guarded by mu: after a failed cycle 10 ms doubling to 1 s, else 0 */
+  int cycle_failed;    /* store thread only: the last cycle failed */
+  int fatal;           /* guarded by mu: 1 = fatal_err is set, 2 = reported to the loop */
+  int fatal_seen;      /* store thread only: a cycle found the store unusable */
+  dx_error_t fatal_err;
+  declined_t *declined;       /* store thread only */
+  dx_session_cfg_t sess_cfg;  /* store thread only: cfg.sessions plus the declined ids */
+  const char **declined_v;
+  size_t declined_cap;
+  void (*close_cb)(void *);
+  void *close_ud;
+  uint64_t cap_gen;    /* store thread only: the host capabilities generation applied */
+  int filter_set;      /* store thread only: the provider has this worker's filter */
+};
+
+/* {===== store_held.c =====} */
+
+uint64_t dx__store_mono_ms(void);
+void dx__store_hold(dx_store_t *s, const char *instance, uint64_t token);
+void dx__store_touch_held(dx_store_t *s, uint64_t token);
+void dx__store_unhold(dx_store_t *s, uint64_t token);
+void dx__store_free_held(dx_store_t *s);
+void dx__store_free_ids(char **v, size_t n);
+void dx__store_unhold_fetched(dx_store_t *s, const dx_store_fetched_t *f);
+uint64_t dx__store_next_renewal(dx_store_t *s);
+void dx__store_renew_held(dx_store_t *s, int64_t now);
+void dx__store_renewals_end(dx_store_t *s, int kept);
+int dx__store_decline(dx_store_t *s, const char *sid, int64_t until, dx_error_t *err);
+void dx__store_free_declined(dx_store_t *s);
+const dx_session_cfg_t *dx__store_fetch_sessions(dx_store_t *s, int64_t now);
+
+#endif
