@@ -373,10 +373,10 @@ static int per_call(dx_store_t *s, const dx_store_op_t *ops) {
          (s->cfg.hold_ms > 0 && (has_eager(ops) || results_of_idle_loop(s, ops)));
 }
 
-/* pc: per_call decided at the cycle's start */
-static int can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f, int pc) {
+/* Called only in a per_call cycle (one call per op and fetch). */
+static int can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f) {
   return s->cfg.hold_ms > 0 && f->n_orch > 0 && f->n_orch <= HOLD_MAX_ITEMS &&
-         s->n_held == f->n_orch && pc && !refetched_settled(ops, f);
+         s->n_held == f->n_orch && !refetched_settled(ops, f);
 }
 
 /* Hand f's orchestration items to the loop now (f keeps its work items). 0 when the store is
@@ -481,7 +481,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   dx_provider_t *p = s->cfg.provider;
   dx_store_op_t *op;
   handed_t handed;
-  int durable = 0, rc, pc;
+  int durable = 0, rc;
   uint64_t t0;
   memset(f, 0, sizeof *f);
   memset(err, 0, sizeof *err);
@@ -491,7 +491,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   if ((rc = p->methods->begin(p, err)) != 0) return rc;
   dx__store_renew_held(s, now);
   if (*bo > 0 || bw > 0) refresh_filter(s);
-  if (!(pc = per_call(s, *opsp))) {
+  if (!per_call(s, *opsp)) {
     rc = run_cycle(s, *opsp, *bo, bw, now, f, failed, &durable, err);
   } else {
     dx_store_op_t *late = NULL;
@@ -503,7 +503,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     t0 = uv_hrtime();
     /* (a database: one call, one round trip, for the start's turn; run_cycle fetches the rest) */
     if (!rc && fetch_into(s, now, rcy && *bo > 1 ? 1 : *bo, 0, f)) *failed |= CALL_FETCH;
-    if (!rc && can_hold(s, *opsp, f, pc)) {
+    if (!rc && can_hold(s, *opsp, f)) {
       uint64_t h0 = uv_hrtime();
       rc = hold_turns(s, opsp, bo, f, &handed, rcy ? &late : NULL, failed, &durable, err);
       t0 += uv_hrtime() - h0; /* the fetch metric leaves the wait for the loop out */
