@@ -37,16 +37,9 @@ static int64_t now_ms(dx_store_t *s) {
 /* renew_session_lock callback: remember each renewed session id on the op. */
 static int collect_id(void *ud, const dx_session_info_t *si) {
   dx_store_op_t *op = ud;
-  char **v = realloc(op->ids, (op->n_ids + 1) * sizeof *v);
-  if (!v) return 1;
-  op->ids = v;
-  if ((v[op->n_ids] = dx__strdup(si->session_id)) != NULL) op->n_ids++;
-  if (si->ended) { /* its instances all ended: the owner releases it */
-    if (!(v = realloc(op->ended, (op->n_ended + 1) * sizeof *v))) return 1;
-    op->ended = v;
-    if ((v[op->n_ended] = dx__strdup(si->session_id)) != NULL) op->n_ended++;
-  }
-  return 0;
+  if (dx__store_push_id(&op->ids, &op->n_ids, si->session_id)) return 1;
+  /* its instances all ended: the owner releases it */
+  return si->ended && dx__store_push_id(&op->ended, &op->n_ended, si->session_id);
 }
 
 static int run_op(dx_store_t *s, dx_store_op_t *op, int64_t now) {

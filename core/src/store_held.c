@@ -100,14 +100,18 @@ void dx__store_free_ids(char **v, size_t n) {
   free(v);
 }
 
+int dx__store_push_id(char ***v, size_t *n, const char *id) {
+  char **nv = realloc(*v, (*n + 1) * sizeof *nv);
+  if (!nv) return 1;
+  *v = nv;
+  if ((nv[*n] = dx__strdup(id)) != NULL) (*n)++;
+  return 0;
+}
+
 /* renew_session_lock callback of the fallback renewal: note each renewed id. */
 static int note_renewed(void *ud, const dx_session_info_t *si) {
   dx_store_t *s = ud;
-  char **v = realloc(s->sess_new, (s->n_sess_new + 1) * sizeof *v);
-  if (!v) return 1;
-  s->sess_new = v;
-  if ((v[s->n_sess_new] = dx__strdup(si->session_id)) != NULL) s->n_sess_new++;
-  return 0;
+  return dx__store_push_id(&s->sess_new, &s->n_sess_new, si->session_id);
 }
 
 /* Items fetched but never delivered to the loop: nobody will settle them. */

@@ -94,6 +94,9 @@ void dx__store_touch_held(dx_store_t *s, uint64_t token);
 void dx__store_unhold(dx_store_t *s, uint64_t token);
 void dx__store_free_held(dx_store_t *s);
 void dx__store_free_ids(char **v, size_t n);
+/* Append a copy of id to the array *v of *n (a failed copy is skipped); 1 when out of memory
+** for the array. */
+int dx__store_push_id(char ***v, size_t *n, const char *id);
 void dx__store_unhold_fetched(dx_store_t *s, const dx_store_fetched_t *f);
 uint64_t dx__store_next_renewal(dx_store_t *s);
 void dx__store_renew_held(dx_store_t *s, int64_t now);
