@@ -220,97 +220,139 @@ static void sess_cand(const char *sid, uint64_t due, uint64_t seq, int kind, int
   key_sess_item(&c->key, sid, (int64_t)due, seq);
 }
 
+/* Capacity (issue 9 item 4): the sessions `worker` owns with a live lease count against
+** max_sessions, except idle ones (no rows) whose instances all ended. Asked only when a claim
+** is at hand, so its cost (the worker's sess_owner entries) is paid per claim, not per fetch. */
 typedef struct {
   const char *worker;
   size_t prefix_n;
   int64_t now;
   uint32_t live;   /* owned sessions with a live lease */
-  str_list_t idle; /* those of them without rows: they may have ended */
-  work_cand_t *c;
+  uint32_t stop;   /* stop counting here (0: count all and collect idle) */
+  str_list_t idle; /* live ones without rows: they may have ended */
   const dx_session_cfg_t *cfg;
-  const dx_fetch_filter_t *filter;
 } owned_scan_t;
 
-/* sess_owner entry of this worker: count it, consider its session's earliest row. A session
-** whose lease lapsed is still ours until someone else claims it (same-id restart). */
 static int owned_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   owned_scan_t *o = ud;
   const char *sid = (const char *)k->mv_data + o->prefix_n;
   sess_queue_t q;
-  int rc, live;
+  int rc;
   if (k->mv_size <= o->prefix_n || ((const char *)k->mv_data)[k->mv_size - 1] != 0 ||
       v->mv_size != 8)
     return dx__lm_corrupt(t, DB_SESS_OWNER, "bad entry", "worker '%s'", o->worker);
-  if ((live = (int64_t)get_u64(v->mv_data) > o->now)) o->live++;
+  if ((int64_t)get_u64(v->mv_data) <= o->now) return 0; /* lapsed: not counted */
+  o->live++;
+  if (o->stop) return o->live >= o->stop;
   if (dx__session_declined(o->cfg, sid)) return 0; /* handed on (rolling upgrade) */
   if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
-  if (q.found && (int64_t)q.due <= o->now) {
-    int ok;
-    if (!cand_better(o->c, (int64_t)q.due, q.seq)) return 0; /* before reading its row */
-    if ((rc = sess_tag_ok(t, o->filter, q.seq, &ok))) return rc;
-    if (ok) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
-  } else if (!q.found && live && dx__lm_strs_push(&o->idle, sid))
-    return dx__lm_nomem(t->err);
+  if (!q.found && dx__lm_strs_push(&o->idle, sid)) return dx__lm_nomem(t->err);
   return 0;
 }
 
-/* At capacity: sessions whose instances all ended do not count (issue 9 item 4). Stops as
-** soon as the worker is below capacity: only that answer is needed. */
-static int uncount_ended(tx_t *t, owned_scan_t *o) {
+static int owned_scan(tx_t *t, owned_scan_t *o) {
+  dkey_t pre;
+  key_inst(&pre, o->worker);
+  o->prefix_n = pre.n;
+  o->live = 0;
+  return dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, o);
+}
+
+/* *room = 1 when `worker` may claim one more session. Stops as soon as the answer is known. */
+static int claim_room(tx_t *t, const dx_session_cfg_t *cfg, int64_t now, int *room) {
+  owned_scan_t o;
   size_t i;
-  int rc = 0;
-  for (i = 0; i < o->idle.n && !rc && o->live >= o->cfg->max_sessions; i++) {
+  int rc;
+  memset(&o, 0, sizeof o);
+  o.worker = cfg->worker_id;
+  o.now = now;
+  o.cfg = cfg;
+  o.stop = cfg->max_sessions;
+  *room = 0;
+  if ((rc = owned_scan(t, &o))) return rc;
+  if (o.live < cfg->max_sessions) {
+    *room = 1;
+    return 0;
+  }
+  o.stop = 0; /* at capacity: idle sessions whose instances all ended do not count */
+  if ((rc = owned_scan(t, &o))) goto done;
+  for (i = 0; i < o.idle.n && o.live >= cfg->max_sessions; i++) {
     sess_rec_t r;
     int ended = 0;
-    if ((rc = dx__lm_sess_get(t, o->idle.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
-    if (!rc) rc = dx__lm_sess_ended(t, o->idle.v[i], &r, &ended, NULL, NULL);
-    if (!rc && ended && o->live > 0) o->live--;
+    if ((rc = dx__lm_sess_get(t, o.idle.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
+    if (!rc) rc = dx__lm_sess_ended(t, o.idle.v[i], &r, &ended, NULL, NULL);
     dx__lm_sess_clear(&r);
+    if (rc) break;
+    if (ended && o.live > 0) o.live--;
   }
+  *room = !rc && o.live < cfg->max_sessions;
+done:
+  dx__lm_strs_free(&o.idle);
   return rc;
 }
 
 typedef struct {
-  const char *worker;
-  int64_t now;
-  work_cand_t *c;
   lm_t *lm;
   const dx_session_cfg_t *cfg;
-} claim_scan_t;
-
-/* sess_heads in time order: the first due session nobody holds (no row, released, or lease
-** lapsed, or its owner's process is dead) is the claim candidate. Sessions held by other
-** live workers are skipped; the walk ends
-** at the first head that is not due or not older than the best candidate so far. */
-static int claim_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
-  claim_scan_t *s = ud;
-  const char *kb = k->mv_data;
-  uint64_t due, seq;
-  sess_rec_t r;
-  int rc, held;
-  if (k->mv_size < 18 || kb[k->mv_size - 1] != 0)
-    return dx__lm_corrupt(t, DB_SESS_HEADS, "bad key", "%zu-byte key", k->mv_size);
-  due = get_u64(kb);
-  seq = get_u64(kb + 8);
-  if ((int64_t)due > s->now || !cand_better(s->c, (int64_t)due, seq)) return 1;
-  if (dx__session_declined(s->cfg, kb + 16)) return 0;
-  rc = dx__lm_sess_get(t, kb + 16, &r);
-  if (rc && rc != DX_ENOTFOUND) return rc;
-  /* our own sessions were considered by owned_cb */
-  held = rc == 0 && dx__lm_sess_owned(&r) &&
-         (strcmp(r.owner, s->worker) == 0 ||
-          (r.locked_until > s->now && dx__lm_live_alive(s->lm, r.owner)));
-  dx__lm_sess_clear(&r);
-  if (held) return 0;
-  if ((rc = sess_tag_ok(t, s->lm->filter, seq, &held))) return rc;
-  if (!held) return 0; /* a tag this worker does not take: another worker's session */
-  sess_cand(kb + 16, due, seq, WC_CLAIM, s->now, s->c);
-  return 1;
-}
+  int64_t now;
+  work_cand_t *c;
+  int full; /* no claims: at capacity, or claims over for this batch */
+} sess_pick_t;
 
 /* Remember for the rest of the batch that this worker claims nothing more (lm_t.claims_over). */
 static void claims_over(lm_t *lm, const dx_session_cfg_t *cfg) {
   if (lm->in_batch) snprintf(lm->claims_over, sizeof lm->claims_over, "%s", cfg->worker_id);
+}
+
+/* sess_heads in time order (each session's earliest row): the first due head that is either
+** of a session this worker owns (sess_owner; a lapsed lease is still ours until someone else
+** claims it: same-id restart) or, below capacity, of one nobody holds (no row, released,
+** lease lapsed, or its owner's process is dead) is the candidate. Sessions held by other live
+** workers, declined ones and rows with a tag this worker does not take are skipped. The walk
+** ends at the first head that is not due or not older than the best candidate so far, so a
+** fetch costs the due heads before the one it takes, not the sessions the worker owns. */
+static int sess_pick_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  sess_pick_t *s = ud;
+  const char *kb = k->mv_data, *sid;
+  uint64_t due, seq;
+  sess_rec_t r;
+  dkey_t ok;
+  MDB_val ov;
+  int rc, held, room;
+  (void)v;
+  if (k->mv_size < 18 || kb[k->mv_size - 1] != 0)
+    return dx__lm_corrupt(t, DB_SESS_HEADS, "bad key", "%zu-byte key", k->mv_size);
+  due = get_u64(kb);
+  seq = get_u64(kb + 8);
+  sid = kb + 16;
+  if ((int64_t)due > s->now || !cand_better(s->c, (int64_t)due, seq)) return 1;
+  if (dx__session_declined(s->cfg, sid)) return 0; /* handed on (rolling upgrade) */
+  key_sess_owner(&ok, s->cfg->worker_id, sid);
+  rc = dx__lm_db_get(t, DB_SESS_OWNER, &ok, &ov);
+  if (rc == 0) { /* ours */
+    if ((rc = sess_tag_ok(t, s->lm->filter, seq, &held))) return rc;
+    if (!held) return 0;
+    sess_cand(sid, due, seq, WC_OWNED, s->now, s->c);
+    return 1;
+  }
+  if (rc != DX_ENOTFOUND) return rc;
+  if (s->full) return 0;
+  rc = dx__lm_sess_get(t, sid, &r);
+  if (rc && rc != DX_ENOTFOUND) return rc;
+  held = rc == 0 && dx__lm_sess_owned(&r) && r.locked_until > s->now &&
+         dx__lm_live_alive(s->lm, r.owner);
+  dx__lm_sess_clear(&r);
+  if (held) return 0;
+  if ((rc = sess_tag_ok(t, s->lm->filter, seq, &held))) return rc;
+  if (!held) return 0; /* a tag this worker does not take: another worker's session */
+  if ((rc = claim_room(t, s->cfg, s->now, &room))) return rc;
+  if (!room) { /* full: only our own sessions' rows from here on */
+    s->full = 1;
+    claims_over(s->lm, s->cfg);
+    return 0;
+  }
+  sess_cand(sid, due, seq, WC_CLAIM, s->now, s->c);
+  return 1;
 }
 
 /* Oldest due row this worker may take: plain rows (ready, or lock expired), rows of sessions
@@ -318,46 +360,20 @@ static void claims_over(lm_t *lm, const dx_session_cfg_t *cfg) {
 ** claim. cfg NULL: plain rows only. */
 static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg,
                      work_cand_t *c) {
-  owned_scan_t o;
-  claim_scan_t cs;
-  work_cand_t claim;
-  dkey_t pre;
+  sess_pick_t s;
+  dkey_t none;
   int rc;
   memset(c, 0, sizeof *c);
   if ((rc = dx__lm_work_heads(t, lm->filter, now, c))) return rc;
   if (!cfg) return 0;
-  memset(&o, 0, sizeof o);
-  o.filter = lm->filter;
-  o.worker = cfg->worker_id;
-  o.now = now;
-  o.c = c;
-  o.cfg = cfg;
-  key_inst(&pre, cfg->worker_id);
-  o.prefix_n = pre.n;
-  rc = dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, &o);
-  if (rc || (lm->in_batch && strcmp(lm->claims_over, cfg->worker_id) == 0)) {
-    dx__lm_strs_free(&o.idle);
-    return rc;
-  }
-  /* at capacity, unless enough of the idle sessions ended: no new claims */
-  if (o.live >= cfg->max_sessions && o.live - o.idle.n >= cfg->max_sessions) {
-    claims_over(lm, cfg);
-    dx__lm_strs_free(&o.idle);
-    return rc;
-  }
-  cs.worker = cfg->worker_id;
-  cs.now = now;
-  cs.c = &claim;
-  cs.lm = lm;
-  cs.cfg = cfg;
-  claim = *c;
-  k_init(&pre);
-  rc = dx__lm_scan_prefix(t, DB_SESS_HEADS, &pre, claim_cb, &cs);
-  /* a claim beats the rows at hand: only now is it worth asking whether sessions ended */
-  if (!rc && claim.kind == WC_CLAIM && o.live >= cfg->max_sessions) rc = uncount_ended(t, &o);
-  if (!rc && claim.kind == WC_CLAIM && o.live < cfg->max_sessions) *c = claim;
-  else if (!rc && (claim.kind == WC_CLAIM || !c->found)) claims_over(lm, cfg); /* full, or none */
-  dx__lm_strs_free(&o.idle);
+  s.lm = lm;
+  s.cfg = cfg;
+  s.now = now;
+  s.c = c;
+  s.full = lm->in_batch && strcmp(lm->claims_over, cfg->worker_id) == 0;
+  k_init(&none);
+  rc = dx__lm_scan_prefix(t, DB_SESS_HEADS, &none, sess_pick_cb, &s);
+  if (!rc && !c->found) claims_over(lm, cfg); /* nothing claimable in this batch */
   return rc;
 }
 
