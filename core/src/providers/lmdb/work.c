@@ -443,34 +443,55 @@ static int reap_session(tx_t *t, const char *sid, int64_t now, uint64_t skip) {
   return locked_rows_due(t, &l, now, skip, NULL);
 }
 
-static int sid_collect_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
-  (void)v;
-  if (k->mv_size == 0 || ((const char *)k->mv_data)[k->mv_size - 1] != 0)
-    return dx__lm_corrupt(t, DB_SESSIONS, "bad key", "%zu-byte key", k->mv_size);
-  return dx__lm_strs_push(ud, k->mv_data) ? dx__lm_nomem(t->err) : 0;
-}
-
 /* Sessions whose owner is `only` (NULL: any owner but `me` that is dead, with a live lease):
-** their locked rows are due now. */
+** their locked rows are due now. Walks sess_owner, which groups sessions by owner and carries
+** each lease: one liveness probe per owner, and a live owner's sessions are skipped with one
+** seek, so a sweep costs the owners and the dead owners' sessions, not every session. */
 static int reap_dead(tx_t *t, lm_t *p, const char *me, const char *only, int64_t now) {
   str_list_t ids = {NULL, 0, 0};
-  dkey_t none;
-  size_t i;
-  int rc;
-  k_init(&none);
-  rc = dx__lm_scan_prefix(t, DB_SESSIONS, &none, sid_collect_cb, &ids);
-  for (i = 0; i < ids.n && !rc; i++) {
-    sess_rec_t r;
-    int dead;
-    if ((rc = dx__lm_sess_get(t, ids.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
-    if (rc) break;
-    dead = dx__lm_sess_owned(&r) &&
-           (only ? strcmp(r.owner, only) == 0
-                 : strcmp(r.owner, me) != 0 && r.locked_until > now &&
-                       !dx__lm_live_alive(p, r.owner));
-    dx__lm_sess_clear(&r);
-    if (dead) rc = reap_session(t, ids.v[i], now, 0);
+  char owner[LM_KEY_MAX + 1];
+  MDB_cursor *cur;
+  MDB_val k, v;
+  dkey_t pre, past;
+  size_t i, on;
+  int rc = 0, mrc, dead = 0;
+  owner[0] = 0;
+  if (only) key_inst(&pre, only);
+  else k_init(&pre);
+  if ((mrc = mdb_cursor_open(t->txn, t->se->dbi[DB_SESS_OWNER], &cur)))
+    return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_SESS_OWNER]);
+  k = kval(&pre);
+  mrc = mdb_cursor_get(cur, &k, &v, pre.n ? MDB_SET_RANGE : MDB_FIRST);
+  while (mrc == 0 && k.mv_size >= pre.n && memcmp(k.mv_data, pre.b, pre.n) == 0) {
+    const char *kb = k.mv_data;
+    if ((rc = dx__lm_check_sum(t, DB_SESS_OWNER, &k, &v))) break;
+    on = strnlen(kb, k.mv_size);
+    if (on == 0 || on + 2 > k.mv_size || kb[k.mv_size - 1] != 0 || v.mv_size != 8) {
+      rc = dx__lm_corrupt(t, DB_SESS_OWNER, "bad entry", "%zu-byte key", k.mv_size);
+      break;
+    }
+    if (!only && strcmp(owner, kb) != 0) { /* the next owner: decide for all its sessions */
+      memcpy(owner, kb, on + 1);
+      dead = strcmp(kb, me) != 0 && !dx__lm_live_alive(p, kb);
+      if (!dead) { /* skip past "owner\0..." */
+        k_init(&past);
+        k_bytes(&past, kb, on);
+        k_u8(&past, 1);
+        k = kval(&past);
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        continue;
+      }
+    }
+    if ((only || (int64_t)get_u64(v.mv_data) > now) && dx__lm_strs_push(&ids, kb + on + 1)) {
+      rc = dx__lm_nomem(t->err);
+      break;
+    }
+    mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
   }
+  mdb_cursor_close(cur);
+  if (!rc && mrc && mrc != MDB_NOTFOUND)
+    rc = dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_SESS_OWNER]);
+  for (i = 0; i < ids.n && !rc; i++) rc = reap_session(t, ids.v[i], now, 0);
   dx__lm_strs_free(&ids);
   return rc;
 }
