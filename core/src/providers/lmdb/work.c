@@ -220,9 +220,12 @@ static void sess_cand(const char *sid, uint64_t due, uint64_t seq, int kind, int
   key_sess_item(&c->key, sid, (int64_t)due, seq);
 }
 
-/* Capacity (issue 9 item 4): the sessions `worker` owns with a live lease count against
-** max_sessions, except idle ones (no rows) whose instances all ended. Asked only when a claim
-** is at hand, so its cost (the worker's sess_owner entries) is paid per claim, not per fetch. */
+/* The sessions `worker` owns (sess_owner), for two questions. Capacity (issue 9 item 4,
+** c NULL): those with a live lease count against max_sessions, except idle ones (no rows)
+** whose instances all ended; asked only when a claim is at hand. Pick (c set): the earliest
+** due row of any of them (a lapsed lease is still ours until someone else claims it), used
+** once the worker is at capacity, when walking sess_heads would step over every session
+** waiting for a worker. */
 typedef struct {
   const char *worker;
   size_t prefix_n;
@@ -231,22 +234,30 @@ typedef struct {
   uint32_t stop;   /* stop counting here (0: count all and collect idle) */
   str_list_t idle; /* live ones without rows: they may have ended */
   const dx_session_cfg_t *cfg;
+  work_cand_t *c;  /* pick mode */
+  const dx_fetch_filter_t *filter;
 } owned_scan_t;
 
 static int owned_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   owned_scan_t *o = ud;
   const char *sid = (const char *)k->mv_data + o->prefix_n;
   sess_queue_t q;
-  int rc;
+  int rc, ok;
   if (k->mv_size <= o->prefix_n || ((const char *)k->mv_data)[k->mv_size - 1] != 0 ||
       v->mv_size != 8)
     return dx__lm_corrupt(t, DB_SESS_OWNER, "bad entry", "worker '%s'", o->worker);
-  if ((int64_t)get_u64(v->mv_data) <= o->now) return 0; /* lapsed: not counted */
-  o->live++;
-  if (o->stop) return o->live >= o->stop;
+  if (!o->c) {
+    if ((int64_t)get_u64(v->mv_data) <= o->now) return 0; /* lapsed: not counted */
+    o->live++;
+    if (o->stop) return o->live >= o->stop;
+  }
   if (dx__session_declined(o->cfg, sid)) return 0; /* handed on (rolling upgrade) */
   if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
-  if (!q.found && dx__lm_strs_push(&o->idle, sid)) return dx__lm_nomem(t->err);
+  if (!o->c) return !q.found && dx__lm_strs_push(&o->idle, sid) ? dx__lm_nomem(t->err) : 0;
+  if (!q.found || (int64_t)q.due > o->now || !cand_better(o->c, (int64_t)q.due, q.seq))
+    return 0; /* (before reading its row) */
+  if ((rc = sess_tag_ok(t, o->filter, q.seq, &ok))) return rc;
+  if (ok) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
   return 0;
 }
 
@@ -310,7 +321,8 @@ static void claims_over(lm_t *lm, const dx_session_cfg_t *cfg) {
 ** lease lapsed, or its owner's process is dead) is the candidate. Sessions held by other live
 ** workers, declined ones and rows with a tag this worker does not take are skipped. The walk
 ** ends at the first head that is not due or not older than the best candidate so far, so a
-** fetch costs the due heads before the one it takes, not the sessions the worker owns. */
+** fetch costs the due heads before the one it takes, not the sessions the worker owns; it
+** also ends when the worker turns out to be at capacity. */
 static int sess_pick_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   sess_pick_t *s = ud;
   const char *kb = k->mv_data, *sid;
@@ -346,10 +358,10 @@ static int sess_pick_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   if ((rc = sess_tag_ok(t, s->lm->filter, seq, &held))) return rc;
   if (!held) return 0; /* a tag this worker does not take: another worker's session */
   if ((rc = claim_room(t, s->cfg, s->now, &room))) return rc;
-  if (!room) { /* full: only our own sessions' rows from here on */
+  if (!room) { /* full: only our own sessions' rows from here on (work_pick) */
     s->full = 1;
     claims_over(s->lm, s->cfg);
-    return 0;
+    return 1;
   }
   sess_cand(sid, due, seq, WC_CLAIM, s->now, s->c);
   return 1;
@@ -357,10 +369,12 @@ static int sess_pick_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
 
 /* Oldest due row this worker may take: plain rows (ready, or lock expired), rows of sessions
 ** it owns, and, while it owns fewer than max_sessions live sessions, rows of sessions it may
-** claim. cfg NULL: plain rows only. */
+** claim. cfg NULL: plain rows only. Below capacity it walks the due session heads; at capacity
+** (known for the rest of the batch once found) it looks only at the sessions it owns. */
 static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg,
                      work_cand_t *c) {
   sess_pick_t s;
+  owned_scan_t o;
   dkey_t none;
   int rc;
   memset(c, 0, sizeof *c);
@@ -371,10 +385,21 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   s.now = now;
   s.c = c;
   s.full = lm->in_batch && strcmp(lm->claims_over, cfg->worker_id) == 0;
-  k_init(&none);
-  rc = dx__lm_scan_prefix(t, DB_SESS_HEADS, &none, sess_pick_cb, &s);
-  if (!rc && !c->found) claims_over(lm, cfg); /* nothing claimable in this batch */
-  return rc;
+  if (!s.full) {
+    k_init(&none);
+    if ((rc = dx__lm_scan_prefix(t, DB_SESS_HEADS, &none, sess_pick_cb, &s))) return rc;
+    if (!s.full) {
+      if (!c->found) claims_over(lm, cfg); /* nothing claimable in this batch */
+      return 0;
+    }
+  }
+  memset(&o, 0, sizeof o);
+  o.worker = cfg->worker_id;
+  o.now = now;
+  o.cfg = cfg;
+  o.c = c;
+  o.filter = lm->filter;
+  return owned_scan(t, &o);
 }
 
 /* A token for locking row `seq` (whose lock token was `prev`, 0 for none): the row's seq,
