@@ -29,7 +29,9 @@
 **   work_ident    inst\0 be64 exec be64 activity_id be64 seq -> ""   (lock stealing)
 **   sessions      sid\0 -> owner ("" = unowned), previous_owner, locked_until, last_activity,
 **                           epoch, users (optional: added for fencing and ended sessions)
-**   sess_owner    owner\0 sid\0 -> be64 locked_until      sessions by owner
+**   sess_owner    owner\0 sid\0 -> be64 locked_until      sessions by owner (the lease when
+**                                                          the owner took the session; the
+**                                                          session row holds the current one)
 **   sess_items    sid\0 be64 due be64 seq -> ""            rows of a session; due is
 **                                                          visible_at, or locked_until if locked
 **   sess_queue    sid\0 -> be64 head_due be64 head_seq be64 rows   (sessions with rows)
@@ -45,9 +47,10 @@
 **
 ** Fetches read the head of the ready and lock indexes (an expired lock is as fetchable as a
 ** ready message), so they stay O(log n) however many rows are locked or delayed. Rows with a
-** session id live only in the session indexes: a session fetch looks at the heads of the
-** worker's own sessions (sess_owner) and walks sess_heads in time order past sessions other
-** workers own, so its cost is bounded by the number of live sessions, never by queued rows.
+** session id live only in the session indexes: a session fetch walks sess_heads in time order
+** (a sess_owner lookup tells its own sessions' heads) past sessions other workers hold, or, at
+** capacity, looks at the heads of its own sessions only; so its cost is bounded by the due
+** heads ahead of the row it takes, or by max_sessions, never by queued rows.
 ** The worker-index class byte (0) is kept from format 1, where session rows used class 1.
 **
 ** Transactions: outside a batch each method is one txn (read-only for pure reads). begin()

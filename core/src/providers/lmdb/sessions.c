@@ -32,11 +32,12 @@ int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r) {
   return sess_decode(t, sid, &v, r);
 }
 
-/* Replace session row `old` (NULL: none) by `nw` (NULL: delete), keeping sess_owner in step. */
+/* Replace session row `old` (NULL: none) by `nw` (NULL: delete), keeping sess_owner in step.
+** The entry changes only with the owner: a lease renewal (every owner fetch, every renewal)
+** rewrites the session row alone, so it dirties no sess_owner page. */
 int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw) {
   int same = old && nw && dx__lm_sess_owned(old) && dx__lm_sess_owned(nw) &&
-             strcmp(old->owner, nw->owner) == 0 &&
-             time_u64(old->locked_until) == time_u64(nw->locked_until);
+             strcmp(old->owner, nw->owner) == 0;
   unsigned char b[8];
   sess_rec_t row;
   dkey_t k;

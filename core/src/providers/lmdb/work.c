@@ -246,8 +246,14 @@ static int owned_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   if (k->mv_size <= o->prefix_n || ((const char *)k->mv_data)[k->mv_size - 1] != 0 ||
       v->mv_size != 8)
     return dx__lm_corrupt(t, DB_SESS_OWNER, "bad entry", "worker '%s'", o->worker);
-  if (!o->c) {
-    if ((int64_t)get_u64(v->mv_data) <= o->now) return 0; /* lapsed: not counted */
+  if (!o->c) { /* the lease is the session row's (the entry's value is the one at claim) */
+    sess_rec_t r;
+    int live;
+    if ((rc = dx__lm_sess_get(t, sid, &r)) == DX_ENOTFOUND) return 0;
+    if (rc) return rc;
+    live = r.locked_until > o->now;
+    dx__lm_sess_clear(&r);
+    if (!live) return 0; /* lapsed: not counted */
     o->live++;
     if (o->stop) return o->live >= o->stop;
   }
@@ -507,7 +513,7 @@ static int reap_dead(tx_t *t, lm_t *p, const char *me, const char *only, int64_t
         continue;
       }
     }
-    if ((only || (int64_t)get_u64(v.mv_data) > now) && dx__lm_strs_push(&ids, kb + on + 1)) {
+    if (dx__lm_strs_push(&ids, kb + on + 1)) {
       rc = dx__lm_nomem(t->err);
       break;
     }
@@ -516,7 +522,17 @@ static int reap_dead(tx_t *t, lm_t *p, const char *me, const char *only, int64_t
   mdb_cursor_close(cur);
   if (!rc && mrc && mrc != MDB_NOTFOUND)
     rc = dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_SESS_OWNER]);
-  for (i = 0; i < ids.n && !rc; i++) rc = reap_session(t, ids.v[i], now, 0);
+  for (i = 0; i < ids.n && !rc; i++) {
+    sess_rec_t r;
+    int lapsed = 0;
+    if (!only) { /* a dead owner's lapsed lease: the session is claimable anyway */
+      if ((rc = dx__lm_sess_get(t, ids.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
+      if (rc) break;
+      lapsed = r.locked_until <= now;
+      dx__lm_sess_clear(&r);
+    }
+    if (!lapsed) rc = reap_session(t, ids.v[i], now, 0);
+  }
   dx__lm_strs_free(&ids);
   return rc;
 }
