@@ -572,7 +572,6 @@ int dx__lm_sess_owner_is(const sess_rec_t *r, const char *worker);
 void dx__lm_sess_clear(sess_rec_t *r);
 int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r);
 int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw);
-int dx__lm_sess_touch(tx_t *t, const char *sid, int64_t now);
 /* Point nw->users at a new blob (caller frees *blob) that lists (inst, exec) once. */
 int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exec, char **blob);
 /* 1 in *ended when the session has no worker rows and every instance that used it has ended

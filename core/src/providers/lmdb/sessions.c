@@ -58,21 +58,6 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
   return dx__lm_rec_put(t, &dx__lm_sess_schema, &k, &row);
 }
 
-/* Work flowed through the session (ack, lock renewal): last_activity = now. No row: no-op. */
-int dx__lm_sess_touch(tx_t *t, const char *sid, int64_t now) {
-  sess_rec_t r, nw;
-  int rc;
-  if (!sid) return 0;
-  rc = dx__lm_sess_get(t, sid, &r);
-  if (rc == DX_ENOTFOUND) return 0;
-  if (rc) return rc;
-  nw = r;
-  nw.last_activity = now;
-  rc = dx__lm_sess_put(t, sid, &r, &nw);
-  dx__lm_sess_clear(&r);
-  return rc;
-}
-
 /* {===== users: the instances that ran activities of a session =====} */
 
 /* Entries are be64 exec, be16 n, n bytes of instance id. Calls fn for each until it returns

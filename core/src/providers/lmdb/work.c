@@ -596,9 +596,11 @@ static int sess_take(tx_t *t, const work_cand_t *c, const work_row_t *row, int64
 
 /* Fencing (issue 9 item 3): a session row locked under an earlier ownership epoch belongs to
 ** an owner that lost the session (it stalled past its lease and another worker claimed it):
-** its ack and renewal are refused in their own transaction; the new owner runs the row. */
-static int row_check_epoch(tx_t *t, const work_row_t *r) {
-  sess_rec_t s;
+** its ack and renewal are refused in their own transaction; the new owner runs the row.
+** Passed, work flowed through the session: last_activity = now (one read of the session row
+** for both). */
+static int row_check_epoch(tx_t *t, const work_row_t *r, int64_t now) {
+  sess_rec_t s, nw;
   int rc;
   if (!r->session_id) return 0;
   rc = dx__lm_sess_get(t, r->session_id, &s);
@@ -606,7 +608,7 @@ static int row_check_epoch(tx_t *t, const work_row_t *r) {
     return dx_error_set(t->err, DX_ELOCK, "session '%s' of worker item %llu no longer exists",
                         r->session_id, (unsigned long long)r->seq);
   if (rc) return rc;
-  if (s.epoch != r->sess_epoch)
+  if (s.epoch != r->sess_epoch) {
     rc = dx_error_set(t->err, DX_ELOCK,
                       "session '%s' moved to worker '%s' (ownership epoch %llu; worker item "
                       "%llu was locked under epoch %llu): a result from an earlier owner is "
@@ -614,6 +616,11 @@ static int row_check_epoch(tx_t *t, const work_row_t *r) {
                       r->session_id, s.owner && *s.owner ? s.owner : "(none)",
                       (unsigned long long)s.epoch, (unsigned long long)r->seq,
                       (unsigned long long)r->sess_epoch);
+  } else {
+    nw = s; /* shares s's strings */
+    nw.last_activity = now;
+    rc = dx__lm_sess_put(t, r->session_id, &s, &nw);
+  }
   dx__lm_sess_clear(&s);
   return rc;
 }
@@ -756,9 +763,8 @@ static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *
   int rc = row_by_token(t, token, &r);
   if (t->nested) t->se->batch_wrote = 1; /* an activity's result: its batch is flushed */
   if (!rc) rc = row_check_live(t, &r, now);
-  if (!rc) rc = row_check_epoch(t, &r);
+  if (!rc) rc = row_check_epoch(t, &r, now);
   if (!rc) rc = row_set(t, &r, NULL);
-  if (!rc) rc = dx__lm_sess_touch(t, r.session_id, now);
   dx__lm_row_clear(&r);
   if (!rc && completion) rc = dx__lm_orch_enqueue(t, completion, now);
   return rc;
@@ -780,7 +786,7 @@ static int work_relock(tx_t *t, int64_t now, uint64_t token, int abandon, int64_
   work_row_t r, nw;
   int rc = row_by_token(t, token, &r);
   if (!rc && !abandon) rc = row_check_live(t, &r, now);
-  if (!rc && !abandon) rc = row_check_epoch(t, &r);
+  if (!rc && !abandon) rc = row_check_epoch(t, &r, now);
   if (rc) { dx__lm_row_clear(&r); return rc; }
   nw = r;
   if (abandon) {
@@ -792,7 +798,6 @@ static int work_relock(tx_t *t, int64_t now, uint64_t token, int abandon, int64_
     nw.locked_until = sat_add(now, ms);
   }
   rc = row_set(t, &r, &nw);
-  if (!rc && !abandon) rc = dx__lm_sess_touch(t, r.session_id, now);
   dx__lm_row_clear(&r); /* nw shares r's strings */
   return rc;
 }
