@@ -2574,6 +2574,30 @@ DX_TEST(pv_session_expired_item_lock_refetched_by_other_worker) {
   done(p);
 }
 
+/* Capacity holds for claims made inside one batch: a worker's session count is asked once
+** per batch and must follow the claims made since. */
+DX_TEST(pv_session_capacity_holds_for_claims_in_one_batch) {
+  dx_provider_t *p = fresh();
+  char sid[8];
+  int i, got = 0;
+  for (i = 0; i < 6; i++) {
+    snprintf(sid, sizeof sid, "s%d", i);
+    enqueue_work(p, T0, sess_item("I", (uint64_t)i + 1, sid));
+  }
+  ASSERT_EQ(take(p, T0 + 1, "A", 3, 1), 1); /* outside a batch: A owns s0 */
+  CHECK(M(p)->begin(p, &E));
+  for (i = 0; i < 6; i++) {
+    dx_work_fetch_t f = sfetch(p, T0 + 2, "A", 3);
+    if (f.item.kind) got++;
+    fclear(&f);
+  }
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT_EQ(got, 2); /* s1 and s2: three sessions in all */
+  ASSERT_EQ(take(p, T0 + 3, "A", 3, 0), 0);
+  ASSERT_EQ(take(p, T0 + 3, "B", 10, 4), 1); /* the rest is left to others */
+  done(p);
+}
+
 DX_TEST(pv_session_fetch_skips_many_rows_of_sessions_held_elsewhere) {
   dx_provider_t *p = fresh();
   enum { N = 3000 };

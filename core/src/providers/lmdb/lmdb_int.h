@@ -147,6 +147,13 @@ typedef struct shared_env_s {
   dx_error_t spoil_err;
   int seq_held;              /* the open batch holds the sequence counter in `seq` (txn.c) */
   uint64_t seq;
+  /* The open batch's count of cap_worker's sessions with a lease past cap_now (work.c
+  ** claim_room asks it once per batch): dx__lm_sess_put keeps it exact; cleared when the batch
+  ** ends or a nested method fails (its writes are undone, its count changes are not). */
+  int cap_valid;
+  int64_t cap_now;
+  uint32_t cap_live;
+  char cap_worker[DX_MAX_SESSION_ID_BYTES + 1];
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;

@@ -32,6 +32,11 @@ int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r) {
   return sess_decode(t, sid, &v, r);
 }
 
+/* 1 when session row r counts in the open batch's live count (shared_env_t.cap_live). */
+static int cap_counts(const shared_env_t *se, const sess_rec_t *r) {
+  return r && dx__lm_sess_owner_is(r, se->cap_worker) && r->locked_until > se->cap_now;
+}
+
 /* Replace session row `old` (NULL: none) by `nw` (NULL: delete), keeping sess_owner in step.
 ** The entry changes only with the owner: a lease renewal (every owner fetch, every renewal)
 ** rewrites the session row alone, so it dirties no sess_owner page. */
@@ -42,6 +47,9 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
   sess_rec_t row;
   dkey_t k;
   int rc;
+  shared_env_t *se = t->se;
+  if (se->cap_valid) /* the batch's live count of one worker (work.c claim_room) */
+    se->cap_live += (uint32_t)(cap_counts(se, nw) - cap_counts(se, old));
   if (!same && old && dx__lm_sess_owned(old)) {
     key_sess_owner(&k, old->owner, sid);
     if ((rc = dx__lm_db_del(t, DB_SESS_OWNER, &k))) return rc;

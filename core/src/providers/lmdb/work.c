@@ -277,6 +277,7 @@ static int owned_scan(tx_t *t, owned_scan_t *o) {
 
 /* *room = 1 when `worker` may claim one more session. Stops as soon as the answer is known. */
 static int claim_room(tx_t *t, const dx_session_cfg_t *cfg, int64_t now, int *room) {
+  shared_env_t *se = t->se;
   owned_scan_t o;
   size_t i;
   int rc;
@@ -286,7 +287,17 @@ static int claim_room(tx_t *t, const dx_session_cfg_t *cfg, int64_t now, int *ro
   o.cfg = cfg;
   o.stop = cfg->max_sessions;
   *room = 0;
-  if ((rc = owned_scan(t, &o))) return rc;
+  if (se->cap_valid && se->cap_now == now && strcmp(se->cap_worker, cfg->worker_id) == 0) {
+    o.live = se->cap_live; /* counted earlier in this batch, kept up to date since */
+  } else {
+    if ((rc = owned_scan(t, &o))) return rc;
+    if (dx__lm_thread_batch(se) && o.live < o.stop) { /* exact below the stop */
+      snprintf(se->cap_worker, sizeof se->cap_worker, "%s", cfg->worker_id);
+      se->cap_now = now;
+      se->cap_live = o.live;
+      se->cap_valid = 1;
+    }
+  }
   if (o.live < cfg->max_sessions) {
     *room = 1;
     return 0;
