@@ -486,9 +486,9 @@ static int reap_session(tx_t *t, const char *sid, int64_t now, uint64_t skip) {
 }
 
 /* Sessions whose owner is `only` (NULL: any owner but `me` that is dead, with a live lease):
-** their locked rows are due now. Walks sess_owner, which groups sessions by owner and carries
-** each lease: one liveness probe per owner, and a live owner's sessions are skipped with one
-** seek, so a sweep costs the owners and the dead owners' sessions, not every session. */
+** their locked rows are due now. Walks sess_owner, which groups sessions by owner: one
+** liveness probe per owner, and a live owner's sessions are skipped with one seek, so a sweep
+** costs the owners and the dead owners' sessions (whose rows it reads), not every session. */
 static int reap_dead(tx_t *t, lm_t *p, const char *me, const char *only, int64_t now) {
   str_list_t ids = {NULL, 0, 0};
   char owner[LM_KEY_MAX + 1];
