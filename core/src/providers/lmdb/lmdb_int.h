@@ -413,6 +413,12 @@ typedef struct {
   int64_t at;   /* ready_at or locked_until */
   dkey_t key;
   char *inst;   /* NULL: no candidate */
+  /* what the capabilities check read for this candidate, so locking it does not read it
+  ** again (same txn, no write in between): its messages (msgs_held) and its instance record
+  ** (ir_held 1: read, -1: none stored, 0: not read) */
+  int msgs_held, ir_held;
+  msg_list_t msgs;
+  inst_rec_t ir;
 } orch_cand_t;
 /* A fetch candidate: a plain row (head of work_ready or work_lock) or the earliest row of a
 ** session, either one this worker owns or one it may claim. */
@@ -552,6 +558,7 @@ int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s);
 /* The instance a fetch with filter f (NULL: none) would lock at `now`: c->inst NULL when none
 ** (caller frees c->inst). */
 int dx__lm_orch_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c);
+void dx__lm_cand_clear(orch_cand_t *c);
 /* The index entry a lock state implies: DB_ORCH_LOCK, DB_ORCH_READY or -1 (none). */
 int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k);
 int dx__lm_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at);

@@ -179,11 +179,19 @@ int dx__lm_orch_reap_dead(tx_t *t, lm_t *p, int64_t now) {
 
 /* {===== orchestrator fetch =====} */
 
+void dx__lm_cand_clear(orch_cand_t *c) {
+  free(c->inst);
+  c->inst = NULL;
+  if (c->msgs_held) msgs_free(&c->msgs);
+  if (c->ir_held > 0) dx__lm_inst_clear(&c->ir);
+  c->msgs_held = c->ir_held = 0;
+}
+
 /* Make the timed-index entry `k` (be64 time + inst\0) the candidate. */
 static int cand_set(tx_t *t, orch_cand_t *c, int db, const MDB_val *k, int64_t at) {
   char *inst = dx__strdup((const char *)k->mv_data + 8);
   if (!inst) return dx__lm_nomem(t->err);
-  free(c->inst);
+  dx__lm_cand_clear(c);
   c->inst = inst;
   c->db = db;
   c->at = at;
@@ -219,10 +227,10 @@ static int msg_decode(tx_t *t, const msg_list_t *l, size_t i, dx_work_item_t *w)
 /* Rolling deployments: may a worker with filter `f` run instance `inst`? A visible start or
 ** continue-as-new names the orchestration (and maybe a version), else the instance record
 ** does; an instance known by neither is taken (its turn drops or parks the messages). */
+/* What it read is left in `keep` (msgs_held, ir_held) for the lock that may follow. */
 static int orch_runnable(tx_t *t, const dx_fetch_filter_t *f, const char *inst, int64_t now,
-                         int *ok) {
+                         int *ok, orch_cand_t *keep) {
   msg_list_t l;
-  inst_rec_t ir;
   size_t i;
   int rc = 0, found = 0;
   *ok = 1;
@@ -240,13 +248,21 @@ static int orch_runnable(tx_t *t, const dx_fetch_filter_t *f, const char *inst, 
     }
     dx_work_item_clear(&w);
   }
-  msgs_free(&l);
-  if (rc || found) return rc;
-  rc = dx__lm_inst_get(t, inst, &ir);
-  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) {
+    msgs_free(&l);
+    return rc;
+  }
+  keep->msgs = l;
+  keep->msgs_held = 1;
+  if (found) return 0;
+  rc = dx__lm_inst_get(t, inst, &keep->ir);
+  if (rc == DX_ENOTFOUND) {
+    keep->ir_held = -1;
+    return 0;
+  }
   if (rc) return rc;
-  *ok = dx_fetch_filter_accepts_orch(f, ir.name, ir.version);
-  dx__lm_inst_clear(&ir);
+  keep->ir_held = 1;
+  *ok = dx_fetch_filter_accepts_orch(f, keep->ir.name, keep->ir.version);
   return 0;
 }
 
@@ -260,15 +276,25 @@ typedef struct {
 /* Timed index in order: the first due instance this worker can run is the candidate. */
 static int orch_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   orch_scan_t *s = ud;
+  orch_cand_t read;
   int64_t at;
   int ok, rc;
   (void)v;
   if ((rc = timed_key_ok(t, s->db, k))) return rc;
   at = (int64_t)get_u64(k->mv_data);
   if (at > s->now || (s->c->inst && s->c->at <= at)) return 1;
-  if ((rc = orch_runnable(t, s->f, (const char *)k->mv_data + 8, s->now, &ok))) return rc;
-  if (!ok) return 0;
-  return (rc = cand_set(t, s->c, s->db, k, at)) ? rc : 1;
+  memset(&read, 0, sizeof read);
+  rc = orch_runnable(t, s->f, (const char *)k->mv_data + 8, s->now, &ok, &read);
+  if (!rc && ok && !(rc = cand_set(t, s->c, s->db, k, at))) {
+    s->c->msgs = read.msgs; /* the candidate takes what was read */
+    s->c->msgs_held = read.msgs_held;
+    s->c->ir = read.ir;
+    s->c->ir_held = read.ir_held;
+    s->c->msgs.inst = s->c->inst; /* the key's bytes do not outlive a write */
+    return 1;
+  }
+  dx__lm_cand_clear(&read);
+  return rc ? rc : 0;
 }
 
 /* The instance to lock: the older of the ready head (due) and the lock head (expired); with
@@ -414,7 +440,7 @@ static int orch_item_fill(tx_t *t, const lm_t *lm, dx_orch_item_t *it, const ins
 
 /* Try to lock candidate `c`. *out stays NULL when the candidate was cleaned up instead (no
 ** visible message, orphan messages, stray index entry); the caller then picks again. */
-static int orch_try_lock(tx_t *t, lm_t *lm, const orch_cand_t *c, int64_t now,
+static int orch_try_lock(tx_t *t, lm_t *lm, orch_cand_t *c, int64_t now,
                          int64_t lock_ms, dx_orch_item_t **out) {
   orch_state_t st, nw;
   msg_list_t l;
@@ -428,10 +454,22 @@ static int orch_try_lock(tx_t *t, lm_t *lm, const orch_cand_t *c, int64_t now,
   if (dx__lm_state_index(c->inst, &st, &k) != c->db || k.n != c->key.n ||
       memcmp(k.b, c->key.b, k.n))
     return dx__lm_db_del(t, c->db, &c->key); /* stray index entry: drop it */
-  if ((rc = msgs_load(t, c->inst, &l))) return rc;
+  if (c->msgs_held) { /* read by the capabilities check in this txn */
+    l = c->msgs;
+    c->msgs_held = 0;
+  } else if ((rc = msgs_load(t, c->inst, &l))) {
+    return rc;
+  }
   if ((rc = batch_decode(t, &l, now, &items, &n))) goto done;
   if (n == 0) { rc = orch_release(t, c->inst, &st); goto done; }
-  if ((rc = dx__lm_inst_get(t, c->inst, &ir)) && rc != DX_ENOTFOUND) goto done;
+  if (c->ir_held) {
+    rc = c->ir_held > 0 ? 0 : DX_ENOTFOUND;
+    memset(&ir, 0, sizeof ir);
+    if (c->ir_held > 0) ir = c->ir;
+    c->ir_held = 0;
+  } else if ((rc = dx__lm_inst_get(t, c->inst, &ir)) && rc != DX_ENOTFOUND) {
+    goto done;
+  }
   has_ir = rc == 0;
   for (i = 0; i < n; i++) starts |= starts_instance(&items[i]);
   if (!has_ir && !starts) {
@@ -487,10 +525,10 @@ static int orch_fetch(tx_t *t, lm_t *lm, int sweep, int64_t now, int64_t lock_ms
   for (;;) { /* each round locks an instance or removes the candidate from the indexes */
     if ((rc = dx__lm_orch_pick(t, lm->filter, now, &c)) || !c.inst) break;
     rc = orch_try_lock(t, lm, &c, now, lock_ms, out);
-    free(c.inst);
+    dx__lm_cand_clear(&c);
     if (rc || *out) return rc;
   }
-  free(c.inst);
+  dx__lm_cand_clear(&c);
   return rc;
 }
 
