@@ -258,12 +258,13 @@ static int direct_decode(const lm_schema_t *s, const MDB_val *v, void *rec) {
   rd_t r = {v->mv_data, v->mv_size, 0};
   uint64_t have, u;
   int64_t i64;
-  size_t i, len;
+  size_t i, len = 0;
   int neg;
   unsigned c;
   const char *p;
   void *tmp[16];
   size_t tlen[16];
+  int64_t ival[16]; /* integer fields (a U64's bits as they are) */
   if (s->n > 16 || r.n == 0) return 1;
   c = r.p[r.pos++];
   if (c >= 0x90 && c <= 0x9f) have = c & 0x0f;
@@ -271,18 +272,21 @@ static int direct_decode(const lm_schema_t *s, const MDB_val *v, void *rec) {
   else return 1;
   if (have < (s->n_min ? s->n_min : s->n) + 1 || have > s->n + 1) return 1;
   if (rd_int(&r, &neg, &u, &i64) || neg || u != LM_RECORD_FORMAT) return 1;
-  /* first pass: check every field without writing (so a fallback finds rec untouched) */
+  /* first pass: read and check every field without writing (so a fallback finds rec
+  ** untouched); the second only stores what the first read */
   for (i = 0; i + 1 < have; i++) {
     const lm_field_t *f = &s->f[i];
     tmp[i] = NULL;
     switch (f->type) {
       case RF_U64:
         if (rd_int(&r, &neg, &u, &i64) || neg) return 1;
+        ival[i] = (int64_t)u;
         break;
       case RF_I64: case RF_INT:
         if (rd_int(&r, &neg, &u, &i64) || (!neg && u > INT64_MAX)) return 1;
         if (!neg) i64 = (int64_t)u;
         if (f->type == RF_INT && (i64 < INT_MIN || i64 > INT_MAX)) return 1;
+        ival[i] = i64;
         break;
       case RF_STR: case RF_BIN:
         if (rd_bytes(&r, f->type == RF_BIN, &p, &len) || (f->required && !p)) return 1;
@@ -293,15 +297,10 @@ static int direct_decode(const lm_schema_t *s, const MDB_val *v, void *rec) {
   }
   if (r.pos != r.n) return 1; /* trailing bytes */
   /* second pass: the values */
-  r.pos = 0;
-  c = r.p[r.pos++];
-  if (c == 0xdc) r.pos += 2;
-  (void)rd_int(&r, &neg, &u, &i64);
   for (i = 0; i + 1 < have; i++) {
     const lm_field_t *f = &s->f[i];
     if (f->type == RF_STR || f->type == RF_BIN) {
       char *cp = NULL;
-      (void)rd_bytes(&r, f->type == RF_BIN, &p, &len);
       if (tmp[i] && !(cp = malloc(tlen[i] + 1))) {
         size_t j;
         for (j = 0; j < i; j++)
@@ -319,10 +318,9 @@ static int direct_decode(const lm_schema_t *s, const MDB_val *v, void *rec) {
       if (f->type == RF_BIN) *(size_t *)(void *)((char *)rec + f->len_off) = tlen[i];
       continue;
     }
-    (void)rd_int(&r, &neg, &u, &i64);
-    if (f->type == RF_U64) *AT(rec, f, uint64_t) = u;
-    else if (f->type == RF_I64) *AT(rec, f, int64_t) = neg ? i64 : (int64_t)u;
-    else *AT(rec, f, int) = (int)(neg ? i64 : (int64_t)u);
+    if (f->type == RF_U64) *AT(rec, f, uint64_t) = (uint64_t)ival[i];
+    else if (f->type == RF_I64) *AT(rec, f, int64_t) = ival[i];
+    else *AT(rec, f, int) = (int)ival[i];
   }
   return 0;
 }
