@@ -100,17 +100,25 @@ static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const o
   return dx__lm_rec_put(t, &dx__lm_state_schema, &k, nw);
 }
 
+/* Unlock the instance; it becomes ready at `ready_at` (LM_NEVER: not queued). */
+static int orch_release_at(tx_t *t, const char *inst, const orch_state_t *old,
+                           int64_t ready_at) {
+  orch_state_t nw = STATE_EMPTY;
+  nw.ready_at = ready_at;
+  return state_set(t, inst, old, &nw);
+}
+
 /* Unlock the instance; it becomes ready at its earliest remaining message, if any. */
 static int orch_release(tx_t *t, const char *inst, const orch_state_t *old) {
   msg_list_t l;
-  orch_state_t nw = STATE_EMPTY;
+  int64_t at = LM_NEVER;
   size_t i;
   int rc = msgs_load(t, inst, &l);
   if (rc) return rc;
   for (i = 0; i < l.n; i++)
-    if (l.v[i].visible_at < nw.ready_at) nw.ready_at = l.v[i].visible_at;
+    if (l.v[i].visible_at < at) at = l.v[i].visible_at;
   msgs_free(&l);
-  return state_set(t, inst, old, &nw);
+  return orch_release_at(t, inst, old, at);
 }
 
 /* Store a message for item->instance. A locked instance is re-indexed by ack or abandon. */
@@ -627,6 +635,7 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   orch_state_t st;
   ack_inst_t ai = {0, 0, 0, 0};
   msg_list_t l;
+  int64_t next = LM_NEVER; /* when the instance is ready again: its earliest message left */
   size_t i;
   int rc;
   /* the expected refusals come before the first write (LM_WRITE_DIRECT) */
@@ -635,6 +644,8 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
       (rc = msgs_load(t, a->instance, &l)))
     return rc;
   rc = msgs_delete(t, &l, a->lock_token, now);
+  for (i = 0; i < l.n; i++)
+    if (l.v[i].token != a->lock_token && l.v[i].visible_at < next) next = l.v[i].visible_at;
   if (!rc) rc = ack_instance(t, now, a, &ai);
   if (!rc && ai.created) rc = dx__lm_lidx_forget_starts(t, &l, a->lock_token); /* no longer queued */
   msgs_free(&l);
@@ -645,9 +656,13 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   for (i = 0; i < a->worker_items_len && !rc; i++)
     rc = dx__lm_work_insert(t, &a->worker_items[i], now);
   for (i = 0; i < a->cancelled_len && !rc; i++) rc = dx__lm_work_cancel(t, &a->cancelled[i]);
-  for (i = 0; i < a->orch_items_len && !rc; i++)
-    rc = dx__lm_orch_enqueue(t, &a->orch_items[i], dx__visible_at(&a->orch_items[i], now, 0));
-  return rc ? rc : orch_release(t, a->instance, &st);
+  for (i = 0; i < a->orch_items_len && !rc; i++) {
+    int64_t at = dx__visible_at(&a->orch_items[i], now, 0);
+    /* a message to itself (a timer) waits behind the lock this ack releases */
+    if (strcmp(a->orch_items[i].instance, a->instance) == 0 && at < next) next = at;
+    rc = dx__lm_orch_enqueue(t, &a->orch_items[i], at);
+  }
+  return rc ? rc : orch_release_at(t, a->instance, &st, next);
 }
 /* {===== methods: orchestrator queue =====} */
 
