@@ -515,6 +515,8 @@ int dx__lm_can_grow(shared_env_t *se);
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
     dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema, dx__lm_kv_schema,
     dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
+/* The record as MessagePack into out (NULL: only its length); returns its length. */
+size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out);
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what);
