@@ -38,6 +38,7 @@ __attribute__((constructor)) static void skip_without_server(void) {
 static char g_schemas[64][40];
 static int g_nschemas;
 static pid_t g_owner_pid;
+static char g_role[48]; /* a login role a test made (dropped at exit, before the schemas) */
 
 static PGconn *admin(void) {
   PGconn *c = PQconnectdb(base_url());
@@ -59,6 +60,10 @@ static void drop_schemas(void) {
   if (getpid() != g_owner_pid || !g_nschemas) return;
   c = PQconnectdb(base_url());
   PQclear(PQexec(c, "SET client_min_messages TO warning; SET lock_timeout TO '5s'"));
+  if (g_role[0]) {
+    snprintf(q, sizeof q, "DROP OWNED BY %s; DROP ROLE %s", g_role, g_role);
+    PQclear(PQexec(c, q));
+  }
   for (i = 0; i < g_nschemas && PQstatus(c) == CONNECTION_OK; i++) {
     snprintf(q, sizeof q, "DROP SCHEMA IF EXISTS %s CASCADE", g_schemas[i]);
     PQclear(PQexec(c, q));
@@ -1569,4 +1574,184 @@ DX_TEST(pg_get_info_is_one_snapshot_while_the_first_turn_commits) {
   dx_orch_item_free(it);
   M(p)->destroy(p);
   free(store);
+}
+
+/* {===== a fetch never hands out a history older than its lock =====} */
+
+/* A gate inside ORCH_FETCH: connections of role `role` evaluate dx_gate() on every queue row
+** they read (a restrictive row-level security policy; the owner, a superuser, bypasses it),
+** and dx_gate() waits while the test holds advisory lock GATE_KEY. So a fetch of that role can
+** be held between its statement's snapshot and its row locks. */
+#define GATE_KEY 7730041
+
+static void gate_install(PGconn *c, const char *schema, const char *role) {
+  char q[2048], db[128];
+  PGresult *r = PQexec(c, "SELECT current_database()");
+  ASSERT(PQresultStatus(r) == PGRES_TUPLES_OK);
+  snprintf(db, sizeof db, "%s", PQgetvalue(r, 0, 0));
+  PQclear(r);
+  snprintf(g_role, sizeof g_role, "%s", role); /* dropped at exit if the test fails */
+  snprintf(q, sizeof q,
+           "SET search_path TO %s; SET client_min_messages TO warning;"
+           " DROP ROLE IF EXISTS %s; CREATE ROLE %s LOGIN;"
+           " GRANT CREATE ON DATABASE %s TO %s;" /* an open's CREATE SCHEMA IF NOT EXISTS */
+           " GRANT USAGE, CREATE ON SCHEMA %s TO %s;"
+           " GRANT ALL ON ALL TABLES IN SCHEMA %s TO %s;"
+           " GRANT ALL ON ALL SEQUENCES IN SCHEMA %s TO %s;"
+           " CREATE FUNCTION dx_gate() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $g$ BEGIN"
+           " PERFORM pg_advisory_lock_shared(%d); PERFORM pg_advisory_unlock_shared(%d);"
+           " RETURN true; END $g$;"
+           " ALTER TABLE orch_queue ENABLE ROW LEVEL SECURITY;"
+           " CREATE POLICY everyone ON orch_queue USING (true) WITH CHECK (true);"
+           " CREATE POLICY gate ON orch_queue AS RESTRICTIVE TO %s USING (dx_gate())",
+           schema, role, role, db, role, schema, role, schema, role, schema, role, GATE_KEY,
+           GATE_KEY, role);
+  sql(c, q);
+}
+
+static void gate_remove(PGconn *c, const char *role) {
+  char q[256];
+  snprintf(q, sizeof q, "DROP OWNED BY %s; DROP ROLE %s", role, role);
+  sql(c, q);
+  g_role[0] = 0;
+}
+
+/* Block until a backend of `role` waits for the gate. */
+static void gate_wait_for(PGconn *c, const char *role) {
+  char q[512];
+  int waiting = 0, tries;
+  snprintf(q, sizeof q, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+                        " WHERE l.locktype = 'advisory' AND NOT l.granted AND a.usename = '%s'",
+           role);
+  for (tries = 0; tries < 2000 && !waiting; tries++) {
+    PGresult *res = PQexec(c, q);
+    waiting = PQresultStatus(res) == PGRES_TUPLES_OK && atoi(PQgetvalue(res, 0, 0)) > 0;
+    PQclear(res);
+    if (!waiting) usleep(5000);
+  }
+  ASSERT(waiting);
+}
+
+typedef struct {
+  dx_provider_t *p;
+  int64_t now;
+  int cycle; /* fetch by run_cycle (else one fetch_orchestration_item) */
+  atomic_int ready, go;
+  int rc;
+  dx_error_t err;
+  dx_orch_item_t *it;
+} gated_fetch_t;
+
+static void *gated_fetch(void *arg) {
+  gated_fetch_t *g = arg;
+  dx_orch_item_t *none = NULL;
+  memset(&g->err, 0, sizeof g->err);
+  /* first a fetch with nothing due: the connection and its statements exist before the gate
+  ** closes */
+  g->rc = M(g->p)->fetch_orchestration_item(g->p, T0, 30000, &none, &g->err);
+  atomic_store(&g->ready, 1);
+  if (g->rc || none) return NULL;
+  while (!atomic_load(&g->go)) usleep(1000);
+  if (g->cycle) {
+    dx_cycle_t cy;
+    memset(&cy, 0, sizeof cy);
+    cy.orch_lock_ms = 30000;
+    cy.max_orch = 1;
+    cy.orch_out = &g->it;
+    if ((g->rc = M(g->p)->begin(g->p, &g->err))) return NULL;
+    if ((g->rc = M(g->p)->run_cycle(g->p, g->now, &cy, &g->err)) == 0) {
+      g->rc = cy.fetch_rc;
+      if (cy.fetch_rc) g->err = cy.fetch_err;
+      M(g->p)->commit(g->p, 1, &g->err);
+    }
+    return NULL;
+  }
+  g->rc = M(g->p)->fetch_orchestration_item(g->p, g->now, 30000, &g->it, &g->err);
+  return NULL;
+}
+
+/* Instance `st` has had its first turn (event 1); message M is due at t+1, message M2 at
+** t+50. Fetch B (now t+100) is held by the gate after its statement's snapshot, before its
+** row lock; meanwhile another process (A, now t+10) locks the instance, takes M and commits a
+** turn (event 2) that releases it, due again at M2. B then locks the instance's newest row
+** version, whose history has 2 events: B must not hand it out with the history of its
+** snapshot (1 event; its turn's event 2 would be refused as a duplicate, the turn wasted). */
+static void fetch_after_a_turn_committed_meanwhile(int cycle) {
+  char *store = store_url(NULL), burl[1200], role[48];
+  const char *schema = g_schemas[g_nschemas - 1];
+  dx_provider_t *a = dx_pv_open(store), *b;
+  dx_work_item_t w = item(DX_WI_START, "st", 0), m1 = item(DX_WI_EXTERNAL, "st", 0);
+  dx_orch_item_t *it = NULL;
+  dx_orch_ack_t ack;
+  dx_event_t ev;
+  dx_error_t err;
+  gated_fetch_t g;
+  pthread_t th;
+  PGconn *c = admin();
+  char q[128];
+  int64_t t = wall_ms();
+  snprintf(role, sizeof role, "dx_gate_%d", (int)getpid());
+  ASSERT_OK(M(a)->enqueue_for_orchestrator(a, t - 10, &w, 0, &err));
+  ASSERT_OK(M(a)->fetch_orchestration_item(a, t - 10, 30000, &it, &err));
+  ASSERT(it);
+  ASSERT_OK(M(a)->ack_orchestration_item(a, t - 10, rc_ack(&ack, &ev, it), &err));
+  dx_orch_item_free(it);
+  ASSERT_OK(M(a)->enqueue_for_orchestrator(a, t + 1, &m1, 0, &err));
+  m1.data = "2";
+  ASSERT_OK(M(a)->enqueue_for_orchestrator(a, t, &m1, 50, &err));
+  gate_install(c, schema, role);
+  snprintf(burl, sizeof burl, "%s&user=%s", store, role);
+  {
+    /* the base URL names its user: B's role replaces it */
+    char *u = strstr(burl, "user="), *amp = u ? strchr(u, '&') : NULL;
+    ASSERT(u && amp);
+    memmove(u, amp + 1, strlen(amp + 1) + 1);
+  }
+  b = dx_pv_open(burl);
+  memset(&g, 0, sizeof g);
+  g.p = b;
+  g.now = t + 100;
+  g.cycle = cycle;
+  ASSERT_EQ(pthread_create(&th, NULL, gated_fetch, &g), 0);
+  while (!atomic_load(&g.ready)) usleep(1000);
+  snprintf(q, sizeof q, "SELECT pg_advisory_lock(%d)", GATE_KEY);
+  sql(c, q);
+  atomic_store(&g.go, 1);
+  gate_wait_for(c, role);
+  /* process A's turn, committed while B waits */
+  ASSERT_OK(M(a)->fetch_orchestration_item(a, t + 10, 30000, &it, &err));
+  ASSERT(it && it->history_len == 1 && it->messages_len == 1);
+  ASSERT_OK(M(a)->ack_orchestration_item(a, t + 10, rc_ack(&ack, &ev, it), &err));
+  dx_orch_item_free(it);
+  snprintf(q, sizeof q, "SELECT pg_advisory_unlock(%d)", GATE_KEY);
+  sql(c, q);
+  ASSERT_EQ(pthread_join(th, NULL), 0);
+  if (g.rc) DX_FAIL_AT("gated fetch: %s: %s", dx_err_name(g.rc), g.err.msg);
+  /* B hands out the instance with its whole history, or not at all (then it is due still) */
+  if (g.it) {
+    ASSERT_EQ(g.it->history_len, 2);
+    it = g.it;
+  } else {
+    ASSERT_OK(M(b)->fetch_orchestration_item(b, t + 100, 30000, &it, &err));
+    ASSERT(it);
+    ASSERT_EQ(it->history_len, 2);
+  }
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_STR_EQ(it->messages[0].data, "2");
+  ASSERT_OK(M(b)->ack_orchestration_item(b, t + 100, rc_ack(&ack, &ev, it), &err));
+  dx_orch_item_free(it);
+  ASSERT_EQ(history_len_of(a, "st"), 3);
+  M(b)->destroy(b);
+  gate_remove(c, role);
+  PQfinish(c);
+  M(a)->destroy(a);
+  free(store);
+}
+
+DX_TEST(pg_fetch_never_hands_out_a_history_older_than_its_lock) {
+  fetch_after_a_turn_committed_meanwhile(0);
+}
+
+DX_TEST(pg_run_cycle_never_hands_out_a_history_older_than_its_lock) {
+  fetch_after_a_turn_committed_meanwhile(1);
 }
