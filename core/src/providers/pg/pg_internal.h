@@ -274,7 +274,7 @@ typedef struct {
 } dx__pg_park_t;
 int dx__pg_orch_fetch_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresult **res);
 int dx__pg_orch_fetch_take(tx_t *t, PGresult *res, int64_t now, int64_t lock_ms,
-                           dx__pg_park_t *parks, int *n_parks, int *picked);
+                           dx__pg_park_t *parks, int *n_parks, int *picked, int *back);
 int dx__pg_orch_park(tx_t *t, const char *inst, uint64_t token, int64_t now);
 
 int dx__pg_test_corrupt_history(dx_provider_t *, const char *, uint64_t, uint64_t);
