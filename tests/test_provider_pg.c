@@ -1499,68 +1499,57 @@ DX_TEST(pg_batch_skips_the_claim_pick_once_it_found_nothing) {
   free(store);
 }
 
-/* {===== instance info reads one snapshot =====} */
+/* {===== reads outside a batch are one snapshot =====} */
+
+/* A read of instance `id` (NULL: a warm-up read of an unknown id, its results dropped) whose
+** results go to ud; returns the read's code. */
+typedef int (*snap_read_fn)(dx_provider_t *p, const char *id, void *ud);
 
 typedef struct {
   dx_provider_t *p;
+  snap_read_fn fn;
+  const char *id;
+  void *ud;
   atomic_int ready, go;
   int rc;
-  dx_error_t err;
-} info_reader_t;
+} snap_reader_t;
 
-static void *read_info(void *arg) {
-  info_reader_t *r = arg;
-  dx_instance_info_t info;
-  dx_error_t err;
-  memset(&err, 0, sizeof err);
+static void *snap_reader(void *arg) {
+  snap_reader_t *r = arg;
   /* first a read of an unknown id: this thread's connection is made (and its statements
-  ** prepared) before the queue is locked */
-  r->rc = M(r->p)->get_instance_info(r->p, "nobody", &info, &err);
+  ** prepared) before the table is locked */
+  r->fn(r->p, NULL, r->ud);
   atomic_store(&r->ready, 1);
   while (!atomic_load(&r->go)) usleep(1000);
-  if (r->rc != DX_ENOTFOUND) return NULL;
-  r->rc = M(r->p)->get_instance_info(r->p, "race1", &info, &err);
-  r->err = err;
-  if (!r->rc) dx_instance_info_clear(&info);
+  r->rc = r->fn(r->p, r->id, r->ud);
   return NULL;
 }
 
-/* A client reading a just-started instance while its first turn commits (the record made, the
-** start consumed, in one transaction) finds it. The turn's commit is played by hand on another
-** connection holding orch_queue locked, so the reader is caught between the instances table and
-** the queue: read as two statements, the queue was read after the commit and the instance
-** looked unknown (a CLI `enqueue` right after `start` failed "unknown instance"). */
-DX_TEST(pg_get_info_is_one_snapshot_while_the_first_turn_commits) {
-  char *store = store_url(NULL);
-  dx_provider_t *p = dx_pv_open(store);
-  const char *schema = g_schemas[g_nschemas - 1];
-  dx_work_item_t w = item(DX_WI_START, "race1", 0);
-  dx_orch_item_t *it = NULL;
-  dx_error_t err;
-  info_reader_t r;
+/* Read `id` with fn on another thread while a transaction on another connection, holding
+** `table` locked (ACCESS EXCLUSIVE), has run `play` (in the store's schema) and commits once
+** the reader waits for that table: a read made of several statements is caught between them
+** (the first ones read before the commit, the one reading `table` after it). Returns the read's
+** code; its results are in ud. */
+static int read_while_committing(dx_provider_t *p, const char *schema, const char *table,
+                                 const char *play, snap_read_fn fn, const char *id, void *ud) {
+  snap_reader_t r;
   pthread_t th;
   PGconn *c = admin();
-  char q[512];
+  char q[1536];
   int waiting = 0, tries;
-  w.name = "Orch";
-  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, wall_ms(), &w, 0, &err));
-  ASSERT_OK(M(p)->fetch_orchestration_item(p, wall_ms(), 30000, &it, &err));
-  ASSERT(it);
-  snprintf(q, sizeof q,
-           "SET search_path TO %s; BEGIN; LOCK TABLE orch_queue IN ACCESS EXCLUSIVE MODE;"
-           " INSERT INTO instances (instance_id, name, current_exec, created_at, updated_at,"
-           " created_seq) VALUES ('race1', 'Orch', 1, 1, 1, 1);"
-           " UPDATE orch_queue SET lock_token = NULL, locked_until = NULL, ready_at = NULL,"
-           " locked_by = NULL WHERE instance_id = 'race1'", schema);
   memset(&r, 0, sizeof r);
   r.p = p;
-  ASSERT_EQ(pthread_create(&th, NULL, read_info, &r), 0);
+  r.fn = fn;
+  r.id = id;
+  r.ud = ud;
+  ASSERT_EQ(pthread_create(&th, NULL, snap_reader, &r), 0);
   while (!atomic_load(&r.ready)) usleep(1000);
+  snprintf(q, sizeof q, "SET search_path TO %s; BEGIN; LOCK TABLE %s IN ACCESS EXCLUSIVE MODE; %s",
+           schema, table, play);
   sql(c, q);
   atomic_store(&r.go, 1);
-  /* commit once the reader waits for the queue (it read the instances table before) */
   snprintf(q, sizeof q, "SELECT count(*) FROM pg_locks WHERE NOT granted"
-                        " AND relation = '%s.orch_queue'::regclass", schema);
+                        " AND relation = '%s.%s'::regclass", schema, table);
   for (tries = 0; tries < 2000 && !waiting; tries++) {
     PGresult *res = PQexec(c, q);
     waiting = PQresultStatus(res) == PGRES_TUPLES_OK && atoi(PQgetvalue(res, 0, 0)) > 0;
@@ -1570,9 +1559,185 @@ DX_TEST(pg_get_info_is_one_snapshot_while_the_first_turn_commits) {
   ASSERT(waiting);
   sql(c, "COMMIT");
   ASSERT_EQ(pthread_join(th, NULL), 0);
-  if (r.rc) DX_FAIL_AT("get_instance_info: %s: %s", dx_err_name(r.rc), r.err.msg);
   PQfinish(c);
+  return r.rc;
+}
+
+/* An instance `inst` that has had one turn (record, execution 1, event 1). */
+static void one_turn(dx_provider_t *p, const char *inst) {
+  dx_work_item_t w = item(DX_WI_START, inst, 0);
+  dx_orch_item_t *it = NULL;
+  dx_orch_ack_t a;
+  dx_event_t ev;
+  dx_error_t err;
+  int64_t now = wall_ms();
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, now, &w, 0, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, now, 30000, &it, &err));
+  ASSERT(it && strcmp(it->instance, inst) == 0);
+  ASSERT_OK(M(p)->ack_orchestration_item(p, now, rc_ack(&a, &ev, it), &err));
   dx_orch_item_free(it);
+}
+
+/* The statements that delete instance 'gone' whole, as delete_instances does. */
+#define DELETE_GONE                                                                          \
+  " DELETE FROM history WHERE instance_id = 'gone'; DELETE FROM executions WHERE"           \
+  " instance_id = 'gone'; DELETE FROM instances WHERE instance_id = 'gone'"
+
+static int info_read(dx_provider_t *p, const char *id, void *ud) {
+  dx_instance_info_t info;
+  dx_error_t err;
+  int rc = M(p)->get_instance_info(p, id ? id : "nobody", &info, &err);
+  (void)ud;
+  if (!rc) dx_instance_info_clear(&info);
+  return rc;
+}
+
+/* A client reading a just-started instance while its first turn commits (the record made, the
+** start consumed, in one transaction) finds it. Read as two statements (the record, then the
+** queue), the queue was read after the commit and the instance looked unknown (a CLI `enqueue`
+** right after `start` failed "unknown instance"). */
+DX_TEST(pg_get_info_is_one_snapshot_while_the_first_turn_commits) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store);
+  dx_work_item_t w = item(DX_WI_START, "race1", 0);
+  dx_orch_item_t *it = NULL;
+  dx_error_t err;
+  w.name = "Orch";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, wall_ms(), &w, 0, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, wall_ms(), 30000, &it, &err));
+  ASSERT(it);
+  ASSERT_EQ(read_while_committing(p, g_schemas[g_nschemas - 1], "orch_queue",
+                                  " INSERT INTO instances (instance_id, name, current_exec,"
+                                  " created_at, updated_at, created_seq) VALUES ('race1', 'Orch',"
+                                  " 1, 1, 1, 1); UPDATE orch_queue SET lock_token = NULL,"
+                                  " locked_until = NULL, ready_at = NULL, locked_by = NULL"
+                                  " WHERE instance_id = 'race1'", info_read, "race1", NULL), 0);
+  dx_orch_item_free(it);
+  M(p)->destroy(p);
+  free(store);
+}
+
+static int history_read(dx_provider_t *p, const char *id, void *ud) {
+  dx_event_t *ev = NULL;
+  dx_error_t err;
+  size_t n = 0;
+  int rc = M(p)->read_history(p, id ? id : "nobody", 0, &ev, &n, NULL, &err);
+  if (id) *(size_t *)ud = n;
+  dx_events_free(ev, n);
+  return rc;
+}
+
+/* The latest history of an instance deleted meanwhile: the whole history, or unknown. Read as
+** the record and then the events, it was found with no events at all. */
+DX_TEST(pg_read_history_is_one_snapshot_while_the_instance_is_deleted) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store);
+  size_t n = 99;
+  one_turn(p, "gone");
+  ASSERT_EQ(read_while_committing(p, g_schemas[g_nschemas - 1], "history", DELETE_GONE,
+                                  history_read, "gone", &n), DX_ENOTFOUND);
+  M(p)->destroy(p);
+  free(store);
+}
+
+static int executions_read(dx_provider_t *p, const char *id, void *ud) {
+  dx_execution_info_t *ex = NULL;
+  dx_error_t err;
+  size_t n = 0;
+  int rc = M(p)->list_executions(p, id ? id : "nobody", &ex, &n, &err);
+  if (id) *(size_t *)ud = n;
+  free(ex);
+  return rc;
+}
+
+/* The executions of an instance deleted meanwhile: all of them, or unknown. Read as the record
+** and then the executions, it was found with none. */
+DX_TEST(pg_list_executions_is_one_snapshot_while_the_instance_is_deleted) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store);
+  size_t n = 99;
+  one_turn(p, "gone");
+  ASSERT_EQ(read_while_committing(p, g_schemas[g_nschemas - 1], "executions", DELETE_GONE,
+                                  executions_read, "gone", &n), DX_ENOTFOUND);
+  M(p)->destroy(p);
+  free(store);
+}
+
+static int count_queued(void *ud, const dx_queued_t *q) {
+  (void)q;
+  (*(int *)ud)++;
+  return 0;
+}
+
+static int queue_read(dx_provider_t *p, const char *id, void *ud) {
+  dx_error_t err;
+  int n = 0, rc = M(p)->instance_queue(p, id ? id : "nobody", count_queued, &n, &err);
+  if (id) *(int *)ud = n;
+  return rc;
+}
+
+/* An instance's queue rows while a transaction drops both its message and its worker row: both
+** or neither. Read as two statements, the message was listed without the worker row. */
+DX_TEST(pg_instance_queue_is_one_snapshot_while_its_rows_go) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store);
+  dx_work_item_t m = item(DX_WI_EXTERNAL, "q1", 0), w = item(DX_WI_ACT_EXECUTE, "q1", 1);
+  dx_error_t err;
+  int n = -1;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, wall_ms(), &m, 0, &err));
+  ASSERT_OK(M(p)->enqueue_for_worker(p, wall_ms(), &w, &err));
+  ASSERT_OK(queue_read(p, "q1", &n));
+  ASSERT_EQ(n, 2);
+  ASSERT_OK(read_while_committing(p, g_schemas[g_nschemas - 1], "work",
+                                  " DELETE FROM orch_msgs WHERE instance_id = 'q1';"
+                                  " DELETE FROM orch_queue WHERE instance_id = 'q1';"
+                                  " DELETE FROM work WHERE instance_id = 'q1'",
+                                  queue_read, "q1", &n));
+  ASSERT_EQ(n, 0);
+  M(p)->destroy(p);
+  free(store);
+}
+
+typedef struct {
+  const char *id;
+  int seen;
+} page_find_t;
+
+static int page_read(dx_provider_t *p, const char *id, void *ud) {
+  page_find_t *f = ud;
+  dx_list_query_t q;
+  dx_instance_info_t *rows = NULL;
+  dx_error_t err;
+  char *next = NULL;
+  size_t n = 0, i;
+  int rc;
+  memset(&q, 0, sizeof q);
+  q.status = DX_LIST_ANY;
+  q.limit = 100;
+  rc = M(p)->list_page(p, wall_ms(), &q, &rows, &n, &next, &err);
+  for (i = 0; id && i < n; i++) f->seen += strcmp(rows[i].instance_id, f->id) == 0;
+  dx_instance_infos_free(rows, n);
+  free(next);
+  return rc;
+}
+
+/* A page listed while an instance's first turn commits (record made, start consumed) shows it
+** once. Read as queued starts and then recorded instances, it was listed twice: as queued,
+** and again with its record. */
+DX_TEST(pg_list_page_is_one_snapshot_while_a_first_turn_commits) {
+  char *store = store_url(NULL);
+  dx_provider_t *p = dx_pv_open(store);
+  dx_work_item_t w = item(DX_WI_START, "lp1", 0);
+  page_find_t f = {"lp1", 0};
+  dx_error_t err;
+  one_turn(p, "older"); /* a recorded instance: the page reads both parts */
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, wall_ms(), &w, 0, &err));
+  ASSERT_OK(read_while_committing(p, g_schemas[g_nschemas - 1], "executions",
+                                  " INSERT INTO instances (instance_id, name, current_exec,"
+                                  " created_at, updated_at, created_seq) VALUES ('lp1', 'Orch',"
+                                  " 1, 1, 1, 1); DELETE FROM orch_msgs WHERE instance_id = 'lp1'",
+                                  page_read, "lp1", &f));
+  ASSERT_EQ(f.seen, 1);
   M(p)->destroy(p);
   free(store);
 }
