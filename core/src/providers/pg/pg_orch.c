@@ -91,9 +91,7 @@ int dx__pg_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_eve
   return rc;
 }
 
-/* Decode rows r0..r0+n-1 of `res` (event id in column idc, record in column recc) as the
-** history of `inst`/`exec`. DX_ECORRUPT names the undecodable event. */
-static int history_decode(tx_t *t, const PGresult *res, int r0, int n, int idc, int recc,
+int dx__pg_history_decode(tx_t *t, const PGresult *res, int r0, int n, int idc, int recc,
                           const char *inst, uint64_t exec, dx_event_t **out, size_t *nout) {
   dx_event_t *v;
   int rc, i;
@@ -131,7 +129,7 @@ int dx__pg_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **o
   dx__qp_str(&q, inst);
   dx__qp_i64(&q, (int64_t)exec);
   if ((rc = dx__pg_q(t, PQ_HIST_LOAD, &q, &res))) return rc;
-  rc = history_decode(t, res, 0, PQntuples(res), 0, 1, inst, exec, out, n);
+  rc = dx__pg_history_decode(t, res, 0, PQntuples(res), 0, 1, inst, exec, out, n);
   PQclear(res);
   return rc;
 }
@@ -308,7 +306,7 @@ static int item_fill(tx_t *t, dx_orch_item_t *it, const PGresult *res, int irow,
     hn = 1;
     it->history_held = (uint64_t)dx__col_i64(res, h0, F_ID);
   }
-  rc = history_decode(t, res, h0, hn, F_ID, F_BYTES, it->instance, it->execution_id,
+  rc = dx__pg_history_decode(t, res, h0, hn, F_ID, F_BYTES, it->instance, it->execution_id,
                       &it->history, &it->history_len);
   t->err = saved;
   if (rc == DX_ECORRUPT) {
