@@ -92,27 +92,27 @@ static const char *const SQL[PQ__COUNT] = {
     ** run: the orchestration its first visible start asks for, else the instance's own.
     ** $7..$9: histories the caller holds (instance, execution, events; NULL: none).
     ** An instance whose queue row changed after the statement's snapshot is put back (t 5,
-    ** no other rows): see f. */
+    ** no other rows): see u. */
     "WITH c AS (SELECT q.instance_id, q.due_at, q.xmin AS xm FROM orch_queue q"
     CAN_RUN_JOIN("$1::bigint", "$5::text[]")
     " WHERE q.due_at <= $1::bigint AND" CAN_RUN("$5::text[]", "$6::text[]")
     " ORDER BY q.due_at, q.instance_id LIMIT $3::bigint FOR UPDATE OF q SKIP LOCKED),"
-    /* READ COMMITTED: when a transaction that committed after this statement's snapshot
-    ** updated a candidate's row (another process's turn releasing it), the lock above takes
-    ** the newest version while every read below sees the snapshot: its history, record and
-    ** key-value state could miss that turn. Such a row (its locked version is not the one the
-    ** snapshot sees: xmin differs) is not handed out: it stays due, unmarked, and this
-    ** transaction's row lock ends at its commit. Every history write releases (updates) the
-    ** instance's row in its own transaction, so an equal xmin means the history is whole. */
-    " f AS (SELECT c.instance_id, c.due_at, c.xm = (SELECT z.xmin FROM orch_queue z"
-    " WHERE z.instance_id = c.instance_id) AS fresh FROM c),"
     /* = ANY(ARRAY(...)) and OFFSET 0 laterals keep every lookup an index probe per instance,
     ** whatever the table sizes were when the plan was made (a generic plan made on a fresh
-    ** schema otherwise hash-joins sequential scans of orch_queue, instances and kv) */
+    ** schema otherwise hash-joins sequential scans of orch_queue, instances and kv).
+    ** READ COMMITTED: when a transaction that committed after this statement's snapshot
+    ** updated a candidate's row (another process's turn releasing it), the lock in c takes
+    ** the newest version while every read below sees the snapshot: its history, record and
+    ** key-value state could miss that turn. u reads the version the snapshot sees, so such a
+    ** row (its xmin is not the locked version's, c.xm) is not updated: it stays due,
+    ** unmarked, and this transaction's row lock ends at its commit. Every history write
+    ** releases (updates) the instance's row in its own transaction, so an equal xmin means
+    ** the history read is whole. */
     " u AS (UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
-    " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text FROM f"
-    " WHERE q.instance_id = ANY(ARRAY(SELECT instance_id FROM f WHERE fresh))"
-    " AND q.instance_id = f.instance_id RETURNING q.instance_id, q.lock_token, f.due_at),"
+    " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text FROM c"
+    " WHERE q.instance_id = ANY(ARRAY(SELECT instance_id FROM c))"
+    " AND q.instance_id = c.instance_id AND q.xmin = c.xm"
+    " RETURNING q.instance_id, q.lock_token, c.due_at),"
     /* (joined with u for the token: a subquery per message would scan u, n² per fetch) */
     " m AS (UPDATE orch_msgs o SET attempt = o.attempt + 1, lock_token = u.lock_token FROM u"
     " WHERE o.instance_id = ANY(ARRAY(SELECT instance_id FROM u))"
@@ -144,7 +144,8 @@ static const char *const SQL[PQ__COUNT] = {
     " UNION ALL SELECT x.due_at, x.instance_id, 4, k.updated_at, 0, k.key, k.value, NULL"
     " FROM x CROSS JOIN LATERAL (SELECT z.updated_at, z.key, z.value FROM kv z"
     " WHERE z.instance_id = x.instance_id OFFSET 0) k"
-    " UNION ALL SELECT f.due_at, f.instance_id, 5, 0, 0, NULL, NULL, NULL FROM f WHERE NOT f.fresh"
+    " UNION ALL SELECT c.due_at, c.instance_id, 5, 0, 0, NULL, NULL, NULL FROM c"
+    " WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.instance_id = c.instance_id)"
     " ORDER BY 1, 2, 3, 4",
   [PQ_ACK_ORCH] = /* migration 9: every orchestration ack of a cycle (pg_orch.c);
     ** one outcome row per ack, by k */
