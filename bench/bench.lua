@@ -360,8 +360,10 @@ end
 local function throughput()
   run_batch("warm-", 5)
   local cpu0 = worker_cpu_s()
+  local st0 = rt and rt:stats()
   local t0, last, lat, failed, workers_per = run_batch("b-", n)
   local cpu_ms = (worker_cpu_s() - cpu0) * 1000 / n
+  local st1 = rt and rt:stats()
   table.sort(lat)
   local function pct(p) return lat[math.max(1, math.ceil(#lat * p))] end
   local makespan = math.max(1, last - t0)
@@ -390,6 +392,10 @@ local function throughput()
   end
   if opts.prefill > 0 then
     extra = extra .. string.format(',"prefill":%d,"prefill_s":%.1f', opts.prefill, prefill_s)
+  end
+  if st0 then -- the in-process worker's store cycles and commits (each cycle commits once)
+    extra = extra .. string.format(',"store_cycles_per_orch":%.2f',
+                                   (st1.fetch_cycles - st0.fetch_cycles) / n)
   end
   return string.format('{"engine":"duroxide-lua","workload":"%s","n":%d,"orch_per_s":%s,' ..
     '"act_per_s":%s,"p50_ms":%.2f,"p95_ms":%.2f,"makespan_ms":%d,"failed":%d%s,' ..

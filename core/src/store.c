@@ -315,7 +315,7 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
 ** those items are refused (their locks were never kept) and the items come back. Work items
 ** still wait for the commit: an activity never starts before the turn that scheduled it is
 ** durable. */
-#define HOLD_MAX_ITEMS 8
+#define HOLD_MAX_ITEMS 16
 
 typedef struct {
   uint64_t tokens[HOLD_MAX_ITEMS]; /* lock tokens of the items handed to the loop */
@@ -669,6 +669,19 @@ static void timed_wait(dx_store_t *s, int64_t ms) {
   uv_cond_timedwait(&s->cv, &s->mu, (uint64_t)ms * 1000000ull);
 }
 
+#define DELIVERY_WAIT_MS 2 /* at most; a loop taking a delivery answers in microseconds */
+
+/* (mu held) The loop has not finished taking what this thread handed it: its answers (acks,
+** results, budget) come as one burst at the end (dx__store_submit). Wait for the burst, so one
+** cycle carries it instead of a cycle for its first answer and another for the rest. Bounded:
+** a loop busy for long (a long turn, or not run at all) only delays the next cycle a little. */
+static void await_delivery(dx_store_t *s) {
+  uint64_t until = uv_hrtime() + DELIVERY_WAIT_MS * 1000000u, t;
+  while ((s->done || s->fetched || s->delivering) && !s->stopping && !s->paused &&
+         (t = uv_hrtime()) < until)
+    uv_cond_timedwait(&s->cv, &s->mu, until - t);
+}
+
 static void store_main(void *arg) {
   dx_store_t *s = arg;
   dx__log_set_worker(s->cfg.worker_id);
@@ -676,13 +689,17 @@ static void store_main(void *arg) {
   for (;;) {
     dx_store_op_t *ops;
     dx_store_fetched_t f;
-    int bo, bw, got, can_fetch = s->fetching && (s->budget_orch > 0 || s->budget_work > 0);
-    uint64_t rdue = dx__store_next_renewal(s);
-    int renew_now = rdue <= dx__store_mono_ms();
+    int bo, bw, got, can_fetch;
+    uint64_t rdue;
+    int renew_now;
     if (s->paused && !s->stopping) { /* a simulated stall: nothing runs until it ends */
       uv_cond_wait(&s->cv, &s->mu);
       continue;
     }
+    await_delivery(s);
+    can_fetch = s->fetching && (s->budget_orch > 0 || s->budget_work > 0);
+    rdue = dx__store_next_renewal(s);
+    renew_now = rdue <= dx__store_mono_ms();
     if (!s->pending && !can_fetch && !renew_now) {
       if (s->stopping) break;
       if (rdue == UINT64_MAX) uv_cond_wait(&s->cv, &s->mu);
@@ -779,6 +796,7 @@ static void on_async(uv_async_t *h) {
   if (fatal) s->fatal = 2;
   s->done = s->done_tail = NULL;
   s->fetched = s->fetched_tail = NULL;
+  s->delivering = 1;
   uv_mutex_unlock(&s->mu);
   while (ops) {
     dx_store_op_t *next = ops->next;
@@ -793,6 +811,10 @@ static void on_async(uv_async_t *h) {
     free(fl);
     fl = next;
   }
+  uv_mutex_lock(&s->mu);
+  s->delivering = 0;
+  uv_cond_signal(&s->cv); /* the answers queued meanwhile, and await_delivery */
+  uv_mutex_unlock(&s->mu);
   if (fatal && s->cfg.on_fatal) s->cfg.on_fatal(s->cfg.ud, &s->fatal_err);
 }
 
@@ -843,15 +865,21 @@ void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
   if (s->pending_tail) s->pending_tail->next = op;
   else s->pending = op;
   s->pending_tail = op;
-  uv_cond_signal(&s->cv);
+  /* while the loop takes a delivery, its answers queue up and wake the thread once, at the
+  ** end (on_async): one cycle then carries them all */
+  if (!s->delivering) uv_cond_signal(&s->cv);
   uv_mutex_unlock(&s->mu);
 }
 
 void dx__store_want(dx_store_t *s, int orch, int work) {
+  int wake;
   uv_mutex_lock(&s->mu);
+  /* Only a budget that was used up changes what the thread may do: more of a budget it has
+  ** already finds nothing new (each wake-up costs it a due-work read) */
+  wake = (orch > 0 && s->budget_orch <= 0) || (work > 0 && s->budget_work <= 0);
   s->budget_orch += orch;
   s->budget_work += work;
-  uv_cond_signal(&s->cv);
+  if (wake) uv_cond_signal(&s->cv);
   uv_mutex_unlock(&s->mu);
 }
 
