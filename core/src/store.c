@@ -669,14 +669,13 @@ static void timed_wait(dx_store_t *s, int64_t ms) {
   uv_cond_timedwait(&s->cv, &s->mu, (uint64_t)ms * 1000000ull);
 }
 
-#define DELIVERY_WAIT_MS 2 /* at most; a loop taking a delivery answers in microseconds */
-
 /* (mu held) The loop has not finished taking what this thread handed it: its answers (acks,
 ** results, budget) come as one burst at the end (dx__store_submit). Wait for the burst, so one
-** cycle carries it instead of a cycle for its first answer and another for the rest. Bounded:
-** a loop busy for long (a long turn, or not run at all) only delays the next cycle a little. */
+** cycle carries it instead of a cycle for its first answer and another for the rest. At most
+** cfg.hold_ms, as for a hold's turns (the loop answers in microseconds): a loop busy for long
+** (a long turn, or not run at all) only delays the next cycle a little. */
 static void await_delivery(dx_store_t *s) {
-  uint64_t until = uv_hrtime() + DELIVERY_WAIT_MS * 1000000u, t;
+  uint64_t until = uv_hrtime() + (uint64_t)s->cfg.hold_ms * 1000000u, t;
   while ((s->done || s->fetched || s->delivering) && !s->stopping && !s->paused &&
          (t = uv_hrtime()) < until)
     uv_cond_timedwait(&s->cv, &s->mu, until - t);
