@@ -714,7 +714,9 @@ static void store_main(void *arg) {
       uv_mutex_lock(&s->mu);
       if (due > now && !s->pending && !s->poked && !s->woken) {
         if (s->stopping) break;
+        s->looking = 1;
         timed_wait(s, due - now < s->cfg.poll_interval_ms ? due - now : s->cfg.poll_interval_ms);
+        s->looking = 0;
         continue;
       }
     }
@@ -764,7 +766,11 @@ static void store_main(void *arg) {
       s->fatal_seen = 2;
       s->fatal = 1;
     }
-    if (ops || got || s->fatal == 1) uv_async_send(&s->async);
+    if (ops || got || s->fatal == 1) { /* (not under mu: the loop wakes and takes it) */
+      uv_mutex_unlock(&s->mu);
+      uv_async_send(&s->async);
+      uv_mutex_lock(&s->mu);
+    }
     if (s->backoff_ms) { /* sleep it out: only stopping cuts it short */
       int64_t until = dx__now_ms() + s->backoff_ms;
       while (!s->stopping && dx__now_ms() < until) timed_wait(s, until - dx__now_ms());
@@ -772,8 +778,11 @@ static void store_main(void *arg) {
     }
     /* Found nothing although something looked due (locked elsewhere, not eligible): wait
     ** a poll interval instead of spinning. */
-    if (!ops && !got && !s->pending && !s->poked && !s->woken && !s->stopping)
+    if (!ops && !got && !s->pending && !s->poked && !s->woken && !s->stopping) {
+      s->looking = 1;
       timed_wait(s, s->cfg.poll_interval_ms);
+      s->looking = 0;
+    }
   }
   uv_mutex_unlock(&s->mu);
   uv_async_send(&s->async);
@@ -892,7 +901,10 @@ void dx__store_poke(dx_store_t *s) {
 void dx__store_wake(dx_store_t *s) {
   uv_mutex_lock(&s->mu);
   s->woken = 1;
-  uv_cond_signal(&s->cv);
+  /* Only a thread asleep between looks for due work needs waking: a busy one looks again
+  ** before it sleeps (woken). This process's own commits wake it too (the notify file): they
+  ** come while it waits for the loop, which such a wake-up would only interrupt. */
+  if (s->looking) uv_cond_signal(&s->cv);
   uv_mutex_unlock(&s->mu);
 }
 
