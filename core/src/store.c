@@ -345,13 +345,16 @@ static int has_eager(const dx_store_op_t *ops) {
   return 0;
 }
 
-/* 1 when ops are only activity results (at most HOLD_MAX_ITEMS) and settle everything the
-** loop holds: the loop is idle once they are applied, so it answers the turns they unblock at
-** once. */
+/* A database cycle of single calls pays a round trip per op: only for a few results. */
+#define PER_CALL_MAX_RESULTS 8
+
+/* 1 when ops are only activity results (at most PER_CALL_MAX_RESULTS) and settle everything
+** the loop holds: the loop is idle once they are applied, so it answers the turns they unblock
+** at once. */
 static int results_of_idle_loop(const dx_store_t *s, const dx_store_op_t *ops) {
   size_t k = 0;
   for (; ops; ops = ops->next, k++)
-    if (ops->kind != DX_OP_ACK_WORK || !ops->item || k >= HOLD_MAX_ITEMS) return 0;
+    if (ops->kind != DX_OP_ACK_WORK || !ops->item || k >= PER_CALL_MAX_RESULTS) return 0;
   return k > 0 && s->n_held == k;
 }
 
