@@ -672,14 +672,15 @@ static void timed_wait(dx_store_t *s, int64_t ms) {
   uv_cond_timedwait(&s->cv, &s->mu, (uint64_t)ms * 1000000ull);
 }
 
-/* (mu held) The loop has not finished taking what this thread handed it: its answers (acks,
-** results, budget) come as one burst at the end (dx__store_submit). Wait for the burst, so one
+/* (mu held) The loop has not finished taking the items this thread fetched for it: its
+** answers (acks, results, budget) come as one burst at the end (dx__store_submit). Ops that
+** only report back (done) make no burst: they are not waited for. Wait for the burst, so one
 ** cycle carries it instead of a cycle for its first answer and another for the rest. At most
 ** cfg.hold_ms, as for a hold's turns (the loop answers in microseconds): a loop busy for long
 ** (a long turn, or not run at all) only delays the next cycle a little. */
 static void await_delivery(dx_store_t *s) {
   uint64_t until = uv_hrtime() + (uint64_t)s->cfg.hold_ms * 1000000u, t;
-  while ((s->done || s->fetched || s->delivering) && !s->stopping && !s->paused &&
+  while ((s->fetched || s->delivering) && !s->stopping && !s->paused &&
          (t = uv_hrtime()) < until)
     uv_cond_timedwait(&s->cv, &s->mu, until - t);
 }
@@ -807,7 +808,7 @@ static void on_async(uv_async_t *h) {
   if (fatal) s->fatal = 2;
   s->done = s->done_tail = NULL;
   s->fetched = s->fetched_tail = NULL;
-  s->delivering = 1;
+  s->delivering = fl != NULL; /* fetched items: their answers come as a burst */
   uv_mutex_unlock(&s->mu);
   while (ops) {
     dx_store_op_t *next = ops->next;

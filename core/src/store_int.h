@@ -55,7 +55,7 @@ struct dx_store_s {
   int woken;          /* another process may have committed work: check before sleeping */
   int looking;        /* the thread sleeps between two looks for due work (dx__store_wake) */
   int busy;           /* the thread holds ops not yet on the done list */
-  int delivering;     /* the loop is taking done ops and fetched items (on_async) */
+  int delivering;     /* the loop is taking fetched items (on_async) */
   uint64_t commits, cycles;
   held_t *held;       /* store thread only */
   held_t **hidx;      /* store thread only: held by token (each settled op looks one up) */
