@@ -1179,3 +1179,91 @@ DX_TEST(store_want_of_more_budget_in_hand_does_not_wake_the_thread) {
   ASSERT_OK(uv_loop_close(&loop));
   w_destroy(&w->base);
 }
+
+/* A big delivery (more items than a burst, BURST_MAX_ITEMS): the store thread takes its first
+** answers while the loop still works on the rest, and commits them meanwhile (the loop's work
+** and the commits overlap, as throughput workloads want). */
+#define BIG_N 40
+
+typedef struct {
+  uv_loop_t loop;
+  dx_store_t *s;
+  wrap_t *w;
+  round_inst_t in[BIG_N];
+  int n_turns, acked, committed_meanwhile;
+} big_t;
+
+static void big_acked(dx_store_op_t *op) {
+  big_t *b = op->ud;
+  ASSERT_EQ(op->rc, 0);
+  b->acked++;
+}
+
+static void answer_big(void *ud, dx_store_fetched_t *f) {
+  big_t *b = ud;
+  size_t i;
+  for (i = 0; i < f->n_orch && b->n_turns < BIG_N; i++) {
+    const dx_orch_item_t *it = f->orch[i];
+    round_inst_t *x = &b->in[b->n_turns++];
+    snprintf(x->instance, sizeof x->instance, "%s", it->instance);
+    x->ev[0] = (dx_event_t){.event_id = 1, .kind = DX_EV_ORCH_STARTED, .name = "Orch",
+                            .data = "1"};
+    x->ev[1] = (dx_event_t){.event_id = 2, .kind = DX_EV_ORCH_COMPLETED, .data = "1"};
+    x->ack = (dx_orch_ack_t){.instance = x->instance, .lock_token = it->lock_token,
+                             .execution_id = it->execution_id, .orchestration_name = "Orch",
+                             .status = DX_STATUS_COMPLETED, .output = "1", .delta = x->ev,
+                             .delta_len = 2};
+    x->op = (dx_store_op_t){.kind = DX_OP_ACK_ORCH, .ack = &x->ack, .done = big_acked, .ud = b};
+    dx__store_submit(b->s, &x->op);
+    if (b->n_turns == 1) { /* the loop works on: the first ack commits meanwhile */
+      int before = __atomic_load_n(&b->w->commits, __ATOMIC_SEQ_CST), k;
+      for (k = 0; k < 10000 && __atomic_load_n(&b->w->commits, __ATOMIC_SEQ_CST) == before; k++)
+        usleep(1000);
+      b->committed_meanwhile = __atomic_load_n(&b->w->commits, __ATOMIC_SEQ_CST) > before;
+    }
+  }
+}
+
+DX_TEST(store_answers_to_a_big_delivery_commit_while_the_loop_still_works) {
+  /* 40 starts fetched at once (more than a hold or a burst takes): the first turn's ack is
+  ** applied and committed while the loop has 39 turns still to run (with every answer of a
+  ** delivery held back to its end, the thread waited for the loop for hold_ms, here a
+  ** minute) */
+  static big_t b;
+  wrap_t *w = wrap_open();
+  dx_store_cfg_t cfg;
+  dx_error_t err;
+  int i, is_closed = 0;
+  memset(&b, 0, sizeof b);
+  b.w = w;
+  for (i = 0; i < BIG_N; i++) {
+    char id[16];
+    dx_work_item_t start = {.kind = DX_WI_START, .instance = id, .name = "Orch",
+                            .execution_id = 1};
+    snprintf(id, sizeof id, "b%d", i);
+    ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start,
+                                                          0, &err));
+  }
+  ASSERT_OK(uv_loop_init(&b.loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  cfg.orch_lock_ms = cfg.work_lock_ms = 60000;
+  cfg.poll_interval_ms = 10;
+  cfg.hold_ms = 60000;
+  cfg.on_fetch = answer_big;
+  cfg.ud = &b;
+  ASSERT_OK(dx__store_new(&b.s, &b.loop, &cfg, &err));
+  dx__store_want(b.s, 64, 0); /* one cycle takes all forty starts */
+  for (i = 0; i < 20000 && b.acked < BIG_N; i++) {
+    uv_run(&b.loop, UV_RUN_NOWAIT);
+    usleep(500);
+  }
+  dx__store_close(b.s, closed, &is_closed);
+  uv_run(&b.loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&b.loop));
+  ASSERT_EQ(b.n_turns, BIG_N);
+  ASSERT_EQ(b.acked, BIG_N);
+  ASSERT(b.committed_meanwhile);
+  w_destroy(&w->base);
+}

@@ -316,6 +316,9 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
 ** still wait for the commit: an activity never starts before the turn that scheduled it is
 ** durable. */
 #define HOLD_MAX_ITEMS 16
+/* A delivery of at most this many items is answered as one burst (await_delivery): about a
+** hold's worth, so a worker's sessions step together with one commit per round. */
+#define BURST_MAX_ITEMS HOLD_MAX_ITEMS
 
 typedef struct {
   uint64_t tokens[HOLD_MAX_ITEMS]; /* lock tokens of the items handed to the loop */
@@ -375,6 +378,15 @@ static int can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetc
          s->n_held == f->n_orch && !refetched_settled(ops, f);
 }
 
+/* (mu held) Queue fetched items for the loop (on_async takes them). */
+static void push_fetched(dx_store_t *s, fetched_node_t *n) {
+  n->next = NULL;
+  if (s->fetched_tail) s->fetched_tail->next = n;
+  else s->fetched = n;
+  s->fetched_tail = n;
+  s->n_fetched_items += n->f.n_orch + n->f.n_work;
+}
+
 /* Hand f's orchestration items to the loop now (f keeps its work items). 0 when the store is
 ** closing, or when the loop has not yet taken what it was handed before (it is busy: it
 ** would not answer in time); they are then delivered with the commit, as usual. */
@@ -392,9 +404,7 @@ static int hand_over_turns(dx_store_t *s, dx_store_fetched_t *f, handed_t *h) {
   n->f.orch = f->orch;
   n->f.n_orch = f->n_orch;
   n->f.at_ms = f->at_ms;
-  if (s->fetched_tail) s->fetched_tail->next = n;
-  else s->fetched = n;
-  s->fetched_tail = n;
+  push_fetched(s, n);
   s->budget_orch -= (int)f->n_orch;
   uv_mutex_unlock(&s->mu);
   f->orch = NULL;
@@ -682,15 +692,17 @@ static void timed_wait(dx_store_t *s, int64_t ms) {
   uv_cond_timedwait(&s->cv, &s->mu, (uint64_t)ms * 1000000ull);
 }
 
-/* (mu held) The loop has not finished taking the items this thread fetched for it: its
+/* (mu held) The loop has not finished taking the few items this thread fetched for it: its
 ** answers (acks, results, budget) come as one burst at the end (dx__store_submit). Ops that
-** only report back (done) make no burst: they are not waited for. Wait for the burst, so one
+** only report back (done) make no burst: they are not waited for. Nor does a big delivery:
+** its first answers fill a cycle, which then commits while the loop works on the rest. Wait for the burst, so one
 ** cycle carries it instead of a cycle for its first answer and another for the rest. At most
 ** cfg.hold_ms, as for a hold's turns (the loop answers in microseconds): a loop busy for long
 ** (a long turn, or not run at all) only delays the next cycle a little. */
 static void await_delivery(dx_store_t *s) {
   uint64_t until = uv_hrtime() + (uint64_t)s->cfg.hold_ms * 1000000u, t;
-  while ((s->fetched || s->delivering) && !s->stopping && !s->paused &&
+  while (((s->fetched && s->n_fetched_items <= BURST_MAX_ITEMS) || s->delivering) &&
+         !s->stopping && !s->paused &&
          (t = uv_hrtime()) < until)
     uv_cond_timedwait(&s->cv, &s->mu, until - t);
 }
@@ -760,10 +772,7 @@ static void store_main(void *arg) {
       fetched_node_t *n = malloc(sizeof *n);
       if (n) {
         n->f = f;
-        n->next = NULL;
-        if (s->fetched_tail) s->fetched_tail->next = n;
-        else s->fetched = n;
-        s->fetched_tail = n;
+        push_fetched(s, n);
       } else {
         dx__store_unhold_fetched(s, &f);
         free_fetched(&f); /* locks expire and the items come back */
@@ -818,7 +827,9 @@ static void on_async(uv_async_t *h) {
   if (fatal) s->fatal = 2;
   s->done = s->done_tail = NULL;
   s->fetched = s->fetched_tail = NULL;
-  s->delivering = fl != NULL; /* fetched items: their answers come as a burst */
+  /* a few fetched items: their answers come as one burst (await_delivery) */
+  s->delivering = fl && s->n_fetched_items <= BURST_MAX_ITEMS;
+  s->n_fetched_items = 0;
   uv_mutex_unlock(&s->mu);
   while (ops) {
     dx_store_op_t *next = ops->next;
@@ -887,8 +898,8 @@ void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
   if (s->pending_tail) s->pending_tail->next = op;
   else s->pending = op;
   s->pending_tail = op;
-  /* while the loop takes a delivery, its answers queue up and wake the thread once, at the
-  ** end (on_async): one cycle then carries them all */
+  /* while the loop takes a delivery of a few items, its answers queue up and wake the thread
+  ** once, at the end (on_async): one cycle then carries them all */
   if (!s->delivering) uv_cond_signal(&s->cv);
   uv_mutex_unlock(&s->mu);
 }
