@@ -693,12 +693,12 @@ static void timed_wait(dx_store_t *s, int64_t ms) {
 }
 
 /* (mu held) The loop has not finished taking the few items this thread fetched for it: its
-** answers (acks, results, budget) come as one burst at the end (dx__store_submit). Ops that
-** only report back (done) make no burst: they are not waited for. Nor does a big delivery:
-** its first answers fill a cycle, which then commits while the loop works on the rest. Wait for the burst, so one
-** cycle carries it instead of a cycle for its first answer and another for the rest. At most
-** cfg.hold_ms, as for a hold's turns (the loop answers in microseconds): a loop busy for long
-** (a long turn, or not run at all) only delays the next cycle a little. */
+** answers (acks, results, budget) come as one burst at the end (dx__store_submit). Wait for
+** the burst, so one cycle carries it instead of a cycle for its first answer and another for
+** the rest. At most cfg.hold_ms, as for a hold's turns (the loop answers in microseconds): a
+** loop busy for long (a long turn, or not run at all) only delays the next cycle a little.
+** Not for ops that only report back (done: no burst follows), nor for a big delivery (its
+** first answers fill a cycle, which then commits while the loop works on the rest). */
 static void await_delivery(dx_store_t *s) {
   uint64_t until = uv_hrtime() + (uint64_t)s->cfg.hold_ms * 1000000u, t;
   while (((s->fetched && s->n_fetched_items <= BURST_MAX_ITEMS) || s->delivering) &&
