@@ -435,8 +435,7 @@ static int p_emit(lua_State *L) {
     return luaL_error(L, "%s", why ? why : dx_strerror(rc));
   }
   if (a.kind == DX_ACT_SYSCALL) {
-    if (!dx__lua_push_json(L, value, strlen(value), err, sizeof err))
-      return luaL_error(L, "recorded value: %s", err);
+    dx__lua_push_json_or_raise(L, value, strlen(value), "recorded value");
     return 1;
   }
   lua_pushinteger(L, (lua_Integer)token);
@@ -449,13 +448,11 @@ static int p_poll(lua_State *L) {
   const char *data = NULL;
   const dx_failure_t *fail = NULL;
   uint64_t order = 0;
-  char err[512];
   int st = dx_turn_poll(b->t, (uint64_t)luaL_checkinteger(L, 2), &data, &fail, &order);
   lua_pushinteger(L, st);
   if (st == DX_FUT_OK) {
     if (!data) lua_pushnil(L);
-    else if (!dx__lua_push_json(L, data, strlen(data), err, sizeof err))
-      return luaL_error(L, "stored result: %s", err);
+    else dx__lua_push_json_or_raise(L, data, strlen(data), "stored result");
     lua_pushnil(L);
   } else if (st == DX_FUT_ERR) {
     lua_pushnil(L);
@@ -472,10 +469,8 @@ static int p_poll(lua_State *L) {
 
 /* [-0, +1, e] push stored JSON as a Lua value (nil for NULL) */
 static void push_stored(lua_State *L, const char *json) {
-  char err[512];
   if (!json) lua_pushnil(L);
-  else if (!dx__lua_push_json(L, json, strlen(json), err, sizeof err))
-    luaL_error(L, "stored value: %s", err);
+  else dx__lua_push_json_or_raise(L, json, strlen(json), "stored value");
 }
 
 /* C.kv_get(box, key) -> value | nil */
