@@ -476,7 +476,8 @@ static void rd_skip(rd_t *r) {
 }
 
 static int key_is(const val_t *k, const char *key, size_t n) {
-  return k->n == n && memcmp(k->s, key, n) == 0;
+  /* keys are one to three bytes: compare the first byte before calling memcmp */
+  return k->n == n && (n == 0 || (k->s[0] == key[0] && memcmp(k->s + 1, key + 1, n - 1) == 0));
 }
 
 /* Where a record's strings are copied: the cursor into its arena (decode sized it for every
