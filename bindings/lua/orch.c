@@ -84,7 +84,6 @@ static int h_orch_lookup(void *host, const char *name, const char *version,
 static int start_impl(lua_State *L) {
   orch_inst_t *inst = lua_touserdata(L, 1);
   dxl_state_t *S = inst->S;
-  char err[512];
   if (!lookup_versions(L, S, inst->name)) return luaL_error(L, "orchestration not registered");
   lua_getfield(L, -1, "versions");
   if (lua_getfield(L, -1, inst->version) != LUA_TFUNCTION)
@@ -122,9 +121,9 @@ static int start_impl(lua_State *L) {
   lua_setfield(L, -2, "version");
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->context_mt_ref);
   lua_setmetatable(L, -2);
-  lua_xmove(L, inst->co, 1);
-  if (!dx__lua_push_json(inst->co, inst->input, strlen(inst->input), err, sizeof err))
-    return luaL_error(L, "orchestration input: %s", err);
+  /* decoded here, under this protected call, then moved with ctx: co has no error handler */
+  dx__lua_push_json_or_raise(L, inst->input, strlen(inst->input), "orchestration input");
+  lua_xmove(L, inst->co, 2);
   inst->budget.top = inst->co;
   dxl_budget_watch(inst->co);
   return 0;
