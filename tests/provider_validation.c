@@ -2386,6 +2386,50 @@ DX_TEST(pv_worker_dead_owner_sessions_move_at_once) {
   free(store);
 }
 
+/* A dead owner's session whose only row it had locked (so no head is due and nothing claims
+** it) is swept: the row is due at once and a peer claims the session; a live owner's locked
+** row beside it stays put. */
+DX_TEST(pv_worker_dead_owners_locked_session_is_swept) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = dx_pv_open(store);
+  dx_work_fetch_t f, before, after;
+  srow_t s2;
+  int64_t until;
+  int k;
+  pid_t a, c;
+  if (!dx_pv_multi_process()) { done(p); free(store); return; }
+  if (!has_liveness(p)) { done(p); free(store); return; }
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  a = dx_pv_spawn_holder(store, "A", 1); /* A claims s1 and locks its only row */
+  enqueue_work(p, T0, sess_item("J", 1, "s2"));
+  c = dx_pv_spawn_holder(store, "C", 1); /* C claims s2 and locks its only row */
+  CHECK(M(p)->worker_register(p, "B", T0, &E));
+  before = sfetch(p, T0 + 1, "B", 10); /* both live: nothing for B */
+  dx_pv_kill_holder(a);
+  until = wall_ms() + 10000;
+  for (k = 0;; k++) {
+    f = sfetch(p, T0 + 300 * (1 + k % 20), "B", 10);
+    if (f.item.kind || wall_ms() >= until) break;
+    usleep(50000);
+  }
+  after = sfetch(p, T0 + 6500, "B", 10); /* C lives: s2's row stays locked */
+  s2 = srow(p, "s2");
+  dx_pv_kill_holder(c); /* before any assertion: a failure leaves no process behind */
+  ASSERT_EQ(before.item.kind, 0);
+  ASSERT_STR_EQ(f.item.instance ? f.item.instance : "", "I");
+  ASSERT_EQ(f.session_claimed, 1);
+  ASSERT_STR_EQ(f.previous_owner ? f.previous_owner : "", "A");
+  ASSERT_EQ(f.attempt_count, 2);
+  ASSERT_EQ(after.item.kind, 0);
+  ASSERT_STR_EQ(s2.owner, "C");
+  fclear(&before);
+  fclear(&f);
+  fclear(&after);
+  M(p)->worker_unregister(p, "B");
+  done(p);
+  free(store);
+}
+
 /* What a killed worker had locked outside sessions moves at once too: its plain activity row
 ** and its turn (instance lock) are fetched by a peer long before their locks would lapse, as
 ** second attempts. */
@@ -2527,6 +2571,30 @@ DX_TEST(pv_session_expired_item_lock_refetched_by_other_worker) {
   fclear(&f);
   fclear(&g);
   ASSERT_EQ(srow(p, "s1").queued, 0);
+  done(p);
+}
+
+/* Capacity holds for claims made inside one batch: a worker's session count is asked once
+** per batch and must follow the claims made since. */
+DX_TEST(pv_session_capacity_holds_for_claims_in_one_batch) {
+  dx_provider_t *p = fresh();
+  char sid[8];
+  int i, got = 0;
+  for (i = 0; i < 6; i++) {
+    snprintf(sid, sizeof sid, "s%d", i);
+    enqueue_work(p, T0, sess_item("I", (uint64_t)i + 1, sid));
+  }
+  ASSERT_EQ(take(p, T0 + 1, "A", 3, 1), 1); /* outside a batch: A owns s0 */
+  CHECK(M(p)->begin(p, &E));
+  for (i = 0; i < 6; i++) {
+    dx_work_fetch_t f = sfetch(p, T0 + 2, "A", 3);
+    if (f.item.kind) got++;
+    fclear(&f);
+  }
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT_EQ(got, 2); /* s1 and s2: three sessions in all */
+  ASSERT_EQ(take(p, T0 + 3, "A", 3, 0), 0);
+  ASSERT_EQ(take(p, T0 + 3, "B", 10, 4), 1); /* the rest is left to others */
   done(p);
 }
 

@@ -29,7 +29,9 @@
 **   work_ident    inst\0 be64 exec be64 activity_id be64 seq -> ""   (lock stealing)
 **   sessions      sid\0 -> owner ("" = unowned), previous_owner, locked_until, last_activity,
 **                           epoch, users (optional: added for fencing and ended sessions)
-**   sess_owner    owner\0 sid\0 -> be64 locked_until      sessions by owner
+**   sess_owner    owner\0 sid\0 -> be64 locked_until      sessions by owner (the lease when
+**                                                          the owner took the session; the
+**                                                          session row holds the current one)
 **   sess_items    sid\0 be64 due be64 seq -> ""            rows of a session; due is
 **                                                          visible_at, or locked_until if locked
 **   sess_queue    sid\0 -> be64 head_due be64 head_seq be64 rows   (sessions with rows)
@@ -45,9 +47,10 @@
 **
 ** Fetches read the head of the ready and lock indexes (an expired lock is as fetchable as a
 ** ready message), so they stay O(log n) however many rows are locked or delayed. Rows with a
-** session id live only in the session indexes: a session fetch looks at the heads of the
-** worker's own sessions (sess_owner) and walks sess_heads in time order past sessions other
-** workers own, so its cost is bounded by the number of live sessions, never by queued rows.
+** session id live only in the session indexes: a session fetch walks sess_heads in time order
+** (a sess_owner lookup tells its own sessions' heads) past sessions other workers hold, or, at
+** capacity, looks at the heads of its own sessions only; so its cost is bounded by the due
+** heads ahead of the row it takes, or by max_sessions, never by queued rows.
 ** The worker-index class byte (0) is kept from format 1, where session rows used class 1.
 **
 ** Transactions: outside a batch each method is one txn (read-only for pure reads). begin()
@@ -144,6 +147,13 @@ typedef struct shared_env_s {
   dx_error_t spoil_err;
   int seq_held;              /* the open batch holds the sequence counter in `seq` (txn.c) */
   uint64_t seq;
+  /* The open batch's count of cap_worker's sessions with a lease past cap_now (work.c
+  ** claim_room asks it once per batch): dx__lm_sess_put keeps it exact; cleared when the batch
+  ** ends or a nested method fails (its writes are undone, its count changes are not). */
+  int cap_valid;
+  int64_t cap_now;
+  uint32_t cap_live;
+  char cap_worker[DX_MAX_SESSION_ID_BYTES + 1];
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -569,7 +579,6 @@ int dx__lm_sess_owner_is(const sess_rec_t *r, const char *worker);
 void dx__lm_sess_clear(sess_rec_t *r);
 int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r);
 int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw);
-int dx__lm_sess_touch(tx_t *t, const char *sid, int64_t now);
 /* Point nw->users at a new blob (caller frees *blob) that lists (inst, exec) once. */
 int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exec, char **blob);
 /* 1 in *ended when the session has no worker rows and every instance that used it has ended

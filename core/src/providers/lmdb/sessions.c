@@ -32,15 +32,24 @@ int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r) {
   return sess_decode(t, sid, &v, r);
 }
 
-/* Replace session row `old` (NULL: none) by `nw` (NULL: delete), keeping sess_owner in step. */
+/* 1 when session row r counts in the open batch's live count (shared_env_t.cap_live). */
+static int cap_counts(const shared_env_t *se, const sess_rec_t *r) {
+  return r && dx__lm_sess_owner_is(r, se->cap_worker) && r->locked_until > se->cap_now;
+}
+
+/* Replace session row `old` (NULL: none) by `nw` (NULL: delete), keeping sess_owner in step.
+** The entry changes only with the owner: a lease renewal (every owner fetch, every renewal)
+** rewrites the session row alone, so it dirties no sess_owner page. */
 int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw) {
   int same = old && nw && dx__lm_sess_owned(old) && dx__lm_sess_owned(nw) &&
-             strcmp(old->owner, nw->owner) == 0 &&
-             time_u64(old->locked_until) == time_u64(nw->locked_until);
+             strcmp(old->owner, nw->owner) == 0;
   unsigned char b[8];
   sess_rec_t row;
   dkey_t k;
   int rc;
+  shared_env_t *se = t->se;
+  if (se->cap_valid) /* the batch's live count of one worker (work.c claim_room) */
+    se->cap_live += (uint32_t)(cap_counts(se, nw) - cap_counts(se, old));
   if (!same && old && dx__lm_sess_owned(old)) {
     key_sess_owner(&k, old->owner, sid);
     if ((rc = dx__lm_db_del(t, DB_SESS_OWNER, &k))) return rc;
@@ -55,21 +64,6 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
   row = *nw;
   if (!dx__lm_sess_owned(nw)) row.owner = ""; /* unowned is stored as "" */
   return dx__lm_rec_put(t, &dx__lm_sess_schema, &k, &row);
-}
-
-/* Work flowed through the session (ack, lock renewal): last_activity = now. No row: no-op. */
-int dx__lm_sess_touch(tx_t *t, const char *sid, int64_t now) {
-  sess_rec_t r, nw;
-  int rc;
-  if (!sid) return 0;
-  rc = dx__lm_sess_get(t, sid, &r);
-  if (rc == DX_ENOTFOUND) return 0;
-  if (rc) return rc;
-  nw = r;
-  nw.last_activity = now;
-  rc = dx__lm_sess_put(t, sid, &r, &nw);
-  dx__lm_sess_clear(&r);
-  return rc;
 }
 
 /* {===== users: the instances that ran activities of a session =====} */

@@ -220,145 +220,203 @@ static void sess_cand(const char *sid, uint64_t due, uint64_t seq, int kind, int
   key_sess_item(&c->key, sid, (int64_t)due, seq);
 }
 
+/* The sessions `worker` owns (sess_owner), for two questions. Capacity (issue 9 item 4,
+** c NULL): those with a live lease count against max_sessions, except idle ones (no rows)
+** whose instances all ended; asked only when a claim is at hand. Pick (c set): the earliest
+** due row of any of them (a lapsed lease is still ours until someone else claims it), used
+** once the worker is at capacity, when walking sess_heads would step over every session
+** waiting for a worker. */
 typedef struct {
   const char *worker;
   size_t prefix_n;
   int64_t now;
   uint32_t live;   /* owned sessions with a live lease */
-  str_list_t idle; /* those of them without rows: they may have ended */
-  work_cand_t *c;
+  uint32_t stop;   /* stop counting here (0: count all and collect idle) */
+  str_list_t idle; /* live ones without rows: they may have ended */
   const dx_session_cfg_t *cfg;
+  work_cand_t *c;  /* pick mode */
   const dx_fetch_filter_t *filter;
 } owned_scan_t;
 
-/* sess_owner entry of this worker: count it, consider its session's earliest row. A session
-** whose lease lapsed is still ours until someone else claims it (same-id restart). */
 static int owned_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   owned_scan_t *o = ud;
   const char *sid = (const char *)k->mv_data + o->prefix_n;
   sess_queue_t q;
-  int rc, live;
+  int rc, ok;
   if (k->mv_size <= o->prefix_n || ((const char *)k->mv_data)[k->mv_size - 1] != 0 ||
       v->mv_size != 8)
     return dx__lm_corrupt(t, DB_SESS_OWNER, "bad entry", "worker '%s'", o->worker);
-  if ((live = (int64_t)get_u64(v->mv_data) > o->now)) o->live++;
+  if (!o->c) { /* the lease is the session row's (the entry's value is the one at claim) */
+    sess_rec_t r;
+    int live;
+    if ((rc = dx__lm_sess_get(t, sid, &r)) == DX_ENOTFOUND) return 0;
+    if (rc) return rc;
+    live = r.locked_until > o->now;
+    dx__lm_sess_clear(&r);
+    if (!live) return 0; /* lapsed: not counted */
+    o->live++;
+    if (o->stop) return o->live >= o->stop;
+  }
   if (dx__session_declined(o->cfg, sid)) return 0; /* handed on (rolling upgrade) */
   if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
-  if (q.found && (int64_t)q.due <= o->now) {
-    int ok;
-    if (!cand_better(o->c, (int64_t)q.due, q.seq)) return 0; /* before reading its row */
-    if ((rc = sess_tag_ok(t, o->filter, q.seq, &ok))) return rc;
-    if (ok) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
-  } else if (!q.found && live && dx__lm_strs_push(&o->idle, sid))
-    return dx__lm_nomem(t->err);
+  if (!o->c) return !q.found && dx__lm_strs_push(&o->idle, sid) ? dx__lm_nomem(t->err) : 0;
+  if (!q.found || (int64_t)q.due > o->now || !cand_better(o->c, (int64_t)q.due, q.seq))
+    return 0; /* (before reading its row) */
+  if ((rc = sess_tag_ok(t, o->filter, q.seq, &ok))) return rc;
+  if (ok) sess_cand(sid, q.due, q.seq, WC_OWNED, o->now, o->c);
   return 0;
 }
 
-/* At capacity: sessions whose instances all ended do not count (issue 9 item 4). Stops as
-** soon as the worker is below capacity: only that answer is needed. */
-static int uncount_ended(tx_t *t, owned_scan_t *o) {
+static int owned_scan(tx_t *t, owned_scan_t *o) {
+  dkey_t pre;
+  key_inst(&pre, o->worker);
+  o->prefix_n = pre.n;
+  o->live = 0;
+  return dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, o);
+}
+
+/* *room = 1 when `worker` may claim one more session. Stops as soon as the answer is known. */
+static int claim_room(tx_t *t, const dx_session_cfg_t *cfg, int64_t now, int *room) {
+  shared_env_t *se = t->se;
+  owned_scan_t o;
   size_t i;
-  int rc = 0;
-  for (i = 0; i < o->idle.n && !rc && o->live >= o->cfg->max_sessions; i++) {
+  int rc;
+  memset(&o, 0, sizeof o);
+  o.worker = cfg->worker_id;
+  o.now = now;
+  o.cfg = cfg;
+  o.stop = cfg->max_sessions;
+  *room = 0;
+  if (se->cap_valid && se->cap_now == now && strcmp(se->cap_worker, cfg->worker_id) == 0) {
+    o.live = se->cap_live; /* counted earlier in this batch, kept up to date since */
+  } else {
+    if ((rc = owned_scan(t, &o))) return rc;
+    if (dx__lm_thread_batch(se) && o.live < o.stop) { /* exact below the stop */
+      snprintf(se->cap_worker, sizeof se->cap_worker, "%s", cfg->worker_id);
+      se->cap_now = now;
+      se->cap_live = o.live;
+      se->cap_valid = 1;
+    }
+  }
+  if (o.live < cfg->max_sessions) {
+    *room = 1;
+    return 0;
+  }
+  o.stop = 0; /* at capacity: idle sessions whose instances all ended do not count */
+  if ((rc = owned_scan(t, &o))) goto done;
+  for (i = 0; i < o.idle.n && o.live >= cfg->max_sessions; i++) {
     sess_rec_t r;
     int ended = 0;
-    if ((rc = dx__lm_sess_get(t, o->idle.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
-    if (!rc) rc = dx__lm_sess_ended(t, o->idle.v[i], &r, &ended, NULL, NULL);
-    if (!rc && ended && o->live > 0) o->live--;
+    if ((rc = dx__lm_sess_get(t, o.idle.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
+    if (!rc) rc = dx__lm_sess_ended(t, o.idle.v[i], &r, &ended, NULL, NULL);
     dx__lm_sess_clear(&r);
+    if (rc) break;
+    if (ended && o.live > 0) o.live--;
   }
+  *room = !rc && o.live < cfg->max_sessions;
+done:
+  dx__lm_strs_free(&o.idle);
   return rc;
 }
 
 typedef struct {
-  const char *worker;
-  int64_t now;
-  work_cand_t *c;
   lm_t *lm;
   const dx_session_cfg_t *cfg;
-} claim_scan_t;
-
-/* sess_heads in time order: the first due session nobody holds (no row, released, or lease
-** lapsed, or its owner's process is dead) is the claim candidate. Sessions held by other
-** live workers are skipped; the walk ends
-** at the first head that is not due or not older than the best candidate so far. */
-static int claim_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
-  claim_scan_t *s = ud;
-  const char *kb = k->mv_data;
-  uint64_t due, seq;
-  sess_rec_t r;
-  int rc, held;
-  if (k->mv_size < 18 || kb[k->mv_size - 1] != 0)
-    return dx__lm_corrupt(t, DB_SESS_HEADS, "bad key", "%zu-byte key", k->mv_size);
-  due = get_u64(kb);
-  seq = get_u64(kb + 8);
-  if ((int64_t)due > s->now || !cand_better(s->c, (int64_t)due, seq)) return 1;
-  if (dx__session_declined(s->cfg, kb + 16)) return 0;
-  rc = dx__lm_sess_get(t, kb + 16, &r);
-  if (rc && rc != DX_ENOTFOUND) return rc;
-  /* our own sessions were considered by owned_cb */
-  held = rc == 0 && dx__lm_sess_owned(&r) &&
-         (strcmp(r.owner, s->worker) == 0 ||
-          (r.locked_until > s->now && dx__lm_live_alive(s->lm, r.owner)));
-  dx__lm_sess_clear(&r);
-  if (held) return 0;
-  if ((rc = sess_tag_ok(t, s->lm->filter, seq, &held))) return rc;
-  if (!held) return 0; /* a tag this worker does not take: another worker's session */
-  sess_cand(kb + 16, due, seq, WC_CLAIM, s->now, s->c);
-  return 1;
-}
+  int64_t now;
+  work_cand_t *c;
+  int full; /* no claims: at capacity, or claims over for this batch */
+} sess_pick_t;
 
 /* Remember for the rest of the batch that this worker claims nothing more (lm_t.claims_over). */
 static void claims_over(lm_t *lm, const dx_session_cfg_t *cfg) {
   if (lm->in_batch) snprintf(lm->claims_over, sizeof lm->claims_over, "%s", cfg->worker_id);
 }
 
+/* sess_heads in time order (each session's earliest row): the first due head that is either
+** of a session this worker owns (sess_owner; a lapsed lease is still ours until someone else
+** claims it: same-id restart) or, below capacity, of one nobody holds (no row, released,
+** lease lapsed, or its owner's process is dead) is the candidate. Sessions held by other live
+** workers, declined ones and rows with a tag this worker does not take are skipped. The walk
+** ends at the first head that is not due or not older than the best candidate so far, so a
+** fetch costs the due heads before the one it takes, not the sessions the worker owns; it
+** also ends when the worker turns out to be at capacity. */
+static int sess_pick_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  sess_pick_t *s = ud;
+  const char *kb = k->mv_data, *sid;
+  uint64_t due, seq;
+  sess_rec_t r;
+  dkey_t ok;
+  MDB_val ov;
+  int rc, held, room;
+  (void)v;
+  if (k->mv_size < 18 || kb[k->mv_size - 1] != 0)
+    return dx__lm_corrupt(t, DB_SESS_HEADS, "bad key", "%zu-byte key", k->mv_size);
+  due = get_u64(kb);
+  seq = get_u64(kb + 8);
+  sid = kb + 16;
+  if ((int64_t)due > s->now || !cand_better(s->c, (int64_t)due, seq)) return 1;
+  if (dx__session_declined(s->cfg, sid)) return 0; /* handed on (rolling upgrade) */
+  key_sess_owner(&ok, s->cfg->worker_id, sid);
+  rc = dx__lm_db_get(t, DB_SESS_OWNER, &ok, &ov);
+  if (rc == 0) { /* ours */
+    if ((rc = sess_tag_ok(t, s->lm->filter, seq, &held))) return rc;
+    if (!held) return 0;
+    sess_cand(sid, due, seq, WC_OWNED, s->now, s->c);
+    return 1;
+  }
+  if (rc != DX_ENOTFOUND) return rc;
+  if (s->full) return 0;
+  rc = dx__lm_sess_get(t, sid, &r);
+  if (rc && rc != DX_ENOTFOUND) return rc;
+  held = rc == 0 && dx__lm_sess_owned(&r) && r.locked_until > s->now &&
+         dx__lm_live_alive(s->lm, r.owner);
+  dx__lm_sess_clear(&r);
+  if (held) return 0;
+  if ((rc = sess_tag_ok(t, s->lm->filter, seq, &held))) return rc;
+  if (!held) return 0; /* a tag this worker does not take: another worker's session */
+  if ((rc = claim_room(t, s->cfg, s->now, &room))) return rc;
+  if (!room) { /* full: only our own sessions' rows from here on (work_pick) */
+    s->full = 1;
+    claims_over(s->lm, s->cfg);
+    return 1;
+  }
+  sess_cand(sid, due, seq, WC_CLAIM, s->now, s->c);
+  return 1;
+}
+
 /* Oldest due row this worker may take: plain rows (ready, or lock expired), rows of sessions
 ** it owns, and, while it owns fewer than max_sessions live sessions, rows of sessions it may
-** claim. cfg NULL: plain rows only. */
+** claim. cfg NULL: plain rows only. Below capacity it walks the due session heads; at capacity
+** (known for the rest of the batch once found) it looks only at the sessions it owns. */
 static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg,
                      work_cand_t *c) {
+  sess_pick_t s;
   owned_scan_t o;
-  claim_scan_t cs;
-  work_cand_t claim;
-  dkey_t pre;
+  dkey_t none;
   int rc;
   memset(c, 0, sizeof *c);
   if ((rc = dx__lm_work_heads(t, lm->filter, now, c))) return rc;
   if (!cfg) return 0;
+  s.lm = lm;
+  s.cfg = cfg;
+  s.now = now;
+  s.c = c;
+  s.full = lm->in_batch && strcmp(lm->claims_over, cfg->worker_id) == 0;
+  if (!s.full) {
+    k_init(&none);
+    if ((rc = dx__lm_scan_prefix(t, DB_SESS_HEADS, &none, sess_pick_cb, &s))) return rc;
+    if (!s.full) {
+      if (!c->found) claims_over(lm, cfg); /* nothing claimable in this batch */
+      return 0;
+    }
+  }
   memset(&o, 0, sizeof o);
-  o.filter = lm->filter;
   o.worker = cfg->worker_id;
   o.now = now;
-  o.c = c;
   o.cfg = cfg;
-  key_inst(&pre, cfg->worker_id);
-  o.prefix_n = pre.n;
-  rc = dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, &o);
-  if (rc || (lm->in_batch && strcmp(lm->claims_over, cfg->worker_id) == 0)) {
-    dx__lm_strs_free(&o.idle);
-    return rc;
-  }
-  /* at capacity, unless enough of the idle sessions ended: no new claims */
-  if (o.live >= cfg->max_sessions && o.live - o.idle.n >= cfg->max_sessions) {
-    claims_over(lm, cfg);
-    dx__lm_strs_free(&o.idle);
-    return rc;
-  }
-  cs.worker = cfg->worker_id;
-  cs.now = now;
-  cs.c = &claim;
-  cs.lm = lm;
-  cs.cfg = cfg;
-  claim = *c;
-  k_init(&pre);
-  rc = dx__lm_scan_prefix(t, DB_SESS_HEADS, &pre, claim_cb, &cs);
-  /* a claim beats the rows at hand: only now is it worth asking whether sessions ended */
-  if (!rc && claim.kind == WC_CLAIM && o.live >= cfg->max_sessions) rc = uncount_ended(t, &o);
-  if (!rc && claim.kind == WC_CLAIM && o.live < cfg->max_sessions) *c = claim;
-  else if (!rc && (claim.kind == WC_CLAIM || !c->found)) claims_over(lm, cfg); /* full, or none */
-  dx__lm_strs_free(&o.idle);
-  return rc;
+  o.c = c;
+  o.filter = lm->filter;
+  return owned_scan(t, &o);
 }
 
 /* A token for locking row `seq` (whose lock token was `prev`, 0 for none): the row's seq,
@@ -427,33 +485,64 @@ static int reap_session(tx_t *t, const char *sid, int64_t now, uint64_t skip) {
   return locked_rows_due(t, &l, now, skip, NULL);
 }
 
-static int sid_collect_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
-  (void)v;
-  if (k->mv_size == 0 || ((const char *)k->mv_data)[k->mv_size - 1] != 0)
-    return dx__lm_corrupt(t, DB_SESSIONS, "bad key", "%zu-byte key", k->mv_size);
-  return dx__lm_strs_push(ud, k->mv_data) ? dx__lm_nomem(t->err) : 0;
-}
-
 /* Sessions whose owner is `only` (NULL: any owner but `me` that is dead, with a live lease):
-** their locked rows are due now. */
+** their locked rows are due now. Walks sess_owner, which groups sessions by owner: one
+** liveness probe per owner, and a live owner's sessions are skipped with one seek, so a sweep
+** costs the owners and the dead owners' sessions (whose rows it reads), not every session. */
 static int reap_dead(tx_t *t, lm_t *p, const char *me, const char *only, int64_t now) {
   str_list_t ids = {NULL, 0, 0};
-  dkey_t none;
-  size_t i;
-  int rc;
-  k_init(&none);
-  rc = dx__lm_scan_prefix(t, DB_SESSIONS, &none, sid_collect_cb, &ids);
+  char owner[LM_KEY_MAX + 1];
+  MDB_cursor *cur;
+  MDB_val k, v;
+  dkey_t pre, past;
+  size_t i, on;
+  int rc = 0, mrc, dead = 0;
+  owner[0] = 0;
+  if (only) key_inst(&pre, only);
+  else k_init(&pre);
+  if ((mrc = mdb_cursor_open(t->txn, t->se->dbi[DB_SESS_OWNER], &cur)))
+    return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_SESS_OWNER]);
+  k = kval(&pre);
+  mrc = mdb_cursor_get(cur, &k, &v, pre.n ? MDB_SET_RANGE : MDB_FIRST);
+  while (mrc == 0 && k.mv_size >= pre.n && memcmp(k.mv_data, pre.b, pre.n) == 0) {
+    const char *kb = k.mv_data;
+    if ((rc = dx__lm_check_sum(t, DB_SESS_OWNER, &k, &v))) break;
+    on = strnlen(kb, k.mv_size);
+    if (on == 0 || on + 2 > k.mv_size || kb[k.mv_size - 1] != 0 || v.mv_size != 8) {
+      rc = dx__lm_corrupt(t, DB_SESS_OWNER, "bad entry", "%zu-byte key", k.mv_size);
+      break;
+    }
+    if (!only && strcmp(owner, kb) != 0) { /* the next owner: decide for all its sessions */
+      memcpy(owner, kb, on + 1);
+      dead = strcmp(kb, me) != 0 && !dx__lm_live_alive(p, kb);
+      if (!dead) { /* skip past "owner\0..." */
+        k_init(&past);
+        k_bytes(&past, kb, on);
+        k_u8(&past, 1);
+        k = kval(&past);
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        continue;
+      }
+    }
+    if (dx__lm_strs_push(&ids, kb + on + 1)) {
+      rc = dx__lm_nomem(t->err);
+      break;
+    }
+    mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+  }
+  mdb_cursor_close(cur);
+  if (!rc && mrc && mrc != MDB_NOTFOUND)
+    rc = dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_SESS_OWNER]);
   for (i = 0; i < ids.n && !rc; i++) {
     sess_rec_t r;
-    int dead;
-    if ((rc = dx__lm_sess_get(t, ids.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
-    if (rc) break;
-    dead = dx__lm_sess_owned(&r) &&
-           (only ? strcmp(r.owner, only) == 0
-                 : strcmp(r.owner, me) != 0 && r.locked_until > now &&
-                       !dx__lm_live_alive(p, r.owner));
-    dx__lm_sess_clear(&r);
-    if (dead) rc = reap_session(t, ids.v[i], now, 0);
+    int lapsed = 0;
+    if (!only) { /* a dead owner's lapsed lease: the session is claimable anyway */
+      if ((rc = dx__lm_sess_get(t, ids.v[i], &r)) == DX_ENOTFOUND) { rc = 0; continue; }
+      if (rc) break;
+      lapsed = r.locked_until <= now;
+      dx__lm_sess_clear(&r);
+    }
+    if (!lapsed) rc = reap_session(t, ids.v[i], now, 0);
   }
   dx__lm_strs_free(&ids);
   return rc;
@@ -518,9 +607,11 @@ static int sess_take(tx_t *t, const work_cand_t *c, const work_row_t *row, int64
 
 /* Fencing (issue 9 item 3): a session row locked under an earlier ownership epoch belongs to
 ** an owner that lost the session (it stalled past its lease and another worker claimed it):
-** its ack and renewal are refused in their own transaction; the new owner runs the row. */
-static int row_check_epoch(tx_t *t, const work_row_t *r) {
-  sess_rec_t s;
+** its ack and renewal are refused in their own transaction; the new owner runs the row.
+** Passed, work flowed through the session: last_activity = now (one read of the session row
+** for both). */
+static int row_check_epoch(tx_t *t, const work_row_t *r, int64_t now) {
+  sess_rec_t s, nw;
   int rc;
   if (!r->session_id) return 0;
   rc = dx__lm_sess_get(t, r->session_id, &s);
@@ -528,7 +619,7 @@ static int row_check_epoch(tx_t *t, const work_row_t *r) {
     return dx_error_set(t->err, DX_ELOCK, "session '%s' of worker item %llu no longer exists",
                         r->session_id, (unsigned long long)r->seq);
   if (rc) return rc;
-  if (s.epoch != r->sess_epoch)
+  if (s.epoch != r->sess_epoch) {
     rc = dx_error_set(t->err, DX_ELOCK,
                       "session '%s' moved to worker '%s' (ownership epoch %llu; worker item "
                       "%llu was locked under epoch %llu): a result from an earlier owner is "
@@ -536,6 +627,11 @@ static int row_check_epoch(tx_t *t, const work_row_t *r) {
                       r->session_id, s.owner && *s.owner ? s.owner : "(none)",
                       (unsigned long long)s.epoch, (unsigned long long)r->seq,
                       (unsigned long long)r->sess_epoch);
+  } else {
+    nw = s; /* shares s's strings */
+    nw.last_activity = now;
+    rc = dx__lm_sess_put(t, r->session_id, &s, &nw);
+  }
   dx__lm_sess_clear(&s);
   return rc;
 }
@@ -678,9 +774,8 @@ static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *
   int rc = row_by_token(t, token, &r);
   if (t->nested) t->se->batch_wrote = 1; /* an activity's result: its batch is flushed */
   if (!rc) rc = row_check_live(t, &r, now);
-  if (!rc) rc = row_check_epoch(t, &r);
+  if (!rc) rc = row_check_epoch(t, &r, now);
   if (!rc) rc = row_set(t, &r, NULL);
-  if (!rc) rc = dx__lm_sess_touch(t, r.session_id, now);
   dx__lm_row_clear(&r);
   if (!rc && completion) rc = dx__lm_orch_enqueue(t, completion, now);
   return rc;
@@ -702,7 +797,7 @@ static int work_relock(tx_t *t, int64_t now, uint64_t token, int abandon, int64_
   work_row_t r, nw;
   int rc = row_by_token(t, token, &r);
   if (!rc && !abandon) rc = row_check_live(t, &r, now);
-  if (!rc && !abandon) rc = row_check_epoch(t, &r);
+  if (!rc && !abandon) rc = row_check_epoch(t, &r, now);
   if (rc) { dx__lm_row_clear(&r); return rc; }
   nw = r;
   if (abandon) {
@@ -714,7 +809,6 @@ static int work_relock(tx_t *t, int64_t now, uint64_t token, int abandon, int64_
     nw.locked_until = sat_add(now, ms);
   }
   rc = row_set(t, &r, &nw);
-  if (!rc && !abandon) rc = dx__lm_sess_touch(t, r.session_id, now);
   dx__lm_row_clear(&r); /* nw shares r's strings */
   return rc;
 }
