@@ -342,6 +342,8 @@ local function run_batch(prefix, count)
     assert(client:start_many(list))
     wait_all(ids, 600000)
   end
+  -- the worker's CPU and store cycles end here: the history reads below are the bench's own
+  local cpu_end, st_end = worker_cpu_s(), rt and rt:stats()
   local lat, first, last, failed, workers_per = {}, starts[1], 0, 0, {}
   for k = 1, count do
     local h = client:history(ids[k])
@@ -354,14 +356,15 @@ local function run_batch(prefix, count)
       per_worker[fin.data] = (per_worker[fin.data] or 0) + 1
     end
   end
-  return first, last, lat, failed, workers_per
+  return first, last, lat, failed, workers_per, cpu_end, st_end
 end
 
 local function throughput()
   run_batch("warm-", 5)
   local cpu0 = worker_cpu_s()
-  local t0, last, lat, failed, workers_per = run_batch("b-", n)
-  local cpu_ms = (worker_cpu_s() - cpu0) * 1000 / n
+  local st0 = rt and rt:stats()
+  local t0, last, lat, failed, workers_per, cpu1, st1 = run_batch("b-", n)
+  local cpu_ms = (cpu1 - cpu0) * 1000 / n
   table.sort(lat)
   local function pct(p) return lat[math.max(1, math.ceil(#lat * p))] end
   local makespan = math.max(1, last - t0)
@@ -390,6 +393,10 @@ local function throughput()
   end
   if opts.prefill > 0 then
     extra = extra .. string.format(',"prefill":%d,"prefill_s":%.1f', opts.prefill, prefill_s)
+  end
+  if st0 then -- the in-process worker's store cycles and commits (each cycle commits once)
+    extra = extra .. string.format(',"store_cycles_per_orch":%.2f',
+                                   (st1.fetch_cycles - st0.fetch_cycles) / n)
   end
   return string.format('{"engine":"duroxide-lua","workload":"%s","n":%d,"orch_per_s":%s,' ..
     '"act_per_s":%s,"p50_ms":%.2f,"p95_ms":%.2f,"makespan_ms":%d,"failed":%d%s,' ..

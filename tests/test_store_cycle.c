@@ -1010,3 +1010,260 @@ DX_TEST(store_turn_refetched_in_the_cycle_of_its_previous_ack_waits_for_the_comm
   ASSERT_EQ(t.acked_at_second, 1);
   w_destroy(&w->base);
 }
+
+/* {===== a delivery's answers share one cycle (store.c delivering, await_delivery) =====} */
+
+/* Ten instances step together as ten sessions at a worker's capacity do: their activities
+** arrive in one delivery, the loop answers each with its result (a little work between two
+** answers, as running an activity takes), the store fetches the ten turns those results wake
+** and the loop completes each. */
+#define ROUND_N 10
+
+typedef struct {
+  dx_store_op_t op, res_op;
+  dx_orch_ack_t ack;
+  dx_event_t ev[2];
+  dx_work_item_t act, res;
+  char instance[16];
+} round_inst_t;
+
+typedef struct {
+  uv_loop_t loop;
+  dx_store_t *s;
+  wrap_t *w;
+  round_inst_t in[ROUND_N];
+  int n_work, fin_done, fin_failed, commits_at_result, commits_at_done;
+} round_t;
+
+static void round_fin_acked(dx_store_op_t *op) {
+  round_t *r = op->ud;
+  if (op->rc != 0) r->fin_failed++;
+  if (++r->fin_done == ROUND_N)
+    r->commits_at_done = __atomic_load_n(&r->w->commits, __ATOMIC_SEQ_CST);
+}
+
+static void round_applied(dx_store_op_t *op) { ASSERT_EQ(op->rc, 0); }
+
+static void answer_round(void *ud, dx_store_fetched_t *f) {
+  round_t *r = ud;
+  size_t i;
+  for (i = 0; i < f->n_orch; i++) {
+    const dx_orch_item_t *it = f->orch[i];
+    round_inst_t *x = &r->in[atoi(it->instance + 1)];
+    int first = it->history_len == 0;
+    snprintf(x->instance, sizeof x->instance, "%s", it->instance);
+    if (first) {
+      x->ev[0] = (dx_event_t){.event_id = 1, .kind = DX_EV_ORCH_STARTED, .name = "Orch",
+                              .data = "1"};
+      x->ev[1] = (dx_event_t){.event_id = 2, .kind = DX_EV_ACT_SCHEDULED, .name = "Act",
+                              .data = "null"};
+      x->act = (dx_work_item_t){.kind = DX_WI_ACT_EXECUTE, .instance = x->instance,
+                                .execution_id = 1, .id = 2, .name = "Act", .data = "null"};
+    } else {
+      x->ev[0] = (dx_event_t){.event_id = 3, .kind = DX_EV_ACT_COMPLETED, .source_id = 2,
+                              .data = "1"};
+      x->ev[1] = (dx_event_t){.event_id = 4, .kind = DX_EV_ORCH_COMPLETED, .data = "1"};
+    }
+    x->ack = (dx_orch_ack_t){.instance = x->instance, .lock_token = it->lock_token,
+                             .execution_id = it->execution_id, .orchestration_name = "Orch",
+                             .status = first ? DX_STATUS_RUNNING : DX_STATUS_COMPLETED,
+                             .output = first ? NULL : "1", .delta = x->ev, .delta_len = 2,
+                             .worker_items = first ? &x->act : NULL,
+                             .worker_items_len = first ? 1 : 0};
+    x->op = (dx_store_op_t){.kind = DX_OP_ACK_ORCH, .ack = &x->ack,
+                            .done = first ? round_applied : round_fin_acked, .ud = r};
+    dx__store_submit(r->s, &x->op);
+  }
+  for (i = 0; i < f->n_work; i++) {
+    round_inst_t *x = &r->in[atoi(f->work[i].item.instance + 1)];
+    if (r->n_work++ == 0)
+      r->commits_at_result = __atomic_load_n(&r->w->commits, __ATOMIC_SEQ_CST);
+    usleep(300); /* the activity runs */
+    x->res = (dx_work_item_t){.kind = DX_WI_ACT_COMPLETED, .instance = x->instance,
+                              .execution_id = 1, .id = 2, .data = "1"};
+    x->res_op = (dx_store_op_t){.kind = DX_OP_ACK_WORK, .token = f->work[i].lock_token,
+                                .item = &x->res, .done = round_applied, .ud = r};
+    dx__store_submit(r->s, &x->res_op);
+  }
+}
+
+DX_TEST(store_round_of_ten_steps_answered_in_one_delivery_commits_once) {
+  /* the ten results, the ten turns they wake and those turns' acks: one commit (the thread
+  ** woke at the first result and took part of the burst; and ten turns were more than a hold
+  ** took, so their fetch committed alone: five commits here before) */
+  static round_t r;
+  wrap_t *w = wrap_open();
+  dx_store_cfg_t cfg;
+  dx_error_t err;
+  int i, is_closed = 0;
+  memset(&r, 0, sizeof r);
+  r.w = w;
+  for (i = 0; i < ROUND_N; i++) {
+    char id[16];
+    dx_work_item_t start = {.kind = DX_WI_START, .instance = id, .name = "Orch",
+                            .execution_id = 1};
+    snprintf(id, sizeof id, "r%d", i);
+    ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start,
+                                                          0, &err));
+  }
+  ASSERT_OK(uv_loop_init(&r.loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  cfg.orch_lock_ms = cfg.work_lock_ms = 60000;
+  cfg.poll_interval_ms = 10;
+  cfg.hold_ms = 60000;
+  cfg.on_fetch = answer_round;
+  cfg.ud = &r;
+  ASSERT_OK(dx__store_new(&r.s, &r.loop, &cfg, &err));
+  dx__store_want(r.s, 64, 64); /* one cycle takes all ten starts */
+  for (i = 0; i < 20000 && r.fin_done < ROUND_N; i++) {
+    uv_run(&r.loop, UV_RUN_NOWAIT);
+    usleep(500);
+  }
+  dx__store_close(r.s, closed, &is_closed);
+  uv_run(&r.loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&r.loop));
+  ASSERT_EQ(r.fin_done, ROUND_N);
+  ASSERT_EQ(r.fin_failed, 0);
+  ASSERT_EQ(r.n_work, ROUND_N);
+  ASSERT_EQ(r.commits_at_result, 1); /* starts, first turns and the ten activities */
+  ASSERT_EQ(r.commits_at_done - r.commits_at_result, 1);
+  ASSERT_EQ(w->last_sync, 1);
+  for (i = 0; i < ROUND_N; i++) {
+    char id[16];
+    dx_event_t *ev = NULL;
+    size_t n = 0;
+    snprintf(id, sizeof id, "r%d", i);
+    ASSERT_OK(w->inner->methods->read_history(w->inner, id, 0, &ev, &n, NULL, &err));
+    ASSERT_EQ((int)n, 4);
+    ASSERT_EQ(ev[3].kind, DX_EV_ORCH_COMPLETED);
+    dx_events_free(ev, n);
+  }
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_want_of_more_budget_in_hand_does_not_wake_the_thread) {
+  /* the loop tops up its budget after every settlement; while the thread still has budget
+  ** it finds nothing new by looking again (each look is a read of what is due) */
+  wrap_t *w = wrap_open();
+  uv_loop_t loop;
+  dx_store_t *s;
+  dx_store_cfg_t cfg;
+  dx_error_t err;
+  int i, is_closed = 0, before;
+  w->m.next_due_ms = w_next_due;
+  ASSERT_OK(uv_loop_init(&loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  cfg.poll_interval_ms = 600000; /* only a wake-up can make the thread look again */
+  ASSERT_OK(dx__store_new(&s, &loop, &cfg, &err));
+  spin(&loop, 20);
+  ASSERT_EQ(dues(w), 0); /* no budget: nothing to look for */
+  dx__store_want(s, 1, 0);
+  for (i = 0; i < 5000 && dues(w) == 0; i++) spin(&loop, 1);
+  ASSERT_EQ(dues(w), 1); /* a budget from none: it looks */
+  spin(&loop, 20);
+  before = dues(w);
+  for (i = 0; i < 5; i++) {
+    dx__store_want(s, 1, 0);
+    spin(&loop, 5);
+  }
+  ASSERT_EQ(dues(w), before);
+  dx__store_want(s, 0, 1); /* the work budget was none */
+  for (i = 0; i < 5000 && dues(w) == before; i++) spin(&loop, 1);
+  ASSERT_EQ(dues(w), before + 1);
+  dx__store_close(s, closed, &is_closed);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&loop));
+  w_destroy(&w->base);
+}
+
+/* A big delivery (more items than a burst, BURST_MAX_ITEMS): the store thread takes its first
+** answers while the loop still works on the rest, and commits them meanwhile (the loop's work
+** and the commits overlap, as throughput workloads want). */
+#define BIG_N 40
+
+typedef struct {
+  uv_loop_t loop;
+  dx_store_t *s;
+  wrap_t *w;
+  round_inst_t in[BIG_N];
+  int n_turns, acked, committed_meanwhile;
+} big_t;
+
+static void big_acked(dx_store_op_t *op) {
+  big_t *b = op->ud;
+  ASSERT_EQ(op->rc, 0);
+  b->acked++;
+}
+
+static void answer_big(void *ud, dx_store_fetched_t *f) {
+  big_t *b = ud;
+  size_t i;
+  for (i = 0; i < f->n_orch && b->n_turns < BIG_N; i++) {
+    const dx_orch_item_t *it = f->orch[i];
+    round_inst_t *x = &b->in[b->n_turns++];
+    snprintf(x->instance, sizeof x->instance, "%s", it->instance);
+    x->ev[0] = (dx_event_t){.event_id = 1, .kind = DX_EV_ORCH_STARTED, .name = "Orch",
+                            .data = "1"};
+    x->ev[1] = (dx_event_t){.event_id = 2, .kind = DX_EV_ORCH_COMPLETED, .data = "1"};
+    x->ack = (dx_orch_ack_t){.instance = x->instance, .lock_token = it->lock_token,
+                             .execution_id = it->execution_id, .orchestration_name = "Orch",
+                             .status = DX_STATUS_COMPLETED, .output = "1", .delta = x->ev,
+                             .delta_len = 2};
+    x->op = (dx_store_op_t){.kind = DX_OP_ACK_ORCH, .ack = &x->ack, .done = big_acked, .ud = b};
+    dx__store_submit(b->s, &x->op);
+    if (b->n_turns == 1) { /* the loop works on: the first ack commits meanwhile */
+      int before = __atomic_load_n(&b->w->commits, __ATOMIC_SEQ_CST), k;
+      for (k = 0; k < 10000 && __atomic_load_n(&b->w->commits, __ATOMIC_SEQ_CST) == before; k++)
+        usleep(1000);
+      b->committed_meanwhile = __atomic_load_n(&b->w->commits, __ATOMIC_SEQ_CST) > before;
+    }
+  }
+}
+
+DX_TEST(store_answers_to_a_big_delivery_commit_while_the_loop_still_works) {
+  /* 40 starts fetched at once (more than a hold or a burst takes): the first turn's ack is
+  ** applied and committed while the loop has 39 turns still to run (with every answer of a
+  ** delivery held back to its end, the thread waited for the loop for hold_ms, here a
+  ** minute) */
+  static big_t b;
+  wrap_t *w = wrap_open();
+  dx_store_cfg_t cfg;
+  dx_error_t err;
+  int i, is_closed = 0;
+  memset(&b, 0, sizeof b);
+  b.w = w;
+  for (i = 0; i < BIG_N; i++) {
+    char id[16];
+    dx_work_item_t start = {.kind = DX_WI_START, .instance = id, .name = "Orch",
+                            .execution_id = 1};
+    snprintf(id, sizeof id, "b%d", i);
+    ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start,
+                                                          0, &err));
+  }
+  ASSERT_OK(uv_loop_init(&b.loop));
+  memset(&cfg, 0, sizeof cfg);
+  cfg.provider = &w->base;
+  cfg.orch_lock_ms = cfg.work_lock_ms = 60000;
+  cfg.poll_interval_ms = 10;
+  cfg.hold_ms = 60000;
+  cfg.on_fetch = answer_big;
+  cfg.ud = &b;
+  ASSERT_OK(dx__store_new(&b.s, &b.loop, &cfg, &err));
+  dx__store_want(b.s, 64, 0); /* one cycle takes all forty starts */
+  for (i = 0; i < 20000 && b.acked < BIG_N; i++) {
+    uv_run(&b.loop, UV_RUN_NOWAIT);
+    usleep(500);
+  }
+  dx__store_close(b.s, closed, &is_closed);
+  uv_run(&b.loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(&b.loop));
+  ASSERT_EQ(b.n_turns, BIG_N);
+  ASSERT_EQ(b.acked, BIG_N);
+  ASSERT(b.committed_meanwhile);
+  w_destroy(&w->base);
+}

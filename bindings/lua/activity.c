@@ -72,8 +72,7 @@ static void step(act_run_t *r, lua_State *from, int nargs) {
   const dx_activity_info_t *info = r->a ? dx_activity_info(r->a) : NULL;
   /* named in the `loop blocked` warning if this step runs too long */
   if (info)
-    dx__watch_enter(r->S->loop, "activity %s (instance %s, id %llu)", info->name, info->instance,
-                    (unsigned long long)info->activity_id);
+    dx__watch_enter_names(r->S->loop, "activity", info->name, info->instance, info->activity_id);
   else
     dx__watch_enter(r->S->loop, "an activity abandoned at shutdown");
   rc = lua_resume(r->co, from, nargs, &nres);
@@ -132,7 +131,6 @@ static void push_prim(lua_State *L, dxl_state_t *S, const char *name) {
 static int start_impl(lua_State *L) {
   act_run_t *r = lua_touserdata(L, 1);
   const dx_activity_info_t *info = dx_activity_info(r->a);
-  char err[512];
   int wrapped = 0;
   if (info->session_id) {
     wrapped = dxl_push_registered(L, r->S, "hooks", "session_handler") == LUA_TTABLE;
@@ -172,10 +170,10 @@ static int start_impl(lua_State *L) {
   set_str(L, "worker_id", info->worker_id);
   lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->actx_mt_ref);
   lua_setmetatable(L, -2);
-  lua_xmove(L, r->co, 1);
-  if (!dx__lua_push_json(r->co, info->input ? info->input : "null",
-                         strlen(info->input ? info->input : "null"), err, sizeof err))
-    return luaL_error(L, "activity input: %s", err);
+  /* decoded here, under this protected call, then moved: r->co has no error handler */
+  if (!info->input) lua_pushnil(L);
+  else dx__lua_push_json_or_raise(L, info->input, strlen(info->input), "activity input");
+  lua_xmove(L, r->co, 2);
   return 0;
 }
 

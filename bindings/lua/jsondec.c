@@ -287,6 +287,15 @@ int dx__lua_decode_json(lua_State *L, const char *json, size_t len, int top_null
   d.p = json;
   d.end = json + len;
   d.top_nil = !top_null;
+  /* A bare number (a count, an id) needs neither slot: read it straight (anything after it,
+  ** even blanks, goes the general way). */
+  if (len > 0 && (*json == '-' || (*json >= '0' && *json <= '9'))) {
+    if (number(&d)) {
+      if (d.p == d.end) return 1;
+      lua_pop(L, 1);
+    }
+    d.p = json;
+  }
   dx__lua_push_null(L);
   d.null_slot = lua_gettop(L);
   dx__lua_push_array_set(L);

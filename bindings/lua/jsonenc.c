@@ -222,10 +222,14 @@ char *dx__lua_encode_json(lua_State *L, int idx) {
   idx = lua_absindex(L, idx);
   memset(&e, 0, sizeof e);
   e.L = L;
-  lua_rawgetp(L, LUA_REGISTRYINDEX, dx__lua_null_key()); /* nil until created: nothing is null */
-  e.null_slot = lua_gettop(L);
-  lua_rawgetp(L, LUA_REGISTRYINDEX, dx__lua_arrays_key());
-  e.arrays_slot = lua_gettop(L);
+  /* Only tables and userdata (the null sentinel) look at the slots: a scalar payload (a
+  ** count, an id, a flag) is written without fetching them. */
+  if (lua_type(L, idx) == LUA_TTABLE || lua_type(L, idx) == LUA_TUSERDATA) {
+    lua_rawgetp(L, LUA_REGISTRYINDEX, dx__lua_null_key()); /* nil until created: no null */
+    e.null_slot = lua_gettop(L);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, dx__lua_arrays_key());
+    e.arrays_slot = lua_gettop(L);
+  }
   ok = value(&e, idx, 0) && put_char(&e.b, '\0');
   lua_settop(L, top);
   if (!ok) {

@@ -71,9 +71,17 @@ static void set_failure(lua_State *L, const char *field, const dx_failure_t *f) 
   lua_setfield(L, -2, field);
 }
 
+/* How many fields dxl_push_event sets: the table is made that size (a table that grows past
+** its size is rehashed, which was a good part of building one). */
+static int event_fields(const dx_event_t *e) {
+  return 3 + !!e->source_id + !!e->name + !!e->version + !!e->data + !!e->instance +
+         !!e->session_id + !!e->tag + !!e->reason + !!e->worker_id + !!e->fire_at_ms +
+         !!e->fail.category + !!e->custom_status;
+}
+
 void dxl_push_event(lua_State *L, const dx_event_t *e) {
   luaL_checkstack(L, 4, "history event");
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, event_fields(e));
   set_int(L, "event_id", (lua_Integer)e->event_id);
   set_text(L, "type", dx_event_kind_name(e->kind));
   set_int(L, "timestamp_ms", (lua_Integer)e->timestamp_ms);
@@ -93,7 +101,10 @@ void dxl_push_event(lua_State *L, const dx_event_t *e) {
 
 void dxl_push_status(lua_State *L, const char *id, const dx_instance_info_t *info) {
   luaL_checkstack(L, 4, "instance status");
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, 2 + !!info->orchestration_name + !!info->current_execution_id +
+                            (info->status == DX_STATUS_COMPLETED) +
+                            (info->status == DX_STATUS_FAILED) + !!info->custom_status +
+                            (info->status != DX_STATUS_NONE));
   set_text(L, "instance_id", id);
   set_text(L, "status", dx_status_name(info->status));
   if (info->orchestration_name) set_text(L, "orchestration", info->orchestration_name);

@@ -84,7 +84,6 @@ static int h_orch_lookup(void *host, const char *name, const char *version,
 static int start_impl(lua_State *L) {
   orch_inst_t *inst = lua_touserdata(L, 1);
   dxl_state_t *S = inst->S;
-  char err[512];
   if (!lookup_versions(L, S, inst->name)) return luaL_error(L, "orchestration not registered");
   lua_getfield(L, -1, "versions");
   if (lua_getfield(L, -1, inst->version) != LUA_TFUNCTION)
@@ -122,9 +121,9 @@ static int start_impl(lua_State *L) {
   lua_setfield(L, -2, "version");
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->context_mt_ref);
   lua_setmetatable(L, -2);
-  lua_xmove(L, inst->co, 1);
-  if (!dx__lua_push_json(inst->co, inst->input, strlen(inst->input), err, sizeof err))
-    return luaL_error(L, "orchestration input: %s", err);
+  /* decoded here, under this protected call, then moved with ctx: co has no error handler */
+  dx__lua_push_json_or_raise(L, inst->input, strlen(inst->input), "orchestration input");
+  lua_xmove(L, inst->co, 2);
   inst->budget.top = inst->co;
   dxl_budget_watch(inst->co);
   return 0;
@@ -435,8 +434,7 @@ static int p_emit(lua_State *L) {
     return luaL_error(L, "%s", why ? why : dx_strerror(rc));
   }
   if (a.kind == DX_ACT_SYSCALL) {
-    if (!dx__lua_push_json(L, value, strlen(value), err, sizeof err))
-      return luaL_error(L, "recorded value: %s", err);
+    dx__lua_push_json_or_raise(L, value, strlen(value), "recorded value");
     return 1;
   }
   lua_pushinteger(L, (lua_Integer)token);
@@ -449,13 +447,11 @@ static int p_poll(lua_State *L) {
   const char *data = NULL;
   const dx_failure_t *fail = NULL;
   uint64_t order = 0;
-  char err[512];
   int st = dx_turn_poll(b->t, (uint64_t)luaL_checkinteger(L, 2), &data, &fail, &order);
   lua_pushinteger(L, st);
   if (st == DX_FUT_OK) {
     if (!data) lua_pushnil(L);
-    else if (!dx__lua_push_json(L, data, strlen(data), err, sizeof err))
-      return luaL_error(L, "stored result: %s", err);
+    else dx__lua_push_json_or_raise(L, data, strlen(data), "stored result");
     lua_pushnil(L);
   } else if (st == DX_FUT_ERR) {
     lua_pushnil(L);
@@ -472,10 +468,8 @@ static int p_poll(lua_State *L) {
 
 /* [-0, +1, e] push stored JSON as a Lua value (nil for NULL) */
 static void push_stored(lua_State *L, const char *json) {
-  char err[512];
   if (!json) lua_pushnil(L);
-  else if (!dx__lua_push_json(L, json, strlen(json), err, sizeof err))
-    luaL_error(L, "stored value: %s", err);
+  else dx__lua_push_json_or_raise(L, json, strlen(json), "stored value");
 }
 
 /* C.kv_get(box, key) -> value | nil */

@@ -485,6 +485,13 @@ int dx__lua_push_json(lua_State *L, const char *json, size_t len, char *errbuf, 
   return dx__lua_push_json_tree(L, json, len, errbuf, errlen);
 }
 
+void dx__lua_push_json_or_raise(lua_State *L, const char *json, size_t len, const char *what) {
+  char err[512];
+  luaL_checkstack(L, 3, what);
+  if (json && dx__lua_decode_json(L, json, len, 0)) return;
+  if (!dx__lua_push_json_tree(L, json, len, err, sizeof err)) luaL_error(L, "%s: %s", what, err);
+}
+
 int dx__lua_push_json_tree(lua_State *L, const char *json, size_t len, char *errbuf,
                            size_t errlen) {
   json_error_t je;

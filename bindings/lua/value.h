@@ -56,6 +56,11 @@ char *dx__lua_to_json_tree(lua_State *L, int idx, const char *root, char *errbuf
 ** top-level null pushes nil; null inside tables becomes duroxide.null; arrays come back
 ** marked, so [] stays an array. Memory errors are reported the same way, not raised. */
 int dx__lua_push_json(lua_State *L, const char *json, size_t len, char *errbuf, size_t errlen);
+/* [-0, +1, e] The same where a Lua error may be raised (a C function called from Lua, or
+** inside a protected call): the one-pass decoder runs without a protected call of its own
+** (one per payload was a good part of a small payload's cost), and an error is raised as
+** "<what>: <reason>" (luaL_error, with what dx__lua_push_json would have reported). */
+void dx__lua_push_json_or_raise(lua_State *L, const char *json, size_t len, const char *what);
 /* The same through jansson alone (what dx__lua_push_json falls back to when the one-pass
 ** decoder declines); tests compare the two. */
 int dx__lua_push_json_tree(lua_State *L, const char *json, size_t len, char *errbuf,

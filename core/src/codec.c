@@ -91,128 +91,170 @@ static int failure_present(const dx_failure_t *fl) {
   return fl->category || fl->kind || fl->message || fl->retryable;
 }
 
-static int field_present(const field_t *f, const void *base) {
-  switch (f->type) {
-    case FT_KIND: return 1; /* always written: decoding requires it */
-    case FT_STR: return *CAT(base, f, char *) != NULL;
-    case FT_U64: return *CAT(base, f, uint64_t) != 0;
-    case FT_I64: return *CAT(base, f, int64_t) != 0;
-    case FT_INT: case FT_BOOL: return *CAT(base, f, int) != 0;
-    case FT_FAIL: return failure_present(CAT(base, f, dx_failure_t));
-  }
-  return 0;
-}
-
-/* A MessagePack writer straight into one exactly sized buffer (msgpack-c's growing buffer
-** reallocated and copied as a record grew). Run twice over a record: with p NULL it only
-** counts the bytes and notes each string's length, then it writes them. The encodings are
-** the smallest ones, as msgpack-c chooses them. */
-#define MAX_STRS 24 /* more than the fields of any record and its failure */
+/*
+** Encoding is a plan, then a write. The plan walks the field table once: it lists the present
+** fields in order (a failure's own fields right after its entry), measures each string once
+** and adds up the exact size; the write then fills one buffer of that size from the list,
+** with no presence test or length count repeated. The encodings are the smallest ones, as
+** msgpack-c chooses them (test records_encode_as_msgpack_c_would).
+*/
+#define MAX_ITEMS 24 /* more than the fields of any record and its failure */
 typedef struct {
-  unsigned char *p; /* NULL: counting pass */
-  size_t n;         /* bytes so far */
-  size_t lens[MAX_STRS];
-  int nstr;         /* strings so far (noted in the counting pass, reused in the writing one) */
-} wr_t;
+  const field_t *f;
+  size_t n; /* FT_STR: the string's length; FT_FAIL: how many entries of the failure follow */
+} item_t;
 
-static void wr_bytes(wr_t *w, const void *b, size_t n) {
-  if (w->p && n) memcpy(w->p + w->n, b, n);
-  w->n += n;
+typedef struct {
+  item_t it[MAX_ITEMS];
+  int n;
+  size_t bytes;
+} plan_t;
+
+static size_t uint_size(uint64_t v) {
+  return v < 128 ? 1 : v < 256 ? 2 : v < 65536 ? 3 : v <= UINT32_MAX ? 5 : 9;
 }
 
-/* A tag byte followed by the low `n` bytes of v, big-endian. */
-static void wr_tag(wr_t *w, unsigned tag, uint64_t v, int n) {
-  if (w->p) {
-    int i;
-    w->p[w->n] = (unsigned char)tag;
-    for (i = 0; i < n; i++) w->p[w->n + 1 + i] = (unsigned char)(v >> (8 * (n - 1 - i)));
+static size_t int_size(int64_t v) {
+  if (v >= 0) return uint_size((uint64_t)v);
+  return v >= -32 ? 1 : v >= -128 ? 2 : v >= -32768 ? 3 : v >= INT32_MIN ? 5 : 9;
+}
+
+static size_t str_size(size_t n) { return n + (n < 32 ? 1 : n < 256 ? 2 : n < 65536 ? 3 : 5); }
+static size_t map_size(size_t n) { return n < 16 ? 1 : n < 65536 ? 3 : 5; }
+
+/* Plan the present fields of `base` (schema s); returns how many there are at this level. */
+static size_t plan_fields(plan_t *p, const schema_t *s, const void *base) {
+  size_t i, count = 0;
+  for (i = 0; i < s->n; i++) {
+    const field_t *f = &s->fields[i];
+    size_t at = (size_t)p->n, n = 0, vsize;
+    switch (f->type) {
+      case FT_KIND: vsize = int_size(*CAT(base, f, int)); break; /* always: decoding needs it */
+      case FT_INT:
+        if (!*CAT(base, f, int)) continue;
+        vsize = int_size(*CAT(base, f, int));
+        break;
+      case FT_BOOL:
+        if (!*CAT(base, f, int)) continue;
+        vsize = 1;
+        break;
+      case FT_U64:
+        if (!*CAT(base, f, uint64_t)) continue;
+        vsize = uint_size(*CAT(base, f, uint64_t));
+        break;
+      case FT_I64:
+        if (!*CAT(base, f, int64_t)) continue;
+        vsize = int_size(*CAT(base, f, int64_t));
+        break;
+      case FT_STR: {
+        const char *str = *CAT(base, f, char *);
+        if (!str) continue;
+        n = strlen(str);
+        vsize = str_size(n);
+        break;
+      }
+      case FT_FAIL:
+        if (!failure_present(CAT(base, f, dx_failure_t))) continue;
+        p->n++; /* the failure's entry comes before its fields */
+        n = plan_fields(p, &failure_schema, CAT(base, f, dx_failure_t));
+        vsize = map_size(n);
+        break;
+      default: continue;
+    }
+    if (f->type != FT_FAIL) p->n++;
+    p->it[at].f = f;
+    p->it[at].n = n;
+    p->bytes += str_size(f->key_len) + vsize;
+    count++;
   }
-  w->n += 1 + (size_t)n;
+  return count;
 }
 
-static void wr_uint(wr_t *w, uint64_t v) {
-  if (v < 128) wr_tag(w, (unsigned)v, 0, 0);
-  else if (v < 256) wr_tag(w, 0xcc, v, 1);
-  else if (v < 65536) wr_tag(w, 0xcd, v, 2);
-  else if (v <= UINT32_MAX) wr_tag(w, 0xce, v, 4);
-  else wr_tag(w, 0xcf, v, 8);
+/* A tag byte followed by the low `n` bytes of v, big-endian; returns the next byte. */
+static unsigned char *put_tag(unsigned char *o, unsigned tag, uint64_t v, int n) {
+  int i;
+  *o++ = (unsigned char)tag;
+  for (i = n - 1; i >= 0; i--) *o++ = (unsigned char)(v >> (8 * i));
+  return o;
 }
 
-static void wr_int(wr_t *w, int64_t v) {
-  if (v >= 0) wr_uint(w, (uint64_t)v);
-  else if (v >= -32) wr_tag(w, (unsigned)(v & 0xff), 0, 0);
-  else if (v >= -128) wr_tag(w, 0xd0, (uint64_t)v, 1);
-  else if (v >= -32768) wr_tag(w, 0xd1, (uint64_t)v, 2);
-  else if (v >= INT32_MIN) wr_tag(w, 0xd2, (uint64_t)v, 4);
-  else wr_tag(w, 0xd3, (uint64_t)v, 8);
+static unsigned char *put_uint(unsigned char *o, uint64_t v) {
+  if (v < 128) return put_tag(o, (unsigned)v, 0, 0);
+  if (v < 256) return put_tag(o, 0xcc, v, 1);
+  if (v < 65536) return put_tag(o, 0xcd, v, 2);
+  if (v <= UINT32_MAX) return put_tag(o, 0xce, v, 4);
+  return put_tag(o, 0xcf, v, 8);
 }
 
-static void wr_str(wr_t *w, const char *s, size_t n) {
-  if (n < 32) wr_tag(w, 0xa0 | (unsigned)n, 0, 0);
-  else if (n < 256) wr_tag(w, 0xd9, n, 1);
-  else if (n < 65536) wr_tag(w, 0xda, n, 2);
-  else wr_tag(w, 0xdb, n, 4);
-  wr_bytes(w, s, n);
+static unsigned char *put_int(unsigned char *o, int64_t v) {
+  if (v >= 0) return put_uint(o, (uint64_t)v);
+  if (v >= -32) return put_tag(o, (unsigned)(v & 0xff), 0, 0);
+  if (v >= -128) return put_tag(o, 0xd0, (uint64_t)v, 1);
+  if (v >= -32768) return put_tag(o, 0xd1, (uint64_t)v, 2);
+  if (v >= INT32_MIN) return put_tag(o, 0xd2, (uint64_t)v, 4);
+  return put_tag(o, 0xd3, (uint64_t)v, 8);
 }
 
-static void wr_map(wr_t *w, size_t n) {
-  if (n < 16) wr_tag(w, 0x80 | (unsigned)n, 0, 0);
-  else if (n < 65536) wr_tag(w, 0xde, n, 2);
-  else wr_tag(w, 0xdf, n, 4);
+static unsigned char *put_str(unsigned char *o, const char *s, size_t n) {
+  if (n < 32) o = put_tag(o, 0xa0 | (unsigned)n, 0, 0);
+  else if (n < 256) o = put_tag(o, 0xd9, n, 1);
+  else if (n < 65536) o = put_tag(o, 0xda, n, 2);
+  else o = put_tag(o, 0xdb, n, 4);
+  if (n) memcpy(o, s, n);
+  return o + n;
 }
 
-/* A string value: its length measured once, in the counting pass. */
-static void wr_value_str(wr_t *w, const char *s) {
-  size_t n;
-  if (!w->p) w->lens[w->nstr] = strlen(s);
-  n = w->lens[w->nstr++];
-  wr_str(w, s, n);
+static unsigned char *put_map(unsigned char *o, size_t n) {
+  if (n < 16) return put_tag(o, 0x80 | (unsigned)n, 0, 0);
+  if (n < 65536) return put_tag(o, 0xde, n, 2);
+  return put_tag(o, 0xdf, n, 4);
 }
 
-static void wr_fields(wr_t *w, const schema_t *s, const void *base);
-
-/* One present field (key and value). */
-static void wr_field(wr_t *w, const field_t *f, const void *base) {
-  wr_str(w, f->key, f->key_len);
-  switch (f->type) {
-    case FT_KIND: case FT_INT: wr_int(w, *CAT(base, f, int)); break;
-    case FT_U64: wr_uint(w, *CAT(base, f, uint64_t)); break;
-    case FT_I64: wr_int(w, *CAT(base, f, int64_t)); break;
-    case FT_BOOL: wr_tag(w, 0xc3, 0, 0); break; /* only present when true */
-    case FT_STR: wr_value_str(w, *CAT(base, f, char *)); break;
-    case FT_FAIL: wr_fields(w, &failure_schema, CAT(base, f, dx_failure_t)); break;
+/* Write `count` planned entries of `base` from *it on; returns the byte after them. */
+static unsigned char *put_items(unsigned char *o, const item_t **it, size_t count,
+                                const void *base) {
+  size_t k;
+  for (k = 0; k < count; k++) {
+    const item_t *item = (*it)++;
+    const field_t *f = item->f;
+    o = put_str(o, f->key, f->key_len);
+    switch (f->type) {
+      case FT_KIND: case FT_INT: o = put_int(o, *CAT(base, f, int)); break;
+      case FT_U64: o = put_uint(o, *CAT(base, f, uint64_t)); break;
+      case FT_I64: o = put_int(o, *CAT(base, f, int64_t)); break;
+      case FT_BOOL: *o++ = 0xc3; break; /* only present when true */
+      case FT_STR: o = put_str(o, *CAT(base, f, char *), item->n); break;
+      case FT_FAIL:
+        o = put_map(o, item->n);
+        o = put_items(o, it, item->n, CAT(base, f, dx_failure_t));
+        break;
+    }
   }
+  return o;
 }
 
-/* A map of the schema's present fields; top-level records get the version entry first. */
-static void wr_fields(wr_t *w, const schema_t *s, const void *base) {
-  size_t i, n = 0;
-  int top = s != &failure_schema;
-  for (i = 0; i < s->n; i++) n += (size_t)field_present(&s->fields[i], base);
-  wr_map(w, n + (size_t)top);
-  if (top) {
-    wr_str(w, "v", 1);
-    wr_uint(w, FORMAT_VERSION);
-  }
-  for (i = 0; i < s->n; i++)
-    if (field_present(&s->fields[i], base)) wr_field(w, &s->fields[i], base);
-}
-
+/* A map of the record's present fields, the version entry ("v": 1) first. */
 static int encode(const schema_t *s, const void *rec, char **buf, size_t *len) {
-  wr_t w;
+  plan_t plan;
+  const item_t *it = plan.it;
+  unsigned char *o;
+  size_t count;
   int kind = *CAT(rec, &s->fields[0], int); /* fields[0] is the kind in both schemas */
   *buf = NULL;
   *len = 0;
   /* A record with no valid kind could never be read back: refuse it at the writer. */
   if (kind < 1 || kind >= s->kind_limit) return DX_EINVAL;
-  memset(&w, 0, sizeof w);
-  wr_fields(&w, s, rec);
-  if (!(w.p = malloc(w.n))) return DX_ENOMEM;
-  *len = w.n;
-  w.n = 0;
-  w.nstr = 0;
-  wr_fields(&w, s, rec);
-  *buf = (char *)w.p;
+  plan.n = 0;
+  plan.bytes = 3; /* "v" 1 */
+  count = plan_fields(&plan, s, rec);
+  plan.bytes += map_size(count + 1);
+  if (!(o = malloc(plan.bytes))) return DX_ENOMEM;
+  *buf = (char *)o;
+  *len = plan.bytes;
+  o = put_map(o, count + 1);
+  o = put_str(o, "v", 1);
+  o = put_uint(o, FORMAT_VERSION);
+  put_items(o, &it, count, rec);
   return DX_OK;
 }
 
@@ -247,23 +289,30 @@ int dx__work_item_peek_kind(const void *buf, size_t len) {
 ** Walk the MessagePack framing before msgpack-c sees the bytes. Its unpacker allocates
 ** count * sizeof(msgpack_object) as soon as it reads a container header, so one flipped
 ** length byte could ask for gigabytes; here every count must fit in the bytes that remain.
-** Also rejects the reserved byte 0xc1, deep nesting and trailing bytes.
+** Also rejects the reserved byte 0xc1, deep nesting and trailing bytes. With strbytes, also
+** adds up what the string values (not map keys) take with a NUL each: a decoded record's
+** arena, measured in the same walk.
 */
-static int scan_framing(const unsigned char *p, size_t len, const char *what, dx_error_t *err) {
+static int scan_framing(const unsigned char *p, size_t len, const char *what, dx_error_t *err,
+                        size_t *strbytes) {
   uint64_t left[SCAN_MAX_DEPTH]; /* elements still expected at each open level */
+  unsigned char ismap[SCAN_MAX_DEPTH]; /* the level is a map: its elements alternate key, value */
   uint64_t pending = 1;          /* elements still expected in total */
-  size_t pos = 0;
+  size_t pos = 0, strs = 0;
   int depth = 0;
   left[0] = 1;
+  ismap[0] = 0;
   while (depth >= 0) {
     unsigned c;
     size_t lenbytes = 0, fixed = 0;
     uint64_t items = 0, n = 0;
     size_t i;
+    int value; /* not a map key */
     if (left[depth] == 0) { depth--; continue; }
     if (pos >= len)
       return dx_error_set(err, DX_ECORRUPT, "%s: truncated after %zu bytes", what, len);
     c = p[pos++];
+    value = !ismap[depth] || left[depth] % 2 == 1; /* a map's 2n elements start with a key */
     left[depth]--;
     pending--;
     if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
@@ -274,6 +323,7 @@ static int scan_framing(const unsigned char *p, size_t len, const char *what, dx
       items = c & 0x0f;
     } else if (c <= 0xbf) {
       fixed = c & 0x1f;
+      if (value) strs += fixed + 1;
     } else {
       switch (c) {
         case 0xc4: case 0xd9: lenbytes = 1; break;            /* bin8, str8 */
@@ -306,6 +356,7 @@ static int scan_framing(const unsigned char *p, size_t len, const char *what, dx
       for (i = 0; i < lenbytes; i++) n = (n << 8) | p[pos++];
       if (c >= 0xdc) items = c >= 0xde ? 2 * n : n;
       else fixed += (size_t)n;
+      if (value && c >= 0xd9 && c <= 0xdb) strs += (size_t)n + 1; /* str8..32 */
     }
     if (fixed > len - pos)
       return dx_error_set(err, DX_ECORRUPT,
@@ -321,16 +372,18 @@ static int scan_framing(const unsigned char *p, size_t len, const char *what, dx
       if (depth + 1 >= SCAN_MAX_DEPTH)
         return dx_error_set(err, DX_ECORRUPT, "%s: nested too deeply", what);
       left[++depth] = items;
+      ismap[depth] = c <= 0x8f || c == 0xde || c == 0xdf;
     }
   }
   if (pos != len)
     return dx_error_set(err, DX_ECORRUPT, "%s: %zu trailing bytes after the record", what,
                         len - pos);
+  if (strbytes) *strbytes = strs;
   return DX_OK;
 }
 
 int dx__msgpack_check(const void *buf, size_t len, const char *what, dx_error_t *err) {
-  return scan_framing(buf, len, what, err);
+  return scan_framing(buf, len, what, err, NULL);
 }
 
 /* {===== decoding =====} */
@@ -423,7 +476,8 @@ static void rd_skip(rd_t *r) {
 }
 
 static int key_is(const val_t *k, const char *key, size_t n) {
-  return k->n == n && memcmp(k->s, key, n) == 0;
+  /* keys are one to three bytes: compare the first byte before calling memcmp */
+  return k->n == n && (n == 0 || (k->s[0] == key[0] && memcmp(k->s + 1, key + 1, n - 1) == 0));
 }
 
 /* Where a record's strings are copied: the cursor into its arena (decode sized it for every
@@ -497,7 +551,7 @@ static int read_fields(const schema_t *s, rd_t *r, uint64_t count, uint32_t firs
                        const char *what, const char *prefix, strbuf_t *sb, dx_error_t *err) {
   uint32_t seen = 0;
   uint64_t i;
-  size_t j;
+  size_t j, next = 0, t;
   for (i = first; i < count; i++) {
     val_t k, v;
     int rc;
@@ -505,9 +559,10 @@ static int read_fields(const schema_t *s, rd_t *r, uint64_t count, uint32_t firs
     if (k.type != V_STR)
       return dx_error_set(err, DX_ECORRUPT, "%s: key %u%s is not a string", what,
                           (unsigned)(i + 1), prefix[0] ? " of field 'f'" : "");
-    for (j = 0; j < s->n; j++)
+    /* The writer follows the table's order: look from the field after the last one first. */
+    for (t = 0, j = next; t < s->n; t++, j = j + 1 == s->n ? 0 : j + 1)
       if (key_is(&k, s->fields[j].key, s->fields[j].key_len)) break;
-    if (j == s->n) { /* unknown key: written by a newer version, skip */
+    if (t == s->n) { /* unknown key: written by a newer version, skip */
       rd_skip(r);
       continue;
     }
@@ -515,6 +570,7 @@ static int read_fields(const schema_t *s, rd_t *r, uint64_t count, uint32_t firs
       return dx_error_set(err, DX_ECORRUPT, "%s: field '%s%s' appears twice", what, prefix,
                           s->fields[j].key);
     seen |= 1u << j;
+    next = j + 1 == s->n ? 0 : j + 1;
     rd_value(r, &v);
     rc = read_field(&s->fields[j], &v, r, base, s->kind_limit, what, prefix, sb, err);
     if (rc != DX_OK) return rc;
@@ -526,33 +582,9 @@ static int read_fields(const schema_t *s, rd_t *r, uint64_t count, uint32_t firs
   return DX_OK;
 }
 
-/* Bytes the strings of the `count` entries at r take with their NULs: string values, and those
-** of the maps inside (the failure). Unknown keys' strings are counted too: a few bytes spare. */
-static size_t string_bytes(rd_t r, uint64_t count, int depth) {
-  size_t n = 0;
-  uint64_t i;
-  for (i = 0; i < count; i++) {
-    val_t v;
-    rd_skip(&r); /* the key */
-    rd_value(&r, &v);
-    if (v.type == V_STR) {
-      n += (size_t)v.n + 1;
-    } else if (v.type == V_MAP && depth == 0) {
-      n += string_bytes(r, v.n, 1);
-    }
-    if (v.type == V_MAP || v.type == V_ARRAY) {
-      uint64_t k, m = v.type == V_MAP ? 2 * v.n : v.n;
-      for (k = 0; k < m; k++) rd_skip(&r);
-    }
-  }
-  return n;
-}
-
 /* One allocation for all of a record's strings (instead of one each, freed one by one on
 ** another thread): its arena, stored in the record. DX_OK or DX_ENOMEM. */
-static int arena_alloc(const schema_t *s, const rd_t *r, uint64_t count, void *out,
-                       strbuf_t *sb) {
-  size_t n = string_bytes(*r, count, 0);
+static int arena_alloc(const schema_t *s, size_t n, void *out, strbuf_t *sb) {
   char *block;
   sb->next = NULL;
   if (n == 0) return DX_OK;
@@ -567,9 +599,10 @@ static int decode(const schema_t *s, const void *buf, size_t len, void *out, dx_
   rd_t r = {buf, 0};
   val_t root, k, v;
   strbuf_t sb;
+  size_t strbytes;
   int rc;
   if (!buf || len == 0) return dx_error_set(err, DX_ECORRUPT, "%s: empty", s->what);
-  rc = scan_framing(buf, len, s->what, err);
+  rc = scan_framing(buf, len, s->what, err, &strbytes);
   if (rc != DX_OK) return rc;
   rd_value(&r, &root);
   if (root.type != V_MAP) return dx_error_set(err, DX_ECORRUPT, "%s: not a map", s->what);
@@ -581,7 +614,7 @@ static int decode(const schema_t *s, const void *buf, size_t len, void *out, dx_
   if (v.type != V_UINT || v.u != FORMAT_VERSION)
     return dx_error_set(err, DX_ECORRUPT, "%s: unsupported format version (expected %d)",
                         s->what, FORMAT_VERSION);
-  if ((rc = arena_alloc(s, &r, root.n - 1, out, &sb)) != DX_OK)
+  if ((rc = arena_alloc(s, strbytes, out, &sb)) != DX_OK)
     return dx_error_set(err, rc, "%s: out of memory while decoding", s->what);
   return read_fields(s, &r, root.n, 1, out, s->what, "", &sb, err);
 }

@@ -41,7 +41,7 @@ static void free_strings(void *base, const size_t *offs, size_t n, const void *a
   size_t i;
   for (i = 0; i < n; i++) {
     char *p = *str_at(base, offs[i]);
-    if (!dx__arena_owns(arena, p)) free(p);
+    if (p && !dx__arena_owns(arena, p)) free(p); /* most are NULL: skip the call */
   }
 }
 

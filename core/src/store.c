@@ -315,7 +315,10 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
 ** those items are refused (their locks were never kept) and the items come back. Work items
 ** still wait for the commit: an activity never starts before the turn that scheduled it is
 ** durable. */
-#define HOLD_MAX_ITEMS 8
+#define HOLD_MAX_ITEMS 16
+/* A delivery of at most this many items is answered as one burst (await_delivery): about a
+** hold's worth, so a worker's sessions step together with one commit per round. */
+#define BURST_MAX_ITEMS HOLD_MAX_ITEMS
 
 typedef struct {
   uint64_t tokens[HOLD_MAX_ITEMS]; /* lock tokens of the items handed to the loop */
@@ -345,13 +348,16 @@ static int has_eager(const dx_store_op_t *ops) {
   return 0;
 }
 
-/* 1 when ops are only activity results (at most HOLD_MAX_ITEMS) and settle everything the
-** loop holds: the loop is idle once they are applied, so it answers the turns they unblock at
-** once. */
+/* A database cycle of single calls pays a round trip per op: only for a few results. */
+#define PER_CALL_MAX_RESULTS 8
+
+/* 1 when ops are only activity results (at most PER_CALL_MAX_RESULTS) and settle everything
+** the loop holds: the loop is idle once they are applied, so it answers the turns they unblock
+** at once. */
 static int results_of_idle_loop(const dx_store_t *s, const dx_store_op_t *ops) {
   size_t k = 0;
   for (; ops; ops = ops->next, k++)
-    if (ops->kind != DX_OP_ACK_WORK || !ops->item || k >= HOLD_MAX_ITEMS) return 0;
+    if (ops->kind != DX_OP_ACK_WORK || !ops->item || k >= PER_CALL_MAX_RESULTS) return 0;
   return k > 0 && s->n_held == k;
 }
 
@@ -372,6 +378,15 @@ static int can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetc
          s->n_held == f->n_orch && !refetched_settled(ops, f);
 }
 
+/* (mu held) Queue fetched items for the loop (on_async takes them). */
+static void push_fetched(dx_store_t *s, fetched_node_t *n) {
+  n->next = NULL;
+  if (s->fetched_tail) s->fetched_tail->next = n;
+  else s->fetched = n;
+  s->fetched_tail = n;
+  s->n_fetched_items += n->f.n_orch + n->f.n_work;
+}
+
 /* Hand f's orchestration items to the loop now (f keeps its work items). 0 when the store is
 ** closing, or when the loop has not yet taken what it was handed before (it is busy: it
 ** would not answer in time); they are then delivered with the commit, as usual. */
@@ -389,9 +404,7 @@ static int hand_over_turns(dx_store_t *s, dx_store_fetched_t *f, handed_t *h) {
   n->f.orch = f->orch;
   n->f.n_orch = f->n_orch;
   n->f.at_ms = f->at_ms;
-  if (s->fetched_tail) s->fetched_tail->next = n;
-  else s->fetched = n;
-  s->fetched_tail = n;
+  push_fetched(s, n);
   s->budget_orch -= (int)f->n_orch;
   uv_mutex_unlock(&s->mu);
   f->orch = NULL;
@@ -564,13 +577,23 @@ static void count_ops(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fe
     [DX_OP_RENEW_WORK] = "renew_work", [DX_OP_ENQUEUE_ORCH] = "enqueue",
     [DX_OP_RENEW_SESSIONS] = "renew_sessions", [DX_OP_RELEASE_SESSIONS] = "release_sessions",
     [DX_OP_CLEANUP_SESSIONS] = "cleanup_sessions"};
+  enum { N_NAMES = sizeof names / sizeof *names };
+  unsigned n[N_NAMES + 1][2] = {{0}}; /* by kind (N_NAMES: other), ok / refused */
   const dx_store_op_t *op;
+  size_t k;
   if (!s->cfg.metrics) return;
+  /* counted here first: one update per series instead of one per op (each takes the
+  ** registry's lock, which the loop's metrics share) */
   for (op = ops; op; op = op->next)
-    dx__metric_add(s->cfg.metrics, DXM_STORE_OPERATIONS,
-                   DXM_LABELS(op->kind > 0 && (size_t)op->kind < sizeof names / sizeof *names
-                                  ? names[op->kind] : "other",
-                              op->rc ? "refused" : "ok"), 1);
+    n[op->kind > 0 && op->kind < N_NAMES && names[op->kind] ? op->kind : N_NAMES][op->rc != 0]++;
+  for (k = 0; k <= N_NAMES; k++) {
+    if (n[k][0])
+      dx__metric_add(s->cfg.metrics, DXM_STORE_OPERATIONS,
+                     DXM_LABELS(k < N_NAMES ? names[k] : "other", "ok"), n[k][0]);
+    if (n[k][1])
+      dx__metric_add(s->cfg.metrics, DXM_STORE_OPERATIONS,
+                     DXM_LABELS(k < N_NAMES ? names[k] : "other", "refused"), n[k][1]);
+  }
   if (f->n_orch)
     dx__metric_add(s->cfg.metrics, DXM_STORE_FETCHED, DXM_LABELS("orchestrator"),
                    (double)f->n_orch);
@@ -669,6 +692,21 @@ static void timed_wait(dx_store_t *s, int64_t ms) {
   uv_cond_timedwait(&s->cv, &s->mu, (uint64_t)ms * 1000000ull);
 }
 
+/* (mu held) The loop has not finished taking the few items this thread fetched for it: its
+** answers (acks, results, budget) come as one burst at the end (dx__store_submit). Wait for
+** the burst, so one cycle carries it instead of a cycle for its first answer and another for
+** the rest. At most cfg.hold_ms, as for a hold's turns (the loop answers in microseconds): a
+** loop busy for long (a long turn, or not run at all) only delays the next cycle a little.
+** Not for ops that only report back (done: no burst follows), nor for a big delivery (its
+** first answers fill a cycle, which then commits while the loop works on the rest). */
+static void await_delivery(dx_store_t *s) {
+  uint64_t until = uv_hrtime() + (uint64_t)s->cfg.hold_ms * 1000000u, t;
+  while (((s->fetched && s->n_fetched_items <= BURST_MAX_ITEMS) || s->delivering) &&
+         !s->stopping && !s->paused &&
+         (t = uv_hrtime()) < until)
+    uv_cond_timedwait(&s->cv, &s->mu, until - t);
+}
+
 static void store_main(void *arg) {
   dx_store_t *s = arg;
   dx__log_set_worker(s->cfg.worker_id);
@@ -676,13 +714,17 @@ static void store_main(void *arg) {
   for (;;) {
     dx_store_op_t *ops;
     dx_store_fetched_t f;
-    int bo, bw, got, can_fetch = s->fetching && (s->budget_orch > 0 || s->budget_work > 0);
-    uint64_t rdue = dx__store_next_renewal(s);
-    int renew_now = rdue <= dx__store_mono_ms();
+    int bo, bw, got, can_fetch;
+    uint64_t rdue;
+    int renew_now;
     if (s->paused && !s->stopping) { /* a simulated stall: nothing runs until it ends */
       uv_cond_wait(&s->cv, &s->mu);
       continue;
     }
+    await_delivery(s);
+    can_fetch = s->fetching && (s->budget_orch > 0 || s->budget_work > 0);
+    rdue = dx__store_next_renewal(s);
+    renew_now = rdue <= dx__store_mono_ms();
     if (!s->pending && !can_fetch && !renew_now) {
       if (s->stopping) break;
       if (rdue == UINT64_MAX) uv_cond_wait(&s->cv, &s->mu);
@@ -698,7 +740,9 @@ static void store_main(void *arg) {
       uv_mutex_lock(&s->mu);
       if (due > now && !s->pending && !s->poked && !s->woken) {
         if (s->stopping) break;
+        s->looking = 1;
         timed_wait(s, due - now < s->cfg.poll_interval_ms ? due - now : s->cfg.poll_interval_ms);
+        s->looking = 0;
         continue;
       }
     }
@@ -728,10 +772,7 @@ static void store_main(void *arg) {
       fetched_node_t *n = malloc(sizeof *n);
       if (n) {
         n->f = f;
-        n->next = NULL;
-        if (s->fetched_tail) s->fetched_tail->next = n;
-        else s->fetched = n;
-        s->fetched_tail = n;
+        push_fetched(s, n);
       } else {
         dx__store_unhold_fetched(s, &f);
         free_fetched(&f); /* locks expire and the items come back */
@@ -748,7 +789,11 @@ static void store_main(void *arg) {
       s->fatal_seen = 2;
       s->fatal = 1;
     }
-    if (ops || got || s->fatal == 1) uv_async_send(&s->async);
+    if (ops || got || s->fatal == 1) { /* (not under mu: the loop wakes and takes it) */
+      uv_mutex_unlock(&s->mu);
+      uv_async_send(&s->async);
+      uv_mutex_lock(&s->mu);
+    }
     if (s->backoff_ms) { /* sleep it out: only stopping cuts it short */
       int64_t until = dx__now_ms() + s->backoff_ms;
       while (!s->stopping && dx__now_ms() < until) timed_wait(s, until - dx__now_ms());
@@ -756,8 +801,11 @@ static void store_main(void *arg) {
     }
     /* Found nothing although something looked due (locked elsewhere, not eligible): wait
     ** a poll interval instead of spinning. */
-    if (!ops && !got && !s->pending && !s->poked && !s->woken && !s->stopping)
+    if (!ops && !got && !s->pending && !s->poked && !s->woken && !s->stopping) {
+      s->looking = 1;
       timed_wait(s, s->cfg.poll_interval_ms);
+      s->looking = 0;
+    }
   }
   uv_mutex_unlock(&s->mu);
   uv_async_send(&s->async);
@@ -779,6 +827,9 @@ static void on_async(uv_async_t *h) {
   if (fatal) s->fatal = 2;
   s->done = s->done_tail = NULL;
   s->fetched = s->fetched_tail = NULL;
+  /* a few fetched items: their answers come as one burst (await_delivery) */
+  s->delivering = fl && s->n_fetched_items <= BURST_MAX_ITEMS;
+  s->n_fetched_items = 0;
   uv_mutex_unlock(&s->mu);
   while (ops) {
     dx_store_op_t *next = ops->next;
@@ -793,6 +844,10 @@ static void on_async(uv_async_t *h) {
     free(fl);
     fl = next;
   }
+  uv_mutex_lock(&s->mu);
+  s->delivering = 0;
+  uv_cond_signal(&s->cv); /* the answers queued meanwhile, and await_delivery */
+  uv_mutex_unlock(&s->mu);
   if (fatal && s->cfg.on_fatal) s->cfg.on_fatal(s->cfg.ud, &s->fatal_err);
 }
 
@@ -843,15 +898,21 @@ void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
   if (s->pending_tail) s->pending_tail->next = op;
   else s->pending = op;
   s->pending_tail = op;
-  uv_cond_signal(&s->cv);
+  /* while the loop takes a delivery of a few items, its answers queue up and wake the thread
+  ** once, at the end (on_async): one cycle then carries them all */
+  if (!s->delivering) uv_cond_signal(&s->cv);
   uv_mutex_unlock(&s->mu);
 }
 
 void dx__store_want(dx_store_t *s, int orch, int work) {
+  int wake;
   uv_mutex_lock(&s->mu);
+  /* Only a budget that was used up changes what the thread may do: more of a budget it has
+  ** already finds nothing new (each wake-up costs it a due-work read) */
+  wake = (orch > 0 && s->budget_orch <= 0) || (work > 0 && s->budget_work <= 0);
   s->budget_orch += orch;
   s->budget_work += work;
-  uv_cond_signal(&s->cv);
+  if (wake) uv_cond_signal(&s->cv);
   uv_mutex_unlock(&s->mu);
 }
 
@@ -865,7 +926,10 @@ void dx__store_poke(dx_store_t *s) {
 void dx__store_wake(dx_store_t *s) {
   uv_mutex_lock(&s->mu);
   s->woken = 1;
-  uv_cond_signal(&s->cv);
+  /* Only a thread asleep between looks for due work needs waking: a busy one looks again
+  ** before it sleeps (woken). This process's own commits wake it too (the notify file): they
+  ** come while it waits for the loop, which such a wake-up would only interrupt. */
+  if (s->looking) uv_cond_signal(&s->cv);
   uv_mutex_unlock(&s->mu);
 }
 

@@ -47,13 +47,16 @@ struct dx_store_s {
   dx_store_op_t *pending, *pending_tail;
   dx_store_op_t *done, *done_tail;
   fetched_node_t *fetched, *fetched_tail;
+  size_t n_fetched_items; /* orchestration and work items in fetched */
   int budget_orch, budget_work;
   int fetching;
   int stopping;
   int paused;         /* a simulated stall: no cycles */
   int poked;
   int woken;          /* another process may have committed work: check before sleeping */
+  int looking;        /* the thread sleeps between two looks for due work (dx__store_wake) */
   int busy;           /* the thread holds ops not yet on the done list */
+  int delivering;     /* the loop is taking a few fetched items (on_async): answers wait */
   uint64_t commits, cycles;
   held_t *held;       /* store thread only */
   held_t **hidx;      /* store thread only: held by token (each settled op looks one up) */

@@ -204,6 +204,41 @@ void dx__watch_enter(uv_loop_t *loop, const char *fmt, ...) {
   uv_mutex_unlock(&mu);
 }
 
+/* Append s to the label at *n, cut at the buffer's end (as vsnprintf would). */
+static void label_add(char *label, size_t *n, const char *s) {
+  size_t k = strlen(s);
+  if (k > LABEL_LEN - 1 - *n) k = LABEL_LEN - 1 - *n;
+  memcpy(label + *n, s, k);
+  *n += k;
+}
+
+void dx__watch_enter_names(uv_loop_t *loop, const char *what, const char *name,
+                           const char *instance, uint64_t id) {
+  watchdog_t *w;
+  uv_once(&mu_once, mu_init);
+  uv_mutex_lock(&mu);
+  if ((w = find(loop)) != NULL) {
+    if (w->depth < MAX_DEPTH) {
+      char *label = w->labels[w->depth], digits[24];
+      size_t n = 0;
+      int k = (int)sizeof digits - 1;
+      digits[k] = '\0';
+      do digits[--k] = (char)('0' + id % 10); while ((id /= 10) != 0);
+      label_add(label, &n, what);
+      label_add(label, &n, " ");
+      label_add(label, &n, name ? name : "(null)");
+      label_add(label, &n, " (instance ");
+      label_add(label, &n, instance ? instance : "(null)");
+      label_add(label, &n, ", id ");
+      label_add(label, &n, digits + k);
+      label_add(label, &n, ")");
+      label[n] = '\0';
+    }
+    w->depth++;
+  }
+  uv_mutex_unlock(&mu);
+}
+
 void dx__watch_leave(uv_loop_t *loop) {
   watchdog_t *w;
   uv_once(&mu_once, mu_init);

@@ -26,6 +26,10 @@ void dx__watch_enter(uv_loop_t *loop, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* The same for "<what> <name> (instance <instance>, id <id>)", built without printf (an
+** activity step pays this on the loop thread for every step). */
+void dx__watch_enter_names(uv_loop_t *loop, const char *what, const char *name,
+                           const char *instance, uint64_t id);
 void dx__watch_leave(uv_loop_t *loop);
 /* A loop that a script drives now and then (duroxide.runtime) is not blocked while the script
 ** does other things: driven 0 pauses the watch, 1 resumes it with a fresh heartbeat. */

@@ -19,7 +19,10 @@ local ACT_KV_SET, ACT_KV_CLEAR, ACT_KV_CLEAR_ALL, ACT_DEQUEUE = 10, 11, 12, 13
 local KV_SYSCALL = "__duroxide_syscall:get_kv_value"
 local PENDING, OK = 0, 1
 
-local yield = coroutine.yield
+local yield, running = coroutine.yield, coroutine.running
+-- the primitives every await and schedule call uses, as upvalues (one lookup fewer per call:
+-- orchestration code runs under the instruction hook, where every VM instruction counts)
+local poll, emit = C.poll, C.emit
 local mtype = math.type
 local type, select_, error, tostring, ipairs = type, select, error, tostring, ipairs
 -- the originals, captured before the sandbox guards them (sandbox.c): Future checks compare
@@ -54,7 +57,7 @@ end
 -- Suspending is only possible on the orchestration's own coroutine: a yield inside
 -- coroutine.wrap/resume would return to user code with nothing resolved.
 local function suspend(ctx)
-  if coroutine.running() ~= ctx._co then
+  if running() ~= ctx._co then
     error("durable futures must be awaited on the orchestration's coroutine, not inside " ..
           "coroutine.wrap or coroutine.resume", 3)
   end
@@ -77,7 +80,7 @@ function Future:await()
   end
   local box, token = self.ctx._box, self.token
   while true do
-    local state, value, err = C.poll(box, token)
+    local state, value, err = poll(box, token)
     if state == OK then return value end
     if state ~= PENDING then return nil, err end
     suspend(self.ctx)
@@ -144,7 +147,7 @@ local function activity_opts(opts, allowed)
 end
 
 local function activity_future(ctx, name, input, session_id, tag, fail_moved)
-  return new_future(ctx, C.emit(ctx._box, ACT_ACTIVITY, name, input, session_id, nil, nil, nil,
+  return new_future(ctx, emit(ctx._box, ACT_ACTIVITY, name, input, session_id, nil, nil, nil,
                                 fail_moved or false, tag), "activity")
 end
 
@@ -462,7 +465,7 @@ function Context:select(futures)
       if futures[i].cancelled then -- resolved by the code itself, before anything in history
         state, value, err, order = -1, nil, cancelled_error(), -1
       else
-        state, value, err, order = C.poll(box, futures[i].token)
+        state, value, err, order = poll(box, futures[i].token)
       end
       if state ~= PENDING and (best == nil or order < best_order) then
         best, best_order, best_value, best_err = i, order, value, err

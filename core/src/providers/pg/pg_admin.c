@@ -139,7 +139,9 @@ int dx__pg_list_page(dx_provider_t *pp, int64_t now, const dx_list_query_t *q,
   tx_t t;
   (void)now;
   if ((rc = dx__list_page_open(q, rows, n, next, &cur, err))) return rc;
-  if (!(rc = dx__pg_read_begin((pg_t *)pp, &t, err)))
+  /* queued starts and recorded instances are read by several statements: one snapshot, or a
+  ** first turn committing between them listed an instance twice (queued, then recorded) */
+  if (!(rc = dx__pg_snapshot_begin((pg_t *)pp, &t, err)))
     rc = dx__pg_tx_end(&t, list_page_tx(&t, q, &cur, *rows, n, &more, &last));
   return dx__list_page_close(rc, more, &last, rows, n, next, err);
 }
@@ -159,20 +161,26 @@ static int require_record(tx_t *t, const char *inst) {
   return found ? 0 : dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
 }
 
+/* One statement (PQ_ADM_EXECS): the record and its executions in one snapshot. */
 static int executions_tx(tx_t *t, const char *inst, dx_execution_info_t **out, size_t *n) {
   PGresult *res;
   qp_t q;
-  int rc, i;
-  if ((rc = require_record(t, inst))) return rc;
+  int rc, i, rows;
+  if ((rc = dx__pg_lookup_id(t, inst))) return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
   if ((rc = dx__pg_q(t, PQ_ADM_EXECS, &q, &res))) return rc;
-  *n = (size_t)PQntuples(res);
-  if (!(*out = calloc(*n ? *n : 1, sizeof **out))) {
+  if ((rows = PQntuples(res)) == 0) {
+    PQclear(res);
+    return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
+  }
+  if (dx__col_null(res, 0, 0)) rows = 0; /* a record without executions */
+  if (!(*out = calloc(rows ? (size_t)rows : 1, sizeof **out))) {
     PQclear(res);
     return dx__pg_nomem(t->err);
   }
-  for (i = 0; i < (int)*n; i++) {
+  *n = (size_t)rows;
+  for (i = 0; i < rows; i++) {
     dx_execution_info_t *e = &(*out)[i];
     e->execution_id = (uint64_t)dx__col_i64(res, i, 0);
     e->status = (int)dx__col_i64(res, i, 1);
@@ -202,16 +210,16 @@ int dx__pg_list_executions(dx_provider_t *pp, const char *instance, dx_execution
   return rc;
 }
 
-/* Rows of PQ_ADM_QUEUE_ORCH / PQ_ADM_QUEUE_WORK (visible_at, attempt, item, locked_until,
-** locked_by) to cb. */
-static int queue_report(PGresult *res, int queue, dx_queued_cb cb, void *ud, int *stop,
-                        dx_error_t *err) {
+/* Rows of PQ_ADM_QUEUE (queue, seq, visible_at, attempt, item, locked_until, locked_by) to
+** cb, until it asks to stop. */
+static int queue_report(PGresult *res, dx_queued_cb cb, void *ud, dx_error_t *err) {
   int i, rc = 0;
-  for (i = 0; i < PQntuples(res) && !*stop; i++) {
+  for (i = 0; i < PQntuples(res); i++) {
     dx_work_item_t w;
     dx_queued_t q;
     dx_error_t derr = {0};
-    if ((rc = dx__work_item_decode(PQgetvalue(res, i, 2), (size_t)PQgetlength(res, i, 2), &w,
+    int queue = (int)dx__col_i64(res, i, 0), stop;
+    if ((rc = dx__work_item_decode(PQgetvalue(res, i, 4), (size_t)PQgetlength(res, i, 4), &w,
                                    &derr)))
       return dx_error_set(err, rc == DX_ENOMEM ? DX_ENOMEM : DX_ECORRUPT,
                           "undecodable %s queue row: %s",
@@ -219,35 +227,32 @@ static int queue_report(PGresult *res, int queue, dx_queued_cb cb, void *ud, int
     memset(&q, 0, sizeof q);
     q.queue = queue;
     q.item = &w;
-    q.visible_at_ms = dx__col_i64(res, i, 0);
-    q.attempt = (uint32_t)dx__col_i64(res, i, 1);
-    q.locked_until_ms = dx__col_i64(res, i, 3);
-    q.locked_by = dx__col_null(res, i, 4) ? NULL : PQgetvalue(res, i, 4);
-    if (cb(ud, &q)) *stop = 1;
+    q.visible_at_ms = dx__col_i64(res, i, 2);
+    q.attempt = (uint32_t)dx__col_i64(res, i, 3);
+    q.locked_until_ms = dx__col_i64(res, i, 5);
+    q.locked_by = dx__col_null(res, i, 6) ? NULL : PQgetvalue(res, i, 6);
+    stop = cb(ud, &q);
     dx_work_item_clear(&w);
+    if (stop) break;
   }
   return 0;
 }
 
+/* Both queues in one statement (one snapshot: a turn that takes a message and queues an
+** activity is seen whole or not at all). */
 int dx__pg_instance_queue(dx_provider_t *pp, const char *instance, dx_queued_cb cb, void *ud,
                           dx_error_t *err) {
-  PGresult *orch = NULL, *work = NULL;
+  PGresult *res = NULL;
   qp_t q;
-  tx_t t;
-  int rc, stop = 0;
+  int rc;
   if (!cb) return dx_error_set(err, DX_EINVAL, "callback is NULL");
-  if ((rc = dx__check_instance(instance, err)) || (rc = dx__pg_read_begin((pg_t *)pp, &t, err)))
-    return rc;
+  if ((rc = dx__check_instance(instance, err))) return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, instance);
-  rc = dx__pg_q(&t, PQ_ADM_QUEUE_ORCH, &q, &orch);
-  if (!rc) rc = dx__pg_q(&t, PQ_ADM_QUEUE_WORK, &q, &work);
-  rc = dx__pg_tx_end(&t, rc);
-  /* the callbacks run after the reads: they may call us */
-  if (!rc) rc = queue_report(orch, DX_QUEUE_ORCHESTRATOR, cb, ud, &stop, err);
-  if (!rc) rc = queue_report(work, DX_QUEUE_WORKER, cb, ud, &stop, err);
-  PQclear(orch);
-  PQclear(work);
+  rc = dx__pg_one((pg_t *)pp, 0, PQ_ADM_QUEUE, &q, &res, err);
+  /* the callbacks run after the read: they may call us */
+  if (!rc) rc = queue_report(res, cb, ud, err);
+  PQclear(res);
   return rc;
 }
 

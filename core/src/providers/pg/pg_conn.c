@@ -582,13 +582,15 @@ static int reprepare_if_needed(pg_conn_t *c, dx_error_t *err) {
   return 0;
 }
 
-/* Open a transaction (queued: no round trip). */
-static int open_tx(pg_conn_t *c, dx_error_t *err) {
+/* Open a transaction with `begin` (queued: no round trip). */
+static int open_tx_as(pg_conn_t *c, const char *begin, dx_error_t *err) {
   int rc;
   c->notify = 0;
   if ((rc = reprepare_if_needed(c, err))) return rc;
-  return send_stmt(c, -1, "BEGIN", NULL, NULL, err);
+  return send_stmt(c, -1, begin, NULL, NULL, err);
 }
+
+static int open_tx(pg_conn_t *c, dx_error_t *err) { return open_tx_as(c, "BEGIN", err); }
 
 /* The start shared by a transaction and a read: a connection, or the open batch's failure.
 ** The caller checks t->c->in_batch after a 0 return (inside a batch nothing more is sent). */
@@ -613,6 +615,14 @@ int dx__pg_read_begin(pg_t *p, tx_t *t, dx_error_t *err) {
   int rc;
   if ((rc = tx_attach(p, t, err)) || t->c->in_batch) return rc;
   return reprepare_if_needed(t->c, err);
+}
+
+int dx__pg_snapshot_begin(pg_t *p, tx_t *t, dx_error_t *err) {
+  int rc;
+  if ((rc = tx_attach(p, t, err)) || t->c->in_batch) return rc;
+  if ((rc = open_tx_as(t->c, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", err))) return rc;
+  t->own = 1;
+  return 0;
 }
 
 /* COMMIT, queued behind the transaction's writes, in one round trip: optionally without

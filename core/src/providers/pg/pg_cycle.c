@@ -108,8 +108,11 @@ static void follow_up(pg_t *p, int64_t now, dx_cycle_t *cy, dx__pg_park_t *parks
 static void orch_take(tx_t *tf, int64_t now, dx_cycle_t *cy, PGresult *res, dx__pg_park_t *parks,
                       int *n_parks) {
   pg_conn_t *c = tf->c;
-  int picked, i;
-  cy->fetch_rc = dx__pg_orch_fetch_take(tf, res, now, cy->orch_lock_ms, parks, n_parks, &picked);
+  int picked, back, i;
+  /* instances put back (their row changed after the statement's snapshot) stay due: the next
+  ** cycle reads them whole */
+  cy->fetch_rc =
+      dx__pg_orch_fetch_take(tf, res, now, cy->orch_lock_ms, parks, n_parks, &picked, &back);
   for (i = 0; i < c->obuf_n; i++) cy->orch_out[cy->n_orch++] = c->obuf[i];
   free(c->obuf);
   c->obuf = NULL;

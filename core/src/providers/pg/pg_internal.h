@@ -137,8 +137,13 @@ int dx__pg_connect(const char *conninfo, const char *schema_q, PGconn **out, dx_
 int dx__pg_fail(PGconn *conn, PGresult *res, const char *what, dx_error_t *err);
 int dx__pg_tx_begin(pg_t *p, tx_t *t, dx_error_t *err);
 /* For methods that only read: the batch if one is open, else no transaction at all (each
-** statement is its own; one round trip per read). dx__pg_tx_end still ends it. */
+** statement is its own; one round trip per read). dx__pg_tx_end still ends it. Each statement
+** then has its own snapshot: a read of one statement only (several tables: one statement). */
 int dx__pg_read_begin(pg_t *p, tx_t *t, dx_error_t *err);
+/* For reads of several statements that must agree (list_page): the batch if one is open, else
+** a REPEATABLE READ, READ ONLY transaction (one snapshot; its COMMIT at dx__pg_tx_end is a
+** round trip of its own). */
+int dx__pg_snapshot_begin(pg_t *p, tx_t *t, dx_error_t *err);
 /* Ends the method: own txn -> COMMIT on rc == 0, else ROLLBACK. Returns rc (or the commit's). */
 int dx__pg_tx_end(tx_t *t, int rc);
 /* One statement as a whole method: begun (a transaction if `write`, else as a read), run as
@@ -187,6 +192,10 @@ int dx__pg_history_dups(tx_t *t, const char *inst, uint64_t exec, const dx_event
 /* Inserts only: call dx__pg_history_dups first. */
 int dx__pg_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev, size_t n);
 int dx__pg_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **out, size_t *n);
+/* Decode rows r0..r0+n-1 of `res` (event id in column idc, record in column recc) as the
+** history of `inst`/`exec`. DX_ECORRUPT names the undecodable event. */
+int dx__pg_history_decode(tx_t *t, const PGresult *res, int r0, int n, int idc, int recc,
+                          const char *inst, uint64_t exec, dx_event_t **out, size_t *nout);
 int dx__pg_nomem(dx_error_t *err);
 
 /* {===== key-value state (pg_kv.c) =====} */
@@ -274,7 +283,7 @@ typedef struct {
 } dx__pg_park_t;
 int dx__pg_orch_fetch_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresult **res);
 int dx__pg_orch_fetch_take(tx_t *t, PGresult *res, int64_t now, int64_t lock_ms,
-                           dx__pg_park_t *parks, int *n_parks, int *picked);
+                           dx__pg_park_t *parks, int *n_parks, int *picked, int *back);
 int dx__pg_orch_park(tx_t *t, const char *inst, uint64_t token, int64_t now);
 
 int dx__pg_test_corrupt_history(dx_provider_t *, const char *, uint64_t, uint64_t);

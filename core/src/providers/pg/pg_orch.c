@@ -91,9 +91,7 @@ int dx__pg_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_eve
   return rc;
 }
 
-/* Decode rows r0..r0+n-1 of `res` (event id in column idc, record in column recc) as the
-** history of `inst`/`exec`. DX_ECORRUPT names the undecodable event. */
-static int history_decode(tx_t *t, const PGresult *res, int r0, int n, int idc, int recc,
+int dx__pg_history_decode(tx_t *t, const PGresult *res, int r0, int n, int idc, int recc,
                           const char *inst, uint64_t exec, dx_event_t **out, size_t *nout) {
   dx_event_t *v;
   int rc, i;
@@ -131,7 +129,7 @@ int dx__pg_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **o
   dx__qp_str(&q, inst);
   dx__qp_i64(&q, (int64_t)exec);
   if ((rc = dx__pg_q(t, PQ_HIST_LOAD, &q, &res))) return rc;
-  rc = history_decode(t, res, 0, PQntuples(res), 0, 1, inst, exec, out, n);
+  rc = dx__pg_history_decode(t, res, 0, PQntuples(res), 0, 1, inst, exec, out, n);
   PQclear(res);
   return rc;
 }
@@ -238,7 +236,7 @@ static int orch_release(tx_t *t, const char *inst) {
 
 /* Columns of ORCH_FETCH; row kinds (column F_T). */
 enum { F_DUE, F_INST, F_T, F_ID, F_ATT, F_NAME, F_VER, F_BYTES };
-enum { T_LOCK, T_MSG, T_INST, T_HIST, T_KV };
+enum { T_LOCK, T_MSG, T_INST, T_HIST, T_KV, T_BACK };
 
 static int starts_instance(const dx_work_item_t *w) {
   return w->kind == DX_WI_START || w->kind == DX_WI_CAN;
@@ -308,7 +306,7 @@ static int item_fill(tx_t *t, dx_orch_item_t *it, const PGresult *res, int irow,
     hn = 1;
     it->history_held = (uint64_t)dx__col_i64(res, h0, F_ID);
   }
-  rc = history_decode(t, res, h0, hn, F_ID, F_BYTES, it->instance, it->execution_id,
+  rc = dx__pg_history_decode(t, res, h0, hn, F_ID, F_BYTES, it->instance, it->execution_id,
                       &it->history, &it->history_len);
   t->err = saved;
   if (rc == DX_ECORRUPT) {
@@ -495,13 +493,19 @@ int dx__pg_orch_fetch_send(tx_t *t, int64_t now, int64_t lock_ms, int k, PGresul
 
 /* The instances ORCH_FETCH locked (res taken), oldest due first, into the connection's buffer
 ** (c->obuf). Those with nothing to hand out go to parks[] (*n_parks; room for every instance
-** the statement could lock) for the caller to park or drop. *picked: instances locked. */
+** the statement could lock) for the caller to park or drop. *picked: instances locked;
+** *back: instances put back because their row changed after the statement's snapshot (a
+** statement in this transaction later reads them whole). */
 int dx__pg_orch_fetch_take(tx_t *t, PGresult *res, int64_t now, int64_t lock_ms,
-                           dx__pg_park_t *parks, int *n_parks, int *picked) {
+                           dx__pg_park_t *parks, int *n_parks, int *picked, int *back) {
   pg_conn_t *c = t->c;
   int rc = 0, r, r1, rows = PQntuples(res), n = 0, oom = 0;
-  *n_parks = 0;
-  for (r = 0; r < rows; r++) n += dx__col_i64(res, r, F_T) == T_LOCK;
+  *n_parks = *back = 0;
+  for (r = 0; r < rows; r++) {
+    int64_t kind = dx__col_i64(res, r, F_T);
+    n += kind == T_LOCK;
+    *back += kind == T_BACK;
+  }
   *picked = n;
   dx__pg_orch_unbuffer_drop(c);
   if (n && !(c->obuf = calloc((size_t)n, sizeof *c->obuf))) {
@@ -513,7 +517,13 @@ int dx__pg_orch_fetch_take(tx_t *t, PGresult *res, int64_t now, int64_t lock_ms,
   for (r = 0; r < rows && !rc; r = r1) { /* one instance: its lock row, then its other rows */
     dx_orch_item_t *it = NULL;
     int park;
-    for (r1 = r + 1; r1 < rows && dx__col_i64(res, r1, F_T) != T_LOCK; r1++) continue;
+    if (dx__col_i64(res, r, F_T) == T_BACK) { /* a put-back instance has this row only */
+      r1 = r + 1;
+      continue;
+    }
+    for (r1 = r + 1; r1 < rows && (dx__col_i64(res, r1, F_T) != T_LOCK &&
+                                   dx__col_i64(res, r1, F_T) != T_BACK); r1++)
+      continue;
     if ((rc = orch_take(t, res, r, r1, &it, &park))) break;
     if (it) c->obuf[c->obuf_n++] = it;
     if (park) {
@@ -529,15 +539,17 @@ int dx__pg_orch_fetch_take(tx_t *t, PGresult *res, int64_t now, int64_t lock_ms,
 #define ORCH_PREFETCH 16 /* instances locked per round trip inside a batch */
 
 /* Lock up to `k` due instances and read them in one round trip into the connection's buffer;
-** those with nothing to hand out are parked or dropped in the same transaction. */
+** those with nothing to hand out are parked or dropped in the same transaction. *picked
+** counts the instances put back too (another statement reads them afresh). */
 static int orch_fill(tx_t *t, int64_t now, int64_t lock_ms, int k, int *picked) {
   dx__pg_park_t parks[ORCH_PREFETCH];
   PGresult *res = NULL;
-  int rc, i, n_parks = 0;
+  int rc, i, n_parks = 0, back = 0;
   *picked = 0;
   if ((rc = dx__pg_orch_fetch_send(t, now, lock_ms, k, &res)) || (rc = dx__pg_qwait(t)))
     return rc;
-  rc = dx__pg_orch_fetch_take(t, res, now, lock_ms, parks, &n_parks, picked);
+  rc = dx__pg_orch_fetch_take(t, res, now, lock_ms, parks, &n_parks, picked, &back);
+  *picked += back;
   for (i = 0; i < n_parks; i++) {
     if (!rc) rc = dx__pg_orch_park(t, parks[i].inst, parks[i].token, now);
     free(parks[i].inst);
@@ -587,7 +599,8 @@ int dx__pg_fetch_orch(dx_provider_t *pp, int64_t now, int64_t lock_ms, dx_orch_i
   if (c->obuf_next < c->obuf_n && (c->obuf_now != now || c->obuf_lock != lock_ms))
     rc = dx__pg_orch_unbuffer(&t, 1); /* locked for another clock: give them back */
   /* a batch locks several instances per round trip and hands them out one per call; a
-  ** round that locked some but kept none (all cleaned up) picks again */
+  ** round that locked some but kept none (all cleaned up, or put back: then this
+  ** transaction holds their rows, so the next round's snapshot sees them whole) picks again */
   while (!rc && c->obuf_next >= c->obuf_n) {
     dx__pg_orch_unbuffer(&t, 0);
     if ((rc = orch_fill(&t, now, lock_ms, t.own ? 1 : ORCH_PREFETCH, &picked)) || !picked) break;

@@ -9,28 +9,26 @@
 #include "providers/pg/pg_internal.h"
 #include "util.h"
 
-/* The execution to read: `want`, or the latest. Instances written only through
-** append_with_execution (tests) have history but no record: use the history. */
-static int resolve_exec(tx_t *t, const char *inst, uint64_t want, uint64_t *exec) {
+/* Execution `want` (0: the latest) of `inst` and its events, in one statement (PQ_HIST_READ:
+** one snapshot, so a turn or a delete committing meanwhile is seen whole or not at all). */
+static int history_read(tx_t *t, const char *inst, uint64_t want, uint64_t *exec,
+                        dx_event_t **events, size_t *n) {
   PGresult *res;
   qp_t q;
   int rc;
   if ((rc = dx__pg_lookup_id(t, inst))) return rc;
   dx__qp_init(&q);
   dx__qp_str(&q, inst);
-  if ((rc = dx__pg_q(t, PQ_INST_GET, &q, &res))) return rc;
-  if (PQntuples(res) == 1) {
-    *exec = want ? want : (uint64_t)dx__col_i64(res, 0, 2);
+  dx__qp_i64(&q, (int64_t)want);
+  if ((rc = dx__pg_q(t, PQ_HIST_READ, &q, &res))) return rc;
+  if (PQntuples(res) < 1 || dx__col_null(res, 0, 0)) {
     PQclear(res);
-    return 0;
+    return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
   }
-  PQclear(res);
-  if ((rc = dx__pg_q(t, PQ_HIST_MAX_EXEC, &q, &res))) return rc;
   *exec = (uint64_t)dx__col_i64(res, 0, 0);
+  rc = dx__pg_history_decode(t, res, 1, PQntuples(res) - 1, 1, 2, inst, *exec, events, n);
   PQclear(res);
-  if (*exec == 0) return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
-  if (want) *exec = want;
-  return 0;
+  return rc;
 }
 
 static int read_history_once(dx_provider_t *pp, const char *instance, uint64_t execution_id,
@@ -44,9 +42,7 @@ static int read_history_once(dx_provider_t *pp, const char *instance, uint64_t e
   *n = 0;
   if ((rc = dx__check_instance(instance, err)) || (rc = dx__pg_read_begin((pg_t *)pp, &t, err)))
     return rc;
-  rc = resolve_exec(&t, instance, execution_id, &exec);
-  if (!rc) rc = dx__pg_history_load(&t, instance, exec, events, n);
-  rc = dx__pg_tx_end(&t, rc);
+  rc = dx__pg_tx_end(&t, history_read(&t, instance, execution_id, &exec, events, n));
   if (rc) {
     dx_events_free(*events, *n);
     *events = NULL;

@@ -90,18 +90,29 @@ static const char *const SQL[PQ__COUNT] = {
     ** due, instance, t, id (token/seq/exec/event id), attempt, name, version, bytes.
     ** With capabilities ($5 names, $6 versions; NULL: any), only instances this worker can
     ** run: the orchestration its first visible start asks for, else the instance's own.
-    ** $7..$9: histories the caller holds (instance, execution, events; NULL: none). */
-    "WITH c AS (SELECT q.instance_id, q.due_at FROM orch_queue q"
+    ** $7..$9: histories the caller holds (instance, execution, events; NULL: none).
+    ** An instance whose queue row changed after the statement's snapshot is put back (t 5,
+    ** no other rows): see u. */
+    "WITH c AS (SELECT q.instance_id, q.due_at, q.xmin AS xm FROM orch_queue q"
     CAN_RUN_JOIN("$1::bigint", "$5::text[]")
     " WHERE q.due_at <= $1::bigint AND" CAN_RUN("$5::text[]", "$6::text[]")
     " ORDER BY q.due_at, q.instance_id LIMIT $3::bigint FOR UPDATE OF q SKIP LOCKED),"
     /* = ANY(ARRAY(...)) and OFFSET 0 laterals keep every lookup an index probe per instance,
     ** whatever the table sizes were when the plan was made (a generic plan made on a fresh
-    ** schema otherwise hash-joins sequential scans of orch_queue, instances and kv) */
+    ** schema otherwise hash-joins sequential scans of orch_queue, instances and kv).
+    ** READ COMMITTED: when a transaction that committed after this statement's snapshot
+    ** updated a candidate's row (another process's turn releasing it), the lock in c takes
+    ** the newest version while every read below sees the snapshot: its history, record and
+    ** key-value state could miss that turn. u reads the version the snapshot sees, so such a
+    ** row (its xmin is not the locked version's, c.xm) is not updated: it stays due,
+    ** unmarked, and this transaction's row lock ends at its commit. Every history write
+    ** releases (updates) the instance's row in its own transaction, so an equal xmin means
+    ** the history read is whole. */
     " u AS (UPDATE orch_queue q SET lock_token = nextval('dx_seq'), locked_until = $2::bigint,"
     " due_at = $2::bigint, ready_at = NULL, locked_by = $4::text FROM c"
     " WHERE q.instance_id = ANY(ARRAY(SELECT instance_id FROM c))"
-    " AND q.instance_id = c.instance_id RETURNING q.instance_id, q.lock_token, c.due_at),"
+    " AND q.instance_id = c.instance_id AND q.xmin = c.xm"
+    " RETURNING q.instance_id, q.lock_token, c.due_at),"
     /* (joined with u for the token: a subquery per message would scan u, n² per fetch) */
     " m AS (UPDATE orch_msgs o SET attempt = o.attempt + 1, lock_token = u.lock_token FROM u"
     " WHERE o.instance_id = ANY(ARRAY(SELECT instance_id FROM u))"
@@ -133,6 +144,8 @@ static const char *const SQL[PQ__COUNT] = {
     " UNION ALL SELECT x.due_at, x.instance_id, 4, k.updated_at, 0, k.key, k.value, NULL"
     " FROM x CROSS JOIN LATERAL (SELECT z.updated_at, z.key, z.value FROM kv z"
     " WHERE z.instance_id = x.instance_id OFFSET 0) k"
+    " UNION ALL SELECT c.due_at, c.instance_id, 5, 0, 0, NULL, NULL, NULL FROM c"
+    " WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.instance_id = c.instance_id)"
     " ORDER BY 1, 2, 3, 4",
   [PQ_ACK_ORCH] = /* migration 9: every orchestration ack of a cycle (pg_orch.c);
     ** one outcome row per ack, by k */
@@ -177,6 +190,18 @@ static const char *const SQL[PQ__COUNT] = {
 
   /* instances, executions, history */
   [PQ_INST_GET] = "SELECT name, version, current_exec FROM instances WHERE instance_id = $1",
+  [PQ_HIST_READ] = /* read_history: execution $2 (0: the latest) of $1 and its events, in one
+    ** statement (one snapshot: a turn or a delete committing meanwhile is seen whole or not at
+    ** all). First row: the execution (NULL: no record and no history, unknown), event id 0;
+    ** then the events. An instance with history but no record (append_with_execution, tests)
+    ** has the history's latest execution. */
+    "WITH r AS (SELECT COALESCE((SELECT current_exec FROM instances WHERE instance_id = $1),"
+    " (SELECT max(exec) FROM history WHERE instance_id = $1)) AS cur),"
+    " x AS (SELECT CASE WHEN r.cur IS NULL OR $2::bigint = 0 THEN r.cur ELSE $2::bigint END AS e"
+    " FROM r)"
+    " SELECT x.e, 0::bigint, NULL::bytea FROM x"
+    " UNION ALL SELECT x.e, y.event_id, y.rec FROM x JOIN history y ON y.instance_id = $1"
+    " AND y.exec = x.e ORDER BY 2",
   [PQ_HIST_LOAD] =
     "SELECT event_id, rec FROM history WHERE instance_id = $1 AND exec = $2::bigint"
     " ORDER BY event_id",
@@ -274,7 +299,6 @@ static const char *const SQL[PQ__COUNT] = {
     " GROUP BY w.session_id) l ORDER BY grp, sid",
 
   /* reads and management */
-  [PQ_HIST_MAX_EXEC] = "SELECT max(exec) FROM history WHERE instance_id = $1",
   /* One statement, so one snapshot: the record, or else (column 14 is 0) a start queued or
   ** being turned. Read as two statements, a first turn committing between them (record made,
   ** start consumed) was missed by both and a just-started instance read as unknown. */
@@ -345,22 +369,25 @@ static const char *const SQL[PQ__COUNT] = {
     " ORDER BY m.seq DESC LIMIT $2::bigint) b ORDER BY b.seq DESC"
   [PQ_ADM_QUEUED] = ADM_QUEUED(""),
   [PQ_ADM_QUEUED_N] = ADM_QUEUED(" AND m.start_name = $3::text"),
-  [PQ_ADM_EXECS] =
+  /* Management reads are one statement each (one snapshot), like instance info: */
+  [PQ_ADM_EXECS] = /* the record's executions (no row: no record; one row with a NULL
+    ** execution: a record without executions) */
     "SELECT e.exec, e.status, e.started_at, e.completed_at,"
     " (SELECT count(*) FROM history h WHERE h.instance_id = e.instance_id AND h.exec = e.exec)"
-    " FROM executions e WHERE e.instance_id = $1 ORDER BY e.exec",
-  [PQ_ADM_QUEUE_ORCH] =
-    "SELECT m.visible_at, m.attempt, m.item,"
+    " FROM instances i LEFT JOIN executions e ON e.instance_id = i.instance_id"
+    " WHERE i.instance_id = $1 ORDER BY e.exec",
+  [PQ_ADM_QUEUE] = /* an instance's orchestrator messages (queue 1), then its worker rows (2):
+    ** queue, visible_at, attempt, item, locked_until, locked_by */
+    "SELECT 1 AS k, m.seq, m.visible_at, m.attempt, m.item,"
     " CASE WHEN q.lock_token IS NOT NULL AND m.lock_token = q.lock_token THEN q.locked_until END,"
     " CASE WHEN q.lock_token IS NOT NULL AND m.lock_token = q.lock_token THEN q.locked_by END"
     " FROM orch_msgs m LEFT JOIN orch_queue q ON q.instance_id = m.instance_id"
-    " WHERE m.instance_id = $1 ORDER BY m.seq",
-  [PQ_ADM_QUEUE_WORK] =
-    "SELECT w.visible_at, w.attempt, w.item,"
+    " WHERE m.instance_id = $1"
+    " UNION ALL SELECT 2, w.seq, w.visible_at, w.attempt, w.item,"
     " CASE WHEN w.lock_token IS NOT NULL THEN w.locked_until END,"
     " CASE WHEN s.owner <> '' THEN s.owner END"
     " FROM work w LEFT JOIN sessions s ON s.session_id = w.session_id"
-    " WHERE w.instance_id = $1 ORDER BY w.seq",
+    " WHERE w.instance_id = $1 ORDER BY 1, 2",
   [PQ_ADM_STATUS] = /* status of a record (0: no execution), -1: queued only, no row: unknown */
     "SELECT coalesce(e.status, 0) FROM instances i LEFT JOIN executions e"
     " ON e.instance_id = i.instance_id AND e.exec = i.current_exec WHERE i.instance_id = $1"
