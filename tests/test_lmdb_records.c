@@ -37,8 +37,9 @@ static num_t rnd_num(lm_field_type_t type) {
   return v;
 }
 
-/* Pack `nfields` fields (the schema's first ones, then extra ints) with varied encodings. */
-static void pack_record(msgpack_packer *pk, const lm_schema_t *s, size_t nfields) {
+/* Pack `nfields` fields (the schema's first ones, then extra ints) with varied encodings
+** (smallest: msgpack-c's smallest form of every integer, as the provider writes them). */
+static void pack_record(msgpack_packer *pk, const lm_schema_t *s, size_t nfields, int smallest) {
   size_t i;
   msgpack_pack_array(pk, nfields + 1);
   msgpack_pack_uint32(pk, LM_RECORD_FORMAT);
@@ -54,7 +55,7 @@ static void pack_record(msgpack_packer *pk, const lm_schema_t *s, size_t nfields
     } else {
       num_t v = rnd_num(type);
       int neg = type != RF_U64 && v.i < 0;
-      switch (rnd() % 3) { /* the smallest encoding, a fixed width, or a signed one */
+      switch (smallest ? 0 : rnd() % 3) { /* the smallest encoding, a fixed width, or a signed one */
         case 0: if (neg) msgpack_pack_int64(pk, v.i); else msgpack_pack_uint64(pk, v.u); break;
         case 1: if (neg) msgpack_pack_fix_int64(pk, v.i); else msgpack_pack_fix_uint64(pk, v.u); break;
         default:
@@ -143,7 +144,7 @@ DX_TEST(lmdb_records_direct_reader_agrees_with_general_decoder) {
       nf = lo + (size_t)(rnd() % (s->n - lo + 2)); /* older, current or newer records */
       msgpack_sbuffer_init(&sb);
       msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-      pack_record(&pk, s, nf);
+      pack_record(&pk, s, nf, 0);
       if (compare(s, sb.data, sb.size)) direct++;
       else handed++;
       for (bit = 0; i < 20 && bit < sb.size * 8; bit++) {
@@ -157,4 +158,47 @@ DX_TEST(lmdb_records_direct_reader_agrees_with_general_decoder) {
   }
   ASSERT(direct > 1000); /* the common records do take the direct path */
   ASSERT(handed > 0);
+}
+
+/* The provider's own writer (dx__lm_rec_pack, no msgpack-c packer) writes exactly the bytes
+** msgpack-c's packer writes for the same record: stores stay byte for byte as before. */
+DX_TEST(lmdb_records_writer_matches_msgpack_c) {
+  const lm_schema_t *schemas[] = {&dx__lm_inst_schema, &dx__lm_exec_schema, &dx__lm_msg_schema,
+                                  &dx__lm_state_schema, &dx__lm_sess_schema, &dx__lm_row_schema,
+                                  &dx__lm_kv_schema, &dx__lm_kv_delta_schema, &dx__lm_sev_schema,
+                                  &dx__lm_wreg_schema};
+  size_t si;
+  for (si = 0; si < sizeof schemas / sizeof schemas[0]; si++) {
+    const lm_schema_t *s = schemas[si];
+    int i;
+    for (i = 0; i < 500; i++) {
+      msgpack_sbuffer sb;
+      msgpack_packer pk;
+      shared_env_t se;
+      tx_t t;
+      any_rec_t g;
+      MDB_val v;
+      unsigned char out[1024];
+      size_t n;
+      memset(&se, 0, sizeof se);
+      se.path = "test";
+      memset(&t, 0, sizeof t);
+      t.se = &se;
+      t.err = &t.scratch;
+      memset(&g, 0, sizeof g);
+      msgpack_sbuffer_init(&sb);
+      msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+      pack_record(&pk, s, s->n, 1);
+      v.mv_data = sb.data;
+      v.mv_size = sb.size;
+      ASSERT_EQ(dx__lm_rec_decode_general(&t, s, &v, &g, "r"), 0);
+      n = dx__lm_rec_pack(s, &g, NULL);
+      ASSERT_EQ(n, sb.size);
+      ASSERT(n <= sizeof out);
+      ASSERT_EQ(dx__lm_rec_pack(s, &g, out), n);
+      ASSERT(memcmp(out, sb.data, n) == 0);
+      dx__lm_rec_clear(s, &g);
+      msgpack_sbuffer_destroy(&sb);
+    }
+  }
 }

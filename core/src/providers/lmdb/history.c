@@ -12,20 +12,38 @@ static int event_exists(tx_t *t, const char *inst, uint64_t exec, uint64_t id) {
 }
 
 /* DX_EEXIST when one of the events is stored already: an ack checks before it writes
-** anything (it runs in the batch's own txn: LM_WRITE_DIRECT). */
+** anything (it runs in the batch's own txn: LM_WRITE_DIRECT). One cursor seek to the delta's
+** lowest id instead of a lookup per event: a delta follows the stored history, so the seek
+** normally lands past the delta's highest id (or on another execution) at once. */
 int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
                           size_t n) {
-  size_t i;
+  uint64_t lo = UINT64_MAX, hi = 0, id;
+  MDB_cursor *c;
+  MDB_val key, v;
+  dkey_t k;
+  size_t i, pn;
+  int mrc, rc = 0;
+  if (n == 0) return 0;
   for (i = 0; i < n; i++) {
-    dkey_t k;
-    MDB_val v, key;
-    int mrc;
-    key_hist(&k, inst, exec, ev[i].event_id);
-    key = kval(&k);
-    mrc = mdb_get(t->txn, t->se->dbi[DB_HISTORY], &key, &v);
-    if (mrc == 0) return event_exists(t, inst, exec, ev[i].event_id);
-    if (mrc != MDB_NOTFOUND) return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_HISTORY]);
+    if (ev[i].event_id < lo) lo = ev[i].event_id;
+    if (ev[i].event_id > hi) hi = ev[i].event_id;
   }
+  key_hist(&k, inst, exec, lo);
+  pn = k.n - 8;
+  key = kval(&k);
+  if ((mrc = mdb_cursor_open(t->txn, t->se->dbi[DB_HISTORY], &c)))
+    return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_HISTORY]);
+  for (mrc = mdb_cursor_get(c, &key, &v, MDB_SET_RANGE); mrc == 0 && !rc;
+       mrc = mdb_cursor_get(c, &key, &v, MDB_NEXT)) {
+    if (key.mv_size < pn || memcmp(key.mv_data, k.b, pn) != 0) break; /* past the exec */
+    if (key.mv_size != pn + 8) continue; /* not an event key (`check` reports it) */
+    if ((id = get_u64((const char *)key.mv_data + pn)) > hi) break;
+    for (i = 0; i < n; i++)
+      if (ev[i].event_id == id) rc = event_exists(t, inst, exec, id);
+  }
+  mdb_cursor_close(c);
+  if (rc) return rc;
+  if (mrc && mrc != MDB_NOTFOUND) return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_HISTORY]);
   return 0;
 }
 

@@ -413,6 +413,12 @@ typedef struct {
   int64_t at;   /* ready_at or locked_until */
   dkey_t key;
   char *inst;   /* NULL: no candidate */
+  /* what the capabilities check read for this candidate, so locking it does not read it
+  ** again (same txn, no write in between): its messages (msgs_held) and its instance record
+  ** (ir_held 1: read, -1: none stored, 0: not read) */
+  int msgs_held, ir_held;
+  msg_list_t msgs;
+  inst_rec_t ir;
 } orch_cand_t;
 /* A fetch candidate: a plain row (head of work_ready or work_lock) or the earliest row of a
 ** session, either one this worker owns or one it may claim. */
@@ -509,6 +515,8 @@ int dx__lm_can_grow(shared_env_t *se);
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
     dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema, dx__lm_kv_schema,
     dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
+/* The record as MessagePack into out (NULL: only its length); returns its length. */
+size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out);
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what);
@@ -552,6 +560,7 @@ int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s);
 /* The instance a fetch with filter f (NULL: none) would lock at `now`: c->inst NULL when none
 ** (caller frees c->inst). */
 int dx__lm_orch_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c);
+void dx__lm_cand_clear(orch_cand_t *c);
 /* The index entry a lock state implies: DB_ORCH_LOCK, DB_ORCH_READY or -1 (none). */
 int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k);
 int dx__lm_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at);

@@ -18,7 +18,7 @@ static int due_time(tx_t *t, const dx_fetch_filter_t *f, int orch, int work, int
     orch_cand_t c;
     if ((rc = dx__lm_orch_pick(t, f, LM_NEVER, &c))) return rc;
     if (c.inst && c.at < *out) *out = c.at;
-    free(c.inst);
+    dx__lm_cand_clear(&c);
     orch = 0;
   }
   for (i = 0; orch && i < 2; i++) {

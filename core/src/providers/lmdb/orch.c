@@ -100,17 +100,25 @@ static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const o
   return dx__lm_rec_put(t, &dx__lm_state_schema, &k, nw);
 }
 
+/* Unlock the instance; it becomes ready at `ready_at` (LM_NEVER: not queued). */
+static int orch_release_at(tx_t *t, const char *inst, const orch_state_t *old,
+                           int64_t ready_at) {
+  orch_state_t nw = STATE_EMPTY;
+  nw.ready_at = ready_at;
+  return state_set(t, inst, old, &nw);
+}
+
 /* Unlock the instance; it becomes ready at its earliest remaining message, if any. */
 static int orch_release(tx_t *t, const char *inst, const orch_state_t *old) {
   msg_list_t l;
-  orch_state_t nw = STATE_EMPTY;
+  int64_t at = LM_NEVER;
   size_t i;
   int rc = msgs_load(t, inst, &l);
   if (rc) return rc;
   for (i = 0; i < l.n; i++)
-    if (l.v[i].visible_at < nw.ready_at) nw.ready_at = l.v[i].visible_at;
+    if (l.v[i].visible_at < at) at = l.v[i].visible_at;
   msgs_free(&l);
-  return state_set(t, inst, old, &nw);
+  return orch_release_at(t, inst, old, at);
 }
 
 /* Store a message for item->instance. A locked instance is re-indexed by ack or abandon. */
@@ -179,11 +187,19 @@ int dx__lm_orch_reap_dead(tx_t *t, lm_t *p, int64_t now) {
 
 /* {===== orchestrator fetch =====} */
 
+void dx__lm_cand_clear(orch_cand_t *c) {
+  free(c->inst);
+  c->inst = NULL;
+  if (c->msgs_held) msgs_free(&c->msgs);
+  if (c->ir_held > 0) dx__lm_inst_clear(&c->ir);
+  c->msgs_held = c->ir_held = 0;
+}
+
 /* Make the timed-index entry `k` (be64 time + inst\0) the candidate. */
 static int cand_set(tx_t *t, orch_cand_t *c, int db, const MDB_val *k, int64_t at) {
   char *inst = dx__strdup((const char *)k->mv_data + 8);
   if (!inst) return dx__lm_nomem(t->err);
-  free(c->inst);
+  dx__lm_cand_clear(c);
   c->inst = inst;
   c->db = db;
   c->at = at;
@@ -219,10 +235,10 @@ static int msg_decode(tx_t *t, const msg_list_t *l, size_t i, dx_work_item_t *w)
 /* Rolling deployments: may a worker with filter `f` run instance `inst`? A visible start or
 ** continue-as-new names the orchestration (and maybe a version), else the instance record
 ** does; an instance known by neither is taken (its turn drops or parks the messages). */
+/* What it read is left in `keep` (msgs_held, ir_held) for the lock that may follow. */
 static int orch_runnable(tx_t *t, const dx_fetch_filter_t *f, const char *inst, int64_t now,
-                         int *ok) {
+                         int *ok, orch_cand_t *keep) {
   msg_list_t l;
-  inst_rec_t ir;
   size_t i;
   int rc = 0, found = 0;
   *ok = 1;
@@ -240,13 +256,21 @@ static int orch_runnable(tx_t *t, const dx_fetch_filter_t *f, const char *inst, 
     }
     dx_work_item_clear(&w);
   }
-  msgs_free(&l);
-  if (rc || found) return rc;
-  rc = dx__lm_inst_get(t, inst, &ir);
-  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) {
+    msgs_free(&l);
+    return rc;
+  }
+  keep->msgs = l;
+  keep->msgs_held = 1;
+  if (found) return 0;
+  rc = dx__lm_inst_get(t, inst, &keep->ir);
+  if (rc == DX_ENOTFOUND) {
+    keep->ir_held = -1;
+    return 0;
+  }
   if (rc) return rc;
-  *ok = dx_fetch_filter_accepts_orch(f, ir.name, ir.version);
-  dx__lm_inst_clear(&ir);
+  keep->ir_held = 1;
+  *ok = dx_fetch_filter_accepts_orch(f, keep->ir.name, keep->ir.version);
   return 0;
 }
 
@@ -260,15 +284,25 @@ typedef struct {
 /* Timed index in order: the first due instance this worker can run is the candidate. */
 static int orch_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   orch_scan_t *s = ud;
+  orch_cand_t read;
   int64_t at;
   int ok, rc;
   (void)v;
   if ((rc = timed_key_ok(t, s->db, k))) return rc;
   at = (int64_t)get_u64(k->mv_data);
   if (at > s->now || (s->c->inst && s->c->at <= at)) return 1;
-  if ((rc = orch_runnable(t, s->f, (const char *)k->mv_data + 8, s->now, &ok))) return rc;
-  if (!ok) return 0;
-  return (rc = cand_set(t, s->c, s->db, k, at)) ? rc : 1;
+  memset(&read, 0, sizeof read);
+  rc = orch_runnable(t, s->f, (const char *)k->mv_data + 8, s->now, &ok, &read);
+  if (!rc && ok && !(rc = cand_set(t, s->c, s->db, k, at))) {
+    s->c->msgs = read.msgs; /* the candidate takes what was read */
+    s->c->msgs_held = read.msgs_held;
+    s->c->ir = read.ir;
+    s->c->ir_held = read.ir_held;
+    s->c->msgs.inst = s->c->inst; /* the key's bytes do not outlive a write */
+    return 1;
+  }
+  dx__lm_cand_clear(&read);
+  return rc ? rc : 0;
 }
 
 /* The instance to lock: the older of the ready head (due) and the lock head (expired); with
@@ -414,7 +448,7 @@ static int orch_item_fill(tx_t *t, const lm_t *lm, dx_orch_item_t *it, const ins
 
 /* Try to lock candidate `c`. *out stays NULL when the candidate was cleaned up instead (no
 ** visible message, orphan messages, stray index entry); the caller then picks again. */
-static int orch_try_lock(tx_t *t, lm_t *lm, const orch_cand_t *c, int64_t now,
+static int orch_try_lock(tx_t *t, lm_t *lm, orch_cand_t *c, int64_t now,
                          int64_t lock_ms, dx_orch_item_t **out) {
   orch_state_t st, nw;
   msg_list_t l;
@@ -428,10 +462,22 @@ static int orch_try_lock(tx_t *t, lm_t *lm, const orch_cand_t *c, int64_t now,
   if (dx__lm_state_index(c->inst, &st, &k) != c->db || k.n != c->key.n ||
       memcmp(k.b, c->key.b, k.n))
     return dx__lm_db_del(t, c->db, &c->key); /* stray index entry: drop it */
-  if ((rc = msgs_load(t, c->inst, &l))) return rc;
+  if (c->msgs_held) { /* read by the capabilities check in this txn */
+    l = c->msgs;
+    c->msgs_held = 0;
+  } else if ((rc = msgs_load(t, c->inst, &l))) {
+    return rc;
+  }
   if ((rc = batch_decode(t, &l, now, &items, &n))) goto done;
   if (n == 0) { rc = orch_release(t, c->inst, &st); goto done; }
-  if ((rc = dx__lm_inst_get(t, c->inst, &ir)) && rc != DX_ENOTFOUND) goto done;
+  if (c->ir_held) {
+    rc = c->ir_held > 0 ? 0 : DX_ENOTFOUND;
+    memset(&ir, 0, sizeof ir);
+    if (c->ir_held > 0) ir = c->ir;
+    c->ir_held = 0;
+  } else if ((rc = dx__lm_inst_get(t, c->inst, &ir)) && rc != DX_ENOTFOUND) {
+    goto done;
+  }
   has_ir = rc == 0;
   for (i = 0; i < n; i++) starts |= starts_instance(&items[i]);
   if (!has_ir && !starts) {
@@ -487,10 +533,10 @@ static int orch_fetch(tx_t *t, lm_t *lm, int sweep, int64_t now, int64_t lock_ms
   for (;;) { /* each round locks an instance or removes the candidate from the indexes */
     if ((rc = dx__lm_orch_pick(t, lm->filter, now, &c)) || !c.inst) break;
     rc = orch_try_lock(t, lm, &c, now, lock_ms, out);
-    free(c.inst);
+    dx__lm_cand_clear(&c);
     if (rc || *out) return rc;
   }
-  free(c.inst);
+  dx__lm_cand_clear(&c);
   return rc;
 }
 
@@ -589,6 +635,7 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   orch_state_t st;
   ack_inst_t ai = {0, 0, 0, 0};
   msg_list_t l;
+  int64_t next = LM_NEVER; /* when the instance is ready again: its earliest message left */
   size_t i;
   int rc;
   /* the expected refusals come before the first write (LM_WRITE_DIRECT) */
@@ -597,6 +644,8 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
       (rc = msgs_load(t, a->instance, &l)))
     return rc;
   rc = msgs_delete(t, &l, a->lock_token, now);
+  for (i = 0; i < l.n; i++)
+    if (l.v[i].token != a->lock_token && l.v[i].visible_at < next) next = l.v[i].visible_at;
   if (!rc) rc = ack_instance(t, now, a, &ai);
   if (!rc && ai.created) rc = dx__lm_lidx_forget_starts(t, &l, a->lock_token); /* no longer queued */
   msgs_free(&l);
@@ -607,9 +656,13 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   for (i = 0; i < a->worker_items_len && !rc; i++)
     rc = dx__lm_work_insert(t, &a->worker_items[i], now);
   for (i = 0; i < a->cancelled_len && !rc; i++) rc = dx__lm_work_cancel(t, &a->cancelled[i]);
-  for (i = 0; i < a->orch_items_len && !rc; i++)
-    rc = dx__lm_orch_enqueue(t, &a->orch_items[i], dx__visible_at(&a->orch_items[i], now, 0));
-  return rc ? rc : orch_release(t, a->instance, &st);
+  for (i = 0; i < a->orch_items_len && !rc; i++) {
+    int64_t at = dx__visible_at(&a->orch_items[i], now, 0);
+    /* a message to itself (a timer) waits behind the lock this ack releases */
+    if (strcmp(a->orch_items[i].instance, a->instance) == 0 && at < next) next = at;
+    rc = dx__lm_orch_enqueue(t, &a->orch_items[i], at);
+  }
+  return rc ? rc : orch_release_at(t, a->instance, &st, next);
 }
 /* {===== methods: orchestrator queue =====} */
 

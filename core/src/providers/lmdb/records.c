@@ -83,60 +83,80 @@ const lm_schema_t dx__lm_wreg_schema = {DB_WORKERS, wreg_fields, COUNT(wreg_fiel
 
 /* {===== encoding =====} */
 
-static int pack_field(msgpack_packer *pk, const lm_field_t *f, const void *rec) {
+/* The MessagePack writer: the bytes msgpack-c's packer writes (smallest form of each
+** integer, str8 for 32-255 byte strings), without its callback per element. Each w_*
+** writes to `b` (NULL: only counts) and returns its length. */
+static size_t w_head(unsigned char *b, unsigned c, uint64_t v, size_t w) {
+  size_t i;
+  if (b) {
+    b[0] = (unsigned char)c;
+    for (i = 0; i < w; i++) b[1 + i] = (unsigned char)(v >> (8 * (w - 1 - i)));
+  }
+  return 1 + w;
+}
+
+static size_t w_uint(unsigned char *b, uint64_t v) {
+  if (v < 128) return w_head(b, (unsigned)v, 0, 0);
+  if (v < 256) return w_head(b, 0xcc, v, 1);
+  if (v < 65536) return w_head(b, 0xcd, v, 2);
+  if (v <= 0xffffffffull) return w_head(b, 0xce, v, 4);
+  return w_head(b, 0xcf, v, 8);
+}
+
+static size_t w_int(unsigned char *b, int64_t v) {
+  if (v >= 0) return w_uint(b, (uint64_t)v);
+  if (v >= -32) return w_head(b, (unsigned)(v & 0xff), 0, 0);
+  if (v >= -128) return w_head(b, 0xd0, (uint64_t)v, 1);
+  if (v >= -32768) return w_head(b, 0xd1, (uint64_t)v, 2);
+  if (v >= -2147483648ll) return w_head(b, 0xd2, (uint64_t)v, 4);
+  return w_head(b, 0xd3, (uint64_t)v, 8);
+}
+
+/* str (bin = 0) or bin (bin = 1) of n bytes at p */
+static size_t w_bytes(unsigned char *b, int bin, const char *p, size_t n) {
+  size_t h;
+  if (!bin && n < 32) h = w_head(b, 0xa0 | (unsigned)n, 0, 0);
+  else if (n < 256) h = w_head(b, bin ? 0xc4 : 0xd9, n, 1);
+  else if (n < 65536) h = w_head(b, bin ? 0xc5 : 0xda, n, 2);
+  else h = w_head(b, bin ? 0xc6 : 0xdb, n, 4);
+  if (b && n) memcpy(b + h, p, n);
+  return h + n;
+}
+
+static size_t w_field(unsigned char *b, const lm_field_t *f, const void *rec) {
   switch (f->type) {
-    case RF_I64: return msgpack_pack_int64(pk, *CAT(rec, f, int64_t));
-    case RF_U64: return msgpack_pack_uint64(pk, *CAT(rec, f, uint64_t));
-    case RF_INT: return msgpack_pack_int64(pk, *CAT(rec, f, int));
+    case RF_I64: return w_int(b, *CAT(rec, f, int64_t));
+    case RF_U64: return w_uint(b, *CAT(rec, f, uint64_t));
+    case RF_INT: return w_int(b, *CAT(rec, f, int));
     case RF_STR: {
       const char *s = *CAT(rec, f, char *);
-      return s ? msgpack_pack_str_with_body(pk, s, strlen(s)) : msgpack_pack_nil(pk);
+      return s ? w_bytes(b, 0, s, strlen(s)) : w_head(b, 0xc0, 0, 0);
     }
     case RF_BIN: {
       const char *p = *CAT(rec, f, char *);
       size_t n = *(const size_t *)(const void *)((const char *)rec + f->len_off);
-      if (!p) p = ""; /* an optional bin not set: stored empty */
-      return msgpack_pack_bin_with_body(pk, p, n);
+      return w_bytes(b, 1, p ? p : "", n); /* an optional bin not set: stored empty */
     }
   }
-  return -1;
-}
-
-/* The packer's output: on the stack while it fits (records are small), else on the heap. */
-typedef struct {
-  char *p;
-  size_t n, cap;
-  char stack[512];
-} recbuf_t;
-
-static int recbuf_write(void *data, const char *buf, size_t len) {
-  recbuf_t *b = data;
-  if (b->n + len > b->cap) {
-    size_t cap = b->cap * 2 > b->n + len ? b->cap * 2 : b->n + len;
-    char *np = b->p == b->stack ? malloc(cap) : realloc(b->p, cap);
-    if (!np) return -1;
-    if (b->p == b->stack) memcpy(np, b->stack, b->n);
-    b->p = np;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->n, buf, len);
-  b->n += len;
   return 0;
 }
 
+size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out) {
+  size_t n, i, k = s->n + 1;
+  n = k < 16 ? w_head(out, 0x90 | (unsigned)k, 0, 0) : w_head(out, 0xdc, k, 2);
+  n += w_uint(out ? out + n : NULL, LM_RECORD_FORMAT);
+  for (i = 0; i < s->n; i++) n += w_field(out ? out + n : NULL, &s->f[i], rec);
+  return n;
+}
+
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec) {
-  recbuf_t b;
-  msgpack_packer pk;
-  size_t i;
-  int bad, rc;
-  b.p = b.stack;
-  b.n = 0;
-  b.cap = sizeof b.stack;
-  msgpack_packer_init(&pk, &b, recbuf_write);
-  bad = msgpack_pack_array(&pk, s->n + 1) | msgpack_pack_uint32(&pk, LM_RECORD_FORMAT);
-  for (i = 0; i < s->n && !bad; i++) bad |= pack_field(&pk, &s->f[i], rec);
-  rc = bad ? dx__lm_nomem(t->err) : dx__lm_db_put(t, s->db, k, b.p, b.n, 0);
-  if (b.p != b.stack) free(b.p);
+  unsigned char stack[512], *b = stack;
+  size_t n = dx__lm_rec_pack(s, rec, NULL);
+  int rc;
+  if (n > sizeof stack && !(b = malloc(n))) return dx__lm_nomem(t->err);
+  dx__lm_rec_pack(s, rec, b);
+  rc = dx__lm_db_put(t, s->db, k, b, n, 0);
+  if (b != stack) free(b);
   return rc;
 }
 
@@ -258,12 +278,13 @@ static int direct_decode(const lm_schema_t *s, const MDB_val *v, void *rec) {
   rd_t r = {v->mv_data, v->mv_size, 0};
   uint64_t have, u;
   int64_t i64;
-  size_t i, len;
+  size_t i, len = 0;
   int neg;
   unsigned c;
   const char *p;
   void *tmp[16];
   size_t tlen[16];
+  int64_t ival[16]; /* integer fields (a U64's bits as they are) */
   if (s->n > 16 || r.n == 0) return 1;
   c = r.p[r.pos++];
   if (c >= 0x90 && c <= 0x9f) have = c & 0x0f;
@@ -271,18 +292,21 @@ static int direct_decode(const lm_schema_t *s, const MDB_val *v, void *rec) {
   else return 1;
   if (have < (s->n_min ? s->n_min : s->n) + 1 || have > s->n + 1) return 1;
   if (rd_int(&r, &neg, &u, &i64) || neg || u != LM_RECORD_FORMAT) return 1;
-  /* first pass: check every field without writing (so a fallback finds rec untouched) */
+  /* first pass: read and check every field without writing (so a fallback finds rec
+  ** untouched); the second only stores what the first read */
   for (i = 0; i + 1 < have; i++) {
     const lm_field_t *f = &s->f[i];
     tmp[i] = NULL;
     switch (f->type) {
       case RF_U64:
         if (rd_int(&r, &neg, &u, &i64) || neg) return 1;
+        ival[i] = (int64_t)u;
         break;
       case RF_I64: case RF_INT:
         if (rd_int(&r, &neg, &u, &i64) || (!neg && u > INT64_MAX)) return 1;
         if (!neg) i64 = (int64_t)u;
         if (f->type == RF_INT && (i64 < INT_MIN || i64 > INT_MAX)) return 1;
+        ival[i] = i64;
         break;
       case RF_STR: case RF_BIN:
         if (rd_bytes(&r, f->type == RF_BIN, &p, &len) || (f->required && !p)) return 1;
@@ -293,15 +317,10 @@ static int direct_decode(const lm_schema_t *s, const MDB_val *v, void *rec) {
   }
   if (r.pos != r.n) return 1; /* trailing bytes */
   /* second pass: the values */
-  r.pos = 0;
-  c = r.p[r.pos++];
-  if (c == 0xdc) r.pos += 2;
-  (void)rd_int(&r, &neg, &u, &i64);
   for (i = 0; i + 1 < have; i++) {
     const lm_field_t *f = &s->f[i];
     if (f->type == RF_STR || f->type == RF_BIN) {
       char *cp = NULL;
-      (void)rd_bytes(&r, f->type == RF_BIN, &p, &len);
       if (tmp[i] && !(cp = malloc(tlen[i] + 1))) {
         size_t j;
         for (j = 0; j < i; j++)
@@ -319,10 +338,9 @@ static int direct_decode(const lm_schema_t *s, const MDB_val *v, void *rec) {
       if (f->type == RF_BIN) *(size_t *)(void *)((char *)rec + f->len_off) = tlen[i];
       continue;
     }
-    (void)rd_int(&r, &neg, &u, &i64);
-    if (f->type == RF_U64) *AT(rec, f, uint64_t) = u;
-    else if (f->type == RF_I64) *AT(rec, f, int64_t) = neg ? i64 : (int64_t)u;
-    else *AT(rec, f, int) = (int)(neg ? i64 : (int64_t)u);
+    if (f->type == RF_U64) *AT(rec, f, uint64_t) = (uint64_t)ival[i];
+    else if (f->type == RF_I64) *AT(rec, f, int64_t) = ival[i];
+    else *AT(rec, f, int) = (int)ival[i];
   }
   return 0;
 }
