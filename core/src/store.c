@@ -718,7 +718,10 @@ static void store_main(void *arg) {
     uint64_t rdue;
     int renew_now;
     if (s->paused && !s->stopping) { /* a simulated stall: nothing runs until it ends */
+      s->halted = 1;
+      uv_cond_broadcast(&s->halt_cv); /* dx__store_pause waits for this */
       uv_cond_wait(&s->cv, &s->mu);
+      s->halted = 0;
       continue;
     }
     await_delivery(s);
@@ -746,6 +749,9 @@ static void store_main(void *arg) {
         continue;
       }
     }
+    /* mu was let go on the way here (await_delivery, the look for due work): a pause asked
+    ** for meanwhile holds this cycle back too, as SIGSTOP would */
+    if (s->paused && !s->stopping) continue;
     s->poked = 0;
     ops = s->pending;
     s->pending = s->pending_tail = NULL;
@@ -796,7 +802,8 @@ static void store_main(void *arg) {
     }
     if (s->backoff_ms) { /* sleep it out: only stopping cuts it short */
       int64_t until = dx__now_ms() + s->backoff_ms;
-      while (!s->stopping && dx__now_ms() < until) timed_wait(s, until - dx__now_ms());
+      while (!s->stopping && !s->paused && dx__now_ms() < until)
+        timed_wait(s, until - dx__now_ms());
       continue;
     }
     /* Found nothing although something looked due (locked elsewhere, not eligible): wait
@@ -807,6 +814,8 @@ static void store_main(void *arg) {
       s->looking = 0;
     }
   }
+  s->halted = 1; /* ended: runs nothing more */
+  uv_cond_broadcast(&s->halt_cv);
   uv_mutex_unlock(&s->mu);
   uv_async_send(&s->async);
 }
@@ -880,6 +889,7 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
   s->fetching = 1;
   uv_mutex_init(&s->mu);
   uv_cond_init(&s->cv);
+  uv_cond_init(&s->halt_cv);
   uv_async_init(loop, &s->async, on_async);
   s->async.data = s;
   if (uv_thread_create(&s->thread, store_main, s) != 0) {
@@ -937,6 +947,10 @@ void dx__store_pause(dx_store_t *s, int on) {
   uv_mutex_lock(&s->mu);
   s->paused = on;
   uv_cond_signal(&s->cv);
+  /* As SIGSTOP: once this returns the thread runs nothing, not even the end of a cycle it was
+  ** in (its fetch would read a clock the tests move on meanwhile, past this worker's locks).
+  ** A cycle waiting for the loop (await_turns) ends at the pause, so this waits for no loop. */
+  while (on && s->thread_started && !s->halted) uv_cond_wait(&s->halt_cv, &s->mu);
   uv_mutex_unlock(&s->mu);
 }
 
@@ -957,6 +971,7 @@ static void on_closed(uv_handle_t *h) {
   dx__store_free_ids(s->sess_conf, s->n_sess_conf);
   uv_mutex_destroy(&s->mu);
   uv_cond_destroy(&s->cv);
+  uv_cond_destroy(&s->halt_cv);
   free(s);
   if (cb) cb(ud);
 }

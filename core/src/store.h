@@ -124,7 +124,8 @@ void dx__store_stop_fetching(dx_store_t *s);
 /* Stop the thread after flushing queued operations, close handles, then call cb (loop). */
 void dx__store_close(dx_store_t *s, void (*cb)(void *ud), void *ud);
 /* Tests (a simulated stall, duroxide.testing stall_worker): on = 1 the thread runs no cycle
-** (no fetch, ack or renewal) until called again with 0. */
+** (no fetch, ack or renewal) until called again with 0; it returns once the thread has halted
+** (a cycle under way is finished first), as a SIGSTOP'd process runs nothing at all. */
 void dx__store_pause(dx_store_t *s, int on);
 /* 1 when nothing is queued, in flight, or applied/fetched but not yet delivered to the loop. */
 int dx__store_quiet(dx_store_t *s);

@@ -41,6 +41,7 @@ struct dx_store_s {
   uv_thread_t thread;
   uv_mutex_t mu;
   uv_cond_t cv;
+  uv_cond_t halt_cv;  /* the thread halted for a pause (dx__store_pause waits on it) */
   uv_async_t async;
   int thread_started;
   /* guarded by mu */
@@ -52,6 +53,7 @@ struct dx_store_s {
   int fetching;
   int stopping;
   int paused;         /* a simulated stall: no cycles */
+  int halted;         /* the thread waits out the pause (or has ended): dx__store_pause */
   int poked;
   int woken;          /* another process may have committed work: check before sleeping */
   int looking;        /* the thread sleeps between two looks for due work (dx__store_wake) */
