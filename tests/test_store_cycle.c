@@ -1042,6 +1042,29 @@ static void round_fin_acked(dx_store_op_t *op) {
     r->commits_at_done = __atomic_load_n(&r->w->commits, __ATOMIC_SEQ_CST);
 }
 
+/* n starts of "Orch", instances <prefix>0 .. <prefix>n-1, queued straight in the store. */
+static void enqueue_starts(wrap_t *w, const char *prefix, int n) {
+  dx_error_t err;
+  int i;
+  for (i = 0; i < n; i++) {
+    char id[16];
+    dx_work_item_t start = {.kind = DX_WI_START, .instance = id, .name = "Orch",
+                            .execution_id = 1};
+    snprintf(id, sizeof id, "%s%d", prefix, i);
+    ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start,
+                                                          0, &err));
+  }
+}
+
+/* A store on w with long locks and a hold the loop's answers always make in time. */
+static void held_cfg(dx_store_cfg_t *cfg, wrap_t *w) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->provider = &w->base;
+  cfg->orch_lock_ms = cfg->work_lock_ms = 60000;
+  cfg->poll_interval_ms = 10;
+  cfg->hold_ms = 60000;
+}
+
 static void round_applied(dx_store_op_t *op) { ASSERT_EQ(op->rc, 0); }
 
 static void answer_round(void *ud, dx_store_fetched_t *f) {
@@ -1098,20 +1121,9 @@ DX_TEST(store_round_of_ten_steps_answered_in_one_delivery_commits_once) {
   int i, is_closed = 0;
   memset(&r, 0, sizeof r);
   r.w = w;
-  for (i = 0; i < ROUND_N; i++) {
-    char id[16];
-    dx_work_item_t start = {.kind = DX_WI_START, .instance = id, .name = "Orch",
-                            .execution_id = 1};
-    snprintf(id, sizeof id, "r%d", i);
-    ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start,
-                                                          0, &err));
-  }
+  enqueue_starts(w, "r", ROUND_N);
   ASSERT_OK(uv_loop_init(&r.loop));
-  memset(&cfg, 0, sizeof cfg);
-  cfg.provider = &w->base;
-  cfg.orch_lock_ms = cfg.work_lock_ms = 60000;
-  cfg.poll_interval_ms = 10;
-  cfg.hold_ms = 60000;
+  held_cfg(&cfg, w);
   cfg.on_fetch = answer_round;
   cfg.ud = &r;
   ASSERT_OK(dx__store_new(&r.s, &r.loop, &cfg, &err));
@@ -1236,20 +1248,9 @@ DX_TEST(store_answers_to_a_big_delivery_commit_while_the_loop_still_works) {
   int i, is_closed = 0;
   memset(&b, 0, sizeof b);
   b.w = w;
-  for (i = 0; i < BIG_N; i++) {
-    char id[16];
-    dx_work_item_t start = {.kind = DX_WI_START, .instance = id, .name = "Orch",
-                            .execution_id = 1};
-    snprintf(id, sizeof id, "b%d", i);
-    ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &start,
-                                                          0, &err));
-  }
+  enqueue_starts(w, "b", BIG_N);
   ASSERT_OK(uv_loop_init(&b.loop));
-  memset(&cfg, 0, sizeof cfg);
-  cfg.provider = &w->base;
-  cfg.orch_lock_ms = cfg.work_lock_ms = 60000;
-  cfg.poll_interval_ms = 10;
-  cfg.hold_ms = 60000;
+  held_cfg(&cfg, w);
   cfg.on_fetch = answer_big;
   cfg.ud = &b;
   ASSERT_OK(dx__store_new(&b.s, &b.loop, &cfg, &err));
