@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "mpack.h"
 
 #define FORMAT_VERSION 1
 
@@ -110,18 +111,6 @@ typedef struct {
   size_t bytes;
 } plan_t;
 
-static size_t uint_size(uint64_t v) {
-  return v < 128 ? 1 : v < 256 ? 2 : v < 65536 ? 3 : v <= UINT32_MAX ? 5 : 9;
-}
-
-static size_t int_size(int64_t v) {
-  if (v >= 0) return uint_size((uint64_t)v);
-  return v >= -32 ? 1 : v >= -128 ? 2 : v >= -32768 ? 3 : v >= INT32_MIN ? 5 : 9;
-}
-
-static size_t str_size(size_t n) { return n + (n < 32 ? 1 : n < 256 ? 2 : n < 65536 ? 3 : 5); }
-static size_t map_size(size_t n) { return n < 16 ? 1 : n < 65536 ? 3 : 5; }
-
 /* Plan the present fields of `base` (schema s); returns how many there are at this level. */
 static size_t plan_fields(plan_t *p, const schema_t *s, const void *base) {
   size_t i, count = 0;
@@ -129,10 +118,10 @@ static size_t plan_fields(plan_t *p, const schema_t *s, const void *base) {
     const field_t *f = &s->fields[i];
     size_t at = (size_t)p->n, n = 0, vsize;
     switch (f->type) {
-      case FT_KIND: vsize = int_size(*CAT(base, f, int)); break; /* always: decoding needs it */
+      case FT_KIND: vsize = dx__mp_int(NULL, *CAT(base, f, int)); break; /* always: decoding needs it */
       case FT_INT:
         if (!*CAT(base, f, int)) continue;
-        vsize = int_size(*CAT(base, f, int));
+        vsize = dx__mp_int(NULL, *CAT(base, f, int));
         break;
       case FT_BOOL:
         if (!*CAT(base, f, int)) continue;
@@ -140,74 +129,34 @@ static size_t plan_fields(plan_t *p, const schema_t *s, const void *base) {
         break;
       case FT_U64:
         if (!*CAT(base, f, uint64_t)) continue;
-        vsize = uint_size(*CAT(base, f, uint64_t));
+        vsize = dx__mp_uint(NULL, *CAT(base, f, uint64_t));
         break;
       case FT_I64:
         if (!*CAT(base, f, int64_t)) continue;
-        vsize = int_size(*CAT(base, f, int64_t));
+        vsize = dx__mp_int(NULL, *CAT(base, f, int64_t));
         break;
       case FT_STR: {
         const char *str = *CAT(base, f, char *);
         if (!str) continue;
         n = strlen(str);
-        vsize = str_size(n);
+        vsize = dx__mp_bytes(NULL, 0, NULL, n);
         break;
       }
       case FT_FAIL:
         if (!failure_present(CAT(base, f, dx_failure_t))) continue;
         p->n++; /* the failure's entry comes before its fields */
         n = plan_fields(p, &failure_schema, CAT(base, f, dx_failure_t));
-        vsize = map_size(n);
+        vsize = dx__mp_container(NULL, 1, n);
         break;
       default: continue;
     }
     if (f->type != FT_FAIL) p->n++;
     p->it[at].f = f;
     p->it[at].n = n;
-    p->bytes += str_size(f->key_len) + vsize;
+    p->bytes += dx__mp_bytes(NULL, 0, NULL, f->key_len) + vsize;
     count++;
   }
   return count;
-}
-
-/* A tag byte followed by the low `n` bytes of v, big-endian; returns the next byte. */
-static unsigned char *put_tag(unsigned char *o, unsigned tag, uint64_t v, int n) {
-  int i;
-  *o++ = (unsigned char)tag;
-  for (i = n - 1; i >= 0; i--) *o++ = (unsigned char)(v >> (8 * i));
-  return o;
-}
-
-static unsigned char *put_uint(unsigned char *o, uint64_t v) {
-  if (v < 128) return put_tag(o, (unsigned)v, 0, 0);
-  if (v < 256) return put_tag(o, 0xcc, v, 1);
-  if (v < 65536) return put_tag(o, 0xcd, v, 2);
-  if (v <= UINT32_MAX) return put_tag(o, 0xce, v, 4);
-  return put_tag(o, 0xcf, v, 8);
-}
-
-static unsigned char *put_int(unsigned char *o, int64_t v) {
-  if (v >= 0) return put_uint(o, (uint64_t)v);
-  if (v >= -32) return put_tag(o, (unsigned)(v & 0xff), 0, 0);
-  if (v >= -128) return put_tag(o, 0xd0, (uint64_t)v, 1);
-  if (v >= -32768) return put_tag(o, 0xd1, (uint64_t)v, 2);
-  if (v >= INT32_MIN) return put_tag(o, 0xd2, (uint64_t)v, 4);
-  return put_tag(o, 0xd3, (uint64_t)v, 8);
-}
-
-static unsigned char *put_str(unsigned char *o, const char *s, size_t n) {
-  if (n < 32) o = put_tag(o, 0xa0 | (unsigned)n, 0, 0);
-  else if (n < 256) o = put_tag(o, 0xd9, n, 1);
-  else if (n < 65536) o = put_tag(o, 0xda, n, 2);
-  else o = put_tag(o, 0xdb, n, 4);
-  if (n) memcpy(o, s, n);
-  return o + n;
-}
-
-static unsigned char *put_map(unsigned char *o, size_t n) {
-  if (n < 16) return put_tag(o, 0x80 | (unsigned)n, 0, 0);
-  if (n < 65536) return put_tag(o, 0xde, n, 2);
-  return put_tag(o, 0xdf, n, 4);
 }
 
 /* Write `count` planned entries of `base` from *it on; returns the byte after them. */
@@ -217,15 +166,15 @@ static unsigned char *put_items(unsigned char *o, const item_t **it, size_t coun
   for (k = 0; k < count; k++) {
     const item_t *item = (*it)++;
     const field_t *f = item->f;
-    o = put_str(o, f->key, f->key_len);
+    o += dx__mp_bytes(o, 0, f->key, f->key_len);
     switch (f->type) {
-      case FT_KIND: case FT_INT: o = put_int(o, *CAT(base, f, int)); break;
-      case FT_U64: o = put_uint(o, *CAT(base, f, uint64_t)); break;
-      case FT_I64: o = put_int(o, *CAT(base, f, int64_t)); break;
+      case FT_KIND: case FT_INT: o += dx__mp_int(o, *CAT(base, f, int)); break;
+      case FT_U64: o += dx__mp_uint(o, *CAT(base, f, uint64_t)); break;
+      case FT_I64: o += dx__mp_int(o, *CAT(base, f, int64_t)); break;
       case FT_BOOL: *o++ = 0xc3; break; /* only present when true */
-      case FT_STR: o = put_str(o, *CAT(base, f, char *), item->n); break;
+      case FT_STR: o += dx__mp_bytes(o, 0, *CAT(base, f, char *), item->n); break;
       case FT_FAIL:
-        o = put_map(o, item->n);
+        o += dx__mp_container(o, 1, item->n);
         o = put_items(o, it, item->n, CAT(base, f, dx_failure_t));
         break;
     }
@@ -247,13 +196,13 @@ static int encode(const schema_t *s, const void *rec, char **buf, size_t *len) {
   plan.n = 0;
   plan.bytes = 3; /* "v" 1 */
   count = plan_fields(&plan, s, rec);
-  plan.bytes += map_size(count + 1);
+  plan.bytes += dx__mp_container(NULL, 1, count + 1);
   if (!(o = malloc(plan.bytes))) return DX_ENOMEM;
   *buf = (char *)o;
   *len = plan.bytes;
-  o = put_map(o, count + 1);
-  o = put_str(o, "v", 1);
-  o = put_uint(o, FORMAT_VERSION);
+  o += dx__mp_container(o, 1, count + 1);
+  o += dx__mp_bytes(o, 0, "v", 1);
+  o += dx__mp_uint(o, FORMAT_VERSION);
   put_items(o, &it, count, rec);
   return DX_OK;
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "lmdb_int.h"
+#include "mpack.h"
 
 #define F(type, T, member, req) {type, offsetof(T, member), 0, req}
 #define FB(T, member, len_member) {RF_BIN, offsetof(T, member), offsetof(T, len_member), 1}
@@ -83,59 +84,20 @@ const lm_schema_t dx__lm_wreg_schema = {DB_WORKERS, wreg_fields, COUNT(wreg_fiel
 
 /* {===== encoding =====} */
 
-/* The MessagePack writer: the bytes msgpack-c's packer writes (smallest form of each
-** integer, str8 for 32-255 byte strings), without its callback per element. Each w_*
-** writes to `b` (NULL: only counts) and returns its length. */
-static size_t w_head(unsigned char *b, unsigned c, uint64_t v, size_t w) {
-  size_t i;
-  if (b) {
-    b[0] = (unsigned char)c;
-    for (i = 0; i < w; i++) b[1 + i] = (unsigned char)(v >> (8 * (w - 1 - i)));
-  }
-  return 1 + w;
-}
-
-static size_t w_uint(unsigned char *b, uint64_t v) {
-  if (v < 128) return w_head(b, (unsigned)v, 0, 0);
-  if (v < 256) return w_head(b, 0xcc, v, 1);
-  if (v < 65536) return w_head(b, 0xcd, v, 2);
-  if (v <= 0xffffffffull) return w_head(b, 0xce, v, 4);
-  return w_head(b, 0xcf, v, 8);
-}
-
-static size_t w_int(unsigned char *b, int64_t v) {
-  if (v >= 0) return w_uint(b, (uint64_t)v);
-  if (v >= -32) return w_head(b, (unsigned)(v & 0xff), 0, 0);
-  if (v >= -128) return w_head(b, 0xd0, (uint64_t)v, 1);
-  if (v >= -32768) return w_head(b, 0xd1, (uint64_t)v, 2);
-  if (v >= -2147483648ll) return w_head(b, 0xd2, (uint64_t)v, 4);
-  return w_head(b, 0xd3, (uint64_t)v, 8);
-}
-
-/* str (bin = 0) or bin (bin = 1) of n bytes at p */
-static size_t w_bytes(unsigned char *b, int bin, const char *p, size_t n) {
-  size_t h;
-  if (!bin && n < 32) h = w_head(b, 0xa0 | (unsigned)n, 0, 0);
-  else if (n < 256) h = w_head(b, bin ? 0xc4 : 0xd9, n, 1);
-  else if (n < 65536) h = w_head(b, bin ? 0xc5 : 0xda, n, 2);
-  else h = w_head(b, bin ? 0xc6 : 0xdb, n, 4);
-  if (b && n) memcpy(b + h, p, n);
-  return h + n;
-}
-
+/* Each field with mpack.h's writer: b NULL only counts. */
 static size_t w_field(unsigned char *b, const lm_field_t *f, const void *rec) {
   switch (f->type) {
-    case RF_I64: return w_int(b, *CAT(rec, f, int64_t));
-    case RF_U64: return w_uint(b, *CAT(rec, f, uint64_t));
-    case RF_INT: return w_int(b, *CAT(rec, f, int));
+    case RF_I64: return dx__mp_int(b, *CAT(rec, f, int64_t));
+    case RF_U64: return dx__mp_uint(b, *CAT(rec, f, uint64_t));
+    case RF_INT: return dx__mp_int(b, *CAT(rec, f, int));
     case RF_STR: {
       const char *s = *CAT(rec, f, char *);
-      return s ? w_bytes(b, 0, s, strlen(s)) : w_head(b, 0xc0, 0, 0);
+      return s ? dx__mp_bytes(b, 0, s, strlen(s)) : dx__mp_nil(b);
     }
     case RF_BIN: {
       const char *p = *CAT(rec, f, char *);
       size_t n = *(const size_t *)(const void *)((const char *)rec + f->len_off);
-      return w_bytes(b, 1, p ? p : "", n); /* an optional bin not set: stored empty */
+      return dx__mp_bytes(b, 1, p ? p : "", n); /* an optional bin not set: stored empty */
     }
   }
   return 0;
@@ -143,8 +105,8 @@ static size_t w_field(unsigned char *b, const lm_field_t *f, const void *rec) {
 
 size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out) {
   size_t n, i, k = s->n + 1;
-  n = k < 16 ? w_head(out, 0x90 | (unsigned)k, 0, 0) : w_head(out, 0xdc, k, 2);
-  n += w_uint(out ? out + n : NULL, LM_RECORD_FORMAT);
+  n = dx__mp_container(out, 0, k);
+  n += dx__mp_uint(out ? out + n : NULL, LM_RECORD_FORMAT);
   for (i = 0; i < s->n; i++) n += w_field(out ? out + n : NULL, &s->f[i], rec);
   return n;
 }
