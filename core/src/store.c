@@ -578,22 +578,20 @@ static void count_ops(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fe
     [DX_OP_RENEW_SESSIONS] = "renew_sessions", [DX_OP_RELEASE_SESSIONS] = "release_sessions",
     [DX_OP_CLEANUP_SESSIONS] = "cleanup_sessions"};
   enum { N_NAMES = sizeof names / sizeof *names };
-  unsigned n[N_NAMES + 1][2] = {{0}}; /* by kind (N_NAMES: other), ok / refused */
+  static const char *const outcome[2] = {"ok", "refused"};
+  unsigned n[N_NAMES + 1][2] = {{0}}; /* by kind (N_NAMES: other), by outcome */
   const dx_store_op_t *op;
-  size_t k;
+  size_t k, j;
   if (!s->cfg.metrics) return;
   /* counted here first: one update per series instead of one per op (each takes the
   ** registry's lock, which the loop's metrics share) */
   for (op = ops; op; op = op->next)
     n[op->kind > 0 && op->kind < N_NAMES && names[op->kind] ? op->kind : N_NAMES][op->rc != 0]++;
-  for (k = 0; k <= N_NAMES; k++) {
-    if (n[k][0])
-      dx__metric_add(s->cfg.metrics, DXM_STORE_OPERATIONS,
-                     DXM_LABELS(k < N_NAMES ? names[k] : "other", "ok"), n[k][0]);
-    if (n[k][1])
-      dx__metric_add(s->cfg.metrics, DXM_STORE_OPERATIONS,
-                     DXM_LABELS(k < N_NAMES ? names[k] : "other", "refused"), n[k][1]);
-  }
+  for (k = 0; k <= N_NAMES; k++)
+    for (j = 0; j < 2; j++)
+      if (n[k][j])
+        dx__metric_add(s->cfg.metrics, DXM_STORE_OPERATIONS,
+                       DXM_LABELS(k < N_NAMES ? names[k] : "other", outcome[j]), n[k][j]);
   if (f->n_orch)
     dx__metric_add(s->cfg.metrics, DXM_STORE_FETCHED, DXM_LABELS("orchestrator"),
                    (double)f->n_orch);
