@@ -8,6 +8,7 @@
 
 #include "duroxide/provider.h"
 #include "store.h"
+#include "store_fake.h"
 #include "testlib.h"
 
 static volatile int fail_begin = 1, begins;
@@ -15,18 +16,6 @@ static volatile int fail_begin = 1, begins;
 static int f_begin(dx_provider_t *p, dx_error_t *err) {
   begins++;
   return fail_begin ? dx_error_set(err, DX_ESTORE, "store /fake: begin failed") : 0;
-}
-static int f_commit(dx_provider_t *p, int sync, dx_error_t *err) { return 0; }
-static void f_rollback(dx_provider_t *p) {}
-static int f_fetch_orch(dx_provider_t *p, int64_t now, int64_t lock_ms, dx_orch_item_t **out,
-                        dx_error_t *err) {
-  *out = NULL;
-  return 0;
-}
-static int f_fetch_work(dx_provider_t *p, int64_t now, int64_t lock_ms,
-                        const dx_session_cfg_t *s, dx_work_fetch_t *out, dx_error_t *err) {
-  memset(out, 0, sizeof *out);
-  return 0;
 }
 static int f_next_due(dx_provider_t *p, int64_t now, int64_t *out, dx_error_t *err) {
   *out = now; /* always something due: the thread keeps cycling */
@@ -51,14 +40,7 @@ DX_TEST(failing_store_cycles_back_off_to_one_second) {
   dx_store_t *s;
   dx_error_t err;
   uint64_t c;
-  fake_methods.version = 1;
-  fake_methods.name = "fake";
-  fake_methods.begin = f_begin;
-  fake_methods.commit = f_commit;
-  fake_methods.rollback = f_rollback;
-  fake_methods.fetch_orchestration_item = f_fetch_orch;
-  fake_methods.fetch_work_item = f_fetch_work;
-  fake_methods.next_due_ms = f_next_due;
+  store_fake_methods(&fake_methods, f_begin, f_next_due);
   ASSERT_OK(uv_loop_init(&loop));
   memset(&cfg, 0, sizeof cfg);
   cfg.provider = &fake;

@@ -11,6 +11,7 @@
 
 #include "duroxide/provider.h"
 #include "store.h"
+#include "store_fake.h"
 #include "store_int.h"
 #include "testlib.h"
 
@@ -19,18 +20,6 @@ static int begins, dues, armed, in_look; /* atomics: the store thread writes the
 
 static int f_begin(dx_provider_t *p, dx_error_t *err) {
   __atomic_add_fetch(&begins, 1, __ATOMIC_SEQ_CST);
-  return 0;
-}
-static int f_commit(dx_provider_t *p, int sync, dx_error_t *err) { return 0; }
-static void f_rollback(dx_provider_t *p) {}
-static int f_fetch_orch(dx_provider_t *p, int64_t now, int64_t lock_ms, dx_orch_item_t **out,
-                        dx_error_t *err) {
-  *out = NULL;
-  return 0;
-}
-static int f_fetch_work(dx_provider_t *p, int64_t now, int64_t lock_ms,
-                        const dx_session_cfg_t *s, dx_work_fetch_t *out, dx_error_t *err) {
-  memset(out, 0, sizeof *out);
   return 0;
 }
 
@@ -69,14 +58,7 @@ DX_TEST(a_pause_asked_for_while_the_store_thread_looks_for_work_runs_no_cycle) {
   dx_store_cfg_t cfg;
   dx_error_t err;
   int before, i, halted;
-  fake_methods.version = 1;
-  fake_methods.name = "fake";
-  fake_methods.begin = f_begin;
-  fake_methods.commit = f_commit;
-  fake_methods.rollback = f_rollback;
-  fake_methods.fetch_orchestration_item = f_fetch_orch;
-  fake_methods.fetch_work_item = f_fetch_work;
-  fake_methods.next_due_ms = f_next_due;
+  store_fake_methods(&fake_methods, f_begin, f_next_due);
   ASSERT_OK(uv_loop_init(&loop));
   memset(&cfg, 0, sizeof cfg);
   cfg.provider = &fake;
