@@ -189,6 +189,15 @@ static void op_done(dx_store_op_t *op) { (*((op_t *)op->ud)->done)++; }
 
 static void closed(void *ud) { *(int *)ud = 1; }
 
+/* Close s (its queued ops are flushed first) and then its loop. */
+static void close_store(dx_store_t *s, uv_loop_t *loop) {
+  int is_closed = 0;
+  dx__store_close(s, closed, &is_closed);
+  uv_run(loop, UV_RUN_DEFAULT);
+  ASSERT(is_closed);
+  ASSERT_OK(uv_loop_close(loop));
+}
+
 static int fatals; /* on_fatal calls in the last run_batch */
 static void on_fatal(void *ud, const dx_error_t *err) {
   (void)ud;
@@ -202,7 +211,7 @@ static void run_batch(wrap_t *w, const char *const *ids, size_t n, op_t *ops) {
   dx_store_t *s;
   dx_store_cfg_t cfg;
   dx_error_t err;
-  int done = 0, is_closed = 0;
+  int done = 0;
   size_t i;
   ASSERT_OK(uv_loop_init(&loop));
   memset(&cfg, 0, sizeof cfg);
@@ -230,10 +239,7 @@ static void run_batch(wrap_t *w, const char *const *ids, size_t n, op_t *ops) {
   for (i = 0; i < n; i++) dx__store_submit(s, &ops[i].op);
   dx__store_pause(s, 0);
   while (done < (int)n) uv_run(&loop, UV_RUN_ONCE);
-  dx__store_close(s, closed, &is_closed);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  ASSERT(is_closed);
-  ASSERT_OK(uv_loop_close(&loop));
+  close_store(s, &loop);
 }
 
 /* Run one op through the store thread (fetching off) and return it when it reported back. */
@@ -242,7 +248,7 @@ static void run_op(wrap_t *w, dx_store_op_t *op) {
   dx_store_t *s;
   dx_store_cfg_t cfg;
   dx_error_t err;
-  int done = 0, is_closed = 0;
+  int done = 0;
   op_t holder;
   ASSERT_OK(uv_loop_init(&loop));
   memset(&cfg, 0, sizeof cfg);
@@ -256,10 +262,7 @@ static void run_op(wrap_t *w, dx_store_op_t *op) {
   dx__store_stop_fetching(s);
   dx__store_submit(s, op);
   while (!done) uv_run(&loop, UV_RUN_ONCE);
-  dx__store_close(s, closed, &is_closed);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  ASSERT(is_closed);
-  ASSERT_OK(uv_loop_close(&loop));
+  close_store(s, &loop);
 }
 
 /* An activity's result may be lost to a power cut (the activity runs again: at least once),
@@ -412,7 +415,7 @@ DX_TEST(store_renewal_lost_to_a_retried_batch_is_made_again) {
   dx_store_cfg_t cfg;
   dx_work_item_t start;
   dx_error_t err;
-  int i, n, failed_at = -1, is_closed = 0;
+  int i, n, failed_at = -1;
   memset(&start, 0, sizeof start);
   start.kind = DX_WI_START;
   start.instance = "held";
@@ -443,10 +446,7 @@ DX_TEST(store_renewal_lost_to_a_retried_batch_is_made_again) {
   ASSERT(w->log_renews[failed_at] > 0);
   ASSERT_EQ(w->log_rc[failed_at + 1], 0);
   ASSERT(w->log_renews[failed_at + 1] > 0); /* the retry renewed the lock again */
-  dx__store_close(s, closed, &is_closed);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  ASSERT(is_closed);
-  ASSERT_OK(uv_loop_close(&loop));
+  close_store(s, &loop);
   w_destroy(&w->base);
 }
 
@@ -483,7 +483,7 @@ DX_TEST(store_session_renewal_reports_only_what_the_kept_attempt_renewed) {
   dx_store_cfg_t cfg;
   dx_error_t err;
   op_t op;
-  int done = 0, is_closed = 0;
+  int done = 0;
   size_t i;
   w->retry_commits = 1;
   w->m.renew_session_lock = w_renew_sessions;
@@ -508,10 +508,7 @@ DX_TEST(store_session_renewal_reports_only_what_the_kept_attempt_renewed) {
   for (i = 0; i < op.op.n_ids; i++) free(op.op.ids[i]);
   free(op.op.ids);
   free(op.op.ended);
-  dx__store_close(s, closed, &is_closed);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  ASSERT(is_closed);
-  ASSERT_OK(uv_loop_close(&loop));
+  close_store(s, &loop);
   w_destroy(&w->base);
 }
 
@@ -557,7 +554,7 @@ DX_TEST(wake_fd_wakes_the_store_thread_and_reports_lost_connections) {
   dx_store_cfg_t cfg;
   dx_wake_t *wk;
   dx_error_t err;
-  int lost = 0, before, i, is_closed = 0;
+  int lost = 0, before, i;
   ASSERT_OK(pipe(w->wake_pipe));
   w->m.version = 4;
   w->m.wake_fd = w_wake_fd;
@@ -585,10 +582,7 @@ DX_TEST(wake_fd_wakes_the_store_thread_and_reports_lost_connections) {
   for (i = 0; i < 5000 && lost == 0; i++) spin(&loop, 1);
   ASSERT_EQ(lost, 1);
   dx__wake_stop(wk);
-  dx__store_close(s, closed, &is_closed);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  ASSERT(is_closed);
-  ASSERT_OK(uv_loop_close(&loop));
+  close_store(s, &loop);
   close(w->wake_pipe[0]);
   close(w->wake_pipe[1]);
   w_destroy(&w->base);
@@ -601,7 +595,7 @@ DX_TEST(wake_without_a_source_is_null_and_the_notify_file_still_works) {
   dx_store_cfg_t cfg;
   dx_wake_t *wk;
   dx_error_t err;
-  int lost = 0, is_closed = 0;
+  int lost = 0;
   const dx_provider_methods_t *inner = w->inner->methods;
   ASSERT_OK(uv_loop_init(&loop));
   memset(&cfg, 0, sizeof cfg);
@@ -617,10 +611,7 @@ DX_TEST(wake_without_a_source_is_null_and_the_notify_file_still_works) {
   dx__wake_stop(wk);
   w->m.notify_path = NULL; /* no source at all: polling */
   ASSERT(dx__wake_start(&loop, &w->base, s, count_lost, &lost) == NULL);
-  dx__store_close(s, closed, &is_closed);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  ASSERT(is_closed);
-  ASSERT_OK(uv_loop_close(&loop));
+  close_store(s, &loop);
   w_destroy(&w->base);
 }
 
@@ -747,7 +738,7 @@ static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
   dx_store_cfg_t cfg;
   dx_work_item_t start;
   dx_error_t err;
-  int i, is_closed = 0;
+  int i;
   memset(&start, 0, sizeof start);
   start.kind = DX_WI_START;
   start.instance = "i1";
@@ -782,10 +773,7 @@ static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
     uv_run(&t->loop, UV_RUN_NOWAIT);
     usleep(500);
   }
-  dx__store_close(t->s, closed, &is_closed);
-  uv_run(&t->loop, UV_RUN_DEFAULT);
-  ASSERT(is_closed);
-  ASSERT_OK(uv_loop_close(&t->loop));
+  close_store(t->s, &t->loop);
 }
 
 /* The history the store holds for i1 has exactly its one turn's two events. */
@@ -1118,7 +1106,7 @@ DX_TEST(store_round_of_ten_steps_answered_in_one_delivery_commits_once) {
   wrap_t *w = wrap_open();
   dx_store_cfg_t cfg;
   dx_error_t err;
-  int i, is_closed = 0;
+  int i;
   memset(&r, 0, sizeof r);
   r.w = w;
   enqueue_starts(w, "r", ROUND_N);
@@ -1132,10 +1120,7 @@ DX_TEST(store_round_of_ten_steps_answered_in_one_delivery_commits_once) {
     uv_run(&r.loop, UV_RUN_NOWAIT);
     usleep(500);
   }
-  dx__store_close(r.s, closed, &is_closed);
-  uv_run(&r.loop, UV_RUN_DEFAULT);
-  ASSERT(is_closed);
-  ASSERT_OK(uv_loop_close(&r.loop));
+  close_store(r.s, &r.loop);
   ASSERT_EQ(r.fin_done, ROUND_N);
   ASSERT_EQ(r.fin_failed, 0);
   ASSERT_EQ(r.n_work, ROUND_N);
@@ -1163,7 +1148,7 @@ DX_TEST(store_want_of_more_budget_in_hand_does_not_wake_the_thread) {
   dx_store_t *s;
   dx_store_cfg_t cfg;
   dx_error_t err;
-  int i, is_closed = 0, before;
+  int i, before;
   w->m.next_due_ms = w_next_due;
   ASSERT_OK(uv_loop_init(&loop));
   memset(&cfg, 0, sizeof cfg);
@@ -1185,10 +1170,7 @@ DX_TEST(store_want_of_more_budget_in_hand_does_not_wake_the_thread) {
   dx__store_want(s, 0, 1); /* the work budget was none */
   for (i = 0; i < 5000 && dues(w) == before; i++) spin(&loop, 1);
   ASSERT_EQ(dues(w), before + 1);
-  dx__store_close(s, closed, &is_closed);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  ASSERT(is_closed);
-  ASSERT_OK(uv_loop_close(&loop));
+  close_store(s, &loop);
   w_destroy(&w->base);
 }
 
@@ -1245,7 +1227,7 @@ DX_TEST(store_answers_to_a_big_delivery_commit_while_the_loop_still_works) {
   wrap_t *w = wrap_open();
   dx_store_cfg_t cfg;
   dx_error_t err;
-  int i, is_closed = 0;
+  int i;
   memset(&b, 0, sizeof b);
   b.w = w;
   enqueue_starts(w, "b", BIG_N);
@@ -1259,10 +1241,7 @@ DX_TEST(store_answers_to_a_big_delivery_commit_while_the_loop_still_works) {
     uv_run(&b.loop, UV_RUN_NOWAIT);
     usleep(500);
   }
-  dx__store_close(b.s, closed, &is_closed);
-  uv_run(&b.loop, UV_RUN_DEFAULT);
-  ASSERT(is_closed);
-  ASSERT_OK(uv_loop_close(&b.loop));
+  close_store(b.s, &b.loop);
   ASSERT_EQ(b.n_turns, BIG_N);
   ASSERT_EQ(b.acked, BIG_N);
   ASSERT(b.committed_meanwhile);
