@@ -188,20 +188,34 @@ void dx__watchdog_detach(uv_loop_t *loop) {
   uv_close((uv_handle_t *)&w->beat, beat_closed);
 }
 
-void dx__watch_enter(uv_loop_t *loop, const char *fmt, ...) {
+/* Push a step on loop's watch; fill writes its label (under mu) when there is a slot for it. */
+static void push_step(uv_loop_t *loop, void (*fill)(char *label, void *ud), void *ud) {
   watchdog_t *w;
   uv_once(&mu_once, mu_init);
   uv_mutex_lock(&mu);
   if ((w = find(loop)) != NULL) {
-    if (w->depth < MAX_DEPTH) {
-      va_list ap;
-      va_start(ap, fmt);
-      vsnprintf(w->labels[w->depth], LABEL_LEN, fmt, ap);
-      va_end(ap);
-    }
+    if (w->depth < MAX_DEPTH) fill(w->labels[w->depth], ud);
     w->depth++;
   }
   uv_mutex_unlock(&mu);
+}
+
+typedef struct {
+  const char *fmt;
+  va_list ap;
+} fmt_label_t;
+
+static void fill_fmt(char *label, void *ud) {
+  fmt_label_t *f = ud;
+  vsnprintf(label, LABEL_LEN, f->fmt, f->ap);
+}
+
+void dx__watch_enter(uv_loop_t *loop, const char *fmt, ...) {
+  fmt_label_t f;
+  f.fmt = fmt;
+  va_start(f.ap, fmt);
+  push_step(loop, fill_fmt, &f);
+  va_end(f.ap);
 }
 
 /* Append s to the label at *n, cut at the buffer's end (as vsnprintf would). */
@@ -212,31 +226,34 @@ static void label_add(char *label, size_t *n, const char *s) {
   *n += k;
 }
 
+typedef struct {
+  const char *what, *name, *instance;
+  uint64_t id;
+} names_label_t;
+
+static void fill_names(char *label, void *ud) {
+  const names_label_t *l = ud;
+  char digits[24];
+  size_t n = 0;
+  uint64_t id = l->id;
+  int k = (int)sizeof digits - 1;
+  digits[k] = '\0';
+  do digits[--k] = (char)('0' + id % 10); while ((id /= 10) != 0);
+  label_add(label, &n, l->what);
+  label_add(label, &n, " ");
+  label_add(label, &n, l->name ? l->name : "(null)");
+  label_add(label, &n, " (instance ");
+  label_add(label, &n, l->instance ? l->instance : "(null)");
+  label_add(label, &n, ", id ");
+  label_add(label, &n, digits + k);
+  label_add(label, &n, ")");
+  label[n] = '\0';
+}
+
 void dx__watch_enter_names(uv_loop_t *loop, const char *what, const char *name,
                            const char *instance, uint64_t id) {
-  watchdog_t *w;
-  uv_once(&mu_once, mu_init);
-  uv_mutex_lock(&mu);
-  if ((w = find(loop)) != NULL) {
-    if (w->depth < MAX_DEPTH) {
-      char *label = w->labels[w->depth], digits[24];
-      size_t n = 0;
-      int k = (int)sizeof digits - 1;
-      digits[k] = '\0';
-      do digits[--k] = (char)('0' + id % 10); while ((id /= 10) != 0);
-      label_add(label, &n, what);
-      label_add(label, &n, " ");
-      label_add(label, &n, name ? name : "(null)");
-      label_add(label, &n, " (instance ");
-      label_add(label, &n, instance ? instance : "(null)");
-      label_add(label, &n, ", id ");
-      label_add(label, &n, digits + k);
-      label_add(label, &n, ")");
-      label[n] = '\0';
-    }
-    w->depth++;
-  }
-  uv_mutex_unlock(&mu);
+  names_label_t l = {what, name, instance, id};
+  push_step(loop, fill_names, &l);
 }
 
 void dx__watch_leave(uv_loop_t *loop) {
