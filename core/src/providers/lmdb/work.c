@@ -392,8 +392,10 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
                      work_cand_t *c) {
   sess_pick_t s;
   owned_scan_t o;
+  const lm_own_t *own;
+  size_t i, n;
   dkey_t none;
-  int rc;
+  int rc, ok;
   memset(c, 0, sizeof *c);
   if ((rc = dx__lm_work_heads(t, lm->filter, now, c))) return rc;
   if (!cfg) return 0;
@@ -410,6 +412,17 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
       return 0;
     }
   }
+  /* in a batch: its copy of the owned sessions' heads (the same test as owned_cb's) */
+  if ((rc = dx__lm_sess_owned_heads(t, cfg->worker_id, &own, &n))) return rc;
+  for (i = 0; own && i < n; i++) {
+    if (!own[i].found || (int64_t)own[i].due > now || !cand_better(c, (int64_t)own[i].due,
+                                                                    own[i].seq) ||
+        dx__session_declined(cfg, own[i].sid))
+      continue;
+    if ((rc = sess_tag_ok(t, lm->filter, own[i].seq, &ok))) return rc;
+    if (ok) sess_cand(own[i].sid, own[i].due, own[i].seq, WC_OWNED, now, c);
+  }
+  if (own) return 0;
   memset(&o, 0, sizeof o);
   o.worker = cfg->worker_id;
   o.now = now;
