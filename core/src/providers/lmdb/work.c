@@ -307,7 +307,7 @@ static int claim_room(tx_t *t, const dx_session_cfg_t *cfg, int64_t now, int *ro
   shared_env_t *se = t->se;
   owned_scan_t o;
   size_t i;
-  int rc, counted = 0;
+  int rc = 0, counted = 0;
   memset(&o, 0, sizeof o);
   o.worker = cfg->worker_id;
   o.now = now;
