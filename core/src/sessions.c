@@ -144,8 +144,9 @@ static owned_t *find(const dx_sessions_t *s, const char *id) {
 }
 
 /* Index o (its hash set) and put it at the head of the owned list. The index doubles while
-** it holds more than two sessions per bucket; failing to grow only makes chains longer. */
-static void link_owned(dx_sessions_t *s, owned_t *o) {
+** it holds more than two sessions per bucket; failing to grow only makes chains longer.
+** -1 (nothing changed) when there is no index at all and none can be made. */
+static int link_owned(dx_sessions_t *s, owned_t *o) {
   size_t i;
   if ((size_t)s->n_owned >= s->index_cap * 2) {
     size_t cap = s->index_cap ? s->index_cap * 2 : 16;
@@ -162,27 +163,25 @@ static void link_owned(dx_sessions_t *s, owned_t *o) {
       s->index_cap = cap;
     }
   }
-  if (s->index_cap) {
-    i = o->hash & (s->index_cap - 1);
-    o->hnext = s->index[i];
-    s->index[i] = o;
-  }
+  if (!s->index_cap) return -1;
+  i = o->hash & (s->index_cap - 1);
+  o->hnext = s->index[i];
+  s->index[i] = o;
   o->prev = NULL;
   o->next = s->owned;
   if (s->owned) s->owned->prev = o;
   s->owned = o;
   s->n_owned++;
+  return 0;
 }
 
 static void unlink_owned(dx_sessions_t *s, owned_t *o) {
   owned_t **pp;
-  if (s->index_cap) {
-    for (pp = &s->index[o->hash & (s->index_cap - 1)]; *pp; pp = &(*pp)->hnext)
-      if (*pp == o) {
-        *pp = o->hnext;
-        break;
-      }
-  }
+  for (pp = &s->index[o->hash & (s->index_cap - 1)]; *pp; pp = &(*pp)->hnext)
+    if (*pp == o) {
+      *pp = o->hnext;
+      break;
+    }
   if (o->prev) o->prev->next = o->next;
   else s->owned = o->next;
   if (o->next) o->next->prev = o->prev;
@@ -312,13 +311,12 @@ uint64_t dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
   if (!o) {
     const char *how = "new";
     o = calloc(1, sizeof *o);
-    if (!o || !(o->id = dx__strdup(sid))) {
+    if (!o || !(o->id = dx__strdup(sid)) || (o->hash = id_hash(sid), link_owned(s, o))) {
+      if (o) free(o->id);
       free(o);
-      return 0;
+      return 0; /* out of memory: no hold (fenced, handed back) */
     }
     o->gen = ++s->next_gen;
-    o->hash = id_hash(sid);
-    link_owned(s, o);
     /* The store already named us (claimed == 0), or we were the previous owner. */
     if (!claimed || (previous_owner && strcmp(previous_owner, s->worker_id) == 0)) how = "reclaim";
     dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, s->n_owned);
