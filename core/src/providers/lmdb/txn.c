@@ -179,7 +179,7 @@ int dx__lm_tx_end(tx_t *t, int rc) {
     mrc = 0;
     if (commit) mrc = mdb_txn_commit(t->txn);
     else mdb_txn_abort(t->txn);
-    if (mrc || !commit) t->se->cap_valid = 0; /* its writes are undone (shared_env_t) */
+    if (mrc || !commit) dx__lm_sess_batch_forget(t->se); /* its writes are undone */
   } else {
     mrc = dx__lm_top_finish(t->se, t->txn, commit, t->durable ? LM_FLUSH_FULL : LM_FLUSH_NONE, 1);
   }
