@@ -497,6 +497,7 @@ static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, int bw, dx_store_fet
                        handed_t *h, int *failed, int *durable, dx_error_t *err) {
   dx_store_fetched_t g;
   dx_store_op_t *late, *op, **tail = opsp;
+  handed_t hc; /* (h's turns are settled already: the wait is for the close items only) */
   size_t i, k = 0, nc = 0;
   int64_t now;
   int rc = 0;
@@ -509,7 +510,8 @@ static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, int bw, dx_store_fet
   for (i = 0; i < f->n_work; i++)
     if (f->work[i].item.kind == DX_WI_SESSION_CLOSE) g.work[g.n_work++] = f->work[i];
   g.at_ms = f->at_ms;
-  if (!hand_over(s, &g, h)) {
+  hc.n = 0;
+  if (!hand_over(s, &g, &hc)) {
     free(g.work);
     return 0;
   }
@@ -517,7 +519,8 @@ static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, int bw, dx_store_fet
     if (f->work[i].item.kind != DX_WI_SESSION_CLOSE) f->work[k++] = f->work[i];
   memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
   f->n_work = k;
-  late = await_turns(s, h);
+  late = await_turns(s, &hc);
+  for (i = 0; i < hc.n; i++) h->tokens[h->n++] = hc.tokens[i]; /* (unhold_handed) */
   while (*tail) tail = &(*tail)->next;
   *tail = late;
   f->at_ms = now = now_ms(s);
