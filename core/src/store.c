@@ -486,6 +486,21 @@ static int hold_turns(dx_store_t *s, dx_store_op_t **opsp, int *bo, dx_store_fet
   return 0;
 }
 
+/* 1 when f holds a close item and another item of the same session (it runs on the loop:
+** the close then waits for it there, as usual). */
+static int close_shares_session(const dx_store_fetched_t *f) {
+  size_t i, j;
+  for (i = 0; i < f->n_work; i++) {
+    const dx_work_item_t *c = &f->work[i].item;
+    if (c->kind != DX_WI_SESSION_CLOSE || !c->session_id) continue;
+    for (j = 0; j < f->n_work; j++)
+      if (j != i && f->work[j].item.session_id &&
+          strcmp(f->work[j].item.session_id, c->session_id) == 0)
+        return 1;
+  }
+  return 0;
+}
+
 /* Close items (ctx:close_session) this cycle fetched go to the loop before the commit, as
 ** turns do (cfg.hold_ms, only while the loop holds nothing but this cycle's items): a loop
 ** running none of the session's activities releases it at once, and the transaction then
@@ -503,7 +518,7 @@ static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, int bw, dx_store_fet
   int rc = 0;
   for (i = 0; i < f->n_work; i++) nc += f->work[i].item.kind == DX_WI_SESSION_CLOSE;
   if (!nc || s->cfg.hold_ms <= 0 || nc > HOLD_MAX_ITEMS ||
-      s->n_held != f->n_orch + f->n_work)
+      s->n_held != f->n_orch + f->n_work || close_shares_session(f))
     return 0;
   memset(&g, 0, sizeof g);
   if (!(g.work = calloc(nc, sizeof *g.work))) return 0;
