@@ -538,7 +538,7 @@ static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, int bw, dx_store_fet
   for (i = 0; i < hc.n; i++) h->tokens[h->n++] = hc.tokens[i]; /* (unhold_handed) */
   while (*tail) tail = &(*tail)->next;
   *tail = late;
-  f->at_ms = now = now_ms(s);
+  now = now_ms(s); /* (f->at_ms stays: the earlier of its items' fetch times) */
   for (op = late; op && !rc; op = op->next) rc = op_apply(s, op, now, failed, durable, err);
   if (!rc && fetch_into(s, now, 0, bw - (int)nc, f)) *failed |= CALL_FETCH;
   return rc;
@@ -591,8 +591,8 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     ** one round trip */
     if (!rc && rcy) rc = run_cycle(s, late, *bo, bw, f->at_ms, f, failed, &durable, err);
     else if (!rc && fetch_into(s, f->at_ms, 0, bw, f)) *failed |= CALL_FETCH;
-    if (!rc && !rcy) rc = hold_closes(s, opsp, bw, f, &handed, failed, &durable, err);
     if (!rc && !rcy) observe_fetch(s, t0, *bo, bw); /* (run_cycle observed its own) */
+    if (!rc && !rcy) rc = hold_closes(s, opsp, bw, f, &handed, failed, &durable, err);
   }
   if (rc) { /* DX_ERETRY from an op: it runs again, its outcome is not known yet */
     p->methods->rollback(p);
