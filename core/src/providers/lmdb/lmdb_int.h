@@ -516,13 +516,14 @@ int dx__lm_next_seq(tx_t *t, uint64_t *out);
 
 /* map.c */
 int dx__lm_files_ok(shared_env_t *se, dx_error_t *err);
+/* Before a top-level txn: the files check, and for a write the map grown when it must. */
+int dx__lm_top_check(shared_env_t *se, int write, dx_error_t *err);
 /* Before LMDB maps data.mdb: its meta pages must not send LMDB outside the file. */
 int dx__lm_check_meta(const char *data_path, dx_error_t *err);
 /* freelist.c: 1 when every page from the end of data.mdb (file_size bytes) to page `last` is on
 ** the freelist whose B-tree root is free_root (read with pread from fd). */
 int dx__lm_tail_is_free(int fd, uint64_t psize, uint64_t file_size, uint64_t free_root,
                         uint64_t last);
-int dx__lm_make_room(shared_env_t *se, dx_error_t *err);
 void dx__lm_adopt_size(shared_env_t *se);
 int dx__lm_can_grow(shared_env_t *se);
 

@@ -502,6 +502,7 @@ int dx__lm_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_i
   if (released) *released = 0;
   if ((rc = dx__check_worker_id(worker_id, err))) return rc;
   LM_WRITE(p, t, err, rc, sess_release(&t, now, worker_id, session_id, &n), n = 0);
+  if (!rc && n) p->claims_over[0] = 0; /* room again: the batch may claim (work.c claims_over) */
   if (!rc && released) *released = n;
   return rc;
 }
