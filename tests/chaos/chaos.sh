@@ -89,12 +89,17 @@ exited() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null); [ -z "$st" ] || [[ $
 # a worker stopped inside a store transaction holds the store's write lock, so the loop's own
 # client calls (ctl start) wait until the worker runs again (resume_stalled stays as the
 # loop's bookkeeping and a second SIGCONT at the end).
-STALLED=0 STALL_PID="" STALL_UNTIL=0
+STALLED=0 STALL_PID="" STALL_UNTIL=0 STALL_AT=0
+# stall_pid PID: SIGSTOP it; STALL_AT is a time it was already stopped at (taken after the kill).
+stall_pid() {
+  STALL_PID=$1
+  kill -STOP "$STALL_PID" 2>/dev/null
+  STALL_AT=$(now_ms)
+  STALL_UNTIL=$((STALL_AT + 3000))
+}
 stall_one() {
   local k=$((RANDOM % NW + 1))
-  STALL_PID=${WPIDS[$k]}
-  STALL_UNTIL=$(($(now_ms) + 3000))
-  kill -STOP "$STALL_PID" 2>/dev/null
+  stall_pid "${WPIDS[$k]}"
   (sleep 3; kill -CONT "$STALL_PID" 2>/dev/null) &
   STALLED=$((STALLED + 1))
   diag "SIGSTOP pid $STALL_PID (${WNAME[$k]}) for 3s"
@@ -124,16 +129,32 @@ $(tail -n 5 "$TMP/w$k.log")")
 }
 
 # kill -9 a random worker; restart it at once with the same id (half the time) or a new one.
-kill_and_restart() {
-  local k=$((RANDOM % NW + 1)) pid name t
-  resume_stalled   # never SIGKILL a stopped process (its kill would be the stall's end)
-  pid=${WPIDS[$k]}
-  # the time before the kill: a run the victim left open ends no later than this (a peer may
-  # take its sessions over within milliseconds of the kill, before a later reading)
+# kill9 PID: SIGKILL a worker and record when the runs it left open ended (CHAOS_DEATHS): the
+# time before the kill (a peer may take its sessions over within milliseconds of the kill,
+# before a later reading). A victim still stopped by a stall is killed as it is, and its runs
+# ended at the stop (STALL_AT): a frozen process does nothing. (A victim whose stall just ended
+# counts as any other: once resumed it fences its lapsed sessions' runs, which log C.) (It used to get SIGCONT just
+# before the SIGKILL and its open runs counted until the kill: a run frozen since the stop then
+# "overlapped" the peer that took its session over during the stall -- the campaign's rare
+# check-9 failure, reproduced by c4.)
+kill9() {
+  local pid=$1 t
   t=$(now_ms)
+  # still stopped: stall_one's timed SIGCONT comes no earlier than STALL_UNTIL
+  if [ "$pid" = "$STALL_PID" ] && ((t < STALL_UNTIL)); then
+    t=$STALL_AT
+    kill -9 "$pid" 2>/dev/null
+  fi
+  resume_stalled   # (the stall of another worker ends here too)
   kill -9 "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   died "$pid" "$t"
+}
+
+kill_and_restart() {
+  local k=$((RANDOM % NW + 1)) pid name
+  pid=${WPIDS[$k]}
+  kill9 "$pid"
   KILLED=$((KILLED + 1))
   if ((RANDOM % 2)); then
     name=${WNAME[$k]}
@@ -354,6 +375,37 @@ c3_same_id_restart() {
   no_overlap "c3: a same-id restart keeps its sessions leased: no other worker runs them meanwhile"
 }
 
-run_scenarios c0_checkers c1_campaign c2_close_during_activity c3_same_id_restart
+# (c) A worker stopped by a stall (SIGSTOP) past its 2 s session lease, then killed as the
+# campaign's kills do (kill9: SIGCONT, SIGKILL at once). Worker A runs a 4 s SessStep of
+# instance "long" and is stopped; worker B claims the session once A's lease lapsed (the claim
+# takes the work: B runs the same SessStep again) and A is killed while B's run goes on. A's run
+# never logs its end but did nothing after the stop: no overlap. (Before kill9 recorded the
+# stop, the check counted A's frozen run open until the kill: the campaign's rare check-9
+# failure "... started ... inside it [no close: lease taken over]" after a stall.)
+c4_stalled_then_killed() {
+  SCEN=c4
+  scen_setup c4
+  local sid=s-$RUN opts=(--session-lock-timeout 2s --worker-lock-timeout 2s
+                         --orchestrator-lock-timeout 2s) pa pb
+  start_worker "$SDIR/a.log" "$CHAOS/app.lua" --store "$STORE" --worker-node-id "a-$RUN" "${opts[@]}"
+  pa=$WPID
+  dx start Sess "$(sess_in 1 "$sid" 4000 false)" --id "long-$RUN" --store "$STORE" >/dev/null
+  wait_until 30 runlog_has "^S [0-9]+ $pa a-$RUN $sid long-$RUN " || diag "long-$RUN never started on A"
+  start_worker "$SDIR/b.log" "$CHAOS/app.lua" --store "$STORE" --worker-node-id "b-$RUN" "${opts[@]}"
+  pb=$WPID
+  stall_pid "$pa"
+  STALL_UNTIL=$((STALL_AT + 600000))   # no timed SIGCONT here: stopped until kill9
+  wait_until 30 runlog_has "^S [0-9]+ $pb b-$RUN $sid long-$RUN " || diag "B never took long-$RUN over"
+  kill9 "$pa"
+  # (A may, rarely, log C in the moment between SIGCONT and SIGKILL: then its run is closed)
+  runlog_has "^[EC] [0-9]+ $pa " && diag "c4: A logged its run's end before the kill"
+  wait_done "long-$RUN"
+  stop_worker "$pb" TERM 40
+  died "$pb"
+  no_overlap "c4: a worker frozen past its lease, then killed, did not overlap the one that took its session over"
+}
+
+run_scenarios c0_checkers c1_campaign c2_close_during_activity c3_same_id_restart \
+  c4_stalled_then_killed
 exit
 }
