@@ -504,6 +504,187 @@ DX_TEST(lmdb_work_tokens_name_their_row_old_tokens_still_work) {
   free(store);
 }
 
+/* Entries of DB `db` whose key starts with `prefix` (read with LMDB itself), and meta
+** "format" (be32) in *format when format is not NULL. */
+static int raw_entries(const char *store, const char *db, const char *prefix, unsigned *format) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi d;
+  MDB_cursor *c;
+  MDB_val k, v;
+  int n = 0;
+  ASSERT_OK(mdb_env_create(&env));
+  ASSERT_OK(mdb_env_set_maxdbs(env, 64));
+  ASSERT_OK(mdb_env_open(env, store, MDB_RDONLY, 0600));
+  ASSERT_OK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn));
+  ASSERT_OK(mdb_dbi_open(txn, db, 0, &d));
+  ASSERT_OK(mdb_cursor_open(txn, d, &c));
+  while (mdb_cursor_get(c, &k, &v, MDB_NEXT) == 0)
+    if (k.mv_size >= strlen(prefix) && memcmp(k.mv_data, prefix, strlen(prefix)) == 0) n++;
+  mdb_cursor_close(c);
+  if (format) {
+    MDB_val fk = {6, "format"};
+    const unsigned char *b;
+    ASSERT_OK(mdb_dbi_open(txn, "meta", 0, &d));
+    ASSERT_OK(mdb_get(txn, d, &fk, &v));
+    b = v.mv_data;
+    *format = (unsigned)b[0] << 24 | (unsigned)b[1] << 16 | (unsigned)b[2] << 8 | b[3];
+  }
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return n;
+}
+
+/* Format 4 writes the events one turn appends as one history record (a run). A store written
+** by the format 3 build (fixture: f3-done completed in one turn of 3 events, f3-run after a
+** turn of 2 events with a raised event queued; one record per event) opens, is stamped
+** format 4 (a build that reads only format 3 refuses it by that number), reads as before,
+** and an execution continues with runs after its single-event records. */
+DX_TEST(lmdb_format3_store_opens_and_continues_with_turn_runs) {
+  char *store = new_store("fmt3"), cmd[1400];
+  dx_provider_t *p;
+  dx_instance_info_t info;
+  dx_execution_info_t *ex = NULL;
+  dx_orch_item_t *it = NULL;
+  dx_orch_ack_t a;
+  dx_event_t *ev = NULL, add[3];
+  problems_t pr;
+  dx_error_t err;
+  unsigned fmt = 0;
+  size_t n = 0, i;
+  ASSERT(mkdir(store, 0700) == 0);
+  snprintf(cmd, sizeof cmd, "tar xzf '%s/store-format3.tar.gz' -C '%s'", DX_FIXTURES, store);
+  ASSERT_EQ(system(cmd), 0);
+  ASSERT_EQ(raw_entries(store, "history", "f3-", &fmt), 5);
+  ASSERT_EQ(fmt, 3);
+  p = open_ok(store);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  ASSERT_OK(M(p)->get_instance_info(p, "f3-done", &info, &err));
+  ASSERT_EQ(info.status, DX_STATUS_COMPLETED);
+  ASSERT_STR_EQ(info.output, "\"done\"");
+  dx_instance_info_clear(&info);
+  ASSERT_OK(M(p)->read_history(p, "f3-done", 0, &ev, &n, NULL, &err));
+  ASSERT_EQ(n, 3);
+  ASSERT_EQ(ev[2].kind, DX_EV_ORCH_COMPLETED);
+  dx_events_free(ev, n);
+  /* the running one takes its next turn: 3 events after its 2 single ones */
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 10, 5000, &it, &err));
+  ASSERT(it && strcmp(it->instance, "f3-run") == 0);
+  ASSERT_EQ(it->history_len, 2);
+  ASSERT_EQ(it->history[1].kind, DX_EV_TIMER_CREATED);
+  ASSERT_EQ(it->messages_len, 1);
+  memset(add, 0, sizeof add);
+  for (i = 0; i < 3; i++) {
+    add[i].event_id = 3 + i;
+    add[i].timestamp_ms = T0 + 10;
+    add[i].kind = DX_EV_TIMER_CREATED;
+    add[i].fire_at_ms = T0 + 100 + (int64_t)i;
+  }
+  add[0].kind = DX_EV_EXT_EVENT;
+  add[0].name = "Go";
+  add[0].data = "7";
+  add[2].kind = DX_EV_ORCH_COMPLETED;
+  add[2].data = "\"ran\"";
+  memset(&a, 0, sizeof a);
+  a.instance = "f3-run";
+  a.lock_token = it->lock_token;
+  a.execution_id = 1;
+  a.delta = add;
+  a.delta_len = 3;
+  a.status = DX_STATUS_COMPLETED;
+  a.output = "\"ran\"";
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0 + 10, &a, &err));
+  dx_orch_item_free(it);
+  ASSERT_OK(M(p)->read_history(p, "f3-run", 0, &ev, &n, NULL, &err));
+  ASSERT_EQ(n, 5);
+  for (i = 0; i < n; i++) ASSERT_EQ(ev[i].event_id, i + 1);
+  ASSERT_EQ(ev[2].kind, DX_EV_EXT_EVENT);
+  ASSERT_STR_EQ(ev[2].data, "7");
+  ASSERT_EQ(ev[4].kind, DX_EV_ORCH_COMPLETED);
+  dx_events_free(ev, n);
+  ASSERT_OK(M(p)->list_executions(p, "f3-run", &ex, &n, &err));
+  ASSERT_EQ(n, 1);
+  ASSERT_EQ(ex[0].event_count, 5);
+  free(ex);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  M(p)->destroy(p);
+  ASSERT_EQ(raw_entries(store, "history", "f3-run", &fmt), 3); /* 2 single + 1 run */
+  ASSERT_EQ(fmt, 4);
+  p = open_ok(store);
+  ASSERT_OK(M(p)->read_history(p, "f3-run", 0, &ev, &n, NULL, &err));
+  ASSERT_EQ(n, 5);
+  dx_events_free(ev, n);
+  M(p)->destroy(p);
+  free(store);
+}
+
+static dx_event_t timer_event(uint64_t id) {
+  dx_event_t e;
+  memset(&e, 0, sizeof e);
+  e.event_id = id;
+  e.kind = DX_EV_TIMER_CREATED;
+  e.timestamp_ms = T0;
+  e.fire_at_ms = T0 + (int64_t)id;
+  return e;
+}
+
+/* A turn's events are one record; ids inside a run count as stored (a duplicate is refused,
+** naming the id), runs and single events read back in id order, executions count every
+** event, and a damaged event inside a run is named by its id (read and check). */
+DX_TEST(lmdb_turn_runs_are_one_record_and_every_id_in_them_counts) {
+  char *store = new_store("runs");
+  dx_provider_t *p = open_ok(store);
+  dx_execution_info_t *ex = NULL;
+  dx_event_t ev[4], *got = NULL;
+  problems_t pr;
+  dx_error_t err;
+  size_t n = 0, i;
+  completed_instance(p, "warm", "1");
+  for (i = 0; i < 4; i++) ev[i] = timer_event(i + 1);
+  ASSERT_OK(M(p)->append_with_execution(p, "runs", 1, ev, 4, &err));
+  M(p)->destroy(p);
+  ASSERT_EQ(raw_entries(store, "history", "runs", NULL), 1);
+  p = open_ok(store);
+  ev[0] = timer_event(3);
+  ASSERT_EQ(M(p)->append_with_execution(p, "runs", 1, ev, 1, &err), DX_EEXIST);
+  ASSERT_CONTAINS(err.msg, "event 3 already exists");
+  ev[0] = timer_event(5);
+  ASSERT_OK(M(p)->append_with_execution(p, "runs", 1, ev, 1, &err));
+  ev[0] = timer_event(6);
+  ev[1] = timer_event(7);
+  ev[2] = timer_event(9);
+  ASSERT_OK(M(p)->append_with_execution(p, "runs", 1, ev, 3, &err)); /* runs 6-7 and 9 */
+  ev[0] = timer_event(8);
+  ev[1] = timer_event(7);
+  ASSERT_EQ(M(p)->append_with_execution(p, "runs", 1, ev, 2, &err), DX_EEXIST);
+  ASSERT_CONTAINS(err.msg, "event 7 already exists");
+  ASSERT_OK(M(p)->append_with_execution(p, "runs", 1, ev, 1, &err)); /* 8 fills the gap */
+  ASSERT_OK(M(p)->read_history(p, "runs", 1, &got, &n, NULL, &err));
+  ASSERT_EQ(n, 9);
+  for (i = 0; i < n; i++) {
+    ASSERT_EQ(got[i].event_id, i + 1);
+    ASSERT_EQ(got[i].fire_at_ms, T0 + (int64_t)i + 1);
+  }
+  dx_events_free(got, n);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  M(p)->destroy(p);
+  ASSERT_EQ(raw_entries(store, "history", "runs", NULL), 5); /* 1-4, 5, 6-7, 8, 9 */
+  p = open_ok(store);
+  ASSERT_OK(M(p)->test_hooks->corrupt_history(p, "runs", 1, 7));
+  ASSERT_EQ(check_store(p, &pr), 1);
+  ASSERT_CONTAINS(pr.first, "'runs' event 7");
+  got = NULL;
+  ASSERT_EQ(M(p)->read_history(p, "runs", 1, &got, &n, NULL, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, "event 7");
+  ASSERT(got == NULL);
+  ASSERT_OK(M(p)->list_executions(p, "warm", &ex, &n, &err));
+  ASSERT_EQ(n, 1);
+  ASSERT_EQ(ex[0].event_count, 1);
+  free(ex);
+  M(p)->destroy(p);
+  free(store);
+}
+
 DX_TEST(lmdb_format1_store_is_upgraded_on_open) {
   char *store = new_store("fmt1"), cmd[1400];
   dx_provider_t *p;

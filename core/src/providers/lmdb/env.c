@@ -175,6 +175,7 @@ static int check_format(tx_t *t) {
                         "store %s has format %u; this build reads formats up to %u (use a newer "
                         "duroxide-lua)",
                         t->se->path, fmt, LM_STORE_FORMAT);
+  if (fmt == 3 && t->se->read_only) return 0; /* format 4 only adds turn runs to history */
   if (t->se->read_only)
     return dx_error_set(t->err, DX_ESTORE,
                         "store %s is read-only and in the older format %u; open it once with "
@@ -185,7 +186,7 @@ static int check_format(tx_t *t) {
     rc = upgrade_from_1(t);
     t->raw = 0;
   }
-  if (!rc && fmt != 0) rc = add_checksums(t);
+  if (!rc && fmt != 0 && fmt < 3) rc = add_checksums(t);
   return rc ? rc : write_format(t);
 }
 

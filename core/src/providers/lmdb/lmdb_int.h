@@ -9,13 +9,15 @@
 ** (codec.h). Since format 3 every value, index entries included, ends with a 4-byte CRC32C
 ** of key and value (txn.c), written by db_put and checked by every read.
 **
-**   meta          "format" -> be32 3   "seq" -> be64 last sequence number
+**   meta          "format" -> be32 4   "seq" -> be64 last sequence number
 **                 "max_size" -> be64 the store's size limit (absent: none)
 **   instances     inst\0 -> name, version, current_exec, custom_status, cs_version,
 **                           created_at, updated_at, parent, created_seq
 **   inst_created  be64 created_at be64 created_seq -> inst   (list_instances)
 **   executions    inst\0 be64 exec -> status, output, failure, started_at, completed_at
-**   history       inst\0 be64 exec be64 event_id -> event record
+**   history       inst\0 be64 exec be64 event_id -> event record, or (format 4) the run of
+**                 events a turn appended with consecutive ids from event_id: a MessagePack
+**                 array of >= 2 bins, each an event record (history.c)
 **   orch_msgs     inst\0 be64 seq -> visible_at, token, attempt, item
 **   orch_state    inst\0 -> ready_at, locked_until, token   (absent: unlocked, no messages)
 **   orch_ready    be64 ready_at inst\0 -> ""       unlocked instances with messages
@@ -88,7 +90,8 @@
 #include "providers/providers.h"
 #include "util.h"
 
-#define LM_STORE_FORMAT 3u   /* layout version in meta "format" (1 and 2 are upgraded on open) */
+#define LM_STORE_FORMAT 4u   /* layout version in meta "format" (1 to 3 are upgraded on open;
+                                4 = history runs: builds reading only 3 refuse the store) */
 #define LM_RECORD_FORMAT 1u  /* first element of every wrapper record */
 #define LM_DEFAULT_MAP ((size_t)64 << 20) /* first map size; it doubles as the store fills */
 #define LM_SUM_BYTES 4       /* CRC32C after every value (format 3) */
@@ -547,6 +550,12 @@ int dx__lm_exec_get(tx_t *t, const char *inst, uint64_t exec, exec_rec_t *r);
 int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r);
 
 /* history.c */
+/* A history value's events (one, or a turn's run: see history.c): fn gets each event record's
+** bytes with its index in the run, or b NULL when the framing is bad (then the walk ends with
+** fn's answer); fn returns non-zero to stop. dx__lm_hist_count: how many (-1: bad framing). */
+typedef int (*dx__lm_hist_fn)(void *ud, size_t i, const void *b, size_t len);
+int dx__lm_hist_walk(const MDB_val *v, dx__lm_hist_fn fn, void *ud);
+int dx__lm_hist_count(const MDB_val *v, size_t *count);
 int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
                           size_t n);
 int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
