@@ -37,6 +37,7 @@ static MDB_txn *take_batch(lm_t *p) {
   txn = p->se->batch;
   p->se->batch = NULL;
   p->se->cap_valid = 0;
+  dx__lm_pend_drop(p->se); /* written by commit before this, or dropped with the batch */
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 0;
   p->claims_over[0] = 0;
@@ -52,7 +53,8 @@ static int lm_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
     if (err) *err = p->se->spoil_err;
     return p->se->spoil_err.code;
   }
-  if ((rc = dx__lm_seq_flush(p->se, p->se->batch, err))) {
+  if ((rc = dx__lm_pend_flush(p->se, p->se->batch, err)) ||
+      (rc = dx__lm_seq_flush(p->se, p->se->batch, err))) {
     dx__lm_top_finish(p->se, take_batch(p), 0, LM_FLUSH_NONE, 0);
     return rc;
   }
@@ -245,6 +247,8 @@ static void env_free(shared_env_t *se) {
   if (se->env) mdb_env_close(se->env);
   if (se->notify_fd >= 0) close(se->notify_fd);
   free(se->notify_path);
+  dx__lm_pend_drop(se);
+  free(se->pend);
   free(se->lock_path);
   pthread_mutex_destroy(&se->commit_mu);
   pthread_mutex_destroy(&se->batch_mu);

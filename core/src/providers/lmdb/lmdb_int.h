@@ -157,6 +157,10 @@ typedef struct shared_env_s {
   int64_t cap_now;
   uint32_t cap_live;
   char cap_worker[DX_MAX_SESSION_ID_BYTES + 1];
+  /* Plain worker rows direct methods queued in the open batch and not written yet (work.c
+  ** "rows queued in the batch"): pend[pend_first..pend_n) minus taken ones (seq 0). */
+  struct work_row_s *pend;
+  size_t pend_n, pend_cap, pend_first;
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -379,7 +383,7 @@ typedef struct {
 } sess_queue_t;
 /* {===== worker queue =====} */
 
-typedef struct {
+typedef struct work_row_s {
   uint64_t seq;
   int64_t visible_at, locked_until;
   uint64_t token;   /* 0 = unlocked */
@@ -425,7 +429,7 @@ typedef struct {
 } orch_cand_t;
 /* A fetch candidate: a plain row (head of work_ready or work_lock) or the earliest row of a
 ** session, either one this worker owns or one it may claim. */
-enum { WC_PLAIN, WC_OWNED, WC_CLAIM };
+enum { WC_PLAIN, WC_OWNED, WC_CLAIM, WC_PENDING /* a row queued in the batch (work.c) */ };
 
 typedef struct {
   int found, db, kind;
@@ -637,6 +641,10 @@ static inline int dx__lm_token_indexed(const work_row_t *r) {
 }
 int dx__lm_row_index(tx_t *t, const work_row_t *r, int put);
 int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
+/* Write the rows queued in the open batch (txn: the batch) as dx__lm_work_insert would have;
+** a failure spoils the batch. Then / or drop them (the batch ended). */
+int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
+void dx__lm_pend_drop(shared_env_t *se);
 /* Consider the head of every plain-row index this filter takes (NULL: untagged only). */
 int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c);
 /* The same for one index (DB_WORK_READY or DB_WORK_LOCK). */
