@@ -1204,6 +1204,68 @@ DX_TEST(pv_rollback_drops_work_scheduled_in_the_batch) {
   done(p);
 }
 
+/* An activity's result for an idle instance and the turn it unblocks in one batch (the store
+** cycle: acks, then fetches): ready-time order with instances made ready before the batch,
+** seen by other methods of the batch, fetched after the commit when the batch did not take
+** it, and gone with a rollback. */
+DX_TEST(pv_instance_made_ready_and_fetched_in_one_batch) {
+  dx_provider_t *p = fresh();
+  const char *names[3] = {"A", "C", "D"};
+  dx_work_fetch_t f[3];
+  dx_work_item_t done_item;
+  dx_orch_item_t *it;
+  int i;
+  create_instance(p, T0, "B");
+  for (i = 0; i < 3; i++) {
+    create_instance(p, T0, names[i]);
+    enqueue_work(p, T0, act_item(names[i], 1, 1));
+    f[i] = wfetch(p, T0);
+    ASSERT_STR_EQ(f[i].item.instance, names[i]);
+  }
+  enqueue(p, T0 + 1, raise_item("B"));
+  CHECK(M(p)->begin(p, &E));
+  done_item = act_done("A", 1, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + 2, f[0].lock_token, &done_item, &E));
+  done_item = act_done("C", 1, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + 3, f[1].lock_token, &done_item, &E));
+  it = fetch(p, T0 + 4);
+  ASSERT(it && strcmp(it->instance, "B") == 0); /* ready first */
+  turn(p, T0 + 4, it, 1);
+  it = fetch(p, T0 + 4);
+  ASSERT(it && strcmp(it->instance, "A") == 0);
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_ACT_COMPLETED);
+  ASSERT_EQ(it->attempt_count, 1);
+  ASSERT_EQ(it->history_len, 1);
+  turn(p, T0 + 5, it, 1); /* unblocked turn acked in the same batch */
+  ASSERT_EQ(depths(p).orchestrator, 1); /* C's result, seen by a read in the batch */
+  CHECK(M(p)->commit(p, 1, &E));
+  it = fetch(p, T0 + 6);
+  ASSERT(it && strcmp(it->instance, "C") == 0);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_ACT_COMPLETED);
+  turn(p, T0 + 6, it, 1);
+  ASSERT(fetch(p, T0 + 7) == NULL);
+  ASSERT_EQ(history_len(p, "A", 1), 2);
+  ASSERT_EQ(history_len(p, "C", 1), 2);
+  /* a rolled-back batch takes the result and the readiness with it */
+  CHECK(M(p)->begin(p, &E));
+  done_item = act_done("D", 1, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + 8, f[2].lock_token, &done_item, &E));
+  it = fetch(p, T0 + 9);
+  ASSERT(it && strcmp(it->instance, "D") == 0);
+  dx_orch_item_free(it);
+  M(p)->rollback(p);
+  ASSERT(fetch(p, T0 + 10) == NULL);
+  ASSERT_EQ(depths(p).orchestrator, 0);
+  CHECK(M(p)->ack_work_item(p, T0 + 11, f[2].lock_token, &done_item, &E)); /* still locked */
+  it = fetch(p, T0 + 12);
+  ASSERT(it && strcmp(it->instance, "D") == 0);
+  ASSERT_EQ(it->attempt_count, 1);
+  turn(p, T0 + 12, it, 1);
+  for (i = 0; i < 3; i++) dx_work_item_clear(&f[i].item);
+  done(p);
+}
+
 DX_TEST(pv_group_commit_rollback) {
   dx_provider_t *p = fresh();
   dx_orch_item_t *it, *again;

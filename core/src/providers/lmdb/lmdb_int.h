@@ -161,6 +161,12 @@ typedef struct shared_env_s {
   ** "rows queued in the batch"): pend[pend_first..pend_n) minus taken ones (seq 0). */
   struct work_row_s *pend;
   size_t pend_n, pend_cap, pend_first;
+  /* Instances a direct method made ready in the open batch that had no lock state before, not
+  ** written yet (orch.c "instances made ready in the batch"), with a hash index by id. */
+  struct rpend_s *rpend;
+  size_t rpend_n, rpend_cap, rpend_live;
+  uint32_t *rpend_idx;       /* entry index + 1 (0: empty); rpend_slots a power of 2 */
+  size_t rpend_slots;
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -645,6 +651,10 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 ** a failure spoils the batch. Then / or drop them (the batch ended). */
 int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
 void dx__lm_pend_drop(shared_env_t *se);
+static inline int dx__lm_pend_any(const shared_env_t *se) { return se->pend_n || se->rpend_live; }
+/* orch.c: the same for instances made ready in the batch (dx__lm_pend_flush/drop call them). */
+int dx__lm_rpend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
+void dx__lm_rpend_drop(shared_env_t *se);
 /* Consider the head of every plain-row index this filter takes (NULL: untagged only). */
 int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c);
 /* The same for one index (DB_WORK_READY or DB_WORK_LOCK). */

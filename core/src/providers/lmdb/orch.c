@@ -76,19 +76,149 @@ int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
   return -1;
 }
 
+/* {===== instances made ready in the batch =====}
+** An instance without lock state (no messages, not locked) that gets a message from a direct
+** method inside a batch (an activity's result acked, a message from another turn) becomes
+** ready in memory (shared_env_t.rpend) instead of by a state record and a ready index entry:
+** the cycle's orchestration fetch, later in the same transaction, takes it from there and
+** writes only the locked state (state and lock entry, where the ready state cost a state
+** write, an index write, and at the fetch an index delete). Entries not taken are written as
+** they would have been before any other method of the batch runs and at commit (with the
+** queued worker rows: dx__lm_pend_flush); they vanish with a batch that does not commit.
+** Only this thread's direct methods look at them (t->direct). */
+
+typedef struct rpend_s {
+  char *inst;        /* NULL: taken */
+  int64_t ready_at;
+} rpend_t;
+
+static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
+                        const orch_state_t *nw);
+
+static uint32_t inst_hash(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+static rpend_t *rpend_find(shared_env_t *se, const char *inst) {
+  size_t i, mask = se->rpend_slots - 1;
+  if (!se->rpend_live) return NULL;
+  for (i = inst_hash(inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {
+    rpend_t *e = &se->rpend[se->rpend_idx[i] - 1];
+    if (e->inst && strcmp(e->inst, inst) == 0) return e;
+  }
+  return NULL;
+}
+
+static void rpend_index(shared_env_t *se, size_t at) {
+  size_t i, mask = se->rpend_slots - 1;
+  for (i = inst_hash(se->rpend[at].inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {}
+  se->rpend_idx[i] = (uint32_t)(at + 1);
+}
+
+static int rpend_add(tx_t *t, const char *inst, int64_t ready_at) {
+  shared_env_t *se = t->se;
+  rpend_t *nv;
+  char *id;
+  size_t i;
+  if (se->rpend_n + 1 > se->rpend_slots / 2) { /* keep the table at most half full */
+    size_t slots = se->rpend_slots ? se->rpend_slots * 2 : 64;
+    uint32_t *idx = calloc(slots, sizeof *idx);
+    if (!idx) return dx__lm_nomem(t->err);
+    free(se->rpend_idx);
+    se->rpend_idx = idx;
+    se->rpend_slots = slots;
+    for (i = 0; i < se->rpend_n; i++)
+      if (se->rpend[i].inst) rpend_index(se, i);
+  }
+  if (!(nv = dx__lm_grow(se->rpend, &se->rpend_cap, se->rpend_n, sizeof *se->rpend)) ||
+      !(id = dx__strdup(inst)))
+    return dx__lm_nomem(t->err);
+  se->rpend = nv;
+  se->rpend[se->rpend_n].inst = id;
+  se->rpend[se->rpend_n].ready_at = ready_at;
+  rpend_index(se, se->rpend_n++);
+  se->rpend_live++;
+  se->batch_writes++; /* a failure after this spoils the batch, as after a write */
+  return 0;
+}
+
+static void rpend_take(shared_env_t *se, rpend_t *e) {
+  free(e->inst);
+  e->inst = NULL; /* stays in the table as a tombstone until the batch ends */
+  se->rpend_live--;
+}
+
+void dx__lm_rpend_drop(shared_env_t *se) {
+  size_t i;
+  for (i = 0; i < se->rpend_n; i++) free(se->rpend[i].inst);
+  se->rpend_n = se->rpend_live = 0;
+  if (se->rpend_idx) memset(se->rpend_idx, 0, se->rpend_slots * sizeof *se->rpend_idx);
+}
+
+int dx__lm_rpend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
+  tx_t t;
+  size_t i;
+  int rc = 0;
+  memset(&t, 0, sizeof t);
+  t.se = se;
+  t.txn = txn;
+  t.write = t.nested = 1;
+  t.err = err ? err : &t.scratch;
+  for (i = 0; i < se->rpend_n && !rc; i++) {
+    orch_state_t nw = STATE_EMPTY;
+    if (!se->rpend[i].inst) continue;
+    nw.ready_at = se->rpend[i].ready_at;
+    rc = state_set_db(&t, se->rpend[i].inst, &STATE_EMPTY, &nw);
+  }
+  dx__lm_rpend_drop(se);
+  if (rc && !se->batch_spoiled) { /* written in part: nothing of the batch may be kept */
+    se->batch_spoiled = 1;
+    dx_error_set(&se->spoil_err, rc, "%s", t.err->msg);
+  }
+  return rc;
+}
+
+/* Replace state `old` by `nw`. In this thread's batch an instance made ready in memory has
+** no stored state; one without stored state that becomes ready (and no more) stays in memory. */
+static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const orch_state_t *nw) {
+  rpend_t *e;
+  if (!t->direct) return state_set_db(t, inst, old, nw);
+  if ((e = rpend_find(t->se, inst))) {
+    if (!nw->token && nw->ready_at != LM_NEVER) { /* still ready: at another time */
+      e->ready_at = nw->ready_at;
+      return 0;
+    }
+    rpend_take(t->se, e);
+    old = &STATE_EMPTY;
+  }
+  if (!old->token && old->ready_at == LM_NEVER) { /* nothing stored */
+    if (!nw->token && nw->ready_at == LM_NEVER) return 0;
+    if (!nw->token) return rpend_add(t, inst, nw->ready_at);
+  }
+  return state_set_db(t, inst, old, nw);
+}
+
 /* 0 or an error; a missing record reads as STATE_EMPTY. */
 int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s) {
   dkey_t k;
   lm_what_t w = {"instance '%s'", inst, 0};
+  rpend_t *e;
   int rc;
   *s = STATE_EMPTY;
+  if (t->direct && (e = rpend_find(t->se, inst))) { /* ready in memory: nothing stored */
+    s->ready_at = e->ready_at;
+    return 0;
+  }
   key_inst(&k, inst);
   rc = dx__lm_rec_get_as(t, &dx__lm_state_schema, &k, s, &w);
   return rc == DX_ENOTFOUND ? 0 : rc;
 }
 
 /* Replace state `old` by `nw`, moving the instance between the ready and lock indexes. */
-static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const orch_state_t *nw) {
+static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
+                        const orch_state_t *nw) {
   dkey_t k;
   int db, rc;
   if ((db = dx__lm_state_index(inst, old, &k)) >= 0 && (rc = dx__lm_idx_op(t, db, &k, NULL, 0, 0)))
@@ -305,6 +435,37 @@ static int orch_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   return rc ? rc : 0;
 }
 
+/* Instances made ready in this batch (in memory) compete with the index heads: an earlier
+** ready time wins, a tie goes to the stored entry (it was queued first). */
+static int rpend_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c) {
+  shared_env_t *se = t->se;
+  size_t i;
+  int rc = 0;
+  if (!t->direct) return 0;
+  for (i = 0; i < se->rpend_n && se->rpend_live && !rc; i++) {
+    const rpend_t *e = &se->rpend[i];
+    orch_cand_t read;
+    char *inst;
+    int ok = 1;
+    if (!e->inst || e->ready_at > now || (c->inst && c->at <= e->ready_at)) continue;
+    memset(&read, 0, sizeof read);
+    if (f && f->capabilities_set && (rc = orch_runnable(t, f, e->inst, now, &ok, &read))) break;
+    if (!ok || !(inst = dx__strdup(e->inst))) {
+      dx__lm_cand_clear(&read);
+      if (ok) rc = dx__lm_nomem(t->err);
+      continue;
+    }
+    dx__lm_cand_clear(c);
+    *c = read; /* the candidate takes what was read (nothing without a filter) */
+    c->inst = inst;
+    c->msgs.inst = inst;
+    c->db = -1; /* in memory: no index entry */
+    c->at = e->ready_at;
+    k_init(&c->key);
+  }
+  return rc;
+}
+
 /* The instance to lock: the older of the ready head (due) and the lock head (expired); with
 ** orchestration capabilities, the older of the first ones this worker can run. */
 int dx__lm_orch_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c) {
@@ -321,7 +482,7 @@ int dx__lm_orch_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand
       rc = dx__lm_scan_prefix(t, dbs[i], &none, orch_scan_cb, &s);
     }
   }
-  return rc;
+  return rc ? rc : rpend_pick(t, f, now, c);
 }
 
 static int starts_instance(const dx_work_item_t *w) {
@@ -459,9 +620,12 @@ static int orch_try_lock(tx_t *t, lm_t *lm, orch_cand_t *c, int64_t now,
   size_t n = 0, i;
   int rc, has_ir, starts = 0;
   if ((rc = dx__lm_state_get(t, c->inst, &st))) return rc;
-  if (dx__lm_state_index(c->inst, &st, &k) != c->db || k.n != c->key.n ||
-      memcmp(k.b, c->key.b, k.n))
+  if (c->db < 0) { /* made ready in this batch: still so? */
+    if (st.token || st.ready_at == LM_NEVER) return 0;
+  } else if (dx__lm_state_index(c->inst, &st, &k) != c->db || k.n != c->key.n ||
+             memcmp(k.b, c->key.b, k.n)) {
     return dx__lm_db_del(t, c->db, &c->key); /* stray index entry: drop it */
+  }
   if (c->msgs_held) { /* read by the capabilities check in this txn */
     l = c->msgs;
     c->msgs_held = 0;

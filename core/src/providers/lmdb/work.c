@@ -105,12 +105,17 @@ void dx__lm_pend_drop(shared_env_t *se) {
   size_t i;
   for (i = se->pend_first; i < se->pend_n; i++) dx__lm_row_clear(&se->pend[i]);
   se->pend_n = se->pend_first = 0;
+  dx__lm_rpend_drop(se);
 }
 
 int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
   tx_t t;
   size_t i;
   int rc = 0;
+  if (se->rpend_live && (rc = dx__lm_rpend_flush(se, txn, err))) {
+    dx__lm_pend_drop(se);
+    return rc;
+  }
   if (se->pend_first >= se->pend_n) {
     se->pend_n = se->pend_first = 0;
     return 0;
@@ -134,6 +139,7 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
 static void pend_cand(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c) {
   shared_env_t *se = t->se;
   size_t i;
+  if (!t->direct) return; /* only this thread's batch has any (and only it may look) */
   while (se->pend_first < se->pend_n && se->pend[se->pend_first].seq == 0) se->pend_first++;
   for (i = se->pend_first; i < se->pend_n; i++) {
     const work_row_t *r = &se->pend[i];
