@@ -535,6 +535,19 @@ static int raw_entries(const char *store, const char *db, const char *prefix, un
   return n;
 }
 
+static int first_queued(void *ud, const dx_queued_t *q) {
+  dx_queued_t *out = ud;
+  if (out->attempt == 0) *out = *q;
+  return 0;
+}
+
+static dx_orch_item_t *fetch_at(dx_provider_t *p, int64_t now) {
+  dx_orch_item_t *it = NULL;
+  dx_error_t err;
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, now, 5000, &it, &err));
+  return it;
+}
+
 /* Format 4 writes the events one turn appends as one history record (a run). A store written
 ** by the format 3 build (fixture: f3-done completed in one turn of 3 events, f3-run after a
 ** turn of 2 events with a raised event queued; one record per event) opens, is stamped
@@ -548,6 +561,7 @@ DX_TEST(lmdb_format3_store_opens_and_continues_with_turn_runs) {
   dx_orch_item_t *it = NULL;
   dx_orch_ack_t a;
   dx_event_t *ev = NULL, add[3];
+  dx_queued_t q1;
   problems_t pr;
   dx_error_t err;
   unsigned fmt = 0;
@@ -606,6 +620,44 @@ DX_TEST(lmdb_format3_store_opens_and_continues_with_turn_runs) {
   ASSERT_EQ(n, 1);
   ASSERT_EQ(ex[0].event_count, 5);
   free(ex);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  /* f3-locked: a lock the format 3 build took (its message tagged): shown locked, taken over
+  ** when it lapses with the attempt counted, then locked the format 4 way (the message is not
+  ** rewritten) and abandoned and acked */
+  memset(&q1, 0, sizeof q1);
+  ASSERT_OK(M(p)->instance_queue(p, "f3-locked", first_queued, &q1, &err));
+  ASSERT_EQ(q1.attempt, 1);
+  ASSERT(q1.locked_until_ms != 0); /* (lapsed: its process is gone, the first sweep saw it) */
+  it = fetch_at(p, T0 + 6000);
+  ASSERT(it && strcmp(it->instance, "f3-locked") == 0);
+  ASSERT_EQ(it->attempt_count, 2);
+  ASSERT_EQ(it->messages_len, 1);
+  memset(&q1, 0, sizeof q1);
+  ASSERT_OK(M(p)->instance_queue(p, "f3-locked", first_queued, &q1, &err));
+  ASSERT_EQ(q1.attempt, 2);
+  ASSERT_EQ(q1.locked_until_ms, T0 + 11000);
+  ASSERT_OK(M(p)->abandon_orchestration_item(p, T0 + 6001, "f3-locked", it->lock_token, 0, 0, &err));
+  dx_orch_item_free(it);
+  it = fetch_at(p, T0 + 6002);
+  ASSERT(it && strcmp(it->instance, "f3-locked") == 0);
+  ASSERT_EQ(it->attempt_count, 3);
+  memset(&a, 0, sizeof a);
+  add[0] = add[2];
+  add[0].event_id = 1;
+  add[0].kind = DX_EV_ORCH_STARTED;
+  add[0].name = "Orch";
+  add[0].data = "2";
+  a.instance = "f3-locked";
+  a.lock_token = it->lock_token;
+  a.execution_id = 1;
+  a.orchestration_name = "Orch";
+  a.delta = add;
+  a.delta_len = 1;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0 + 6003, &a, &err));
+  dx_orch_item_free(it);
+  memset(&q1, 0, sizeof q1);
+  ASSERT_OK(M(p)->instance_queue(p, "f3-locked", first_queued, &q1, &err));
+  ASSERT_EQ(q1.attempt, 0); /* nothing queued */
   ASSERT_EQ(check_store(p, &pr), 0);
   M(p)->destroy(p);
   ASSERT_EQ(raw_entries(store, "history", "f3-run", &fmt), 3); /* 2 single + 1 run */
@@ -681,6 +733,104 @@ DX_TEST(lmdb_turn_runs_are_one_record_and_every_id_in_them_counts) {
   ASSERT_EQ(n, 1);
   ASSERT_EQ(ex[0].event_count, 1);
   free(ex);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* Every key and value of DB `db` (read with LMDB itself), concatenated; *n its length. */
+static char *raw_dump(const char *store, const char *db, size_t *n) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi d;
+  MDB_cursor *c;
+  MDB_val k, v;
+  char *out = NULL;
+  *n = 0;
+  ASSERT_OK(mdb_env_create(&env));
+  ASSERT_OK(mdb_env_set_maxdbs(env, 64));
+  ASSERT_OK(mdb_env_open(env, store, MDB_RDONLY, 0600));
+  ASSERT_OK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn));
+  ASSERT_OK(mdb_dbi_open(txn, db, 0, &d));
+  ASSERT_OK(mdb_cursor_open(txn, d, &c));
+  while (mdb_cursor_get(c, &k, &v, MDB_NEXT) == 0) {
+    out = realloc(out, *n + k.mv_size + v.mv_size);
+    memcpy(out + *n, k.mv_data, k.mv_size);
+    memcpy(out + *n + k.mv_size, v.mv_data, v.mv_size);
+    *n += k.mv_size + v.mv_size;
+  }
+  mdb_cursor_close(c);
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return out;
+}
+
+/* Format 4: an orchestration fetch names its batch in the instance's lock state and leaves the
+** messages as they are (it used to rewrite each one with the lock token and attempt); attempts
+** still count every fetch, a message queued during the lock stays out of the batch. */
+DX_TEST(lmdb_orch_fetch_leaves_its_messages_unwritten) {
+  char *store = new_store("msglock"), *before, *after;
+  dx_provider_t *p = open_ok(store);
+  dx_work_item_t w;
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  dx_event_t ev;
+  dx_queued_t q1;
+  problems_t pr;
+  dx_error_t err;
+  size_t nb, na;
+  completed_instance(p, "warm", "1");
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_START;
+  w.instance = "m1";
+  w.name = "Orch";
+  w.execution_id = 1;
+  w.data = "1";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  M(p)->destroy(p);
+  before = raw_dump(store, "orch_msgs", &nb);
+  p = open_ok(store);
+  it = fetch_at(p, T0 + 1);
+  ASSERT(it && strcmp(it->instance, "m1") == 0);
+  ASSERT_EQ(it->attempt_count, 1);
+  M(p)->destroy(p);
+  after = raw_dump(store, "orch_msgs", &na);
+  ASSERT(nb == na && memcmp(before, after, nb) == 0); /* not rewritten */
+  free(before);
+  free(after);
+  p = open_ok(store);
+  memset(&q1, 0, sizeof q1);
+  ASSERT_OK(M(p)->instance_queue(p, "m1", first_queued, &q1, &err));
+  ASSERT_EQ(q1.attempt, 1);
+  ASSERT_EQ(q1.locked_until_ms, T0 + 5001);
+  /* the lock lapses: the next fetch counts the attempt of the first */
+  dx_orch_item_free(it);
+  it = fetch_at(p, T0 + 6000);
+  ASSERT(it && strcmp(it->instance, "m1") == 0);
+  ASSERT_EQ(it->attempt_count, 2);
+  w.kind = DX_WI_EXTERNAL;
+  w.name = "Go";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0 + 6001, &w, 0, &err)); /* during the lock */
+  memset(&ev, 0, sizeof ev);
+  ev.event_id = 1;
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.name = "Orch";
+  ev.data = "1";
+  memset(&a, 0, sizeof a);
+  a.instance = "m1";
+  a.lock_token = it->lock_token;
+  a.execution_id = 1;
+  a.orchestration_name = "Orch";
+  a.delta = &ev;
+  a.delta_len = 1;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0 + 6002, &a, &err));
+  dx_orch_item_free(it);
+  it = fetch_at(p, T0 + 6003); /* the raise came after the batch: still queued, now its own */
+  ASSERT(it && strcmp(it->instance, "m1") == 0);
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_EXTERNAL);
+  ASSERT_EQ(it->attempt_count, 1);
+  dx_orch_item_free(it);
+  ASSERT_EQ(check_store(p, &pr), 0);
   M(p)->destroy(p);
   free(store);
 }

@@ -353,9 +353,27 @@ typedef struct {
   int64_t locked_until; /* locked: lock expiry */
   uint64_t token;       /* 0 = unlocked */
   uint64_t locker;      /* locked: the tag of the handle that locked it (0: unknown) */
+  /* locked (format 4): the batch is the messages up to seq batch_seq visible at batch_at; they
+  ** are not rewritten by the fetch (0: a lock taken before, which tagged its messages) */
+  uint64_t batch_seq;
+  int64_t batch_at;
 } orch_state_t;
 
-static const orch_state_t STATE_EMPTY = {LM_NEVER, 0, 0, 0};
+static const orch_state_t STATE_EMPTY = {LM_NEVER, 0, 0, 0, 0, 0};
+
+/* Is message m in the batch that lock st holds? A lock taken since format 4 names its batch in
+** the state and leaves its messages as they were; an older one tagged each with its token. */
+static inline int dx__lm_msg_in_lock(const orch_state_t *st, const orch_msg_t *m) {
+  if (!st->token) return 0;
+  if (m->token) return m->token == st->token;
+  return st->batch_seq && m->seq <= st->batch_seq && m->visible_at <= st->batch_at;
+}
+
+/* m's attempts, the lock it is in counted (a format 4 lock stores its count in the message
+** only when it ends without an ack: abandon, or another fetch after it lapsed). */
+static inline uint64_t dx__lm_msg_attempt(const orch_state_t *st, const orch_msg_t *m) {
+  return m->attempt + (!m->token && dx__lm_msg_in_lock(st, m));
+}
 
 /* A session row. Owned <=> owner is non-empty; the lease is live while locked_until > now. */
 typedef struct {
@@ -735,8 +753,8 @@ int dx__lm_lidx_status(tx_t *t, const char *inst, int64_t at, uint64_t seq, int 
 int dx__lm_lidx_name(tx_t *t, const char *inst, int64_t at, uint64_t seq, const char *old_name,
                      const char *new_name);
 int dx__lm_lidx_start(tx_t *t, uint64_t seq, const char *inst, const char *name, int put);
-/* Drop the start entries of the START messages in `l` (token != 0: those locked with it). */
-int dx__lm_lidx_forget_starts(tx_t *t, const msg_list_t *l, uint64_t token);
+/* Drop the start entries of the START messages in `l` (st not NULL: those in its lock). */
+int dx__lm_lidx_forget_starts(tx_t *t, const msg_list_t *l, const orch_state_t *st);
 /* At open: build the indexes of a store written before them (once; meta "list_idx"). */
 int dx__lm_lidx_build(tx_t *t);
 /* manage.c: every queued-never-run start (a scan of the orchestrator queue state). */

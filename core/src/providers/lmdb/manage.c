@@ -681,8 +681,8 @@ static int queue_orch(tx_t *t, const char *inst, qrow_list_t *out) {
     else if (!(rc = dx__lm_msg_decode(t, &l, i, &r->item))) {
       r->q.queue = DX_QUEUE_ORCHESTRATOR;
       r->q.visible_at_ms = l.v[i].visible_at;
-      r->q.attempt = (uint32_t)l.v[i].attempt;
-      if (st.token && l.v[i].token == st.token) r->q.locked_until_ms = st.locked_until;
+      r->q.attempt = (uint32_t)dx__lm_msg_attempt(&st, &l.v[i]);
+      if (dx__lm_msg_in_lock(&st, &l.v[i])) r->q.locked_until_ms = st.locked_until;
     } else {
       out->n--;
     }

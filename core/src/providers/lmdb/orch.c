@@ -58,12 +58,12 @@ static int msg_del(tx_t *t, const char *inst, uint64_t seq) {
   return dx__lm_db_del(t, DB_ORCH_MSGS, &k);
 }
 
-/* Delete the messages of `l` tagged with `token` (token 0: those visible at `now`). */
-static int msgs_delete(tx_t *t, const msg_list_t *l, uint64_t token, int64_t now) {
+/* Delete the messages of `l` in lock st (NULL: those visible at `now`). */
+static int msgs_delete(tx_t *t, const msg_list_t *l, const orch_state_t *st, int64_t now) {
   size_t i;
   int rc;
   for (i = 0; i < l->n; i++) {
-    int hit = token ? l->v[i].token == token : l->v[i].visible_at <= now;
+    int hit = st ? dx__lm_msg_in_lock(st, &l->v[i]) : l->v[i].visible_at <= now;
     if (hit && (rc = msg_del(t, l->inst, l->v[i].seq))) return rc;
   }
   return 0;
@@ -537,18 +537,27 @@ static int queued_start_at(tx_t *t, const msg_list_t *l, int64_t now, int64_t *a
   return 0;
 }
 
-/* Tag the batch with the token and bump attempts; returns the batch's max attempt. */
-static int batch_lock(tx_t *t, msg_list_t *l, int64_t now, uint64_t token, uint32_t *max_attempt) {
+/* Lock the batch (the messages visible at `now`) under nw: the state names it (batch_seq,
+** batch_at) and the messages are not rewritten; returns the batch's max attempt, this one
+** counted. A lapsed lock `old` being taken over first stores its attempt in its messages (they
+** were handed out once); a tag of a lock no longer held (an older build's) is cleared. */
+static int batch_lock(tx_t *t, msg_list_t *l, int64_t now, const orch_state_t *old,
+                      orch_state_t *nw, uint32_t *max_attempt) {
   size_t i;
   int rc;
   *max_attempt = 0;
+  nw->batch_seq = 0;
+  nw->batch_at = now;
   for (i = 0; i < l->n; i++) {
     orch_msg_t *m = &l->v[i];
+    if (m->token || dx__lm_msg_in_lock(old, m)) {
+      m->attempt = dx__lm_msg_attempt(old, m);
+      m->token = 0;
+      if ((rc = msg_put(t, l->inst, m))) return rc;
+    }
     if (m->visible_at > now) continue;
-    m->token = token;
-    m->attempt++;
-    if (m->attempt > *max_attempt) *max_attempt = (uint32_t)m->attempt;
-    if ((rc = msg_put(t, l->inst, m))) return rc;
+    if (m->seq > nw->batch_seq) nw->batch_seq = m->seq;
+    if (m->attempt + 1 > *max_attempt) *max_attempt = (uint32_t)(m->attempt + 1);
   }
   return 0;
 }
@@ -656,11 +665,11 @@ static int orch_try_lock(tx_t *t, lm_t *lm, orch_cand_t *c, int64_t now,
     }
     /* messages for an instance that never started and never will: drop them instead of
     ** letting them sit at the head of the queue (the reference's starvation quirk) */
-    rc = msgs_delete(t, &l, 0, now);
+    rc = msgs_delete(t, &l, NULL, now);
     if (!rc) rc = orch_release(t, c->inst, &st);
     goto done;
   }
-  nw.ready_at = LM_NEVER;
+  nw = STATE_EMPTY;
   nw.locked_until = sat_add(now, lock_ms);
   nw.token = dx__new_token();
   nw.locker = lm->tag;
@@ -672,7 +681,7 @@ static int orch_try_lock(tx_t *t, lm_t *lm, orch_cand_t *c, int64_t now,
   it->messages = items;
   it->messages_len = n;
   items = NULL;
-  if ((rc = batch_lock(t, &l, now, nw.token, &it->attempt_count))) goto done_ir;
+  if ((rc = batch_lock(t, &l, now, &st, &nw, &it->attempt_count))) goto done_ir;
   if ((rc = state_set(t, c->inst, &st, &nw))) goto done_ir;
   rc = orch_item_fill(t, lm, it, has_ir ? &ir : NULL);
 done_ir:
@@ -807,11 +816,11 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
       (rc = dx__lm_history_unused(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
       (rc = msgs_load(t, a->instance, &l)))
     return rc;
-  rc = msgs_delete(t, &l, a->lock_token, now);
+  rc = msgs_delete(t, &l, &st, now);
   for (i = 0; i < l.n; i++)
-    if (l.v[i].token != a->lock_token && l.v[i].visible_at < next) next = l.v[i].visible_at;
+    if (!dx__lm_msg_in_lock(&st, &l.v[i]) && l.v[i].visible_at < next) next = l.v[i].visible_at;
   if (!rc) rc = ack_instance(t, now, a, &ai);
-  if (!rc && ai.created) rc = dx__lm_lidx_forget_starts(t, &l, a->lock_token); /* no longer queued */
+  if (!rc && ai.created) rc = dx__lm_lidx_forget_starts(t, &l, &st); /* no longer queued */
   msgs_free(&l);
   if (rc || (rc = ack_execution(t, now, a, &ai)) ||
       (rc = dx__lm_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
@@ -866,10 +875,14 @@ static int orch_abandon(tx_t *t, int64_t now, const char *inst, uint64_t token, 
   if ((rc = msgs_load(t, inst, &l))) return rc;
   for (i = 0; i < l.n && !rc; i++) {
     orch_msg_t *m = &l.v[i];
-    if (m->token != token) continue;
+    uint64_t att = dx__lm_msg_attempt(&st, m); /* this lock's attempt counted */
+    int64_t vis = delay_ms > 0 ? sat_add(now, delay_ms) : m->visible_at;
+    if (!dx__lm_msg_in_lock(&st, m)) continue;
+    if (ignore_attempt && att > 0) att--;
+    if (!m->token && att == m->attempt && vis == m->visible_at) continue; /* as stored */
     m->token = 0;
-    if (delay_ms > 0) m->visible_at = sat_add(now, delay_ms);
-    if (ignore_attempt && m->attempt > 0) m->attempt--;
+    m->attempt = att;
+    m->visible_at = vis;
     rc = msg_put(t, inst, m);
   }
   msgs_free(&l);

@@ -37,6 +37,8 @@ static const lm_field_t msg_fields[] = {
 static const lm_field_t state_fields[] = {
   F(RF_I64, orch_state_t, ready_at, 0), F(RF_I64, orch_state_t, locked_until, 0),
   F(RF_U64, orch_state_t, token, 0),   F(RF_U64, orch_state_t, locker, 0),
+  /* optional (absent in states written before format 4): */
+  F(RF_U64, orch_state_t, batch_seq, 0), F(RF_I64, orch_state_t, batch_at, 0),
 };
 static const lm_field_t sess_fields[] = {
   F(RF_STR, sess_rec_t, owner, 0),        F(RF_STR, sess_rec_t, prev, 0),
