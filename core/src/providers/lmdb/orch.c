@@ -740,6 +740,8 @@ static int inst_create(tx_t *t, int64_t now, const dx_orch_ack_t *a, inst_rec_t 
 typedef struct {
   int created;             /* this ack created the record (the instance's first turn) */
   int current;             /* the ack's execution is (or becomes) the current one */
+  int known;               /* the ack's execution was the current one before: an earlier ack
+                              of it stored its execution record */
   int64_t created_at;
   uint64_t created_seq;
 } ack_inst_t;
@@ -760,6 +762,7 @@ static int ack_instance(tx_t *t, int64_t now, const dx_orch_ack_t *a, ack_inst_t
   if (!rc) {
     if (a->custom_status_set) r.cs_version++;
     ai->current = a->execution_id >= r.current_exec;
+    ai->known = !ai->created && a->execution_id == r.current_exec;
     if (a->execution_id > r.current_exec) r.current_exec = a->execution_id;
     r.updated_at = now;
     ai->created_at = r.created_at;
@@ -777,7 +780,9 @@ static int ack_instance(tx_t *t, int64_t now, const dx_orch_ack_t *a, ack_inst_t
 /* Steps 4 and 6: create the execution record if missing; apply the status. */
 static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a, const ack_inst_t *ai) {
   exec_rec_t r;
-  int old_st, rc = dx__lm_exec_get(t, a->instance, a->execution_id, &r);
+  int old_st, rc;
+  if (ai->known && a->status == DX_STATUS_NONE) return 0; /* stored, and nothing ends */
+  rc = dx__lm_exec_get(t, a->instance, a->execution_id, &r);
   if (rc && rc != DX_ENOTFOUND) return rc;
   if (rc == 0 && a->status == DX_STATUS_NONE) { /* a turn that ends nothing changes nothing */
     dx__lm_exec_clear(&r);
@@ -806,7 +811,7 @@ static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a, const ack
 
 static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   orch_state_t st;
-  ack_inst_t ai = {0, 0, 0, 0};
+  ack_inst_t ai = {0, 0, 0, 0, 0};
   msg_list_t l;
   int64_t next = LM_NEVER; /* when the instance is ready again: its earliest message left */
   size_t i;
