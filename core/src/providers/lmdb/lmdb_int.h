@@ -63,6 +63,11 @@
 ** fsync unless the handle has no_sync or commit(sync=0) is used (see dx__lm_top_finish and
 ** lm_commit: a sync=0 batch that wrote more than locks still flushes its data).
 ** Every top-level txn first checks the files and, for writes, grows the map (map.c).
+** Inside a batch the direct methods keep two kinds of writes in memory until the batch's own
+** fetches take them or something else could look: plain worker rows an ack queues
+** (shared_env_t.pend, work.c) and idle instances a message makes ready (rpend, orch.c). They
+** are written by dx__lm_pend_flush before any nested method of the batch begins and at
+** commit, and dropped with a batch that does not commit.
 */
 #ifndef DX_LMDB_INT_H
 #define DX_LMDB_INT_H
