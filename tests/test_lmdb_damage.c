@@ -835,6 +835,161 @@ DX_TEST(lmdb_orch_fetch_leaves_its_messages_unwritten) {
   free(store);
 }
 
+/* A process that holds `store` open until *release is closed: a plain LMDB env, as a worker of
+** an older build holds it (it checked the format when it opened the store, not since). */
+static pid_t hold_open(const char *store, int *release) {
+  int ready[2], go[2];
+  char c;
+  pid_t pid;
+  ASSERT_OK(pipe(ready));
+  ASSERT_OK(pipe(go));
+  if ((pid = fork()) == 0) {
+    MDB_env *env;
+    close(ready[0]);
+    close(go[1]);
+    if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 64) || mdb_env_open(env, store, 0, 0600))
+      _exit(1);
+    if (write(ready[1], "r", 1) != 1) _exit(1);
+    while (read(go[0], &c, 1) > 0) {}
+    mdb_env_close(env);
+    _exit(0);
+  }
+  ASSERT(pid > 0);
+  close(ready[1]);
+  close(go[0]);
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  *release = go[1];
+  return pid;
+}
+
+/* The value of the first entry of DB `db` whose key starts with the n bytes of `prefix`. */
+static char *raw_first(const char *store, const char *db, const char *prefix, size_t n,
+                       size_t *len) {
+  char *out = NULL;
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi d;
+  MDB_cursor *c;
+  MDB_val k, v;
+  ASSERT_OK(mdb_env_create(&env));
+  ASSERT_OK(mdb_env_set_maxdbs(env, 64));
+  ASSERT_OK(mdb_env_open(env, store, MDB_RDONLY, 0600));
+  ASSERT_OK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn));
+  ASSERT_OK(mdb_dbi_open(txn, db, 0, &d));
+  ASSERT_OK(mdb_cursor_open(txn, d, &c));
+  k.mv_size = n;
+  k.mv_data = (void *)prefix;
+  if (mdb_cursor_get(c, &k, &v, MDB_SET_RANGE) == 0 && k.mv_size >= n &&
+      memcmp(k.mv_data, prefix, n) == 0 && (out = malloc(v.mv_size))) {
+    memcpy(out, v.mv_data, v.mv_size);
+    *len = v.mv_size;
+  }
+  mdb_cursor_close(c);
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  ASSERT(out != NULL);
+  return out;
+}
+
+/* A MessagePack unsigned or signed integer at *p (the record layouts' integers). */
+static uint64_t mp_int(const unsigned char **p) {
+  const unsigned char *b = *p;
+  uint64_t v = 0;
+  size_t w = 0, i;
+  if (b[0] <= 0x7f) { *p = b + 1; return b[0]; }
+  if (b[0] >= 0xcc && b[0] <= 0xcf) w = (size_t)1 << (b[0] - 0xcc);
+  else if (b[0] >= 0xd0 && b[0] <= 0xd3) w = (size_t)1 << (b[0] - 0xd0);
+  else DX_FAIL_AT("not an integer: 0x%02x", b[0]);
+  for (i = 0; i < w; i++) v = v << 8 | b[1 + i];
+  *p = b + 1 + w;
+  return v;
+}
+
+/* While another process has the store open (maybe a worker of an older build: it checked the
+** format only when it opened the store) this build keeps a format 3 store at format 3 and
+** writes what format 3 reads: one history record per event, the orchestration lock's token
+** and attempt in its messages, the lock state in its 4 fields. Opened alone later, the store
+** becomes format 4 and everything reads on. */
+DX_TEST(lmdb_format3_store_stays_format3_while_another_process_has_it_open) {
+  char *store = new_store("fmt3held"), cmd[1400], *v;
+  dx_provider_t *p;
+  dx_orch_item_t *it = NULL;
+  dx_orch_ack_t a;
+  dx_event_t *ev = NULL, add[3];
+  problems_t pr;
+  dx_error_t err;
+  const unsigned char *b;
+  unsigned fmt = 0;
+  uint64_t token;
+  size_t n = 0, len = 0, i;
+  int release, st;
+  pid_t holder;
+  ASSERT(mkdir(store, 0700) == 0);
+  snprintf(cmd, sizeof cmd, "tar xzf '%s/store-format3.tar.gz' -C '%s'", DX_FIXTURES, store);
+  ASSERT_EQ(system(cmd), 0);
+  holder = hold_open(store, &release);
+  p = open_ok(store);
+  /* a turn of 3 events on f3-run (after its 2 single ones) */
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 10, 5000, &it, &err));
+  ASSERT(it && strcmp(it->instance, "f3-run") == 0);
+  memset(add, 0, sizeof add);
+  for (i = 0; i < 3; i++) {
+    add[i].event_id = 3 + i;
+    add[i].timestamp_ms = T0 + 10;
+    add[i].kind = DX_EV_TIMER_CREATED;
+    add[i].fire_at_ms = T0 + 100 + (int64_t)i;
+  }
+  memset(&a, 0, sizeof a);
+  a.instance = "f3-run";
+  a.lock_token = it->lock_token;
+  a.execution_id = 1;
+  a.delta = add;
+  a.delta_len = 3;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0 + 10, &a, &err));
+  dx_orch_item_free(it);
+  /* f3-locked's lapsed format 3 lock taken over: locked again, left locked */
+  it = fetch_at(p, T0 + 6000);
+  ASSERT(it && strcmp(it->instance, "f3-locked") == 0);
+  ASSERT_EQ(it->attempt_count, 2);
+  token = it->lock_token;
+  dx_orch_item_free(it);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  M(p)->destroy(p);
+  ASSERT_EQ(raw_entries(store, "history", "f3-run", &fmt), 5); /* one record per event */
+  ASSERT_EQ(fmt, 3);
+  v = raw_first(store, "orch_state", "f3-locked", 10, &len);
+  ASSERT_EQ((unsigned char)v[0], 0x95); /* [record format, ready_at, locked_until, token, locker] */
+  free(v);
+  v = raw_first(store, "orch_msgs", "f3-locked", 10, &len);
+  b = (const unsigned char *)v;
+  ASSERT_EQ(b[0], 0x95); /* [record format, visible_at, token, attempt, item] */
+  b++;
+  ASSERT_EQ(mp_int(&b), 1);
+  (void)mp_int(&b);
+  ASSERT(mp_int(&b) == token); /* tagged with the lock, as format 3 reads it */
+  ASSERT_EQ(mp_int(&b), 2);
+  free(v);
+  /* the other process leaves; this build's next open finds the store alone */
+  close(release);
+  ASSERT_EQ(waitpid(holder, &st, 0), holder);
+  ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  p = open_ok(store);
+  ASSERT_OK(M(p)->read_history(p, "f3-run", 0, &ev, &n, NULL, &err));
+  ASSERT_EQ(n, 5);
+  for (i = 0; i < n; i++) ASSERT_EQ(ev[i].event_id, i + 1);
+  dx_events_free(ev, n);
+  it = fetch_at(p, T0 + 12000); /* the tagged lock lapsed: its attempt counted */
+  ASSERT(it && strcmp(it->instance, "f3-locked") == 0);
+  ASSERT_EQ(it->attempt_count, 3);
+  dx_orch_item_free(it);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  M(p)->destroy(p);
+  ASSERT_EQ(raw_entries(store, "history", "f3-run", &fmt), 5);
+  ASSERT_EQ(fmt, 4);
+  free(store);
+}
+
 DX_TEST(lmdb_format1_store_is_upgraded_on_open) {
   char *store = new_store("fmt1"), cmd[1400];
   dx_provider_t *p;

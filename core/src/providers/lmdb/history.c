@@ -208,8 +208,8 @@ int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_eve
                           size_t n) {
   size_t i = 0, j;
   int rc;
-  while (i < n) {
-    for (j = i + 1; j < n && ev[j].event_id == ev[j - 1].event_id + 1; j++) {}
+  while (i < n) { /* a store kept at format 3 (se->fmt3): one event per record */
+    for (j = i + 1; j < n && !t->se->fmt3 && ev[j].event_id == ev[j - 1].event_id + 1; j++) {}
     if ((rc = append_run(t, inst, exec, ev + i, j - i))) return rc;
     i = j;
   }

@@ -136,6 +136,12 @@ typedef struct shared_env_s {
   int no_sess_events;        /* read-only store written before sess_events existed */
   int no_workers;            /* read-only store written before workers existed */
   int no_list_idx;           /* read-only store written before the list indexes: list by scan */
+  int fmt3;                  /* the store stays format 3: another process (maybe an older build,
+                                which checks the format only at open) had it open when this one
+                                opened it, so history is written one event per record and an
+                                orchestration lock tags its messages (env.c check_format) */
+  int probe_fd;              /* lock.mdb, open while the env is: the store_in_use probe (closing
+                                any fd of lock.mdb would drop LMDB's own lock on it) */
   size_t psize;              /* LMDB page size */
   int data_fd;               /* data.mdb, for the truncation check */
   char *lock_path;           /* lock.mdb and its identity when opened (ino 0: no lock file) */
@@ -549,7 +555,7 @@ int dx__lm_can_grow(shared_env_t *se);
 
 /* records.c */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
-    dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema, dx__lm_kv_schema,
+    dx__lm_state_schema, dx__lm_state3_schema, dx__lm_sess_schema, dx__lm_row_schema, dx__lm_kv_schema,
     dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
 /* The record as MessagePack into out (NULL: only its length); returns its length. */
 size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out);

@@ -227,7 +227,7 @@ static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
   if (db >= 0 && (rc = dx__lm_idx_op(t, db, &k, "", 0, 1))) return rc;
   key_inst(&k, inst);
   if (db < 0) return dx__lm_db_del(t, DB_ORCH_STATE, &k);
-  return dx__lm_rec_put(t, &dx__lm_state_schema, &k, nw);
+  return dx__lm_rec_put(t, nw->batch_seq ? &dx__lm_state_schema : &dx__lm_state3_schema, &k, nw);
 }
 
 /* Unlock the instance; it becomes ready at `ready_at` (LM_NEVER: not queued). */
@@ -540,24 +540,27 @@ static int queued_start_at(tx_t *t, const msg_list_t *l, int64_t now, int64_t *a
 /* Lock the batch (the messages visible at `now`) under nw: the state names it (batch_seq,
 ** batch_at) and the messages are not rewritten; returns the batch's max attempt, this one
 ** counted. A lapsed lock `old` being taken over first stores its attempt in its messages (they
-** were handed out once); a tag of a lock no longer held (an older build's) is cleared. */
+** were handed out once); a tag of a lock no longer held (an older build's) is cleared.
+** On a store kept at format 3 (se->fmt3) the lock tags its messages and counts their attempt
+** in them, as format 3 builds do: a process of such a build may take the lock over. */
 static int batch_lock(tx_t *t, msg_list_t *l, int64_t now, const orch_state_t *old,
                       orch_state_t *nw, uint32_t *max_attempt) {
   size_t i;
   int rc;
   *max_attempt = 0;
   nw->batch_seq = 0;
-  nw->batch_at = now;
+  nw->batch_at = t->se->fmt3 ? 0 : now;
   for (i = 0; i < l->n; i++) {
     orch_msg_t *m = &l->v[i];
-    if (m->token || dx__lm_msg_in_lock(old, m)) {
-      m->attempt = dx__lm_msg_attempt(old, m);
-      m->token = 0;
+    int tag = t->se->fmt3 && m->visible_at <= now;
+    if (m->token || dx__lm_msg_in_lock(old, m) || tag) {
+      m->attempt = dx__lm_msg_attempt(old, m) + tag;
+      m->token = tag ? nw->token : 0;
       if ((rc = msg_put(t, l->inst, m))) return rc;
     }
     if (m->visible_at > now) continue;
-    if (m->seq > nw->batch_seq) nw->batch_seq = m->seq;
-    if (m->attempt + 1 > *max_attempt) *max_attempt = (uint32_t)(m->attempt + 1);
+    if (!tag && m->seq > nw->batch_seq) nw->batch_seq = m->seq;
+    if (m->attempt + !tag > *max_attempt) *max_attempt = (uint32_t)(m->attempt + !tag);
   }
   return 0;
 }
