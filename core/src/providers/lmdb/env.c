@@ -380,7 +380,7 @@ static int env_open(char *path, const dx_provider_opts_t *o, shared_env_t **out,
   else if (mrc == 0 && stat(se->lock_path, &st) == 0) {
     se->lock_dev = st.st_dev;
     se->lock_ino = st.st_ino;
-    se->probe_fd = open(se->lock_path, O_RDONLY | O_CLOEXEC); /* -1: taken as alone */
+    se->probe_fd = open(se->lock_path, O_RDONLY | O_CLOEXEC); /* -1: taken as busy */
   }
   if (mrc) {
     rc = open_error(mrc, err);

@@ -9,7 +9,8 @@
 ** (codec.h). Since format 3 every value, index entries included, ends with a 4-byte CRC32C
 ** of key and value (txn.c), written by db_put and checked by every read.
 **
-**   meta          "format" -> be32 4   "seq" -> be64 last sequence number
+**   meta          "format" -> be32 4 (3 while opened beside another process: env.c
+**                 check_format)   "seq" -> be64 last sequence number
 **                 "max_size" -> be64 the store's size limit (absent: none)
 **   instances     inst\0 -> name, version, current_exec, custom_status, cs_version,
 **                           created_at, updated_at, parent, created_seq
@@ -140,8 +141,9 @@ typedef struct shared_env_s {
                                 which checks the format only at open) had it open when this one
                                 opened it, so history is written one event per record and an
                                 orchestration lock tags its messages (env.c check_format) */
-  int probe_fd;              /* lock.mdb, open while the env is: the store_in_use probe (closing
-                                any fd of lock.mdb would drop LMDB's own lock on it) */
+  int probe_fd;              /* lock.mdb, open while the env is, for asking whether another
+                                process has the store open (closing any fd of lock.mdb would
+                                drop LMDB's own lock on it) */
   size_t psize;              /* LMDB page size */
   int data_fd;               /* data.mdb, for the truncation check */
   char *lock_path;           /* lock.mdb and its identity when opened (ino 0: no lock file) */
@@ -555,8 +557,8 @@ int dx__lm_can_grow(shared_env_t *se);
 
 /* records.c */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
-    dx__lm_state_schema, dx__lm_state3_schema, dx__lm_sess_schema, dx__lm_row_schema, dx__lm_kv_schema,
-    dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
+    dx__lm_state_schema, dx__lm_state3_schema, dx__lm_sess_schema, dx__lm_row_schema,
+    dx__lm_kv_schema, dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
 /* The record as MessagePack into out (NULL: only its length); returns its length. */
 size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out);
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
