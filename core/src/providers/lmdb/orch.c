@@ -656,6 +656,11 @@ static int orch_try_lock(tx_t *t, lm_t *lm, orch_cand_t *c, int64_t now,
   }
   has_ir = rc == 0;
   for (i = 0; i < n; i++) starts |= starts_instance(&items[i]);
+  /* Neither branch below (nor n == 0 above) meets a lapsed format 4 lock whose attempt
+  ** batch_lock would have to store in its messages: a lock is only taken with an instance
+  ** record or a visible start, and its messages stay visible and stored until an ack (which
+  ** writes the record), an abandon (which releases the lock) or a delete/terminate (which
+  ** drops the queue and the state). */
   if (!has_ir && !starts) {
     int64_t start_at;
     if ((rc = queued_start_at(t, &l, now, &start_at))) goto done;
