@@ -142,6 +142,21 @@ int dxl_call_stock(lua_State *L);
 /* The same, while the stock function resumes coroutine co (NULL: none): see dxl_running_t. */
 int dxl_call_stock_on(lua_State *L, lua_State *co);
 
+/* {===== heap.c: small blocks for the Lua state =====} */
+
+#define DXL_HEAP_MAX 1024 /* larger blocks come from the state's original allocator */
+typedef struct dxl_heap_s dxl_heap_t;
+/* A new pool, or NULL when pooling is off (ASan, valgrind memcheck, DUROXIDE_LUA_HEAP=malloc,
+** no address space): the caller then uses its allocator for everything. */
+dxl_heap_t *dxl_heap_new(void);
+void dxl_heap_free_all(dxl_heap_t *H);
+int dxl_heap_owns(const dxl_heap_t *H, const void *p);
+size_t dxl_heap_live(const dxl_heap_t *H);
+int dxl_heap_same_class(size_t a, size_t b);
+/* A block of 1..DXL_HEAP_MAX bytes, NULL when the pool is used up; freed with its size. */
+void *dxl_heap_alloc(dxl_heap_t *H, size_t n);
+void dxl_heap_free(dxl_heap_t *H, void *p, size_t n);
+
 /* {===== budget.c: instruction and memory budgets =====} */
 
 /* Wrap the state's allocator (once); uninstall before the state's memory goes away. */
