@@ -35,7 +35,7 @@ typedef struct dxl_state_s {
   uv_loop_t *loop;
   int reg_ref;              /* registry ref of {orchestrations=, activities=, hooks=, ...} */
   int context_mt_ref;       /* Context metatable (from duroxide/context.lua) */
-  int actx_mt_ref;          /* activity context metatable (from duroxide/activity.lua) */
+  int actx_new_ref;         /* activity context constructor (from duroxide/activity.lua) */
   int prims_ref;            /* primitives table passed to the Lua layer */
   dx_options_t opts;        /* from duroxide.configure{} */
   char *worker_node_id;     /* storage behind opts.worker_node_id */
@@ -47,6 +47,7 @@ typedef struct dxl_state_s {
   void *timers;             /* pending C.after timers (activity.c), cancelled at close */
   int shared_runtimes;      /* runtimes started with {shared = true} (duroxide.testing) */
   int running_activities;
+  int idle_threads;         /* finished activity coroutines kept for reuse (activity.c) */
   dxl_alloc_t *alloc;       /* the allocator wrapper that enforces memory budgets */
   int orch_env_ref;         /* globals of the orchestration running now (LUA_NOREF: none) */
   struct dxl_caps_s *caps;  /* registered orchestrations for the store thread (capabilities.c) */
