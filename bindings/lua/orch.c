@@ -18,6 +18,7 @@
 #include "watchdog.h"
 
 #define BOX_MT "duroxide.TurnBox"
+static const char box_mt = 0; /* registry key of the same metatable: found without a name */
 #define GENERATED_SUFFIX_MAX 27 /* "::sub::" and up to 20 digits of an event id */
 
 typedef struct orch_inst_s orch_inst_t;
@@ -100,7 +101,12 @@ static int start_impl(lua_State *L) {
   inst->box = lua_newuserdatauv(L, sizeof *inst->box, 0);
   inst->box->t = inst->t;
   inst->box->inst = inst;
-  luaL_newmetatable(L, BOX_MT); /* typed, so a foreign userdata in ctx._box is refused */
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &box_mt) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    luaL_newmetatable(L, BOX_MT); /* typed, so a foreign userdata in ctx._box is refused */
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &box_mt);
+  }
   lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   inst->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -325,7 +331,14 @@ static void h_orch_free(void *host, void *vinst) {
 /* {===== ctx primitives =====} */
 
 static turn_box_t *check_box(lua_State *L) {
-  turn_box_t *b = luaL_testudata(L, 1, BOX_MT);
+  turn_box_t *b = lua_touserdata(L, 1);
+  if (b && lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1)) {
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &box_mt); /* as luaL_testudata, without a name lookup */
+    if (!lua_rawequal(L, -1, -2)) b = NULL;
+    lua_pop(L, 2);
+  } else {
+    b = NULL;
+  }
   if (!b || !b->t) { /* no position: luaL_error's would name context.lua, not the caller */
     lua_pushliteral(L, "this ctx belongs to a finished orchestration turn; use the ctx passed "
                        "to the running orchestration");

@@ -84,6 +84,7 @@ struct dx_runtime_s {
   int sessions_stopping;
   dx_activity_t *running;
   int n_running;
+  int in_fetch;        /* on_fetch runs: the running gauge is set once at its end */
   dx__credit_t credit;         /* how many activities to ask the store for (credit.h) */
   int started, stopping;
   int stalled;             /* dx__runtime_stall: a simulated SIGSTOP */
@@ -259,6 +260,12 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
 #define ACT_FIELDS "instance=%s activity=%s id=%" PRIu64 " session_id=%s"
 #define ACT_ARGS(a) (a)->item.instance, (a)->item.name, (a)->item.id, (a)->item.session_id
 
+/* duroxide_activities_running follows n_running; a delivery that starts (and often ends) many
+** activities sets it once, when it is done. */
+static void running_changed(dx_runtime_t *rt) {
+  if (!rt->in_fetch) dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
+}
+
 static void activity_unlink(dx_activity_t *a) {
   dx_runtime_t *rt = a->rt;
   if (a->prev) a->prev->next = a->next;
@@ -266,7 +273,7 @@ static void activity_unlink(dx_activity_t *a) {
   if (a->next) a->next->prev = a->prev;
   a->prev = a->next = NULL;
   rt->n_running--;
-  dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
+  running_changed(rt);
 }
 
 static void activity_release(dx_activity_t *a) {
@@ -773,7 +780,7 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   rt->running = a;
   rt->n_running++;
   a->started_hr = uv_hrtime();
-  dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
+  running_changed(rt);
   every = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
                                     rt->opts.worker_lock_renewal_buffer_ms);
   uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
@@ -876,7 +883,12 @@ static void on_fetch(void *ud, dx_store_fetched_t *f) {
   f->n_orch = 0;
   dx__credit_fetched(&rt->credit, (int)f->n_work);
   /* start_activity takes each item; free_fetched (after us) frees previous_owner strings */
+  rt->in_fetch = f->n_work > 0;
   for (i = 0; i < f->n_work; i++) start_activity(rt, &f->work[i], f->at_ms);
+  if (rt->in_fetch) {
+    rt->in_fetch = 0;
+    running_changed(rt);
+  }
   ask_for_activities(rt);
 }
 
