@@ -371,13 +371,18 @@ static void observe_ran(dx_activity_t *a) {
                      dx__seconds_since(a->started_hr));
 }
 
+/* The result's fields, borrowed: result_own then copies them into the result's arena. */
 static void result_base(dx_activity_t *a, int kind) {
   a->result.kind = kind;
-  a->result.instance = dx__strdup(a->item.instance);
+  a->result.instance = a->item.instance;
   a->result.execution_id = a->item.execution_id;
   a->result.id = a->item.id;
   /* history shows where each session activity ran (issue 9 item 7) */
-  if (a->item.session_id) a->result.worker_id = dx__strdup(a->rt->worker_id);
+  if (a->item.session_id) a->result.worker_id = a->rt->worker_id;
+}
+
+static void result_own(dx_activity_t *a) {
+  dx__work_item_own(&a->result); /* out of memory: fields NULL, as a failed strdup left them */
 }
 
 void dx_activity_complete(dx_activity_t *a, const char *output_json) {
@@ -392,7 +397,8 @@ void dx_activity_complete(dx_activity_t *a, const char *output_json) {
   }
   observe_ran(a);
   result_base(a, DX_WI_ACT_COMPLETED);
-  a->result.data = dx__strdup(output_json ? output_json : "null");
+  a->result.data = (char *)(output_json ? output_json : "null");
+  result_own(a);
   dx__log(DX_LOG_DEBUG, "activity completed", ACT_FIELDS, ACT_ARGS(a));
   activity_settle(a, DX_OP_ACK_WORK, 0, 0, "success");
 }
@@ -400,8 +406,9 @@ void dx_activity_complete(dx_activity_t *a, const char *output_json) {
 static void fail_with(dx_activity_t *a, int category, const char *kind, const char *message) {
   result_base(a, DX_WI_ACT_FAILED);
   a->result.fail.category = category;
-  a->result.fail.kind = dx__strdup(kind);
-  a->result.fail.message = dx__strdup(message ? message : "activity failed");
+  a->result.fail.kind = (char *)kind;
+  a->result.fail.message = (char *)(message ? message : "activity failed");
+  result_own(a);
   activity_settle(a, DX_OP_ACK_WORK, 0, 0,
                   category == DX_CAT_POISON          ? "poison"
                   : category == DX_CAT_CONFIGURATION ? "config_error"
