@@ -16,7 +16,6 @@
 #include "watchdog.h"
 
 #define HANDLE_MT "duroxide.ActivityHandle"
-static const char handle_mt = 0; /* registry key of the same metatable, found without a name */
 
 /* What actx._h holds; `run` is cleared when the activity is over or aborted, `owner` only
 ** when it is over. runs[co] holds it, which keeps it alive as long as its run. */
@@ -35,30 +34,19 @@ struct act_run_s {
   int deferred;   /* its runtime is stalled (tests): resumed by dxl_resume_deferred */
 };
 
-/* Registry key of the table mapping activity coroutines to their handles (act_handle_t). */
-static const char runs_key = 0;
-/* Registry key of the array of finished activity coroutines kept for the next activities:
-** a coroutine that returned can run another function, which saves making and collecting one
-** per activity. Only those that returned normally go there (nothing of theirs is pending). */
-static const char idle_key = 0;
+/* S->runs_ref: the table mapping activity coroutines to their handles (act_handle_t).
+** S->idle_ref: the array of finished activity coroutines kept for the next activities: a
+** coroutine that returned can run another function, which saves making and collecting one per
+** activity. Only those that returned normally go there (nothing of theirs is pending). */
 #define IDLE_MAX 64
 
-static void push_table(lua_State *L, const void *key) {
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, key);
-  }
-}
-
-static void push_runs(lua_State *L) { push_table(L, &runs_key); }
+static void push_runs(lua_State *L, dxl_state_t *S) { dxl_push_kept(L, &S->runs_ref, NULL); }
 
 /* [-0, +1, m] A coroutine for a new activity: a kept one, else a new one. */
 static lua_State *take_thread(lua_State *L, dxl_state_t *S) {
   lua_State *co;
   if (S->idle_threads <= 0) return lua_newthread(L);
-  push_table(L, &idle_key);
+  dxl_push_kept(L, &S->idle_ref, NULL);
   lua_rawgeti(L, -1, S->idle_threads);
   lua_pushnil(L);
   lua_rawseti(L, -3, S->idle_threads--);
@@ -76,7 +64,7 @@ static void run_end(act_run_t *r, int returned) {
   if (r->co) {
     /* Run pending <close> handlers (an activity that raised, or was aborted while parked). */
     if (!returned) lua_resetthread(r->co);
-    push_runs(L);
+    push_runs(L, r->S);
     lua_pushthread(r->co);
     lua_xmove(r->co, L, 1);
     lua_pushnil(L);
@@ -84,7 +72,7 @@ static void run_end(act_run_t *r, int returned) {
     lua_pop(L, 1);
     if (returned && lua_status(r->co) == LUA_OK && lua_gettop(r->co) == 0 &&
         r->S->idle_threads < IDLE_MAX && lua_checkstack(L, 3)) {
-      push_table(L, &idle_key);
+      dxl_push_kept(L, &r->S->idle_ref, NULL);
       lua_pushthread(r->co);
       lua_xmove(r->co, L, 1);
       lua_rawseti(L, -2, ++r->S->idle_threads);
@@ -167,16 +155,11 @@ static int start_impl(lua_State *L) {
   dxl_push_registered(L, r->S, "activities", info->name);
   r->nargs = 2 + wrapped;
   co = take_thread(L, r->S);
-  push_runs(L);
+  push_runs(L, r->S);
   lua_insert(L, -2); /* runs, co */
   h = lua_newuserdatauv(L, sizeof *h, 0);
   h->run = h->owner = r;
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &handle_mt) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    luaL_newmetatable(L, HANDLE_MT); /* typed: a foreign userdata in actx._h is refused */
-    lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &handle_mt);
-  }
+  dxl_push_kept(L, &r->S->handle_mt_ref, HANDLE_MT); /* typed: a foreign actx._h is refused */
   lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   lua_insert(L, -4); /* h, runs, co, h */
@@ -232,7 +215,7 @@ void dxl_h_activity_abort(void *host, dx_activity_t *a) {
   dxl_state_t *S = host;
   lua_State *L = S->L;
   act_run_t *found = NULL;
-  push_runs(L);
+  push_runs(L, S);
   lua_pushnil(L);
   while (lua_next(L, -2)) {
     act_handle_t *h = lua_touserdata(L, -1);
@@ -253,13 +236,14 @@ void dxl_h_activity_abort(void *host, dx_activity_t *a) {
 
 /* The runs for which pick(r) holds, in a malloc'd array (*n of them; NULL when none or out
 ** of memory). Collected first because acting on a run edits the runs table. */
-static act_run_t **runs_where(lua_State *L, int (*pick)(const act_run_t *r), size_t *n) {
+static act_run_t **runs_where(dxl_state_t *S, int (*pick)(const act_run_t *r), size_t *n) {
+  lua_State *L = S->L;
   act_run_t **v = NULL;
   size_t cap = 0;
   int top = lua_gettop(L);
   *n = 0;
   if (!lua_checkstack(L, 4)) return NULL;
-  push_runs(L);
+  push_runs(L, S);
   lua_pushnil(L);
   while (lua_next(L, -2)) {
     act_handle_t *h = lua_touserdata(L, -1);
@@ -282,7 +266,7 @@ static int is_abandoned(const act_run_t *r) { return !r->a && lua_status(r->co) 
 
 void dxl_end_abandoned_activities(dxl_state_t *S) {
   size_t n, i;
-  act_run_t **dead = runs_where(S->L, is_abandoned, &n);
+  act_run_t **dead = runs_where(S, is_abandoned, &n);
   for (i = 0; i < n; i++) run_end(dead[i], 0);
   free(dead);
 }
@@ -354,7 +338,7 @@ void dxl_h_session_released_by(void *host, const char *sid, const char *reason,
 
 static act_run_t *run_of(lua_State *L, int idx) {
   act_handle_t *h;
-  push_runs(L);
+  push_runs(L, dxl_state(L));
   lua_pushvalue(L, idx);
   lua_rawget(L, -2);
   h = lua_touserdata(L, -1);
@@ -389,7 +373,7 @@ static int is_due_deferred(const act_run_t *r) {
 
 void dxl_resume_deferred(dxl_state_t *S) {
   size_t n, i;
-  act_run_t **due = runs_where(S->L, is_due_deferred, &n);
+  act_run_t **due = runs_where(S, is_due_deferred, &n);
   for (i = 0; i < n; i++) {
     due[i]->deferred = 0;
     if (lua_status(due[i]->co) == LUA_YIELD) step(due[i], S->L, 0);

@@ -48,6 +48,9 @@ typedef struct dxl_state_s {
   int shared_runtimes;      /* runtimes started with {shared = true} (duroxide.testing) */
   int running_activities;
   int idle_threads;         /* finished activity coroutines kept for reuse (activity.c) */
+  /* registry refs (0: not made yet) of tables the loop reaches per activity or per turn:
+  ** an integer key is found faster than a pointer or name key */
+  int runs_ref, idle_ref, handle_mt_ref, box_mt_ref;
   dxl_alloc_t *alloc;       /* the allocator wrapper that enforces memory budgets */
   int orch_env_ref;         /* globals of the orchestration running now (LUA_NOREF: none) */
   struct dxl_caps_s *caps;  /* registered orchestrations for the store thread (capabilities.c) */
@@ -142,6 +145,10 @@ int dxl_stock_sandboxed(lua_State *L);
 int dxl_call_stock(lua_State *L);
 /* The same, while the stock function resumes coroutine co (NULL: none): see dxl_running_t. */
 int dxl_call_stock_on(lua_State *L, lua_State *co);
+
+/* [-0, +1, m] registry[*ref]: the table made (and referenced) on first use, or the metatable
+** luaL_newmetatable(L, mt_name) gives when mt_name is not NULL. */
+void dxl_push_kept(lua_State *L, int *ref, const char *mt_name);
 
 /* {===== heap.c: small blocks for the Lua state =====} */
 

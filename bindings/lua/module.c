@@ -52,6 +52,17 @@ int dxl_push_registered(lua_State *L, dxl_state_t *S, const char *table, const c
   return lua_type(L, -1);
 }
 
+void dxl_push_kept(lua_State *L, int *ref, const char *mt_name) {
+  if (*ref > 0) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, *ref);
+    return;
+  }
+  if (mt_name) luaL_newmetatable(L, mt_name);
+  else lua_newtable(L);
+  lua_pushvalue(L, -1);
+  *ref = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
 /* {===== errors =====} */
 
 static int error_tostring(lua_State *L) {

@@ -18,7 +18,6 @@
 #include "watchdog.h"
 
 #define BOX_MT "duroxide.TurnBox"
-static const char box_mt = 0; /* registry key of the same metatable: found without a name */
 #define GENERATED_SUFFIX_MAX 27 /* "::sub::" and up to 20 digits of an event id */
 
 typedef struct orch_inst_s orch_inst_t;
@@ -101,12 +100,7 @@ static int start_impl(lua_State *L) {
   inst->box = lua_newuserdatauv(L, sizeof *inst->box, 0);
   inst->box->t = inst->t;
   inst->box->inst = inst;
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &box_mt) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    luaL_newmetatable(L, BOX_MT); /* typed, so a foreign userdata in ctx._box is refused */
-    lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &box_mt);
-  }
+  dxl_push_kept(L, &S->box_mt_ref, BOX_MT); /* typed: a foreign userdata in ctx._box is refused */
   lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   inst->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -330,10 +324,13 @@ static void h_orch_free(void *host, void *vinst) {
 
 /* {===== ctx primitives =====} */
 
+/* ctx._box, checked as luaL_testudata would, by a registry ref instead of a name lookup
+** (the primitives' upvalue 1 is the state). */
 static turn_box_t *check_box(lua_State *L) {
+  dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(1));
   turn_box_t *b = lua_touserdata(L, 1);
-  if (b && lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1)) {
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &box_mt); /* as luaL_testudata, without a name lookup */
+  if (b && S && S->box_mt_ref > 0 && lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1)) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->box_mt_ref);
     if (!lua_rawequal(L, -1, -2)) b = NULL;
     lua_pop(L, 2);
   } else {
@@ -560,7 +557,8 @@ void dxl_orch_register(lua_State *L, int prims) {
                                  {"kv_key_check", p_kv_key_check},
                                  {"custom_status", p_custom_status}, {NULL, NULL}};
   lua_pushvalue(L, prims);
-  luaL_setfuncs(L, fns, 0);
+  lua_pushlightuserdata(L, dxl_state(L)); /* upvalue 1 of each: check_box's state */
+  luaL_setfuncs(L, fns, 1);
   lua_pop(L, 1);
 }
 
