@@ -51,6 +51,7 @@ typedef struct dxl_state_s {
   /* registry refs (0: not made yet) of tables the loop reaches per activity or per turn:
   ** an integer key is found faster than a pointer or name key */
   int runs_ref, idle_ref, handle_mt_ref, box_mt_ref;
+  unsigned reg_gen;         /* counts changes of the orchestration registrations */
   dxl_alloc_t *alloc;       /* the allocator wrapper that enforces memory budgets */
   int orch_env_ref;         /* globals of the orchestration running now (LUA_NOREF: none) */
   struct dxl_caps_s *caps;  /* registered orchestrations for the store thread (capabilities.c) */

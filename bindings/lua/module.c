@@ -278,6 +278,7 @@ static int l_orchestration(lua_State *L) {
     lua_pushstring(L, version);
     lua_setfield(L, -3, "latest");
   }
+  S->reg_gen++; /* kept instances check their code again (orch.c h_orch_turn) */
   dxl_caps_rebuild(L, S);
   return 0;
 }
@@ -312,7 +313,9 @@ static int l_version_policy(lua_State *L) {
 
 /* duroxide._registry_changed(): the testing harness swapped the registration tables. */
 static int l_registry_changed(lua_State *L) {
-  dxl_caps_rebuild(L, dxl_state(L));
+  dxl_state_t *S = dxl_state(L);
+  S->reg_gen++;
+  dxl_caps_rebuild(L, S);
   return 0;
 }
 

@@ -42,6 +42,7 @@ struct orch_inst_s {
   int64_t heap;               /* Lua heap growth while this instance ran (its size estimate) */
   int info_ref, env_ref; /* sandbox: the function's _ENV carrier, this instance's globals */
   int fn_ref;            /* the registered function it runs (a kept instance checks it) */
+  unsigned reg_gen;      /* S->reg_gen when that was last known to be so */
   dx_turn_t *t;
   const char *name, *version, *input;
 };
@@ -91,6 +92,7 @@ static int start_impl(lua_State *L) {
                       inst->version);
   lua_pushvalue(L, -1);
   inst->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  inst->reg_gen = S->reg_gen;
   dxl_sandbox_new_env(L, -1, &inst->info_ref, &inst->env_ref);
   inst->co = lua_newthread(L);
   inst->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -274,7 +276,10 @@ static int still_registered(dxl_state_t *S, orch_inst_t *inst) {
 static int h_orch_turn(void *host, void *vinst, dx_turn_t *t) {
   dxl_state_t *S = host;
   orch_inst_t *inst = vinst;
-  if (t && !still_registered(S, inst)) return 1;
+  if (t && inst->reg_gen != S->reg_gen) { /* registrations changed since: look again */
+    if (!still_registered(S, inst)) return 1;
+    inst->reg_gen = S->reg_gen;
+  }
   inst->t = t;
   if (inst->box) inst->box->t = t;
   if (!t) return 0;

@@ -223,7 +223,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   job->item = item;
   cfg.keep = rt->ocache != NULL;
   kept = cached_turn(rt, item);
-  dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
+  dx__watch_enter_text(rt->loop, "orchestration turn of instance ", item->instance);
   t0 = uv_hrtime();
   if (kept && !(job->turn = dx__turn_continue(kept, item, &cfg))) {
     cache_missed(rt, item, "code"); /* re-registered: the registered code replays */
