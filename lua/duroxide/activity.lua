@@ -5,6 +5,10 @@
 -- from a luv callback, and C.resume_activity continues it.
 local C = ...
 
+-- the original, captured before the sandbox guards the global one (sandbox.c): new_actx runs
+-- for every activity, and the guard's checks are for orchestration code
+local setmetatable = setmetatable
+
 local Actx = {}
 Actx.__index = Actx
 Actx.__name = "duroxide.ActivityContext"
