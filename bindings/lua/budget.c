@@ -32,6 +32,7 @@ struct dxl_alloc_s {
   dxl_heap_t *heap; /* small blocks (heap.c); NULL: f does everything */
   lua_State *L;     /* the main thread: handed back to f once the state closes */
   int closing;      /* the state is closing: new blocks come from f */
+  dxl_budget_t *cur; /* the innermost budget entered on this state (found without TLS) */
 };
 
 /* The budget running now on this OS thread (one Lua state runs on one thread at a time). */
@@ -78,10 +79,10 @@ static void *raw_alloc(dxl_alloc_t *A, void *ptr, size_t osize, size_t nsize) {
 static void *guard_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   dxl_alloc_t *A = ud;
   size_t old = ptr ? osize : 0;
-  dxl_budget_t *b = current;
+  dxl_budget_t *b = A->cur;
   void *r;
   if (A->closing) return raw_alloc(A, ptr, osize, nsize); /* A may be gone on return */
-  if (b && b->A == A && nsize > old) {
+  if (b && nsize > old) {
     int64_t grow = A->delta - b->mem_base + (int64_t)(nsize - old);
     if (b->mem_limit > 0 && grow > b->mem_limit) {
       b->mem_refused = 1;
@@ -242,9 +243,16 @@ void dxl_budget_enter(dxl_state_t *S, dxl_budget_t *b) {
   b->A = S->alloc;
   b->prev = current;
   current = b;
+  if (b->A) {
+    b->prev_in_state = b->A->cur;
+    b->A->cur = b;
+  }
 }
 
-void dxl_budget_leave(dxl_budget_t *b) { current = b->prev; }
+void dxl_budget_leave(dxl_budget_t *b) {
+  current = b->prev;
+  if (b->A) b->A->cur = b->prev_in_state;
+}
 
 int64_t dxl_budget_time_limit(void) { return current ? current->time_limit_ms : 0; }
 

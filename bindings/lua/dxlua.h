@@ -28,6 +28,7 @@ typedef struct dxl_budget_s {
   int mem_refused;     /* an allocation was refused for mem_limit */
   dxl_alloc_t *A;
   struct dxl_budget_s *prev;
+  struct dxl_budget_s *prev_in_state; /* the state's budget entered before this one */
 } dxl_budget_t;
 
 typedef struct dxl_state_s {
