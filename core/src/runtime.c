@@ -53,6 +53,8 @@ struct dx_activity_s {
   int renew_inflight;
   int acked;
   int timer_closed;
+  int timer_on;                       /* renew_timer was started (activities that end within
+                                      ** their start never need one) */
   int finished;
   int cancelled;
   uint64_t sess_gen;                  /* session activities: the hold they run under */
@@ -293,6 +295,15 @@ static void on_renew_timer_closed(uv_handle_t *h) {
   try_free(a);
 }
 
+static void renew_timer_close(dx_activity_t *a) {
+  if (a->timer_on) {
+    uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
+  } else {
+    a->timer_closed = 1;
+    try_free(a);
+  }
+}
+
 static void check_stop_done(dx_runtime_t *rt);
 
 static void cache_open(dx_runtime_t *rt);
@@ -319,7 +330,7 @@ static void activity_acked(dx_store_op_t *op) {
   a->acked = 1;
   dx__credit_settled(&rt->credit);
   ask_for_activities(rt);
-  uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
+  renew_timer_close(a);
   check_stop_done(rt);
 }
 
@@ -352,7 +363,7 @@ static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ig
   a->outcome = outcome;
   if (a->item.session_id && rt->sessions)
     dx__sessions_on_done(rt->sessions, a->item.session_id, a->sess_gen);
-  uv_timer_stop(&a->renew_timer);
+  if (a->timer_on) uv_timer_stop(&a->renew_timer);
   activity_unlink(a);
   memset(&a->op, 0, sizeof a->op);
   a->op.kind = kind;
@@ -780,17 +791,12 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   a->info.tag = a->item.tag;
   a->info.worker_id = rt->worker_id;
   a->info.attempt = w->attempt_count;
-  uv_timer_init(rt->loop, &a->renew_timer);
-  a->renew_timer.data = a;
   a->next = rt->running;
   if (rt->running) rt->running->prev = a;
   rt->running = a;
   rt->n_running++;
   a->started_hr = uv_hrtime();
   running_changed(rt);
-  every = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
-                                    rt->opts.worker_lock_renewal_buffer_ms);
-  uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
   if (a->item.session_id && rt->sessions)
     a->sess_gen = dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
                                         w->previous_owner, at_ms);
@@ -877,6 +883,18 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   if (cact) cact_start(a, cact);
   else rt->host->activity_start(rt->host_ud, a);
   dx__credit_cost(&rt->credit, uv_hrtime() - t0);
+  /* Still running: renew its lock. Started after the code's first step, in the same loop
+  ** iteration: the loop's cached time (unless the code updated it) gives the due time a start
+  ** before the step would have. A settlement is applied later (dx__store_submit queues), so
+  ** `a` is alive here. */
+  if (!a->finished) {
+    every = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
+                                      rt->opts.worker_lock_renewal_buffer_ms);
+    uv_timer_init(rt->loop, &a->renew_timer);
+    a->renew_timer.data = a;
+    a->timer_on = 1;
+    uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
+  }
 }
 
 static void on_fetch(void *ud, dx_store_fetched_t *f) {
@@ -1373,9 +1391,9 @@ int dx_runtime_crash(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud) {
     if (!cact_abort(a)) rt->host->activity_abort(rt->host_ud, a);
     a->finished = 1;
     a->acked = 1;
-    uv_timer_stop(&a->renew_timer);
+    if (a->timer_on) uv_timer_stop(&a->renew_timer);
     activity_unlink(a);
-    uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
+    renew_timer_close(a);
   }
   if (rt->sessions) dx__sessions_crash(rt->sessions, crash_sessions_closed, w);
   dx__store_crash(rt->store, crash_store_closed, w);
