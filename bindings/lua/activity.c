@@ -52,7 +52,10 @@ static lua_State *take_thread(lua_State *L, dxl_state_t *S) {
   lua_rawseti(L, -3, S->idle_threads--);
   lua_remove(L, -2);
   co = lua_tothread(L, -1);
-  if (co) return co;
+  if (co) {
+    lua_sethook(co, NULL, 0, 0); /* nothing of the previous activity's carries over */
+    return co;
+  }
   lua_pop(L, 1); /* cannot happen: only threads are kept */
   return lua_newthread(L);
 }
