@@ -105,7 +105,7 @@ s1_affinity() {
 # worker claims it after the lease lapses and runs everything that was left.
 
 s2_kill() {
-  local d S i pa pb owner other k w n bad=0 dups
+  local d S i pa pb po owner other k w n bad=0 dups
   d=$(new_dir s2); S=$(store_of "$d")
   sworker "$d" A "${FAST[@]}" --session-idle-timeout 0; pa=$WPID
   sworker "$d" B "${FAST[@]}" --session-idle-timeout 0; pb=$WPID
@@ -116,9 +116,12 @@ s2_kill() {
   wait_until 30 at_least_lines "$d/log" 6
   check "kill: progress before the kill" $? "$(tail -n 3 "$d/A.log" "$d/B.log")"
   owner=$(head -1 "$d/log" | awk '{ print $1 }')
-  if [ "$owner" = A ]; then other=B; kill -9 "$pa"; wait "$pa" 2>/dev/null
-  else other=A; kill -9 "$pb"; wait "$pb" 2>/dev/null; fi
+  if [ "$owner" = A ]; then other=B; po=$pa; else other=A; po=$pb; fi
+  # Freeze the owner, count its runs, then kill it: the other worker sees a dead owner at once
+  # (provider liveness) and may log a run before a count taken after the kill.
+  kill -STOP "$po"
   k=$(nlines "$d/log")
+  kill -9 "$po"; wait "$po" 2>/dev/null
   diag "killed owner $owner after $k runs; $other should take over"
   wait_all "$d" 60s k1 k2 k3 k4
   check "kill: all 4 instances complete after the owner died" $? "${MSGS[@]}" \

@@ -2598,6 +2598,35 @@ DX_TEST(pv_session_capacity_holds_for_claims_in_one_batch) {
   done(p);
 }
 
+/* At capacity a batch's fetches keep seeing its own queue changes: rows queued for, and
+** acked from, owned sessions inside the batch (LMDB keeps a copy of the owned sessions' queue
+** heads for the batch; it must follow the batch's writes). */
+DX_TEST(pv_session_rows_queued_in_a_batch_at_capacity_are_fetched_in_it) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s0"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  take_ack(p, T0 + 1, "A", 1);
+  take_ack(p, T0 + 1, "A", 2); /* A owns s0 and s1: its capacity of 2 */
+  enqueue_work(p, T0 + 100000, sess_item("I", 3, "s0")); /* not due yet: not idle either */
+  enqueue_work(p, T0 + 100000, sess_item("I", 4, "s1"));
+  enqueue_work(p, T0 + 2, sess_item("I", 5, "s2"));      /* waits for a worker with room */
+  CHECK(M(p)->begin(p, &E));
+  ASSERT_EQ(take(p, T0 + 3, "A", 2, 0), 0);
+  enqueue_work(p, T0 + 3, sess_item("I", 6, "s1"));
+  f = sfetch(p, T0 + 4, "A", 2);
+  ASSERT_EQ(f.item.id, 6);
+  ASSERT_EQ(f.session_claimed, 0);
+  CHECK(M(p)->ack_work_item(p, T0 + 4, f.lock_token, NULL, &E));
+  fclear(&f);
+  enqueue_work(p, T0 + 4, sess_item("I", 7, "s0"));
+  ASSERT_EQ(take(p, T0 + 5, "A", 2, 7), 0);
+  ASSERT_EQ(take(p, T0 + 5, "A", 2, 0), 0);
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT_EQ(take(p, T0 + 6, "B", 2, 5), 1); /* s2 was left to others */
+  done(p);
+}
+
 DX_TEST(pv_session_fetch_skips_many_rows_of_sessions_held_elsewhere) {
   dx_provider_t *p = fresh();
   enum { N = 3000 };

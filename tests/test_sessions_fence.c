@@ -126,3 +126,36 @@ DX_TEST(sessions_same_id_restart_still_reclaims_what_the_store_says_it_owns) {
   fx_close(&f);
 }
 
+
+DX_TEST(sessions_many_holds_each_keep_their_own_generation) {
+  /* hundreds of holds at once (the manager's index grows several times), every other one
+  ** closed: each session still answers for its own hold only */
+  enum { N = 300 };
+  static uint64_t gen[N];
+  fx_t f;
+  char sid[16];
+  int i;
+  int64_t at;
+  fx_open(&f);
+  at = dx_clock_now_ms();
+  for (i = 0; i < N; i++) {
+    snprintf(sid, sizeof sid, "s%d", i);
+    gen[i] = dx__sessions_on_fetch(f.s, sid, 1, NULL, at);
+    ASSERT(gen[i] != 0);
+  }
+  ASSERT_EQ(dx__sessions_count(f.s), N);
+  for (i = 0; i < N; i++) {
+    snprintf(sid, sizeof sid, "s%d", i);
+    ASSERT(!dx__sessions_fenced(f.s, sid, gen[i]));
+    ASSERT(dx__sessions_fenced(f.s, sid, gen[(i + 1) % N])); /* another session's hold */
+    dx__sessions_on_done(f.s, sid, gen[i]);
+    if (i % 2) dx__sessions_close(f.s, sid); /* nothing runs: released at once */
+  }
+  ASSERT_EQ(dx__sessions_count(f.s), N / 2);
+  for (i = 0; i < N; i++) {
+    snprintf(sid, sizeof sid, "s%d", i);
+    ASSERT_EQ(dx__sessions_fenced(f.s, sid, gen[i]), i % 2);
+  }
+  ASSERT(dx__sessions_fenced(f.s, "never-held", 1));
+  fx_close(&f);
+}

@@ -1247,3 +1247,155 @@ DX_TEST(store_answers_to_a_big_delivery_commit_while_the_loop_still_works) {
   ASSERT(b.committed_meanwhile);
   w_destroy(&w->base);
 }
+
+/* {===== a session's close and the next session's claim share one commit (hold_closes) =====} */
+
+/* A worker at its session capacity (one session here): instance c0 runs an activity on
+** session s0, then closes it and completes; c1's activity on session s1 waits for a free slot.
+** The loop answers a close item as the runtime does when nothing of the session runs here: its
+** ack and the session's release. */
+typedef struct {
+  uv_loop_t loop;
+  dx_store_t *s;
+  wrap_t *w;
+  round_inst_t in[2];
+  dx_store_op_t close_op, release_op;
+  dx_session_cfg_t sess;
+  uv_timer_t late;  /* late_ms > 0: the close is answered that much later (a busy loop) */
+  int late_ms;
+  int closes, fin_done, fin_failed, c1_work_at, c0_result_at;
+} closes_t;
+
+static void closes_applied(dx_store_op_t *op) { ASSERT_EQ(op->rc, 0); }
+
+static int w_release(dx_provider_t *p, int64_t now, const char *worker, const char *sid,
+                     uint64_t *released, dx_error_t *err) {
+  return IN(p)->methods->release_session_locks(IN(p), now, worker, sid, released, err);
+}
+
+static void closes_fin_acked(dx_store_op_t *op) {
+  closes_t *c = op->ud;
+  if (op->rc != 0) c->fin_failed++;
+  c->fin_done++;
+}
+
+static void answer_close_late(uv_timer_t *h) {
+  closes_t *c = h->data;
+  dx__store_submit(c->s, &c->close_op);
+  dx__store_submit(c->s, &c->release_op);
+}
+
+static void answer_closes(void *ud, dx_store_fetched_t *f) {
+  closes_t *c = ud;
+  size_t i;
+  for (i = 0; i < f->n_orch; i++) {
+    const dx_orch_item_t *it = f->orch[i];
+    int k = atoi(it->instance + 1), first = it->history_len == 0;
+    round_inst_t *x = &c->in[k];
+    char sid[8];
+    snprintf(sid, sizeof sid, "s%d", k);
+    snprintf(x->instance, sizeof x->instance, "%s", it->instance);
+    if (first) {
+      x->ev[0] = (dx_event_t){.event_id = 1, .kind = DX_EV_ORCH_STARTED, .name = "Orch",
+                              .data = "1"};
+      x->ev[1] = (dx_event_t){.event_id = 2, .kind = DX_EV_ACT_SCHEDULED, .name = "Act",
+                              .data = "null", .session_id = k ? "s1" : "s0"};
+      x->act = (dx_work_item_t){.kind = DX_WI_ACT_EXECUTE, .instance = x->instance,
+                                .execution_id = 1, .id = 2, .name = "Act", .data = "null",
+                                .session_id = k ? "s1" : "s0"};
+    } else { /* c0's result: close the session and complete */
+      x->ev[0] = (dx_event_t){.event_id = 3, .kind = DX_EV_ACT_COMPLETED, .source_id = 2,
+                              .data = "1"};
+      x->ev[1] = (dx_event_t){.event_id = 4, .kind = DX_EV_ORCH_COMPLETED, .data = "1"};
+      x->act = (dx_work_item_t){.kind = DX_WI_SESSION_CLOSE, .instance = x->instance,
+                                .execution_id = 1, .id = 5, .session_id = "s0"};
+    }
+    x->ack = (dx_orch_ack_t){.instance = x->instance, .lock_token = it->lock_token,
+                             .execution_id = it->execution_id, .orchestration_name = "Orch",
+                             .status = first ? DX_STATUS_RUNNING : DX_STATUS_COMPLETED,
+                             .output = first ? NULL : "1", .delta = x->ev, .delta_len = 2,
+                             .worker_items = &x->act, .worker_items_len = 1};
+    x->op = (dx_store_op_t){.kind = DX_OP_ACK_ORCH, .ack = &x->ack,
+                            .done = first ? closes_applied : closes_fin_acked, .ud = c};
+    dx__store_submit(c->s, &x->op);
+  }
+  for (i = 0; i < f->n_work; i++) {
+    const dx_work_fetch_t *wf = &f->work[i];
+    round_inst_t *x = &c->in[atoi(wf->item.instance + 1)];
+    if (wf->item.kind == DX_WI_SESSION_CLOSE) {
+      c->closes++;
+      c->close_op = (dx_store_op_t){.kind = DX_OP_ACK_WORK, .token = wf->lock_token,
+                                    .done = closes_applied, .ud = c};
+      c->release_op = (dx_store_op_t){.kind = DX_OP_RELEASE_SESSIONS, .worker_id = "w1",
+                                      .session_id = "s0", .done = closes_applied, .ud = c};
+      if (c->late_ms > 0) uv_timer_start(&c->late, answer_close_late, (uint64_t)c->late_ms, 0);
+      else answer_close_late(&c->late);
+      continue;
+    }
+    if (x == &c->in[1]) c->c1_work_at = __atomic_load_n(&c->w->commits, __ATOMIC_SEQ_CST);
+    else { /* c0's activity: its result (c1's stays unanswered: the test ends there) */
+      c->c0_result_at = __atomic_load_n(&c->w->commits, __ATOMIC_SEQ_CST);
+      x->res = (dx_work_item_t){.kind = DX_WI_ACT_COMPLETED, .instance = x->instance,
+                                .execution_id = 1, .id = 2, .data = "1"};
+      x->res_op = (dx_store_op_t){.kind = DX_OP_ACK_WORK, .token = wf->lock_token,
+                                  .item = &x->res, .done = closes_applied, .ud = c};
+      dx__store_submit(c->s, &x->res_op);
+    }
+  }
+}
+
+/* Runs c0 and c1 (see closes_t) until c1's activity reached the loop. */
+static void run_closes(closes_t *c, int64_t hold_ms, int late_ms) {
+  wrap_t *w = wrap_open();
+  dx_store_cfg_t cfg;
+  dx_error_t err;
+  int i;
+  memset(c, 0, sizeof *c);
+  c->w = w;
+  c->late_ms = late_ms;
+  w->m.release_session_locks = w_release;
+  c->sess = (dx_session_cfg_t){.worker_id = "w1", .session_lock_ms = 60000, .max_sessions = 1};
+  enqueue_starts(w, "c", 2);
+  ASSERT_OK(uv_loop_init(&c->loop));
+  uv_timer_init(&c->loop, &c->late);
+  c->late.data = c;
+  held_cfg(&cfg, w);
+  cfg.hold_ms = hold_ms;
+  cfg.on_fetch = answer_closes;
+  cfg.ud = c;
+  cfg.sessions = &c->sess;
+  cfg.worker_id = "w1";
+  ASSERT_OK(dx__store_new(&c->s, &c->loop, &cfg, &err));
+  dx__store_want(c->s, 64, 64);
+  for (i = 0; i < 20000 && !(c->fin_done && c->c1_work_at); i++) {
+    uv_run(&c->loop, UV_RUN_NOWAIT);
+    usleep(500);
+  }
+  uv_close((uv_handle_t *)&c->late, NULL);
+  close_store(c->s, &c->loop);
+  ASSERT_EQ(c->fin_done, 1);
+  ASSERT_EQ(c->fin_failed, 0);
+  ASSERT_EQ(c->closes, 1);
+  ASSERT(c->c0_result_at > 0);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_session_close_and_the_next_claim_share_one_commit) {
+  /* the close reached the idle loop inside the transaction of c0's last turn: released there,
+  ** the slot took s1 in the same commit (one commit later before: the close was delivered
+  ** with the commit, its release and the claim committed in a cycle of their own; and a
+  ** batch that had found the worker at capacity claimed nothing more after a release) */
+  static closes_t c;
+  run_closes(&c, 60000, 0);
+  /* c0's result, its last turn, the close, the release and the claim of s1: one commit */
+  ASSERT_EQ(c.c1_work_at - c.c0_result_at, 1);
+}
+
+DX_TEST(store_session_close_answered_after_the_hold_is_applied_in_the_next_cycle) {
+  /* a loop too busy to answer the close within the hold: the transaction commits without it
+  ** (no wait past hold_ms), and its answer releases the session in the next cycle, which
+  ** claims s1 */
+  static closes_t c;
+  run_closes(&c, 5, 100);
+  ASSERT(c.c1_work_at - c.c0_result_at >= 2); /* (the look for due work may commit meanwhile) */
+}

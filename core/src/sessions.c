@@ -38,7 +38,9 @@ typedef struct owned_s {
   int running;          /* activities of this session running here now */
   int idle;             /* stopped renewing because idle */
   const char *closing;  /* release reason ("closed", "upgrade") once `running` reaches 0 */
-  struct owned_s *next;
+  uint64_t hash;        /* of id (index bucket) */
+  struct owned_s *next, *prev; /* the owned list (newest first) */
+  struct owned_s *hnext;       /* the index bucket's chain */
 } owned_t;
 
 /* A session this worker released in the store. Items of it fetched before the release took
@@ -60,6 +62,8 @@ struct dx_sessions_s {
   void *host_ud;
   owned_t *owned;
   int n_owned;
+  owned_t **index;      /* owned sessions by id: every activity asks (fenced, fetch, done) */
+  size_t index_cap;     /* buckets, a power of two (0: none yet) */
   released_t *released;
   int releases_busy;    /* single-session releases in flight (shutdown waits for them) */
   uint64_t next_gen;
@@ -125,11 +129,63 @@ static void record(dx_sessions_t *s, const char *sid, const char *event, const c
 
 /* {===== local set =====} */
 
-static owned_t *find(dx_sessions_t *s, const char *id) {
+static uint64_t id_hash(const char *id) { return dx__fnv1a64(DX_FNV1A64_BASIS, id); }
+
+static owned_t *find_hashed(const dx_sessions_t *s, const char *id, uint64_t h) {
   owned_t *o;
-  for (o = s->owned; o; o = o->next)
-    if (strcmp(o->id, id) == 0) return o;
+  if (!s->index_cap) return NULL;
+  for (o = s->index[h & (s->index_cap - 1)]; o; o = o->hnext)
+    if (o->hash == h && strcmp(o->id, id) == 0) return o;
   return NULL;
+}
+
+static owned_t *find(const dx_sessions_t *s, const char *id) {
+  return find_hashed(s, id, id_hash(id));
+}
+
+/* Index o (its hash set) and put it at the head of the owned list. The index doubles while
+** it holds more than two sessions per bucket; failing to grow only makes chains longer.
+** -1 (nothing changed) when there is no index at all and none can be made. */
+static int link_owned(dx_sessions_t *s, owned_t *o) {
+  size_t i;
+  if ((size_t)s->n_owned >= s->index_cap * 2) {
+    size_t cap = s->index_cap ? s->index_cap * 2 : 16;
+    owned_t **nb = calloc(cap, sizeof *nb), *e, *next;
+    if (nb) {
+      for (i = 0; i < s->index_cap; i++)
+        for (e = s->index[i]; e; e = next) {
+          next = e->hnext;
+          e->hnext = nb[e->hash & (cap - 1)];
+          nb[e->hash & (cap - 1)] = e;
+        }
+      free(s->index);
+      s->index = nb;
+      s->index_cap = cap;
+    }
+  }
+  if (!s->index_cap) return -1;
+  i = o->hash & (s->index_cap - 1);
+  o->hnext = s->index[i];
+  s->index[i] = o;
+  o->prev = NULL;
+  o->next = s->owned;
+  if (s->owned) s->owned->prev = o;
+  s->owned = o;
+  s->n_owned++;
+  return 0;
+}
+
+static void unlink_owned(dx_sessions_t *s, owned_t *o) {
+  owned_t **pp;
+  for (pp = &s->index[o->hash & (s->index_cap - 1)]; *pp; pp = &(*pp)->hnext)
+    if (*pp == o) {
+      *pp = o->hnext;
+      break;
+    }
+  if (o->prev) o->prev->next = o->next;
+  else s->owned = o->next;
+  if (o->next) o->next->prev = o->prev;
+  s->n_owned--;
 }
 
 static released_t **find_released(dx_sessions_t *s, const char *id) {
@@ -164,12 +220,9 @@ static void note_released(dx_sessions_t *s, const char *id, int64_t at) {
 
 /* Forget a session and tell the app why. */
 static void drop(dx_sessions_t *s, const char *id, const char *reason) {
-  owned_t **pp;
-  for (pp = &s->owned; *pp; pp = &(*pp)->next) {
-    owned_t *o = *pp;
-    if (strcmp(o->id, id) != 0) continue;
-    *pp = o->next;
-    s->n_owned--;
+  owned_t *o = find(s, id);
+  if (o) {
+    unlink_owned(s, o);
     dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, s->n_owned);
     dx__metric_add(s->metrics, DXM_SESS_RELEASES, DXM_LABELS(reason), 1);
     dx__log(DX_LOG_INFO, "session released", "session_id=%s worker_id=%s reason=%s "
@@ -181,7 +234,6 @@ static void drop(dx_sessions_t *s, const char *id, const char *reason) {
       s->host->session_released(s->host_ud, o->id, reason);
     free(o->id);
     free(o);
-    return;
   }
 }
 
@@ -211,9 +263,8 @@ static int lapsed(const dx_sessions_t *s, const owned_t *o, int64_t now) {
 int dx__sessions_fenced(const dx_sessions_t *s, const char *sid, uint64_t gen) {
   const owned_t *o;
   if (!s) return 0;
-  for (o = s->owned; o; o = o->next)
-    if (strcmp(o->id, sid) == 0) return o->gen != gen || lapsed(s, o, dx__now_ms());
-  return 1;
+  if (!(o = find(s, sid))) return 1;
+  return o->gen != gen || lapsed(s, o, dx__now_ms());
 }
 
 /* After every loop iteration: a hold with running activities whose lease lapsed unrenewed is
@@ -260,14 +311,12 @@ uint64_t dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
   if (!o) {
     const char *how = "new";
     o = calloc(1, sizeof *o);
-    if (!o || !(o->id = dx__strdup(sid))) {
+    if (!o || !(o->id = dx__strdup(sid)) || (o->hash = id_hash(sid), link_owned(s, o))) {
+      if (o) free(o->id);
       free(o);
-      return 0;
+      return 0; /* out of memory: no hold (fenced, handed back) */
     }
     o->gen = ++s->next_gen;
-    o->next = s->owned;
-    s->owned = o;
-    s->n_owned++;
     /* The store already named us (claimed == 0), or we were the previous owner. */
     if (!claimed || (previous_owner && strcmp(previous_owner, s->worker_id) == 0)) how = "reclaim";
     dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, s->n_owned);
@@ -545,6 +594,7 @@ static void maybe_finish(dx_sessions_t *s) {
     return;
   if (s->shutdown_cb) s->shutdown_cb(s->shutdown_ud);
   while (s->released) forget_released(&s->released);
+  free(s->index);
   free(s);
 }
 
@@ -622,6 +672,9 @@ void dx__sessions_crash(dx_sessions_t *s, void (*cb)(void *ud), void *ud) {
     free(o);
   }
   s->n_owned = 0;
+  free(s->index);
+  s->index = NULL;
+  s->index_cap = 0;
   dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, 0);
   if (s->renew_busy) s->renew_op.done = wait_renew_then_finish;
   if (s->cleanup_busy) s->cleanup_op.done = cleanup_then_finish;

@@ -321,7 +321,8 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
 #define BURST_MAX_ITEMS HOLD_MAX_ITEMS
 
 typedef struct {
-  uint64_t tokens[HOLD_MAX_ITEMS]; /* lock tokens of the items handed to the loop */
+  uint64_t tokens[2 * HOLD_MAX_ITEMS]; /* lock tokens of the items handed to the loop: turns,
+                                       then close items (hold_closes) */
   size_t n;
 } handed_t;
 
@@ -387,10 +388,11 @@ static void push_fetched(dx_store_t *s, fetched_node_t *n) {
   s->n_fetched_items += n->f.n_orch + n->f.n_work;
 }
 
-/* Hand f's orchestration items to the loop now (f keeps its work items). 0 when the store is
-** closing, or when the loop has not yet taken what it was handed before (it is busy: it
-** would not answer in time); they are then delivered with the commit, as usual. */
-static int hand_over_turns(dx_store_t *s, dx_store_fetched_t *f, handed_t *h) {
+/* Hand g's items (moved out of the cycle's fetch: its turns, or its close items) to the loop
+** now; g is then empty. 0 when the store is closing, or when the loop has not yet taken what
+** it was handed before (it is busy: it would not answer in time); g is left as it was, its
+** items are delivered with the commit, as usual. */
+static int hand_over(dx_store_t *s, dx_store_fetched_t *g, handed_t *h) {
   fetched_node_t *n = calloc(1, sizeof *n);
   size_t i;
   if (!n) return 0;
@@ -400,16 +402,28 @@ static int hand_over_turns(dx_store_t *s, dx_store_fetched_t *f, handed_t *h) {
     free(n);
     return 0;
   }
-  for (i = 0; i < f->n_orch; i++) h->tokens[h->n++] = f->orch[i]->lock_token;
-  n->f.orch = f->orch;
-  n->f.n_orch = f->n_orch;
-  n->f.at_ms = f->at_ms;
+  for (i = 0; i < g->n_orch; i++) h->tokens[h->n++] = g->orch[i]->lock_token;
+  for (i = 0; i < g->n_work; i++) h->tokens[h->n++] = g->work[i].lock_token;
+  n->f = *g;
   push_fetched(s, n);
-  s->budget_orch -= (int)f->n_orch;
+  s->budget_orch -= (int)g->n_orch;
+  s->budget_work -= (int)g->n_work;
   uv_mutex_unlock(&s->mu);
+  memset(g, 0, sizeof *g);
+  uv_async_send(&s->async);
+  return 1;
+}
+
+/* Hand f's orchestration items to the loop now (f keeps its work items). */
+static int hand_over_turns(dx_store_t *s, dx_store_fetched_t *f, handed_t *h) {
+  dx_store_fetched_t g;
+  memset(&g, 0, sizeof g);
+  g.orch = f->orch;
+  g.n_orch = f->n_orch;
+  g.at_ms = f->at_ms;
+  if (!hand_over(s, &g, h)) return 0;
   f->orch = NULL;
   f->n_orch = 0;
-  uv_async_send(&s->async);
   return 1;
 }
 
@@ -420,7 +434,8 @@ static int turns_settled(const dx_store_op_t *ops, const handed_t *h) {
     const dx_store_op_t *op;
     for (op = ops; op; op = op->next)
       if ((op->kind == DX_OP_ACK_ORCH && op->ack->lock_token == h->tokens[i]) ||
-          (op->kind == DX_OP_ABANDON_ORCH && op->token == h->tokens[i]))
+          ((op->kind == DX_OP_ABANDON_ORCH || op->kind == DX_OP_ACK_WORK ||
+            op->kind == DX_OP_ABANDON_WORK) && op->token == h->tokens[i]))
         break;
     if (!op) return 0;
   }
@@ -471,6 +486,64 @@ static int hold_turns(dx_store_t *s, dx_store_op_t **opsp, int *bo, dx_store_fet
   return 0;
 }
 
+/* 1 when f holds a close item and another item of the same session (it runs on the loop:
+** the close then waits for it there, as usual). */
+static int close_shares_session(const dx_store_fetched_t *f) {
+  size_t i, j;
+  for (i = 0; i < f->n_work; i++) {
+    const dx_work_item_t *c = &f->work[i].item;
+    if (c->kind != DX_WI_SESSION_CLOSE || !c->session_id) continue;
+    for (j = 0; j < f->n_work; j++)
+      if (j != i && f->work[j].item.session_id &&
+          strcmp(f->work[j].item.session_id, c->session_id) == 0)
+        return 1;
+  }
+  return 0;
+}
+
+/* Close items (ctx:close_session) this cycle fetched go to the loop before the commit, as
+** turns do (cfg.hold_ms, only while the loop holds nothing but this cycle's items): a loop
+** running none of the session's activities releases it at once, and the transaction then
+** fetches again, so a worker at its session capacity claims the next session in the same
+** commit instead of a cycle later. A close item is no activity: nothing starts before the
+** commit. When the transaction is then lost, the release is lost with it (the lease lapses
+** or the close comes back). bw is the cycle's work budget (f->work's capacity). */
+static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, int bw, dx_store_fetched_t *f,
+                       handed_t *h, int *failed, int *durable, dx_error_t *err) {
+  dx_store_fetched_t g;
+  dx_store_op_t *late, *op, **tail = opsp;
+  handed_t hc; /* (h's turns are settled already: the wait is for the close items only) */
+  size_t i, k = 0, nc = 0;
+  int64_t now;
+  int rc = 0;
+  for (i = 0; i < f->n_work; i++) nc += f->work[i].item.kind == DX_WI_SESSION_CLOSE;
+  if (!nc || s->cfg.hold_ms <= 0 || nc > HOLD_MAX_ITEMS ||
+      s->n_held != f->n_orch + f->n_work || close_shares_session(f))
+    return 0;
+  memset(&g, 0, sizeof g);
+  if (!(g.work = calloc(nc, sizeof *g.work))) return 0;
+  for (i = 0; i < f->n_work; i++)
+    if (f->work[i].item.kind == DX_WI_SESSION_CLOSE) g.work[g.n_work++] = f->work[i];
+  g.at_ms = f->at_ms;
+  hc.n = 0;
+  if (!hand_over(s, &g, &hc)) {
+    free(g.work);
+    return 0;
+  }
+  for (i = 0; i < f->n_work; i++) /* f keeps the others, in order */
+    if (f->work[i].item.kind != DX_WI_SESSION_CLOSE) f->work[k++] = f->work[i];
+  memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
+  f->n_work = k;
+  late = await_turns(s, &hc);
+  for (i = 0; i < hc.n; i++) h->tokens[h->n++] = hc.tokens[i]; /* (unhold_handed) */
+  while (*tail) tail = &(*tail)->next;
+  *tail = late;
+  now = now_ms(s); /* (f->at_ms stays: the earlier of its items' fetch times) */
+  for (op = late; op && !rc; op = op->next) rc = op_apply(s, op, now, failed, durable, err);
+  if (!rc && fetch_into(s, now, 0, bw - (int)nc, f)) *failed |= CALL_FETCH;
+  return rc;
+}
+
 static void unhold_handed(dx_store_t *s, const handed_t *h) {
   size_t i;
   for (i = 0; i < h->n; i++) dx__store_unhold(s, h->tokens[i]);
@@ -519,6 +592,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     if (!rc && rcy) rc = run_cycle(s, late, *bo, bw, f->at_ms, f, failed, &durable, err);
     else if (!rc && fetch_into(s, f->at_ms, 0, bw, f)) *failed |= CALL_FETCH;
     if (!rc && !rcy) observe_fetch(s, t0, *bo, bw); /* (run_cycle observed its own) */
+    if (!rc && !rcy) rc = hold_closes(s, opsp, bw, f, &handed, failed, &durable, err);
   }
   if (rc) { /* DX_ERETRY from an op: it runs again, its outcome is not known yet */
     p->methods->rollback(p);

@@ -154,6 +154,15 @@ typedef struct shared_env_s {
   int64_t cap_now;
   uint32_t cap_live;
   char cap_worker[DX_MAX_SESSION_ID_BYTES + 1];
+  /* The open batch's copy of own_worker's sess_owner entries with their sess_queue heads, in
+  ** session id order (work.c's pick at capacity asks it for every fetch instead of reading
+  ** each owned session's queue again). dx__lm_squeue_refresh keeps the heads exact; an owner
+  ** change of one of them (dx__lm_sess_put) drops it; dropped with cap_valid (batch end, a
+  ** failed nested method: dx__lm_sess_batch_forget). */
+  int own_valid;
+  char own_worker[DX_MAX_SESSION_ID_BYTES + 1];
+  struct lm_own_s *own;
+  size_t own_n, own_cap;
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -374,6 +383,12 @@ typedef struct {
   int found;
   uint64_t due, seq, rows;
 } sess_queue_t;
+/* One owned session in shared_env_t.own: its id and queue head (found 0: no rows). */
+typedef struct lm_own_s {
+  char *sid;
+  int found;
+  uint64_t due, seq;
+} lm_own_t;
 /* {===== worker queue =====} */
 
 typedef struct {
@@ -501,13 +516,14 @@ int dx__lm_next_seq(tx_t *t, uint64_t *out);
 
 /* map.c */
 int dx__lm_files_ok(shared_env_t *se, dx_error_t *err);
+/* Before a top-level txn: the files check, and for a write the map grown when it must. */
+int dx__lm_top_check(shared_env_t *se, int write, dx_error_t *err);
 /* Before LMDB maps data.mdb: its meta pages must not send LMDB outside the file. */
 int dx__lm_check_meta(const char *data_path, dx_error_t *err);
 /* freelist.c: 1 when every page from the end of data.mdb (file_size bytes) to page `last` is on
 ** the freelist whose B-tree root is free_root (read with pread from fd). */
 int dx__lm_tail_is_free(int fd, uint64_t psize, uint64_t file_size, uint64_t free_root,
                         uint64_t last);
-int dx__lm_make_room(shared_env_t *se, dx_error_t *err);
 void dx__lm_adopt_size(shared_env_t *se);
 int dx__lm_can_grow(shared_env_t *se);
 
@@ -597,6 +613,14 @@ int dx__lm_sess_ended(tx_t *t, const char *sid, const sess_rec_t *r, int *ended,
                       size_t *alive_len);
 int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q);
 int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta);
+/* The sessions `worker` owns (sess_owner, any lease state) with their queue heads, from the
+** open batch's copy (built on first use in the batch): 0 with *own and *n set, 0 with *own NULL
+** outside a batch of this thread (read sess_owner instead), or an error. Valid until the txn
+** writes a session row or the batch ends. */
+int dx__lm_sess_owned_heads(tx_t *t, const char *worker, const lm_own_t **own, size_t *n);
+/* The batch ended or a nested method's writes were undone: drop what the batch counted or
+** copied (cap_valid, own). Called with batch_mu held or by the batch's thread. */
+void dx__lm_sess_batch_forget(shared_env_t *se);
 int dx__lm_renew_sessions(dx_provider_t *pp, int64_t now, const char *worker_id,
                           int64_t extend_ms, int64_t idle_ms, dx_session_cb cb, void *ud,
                           uint64_t *renewed, dx_error_t *err);

@@ -141,9 +141,11 @@ static int short_of_free_pages_only(shared_env_t *se) {
   return ok;
 }
 
-int dx__lm_files_ok(shared_env_t *se, dx_error_t *err) {
+/* The files check; *used gets the bytes in use it read (0 when it did not get that far). */
+static int files_ok(shared_env_t *se, size_t *used, dx_error_t *err) {
   struct stat st;
   size_t need;
+  *used = 0;
   if (__atomic_load_n(&se->lost, __ATOMIC_RELAXED))
     goto lost;
   if (se->lock_ino && (stat(se->lock_path, &st) != 0 || st.st_ino != se->lock_ino ||
@@ -151,13 +153,16 @@ int dx__lm_files_ok(shared_env_t *se, dx_error_t *err) {
     __atomic_store_n(&se->lost, 1, __ATOMIC_RELAXED);
     goto lost;
   }
-  /* used before size: a commit in another thread grows the file before its meta page says
-  ** so; the meta pages are read through the map, so they are checked to be in the file */
+  /* the meta pages are read through the map, so they are checked to be in the file first */
   if (fstat(se->data_fd, &st) != 0)
     return dx_error_set(err, DX_EIO, "store %s: cannot check data.mdb: %s", se->path,
                         strerror(errno));
   if ((size_t)st.st_size >= 2 * se->psize) {
-    need = used_bytes(se);
+    *used = need = used_bytes(se);
+    /* files only grow (short of damage): a size read before the pages in use covers them.
+    ** Else a commit in another thread may have grown the file, then its meta page, since
+    ** the size was read: a size read after them decides (used before size) */
+    if ((size_t)st.st_size >= need) return 0;
     if (fstat(se->data_fd, &st) == 0 && (size_t)st.st_size >= need) return 0;
     if (short_of_free_pages_only(se)) return 0;
   }
@@ -184,17 +189,27 @@ static void set_size(shared_env_t *se, size_t size) {
 
 void dx__lm_adopt_size(shared_env_t *se) { set_size(se, 0); }
 
-/* Double the map (up to max_size) when a write found it full or it is three quarters used.
-** LMDB only reserves address space for the map: the file grows as pages are written. */
-int dx__lm_make_room(shared_env_t *se, dx_error_t *err) {
+/* Double the map (up to max_size) when a write found it full or it is three quarters used
+** (`used` bytes). LMDB only reserves address space for the map: the file grows as pages are
+** written. */
+static void make_room(shared_env_t *se, size_t used) {
   size_t map = se->map_size, want;
-  (void)err;
-  if (!dx__lm_can_grow(se)) return 0; /* at the limit: a full map reports it */
-  if (!__atomic_load_n(&se->grow_wanted, __ATOMIC_RELAXED) && used_bytes(se) <= map - map / 4)
-    return 0;
+  if (!dx__lm_can_grow(se)) return; /* at the limit: a full map reports it */
+  if (!__atomic_load_n(&se->grow_wanted, __ATOMIC_RELAXED) && used <= map - map / 4) return;
   want = map > SIZE_MAX / 2 ? SIZE_MAX : map * 2;
   if (se->max_size && want > se->max_size) want = se->max_size;
   set_size(se, want);
   __atomic_store_n(&se->grow_wanted, 0, __ATOMIC_RELAXED);
-  return 0;
+}
+
+int dx__lm_files_ok(shared_env_t *se, dx_error_t *err) {
+  size_t used;
+  return files_ok(se, &used, err);
+}
+
+int dx__lm_top_check(shared_env_t *se, int write, dx_error_t *err) {
+  size_t used;
+  int rc = files_ok(se, &used, err);
+  if (!rc && write) make_room(se, used);
+  return rc;
 }

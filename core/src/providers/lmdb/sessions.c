@@ -32,6 +32,89 @@ int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r) {
   return sess_decode(t, sid, &v, r);
 }
 
+/* {===== the batch's copy of one worker's owned sessions (shared_env_t.own) =====} */
+
+static void own_forget(shared_env_t *se) {
+  size_t i;
+  for (i = 0; i < se->own_n; i++) free(se->own[i].sid);
+  free(se->own);
+  se->own = NULL;
+  se->own_n = se->own_cap = 0;
+  se->own_valid = 0;
+}
+
+void dx__lm_sess_batch_forget(shared_env_t *se) {
+  se->cap_valid = 0;
+  own_forget(se);
+}
+
+/* The entry of sid in the copy (sorted by id, as sess_owner is), or NULL. */
+static lm_own_t *own_find(shared_env_t *se, const char *sid) {
+  size_t lo = 0, hi = se->own_n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(se->own[mid].sid, sid);
+    if (c == 0) return &se->own[mid];
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return NULL;
+}
+
+typedef struct {
+  size_t prefix_n;
+  const char *worker;
+} own_scan_t;
+
+static int own_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  own_scan_t *o = ud;
+  shared_env_t *se = t->se;
+  const char *sid = (const char *)k->mv_data + o->prefix_n;
+  sess_queue_t q;
+  lm_own_t *nv;
+  int rc;
+  if (k->mv_size <= o->prefix_n || ((const char *)k->mv_data)[k->mv_size - 1] != 0 ||
+      v->mv_size != 8)
+    return dx__lm_corrupt(t, DB_SESS_OWNER, "bad entry", "worker '%s'", o->worker);
+  if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
+  if (!(nv = dx__lm_grow(se->own, &se->own_cap, se->own_n, sizeof *se->own)))
+    return dx__lm_nomem(t->err);
+  se->own = nv;
+  if (!(nv[se->own_n].sid = dx__strdup(sid))) return dx__lm_nomem(t->err);
+  nv[se->own_n].found = q.found;
+  nv[se->own_n].due = q.due;
+  nv[se->own_n].seq = q.seq;
+  se->own_n++;
+  return 0;
+}
+
+static const lm_own_t no_own;
+
+int dx__lm_sess_owned_heads(tx_t *t, const char *worker, const lm_own_t **own, size_t *n) {
+  shared_env_t *se = t->se;
+  own_scan_t o;
+  dkey_t pre;
+  int rc;
+  *own = NULL;
+  *n = 0;
+  if (!dx__lm_thread_batch(se)) return 0;
+  if (!se->own_valid || strcmp(se->own_worker, worker) != 0) {
+    own_forget(se);
+    key_inst(&pre, worker);
+    o.prefix_n = pre.n;
+    o.worker = worker;
+    if ((rc = dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, own_cb, &o))) {
+      own_forget(se);
+      return rc;
+    }
+    snprintf(se->own_worker, sizeof se->own_worker, "%s", worker);
+    se->own_valid = 1;
+  }
+  *own = se->own ? se->own : &no_own; /* (none owned: still the batch's answer) */
+  *n = se->own_n;
+  return 0;
+}
+
 /* 1 when session row r counts in the open batch's live count (shared_env_t.cap_live). */
 static int cap_counts(const shared_env_t *se, const sess_rec_t *r) {
   return r && dx__lm_sess_owner_is(r, se->cap_worker) && r->locked_until > se->cap_now;
@@ -50,6 +133,9 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
   shared_env_t *se = t->se;
   if (se->cap_valid) /* the batch's live count of one worker (work.c claim_room) */
     se->cap_live += (uint32_t)(cap_counts(se, nw) - cap_counts(se, old));
+  if (se->own_valid && !same && ((old && dx__lm_sess_owner_is(old, se->own_worker)) ||
+                                 (nw && dx__lm_sess_owner_is(nw, se->own_worker))))
+    own_forget(se); /* the batch's copy of that worker's sessions is out of date */
   if (!same && old && dx__lm_sess_owned(old)) {
     key_sess_owner(&k, old->owner, sid);
     if ((rc = dx__lm_db_del(t, DB_SESS_OWNER, &k))) return rc;
@@ -228,6 +314,14 @@ int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta) {
   rows = delta < 0 && q.rows < (uint64_t)-delta ? 0 : q.rows + (uint64_t)(int64_t)delta;
   if (has && rows == 0) rows = 1;
   if (q.found && has && q.due == due && q.seq == seq && q.rows == rows) return 0;
+  if (t->se->own_valid) {
+    lm_own_t *o = own_find(t->se, sid);
+    if (o) {
+      o->found = has;
+      o->due = due;
+      o->seq = seq;
+    }
+  }
   if (q.found) {
     key_sess_head(&k, q.due, q.seq, sid);
     if ((rc = dx__lm_db_del(t, DB_SESS_HEADS, &k))) return rc;
@@ -408,6 +502,7 @@ int dx__lm_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_i
   if (released) *released = 0;
   if ((rc = dx__check_worker_id(worker_id, err))) return rc;
   LM_WRITE(p, t, err, rc, sess_release(&t, now, worker_id, session_id, &n), n = 0);
+  if (!rc && n) p->claims_over[0] = 0; /* room again: the batch may claim (work.c claims_over) */
   if (!rc && released) *released = n;
   return rc;
 }

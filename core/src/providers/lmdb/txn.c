@@ -85,8 +85,7 @@ MDB_txn *dx__lm_thread_batch(shared_env_t *se) {
 int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err) {
   int rc, mrc, tries;
   *txn = NULL;
-  if ((rc = dx__lm_files_ok(se, err))) return rc;
-  if (write && (rc = dx__lm_make_room(se, err))) return rc;
+  if ((rc = dx__lm_top_check(se, write, err))) return rc;
   for (tries = 0;; tries++) {
     pthread_rwlock_rdlock(&se->remap);
     mrc = mdb_txn_begin(se->env, NULL, write ? 0 : MDB_RDONLY, txn);
@@ -179,7 +178,7 @@ int dx__lm_tx_end(tx_t *t, int rc) {
     mrc = 0;
     if (commit) mrc = mdb_txn_commit(t->txn);
     else mdb_txn_abort(t->txn);
-    if (mrc || !commit) t->se->cap_valid = 0; /* its writes are undone (shared_env_t) */
+    if (mrc || !commit) dx__lm_sess_batch_forget(t->se); /* its writes are undone */
   } else {
     mrc = dx__lm_top_finish(t->se, t->txn, commit, t->durable ? LM_FLUSH_FULL : LM_FLUSH_NONE, 1);
   }

@@ -275,12 +275,39 @@ static int owned_scan(tx_t *t, owned_scan_t *o) {
   return dx__lm_scan_prefix(t, DB_SESS_OWNER, &pre, owned_cb, o);
 }
 
-/* *room = 1 when `worker` may claim one more session. Stops as soon as the answer is known. */
+/* In a batch: owned_scan's count (o->live, every live owned session) and idle list from the
+** batch's copy of the owned sessions, which knows their queues (one session row read each);
+** *done = 0 outside a batch. */
+static int owned_count(tx_t *t, owned_scan_t *o, int *done) {
+  const lm_own_t *own;
+  size_t i, n;
+  int rc;
+  *done = 0;
+  if ((rc = dx__lm_sess_owned_heads(t, o->worker, &own, &n)) || !own) return rc;
+  for (i = 0; i < n; i++) {
+    sess_rec_t r;
+    int live;
+    if ((rc = dx__lm_sess_get(t, own[i].sid, &r)) == DX_ENOTFOUND) continue;
+    if (rc) return rc;
+    live = r.locked_until > o->now;
+    dx__lm_sess_clear(&r);
+    if (!live) continue;
+    o->live++;
+    if (!own[i].found && !dx__session_declined(o->cfg, own[i].sid) &&
+        dx__lm_strs_push(&o->idle, own[i].sid))
+      return dx__lm_nomem(t->err);
+  }
+  *done = 1;
+  return 0;
+}
+
+/* *room = 1 when `worker` may claim one more session. In a batch the count is exact and kept
+** for the batch; outside one the scan stops as soon as the answer is known. */
 static int claim_room(tx_t *t, const dx_session_cfg_t *cfg, int64_t now, int *room) {
   shared_env_t *se = t->se;
   owned_scan_t o;
   size_t i;
-  int rc;
+  int rc = 0, counted = 0;
   memset(&o, 0, sizeof o);
   o.worker = cfg->worker_id;
   o.now = now;
@@ -289,21 +316,26 @@ static int claim_room(tx_t *t, const dx_session_cfg_t *cfg, int64_t now, int *ro
   *room = 0;
   if (se->cap_valid && se->cap_now == now && strcmp(se->cap_worker, cfg->worker_id) == 0) {
     o.live = se->cap_live; /* counted earlier in this batch, kept up to date since */
-  } else {
-    if ((rc = owned_scan(t, &o))) return rc;
-    if (dx__lm_thread_batch(se) && o.live < o.stop) { /* exact below the stop */
-      snprintf(se->cap_worker, sizeof se->cap_worker, "%s", cfg->worker_id);
-      se->cap_now = now;
-      se->cap_live = o.live;
-      se->cap_valid = 1;
-    }
+  } else if ((rc = owned_count(t, &o, &counted))) {
+    goto done;
+  } else if (counted) { /* exact: cached for the batch */
+    snprintf(se->cap_worker, sizeof se->cap_worker, "%s", cfg->worker_id);
+    se->cap_now = now;
+    se->cap_live = o.live;
+    se->cap_valid = 1;
+  } else if ((rc = owned_scan(t, &o))) {
+    return rc;
   }
   if (o.live < cfg->max_sessions) {
     *room = 1;
-    return 0;
+    goto done;
   }
   o.stop = 0; /* at capacity: idle sessions whose instances all ended do not count */
-  if ((rc = owned_scan(t, &o))) goto done;
+  if (!counted) {
+    o.live = 0;
+    if ((rc = owned_count(t, &o, &counted))) goto done;
+    if (!counted && (rc = owned_scan(t, &o))) goto done;
+  }
   for (i = 0; i < o.idle.n && o.live >= cfg->max_sessions; i++) {
     sess_rec_t r;
     int ended = 0;
@@ -392,8 +424,10 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
                      work_cand_t *c) {
   sess_pick_t s;
   owned_scan_t o;
+  const lm_own_t *own;
+  size_t i, n;
   dkey_t none;
-  int rc;
+  int rc, ok;
   memset(c, 0, sizeof *c);
   if ((rc = dx__lm_work_heads(t, lm->filter, now, c))) return rc;
   if (!cfg) return 0;
@@ -410,6 +444,17 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
       return 0;
     }
   }
+  /* in a batch: its copy of the owned sessions' heads (the same test as owned_cb's) */
+  if ((rc = dx__lm_sess_owned_heads(t, cfg->worker_id, &own, &n))) return rc;
+  for (i = 0; own && i < n; i++) {
+    if (!own[i].found || (int64_t)own[i].due > now || !cand_better(c, (int64_t)own[i].due,
+                                                                    own[i].seq) ||
+        dx__session_declined(cfg, own[i].sid))
+      continue;
+    if ((rc = sess_tag_ok(t, lm->filter, own[i].seq, &ok))) return rc;
+    if (ok) sess_cand(own[i].sid, own[i].due, own[i].seq, WC_OWNED, now, c);
+  }
+  if (own) return 0;
   memset(&o, 0, sizeof o);
   o.worker = cfg->worker_id;
   o.now = now;
