@@ -325,12 +325,12 @@ static char *syscall_value(dx_turn_t *t, const char *op) {
 static int fill_new_event(dx_turn_t *t, dx_event_t *e, const dx_action_t *a) {
   int ok = 1;
   switch (a->kind) {
-    case DX_ACT_ACTIVITY:
-      e->name = dx__strdup(a->name);
-      e->data = dx__strdup(a->input ? a->input : "null");
-      e->session_id = dx__strdup(a->session_id);
-      e->tag = dx__strdup(a->tag);
-      ok = e->name && e->data && (!a->session_id || e->session_id) && (!a->tag || e->tag);
+    case DX_ACT_ACTIVITY: /* borrowed, then copied into the event's own arena */
+      e->name = (char *)a->name;
+      e->data = (char *)(a->input ? a->input : "null");
+      e->session_id = (char *)a->session_id;
+      e->tag = (char *)a->tag;
+      ok = dx__event_own(e) == DX_OK && e->name && e->data;
       break;
     case DX_ACT_TIMER:
       {
@@ -835,10 +835,11 @@ static void convert_batch(dx_turn_t *t) {
       e = append(t, ck);
       if (!e) return;
       e->source_id = m->id;
-      e->data = dx__strdup(m->data);
+      e->data = m->data; /* borrowed, then copied into the event's own arena */
       e->fire_at_ms = m->fire_at_ms;
-      e->worker_id = dx__strdup(m->worker_id);
-      dx_failure_copy(&e->fail, &m->fail);
+      e->worker_id = m->worker_id;
+      e->fail = m->fail;
+      if (dx__event_own(e) != DX_OK) t->oom = 1;
     } else if (m->kind == DX_WI_EXTERNAL) {
       e = append(t, DX_EV_EXT_EVENT);
       if (!e) return;
@@ -969,14 +970,15 @@ static void emit_work(dx_turn_t *t, int terminal, int can) {
     switch (e->kind) {
       case DX_EV_ACT_SCHEDULED:
         w.kind = DX_WI_ACT_EXECUTE;
-        w.instance = dx__strdup(t->instance);
+        w.instance = t->instance; /* borrowed, then copied into the item's own arena */
         w.execution_id = t->exec;
         w.id = e->event_id;
-        w.name = dx__strdup(e->name);
-        w.data = dx__strdup(e->data);
-        w.session_id = dx__strdup(e->session_id);
-        w.tag = dx__strdup(e->tag);
-        w.worker_id = s ? dx__strdup(s->expect_owner) : NULL;
+        w.name = e->name;
+        w.data = e->data;
+        w.session_id = e->session_id;
+        w.tag = e->tag;
+        w.worker_id = s ? (char *)s->expect_owner : NULL;
+        dx__work_item_own(&w); /* out of memory: fields NULL, as a failed strdup left them */
         add_item(t, 1, &w);
         break;
       case DX_EV_SESSION_CLOSED:
@@ -1235,16 +1237,17 @@ static void start_event(dx_turn_t *t, const char *resolved_version) {
   if (!start) start = find_start(t->item, DX_WI_START);
   e = append(t, DX_EV_ORCH_STARTED);
   if (!e) return;
-  e->name = dx__strdup(t->name);
-  e->version = dx__strdup(resolved_version);
-  e->data = dx__strdup(start && start->data ? start->data : "null");
+  e->name = t->name; /* borrowed, then copied into the event's own arena */
+  e->version = (char *)resolved_version;
+  e->data = start && start->data ? start->data : "null";
   if (t->exec > 1 && start && start->custom_status) /* carried over by continue_as_new */
-    e->custom_status = dx__strdup(start->custom_status);
+    e->custom_status = start->custom_status;
   if (start && start->parent_instance) {
-    e->instance = dx__strdup(start->parent_instance);
+    e->instance = start->parent_instance;
     e->parent_id = start->parent_id;
     e->parent_execution_id = start->parent_execution_id;
   }
+  if (dx__event_own(e) != DX_OK) t->oom = 1;
   {
     /* resolved_version may point at t->version itself: copy before freeing. */
     char *v = dx__strdup(resolved_version);

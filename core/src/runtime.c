@@ -53,6 +53,8 @@ struct dx_activity_s {
   int renew_inflight;
   int acked;
   int timer_closed;
+  int timer_on;                       /* renew_timer was started (activities that end within
+                                      ** their start never need one) */
   int finished;
   int cancelled;
   uint64_t sess_gen;                  /* session activities: the hold they run under */
@@ -84,6 +86,7 @@ struct dx_runtime_s {
   int sessions_stopping;
   dx_activity_t *running;
   int n_running;
+  int in_fetch;        /* on_fetch runs: the running gauge is set once at its end */
   dx__credit_t credit;         /* how many activities to ask the store for (credit.h) */
   int started, stopping;
   int stalled;             /* dx__runtime_stall: a simulated SIGSTOP */
@@ -222,7 +225,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   job->item = item;
   cfg.keep = rt->ocache != NULL;
   kept = cached_turn(rt, item);
-  dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
+  dx__watch_enter_text(rt->loop, "orchestration turn of instance ", item->instance);
   t0 = uv_hrtime();
   if (kept && !(job->turn = dx__turn_continue(kept, item, &cfg))) {
     cache_missed(rt, item, "code"); /* re-registered: the registered code replays */
@@ -259,6 +262,12 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
 #define ACT_FIELDS "instance=%s activity=%s id=%" PRIu64 " session_id=%s"
 #define ACT_ARGS(a) (a)->item.instance, (a)->item.name, (a)->item.id, (a)->item.session_id
 
+/* duroxide_activities_running follows n_running; a delivery that starts (and often ends) many
+** activities sets it once, when it is done. */
+static void running_changed(dx_runtime_t *rt) {
+  if (!rt->in_fetch) dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
+}
+
 static void activity_unlink(dx_activity_t *a) {
   dx_runtime_t *rt = a->rt;
   if (a->prev) a->prev->next = a->next;
@@ -266,7 +275,7 @@ static void activity_unlink(dx_activity_t *a) {
   if (a->next) a->next->prev = a->prev;
   a->prev = a->next = NULL;
   rt->n_running--;
-  dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
+  running_changed(rt);
 }
 
 static void activity_release(dx_activity_t *a) {
@@ -284,6 +293,15 @@ static void on_renew_timer_closed(uv_handle_t *h) {
   dx_activity_t *a = h->data;
   a->timer_closed = 1;
   try_free(a);
+}
+
+static void renew_timer_close(dx_activity_t *a) {
+  if (a->timer_on) {
+    uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
+  } else {
+    a->timer_closed = 1;
+    try_free(a);
+  }
 }
 
 static void check_stop_done(dx_runtime_t *rt);
@@ -312,7 +330,7 @@ static void activity_acked(dx_store_op_t *op) {
   a->acked = 1;
   dx__credit_settled(&rt->credit);
   ask_for_activities(rt);
-  uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
+  renew_timer_close(a);
   check_stop_done(rt);
 }
 
@@ -345,7 +363,7 @@ static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ig
   a->outcome = outcome;
   if (a->item.session_id && rt->sessions)
     dx__sessions_on_done(rt->sessions, a->item.session_id, a->sess_gen);
-  uv_timer_stop(&a->renew_timer);
+  if (a->timer_on) uv_timer_stop(&a->renew_timer);
   activity_unlink(a);
   memset(&a->op, 0, sizeof a->op);
   a->op.kind = kind;
@@ -364,13 +382,18 @@ static void observe_ran(dx_activity_t *a) {
                      dx__seconds_since(a->started_hr));
 }
 
+/* The result's fields, borrowed: result_own then copies them into the result's arena. */
 static void result_base(dx_activity_t *a, int kind) {
   a->result.kind = kind;
-  a->result.instance = dx__strdup(a->item.instance);
+  a->result.instance = a->item.instance;
   a->result.execution_id = a->item.execution_id;
   a->result.id = a->item.id;
   /* history shows where each session activity ran (issue 9 item 7) */
-  if (a->item.session_id) a->result.worker_id = dx__strdup(a->rt->worker_id);
+  if (a->item.session_id) a->result.worker_id = a->rt->worker_id;
+}
+
+static void result_own(dx_activity_t *a) {
+  dx__work_item_own(&a->result); /* out of memory: fields NULL, as a failed strdup left them */
 }
 
 void dx_activity_complete(dx_activity_t *a, const char *output_json) {
@@ -385,7 +408,8 @@ void dx_activity_complete(dx_activity_t *a, const char *output_json) {
   }
   observe_ran(a);
   result_base(a, DX_WI_ACT_COMPLETED);
-  a->result.data = dx__strdup(output_json ? output_json : "null");
+  a->result.data = (char *)(output_json ? output_json : "null");
+  result_own(a);
   dx__log(DX_LOG_DEBUG, "activity completed", ACT_FIELDS, ACT_ARGS(a));
   activity_settle(a, DX_OP_ACK_WORK, 0, 0, "success");
 }
@@ -393,8 +417,9 @@ void dx_activity_complete(dx_activity_t *a, const char *output_json) {
 static void fail_with(dx_activity_t *a, int category, const char *kind, const char *message) {
   result_base(a, DX_WI_ACT_FAILED);
   a->result.fail.category = category;
-  a->result.fail.kind = dx__strdup(kind);
-  a->result.fail.message = dx__strdup(message ? message : "activity failed");
+  a->result.fail.kind = (char *)kind;
+  a->result.fail.message = (char *)(message ? message : "activity failed");
+  result_own(a);
   activity_settle(a, DX_OP_ACK_WORK, 0, 0,
                   category == DX_CAT_POISON          ? "poison"
                   : category == DX_CAT_CONFIGURATION ? "config_error"
@@ -766,17 +791,12 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   a->info.tag = a->item.tag;
   a->info.worker_id = rt->worker_id;
   a->info.attempt = w->attempt_count;
-  uv_timer_init(rt->loop, &a->renew_timer);
-  a->renew_timer.data = a;
   a->next = rt->running;
   if (rt->running) rt->running->prev = a;
   rt->running = a;
   rt->n_running++;
   a->started_hr = uv_hrtime();
-  dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
-  every = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
-                                    rt->opts.worker_lock_renewal_buffer_ms);
-  uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
+  running_changed(rt);
   if (a->item.session_id && rt->sessions)
     a->sess_gen = dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
                                         w->previous_owner, at_ms);
@@ -863,6 +883,18 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   if (cact) cact_start(a, cact);
   else rt->host->activity_start(rt->host_ud, a);
   dx__credit_cost(&rt->credit, uv_hrtime() - t0);
+  /* Still running: renew its lock. Started after the code's first step, in the same loop
+  ** iteration: the loop's cached time (unless the code updated it) gives the due time a start
+  ** before the step would have. A settlement is applied later (dx__store_submit queues), so
+  ** `a` is alive here. */
+  if (!a->finished) {
+    every = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
+                                      rt->opts.worker_lock_renewal_buffer_ms);
+    uv_timer_init(rt->loop, &a->renew_timer);
+    a->renew_timer.data = a;
+    a->timer_on = 1;
+    uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
+  }
 }
 
 static void on_fetch(void *ud, dx_store_fetched_t *f) {
@@ -876,7 +908,12 @@ static void on_fetch(void *ud, dx_store_fetched_t *f) {
   f->n_orch = 0;
   dx__credit_fetched(&rt->credit, (int)f->n_work);
   /* start_activity takes each item; free_fetched (after us) frees previous_owner strings */
+  rt->in_fetch = f->n_work > 0;
   for (i = 0; i < f->n_work; i++) start_activity(rt, &f->work[i], f->at_ms);
+  if (rt->in_fetch) {
+    rt->in_fetch = 0;
+    running_changed(rt);
+  }
   ask_for_activities(rt);
 }
 
@@ -1354,9 +1391,9 @@ int dx_runtime_crash(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud) {
     if (!cact_abort(a)) rt->host->activity_abort(rt->host_ud, a);
     a->finished = 1;
     a->acked = 1;
-    uv_timer_stop(&a->renew_timer);
+    if (a->timer_on) uv_timer_stop(&a->renew_timer);
     activity_unlink(a);
-    uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
+    renew_timer_close(a);
   }
   if (rt->sessions) dx__sessions_crash(rt->sessions, crash_sessions_closed, w);
   dx__store_crash(rt->store, crash_store_closed, w);
