@@ -1099,6 +1099,173 @@ DX_TEST(pv_group_commit_batches_acks) {
   done(p);
 }
 
+/* Activities a turn schedules and the same batch fetches (the store cycle: acks, then work
+** fetches, one commit): FIFO with rows queued before the batch, acked in the batch by their
+** token, the rest fetched after the commit; a later turn of the batch cancels one it has not
+** handed out; methods of the batch (depths) see the queued rows. */
+DX_TEST(pv_work_scheduled_and_fetched_in_one_batch) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t acts[4], more[1];
+  dx_activity_ref_t cancel;
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  dx_event_t ev[2];
+  dx_work_fetch_t f[5];
+  int i;
+  enqueue(p, T0, start_item("A"));
+  enqueue_work(p, T0, act_item("old", 1, 1));
+  it = fetch(p, T0 + 1);
+  ASSERT(it);
+  enqueue(p, T0 + 1, raise_item("A")); /* waits behind the lock: A's next turn */
+  for (i = 0; i < 4; i++) acts[i] = act_item("A", 1, (uint64_t)i + 1);
+  CHECK(M(p)->begin(p, &E));
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  a.worker_items = acts;
+  a.worker_items_len = 4;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 2, &a, &E));
+  dx_orch_item_free(it);
+  f[0] = wfetch(p, T0 + 3);
+  ASSERT_STR_EQ(f[0].item.instance, "old"); /* queued first, taken first */
+  f[1] = wfetch(p, T0 + 3);
+  ASSERT_STR_EQ(f[1].item.instance, "A");
+  ASSERT_EQ(f[1].item.id, 1);
+  ASSERT_EQ(f[1].attempt_count, 1);
+  ASSERT_STR_EQ(f[1].item.name, "Act");
+  CHECK(M(p)->ack_work_item(p, T0 + 4, f[1].lock_token, NULL, &E)); /* acked in the batch */
+  CHECK_ERR(M(p)->ack_work_item(p, T0 + 4, f[1].lock_token, NULL, &E), DX_ELOCK);
+  f[2] = wfetch(p, T0 + 4);
+  ASSERT_EQ(f[2].item.id, 2);
+  /* the instance's next turn in the same batch withdraws activity 4 */
+  it = fetch(p, T0 + 6);
+  ASSERT(it);
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  cancel.instance = "A";
+  cancel.execution_id = 1;
+  cancel.activity_id = 4;
+  a.cancelled = &cancel;
+  a.cancelled_len = 1;
+  more[0] = act_item("A", 1, 5);
+  a.worker_items = more;
+  a.worker_items_len = 1;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 7, &a, &E));
+  dx_orch_item_free(it);
+  ASSERT_EQ(depths(p).worker, 4); /* old, A#2 (locked), A#3, A#5; A#1 acked, A#4 withdrawn */
+  CHECK(M(p)->commit(p, 1, &E));
+  f[3] = wfetch(p, T0 + 8);
+  ASSERT_EQ(f[3].item.id, 3);
+  ASSERT_EQ(f[3].attempt_count, 1);
+  f[4] = wfetch(p, T0 + 8);
+  ASSERT_EQ(f[4].item.id, 5);
+  ASSERT(wfetch(p, T0 + 8).item.kind == 0); /* 4 is gone */
+  for (i = 0; i < 5; i++) {
+    if (i != 1) CHECK(M(p)->ack_work_item(p, T0 + 9, f[i].lock_token, NULL, &E));
+    dx_work_item_clear(&f[i].item);
+  }
+  ASSERT_EQ(depths(p).worker, 0);
+  done(p);
+}
+
+/* A rolled-back batch takes its queued activities with it, fetched or not. */
+DX_TEST(pv_rollback_drops_work_scheduled_in_the_batch) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t acts[2];
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  dx_event_t ev[1];
+  dx_work_fetch_t f;
+  enqueue(p, T0, start_item("A"));
+  it = fetch(p, T0 + 1);
+  ASSERT(it);
+  acts[0] = act_item("A", 1, 1);
+  acts[1] = act_item("A", 1, 2);
+  CHECK(M(p)->begin(p, &E));
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  a.worker_items = acts;
+  a.worker_items_len = 2;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 2, &a, &E));
+  f = wfetch(p, T0 + 3);
+  ASSERT_EQ(f.item.id, 1);
+  dx_work_item_clear(&f.item);
+  M(p)->rollback(p);
+  ASSERT(wfetch(p, T0 + 4).item.kind == 0);
+  ASSERT_EQ(depths(p).worker, 0);
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 5, &a, &E)); /* the lock is still held */
+  dx_orch_item_free(it);
+  f = wfetch(p, T0 + 6);
+  ASSERT_EQ(f.item.id, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + 7, f.lock_token, NULL, &E));
+  dx_work_item_clear(&f.item);
+  done(p);
+}
+
+/* An activity's result for an idle instance and the turn it unblocks in one batch (the store
+** cycle: acks, then fetches): ready-time order with instances made ready before the batch,
+** seen by other methods of the batch, fetched after the commit when the batch did not take
+** it, and gone with a rollback. */
+DX_TEST(pv_instance_made_ready_and_fetched_in_one_batch) {
+  dx_provider_t *p = fresh();
+  const char *names[3] = {"A", "C", "D"};
+  dx_work_fetch_t f[3];
+  dx_work_item_t done_item;
+  dx_orch_item_t *it;
+  int i;
+  create_instance(p, T0, "B");
+  for (i = 0; i < 3; i++) {
+    create_instance(p, T0, names[i]);
+    enqueue_work(p, T0, act_item(names[i], 1, 1));
+    f[i] = wfetch(p, T0);
+    ASSERT_STR_EQ(f[i].item.instance, names[i]);
+  }
+  enqueue(p, T0 + 1, raise_item("B"));
+  CHECK(M(p)->begin(p, &E));
+  done_item = act_done("A", 1, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + 2, f[0].lock_token, &done_item, &E));
+  done_item = act_done("C", 1, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + 3, f[1].lock_token, &done_item, &E));
+  it = fetch(p, T0 + 4);
+  ASSERT(it && strcmp(it->instance, "B") == 0); /* ready first */
+  turn(p, T0 + 4, it, 1);
+  it = fetch(p, T0 + 4);
+  ASSERT(it && strcmp(it->instance, "A") == 0);
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_ACT_COMPLETED);
+  ASSERT_EQ(it->attempt_count, 1);
+  ASSERT_EQ(it->history_len, 1);
+  turn(p, T0 + 5, it, 1); /* unblocked turn acked in the same batch */
+  ASSERT_EQ(depths(p).orchestrator, 1); /* C's result, seen by a read in the batch */
+  CHECK(M(p)->commit(p, 1, &E));
+  it = fetch(p, T0 + 6);
+  ASSERT(it && strcmp(it->instance, "C") == 0);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_ACT_COMPLETED);
+  turn(p, T0 + 6, it, 1);
+  ASSERT(fetch(p, T0 + 7) == NULL);
+  ASSERT_EQ(history_len(p, "A", 1), 2);
+  ASSERT_EQ(history_len(p, "C", 1), 2);
+  /* a rolled-back batch takes the result and the readiness with it */
+  CHECK(M(p)->begin(p, &E));
+  done_item = act_done("D", 1, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + 8, f[2].lock_token, &done_item, &E));
+  it = fetch(p, T0 + 9);
+  ASSERT(it && strcmp(it->instance, "D") == 0);
+  dx_orch_item_free(it);
+  M(p)->rollback(p);
+  ASSERT(fetch(p, T0 + 10) == NULL);
+  ASSERT_EQ(depths(p).orchestrator, 0);
+  CHECK(M(p)->ack_work_item(p, T0 + 11, f[2].lock_token, &done_item, &E)); /* still locked */
+  it = fetch(p, T0 + 12);
+  ASSERT(it && strcmp(it->instance, "D") == 0);
+  ASSERT_EQ(it->attempt_count, 1);
+  turn(p, T0 + 12, it, 1);
+  for (i = 0; i < 3; i++) dx_work_item_clear(&f[i].item);
+  done(p);
+}
+
 DX_TEST(pv_group_commit_rollback) {
   dx_provider_t *p = fresh();
   dx_orch_item_t *it, *again;

@@ -504,6 +504,492 @@ DX_TEST(lmdb_work_tokens_name_their_row_old_tokens_still_work) {
   free(store);
 }
 
+/* Entries of DB `db` whose key starts with `prefix` (read with LMDB itself), and meta
+** "format" (be32) in *format when format is not NULL. */
+static int raw_entries(const char *store, const char *db, const char *prefix, unsigned *format) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi d;
+  MDB_cursor *c;
+  MDB_val k, v;
+  int n = 0;
+  ASSERT_OK(mdb_env_create(&env));
+  ASSERT_OK(mdb_env_set_maxdbs(env, 64));
+  ASSERT_OK(mdb_env_open(env, store, MDB_RDONLY, 0600));
+  ASSERT_OK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn));
+  ASSERT_OK(mdb_dbi_open(txn, db, 0, &d));
+  ASSERT_OK(mdb_cursor_open(txn, d, &c));
+  while (mdb_cursor_get(c, &k, &v, MDB_NEXT) == 0)
+    if (k.mv_size >= strlen(prefix) && memcmp(k.mv_data, prefix, strlen(prefix)) == 0) n++;
+  mdb_cursor_close(c);
+  if (format) {
+    MDB_val fk = {6, "format"};
+    const unsigned char *b;
+    ASSERT_OK(mdb_dbi_open(txn, "meta", 0, &d));
+    ASSERT_OK(mdb_get(txn, d, &fk, &v));
+    b = v.mv_data;
+    *format = (unsigned)b[0] << 24 | (unsigned)b[1] << 16 | (unsigned)b[2] << 8 | b[3];
+  }
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return n;
+}
+
+static int first_queued(void *ud, const dx_queued_t *q) {
+  dx_queued_t *out = ud;
+  if (out->attempt == 0) *out = *q;
+  return 0;
+}
+
+static dx_orch_item_t *fetch_at(dx_provider_t *p, int64_t now) {
+  dx_orch_item_t *it = NULL;
+  dx_error_t err;
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, now, 5000, &it, &err));
+  return it;
+}
+
+/* Format 4 writes the events one turn appends as one history record (a run). A store written
+** by the format 3 build (fixture: f3-done completed in one turn of 3 events, f3-run after a
+** turn of 2 events with a raised event queued; one record per event) opens, is stamped
+** format 4 (a build that reads only format 3 refuses it by that number), reads as before,
+** and an execution continues with runs after its single-event records. */
+DX_TEST(lmdb_format3_store_opens_and_continues_with_turn_runs) {
+  char *store = new_store("fmt3"), cmd[1400];
+  dx_provider_t *p;
+  dx_instance_info_t info;
+  dx_execution_info_t *ex = NULL;
+  dx_orch_item_t *it = NULL;
+  dx_orch_ack_t a;
+  dx_event_t *ev = NULL, add[3];
+  dx_queued_t q1;
+  problems_t pr;
+  dx_error_t err;
+  unsigned fmt = 0;
+  size_t n = 0, i;
+  ASSERT(mkdir(store, 0700) == 0);
+  snprintf(cmd, sizeof cmd, "tar xzf '%s/store-format3.tar.gz' -C '%s'", DX_FIXTURES, store);
+  ASSERT_EQ(system(cmd), 0);
+  ASSERT_EQ(raw_entries(store, "history", "f3-", &fmt), 5);
+  ASSERT_EQ(fmt, 3);
+  p = open_ok(store);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  ASSERT_OK(M(p)->get_instance_info(p, "f3-done", &info, &err));
+  ASSERT_EQ(info.status, DX_STATUS_COMPLETED);
+  ASSERT_STR_EQ(info.output, "\"done\"");
+  dx_instance_info_clear(&info);
+  ASSERT_OK(M(p)->read_history(p, "f3-done", 0, &ev, &n, NULL, &err));
+  ASSERT_EQ(n, 3);
+  ASSERT_EQ(ev[2].kind, DX_EV_ORCH_COMPLETED);
+  dx_events_free(ev, n);
+  /* the running one takes its next turn: 3 events after its 2 single ones */
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 10, 5000, &it, &err));
+  ASSERT(it && strcmp(it->instance, "f3-run") == 0);
+  ASSERT_EQ(it->history_len, 2);
+  ASSERT_EQ(it->history[1].kind, DX_EV_TIMER_CREATED);
+  ASSERT_EQ(it->messages_len, 1);
+  memset(add, 0, sizeof add);
+  for (i = 0; i < 3; i++) {
+    add[i].event_id = 3 + i;
+    add[i].timestamp_ms = T0 + 10;
+    add[i].kind = DX_EV_TIMER_CREATED;
+    add[i].fire_at_ms = T0 + 100 + (int64_t)i;
+  }
+  add[0].kind = DX_EV_EXT_EVENT;
+  add[0].name = "Go";
+  add[0].data = "7";
+  add[2].kind = DX_EV_ORCH_COMPLETED;
+  add[2].data = "\"ran\"";
+  memset(&a, 0, sizeof a);
+  a.instance = "f3-run";
+  a.lock_token = it->lock_token;
+  a.execution_id = 1;
+  a.delta = add;
+  a.delta_len = 3;
+  a.status = DX_STATUS_COMPLETED;
+  a.output = "\"ran\"";
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0 + 10, &a, &err));
+  dx_orch_item_free(it);
+  ASSERT_OK(M(p)->read_history(p, "f3-run", 0, &ev, &n, NULL, &err));
+  ASSERT_EQ(n, 5);
+  for (i = 0; i < n; i++) ASSERT_EQ(ev[i].event_id, i + 1);
+  ASSERT_EQ(ev[2].kind, DX_EV_EXT_EVENT);
+  ASSERT_STR_EQ(ev[2].data, "7");
+  ASSERT_EQ(ev[4].kind, DX_EV_ORCH_COMPLETED);
+  dx_events_free(ev, n);
+  ASSERT_OK(M(p)->list_executions(p, "f3-run", &ex, &n, &err));
+  ASSERT_EQ(n, 1);
+  ASSERT_EQ(ex[0].event_count, 5);
+  free(ex);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  /* f3-locked: a lock the format 3 build took (its message tagged): shown locked, taken over
+  ** when it lapses with the attempt counted, then locked the format 4 way (the message is not
+  ** rewritten) and abandoned and acked */
+  memset(&q1, 0, sizeof q1);
+  ASSERT_OK(M(p)->instance_queue(p, "f3-locked", first_queued, &q1, &err));
+  ASSERT_EQ(q1.attempt, 1);
+  ASSERT(q1.locked_until_ms != 0); /* (lapsed: its process is gone, the first sweep saw it) */
+  it = fetch_at(p, T0 + 6000);
+  ASSERT(it && strcmp(it->instance, "f3-locked") == 0);
+  ASSERT_EQ(it->attempt_count, 2);
+  ASSERT_EQ(it->messages_len, 1);
+  memset(&q1, 0, sizeof q1);
+  ASSERT_OK(M(p)->instance_queue(p, "f3-locked", first_queued, &q1, &err));
+  ASSERT_EQ(q1.attempt, 2);
+  ASSERT_EQ(q1.locked_until_ms, T0 + 11000);
+  ASSERT_OK(M(p)->abandon_orchestration_item(p, T0 + 6001, "f3-locked", it->lock_token, 0, 0, &err));
+  dx_orch_item_free(it);
+  it = fetch_at(p, T0 + 6002);
+  ASSERT(it && strcmp(it->instance, "f3-locked") == 0);
+  ASSERT_EQ(it->attempt_count, 3);
+  memset(&a, 0, sizeof a);
+  add[0] = add[2];
+  add[0].event_id = 1;
+  add[0].kind = DX_EV_ORCH_STARTED;
+  add[0].name = "Orch";
+  add[0].data = "2";
+  a.instance = "f3-locked";
+  a.lock_token = it->lock_token;
+  a.execution_id = 1;
+  a.orchestration_name = "Orch";
+  a.delta = add;
+  a.delta_len = 1;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0 + 6003, &a, &err));
+  dx_orch_item_free(it);
+  memset(&q1, 0, sizeof q1);
+  ASSERT_OK(M(p)->instance_queue(p, "f3-locked", first_queued, &q1, &err));
+  ASSERT_EQ(q1.attempt, 0); /* nothing queued */
+  ASSERT_EQ(check_store(p, &pr), 0);
+  M(p)->destroy(p);
+  ASSERT_EQ(raw_entries(store, "history", "f3-run", &fmt), 3); /* 2 single + 1 run */
+  ASSERT_EQ(fmt, 4);
+  p = open_ok(store);
+  ASSERT_OK(M(p)->read_history(p, "f3-run", 0, &ev, &n, NULL, &err));
+  ASSERT_EQ(n, 5);
+  dx_events_free(ev, n);
+  M(p)->destroy(p);
+  free(store);
+}
+
+static dx_event_t timer_event(uint64_t id) {
+  dx_event_t e;
+  memset(&e, 0, sizeof e);
+  e.event_id = id;
+  e.kind = DX_EV_TIMER_CREATED;
+  e.timestamp_ms = T0;
+  e.fire_at_ms = T0 + (int64_t)id;
+  return e;
+}
+
+/* A turn's events are one record; ids inside a run count as stored (a duplicate is refused,
+** naming the id), runs and single events read back in id order, executions count every
+** event, and a damaged event inside a run is named by its id (read and check). */
+DX_TEST(lmdb_turn_runs_are_one_record_and_every_id_in_them_counts) {
+  char *store = new_store("runs");
+  dx_provider_t *p = open_ok(store);
+  dx_execution_info_t *ex = NULL;
+  dx_event_t ev[4], *got = NULL;
+  problems_t pr;
+  dx_error_t err;
+  size_t n = 0, i;
+  completed_instance(p, "warm", "1");
+  for (i = 0; i < 4; i++) ev[i] = timer_event(i + 1);
+  ASSERT_OK(M(p)->append_with_execution(p, "runs", 1, ev, 4, &err));
+  M(p)->destroy(p);
+  ASSERT_EQ(raw_entries(store, "history", "runs", NULL), 1);
+  p = open_ok(store);
+  ev[0] = timer_event(3);
+  ASSERT_EQ(M(p)->append_with_execution(p, "runs", 1, ev, 1, &err), DX_EEXIST);
+  ASSERT_CONTAINS(err.msg, "event 3 already exists");
+  ev[0] = timer_event(5);
+  ASSERT_OK(M(p)->append_with_execution(p, "runs", 1, ev, 1, &err));
+  ev[0] = timer_event(6);
+  ev[1] = timer_event(7);
+  ev[2] = timer_event(9);
+  ASSERT_OK(M(p)->append_with_execution(p, "runs", 1, ev, 3, &err)); /* runs 6-7 and 9 */
+  ev[0] = timer_event(8);
+  ev[1] = timer_event(7);
+  ASSERT_EQ(M(p)->append_with_execution(p, "runs", 1, ev, 2, &err), DX_EEXIST);
+  ASSERT_CONTAINS(err.msg, "event 7 already exists");
+  ASSERT_OK(M(p)->append_with_execution(p, "runs", 1, ev, 1, &err)); /* 8 fills the gap */
+  ASSERT_OK(M(p)->read_history(p, "runs", 1, &got, &n, NULL, &err));
+  ASSERT_EQ(n, 9);
+  for (i = 0; i < n; i++) {
+    ASSERT_EQ(got[i].event_id, i + 1);
+    ASSERT_EQ(got[i].fire_at_ms, T0 + (int64_t)i + 1);
+  }
+  dx_events_free(got, n);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  M(p)->destroy(p);
+  ASSERT_EQ(raw_entries(store, "history", "runs", NULL), 5); /* 1-4, 5, 6-7, 8, 9 */
+  p = open_ok(store);
+  ASSERT_OK(M(p)->test_hooks->corrupt_history(p, "runs", 1, 7));
+  ASSERT_EQ(check_store(p, &pr), 1);
+  ASSERT_CONTAINS(pr.first, "'runs' event 7");
+  got = NULL;
+  ASSERT_EQ(M(p)->read_history(p, "runs", 1, &got, &n, NULL, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, "event 7");
+  ASSERT(got == NULL);
+  ASSERT_OK(M(p)->list_executions(p, "warm", &ex, &n, &err));
+  ASSERT_EQ(n, 1);
+  ASSERT_EQ(ex[0].event_count, 1);
+  free(ex);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* Every key and value of DB `db` (read with LMDB itself), concatenated; *n its length. */
+static char *raw_dump(const char *store, const char *db, size_t *n) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi d;
+  MDB_cursor *c;
+  MDB_val k, v;
+  char *out = NULL;
+  *n = 0;
+  ASSERT_OK(mdb_env_create(&env));
+  ASSERT_OK(mdb_env_set_maxdbs(env, 64));
+  ASSERT_OK(mdb_env_open(env, store, MDB_RDONLY, 0600));
+  ASSERT_OK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn));
+  ASSERT_OK(mdb_dbi_open(txn, db, 0, &d));
+  ASSERT_OK(mdb_cursor_open(txn, d, &c));
+  while (mdb_cursor_get(c, &k, &v, MDB_NEXT) == 0) {
+    out = realloc(out, *n + k.mv_size + v.mv_size);
+    memcpy(out + *n, k.mv_data, k.mv_size);
+    memcpy(out + *n + k.mv_size, v.mv_data, v.mv_size);
+    *n += k.mv_size + v.mv_size;
+  }
+  mdb_cursor_close(c);
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return out;
+}
+
+/* Format 4: an orchestration fetch names its batch in the instance's lock state and leaves the
+** messages as they are (it used to rewrite each one with the lock token and attempt); attempts
+** still count every fetch, a message queued during the lock stays out of the batch. */
+DX_TEST(lmdb_orch_fetch_leaves_its_messages_unwritten) {
+  char *store = new_store("msglock"), *before, *after;
+  dx_provider_t *p = open_ok(store);
+  dx_work_item_t w;
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  dx_event_t ev;
+  dx_queued_t q1;
+  problems_t pr;
+  dx_error_t err;
+  size_t nb, na;
+  completed_instance(p, "warm", "1");
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_START;
+  w.instance = "m1";
+  w.name = "Orch";
+  w.execution_id = 1;
+  w.data = "1";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  M(p)->destroy(p);
+  before = raw_dump(store, "orch_msgs", &nb);
+  p = open_ok(store);
+  it = fetch_at(p, T0 + 1);
+  ASSERT(it && strcmp(it->instance, "m1") == 0);
+  ASSERT_EQ(it->attempt_count, 1);
+  M(p)->destroy(p);
+  after = raw_dump(store, "orch_msgs", &na);
+  ASSERT(nb == na && memcmp(before, after, nb) == 0); /* not rewritten */
+  free(before);
+  free(after);
+  p = open_ok(store);
+  memset(&q1, 0, sizeof q1);
+  ASSERT_OK(M(p)->instance_queue(p, "m1", first_queued, &q1, &err));
+  ASSERT_EQ(q1.attempt, 1);
+  ASSERT_EQ(q1.locked_until_ms, T0 + 5001);
+  /* the lock lapses: the next fetch counts the attempt of the first */
+  dx_orch_item_free(it);
+  it = fetch_at(p, T0 + 6000);
+  ASSERT(it && strcmp(it->instance, "m1") == 0);
+  ASSERT_EQ(it->attempt_count, 2);
+  w.kind = DX_WI_EXTERNAL;
+  w.name = "Go";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0 + 6001, &w, 0, &err)); /* during the lock */
+  memset(&ev, 0, sizeof ev);
+  ev.event_id = 1;
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.name = "Orch";
+  ev.data = "1";
+  memset(&a, 0, sizeof a);
+  a.instance = "m1";
+  a.lock_token = it->lock_token;
+  a.execution_id = 1;
+  a.orchestration_name = "Orch";
+  a.delta = &ev;
+  a.delta_len = 1;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0 + 6002, &a, &err));
+  dx_orch_item_free(it);
+  it = fetch_at(p, T0 + 6003); /* the raise came after the batch: still queued, now its own */
+  ASSERT(it && strcmp(it->instance, "m1") == 0);
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_EXTERNAL);
+  ASSERT_EQ(it->attempt_count, 1);
+  dx_orch_item_free(it);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* A process that holds `store` open until *release is closed: a plain LMDB env, as a worker of
+** an older build holds it (it checked the format when it opened the store, not since). */
+static pid_t hold_open(const char *store, int *release) {
+  int ready[2], go[2];
+  char c;
+  pid_t pid;
+  ASSERT_OK(pipe(ready));
+  ASSERT_OK(pipe(go));
+  if ((pid = fork()) == 0) {
+    MDB_env *env;
+    close(ready[0]);
+    close(go[1]);
+    if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 64) || mdb_env_open(env, store, 0, 0600))
+      _exit(1);
+    if (write(ready[1], "r", 1) != 1) _exit(1);
+    while (read(go[0], &c, 1) > 0) {}
+    mdb_env_close(env);
+    _exit(0);
+  }
+  ASSERT(pid > 0);
+  close(ready[1]);
+  close(go[0]);
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  *release = go[1];
+  return pid;
+}
+
+/* The value of the first entry of DB `db` whose key starts with the n bytes of `prefix`. */
+static char *raw_first(const char *store, const char *db, const char *prefix, size_t n,
+                       size_t *len) {
+  char *out = NULL;
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi d;
+  MDB_cursor *c;
+  MDB_val k, v;
+  ASSERT_OK(mdb_env_create(&env));
+  ASSERT_OK(mdb_env_set_maxdbs(env, 64));
+  ASSERT_OK(mdb_env_open(env, store, MDB_RDONLY, 0600));
+  ASSERT_OK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn));
+  ASSERT_OK(mdb_dbi_open(txn, db, 0, &d));
+  ASSERT_OK(mdb_cursor_open(txn, d, &c));
+  k.mv_size = n;
+  k.mv_data = (void *)prefix;
+  if (mdb_cursor_get(c, &k, &v, MDB_SET_RANGE) == 0 && k.mv_size >= n &&
+      memcmp(k.mv_data, prefix, n) == 0 && (out = malloc(v.mv_size))) {
+    memcpy(out, v.mv_data, v.mv_size);
+    *len = v.mv_size;
+  }
+  mdb_cursor_close(c);
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  ASSERT(out != NULL);
+  return out;
+}
+
+/* A MessagePack unsigned or signed integer at *p (the record layouts' integers). */
+static uint64_t mp_int(const unsigned char **p) {
+  const unsigned char *b = *p;
+  uint64_t v = 0;
+  size_t w = 0, i;
+  if (b[0] <= 0x7f) { *p = b + 1; return b[0]; }
+  if (b[0] >= 0xcc && b[0] <= 0xcf) w = (size_t)1 << (b[0] - 0xcc);
+  else if (b[0] >= 0xd0 && b[0] <= 0xd3) w = (size_t)1 << (b[0] - 0xd0);
+  else DX_FAIL_AT("not an integer: 0x%02x", b[0]);
+  for (i = 0; i < w; i++) v = v << 8 | b[1 + i];
+  *p = b + 1 + w;
+  return v;
+}
+
+/* While another process has the store open (maybe a worker of an older build: it checked the
+** format only when it opened the store) this build keeps a format 3 store at format 3 and
+** writes what format 3 reads: one history record per event, the orchestration lock's token
+** and attempt in its messages, the lock state in its 4 fields. Opened alone later, the store
+** becomes format 4 and everything reads on. */
+DX_TEST(lmdb_format3_store_stays_format3_while_another_process_has_it_open) {
+  char *store = new_store("fmt3held"), cmd[1400], *v;
+  dx_provider_t *p;
+  dx_orch_item_t *it = NULL;
+  dx_orch_ack_t a;
+  dx_event_t *ev = NULL, add[3];
+  problems_t pr;
+  dx_error_t err;
+  const unsigned char *b;
+  unsigned fmt = 0;
+  uint64_t token;
+  size_t n = 0, len = 0, i;
+  int release, st;
+  pid_t holder;
+  ASSERT(mkdir(store, 0700) == 0);
+  snprintf(cmd, sizeof cmd, "tar xzf '%s/store-format3.tar.gz' -C '%s'", DX_FIXTURES, store);
+  ASSERT_EQ(system(cmd), 0);
+  holder = hold_open(store, &release);
+  p = open_ok(store);
+  /* a turn of 3 events on f3-run (after its 2 single ones) */
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 10, 5000, &it, &err));
+  ASSERT(it && strcmp(it->instance, "f3-run") == 0);
+  memset(add, 0, sizeof add);
+  for (i = 0; i < 3; i++) {
+    add[i].event_id = 3 + i;
+    add[i].timestamp_ms = T0 + 10;
+    add[i].kind = DX_EV_TIMER_CREATED;
+    add[i].fire_at_ms = T0 + 100 + (int64_t)i;
+  }
+  memset(&a, 0, sizeof a);
+  a.instance = "f3-run";
+  a.lock_token = it->lock_token;
+  a.execution_id = 1;
+  a.delta = add;
+  a.delta_len = 3;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0 + 10, &a, &err));
+  dx_orch_item_free(it);
+  /* f3-locked's lapsed format 3 lock taken over: locked again, left locked */
+  it = fetch_at(p, T0 + 6000);
+  ASSERT(it && strcmp(it->instance, "f3-locked") == 0);
+  ASSERT_EQ(it->attempt_count, 2);
+  token = it->lock_token;
+  dx_orch_item_free(it);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  M(p)->destroy(p);
+  ASSERT_EQ(raw_entries(store, "history", "f3-run", &fmt), 5); /* one record per event */
+  ASSERT_EQ(fmt, 3);
+  v = raw_first(store, "orch_state", "f3-locked", 10, &len);
+  ASSERT_EQ((unsigned char)v[0], 0x95); /* [record format, ready_at, locked_until, token, locker] */
+  free(v);
+  v = raw_first(store, "orch_msgs", "f3-locked", 10, &len);
+  b = (const unsigned char *)v;
+  ASSERT_EQ(b[0], 0x95); /* [record format, visible_at, token, attempt, item] */
+  b++;
+  ASSERT_EQ(mp_int(&b), 1);
+  (void)mp_int(&b);
+  ASSERT(mp_int(&b) == token); /* tagged with the lock, as format 3 reads it */
+  ASSERT_EQ(mp_int(&b), 2);
+  free(v);
+  /* the other process leaves; this build's next open finds the store alone */
+  close(release);
+  ASSERT_EQ(waitpid(holder, &st, 0), holder);
+  ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  p = open_ok(store);
+  ASSERT_OK(M(p)->read_history(p, "f3-run", 0, &ev, &n, NULL, &err));
+  ASSERT_EQ(n, 5);
+  for (i = 0; i < n; i++) ASSERT_EQ(ev[i].event_id, i + 1);
+  dx_events_free(ev, n);
+  it = fetch_at(p, T0 + 12000); /* the tagged lock lapsed: its attempt counted */
+  ASSERT(it && strcmp(it->instance, "f3-locked") == 0);
+  ASSERT_EQ(it->attempt_count, 3);
+  dx_orch_item_free(it);
+  ASSERT_EQ(check_store(p, &pr), 0);
+  M(p)->destroy(p);
+  ASSERT_EQ(raw_entries(store, "history", "f3-run", &fmt), 5);
+  ASSERT_EQ(fmt, 4);
+  free(store);
+}
+
 DX_TEST(lmdb_format1_store_is_upgraded_on_open) {
   char *store = new_store("fmt1"), cmd[1400];
   dx_provider_t *p;

@@ -17,50 +17,71 @@
 
 #define HANDLE_MT "duroxide.ActivityHandle"
 
-/* What actx._h holds; `run` is cleared when the activity is over. */
+/* What actx._h holds; `run` is cleared when the activity is over or aborted, `owner` only
+** when it is over. runs[co] holds it, which keeps it alive as long as its run. */
 typedef struct act_run_s act_run_t;
 typedef struct {
   act_run_t *run;
+  act_run_t *owner;
 } act_handle_t;
 
 struct act_run_s {
   dxl_state_t *S;
   dx_activity_t *a;
   lua_State *co;
-  int co_ref;
   act_handle_t *h;
-  int h_ref;
   int nargs;      /* values the first resume passes to the coroutine body */
   int deferred;   /* its runtime is stalled (tests): resumed by dxl_resume_deferred */
 };
 
-/* Registry key of the table mapping activity coroutines to their act_run_t. */
-static const char runs_key = 0;
+/* S->runs_ref: the table mapping activity coroutines to their handles (act_handle_t).
+** S->idle_ref: the array of finished activity coroutines kept for the next activities: a
+** coroutine that returned can run another function, which saves making and collecting one per
+** activity. Only those that returned normally go there (nothing of theirs is pending). */
+#define IDLE_MAX 64
 
-static void push_runs(lua_State *L) {
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &runs_key) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &runs_key);
+static void push_runs(lua_State *L, dxl_state_t *S) { dxl_push_kept(L, &S->runs_ref, NULL); }
+
+/* [-0, +1, m] A coroutine for a new activity: a kept one, else a new one. */
+static lua_State *take_thread(lua_State *L, dxl_state_t *S) {
+  lua_State *co;
+  if (S->idle_threads <= 0) return lua_newthread(L);
+  dxl_push_kept(L, &S->idle_ref, NULL);
+  lua_rawgeti(L, -1, S->idle_threads);
+  lua_pushnil(L);
+  lua_rawseti(L, -3, S->idle_threads--);
+  lua_remove(L, -2);
+  co = lua_tothread(L, -1);
+  if (co) {
+    lua_sethook(co, NULL, 0, 0); /* nothing of the previous activity's carries over */
+    return co;
   }
+  lua_pop(L, 1); /* cannot happen: only threads are kept */
+  return lua_newthread(L);
 }
 
-static void run_end(act_run_t *r) {
+/* The run is over; `returned`: its coroutine returned normally and may run another. */
+static void run_end(act_run_t *r, int returned) {
   lua_State *L = r->S->L;
-  if (r->h) r->h->run = NULL;
+  if (r->h) r->h->run = r->h->owner = NULL;
   if (r->co) {
     /* Run pending <close> handlers (an activity that raised, or was aborted while parked). */
-    lua_resetthread(r->co);
-    push_runs(L);
+    if (!returned) lua_resetthread(r->co);
+    push_runs(L, r->S);
     lua_pushthread(r->co);
     lua_xmove(r->co, L, 1);
     lua_pushnil(L);
     lua_rawset(L, -3);
     lua_pop(L, 1);
+    if (returned && lua_status(r->co) == LUA_OK && lua_gettop(r->co) == 0 &&
+        r->S->idle_threads < IDLE_MAX && lua_checkstack(L, 3)) {
+      dxl_push_kept(L, &r->S->idle_ref, NULL);
+      lua_pushthread(r->co);
+      lua_xmove(r->co, L, 1);
+      lua_rawseti(L, -2, ++r->S->idle_threads);
+      lua_pop(L, 1);
+    }
   }
-  luaL_unref(L, LUA_REGISTRYINDEX, r->co_ref);
-  luaL_unref(L, LUA_REGISTRYINDEX, r->h_ref);
   r->S->running_activities--;
   free(r);
 }
@@ -82,7 +103,8 @@ static void step(act_run_t *r, lua_State *from, int nargs) {
     return;
   }
   if (!r->a) { /* aborted at shutdown: the runtime already handed the row back */
-    run_end(r);
+    if (rc == LUA_OK) lua_pop(r->co, nres);
+    run_end(r, rc == LUA_OK);
     return;
   }
   if (rc == LUA_OK) {
@@ -98,7 +120,7 @@ static void step(act_run_t *r, lua_State *from, int nargs) {
     dx_activity_fail(r->a, msg);
   }
   r->a = NULL;
-  run_end(r);
+  run_end(r, rc == LUA_OK);
 }
 
 /* {===== host methods: activities =====} */
@@ -113,12 +135,6 @@ int dxl_h_activity_lookup(void *host, const char *name) {
   return found;
 }
 
-static void set_str(lua_State *L, const char *k, const char *v) {
-  if (!v) return;
-  lua_pushstring(L, v);
-  lua_setfield(L, -2, k);
-}
-
 /* [-0, +1, e] push prims[name]. */
 static void push_prim(lua_State *L, dxl_state_t *S, const char *name) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->prims_ref);
@@ -131,6 +147,8 @@ static void push_prim(lua_State *L, dxl_state_t *S, const char *name) {
 static int start_impl(lua_State *L) {
   act_run_t *r = lua_touserdata(L, 1);
   const dx_activity_info_t *info = dx_activity_info(r->a);
+  lua_State *co;
+  act_handle_t *h;
   int wrapped = 0;
   if (info->session_id) {
     wrapped = dxl_push_registered(L, r->S, "hooks", "session_handler") == LUA_TTABLE;
@@ -139,37 +157,33 @@ static int start_impl(lua_State *L) {
   if (wrapped) push_prim(L, r->S, "session_run");
   dxl_push_registered(L, r->S, "activities", info->name);
   r->nargs = 2 + wrapped;
-  r->co = lua_newthread(L);
-  r->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_xmove(L, r->co, 1 + wrapped);
-  push_runs(L);
-  lua_pushthread(r->co);
-  lua_xmove(r->co, L, 1);
-  lua_pushlightuserdata(L, r);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
-
-  lua_createtable(L, 0, 8);
-  r->h = lua_newuserdatauv(L, sizeof *r->h, 0);
-  r->h->run = r;
-  luaL_newmetatable(L, HANDLE_MT); /* typed: a foreign userdata in actx._h is refused */
+  co = take_thread(L, r->S);
+  push_runs(L, r->S);
+  lua_insert(L, -2); /* runs, co */
+  h = lua_newuserdatauv(L, sizeof *h, 0);
+  h->run = h->owner = r;
+  dxl_push_kept(L, &r->S->handle_mt_ref, HANDLE_MT); /* typed: a foreign actx._h is refused */
   lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
-  r->h_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_setfield(L, -2, "_h");
-  set_str(L, "instance_id", info->instance);
+  lua_insert(L, -4); /* h, runs, co, h */
+  lua_rawset(L, -3); /* runs[co] = h: keeps co and h while the run lasts */
+  lua_pop(L, 1);     /* h */
+  r->co = co;        /* listed: run_end finds it there */
+  r->h = h;
+  lua_insert(L, -(2 + wrapped)); /* h, (session_run), function */
+  lua_xmove(L, co, 1 + wrapped);
+
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->actx_new_ref);
+  lua_insert(L, -2); /* new_actx, h */
+  if (info->instance) lua_pushstring(L, info->instance); else lua_pushnil(L);
   lua_pushinteger(L, (lua_Integer)info->execution_id);
-  lua_setfield(L, -2, "execution_id");
   lua_pushinteger(L, (lua_Integer)info->activity_id);
-  lua_setfield(L, -2, "activity_id");
-  set_str(L, "name", info->name);
+  if (info->name) lua_pushstring(L, info->name); else lua_pushnil(L);
   lua_pushinteger(L, (lua_Integer)info->attempt);
-  lua_setfield(L, -2, "attempt");
-  set_str(L, "session_id", info->session_id);
-  set_str(L, "tag", info->tag);
-  set_str(L, "worker_id", info->worker_id);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->actx_mt_ref);
-  lua_setmetatable(L, -2);
+  if (info->session_id) lua_pushstring(L, info->session_id); else lua_pushnil(L);
+  if (info->tag) lua_pushstring(L, info->tag); else lua_pushnil(L);
+  if (info->worker_id) lua_pushstring(L, info->worker_id); else lua_pushnil(L);
+  lua_call(L, 9, 1);
   /* decoded here, under this protected call, then moved: r->co has no error handler */
   if (!info->input) lua_pushnil(L);
   else dx__lua_push_json_or_raise(L, info->input, strlen(info->input), "activity input");
@@ -188,14 +202,13 @@ void dxl_h_activity_start(void *host, dx_activity_t *a) {
   }
   r->S = S;
   r->a = a;
-  r->co_ref = r->h_ref = LUA_NOREF;
   S->running_activities++;
   lua_pushcfunction(L, start_impl);
   lua_pushlightuserdata(L, r);
   if (dxl_pcall(L, 1, 0, msg, sizeof msg, 0) != LUA_OK) {
     dx_activity_fail(a, msg);
     r->a = NULL;
-    run_end(r);
+    run_end(r, 0);
     return;
   }
   step(r, L, r->nargs);
@@ -205,10 +218,11 @@ void dxl_h_activity_abort(void *host, dx_activity_t *a) {
   dxl_state_t *S = host;
   lua_State *L = S->L;
   act_run_t *found = NULL;
-  push_runs(L);
+  push_runs(L, S);
   lua_pushnil(L);
   while (lua_next(L, -2)) {
-    act_run_t *r = lua_touserdata(L, -1);
+    act_handle_t *h = lua_touserdata(L, -1);
+    act_run_t *r = h ? h->owner : NULL;
     lua_pop(L, 1);
     if (r && r->a == a) {
       found = r;
@@ -225,16 +239,18 @@ void dxl_h_activity_abort(void *host, dx_activity_t *a) {
 
 /* The runs for which pick(r) holds, in a malloc'd array (*n of them; NULL when none or out
 ** of memory). Collected first because acting on a run edits the runs table. */
-static act_run_t **runs_where(lua_State *L, int (*pick)(const act_run_t *r), size_t *n) {
+static act_run_t **runs_where(dxl_state_t *S, int (*pick)(const act_run_t *r), size_t *n) {
+  lua_State *L = S->L;
   act_run_t **v = NULL;
   size_t cap = 0;
   int top = lua_gettop(L);
   *n = 0;
   if (!lua_checkstack(L, 4)) return NULL;
-  push_runs(L);
+  push_runs(L, S);
   lua_pushnil(L);
   while (lua_next(L, -2)) {
-    act_run_t *r = lua_touserdata(L, -1);
+    act_handle_t *h = lua_touserdata(L, -1);
+    act_run_t *r = h ? h->owner : NULL;
     lua_pop(L, 1);
     if (r && pick(r)) {
       if (*n == cap) {
@@ -253,8 +269,8 @@ static int is_abandoned(const act_run_t *r) { return !r->a && lua_status(r->co) 
 
 void dxl_end_abandoned_activities(dxl_state_t *S) {
   size_t n, i;
-  act_run_t **dead = runs_where(S->L, is_abandoned, &n);
-  for (i = 0; i < n; i++) run_end(dead[i]);
+  act_run_t **dead = runs_where(S, is_abandoned, &n);
+  for (i = 0; i < n; i++) run_end(dead[i], 0);
   free(dead);
 }
 
@@ -324,13 +340,13 @@ void dxl_h_session_released_by(void *host, const char *sid, const char *reason,
 /* {===== primitives for duroxide/activity.lua =====} */
 
 static act_run_t *run_of(lua_State *L, int idx) {
-  act_run_t *r;
-  push_runs(L);
+  act_handle_t *h;
+  push_runs(L, dxl_state(L));
   lua_pushvalue(L, idx);
   lua_rawget(L, -2);
-  r = lua_touserdata(L, -1);
+  h = lua_touserdata(L, -1);
   lua_pop(L, 2);
-  return r;
+  return h ? h->owner : NULL;
 }
 
 static int p_is_activity(lua_State *L) {
@@ -360,7 +376,7 @@ static int is_due_deferred(const act_run_t *r) {
 
 void dxl_resume_deferred(dxl_state_t *S) {
   size_t n, i;
-  act_run_t **due = runs_where(S->L, is_due_deferred, &n);
+  act_run_t **due = runs_where(S, is_due_deferred, &n);
   for (i = 0; i < n; i++) {
     due[i]->deferred = 0;
     if (lua_status(due[i]->co) == LUA_YIELD) step(due[i], S->L, 0);

@@ -14,8 +14,11 @@
 ** time limit instead: the watchdog thread calls dxl_budget_alarm when the turn outlives it,
 ** and the hook fires at the next instruction and fails the same sticky way.
 */
+#include <dlfcn.h> /* dladdr, RTLD_NODELETE: _GNU_SOURCE */
+#include <sys/auxv.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dxlua.h"
 
@@ -26,6 +29,10 @@ struct dxl_alloc_s {
   lua_Alloc f;   /* the allocator the state had before */
   void *ud;
   int64_t delta; /* bytes allocated minus bytes freed since the wrapper was installed */
+  dxl_heap_t *heap; /* small blocks (heap.c); NULL: f does everything */
+  lua_State *L;     /* the main thread: handed back to f once the state closes */
+  int closing;      /* the state is closing: new blocks come from f */
+  dxl_budget_t *cur; /* the innermost budget entered on this state (found without TLS) */
 };
 
 /* The budget running now on this OS thread (one Lua state runs on one thread at a time). */
@@ -37,12 +44,45 @@ static void escalate(lua_State *L) {
   if (L && lua_gethook(L) == budget_hook) lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
 }
 
+/* The state closes and its last small block went back: f takes the state over again. */
+static void release(dxl_alloc_t *A) {
+  lua_setallocf(A->L, A->f, A->ud);
+  dxl_heap_free_all(A->heap);
+  free(A);
+}
+
+/* lua_Alloc's contract over two sources: small blocks from the heap, others (and all when
+** the heap is off or used up) from f. A block moves between them by copy when it is resized
+** across DXL_HEAP_MAX. */
+static void *raw_alloc(dxl_alloc_t *A, void *ptr, size_t osize, size_t nsize) {
+  dxl_heap_t *H = A->heap;
+  int mine = H && ptr && dxl_heap_owns(H, ptr);
+  void *n;
+  if (!mine && (!H || nsize == 0 || nsize > DXL_HEAP_MAX || A->closing))
+    return A->f(A->ud, ptr, osize, nsize);
+  if (nsize == 0) {
+    dxl_heap_free(H, ptr, osize);
+    if (A->closing && dxl_heap_live(H) == 0) release(A);
+    return NULL;
+  }
+  if (mine && nsize <= DXL_HEAP_MAX && dxl_heap_same_class(osize, nsize)) return ptr;
+  n = nsize <= DXL_HEAP_MAX && !A->closing ? dxl_heap_alloc(H, nsize) : NULL;
+  if (!n && !(n = A->f(A->ud, NULL, 0, nsize))) return NULL; /* ptr is left as it was */
+  if (ptr) {
+    memcpy(n, ptr, osize < nsize ? osize : nsize);
+    if (mine) dxl_heap_free(H, ptr, osize);
+    else A->f(A->ud, ptr, osize, 0);
+  }
+  return n;
+}
+
 static void *guard_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   dxl_alloc_t *A = ud;
   size_t old = ptr ? osize : 0;
-  dxl_budget_t *b = current;
+  dxl_budget_t *b = A->cur;
   void *r;
-  if (b && b->A == A && nsize > old) {
+  if (A->closing) return raw_alloc(A, ptr, osize, nsize); /* A may be gone on return */
+  if (b && nsize > old) {
     int64_t grow = A->delta - b->mem_base + (int64_t)(nsize - old);
     if (b->mem_limit > 0 && grow > b->mem_limit) {
       b->mem_refused = 1;
@@ -54,9 +94,20 @@ static void *guard_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
       escalate(b->top); /* lua_sethook is safe here: lua.c calls it from a signal handler */
     }
   }
-  r = A->f(A->ud, ptr, osize, nsize);
+  r = raw_alloc(A, ptr, osize, nsize);
   if (r || nsize == 0) A->delta += (int64_t)nsize - (int64_t)old;
   return r;
+}
+
+/* lua_close unloads C modules (package's __gc) before it frees the last blocks, and those
+** frees still call guard_alloc: with a heap, this module stays mapped until the process ends.
+** 1 when it does (or is not a loadable module at all). */
+static int pin_module(void) {
+  Dl_info info, prog;
+  if (!dladdr((void *)guard_alloc, &info) || !info.dli_fname) return 0;
+  if (dladdr((void *)getauxval(AT_ENTRY), &prog) && prog.dli_fbase == info.dli_fbase)
+    return 1; /* linked into the program itself */
+  return dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE) != NULL;
 }
 
 void dxl_budget_install(lua_State *L, dxl_state_t *S) {
@@ -64,15 +115,28 @@ void dxl_budget_install(lua_State *L, dxl_state_t *S) {
   if (S->alloc) return;
   if (!(A = calloc(1, sizeof *A))) luaL_error(L, "out of memory");
   A->f = lua_getallocf(L, &A->ud);
+  A->heap = dxl_heap_new();
+  if (A->heap && !pin_module()) {
+    dxl_heap_free_all(A->heap);
+    A->heap = NULL;
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  A->L = lua_tothread(L, -1);
+  lua_pop(L, 1);
   lua_setallocf(L, guard_alloc, A);
   S->alloc = A;
 }
 
+/* Called as the state closes (its state userdata's __gc): no more budgets. Blocks the heap
+** still holds are freed by the rest of lua_close; the last one hands the state back to f
+** (release). Without a heap, or with no block out, that happens now. */
 void dxl_budget_uninstall(lua_State *L, dxl_state_t *S) {
-  if (!S->alloc) return;
-  lua_setallocf(L, S->alloc->f, S->alloc->ud); /* later frees go straight to the original */
-  free(S->alloc);
+  dxl_alloc_t *A = S->alloc;
+  if (!A) return;
   S->alloc = NULL;
+  A->closing = 1;
+  (void)L;
+  if (!A->heap || dxl_heap_live(A->heap) == 0) release(A);
 }
 
 static int timed_out(dxl_budget_t *b) {
@@ -179,9 +243,16 @@ void dxl_budget_enter(dxl_state_t *S, dxl_budget_t *b) {
   b->A = S->alloc;
   b->prev = current;
   current = b;
+  if (b->A) {
+    b->prev_in_state = b->A->cur;
+    b->A->cur = b;
+  }
 }
 
-void dxl_budget_leave(dxl_budget_t *b) { current = b->prev; }
+void dxl_budget_leave(dxl_budget_t *b) {
+  current = b->prev;
+  if (b->A) b->A->cur = b->prev_in_state;
+}
 
 int64_t dxl_budget_time_limit(void) { return current ? current->time_limit_ms : 0; }
 

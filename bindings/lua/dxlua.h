@@ -28,6 +28,7 @@ typedef struct dxl_budget_s {
   int mem_refused;     /* an allocation was refused for mem_limit */
   dxl_alloc_t *A;
   struct dxl_budget_s *prev;
+  struct dxl_budget_s *prev_in_state; /* the state's budget entered before this one */
 } dxl_budget_t;
 
 typedef struct dxl_state_s {
@@ -35,7 +36,7 @@ typedef struct dxl_state_s {
   uv_loop_t *loop;
   int reg_ref;              /* registry ref of {orchestrations=, activities=, hooks=, ...} */
   int context_mt_ref;       /* Context metatable (from duroxide/context.lua) */
-  int actx_mt_ref;          /* activity context metatable (from duroxide/activity.lua) */
+  int actx_new_ref;         /* activity context constructor (from duroxide/activity.lua) */
   int prims_ref;            /* primitives table passed to the Lua layer */
   dx_options_t opts;        /* from duroxide.configure{} */
   char *worker_node_id;     /* storage behind opts.worker_node_id */
@@ -47,6 +48,11 @@ typedef struct dxl_state_s {
   void *timers;             /* pending C.after timers (activity.c), cancelled at close */
   int shared_runtimes;      /* runtimes started with {shared = true} (duroxide.testing) */
   int running_activities;
+  int idle_threads;         /* finished activity coroutines kept for reuse (activity.c) */
+  /* registry refs (0: not made yet) of tables the loop reaches per activity or per turn:
+  ** an integer key is found faster than a pointer or name key */
+  int runs_ref, idle_ref, handle_mt_ref, box_mt_ref;
+  unsigned reg_gen;         /* counts changes of the orchestration registrations */
   dxl_alloc_t *alloc;       /* the allocator wrapper that enforces memory budgets */
   int orch_env_ref;         /* globals of the orchestration running now (LUA_NOREF: none) */
   struct dxl_caps_s *caps;  /* registered orchestrations for the store thread (capabilities.c) */
@@ -141,6 +147,25 @@ int dxl_stock_sandboxed(lua_State *L);
 int dxl_call_stock(lua_State *L);
 /* The same, while the stock function resumes coroutine co (NULL: none): see dxl_running_t. */
 int dxl_call_stock_on(lua_State *L, lua_State *co);
+
+/* [-0, +1, m] registry[*ref]: the table made (and referenced) on first use, or the metatable
+** luaL_newmetatable(L, mt_name) gives when mt_name is not NULL. */
+void dxl_push_kept(lua_State *L, int *ref, const char *mt_name);
+
+/* {===== heap.c: small blocks for the Lua state =====} */
+
+#define DXL_HEAP_MAX 1024 /* larger blocks come from the state's original allocator */
+typedef struct dxl_heap_s dxl_heap_t;
+/* A new pool, or NULL when pooling is off (ASan, valgrind memcheck, DUROXIDE_LUA_HEAP=malloc,
+** no address space): the caller then uses its allocator for everything. */
+dxl_heap_t *dxl_heap_new(void);
+void dxl_heap_free_all(dxl_heap_t *H);
+int dxl_heap_owns(const dxl_heap_t *H, const void *p);
+size_t dxl_heap_live(const dxl_heap_t *H);
+int dxl_heap_same_class(size_t a, size_t b);
+/* A block of 1..DXL_HEAP_MAX bytes, NULL when the pool is used up; freed with its size. */
+void *dxl_heap_alloc(dxl_heap_t *H, size_t n);
+void dxl_heap_free(dxl_heap_t *H, void *p, size_t n);
 
 /* {===== budget.c: instruction and memory budgets =====} */
 

@@ -52,6 +52,17 @@ int dxl_push_registered(lua_State *L, dxl_state_t *S, const char *table, const c
   return lua_type(L, -1);
 }
 
+void dxl_push_kept(lua_State *L, int *ref, const char *mt_name) {
+  if (*ref > 0) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, *ref);
+    return;
+  }
+  if (mt_name) luaL_newmetatable(L, mt_name);
+  else lua_newtable(L);
+  lua_pushvalue(L, -1);
+  *ref = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
 /* {===== errors =====} */
 
 static int error_tostring(lua_State *L) {
@@ -267,6 +278,7 @@ static int l_orchestration(lua_State *L) {
     lua_pushstring(L, version);
     lua_setfield(L, -3, "latest");
   }
+  S->reg_gen++; /* kept instances check their code again (orch.c h_orch_turn) */
   dxl_caps_rebuild(L, S);
   return 0;
 }
@@ -301,7 +313,9 @@ static int l_version_policy(lua_State *L) {
 
 /* duroxide._registry_changed(): the testing harness swapped the registration tables. */
 static int l_registry_changed(lua_State *L) {
-  dxl_caps_rebuild(L, dxl_state(L));
+  dxl_state_t *S = dxl_state(L);
+  S->reg_gen++;
+  dxl_caps_rebuild(L, S);
   return 0;
 }
 
@@ -601,8 +615,8 @@ static dxl_state_t *ensure_state(lua_State *L) {
   dxl_load_embedded(L, "duroxide/activity.lua");
   lua_pushvalue(L, prims);
   lua_call(L, 1, 1);
-  lua_getfield(L, -1, "Actx");
-  S->actx_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_getfield(L, -1, "new_actx");
+  S->actx_new_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_getfield(L, -1, "wait");
   lua_setfield(L, prims, "wait");
   lua_getfield(L, -1, "session_run");

@@ -42,6 +42,7 @@ struct orch_inst_s {
   int64_t heap;               /* Lua heap growth while this instance ran (its size estimate) */
   int info_ref, env_ref; /* sandbox: the function's _ENV carrier, this instance's globals */
   int fn_ref;            /* the registered function it runs (a kept instance checks it) */
+  unsigned reg_gen;      /* S->reg_gen when that was last known to be so */
   dx_turn_t *t;
   const char *name, *version, *input;
 };
@@ -91,6 +92,7 @@ static int start_impl(lua_State *L) {
                       inst->version);
   lua_pushvalue(L, -1);
   inst->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  inst->reg_gen = S->reg_gen;
   dxl_sandbox_new_env(L, -1, &inst->info_ref, &inst->env_ref);
   inst->co = lua_newthread(L);
   inst->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -100,7 +102,7 @@ static int start_impl(lua_State *L) {
   inst->box = lua_newuserdatauv(L, sizeof *inst->box, 0);
   inst->box->t = inst->t;
   inst->box->inst = inst;
-  luaL_newmetatable(L, BOX_MT); /* typed, so a foreign userdata in ctx._box is refused */
+  dxl_push_kept(L, &S->box_mt_ref, BOX_MT); /* typed: a foreign userdata in ctx._box is refused */
   lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   inst->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -274,7 +276,10 @@ static int still_registered(dxl_state_t *S, orch_inst_t *inst) {
 static int h_orch_turn(void *host, void *vinst, dx_turn_t *t) {
   dxl_state_t *S = host;
   orch_inst_t *inst = vinst;
-  if (t && !still_registered(S, inst)) return 1;
+  if (t && inst->reg_gen != S->reg_gen) { /* registrations changed since: look again */
+    if (!still_registered(S, inst)) return 1;
+    inst->reg_gen = S->reg_gen;
+  }
   inst->t = t;
   if (inst->box) inst->box->t = t;
   if (!t) return 0;
@@ -324,8 +329,18 @@ static void h_orch_free(void *host, void *vinst) {
 
 /* {===== ctx primitives =====} */
 
+/* ctx._box, checked as luaL_testudata would, by a registry ref instead of a name lookup
+** (the primitives' upvalue 1 is the state). */
 static turn_box_t *check_box(lua_State *L) {
-  turn_box_t *b = luaL_testudata(L, 1, BOX_MT);
+  dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(1));
+  turn_box_t *b = lua_touserdata(L, 1);
+  if (b && S && S->box_mt_ref > 0 && lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1)) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->box_mt_ref);
+    if (!lua_rawequal(L, -1, -2)) b = NULL;
+    lua_pop(L, 2);
+  } else {
+    b = NULL;
+  }
   if (!b || !b->t) { /* no position: luaL_error's would name context.lua, not the caller */
     lua_pushliteral(L, "this ctx belongs to a finished orchestration turn; use the ctx passed "
                        "to the running orchestration");
@@ -547,7 +562,8 @@ void dxl_orch_register(lua_State *L, int prims) {
                                  {"kv_key_check", p_kv_key_check},
                                  {"custom_status", p_custom_status}, {NULL, NULL}};
   lua_pushvalue(L, prims);
-  luaL_setfuncs(L, fns, 0);
+  lua_pushlightuserdata(L, dxl_state(L)); /* upvalue 1 of each: check_box's state */
+  luaL_setfuncs(L, fns, 1);
   lua_pop(L, 1);
 }
 

@@ -26,6 +26,12 @@ static inline int dx__arena_owns(const void *arena, const void *p) {
   return arena && c >= b + sizeof(size_t) && c < b + sizeof(size_t) + *(const size_t *)arena;
 }
 
+/* A record the engine builds: its string fields (and its failure's) hold borrowed pointers
+** (NULL allowed) and it has no arena yet. Copies them into one arena of its own, so clear()
+** frees one block. DX_OK, or DX_ENOMEM with every string NULL. (model.c) */
+int dx__event_own(dx_event_t *e);
+int dx__work_item_own(dx_work_item_t *w);
+
 /* The kind of an encoded work item without decoding it, when the record starts the way
 ** dx__work_item_encode writes it ("v" then "k" first); -1 otherwise (decode it to know). */
 int dx__work_item_peek_kind(const void *buf, size_t len);

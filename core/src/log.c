@@ -54,7 +54,9 @@ int dx__log_level_from_name(const char *name) {
 }
 
 void dx__log_set_worker(const char *worker_id) {
-  snprintf(thread_worker, sizeof thread_worker, "%s", worker_id ? worker_id : "");
+  if (!worker_id) worker_id = "";
+  if (strcmp(thread_worker, worker_id) == 0) return; /* called per activity result: usually so */
+  snprintf(thread_worker, sizeof thread_worker, "%s", worker_id);
 }
 
 const char *dx__log_worker(void) { return thread_worker; }

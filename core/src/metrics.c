@@ -207,12 +207,20 @@ static int same_labels(const series_t *s, const char *const *labels, size_t nl) 
 
 /* The series of `id` with these (clean, non-NULL) labels, created when new (mu held). NULL
 ** on ENOMEM. */
+static series_t *series_find_h(dx_metrics_t *m, dx_metric_id_t id, const char *const *labels,
+                               uint32_t h);
+
 static series_t *series_find(dx_metrics_t *m, dx_metric_id_t id, const char *const *labels) {
+  return series_find_h(m, id, labels, labels_hash(labels, n_labels(&defs[id])));
+}
+
+/* The same, with labels_hash(labels) given. */
+static series_t *series_find_h(dx_metrics_t *m, dx_metric_id_t id, const char *const *labels,
+                               uint32_t h) {
   static const char *const overflow[MAX_LABELS] = {"_overflow", "_overflow", "_overflow",
                                                    "_overflow"};
   family_t *f = &m->fam[id];
   size_t nl = n_labels(&defs[id]), k;
-  uint32_t h = labels_hash(labels, nl);
   series_t *s;
   for (s = f->bucket[h % HASH_BUCKETS]; s; s = s->hnext)
     if (s->hash == h && same_labels(s, labels, nl)) return s;
@@ -237,16 +245,35 @@ static series_t *series_find(dx_metrics_t *m, dx_metric_id_t id, const char *con
 
 /* series_find with the caller's labels: NULL ones read as "", bad UTF-8 and long values are
 ** fixed up first (copies freed here). */
+/* Fold label v into the running labels_hash *h when it is plain ASCII within
+** MAX_LABEL_BYTES (stored as it is: the common case, checked in the same pass); 0 when it needs
+** label_is_clean's full look. */
+static int ascii_label(const char *v, uint32_t *h) {
+  const unsigned char *p = (const unsigned char *)v;
+  uint32_t x = *h;
+  for (; *p; p++) {
+    if (*p >= 0x80) return 0;
+    x = (x ^ *p) * 16777619u;
+  }
+  if ((size_t)(p - (const unsigned char *)v) > MAX_LABEL_BYTES) return 0;
+  *h = (x ^ 0xffu) * 16777619u;
+  return 1;
+}
+
 static series_t *series_get(dx_metrics_t *m, dx_metric_id_t id, const char *const *labels) {
   const char *use[MAX_LABELS] = {0};
   char *fixed[MAX_LABELS] = {0};
   size_t nl = n_labels(&defs[id]), k;
   series_t *s = NULL;
-  int oom = 0;
+  uint32_t h = 2166136261u;
+  int oom = 0, ascii = 1;
   for (k = 0; k < nl; k++) {
     use[k] = labels && labels[k] ? labels[k] : "";
-    if (!label_is_clean(use[k])) oom |= !(use[k] = fixed[k] = label_copy(use[k]));
+    if (ascii) ascii = ascii_label(use[k], &h);
   }
+  if (ascii) return series_find_h(m, id, use, h);
+  for (k = 0; k < nl; k++)
+    if (!label_is_clean(use[k])) oom |= !(use[k] = fixed[k] = label_copy(use[k]));
   if (!oom) s = series_find(m, id, use);
   for (k = 0; k < nl; k++) free(fixed[k]);
   return s;

@@ -65,6 +65,44 @@ static int dup_strings(void *dst, const size_t *offs, size_t n) {
   return DX_OK;
 }
 
+/* Copy the record's listed strings and its failure's (borrowed pointers, NULL allowed) into
+** one new block, its arena (codec.h layout), and point them there: one allocation and one free
+** for the record instead of one per string. DX_ENOMEM: every one of them is NULL. */
+static int own_in_arena(void *rec, const size_t *offs, size_t n, dx_failure_t *f,
+                        void **arena) {
+  char **slots[16];
+  size_t lens[16], m = 0, total = 0, i;
+  char *block, *cur;
+  for (i = 0; i < n; i++) slots[m++] = str_at(rec, offs[i]);
+  slots[m++] = &f->kind;
+  slots[m++] = &f->message;
+  for (i = 0; i < m; i++) total += (lens[i] = *slots[i] ? strlen(*slots[i]) + 1 : 0);
+  *arena = NULL;
+  if (total == 0) return DX_OK;
+  if (!(block = malloc(sizeof(size_t) + total))) {
+    for (i = 0; i < m; i++) *slots[i] = NULL;
+    return DX_ENOMEM;
+  }
+  memcpy(block, &total, sizeof total);
+  cur = block + sizeof(size_t);
+  for (i = 0; i < m; i++)
+    if (lens[i]) {
+      memcpy(cur, *slots[i], lens[i]);
+      *slots[i] = cur;
+      cur += lens[i];
+    }
+  *arena = block;
+  return DX_OK;
+}
+
+int dx__event_own(dx_event_t *e) {
+  return own_in_arena(e, event_strings, COUNT(event_strings), &e->fail, &e->arena);
+}
+
+int dx__work_item_own(dx_work_item_t *w) {
+  return own_in_arena(w, work_strings, COUNT(work_strings), &w->fail, &w->arena);
+}
+
 void dx_failure_clear(dx_failure_t *f) {
   if (f) failure_clear_in(f, NULL);
 }

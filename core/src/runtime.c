@@ -39,76 +39,7 @@ typedef struct runtime_list_s {
   struct runtime_list_s *next;
 } runtime_list_t;
 
-struct dx_activity_s {
-  dx_runtime_t *rt;
-  dx_work_item_t item;
-  uint64_t token;
-  uint64_t started_hr;                /* uv_hrtime() at start: the duration metric */
-  const char *outcome;                /* metric outcome of its settlement (NULL: not counted) */
-  dx_activity_info_t info;
-  dx_work_item_t result;
-  dx_store_op_t op;
-  uv_timer_t renew_timer;
-  dx_store_op_t renew_op;
-  int renew_inflight;
-  int acked;
-  int timer_closed;
-  int finished;
-  int cancelled;
-  uint64_t sess_gen;                  /* session activities: the hold they run under */
-  void *userdata;
-  struct cact_job_s *cjob;            /* a C activity on the thread pool (C embedding) */
-  struct dx_activity_s *prev, *next;  /* running list */
-};
-
-typedef struct turn_job_s {
-  dx_runtime_t *rt;
-  dx_orch_item_t *item;
-  dx_turn_t *turn;
-  int acked;                 /* the settlement is an ack (else an abandon) */
-  dx_store_op_t op;
-} turn_job_t;
-
-struct dx_runtime_s {
-  uv_loop_t *loop;
-  dx_provider_t *provider;
-  dx_options_t opts;
-  char *worker_id;
-  const dx_host_methods_t *host;
-  void *host_ud;
-  dx_store_t *store;
-  dx_session_cfg_t session_cfg;
-  dx_fetch_filter_t tag_filter;   /* from opts.tags (owned) */
-  char *tags_text;                /* opts.tags points here (owned) */
-  dx_sessions_t *sessions;   /* NULL when max_sessions_per_worker == 0 */
-  int sessions_stopping;
-  dx_activity_t *running;
-  int n_running;
-  dx__credit_t credit;         /* how many activities to ask the store for (credit.h) */
-  int started, stopping;
-  int stalled;             /* dx__runtime_stall: a simulated SIGSTOP */
-  char **hidden;           /* dx__runtime_hide_activity: names this worker lacks (tests) */
-  size_t n_hidden;
-  int registered;          /* worker_register succeeded: unregister when the store closed */
-  uv_timer_t grace_timer;
-  dx_wake_t *wake;             /* wake-ups from other processes' commits (NULL: polling) */
-  int watchdog;                /* holds a reference on the loop's watchdog (watchdog.c) */
-  int64_t stop_deadline_ms;
-  dx_runtime_stop_cb stop_cb;
-  void *stop_ud;
-  dx_metrics_t *metrics;       /* this worker's counters (metrics.h); recorded from both threads */
-  dx_ocache_t *ocache;         /* kept orchestrations (NULL: cache off); loop thread */
-  int64_t skew_warned_ms;    /* last "store times in our future" warning (process time) */
-  int64_t turn_hold_ms;      /* store.h hold_ms (DX__TURN_HOLD_MS; tests may set another) */
-  int failed;                  /* the store became unusable: `failure` says why */
-  dx_error_t failure;
-  /* C embedding (section below): C activities, dx_runtime_run, the owner of a Lua runtime. */
-  struct cact_s *cacts;
-  int run_active, stop_requested;
-  uv_async_t run_async;
-  void (*owner_free)(void *owner);
-  void *owner;
-};
+#include "runtime_int.h"
 
 static uv_mutex_t registry_mu;
 static uv_once_t registry_once = UV_ONCE_INIT;
@@ -222,7 +153,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   job->item = item;
   cfg.keep = rt->ocache != NULL;
   kept = cached_turn(rt, item);
-  dx__watch_enter(rt->loop, "orchestration turn of instance %s", item->instance);
+  dx__watch_enter_text(rt->loop, "orchestration turn of instance ", item->instance);
   t0 = uv_hrtime();
   if (kept && !(job->turn = dx__turn_continue(kept, item, &cfg))) {
     cache_missed(rt, item, "code"); /* re-registered: the registered code replays */
@@ -259,6 +190,12 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
 #define ACT_FIELDS "instance=%s activity=%s id=%" PRIu64 " session_id=%s"
 #define ACT_ARGS(a) (a)->item.instance, (a)->item.name, (a)->item.id, (a)->item.session_id
 
+/* duroxide_activities_running follows n_running; a delivery that starts (and often ends) many
+** activities sets it once, when it is done. */
+static void running_changed(dx_runtime_t *rt) {
+  if (!rt->in_fetch) dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
+}
+
 static void activity_unlink(dx_activity_t *a) {
   dx_runtime_t *rt = a->rt;
   if (a->prev) a->prev->next = a->next;
@@ -266,7 +203,7 @@ static void activity_unlink(dx_activity_t *a) {
   if (a->next) a->next->prev = a->prev;
   a->prev = a->next = NULL;
   rt->n_running--;
-  dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
+  running_changed(rt);
 }
 
 static void activity_release(dx_activity_t *a) {
@@ -284,6 +221,15 @@ static void on_renew_timer_closed(uv_handle_t *h) {
   dx_activity_t *a = h->data;
   a->timer_closed = 1;
   try_free(a);
+}
+
+static void renew_timer_close(dx_activity_t *a) {
+  if (a->timer_on) {
+    uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
+  } else {
+    a->timer_closed = 1;
+    try_free(a);
+  }
 }
 
 static void check_stop_done(dx_runtime_t *rt);
@@ -312,7 +258,7 @@ static void activity_acked(dx_store_op_t *op) {
   a->acked = 1;
   dx__credit_settled(&rt->credit);
   ask_for_activities(rt);
-  uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
+  renew_timer_close(a);
   check_stop_done(rt);
 }
 
@@ -345,7 +291,7 @@ static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ig
   a->outcome = outcome;
   if (a->item.session_id && rt->sessions)
     dx__sessions_on_done(rt->sessions, a->item.session_id, a->sess_gen);
-  uv_timer_stop(&a->renew_timer);
+  if (a->timer_on) uv_timer_stop(&a->renew_timer);
   activity_unlink(a);
   memset(&a->op, 0, sizeof a->op);
   a->op.kind = kind;
@@ -364,13 +310,18 @@ static void observe_ran(dx_activity_t *a) {
                      dx__seconds_since(a->started_hr));
 }
 
+/* The result's fields, borrowed: result_own then copies them into the result's arena. */
 static void result_base(dx_activity_t *a, int kind) {
   a->result.kind = kind;
-  a->result.instance = dx__strdup(a->item.instance);
+  a->result.instance = a->item.instance;
   a->result.execution_id = a->item.execution_id;
   a->result.id = a->item.id;
   /* history shows where each session activity ran (issue 9 item 7) */
-  if (a->item.session_id) a->result.worker_id = dx__strdup(a->rt->worker_id);
+  if (a->item.session_id) a->result.worker_id = a->rt->worker_id;
+}
+
+static void result_own(dx_activity_t *a) {
+  dx__work_item_own(&a->result); /* out of memory: fields NULL, as a failed strdup left them */
 }
 
 void dx_activity_complete(dx_activity_t *a, const char *output_json) {
@@ -385,7 +336,8 @@ void dx_activity_complete(dx_activity_t *a, const char *output_json) {
   }
   observe_ran(a);
   result_base(a, DX_WI_ACT_COMPLETED);
-  a->result.data = dx__strdup(output_json ? output_json : "null");
+  a->result.data = (char *)(output_json ? output_json : "null");
+  result_own(a);
   dx__log(DX_LOG_DEBUG, "activity completed", ACT_FIELDS, ACT_ARGS(a));
   activity_settle(a, DX_OP_ACK_WORK, 0, 0, "success");
 }
@@ -393,8 +345,9 @@ void dx_activity_complete(dx_activity_t *a, const char *output_json) {
 static void fail_with(dx_activity_t *a, int category, const char *kind, const char *message) {
   result_base(a, DX_WI_ACT_FAILED);
   a->result.fail.category = category;
-  a->result.fail.kind = dx__strdup(kind);
-  a->result.fail.message = dx__strdup(message ? message : "activity failed");
+  a->result.fail.kind = (char *)kind;
+  a->result.fail.message = (char *)(message ? message : "activity failed");
+  result_own(a);
   activity_settle(a, DX_OP_ACK_WORK, 0, 0,
                   category == DX_CAT_POISON          ? "poison"
                   : category == DX_CAT_CONFIGURATION ? "config_error"
@@ -429,288 +382,6 @@ int dx_activity_abort_session(dx_activity_t *a, const char *reason, dx_error_t *
 void dx_activity_set_userdata(dx_activity_t *a, void *ud) { a->userdata = ud; }
 void *dx_activity_userdata(const dx_activity_t *a) { return a->userdata; }
 
-/* {===== C embedding: C activities, dx_runtime_run =====} */
-/*
-** C activities live in a list on the runtime and are looked up before the host's activities,
-** so a C activity shadows a Lua activity of the same name. A pool activity runs on the libuv
-** thread pool with its own copy of the invocation: the runtime may give up on it at shutdown
-** (the result is then discarded) while the function still runs. A loop activity runs at once,
-** synchronously, when it is fetched.
-*/
-
-typedef struct cact_s {
-  struct cact_s *next;
-  char *name;
-  dx_activity_fn fn;
-  void *userdata;
-  int flags;
-} cact_t;
-
-typedef struct cact_job_s {
-  uv_work_t req;
-  dx_activity_t *a;         /* NULL once the runtime gave up on the activity */
-  dx_activity_fn fn;
-  void *userdata;
-  dx_activity_info_t info;  /* points at the job's own copies below */
-  char *instance, *name, *input, *session_id, *worker_id, *tag;
-  int failed;
-  char *output;             /* canonical JSON (NULL = null) on success */
-  char *message;            /* the failure message */
-} cact_job_t;
-
-static const cact_t *cact_find(const dx_runtime_t *rt, const char *name) {
-  const cact_t *c;
-  for (c = rt->cacts; c; c = c->next)
-    if (strcmp(c->name, name) == 0) return c;
-  return NULL;
-}
-
-static void cact_free_all(dx_runtime_t *rt) {
-  while (rt->cacts) {
-    cact_t *c = rt->cacts;
-    rt->cacts = c->next;
-    free(c->name);
-    free(c);
-  }
-}
-
-/* Call fn and turn its outcome into (failed, output, message). Runs on any thread, so it
-** touches nothing but its arguments. */
-static void cact_call(dx_activity_fn fn, void *ud, const dx_activity_info_t *info, int *failed,
-                      char **output, char **message) {
-  char *out = NULL, *msg = NULL, buf[640];
-  dx_error_t e;
-  int rc = fn(info, info->input ? info->input : "null", &out, &msg, ud);
-  *output = *message = NULL;
-  *failed = 0;
-  if (rc != 0) {
-    *failed = 1;
-    free(out);
-    if (msg) {
-      *message = msg;
-    } else {
-      snprintf(buf, sizeof buf, "C activity '%s' failed (returned %d)", info->name, rc);
-      *message = dx__strdup(buf);
-    }
-    return;
-  }
-  free(msg);
-  if (!out) return; /* JSON null */
-  if (dx__json_canonical(out, strlen(out), output, &e) != 0) {
-    *failed = 1;
-    snprintf(buf, sizeof buf, "C activity '%s' returned an invalid output: %s", info->name, e.msg);
-    *message = dx__strdup(buf);
-  }
-  free(out);
-}
-
-static void cact_finish(dx_activity_t *a, int failed, const char *output, const char *message) {
-  if (failed) dx_activity_fail(a, message ? message : "C activity failed");
-  else dx_activity_complete(a, output);
-}
-
-static void cact_job_free(cact_job_t *j) {
-  free(j->instance);
-  free(j->name);
-  free(j->input);
-  free(j->session_id);
-  free(j->tag);
-  free(j->worker_id);
-  free(j->output);
-  free(j->message);
-  free(j);
-}
-
-static void cact_work(uv_work_t *req) {
-  cact_job_t *j = req->data;
-  cact_call(j->fn, j->userdata, &j->info, &j->failed, &j->output, &j->message);
-}
-
-static void cact_after_work(uv_work_t *req, int status) {
-  cact_job_t *j = req->data;
-  if (j->a) {
-    j->a->cjob = NULL;
-    if (status != 0) cact_finish(j->a, 1, NULL, "C activity was cancelled before it ran");
-    else cact_finish(j->a, j->failed, j->output, j->message);
-  }
-  cact_job_free(j);
-}
-
-static void cact_start(dx_activity_t *a, const cact_t *c) {
-  const dx_activity_info_t *in = &a->info;
-  cact_job_t *j;
-  int rc;
-  if (c->flags & DX_ACTIVITY_ON_LOOP) {
-    int failed;
-    char *output, *message;
-    dx__watch_enter(a->rt->loop, "C activity %s (instance %s, id %" PRIu64 ")", in->name,
-                    in->instance, in->activity_id);
-    cact_call(c->fn, c->userdata, in, &failed, &output, &message);
-    dx__watch_leave(a->rt->loop);
-    cact_finish(a, failed, output, message);
-    free(output);
-    free(message);
-    return;
-  }
-  j = calloc(1, sizeof *j);
-  if (!j) {
-    dx_activity_fail(a, "out of memory starting the C activity");
-    return;
-  }
-  j->fn = c->fn;
-  j->userdata = c->userdata;
-  j->info = *in;
-  j->info.instance = j->instance = dx__strdup(in->instance);
-  j->info.name = j->name = dx__strdup(in->name);
-  j->info.input = j->input = dx__strdup(in->input ? in->input : "null");
-  j->info.session_id = j->session_id = dx__strdup(in->session_id);
-  j->info.worker_id = j->worker_id = dx__strdup(in->worker_id);
-  j->info.tag = j->tag = dx__strdup(in->tag);
-  if (!j->instance || !j->name || !j->input || !j->worker_id ||
-      (in->session_id && !j->session_id) || (in->tag && !j->tag)) {
-    cact_job_free(j);
-    dx_activity_fail(a, "out of memory starting the C activity");
-    return;
-  }
-  j->req.data = j;
-  j->a = a;
-  a->cjob = j;
-  rc = uv_queue_work(a->rt->loop, &j->req, cact_work, cact_after_work);
-  if (rc != 0) {
-    char msg[256];
-    a->cjob = NULL;
-    cact_job_free(j);
-    snprintf(msg, sizeof msg, "cannot queue the C activity on the thread pool: %s",
-             uv_strerror(rc));
-    dx_activity_fail(a, msg);
-  }
-}
-
-/* The runtime gives up on `a` (shutdown grace expired): 1 when it was a C activity, whose
-** result will then be dropped when its function returns. */
-static int cact_abort(dx_activity_t *a) {
-  if (!a->cjob) return 0;
-  a->cjob->a = NULL;
-  a->cjob = NULL;
-  return 1;
-}
-
-static int check_activity_name(const char *name, dx_error_t *err) {
-  size_t n, i;
-  if (!name) return dx_error_set(err, DX_EINVAL, "NULL activity name");
-  n = strlen(name);
-  if (n == 0 || n > 200)
-    return dx_error_set(err, DX_EINVAL, "activity name must be 1 to 200 bytes (got %zu)", n);
-  for (i = 0; i < n; i++)
-    if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
-      return dx_error_set(err, DX_EINVAL, "activity name contains a control character");
-  if (strncmp(name, "__duroxide", 10) == 0)
-    return dx_error_set(err, DX_EINVAL, "activity names starting with __duroxide are reserved");
-  return DX_OK;
-}
-
-static int cact_add(dx_runtime_t *rt, const char *name, dx_activity_fn fn, void *userdata,
-                    int flags, dx_error_t *err) {
-  cact_t *c = calloc(1, sizeof *c);
-  if (!c || !(c->name = dx__strdup(name))) {
-    free(c);
-    return dx_error_set(err, DX_ENOMEM, "out of memory");
-  }
-  c->fn = fn;
-  c->userdata = userdata;
-  c->flags = flags;
-  c->next = rt->cacts;
-  rt->cacts = c;
-  return DX_OK;
-}
-
-int dx_register_activity_ex(dx_runtime_t *rt, const char *name, dx_activity_fn fn,
-                            void *userdata, int flags, dx_error_t *err) {
-  int rc;
-  if (!rt) return dx_error_set(err, DX_EINVAL, "NULL runtime");
-  if ((rc = check_activity_name(name, err)) != 0) return rc;
-  if (!fn) return dx_error_set(err, DX_EINVAL, "NULL activity function for '%s'", name);
-  if (flags != DX_ACTIVITY_ON_POOL && flags != DX_ACTIVITY_ON_LOOP)
-    return dx_error_set(err, DX_EINVAL, "unknown activity flags 0x%x for '%s'", (unsigned)flags,
-                        name);
-  if (rt->stopping)
-    return dx_error_set(err, DX_ECLOSED, "runtime is stopping or stopped: cannot register '%s'",
-                        name);
-  if (cact_find(rt, name))
-    return dx_error_set(err, DX_EEXIST, "C activity '%s' is already registered", name);
-  return cact_add(rt, name, fn, userdata, flags, err);
-}
-
-int dx_register_activity(dx_runtime_t *rt, const char *name, dx_activity_fn fn, void *userdata,
-                         dx_error_t *err) {
-  return dx_register_activity_ex(rt, name, fn, userdata, DX_ACTIVITY_ON_POOL, err);
-}
-
-/* Guards run_active/stop_requested/run_async against dx_runtime_request_stop's threads. */
-static uv_mutex_t run_mu;
-static uv_once_t run_once = UV_ONCE_INIT;
-
-static void run_mu_init(void) { uv_mutex_init(&run_mu); }
-
-int dx_runtime_is_stopped(const dx_runtime_t *rt) {
-  return rt && rt->stopping && (!rt->started || !rt->store);
-}
-
-static void on_run_async(uv_async_t *h) { dx_runtime_stop(h->data, NULL, NULL); }
-
-static void on_run_async_closed(uv_handle_t *h) { *(int *)h->data = 1; }
-
-int dx_runtime_run(dx_runtime_t *rt, dx_error_t *err) {
-  int rc, pending, closed = 0;
-  if (!rt) return dx_error_set(err, DX_EINVAL, "NULL runtime");
-  if (rt->run_active)
-    return dx_error_set(err, DX_ESTATE, "dx_runtime_run is already running for this runtime");
-  if (dx_runtime_is_stopped(rt)) return dx_error_set(err, DX_ECLOSED, "runtime is stopped");
-  if (!rt->started && (rc = dx_runtime_start(rt, err)) != 0) return rc;
-  uv_once(&run_once, run_mu_init);
-  if ((rc = uv_async_init(rt->loop, &rt->run_async, on_run_async)) != 0)
-    return dx_error_set(err, DX_EIO, "cannot set up the loop: %s", uv_strerror(rc));
-  rt->run_async.data = rt;
-  uv_mutex_lock(&run_mu);
-  rt->run_active = 1;
-  pending = rt->stop_requested;
-  uv_mutex_unlock(&run_mu);
-  if (pending) dx_runtime_stop(rt, NULL, NULL);
-  while (!dx_runtime_is_stopped(rt)) uv_run(rt->loop, UV_RUN_ONCE);
-  uv_mutex_lock(&run_mu);
-  rt->run_active = 0;
-  uv_mutex_unlock(&run_mu);
-  rt->run_async.data = &closed;
-  uv_close((uv_handle_t *)&rt->run_async, on_run_async_closed);
-  while (!closed) uv_run(rt->loop, UV_RUN_NOWAIT);
-  return DX_OK;
-}
-
-int dx_runtime_request_stop(dx_runtime_t *rt) {
-  if (!rt) return DX_EINVAL;
-  uv_once(&run_once, run_mu_init);
-  uv_mutex_lock(&run_mu);
-  rt->stop_requested = 1;
-  if (rt->run_active) uv_async_send(&rt->run_async);
-  uv_mutex_unlock(&run_mu);
-  return DX_OK;
-}
-
-/* Internal (embedding.h): a binding attaches what it built around the runtime. */
-void dx__runtime_set_owner(dx_runtime_t *rt, void (*owner_free)(void *), void *owner) {
-  rt->owner_free = owner_free;
-  rt->owner = owner;
-}
-
-void *dx__runtime_owner(const dx_runtime_t *rt, void (*owner_free)(void *)) {
-  return rt && rt->owner_free == owner_free ? rt->owner : NULL;
-}
-
-uv_loop_t *dx__runtime_loop(const dx_runtime_t *rt) { return rt->loop; }
-
-int dx__runtime_in_run(const dx_runtime_t *rt) { return rt->run_active; }
-
-/* }===== C embedding =====} */
 
 static void renew_done(dx_store_op_t *op) {
   dx_activity_t *a = op->ud;
@@ -745,7 +416,7 @@ static int hidden_activity(const dx_runtime_t *rt, const char *name) {
 
 static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) {
   dx_activity_t *a = calloc(1, sizeof *a);
-  const struct cact_s *cact;
+  const dx__cact_t *cact;
   int64_t every;
   uint64_t t0;
   if (!a) {
@@ -766,17 +437,12 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   a->info.tag = a->item.tag;
   a->info.worker_id = rt->worker_id;
   a->info.attempt = w->attempt_count;
-  uv_timer_init(rt->loop, &a->renew_timer);
-  a->renew_timer.data = a;
   a->next = rt->running;
   if (rt->running) rt->running->prev = a;
   rt->running = a;
   rt->n_running++;
   a->started_hr = uv_hrtime();
-  dx__metric_set(rt->metrics, DXM_ACT_RUNNING, DXM_NOLABELS, rt->n_running);
-  every = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
-                                    rt->opts.worker_lock_renewal_buffer_ms);
-  uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
+  running_changed(rt);
   if (a->item.session_id && rt->sessions)
     a->sess_gen = dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
                                         w->previous_owner, at_ms);
@@ -815,7 +481,7 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
     fail_with(a, DX_CAT_APPLICATION, "SessionMoved", msg);
     return;
   }
-  cact = cact_find(rt, a->item.name);
+  cact = dx__cact_find(rt, a->item.name);
   if ((!cact && !rt->host->activity_lookup(rt->host_ud, a->item.name)) ||
       hidden_activity(rt, a->item.name)) {
     if (a->item.session_id && rt->sessions && w->attempt_count < rt->opts.max_attempts) {
@@ -860,9 +526,21 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   dx__log(DX_LOG_DEBUG, "activity started", ACT_FIELDS " attempt=%u", ACT_ARGS(a),
           w->attempt_count);
   t0 = uv_hrtime(); /* the loop time this start took: CPU-bound Lua work counts (credit.h) */
-  if (cact) cact_start(a, cact);
+  if (cact) dx__cact_start(a, cact);
   else rt->host->activity_start(rt->host_ud, a);
   dx__credit_cost(&rt->credit, uv_hrtime() - t0);
+  /* Still running: renew its lock. Started after the code's first step, in the same loop
+  ** iteration: the loop's cached time (unless the code updated it) gives the due time a start
+  ** before the step would have. A settlement is applied later (dx__store_submit queues), so
+  ** `a` is alive here. */
+  if (!a->finished) {
+    every = dx__lock_renewal_interval(rt->opts.worker_lock_timeout_ms,
+                                      rt->opts.worker_lock_renewal_buffer_ms);
+    uv_timer_init(rt->loop, &a->renew_timer);
+    a->renew_timer.data = a;
+    a->timer_on = 1;
+    uv_timer_start(&a->renew_timer, on_renew, (uint64_t)every, (uint64_t)every);
+  }
 }
 
 static void on_fetch(void *ud, dx_store_fetched_t *f) {
@@ -876,7 +554,12 @@ static void on_fetch(void *ud, dx_store_fetched_t *f) {
   f->n_orch = 0;
   dx__credit_fetched(&rt->credit, (int)f->n_work);
   /* start_activity takes each item; free_fetched (after us) frees previous_owner strings */
+  rt->in_fetch = f->n_work > 0;
   for (i = 0; i < f->n_work; i++) start_activity(rt, &f->work[i], f->at_ms);
+  if (rt->in_fetch) {
+    rt->in_fetch = 0;
+    running_changed(rt);
+  }
   ask_for_activities(rt);
 }
 
@@ -929,7 +612,7 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   rt->skew_warned_ms = INT64_MIN / 2;
   rt->turn_hold_ms = DX__TURN_HOLD_MS;
   /* built-in: reads another instance's key-value state (ctx:get_kv_value_from_instance) */
-  if ((rc = cact_add(rt, DX_SYSCALL_GET_KV, dx__syscall_get_kv, p, DX_ACTIVITY_ON_POOL, err))) {
+  if ((rc = dx__cact_add(rt, DX_SYSCALL_GET_KV, dx__syscall_get_kv, p, DX_ACTIVITY_ON_POOL, err))) {
     dx_runtime_free(rt);
     return rc;
   }
@@ -1223,7 +906,7 @@ static void on_stop_tick(uv_timer_t *h) {
     while (rt->running) {
       dx_activity_t *a = rt->running;
       dx__log(DX_LOG_WARN, "activity abandoned at shutdown", ACT_FIELDS, ACT_ARGS(a));
-      if (!cact_abort(a)) rt->host->activity_abort(rt->host_ud, a);
+      if (!dx__cact_abort(a)) rt->host->activity_abort(rt->host_ud, a);
       activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back");
     }
   }
@@ -1262,7 +945,7 @@ void dx_runtime_free(dx_runtime_t *rt) {
   owner_free = rt->owner_free;
   owner = rt->owner;
   cache_close(rt);
-  cact_free_all(rt);
+  dx__cact_free_all(rt);
   while (rt->n_hidden > 0) free(rt->hidden[--rt->n_hidden]);
   free(rt->hidden);
   dx__metrics_free(rt->metrics);
@@ -1351,12 +1034,12 @@ int dx_runtime_crash(dx_runtime_t *rt, dx_runtime_stop_cb cb, void *ud) {
   /* Running activities: the code keeps no claim on them; their rows stay locked. */
   while (rt->running) {
     dx_activity_t *a = rt->running;
-    if (!cact_abort(a)) rt->host->activity_abort(rt->host_ud, a);
+    if (!dx__cact_abort(a)) rt->host->activity_abort(rt->host_ud, a);
     a->finished = 1;
     a->acked = 1;
-    uv_timer_stop(&a->renew_timer);
+    if (a->timer_on) uv_timer_stop(&a->renew_timer);
     activity_unlink(a);
-    uv_close((uv_handle_t *)&a->renew_timer, on_renew_timer_closed);
+    renew_timer_close(a);
   }
   if (rt->sessions) dx__sessions_crash(rt->sessions, crash_sessions_closed, w);
   dx__store_crash(rt->store, crash_store_closed, w);

@@ -256,6 +256,23 @@ void dx__watch_enter_names(uv_loop_t *loop, const char *what, const char *name,
   push_step(loop, fill_names, &l);
 }
 
+typedef struct {
+  const char *prefix, *text;
+} text_label_t;
+
+static void fill_text(char *label, void *ud) {
+  const text_label_t *l = ud;
+  size_t n = 0;
+  label_add(label, &n, l->prefix);
+  label_add(label, &n, l->text ? l->text : "(null)");
+  label[n] = '\0';
+}
+
+void dx__watch_enter_text(uv_loop_t *loop, const char *prefix, const char *text) {
+  text_label_t l = {prefix, text};
+  push_step(loop, fill_text, &l);
+}
+
 void dx__watch_leave(uv_loop_t *loop) {
   watchdog_t *w;
   uv_once(&mu_once, mu_init);

@@ -30,6 +30,8 @@ void dx__watch_enter(uv_loop_t *loop, const char *fmt, ...)
 ** activity step pays this on the loop thread for every step). */
 void dx__watch_enter_names(uv_loop_t *loop, const char *what, const char *name,
                            const char *instance, uint64_t id);
+/* The same for the label "<prefix><text>" (every orchestration turn pays this). */
+void dx__watch_enter_text(uv_loop_t *loop, const char *prefix, const char *text);
 void dx__watch_leave(uv_loop_t *loop);
 /* A loop that a script drives now and then (duroxide.runtime) is not blocked while the script
 ** does other things: driven 0 pauses the watch, 1 resumes it with a fresh heartbeat. */

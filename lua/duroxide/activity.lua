@@ -5,9 +5,21 @@
 -- from a luv callback, and C.resume_activity continues it.
 local C = ...
 
+-- the original, captured before the sandbox guards the global one (sandbox.c): new_actx runs
+-- for every activity, and the guard's checks are for orchestration code
+local setmetatable = setmetatable
+
 local Actx = {}
 Actx.__index = Actx
 Actx.__name = "duroxide.ActivityContext"
+
+-- The actx of a starting activity (activity.c); fields that are nil are left out.
+local function new_actx(h, instance_id, execution_id, activity_id, name, attempt, session_id,
+                        tag, worker_id)
+  return setmetatable({ _h = h, instance_id = instance_id, execution_id = execution_id,
+                        activity_id = activity_id, name = name, attempt = attempt,
+                        session_id = session_id, tag = tag, worker_id = worker_id }, Actx)
+end
 
 --- Suspend the running activity, call fn(done), and return whatever done(...) receives.
 local function wait(fn)
@@ -119,5 +131,5 @@ local function session_run(fn, actx, input)
   return fn(actx, input)
 end
 
-return { Actx = Actx, wait = wait, session_run = session_run,
+return { Actx = Actx, new_actx = new_actx, wait = wait, session_run = session_run,
          session_claimed = session_claimed, session_released = session_released }

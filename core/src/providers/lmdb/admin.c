@@ -112,7 +112,7 @@ static int delete_one(tx_t *t, const char *inst, uint64_t *deleted) {
     rc = dx__lm_state_get(t, inst, &st);
     found = !rc && (st.token || st.ready_at != LM_NEVER);
     if (found && !(rc = dx__lm_msgs_load(t, inst, &l))) { /* a queued start: its entries go */
-      rc = dx__lm_lidx_forget_starts(t, &l, 0);
+      rc = dx__lm_lidx_forget_starts(t, &l, NULL);
       dx__lm_msgs_free(&l);
     }
   }

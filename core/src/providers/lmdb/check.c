@@ -195,15 +195,33 @@ static void ck_execution(ck_t *c, const MDB_val *k, const MDB_val *v) {
   dx__lm_exec_clear(&r);
 }
 
-static void ck_history(ck_t *c, const MDB_val *k, const MDB_val *v) {
+typedef struct {
+  ck_t *c;
+  const MDB_val *k;
+} ck_hist_t;
+
+/* Each event of a history entry (one, or a turn's run) must decode. */
+static int ck_event(void *ud, size_t i, const void *b, size_t len) {
+  ck_hist_t *h = ud;
+  const char *inst = h->k->mv_data;
+  unsigned long long id = get_u64((const char *)h->k->mv_data + h->k->mv_size - 8) + i;
   dx_event_t ev;
   dx_error_t derr;
   memset(&ev, 0, sizeof ev);
-  if (key_str(k, 16) < 0) { problem(c, "history: malformed key"); return; }
-  if (dx__event_decode(v->mv_data, v->mv_size, &ev, &derr))
-    problem(c, "history: instance '%s' event %llu: %s", (const char *)k->mv_data,
-            (unsigned long long)get_u64((const char *)k->mv_data + k->mv_size - 8), derr.msg);
+  if (!b) {
+    problem(h->c, "history: instance '%s' event %llu: bad event run", inst, id);
+    return 1;
+  }
+  if (dx__event_decode(b, len, &ev, &derr))
+    problem(h->c, "history: instance '%s' event %llu: %s", inst, id, derr.msg);
   dx_event_clear(&ev);
+  return 0;
+}
+
+static void ck_history(ck_t *c, const MDB_val *k, const MDB_val *v) {
+  ck_hist_t h = {c, k};
+  if (key_str(k, 16) < 0) { problem(c, "history: malformed key"); return; }
+  dx__lm_hist_walk(v, ck_event, &h);
 }
 
 /* A work item stored inside a message or row must decode too. */

@@ -37,6 +37,7 @@ static MDB_txn *take_batch(lm_t *p) {
   txn = p->se->batch;
   p->se->batch = NULL;
   dx__lm_sess_batch_forget(p->se);
+  dx__lm_pend_drop(p->se); /* written by commit before this, or dropped with the batch */
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 0;
   p->claims_over[0] = 0;
@@ -52,7 +53,8 @@ static int lm_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
     if (err) *err = p->se->spoil_err;
     return p->se->spoil_err.code;
   }
-  if ((rc = dx__lm_seq_flush(p->se, p->se->batch, err))) {
+  if ((rc = dx__lm_pend_flush(p->se, p->se->batch, err)) ||
+      (rc = dx__lm_seq_flush(p->se, p->se->batch, err))) {
     dx__lm_top_finish(p->se, take_batch(p), 0, LM_FLUSH_NONE, 0);
     return rc;
   }
@@ -72,6 +74,8 @@ static void lm_rollback(dx_provider_t *pp) {
 }
 
 /* {===== store format =====} */
+
+static int locked_elsewhere(int fd);
 
 /* Format 1 indexed session rows in work_ready / work_lock under class byte 1; move them to the
 ** session indexes. Runs on raw (format 1) values. */
@@ -158,23 +162,36 @@ static int read_format(tx_t *t, unsigned *fmt) {
   return 0;
 }
 
-static int write_format(tx_t *t) {
-  unsigned char fmt[4] = {0, 0, 0, LM_STORE_FORMAT};
+static int write_format(tx_t *t, unsigned want) {
+  unsigned char fmt[4] = {0, 0, 0, (unsigned char)want};
   dkey_t k;
   key_name(&k, "format");
   return dx__lm_db_put(t, DB_META, &k, fmt, 4, 0);
 }
 
-/* Bring an older store to LM_STORE_FORMAT (or stamp a new one). */
+/* Bring an older store to LM_STORE_FORMAT (or stamp a new one) -- but only to format 3 while
+** another process has the store open: it may be a build that reads format 3 only and checked
+** the format when it opened the store, long before. That store stays format 3, and this
+** process writes what format 3 builds read (se->fmt3) until a later open finds the store
+** alone. The check runs inside the open's write txn: a process that opens the store after it
+** reads the format this txn commits. */
 static int check_format(tx_t *t) {
-  unsigned fmt;
+  unsigned fmt, want = LM_STORE_FORMAT;
   int rc = read_format(t, &fmt);
   if (rc || fmt == LM_STORE_FORMAT) return rc;
+  /* (a new store, format 0, is stamped 4 even so: a process that opened it too reads the
+  ** format in its own first txn, after this one) */
+  if (fmt != 0 && fmt <= 3 && !t->se->read_only &&
+      (t->se->probe_fd < 0 || locked_elsewhere(t->se->probe_fd)))
+    want = 3;
+  t->se->fmt3 = want == 3;
+  if (fmt == want) return 0;
   if (fmt > LM_STORE_FORMAT)
     return dx_error_set(t->err, DX_ESTORE,
                         "store %s has format %u; this build reads formats up to %u (use a newer "
                         "duroxide-lua)",
                         t->se->path, fmt, LM_STORE_FORMAT);
+  if (fmt == 3 && t->se->read_only) return 0; /* format 4 only adds turn runs to history */
   if (t->se->read_only)
     return dx_error_set(t->err, DX_ESTORE,
                         "store %s is read-only and in the older format %u; open it once with "
@@ -185,8 +202,8 @@ static int check_format(tx_t *t) {
     rc = upgrade_from_1(t);
     t->raw = 0;
   }
-  if (!rc && fmt != 0) rc = add_checksums(t);
-  return rc ? rc : write_format(t);
+  if (!rc && fmt != 0 && fmt < 3) rc = add_checksums(t);
+  return rc ? rc : write_format(t, want);
 }
 
 /* The store remembers its maximum size, so every process opening it (a CLI `start` too)
@@ -242,8 +259,13 @@ static int env_init_dbs(shared_env_t *se, size_t max_size, dx_error_t *err) {
 
 static void env_free(shared_env_t *se) {
   if (se->env) mdb_env_close(se->env);
+  if (se->probe_fd >= 0) close(se->probe_fd); /* after the env: it drops LMDB's locks too */
   if (se->notify_fd >= 0) close(se->notify_fd);
   free(se->notify_path);
+  dx__lm_pend_drop(se);
+  free(se->pend);
+  free(se->rpend);
+  free(se->rpend_idx);
   free(se->lock_path);
   pthread_mutex_destroy(&se->commit_mu);
   pthread_mutex_destroy(&se->batch_mu);
@@ -290,17 +312,24 @@ static int open_env(shared_env_t *se, unsigned flags) {
   return mrc;
 }
 
-/* 1 when another process holds a lock on lock.mdb: the store is in use, and a zero-length
-** data.mdb is one that process is creating right now, not a damaged one. (This process has
-** no env on the store yet, so closing the fd drops no lock of ours.) */
-static int store_in_use(const char *lock_path) {
+/* 1 when another process holds a lock on lock.mdb (fd): every process with an env on the
+** store holds one (LMDB keeps a shared lock on its first byte); this process's own locks are
+** not reported. */
+static int locked_elsewhere(int fd) {
   struct flock fl;
-  int fd = open(lock_path, O_RDONLY | O_CLOEXEC), busy;
-  if (fd < 0) return 0;
   memset(&fl, 0, sizeof fl);
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
-  busy = fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+  return fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+}
+
+/* The store is in use by another process: a zero-length data.mdb is one that process is
+** creating right now, not a damaged one. (This process has no env on the store yet, so
+** closing the fd drops no lock of ours.) */
+static int store_in_use(const char *lock_path) {
+  int fd = open(lock_path, O_RDONLY | O_CLOEXEC), busy;
+  if (fd < 0) return 0;
+  busy = locked_elsewhere(fd);
   close(fd);
   return busy;
 }
@@ -326,6 +355,7 @@ static int env_open(char *path, const dx_provider_opts_t *o, shared_env_t **out,
   se->map_size = o->map_size;
   se->notify_fd = -1;
   se->data_fd = -1;
+  se->probe_fd = -1;
   pthread_mutex_init(&se->commit_mu, NULL);
   pthread_mutex_init(&se->batch_mu, NULL);
   pthread_rwlock_init(&se->remap, NULL);
@@ -350,6 +380,7 @@ static int env_open(char *path, const dx_provider_opts_t *o, shared_env_t **out,
   else if (mrc == 0 && stat(se->lock_path, &st) == 0) {
     se->lock_dev = st.st_dev;
     se->lock_ino = st.st_ino;
+    se->probe_fd = open(se->lock_path, O_RDONLY | O_CLOEXEC); /* -1: taken as busy */
   }
   if (mrc) {
     rc = open_error(mrc, err);

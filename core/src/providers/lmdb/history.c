@@ -3,6 +3,97 @@
 */
 #include "lmdb_int.h"
 
+/* {===== history records =====}
+** A history value holds one event (the codec's event record, a MessagePack map) or, since
+** format 4, the events of one run of consecutive ids a turn appended: a MessagePack array of
+** two or more bins, each an event record; the key names the run's first id. One B-tree write
+** per turn instead of one per event. */
+
+/* The events of value v: *count (1 for a single event) and, for a run, *p at its first bin.
+** -1 when the framing is bad. */
+static int run_open(const MDB_val *v, size_t *count, const unsigned char **p) {
+  const unsigned char *b = v->mv_data;
+  size_t n = v->mv_size;
+  *p = b;
+  if (n == 0) return -1;
+  if (b[0] >= 0x90 && b[0] <= 0x9f) { *count = b[0] & 0x0f; *p = b + 1; }
+  else if (b[0] == 0xdc && n >= 3) { *count = (size_t)b[1] << 8 | b[2]; *p = b + 3; }
+  else if (b[0] == 0xdd && n >= 5) {
+    *count = (size_t)b[1] << 24 | (size_t)b[2] << 16 | (size_t)b[3] << 8 | b[4];
+    *p = b + 5;
+  } else { *count = 1; return 0; } /* a single event record (decoding judges it) */
+  return *count >= 2 ? 1 : -1;
+}
+
+/* The next bin of a run: its bytes in *ev and *len; -1 when the framing is bad. */
+static int run_next(const unsigned char **p, const unsigned char *end, const void **ev,
+                    size_t *len) {
+  const unsigned char *b = *p;
+  size_t n, h;
+  if (b >= end) return -1;
+  if (b[0] == 0xc4 && end - b >= 2) { n = b[1]; h = 2; }
+  else if (b[0] == 0xc5 && end - b >= 3) { n = (size_t)b[1] << 8 | b[2]; h = 3; }
+  else if (b[0] == 0xc6 && end - b >= 5) {
+    n = (size_t)b[1] << 24 | (size_t)b[2] << 16 | (size_t)b[3] << 8 | b[4];
+    h = 5;
+  } else return -1;
+  if ((size_t)(end - b) - h < n) return -1;
+  *ev = b + h;
+  *len = n;
+  *p = b + h + n;
+  return 0;
+}
+
+int dx__lm_hist_count(const MDB_val *v, size_t *count) {
+  const unsigned char *p;
+  return run_open(v, count, &p) < 0 ? -1 : 0;
+}
+
+int dx__lm_hist_walk(const MDB_val *v, dx__lm_hist_fn fn, void *ud) {
+  const unsigned char *p, *end = (const unsigned char *)v->mv_data + v->mv_size;
+  size_t count, i;
+  int rc = run_open(v, &count, &p);
+  if (rc < 0) return fn(ud, 0, NULL, 0);
+  if (rc == 0) return fn(ud, 0, v->mv_data, v->mv_size);
+  for (i = 0; i < count; i++) {
+    const void *ev;
+    size_t len;
+    if (run_next(&p, end, &ev, &len)) return fn(ud, i, NULL, 0);
+    if ((rc = fn(ud, i, ev, len))) return rc;
+  }
+  return p == end ? 0 : fn(ud, count, NULL, 0);
+}
+
+static void be32(unsigned char *q, uint32_t v) {
+  q[0] = (unsigned char)(v >> 24); q[1] = (unsigned char)(v >> 16);
+  q[2] = (unsigned char)(v >> 8); q[3] = (unsigned char)v;
+}
+
+/* The record of `n` encoded events: a single event as is, a run as an array of bins. */
+static unsigned char *run_pack(char **enc, const size_t *len, size_t n, size_t *out_n) {
+  unsigned char *b, *q;
+  size_t i, total = n == 1 ? 0 : n <= 15 ? 1 : n <= 0xffff ? 3 : 5;
+  for (i = 0; i < n; i++) total += len[i] + (n == 1 ? 0 : len[i] <= 0xff ? 2 : len[i] <= 0xffff ? 3 : 5);
+  if (!(q = b = malloc(total ? total : 1))) return NULL;
+  if (n > 1) {
+    if (n <= 15) *q++ = (unsigned char)(0x90 | n);
+    else if (n <= 0xffff) { *q++ = 0xdc; *q++ = (unsigned char)(n >> 8); *q++ = (unsigned char)n; }
+    else { *q++ = 0xdd; be32(q, (uint32_t)n); q += 4; }
+  }
+  for (i = 0; i < n; i++) {
+    if (n > 1) {
+      if (len[i] <= 0xff) { *q++ = 0xc4; *q++ = (unsigned char)len[i]; }
+      else if (len[i] <= 0xffff) {
+        *q++ = 0xc5; *q++ = (unsigned char)(len[i] >> 8); *q++ = (unsigned char)len[i];
+      } else { *q++ = 0xc6; be32(q, (uint32_t)len[i]); q += 4; }
+    }
+    memcpy(q, enc[i], len[i]);
+    q += len[i];
+  }
+  *out_n = total;
+  return b;
+}
+
 /* {===== history =====} */
 
 static int event_exists(tx_t *t, const char *inst, uint64_t exec, uint64_t id) {
@@ -11,13 +102,43 @@ static int event_exists(tx_t *t, const char *inst, uint64_t exec, uint64_t id) {
                       (unsigned long long)id, inst, (unsigned long long)exec);
 }
 
+/* The id range [*first, *last] of history entry (k, v) under prefix pn; 0, or -1 when the
+** key or value is not a history record's (`check` reports it). */
+static int entry_range(const MDB_val *k, const MDB_val *v, size_t pn, uint64_t *first,
+                       uint64_t *last) {
+  size_t count;
+  if (k->mv_size != pn + 8 || dx__lm_hist_count(v, &count)) return -1;
+  *first = get_u64((const char *)k->mv_data + pn);
+  *last = *first + count - 1;
+  return 0;
+}
+
+/* DX_EEXIST when entry (k, v) holds one of the n events; *first = the entry's first id
+** (UINT64_MAX when it is not a history record: `check` reports it). */
+static int overlap(tx_t *t, const char *inst, uint64_t exec, MDB_val *k, MDB_val *v, size_t pn,
+                   const dx_event_t *ev, size_t n, uint64_t *first) {
+  uint64_t last;
+  size_t i;
+  int rc = dx__lm_check_sum(t, DB_HISTORY, k, v);
+  *first = UINT64_MAX;
+  if (rc) return rc;
+  if (entry_range(k, v, pn, first, &last)) {
+    *first = 0; /* go on */
+    return 0;
+  }
+  for (i = 0; i < n; i++)
+    if (ev[i].event_id >= *first && ev[i].event_id <= last)
+      return event_exists(t, inst, exec, ev[i].event_id);
+  return 0;
+}
+
 /* DX_EEXIST when one of the events is stored already: an ack checks before it writes
 ** anything (it runs in the batch's own txn: LM_WRITE_DIRECT). One cursor seek to the delta's
-** lowest id instead of a lookup per event: a delta follows the stored history, so the seek
-** normally lands past the delta's highest id (or on another execution) at once. */
+** lowest id, and one step back to the run that may hold it: a delta follows the stored
+** history, so the seek normally lands past the delta (or on another execution) at once. */
 int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
                           size_t n) {
-  uint64_t lo = UINT64_MAX, hi = 0, id;
+  uint64_t lo = UINT64_MAX, hi = 0, first = 0;
   MDB_cursor *c;
   MDB_val key, v;
   dkey_t k;
@@ -33,13 +154,19 @@ int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_eve
   key = kval(&k);
   if ((mrc = mdb_cursor_open(t->txn, t->se->dbi[DB_HISTORY], &c)))
     return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_HISTORY]);
-  for (mrc = mdb_cursor_get(c, &key, &v, MDB_SET_RANGE); mrc == 0 && !rc;
-       mrc = mdb_cursor_get(c, &key, &v, MDB_NEXT)) {
+  mrc = mdb_cursor_get(c, &key, &v, MDB_SET_RANGE);
+  if (mrc == 0 || mrc == MDB_NOTFOUND) { /* the run before the landing place may reach lo */
+    int at_end = mrc == MDB_NOTFOUND, prc = mdb_cursor_get(c, &key, &v, at_end ? MDB_LAST : MDB_PREV);
+    if (prc == 0 && key.mv_size >= pn && memcmp(key.mv_data, k.b, pn) == 0)
+      rc = overlap(t, inst, exec, &key, &v, pn, ev, n, &first);
+    if (prc && prc != MDB_NOTFOUND) mrc = prc;
+    else if (at_end) mrc = MDB_NOTFOUND; /* nothing after it */
+    else if (prc == 0) mrc = mdb_cursor_get(c, &key, &v, MDB_NEXT); /* back at the landing */
+    else { key = kval(&k); mrc = mdb_cursor_get(c, &key, &v, MDB_SET_RANGE); }
+  }
+  for (; mrc == 0 && !rc; mrc = mdb_cursor_get(c, &key, &v, MDB_NEXT)) {
     if (key.mv_size < pn || memcmp(key.mv_data, k.b, pn) != 0) break; /* past the exec */
-    if (key.mv_size != pn + 8) continue; /* not an event key (`check` reports it) */
-    if ((id = get_u64((const char *)key.mv_data + pn)) > hi) break;
-    for (i = 0; i < n; i++)
-      if (ev[i].event_id == id) rc = event_exists(t, inst, exec, id);
+    if ((rc = overlap(t, inst, exec, &key, &v, pn, ev, n, &first)) || first > hi) break;
   }
   mdb_cursor_close(c);
   if (rc) return rc;
@@ -47,51 +174,84 @@ int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_eve
   return 0;
 }
 
+/* Write one run of events (consecutive ids) as one record. */
+static int append_run(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev, size_t n) {
+  char *one[8], **enc = n <= 8 ? one : calloc(n, sizeof *enc);
+  size_t lone[8], *len = n <= 8 ? lone : calloc(n, sizeof *len), i, rn = 0;
+  unsigned char *rec = NULL;
+  dkey_t k;
+  int rc = 0;
+  if (!enc || !len) {
+    rc = dx__lm_nomem(t->err);
+    n = 0;
+  }
+  for (i = 0; i < n && !rc; i++)
+    if (dx__event_encode(&ev[i], &enc[i], &len[i])) {
+      rc = dx__lm_nomem(t->err);
+      n = i;
+    }
+  if (!rc && !(rec = run_pack(enc, len, n, &rn))) rc = dx__lm_nomem(t->err);
+  if (!rc) {
+    key_hist(&k, inst, exec, ev[0].event_id);
+    rc = dx__lm_db_put(t, DB_HISTORY, &k, rec, rn, MDB_NOOVERWRITE);
+    if (rc == DX_EEXIST) rc = event_exists(t, inst, exec, ev[0].event_id);
+  }
+  free(rec);
+  for (i = 0; enc && i < n; i++) free(enc[i]);
+  if (enc != one) free(enc);
+  if (len != lone) free(len);
+  return rc;
+}
+
+/* The caller has checked that the ids are unused (dx__lm_history_unused). */
 int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
                           size_t n) {
-  size_t i;
-  for (i = 0; i < n; i++) {
-    dkey_t k;
-    char *buf;
-    size_t len;
-    int rc;
-    if (dx__event_encode(&ev[i], &buf, &len)) return dx__lm_nomem(t->err);
-    key_hist(&k, inst, exec, ev[i].event_id);
-    rc = dx__lm_db_put(t, DB_HISTORY, &k, buf, len, MDB_NOOVERWRITE);
-    free(buf);
-    if (rc == DX_EEXIST) return event_exists(t, inst, exec, ev[i].event_id);
-    if (rc) return rc;
+  size_t i = 0, j;
+  int rc;
+  while (i < n) { /* a store kept at format 3 (se->fmt3): one event per record */
+    for (j = i + 1; j < n && !t->se->fmt3 && ev[j].event_id == ev[j - 1].event_id + 1; j++) {}
+    if ((rc = append_run(t, inst, exec, ev + i, j - i))) return rc;
+    i = j;
   }
   return 0;
 }
 
 typedef struct {
+  tx_t *t;
   const char *inst;
+  uint64_t exec, first;
   size_t prefix_n;
   dx_event_t *v;
   size_t n, cap;
 } hist_acc_t;
 
-static int history_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+static int hist_bad(hist_acc_t *h, const char *why, uint64_t id) {
+  return dx__lm_corrupt(h->t, DB_HISTORY, why, "instance '%s' execution %llu event %llu", h->inst,
+                        (unsigned long long)h->exec, (unsigned long long)id);
+}
+
+static int hist_ev_cb(void *ud, size_t i, const void *b, size_t len) {
   hist_acc_t *h = ud;
-  const unsigned char *kb = k->mv_data;
-  uint64_t exec = get_u64(kb + h->prefix_n - 8);
-  uint64_t id = k->mv_size == h->prefix_n + 8 ? get_u64(kb + h->prefix_n) : 0;
   dx_error_t derr = {0};
   dx_event_t *nv;
-  int rc = 0;
-  if (!(nv = dx__lm_grow(h->v, &h->cap, h->n, sizeof *h->v))) return dx__lm_nomem(t->err);
+  int rc;
+  if (!b) return hist_bad(h, "bad event run", h->first + i);
+  if (!(nv = dx__lm_grow(h->v, &h->cap, h->n, sizeof *h->v))) return dx__lm_nomem(h->t->err);
   h->v = nv;
   memset(&h->v[h->n], 0, sizeof h->v[h->n]);
-  if (k->mv_size == h->prefix_n + 8 &&
-      (rc = dx__event_decode(v->mv_data, v->mv_size, &h->v[h->n], &derr)) == DX_ENOMEM)
-    return dx__lm_nomem(t->err);
-  if (k->mv_size != h->prefix_n + 8 || rc)
-    return dx__lm_corrupt(t, DB_HISTORY, k->mv_size != h->prefix_n + 8 ? "bad key" : derr.msg,
-                   "instance '%s' execution %llu event %llu", h->inst,
-                   (unsigned long long)exec, (unsigned long long)id);
+  if ((rc = dx__event_decode(b, len, &h->v[h->n], &derr)) == DX_ENOMEM)
+    return dx__lm_nomem(h->t->err);
+  if (rc) return hist_bad(h, derr.msg, h->first + i);
   h->n++;
   return 0;
+}
+
+static int history_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
+  hist_acc_t *h = ud;
+  (void)t;
+  if (k->mv_size != h->prefix_n + 8) return hist_bad(h, "bad key", 0);
+  h->first = get_u64((const unsigned char *)k->mv_data + h->prefix_n);
+  return dx__lm_hist_walk(v, hist_ev_cb, h);
 }
 
 /* Events of one execution, ascending event_id. DX_ECORRUPT names the undecodable event. */
@@ -100,7 +260,9 @@ int dx__lm_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **o
   dkey_t k;
   int rc;
   memset(&h, 0, sizeof h);
+  h.t = t;
   h.inst = inst;
+  h.exec = exec;
   key_exec(&k, inst, exec);
   h.prefix_n = k.n;
   rc = dx__lm_scan_prefix(t, DB_HISTORY, &k, history_cb, &h);
@@ -113,26 +275,57 @@ int dx__lm_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **o
   return 0;
 }
 
+typedef struct {
+  const void *b;
+  size_t len;
+} last_ev_t;
+
+static int last_cb(void *ud, size_t i, const void *b, size_t len) {
+  last_ev_t *l = ud;
+  (void)i;
+  if (!b) return 1; /* bad framing: let the full read report it */
+  l->b = b;
+  l->len = len;
+  return 0;
+}
+
 /* Does execution `exec` hold exactly `n` (> 0) events? Then 1 with the last one decoded into
 ** *last (caller-owned); 0 when it holds fewer or more (or event n does not decode: the whole
-** history is read and reports it). */
+** history is read and reports it). One seek past event n and one step back to its run. */
 int dx__lm_history_holds(tx_t *t, const char *inst, uint64_t exec, uint64_t n, dx_event_t *last) {
   dkey_t k;
-  MDB_val v;
+  MDB_cursor *c;
+  MDB_val key, v;
+  last_ev_t l = {NULL, 0};
+  uint64_t first, end;
   dx_error_t derr = {0};
-  int rc;
+  size_t pn;
+  int mrc, rc = 0;
   key_hist(&k, inst, exec, n + 1);
-  if ((rc = dx__lm_db_get(t, DB_HISTORY, &k, &v)) != DX_ENOTFOUND) return rc ? rc : 0;
-  key_hist(&k, inst, exec, n);
-  if ((rc = dx__lm_db_get(t, DB_HISTORY, &k, &v)) != 0) return rc == DX_ENOTFOUND ? 0 : rc;
-  memset(last, 0, sizeof *last);
-  rc = dx__event_decode(v.mv_data, v.mv_size, last, &derr);
-  if (rc == DX_ENOMEM) return dx__lm_nomem(t->err);
-  if (rc) {
-    dx_event_clear(last);
-    return 0;
+  pn = k.n - 8;
+  key = kval(&k);
+  if ((mrc = mdb_cursor_open(t->txn, t->se->dbi[DB_HISTORY], &c)))
+    return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_HISTORY]);
+  mrc = mdb_cursor_get(c, &key, &v, MDB_SET_RANGE);
+  if (mrc == 0 && key.mv_size >= pn && memcmp(key.mv_data, k.b, pn) == 0) {
+    mrc = MDB_NOTFOUND; /* a run starts past n: more events (or a gap) */
+  } else if (mrc == 0 || mrc == MDB_NOTFOUND) {
+    mrc = mdb_cursor_get(c, &key, &v, mrc == 0 ? MDB_PREV : MDB_LAST);
+    if (mrc == 0 && key.mv_size >= pn && memcmp(key.mv_data, k.b, pn) == 0 &&
+        !(rc = dx__lm_check_sum(t, DB_HISTORY, &key, &v)) &&
+        entry_range(&key, &v, pn, &first, &end) == 0 && end == n &&
+        dx__lm_hist_walk(&v, last_cb, &l) == 0 && l.b) {
+      memset(last, 0, sizeof *last);
+      rc = dx__event_decode(l.b, l.len, last, &derr);
+      if (rc == DX_ENOMEM) rc = dx__lm_nomem(t->err);
+      else if (rc) { dx_event_clear(last); rc = 0; }
+      else rc = 1;
+    }
   }
-  return 1;
+  mdb_cursor_close(c);
+  if (rc) return rc;
+  if (mrc && mrc != MDB_NOTFOUND) return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_HISTORY]);
+  return 0;
 }
 
 static int max_exec_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {

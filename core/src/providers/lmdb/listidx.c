@@ -85,12 +85,12 @@ int dx__lm_lidx_start(tx_t *t, uint64_t seq, const char *inst, const char *name,
   return put_or_del(t, DB_ORCH_STARTS, &k, inst, put);
 }
 
-int dx__lm_lidx_forget_starts(tx_t *t, const msg_list_t *l, uint64_t token) {
+int dx__lm_lidx_forget_starts(tx_t *t, const msg_list_t *l, const orch_state_t *st) {
   size_t i;
   int rc = 0;
   for (i = 0; i < l->n && !rc; i++) {
     dx_work_item_t w;
-    if (token && l->v[i].token != token) continue;
+    if (st && !dx__lm_msg_in_lock(st, &l->v[i])) continue;
     if (dx__lm_msg_decode(t, l, i, &w)) continue; /* `check` reports undecodable messages */
     if (w.kind == DX_WI_START) rc = dx__lm_lidx_start(t, l->v[i].seq, l->inst, w.name, 0);
     dx_work_item_clear(&w);

@@ -9,13 +9,16 @@
 ** (codec.h). Since format 3 every value, index entries included, ends with a 4-byte CRC32C
 ** of key and value (txn.c), written by db_put and checked by every read.
 **
-**   meta          "format" -> be32 3   "seq" -> be64 last sequence number
+**   meta          "format" -> be32 4 (3 while opened beside another process: env.c
+**                 check_format)   "seq" -> be64 last sequence number
 **                 "max_size" -> be64 the store's size limit (absent: none)
 **   instances     inst\0 -> name, version, current_exec, custom_status, cs_version,
 **                           created_at, updated_at, parent, created_seq
 **   inst_created  be64 created_at be64 created_seq -> inst   (list_instances)
 **   executions    inst\0 be64 exec -> status, output, failure, started_at, completed_at
-**   history       inst\0 be64 exec be64 event_id -> event record
+**   history       inst\0 be64 exec be64 event_id -> event record, or (format 4) the run of
+**                 events a turn appended with consecutive ids from event_id: a MessagePack
+**                 array of >= 2 bins, each an event record (history.c)
 **   orch_msgs     inst\0 be64 seq -> visible_at, token, attempt, item
 **   orch_state    inst\0 -> ready_at, locked_until, token   (absent: unlocked, no messages)
 **   orch_ready    be64 ready_at inst\0 -> ""       unlocked instances with messages
@@ -61,6 +64,11 @@
 ** fsync unless the handle has no_sync or commit(sync=0) is used (see dx__lm_top_finish and
 ** lm_commit: a sync=0 batch that wrote more than locks still flushes its data).
 ** Every top-level txn first checks the files and, for writes, grows the map (map.c).
+** Inside a batch the direct methods keep two kinds of writes in memory until the batch's own
+** fetches take them or something else could look: plain worker rows an ack queues
+** (shared_env_t.pend, work.c) and idle instances a message makes ready (rpend, orch.c). They
+** are written by dx__lm_pend_flush before any nested method of the batch begins and at
+** commit, and dropped with a batch that does not commit.
 */
 #ifndef DX_LMDB_INT_H
 #define DX_LMDB_INT_H
@@ -88,7 +96,8 @@
 #include "providers/providers.h"
 #include "util.h"
 
-#define LM_STORE_FORMAT 3u   /* layout version in meta "format" (1 and 2 are upgraded on open) */
+#define LM_STORE_FORMAT 4u   /* layout version in meta "format" (1 to 3 are upgraded on open;
+                                4 = history runs: builds reading only 3 refuse the store) */
 #define LM_RECORD_FORMAT 1u  /* first element of every wrapper record */
 #define LM_DEFAULT_MAP ((size_t)64 << 20) /* first map size; it doubles as the store fills */
 #define LM_SUM_BYTES 4       /* CRC32C after every value (format 3) */
@@ -128,6 +137,13 @@ typedef struct shared_env_s {
   int no_sess_events;        /* read-only store written before sess_events existed */
   int no_workers;            /* read-only store written before workers existed */
   int no_list_idx;           /* read-only store written before the list indexes: list by scan */
+  int fmt3;                  /* the store stays format 3: another process (maybe an older build,
+                                which checks the format only at open) had it open when this one
+                                opened it, so history is written one event per record and an
+                                orchestration lock tags its messages (env.c check_format) */
+  int probe_fd;              /* lock.mdb, open while the env is, for asking whether another
+                                process has the store open (closing any fd of lock.mdb would
+                                drop LMDB's own lock on it) */
   size_t psize;              /* LMDB page size */
   int data_fd;               /* data.mdb, for the truncation check */
   char *lock_path;           /* lock.mdb and its identity when opened (ino 0: no lock file) */
@@ -154,6 +170,16 @@ typedef struct shared_env_s {
   int64_t cap_now;
   uint32_t cap_live;
   char cap_worker[DX_MAX_SESSION_ID_BYTES + 1];
+  /* Plain worker rows direct methods queued in the open batch and not written yet (work.c
+  ** "rows queued in the batch"): pend[pend_first..pend_n) minus taken ones (seq 0). */
+  struct work_row_s *pend;
+  size_t pend_n, pend_cap, pend_first;
+  /* Instances a direct method made ready in the open batch that had no lock state before, not
+  ** written yet (orch.c "instances made ready in the batch"), with a hash index by id. */
+  struct rpend_s *rpend;
+  size_t rpend_n, rpend_cap, rpend_live;
+  uint32_t *rpend_idx;       /* entry index + 1 (0: empty); rpend_slots a power of 2 */
+  size_t rpend_slots;
   /* The open batch's copy of own_worker's sess_owner entries with their sess_queue heads, in
   ** session id order (work.c's pick at capacity asks it for every fetch instead of reading
   ** each owned session's queue again). dx__lm_squeue_refresh keeps the heads exact; an owner
@@ -349,9 +375,27 @@ typedef struct {
   int64_t locked_until; /* locked: lock expiry */
   uint64_t token;       /* 0 = unlocked */
   uint64_t locker;      /* locked: the tag of the handle that locked it (0: unknown) */
+  /* locked (format 4): the batch is the messages up to seq batch_seq visible at batch_at; they
+  ** are not rewritten by the fetch (0: a lock taken before, which tagged its messages) */
+  uint64_t batch_seq;
+  int64_t batch_at;
 } orch_state_t;
 
-static const orch_state_t STATE_EMPTY = {LM_NEVER, 0, 0, 0};
+static const orch_state_t STATE_EMPTY = {LM_NEVER, 0, 0, 0, 0, 0};
+
+/* Is message m in the batch that lock st holds? A lock taken since format 4 names its batch in
+** the state and leaves its messages as they were; an older one tagged each with its token. */
+static inline int dx__lm_msg_in_lock(const orch_state_t *st, const orch_msg_t *m) {
+  if (!st->token) return 0;
+  if (m->token) return m->token == st->token;
+  return st->batch_seq && m->seq <= st->batch_seq && m->visible_at <= st->batch_at;
+}
+
+/* m's attempts, the lock it is in counted (a format 4 lock stores its count in the message
+** only when it ends without an ack: abandon, or another fetch after it lapsed). */
+static inline uint64_t dx__lm_msg_attempt(const orch_state_t *st, const orch_msg_t *m) {
+  return m->attempt + (!m->token && dx__lm_msg_in_lock(st, m));
+}
 
 /* A session row. Owned <=> owner is non-empty; the lease is live while locked_until > now. */
 typedef struct {
@@ -391,7 +435,7 @@ typedef struct lm_own_s {
 } lm_own_t;
 /* {===== worker queue =====} */
 
-typedef struct {
+typedef struct work_row_s {
   uint64_t seq;
   int64_t visible_at, locked_until;
   uint64_t token;   /* 0 = unlocked */
@@ -437,7 +481,7 @@ typedef struct {
 } orch_cand_t;
 /* A fetch candidate: a plain row (head of work_ready or work_lock) or the earliest row of a
 ** session, either one this worker owns or one it may claim. */
-enum { WC_PLAIN, WC_OWNED, WC_CLAIM };
+enum { WC_PLAIN, WC_OWNED, WC_CLAIM, WC_PENDING /* a row queued in the batch (work.c) */ };
 
 typedef struct {
   int found, db, kind;
@@ -529,8 +573,8 @@ int dx__lm_can_grow(shared_env_t *se);
 
 /* records.c */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
-    dx__lm_state_schema, dx__lm_sess_schema, dx__lm_row_schema, dx__lm_kv_schema,
-    dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
+    dx__lm_state_schema, dx__lm_state3_schema, dx__lm_sess_schema, dx__lm_row_schema,
+    dx__lm_kv_schema, dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
 /* The record as MessagePack into out (NULL: only its length); returns its length. */
 size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out);
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
@@ -563,6 +607,12 @@ int dx__lm_exec_get(tx_t *t, const char *inst, uint64_t exec, exec_rec_t *r);
 int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r);
 
 /* history.c */
+/* A history value's events (one, or a turn's run: see history.c): fn gets each event record's
+** bytes with its index in the run, or b NULL when the framing is bad (then the walk ends with
+** fn's answer); fn returns non-zero to stop. dx__lm_hist_count: how many (-1: bad framing). */
+typedef int (*dx__lm_hist_fn)(void *ud, size_t i, const void *b, size_t len);
+int dx__lm_hist_walk(const MDB_val *v, dx__lm_hist_fn fn, void *ud);
+int dx__lm_hist_count(const MDB_val *v, size_t *count);
 int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
                           size_t n);
 int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
@@ -652,6 +702,14 @@ static inline int dx__lm_token_indexed(const work_row_t *r) {
 }
 int dx__lm_row_index(tx_t *t, const work_row_t *r, int put);
 int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
+/* Write the rows queued in the open batch (txn: the batch) as dx__lm_work_insert would have;
+** a failure spoils the batch. Then / or drop them (the batch ended). */
+int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
+void dx__lm_pend_drop(shared_env_t *se);
+static inline int dx__lm_pend_any(const shared_env_t *se) { return se->pend_n || se->rpend_live; }
+/* orch.c: the same for instances made ready in the batch (dx__lm_pend_flush/drop call them). */
+int dx__lm_rpend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
+void dx__lm_rpend_drop(shared_env_t *se);
 /* Consider the head of every plain-row index this filter takes (NULL: untagged only). */
 int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c);
 /* The same for one index (DB_WORK_READY or DB_WORK_LOCK). */
@@ -732,8 +790,8 @@ int dx__lm_lidx_status(tx_t *t, const char *inst, int64_t at, uint64_t seq, int 
 int dx__lm_lidx_name(tx_t *t, const char *inst, int64_t at, uint64_t seq, const char *old_name,
                      const char *new_name);
 int dx__lm_lidx_start(tx_t *t, uint64_t seq, const char *inst, const char *name, int put);
-/* Drop the start entries of the START messages in `l` (token != 0: those locked with it). */
-int dx__lm_lidx_forget_starts(tx_t *t, const msg_list_t *l, uint64_t token);
+/* Drop the start entries of the START messages in `l` (st not NULL: those in its lock). */
+int dx__lm_lidx_forget_starts(tx_t *t, const msg_list_t *l, const orch_state_t *st);
 /* At open: build the indexes of a store written before them (once; meta "list_idx"). */
 int dx__lm_lidx_build(tx_t *t);
 /* manage.c: every queued-never-run start (a scan of the orchestrator queue state). */

@@ -100,6 +100,11 @@ int dx__lm_read_history(dx_provider_t *pp, const char *instance, uint64_t execut
   return rc;
 }
 
+static int append_tx(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev, size_t n) {
+  int rc = dx__lm_history_unused(t, inst, exec, ev, n);
+  return rc ? rc : dx__lm_history_append(t, inst, exec, ev, n);
+}
+
 int dx__lm_append(dx_provider_t *pp, const char *instance, uint64_t execution_id,
                   const dx_event_t *events, size_t n, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
@@ -108,7 +113,7 @@ int dx__lm_append(dx_provider_t *pp, const char *instance, uint64_t execution_id
   if ((rc = dx__check_instance(instance, err)) || (rc = dx__check_events(events, n, err)))
     return rc;
   if (execution_id == 0) return dx_error_set(err, DX_EINVAL, "execution_id 0 (ids start at 1)");
-  LM_WRITE(p, t, err, rc, dx__lm_history_append(&t, instance, execution_id, events, n), (void)0);
+  LM_WRITE(p, t, err, rc, append_tx(&t, instance, execution_id, events, n), (void)0);
   return rc;
 }
 
@@ -558,9 +563,11 @@ typedef struct {
   size_t n, cap;
 } exec_acc_t;
 
+/* A history entry holds one event or a turn's run of them (a damaged one counts as one). */
 static int count_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
-  (void)t; (void)k; (void)v;
-  (*(uint64_t *)ud)++;
+  size_t n;
+  (void)t; (void)k;
+  *(uint64_t *)ud += dx__lm_hist_count(v, &n) ? 1 : n;
   return 0;
 }
 
@@ -674,8 +681,8 @@ static int queue_orch(tx_t *t, const char *inst, qrow_list_t *out) {
     else if (!(rc = dx__lm_msg_decode(t, &l, i, &r->item))) {
       r->q.queue = DX_QUEUE_ORCHESTRATOR;
       r->q.visible_at_ms = l.v[i].visible_at;
-      r->q.attempt = (uint32_t)l.v[i].attempt;
-      if (st.token && l.v[i].token == st.token) r->q.locked_until_ms = st.locked_until;
+      r->q.attempt = (uint32_t)dx__lm_msg_attempt(&st, &l.v[i]);
+      if (dx__lm_msg_in_lock(&st, &l.v[i])) r->q.locked_until_ms = st.locked_until;
     } else {
       out->n--;
     }

@@ -58,12 +58,12 @@ static int msg_del(tx_t *t, const char *inst, uint64_t seq) {
   return dx__lm_db_del(t, DB_ORCH_MSGS, &k);
 }
 
-/* Delete the messages of `l` tagged with `token` (token 0: those visible at `now`). */
-static int msgs_delete(tx_t *t, const msg_list_t *l, uint64_t token, int64_t now) {
+/* Delete the messages of `l` in lock st (NULL: those visible at `now`). */
+static int msgs_delete(tx_t *t, const msg_list_t *l, const orch_state_t *st, int64_t now) {
   size_t i;
   int rc;
   for (i = 0; i < l->n; i++) {
-    int hit = token ? l->v[i].token == token : l->v[i].visible_at <= now;
+    int hit = st ? dx__lm_msg_in_lock(st, &l->v[i]) : l->v[i].visible_at <= now;
     if (hit && (rc = msg_del(t, l->inst, l->v[i].seq))) return rc;
   }
   return 0;
@@ -76,19 +76,149 @@ int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
   return -1;
 }
 
+/* {===== instances made ready in the batch =====}
+** An instance without lock state (no messages, not locked) that gets a message from a direct
+** method inside a batch (an activity's result acked, a message from another turn) becomes
+** ready in memory (shared_env_t.rpend) instead of by a state record and a ready index entry:
+** the cycle's orchestration fetch, later in the same transaction, takes it from there and
+** writes only the locked state (state and lock entry, where the ready state cost a state
+** write, an index write, and at the fetch an index delete). Entries not taken are written as
+** they would have been before any other method of the batch runs and at commit (with the
+** queued worker rows: dx__lm_pend_flush); they vanish with a batch that does not commit.
+** Only this thread's direct methods look at them (t->direct). */
+
+typedef struct rpend_s {
+  char *inst;        /* NULL: taken */
+  int64_t ready_at;
+} rpend_t;
+
+static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
+                        const orch_state_t *nw);
+
+static uint32_t inst_hash(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+static rpend_t *rpend_find(shared_env_t *se, const char *inst) {
+  size_t i, mask = se->rpend_slots - 1;
+  if (!se->rpend_live) return NULL;
+  for (i = inst_hash(inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {
+    rpend_t *e = &se->rpend[se->rpend_idx[i] - 1];
+    if (e->inst && strcmp(e->inst, inst) == 0) return e;
+  }
+  return NULL;
+}
+
+static void rpend_index(shared_env_t *se, size_t at) {
+  size_t i, mask = se->rpend_slots - 1;
+  for (i = inst_hash(se->rpend[at].inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {}
+  se->rpend_idx[i] = (uint32_t)(at + 1);
+}
+
+static int rpend_add(tx_t *t, const char *inst, int64_t ready_at) {
+  shared_env_t *se = t->se;
+  rpend_t *nv;
+  char *id;
+  size_t i;
+  if (se->rpend_n + 1 > se->rpend_slots / 2) { /* keep the table at most half full */
+    size_t slots = se->rpend_slots ? se->rpend_slots * 2 : 64;
+    uint32_t *idx = calloc(slots, sizeof *idx);
+    if (!idx) return dx__lm_nomem(t->err);
+    free(se->rpend_idx);
+    se->rpend_idx = idx;
+    se->rpend_slots = slots;
+    for (i = 0; i < se->rpend_n; i++)
+      if (se->rpend[i].inst) rpend_index(se, i);
+  }
+  if (!(nv = dx__lm_grow(se->rpend, &se->rpend_cap, se->rpend_n, sizeof *se->rpend)) ||
+      !(id = dx__strdup(inst)))
+    return dx__lm_nomem(t->err);
+  se->rpend = nv;
+  se->rpend[se->rpend_n].inst = id;
+  se->rpend[se->rpend_n].ready_at = ready_at;
+  rpend_index(se, se->rpend_n++);
+  se->rpend_live++;
+  se->batch_writes++; /* a failure after this spoils the batch, as after a write */
+  return 0;
+}
+
+static void rpend_take(shared_env_t *se, rpend_t *e) {
+  free(e->inst);
+  e->inst = NULL; /* stays in the table as a tombstone until the batch ends */
+  se->rpend_live--;
+}
+
+void dx__lm_rpend_drop(shared_env_t *se) {
+  size_t i;
+  for (i = 0; i < se->rpend_n; i++) free(se->rpend[i].inst);
+  se->rpend_n = se->rpend_live = 0;
+  if (se->rpend_idx) memset(se->rpend_idx, 0, se->rpend_slots * sizeof *se->rpend_idx);
+}
+
+int dx__lm_rpend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
+  tx_t t;
+  size_t i;
+  int rc = 0;
+  memset(&t, 0, sizeof t);
+  t.se = se;
+  t.txn = txn;
+  t.write = t.nested = 1;
+  t.err = err ? err : &t.scratch;
+  for (i = 0; i < se->rpend_n && !rc; i++) {
+    orch_state_t nw = STATE_EMPTY;
+    if (!se->rpend[i].inst) continue;
+    nw.ready_at = se->rpend[i].ready_at;
+    rc = state_set_db(&t, se->rpend[i].inst, &STATE_EMPTY, &nw);
+  }
+  dx__lm_rpend_drop(se);
+  if (rc && !se->batch_spoiled) { /* written in part: nothing of the batch may be kept */
+    se->batch_spoiled = 1;
+    dx_error_set(&se->spoil_err, rc, "%s", t.err->msg);
+  }
+  return rc;
+}
+
+/* Replace state `old` by `nw`. In this thread's batch an instance made ready in memory has
+** no stored state; one without stored state that becomes ready (and no more) stays in memory. */
+static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const orch_state_t *nw) {
+  rpend_t *e;
+  if (!t->direct) return state_set_db(t, inst, old, nw);
+  if ((e = rpend_find(t->se, inst))) {
+    if (!nw->token && nw->ready_at != LM_NEVER) { /* still ready: at another time */
+      e->ready_at = nw->ready_at;
+      return 0;
+    }
+    rpend_take(t->se, e);
+    old = &STATE_EMPTY;
+  }
+  if (!old->token && old->ready_at == LM_NEVER) { /* nothing stored */
+    if (!nw->token && nw->ready_at == LM_NEVER) return 0;
+    if (!nw->token) return rpend_add(t, inst, nw->ready_at);
+  }
+  return state_set_db(t, inst, old, nw);
+}
+
 /* 0 or an error; a missing record reads as STATE_EMPTY. */
 int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s) {
   dkey_t k;
   lm_what_t w = {"instance '%s'", inst, 0};
+  rpend_t *e;
   int rc;
   *s = STATE_EMPTY;
+  if (t->direct && (e = rpend_find(t->se, inst))) { /* ready in memory: nothing stored */
+    s->ready_at = e->ready_at;
+    return 0;
+  }
   key_inst(&k, inst);
   rc = dx__lm_rec_get_as(t, &dx__lm_state_schema, &k, s, &w);
   return rc == DX_ENOTFOUND ? 0 : rc;
 }
 
 /* Replace state `old` by `nw`, moving the instance between the ready and lock indexes. */
-static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const orch_state_t *nw) {
+static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
+                        const orch_state_t *nw) {
   dkey_t k;
   int db, rc;
   if ((db = dx__lm_state_index(inst, old, &k)) >= 0 && (rc = dx__lm_idx_op(t, db, &k, NULL, 0, 0)))
@@ -97,7 +227,7 @@ static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const o
   if (db >= 0 && (rc = dx__lm_idx_op(t, db, &k, "", 0, 1))) return rc;
   key_inst(&k, inst);
   if (db < 0) return dx__lm_db_del(t, DB_ORCH_STATE, &k);
-  return dx__lm_rec_put(t, &dx__lm_state_schema, &k, nw);
+  return dx__lm_rec_put(t, nw->batch_seq ? &dx__lm_state_schema : &dx__lm_state3_schema, &k, nw);
 }
 
 /* Unlock the instance; it becomes ready at `ready_at` (LM_NEVER: not queued). */
@@ -305,6 +435,37 @@ static int orch_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   return rc ? rc : 0;
 }
 
+/* Instances made ready in this batch (in memory) compete with the index heads: an earlier
+** ready time wins, a tie goes to the stored entry (it was queued first). */
+static int rpend_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c) {
+  shared_env_t *se = t->se;
+  size_t i;
+  int rc = 0;
+  if (!t->direct) return 0;
+  for (i = 0; i < se->rpend_n && se->rpend_live && !rc; i++) {
+    const rpend_t *e = &se->rpend[i];
+    orch_cand_t read;
+    char *inst;
+    int ok = 1;
+    if (!e->inst || e->ready_at > now || (c->inst && c->at <= e->ready_at)) continue;
+    memset(&read, 0, sizeof read);
+    if (f && f->capabilities_set && (rc = orch_runnable(t, f, e->inst, now, &ok, &read))) break;
+    if (!ok || !(inst = dx__strdup(e->inst))) {
+      dx__lm_cand_clear(&read);
+      if (ok) rc = dx__lm_nomem(t->err);
+      continue;
+    }
+    dx__lm_cand_clear(c);
+    *c = read; /* the candidate takes what was read (nothing without a filter) */
+    c->inst = inst;
+    c->msgs.inst = inst;
+    c->db = -1; /* in memory: no index entry */
+    c->at = e->ready_at;
+    k_init(&c->key);
+  }
+  return rc;
+}
+
 /* The instance to lock: the older of the ready head (due) and the lock head (expired); with
 ** orchestration capabilities, the older of the first ones this worker can run. */
 int dx__lm_orch_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c) {
@@ -321,7 +482,7 @@ int dx__lm_orch_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand
       rc = dx__lm_scan_prefix(t, dbs[i], &none, orch_scan_cb, &s);
     }
   }
-  return rc;
+  return rc ? rc : rpend_pick(t, f, now, c);
 }
 
 static int starts_instance(const dx_work_item_t *w) {
@@ -376,18 +537,30 @@ static int queued_start_at(tx_t *t, const msg_list_t *l, int64_t now, int64_t *a
   return 0;
 }
 
-/* Tag the batch with the token and bump attempts; returns the batch's max attempt. */
-static int batch_lock(tx_t *t, msg_list_t *l, int64_t now, uint64_t token, uint32_t *max_attempt) {
+/* Lock the batch (the messages visible at `now`) under nw: the state names it (batch_seq,
+** batch_at) and the messages are not rewritten; returns the batch's max attempt, this one
+** counted. A lapsed lock `old` being taken over first stores its attempt in its messages (they
+** were handed out once); a tag of a lock no longer held (an older build's) is cleared.
+** On a store kept at format 3 (se->fmt3) the lock tags its messages and counts their attempt
+** in them, as format 3 builds do: a process of such a build may take the lock over. */
+static int batch_lock(tx_t *t, msg_list_t *l, int64_t now, const orch_state_t *old,
+                      orch_state_t *nw, uint32_t *max_attempt) {
   size_t i;
   int rc;
   *max_attempt = 0;
+  nw->batch_seq = 0;
+  nw->batch_at = t->se->fmt3 ? 0 : now;
   for (i = 0; i < l->n; i++) {
     orch_msg_t *m = &l->v[i];
+    int tag = t->se->fmt3 && m->visible_at <= now;
+    if (m->token || dx__lm_msg_in_lock(old, m) || tag) {
+      m->attempt = dx__lm_msg_attempt(old, m) + tag;
+      m->token = tag ? nw->token : 0;
+      if ((rc = msg_put(t, l->inst, m))) return rc;
+    }
     if (m->visible_at > now) continue;
-    m->token = token;
-    m->attempt++;
-    if (m->attempt > *max_attempt) *max_attempt = (uint32_t)m->attempt;
-    if ((rc = msg_put(t, l->inst, m))) return rc;
+    if (!tag && m->seq > nw->batch_seq) nw->batch_seq = m->seq;
+    if (m->attempt + !tag > *max_attempt) *max_attempt = (uint32_t)(m->attempt + !tag);
   }
   return 0;
 }
@@ -459,9 +632,12 @@ static int orch_try_lock(tx_t *t, lm_t *lm, orch_cand_t *c, int64_t now,
   size_t n = 0, i;
   int rc, has_ir, starts = 0;
   if ((rc = dx__lm_state_get(t, c->inst, &st))) return rc;
-  if (dx__lm_state_index(c->inst, &st, &k) != c->db || k.n != c->key.n ||
-      memcmp(k.b, c->key.b, k.n))
+  if (c->db < 0) { /* made ready in this batch: still so? */
+    if (st.token || st.ready_at == LM_NEVER) return 0;
+  } else if (dx__lm_state_index(c->inst, &st, &k) != c->db || k.n != c->key.n ||
+             memcmp(k.b, c->key.b, k.n)) {
     return dx__lm_db_del(t, c->db, &c->key); /* stray index entry: drop it */
+  }
   if (c->msgs_held) { /* read by the capabilities check in this txn */
     l = c->msgs;
     c->msgs_held = 0;
@@ -480,6 +656,11 @@ static int orch_try_lock(tx_t *t, lm_t *lm, orch_cand_t *c, int64_t now,
   }
   has_ir = rc == 0;
   for (i = 0; i < n; i++) starts |= starts_instance(&items[i]);
+  /* Neither branch below (nor n == 0 above) meets a lapsed format 4 lock whose attempt
+  ** batch_lock would have to store in its messages: a lock is only taken with an instance
+  ** record or a visible start, and its messages stay visible and stored until an ack (which
+  ** writes the record), an abandon (which releases the lock) or a delete/terminate (which
+  ** drops the queue and the state). */
   if (!has_ir && !starts) {
     int64_t start_at;
     if ((rc = queued_start_at(t, &l, now, &start_at))) goto done;
@@ -492,11 +673,11 @@ static int orch_try_lock(tx_t *t, lm_t *lm, orch_cand_t *c, int64_t now,
     }
     /* messages for an instance that never started and never will: drop them instead of
     ** letting them sit at the head of the queue (the reference's starvation quirk) */
-    rc = msgs_delete(t, &l, 0, now);
+    rc = msgs_delete(t, &l, NULL, now);
     if (!rc) rc = orch_release(t, c->inst, &st);
     goto done;
   }
-  nw.ready_at = LM_NEVER;
+  nw = STATE_EMPTY;
   nw.locked_until = sat_add(now, lock_ms);
   nw.token = dx__new_token();
   nw.locker = lm->tag;
@@ -508,7 +689,7 @@ static int orch_try_lock(tx_t *t, lm_t *lm, orch_cand_t *c, int64_t now,
   it->messages = items;
   it->messages_len = n;
   items = NULL;
-  if ((rc = batch_lock(t, &l, now, nw.token, &it->attempt_count))) goto done_ir;
+  if ((rc = batch_lock(t, &l, now, &st, &nw, &it->attempt_count))) goto done_ir;
   if ((rc = state_set(t, c->inst, &st, &nw))) goto done_ir;
   rc = orch_item_fill(t, lm, it, has_ir ? &ir : NULL);
 done_ir:
@@ -567,6 +748,8 @@ static int inst_create(tx_t *t, int64_t now, const dx_orch_ack_t *a, inst_rec_t 
 typedef struct {
   int created;             /* this ack created the record (the instance's first turn) */
   int current;             /* the ack's execution is (or becomes) the current one */
+  int known;               /* the ack's execution was the current one before: an earlier ack
+                              of it stored its execution record */
   int64_t created_at;
   uint64_t created_seq;
 } ack_inst_t;
@@ -587,6 +770,7 @@ static int ack_instance(tx_t *t, int64_t now, const dx_orch_ack_t *a, ack_inst_t
   if (!rc) {
     if (a->custom_status_set) r.cs_version++;
     ai->current = a->execution_id >= r.current_exec;
+    ai->known = !ai->created && a->execution_id == r.current_exec;
     if (a->execution_id > r.current_exec) r.current_exec = a->execution_id;
     r.updated_at = now;
     ai->created_at = r.created_at;
@@ -604,7 +788,9 @@ static int ack_instance(tx_t *t, int64_t now, const dx_orch_ack_t *a, ack_inst_t
 /* Steps 4 and 6: create the execution record if missing; apply the status. */
 static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a, const ack_inst_t *ai) {
   exec_rec_t r;
-  int old_st, rc = dx__lm_exec_get(t, a->instance, a->execution_id, &r);
+  int old_st, rc;
+  if (ai->known && a->status == DX_STATUS_NONE) return 0; /* stored, and nothing ends */
+  rc = dx__lm_exec_get(t, a->instance, a->execution_id, &r);
   if (rc && rc != DX_ENOTFOUND) return rc;
   if (rc == 0 && a->status == DX_STATUS_NONE) { /* a turn that ends nothing changes nothing */
     dx__lm_exec_clear(&r);
@@ -633,7 +819,7 @@ static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a, const ack
 
 static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   orch_state_t st;
-  ack_inst_t ai = {0, 0, 0, 0};
+  ack_inst_t ai = {0, 0, 0, 0, 0};
   msg_list_t l;
   int64_t next = LM_NEVER; /* when the instance is ready again: its earliest message left */
   size_t i;
@@ -643,11 +829,11 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
       (rc = dx__lm_history_unused(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
       (rc = msgs_load(t, a->instance, &l)))
     return rc;
-  rc = msgs_delete(t, &l, a->lock_token, now);
+  rc = msgs_delete(t, &l, &st, now);
   for (i = 0; i < l.n; i++)
-    if (l.v[i].token != a->lock_token && l.v[i].visible_at < next) next = l.v[i].visible_at;
+    if (!dx__lm_msg_in_lock(&st, &l.v[i]) && l.v[i].visible_at < next) next = l.v[i].visible_at;
   if (!rc) rc = ack_instance(t, now, a, &ai);
-  if (!rc && ai.created) rc = dx__lm_lidx_forget_starts(t, &l, a->lock_token); /* no longer queued */
+  if (!rc && ai.created) rc = dx__lm_lidx_forget_starts(t, &l, &st); /* no longer queued */
   msgs_free(&l);
   if (rc || (rc = ack_execution(t, now, a, &ai)) ||
       (rc = dx__lm_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
@@ -702,10 +888,14 @@ static int orch_abandon(tx_t *t, int64_t now, const char *inst, uint64_t token, 
   if ((rc = msgs_load(t, inst, &l))) return rc;
   for (i = 0; i < l.n && !rc; i++) {
     orch_msg_t *m = &l.v[i];
-    if (m->token != token) continue;
+    uint64_t att = dx__lm_msg_attempt(&st, m); /* this lock's attempt counted */
+    int64_t vis = delay_ms > 0 ? sat_add(now, delay_ms) : m->visible_at;
+    if (!dx__lm_msg_in_lock(&st, m)) continue;
+    if (ignore_attempt && att > 0) att--;
+    if (!m->token && att == m->attempt && vis == m->visible_at) continue; /* as stored */
     m->token = 0;
-    if (delay_ms > 0) m->visible_at = sat_add(now, delay_ms);
-    if (ignore_attempt && m->attempt > 0) m->attempt--;
+    m->attempt = att;
+    m->visible_at = vis;
     rc = msg_put(t, inst, m);
   }
   msgs_free(&l);

@@ -37,6 +37,8 @@ static const lm_field_t msg_fields[] = {
 static const lm_field_t state_fields[] = {
   F(RF_I64, orch_state_t, ready_at, 0), F(RF_I64, orch_state_t, locked_until, 0),
   F(RF_U64, orch_state_t, token, 0),   F(RF_U64, orch_state_t, locker, 0),
+  /* optional (absent in states written before format 4): */
+  F(RF_U64, orch_state_t, batch_seq, 0), F(RF_I64, orch_state_t, batch_at, 0),
 };
 static const lm_field_t sess_fields[] = {
   F(RF_STR, sess_rec_t, owner, 0),        F(RF_STR, sess_rec_t, prev, 0),
@@ -72,6 +74,8 @@ const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fi
 const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields), 0};
 const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields), 0};
 const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 3};
+/* A state without a batch (batch_seq 0) is written as format 3 wrote it: the first 4 fields. */
+const lm_schema_t dx__lm_state3_schema = {DB_ORCH_STATE, state_fields, 4, 3};
 const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 4};
 const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9};
 const lm_schema_t dx__lm_kv_schema = {DB_KV, kv_fields, COUNT(kv_fields), 0};

@@ -142,6 +142,8 @@ int dx__lm_tx_begin(shared_env_t *se, int durable, int write, int direct, tx_t *
     t->writes0 = se->batch_writes;
     return 0;
   }
+  /* worker rows queued in the batch are written before any other method looks (work.c) */
+  if (dx__lm_pend_any(se) && (rc = dx__lm_pend_flush(se, parent, t->err))) return rc;
   /* nested even for reads: they must see the batch's own writes */
   if ((rc = mdb_txn_begin(se->env, parent, 0, &t->txn))) {
     t->txn = NULL;

@@ -72,6 +72,100 @@ static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
   return sid ? dx__lm_squeue_refresh(t, sid, (nw != NULL) - (old != NULL)) : 0;
 }
 
+/* FIFO: earlier due time first, then older row. */
+static int cand_better(const work_cand_t *c, int64_t at, uint64_t seq) {
+  return !c->found || at < c->at || (at == c->at && seq < c->seq);
+}
+
+/* {===== rows queued in the batch =====}
+** A plain row that a direct method (an orchestration ack) queues inside a batch is kept in
+** memory (shared_env_t.pend) instead of being written with its ready index entry at once: the
+** store cycle fetches work after its acks in the same transaction, and a row fetched there is
+** written once, already locked (row, lock entry, identity: three writes where insert and
+** fetch made five writes, a delete and a read). Rows not taken are written as the insert
+** would have written them before any other method of the batch runs (dx__lm_tx_begin), and
+** at commit; a cancel drops queued ones itself. A batch that ends otherwise drops them with
+** the rest of its writes, so what a commit stores is what the direct writes would have
+** stored: crash and lease semantics do not change. Session rows are written at once (their
+** session queue summary is read by the session fetch). */
+
+static int pend_add(tx_t *t, work_row_t *r) {
+  shared_env_t *se = t->se;
+  work_row_t *nv;
+  if (!(nv = dx__lm_grow(se->pend, &se->pend_cap, se->pend_n, sizeof *se->pend)))
+    return dx__lm_nomem(t->err);
+  se->pend = nv;
+  se->pend[se->pend_n++] = *r; /* takes r's strings */
+  memset(r, 0, sizeof *r);
+  se->batch_writes++; /* a failure after this spoils the batch, as after a write */
+  return 0;
+}
+
+void dx__lm_pend_drop(shared_env_t *se) {
+  size_t i;
+  for (i = se->pend_first; i < se->pend_n; i++) dx__lm_row_clear(&se->pend[i]);
+  se->pend_n = se->pend_first = 0;
+  dx__lm_rpend_drop(se);
+}
+
+int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
+  tx_t t;
+  size_t i;
+  int rc = 0;
+  if (se->rpend_live && (rc = dx__lm_rpend_flush(se, txn, err))) {
+    dx__lm_pend_drop(se);
+    return rc;
+  }
+  if (se->pend_first >= se->pend_n) {
+    se->pend_n = se->pend_first = 0;
+    return 0;
+  }
+  memset(&t, 0, sizeof t);
+  t.se = se;
+  t.txn = txn;
+  t.write = t.nested = 1;
+  t.err = err ? err : &t.scratch;
+  for (i = se->pend_first; i < se->pend_n && !rc; i++)
+    if (se->pend[i].seq) rc = row_set(&t, NULL, &se->pend[i]);
+  dx__lm_pend_drop(se);
+  if (rc && !se->batch_spoiled) { /* written in part: nothing of the batch may be kept */
+    se->batch_spoiled = 1;
+    dx_error_set(&se->spoil_err, rc, "%s", t.err->msg);
+  }
+  return rc;
+}
+
+/* Consider the rows queued in the batch that filter f takes (plain rows, FIFO). */
+static void pend_cand(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c) {
+  shared_env_t *se = t->se;
+  size_t i;
+  if (!t->direct) return; /* only this thread's batch has any (and only it may look) */
+  while (se->pend_first < se->pend_n && se->pend[se->pend_first].seq == 0) se->pend_first++;
+  for (i = se->pend_first; i < se->pend_n; i++) {
+    const work_row_t *r = &se->pend[i];
+    if (!r->seq || r->visible_at > now || !dx_fetch_filter_accepts_tag(f, r->tag) ||
+        !cand_better(c, r->visible_at, r->seq))
+      continue;
+    c->found = 1;
+    c->db = -1;
+    c->kind = WC_PENDING;
+    c->at = r->visible_at;
+    c->seq = r->seq;
+    k_init(&c->key);
+  }
+}
+
+/* Drop the queued rows with this identity (a cancel). */
+static void pend_cancel(shared_env_t *se, const dx_activity_ref_t *ref) {
+  size_t i;
+  for (i = se->pend_first; i < se->pend_n; i++) {
+    work_row_t *r = &se->pend[i];
+    if (r->seq && r->exec == ref->execution_id && r->act_id == ref->activity_id &&
+        strcmp(r->instance, ref->instance) == 0)
+      dx__lm_row_clear(r); /* seq 0: taken */
+  }
+}
+
 int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   work_row_t r;
   int rc;
@@ -87,7 +181,8 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
     return dx__lm_nomem(t->err);
   }
   rc = dx__lm_next_seq(t, &r.seq);
-  if (!rc) rc = row_set(t, NULL, &r);
+  if (!rc && t->direct && !r.session_id) rc = pend_add(t, &r);
+  else if (!rc) rc = row_set(t, NULL, &r);
   dx__lm_row_clear(&r);
   return rc;
 }
@@ -124,10 +219,6 @@ static int row_check_live(tx_t *t, const work_row_t *r, int64_t now) {
                       (unsigned long long)r->seq, (long long)r->locked_until, (long long)now);
 }
 
-/* FIFO: earlier due time first, then older row. */
-static int cand_better(const work_cand_t *c, int64_t at, uint64_t seq) {
-  return !c->found || at < c->at || (at == c->at && seq < c->seq);
-}
 
 /* The earliest row of `db` with this tag (NULL: untagged). */
 static int work_head(tx_t *t, int db, const char *tag, int64_t now, work_cand_t *c) {
@@ -430,6 +521,7 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   int rc, ok;
   memset(c, 0, sizeof *c);
   if ((rc = dx__lm_work_heads(t, lm->filter, now, c))) return rc;
+  pend_cand(t, lm->filter, now, c);
   if (!cfg) return 0;
   s.lm = lm;
   s.cfg = cfg;
@@ -689,19 +781,53 @@ static void fetch_reset(dx_work_fetch_t *out) {
 
 /* Lock candidate `c`. out->item.kind stays 0 when the candidate was cleaned up instead (a
 ** stray index entry, a close item of a session nobody holds); the caller picks again. */
+/* Decode a row's item into out->item; a record that does not decode is reported as corrupt. */
+static int row_item(tx_t *t, const work_row_t *r, dx_work_fetch_t *out) {
+  dx_error_t derr = {0};
+  int rc = dx__work_item_decode(r->item, r->item_len, &out->item, &derr);
+  if (rc == DX_ENOMEM) return dx__lm_nomem(t->err);
+  if (rc) return dx__lm_corrupt(t, DB_WORK, derr.msg, "row %llu", (unsigned long long)r->seq);
+  return 0;
+}
+
+/* Lock the row queued in this batch that candidate c names: written once, locked. */
+static int pend_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64_t lock_ms,
+                     dx_work_fetch_t *out) {
+  shared_env_t *se = t->se;
+  work_row_t *r = NULL;
+  size_t i;
+  int rc;
+  for (i = se->pend_first; i < se->pend_n && !r; i++)
+    if (se->pend[i].seq == c->seq) r = &se->pend[i];
+  if (!r) return dx_error_set(t->err, DX_ESTATE, "row %llu left the batch's queue",
+                              (unsigned long long)c->seq);
+  r->locker = lm->tag;
+  r->locked_until = sat_add(now, lock_ms);
+  r->attempt++;
+  if (!(rc = row_item(t, r, out)) && !(rc = fresh_work_token(t, r->seq, 0, &r->token)))
+    rc = row_set(t, NULL, r);
+  if (rc) {
+    fetch_reset(out);
+  } else {
+    out->lock_token = r->token;
+    out->attempt_count = (uint32_t)r->attempt;
+  }
+  dx__lm_row_clear(r); /* taken (seq 0): written, or the batch is spoiled */
+  return rc;
+}
+
 static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64_t lock_ms,
                      const dx_session_cfg_t *cfg, dx_work_fetch_t *out) {
   work_row_t old, nw;
-  dx_error_t derr = {0};
-  int rc = dx__lm_row_get(t, c->seq, &old);
+  int rc;
+  if (c->kind == WC_PENDING) return pend_lock(t, lm, c, now, lock_ms, out);
+  rc = dx__lm_row_get(t, c->seq, &old);
   if (rc == DX_ENOTFOUND) { /* stray index entry */
     if ((rc = dx__lm_db_del(t, c->db, &c->key))) return rc;
     return c->kind == WC_PLAIN ? 0 : dx__lm_squeue_refresh(t, c->sid, -1);
   }
   if (rc) return rc;
-  rc = dx__work_item_decode(old.item, old.item_len, &out->item, &derr);
-  if (rc == DX_ENOMEM) rc = dx__lm_nomem(t->err);
-  else if (rc) rc = dx__lm_corrupt(t, DB_WORK, derr.msg, "row %llu", (unsigned long long)c->seq);
+  rc = row_item(t, &old, out);
   if (!rc && c->kind == WC_CLAIM && out->item.kind == DX_WI_SESSION_CLOSE) {
     rc = close_unheld(t, &old);
     fetch_reset(out);
@@ -777,6 +903,7 @@ int dx__lm_work_cancel(tx_t *t, const dx_activity_ref_t *ref) {
   dkey_t k;
   size_t i;
   int rc;
+  pend_cancel(t->se, ref); /* queued in this batch: never written */
   key_ident(&k, ref->instance, ref->execution_id, ref->activity_id);
   rc = dx__lm_scan_prefix(t, DB_WORK_IDENT, &k, dx__lm_ident_cb, &l);
   for (i = 0; i < l.n && !rc; i++) {
