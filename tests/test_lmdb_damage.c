@@ -30,6 +30,16 @@ static dx_provider_t *open_ok(const char *store) {
   return p;
 }
 
+/* *w becomes the start of instance `inst` (orchestration "Orch", input 1, execution 1). */
+static void start_item(dx_work_item_t *w, const char *inst) {
+  memset(w, 0, sizeof *w);
+  w->kind = DX_WI_START;
+  w->instance = (char *)inst;
+  w->name = "Orch";
+  w->execution_id = 1;
+  w->data = "1";
+}
+
 /* An instance `inst` run to completion with output `output` (one turn). */
 static void completed_instance(dx_provider_t *p, const char *inst, const char *output) {
   dx_work_item_t w;
@@ -37,12 +47,7 @@ static void completed_instance(dx_provider_t *p, const char *inst, const char *o
   dx_orch_ack_t a;
   dx_event_t ev[1];
   dx_error_t err;
-  memset(&w, 0, sizeof w);
-  w.kind = DX_WI_START;
-  w.instance = (char *)inst;
-  w.name = "Orch";
-  w.execution_id = 1;
-  w.data = "1";
+  start_item(&w, inst);
   ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
   ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 5000, &it, &err));
   ASSERT(it);
@@ -149,12 +154,7 @@ DX_TEST(lmdb_ack_failing_part_way_spoils_its_batch_a_refusal_does_not) {
   dx_event_t ev[2];
   dx_activity_ref_t ref = {"sp", 1, 2};
   dx_error_t err;
-  memset(&w, 0, sizeof w);
-  w.kind = DX_WI_START;
-  w.instance = "sp";
-  w.name = "Orch";
-  w.execution_id = 1;
-  w.data = "1";
+  start_item(&w, "sp");
   ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
   ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 5000, &it, &err));
   ASSERT(it);
@@ -779,12 +779,7 @@ DX_TEST(lmdb_orch_fetch_leaves_its_messages_unwritten) {
   dx_error_t err;
   size_t nb, na;
   completed_instance(p, "warm", "1");
-  memset(&w, 0, sizeof w);
-  w.kind = DX_WI_START;
-  w.instance = "m1";
-  w.name = "Orch";
-  w.execution_id = 1;
-  w.data = "1";
+  start_item(&w, "m1");
   ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
   M(p)->destroy(p);
   before = raw_dump(store, "orch_msgs", &nb);
