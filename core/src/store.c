@@ -218,6 +218,14 @@ static int op_apply(dx_store_t *s, dx_store_op_t *op, int64_t now, int *failed, 
   return op_done(s, op, failed, durable, err);
 }
 
+/* op_apply on every op of the list, in order, up to the first failure (its code). */
+static int apply_all(dx_store_t *s, dx_store_op_t *ops, int64_t now, int *failed, int *durable,
+                     dx_error_t *err) {
+  int rc = 0;
+  for (; ops && !rc; ops = ops->next) rc = op_apply(s, ops, now, failed, durable, err);
+  return rc;
+}
+
 static int has_run_cycle(dx_provider_t *p) {
   return p->methods->version >= 5 && p->methods->run_cycle != NULL;
 }
@@ -457,6 +465,14 @@ static dx_store_op_t *await_turns(dx_store_t *s, const handed_t *h) {
   return ops;
 }
 
+/* await_turns, and the ops the loop answered appended to *opsp (reported with the batch). */
+static dx_store_op_t *await_answers(dx_store_t *s, dx_store_op_t **opsp, const handed_t *h) {
+  dx_store_op_t *late = await_turns(s, h), **tail = opsp;
+  while (*tail) tail = &(*tail)->next;
+  *tail = late;
+  return late;
+}
+
 /* Inside the open transaction, after its orchestration fetch: hand the turns over and take
 ** what the loop answered (appended to *opsp, so it is reported like the rest of the batch).
 ** With latep (a provider with run_cycle) *latep gets those ops for the cycle's closing
@@ -465,23 +481,20 @@ static dx_store_op_t *await_turns(dx_store_t *s, const handed_t *h) {
 static int hold_turns(dx_store_t *s, dx_store_op_t **opsp, int *bo, dx_store_fetched_t *f,
                       handed_t *h, dx_store_op_t **latep, int *failed, int *durable,
                       dx_error_t *err) {
-  dx_store_op_t *late, *op, **tail = opsp;
+  dx_store_op_t *late;
   int64_t now;
-  int rc = 0;
+  int rc;
   int k = (int)f->n_orch;
   if (!hand_over_turns(s, f, h)) return 0;
   *bo -= k;
-  late = await_turns(s, h);
-  while (*tail) tail = &(*tail)->next;
-  *tail = late;
+  late = await_answers(s, opsp, h);
   now = now_ms(s);
   f->at_ms = now;
   if (latep) {
     *latep = late;
     return 0;
   }
-  for (op = late; op && !rc; op = op->next) rc = op_apply(s, op, now, failed, durable, err);
-  if (rc) return rc;
+  if ((rc = apply_all(s, late, now, failed, durable, err))) return rc;
   if (fetch_into(s, now, *bo, 0, f)) *failed |= CALL_FETCH;
   return 0;
 }
@@ -511,11 +524,11 @@ static int close_shares_session(const dx_store_fetched_t *f) {
 static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, int bw, dx_store_fetched_t *f,
                        handed_t *h, int *failed, int *durable, dx_error_t *err) {
   dx_store_fetched_t g;
-  dx_store_op_t *late, *op, **tail = opsp;
+  dx_store_op_t *late;
   handed_t hc; /* (h's turns are settled already: the wait is for the close items only) */
   size_t i, k = 0, nc = 0;
   int64_t now;
-  int rc = 0;
+  int rc;
   for (i = 0; i < f->n_work; i++) nc += f->work[i].item.kind == DX_WI_SESSION_CLOSE;
   if (!nc || s->cfg.hold_ms <= 0 || nc > HOLD_MAX_ITEMS ||
       s->n_held != f->n_orch + f->n_work || close_shares_session(f))
@@ -534,12 +547,10 @@ static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, int bw, dx_store_fet
     if (f->work[i].item.kind != DX_WI_SESSION_CLOSE) f->work[k++] = f->work[i];
   memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
   f->n_work = k;
-  late = await_turns(s, &hc);
+  late = await_answers(s, opsp, &hc);
   for (i = 0; i < hc.n; i++) h->tokens[h->n++] = hc.tokens[i]; /* (unhold_handed) */
-  while (*tail) tail = &(*tail)->next;
-  *tail = late;
   now = now_ms(s); /* (f->at_ms stays: the earlier of its items' fetch times) */
-  for (op = late; op && !rc; op = op->next) rc = op_apply(s, op, now, failed, durable, err);
+  rc = apply_all(s, late, now, failed, durable, err);
   if (!rc && fetch_into(s, now, 0, bw - (int)nc, f)) *failed |= CALL_FETCH;
   return rc;
 }
@@ -558,7 +569,6 @@ static void unhold_handed(dx_store_t *s, const handed_t *h) {
 static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int64_t now,
                       dx_store_fetched_t *f, int *failed, dx_error_t *err) {
   dx_provider_t *p = s->cfg.provider;
-  dx_store_op_t *op;
   handed_t handed;
   int durable = 0, rc;
   uint64_t t0;
@@ -575,8 +585,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   } else {
     dx_store_op_t *late = NULL;
     int rcy = has_run_cycle(p);
-    for (op = *opsp; op && !rc; op = op->next)
-      rc = op_apply(s, op, now, failed, &durable, err);
+    rc = apply_all(s, *opsp, now, failed, &durable, err);
     /* Orchestrations first, then activities, once per batch and after every ack the batch
     ** holds (a provider may skip work it found none of earlier in the batch: sessions) */
     t0 = uv_hrtime();
