@@ -2,6 +2,7 @@
 ** history.c -- LMDB provider: history events: append, load, and which execution to read.
 */
 #include "lmdb_int.h"
+#include "mpack.h"
 
 /* {===== history records =====}
 ** A history value holds one event (the codec's event record, a MessagePack map) or, since
@@ -64,32 +65,25 @@ int dx__lm_hist_walk(const MDB_val *v, dx__lm_hist_fn fn, void *ud) {
   return p == end ? 0 : fn(ud, count, NULL, 0);
 }
 
-static void be32(unsigned char *q, uint32_t v) {
-  q[0] = (unsigned char)(v >> 24); q[1] = (unsigned char)(v >> 16);
-  q[2] = (unsigned char)(v >> 8); q[3] = (unsigned char)v;
+/* The record of `n` encoded events into b (NULL: only counts): a single event as is, a run as
+** an array of bins (mpack.h's smallest forms). Returns its length. */
+static size_t run_write(unsigned char *b, char **enc, const size_t *len, size_t n) {
+  size_t i, at;
+  if (n == 1) {
+    if (b) memcpy(b, enc[0], len[0]);
+    return len[0];
+  }
+  at = dx__mp_container(b, 0, n);
+  for (i = 0; i < n; i++) at += dx__mp_bytes(b ? b + at : NULL, 1, enc[i], len[i]);
+  return at;
 }
 
-/* The record of `n` encoded events: a single event as is, a run as an array of bins. */
+/* run_write into a buffer of its own (malloc; NULL when out of memory), its length in *out_n. */
 static unsigned char *run_pack(char **enc, const size_t *len, size_t n, size_t *out_n) {
-  unsigned char *b, *q;
-  size_t i, total = n == 1 ? 0 : n <= 15 ? 1 : n <= 0xffff ? 3 : 5;
-  for (i = 0; i < n; i++) total += len[i] + (n == 1 ? 0 : len[i] <= 0xff ? 2 : len[i] <= 0xffff ? 3 : 5);
-  if (!(q = b = malloc(total ? total : 1))) return NULL;
-  if (n > 1) {
-    if (n <= 15) *q++ = (unsigned char)(0x90 | n);
-    else if (n <= 0xffff) { *q++ = 0xdc; *q++ = (unsigned char)(n >> 8); *q++ = (unsigned char)n; }
-    else { *q++ = 0xdd; be32(q, (uint32_t)n); q += 4; }
-  }
-  for (i = 0; i < n; i++) {
-    if (n > 1) {
-      if (len[i] <= 0xff) { *q++ = 0xc4; *q++ = (unsigned char)len[i]; }
-      else if (len[i] <= 0xffff) {
-        *q++ = 0xc5; *q++ = (unsigned char)(len[i] >> 8); *q++ = (unsigned char)len[i];
-      } else { *q++ = 0xc6; be32(q, (uint32_t)len[i]); q += 4; }
-    }
-    memcpy(q, enc[i], len[i]);
-    q += len[i];
-  }
+  size_t total = run_write(NULL, enc, len, n);
+  unsigned char *b = malloc(total ? total : 1);
+  if (!b) return NULL;
+  run_write(b, enc, len, n);
   *out_n = total;
   return b;
 }
