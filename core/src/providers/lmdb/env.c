@@ -266,6 +266,8 @@ static void env_free(shared_env_t *se) {
   free(se->pend);
   free(se->rpend);
   free(se->rpend_idx);
+  free(se->sq);
+  free(se->sq_idx);
   free(se->lock_path);
   pthread_mutex_destroy(&se->commit_mu);
   pthread_mutex_destroy(&se->batch_mu);

@@ -189,6 +189,11 @@ typedef struct shared_env_s {
   char own_worker[DX_MAX_SESSION_ID_BYTES + 1];
   struct lm_own_s *own;
   size_t own_n, own_cap;
+  /* Session queue summaries the open batch's direct methods changed and did not write yet
+  ** (squeue.c), with a hash index by session id (entry index + 1; sq_slots a power of 2). */
+  struct lm_sq_s *sq;
+  size_t sq_n, sq_cap, sq_slots;
+  uint32_t *sq_idx;
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -427,6 +432,13 @@ typedef struct {
   int found;
   uint64_t due, seq, rows;
 } sess_queue_t;
+typedef struct lm_sq_s lm_sq_t;
+/* FNV-1a of a NUL-terminated id (the in-memory batch tables' hash). */
+static inline uint32_t dx__lm_str_hash(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
 /* One owned session in shared_env_t.own: its id and queue head (found 0: no rows). */
 typedef struct lm_own_s {
   char *sid;
@@ -661,8 +673,20 @@ int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exe
 ** still running (caller frees; NULL when none). */
 int dx__lm_sess_ended(tx_t *t, const char *sid, const sess_rec_t *r, int *ended, char **alive,
                       size_t *alive_len);
+void dx__lm_own_moved(shared_env_t *se, const char *sid, int found, uint64_t due, uint64_t seq);
+
+/* squeue.c: session queue summaries (sess_queue, sess_heads); in a batch the direct methods'
+** changes are kept in memory (shared_env_t.sq) until dx__lm_sq_flush. */
 int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q);
 int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta);
+/* The same, told which row left its place (gone) and where one arrived (came), as
+** (due, seq) pairs, NULL when none/unknown: spares the seek for the new head when it follows. */
+int dx__lm_squeue_update(tx_t *t, const char *sid, int delta, const uint64_t *gone,
+                         const uint64_t *came);
+/* Every sess_heads entry in key order, the batch's kept heads merged in (scan_prefix's fn). */
+int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud);
+int dx__lm_sq_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
+void dx__lm_sq_drop(shared_env_t *se);
 /* The sessions `worker` owns (sess_owner, any lease state) with their queue heads, from the
 ** open batch's copy (built on first use in the batch): 0 with *own and *n set, 0 with *own NULL
 ** outside a batch of this thread (read sess_owner instead), or an error. Valid until the txn
@@ -706,7 +730,9 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 ** a failure spoils the batch. Then / or drop them (the batch ended). */
 int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
 void dx__lm_pend_drop(shared_env_t *se);
-static inline int dx__lm_pend_any(const shared_env_t *se) { return se->pend_n || se->rpend_live; }
+static inline int dx__lm_pend_any(const shared_env_t *se) {
+  return se->pend_n || se->rpend_live || se->sq_n;
+}
 /* orch.c: the same for instances made ready in the batch (dx__lm_pend_flush/drop call them). */
 int dx__lm_rpend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
 void dx__lm_rpend_drop(shared_env_t *se);

@@ -95,16 +95,10 @@ typedef struct rpend_s {
 static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
                         const orch_state_t *nw);
 
-static uint32_t inst_hash(const char *s) {
-  uint32_t h = 2166136261u;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  return h;
-}
-
 static rpend_t *rpend_find(shared_env_t *se, const char *inst) {
   size_t i, mask = se->rpend_slots - 1;
   if (!se->rpend_live) return NULL;
-  for (i = inst_hash(inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {
+  for (i = dx__lm_str_hash(inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {
     rpend_t *e = &se->rpend[se->rpend_idx[i] - 1];
     if (e->inst && strcmp(e->inst, inst) == 0) return e;
   }
@@ -113,7 +107,7 @@ static rpend_t *rpend_find(shared_env_t *se, const char *inst) {
 
 static void rpend_index(shared_env_t *se, size_t at) {
   size_t i, mask = se->rpend_slots - 1;
-  for (i = inst_hash(se->rpend[at].inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {}
+  for (i = dx__lm_str_hash(se->rpend[at].inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {}
   se->rpend_idx[i] = (uint32_t)(at + 1);
 }
 

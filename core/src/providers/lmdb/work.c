@@ -69,7 +69,14 @@ static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
     key_seq(&k, old->seq);
     if ((rc = dx__lm_db_del(t, DB_WORK, &k)) || (rc = row_ident(t, old, 0))) return rc;
   }
-  return sid ? dx__lm_squeue_refresh(t, sid, (nw != NULL) - (old != NULL)) : 0;
+  if (!sid) return 0;
+  { /* the rows' places in sess_items (a row keeps its session) */
+    uint64_t gone[2], came[2];
+    if (old) { gone[0] = (uint64_t)(old->token ? old->locked_until : old->visible_at); gone[1] = old->seq; }
+    if (nw) { came[0] = (uint64_t)(nw->token ? nw->locked_until : nw->visible_at); came[1] = nw->seq; }
+    return dx__lm_squeue_update(t, sid, (nw != NULL) - (old != NULL), old ? gone : NULL,
+                                nw ? came : NULL);
+  }
 }
 
 /* FIFO: earlier due time first, then older row. */
@@ -106,6 +113,7 @@ void dx__lm_pend_drop(shared_env_t *se) {
   for (i = se->pend_first; i < se->pend_n; i++) dx__lm_row_clear(&se->pend[i]);
   se->pend_n = se->pend_first = 0;
   dx__lm_rpend_drop(se);
+  dx__lm_sq_drop(se);
 }
 
 int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
@@ -116,10 +124,6 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
     dx__lm_pend_drop(se);
     return rc;
   }
-  if (se->pend_first >= se->pend_n) {
-    se->pend_n = se->pend_first = 0;
-    return 0;
-  }
   memset(&t, 0, sizeof t);
   t.se = se;
   t.txn = txn;
@@ -127,6 +131,8 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
   t.err = err ? err : &t.scratch;
   for (i = se->pend_first; i < se->pend_n && !rc; i++)
     if (se->pend[i].seq) rc = row_set(&t, NULL, &se->pend[i]);
+  /* the session queue summaries kept in the batch (squeue.c; the rows above are plain) */
+  if (!rc) rc = dx__lm_sq_flush(se, txn, t.err);
   dx__lm_pend_drop(se);
   if (rc && !se->batch_spoiled) { /* written in part: nothing of the batch may be kept */
     se->batch_spoiled = 1;
@@ -291,10 +297,8 @@ static int sess_due_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
 
 int dx__lm_sess_heads_due(tx_t *t, const dx_fetch_filter_t *f, int64_t *out) {
   sess_due_scan_t s = {f, out};
-  dkey_t none;
   *out = LM_NEVER;
-  k_init(&none);
-  return dx__lm_scan_prefix(t, DB_SESS_HEADS, &none, sess_due_cb, &s);
+  return dx__lm_sess_heads_walk(t, sess_due_cb, &s);
 }
 
 /* Consider the earliest row of session `sid` (due at `due`). */
@@ -517,7 +521,6 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   owned_scan_t o;
   const lm_own_t *own;
   size_t i, n;
-  dkey_t none;
   int rc, ok;
   memset(c, 0, sizeof *c);
   if ((rc = dx__lm_work_heads(t, lm->filter, now, c))) return rc;
@@ -529,8 +532,7 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   s.c = c;
   s.full = lm->in_batch && strcmp(lm->claims_over, cfg->worker_id) == 0;
   if (!s.full) {
-    k_init(&none);
-    if ((rc = dx__lm_scan_prefix(t, DB_SESS_HEADS, &none, sess_pick_cb, &s))) return rc;
+    if ((rc = dx__lm_sess_heads_walk(t, sess_pick_cb, &s))) return rc;
     if (!s.full) {
       if (!c->found) claims_over(lm, cfg); /* nothing claimable in this batch */
       return 0;
