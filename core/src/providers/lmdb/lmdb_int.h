@@ -194,6 +194,11 @@ typedef struct shared_env_s {
   struct lm_sq_s *sq;
   size_t sq_n, sq_cap, sq_slots;
   uint32_t *sq_idx;
+  /* Cursors of the open batch txn, one per DB, for the direct methods' walks (txn.c
+  ** dx__lm_cursor; curs_busy: bit db set while a walk uses it). LMDB frees a write txn's
+  ** cursors when the txn ends: the batch's end only forgets them. */
+  MDB_cursor *curs[DB__COUNT];
+  uint32_t curs_busy;
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -559,6 +564,15 @@ int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, 
 int dx__lm_db_del(tx_t *t, int db, const dkey_t *k);
 int dx__lm_idx_op(tx_t *t, int db, const dkey_t *k, const void *v, size_t n, int put);
 int dx__lm_scan_prefix(tx_t *t, int db, const dkey_t *prefix, scan_fn fn, void *ud);
+/* A cursor on `db` for one walk, released by dx__lm_cursor_done: in the batch txn itself (a
+** direct method) the batch's own, repositioned by the walk; else a new one. */
+int dx__lm_cursor(tx_t *t, int db, MDB_cursor **c);
+void dx__lm_cursor_done(tx_t *t, int db, MDB_cursor *c);
+/* The batch ended: its cursors went with its txn. */
+static inline void dx__lm_curs_forget(shared_env_t *se) {
+  memset(se->curs, 0, sizeof se->curs);
+  se->curs_busy = 0;
+}
 int dx__lm_head_key(tx_t *t, int db, const dkey_t *prefix, MDB_val *key);
 /* Formats "corrupted record in <db> (<key>): detail" as DX_ECORRUPT in t->err. */
 int dx__lm_corrupt(tx_t *t, int db, const char *detail, const char *keyfmt, ...)

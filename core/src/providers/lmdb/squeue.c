@@ -221,9 +221,9 @@ int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud) {
   for (i = 0; i < se->sq_n; i++)
     if (se->sq[i].now.found) key_sess_head(&kept[nk++], se->sq[i].now.due, se->sq[i].now.seq, se->sq[i].sid);
   qsort(kept, nk, sizeof *kept, key_cmp);
-  if ((mrc = mdb_cursor_open(t->txn, se->dbi[DB_SESS_HEADS], &c))) {
+  if ((rc = dx__lm_cursor(t, DB_SESS_HEADS, &c))) {
     free(kept);
-    return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_SESS_HEADS]);
+    return rc;
   }
   for (mrc = mdb_cursor_get(c, &k, &v, MDB_FIRST); mrc == 0 && !rc;
        mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
@@ -240,7 +240,7 @@ int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud) {
     }
     if (!rc) rc = fn(t, &k, &v, ud);
   }
-  mdb_cursor_close(c);
+  dx__lm_cursor_done(t, DB_SESS_HEADS, c);
   for (; ki < nk && !rc; ki++) {
     MDB_val kk = kval(&kept[ki]);
     rc = fn(t, &kk, &none, ud);
