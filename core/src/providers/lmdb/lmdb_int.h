@@ -174,6 +174,8 @@ typedef struct shared_env_s {
   ** "rows queued in the batch"): pend[pend_first..pend_n) minus taken ones (seq 0). */
   struct work_row_s *pend;
   size_t pend_n, pend_cap, pend_first;
+  int pend_unsorted;         /* a row was queued due before one queued ahead of it */
+  int64_t pend_last_due;     /* the latest due time queued so far */
   /* Instances a direct method made ready in the open batch that had no lock state before, not
   ** written yet (orch.c "instances made ready in the batch"), with a hash index by id. */
   struct rpend_s *rpend;
@@ -506,6 +508,7 @@ typedef struct {
   uint64_t seq;
   dkey_t key;            /* the index entry it came from */
   char sid[LM_SESSION_MAX + 1];
+  size_t pend_at;        /* WC_PENDING: its place in shared_env_t.pend */
 } work_cand_t;
 typedef struct {
   uint64_t *v;

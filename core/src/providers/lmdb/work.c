@@ -102,6 +102,8 @@ static int pend_add(tx_t *t, work_row_t *r) {
   if (!(nv = dx__lm_grow(se->pend, &se->pend_cap, se->pend_n, sizeof *se->pend)))
     return dx__lm_nomem(t->err);
   se->pend = nv;
+  if (se->pend_n == 0 || r->visible_at > se->pend_last_due) se->pend_last_due = r->visible_at;
+  else if (r->visible_at < se->pend_last_due) se->pend_unsorted = 1;
   se->pend[se->pend_n++] = *r; /* takes r's strings */
   memset(r, 0, sizeof *r);
   se->batch_writes++; /* a failure after this spoils the batch, as after a write */
@@ -112,6 +114,7 @@ void dx__lm_pend_drop(shared_env_t *se) {
   size_t i;
   for (i = se->pend_first; i < se->pend_n; i++) dx__lm_row_clear(&se->pend[i]);
   se->pend_n = se->pend_first = 0;
+  se->pend_unsorted = 0;
   dx__lm_rpend_drop(se);
   dx__lm_sq_drop(se);
 }
@@ -141,7 +144,9 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
   return rc;
 }
 
-/* Consider the rows queued in the batch that filter f takes (plain rows, FIFO). */
+/* Consider the rows queued in the batch that filter f takes (plain rows, FIFO). They are
+** queued in seq order; while their due times are too (the usual case: due when queued), the
+** first due one this worker takes is the best of them and the walk ends there. */
 static void pend_cand(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c) {
   shared_env_t *se = t->se;
   size_t i;
@@ -149,15 +154,18 @@ static void pend_cand(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_can
   while (se->pend_first < se->pend_n && se->pend[se->pend_first].seq == 0) se->pend_first++;
   for (i = se->pend_first; i < se->pend_n; i++) {
     const work_row_t *r = &se->pend[i];
-    if (!r->seq || r->visible_at > now || !dx_fetch_filter_accepts_tag(f, r->tag) ||
-        !cand_better(c, r->visible_at, r->seq))
-      continue;
-    c->found = 1;
-    c->db = -1;
-    c->kind = WC_PENDING;
-    c->at = r->visible_at;
-    c->seq = r->seq;
-    k_init(&c->key);
+    if (!se->pend_unsorted && r->seq && r->visible_at > now) break; /* so are the rest */
+    if (!r->seq || r->visible_at > now || !dx_fetch_filter_accepts_tag(f, r->tag)) continue;
+    if (cand_better(c, r->visible_at, r->seq)) {
+      c->found = 1;
+      c->db = -1;
+      c->kind = WC_PENDING;
+      c->at = r->visible_at;
+      c->seq = r->seq;
+      c->pend_at = i;
+      k_init(&c->key);
+    }
+    if (!se->pend_unsorted) break; /* the later ones come after it */
   }
 }
 
@@ -799,6 +807,7 @@ static int pend_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   work_row_t *r = NULL;
   size_t i;
   int rc;
+  if (c->pend_at < se->pend_n && se->pend[c->pend_at].seq == c->seq) r = &se->pend[c->pend_at];
   for (i = se->pend_first; i < se->pend_n && !r; i++)
     if (se->pend[i].seq == c->seq) r = &se->pend[i];
   if (!r) return dx_error_set(t->err, DX_ESTATE, "row %llu left the batch's queue",
