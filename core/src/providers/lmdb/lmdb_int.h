@@ -235,6 +235,7 @@ typedef struct {
   int direct;          /* nested in name only: runs in the batch txn itself (LM_WRITE_DIRECT) */
   uint64_t writes0;    /* direct: se->batch_writes when the method began */
   int raw;         /* values without checksums (reading and upgrading format 1 and 2) */
+  struct work_row_s *memo; /* a fetch's last session head row read (work.c sess_tag_ok) */
   dx_error_t *err; /* never NULL: points at scratch when the caller passed NULL */
   dx_error_t scratch;
 } tx_t;

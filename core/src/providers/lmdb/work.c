@@ -273,7 +273,9 @@ int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_can
   return rc ? rc : dx__lm_work_db_heads(t, DB_WORK_LOCK, f, now, c);
 }
 
-/* A session's head row is a candidate only when this worker takes its tag. */
+/* A session's head row is a candidate only when this worker takes its tag. In a fetch
+** (t->memo set) the row read stays there: the lock that usually follows takes it instead of
+** reading it again (the pick writes nothing, so it is still the stored row). */
 static int sess_tag_ok(tx_t *t, const dx_fetch_filter_t *f, uint64_t seq, int *ok) {
   work_row_t r;
   int rc = dx__lm_row_get(t, seq, &r);
@@ -281,7 +283,12 @@ static int sess_tag_ok(tx_t *t, const dx_fetch_filter_t *f, uint64_t seq, int *o
   if (rc == DX_ENOTFOUND) return 0;
   if (rc) return rc;
   *ok = dx_fetch_filter_accepts_tag(f, r.tag);
-  dx__lm_row_clear(&r);
+  if (t->memo) {
+    dx__lm_row_clear(t->memo);
+    *t->memo = r; /* takes r's strings */
+  } else {
+    dx__lm_row_clear(&r);
+  }
   return 0;
 }
 
@@ -832,7 +839,13 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   work_row_t old, nw;
   int rc;
   if (c->kind == WC_PENDING) return pend_lock(t, lm, c, now, lock_ms, out);
-  rc = dx__lm_row_get(t, c->seq, &old);
+  if (t->memo && t->memo->seq == c->seq && t->memo->instance) { /* read by the pick */
+    old = *t->memo;
+    memset(t->memo, 0, sizeof *t->memo);
+    rc = 0;
+  } else {
+    rc = dx__lm_row_get(t, c->seq, &old);
+  }
   if (rc == DX_ENOTFOUND) { /* stray index entry */
     if ((rc = dx__lm_db_del(t, c->db, &c->key))) return rc;
     return c->kind == WC_PLAIN ? 0 : dx__lm_squeue_refresh(t, c->sid, -1);
@@ -889,14 +902,21 @@ int dx__lm_reap_dead_locks(tx_t *t, lm_t *p, int64_t now) {
 
 static int work_fetch(tx_t *t, lm_t *lm, int sweep, int locks, int64_t now, int64_t lock_ms,
                       const dx_session_cfg_t *cfg, dx_work_fetch_t *out) {
+  work_row_t memo;
   work_cand_t c;
   int rc;
   if (locks && (rc = dx__lm_reap_dead_locks(t, lm, now))) return rc;
   if (sweep && (rc = reap_dead(t, lm, cfg->worker_id, NULL, now))) return rc;
+  memset(&memo, 0, sizeof memo);
+  t->memo = &memo;
   for (;;) { /* a round only repeats after removing a stray index entry or a close item */
-    if ((rc = work_pick(t, lm, now, cfg, &c)) || !c.found) return rc;
-    if ((rc = work_lock(t, lm, &c, now, lock_ms, cfg, out)) || out->item.kind) return rc;
+    if ((rc = work_pick(t, lm, now, cfg, &c)) || !c.found) break;
+    if ((rc = work_lock(t, lm, &c, now, lock_ms, cfg, out)) || out->item.kind) break;
+    dx__lm_row_clear(&memo); /* the round wrote: a next pick reads afresh */
   }
+  t->memo = NULL;
+  dx__lm_row_clear(&memo);
+  return rc;
 }
 
 int dx__lm_ident_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
