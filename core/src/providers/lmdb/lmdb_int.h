@@ -703,6 +703,12 @@ int dx__lm_squeue_update(tx_t *t, const char *sid, int delta, const uint64_t *go
                          const uint64_t *came);
 /* Every sess_heads entry in key order, the batch's kept heads merged in (scan_prefix's fn). */
 int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud);
+/* Session records the same way: dx__lm_kept_sess gives the kept bytes of `sid`'s record
+** (1, v set), DX_ENOTFOUND when the batch deleted it, 0 when none is kept (read the store);
+** dx__lm_keep_sess keeps `row` (NULL: deleted) and returns 1, or 0 outside a batch's direct
+** method (write it), or an error. */
+int dx__lm_kept_sess(tx_t *t, const char *sid, MDB_val *v);
+int dx__lm_keep_sess(tx_t *t, const char *sid, const void *row);
 int dx__lm_sq_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
 void dx__lm_sq_drop(shared_env_t *se);
 /* The sessions `worker` owns (sess_owner, any lease state) with their queue heads, from the

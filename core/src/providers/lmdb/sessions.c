@@ -27,8 +27,9 @@ int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r) {
   MDB_val v;
   int rc;
   memset(r, 0, sizeof *r);
+  if ((rc = dx__lm_kept_sess(t, sid, &v)) < 0) return rc;
   key_inst(&k, sid);
-  if ((rc = dx__lm_db_get(t, DB_SESSIONS, &k, &v))) return rc;
+  if (!rc && (rc = dx__lm_db_get(t, DB_SESSIONS, &k, &v))) return rc;
   return sess_decode(t, sid, &v, r);
 }
 
@@ -156,9 +157,12 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
     if ((rc = dx__lm_db_put(t, DB_SESS_OWNER, &k, b, 8, 0))) return rc;
   }
   key_inst(&k, sid);
+  if (nw) {
+    row = *nw;
+    if (!dx__lm_sess_owned(nw)) row.owner = ""; /* unowned is stored as "" */
+  }
+  if ((rc = dx__lm_keep_sess(t, sid, nw ? &row : NULL))) return rc < 0 ? rc : 0; /* squeue.c */
   if (!nw) return dx__lm_db_del(t, DB_SESSIONS, &k);
-  row = *nw;
-  if (!dx__lm_sess_owned(nw)) row.owner = ""; /* unowned is stored as "" */
   return dx__lm_rec_put(t, &dx__lm_sess_schema, &k, &row);
 }
 

@@ -1,7 +1,8 @@
 /*
 ** squeue.c -- LMDB provider: session queue summaries (sess_queue: a session's earliest row and
 ** row count; sess_heads: those heads in time order), kept exact as rows come and go, and the
-** open batch's changes to them held in memory until something else could look.
+** open batch's changes to them and to session records held in memory until something else
+** could look.
 **
 ** A session step changes its session's summary three times in a store cycle (the ack removes
 ** the running row, the turn's ack queues the next one, the fetch locks it), each a read, a
@@ -13,13 +14,20 @@
 ** memory first, and walk sess_heads through dx__lm_sess_heads_walk, which merges the kept
 ** heads in. A batch that fails part way is spoiled as a whole (se->batch_writes counts a kept
 ** change as a write), so what a commit stores is what writing at once would have stored.
+** Session records (sessions) are kept the same way, as the bytes dx__lm_sess_put would have
+** stored: a step writes its session's record twice (the ack notes the activity, the fetch
+** renews the lease) and reads it twice.
 */
 #include "lmdb_int.h"
 
 struct lm_sq_s {
   char *sid;
+  int q_kept;        /* the queue summary is kept: */
   sess_queue_t disk; /* as stored (found 0: no record) */
   sess_queue_t now;  /* as the batch left it */
+  int rec_kept;      /* the session record is kept: 1 as rec/rec_n, -1 deleted */
+  unsigned char *rec;
+  size_t rec_n, rec_cap;
 };
 
 /* {===== the batch's kept summaries =====} */
@@ -40,7 +48,7 @@ static void sq_index(shared_env_t *se, size_t at) {
   se->sq_idx[i] = (uint32_t)(at + 1);
 }
 
-static lm_sq_t *sq_add(tx_t *t, const char *sid, const sess_queue_t *disk) {
+static lm_sq_t *sq_add(tx_t *t, const char *sid) {
   shared_env_t *se = t->se;
   lm_sq_t *nv;
   size_t i;
@@ -57,9 +65,8 @@ static lm_sq_t *sq_add(tx_t *t, const char *sid, const sess_queue_t *disk) {
   if (!(nv = dx__lm_grow(se->sq, &se->sq_cap, se->sq_n, sizeof *se->sq))) return NULL;
   se->sq = nv;
   if (!(id = dx__strdup(sid))) return NULL;
+  memset(&nv[se->sq_n], 0, sizeof nv[se->sq_n]);
   nv[se->sq_n].sid = id;
-  nv[se->sq_n].disk = *disk;
-  nv[se->sq_n].now = *disk;
   sq_index(se, se->sq_n);
   return &se->sq[se->sq_n++];
 }
@@ -67,7 +74,10 @@ static lm_sq_t *sq_add(tx_t *t, const char *sid, const sess_queue_t *disk) {
 void dx__lm_sq_drop(shared_env_t *se) {
   size_t i;
   if (!se->sq_n) return;
-  for (i = 0; i < se->sq_n; i++) free(se->sq[i].sid);
+  for (i = 0; i < se->sq_n; i++) {
+    free(se->sq[i].sid);
+    free(se->sq[i].rec);
+  }
   se->sq_n = 0;
   memset(se->sq_idx, 0, se->sq_slots * sizeof *se->sq_idx);
 }
@@ -123,18 +133,60 @@ int dx__lm_sq_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
   t.txn = txn;
   t.write = t.nested = 1;
   t.err = err ? err : &t.scratch;
-  for (i = 0; i < se->sq_n && !rc; i++) rc = squeue_write(&t, se->sq[i].sid, &se->sq[i].disk, &se->sq[i].now);
+  for (i = 0; i < se->sq_n && !rc; i++) {
+    const lm_sq_t *e = &se->sq[i];
+    dkey_t k;
+    if (e->q_kept) rc = squeue_write(&t, e->sid, &e->disk, &e->now);
+    if (rc || !e->rec_kept) continue;
+    key_inst(&k, e->sid);
+    rc = e->rec_kept > 0 ? dx__lm_db_put(&t, DB_SESSIONS, &k, e->rec, e->rec_n, 0)
+                         : dx__lm_db_del(&t, DB_SESSIONS, &k);
+  }
   dx__lm_sq_drop(se);
   return rc;
 }
 
 int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q) {
   const lm_sq_t *e;
-  if (t->direct && (e = sq_find(t->se, sid)) != NULL) {
+  if (t->direct && (e = sq_find(t->se, sid)) != NULL && e->q_kept) {
     *q = e->now;
     return 0;
   }
   return squeue_read(t, sid, q);
+}
+
+/* {===== session records =====} */
+
+int dx__lm_kept_sess(tx_t *t, const char *sid, MDB_val *v) {
+  const lm_sq_t *e;
+  if (!t->direct || !(e = sq_find(t->se, sid)) || !e->rec_kept) return 0;
+  if (e->rec_kept < 0) return DX_ENOTFOUND;
+  v->mv_data = e->rec;
+  v->mv_size = e->rec_n;
+  return 1;
+}
+
+int dx__lm_keep_sess(tx_t *t, const char *sid, const void *row) {
+  lm_sq_t *e;
+  size_t n;
+  if (!t->direct) return 0;
+  if (!(e = sq_find(t->se, sid)) && !(e = sq_add(t, sid))) return dx__lm_nomem(t->err);
+  t->se->batch_writes++; /* a failure after this spoils the batch, as after a write */
+  if (!row) {
+    e->rec_kept = -1;
+    return 1;
+  }
+  n = dx__lm_rec_pack(&dx__lm_sess_schema, row, NULL);
+  if (n > e->rec_cap) {
+    unsigned char *b = realloc(e->rec, n);
+    if (!b) return dx__lm_nomem(t->err);
+    e->rec = b;
+    e->rec_cap = n;
+  }
+  dx__lm_rec_pack(&dx__lm_sess_schema, row, e->rec);
+  e->rec_n = n;
+  e->rec_kept = 1;
+  return 1;
 }
 
 /* 1 when key (due, seq) a sorts before b. */
@@ -185,7 +237,11 @@ int dx__lm_squeue_update(tx_t *t, const char *sid, int delta, const uint64_t *go
     return 0;
   dx__lm_own_moved(t->se, sid, nw.found, nw.due, nw.seq);
   if (!t->direct) return squeue_write(t, sid, &q, &nw);
-  if (!(e = sq_find(t->se, sid)) && !(e = sq_add(t, sid, &q))) return dx__lm_nomem(t->err);
+  if (!(e = sq_find(t->se, sid)) && !(e = sq_add(t, sid))) return dx__lm_nomem(t->err);
+  if (!e->q_kept) { /* q was read from the store */
+    e->q_kept = 1;
+    e->disk = q;
+  }
   e->now = nw;
   t->se->batch_writes++; /* a failure after this spoils the batch, as after a write */
   return 0;
@@ -208,6 +264,7 @@ int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud) {
   shared_env_t *se = t->se;
   static const MDB_val none = {0, ""};
   dkey_t *kept = NULL;
+  const lm_sq_t *e;
   size_t nk = 0, ki = 0, i;
   MDB_cursor *c;
   MDB_val k, v;
@@ -219,7 +276,7 @@ int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud) {
   }
   if (!(kept = malloc(se->sq_n * sizeof *kept))) return dx__lm_nomem(t->err);
   for (i = 0; i < se->sq_n; i++)
-    if (se->sq[i].now.found) key_sess_head(&kept[nk++], se->sq[i].now.due, se->sq[i].now.seq, se->sq[i].sid);
+    if (se->sq[i].q_kept && se->sq[i].now.found) key_sess_head(&kept[nk++], se->sq[i].now.due, se->sq[i].now.seq, se->sq[i].sid);
   qsort(kept, nk, sizeof *kept, key_cmp);
   if ((rc = dx__lm_cursor(t, DB_SESS_HEADS, &c))) {
     free(kept);
@@ -231,7 +288,8 @@ int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud) {
     dkey_t dk;
     if ((rc = dx__lm_check_sum(t, DB_SESS_HEADS, &k, &v))) break;
     /* a session kept in memory: its stored head is stale, the kept one stands for it */
-    if (k.mv_size >= 18 && kb[k.mv_size - 1] == 0 && sq_find(se, kb + 16)) continue;
+    if (k.mv_size >= 18 && kb[k.mv_size - 1] == 0 && (e = sq_find(se, kb + 16)) && e->q_kept)
+      continue;
     dk.n = k.mv_size < sizeof dk.b ? k.mv_size : sizeof dk.b;
     memcpy(dk.b, kb, dk.n);
     for (; ki < nk && key_cmp(&kept[ki], &dk) < 0 && !rc; ki++) {
