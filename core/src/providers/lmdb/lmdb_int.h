@@ -64,11 +64,13 @@
 ** fsync unless the handle has no_sync or commit(sync=0) is used (see dx__lm_top_finish and
 ** lm_commit: a sync=0 batch that wrote more than locks still flushes its data).
 ** Every top-level txn first checks the files and, for writes, grows the map (map.c).
-** Inside a batch the direct methods keep two kinds of writes in memory until the batch's own
+** Inside a batch the direct methods keep some writes in memory until the batch's own
 ** fetches take them or something else could look: plain worker rows an ack queues
-** (shared_env_t.pend, work.c) and idle instances a message makes ready (rpend, orch.c). They
-** are written by dx__lm_pend_flush before any nested method of the batch begins and at
-** commit, and dropped with a batch that does not commit.
+** (shared_env_t.pend, work.c), idle instances a message makes ready (rpend, orch.c), and the
+** session queue summaries and session records they change (sq, squeue.c: written once with
+** the net change). They are written by dx__lm_pend_flush before any nested method of the
+** batch begins and at commit, and dropped with a batch that does not commit. The batch also
+** keeps one cursor per DB for its direct methods' walks (curs, txn.c dx__lm_cursor).
 */
 #ifndef DX_LMDB_INT_H
 #define DX_LMDB_INT_H
@@ -179,7 +181,9 @@ typedef struct shared_env_s {
   /* Instances a direct method made ready in the open batch that had no lock state before, not
   ** written yet (orch.c "instances made ready in the batch"), with a hash index by id. */
   struct rpend_s *rpend;
-  size_t rpend_n, rpend_cap, rpend_live;
+  size_t rpend_n, rpend_cap, rpend_live, rpend_first; /* [0, rpend_first) all taken */
+  int rpend_unsorted;        /* the entries are not in ready-time order */
+  int64_t rpend_last_at;     /* the latest ready time added so far */
   uint32_t *rpend_idx;       /* entry index + 1 (0: empty); rpend_slots a power of 2 */
   size_t rpend_slots;
   /* The open batch's copy of own_worker's sess_owner entries with their sess_queue heads, in

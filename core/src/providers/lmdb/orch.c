@@ -130,6 +130,8 @@ static int rpend_add(tx_t *t, const char *inst, int64_t ready_at) {
       !(id = dx__strdup(inst)))
     return dx__lm_nomem(t->err);
   se->rpend = nv;
+  if (se->rpend_n == 0 || ready_at > se->rpend_last_at) se->rpend_last_at = ready_at;
+  else if (ready_at < se->rpend_last_at) se->rpend_unsorted = 1;
   se->rpend[se->rpend_n].inst = id;
   se->rpend[se->rpend_n].ready_at = ready_at;
   rpend_index(se, se->rpend_n++);
@@ -147,7 +149,8 @@ static void rpend_take(shared_env_t *se, rpend_t *e) {
 void dx__lm_rpend_drop(shared_env_t *se) {
   size_t i;
   for (i = 0; i < se->rpend_n; i++) free(se->rpend[i].inst);
-  se->rpend_n = se->rpend_live = 0;
+  se->rpend_n = se->rpend_live = se->rpend_first = 0;
+  se->rpend_unsorted = 0;
   if (se->rpend_idx) memset(se->rpend_idx, 0, se->rpend_slots * sizeof *se->rpend_idx);
 }
 
@@ -181,6 +184,7 @@ static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const o
   if (!t->direct) return state_set_db(t, inst, old, nw);
   if ((e = rpend_find(t->se, inst))) {
     if (!nw->token && nw->ready_at != LM_NEVER) { /* still ready: at another time */
+      if (nw->ready_at != e->ready_at) t->se->rpend_unsorted = 1;
       e->ready_at = nw->ready_at;
       return 0;
     }
@@ -430,18 +434,25 @@ static int orch_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
 }
 
 /* Instances made ready in this batch (in memory) compete with the index heads: an earlier
-** ready time wins, a tie goes to the stored entry (it was queued first). */
+** ready time wins, a tie goes to the stored entry (it was queued first). While the entries are
+** in ready-time order (made ready as their messages came), the walk ends at the first one
+** that is not due or does not beat the candidate, or that the filter takes. */
 static int rpend_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c) {
   shared_env_t *se = t->se;
   size_t i;
   int rc = 0;
   if (!t->direct) return 0;
-  for (i = 0; i < se->rpend_n && se->rpend_live && !rc; i++) {
+  while (se->rpend_first < se->rpend_n && !se->rpend[se->rpend_first].inst) se->rpend_first++;
+  for (i = se->rpend_first; i < se->rpend_n && se->rpend_live && !rc; i++) {
     const rpend_t *e = &se->rpend[i];
     orch_cand_t read;
     char *inst;
     int ok = 1;
-    if (!e->inst || e->ready_at > now || (c->inst && c->at <= e->ready_at)) continue;
+    if (!e->inst) continue;
+    if (e->ready_at > now || (c->inst && c->at <= e->ready_at)) {
+      if (se->rpend_unsorted) continue;
+      break; /* so are the ones after it */
+    }
     memset(&read, 0, sizeof read);
     if (f && f->capabilities_set && (rc = orch_runnable(t, f, e->inst, now, &ok, &read))) break;
     if (!ok || !(inst = dx__strdup(e->inst))) {
