@@ -189,9 +189,19 @@ typedef struct {
 } rd_t;
 
 static int rd_be(rd_t *r, size_t w, uint64_t *v) {
-  size_t i;
+  const unsigned char *p = r->p + r->pos;
   if (r->n - r->pos < w) return -1;
-  for (*v = 0, i = 0; i < w; i++) *v = *v << 8 | r->p[r->pos++];
+  switch (w) { /* the widths MessagePack uses, as single loads */
+    case 1: *v = p[0]; break;
+    case 2: *v = (uint64_t)p[0] << 8 | p[1]; break;
+    case 4: *v = (uint64_t)p[0] << 24 | (uint64_t)p[1] << 16 | (uint64_t)p[2] << 8 | p[3]; break;
+    case 8: *v = get_u64(p); break;
+    default: {
+      size_t i;
+      for (*v = 0, i = 0; i < w; i++) *v = *v << 8 | p[i];
+    }
+  }
+  r->pos += w;
   return 0;
 }
 
