@@ -1099,6 +1099,49 @@ DX_TEST(pv_group_commit_batches_acks) {
   done(p);
 }
 
+/* What falls due while a batch is open is fetched in it: a lapsed lock, a row abandoned in
+** the batch, a delayed message whose time came (LMDB remembers for the batch how early the
+** next due entry of each queue index can be; it must follow the batch's clock and writes). */
+static void fclear(dx_work_fetch_t *f);
+
+DX_TEST(pv_items_falling_due_within_a_batch_are_fetched_in_it) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t start = start_item("O");
+  dx_work_fetch_t f, g;
+  dx_orch_item_t *it;
+  enqueue_work(p, T0, act_item("A", 1, 1));
+  f = wfetch(p, T0); /* locked until T0 + LOCK */
+  ASSERT_EQ(f.item.id, 1);
+  CHECK(M(p)->enqueue_for_orchestrator(p, T0, &start, 100, &E)); /* due at T0 + 100 */
+  CHECK(M(p)->begin(p, &E));
+  g = wfetch(p, T0 + 1);
+  ASSERT_EQ(g.item.kind, 0);
+  it = fetch(p, T0 + 1);
+  ASSERT(!it);
+  it = fetch(p, T0 + 100);
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, "O");
+  CHECK(M(p)->abandon_orchestration_item(p, T0 + 100, "O", it->lock_token, 0, 0, &E));
+  dx_orch_item_free(it);
+  it = fetch(p, T0 + 100); /* released at once: ready again */
+  ASSERT(it);
+  dx_orch_item_free(it);
+  g = wfetch(p, T0 + LOCK); /* the lock lapsed */
+  ASSERT_EQ(g.item.id, 1);
+  ASSERT_EQ(g.attempt_count, 2);
+  CHECK(M(p)->abandon_work_item(p, T0 + LOCK, g.lock_token, 0, 0, &E));
+  fclear(&g);
+  g = wfetch(p, T0 + LOCK); /* abandoned: ready again at once */
+  ASSERT_EQ(g.item.id, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + LOCK, g.lock_token, NULL, &E));
+  fclear(&g);
+  CHECK(M(p)->commit(p, 1, &E));
+  g = wfetch(p, T0 + 2 * LOCK);
+  ASSERT_EQ(g.item.kind, 0);
+  fclear(&f);
+  done(p);
+}
+
 /* Activities a turn schedules and the same batch fetches (the store cycle: acks, then work
 ** fetches, one commit): FIFO with rows queued before the batch, acked in the batch by their
 ** token, the rest fetched after the commit; a later turn of the batch cancels one it has not

@@ -205,6 +205,14 @@ typedef struct shared_env_s {
   ** cursors when the txn ends: the batch's end only forgets them. */
   MDB_cursor *curs[DB__COUNT];
   uint32_t curs_busy;
+  /* The open batch's lower bounds on the due times in the timed indexes (orch_ready,
+  ** orch_lock: every entry; work_ready, work_lock: untagged entries), bit db of floor_known set
+  ** when known: a fetch at a time before the bound finds nothing due there without a seek.
+  ** Learnt from a seek of the head, lowered by every put (dx__lm_idx_op), so it stays a lower
+  ** bound whatever the batch writes (deletes only raise the true head); forgotten when the
+  ** batch ends (txn.c dx__lm_floor_*). */
+  int64_t floor[DB__COUNT];
+  uint32_t floor_known;
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -576,10 +584,22 @@ int dx__lm_scan_prefix(tx_t *t, int db, const dkey_t *prefix, scan_fn fn, void *
 ** direct method) the batch's own, repositioned by the walk; else a new one. */
 int dx__lm_cursor(tx_t *t, int db, MDB_cursor **c);
 void dx__lm_cursor_done(tx_t *t, int db, MDB_cursor *c);
-/* The batch ended: its cursors went with its txn. */
+/* The batch ended: its cursors went with its txn, its due floors with its writes. */
 static inline void dx__lm_curs_forget(shared_env_t *se) {
   memset(se->curs, 0, sizeof se->curs);
   se->curs_busy = 0;
+  se->floor_known = 0;
+}
+/* 1 when the batch knows nothing in timed index `db` (untagged part for the work indexes) is
+** due at `now` (direct methods only). */
+static inline int dx__lm_floor_after(const tx_t *t, int db, int64_t now) {
+  return t->direct && (t->se->floor_known & (1u << db)) && now < t->se->floor[db];
+}
+/* A direct method's seek found the head of `db` due at `at` (LM_NEVER: no entry). */
+static inline void dx__lm_floor_learn(const tx_t *t, int db, int64_t at) {
+  if (!t->direct) return;
+  t->se->floor[db] = at;
+  t->se->floor_known |= 1u << db;
 }
 int dx__lm_head_key(tx_t *t, int db, const dkey_t *prefix, MDB_val *key);
 /* Formats "corrupted record in <db> (<key>): detail" as DX_ECORRUPT in t->err. */

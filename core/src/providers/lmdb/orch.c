@@ -348,11 +348,16 @@ int dx__lm_orch_head(tx_t *t, int db, int64_t now, orch_cand_t *c) {
   MDB_val k;
   int64_t at;
   int rc;
+  if (dx__lm_floor_after(t, db, now)) return 0; /* nothing due there (this batch knows) */
   k_init(&none);
   rc = dx__lm_head_key(t, db, &none, &k);
-  if (rc == DX_ENOTFOUND) return 0;
+  if (rc == DX_ENOTFOUND) {
+    dx__lm_floor_learn(t, db, LM_NEVER);
+    return 0;
+  }
   if (rc || (rc = timed_key_ok(t, db, &k))) return rc;
   at = (int64_t)get_u64(k.mv_data);
+  dx__lm_floor_learn(t, db, at);
   if (at > now || (c->inst && c->at <= at)) return 0;
   return cand_set(t, c, db, &k, at);
 }

@@ -304,9 +304,20 @@ int dx__lm_db_del(tx_t *t, int db, const dkey_t *k) {
   return 0;
 }
 
-/* The one place index entries are written or removed. */
+/* The one place index entries are written or removed. A put into a timed index lowers the
+** batch's due floor of that index (dx__lm_floor_after). */
 int dx__lm_idx_op(tx_t *t, int db, const dkey_t *k, const void *v, size_t n, int put) {
-  return put ? dx__lm_db_put(t, db, k, v, n, 0) : dx__lm_db_del(t, db, k);
+  shared_env_t *se = t->se;
+  if (!put) return dx__lm_db_del(t, db, k);
+  if (se->floor_known & (1u << db)) {
+    int64_t at = se->floor[db];
+    if ((db == DB_ORCH_READY || db == DB_ORCH_LOCK) && k->n >= 8)
+      at = (int64_t)get_u64(k->b);
+    else if ((db == DB_WORK_READY || db == DB_WORK_LOCK) && k->n >= 9 && k->b[0] == 0)
+      at = (int64_t)get_u64(k->b + 1);
+    if (at < se->floor[db]) se->floor[db] = at;
+  }
+  return dx__lm_db_put(t, db, k, v, n, 0);
 }
 
 _Static_assert(DB__COUNT <= 32, "curs_busy has one bit per DB");

@@ -241,13 +241,18 @@ static int work_head(tx_t *t, int db, const char *tag, int64_t now, work_cand_t 
   int64_t at;
   uint64_t seq;
   int rc;
+  if (!tag && dx__lm_floor_after(t, db, now)) return 0; /* nothing due (this batch knows) */
   key_work_prefix(&pre, tag);
   rc = dx__lm_head_key(t, db, &pre, &k);
-  if (rc == DX_ENOTFOUND) return 0;
+  if (rc == DX_ENOTFOUND) {
+    if (!tag) dx__lm_floor_learn(t, db, LM_NEVER);
+    return 0;
+  }
   if (rc) return rc;
   if (k.mv_size != pre.n + 16) return dx__lm_corrupt(t, db, "bad key", "%zu-byte key", k.mv_size);
   at = (int64_t)get_u64((const char *)k.mv_data + pre.n);
   seq = get_u64((const char *)k.mv_data + pre.n + 8);
+  if (!tag) dx__lm_floor_learn(t, db, at);
   if (at > now || !cand_better(c, at, seq)) return 0;
   c->found = 1;
   c->db = db;
