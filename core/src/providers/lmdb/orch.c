@@ -412,6 +412,7 @@ typedef struct {
   int db;
   int64_t now;
   orch_cand_t *c;
+  int seen; /* an entry was visited (the first is the index's head) */
 } orch_scan_t;
 
 /* Timed index in order: the first due instance this worker can run is the candidate. */
@@ -423,6 +424,7 @@ static int orch_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   (void)v;
   if ((rc = timed_key_ok(t, s->db, k))) return rc;
   at = (int64_t)get_u64(k->mv_data);
+  if (!s->seen++) dx__lm_floor_learn(t, s->db, at);
   if (at > s->now || (s->c->inst && s->c->at <= at)) return 1;
   memset(&read, 0, sizeof read);
   rc = orch_runnable(t, s->f, (const char *)k->mv_data + 8, s->now, &ok, &read);
@@ -485,11 +487,12 @@ int dx__lm_orch_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand
   for (i = 0; i < 2 && !rc; i++) {
     if (!f || !f->capabilities_set) {
       rc = dx__lm_orch_head(t, dbs[i], now, c);
-    } else {
-      orch_scan_t s = {f, dbs[i], now, c};
+    } else if (!dx__lm_floor_after(t, dbs[i], now)) { /* (else nothing due there) */
+      orch_scan_t s = {f, dbs[i], now, c, 0};
       dkey_t none;
       k_init(&none);
       rc = dx__lm_scan_prefix(t, dbs[i], &none, orch_scan_cb, &s);
+      if (!rc && !s.seen) dx__lm_floor_learn(t, dbs[i], LM_NEVER);
     }
   }
   return rc ? rc : rpend_pick(t, f, now, c);
