@@ -98,6 +98,29 @@ static void free_fetched(dx_store_fetched_t *f) {
   memset(f, 0, sizeof *f);
 }
 
+/* Room in f for bo orchestration and bw work items in all (an array it cannot grow, out of
+** memory, keeps its size: the fetch then takes fewer). */
+static void fetched_room(dx_store_fetched_t *f, int bo, int bw) {
+  if (bo > 0 && (size_t)bo > f->cap_orch) {
+    dx_orch_item_t **v = realloc(f->orch, (size_t)bo * sizeof *v);
+    if (v) f->orch = v, f->cap_orch = (size_t)bo;
+  }
+  if (bw > 0 && (size_t)bw > f->cap_work) {
+    dx_work_fetch_t *v = realloc(f->work, (size_t)bw * sizeof *v);
+    if (v) {
+      memset(v + f->cap_work, 0, ((size_t)bw - f->cap_work) * sizeof *v);
+      f->work = v;
+      f->cap_work = (size_t)bw;
+    }
+  }
+}
+
+/* How many more items a fetch may add to n of them (budget b in all, room for cap). */
+static int room_left(int b, size_t n, size_t cap) {
+  size_t want = b > 0 && (size_t)b > n ? (size_t)b - n : 0;
+  return (int)(want < cap - n ? want : cap - n);
+}
+
 /* Before fetching: the provider takes only this worker's tags and the orchestrations its host
 ** can run, re-read whenever the host's registrations changed (rolling deployments). A failure
 ** is retried at the next cycle; meanwhile the previous filter stays. */
@@ -137,10 +160,10 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
   dx_error_t err;
   int failed = 0;
   const dx_session_cfg_t *sessions = dx__store_fetch_sessions(s, now);
-  /* arrays of capacity bo / bw; a second fetch of the same cycle (hold_turns) adds to them */
-  if (bo > 0 && !f->orch) f->orch = calloc((size_t)bo, sizeof *f->orch);
-  if (bw > 0 && !f->work) f->work = calloc((size_t)bw, sizeof *f->work);
-  while (f->orch && (int)f->n_orch < bo) {
+  /* f holds up to bo / bw items in all: a later fetch of the same cycle (its held rounds)
+  ** adds to what it holds */
+  fetched_room(f, bo, bw);
+  while (f->orch && (int)f->n_orch < bo && f->n_orch < f->cap_orch) {
     dx_orch_item_t *it = NULL;
     if (p->methods->fetch_orchestration_item(p, now, s->cfg.orch_lock_ms, &it, &err) != 0) {
       dx__log(DX_LOG_WARN, "orchestration fetch failed", "error=\"%s\"", err.msg);
@@ -151,7 +174,7 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
     f->orch[f->n_orch++] = it;
     dx__store_hold(s, it->instance, it->lock_token);
   }
-  while (f->work && (int)f->n_work < bw) {
+  while (f->work && (int)f->n_work < bw && f->n_work < f->cap_work) {
     dx_work_fetch_t *w = &f->work[f->n_work];
     if (p->methods->fetch_work_item(p, now, s->cfg.work_lock_ms, sessions, w, &err) != 0) {
       dx__log(DX_LOG_WARN, "work fetch failed", "error=\"%s\"", err.msg);
@@ -172,7 +195,8 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
 /* After an op ran: settled items are no longer held (whatever the outcome: the loop does not
 ** settle them again); a renewal by the loop postpones this thread's fallback renewal. */
 static void settle_held(dx_store_t *s, const dx_store_op_t *op) {
-  if (op->kind == DX_OP_ACK_ORCH) dx__store_unhold(s, op->ack->lock_token);
+  if (op->kind == DX_OP_ACK_ORCH) /* (once reported applied, its ack is not read: op_done) */
+    dx__store_unhold(s, op->hstate == 2 ? op->token : op->ack->lock_token);
   else if (op->kind == DX_OP_ABANDON_ORCH || op->kind == DX_OP_ACK_WORK ||
            op->kind == DX_OP_ABANDON_WORK)
     dx__store_unhold(s, op->token);
@@ -201,6 +225,7 @@ enum { CALL_OP = 1, CALL_FETCH = 2 };
 ** is returned, in *err; any other failure is the op's own answer. */
 static int op_done(dx_store_t *s, dx_store_op_t *op, int *failed, int *durable,
                    dx_error_t *err) {
+  if (op->kind == DX_OP_ACK_ORCH && op->hstate != 2) op->token = op->ack->lock_token;
   if (op->rc == DX_ERETRY) {
     *err = op->err;
     *failed = CALL_OP;
@@ -214,7 +239,16 @@ static int op_done(dx_store_t *s, dx_store_op_t *op, int *failed, int *durable,
 
 static int op_apply(dx_store_t *s, dx_store_op_t *op, int64_t now, int *failed, int *durable,
                     dx_error_t *err) {
+  if (op->hstate == 2) {
+    /* the loop was told it was applied, and may have taken its ack's memory back: the
+    ** transaction it was applied in was lost, so it stays refused, as the provider would
+    ** refuse it (its lock was taken in that transaction) */
+    op->rc = dx_error_set(&op->err, DX_ELOCK, "turn lost with the transaction it was "
+                          "applied in (lock token %016llx)", (unsigned long long)op->token);
+    return op_done(s, op, failed, durable, err);
+  }
   op->rc = run_op(s, op, now);
+  op->hstate = 1;
   return op_done(s, op, failed, durable, err);
 }
 
@@ -276,12 +310,11 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   /* a provider may commit inside run_cycle: decide now (turn acks sync, op_needs_sync) */
   cy.sync = *durable || sync;
   /* (after an eager cycle's calls f may hold items already: add to them) */
-  if (bo > 0 && !f->orch) f->orch = calloc((size_t)bo, sizeof *f->orch);
-  if (bw > 0 && !f->work) f->work = calloc((size_t)bw, sizeof *f->work);
+  fetched_room(f, bo, bw);
   cy.orch_out = f->orch ? f->orch + f->n_orch : NULL;
   cy.work_out = f->work ? f->work + f->n_work : NULL;
-  cy.max_orch = cy.orch_out && bo > (int)f->n_orch ? bo - (int)f->n_orch : 0;
-  cy.max_work = cy.work_out && bw > (int)f->n_work ? bw - (int)f->n_work : 0;
+  cy.max_orch = room_left(bo, f->n_orch, f->cap_orch);
+  cy.max_work = room_left(bw, f->n_work, f->cap_work);
   t0 = uv_hrtime();
   rc = p->methods->run_cycle(p, now, &cy, err);
   observe_fetch(s, t0, bo, bw); /* the acks ride along: one call does both */
@@ -308,42 +341,88 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   return rc;
 }
 
-/* {===== turns answered inside their fetch's transaction =====} */
+/* {===== turns and activities answered inside their fetch's transaction =====} */
 
 /* A provider without run_cycle makes its calls without round trips (a local store), so a
-** cycle's transaction can stay open a moment for the turns it fetched: the orchestration items
-** go to the loop before the commit, their acks (with whatever else the loop queued meanwhile)
-** join the transaction, which then fetches again and commits once. A step (an activity's
-** result, the turn it unblocks, the next activity) then costs one commit instead of two, and
-** the fetch of a start none of its own. Only for a few items (HOLD_MAX_ITEMS), waited for at
-** most cfg.hold_ms, and only while the loop holds nothing else unsettled (idle, it answers at
-** once): a big batch or a busy loop commits at once as before (a hold waiting on a busy loop
-** would keep other processes' writers out for nothing), and other writers wait for the store
-** at most that long. If the transaction is then lost, the loop's acks of
-** those items are refused (their locks were never kept) and the items come back. Work items
-** still wait for the commit: an activity never starts before the turn that scheduled it is
-** durable. */
+** cycle's transaction can stay open a moment for the items it fetched (held rounds): the
+** turns go to the loop before the commit and their acks (with whatever else the loop queued
+** meanwhile) join the transaction; the activities those turns scheduled then go to the loop
+** too, their results join it, the turns they unblock are fetched and handed over, and so on;
+** the transaction commits once at the end. A lone orchestration's steps (result, turn, next
+** activity) then share one commit, and a start costs none of its own. Bounds: only a few items
+** per round (HOLD_MAX_ITEMS), only while the loop holds nothing else unsettled (idle, it answers
+** at once: a big batch or a busy loop commits at once as before, because a hold waiting on a
+** busy loop would keep other processes' writers out for nothing), each wait at most
+** cfg.hold_ms, all of a cycle's waits at most HOLD_BUDGET_HOLDS times that, and a round that brought no
+** answer ends them.
+**
+** Activities thus start before the turn that scheduled them is durable (lead's decision, issue
+** 12; local stores only). Activities run at least once anyway: if the transaction is lost (an
+** error, a crash), the turn comes back, runs again from the same history and schedules the same
+** activity under the same ids (instance, execution, activity id: the idempotency key), which
+** runs again. An activity whose fetch claimed its session in this transaction is not handed
+** over: the runtime would own a session whose claim may roll back; it starts after the commit.
+** The loop keeps a turn in its orchestration cache once its ack was applied in the open
+** transaction (op->applied), so the instance's next turn in the same transaction continues it;
+** if the transaction is lost the ack is refused and the loop drops the copy (runtime.c). */
 #define HOLD_MAX_ITEMS 16
+/* All waits of one cycle for the loop together last at most this many hold_ms (4 ms by
+** default): other worker processes on the store wait that long at most for its write lock
+** (plus the rounds' own provider calls); a lone orchestration's round (activity, result, turn,
+** ack) takes the idle loop well under 1 ms, so that is several rounds. */
+#define HOLD_BUDGET_HOLDS 2
 /* A delivery of at most this many items is answered as one burst (await_delivery): about a
 ** hold's worth, so a worker's sessions step together with one commit per round. */
 #define BURST_MAX_ITEMS HOLD_MAX_ITEMS
 
 typedef struct {
-  uint64_t tokens[2 * HOLD_MAX_ITEMS]; /* lock tokens of the items handed to the loop: turns,
-                                       then close items (hold_closes) */
-  size_t n;
+  uint64_t *tokens; /* lock tokens of the items handed to the loop in this transaction */
+  size_t n, cap;
+  int oom;          /* a token could not be noted: hand nothing more over */
 } handed_t;
 
-/* 1 when ops settle a turn of an instance f fetched again: the loop learns that settlement
-** only with the commit (its cache keeps the turn then), so the new turn must not reach it
-** before (it would replay the history instead of continuing the kept turn). */
-static int refetched_settled(const dx_store_op_t *ops, const dx_store_fetched_t *f) {
+static int handed_has(const handed_t *h, uint64_t token) {
+  size_t i;
+  for (i = 0; h && i < h->n; i++)
+    if (h->tokens[i] == token) return 1;
+  return 0;
+}
+
+/* Room for k more tokens; 0 when out of memory. */
+static int handed_room(handed_t *h, size_t k) {
+  size_t cap = h->cap ? h->cap : 2 * HOLD_MAX_ITEMS;
+  uint64_t *v;
+  if (h->n + k <= h->cap) return 1;
+  while (cap < h->n + k) cap *= 2;
+  if (!(v = realloc(h->tokens, cap * sizeof *v))) return h->oom = 1, 0;
+  h->tokens = v;
+  h->cap = cap;
+  return 1;
+}
+
+/* An ack the loop may learn of before the commit: of a turn this transaction handed over,
+** applied in it (op->applied asks for it). */
+static int reportable(const dx_store_op_t *op, const handed_t *h) {
+  return op->kind == DX_OP_ACK_ORCH && op->applied && op->hstate == 1 && op->rc == 0 &&
+         handed_has(h, op->token);
+}
+
+/* 1 when ops settle a turn of an instance f fetched again and the loop will not learn of that
+** settlement before the new turn reaches it: the loop keeps a turn in its cache only then, so
+** the new turn would replay the history instead of continuing the kept turn. h NULL (a
+** database's held turn): every settlement counts; else an ack the loop is told of before the
+** delivery (reportable), one it does not ask about (no cache) or a refused one do not. */
+static int refetched_settled(const dx_store_op_t *ops, const dx_store_fetched_t *f,
+                             const handed_t *h) {
   const dx_store_op_t *op;
   size_t i;
   for (op = ops; op; op = op->next) {
     const char *inst = op->kind == DX_OP_ACK_ORCH       ? op->ack->instance
                        : op->kind == DX_OP_ABANDON_ORCH ? op->instance
                                                         : NULL;
+    if (h && (op->kind != DX_OP_ACK_ORCH || !op->applied || op->rc != 0 || reportable(op, h)))
+      continue;
+    if (h && op->hstate == 2) continue; /* reported: its ack is the loop's now */
     for (i = 0; inst && i < f->n_orch; i++)
       if (strcmp(inst, f->orch[i]->instance) == 0) return 1;
   }
@@ -381,10 +460,27 @@ static int per_call(dx_store_t *s, const dx_store_op_t *ops) {
          (s->cfg.hold_ms > 0 && (has_eager(ops) || results_of_idle_loop(s, ops)));
 }
 
-/* Called only in a per_call cycle (one call per op and fetch). */
-static int can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f) {
+/* Called only in a per_call cycle (one call per op and fetch): f's turns may go to the loop
+** now (h: this transaction's handed items; NULL on a database). Everything the store holds is
+** still in f: the loop holds nothing unsettled. */
+static int can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f,
+                    const handed_t *h) {
   return s->cfg.hold_ms > 0 && f->n_orch > 0 && f->n_orch <= HOLD_MAX_ITEMS &&
-         s->n_held == f->n_orch && !refetched_settled(ops, f);
+         s->n_held == f->n_orch + f->n_work && !(h && h->oom) && !refetched_settled(ops, f, h);
+}
+
+/* f's work items may go to the loop now (a local store): a few activities, no turn waiting in
+** f, the loop holding nothing unsettled, and no item whose fetch claimed its session (the
+** claim rolls back with a lost transaction: the runtime must not take ownership before the
+** commit). */
+static int can_hold_work(dx_store_t *s, const dx_store_fetched_t *f, const handed_t *h) {
+  size_t i;
+  if (s->cfg.hold_ms <= 0 || !f->n_work || f->n_work > HOLD_MAX_ITEMS || f->n_orch ||
+      s->n_held != f->n_work || h->oom)
+    return 0;
+  for (i = 0; i < f->n_work; i++)
+    if (f->work[i].item.kind != DX_WI_ACT_EXECUTE || f->work[i].session_claimed) return 0;
+  return 1;
 }
 
 /* (mu held) Queue fetched items for the loop (on_async takes them). */
@@ -396,20 +492,34 @@ static void push_fetched(dx_store_t *s, fetched_node_t *n) {
   s->n_fetched_items += n->f.n_orch + n->f.n_work;
 }
 
-/* Hand g's items (moved out of the cycle's fetch: its turns, or its close items) to the loop
-** now; g is then empty. 0 when the store is closing, or when the loop has not yet taken what
-** it was handed before (it is busy: it would not answer in time); g is left as it was, its
-** items are delivered with the commit, as usual. */
-static int hand_over(dx_store_t *s, dx_store_fetched_t *g, handed_t *h) {
-  fetched_node_t *n = calloc(1, sizeof *n);
+/* (mu held) Tell the loop, before the items handed with this, of the acks in ops it may take
+** back now (reportable: op->applied runs first in on_async). */
+static void report_applied(dx_store_t *s, dx_store_op_t *ops, const handed_t *h) {
+  for (; ops; ops = ops->next) {
+    if (!reportable(ops, h)) continue;
+    ops->hstate = 2;
+    ops->anext = NULL;
+    if (s->applied_tail) s->applied_tail->anext = ops;
+    else s->applied = ops;
+    s->applied_tail = ops;
+  }
+}
+
+/* Hand g's items (moved out of the cycle's fetch: its turns, activities or close items) to
+** the loop now, with the acks of ops it may learn of first; g is then empty. 0 when the store
+** is closing, or when the loop has not yet taken what it was handed before (it is busy: it
+** would not answer in time); g is left as it was, its items are delivered with the commit. */
+static int hand_over(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *g, handed_t *h) {
+  fetched_node_t *n;
   size_t i;
-  if (!n) return 0;
+  if (!handed_room(h, g->n_orch + g->n_work) || !(n = calloc(1, sizeof *n))) return 0;
   uv_mutex_lock(&s->mu);
-  if (s->stopping || !s->cfg.on_fetch || s->fetched) {
+  if (s->stopping || s->paused || !s->cfg.on_fetch || s->fetched) {
     uv_mutex_unlock(&s->mu);
     free(n);
     return 0;
   }
+  report_applied(s, ops, h);
   for (i = 0; i < g->n_orch; i++) h->tokens[h->n++] = g->orch[i]->lock_token;
   for (i = 0; i < g->n_work; i++) h->tokens[h->n++] = g->work[i].lock_token;
   n->f = *g;
@@ -422,81 +532,87 @@ static int hand_over(dx_store_t *s, dx_store_fetched_t *g, handed_t *h) {
   return 1;
 }
 
-/* Hand f's orchestration items to the loop now (f keeps its work items). */
-static int hand_over_turns(dx_store_t *s, dx_store_fetched_t *f, handed_t *h) {
-  dx_store_fetched_t g;
-  memset(&g, 0, sizeof g);
-  g.orch = f->orch;
-  g.n_orch = f->n_orch;
-  g.at_ms = f->at_ms;
-  if (!hand_over(s, &g, h)) return 0;
-  f->orch = NULL;
-  f->n_orch = 0;
-  return 1;
+/* Move f's orchestration items (turns = 1) or work items (0) into g. */
+static void take_items(dx_store_fetched_t *f, dx_store_fetched_t *g, int turns) {
+  memset(g, 0, sizeof *g);
+  g->at_ms = f->at_ms;
+  if (turns) {
+    g->orch = f->orch, g->n_orch = f->n_orch, g->cap_orch = f->cap_orch;
+    f->orch = NULL, f->n_orch = f->cap_orch = 0;
+  } else {
+    g->work = f->work, g->n_work = f->n_work, g->cap_work = f->cap_work;
+    f->work = NULL, f->n_work = f->cap_work = 0;
+  }
 }
 
-/* 1 when ops hold a settlement (ack or abandon) of every handed-over item. */
-static int turns_settled(const dx_store_op_t *ops, const handed_t *h) {
-  size_t i;
-  for (i = 0; i < h->n; i++) {
+/* Put back what take_items moved (the hand-over did not happen). */
+static void untake_items(dx_store_fetched_t *f, dx_store_fetched_t *g, int turns) {
+  if (turns) f->orch = g->orch, f->n_orch = g->n_orch, f->cap_orch = g->cap_orch;
+  else f->work = g->work, f->n_work = g->n_work, f->cap_work = g->cap_work;
+}
+
+/* How many of the n tokens ops settle (ack or abandon). */
+static size_t settled_count(const dx_store_op_t *ops, const uint64_t *tokens, size_t n) {
+  size_t i, k = 0;
+  for (i = 0; i < n; i++) {
     const dx_store_op_t *op;
     for (op = ops; op; op = op->next)
-      if ((op->kind == DX_OP_ACK_ORCH && op->ack->lock_token == h->tokens[i]) ||
+      if ((op->kind == DX_OP_ACK_ORCH && op->ack->lock_token == tokens[i]) ||
           ((op->kind == DX_OP_ABANDON_ORCH || op->kind == DX_OP_ACK_WORK ||
-            op->kind == DX_OP_ABANDON_WORK) && op->token == h->tokens[i]))
+            op->kind == DX_OP_ABANDON_WORK) && op->token == tokens[i]))
         break;
-    if (!op) return 0;
+    k += op != NULL;
   }
-  return 1;
+  return k;
 }
 
-/* Wait (at most cfg.hold_ms; stop and pause end it) until the loop settled every handed-over
-** item, then take everything it queued. */
-static dx_store_op_t *await_turns(dx_store_t *s, const handed_t *h) {
-  uint64_t until = uv_hrtime() + (uint64_t)s->cfg.hold_ms * 1000000u, t;
-  dx_store_op_t *ops;
+/* Wait (until `until`, uv_hrtime; stop and pause end it) until the loop settled the n items
+** handed over last (their tokens), then take everything it queued, appended to *opsp
+** (reported with the batch). *settled: how many of them it settled. */
+static dx_store_op_t *await_answers(dx_store_t *s, dx_store_op_t **opsp, const handed_t *h,
+                                    size_t n, uint64_t until, size_t *settled) {
+  const uint64_t *tokens = h->tokens + h->n - n;
+  dx_store_op_t *late, **tail = opsp;
+  uint64_t t;
   uv_mutex_lock(&s->mu);
-  while (!s->stopping && !s->paused && !turns_settled(s->pending, h) &&
+  while (!s->stopping && !s->paused && settled_count(s->pending, tokens, n) < n &&
          (t = uv_hrtime()) < until)
     uv_cond_timedwait(&s->cv, &s->mu, until - t);
-  ops = s->pending;
+  late = s->pending;
   s->pending = s->pending_tail = NULL;
   uv_mutex_unlock(&s->mu);
-  return ops;
-}
-
-/* await_turns, and the ops the loop answered appended to *opsp (reported with the batch). */
-static dx_store_op_t *await_answers(dx_store_t *s, dx_store_op_t **opsp, const handed_t *h) {
-  dx_store_op_t *late = await_turns(s, h), **tail = opsp;
+  if (settled) *settled = settled_count(late, tokens, n);
   while (*tail) tail = &(*tail)->next;
   *tail = late;
   return late;
 }
 
-/* Inside the open transaction, after its orchestration fetch: hand the turns over and take
-** what the loop answered (appended to *opsp, so it is reported like the rest of the batch).
-** With latep (a provider with run_cycle) *latep gets those ops for the cycle's closing
-** run_cycle; else they are applied here and orchestrations fetched again. *bo is what may
-** still be fetched of them. */
-static int hold_turns(dx_store_t *s, dx_store_op_t **opsp, int *bo, dx_store_fetched_t *f,
-                      handed_t *h, dx_store_op_t **latep, int *failed, int *durable,
-                      dx_error_t *err) {
+/* One held round inside the open transaction: hand f's turns (turns = 1) or its work items
+** over, wait for the loop's answers and apply them (a database's held turn: *latep gets them
+** for the cycle's closing run_cycle instead). *settled: how many of the handed items the loop
+** settled (0 also when nothing was handed over: the items stay in f, for the commit). */
+static int hold_round(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f, handed_t *h,
+                      int turns, uint64_t until, dx_store_op_t **latep, size_t *settled,
+                      int *failed, int *durable, dx_error_t *err) {
+  dx_store_fetched_t g;
   dx_store_op_t *late;
+  size_t k;
   int64_t now;
-  int rc;
-  int k = (int)f->n_orch;
-  if (!hand_over_turns(s, f, h)) return 0;
-  *bo -= k;
-  late = await_answers(s, opsp, h);
+  *settled = 0;
+  take_items(f, &g, turns);
+  k = g.n_orch + g.n_work;
+  if (!hand_over(s, *opsp, &g, h)) {
+    untake_items(f, &g, turns);
+    return 0;
+  }
+  late = await_answers(s, opsp, h, k, until, settled);
   now = now_ms(s);
-  f->at_ms = now;
+  f->at_ms = now; /* (f is empty: what it fetches next is fetched now) */
   if (latep) {
     *latep = late;
     return 0;
   }
-  if ((rc = apply_all(s, late, now, failed, durable, err))) return rc;
-  if (fetch_into(s, now, *bo, 0, f)) *failed |= CALL_FETCH;
-  return 0;
+  return apply_all(s, late, now, failed, durable, err);
 }
 
 /* 1 when f holds a close item and another item of the same session (it runs on the loop:
@@ -514,32 +630,38 @@ static int close_shares_session(const dx_store_fetched_t *f) {
   return 0;
 }
 
+/* The loop's budgets now (the loop tops them up as it settles what it was handed). */
+static void budgets_now(dx_store_t *s, int *bo, int *bw) {
+  uv_mutex_lock(&s->mu);
+  *bo = s->fetching ? s->budget_orch : 0;
+  *bw = s->fetching ? s->budget_work : 0;
+  uv_mutex_unlock(&s->mu);
+}
+
 /* Close items (ctx:close_session) this cycle fetched go to the loop before the commit, as
-** turns do (cfg.hold_ms, only while the loop holds nothing but this cycle's items): a loop
-** running none of the session's activities releases it at once, and the transaction then
-** fetches again, so a worker at its session capacity claims the next session in the same
-** commit instead of a cycle later. A close item is no activity: nothing starts before the
-** commit. When the transaction is then lost, the release is lost with it (the lease lapses
-** or the close comes back). bw is the cycle's work budget (f->work's capacity). */
-static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, int bw, dx_store_fetched_t *f,
-                       handed_t *h, int *failed, int *durable, dx_error_t *err) {
+** turns do (only while the loop holds nothing but this cycle's items): a loop running none of
+** the session's activities releases it at once, and the transaction then fetches again, so a
+** worker at its session capacity claims the next session in the same commit instead of a
+** cycle later. A close item is no activity. When the transaction is then lost, the release is
+** lost with it (the lease lapses or the close comes back). */
+static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f, handed_t *h,
+                       uint64_t until, int *failed, int *durable, dx_error_t *err) {
   dx_store_fetched_t g;
   dx_store_op_t *late;
-  handed_t hc; /* (h's turns are settled already: the wait is for the close items only) */
   size_t i, k = 0, nc = 0;
   int64_t now;
-  int rc;
+  int rc, bo, bw;
   for (i = 0; i < f->n_work; i++) nc += f->work[i].item.kind == DX_WI_SESSION_CLOSE;
-  if (!nc || s->cfg.hold_ms <= 0 || nc > HOLD_MAX_ITEMS ||
+  if (!nc || s->cfg.hold_ms <= 0 || nc > HOLD_MAX_ITEMS || h->oom ||
       s->n_held != f->n_orch + f->n_work || close_shares_session(f))
     return 0;
   memset(&g, 0, sizeof g);
   if (!(g.work = calloc(nc, sizeof *g.work))) return 0;
   for (i = 0; i < f->n_work; i++)
     if (f->work[i].item.kind == DX_WI_SESSION_CLOSE) g.work[g.n_work++] = f->work[i];
+  g.cap_work = nc;
   g.at_ms = f->at_ms;
-  hc.n = 0;
-  if (!hand_over(s, &g, &hc)) {
+  if (!hand_over(s, *opsp, &g, h)) {
     free(g.work);
     return 0;
   }
@@ -547,15 +669,76 @@ static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, int bw, dx_store_fet
     if (f->work[i].item.kind != DX_WI_SESSION_CLOSE) f->work[k++] = f->work[i];
   memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
   f->n_work = k;
-  late = await_answers(s, opsp, &hc);
-  for (i = 0; i < hc.n; i++) h->tokens[h->n++] = hc.tokens[i]; /* (unhold_handed) */
+  late = await_answers(s, opsp, h, nc, until, NULL);
   now = now_ms(s); /* (f->at_ms stays: the earlier of its items' fetch times) */
   rc = apply_all(s, late, now, failed, durable, err);
-  if (!rc && fetch_into(s, now, 0, bw - (int)nc, f)) *failed |= CALL_FETCH;
+  budgets_now(s, &bo, &bw);
+  if (!rc && fetch_into(s, now, 0, bw, f)) *failed |= CALL_FETCH;
   return rc;
 }
 
-static void unhold_handed(dx_store_t *s, const handed_t *h) {
+/* Orchestration (turns = 1) or work items into f, up to the loop's budget now (at most
+** *cap of them: the cycle's own budget, for its first fetches), and the fetch metric's time
+** (*t_fetch, ns). */
+static void refetch(dx_store_t *s, dx_store_fetched_t *f, int turns, const int *cap,
+                    int *failed, uint64_t *t_fetch) {
+  int bo, bw;
+  uint64_t t0 = uv_hrtime();
+  if (!f->n_orch && !f->n_work) f->at_ms = now_ms(s);
+  budgets_now(s, &bo, &bw);
+  if (cap && bo > cap[0]) bo = cap[0];
+  if (cap && bw > cap[1]) bw = cap[1];
+  if (fetch_into(s, f->at_ms, turns ? bo : 0, turns ? 0 : bw, f)) *failed |= CALL_FETCH;
+  *t_fetch += uv_hrtime() - t0;
+}
+
+/* A local store's cycle after its ops were applied: fetch, and hold rounds while the loop
+** answers (see above). bo/bw: the cycle's budgets (0 and 0: it fetches nothing). */
+static int held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
+                       dx_store_fetched_t *f, handed_t *h, int *failed, int *durable,
+                       dx_error_t *err) {
+  uint64_t each = (uint64_t)s->cfg.hold_ms * 1000000u;
+  uint64_t t_fetch = 0, end = uv_hrtime() + HOLD_BUDGET_HOLDS * each, t, until;
+  const int cap[2] = {bo, bw};
+  size_t settled;
+  int rc = 0, first = 1;
+  if (bo <= 0 && bw <= 0) return 0;
+  /* Orchestrations first, then activities, after every ack the transaction holds (a provider
+  ** may skip work it found none of earlier in the batch: sessions) */
+  refetch(s, f, 1, cap, failed, &t_fetch);
+  for (;;) {
+    /* rounds of turns: each time the turns their acks made ready (other instances') */
+    while ((t = uv_hrtime()) < end && can_hold(s, *opsp, f, h)) {
+      until = t + each < end ? t + each : end;
+      rc = hold_round(s, opsp, f, h, 1, until, NULL, &settled, failed, durable, err);
+      if (rc || !settled) break;
+      refetch(s, f, 1, NULL, failed, &t_fetch);
+    }
+    if (rc) break;
+    refetch(s, f, 0, first ? cap : NULL, failed, &t_fetch);
+    first = 0;
+    t = uv_hrtime();
+    until = t + each < end ? t + each : end;
+    if (t < end && (rc = hold_closes(s, opsp, f, h, until, failed, durable, err))) break;
+    /* a round of activities, then the turns their results woke */
+    if (!s->cfg.hold_work || (t = uv_hrtime()) >= end || !can_hold_work(s, f, h)) break;
+    until = t + each < end ? t + each : end;
+    rc = hold_round(s, opsp, f, h, 0, until, NULL, &settled, failed, durable, err);
+    if (rc || !settled) break;
+    refetch(s, f, 1, NULL, failed, &t_fetch);
+  }
+  if (!rc) observe_fetch(s, uv_hrtime() - t_fetch, bo, bw);
+  return rc;
+}
+
+/* The op list's applied ops (hstate 1) run again if the transaction is retried; those the loop
+** was told of (2) do not (op_apply). */
+static void ops_lost(dx_store_op_t *ops) {
+  for (; ops; ops = ops->next)
+    if (ops->hstate == 1) ops->hstate = 0;
+}
+
+static void unhold_handed(dx_store_t *s, handed_t *h) {
   size_t i;
   for (i = 0; i < h->n; i++) dx__store_unhold(s, h->tokens[i]);
 }
@@ -565,7 +748,7 @@ static void unhold_handed(dx_store_t *s, const handed_t *h) {
 ** batch at once: the provider says it cannot go on, and the same calls may succeed again.
 ** *failed gets CALL_OP / CALL_FETCH when an op / a fetch failed (a failed commit is then
 ** their consequence, not the store's own failure). Ops the loop queued while the transaction
-** waited for its turns (hold_turns) are appended to *opsp; items handed over then reduce *bo. */
+** waited for it (held rounds) are appended to *opsp; items handed over then reduce *bo. */
 static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int64_t now,
                       dx_store_fetched_t *f, int *failed, dx_error_t *err) {
   dx_provider_t *p = s->cfg.provider;
@@ -574,7 +757,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   uint64_t t0;
   memset(f, 0, sizeof *f);
   memset(err, 0, sizeof *err);
-  handed.n = 0;
+  memset(&handed, 0, sizeof handed);
   *failed = 0;
   f->at_ms = now;
   if ((rc = p->methods->begin(p, err)) != 0) return rc;
@@ -582,31 +765,32 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   if (*bo > 0 || bw > 0) refresh_filter(s);
   if (!per_call(s, *opsp)) {
     rc = run_cycle(s, *opsp, *bo, bw, now, f, failed, &durable, err);
-  } else {
-    dx_store_op_t *late = NULL;
-    int rcy = has_run_cycle(p);
+  } else if (!has_run_cycle(p)) {
     rc = apply_all(s, *opsp, now, failed, &durable, err);
-    /* Orchestrations first, then activities, once per batch and after every ack the batch
-    ** holds (a provider may skip work it found none of earlier in the batch: sessions) */
+    if (!rc) rc = held_rounds(s, opsp, *bo, bw, f, &handed, failed, &durable, err);
+  } else {
+    /* a database: one call, one round trip, for the start's turn, held; then run_cycle closes
+    ** the cycle as usual: the turn's ack, the fetches and the commit in one round trip */
+    dx_store_op_t *late = NULL;
+    size_t settled;
+    rc = apply_all(s, *opsp, now, failed, &durable, err);
     t0 = uv_hrtime();
-    /* (a database: one call, one round trip, for the start's turn; run_cycle fetches the rest) */
-    if (!rc && fetch_into(s, now, rcy && *bo > 1 ? 1 : *bo, 0, f)) *failed |= CALL_FETCH;
-    if (!rc && can_hold(s, *opsp, f)) {
-      uint64_t h0 = uv_hrtime();
-      rc = hold_turns(s, opsp, bo, f, &handed, rcy ? &late : NULL, failed, &durable, err);
-      t0 += uv_hrtime() - h0; /* the fetch metric leaves the wait for the loop out */
+    if (!rc && fetch_into(s, now, *bo > 1 ? 1 : *bo, 0, f)) *failed |= CALL_FETCH;
+    if (!rc && can_hold(s, *opsp, f, NULL)) {
+      int k = (int)f->n_orch;
+      rc = hold_round(s, opsp, f, &handed, 1, uv_hrtime() + (uint64_t)s->cfg.hold_ms * 1000000u,
+                      &late, &settled, failed, &durable, err);
+      if (!f->n_orch) *bo -= k; /* handed over */
     }
-    /* a database closes the cycle as usual: the turns' acks, the fetches and the commit in
-    ** one round trip */
-    if (!rc && rcy) rc = run_cycle(s, late, *bo, bw, f->at_ms, f, failed, &durable, err);
-    else if (!rc && fetch_into(s, f->at_ms, 0, bw, f)) *failed |= CALL_FETCH;
-    if (!rc && !rcy) observe_fetch(s, t0, *bo, bw); /* (run_cycle observed its own) */
-    if (!rc && !rcy) rc = hold_closes(s, opsp, bw, f, &handed, failed, &durable, err);
+    if (!rc) rc = run_cycle(s, late, *bo, bw, f->at_ms, f, failed, &durable, err);
+    (void)t0;
   }
   if (rc) { /* DX_ERETRY from an op: it runs again, its outcome is not known yet */
     p->methods->rollback(p);
+    ops_lost(*opsp);
     dx__store_unhold_fetched(s, f);
     unhold_handed(s, &handed);
+    free(handed.tokens);
     free_fetched(f);
     dx__store_renewals_end(s, 0);
     return rc;
@@ -618,10 +802,12 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
                      DXM_LABELS(durable ? "true" : "false"), dx__seconds_since(t0));
   if (rc != 0) {
     p->methods->rollback(p); /* a no-op when the failed commit already ended the batch */
+    ops_lost(*opsp);
     dx__store_unhold_fetched(s, f);
     unhold_handed(s, &handed);
     free_fetched(f);
   }
+  free(handed.tokens);
   dx__store_renewals_end(s, rc == 0);
   return rc;
 }
@@ -905,12 +1091,14 @@ static void store_main(void *arg) {
 
 static void on_async(uv_async_t *h) {
   dx_store_t *s = h->data;
-  dx_store_op_t *ops;
+  dx_store_op_t *ops, *applied;
   fetched_node_t *fl;
   int fatal;
   dx__log_set_worker(s->cfg.worker_id); /* the loop may serve several runtimes (tests) */
   /* uv_async_send coalesces: drain everything on each wakeup. */
   uv_mutex_lock(&s->mu);
+  applied = s->applied;
+  s->applied = s->applied_tail = NULL;
   ops = s->done;
   fl = s->fetched;
   fatal = s->fatal == 1;
@@ -921,6 +1109,14 @@ static void on_async(uv_async_t *h) {
   s->delivering = fl && s->n_fetched_items <= BURST_MAX_ITEMS;
   s->n_fetched_items = 0;
   uv_mutex_unlock(&s->mu);
+  /* first: an op applied in a transaction still open may be done too (that transaction was
+  ** lost or committed since), and the items handed over with it follow */
+  while (applied) {
+    dx_store_op_t *next = applied->anext;
+    applied->anext = NULL;
+    applied->applied(applied);
+    applied = next;
+  }
   while (ops) {
     dx_store_op_t *next = ops->next;
     ops->next = NULL;
@@ -985,6 +1181,7 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
 
 void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
   op->next = NULL;
+  op->hstate = 0;
   uv_mutex_lock(&s->mu);
   if (s->pending_tail) s->pending_tail->next = op;
   else s->pending = op;

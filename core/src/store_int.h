@@ -47,6 +47,8 @@ struct dx_store_s {
   /* guarded by mu */
   dx_store_op_t *pending, *pending_tail;
   dx_store_op_t *done, *done_tail;
+  dx_store_op_t *applied, *applied_tail; /* ops applied in the open transaction, for the loop
+                                            (op->applied, before the items handed with them) */
   fetched_node_t *fetched, *fetched_tail;
   size_t n_fetched_items; /* orchestration and work items in fetched */
   int budget_orch, budget_work;
