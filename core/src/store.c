@@ -98,6 +98,15 @@ static void free_fetched(dx_store_fetched_t *f) {
   memset(f, 0, sizeof *f);
 }
 
+/* What a cycle fetched, for the metrics: delivered with its commit, or handed over before. */
+static void count_fetched(dx_store_t *s, const dx_store_fetched_t *f) {
+  if (f->n_orch)
+    dx__metric_add(s->cfg.metrics, DXM_STORE_FETCHED, DXM_LABELS("orchestrator"),
+                   (double)f->n_orch);
+  if (f->n_work)
+    dx__metric_add(s->cfg.metrics, DXM_STORE_FETCHED, DXM_LABELS("worker"), (double)f->n_work);
+}
+
 /* Room in f for bo orchestration and bw work items in all (an array it cannot grow, out of
 ** memory, keeps its size: the fetch then takes fewer). */
 static void fetched_room(dx_store_fetched_t *f, int bo, int bw) {
@@ -527,6 +536,7 @@ static int hand_over(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *g, h
   s->budget_orch -= (int)g->n_orch;
   s->budget_work -= (int)g->n_work;
   uv_mutex_unlock(&s->mu);
+  count_fetched(s, g);
   memset(g, 0, sizeof *g);
   uv_async_send(&s->async);
   return 1;
@@ -861,11 +871,7 @@ static void count_ops(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fe
       if (n[k][j])
         dx__metric_add(s->cfg.metrics, DXM_STORE_OPERATIONS,
                        DXM_LABELS(k < N_NAMES ? names[k] : "other", outcome[j]), n[k][j]);
-  if (f->n_orch)
-    dx__metric_add(s->cfg.metrics, DXM_STORE_FETCHED, DXM_LABELS("orchestrator"),
-                   (double)f->n_orch);
-  if (f->n_work)
-    dx__metric_add(s->cfg.metrics, DXM_STORE_FETCHED, DXM_LABELS("worker"), (double)f->n_work);
+  count_fetched(s, f);
 }
 
 /* The batch failed as a whole (not by DX_ERETRY, or by DX_ERETRY too often): apply each op in
