@@ -376,9 +376,10 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
 ** if the transaction is lost the ack is refused and the loop drops the copy (runtime.c). */
 #define HOLD_MAX_ITEMS 16
 /* All waits of one cycle for the loop together last at most this many hold_ms (4 ms by
-** default): other worker processes on the store wait that long at most for its write lock
-** (plus the rounds' own provider calls); a lone orchestration's round (activity, result, turn,
-** ack) takes the idle loop well under 1 ms, so that is several rounds. */
+** default): other worker processes on the store wait that much longer at most for its write
+** lock than for the provider calls the rounds make (which would otherwise be made in cycles of
+** their own). A round of a worker's ten sessions (ten activities, then the ten turns they wake)
+** takes the idle loop about 0.2-0.3 ms, so that is about ten rounds. */
 #define HOLD_BUDGET_HOLDS 2
 /* A delivery of at most this many items is answered as one burst (await_delivery): about a
 ** hold's worth, so a worker's sessions step together with one commit per round. */
@@ -576,14 +577,15 @@ static size_t settled_count(const dx_store_op_t *ops, const uint64_t *tokens, si
   return k;
 }
 
-/* Wait (until `until`, uv_hrtime; stop and pause end it) until the loop settled the n items
-** handed over last (their tokens), then take everything it queued, appended to *opsp
-** (reported with the batch). *settled: how many of them it settled. */
+/* Wait (at most cfg.hold_ms, and at most what is *left of the cycle's budget, ns, which the
+** wait then uses up; stop and pause end it) until the loop settled the n items handed over
+** last (their tokens), then take everything it queued, appended to *opsp (reported with the
+** batch). *settled: how many of them it settled. */
 static dx_store_op_t *await_answers(dx_store_t *s, dx_store_op_t **opsp, const handed_t *h,
-                                    size_t n, uint64_t until, size_t *settled) {
-  const uint64_t *tokens = h->tokens + h->n - n;
+                                    size_t n, uint64_t *left, size_t *settled) {
+  const uint64_t *tokens = h->tokens + h->n - n, each = (uint64_t)s->cfg.hold_ms * 1000000u;
   dx_store_op_t *late, **tail = opsp;
-  uint64_t t;
+  uint64_t t0 = uv_hrtime(), until = t0 + (each < *left ? each : *left), t = t0;
   uv_mutex_lock(&s->mu);
   while (!s->stopping && !s->paused && settled_count(s->pending, tokens, n) < n &&
          (t = uv_hrtime()) < until)
@@ -591,6 +593,8 @@ static dx_store_op_t *await_answers(dx_store_t *s, dx_store_op_t **opsp, const h
   late = s->pending;
   s->pending = s->pending_tail = NULL;
   uv_mutex_unlock(&s->mu);
+  t = uv_hrtime() - t0;
+  *left = t < *left ? *left - t : 0;
   if (settled) *settled = settled_count(late, tokens, n);
   while (*tail) tail = &(*tail)->next;
   *tail = late;
@@ -602,7 +606,7 @@ static dx_store_op_t *await_answers(dx_store_t *s, dx_store_op_t **opsp, const h
 ** for the cycle's closing run_cycle instead). *settled: how many of the handed items the loop
 ** settled (0 also when nothing was handed over: the items stay in f, for the commit). */
 static int hold_round(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f, handed_t *h,
-                      int turns, uint64_t until, dx_store_op_t **latep, size_t *settled,
+                      int turns, uint64_t *left, dx_store_op_t **latep, size_t *settled,
                       int *failed, int *durable, dx_error_t *err) {
   dx_store_fetched_t g;
   dx_store_op_t *late;
@@ -615,7 +619,7 @@ static int hold_round(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f
     untake_items(f, &g, turns);
     return 0;
   }
-  late = await_answers(s, opsp, h, k, until, settled);
+  late = await_answers(s, opsp, h, k, left, settled);
   now = now_ms(s);
   f->at_ms = now; /* (f is empty: what it fetches next is fetched now) */
   if (latep) {
@@ -655,7 +659,7 @@ static void budgets_now(dx_store_t *s, int *bo, int *bw) {
 ** cycle later. A close item is no activity. When the transaction is then lost, the release is
 ** lost with it (the lease lapses or the close comes back). */
 static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f, handed_t *h,
-                       uint64_t until, int *failed, int *durable, dx_error_t *err) {
+                       uint64_t *left, int *failed, int *durable, dx_error_t *err) {
   dx_store_fetched_t g;
   dx_store_op_t *late;
   size_t i, k = 0, nc = 0;
@@ -679,7 +683,7 @@ static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *
     if (f->work[i].item.kind != DX_WI_SESSION_CLOSE) f->work[k++] = f->work[i];
   memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
   f->n_work = k;
-  late = await_answers(s, opsp, h, nc, until, NULL);
+  late = await_answers(s, opsp, h, nc, left, NULL);
   now = now_ms(s); /* (f->at_ms stays: the earlier of its items' fetch times) */
   rc = apply_all(s, late, now, failed, durable, err);
   budgets_now(s, &bo, &bw);
@@ -707,8 +711,7 @@ static void refetch(dx_store_t *s, dx_store_fetched_t *f, int turns, const int *
 static int held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
                        dx_store_fetched_t *f, handed_t *h, int *failed, int *durable,
                        dx_error_t *err) {
-  uint64_t each = (uint64_t)s->cfg.hold_ms * 1000000u;
-  uint64_t t_fetch = 0, end = uv_hrtime() + HOLD_BUDGET_HOLDS * each, t, until;
+  uint64_t t_fetch = 0, left = HOLD_BUDGET_HOLDS * (uint64_t)s->cfg.hold_ms * 1000000u;
   const int cap[2] = {bo, bw};
   size_t settled;
   int rc = 0, first = 1;
@@ -718,22 +721,18 @@ static int held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
   refetch(s, f, 1, cap, failed, &t_fetch);
   for (;;) {
     /* rounds of turns: each time the turns their acks made ready (other instances') */
-    while ((t = uv_hrtime()) < end && can_hold(s, *opsp, f, h)) {
-      until = t + each < end ? t + each : end;
-      rc = hold_round(s, opsp, f, h, 1, until, NULL, &settled, failed, durable, err);
+    while (left && can_hold(s, *opsp, f, h)) {
+      rc = hold_round(s, opsp, f, h, 1, &left, NULL, &settled, failed, durable, err);
       if (rc || !settled) break;
       refetch(s, f, 1, NULL, failed, &t_fetch);
     }
     if (rc) break;
     refetch(s, f, 0, first ? cap : NULL, failed, &t_fetch);
     first = 0;
-    t = uv_hrtime();
-    until = t + each < end ? t + each : end;
-    if (t < end && (rc = hold_closes(s, opsp, f, h, until, failed, durable, err))) break;
+    if (left && (rc = hold_closes(s, opsp, f, h, &left, failed, durable, err))) break;
     /* a round of activities, then the turns their results woke */
-    if (!s->cfg.hold_work || (t = uv_hrtime()) >= end || !can_hold_work(s, f, h)) break;
-    until = t + each < end ? t + each : end;
-    rc = hold_round(s, opsp, f, h, 0, until, NULL, &settled, failed, durable, err);
+    if (!s->cfg.hold_work || !left || !can_hold_work(s, f, h)) break;
+    rc = hold_round(s, opsp, f, h, 0, &left, NULL, &settled, failed, durable, err);
     if (rc || !settled) break;
     refetch(s, f, 1, NULL, failed, &t_fetch);
   }
@@ -788,8 +787,8 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     if (!rc && fetch_into(s, now, *bo > 1 ? 1 : *bo, 0, f)) *failed |= CALL_FETCH;
     if (!rc && can_hold(s, *opsp, f, NULL)) {
       int k = (int)f->n_orch;
-      rc = hold_round(s, opsp, f, &handed, 1, uv_hrtime() + (uint64_t)s->cfg.hold_ms * 1000000u,
-                      &late, &settled, failed, &durable, err);
+      uint64_t left = (uint64_t)s->cfg.hold_ms * 1000000u;
+      rc = hold_round(s, opsp, f, &handed, 1, &left, &late, &settled, failed, &durable, err);
       if (!f->n_orch) *bo -= k; /* handed over */
     }
     if (!rc) rc = run_cycle(s, late, *bo, bw, f->at_ms, f, failed, &durable, err);
