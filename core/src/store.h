@@ -101,7 +101,7 @@ typedef struct dx_store_cfg_s {
   /* A cycle on a local store (provider without run_cycle) that fetched a few orchestration
   ** items (and then the activities they schedule, for several rounds) hands them to the loop
   ** before committing and waits up to hold_ms each time for their answers, which then commit
-  ** in the same transaction (store.c held_rounds). 0 = never. */
+  ** in the same transaction (store_rounds.c). 0 = never. */
   int64_t hold_ms;
   /* With hold_ms: the held rounds also hand the loop the activities the turns scheduled (and
   ** then the turns their results wake), not only turns and close items. All waits of a cycle
