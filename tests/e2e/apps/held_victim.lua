@@ -1,0 +1,13 @@
+-- tests/e2e/apps/held_victim.lua STORE: a worker of its own (a Lua script running
+-- duroxide.runtime, not the CLI) whose store cycles wait up to 10 s for the loop
+-- (rt:_turn_hold), so on a directory store CrashOnceOrch's activity surely runs inside the
+-- transaction of the turn that scheduled it, and kills this process there (turns.lua).
+local here = arg[0]:match("^(.*)/[^/]*$") or "."
+dofile(here .. "/turns.lua")
+local duroxide = require("duroxide")
+local rt = duroxide.runtime({ store = assert(arg[1], "usage: held_victim.lua STORE"),
+                              log_level = "info", worker_node_id = "node-A" })
+rt:_turn_hold(10000)
+rt:start()
+rt:run_for(60000)
+rt:stop()
