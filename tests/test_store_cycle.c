@@ -1430,7 +1430,7 @@ typedef struct {
 
 typedef struct {
   dx_store_op_t op;
-  dx_orch_ack_t ack;
+  dx_orch_ack_t *ack; /* its own allocation: freed when reported (ASan sees a later read) */
   dx_event_t ev[2];
   dx_work_item_t act, res;
   char instance[16];
@@ -1442,13 +1442,16 @@ static void hello_acked(dx_store_op_t *op) {
   hello_op_t *x = op->ud;
   if (op->rc == 0) x->h->n_acks_ok++, x->h->fin_ok += x->fin;
   else x->h->n_acks_refused++;
+  free(x->ack);
   free(x);
 }
 
 static void hello_reported(dx_store_op_t *op) {
   hello_op_t *x = op->ud;
   x->h->n_reported++;
-  memset(&x->ack, 0xEE, sizeof x->ack); /* taken back: a store reading it now would crash */
+  memset(x->ack, 0xEE, sizeof *x->ack); /* taken back: the store must not read it again */
+  free(x->ack);
+  x->ack = NULL;
 }
 
 static void hello_result(dx_store_op_t *op) {
@@ -1487,13 +1490,15 @@ static void answer_hello(void *ud, dx_store_fetched_t *f) {
                                 .execution_id = 1, .id = n + 2, .name = "Act", .data = "null",
                                 .session_id = (char *)h->sid};
     }
-    x->ack = (dx_orch_ack_t){.instance = x->instance, .lock_token = it->lock_token,
+    x->ack = malloc(sizeof *x->ack);
+    ASSERT(x->ack != NULL);
+    *x->ack = (dx_orch_ack_t){.instance = x->instance, .lock_token = it->lock_token,
                              .execution_id = it->execution_id, .orchestration_name = "Orch",
                              .status = x->fin ? DX_STATUS_COMPLETED : DX_STATUS_RUNNING,
                              .output = x->fin ? "1" : NULL, .delta = x->ev, .delta_len = 2,
                              .worker_items = x->fin ? NULL : &x->act,
                              .worker_items_len = x->fin ? 0 : 1};
-    x->op = (dx_store_op_t){.kind = DX_OP_ACK_ORCH, .ack = &x->ack, .done = hello_acked,
+    x->op = (dx_store_op_t){.kind = DX_OP_ACK_ORCH, .ack = x->ack, .done = hello_acked,
                             .applied = h->cache ? hello_reported : NULL, .ud = x};
     dx__store_submit(h->s, &x->op);
   }

@@ -69,12 +69,13 @@ static int refetched_settled(const dx_store_op_t *ops, const dx_store_fetched_t 
   const dx_store_op_t *op;
   size_t i;
   for (op = ops; op; op = op->next) {
-    const char *inst = op->kind == DX_OP_ACK_ORCH       ? op->ack->instance
-                       : op->kind == DX_OP_ABANDON_ORCH ? op->instance
-                                                        : NULL;
-    if (h && (op->kind != DX_OP_ACK_ORCH || !op->applied || op->rc != 0 || reportable(op, h)))
+    const char *inst;
+    if (op->kind != DX_OP_ACK_ORCH && op->kind != DX_OP_ABANDON_ORCH) continue;
+    /* (a reported ack's memory is the loop's now: not read) */
+    if (h && (op->kind != DX_OP_ACK_ORCH || op->hstate == 2 || !op->applied || op->rc != 0 ||
+              reportable(op, h)))
       continue;
-    if (h && op->hstate == 2) continue; /* reported: its ack is the loop's now */
+    inst = op->kind == DX_OP_ACK_ORCH ? op->ack->instance : op->instance;
     for (i = 0; inst && i < f->n_orch; i++)
       if (strcmp(inst, f->orch[i]->instance) == 0) return 1;
   }
