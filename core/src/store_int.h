@@ -129,6 +129,12 @@ typedef struct {
   uint64_t *tokens; /* lock tokens of the items handed to the loop in this transaction */
   size_t n, cap;
   int oom;          /* a token could not be noted: hand nothing more over */
+  /* The last hand-over's report (store_rounds.c report_applied): the last op it looked at,
+  ** and how many tokens had been handed then. Everything handed before was settled by an op
+  ** up to `seen` (a hand-over needs the loop to hold nothing unsettled), so an ack after it
+  ** can answer only items from tokens[mark] on. */
+  struct dx_store_op_s *seen;
+  size_t mark;
 } handed_t;
 
 /* (mu held) Queue fetched items for the loop (on_async takes them). */

@@ -33,9 +33,10 @@
 ** The loop keeps a turn in its orchestration cache once its ack was applied in the open
 ** transaction (op->applied), so the instance's next turn in the same transaction continues it;
 ** if the transaction is lost the ack is refused and the loop drops the copy (runtime.c). */
+/* 1 when token was handed over since the last report (h->mark). */
 static int handed_has(const handed_t *h, uint64_t token) {
   size_t i;
-  for (i = 0; h && i < h->n; i++)
+  for (i = h ? h->mark : 0; h && i < h->n; i++)
     if (h->tokens[i] == token) return 1;
   return 0;
 }
@@ -52,8 +53,8 @@ static int handed_room(handed_t *h, size_t k) {
   return 1;
 }
 
-/* An ack the loop may learn of before the commit: of a turn this transaction handed over,
-** applied in it (op->applied asks for it). */
+/* An ack the loop may learn of before the commit: of a turn this transaction handed over
+** (since the last report), applied in it (op->applied asks for it). */
 static int reportable(const dx_store_op_t *op, const handed_t *h) {
   return op->kind == DX_OP_ACK_ORCH && op->applied && op->hstate == 1 && op->rc == 0 &&
          handed_has(h, op->token);
@@ -147,15 +148,18 @@ void dx__store_push_fetched(dx_store_t *s, fetched_node_t *n) {
 
 /* (mu held) Tell the loop, before the items handed with this, of the acks in ops it may take
 ** back now (reportable: op->applied runs first in on_async). */
-static void report_applied(dx_store_t *s, dx_store_op_t *ops, const handed_t *h) {
-  for (; ops; ops = ops->next) {
-    if (!reportable(ops, h)) continue;
-    ops->hstate = 2;
-    ops->anext = NULL;
-    if (s->applied_tail) s->applied_tail->anext = ops;
-    else s->applied = ops;
-    s->applied_tail = ops;
+static void report_applied(dx_store_t *s, dx_store_op_t *ops, handed_t *h) {
+  dx_store_op_t *op = h->seen ? h->seen->next : ops;
+  for (; op; op = op->next) {
+    h->seen = op;
+    if (!reportable(op, h)) continue;
+    op->hstate = 2;
+    op->anext = NULL;
+    if (s->applied_tail) s->applied_tail->anext = op;
+    else s->applied = op;
+    s->applied_tail = op;
   }
+  h->mark = h->n; /* (the items handed with this report follow) */
 }
 
 /* Hand g's items (moved out of the cycle's fetch: its turns, activities or close items) to
