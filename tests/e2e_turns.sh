@@ -321,18 +321,17 @@ t11_start_refuses_a_bad_version() {
 exited() { ! alive "$1" || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
 
 t12_kill_inside_a_held_activity_runs_it_again_once_committed() {
-  local d S a h so
+  local d S a h
   d=$(new_dir t12); S=$(store_of "$d")
   # the victim: a Lua script's runtime with a long hold (held_victim.lua), the activity kills it
-  so=$(dirname "${DUROXIDE_LUA:-$ROOT/build/bindings/duroxide-lua}")
-  LUA_CPATH="$so/?.so;;" lua5.4 "$APPS/held_victim.lua" "$S" >/dev/null 2>>"$d/A.log" &
+  "${LUA_ENV[@]}" lua5.4 "$APPS/held_victim.lua" "$S" >/dev/null 2>>"$d/A.log" &
   a=$!
   WORKERS+=("$a")
   run_cmd start CrashOnceOrch "{\"marker\":\"$d/m\",\"crash\":true}" --id k1 --store "$S"
   check "held crash: instance started" "$RC" "$OUT" "$ERR"
-  wait_until 30 exited "$a"
-  check "held crash: the activity killed its worker" $? "$(cat "$d/m" 2>/dev/null)" \
-    "$(tail -5 "$d/A.log")"
+  wait_until 30 exited "$a" && [ "$(head -1 "$d/m" 2>/dev/null)" = "run node-A" ]
+  check "held crash: the activity ran on the victim and killed it" $? \
+    "$(cat "$d/m" 2>/dev/null)" "$(tail -5 "$d/A.log")"
   wait "$a" 2>/dev/null
   if [ "${DX_E2E_STORE:-}" != pg ]; then
     h=$(dx history k1 --store "$S")

@@ -5,8 +5,11 @@
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 dofile(here .. "/turns.lua")
 local duroxide = require("duroxide")
+-- (a short activity lock: on PostgreSQL the activity runs after its turn's commit, and its lock,
+-- committed, must lapse before the next worker takes it again)
 local rt = duroxide.runtime({ store = assert(arg[1], "usage: held_victim.lua STORE"),
-                              log_level = "info", worker_node_id = "node-A" })
+                              log_level = "info", worker_node_id = "node-A",
+                              worker_lock_timeout = "2s" })
 rt:_turn_hold(10000)
 rt:start()
 rt:run_for(60000)
