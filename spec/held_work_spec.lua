@@ -5,6 +5,7 @@
 -- transaction, so the instance's next turn continues it. Counts commits and cache hits; no
 -- timing is asserted (a long hold: the idle loop answers within it however loaded the machine).
 local duroxide = require("duroxide")
+local uv = require("luv")
 local H = require("helpers")
 
 -- Sum of a metric's series (rt:metrics()) whose labels include every pair in `labels`.
@@ -25,7 +26,7 @@ local function durable(rt)
 end
 
 describe("held rounds on a directory store", function()
-  local dir, rt, client, steps, sess, spawner, child
+  local dir, rt, client, steps, sess, spawner, child, gated, gate_runs
   before_each(function()
     dir = H.tmpdir()
     local inc = H.unique("HeldInc")
@@ -42,6 +43,20 @@ describe("held rounds on a directory store", function()
       for _ = 1, 10 do x = assert(ctx:schedule_activity_on_session(inc, x, sid):await()) end
       ctx:close_session(sid)
       return x
+    end)
+    -- an activity that answers only after 1.5 s (longer than the hold of the test using it)
+    local gate = H.unique("HeldGate")
+    gate_runs = 0
+    duroxide.activity(gate, function(_, x)
+      gate_runs = gate_runs + 1
+      return duroxide.wait(function(done)
+        local t = uv.new_timer()
+        t:start(1500, 0, function() t:close(); done(x) end)
+      end)
+    end)
+    gated = H.unique("HeldGated")
+    duroxide.orchestration(gated, function(ctx, x)
+      return assert(ctx:schedule_activity(gate, x):await())
     end)
     child = H.unique("HeldChild")
     duroxide.orchestration(child, function(ctx, x)
@@ -102,6 +117,24 @@ describe("held rounds on a directory store", function()
     assert.are.equal(1, durable(rt) - c0, "commits " .. rt:stats().commits)
     assert.are.equal(10, metric(rt, "duroxide_orchestration_replays_total"))
     assert.are.equal(10, #H.events_of(client:history("t2"), "ActivityCompleted"))
+  end)
+
+  it("leaves no turn of a lost transaction in the cache: it runs again from the history", function()
+    -- the first turn is kept as soon as its ack is applied, the activity it scheduled goes to
+    -- the loop, and the transaction commits without its result (the activity outlasts the
+    -- hold); that commit is lost (rolled back, retried): the retried transaction's turn does
+    -- not continue the kept one (found stale, dropped) and the activity runs again
+    start_runtime(500)
+    local stale0 = metric(rt, "duroxide_orchestration_cache_misses_total", { reason = "stale" })
+    rt:_lose_commits(1)
+    assert.truthy(client:start("g1", gated, 7))
+    assert.are.equal(7, client:wait("g1", 20000).output)
+    local h = client:history("g1")
+    assert.are.equal(1, #H.events_of(h, "ActivityScheduled"))
+    assert.are.equal(1, #H.events_of(h, "ActivityCompleted"))
+    assert.are.equal(2, gate_runs) -- started in the lost transaction, then in the retried one
+    assert.are.equal(1, metric(rt, "duroxide_orchestration_cache_misses_total",
+                               { reason = "stale" }) - stale0)
   end)
 
   it("runs a session's ten steps and its close in two commits", function()

@@ -45,6 +45,10 @@ int dx__eager_end(dx__eager_t *e, dx_error_t *err);
 /* Tests: how long the runtime's store cycles wait for the turns they fetched (store.h
 ** hold_ms; default DX__TURN_HOLD_MS, 0 = never). Before dx_runtime_start. */
 void dx__runtime_set_turn_hold(dx_runtime_t *rt, int64_t ms);
+/* Tests: the runtime's next n store commits are lost (rolled back, reported as DX_ERETRY, so
+** the batch is retried), as a database's serialization failure would be. After
+** dx_runtime_start. */
+void dx__runtime_lose_commits(dx_runtime_t *rt, int n);
 /* The runtime an activity runs on. */
 dx_runtime_t *dx__activity_runtime(const dx_activity_t *a);
 #endif

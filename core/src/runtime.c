@@ -847,6 +847,10 @@ int dx__eager_done(const dx__eager_t *e) { return e->done; }
 
 void dx__runtime_set_turn_hold(dx_runtime_t *rt, int64_t ms) { rt->turn_hold_ms = ms; }
 
+void dx__runtime_lose_commits(dx_runtime_t *rt, int n) {
+  if (rt->store) dx__store_lose_commits(rt->store, n);
+}
+
 int dx__eager_end(dx__eager_t *e, dx_error_t *err) {
   int rc = e->op.rc;
   if (rc && err) *err = e->op.err;

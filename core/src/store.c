@@ -344,6 +344,16 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   return rc;
 }
 
+/* Tests (dx__store_lose_commits): 1 when this commit is to be lost (*err says so). */
+static int lost_commit(dx_store_t *s, dx_error_t *err) {
+  int lose;
+  uv_mutex_lock(&s->mu);
+  if ((lose = s->lose_commits > 0)) s->lose_commits--;
+  uv_mutex_unlock(&s->mu);
+  if (lose) dx_error_set(err, DX_ERETRY, "injected: the transaction was lost (tests)");
+  return lose;
+}
+
 /* One transaction: apply `ops`, fetch, commit. 0, or the error that lost the whole batch
 ** (in *err; nothing of it was kept and nothing is left in f). DX_ERETRY from any call ends the
 ** batch at once: the provider says it cannot go on, and the same calls may succeed again.
@@ -398,7 +408,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   }
   /* A cycle that only took locks need not reach the disk: a lost lock only delays. */
   t0 = uv_hrtime();
-  rc = p->methods->commit(p, durable, err);
+  rc = lost_commit(s, err) ? DX_ERETRY : p->methods->commit(p, durable, err);
   dx__metric_observe(s->cfg.metrics, DXM_STORE_COMMIT_DURATION,
                      DXM_LABELS(durable ? "true" : "false"), dx__seconds_since(t0));
   if (rc != 0) {
@@ -876,6 +886,12 @@ int64_t dx__store_backoff_ms(dx_store_t *s) {
 }
 
 /* {===== test support =====} */
+
+void dx__store_lose_commits(dx_store_t *s, int n) {
+  uv_mutex_lock(&s->mu);
+  s->lose_commits = n;
+  uv_mutex_unlock(&s->mu);
+}
 
 int dx__store_quiet(dx_store_t *s) {
   int quiet;

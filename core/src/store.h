@@ -143,6 +143,9 @@ void dx__store_close(dx_store_t *s, void (*cb)(void *ud), void *ud);
 ** (no fetch, ack or renewal) until called again with 0; it returns once the thread has halted
 ** (a cycle under way is finished first), as a SIGSTOP'd process runs nothing at all. */
 void dx__store_pause(dx_store_t *s, int on);
+/* Tests: the next n commits of cycles are lost: rolled back and reported as DX_ERETRY (the
+** batch is then retried whole), as a database's serialization failure would be (any thread). */
+void dx__store_lose_commits(dx_store_t *s, int n);
 /* 1 when nothing is queued, in flight, or applied/fetched but not yet delivered to the loop. */
 int dx__store_quiet(dx_store_t *s);
 /* Close abruptly (a simulated crash): queued operations are not applied (their callbacks run

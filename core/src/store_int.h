@@ -91,6 +91,7 @@ struct dx_store_s {
   void *close_ud;
   uint64_t cap_gen;    /* store thread only: the host capabilities generation applied */
   int filter_set;      /* store thread only: the provider has this worker's filter */
+  int lose_commits;    /* guarded by mu: tests (dx__store_lose_commits) */
 };
 
 /* {===== store.c, for store_rounds.c =====} */
