@@ -66,8 +66,9 @@ struct dx_store_op_s {
   /* ACK_ORCH, optional (loop thread): the ack was applied (rc 0) inside a transaction that then
   ** hands the loop more items before it commits (a local store's held rounds,
   ** store_rounds.c). It runs before those items are delivered; `done` follows with the final
-  ** outcome (non-zero when the transaction was lost). From this call on the store thread no longer reads
-  ** op->ack: the loop may take the ack's memory back (the orchestration cache keeps the turn). */
+  ** outcome (non-zero when the transaction was lost). From this call on the store thread no
+  ** longer reads op->ack: the loop may take the ack's memory back (the orchestration cache
+  ** keeps the turn). */
   dx_store_op_cb applied;
   void *ud;
   dx_store_op_t *next;
