@@ -8,7 +8,10 @@ local H = require("helpers")
 
 -- Each store kind: a fresh store and its disposal.
 local kinds = {
-  { name = "a directory store", new = function() return H.tmpdir() end, drop = H.rmdir },
+  -- held: a local store's cycle also runs the activities its turns schedule before it commits
+  -- (docs/architecture.md "Turns and activities answered inside their fetch's transaction")
+  { name = "a directory store", new = function() return H.tmpdir() end, drop = H.rmdir,
+    held = true },
 }
 local pg = os.getenv("DX_TEST_PG")
 if pg and pg ~= "" then
@@ -51,9 +54,16 @@ for _, kind in ipairs(kinds) do
 
     it("commits the start together with its first turn", function()
       -- start returns once the start is committed; the turn is in that same commit (a turn
-      -- committed later would not be in the history yet)
+      -- committed later would not be in the history yet). On a local store the activity it
+      -- scheduled ran inside that transaction too, and the turn its result woke: the whole
+      -- hello is one commit
       assert.are.equal("e1", client:start("e1", hello, "x"))
-      assert.are.same({ "OrchestrationStarted", "ActivityScheduled" }, types("e1"))
+      if kind.held then
+        assert.are.same({ "OrchestrationStarted", "ActivityScheduled", "ActivityCompleted",
+                          "OrchestrationCompleted" }, types("e1"))
+      else
+        assert.are.same({ "OrchestrationStarted", "ActivityScheduled" }, types("e1"))
+      end
       assert.are.equal("x", client:wait("e1", 5000).output)
     end)
 

@@ -311,8 +311,48 @@ t11_start_refuses_a_bad_version() {
   check "version: a real version is accepted" "$RC" "$OUT" "$ERR"
 }
 
+# ---------------------------------------------------------------------------------------------
+# Issue 12 (held rounds): on a directory store an activity runs inside the transaction of the
+# turn that scheduled it. kill -9 of the worker there loses that transaction: the turn runs
+# again after the restart and schedules the same activity, which runs again (at least once);
+# the history holds one schedule and one completion.
+
+# exited PID: the child process ended (a zombie not yet waited for counts).
+exited() { ! alive "$1" || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
+
+t12_kill_inside_a_held_activity_runs_it_again_once_committed() {
+  local d S a h
+  d=$(new_dir t12); S=$(store_of "$d")
+  # the victim: a Lua script's runtime with a long hold (held_victim.lua), the activity kills it
+  "${LUA_ENV[@]}" lua5.4 "$APPS/held_victim.lua" "$S" >/dev/null 2>>"$d/A.log" &
+  a=$!
+  WORKERS+=("$a")
+  run_cmd start CrashOnceOrch "{\"marker\":\"$d/m\",\"crash\":true}" --id k1 --store "$S"
+  check "held crash: instance started" "$RC" "$OUT" "$ERR"
+  wait_until 30 exited "$a" && [ "$(head -1 "$d/m" 2>/dev/null)" = "run node-A" ]
+  check "held crash: the activity ran on the victim and killed it" $? \
+    "$(cat "$d/m" 2>/dev/null)" "$(tail -5 "$d/A.log")"
+  wait "$a" 2>/dev/null
+  if [ "${DX_E2E_STORE:-}" != pg ]; then
+    h=$(dx history k1 --store "$S")
+    [ "$(count_event "$h" ActivityScheduled)" -eq 0 ]
+    check "held crash: the turn that scheduled it was lost with the transaction" $? "$h"
+  fi
+  start_worker "$d/B.log" "$TURNS" --store "$S" --worker-node-id node-B
+  run_cmd wait k1 --timeout 60s --store "$S"
+  [ "$RC" -eq 0 ] && grep -q '"output":"done"' <<<"$OUT"
+  check "held crash: after the restart the instance completes" $? "rc=$RC" "$OUT" "$ERR" \
+    "$(tail -5 "$d/B.log")"
+  [ "$(count_lines "$d/m" '^run ')" -eq 2 ]
+  check "held crash: the activity ran twice (at least once)" $? "$(cat "$d/m")"
+  h=$(dx history k1 --store "$S")
+  [ "$(count_event "$h" ActivityScheduled)" -eq 1 ] && [ "$(count_event "$h" ActivityCompleted)" -eq 1 ]
+  check "held crash: the history holds one schedule and one completion" $? "$h"
+  stop_worker "$WPID"
+}
+
 run_scenarios t1_can_to_new_version_keeps_event t2_start_on_new_worker_keeps_event_and_cancel \
   t3_long_turn_keeps_its_lock t4_command_line_wins_over_configure t5_command_line_budget_applies \
   t6_shutdown_grace t7_shutdown_grace_session t8_clock_ahead_is_reported \
   t9_clock_step_does_not_steal_a_live_session t10_blocked_loop_keeps_activity_locks_and_session \
-  t11_start_refuses_a_bad_version
+  t11_start_refuses_a_bad_version t12_kill_inside_a_held_activity_runs_it_again_once_committed

@@ -638,12 +638,15 @@ typedef struct turns_s {
   int keep_first; /* the first turn fetched is never answered; one more is then wanted */
   int self_event; /* the first turn's ack also queues an event for its own instance, and
                      only that turn is answered; the run ends at the second delivery */
+  int cache;      /* acks ask to be told when applied before the commit (op->applied), as
+                     the runtime's do with its orchestration cache on */
+  int hold_work;  /* cfg.hold_work */
   int acked_at_second; /* n_acked when the second turn was delivered */
   int eager;           /* the start is this process's own (dx__eager_start), queued as an op */
   dx_store_fetch_cb on_fetch; /* NULL: answer_turns */
   int (*until)(struct turns_s *t); /* NULL: until the activity was fetched */
   dx_store_op_t start_op;
-  int n_turns, n_acked, n_refused, n_work, commits_at_work;
+  int n_turns, n_acked, n_refused, n_work, commits_at_work, n_reported;
   turn_t turns[4];
   dx_work_item_t event;
 } turns_t;
@@ -653,6 +656,8 @@ static void turn_acked(dx_store_op_t *op) {
   if (op->rc == 0) t->n_acked++;
   else t->n_refused++;
 }
+
+static void turn_reported(dx_store_op_t *op) { ((turn_t *)op->ud)->t->n_reported++; }
 
 static void on_late(uv_timer_t *h) {
   turn_t *tn = h->data;
@@ -716,6 +721,7 @@ static void answer_turns(void *ud, dx_store_fetched_t *f) {
     tn->op.kind = DX_OP_ACK_ORCH;
     tn->op.ack = &tn->ack;
     tn->op.done = turn_acked;
+    tn->op.applied = t->cache ? turn_reported : NULL;
     tn->op.ud = tn;
     if (t->late_ms > 0) {
       uv_timer_init(&t->loop, &tn->timer);
@@ -754,6 +760,7 @@ static void run_turns(turns_t *t, wrap_t *w, int64_t hold_ms) {
   cfg.orch_lock_ms = cfg.work_lock_ms = 60000;
   cfg.poll_interval_ms = 10;
   cfg.hold_ms = hold_ms;
+  cfg.hold_work = t->hold_work;
   cfg.on_fetch = t->on_fetch ? t->on_fetch : answer_turns;
   cfg.ud = t;
   ASSERT_OK(dx__store_new(&t->s, &t->loop, &cfg, &err));
@@ -992,10 +999,12 @@ DX_TEST(store_turn_refetched_in_the_cycle_of_its_previous_ack_waits_for_the_comm
   memset(&t, 0, sizeof t);
   t.late_ms = 20;
   t.self_event = 1;
+  t.cache = 1;
   run_turns(&t, w, 1);
   ASSERT_EQ(t.n_turns, 2);
   ASSERT_EQ(t.n_acked, 1);
   ASSERT_EQ(t.acked_at_second, 1);
+  ASSERT_EQ(t.n_reported, 0); /* its turn came with an earlier commit: never reported early */
   w_destroy(&w->base);
 }
 
@@ -1398,4 +1407,234 @@ DX_TEST(store_session_close_answered_after_the_hold_is_applied_in_the_next_cycle
   static closes_t c;
   run_closes(&c, 5, 100);
   ASSERT(c.c1_work_at - c.c0_result_at >= 2); /* (the look for due work may commit meanwhile) */
+}
+
+/* {===== activities answered inside their fetch's transaction (store.c held rounds) =====} */
+
+/* The loop side: instance "h1" runs `steps` activities one after another, then completes.
+** Its first turn schedules activity 2 (in session sid when set); each result's turn records
+** the completion and schedules the next activity (or completes). Every delivery is answered
+** at once; ops are malloc'd and freed when done. */
+typedef struct {
+  uv_loop_t loop;
+  dx_store_t *s;
+  wrap_t *w;
+  dx_session_cfg_t sess;
+  const char *sid;   /* the activities' session (NULL: none) */
+  int steps;
+  int cache;         /* acks ask for op->applied, which wipes the ack (as the runtime's cache
+                        takes the turn's memory back: the store must not read it again) */
+  int n_turns, n_runs, n_res_ok, n_res_refused, n_acks_ok, n_acks_refused, n_reported;
+  int fin_ok, reported_at_turn[8], commits_at_run[8];
+} hello_t;
+
+typedef struct {
+  dx_store_op_t op;
+  dx_orch_ack_t *ack; /* its own allocation: freed when reported (ASan sees a later read) */
+  dx_event_t ev[2];
+  dx_work_item_t act, res;
+  char instance[16];
+  int fin;
+  hello_t *h;
+} hello_op_t;
+
+static void hello_acked(dx_store_op_t *op) {
+  hello_op_t *x = op->ud;
+  if (op->rc == 0) x->h->n_acks_ok++, x->h->fin_ok += x->fin;
+  else x->h->n_acks_refused++;
+  free(x->ack);
+  free(x);
+}
+
+static void hello_reported(dx_store_op_t *op) {
+  hello_op_t *x = op->ud;
+  x->h->n_reported++;
+  memset(x->ack, 0xEE, sizeof *x->ack); /* taken back: the store must not read it again */
+  free(x->ack);
+  x->ack = NULL;
+}
+
+static void hello_result(dx_store_op_t *op) {
+  hello_op_t *x = op->ud;
+  if (op->rc == 0) x->h->n_res_ok++;
+  else x->h->n_res_refused++;
+  free(x);
+}
+
+static void answer_hello(void *ud, dx_store_fetched_t *f) {
+  hello_t *h = ud;
+  size_t i;
+  for (i = 0; i < f->n_orch; i++) {
+    const dx_orch_item_t *it = f->orch[i];
+    hello_op_t *x = calloc(1, sizeof *x);
+    uint64_t n = it->history_len, done = n / 2; /* Started, Scheduled, then Completed+1 */
+    ASSERT(x != NULL);
+    if (h->n_turns < 8) h->reported_at_turn[h->n_turns] = h->n_reported;
+    h->n_turns++;
+    x->h = h;
+    snprintf(x->instance, sizeof x->instance, "%s", it->instance);
+    if (n == 0) {
+      x->ev[0] = (dx_event_t){.event_id = 1, .kind = DX_EV_ORCH_STARTED, .name = "Orch",
+                              .data = "1"};
+    } else {
+      x->ev[0] = (dx_event_t){.event_id = n + 1, .kind = DX_EV_ACT_COMPLETED,
+                              .source_id = n, .data = "1"};
+    }
+    x->fin = n > 0 && (int)done >= h->steps;
+    if (x->fin) {
+      x->ev[1] = (dx_event_t){.event_id = n + 2, .kind = DX_EV_ORCH_COMPLETED, .data = "1"};
+    } else {
+      x->ev[1] = (dx_event_t){.event_id = n + 2, .kind = DX_EV_ACT_SCHEDULED, .name = "Act",
+                              .data = "null", .session_id = (char *)h->sid};
+      x->act = (dx_work_item_t){.kind = DX_WI_ACT_EXECUTE, .instance = x->instance,
+                                .execution_id = 1, .id = n + 2, .name = "Act", .data = "null",
+                                .session_id = (char *)h->sid};
+    }
+    x->ack = malloc(sizeof *x->ack);
+    ASSERT(x->ack != NULL);
+    *x->ack = (dx_orch_ack_t){.instance = x->instance, .lock_token = it->lock_token,
+                             .execution_id = it->execution_id, .orchestration_name = "Orch",
+                             .status = x->fin ? DX_STATUS_COMPLETED : DX_STATUS_RUNNING,
+                             .output = x->fin ? "1" : NULL, .delta = x->ev, .delta_len = 2,
+                             .worker_items = x->fin ? NULL : &x->act,
+                             .worker_items_len = x->fin ? 0 : 1};
+    x->op = (dx_store_op_t){.kind = DX_OP_ACK_ORCH, .ack = x->ack, .done = hello_acked,
+                            .applied = h->cache ? hello_reported : NULL, .ud = x};
+    dx__store_submit(h->s, &x->op);
+  }
+  for (i = 0; i < f->n_work; i++) {
+    hello_op_t *x = calloc(1, sizeof *x);
+    ASSERT(x != NULL);
+    if (h->n_runs < 8)
+      h->commits_at_run[h->n_runs] = __atomic_load_n(&h->w->commits, __ATOMIC_SEQ_CST);
+    h->n_runs++;
+    x->h = h;
+    snprintf(x->instance, sizeof x->instance, "%s", f->work[i].item.instance);
+    x->res = (dx_work_item_t){.kind = DX_WI_ACT_COMPLETED, .instance = x->instance,
+                              .execution_id = 1, .id = f->work[i].item.id, .data = "1"};
+    x->op = (dx_store_op_t){.kind = DX_OP_ACK_WORK, .token = f->work[i].lock_token,
+                            .item = &x->res, .done = hello_result, .ud = x};
+    dx__store_submit(h->s, &x->op);
+  }
+}
+
+/* Start h1 and run a store with held work (hold_ms long: the idle loop always answers within
+** it, however loaded the machine) until h1 completed; h's options set before. */
+static void run_hello(hello_t *h, wrap_t *w) {
+  dx_store_cfg_t cfg;
+  dx_error_t err;
+  int i;
+  h->w = w;
+  if (!h->steps) h->steps = 1;
+  enqueue_starts(w, "h", 1); /* h0 */
+  ASSERT_OK(uv_loop_init(&h->loop));
+  held_cfg(&cfg, w);
+  cfg.hold_work = 1;
+  cfg.on_fetch = answer_hello;
+  cfg.ud = h;
+  if (h->sid) {
+    h->sess = (dx_session_cfg_t){.worker_id = "w1", .session_lock_ms = 60000, .max_sessions = 4};
+    cfg.sessions = &h->sess;
+    cfg.worker_id = "w1";
+  }
+  ASSERT_OK(dx__store_new(&h->s, &h->loop, &cfg, &err));
+  dx__store_want(h->s, 8, 8);
+  for (i = 0; i < 20000 && !h->fin_ok; i++) {
+    uv_run(&h->loop, UV_RUN_NOWAIT);
+    usleep(500);
+  }
+  close_store(h->s, &h->loop);
+  ASSERT_EQ(h->fin_ok, 1);
+}
+
+/* h0's history: its start, then per step scheduled + completed, then its completion; the
+** number of ActivityCompleted events it holds. */
+static int hello_history(wrap_t *w, int steps) {
+  dx_event_t *ev = NULL;
+  size_t n = 0, i;
+  dx_error_t err;
+  int completed = 0;
+  ASSERT_OK(w->inner->methods->read_history(w->inner, "h0", 0, &ev, &n, NULL, &err));
+  ASSERT_EQ((int)n, 2 * steps + 2);
+  ASSERT_EQ(ev[n - 1].kind, DX_EV_ORCH_COMPLETED);
+  for (i = 0; i < n; i++) completed += ev[i].kind == DX_EV_ACT_COMPLETED;
+  dx_events_free(ev, n);
+  return completed;
+}
+
+DX_TEST(store_held_hello_takes_one_commit_after_its_start) {
+  /* start fetched, first turn answered, its activity handed to the loop before the commit, the
+  ** result applied, the turn it woke answered: all in one durable commit (two before: the
+  ** activity waited for the commit of the turn that scheduled it) */
+  static hello_t h;
+  wrap_t *w = wrap_open();
+  memset(&h, 0, sizeof h);
+  run_hello(&h, w);
+  ASSERT_EQ(h.n_runs, 1);
+  ASSERT_EQ(h.commits_at_run[0], 0); /* the activity ran before any commit */
+  ASSERT_EQ(w->commits, 1);
+  ASSERT_EQ(w->last_sync, 1);
+  ASSERT_EQ(hello_history(w, 1), 1);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_held_steps_of_a_lone_orchestration_share_one_commit) {
+  /* five activities in a row: each result, the turn it wakes and the next activity go round
+  ** inside the open transaction; each ack is reported to the loop (op->applied) before the
+  ** instance's next turn reaches it, so its cache can continue that turn (six commits before) */
+  static hello_t h;
+  wrap_t *w = wrap_open();
+  int i;
+  memset(&h, 0, sizeof h);
+  h.steps = 5;
+  h.cache = 1;
+  run_hello(&h, w);
+  ASSERT_EQ(h.n_runs, 5);
+  ASSERT_EQ(h.n_turns, 6);
+  ASSERT_EQ(w->commits, 1);
+  for (i = 1; i < 6; i++) ASSERT_EQ(h.reported_at_turn[i], i); /* the previous ack first */
+  ASSERT_EQ(h.n_reported, 5); /* (the last ack had no hand-over after it) */
+  ASSERT_EQ(h.n_acks_ok, 6);
+  ASSERT_EQ(hello_history(w, 5), 5);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_held_activity_of_a_lost_transaction_runs_again_and_history_holds_one_result) {
+  /* the transaction that ran the whole hello is lost (DX_ERETRY at commit): its acks are
+  ** refused, those the loop was told of without being applied again (their memory is the
+  ** loop's: wiped here), and the retried batch runs the turn and the activity again: the
+  ** activity ran twice (at least once), the history holds one result */
+  static hello_t h;
+  wrap_t *w = wrap_open();
+  memset(&h, 0, sizeof h);
+  h.cache = 1;
+  w->retry_commits = 1;
+  run_hello(&h, w);
+  ASSERT_EQ(h.n_runs, 2);
+  ASSERT_EQ(h.n_acks_refused, 2);
+  ASSERT_EQ(h.n_res_refused, 1);
+  ASSERT_EQ(h.n_acks_ok, 2);
+  ASSERT_EQ(h.n_res_ok, 1);
+  ASSERT_EQ(w->commits, 2); /* (commit calls: the lost one, then the retried batch's) */
+  ASSERT_EQ(hello_history(w, 1), 1);
+  w_destroy(&w->base);
+}
+
+DX_TEST(store_held_activity_whose_fetch_claimed_its_session_waits_for_the_commit) {
+  /* the first activity of session s1 claims it in the open transaction: not handed over (a
+  ** lost transaction would leave the runtime owning a session whose claim rolled back), it
+  ** reaches the loop with the commit; the second, of the now owned session, goes round
+  ** inside the next transaction */
+  static hello_t h;
+  wrap_t *w = wrap_open();
+  memset(&h, 0, sizeof h);
+  h.steps = 2;
+  h.sid = "s1";
+  run_hello(&h, w);
+  ASSERT_EQ(h.n_runs, 2);
+  ASSERT_EQ(h.commits_at_run[0], 1); /* after the claim's commit */
+  ASSERT_EQ(h.commits_at_run[1], 1); /* before the next */
+  ASSERT_EQ(w->commits, 2);
+  ASSERT_EQ(hello_history(w, 2), 2);
+  w_destroy(&w->base);
 }

@@ -303,6 +303,17 @@ static int l_rt_turn_hold(lua_State *L) {
   return 0;
 }
 
+/* rt:_lose_commits(n): tests: the runtime's next n store commits are lost (rolled back and
+** retried, embedding.h dx__runtime_lose_commits). */
+static int l_rt_lose_commits(lua_State *L) {
+  lrt_t *r = check_rt(L);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, n >= 0 && n <= 1000, 2, "count must be 0..1000");
+  if (!r->rt || r->state != 1) return luaL_error(L, "lose commits of a started runtime");
+  dx__runtime_lose_commits(r->rt, (int)n);
+  return 0;
+}
+
 /* rt:_poke(): wake the store thread (look for due work now). */
 static int l_rt_poke(lua_State *L) {
   lrt_t *r = check_rt(L);
@@ -512,6 +523,7 @@ int luaopen_duroxide_runtime_mt(lua_State *L) {
                                      {"_poke", l_rt_poke}, {"_config", l_rt_config},
                                      {"_stall", l_rt_stall}, {"_without", l_rt_without},
                                      {"_turn_hold", l_rt_turn_hold},
+                                     {"_lose_commits", l_rt_lose_commits},
                                      {NULL, NULL}};
   if (luaL_newmetatable(L, RT_MT)) {
     luaL_newlib(L, methods);

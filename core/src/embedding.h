@@ -32,7 +32,7 @@ int dx__client_await(dx_client_t *c, int64_t max_ms, int64_t fallback_ms);
 int dx__client_start_item(const dx_start_t *st, dx_work_item_t *w, dx_error_t *err);
 /* Eager start: a runtime running on the client's own local store (the same notify file) takes
 ** the start into its store cycle, which commits it together with its first turn when the loop
-** runs that turn in time (store.c hold_turns): one durable commit instead of two. *out NULL
+** runs that turn in time (store_rounds.c): one durable commit instead of two. *out NULL
 ** (DX_OK): rt cannot take it now (not running, stopping, stalled, another store): use
 ** dx_client_start. Else the start is queued: run rt's loop until dx__eager_done(*out), then
 ** dx__eager_end gives its outcome (as dx_client_start's) and frees it. A bad start fails at
@@ -45,6 +45,10 @@ int dx__eager_end(dx__eager_t *e, dx_error_t *err);
 /* Tests: how long the runtime's store cycles wait for the turns they fetched (store.h
 ** hold_ms; default DX__TURN_HOLD_MS, 0 = never). Before dx_runtime_start. */
 void dx__runtime_set_turn_hold(dx_runtime_t *rt, int64_t ms);
+/* Tests: the runtime's next n store commits are lost (rolled back, reported as DX_ERETRY, so
+** the batch is retried), as a database's serialization failure would be. After
+** dx_runtime_start. */
+void dx__runtime_lose_commits(dx_runtime_t *rt, int n);
 /* The runtime an activity runs on. */
 dx_runtime_t *dx__activity_runtime(const dx_activity_t *a);
 #endif

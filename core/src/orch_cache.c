@@ -93,6 +93,10 @@ dx_turn_t *dx__ocache_take(dx_ocache_t *c, const char *instance) {
   return t;
 }
 
+void dx__ocache_drop(dx_ocache_t *c, const char *instance) {
+  if (c) dx__turn_free(dx__ocache_take(c, instance));
+}
+
 static void grow(dx_ocache_t *c) {
   size_t nb = c->nb * 2, i;
   entry_t **nv = calloc(nb, sizeof *nv);

@@ -29,6 +29,8 @@ dx_turn_t *dx__ocache_take(dx_ocache_t *c, const char *instance);
 /* Keep t (dx__turn_keep done) as the most recently used; evicts the least recently used
 ** turns past the budget (a turn larger than the whole budget is freed at once). */
 void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t);
+/* Free the kept turn of `instance`, if any (c may be NULL). */
+void dx__ocache_drop(dx_ocache_t *c, const char *instance);
 /* Any thread: 1 when the cache holds `instance`, with the execution and the number of its
 ** events held; 0 otherwise. */
 int dx__ocache_holds(dx_ocache_t *c, const char *instance, uint64_t *execution_id,

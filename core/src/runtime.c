@@ -51,20 +51,50 @@ const char *dx_version(void) { return "0.1.0"; }
 
 /* {===== orchestration dispatcher =====} */
 
+/* Keep a turn in the cache (dx__turn_keep: its ack's memory goes back to the turn); 1 when
+** kept (the turn then belongs to the cache). */
+static int keep_turn(dx_runtime_t *rt, turn_job_t *job) {
+  if (!rt->ocache || rt->stopping || !job->turn || !dx__turn_keepable(job->turn) ||
+      dx__turn_keep(job->turn, job->item) != DX_OK)
+    return 0;
+  dx__ocache_put(rt->ocache, job->turn);
+  job->turn = NULL;
+  return 1;
+}
+
+/* The turn's ack was applied in a transaction that stays open while the store hands this loop
+** more items, maybe the instance's next turn (store.h op->applied): keep the turn now, so that
+** turn continues it instead of replaying the history. Counted now (its ack is gone after the
+** keep); turn_committed drops the copy if the transaction is lost. */
+static void turn_applied(dx_store_op_t *op) {
+  turn_job_t *job = op->ud;
+  dx_runtime_t *rt = job->rt;
+  if (!rt->ocache || rt->stopping || !job->turn || !dx__turn_keepable(job->turn)) return;
+  dx__observe_turn(rt->metrics, job->item, op->ack, 0, dx__now_ms(),
+                   dx__turn_started_ms(job->turn));
+  job->kept_early = 1;
+  if (!keep_turn(rt, job)) { /* its ack may be half taken back: nobody reads it any more */
+    dx__turn_free(job->turn);
+    job->turn = NULL;
+  }
+}
+
 static void turn_committed(dx_store_op_t *op) {
   turn_job_t *job = op->ud;
   dx_runtime_t *rt = job->rt;
   if (op->rc != 0)
     dx__log(DX_LOG_WARN, "orchestration commit failed; the turn will be retried",
             "instance=%s error=\"%s\"", job->item->instance, op->err.msg);
-  dx__observe_turn(rt->metrics, job->item, job->acked ? op->ack : NULL, op->rc, dx__now_ms(),
-                   job->turn ? dx__turn_started_ms(job->turn) : 0);
-  /* Only a committed turn is kept: an abandoned or refused one is ahead of the store. */
-  if (rt->ocache && job->acked && op->rc == 0 && !rt->stopping && job->turn &&
-      dx__turn_keepable(job->turn) && dx__turn_keep(job->turn, job->item) == DX_OK) {
-    dx__ocache_put(rt->ocache, job->turn);
-    job->turn = NULL;
+  if (job->kept_early && op->rc != 0) {
+    /* kept ahead of a commit that was lost: the store's history is shorter (a later turn of
+    ** the same transaction, continued from this copy, was lost with it too) */
+    dx__ocache_drop(rt->ocache, job->item->instance);
+  } else if (!job->kept_early) {
+    dx__observe_turn(rt->metrics, job->item, job->acked ? op->ack : NULL, op->rc, dx__now_ms(),
+                     job->turn ? dx__turn_started_ms(job->turn) : 0);
   }
+  /* Only a committed turn is kept: an abandoned or refused one is ahead of the store. */
+  if (job->acked && op->rc == 0) keep_turn(rt, job);
   dx__turn_free(job->turn);
   dx_orch_item_free(job->item);
   free(job);
@@ -96,6 +126,7 @@ static void settle_turn(dx_runtime_t *rt, turn_job_t *job, int ack, int64_t dela
   if (ack) {
     job->op.kind = DX_OP_ACK_ORCH;
     job->op.ack = dx__turn_ack(job->turn);
+    job->op.applied = rt->ocache ? turn_applied : NULL;
     job->acked = 1;
   } else {
     job->op.kind = DX_OP_ABANDON_ORCH;
@@ -725,6 +756,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
                                        rt->opts.worker_lock_renewal_buffer_ms);
   cfg.poll_interval_ms = rt->opts.poll_interval_ms;
   cfg.hold_ms = rt->turn_hold_ms;
+  cfg.hold_work = 1;
   cfg.on_fetch = on_fetch;
   cfg.on_fatal = on_store_fatal;
   cfg.ud = rt;
@@ -814,6 +846,10 @@ int dx__eager_start(dx_runtime_t *rt, dx_client_t *c, const dx_start_t *st, dx__
 int dx__eager_done(const dx__eager_t *e) { return e->done; }
 
 void dx__runtime_set_turn_hold(dx_runtime_t *rt, int64_t ms) { rt->turn_hold_ms = ms; }
+
+void dx__runtime_lose_commits(dx_runtime_t *rt, int n) {
+  if (rt->store) dx__store_lose_commits(rt->store, n);
+}
 
 int dx__eager_end(dx__eager_t *e, dx_error_t *err) {
   int rc = e->op.rc;

@@ -44,6 +44,8 @@ typedef struct turn_job_s {
   dx_orch_item_t *item;
   dx_turn_t *turn;
   int acked;                 /* the settlement is an ack (else an abandon) */
+  int kept_early;            /* the turn went to the cache when its ack was applied, before
+                                the commit (turn_applied): a lost commit drops it again */
   dx_store_op_t op;
 } turn_job_t;
 

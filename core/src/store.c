@@ -28,7 +28,7 @@
 #include "store_int.h"
 #include "util.h"
 
-static int64_t now_ms(dx_store_t *s) {
+int64_t dx__store_now_ms(dx_store_t *s) {
   return s->cfg.clock ? s->cfg.clock(s->cfg.clock_ud) : dx__now_ms();
 }
 
@@ -98,6 +98,38 @@ static void free_fetched(dx_store_fetched_t *f) {
   memset(f, 0, sizeof *f);
 }
 
+/* What a cycle fetched, for the metrics: delivered with its commit, or handed over before. */
+void dx__store_count_fetched(dx_store_t *s, const dx_store_fetched_t *f) {
+  if (f->n_orch)
+    dx__metric_add(s->cfg.metrics, DXM_STORE_FETCHED, DXM_LABELS("orchestrator"),
+                   (double)f->n_orch);
+  if (f->n_work)
+    dx__metric_add(s->cfg.metrics, DXM_STORE_FETCHED, DXM_LABELS("worker"), (double)f->n_work);
+}
+
+/* Room in f for bo orchestration and bw work items in all (an array it cannot grow, out of
+** memory, keeps its size: the fetch then takes fewer). */
+static void fetched_room(dx_store_fetched_t *f, int bo, int bw) {
+  if (bo > 0 && (size_t)bo > f->cap_orch) {
+    dx_orch_item_t **v = realloc(f->orch, (size_t)bo * sizeof *v);
+    if (v) f->orch = v, f->cap_orch = (size_t)bo;
+  }
+  if (bw > 0 && (size_t)bw > f->cap_work) {
+    dx_work_fetch_t *v = realloc(f->work, (size_t)bw * sizeof *v);
+    if (v) {
+      memset(v + f->cap_work, 0, ((size_t)bw - f->cap_work) * sizeof *v);
+      f->work = v;
+      f->cap_work = (size_t)bw;
+    }
+  }
+}
+
+/* How many more items a fetch may add to n of them (budget b in all, room for cap). */
+static int room_left(int b, size_t n, size_t cap) {
+  size_t want = b > 0 && (size_t)b > n ? (size_t)b - n : 0;
+  return (int)(want < cap - n ? want : cap - n);
+}
+
 /* Before fetching: the provider takes only this worker's tags and the orchestrations its host
 ** can run, re-read whenever the host's registrations changed (rolling deployments). A failure
 ** is retried at the next cycle; meanwhile the previous filter stays. */
@@ -132,15 +164,15 @@ static void refresh_filter(dx_store_t *s) {
 }
 
 /* Returns 1 when a fetch failed (the cycle then counts as failed, for the backoff). */
-static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetched_t *f) {
+int dx__store_fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetched_t *f) {
   dx_provider_t *p = s->cfg.provider;
   dx_error_t err;
   int failed = 0;
   const dx_session_cfg_t *sessions = dx__store_fetch_sessions(s, now);
-  /* arrays of capacity bo / bw; a second fetch of the same cycle (hold_turns) adds to them */
-  if (bo > 0 && !f->orch) f->orch = calloc((size_t)bo, sizeof *f->orch);
-  if (bw > 0 && !f->work) f->work = calloc((size_t)bw, sizeof *f->work);
-  while (f->orch && (int)f->n_orch < bo) {
+  /* f holds up to bo / bw items in all: a later fetch of the same cycle (its held rounds)
+  ** adds to what it holds */
+  fetched_room(f, bo, bw);
+  while (f->orch && (int)f->n_orch < bo && f->n_orch < f->cap_orch) {
     dx_orch_item_t *it = NULL;
     if (p->methods->fetch_orchestration_item(p, now, s->cfg.orch_lock_ms, &it, &err) != 0) {
       dx__log(DX_LOG_WARN, "orchestration fetch failed", "error=\"%s\"", err.msg);
@@ -151,7 +183,7 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
     f->orch[f->n_orch++] = it;
     dx__store_hold(s, it->instance, it->lock_token);
   }
-  while (f->work && (int)f->n_work < bw) {
+  while (f->work && (int)f->n_work < bw && f->n_work < f->cap_work) {
     dx_work_fetch_t *w = &f->work[f->n_work];
     if (p->methods->fetch_work_item(p, now, s->cfg.work_lock_ms, sessions, w, &err) != 0) {
       dx__log(DX_LOG_WARN, "work fetch failed", "error=\"%s\"", err.msg);
@@ -172,7 +204,8 @@ static int fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetch
 /* After an op ran: settled items are no longer held (whatever the outcome: the loop does not
 ** settle them again); a renewal by the loop postpones this thread's fallback renewal. */
 static void settle_held(dx_store_t *s, const dx_store_op_t *op) {
-  if (op->kind == DX_OP_ACK_ORCH) dx__store_unhold(s, op->ack->lock_token);
+  if (op->kind == DX_OP_ACK_ORCH) /* (once reported applied, its ack is not read: op_done) */
+    dx__store_unhold(s, op->hstate == 2 ? op->token : op->ack->lock_token);
   else if (op->kind == DX_OP_ABANDON_ORCH || op->kind == DX_OP_ACK_WORK ||
            op->kind == DX_OP_ABANDON_WORK)
     dx__store_unhold(s, op->token);
@@ -195,12 +228,11 @@ static int op_needs_sync(const dx_store_op_t *op) {
          op->kind != DX_OP_ACK_WORK && op->rc == 0;
 }
 
-enum { CALL_OP = 1, CALL_FETCH = 2 };
-
 /* Run one op inside the cycle's batch and note its outcome. DX_ERETRY (the batch is lost)
 ** is returned, in *err; any other failure is the op's own answer. */
 static int op_done(dx_store_t *s, dx_store_op_t *op, int *failed, int *durable,
                    dx_error_t *err) {
+  if (op->kind == DX_OP_ACK_ORCH && op->hstate != 2) op->token = op->ack->lock_token;
   if (op->rc == DX_ERETRY) {
     *err = op->err;
     *failed = CALL_OP;
@@ -214,20 +246,25 @@ static int op_done(dx_store_t *s, dx_store_op_t *op, int *failed, int *durable,
 
 static int op_apply(dx_store_t *s, dx_store_op_t *op, int64_t now, int *failed, int *durable,
                     dx_error_t *err) {
+  if (op->hstate == 2) {
+    /* the loop was told it was applied, and may have taken its ack's memory back: the
+    ** transaction it was applied in was lost, so it stays refused, as the provider would
+    ** refuse it (its lock was taken in that transaction) */
+    op->rc = dx_error_set(&op->err, DX_ELOCK, "turn lost with the transaction it was "
+                          "applied in (lock token %016llx)", (unsigned long long)op->token);
+    return op_done(s, op, failed, durable, err);
+  }
   op->rc = run_op(s, op, now);
+  op->hstate = 1;
   return op_done(s, op, failed, durable, err);
 }
 
 /* op_apply on every op of the list, in order, up to the first failure (its code). */
-static int apply_all(dx_store_t *s, dx_store_op_t *ops, int64_t now, int *failed, int *durable,
+int dx__store_apply_all(dx_store_t *s, dx_store_op_t *ops, int64_t now, int *failed, int *durable,
                      dx_error_t *err) {
   int rc = 0;
   for (; ops && !rc; ops = ops->next) rc = op_apply(s, ops, now, failed, durable, err);
   return rc;
-}
-
-static int has_run_cycle(dx_provider_t *p) {
-  return p->methods->version >= 5 && p->methods->run_cycle != NULL;
 }
 
 static int is_ack(const dx_store_op_t *op) {
@@ -235,7 +272,7 @@ static int is_ack(const dx_store_op_t *op) {
 }
 
 /* The fetch of a cycle that wanted items took since t0 (uv_hrtime). */
-static void observe_fetch(dx_store_t *s, uint64_t t0, int bo, int bw) {
+void dx__store_observe_fetch(dx_store_t *s, uint64_t t0, int bo, int bw) {
   if (bo > 0 || bw > 0)
     dx__metric_observe(s->cfg.metrics, DXM_STORE_FETCH_DURATION, DXM_NOLABELS,
                        dx__seconds_since(t0));
@@ -276,15 +313,14 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   /* a provider may commit inside run_cycle: decide now (turn acks sync, op_needs_sync) */
   cy.sync = *durable || sync;
   /* (after an eager cycle's calls f may hold items already: add to them) */
-  if (bo > 0 && !f->orch) f->orch = calloc((size_t)bo, sizeof *f->orch);
-  if (bw > 0 && !f->work) f->work = calloc((size_t)bw, sizeof *f->work);
+  fetched_room(f, bo, bw);
   cy.orch_out = f->orch ? f->orch + f->n_orch : NULL;
   cy.work_out = f->work ? f->work + f->n_work : NULL;
-  cy.max_orch = cy.orch_out && bo > (int)f->n_orch ? bo - (int)f->n_orch : 0;
-  cy.max_work = cy.work_out && bw > (int)f->n_work ? bw - (int)f->n_work : 0;
+  cy.max_orch = room_left(bo, f->n_orch, f->cap_orch);
+  cy.max_work = room_left(bw, f->n_work, f->cap_work);
   t0 = uv_hrtime();
   rc = p->methods->run_cycle(p, now, &cy, err);
-  observe_fetch(s, t0, bo, bw); /* the acks ride along: one call does both */
+  dx__store_observe_fetch(s, t0, bo, bw); /* the acks ride along: one call does both */
   for (i = 0; i < cy.n_orch; i++) dx__store_hold(s, cy.orch_out[i]->instance, cy.orch_out[i]->lock_token);
   for (i = 0; i < cy.n_work; i++) dx__store_hold(s, NULL, cy.work_out[i].lock_token);
   f->n_orch += cy.n_orch;
@@ -308,256 +344,14 @@ static int run_cycle(dx_store_t *s, dx_store_op_t *ops, int bo, int bw, int64_t 
   return rc;
 }
 
-/* {===== turns answered inside their fetch's transaction =====} */
-
-/* A provider without run_cycle makes its calls without round trips (a local store), so a
-** cycle's transaction can stay open a moment for the turns it fetched: the orchestration items
-** go to the loop before the commit, their acks (with whatever else the loop queued meanwhile)
-** join the transaction, which then fetches again and commits once. A step (an activity's
-** result, the turn it unblocks, the next activity) then costs one commit instead of two, and
-** the fetch of a start none of its own. Only for a few items (HOLD_MAX_ITEMS), waited for at
-** most cfg.hold_ms, and only while the loop holds nothing else unsettled (idle, it answers at
-** once): a big batch or a busy loop commits at once as before (a hold waiting on a busy loop
-** would keep other processes' writers out for nothing), and other writers wait for the store
-** at most that long. If the transaction is then lost, the loop's acks of
-** those items are refused (their locks were never kept) and the items come back. Work items
-** still wait for the commit: an activity never starts before the turn that scheduled it is
-** durable. */
-#define HOLD_MAX_ITEMS 16
-/* A delivery of at most this many items is answered as one burst (await_delivery): about a
-** hold's worth, so a worker's sessions step together with one commit per round. */
-#define BURST_MAX_ITEMS HOLD_MAX_ITEMS
-
-typedef struct {
-  uint64_t tokens[2 * HOLD_MAX_ITEMS]; /* lock tokens of the items handed to the loop: turns,
-                                       then close items (hold_closes) */
-  size_t n;
-} handed_t;
-
-/* 1 when ops settle a turn of an instance f fetched again: the loop learns that settlement
-** only with the commit (its cache keeps the turn then), so the new turn must not reach it
-** before (it would replay the history instead of continuing the kept turn). */
-static int refetched_settled(const dx_store_op_t *ops, const dx_store_fetched_t *f) {
-  const dx_store_op_t *op;
-  size_t i;
-  for (op = ops; op; op = op->next) {
-    const char *inst = op->kind == DX_OP_ACK_ORCH       ? op->ack->instance
-                       : op->kind == DX_OP_ABANDON_ORCH ? op->instance
-                                                        : NULL;
-    for (i = 0; inst && i < f->n_orch; i++)
-      if (strcmp(inst, f->orch[i]->instance) == 0) return 1;
-  }
-  return 0;
-}
-
-/* 1 when ops carry this process's own client start (dx__eager_start). */
-static int has_eager(const dx_store_op_t *ops) {
-  for (; ops; ops = ops->next)
-    if (ops->kind == DX_OP_ENQUEUE_ORCH && ops->eager) return 1;
-  return 0;
-}
-
-/* A database cycle of single calls pays a round trip per op: only for a few results. */
-#define PER_CALL_MAX_RESULTS 8
-
-/* 1 when ops are only activity results (at most PER_CALL_MAX_RESULTS) and settle everything
-** the loop holds: the loop is idle once they are applied, so it answers the turns they unblock
-** at once. */
-static int results_of_idle_loop(const dx_store_t *s, const dx_store_op_t *ops) {
-  size_t k = 0;
-  for (; ops; ops = ops->next, k++)
-    if (ops->kind != DX_OP_ACK_WORK || !ops->item || k >= PER_CALL_MAX_RESULTS) return 0;
-  return k > 0 && s->n_held == k;
-}
-
-/* The cycle makes one call per op and fetch (and so may hold its turns): always on a provider
-** without run_cycle. On one with it (a database) only where someone waits for the turn and the
-** idle loop answers in microseconds, so the row locks are kept that long only: a cycle
-** carrying this process's own start (start, first turn and the activity it schedules cost one
-** commit), or an idle loop's activity results (result and the turn it unblocks, one commit).
-** Every other cycle stays one round trip. */
-static int per_call(dx_store_t *s, const dx_store_op_t *ops) {
-  return !has_run_cycle(s->cfg.provider) ||
-         (s->cfg.hold_ms > 0 && (has_eager(ops) || results_of_idle_loop(s, ops)));
-}
-
-/* Called only in a per_call cycle (one call per op and fetch). */
-static int can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f) {
-  return s->cfg.hold_ms > 0 && f->n_orch > 0 && f->n_orch <= HOLD_MAX_ITEMS &&
-         s->n_held == f->n_orch && !refetched_settled(ops, f);
-}
-
-/* (mu held) Queue fetched items for the loop (on_async takes them). */
-static void push_fetched(dx_store_t *s, fetched_node_t *n) {
-  n->next = NULL;
-  if (s->fetched_tail) s->fetched_tail->next = n;
-  else s->fetched = n;
-  s->fetched_tail = n;
-  s->n_fetched_items += n->f.n_orch + n->f.n_work;
-}
-
-/* Hand g's items (moved out of the cycle's fetch: its turns, or its close items) to the loop
-** now; g is then empty. 0 when the store is closing, or when the loop has not yet taken what
-** it was handed before (it is busy: it would not answer in time); g is left as it was, its
-** items are delivered with the commit, as usual. */
-static int hand_over(dx_store_t *s, dx_store_fetched_t *g, handed_t *h) {
-  fetched_node_t *n = calloc(1, sizeof *n);
-  size_t i;
-  if (!n) return 0;
+/* Tests (dx__store_lose_commits): 1 when this commit is to be lost (*err says so). */
+static int lost_commit(dx_store_t *s, dx_error_t *err) {
+  int lose;
   uv_mutex_lock(&s->mu);
-  if (s->stopping || !s->cfg.on_fetch || s->fetched) {
-    uv_mutex_unlock(&s->mu);
-    free(n);
-    return 0;
-  }
-  for (i = 0; i < g->n_orch; i++) h->tokens[h->n++] = g->orch[i]->lock_token;
-  for (i = 0; i < g->n_work; i++) h->tokens[h->n++] = g->work[i].lock_token;
-  n->f = *g;
-  push_fetched(s, n);
-  s->budget_orch -= (int)g->n_orch;
-  s->budget_work -= (int)g->n_work;
+  if ((lose = s->lose_commits > 0)) s->lose_commits--;
   uv_mutex_unlock(&s->mu);
-  memset(g, 0, sizeof *g);
-  uv_async_send(&s->async);
-  return 1;
-}
-
-/* Hand f's orchestration items to the loop now (f keeps its work items). */
-static int hand_over_turns(dx_store_t *s, dx_store_fetched_t *f, handed_t *h) {
-  dx_store_fetched_t g;
-  memset(&g, 0, sizeof g);
-  g.orch = f->orch;
-  g.n_orch = f->n_orch;
-  g.at_ms = f->at_ms;
-  if (!hand_over(s, &g, h)) return 0;
-  f->orch = NULL;
-  f->n_orch = 0;
-  return 1;
-}
-
-/* 1 when ops hold a settlement (ack or abandon) of every handed-over item. */
-static int turns_settled(const dx_store_op_t *ops, const handed_t *h) {
-  size_t i;
-  for (i = 0; i < h->n; i++) {
-    const dx_store_op_t *op;
-    for (op = ops; op; op = op->next)
-      if ((op->kind == DX_OP_ACK_ORCH && op->ack->lock_token == h->tokens[i]) ||
-          ((op->kind == DX_OP_ABANDON_ORCH || op->kind == DX_OP_ACK_WORK ||
-            op->kind == DX_OP_ABANDON_WORK) && op->token == h->tokens[i]))
-        break;
-    if (!op) return 0;
-  }
-  return 1;
-}
-
-/* Wait (at most cfg.hold_ms; stop and pause end it) until the loop settled every handed-over
-** item, then take everything it queued. */
-static dx_store_op_t *await_turns(dx_store_t *s, const handed_t *h) {
-  uint64_t until = uv_hrtime() + (uint64_t)s->cfg.hold_ms * 1000000u, t;
-  dx_store_op_t *ops;
-  uv_mutex_lock(&s->mu);
-  while (!s->stopping && !s->paused && !turns_settled(s->pending, h) &&
-         (t = uv_hrtime()) < until)
-    uv_cond_timedwait(&s->cv, &s->mu, until - t);
-  ops = s->pending;
-  s->pending = s->pending_tail = NULL;
-  uv_mutex_unlock(&s->mu);
-  return ops;
-}
-
-/* await_turns, and the ops the loop answered appended to *opsp (reported with the batch). */
-static dx_store_op_t *await_answers(dx_store_t *s, dx_store_op_t **opsp, const handed_t *h) {
-  dx_store_op_t *late = await_turns(s, h), **tail = opsp;
-  while (*tail) tail = &(*tail)->next;
-  *tail = late;
-  return late;
-}
-
-/* Inside the open transaction, after its orchestration fetch: hand the turns over and take
-** what the loop answered (appended to *opsp, so it is reported like the rest of the batch).
-** With latep (a provider with run_cycle) *latep gets those ops for the cycle's closing
-** run_cycle; else they are applied here and orchestrations fetched again. *bo is what may
-** still be fetched of them. */
-static int hold_turns(dx_store_t *s, dx_store_op_t **opsp, int *bo, dx_store_fetched_t *f,
-                      handed_t *h, dx_store_op_t **latep, int *failed, int *durable,
-                      dx_error_t *err) {
-  dx_store_op_t *late;
-  int64_t now;
-  int rc;
-  int k = (int)f->n_orch;
-  if (!hand_over_turns(s, f, h)) return 0;
-  *bo -= k;
-  late = await_answers(s, opsp, h);
-  now = now_ms(s);
-  f->at_ms = now;
-  if (latep) {
-    *latep = late;
-    return 0;
-  }
-  if ((rc = apply_all(s, late, now, failed, durable, err))) return rc;
-  if (fetch_into(s, now, *bo, 0, f)) *failed |= CALL_FETCH;
-  return 0;
-}
-
-/* 1 when f holds a close item and another item of the same session (it runs on the loop:
-** the close then waits for it there, as usual). */
-static int close_shares_session(const dx_store_fetched_t *f) {
-  size_t i, j;
-  for (i = 0; i < f->n_work; i++) {
-    const dx_work_item_t *c = &f->work[i].item;
-    if (c->kind != DX_WI_SESSION_CLOSE || !c->session_id) continue;
-    for (j = 0; j < f->n_work; j++)
-      if (j != i && f->work[j].item.session_id &&
-          strcmp(f->work[j].item.session_id, c->session_id) == 0)
-        return 1;
-  }
-  return 0;
-}
-
-/* Close items (ctx:close_session) this cycle fetched go to the loop before the commit, as
-** turns do (cfg.hold_ms, only while the loop holds nothing but this cycle's items): a loop
-** running none of the session's activities releases it at once, and the transaction then
-** fetches again, so a worker at its session capacity claims the next session in the same
-** commit instead of a cycle later. A close item is no activity: nothing starts before the
-** commit. When the transaction is then lost, the release is lost with it (the lease lapses
-** or the close comes back). bw is the cycle's work budget (f->work's capacity). */
-static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, int bw, dx_store_fetched_t *f,
-                       handed_t *h, int *failed, int *durable, dx_error_t *err) {
-  dx_store_fetched_t g;
-  dx_store_op_t *late;
-  handed_t hc; /* (h's turns are settled already: the wait is for the close items only) */
-  size_t i, k = 0, nc = 0;
-  int64_t now;
-  int rc;
-  for (i = 0; i < f->n_work; i++) nc += f->work[i].item.kind == DX_WI_SESSION_CLOSE;
-  if (!nc || s->cfg.hold_ms <= 0 || nc > HOLD_MAX_ITEMS ||
-      s->n_held != f->n_orch + f->n_work || close_shares_session(f))
-    return 0;
-  memset(&g, 0, sizeof g);
-  if (!(g.work = calloc(nc, sizeof *g.work))) return 0;
-  for (i = 0; i < f->n_work; i++)
-    if (f->work[i].item.kind == DX_WI_SESSION_CLOSE) g.work[g.n_work++] = f->work[i];
-  g.at_ms = f->at_ms;
-  hc.n = 0;
-  if (!hand_over(s, &g, &hc)) {
-    free(g.work);
-    return 0;
-  }
-  for (i = 0; i < f->n_work; i++) /* f keeps the others, in order */
-    if (f->work[i].item.kind != DX_WI_SESSION_CLOSE) f->work[k++] = f->work[i];
-  memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
-  f->n_work = k;
-  late = await_answers(s, opsp, &hc);
-  for (i = 0; i < hc.n; i++) h->tokens[h->n++] = hc.tokens[i]; /* (unhold_handed) */
-  now = now_ms(s); /* (f->at_ms stays: the earlier of its items' fetch times) */
-  rc = apply_all(s, late, now, failed, durable, err);
-  if (!rc && fetch_into(s, now, 0, bw - (int)nc, f)) *failed |= CALL_FETCH;
-  return rc;
-}
-
-static void unhold_handed(dx_store_t *s, const handed_t *h) {
-  size_t i;
-  for (i = 0; i < h->n; i++) dx__store_unhold(s, h->tokens[i]);
+  if (lose) dx_error_set(err, DX_ERETRY, "injected: the transaction was lost (tests)");
+  return lose;
 }
 
 /* One transaction: apply `ops`, fetch, commit. 0, or the error that lost the whole batch
@@ -565,7 +359,8 @@ static void unhold_handed(dx_store_t *s, const handed_t *h) {
 ** batch at once: the provider says it cannot go on, and the same calls may succeed again.
 ** *failed gets CALL_OP / CALL_FETCH when an op / a fetch failed (a failed commit is then
 ** their consequence, not the store's own failure). Ops the loop queued while the transaction
-** waited for its turns (hold_turns) are appended to *opsp; items handed over then reduce *bo. */
+** waited for it (held rounds, store_rounds.c) are appended to *opsp; turns a database's cycle
+** handed over then reduce *bo (a local store's rounds read the loop's budget anew). */
 static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int64_t now,
                       dx_store_fetched_t *f, int *failed, dx_error_t *err) {
   dx_provider_t *p = s->cfg.provider;
@@ -574,54 +369,56 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
   uint64_t t0;
   memset(f, 0, sizeof *f);
   memset(err, 0, sizeof *err);
-  handed.n = 0;
+  memset(&handed, 0, sizeof handed);
   *failed = 0;
   f->at_ms = now;
   if ((rc = p->methods->begin(p, err)) != 0) return rc;
   dx__store_renew_held(s, now);
   if (*bo > 0 || bw > 0) refresh_filter(s);
-  if (!per_call(s, *opsp)) {
+  if (!dx__store_per_call(s, *opsp)) {
     rc = run_cycle(s, *opsp, *bo, bw, now, f, failed, &durable, err);
+  } else if (!dx__store_has_run_cycle(p)) {
+    rc = dx__store_apply_all(s, *opsp, now, failed, &durable, err);
+    if (!rc) rc = dx__store_held_rounds(s, opsp, *bo, bw, f, &handed, failed, &durable, err);
   } else {
+    /* a database: one call, one round trip, for the start's turn, held; then run_cycle closes
+    ** the cycle as usual: the turn's ack, the fetches and the commit in one round trip */
     dx_store_op_t *late = NULL;
-    int rcy = has_run_cycle(p);
-    rc = apply_all(s, *opsp, now, failed, &durable, err);
-    /* Orchestrations first, then activities, once per batch and after every ack the batch
-    ** holds (a provider may skip work it found none of earlier in the batch: sessions) */
-    t0 = uv_hrtime();
-    /* (a database: one call, one round trip, for the start's turn; run_cycle fetches the rest) */
-    if (!rc && fetch_into(s, now, rcy && *bo > 1 ? 1 : *bo, 0, f)) *failed |= CALL_FETCH;
-    if (!rc && can_hold(s, *opsp, f)) {
-      uint64_t h0 = uv_hrtime();
-      rc = hold_turns(s, opsp, bo, f, &handed, rcy ? &late : NULL, failed, &durable, err);
-      t0 += uv_hrtime() - h0; /* the fetch metric leaves the wait for the loop out */
+    size_t settled;
+    rc = dx__store_apply_all(s, *opsp, now, failed, &durable, err);
+    if (!rc && dx__store_fetch_into(s, now, *bo > 1 ? 1 : *bo, 0, f)) *failed |= CALL_FETCH;
+    if (!rc && dx__store_can_hold(s, *opsp, f, NULL)) {
+      int k = (int)f->n_orch;
+      uint64_t left = (uint64_t)s->cfg.hold_ms * 1000000u;
+      rc = dx__store_hold_round(s, opsp, f, &handed, 1, &left, &late, &settled, failed,
+                                &durable, err);
+      if (!f->n_orch) *bo -= k; /* handed over */
     }
-    /* a database closes the cycle as usual: the turns' acks, the fetches and the commit in
-    ** one round trip */
-    if (!rc && rcy) rc = run_cycle(s, late, *bo, bw, f->at_ms, f, failed, &durable, err);
-    else if (!rc && fetch_into(s, f->at_ms, 0, bw, f)) *failed |= CALL_FETCH;
-    if (!rc && !rcy) observe_fetch(s, t0, *bo, bw); /* (run_cycle observed its own) */
-    if (!rc && !rcy) rc = hold_closes(s, opsp, bw, f, &handed, failed, &durable, err);
+    if (!rc) rc = run_cycle(s, late, *bo, bw, f->at_ms, f, failed, &durable, err);
   }
   if (rc) { /* DX_ERETRY from an op: it runs again, its outcome is not known yet */
     p->methods->rollback(p);
+    dx__store_ops_lost(*opsp);
     dx__store_unhold_fetched(s, f);
-    unhold_handed(s, &handed);
+    dx__store_unhold_handed(s, &handed);
+    free(handed.tokens);
     free_fetched(f);
     dx__store_renewals_end(s, 0);
     return rc;
   }
   /* A cycle that only took locks need not reach the disk: a lost lock only delays. */
   t0 = uv_hrtime();
-  rc = p->methods->commit(p, durable, err);
+  rc = lost_commit(s, err) ? DX_ERETRY : p->methods->commit(p, durable, err);
   dx__metric_observe(s->cfg.metrics, DXM_STORE_COMMIT_DURATION,
                      DXM_LABELS(durable ? "true" : "false"), dx__seconds_since(t0));
   if (rc != 0) {
     p->methods->rollback(p); /* a no-op when the failed commit already ended the batch */
+    dx__store_ops_lost(*opsp);
     dx__store_unhold_fetched(s, f);
-    unhold_handed(s, &handed);
+    dx__store_unhold_handed(s, &handed);
     free_fetched(f);
   }
+  free(handed.tokens);
   dx__store_renewals_end(s, rc == 0);
   return rc;
 }
@@ -635,7 +432,7 @@ static int cycle_retrying(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
                           dx_store_fetched_t *f, int *failed, dx_error_t *err) {
   int attempt, rc = 0;
   for (attempt = 1; attempt <= RETRY_ATTEMPTS; attempt++) {
-    rc = cycle_once(s, opsp, &bo, bw, now_ms(s), f, failed, err);
+    rc = cycle_once(s, opsp, &bo, bw, dx__store_now_ms(s), f, failed, err);
     if (rc != DX_ERETRY) break;
     dx__metric_add(s->cfg.metrics, DXM_STORE_RETRIES, DXM_NOLABELS, 1);
     dx__log(DX_LOG_WARN, "store transaction failed; retrying it whole", "attempt=%d error=\"%s\"",
@@ -675,11 +472,7 @@ static void count_ops(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fe
       if (n[k][j])
         dx__metric_add(s->cfg.metrics, DXM_STORE_OPERATIONS,
                        DXM_LABELS(k < N_NAMES ? names[k] : "other", outcome[j]), n[k][j]);
-  if (f->n_orch)
-    dx__metric_add(s->cfg.metrics, DXM_STORE_FETCHED, DXM_LABELS("orchestrator"),
-                   (double)f->n_orch);
-  if (f->n_work)
-    dx__metric_add(s->cfg.metrics, DXM_STORE_FETCHED, DXM_LABELS("worker"), (double)f->n_work);
+  dx__store_count_fetched(s, f);
 }
 
 /* The batch failed as a whole (not by DX_ERETRY, or by DX_ERETRY too often): apply each op in
@@ -816,7 +609,7 @@ static void store_main(void *arg) {
       continue;
     }
     if (!s->pending && !s->poked && !renew_now) {
-      int64_t now = now_ms(s), due;
+      int64_t now = dx__store_now_ms(s), due;
       s->woken = 0; /* this check covers every wake so far */
       uv_mutex_unlock(&s->mu);
       poll_depths(s);
@@ -859,7 +652,7 @@ static void store_main(void *arg) {
       fetched_node_t *n = malloc(sizeof *n);
       if (n) {
         n->f = f;
-        push_fetched(s, n);
+        dx__store_push_fetched(s, n);
       } else {
         dx__store_unhold_fetched(s, &f);
         free_fetched(&f); /* locks expire and the items come back */
@@ -905,12 +698,14 @@ static void store_main(void *arg) {
 
 static void on_async(uv_async_t *h) {
   dx_store_t *s = h->data;
-  dx_store_op_t *ops;
+  dx_store_op_t *ops, *applied;
   fetched_node_t *fl;
   int fatal;
   dx__log_set_worker(s->cfg.worker_id); /* the loop may serve several runtimes (tests) */
   /* uv_async_send coalesces: drain everything on each wakeup. */
   uv_mutex_lock(&s->mu);
+  applied = s->applied;
+  s->applied = s->applied_tail = NULL;
   ops = s->done;
   fl = s->fetched;
   fatal = s->fatal == 1;
@@ -921,6 +716,14 @@ static void on_async(uv_async_t *h) {
   s->delivering = fl && s->n_fetched_items <= BURST_MAX_ITEMS;
   s->n_fetched_items = 0;
   uv_mutex_unlock(&s->mu);
+  /* first: an op applied in a transaction still open may be done too (that transaction was
+  ** lost or committed since), and the items handed over with it follow */
+  while (applied) {
+    dx_store_op_t *next = applied->anext;
+    applied->anext = NULL;
+    applied->applied(applied);
+    applied = next;
+  }
   while (ops) {
     dx_store_op_t *next = ops->next;
     ops->next = NULL;
@@ -985,6 +788,7 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
 
 void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
   op->next = NULL;
+  op->hstate = 0;
   uv_mutex_lock(&s->mu);
   if (s->pending_tail) s->pending_tail->next = op;
   else s->pending = op;
@@ -1082,6 +886,12 @@ int64_t dx__store_backoff_ms(dx_store_t *s) {
 }
 
 /* {===== test support =====} */
+
+void dx__store_lose_commits(dx_store_t *s, int n) {
+  uv_mutex_lock(&s->mu);
+  s->lose_commits = n;
+  uv_mutex_unlock(&s->mu);
+}
 
 int dx__store_quiet(dx_store_t *s) {
   int quiet;

@@ -63,8 +63,19 @@ struct dx_store_op_s {
   int rc;                            /* result */
   dx_error_t err;
   dx_store_op_cb done;
+  /* ACK_ORCH, optional (loop thread): the ack was applied (rc 0) inside a transaction that then
+  ** hands the loop more items before it commits (a local store's held rounds,
+  ** store_rounds.c). It runs before those items are delivered; `done` follows with the final
+  ** outcome (non-zero when the transaction was lost). From this call on the store thread no
+  ** longer reads op->ack: the loop may take the ack's memory back (the orchestration cache
+  ** keeps the turn). */
+  dx_store_op_cb applied;
   void *ud;
   dx_store_op_t *next;
+  /* store thread: 1 applied in the open transaction, 2 reported through `applied` (it is not
+  ** applied again if that transaction is lost: it is refused) */
+  int hstate;
+  dx_store_op_t *anext; /* the store's list of applied ops the loop is told about */
 };
 
 /* Items fetched by a cycle, handed to the loop. */
@@ -74,6 +85,7 @@ typedef struct dx_store_fetched_s {
   dx_work_fetch_t *work;    /* owned by the receiver: dx_work_item_clear each .item */
   size_t n_work;
   int64_t at_ms;            /* the store's clock when they were fetched */
+  size_t cap_orch, cap_work; /* store thread: room in orch / work */
 } dx_store_fetched_t;
 
 typedef void (*dx_store_fetch_cb)(void *ud, dx_store_fetched_t *f);
@@ -88,9 +100,14 @@ typedef struct dx_store_cfg_s {
   int64_t session_idle_ms;           /* session_idle_timeout (renewals skip idle sessions) */
   int64_t poll_interval_ms;
   /* A cycle on a local store (provider without run_cycle) that fetched a few orchestration
-  ** items hands them to the loop before committing and waits up to hold_ms for their acks,
-  ** which then commit in the same transaction (store.c hold_turns). 0 = never. */
+  ** items (and then the activities they schedule, for several rounds) hands them to the loop
+  ** before committing and waits up to hold_ms each time for their answers, which then commit
+  ** in the same transaction (store_rounds.c). 0 = never. */
   int64_t hold_ms;
+  /* With hold_ms: the held rounds also hand the loop the activities the turns scheduled (and
+  ** then the turns their results wake), not only turns and close items. All waits of a cycle
+  ** together last at most 2 * hold_ms. */
+  int hold_work;
   int64_t turn_time_limit_ms;        /* turns end by then: orchestration locks renewed past it */
   const dx_session_cfg_t *sessions;  /* NULL = no session work */
   dx_store_fetch_cb on_fetch;        /* loop thread */
@@ -127,6 +144,9 @@ void dx__store_close(dx_store_t *s, void (*cb)(void *ud), void *ud);
 ** (no fetch, ack or renewal) until called again with 0; it returns once the thread has halted
 ** (a cycle under way is finished first), as a SIGSTOP'd process runs nothing at all. */
 void dx__store_pause(dx_store_t *s, int on);
+/* Tests: the next n commits of cycles are lost: rolled back and reported as DX_ERETRY (the
+** batch is then retried whole), as a database's serialization failure would be (any thread). */
+void dx__store_lose_commits(dx_store_t *s, int n);
 /* 1 when nothing is queued, in flight, or applied/fetched but not yet delivered to the loop. */
 int dx__store_quiet(dx_store_t *s);
 /* Close abruptly (a simulated crash): queued operations are not applied (their callbacks run

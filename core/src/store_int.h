@@ -47,6 +47,8 @@ struct dx_store_s {
   /* guarded by mu */
   dx_store_op_t *pending, *pending_tail;
   dx_store_op_t *done, *done_tail;
+  dx_store_op_t *applied, *applied_tail; /* ops applied in the open transaction, for the loop
+                                            (op->applied, before the items handed with them) */
   fetched_node_t *fetched, *fetched_tail;
   size_t n_fetched_items; /* orchestration and work items in fetched */
   int budget_orch, budget_work;
@@ -89,7 +91,72 @@ struct dx_store_s {
   void *close_ud;
   uint64_t cap_gen;    /* store thread only: the host capabilities generation applied */
   int filter_set;      /* store thread only: the provider has this worker's filter */
+  int lose_commits;    /* guarded by mu: tests (dx__store_lose_commits) */
 };
+
+/* {===== store.c, for store_rounds.c =====} */
+
+enum { CALL_OP = 1, CALL_FETCH = 2 }; /* *failed bits: an op failed, a fetch failed */
+
+int64_t dx__store_now_ms(dx_store_t *s);
+/* Fetch into f until it holds bo orchestration and bw work items in all (or none are left);
+** 1 when a fetch failed. */
+int dx__store_fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fetched_t *f);
+/* Apply every op of the list in order inside the open transaction, up to the first that
+** lost the batch (DX_ERETRY: its code, in *err); *failed / *durable as for a cycle. */
+int dx__store_apply_all(dx_store_t *s, dx_store_op_t *ops, int64_t now, int *failed,
+                        int *durable, dx_error_t *err);
+void dx__store_observe_fetch(dx_store_t *s, uint64_t t0, int bo, int bw);
+void dx__store_count_fetched(dx_store_t *s, const dx_store_fetched_t *f);
+
+static inline int dx__store_has_run_cycle(dx_provider_t *p) {
+  return p->methods->version >= 5 && p->methods->run_cycle != NULL;
+}
+
+/* {===== store_rounds.c: turns and activities answered inside their fetch's transaction =====} */
+
+#define HOLD_MAX_ITEMS 16
+/* All waits of one cycle for the loop together last at most this many hold_ms (4 ms by
+** default): other worker processes on the store wait that much longer at most for its write
+** lock than for the provider calls the rounds make (which would otherwise be made in cycles of
+** their own). A round of a worker's ten sessions (ten activities, then the ten turns they wake)
+** takes the idle loop about 0.2-0.3 ms, so that is about ten rounds. */
+#define HOLD_BUDGET_HOLDS 2
+/* A delivery of at most this many items is answered as one burst (await_delivery): about a
+** hold's worth, so a worker's sessions step together with one commit per round. */
+#define BURST_MAX_ITEMS HOLD_MAX_ITEMS
+
+typedef struct {
+  uint64_t *tokens; /* lock tokens of the items handed to the loop in this transaction */
+  size_t n, cap;
+  int oom;          /* a token could not be noted: hand nothing more over */
+  /* The last hand-over's report (store_rounds.c report_applied): the last op it looked at,
+  ** and how many tokens had been handed then. Everything handed before was settled by an op
+  ** up to `seen` (a hand-over needs the loop to hold nothing unsettled), so an ack after it
+  ** can answer only items from tokens[mark] on. */
+  struct dx_store_op_s *seen;
+  size_t mark;
+} handed_t;
+
+/* (mu held) Queue fetched items for the loop (on_async takes them). */
+void dx__store_push_fetched(dx_store_t *s, fetched_node_t *n);
+/* The cycle makes one call per op and fetch (and so may hold): see store_rounds.c. */
+int dx__store_per_call(dx_store_t *s, const dx_store_op_t *ops);
+/* f's turns may go to the loop now (h NULL: a database's held turn). */
+int dx__store_can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f,
+                       const handed_t *h);
+/* One held round: hand f's turns (turns = 1) or work items over, wait (*left ns of budget) and
+** apply the answers (latep: hand them back instead, for a closing run_cycle). */
+int dx__store_hold_round(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f,
+                         handed_t *h, int turns, uint64_t *left, dx_store_op_t **latep,
+                         size_t *settled, int *failed, int *durable, dx_error_t *err);
+/* A local store's cycle after its ops were applied: its fetches and held rounds. */
+int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
+                          dx_store_fetched_t *f, handed_t *h, int *failed, int *durable,
+                          dx_error_t *err);
+/* The transaction was lost: applied ops run again when it is retried (not reported ones). */
+void dx__store_ops_lost(dx_store_op_t *ops);
+void dx__store_unhold_handed(dx_store_t *s, handed_t *h);
 
 /* {===== store_held.c =====} */
 

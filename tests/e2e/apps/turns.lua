@@ -92,3 +92,24 @@ duroxide.orchestration("HogPair", function(ctx, input)
   local c = ctx:schedule_activity("Hog", { marker = input.marker, ms = 0, tag = "a3" }, o)
   return { r[1][1], r[1][2], assert(c:await()) }
 end)
+
+-- input = { marker = path, crash = bool }: marks each run; with crash, the first run kills its
+-- own worker (SIGKILL, at once: within the store's hold), as a power cut would, after its side
+-- effect (on a directory store inside the transaction of the turn that scheduled it,
+-- store_rounds.c); later runs return "done".
+local uv = require("luv") -- (loaded here: the kill must come within the hold)
+duroxide.activity("CrashOnce", function(actx, input)
+  append(input.marker, "run " .. actx.worker_id)
+  local seen = io.open(input.marker .. ".crashed")
+  if not input.crash or seen then
+    if seen then seen:close() end
+    return "done"
+  end
+  assert(io.open(input.marker .. ".crashed", "w")):close()
+  uv.kill(uv.os_getpid(), "sigkill")
+  error("still alive after SIGKILL")
+end)
+
+duroxide.orchestration("CrashOnceOrch", function(ctx, input)
+  return ctx:schedule_activity("CrashOnce", input):await()
+end)
