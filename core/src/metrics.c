@@ -285,7 +285,9 @@ static void record(dx_metrics_t *m, dx_metric_id_t id, const char *const *labels
   size_t i;
   if (!m || (int)id < 0 || id >= DXM__COUNT || defs[id].kind != kind || isnan(v)) return;
   uv_mutex_lock(&m->mu);
-  if ((s = series_get(m, id, labels)) != NULL) {
+  /* a family without labels has one series, its head once made: most hot-path calls */
+  s = !defs[id].labels[0] && m->fam[id].head ? m->fam[id].head : series_get(m, id, labels);
+  if (s != NULL) {
     if (kind == COUNTER) {
       if (v > 0) s->value += v;
     } else if (kind == GAUGE) {
