@@ -125,12 +125,36 @@ static void step(act_run_t *r, lua_State *from, int nargs) {
 
 /* {===== host methods: activities =====} */
 
+void dxl_activity_fn_forget(lua_State *L, dxl_state_t *S) {
+  if (S->act_fn_ref > 0) luaL_unref(L, LUA_REGISTRYINDEX, S->act_fn_ref);
+  S->act_fn_ref = 0;
+  S->act_fn_name[0] = '\0';
+}
+
+/* [-0, +1, m] the function registered for activity `name` (or nil): the one looked up last
+** when it has that name (registrations forget it), else from the registrations, kept. */
+static int push_activity_fn(lua_State *L, dxl_state_t *S, const char *name) {
+  size_t n;
+  if (S->act_fn_ref > 0 && strcmp(S->act_fn_name, name) == 0) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->act_fn_ref);
+    return LUA_TFUNCTION;
+  }
+  if (dxl_push_registered(L, S, "activities", name) != LUA_TFUNCTION) return LUA_TNIL;
+  if ((n = strlen(name)) < sizeof S->act_fn_name) {
+    dxl_activity_fn_forget(L, S);
+    lua_pushvalue(L, -1);
+    S->act_fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    memcpy(S->act_fn_name, name, n + 1);
+  }
+  return LUA_TFUNCTION;
+}
+
 int dxl_h_activity_lookup(void *host, const char *name) {
   dxl_state_t *S = host;
   lua_State *L = S->L;
   int found;
   if (!lua_checkstack(L, 4)) return 0;
-  found = dxl_push_registered(L, S, "activities", name) == LUA_TFUNCTION;
+  found = push_activity_fn(L, S, name) == LUA_TFUNCTION;
   lua_pop(L, 1);
   return found;
 }
@@ -155,7 +179,7 @@ static int start_impl(lua_State *L) {
     lua_pop(L, 1);
   }
   if (wrapped) push_prim(L, r->S, "session_run");
-  dxl_push_registered(L, r->S, "activities", info->name);
+  push_activity_fn(L, r->S, info->name);
   r->nargs = 2 + wrapped;
   co = take_thread(L, r->S);
   push_runs(L, r->S);

@@ -53,6 +53,10 @@ typedef struct dxl_state_s {
   ** an integer key is found faster than a pointer or name key */
   int runs_ref, idle_ref, handle_mt_ref, box_mt_ref;
   unsigned reg_gen;         /* counts changes of the orchestration registrations */
+  /* the activity function looked up last (activity.c): the runtime looks a name up and then
+  ** starts it, and a worker runs the same few names over and over. act_fn_ref 0: none. */
+  int act_fn_ref;
+  char act_fn_name[DX_MAX_NAME_BYTES + 1];
   dxl_alloc_t *alloc;       /* the allocator wrapper that enforces memory budgets */
   int orch_env_ref;         /* globals of the orchestration running now (LUA_NOREF: none) */
   struct dxl_caps_s *caps;  /* registered orchestrations for the store thread (capabilities.c) */
@@ -67,6 +71,9 @@ dxl_state_t *dxl_state(lua_State *L);
 /* [-0, +1, e] push registrations[table][name] ("orchestrations", "activities" or "hooks");
 ** returns its Lua type (LUA_TNIL when nothing is registered under that name). */
 int dxl_push_registered(lua_State *L, dxl_state_t *S, const char *table, const char *name);
+
+/* activity.c: forget the activity function looked up last (duroxide.activity registers one). */
+void dxl_activity_fn_forget(lua_State *L, dxl_state_t *S);
 
 /* capabilities.c: after registrations change (loop thread), refresh the snapshot the store
 ** thread reads; the host method; release at state close. */

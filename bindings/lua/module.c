@@ -238,6 +238,7 @@ static const char *const load_time_fns[] = {"activity", "orchestration", "on_ses
 static int l_activity(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
   check_reg_name(L, "activity");
+  dxl_activity_fn_forget(L, S);
   push_reg(L, S, "activities");
   lua_pushvalue(L, 1);
   lua_pushvalue(L, 2);
