@@ -447,7 +447,23 @@ function Context:join(futures)
   check_futures(futures, "join")
   local values, errors = {}, nil
   for i = 1, #futures do
-    local v, e = futures[i]:await()
+    local f = futures[i]
+    local v, e
+    if f.cancelled or f.composite then
+      v, e = f:await()
+    else
+      -- Future:await inlined (fewer VM instructions under the count hook); off the
+      -- orchestration's coroutine, await raises as it always did
+      local ctx, token = f.ctx, f.token
+      local box = ctx._box
+      while true do
+        local state, value, err = poll(box, token)
+        if state == OK then v = value break end
+        if state ~= PENDING then e = err break end
+        if running() ~= ctx._co then v, e = f:await() break end
+        yield()
+      end
+    end
     values[i] = v
     if e ~= nil then
       errors = errors or {}
