@@ -16,6 +16,7 @@
 #include "watchdog.h"
 
 #define HANDLE_MT "duroxide.ActivityHandle"
+#define ACTX_FIELDS 8 /* user values of a handle: actx's fields (activity.lua FIELDS) */
 
 /* What actx._h holds; `run` is cleared when the activity is over or aborted, `owner` only
 ** when it is over. runs[co] holds it, which keeps it alive as long as its run. */
@@ -184,7 +185,7 @@ static int start_impl(lua_State *L) {
   co = take_thread(L, r->S);
   push_runs(L, r->S);
   lua_insert(L, -2); /* runs, co */
-  h = lua_newuserdatauv(L, sizeof *h, 0);
+  h = lua_newuserdatauv(L, sizeof *h, ACTX_FIELDS);
   h->run = h->owner = r;
   dxl_push_kept(L, &r->S->handle_mt_ref, HANDLE_MT); /* typed: a foreign actx._h is refused */
   lua_setmetatable(L, -2);
@@ -197,17 +198,29 @@ static int start_impl(lua_State *L) {
   lua_insert(L, -(2 + wrapped)); /* h, (session_run), function */
   lua_xmove(L, co, 1 + wrapped);
 
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->actx_new_ref);
-  lua_insert(L, -2); /* new_actx, h */
+  /* actx = setmetatable({ _h = h }, Actx); its fields are h's user values, in the order of
+  ** activity.lua's FIELDS (a table of nine fields per activity cost twice as much) */
   if (info->instance) lua_pushstring(L, info->instance); else lua_pushnil(L);
+  lua_setiuservalue(L, -2, 1);
   lua_pushinteger(L, (lua_Integer)info->execution_id);
+  lua_setiuservalue(L, -2, 2);
   lua_pushinteger(L, (lua_Integer)info->activity_id);
+  lua_setiuservalue(L, -2, 3);
   if (info->name) lua_pushstring(L, info->name); else lua_pushnil(L);
+  lua_setiuservalue(L, -2, 4);
   lua_pushinteger(L, (lua_Integer)info->attempt);
+  lua_setiuservalue(L, -2, 5);
   if (info->session_id) lua_pushstring(L, info->session_id); else lua_pushnil(L);
+  lua_setiuservalue(L, -2, 6);
   if (info->tag) lua_pushstring(L, info->tag); else lua_pushnil(L);
+  lua_setiuservalue(L, -2, 7);
   if (info->worker_id) lua_pushstring(L, info->worker_id); else lua_pushnil(L);
-  lua_call(L, 9, 1);
+  lua_setiuservalue(L, -2, 8);
+  lua_createtable(L, 0, 1);
+  lua_insert(L, -2);
+  lua_setfield(L, -2, "_h");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->actx_mt_ref);
+  lua_setmetatable(L, -2);
   /* decoded here, under this protected call, then moved: r->co has no error handler */
   if (!info->input) lua_pushnil(L);
   else dx__lua_push_json_or_raise(L, info->input, strlen(info->input), "activity input");
@@ -408,6 +421,14 @@ void dxl_resume_deferred(dxl_state_t *S) {
   free(due);
 }
 
+/* C.actx_field(h, i) -> the activity's field i (activity.lua FIELDS), nil for a foreign h. */
+static int p_actx_field(lua_State *L) {
+  lua_Integer i = luaL_checkinteger(L, 2);
+  if (!luaL_testudata(L, 1, HANDLE_MT) || i < 1 || i > ACTX_FIELDS) return 0;
+  lua_getiuservalue(L, 1, (int)i);
+  return 1;
+}
+
 static int p_actx_cancelled(lua_State *L) {
   act_handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
   lua_pushboolean(L, !h || !h->run || !h->run->a || dx_activity_is_cancelled(h->run->a));
@@ -515,6 +536,7 @@ void dxl_activity_register(lua_State *L, int prims) {
   static const luaL_Reg fns[] = {{"is_activity", p_is_activity},
                                  {"resume_activity", p_resume_activity},
                                  {"actx_cancelled", p_actx_cancelled},
+                                 {"actx_field", p_actx_field},
                                  {"actx_trace", p_actx_trace},
                                  {"session_handler", p_session_handler},
                                  {"actx_abort_session", p_actx_abort_session},

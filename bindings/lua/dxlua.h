@@ -36,7 +36,7 @@ typedef struct dxl_state_s {
   uv_loop_t *loop;
   int reg_ref;              /* registry ref of {orchestrations=, activities=, hooks=, ...} */
   int context_mt_ref;       /* Context metatable (from duroxide/context.lua) */
-  int actx_new_ref;         /* activity context constructor (from duroxide/activity.lua) */
+  int actx_mt_ref;          /* activity context metatable (Actx, duroxide/activity.lua) */
   int prims_ref;            /* primitives table passed to the Lua layer */
   dx_options_t opts;        /* from duroxide.configure{} */
   char *worker_node_id;     /* storage behind opts.worker_node_id */

@@ -616,8 +616,8 @@ static dxl_state_t *ensure_state(lua_State *L) {
   dxl_load_embedded(L, "duroxide/activity.lua");
   lua_pushvalue(L, prims);
   lua_call(L, 1, 1);
-  lua_getfield(L, -1, "new_actx");
-  S->actx_new_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_getfield(L, -1, "Actx");
+  S->actx_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_getfield(L, -1, "wait");
   lua_setfield(L, prims, "wait");
   lua_getfield(L, -1, "session_run");
