@@ -135,6 +135,7 @@ typedef struct {
   series_t *head, *tail;
   size_t n;
   series_t *bucket[HASH_BUCKETS]; /* lookup by label values without scanning every series */
+  series_t *last;  /* the series found last: a worker records the same few again and again */
 } family_t;
 
 struct dx_metrics_s {
@@ -267,11 +268,12 @@ static series_t *series_get(dx_metrics_t *m, dx_metric_id_t id, const char *cons
   series_t *s = NULL;
   uint32_t h = 2166136261u;
   int oom = 0, ascii = 1;
-  for (k = 0; k < nl; k++) {
-    use[k] = labels && labels[k] ? labels[k] : "";
-    if (ascii) ascii = ascii_label(use[k], &h);
-  }
-  if (ascii) return series_find_h(m, id, use, h);
+  family_t *f = &m->fam[id];
+  for (k = 0; k < nl; k++) use[k] = labels && labels[k] ? labels[k] : "";
+  /* the same labels as last time: stored as they are, so they are clean (no hash needed) */
+  if (f->last && same_labels(f->last, use, nl)) return f->last;
+  for (k = 0; k < nl && ascii; k++) ascii = ascii_label(use[k], &h);
+  if (ascii) return f->last = series_find_h(m, id, use, h);
   for (k = 0; k < nl; k++)
     if (!label_is_clean(use[k])) oom |= !(use[k] = fixed[k] = label_copy(use[k]));
   if (!oom) s = series_find(m, id, use);
