@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "orch_cache.h"
+#include "spare.h"
 #include "util.h"
 
 typedef struct entry_s {
@@ -26,6 +27,7 @@ struct dx_ocache_s {
   entry_t *newest, *oldest;
   dx_metrics_t *metrics;
   uv_mutex_t mu;            /* the table against dx__ocache_holds on the store thread */
+  dx__spare_t spare;        /* freed entries: a continued turn takes one and puts one back */
 };
 
 static uint64_t hash_str(const char *s) { return dx__fnv1a64(DX_FNV1A64_BASIS, s); }
@@ -40,6 +42,7 @@ dx_ocache_t *dx__ocache_new(int64_t budget, dx_metrics_t *metrics) {
   }
   c->budget = budget;
   c->metrics = metrics;
+  dx__spare_init(&c->spare, sizeof(entry_t), 256);
   uv_mutex_init(&c->mu);
   return c;
 }
@@ -72,7 +75,7 @@ static dx_turn_t *remove_entry(dx_ocache_t *c, entry_t *e) {
   uv_mutex_unlock(&c->mu);
   c->count--;
   c->bytes -= e->bytes;
-  free(e);
+  dx__spare_free(&c->spare, e);
   return t;
 }
 
@@ -80,6 +83,7 @@ void dx__ocache_free(dx_ocache_t *c) {
   if (!c) return;
   while (c->oldest) dx__turn_free(remove_entry(c, c->oldest));
   uv_mutex_destroy(&c->mu);
+  dx__spare_drain(&c->spare);
   free(c->buckets);
   free(c);
 }
@@ -115,7 +119,7 @@ void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t) {
   uint64_t h = hash_str(key);
   int64_t bytes = (int64_t)dx__turn_bytes(t) + (int64_t)sizeof *e;
   dx_turn_t *old = NULL;
-  if (bytes > c->budget || !(e = calloc(1, sizeof *e))) {
+  if (bytes > c->budget || !(e = dx__spare_calloc(&c->spare))) {
     dx__metric_add(c->metrics, DXM_OCACHE_EVICTIONS, DXM_NOLABELS, 1);
     dx__turn_free(t);
     return;

@@ -586,8 +586,8 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   if (!rt) return dx_error_set(err, DX_ENOMEM, "out of memory");
   rt->loop = loop;
   rt->provider = p;
-  dx__spare_init(&rt->spare_acts, sizeof(dx_activity_t), 64);
-  dx__spare_init(&rt->spare_jobs, sizeof(turn_job_t), 64);
+  dx__spare_init(&rt->spare_acts, sizeof(dx_activity_t), 256);
+  dx__spare_init(&rt->spare_jobs, sizeof(turn_job_t), 256);
   if (opts) rt->opts = *opts;
   else dx_options_init(&rt->opts);
   rt->tag_filter.untagged = 1;

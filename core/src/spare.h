@@ -4,7 +4,9 @@
 ** The loop thread makes and frees an activity record (2 KB), a turn job and a cache entry for
 ** every activity and turn; with dozens in flight malloc's per-thread cache runs dry and each
 ** one took its slow path (calloc ~900 instructions for the activity record, free ~200).
-** A spare list keeps up to `max` freed blocks for the next calloc. Not thread-safe: one list
+** A spare list keeps up to `max` freed blocks for the next calloc (a list must cover the
+** blocks in flight: activities of a delivery wait for their acks; 256 activity records are
+** 512 KB kept after a burst). Not thread-safe: one list
 ** per owner, used from one thread. Under ASan every block goes to malloc (use-after-free
 ** stays visible).
 */
