@@ -241,6 +241,27 @@ describe("hostile orchestration code", function()
       end)
     end
 
+    it("checks every activity name, also right after a name that passed", function()
+      -- C.emit keeps the name it checked last (orch.c activity_name): others are checked
+      local act = env:activity("Named", function() return 1 end)
+      local orch = env:orchestration("NameRun", function(ctx)
+        local errs = {}
+        for _, name in ipairs({ ("n"):rep(201), "A\0B", "bad\xff", act .. "\0" }) do
+          assert(ctx:schedule_activity(act):await())
+          local ok, err = pcall(ctx.schedule_activity, ctx, name)
+          errs[#errs + 1] = ok and "accepted" or tostring(err)
+        end
+        return errs
+      end)
+      local st = env:run(orch)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.matches("activity name is 201 bytes; the limit is 200 bytes", st.output[1], 1, true)
+      assert.matches("activity name must not contain a NUL byte", st.output[2], 1, true)
+      assert.matches("activity name", st.output[3], 1, true)
+      assert.matches("UTF-8", st.output[3], 1, true)
+      assert.matches("activity name must not contain a NUL byte", st.output[4], 1, true)
+    end)
+
     it("fails the instance at once when the error is not caught", function()
       local orch = env:orchestration("SizeUncaught", function(ctx)
         ctx:schedule_activity_on_session("A", nil, ("s"):rep(201))

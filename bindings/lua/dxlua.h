@@ -52,6 +52,8 @@ typedef struct dxl_state_s {
   /* registry refs (0: not made yet) of tables the loop reaches per activity or per turn:
   ** an integer key is found faster than a pointer or name key */
   int runs_ref, idle_ref, handle_mt_ref, box_mt_ref;
+  const void *box_mt;       /* the box metatable's address (box_mt_ref keeps it): check_box */
+  int act_name_slot;        /* registry slot of the activity name C.emit checked last */
   unsigned reg_gen;         /* counts changes of the orchestration registrations */
   /* the activity function looked up last (activity.c): the runtime looks a name up and then
   ** starts it, and a worker runs the same few names over and over. act_fn_ref 0: none. */
