@@ -262,6 +262,33 @@ describe("hostile orchestration code", function()
       assert.matches("activity name must not contain a NUL byte", st.output[4], 1, true)
     end)
 
+    it("refuses a missing, empty or non-string activity name, before and after a good one",
+       function()
+      -- ctx:schedule_activity's fast path remembers the name it let through last
+      local act = env:activity("Named2", function() return 1 end)
+      local orch = env:orchestration("NameKinds", function(ctx)
+        local errs = {}
+        for round = 1, 2 do
+          for _, name in ipairs({ "nil", "", 5, false }) do
+            if name == "nil" then name = nil end
+            local ok, err = pcall(ctx.schedule_activity, ctx, name)
+            errs[#errs + 1] = ok and "accepted" or tostring(err)
+          end
+          if round == 1 then assert(ctx:schedule_activity(act):await()) end
+        end
+        return errs
+      end)
+      local st = env:run(orch)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.equal(8, #st.output)
+      for i, got in ipairs({ "nil", "string", "number", "boolean" }) do
+        for _, k in ipairs({ i, i + 4 }) do
+          assert.matches("activity name must be a non-empty string, got " .. got, st.output[k],
+                         1, true)
+        end
+      end
+    end)
+
     it("fails the instance at once when the error is not caught", function()
       local orch = env:orchestration("SizeUncaught", function(ctx)
         ctx:schedule_activity_on_session("A", nil, ("s"):rep(201))

@@ -159,9 +159,14 @@ local SESSION_ID_OPTS = { session_id = true, on_moved = true }
 
 --- Schedule an activity; opts.tag routes it to workers that take that tag, opts.session_id
 --- runs it on a session (as schedule_activity_on_session).
+-- the activity name the fast path checked last: a run of one name skips type(). It starts as a
+-- private table, which no call can pass (nil or false would let those through).
+local last_name = {}
+
 function Context:schedule_activity(name, input, opts)
   -- the common call (a name, no options) in as few VM instructions as the hook counts
-  if opts == nil and type(name) == "string" and name ~= "" then
+  if opts == nil and (name == last_name or type(name) == "string" and name ~= "") then
+    last_name = name
     return setmetatable({ ctx = self, token = emit(self._box, ACT_ACTIVITY, name, input),
                           kind = "activity" }, Future)
   end
