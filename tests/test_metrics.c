@@ -189,3 +189,29 @@ DX_TEST(alternating_and_fixed_labels_keep_their_own_series) {
   ASSERT_EQ(dx__metric_sum(m, DXM_STORE_CYCLES), 31);
   dx__metrics_free(m);
 }
+
+static int reads;
+static void set_owned(void *ud) {
+  reads++;
+  dx__metric_set(ud, DXM_SESS_OWNED, DXM_NOLABELS, 40 + reads);
+}
+
+/* dx__metrics_on_read: gauges set when a rendering reads them, until the owner goes. */
+DX_TEST(read_time_gauges_are_set_by_each_rendering_until_removed) {
+  dx_metrics_t *m = dx__metrics_new();
+  char *t;
+  dx__metrics_on_read(m, set_owned, m);
+  t = dx_metrics_render_prometheus(m);
+  ASSERT_STR_EQ(sample(t, "duroxide_sessions_owned"), "41");
+  free(t);
+  t = dx_metrics_render_json(m);
+  ASSERT(t);
+  free(t);
+  ASSERT_EQ(reads, 2);
+  dx__metrics_on_read(m, NULL, NULL);
+  t = dx_metrics_render_prometheus(m);
+  ASSERT_STR_EQ(sample(t, "duroxide_sessions_owned"), "42"); /* the last value stays */
+  free(t);
+  ASSERT_EQ(reads, 2);
+  dx__metrics_free(m);
+}

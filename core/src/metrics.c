@@ -141,6 +141,9 @@ typedef struct {
 struct dx_metrics_s {
   uv_mutex_t mu;
   family_t fam[DXM__COUNT];
+  uv_mutex_t read_mu;         /* guards on_read: its owner may go while a rendering runs it */
+  void (*on_read)(void *ud);  /* dx__metrics_on_read */
+  void *on_read_ud;
 };
 
 static size_t n_labels(const def_t *d) {
@@ -156,7 +159,26 @@ dx_metrics_t *dx__metrics_new(void) {
     free(m);
     return NULL;
   }
+  if (uv_mutex_init(&m->read_mu) != 0) {
+    uv_mutex_destroy(&m->mu);
+    free(m);
+    return NULL;
+  }
   return m;
+}
+
+void dx__metrics_on_read(dx_metrics_t *m, void (*fn)(void *ud), void *ud) {
+  uv_mutex_lock(&m->read_mu);
+  m->on_read = fn;
+  m->on_read_ud = ud;
+  uv_mutex_unlock(&m->read_mu);
+}
+
+/* Before a rendering: let the owner of read-time gauges set them. */
+static void refresh(dx_metrics_t *m) {
+  uv_mutex_lock(&m->read_mu);
+  if (m->on_read) m->on_read(m->on_read_ud);
+  uv_mutex_unlock(&m->read_mu);
 }
 
 void dx__metrics_free(dx_metrics_t *m) {
@@ -172,6 +194,7 @@ void dx__metrics_free(dx_metrics_t *m) {
     }
   }
   uv_mutex_destroy(&m->mu);
+  uv_mutex_destroy(&m->read_mu);
   free(m);
 }
 
@@ -460,6 +483,7 @@ char *dx_metrics_render_prometheus(dx_metrics_t *m) {
   buf_t b = {0};
   size_t i;
   if (!m) return NULL;
+  refresh(m);
   uv_mutex_lock(&m->mu);
   for (i = 0; i < DXM__COUNT; i++) render_family(&b, &defs[i], &m->fam[i]);
   uv_mutex_unlock(&m->mu);
@@ -512,6 +536,7 @@ char *dx_metrics_render_json(dx_metrics_t *m) {
   size_t i;
   int bad = 0;
   if (!m || !(root = json_object())) return NULL;
+  refresh(m);
   uv_mutex_lock(&m->mu);
   for (i = 0; i < DXM__COUNT && !bad; i++) {
     const def_t *d = &defs[i];
