@@ -84,7 +84,12 @@ static void run_end(act_run_t *r, int returned) {
     }
   }
   r->S->running_activities--;
-  free(r);
+  dx__spare_free(&r->S->spare_runs, r);
+}
+
+void dxl_activity_state_close(dxl_state_t *S) {
+  dx__spare_drain(&S->spare_runs);
+  S->spare_runs.max = 0;
 }
 
 /* Resume the activity coroutine with nargs values already on its stack. */
@@ -231,8 +236,10 @@ static int start_impl(lua_State *L) {
 void dxl_h_activity_start(void *host, dx_activity_t *a) {
   dxl_state_t *S = host;
   lua_State *L = S->L;
-  act_run_t *r = calloc(1, sizeof *r);
+  act_run_t *r;
   char msg[1024];
+  if (!S->spare_runs.size) dx__spare_init(&S->spare_runs, sizeof *r, 256);
+  r = dx__spare_calloc(&S->spare_runs);
   if (!r) {
     dx_activity_fail(a, "out of memory starting the activity");
     return;

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 
 #include "duroxide.h"
+#include "spare.h"
 
 typedef struct dxl_alloc_s dxl_alloc_t;
 
@@ -54,6 +55,7 @@ typedef struct dxl_state_s {
   int runs_ref, idle_ref, handle_mt_ref, box_mt_ref;
   const void *box_mt;       /* the box metatable's address (box_mt_ref keeps it): check_box */
   int act_name_slot;        /* registry slot of the activity name C.emit checked last */
+  dx__spare_t spare_runs;   /* freed activity runs (activity.c), reused */
   unsigned reg_gen;         /* counts changes of the orchestration registrations */
   /* the activity function looked up last (activity.c): the runtime looks a name up and then
   ** starts it, and a worker runs the same few names over and over. act_fn_ref 0: none. */
@@ -76,6 +78,8 @@ int dxl_push_registered(lua_State *L, dxl_state_t *S, const char *table, const c
 
 /* activity.c: forget the activity function looked up last (duroxide.activity registers one). */
 void dxl_activity_fn_forget(lua_State *L, dxl_state_t *S);
+/* activity.c: the state closes: free the kept activity runs (later ones go to free()). */
+void dxl_activity_state_close(dxl_state_t *S);
 
 /* capabilities.c: after registrations change (loop thread), refresh the snapshot the store
 ** thread reads; the host method; release at state close. */

@@ -21,6 +21,7 @@ int luaopen_duroxide_runtime_mt(lua_State *L);
 static int state_gc(lua_State *L) {
   dxl_state_t *S = lua_touserdata(L, 1);
   dxl_cancel_timers(S); /* the Lua state is going away: no timer may call into it */
+  dxl_activity_state_close(S);
   dxl_budget_uninstall(L, S);
   free(S->worker_node_id);
   free(S->store_dir);
