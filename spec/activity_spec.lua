@@ -48,12 +48,61 @@ describe("activities", function()
     assert.is_true(#env.rt:worker_id() > 0)
   end)
 
+  it("keeps actx fields readable after the activity ended, and fields the code sets", function()
+    -- actx reads its fields from the activity's handle (activity.c): they outlive the run
+    local kept = {}
+    local act = env:activity("Keep", function(actx, input)
+      actx.mine = input
+      actx.name_seen = actx.name
+      kept[input] = actx
+      return input
+    end)
+    local orch = env:orchestration("KeepOrch", function(ctx)
+      return assert(ctx:join({ ctx:schedule_activity(act, 1), ctx:schedule_activity(act, 2) }))
+    end)
+    local st = env:wait(env:start(orch, nil, "keep-1"))
+    assert.are.equal("Completed", st.status, st.error and st.error.message)
+    for k = 1, 2 do
+      local actx = kept[k]
+      assert.are.equal("keep-1", actx.instance_id)
+      assert.are.equal(1, actx.execution_id)
+      assert.are.equal(act, actx.name)
+      assert.are.equal(act, actx.name_seen)
+      assert.are.equal(k, actx.mine)
+      assert.are.equal(1, actx.attempt)
+      assert.are.equal(env.rt:worker_id(), actx.worker_id)
+      assert.is_nil(actx.session_id)
+      assert.is_nil(actx.tag)
+      assert.is_nil(actx.no_such_field)
+      assert.is_true(actx:is_cancelled()) -- over: nothing to cancel any more
+    end
+    assert.are_not.equal(kept[1].activity_id, kept[2].activity_id)
+    kept[1].name = "renamed" -- a field the code assigns shadows the activity's own
+    assert.are.equal("renamed", kept[1].name)
+    assert.are.equal(act, kept[2].name)
+    assert.are.equal("duroxide.ActivityContext", getmetatable(kept[1]).__name)
+  end)
+
   it("reports the configured worker_node_id as actx.worker_id", function()
     env:close()
     env = H.env({ worker_node_id = "node-a" })
     local st = run_activity(function(actx) return actx.worker_id end)
     assert.are.equal("node-a", st.output)
     assert.are.equal("node-a", env.rt:worker_id())
+  end)
+
+  it("an activity registered again runs its new function from the next start on", function()
+    -- the loop keeps the function it looked up last (activity.c): registering must reach it
+    local act = env:activity("Swap", function() return "old" end)
+    local other = env:activity("Other", function() return "other" end)
+    local orch = env:orchestration("SwapOrch", function(ctx, name)
+      return assert(ctx:schedule_activity(name, nil):await())
+    end)
+    assert.are.equal("old", env:run(orch, act).output)
+    duroxide.activity(act, function() return "new" end)
+    assert.are.equal("new", env:run(orch, act).output)
+    assert.are.equal("other", env:run(orch, other).output)
+    assert.are.equal("new", env:run(orch, act).output)
   end)
 
   it("completes with nil when the activity returns nothing", function()

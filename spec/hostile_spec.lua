@@ -241,6 +241,54 @@ describe("hostile orchestration code", function()
       end)
     end
 
+    it("checks every activity name, also right after a name that passed", function()
+      -- C.emit keeps the name it checked last (orch.c activity_name): others are checked
+      local act = env:activity("Named", function() return 1 end)
+      local orch = env:orchestration("NameRun", function(ctx)
+        local errs = {}
+        for _, name in ipairs({ ("n"):rep(201), "A\0B", "bad\xff", act .. "\0" }) do
+          assert(ctx:schedule_activity(act):await())
+          local ok, err = pcall(ctx.schedule_activity, ctx, name)
+          errs[#errs + 1] = ok and "accepted" or tostring(err)
+        end
+        return errs
+      end)
+      local st = env:run(orch)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.matches("activity name is 201 bytes; the limit is 200 bytes", st.output[1], 1, true)
+      assert.matches("activity name must not contain a NUL byte", st.output[2], 1, true)
+      assert.matches("activity name", st.output[3], 1, true)
+      assert.matches("UTF-8", st.output[3], 1, true)
+      assert.matches("activity name must not contain a NUL byte", st.output[4], 1, true)
+    end)
+
+    it("refuses a missing, empty or non-string activity name, before and after a good one",
+       function()
+      -- ctx:schedule_activity's fast path remembers the name it let through last
+      local act = env:activity("Named2", function() return 1 end)
+      local orch = env:orchestration("NameKinds", function(ctx)
+        local errs = {}
+        for round = 1, 2 do
+          for _, name in ipairs({ "nil", "", 5, false }) do
+            if name == "nil" then name = nil end
+            local ok, err = pcall(ctx.schedule_activity, ctx, name)
+            errs[#errs + 1] = ok and "accepted" or tostring(err)
+          end
+          if round == 1 then assert(ctx:schedule_activity(act):await()) end
+        end
+        return errs
+      end)
+      local st = env:run(orch)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.equal(8, #st.output)
+      for i, got in ipairs({ "nil", "string", "number", "boolean" }) do
+        for _, k in ipairs({ i, i + 4 }) do
+          assert.matches("activity name must be a non-empty string, got " .. got, st.output[k],
+                         1, true)
+        end
+      end
+    end)
+
     it("fails the instance at once when the error is not caught", function()
       local orch = env:orchestration("SizeUncaught", function(ctx)
         ctx:schedule_activity_on_session("A", nil, ("s"):rep(201))

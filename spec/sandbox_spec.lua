@@ -67,6 +67,17 @@ describe("sandbox", function()
     assert.matches("awaited on the orchestration's coroutine", st.error.message, 1, true)
   end)
 
+  it("refuses to join durable futures inside coroutine.wrap (join's inlined wait too)", function()
+    local act = env:activity("LaterJ", function(actx) actx:sleep(20); return 1 end)
+    local orch = env:orchestration("WrapJoin", function(ctx)
+      local fs = { ctx:schedule_activity(act), ctx:schedule_activity(act) }
+      return coroutine.wrap(function() return ctx:join(fs) end)()
+    end)
+    local st = env:run(orch)
+    assert.are.equal("Failed", st.status)
+    assert.matches("awaited on the orchestration's coroutine", st.error.message, 1, true)
+  end)
+
   for _, case in ipairs(forbidden) do
     local what, call, instead = case[1], case[2], case[3]
 

@@ -153,3 +153,65 @@ DX_TEST(json_rendering_parses_back_with_every_metric) {
   dx__metric_add(NULL, DXM_SESS_MOVES, DXM_NOLABELS, 1); /* ignored */
   dx__metrics_free(m);
 }
+
+/* The registry remembers the series it found last (metrics.c family_t.last): alternating
+** labels, labels equal but for the last one, and labels stored in a fixed form (too long,
+** bad UTF-8) each land in their own series. */
+DX_TEST(alternating_and_fixed_labels_keep_their_own_series) {
+  dx_metrics_t *m = dx__metrics_new();
+  char longa[300], longb[300];
+  char *t;
+  memset(longa, 'a', sizeof longa - 1);
+  longa[sizeof longa - 1] = '\0';
+  memcpy(longb, longa, sizeof longb);
+  longb[sizeof longb - 2] = 'b'; /* differs only past the stored length: the same series */
+  dx__metric_add(m, DXM_ORCH_STARTS, DXM_LABELS("A", "1.0.0", "client"), 1);
+  dx__metric_add(m, DXM_ORCH_STARTS, DXM_LABELS("A", "1.0.0", "client"), 1);
+  dx__metric_add(m, DXM_ORCH_STARTS, DXM_LABELS("A", "1.0.0", "parent"), 10);
+  dx__metric_add(m, DXM_ORCH_STARTS, DXM_LABELS("A", "1.0.0", "client"), 1);
+  dx__metric_add(m, DXM_ORCH_STARTS, DXM_LABELS("B", "1.0.0", "client"), 100);
+  dx__metric_add(m, DXM_ORCH_STARTS, DXM_LABELS("A", "1.0.0", "parent"), 10);
+  dx__metric_add(m, DXM_STORE_CYCLES, DXM_LABELS("bad\xff"), 1);
+  dx__metric_add(m, DXM_STORE_CYCLES, DXM_LABELS("bad\xef\xbf\xbd"), 2); /* its fixed form */
+  dx__metric_add(m, DXM_STORE_CYCLES, DXM_LABELS("bad\xff"), 4);
+  dx__metric_add(m, DXM_STORE_CYCLES, DXM_LABELS(longa), 8);
+  dx__metric_add(m, DXM_STORE_CYCLES, DXM_LABELS(longb), 16);
+  t = dx_metrics_render_prometheus(m);
+  ASSERT(t);
+  ASSERT_STR_EQ(sample(t, "duroxide_orchestration_starts_total{orchestration_name=\"A\","
+                       "version=\"1.0.0\",initiated_by=\"client\"}"), "3");
+  ASSERT_STR_EQ(sample(t, "duroxide_orchestration_starts_total{orchestration_name=\"A\","
+                       "version=\"1.0.0\",initiated_by=\"parent\"}"), "20");
+  ASSERT_STR_EQ(sample(t, "duroxide_orchestration_starts_total{orchestration_name=\"B\","
+                       "version=\"1.0.0\",initiated_by=\"client\"}"), "100");
+  ASSERT_STR_EQ(sample(t, "duroxide_store_cycles_total{result=\"bad\xef\xbf\xbd\"}"), "7");
+  free(t);
+  ASSERT_EQ(dx__metric_sum(m, DXM_STORE_CYCLES), 31);
+  dx__metrics_free(m);
+}
+
+static int reads;
+static void set_owned(void *ud) {
+  reads++;
+  dx__metric_set(ud, DXM_SESS_OWNED, DXM_NOLABELS, 40 + reads);
+}
+
+/* dx__metrics_on_read: gauges set when a rendering reads them, until the owner goes. */
+DX_TEST(read_time_gauges_are_set_by_each_rendering_until_removed) {
+  dx_metrics_t *m = dx__metrics_new();
+  char *t;
+  dx__metrics_on_read(m, set_owned, m);
+  t = dx_metrics_render_prometheus(m);
+  ASSERT_STR_EQ(sample(t, "duroxide_sessions_owned"), "41");
+  free(t);
+  t = dx_metrics_render_json(m);
+  ASSERT(t);
+  free(t);
+  ASSERT_EQ(reads, 2);
+  dx__metrics_on_read(m, NULL, NULL);
+  t = dx_metrics_render_prometheus(m);
+  ASSERT_STR_EQ(sample(t, "duroxide_sessions_owned"), "42"); /* the last value stays */
+  free(t);
+  ASSERT_EQ(reads, 2);
+  dx__metrics_free(m);
+}

@@ -16,6 +16,7 @@
 #include "watchdog.h"
 
 #define HANDLE_MT "duroxide.ActivityHandle"
+#define ACTX_FIELDS 8 /* user values of a handle: actx's fields (activity.lua FIELDS) */
 
 /* What actx._h holds; `run` is cleared when the activity is over or aborted, `owner` only
 ** when it is over. runs[co] holds it, which keeps it alive as long as its run. */
@@ -83,7 +84,12 @@ static void run_end(act_run_t *r, int returned) {
     }
   }
   r->S->running_activities--;
-  free(r);
+  dx__spare_free(&r->S->spare_runs, r);
+}
+
+void dxl_activity_state_close(dxl_state_t *S) {
+  dx__spare_drain(&S->spare_runs);
+  S->spare_runs.max = 0;
 }
 
 /* Resume the activity coroutine with nargs values already on its stack. */
@@ -125,12 +131,36 @@ static void step(act_run_t *r, lua_State *from, int nargs) {
 
 /* {===== host methods: activities =====} */
 
+void dxl_activity_fn_forget(lua_State *L, dxl_state_t *S) {
+  if (S->act_fn_ref > 0) luaL_unref(L, LUA_REGISTRYINDEX, S->act_fn_ref);
+  S->act_fn_ref = 0;
+  S->act_fn_name[0] = '\0';
+}
+
+/* [-0, +1, m] the function registered for activity `name` (or nil): the one looked up last
+** when it has that name (registrations forget it), else from the registrations, kept. */
+static int push_activity_fn(lua_State *L, dxl_state_t *S, const char *name) {
+  size_t n;
+  if (S->act_fn_ref > 0 && strcmp(S->act_fn_name, name) == 0) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->act_fn_ref);
+    return LUA_TFUNCTION;
+  }
+  if (dxl_push_registered(L, S, "activities", name) != LUA_TFUNCTION) return LUA_TNIL;
+  if ((n = strlen(name)) < sizeof S->act_fn_name) {
+    dxl_activity_fn_forget(L, S);
+    lua_pushvalue(L, -1);
+    S->act_fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    memcpy(S->act_fn_name, name, n + 1);
+  }
+  return LUA_TFUNCTION;
+}
+
 int dxl_h_activity_lookup(void *host, const char *name) {
   dxl_state_t *S = host;
   lua_State *L = S->L;
   int found;
   if (!lua_checkstack(L, 4)) return 0;
-  found = dxl_push_registered(L, S, "activities", name) == LUA_TFUNCTION;
+  found = push_activity_fn(L, S, name) == LUA_TFUNCTION;
   lua_pop(L, 1);
   return found;
 }
@@ -155,12 +185,12 @@ static int start_impl(lua_State *L) {
     lua_pop(L, 1);
   }
   if (wrapped) push_prim(L, r->S, "session_run");
-  dxl_push_registered(L, r->S, "activities", info->name);
+  push_activity_fn(L, r->S, info->name);
   r->nargs = 2 + wrapped;
   co = take_thread(L, r->S);
   push_runs(L, r->S);
   lua_insert(L, -2); /* runs, co */
-  h = lua_newuserdatauv(L, sizeof *h, 0);
+  h = lua_newuserdatauv(L, sizeof *h, ACTX_FIELDS);
   h->run = h->owner = r;
   dxl_push_kept(L, &r->S->handle_mt_ref, HANDLE_MT); /* typed: a foreign actx._h is refused */
   lua_setmetatable(L, -2);
@@ -173,17 +203,29 @@ static int start_impl(lua_State *L) {
   lua_insert(L, -(2 + wrapped)); /* h, (session_run), function */
   lua_xmove(L, co, 1 + wrapped);
 
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->actx_new_ref);
-  lua_insert(L, -2); /* new_actx, h */
+  /* actx = setmetatable({ _h = h }, Actx); its fields are h's user values, in the order of
+  ** activity.lua's FIELDS (a table of nine fields per activity cost twice as much) */
   if (info->instance) lua_pushstring(L, info->instance); else lua_pushnil(L);
+  lua_setiuservalue(L, -2, 1);
   lua_pushinteger(L, (lua_Integer)info->execution_id);
+  lua_setiuservalue(L, -2, 2);
   lua_pushinteger(L, (lua_Integer)info->activity_id);
+  lua_setiuservalue(L, -2, 3);
   if (info->name) lua_pushstring(L, info->name); else lua_pushnil(L);
+  lua_setiuservalue(L, -2, 4);
   lua_pushinteger(L, (lua_Integer)info->attempt);
+  lua_setiuservalue(L, -2, 5);
   if (info->session_id) lua_pushstring(L, info->session_id); else lua_pushnil(L);
+  lua_setiuservalue(L, -2, 6);
   if (info->tag) lua_pushstring(L, info->tag); else lua_pushnil(L);
+  lua_setiuservalue(L, -2, 7);
   if (info->worker_id) lua_pushstring(L, info->worker_id); else lua_pushnil(L);
-  lua_call(L, 9, 1);
+  lua_setiuservalue(L, -2, 8);
+  lua_createtable(L, 0, 1);
+  lua_insert(L, -2);
+  lua_setfield(L, -2, "_h");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->actx_mt_ref);
+  lua_setmetatable(L, -2);
   /* decoded here, under this protected call, then moved: r->co has no error handler */
   if (!info->input) lua_pushnil(L);
   else dx__lua_push_json_or_raise(L, info->input, strlen(info->input), "activity input");
@@ -194,8 +236,10 @@ static int start_impl(lua_State *L) {
 void dxl_h_activity_start(void *host, dx_activity_t *a) {
   dxl_state_t *S = host;
   lua_State *L = S->L;
-  act_run_t *r = calloc(1, sizeof *r);
+  act_run_t *r;
   char msg[1024];
+  if (!S->spare_runs.size) dx__spare_init(&S->spare_runs, sizeof *r, 256);
+  r = dx__spare_calloc(&S->spare_runs);
   if (!r) {
     dx_activity_fail(a, "out of memory starting the activity");
     return;
@@ -384,6 +428,14 @@ void dxl_resume_deferred(dxl_state_t *S) {
   free(due);
 }
 
+/* C.actx_field(h, i) -> the activity's field i (activity.lua FIELDS), nil for a foreign h. */
+static int p_actx_field(lua_State *L) {
+  lua_Integer i = luaL_checkinteger(L, 2);
+  if (!luaL_testudata(L, 1, HANDLE_MT) || i < 1 || i > ACTX_FIELDS) return 0;
+  lua_getiuservalue(L, 1, (int)i);
+  return 1;
+}
+
 static int p_actx_cancelled(lua_State *L) {
   act_handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
   lua_pushboolean(L, !h || !h->run || !h->run->a || dx_activity_is_cancelled(h->run->a));
@@ -491,6 +543,7 @@ void dxl_activity_register(lua_State *L, int prims) {
   static const luaL_Reg fns[] = {{"is_activity", p_is_activity},
                                  {"resume_activity", p_resume_activity},
                                  {"actx_cancelled", p_actx_cancelled},
+                                 {"actx_field", p_actx_field},
                                  {"actx_trace", p_actx_trace},
                                  {"session_handler", p_session_handler},
                                  {"actx_abort_session", p_actx_abort_session},

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 
 #include "duroxide.h"
+#include "spare.h"
 
 typedef struct dxl_alloc_s dxl_alloc_t;
 
@@ -36,7 +37,7 @@ typedef struct dxl_state_s {
   uv_loop_t *loop;
   int reg_ref;              /* registry ref of {orchestrations=, activities=, hooks=, ...} */
   int context_mt_ref;       /* Context metatable (from duroxide/context.lua) */
-  int actx_new_ref;         /* activity context constructor (from duroxide/activity.lua) */
+  int actx_mt_ref;          /* activity context metatable (Actx, duroxide/activity.lua) */
   int prims_ref;            /* primitives table passed to the Lua layer */
   dx_options_t opts;        /* from duroxide.configure{} */
   char *worker_node_id;     /* storage behind opts.worker_node_id */
@@ -52,7 +53,14 @@ typedef struct dxl_state_s {
   /* registry refs (0: not made yet) of tables the loop reaches per activity or per turn:
   ** an integer key is found faster than a pointer or name key */
   int runs_ref, idle_ref, handle_mt_ref, box_mt_ref;
+  const void *box_mt;       /* the box metatable's address (box_mt_ref keeps it): check_box */
+  int act_name_slot;        /* registry slot of the activity name C.emit checked last */
+  dx__spare_t spare_runs;   /* freed activity runs (activity.c), reused */
   unsigned reg_gen;         /* counts changes of the orchestration registrations */
+  /* the activity function looked up last (activity.c): the runtime looks a name up and then
+  ** starts it, and a worker runs the same few names over and over. act_fn_ref 0: none. */
+  int act_fn_ref;
+  char act_fn_name[DX_MAX_NAME_BYTES + 1];
   dxl_alloc_t *alloc;       /* the allocator wrapper that enforces memory budgets */
   int orch_env_ref;         /* globals of the orchestration running now (LUA_NOREF: none) */
   struct dxl_caps_s *caps;  /* registered orchestrations for the store thread (capabilities.c) */
@@ -67,6 +75,11 @@ dxl_state_t *dxl_state(lua_State *L);
 /* [-0, +1, e] push registrations[table][name] ("orchestrations", "activities" or "hooks");
 ** returns its Lua type (LUA_TNIL when nothing is registered under that name). */
 int dxl_push_registered(lua_State *L, dxl_state_t *S, const char *table, const char *name);
+
+/* activity.c: forget the activity function looked up last (duroxide.activity registers one). */
+void dxl_activity_fn_forget(lua_State *L, dxl_state_t *S);
+/* activity.c: the state closes: free the kept activity runs (later ones go to free()). */
+void dxl_activity_state_close(dxl_state_t *S);
 
 /* capabilities.c: after registrations change (loop thread), refresh the snapshot the store
 ** thread reads; the host method; release at state close. */

@@ -21,6 +21,7 @@ int luaopen_duroxide_runtime_mt(lua_State *L);
 static int state_gc(lua_State *L) {
   dxl_state_t *S = lua_touserdata(L, 1);
   dxl_cancel_timers(S); /* the Lua state is going away: no timer may call into it */
+  dxl_activity_state_close(S);
   dxl_budget_uninstall(L, S);
   free(S->worker_node_id);
   free(S->store_dir);
@@ -238,6 +239,7 @@ static const char *const load_time_fns[] = {"activity", "orchestration", "on_ses
 static int l_activity(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
   check_reg_name(L, "activity");
+  dxl_activity_fn_forget(L, S);
   push_reg(L, S, "activities");
   lua_pushvalue(L, 1);
   lua_pushvalue(L, 2);
@@ -615,8 +617,8 @@ static dxl_state_t *ensure_state(lua_State *L) {
   dxl_load_embedded(L, "duroxide/activity.lua");
   lua_pushvalue(L, prims);
   lua_call(L, 1, 1);
-  lua_getfield(L, -1, "new_actx");
-  S->actx_new_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_getfield(L, -1, "Actx");
+  S->actx_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_getfield(L, -1, "wait");
   lua_setfield(L, prims, "wait");
   lua_getfield(L, -1, "session_run");

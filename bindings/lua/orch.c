@@ -103,6 +103,7 @@ static int start_impl(lua_State *L) {
   inst->box->t = inst->t;
   inst->box->inst = inst;
   dxl_push_kept(L, &S->box_mt_ref, BOX_MT); /* typed: a foreign userdata in ctx._box is refused */
+  S->box_mt = lua_topointer(L, -1);
   lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   inst->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -329,15 +330,14 @@ static void h_orch_free(void *host, void *vinst) {
 
 /* {===== ctx primitives =====} */
 
-/* ctx._box, checked as luaL_testudata would, by a registry ref instead of a name lookup
-** (the primitives' upvalue 1 is the state). */
+/* ctx._box, checked as luaL_testudata would, by the metatable's address instead of a name
+** lookup (the primitives' upvalue 1 is the state). */
 static turn_box_t *check_box(lua_State *L) {
   dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(1));
   turn_box_t *b = lua_touserdata(L, 1);
-  if (b && S && S->box_mt_ref > 0 && lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1)) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, S->box_mt_ref);
-    if (!lua_rawequal(L, -1, -2)) b = NULL;
-    lua_pop(L, 2);
+  if (b && S && S->box_mt && lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1)) {
+    if (lua_topointer(L, -1) != S->box_mt) b = NULL; /* the registry keeps it: one address */
+    lua_pop(L, 1);
   } else {
     b = NULL;
   }
@@ -389,6 +389,27 @@ static const char *kv_key_at(lua_State *L, int idx) {
   return key;
 }
 
+/* An activity's name (argument 3) as opt_limited checks it. The name checked last is kept in
+** a registry slot: a run of one name skips the check (the kept string cannot be collected,
+** so an equal argument is that very string). [-0, +0, e] */
+static const char *activity_name(lua_State *L, turn_box_t *b) {
+  dxl_state_t *S = b->inst->S;
+  const char *name;
+  int same;
+  if (S->act_name_slot > 0) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->act_name_slot);
+    same = lua_rawequal(L, 3, -1);
+    lua_pop(L, 1);
+    if (same) return lua_tostring(L, 3);
+  }
+  name = opt_limited(L, 3, "activity name", DX_MAX_NAME_BYTES);
+  if (!name) return NULL;
+  lua_pushvalue(L, 3);
+  if (S->act_name_slot > 0) lua_rawseti(L, LUA_REGISTRYINDEX, S->act_name_slot);
+  else S->act_name_slot = luaL_ref(L, LUA_REGISTRYINDEX);
+  return name;
+}
+
 /* C.emit(box, kind, name, input, session_id, instance, version, delay_ms, on_moved_fail,
 **        tag) */
 static int p_emit(lua_State *L) {
@@ -409,7 +430,7 @@ static int p_emit(lua_State *L) {
       if (action_words[i].name) name_what = action_words[i].name, name_max = action_words[i].name_max;
       if (action_words[i].input) input_what = action_words[i].input;
     }
-  a.name = opt_limited(L, 3, name_what, name_max);
+  a.name = a.kind == DX_ACT_ACTIVITY ? activity_name(L, b) : opt_limited(L, 3, name_what, name_max);
   a.session_id = opt_limited(L, 5, "session id", DX_MAX_SESSION_ID_BYTES);
   a.instance = opt_limited(L, 6, "instance id", DX_MAX_INSTANCE_ID_BYTES);
   a.version = opt_limited(L, 7, "version", 0);

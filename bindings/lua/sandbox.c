@@ -21,7 +21,8 @@
 
 static const char views_key = 0;   /* weak: target -> its read-only view */
 static const char targets_key = 0; /* weak: view -> its target */
-static const char info_key = 0;    /* weak: orchestration function -> {carrier=, env=} */
+static const char info_key = 0;    /* weak: orchestration function -> {carrier, env} (INFO_*) */
+enum { INFO_CARRIER = 1, INFO_ENV = 2 }; /* integer keys: every resume reads them twice */
 static const char shared_key = 0;  /* weak: environment -> metatable of its instance globals */
 static const char base_key = 0;    /* name -> guarded base function (getmetatable, load...) */
 
@@ -703,11 +704,11 @@ void dxl_sandbox_adopt(lua_State *L, int fidx) {
   lua_pushvalue(L, -2);
   lua_setupvalue(L, -2, 1);
   lua_upvaluejoin(L, fidx, i, -1, 1);
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 2, 0);
   lua_insert(L, -2);
-  lua_setfield(L, -2, "carrier");
+  lua_rawseti(L, -2, INFO_CARRIER);
   lua_insert(L, -2);
-  lua_setfield(L, -2, "env");
+  lua_rawseti(L, -2, INFO_ENV);
   lua_pushvalue(L, fidx);
   lua_insert(L, -2);
   lua_rawset(L, -3);
@@ -726,7 +727,7 @@ void dxl_sandbox_new_env(lua_State *L, int fidx, int *info_ref, int *env_ref) {
   lua_createtable(L, 0, 1); /* the instance's globals: _G is itself */
   lua_pushvalue(L, -1);
   lua_setfield(L, -2, "_G");
-  lua_getfield(L, -2, "env");
+  lua_rawgeti(L, -2, INFO_ENV);
   push_shared_mt(L, -1);
   lua_setmetatable(L, -3);
   lua_pop(L, 1);
@@ -735,21 +736,21 @@ void dxl_sandbox_new_env(lua_State *L, int fidx, int *info_ref, int *env_ref) {
   lua_pop(L, 1);
 }
 
-static void bind_carrier(lua_State *L, int info_ref, int value_ref, const char *field) {
+static void bind_carrier(lua_State *L, int info_ref, int value_ref) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, info_ref);
-  lua_getfield(L, -1, "carrier");
+  lua_rawgeti(L, -1, INFO_CARRIER);
   if (value_ref != LUA_NOREF) lua_rawgeti(L, LUA_REGISTRYINDEX, value_ref);
-  else lua_getfield(L, -2, field);
+  else lua_rawgeti(L, -2, INFO_ENV);
   lua_setupvalue(L, -2, 1);
   lua_pop(L, 2);
 }
 
 void dxl_sandbox_enter(lua_State *L, dxl_state_t *S, int info_ref, int env_ref) {
   S->orch_env_ref = env_ref;
-  if (info_ref != LUA_NOREF && lua_checkstack(L, 4)) bind_carrier(L, info_ref, env_ref, NULL);
+  if (info_ref != LUA_NOREF && lua_checkstack(L, 4)) bind_carrier(L, info_ref, env_ref);
 }
 
 void dxl_sandbox_leave(lua_State *L, dxl_state_t *S, int info_ref) {
   S->orch_env_ref = LUA_NOREF;
-  if (info_ref != LUA_NOREF && lua_checkstack(L, 4)) bind_carrier(L, info_ref, LUA_NOREF, "env");
+  if (info_ref != LUA_NOREF && lua_checkstack(L, 4)) bind_carrier(L, info_ref, LUA_NOREF);
 }

@@ -135,11 +135,15 @@ typedef struct {
   series_t *head, *tail;
   size_t n;
   series_t *bucket[HASH_BUCKETS]; /* lookup by label values without scanning every series */
+  series_t *last;  /* the series found last: a worker records the same few again and again */
 } family_t;
 
 struct dx_metrics_s {
   uv_mutex_t mu;
   family_t fam[DXM__COUNT];
+  uv_mutex_t read_mu;         /* guards on_read: its owner may go while a rendering runs it */
+  void (*on_read)(void *ud);  /* dx__metrics_on_read */
+  void *on_read_ud;
 };
 
 static size_t n_labels(const def_t *d) {
@@ -155,7 +159,26 @@ dx_metrics_t *dx__metrics_new(void) {
     free(m);
     return NULL;
   }
+  if (uv_mutex_init(&m->read_mu) != 0) {
+    uv_mutex_destroy(&m->mu);
+    free(m);
+    return NULL;
+  }
   return m;
+}
+
+void dx__metrics_on_read(dx_metrics_t *m, void (*fn)(void *ud), void *ud) {
+  uv_mutex_lock(&m->read_mu);
+  m->on_read = fn;
+  m->on_read_ud = ud;
+  uv_mutex_unlock(&m->read_mu);
+}
+
+/* Before a rendering: let the owner of read-time gauges set them. */
+static void refresh(dx_metrics_t *m) {
+  uv_mutex_lock(&m->read_mu);
+  if (m->on_read) m->on_read(m->on_read_ud);
+  uv_mutex_unlock(&m->read_mu);
 }
 
 void dx__metrics_free(dx_metrics_t *m) {
@@ -171,6 +194,7 @@ void dx__metrics_free(dx_metrics_t *m) {
     }
   }
   uv_mutex_destroy(&m->mu);
+  uv_mutex_destroy(&m->read_mu);
   free(m);
 }
 
@@ -267,11 +291,12 @@ static series_t *series_get(dx_metrics_t *m, dx_metric_id_t id, const char *cons
   series_t *s = NULL;
   uint32_t h = 2166136261u;
   int oom = 0, ascii = 1;
-  for (k = 0; k < nl; k++) {
-    use[k] = labels && labels[k] ? labels[k] : "";
-    if (ascii) ascii = ascii_label(use[k], &h);
-  }
-  if (ascii) return series_find_h(m, id, use, h);
+  family_t *f = &m->fam[id];
+  for (k = 0; k < nl; k++) use[k] = labels && labels[k] ? labels[k] : "";
+  /* the same labels as last time: stored as they are, so they are clean (no hash needed) */
+  if (f->last && same_labels(f->last, use, nl)) return f->last;
+  for (k = 0; k < nl && ascii; k++) ascii = ascii_label(use[k], &h);
+  if (ascii) return f->last = series_find_h(m, id, use, h);
   for (k = 0; k < nl; k++)
     if (!label_is_clean(use[k])) oom |= !(use[k] = fixed[k] = label_copy(use[k]));
   if (!oom) s = series_find(m, id, use);
@@ -285,7 +310,9 @@ static void record(dx_metrics_t *m, dx_metric_id_t id, const char *const *labels
   size_t i;
   if (!m || (int)id < 0 || id >= DXM__COUNT || defs[id].kind != kind || isnan(v)) return;
   uv_mutex_lock(&m->mu);
-  if ((s = series_get(m, id, labels)) != NULL) {
+  /* a family without labels has one series, its head once made: most hot-path calls */
+  s = !defs[id].labels[0] && m->fam[id].head ? m->fam[id].head : series_get(m, id, labels);
+  if (s != NULL) {
     if (kind == COUNTER) {
       if (v > 0) s->value += v;
     } else if (kind == GAUGE) {
@@ -456,6 +483,7 @@ char *dx_metrics_render_prometheus(dx_metrics_t *m) {
   buf_t b = {0};
   size_t i;
   if (!m) return NULL;
+  refresh(m);
   uv_mutex_lock(&m->mu);
   for (i = 0; i < DXM__COUNT; i++) render_family(&b, &defs[i], &m->fam[i]);
   uv_mutex_unlock(&m->mu);
@@ -508,6 +536,7 @@ char *dx_metrics_render_json(dx_metrics_t *m) {
   size_t i;
   int bad = 0;
   if (!m || !(root = json_object())) return NULL;
+  refresh(m);
   uv_mutex_lock(&m->mu);
   for (i = 0; i < DXM__COUNT && !bad; i++) {
     const def_t *d = &defs[i];

@@ -61,6 +61,11 @@ typedef enum {
 
 dx_metrics_t *dx__metrics_new(void);
 void dx__metrics_free(dx_metrics_t *m);
+/* fn(ud) sets gauges from its owner's state just before each rendering (Prometheus, JSON)
+** reads them: a value that changes on every turn is set when read, not on every change.
+** One per registry; fn NULL removes it, and returns only once no rendering runs it any more.
+** fn runs on the rendering's thread, without the registry's lock (it may set metrics). */
+void dx__metrics_on_read(dx_metrics_t *m, void (*fn)(void *ud), void *ud);
 
 /* Counters: add v (>= 0). Gauges: set to v. Histograms: record one observation of v
 ** (seconds). labels: the metric's label values (NULL strings read as ""); NULL when it has

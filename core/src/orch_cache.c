@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "orch_cache.h"
+#include "spare.h"
 #include "util.h"
 
 typedef struct entry_s {
@@ -26,9 +27,12 @@ struct dx_ocache_s {
   entry_t *newest, *oldest;
   dx_metrics_t *metrics;
   uv_mutex_t mu;            /* the table against dx__ocache_holds on the store thread */
+  dx__spare_t spare;        /* freed entries: a continued turn takes one and puts one back */
 };
 
 static uint64_t hash_str(const char *s) { return dx__fnv1a64(DX_FNV1A64_BASIS, s); }
+
+static void gauges(void *ud);
 
 dx_ocache_t *dx__ocache_new(int64_t budget, dx_metrics_t *metrics) {
   dx_ocache_t *c = calloc(1, sizeof *c);
@@ -40,7 +44,9 @@ dx_ocache_t *dx__ocache_new(int64_t budget, dx_metrics_t *metrics) {
   }
   c->budget = budget;
   c->metrics = metrics;
+  dx__spare_init(&c->spare, sizeof(entry_t), 256);
   uv_mutex_init(&c->mu);
+  if (metrics) dx__metrics_on_read(metrics, gauges, c);
   return c;
 }
 
@@ -58,9 +64,18 @@ static void lru_unlink(dx_ocache_t *c, entry_t *e) {
   e->newer = e->older = NULL;
 }
 
-static void gauges(dx_ocache_t *c) {
-  dx__metric_set(c->metrics, DXM_OCACHE_ENTRIES, DXM_NOLABELS, (double)c->count);
-  dx__metric_set(c->metrics, DXM_OCACHE_BYTES, DXM_NOLABELS, (double)c->bytes);
+/* The entries and bytes gauges, set when a rendering reads them (metrics.h dx__metrics_on_read)
+** rather than on every take and put (two of each per continued turn). Any thread: count and
+** bytes change under the mutex. */
+static void gauges(void *ud) {
+  dx_ocache_t *c = ud;
+  double count, bytes;
+  uv_mutex_lock(&c->mu);
+  count = (double)c->count;
+  bytes = (double)c->bytes;
+  uv_mutex_unlock(&c->mu);
+  dx__metric_set(c->metrics, DXM_OCACHE_ENTRIES, DXM_NOLABELS, count);
+  dx__metric_set(c->metrics, DXM_OCACHE_BYTES, DXM_NOLABELS, bytes);
 }
 
 /* Unlink e (under the mutex) and hand back its turn. */
@@ -69,17 +84,19 @@ static dx_turn_t *remove_entry(dx_ocache_t *c, entry_t *e) {
   uv_mutex_lock(&c->mu);
   *slot_of(c, e->key, e->hash) = e->hnext;
   lru_unlink(c, e);
-  uv_mutex_unlock(&c->mu);
   c->count--;
   c->bytes -= e->bytes;
-  free(e);
+  uv_mutex_unlock(&c->mu);
+  dx__spare_free(&c->spare, e);
   return t;
 }
 
 void dx__ocache_free(dx_ocache_t *c) {
   if (!c) return;
+  if (c->metrics) dx__metrics_on_read(c->metrics, NULL, NULL); /* waits out a rendering */
   while (c->oldest) dx__turn_free(remove_entry(c, c->oldest));
   uv_mutex_destroy(&c->mu);
+  dx__spare_drain(&c->spare);
   free(c->buckets);
   free(c);
 }
@@ -89,7 +106,6 @@ dx_turn_t *dx__ocache_take(dx_ocache_t *c, const char *instance) {
   dx_turn_t *t;
   if (!e) return NULL;
   t = remove_entry(c, e);
-  gauges(c);
   return t;
 }
 
@@ -119,7 +135,7 @@ void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t) {
   uint64_t h = hash_str(key);
   int64_t bytes = (int64_t)dx__turn_bytes(t) + (int64_t)sizeof *e;
   dx_turn_t *old = NULL;
-  if (bytes > c->budget || !(e = calloc(1, sizeof *e))) {
+  if (bytes > c->budget || !(e = dx__spare_calloc(&c->spare))) {
     dx__metric_add(c->metrics, DXM_OCACHE_EVICTIONS, DXM_NOLABELS, 1);
     dx__turn_free(t);
     return;
@@ -140,15 +156,14 @@ void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t) {
   if (c->newest) c->newest->newer = e;
   c->newest = e;
   if (!c->oldest) c->oldest = e;
-  uv_mutex_unlock(&c->mu);
   c->count++;
   c->bytes += bytes;
+  uv_mutex_unlock(&c->mu);
   dx__turn_free(old);
   while (c->bytes > c->budget && c->oldest != e) {
     dx__turn_free(remove_entry(c, c->oldest));
     dx__metric_add(c->metrics, DXM_OCACHE_EVICTIONS, DXM_NOLABELS, 1);
   }
-  gauges(c);
 }
 
 int dx__ocache_holds(dx_ocache_t *c, const char *instance, uint64_t *execution_id,

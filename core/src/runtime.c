@@ -97,7 +97,7 @@ static void turn_committed(dx_store_op_t *op) {
   if (job->acked && op->rc == 0) keep_turn(rt, job);
   dx__turn_free(job->turn);
   dx_orch_item_free(job->item);
-  free(job);
+  dx__spare_free(&rt->spare_jobs, job);
   if (!rt->stopping) dx__store_want(rt->store, 1, 0);
 }
 
@@ -163,7 +163,7 @@ static dx_turn_t *cached_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
 }
 
 static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
-  turn_job_t *job = calloc(1, sizeof *job);
+  turn_job_t *job = dx__spare_calloc(&rt->spare_jobs);
   dx_turn_t *kept;
   dx_turn_cfg_t cfg;
   uint64_t t0;
@@ -240,7 +240,7 @@ static void activity_unlink(dx_activity_t *a) {
 static void activity_release(dx_activity_t *a) {
   dx_work_item_clear(&a->item);
   dx_work_item_clear(&a->result);
-  free(a);
+  dx__spare_free(&a->rt->spare_acts, a);
 }
 
 /* Freed once its settlement is applied, its renewal settled and its timer closed. */
@@ -446,7 +446,7 @@ static int hidden_activity(const dx_runtime_t *rt, const char *name) {
 }
 
 static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) {
-  dx_activity_t *a = calloc(1, sizeof *a);
+  dx_activity_t *a = dx__spare_calloc(&rt->spare_acts);
   const dx__cact_t *cact;
   int64_t every;
   uint64_t t0;
@@ -617,6 +617,8 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   if (!rt) return dx_error_set(err, DX_ENOMEM, "out of memory");
   rt->loop = loop;
   rt->provider = p;
+  dx__spare_init(&rt->spare_acts, sizeof(dx_activity_t), 256);
+  dx__spare_init(&rt->spare_jobs, sizeof(turn_job_t), 256);
   if (opts) rt->opts = *opts;
   else dx_options_init(&rt->opts);
   rt->tag_filter.untagged = 1;
@@ -982,6 +984,8 @@ void dx_runtime_free(dx_runtime_t *rt) {
   owner = rt->owner;
   cache_close(rt);
   dx__cact_free_all(rt);
+  dx__spare_drain(&rt->spare_acts);
+  dx__spare_drain(&rt->spare_jobs);
   while (rt->n_hidden > 0) free(rt->hidden[--rt->n_hidden]);
   free(rt->hidden);
   dx__metrics_free(rt->metrics);

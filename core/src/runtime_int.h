@@ -12,6 +12,7 @@
 #include "options.h"
 #include "orch_cache.h"
 #include "sessions.h"
+#include "spare.h"
 #include "store.h"
 #include "wake.h"
 
@@ -64,6 +65,8 @@ struct dx_runtime_s {
   int sessions_stopping;
   dx_activity_t *running;
   int n_running;
+  dx__spare_t spare_acts;  /* freed activity records and turn jobs, reused (spare.h) */
+  dx__spare_t spare_jobs;
   int in_fetch;        /* on_fetch runs: the running gauge is set once at its end */
   dx__credit_t credit;         /* how many activities to ask the store for (credit.h) */
   int started, stopping;

@@ -39,6 +39,11 @@ typedef struct watchdog_s {
   int paused;             /* dx__watch_driven(loop, 0): the script is not driving the loop */
   int depth;              /* nesting of dx__watch_enter */
   char labels[MAX_DEPTH][LABEL_LEN];
+  struct lazy_s {         /* a step entered by names or text: labels[] is built when reported */
+    int kind;             /* 0: labels[] holds it; LAZY_NAMES, LAZY_TEXT */
+    const char *a, *b, *c;
+    uint64_t id;
+  } lazy[MAX_DEPTH];
   int64_t alarm_at;       /* monotonic ms; 0: no alarm armed */
   void (*alarm)(void *);
   void *alarm_arg;
@@ -75,12 +80,16 @@ static void on_beat(uv_timer_t *t) {
   if (warned) dx__log(DX_LOG_WARN, "loop no longer blocked", "blocked_ms=%" PRId64, blocked);
 }
 
+enum { LAZY_NAMES = 1, LAZY_TEXT };
+static void lazy_label(const struct lazy_s *l, char *out);
+
 /* What the loop thread is running now (caller holds mu). */
 static void current_label(const watchdog_t *w, char *out) {
-  int d = w->depth;
-  snprintf(out, LABEL_LEN, "%s",
-           d > 0 ? w->labels[(d > MAX_DEPTH ? MAX_DEPTH : d) - 1]
-                 : "engine or app code outside activities and turns");
+  int d = w->depth, k = (d > MAX_DEPTH ? MAX_DEPTH : d) - 1;
+  if (d > 0 && w->lazy[k].kind) lazy_label(&w->lazy[k], out);
+  else
+    snprintf(out, LABEL_LEN, "%s", d > 0 ? w->labels[k]
+                                         : "engine or app code outside activities and turns");
 }
 
 /* A blockage is reported when it passes the threshold, and again whenever the code holding
@@ -194,7 +203,10 @@ static void push_step(uv_loop_t *loop, void (*fill)(char *label, void *ud), void
   uv_once(&mu_once, mu_init);
   uv_mutex_lock(&mu);
   if ((w = find(loop)) != NULL) {
-    if (w->depth < MAX_DEPTH) fill(w->labels[w->depth], ud);
+    if (w->depth < MAX_DEPTH) {
+      w->lazy[w->depth].kind = 0;
+      fill(w->labels[w->depth], ud);
+    }
     w->depth++;
   }
   uv_mutex_unlock(&mu);
@@ -250,10 +262,26 @@ static void fill_names(char *label, void *ud) {
   label[n] = '\0';
 }
 
+/* Push a step whose label lazy_label builds from these pointers when it is reported. */
+static void push_lazy(uv_loop_t *loop, int kind, const char *a, const char *b, const char *c,
+                      uint64_t id) {
+  watchdog_t *w;
+  uv_once(&mu_once, mu_init);
+  uv_mutex_lock(&mu);
+  if ((w = find(loop)) != NULL) {
+    if (w->depth < MAX_DEPTH) {
+      struct lazy_s *l = &w->lazy[w->depth];
+      l->kind = kind;
+      l->a = a, l->b = b, l->c = c, l->id = id;
+    }
+    w->depth++;
+  }
+  uv_mutex_unlock(&mu);
+}
+
 void dx__watch_enter_names(uv_loop_t *loop, const char *what, const char *name,
                            const char *instance, uint64_t id) {
-  names_label_t l = {what, name, instance, id};
-  push_step(loop, fill_names, &l);
+  push_lazy(loop, LAZY_NAMES, what, name, instance, id);
 }
 
 typedef struct {
@@ -269,8 +297,17 @@ static void fill_text(char *label, void *ud) {
 }
 
 void dx__watch_enter_text(uv_loop_t *loop, const char *prefix, const char *text) {
-  text_label_t l = {prefix, text};
-  push_step(loop, fill_text, &l);
+  push_lazy(loop, LAZY_TEXT, prefix, text, NULL, 0);
+}
+
+static void lazy_label(const struct lazy_s *l, char *out) {
+  if (l->kind == LAZY_NAMES) {
+    names_label_t n = {l->a, l->b, l->c, l->id};
+    fill_names(out, &n);
+  } else {
+    text_label_t t = {l->a, l->b};
+    fill_text(out, &t);
+  }
 }
 
 void dx__watch_leave(uv_loop_t *loop) {

@@ -26,11 +26,13 @@ void dx__watch_enter(uv_loop_t *loop, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-/* The same for "<what> <name> (instance <instance>, id <id>)", built without printf (an
-** activity step pays this on the loop thread for every step). */
+/* The same for "<what> <name> (instance <instance>, id <id>)". Every activity step pays this
+** on the loop thread, so only the pointers are kept and the label is built when a blockage is
+** reported: the strings must stay valid until the matching dx__watch_leave. */
 void dx__watch_enter_names(uv_loop_t *loop, const char *what, const char *name,
                            const char *instance, uint64_t id);
-/* The same for the label "<prefix><text>" (every orchestration turn pays this). */
+/* The same for the label "<prefix><text>" (every orchestration turn pays this; the strings
+** must stay valid until the matching dx__watch_leave, as above). */
 void dx__watch_enter_text(uv_loop_t *loop, const char *prefix, const char *text);
 void dx__watch_leave(uv_loop_t *loop);
 /* A loop that a script drives now and then (duroxide.runtime) is not blocked while the script
