@@ -23,11 +23,24 @@
 typedef struct {
   lua_State *L;
   const char *p, *end;
-  int null_slot, set_slot;
+  int null_slot, set_slot; /* placeholders, filled on first use (need()) */
+  int fetched;             /* 1: null_slot holds the sentinel, 2: set_slot the array set */
   int top_nil; /* a top-level null is nil (else duroxide.null, as inside tables) */
 } dec_t;
 
 static int value(dec_t *d, int depth);
+
+/* The sentinel (which 1) or the array set (2) into its placeholder slot, made on first
+** use: most payloads hold no null, scalars no array. */
+static int need(dec_t *d, int which) {
+  if (!(d->fetched & which)) {
+    if (which == 1) dx__lua_push_null(d->L);
+    else dx__lua_push_array_set(d->L);
+    lua_replace(d->L, which == 1 ? d->null_slot : d->set_slot);
+    d->fetched |= which;
+  }
+  return which == 1 ? d->null_slot : d->set_slot;
+}
 
 static void skip_ws(dec_t *d) {
   while (d->p < d->end && (*d->p == ' ' || *d->p == '\n' || *d->p == '\r' || *d->p == '\t'))
@@ -101,13 +114,15 @@ static int string(dec_t *d, int is_key) {
   const char *s = d->p + 1, *run = s;
   luaL_Buffer b;
   int buffered = 0;
+  unsigned high = 0; /* any byte >= 0x80 in this run: only then is UTF-8 checked */
   for (;;) {
     unsigned char c;
     if (s >= d->end) goto decline;
     c = (unsigned char)*s;
     if (c == '"' || c == '\\') {
       size_t n = (size_t)(s - run);
-      if (dx__utf8_valid_prefix(run, n) != n) goto decline;
+      if ((high & 0x80) && dx__utf8_valid_prefix(run, n) != n) goto decline;
+      high = 0;
       if (c == '"' && !buffered) {
         lua_pushlstring(d->L, run, n); /* the common case: no escapes */
         d->p = s + 1;
@@ -129,6 +144,7 @@ static int string(dec_t *d, int is_key) {
       continue;
     }
     if (c < 0x20) goto decline; /* raw control characters (and NUL) are not JSON */
+    high |= c;
     s++;
   }
 decline:
@@ -236,7 +252,7 @@ static int array(dec_t *d, int depth) {
   lua_createtable(L, 4, 0);
   lua_pushvalue(L, -1); /* marked, so [] stays an array */
   lua_pushboolean(L, 1);
-  lua_rawset(L, d->set_slot);
+  lua_rawset(L, need(d, 2));
   skip_ws(d);
   if (d->p < d->end && *d->p == ']') {
     d->p++;
@@ -273,7 +289,7 @@ static int value(dec_t *d, int depth) {
     case 'n':
       if (!literal(d, "null", 4)) return 0;
       if (depth == 0 && d->top_nil) lua_pushnil(d->L);
-      else lua_pushvalue(d->L, d->null_slot);
+      else lua_pushvalue(d->L, need(d, 1));
       return 1;
     default: return (*d->p == '-' || (*d->p >= '0' && *d->p <= '9')) ? number(d) : 0;
   }
@@ -296,9 +312,10 @@ int dx__lua_decode_json(lua_State *L, const char *json, size_t len, int top_null
     }
     d.p = json;
   }
-  dx__lua_push_null(L);
+  d.fetched = 0;
+  lua_pushnil(L);
   d.null_slot = lua_gettop(L);
-  dx__lua_push_array_set(L);
+  lua_pushnil(L);
   d.set_slot = lua_gettop(L);
   skip_ws(&d);
   if (value(&d, 0)) {

@@ -29,7 +29,8 @@ typedef struct {
 typedef struct {
   lua_State *L;
   buf_t b;
-  int null_slot, arrays_slot;
+  int null_slot, arrays_slot; /* placeholders, filled by slot() on first use */
+  int fetched;                /* 1: null_slot holds the sentinel, 2: arrays_slot the set */
 } enc_t;
 
 /* One key of an object being written: its bytes and the stack slot of its value. */
@@ -51,14 +52,27 @@ static int grow(buf_t *b, size_t more) {
   return 1;
 }
 
-static int put(buf_t *b, const char *s, size_t n) {
-  if (!grow(b, n)) return 0;
+static inline int put(buf_t *b, const char *s, size_t n) {
+  if (b->n + n > b->cap && !grow(b, n)) return 0;
   memcpy(b->p + b->n, s, n);
   b->n += n;
   return 1;
 }
 
-static int put_char(buf_t *b, char c) { return put(b, &c, 1); }
+/* One byte: the commonest write ('[', ',', ':', ...), without a call or a memcpy. */
+static inline int put_char(buf_t *b, char c) {
+  if (b->n == b->cap && !grow(b, 1)) return 0;
+  b->p[b->n++] = c;
+  return 1;
+}
+
+/* UTF-8 check with an ASCII fast path: most keys and strings are plain ASCII. */
+static int text_ok(const char *s, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++)
+    if ((unsigned char)s[i] >= 0x80) return dx__utf8_valid_prefix(s + i, n - i) == n - i;
+  return 1;
+}
 
 /* A JSON string with jansson's escapes: \" \\ \b \f \n \r \t, other controls \u00XX. */
 static int put_string(buf_t *b, const char *s, size_t n) {
@@ -128,7 +142,7 @@ static int object(enc_t *e, int t, int depth, size_t nstr) {
   while (lua_next(L, t)) {
     size_t kn;
     const char *k = lua_tolstring(L, -2, &kn); /* a string: the caller classified the keys */
-    if (i == nstr || memchr(k, '\0', kn) || dx__utf8_valid_prefix(k, kn) != kn) goto out;
+    if (i == nstr || memchr(k, '\0', kn) || !text_ok(k, kn)) goto out;
     keys[i].s = k;
     keys[i].n = kn;
     keys[i].value_slot = lua_gettop(L);
@@ -150,45 +164,70 @@ out:
   return ok;
 }
 
+/* The registry value under key into its placeholder slot, fetched on first use: most
+** payloads hold no duroxide.null, and only tables without integer keys ask the array set.
+** Balanced on the stack, so it may run between lua_next calls. */
+static int slot(enc_t *e, int which, const void *key) {
+  if (!(e->fetched & which)) {
+    lua_rawgetp(e->L, LUA_REGISTRYINDEX, key); /* nil until created: nothing is marked */
+    lua_replace(e->L, which == 1 ? e->null_slot : e->arrays_slot);
+    e->fetched |= which;
+  }
+  return which == 1 ? e->null_slot : e->arrays_slot;
+}
+
+/* One pass over the keys classifies the table and, while its keys come as 1, 2, 3, ...
+** (a sequence in the array part: the common case), writes its elements as an array at
+** once; any other order is rewound and written from 1..n afterwards. */
 static int table(enc_t *e, int t, int depth) {
   lua_State *L = e->L;
   lua_Integer nint = 0, kmin = LUA_MAXINTEGER, kmax = 0, i;
-  size_t nstr = 0;
-  int marked = 0;
-  if (depth >= DX__LUA_MAX_DEPTH || !lua_checkstack(L, 4)) return 0;
+  size_t nstr = 0, start = e->b.n;
+  int marked = 0, in_order = 1;
+  if (depth >= DX__LUA_MAX_DEPTH || !lua_checkstack(L, 4) || !put_char(&e->b, '[')) return 0;
   lua_pushnil(L);
   while (lua_next(L, t)) {
     int kt = lua_type(L, -2);
-    lua_pop(L, 1);
     if (kt == LUA_TSTRING) {
       nstr++;
-    } else if (kt == LUA_TNUMBER && lua_isinteger(L, -1)) {
-      lua_Integer k = lua_tointeger(L, -1);
+      in_order = 0;
+    } else if (kt == LUA_TNUMBER && lua_isinteger(L, -2)) {
+      lua_Integer k = lua_tointeger(L, -2);
       nint++;
       if (k < kmin) kmin = k;
       if (k > kmax) kmax = k;
+      if (in_order && k != nint) in_order = 0;
+      if (in_order && ((k > 1 && !put_char(&e->b, ',')) || !value(e, lua_gettop(L), depth + 1)))
+        return 0; /* declined: the caller resets the stack */
     } else {
-      lua_pop(L, 1);
       return 0;
     }
-  }
-  if (lua_type(L, e->arrays_slot) == LUA_TTABLE) {
-    lua_pushvalue(L, t);
-    marked = lua_rawget(L, e->arrays_slot) != LUA_TNIL;
     lua_pop(L, 1);
   }
-  if (nstr > 0 && (nint > 0 || marked)) return 0;
-  if (nint > 0 && (kmin != 1 || kmax != nint)) return 0;
-  if (nint == 0 && !marked) return object(e, t, depth, nstr);
-  if (!put_char(&e->b, '[')) return 0;
-  for (i = 1; i <= nint; i++) {
-    int ok;
-    lua_rawgeti(L, t, i);
-    ok = (i == 1 || put_char(&e->b, ',')) && value(e, lua_gettop(L), depth + 1);
-    lua_pop(L, 1);
-    if (!ok) return 0;
+  if (nint > 0) {
+    if (nstr > 0 || kmin != 1 || kmax != nint) return 0; /* mixed or sparse */
+    if (in_order) return put_char(&e->b, ']');
+    e->b.n = start + 1; /* keep the '[' */
+    for (i = 1; i <= nint; i++) {
+      int ok;
+      lua_rawgeti(L, t, i);
+      ok = (i == 1 || put_char(&e->b, ',')) && value(e, lua_gettop(L), depth + 1);
+      lua_pop(L, 1);
+      if (!ok) return 0;
+    }
+    return put_char(&e->b, ']');
   }
-  return put_char(&e->b, ']');
+  e->b.n = start;
+  {
+    int set = slot(e, 2, dx__lua_arrays_key());
+    if (lua_type(L, set) == LUA_TTABLE) {
+      lua_pushvalue(L, t);
+      marked = lua_rawget(L, set) != LUA_TNIL;
+      lua_pop(L, 1);
+    }
+  }
+  if (marked) return nstr == 0 && put(&e->b, "[]", 2); /* marked with string keys: mixed */
+  return object(e, t, depth, nstr);
 }
 
 static int value(enc_t *e, int idx, int depth) {
@@ -207,10 +246,11 @@ static int value(enc_t *e, int idx, int depth) {
     case LUA_TSTRING: {
       size_t n;
       const char *s = lua_tolstring(L, idx, &n);
-      return dx__utf8_valid_prefix(s, n) == n && put_string(&e->b, s, n);
+      return text_ok(s, n) && put_string(&e->b, s, n);
     }
     case LUA_TTABLE: return table(e, idx, depth);
-    case LUA_TUSERDATA: return lua_rawequal(L, idx, e->null_slot) && put(&e->b, "null", 4);
+    case LUA_TUSERDATA:
+      return lua_rawequal(L, idx, slot(e, 1, dx__lua_null_key())) && put(&e->b, "null", 4);
     default: return 0;
   }
 }
@@ -223,11 +263,11 @@ char *dx__lua_encode_json(lua_State *L, int idx) {
   memset(&e, 0, sizeof e);
   e.L = L;
   /* Only tables and userdata (the null sentinel) look at the slots: a scalar payload (a
-  ** count, an id, a flag) is written without fetching them. */
+  ** count, an id, a flag) is written without making them. */
   if (lua_type(L, idx) == LUA_TTABLE || lua_type(L, idx) == LUA_TUSERDATA) {
-    lua_rawgetp(L, LUA_REGISTRYINDEX, dx__lua_null_key()); /* nil until created: no null */
+    lua_pushnil(L);
     e.null_slot = lua_gettop(L);
-    lua_rawgetp(L, LUA_REGISTRYINDEX, dx__lua_arrays_key());
+    lua_pushnil(L);
     e.arrays_slot = lua_gettop(L);
   }
   ok = value(&e, idx, 0) && put_char(&e.b, '\0');
