@@ -754,6 +754,15 @@ DX_TEST(encode_corpus_bytes_are_unchanged) {
       "for i, f in ipairs(bad) do\n"
       "  expect_error(f(), want_err[i])\n"
       "  assert(encode_fast(f()) == nil, 'one-pass encoder took bad value ' .. i)\n"
+      "end\n"
+      "-- integral floats (written without printf below 2^53) against jansson's path\n"
+      "math.randomseed(4242)\n"
+      "local fl = {2.0^53 - 1, -(2.0^53 - 1), 2.0^53, -2.0^53, 2.0^53 + 2, 1e15, 1e16, -1e16, 1e17, 999999999999999.0, 10.0, -10.0, 7.0, 0.5}\n"
+      "for p = 0, 22 do fl[#fl + 1] = 10.0^p; fl[#fl + 1] = -(10.0^p); fl[#fl + 1] = 2.0^p * 3 end\n"
+      "for _ = 1, 3000 do local b = math.random(0, 53); fl[#fl + 1] = math.random(-(1 << b), 1 << b) + 0.0 end\n"
+      "for _, x in ipairs(fl) do\n"
+      "  local w = encode_tree(x)\n"
+      "  if encode(x) ~= w or encode({x}) ~= '[' .. w .. ']' then error('float ' .. string.format('%.17g', x) .. ': ' .. encode(x) .. ' want ' .. w) end\n"
       "end\n");
   lua_close(L);
 }

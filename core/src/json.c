@@ -12,6 +12,7 @@
 ** NaN and infinity cannot be written in JSON, and jansson refuses numbers it cannot represent
 ** (integers outside int64, reals that overflow) as invalid JSON.
 */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,10 +110,30 @@ static size_t jansson_real(double d, char *out) {
   return (size_t)n;
 }
 
+/* An integral double below 2^53 in magnitude: every shorter rounding of it is another
+** integer that reads back as another double, so shortest_real ends at all its digits, in
+** plain notation, plus ".0" ("100.0", "-0.0"): written here without printf/strtod. */
+static size_t integral_real(double d, char out[40]) {
+  char tmp[24], *q = tmp + sizeof tmp;
+  unsigned long long u = (unsigned long long)(d < 0 ? -d : d);
+  size_t n;
+  do {
+    *--q = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (signbit(d)) *--q = '-';
+  n = (size_t)(tmp + sizeof tmp - q);
+  memcpy(out, q, n);
+  memcpy(out + n, ".0", 3);
+  return n + 2;
+}
+
 size_t dx__json_real(double d, char out[40]) {
   char tok[40];
-  size_t n = jansson_real(d, tok), m, i;
-  if (n == 0) return 0;
+  size_t n, m, i;
+  if (d > -9007199254740992.0 && d < 9007199254740992.0 && d == (double)(long long)d)
+    return integral_real(d, out);
+  if ((n = jansson_real(d, tok)) == 0) return 0;
   for (i = 0; i < n; i++) /* another locale's decimal point: leave it to jansson */
     if (!strchr("-0123456789.e", tok[i])) return 0;
   if ((m = shortest_real(tok, n, out)) != 0) return m;

@@ -255,7 +255,14 @@ static size_t utf8_seq(const unsigned char *s, size_t left) {
 size_t dx__utf8_valid_prefix(const char *s, size_t n) {
   const unsigned char *p = (const unsigned char *)s;
   size_t i = 0, k;
-  while (i < n && (k = utf8_seq(p + i, n - i)) != 0) i += k;
+  while (i < n) {
+    if (p[i] < 0x80) { /* ASCII, the common case, without a call per byte */
+      i++;
+      continue;
+    }
+    if ((k = utf8_seq(p + i, n - i)) == 0) break;
+    i += k;
+  }
   return i;
 }
 
