@@ -374,7 +374,7 @@ static void rd_body(rd_t *r, val_t *v, vtype_t type, uint64_t n) {
 /* One value's header (and body, for strings, bins and exts; containers' elements follow). */
 static void rd_value(rd_t *r, val_t *v) {
   unsigned c = r->p[r->pos++];
-  memset(v, 0, sizeof *v);
+  /* no memset: every reader looks only at the members its value type sets */
   if (c <= 0x7f) { v->type = V_UINT; v->u = c; return; }
   if (c >= 0xe0) { v->type = V_NEG; v->i = (int64_t)c - 256; return; }
   if (c <= 0x8f) { v->type = V_MAP; v->n = c & 0x0f; return; }
@@ -425,8 +425,11 @@ static void rd_skip(rd_t *r) {
 }
 
 static int key_is(const val_t *k, const char *key, size_t n) {
-  /* keys are one to three bytes: compare the first byte before calling memcmp */
-  return k->n == n && (n == 0 || (k->s[0] == key[0] && memcmp(k->s + 1, key + 1, n - 1) == 0));
+  size_t i;
+  if (k->n != n) return 0;
+  for (i = 0; i < n; i++) /* keys are one to three bytes: no memcmp call */
+    if (k->s[i] != key[i]) return 0;
+  return 1;
 }
 
 /* Where a record's strings are copied: the cursor into its arena (decode sized it for every
@@ -504,7 +507,15 @@ static int read_fields(const schema_t *s, rd_t *r, uint64_t count, uint32_t firs
   for (i = first; i < count; i++) {
     val_t k, v;
     int rc;
-    rd_value(r, &k);
+    unsigned c = r->p[r->pos];
+    if (c >= 0xa0 && c <= 0xbf) { /* a fixstr key (all of ours): read in place */
+      k.type = V_STR;
+      k.n = c & 0x1f;
+      k.s = (const char *)r->p + r->pos + 1;
+      r->pos += 1 + (size_t)k.n;
+    } else {
+      rd_value(r, &k);
+    }
     if (k.type != V_STR)
       return dx_error_set(err, DX_ECORRUPT, "%s: key %u%s is not a string", what,
                           (unsigned)(i + 1), prefix[0] ? " of field 'f'" : "");
