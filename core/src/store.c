@@ -632,8 +632,10 @@ static void store_main(void *arg) {
     bo = s->fetching ? s->budget_orch : 0;
     bw = s->fetching ? s->budget_work : 0;
     s->busy = 1;
+    dx__store_trash_take(s);
     uv_mutex_unlock(&s->mu);
 
+    dx__store_trash_drop(s); /* before the cycle: its fetches reuse that memory */
     got = cycle(s, &ops, bo, bw, &f);
     poll_depths(s);
 
@@ -733,11 +735,12 @@ static void on_async(uv_async_t *h) {
   while (fl) {
     fetched_node_t *next = fl->next;
     if (s->cfg.on_fetch) s->cfg.on_fetch(s->cfg.ud, &fl->f);
-    free_fetched(&fl->f);
-    free(fl);
+    dx__store_give_fetched(s, &fl->f);
+    dx__store_give_block(s, fl);
     fl = next;
   }
   uv_mutex_lock(&s->mu);
+  dx__store_trash_hand(s); /* what this wake-up is done with (store_mem.c) */
   s->delivering = 0;
   uv_cond_signal(&s->cv); /* the answers queued meanwhile, and await_delivery */
   uv_mutex_unlock(&s->mu);
@@ -851,6 +854,7 @@ static void on_closed(uv_handle_t *h) {
   void (*cb)(void *) = s->close_cb;
   void *ud = s->close_ud;
   dx__store_free_held(s); /* the thread has been joined */
+  dx__store_trash_free(s);
   dx__store_free_declined(s);
   dx__store_free_ids(s->sess_new, s->n_sess_new);
   dx__store_free_ids(s->sess_conf, s->n_sess_conf);

@@ -130,6 +130,11 @@ typedef struct dx_store_cfg_s {
 int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg, dx_error_t *err);
 /* Queue an operation (loop thread). */
 void dx__store_submit(dx_store_t *s, dx_store_op_t *op);
+/* (loop thread) A fetched item the loop is done with: freed on the store thread, which
+** allocated it (store_mem.c). give_work takes *w's fields and zeroes it. s NULL (the store
+** is gone): freed at once. */
+void dx__store_give_orch(dx_store_t *s, dx_orch_item_t *it);
+void dx__store_give_work(dx_store_t *s, dx_work_item_t *w);
 /* How many more items the loop can take now (loop thread); wakes the store thread. */
 void dx__store_want(dx_store_t *s, int orch, int work);
 /* Wake the store thread (any thread). */
