@@ -19,7 +19,7 @@ typedef struct declined_s {
 
 /* An item handed to the loop whose settlement (ack/abandon) is not applied yet. */
 typedef struct held_s {
-  char *instance;      /* orchestration items; NULL for work items */
+  char *instance;      /* orchestration items (in the entry's block); NULL for work items */
   uint64_t token;
   uint64_t renew_at;   /* monotonic ms */
   uint64_t give_up_at; /* monotonic ms: a turn never takes this long (the turn time limit and
