@@ -646,7 +646,6 @@ static void store_main(void *arg) {
     dx__store_trash_take(s);
     uv_mutex_unlock(&s->mu);
 
-    dx__store_trash_drop(s); /* before the cycle: its fetches reuse that memory */
     got = cycle(s, &ops, bo, bw, &f);
     poll_depths(s);
 
@@ -685,6 +684,13 @@ static void store_main(void *arg) {
     if (ops || got || s->fatal == 1) { /* (not under mu: the loop wakes and takes it) */
       uv_mutex_unlock(&s->mu);
       uv_async_send(&s->async);
+      /* what the loop gave back (store_mem.c), freed while it takes this delivery rather
+      ** than before the cycle it waits for; the next cycle's fetches reuse the memory */
+      dx__store_trash_drop(s);
+      uv_mutex_lock(&s->mu);
+    } else {
+      uv_mutex_unlock(&s->mu);
+      dx__store_trash_drop(s);
       uv_mutex_lock(&s->mu);
     }
     if (s->backoff_ms) { /* sleep it out: only stopping cuts it short */
