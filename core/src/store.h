@@ -160,6 +160,9 @@ void dx__store_crash(dx_store_t *s, void (*cb)(void *ud), void *ud);
 /* Until when (store clock) the store thread's last fallback renewal extended session `sid`'s
 ** lease; 0 when it did not (loop thread; the loop's own renewals it knows itself). */
 int64_t dx__store_session_confirmed(dx_store_t *s, const char *sid);
+/* Tests: how many items (orchestration and work items) the loop gave back (dx__store_give_*)
+** the store thread has taken to free (any thread). */
+uint64_t dx__store_items_given_back(dx_store_t *s);
 uint64_t dx__store_commits(const dx_store_t *s);
 uint64_t dx__store_cycles(const dx_store_t *s);
 /* The wait before the next cycle after failed ones (0 after a good cycle); any thread. */

@@ -105,6 +105,7 @@ struct dx_store_s {
   dx__store_trash_t tr_loop;  /* loop only: what the loop collects (store_mem.c) */
   dx__store_trash_t tr_given; /* guarded by mu: handed to the store thread */
   dx__store_trash_t tr_store; /* store thread only: being freed */
+  uint64_t given_back;        /* guarded by mu: items taken from tr_given (tests) */
 };
 
 /* {===== store.c, for store_rounds.c =====} */

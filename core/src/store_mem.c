@@ -110,7 +110,17 @@ static void trash_empty_out(dx__store_trash_t *t) {
 
 void dx__store_trash_take(dx_store_t *s) {
   /* tr_store is empty (dx__store_trash_drop): its arrays go back for the next collection */
-  if (!trash_empty(&s->tr_given)) trash_swap(&s->tr_given, &s->tr_store);
+  if (trash_empty(&s->tr_given)) return;
+  s->given_back += s->tr_given.n_orch + s->tr_given.n_work;
+  trash_swap(&s->tr_given, &s->tr_store);
+}
+
+uint64_t dx__store_items_given_back(dx_store_t *s) {
+  uint64_t n;
+  uv_mutex_lock(&s->mu);
+  n = s->given_back;
+  uv_mutex_unlock(&s->mu);
+  return n;
 }
 
 void dx__store_trash_drop(dx_store_t *s) { trash_empty_out(&s->tr_store); }
