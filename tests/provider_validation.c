@@ -1099,6 +1099,49 @@ DX_TEST(pv_group_commit_batches_acks) {
   done(p);
 }
 
+/* What falls due while a batch is open is fetched in it: a lapsed lock, a row abandoned in
+** the batch, a delayed message whose time came (LMDB remembers for the batch how early the
+** next due entry of each queue index can be; it must follow the batch's clock and writes). */
+static void fclear(dx_work_fetch_t *f);
+
+DX_TEST(pv_items_falling_due_within_a_batch_are_fetched_in_it) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t start = start_item("O");
+  dx_work_fetch_t f, g;
+  dx_orch_item_t *it;
+  enqueue_work(p, T0, act_item("A", 1, 1));
+  f = wfetch(p, T0); /* locked until T0 + LOCK */
+  ASSERT_EQ(f.item.id, 1);
+  CHECK(M(p)->enqueue_for_orchestrator(p, T0, &start, 100, &E)); /* due at T0 + 100 */
+  CHECK(M(p)->begin(p, &E));
+  g = wfetch(p, T0 + 1);
+  ASSERT_EQ(g.item.kind, 0);
+  it = fetch(p, T0 + 1);
+  ASSERT(!it);
+  it = fetch(p, T0 + 100);
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, "O");
+  CHECK(M(p)->abandon_orchestration_item(p, T0 + 100, "O", it->lock_token, 0, 0, &E));
+  dx_orch_item_free(it);
+  it = fetch(p, T0 + 100); /* released at once: ready again */
+  ASSERT(it);
+  dx_orch_item_free(it);
+  g = wfetch(p, T0 + LOCK); /* the lock lapsed */
+  ASSERT_EQ(g.item.id, 1);
+  ASSERT_EQ(g.attempt_count, 2);
+  CHECK(M(p)->abandon_work_item(p, T0 + LOCK, g.lock_token, 0, 0, &E));
+  fclear(&g);
+  g = wfetch(p, T0 + LOCK); /* abandoned: ready again at once */
+  ASSERT_EQ(g.item.id, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + LOCK, g.lock_token, NULL, &E));
+  fclear(&g);
+  CHECK(M(p)->commit(p, 1, &E));
+  g = wfetch(p, T0 + 2 * LOCK);
+  ASSERT_EQ(g.item.kind, 0);
+  fclear(&f);
+  done(p);
+}
+
 /* Activities a turn schedules and the same batch fetches (the store cycle: acks, then work
 ** fetches, one commit): FIFO with rows queued before the batch, acked in the batch by their
 ** token, the rest fetched after the commit; a later turn of the batch cancels one it has not
@@ -2791,6 +2834,95 @@ DX_TEST(pv_session_rows_queued_in_a_batch_at_capacity_are_fetched_in_it) {
   ASSERT_EQ(take(p, T0 + 5, "A", 2, 0), 0);
   CHECK(M(p)->commit(p, 1, &E));
   ASSERT_EQ(take(p, T0 + 6, "B", 2, 5), 1); /* s2 was left to others */
+  done(p);
+}
+
+/* A batch renews a session row's lock and then fetches: the renewed lock holds for the
+** batch's own fetches (LMDB keeps the session's moved queue head in memory until the commit;
+** the fetch must go by it, not by the head stored before the batch). */
+DX_TEST(pv_session_lock_renewed_in_a_batch_holds_for_its_fetches) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f, g;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  f = sfetch(p, T0, "A", 10); /* locked until T0 + LOCK */
+  ASSERT_EQ(f.item.id, 1);
+  CHECK(M(p)->begin(p, &E));
+  CHECK(M(p)->renew_work_item_lock(p, T0 + LOCK - 1, f.lock_token, LOCK, &E));
+  ASSERT_EQ(take(p, T0 + LOCK + 1, "A", 10, 0), 0); /* locked until T0 + 2 LOCK - 1 */
+  ASSERT_EQ(take(p, T0 + LOCK + 1, "B", 10, 0), 0);
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT_EQ(take(p, T0 + LOCK + 1, "A", 10, 0), 0);
+  g = sfetch(p, T0 + 2 * LOCK, "A", 10); /* the renewed lock lapsed: delivered again */
+  ASSERT_EQ(g.item.id, 1);
+  ASSERT_EQ(g.attempt_count, 2);
+  CHECK_ERR(M(p)->ack_work_item(p, T0 + 2 * LOCK, f.lock_token, NULL, &E), DX_ELOCK);
+  CHECK(M(p)->ack_work_item(p, T0 + 2 * LOCK, g.lock_token, NULL, &E));
+  fclear(&f);
+  fclear(&g);
+  ASSERT_EQ(srow(p, "s1").queued, 0);
+  done(p);
+}
+
+/* Session rows a turn queues inside a batch and rows stored before it are fetched in due
+** order by the batch (LMDB merges the queue heads the batch changed into its walk of the
+** stored ones); a session whose only row the batch acked offers nothing more. */
+DX_TEST(pv_session_rows_queued_in_a_batch_are_fetched_in_due_order) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t w = sess_item("O", 1, "early");
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  dx_event_t ev[1];
+  dx_work_fetch_t f;
+  enqueue(p, T0, start_item("O"));
+  enqueue_work(p, T0, sess_item("I", 7, "done"));
+  enqueue_work(p, T0 + 50, sess_item("I", 8, "late"));
+  it = fetch(p, T0 + 1);
+  ASSERT(it);
+  CHECK(M(p)->begin(p, &E));
+  f = sfetch(p, T0 + 2, "A", 10);
+  ASSERT_EQ(f.item.id, 7);
+  CHECK(M(p)->ack_work_item(p, T0 + 3, f.lock_token, NULL, &E));
+  fclear(&f);
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  a.worker_items = &w;
+  a.worker_items_len = 1;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 10, &a, &E)); /* "early" is due at T0 + 10 */
+  dx_orch_item_free(it);
+  ASSERT_EQ(take(p, T0 + 60, "A", 10, 1), 1); /* before "late" (T0 + 50) */
+  ASSERT_EQ(take(p, T0 + 60, "A", 10, 8), 1);
+  ASSERT_EQ(take(p, T0 + 60, "A", 10, 0), 0);
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT_EQ(srow(p, "early").queued, 1);
+  ASSERT_STR_EQ(srow(p, "early").owner, "A");
+  ASSERT_EQ(srow(p, "late").queued, 1);
+  ASSERT_EQ(take(p, T0 + 61, "B", 10, 0), 0);
+  done(p);
+}
+
+/* What a rolled-back batch did to sessions (claims, locks, acks) is gone, and nothing of it
+** reaches the store with the next batch's commit. */
+DX_TEST(pv_session_changes_of_a_rolled_back_batch_are_gone) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s2"));
+  CHECK(M(p)->begin(p, &E));
+  f = sfetch(p, T0 + 1, "A", 10);
+  ASSERT_EQ(f.item.id, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + 2, f.lock_token, NULL, &E));
+  fclear(&f);
+  ASSERT_EQ(take(p, T0 + 2, "A", 10, 2), 1);
+  M(p)->rollback(p);
+  CHECK(M(p)->begin(p, &E));
+  enqueue_work(p, T0 + 3, act_item("P", 1, 3));
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT_EQ(srow(p, "s1").queued, 1);
+  ASSERT_STR_EQ(srow(p, "s1").owner, "");
+  ASSERT_STR_EQ(srow(p, "s2").owner, "");
+  ASSERT_EQ(take(p, T0 + 4, "B", 10, 1), 1); /* B claims s1: its row was never acked */
+  ASSERT_EQ(take(p, T0 + 4, "B", 10, 2), 1);
   done(p);
 }
 

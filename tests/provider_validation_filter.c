@@ -235,6 +235,31 @@ DX_TEST(pvf_capabilities_skip_starts_a_worker_cannot_run) {
   free(store);
 }
 
+/* With capabilities set, a start that falls due while a batch is open is fetched in it, and
+** one made ready in the batch by a message too (LMDB skips the index walk while it knows
+** nothing there is due yet: it must follow the batch's clock and writes). */
+DX_TEST(pvf_capabilities_fetch_what_falls_due_within_a_batch) {
+  dx_provider_t *p = open_fresh();
+  static const dx_orch_capability_t caps[] = {{"Order", "1.0.0"}};
+  dx_work_item_t w;
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_START;
+  w.instance = "later";
+  w.execution_id = 1;
+  w.name = "Order";
+  w.data = "null";
+  CHECK(M(p)->enqueue_for_orchestrator(p, T0, &w, 100, &E)); /* due at T0 + 100 */
+  can_run(p, caps, 1);
+  CHECK(M(p)->begin(p, &E));
+  ASSERT_STR_EQ(take_orch(p, T0 + 1, NULL), "");
+  put_start(p, "now", "Order", NULL); /* a nested method of the batch: due at T0 */
+  ASSERT_STR_EQ(take_orch(p, T0 + 1, NULL), "now");
+  ASSERT_STR_EQ(take_orch(p, T0 + 2, NULL), "");
+  ASSERT_STR_EQ(take_orch(p, T0 + 100, NULL), "later");
+  CHECK(M(p)->commit(p, 1, &E));
+  M(p)->destroy(p);
+}
+
 DX_TEST(pvf_capabilities_follow_the_instance_version) {
   char *store = dx_pv_new_store();
   dx_provider_t *old = dx_pv_open(store), *nw = dx_pv_open(store);

@@ -24,6 +24,7 @@ static int lm_begin(dx_provider_t *pp, dx_error_t *err) {
   p->se->batch_wrote = 0;
   p->se->batch_spoiled = 0;
   p->se->seq_held = 0;
+  dx__lm_curs_forget(p->se);
   dx__lm_sess_batch_forget(p->se);
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 1;
@@ -36,6 +37,7 @@ static MDB_txn *take_batch(lm_t *p) {
   pthread_mutex_lock(&p->se->batch_mu);
   txn = p->se->batch;
   p->se->batch = NULL;
+  dx__lm_curs_forget(p->se); /* freed by LMDB with the txn */
   dx__lm_sess_batch_forget(p->se);
   dx__lm_pend_drop(p->se); /* written by commit before this, or dropped with the batch */
   pthread_mutex_unlock(&p->se->batch_mu);
@@ -266,6 +268,8 @@ static void env_free(shared_env_t *se) {
   free(se->pend);
   free(se->rpend);
   free(se->rpend_idx);
+  free(se->sq);
+  free(se->sq_idx);
   free(se->lock_path);
   pthread_mutex_destroy(&se->commit_mu);
   pthread_mutex_destroy(&se->batch_mu);

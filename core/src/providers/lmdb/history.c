@@ -146,8 +146,7 @@ int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_eve
   key_hist(&k, inst, exec, lo);
   pn = k.n - 8;
   key = kval(&k);
-  if ((mrc = mdb_cursor_open(t->txn, t->se->dbi[DB_HISTORY], &c)))
-    return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_HISTORY]);
+  if ((rc = dx__lm_cursor(t, DB_HISTORY, &c))) return rc;
   mrc = mdb_cursor_get(c, &key, &v, MDB_SET_RANGE);
   if (mrc == 0 || mrc == MDB_NOTFOUND) { /* the run before the landing place may reach lo */
     int at_end = mrc == MDB_NOTFOUND, prc = mdb_cursor_get(c, &key, &v, at_end ? MDB_LAST : MDB_PREV);
@@ -162,7 +161,7 @@ int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_eve
     if (key.mv_size < pn || memcmp(key.mv_data, k.b, pn) != 0) break; /* past the exec */
     if ((rc = overlap(t, inst, exec, &key, &v, pn, ev, n, &first)) || first > hi) break;
   }
-  mdb_cursor_close(c);
+  dx__lm_cursor_done(t, DB_HISTORY, c);
   if (rc) return rc;
   if (mrc && mrc != MDB_NOTFOUND) return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_HISTORY]);
   return 0;
@@ -298,8 +297,7 @@ int dx__lm_history_holds(tx_t *t, const char *inst, uint64_t exec, uint64_t n, d
   key_hist(&k, inst, exec, n + 1);
   pn = k.n - 8;
   key = kval(&k);
-  if ((mrc = mdb_cursor_open(t->txn, t->se->dbi[DB_HISTORY], &c)))
-    return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_HISTORY]);
+  if ((rc = dx__lm_cursor(t, DB_HISTORY, &c))) return rc;
   mrc = mdb_cursor_get(c, &key, &v, MDB_SET_RANGE);
   if (mrc == 0 && key.mv_size >= pn && memcmp(key.mv_data, k.b, pn) == 0) {
     mrc = MDB_NOTFOUND; /* a run starts past n: more events (or a gap) */
@@ -316,7 +314,7 @@ int dx__lm_history_holds(tx_t *t, const char *inst, uint64_t exec, uint64_t n, d
       else rc = 1;
     }
   }
-  mdb_cursor_close(c);
+  dx__lm_cursor_done(t, DB_HISTORY, c);
   if (rc) return rc;
   if (mrc && mrc != MDB_NOTFOUND) return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_HISTORY]);
   return 0;

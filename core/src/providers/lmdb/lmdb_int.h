@@ -64,11 +64,13 @@
 ** fsync unless the handle has no_sync or commit(sync=0) is used (see dx__lm_top_finish and
 ** lm_commit: a sync=0 batch that wrote more than locks still flushes its data).
 ** Every top-level txn first checks the files and, for writes, grows the map (map.c).
-** Inside a batch the direct methods keep two kinds of writes in memory until the batch's own
+** Inside a batch the direct methods keep some writes in memory until the batch's own
 ** fetches take them or something else could look: plain worker rows an ack queues
-** (shared_env_t.pend, work.c) and idle instances a message makes ready (rpend, orch.c). They
-** are written by dx__lm_pend_flush before any nested method of the batch begins and at
-** commit, and dropped with a batch that does not commit.
+** (shared_env_t.pend, work.c), idle instances a message makes ready (rpend, orch.c), and the
+** session queue summaries and session records they change (sq, squeue.c: written once with
+** the net change). They are written by dx__lm_pend_flush before any nested method of the
+** batch begins and at commit, and dropped with a batch that does not commit. The batch also
+** keeps one cursor per DB for its direct methods' walks (curs, txn.c dx__lm_cursor).
 */
 #ifndef DX_LMDB_INT_H
 #define DX_LMDB_INT_H
@@ -174,10 +176,14 @@ typedef struct shared_env_s {
   ** "rows queued in the batch"): pend[pend_first..pend_n) minus taken ones (seq 0). */
   struct work_row_s *pend;
   size_t pend_n, pend_cap, pend_first;
+  int pend_unsorted;         /* a row was queued due before one queued ahead of it */
+  int64_t pend_last_due;     /* the latest due time queued so far */
   /* Instances a direct method made ready in the open batch that had no lock state before, not
   ** written yet (orch.c "instances made ready in the batch"), with a hash index by id. */
   struct rpend_s *rpend;
-  size_t rpend_n, rpend_cap, rpend_live;
+  size_t rpend_n, rpend_cap, rpend_live, rpend_first; /* [0, rpend_first) all taken */
+  int rpend_unsorted;        /* the entries are not in ready-time order */
+  int64_t rpend_last_at;     /* the latest ready time added so far */
   uint32_t *rpend_idx;       /* entry index + 1 (0: empty); rpend_slots a power of 2 */
   size_t rpend_slots;
   /* The open batch's copy of own_worker's sess_owner entries with their sess_queue heads, in
@@ -189,6 +195,24 @@ typedef struct shared_env_s {
   char own_worker[DX_MAX_SESSION_ID_BYTES + 1];
   struct lm_own_s *own;
   size_t own_n, own_cap;
+  /* Session queue summaries the open batch's direct methods changed and did not write yet
+  ** (squeue.c), with a hash index by session id (entry index + 1; sq_slots a power of 2). */
+  struct lm_sq_s *sq;
+  size_t sq_n, sq_cap, sq_slots;
+  uint32_t *sq_idx;
+  /* Cursors of the open batch txn, one per DB, for the direct methods' walks (txn.c
+  ** dx__lm_cursor; curs_busy: bit db set while a walk uses it). LMDB frees a write txn's
+  ** cursors when the txn ends: the batch's end only forgets them. */
+  MDB_cursor *curs[DB__COUNT];
+  uint32_t curs_busy;
+  /* The open batch's lower bounds on the due times in the timed indexes (orch_ready,
+  ** orch_lock: every entry; work_ready, work_lock: untagged entries), bit db of floor_known set
+  ** when known: a fetch at a time before the bound finds nothing due there without a seek.
+  ** Learnt from a seek of the head, lowered by every put (dx__lm_idx_op), so it stays a lower
+  ** bound whatever the batch writes (deletes only raise the true head); forgotten when the
+  ** batch ends (txn.c dx__lm_floor_*). */
+  int64_t floor[DB__COUNT];
+  uint32_t floor_known;
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -223,6 +247,7 @@ typedef struct {
   int direct;          /* nested in name only: runs in the batch txn itself (LM_WRITE_DIRECT) */
   uint64_t writes0;    /* direct: se->batch_writes when the method began */
   int raw;         /* values without checksums (reading and upgrading format 1 and 2) */
+  struct work_row_s *memo; /* a fetch's last session head row read (work.c sess_tag_ok) */
   dx_error_t *err; /* never NULL: points at scratch when the caller passed NULL */
   dx_error_t scratch;
 } tx_t;
@@ -427,6 +452,13 @@ typedef struct {
   int found;
   uint64_t due, seq, rows;
 } sess_queue_t;
+typedef struct lm_sq_s lm_sq_t;
+/* FNV-1a of a NUL-terminated id (the in-memory batch tables' hash). */
+static inline uint32_t dx__lm_str_hash(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
 /* One owned session in shared_env_t.own: its id and queue head (found 0: no rows). */
 typedef struct lm_own_s {
   char *sid;
@@ -489,6 +521,7 @@ typedef struct {
   uint64_t seq;
   dkey_t key;            /* the index entry it came from */
   char sid[LM_SESSION_MAX + 1];
+  size_t pend_at;        /* WC_PENDING: its place in shared_env_t.pend */
 } work_cand_t;
 typedef struct {
   uint64_t *v;
@@ -547,6 +580,27 @@ int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, 
 int dx__lm_db_del(tx_t *t, int db, const dkey_t *k);
 int dx__lm_idx_op(tx_t *t, int db, const dkey_t *k, const void *v, size_t n, int put);
 int dx__lm_scan_prefix(tx_t *t, int db, const dkey_t *prefix, scan_fn fn, void *ud);
+/* A cursor on `db` for one walk, released by dx__lm_cursor_done: in the batch txn itself (a
+** direct method) the batch's own, repositioned by the walk; else a new one. */
+int dx__lm_cursor(tx_t *t, int db, MDB_cursor **c);
+void dx__lm_cursor_done(tx_t *t, int db, MDB_cursor *c);
+/* The batch ended: its cursors went with its txn, its due floors with its writes. */
+static inline void dx__lm_curs_forget(shared_env_t *se) {
+  memset(se->curs, 0, sizeof se->curs);
+  se->curs_busy = 0;
+  se->floor_known = 0;
+}
+/* 1 when the batch knows nothing in timed index `db` (untagged part for the work indexes) is
+** due at `now` (direct methods only). */
+static inline int dx__lm_floor_after(const tx_t *t, int db, int64_t now) {
+  return t->direct && (t->se->floor_known & (1u << db)) && now < t->se->floor[db];
+}
+/* A direct method's seek found the head of `db` due at `at` (LM_NEVER: no entry). */
+static inline void dx__lm_floor_learn(const tx_t *t, int db, int64_t at) {
+  if (!t->direct) return;
+  t->se->floor[db] = at;
+  t->se->floor_known |= 1u << db;
+}
 int dx__lm_head_key(tx_t *t, int db, const dkey_t *prefix, MDB_val *key);
 /* Formats "corrupted record in <db> (<key>): detail" as DX_ECORRUPT in t->err. */
 int dx__lm_corrupt(tx_t *t, int db, const char *detail, const char *keyfmt, ...)
@@ -661,8 +715,26 @@ int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exe
 ** still running (caller frees; NULL when none). */
 int dx__lm_sess_ended(tx_t *t, const char *sid, const sess_rec_t *r, int *ended, char **alive,
                       size_t *alive_len);
+void dx__lm_own_moved(shared_env_t *se, const char *sid, int found, uint64_t due, uint64_t seq);
+
+/* squeue.c: session queue summaries (sess_queue, sess_heads); in a batch the direct methods'
+** changes are kept in memory (shared_env_t.sq) until dx__lm_sq_flush. */
 int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q);
 int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta);
+/* The same, told which row left its place (gone) and where one arrived (came), as
+** (due, seq) pairs, NULL when none/unknown: spares the seek for the new head when it follows. */
+int dx__lm_squeue_update(tx_t *t, const char *sid, int delta, const uint64_t *gone,
+                         const uint64_t *came);
+/* Every sess_heads entry in key order, the batch's kept heads merged in (scan_prefix's fn). */
+int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud);
+/* Session records the same way: dx__lm_kept_sess gives the kept bytes of `sid`'s record
+** (1, v set), DX_ENOTFOUND when the batch deleted it, 0 when none is kept (read the store);
+** dx__lm_keep_sess keeps `row` (NULL: deleted) and returns 1, or 0 outside a batch's direct
+** method (write it), or an error. */
+int dx__lm_kept_sess(tx_t *t, const char *sid, MDB_val *v);
+int dx__lm_keep_sess(tx_t *t, const char *sid, const void *row);
+int dx__lm_sq_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
+void dx__lm_sq_drop(shared_env_t *se);
 /* The sessions `worker` owns (sess_owner, any lease state) with their queue heads, from the
 ** open batch's copy (built on first use in the batch): 0 with *own and *n set, 0 with *own NULL
 ** outside a batch of this thread (read sess_owner instead), or an error. Valid until the txn
@@ -706,7 +778,9 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 ** a failure spoils the batch. Then / or drop them (the batch ended). */
 int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
 void dx__lm_pend_drop(shared_env_t *se);
-static inline int dx__lm_pend_any(const shared_env_t *se) { return se->pend_n || se->rpend_live; }
+static inline int dx__lm_pend_any(const shared_env_t *se) {
+  return se->pend_n || se->rpend_live || se->sq_n;
+}
 /* orch.c: the same for instances made ready in the batch (dx__lm_pend_flush/drop call them). */
 int dx__lm_rpend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
 void dx__lm_rpend_drop(shared_env_t *se);

@@ -95,16 +95,10 @@ typedef struct rpend_s {
 static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
                         const orch_state_t *nw);
 
-static uint32_t inst_hash(const char *s) {
-  uint32_t h = 2166136261u;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  return h;
-}
-
 static rpend_t *rpend_find(shared_env_t *se, const char *inst) {
   size_t i, mask = se->rpend_slots - 1;
   if (!se->rpend_live) return NULL;
-  for (i = inst_hash(inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {
+  for (i = dx__lm_str_hash(inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {
     rpend_t *e = &se->rpend[se->rpend_idx[i] - 1];
     if (e->inst && strcmp(e->inst, inst) == 0) return e;
   }
@@ -113,7 +107,7 @@ static rpend_t *rpend_find(shared_env_t *se, const char *inst) {
 
 static void rpend_index(shared_env_t *se, size_t at) {
   size_t i, mask = se->rpend_slots - 1;
-  for (i = inst_hash(se->rpend[at].inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {}
+  for (i = dx__lm_str_hash(se->rpend[at].inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {}
   se->rpend_idx[i] = (uint32_t)(at + 1);
 }
 
@@ -136,6 +130,8 @@ static int rpend_add(tx_t *t, const char *inst, int64_t ready_at) {
       !(id = dx__strdup(inst)))
     return dx__lm_nomem(t->err);
   se->rpend = nv;
+  if (se->rpend_n == 0 || ready_at > se->rpend_last_at) se->rpend_last_at = ready_at;
+  else if (ready_at < se->rpend_last_at) se->rpend_unsorted = 1;
   se->rpend[se->rpend_n].inst = id;
   se->rpend[se->rpend_n].ready_at = ready_at;
   rpend_index(se, se->rpend_n++);
@@ -153,7 +149,8 @@ static void rpend_take(shared_env_t *se, rpend_t *e) {
 void dx__lm_rpend_drop(shared_env_t *se) {
   size_t i;
   for (i = 0; i < se->rpend_n; i++) free(se->rpend[i].inst);
-  se->rpend_n = se->rpend_live = 0;
+  se->rpend_n = se->rpend_live = se->rpend_first = 0;
+  se->rpend_unsorted = 0;
   if (se->rpend_idx) memset(se->rpend_idx, 0, se->rpend_slots * sizeof *se->rpend_idx);
 }
 
@@ -187,6 +184,7 @@ static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const o
   if (!t->direct) return state_set_db(t, inst, old, nw);
   if ((e = rpend_find(t->se, inst))) {
     if (!nw->token && nw->ready_at != LM_NEVER) { /* still ready: at another time */
+      if (nw->ready_at != e->ready_at) t->se->rpend_unsorted = 1;
       e->ready_at = nw->ready_at;
       return 0;
     }
@@ -350,11 +348,16 @@ int dx__lm_orch_head(tx_t *t, int db, int64_t now, orch_cand_t *c) {
   MDB_val k;
   int64_t at;
   int rc;
+  if (dx__lm_floor_after(t, db, now)) return 0; /* nothing due there (this batch knows) */
   k_init(&none);
   rc = dx__lm_head_key(t, db, &none, &k);
-  if (rc == DX_ENOTFOUND) return 0;
+  if (rc == DX_ENOTFOUND) {
+    dx__lm_floor_learn(t, db, LM_NEVER);
+    return 0;
+  }
   if (rc || (rc = timed_key_ok(t, db, &k))) return rc;
   at = (int64_t)get_u64(k.mv_data);
+  dx__lm_floor_learn(t, db, at);
   if (at > now || (c->inst && c->at <= at)) return 0;
   return cand_set(t, c, db, &k, at);
 }
@@ -409,6 +412,7 @@ typedef struct {
   int db;
   int64_t now;
   orch_cand_t *c;
+  int seen; /* an entry was visited (the first is the index's head) */
 } orch_scan_t;
 
 /* Timed index in order: the first due instance this worker can run is the candidate. */
@@ -420,6 +424,7 @@ static int orch_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   (void)v;
   if ((rc = timed_key_ok(t, s->db, k))) return rc;
   at = (int64_t)get_u64(k->mv_data);
+  if (!s->seen++) dx__lm_floor_learn(t, s->db, at);
   if (at > s->now || (s->c->inst && s->c->at <= at)) return 1;
   memset(&read, 0, sizeof read);
   rc = orch_runnable(t, s->f, (const char *)k->mv_data + 8, s->now, &ok, &read);
@@ -436,18 +441,25 @@ static int orch_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
 }
 
 /* Instances made ready in this batch (in memory) compete with the index heads: an earlier
-** ready time wins, a tie goes to the stored entry (it was queued first). */
+** ready time wins, a tie goes to the stored entry (it was queued first). While the entries are
+** in ready-time order (made ready as their messages came), the walk ends at the first one
+** that is not due or does not beat the candidate, or that the filter takes. */
 static int rpend_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c) {
   shared_env_t *se = t->se;
   size_t i;
   int rc = 0;
   if (!t->direct) return 0;
-  for (i = 0; i < se->rpend_n && se->rpend_live && !rc; i++) {
+  while (se->rpend_first < se->rpend_n && !se->rpend[se->rpend_first].inst) se->rpend_first++;
+  for (i = se->rpend_first; i < se->rpend_n && se->rpend_live && !rc; i++) {
     const rpend_t *e = &se->rpend[i];
     orch_cand_t read;
     char *inst;
     int ok = 1;
-    if (!e->inst || e->ready_at > now || (c->inst && c->at <= e->ready_at)) continue;
+    if (!e->inst) continue;
+    if (e->ready_at > now || (c->inst && c->at <= e->ready_at)) {
+      if (se->rpend_unsorted) continue;
+      break; /* so are the ones after it */
+    }
     memset(&read, 0, sizeof read);
     if (f && f->capabilities_set && (rc = orch_runnable(t, f, e->inst, now, &ok, &read))) break;
     if (!ok || !(inst = dx__strdup(e->inst))) {
@@ -475,11 +487,12 @@ int dx__lm_orch_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand
   for (i = 0; i < 2 && !rc; i++) {
     if (!f || !f->capabilities_set) {
       rc = dx__lm_orch_head(t, dbs[i], now, c);
-    } else {
-      orch_scan_t s = {f, dbs[i], now, c};
+    } else if (!dx__lm_floor_after(t, dbs[i], now)) { /* (else nothing due there) */
+      orch_scan_t s = {f, dbs[i], now, c, 0};
       dkey_t none;
       k_init(&none);
       rc = dx__lm_scan_prefix(t, dbs[i], &none, orch_scan_cb, &s);
+      if (!rc && !s.seen) dx__lm_floor_learn(t, dbs[i], LM_NEVER);
     }
   }
   return rc ? rc : rpend_pick(t, f, now, c);

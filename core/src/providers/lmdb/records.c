@@ -115,12 +115,31 @@ size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out
   return n;
 }
 
+/* An upper bound of the record's packed size (MessagePack's widest forms). */
+static size_t pack_bound(const lm_schema_t *s, const void *rec) {
+  size_t i, n = 3 + 9;
+  for (i = 0; i < s->n; i++) {
+    const lm_field_t *f = &s->f[i];
+    if (f->type == RF_STR) {
+      const char *p = *CAT(rec, f, char *);
+      n += p ? strlen(p) + 5 : 1;
+    } else if (f->type == RF_BIN) {
+      n += *(const size_t *)(const void *)((const char *)rec + f->len_off) + 5;
+    } else {
+      n += 9;
+    }
+  }
+  return n;
+}
+
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec) {
   unsigned char stack[512], *b = stack;
-  size_t n = dx__lm_rec_pack(s, rec, NULL);
+  size_t n = pack_bound(s, rec); /* one packing pass when it fits the stack (the usual case) */
   int rc;
-  if (n > sizeof stack && !(b = malloc(n))) return dx__lm_nomem(t->err);
-  dx__lm_rec_pack(s, rec, b);
+  if (n > sizeof stack && (n = dx__lm_rec_pack(s, rec, NULL)) > sizeof stack &&
+      !(b = malloc(n)))
+    return dx__lm_nomem(t->err);
+  n = dx__lm_rec_pack(s, rec, b);
   rc = dx__lm_db_put(t, s->db, k, b, n, 0);
   if (b != stack) free(b);
   return rc;
@@ -189,9 +208,19 @@ typedef struct {
 } rd_t;
 
 static int rd_be(rd_t *r, size_t w, uint64_t *v) {
-  size_t i;
+  const unsigned char *p = r->p + r->pos;
   if (r->n - r->pos < w) return -1;
-  for (*v = 0, i = 0; i < w; i++) *v = *v << 8 | r->p[r->pos++];
+  switch (w) { /* the widths MessagePack uses, as single loads */
+    case 1: *v = p[0]; break;
+    case 2: *v = (uint64_t)p[0] << 8 | p[1]; break;
+    case 4: *v = (uint64_t)p[0] << 24 | (uint64_t)p[1] << 16 | (uint64_t)p[2] << 8 | p[3]; break;
+    case 8: *v = get_u64(p); break;
+    default: {
+      size_t i;
+      for (*v = 0, i = 0; i < w; i++) *v = *v << 8 | p[i];
+    }
+  }
+  r->pos += w;
   return 0;
 }
 

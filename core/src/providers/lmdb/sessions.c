@@ -27,8 +27,9 @@ int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r) {
   MDB_val v;
   int rc;
   memset(r, 0, sizeof *r);
+  if ((rc = dx__lm_kept_sess(t, sid, &v)) < 0) return rc;
   key_inst(&k, sid);
-  if ((rc = dx__lm_db_get(t, DB_SESSIONS, &k, &v))) return rc;
+  if (!rc && (rc = dx__lm_db_get(t, DB_SESSIONS, &k, &v))) return rc;
   return sess_decode(t, sid, &v, r);
 }
 
@@ -59,6 +60,16 @@ static lm_own_t *own_find(shared_env_t *se, const char *sid) {
     else hi = mid;
   }
   return NULL;
+}
+
+/* The batch's copy of owned sessions follows a change of session `sid`'s queue head. */
+void dx__lm_own_moved(shared_env_t *se, const char *sid, int found, uint64_t due, uint64_t seq) {
+  lm_own_t *o = se->own_valid ? own_find(se, sid) : NULL;
+  if (o) {
+    o->found = found;
+    o->due = due;
+    o->seq = seq;
+  }
 }
 
 typedef struct {
@@ -146,9 +157,12 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
     if ((rc = dx__lm_db_put(t, DB_SESS_OWNER, &k, b, 8, 0))) return rc;
   }
   key_inst(&k, sid);
+  if (nw) {
+    row = *nw;
+    if (!dx__lm_sess_owned(nw)) row.owner = ""; /* unowned is stored as "" */
+  }
+  if ((rc = dx__lm_keep_sess(t, sid, nw ? &row : NULL))) return rc < 0 ? rc : 0; /* squeue.c */
   if (!nw) return dx__lm_db_del(t, DB_SESSIONS, &k);
-  row = *nw;
-  if (!dx__lm_sess_owned(nw)) row.owner = ""; /* unowned is stored as "" */
   return dx__lm_rec_put(t, &dx__lm_sess_schema, &k, &row);
 }
 
@@ -273,67 +287,6 @@ int dx__lm_sess_ended(tx_t *t, const char *sid, const sess_rec_t *r, int *ended,
     free(u.b);
   }
   return 0;
-}
-
-int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q) {
-  dkey_t k;
-  MDB_val v;
-  int rc;
-  memset(q, 0, sizeof *q);
-  key_inst(&k, sid);
-  rc = dx__lm_db_get(t, DB_SESS_QUEUE, &k, &v);
-  if (rc == DX_ENOTFOUND) return 0;
-  if (rc) return rc;
-  if (v.mv_size != 24) return dx__lm_corrupt(t, DB_SESS_QUEUE, "not 24 bytes", "session '%s'", sid);
-  q->found = 1;
-  q->due = get_u64(v.mv_data);
-  q->seq = get_u64((const char *)v.mv_data + 8);
-  q->rows = get_u64((const char *)v.mv_data + 16);
-  return 0;
-}
-
-/* After rows of `sid` were added, removed or re-timed (delta: change in their number), point
-** the session's sess_queue record and sess_heads entry at its earliest row again. */
-int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta) {
-  sess_queue_t q;
-  dkey_t k, pre;
-  MDB_val head;
-  unsigned char b[24];
-  uint64_t due = 0, seq = 0, rows;
-  int rc, has;
-  if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
-  key_inst(&pre, sid);
-  rc = dx__lm_head_key(t, DB_SESS_ITEMS, &pre, &head);
-  if (rc && rc != DX_ENOTFOUND) return rc;
-  if ((has = rc == 0)) {
-    if (head.mv_size != pre.n + 16)
-      return dx__lm_corrupt(t, DB_SESS_ITEMS, "bad key", "session '%s'", sid);
-    due = get_u64((const char *)head.mv_data + pre.n);
-    seq = get_u64((const char *)head.mv_data + pre.n + 8);
-  }
-  rows = delta < 0 && q.rows < (uint64_t)-delta ? 0 : q.rows + (uint64_t)(int64_t)delta;
-  if (has && rows == 0) rows = 1;
-  if (q.found && has && q.due == due && q.seq == seq && q.rows == rows) return 0;
-  if (t->se->own_valid) {
-    lm_own_t *o = own_find(t->se, sid);
-    if (o) {
-      o->found = has;
-      o->due = due;
-      o->seq = seq;
-    }
-  }
-  if (q.found) {
-    key_sess_head(&k, q.due, q.seq, sid);
-    if ((rc = dx__lm_db_del(t, DB_SESS_HEADS, &k))) return rc;
-  }
-  key_inst(&k, sid);
-  if (!has) return dx__lm_db_del(t, DB_SESS_QUEUE, &k);
-  put_u64(b, due);
-  put_u64(b + 8, seq);
-  put_u64(b + 16, rows);
-  if ((rc = dx__lm_db_put(t, DB_SESS_QUEUE, &k, b, 24, 0))) return rc;
-  key_sess_head(&k, due, seq, sid);
-  return dx__lm_db_put(t, DB_SESS_HEADS, &k, "", 0, 0);
 }
 
 /* Session rows handed to callbacks after the read or write txn ended. */
@@ -501,7 +454,8 @@ int dx__lm_release_sessions(dx_provider_t *pp, int64_t now, const char *worker_i
   int rc;
   if (released) *released = 0;
   if ((rc = dx__check_worker_id(worker_id, err))) return rc;
-  LM_WRITE(p, t, err, rc, sess_release(&t, now, worker_id, session_id, &n), n = 0);
+  /* direct in a batch: only a store error fails it after its first write */
+  LM_WRITE_DIRECT(p, t, err, rc, sess_release(&t, now, worker_id, session_id, &n), n = 0);
   if (!rc && n) p->claims_over[0] = 0; /* room again: the batch may claim (work.c claims_over) */
   if (!rc && released) *released = n;
   return rc;

@@ -304,22 +304,59 @@ int dx__lm_db_del(tx_t *t, int db, const dkey_t *k) {
   return 0;
 }
 
-/* The one place index entries are written or removed. */
+/* The one place index entries are written or removed. A put into a timed index lowers the
+** batch's due floor of that index (dx__lm_floor_after). */
 int dx__lm_idx_op(tx_t *t, int db, const dkey_t *k, const void *v, size_t n, int put) {
-  return put ? dx__lm_db_put(t, db, k, v, n, 0) : dx__lm_db_del(t, db, k);
+  shared_env_t *se = t->se;
+  if (!put) return dx__lm_db_del(t, db, k);
+  if (se->floor_known & (1u << db)) {
+    int64_t at = se->floor[db];
+    if ((db == DB_ORCH_READY || db == DB_ORCH_LOCK) && k->n >= 8)
+      at = (int64_t)get_u64(k->b);
+    else if ((db == DB_WORK_READY || db == DB_WORK_LOCK) && k->n >= 9 && k->b[0] == 0)
+      at = (int64_t)get_u64(k->b + 1);
+    if (at < se->floor[db]) se->floor[db] = at;
+  }
+  return dx__lm_db_put(t, db, k, v, n, 0);
+}
+
+_Static_assert(DB__COUNT <= 32, "curs_busy has one bit per DB");
+
+/* A store cycle walks a few DBs many times per batch (queue heads, an instance's messages,
+** history ends): the batch keeps one cursor per DB instead of allocating, setting up and
+** freeing one per walk. A walk inside another walk of the same DB gets a cursor of its own. */
+int dx__lm_cursor(tx_t *t, int db, MDB_cursor **c) {
+  shared_env_t *se = t->se;
+  int mrc;
+  if (t->direct && !(se->curs_busy & (1u << db))) {
+    if (!se->curs[db] && (mrc = mdb_cursor_open(t->txn, se->dbi[db], &se->curs[db]))) {
+      se->curs[db] = NULL;
+      return dx__lm_tx_err(t, mrc, dx__lm_db_names[db]);
+    }
+    se->curs_busy |= 1u << db;
+    *c = se->curs[db];
+    return 0;
+  }
+  if ((mrc = mdb_cursor_open(t->txn, se->dbi[db], c))) return dx__lm_tx_err(t, mrc, dx__lm_db_names[db]);
+  return 0;
+}
+
+void dx__lm_cursor_done(tx_t *t, int db, MDB_cursor *c) {
+  if (c == t->se->curs[db]) t->se->curs_busy &= ~(1u << db);
+  else mdb_cursor_close(c);
 }
 
 int dx__lm_scan_prefix(tx_t *t, int db, const dkey_t *prefix, scan_fn fn, void *ud) {
   MDB_cursor *c;
   MDB_val k = kval(prefix), v;
-  int rc = 0, mrc = mdb_cursor_open(t->txn, t->se->dbi[db], &c);
-  if (mrc) return dx__lm_tx_err(t, mrc, dx__lm_db_names[db]);
+  int rc = dx__lm_cursor(t, db, &c), mrc;
+  if (rc) return rc;
   mrc = mdb_cursor_get(c, &k, &v, prefix->n ? MDB_SET_RANGE : MDB_FIRST);
   while (mrc == 0 && k.mv_size >= prefix->n && memcmp(k.mv_data, prefix->b, prefix->n) == 0) {
     if ((rc = dx__lm_check_sum(t, db, &k, &v)) != 0 || (rc = fn(t, &k, &v, ud)) != 0) break;
     mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
   }
-  mdb_cursor_close(c);
+  dx__lm_cursor_done(t, db, c);
   if (rc < 0) return rc;
   if (mrc && mrc != MDB_NOTFOUND) return dx__lm_tx_err(t, mrc, dx__lm_db_names[db]);
   return 0;

@@ -69,7 +69,14 @@ static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
     key_seq(&k, old->seq);
     if ((rc = dx__lm_db_del(t, DB_WORK, &k)) || (rc = row_ident(t, old, 0))) return rc;
   }
-  return sid ? dx__lm_squeue_refresh(t, sid, (nw != NULL) - (old != NULL)) : 0;
+  if (!sid) return 0;
+  { /* the rows' places in sess_items (a row keeps its session) */
+    uint64_t gone[2], came[2];
+    if (old) { gone[0] = (uint64_t)(old->token ? old->locked_until : old->visible_at); gone[1] = old->seq; }
+    if (nw) { came[0] = (uint64_t)(nw->token ? nw->locked_until : nw->visible_at); came[1] = nw->seq; }
+    return dx__lm_squeue_update(t, sid, (nw != NULL) - (old != NULL), old ? gone : NULL,
+                                nw ? came : NULL);
+  }
 }
 
 /* FIFO: earlier due time first, then older row. */
@@ -95,6 +102,8 @@ static int pend_add(tx_t *t, work_row_t *r) {
   if (!(nv = dx__lm_grow(se->pend, &se->pend_cap, se->pend_n, sizeof *se->pend)))
     return dx__lm_nomem(t->err);
   se->pend = nv;
+  if (se->pend_n == 0 || r->visible_at > se->pend_last_due) se->pend_last_due = r->visible_at;
+  else if (r->visible_at < se->pend_last_due) se->pend_unsorted = 1;
   se->pend[se->pend_n++] = *r; /* takes r's strings */
   memset(r, 0, sizeof *r);
   se->batch_writes++; /* a failure after this spoils the batch, as after a write */
@@ -105,7 +114,9 @@ void dx__lm_pend_drop(shared_env_t *se) {
   size_t i;
   for (i = se->pend_first; i < se->pend_n; i++) dx__lm_row_clear(&se->pend[i]);
   se->pend_n = se->pend_first = 0;
+  se->pend_unsorted = 0;
   dx__lm_rpend_drop(se);
+  dx__lm_sq_drop(se);
 }
 
 int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
@@ -116,10 +127,6 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
     dx__lm_pend_drop(se);
     return rc;
   }
-  if (se->pend_first >= se->pend_n) {
-    se->pend_n = se->pend_first = 0;
-    return 0;
-  }
   memset(&t, 0, sizeof t);
   t.se = se;
   t.txn = txn;
@@ -127,6 +134,8 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
   t.err = err ? err : &t.scratch;
   for (i = se->pend_first; i < se->pend_n && !rc; i++)
     if (se->pend[i].seq) rc = row_set(&t, NULL, &se->pend[i]);
+  /* the session queue summaries kept in the batch (squeue.c; the rows above are plain) */
+  if (!rc) rc = dx__lm_sq_flush(se, txn, t.err);
   dx__lm_pend_drop(se);
   if (rc && !se->batch_spoiled) { /* written in part: nothing of the batch may be kept */
     se->batch_spoiled = 1;
@@ -135,7 +144,9 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
   return rc;
 }
 
-/* Consider the rows queued in the batch that filter f takes (plain rows, FIFO). */
+/* Consider the rows queued in the batch that filter f takes (plain rows, FIFO). They are
+** queued in seq order; while their due times are too (the usual case: due when queued), the
+** first due one this worker takes is the best of them and the walk ends there. */
 static void pend_cand(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c) {
   shared_env_t *se = t->se;
   size_t i;
@@ -143,15 +154,18 @@ static void pend_cand(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_can
   while (se->pend_first < se->pend_n && se->pend[se->pend_first].seq == 0) se->pend_first++;
   for (i = se->pend_first; i < se->pend_n; i++) {
     const work_row_t *r = &se->pend[i];
-    if (!r->seq || r->visible_at > now || !dx_fetch_filter_accepts_tag(f, r->tag) ||
-        !cand_better(c, r->visible_at, r->seq))
-      continue;
-    c->found = 1;
-    c->db = -1;
-    c->kind = WC_PENDING;
-    c->at = r->visible_at;
-    c->seq = r->seq;
-    k_init(&c->key);
+    if (!se->pend_unsorted && r->seq && r->visible_at > now) break; /* so are the rest */
+    if (!r->seq || r->visible_at > now || !dx_fetch_filter_accepts_tag(f, r->tag)) continue;
+    if (cand_better(c, r->visible_at, r->seq)) {
+      c->found = 1;
+      c->db = -1;
+      c->kind = WC_PENDING;
+      c->at = r->visible_at;
+      c->seq = r->seq;
+      c->pend_at = i;
+      k_init(&c->key);
+    }
+    if (!se->pend_unsorted) break; /* the later ones come after it */
   }
 }
 
@@ -227,13 +241,18 @@ static int work_head(tx_t *t, int db, const char *tag, int64_t now, work_cand_t 
   int64_t at;
   uint64_t seq;
   int rc;
+  if (!tag && dx__lm_floor_after(t, db, now)) return 0; /* nothing due (this batch knows) */
   key_work_prefix(&pre, tag);
   rc = dx__lm_head_key(t, db, &pre, &k);
-  if (rc == DX_ENOTFOUND) return 0;
+  if (rc == DX_ENOTFOUND) {
+    if (!tag) dx__lm_floor_learn(t, db, LM_NEVER);
+    return 0;
+  }
   if (rc) return rc;
   if (k.mv_size != pre.n + 16) return dx__lm_corrupt(t, db, "bad key", "%zu-byte key", k.mv_size);
   at = (int64_t)get_u64((const char *)k.mv_data + pre.n);
   seq = get_u64((const char *)k.mv_data + pre.n + 8);
+  if (!tag) dx__lm_floor_learn(t, db, at);
   if (at > now || !cand_better(c, at, seq)) return 0;
   c->found = 1;
   c->db = db;
@@ -259,7 +278,9 @@ int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_can
   return rc ? rc : dx__lm_work_db_heads(t, DB_WORK_LOCK, f, now, c);
 }
 
-/* A session's head row is a candidate only when this worker takes its tag. */
+/* A session's head row is a candidate only when this worker takes its tag. In a fetch
+** (t->memo set) the row read stays there: the lock that usually follows takes it instead of
+** reading it again (the pick writes nothing, so it is still the stored row). */
 static int sess_tag_ok(tx_t *t, const dx_fetch_filter_t *f, uint64_t seq, int *ok) {
   work_row_t r;
   int rc = dx__lm_row_get(t, seq, &r);
@@ -267,7 +288,12 @@ static int sess_tag_ok(tx_t *t, const dx_fetch_filter_t *f, uint64_t seq, int *o
   if (rc == DX_ENOTFOUND) return 0;
   if (rc) return rc;
   *ok = dx_fetch_filter_accepts_tag(f, r.tag);
-  dx__lm_row_clear(&r);
+  if (t->memo) {
+    dx__lm_row_clear(t->memo);
+    *t->memo = r; /* takes r's strings */
+  } else {
+    dx__lm_row_clear(&r);
+  }
   return 0;
 }
 
@@ -291,10 +317,8 @@ static int sess_due_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
 
 int dx__lm_sess_heads_due(tx_t *t, const dx_fetch_filter_t *f, int64_t *out) {
   sess_due_scan_t s = {f, out};
-  dkey_t none;
   *out = LM_NEVER;
-  k_init(&none);
-  return dx__lm_scan_prefix(t, DB_SESS_HEADS, &none, sess_due_cb, &s);
+  return dx__lm_sess_heads_walk(t, sess_due_cb, &s);
 }
 
 /* Consider the earliest row of session `sid` (due at `due`). */
@@ -517,7 +541,6 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   owned_scan_t o;
   const lm_own_t *own;
   size_t i, n;
-  dkey_t none;
   int rc, ok;
   memset(c, 0, sizeof *c);
   if ((rc = dx__lm_work_heads(t, lm->filter, now, c))) return rc;
@@ -529,8 +552,7 @@ static int work_pick(tx_t *t, lm_t *lm, int64_t now, const dx_session_cfg_t *cfg
   s.c = c;
   s.full = lm->in_batch && strcmp(lm->claims_over, cfg->worker_id) == 0;
   if (!s.full) {
-    k_init(&none);
-    if ((rc = dx__lm_scan_prefix(t, DB_SESS_HEADS, &none, sess_pick_cb, &s))) return rc;
+    if ((rc = dx__lm_sess_heads_walk(t, sess_pick_cb, &s))) return rc;
     if (!s.full) {
       if (!c->found) claims_over(lm, cfg); /* nothing claimable in this batch */
       return 0;
@@ -797,6 +819,7 @@ static int pend_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   work_row_t *r = NULL;
   size_t i;
   int rc;
+  if (c->pend_at < se->pend_n && se->pend[c->pend_at].seq == c->seq) r = &se->pend[c->pend_at];
   for (i = se->pend_first; i < se->pend_n && !r; i++)
     if (se->pend[i].seq == c->seq) r = &se->pend[i];
   if (!r) return dx_error_set(t->err, DX_ESTATE, "row %llu left the batch's queue",
@@ -821,7 +844,13 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   work_row_t old, nw;
   int rc;
   if (c->kind == WC_PENDING) return pend_lock(t, lm, c, now, lock_ms, out);
-  rc = dx__lm_row_get(t, c->seq, &old);
+  if (t->memo && t->memo->seq == c->seq && t->memo->instance) { /* read by the pick */
+    old = *t->memo;
+    memset(t->memo, 0, sizeof *t->memo);
+    rc = 0;
+  } else {
+    rc = dx__lm_row_get(t, c->seq, &old);
+  }
   if (rc == DX_ENOTFOUND) { /* stray index entry */
     if ((rc = dx__lm_db_del(t, c->db, &c->key))) return rc;
     return c->kind == WC_PLAIN ? 0 : dx__lm_squeue_refresh(t, c->sid, -1);
@@ -878,14 +907,21 @@ int dx__lm_reap_dead_locks(tx_t *t, lm_t *p, int64_t now) {
 
 static int work_fetch(tx_t *t, lm_t *lm, int sweep, int locks, int64_t now, int64_t lock_ms,
                       const dx_session_cfg_t *cfg, dx_work_fetch_t *out) {
+  work_row_t memo;
   work_cand_t c;
   int rc;
   if (locks && (rc = dx__lm_reap_dead_locks(t, lm, now))) return rc;
   if (sweep && (rc = reap_dead(t, lm, cfg->worker_id, NULL, now))) return rc;
+  memset(&memo, 0, sizeof memo);
+  t->memo = &memo;
   for (;;) { /* a round only repeats after removing a stray index entry or a close item */
-    if ((rc = work_pick(t, lm, now, cfg, &c)) || !c.found) return rc;
-    if ((rc = work_lock(t, lm, &c, now, lock_ms, cfg, out)) || out->item.kind) return rc;
+    if ((rc = work_pick(t, lm, now, cfg, &c)) || !c.found) break;
+    if ((rc = work_lock(t, lm, &c, now, lock_ms, cfg, out)) || out->item.kind) break;
+    dx__lm_row_clear(&memo); /* the round wrote: a next pick reads afresh */
   }
+  t->memo = NULL;
+  dx__lm_row_clear(&memo);
+  return rc;
 }
 
 int dx__lm_ident_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {

@@ -1,0 +1,310 @@
+/*
+** squeue.c -- LMDB provider: session queue summaries (sess_queue: a session's earliest row and
+** row count; sess_heads: those heads in time order), kept exact as rows come and go, and the
+** open batch's changes to them and to session records held in memory until something else
+** could look.
+**
+** A session step changes its session's summary three times in a store cycle (the ack removes
+** the running row, the turn's ack queues the next one, the fetch locks it), each a read, a
+** head seek and up to three writes. Inside a batch the direct methods (LM_WRITE_DIRECT) keep
+** the changed summaries in shared_env_t.sq instead (the summary as stored and as it is now);
+** they are written once, with the net change, by dx__lm_sq_flush: before any other method of
+** the batch begins and at commit (dx__lm_pend_flush), and dropped with a batch that does not
+** commit. Readers in the batch's own direct methods ask dx__lm_squeue_get, which answers from
+** memory first, and walk sess_heads through dx__lm_sess_heads_walk, which merges the kept
+** heads in. A batch that fails part way is spoiled as a whole (se->batch_writes counts a kept
+** change as a write), so what a commit stores is what writing at once would have stored.
+** Session records (sessions) are kept the same way, as the bytes dx__lm_sess_put would have
+** stored: a step writes its session's record twice (the ack notes the activity, the fetch
+** renews the lease) and reads it twice.
+*/
+#include "lmdb_int.h"
+
+struct lm_sq_s {
+  char *sid;
+  int q_kept;        /* the queue summary is kept: */
+  sess_queue_t disk; /* as stored (found 0: no record) */
+  sess_queue_t now;  /* as the batch left it */
+  int rec_kept;      /* the session record is kept: 1 as rec/rec_n, -1 deleted */
+  unsigned char *rec;
+  size_t rec_n, rec_cap;
+};
+
+/* {===== the batch's kept summaries =====} */
+
+static lm_sq_t *sq_find(shared_env_t *se, const char *sid) {
+  size_t i, mask = se->sq_slots - 1;
+  if (!se->sq_n) return NULL;
+  for (i = dx__lm_str_hash(sid) & mask; se->sq_idx[i]; i = (i + 1) & mask) {
+    lm_sq_t *e = &se->sq[se->sq_idx[i] - 1];
+    if (strcmp(e->sid, sid) == 0) return e;
+  }
+  return NULL;
+}
+
+static void sq_index(shared_env_t *se, size_t at) {
+  size_t i, mask = se->sq_slots - 1;
+  for (i = dx__lm_str_hash(se->sq[at].sid) & mask; se->sq_idx[i]; i = (i + 1) & mask) {}
+  se->sq_idx[i] = (uint32_t)(at + 1);
+}
+
+static lm_sq_t *sq_add(tx_t *t, const char *sid) {
+  shared_env_t *se = t->se;
+  lm_sq_t *nv;
+  size_t i;
+  char *id;
+  if (se->sq_n + 1 > se->sq_slots / 2) { /* keep the table at most half full */
+    size_t slots = se->sq_slots ? se->sq_slots * 2 : 64;
+    uint32_t *idx = calloc(slots, sizeof *idx);
+    if (!idx) return NULL;
+    free(se->sq_idx);
+    se->sq_idx = idx;
+    se->sq_slots = slots;
+    for (i = 0; i < se->sq_n; i++) sq_index(se, i);
+  }
+  if (!(nv = dx__lm_grow(se->sq, &se->sq_cap, se->sq_n, sizeof *se->sq))) return NULL;
+  se->sq = nv;
+  if (!(id = dx__strdup(sid))) return NULL;
+  memset(&nv[se->sq_n], 0, sizeof nv[se->sq_n]);
+  nv[se->sq_n].sid = id;
+  sq_index(se, se->sq_n);
+  return &se->sq[se->sq_n++];
+}
+
+void dx__lm_sq_drop(shared_env_t *se) {
+  size_t i;
+  if (!se->sq_n) return;
+  for (i = 0; i < se->sq_n; i++) {
+    free(se->sq[i].sid);
+    free(se->sq[i].rec);
+  }
+  se->sq_n = 0;
+  memset(se->sq_idx, 0, se->sq_slots * sizeof *se->sq_idx);
+}
+
+/* {===== stored summaries =====} */
+
+static int squeue_read(tx_t *t, const char *sid, sess_queue_t *q) {
+  dkey_t k;
+  MDB_val v;
+  int rc;
+  memset(q, 0, sizeof *q);
+  key_inst(&k, sid);
+  rc = dx__lm_db_get(t, DB_SESS_QUEUE, &k, &v);
+  if (rc == DX_ENOTFOUND) return 0;
+  if (rc) return rc;
+  if (v.mv_size != 24) return dx__lm_corrupt(t, DB_SESS_QUEUE, "not 24 bytes", "session '%s'", sid);
+  q->found = 1;
+  q->due = get_u64(v.mv_data);
+  q->seq = get_u64((const char *)v.mv_data + 8);
+  q->rows = get_u64((const char *)v.mv_data + 16);
+  return 0;
+}
+
+/* Store summary `nw` of `sid` where `old` is stored: only what differs is written. */
+static int squeue_write(tx_t *t, const char *sid, const sess_queue_t *old, const sess_queue_t *nw) {
+  unsigned char b[24];
+  dkey_t k;
+  int rc, moved = !old->found || !nw->found || old->due != nw->due || old->seq != nw->seq;
+  if (old->found && moved) {
+    key_sess_head(&k, old->due, old->seq, sid);
+    if ((rc = dx__lm_db_del(t, DB_SESS_HEADS, &k))) return rc;
+  }
+  key_inst(&k, sid);
+  if (!nw->found) return old->found ? dx__lm_db_del(t, DB_SESS_QUEUE, &k) : 0;
+  if (moved || old->rows != nw->rows) {
+    put_u64(b, nw->due);
+    put_u64(b + 8, nw->seq);
+    put_u64(b + 16, nw->rows);
+    if ((rc = dx__lm_db_put(t, DB_SESS_QUEUE, &k, b, 24, 0))) return rc;
+  }
+  if (!moved) return 0;
+  key_sess_head(&k, nw->due, nw->seq, sid);
+  return dx__lm_db_put(t, DB_SESS_HEADS, &k, "", 0, 0);
+}
+
+int dx__lm_sq_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
+  tx_t t;
+  size_t i;
+  int rc = 0;
+  if (!se->sq_n) return 0;
+  memset(&t, 0, sizeof t);
+  t.se = se;
+  t.txn = txn;
+  t.write = t.nested = 1;
+  t.err = err ? err : &t.scratch;
+  for (i = 0; i < se->sq_n && !rc; i++) {
+    const lm_sq_t *e = &se->sq[i];
+    dkey_t k;
+    if (e->q_kept) rc = squeue_write(&t, e->sid, &e->disk, &e->now);
+    if (rc || !e->rec_kept) continue;
+    key_inst(&k, e->sid);
+    rc = e->rec_kept > 0 ? dx__lm_db_put(&t, DB_SESSIONS, &k, e->rec, e->rec_n, 0)
+                         : dx__lm_db_del(&t, DB_SESSIONS, &k);
+  }
+  dx__lm_sq_drop(se);
+  return rc;
+}
+
+int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q) {
+  const lm_sq_t *e;
+  if (t->direct && (e = sq_find(t->se, sid)) != NULL && e->q_kept) {
+    *q = e->now;
+    return 0;
+  }
+  return squeue_read(t, sid, q);
+}
+
+/* {===== session records =====} */
+
+int dx__lm_kept_sess(tx_t *t, const char *sid, MDB_val *v) {
+  const lm_sq_t *e;
+  if (!t->direct || !(e = sq_find(t->se, sid)) || !e->rec_kept) return 0;
+  if (e->rec_kept < 0) return DX_ENOTFOUND;
+  v->mv_data = e->rec;
+  v->mv_size = e->rec_n;
+  return 1;
+}
+
+int dx__lm_keep_sess(tx_t *t, const char *sid, const void *row) {
+  lm_sq_t *e;
+  size_t n;
+  if (!t->direct) return 0;
+  if (!(e = sq_find(t->se, sid)) && !(e = sq_add(t, sid))) return dx__lm_nomem(t->err);
+  t->se->batch_writes++; /* a failure after this spoils the batch, as after a write */
+  if (!row) {
+    e->rec_kept = -1;
+    return 1;
+  }
+  n = dx__lm_rec_pack(&dx__lm_sess_schema, row, NULL);
+  if (n > e->rec_cap) {
+    unsigned char *b = realloc(e->rec, n);
+    if (!b) return dx__lm_nomem(t->err);
+    e->rec = b;
+    e->rec_cap = n;
+  }
+  dx__lm_rec_pack(&dx__lm_sess_schema, row, e->rec);
+  e->rec_n = n;
+  e->rec_kept = 1;
+  return 1;
+}
+
+/* 1 when key (due, seq) a sorts before b. */
+static int head_before(uint64_t ad, uint64_t as, uint64_t bd, uint64_t bs) {
+  return ad < bd || (ad == bd && as < bs);
+}
+
+/* After rows of `sid` were added, removed or re-timed (delta: change in their number), point
+** the session's summary at its earliest row again. `gone` (due, seq) names the row that left
+** its place and `came` where a row arrived (NULL: not known): when neither was the head, the
+** new head follows from them without a seek in sess_items. */
+int dx__lm_squeue_update(tx_t *t, const char *sid, int delta, const uint64_t *gone,
+                         const uint64_t *came) {
+  sess_queue_t q, nw;
+  dkey_t pre;
+  MDB_val head;
+  lm_sq_t *e;
+  int rc;
+  if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
+  memset(&nw, 0, sizeof nw);
+  if (q.found && !(gone && gone[0] == q.due && gone[1] == q.seq)) {
+    nw.found = 1; /* the head stays, unless the row that came is earlier */
+    nw.due = q.due;
+    nw.seq = q.seq;
+    if (came && head_before(came[0], came[1], nw.due, nw.seq)) {
+      nw.due = came[0];
+      nw.seq = came[1];
+    }
+  } else if (!q.found && !gone && came) { /* the first row of an empty queue */
+    nw.found = 1;
+    nw.due = came[0];
+    nw.seq = came[1];
+  } else {
+    key_inst(&pre, sid);
+    rc = dx__lm_head_key(t, DB_SESS_ITEMS, &pre, &head);
+    if (rc && rc != DX_ENOTFOUND) return rc;
+    if ((nw.found = rc == 0)) {
+      if (head.mv_size != pre.n + 16)
+        return dx__lm_corrupt(t, DB_SESS_ITEMS, "bad key", "session '%s'", sid);
+      nw.due = get_u64((const char *)head.mv_data + pre.n);
+      nw.seq = get_u64((const char *)head.mv_data + pre.n + 8);
+    }
+  }
+  nw.rows = delta < 0 && q.rows < (uint64_t)-delta ? 0 : q.rows + (uint64_t)(int64_t)delta;
+  if (nw.found && nw.rows == 0) nw.rows = 1;
+  if (!nw.found) nw.rows = 0;
+  if (q.found == nw.found && (!q.found || (q.due == nw.due && q.seq == nw.seq && q.rows == nw.rows)))
+    return 0;
+  dx__lm_own_moved(t->se, sid, nw.found, nw.due, nw.seq);
+  if (!t->direct) return squeue_write(t, sid, &q, &nw);
+  if (!(e = sq_find(t->se, sid)) && !(e = sq_add(t, sid))) return dx__lm_nomem(t->err);
+  if (!e->q_kept) { /* q was read from the store */
+    e->q_kept = 1;
+    e->disk = q;
+  }
+  e->now = nw;
+  t->se->batch_writes++; /* a failure after this spoils the batch, as after a write */
+  return 0;
+}
+
+int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta) {
+  return dx__lm_squeue_update(t, sid, delta, NULL, NULL);
+}
+
+/* {===== sess_heads, with the batch's kept heads merged in =====} */
+
+static int key_cmp(const void *a, const void *b) {
+  const dkey_t *x = a, *y = b;
+  size_t n = x->n < y->n ? x->n : y->n;
+  int c = memcmp(x->b, y->b, n);
+  return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud) {
+  shared_env_t *se = t->se;
+  static const MDB_val none = {0, ""};
+  dkey_t *kept = NULL;
+  const lm_sq_t *e;
+  size_t nk = 0, ki = 0, i;
+  MDB_cursor *c;
+  MDB_val k, v;
+  int rc = 0, mrc;
+  if (!t->direct || !se->sq_n) {
+    dkey_t all;
+    k_init(&all);
+    return dx__lm_scan_prefix(t, DB_SESS_HEADS, &all, fn, ud);
+  }
+  if (!(kept = malloc(se->sq_n * sizeof *kept))) return dx__lm_nomem(t->err);
+  for (i = 0; i < se->sq_n; i++)
+    if (se->sq[i].q_kept && se->sq[i].now.found) key_sess_head(&kept[nk++], se->sq[i].now.due, se->sq[i].now.seq, se->sq[i].sid);
+  qsort(kept, nk, sizeof *kept, key_cmp);
+  if ((rc = dx__lm_cursor(t, DB_SESS_HEADS, &c))) {
+    free(kept);
+    return rc;
+  }
+  for (mrc = mdb_cursor_get(c, &k, &v, MDB_FIRST); mrc == 0 && !rc;
+       mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+    const char *kb = k.mv_data;
+    dkey_t dk;
+    if ((rc = dx__lm_check_sum(t, DB_SESS_HEADS, &k, &v))) break;
+    /* a session kept in memory: its stored head is stale, the kept one stands for it */
+    if (k.mv_size >= 18 && kb[k.mv_size - 1] == 0 && (e = sq_find(se, kb + 16)) && e->q_kept)
+      continue;
+    dk.n = k.mv_size < sizeof dk.b ? k.mv_size : sizeof dk.b;
+    memcpy(dk.b, kb, dk.n);
+    for (; ki < nk && key_cmp(&kept[ki], &dk) < 0 && !rc; ki++) {
+      MDB_val kk = kval(&kept[ki]);
+      rc = fn(t, &kk, &none, ud);
+    }
+    if (!rc) rc = fn(t, &k, &v, ud);
+  }
+  dx__lm_cursor_done(t, DB_SESS_HEADS, c);
+  for (; ki < nk && !rc; ki++) {
+    MDB_val kk = kval(&kept[ki]);
+    rc = fn(t, &kk, &none, ud);
+  }
+  free(kept);
+  if (rc < 0) return rc;
+  if (mrc && mrc != MDB_NOTFOUND && rc == 0) return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_SESS_HEADS]);
+  return 0;
+}
