@@ -96,7 +96,7 @@ static void turn_committed(dx_store_op_t *op) {
   /* Only a committed turn is kept: an abandoned or refused one is ahead of the store. */
   if (job->acked && op->rc == 0) keep_turn(rt, job);
   dx__turn_free(job->turn);
-  dx_orch_item_free(job->item);
+  dx__store_give_orch(rt->store, job->item); /* freed on the thread that made it */
   dx__spare_free(&rt->spare_jobs, job);
   if (!rt->stopping) dx__store_want(rt->store, 1, 0);
 }
@@ -238,7 +238,7 @@ static void activity_unlink(dx_activity_t *a) {
 }
 
 static void activity_release(dx_activity_t *a) {
-  dx_work_item_clear(&a->item);
+  dx__store_give_work(a->rt->store, &a->item); /* freed on the thread that made it */
   dx_work_item_clear(&a->result);
   dx__spare_free(&a->rt->spare_acts, a);
 }

@@ -124,6 +124,13 @@ static void fetched_room(dx_store_fetched_t *f, int bo, int bw) {
   }
 }
 
+/* The next size of an array of cap items that must hold up to b: doubling from 8, so a
+** cycle that finds a few items does not allocate (and zero) room for its whole budget. */
+static int grown(int b, size_t cap) {
+  size_t c = cap ? cap * 2 : 8;
+  return b > 0 && (size_t)b < c ? b : (int)c;
+}
+
 /* How many more items a fetch may add to n of them (budget b in all, room for cap). */
 static int room_left(int b, size_t n, size_t cap) {
   size_t want = b > 0 && (size_t)b > n ? (size_t)b - n : 0;
@@ -170,10 +177,11 @@ int dx__store_fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fe
   int failed = 0;
   const dx_session_cfg_t *sessions = dx__store_fetch_sessions(s, now);
   /* f holds up to bo / bw items in all: a later fetch of the same cycle (its held rounds)
-  ** adds to what it holds */
-  fetched_room(f, bo, bw);
-  while (f->orch && (int)f->n_orch < bo && f->n_orch < f->cap_orch) {
+  ** adds to what it holds; its arrays grow as items come (out of memory: it takes fewer) */
+  while ((int)f->n_orch < bo) {
     dx_orch_item_t *it = NULL;
+    if (f->n_orch == f->cap_orch) fetched_room(f, grown(bo, f->cap_orch), 0);
+    if (f->n_orch == f->cap_orch) break;
     if (p->methods->fetch_orchestration_item(p, now, s->cfg.orch_lock_ms, &it, &err) != 0) {
       dx__log(DX_LOG_WARN, "orchestration fetch failed", "error=\"%s\"", err.msg);
       failed = 1;
@@ -183,8 +191,11 @@ int dx__store_fetch_into(dx_store_t *s, int64_t now, int bo, int bw, dx_store_fe
     f->orch[f->n_orch++] = it;
     dx__store_hold(s, it->instance, it->lock_token);
   }
-  while (f->work && (int)f->n_work < bw && f->n_work < f->cap_work) {
-    dx_work_fetch_t *w = &f->work[f->n_work];
+  while ((int)f->n_work < bw) {
+    dx_work_fetch_t *w;
+    if (f->n_work == f->cap_work) fetched_room(f, 0, grown(bw, f->cap_work));
+    if (f->n_work == f->cap_work) break;
+    w = &f->work[f->n_work];
     if (p->methods->fetch_work_item(p, now, s->cfg.work_lock_ms, sessions, w, &err) != 0) {
       dx__log(DX_LOG_WARN, "work fetch failed", "error=\"%s\"", err.msg);
       failed = 1;
@@ -632,6 +643,7 @@ static void store_main(void *arg) {
     bo = s->fetching ? s->budget_orch : 0;
     bw = s->fetching ? s->budget_work : 0;
     s->busy = 1;
+    dx__store_trash_take(s);
     uv_mutex_unlock(&s->mu);
 
     got = cycle(s, &ops, bo, bw, &f);
@@ -672,6 +684,13 @@ static void store_main(void *arg) {
     if (ops || got || s->fatal == 1) { /* (not under mu: the loop wakes and takes it) */
       uv_mutex_unlock(&s->mu);
       uv_async_send(&s->async);
+      /* what the loop gave back (store_mem.c), freed while it takes this delivery rather
+      ** than before the cycle it waits for; the next cycle's fetches reuse the memory */
+      dx__store_trash_drop(s);
+      uv_mutex_lock(&s->mu);
+    } else {
+      uv_mutex_unlock(&s->mu);
+      dx__store_trash_drop(s);
       uv_mutex_lock(&s->mu);
     }
     if (s->backoff_ms) { /* sleep it out: only stopping cuts it short */
@@ -733,11 +752,12 @@ static void on_async(uv_async_t *h) {
   while (fl) {
     fetched_node_t *next = fl->next;
     if (s->cfg.on_fetch) s->cfg.on_fetch(s->cfg.ud, &fl->f);
-    free_fetched(&fl->f);
-    free(fl);
+    dx__store_give_fetched(s, &fl->f);
+    dx__store_give_block(s, fl);
     fl = next;
   }
   uv_mutex_lock(&s->mu);
+  dx__store_trash_hand(s); /* what this wake-up is done with (store_mem.c) */
   s->delivering = 0;
   uv_cond_signal(&s->cv); /* the answers queued meanwhile, and await_delivery */
   uv_mutex_unlock(&s->mu);
@@ -851,6 +871,7 @@ static void on_closed(uv_handle_t *h) {
   void (*cb)(void *) = s->close_cb;
   void *ud = s->close_ud;
   dx__store_free_held(s); /* the thread has been joined */
+  dx__store_trash_free(s);
   dx__store_free_declined(s);
   dx__store_free_ids(s->sess_new, s->n_sess_new);
   dx__store_free_ids(s->sess_conf, s->n_sess_conf);

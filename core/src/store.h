@@ -130,6 +130,11 @@ typedef struct dx_store_cfg_s {
 int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg, dx_error_t *err);
 /* Queue an operation (loop thread). */
 void dx__store_submit(dx_store_t *s, dx_store_op_t *op);
+/* (loop thread) A fetched item the loop is done with: freed on the store thread, which
+** allocated it (store_mem.c). give_work takes *w's fields and zeroes it. s NULL (the store
+** is gone): freed at once. */
+void dx__store_give_orch(dx_store_t *s, dx_orch_item_t *it);
+void dx__store_give_work(dx_store_t *s, dx_work_item_t *w);
 /* How many more items the loop can take now (loop thread); wakes the store thread. */
 void dx__store_want(dx_store_t *s, int orch, int work);
 /* Wake the store thread (any thread). */
@@ -155,6 +160,9 @@ void dx__store_crash(dx_store_t *s, void (*cb)(void *ud), void *ud);
 /* Until when (store clock) the store thread's last fallback renewal extended session `sid`'s
 ** lease; 0 when it did not (loop thread; the loop's own renewals it knows itself). */
 int64_t dx__store_session_confirmed(dx_store_t *s, const char *sid);
+/* Tests: how many items (orchestration and work items) the loop gave back (dx__store_give_*)
+** the store thread has taken to free (any thread). */
+uint64_t dx__store_items_given_back(dx_store_t *s);
 uint64_t dx__store_commits(const dx_store_t *s);
 uint64_t dx__store_cycles(const dx_store_t *s);
 /* The wait before the next cycle after failed ones (0 after a good cycle); any thread. */

@@ -35,19 +35,23 @@ static int hidx_room(dx_store_t *s) {
   return 1;
 }
 
-/* instance: an orchestration item's; NULL for a work item. */
+/* instance: an orchestration item's; NULL for a work item. One block holds the entry and its
+** instance id (one malloc and one free per fetched item). */
 void dx__store_hold(dx_store_t *s, const char *instance, uint64_t token) {
-  held_t *h = calloc(1, sizeof *h), **b;
-  if (!h || (instance && !(h->instance = dx__strdup(instance))) || !hidx_room(s)) {
-    if (h) free(h->instance);
+  size_t len = instance ? strlen(instance) + 1 : 0;
+  held_t *h = malloc(sizeof *h + len), **b;
+  uint64_t mono = dx__store_mono_ms();
+  if (!h || !hidx_room(s)) {
     free(h); /* not renewed: the lock may lapse, and the item then simply comes back */
     return;
   }
+  memset(h, 0, sizeof *h);
+  if (instance) h->instance = memcpy((char *)(h + 1), instance, len);
   h->token = token;
-  h->renew_at = dx__store_mono_ms() + (uint64_t)(instance ? s->renew_every_ms : s->work_renew_every_ms);
+  h->renew_at = mono + (uint64_t)(instance ? s->renew_every_ms : s->work_renew_every_ms);
   /* Bounded, so an item the loop dropped without a settlement (out of memory) is not kept
   ** locked for ever: its lock then lapses and it comes back. */
-  h->give_up_at = dx__store_mono_ms() + (uint64_t)(instance ? s->orch_hold_ms : HOLD_MAX_MS);
+  h->give_up_at = mono + (uint64_t)(instance ? s->orch_hold_ms : HOLD_MAX_MS);
   h->next = s->held;
   if (s->held) s->held->prev = h;
   s->held = h;
@@ -83,8 +87,7 @@ void dx__store_unhold(dx_store_t *s, uint64_t token) {
   else s->held = dead->next;
   if (dead->next) dead->next->prev = dead->prev;
   s->n_held--;
-  free(dead->instance);
-  free(dead);
+  free(dead); /* (its instance id is in the same block) */
 }
 
 void dx__store_free_held(dx_store_t *s) {

@@ -19,7 +19,7 @@ typedef struct declined_s {
 
 /* An item handed to the loop whose settlement (ack/abandon) is not applied yet. */
 typedef struct held_s {
-  char *instance;      /* orchestration items; NULL for work items */
+  char *instance;      /* orchestration items (in the entry's block); NULL for work items */
   uint64_t token;
   uint64_t renew_at;   /* monotonic ms */
   uint64_t give_up_at; /* monotonic ms: a turn never takes this long (the turn time limit and
@@ -29,6 +29,16 @@ typedef struct held_s {
   struct held_s *next, *prev; /* s->held, in both directions */
   struct held_s *hnext;       /* s->hidx bucket chain */
 } held_t;
+
+/* Store-allocated memory the loop is done with (store_mem.c), freed on the store thread. */
+typedef struct {
+  dx_orch_item_t **orch;
+  size_t n_orch, cap_orch;
+  dx_work_item_t *work; /* the items' fields, taken */
+  size_t n_work, cap_work;
+  void **ptrs;          /* plain blocks */
+  size_t n_ptrs, cap_ptrs;
+} dx__store_trash_t;
 
 typedef struct fetched_node_s {
   dx_store_fetched_t f;
@@ -92,6 +102,10 @@ struct dx_store_s {
   uint64_t cap_gen;    /* store thread only: the host capabilities generation applied */
   int filter_set;      /* store thread only: the provider has this worker's filter */
   int lose_commits;    /* guarded by mu: tests (dx__store_lose_commits) */
+  dx__store_trash_t tr_loop;  /* loop only: what the loop collects (store_mem.c) */
+  dx__store_trash_t tr_given; /* guarded by mu: handed to the store thread */
+  dx__store_trash_t tr_store; /* store thread only: being freed */
+  uint64_t given_back;        /* guarded by mu: items taken from tr_given (tests) */
 };
 
 /* {===== store.c, for store_rounds.c =====} */
@@ -157,6 +171,21 @@ int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
 /* The transaction was lost: applied ops run again when it is retried (not reported ones). */
 void dx__store_ops_lost(dx_store_op_t *ops);
 void dx__store_unhold_handed(dx_store_t *s, handed_t *h);
+
+/* {===== store_mem.c =====} */
+
+/* (loop, mu held) Hand what the loop collected to the store thread, unless the thread has
+** not taken the previous collection yet. */
+void dx__store_trash_hand(dx_store_t *s);
+/* (store thread, mu held) Take the handed collection; dx__store_trash_drop (mu not held)
+** frees it. */
+void dx__store_trash_take(dx_store_t *s);
+void dx__store_trash_drop(dx_store_t *s);
+/* (the thread joined) Free every collection. */
+void dx__store_trash_free(dx_store_t *s);
+/* (loop) f's arrays, its items not taken and their strings go back to the store thread. */
+void dx__store_give_fetched(dx_store_t *s, dx_store_fetched_t *f);
+void dx__store_give_block(dx_store_t *s, void *p);
 
 /* {===== store_held.c =====} */
 
