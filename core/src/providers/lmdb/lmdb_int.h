@@ -213,6 +213,14 @@ typedef struct shared_env_s {
   ** batch ends (txn.c dx__lm_floor_*). */
   int64_t floor[DB__COUNT];
   uint32_t floor_known;
+  /* Instance records the batches' direct methods read or wrote (records.c "instance records
+  ** kept by the batches"): a direct-mapped table by id hash, LM_IK_SLOTS entries once used;
+  ** ik_live entries filled. Kept past a commit (ik_txn: that batch's txn id) while the next
+  ** batch is the very next write txn of the store; ik_wrote: a direct method of the open batch stored something. */
+  struct lm_ik_s *ik;
+  size_t ik_live;
+  size_t ik_txn;
+  int ik_wrote;
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -656,6 +664,9 @@ void dx__lm_rec_clear(const lm_schema_t *s, void *rec);
 void dx__lm_inst_clear(inst_rec_t *r);
 int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r);
 int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r);
+void dx__lm_inst_keep_drop(shared_env_t *se);
+void dx__lm_inst_keep_commit(shared_env_t *se, size_t txn_id);
+void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id);
 void dx__lm_exec_clear(exec_rec_t *r);
 int dx__lm_exec_get(tx_t *t, const char *inst, uint64_t exec, exec_rec_t *r);
 int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r);

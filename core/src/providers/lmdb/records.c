@@ -414,19 +414,118 @@ void dx__lm_inst_clear(inst_rec_t *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* {===== instance records kept by the batches =====}
+** With held rounds the batches fetch and ack the same instances over and over: the pick's
+** capabilities check, the fetch and every ack read an instance's record, every ack writes it.
+** The batches' direct methods keep the last record they read or wrote (or that there is none)
+** in se->ik and answer later reads from it instead of a B-tree lookup and a decode. Only
+** direct methods use it (the batch thread, in the batch txn, which no other writer can
+** change). Every other writing method of a batch may write or undo records: it is dropped
+** before one runs (txn.c dx__lm_tx_begin; readers cannot change them). A batch whose direct
+** methods stored anything commits a txn with its own id (LMDB skips empty commits); the next batch keeps the
+** table only when its txn is the very next one (mdb_txn_id): no writer of this or any other
+** process committed in between, and that commit did not fail. A rollback drops it. */
+
+#define LM_IK_SLOTS 1024u
+
+typedef struct lm_ik_s {
+  char *inst;  /* NULL: empty slot */
+  int present; /* 0: no record stored */
+  inst_rec_t r;
+} lm_ik_t;
+
+static void ik_clear(shared_env_t *se, lm_ik_t *e) {
+  if (!e->inst) return;
+  free(e->inst);
+  e->inst = NULL;
+  dx__lm_inst_clear(&e->r);
+  se->ik_live--;
+}
+
+void dx__lm_inst_keep_drop(shared_env_t *se) {
+  size_t i;
+  for (i = 0; se->ik_live && i < LM_IK_SLOTS; i++) ik_clear(se, &se->ik[i]);
+  se->ik_txn = 0;
+}
+
+/* The batch (txn txn_id) is about to commit, holding the store's write lock. */
+void dx__lm_inst_keep_commit(shared_env_t *se, size_t txn_id) {
+  if (!se->ik_wrote) dx__lm_inst_keep_drop(se); /* maybe empty: its id may go to another */
+  else se->ik_txn = txn_id;
+  se->ik_wrote = 0;
+}
+
+/* A batch began with txn txn_id (holding the write lock). */
+void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id) {
+  if (!se->ik_txn || txn_id != se->ik_txn + 1) dx__lm_inst_keep_drop(se);
+  se->ik_txn = 0;
+  se->ik_wrote = 0;
+}
+
+static lm_ik_t *ik_slot(shared_env_t *se, const char *inst) {
+  return &se->ik[dx__lm_str_hash(inst) & (LM_IK_SLOTS - 1)];
+}
+
+/* *dst = a copy of src (strings duplicated); 0 or DX_ENOMEM with *dst cleared. */
+static int inst_copy(inst_rec_t *dst, const inst_rec_t *src) {
+  *dst = *src;
+  dst->name = dst->version = dst->custom_status = dst->parent = NULL;
+  if ((src->name && !(dst->name = dx__strdup(src->name))) ||
+      (src->version && !(dst->version = dx__strdup(src->version))) ||
+      (src->custom_status && !(dst->custom_status = dx__strdup(src->custom_status))) ||
+      (src->parent && !(dst->parent = dx__strdup(src->parent)))) {
+    dx__lm_inst_clear(dst);
+    return DX_ENOMEM;
+  }
+  return 0;
+}
+
+/* Keep what the batch now knows of `inst`'s record (r NULL: none stored). Out of memory
+** keeps nothing: the next read goes to the store. */
+static void ik_keep(tx_t *t, const char *inst, const inst_rec_t *r) {
+  shared_env_t *se = t->se;
+  lm_ik_t *e;
+  if (!t->direct) return;
+  if (!se->ik && !(se->ik = calloc(LM_IK_SLOTS, sizeof *se->ik))) return;
+  e = ik_slot(se, inst);
+  ik_clear(se, e);
+  if (!(e->inst = dx__strdup(inst))) return;
+  if (r && inst_copy(&e->r, r)) {
+    free(e->inst);
+    e->inst = NULL;
+    return;
+  }
+  e->present = r != NULL;
+  se->ik_live++;
+}
+
 /* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */
 int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r) {
   dkey_t k;
   lm_what_t w = {"instance '%s'", inst, 0};
+  int rc;
   memset(r, 0, sizeof *r);
+  if (t->direct && t->se->ik_live) {
+    lm_ik_t *e = ik_slot(t->se, inst);
+    if (e->inst && strcmp(e->inst, inst) == 0) {
+      if (!e->present) return DX_ENOTFOUND;
+      return inst_copy(r, &e->r) ? dx__lm_nomem(t->err) : 0;
+    }
+  }
   key_inst(&k, inst);
-  return dx__lm_rec_get_as(t, &dx__lm_inst_schema, &k, r, &w);
+  rc = dx__lm_rec_get_as(t, &dx__lm_inst_schema, &k, r, &w);
+  if (rc == 0 || rc == DX_ENOTFOUND) ik_keep(t, inst, rc == 0 ? r : NULL);
+  return rc;
 }
 
 int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r) {
   dkey_t k;
+  int rc;
   key_inst(&k, inst);
-  return dx__lm_rec_put(t, &dx__lm_inst_schema, &k, r);
+  rc = dx__lm_rec_put(t, &dx__lm_inst_schema, &k, r);
+  if (rc == 0) ik_keep(t, inst, r);
+  else if (t->direct && t->se->ik_live) ik_clear(t->se, ik_slot(t->se, inst)); /* unknown now */
+  return rc;
 }
 
 void dx__lm_exec_clear(exec_rec_t *r) {

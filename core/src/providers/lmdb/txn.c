@@ -142,6 +142,8 @@ int dx__lm_tx_begin(shared_env_t *se, int durable, int write, int direct, tx_t *
     t->writes0 = se->batch_writes;
     return 0;
   }
+  /* a writer may write or undo instance records the batch's direct methods keep (records.c) */
+  if (write) dx__lm_inst_keep_drop(se);
   /* worker rows queued in the batch are written before any other method looks (work.c) */
   if (dx__lm_pend_any(se) && (rc = dx__lm_pend_flush(se, parent, t->err))) return rc;
   /* nested even for reads: they must see the batch's own writes */
@@ -287,6 +289,7 @@ int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, 
   }
   if (n) memcpy(val.mv_data, data, n);
   if (extra) put_u32((unsigned char *)val.mv_data + n, record_sum(&key, data, n));
+  if (t->direct) t->se->ik_wrote = 1; /* the batch's commit is not empty (records.c) */
   return 0;
 }
 
