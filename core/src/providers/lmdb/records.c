@@ -421,24 +421,31 @@ void dx__lm_inst_clear(inst_rec_t *r) {
 ** in se->ik and answer later reads from it instead of a B-tree lookup and a decode. Only
 ** direct methods use it (the batch thread, in the batch txn, which no other writer can
 ** change). Every other writing method of a batch may write or undo records: it is dropped
-** before one runs (txn.c dx__lm_tx_begin; readers cannot change them). A batch whose direct
-** methods stored anything commits a txn with its own id (LMDB skips empty commits); the next batch keeps the
-** table only when its txn is the very next one (mdb_txn_id): no writer of this or any other
-** process committed in between, and that commit did not fail. A rollback drops it. */
+** before one runs (txn.c dx__lm_tx_begin; readers cannot change them). A batch that wrote anything
+** in its own txn commits a txn with its own id, an empty one leaves the id to the next writer
+** (LMDB skips empty commits); the next batch keeps the table only when its txn has the id
+** that follows (mdb_txn_id): no writer of this or any other process committed in between,
+** and that commit did not fail. A rollback drops it. */
 
 #define LM_IK_SLOTS 1024u
 
 typedef struct lm_ik_s {
-  char *inst;  /* NULL: empty slot */
-  int present; /* 0: no record stored */
+  char *inst;     /* NULL: empty slot */
+  int rec_known;  /* r / present hold the instance record */
+  int present;    /* 0: no record stored */
   inst_rec_t r;
+  int tail_known; /* execution tail_exec's history ends at event tail_n (tail: it; zeroed
+                     when tail_n is 0) */
+  uint64_t tail_exec, tail_n;
+  dx_event_t tail;
 } lm_ik_t;
 
 static void ik_clear(shared_env_t *se, lm_ik_t *e) {
   if (!e->inst) return;
   free(e->inst);
-  e->inst = NULL;
   dx__lm_inst_clear(&e->r);
+  dx_event_clear(&e->tail);
+  memset(e, 0, sizeof *e);
   se->ik_live--;
 }
 
@@ -448,22 +455,50 @@ void dx__lm_inst_keep_drop(shared_env_t *se) {
   se->ik_txn = 0;
 }
 
-/* The batch (txn txn_id) is about to commit, holding the store's write lock. */
+/* The batch (txn txn_id) is about to commit, holding the store's write lock: the next write
+** txn is txn_id + 1 after a commit that writes. One the batch cannot tell wrote (ik_wrote 0:
+** it may be empty, or hold writes of nested txns) expects txn_id again: were it not empty, or
+** did another writer take txn_id, the next id differs and the table goes. */
 void dx__lm_inst_keep_commit(shared_env_t *se, size_t txn_id) {
-  if (!se->ik_wrote) dx__lm_inst_keep_drop(se); /* maybe empty: its id may go to another */
-  else se->ik_txn = txn_id;
-  se->ik_wrote = 0;
+  if (se->ik_nested && !se->ik_wrote) /* were the nested writes lost, the id stays: unclear */
+    dx__lm_inst_keep_drop(se);
+  else
+    se->ik_txn = txn_id + (se->ik_wrote ? 1 : 0);
+  se->ik_wrote = se->ik_nested = 0;
 }
 
 /* A batch began with txn txn_id (holding the write lock). */
 void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id) {
-  if (!se->ik_txn || txn_id != se->ik_txn + 1) dx__lm_inst_keep_drop(se);
+  if (!se->ik_txn || txn_id != se->ik_txn) dx__lm_inst_keep_drop(se);
   se->ik_txn = 0;
-  se->ik_wrote = 0;
+  se->ik_wrote = se->ik_nested = 0;
 }
 
 static lm_ik_t *ik_slot(shared_env_t *se, const char *inst) {
   return &se->ik[dx__lm_str_hash(inst) & (LM_IK_SLOTS - 1)];
+}
+
+/* inst's entry in a direct method, or NULL. */
+static lm_ik_t *ik_find(tx_t *t, const char *inst) {
+  lm_ik_t *e;
+  if (!t->direct || !t->se->ik_live) return NULL;
+  e = ik_slot(t->se, inst);
+  return e->inst && strcmp(e->inst, inst) == 0 ? e : NULL;
+}
+
+/* inst's entry, made (replacing its slot's) when missing; NULL outside a direct method or
+** out of memory. */
+static lm_ik_t *ik_entry(tx_t *t, const char *inst) {
+  shared_env_t *se = t->se;
+  lm_ik_t *e;
+  if (!t->direct) return NULL;
+  if ((e = ik_find(t, inst))) return e;
+  if (!se->ik && !(se->ik = calloc(LM_IK_SLOTS, sizeof *se->ik))) return NULL;
+  e = ik_slot(se, inst);
+  ik_clear(se, e);
+  if (!(e->inst = dx__strdup(inst))) return NULL;
+  se->ik_live++;
+  return e;
 }
 
 /* *dst = a copy of src (strings duplicated); 0 or DX_ENOMEM with *dst cleared. */
@@ -483,20 +518,45 @@ static int inst_copy(inst_rec_t *dst, const inst_rec_t *src) {
 /* Keep what the batch now knows of `inst`'s record (r NULL: none stored). Out of memory
 ** keeps nothing: the next read goes to the store. */
 static void ik_keep(tx_t *t, const char *inst, const inst_rec_t *r) {
-  shared_env_t *se = t->se;
-  lm_ik_t *e;
-  if (!t->direct) return;
-  if (!se->ik && !(se->ik = calloc(LM_IK_SLOTS, sizeof *se->ik))) return;
-  e = ik_slot(se, inst);
-  ik_clear(se, e);
-  if (!(e->inst = dx__strdup(inst))) return;
-  if (r && inst_copy(&e->r, r)) {
-    free(e->inst);
-    e->inst = NULL;
-    return;
-  }
+  lm_ik_t *e = ik_entry(t, inst);
+  if (!e) return;
+  dx__lm_inst_clear(&e->r);
+  e->rec_known = !(r && inst_copy(&e->r, r));
   e->present = r != NULL;
-  se->ik_live++;
+}
+
+/* {===== history tails kept by the batches =====}
+** The same entries keep where an execution's history ends (history.c): the fetch of a cached
+** orchestration asks whether the history still ends at the cache's last event and hands that
+** event out, an ack checks that its new events' ids are unused and appends after the end. */
+
+/* 1 with the end (*n, *last: event *n, borrowed, zeroed when *n is 0) when known, else 0. */
+int dx__lm_tail_get(tx_t *t, const char *inst, uint64_t exec, uint64_t *n,
+                    const dx_event_t **last) {
+  lm_ik_t *e = ik_find(t, inst);
+  if (!e || !e->tail_known || e->tail_exec != exec) return 0;
+  *n = e->tail_n;
+  *last = &e->tail;
+  return 1;
+}
+
+/* Execution exec's history now ends at `last` (NULL: it is empty). */
+void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *last) {
+  lm_ik_t *e = ik_entry(t, inst);
+  if (!e) return;
+  dx_event_clear(&e->tail);
+  memset(&e->tail, 0, sizeof e->tail);
+  e->tail_known = 0;
+  if (last && dx_event_copy(&e->tail, last)) return;
+  e->tail_known = 1;
+  e->tail_exec = exec;
+  e->tail_n = last ? last->event_id : 0;
+}
+
+/* Nothing known of inst's history end any more. */
+void dx__lm_tail_forget(tx_t *t, const char *inst) {
+  lm_ik_t *e = ik_find(t, inst);
+  if (e) e->tail_known = 0;
 }
 
 /* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */
@@ -504,13 +564,11 @@ int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r) {
   dkey_t k;
   lm_what_t w = {"instance '%s'", inst, 0};
   int rc;
+  lm_ik_t *e = ik_find(t, inst);
   memset(r, 0, sizeof *r);
-  if (t->direct && t->se->ik_live) {
-    lm_ik_t *e = ik_slot(t->se, inst);
-    if (e->inst && strcmp(e->inst, inst) == 0) {
-      if (!e->present) return DX_ENOTFOUND;
-      return inst_copy(r, &e->r) ? dx__lm_nomem(t->err) : 0;
-    }
+  if (e && e->rec_known) {
+    if (!e->present) return DX_ENOTFOUND;
+    return inst_copy(r, &e->r) ? dx__lm_nomem(t->err) : 0;
   }
   key_inst(&k, inst);
   rc = dx__lm_rec_get_as(t, &dx__lm_inst_schema, &k, r, &w);
@@ -520,11 +578,12 @@ int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r) {
 
 int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r) {
   dkey_t k;
+  lm_ik_t *e;
   int rc;
   key_inst(&k, inst);
   rc = dx__lm_rec_put(t, &dx__lm_inst_schema, &k, r);
   if (rc == 0) ik_keep(t, inst, r);
-  else if (t->direct && t->se->ik_live) ik_clear(t->se, ik_slot(t->se, inst)); /* unknown now */
+  else if ((e = ik_find(t, inst))) e->rec_known = 0; /* unknown now */
   return rc;
 }
 
