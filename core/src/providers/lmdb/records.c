@@ -515,13 +515,43 @@ static int inst_copy(inst_rec_t *dst, const inst_rec_t *src) {
   return 0;
 }
 
+/* *dst = a copy of src, taking *old instead when it is the same text (*old then NULL).
+** DX_ENOMEM leaves *dst NULL. */
+static int keep_str(char **dst, char **old, const char *src) {
+  if (!src) {
+    *dst = NULL;
+    return 0;
+  }
+  if (*old && strcmp(*old, src) == 0) {
+    *dst = *old;
+    *old = NULL;
+    return 0;
+  }
+  return (*dst = dx__strdup(src)) ? 0 : DX_ENOMEM;
+}
+
 /* Keep what the batch now knows of `inst`'s record (r NULL: none stored). Out of memory
 ** keeps nothing: the next read goes to the store. */
 static void ik_keep(tx_t *t, const char *inst, const inst_rec_t *r) {
   lm_ik_t *e = ik_entry(t, inst);
+  inst_rec_t was;
   if (!e) return;
-  dx__lm_inst_clear(&e->r);
-  e->rec_known = !(r && inst_copy(&e->r, r));
+  was = e->r; /* an ack rewrites the record it read: its strings are mostly the same */
+  e->r.name = e->r.version = e->r.custom_status = e->r.parent = NULL;
+  e->rec_known = !r || !(keep_str(&e->r.name, &was.name, r->name) ||
+                         keep_str(&e->r.version, &was.version, r->version) ||
+                         keep_str(&e->r.custom_status, &was.custom_status, r->custom_status) ||
+                         keep_str(&e->r.parent, &was.parent, r->parent));
+  if (r) {
+    inst_rec_t strs = e->r;
+    e->r = *r;
+    e->r.name = strs.name;
+    e->r.version = strs.version;
+    e->r.custom_status = strs.custom_status;
+    e->r.parent = strs.parent;
+  }
+  dx__lm_inst_clear(&was); /* what keep_str did not take over */
+  if (!r || !e->rec_known) dx__lm_inst_clear(&e->r);
   e->present = r != NULL;
 }
 
