@@ -428,6 +428,9 @@ void dx__lm_inst_clear(inst_rec_t *r) {
 ** and that commit did not fail. A rollback drops it. */
 
 #define LM_IK_SLOTS 1024u
+#define LM_TAIL_MAX 4096u /* text bytes of a kept record or event: larger ones are not kept */
+
+static size_t len_or_0(const char *s) { return s ? strlen(s) : 0; }
 
 typedef struct lm_ik_s {
   char *inst;     /* NULL: empty slot */
@@ -536,6 +539,11 @@ static void ik_keep(tx_t *t, const char *inst, const inst_rec_t *r) {
   lm_ik_t *e = ik_entry(t, inst);
   inst_rec_t was;
   if (!e) return;
+  if (r && len_or_0(r->custom_status) > LM_TAIL_MAX) { /* kept small: read it again */
+    dx__lm_inst_clear(&e->r);
+    e->rec_known = 0;
+    return;
+  }
   was = e->r; /* an ack rewrites the record it read: its strings are mostly the same */
   e->r.name = e->r.version = e->r.custom_status = e->r.parent = NULL;
   e->rec_known = !r || !(keep_str(&e->r.name, &was.name, r->name) ||
@@ -570,6 +578,15 @@ int dx__lm_tail_get(tx_t *t, const char *inst, uint64_t exec, uint64_t *n,
   return 1;
 }
 
+/* The table holds up to LM_IK_SLOTS last events: a large one (a big activity result) is not
+** kept, so it stays small; its instance's next fetch and ack seek as before. */
+static int tail_small(const dx_event_t *e) {
+  return len_or_0(e->data) + len_or_0(e->fail.message) + len_or_0(e->fail.kind) +
+             len_or_0(e->name) + len_or_0(e->version) + len_or_0(e->instance) +
+             len_or_0(e->session_id) + len_or_0(e->reason) + len_or_0(e->custom_status) +
+             len_or_0(e->worker_id) + len_or_0(e->tag) <= LM_TAIL_MAX;
+}
+
 /* Execution exec's history now ends at `last` (NULL: it is empty). */
 void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *last) {
   lm_ik_t *e = ik_entry(t, inst);
@@ -577,7 +594,7 @@ void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t
   dx_event_clear(&e->tail);
   memset(&e->tail, 0, sizeof e->tail);
   e->tail_known = 0;
-  if (last && dx_event_copy(&e->tail, last)) return;
+  if (last && (!tail_small(last) || dx_event_copy(&e->tail, last))) return;
   e->tail_known = 1;
   e->tail_exec = exec;
   e->tail_n = last ? last->event_id : 0;
