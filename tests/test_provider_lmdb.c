@@ -383,6 +383,81 @@ DX_TEST(lmdb_map_grows_without_limit) {
   free(store);
 }
 
+/* The batches keep the instance records they read and wrote (records.c) past their commits
+** while no other writer commits in between. Another process that deletes the instance and
+** starts it again under another name between two batches of this handle must be seen: the
+** next batch's fetch names the new orchestration (a kept record would name the old one and
+** its execution). */
+DX_TEST(lmdb_instance_record_kept_by_batches_yields_to_another_process) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_work_item_t w = start_item("K", "1");
+  dx_orch_item_t *it = NULL;
+  dx_orch_ack_t a;
+  dx_event_t ev;
+  dx_error_t err;
+  pid_t pid;
+  int st, round;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  for (round = 0; round < 2; round++) { /* 2: a batch after one that kept the record */
+    ASSERT_OK(M(p)->begin(p, &err));
+    ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + round, 1000, &it, &err));
+    ASSERT(it);
+    ASSERT_STR_EQ(it->orchestration_name, "Orch");
+    memset(&a, 0, sizeof a);
+    memset(&ev, 0, sizeof ev);
+    ev.event_id = it->history_len + 1;
+    ev.timestamp_ms = T0;
+    ev.kind = round == 0 ? DX_EV_ORCH_STARTED : DX_EV_EXT_EVENT;
+    ev.name = round == 0 ? "Orch" : "go";
+    ev.data = "{}";
+    a.instance = it->instance;
+    a.lock_token = it->lock_token;
+    a.execution_id = it->execution_id;
+    a.orchestration_name = it->orchestration_name;
+    a.delta = &ev;
+    a.delta_len = 1;
+    ASSERT_OK(M(p)->ack_orchestration_item(p, T0 + round, &a, &err));
+    dx_orch_item_free(it);
+    if (round == 0) { /* a message for the next batch's fetch */
+      dx_work_item_t m;
+      memset(&m, 0, sizeof m);
+      m.kind = DX_WI_EXTERNAL;
+      m.instance = "K";
+      m.name = "go";
+      m.data = "{}";
+      m.execution_id = 1;
+      ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &m, 0, &err));
+    }
+    ASSERT_OK(M(p)->commit(p, 1, &err));
+  }
+  fflush(NULL);
+  pid = fork();
+  ASSERT(pid >= 0);
+  if (pid == 0) {
+    dx_provider_t *c = open_with(store, NULL);
+    const char *ids[1] = {"K"};
+    size_t n = 0;
+    dx_work_item_t again = start_item("K", "2");
+    int rc = M(c)->delete_instances(c, ids, 1, 1, &n, &err);
+    again.name = "Other";
+    if (!rc) rc = M(c)->enqueue_for_orchestrator(c, T0, &again, 0, &err);
+    M(c)->destroy(c);
+    _exit(rc == 0 && n == 1 ? 0 : 1);
+  }
+  ASSERT(waitpid(pid, &st, 0) == pid);
+  ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 5, 1000, &it, &err));
+  ASSERT(it);
+  ASSERT_STR_EQ(it->orchestration_name, "Other");
+  ASSERT_EQ(it->history_len, 0);
+  dx_orch_item_free(it);
+  M(p)->rollback(p);
+  M(p)->destroy(p);
+  free(store);
+}
+
 DX_TEST(lmdb_map_growth_reaches_other_processes) {
   /* a child process grows the map; the parent, still on its first map, adopts the new size
   ** (MDB_MAP_RESIZED) and keeps reading and writing */

@@ -26,13 +26,15 @@ static int lm_begin(dx_provider_t *pp, dx_error_t *err) {
   p->se->seq_held = 0;
   dx__lm_curs_forget(p->se);
   dx__lm_sess_batch_forget(p->se);
+  dx__lm_inst_keep_begin(p->se, mdb_txn_id(t.txn));
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 1;
   p->claims_over[0] = 0;
   return 0;
 }
 
-static MDB_txn *take_batch(lm_t *p) {
+/* keep: the batch commits next (the instance records it knows may outlive it). */
+static MDB_txn *take_batch(lm_t *p, int keep) {
   MDB_txn *txn;
   pthread_mutex_lock(&p->se->batch_mu);
   txn = p->se->batch;
@@ -40,6 +42,8 @@ static MDB_txn *take_batch(lm_t *p) {
   dx__lm_curs_forget(p->se); /* freed by LMDB with the txn */
   dx__lm_sess_batch_forget(p->se);
   dx__lm_pend_drop(p->se); /* written by commit before this, or dropped with the batch */
+  if (keep && txn) dx__lm_inst_keep_commit(p->se, mdb_txn_id(txn));
+  else dx__lm_inst_keep_drop(p->se);
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 0;
   p->claims_over[0] = 0;
@@ -51,13 +55,13 @@ static int lm_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   int rc, wrote, flush;
   if (!p->in_batch) return dx_error_set(err, DX_ESTATE, "commit without begin");
   if (p->se->batch_spoiled) { /* a direct method failed part way (LM_WRITE_DIRECT) */
-    dx__lm_top_finish(p->se, take_batch(p), 0, LM_FLUSH_NONE, 0);
+    dx__lm_top_finish(p->se, take_batch(p, 0), 0, LM_FLUSH_NONE, 0);
     if (err) *err = p->se->spoil_err;
     return p->se->spoil_err.code;
   }
   if ((rc = dx__lm_pend_flush(p->se, p->se->batch, err)) ||
       (rc = dx__lm_seq_flush(p->se, p->se->batch, err))) {
-    dx__lm_top_finish(p->se, take_batch(p), 0, LM_FLUSH_NONE, 0);
+    dx__lm_top_finish(p->se, take_batch(p, 0), 0, LM_FLUSH_NONE, 0);
     return rc;
   }
   /* sync=0 (provider.h): a batch that only took locks is not flushed; one that wrote more (an
@@ -66,13 +70,13 @@ static int lm_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   ** Workers elsewhere hear of any work it queued. */
   wrote = p->se->batch_wrote;
   flush = p->no_sync || !(sync || wrote) ? LM_FLUSH_NONE : sync ? LM_FLUSH_FULL : LM_FLUSH_DATA;
-  rc = dx__lm_top_finish(p->se, take_batch(p), 1, flush, sync || wrote);
+  rc = dx__lm_top_finish(p->se, take_batch(p, 1), 1, flush, sync || wrote);
   return rc ? dx__lm_mdb_error(p->se, rc, "commit", err) : 0;
 }
 
 static void lm_rollback(dx_provider_t *pp) {
   lm_t *p = (lm_t *)pp;
-  if (p->in_batch) dx__lm_top_finish(p->se, take_batch(p), 0, LM_FLUSH_NONE, 0);
+  if (p->in_batch) dx__lm_top_finish(p->se, take_batch(p, 0), 0, LM_FLUSH_NONE, 0);
 }
 
 /* {===== store format =====} */
@@ -265,6 +269,8 @@ static void env_free(shared_env_t *se) {
   if (se->notify_fd >= 0) close(se->notify_fd);
   free(se->notify_path);
   dx__lm_pend_drop(se);
+  dx__lm_inst_keep_drop(se);
+  free(se->ik);
   free(se->pend);
   free(se->rpend);
   free(se->rpend_idx);

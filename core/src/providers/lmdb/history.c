@@ -132,7 +132,8 @@ static int overlap(tx_t *t, const char *inst, uint64_t exec, MDB_val *k, MDB_val
 ** history, so the seek normally lands past the delta (or on another execution) at once. */
 int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
                           size_t n) {
-  uint64_t lo = UINT64_MAX, hi = 0, first = 0;
+  uint64_t lo = UINT64_MAX, hi = 0, first = 0, end;
+  const dx_event_t *last;
   MDB_cursor *c;
   MDB_val key, v;
   dkey_t k;
@@ -143,6 +144,7 @@ int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_eve
     if (ev[i].event_id < lo) lo = ev[i].event_id;
     if (ev[i].event_id > hi) hi = ev[i].event_id;
   }
+  if (dx__lm_tail_get(t, inst, exec, &end, &last) && lo > end) return 0; /* past the end */
   key_hist(&k, inst, exec, lo);
   pn = k.n - 8;
   key = kval(&k);
@@ -199,13 +201,25 @@ static int append_run(tx_t *t, const char *inst, uint64_t exec, const dx_event_t
 /* The caller has checked that the ids are unused (dx__lm_history_unused). */
 int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
                           size_t n) {
-  size_t i = 0, j;
-  int rc;
+  size_t i = 0, j, top = 0;
+  uint64_t end = 0;
+  const dx_event_t *last;
+  int rc, known = dx__lm_tail_get(t, inst, exec, &end, &last);
   while (i < n) { /* a store kept at format 3 (se->fmt3): one event per record */
     for (j = i + 1; j < n && !t->se->fmt3 && ev[j].event_id == ev[j - 1].event_id + 1; j++) {}
-    if ((rc = append_run(t, inst, exec, ev + i, j - i))) return rc;
+    if ((rc = append_run(t, inst, exec, ev + i, j - i))) {
+      dx__lm_tail_forget(t, inst);
+      return rc;
+    }
     i = j;
   }
+  /* the kept end moves to the newest event when every one lies past it */
+  for (i = 0; known && i < n; i++) {
+    if (ev[i].event_id <= end) known = 0;
+    else if (ev[i].event_id > ev[top].event_id) top = i;
+  }
+  if (known && n) dx__lm_tail_keep(t, inst, exec, &ev[top]);
+  else if (!known) dx__lm_tail_forget(t, inst);
   return 0;
 }
 
@@ -263,6 +277,7 @@ int dx__lm_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **o
     dx_events_free(h.v, h.n);
     return rc;
   }
+  dx__lm_tail_keep(t, inst, exec, h.n ? &h.v[h.n - 1] : NULL);
   *out = h.v;
   *n = h.n;
   return 0;
@@ -291,9 +306,15 @@ int dx__lm_history_holds(tx_t *t, const char *inst, uint64_t exec, uint64_t n, d
   MDB_val key, v;
   last_ev_t l = {NULL, 0};
   uint64_t first, end;
+  const dx_event_t *kept;
   dx_error_t derr = {0};
   size_t pn;
   int mrc, rc = 0;
+  if (dx__lm_tail_get(t, inst, exec, &end, &kept)) { /* the batches know where it ends */
+    if (end != n) return 0;
+    if (dx_event_copy(last, kept)) return dx__lm_nomem(t->err);
+    return 1;
+  }
   key_hist(&k, inst, exec, n + 1);
   pn = k.n - 8;
   key = kval(&k);
@@ -315,6 +336,7 @@ int dx__lm_history_holds(tx_t *t, const char *inst, uint64_t exec, uint64_t n, d
     }
   }
   dx__lm_cursor_done(t, DB_HISTORY, c);
+  if (rc == 1) dx__lm_tail_keep(t, inst, exec, last);
   if (rc) return rc;
   if (mrc && mrc != MDB_NOTFOUND) return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_HISTORY]);
   return 0;

@@ -213,6 +213,15 @@ typedef struct shared_env_s {
   ** batch ends (txn.c dx__lm_floor_*). */
   int64_t floor[DB__COUNT];
   uint32_t floor_known;
+  /* Instance records the batches' direct methods read or wrote (records.c "instance records
+  ** kept by the batches"): a direct-mapped table by id hash, LM_IK_SLOTS entries once used;
+  ** ik_live entries filled. Kept past a commit (ik_txn: the txn id the next write txn has when
+  ** nobody else committed since) while the next batch has it. */
+  struct lm_ik_s *ik;
+  size_t ik_live;
+  size_t ik_txn;
+  int ik_wrote;              /* a write in the open batch's own txn succeeded */
+  int ik_nested;             /* a nested writer ran in the open batch */
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -656,6 +665,13 @@ void dx__lm_rec_clear(const lm_schema_t *s, void *rec);
 void dx__lm_inst_clear(inst_rec_t *r);
 int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r);
 int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r);
+void dx__lm_inst_keep_drop(shared_env_t *se);
+void dx__lm_inst_keep_commit(shared_env_t *se, size_t txn_id);
+void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id);
+int dx__lm_tail_get(tx_t *t, const char *inst, uint64_t exec, uint64_t *n,
+                    const dx_event_t **last);
+void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *last);
+void dx__lm_tail_forget(tx_t *t, const char *inst);
 void dx__lm_exec_clear(exec_rec_t *r);
 int dx__lm_exec_get(tx_t *t, const char *inst, uint64_t exec, exec_rec_t *r);
 int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r);

@@ -414,19 +414,224 @@ void dx__lm_inst_clear(inst_rec_t *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* {===== instance records kept by the batches =====}
+** With held rounds the batches fetch and ack the same instances over and over: the pick's
+** capabilities check, the fetch and every ack read an instance's record, every ack writes it.
+** The batches' direct methods keep the last record they read or wrote (or that there is none)
+** in se->ik and answer later reads from it instead of a B-tree lookup and a decode. Only
+** direct methods use it (the batch thread, in the batch txn, which no other writer can
+** change). Every other writing method of a batch may write or undo records: it is dropped
+** before one runs (txn.c dx__lm_tx_begin; readers cannot change them). A batch that wrote anything
+** in its own txn commits a txn with its own id, an empty one leaves the id to the next writer
+** (LMDB skips empty commits); the next batch keeps the table only when its txn has the id
+** that follows (mdb_txn_id): no writer of this or any other process committed in between,
+** and that commit did not fail. A rollback drops it. */
+
+#define LM_IK_SLOTS 1024u
+#define LM_TAIL_MAX 4096u /* text bytes of a kept record or event: larger ones are not kept */
+
+static size_t len_or_0(const char *s) { return s ? strlen(s) : 0; }
+
+typedef struct lm_ik_s {
+  char *inst;     /* NULL: empty slot */
+  int rec_known;  /* r / present hold the instance record */
+  int present;    /* 0: no record stored */
+  inst_rec_t r;
+  int tail_known; /* execution tail_exec's history ends at event tail_n (tail: it; zeroed
+                     when tail_n is 0) */
+  uint64_t tail_exec, tail_n;
+  dx_event_t tail;
+} lm_ik_t;
+
+static void ik_clear(shared_env_t *se, lm_ik_t *e) {
+  if (!e->inst) return;
+  free(e->inst);
+  dx__lm_inst_clear(&e->r);
+  dx_event_clear(&e->tail);
+  memset(e, 0, sizeof *e);
+  se->ik_live--;
+}
+
+void dx__lm_inst_keep_drop(shared_env_t *se) {
+  size_t i;
+  for (i = 0; se->ik_live && i < LM_IK_SLOTS; i++) ik_clear(se, &se->ik[i]);
+  se->ik_txn = 0;
+}
+
+/* The batch (txn txn_id) is about to commit, holding the store's write lock: the next write
+** txn is txn_id + 1 after a commit that writes. One the batch cannot tell wrote (ik_wrote 0:
+** it may be empty, or hold writes of nested txns) expects txn_id again: were it not empty, or
+** did another writer take txn_id, the next id differs and the table goes. */
+void dx__lm_inst_keep_commit(shared_env_t *se, size_t txn_id) {
+  if (se->ik_nested && !se->ik_wrote) /* were the nested writes lost, the id stays: unclear */
+    dx__lm_inst_keep_drop(se);
+  else
+    se->ik_txn = txn_id + (se->ik_wrote ? 1 : 0);
+  se->ik_wrote = se->ik_nested = 0;
+}
+
+/* A batch began with txn txn_id (holding the write lock). */
+void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id) {
+  if (!se->ik_txn || txn_id != se->ik_txn) dx__lm_inst_keep_drop(se);
+  se->ik_txn = 0;
+  se->ik_wrote = se->ik_nested = 0;
+}
+
+static lm_ik_t *ik_slot(shared_env_t *se, const char *inst) {
+  return &se->ik[dx__lm_str_hash(inst) & (LM_IK_SLOTS - 1)];
+}
+
+/* inst's entry in a direct method, or NULL. */
+static lm_ik_t *ik_find(tx_t *t, const char *inst) {
+  lm_ik_t *e;
+  if (!t->direct || !t->se->ik_live) return NULL;
+  e = ik_slot(t->se, inst);
+  return e->inst && strcmp(e->inst, inst) == 0 ? e : NULL;
+}
+
+/* inst's entry, made (replacing its slot's) when missing; NULL outside a direct method or
+** out of memory. */
+static lm_ik_t *ik_entry(tx_t *t, const char *inst) {
+  shared_env_t *se = t->se;
+  lm_ik_t *e;
+  if (!t->direct) return NULL;
+  if ((e = ik_find(t, inst))) return e;
+  if (!se->ik && !(se->ik = calloc(LM_IK_SLOTS, sizeof *se->ik))) return NULL;
+  e = ik_slot(se, inst);
+  ik_clear(se, e);
+  if (!(e->inst = dx__strdup(inst))) return NULL;
+  se->ik_live++;
+  return e;
+}
+
+/* *dst = a copy of src (strings duplicated); 0 or DX_ENOMEM with *dst cleared. */
+static int inst_copy(inst_rec_t *dst, const inst_rec_t *src) {
+  *dst = *src;
+  dst->name = dst->version = dst->custom_status = dst->parent = NULL;
+  if ((src->name && !(dst->name = dx__strdup(src->name))) ||
+      (src->version && !(dst->version = dx__strdup(src->version))) ||
+      (src->custom_status && !(dst->custom_status = dx__strdup(src->custom_status))) ||
+      (src->parent && !(dst->parent = dx__strdup(src->parent)))) {
+    dx__lm_inst_clear(dst);
+    return DX_ENOMEM;
+  }
+  return 0;
+}
+
+/* *dst = a copy of src, taking *old instead when it is the same text (*old then NULL).
+** DX_ENOMEM leaves *dst NULL. */
+static int keep_str(char **dst, char **old, const char *src) {
+  if (!src) {
+    *dst = NULL;
+    return 0;
+  }
+  if (*old && strcmp(*old, src) == 0) {
+    *dst = *old;
+    *old = NULL;
+    return 0;
+  }
+  return (*dst = dx__strdup(src)) ? 0 : DX_ENOMEM;
+}
+
+/* Keep what the batch now knows of `inst`'s record (r NULL: none stored). Out of memory
+** keeps nothing: the next read goes to the store. */
+static void ik_keep(tx_t *t, const char *inst, const inst_rec_t *r) {
+  lm_ik_t *e = ik_entry(t, inst);
+  inst_rec_t was;
+  if (!e) return;
+  if (r && len_or_0(r->custom_status) > LM_TAIL_MAX) { /* kept small: read it again */
+    dx__lm_inst_clear(&e->r);
+    e->rec_known = 0;
+    return;
+  }
+  was = e->r; /* an ack rewrites the record it read: its strings are mostly the same */
+  e->r.name = e->r.version = e->r.custom_status = e->r.parent = NULL;
+  e->rec_known = !r || !(keep_str(&e->r.name, &was.name, r->name) ||
+                         keep_str(&e->r.version, &was.version, r->version) ||
+                         keep_str(&e->r.custom_status, &was.custom_status, r->custom_status) ||
+                         keep_str(&e->r.parent, &was.parent, r->parent));
+  if (r) {
+    inst_rec_t strs = e->r;
+    e->r = *r;
+    e->r.name = strs.name;
+    e->r.version = strs.version;
+    e->r.custom_status = strs.custom_status;
+    e->r.parent = strs.parent;
+  }
+  dx__lm_inst_clear(&was); /* what keep_str did not take over */
+  if (!r || !e->rec_known) dx__lm_inst_clear(&e->r);
+  e->present = r != NULL;
+}
+
+/* {===== history tails kept by the batches =====}
+** The same entries keep where an execution's history ends (history.c): the fetch of a cached
+** orchestration asks whether the history still ends at the cache's last event and hands that
+** event out, an ack checks that its new events' ids are unused and appends after the end. */
+
+/* 1 with the end (*n, *last: event *n, borrowed, zeroed when *n is 0) when known, else 0. */
+int dx__lm_tail_get(tx_t *t, const char *inst, uint64_t exec, uint64_t *n,
+                    const dx_event_t **last) {
+  lm_ik_t *e = ik_find(t, inst);
+  if (!e || !e->tail_known || e->tail_exec != exec) return 0;
+  *n = e->tail_n;
+  *last = &e->tail;
+  return 1;
+}
+
+/* The table holds up to LM_IK_SLOTS last events: a large one (a big activity result) is not
+** kept, so it stays small; its instance's next fetch and ack seek as before. */
+static int tail_small(const dx_event_t *e) {
+  return len_or_0(e->data) + len_or_0(e->fail.message) + len_or_0(e->fail.kind) +
+             len_or_0(e->name) + len_or_0(e->version) + len_or_0(e->instance) +
+             len_or_0(e->session_id) + len_or_0(e->reason) + len_or_0(e->custom_status) +
+             len_or_0(e->worker_id) + len_or_0(e->tag) <= LM_TAIL_MAX;
+}
+
+/* Execution exec's history now ends at `last` (NULL: it is empty). */
+void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *last) {
+  lm_ik_t *e = ik_entry(t, inst);
+  if (!e) return;
+  dx_event_clear(&e->tail);
+  memset(&e->tail, 0, sizeof e->tail);
+  e->tail_known = 0;
+  if (last && (!tail_small(last) || dx_event_copy(&e->tail, last))) return;
+  e->tail_known = 1;
+  e->tail_exec = exec;
+  e->tail_n = last ? last->event_id : 0;
+}
+
+/* Nothing known of inst's history end any more. */
+void dx__lm_tail_forget(tx_t *t, const char *inst) {
+  lm_ik_t *e = ik_find(t, inst);
+  if (e) e->tail_known = 0;
+}
+
 /* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */
 int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r) {
   dkey_t k;
   lm_what_t w = {"instance '%s'", inst, 0};
+  int rc;
+  lm_ik_t *e = ik_find(t, inst);
   memset(r, 0, sizeof *r);
+  if (e && e->rec_known) {
+    if (!e->present) return DX_ENOTFOUND;
+    return inst_copy(r, &e->r) ? dx__lm_nomem(t->err) : 0;
+  }
   key_inst(&k, inst);
-  return dx__lm_rec_get_as(t, &dx__lm_inst_schema, &k, r, &w);
+  rc = dx__lm_rec_get_as(t, &dx__lm_inst_schema, &k, r, &w);
+  if (rc == 0 || rc == DX_ENOTFOUND) ik_keep(t, inst, rc == 0 ? r : NULL);
+  return rc;
 }
 
 int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r) {
   dkey_t k;
+  lm_ik_t *e;
+  int rc;
   key_inst(&k, inst);
-  return dx__lm_rec_put(t, &dx__lm_inst_schema, &k, r);
+  rc = dx__lm_rec_put(t, &dx__lm_inst_schema, &k, r);
+  if (rc == 0) ik_keep(t, inst, r);
+  else if ((e = ik_find(t, inst))) e->rec_known = 0; /* unknown now */
+  return rc;
 }
 
 void dx__lm_exec_clear(exec_rec_t *r) {

@@ -142,6 +142,11 @@ int dx__lm_tx_begin(shared_env_t *se, int durable, int write, int direct, tx_t *
     t->writes0 = se->batch_writes;
     return 0;
   }
+  /* a writer may write or undo instance records the batch's direct methods keep (records.c) */
+  if (write) {
+    dx__lm_inst_keep_drop(se);
+    se->ik_nested = 1;
+  }
   /* worker rows queued in the batch are written before any other method looks (work.c) */
   if (dx__lm_pend_any(se) && (rc = dx__lm_pend_flush(se, parent, t->err))) return rc;
   /* nested even for reads: they must see the batch's own writes */
@@ -272,6 +277,13 @@ int dx__lm_db_get(tx_t *t, int db, const dkey_t *k, MDB_val *v) {
 }
 
 /* Writes the value with its checksum in place (MDB_RESERVE: no copy). */
+/* A write in the batch txn itself (a direct method, or the batch's flush of what they kept)
+** succeeded: the batch's commit is not empty (records.c "instance records kept by the
+** batches"). A nested txn's writes may still be undone: they do not count. */
+static void batch_dirty(tx_t *t) {
+  if (t->direct || (t->txn && t->txn == t->se->batch)) t->se->ik_wrote = 1;
+}
+
 int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, unsigned flags) {
   MDB_val key = kval(k), val;
   size_t extra = t->raw ? 0 : LM_SUM_BYTES;
@@ -287,6 +299,7 @@ int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, 
   }
   if (n) memcpy(val.mv_data, data, n);
   if (extra) put_u32((unsigned char *)val.mv_data + n, record_sum(&key, data, n));
+  batch_dirty(t);
   return 0;
 }
 
@@ -301,6 +314,7 @@ int dx__lm_db_del(tx_t *t, int db, const dkey_t *k) {
     snprintf(what, sizeof what, "delete from %s", dx__lm_db_names[db]);
     return dx__lm_tx_err(t, rc, what);
   }
+  if (rc == 0) batch_dirty(t);
   return 0;
 }
 
