@@ -109,6 +109,22 @@ describe("held rounds on a directory store", function()
     assert.are.equal(10, #H.events_of(client:history("t1"), "ActivityCompleted"))
   end)
 
+  it("fetches a long orchestration's turns with their last event only, across commits", function()
+    -- a short hold: the rounds' budget runs out many times, so turns delivered with a commit
+    -- and turns fetched before the loop kept the previous one both occur (before, those
+    -- turns each brought the whole history: a step cost O(history))
+    start_runtime(1)
+    local f0 = metric(rt, "duroxide_orchestration_fetched_events_total")
+    assert.truthy(client:start("t-long", steps, 200))
+    assert.are.equal(200, client:wait("t-long", 20000).output)
+    local fetched = metric(rt, "duroxide_orchestration_fetched_events_total") - f0
+    -- 201 turns: the first brings the start, each later one its last event (or, rarely, the
+    -- whole history after an eviction or a lost race: far below the ~40000 events of
+    -- whole histories every turn)
+    assert.is_true(fetched <= 3 * 201, "fetched events " .. fetched)
+    assert.are.equal(200, #H.events_of(client:history("t-long"), "ActivityCompleted"))
+  end)
+
   it("runs ten steps in one commit with the cache off too, each turn replaying", function()
     start_runtime(10000, 0)
     local c0 = durable(rt)

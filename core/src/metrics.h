@@ -25,6 +25,7 @@ typedef enum {
   DXM_ORCH_TURN_DURATION,
   DXM_ORCH_REPLAYS,
   DXM_ORCH_REPLAYED_EVENTS,
+  DXM_ORCH_FETCHED_EVENTS,
   DXM_SUBORCH_CALLS,
   /* the orchestration cache (loop thread) */
   DXM_OCACHE_HITS,

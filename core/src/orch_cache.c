@@ -20,6 +20,13 @@ typedef struct entry_s {
   struct entry_s *newer, *older; /* LRU list */
 } entry_t;
 
+/* A turn out of the cache whose ack is on its way to the store: the loop keeps it once the
+** ack is applied (holds answers for it meanwhile: dx__ocache_expect). */
+typedef struct {
+  char *key;
+  uint64_t hash, exec, n_events;
+} expect_t;
+
 struct dx_ocache_s {
   int64_t budget, bytes;
   size_t count, nb;         /* entries, buckets (a power of two) */
@@ -28,6 +35,8 @@ struct dx_ocache_s {
   dx_metrics_t *metrics;
   uv_mutex_t mu;            /* the table against dx__ocache_holds on the store thread */
   dx__spare_t spare;        /* freed entries: a continued turn takes one and puts one back */
+  expect_t *expect;         /* turns whose commit is in flight, to be kept (dx__ocache_expect) */
+  size_t n_expect, cap_expect;
 };
 
 static uint64_t hash_str(const char *s) { return dx__fnv1a64(DX_FNV1A64_BASIS, s); }
@@ -95,6 +104,8 @@ void dx__ocache_free(dx_ocache_t *c) {
   if (!c) return;
   if (c->metrics) dx__metrics_on_read(c->metrics, NULL, NULL); /* waits out a rendering */
   while (c->oldest) dx__turn_free(remove_entry(c, c->oldest));
+  while (c->n_expect) free(c->expect[--c->n_expect].key);
+  free(c->expect);
   uv_mutex_destroy(&c->mu);
   dx__spare_drain(&c->spare);
   free(c->buckets);
@@ -166,14 +177,68 @@ void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t) {
   }
 }
 
+/* (mu held) The expectation of instance (hash h), or NULL. */
+static expect_t *expect_find(dx_ocache_t *c, const char *instance, uint64_t h) {
+  size_t i;
+  for (i = 0; i < c->n_expect; i++)
+    if (c->expect[i].hash == h && strcmp(c->expect[i].key, instance) == 0) return &c->expect[i];
+  return NULL;
+}
+
+int dx__ocache_expect(dx_ocache_t *c, const char *instance, uint64_t execution_id,
+                      uint64_t n_events) {
+  uint64_t h = hash_str(instance);
+  expect_t *x;
+  char *key;
+  if (!c) return 0;
+  uv_mutex_lock(&c->mu);
+  if (!(x = expect_find(c, instance, h))) {
+    if (c->n_expect == c->cap_expect) {
+      size_t cap = c->cap_expect ? 2 * c->cap_expect : 16;
+      expect_t *v = realloc(c->expect, cap * sizeof *v);
+      if (!v) goto fail;
+      c->expect = v;
+      c->cap_expect = cap;
+    }
+    if (!(key = dx__strdup(instance))) goto fail;
+    x = &c->expect[c->n_expect++];
+    x->key = key;
+    x->hash = h;
+  }
+  x->exec = execution_id;
+  x->n_events = n_events;
+  uv_mutex_unlock(&c->mu);
+  return 1;
+fail:
+  uv_mutex_unlock(&c->mu);
+  return 0;
+}
+
+void dx__ocache_expect_end(dx_ocache_t *c, const char *instance) {
+  expect_t *x;
+  if (!c) return;
+  uv_mutex_lock(&c->mu);
+  if ((x = expect_find(c, instance, hash_str(instance))) != NULL) {
+    free(x->key);
+    *x = c->expect[--c->n_expect];
+  }
+  uv_mutex_unlock(&c->mu);
+}
+
 int dx__ocache_holds(dx_ocache_t *c, const char *instance, uint64_t *execution_id,
                      uint64_t *n_events) {
+  uint64_t h = hash_str(instance);
   entry_t *e;
+  expect_t *x;
   int held = 0;
   uv_mutex_lock(&c->mu);
-  if ((e = *slot_of(c, instance, hash_str(instance))) != NULL) {
+  if ((e = *slot_of(c, instance, h)) != NULL) {
     *execution_id = e->exec;
     *n_events = e->n_events;
+    held = 1;
+  } else if ((x = expect_find(c, instance, h)) != NULL) {
+    *execution_id = x->exec;
+    *n_events = x->n_events;
     held = 1;
   }
   uv_mutex_unlock(&c->mu);

@@ -31,8 +31,20 @@ dx_turn_t *dx__ocache_take(dx_ocache_t *c, const char *instance);
 void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t);
 /* Free the kept turn of `instance`, if any (c may be NULL). */
 void dx__ocache_drop(dx_ocache_t *c, const char *instance);
-/* Any thread: 1 when the cache holds `instance`, with the execution and the number of its
-** events held; 0 otherwise. */
+/* Loop thread: the turn of `instance` is out of the cache and its ack (leaving the execution
+** with n_events events) is on its way to the store; the turn is kept once that ack is applied.
+** Until dx__ocache_expect_end, holds answers as if it were kept already: a fetch of the
+** instance's next turn in the meantime (the same transaction, or one the store starts before
+** the loop learnt of the commit) then reads only the last event, which the loop receives after
+** the turn is kept (or, if keeping failed, fetches again whole: runtime.c). The provider checks
+** that the history holds exactly n_events, so a lost or refused ack is read whole. 0 when out
+** of memory (nothing expected). */
+int dx__ocache_expect(dx_ocache_t *c, const char *instance, uint64_t execution_id,
+                      uint64_t n_events);
+/* Loop thread: the expectation of `instance` ends (the turn was kept, or not). */
+void dx__ocache_expect_end(dx_ocache_t *c, const char *instance);
+/* Any thread: 1 when the cache holds `instance` (or expects it), with the execution and the
+** number of its events held; 0 otherwise. */
 int dx__ocache_holds(dx_ocache_t *c, const char *instance, uint64_t *execution_id,
                      uint64_t *n_events);
 /* Any thread: up to max held instances, most recently used first (ids malloc'd copies);

@@ -62,6 +62,11 @@ static int keep_turn(dx_runtime_t *rt, turn_job_t *job) {
   return 1;
 }
 
+static void expect_end(dx_runtime_t *rt, turn_job_t *job) {
+  if (job->expected) dx__ocache_expect_end(rt->ocache, job->item->instance);
+  job->expected = 0;
+}
+
 /* The turn's ack was applied in a transaction that stays open while the store hands this loop
 ** more items, maybe the instance's next turn (store.h op->applied): keep the turn now, so that
 ** turn continues it instead of replaying the history. Counted now (its ack is gone after the
@@ -77,6 +82,7 @@ static void turn_applied(dx_store_op_t *op) {
     dx__turn_free(job->turn);
     job->turn = NULL;
   }
+  expect_end(rt, job);
 }
 
 static void turn_committed(dx_store_op_t *op) {
@@ -95,6 +101,7 @@ static void turn_committed(dx_store_op_t *op) {
   }
   /* Only a committed turn is kept: an abandoned or refused one is ahead of the store. */
   if (job->acked && op->rc == 0) keep_turn(rt, job);
+  expect_end(rt, job);
   dx__turn_free(job->turn);
   dx__store_give_orch(rt->store, job->item); /* freed on the thread that made it */
   dx__spare_free(&rt->spare_jobs, job);
@@ -128,6 +135,12 @@ static void settle_turn(dx_runtime_t *rt, turn_job_t *job, int ack, int64_t dela
     job->op.ack = dx__turn_ack(job->turn);
     job->op.applied = rt->ocache ? turn_applied : NULL;
     job->acked = 1;
+    /* a fetch of the instance's next turn before the loop kept this one reads the last event
+    ** only (a long orchestration's steps would each read the whole history) */
+    if (rt->ocache && job->turn && dx__turn_keepable(job->turn))
+      job->expected = dx__ocache_expect(rt->ocache, job->item->instance,
+                                        dx_turn_execution(job->turn),
+                                        dx__turn_history_len(job->turn));
   } else {
     job->op.kind = DX_OP_ABANDON_ORCH;
     job->op.instance = job->item->instance;
@@ -183,6 +196,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   job->rt = rt;
   job->item = item;
   cfg.keep = rt->ocache != NULL;
+  dx__metric_add(rt->metrics, DXM_ORCH_FETCHED_EVENTS, DXM_NOLABELS, (double)item->history_len);
   kept = cached_turn(rt, item);
   dx__watch_enter_text(rt->loop, "orchestration turn of instance ", item->instance);
   t0 = uv_hrtime();

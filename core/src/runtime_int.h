@@ -47,6 +47,7 @@ typedef struct turn_job_s {
   int acked;                 /* the settlement is an ack (else an abandon) */
   int kept_early;            /* the turn went to the cache when its ack was applied, before
                                 the commit (turn_applied): a lost commit drops it again */
+  int expected;              /* the cache expects the turn until it is kept (dx__ocache_expect) */
   dx_store_op_t op;
 } turn_job_t;
 

@@ -83,6 +83,17 @@ static int refetched_settled(const dx_store_op_t *ops, const dx_store_fetched_t 
   return 0;
 }
 
+/* 1 when ops hold an ack of a turn applied in the open transaction that the loop was not told
+** of (a turn delivered with an earlier commit): the loop learns of it only with the commit, so
+** the instance's next turn, fetched now, could not be handed over in this transaction; fetched
+** by the next cycle it can (and the rounds go on there). */
+static int unreported_turn_acks(const dx_store_op_t *ops) {
+  for (; ops; ops = ops->next)
+    if (ops->kind == DX_OP_ACK_ORCH && ops->applied && ops->hstate == 1 && ops->rc == 0)
+      return 1;
+  return 0;
+}
+
 /* 1 when ops carry this process's own client start (dx__eager_start). */
 static int has_eager(const dx_store_op_t *ops) {
   for (; ops; ops = ops->next)
@@ -380,7 +391,7 @@ int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
     /* a round of activities, then the turns their results woke */
     if (!s->cfg.hold_work || !left || !can_hold_work(s, f, h)) break;
     rc = dx__store_hold_round(s, opsp, f, h, 0, &left, NULL, &settled, failed, durable, err);
-    if (rc || !settled) break;
+    if (rc || !settled || unreported_turn_acks(*opsp)) break;
     refetch(s, f, 1, NULL, failed, &t_fetch);
   }
   if (!rc) dx__store_observe_fetch(s, uv_hrtime() - t_fetch, bo, bw);
