@@ -53,11 +53,16 @@ static int handed_room(handed_t *h, size_t k) {
   return 1;
 }
 
+/* A turn's ack applied in the open transaction that asks to be reported (op->applied) and
+** was not reported yet. */
+static int applied_unreported(const dx_store_op_t *op) {
+  return op->kind == DX_OP_ACK_ORCH && op->applied && op->hstate == 1 && op->rc == 0;
+}
+
 /* An ack the loop may learn of before the commit: of a turn this transaction handed over
 ** (since the last report), applied in it (op->applied asks for it). */
 static int reportable(const dx_store_op_t *op, const handed_t *h) {
-  return op->kind == DX_OP_ACK_ORCH && op->applied && op->hstate == 1 && op->rc == 0 &&
-         handed_has(h, op->token);
+  return applied_unreported(op) && handed_has(h, op->token);
 }
 
 /* 1 when ops settle a turn of an instance f fetched again and the loop will not learn of that
@@ -89,8 +94,7 @@ static int refetched_settled(const dx_store_op_t *ops, const dx_store_fetched_t 
 ** by the next cycle it can (and the rounds go on there). */
 static int unreported_turn_acks(const dx_store_op_t *ops) {
   for (; ops; ops = ops->next)
-    if (ops->kind == DX_OP_ACK_ORCH && ops->applied && ops->hstate == 1 && ops->rc == 0)
-      return 1;
+    if (applied_unreported(ops)) return 1;
   return 0;
 }
 
