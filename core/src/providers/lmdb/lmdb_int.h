@@ -462,11 +462,10 @@ typedef struct {
   uint64_t due, seq, rows;
 } sess_queue_t;
 typedef struct lm_sq_s lm_sq_t;
-/* FNV-1a of a NUL-terminated id (the in-memory batch tables' hash). */
+/* The in-memory batch tables' hash of a NUL-terminated id (util.h's FNV-1a; they use its low
+** bits). */
 static inline uint32_t dx__lm_str_hash(const char *s) {
-  uint32_t h = 2166136261u;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  return h;
+  return (uint32_t)dx__fnv1a64(DX_FNV1A64_BASIS, s);
 }
 /* One owned session in shared_env_t.own: its id and queue head (found 0: no rows). */
 typedef struct lm_own_s {
