@@ -13,6 +13,12 @@
 ** A single C call the hook never sees (sorting millions of entries) is bounded by the turn
 ** time limit instead: the watchdog thread calls dxl_budget_alarm when the turn outlives it,
 ** and the hook fires at the next instruction and fails the same sticky way.
+** Once set, a count hook costs a call before every VM instruction whatever its count (Lua 5.4
+** traps each one), about a tenth of a short turn's CPU. So a resume under a budget of at least
+** DXL_COUNT_EAGER_BELOW starts without it, and the watchdog arms it DXL_COUNT_AFTER_MS into the
+** resume (dxl_budget_count): such a budget counts from then on, a few milliseconds' worth of
+** instructions later, and turns that end sooner never pay for it. The memory cap and charged C
+** work still see everything: a first hit arms the hook of every thread on the resume chain.
 */
 #include <dlfcn.h> /* dladdr, RTLD_NODELETE: _GNU_SOURCE */
 #include <sys/auxv.h>
@@ -23,6 +29,9 @@
 #include "dxlua.h"
 
 #define HOOK_EVERY 10000
+/* Smaller budgets count from a resume's first instruction (a lazily armed hook could let a
+** millisecond's worth of instructions, some 10^5..10^6, pass uncounted). */
+#define DXL_COUNT_EAGER_BELOW 1000000
 #define BYTES_PER_INSTRUCTION 16 /* allocation charged against the instruction budget */
 
 struct dxl_alloc_s {
@@ -40,9 +49,15 @@ static _Thread_local dxl_budget_t *current;
 
 static void budget_hook(lua_State *L, lua_Debug *ar);
 
+/* Make thread L's hook fire on its next instruction (a thread under a budget whose hook was
+** not armed yet has none; another hook is left alone). */
 static void escalate(lua_State *L) {
-  if (L && lua_gethook(L) == budget_hook) lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
+  lua_Hook h;
+  if (L && ((h = lua_gethook(L)) == budget_hook || h == NULL))
+    lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
 }
+
+static void escalate_chain(dxl_budget_t *b);
 
 /* The state closes and its last small block went back: f takes the state over again. */
 static void release(dxl_alloc_t *A) {
@@ -91,7 +106,7 @@ static void *guard_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     b->used += (int64_t)((nsize - old) / BYTES_PER_INSTRUCTION);
     if (b->used > b->limit && !b->hit) {
       b->hit = 1;
-      escalate(b->top); /* lua_sethook is safe here: lua.c calls it from a signal handler */
+      escalate_chain(b); /* lua_sethook is safe here: lua.c calls it from a signal handler */
     }
   }
   r = raw_alloc(A, ptr, osize, nsize);
@@ -166,17 +181,58 @@ static uv_mutex_t running_mu;
 static uv_once_t running_once = UV_ONCE_INIT;
 static void running_init(void) { uv_mutex_init(&running_mu); }
 
-void dxl_budget_alarm(void *arg) {
-  dxl_budget_t *b = arg;
+/* The count thread L is to run with under b now: every instruction once b is out, else the
+** usual interval. */
+static int count_for(dxl_budget_t *b) { return b->hit || timed_out(b) ? 1 : HOOK_EVERY; }
+
+/* Arm the hook of b's top and of every thread on its resume chain: with count 1 (escalate), or
+** (count 0) the usual interval where no budget hook is set yet. lua_sethook may be called
+** asynchronously (lua.c does from a signal handler). Every thread on the chain is alive: its
+** resumer's stack holds it until it is popped. */
+static void arm_chain(dxl_budget_t *b, int count) {
   dxl_running_t *n;
   uv_once(&running_once, running_init);
   uv_mutex_lock(&running_mu);
-  atomic_store_explicit(&b->timed_out, 1, memory_order_relaxed);
-  /* lua_sethook may be called asynchronously (lua.c does from a signal handler). Every thread
-  ** on the resume chain is alive: its resumer's stack holds it until it is popped. */
-  if (b->top) lua_sethook(b->top, budget_hook, LUA_MASKCOUNT, 1);
-  for (n = b->running; n; n = n->prev) lua_sethook(n->L, budget_hook, LUA_MASKCOUNT, 1);
+  if (b->top) {
+    if (count == 1) lua_sethook(b->top, budget_hook, LUA_MASKCOUNT, 1);
+    else if (lua_gethook(b->top) != budget_hook) lua_sethook(b->top, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
+  }
+  for (n = b->running; n; n = n->prev) {
+    if (count == 1) lua_sethook(n->L, budget_hook, LUA_MASKCOUNT, 1);
+    else if (lua_gethook(n->L) != budget_hook) lua_sethook(n->L, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
+  }
   uv_mutex_unlock(&running_mu);
+}
+
+/* The loop thread: b ran out. Threads on the chain whose hook was not armed yet would not
+** notice (an armed one does at its next hook call). */
+static void escalate_chain(dxl_budget_t *b) {
+  if (atomic_load_explicit(&b->counting, memory_order_relaxed)) escalate(b->top);
+  else arm_chain(b, 1);
+}
+
+void dxl_budget_alarm(void *arg) {
+  dxl_budget_t *b = arg;
+  atomic_store_explicit(&b->timed_out, 1, memory_order_relaxed);
+  arm_chain(b, 1);
+}
+
+void dxl_budget_count(void *arg) {
+  dxl_budget_t *b = arg;
+  atomic_store_explicit(&b->counting, 1, memory_order_relaxed);
+  arm_chain(b, 0);
+}
+
+int dxl_budget_resume_begin(dxl_budget_t *b) {
+  lua_State *L = b->top;
+  int lazy = b->limit >= DXL_COUNT_EAGER_BELOW && !b->hit && !timed_out(b);
+  atomic_store_explicit(&b->counting, !lazy, memory_order_relaxed);
+  if (lazy) {
+    if (lua_gethook(L) == budget_hook) lua_sethook(L, NULL, 0, 0);
+  } else if (lua_gethook(L) != budget_hook || count_for(b) == 1) {
+    lua_sethook(L, budget_hook, LUA_MASKCOUNT, count_for(b));
+  }
+  return lazy;
 }
 
 void dxl_budget_running_push(dxl_running_t *n, lua_State *co) {
@@ -189,8 +245,12 @@ void dxl_budget_running_push(dxl_running_t *n, lua_State *co) {
   n->prev = b->running;
   b->running = n;
   uv_mutex_unlock(&running_mu);
-  /* resumed after the alarm: a coroutine made before it still fires every HOOK_EVERY */
-  if (timed_out(b)) lua_sethook(co, budget_hook, LUA_MASKCOUNT, 1);
+  /* resumed after the alarm or a hit: a coroutine made before it still fires every
+  ** HOOK_EVERY; resumed after the hook was armed: one made before that has none */
+  if (count_for(b) == 1) lua_sethook(co, budget_hook, LUA_MASKCOUNT, 1);
+  else if (atomic_load_explicit(&b->counting, memory_order_relaxed) &&
+           lua_gethook(co) != budget_hook)
+    lua_sethook(co, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
 }
 
 void dxl_budget_running_pop(dxl_running_t *n) {
@@ -208,7 +268,7 @@ static void budget_hook(lua_State *L, lua_Debug *ar) {
   if (b->used <= b->limit && !b->hit && !timed_out(b)) return;
   if (!b->hit) {
     b->hit = 1;
-    escalate(b->top);
+    escalate_chain(b);
   }
   escalate(L);
   /* A yield from the top thread reaches the engine; pcall cannot catch it. Elsewhere (inside
@@ -231,7 +291,7 @@ void dxl_budget_charge(lua_State *L, int64_t n) {
   if (!b->hit) {
     if (!timed_out(b)) b->used = b->limit + 1;
     b->hit = 1;
-    escalate(b->top);
+    escalate_chain(b);
   }
   escalate(L); /* the caller's next instruction fails again, even under pcall */
   exceeded(L, b);

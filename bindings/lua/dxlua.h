@@ -22,6 +22,7 @@ typedef struct dxl_budget_s {
   int64_t used, limit; /* instructions (allocations are charged too) */
   int hit;             /* exhausted: every later instruction fails */
   atomic_int timed_out; /* set by the watchdog thread (dxl_budget_alarm): the turn time limit */
+  atomic_int counting; /* the count hook is armed for the resume (dxl_budget_resume_begin) */
   int64_t time_limit_ms; /* for the message; 0: no time limit */
   struct dxl_running_s *running; /* coroutines the code resumed, innermost first (charged.c) */
   int64_t mem_limit;   /* heap growth allowed since dxl_budget_start_memory; 0: none */
@@ -196,6 +197,15 @@ void dxl_budget_charge(lua_State *L, int64_t n);
 ** outlived its time limit. Any thread; sets a flag and arms the hook of the budget's top thread
 ** to fire on its next instruction, which then fails like an exhausted budget. */
 void dxl_budget_alarm(void *arg);
+/* Before a resume of b->top under the entered budget b: 1 when the count hook may wait
+** (dxl_budget_count, called by the watchdog DXL_COUNT_AFTER_MS into the resume): the top's
+** hook is then off; 0 when it must count from the first instruction (a small budget) and is
+** on. If the caller cannot arrange that call it must call dxl_budget_count itself. */
+#define DXL_COUNT_AFTER_MS 2
+int dxl_budget_resume_begin(dxl_budget_t *b);
+/* Arm the count hook of b's top thread and of every coroutine on its resume chain (any thread,
+** as dxl_budget_alarm; arg is b). */
+void dxl_budget_count(void *arg);
 /* A coroutine resumed under the entered budget (coroutine.resume / wrap, charged.c): while it
 ** is pushed, the alarm arms its hook as well, so a long C call inside it ends too. Lives on
 ** the C stack of the resuming call. */

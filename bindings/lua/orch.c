@@ -200,13 +200,18 @@ static int memory_cap_hit(orch_inst_t *inst, int rc, const char *msg) {
 }
 
 /* lua_resume under the turn time limit: the watchdog's alarm is armed for what is left of the
-** turn's limit (a turn may resume several times) and disarmed before the budget can go. */
+** turn's limit (a turn may resume several times) and disarmed before the budget can go. The
+** watchdog also arms the count hook of a resume that runs long (budget.c); without a watchdog
+** it counts from the start. */
 static int resume_timed(dxl_state_t *S, orch_inst_t *inst, int nargs, int *nres) {
   dxl_budget_t *b = &inst->budget;
   uint64_t t0 = uv_hrtime();
-  int rc, armed;
-  armed = dx__watch_arm(S->loop, b->time_limit_ms > inst->ran_ms ? b->time_limit_ms - inst->ran_ms
-                                                                 : 1, dxl_budget_alarm, b);
+  int rc, armed, lazy = dxl_budget_resume_begin(b);
+  int64_t left = b->time_limit_ms <= 0 ? 0
+                 : b->time_limit_ms > inst->ran_ms ? b->time_limit_ms - inst->ran_ms : 1;
+  armed = dx__watch_arm_early(S->loop, left, dxl_budget_alarm, DXL_COUNT_AFTER_MS,
+                              lazy ? dxl_budget_count : NULL, b);
+  if (lazy && !armed) dxl_budget_count(b);
   rc = lua_resume(inst->co, S->L, nargs, nres);
   if (armed) dx__watch_disarm(S->loop);
   inst->ran_ms += (int64_t)((uv_hrtime() - t0) / 1000000u);
@@ -314,6 +319,7 @@ static void h_orch_free(void *host, void *vinst) {
     b.top = inst->co; /* not yieldable while closing: the hook raises */
     b.time_limit_ms = inst->budget.time_limit_ms;
     dxl_budget_start_memory(S, &b, DXL_TURN_MEMORY_LIMIT);
+    dxl_budget_watch(inst->co); /* its last resume may have run with the hook off */
     guards_enter(S, inst, &b);
     int armed = dx__watch_arm(S->loop, b.time_limit_ms, dxl_budget_alarm, &b);
     lua_resetthread(inst->co);

@@ -23,6 +23,11 @@
 
 #define MAX_DEPTH 8     /* nested labels kept; deeper ones count but keep the 8th */
 #define LABEL_LEN 240
+/* While arms come (turns run), the thread looks this often, so an early call (the Lua count
+** hook armed for a turn that runs long, bindings/lua/budget.c) comes at most this late
+** without a wake-up per arm; after a look with no arm since the last one it naps for its
+** period, and the next early arm wakes it. */
+#define EARLY_POLL_MS 2
 
 typedef struct watchdog_s {
   uv_loop_t *loop;
@@ -44,9 +49,14 @@ typedef struct watchdog_s {
     const char *a, *b, *c;
     uint64_t id;
   } lazy[MAX_DEPTH];
-  int64_t alarm_at;       /* monotonic ms; 0: no alarm armed */
+  int armed;              /* an arm is in place until its disarm */
+  int64_t alarm_at;       /* monotonic ms; 0: no alarm (or it ran) */
   void (*alarm)(void *);
   void *alarm_arg;
+  int64_t early_at;       /* monotonic ms of the arm's early call; 0: none (or it ran) */
+  void (*early)(void *);
+  uint64_t arms, seen_arms; /* arms so far / at the thread's last look */
+  int napping;            /* the thread sleeps past EARLY_POLL_MS: an early arm wakes it */
   char worker[256];       /* the worker of the thread that attached: the JSON logs name it */
   struct watchdog_s *next;
 } watchdog_t;
@@ -101,11 +111,20 @@ static void watch_thread(void *arg) {
   uv_mutex_lock(&mu);
   while (!w->stop) {
     int64_t now = mono_ms(), blocked = now - w->beat_ms, wait = w->period_ms;
+    /* under mu: dx__watch_disarm cannot return while they run */
+    if (w->early_at > 0 && now >= w->early_at) {
+      w->early_at = 0;
+      w->early(w->alarm_arg);
+    }
     if (w->alarm_at > 0 && now >= w->alarm_at) {
       w->alarm_at = 0;
-      w->alarm(w->alarm_arg); /* under mu: dx__watch_disarm cannot return while it runs */
+      w->alarm(w->alarm_arg);
     }
     if (w->alarm_at > 0 && w->alarm_at - now < wait) wait = w->alarm_at - now;
+    if (w->early_at > 0 && w->early_at - now < wait) wait = w->early_at - now;
+    else if (w->arms != w->seen_arms && wait > EARLY_POLL_MS) wait = EARLY_POLL_MS;
+    w->seen_arms = w->arms;
+    w->napping = wait > EARLY_POLL_MS;
     if (w->threshold_ms > 0 && !w->paused && blocked > w->threshold_ms) {
       char running[LABEL_LEN];
       current_label(w, running);
@@ -329,21 +348,35 @@ void dx__watch_driven(uv_loop_t *loop, int driven) {
   uv_mutex_unlock(&mu);
 }
 
-int dx__watch_arm(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *), void *arg) {
+int dx__watch_arm_early(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *),
+                        int64_t early_ms, void (*early)(void *), void *arg) {
   watchdog_t *w;
   int armed = 0;
-  if (limit_ms <= 0) return 0;
+  if (limit_ms <= 0 && !early) return 0;
   uv_once(&mu_once, mu_init);
   uv_mutex_lock(&mu);
-  if ((w = find(loop)) != NULL && !w->alarm) {
-    armed = 1;
-    /* no wake-up: the thread looks every period, and a late alarm only adds that period */
-    w->alarm_at = mono_ms() + limit_ms;
+  if ((w = find(loop)) != NULL && !w->armed) {
+    int64_t now = mono_ms();
+    armed = w->armed = 1;
+    /* no wake-up for the alarm: the thread looks every period, and a late alarm only adds
+    ** that period */
+    w->alarm_at = limit_ms > 0 ? now + limit_ms : 0;
     w->alarm = alarm;
     w->alarm_arg = arg;
+    w->early_at = early ? now + (early_ms > 0 ? early_ms : 1) : 0;
+    w->early = early;
+    w->arms++;
+    if (early && w->napping) {
+      w->napping = 0;
+      uv_cond_signal(&w->wake);
+    }
   }
   uv_mutex_unlock(&mu);
   return armed;
+}
+
+int dx__watch_arm(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *), void *arg) {
+  return dx__watch_arm_early(loop, limit_ms, alarm, 0, NULL, arg);
 }
 
 void dx__watch_disarm(uv_loop_t *loop) {
@@ -351,8 +384,9 @@ void dx__watch_disarm(uv_loop_t *loop) {
   uv_once(&mu_once, mu_init);
   uv_mutex_lock(&mu);
   if ((w = find(loop)) != NULL) {
-    w->alarm_at = 0;
-    w->alarm = NULL;
+    w->armed = 0;
+    w->alarm_at = w->early_at = 0;
+    w->alarm = w->early = NULL;
     w->alarm_arg = NULL;
   }
   uv_mutex_unlock(&mu);

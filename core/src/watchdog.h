@@ -44,6 +44,11 @@ void dx__watch_driven(uv_loop_t *loop, int driven);
 ** <= 0, an unwatched loop or an alarm armed already (an outer one stays): nothing. Loop
 ** thread. 1 when armed: the caller must disarm. */
 int dx__watch_arm(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *), void *arg);
+/* The same, and unless disarmed within early_ms (about: the thread looks every few ms while
+** arms come), early(arg) is called once, the same way as alarm. limit_ms <= 0 with early:
+** only the early call. 1 when armed. */
+int dx__watch_arm_early(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *),
+                        int64_t early_ms, void (*early)(void *), void *arg);
 /* Cancel the armed alarm (only after an arm that returned 1); once this returns the alarm is
 ** not running and will not run. */
 void dx__watch_disarm(uv_loop_t *loop);
