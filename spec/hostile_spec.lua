@@ -351,6 +351,15 @@ describe("hostile orchestration code", function()
       { "a loop inside a coroutine", function()
         while true do pcall(coroutine.wrap(function() while true do end end)) end
       end },
+      -- the count hook of a resume is armed by the watchdog a few ms in (budget.c): a
+      -- coroutine made and started before that has none until it is resumed again
+      { "a loop in a coroutine started before the count hook was armed", function()
+        local co = coroutine.wrap(function() coroutine.yield(); while true do end end)
+        co()
+        local s = string.rep("a", 4 * 1024 * 1024)
+        for _ = 1, 20 do utf8.len(s) end -- some 20 ms in C, counted as 20 instructions
+        co()
+      end },
       { "repeated large allocations", function()
         while true do local s = string.rep("x", 8 * 1024 * 1024) end
       end },
@@ -520,6 +529,18 @@ describe("hostile orchestration code", function()
         check_innocent()
       end)
     end
+
+    it("leaves a long turn alone when the turn time limit is 0 (off)", function()
+      env:close()
+      env = H.env({ turn_instruction_budget = 50000000, turn_time_limit = 0 })
+      local st = run_attack("LongNoLimit", function()
+        local s = string.rep("a", 4 * 1024 * 1024)
+        for _ = 1, 60 do utf8.len(s) end -- about half a second in C
+        return "done"
+      end)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.equal("done", st.output)
+    end)
 
     it("bounds an error object's __tostring that loops over slow calls", function()
       -- its own budget (1M instructions, 16 MiB) allows some 50,000 scans of 4 MB: a minute
