@@ -25,9 +25,11 @@
 #define LABEL_LEN 240
 /* While arms come (turns run), the thread looks this often, so an early call (the Lua count
 ** hook armed for a turn that runs long, bindings/lua/budget.c) comes at most this late
-** without a wake-up per arm; after a look with no arm since the last one it naps for its
-** period, and the next early arm wakes it. */
+** without a wake-up per arm; after IDLE_LOOKS looks in a row with no arm since the one before
+** it naps for its period, and the next early arm wakes it (a worker that alternates between
+** turns and waits for the store does not pay a wake-up per turn). */
 #define EARLY_POLL_MS 2
+#define IDLE_LOOKS 50
 
 typedef struct watchdog_s {
   uv_loop_t *loop;
@@ -56,6 +58,7 @@ typedef struct watchdog_s {
   int64_t early_at;       /* monotonic ms of the arm's early call; 0: none (or it ran) */
   void (*early)(void *);
   uint64_t arms, seen_arms; /* arms so far / at the thread's last look */
+  int idle_looks;         /* looks in a row that found no arm since the one before */
   int napping;            /* the thread sleeps past EARLY_POLL_MS: an early arm wakes it */
   char worker[256];       /* the worker of the thread that attached: the JSON logs name it */
   struct watchdog_s *next;
@@ -122,8 +125,11 @@ static void watch_thread(void *arg) {
     }
     if (w->alarm_at > 0 && w->alarm_at - now < wait) wait = w->alarm_at - now;
     if (w->early_at > 0 && w->early_at - now < wait) wait = w->early_at - now;
-    else if (w->arms != w->seen_arms && wait > EARLY_POLL_MS) wait = EARLY_POLL_MS;
+    w->idle_looks = w->arms != w->seen_arms ? 0
+                    : w->idle_looks < IDLE_LOOKS ? w->idle_looks + 1 : IDLE_LOOKS;
     w->seen_arms = w->arms;
+    if (w->early_at == 0 && w->idle_looks < IDLE_LOOKS && wait > EARLY_POLL_MS)
+      wait = EARLY_POLL_MS;
     w->napping = wait > EARLY_POLL_MS;
     if (w->threshold_ms > 0 && !w->paused && blocked > w->threshold_ms) {
       char running[LABEL_LEN];
@@ -171,6 +177,7 @@ int dx__watchdog_attach(uv_loop_t *loop, int64_t threshold_ms, int64_t limit_ms)
   w->threshold_ms = threshold_ms > 0 ? threshold_ms : 0;
   w->period_ms = period_of(threshold_ms, limit_ms);
   w->beat_ms = mono_ms();
+  w->idle_looks = IDLE_LOOKS; /* nothing armed yet: nap */
   if ((rc = uv_cond_init(&w->wake)) != 0) {
     free(w);
     return rc;
