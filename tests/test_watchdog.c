@@ -62,7 +62,7 @@ DX_TEST(watch_early_call_without_a_time_limit_and_not_after_disarm) {
   ASSERT_EQ(dx__watch_arm_early(&loop, 0, on_alarm, 2, on_early, NULL), 1);
   ASSERT_EQ(wait_early(1), 1);
   dx__watch_disarm(&loop);
-  /* arms disarmed at once never call: many short arms (the thread looks every 2 ms meanwhile) */
+  /* arms disarmed at once never call: many short arms (the thread looks every 10 ms meanwhile) */
   for (i = 0; i < 200; i++) {
     ASSERT_EQ(dx__watch_arm_early(&loop, 0, on_alarm, 60000, on_early, NULL), 1);
     dx__watch_disarm(&loop);

@@ -28,8 +28,8 @@
 ** without a wake-up per arm; after IDLE_LOOKS looks in a row with no arm since the one before
 ** it naps for its period, and the next early arm wakes it (a worker that alternates between
 ** turns and waits for the store does not pay a wake-up per turn). */
-#define EARLY_POLL_MS 2
-#define IDLE_LOOKS 50
+#define EARLY_POLL_MS 10
+#define IDLE_LOOKS 10
 
 typedef struct watchdog_s {
   uv_loop_t *loop;

@@ -44,8 +44,8 @@ void dx__watch_driven(uv_loop_t *loop, int driven);
 ** <= 0, an unwatched loop or an alarm armed already (an outer one stays): nothing. Loop
 ** thread. 1 when armed: the caller must disarm. */
 int dx__watch_arm(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *), void *arg);
-/* The same, and unless disarmed within early_ms (about: the thread looks every few ms while
-** arms come), early(arg) is called once, the same way as alarm. limit_ms <= 0 with early:
+/* The same, and unless disarmed within early_ms (up to 10 ms late: the thread looks every 10 ms
+** while arms come), early(arg) is called once, the same way as alarm. limit_ms <= 0 with early:
 ** only the early call. 1 when armed. */
 int dx__watch_arm_early(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *),
                         int64_t early_ms, void (*early)(void *), void *arg);
