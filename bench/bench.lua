@@ -320,6 +320,21 @@ local function input_of(k) return w.input and w.input(k) or 0 end
 
 local per_worker = {} -- cpu: activities each worker ran (measured batch only)
 
+-- In-process, every status lookup is a read transaction on the loop thread the workload runs
+-- on: first wait until the worker has run the batch's activities (a counter read), then check
+-- each instance (its last turn follows its last activity). A batch that makes no progress for
+-- a second goes on to the checks (which fail or time out as before).
+local function wait_activities(target)
+  local seen, at = -1, wall_ms()
+  while true do
+    local a = rt:stats().activities
+    if a >= target then return end
+    if a ~= seen then seen, at = a, wall_ms()
+    elseif wall_ms() - at > 1000 then return end
+    pump(2)
+  end
+end
+
 local function run_batch(prefix, count)
   local ids, starts = {}, {}
   for k = 1, count do ids[k] = prefix .. k end
@@ -337,9 +352,11 @@ local function run_batch(prefix, count)
     -- "all N started at once": one durable commit for the whole burst
     local list = {}
     for k = 1, count do list[k] = { ids[k], w.orch, input_of(k) } end
+    local target = rt and (w.acts or 0) > 0 and rt:stats().activities + count * w.acts
     local t = wall_ms()
     for k = 1, count do starts[k] = t end
     assert(client:start_many(list))
+    if target then wait_activities(target) end
     wait_all(ids, 600000)
   end
   -- the worker's CPU and store cycles end here: the history reads below are the bench's own
