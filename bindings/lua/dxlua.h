@@ -56,6 +56,7 @@ typedef struct dxl_state_s {
   int runs_ref, idle_ref, handle_mt_ref, box_mt_ref;
   const void *box_mt;       /* the box metatable's address (box_mt_ref keeps it): check_box */
   int act_name_slot;        /* registry slot of the activity name C.emit checked last */
+  int fut_key_refs[3];      /* registry slots of "token", "cancelled", "composite" (orch.c) */
   dx__spare_t spare_runs;   /* freed activity runs (activity.c), reused */
   unsigned reg_gen;         /* counts changes of the orchestration registrations */
   /* the activity function looked up last (activity.c): the runtime looks a name up and then

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "embedding.h"
 #include "dxlua.h"
 #include "util.h"
 #include "value.h"
@@ -218,6 +219,78 @@ static int resume_timed(dxl_state_t *S, orch_inst_t *inst, int nargs, int *nres)
   return rc;
 }
 
+/* C.PARK: what context.lua's waits yield first, (PARK, token) or (PARK, futures, i), so the
+** engine knows which futures the code waits for (park_from_yield); private to the library. */
+static char park_key;
+
+/* Keys of a future table (context.lua) the binding reads, kept as registry slots: an
+** integer lookup instead of interning the name on each read. */
+static const char *const FUT_KEYS[3] = {"token", "cancelled", "composite"};
+
+/* The token of future table f (at idx) when a join would wait for it on its own coroutine: a
+** plain pending-or-done future (context.lua), not cancelled nor a retry composite. 0: none. */
+static uint64_t future_token(dxl_state_t *S, lua_State *co, int idx) {
+  lua_Integer tok = 0;
+  int k;
+  if (lua_type(co, idx) != LUA_TTABLE) return 0;
+  for (k = 2; k >= 0; k--) { /* cancelled and composite must be nil; then the token */
+    lua_rawgeti(co, LUA_REGISTRYINDEX, S->fut_key_refs[k]);
+    if (k > 0) {
+      int set = lua_rawget(co, idx) != LUA_TNIL;
+      lua_pop(co, 1);
+      if (set) return 0;
+    } else {
+      lua_rawget(co, idx);
+      tok = lua_isinteger(co, -1) ? lua_tointeger(co, -1) : 0;
+      lua_pop(co, 1);
+    }
+  }
+  return tok > 0 ? (uint64_t)tok : 0;
+}
+
+/* The code suspended with nres values on its stack: a library wait's (PARK, token) or (PARK,
+** futures, i) parks the turn on those futures (dx__turn_park); anything else parks nothing.
+** A list the binding cannot read as plain futures parks nothing either: every event then
+** resumes the code, as it always did. */
+static void park_from_yield(dxl_state_t *S, orch_inst_t *inst, dx_turn_t *t, int nres) {
+  lua_State *co = inst->co;
+  int base = lua_gettop(co) - nres + 1;
+  uint64_t buf[16], *tok = buf, one;
+  size_t n = 0, cap = sizeof buf / sizeof *buf;
+  if (nres < 2 || lua_touserdata(co, base) != &park_key ||
+      lua_type(co, base) != LUA_TLIGHTUSERDATA || !lua_checkstack(co, 4)) {
+    dx__turn_park(t, NULL, 0);
+    return;
+  }
+  if (lua_isinteger(co, base + 1)) {
+    one = lua_tointeger(co, base + 1) > 0 ? (uint64_t)lua_tointeger(co, base + 1) : 0;
+    dx__turn_park(t, &one, one ? 1 : 0);
+    return;
+  }
+  if (nres >= 3 && lua_type(co, base + 1) == LUA_TTABLE && lua_isinteger(co, base + 2)) {
+    lua_Integer i = lua_tointeger(co, base + 2), last = (lua_Integer)lua_rawlen(co, base + 1);
+    for (; i >= 1 && i <= last; i++) {
+      uint64_t k;
+      lua_rawgeti(co, base + 1, i);
+      k = future_token(S, co, lua_gettop(co));
+      lua_pop(co, 1);
+      if (!k) break;
+      if (n == cap) {
+        uint64_t *nt = malloc(2 * cap * sizeof *nt);
+        if (!nt) break;
+        memcpy(nt, tok, n * sizeof *nt);
+        if (tok != buf) free(tok);
+        tok = nt;
+        cap *= 2;
+      }
+      tok[n++] = k;
+    }
+    if (i <= last) n = 0; /* one it could not read: park nothing */
+  }
+  dx__turn_park(t, tok, n);
+  if (tok != buf) free(tok);
+}
+
 static int h_orch_resume(void *host, void *vinst, dx_turn_t *t) {
   dxl_state_t *S = host;
   orch_inst_t *inst = vinst;
@@ -238,6 +311,7 @@ static int h_orch_resume(void *host, void *vinst, dx_turn_t *t) {
     dx_turn_set_failure(t, DX_CAT_APPLICATION, "BudgetExceeded", msg);
     out = DX_RUN_FAILED;
   } else if (rc == LUA_YIELD) {
+    if (!inst->can) park_from_yield(S, inst, t, nres);
     lua_pop(inst->co, nres);
     out = inst->can ? DX_RUN_CAN : DX_RUN_PENDING;
   } else if (rc == LUA_OK) {
@@ -582,6 +656,8 @@ static int p_trace(lua_State *L) {
 }
 
 void dxl_orch_register(lua_State *L, int prims) {
+  dxl_state_t *S = dxl_state(L);
+  int k;
   static const luaL_Reg fns[] = {{"emit", p_emit}, {"poll", p_poll}, {"cancel", p_cancel},
                                  {"replaying", p_replaying}, {"trace", p_trace},
                                  {"session_worker", p_session_worker},
@@ -589,9 +665,15 @@ void dxl_orch_register(lua_State *L, int prims) {
                                  {"kv_key_check", p_kv_key_check},
                                  {"custom_status", p_custom_status}, {NULL, NULL}};
   lua_pushvalue(L, prims);
-  lua_pushlightuserdata(L, dxl_state(L)); /* upvalue 1 of each: check_box's state */
+  lua_pushlightuserdata(L, S); /* upvalue 1 of each: check_box's state */
   luaL_setfuncs(L, fns, 1);
+  lua_pushlightuserdata(L, &park_key);
+  lua_setfield(L, -2, "PARK");
   lua_pop(L, 1);
+  for (k = 0; k < 3; k++) {
+    lua_pushstring(L, FUT_KEYS[k]);
+    S->fut_key_refs[k] = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
 }
 
 /* The activity half lives in activity.c. */

@@ -49,6 +49,11 @@ void dx__runtime_set_turn_hold(dx_runtime_t *rt, int64_t ms);
 ** the batch is retried), as a database's serialization failure would be. After
 ** dx_runtime_start. */
 void dx__runtime_lose_commits(dx_runtime_t *rt, int n);
+/* The code suspended in a library wait (await, join) for every one of these n futures
+** (tokens of dx_turn_emit): until none is pending, events that complete others do not resume
+** it. Called by the host's orch_resume before it returns DX_RUN_PENDING; each resume forgets
+** it (n 0 parks nothing). DX_ENOMEM: not parked (every event resumes the code, as without). */
+int dx__turn_park(dx_turn_t *t, const uint64_t *tokens, size_t n);
 /* The runtime an activity runs on. */
 dx_runtime_t *dx__activity_runtime(const dx_activity_t *a);
 #endif

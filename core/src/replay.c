@@ -746,7 +746,31 @@ void dx__rp_convert_batch(dx_turn_t *t) {
 
 void dx__rp_resume(dx_turn_t *t) {
   if (t->run_state != DX_RUN_PENDING || t->fatal) return;
+  t->parked = 0; /* the host parks the code again if it suspends in a library wait */
   t->run_state = t->host->orch_resume(t->host_ud, t->inst, t);
+}
+
+int dx__turn_park(dx_turn_t *t, const uint64_t *tokens, size_t n) {
+  size_t i;
+  t->parked = 0;
+  t->park.n = 0;
+  for (i = 0; i < n; i++)
+    if (VEC_PUSH(t->park, tokens[i])) return DX_ENOMEM; /* unparked: every event resumes it */
+  t->parked = n > 0;
+  return DX_OK;
+}
+
+/* An event changed a future: resume the code unless it is parked on futures of which one is
+** still pending. Resuming it then would only let it poll that future and suspend again, so
+** the skip changes nothing the code does, on a replay the same as in a live turn. */
+static void wake(dx_turn_t *t) {
+  size_t i;
+  if (t->parked)
+    for (i = 0; i < t->park.n; i++) {
+      uint64_t id = t->park.v[i];
+      if (id >= t->slots.n || t->slots.v[id].state == DX_FUT_PENDING) return; /* as dx_turn_poll */
+    }
+  dx__rp_resume(t);
 }
 
 /* Positional external events: the oldest active, undelivered wait of that name gets it. */
@@ -818,13 +842,13 @@ void dx__rp_apply(dx_turn_t *t, uint64_t id) {
         s->data = e->data;
       }
       s->order = id;
-      dx__rp_resume(t);
+      wake(t);
       break;
     case DX_EV_EXT_EVENT:
-      if (deliver_external(t, e, id)) dx__rp_resume(t);
+      if (deliver_external(t, e, id)) wake(t);
       break;
     case DX_EV_QUEUE_EVENT:
-      if (deliver_queue(t, e)) dx__rp_resume(t);
+      if (deliver_queue(t, e)) wake(t);
       break;
     default:
       break;

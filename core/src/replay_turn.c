@@ -708,5 +708,6 @@ void dx__turn_free(dx_turn_t *t) {
   }
   free(t->kv.v);
   free(t->arrivals.v);
+  free(t->park.v);
   free(t);
 }

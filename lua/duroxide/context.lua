@@ -23,6 +23,9 @@ local yield, running = coroutine.yield, coroutine.running
 -- the primitives every await and schedule call uses, as upvalues (one lookup fewer per call:
 -- orchestration code runs under the instruction hook, where every VM instruction counts)
 local poll, emit = C.poll, C.emit
+-- A wait yields (PARK, token) or (PARK, futures, i): the engine then resumes the code only
+-- once those futures are no longer pending (orch.c park_from_yield). Private to this file.
+local PARK = C.PARK
 local mtype = math.type
 local type, select_, error, tostring, ipairs = type, select, error, tostring, ipairs
 -- the originals, captured before the sandbox guards them (sandbox.c): Future checks compare
@@ -86,7 +89,7 @@ function Future:await()
     if state ~= PENDING then return nil, err end
     -- suspend(ctx), inlined: this loop runs once per await of every orchestration
     if running() ~= ctx._co then suspend(ctx) end
-    yield()
+    yield(PARK, token)
   end
 end
 
@@ -466,7 +469,7 @@ function Context:join(futures)
         if state == OK then v = value break end
         if state ~= PENDING then e = err break end
         if running() ~= ctx._co then v, e = f:await() break end
-        yield()
+        yield(PARK, futures, i) -- resumed once futures i.. are all done
       end
     end
     values[i] = v
