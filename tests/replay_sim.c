@@ -3,6 +3,8 @@
 */
 #include "replay_sim.h"
 
+#include "embedding.h"
+
 #include <stdarg.h>
 
 static void logf_(host_t *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -124,6 +126,22 @@ static int fake_resume(void *host, void *vi, dx_turn_t *t) {
       case OP_KV_GET: {
         const char *v = dx_turn_kv_get(t, s->name);
         logf_(h, "kv(%s=%s)", s->name, v ? v : "nil");
+        in->pc++;
+        continue;
+      }
+      case OP_PARK: {
+        uint64_t toks[16];
+        size_t n = 0;
+        int k, pending = 0;
+        ASSERT(s->b - s->a < 16);
+        for (k = s->a; k <= s->b; k++) {
+          toks[n++] = in->fut[k];
+          if (dx_turn_poll(t, in->fut[k], NULL, NULL, NULL) == DX_FUT_PENDING) pending = 1;
+        }
+        if (pending) {
+          ASSERT_OK(dx__turn_park(t, toks, n));
+          return DX_RUN_PENDING;
+        }
         in->pc++;
         continue;
       }

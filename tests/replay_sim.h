@@ -46,7 +46,9 @@ enum {
   OP_KV_CLEAR_ALL,
   OP_KV_GET,      /* name = key: logs "kv(key=value)" */
   OP_DEQUEUE,     /* name = queue */
-  OP_STATUS_GET   /* logs "cs(status)" */
+  OP_STATUS_GET,  /* logs "cs(status)" */
+  OP_PARK         /* a wait on futures a..b: while one is pending, suspend parked on them
+                     (dx__turn_park, as the Lua binding's await and join) */
 };
 
 typedef struct {
@@ -88,6 +90,7 @@ typedef struct {
 #define KV_GET(k) {.op = OP_KV_GET, .name = (k)}
 #define DEQUEUE(q) {.op = OP_DEQUEUE, .name = (q)}
 #define STATUS_GET {.op = OP_STATUS_GET}
+#define PARK(j, k) {.op = OP_PARK, .a = (j), .b = (k)}
 
 typedef struct {
   const char *name;     /* the one registered orchestration */

@@ -375,6 +375,56 @@ DX_TEST(join_two_activities_in_one_batch) {
   sim_free(&s);
 }
 
+/* A wait parks the turn on its futures (the Lua binding's join and await): completions that
+** leave one of them pending do not resume the code, on a replay as in a live turn, and the
+** history and result are what they were without parking. */
+DX_TEST(join_parked_resumes_once_all_its_futures_are_done) {
+  static const step_t p[] = {ACT("A", "1"), ACT("B", "2"), ACT("C", "3"), PARK(0, 2),
+                             AWAIT(0), AWAIT(1), AWAIT(2), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  sim_run(&s);
+  ASSERT_KINDS(&s, "1:Started 2:ActSched 3:ActSched 4:ActSched");
+  ASSERT_EQ(s.host.resumes, 1);
+  sim_next(&s);
+  msg_act_done(&s, 4, "\"c\"");
+  msg_act_done(&s, 2, "\"a\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "5:ActDone<4 6:ActDone<2");
+  ASSERT_EQ(a->worker_items_len, 0);
+  ASSERT_EQ(s.host.resumes, 1); /* B is pending: neither completion resumed the code */
+  ASSERT_STR_EQ(s.host.log, "start(null)");
+  sim_next(&s);
+  msg_act_done(&s, 3, "\"b\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "7:ActDone<3 8:Completed");
+  ASSERT_EQ(s.host.resumes, 2); /* the start, and the completion that ended the wait */
+  ASSERT_STR_EQ(s.host.log, "start(null) ok(\"a\") ok(\"b\") ok(\"c\")");
+  ASSERT_STR_EQ(a->output, "\"c\"");
+  sim_free(&s);
+}
+
+DX_TEST(await_parked_on_its_future_skips_other_completions) {
+  static const step_t p[] = {ACT("A", "1"), ACT("B", "2"), PARK(0, 0), AWAIT(0), MARK,
+                             PARK(1, 1), AWAIT(1), RETURN_LAST};
+  sim_t s;
+  const dx_orch_ack_t *a;
+  sim_init(&s, "i1", "Orch", p);
+  msg_start(&s, "Orch", NULL);
+  sim_run(&s);
+  sim_next(&s);
+  msg_act_done(&s, 3, "\"b\""); /* B first: the code waits for A */
+  msg_act_done(&s, 2, "\"a\"");
+  a = sim_run(&s);
+  ASSERT_KINDS(&s, "4:ActDone<3 5:ActDone<2 6:Completed");
+  ASSERT_EQ(s.host.resumes, 2);
+  ASSERT_STR_EQ(s.host.log, "start(null) ok(\"a\") r0 ok(\"b\")");
+  ASSERT_STR_EQ(a->output, "\"b\"");
+  sim_free(&s);
+}
+
 DX_TEST(select_activity_loser_is_cancelled) {
   static const step_t p[] = {ACT("A", "1"), ACT("B", "2"), SELECT(0, 1), ACT("C", "3"),
                              AWAIT(2), RETURN_LAST};
