@@ -119,6 +119,58 @@ describe("ctx", function()
     end)
   end)
 
+  -- A wait tells the engine which futures it waits for (orch.c park_from_yield): the code is
+  -- not resumed by completions that leave one of them pending. What the code sees is the same.
+  describe("waits parked on their futures", function()
+    it("join still returns a cancelled future's error, a retry future's value and a timer",
+       function()
+      local calls = 0
+      local ok = env:activity("PJOk", function(actx, v) return v end)
+      local flaky = env:activity("PJFlaky", function(actx, v)
+        calls = calls + 1
+        if calls < 2 then error("flaky " .. calls, 0) end
+        return v
+      end)
+      local orch = env:orchestration("ParkedJoin", function(ctx)
+        local gone = ctx:schedule_activity(ok, "gone")
+        local withdrawn = gone:cancel()
+        local values, errors = ctx:join({
+          ctx:schedule_activity(ok, "a"), gone,
+          ctx:schedule_activity_with_retry(flaky, "r", { max_attempts = 3, backoff = "fixed",
+                                                         initial_ms = 10 }),
+          ctx:schedule_timer(20), ctx:schedule_activity(ok, "z") })
+        return { withdrawn = withdrawn, v1 = values[1], e2 = errors[2].kind, v3 = values[3],
+                 e3_nil = errors[3] == nil, v5 = values[5] }
+      end)
+      local st = env:run(orch)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.same({ withdrawn = true, v1 = "a", e2 = "Cancelled", v3 = "r", e3_nil = true,
+                        v5 = "z" }, st.output)
+    end)
+
+    it("an await on an event is resumed by the event, not by activities done before it",
+       function()
+      local ok = env:activity("PWOk", function(actx, v) return v end)
+      local orch = env:orchestration("ParkedWait", function(ctx)
+        local w = ctx:schedule_wait("go")
+        local fs = { ctx:schedule_activity(ok, 1), ctx:schedule_activity(ok, 2) }
+        local ev = w:await()
+        local replaying = ctx:is_replaying()
+        local values = ctx:join(fs)
+        return { ev = ev, replaying = replaying, values = values }
+      end)
+      local id = env:start(orch)
+      -- both activities complete before the event is raised
+      env:run_until(function()
+        return #H.events_of(env.client:history(id), "ActivityCompleted") == 2
+      end, 10000, "both activities")
+      assert.is_true(env.client:raise_event(id, "go", "now"))
+      local st = env:wait(id)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.same({ ev = "now", replaying = false, values = { 1, 2 } }, st.output)
+    end)
+  end)
+
   describe("select", function()
     it("returns the first to complete and cancels the losing activity", function()
       local state = {}
