@@ -10,9 +10,15 @@
 #include "watchdog.h"
 
 static atomic_int early_calls, alarm_calls;
-static void on_early(void *arg) {
+static int on_early(void *arg) {
   (void)arg;
   atomic_fetch_add(&early_calls, 1);
+  return 0;
+}
+/* Asks to be called again once (the first call returns 1). */
+static int on_early_twice(void *arg) {
+  (void)arg;
+  return atomic_fetch_add(&early_calls, 1) == 0;
 }
 static void on_alarm(void *arg) {
   (void)arg;
@@ -47,6 +53,19 @@ DX_TEST(watch_early_call_comes_while_the_thread_naps) {
   ASSERT_EQ(atomic_load(&alarm_calls), 0);
   /* one arm at a time: a nested arm is refused and the outer one stays */
   ASSERT_EQ(dx__watch_arm_early(&loop, 600000, on_alarm, 2, on_early, NULL), 0);
+  dx__watch_disarm(&loop);
+  detach(&loop);
+}
+
+DX_TEST(watch_early_call_that_asks_again_comes_again) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  atomic_store(&early_calls, 0);
+  ASSERT_EQ(dx__watchdog_attach(&loop, 0, 600000), 0);
+  ASSERT_EQ(dx__watch_arm_early(&loop, 600000, on_alarm, 2, on_early_twice, NULL), 1);
+  ASSERT_EQ(wait_early(2), 1);
+  uv_sleep(40);
+  ASSERT_EQ(atomic_load(&early_calls), 2); /* the second call returned 0: no third */
   dx__watch_disarm(&loop);
   detach(&loop);
 }

@@ -58,6 +58,7 @@ static void escalate(lua_State *L) {
 }
 
 static void escalate_chain(dxl_budget_t *b);
+static void arm_chain(dxl_budget_t *b, int count);
 
 /* The state closes and its last small block went back: f takes the state over again. */
 static void release(dxl_alloc_t *A) {
@@ -94,9 +95,15 @@ static void *raw_alloc(dxl_alloc_t *A, void *ptr, size_t osize, size_t nsize) {
 static void *guard_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   dxl_alloc_t *A = ud;
   size_t old = ptr ? osize : 0;
-  dxl_budget_t *b = A->cur;
+  dxl_budget_t *b = A->cur, *q;
   void *r;
   if (A->closing) return raw_alloc(A, ptr, osize, nsize); /* A may be gone on return */
+  /* the watchdog asked (dxl_budget_count): this thread walks its own frames (a budget inside
+  ** another, an error object's __tostring in a turn, answers for the outer one too) */
+  for (q = b; q; q = q->prev_in_state)
+    if (atomic_load_explicit(&q->count_req, memory_order_relaxed) &&
+        !atomic_load_explicit(&q->counting, memory_order_relaxed))
+      arm_chain(q, 0);
   if (b && nsize > old) {
     int64_t grow = A->delta - b->mem_base + (int64_t)(nsize - old);
     if (b->mem_limit > 0 && grow > b->mem_limit) {
@@ -186,13 +193,21 @@ static void running_init(void) { uv_mutex_init(&running_mu); }
 static int count_for(dxl_budget_t *b) { return b->hit || timed_out(b) ? 1 : HOOK_EVERY; }
 
 /* Arm the hook of b's top and of every thread on its resume chain: with count 1 (escalate), or
-** (count 0) the usual interval where no budget hook is set yet. lua_sethook may be called
-** asynchronously (lua.c does from a signal handler). Every thread on the chain is alive: its
-** resumer's stack holds it until it is popped. */
+** (count 0: b starts counting) the usual interval where no budget hook is set yet; counting
+** already: nothing. lua_sethook may be called asynchronously (lua.c does from a signal
+** handler). Every thread on the chain is alive: its resumer's stack holds it until it is
+** popped. */
 static void arm_chain(dxl_budget_t *b, int count) {
   dxl_running_t *n;
   uv_once(&running_once, running_init);
   uv_mutex_lock(&running_mu);
+  if (count != 1) {
+    if (atomic_load_explicit(&b->counting, memory_order_relaxed)) {
+      uv_mutex_unlock(&running_mu);
+      return;
+    }
+    atomic_store_explicit(&b->counting, 1, memory_order_relaxed);
+  }
   if (b->top) {
     if (count == 1) lua_sethook(b->top, budget_hook, LUA_MASKCOUNT, 1);
     else if (lua_gethook(b->top) != budget_hook) lua_sethook(b->top, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
@@ -217,16 +232,26 @@ void dxl_budget_alarm(void *arg) {
   arm_chain(b, 1);
 }
 
-void dxl_budget_count(void *arg) {
+void dxl_budget_count_now(dxl_budget_t *b) { arm_chain(b, 0); }
+
+/* lua_sethook walks the thread's call frames (CallInfo). From another thread that walk could
+** meet a frame the collector frees meanwhile (luaE_shrinkCI), so the watchdog first asks the
+** loop thread to arm the hook itself at its next allocation (guard_alloc), and arms it from
+** here only when a look later the code has allocated nothing since: then no collector step
+** ran, and one that would start waits in guard_alloc for running_mu, which the walk holds. */
+int dxl_budget_count(void *arg) {
   dxl_budget_t *b = arg;
-  atomic_store_explicit(&b->counting, 1, memory_order_relaxed);
+  if (atomic_load_explicit(&b->counting, memory_order_relaxed)) return 0;
+  if (!atomic_exchange_explicit(&b->count_req, 1, memory_order_relaxed)) return 1;
   arm_chain(b, 0);
+  return 0;
 }
 
 int dxl_budget_resume_begin(dxl_budget_t *b) {
   lua_State *L = b->top;
   int lazy = b->limit >= DXL_COUNT_EAGER_BELOW && !b->hit && !timed_out(b);
   atomic_store_explicit(&b->counting, !lazy, memory_order_relaxed);
+  atomic_store_explicit(&b->count_req, 0, memory_order_relaxed);
   if (lazy) {
     if (lua_gethook(L) == budget_hook) lua_sethook(L, NULL, 0, 0);
   } else if (lua_gethook(L) != budget_hook || count_for(b) == 1) {

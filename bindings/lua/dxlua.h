@@ -23,6 +23,7 @@ typedef struct dxl_budget_s {
   int hit;             /* exhausted: every later instruction fails */
   atomic_int timed_out; /* set by the watchdog thread (dxl_budget_alarm): the turn time limit */
   atomic_int counting; /* the count hook is armed for the resume (dxl_budget_resume_begin) */
+  atomic_int count_req; /* the watchdog asked the loop thread to arm it (dxl_budget_count) */
   int64_t time_limit_ms; /* for the message; 0: no time limit */
   struct dxl_running_s *running; /* coroutines the code resumed, innermost first (charged.c) */
   int64_t mem_limit;   /* heap growth allowed since dxl_budget_start_memory; 0: none */
@@ -199,14 +200,17 @@ void dxl_budget_charge(lua_State *L, int64_t n);
 ** to fire on its next instruction, which then fails like an exhausted budget. */
 void dxl_budget_alarm(void *arg);
 /* Before a resume of b->top under the entered budget b: 1 when the count hook may wait
-** (dxl_budget_count, called by the watchdog DXL_COUNT_AFTER_MS into the resume): the top's
+** (dxl_budget_count, the watchdog's early call DXL_COUNT_AFTER_MS into the resume): the top's
 ** hook is then off; 0 when it must count from the first instruction (a small budget) and is
-** on. If the caller cannot arrange that call it must call dxl_budget_count itself. */
+** on. If the caller cannot arrange that call it must call dxl_budget_count_now itself. */
 #define DXL_COUNT_AFTER_MS 2
 int dxl_budget_resume_begin(dxl_budget_t *b);
-/* Arm the count hook of b's top thread and of every coroutine on its resume chain (any thread,
-** as dxl_budget_alarm; arg is b). */
-void dxl_budget_count(void *arg);
+/* The watchdog's early call for budget arg (any thread, as dxl_budget_alarm): the first asks
+** the loop thread to arm the count hook at its next allocation and returns 1 (call again);
+** the next, when the code allocated nothing meanwhile, arms it from this thread. */
+int dxl_budget_count(void *arg);
+/* Arm the count hook of b's top thread and of every coroutine on its resume chain now. */
+void dxl_budget_count_now(dxl_budget_t *b);
 /* A coroutine resumed under the entered budget (coroutine.resume / wrap, charged.c): while it
 ** is pushed, the alarm arms its hook as well, so a long C call inside it ends too. Lives on
 ** the C stack of the resuming call. */

@@ -212,7 +212,7 @@ static int resume_timed(dxl_state_t *S, orch_inst_t *inst, int nargs, int *nres)
                  : b->time_limit_ms > inst->ran_ms ? b->time_limit_ms - inst->ran_ms : 1;
   armed = dx__watch_arm_early(S->loop, left, dxl_budget_alarm, DXL_COUNT_AFTER_MS,
                               lazy ? dxl_budget_count : NULL, b);
-  if (lazy && !armed) dxl_budget_count(b);
+  if (lazy && !armed) dxl_budget_count_now(b);
   rc = lua_resume(inst->co, S->L, nargs, nres);
   if (armed) dx__watch_disarm(S->loop);
   inst->ran_ms += (int64_t)((uv_hrtime() - t0) / 1000000u);

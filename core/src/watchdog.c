@@ -56,7 +56,7 @@ typedef struct watchdog_s {
   void (*alarm)(void *);
   void *alarm_arg;
   int64_t early_at;       /* monotonic ms of the arm's early call; 0: none (or it ran) */
-  void (*early)(void *);
+  int (*early)(void *);
   uint64_t arms, seen_arms; /* arms so far / at the thread's last look */
   int idle_looks;         /* looks in a row that found no arm since the one before */
   int napping;            /* the thread sleeps past EARLY_POLL_MS: an early arm wakes it */
@@ -115,10 +115,8 @@ static void watch_thread(void *arg) {
   while (!w->stop) {
     int64_t now = mono_ms(), blocked = now - w->beat_ms, wait = w->period_ms;
     /* under mu: dx__watch_disarm cannot return while they run */
-    if (w->early_at > 0 && now >= w->early_at) {
-      w->early_at = 0;
-      w->early(w->alarm_arg);
-    }
+    if (w->early_at > 0 && now >= w->early_at)
+      w->early_at = w->early(w->alarm_arg) ? now + EARLY_POLL_MS : 0; /* again: a look later */
     if (w->alarm_at > 0 && now >= w->alarm_at) {
       w->alarm_at = 0;
       w->alarm(w->alarm_arg);
@@ -356,7 +354,7 @@ void dx__watch_driven(uv_loop_t *loop, int driven) {
 }
 
 int dx__watch_arm_early(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *),
-                        int64_t early_ms, void (*early)(void *), void *arg) {
+                        int64_t early_ms, int (*early)(void *), void *arg) {
   watchdog_t *w;
   int armed = 0;
   if (limit_ms <= 0 && !early) return 0;
@@ -393,7 +391,8 @@ void dx__watch_disarm(uv_loop_t *loop) {
   if ((w = find(loop)) != NULL) {
     w->armed = 0;
     w->alarm_at = w->early_at = 0;
-    w->alarm = w->early = NULL;
+    w->alarm = NULL;
+    w->early = NULL;
     w->alarm_arg = NULL;
   }
   uv_mutex_unlock(&mu);

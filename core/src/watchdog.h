@@ -45,10 +45,11 @@ void dx__watch_driven(uv_loop_t *loop, int driven);
 ** thread. 1 when armed: the caller must disarm. */
 int dx__watch_arm(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *), void *arg);
 /* The same, and unless disarmed within early_ms (up to 10 ms late: the thread looks every 10 ms
-** while arms come), early(arg) is called once, the same way as alarm. limit_ms <= 0 with early:
-** only the early call. 1 when armed. */
+** while arms come), early(arg) is called, the same way as alarm; when it returns non-zero it
+** is called again about 10 ms later (until it returns 0 or the disarm). limit_ms <= 0 with
+** early: only the early calls. 1 when armed. */
 int dx__watch_arm_early(uv_loop_t *loop, int64_t limit_ms, void (*alarm)(void *),
-                        int64_t early_ms, void (*early)(void *), void *arg);
+                        int64_t early_ms, int (*early)(void *), void *arg);
 /* Cancel the armed alarm (only after an arm that returned 1); once this returns the alarm is
 ** not running and will not run. */
 void dx__watch_disarm(uv_loop_t *loop);
