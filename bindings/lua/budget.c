@@ -16,7 +16,7 @@
 ** Once set, a count hook costs a call before every VM instruction whatever its count (Lua 5.4
 ** traps each one), about a tenth of a short turn's CPU. So a resume under a budget of at least
 ** DXL_COUNT_EAGER_BELOW starts without it, and the watchdog arms it DXL_COUNT_AFTER_MS into the
-** resume, or up to 10 ms after that (dxl_budget_count): such a budget counts from then on,
+** resume, or up to 20 ms after that (dxl_budget_count): such a budget counts from then on,
 ** some milliseconds' worth of instructions later, and turns that end sooner never pay for it. The memory cap and charged C
 ** work still see everything: a first hit arms the hook of every thread on the resume chain.
 */
@@ -30,7 +30,7 @@
 
 #define HOOK_EVERY 10000
 /* Smaller budgets count from a resume's first instruction (a lazily armed hook lets up to
-** ~12 ms of instructions, some 10^6, pass uncounted). */
+** ~22 ms of instructions, a few million, pass uncounted). */
 #define DXL_COUNT_EAGER_BELOW 1000000
 #define BYTES_PER_INSTRUCTION 16 /* allocation charged against the instruction budget */
 
