@@ -6,7 +6,11 @@
 ** store's maximum size. Resizing needs every transaction of this process closed: it takes the
 ** remap lock as writer, every top-level transaction holds it as reader. A file shorter than
 ** its last page is fine when the missing pages are free ones LMDB never wrote (freelist.c).
+** The check runs in full only when the files changed since the last one passed (an inotify
+** watch on both files says so: "watching the files").
 */
+#include <sys/inotify.h>
+
 #include "lmdb_int.h"
 
 /* {===== meta pages =====} */
@@ -141,17 +145,23 @@ static int short_of_free_pages_only(shared_env_t *se) {
   return ok;
 }
 
-/* The files check; *used gets the bytes in use it read (0 when it did not get that far). */
-static int files_ok(shared_env_t *se, size_t *used, dx_error_t *err) {
+static int lost_error(shared_env_t *se, dx_error_t *err) {
+  return dx_error_set(err, DX_ECORRUPT,
+                      "store %s is unsafe to use: its lock file lock.mdb was deleted or "
+                      "replaced while the store was open; stop every process using the store, "
+                      "then start them again",
+                      se->path);
+}
+
+/* The full files check; *used gets the bytes in use it read (0 when it did not get that far). */
+static int full_check(shared_env_t *se, size_t *used, dx_error_t *err) {
   struct stat st;
   size_t need;
   *used = 0;
-  if (__atomic_load_n(&se->lost, __ATOMIC_RELAXED))
-    goto lost;
   if (se->lock_ino && (stat(se->lock_path, &st) != 0 || st.st_ino != se->lock_ino ||
                        st.st_dev != se->lock_dev)) {
     __atomic_store_n(&se->lost, 1, __ATOMIC_RELAXED);
-    goto lost;
+    return lost_error(se, err);
   }
   /* the meta pages are read through the map, so they are checked to be in the file first */
   if (fstat(se->data_fd, &st) != 0)
@@ -171,12 +181,65 @@ static int files_ok(shared_env_t *se, size_t *used, dx_error_t *err) {
                       "store %s is damaged: data.mdb is %lld bytes but its pages reach %zu bytes "
                       "(the file was truncated)",
                       se->path, (long long)st.st_size, need);
-lost:
-  return dx_error_set(err, DX_ECORRUPT,
-                      "store %s is unsafe to use: its lock file lock.mdb was deleted or "
-                      "replaced while the store was open; stop every process using the store, "
-                      "then start them again",
-                      se->path);
+}
+
+/* {===== watching the files =====}
+** A full check costs a path lookup and an fstat, before every top-level txn (clients' reads
+** too). The kernel reports through inotify every change that can fail it: a write or
+** truncation of data.mdb (IN_MODIFY: every commit, of any process, pwrites it), lock.mdb or
+** data.mdb unlinked, replaced or renamed (IN_ATTRIB for a link count change, IN_MOVE_SELF,
+** IN_DELETE_SELF), the watch gone (IN_IGNORED) or events lost (IN_Q_OVERFLOW). The events
+** are queued before the call that caused them returns, so a check that drains the queue
+** first and finds it empty after a full check passed knows the files are as that check saw
+** them: it skips the syscalls. Any event, or a failed read, means a full check. Writes
+** through a shared writable map of data.mdb raise no event: LMDB here writes with pwrite
+** (no MDB_WRITEMAP), and such a writer would be another build's bug, not damage. */
+
+int dx__lm_watch_files = 1;
+
+void dx__lm_watch_open(shared_env_t *se, const char *data_path) {
+  const uint32_t gone = IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF;
+  int fd;
+  if (!dx__lm_watch_files || se->data_fd < 0) return;
+  if ((fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0) return; /* e.g. at the user's limit */
+  if (inotify_add_watch(fd, data_path, IN_MODIFY | gone) < 0 ||
+      (se->lock_ino && inotify_add_watch(fd, se->lock_path, IN_MODIFY | gone) < 0)) {
+    close(fd);
+    return;
+  }
+  se->watch_fd = fd; /* files_clean is 0: the first check is a full one */
+}
+
+/* Drain the watch's queue: 1 when it was empty (nothing changed since the last drain). */
+static int quiet(shared_env_t *se) {
+  union {
+    struct inotify_event ev;
+    char b[4096];
+  } buf;
+  ssize_t n;
+  int calm = 1;
+  while ((n = read(se->watch_fd, buf.b, sizeof buf.b)) > 0) calm = 0;
+  return calm && n < 0 && errno == EAGAIN;
+}
+
+/* The files check; *used gets the bytes in use when want_used (else 0). Full unless the watch
+** says nothing changed since a full one passed. */
+static int files_ok(shared_env_t *se, int want_used, size_t *used, dx_error_t *err) {
+  int rc;
+  *used = 0;
+  if (__atomic_load_n(&se->lost, __ATOMIC_RELAXED)) return lost_error(se, err);
+  if (se->watch_fd < 0) return full_check(se, used, err);
+  pthread_mutex_lock(&se->files_mu);
+  if (quiet(se) && se->files_clean) {
+    pthread_mutex_unlock(&se->files_mu);
+    if (want_used) *used = used_bytes(se);
+    return 0;
+  }
+  se->files_clean = 0;
+  rc = full_check(se, used, err);
+  se->files_clean = rc == 0;
+  pthread_mutex_unlock(&se->files_mu);
+  return rc;
 }
 
 static void set_size(shared_env_t *se, size_t size) {
@@ -204,12 +267,13 @@ static void make_room(shared_env_t *se, size_t used) {
 
 int dx__lm_files_ok(shared_env_t *se, dx_error_t *err) {
   size_t used;
-  return files_ok(se, &used, err);
+  if (__atomic_load_n(&se->lost, __ATOMIC_RELAXED)) return lost_error(se, err);
+  return full_check(se, &used, err);
 }
 
 int dx__lm_top_check(shared_env_t *se, int write, dx_error_t *err) {
   size_t used;
-  int rc = files_ok(se, &used, err);
+  int rc = files_ok(se, write, &used, err);
   if (!rc && write) make_room(se, used);
   return rc;
 }
