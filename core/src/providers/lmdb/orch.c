@@ -209,9 +209,12 @@ int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s) {
     s->ready_at = e->ready_at;
     return 0;
   }
+  if (dx__lm_state_kept(t, inst, s)) return 0;
   key_inst(&k, inst);
   rc = dx__lm_rec_get_as(t, &dx__lm_state_schema, &k, s, &w);
-  return rc == DX_ENOTFOUND ? 0 : rc;
+  if (rc == DX_ENOTFOUND) rc = 0;
+  if (!rc && t->direct) dx__lm_state_keep(t, inst, s);
+  return rc;
 }
 
 /* Replace state `old` by `nw`, moving the instance between the ready and lock indexes. */
@@ -224,8 +227,10 @@ static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
   db = dx__lm_state_index(inst, nw, &k);
   if (db >= 0 && (rc = dx__lm_idx_op(t, db, &k, "", 0, 1))) return rc;
   key_inst(&k, inst);
-  if (db < 0) return dx__lm_db_del(t, DB_ORCH_STATE, &k);
-  return dx__lm_rec_put(t, nw->batch_seq ? &dx__lm_state_schema : &dx__lm_state3_schema, &k, nw);
+  if (db < 0) rc = dx__lm_db_del(t, DB_ORCH_STATE, &k);
+  else rc = dx__lm_rec_put(t, nw->batch_seq ? &dx__lm_state_schema : &dx__lm_state3_schema, &k, nw);
+  dx__lm_state_keep(t, inst, rc ? NULL : db < 0 ? &STATE_EMPTY : nw);
+  return rc;
 }
 
 /* Unlock the instance; it becomes ready at `ready_at` (LM_NEVER: not queued). */

@@ -441,6 +441,8 @@ typedef struct lm_ik_s {
                      when tail_n is 0) */
   uint64_t tail_exec, tail_n;
   dx_event_t tail;
+  int st_known;   /* st is the instance's stored lock state (orch.c) */
+  orch_state_t st;
 } lm_ik_t;
 
 static void ik_clear(shared_env_t *se, lm_ik_t *e) {
@@ -481,12 +483,16 @@ static lm_ik_t *ik_slot(shared_env_t *se, const char *inst) {
   return &se->ik[dx__lm_str_hash(inst) & (LM_IK_SLOTS - 1)];
 }
 
+static lm_ik_t *ik_lookup(shared_env_t *se, const char *inst) {
+  lm_ik_t *e;
+  if (!se->ik_live) return NULL;
+  e = ik_slot(se, inst);
+  return e->inst && strcmp(e->inst, inst) == 0 ? e : NULL;
+}
+
 /* inst's entry in a direct method, or NULL. */
 static lm_ik_t *ik_find(tx_t *t, const char *inst) {
-  lm_ik_t *e;
-  if (!t->direct || !t->se->ik_live) return NULL;
-  e = ik_slot(t->se, inst);
-  return e->inst && strcmp(e->inst, inst) == 0 ? e : NULL;
+  return t->direct ? ik_lookup(t->se, inst) : NULL;
 }
 
 /* inst's entry, made (replacing its slot's) when missing; NULL outside a direct method or
@@ -604,6 +610,30 @@ void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t
 void dx__lm_tail_forget(tx_t *t, const char *inst) {
   lm_ik_t *e = ik_find(t, inst);
   if (e) e->tail_known = 0;
+}
+
+/* {===== lock states kept by the batches =====}
+** The same entries keep an instance's stored lock state (orch.c): a fetch locks an instance
+** and the ack of its turn, in the same batch with held rounds, checks the lock; the ack
+** releases it and the next fetch or an activity's result reads it again. */
+
+/* 1 with *s the stored state of inst when kept, else 0. */
+int dx__lm_state_kept(tx_t *t, const char *inst, orch_state_t *s) {
+  lm_ik_t *e = ik_find(t, inst);
+  if (!e || !e->st_known) return 0;
+  *s = e->st;
+  return 1;
+}
+
+/* inst's stored state is now *s (NULL: unknown). A write in the batch's txn outside a direct
+** method (instances made ready in the batch, flushed at commit) only forgets it; other txns
+** (nested ones drop the table first, other threads' never touch it) leave it alone. */
+void dx__lm_state_keep(tx_t *t, const char *inst, const orch_state_t *s) {
+  lm_ik_t *e;
+  if (!t->direct && t->txn != t->se->batch) return;
+  if (!(e = s && t->direct ? ik_entry(t, inst) : ik_lookup(t->se, inst))) return;
+  e->st_known = s && t->direct;
+  if (e->st_known) e->st = *s;
 }
 
 /* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */
