@@ -454,9 +454,12 @@ static void ik_clear(shared_env_t *se, lm_ik_t *e) {
   se->ik_live--;
 }
 
+static void rk_drop(shared_env_t *se);
+
 void dx__lm_inst_keep_drop(shared_env_t *se) {
   size_t i;
   for (i = 0; se->ik_live && i < LM_IK_SLOTS; i++) ik_clear(se, &se->ik[i]);
+  rk_drop(se);
   se->ik_txn = 0;
 }
 
@@ -610,6 +613,69 @@ void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t
 void dx__lm_tail_forget(tx_t *t, const char *inst) {
   lm_ik_t *e = ik_find(t, inst);
   if (e) e->tail_known = 0;
+}
+
+/* {===== locked rows kept by the batches =====}
+** A fetch locks a worker row and writes it; the ack of its activity, usually in the same batch
+** (held rounds) or the next, reads it back by its token to delete it. The fetch keeps the row
+** it wrote here (its strings moved, not copied) and the ack takes it back instead of a B-tree
+** read and a decode. Kept and dropped with the instance table above (same batches, same
+** commits, same txn id rule); every row write of the batch forgets the row first (work.c
+** row_set), so an entry is always the stored row. Rows with a large item are not kept. */
+
+#define LM_RK_SLOTS 512u
+#define LM_RK_ITEM_MAX 2048u
+
+static void rk_drop(shared_env_t *se) {
+  size_t i;
+  for (i = 0; se->rk_live && i < LM_RK_SLOTS; i++)
+    if (se->rk[i].seq) {
+      dx__lm_row_clear(&se->rk[i]);
+      se->rk_live--;
+    }
+}
+
+void dx__lm_row_keep(tx_t *t, work_row_t *r) {
+  shared_env_t *se = t->se;
+  work_row_t *e;
+  if (!t->direct || !r->seq || r->item_len > LM_RK_ITEM_MAX ||
+      (!se->rk && !(se->rk = calloc(LM_RK_SLOTS, sizeof *se->rk)))) {
+    dx__lm_row_clear(r);
+    return;
+  }
+  e = &se->rk[r->seq & (LM_RK_SLOTS - 1)];
+  if (e->seq) {
+    dx__lm_row_clear(e);
+    se->rk_live--;
+  }
+  *e = *r;
+  memset(r, 0, sizeof *r);
+  se->rk_live++;
+}
+
+int dx__lm_row_kept_take(tx_t *t, uint64_t seq, uint64_t token, work_row_t *r) {
+  shared_env_t *se = t->se;
+  work_row_t *e;
+  if (!t->direct || !se->rk_live) return 0;
+  e = &se->rk[seq & (LM_RK_SLOTS - 1)];
+  if (!seq || e->seq != seq || e->token != token) return 0;
+  *r = *e;
+  memset(e, 0, sizeof *e);
+  se->rk_live--;
+  return 1;
+}
+
+/* Only the batch thread's writes in the batch txn itself look: nested writers drop the whole
+** table first, and other threads' top-level writes commit a txn id the next batch does not
+** expect. */
+void dx__lm_row_kept_forget(tx_t *t, uint64_t seq) {
+  shared_env_t *se = t->se;
+  work_row_t *e;
+  if (!se->rk_live || (!t->direct && t->txn != se->batch)) return;
+  e = &se->rk[seq & (LM_RK_SLOTS - 1)];
+  if (e->seq != seq) return;
+  dx__lm_row_clear(e);
+  se->rk_live--;
 }
 
 /* {===== lock states kept by the batches =====}

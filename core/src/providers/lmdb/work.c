@@ -61,6 +61,7 @@ static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
   const char *sid = old ? old->session_id : nw->session_id;
   dkey_t k;
   int rc = 0;
+  dx__lm_row_kept_forget(t, old ? old->seq : nw->seq);
   if (old && (rc = dx__lm_row_index(t, old, 0))) return rc;
   if (nw) {
     if ((rc = row_write(t, nw)) || (rc = dx__lm_row_index(t, nw, 1))) return rc;
@@ -210,6 +211,7 @@ static int row_by_token(tx_t *t, uint64_t token, work_row_t *r) {
   memset(r, 0, sizeof *r);
   if (token == 0) return dx_error_set(t->err, DX_ETOKEN, "lock token 0 is never valid");
   /* a token names its row (fresh_work_token); else it is one from the work_token index */
+  if (dx__lm_row_kept_take(t, token >> LM_TOKEN_GEN_BITS, token, r)) return 0;
   rc = dx__lm_row_get(t, token >> LM_TOKEN_GEN_BITS, r);
   if (rc == 0 && r->token == token) return 0;
   dx__lm_row_clear(r);
@@ -831,12 +833,13 @@ static int pend_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
     rc = row_set(t, NULL, r);
   if (rc) {
     fetch_reset(out);
-  } else {
-    out->lock_token = r->token;
-    out->attempt_count = (uint32_t)r->attempt;
+    dx__lm_row_clear(r); /* taken (seq 0): the batch is spoiled */
+    return rc;
   }
-  dx__lm_row_clear(r); /* taken (seq 0): written, or the batch is spoiled */
-  return rc;
+  out->lock_token = r->token;
+  out->attempt_count = (uint32_t)r->attempt;
+  dx__lm_row_keep(t, r); /* taken (seq 0): written, and kept for the ack */
+  return 0;
 }
 
 static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64_t lock_ms,
@@ -877,12 +880,13 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   }
   if (rc) {
     fetch_reset(out);
-  } else {
-    out->lock_token = nw.token;
-    out->attempt_count = (uint32_t)nw.attempt;
+    dx__lm_row_clear(&old); /* nw shares old's strings */
+    return rc;
   }
-  dx__lm_row_clear(&old); /* nw shares old's strings */
-  return rc;
+  out->lock_token = nw.token;
+  out->attempt_count = (uint32_t)nw.attempt;
+  dx__lm_row_keep(t, &nw); /* takes the strings nw shares with old */
+  return 0;
 }
 
 /* Plain rows whose lock is live but whose locker (another handle) is dead: due now. */
