@@ -160,6 +160,49 @@ DX_TEST(lmdb_records_direct_reader_agrees_with_general_decoder) {
   ASSERT(handed > 0);
 }
 
+/* The message head reader (dx__lm_msg_head_schema: the item checked, not kept) gives the
+** full reader's fields without the item, and both of its decoders agree, on stored messages
+** and on damaged ones. */
+DX_TEST(lmdb_records_message_heads_match_full_messages) {
+  const lm_schema_t *full = &dx__lm_msg_schema, *head = &dx__lm_msg_head_schema;
+  int i, heads = 0;
+  for (i = 0; i < 300; i++) {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    shared_env_t se;
+    tx_t t;
+    orch_msg_t a, b;
+    MDB_val v;
+    size_t bit;
+    memset(&se, 0, sizeof se);
+    se.path = "test";
+    memset(&t, 0, sizeof t);
+    t.se = &se;
+    t.err = &t.scratch;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_record(&pk, full, full->n, 1); /* as the provider writes them */
+    v.mv_data = sb.data;
+    v.mv_size = sb.size;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    ASSERT_EQ(dx__lm_rec_decode(&t, full, &v, &a, "m"), 0);
+    ASSERT_EQ(dx__lm_rec_decode(&t, head, &v, &b, "m"), 0);
+    ASSERT(b.item == NULL && b.item_len == 0);
+    ASSERT(a.visible_at == b.visible_at && a.token == b.token && a.attempt == b.attempt);
+    heads += dx__lm_rec_decode_direct(head, &v, &b) == 0;
+    dx__lm_rec_clear(full, &a);
+    for (bit = 0; i < 20 && bit < sb.size * 8; bit++) {
+      sb.data[bit / 8] ^= (char)(1 << (bit % 8));
+      (void)compare(head, sb.data, sb.size);
+      sb.data[bit / 8] ^= (char)(1 << (bit % 8));
+    }
+    (void)compare(head, sb.data, sb.size - 1); /* cut short */
+    msgpack_sbuffer_destroy(&sb);
+  }
+  ASSERT(heads > 250); /* stored messages take the direct path */
+}
+
 /* The provider's own writer (dx__lm_rec_pack, no msgpack-c packer) writes exactly the bytes
 ** msgpack-c's packer writes for the same record: stores stay byte for byte as before. */
 DX_TEST(lmdb_records_writer_matches_msgpack_c) {

@@ -413,6 +413,7 @@ typedef struct {
   size_t prefix_n;
   orch_msg_t *v;
   size_t n, cap;
+  int heads;         /* read without their items (item NULL) */
 } msg_list_t;
 /* {===== orchestrator queue: per-instance state and indexes =====} */
 
@@ -503,7 +504,9 @@ typedef struct work_row_s {
 } work_row_t;
 
 /* One stored field of a wrapper record: its type and where it lives in the C struct. */
-typedef enum { RF_I64, RF_U64, RF_INT, RF_STR, RF_BIN } lm_field_type_t;
+/* RF_SKIP: a str, nil or bin the reader checks and does not keep (schemas only read with, for
+** readers that need the other fields: never written with). */
+typedef enum { RF_I64, RF_U64, RF_INT, RF_STR, RF_BIN, RF_SKIP } lm_field_type_t;
 
 typedef struct {
   lm_field_type_t type;
@@ -651,6 +654,7 @@ void dx__lm_adopt_size(shared_env_t *se);
 int dx__lm_can_grow(shared_env_t *se);
 
 /* records.c */
+extern const lm_schema_t dx__lm_msg_head_schema; /* a message read without its item */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
     dx__lm_state_schema, dx__lm_state3_schema, dx__lm_sess_schema, dx__lm_row_schema,
     dx__lm_kv_schema, dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
@@ -691,6 +695,7 @@ void dx__lm_tail_forget(tx_t *t, const char *inst);
 /* The instance's stored lock state kept by the batches (records.c; orch.c reads and writes
 ** it through dx__lm_state_get / state_set_db): 1 with *s when kept; keep s (NULL: forget). */
 int dx__lm_state_kept(tx_t *t, const char *inst, orch_state_t *s);
+int dx__lm_inst_kept(tx_t *t, const char *inst); /* the record is kept as present */
 /* Locked rows kept by the batches (records.c): a fetch's direct method keeps the row it
 ** locked (taking r's strings, *r zeroed); an ack takes it back (1 with *r, owned) when it is
 ** still the stored row locked with `token`; every row write forgets its seq first. */

@@ -34,6 +34,11 @@ static const lm_field_t msg_fields[] = {
   F(RF_I64, orch_msg_t, visible_at, 0), F(RF_U64, orch_msg_t, token, 0),
   F(RF_U64, orch_msg_t, attempt, 0),    FB(orch_msg_t, item, item_len),
 };
+/* a message without its item: for readers that need its place and lock only */
+static const lm_field_t msg_head_fields[] = {
+  F(RF_I64, orch_msg_t, visible_at, 0), F(RF_U64, orch_msg_t, token, 0),
+  F(RF_U64, orch_msg_t, attempt, 0),    {RF_SKIP, 0, 0, 0},
+};
 static const lm_field_t state_fields[] = {
   F(RF_I64, orch_state_t, ready_at, 0), F(RF_I64, orch_state_t, locked_until, 0),
   F(RF_U64, orch_state_t, token, 0),   F(RF_U64, orch_state_t, locker, 0),
@@ -73,6 +78,8 @@ static const lm_field_t kv_fields[] = {
 const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fields), 0};
 const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields), 0};
 const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields), 0};
+const lm_schema_t dx__lm_msg_head_schema = {DB_ORCH_MSGS, msg_head_fields,
+                                            COUNT(msg_head_fields), 0};
 const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 3};
 /* A state without a batch (batch_seq 0) is written as format 3 wrote it: the first 4 fields. */
 const lm_schema_t dx__lm_state3_schema = {DB_ORCH_STATE, state_fields, 4, 3};
@@ -103,6 +110,7 @@ static size_t w_field(unsigned char *b, const lm_field_t *f, const void *rec) {
       size_t n = *(const size_t *)(const void *)((const char *)rec + f->len_off);
       return dx__mp_bytes(b, 1, p ? p : "", n); /* an optional bin not set: stored empty */
     }
+    case RF_SKIP: return 0; /* read-only schemas */
   }
   return 0;
 }
@@ -181,6 +189,11 @@ static int unpack_field(const msgpack_object *o, const lm_field_t *f, void *rec)
       else if (v < INT_MIN || v > INT_MAX) return DX_ECORRUPT;
       else *AT(rec, f, int) = (int)v;
       return 0;
+    case RF_SKIP:
+      return o->type == MSGPACK_OBJECT_NIL || o->type == MSGPACK_OBJECT_STR ||
+                     o->type == MSGPACK_OBJECT_BIN
+                 ? 0
+                 : DX_ECORRUPT;
     case RF_STR: case RF_BIN:
       rc = copy_bytes(o, f->type == RF_BIN, AT(rec, f, char *),
                       f->type == RF_BIN ? (size_t *)(void *)((char *)rec + f->len_off) : NULL);
@@ -308,12 +321,18 @@ static int direct_decode(const lm_schema_t *s, const MDB_val *v, void *rec) {
         tmp[i] = (void *)p;
         tlen[i] = len;
         break;
+      case RF_SKIP: { /* a str or nil, else a bin */
+        size_t at = r.pos;
+        if (rd_bytes(&r, 0, &p, &len) && (r.pos = at, rd_bytes(&r, 1, &p, &len))) return 1;
+        break;
+      }
     }
   }
   if (r.pos != r.n) return 1; /* trailing bytes */
   /* second pass: the values */
   for (i = 0; i + 1 < have; i++) {
     const lm_field_t *f = &s->f[i];
+    if (f->type == RF_SKIP) continue;
     if (f->type == RF_STR || f->type == RF_BIN) {
       char *cp = NULL;
       if (tmp[i] && !(cp = malloc(tlen[i] + 1))) {
@@ -700,6 +719,12 @@ void dx__lm_state_keep(tx_t *t, const char *inst, const orch_state_t *s) {
   if (!(e = s && t->direct ? ik_entry(t, inst) : ik_lookup(t->se, inst))) return;
   e->st_known = s && t->direct;
   if (e->st_known) e->st = *s;
+}
+
+/* 1 when the batches keep inst's record as stored (so an ack does not create it), else 0. */
+int dx__lm_inst_kept(tx_t *t, const char *inst) {
+  lm_ik_t *e = ik_find(t, inst);
+  return e && e->rec_known && e->present;
 }
 
 /* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */
