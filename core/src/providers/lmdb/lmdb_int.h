@@ -655,6 +655,7 @@ int dx__lm_can_grow(shared_env_t *se);
 
 /* records.c */
 extern const lm_schema_t dx__lm_msg_head_schema; /* a message read without its item */
+extern const lm_schema_t dx__lm_sess_time_schema; /* a session without owner, prev, users */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
     dx__lm_state_schema, dx__lm_state3_schema, dx__lm_sess_schema, dx__lm_row_schema,
     dx__lm_kv_schema, dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
@@ -754,6 +755,8 @@ int dx__lm_sess_owned(const sess_rec_t *r);
 int dx__lm_sess_owner_is(const sess_rec_t *r, const char *worker);
 void dx__lm_sess_clear(sess_rec_t *r);
 int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r);
+/* The same without owner, prev and users (NULL): times and epoch only, no allocation. */
+int dx__lm_sess_times(tx_t *t, const char *sid, sess_rec_t *r);
 int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw);
 /* Point nw->users at a new blob (caller frees *blob) that lists (inst, exec) once. */
 int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exec, char **blob);

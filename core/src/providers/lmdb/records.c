@@ -51,6 +51,12 @@ static const lm_field_t sess_fields[] = {
   /* optional (absent in rows written before fencing): */
   F(RF_U64, sess_rec_t, epoch, 0),        FB(sess_rec_t, users, users_len),
 };
+/* a session's times and epoch only: for readers that need no owner or users */
+static const lm_field_t sess_time_fields[] = {
+  {RF_SKIP, 0, 0, 0},                     {RF_SKIP, 0, 0, 0},
+  F(RF_I64, sess_rec_t, locked_until, 0), F(RF_I64, sess_rec_t, last_activity, 0),
+  F(RF_U64, sess_rec_t, epoch, 0),        {RF_SKIP, 0, 0, 0},
+};
 static const lm_field_t sev_fields[] = {
   F(RF_I64, sev_rec_t, at, 0),     F(RF_STR, sev_rec_t, event, 1),
   F(RF_STR, sev_rec_t, worker, 1), F(RF_STR, sev_rec_t, detail, 0),
@@ -84,6 +90,8 @@ const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(stat
 /* A state without a batch (batch_seq 0) is written as format 3 wrote it: the first 4 fields. */
 const lm_schema_t dx__lm_state3_schema = {DB_ORCH_STATE, state_fields, 4, 3};
 const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 4};
+const lm_schema_t dx__lm_sess_time_schema = {DB_SESSIONS, sess_time_fields,
+                                             COUNT(sess_time_fields), 4};
 const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9};
 const lm_schema_t dx__lm_kv_schema = {DB_KV, kv_fields, COUNT(kv_fields), 0};
 const lm_schema_t dx__lm_kv_delta_schema = {DB_KV_DELTA, kv_fields, COUNT(kv_fields), 0};

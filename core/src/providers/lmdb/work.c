@@ -404,10 +404,9 @@ static int owned_count(tx_t *t, owned_scan_t *o, int *done) {
   for (i = 0; i < n; i++) {
     sess_rec_t r;
     int live;
-    if ((rc = dx__lm_sess_get(t, own[i].sid, &r)) == DX_ENOTFOUND) continue;
+    if ((rc = dx__lm_sess_times(t, own[i].sid, &r)) == DX_ENOTFOUND) continue;
     if (rc) return rc;
     live = r.locked_until > o->now;
-    dx__lm_sess_clear(&r);
     if (!live) continue;
     o->live++;
     if (!own[i].found && !dx__session_declined(o->cfg, own[i].sid) &&
