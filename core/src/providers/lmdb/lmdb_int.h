@@ -693,6 +693,7 @@ int dx__lm_tail_get(tx_t *t, const char *inst, uint64_t exec, uint64_t *n,
                     const dx_event_t **last);
 void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *last);
 void dx__lm_tail_forget(tx_t *t, const char *inst);
+int dx__lm_tail_take(tx_t *t, const char *inst, dx_event_t *out);
 /* The instance's stored lock state kept by the batches (records.c; orch.c reads and writes
 ** it through dx__lm_state_get / state_set_db): 1 with *s when kept; keep s (NULL: forget). */
 int dx__lm_state_kept(tx_t *t, const char *inst, orch_state_t *s);

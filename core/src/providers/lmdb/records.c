@@ -468,6 +468,7 @@ typedef struct lm_ik_s {
                      when tail_n is 0) */
   uint64_t tail_exec, tail_n;
   dx_event_t tail;
+  int tail_lent;  /* tail was handed out (dx__lm_tail_take): the end is known, not the event */
   int st_known;   /* st is the instance's stored lock state (orch.c) */
   orch_state_t st;
 } lm_ik_t;
@@ -604,7 +605,8 @@ static void ik_keep(tx_t *t, const char *inst, const inst_rec_t *r) {
 ** orchestration asks whether the history still ends at the cache's last event and hands that
 ** event out, an ack checks that its new events' ids are unused and appends after the end. */
 
-/* 1 with the end (*n, *last: event *n, borrowed, zeroed when *n is 0) when known, else 0. */
+/* 1 with the end (*n, *last: event *n, borrowed, zeroed when *n is 0 or it was handed out)
+** when known, else 0. */
 int dx__lm_tail_get(tx_t *t, const char *inst, uint64_t exec, uint64_t *n,
                     const dx_event_t **last) {
   lm_ik_t *e = ik_find(t, inst);
@@ -629,11 +631,22 @@ void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t
   if (!e) return;
   dx_event_clear(&e->tail);
   memset(&e->tail, 0, sizeof e->tail);
-  e->tail_known = 0;
+  e->tail_known = e->tail_lent = 0;
   if (last && (!tail_small(last) || dx_event_copy(&e->tail, last))) return;
   e->tail_known = 1;
   e->tail_exec = exec;
   e->tail_n = last ? last->event_id : 0;
+}
+
+/* Hand the kept last event of inst's history out (moved into *out, caller-owned): 1, or 0
+** when it is not kept (or was handed out already). The end stays known. */
+int dx__lm_tail_take(tx_t *t, const char *inst, dx_event_t *out) {
+  lm_ik_t *e = ik_find(t, inst);
+  if (!e || !e->tail_known || e->tail_lent || e->tail_n == 0) return 0;
+  *out = e->tail;
+  memset(&e->tail, 0, sizeof e->tail);
+  e->tail_lent = 1;
+  return 1;
 }
 
 /* Nothing known of inst's history end any more. */
