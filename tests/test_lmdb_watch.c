@@ -1,9 +1,9 @@
 /*
-** test_lmdb_watch.c -- the LMDB files check between full checks (providers/lmdb/map.c
-** "watching the files"): a check skips its syscalls only while the kernel reported no change
-** to data.mdb or lock.mdb, so a truncation or a lost lock file is still reported by the next
-** call, whoever changed the file, and another process's commits are read, not taken for damage.
-** Every case runs with the watch and with the full check before every transaction (the
+** test_lmdb_watch.c -- the LMDB files check with the lock file watched (providers/lmdb/map.c
+** "watching the lock file"): a check skips the lock file's lookup only while the kernel
+** reported no change to it, so a lost lock file is still reported by the next call, and a
+** truncation of data.mdb (checked every time) too, whoever changed the file; another process's
+** commits are read, not taken for damage. Every case runs with the watch and without it (the
 ** fallback when inotify is unavailable).
 */
 #include <sys/inotify.h>
@@ -67,13 +67,13 @@ static int read_call(dx_provider_t *p, dx_error_t *err) {
   return rc == DX_ENOTFOUND ? 0 : rc;
 }
 
-/* Reads until the check is in its quiet state: with the watch, the last full check passed and
-** no change came since, so the next one skips its syscalls. */
+/* Reads until the check is in its quiet state: with the watch, the last look at the lock file
+** passed and no change came since, so the next one skips it. */
 static void settle(dx_provider_t *p) {
   dx_error_t err;
   ASSERT_OK(read_call(p, &err));
   ASSERT_OK(read_call(p, &err));
-  if (watching) ASSERT_EQ(env_of(p)->files_clean, 1);
+  if (watching) ASSERT_EQ(env_of(p)->lock_clean, 1);
 }
 
 static void run_in_child(void (*fn)(const char *), const char *store) {

@@ -404,7 +404,7 @@ static int env_open(char *path, const dx_provider_opts_t *o, shared_env_t **out,
   if (!(flags & MDB_RDONLY) || se->lock_ino) mdb_reader_check(se->env, &dead); /* killed readers */
   mdb_env_get_fd(se->env, &se->data_fd);
   se->psize = mdb_env_stat(se->env, &ms) == 0 ? ms.ms_psize : 4096;
-  dx__lm_watch_open(se, data); /* before the first check: changes after it are seen */
+  dx__lm_watch_open(se, se->lock_path); /* before the first check: later changes are seen */
   if ((rc = dx__lm_files_ok(se, err))) goto done;
   if (mdb_env_info(se->env, &info) == 0) se->map_size = info.me_mapsize;
   rc = env_init_dbs(se, o->max_size, err);

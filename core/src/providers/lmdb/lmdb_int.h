@@ -152,12 +152,11 @@ typedef struct shared_env_s {
   dev_t lock_dev;
   ino_t lock_ino;
   int lost;                  /* the lock file vanished: refuse every further txn (atomic) */
-  /* The files check runs in full only after the files changed (map.c "watching the files"):
-  ** watch_fd is an inotify fd watching data.mdb and lock.mdb (-1: none, every check is full);
-  ** files_clean says the last full check passed and no event came since (both under
-  ** files_mu). */
+  /* The lock file is looked up again only after it changed (map.c "watching the lock file"):
+  ** watch_fd is an inotify fd watching lock.mdb (-1: none, every check looks); lock_clean
+  ** says the last look passed and no event came since (both under files_mu). */
   int watch_fd;
-  int files_clean;
+  int lock_clean;
   pthread_mutex_t files_mu;
   pthread_rwlock_t remap;    /* read-held by every top-level txn; write-held to resize */
   pthread_mutex_t commit_mu; /* serializes top-level commits with the NOSYNC toggle */
@@ -636,11 +635,11 @@ int dx__lm_seq_flush(shared_env_t *se, MDB_txn *batch, dx_error_t *err);
 int dx__lm_next_seq(tx_t *t, uint64_t *out);
 
 /* map.c */
-/* Start watching data.mdb and lock.mdb (se->watch_fd) after the env opened; without it (no
-** inotify, or dx__lm_watch_files is 0) every files check is a full one. */
-void dx__lm_watch_open(shared_env_t *se, const char *data_path);
+/* Start watching lock.mdb (se->watch_fd) once the env opened and its identity is known;
+** without it (no inotify, or dx__lm_watch_files is 0) every files check looks it up. */
+void dx__lm_watch_open(shared_env_t *se, const char *lock_path);
 extern int dx__lm_watch_files; /* 1 (default): watch; tests set 0 to check the fallback */
-/* The full files check, whatever the watch says (open, `check`). */
+/* The files check with a fresh look at the lock file, whatever the watch says (open). */
 int dx__lm_files_ok(shared_env_t *se, dx_error_t *err);
 /* Before a top-level txn: the files check, and for a write the map grown when it must. */
 int dx__lm_top_check(shared_env_t *se, int write, dx_error_t *err);
