@@ -226,11 +226,11 @@ typedef struct shared_env_s {
   struct lm_ik_s *ik;
   size_t ik_live;
   size_t ik_txn;
-  /* Rows the batches' fetches locked (records.c "locked rows kept by the batches"): direct
+  /* Worker rows the batch thread wrote (records.c "worker rows kept by the batches"): direct
   ** mapped by seq, LM_RK_SLOTS entries once used (seq 0: empty), rk_live filled; kept and
   ** dropped with ik. */
   struct work_row_s *rk;
-  size_t rk_live;
+  size_t rk_live, rk_bytes;  /* entries filled, their items' bytes */
   int ik_wrote;              /* a write in the open batch's own txn succeeded */
   int ik_nested;             /* a nested writer ran in the open batch */
   char *notify_path;         /* <store>/notify: written after commits that carry work */
@@ -697,11 +697,11 @@ int dx__lm_tail_take(tx_t *t, const char *inst, dx_event_t *out);
 ** it through dx__lm_state_get / state_set_db): 1 with *s when kept; keep s (NULL: forget). */
 int dx__lm_state_kept(tx_t *t, const char *inst, orch_state_t *s);
 int dx__lm_inst_kept(tx_t *t, const char *inst); /* the record is kept as present */
-/* Locked rows kept by the batches (records.c): a fetch's direct method keeps the row it
-** locked (taking r's strings, *r zeroed); an ack takes it back (1 with *r, owned) when it is
-** still the stored row locked with `token`; every row write forgets its seq first. */
+/* Worker rows kept by the batches (records.c): the batch thread keeps a row it wrote in the
+** batch txn (taking r's strings, *r zeroed); a direct method's read takes it back (1 with *r,
+** owned: dx__lm_row_get); every row write forgets its seq first. */
 void dx__lm_row_keep(tx_t *t, work_row_t *r);
-int dx__lm_row_kept_take(tx_t *t, uint64_t seq, uint64_t token, work_row_t *r);
+int dx__lm_row_kept_take(tx_t *t, uint64_t seq, work_row_t *r);
 void dx__lm_row_kept_forget(tx_t *t, uint64_t seq);
 void dx__lm_state_keep(tx_t *t, const char *inst, const orch_state_t *s);
 void dx__lm_exec_clear(exec_rec_t *r);

@@ -655,53 +655,62 @@ void dx__lm_tail_forget(tx_t *t, const char *inst) {
   if (e) e->tail_known = 0;
 }
 
-/* {===== locked rows kept by the batches =====}
-** A fetch locks a worker row and writes it; the ack of its activity, usually in the same batch
-** (held rounds) or the next, reads it back by its token to delete it. The fetch keeps the row
-** it wrote here (its strings moved, not copied) and the ack takes it back instead of a B-tree
-** read and a decode. Kept and dropped with the instance table above (same batches, same
-** commits, same txn id rule); every row write of the batch forgets the row first (work.c
-** row_set), so an entry is always the stored row. Rows with a large item are not kept. */
+/* {===== worker rows kept by the batches =====}
+** A row is written and read back in the next step of its life, usually by the same or the
+** next batch: queued (an orchestration ack, or the batch's commit writing the rows it kept
+** queued), then read by the fetch that locks it; locked, then read by the ack of its activity
+** to delete it. The batch thread keeps the row it wrote here (its strings moved, not copied)
+** and the next read in a direct method takes it back instead of a B-tree read and a decode.
+** Kept and dropped with the instance table above (same batches, same commits, same txn id
+** rule); every row write of the batch forgets the row first (work.c row_set), so an entry is
+** always the stored row. Rows with a large item are not kept. */
 
-#define LM_RK_SLOTS 512u
-#define LM_RK_ITEM_MAX 2048u
+#define LM_RK_SLOTS 2048u        /* a burst of queued rows is fetched oldest first */
+#define LM_RK_ITEM_MAX 2048u     /* larger items are not kept */
+#define LM_RK_BYTES (1u << 20)   /* nor more item bytes than this in all */
+
+static void rk_clear(shared_env_t *se, work_row_t *e) {
+  se->rk_bytes -= e->item_len;
+  se->rk_live--;
+  dx__lm_row_clear(e);
+}
 
 static void rk_drop(shared_env_t *se) {
   size_t i;
   for (i = 0; se->rk_live && i < LM_RK_SLOTS; i++)
-    if (se->rk[i].seq) {
-      dx__lm_row_clear(&se->rk[i]);
-      se->rk_live--;
-    }
+    if (se->rk[i].seq) rk_clear(se, &se->rk[i]);
 }
 
 void dx__lm_row_keep(tx_t *t, work_row_t *r) {
   shared_env_t *se = t->se;
   work_row_t *e;
-  if (!t->direct || !r->seq || r->item_len > LM_RK_ITEM_MAX ||
+  if ((!t->direct && t->txn != se->batch) || !r->seq || r->item_len > LM_RK_ITEM_MAX ||
       (!se->rk && !(se->rk = calloc(LM_RK_SLOTS, sizeof *se->rk)))) {
     dx__lm_row_clear(r);
     return;
   }
   e = &se->rk[r->seq & (LM_RK_SLOTS - 1)];
-  if (e->seq) {
-    dx__lm_row_clear(e);
-    se->rk_live--;
+  if (e->seq) rk_clear(se, e);
+  if (se->rk_bytes + r->item_len > LM_RK_BYTES) {
+    dx__lm_row_clear(r);
+    return;
   }
   *e = *r;
   memset(r, 0, sizeof *r);
   se->rk_live++;
+  se->rk_bytes += e->item_len;
 }
 
-int dx__lm_row_kept_take(tx_t *t, uint64_t seq, uint64_t token, work_row_t *r) {
+int dx__lm_row_kept_take(tx_t *t, uint64_t seq, work_row_t *r) {
   shared_env_t *se = t->se;
   work_row_t *e;
   if (!t->direct || !se->rk_live) return 0;
   e = &se->rk[seq & (LM_RK_SLOTS - 1)];
-  if (!seq || e->seq != seq || e->token != token) return 0;
+  if (!seq || e->seq != seq) return 0;
   *r = *e;
   memset(e, 0, sizeof *e);
   se->rk_live--;
+  se->rk_bytes -= r->item_len;
   return 1;
 }
 
@@ -713,9 +722,7 @@ void dx__lm_row_kept_forget(tx_t *t, uint64_t seq) {
   work_row_t *e;
   if (!se->rk_live || (!t->direct && t->txn != se->batch)) return;
   e = &se->rk[seq & (LM_RK_SLOTS - 1)];
-  if (e->seq != seq) return;
-  dx__lm_row_clear(e);
-  se->rk_live--;
+  if (e->seq == seq) rk_clear(se, e);
 }
 
 /* {===== lock states kept by the batches =====}

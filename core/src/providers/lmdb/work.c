@@ -13,6 +13,7 @@ int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r) {
   dkey_t k;
   lm_what_t w = {"row %llu", NULL, seq};
   memset(r, 0, sizeof *r);
+  if (dx__lm_row_kept_take(t, seq, r)) return 0; /* written by this thread's batches */
   key_seq(&k, seq);
   r->seq = seq;
   return dx__lm_rec_get_as(t, &dx__lm_row_schema, &k, r, &w);
@@ -134,7 +135,8 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
   t.write = t.nested = 1;
   t.err = err ? err : &t.scratch;
   for (i = se->pend_first; i < se->pend_n && !rc; i++)
-    if (se->pend[i].seq) rc = row_set(&t, NULL, &se->pend[i]);
+    if (se->pend[i].seq && !(rc = row_set(&t, NULL, &se->pend[i])))
+      dx__lm_row_keep(&t, &se->pend[i]); /* for the fetch that locks it */
   /* the session queue summaries kept in the batch (squeue.c; the rows above are plain) */
   if (!rc) rc = dx__lm_sq_flush(se, txn, t.err);
   dx__lm_pend_drop(se);
@@ -197,7 +199,7 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   }
   rc = dx__lm_next_seq(t, &r.seq);
   if (!rc && t->direct && !r.session_id) rc = pend_add(t, &r);
-  else if (!rc) rc = row_set(t, NULL, &r);
+  else if (!rc && !(rc = row_set(t, NULL, &r))) dx__lm_row_keep(t, &r); /* for its fetch */
   dx__lm_row_clear(&r);
   return rc;
 }
@@ -211,7 +213,6 @@ static int row_by_token(tx_t *t, uint64_t token, work_row_t *r) {
   memset(r, 0, sizeof *r);
   if (token == 0) return dx_error_set(t->err, DX_ETOKEN, "lock token 0 is never valid");
   /* a token names its row (fresh_work_token); else it is one from the work_token index */
-  if (dx__lm_row_kept_take(t, token >> LM_TOKEN_GEN_BITS, token, r)) return 0;
   rc = dx__lm_row_get(t, token >> LM_TOKEN_GEN_BITS, r);
   if (rc == 0 && r->token == token) return 0;
   dx__lm_row_clear(r);
