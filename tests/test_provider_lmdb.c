@@ -569,6 +569,72 @@ DX_TEST(lmdb_locked_row_kept_by_batches_yields_to_another_process) {
   free(store);
 }
 
+/* The child runs the only worker row and hands it back (abandon: due now, attempt 1 spent). */
+static int run_and_abandon_row(dx_provider_t *c) {
+  dx_work_fetch_t f;
+  dx_error_t err;
+  int rc = M(c)->fetch_work_item(c, T0 + 1, 1000, NULL, &f, &err);
+  int ok = rc == 0 && f.item.kind == DX_WI_ACT_EXECUTE && f.attempt_count == 1 &&
+           M(c)->abandon_work_item(c, T0 + 1, f.lock_token, 0, 0, &err) == 0;
+  if (rc == 0) dx_work_item_clear(&f.item);
+  return ok ? 0 : 1;
+}
+
+/* A batch's commit writes the worker rows its acks queued and the batches keep them for the
+** fetch that locks them (records.c). Another process that runs one and hands it back between
+** two batches must be seen: the next batch's fetch counts its second attempt (a kept row
+** would say the first). */
+DX_TEST(lmdb_queued_row_kept_by_batches_yields_to_another_process) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_work_item_t w = start_item("K", "1"), act;
+  dx_orch_item_t *it = NULL;
+  dx_work_fetch_t f;
+  dx_orch_ack_t a;
+  dx_event_t ev;
+  dx_error_t err;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 1000, &it, &err));
+  ASSERT(it);
+  memset(&a, 0, sizeof a);
+  memset(&ev, 0, sizeof ev);
+  memset(&act, 0, sizeof act);
+  ev.event_id = 1;
+  ev.timestamp_ms = T0;
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.name = "Orch";
+  ev.data = "1";
+  act.kind = DX_WI_ACT_EXECUTE;
+  act.instance = "K";
+  act.execution_id = 1;
+  act.id = 2;
+  act.name = "Act";
+  act.data = "1";
+  a.instance = it->instance;
+  a.lock_token = it->lock_token;
+  a.execution_id = it->execution_id;
+  a.orchestration_name = it->orchestration_name;
+  a.status = DX_STATUS_RUNNING;
+  a.delta = &ev;
+  a.delta_len = 1;
+  a.worker_items = &act;
+  a.worker_items_len = 1;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0, &a, &err)); /* queues the row in the batch */
+  dx_orch_item_free(it);
+  ASSERT_OK(M(p)->commit(p, 1, &err)); /* writes it (and keeps it) */
+  in_child(store, run_and_abandon_row);
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 2, 1000, NULL, &f, &err));
+  ASSERT_EQ(f.item.kind, DX_WI_ACT_EXECUTE);
+  ASSERT_EQ(f.attempt_count, 2);
+  ASSERT_OK(M(p)->ack_work_item(p, T0 + 2, f.lock_token, NULL, &err));
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  dx_work_item_clear(&f.item);
+  M(p)->destroy(p);
+  free(store);
+}
+
 static void act_row(dx_provider_t *p, const char *inst, uint64_t id) {
   dx_work_item_t w;
   dx_error_t err;
