@@ -160,6 +160,67 @@ DX_TEST(lmdb_records_direct_reader_agrees_with_general_decoder) {
   ASSERT(handed > 0);
 }
 
+/* The partial readers (a message without its item, a session without its strings: their
+** RF_SKIP fields are checked, not kept) give the full reader's other fields and nothing for
+** the skipped ones, and both of their decoders agree, on stored records and damaged ones. */
+DX_TEST(lmdb_records_partial_readers_match_full_readers) {
+  const lm_schema_t *pairs[][2] = {{&dx__lm_msg_schema, &dx__lm_msg_head_schema},
+                                   {&dx__lm_sess_schema, &dx__lm_sess_time_schema}};
+  size_t pi;
+  for (pi = 0; pi < sizeof pairs / sizeof pairs[0]; pi++) {
+    const lm_schema_t *full = pairs[pi][0], *part = pairs[pi][1];
+    int i, direct = 0;
+    ASSERT_EQ(full->n, part->n);
+    for (i = 0; i < 300; i++) {
+      msgpack_sbuffer sb;
+      msgpack_packer pk;
+      shared_env_t se;
+      tx_t t;
+      any_rec_t a, b;
+      MDB_val v;
+      size_t bit, f;
+      memset(&se, 0, sizeof se);
+      se.path = "test";
+      memset(&t, 0, sizeof t);
+      t.se = &se;
+      t.err = &t.scratch;
+      msgpack_sbuffer_init(&sb);
+      msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+      pack_record(&pk, full, full->n, 1); /* as the provider writes them */
+      v.mv_data = sb.data;
+      v.mv_size = sb.size;
+      memset(&a, 0, sizeof a);
+      memset(&b, 0, sizeof b);
+      ASSERT_EQ(dx__lm_rec_decode(&t, full, &v, &a, "r"), 0);
+      ASSERT_EQ(dx__lm_rec_decode(&t, part, &v, &b, "r"), 0);
+      for (f = 0; f < full->n; f++) {
+        const lm_field_t *ff = &full->f[f];
+        if (part->f[f].type != RF_SKIP) {
+          ASSERT_EQ(part->f[f].type, ff->type);
+          ASSERT_EQ(part->f[f].off, ff->off);
+        } else if (ff->type == RF_STR || ff->type == RF_BIN) { /* nothing allocated */
+          ASSERT(*(char **)(void *)(b.b + ff->off) == NULL);
+          *(char **)(void *)(b.b + ff->off) = *(char **)(void *)(a.b + ff->off);
+          if (ff->type == RF_BIN)
+            *(size_t *)(void *)(b.b + ff->len_off) = *(size_t *)(void *)(a.b + ff->len_off);
+        }
+      }
+      assert_same(full, &a, &b); /* the skipped strings filled in from a */
+      memset(&b, 0, sizeof b);
+      direct += dx__lm_rec_decode_direct(part, &v, &b) == 0;
+      dx__lm_rec_clear(full, &a);
+      for (bit = 0; i < 20 && bit < sb.size * 8; bit++) {
+        sb.data[bit / 8] ^= (char)(1 << (bit % 8));
+        (void)compare(part, sb.data, sb.size);
+        sb.data[bit / 8] ^= (char)(1 << (bit % 8));
+      }
+      (void)compare(part, sb.data, sb.size - 1); /* cut short */
+      msgpack_sbuffer_destroy(&sb);
+    }
+    ASSERT(direct > 250); /* stored records take the direct path */
+  }
+}
+
 /* The provider's own writer (dx__lm_rec_pack, no msgpack-c packer) writes exactly the bytes
 ** msgpack-c's packer writes for the same record: stores stay byte for byte as before. */
 DX_TEST(lmdb_records_writer_matches_msgpack_c) {

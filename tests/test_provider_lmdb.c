@@ -458,6 +458,350 @@ DX_TEST(lmdb_instance_record_kept_by_batches_yields_to_another_process) {
   free(store);
 }
 
+/* Run fn(store) in a child process (its own handle); it must exit 0. */
+static void in_child(const char *store, int (*fn)(dx_provider_t *c)) {
+  pid_t pid;
+  int st;
+  fflush(NULL);
+  pid = fork();
+  ASSERT(pid >= 0);
+  if (pid == 0) {
+    dx_provider_t *c = open_with(store, NULL);
+    int rc = fn(c);
+    M(c)->destroy(c);
+    _exit(rc);
+  }
+  ASSERT(waitpid(pid, &st, 0) == pid);
+  ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* The child takes over instance K's lapsed lock (1 s after T0). */
+static int take_over_orch(dx_provider_t *c) {
+  dx_orch_item_t *it = NULL;
+  dx_error_t err;
+  int rc = M(c)->fetch_orchestration_item(c, T0 + 5000, 1000, &it, &err);
+  int ok = rc == 0 && it && strcmp(it->instance, "K") == 0 && it->attempt_count == 2;
+  dx_orch_item_free(it);
+  return ok ? 0 : 1;
+}
+
+/* The batches keep the lock states their fetches and acks wrote (records.c) past their
+** commits while no other writer commits in between. Another process that takes a lapsed lock
+** over between two batches must be seen: the next batch's ack with the old token is refused
+** (a kept state would still name it and the ack would go through). */
+DX_TEST(lmdb_lock_state_kept_by_batches_yields_to_another_process) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_work_item_t w = start_item("K", "1");
+  dx_orch_item_t *it = NULL;
+  dx_orch_ack_t a;
+  dx_event_t ev;
+  dx_error_t err;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 1000, &it, &err));
+  ASSERT(it);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  in_child(store, take_over_orch);
+  memset(&a, 0, sizeof a);
+  memset(&ev, 0, sizeof ev);
+  ev.event_id = 1;
+  ev.timestamp_ms = T0;
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.name = "Orch";
+  ev.data = "1";
+  a.instance = it->instance;
+  a.lock_token = it->lock_token;
+  a.execution_id = it->execution_id;
+  a.orchestration_name = it->orchestration_name;
+  a.delta = &ev;
+  a.delta_len = 1;
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_EQ(M(p)->ack_orchestration_item(p, T0 + 1, &a, &err), DX_ETOKEN);
+  M(p)->rollback(p);
+  dx_orch_item_free(it);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* The child takes over the lapsed lock of the only worker row. */
+static int take_over_row(dx_provider_t *c) {
+  dx_work_fetch_t f;
+  dx_error_t err;
+  int rc = M(c)->fetch_work_item(c, T0 + 5000, 1000, NULL, &f, &err);
+  int ok = rc == 0 && f.item.kind == DX_WI_ACT_EXECUTE && f.attempt_count == 2;
+  if (rc == 0) dx_work_item_clear(&f.item);
+  return ok ? 0 : 1;
+}
+
+/* Likewise the worker rows the batches' fetches locked (records.c): another process that
+** takes a lapsed row over between two batches must be seen: the next batch's ack with the old
+** token is refused and leaves the row to its new holder (a kept row would be deleted). */
+DX_TEST(lmdb_locked_row_kept_by_batches_yields_to_another_process) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_work_item_t w;
+  dx_work_fetch_t f;
+  dx_error_t err;
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_ACT_EXECUTE;
+  w.instance = "K";
+  w.execution_id = 1;
+  w.id = 2;
+  w.name = "Act";
+  w.data = "1";
+  ASSERT_OK(M(p)->enqueue_for_worker(p, T0, &w, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, T0, 1000, NULL, &f, &err));
+  ASSERT_EQ(f.item.kind, DX_WI_ACT_EXECUTE);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  in_child(store, take_over_row);
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_EQ(M(p)->ack_work_item(p, T0 + 1, f.lock_token, NULL, &err), DX_ELOCK);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  { /* the row is still there, locked by the child */
+    dx_queue_depths_t d;
+    ASSERT_OK(M(p)->get_queue_depths(p, &d, &err));
+    ASSERT_EQ(d.worker, 1);
+  }
+  dx_work_item_clear(&f.item);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* The child runs the only worker row and hands it back (abandon: due now, attempt 1 spent). */
+static int run_and_abandon_row(dx_provider_t *c) {
+  dx_work_fetch_t f;
+  dx_error_t err;
+  int rc = M(c)->fetch_work_item(c, T0 + 1, 1000, NULL, &f, &err);
+  int ok = rc == 0 && f.item.kind == DX_WI_ACT_EXECUTE && f.attempt_count == 1 &&
+           M(c)->abandon_work_item(c, T0 + 1, f.lock_token, 0, 0, &err) == 0;
+  if (rc == 0) dx_work_item_clear(&f.item);
+  return ok ? 0 : 1;
+}
+
+/* A batch's commit writes the worker rows its acks queued and the batches keep them for the
+** fetch that locks them (records.c). Another process that runs one and hands it back between
+** two batches must be seen: the next batch's fetch counts its second attempt (a kept row
+** would say the first). */
+DX_TEST(lmdb_queued_row_kept_by_batches_yields_to_another_process) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_work_item_t w = start_item("K", "1"), act;
+  dx_orch_item_t *it = NULL;
+  dx_work_fetch_t f;
+  dx_orch_ack_t a;
+  dx_event_t ev;
+  dx_error_t err;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 1000, &it, &err));
+  ASSERT(it);
+  memset(&a, 0, sizeof a);
+  memset(&ev, 0, sizeof ev);
+  memset(&act, 0, sizeof act);
+  ev.event_id = 1;
+  ev.timestamp_ms = T0;
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.name = "Orch";
+  ev.data = "1";
+  act.kind = DX_WI_ACT_EXECUTE;
+  act.instance = "K";
+  act.execution_id = 1;
+  act.id = 2;
+  act.name = "Act";
+  act.data = "1";
+  a.instance = it->instance;
+  a.lock_token = it->lock_token;
+  a.execution_id = it->execution_id;
+  a.orchestration_name = it->orchestration_name;
+  a.status = DX_STATUS_RUNNING;
+  a.delta = &ev;
+  a.delta_len = 1;
+  a.worker_items = &act;
+  a.worker_items_len = 1;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0, &a, &err)); /* queues the row in the batch */
+  dx_orch_item_free(it);
+  ASSERT_OK(M(p)->commit(p, 1, &err)); /* writes it (and keeps it) */
+  in_child(store, run_and_abandon_row);
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 2, 1000, NULL, &f, &err));
+  ASSERT_EQ(f.item.kind, DX_WI_ACT_EXECUTE);
+  ASSERT_EQ(f.attempt_count, 2);
+  ASSERT_OK(M(p)->ack_work_item(p, T0 + 2, f.lock_token, NULL, &err));
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  dx_work_item_clear(&f.item);
+  M(p)->destroy(p);
+  free(store);
+}
+
+static void act_row(dx_provider_t *p, const char *inst, uint64_t id) {
+  dx_work_item_t w;
+  dx_error_t err;
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_ACT_EXECUTE;
+  w.instance = (char *)inst;
+  w.execution_id = 1;
+  w.id = id;
+  w.name = "Act";
+  w.data = "1";
+  ASSERT_OK(M(p)->enqueue_for_worker(p, T0, &w, &err));
+}
+
+static uint64_t work_depth(dx_provider_t *p) {
+  dx_queue_depths_t d;
+  dx_error_t err;
+  ASSERT_OK(M(p)->get_queue_depths(p, &d, &err));
+  return d.worker;
+}
+
+/* Inside one batch a locked row kept for its ack follows every later write of the row: a
+** renewal (direct), an abandon and a re-fetch (a nested writer), a cancel by an orchestration
+** ack (direct, lock stealing). The ack of a lock that no longer holds is refused. */
+DX_TEST(lmdb_locked_row_kept_in_a_batch_follows_its_writes) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_work_fetch_t f1, f2;
+  dx_work_item_t w = start_item("K", "1");
+  dx_orch_item_t *it = NULL;
+  dx_activity_ref_t ref = {"K", 1, 7};
+  dx_orch_ack_t a;
+  dx_error_t err;
+  /* renewed, then acked */
+  act_row(p, "R", 1);
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, T0, 1000, NULL, &f1, &err));
+  ASSERT_OK(M(p)->renew_work_item_lock(p, T0 + 1, f1.lock_token, 5000, &err));
+  ASSERT_OK(M(p)->ack_work_item(p, T0 + 2000, f1.lock_token, NULL, &err)); /* renewed: live */
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(work_depth(p), 0);
+  dx_work_item_clear(&f1.item);
+  /* abandoned and fetched again: the first token is refused, the second acks */
+  act_row(p, "A", 1);
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, T0, 1000, NULL, &f1, &err));
+  ASSERT_OK(M(p)->abandon_work_item(p, T0, f1.lock_token, 0, 0, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, T0, 1000, NULL, &f2, &err));
+  ASSERT_EQ(f2.attempt_count, 2);
+  ASSERT_EQ(M(p)->ack_work_item(p, T0, f1.lock_token, NULL, &err), DX_ELOCK);
+  ASSERT_OK(M(p)->ack_work_item(p, T0, f2.lock_token, NULL, &err));
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(work_depth(p), 0);
+  dx_work_item_clear(&f1.item);
+  dx_work_item_clear(&f2.item);
+  /* cancelled by the orchestration's ack while locked: its ack is refused */
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  act_row(p, "K", 7);
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 1000, &it, &err));
+  ASSERT(it);
+  ASSERT_OK(M(p)->fetch_work_item(p, T0, 1000, NULL, &f1, &err));
+  ASSERT_STR_EQ(f1.item.instance, "K");
+  memset(&a, 0, sizeof a);
+  a.instance = it->instance;
+  a.lock_token = it->lock_token;
+  a.execution_id = it->execution_id;
+  a.orchestration_name = it->orchestration_name;
+  a.cancelled = &ref;
+  a.cancelled_len = 1;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0, &a, &err));
+  ASSERT_EQ(M(p)->ack_work_item(p, T0, f1.lock_token, NULL, &err), DX_ELOCK);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(work_depth(p), 0);
+  dx_work_item_clear(&f1.item);
+  dx_orch_item_free(it);
+  M(p)->destroy(p);
+  free(store);
+}
+
+static uint64_t held_n; /* the fake cache of instance K holds execution 1's first held_n */
+
+static int held_k(void *ud, const char *instance, uint64_t *exec, uint64_t *n) {
+  (void)ud;
+  if (strcmp(instance, "K") != 0) return 0;
+  *exec = 1;
+  *n = held_n;
+  return 1;
+}
+
+/* Ack K's turn (lock of `it`) appending event `id` (OrchestrationStarted when 1). */
+static void ack_k(dx_provider_t *p, int64_t now, dx_orch_item_t *it, uint64_t id) {
+  dx_orch_ack_t a;
+  dx_event_t ev;
+  dx_error_t err;
+  memset(&a, 0, sizeof a);
+  memset(&ev, 0, sizeof ev);
+  ev.event_id = id;
+  ev.timestamp_ms = now;
+  ev.kind = id == 1 ? DX_EV_ORCH_STARTED : DX_EV_ACT_COMPLETED;
+  ev.name = id == 1 ? "Orch" : NULL;
+  ev.data = id == 1 ? "1" : "\"result\"";
+  ev.source_id = id == 1 ? 0 : 2;
+  a.instance = it->instance;
+  a.lock_token = it->lock_token;
+  a.execution_id = it->execution_id;
+  a.orchestration_name = it->orchestration_name;
+  a.status = id == 1 ? DX_STATUS_RUNNING : DX_STATUS_NONE;
+  a.delta = &ev;
+  a.delta_len = 1;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, now, &a, &err));
+}
+
+/* The batches keep an execution's last event and hand it to the next cached fetch (moved, not
+** copied): a second fetch before the next ack (a lapsed lock taken over in the same batch)
+** still gets the event, read from the store. */
+DX_TEST(lmdb_kept_last_event_is_handed_out_once_then_read) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_history_hint_t hint = {held_k, NULL, NULL};
+  dx_work_item_t w = start_item("K", "1"), done;
+  dx_orch_item_t *it = NULL;
+  dx_work_fetch_t f;
+  dx_error_t err;
+  int round;
+  ASSERT_OK(M(p)->set_history_hint(p, &hint, &err));
+  act_row(p, "K", 2);
+  act_row(p, "K", 3);
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  memset(&done, 0, sizeof done);
+  done.kind = DX_WI_ACT_COMPLETED;
+  done.instance = "K";
+  done.execution_id = 1;
+  done.data = "\"result\"";
+  /* one batch of direct methods only (a nested writer would drop what the batches keep) */
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 1000, &it, &err));
+  ack_k(p, T0, it, 1);
+  dx_orch_item_free(it);
+  for (round = 0; round < 2; round++) { /* results of activities 2 and 3: each wakes K */
+    ASSERT_OK(M(p)->fetch_work_item(p, T0, 1000, NULL, &f, &err));
+    done.id = f.item.id;
+    ASSERT_OK(M(p)->ack_work_item(p, T0, f.lock_token, &done, &err));
+    dx_work_item_clear(&f.item);
+    if (round == 0) { /* its turn: the batches now know K ends at event 2 */
+      ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 1, 1000, &it, &err));
+      ack_k(p, T0 + 1, it, 2);
+      dx_orch_item_free(it);
+    }
+  }
+  held_n = 2;
+  for (round = 0; round < 2; round++) { /* handed out, then read (the lock lapsed) */
+    it = NULL;
+    ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 3 + round * 5000, 1000, &it, &err));
+    ASSERT(it);
+    ASSERT_EQ(it->history_held, 2);
+    ASSERT_EQ(it->history_len, 1);
+    ASSERT_EQ(it->history[0].event_id, 2);
+    ASSERT_EQ(it->history[0].kind, DX_EV_ACT_COMPLETED);
+    ASSERT_STR_EQ(it->history[0].data, "\"result\"");
+    ASSERT_EQ(it->attempt_count, (uint32_t)(round + 1));
+    dx_orch_item_free(it);
+  }
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  M(p)->destroy(p);
+  free(store);
+}
+
 DX_TEST(lmdb_map_growth_reaches_other_processes) {
   /* a child process grows the map; the parent, still on its first map, adopts the new size
   ** (MDB_MAP_RESIZED) and keeps reading and writing */

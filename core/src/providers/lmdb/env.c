@@ -267,10 +267,12 @@ static void env_free(shared_env_t *se) {
   if (se->env) mdb_env_close(se->env);
   if (se->probe_fd >= 0) close(se->probe_fd); /* after the env: it drops LMDB's locks too */
   if (se->notify_fd >= 0) close(se->notify_fd);
+  if (se->watch_fd >= 0) close(se->watch_fd);
   free(se->notify_path);
   dx__lm_pend_drop(se);
   dx__lm_inst_keep_drop(se);
   free(se->ik);
+  free(se->rk);
   free(se->pend);
   free(se->rpend);
   free(se->rpend_idx);
@@ -279,6 +281,7 @@ static void env_free(shared_env_t *se) {
   free(se->lock_path);
   pthread_mutex_destroy(&se->commit_mu);
   pthread_mutex_destroy(&se->batch_mu);
+  pthread_mutex_destroy(&se->files_mu);
   pthread_rwlock_destroy(&se->remap);
   free(se->path);
   free(se);
@@ -366,7 +369,9 @@ static int env_open(char *path, const dx_provider_opts_t *o, shared_env_t **out,
   se->notify_fd = -1;
   se->data_fd = -1;
   se->probe_fd = -1;
+  se->watch_fd = -1;
   pthread_mutex_init(&se->commit_mu, NULL);
+  pthread_mutex_init(&se->files_mu, NULL);
   pthread_mutex_init(&se->batch_mu, NULL);
   pthread_rwlock_init(&se->remap, NULL);
   if (!(data = path_in(path, "data.mdb")) || !(se->lock_path = path_in(path, "lock.mdb")) ||
@@ -399,6 +404,7 @@ static int env_open(char *path, const dx_provider_opts_t *o, shared_env_t **out,
   if (!(flags & MDB_RDONLY) || se->lock_ino) mdb_reader_check(se->env, &dead); /* killed readers */
   mdb_env_get_fd(se->env, &se->data_fd);
   se->psize = mdb_env_stat(se->env, &ms) == 0 ? ms.ms_psize : 4096;
+  dx__lm_watch_open(se, se->lock_path); /* before the first check: later changes are seen */
   if ((rc = dx__lm_files_ok(se, err))) goto done;
   if (mdb_env_info(se->env, &info) == 0) se->map_size = info.me_mapsize;
   rc = env_init_dbs(se, o->max_size, err);

@@ -310,10 +310,11 @@ int dx__lm_history_holds(tx_t *t, const char *inst, uint64_t exec, uint64_t n, d
   dx_error_t derr = {0};
   size_t pn;
   int mrc, rc = 0;
-  if (dx__lm_tail_get(t, inst, exec, &end, &kept)) { /* the batches know where it ends */
+  /* the batches know where it ends, and usually its last event: handed out, not copied (a
+  ** second fetch before the next ack reads it again) */
+  if (dx__lm_tail_get(t, inst, exec, &end, &kept)) {
     if (end != n) return 0;
-    if (dx_event_copy(last, kept)) return dx__lm_nomem(t->err);
-    return 1;
+    if (dx__lm_tail_take(t, inst, last)) return 1;
   }
   key_hist(&k, inst, exec, n + 1);
   pn = k.n - 8;

@@ -152,6 +152,12 @@ typedef struct shared_env_s {
   dev_t lock_dev;
   ino_t lock_ino;
   int lost;                  /* the lock file vanished: refuse every further txn (atomic) */
+  /* The lock file is looked up again only after it changed (map.c "watching the lock file"):
+  ** watch_fd is an inotify fd watching lock.mdb (-1: none, every check looks); lock_clean
+  ** says the last look passed and no event came since (both under files_mu). */
+  int watch_fd;
+  int lock_clean;
+  pthread_mutex_t files_mu;
   pthread_rwlock_t remap;    /* read-held by every top-level txn; write-held to resize */
   pthread_mutex_t commit_mu; /* serializes top-level commits with the NOSYNC toggle */
   pthread_mutex_t batch_mu;  /* guards batch / batch_thread */
@@ -220,6 +226,11 @@ typedef struct shared_env_s {
   struct lm_ik_s *ik;
   size_t ik_live;
   size_t ik_txn;
+  /* Worker rows the batch thread wrote (records.c "worker rows kept by the batches"): direct
+  ** mapped by seq, LM_RK_SLOTS entries once used (seq 0: empty), rk_live filled; kept and
+  ** dropped with ik. */
+  struct work_row_s *rk;
+  size_t rk_live, rk_bytes;  /* entries filled, their items' bytes */
   int ik_wrote;              /* a write in the open batch's own txn succeeded */
   int ik_nested;             /* a nested writer ran in the open batch */
   char *notify_path;         /* <store>/notify: written after commits that carry work */
@@ -401,6 +412,7 @@ typedef struct {
   size_t prefix_n;
   orch_msg_t *v;
   size_t n, cap;
+  int heads;         /* read without their items (item NULL) */
 } msg_list_t;
 /* {===== orchestrator queue: per-instance state and indexes =====} */
 
@@ -491,7 +503,9 @@ typedef struct work_row_s {
 } work_row_t;
 
 /* One stored field of a wrapper record: its type and where it lives in the C struct. */
-typedef enum { RF_I64, RF_U64, RF_INT, RF_STR, RF_BIN } lm_field_type_t;
+/* RF_SKIP: a str, nil or bin the reader checks and does not keep (schemas only read with, for
+** readers that need the other fields: never written with). */
+typedef enum { RF_I64, RF_U64, RF_INT, RF_STR, RF_BIN, RF_SKIP } lm_field_type_t;
 
 typedef struct {
   lm_field_type_t type;
@@ -621,6 +635,11 @@ int dx__lm_seq_flush(shared_env_t *se, MDB_txn *batch, dx_error_t *err);
 int dx__lm_next_seq(tx_t *t, uint64_t *out);
 
 /* map.c */
+/* Start watching lock.mdb (se->watch_fd) once the env opened and its identity is known;
+** without it (no inotify, or dx__lm_watch_files is 0) every files check looks it up. */
+void dx__lm_watch_open(shared_env_t *se, const char *lock_path);
+extern int dx__lm_watch_files; /* 1 (default): watch; tests set 0 to check the fallback */
+/* The files check with a fresh look at the lock file, whatever the watch says (open). */
 int dx__lm_files_ok(shared_env_t *se, dx_error_t *err);
 /* Before a top-level txn: the files check, and for a write the map grown when it must. */
 int dx__lm_top_check(shared_env_t *se, int write, dx_error_t *err);
@@ -634,6 +653,8 @@ void dx__lm_adopt_size(shared_env_t *se);
 int dx__lm_can_grow(shared_env_t *se);
 
 /* records.c */
+extern const lm_schema_t dx__lm_msg_head_schema; /* a message read without its item */
+extern const lm_schema_t dx__lm_sess_time_schema; /* a session without owner, prev, users */
 extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_schema,
     dx__lm_state_schema, dx__lm_state3_schema, dx__lm_sess_schema, dx__lm_row_schema,
     dx__lm_kv_schema, dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
@@ -671,6 +692,18 @@ int dx__lm_tail_get(tx_t *t, const char *inst, uint64_t exec, uint64_t *n,
                     const dx_event_t **last);
 void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *last);
 void dx__lm_tail_forget(tx_t *t, const char *inst);
+int dx__lm_tail_take(tx_t *t, const char *inst, dx_event_t *out);
+/* The instance's stored lock state kept by the batches (records.c; orch.c reads and writes
+** it through dx__lm_state_get / state_set_db): 1 with *s when kept; keep s (NULL: forget). */
+int dx__lm_state_kept(tx_t *t, const char *inst, orch_state_t *s);
+int dx__lm_inst_kept(tx_t *t, const char *inst); /* the record is kept as present */
+/* Worker rows kept by the batches (records.c): the batch thread keeps a row it wrote in the
+** batch txn (taking r's strings, *r zeroed); a direct method's read takes it back (1 with *r,
+** owned: dx__lm_row_get); every row write forgets its seq first. */
+void dx__lm_row_keep(tx_t *t, work_row_t *r);
+int dx__lm_row_kept_take(tx_t *t, uint64_t seq, work_row_t *r);
+void dx__lm_row_kept_forget(tx_t *t, uint64_t seq);
+void dx__lm_state_keep(tx_t *t, const char *inst, const orch_state_t *s);
 void dx__lm_exec_clear(exec_rec_t *r);
 int dx__lm_exec_get(tx_t *t, const char *inst, uint64_t exec, exec_rec_t *r);
 int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r);
@@ -722,6 +755,8 @@ int dx__lm_sess_owned(const sess_rec_t *r);
 int dx__lm_sess_owner_is(const sess_rec_t *r, const char *worker);
 void dx__lm_sess_clear(sess_rec_t *r);
 int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r);
+/* The same without owner, prev and users (NULL): times and epoch only, no allocation. */
+int dx__lm_sess_times(tx_t *t, const char *sid, sess_rec_t *r);
 int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw);
 /* Point nw->users at a new blob (caller frees *blob) that lists (inst, exec) once. */
 int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exec, char **blob);

@@ -6,7 +6,11 @@
 ** store's maximum size. Resizing needs every transaction of this process closed: it takes the
 ** remap lock as writer, every top-level transaction holds it as reader. A file shorter than
 ** its last page is fine when the missing pages are free ones LMDB never wrote (freelist.c).
+** The lock file's identity is looked up again only when it changed since the last look
+** passed (an inotify watch on it says so: "watching the lock file").
 */
+#include <sys/inotify.h>
+
 #include "lmdb_int.h"
 
 /* {===== meta pages =====} */
@@ -141,18 +145,31 @@ static int short_of_free_pages_only(shared_env_t *se) {
   return ok;
 }
 
-/* The files check; *used gets the bytes in use it read (0 when it did not get that far). */
-static int files_ok(shared_env_t *se, size_t *used, dx_error_t *err) {
+static int lost_error(shared_env_t *se, dx_error_t *err) {
+  return dx_error_set(err, DX_ECORRUPT,
+                      "store %s is unsafe to use: its lock file lock.mdb was deleted or "
+                      "replaced while the store was open; stop every process using the store, "
+                      "then start them again",
+                      se->path);
+}
+
+/* lock.mdb is still the file this process opened (ino 0: none to check). */
+static int lock_check(shared_env_t *se, dx_error_t *err) {
   struct stat st;
-  size_t need;
-  *used = 0;
-  if (__atomic_load_n(&se->lost, __ATOMIC_RELAXED))
-    goto lost;
   if (se->lock_ino && (stat(se->lock_path, &st) != 0 || st.st_ino != se->lock_ino ||
                        st.st_dev != se->lock_dev)) {
     __atomic_store_n(&se->lost, 1, __ATOMIC_RELAXED);
-    goto lost;
+    return lost_error(se, err);
   }
+  return 0;
+}
+
+/* data.mdb holds every page in use; *used gets the bytes in use it read (0 when it did not get
+** that far). */
+static int data_check(shared_env_t *se, size_t *used, dx_error_t *err) {
+  struct stat st;
+  size_t need;
+  *used = 0;
   /* the meta pages are read through the map, so they are checked to be in the file first */
   if (fstat(se->data_fd, &st) != 0)
     return dx_error_set(err, DX_EIO, "store %s: cannot check data.mdb: %s", se->path,
@@ -171,12 +188,69 @@ static int files_ok(shared_env_t *se, size_t *used, dx_error_t *err) {
                       "store %s is damaged: data.mdb is %lld bytes but its pages reach %zu bytes "
                       "(the file was truncated)",
                       se->path, (long long)st.st_size, need);
-lost:
-  return dx_error_set(err, DX_ECORRUPT,
-                      "store %s is unsafe to use: its lock file lock.mdb was deleted or "
-                      "replaced while the store was open; stop every process using the store, "
-                      "then start them again",
-                      se->path);
+}
+
+/* {===== watching the lock file =====}
+** The lock file check is a path lookup before every top-level txn (clients' reads too). The
+** kernel reports through inotify every change that can fail it: lock.mdb unlinked or replaced
+** (IN_ATTRIB: its link count changed), renamed (IN_MOVE_SELF), deleted (IN_DELETE_SELF), the
+** watch gone (IN_IGNORED) or events lost (IN_Q_OVERFLOW). The event is queued before the call
+** that caused it returns, so a check that drains the queue first (one non-blocking read) and
+** finds it empty after a look that passed knows the file is still the one opened: it skips
+** the lookup. Any event, or a failed read, means a look. Nothing writes lock.mdb with write(2)
+** (LMDB changes it through its map), so the queue stays empty while nothing happens to it.
+** data.mdb is not watched: every commit pwrites it, and queueing those events cost the
+** committing thread more than the fstat they would save. */
+
+int dx__lm_watch_files = 1;
+
+void dx__lm_watch_open(shared_env_t *se, const char *lock_path) {
+  int fd;
+  if (!dx__lm_watch_files || !se->lock_ino) return;
+  if ((fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0) return; /* e.g. at the user's limit */
+  if (inotify_add_watch(fd, lock_path, IN_MODIFY | IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF) <
+      0) {
+    close(fd);
+    return;
+  }
+  se->watch_fd = fd; /* lock_clean is 0: the first check looks */
+}
+
+/* Drain the watch's queue: 1 when it was empty (nothing happened since the last drain). */
+static int quiet(shared_env_t *se) {
+  union {
+    struct inotify_event ev;
+    char b[4096];
+  } buf;
+  ssize_t n;
+  int calm = 1;
+  while ((n = read(se->watch_fd, buf.b, sizeof buf.b)) > 0) calm = 0;
+  return calm && n < 0 && errno == EAGAIN;
+}
+
+/* The lock file check, skipped while the watch says nothing happened since one passed. */
+static int lock_ok(shared_env_t *se, dx_error_t *err) {
+  int rc;
+  if (se->watch_fd < 0) return lock_check(se, err);
+  pthread_mutex_lock(&se->files_mu);
+  if (quiet(se) && se->lock_clean) {
+    pthread_mutex_unlock(&se->files_mu);
+    return 0;
+  }
+  se->lock_clean = 0;
+  rc = lock_check(se, err);
+  se->lock_clean = rc == 0;
+  pthread_mutex_unlock(&se->files_mu);
+  return rc;
+}
+
+/* The files check; *used gets the bytes in use it read (0 when it did not get that far). */
+static int files_ok(shared_env_t *se, size_t *used, dx_error_t *err) {
+  int rc;
+  *used = 0;
+  if (__atomic_load_n(&se->lost, __ATOMIC_RELAXED)) return lost_error(se, err);
+  if ((rc = lock_ok(se, err))) return rc;
+  return data_check(se, used, err);
 }
 
 static void set_size(shared_env_t *se, size_t size) {
@@ -204,7 +278,9 @@ static void make_room(shared_env_t *se, size_t used) {
 
 int dx__lm_files_ok(shared_env_t *se, dx_error_t *err) {
   size_t used;
-  return files_ok(se, &used, err);
+  int rc;
+  if (__atomic_load_n(&se->lost, __ATOMIC_RELAXED)) return lost_error(se, err);
+  return (rc = lock_check(se, err)) ? rc : data_check(se, &used, err);
 }
 
 int dx__lm_top_check(shared_env_t *se, int write, dx_error_t *err) {

@@ -26,23 +26,28 @@ static int msgs_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   w.n = m->seq;
   if (m->seq == 0)
     return dx__lm_corrupt(t, DB_ORCH_MSGS, "bad key", "instance '%s' message 0", l->inst);
-  if ((rc = dx__lm_rec_decode_as(t, &dx__lm_msg_schema, v, m, &w))) return rc;
+  if ((rc = dx__lm_rec_decode_as(t, l->heads ? &dx__lm_msg_head_schema : &dx__lm_msg_schema, v,
+                                 m, &w)))
+    return rc;
   l->n++;
   return 0;
 }
 
-/* Every message of one instance, oldest first. */
-static int msgs_load(tx_t *t, const char *inst, msg_list_t *l) {
+/* Every message of one instance, oldest first; heads: without their items. */
+static int msgs_read(tx_t *t, const char *inst, msg_list_t *l, int heads) {
   dkey_t k;
   int rc;
   memset(l, 0, sizeof *l);
   l->inst = inst;
+  l->heads = heads;
   key_inst(&k, inst);
   l->prefix_n = k.n;
   rc = dx__lm_scan_prefix(t, DB_ORCH_MSGS, &k, msgs_cb, l);
   if (rc) msgs_free(l);
   return rc;
 }
+
+static int msgs_load(tx_t *t, const char *inst, msg_list_t *l) { return msgs_read(t, inst, l, 0); }
 
 static int msg_put(tx_t *t, const char *inst, const orch_msg_t *m) {
   dkey_t k;
@@ -209,9 +214,12 @@ int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s) {
     s->ready_at = e->ready_at;
     return 0;
   }
+  if (dx__lm_state_kept(t, inst, s)) return 0;
   key_inst(&k, inst);
   rc = dx__lm_rec_get_as(t, &dx__lm_state_schema, &k, s, &w);
-  return rc == DX_ENOTFOUND ? 0 : rc;
+  if (rc == DX_ENOTFOUND) rc = 0;
+  if (!rc && t->direct) dx__lm_state_keep(t, inst, s);
+  return rc;
 }
 
 /* Replace state `old` by `nw`, moving the instance between the ready and lock indexes. */
@@ -224,8 +232,10 @@ static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
   db = dx__lm_state_index(inst, nw, &k);
   if (db >= 0 && (rc = dx__lm_idx_op(t, db, &k, "", 0, 1))) return rc;
   key_inst(&k, inst);
-  if (db < 0) return dx__lm_db_del(t, DB_ORCH_STATE, &k);
-  return dx__lm_rec_put(t, nw->batch_seq ? &dx__lm_state_schema : &dx__lm_state3_schema, &k, nw);
+  if (db < 0) rc = dx__lm_db_del(t, DB_ORCH_STATE, &k);
+  else rc = dx__lm_rec_put(t, nw->batch_seq ? &dx__lm_state_schema : &dx__lm_state3_schema, &k, nw);
+  dx__lm_state_keep(t, inst, rc ? NULL : db < 0 ? &STATE_EMPTY : nw);
+  return rc;
 }
 
 /* Unlock the instance; it becomes ready at `ready_at` (LM_NEVER: not queued). */
@@ -241,7 +251,7 @@ static int orch_release(tx_t *t, const char *inst, const orch_state_t *old) {
   msg_list_t l;
   int64_t at = LM_NEVER;
   size_t i;
-  int rc = msgs_load(t, inst, &l);
+  int rc = msgs_read(t, inst, &l, 1);
   if (rc) return rc;
   for (i = 0; i < l.n; i++)
     if (l.v[i].visible_at < at) at = l.v[i].visible_at;
@@ -840,13 +850,14 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   /* the expected refusals come before the first write (LM_WRITE_DIRECT) */
   if ((rc = orch_check_lock(t, a->instance, a->lock_token, now, 1, &st)) ||
       (rc = dx__lm_history_unused(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
-      (rc = msgs_load(t, a->instance, &l)))
+      (rc = msgs_read(t, a->instance, &l, dx__lm_inst_kept(t, a->instance))))
     return rc;
   rc = msgs_delete(t, &l, &st, now);
   for (i = 0; i < l.n; i++)
     if (!dx__lm_msg_in_lock(&st, &l.v[i]) && l.v[i].visible_at < next) next = l.v[i].visible_at;
   if (!rc) rc = ack_instance(t, now, a, &ai);
-  if (!rc && ai.created) rc = dx__lm_lidx_forget_starts(t, &l, &st); /* no longer queued */
+  /* no longer queued; created: the record was not kept as present, so l has the items */
+  if (!rc && ai.created) rc = dx__lm_lidx_forget_starts(t, &l, &st);
   msgs_free(&l);
   if (rc || (rc = ack_execution(t, now, a, &ai)) ||
       (rc = dx__lm_history_append(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||

@@ -34,6 +34,11 @@ static const lm_field_t msg_fields[] = {
   F(RF_I64, orch_msg_t, visible_at, 0), F(RF_U64, orch_msg_t, token, 0),
   F(RF_U64, orch_msg_t, attempt, 0),    FB(orch_msg_t, item, item_len),
 };
+/* a message without its item: for readers that need its place and lock only */
+static const lm_field_t msg_head_fields[] = {
+  F(RF_I64, orch_msg_t, visible_at, 0), F(RF_U64, orch_msg_t, token, 0),
+  F(RF_U64, orch_msg_t, attempt, 0),    {RF_SKIP, 0, 0, 0},
+};
 static const lm_field_t state_fields[] = {
   F(RF_I64, orch_state_t, ready_at, 0), F(RF_I64, orch_state_t, locked_until, 0),
   F(RF_U64, orch_state_t, token, 0),   F(RF_U64, orch_state_t, locker, 0),
@@ -45,6 +50,12 @@ static const lm_field_t sess_fields[] = {
   F(RF_I64, sess_rec_t, locked_until, 0), F(RF_I64, sess_rec_t, last_activity, 0),
   /* optional (absent in rows written before fencing): */
   F(RF_U64, sess_rec_t, epoch, 0),        FB(sess_rec_t, users, users_len),
+};
+/* a session's times and epoch only: for readers that need no owner or users */
+static const lm_field_t sess_time_fields[] = {
+  {RF_SKIP, 0, 0, 0},                     {RF_SKIP, 0, 0, 0},
+  F(RF_I64, sess_rec_t, locked_until, 0), F(RF_I64, sess_rec_t, last_activity, 0),
+  F(RF_U64, sess_rec_t, epoch, 0),        {RF_SKIP, 0, 0, 0},
 };
 static const lm_field_t sev_fields[] = {
   F(RF_I64, sev_rec_t, at, 0),     F(RF_STR, sev_rec_t, event, 1),
@@ -73,10 +84,14 @@ static const lm_field_t kv_fields[] = {
 const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fields), 0};
 const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields), 0};
 const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields), 0};
+const lm_schema_t dx__lm_msg_head_schema = {DB_ORCH_MSGS, msg_head_fields,
+                                            COUNT(msg_head_fields), 0};
 const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 3};
 /* A state without a batch (batch_seq 0) is written as format 3 wrote it: the first 4 fields. */
 const lm_schema_t dx__lm_state3_schema = {DB_ORCH_STATE, state_fields, 4, 3};
 const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 4};
+const lm_schema_t dx__lm_sess_time_schema = {DB_SESSIONS, sess_time_fields,
+                                             COUNT(sess_time_fields), 4};
 const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9};
 const lm_schema_t dx__lm_kv_schema = {DB_KV, kv_fields, COUNT(kv_fields), 0};
 const lm_schema_t dx__lm_kv_delta_schema = {DB_KV_DELTA, kv_fields, COUNT(kv_fields), 0};
@@ -103,6 +118,7 @@ static size_t w_field(unsigned char *b, const lm_field_t *f, const void *rec) {
       size_t n = *(const size_t *)(const void *)((const char *)rec + f->len_off);
       return dx__mp_bytes(b, 1, p ? p : "", n); /* an optional bin not set: stored empty */
     }
+    case RF_SKIP: return 0; /* read-only schemas */
   }
   return 0;
 }
@@ -181,6 +197,11 @@ static int unpack_field(const msgpack_object *o, const lm_field_t *f, void *rec)
       else if (v < INT_MIN || v > INT_MAX) return DX_ECORRUPT;
       else *AT(rec, f, int) = (int)v;
       return 0;
+    case RF_SKIP:
+      return o->type == MSGPACK_OBJECT_NIL || o->type == MSGPACK_OBJECT_STR ||
+                     o->type == MSGPACK_OBJECT_BIN
+                 ? 0
+                 : DX_ECORRUPT;
     case RF_STR: case RF_BIN:
       rc = copy_bytes(o, f->type == RF_BIN, AT(rec, f, char *),
                       f->type == RF_BIN ? (size_t *)(void *)((char *)rec + f->len_off) : NULL);
@@ -308,12 +329,18 @@ static int direct_decode(const lm_schema_t *s, const MDB_val *v, void *rec) {
         tmp[i] = (void *)p;
         tlen[i] = len;
         break;
+      case RF_SKIP: { /* a str or nil, else a bin */
+        size_t at = r.pos;
+        if (rd_bytes(&r, 0, &p, &len) && (r.pos = at, rd_bytes(&r, 1, &p, &len))) return 1;
+        break;
+      }
     }
   }
   if (r.pos != r.n) return 1; /* trailing bytes */
   /* second pass: the values */
   for (i = 0; i + 1 < have; i++) {
     const lm_field_t *f = &s->f[i];
+    if (f->type == RF_SKIP) continue;
     if (f->type == RF_STR || f->type == RF_BIN) {
       char *cp = NULL;
       if (tmp[i] && !(cp = malloc(tlen[i] + 1))) {
@@ -441,6 +468,9 @@ typedef struct lm_ik_s {
                      when tail_n is 0) */
   uint64_t tail_exec, tail_n;
   dx_event_t tail;
+  int tail_lent;  /* tail was handed out (dx__lm_tail_take): the end is known, not the event */
+  int st_known;   /* st is the instance's stored lock state (orch.c) */
+  orch_state_t st;
 } lm_ik_t;
 
 static void ik_clear(shared_env_t *se, lm_ik_t *e) {
@@ -452,9 +482,12 @@ static void ik_clear(shared_env_t *se, lm_ik_t *e) {
   se->ik_live--;
 }
 
+static void rk_drop(shared_env_t *se);
+
 void dx__lm_inst_keep_drop(shared_env_t *se) {
   size_t i;
   for (i = 0; se->ik_live && i < LM_IK_SLOTS; i++) ik_clear(se, &se->ik[i]);
+  rk_drop(se);
   se->ik_txn = 0;
 }
 
@@ -481,12 +514,16 @@ static lm_ik_t *ik_slot(shared_env_t *se, const char *inst) {
   return &se->ik[dx__lm_str_hash(inst) & (LM_IK_SLOTS - 1)];
 }
 
+static lm_ik_t *ik_lookup(shared_env_t *se, const char *inst) {
+  lm_ik_t *e;
+  if (!se->ik_live) return NULL;
+  e = ik_slot(se, inst);
+  return e->inst && strcmp(e->inst, inst) == 0 ? e : NULL;
+}
+
 /* inst's entry in a direct method, or NULL. */
 static lm_ik_t *ik_find(tx_t *t, const char *inst) {
-  lm_ik_t *e;
-  if (!t->direct || !t->se->ik_live) return NULL;
-  e = ik_slot(t->se, inst);
-  return e->inst && strcmp(e->inst, inst) == 0 ? e : NULL;
+  return t->direct ? ik_lookup(t->se, inst) : NULL;
 }
 
 /* inst's entry, made (replacing its slot's) when missing; NULL outside a direct method or
@@ -568,7 +605,8 @@ static void ik_keep(tx_t *t, const char *inst, const inst_rec_t *r) {
 ** orchestration asks whether the history still ends at the cache's last event and hands that
 ** event out, an ack checks that its new events' ids are unused and appends after the end. */
 
-/* 1 with the end (*n, *last: event *n, borrowed, zeroed when *n is 0) when known, else 0. */
+/* 1 with the end (*n, *last: event *n, borrowed, zeroed when *n is 0 or it was handed out)
+** when known, else 0. */
 int dx__lm_tail_get(tx_t *t, const char *inst, uint64_t exec, uint64_t *n,
                     const dx_event_t **last) {
   lm_ik_t *e = ik_find(t, inst);
@@ -593,17 +631,128 @@ void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t
   if (!e) return;
   dx_event_clear(&e->tail);
   memset(&e->tail, 0, sizeof e->tail);
-  e->tail_known = 0;
+  e->tail_known = e->tail_lent = 0;
   if (last && (!tail_small(last) || dx_event_copy(&e->tail, last))) return;
   e->tail_known = 1;
   e->tail_exec = exec;
   e->tail_n = last ? last->event_id : 0;
 }
 
+/* Hand the kept last event of inst's history out (moved into *out, caller-owned): 1, or 0
+** when it is not kept (or was handed out already). The end stays known. */
+int dx__lm_tail_take(tx_t *t, const char *inst, dx_event_t *out) {
+  lm_ik_t *e = ik_find(t, inst);
+  if (!e || !e->tail_known || e->tail_lent || e->tail_n == 0) return 0;
+  *out = e->tail;
+  memset(&e->tail, 0, sizeof e->tail);
+  e->tail_lent = 1;
+  return 1;
+}
+
 /* Nothing known of inst's history end any more. */
 void dx__lm_tail_forget(tx_t *t, const char *inst) {
   lm_ik_t *e = ik_find(t, inst);
   if (e) e->tail_known = 0;
+}
+
+/* {===== worker rows kept by the batches =====}
+** A row is written and read back in the next step of its life, usually by the same or the
+** next batch: queued (an orchestration ack, or the batch's commit writing the rows it kept
+** queued), then read by the fetch that locks it; locked, then read by the ack of its activity
+** to delete it. The batch thread keeps the row it wrote here (its strings moved, not copied)
+** and the next read in a direct method takes it back instead of a B-tree read and a decode.
+** Kept and dropped with the instance table above (same batches, same commits, same txn id
+** rule); every row write of the batch forgets the row first (work.c row_set), so an entry is
+** always the stored row. Rows with a large item are not kept. */
+
+#define LM_RK_SLOTS 2048u        /* a burst of queued rows is fetched oldest first */
+#define LM_RK_ITEM_MAX 2048u     /* larger items are not kept */
+#define LM_RK_BYTES (1u << 20)   /* nor more item bytes than this in all */
+
+static void rk_clear(shared_env_t *se, work_row_t *e) {
+  se->rk_bytes -= e->item_len;
+  se->rk_live--;
+  dx__lm_row_clear(e);
+}
+
+static void rk_drop(shared_env_t *se) {
+  size_t i;
+  for (i = 0; se->rk_live && i < LM_RK_SLOTS; i++)
+    if (se->rk[i].seq) rk_clear(se, &se->rk[i]);
+}
+
+void dx__lm_row_keep(tx_t *t, work_row_t *r) {
+  shared_env_t *se = t->se;
+  work_row_t *e;
+  if ((!t->direct && t->txn != se->batch) || !r->seq || r->item_len > LM_RK_ITEM_MAX ||
+      (!se->rk && !(se->rk = calloc(LM_RK_SLOTS, sizeof *se->rk)))) {
+    dx__lm_row_clear(r);
+    return;
+  }
+  e = &se->rk[r->seq & (LM_RK_SLOTS - 1)];
+  if (e->seq) rk_clear(se, e);
+  if (se->rk_bytes + r->item_len > LM_RK_BYTES) {
+    dx__lm_row_clear(r);
+    return;
+  }
+  *e = *r;
+  memset(r, 0, sizeof *r);
+  se->rk_live++;
+  se->rk_bytes += e->item_len;
+}
+
+int dx__lm_row_kept_take(tx_t *t, uint64_t seq, work_row_t *r) {
+  shared_env_t *se = t->se;
+  work_row_t *e;
+  if (!t->direct || !se->rk_live) return 0;
+  e = &se->rk[seq & (LM_RK_SLOTS - 1)];
+  if (!seq || e->seq != seq) return 0;
+  *r = *e;
+  memset(e, 0, sizeof *e);
+  se->rk_live--;
+  se->rk_bytes -= r->item_len;
+  return 1;
+}
+
+/* Only the batch thread's writes in the batch txn itself look: nested writers drop the whole
+** table first, and other threads' top-level writes commit a txn id the next batch does not
+** expect. */
+void dx__lm_row_kept_forget(tx_t *t, uint64_t seq) {
+  shared_env_t *se = t->se;
+  work_row_t *e;
+  if (!se->rk_live || (!t->direct && t->txn != se->batch)) return;
+  e = &se->rk[seq & (LM_RK_SLOTS - 1)];
+  if (e->seq == seq) rk_clear(se, e);
+}
+
+/* {===== lock states kept by the batches =====}
+** The same entries keep an instance's stored lock state (orch.c): a fetch locks an instance
+** and the ack of its turn, in the same batch with held rounds, checks the lock; the ack
+** releases it and the next fetch or an activity's result reads it again. */
+
+/* 1 with *s the stored state of inst when kept, else 0. */
+int dx__lm_state_kept(tx_t *t, const char *inst, orch_state_t *s) {
+  lm_ik_t *e = ik_find(t, inst);
+  if (!e || !e->st_known) return 0;
+  *s = e->st;
+  return 1;
+}
+
+/* inst's stored state is now *s (NULL: unknown). A write in the batch's txn outside a direct
+** method (instances made ready in the batch, flushed at commit) only forgets it; other txns
+** (nested ones drop the table first, other threads' never touch it) leave it alone. */
+void dx__lm_state_keep(tx_t *t, const char *inst, const orch_state_t *s) {
+  lm_ik_t *e;
+  if (!t->direct && t->txn != t->se->batch) return;
+  if (!(e = s && t->direct ? ik_entry(t, inst) : ik_lookup(t->se, inst))) return;
+  e->st_known = s && t->direct;
+  if (e->st_known) e->st = *s;
+}
+
+/* 1 when the batches keep inst's record as stored (so an ack does not create it), else 0. */
+int dx__lm_inst_kept(tx_t *t, const char *inst) {
+  lm_ik_t *e = ik_find(t, inst);
+  return e && e->rec_known && e->present;
 }
 
 /* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */

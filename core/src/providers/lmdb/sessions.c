@@ -15,14 +15,14 @@ void dx__lm_sess_clear(sess_rec_t *r) {
   memset(r, 0, sizeof *r);
 }
 
-static int sess_decode(tx_t *t, const char *sid, const MDB_val *v, sess_rec_t *r) {
+static int sess_decode(tx_t *t, const lm_schema_t *s, const char *sid, const MDB_val *v,
+                       sess_rec_t *r) {
   lm_what_t w = {"session '%s'", sid, 0};
   memset(r, 0, sizeof *r);
-  return dx__lm_rec_decode_as(t, &dx__lm_sess_schema, v, r, &w);
+  return dx__lm_rec_decode_as(t, s, v, r, &w);
 }
 
-/* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */
-int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r) {
+static int sess_read(tx_t *t, const lm_schema_t *s, const char *sid, sess_rec_t *r) {
   dkey_t k;
   MDB_val v;
   int rc;
@@ -30,7 +30,16 @@ int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r) {
   if ((rc = dx__lm_kept_sess(t, sid, &v)) < 0) return rc;
   key_inst(&k, sid);
   if (!rc && (rc = dx__lm_db_get(t, DB_SESSIONS, &k, &v))) return rc;
-  return sess_decode(t, sid, &v, r);
+  return sess_decode(t, s, sid, &v, r);
+}
+
+/* 0, DX_ENOTFOUND (err untouched, *r zeroed) or an error. */
+int dx__lm_sess_get(tx_t *t, const char *sid, sess_rec_t *r) {
+  return sess_read(t, &dx__lm_sess_schema, sid, r);
+}
+
+int dx__lm_sess_times(tx_t *t, const char *sid, sess_rec_t *r) {
+  return sess_read(t, &dx__lm_sess_time_schema, sid, r);
 }
 
 /* {===== the batch's copy of one worker's owned sessions (shared_env_t.own) =====} */
@@ -509,7 +518,7 @@ static int sess_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   int rc;
   if (k->mv_size == 0 || sid[k->mv_size - 1] != 0)
     return dx__lm_corrupt(t, DB_SESSIONS, "bad key", "%zu-byte key", k->mv_size);
-  if ((rc = sess_decode(t, sid, v, &r))) return rc;
+  if ((rc = sess_decode(t, &dx__lm_sess_schema, sid, v, &r))) return rc;
   if (!s->orphans_only) {
     if (!(rc = slist_push(t, &s->rows, sid, &r, 0))) rc = count_running(t, &s->rows);
   } else if (!dx__lm_sess_owned(&r) || r.locked_until <= s->now) {

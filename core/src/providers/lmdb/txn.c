@@ -142,13 +142,14 @@ int dx__lm_tx_begin(shared_env_t *se, int durable, int write, int direct, tx_t *
     t->writes0 = se->batch_writes;
     return 0;
   }
-  /* a writer may write or undo instance records the batch's direct methods keep (records.c) */
+  /* worker rows queued in the batch are written before any other method looks (work.c) */
+  if (dx__lm_pend_any(se) && (rc = dx__lm_pend_flush(se, parent, t->err))) return rc;
+  /* a writer may write or undo instance records, states and rows the batch's direct methods
+  ** keep (records.c), those the flush above kept too */
   if (write) {
     dx__lm_inst_keep_drop(se);
     se->ik_nested = 1;
   }
-  /* worker rows queued in the batch are written before any other method looks (work.c) */
-  if (dx__lm_pend_any(se) && (rc = dx__lm_pend_flush(se, parent, t->err))) return rc;
   /* nested even for reads: they must see the batch's own writes */
   if ((rc = mdb_txn_begin(se->env, parent, 0, &t->txn))) {
     t->txn = NULL;

@@ -13,6 +13,7 @@ int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r) {
   dkey_t k;
   lm_what_t w = {"row %llu", NULL, seq};
   memset(r, 0, sizeof *r);
+  if (dx__lm_row_kept_take(t, seq, r)) return 0; /* written by this thread's batches */
   key_seq(&k, seq);
   r->seq = seq;
   return dx__lm_rec_get_as(t, &dx__lm_row_schema, &k, r, &w);
@@ -61,6 +62,7 @@ static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
   const char *sid = old ? old->session_id : nw->session_id;
   dkey_t k;
   int rc = 0;
+  dx__lm_row_kept_forget(t, old ? old->seq : nw->seq);
   if (old && (rc = dx__lm_row_index(t, old, 0))) return rc;
   if (nw) {
     if ((rc = row_write(t, nw)) || (rc = dx__lm_row_index(t, nw, 1))) return rc;
@@ -133,7 +135,8 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
   t.write = t.nested = 1;
   t.err = err ? err : &t.scratch;
   for (i = se->pend_first; i < se->pend_n && !rc; i++)
-    if (se->pend[i].seq) rc = row_set(&t, NULL, &se->pend[i]);
+    if (se->pend[i].seq && !(rc = row_set(&t, NULL, &se->pend[i])))
+      dx__lm_row_keep(&t, &se->pend[i]); /* for the fetch that locks it */
   /* the session queue summaries kept in the batch (squeue.c; the rows above are plain) */
   if (!rc) rc = dx__lm_sq_flush(se, txn, t.err);
   dx__lm_pend_drop(se);
@@ -196,7 +199,7 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   }
   rc = dx__lm_next_seq(t, &r.seq);
   if (!rc && t->direct && !r.session_id) rc = pend_add(t, &r);
-  else if (!rc) rc = row_set(t, NULL, &r);
+  else if (!rc && !(rc = row_set(t, NULL, &r))) dx__lm_row_keep(t, &r); /* for its fetch */
   dx__lm_row_clear(&r);
   return rc;
 }
@@ -402,10 +405,9 @@ static int owned_count(tx_t *t, owned_scan_t *o, int *done) {
   for (i = 0; i < n; i++) {
     sess_rec_t r;
     int live;
-    if ((rc = dx__lm_sess_get(t, own[i].sid, &r)) == DX_ENOTFOUND) continue;
+    if ((rc = dx__lm_sess_times(t, own[i].sid, &r)) == DX_ENOTFOUND) continue;
     if (rc) return rc;
     live = r.locked_until > o->now;
-    dx__lm_sess_clear(&r);
     if (!live) continue;
     o->live++;
     if (!own[i].found && !dx__session_declined(o->cfg, own[i].sid) &&
@@ -831,12 +833,13 @@ static int pend_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
     rc = row_set(t, NULL, r);
   if (rc) {
     fetch_reset(out);
-  } else {
-    out->lock_token = r->token;
-    out->attempt_count = (uint32_t)r->attempt;
+    dx__lm_row_clear(r); /* taken (seq 0): the batch is spoiled */
+    return rc;
   }
-  dx__lm_row_clear(r); /* taken (seq 0): written, or the batch is spoiled */
-  return rc;
+  out->lock_token = r->token;
+  out->attempt_count = (uint32_t)r->attempt;
+  dx__lm_row_keep(t, r); /* taken (seq 0): written, and kept for the ack */
+  return 0;
 }
 
 static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64_t lock_ms,
@@ -877,12 +880,13 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   }
   if (rc) {
     fetch_reset(out);
-  } else {
-    out->lock_token = nw.token;
-    out->attempt_count = (uint32_t)nw.attempt;
+    dx__lm_row_clear(&old); /* nw shares old's strings */
+    return rc;
   }
-  dx__lm_row_clear(&old); /* nw shares old's strings */
-  return rc;
+  out->lock_token = nw.token;
+  out->attempt_count = (uint32_t)nw.attempt;
+  dx__lm_row_keep(t, &nw); /* takes the strings nw shares with old */
+  return 0;
 }
 
 /* Plain rows whose lock is live but whose locker (another handle) is dead: due now. */
