@@ -15,10 +15,11 @@
 ** and the hook fires at the next instruction and fails the same sticky way.
 ** Once set, a count hook costs a call before every VM instruction whatever its count (Lua 5.4
 ** traps each one), about a tenth of a short turn's CPU. So a resume under a budget of at least
-** DXL_COUNT_EAGER_BELOW starts without it, and the watchdog arms it DXL_COUNT_AFTER_MS into the
-** resume, or up to 20 ms after that (dxl_budget_count): such a budget counts from then on,
-** some milliseconds' worth of instructions later, and turns that end sooner never pay for it. The memory cap and charged C
-** work still see everything: a first hit arms the hook of every thread on the resume chain.
+** DXL_COUNT_EAGER_BELOW starts without it, and it is armed DXL_COUNT_AFTER_MS into the resume,
+** or up to 20 ms after that (dxl_budget_count): such a budget counts from then on, some
+** milliseconds' worth of instructions later, and turns that end sooner never pay for it. The
+** memory cap and charged C work still see everything: a first hit arms the hook of every
+** thread on the resume chain.
 */
 #include <dlfcn.h> /* dladdr, RTLD_NODELETE: _GNU_SOURCE */
 #include <sys/auxv.h>
@@ -192,6 +193,13 @@ static void running_init(void) { uv_mutex_init(&running_mu); }
 ** usual interval. */
 static int count_for(dxl_budget_t *b) { return b->hit || timed_out(b) ? 1 : HOOK_EVERY; }
 
+/* Arm thread L's hook: to fire on its next instruction (count 1), or every HOOK_EVERY where no
+** budget hook is set yet. */
+static void arm_one(lua_State *L, int count) {
+  if (count == 1) lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
+  else if (lua_gethook(L) != budget_hook) lua_sethook(L, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
+}
+
 /* Arm the hook of b's top and of every thread on its resume chain: with count 1 (escalate), or
 ** (count 0: b starts counting) the usual interval where no budget hook is set yet; counting
 ** already: nothing. lua_sethook may be called asynchronously (lua.c does from a signal
@@ -208,14 +216,8 @@ static void arm_chain(dxl_budget_t *b, int count) {
     }
     atomic_store_explicit(&b->counting, 1, memory_order_relaxed);
   }
-  if (b->top) {
-    if (count == 1) lua_sethook(b->top, budget_hook, LUA_MASKCOUNT, 1);
-    else if (lua_gethook(b->top) != budget_hook) lua_sethook(b->top, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
-  }
-  for (n = b->running; n; n = n->prev) {
-    if (count == 1) lua_sethook(n->L, budget_hook, LUA_MASKCOUNT, 1);
-    else if (lua_gethook(n->L) != budget_hook) lua_sethook(n->L, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
-  }
+  if (b->top) arm_one(b->top, count);
+  for (n = b->running; n; n = n->prev) arm_one(n->L, count);
   uv_mutex_unlock(&running_mu);
 }
 
@@ -272,10 +274,8 @@ void dxl_budget_running_push(dxl_running_t *n, lua_State *co) {
   uv_mutex_unlock(&running_mu);
   /* resumed after the alarm or a hit: a coroutine made before it still fires every
   ** HOOK_EVERY; resumed after the hook was armed: one made before that has none */
-  if (count_for(b) == 1) lua_sethook(co, budget_hook, LUA_MASKCOUNT, 1);
-  else if (atomic_load_explicit(&b->counting, memory_order_relaxed) &&
-           lua_gethook(co) != budget_hook)
-    lua_sethook(co, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
+  if (count_for(b) == 1 || atomic_load_explicit(&b->counting, memory_order_relaxed))
+    arm_one(co, count_for(b));
 }
 
 void dxl_budget_running_pop(dxl_running_t *n) {
