@@ -244,6 +244,8 @@ static int op_needs_sync(const dx_store_op_t *op) {
 static int op_done(dx_store_t *s, dx_store_op_t *op, int *failed, int *durable,
                    dx_error_t *err) {
   if (op->kind == DX_OP_ACK_ORCH && op->hstate != 2) op->token = op->ack->lock_token;
+  /* (before settle_held forgets it) it answers an item of a held round: store_rounds.c */
+  op->handed = dx__store_settles(op) && dx__store_is_handed(s, op->token);
   if (op->rc == DX_ERETRY) {
     *err = op->err;
     *failed = CALL_OP;
@@ -401,9 +403,8 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     if (!rc && dx__store_can_hold(s, *opsp, f, NULL)) {
       int k = (int)f->n_orch;
       uint64_t left = (uint64_t)s->cfg.hold_ms * 1000000u;
-      rc = dx__store_hold_round(s, opsp, f, &handed, 1, &left, &late, &settled, failed,
-                                &durable, err);
-      if (!f->n_orch) *bo -= k; /* handed over */
+      if (dx__store_hold_round(s, opsp, f, &handed, &left, &late, &settled))
+        *bo -= k; /* handed over */
     }
     if (!rc) rc = run_cycle(s, late, *bo, bw, f->at_ms, f, failed, &durable, err);
   }
@@ -412,6 +413,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     dx__store_ops_lost(*opsp);
     dx__store_unhold_fetched(s, f);
     dx__store_unhold_handed(s, &handed);
+    dx__store_handed_end(s, handed.tokens, handed.n);
     free(handed.tokens);
     free_fetched(f);
     dx__store_renewals_end(s, 0);
@@ -429,6 +431,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     dx__store_unhold_handed(s, &handed);
     free_fetched(f);
   }
+  dx__store_handed_end(s, handed.tokens, handed.n);
   free(handed.tokens);
   dx__store_renewals_end(s, rc == 0);
   return rc;
@@ -719,7 +722,7 @@ static void on_async(uv_async_t *h) {
   dx_store_t *s = h->data;
   dx_store_op_t *ops, *applied;
   fetched_node_t *fl;
-  int fatal;
+  int fatal, held_last = 0;
   dx__log_set_worker(s->cfg.worker_id); /* the loop may serve several runtimes (tests) */
   /* uv_async_send coalesces: drain everything on each wakeup. */
   uv_mutex_lock(&s->mu);
@@ -751,13 +754,25 @@ static void on_async(uv_async_t *h) {
   }
   while (fl) {
     fetched_node_t *next = fl->next;
+    int held = fl->held;
     if (s->cfg.on_fetch) s->cfg.on_fetch(s->cfg.ud, &fl->f);
     dx__store_give_fetched(s, &fl->f);
     dx__store_give_block(s, fl);
     fl = next;
+    if (held && fl) {
+      /* a held round's node is answered: the store thread applies its answers (and hands
+      ** over what they make ready) while this loop runs the next node (store_rounds.c) */
+      uv_mutex_lock(&s->mu);
+      s->held_done++;
+      uv_cond_signal(&s->cv);
+      uv_mutex_unlock(&s->mu);
+    } else if (held) {
+      held_last = 1;
+    }
   }
   uv_mutex_lock(&s->mu);
   dx__store_trash_hand(s); /* what this wake-up is done with (store_mem.c) */
+  s->held_done += held_last;
   s->delivering = 0;
   uv_cond_signal(&s->cv); /* the answers queued meanwhile, and await_delivery */
   uv_mutex_unlock(&s->mu);
@@ -809,6 +824,7 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
 void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
   op->next = NULL;
   op->hstate = 0;
+  op->handed = 0;
   uv_mutex_lock(&s->mu);
   if (s->pending_tail) s->pending_tail->next = op;
   else s->pending = op;

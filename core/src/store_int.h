@@ -26,6 +26,7 @@ typedef struct held_s {
                           the budget stop code), nor does the loop go this long without
                           renewing an activity */
   int renewing;        /* renewed in the open transaction (undone if it is not kept) */
+  int handed;          /* handed to the loop in the open transaction (store_rounds.c) */
   struct held_s *next, *prev; /* s->held, in both directions */
   struct held_s *hnext;       /* s->hidx bucket chain */
 } held_t;
@@ -42,6 +43,8 @@ typedef struct {
 
 typedef struct fetched_node_s {
   dx_store_fetched_t f;
+  int held;            /* handed over in an open transaction: the loop says when it has run
+                          it (held_done), and the store applies its answers meanwhile */
   struct fetched_node_s *next;
 } fetched_node_t;
 
@@ -76,6 +79,8 @@ struct dx_store_s {
   held_t **hidx;      /* store thread only: held by token (each settled op looks one up) */
   size_t hcap;
   size_t n_held;      /* store thread only: entries in held */
+  size_t n_handed;    /* store thread only: of them, handed over in the open transaction */
+  uint64_t held_done; /* guarded by mu: held nodes (fetched_node_t.held) the loop has run */
   int64_t renew_every_ms, work_renew_every_ms;
   int64_t orch_hold_ms; /* renew a turn's lock this long at most: past the turn time limit */
   uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
@@ -123,6 +128,12 @@ int dx__store_apply_all(dx_store_t *s, dx_store_op_t *ops, int64_t now, int *fai
 void dx__store_observe_fetch(dx_store_t *s, uint64_t t0, int bo, int bw);
 void dx__store_count_fetched(dx_store_t *s, const dx_store_fetched_t *f);
 
+/* The op settles a fetched item (its lock token: op->token, once applied). */
+static inline int dx__store_settles(const dx_store_op_t *op) {
+  return op->kind == DX_OP_ACK_ORCH || op->kind == DX_OP_ABANDON_ORCH ||
+         op->kind == DX_OP_ACK_WORK || op->kind == DX_OP_ABANDON_WORK;
+}
+
 static inline int dx__store_has_run_cycle(dx_provider_t *p) {
   return p->methods->version >= 5 && p->methods->run_cycle != NULL;
 }
@@ -144,12 +155,9 @@ typedef struct {
   uint64_t *tokens; /* lock tokens of the items handed to the loop in this transaction */
   size_t n, cap;
   int oom;          /* a token could not be noted: hand nothing more over */
-  /* The last hand-over's report (store_rounds.c report_applied): the last op it looked at,
-  ** and how many tokens had been handed then. Everything handed before was settled by an op
-  ** up to `seen` (a hand-over needs the loop to hold nothing unsettled), so an ack after it
-  ** can answer only items from tokens[mark] on. */
+  /* The last hand-over's report (store_rounds.c report_applied): the last op it looked at. */
   struct dx_store_op_s *seen;
-  size_t mark;
+  uint64_t done_seen; /* s->held_done when the answers were last taken */
 } handed_t;
 
 /* (mu held) Queue fetched items for the loop (on_async takes them). */
@@ -159,11 +167,10 @@ int dx__store_per_call(dx_store_t *s, const dx_store_op_t *ops);
 /* f's turns may go to the loop now (h NULL: a database's held turn). */
 int dx__store_can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f,
                        const handed_t *h);
-/* One held round: hand f's turns (turns = 1) or work items over, wait (*left ns of budget) and
-** apply the answers (latep: hand them back instead, for a closing run_cycle). */
+/* A database's held turn: hand f's turns over and wait for the loop's answers (*latep, for
+** the closing run_cycle); 1 when handed over. */
 int dx__store_hold_round(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f,
-                         handed_t *h, int turns, uint64_t *left, dx_store_op_t **latep,
-                         size_t *settled, int *failed, int *durable, dx_error_t *err);
+                         handed_t *h, uint64_t *left, dx_store_op_t **latep, size_t *settled);
 /* A local store's cycle after its ops were applied: its fetches and held rounds. */
 int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
                           dx_store_fetched_t *f, handed_t *h, int *failed, int *durable,
@@ -193,6 +200,11 @@ uint64_t dx__store_mono_ms(void);
 void dx__store_hold(dx_store_t *s, const char *instance, uint64_t token);
 void dx__store_touch_held(dx_store_t *s, uint64_t token);
 void dx__store_unhold(dx_store_t *s, uint64_t token);
+/* The item of token, held, was handed to the loop in the open transaction (n_handed counts
+** it until it is settled or the transaction ends: dx__store_handed_end). */
+void dx__store_mark_handed(dx_store_t *s, uint64_t token);
+int dx__store_is_handed(dx_store_t *s, uint64_t token);
+void dx__store_handed_end(dx_store_t *s, const uint64_t *tokens, size_t n);
 void dx__store_free_held(dx_store_t *s);
 void dx__store_free_ids(char **v, size_t n);
 /* Append a copy of id to the array *v of *n (a failed copy is skipped); 1 when out of memory
