@@ -40,6 +40,7 @@ typedef struct {
   int last_sync;       /* `sync` of the last commit */
   int wake_pipe[2];    /* wake_fd: the read end */
   int drains, lost_next, next_dues;
+  int acks_orch;       /* ack_orchestration_item calls (atomic: the test thread reads it) */
 } wrap_t;
 
 #define W(p) ((wrap_t *)(p))
@@ -132,6 +133,7 @@ static int w_ack_work(dx_provider_t *p, int64_t now, uint64_t token,
 }
 
 static int w_ack_orch(dx_provider_t *p, int64_t now, const dx_orch_ack_t *ack, dx_error_t *err) {
+  __atomic_add_fetch(&W(p)->acks_orch, 1, __ATOMIC_SEQ_CST);
   return IN(p)->methods->ack_orchestration_item(IN(p), now, ack, err);
 }
 
@@ -1017,9 +1019,9 @@ DX_TEST(store_turn_refetched_in_the_cycle_of_its_previous_ack_waits_for_the_comm
 #define ROUND_N 10
 
 typedef struct {
-  dx_store_op_t op, res_op;
-  dx_orch_ack_t ack;
-  dx_event_t ev[2];
+  dx_store_op_t op, res_op, fin_op; /* (the last turn's own: both turns may share a batch) */
+  dx_orch_ack_t ack, fin_ack;
+  dx_event_t ev[2], fin_ev[2];
   dx_work_item_t act, res;
   char instance[16];
 } round_inst_t;
@@ -1071,28 +1073,31 @@ static void answer_round(void *ud, dx_store_fetched_t *f) {
     const dx_orch_item_t *it = f->orch[i];
     round_inst_t *x = &r->in[atoi(it->instance + 1)];
     int first = it->history_len == 0;
+    dx_event_t *ev = first ? x->ev : x->fin_ev;
+    dx_orch_ack_t *ack = first ? &x->ack : &x->fin_ack;
+    dx_store_op_t *op = first ? &x->op : &x->fin_op;
     snprintf(x->instance, sizeof x->instance, "%s", it->instance);
     if (first) {
-      x->ev[0] = (dx_event_t){.event_id = 1, .kind = DX_EV_ORCH_STARTED, .name = "Orch",
-                              .data = "1"};
-      x->ev[1] = (dx_event_t){.event_id = 2, .kind = DX_EV_ACT_SCHEDULED, .name = "Act",
-                              .data = "null"};
+      ev[0] = (dx_event_t){.event_id = 1, .kind = DX_EV_ORCH_STARTED, .name = "Orch",
+                           .data = "1"};
+      ev[1] = (dx_event_t){.event_id = 2, .kind = DX_EV_ACT_SCHEDULED, .name = "Act",
+                           .data = "null"};
       x->act = (dx_work_item_t){.kind = DX_WI_ACT_EXECUTE, .instance = x->instance,
                                 .execution_id = 1, .id = 2, .name = "Act", .data = "null"};
     } else {
-      x->ev[0] = (dx_event_t){.event_id = 3, .kind = DX_EV_ACT_COMPLETED, .source_id = 2,
-                              .data = "1"};
-      x->ev[1] = (dx_event_t){.event_id = 4, .kind = DX_EV_ORCH_COMPLETED, .data = "1"};
+      ev[0] = (dx_event_t){.event_id = 3, .kind = DX_EV_ACT_COMPLETED, .source_id = 2,
+                           .data = "1"};
+      ev[1] = (dx_event_t){.event_id = 4, .kind = DX_EV_ORCH_COMPLETED, .data = "1"};
     }
-    x->ack = (dx_orch_ack_t){.instance = x->instance, .lock_token = it->lock_token,
-                             .execution_id = it->execution_id, .orchestration_name = "Orch",
-                             .status = first ? DX_STATUS_RUNNING : DX_STATUS_COMPLETED,
-                             .output = first ? NULL : "1", .delta = x->ev, .delta_len = 2,
-                             .worker_items = first ? &x->act : NULL,
-                             .worker_items_len = first ? 1 : 0};
-    x->op = (dx_store_op_t){.kind = DX_OP_ACK_ORCH, .ack = &x->ack,
-                            .done = first ? round_applied : round_fin_acked, .ud = r};
-    dx__store_submit(r->s, &x->op);
+    *ack = (dx_orch_ack_t){.instance = x->instance, .lock_token = it->lock_token,
+                           .execution_id = it->execution_id, .orchestration_name = "Orch",
+                           .status = first ? DX_STATUS_RUNNING : DX_STATUS_COMPLETED,
+                           .output = first ? NULL : "1", .delta = ev, .delta_len = 2,
+                           .worker_items = first ? &x->act : NULL,
+                           .worker_items_len = first ? 1 : 0};
+    *op = (dx_store_op_t){.kind = DX_OP_ACK_ORCH, .ack = ack,
+                          .done = first ? round_applied : round_fin_acked, .ud = r};
+    dx__store_submit(r->s, op);
   }
   for (i = 0; i < f->n_work; i++) {
     round_inst_t *x = &r->in[atoi(f->work[i].item.instance + 1)];
@@ -1146,6 +1151,65 @@ DX_TEST(store_round_of_ten_steps_answered_in_one_delivery_commits_once) {
     ASSERT_EQ(ev[3].kind, DX_EV_ORCH_COMPLETED);
     dx_events_free(ev, n);
   }
+  w_destroy(&w->base);
+}
+
+/* The held rounds as a pipeline (store_rounds.c hand_over): the ten first turns go to the loop
+** as two nodes of five; while the loop runs the second, the store thread applies the first's
+** acks (and hands over the activities they scheduled). */
+typedef struct {
+  round_t r;        /* (first: answer_round's ud) */
+  int turn_nodes[4], n_turn_nodes, acks_meanwhile, work_nodes;
+} pipe_t;
+
+static void answer_pipe(void *ud, dx_store_fetched_t *f) {
+  pipe_t *p = ud;
+  if (f->n_orch && f->orch[0]->history_len == 0 && p->n_turn_nodes < 4) {
+    p->turn_nodes[p->n_turn_nodes++] = (int)f->n_orch;
+    if (p->n_turn_nodes == 2) { /* the first node's acks are applied meanwhile */
+      int k;
+      for (k = 0; k < 4000 && __atomic_load_n(&p->r.w->acks_orch, __ATOMIC_SEQ_CST) <
+                                  p->turn_nodes[0]; k++)
+        usleep(500);
+      p->acks_meanwhile = __atomic_load_n(&p->r.w->acks_orch, __ATOMIC_SEQ_CST);
+    }
+  }
+  p->work_nodes += f->n_work > 0;
+  answer_round(ud, f);
+}
+
+DX_TEST(store_held_round_applies_one_half_while_the_loop_runs_the_other) {
+  /* before: the ten turns went over as one delivery and the store thread slept until all ten
+  ** acks were in (the loop and the thread worked in turn, never at once) */
+  static pipe_t p;
+  wrap_t *w = wrap_open();
+  dx_store_cfg_t cfg;
+  dx_error_t err;
+  int i;
+  memset(&p, 0, sizeof p);
+  p.r.w = w;
+  enqueue_starts(w, "r", ROUND_N);
+  ASSERT_OK(uv_loop_init(&p.r.loop));
+  held_cfg(&cfg, w);
+  cfg.hold_work = 1;
+  cfg.on_fetch = answer_pipe;
+  cfg.ud = &p;
+  ASSERT_OK(dx__store_new(&p.r.s, &p.r.loop, &cfg, &err));
+  dx__store_want(p.r.s, 64, 64);
+  for (i = 0; i < 20000 && p.r.fin_done < ROUND_N; i++) {
+    uv_run(&p.r.loop, UV_RUN_NOWAIT);
+    usleep(500);
+  }
+  close_store(p.r.s, &p.r.loop);
+  ASSERT_EQ(p.r.fin_done, ROUND_N);
+  ASSERT_EQ(p.r.fin_failed, 0);
+  ASSERT_EQ(p.n_turn_nodes, 2);
+  ASSERT_EQ(p.turn_nodes[0], ROUND_N / 2);
+  ASSERT_EQ(p.turn_nodes[1], ROUND_N / 2);
+  ASSERT_EQ(p.acks_meanwhile, ROUND_N / 2); /* the first five, before the second five's */
+  ASSERT(p.work_nodes >= 2);  /* the activities follow each half on their own */
+  ASSERT_EQ(p.r.commits_at_result, 0); /* activities ran inside the transaction */
+  ASSERT_EQ(w->commits, 1);   /* starts, turns, activities, results, last turns: one commit */
   w_destroy(&w->base);
 }
 

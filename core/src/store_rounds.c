@@ -411,7 +411,7 @@ int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
                        dx_error_t *err) {
   uint64_t t_fetch = 0, left = HOLD_BUDGET_HOLDS * (uint64_t)s->cfg.hold_ms * 1000000u;
   const int cap[2] = {bo, bw};
-  int rc = 0, first = 1, want_work = 1;
+  int rc = 0, first = 1, want_work = 1, answered = 0;
   if (bo <= 0 && bw <= 0) return 0;
   /* Orchestrations first, then activities, after every ack the transaction holds (a provider
   ** may skip work it found none of earlier in the batch: sessions) */
@@ -423,7 +423,7 @@ int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
     /* (the first work fetch waits for the first turns' answers, as the turns' acks may
     ** schedule it: a fetch finding no work may keep a provider from claiming sessions for the
     ** rest of the batch) */
-    if (!f->n_orch && want_work && !(first && s->n_handed)) {
+    if (!f->n_orch && want_work && !(s->n_handed && !answered)) {
       refetch(s, f, 0, first ? cap : NULL, failed, &t_fetch);
       first = 0;
     }
@@ -433,6 +433,7 @@ int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
     }
     if (!left || !s->n_handed) break; /* nothing out: the rounds end */
     late = await_answers(s, opsp, h, &left, &settled);
+    answered = 1;
     want_work = readies_work(late);
     rc = dx__store_apply_all(s, late, dx__store_now_ms(s), failed, durable, err);
     if (rc || !settled || unreported_turn_acks(*opsp)) break;
