@@ -642,7 +642,7 @@ static void store_main(void *arg) {
     if (s->paused && !s->stopping) continue;
     s->poked = 0;
     ops = s->pending;
-    s->pending = s->pending_tail = NULL;
+    s->pending = s->pending_tail = s->node_end = NULL;
     bo = s->fetching ? s->budget_orch : 0;
     bw = s->fetching ? s->budget_work : 0;
     s->busy = 1;
@@ -764,6 +764,7 @@ static void on_async(uv_async_t *h) {
       ** over what they make ready) while this loop runs the next node (store_rounds.c) */
       uv_mutex_lock(&s->mu);
       s->held_done++;
+      s->node_end = s->pending_tail;
       uv_cond_signal(&s->cv);
       uv_mutex_unlock(&s->mu);
     } else if (held) {
@@ -772,7 +773,10 @@ static void on_async(uv_async_t *h) {
   }
   uv_mutex_lock(&s->mu);
   dx__store_trash_hand(s); /* what this wake-up is done with (store_mem.c) */
-  s->held_done += held_last;
+  if (held_last) {
+    s->held_done++;
+    s->node_end = s->pending_tail;
+  }
   s->delivering = 0;
   uv_cond_signal(&s->cv); /* the answers queued meanwhile, and await_delivery */
   uv_mutex_unlock(&s->mu);
@@ -950,7 +954,7 @@ void dx__store_crash(dx_store_t *s, void (*cb)(void *ud), void *ud) {
     if (s->done_tail) s->done_tail->next = s->pending;
     else s->done = s->pending;
     s->done_tail = s->pending_tail;
-    s->pending = s->pending_tail = NULL;
+    s->pending = s->pending_tail = s->node_end = NULL;
   }
   uv_mutex_unlock(&s->mu);
   dx__store_close(s, cb, ud);

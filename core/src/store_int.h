@@ -81,6 +81,9 @@ struct dx_store_s {
   size_t n_held;      /* store thread only: entries in held */
   size_t n_handed;    /* store thread only: of them, handed over in the open transaction */
   uint64_t held_done; /* guarded by mu: held nodes (fetched_node_t.held) the loop has run */
+  dx_store_op_t *node_end; /* guarded by mu: the last op in pending the loop queued before it
+                              finished its last held node (NULL: none since pending was
+                              taken); the ops after it answer the node it runs now */
   int64_t renew_every_ms, work_renew_every_ms;
   int64_t orch_hold_ms; /* renew a turn's lock this long at most: past the turn time limit */
   uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */

@@ -339,11 +339,20 @@ static dx_store_op_t *await_answers(dx_store_t *s, dx_store_op_t **opsp, handed_
   uint64_t t0 = uv_hrtime(), until = t0 + (each < *left ? each : *left), t = t0;
   uv_mutex_lock(&s->mu);
   while (!s->stopping && !s->paused && s->held_done == h->done_seen &&
-         !handed_settled(s, s->pending) && (t = uv_hrtime()) < until)
+         (s->delivering || !handed_settled(s, s->pending)) && (t = uv_hrtime()) < until)
     uv_cond_timedwait(&s->cv, &s->mu, until - t);
-  h->done_seen = s->held_done;
   late = s->pending;
-  s->pending = s->pending_tail = NULL;
+  if (s->held_done != h->done_seen && s->node_end) {
+    /* the answers of the nodes the loop has run; those of the one it runs now follow with it
+    ** (taken with a part of them, the items they make ready would go over in pieces) */
+    s->pending = s->node_end->next;
+    s->node_end->next = NULL;
+    if (!s->pending) s->pending_tail = NULL;
+  } else {
+    s->pending = s->pending_tail = NULL;
+  }
+  s->node_end = NULL;
+  h->done_seen = s->held_done;
   uv_mutex_unlock(&s->mu);
   t = uv_hrtime() - t0;
   *left = t < *left ? *left - t : 0;
