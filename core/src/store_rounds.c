@@ -18,11 +18,12 @@
 ** too, their results join it, the turns they unblock are fetched and handed over, and so on;
 ** the transaction commits once at the end. A lone orchestration's steps (result, turn, next
 ** activity) then share one commit, and a start costs none of its own. Bounds: only a few items
-** per round (HOLD_MAX_ITEMS), only while the loop holds nothing else unsettled (idle, it answers
-** at once: a big batch or a busy loop commits at once as before, because a hold waiting on a
-** busy loop would keep other processes' writers out for nothing), each wait at most
-** cfg.hold_ms, all of a cycle's waits at most HOLD_BUDGET_HOLDS times that, and a round that
-** brought no answer ends them.
+** out at once (HOLD_MAX_ITEMS), only while the loop holds nothing but the rounds' items (it
+** answers at once: a big batch or a busy loop commits at once as before, because a hold
+** waiting on a busy loop would keep other processes' writers out for nothing), each wait at
+** most cfg.hold_ms, all of a cycle's waits at most HOLD_BUDGET_HOLDS times that, and a wait
+** that brought no answer ends them. The loop and this thread work at the same time (hand_over:
+** the pipeline).
 **
 ** Activities thus start before the turn that scheduled them is durable (lead's decision, issue
 ** 12; local stores only). Activities run at least once anyway: if the transaction is lost (an
