@@ -247,17 +247,26 @@ static int hand_over(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *g, h
   fetched_node_t *n, *n2 = NULL;
   size_t i, k = g->n_orch + g->n_work;
   if (!handed_room(h, k) || !(n = calloc(1, sizeof *n))) return 0;
+  for (i = 0; i < g->n_orch; i++) h->tokens[h->n + i] = g->orch[i]->lock_token;
+  for (i = 0; i < g->n_work; i++) h->tokens[h->n + g->n_orch + i] = g->work[i].lock_token;
+  if (k >= SPLIT_MIN_ITEMS && !s->n_handed) n2 = split_off(g); /* (outside mu: the loop
+                                                                  queues its answers under it) */
   uv_mutex_lock(&s->mu);
   if (s->stopping || s->paused || !s->cfg.on_fetch || !waiting_held_only(s)) {
     uv_mutex_unlock(&s->mu);
     free(n);
+    if (n2) { /* g's arrays still hold the second half */
+      g->n_orch += n2->f.n_orch;
+      g->n_work += n2->f.n_work;
+      free(n2->f.orch);
+      free(n2->f.work);
+      free(n2);
+    }
     return 0;
   }
   report_applied(s, ops, h);
   if (!h->n) h->done_seen = s->held_done; /* (the transaction's first hand-over) */
-  for (i = 0; i < g->n_orch; i++) h->tokens[h->n++] = g->orch[i]->lock_token;
-  for (i = 0; i < g->n_work; i++) h->tokens[h->n++] = g->work[i].lock_token;
-  if (k >= SPLIT_MIN_ITEMS && !s->n_handed) n2 = split_off(g);
+  h->n += k;
   n->f = *g;
   n->held = 1;
   dx__store_push_fetched(s, n);
