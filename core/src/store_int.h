@@ -150,6 +150,11 @@ static inline int dx__store_has_run_cycle(dx_provider_t *p) {
 ** their own). A round of a worker's ten sessions (ten activities, then the ten turns they wake)
 ** takes the idle loop about 0.2-0.3 ms, so that is about ten rounds. */
 #define HOLD_BUDGET_HOLDS 2
+/* The rounds of one cycle hand items over for at most this many hold_ms (8 ms by default)
+** from its first fetch: when the loop and the store thread work at the same time (the
+** pipeline) a wait may be short or none, so the waits alone no longer bound how long the
+** transaction (and the write lock, and the visibility of what it did) is held. */
+#define HOLD_SPAN_HOLDS 4
 /* A delivery of at most this many items is answered as one burst (await_delivery): about a
 ** hold's worth, so a worker's sessions step together with one commit per round. */
 #define BURST_MAX_ITEMS HOLD_MAX_ITEMS

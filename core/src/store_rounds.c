@@ -21,8 +21,8 @@
 ** out at once (HOLD_MAX_ITEMS), only while the loop holds nothing but the rounds' items (it
 ** answers at once: a big batch or a busy loop commits at once as before, because a hold
 ** waiting on a busy loop would keep other processes' writers out for nothing), each wait at
-** most cfg.hold_ms, all of a cycle's waits at most HOLD_BUDGET_HOLDS times that, and a wait
-** that brought no answer ends them. The loop and this thread work at the same time (hand_over:
+** most cfg.hold_ms, all of a cycle's waits at most HOLD_BUDGET_HOLDS times that, hand-overs
+** for at most HOLD_SPAN_HOLDS times that, and a wait that brought no answer ends them. The loop and this thread work at the same time (hand_over:
 ** the pipeline).
 **
 ** Activities thus start before the turn that scheduled them is durable (lead's decision, issue
@@ -428,7 +428,8 @@ static int readies_work(const dx_store_op_t *ops) {
 int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
                        dx_store_fetched_t *f, handed_t *h, int *failed, int *durable,
                        dx_error_t *err) {
-  uint64_t t_fetch = 0, left = HOLD_BUDGET_HOLDS * (uint64_t)s->cfg.hold_ms * 1000000u;
+  uint64_t t_fetch = 0, left = HOLD_BUDGET_HOLDS * (uint64_t)s->cfg.hold_ms * 1000000u,
+           until = uv_hrtime() + HOLD_SPAN_HOLDS * (uint64_t)s->cfg.hold_ms * 1000000u;
   const int cap[2] = {bo, bw};
   int rc = 0, first = 1, want_work = 1, answered = 0;
   if (bo <= 0 && bw <= 0) return 0;
@@ -456,6 +457,7 @@ int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
     want_work = readies_work(late);
     rc = dx__store_apply_all(s, late, dx__store_now_ms(s), failed, durable, err);
     if (rc || !settled || unreported_turn_acks(*opsp)) break;
+    if (uv_hrtime() >= until) left = 0; /* hands nothing more over: the answers out come later */
     refetch(s, f, 1, NULL, failed, &t_fetch);
   }
   if (!rc) dx__store_observe_fetch(s, uv_hrtime() - t_fetch, bo, bw);
