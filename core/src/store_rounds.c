@@ -431,7 +431,7 @@ int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
   uint64_t t_fetch = 0, left = HOLD_BUDGET_HOLDS * (uint64_t)s->cfg.hold_ms * 1000000u,
            until = uv_hrtime() + HOLD_SPAN_HOLDS * (uint64_t)s->cfg.hold_ms * 1000000u;
   const int cap[2] = {bo, bw};
-  int rc = 0, first = 1, want_work = 1, answered = 0;
+  int rc = 0, first = 1, want_work = 1, answered = 0, wait_turns = 0;
   if (bo <= 0 && bw <= 0) return 0;
   /* Orchestrations first, then activities, after every ack the transaction holds (a provider
   ** may skip work it found none of earlier in the batch: sessions) */
@@ -456,9 +456,12 @@ int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
     answered = 1;
     want_work = readies_work(late);
     rc = dx__store_apply_all(s, late, dx__store_now_ms(s), failed, durable, err);
-    if (rc || !settled || unreported_turn_acks(*opsp)) break;
+    if (rc || !settled) break;
     if (uv_hrtime() >= until) left = 0; /* hands nothing more over: the answers out come later */
-    refetch(s, f, 1, NULL, failed, &t_fetch);
+    /* (once an unreported turn ack is applied, turns wait for the next cycle; activities
+    ** go on: their fetch still joins this commit) */
+    if (!wait_turns && !(wait_turns = unreported_turn_acks(*opsp)))
+      refetch(s, f, 1, NULL, failed, &t_fetch);
   }
   if (!rc) dx__store_observe_fetch(s, uv_hrtime() - t_fetch, bo, bw);
   return rc;
