@@ -718,69 +718,91 @@ static void store_main(void *arg) {
 
 /* {===== loop side =====} */
 
+/* (mu held) Every fetched node waiting for the loop is a held round's (store_rounds.c). */
+static int held_nodes_only(const dx_store_t *s) {
+  const fetched_node_t *n;
+  for (n = s->fetched; n; n = n->next)
+    if (!n->held) return 0;
+  return 1;
+}
+
+/* A wake-up runs at most this many batches of held nodes the store thread handed over while
+** it ran (then other events on the loop get their turn). */
+#define ASYNC_MAX_PASSES 64
+
 static void on_async(uv_async_t *h) {
   dx_store_t *s = h->data;
   dx_store_op_t *ops, *applied;
   fetched_node_t *fl;
-  int fatal, held_last = 0;
+  int fatal, held_last, more, passes = 0, wake = 0;
   dx__log_set_worker(s->cfg.worker_id); /* the loop may serve several runtimes (tests) */
   /* uv_async_send coalesces: drain everything on each wakeup. */
   uv_mutex_lock(&s->mu);
-  applied = s->applied;
-  s->applied = s->applied_tail = NULL;
-  ops = s->done;
-  fl = s->fetched;
-  fatal = s->fatal == 1;
-  if (fatal) s->fatal = 2;
-  s->done = s->done_tail = NULL;
-  s->fetched = s->fetched_tail = NULL;
-  /* a few fetched items: their answers come as one burst (await_delivery) */
-  s->delivering = fl && s->n_fetched_items <= BURST_MAX_ITEMS;
-  s->n_fetched_items = 0;
-  uv_mutex_unlock(&s->mu);
-  /* first: an op applied in a transaction still open may be done too (that transaction was
-  ** lost or committed since), and the items handed over with it follow */
-  while (applied) {
-    dx_store_op_t *next = applied->anext;
-    applied->anext = NULL;
-    applied->applied(applied);
-    applied = next;
-  }
-  while (ops) {
-    dx_store_op_t *next = ops->next;
-    ops->next = NULL;
-    if (ops->done) ops->done(ops);
-    ops = next;
-  }
-  while (fl) {
-    fetched_node_t *next = fl->next;
-    int held = fl->held;
-    if (s->cfg.on_fetch) s->cfg.on_fetch(s->cfg.ud, &fl->f);
-    dx__store_give_fetched(s, &fl->f);
-    dx__store_give_block(s, fl);
-    fl = next;
-    if (held && fl) {
-      /* a held round's node is answered: the store thread applies its answers (and hands
-      ** over what they make ready) while this loop runs the next node (store_rounds.c) */
-      uv_mutex_lock(&s->mu);
+  do {
+    applied = s->applied;
+    s->applied = s->applied_tail = NULL;
+    ops = s->done;
+    fl = s->fetched;
+    fatal = s->fatal == 1;
+    if (fatal) s->fatal = 2;
+    s->done = s->done_tail = NULL;
+    s->fetched = s->fetched_tail = NULL;
+    /* a few fetched items: their answers come as one burst (await_delivery) */
+    s->delivering = fl && s->n_fetched_items <= BURST_MAX_ITEMS;
+    s->n_fetched_items = 0;
+    s->in_async = 1;
+    uv_mutex_unlock(&s->mu);
+    /* first: an op applied in a transaction still open may be done too (that transaction was
+    ** lost or committed since), and the items handed over with it follow */
+    while (applied) {
+      dx_store_op_t *next = applied->anext;
+      applied->anext = NULL;
+      applied->applied(applied);
+      applied = next;
+    }
+    while (ops) {
+      dx_store_op_t *next = ops->next;
+      ops->next = NULL;
+      if (ops->done) ops->done(ops);
+      ops = next;
+    }
+    held_last = 0;
+    while (fl) {
+      fetched_node_t *next = fl->next;
+      int held = fl->held;
+      if (s->cfg.on_fetch) s->cfg.on_fetch(s->cfg.ud, &fl->f);
+      dx__store_give_fetched(s, &fl->f);
+      dx__store_give_block(s, fl);
+      fl = next;
+      if (held && fl) {
+        /* a held round's node is answered: the store thread applies its answers (and hands
+        ** over what they make ready) while this loop runs the next node (store_rounds.c) */
+        uv_mutex_lock(&s->mu);
+        s->held_done++;
+        s->node_end = s->pending_tail;
+        uv_cond_signal(&s->cv);
+        uv_mutex_unlock(&s->mu);
+      } else if (held) {
+        held_last = 1;
+      }
+    }
+    if (fatal && s->cfg.on_fatal) s->cfg.on_fatal(s->cfg.ud, &s->fatal_err);
+    uv_mutex_lock(&s->mu);
+    dx__store_trash_hand(s); /* what this pass is done with (store_mem.c) */
+    if (held_last) {
       s->held_done++;
       s->node_end = s->pending_tail;
-      uv_cond_signal(&s->cv);
-      uv_mutex_unlock(&s->mu);
-    } else if (held) {
-      held_last = 1;
     }
-  }
-  uv_mutex_lock(&s->mu);
-  dx__store_trash_hand(s); /* what this wake-up is done with (store_mem.c) */
-  if (held_last) {
-    s->held_done++;
-    s->node_end = s->pending_tail;
-  }
+    uv_cond_signal(&s->cv); /* the answers queued meanwhile, and await_delivery */
+    /* held nodes the store thread handed over while this ran (it did not wake the loop for
+    ** them, hand_over): run them now, without a trip through the loop's poll */
+    more = s->fetched && held_nodes_only(s) && ++passes < ASYNC_MAX_PASSES;
+  } while (more);
+  s->in_async = 0;
   s->delivering = 0;
-  uv_cond_signal(&s->cv); /* the answers queued meanwhile, and await_delivery */
+  wake = s->fetched != NULL; /* (left for the next wake-up: make sure there is one) */
   uv_mutex_unlock(&s->mu);
-  if (fatal && s->cfg.on_fatal) s->cfg.on_fatal(s->cfg.ud, &s->fatal_err);
+  if (wake) uv_async_send(&s->async);
 }
 
 static void on_closed(uv_handle_t *h);

@@ -74,6 +74,7 @@ struct dx_store_s {
   int looking;        /* the thread sleeps between two looks for due work (dx__store_wake) */
   int busy;           /* the thread holds ops not yet on the done list */
   int delivering;     /* the loop is taking a few fetched items (on_async): answers wait */
+  int in_async;       /* the loop is in on_async: it looks for held nodes before it returns */
   uint64_t commits, cycles;
   held_t *held;       /* store thread only */
   held_t **hidx;      /* store thread only: held by token (each settled op looks one up) */

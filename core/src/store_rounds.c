@@ -246,6 +246,7 @@ static int hand_over(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *g, h
   dx_store_fetched_t all = *g;
   fetched_node_t *n, *n2 = NULL;
   size_t i, k = g->n_orch + g->n_work;
+  int wake;
   if (!handed_room(h, k) || !(n = calloc(1, sizeof *n))) return 0;
   for (i = 0; i < g->n_orch; i++) h->tokens[h->n + i] = g->orch[i]->lock_token;
   for (i = 0; i < g->n_work; i++) h->tokens[h->n + g->n_orch + i] = g->work[i].lock_token;
@@ -276,11 +277,12 @@ static int hand_over(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *g, h
   }
   s->budget_orch -= (int)all.n_orch;
   s->budget_work -= (int)all.n_work;
+  wake = !s->in_async; /* (else the loop takes it before it returns: on_async) */
   uv_mutex_unlock(&s->mu);
   for (i = h->n - k; i < h->n; i++) dx__store_mark_handed(s, h->tokens[i]);
   dx__store_count_fetched(s, &all);
   memset(g, 0, sizeof *g);
-  uv_async_send(&s->async);
+  if (wake) uv_async_send(&s->async);
   return 1;
 }
 
