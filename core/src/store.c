@@ -734,7 +734,7 @@ static void on_async(uv_async_t *h) {
   dx_store_t *s = h->data;
   dx_store_op_t *ops, *applied;
   fetched_node_t *fl;
-  int fatal, held_last, more, passes = 0, wake = 0;
+  int fatal = 0, held_last, more, passes = 0, wake = 0;
   dx__log_set_worker(s->cfg.worker_id); /* the loop may serve several runtimes (tests) */
   /* uv_async_send coalesces: drain everything on each wakeup. */
   uv_mutex_lock(&s->mu);
@@ -743,8 +743,7 @@ static void on_async(uv_async_t *h) {
     s->applied = s->applied_tail = NULL;
     ops = s->done;
     fl = s->fetched;
-    fatal = s->fatal == 1;
-    if (fatal) s->fatal = 2;
+    if (s->fatal == 1) fatal = 1, s->fatal = 2;
     s->done = s->done_tail = NULL;
     s->fetched = s->fetched_tail = NULL;
     /* a few fetched items: their answers come as one burst (await_delivery) */
@@ -786,7 +785,6 @@ static void on_async(uv_async_t *h) {
         held_last = 1;
       }
     }
-    if (fatal && s->cfg.on_fatal) s->cfg.on_fatal(s->cfg.ud, &s->fatal_err);
     uv_mutex_lock(&s->mu);
     dx__store_trash_hand(s); /* what this pass is done with (store_mem.c) */
     if (held_last) {
@@ -803,6 +801,7 @@ static void on_async(uv_async_t *h) {
   wake = s->fetched != NULL; /* (left for the next wake-up: make sure there is one) */
   uv_mutex_unlock(&s->mu);
   if (wake) uv_async_send(&s->async);
+  if (fatal && s->cfg.on_fatal) s->cfg.on_fatal(s->cfg.ud, &s->fatal_err);
 }
 
 static void on_closed(uv_handle_t *h);
