@@ -22,8 +22,8 @@
 ** answers at once: a big batch or a busy loop commits at once as before, because a hold
 ** waiting on a busy loop would keep other processes' writers out for nothing), each wait at
 ** most cfg.hold_ms, all of a cycle's waits at most HOLD_BUDGET_HOLDS times that, hand-overs
-** for at most HOLD_SPAN_HOLDS times that, and a wait that brought no answer ends them. The loop and this thread work at the same time (hand_over:
-** the pipeline).
+** for at most HOLD_SPAN_HOLDS times that, and a wait that brought no answer ends them. The
+** loop and this thread work at the same time (hand_over: the pipeline).
 **
 ** Activities thus start before the turn that scheduled them is durable (lead's decision, issue
 ** 12; local stores only). Activities run at least once anyway: if the transaction is lost (an
@@ -335,7 +335,8 @@ static uint64_t settled_token(const dx_store_op_t *op) {
 /* How many of the ops settle an item handed over in this transaction. */
 static size_t handed_settled(dx_store_t *s, const dx_store_op_t *ops) {
   size_t k = 0;
-  for (; ops; ops = ops->next) k += dx__store_settles(ops) && dx__store_is_handed(s, settled_token(ops));
+  for (; ops; ops = ops->next)
+    k += dx__store_settles(ops) && dx__store_is_handed(s, settled_token(ops));
   return k;
 }
 
