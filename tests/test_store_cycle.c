@@ -1251,6 +1251,61 @@ DX_TEST(store_held_round_applies_one_half_while_the_loop_runs_the_other) {
   w_destroy(&w->base);
 }
 
+/* The loop holds a turn it never settles ("busy"), so a later turn cannot go round; the
+** activity ready beside it is still fetched in that batch (delivered with it), not left for a
+** later cycle (another worker process could take it meanwhile). */
+typedef struct {
+  int deliveries, together;
+} beside_t;
+
+static void note_beside(void *ud, dx_store_fetched_t *f) {
+  beside_t *b = ud;
+  b->deliveries++;
+  if (f->n_orch == 1 && f->n_work == 1 && strcmp(f->orch[0]->instance, "t1") == 0) b->together++;
+} /* (nothing is settled: every item stays held) */
+
+DX_TEST(store_activity_ready_beside_a_turn_that_cannot_go_round_is_fetched_in_its_batch) {
+  static beside_t b;
+  wrap_t *w = wrap_open();
+  uv_loop_t loop;
+  dx_store_t *s;
+  dx_store_cfg_t cfg;
+  dx_error_t err;
+  dx_work_item_t act = {.kind = DX_WI_ACT_EXECUTE, .instance = "x", .execution_id = 1, .id = 2,
+                        .name = "Act", .data = "null"};
+  dx_work_item_t t1 = {.kind = DX_WI_START, .instance = "t1", .name = "Orch", .execution_id = 1};
+  int i;
+  memset(&b, 0, sizeof b);
+  enqueue_starts(w, "busy", 1);
+  ASSERT_OK(uv_loop_init(&loop));
+  held_cfg(&cfg, w);
+  cfg.hold_ms = 5; /* the unanswered turn's hold ends */
+  cfg.hold_work = 1;
+  cfg.on_fetch = note_beside;
+  cfg.ud = &b;
+  ASSERT_OK(dx__store_new(&s, &loop, &cfg, &err));
+  dx__store_want(s, 8, 8);
+  for (i = 0; i < 20000 && b.deliveries < 1; i++) {
+    uv_run(&loop, UV_RUN_NOWAIT);
+    usleep(500);
+  }
+  ASSERT_EQ(b.deliveries, 1); /* busy0's turn, never answered */
+  dx__store_pause(s, 1);      /* (both become ready between two batches) */
+  ASSERT_OK(w->inner->methods->enqueue_for_orchestrator(w->inner, dx_clock_now_ms(), &t1, 0,
+                                                        &err));
+  ASSERT_OK(w->inner->methods->enqueue_for_worker(w->inner, dx_clock_now_ms(), &act, &err));
+  dx__store_pause(s, 0);
+  dx__store_poke(s);
+  for (i = 0; i < 20000 && b.deliveries < 2; i++) {
+    uv_run(&loop, UV_RUN_NOWAIT);
+    usleep(500);
+  }
+  close_store(s, &loop);
+  ASSERT_EQ(b.deliveries, 2);
+  ASSERT_EQ(b.together, 1);
+  w_destroy(&w->base);
+}
+
 DX_TEST(store_want_of_more_budget_in_hand_does_not_wake_the_thread) {
   /* the loop tops up its budget after every settlement; while the thread still has budget
   ** it finds nothing new by looking again (each look is a read of what is due) */

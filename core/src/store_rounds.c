@@ -443,10 +443,12 @@ int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
     dx_store_op_t *late;
     size_t settled;
     if (left && dx__store_can_hold(s, *opsp, f, h)) hand_turns(s, *opsp, f, h);
-    /* (the first work fetch waits for the first turns' answers, as the turns' acks may
-    ** schedule it: a fetch finding no work may keep a provider from claiming sessions for the
-    ** rest of the batch) */
-    if (!f->n_orch && want_work && !(s->n_handed && !answered)) {
+    /* Work is fetched even while f holds turns it cannot hand over (they wait for the commit;
+    ** the activities ready now are this worker's if it fetches them in this batch). The first
+    ** work fetch waits for the first turns' answers, as the turns' acks may schedule it: a
+    ** fetch finding no work may keep a provider from claiming sessions for the rest of the
+    ** batch. */
+    if (want_work && !(s->n_handed && !answered)) {
       refetch(s, f, 0, first ? cap : NULL, failed, &t_fetch);
       first = 0;
     }
