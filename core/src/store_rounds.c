@@ -348,28 +348,34 @@ static size_t handed_settled(dx_store_t *s, const dx_store_op_t *ops) {
 static dx_store_op_t *await_answers(dx_store_t *s, dx_store_op_t **opsp, handed_t *h,
                                     uint64_t *left, size_t *settled) {
   const uint64_t each = (uint64_t)s->cfg.hold_ms * 1000000u;
-  dx_store_op_t *late, **tail = opsp;
+  dx_store_op_t *late = NULL, **ltail = &late, **tail = opsp;
   uint64_t t0 = uv_hrtime(), until = t0 + (each < *left ? each : *left), t = t0;
   uv_mutex_lock(&s->mu);
-  while (!s->stopping && !s->paused && s->held_done == h->done_seen &&
-         (s->delivering || !handed_settled(s, s->pending)) && (t = uv_hrtime()) < until)
-    uv_cond_timedwait(&s->cv, &s->mu, until - t);
-  late = s->pending;
-  if (s->held_done != h->done_seen && s->node_end) {
-    /* the answers of the nodes the loop has run; those of the one it runs now follow with it
-    ** (taken with a part of them, the items they make ready would go over in pieces) */
-    s->pending = s->node_end->next;
-    s->node_end->next = NULL;
-    if (!s->pending) s->pending_tail = NULL;
-  } else {
-    s->pending = s->pending_tail = NULL;
+  for (;;) {
+    while (!s->stopping && !s->paused && s->held_done == h->done_seen &&
+           (s->delivering || !handed_settled(s, s->pending)) && (t = uv_hrtime()) < until)
+      uv_cond_timedwait(&s->cv, &s->mu, until - t);
+    *ltail = s->pending;
+    if (s->held_done != h->done_seen && s->node_end) {
+      /* the answers of the nodes the loop has run; those of the one it runs now follow with
+      ** it (taken with a part of them, the items they make ready would go over in pieces) */
+      s->pending = s->node_end->next;
+      s->node_end->next = NULL;
+      if (!s->pending) s->pending_tail = NULL;
+    } else {
+      s->pending = s->pending_tail = NULL;
+    }
+    s->node_end = NULL;
+    h->done_seen = s->held_done;
+    while (*ltail) ltail = &(*ltail)->next;
+    *settled = handed_settled(s, late);
+    /* a node the loop ran without an answer (its activities complete later, on their own):
+    ** wait on for them, as long as a wait may last */
+    if (*settled || s->stopping || s->paused || uv_hrtime() >= until) break;
   }
-  s->node_end = NULL;
-  h->done_seen = s->held_done;
   uv_mutex_unlock(&s->mu);
   t = uv_hrtime() - t0;
   *left = t < *left ? *left - t : 0;
-  *settled = handed_settled(s, late);
   while (*tail) tail = &(*tail)->next;
   *tail = late;
   return late;
