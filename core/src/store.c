@@ -244,6 +244,8 @@ static int op_needs_sync(const dx_store_op_t *op) {
 static int op_done(dx_store_t *s, dx_store_op_t *op, int *failed, int *durable,
                    dx_error_t *err) {
   if (op->kind == DX_OP_ACK_ORCH && op->hstate != 2) op->token = op->ack->lock_token;
+  /* (before settle_held forgets it) it answers an item of a held round: store_rounds.c */
+  op->handed = dx__store_settles(op) && dx__store_is_handed(s, op->token);
   if (op->rc == DX_ERETRY) {
     *err = op->err;
     *failed = CALL_OP;
@@ -401,9 +403,8 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     if (!rc && dx__store_can_hold(s, *opsp, f, NULL)) {
       int k = (int)f->n_orch;
       uint64_t left = (uint64_t)s->cfg.hold_ms * 1000000u;
-      rc = dx__store_hold_round(s, opsp, f, &handed, 1, &left, &late, &settled, failed,
-                                &durable, err);
-      if (!f->n_orch) *bo -= k; /* handed over */
+      if (dx__store_hold_round(s, opsp, f, &handed, &left, &late, &settled))
+        *bo -= k; /* handed over */
     }
     if (!rc) rc = run_cycle(s, late, *bo, bw, f->at_ms, f, failed, &durable, err);
   }
@@ -412,6 +413,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     dx__store_ops_lost(*opsp);
     dx__store_unhold_fetched(s, f);
     dx__store_unhold_handed(s, &handed);
+    dx__store_handed_end(s, handed.tokens, handed.n);
     free(handed.tokens);
     free_fetched(f);
     dx__store_renewals_end(s, 0);
@@ -429,6 +431,7 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     dx__store_unhold_handed(s, &handed);
     free_fetched(f);
   }
+  dx__store_handed_end(s, handed.tokens, handed.n);
   free(handed.tokens);
   dx__store_renewals_end(s, rc == 0);
   return rc;
@@ -639,7 +642,7 @@ static void store_main(void *arg) {
     if (s->paused && !s->stopping) continue;
     s->poked = 0;
     ops = s->pending;
-    s->pending = s->pending_tail = NULL;
+    s->pending = s->pending_tail = s->node_end = NULL;
     bo = s->fetching ? s->budget_orch : 0;
     bw = s->fetching ? s->budget_work : 0;
     s->busy = 1;
@@ -715,52 +718,89 @@ static void store_main(void *arg) {
 
 /* {===== loop side =====} */
 
+/* (mu held) Every fetched node waiting for the loop is a held round's (store_rounds.c). */
+static int held_nodes_only(const dx_store_t *s) {
+  const fetched_node_t *n;
+  for (n = s->fetched; n; n = n->next)
+    if (!n->held) return 0;
+  return 1;
+}
+
+/* A wake-up runs at most this many batches of held nodes the store thread handed over while
+** it ran (then other events on the loop get their turn). */
+#define ASYNC_MAX_PASSES 64
+
 static void on_async(uv_async_t *h) {
   dx_store_t *s = h->data;
   dx_store_op_t *ops, *applied;
   fetched_node_t *fl;
-  int fatal;
+  int fatal = 0, held_last, more, passes = 0, wake = 0;
   dx__log_set_worker(s->cfg.worker_id); /* the loop may serve several runtimes (tests) */
   /* uv_async_send coalesces: drain everything on each wakeup. */
   uv_mutex_lock(&s->mu);
-  applied = s->applied;
-  s->applied = s->applied_tail = NULL;
-  ops = s->done;
-  fl = s->fetched;
-  fatal = s->fatal == 1;
-  if (fatal) s->fatal = 2;
-  s->done = s->done_tail = NULL;
-  s->fetched = s->fetched_tail = NULL;
-  /* a few fetched items: their answers come as one burst (await_delivery) */
-  s->delivering = fl && s->n_fetched_items <= BURST_MAX_ITEMS;
-  s->n_fetched_items = 0;
-  uv_mutex_unlock(&s->mu);
-  /* first: an op applied in a transaction still open may be done too (that transaction was
-  ** lost or committed since), and the items handed over with it follow */
-  while (applied) {
-    dx_store_op_t *next = applied->anext;
-    applied->anext = NULL;
-    applied->applied(applied);
-    applied = next;
-  }
-  while (ops) {
-    dx_store_op_t *next = ops->next;
-    ops->next = NULL;
-    if (ops->done) ops->done(ops);
-    ops = next;
-  }
-  while (fl) {
-    fetched_node_t *next = fl->next;
-    if (s->cfg.on_fetch) s->cfg.on_fetch(s->cfg.ud, &fl->f);
-    dx__store_give_fetched(s, &fl->f);
-    dx__store_give_block(s, fl);
-    fl = next;
-  }
-  uv_mutex_lock(&s->mu);
-  dx__store_trash_hand(s); /* what this wake-up is done with (store_mem.c) */
+  do {
+    applied = s->applied;
+    s->applied = s->applied_tail = NULL;
+    ops = s->done;
+    fl = s->fetched;
+    if (s->fatal == 1) fatal = 1, s->fatal = 2;
+    s->done = s->done_tail = NULL;
+    s->fetched = s->fetched_tail = NULL;
+    /* a few fetched items: their answers come as one burst (await_delivery) */
+    s->delivering = fl && s->n_fetched_items <= BURST_MAX_ITEMS;
+    s->n_fetched_items = 0;
+    s->in_async = 1;
+    uv_mutex_unlock(&s->mu);
+    /* first: an op applied in a transaction still open may be done too (that transaction was
+    ** lost or committed since), and the items handed over with it follow */
+    while (applied) {
+      dx_store_op_t *next = applied->anext;
+      applied->anext = NULL;
+      applied->applied(applied);
+      applied = next;
+    }
+    while (ops) {
+      dx_store_op_t *next = ops->next;
+      ops->next = NULL;
+      if (ops->done) ops->done(ops);
+      ops = next;
+    }
+    held_last = 0;
+    while (fl) {
+      fetched_node_t *next = fl->next;
+      int held = fl->held;
+      if (s->cfg.on_fetch) s->cfg.on_fetch(s->cfg.ud, &fl->f);
+      dx__store_give_fetched(s, &fl->f);
+      dx__store_give_block(s, fl);
+      fl = next;
+      if (held && fl) {
+        /* a held round's node is answered: the store thread applies its answers (and hands
+        ** over what they make ready) while this loop runs the next node (store_rounds.c) */
+        uv_mutex_lock(&s->mu);
+        s->held_done++;
+        s->node_end = s->pending_tail;
+        uv_cond_signal(&s->cv);
+        uv_mutex_unlock(&s->mu);
+      } else if (held) {
+        held_last = 1;
+      }
+    }
+    uv_mutex_lock(&s->mu);
+    dx__store_trash_hand(s); /* what this pass is done with (store_mem.c) */
+    if (held_last) {
+      s->held_done++;
+      s->node_end = s->pending_tail;
+    }
+    uv_cond_signal(&s->cv); /* the answers queued meanwhile, and await_delivery */
+    /* held nodes the store thread handed over while this ran (it did not wake the loop for
+    ** them, hand_over): run them now, without a trip through the loop's poll */
+    more = s->fetched && held_nodes_only(s) && ++passes < ASYNC_MAX_PASSES;
+  } while (more);
+  s->in_async = 0;
   s->delivering = 0;
-  uv_cond_signal(&s->cv); /* the answers queued meanwhile, and await_delivery */
+  wake = s->fetched != NULL; /* (left for the next wake-up: make sure there is one) */
   uv_mutex_unlock(&s->mu);
+  if (wake) uv_async_send(&s->async);
   if (fatal && s->cfg.on_fatal) s->cfg.on_fatal(s->cfg.ud, &s->fatal_err);
 }
 
@@ -809,6 +849,7 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
 void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
   op->next = NULL;
   op->hstate = 0;
+  op->handed = 0;
   uv_mutex_lock(&s->mu);
   if (s->pending_tail) s->pending_tail->next = op;
   else s->pending = op;
@@ -934,7 +975,7 @@ void dx__store_crash(dx_store_t *s, void (*cb)(void *ud), void *ud) {
     if (s->done_tail) s->done_tail->next = s->pending;
     else s->done = s->pending;
     s->done_tail = s->pending_tail;
-    s->pending = s->pending_tail = NULL;
+    s->pending = s->pending_tail = s->node_end = NULL;
   }
   uv_mutex_unlock(&s->mu);
   dx__store_close(s, cb, ud);

@@ -75,6 +75,8 @@ struct dx_store_op_s {
   /* store thread: 1 applied in the open transaction, 2 reported through `applied` (it is not
   ** applied again if that transaction is lost: it is refused) */
   int hstate;
+  int handed;           /* store thread: it settled an item handed over in the open
+                           transaction (store_rounds.c; set when applied) */
   dx_store_op_t *anext; /* the store's list of applied ops the loop is told about */
 };
 

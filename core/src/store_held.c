@@ -87,7 +87,30 @@ void dx__store_unhold(dx_store_t *s, uint64_t token) {
   else s->held = dead->next;
   if (dead->next) dead->next->prev = dead->prev;
   s->n_held--;
+  s->n_handed -= dead->handed != 0;
   free(dead); /* (its instance id is in the same block) */
+}
+
+void dx__store_mark_handed(dx_store_t *s, uint64_t token) {
+  held_t *h = find_held(s, token);
+  if (!h || h->handed) return;
+  h->handed = 1;
+  s->n_handed++;
+}
+
+int dx__store_is_handed(dx_store_t *s, uint64_t token) {
+  held_t *h = find_held(s, token);
+  return h && h->handed;
+}
+
+/* The transaction ended: the items still held were handed over in an earlier one now. */
+void dx__store_handed_end(dx_store_t *s, const uint64_t *tokens, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    held_t *h = find_held(s, tokens[i]);
+    if (h) h->handed = 0;
+  }
+  s->n_handed = 0;
 }
 
 void dx__store_free_held(dx_store_t *s) {

@@ -26,6 +26,7 @@ typedef struct held_s {
                           the budget stop code), nor does the loop go this long without
                           renewing an activity */
   int renewing;        /* renewed in the open transaction (undone if it is not kept) */
+  int handed;          /* handed to the loop in the open transaction (store_rounds.c) */
   struct held_s *next, *prev; /* s->held, in both directions */
   struct held_s *hnext;       /* s->hidx bucket chain */
 } held_t;
@@ -42,6 +43,8 @@ typedef struct {
 
 typedef struct fetched_node_s {
   dx_store_fetched_t f;
+  int held;            /* handed over in an open transaction: the loop says when it has run
+                          it (held_done), and the store applies its answers meanwhile */
   struct fetched_node_s *next;
 } fetched_node_t;
 
@@ -71,11 +74,17 @@ struct dx_store_s {
   int looking;        /* the thread sleeps between two looks for due work (dx__store_wake) */
   int busy;           /* the thread holds ops not yet on the done list */
   int delivering;     /* the loop is taking a few fetched items (on_async): answers wait */
+  int in_async;       /* the loop is in on_async: it looks for held nodes before it returns */
   uint64_t commits, cycles;
   held_t *held;       /* store thread only */
   held_t **hidx;      /* store thread only: held by token (each settled op looks one up) */
   size_t hcap;
   size_t n_held;      /* store thread only: entries in held */
+  size_t n_handed;    /* store thread only: of them, handed over in the open transaction */
+  uint64_t held_done; /* guarded by mu: held nodes (fetched_node_t.held) the loop has run */
+  dx_store_op_t *node_end; /* guarded by mu: the last op in pending the loop queued before it
+                              finished its last held node (NULL: none since pending was
+                              taken); the ops after it answer the node it runs now */
   int64_t renew_every_ms, work_renew_every_ms;
   int64_t orch_hold_ms; /* renew a turn's lock this long at most: past the turn time limit */
   uint64_t sess_due;  /* monotonic ms of the fallback session lease renewal (sessions only) */
@@ -123,6 +132,12 @@ int dx__store_apply_all(dx_store_t *s, dx_store_op_t *ops, int64_t now, int *fai
 void dx__store_observe_fetch(dx_store_t *s, uint64_t t0, int bo, int bw);
 void dx__store_count_fetched(dx_store_t *s, const dx_store_fetched_t *f);
 
+/* The op settles a fetched item (its lock token: op->token, once applied). */
+static inline int dx__store_settles(const dx_store_op_t *op) {
+  return op->kind == DX_OP_ACK_ORCH || op->kind == DX_OP_ABANDON_ORCH ||
+         op->kind == DX_OP_ACK_WORK || op->kind == DX_OP_ABANDON_WORK;
+}
+
 static inline int dx__store_has_run_cycle(dx_provider_t *p) {
   return p->methods->version >= 5 && p->methods->run_cycle != NULL;
 }
@@ -136,6 +151,11 @@ static inline int dx__store_has_run_cycle(dx_provider_t *p) {
 ** their own). A round of a worker's ten sessions (ten activities, then the ten turns they wake)
 ** takes the idle loop about 0.2-0.3 ms, so that is about ten rounds. */
 #define HOLD_BUDGET_HOLDS 2
+/* The rounds of one cycle hand items over for at most this many hold_ms (8 ms by default)
+** from its first fetch: when the loop and the store thread work at the same time (the
+** pipeline) a wait may be short or none, so the waits alone no longer bound how long the
+** transaction (and the write lock, and the visibility of what it did) is held. */
+#define HOLD_SPAN_HOLDS 4
 /* A delivery of at most this many items is answered as one burst (await_delivery): about a
 ** hold's worth, so a worker's sessions step together with one commit per round. */
 #define BURST_MAX_ITEMS HOLD_MAX_ITEMS
@@ -144,12 +164,9 @@ typedef struct {
   uint64_t *tokens; /* lock tokens of the items handed to the loop in this transaction */
   size_t n, cap;
   int oom;          /* a token could not be noted: hand nothing more over */
-  /* The last hand-over's report (store_rounds.c report_applied): the last op it looked at,
-  ** and how many tokens had been handed then. Everything handed before was settled by an op
-  ** up to `seen` (a hand-over needs the loop to hold nothing unsettled), so an ack after it
-  ** can answer only items from tokens[mark] on. */
+  /* The last hand-over's report (store_rounds.c report_applied): the last op it looked at. */
   struct dx_store_op_s *seen;
-  size_t mark;
+  uint64_t done_seen; /* s->held_done when the answers were last taken */
 } handed_t;
 
 /* (mu held) Queue fetched items for the loop (on_async takes them). */
@@ -159,11 +176,10 @@ int dx__store_per_call(dx_store_t *s, const dx_store_op_t *ops);
 /* f's turns may go to the loop now (h NULL: a database's held turn). */
 int dx__store_can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f,
                        const handed_t *h);
-/* One held round: hand f's turns (turns = 1) or work items over, wait (*left ns of budget) and
-** apply the answers (latep: hand them back instead, for a closing run_cycle). */
+/* A database's held turn: hand f's turns over and wait for the loop's answers (*latep, for
+** the closing run_cycle); 1 when handed over. */
 int dx__store_hold_round(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f,
-                         handed_t *h, int turns, uint64_t *left, dx_store_op_t **latep,
-                         size_t *settled, int *failed, int *durable, dx_error_t *err);
+                         handed_t *h, uint64_t *left, dx_store_op_t **latep, size_t *settled);
 /* A local store's cycle after its ops were applied: its fetches and held rounds. */
 int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
                           dx_store_fetched_t *f, handed_t *h, int *failed, int *durable,
@@ -193,6 +209,11 @@ uint64_t dx__store_mono_ms(void);
 void dx__store_hold(dx_store_t *s, const char *instance, uint64_t token);
 void dx__store_touch_held(dx_store_t *s, uint64_t token);
 void dx__store_unhold(dx_store_t *s, uint64_t token);
+/* The item of token, held, was handed to the loop in the open transaction (n_handed counts
+** it until it is settled or the transaction ends: dx__store_handed_end). */
+void dx__store_mark_handed(dx_store_t *s, uint64_t token);
+int dx__store_is_handed(dx_store_t *s, uint64_t token);
+void dx__store_handed_end(dx_store_t *s, const uint64_t *tokens, size_t n);
 void dx__store_free_held(dx_store_t *s);
 void dx__store_free_ids(char **v, size_t n);
 /* Append a copy of id to the array *v of *n (a failed copy is skipped); 1 when out of memory

@@ -18,11 +18,12 @@
 ** too, their results join it, the turns they unblock are fetched and handed over, and so on;
 ** the transaction commits once at the end. A lone orchestration's steps (result, turn, next
 ** activity) then share one commit, and a start costs none of its own. Bounds: only a few items
-** per round (HOLD_MAX_ITEMS), only while the loop holds nothing else unsettled (idle, it answers
-** at once: a big batch or a busy loop commits at once as before, because a hold waiting on a
-** busy loop would keep other processes' writers out for nothing), each wait at most
-** cfg.hold_ms, all of a cycle's waits at most HOLD_BUDGET_HOLDS times that, and a round that
-** brought no answer ends them.
+** out at once (HOLD_MAX_ITEMS), only while the loop holds nothing but the rounds' items (it
+** answers at once: a big batch or a busy loop commits at once as before, because a hold
+** waiting on a busy loop would keep other processes' writers out for nothing), each wait at
+** most cfg.hold_ms, all of a cycle's waits at most HOLD_BUDGET_HOLDS times that, hand-overs
+** for at most HOLD_SPAN_HOLDS times that, and a wait that brought no answer ends them. The
+** loop and this thread work at the same time (hand_over: the pipeline).
 **
 ** Activities thus start before the turn that scheduled them is durable (lead's decision, issue
 ** 12; local stores only). Activities run at least once anyway: if the transaction is lost (an
@@ -33,14 +34,6 @@
 ** The loop keeps a turn in its orchestration cache once its ack was applied in the open
 ** transaction (op->applied), so the instance's next turn in the same transaction continues it;
 ** if the transaction is lost the ack is refused and the loop drops the copy (runtime.c). */
-/* 1 when token was handed over since the last report (h->mark). */
-static int handed_has(const handed_t *h, uint64_t token) {
-  size_t i;
-  for (i = h ? h->mark : 0; h && i < h->n; i++)
-    if (h->tokens[i] == token) return 1;
-  return 0;
-}
-
 /* Room for k more tokens; 0 when out of memory. */
 static int handed_room(handed_t *h, size_t k) {
   size_t cap = h->cap ? h->cap : 2 * HOLD_MAX_ITEMS;
@@ -59,10 +52,10 @@ static int applied_unreported(const dx_store_op_t *op) {
   return op->kind == DX_OP_ACK_ORCH && op->applied && op->hstate == 1 && op->rc == 0;
 }
 
-/* An ack the loop may learn of before the commit: of a turn this transaction handed over
-** (since the last report), applied in it (op->applied asks for it). */
-static int reportable(const dx_store_op_t *op, const handed_t *h) {
-  return applied_unreported(op) && handed_has(h, op->token);
+/* An ack the loop may learn of before the commit: of a turn this transaction handed over,
+** applied in it (op->applied asks for it). */
+static int reportable(const dx_store_op_t *op) {
+  return applied_unreported(op) && op->handed;
 }
 
 /* 1 when ops settle a turn of an instance f fetched again and the loop will not learn of that
@@ -79,7 +72,7 @@ static int refetched_settled(const dx_store_op_t *ops, const dx_store_fetched_t 
     if (op->kind != DX_OP_ACK_ORCH && op->kind != DX_OP_ABANDON_ORCH) continue;
     /* (a reported ack's memory is the loop's now: not read) */
     if (h && (op->kind != DX_OP_ACK_ORCH || op->hstate == 2 || !op->applied || op->rc != 0 ||
-              reportable(op, h)))
+              reportable(op)))
       continue;
     inst = op->kind == DX_OP_ACK_ORCH ? op->ack->instance : op->instance;
     for (i = 0; inst && i < f->n_orch; i++)
@@ -91,10 +84,11 @@ static int refetched_settled(const dx_store_op_t *ops, const dx_store_fetched_t 
 /* 1 when ops hold an ack of a turn applied in the open transaction that the loop was not told
 ** of (a turn delivered with an earlier commit): the loop learns of it only with the commit, so
 ** the instance's next turn, fetched now, could not be handed over in this transaction; fetched
-** by the next cycle it can (and the rounds go on there). */
+** by the next cycle it can (and the rounds go on there). (Acks of turns handed over in this
+** transaction are reported with the next hand-over.) */
 static int unreported_turn_acks(const dx_store_op_t *ops) {
   for (; ops; ops = ops->next)
-    if (applied_unreported(ops)) return 1;
+    if (applied_unreported(ops) && !ops->handed) return 1;
   return 0;
 }
 
@@ -129,166 +123,18 @@ int dx__store_per_call(dx_store_t *s, const dx_store_op_t *ops) {
          (s->cfg.hold_ms > 0 && (has_eager(ops) || results_of_idle_loop(s, ops)));
 }
 
+/* The loop holds nothing but f's items and those this transaction handed over that are not
+** settled yet (it runs only the rounds' items: it answers at once). */
+static int loop_holds_ours(const dx_store_t *s, const dx_store_fetched_t *f) {
+  return s->n_held == f->n_orch + f->n_work + s->n_handed;
+}
+
 /* Called only in a per_call cycle (one call per op and fetch): f's turns may go to the loop
-** now (h: this transaction's handed items; NULL on a database). Everything the store holds is
-** still in f: the loop holds nothing unsettled. */
+** now (h: this transaction's handed items; NULL on a database). */
 int dx__store_can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_fetched_t *f,
                     const handed_t *h) {
-  return s->cfg.hold_ms > 0 && f->n_orch > 0 && f->n_orch <= HOLD_MAX_ITEMS &&
-         s->n_held == f->n_orch + f->n_work && !(h && h->oom) && !refetched_settled(ops, f, h);
-}
-
-/* f's work items may go to the loop now (a local store): a few activities, no turn waiting in
-** f, the loop holding nothing unsettled, and no item whose fetch claimed its session (the
-** claim rolls back with a lost transaction: the runtime must not take ownership before the
-** commit). */
-static int can_hold_work(dx_store_t *s, const dx_store_fetched_t *f, const handed_t *h) {
-  size_t i;
-  if (s->cfg.hold_ms <= 0 || !f->n_work || f->n_work > HOLD_MAX_ITEMS || f->n_orch ||
-      s->n_held != f->n_work || h->oom)
-    return 0;
-  for (i = 0; i < f->n_work; i++)
-    if (f->work[i].item.kind != DX_WI_ACT_EXECUTE || f->work[i].session_claimed) return 0;
-  return 1;
-}
-
-/* (mu held) Queue fetched items for the loop (on_async takes them). */
-void dx__store_push_fetched(dx_store_t *s, fetched_node_t *n) {
-  n->next = NULL;
-  if (s->fetched_tail) s->fetched_tail->next = n;
-  else s->fetched = n;
-  s->fetched_tail = n;
-  s->n_fetched_items += n->f.n_orch + n->f.n_work;
-}
-
-/* (mu held) Tell the loop, before the items handed with this, of the acks in ops it may take
-** back now (reportable: op->applied runs first in on_async). */
-static void report_applied(dx_store_t *s, dx_store_op_t *ops, handed_t *h) {
-  dx_store_op_t *op = h->seen ? h->seen->next : ops;
-  for (; op; op = op->next) {
-    h->seen = op;
-    if (!reportable(op, h)) continue;
-    op->hstate = 2;
-    op->anext = NULL;
-    if (s->applied_tail) s->applied_tail->anext = op;
-    else s->applied = op;
-    s->applied_tail = op;
-  }
-  h->mark = h->n; /* (the items handed with this report follow) */
-}
-
-/* Hand g's items (moved out of the cycle's fetch: its turns, activities or close items) to
-** the loop now, with the acks of ops it may learn of first; g is then empty. 0 when the store
-** is closing, or when the loop has not yet taken what it was handed before (it is busy: it
-** would not answer in time); g is left as it was, its items are delivered with the commit. */
-static int hand_over(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *g, handed_t *h) {
-  fetched_node_t *n;
-  size_t i;
-  if (!handed_room(h, g->n_orch + g->n_work) || !(n = calloc(1, sizeof *n))) return 0;
-  uv_mutex_lock(&s->mu);
-  if (s->stopping || s->paused || !s->cfg.on_fetch || s->fetched) {
-    uv_mutex_unlock(&s->mu);
-    free(n);
-    return 0;
-  }
-  report_applied(s, ops, h);
-  for (i = 0; i < g->n_orch; i++) h->tokens[h->n++] = g->orch[i]->lock_token;
-  for (i = 0; i < g->n_work; i++) h->tokens[h->n++] = g->work[i].lock_token;
-  n->f = *g;
-  dx__store_push_fetched(s, n);
-  s->budget_orch -= (int)g->n_orch;
-  s->budget_work -= (int)g->n_work;
-  uv_mutex_unlock(&s->mu);
-  dx__store_count_fetched(s, g);
-  memset(g, 0, sizeof *g);
-  uv_async_send(&s->async);
-  return 1;
-}
-
-/* Move f's orchestration items (turns = 1) or work items (0) into g. */
-static void take_items(dx_store_fetched_t *f, dx_store_fetched_t *g, int turns) {
-  memset(g, 0, sizeof *g);
-  g->at_ms = f->at_ms;
-  if (turns) {
-    g->orch = f->orch, g->n_orch = f->n_orch, g->cap_orch = f->cap_orch;
-    f->orch = NULL, f->n_orch = f->cap_orch = 0;
-  } else {
-    g->work = f->work, g->n_work = f->n_work, g->cap_work = f->cap_work;
-    f->work = NULL, f->n_work = f->cap_work = 0;
-  }
-}
-
-/* Put back what take_items moved (the hand-over did not happen). */
-static void untake_items(dx_store_fetched_t *f, dx_store_fetched_t *g, int turns) {
-  if (turns) f->orch = g->orch, f->n_orch = g->n_orch, f->cap_orch = g->cap_orch;
-  else f->work = g->work, f->n_work = g->n_work, f->cap_work = g->cap_work;
-}
-
-/* How many of the n tokens ops settle (ack or abandon). */
-static size_t settled_count(const dx_store_op_t *ops, const uint64_t *tokens, size_t n) {
-  size_t i, k = 0;
-  for (i = 0; i < n; i++) {
-    const dx_store_op_t *op;
-    for (op = ops; op; op = op->next)
-      if ((op->kind == DX_OP_ACK_ORCH && op->ack->lock_token == tokens[i]) ||
-          ((op->kind == DX_OP_ABANDON_ORCH || op->kind == DX_OP_ACK_WORK ||
-            op->kind == DX_OP_ABANDON_WORK) && op->token == tokens[i]))
-        break;
-    k += op != NULL;
-  }
-  return k;
-}
-
-/* Wait (at most cfg.hold_ms, and at most what is *left of the cycle's budget, ns, which the
-** wait then uses up; stop and pause end it) until the loop settled the n items handed over
-** last (their tokens), then take everything it queued, appended to *opsp (reported with the
-** batch). *settled: how many of them it settled. */
-static dx_store_op_t *await_answers(dx_store_t *s, dx_store_op_t **opsp, const handed_t *h,
-                                    size_t n, uint64_t *left, size_t *settled) {
-  const uint64_t *tokens = h->tokens + h->n - n, each = (uint64_t)s->cfg.hold_ms * 1000000u;
-  dx_store_op_t *late, **tail = opsp;
-  uint64_t t0 = uv_hrtime(), until = t0 + (each < *left ? each : *left), t = t0;
-  uv_mutex_lock(&s->mu);
-  while (!s->stopping && !s->paused && settled_count(s->pending, tokens, n) < n &&
-         (t = uv_hrtime()) < until)
-    uv_cond_timedwait(&s->cv, &s->mu, until - t);
-  late = s->pending;
-  s->pending = s->pending_tail = NULL;
-  uv_mutex_unlock(&s->mu);
-  t = uv_hrtime() - t0;
-  *left = t < *left ? *left - t : 0;
-  if (settled) *settled = settled_count(late, tokens, n);
-  while (*tail) tail = &(*tail)->next;
-  *tail = late;
-  return late;
-}
-
-/* One held round inside the open transaction: hand f's turns (turns = 1) or its work items
-** over, wait for the loop's answers and apply them (a database's held turn: *latep gets them
-** for the cycle's closing run_cycle instead). *settled: how many of the handed items the loop
-** settled (0 also when nothing was handed over: the items stay in f, for the commit). */
-int dx__store_hold_round(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f, handed_t *h,
-                      int turns, uint64_t *left, dx_store_op_t **latep, size_t *settled,
-                      int *failed, int *durable, dx_error_t *err) {
-  dx_store_fetched_t g;
-  dx_store_op_t *late;
-  size_t k;
-  int64_t now;
-  *settled = 0;
-  take_items(f, &g, turns);
-  k = g.n_orch + g.n_work;
-  if (!hand_over(s, *opsp, &g, h)) {
-    untake_items(f, &g, turns);
-    return 0;
-  }
-  late = await_answers(s, opsp, h, k, left, settled);
-  now = dx__store_now_ms(s);
-  f->at_ms = now; /* (f is empty: what it fetches next is fetched now) */
-  if (latep) {
-    *latep = late;
-    return 0;
-  }
-  return dx__store_apply_all(s, late, now, failed, durable, err);
+  return s->cfg.hold_ms > 0 && f->n_orch > 0 && f->n_orch + s->n_handed <= HOLD_MAX_ITEMS &&
+         loop_holds_ours(s, f) && !(h && h->oom) && !refetched_settled(ops, f, h);
 }
 
 /* 1 when f holds a close item and another item of the same session (it runs on the loop:
@@ -306,51 +152,254 @@ static int close_shares_session(const dx_store_fetched_t *f) {
   return 0;
 }
 
+/* 1 when f holds an item whose fetch claimed session sid. */
+static int claimed_in(const dx_store_fetched_t *f, const char *sid) {
+  size_t i;
+  for (i = 0; sid && i < f->n_work; i++)
+    if (f->work[i].session_claimed && f->work[i].item.session_id &&
+        strcmp(f->work[i].item.session_id, sid) == 0)
+      return 1;
+  return 0;
+}
+
+/* Which of f's work items a round hands over: close items (closes = 1), or activities
+** (0). An activity whose fetch claimed its session is not handed over, nor any other item of
+** that session (the claim rolls back with a lost transaction: the runtime must not take
+** ownership before the commit); they wait in f for the commit. */
+static int pick_work(const dx_store_fetched_t *f, size_t i, int closes) {
+  const dx_work_fetch_t *w = &f->work[i];
+  if (closes) return w->item.kind == DX_WI_SESSION_CLOSE;
+  return w->item.kind == DX_WI_ACT_EXECUTE && !w->session_claimed &&
+         !claimed_in(f, w->item.session_id);
+}
+
+/* (mu held) Queue fetched items for the loop (on_async takes them). */
+void dx__store_push_fetched(dx_store_t *s, fetched_node_t *n) {
+  n->next = NULL;
+  if (s->fetched_tail) s->fetched_tail->next = n;
+  else s->fetched = n;
+  s->fetched_tail = n;
+  s->n_fetched_items += n->f.n_orch + n->f.n_work;
+}
+
+/* (mu held) Tell the loop, before the items handed with this, of the acks in ops it may take
+** back now (reportable: op->applied runs first in on_async). */
+static void report_applied(dx_store_t *s, dx_store_op_t *ops, handed_t *h) {
+  dx_store_op_t *op = h->seen ? h->seen->next : ops;
+  for (; op; op = op->next) {
+    h->seen = op;
+    if (!reportable(op)) continue;
+    op->hstate = 2;
+    op->anext = NULL;
+    if (s->applied_tail) s->applied_tail->anext = op;
+    else s->applied = op;
+    s->applied_tail = op;
+  }
+}
+
+/* (mu held) Every node the loop has not taken yet is a held round's (the loop is not busy
+** with a delivery of its own: it takes them together and answers at once). */
+static int waiting_held_only(const dx_store_t *s) {
+  const fetched_node_t *n;
+  for (n = s->fetched; n; n = n->next)
+    if (!n->held) return 0;
+  return 1;
+}
+
+/* A hand-over of at least this many items, with nothing else out, goes as two nodes (below). */
+#define SPLIT_MIN_ITEMS 4
+
+/* Move the second half of g's items (it holds one kind) into a new node; NULL when out of
+** memory (g is then left whole). */
+static fetched_node_t *split_off(dx_store_fetched_t *g) {
+  fetched_node_t *n = calloc(1, sizeof *n);
+  size_t k;
+  if (!n) return NULL;
+  n->f.at_ms = g->at_ms;
+  if (g->n_orch) {
+    k = g->n_orch / 2;
+    if (!(n->f.orch = malloc((g->n_orch - k) * sizeof *n->f.orch))) return free(n), NULL;
+    memcpy(n->f.orch, g->orch + k, (g->n_orch - k) * sizeof *n->f.orch);
+    n->f.n_orch = n->f.cap_orch = g->n_orch - k;
+    g->n_orch = k;
+  } else {
+    k = g->n_work / 2;
+    if (!(n->f.work = malloc((g->n_work - k) * sizeof *n->f.work))) return free(n), NULL;
+    memcpy(n->f.work, g->work + k, (g->n_work - k) * sizeof *n->f.work);
+    n->f.n_work = n->f.cap_work = g->n_work - k;
+    g->n_work = k;
+  }
+  return n;
+}
+
+/* Hand g's items (moved out of the cycle's fetch: its turns, activities or close items) to
+** the loop now, with the acks of ops it may learn of first; g is then empty. 0 when the store
+** is closing, or when the loop has not yet taken a delivery of its own (it is busy: it would
+** not answer in time); g is left as it was, its items are delivered with the commit.
+**
+** The pipeline: the loop and this thread work at the same time. A hand-over of several items
+** while nothing else is out goes as two nodes; the loop runs them one after the other in one
+** wake-up and says when it has run each (held_done), so this thread applies the first node's
+** answers, fetches what they made ready and hands it over while the loop runs the second;
+** then it applies the second's while the loop runs that, and so on. */
+static int hand_over(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *g, handed_t *h) {
+  dx_store_fetched_t all = *g;
+  fetched_node_t *n, *n2 = NULL;
+  size_t i, k = g->n_orch + g->n_work;
+  int wake;
+  if (!handed_room(h, k) || !(n = calloc(1, sizeof *n))) return 0;
+  for (i = 0; i < g->n_orch; i++) h->tokens[h->n + i] = g->orch[i]->lock_token;
+  for (i = 0; i < g->n_work; i++) h->tokens[h->n + g->n_orch + i] = g->work[i].lock_token;
+  if (k >= SPLIT_MIN_ITEMS && !s->n_handed) n2 = split_off(g); /* (outside mu: the loop
+                                                                  queues its answers under it) */
+  uv_mutex_lock(&s->mu);
+  if (s->stopping || s->paused || !s->cfg.on_fetch || !waiting_held_only(s)) {
+    uv_mutex_unlock(&s->mu);
+    free(n);
+    if (n2) { /* g's arrays still hold the second half */
+      g->n_orch += n2->f.n_orch;
+      g->n_work += n2->f.n_work;
+      free(n2->f.orch);
+      free(n2->f.work);
+      free(n2);
+    }
+    return 0;
+  }
+  report_applied(s, ops, h);
+  if (!h->n) h->done_seen = s->held_done; /* (the transaction's first hand-over) */
+  h->n += k;
+  n->f = *g;
+  n->held = 1;
+  dx__store_push_fetched(s, n);
+  if (n2) {
+    n2->held = 1;
+    dx__store_push_fetched(s, n2);
+  }
+  s->budget_orch -= (int)all.n_orch;
+  s->budget_work -= (int)all.n_work;
+  wake = !s->in_async; /* (else the loop takes it before it returns: on_async) */
+  uv_mutex_unlock(&s->mu);
+  for (i = h->n - k; i < h->n; i++) dx__store_mark_handed(s, h->tokens[i]);
+  dx__store_count_fetched(s, &all);
+  memset(g, 0, sizeof *g);
+  if (wake) uv_async_send(&s->async);
+  return 1;
+}
+
+/* Hand f's turns over (all of them). */
+static int hand_turns(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *f, handed_t *h) {
+  dx_store_fetched_t g;
+  memset(&g, 0, sizeof g);
+  g.at_ms = f->at_ms;
+  g.orch = f->orch, g.n_orch = f->n_orch, g.cap_orch = f->cap_orch;
+  if (!hand_over(s, ops, &g, h)) return 0;
+  f->orch = NULL, f->n_orch = f->cap_orch = 0;
+  return 1;
+}
+
+/* Hand f's close items (closes = 1) or the activities pick_work allows over; f keeps the
+** others, in order. Only while the loop holds nothing but the rounds' items, at most
+** HOLD_MAX_ITEMS out at once. */
+static int hand_work(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *f, handed_t *h,
+                     int closes) {
+  dx_store_fetched_t g;
+  size_t i, k = 0, n = 0;
+  if (s->cfg.hold_ms <= 0 || !f->n_work || (!closes && f->n_orch) || h->oom ||
+      !loop_holds_ours(s, f))
+    return 0;
+  for (i = 0; i < f->n_work; i++) n += pick_work(f, i, closes);
+  if (!n || n + s->n_handed > HOLD_MAX_ITEMS || (closes && close_shares_session(f))) return 0;
+  memset(&g, 0, sizeof g);
+  if (!(g.work = malloc(n * sizeof *g.work))) return 0;
+  for (i = 0; i < f->n_work; i++)
+    if (pick_work(f, i, closes)) g.work[g.n_work++] = f->work[i];
+  g.cap_work = n;
+  g.at_ms = f->at_ms;
+  if (!hand_over(s, ops, &g, h)) {
+    free(g.work);
+    return 0;
+  }
+  for (i = 0; i < f->n_work; i++)
+    if (!pick_work(f, i, closes)) f->work[k++] = f->work[i];
+  memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
+  f->n_work = k;
+  return 1;
+}
+
+/* The lock token of the item op settles (0: it settles none; before op_apply ran). */
+static uint64_t settled_token(const dx_store_op_t *op) {
+  if (!dx__store_settles(op)) return 0;
+  return op->kind == DX_OP_ACK_ORCH ? op->ack->lock_token : op->token;
+}
+
+/* How many of the ops settle an item handed over in this transaction. */
+static size_t handed_settled(dx_store_t *s, const dx_store_op_t *ops) {
+  size_t k = 0;
+  for (; ops; ops = ops->next)
+    k += dx__store_settles(ops) && dx__store_is_handed(s, settled_token(ops));
+  return k;
+}
+
+/* Wait (at most cfg.hold_ms, and at most what is *left of the cycle's budget, ns, which the
+** wait then uses up; stop and pause end it) until the loop has run a node handed over (or
+** settled a handed item later, as an activity that completes on its own), then take
+** everything it queued, appended to *opsp (reported with the batch). *settled: how many
+** handed items those ops settle. */
+static dx_store_op_t *await_answers(dx_store_t *s, dx_store_op_t **opsp, handed_t *h,
+                                    uint64_t *left, size_t *settled) {
+  const uint64_t each = (uint64_t)s->cfg.hold_ms * 1000000u;
+  dx_store_op_t *late = NULL, **ltail = &late, **tail = opsp;
+  uint64_t t0 = uv_hrtime(), until = t0 + (each < *left ? each : *left), t = t0;
+  uv_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->stopping && !s->paused && s->held_done == h->done_seen &&
+           (s->delivering || !handed_settled(s, s->pending)) && (t = uv_hrtime()) < until)
+      uv_cond_timedwait(&s->cv, &s->mu, until - t);
+    *ltail = s->pending;
+    if (s->held_done != h->done_seen && s->node_end) {
+      /* the answers of the nodes the loop has run; those of the one it runs now follow with
+      ** it (taken with a part of them, the items they make ready would go over in pieces) */
+      s->pending = s->node_end->next;
+      s->node_end->next = NULL;
+      if (!s->pending) s->pending_tail = NULL;
+    } else {
+      s->pending = s->pending_tail = NULL;
+    }
+    s->node_end = NULL;
+    h->done_seen = s->held_done;
+    while (*ltail) ltail = &(*ltail)->next;
+    *settled = handed_settled(s, late);
+    /* a node the loop ran without an answer (its activities complete later, on their own):
+    ** wait on for them, as long as a wait may last */
+    if (*settled || s->stopping || s->paused || uv_hrtime() >= until) break;
+  }
+  uv_mutex_unlock(&s->mu);
+  t = uv_hrtime() - t0;
+  *left = t < *left ? *left - t : 0;
+  while (*tail) tail = &(*tail)->next;
+  *tail = late;
+  return late;
+}
+
+/* A database's held turn inside the open transaction: hand f's turns over, wait for the
+** loop's answers and give them in *latep, for the cycle's closing run_cycle. *settled: how
+** many of the handed items the loop settled (0 also when nothing was handed over: the items
+** stay in f, for the commit). */
+int dx__store_hold_round(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f, handed_t *h,
+                         uint64_t *left, dx_store_op_t **latep, size_t *settled) {
+  *settled = 0;
+  if (!hand_turns(s, *opsp, f, h)) return 0;
+  *latep = await_answers(s, opsp, h, left, settled);
+  f->at_ms = dx__store_now_ms(s); /* (f is empty: what it fetches next is fetched now) */
+  return 1;
+}
+
 /* The loop's budgets now (the loop tops them up as it settles what it was handed). */
 static void budgets_now(dx_store_t *s, int *bo, int *bw) {
   uv_mutex_lock(&s->mu);
   *bo = s->fetching ? s->budget_orch : 0;
   *bw = s->fetching ? s->budget_work : 0;
   uv_mutex_unlock(&s->mu);
-}
-
-/* Close items (ctx:close_session) this cycle fetched go to the loop before the commit, as
-** turns do (only while the loop holds nothing but this cycle's items): a loop running none of
-** the session's activities releases it at once, and the transaction then fetches again, so a
-** worker at its session capacity claims the next session in the same commit instead of a
-** cycle later. A close item is no activity. When the transaction is then lost, the release is
-** lost with it (the lease lapses or the close comes back). */
-static int hold_closes(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f, handed_t *h,
-                       uint64_t *left, int *failed, int *durable, dx_error_t *err) {
-  dx_store_fetched_t g;
-  dx_store_op_t *late;
-  size_t i, k = 0, nc = 0;
-  int64_t now;
-  int rc, bo, bw;
-  for (i = 0; i < f->n_work; i++) nc += f->work[i].item.kind == DX_WI_SESSION_CLOSE;
-  if (!nc || s->cfg.hold_ms <= 0 || nc > HOLD_MAX_ITEMS || h->oom ||
-      s->n_held != f->n_orch + f->n_work || close_shares_session(f))
-    return 0;
-  memset(&g, 0, sizeof g);
-  if (!(g.work = calloc(nc, sizeof *g.work))) return 0;
-  for (i = 0; i < f->n_work; i++)
-    if (f->work[i].item.kind == DX_WI_SESSION_CLOSE) g.work[g.n_work++] = f->work[i];
-  g.cap_work = nc;
-  g.at_ms = f->at_ms;
-  if (!hand_over(s, *opsp, &g, h)) {
-    free(g.work);
-    return 0;
-  }
-  for (i = 0; i < f->n_work; i++) /* f keeps the others, in order */
-    if (f->work[i].item.kind != DX_WI_SESSION_CLOSE) f->work[k++] = f->work[i];
-  memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
-  f->n_work = k;
-  late = await_answers(s, opsp, h, nc, left, NULL);
-  now = dx__store_now_ms(s); /* (f->at_ms stays: the earlier of its items' fetch times) */
-  rc = dx__store_apply_all(s, late, now, failed, durable, err);
-  budgets_now(s, &bo, &bw);
-  if (!rc && dx__store_fetch_into(s, now, 0, bw, f)) *failed |= CALL_FETCH;
-  return rc;
 }
 
 /* Orchestration (turns = 1) or work items into f, up to the loop's budget now (at most
@@ -368,35 +417,62 @@ static void refetch(dx_store_t *s, dx_store_fetched_t *f, int turns, const int *
   *t_fetch += uv_hrtime() - t0;
 }
 
-/* A local store's cycle after its ops were applied: fetch, and hold rounds while the loop
-** answers (see above). bo/bw: the cycle's budgets (0 and 0: it fetches nothing). */
+/* 1 when applying ops may make work ready: anything but activity results (a turn's ack
+** schedules activities, a release lets this worker claim again, an abandon hands one back). */
+static int readies_work(const dx_store_op_t *ops) {
+  for (; ops; ops = ops->next)
+    if (ops->kind != DX_OP_ACK_WORK) return 1;
+  return 0;
+}
+
+/* A local store's cycle after its ops were applied: fetch, and hand over while the loop
+** answers (see above). Each pass hands over what is ready (turns first; then, once f holds no
+** turn, close items and activities), waits for the answers to one node, applies them and
+** fetches what they made ready (turns; activities after anything but activity results),
+** until nothing is out, the budget is spent or a wait brought no answer. Close items: a loop
+** running none of the session's activities releases it at once, and the work fetch that
+** follows claims the next session in the same commit (a worker at its session capacity);
+** if the transaction is lost the release is lost with it (the lease lapses or the close comes
+** back). bo/bw: the cycle's budgets (0 and 0: it fetches nothing). */
 int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
                        dx_store_fetched_t *f, handed_t *h, int *failed, int *durable,
                        dx_error_t *err) {
-  uint64_t t_fetch = 0, left = HOLD_BUDGET_HOLDS * (uint64_t)s->cfg.hold_ms * 1000000u;
+  uint64_t t_fetch = 0, left = HOLD_BUDGET_HOLDS * (uint64_t)s->cfg.hold_ms * 1000000u,
+           until = uv_hrtime() + HOLD_SPAN_HOLDS * (uint64_t)s->cfg.hold_ms * 1000000u;
   const int cap[2] = {bo, bw};
-  size_t settled;
-  int rc = 0, first = 1;
+  int rc = 0, first = 1, want_work = 1, answered = 0, wait_turns = 0;
   if (bo <= 0 && bw <= 0) return 0;
   /* Orchestrations first, then activities, after every ack the transaction holds (a provider
   ** may skip work it found none of earlier in the batch: sessions) */
   refetch(s, f, 1, cap, failed, &t_fetch);
   for (;;) {
-    /* rounds of turns: each time the turns their acks made ready (other instances') */
-    while (left && dx__store_can_hold(s, *opsp, f, h)) {
-      rc = dx__store_hold_round(s, opsp, f, h, 1, &left, NULL, &settled, failed, durable, err);
-      if (rc || !settled) break;
-      refetch(s, f, 1, NULL, failed, &t_fetch);
+    dx_store_op_t *late;
+    size_t settled;
+    if (left && dx__store_can_hold(s, *opsp, f, h)) hand_turns(s, *opsp, f, h);
+    /* Work is fetched even while f holds turns it cannot hand over (they wait for the commit;
+    ** the activities ready now are this worker's if it fetches them in this batch). The first
+    ** work fetch waits for the first turns' answers, as the turns' acks may schedule it: a
+    ** fetch finding no work may keep a provider from claiming sessions for the rest of the
+    ** batch. */
+    if (want_work && !(s->n_handed && !answered)) {
+      refetch(s, f, 0, first ? cap : NULL, failed, &t_fetch);
+      first = 0;
     }
-    if (rc) break;
-    refetch(s, f, 0, first ? cap : NULL, failed, &t_fetch);
-    first = 0;
-    if (left && (rc = hold_closes(s, opsp, f, h, &left, failed, durable, err))) break;
-    /* a round of activities, then the turns their results woke */
-    if (!s->cfg.hold_work || !left || !can_hold_work(s, f, h)) break;
-    rc = dx__store_hold_round(s, opsp, f, h, 0, &left, NULL, &settled, failed, durable, err);
-    if (rc || !settled || unreported_turn_acks(*opsp)) break;
-    refetch(s, f, 1, NULL, failed, &t_fetch);
+    if (left) {
+      hand_work(s, *opsp, f, h, 1);
+      if (s->cfg.hold_work) hand_work(s, *opsp, f, h, 0);
+    }
+    if (!left || !s->n_handed) break; /* nothing out: the rounds end */
+    late = await_answers(s, opsp, h, &left, &settled);
+    answered = 1;
+    want_work = readies_work(late);
+    rc = dx__store_apply_all(s, late, dx__store_now_ms(s), failed, durable, err);
+    if (rc || !settled) break;
+    if (uv_hrtime() >= until) left = 0; /* hands nothing more over: the answers out come later */
+    /* (once an unreported turn ack is applied, turns wait for the next cycle; activities
+    ** go on: their fetch still joins this commit) */
+    if (!wait_turns && !(wait_turns = unreported_turn_acks(*opsp)))
+      refetch(s, f, 1, NULL, failed, &t_fetch);
   }
   if (!rc) dx__store_observe_fetch(s, uv_hrtime() - t_fetch, bo, bw);
   return rc;
