@@ -98,6 +98,19 @@ static dx_work_item_t start_item(const char *inst, const char *data) {
   return w;
 }
 
+/* An activity to run (instance inst, execution 1, activity id, name "Act", input data). */
+static dx_work_item_t act_item(const char *inst, uint64_t id, const char *data) {
+  dx_work_item_t w;
+  memset(&w, 0, sizeof w);
+  w.kind = DX_WI_ACT_EXECUTE;
+  w.instance = (char *)inst;
+  w.execution_id = 1;
+  w.id = id;
+  w.name = "Act";
+  w.data = (char *)data;
+  return w;
+}
+
 static uint64_t orch_depth(dx_provider_t *p) {
   dx_queue_depths_t d;
   dx_error_t err;
@@ -259,16 +272,9 @@ static int commit_flushes(dx_provider_t *p, int sync) {
 DX_TEST(lmdb_unsynced_result_batch_is_flushed_lock_only_batch_is_not) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = dx_pv_open(store);
-  dx_work_item_t w, done;
+  dx_work_item_t w = act_item("A", 2, "null"), done;
   dx_work_fetch_t f;
   dx_error_t err;
-  memset(&w, 0, sizeof w);
-  w.kind = DX_WI_ACT_EXECUTE;
-  w.instance = "A";
-  w.execution_id = 1;
-  w.id = 2;
-  w.name = "Act";
-  w.data = "null";
   ASSERT_OK(M(p)->enqueue_for_worker(p, T0, &w, &err));
   ASSERT_OK(M(p)->begin(p, &err));
   ASSERT_OK(M(p)->fetch_work_item(p, T0, 60000, NULL, &f, &err));
@@ -540,16 +546,9 @@ static int take_over_row(dx_provider_t *c) {
 DX_TEST(lmdb_locked_row_kept_by_batches_yields_to_another_process) {
   char *store = dx_pv_new_store();
   dx_provider_t *p = open_with(store, NULL);
-  dx_work_item_t w;
+  dx_work_item_t w = act_item("K", 2, "1");
   dx_work_fetch_t f;
   dx_error_t err;
-  memset(&w, 0, sizeof w);
-  w.kind = DX_WI_ACT_EXECUTE;
-  w.instance = "K";
-  w.execution_id = 1;
-  w.id = 2;
-  w.name = "Act";
-  w.data = "1";
   ASSERT_OK(M(p)->enqueue_for_worker(p, T0, &w, &err));
   ASSERT_OK(M(p)->begin(p, &err));
   ASSERT_OK(M(p)->fetch_work_item(p, T0, 1000, NULL, &f, &err));
@@ -636,15 +635,8 @@ DX_TEST(lmdb_queued_row_kept_by_batches_yields_to_another_process) {
 }
 
 static void act_row(dx_provider_t *p, const char *inst, uint64_t id) {
-  dx_work_item_t w;
+  dx_work_item_t w = act_item(inst, id, "1");
   dx_error_t err;
-  memset(&w, 0, sizeof w);
-  w.kind = DX_WI_ACT_EXECUTE;
-  w.instance = (char *)inst;
-  w.execution_id = 1;
-  w.id = id;
-  w.name = "Act";
-  w.data = "1";
   ASSERT_OK(M(p)->enqueue_for_worker(p, T0, &w, &err));
 }
 
