@@ -273,6 +273,7 @@ DX_TEST(app_errors_name_file_and_line) {
   ASSERT_EQ(dx_lua_runtime_new(&rt, NULL, store_dir(), NULL, table_err, &err), DX_ELUA);
   ASSERT_CONTAINS(err.msg, "as a table");
   dx_options_init(&bad);
+  ASSERT_EQ(bad.worker_concurrency, 1000); /* the documented default (cli.md) */
   bad.worker_concurrency = 0;
   ASSERT_EQ(dx_lua_runtime_new(&rt, NULL, store_dir(), &bad, write_file("app.lua", APP), &err),
             DX_EINVAL);

@@ -18,7 +18,9 @@ void dx_options_init(dx_options_t *o) {
   memset(o, 0, sizeof *o);
   o->version = 1;
   o->orchestration_concurrency = 256;
-  o->worker_concurrency = 256;
+  /* Temporal's default too: a fan-out's activities fit one fetch (one commit); CPU-bound Lua
+  ** activities are still taken a few at a time (credit.c) */
+  o->worker_concurrency = 1000;
   o->max_sessions_per_worker = 10;
   o->session_lock_timeout_ms = 30000;
   o->session_lock_renewal_buffer_ms = 5000;
