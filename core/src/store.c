@@ -397,13 +397,12 @@ static int cycle_once(dx_store_t *s, dx_store_op_t **opsp, int *bo, int bw, int6
     /* a database: one call, one round trip, for the start's turn, held; then run_cycle closes
     ** the cycle as usual: the turn's ack, the fetches and the commit in one round trip */
     dx_store_op_t *late = NULL;
-    size_t settled;
     rc = dx__store_apply_all(s, *opsp, now, failed, &durable, err);
     if (!rc && dx__store_fetch_into(s, now, *bo > 1 ? 1 : *bo, 0, f)) *failed |= CALL_FETCH;
     if (!rc && dx__store_can_hold(s, *opsp, f, NULL)) {
       int k = (int)f->n_orch;
       uint64_t left = (uint64_t)s->cfg.hold_ms * 1000000u;
-      if (dx__store_hold_round(s, opsp, f, &handed, &left, &late, &settled))
+      if (dx__store_hold_round(s, opsp, f, &handed, &left, &late))
         *bo -= k; /* handed over */
     }
     if (!rc) rc = run_cycle(s, late, *bo, bw, f->at_ms, f, failed, &durable, err);
@@ -718,14 +717,6 @@ static void store_main(void *arg) {
 
 /* {===== loop side =====} */
 
-/* (mu held) Every fetched node waiting for the loop is a held round's (store_rounds.c). */
-static int held_nodes_only(const dx_store_t *s) {
-  const fetched_node_t *n;
-  for (n = s->fetched; n; n = n->next)
-    if (!n->held) return 0;
-  return 1;
-}
-
 /* A wake-up runs at most this many batches of held nodes the store thread handed over while
 ** it ran (then other events on the loop get their turn). */
 #define ASYNC_MAX_PASSES 64
@@ -794,7 +785,7 @@ static void on_async(uv_async_t *h) {
     uv_cond_signal(&s->cv); /* the answers queued meanwhile, and await_delivery */
     /* held nodes the store thread handed over while this ran (it did not wake the loop for
     ** them, hand_over): run them now, without a trip through the loop's poll */
-    more = s->fetched && held_nodes_only(s) && ++passes < ASYNC_MAX_PASSES;
+    more = s->fetched && dx__store_held_only(s) && ++passes < ASYNC_MAX_PASSES;
   } while (more);
   s->in_async = 0;
   s->delivering = 0;

@@ -99,8 +99,9 @@ void dx__store_mark_handed(dx_store_t *s, uint64_t token) {
 }
 
 int dx__store_is_handed(dx_store_t *s, uint64_t token) {
-  held_t *h = find_held(s, token);
-  return h && h->handed;
+  held_t *h;
+  /* (every op asks, in every cycle: no lookup while nothing is handed over) */
+  return s->n_handed && (h = find_held(s, token)) && h->handed;
 }
 
 /* The transaction ended: the items still held were handed over in an earlier one now. */

@@ -171,6 +171,8 @@ typedef struct {
 
 /* (mu held) Queue fetched items for the loop (on_async takes them). */
 void dx__store_push_fetched(dx_store_t *s, fetched_node_t *n);
+/* (mu held) 1 when every node waiting for the loop is a held round's (store_rounds.c). */
+int dx__store_held_only(const dx_store_t *s);
 /* The cycle makes one call per op and fetch (and so may hold): see store_rounds.c. */
 int dx__store_per_call(dx_store_t *s, const dx_store_op_t *ops);
 /* f's turns may go to the loop now (h NULL: a database's held turn). */
@@ -179,7 +181,7 @@ int dx__store_can_hold(dx_store_t *s, const dx_store_op_t *ops, const dx_store_f
 /* A database's held turn: hand f's turns over and wait for the loop's answers (*latep, for
 ** the closing run_cycle); 1 when handed over. */
 int dx__store_hold_round(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f,
-                         handed_t *h, uint64_t *left, dx_store_op_t **latep, size_t *settled);
+                         handed_t *h, uint64_t *left, dx_store_op_t **latep);
 /* A local store's cycle after its ops were applied: its fetches and held rounds. */
 int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
                           dx_store_fetched_t *f, handed_t *h, int *failed, int *durable,

@@ -199,7 +199,7 @@ static void report_applied(dx_store_t *s, dx_store_op_t *ops, handed_t *h) {
 
 /* (mu held) Every node the loop has not taken yet is a held round's (the loop is not busy
 ** with a delivery of its own: it takes them together and answers at once). */
-static int waiting_held_only(const dx_store_t *s) {
+int dx__store_held_only(const dx_store_t *s) {
   const fetched_node_t *n;
   for (n = s->fetched; n; n = n->next)
     if (!n->held) return 0;
@@ -253,7 +253,7 @@ static int hand_over(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *g, h
   if (k >= SPLIT_MIN_ITEMS && !s->n_handed) n2 = split_off(g); /* (outside mu: the loop
                                                                   queues its answers under it) */
   uv_mutex_lock(&s->mu);
-  if (s->stopping || s->paused || !s->cfg.on_fetch || !waiting_held_only(s)) {
+  if (s->stopping || s->paused || !s->cfg.on_fetch || !dx__store_held_only(s)) {
     uv_mutex_unlock(&s->mu);
     free(n);
     if (n2) { /* g's arrays still hold the second half */
@@ -307,7 +307,9 @@ static int hand_work(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *f, h
   if (s->cfg.hold_ms <= 0 || !f->n_work || (!closes && f->n_orch) || h->oom ||
       !loop_holds_ours(s, f))
     return 0;
-  for (i = 0; i < f->n_work; i++) n += pick_work(f, i, closes);
+  /* (pick_work may scan f: stop counting past the limit) */
+  for (i = 0; i < f->n_work && n + s->n_handed <= HOLD_MAX_ITEMS; i++)
+    n += pick_work(f, i, closes);
   if (!n || n + s->n_handed > HOLD_MAX_ITEMS || (closes && close_shares_session(f))) return 0;
   memset(&g, 0, sizeof g);
   if (!(g.work = malloc(n * sizeof *g.work))) return 0;
@@ -382,14 +384,13 @@ static dx_store_op_t *await_answers(dx_store_t *s, dx_store_op_t **opsp, handed_
 }
 
 /* A database's held turn inside the open transaction: hand f's turns over, wait for the
-** loop's answers and give them in *latep, for the cycle's closing run_cycle. *settled: how
-** many of the handed items the loop settled (0 also when nothing was handed over: the items
-** stay in f, for the commit). */
+** loop's answers and give them in *latep, for the cycle's closing run_cycle. 0 when nothing
+** was handed over (the items stay in f, for the commit). */
 int dx__store_hold_round(dx_store_t *s, dx_store_op_t **opsp, dx_store_fetched_t *f, handed_t *h,
-                         uint64_t *left, dx_store_op_t **latep, size_t *settled) {
-  *settled = 0;
+                         uint64_t *left, dx_store_op_t **latep) {
+  size_t settled;
   if (!hand_turns(s, *opsp, f, h)) return 0;
-  *latep = await_answers(s, opsp, h, left, settled);
+  *latep = await_answers(s, opsp, h, left, &settled);
   f->at_ms = dx__store_now_ms(s); /* (f is empty: what it fetches next is fetched now) */
   return 1;
 }
