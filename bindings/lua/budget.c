@@ -256,14 +256,15 @@ int dxl_budget_resume_begin(dxl_budget_t *b) {
   atomic_store_explicit(&b->count_req, 0, memory_order_relaxed);
   if (lazy) {
     if (lua_gethook(L) == budget_hook) lua_sethook(L, NULL, 0, 0);
-  } else if (lua_gethook(L) != budget_hook || count_for(b) == 1) {
-    lua_sethook(L, budget_hook, LUA_MASKCOUNT, count_for(b));
+  } else {
+    arm_one(L, count_for(b));
   }
   return lazy;
 }
 
 void dxl_budget_running_push(dxl_running_t *n, lua_State *co) {
   dxl_budget_t *b = current;
+  int count;
   n->L = co;
   n->b = b;
   if (!b) return;
@@ -274,8 +275,8 @@ void dxl_budget_running_push(dxl_running_t *n, lua_State *co) {
   uv_mutex_unlock(&running_mu);
   /* resumed after the alarm or a hit: a coroutine made before it still fires every
   ** HOOK_EVERY; resumed after the hook was armed: one made before that has none */
-  if (count_for(b) == 1 || atomic_load_explicit(&b->counting, memory_order_relaxed))
-    arm_one(co, count_for(b));
+  count = count_for(b);
+  if (count == 1 || atomic_load_explicit(&b->counting, memory_order_relaxed)) arm_one(co, count);
 }
 
 void dxl_budget_running_pop(dxl_running_t *n) {

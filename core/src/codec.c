@@ -509,10 +509,8 @@ static int read_fields(const schema_t *s, rd_t *r, uint64_t count, uint32_t firs
     int rc;
     unsigned c = r->p[r->pos];
     if (c >= 0xa0 && c <= 0xbf) { /* a fixstr key (all of ours): read in place */
-      k.type = V_STR;
-      k.n = c & 0x1f;
-      k.s = (const char *)r->p + r->pos + 1;
-      r->pos += 1 + (size_t)k.n;
+      r->pos++;
+      rd_body(r, &k, V_STR, c & 0x1f);
     } else {
       rd_value(r, &k);
     }

@@ -746,17 +746,18 @@ void dx__rp_convert_batch(dx_turn_t *t) {
 
 void dx__rp_resume(dx_turn_t *t) {
   if (t->run_state != DX_RUN_PENDING || t->fatal) return;
-  t->parked = 0; /* the host parks the code again if it suspends in a library wait */
+  t->park.n = 0; /* the host parks the code again if it suspends in a library wait */
   t->run_state = t->host->orch_resume(t->host_ud, t->inst, t);
 }
 
 int dx__turn_park(dx_turn_t *t, const uint64_t *tokens, size_t n) {
   size_t i;
-  t->parked = 0;
   t->park.n = 0;
   for (i = 0; i < n; i++)
-    if (VEC_PUSH(t->park, tokens[i])) return DX_ENOMEM; /* unparked: every event resumes it */
-  t->parked = n > 0;
+    if (VEC_PUSH(t->park, tokens[i])) {
+      t->park.n = 0; /* unparked: every event resumes it */
+      return DX_ENOMEM;
+    }
   return DX_OK;
 }
 
@@ -765,11 +766,8 @@ int dx__turn_park(dx_turn_t *t, const uint64_t *tokens, size_t n) {
 ** the skip changes nothing the code does, on a replay the same as in a live turn. */
 static void wake(dx_turn_t *t) {
   size_t i;
-  if (t->parked)
-    for (i = 0; i < t->park.n; i++) {
-      uint64_t id = t->park.v[i];
-      if (id >= t->slots.n || t->slots.v[id].state == DX_FUT_PENDING) return; /* as dx_turn_poll */
-    }
+  for (i = 0; i < t->park.n; i++)
+    if (dx_turn_poll(t, t->park.v[i], NULL, NULL, NULL) == DX_FUT_PENDING) return;
   dx__rp_resume(t);
 }
 

@@ -82,9 +82,8 @@ struct dx_turn_s {
   VEC(dx_kv_entry_t) kv;    /* key-value state as the code sees it, ascending key */
   VEC(uint64_t) arrivals;   /* queue events applied and not dequeued yet, oldest first */
   /* The code's last suspension waits for every one of these futures (dx__turn_park): an
-  ** event that leaves one of them pending does not resume it. parked 0: any event does. */
+  ** event that leaves one of them pending does not resume it. None: any event does. */
   VEC(uint64_t) park;
-  int parked;
   dx_orch_ack_t ack;
 };
 
