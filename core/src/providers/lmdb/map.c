@@ -237,7 +237,6 @@ static int lock_ok(shared_env_t *se, dx_error_t *err) {
     pthread_mutex_unlock(&se->files_mu);
     return 0;
   }
-  se->lock_clean = 0;
   rc = lock_check(se, err);
   se->lock_clean = rc == 0;
   pthread_mutex_unlock(&se->files_mu);
