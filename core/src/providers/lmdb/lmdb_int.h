@@ -123,6 +123,20 @@ enum {
 /* Names of the named DBs, indexed by DB_*. */
 extern const char *const dx__lm_db_names[DB__COUNT];
 
+/* A hash index by id over an array of entries whose first member is the id (char *; NULL: a
+** taken entry, found by nobody): slots hold entry index + 1 (0: empty), a power of 2 of them,
+** at most half full. The batch's kept tables (rpend in orch.c, sq in squeue.c) use it. */
+typedef struct lm_strix_s {
+  uint32_t *idx;
+  size_t slots;
+} lm_strix_t;
+/* Entry index + 1 of `id` in the n-entry array `base` of `stride`-byte entries, or 0. */
+size_t dx__lm_strix_find(const lm_strix_t *x, const void *base, size_t stride, const char *id);
+/* Index entry `at` (set already) of `base`, growing (and rebuilding over entries 0..at) when the
+** table would be more than half full. 0 or DX_ENOMEM (nothing indexed: the caller drops it). */
+int dx__lm_strix_add(lm_strix_t *x, const void *base, size_t stride, size_t at);
+void dx__lm_strix_clear(lm_strix_t *x);
+
 /* LMDB forbids opening one env twice in a process, so handles on the same directory share
 ** one of these, keyed by realpath. */
 typedef struct shared_env_s {
@@ -190,8 +204,7 @@ typedef struct shared_env_s {
   size_t rpend_n, rpend_cap, rpend_live, rpend_first; /* [0, rpend_first) all taken */
   int rpend_unsorted;        /* the entries are not in ready-time order */
   int64_t rpend_last_at;     /* the latest ready time added so far */
-  uint32_t *rpend_idx;       /* entry index + 1 (0: empty); rpend_slots a power of 2 */
-  size_t rpend_slots;
+  struct lm_strix_s rpend_ix;
   /* The open batch's copy of own_worker's sess_owner entries with their sess_queue heads, in
   ** session id order (work.c's pick at capacity asks it for every fetch instead of reading
   ** each owned session's queue again). dx__lm_squeue_refresh keeps the heads exact; an owner
@@ -202,10 +215,10 @@ typedef struct shared_env_s {
   struct lm_own_s *own;
   size_t own_n, own_cap;
   /* Session queue summaries the open batch's direct methods changed and did not write yet
-  ** (squeue.c), with a hash index by session id (entry index + 1; sq_slots a power of 2). */
+  ** (squeue.c), with a hash index by session id. */
   struct lm_sq_s *sq;
-  size_t sq_n, sq_cap, sq_slots;
-  uint32_t *sq_idx;
+  size_t sq_n, sq_cap;
+  struct lm_strix_s sq_ix;
   /* Cursors of the open batch txn, one per DB, for the direct methods' walks (txn.c
   ** dx__lm_cursor; curs_busy: bit db set while a walk uses it). LMDB frees a write txn's
   ** cursors when the txn ends: the batch's end only forgets them. */
@@ -271,6 +284,11 @@ typedef struct {
   dx_error_t *err; /* never NULL: points at scratch when the caller passed NULL */
   dx_error_t scratch;
 } tx_t;
+/* 1 when t writes in the open batch's txn itself (a direct method, or a flush of what the
+** batch kept): what the batch's kept tables may learn from; a nested txn may still be undone. */
+static inline int dx__lm_in_batch_txn(const tx_t *t) {
+  return t->direct || (t->txn && t->txn == t->se->batch);
+}
 typedef struct {
   size_t n;
   int over; /* too long: becomes an empty key, which LMDB rejects */
@@ -501,6 +519,10 @@ typedef struct work_row_s {
   uint64_t sess_epoch; /* session rows: the session's epoch when this lock was taken */
   char *tag;        /* plain rows: indexed under the tag (NULL: untagged); session rows: kept */
 } work_row_t;
+/* A row's place in its queue index: visible_at, or locked_until while locked. */
+static inline int64_t dx__lm_row_due(const work_row_t *r) {
+  return r->token ? r->locked_until : r->visible_at;
+}
 
 /* One stored field of a wrapper record: its type and where it lives in the C struct. */
 /* RF_SKIP: a str, nil or bin the reader checks and does not keep (schemas only read with, for
@@ -586,6 +608,9 @@ MDB_txn *dx__lm_thread_batch(shared_env_t *se);
 int dx__lm_tx_begin(shared_env_t *se, int durable, int write, int direct, tx_t *t,
                     dx_error_t *err);
 int dx__lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err);
+/* A txn handle on the batch txn itself, for writing what the batch kept in memory (the
+** flushes: dx__lm_pend_flush, dx__lm_seq_flush). */
+void dx__lm_batch_tx(tx_t *t, shared_env_t *se, MDB_txn *batch, dx_error_t *err);
 int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err);
 /* How a commit reaches the disk: not flushed (MDB_NOSYNC: only for batches that take locks),
 ** fully (data, then the meta page), or data only (MDB_NOMETASYNC: the store stays intact and
@@ -660,6 +685,8 @@ extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_sche
     dx__lm_kv_schema, dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
 /* The record as MessagePack into out (NULL: only its length); returns its length. */
 size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out);
+/* An upper bound of dx__lm_rec_pack's size (cheaper than its sizing pass). */
+size_t dx__lm_rec_bound(const lm_schema_t *s, const void *rec);
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what);
@@ -768,7 +795,7 @@ int dx__lm_sess_ended(tx_t *t, const char *sid, const sess_rec_t *r, int *ended,
 void dx__lm_own_moved(shared_env_t *se, const char *sid, int found, uint64_t due, uint64_t seq);
 
 /* squeue.c: session queue summaries (sess_queue, sess_heads); in a batch the direct methods'
-** changes are kept in memory (shared_env_t.sq) until dx__lm_sq_flush. */
+** changes are kept in memory (shared_env_t.sq) until dx__lm_sq_write. */
 int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q);
 int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta);
 /* The same, told which row left its place (gone) and where one arrived (came), as
@@ -783,7 +810,8 @@ int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud);
 ** method (write it), or an error. */
 int dx__lm_kept_sess(tx_t *t, const char *sid, MDB_val *v);
 int dx__lm_keep_sess(tx_t *t, const char *sid, const void *row);
-int dx__lm_sq_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
+/* Write the kept summaries and records in t's txn (dx__lm_pend_flush; it drops them). */
+int dx__lm_sq_write(tx_t *t);
 void dx__lm_sq_drop(shared_env_t *se);
 /* The sessions `worker` owns (sess_owner, any lease state) with their queue heads, from the
 ** open batch's copy (built on first use in the batch): 0 with *own and *n set, 0 with *own NULL
@@ -832,7 +860,7 @@ static inline int dx__lm_pend_any(const shared_env_t *se) {
   return se->pend_n || se->rpend_live || se->sq_n;
 }
 /* orch.c: the same for instances made ready in the batch (dx__lm_pend_flush/drop call them). */
-int dx__lm_rpend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
+int dx__lm_rpend_write(tx_t *t);
 void dx__lm_rpend_drop(shared_env_t *se);
 /* Consider the head of every plain-row index this filter takes (NULL: untagged only). */
 int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c);

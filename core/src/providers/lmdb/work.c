@@ -28,7 +28,7 @@ static int row_write(tx_t *t, const work_row_t *r) {
 /* Add (put=1) or remove the row's queue index entry (ready or lock for plain rows, the
 ** session's sess_items for session rows) and, when locked, its token entry. */
 int dx__lm_row_queue_key(const work_row_t *r, dkey_t *k) {
-  int64_t due = r->token ? r->locked_until : r->visible_at;
+  int64_t due = dx__lm_row_due(r);
   if (r->session_id) {
     key_sess_item(k, r->session_id, due, r->seq);
     return DB_SESS_ITEMS;
@@ -74,8 +74,8 @@ static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
   if (!sid) return 0;
   { /* the rows' places in sess_items (a row keeps its session) */
     uint64_t gone[2], came[2];
-    if (old) { gone[0] = (uint64_t)(old->token ? old->locked_until : old->visible_at); gone[1] = old->seq; }
-    if (nw) { came[0] = (uint64_t)(nw->token ? nw->locked_until : nw->visible_at); came[1] = nw->seq; }
+    if (old) { gone[0] = (uint64_t)dx__lm_row_due(old); gone[1] = old->seq; }
+    if (nw) { came[0] = (uint64_t)dx__lm_row_due(nw); came[1] = nw->seq; }
     return dx__lm_squeue_update(t, sid, (nw != NULL) - (old != NULL), old ? gone : NULL,
                                 nw ? came : NULL);
   }
@@ -125,20 +125,14 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
   tx_t t;
   size_t i;
   int rc = 0;
-  if (se->rpend_live && (rc = dx__lm_rpend_flush(se, txn, err))) {
-    dx__lm_pend_drop(se);
-    return rc;
-  }
-  memset(&t, 0, sizeof t);
-  t.se = se;
-  t.txn = txn;
-  t.write = t.nested = 1;
-  t.err = err ? err : &t.scratch;
+  dx__lm_batch_tx(&t, se, txn, err);
+  /* instances made ready (orch.c), rows queued here, then the session queue summaries
+  ** (squeue.c; the rows above are plain) */
+  if (se->rpend_live) rc = dx__lm_rpend_write(&t);
   for (i = se->pend_first; i < se->pend_n && !rc; i++)
     if (se->pend[i].seq && !(rc = row_set(&t, NULL, &se->pend[i])))
       dx__lm_row_keep(&t, &se->pend[i]); /* for the fetch that locks it */
-  /* the session queue summaries kept in the batch (squeue.c; the rows above are plain) */
-  if (!rc) rc = dx__lm_sq_flush(se, txn, t.err);
+  if (!rc && se->sq_n) rc = dx__lm_sq_write(&t);
   dx__lm_pend_drop(se);
   if (rc && !se->batch_spoiled) { /* written in part: nothing of the batch may be kept */
     se->batch_spoiled = 1;
