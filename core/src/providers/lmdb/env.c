@@ -274,6 +274,7 @@ static void env_free(shared_env_t *se) {
   free(se->ik);
   free(se->rk);
   free(se->pend);
+  free(se->srow);
   free(se->rpend);
   free(se->rpend_ix.idx);
   free(se->sq);

@@ -195,6 +195,10 @@ typedef struct shared_env_s {
   /* Plain worker rows direct methods queued in the open batch and not written yet (work.c
   ** "rows queued in the batch"): pend[pend_first..pend_n) minus taken ones (seq 0). */
   struct work_row_s *pend;
+  /* Session rows direct methods queued in the open batch, kept in memory while they live
+  ** (srows.c): srow[0..srow_n) in seq order, srow_live of them still there. */
+  struct lm_srow_s *srow;
+  size_t srow_n, srow_cap, srow_live;
   size_t pend_n, pend_cap, pend_first;
   int pend_unsorted;         /* a row was queued due before one queued ahead of it */
   int64_t pend_last_due;     /* the latest due time queued so far */
@@ -857,8 +861,23 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
 void dx__lm_pend_drop(shared_env_t *se);
 static inline int dx__lm_pend_any(const shared_env_t *se) {
-  return se->pend_n || se->rpend_live || se->sq_n;
+  return se->pend_n || se->rpend_live || se->sq_n || se->srow_live;
 }
+/* Write a new row with its index entries (not its session's summary). */
+int dx__lm_row_store(tx_t *t, const work_row_t *r);
+/* srows.c: session rows kept in the open batch. dx__lm_srow_set: row_set's change kept in
+** memory (1), not (0: write it) or an error; _get: 1 with an owned copy of a kept row, 0 or an
+** error; _head: lower q to the earliest kept row of sid; _held: seq is a kept row; _write:
+** write them all (t: the batch txn) and drop them; _flush: the same from a direct method that
+** walks sess_items or work_ident; _drop: forget them (the batch ended). */
+typedef struct lm_srow_s lm_srow_t;
+int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw);
+int dx__lm_srow_get(tx_t *t, uint64_t seq, work_row_t *r);
+void dx__lm_srow_head(shared_env_t *se, const char *sid, sess_queue_t *q);
+int dx__lm_srow_held(shared_env_t *se, uint64_t seq);
+int dx__lm_srow_write(tx_t *t);
+int dx__lm_srow_flush(tx_t *t);
+void dx__lm_srow_drop(shared_env_t *se);
 /* orch.c: the same for instances made ready in the batch (dx__lm_pend_flush/drop call them). */
 int dx__lm_rpend_write(tx_t *t);
 void dx__lm_rpend_drop(shared_env_t *se);

@@ -685,6 +685,7 @@ void dx__lm_row_keep(tx_t *t, work_row_t *r) {
   shared_env_t *se = t->se;
   work_row_t *e;
   if (!dx__lm_in_batch_txn(t) || !r->seq || r->item_len > LM_RK_ITEM_MAX ||
+      dx__lm_srow_held(se, r->seq) || /* kept in the batch (srows.c): not written */
       (!se->rk && !(se->rk = calloc(LM_RK_SLOTS, sizeof *se->rk)))) {
     dx__lm_row_clear(r);
     return;

@@ -205,6 +205,7 @@ int dx__lm_squeue_update(tx_t *t, const char *sid, int delta, const uint64_t *go
       nw.due = get_u64((const char *)head.mv_data + pre.n);
       nw.seq = get_u64((const char *)head.mv_data + pre.n + 8);
     }
+    if (t->direct) dx__lm_srow_head(t->se, sid, &nw); /* rows kept in the batch (srows.c) */
   }
   nw.rows = delta < 0 && q.rows < (uint64_t)-delta ? 0 : q.rows + (uint64_t)(int64_t)delta;
   if (nw.found && nw.rows == 0) nw.rows = 1;

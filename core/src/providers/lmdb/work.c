@@ -12,7 +12,9 @@ void dx__lm_row_clear(work_row_t *r) {
 int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r) {
   dkey_t k;
   lm_what_t w = {"row %llu", NULL, seq};
+  int rc;
   memset(r, 0, sizeof *r);
+  if ((rc = dx__lm_srow_get(t, seq, r))) return rc > 0 ? 0 : rc; /* kept in the batch */
   if (dx__lm_row_kept_take(t, seq, r)) return 0; /* written by this thread's batches */
   key_seq(&k, seq);
   r->seq = seq;
@@ -57,19 +59,32 @@ static int row_ident(tx_t *t, const work_row_t *r, int put) {
   return dx__lm_idx_op(t, DB_WORK_IDENT, &k, "", 0, put);
 }
 
-/* Replace row `old` (NULL: insert) by `nw` (NULL: delete), keeping every index in step. */
+int dx__lm_row_store(tx_t *t, const work_row_t *r) {
+  int rc;
+  if ((rc = row_write(t, r)) || (rc = dx__lm_row_index(t, r, 1))) return rc;
+  return row_ident(t, r, 1);
+}
+
+/* Replace row `old` (NULL: insert) by `nw` (NULL: delete), keeping every index in step. A
+** session row queued in the open batch changes in memory (srows.c). */
 static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
   const char *sid = old ? old->session_id : nw->session_id;
   dkey_t k;
   int rc = 0;
   dx__lm_row_kept_forget(t, old ? old->seq : nw->seq);
-  if (old && (rc = dx__lm_row_index(t, old, 0))) return rc;
-  if (nw) {
-    if ((rc = row_write(t, nw)) || (rc = dx__lm_row_index(t, nw, 1))) return rc;
-    if (!old && (rc = row_ident(t, nw, 1))) return rc;
+  if ((rc = dx__lm_srow_set(t, old, nw)) < 0) return rc;
+  if (rc) {
+    rc = 0;
   } else {
-    key_seq(&k, old->seq);
-    if ((rc = dx__lm_db_del(t, DB_WORK, &k)) || (rc = row_ident(t, old, 0))) return rc;
+    if (old && (rc = dx__lm_row_index(t, old, 0))) return rc;
+    if (nw && old) {
+      if ((rc = row_write(t, nw)) || (rc = dx__lm_row_index(t, nw, 1))) return rc;
+    } else if (nw) {
+      if ((rc = dx__lm_row_store(t, nw))) return rc;
+    } else {
+      key_seq(&k, old->seq);
+      if ((rc = dx__lm_db_del(t, DB_WORK, &k)) || (rc = row_ident(t, old, 0))) return rc;
+    }
   }
   if (!sid) return 0;
   { /* the rows' places in sess_items (a row keeps its session) */
@@ -118,6 +133,7 @@ void dx__lm_pend_drop(shared_env_t *se) {
   se->pend_n = se->pend_first = 0;
   se->pend_unsorted = 0;
   dx__lm_rpend_drop(se);
+  dx__lm_srow_drop(se);
   dx__lm_sq_drop(se);
 }
 
@@ -132,6 +148,7 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
   for (i = se->pend_first; i < se->pend_n && !rc; i++)
     if (se->pend[i].seq && !(rc = row_set(&t, NULL, &se->pend[i])))
       dx__lm_row_keep(&t, &se->pend[i]); /* for the fetch that locks it */
+  if (!rc && se->srow_live) rc = dx__lm_srow_write(&t);
   if (!rc && se->sq_n) rc = dx__lm_sq_write(&t);
   dx__lm_pend_drop(se);
   if (rc && !se->batch_spoiled) { /* written in part: nothing of the batch may be kept */
@@ -630,6 +647,7 @@ static int reap_session(tx_t *t, const char *sid, int64_t now, uint64_t skip) {
   seq_list_t l = {NULL, 0, 0};
   dkey_t pre;
   int rc;
+  if ((rc = dx__lm_srow_flush(t))) return rc; /* the walk below sees stored rows only */
   key_inst(&pre, sid);
   /* sess_items keys end with be64 seq, as work_ident keys do */
   rc = dx__lm_scan_prefix(t, DB_SESS_ITEMS, &pre, dx__lm_ident_cb, &l);
@@ -938,6 +956,7 @@ int dx__lm_work_cancel(tx_t *t, const dx_activity_ref_t *ref) {
   size_t i;
   int rc;
   pend_cancel(t->se, ref); /* queued in this batch: never written */
+  if ((rc = dx__lm_srow_flush(t))) return rc; /* the walk below sees stored rows only */
   key_ident(&k, ref->instance, ref->execution_id, ref->activity_id);
   rc = dx__lm_scan_prefix(t, DB_WORK_IDENT, &k, dx__lm_ident_cb, &l);
   for (i = 0; i < l.n && !rc; i++) {
