@@ -867,13 +867,15 @@ static inline int dx__lm_pend_any(const shared_env_t *se) {
 int dx__lm_row_store(tx_t *t, const work_row_t *r);
 /* srows.c: session rows kept in the open batch. dx__lm_srow_set: row_set's change kept in
 ** memory (1), not (0: write it) or an error; _get: 1 with an owned copy of a kept row, 0 or an
-** error; _head: lower q to the earliest kept row of sid; _held: seq is a kept row; _write:
+** error; _head: lower q to the earliest kept row of sid; _seqs: append the kept rows of sid
+** to l; _held: seq is a kept row; _write:
 ** write them all (t: the batch txn) and drop them; _flush: the same from a direct method that
 ** walks sess_items or work_ident; _drop: forget them (the batch ended). */
 typedef struct lm_srow_s lm_srow_t;
 int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw);
 int dx__lm_srow_get(tx_t *t, uint64_t seq, work_row_t *r);
 void dx__lm_srow_head(shared_env_t *se, const char *sid, sess_queue_t *q);
+int dx__lm_srow_seqs(tx_t *t, const char *sid, seq_list_t *l);
 int dx__lm_srow_held(shared_env_t *se, uint64_t seq);
 int dx__lm_srow_write(tx_t *t);
 int dx__lm_srow_flush(tx_t *t);

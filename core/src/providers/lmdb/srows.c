@@ -11,10 +11,10 @@
 ** So a session row a direct method (LM_WRITE_DIRECT) queues stays in memory
 ** (shared_env_t.srow) from its insert: work.c row_set changes or drops it there, the session's
 ** queue summary (squeue.c) still counts it, dx__lm_row_get reads it first, and the head seek of
-** its session merges it in (dx__lm_srow_head). Everything else that could look writes the kept
-** rows first, exactly as the insert would have written them, as they are now: a nested method
-** and the commit (dx__lm_pend_flush), and the direct walks of sess_items and work_ident (a
-** claim's reap, a cancel: dx__lm_srow_flush). A batch that ends otherwise drops them with the
+** its session merges it in (dx__lm_srow_head), and so does a claim's walk of the session's
+** rows (dx__lm_srow_seqs). Everything else that could look writes the kept rows first, exactly
+** as the insert would have written them, as they are now: a nested method and the commit
+** (dx__lm_pend_flush), and a cancel's walk of work_ident (dx__lm_srow_flush). A batch that ends otherwise drops them with the
 ** rest of its writes. A kept change counts as a write (se->batch_writes), so a direct method
 ** that fails after one spoils the batch. What a commit stores is what writing at once would
 ** have stored, so crash, lease and fencing semantics do not change.
@@ -130,6 +130,23 @@ void dx__lm_srow_head(shared_env_t *se, const char *sid, sess_queue_t *q) {
       q->seq = e->seq;
     }
   }
+}
+
+int dx__lm_srow_seqs(tx_t *t, const char *sid, seq_list_t *l) {
+  shared_env_t *se = t->se;
+  uint32_t h;
+  size_t i;
+  if (!t->direct || !se->srow_live) return 0;
+  h = dx__lm_str_hash(sid);
+  for (i = 0; i < se->srow_n; i++) {
+    const lm_srow_t *e = &se->srow[i];
+    uint64_t *nv;
+    if (!e->live || e->sh != h || strcmp(e->r.session_id, sid) != 0) continue;
+    if (!(nv = dx__lm_grow(l->v, &l->cap, l->n, sizeof *l->v))) return dx__lm_nomem(t->err);
+    l->v = nv;
+    l->v[l->n++] = e->seq;
+  }
+  return 0;
 }
 
 void dx__lm_srow_drop(shared_env_t *se) {

@@ -647,10 +647,10 @@ static int reap_session(tx_t *t, const char *sid, int64_t now, uint64_t skip) {
   seq_list_t l = {NULL, 0, 0};
   dkey_t pre;
   int rc;
-  if ((rc = dx__lm_srow_flush(t))) return rc; /* the walk below sees stored rows only */
   key_inst(&pre, sid);
-  /* sess_items keys end with be64 seq, as work_ident keys do */
+  /* sess_items keys end with be64 seq, as work_ident keys do; then the rows kept in the batch */
   rc = dx__lm_scan_prefix(t, DB_SESS_ITEMS, &pre, dx__lm_ident_cb, &l);
+  if (!rc) rc = dx__lm_srow_seqs(t, sid, &l);
   if (rc) {
     free(l.v);
     return rc;
