@@ -3019,6 +3019,85 @@ DX_TEST(pv_session_claim_in_a_batch_frees_rows_locked_earlier_in_it) {
   done(p);
 }
 
+/* Activity results acked inside a batch: the batch's own fetch delivers them (LMDB keeps such
+** messages in memory for the batch), its turn's ack consumes them there, and what the batch
+** left queued is stored by its commit; a method outside the store cycle (the queue depths)
+** sees them inside the batch too. */
+DX_TEST(pv_results_of_a_batch_are_stored_as_the_batch_left_them) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t d1 = act_done("I1", 1, 1), d2 = act_done("I2", 1, 1);
+  dx_work_fetch_t f1, f2;
+  dx_orch_item_t *it;
+  char first[8];
+  create_instance(p, T0, "I1");
+  create_instance(p, T0, "I2");
+  enqueue_work(p, T0, act_item("I1", 1, 1));
+  enqueue_work(p, T0, act_item("I2", 1, 1));
+  f1 = wfetch(p, T0 + 1);
+  f2 = wfetch(p, T0 + 1);
+  ASSERT(f1.item.kind && f2.item.kind);
+  CHECK(M(p)->begin(p, &E));
+  CHECK(M(p)->ack_work_item(p, T0 + 2, f1.item.instance[1] == '1' ? f1.lock_token : f2.lock_token,
+                            &d1, &E));
+  CHECK(M(p)->ack_work_item(p, T0 + 2, f1.item.instance[1] == '2' ? f1.lock_token : f2.lock_token,
+                            &d2, &E));
+  it = fetch(p, T0 + 3);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_ACT_COMPLETED);
+  ASSERT_STR_EQ(it->messages[0].data, "\"out\"");
+  snprintf(first, sizeof first, "%s", it->instance);
+  turn(p, T0 + 4, it, 1); /* consumes it */
+  ASSERT_EQ(depths(p).orchestrator, 1); /* the other result, seen by a nested method */
+  CHECK(M(p)->commit(p, 1, &E));
+  fclear(&f1);
+  fclear(&f2);
+  ASSERT_EQ(depths(p).orchestrator, 1);
+  it = fetch(p, T0 + 5);
+  ASSERT(it);
+  ASSERT(strcmp(it->instance, first) != 0);
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_ACT_COMPLETED);
+  turn(p, T0 + 6, it, 1);
+  ASSERT_EQ(depths(p).orchestrator, 0);
+  ASSERT(fetch(p, T0 + LOCK + 10) == NULL);
+  done(p);
+}
+
+/* A result acked in a batch whose fetch then abandons the instance (a failed turn) is
+** delivered again, and a rolled-back batch's results are gone with it. */
+DX_TEST(pv_results_of_a_batch_follow_abandon_and_rollback) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t d = act_done("I1", 1, 1);
+  dx_work_fetch_t f;
+  dx_orch_item_t *it;
+  create_instance(p, T0, "I1");
+  enqueue_work(p, T0, act_item("I1", 1, 1));
+  f = wfetch(p, T0 + 1);
+  ASSERT(f.item.kind);
+  CHECK(M(p)->begin(p, &E));
+  CHECK(M(p)->ack_work_item(p, T0 + 2, f.lock_token, &d, &E));
+  it = fetch(p, T0 + 3);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 1);
+  CHECK(M(p)->abandon_orchestration_item(p, T0 + 3, it->instance, it->lock_token, 0, 0, &E));
+  dx_orch_item_free(it);
+  it = fetch(p, T0 + 4);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 1);
+  M(p)->rollback(p);
+  dx_orch_item_free(it);
+  ASSERT_EQ(depths(p).orchestrator, 0); /* the ack was rolled back: its result is gone */
+  CHECK(M(p)->ack_work_item(p, T0 + 5, f.lock_token, &d, &E)); /* still locked: ack again */
+  fclear(&f);
+  it = fetch(p, T0 + 6);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 1);
+  turn(p, T0 + 7, it, 1);
+  ASSERT_EQ(depths(p).orchestrator, 0);
+  done(p);
+}
+
 DX_TEST(pv_session_fetch_skips_many_rows_of_sessions_held_elsewhere) {
   dx_provider_t *p = fresh();
   enum { N = 3000 };

@@ -275,6 +275,9 @@ static void env_free(shared_env_t *se) {
   free(se->rk);
   free(se->pend);
   free(se->srow);
+  free(se->kinst);
+  free(se->kinst_ix.idx);
+  free(se->kmsg);
   free(se->rpend);
   free(se->rpend_ix.idx);
   free(se->sq);

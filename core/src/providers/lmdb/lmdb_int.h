@@ -199,6 +199,13 @@ typedef struct shared_env_s {
   ** (srows.c): srow[0..srow_n) in seq order, srow_live of them still there. */
   struct lm_srow_s *srow;
   size_t srow_n, srow_cap, srow_live;
+  /* Orchestration messages direct methods queued in the open batch, kept in memory while they
+  ** live (kmsgs.c): instances (hash index by id) with their messages' lists. */
+  struct lm_kinst_s *kinst;
+  size_t kinst_n, kinst_cap;
+  struct lm_strix_s kinst_ix;
+  struct lm_kmsg_s *kmsg;
+  size_t kmsg_n, kmsg_cap, kmsg_live;
   size_t pend_n, pend_cap, pend_first;
   int pend_unsorted;         /* a row was queued due before one queued ahead of it */
   int64_t pend_last_due;     /* the latest due time queued so far */
@@ -861,8 +868,21 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
 void dx__lm_pend_drop(shared_env_t *se);
 static inline int dx__lm_pend_any(const shared_env_t *se) {
-  return se->pend_n || se->rpend_live || se->sq_n || se->srow_live;
+  return se->pend_n || se->rpend_live || se->sq_n || se->srow_live || se->kmsg_live;
 }
+/* kmsgs.c: orchestration messages kept in the open batch. dx__lm_kmsg_add: keep a new message
+** (1: its item taken; 0: not kept, write it) or an error; _put/_del: a rewrite or delete of a
+** kept one done in memory (1) or not kept (0); _list: append inst's kept messages to l (with
+** items unless l->heads); _write: write them all (t: the batch txn) and drop them; _drop:
+** forget them (the batch ended). */
+typedef struct lm_kinst_s lm_kinst_t;
+typedef struct lm_kmsg_s lm_kmsg_t;
+int dx__lm_kmsg_add(tx_t *t, const char *inst, orch_msg_t *m);
+int dx__lm_kmsg_put(tx_t *t, const char *inst, const orch_msg_t *m);
+int dx__lm_kmsg_del(tx_t *t, const char *inst, uint64_t seq);
+int dx__lm_kmsg_list(tx_t *t, msg_list_t *l);
+int dx__lm_kmsg_write(tx_t *t);
+void dx__lm_kmsg_drop(shared_env_t *se);
 /* Write a new row with its index entries (not its session's summary). */
 int dx__lm_row_store(tx_t *t, const work_row_t *r);
 /* srows.c: session rows kept in the open batch. dx__lm_srow_set: row_set's change kept in

@@ -43,14 +43,18 @@ static int msgs_read(tx_t *t, const char *inst, msg_list_t *l, int heads) {
   key_inst(&k, inst);
   l->prefix_n = k.n;
   rc = dx__lm_scan_prefix(t, DB_ORCH_MSGS, &k, msgs_cb, l);
+  if (!rc) rc = dx__lm_kmsg_list(t, l); /* kept in the batch (kmsgs.c): the newest */
   if (rc) msgs_free(l);
   return rc;
 }
 
 static int msgs_load(tx_t *t, const char *inst, msg_list_t *l) { return msgs_read(t, inst, l, 0); }
 
+/* Rewrite a message (a kept one in memory, kmsgs.c). */
 static int msg_put(tx_t *t, const char *inst, const orch_msg_t *m) {
   dkey_t k;
+  int rc = dx__lm_kmsg_put(t, inst, m);
+  if (rc) return rc < 0 ? rc : 0;
   key_inst(&k, inst);
   k_u64(&k, m->seq);
   return dx__lm_rec_put(t, &dx__lm_msg_schema, &k, m);
@@ -58,6 +62,8 @@ static int msg_put(tx_t *t, const char *inst, const orch_msg_t *m) {
 
 static int msg_del(tx_t *t, const char *inst, uint64_t seq) {
   dkey_t k;
+  int rc = dx__lm_kmsg_del(t, inst, seq);
+  if (rc) return rc < 0 ? rc : 0;
   key_inst(&k, inst);
   k_u64(&k, seq);
   return dx__lm_db_del(t, DB_ORCH_MSGS, &k);
@@ -243,7 +249,8 @@ int dx__lm_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   m.visible_at = visible_at;
   if (dx__work_item_encode(w, &m.item, &m.item_len)) return dx__lm_nomem(t->err);
   rc = dx__lm_next_seq(t, &m.seq);
-  if (!rc) rc = msg_put(t, w->instance, &m);
+  if (!rc && (rc = dx__lm_kmsg_add(t, w->instance, &m)) == 0) rc = msg_put(t, w->instance, &m);
+  else if (rc > 0) rc = 0; /* kept in the batch (kmsgs.c) */
   if (!rc && w->kind == DX_WI_START) rc = dx__lm_lidx_start(t, m.seq, w->instance, w->name, 1);
   free(m.item);
   if (!rc) rc = dx__lm_state_get(t, w->instance, &old);

@@ -134,6 +134,7 @@ void dx__lm_pend_drop(shared_env_t *se) {
   se->pend_unsorted = 0;
   dx__lm_rpend_drop(se);
   dx__lm_srow_drop(se);
+  dx__lm_kmsg_drop(se);
   dx__lm_sq_drop(se);
 }
 
@@ -149,6 +150,7 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
     if (se->pend[i].seq && !(rc = row_set(&t, NULL, &se->pend[i])))
       dx__lm_row_keep(&t, &se->pend[i]); /* for the fetch that locks it */
   if (!rc && se->srow_live) rc = dx__lm_srow_write(&t);
+  if (!rc && se->kmsg_live) rc = dx__lm_kmsg_write(&t);
   if (!rc && se->sq_n) rc = dx__lm_sq_write(&t);
   dx__lm_pend_drop(se);
   if (rc && !se->batch_spoiled) { /* written in part: nothing of the batch may be kept */
