@@ -130,8 +130,6 @@ typedef struct lm_strix_s {
   uint32_t *idx;
   size_t slots;
 } lm_strix_t;
-/* Entry index + 1 of `id` in the n-entry array `base` of `stride`-byte entries, or 0. */
-size_t dx__lm_strix_find(const lm_strix_t *x, const void *base, size_t stride, const char *id);
 /* Index entry `at` (set already) of `base`, growing (and rebuilding over entries 0..at) when the
 ** table would be more than half full. 0 or DX_ENOMEM (nothing indexed: the caller drops it). */
 int dx__lm_strix_add(lm_strix_t *x, const void *base, size_t stride, size_t at);
@@ -507,6 +505,18 @@ typedef struct lm_sq_s lm_sq_t;
 ** bits). */
 static inline uint32_t dx__lm_str_hash(const char *s) {
   return (uint32_t)dx__fnv1a64(DX_FNV1A64_BASIS, s);
+}
+/* Entry index + 1 of `id` in the array `base` of `stride`-byte entries, or 0 (lm_strix_t;
+** inline: every lookup of the batch's kept tables asks it). */
+static inline size_t dx__lm_strix_find(const lm_strix_t *x, const void *base, size_t stride,
+                                       const char *id) {
+  size_t i, mask = x->slots - 1;
+  if (!x->slots) return 0;
+  for (i = dx__lm_str_hash(id) & mask; x->idx[i]; i = (i + 1) & mask) {
+    const char *e = *(char *const *)(const void *)((const char *)base + (x->idx[i] - 1) * stride);
+    if (e && strcmp(e, id) == 0) return x->idx[i];
+  }
+  return 0;
 }
 /* One owned session in shared_env_t.own: its id and queue head (found 0: no rows). */
 typedef struct lm_own_s {

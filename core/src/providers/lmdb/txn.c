@@ -232,16 +232,6 @@ static void strix_put(lm_strix_t *x, const void *base, size_t stride, size_t at)
   x->idx[i] = (uint32_t)(at + 1);
 }
 
-size_t dx__lm_strix_find(const lm_strix_t *x, const void *base, size_t stride, const char *id) {
-  size_t i, mask = x->slots - 1;
-  if (!x->slots) return 0;
-  for (i = dx__lm_str_hash(id) & mask; x->idx[i]; i = (i + 1) & mask) {
-    const char *e = strix_id(base, stride, x->idx[i] - 1);
-    if (e && strcmp(e, id) == 0) return x->idx[i];
-  }
-  return 0;
-}
-
 int dx__lm_strix_add(lm_strix_t *x, const void *base, size_t stride, size_t at) {
   size_t i;
   if (at + 1 > x->slots / 2) { /* keep the table at most half full */
