@@ -66,9 +66,11 @@
 ** Every top-level txn first checks the files and, for writes, grows the map (map.c).
 ** Inside a batch the direct methods keep some writes in memory until the batch's own
 ** fetches take them or something else could look: plain worker rows an ack queues
-** (shared_env_t.pend, work.c), idle instances a message makes ready (rpend, orch.c), and the
+** (shared_env_t.pend, work.c), idle instances a message makes ready (rpend, orch.c), the
 ** session queue summaries and session records they change (sq, squeue.c: written once with
-** the net change). They are written by dx__lm_pend_flush before any nested method of the
+** the net change), session rows they queue (srow, srows.c: locked and deleted in memory when
+** the batch's fetch and ack take them) and orchestration messages they queue (kmsg, kmsgs.c:
+** read by the batch's fetch, deleted in memory by its turn's ack). They are written by dx__lm_pend_flush before any nested method of the
 ** batch begins and at commit, and dropped with a batch that does not commit. The batch also
 ** keeps one cursor per DB for its direct methods' walks (curs, txn.c dx__lm_cursor).
 */
