@@ -1,7 +1,7 @@
 /*
 ** store_rounds.c -- held rounds (see store_int.h): a local store's cycle hands the turns and
 ** activities it fetched to the idle loop before its commit and applies their answers in the
-** same transaction.
+** same transaction; what is left goes to the loop while the transaction commits (the lap).
 */
 #include <stdlib.h>
 #include <string.h>
