@@ -421,7 +421,7 @@ static void hand_lap(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *f, h
   f->n_orch = k;
   for (i = k = 0; i < f->n_work; i++)
     if (!lap_work(s, f, i, closes_ok)) f->work[k++] = f->work[i];
-  memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
+  if (k < f->n_work) memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
   f->n_work = k;
   g.orch = NULL, g.work = NULL; /* (the node's now) */
 done:
