@@ -840,10 +840,10 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
 }
 
 void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
+  int wake;
   op->next = NULL;
   op->hstate = 0;
   op->handed = 0;
-  int wake;
   uv_mutex_lock(&s->mu);
   if (s->pending_tail) s->pending_tail->next = op;
   else s->pending = op;

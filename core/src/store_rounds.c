@@ -262,8 +262,8 @@ static int hand_over(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *g, h
   if (!handed_room(h, k) || !(n = calloc(1, sizeof *n))) return 0;
   for (i = 0; i < g->n_orch; i++) h->tokens[h->n + i] = g->orch[i]->lock_token;
   for (i = 0; i < g->n_work; i++) h->tokens[h->n + g->n_orch + i] = g->work[i].lock_token;
-  if (split && k >= SPLIT_MIN_ITEMS && !s->n_handed) n2 = split_off(g); /* (outside mu: the loop
-                                                                  queues its answers under it) */
+  /* (outside mu: the loop queues its answers under it) */
+  if (split && k >= SPLIT_MIN_ITEMS && !s->n_handed) n2 = split_off(g);
   uv_mutex_lock(&s->mu);
   if (s->stopping || s->paused || !s->cfg.on_fetch || !dx__store_held_only(s)) {
     uv_mutex_unlock(&s->mu);
@@ -395,38 +395,43 @@ static int lap_work(const dx_store_t *s, const dx_store_fetched_t *f, size_t i, 
 static void hand_lap(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *f, handed_t *h) {
   dx_store_fetched_t g;
   uint64_t *v = NULL;
+  char *go = NULL; /* per item of f (turns, then work items): 1 = it goes */
   long nv;
-  size_t i, no = 0, nw = 0, k;
+  size_t i, k, no = f->n_orch, n = f->n_orch + f->n_work;
   int closes_ok;
-  if (s->cfg.hold_ms <= 0 || h->oom || (!f->n_orch && !f->n_work)) return;
-  if ((nv = unseen_hashes(ops, h, &v)) < 0) return;
-  closes_ok = !close_shares_session(f);
+  if (s->cfg.hold_ms <= 0 || h->oom || !n) return;
   memset(&g, 0, sizeof g);
-  for (i = 0; i < f->n_orch; i++) no += lap_turn(ops, h, v, nv, f->orch[i]);
-  for (i = 0; i < f->n_work; i++) nw += lap_work(s, f, i, closes_ok);
-  if ((no && !(g.orch = malloc(no * sizeof *g.orch))) ||
-      (nw && !(g.work = malloc(nw * sizeof *g.work))) || (!no && !nw))
-    goto done;
-  g.cap_orch = no;
-  g.cap_work = nw;
-  g.at_ms = f->at_ms;
-  for (i = 0; i < f->n_orch; i++)
-    if (lap_turn(ops, h, v, nv, f->orch[i])) g.orch[g.n_orch++] = f->orch[i];
+  if ((nv = unseen_hashes(ops, h, &v)) < 0 || !(go = malloc(n))) goto done;
+  /* (decided once, before the loop owns the items that go) */
+  closes_ok = !close_shares_session(f);
+  for (i = 0; i < no; i++) g.n_orch += go[i] = (char)lap_turn(ops, h, v, nv, f->orch[i]);
   for (i = 0; i < f->n_work; i++)
-    if (lap_work(s, f, i, closes_ok)) g.work[g.n_work++] = f->work[i];
+    g.n_work += go[no + i] = (char)lap_work(s, f, i, closes_ok);
+  if ((!g.n_orch && !g.n_work) ||
+      (g.n_orch && !(g.orch = malloc(g.n_orch * sizeof *g.orch))) ||
+      (g.n_work && !(g.work = malloc(g.n_work * sizeof *g.work))))
+    goto done;
+  g.cap_orch = g.n_orch;
+  g.cap_work = g.n_work;
+  g.at_ms = f->at_ms;
+  for (i = k = 0; i < no; i++)
+    if (go[i]) g.orch[k++] = f->orch[i];
+  for (i = k = 0; i < f->n_work; i++)
+    if (go[no + i]) g.work[k++] = f->work[i];
   if (!hand_over(s, ops, &g, h, 0)) goto done;
   /* f keeps the others, in order */
-  for (i = k = 0; i < f->n_orch; i++)
-    if (!lap_turn(ops, h, v, nv, f->orch[i])) f->orch[k++] = f->orch[i];
+  for (i = k = 0; i < no; i++)
+    if (!go[i]) f->orch[k++] = f->orch[i];
   f->n_orch = k;
   for (i = k = 0; i < f->n_work; i++)
-    if (!lap_work(s, f, i, closes_ok)) f->work[k++] = f->work[i];
+    if (!go[no + i]) f->work[k++] = f->work[i];
   if (k < f->n_work) memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
   f->n_work = k;
   g.orch = NULL, g.work = NULL; /* (the node's now) */
 done:
   free(g.orch);
   free(g.work);
+  free(go);
   free(v);
 }
 
