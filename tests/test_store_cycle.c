@@ -43,6 +43,10 @@ typedef struct {
   int acks_orch;       /* ack_orchestration_item calls (atomic: the test thread reads it) */
   int acks_work;       /* ack_work_item calls (atomic) */
   int fetch_works;     /* fetch_work_item calls (atomic) */
+  int fetched;         /* items the fetches returned (atomic) */
+  int txn_fetched;     /* of them, in the open transaction */
+  void (*gate)(void *ud, int txn_fetched); /* called before each commit (tests of the lap) */
+  void *gate_ud;
 } wrap_t;
 
 #define W(p) ((wrap_t *)(p))
@@ -51,12 +55,14 @@ typedef struct {
 static int w_begin(dx_provider_t *p, dx_error_t *err) {
   W(p)->begins++;
   W(p)->txn_renews = 0;
+  W(p)->txn_fetched = 0;
   W(p)->spoiled = W(p)->spoil_rc = 0;
   return IN(p)->methods->begin(IN(p), err);
 }
 
 static int w_commit(dx_provider_t *p, int sync, dx_error_t *err) {
   wrap_t *w = W(p);
+  if (w->gate) w->gate(w->gate_ud, w->txn_fetched);
   w->commits++;
   w->last_sync = sync;
   if (w->logging && w->log_n < 64) {
@@ -94,9 +100,19 @@ static int w_commit(dx_provider_t *p, int sync, dx_error_t *err) {
 
 static void w_rollback(dx_provider_t *p) { IN(p)->methods->rollback(IN(p)); }
 
+/* An item a fetch returned (rc 0, got 1): counted. */
+static int w_count_fetch(dx_provider_t *p, int rc, int got) {
+  if (rc == 0 && got) {
+    W(p)->txn_fetched++;
+    __atomic_add_fetch(&W(p)->fetched, 1, __ATOMIC_SEQ_CST);
+  }
+  return rc;
+}
+
 static int w_fetch_orch(dx_provider_t *p, int64_t now, int64_t lock_ms, dx_orch_item_t **out,
                         dx_error_t *err) {
-  return IN(p)->methods->fetch_orchestration_item(IN(p), now, lock_ms, out, err);
+  int rc = IN(p)->methods->fetch_orchestration_item(IN(p), now, lock_ms, out, err);
+  return w_count_fetch(p, rc, rc == 0 && *out != NULL);
 }
 
 static int w_next_due_inner(dx_provider_t *p, int64_t now, int64_t *out, dx_error_t *err) {
@@ -142,8 +158,10 @@ static int w_ack_orch(dx_provider_t *p, int64_t now, const dx_orch_ack_t *ack, d
 
 static int w_fetch_work(dx_provider_t *p, int64_t now, int64_t lock_ms,
                         const dx_session_cfg_t *sessions, dx_work_fetch_t *out, dx_error_t *err) {
+  int rc;
   __atomic_add_fetch(&W(p)->fetch_works, 1, __ATOMIC_SEQ_CST);
-  return IN(p)->methods->fetch_work_item(IN(p), now, lock_ms, sessions, out, err);
+  rc = IN(p)->methods->fetch_work_item(IN(p), now, lock_ms, sessions, out, err);
+  return w_count_fetch(p, rc, out->item.kind != 0);
 }
 
 static void w_destroy(dx_provider_t *p) {
@@ -1021,6 +1039,7 @@ DX_TEST(store_turn_refetched_in_the_cycle_of_its_previous_ack_waits_for_the_comm
 ** answers, as running an activity takes), the store fetches the ten turns those results wake
 ** and the loop completes each. */
 #define ROUND_N 10
+#define LAP_N 24 /* more than a held round takes (HOLD_MAX_ITEMS) */
 
 typedef struct {
   dx_store_op_t op, res_op, fin_op; /* (the last turn's own: both turns may share a batch) */
@@ -1034,7 +1053,8 @@ typedef struct {
   uv_loop_t loop;
   dx_store_t *s;
   wrap_t *w;
-  round_inst_t in[ROUND_N];
+  round_inst_t in[LAP_N];
+  int n; /* instances (0: ROUND_N) */
   int n_work, fin_done, fin_failed, commits_at_result, commits_at_done;
   int answer_first; /* the loop answers each activity before its work between two answers */
 } round_t;
@@ -1042,7 +1062,7 @@ typedef struct {
 static void round_fin_acked(dx_store_op_t *op) {
   round_t *r = op->ud;
   if (op->rc != 0) r->fin_failed++;
-  if (++r->fin_done == ROUND_N)
+  if (++r->fin_done == (r->n ? r->n : ROUND_N))
     r->commits_at_done = __atomic_load_n(&r->w->commits, __ATOMIC_SEQ_CST);
 }
 
@@ -1963,5 +1983,175 @@ DX_TEST(store_held_activity_whose_fetch_claimed_its_session_waits_for_the_commit
   ASSERT_EQ(h.commits_at_run[1], 1); /* before the next */
   ASSERT_EQ(w->commits, 2);
   ASSERT_EQ(hello_history(w, 2), 2);
+  w_destroy(&w->base);
+}
+
+/* {===== the lap: fetched items go to the loop while their transaction commits =====} */
+
+/* The store thread's commit waits (bounded) until the loop has taken every item fetched so
+** far and answered it: with the lap it has (the items were handed over before the commit),
+** without it they only reach the loop after the commit, and the wait runs out. */
+typedef struct {
+  round_t r;    /* (first: answer_round's ud) */
+  int got;      /* items the loop took and answered (atomic) */
+  int gated, early; /* commits that fetched items; of them, those whose items the loop had */
+} lap_t;
+
+static void lap_gate(void *ud, int txn_fetched) {
+  lap_t *l = ud;
+  int k, want = __atomic_load_n(&l->r.w->fetched, __ATOMIC_SEQ_CST);
+  if (!txn_fetched) return;
+  l->gated++;
+  for (k = 0; k < 4000 && __atomic_load_n(&l->got, __ATOMIC_SEQ_CST) < want; k++) usleep(500);
+  l->early += __atomic_load_n(&l->got, __ATOMIC_SEQ_CST) >= want;
+}
+
+static void answer_lap(void *ud, dx_store_fetched_t *f) {
+  lap_t *l = ud;
+  answer_round(ud, f);
+  __atomic_add_fetch(&l->got, (int)(f->n_orch + f->n_work), __ATOMIC_SEQ_CST);
+}
+
+DX_TEST(store_lap_hands_fetched_items_to_the_loop_before_their_commit) {
+  /* 24 instances, more than a held round takes: their first turns, then the activities those
+  ** schedule, then the turns the results wake are each fetched in one transaction and handed
+  ** to the loop before its commit, which they no longer wait for; each batch of answers joins
+  ** the next transaction (before: each was delivered with the commit, the loop idle during
+  ** it) */
+  static lap_t l;
+  wrap_t *w = wrap_open();
+  dx_store_cfg_t cfg;
+  dx_error_t err;
+  int i;
+  memset(&l, 0, sizeof l);
+  l.r.w = w;
+  l.r.n = LAP_N;
+  l.r.answer_first = 1;
+  enqueue_starts(w, "r", LAP_N);
+  ASSERT_OK(uv_loop_init(&l.r.loop));
+  held_cfg(&cfg, w);
+  cfg.hold_work = 1;
+  cfg.on_fetch = answer_lap;
+  cfg.ud = &l;
+  w->gate = lap_gate;
+  w->gate_ud = &l;
+  ASSERT_OK(dx__store_new(&l.r.s, &l.r.loop, &cfg, &err));
+  dx__store_want(l.r.s, 64, 64); /* one cycle takes all 24 starts */
+  for (i = 0; i < 40000 && l.r.fin_done < LAP_N; i++) {
+    uv_run(&l.r.loop, UV_RUN_NOWAIT);
+    usleep(250);
+  }
+  close_store(l.r.s, &l.r.loop);
+  ASSERT_EQ(l.r.fin_done, LAP_N);
+  ASSERT_EQ(l.r.fin_failed, 0);
+  ASSERT_EQ(l.r.n_work, LAP_N);
+  ASSERT_EQ(l.gated, 3);                /* first turns, activities, second turns */
+  ASSERT_EQ(l.early, 3);                /* each at the loop before its commit */
+  ASSERT_EQ(l.r.commits_at_result, 1);  /* the activities ran during the second commit */
+  ASSERT_EQ(w->commits, 4);             /* and the last acks in a fourth */
+  for (i = 0; i < LAP_N; i++) {
+    char id[16];
+    dx_event_t *ev = NULL;
+    size_t n = 0;
+    snprintf(id, sizeof id, "r%d", i);
+    ASSERT_OK(w->inner->methods->read_history(w->inner, id, 0, &ev, &n, NULL, &err));
+    ASSERT_EQ((int)n, 4);
+    ASSERT_EQ(ev[3].kind, DX_EV_ORCH_COMPLETED);
+    dx_events_free(ev, n);
+  }
+  w_destroy(&w->base);
+}
+
+/* A lap whose transaction is lost: each turn completes its instance in one ack; the loop got
+** the turns before the commit that was lost, ran them and answered; those acks are refused
+** and the retried batch hands the turns over again. */
+typedef struct {
+  uv_loop_t loop;
+  dx_store_t *s;
+  wrap_t *w;
+  int got, turns, ok, refused;
+} lost_lap_t;
+
+typedef struct {
+  dx_store_op_t op;
+  dx_orch_ack_t ack;
+  dx_event_t ev[2];
+  char instance[16];
+} lap_ack_t;
+
+static void lost_lap_acked(dx_store_op_t *op) {
+  lost_lap_t *l = op->ud;
+  if (op->rc == 0) l->ok++;
+  else l->refused++;
+  free(op); /* (first member) */
+}
+
+static void lost_lap_gate(void *ud, int txn_fetched) {
+  lost_lap_t *l = ud;
+  int k, want = __atomic_load_n(&l->w->fetched, __ATOMIC_SEQ_CST);
+  if (!txn_fetched) return;
+  for (k = 0; k < 4000 && __atomic_load_n(&l->got, __ATOMIC_SEQ_CST) < want; k++) usleep(500);
+}
+
+static void answer_lost_lap(void *ud, dx_store_fetched_t *f) {
+  lost_lap_t *l = ud;
+  size_t i;
+  for (i = 0; i < f->n_orch; i++) {
+    const dx_orch_item_t *it = f->orch[i];
+    lap_ack_t *a = calloc(1, sizeof *a);
+    ASSERT(a);
+    snprintf(a->instance, sizeof a->instance, "%s", it->instance);
+    a->ev[0] = (dx_event_t){.event_id = 1, .kind = DX_EV_ORCH_STARTED, .name = "Orch",
+                            .data = "1"};
+    a->ev[1] = (dx_event_t){.event_id = 2, .kind = DX_EV_ORCH_COMPLETED, .data = "1"};
+    a->ack = (dx_orch_ack_t){.instance = a->instance, .lock_token = it->lock_token,
+                             .execution_id = it->execution_id, .orchestration_name = "Orch",
+                             .status = DX_STATUS_COMPLETED, .output = "1", .delta = a->ev,
+                             .delta_len = 2};
+    a->op = (dx_store_op_t){.kind = DX_OP_ACK_ORCH, .ack = &a->ack, .done = lost_lap_acked,
+                            .ud = l};
+    l->turns++;
+    dx__store_submit(l->s, &a->op);
+  }
+  __atomic_add_fetch(&l->got, (int)f->n_orch, __ATOMIC_SEQ_CST);
+}
+
+DX_TEST(store_lap_of_a_lost_transaction_completes_each_instance_once) {
+  static lost_lap_t l;
+  wrap_t *w = wrap_open();
+  dx_store_cfg_t cfg;
+  dx_error_t err;
+  int i;
+  memset(&l, 0, sizeof l);
+  l.w = w;
+  enqueue_starts(w, "q", LAP_N);
+  ASSERT_OK(uv_loop_init(&l.loop));
+  held_cfg(&cfg, w);
+  cfg.hold_work = 1;
+  cfg.on_fetch = answer_lost_lap;
+  cfg.ud = &l;
+  w->gate = lost_lap_gate;
+  w->gate_ud = &l;
+  w->retry_commits = 1; /* the first commit is lost (after the gate: the loop ran the turns) */
+  ASSERT_OK(dx__store_new(&l.s, &l.loop, &cfg, &err));
+  dx__store_want(l.s, 64, 0);
+  for (i = 0; i < 40000 && l.ok < LAP_N; i++) {
+    uv_run(&l.loop, UV_RUN_NOWAIT);
+    usleep(250);
+  }
+  close_store(l.s, &l.loop);
+  ASSERT_EQ(l.turns, 2 * LAP_N);   /* each turn ran twice: lost, then retried */
+  ASSERT_EQ(l.refused, LAP_N);     /* the lost transaction's acks */
+  ASSERT_EQ(l.ok, LAP_N);
+  for (i = 0; i < LAP_N; i++) {
+    char id[16];
+    dx_event_t *ev = NULL;
+    size_t n = 0;
+    snprintf(id, sizeof id, "q%d", i);
+    ASSERT_OK(w->inner->methods->read_history(w->inner, id, 0, &ev, &n, NULL, &err));
+    ASSERT_EQ((int)n, 2); /* completed once */
+    ASSERT_EQ(ev[1].kind, DX_EV_ORCH_COMPLETED);
+    dx_events_free(ev, n);
+  }
   w_destroy(&w->base);
 }

@@ -725,7 +725,7 @@ static void on_async(uv_async_t *h) {
   dx_store_t *s = h->data;
   dx_store_op_t *ops, *applied;
   fetched_node_t *fl;
-  int fatal = 0, held_last, more, passes = 0, wake = 0;
+  int fatal = 0, held_last, more, passes = 0, wake = 0, sig = 0;
   dx__log_set_worker(s->cfg.worker_id); /* the loop may serve several runtimes (tests) */
   /* uv_async_send coalesces: drain everything on each wakeup. */
   uv_mutex_lock(&s->mu);
@@ -742,6 +742,7 @@ static void on_async(uv_async_t *h) {
     s->n_fetched_items = 0;
     s->in_async = 1;
     uv_mutex_unlock(&s->mu);
+    if (sig) uv_cond_signal(&s->cv), sig = 0;
     /* first: an op applied in a transaction still open may be done too (that transaction was
     ** lost or committed since), and the items handed over with it follow */
     while (applied) {
@@ -770,8 +771,8 @@ static void on_async(uv_async_t *h) {
         uv_mutex_lock(&s->mu);
         s->held_done++;
         s->node_end = s->pending_tail;
-        uv_cond_signal(&s->cv);
         uv_mutex_unlock(&s->mu);
+        uv_cond_signal(&s->cv); /* (mu let go first: see dx__store_submit) */
       } else if (held) {
         held_last = 1;
       }
@@ -782,7 +783,7 @@ static void on_async(uv_async_t *h) {
       s->held_done++;
       s->node_end = s->pending_tail;
     }
-    uv_cond_signal(&s->cv); /* the answers queued meanwhile, and await_delivery */
+    sig = 1; /* the answers queued meanwhile, and await_delivery (once mu is let go) */
     /* held nodes the store thread handed over while this ran (it did not wake the loop for
     ** them, hand_over): run them now, without a trip through the loop's poll */
     more = s->fetched && dx__store_held_only(s) && ++passes < ASYNC_MAX_PASSES;
@@ -791,6 +792,7 @@ static void on_async(uv_async_t *h) {
   s->delivering = 0;
   wake = s->fetched != NULL; /* (left for the next wake-up: make sure there is one) */
   uv_mutex_unlock(&s->mu);
+  if (sig) uv_cond_signal(&s->cv);
   if (wake) uv_async_send(&s->async);
   if (fatal && s->cfg.on_fatal) s->cfg.on_fatal(s->cfg.ud, &s->fatal_err);
 }
@@ -838,6 +840,7 @@ int dx__store_new(dx_store_t **out, uv_loop_t *loop, const dx_store_cfg_t *cfg,
 }
 
 void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
+  int wake;
   op->next = NULL;
   op->hstate = 0;
   op->handed = 0;
@@ -847,8 +850,13 @@ void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
   s->pending_tail = op;
   /* while the loop takes a delivery of a few items, its answers queue up and wake the thread
   ** once, at the end (on_async): one cycle then carries them all */
-  if (!s->delivering) uv_cond_signal(&s->cv);
+  wake = !s->delivering;
   uv_mutex_unlock(&s->mu);
+  /* Signalled once mu is let go: woken while this thread still held it, the store thread
+  ** (often on the same core) ran at once only to sleep again on the mutex, two more context
+  ** switches per answer (the loop signals once per answer and per held node). The waits
+  ** re-check their conditions under mu, so nothing is missed. */
+  if (wake) uv_cond_signal(&s->cv);
 }
 
 void dx__store_want(dx_store_t *s, int orch, int work) {

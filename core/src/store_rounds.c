@@ -1,12 +1,13 @@
 /*
 ** store_rounds.c -- held rounds (see store_int.h): a local store's cycle hands the turns and
 ** activities it fetched to the idle loop before its commit and applies their answers in the
-** same transaction.
+** same transaction; what is left goes to the loop while the transaction commits (the lap).
 */
 #include <stdlib.h>
 #include <string.h>
 
 #include "metrics.h"
+#include "util.h"
 #include "store_int.h"
 
 /* {===== turns and activities answered inside their fetch's transaction =====} */
@@ -58,26 +59,36 @@ static int reportable(const dx_store_op_t *op) {
   return applied_unreported(op) && op->handed;
 }
 
-/* 1 when ops settle a turn of an instance f fetched again and the loop will not learn of that
-** settlement before the new turn reaches it: the loop keeps a turn in its cache only then, so
-** the new turn would replay the history instead of continuing the kept turn. h NULL (a
-** database's held turn): every settlement counts; else an ack the loop is told of before the
-** delivery (reportable), one it does not ask about (no cache) or a refused one do not. */
+/* The instance whose turn op settles when the loop will not learn of that settlement before
+** a turn of the instance fetched now reaches it, else NULL: the loop keeps a turn in its cache
+** only then, so the new turn would replay the history instead of continuing the kept turn. h
+** NULL (a database's held turn): every settlement counts; else an ack the loop is told of
+** before the delivery (reportable), one it does not ask about (no cache) or a refused one do
+** not. */
+static const char *unseen_settlement(const dx_store_op_t *op, const handed_t *h) {
+  if (op->kind != DX_OP_ACK_ORCH && op->kind != DX_OP_ABANDON_ORCH) return NULL;
+  /* (a reported ack's memory is the loop's now: not read) */
+  if (h && (op->kind != DX_OP_ACK_ORCH || op->hstate == 2 || !op->applied || op->rc != 0 ||
+            reportable(op)))
+    return NULL;
+  return op->kind == DX_OP_ACK_ORCH ? op->ack->instance : op->instance;
+}
+
+/* 1 when ops hold an unseen settlement of a turn of inst. */
+static int settled_unseen(const dx_store_op_t *ops, const char *inst, const handed_t *h) {
+  for (; ops; ops = ops->next) {
+    const char *oi = unseen_settlement(ops, h);
+    if (oi && strcmp(oi, inst) == 0) return 1;
+  }
+  return 0;
+}
+
+/* 1 when a turn f fetched is one settled_unseen says must wait for the commit. */
 static int refetched_settled(const dx_store_op_t *ops, const dx_store_fetched_t *f,
                              const handed_t *h) {
-  const dx_store_op_t *op;
   size_t i;
-  for (op = ops; op; op = op->next) {
-    const char *inst;
-    if (op->kind != DX_OP_ACK_ORCH && op->kind != DX_OP_ABANDON_ORCH) continue;
-    /* (a reported ack's memory is the loop's now: not read) */
-    if (h && (op->kind != DX_OP_ACK_ORCH || op->hstate == 2 || !op->applied || op->rc != 0 ||
-              reportable(op)))
-      continue;
-    inst = op->kind == DX_OP_ACK_ORCH ? op->ack->instance : op->instance;
-    for (i = 0; inst && i < f->n_orch; i++)
-      if (strcmp(inst, f->orch[i]->instance) == 0) return 1;
-  }
+  for (i = 0; i < f->n_orch; i++)
+    if (settled_unseen(ops, f->orch[i]->instance, h)) return 1;
   return 0;
 }
 
@@ -242,7 +253,8 @@ static fetched_node_t *split_off(dx_store_fetched_t *g) {
 ** wake-up and says when it has run each (held_done), so this thread applies the first node's
 ** answers, fetches what they made ready and hands it over while the loop runs the second;
 ** then it applies the second's while the loop runs that, and so on. */
-static int hand_over(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *g, handed_t *h) {
+static int hand_over(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *g, handed_t *h,
+                     int split) {
   dx_store_fetched_t all = *g;
   fetched_node_t *n, *n2 = NULL;
   size_t i, k = g->n_orch + g->n_work;
@@ -250,8 +262,8 @@ static int hand_over(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *g, h
   if (!handed_room(h, k) || !(n = calloc(1, sizeof *n))) return 0;
   for (i = 0; i < g->n_orch; i++) h->tokens[h->n + i] = g->orch[i]->lock_token;
   for (i = 0; i < g->n_work; i++) h->tokens[h->n + g->n_orch + i] = g->work[i].lock_token;
-  if (k >= SPLIT_MIN_ITEMS && !s->n_handed) n2 = split_off(g); /* (outside mu: the loop
-                                                                  queues its answers under it) */
+  /* (outside mu: the loop queues its answers under it) */
+  if (split && k >= SPLIT_MIN_ITEMS && !s->n_handed) n2 = split_off(g);
   uv_mutex_lock(&s->mu);
   if (s->stopping || s->paused || !s->cfg.on_fetch || !dx__store_held_only(s)) {
     uv_mutex_unlock(&s->mu);
@@ -292,7 +304,7 @@ static int hand_turns(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *f, 
   memset(&g, 0, sizeof g);
   g.at_ms = f->at_ms;
   g.orch = f->orch, g.n_orch = f->n_orch, g.cap_orch = f->cap_orch;
-  if (!hand_over(s, ops, &g, h)) return 0;
+  if (!hand_over(s, ops, &g, h, 1)) return 0;
   f->orch = NULL, f->n_orch = f->cap_orch = 0;
   return 1;
 }
@@ -317,7 +329,7 @@ static int hand_work(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *f, h
     if (pick_work(f, i, closes)) g.work[g.n_work++] = f->work[i];
   g.cap_work = n;
   g.at_ms = f->at_ms;
-  if (!hand_over(s, ops, &g, h)) {
+  if (!hand_over(s, ops, &g, h, 1)) {
     free(g.work);
     return 0;
   }
@@ -326,6 +338,101 @@ static int hand_work(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *f, h
   memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
   f->n_work = k;
   return 1;
+}
+
+/* {===== the lap: what the loop runs while the transaction commits =====} */
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The hashes of the instances with an unseen settlement in ops (settled_unseen), sorted, in
+** *out (NULL when there is none); -1 when out of memory. */
+static long unseen_hashes(const dx_store_op_t *ops, const handed_t *h, uint64_t **out) {
+  const dx_store_op_t *op;
+  size_t n = 0;
+  *out = NULL;
+  for (op = ops; op; op = op->next) n += unseen_settlement(op, h) != NULL;
+  if (!n) return 0;
+  if (!(*out = malloc(n * sizeof **out))) return -1;
+  n = 0;
+  for (op = ops; op; op = op->next) {
+    const char *inst = unseen_settlement(op, h);
+    if (inst) (*out)[n++] = dx__fnv1a64(DX_FNV1A64_BASIS, inst);
+  }
+  qsort(*out, n, sizeof **out, cmp_u64);
+  return (long)n;
+}
+
+/* 1 when the lap may hand turn `it` over: no unseen settlement of its instance in ops (the
+** hash table v of n first, then the ops themselves on a match). */
+static int lap_turn(const dx_store_op_t *ops, const handed_t *h, const uint64_t *v, long n,
+                    const dx_orch_item_t *it) {
+  uint64_t k;
+  if (!n) return 1;
+  k = dx__fnv1a64(DX_FNV1A64_BASIS, it->instance);
+  return !bsearch(&k, v, (size_t)n, sizeof *v, cmp_u64) || !settled_unseen(ops, it->instance, h);
+}
+
+/* 1 when the lap may hand f's work item i over: an activity pick_work allows (with hold_work),
+** or a close item whose session has no other item in f (closes_ok). */
+static int lap_work(const dx_store_t *s, const dx_store_fetched_t *f, size_t i, int closes_ok) {
+  return pick_work(f, i, 1) ? closes_ok : s->cfg.hold_work && pick_work(f, i, 0);
+}
+
+/* The rounds ended and the transaction is about to commit (~1 ms: page writes and a sync):
+** hand the loop what f still holds that the rounds' own rules would hand over, now, and wait
+** for none of it: the loop runs it while this thread commits, and its answers join the next
+** transaction, as the late answers of held items do. No bound on the count nor on what else
+** the loop holds (nothing waits for the answers). Left in f for the commit, as in the rounds:
+** activities whose fetch claimed their session (and the rest of that session), a close beside
+** another item of its session, a turn of an instance whose earlier turn's settlement the loop
+** learns of only with the commit (unseen_settlement: its cache could not continue it), and
+** everything when the loop has not taken a delivery of its own. If the transaction is lost,
+** the items' settlements are refused (their locks rolled back) and the retried batch fetches
+** them again, as for any handed item. */
+static void hand_lap(dx_store_t *s, dx_store_op_t *ops, dx_store_fetched_t *f, handed_t *h) {
+  dx_store_fetched_t g;
+  uint64_t *v = NULL;
+  char *go = NULL; /* per item of f (turns, then work items): 1 = it goes */
+  long nv;
+  size_t i, k, no = f->n_orch, n = f->n_orch + f->n_work;
+  int closes_ok;
+  if (s->cfg.hold_ms <= 0 || h->oom || !n) return;
+  memset(&g, 0, sizeof g);
+  if ((nv = unseen_hashes(ops, h, &v)) < 0 || !(go = malloc(n))) goto done;
+  /* (decided once, before the loop owns the items that go) */
+  closes_ok = !close_shares_session(f);
+  for (i = 0; i < no; i++) g.n_orch += go[i] = (char)lap_turn(ops, h, v, nv, f->orch[i]);
+  for (i = 0; i < f->n_work; i++)
+    g.n_work += go[no + i] = (char)lap_work(s, f, i, closes_ok);
+  if ((!g.n_orch && !g.n_work) ||
+      (g.n_orch && !(g.orch = malloc(g.n_orch * sizeof *g.orch))) ||
+      (g.n_work && !(g.work = malloc(g.n_work * sizeof *g.work))))
+    goto done;
+  g.cap_orch = g.n_orch;
+  g.cap_work = g.n_work;
+  g.at_ms = f->at_ms;
+  for (i = k = 0; i < no; i++)
+    if (go[i]) g.orch[k++] = f->orch[i];
+  for (i = k = 0; i < f->n_work; i++)
+    if (go[no + i]) g.work[k++] = f->work[i];
+  if (!hand_over(s, ops, &g, h, 0)) goto done;
+  /* f keeps the others, in order */
+  for (i = k = 0; i < no; i++)
+    if (!go[i]) f->orch[k++] = f->orch[i];
+  f->n_orch = k;
+  for (i = k = 0; i < f->n_work; i++)
+    if (!go[no + i]) f->work[k++] = f->work[i];
+  if (k < f->n_work) memset(f->work + k, 0, (f->n_work - k) * sizeof *f->work);
+  f->n_work = k;
+  g.orch = NULL, g.work = NULL; /* (the node's now) */
+done:
+  free(g.orch);
+  free(g.work);
+  free(go);
+  free(v);
 }
 
 /* The lock token of the item op settles (0: it settles none; before op_apply ran). */
@@ -475,7 +582,10 @@ int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
     if (!wait_turns && !(wait_turns = unreported_turn_acks(*opsp)))
       refetch(s, f, 1, NULL, failed, &t_fetch);
   }
-  if (!rc) dx__store_observe_fetch(s, uv_hrtime() - t_fetch, bo, bw);
+  if (!rc) {
+    dx__store_observe_fetch(s, uv_hrtime() - t_fetch, bo, bw);
+    hand_lap(s, *opsp, f, h);
+  }
   return rc;
 }
 
