@@ -165,6 +165,30 @@ int dxl_h_activity_lookup(void *host, const char *name) {
   return found;
 }
 
+/* [-0, +1, m] push s (NULL: nil) through k: from its registry slot while s is the text k
+** kept last, else interned anew and kept (texts too long for k are just pushed). */
+static void push_kept_str(lua_State *L, dxl_kept_str_t *k, const char *s) {
+  size_t n;
+  if (!s) {
+    lua_pushnil(L);
+    return;
+  }
+  if (k->ref > 0 && strcmp(k->text, s) == 0) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, k->ref);
+    return;
+  }
+  lua_pushstring(L, s);
+  if ((n = strlen(s)) >= sizeof k->text) return;
+  if (k->ref > 0) {
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, LUA_REGISTRYINDEX, k->ref);
+  } else {
+    lua_pushvalue(L, -1);
+    k->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  memcpy(k->text, s, n + 1);
+}
+
 /* [-0, +1, e] push prims[name]. */
 static void push_prim(lua_State *L, dxl_state_t *S, const char *name) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->prims_ref);
@@ -180,7 +204,7 @@ static int start_impl(lua_State *L) {
   lua_State *co;
   act_handle_t *h;
   int wrapped = 0;
-  if (info->session_id) {
+  if (info->session_id && r->S->session_handler_set) {
     wrapped = dxl_push_registered(L, r->S, "hooks", "session_handler") == LUA_TTABLE;
     lua_pop(L, 1);
   }
@@ -211,7 +235,7 @@ static int start_impl(lua_State *L) {
   lua_setiuservalue(L, -2, 2);
   lua_pushinteger(L, (lua_Integer)info->activity_id);
   lua_setiuservalue(L, -2, 3);
-  if (info->name) lua_pushstring(L, info->name); else lua_pushnil(L);
+  push_kept_str(L, &r->S->kept_name, info->name);
   lua_setiuservalue(L, -2, 4);
   lua_pushinteger(L, (lua_Integer)info->attempt);
   lua_setiuservalue(L, -2, 5);
@@ -219,7 +243,7 @@ static int start_impl(lua_State *L) {
   lua_setiuservalue(L, -2, 6);
   if (info->tag) lua_pushstring(L, info->tag); else lua_pushnil(L);
   lua_setiuservalue(L, -2, 7);
-  if (info->worker_id) lua_pushstring(L, info->worker_id); else lua_pushnil(L);
+  push_kept_str(L, &r->S->kept_worker, info->worker_id);
   lua_setiuservalue(L, -2, 8);
   lua_createtable(L, 0, 1);
   lua_insert(L, -2);
@@ -330,8 +354,11 @@ static void call_hook(dxl_state_t *S, const char *name, const char *sid, const c
   char msg[1024];
   int rc, handler;
   if (!lua_checkstack(L, 6)) return;
-  handler = dxl_push_registered(L, S, "hooks", "session_handler") == LUA_TTABLE;
-  lua_pop(L, 1);
+  handler = 0;
+  if (S->session_handler_set) {
+    handler = dxl_push_registered(L, S, "hooks", "session_handler") == LUA_TTABLE;
+    lua_pop(L, 1);
+  }
   if (handler) {
     push_prim(L, S, strcmp(name, "claimed") == 0 ? "session_claimed" : "session_released");
     lua_pushstring(L, sid);

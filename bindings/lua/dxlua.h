@@ -34,6 +34,12 @@ typedef struct dxl_budget_s {
   struct dxl_budget_s *prev_in_state; /* the state's budget entered before this one */
 } dxl_budget_t;
 
+/* A string kept in a registry slot with its C copy (activity.c dxl_push_kept_str). */
+typedef struct {
+  int ref; /* 0: none yet */
+  char text[128];
+} dxl_kept_str_t;
+
 typedef struct dxl_state_s {
   lua_State *L;             /* main thread */
   uv_loop_t *loop;
@@ -64,6 +70,10 @@ typedef struct dxl_state_s {
   ** starts it, and a worker runs the same few names over and over. act_fn_ref 0: none. */
   int act_fn_ref;
   char act_fn_name[DX_MAX_NAME_BYTES + 1];
+  /* strings every activity's actx holds, pushed from a registry slot while they repeat (a
+  ** worker's id, the name it ran last): lua_pushstring hashes and interns each time */
+  dxl_kept_str_t kept_worker, kept_name;
+  int session_handler_set;  /* duroxide.session_handler{} was called (never unset) */
   dxl_alloc_t *alloc;       /* the allocator wrapper that enforces memory budgets */
   int orch_env_ref;         /* globals of the orchestration running now (LUA_NOREF: none) */
   struct dxl_caps_s *caps;  /* registered orchestrations for the store thread (capabilities.c) */

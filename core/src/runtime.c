@@ -318,9 +318,14 @@ static int session_fenced(const dx_activity_t *a) {
 static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ignore_attempt,
                             const char *outcome) {
   dx_runtime_t *rt = a->rt;
+  int fenced = 0;
   if (a->finished) return;
   a->finished = 1;
-  if (kind == DX_OP_ACK_WORK && a->item.kind != DX_WI_SESSION_CLOSE && session_fenced(a)) {
+  /* the session's bookkeeping, and whether our hold ended, from one clock reading */
+  if (a->item.session_id && rt->sessions)
+    fenced = dx__sessions_settle(rt->sessions, a->item.session_id, a->sess_gen,
+                                 kind == DX_OP_ACK_WORK && a->item.kind != DX_WI_SESSION_CLOSE);
+  if (kind == DX_OP_ACK_WORK && a->item.kind != DX_WI_SESSION_CLOSE && fenced) {
     /* Our hold on the session ended (a stall let another worker claim it, or an abort): the
     ** result is not ours to give; the row goes back (the store would refuse the ack anyway
     ** once another worker claimed) and the session's next owner runs it. */
@@ -334,8 +339,6 @@ static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ig
     outcome = "fenced";
   }
   a->outcome = outcome;
-  if (a->item.session_id && rt->sessions)
-    dx__sessions_on_done(rt->sessions, a->item.session_id, a->sess_gen);
   if (a->timer_on) uv_timer_stop(&a->renew_timer);
   activity_unlink(a);
   memset(&a->op, 0, sizeof a->op);
@@ -462,7 +465,7 @@ static int hidden_activity(const dx_runtime_t *rt, const char *name) {
 static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) {
   dx_activity_t *a = dx__spare_calloc(&rt->spare_acts);
   const dx__cact_t *cact;
-  int64_t every;
+  int64_t every, now = 0;
   uint64_t t0;
   if (!a) {
     dx_work_item_clear(&w->item);
@@ -488,9 +491,11 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   rt->n_running++;
   a->started_hr = uv_hrtime();
   running_changed(rt);
-  if (a->item.session_id && rt->sessions)
-    a->sess_gen = dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
-                                        w->previous_owner, at_ms);
+  if (a->item.session_id && rt->sessions) {
+    now = dx__now_ms(); /* read once: the fence check before the start uses it too */
+    a->sess_gen = dx__sessions_on_fetch_at(rt->sessions, a->item.session_id,
+                                           w->session_claimed, w->previous_owner, at_ms, now);
+  }
   if (w->session_claimed && rt->opts.session_wait_warning_ms > 0 &&
       w->waited_ms >= rt->opts.session_wait_warning_ms)
     dx__log(DX_LOG_WARN, "session work waited for a worker to claim its session (are all "
@@ -561,7 +566,9 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
     activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back"); /* fetched as we stopped */
     return;
   }
-  if (session_fenced(a)) { /* lease lapsed (a stall), or released by us, since the fetch */
+  if (a->item.session_id && rt->sessions &&
+      dx__sessions_fenced_at(rt->sessions, a->item.session_id, a->sess_gen, now)) {
+    /* lease lapsed (a stall), or released by us, since the fetch */
     dx__log(DX_LOG_WARN, "session activity not started: the session's lease lapsed or this "
             "worker released it since the fetch", "instance=%s activity=%s session_id=%s",
             a->item.instance, a->item.name, a->item.session_id);
