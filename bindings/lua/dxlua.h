@@ -62,6 +62,7 @@ typedef struct dxl_state_s {
   ** an integer key is found faster than a pointer or name key */
   int runs_ref, idle_ref, handle_mt_ref, box_mt_ref;
   const void *box_mt;       /* the box metatable's address (box_mt_ref keeps it): check_box */
+  const void *handle_mt;    /* the activity handle metatable's (handle_mt_ref): test_handle */
   int act_name_slot;        /* registry slot of the activity name C.emit checked last */
   int fut_key_refs[3];      /* registry slots of "token", "cancelled", "composite" (orch.c) */
   dx__spare_t spare_runs;   /* freed activity runs (activity.c), reused */

@@ -463,7 +463,7 @@ static int hidden_activity(const dx_runtime_t *rt, const char *name) {
 }
 
 static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) {
-  dx_activity_t *a = dx__spare_calloc(&rt->spare_acts);
+  dx_activity_t *a = dx__spare_calloc_head(&rt->spare_acts, ACT_ZEROED);
   const dx__cact_t *cact;
   int64_t every, now = 0;
   uint64_t t0;
