@@ -196,6 +196,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   job->rt = rt;
   job->item = item;
   cfg.keep = rt->ocache != NULL;
+  cfg.spares = &rt->turn_spares;
   dx__metric_add(rt->metrics, DXM_ORCH_FETCHED_EVENTS, DXM_NOLABELS, (double)item->history_len);
   kept = cached_turn(rt, item);
   dx__watch_enter_text(rt->loop, "orchestration turn of instance ", item->instance);
@@ -640,6 +641,7 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   rt->provider = p;
   dx__spare_init(&rt->spare_acts, sizeof(dx_activity_t), 256);
   dx__spare_init(&rt->spare_jobs, sizeof(turn_job_t), 256);
+  dx__turn_spares_init(&rt->turn_spares);
   if (opts) rt->opts = *opts;
   else dx_options_init(&rt->opts);
   rt->tag_filter.untagged = 1;
@@ -1007,6 +1009,7 @@ void dx_runtime_free(dx_runtime_t *rt) {
   dx__cact_free_all(rt);
   dx__spare_drain(&rt->spare_acts);
   dx__spare_drain(&rt->spare_jobs);
+  dx__turn_spares_drain(&rt->turn_spares); /* after cache_close: kept turns gave theirs back */
   while (rt->n_hidden > 0) free(rt->hidden[--rt->n_hidden]);
   free(rt->hidden);
   dx__metrics_free(rt->metrics);

@@ -13,6 +13,7 @@
 #include "options.h"
 #include "orch_cache.h"
 #include "sessions.h"
+#include "replay.h"
 #include "spare.h"
 #include "store.h"
 #include "wake.h"
@@ -72,6 +73,7 @@ struct dx_runtime_s {
   int n_running;
   dx__spare_t spare_acts;  /* freed activity records and turn jobs, reused (spare.h) */
   dx__spare_t spare_jobs;
+  dx_turn_spares_t turn_spares; /* first blocks of the turns' vectors (replay.h) */
   int in_fetch;        /* on_fetch runs: the running gauge is set once at its end */
   dx__credit_t credit;         /* how many activities to ask the store for (credit.h) */
   int started, stopping;
