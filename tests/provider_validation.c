@@ -2926,6 +2926,178 @@ DX_TEST(pv_session_changes_of_a_rolled_back_batch_are_gone) {
   done(p);
 }
 
+/* In one batch: a turn's ack queues session rows (for the "I" instance's sessions), then the
+** batch fetches and acks. Returns after the orchestration ack; the caller goes on in the batch. */
+static void queue_in_batch(dx_provider_t *p, int64_t now, dx_work_item_t *w, size_t n) {
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  dx_event_t ev[1];
+  enqueue(p, now, start_item("O"));
+  it = fetch(p, now);
+  ASSERT(it);
+  CHECK(M(p)->begin(p, &E));
+  a = ack_of(it);
+  a.delta = delta(ev, 1, it);
+  a.delta_len = 1;
+  a.worker_items = w;
+  a.worker_items_len = n;
+  CHECK(M(p)->ack_orchestration_item(p, now, &a, &E));
+  dx_orch_item_free(it);
+}
+
+/* A session row queued, fetched and acked inside one batch leaves nothing behind (LMDB keeps
+** such rows in memory for the batch: its ack must drop it there, and the commit must not
+** store it); rows of the batch left queued or locked are stored by the commit as they are. */
+DX_TEST(pv_session_rows_of_a_batch_are_stored_as_the_batch_left_them) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t w[3] = {sess_item("O", 1, "s1"), sess_item("O", 2, "s2"), sess_item("O", 3, "s3")};
+  dx_work_fetch_t f, g;
+  queue_in_batch(p, T0, w, 3);
+  f = sfetch(p, T0 + 1, "A", 10);
+  ASSERT_EQ(f.item.id, 1);
+  CHECK(M(p)->ack_work_item(p, T0 + 1, f.lock_token, NULL, &E));
+  CHECK_ERR(M(p)->ack_work_item(p, T0 + 1, f.lock_token, NULL, &E), DX_ELOCK); /* gone */
+  fclear(&f);
+  g = sfetch(p, T0 + 2, "A", 10); /* s2's row: locked when the batch commits */
+  ASSERT_EQ(g.item.id, 2);
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT_EQ(srow(p, "s1").queued, 0);
+  ASSERT_EQ(srow(p, "s2").queued, 1);
+  ASSERT_EQ(srow(p, "s2").running, 1);
+  ASSERT_EQ(srow(p, "s3").queued, 1);
+  ASSERT_EQ(srow(p, "s3").running, 0);
+  take_ack(p, T0 + 3, "B", 3); /* s3's row, stored unlocked */
+  ASSERT_EQ(take(p, T0 + 3, "B", 10, 0), 0); /* s2's row is locked by A */
+  CHECK(M(p)->ack_work_item(p, T0 + 4, g.lock_token, NULL, &E)); /* its lock was stored */
+  fclear(&g);
+  ASSERT_EQ(srow(p, "s2").queued, 0);
+  ASSERT_EQ(take(p, T0 + LOCK + 10, "A", 10, 0), 0); /* nothing came back */
+  done(p);
+}
+
+/* A method of the batch that is not one of the store cycle's (abandon) sees a session row
+** the batch queued and locked, and the batch's next fetch sees what it did. */
+DX_TEST(pv_session_row_of_a_batch_is_seen_by_its_other_methods) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t w[1] = {sess_item("O", 1, "s1")};
+  dx_work_fetch_t f, g;
+  queue_in_batch(p, T0, w, 1);
+  f = sfetch(p, T0 + 1, "A", 10);
+  ASSERT_EQ(f.item.id, 1);
+  CHECK(M(p)->abandon_work_item(p, T0 + 2, f.lock_token, 0, 0, &E));
+  g = sfetch(p, T0 + 3, "A", 10);
+  ASSERT_EQ(g.item.id, 1);
+  ASSERT_EQ(g.attempt_count, 2);
+  CHECK_ERR(M(p)->ack_work_item(p, T0 + 3, f.lock_token, NULL, &E), DX_ELOCK);
+  CHECK(M(p)->ack_work_item(p, T0 + 3, g.lock_token, NULL, &E));
+  CHECK(M(p)->commit(p, 1, &E));
+  fclear(&f);
+  fclear(&g);
+  ASSERT_EQ(srow(p, "s1").queued, 0);
+  ASSERT_EQ(take(p, T0 + LOCK + 10, "A", 10, 0), 0);
+  done(p);
+}
+
+/* A claim starts a new ownership epoch: the session's rows an earlier owner locked are due at
+** once, also when they were queued and locked inside the same batch. */
+DX_TEST(pv_session_claim_in_a_batch_frees_rows_locked_earlier_in_it) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t w[2] = {sess_item("O", 1, "s1"), sess_item("O", 2, "s1")};
+  dx_work_fetch_t f, g;
+  queue_in_batch(p, T0, w, 2);
+  f = sfetch(p, T0 + 1, "A", 10);
+  ASSERT_EQ(f.item.id, 1);
+  ASSERT_EQ(release_sessions(p, T0 + 2, "A", "s1"), 1);
+  g = sfetch(p, T0 + 3, "B", 10); /* claims s1: row 2 */
+  ASSERT_EQ(g.item.id, 2);
+  ASSERT_EQ(g.session_claimed, 1);
+  ASSERT_EQ(take(p, T0 + 3, "B", 10, 1), 0); /* row 1: A's lock ended with the claim */
+  CHECK(M(p)->commit(p, 1, &E));
+  CHECK_ERR(M(p)->ack_work_item(p, T0 + 4, f.lock_token, NULL, &E), DX_ELOCK);
+  fclear(&f);
+  fclear(&g);
+  done(p);
+}
+
+/* Activity results acked inside a batch: the batch's own fetch delivers them (LMDB keeps such
+** messages in memory for the batch), its turn's ack consumes them there, and what the batch
+** left queued is stored by its commit; a method outside the store cycle (the queue depths)
+** sees them inside the batch too. */
+DX_TEST(pv_results_of_a_batch_are_stored_as_the_batch_left_them) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t d1 = act_done("I1", 1, 1), d2 = act_done("I2", 1, 1);
+  dx_work_fetch_t f1, f2;
+  dx_orch_item_t *it;
+  char first[8];
+  create_instance(p, T0, "I1");
+  create_instance(p, T0, "I2");
+  enqueue_work(p, T0, act_item("I1", 1, 1));
+  enqueue_work(p, T0, act_item("I2", 1, 1));
+  f1 = wfetch(p, T0 + 1);
+  f2 = wfetch(p, T0 + 1);
+  ASSERT(f1.item.kind && f2.item.kind);
+  CHECK(M(p)->begin(p, &E));
+  CHECK(M(p)->ack_work_item(p, T0 + 2, f1.item.instance[1] == '1' ? f1.lock_token : f2.lock_token,
+                            &d1, &E));
+  CHECK(M(p)->ack_work_item(p, T0 + 2, f1.item.instance[1] == '2' ? f1.lock_token : f2.lock_token,
+                            &d2, &E));
+  it = fetch(p, T0 + 3);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_ACT_COMPLETED);
+  ASSERT_STR_EQ(it->messages[0].data, "\"out\"");
+  snprintf(first, sizeof first, "%s", it->instance);
+  turn(p, T0 + 4, it, 1); /* consumes it */
+  ASSERT_EQ(depths(p).orchestrator, 1); /* the other result, seen by a nested method */
+  CHECK(M(p)->commit(p, 1, &E));
+  fclear(&f1);
+  fclear(&f2);
+  ASSERT_EQ(depths(p).orchestrator, 1);
+  it = fetch(p, T0 + 5);
+  ASSERT(it);
+  ASSERT(strcmp(it->instance, first) != 0);
+  ASSERT_EQ(it->messages_len, 1);
+  ASSERT_EQ(it->messages[0].kind, DX_WI_ACT_COMPLETED);
+  turn(p, T0 + 6, it, 1);
+  ASSERT_EQ(depths(p).orchestrator, 0);
+  ASSERT(fetch(p, T0 + LOCK + 10) == NULL);
+  done(p);
+}
+
+/* A result acked in a batch whose fetch then abandons the instance (a failed turn) is
+** delivered again, and a rolled-back batch's results are gone with it. */
+DX_TEST(pv_results_of_a_batch_follow_abandon_and_rollback) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t d = act_done("I1", 1, 1);
+  dx_work_fetch_t f;
+  dx_orch_item_t *it;
+  create_instance(p, T0, "I1");
+  enqueue_work(p, T0, act_item("I1", 1, 1));
+  f = wfetch(p, T0 + 1);
+  ASSERT(f.item.kind);
+  CHECK(M(p)->begin(p, &E));
+  CHECK(M(p)->ack_work_item(p, T0 + 2, f.lock_token, &d, &E));
+  it = fetch(p, T0 + 3);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 1);
+  CHECK(M(p)->abandon_orchestration_item(p, T0 + 3, it->instance, it->lock_token, 0, 0, &E));
+  dx_orch_item_free(it);
+  it = fetch(p, T0 + 4);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 1);
+  M(p)->rollback(p);
+  dx_orch_item_free(it);
+  ASSERT_EQ(depths(p).orchestrator, 0); /* the ack was rolled back: its result is gone */
+  CHECK(M(p)->ack_work_item(p, T0 + 5, f.lock_token, &d, &E)); /* still locked: ack again */
+  fclear(&f);
+  it = fetch(p, T0 + 6);
+  ASSERT(it);
+  ASSERT_EQ(it->messages_len, 1);
+  turn(p, T0 + 7, it, 1);
+  ASSERT_EQ(depths(p).orchestrator, 0);
+  done(p);
+}
+
 DX_TEST(pv_session_fetch_skips_many_rows_of_sessions_held_elsewhere) {
   dx_provider_t *p = fresh();
   enum { N = 3000 };

@@ -99,7 +99,7 @@ static int upgrade_from_1(tx_t *t) {
     rc = dx__lm_row_get(t, l.v[i], &r);
     if (rc == DX_ENOTFOUND) { rc = 0; continue; }
     if (!rc) {
-      key_work_idx(&k, 1, r.token ? r.locked_until : r.visible_at, r.seq);
+      key_work_idx(&k, 1, dx__lm_row_due(&r), r.seq);
       rc = dx__lm_db_del(t, r.token ? DB_WORK_LOCK : DB_WORK_READY, &k);
     }
     if (!rc && r.session_id && !(rc = dx__lm_row_index(t, &r, 1)))
@@ -274,10 +274,14 @@ static void env_free(shared_env_t *se) {
   free(se->ik);
   free(se->rk);
   free(se->pend);
+  free(se->srow);
+  free(se->kinst);
+  free(se->kinst_ix.idx);
+  free(se->kmsg);
   free(se->rpend);
-  free(se->rpend_idx);
+  free(se->rpend_ix.idx);
   free(se->sq);
-  free(se->sq_idx);
+  free(se->sq_ix.idx);
   free(se->lock_path);
   pthread_mutex_destroy(&se->commit_mu);
   pthread_mutex_destroy(&se->batch_mu);

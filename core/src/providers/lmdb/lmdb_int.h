@@ -66,9 +66,11 @@
 ** Every top-level txn first checks the files and, for writes, grows the map (map.c).
 ** Inside a batch the direct methods keep some writes in memory until the batch's own
 ** fetches take them or something else could look: plain worker rows an ack queues
-** (shared_env_t.pend, work.c), idle instances a message makes ready (rpend, orch.c), and the
+** (shared_env_t.pend, work.c), idle instances a message makes ready (rpend, orch.c), the
 ** session queue summaries and session records they change (sq, squeue.c: written once with
-** the net change). They are written by dx__lm_pend_flush before any nested method of the
+** the net change), session rows they queue (srow, srows.c: locked and deleted in memory when
+** the batch's fetch and ack take them) and orchestration messages they queue (kmsg, kmsgs.c:
+** read by the batch's fetch, deleted in memory by its turn's ack). They are written by dx__lm_pend_flush before any nested method of the
 ** batch begins and at commit, and dropped with a batch that does not commit. The batch also
 ** keeps one cursor per DB for its direct methods' walks (curs, txn.c dx__lm_cursor).
 */
@@ -122,6 +124,18 @@ enum {
 
 /* Names of the named DBs, indexed by DB_*. */
 extern const char *const dx__lm_db_names[DB__COUNT];
+
+/* A hash index by id over an array of entries whose first member is the id (char *; NULL: a
+** taken entry, found by nobody): slots hold entry index + 1 (0: empty), a power of 2 of them,
+** at most half full. The batch's kept tables (rpend in orch.c, sq in squeue.c) use it. */
+typedef struct lm_strix_s {
+  uint32_t *idx;
+  size_t slots;
+} lm_strix_t;
+/* Index entry `at` (set already) of `base`, growing (and rebuilding over entries 0..at) when the
+** table would be more than half full. 0 or DX_ENOMEM (nothing indexed: the caller drops it). */
+int dx__lm_strix_add(lm_strix_t *x, const void *base, size_t stride, size_t at);
+void dx__lm_strix_clear(lm_strix_t *x);
 
 /* LMDB forbids opening one env twice in a process, so handles on the same directory share
 ** one of these, keyed by realpath. */
@@ -181,6 +195,17 @@ typedef struct shared_env_s {
   /* Plain worker rows direct methods queued in the open batch and not written yet (work.c
   ** "rows queued in the batch"): pend[pend_first..pend_n) minus taken ones (seq 0). */
   struct work_row_s *pend;
+  /* Session rows direct methods queued in the open batch, kept in memory while they live
+  ** (srows.c): srow[0..srow_n) in seq order, srow_live of them still there. */
+  struct lm_srow_s *srow;
+  size_t srow_n, srow_cap, srow_live;
+  /* Orchestration messages direct methods queued in the open batch, kept in memory while they
+  ** live (kmsgs.c): instances (hash index by id) with their messages' lists. */
+  struct lm_kinst_s *kinst;
+  size_t kinst_n, kinst_cap;
+  struct lm_strix_s kinst_ix;
+  struct lm_kmsg_s *kmsg;
+  size_t kmsg_n, kmsg_cap, kmsg_live;
   size_t pend_n, pend_cap, pend_first;
   int pend_unsorted;         /* a row was queued due before one queued ahead of it */
   int64_t pend_last_due;     /* the latest due time queued so far */
@@ -190,8 +215,7 @@ typedef struct shared_env_s {
   size_t rpend_n, rpend_cap, rpend_live, rpend_first; /* [0, rpend_first) all taken */
   int rpend_unsorted;        /* the entries are not in ready-time order */
   int64_t rpend_last_at;     /* the latest ready time added so far */
-  uint32_t *rpend_idx;       /* entry index + 1 (0: empty); rpend_slots a power of 2 */
-  size_t rpend_slots;
+  struct lm_strix_s rpend_ix;
   /* The open batch's copy of own_worker's sess_owner entries with their sess_queue heads, in
   ** session id order (work.c's pick at capacity asks it for every fetch instead of reading
   ** each owned session's queue again). dx__lm_squeue_refresh keeps the heads exact; an owner
@@ -202,10 +226,10 @@ typedef struct shared_env_s {
   struct lm_own_s *own;
   size_t own_n, own_cap;
   /* Session queue summaries the open batch's direct methods changed and did not write yet
-  ** (squeue.c), with a hash index by session id (entry index + 1; sq_slots a power of 2). */
+  ** (squeue.c), with a hash index by session id. */
   struct lm_sq_s *sq;
-  size_t sq_n, sq_cap, sq_slots;
-  uint32_t *sq_idx;
+  size_t sq_n, sq_cap;
+  struct lm_strix_s sq_ix;
   /* Cursors of the open batch txn, one per DB, for the direct methods' walks (txn.c
   ** dx__lm_cursor; curs_busy: bit db set while a walk uses it). LMDB frees a write txn's
   ** cursors when the txn ends: the batch's end only forgets them. */
@@ -271,6 +295,11 @@ typedef struct {
   dx_error_t *err; /* never NULL: points at scratch when the caller passed NULL */
   dx_error_t scratch;
 } tx_t;
+/* 1 when t writes in the open batch's txn itself (a direct method, or a flush of what the
+** batch kept): what the batch's kept tables may learn from; a nested txn may still be undone. */
+static inline int dx__lm_in_batch_txn(const tx_t *t) {
+  return t->direct || (t->txn && t->txn == t->se->batch);
+}
 typedef struct {
   size_t n;
   int over; /* too long: becomes an empty key, which LMDB rejects */
@@ -479,6 +508,18 @@ typedef struct lm_sq_s lm_sq_t;
 static inline uint32_t dx__lm_str_hash(const char *s) {
   return (uint32_t)dx__fnv1a64(DX_FNV1A64_BASIS, s);
 }
+/* Entry index + 1 of `id` in the array `base` of `stride`-byte entries, or 0 (lm_strix_t;
+** inline: every lookup of the batch's kept tables asks it). */
+static inline size_t dx__lm_strix_find(const lm_strix_t *x, const void *base, size_t stride,
+                                       const char *id) {
+  size_t i, mask = x->slots - 1;
+  if (!x->slots) return 0;
+  for (i = dx__lm_str_hash(id) & mask; x->idx[i]; i = (i + 1) & mask) {
+    const char *e = *(char *const *)(const void *)((const char *)base + (x->idx[i] - 1) * stride);
+    if (e && strcmp(e, id) == 0) return x->idx[i];
+  }
+  return 0;
+}
 /* One owned session in shared_env_t.own: its id and queue head (found 0: no rows). */
 typedef struct lm_own_s {
   char *sid;
@@ -501,6 +542,10 @@ typedef struct work_row_s {
   uint64_t sess_epoch; /* session rows: the session's epoch when this lock was taken */
   char *tag;        /* plain rows: indexed under the tag (NULL: untagged); session rows: kept */
 } work_row_t;
+/* A row's place in its queue index: visible_at, or locked_until while locked. */
+static inline int64_t dx__lm_row_due(const work_row_t *r) {
+  return r->token ? r->locked_until : r->visible_at;
+}
 
 /* One stored field of a wrapper record: its type and where it lives in the C struct. */
 /* RF_SKIP: a str, nil or bin the reader checks and does not keep (schemas only read with, for
@@ -586,6 +631,9 @@ MDB_txn *dx__lm_thread_batch(shared_env_t *se);
 int dx__lm_tx_begin(shared_env_t *se, int durable, int write, int direct, tx_t *t,
                     dx_error_t *err);
 int dx__lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err);
+/* A txn handle on the batch txn itself, for writing what the batch kept in memory (the
+** flushes: dx__lm_pend_flush, dx__lm_seq_flush). */
+void dx__lm_batch_tx(tx_t *t, shared_env_t *se, MDB_txn *batch, dx_error_t *err);
 int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err);
 /* How a commit reaches the disk: not flushed (MDB_NOSYNC: only for batches that take locks),
 ** fully (data, then the meta page), or data only (MDB_NOMETASYNC: the store stays intact and
@@ -660,6 +708,8 @@ extern const lm_schema_t dx__lm_inst_schema, dx__lm_exec_schema, dx__lm_msg_sche
     dx__lm_kv_schema, dx__lm_kv_delta_schema, dx__lm_sev_schema, dx__lm_wreg_schema;
 /* The record as MessagePack into out (NULL: only its length); returns its length. */
 size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out);
+/* An upper bound of dx__lm_rec_pack's size (cheaper than its sizing pass). */
+size_t dx__lm_rec_bound(const lm_schema_t *s, const void *rec);
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec);
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                       const char *what);
@@ -768,7 +818,7 @@ int dx__lm_sess_ended(tx_t *t, const char *sid, const sess_rec_t *r, int *ended,
 void dx__lm_own_moved(shared_env_t *se, const char *sid, int found, uint64_t due, uint64_t seq);
 
 /* squeue.c: session queue summaries (sess_queue, sess_heads); in a batch the direct methods'
-** changes are kept in memory (shared_env_t.sq) until dx__lm_sq_flush. */
+** changes are kept in memory (shared_env_t.sq) until dx__lm_sq_write. */
 int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q);
 int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta);
 /* The same, told which row left its place (gone) and where one arrived (came), as
@@ -783,7 +833,8 @@ int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud);
 ** method (write it), or an error. */
 int dx__lm_kept_sess(tx_t *t, const char *sid, MDB_val *v);
 int dx__lm_keep_sess(tx_t *t, const char *sid, const void *row);
-int dx__lm_sq_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
+/* Write the kept summaries and records in t's txn (dx__lm_pend_flush; it drops them). */
+int dx__lm_sq_write(tx_t *t);
 void dx__lm_sq_drop(shared_env_t *se);
 /* The sessions `worker` owns (sess_owner, any lease state) with their queue heads, from the
 ** open batch's copy (built on first use in the batch): 0 with *own and *n set, 0 with *own NULL
@@ -829,10 +880,40 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
 void dx__lm_pend_drop(shared_env_t *se);
 static inline int dx__lm_pend_any(const shared_env_t *se) {
-  return se->pend_n || se->rpend_live || se->sq_n;
+  return se->pend_n || se->rpend_live || se->sq_n || se->srow_live || se->kmsg_live;
 }
+/* kmsgs.c: orchestration messages kept in the open batch. dx__lm_kmsg_add: keep a new message
+** (1: its item taken; 0: not kept, write it) or an error; _put/_del: a rewrite or delete of a
+** kept one done in memory (1) or not kept (0); _list: append inst's kept messages to l (with
+** items unless l->heads); _write: write them all (t: the batch txn) and drop them; _drop:
+** forget them (the batch ended). */
+typedef struct lm_kinst_s lm_kinst_t;
+typedef struct lm_kmsg_s lm_kmsg_t;
+int dx__lm_kmsg_add(tx_t *t, const char *inst, orch_msg_t *m);
+int dx__lm_kmsg_put(tx_t *t, const char *inst, const orch_msg_t *m);
+int dx__lm_kmsg_del(tx_t *t, const char *inst, uint64_t seq);
+int dx__lm_kmsg_list(tx_t *t, msg_list_t *l);
+int dx__lm_kmsg_write(tx_t *t);
+void dx__lm_kmsg_drop(shared_env_t *se);
+/* Write a new row with its index entries (not its session's summary). */
+int dx__lm_row_store(tx_t *t, const work_row_t *r);
+/* srows.c: session rows kept in the open batch. dx__lm_srow_set: row_set's change kept in
+** memory (1), not (0: write it) or an error; _get: 1 with an owned copy of a kept row, 0 or an
+** error; _head: lower q to the earliest kept row of sid; _seqs: append the kept rows of sid
+** to l; _held: seq is a kept row; _write:
+** write them all (t: the batch txn) and drop them; _flush: the same from a direct method that
+** walks sess_items or work_ident; _drop: forget them (the batch ended). */
+typedef struct lm_srow_s lm_srow_t;
+int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw);
+int dx__lm_srow_get(tx_t *t, uint64_t seq, work_row_t *r);
+void dx__lm_srow_head(shared_env_t *se, const char *sid, sess_queue_t *q);
+int dx__lm_srow_seqs(tx_t *t, const char *sid, seq_list_t *l);
+int dx__lm_srow_held(shared_env_t *se, uint64_t seq);
+int dx__lm_srow_write(tx_t *t);
+int dx__lm_srow_flush(tx_t *t);
+void dx__lm_srow_drop(shared_env_t *se);
 /* orch.c: the same for instances made ready in the batch (dx__lm_pend_flush/drop call them). */
-int dx__lm_rpend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
+int dx__lm_rpend_write(tx_t *t);
 void dx__lm_rpend_drop(shared_env_t *se);
 /* Consider the head of every plain-row index this filter takes (NULL: untagged only). */
 int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_cand_t *c);

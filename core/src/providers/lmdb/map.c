@@ -243,12 +243,13 @@ static int lock_ok(shared_env_t *se, dx_error_t *err) {
   return rc;
 }
 
-/* The files check; *used gets the bytes in use it read (0 when it did not get that far). */
-static int files_ok(shared_env_t *se, size_t *used, dx_error_t *err) {
+/* The files check; *used gets the bytes in use it read (0 when it did not get that far).
+** look: look the lock file up even when the watch saw nothing (at open). */
+static int files_ok(shared_env_t *se, int look, size_t *used, dx_error_t *err) {
   int rc;
   *used = 0;
   if (__atomic_load_n(&se->lost, __ATOMIC_RELAXED)) return lost_error(se, err);
-  if ((rc = lock_ok(se, err))) return rc;
+  if ((rc = look ? lock_check(se, err) : lock_ok(se, err))) return rc;
   return data_check(se, used, err);
 }
 
@@ -277,14 +278,12 @@ static void make_room(shared_env_t *se, size_t used) {
 
 int dx__lm_files_ok(shared_env_t *se, dx_error_t *err) {
   size_t used;
-  int rc;
-  if (__atomic_load_n(&se->lost, __ATOMIC_RELAXED)) return lost_error(se, err);
-  return (rc = lock_check(se, err)) ? rc : data_check(se, &used, err);
+  return files_ok(se, 1, &used, err);
 }
 
 int dx__lm_top_check(shared_env_t *se, int write, dx_error_t *err) {
   size_t used;
-  int rc = files_ok(se, &used, err);
+  int rc = files_ok(se, 0, &used, err);
   if (!rc && write) make_room(se, used);
   return rc;
 }

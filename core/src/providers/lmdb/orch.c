@@ -43,14 +43,18 @@ static int msgs_read(tx_t *t, const char *inst, msg_list_t *l, int heads) {
   key_inst(&k, inst);
   l->prefix_n = k.n;
   rc = dx__lm_scan_prefix(t, DB_ORCH_MSGS, &k, msgs_cb, l);
+  if (!rc) rc = dx__lm_kmsg_list(t, l); /* kept in the batch (kmsgs.c): the newest */
   if (rc) msgs_free(l);
   return rc;
 }
 
 static int msgs_load(tx_t *t, const char *inst, msg_list_t *l) { return msgs_read(t, inst, l, 0); }
 
+/* Rewrite a message (a kept one in memory, kmsgs.c). */
 static int msg_put(tx_t *t, const char *inst, const orch_msg_t *m) {
   dkey_t k;
+  int rc = dx__lm_kmsg_put(t, inst, m);
+  if (rc) return rc < 0 ? rc : 0;
   key_inst(&k, inst);
   k_u64(&k, m->seq);
   return dx__lm_rec_put(t, &dx__lm_msg_schema, &k, m);
@@ -58,6 +62,8 @@ static int msg_put(tx_t *t, const char *inst, const orch_msg_t *m) {
 
 static int msg_del(tx_t *t, const char *inst, uint64_t seq) {
   dkey_t k;
+  int rc = dx__lm_kmsg_del(t, inst, seq);
+  if (rc) return rc < 0 ? rc : 0;
   key_inst(&k, inst);
   k_u64(&k, seq);
   return dx__lm_db_del(t, DB_ORCH_MSGS, &k);
@@ -101,45 +107,29 @@ static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
                         const orch_state_t *nw);
 
 static rpend_t *rpend_find(shared_env_t *se, const char *inst) {
-  size_t i, mask = se->rpend_slots - 1;
+  size_t at;
   if (!se->rpend_live) return NULL;
-  for (i = dx__lm_str_hash(inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {
-    rpend_t *e = &se->rpend[se->rpend_idx[i] - 1];
-    if (e->inst && strcmp(e->inst, inst) == 0) return e;
-  }
-  return NULL;
-}
-
-static void rpend_index(shared_env_t *se, size_t at) {
-  size_t i, mask = se->rpend_slots - 1;
-  for (i = dx__lm_str_hash(se->rpend[at].inst) & mask; se->rpend_idx[i]; i = (i + 1) & mask) {}
-  se->rpend_idx[i] = (uint32_t)(at + 1);
+  at = dx__lm_strix_find(&se->rpend_ix, se->rpend, sizeof *se->rpend, inst);
+  return at ? &se->rpend[at - 1] : NULL;
 }
 
 static int rpend_add(tx_t *t, const char *inst, int64_t ready_at) {
   shared_env_t *se = t->se;
   rpend_t *nv;
   char *id;
-  size_t i;
-  if (se->rpend_n + 1 > se->rpend_slots / 2) { /* keep the table at most half full */
-    size_t slots = se->rpend_slots ? se->rpend_slots * 2 : 64;
-    uint32_t *idx = calloc(slots, sizeof *idx);
-    if (!idx) return dx__lm_nomem(t->err);
-    free(se->rpend_idx);
-    se->rpend_idx = idx;
-    se->rpend_slots = slots;
-    for (i = 0; i < se->rpend_n; i++)
-      if (se->rpend[i].inst) rpend_index(se, i);
-  }
   if (!(nv = dx__lm_grow(se->rpend, &se->rpend_cap, se->rpend_n, sizeof *se->rpend)) ||
       !(id = dx__strdup(inst)))
     return dx__lm_nomem(t->err);
   se->rpend = nv;
+  nv[se->rpend_n].inst = id;
+  nv[se->rpend_n].ready_at = ready_at;
+  if (dx__lm_strix_add(&se->rpend_ix, nv, sizeof *nv, se->rpend_n)) {
+    free(id);
+    return dx__lm_nomem(t->err);
+  }
   if (se->rpend_n == 0 || ready_at > se->rpend_last_at) se->rpend_last_at = ready_at;
   else if (ready_at < se->rpend_last_at) se->rpend_unsorted = 1;
-  se->rpend[se->rpend_n].inst = id;
-  se->rpend[se->rpend_n].ready_at = ready_at;
-  rpend_index(se, se->rpend_n++);
+  se->rpend_n++;
   se->rpend_live++;
   se->batch_writes++; /* a failure after this spoils the batch, as after a write */
   return 0;
@@ -156,28 +146,18 @@ void dx__lm_rpend_drop(shared_env_t *se) {
   for (i = 0; i < se->rpend_n; i++) free(se->rpend[i].inst);
   se->rpend_n = se->rpend_live = se->rpend_first = 0;
   se->rpend_unsorted = 0;
-  if (se->rpend_idx) memset(se->rpend_idx, 0, se->rpend_slots * sizeof *se->rpend_idx);
+  dx__lm_strix_clear(&se->rpend_ix);
 }
 
-int dx__lm_rpend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
-  tx_t t;
+int dx__lm_rpend_write(tx_t *t) {
+  shared_env_t *se = t->se;
   size_t i;
   int rc = 0;
-  memset(&t, 0, sizeof t);
-  t.se = se;
-  t.txn = txn;
-  t.write = t.nested = 1;
-  t.err = err ? err : &t.scratch;
   for (i = 0; i < se->rpend_n && !rc; i++) {
     orch_state_t nw = STATE_EMPTY;
     if (!se->rpend[i].inst) continue;
     nw.ready_at = se->rpend[i].ready_at;
-    rc = state_set_db(&t, se->rpend[i].inst, &STATE_EMPTY, &nw);
-  }
-  dx__lm_rpend_drop(se);
-  if (rc && !se->batch_spoiled) { /* written in part: nothing of the batch may be kept */
-    se->batch_spoiled = 1;
-    dx_error_set(&se->spoil_err, rc, "%s", t.err->msg);
+    rc = state_set_db(t, se->rpend[i].inst, &STATE_EMPTY, &nw);
   }
   return rc;
 }
@@ -269,7 +249,8 @@ int dx__lm_orch_enqueue(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   m.visible_at = visible_at;
   if (dx__work_item_encode(w, &m.item, &m.item_len)) return dx__lm_nomem(t->err);
   rc = dx__lm_next_seq(t, &m.seq);
-  if (!rc) rc = msg_put(t, w->instance, &m);
+  if (!rc && (rc = dx__lm_kmsg_add(t, w->instance, &m)) == 0) rc = msg_put(t, w->instance, &m);
+  else if (rc > 0) rc = 0; /* kept in the batch (kmsgs.c) */
   if (!rc && w->kind == DX_WI_START) rc = dx__lm_lidx_start(t, m.seq, w->instance, w->name, 1);
   free(m.item);
   if (!rc) rc = dx__lm_state_get(t, w->instance, &old);

@@ -132,7 +132,7 @@ size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out
 }
 
 /* An upper bound of the record's packed size (MessagePack's widest forms). */
-static size_t pack_bound(const lm_schema_t *s, const void *rec) {
+size_t dx__lm_rec_bound(const lm_schema_t *s, const void *rec) {
   size_t i, n = 3 + 9;
   for (i = 0; i < s->n; i++) {
     const lm_field_t *f = &s->f[i];
@@ -150,7 +150,7 @@ static size_t pack_bound(const lm_schema_t *s, const void *rec) {
 
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec) {
   unsigned char stack[512], *b = stack;
-  size_t n = pack_bound(s, rec); /* one packing pass when it fits the stack (the usual case) */
+  size_t n = dx__lm_rec_bound(s, rec); /* one packing pass when it fits the stack (the usual case) */
   int rc;
   if (n > sizeof stack && (n = dx__lm_rec_pack(s, rec, NULL)) > sizeof stack &&
       !(b = malloc(n)))
@@ -684,7 +684,8 @@ static void rk_drop(shared_env_t *se) {
 void dx__lm_row_keep(tx_t *t, work_row_t *r) {
   shared_env_t *se = t->se;
   work_row_t *e;
-  if ((!t->direct && t->txn != se->batch) || !r->seq || r->item_len > LM_RK_ITEM_MAX ||
+  if (!dx__lm_in_batch_txn(t) || !r->seq || r->item_len > LM_RK_ITEM_MAX ||
+      dx__lm_srow_held(se, r->seq) || /* kept in the batch (srows.c): not written */
       (!se->rk && !(se->rk = calloc(LM_RK_SLOTS, sizeof *se->rk)))) {
     dx__lm_row_clear(r);
     return;
@@ -720,7 +721,7 @@ int dx__lm_row_kept_take(tx_t *t, uint64_t seq, work_row_t *r) {
 void dx__lm_row_kept_forget(tx_t *t, uint64_t seq) {
   shared_env_t *se = t->se;
   work_row_t *e;
-  if (!se->rk_live || (!t->direct && t->txn != se->batch)) return;
+  if (!se->rk_live || !dx__lm_in_batch_txn(t)) return;
   e = &se->rk[seq & (LM_RK_SLOTS - 1)];
   if (e->seq == seq) rk_clear(se, e);
 }
@@ -743,7 +744,7 @@ int dx__lm_state_kept(tx_t *t, const char *inst, orch_state_t *s) {
 ** (nested ones drop the table first, other threads' never touch it) leave it alone. */
 void dx__lm_state_keep(tx_t *t, const char *inst, const orch_state_t *s) {
   lm_ik_t *e;
-  if (!t->direct && t->txn != t->se->batch) return;
+  if (!dx__lm_in_batch_txn(t)) return;
   if (!(e = s && t->direct ? ik_entry(t, inst) : ik_lookup(t->se, inst))) return;
   e->st_known = s && t->direct;
   if (e->st_known) e->st = *s;

@@ -8,7 +8,7 @@
 ** the running row, the turn's ack queues the next one, the fetch locks it), each a read, a
 ** head seek and up to three writes. Inside a batch the direct methods (LM_WRITE_DIRECT) keep
 ** the changed summaries in shared_env_t.sq instead (the summary as stored and as it is now);
-** they are written once, with the net change, by dx__lm_sq_flush: before any other method of
+** they are written once, with the net change, by dx__lm_sq_write: before any other method of
 ** the batch begins and at commit (dx__lm_pend_flush), and dropped with a batch that does not
 ** commit. Readers in the batch's own direct methods ask dx__lm_squeue_get, which answers from
 ** memory first, and walk sess_heads through dx__lm_sess_heads_walk, which merges the kept
@@ -33,41 +33,25 @@ struct lm_sq_s {
 /* {===== the batch's kept summaries =====} */
 
 static lm_sq_t *sq_find(shared_env_t *se, const char *sid) {
-  size_t i, mask = se->sq_slots - 1;
+  size_t at;
   if (!se->sq_n) return NULL;
-  for (i = dx__lm_str_hash(sid) & mask; se->sq_idx[i]; i = (i + 1) & mask) {
-    lm_sq_t *e = &se->sq[se->sq_idx[i] - 1];
-    if (strcmp(e->sid, sid) == 0) return e;
-  }
-  return NULL;
-}
-
-static void sq_index(shared_env_t *se, size_t at) {
-  size_t i, mask = se->sq_slots - 1;
-  for (i = dx__lm_str_hash(se->sq[at].sid) & mask; se->sq_idx[i]; i = (i + 1) & mask) {}
-  se->sq_idx[i] = (uint32_t)(at + 1);
+  at = dx__lm_strix_find(&se->sq_ix, se->sq, sizeof *se->sq, sid);
+  return at ? &se->sq[at - 1] : NULL;
 }
 
 static lm_sq_t *sq_add(tx_t *t, const char *sid) {
   shared_env_t *se = t->se;
   lm_sq_t *nv;
-  size_t i;
   char *id;
-  if (se->sq_n + 1 > se->sq_slots / 2) { /* keep the table at most half full */
-    size_t slots = se->sq_slots ? se->sq_slots * 2 : 64;
-    uint32_t *idx = calloc(slots, sizeof *idx);
-    if (!idx) return NULL;
-    free(se->sq_idx);
-    se->sq_idx = idx;
-    se->sq_slots = slots;
-    for (i = 0; i < se->sq_n; i++) sq_index(se, i);
-  }
   if (!(nv = dx__lm_grow(se->sq, &se->sq_cap, se->sq_n, sizeof *se->sq))) return NULL;
   se->sq = nv;
   if (!(id = dx__strdup(sid))) return NULL;
   memset(&nv[se->sq_n], 0, sizeof nv[se->sq_n]);
   nv[se->sq_n].sid = id;
-  sq_index(se, se->sq_n);
+  if (dx__lm_strix_add(&se->sq_ix, nv, sizeof *nv, se->sq_n)) {
+    free(id);
+    return NULL;
+  }
   return &se->sq[se->sq_n++];
 }
 
@@ -79,7 +63,7 @@ void dx__lm_sq_drop(shared_env_t *se) {
     free(se->sq[i].rec);
   }
   se->sq_n = 0;
-  memset(se->sq_idx, 0, se->sq_slots * sizeof *se->sq_idx);
+  dx__lm_strix_clear(&se->sq_ix);
 }
 
 /* {===== stored summaries =====} */
@@ -123,26 +107,19 @@ static int squeue_write(tx_t *t, const char *sid, const sess_queue_t *old, const
   return dx__lm_db_put(t, DB_SESS_HEADS, &k, "", 0, 0);
 }
 
-int dx__lm_sq_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
-  tx_t t;
+int dx__lm_sq_write(tx_t *t) {
+  shared_env_t *se = t->se;
   size_t i;
   int rc = 0;
-  if (!se->sq_n) return 0;
-  memset(&t, 0, sizeof t);
-  t.se = se;
-  t.txn = txn;
-  t.write = t.nested = 1;
-  t.err = err ? err : &t.scratch;
   for (i = 0; i < se->sq_n && !rc; i++) {
     const lm_sq_t *e = &se->sq[i];
     dkey_t k;
-    if (e->q_kept) rc = squeue_write(&t, e->sid, &e->disk, &e->now);
+    if (e->q_kept) rc = squeue_write(t, e->sid, &e->disk, &e->now);
     if (rc || !e->rec_kept) continue;
     key_inst(&k, e->sid);
-    rc = e->rec_kept > 0 ? dx__lm_db_put(&t, DB_SESSIONS, &k, e->rec, e->rec_n, 0)
-                         : dx__lm_db_del(&t, DB_SESSIONS, &k);
+    rc = e->rec_kept > 0 ? dx__lm_db_put(t, DB_SESSIONS, &k, e->rec, e->rec_n, 0)
+                         : dx__lm_db_del(t, DB_SESSIONS, &k);
   }
-  dx__lm_sq_drop(se);
   return rc;
 }
 
@@ -176,15 +153,14 @@ int dx__lm_keep_sess(tx_t *t, const char *sid, const void *row) {
     e->rec_kept = -1;
     return 1;
   }
-  n = dx__lm_rec_pack(&dx__lm_sess_schema, row, NULL);
+  n = dx__lm_rec_bound(&dx__lm_sess_schema, row); /* room for it: one packing pass */
   if (n > e->rec_cap) {
     unsigned char *b = realloc(e->rec, n);
     if (!b) return dx__lm_nomem(t->err);
     e->rec = b;
     e->rec_cap = n;
   }
-  dx__lm_rec_pack(&dx__lm_sess_schema, row, e->rec);
-  e->rec_n = n;
+  e->rec_n = dx__lm_rec_pack(&dx__lm_sess_schema, row, e->rec);
   e->rec_kept = 1;
   return 1;
 }
@@ -229,6 +205,7 @@ int dx__lm_squeue_update(tx_t *t, const char *sid, int delta, const uint64_t *go
       nw.due = get_u64((const char *)head.mv_data + pre.n);
       nw.seq = get_u64((const char *)head.mv_data + pre.n + 8);
     }
+    if (t->direct) dx__lm_srow_head(t->se, sid, &nw); /* rows kept in the batch (srows.c) */
   }
   nw.rows = delta < 0 && q.rows < (uint64_t)-delta ? 0 : q.rows + (uint64_t)(int64_t)delta;
   if (nw.found && nw.rows == 0) nw.rows = 1;

@@ -158,6 +158,14 @@ int dx__lm_tx_begin(shared_env_t *se, int durable, int write, int direct, tx_t *
   return 0;
 }
 
+void dx__lm_batch_tx(tx_t *t, shared_env_t *se, MDB_txn *batch, dx_error_t *err) {
+  memset(t, 0, sizeof *t);
+  t->se = se;
+  t->txn = batch;
+  t->write = t->nested = 1;
+  t->err = err ? err : &t->scratch;
+}
+
 int dx__lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err) {
   return dx__lm_tx_begin(p->se, !p->no_sync, write, 0, t, err);
 }
@@ -210,6 +218,38 @@ void *dx__lm_grow(void *v, size_t *cap, size_t n, size_t elem) {
   if (!(v = realloc(v, ncap * elem))) return NULL;
   *cap = ncap;
   return v;
+}
+
+/* {===== hash index by id (lm_strix_t) =====} */
+
+static const char *strix_id(const void *base, size_t stride, size_t i) {
+  return *(char *const *)(const void *)((const char *)base + i * stride);
+}
+
+static void strix_put(lm_strix_t *x, const void *base, size_t stride, size_t at) {
+  size_t i, mask = x->slots - 1;
+  for (i = dx__lm_str_hash(strix_id(base, stride, at)) & mask; x->idx[i]; i = (i + 1) & mask) {}
+  x->idx[i] = (uint32_t)(at + 1);
+}
+
+int dx__lm_strix_add(lm_strix_t *x, const void *base, size_t stride, size_t at) {
+  size_t i;
+  if (at + 1 > x->slots / 2) { /* keep the table at most half full */
+    size_t slots = x->slots ? x->slots * 2 : 64;
+    uint32_t *idx = calloc(slots, sizeof *idx);
+    if (!idx) return DX_ENOMEM;
+    free(x->idx);
+    x->idx = idx;
+    x->slots = slots;
+    for (i = 0; i < at; i++)
+      if (strix_id(base, stride, i)) strix_put(x, base, stride, i);
+  }
+  strix_put(x, base, stride, at);
+  return 0;
+}
+
+void dx__lm_strix_clear(lm_strix_t *x) {
+  if (x->idx) memset(x->idx, 0, x->slots * sizeof *x->idx);
 }
 
 /* {===== checksums =====} */
@@ -282,7 +322,7 @@ int dx__lm_db_get(tx_t *t, int db, const dkey_t *k, MDB_val *v) {
 ** succeeded: the batch's commit is not empty (records.c "instance records kept by the
 ** batches"). A nested txn's writes may still be undone: they do not count. */
 static void batch_dirty(tx_t *t) {
-  if (t->direct || (t->txn && t->txn == t->se->batch)) t->se->ik_wrote = 1;
+  if (dx__lm_in_batch_txn(t)) t->se->ik_wrote = 1;
 }
 
 int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, unsigned flags) {
@@ -450,11 +490,7 @@ int dx__lm_seq_flush(shared_env_t *se, MDB_txn *batch, dx_error_t *err) {
   tx_t t;
   int rc;
   if (!se->seq_held) return 0;
-  memset(&t, 0, sizeof t);
-  t.se = se;
-  t.txn = batch;
-  t.write = 1;
-  t.err = err ? err : &t.scratch;
+  dx__lm_batch_tx(&t, se, batch, err);
   rc = seq_write(&t, se->seq);
   se->seq_held = 0;
   return rc;

@@ -12,7 +12,9 @@ void dx__lm_row_clear(work_row_t *r) {
 int dx__lm_row_get(tx_t *t, uint64_t seq, work_row_t *r) {
   dkey_t k;
   lm_what_t w = {"row %llu", NULL, seq};
+  int rc;
   memset(r, 0, sizeof *r);
+  if ((rc = dx__lm_srow_get(t, seq, r))) return rc > 0 ? 0 : rc; /* kept in the batch */
   if (dx__lm_row_kept_take(t, seq, r)) return 0; /* written by this thread's batches */
   key_seq(&k, seq);
   r->seq = seq;
@@ -28,7 +30,7 @@ static int row_write(tx_t *t, const work_row_t *r) {
 /* Add (put=1) or remove the row's queue index entry (ready or lock for plain rows, the
 ** session's sess_items for session rows) and, when locked, its token entry. */
 int dx__lm_row_queue_key(const work_row_t *r, dkey_t *k) {
-  int64_t due = r->token ? r->locked_until : r->visible_at;
+  int64_t due = dx__lm_row_due(r);
   if (r->session_id) {
     key_sess_item(k, r->session_id, due, r->seq);
     return DB_SESS_ITEMS;
@@ -57,25 +59,38 @@ static int row_ident(tx_t *t, const work_row_t *r, int put) {
   return dx__lm_idx_op(t, DB_WORK_IDENT, &k, "", 0, put);
 }
 
-/* Replace row `old` (NULL: insert) by `nw` (NULL: delete), keeping every index in step. */
+int dx__lm_row_store(tx_t *t, const work_row_t *r) {
+  int rc;
+  if ((rc = row_write(t, r)) || (rc = dx__lm_row_index(t, r, 1))) return rc;
+  return row_ident(t, r, 1);
+}
+
+/* Replace row `old` (NULL: insert) by `nw` (NULL: delete), keeping every index in step. A
+** session row queued in the open batch changes in memory (srows.c). */
 static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
   const char *sid = old ? old->session_id : nw->session_id;
   dkey_t k;
   int rc = 0;
   dx__lm_row_kept_forget(t, old ? old->seq : nw->seq);
-  if (old && (rc = dx__lm_row_index(t, old, 0))) return rc;
-  if (nw) {
-    if ((rc = row_write(t, nw)) || (rc = dx__lm_row_index(t, nw, 1))) return rc;
-    if (!old && (rc = row_ident(t, nw, 1))) return rc;
+  if ((rc = dx__lm_srow_set(t, old, nw)) < 0) return rc;
+  if (rc) {
+    rc = 0;
   } else {
-    key_seq(&k, old->seq);
-    if ((rc = dx__lm_db_del(t, DB_WORK, &k)) || (rc = row_ident(t, old, 0))) return rc;
+    if (old && (rc = dx__lm_row_index(t, old, 0))) return rc;
+    if (nw && old) {
+      if ((rc = row_write(t, nw)) || (rc = dx__lm_row_index(t, nw, 1))) return rc;
+    } else if (nw) {
+      if ((rc = dx__lm_row_store(t, nw))) return rc;
+    } else {
+      key_seq(&k, old->seq);
+      if ((rc = dx__lm_db_del(t, DB_WORK, &k)) || (rc = row_ident(t, old, 0))) return rc;
+    }
   }
   if (!sid) return 0;
   { /* the rows' places in sess_items (a row keeps its session) */
     uint64_t gone[2], came[2];
-    if (old) { gone[0] = (uint64_t)(old->token ? old->locked_until : old->visible_at); gone[1] = old->seq; }
-    if (nw) { came[0] = (uint64_t)(nw->token ? nw->locked_until : nw->visible_at); came[1] = nw->seq; }
+    if (old) { gone[0] = (uint64_t)dx__lm_row_due(old); gone[1] = old->seq; }
+    if (nw) { came[0] = (uint64_t)dx__lm_row_due(nw); came[1] = nw->seq; }
     return dx__lm_squeue_update(t, sid, (nw != NULL) - (old != NULL), old ? gone : NULL,
                                 nw ? came : NULL);
   }
@@ -118,6 +133,8 @@ void dx__lm_pend_drop(shared_env_t *se) {
   se->pend_n = se->pend_first = 0;
   se->pend_unsorted = 0;
   dx__lm_rpend_drop(se);
+  dx__lm_srow_drop(se);
+  dx__lm_kmsg_drop(se);
   dx__lm_sq_drop(se);
 }
 
@@ -125,20 +142,16 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
   tx_t t;
   size_t i;
   int rc = 0;
-  if (se->rpend_live && (rc = dx__lm_rpend_flush(se, txn, err))) {
-    dx__lm_pend_drop(se);
-    return rc;
-  }
-  memset(&t, 0, sizeof t);
-  t.se = se;
-  t.txn = txn;
-  t.write = t.nested = 1;
-  t.err = err ? err : &t.scratch;
+  dx__lm_batch_tx(&t, se, txn, err);
+  /* instances made ready (orch.c), rows queued here, then the session queue summaries
+  ** (squeue.c; the rows above are plain) */
+  if (se->rpend_live) rc = dx__lm_rpend_write(&t);
   for (i = se->pend_first; i < se->pend_n && !rc; i++)
     if (se->pend[i].seq && !(rc = row_set(&t, NULL, &se->pend[i])))
       dx__lm_row_keep(&t, &se->pend[i]); /* for the fetch that locks it */
-  /* the session queue summaries kept in the batch (squeue.c; the rows above are plain) */
-  if (!rc) rc = dx__lm_sq_flush(se, txn, t.err);
+  if (!rc && se->srow_live) rc = dx__lm_srow_write(&t);
+  if (!rc && se->kmsg_live) rc = dx__lm_kmsg_write(&t);
+  if (!rc && se->sq_n) rc = dx__lm_sq_write(&t);
   dx__lm_pend_drop(se);
   if (rc && !se->batch_spoiled) { /* written in part: nothing of the batch may be kept */
     se->batch_spoiled = 1;
@@ -637,8 +650,9 @@ static int reap_session(tx_t *t, const char *sid, int64_t now, uint64_t skip) {
   dkey_t pre;
   int rc;
   key_inst(&pre, sid);
-  /* sess_items keys end with be64 seq, as work_ident keys do */
+  /* sess_items keys end with be64 seq, as work_ident keys do; then the rows kept in the batch */
   rc = dx__lm_scan_prefix(t, DB_SESS_ITEMS, &pre, dx__lm_ident_cb, &l);
+  if (!rc) rc = dx__lm_srow_seqs(t, sid, &l);
   if (rc) {
     free(l.v);
     return rc;
@@ -944,6 +958,7 @@ int dx__lm_work_cancel(tx_t *t, const dx_activity_ref_t *ref) {
   size_t i;
   int rc;
   pend_cancel(t->se, ref); /* queued in this batch: never written */
+  if ((rc = dx__lm_srow_flush(t))) return rc; /* the walk below sees stored rows only */
   key_ident(&k, ref->instance, ref->execution_id, ref->activity_id);
   rc = dx__lm_scan_prefix(t, DB_WORK_IDENT, &k, dx__lm_ident_cb, &l);
   for (i = 0; i < l.n && !rc; i++) {
