@@ -83,6 +83,46 @@ describe("activities", function()
     assert.are.equal("duroxide.ActivityContext", getmetatable(kept[1]).__name)
   end)
 
+  it("answers nil for fields of an actx whose handle was removed or replaced", function()
+    -- the handle is checked by its metatable's address (activity.c test_handle); a removed
+    -- _h must not recurse through __index, and a foreign one is refused
+    local act = env:activity("Foreign", function(actx)
+      local out = { before = actx.instance_id }
+      actx._h = nil
+      out.removed = actx.instance_id
+      out.removed_h = actx._h
+      actx._h = io.stdout -- a userdata of another kind
+      out.foreign = actx.instance_id
+      out.foreign_cancelled = actx:is_cancelled()
+      actx._h = setmetatable({}, { __name = "duroxide.ActivityHandle" })
+      out.table = actx.worker_id
+      return out
+    end)
+    local orch = env:orchestration("ForeignOrch", function(ctx)
+      return assert(ctx:schedule_activity(act):await())
+    end)
+    local st = env:wait(env:start(orch, nil, "foreign-1"))
+    assert.are.equal("Completed", st.status, st.error and st.error.message)
+    assert.are.same({ before = "foreign-1", foreign_cancelled = true }, st.output)
+  end)
+
+  it("gives each activity its own name and worker id when they change between starts", function()
+    -- actx.name and actx.worker_id come from kept registry slots while they repeat
+    local a = env:activity("NameA", function(actx) return { actx.name, actx.worker_id } end)
+    local b = env:activity("NameB", function(actx) return { actx.name, actx.worker_id } end)
+    local orch = env:orchestration("Names", function(ctx)
+      local out = {}
+      for _, act in ipairs({ a, a, b, a, b, b }) do
+        out[#out + 1] = assert(ctx:schedule_activity(act):await())
+      end
+      return out
+    end)
+    local st = env:wait(env:start(orch, nil, "names-1"))
+    assert.are.equal("Completed", st.status, st.error and st.error.message)
+    local w = env.rt:worker_id()
+    assert.are.same({ { a, w }, { a, w }, { b, w }, { a, w }, { b, w }, { b, w } }, st.output)
+  end)
+
   it("reports the configured worker_node_id as actx.worker_id", function()
     env:close()
     env = H.env({ worker_node_id = "node-a" })

@@ -289,6 +289,38 @@ describe("hostile orchestration code", function()
       end
     end)
 
+    it("refuses bad names and session ids on a session, before and after good ones", function()
+      -- schedule_activity_on_session's common path checks both in one primitive (C.texts);
+      -- anything it does not pass gets check_name's words
+      local act = env:activity("OnSess", function() return 1 end)
+      local orch = env:orchestration("SessNameKinds", function(ctx)
+        local errs = {}
+        for round = 1, 2 do
+          for _, bad in ipairs({ "nil", "", 5, false }) do
+            if bad == "nil" then bad = nil end
+            local ok, err = pcall(ctx.schedule_activity_on_session, ctx, bad, nil, "s1")
+            errs[#errs + 1] = ok and "accepted" or tostring(err)
+            ok, err = pcall(ctx.schedule_activity_on_session, ctx, act, nil, bad)
+            errs[#errs + 1] = ok and "accepted" or tostring(err)
+          end
+          if round == 1 then assert(ctx:schedule_activity_on_session(act, nil, "s1"):await()) end
+        end
+        return errs
+      end)
+      local st = env:run(orch)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.equal(16, #st.output)
+      for i, got in ipairs({ "nil", "string", "number", "boolean" }) do
+        for _, base in ipairs({ 0, 8 }) do
+          local k = base + 2 * i - 1
+          assert.matches("activity name must be a non-empty string, got " .. got, st.output[k],
+                         1, true)
+          assert.matches("session id must be a non-empty string, got " .. got,
+                         st.output[k + 1], 1, true)
+        end
+      end
+    end)
+
     it("fails the instance at once when the error is not caught", function()
       local orch = env:orchestration("SizeUncaught", function(ctx)
         ctx:schedule_activity_on_session("A", nil, ("s"):rep(201))

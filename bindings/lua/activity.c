@@ -165,6 +165,30 @@ int dxl_h_activity_lookup(void *host, const char *name) {
   return found;
 }
 
+/* [-0, +1, m] push s (NULL: nil) through k: from its registry slot while s is the text k
+** kept last, else interned anew and kept (texts too long for k are just pushed). */
+static void push_kept_str(lua_State *L, dxl_kept_str_t *k, const char *s) {
+  size_t n;
+  if (!s) {
+    lua_pushnil(L);
+    return;
+  }
+  if (k->ref > 0 && strcmp(k->text, s) == 0) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, k->ref);
+    return;
+  }
+  lua_pushstring(L, s);
+  if ((n = strlen(s)) >= sizeof k->text) return;
+  if (k->ref > 0) {
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, LUA_REGISTRYINDEX, k->ref);
+  } else {
+    lua_pushvalue(L, -1);
+    k->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  memcpy(k->text, s, n + 1);
+}
+
 /* [-0, +1, e] push prims[name]. */
 static void push_prim(lua_State *L, dxl_state_t *S, const char *name) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->prims_ref);
@@ -180,7 +204,7 @@ static int start_impl(lua_State *L) {
   lua_State *co;
   act_handle_t *h;
   int wrapped = 0;
-  if (info->session_id) {
+  if (info->session_id && r->S->session_handler_set) {
     wrapped = dxl_push_registered(L, r->S, "hooks", "session_handler") == LUA_TTABLE;
     lua_pop(L, 1);
   }
@@ -193,6 +217,7 @@ static int start_impl(lua_State *L) {
   h = lua_newuserdatauv(L, sizeof *h, ACTX_FIELDS);
   h->run = h->owner = r;
   dxl_push_kept(L, &r->S->handle_mt_ref, HANDLE_MT); /* typed: a foreign actx._h is refused */
+  r->S->handle_mt = lua_topointer(L, -1); /* the registry keeps it: one address */
   lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   lua_insert(L, -4); /* h, runs, co, h */
@@ -211,7 +236,7 @@ static int start_impl(lua_State *L) {
   lua_setiuservalue(L, -2, 2);
   lua_pushinteger(L, (lua_Integer)info->activity_id);
   lua_setiuservalue(L, -2, 3);
-  if (info->name) lua_pushstring(L, info->name); else lua_pushnil(L);
+  push_kept_str(L, &r->S->kept_name, info->name);
   lua_setiuservalue(L, -2, 4);
   lua_pushinteger(L, (lua_Integer)info->attempt);
   lua_setiuservalue(L, -2, 5);
@@ -219,7 +244,7 @@ static int start_impl(lua_State *L) {
   lua_setiuservalue(L, -2, 6);
   if (info->tag) lua_pushstring(L, info->tag); else lua_pushnil(L);
   lua_setiuservalue(L, -2, 7);
-  if (info->worker_id) lua_pushstring(L, info->worker_id); else lua_pushnil(L);
+  push_kept_str(L, &r->S->kept_worker, info->worker_id);
   lua_setiuservalue(L, -2, 8);
   lua_createtable(L, 0, 1);
   lua_insert(L, -2);
@@ -330,8 +355,11 @@ static void call_hook(dxl_state_t *S, const char *name, const char *sid, const c
   char msg[1024];
   int rc, handler;
   if (!lua_checkstack(L, 6)) return;
-  handler = dxl_push_registered(L, S, "hooks", "session_handler") == LUA_TTABLE;
-  lua_pop(L, 1);
+  handler = 0;
+  if (S->session_handler_set) {
+    handler = dxl_push_registered(L, S, "hooks", "session_handler") == LUA_TTABLE;
+    lua_pop(L, 1);
+  }
   if (handler) {
     push_prim(L, S, strcmp(name, "claimed") == 0 ? "session_claimed" : "session_released");
     lua_pushstring(L, sid);
@@ -428,16 +456,30 @@ void dxl_resume_deferred(dxl_state_t *S) {
   free(due);
 }
 
+/* The handle at idx, or NULL when it is not one: its metatable's address is compared (the
+** state is upvalue 1 of the primitives), not looked up by name in the registry as
+** luaL_testudata does, on every actx field read. */
+static act_handle_t *test_handle(lua_State *L, int idx) {
+  dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(1));
+  act_handle_t *h = lua_touserdata(L, idx);
+  const void *mt;
+  if (!h || !S || !S->handle_mt || lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx))
+    return NULL;
+  mt = lua_topointer(L, -1);
+  lua_pop(L, 1);
+  return mt == S->handle_mt ? h : NULL;
+}
+
 /* C.actx_field(h, i) -> the activity's field i (activity.lua FIELDS), nil for a foreign h. */
 static int p_actx_field(lua_State *L) {
   lua_Integer i = luaL_checkinteger(L, 2);
-  if (!luaL_testudata(L, 1, HANDLE_MT) || i < 1 || i > ACTX_FIELDS) return 0;
+  if (!test_handle(L, 1) || i < 1 || i > ACTX_FIELDS) return 0;
   lua_getiuservalue(L, 1, (int)i);
   return 1;
 }
 
 static int p_actx_cancelled(lua_State *L) {
-  act_handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
+  act_handle_t *h = test_handle(L, 1);
   lua_pushboolean(L, !h || !h->run || !h->run->a || dx_activity_is_cancelled(h->run->a));
   return 1;
 }
@@ -453,7 +495,7 @@ static int p_session_handler(lua_State *L) {
 
 /* C.actx_abort_session(h, reason): give the activity's session up on this worker now. */
 static int p_actx_abort_session(lua_State *L) {
-  act_handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
+  act_handle_t *h = test_handle(L, 1);
   const char *reason = luaL_optstring(L, 2, NULL);
   dx_error_t err;
   if (!h || !h->run || !h->run->a)
@@ -464,7 +506,7 @@ static int p_actx_abort_session(lua_State *L) {
 }
 
 static int p_actx_trace(lua_State *L) {
-  act_handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
+  act_handle_t *h = test_handle(L, 1);
   int level = (int)luaL_checkinteger(L, 2);
   const char *msg = luaL_checkstring(L, 3);
   const dx_activity_info_t *info = h && h->run && h->run->a ? dx_activity_info(h->run->a) : NULL;
@@ -550,6 +592,7 @@ void dxl_activity_register(lua_State *L, int prims) {
                                  {"after", p_after},
                                  {NULL, NULL}};
   lua_pushvalue(L, prims);
-  luaL_setfuncs(L, fns, 0);
+  lua_pushlightuserdata(L, dxl_state(L)); /* upvalue 1 of each: test_handle's state */
+  luaL_setfuncs(L, fns, 1);
   lua_pop(L, 1);
 }

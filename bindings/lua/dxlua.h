@@ -34,6 +34,12 @@ typedef struct dxl_budget_s {
   struct dxl_budget_s *prev_in_state; /* the state's budget entered before this one */
 } dxl_budget_t;
 
+/* A string kept in a registry slot with its C copy (activity.c dxl_push_kept_str). */
+typedef struct {
+  int ref; /* 0: none yet */
+  char text[128];
+} dxl_kept_str_t;
+
 typedef struct dxl_state_s {
   lua_State *L;             /* main thread */
   uv_loop_t *loop;
@@ -56,6 +62,7 @@ typedef struct dxl_state_s {
   ** an integer key is found faster than a pointer or name key */
   int runs_ref, idle_ref, handle_mt_ref, box_mt_ref;
   const void *box_mt;       /* the box metatable's address (box_mt_ref keeps it): check_box */
+  const void *handle_mt;    /* the activity handle metatable's (handle_mt_ref): test_handle */
   int act_name_slot;        /* registry slot of the activity name C.emit checked last */
   int fut_key_refs[3];      /* registry slots of "token", "cancelled", "composite" (orch.c) */
   dx__spare_t spare_runs;   /* freed activity runs (activity.c), reused */
@@ -64,6 +71,10 @@ typedef struct dxl_state_s {
   ** starts it, and a worker runs the same few names over and over. act_fn_ref 0: none. */
   int act_fn_ref;
   char act_fn_name[DX_MAX_NAME_BYTES + 1];
+  /* strings every activity's actx holds, pushed from a registry slot while they repeat (a
+  ** worker's id, the name it ran last): lua_pushstring hashes and interns each time */
+  dxl_kept_str_t kept_worker, kept_name;
+  int session_handler_set;  /* duroxide.session_handler{} was called (never unset) */
   dxl_alloc_t *alloc;       /* the allocator wrapper that enforces memory budgets */
   int orch_env_ref;         /* globals of the orchestration running now (LUA_NOREF: none) */
   struct dxl_caps_s *caps;  /* registered orchestrations for the store thread (capabilities.c) */

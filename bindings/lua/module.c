@@ -360,6 +360,7 @@ static int l_session_handler(lua_State *L) {
   push_reg(L, S, "hooks");
   lua_pushvalue(L, -2);
   lua_setfield(L, -2, "session_handler");
+  S->session_handler_set = 1; /* activity.c looks the handler up only from now on */
   return 0;
 }
 

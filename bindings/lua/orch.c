@@ -655,6 +655,14 @@ static int p_trace(lua_State *L) {
   return 0;
 }
 
+/* C.texts(a, b) -> true when both are non-empty strings: context.lua's fast paths check names
+** with it (type() interns its answer, a string, on every call). */
+static int p_texts(lua_State *L) {
+  lua_pushboolean(L, lua_type(L, 1) == LUA_TSTRING && lua_rawlen(L, 1) > 0 &&
+                     lua_type(L, 2) == LUA_TSTRING && lua_rawlen(L, 2) > 0);
+  return 1;
+}
+
 void dxl_orch_register(lua_State *L, int prims) {
   dxl_state_t *S = dxl_state(L);
   int k;
@@ -663,7 +671,8 @@ void dxl_orch_register(lua_State *L, int prims) {
                                  {"session_worker", p_session_worker},
                                  {"kv_get", p_kv_get}, {"kv_all", p_kv_all},
                                  {"kv_key_check", p_kv_key_check},
-                                 {"custom_status", p_custom_status}, {NULL, NULL}};
+                                 {"custom_status", p_custom_status}, {"texts", p_texts},
+                                 {NULL, NULL}};
   lua_pushvalue(L, prims);
   lua_pushlightuserdata(L, S); /* upvalue 1 of each: check_box's state */
   luaL_setfuncs(L, fns, 1);

@@ -5,12 +5,22 @@
 #define DX_REPLAY_H
 
 #include "duroxide/executor.h"
+#include "spare.h"
 
 /* What the dispatcher must do with the fetched item after the turn. */
 enum {
   DX_TURN_ACK = 1,      /* commit turn->ack */
   DX_TURN_ABANDON = 2   /* release the lock; retry after turn->abandon_delay_ms */
 };
+
+/* First blocks (4 records, as VEC_PUSH makes them) for the vectors every turn fills and its
+** keep or free gives back: new events, worker items, new schedule ids. Owned by the caller's
+** thread (spare.h); it must outlive the turns that use it. */
+typedef struct {
+  dx__spare_t events, items, ids;
+} dx_turn_spares_t;
+void dx__turn_spares_init(dx_turn_spares_t *s);
+void dx__turn_spares_drain(dx_turn_spares_t *s);
 
 typedef struct dx_turn_cfg_s {
   int64_t now_ms;
@@ -22,6 +32,7 @@ typedef struct dx_turn_cfg_s {
   int64_t time_limit_ms;          /* the runtime's turn_time_limit (0 = none) */
   int keep;                       /* the caller may keep the turn's code alive afterwards
                                      (orchestration cache): it is not freed when keepable */
+  dx_turn_spares_t *spares;       /* NULL: the turn's vectors come from malloc each time */
 } dx_turn_cfg_t;
 
 /* Run one turn for a fetched item. Always returns a turn (NULL only on ENOMEM) whose

@@ -67,6 +67,7 @@ struct dx_turn_s {
   VEC(dx_work_item_t) orch_items;
   VEC(dx_activity_ref_t) cancelled;
   VEC(uint64_t) new_sched;  /* schedule events created this turn */
+  dx_turn_spares_t *spares; /* where delta, worker_items and new_sched take their first block */
 
   int oom;                  /* an allocation failed: never ack a partial turn */
   int run_state;            /* DX_RUN_* of the code */

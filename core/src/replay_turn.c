@@ -503,6 +503,7 @@ static void finish_turn(dx_turn_t *t) {
 }
 
 static dx_turn_t *turn_end(dx_turn_t *t);
+static void take_vectors(dx_turn_t *t);
 
 dx_turn_t *dx__turn_run(const dx_orch_item_t *item, const dx_turn_cfg_t *cfg,
                         const dx_host_methods_t *host, void *host_ud) {
@@ -513,6 +514,8 @@ dx_turn_t *dx__turn_run(const dx_orch_item_t *item, const dx_turn_cfg_t *cfg,
   t->host = host;
   t->host_ud = host_ud;
   t->run_state = DX_RUN_PENDING;
+  t->spares = cfg->spares;
+  take_vectors(t);
   turn_body(t);
   return turn_end(t);
 }
@@ -561,15 +564,50 @@ static size_t event_bytes(const dx_event_t *e) {
 
 /* The turn's own output: the items of its commit and its per-turn vectors (the new events'
 ** strings are not freed here: a kept turn has moved them into its history). */
+/* {===== the turn's vectors' first blocks (dx_turn_spares_t) =====} */
+
+#define SPARE_RECORDS 4 /* VEC_PUSH's first capacity (dx__rp_grow) */
+
+void dx__turn_spares_init(dx_turn_spares_t *s) {
+  dx__spare_init(&s->events, SPARE_RECORDS * sizeof(dx_event_t), 64);
+  dx__spare_init(&s->items, SPARE_RECORDS * sizeof(dx_work_item_t), 64);
+  dx__spare_init(&s->ids, SPARE_RECORDS * sizeof(uint64_t), 64);
+}
+
+void dx__turn_spares_drain(dx_turn_spares_t *s) {
+  dx__spare_drain(&s->events);
+  dx__spare_drain(&s->items);
+  dx__spare_drain(&s->ids);
+}
+
+/* An empty vector takes a kept first block (unzeroed: VEC_PUSH writes each record whole). */
+static void take_first(dx__spare_t *sp, void **v, size_t *cap) {
+  if (*cap == 0 && (*v = dx__spare_calloc_head(sp, 0)) != NULL) *cap = SPARE_RECORDS;
+}
+
+/* Give a vector's block back: a first-size block to the spares, another to free. */
+static void give_back(dx_turn_t *t, dx__spare_t *sp, void *v, size_t cap) {
+  if (t->spares && cap == SPARE_RECORDS) dx__spare_free(sp, v);
+  else free(v);
+}
+
+/* Before the code runs: the vectors most turns fill start with kept blocks. */
+static void take_vectors(dx_turn_t *t) {
+  if (!t->spares) return;
+  take_first(&t->spares->events, (void **)&t->delta.v, &t->delta.cap);
+  take_first(&t->spares->items, (void **)&t->worker_items.v, &t->worker_items.cap);
+  take_first(&t->spares->ids, (void **)&t->new_sched.v, &t->new_sched.cap);
+}
+
 static void free_turn_output(dx_turn_t *t) {
   size_t i;
   for (i = 0; i < t->worker_items.n; i++) dx_work_item_clear(&t->worker_items.v[i]);
   for (i = 0; i < t->orch_items.n; i++) dx_work_item_clear(&t->orch_items.v[i]);
-  free(t->delta.v);
-  free(t->worker_items.v);
+  give_back(t, t->spares ? &t->spares->events : NULL, t->delta.v, t->delta.cap);
+  give_back(t, t->spares ? &t->spares->items : NULL, t->worker_items.v, t->worker_items.cap);
   free(t->orch_items.v);
   free(t->cancelled.v);
-  free(t->new_sched.v);
+  give_back(t, t->spares ? &t->spares->ids : NULL, t->new_sched.v, t->new_sched.cap);
 }
 
 int dx__turn_keep(dx_turn_t *t, dx_orch_item_t *item) {
@@ -627,6 +665,8 @@ dx_turn_t *dx__turn_continue(dx_turn_t *t, const dx_orch_item_t *item, const dx_
   t->item = item;
   t->cfg = cfg; /* the host reads the turn's budgets */
   if (t->host->orch_turn(t->host_ud, t->inst, t) != 0) return NULL; /* its code was replaced */
+  t->spares = cfg->spares;
+  take_vectors(t);
   t->action = DX_TURN_ACK;
   t->abandon_delay_ms = 0;
   run_batch(t);

@@ -196,6 +196,7 @@ static void run_turn(dx_runtime_t *rt, dx_orch_item_t *item) {
   job->rt = rt;
   job->item = item;
   cfg.keep = rt->ocache != NULL;
+  cfg.spares = &rt->turn_spares;
   dx__metric_add(rt->metrics, DXM_ORCH_FETCHED_EVENTS, DXM_NOLABELS, (double)item->history_len);
   kept = cached_turn(rt, item);
   dx__watch_enter_text(rt->loop, "orchestration turn of instance ", item->instance);
@@ -318,9 +319,14 @@ static int session_fenced(const dx_activity_t *a) {
 static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ignore_attempt,
                             const char *outcome) {
   dx_runtime_t *rt = a->rt;
+  int fenced = 0;
   if (a->finished) return;
   a->finished = 1;
-  if (kind == DX_OP_ACK_WORK && a->item.kind != DX_WI_SESSION_CLOSE && session_fenced(a)) {
+  /* the session's bookkeeping, and whether our hold ended, from one clock reading */
+  if (a->item.session_id && rt->sessions)
+    fenced = dx__sessions_settle(rt->sessions, a->item.session_id, a->sess_gen,
+                                 kind == DX_OP_ACK_WORK && a->item.kind != DX_WI_SESSION_CLOSE);
+  if (kind == DX_OP_ACK_WORK && a->item.kind != DX_WI_SESSION_CLOSE && fenced) {
     /* Our hold on the session ended (a stall let another worker claim it, or an abort): the
     ** result is not ours to give; the row goes back (the store would refuse the ack anyway
     ** once another worker claimed) and the session's next owner runs it. */
@@ -334,8 +340,6 @@ static void activity_settle(dx_activity_t *a, int kind, int64_t delay_ms, int ig
     outcome = "fenced";
   }
   a->outcome = outcome;
-  if (a->item.session_id && rt->sessions)
-    dx__sessions_on_done(rt->sessions, a->item.session_id, a->sess_gen);
   if (a->timer_on) uv_timer_stop(&a->renew_timer);
   activity_unlink(a);
   memset(&a->op, 0, sizeof a->op);
@@ -460,9 +464,9 @@ static int hidden_activity(const dx_runtime_t *rt, const char *name) {
 }
 
 static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) {
-  dx_activity_t *a = dx__spare_calloc(&rt->spare_acts);
+  dx_activity_t *a = dx__spare_calloc_head(&rt->spare_acts, ACT_ZEROED);
   const dx__cact_t *cact;
-  int64_t every;
+  int64_t every, now = 0;
   uint64_t t0;
   if (!a) {
     dx_work_item_clear(&w->item);
@@ -488,9 +492,11 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   rt->n_running++;
   a->started_hr = uv_hrtime();
   running_changed(rt);
-  if (a->item.session_id && rt->sessions)
-    a->sess_gen = dx__sessions_on_fetch(rt->sessions, a->item.session_id, w->session_claimed,
-                                        w->previous_owner, at_ms);
+  if (a->item.session_id && rt->sessions) {
+    now = dx__now_ms(); /* read once: the fence check before the start uses it too */
+    a->sess_gen = dx__sessions_on_fetch_at(rt->sessions, a->item.session_id,
+                                           w->session_claimed, w->previous_owner, at_ms, now);
+  }
   if (w->session_claimed && rt->opts.session_wait_warning_ms > 0 &&
       w->waited_ms >= rt->opts.session_wait_warning_ms)
     dx__log(DX_LOG_WARN, "session work waited for a worker to claim its session (are all "
@@ -561,7 +567,9 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
     activity_settle(a, DX_OP_ABANDON_WORK, 0, 1, "handed_back"); /* fetched as we stopped */
     return;
   }
-  if (session_fenced(a)) { /* lease lapsed (a stall), or released by us, since the fetch */
+  if (a->item.session_id && rt->sessions &&
+      dx__sessions_fenced_at(rt->sessions, a->item.session_id, a->sess_gen, now)) {
+    /* lease lapsed (a stall), or released by us, since the fetch */
     dx__log(DX_LOG_WARN, "session activity not started: the session's lease lapsed or this "
             "worker released it since the fetch", "instance=%s activity=%s session_id=%s",
             a->item.instance, a->item.name, a->item.session_id);
@@ -633,6 +641,7 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   rt->provider = p;
   dx__spare_init(&rt->spare_acts, sizeof(dx_activity_t), 256);
   dx__spare_init(&rt->spare_jobs, sizeof(turn_job_t), 256);
+  dx__turn_spares_init(&rt->turn_spares);
   if (opts) rt->opts = *opts;
   else dx_options_init(&rt->opts);
   rt->tag_filter.untagged = 1;
@@ -1000,6 +1009,7 @@ void dx_runtime_free(dx_runtime_t *rt) {
   dx__cact_free_all(rt);
   dx__spare_drain(&rt->spare_acts);
   dx__spare_drain(&rt->spare_jobs);
+  dx__turn_spares_drain(&rt->turn_spares); /* after cache_close: kept turns gave theirs back */
   while (rt->n_hidden > 0) free(rt->hidden[--rt->n_hidden]);
   free(rt->hidden);
   dx__metrics_free(rt->metrics);

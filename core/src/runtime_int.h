@@ -5,6 +5,7 @@
 #ifndef DX_RUNTIME_INT_H
 #define DX_RUNTIME_INT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "duroxide.h"
@@ -12,6 +13,7 @@
 #include "options.h"
 #include "orch_cache.h"
 #include "sessions.h"
+#include "replay.h"
 #include "spare.h"
 #include "store.h"
 #include "wake.h"
@@ -24,9 +26,7 @@ struct dx_activity_s {
   const char *outcome;                /* metric outcome of its settlement (NULL: not counted) */
   dx_activity_info_t info;
   dx_work_item_t result;
-  dx_store_op_t op;
   uv_timer_t renew_timer;
-  dx_store_op_t renew_op;
   int renew_inflight;
   int acked;
   int timer_closed;
@@ -38,7 +38,12 @@ struct dx_activity_s {
   void *userdata;
   struct cact_job_s *cjob;            /* a C activity on the thread pool (C embedding) */
   struct dx_activity_s *prev, *next;  /* running list */
+  /* Last, and not zeroed at start (ACT_ZEROED): each is cleared right before it is submitted,
+  ** and together they are half the record (their error texts). */
+  dx_store_op_t op;
+  dx_store_op_t renew_op;
 };
+#define ACT_ZEROED offsetof(struct dx_activity_s, op)
 
 typedef struct turn_job_s {
   dx_runtime_t *rt;
@@ -68,6 +73,7 @@ struct dx_runtime_s {
   int n_running;
   dx__spare_t spare_acts;  /* freed activity records and turn jobs, reused (spare.h) */
   dx__spare_t spare_jobs;
+  dx_turn_spares_t turn_spares; /* first blocks of the turns' vectors (replay.h) */
   int in_fetch;        /* on_fetch runs: the running gauge is set once at its end */
   dx__credit_t credit;         /* how many activities to ask the store for (credit.h) */
   int started, stopping;

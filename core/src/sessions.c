@@ -260,11 +260,15 @@ static int lapsed(const dx_sessions_t *s, const owned_t *o, int64_t now) {
          now >= confirmed_until(s, o) - s->margin;
 }
 
-int dx__sessions_fenced(const dx_sessions_t *s, const char *sid, uint64_t gen) {
+int dx__sessions_fenced_at(const dx_sessions_t *s, const char *sid, uint64_t gen, int64_t now) {
   const owned_t *o;
   if (!s) return 0;
   if (!(o = find(s, sid))) return 1;
-  return o->gen != gen || lapsed(s, o, dx__now_ms());
+  return o->gen != gen || lapsed(s, o, now);
+}
+
+int dx__sessions_fenced(const dx_sessions_t *s, const char *sid, uint64_t gen) {
+  return s ? dx__sessions_fenced_at(s, sid, gen, dx__now_ms()) : 0;
 }
 
 /* After every loop iteration: a hold with running activities whose lease lapsed unrenewed is
@@ -286,7 +290,12 @@ static void on_check(uv_check_t *h) {
 
 uint64_t dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
                                const char *previous_owner, int64_t at_ms) {
-  int64_t now = dx__now_ms(), until = at_ms + s->opts->session_lock_timeout_ms;
+  return dx__sessions_on_fetch_at(s, sid, claimed, previous_owner, at_ms, dx__now_ms());
+}
+
+uint64_t dx__sessions_on_fetch_at(dx_sessions_t *s, const char *sid, int claimed,
+                                  const char *previous_owner, int64_t at_ms, int64_t now) {
+  int64_t until = at_ms + s->opts->session_lock_timeout_ms;
   owned_t *o = find(s, sid);
   released_t **rp = find_released(s, sid), **pp;
   if (!o && !claimed && rp && ((*rp)->at == 0 || at_ms <= (*rp)->at)) {
@@ -346,11 +355,20 @@ uint64_t dx__sessions_on_fetch(dx_sessions_t *s, const char *sid, int claimed,
 static void close_now(dx_sessions_t *s, const char *sid, const char *reason);
 
 void dx__sessions_on_done(dx_sessions_t *s, const char *sid, uint64_t gen) {
+  dx__sessions_settle(s, sid, gen, 0);
+}
+
+int dx__sessions_settle(dx_sessions_t *s, const char *sid, uint64_t gen, int check) {
   owned_t *o = find(s, sid);
-  if (!o || o->gen != gen) return;
+  int64_t now;
+  int fenced;
+  if (!o || o->gen != gen) return 1;
+  now = dx__now_ms();
+  fenced = check && lapsed(s, o, now); /* before running drops: lapsed asks running > 0 */
   if (o->running > 0) o->running--;
-  o->last_activity = dx__now_ms();
+  o->last_activity = now;
   if (o->closing && o->running == 0) close_now(s, sid, o->closing);
+  return fenced;
 }
 
 static void maybe_finish(dx_sessions_t *s);

@@ -33,14 +33,22 @@ int64_t dx__sessions_margin(const dx_options_t *o);
 ** each claim here (after a release, a loss or an abort) starts a new one. */
 uint64_t dx__sessions_on_fetch(dx_sessions_t *s, const char *session_id, int claimed,
                                const char *previous_owner, int64_t at_ms);
+/* The same with the caller's reading of dx__now_ms (one reading for several calls). */
+uint64_t dx__sessions_on_fetch_at(dx_sessions_t *s, const char *session_id, int claimed,
+                                  const char *previous_owner, int64_t at_ms, int64_t now);
 /* A session activity of generation gen finished (its result is queued). */
 void dx__sessions_on_done(dx_sessions_t *s, const char *session_id, uint64_t gen);
+/* on_done, and (check) dx__sessions_fenced as it stood just before, from one clock reading:
+** returns 1 when fenced (always when generation gen no longer holds the session). */
+int dx__sessions_settle(dx_sessions_t *s, const char *session_id, uint64_t gen, int check);
 /* 1 when this process no longer holds the session as it did for generation gen: the session
 ** was released (lost, aborted, ended), or its lease lapsed (less than the margin left) with no
 ** renewal we know of (a stall: another worker may claim it). Activities of that generation are fenced: they
 ** see actx:is_cancelled() and their results are handed back instead of acked. Pure: hooks fire
 ** from the manager's check after each loop iteration. */
 int dx__sessions_fenced(const dx_sessions_t *s, const char *session_id, uint64_t gen);
+int dx__sessions_fenced_at(const dx_sessions_t *s, const char *session_id, uint64_t gen,
+                           int64_t now);
 /* actx:abort_session: give the session up now (hook "aborted", lease released in the store;
 ** its queued work goes to the next claimer). DX_ESTATE when generation gen no longer holds it. */
 int dx__sessions_abort(dx_sessions_t *s, const char *session_id, uint64_t gen,

@@ -24,14 +24,16 @@ void dx__spare_init(dx__spare_t *s, size_t size, size_t max) {
   s->size = size < sizeof(void *) ? sizeof(void *) : size;
 }
 
-void *dx__spare_calloc(dx__spare_t *s) {
+void *dx__spare_calloc_head(dx__spare_t *s, size_t zeroed) {
   void *p = s->head;
   if (!p) return calloc(1, s->size);
   memcpy(&s->head, p, sizeof p); /* the next kept block */
   s->n--;
-  memset(p, 0, s->size);
+  memset(p, 0, zeroed < s->size ? zeroed : s->size);
   return p;
 }
+
+void *dx__spare_calloc(dx__spare_t *s) { return dx__spare_calloc_head(s, s->size); }
 
 void dx__spare_free(dx__spare_t *s, void *p) {
   if (!p) return;

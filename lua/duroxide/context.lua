@@ -22,7 +22,7 @@ local PENDING, OK = 0, 1
 local yield, running = coroutine.yield, coroutine.running
 -- the primitives every await and schedule call uses, as upvalues (one lookup fewer per call:
 -- orchestration code runs under the instruction hook, where every VM instruction counts)
-local poll, emit = C.poll, C.emit
+local poll, emit, texts = C.poll, C.emit, C.texts
 -- A wait yields (PARK, token) or (PARK, futures, i): the engine then resumes the code only
 -- once those futures are no longer pending (orch.c park_from_yield). Private to this file.
 local PARK = C.PARK
@@ -184,6 +184,12 @@ end
 --- opts.on_moved = "fail": fail with kind SessionMoved instead of running when the session's
 --- owner is not the worker that ran this instance's previous activity on it ("run": default).
 function Context:schedule_activity_on_session(name, input, session_id, opts)
+  -- the common call (no options): both names checked in one primitive, no type() calls
+  if opts == nil and texts(name, session_id) then
+    return setmetatable({ ctx = self, kind = "activity",
+                          token = emit(self._box, ACT_ACTIVITY, name, input, session_id, nil, nil,
+                                       nil, false) }, Future)
+  end
   check_name("activity name", name)
   check_name("session id", session_id)
   return activity_future(self, name, input, session_id, activity_opts(opts, SESSION_OPTS))
