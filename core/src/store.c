@@ -666,6 +666,7 @@ static void store_main(void *arg) {
       fetched_node_t *n = malloc(sizeof *n);
       if (n) {
         n->f = f;
+        n->held = 0; /* (a commit's delivery: the loop signals nothing per node) */
         dx__store_push_fetched(s, n);
       } else {
         dx__store_unhold_fetched(s, &f);
