@@ -2808,6 +2808,28 @@ DX_TEST(pv_session_capacity_holds_for_claims_in_one_batch) {
   done(p);
 }
 
+/* A lease that lapses between two fetches of one batch frees its slot for the later fetch,
+** and one that has not lapsed still counts (LMDB keeps the batch's session count while no
+** counted lease has ended: each fetch brings its own now). */
+DX_TEST(pv_session_capacity_in_one_batch_follows_lapsed_leases) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s0"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  enqueue_work(p, T0, sess_item("I", 3, "s2"));
+  enqueue_work(p, T0, sess_item("I", 4, "s3"));
+  f = sfetch(p, T0, "A", 2); /* A owns s0 until T0 + SLOCK; its item stays locked */
+  ASSERT_EQ(f.item.id, 1);
+  CHECK(M(p)->begin(p, &E));
+  ASSERT_EQ(take(p, T0 + 1, "A", 2, 2), 1);     /* s1: lease until T0 + 1 + SLOCK */
+  ASSERT_EQ(take(p, T0 + SLOCK, "A", 2, 3), 1); /* s0's lease lapsed: room for s2 */
+  ASSERT_EQ(take(p, T0 + SLOCK, "A", 2, 0), 0); /* s1 and s2 live: at capacity */
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT_EQ(take(p, T0 + SLOCK, "B", 2, 4), 1); /* s3 was left to others */
+  fclear(&f);
+  done(p);
+}
+
 /* At capacity a batch's fetches keep seeing its own queue changes: rows queued for, and
 ** acked from, owned sessions inside the batch (LMDB keeps a copy of the owned sessions' queue
 ** heads for the batch; it must follow the batch's writes). */

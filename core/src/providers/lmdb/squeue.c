@@ -195,6 +195,15 @@ int dx__lm_squeue_update(tx_t *t, const char *sid, int delta, const uint64_t *go
     nw.found = 1;
     nw.due = came[0];
     nw.seq = came[1];
+  } else if (q.found && gone && q.rows == 1) {
+    /* the session's only row (the head) left its place: where it came, if anywhere, is the
+    ** new head, no seek (a session step's fetch and ack each move its session's only row;
+    ** rows is exact: every row change passes here with its delta) */
+    nw.found = came != NULL;
+    if (came) {
+      nw.due = came[0];
+      nw.seq = came[1];
+    }
   } else {
     key_inst(&pre, sid);
     rc = dx__lm_head_key(t, DB_SESS_ITEMS, &pre, &head);
