@@ -239,17 +239,49 @@ int dx__lm_squeue_refresh(tx_t *t, const char *sid, int delta) {
 
 /* {===== sess_heads, with the batch's kept heads merged in =====} */
 
-static int key_cmp(const void *a, const void *b) {
-  const dkey_t *x = a, *y = b;
-  size_t n = x->n < y->n ? x->n : y->n;
-  int c = memcmp(x->b, y->b, n);
-  return c ? c : (x->n > y->n) - (x->n < y->n);
+/* A kept head in sess_heads key order (due, seq, id: big-endian u64s, then the id's bytes
+** and NUL, as LMDB compares them); sorted as these small entries, its key built only when
+** it is handed to the walk's callback. */
+typedef struct {
+  uint64_t due, seq;
+  const char *sid; /* the kept entry's own copy: the walk's callbacks only read */
+} kept_head_t;
+
+static int kept_cmp(uint64_t ad, uint64_t as, const char *asid, uint64_t bd, uint64_t bs,
+                    const char *bsid) {
+  if (ad != bd) return ad < bd ? -1 : 1;
+  if (as != bs) return as < bs ? -1 : 1;
+  return strcmp(asid, bsid);
+}
+
+static int kept_qcmp(const void *a, const void *b) {
+  const kept_head_t *x = a, *y = b;
+  return kept_cmp(x->due, x->seq, x->sid, y->due, y->seq, y->sid);
+}
+
+static int kept_emit(tx_t *t, const kept_head_t *h, scan_fn fn, void *ud) {
+  static const MDB_val none = {0, ""};
+  dkey_t dk;
+  MDB_val kk;
+  key_sess_head(&dk, h->due, h->seq, h->sid);
+  kk = kval(&dk);
+  return fn(t, &kk, &none, ud);
+}
+
+/* 1 when kept head h sorts before stored key k (bytes, as LMDB compares them). */
+static int kept_before_raw(const kept_head_t *h, const MDB_val *k) {
+  dkey_t dk;
+  size_t n;
+  int c;
+  key_sess_head(&dk, h->due, h->seq, h->sid);
+  n = dk.n < k->mv_size ? dk.n : k->mv_size;
+  c = memcmp(dk.b, k->mv_data, n);
+  return c < 0 || (c == 0 && dk.n < k->mv_size);
 }
 
 int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud) {
   shared_env_t *se = t->se;
-  static const MDB_val none = {0, ""};
-  dkey_t *kept = NULL;
+  kept_head_t *kept = NULL;
   const lm_sq_t *e;
   size_t nk = 0, ki = 0, i;
   MDB_cursor *c;
@@ -262,8 +294,12 @@ int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud) {
   }
   if (!(kept = malloc(se->sq_n * sizeof *kept))) return dx__lm_nomem(t->err);
   for (i = 0; i < se->sq_n; i++)
-    if (se->sq[i].q_kept && se->sq[i].now.found) key_sess_head(&kept[nk++], se->sq[i].now.due, se->sq[i].now.seq, se->sq[i].sid);
-  qsort(kept, nk, sizeof *kept, key_cmp);
+    if (se->sq[i].q_kept && se->sq[i].now.found) {
+      kept[nk].due = se->sq[i].now.due;
+      kept[nk].seq = se->sq[i].now.seq;
+      kept[nk++].sid = se->sq[i].sid;
+    }
+  if (nk > 1) qsort(kept, nk, sizeof *kept, kept_qcmp);
   if ((rc = dx__lm_cursor(t, DB_SESS_HEADS, &c))) {
     free(kept);
     return rc;
@@ -271,24 +307,25 @@ int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud) {
   for (mrc = mdb_cursor_get(c, &k, &v, MDB_FIRST); mrc == 0 && !rc;
        mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
     const char *kb = k.mv_data;
-    dkey_t dk;
+    uint64_t due, seq;
     if ((rc = dx__lm_check_sum(t, DB_SESS_HEADS, &k, &v))) break;
-    /* a session kept in memory: its stored head is stale, the kept one stands for it */
-    if (k.mv_size >= 18 && kb[k.mv_size - 1] == 0 && (e = sq_find(se, kb + 16)) && e->q_kept)
+    if (k.mv_size < 18 || kb[k.mv_size - 1] != 0) { /* malformed: the callback reports it */
+      for (; ki < nk && !rc && kept_before_raw(&kept[ki], &k); ki++)
+        rc = kept_emit(t, &kept[ki], fn, ud);
+      if (!rc) rc = fn(t, &k, &v, ud);
       continue;
-    dk.n = k.mv_size < sizeof dk.b ? k.mv_size : sizeof dk.b;
-    memcpy(dk.b, kb, dk.n);
-    for (; ki < nk && key_cmp(&kept[ki], &dk) < 0 && !rc; ki++) {
-      MDB_val kk = kval(&kept[ki]);
-      rc = fn(t, &kk, &none, ud);
     }
+    /* a session kept in memory: its stored head is stale, the kept one stands for it */
+    if ((e = sq_find(se, kb + 16)) && e->q_kept) continue;
+    due = get_u64(kb);
+    seq = get_u64(kb + 8);
+    for (; ki < nk && !rc && kept_cmp(kept[ki].due, kept[ki].seq, kept[ki].sid, due, seq,
+                                      kb + 16) < 0; ki++)
+      rc = kept_emit(t, &kept[ki], fn, ud);
     if (!rc) rc = fn(t, &k, &v, ud);
   }
   dx__lm_cursor_done(t, DB_SESS_HEADS, c);
-  for (; ki < nk && !rc; ki++) {
-    MDB_val kk = kval(&kept[ki]);
-    rc = fn(t, &kk, &none, ud);
-  }
+  for (; ki < nk && !rc; ki++) rc = kept_emit(t, &kept[ki], fn, ud);
   free(kept);
   if (rc < 0) return rc;
   if (mrc && mrc != MDB_NOTFOUND && rc == 0) return dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_SESS_HEADS]);
