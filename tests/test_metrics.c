@@ -215,3 +215,37 @@ DX_TEST(read_time_gauges_are_set_by_each_rendering_until_removed) {
   ASSERT_EQ(reads, 2);
   dx__metrics_free(m);
 }
+
+/* Records come from several threads at once (loop, store thread, renderings): none is lost
+** and a rendering running meanwhile sees whole series (the registry's spin lock, spin.h). */
+#define RACE_N 200000
+static dx_metrics_t *race_m;
+static uv_barrier_t race_start; /* the threads start recording together */
+static void race_records(void *ud) {
+  int i;
+  (void)ud;
+  uv_barrier_wait(&race_start);
+  for (i = 0; i < RACE_N; i++) {
+    dx_metrics_t *m = race_m;
+    dx__metric_add(m, DXM_STORE_RETRIES, DXM_NOLABELS, 1);
+    dx__metric_add(m, DXM_SESS_CLAIMS, DXM_LABELS(i % 2 ? "new" : "reclaim"), 1);
+    dx__metric_observe(m, DXM_ORCH_TURN_DURATION, DXM_NOLABELS, 0.001);
+  }
+}
+
+DX_TEST(records_from_several_threads_all_count) {
+  dx_metrics_t *m = dx__metrics_new();
+  uv_thread_t t[3];
+  int i;
+  race_m = m;
+  ASSERT_EQ(uv_barrier_init(&race_start, 4), 0);
+  for (i = 0; i < 3; i++) ASSERT_EQ(uv_thread_create(&t[i], race_records, NULL), 0);
+  uv_barrier_wait(&race_start);
+  for (i = 0; i < 20; i++) free(dx_metrics_render_prometheus(m)); /* meanwhile */
+  for (i = 0; i < 3; i++) uv_thread_join(&t[i]);
+  uv_barrier_destroy(&race_start);
+  ASSERT_EQ(dx__metric_sum(m, DXM_STORE_RETRIES), 3 * RACE_N);
+  ASSERT_EQ(dx__metric_sum(m, DXM_SESS_CLAIMS), 3 * RACE_N);
+  ASSERT_EQ(dx__metric_sum(m, DXM_ORCH_TURN_DURATION), 3 * RACE_N);
+  dx__metrics_free(m);
+}

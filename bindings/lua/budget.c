@@ -70,8 +70,10 @@ static void release(dxl_alloc_t *A) {
 
 /* lua_Alloc's contract over two sources: small blocks from the heap, others (and all when
 ** the heap is off or used up) from f. A block moves between them by copy when it is resized
-** across DXL_HEAP_MAX. */
-static inline void *raw_alloc(dxl_alloc_t *A, void *ptr, size_t osize, size_t nsize) {
+** across DXL_HEAP_MAX. Always inlined: a call per Lua allocation (its register saves) cost
+** about as much as its body. */
+static inline __attribute__((always_inline)) void *raw_alloc(dxl_alloc_t *A, void *ptr,
+                                                             size_t osize, size_t nsize) {
   dxl_heap_t *H = A->heap;
   int mine = H && ptr && dxl_heap_owns(H, ptr);
   void *n;

@@ -181,18 +181,7 @@ void dxl_push_kept(lua_State *L, int *ref, const char *mt_name);
 
 /* {===== heap.c: small blocks for the Lua state =====} */
 
-#define DXL_HEAP_MAX 1024 /* larger blocks come from the state's original allocator */
-typedef struct dxl_heap_s dxl_heap_t;
-/* A new pool, or NULL when pooling is off (ASan, valgrind memcheck, DUROXIDE_LUA_HEAP=malloc,
-** no address space): the caller then uses its allocator for everything. */
-dxl_heap_t *dxl_heap_new(void);
-void dxl_heap_free_all(dxl_heap_t *H);
-int dxl_heap_owns(const dxl_heap_t *H, const void *p);
-size_t dxl_heap_live(const dxl_heap_t *H);
-int dxl_heap_same_class(size_t a, size_t b);
-/* A block of 1..DXL_HEAP_MAX bytes, NULL when the pool is used up; freed with its size. */
-void *dxl_heap_alloc(dxl_heap_t *H, size_t n);
-void dxl_heap_free(dxl_heap_t *H, void *p, size_t n);
+#include "heap.h"
 
 /* {===== budget.c: instruction and memory budgets =====} */
 

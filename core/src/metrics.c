@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "metrics.h"
+#include "spin.h"
 #include "util.h"
 
 typedef enum { COUNTER, GAUGE, HISTOGRAM } kind_t;
@@ -142,7 +143,7 @@ typedef struct {
 } family_t;
 
 struct dx_metrics_s {
-  uv_mutex_t mu;
+  dx__spin_t mu;              /* the families: taken per record, on any thread (spin.h) */
   family_t fam[DXM__COUNT];
   uv_mutex_t read_mu;         /* guards on_read: its owner may go while a rendering runs it */
   void (*on_read)(void *ud);  /* dx__metrics_on_read */
@@ -158,12 +159,7 @@ static size_t n_labels(const def_t *d) {
 dx_metrics_t *dx__metrics_new(void) {
   dx_metrics_t *m = calloc(1, sizeof *m);
   if (!m) return NULL;
-  if (uv_mutex_init(&m->mu) != 0) {
-    free(m);
-    return NULL;
-  }
   if (uv_mutex_init(&m->read_mu) != 0) {
-    uv_mutex_destroy(&m->mu);
     free(m);
     return NULL;
   }
@@ -196,7 +192,6 @@ void dx__metrics_free(dx_metrics_t *m) {
       s = next;
     }
   }
-  uv_mutex_destroy(&m->mu);
   uv_mutex_destroy(&m->read_mu);
   free(m);
 }
@@ -312,7 +307,7 @@ static void record(dx_metrics_t *m, dx_metric_id_t id, const char *const *labels
   series_t *s;
   size_t i;
   if (!m || (int)id < 0 || id >= DXM__COUNT || defs[id].kind != kind || isnan(v)) return;
-  uv_mutex_lock(&m->mu);
+  dx__spin_lock(&m->mu);
   /* a family without labels has one series, its head once made: most hot-path calls */
   s = !defs[id].labels[0] && m->fam[id].head ? m->fam[id].head : series_get(m, id, labels);
   if (s != NULL) {
@@ -330,7 +325,7 @@ static void record(dx_metrics_t *m, dx_metric_id_t id, const char *const *labels
         }
     }
   }
-  uv_mutex_unlock(&m->mu);
+  dx__spin_unlock(&m->mu);
 }
 
 void dx__metric_add(dx_metrics_t *m, dx_metric_id_t id, const char *const *labels, double v) {
@@ -351,10 +346,10 @@ double dx__metric_sum(const dx_metrics_t *cm, dx_metric_id_t id) {
   const series_t *s;
   double sum = 0;
   if (!m || (int)id < 0 || id >= DXM__COUNT) return 0;
-  uv_mutex_lock(&m->mu);
+  dx__spin_lock(&m->mu);
   for (s = m->fam[id].head; s; s = s->next)
     sum += defs[id].kind == HISTOGRAM ? (double)s->count : s->value;
-  uv_mutex_unlock(&m->mu);
+  dx__spin_unlock(&m->mu);
   return sum;
 }
 
@@ -487,9 +482,9 @@ char *dx_metrics_render_prometheus(dx_metrics_t *m) {
   size_t i;
   if (!m) return NULL;
   refresh(m);
-  uv_mutex_lock(&m->mu);
+  dx__spin_lock(&m->mu);
   for (i = 0; i < DXM__COUNT; i++) render_family(&b, &defs[i], &m->fam[i]);
-  uv_mutex_unlock(&m->mu);
+  dx__spin_unlock(&m->mu);
   if (b.oom) {
     free(b.p);
     return NULL;
@@ -540,7 +535,7 @@ char *dx_metrics_render_json(dx_metrics_t *m) {
   int bad = 0;
   if (!m || !(root = json_object())) return NULL;
   refresh(m);
-  uv_mutex_lock(&m->mu);
+  dx__spin_lock(&m->mu);
   for (i = 0; i < DXM__COUNT && !bad; i++) {
     const def_t *d = &defs[i];
     json_t *fam = json_pack("{s:s, s:s, s:[]}", "type", types[d->kind], "help", d->help,
@@ -554,7 +549,7 @@ char *dx_metrics_render_json(dx_metrics_t *m) {
     }
     bad |= json_object_set_new(root, d->name, fam) != 0;
   }
-  uv_mutex_unlock(&m->mu);
+  dx__spin_unlock(&m->mu);
   if (!bad) text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(root);
   return text;

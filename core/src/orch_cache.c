@@ -4,10 +4,10 @@
 */
 #include <stdlib.h>
 #include <string.h>
-#include <uv.h>
 
 #include "orch_cache.h"
 #include "spare.h"
+#include "spin.h"
 #include "util.h"
 
 typedef struct entry_s {
@@ -33,7 +33,8 @@ struct dx_ocache_s {
   entry_t **buckets;
   entry_t *newest, *oldest;
   dx_metrics_t *metrics;
-  uv_mutex_t mu;            /* the table against dx__ocache_holds on the store thread */
+  dx__spin_t mu;            /* the table against dx__ocache_holds on the store thread (spin.h:
+                            ** four short holds per continued turn on the loop) */
   dx__spare_t spare;        /* freed entries: a continued turn takes one and puts one back */
   expect_t *expect;         /* turns whose commit is in flight, to be kept (dx__ocache_expect) */
   size_t n_expect, cap_expect;
@@ -54,7 +55,6 @@ dx_ocache_t *dx__ocache_new(int64_t budget, dx_metrics_t *metrics) {
   c->budget = budget;
   c->metrics = metrics;
   dx__spare_init(&c->spare, sizeof(entry_t), 256);
-  uv_mutex_init(&c->mu);
   if (metrics) dx__metrics_on_read(metrics, gauges, c);
   return c;
 }
@@ -79,10 +79,10 @@ static void lru_unlink(dx_ocache_t *c, entry_t *e) {
 static void gauges(void *ud) {
   dx_ocache_t *c = ud;
   double count, bytes;
-  uv_mutex_lock(&c->mu);
+  dx__spin_lock(&c->mu);
   count = (double)c->count;
   bytes = (double)c->bytes;
-  uv_mutex_unlock(&c->mu);
+  dx__spin_unlock(&c->mu);
   dx__metric_set(c->metrics, DXM_OCACHE_ENTRIES, DXM_NOLABELS, count);
   dx__metric_set(c->metrics, DXM_OCACHE_BYTES, DXM_NOLABELS, bytes);
 }
@@ -90,12 +90,12 @@ static void gauges(void *ud) {
 /* Unlink e (under the mutex) and hand back its turn. */
 static dx_turn_t *remove_entry(dx_ocache_t *c, entry_t *e) {
   dx_turn_t *t = e->turn;
-  uv_mutex_lock(&c->mu);
+  dx__spin_lock(&c->mu);
   *slot_of(c, e->key, e->hash) = e->hnext;
   lru_unlink(c, e);
   c->count--;
   c->bytes -= e->bytes;
-  uv_mutex_unlock(&c->mu);
+  dx__spin_unlock(&c->mu);
   dx__spare_free(&c->spare, e);
   return t;
 }
@@ -106,7 +106,6 @@ void dx__ocache_free(dx_ocache_t *c) {
   while (c->oldest) dx__turn_free(remove_entry(c, c->oldest));
   while (c->n_expect) free(c->expect[--c->n_expect].key);
   free(c->expect);
-  uv_mutex_destroy(&c->mu);
   dx__spare_drain(&c->spare);
   free(c->buckets);
   free(c);
@@ -158,7 +157,7 @@ void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t) {
   e->n_events = dx__turn_history_len(t);
   e->bytes = bytes;
   if (*(pp = slot_of(c, key, h)) != NULL) old = remove_entry(c, *pp); /* an older copy */
-  uv_mutex_lock(&c->mu);
+  dx__spin_lock(&c->mu);
   if (c->count >= c->nb) grow(c);
   pp = &c->buckets[h & (c->nb - 1)];
   e->hnext = *pp;
@@ -169,7 +168,7 @@ void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t) {
   if (!c->oldest) c->oldest = e;
   c->count++;
   c->bytes += bytes;
-  uv_mutex_unlock(&c->mu);
+  dx__spin_unlock(&c->mu);
   dx__turn_free(old);
   while (c->bytes > c->budget && c->oldest != e) {
     dx__turn_free(remove_entry(c, c->oldest));
@@ -191,7 +190,7 @@ int dx__ocache_expect(dx_ocache_t *c, const char *instance, uint64_t execution_i
   expect_t *x;
   char *key;
   if (!c) return 0;
-  uv_mutex_lock(&c->mu);
+  dx__spin_lock(&c->mu);
   if (!(x = expect_find(c, instance, h))) {
     if (c->n_expect == c->cap_expect) {
       size_t cap = c->cap_expect ? 2 * c->cap_expect : 16;
@@ -207,22 +206,22 @@ int dx__ocache_expect(dx_ocache_t *c, const char *instance, uint64_t execution_i
   }
   x->exec = execution_id;
   x->n_events = n_events;
-  uv_mutex_unlock(&c->mu);
+  dx__spin_unlock(&c->mu);
   return 1;
 fail:
-  uv_mutex_unlock(&c->mu);
+  dx__spin_unlock(&c->mu);
   return 0;
 }
 
 void dx__ocache_expect_end(dx_ocache_t *c, const char *instance) {
   expect_t *x;
   if (!c) return;
-  uv_mutex_lock(&c->mu);
+  dx__spin_lock(&c->mu);
   if ((x = expect_find(c, instance, hash_str(instance))) != NULL) {
     free(x->key);
     *x = c->expect[--c->n_expect];
   }
-  uv_mutex_unlock(&c->mu);
+  dx__spin_unlock(&c->mu);
 }
 
 int dx__ocache_holds(dx_ocache_t *c, const char *instance, uint64_t *execution_id,
@@ -231,7 +230,7 @@ int dx__ocache_holds(dx_ocache_t *c, const char *instance, uint64_t *execution_i
   entry_t *e;
   expect_t *x;
   int held = 0;
-  uv_mutex_lock(&c->mu);
+  dx__spin_lock(&c->mu);
   if ((e = *slot_of(c, instance, h)) != NULL) {
     *execution_id = e->exec;
     *n_events = e->n_events;
@@ -241,7 +240,7 @@ int dx__ocache_holds(dx_ocache_t *c, const char *instance, uint64_t *execution_i
     *n_events = x->n_events;
     held = 1;
   }
-  uv_mutex_unlock(&c->mu);
+  dx__spin_unlock(&c->mu);
   return held;
 }
 
@@ -249,13 +248,13 @@ size_t dx__ocache_recent(dx_ocache_t *c, size_t max, char **ids, uint64_t *execu
                          uint64_t *n_events) {
   entry_t *e;
   size_t n = 0;
-  uv_mutex_lock(&c->mu);
+  dx__spin_lock(&c->mu);
   for (e = c->newest; e && n < max; e = e->older) {
     if (!(ids[n] = dx__strdup(e->key))) break;
     execution_ids[n] = e->exec;
     n_events[n++] = e->n_events;
   }
-  uv_mutex_unlock(&c->mu);
+  dx__spin_unlock(&c->mu);
   return n;
 }
 

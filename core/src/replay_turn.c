@@ -566,7 +566,10 @@ static size_t event_bytes(const dx_event_t *e) {
 ** strings are not freed here: a kept turn has moved them into its history). */
 /* {===== the turn's vectors' first blocks (dx_turn_spares_t) =====} */
 
-#define SPARE_RECORDS 4 /* VEC_PUSH's first capacity (dx__rp_grow) */
+/* Records in a kept first block: a capacity dx__rp_grow also reaches (4, 8, ...). Kept blocks
+** are reused, not malloc'ed per turn, so they may be larger than dx__rp_grow's first: 8 holds a
+** turn that schedules a fan-out of 5-8 without a realloc (copy) of each vector. */
+#define SPARE_RECORDS 8
 
 void dx__turn_spares_init(dx_turn_spares_t *s) {
   dx__spare_init(&s->events, SPARE_RECORDS * sizeof(dx_event_t), 64);
