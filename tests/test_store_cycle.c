@@ -922,6 +922,24 @@ static void answer_steps(void *ud, dx_store_fetched_t *f) {
 
 static int steps_done(turns_t *t) { return ((steps_t *)t)->fin_done; }
 
+/* Each of w's instances <id> (one "r<k>" for k < n, or the one `only`) ended after four
+** events: started, scheduled, completed activity, completed orchestration. */
+static void assert_four_events_completed(wrap_t *w, const char *only, int n) {
+  dx_error_t err;
+  int i;
+  for (i = 0; i < n; i++) {
+    char id[16];
+    dx_event_t *ev = NULL;
+    size_t ne = 0;
+    if (only) snprintf(id, sizeof id, "%s", only);
+    else snprintf(id, sizeof id, "r%d", i);
+    ASSERT_OK(w->inner->methods->read_history(w->inner, id, 0, &ev, &ne, NULL, &err));
+    ASSERT_EQ((int)ne, 4);
+    ASSERT_EQ(ev[3].kind, DX_EV_ORCH_COMPLETED);
+    dx_events_free(ev, ne);
+  }
+}
+
 DX_TEST(store_result_of_an_idle_loop_on_a_database_commits_with_the_turn_it_unblocks) {
   /* a provider with run_cycle ($DX_TEST_PG), the loop holding nothing but the activity: its
   ** result is applied and the woken turn fetched by single calls, the turn answered while the
@@ -929,9 +947,6 @@ DX_TEST(store_result_of_an_idle_loop_on_a_database_commits_with_the_turn_it_unbl
   static steps_t st;
   const char *pg = getenv("DX_TEST_PG");
   char url[1024];
-  dx_event_t *ev = NULL;
-  size_t n = 0;
-  dx_error_t err;
   wrap_t *w;
   if (!pg || !*pg) {
     printf("# no $DX_TEST_PG: the database case is not run here (scripts/test runs it)\n");
@@ -948,10 +963,7 @@ DX_TEST(store_result_of_an_idle_loop_on_a_database_commits_with_the_turn_it_unbl
   ASSERT_EQ(st.commits_at_turn, st.commits_at_result); /* handed over before any commit */
   ASSERT_EQ(st.commits_at_done - st.commits_at_result, 1);
   ASSERT_EQ(w->last_sync, 1);
-  ASSERT_OK(w->inner->methods->read_history(w->inner, "i1", 0, &ev, &n, NULL, &err));
-  ASSERT_EQ((int)n, 4);
-  ASSERT_EQ(ev[3].kind, DX_EV_ORCH_COMPLETED);
-  dx_events_free(ev, n);
+  assert_four_events_completed(w, "i1", 1);
   w_destroy(&w->base);
 }
 
@@ -1167,16 +1179,7 @@ DX_TEST(store_round_of_ten_steps_answered_in_one_delivery_commits_once) {
   ASSERT_EQ(r.commits_at_result, 1); /* starts, first turns and the ten activities */
   ASSERT_EQ(r.commits_at_done - r.commits_at_result, 1);
   ASSERT_EQ(w->last_sync, 1);
-  for (i = 0; i < ROUND_N; i++) {
-    char id[16];
-    dx_event_t *ev = NULL;
-    size_t n = 0;
-    snprintf(id, sizeof id, "r%d", i);
-    ASSERT_OK(w->inner->methods->read_history(w->inner, id, 0, &ev, &n, NULL, &err));
-    ASSERT_EQ((int)n, 4);
-    ASSERT_EQ(ev[3].kind, DX_EV_ORCH_COMPLETED);
-    dx_events_free(ev, n);
-  }
+  assert_four_events_completed(w, NULL, ROUND_N);
   w_destroy(&w->base);
 }
 
@@ -2049,16 +2052,7 @@ DX_TEST(store_lap_hands_fetched_items_to_the_loop_before_their_commit) {
   ASSERT_EQ(l.early, 3);                /* each at the loop before its commit */
   ASSERT_EQ(l.r.commits_at_result, 1);  /* the activities ran during the second commit */
   ASSERT_EQ(w->commits, 4);             /* and the last acks in a fourth */
-  for (i = 0; i < LAP_N; i++) {
-    char id[16];
-    dx_event_t *ev = NULL;
-    size_t n = 0;
-    snprintf(id, sizeof id, "r%d", i);
-    ASSERT_OK(w->inner->methods->read_history(w->inner, id, 0, &ev, &n, NULL, &err));
-    ASSERT_EQ((int)n, 4);
-    ASSERT_EQ(ev[3].kind, DX_EV_ORCH_COMPLETED);
-    dx_events_free(ev, n);
-  }
+  assert_four_events_completed(w, NULL, LAP_N);
   w_destroy(&w->base);
 }
 
