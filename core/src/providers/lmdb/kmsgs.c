@@ -43,16 +43,9 @@ static lm_kinst_t *kinst_find(shared_env_t *se, const char *inst) {
 static lm_kinst_t *kinst_add(tx_t *t, const char *inst) {
   shared_env_t *se = t->se;
   lm_kinst_t *v;
-  char *id;
   if (!(v = dx__lm_grow(se->kinst, &se->kinst_cap, se->kinst_n, sizeof *se->kinst))) return NULL;
   se->kinst = v;
-  if (!(id = dx__strdup(inst))) return NULL;
-  memset(&v[se->kinst_n], 0, sizeof v[se->kinst_n]);
-  v[se->kinst_n].inst = id;
-  if (dx__lm_strix_add(&se->kinst_ix, v, sizeof *v, se->kinst_n)) {
-    free(id);
-    return NULL;
-  }
+  if (dx__lm_strix_push(&se->kinst_ix, v, sizeof *v, se->kinst_n, inst)) return NULL;
   return &se->kinst[se->kinst_n++];
 }
 

@@ -127,7 +127,8 @@ extern const char *const dx__lm_db_names[DB__COUNT];
 
 /* A hash index by id over an array of entries whose first member is the id (char *; NULL: a
 ** taken entry, found by nobody): slots hold entry index + 1 (0: empty), a power of 2 of them,
-** at most half full. The batch's kept tables (rpend in orch.c, sq in squeue.c) use it. */
+** at most half full. The batch's kept tables (rpend in orch.c, sq in squeue.c, kinst in kmsgs.c)
+** use it. */
 typedef struct lm_strix_s {
   uint32_t *idx;
   size_t slots;
@@ -135,6 +136,9 @@ typedef struct lm_strix_s {
 /* Index entry `at` (set already) of `base`, growing (and rebuilding over entries 0..at) when the
 ** table would be more than half full. 0 or DX_ENOMEM (nothing indexed: the caller drops it). */
 int dx__lm_strix_add(lm_strix_t *x, const void *base, size_t stride, size_t at);
+/* Entry `at` of `base` (room for it already made) becomes a zeroed entry whose id is an owned
+** copy of id, indexed: 0, or DX_ENOMEM with nothing kept (the caller does not count it). */
+int dx__lm_strix_push(lm_strix_t *x, void *base, size_t stride, size_t at, const char *id);
 void dx__lm_strix_clear(lm_strix_t *x);
 
 /* LMDB forbids opening one env twice in a process, so handles on the same directory share

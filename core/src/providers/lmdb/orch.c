@@ -116,17 +116,12 @@ static rpend_t *rpend_find(shared_env_t *se, const char *inst) {
 static int rpend_add(tx_t *t, const char *inst, int64_t ready_at) {
   shared_env_t *se = t->se;
   rpend_t *nv;
-  char *id;
-  if (!(nv = dx__lm_grow(se->rpend, &se->rpend_cap, se->rpend_n, sizeof *se->rpend)) ||
-      !(id = dx__strdup(inst)))
+  if (!(nv = dx__lm_grow(se->rpend, &se->rpend_cap, se->rpend_n, sizeof *se->rpend)))
     return dx__lm_nomem(t->err);
   se->rpend = nv;
-  nv[se->rpend_n].inst = id;
-  nv[se->rpend_n].ready_at = ready_at;
-  if (dx__lm_strix_add(&se->rpend_ix, nv, sizeof *nv, se->rpend_n)) {
-    free(id);
+  if (dx__lm_strix_push(&se->rpend_ix, nv, sizeof *nv, se->rpend_n, inst))
     return dx__lm_nomem(t->err);
-  }
+  nv[se->rpend_n].ready_at = ready_at;
   if (se->rpend_n == 0 || ready_at > se->rpend_last_at) se->rpend_last_at = ready_at;
   else if (ready_at < se->rpend_last_at) se->rpend_unsorted = 1;
   se->rpend_n++;

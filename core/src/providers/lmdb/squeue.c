@@ -42,16 +42,9 @@ static lm_sq_t *sq_find(shared_env_t *se, const char *sid) {
 static lm_sq_t *sq_add(tx_t *t, const char *sid) {
   shared_env_t *se = t->se;
   lm_sq_t *nv;
-  char *id;
   if (!(nv = dx__lm_grow(se->sq, &se->sq_cap, se->sq_n, sizeof *se->sq))) return NULL;
   se->sq = nv;
-  if (!(id = dx__strdup(sid))) return NULL;
-  memset(&nv[se->sq_n], 0, sizeof nv[se->sq_n]);
-  nv[se->sq_n].sid = id;
-  if (dx__lm_strix_add(&se->sq_ix, nv, sizeof *nv, se->sq_n)) {
-    free(id);
-    return NULL;
-  }
+  if (dx__lm_strix_push(&se->sq_ix, nv, sizeof *nv, se->sq_n, sid)) return NULL;
   return &se->sq[se->sq_n++];
 }
 

@@ -114,6 +114,11 @@ int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
   return 1;
 }
 
+/* 1 when e is a live kept row of session sid (h: its dx__lm_str_hash). */
+static int srow_of(const lm_srow_t *e, uint32_t h, const char *sid) {
+  return e->live && e->sh == h && strcmp(e->r.session_id, sid) == 0;
+}
+
 void dx__lm_srow_head(shared_env_t *se, const char *sid, sess_queue_t *q) {
   uint32_t h;
   size_t i;
@@ -122,7 +127,7 @@ void dx__lm_srow_head(shared_env_t *se, const char *sid, sess_queue_t *q) {
   for (i = 0; i < se->srow_n; i++) {
     const lm_srow_t *e = &se->srow[i];
     uint64_t due;
-    if (!e->live || e->sh != h || strcmp(e->r.session_id, sid) != 0) continue;
+    if (!srow_of(e, h, sid)) continue;
     due = (uint64_t)dx__lm_row_due(&e->r);
     if (!q->found || due < q->due || (due == q->due && e->seq < q->seq)) {
       q->found = 1;
@@ -141,7 +146,7 @@ int dx__lm_srow_seqs(tx_t *t, const char *sid, seq_list_t *l) {
   for (i = 0; i < se->srow_n; i++) {
     const lm_srow_t *e = &se->srow[i];
     uint64_t *nv;
-    if (!e->live || e->sh != h || strcmp(e->r.session_id, sid) != 0) continue;
+    if (!srow_of(e, h, sid)) continue;
     if (!(nv = dx__lm_grow(l->v, &l->cap, l->n, sizeof *l->v))) return dx__lm_nomem(t->err);
     l->v = nv;
     l->v[l->n++] = e->seq;

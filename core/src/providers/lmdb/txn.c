@@ -248,6 +248,18 @@ int dx__lm_strix_add(lm_strix_t *x, const void *base, size_t stride, size_t at) 
   return 0;
 }
 
+int dx__lm_strix_push(lm_strix_t *x, void *base, size_t stride, size_t at, const char *id) {
+  char *e = (char *)base + at * stride, *copy = dx__strdup(id);
+  if (!copy) return DX_ENOMEM;
+  memset(e, 0, stride);
+  memcpy(e, &copy, sizeof copy); /* the id is the entry's first member */
+  if (dx__lm_strix_add(x, base, stride, at)) {
+    free(copy);
+    return DX_ENOMEM;
+  }
+  return 0;
+}
+
 void dx__lm_strix_clear(lm_strix_t *x) {
   if (x->idx) memset(x->idx, 0, x->slots * sizeof *x->idx);
 }
