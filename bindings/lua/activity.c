@@ -179,14 +179,20 @@ static void push_kept_str(lua_State *L, dxl_kept_str_t *k, const char *s) {
   }
   lua_pushstring(L, s);
   if ((n = strlen(s)) >= sizeof k->text) return;
-  if (k->ref > 0) {
-    lua_pushvalue(L, -1);
-    lua_rawseti(L, LUA_REGISTRYINDEX, k->ref);
-  } else {
-    lua_pushvalue(L, -1);
-    k->ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  }
+  lua_pushvalue(L, -1);
+  if (k->ref > 0) lua_rawseti(L, LUA_REGISTRYINDEX, k->ref);
+  else k->ref = luaL_ref(L, LUA_REGISTRYINDEX);
   memcpy(k->text, s, n + 1);
+}
+
+/* [-0, +0, e] 1 when duroxide.session_handler{} registered a handler table (looked up only
+** once one was registered). */
+static int has_session_handler(lua_State *L, dxl_state_t *S) {
+  int found;
+  if (!S->session_handler_set) return 0;
+  found = dxl_push_registered(L, S, "hooks", "session_handler") == LUA_TTABLE;
+  lua_pop(L, 1);
+  return found;
 }
 
 /* [-0, +1, e] push prims[name]. */
@@ -203,11 +209,7 @@ static int start_impl(lua_State *L) {
   const dx_activity_info_t *info = dx_activity_info(r->a);
   lua_State *co;
   act_handle_t *h;
-  int wrapped = 0;
-  if (info->session_id && r->S->session_handler_set) {
-    wrapped = dxl_push_registered(L, r->S, "hooks", "session_handler") == LUA_TTABLE;
-    lua_pop(L, 1);
-  }
+  int wrapped = info->session_id && has_session_handler(L, r->S);
   if (wrapped) push_prim(L, r->S, "session_run");
   push_activity_fn(L, r->S, info->name);
   r->nargs = 2 + wrapped;
@@ -355,11 +357,7 @@ static void call_hook(dxl_state_t *S, const char *name, const char *sid, const c
   char msg[1024];
   int rc, handler;
   if (!lua_checkstack(L, 6)) return;
-  handler = 0;
-  if (S->session_handler_set) {
-    handler = dxl_push_registered(L, S, "hooks", "session_handler") == LUA_TTABLE;
-    lua_pop(L, 1);
-  }
+  handler = has_session_handler(L, S);
   if (handler) {
     push_prim(L, S, strcmp(name, "claimed") == 0 ? "session_claimed" : "session_released");
     lua_pushstring(L, sid);
