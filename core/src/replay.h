@@ -13,7 +13,7 @@ enum {
   DX_TURN_ABANDON = 2   /* release the lock; retry after turn->abandon_delay_ms */
 };
 
-/* First blocks (4 records, as VEC_PUSH makes them) for the vectors every turn fills and its
+/* First blocks (8 records: replay_turn.c SPARE_RECORDS) for the vectors every turn fills and its
 ** keep or free gives back: new events, worker items, new schedule ids. Owned by the caller's
 ** thread (spare.h); it must outlive the turns that use it. */
 typedef struct {

@@ -562,8 +562,6 @@ static size_t event_bytes(const dx_event_t *e) {
          str_bytes(e->worker_id) + str_bytes(e->tag);
 }
 
-/* The turn's own output: the items of its commit and its per-turn vectors (the new events'
-** strings are not freed here: a kept turn has moved them into its history). */
 /* {===== the turn's vectors' first blocks (dx_turn_spares_t) =====} */
 
 /* Records in a kept first block: a capacity dx__rp_grow also reaches (4, 8, ...). Kept blocks
@@ -588,9 +586,10 @@ static void take_first(dx__spare_t *sp, void **v, size_t *cap) {
   if (*cap == 0 && (*v = dx__spare_calloc_head(sp, 0)) != NULL) *cap = SPARE_RECORDS;
 }
 
-/* Give a vector's block back: a first-size block to the spares, another to free. */
-static void give_back(dx_turn_t *t, dx__spare_t *sp, void *v, size_t cap) {
-  if (t->spares && cap == SPARE_RECORDS) dx__spare_free(sp, v);
+/* Give a vector's block back: a first-size block to the spares sp (NULL: none), another to
+** free. */
+static void give_back(dx__spare_t *sp, void *v, size_t cap) {
+  if (sp && cap == SPARE_RECORDS) dx__spare_free(sp, v);
   else free(v);
 }
 
@@ -602,15 +601,18 @@ static void take_vectors(dx_turn_t *t) {
   take_first(&t->spares->ids, (void **)&t->new_sched.v, &t->new_sched.cap);
 }
 
+/* The turn's own output: the items of its commit and its per-turn vectors (the new events'
+** strings are not freed here: a kept turn has moved them into its history). */
 static void free_turn_output(dx_turn_t *t) {
+  dx_turn_spares_t *sp = t->spares;
   size_t i;
   for (i = 0; i < t->worker_items.n; i++) dx_work_item_clear(&t->worker_items.v[i]);
   for (i = 0; i < t->orch_items.n; i++) dx_work_item_clear(&t->orch_items.v[i]);
-  give_back(t, t->spares ? &t->spares->events : NULL, t->delta.v, t->delta.cap);
-  give_back(t, t->spares ? &t->spares->items : NULL, t->worker_items.v, t->worker_items.cap);
+  give_back(sp ? &sp->events : NULL, t->delta.v, t->delta.cap);
+  give_back(sp ? &sp->items : NULL, t->worker_items.v, t->worker_items.cap);
   free(t->orch_items.v);
   free(t->cancelled.v);
-  give_back(t, t->spares ? &t->spares->ids : NULL, t->new_sched.v, t->new_sched.cap);
+  give_back(sp ? &sp->ids : NULL, t->new_sched.v, t->new_sched.cap);
 }
 
 int dx__turn_keep(dx_turn_t *t, dx_orch_item_t *item) {
