@@ -468,11 +468,34 @@ static act_handle_t *test_handle(lua_State *L, int idx) {
   return mt == S->handle_mt ? h : NULL;
 }
 
-/* C.actx_field(h, i) -> the activity's field i (activity.lua FIELDS), nil for a foreign h. */
-static int p_actx_field(lua_State *L) {
-  lua_Integer i = luaL_checkinteger(L, 2);
-  if (!test_handle(L, 1) || i < 1 || i > ACTX_FIELDS) return 0;
-  lua_getiuservalue(L, 1, (int)i);
+/* Actx.__index(t, k), made by C.actx_indexer(Actx, FIELDS) (upvalues: the state, Actx,
+** FIELDS): a method of Actx, else field FIELDS[k] of the handle t._h (its user value; nil for a foreign
+** handle), else nil. What
+** activity.lua's Lua __index did, without a Lua call and a primitive call per field read
+** (most session activities read actx.worker_id or actx.session_id). */
+static int actx_index(lua_State *L) {
+  lua_Integer i;
+  lua_settop(L, 2);
+  lua_pushvalue(L, 2);
+  if (lua_rawget(L, lua_upvalueindex(2)) != LUA_TNIL) return 1;
+  lua_pushvalue(L, 2);
+  lua_rawget(L, lua_upvalueindex(3));
+  i = lua_tointeger(L, -1);
+  if (i < 1 || i > ACTX_FIELDS) return 0;
+  lua_getfield(L, 1, "_h"); /* as t._h: t's own field, or nil from this __index */
+  if (!test_handle(L, -1)) return 0;
+  lua_getiuservalue(L, -1, (int)i);
+  return 1;
+}
+
+/* C.actx_indexer(Actx, FIELDS) -> Actx's __index (actx_index). */
+static int p_actx_indexer(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_pushcclosure(L, actx_index, 3);
   return 1;
 }
 
@@ -583,7 +606,7 @@ void dxl_activity_register(lua_State *L, int prims) {
   static const luaL_Reg fns[] = {{"is_activity", p_is_activity},
                                  {"resume_activity", p_resume_activity},
                                  {"actx_cancelled", p_actx_cancelled},
-                                 {"actx_field", p_actx_field},
+                                 {"actx_indexer", p_actx_indexer},
                                  {"actx_trace", p_actx_trace},
                                  {"session_handler", p_session_handler},
                                  {"actx_abort_session", p_actx_abort_session},

@@ -10,19 +10,13 @@ local C = ...
 -- A field the code assigns (actx.session_state, or its own) is a plain field of the table.
 local FIELDS = { instance_id = 1, execution_id = 2, activity_id = 3, name = 4, attempt = 5,
                  session_id = 6, tag = 7, worker_id = 8 }
-local actx_field = C.actx_field
 
 local Actx = {}
 Actx.__name = "duroxide.ActivityContext"
-Actx.__index = function(t, k)
-  local m = Actx[k]
-  if m ~= nil then return m end
-  local i = FIELDS[k]
-  -- t._h is a plain field (activity.c sets it); were it removed, this __index answers nil for
-  -- "_h" (no FIELDS entry) without recursing, as rawget would
-  if i then return actx_field(t._h, i) end
-  return nil
-end
+-- In C (activity.c actx_index): Actx[k] if set, else field FIELDS[k] of the handle t._h
+-- (its user value), else nil. t._h is a plain field (activity.c sets it); were it removed, the
+-- __index answers nil for "_h" (no FIELDS entry) without recursing, as rawget would.
+Actx.__index = C.actx_indexer(Actx, FIELDS)
 
 --- Suspend the running activity, call fn(done), and return whatever done(...) receives.
 local function wait(fn)
