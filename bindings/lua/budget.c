@@ -95,14 +95,13 @@ static inline __attribute__((always_inline)) void *raw_alloc(dxl_alloc_t *A, voi
   return n;
 }
 
-static void *guard_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
-  dxl_alloc_t *A = ud;
+/* Every case (guard_alloc takes the common ones without it). Kept out of line: its calls
+** make it save registers, which the common cases then need not pay for. */
+static __attribute__((noinline)) void *guard_alloc_all(dxl_alloc_t *A, void *ptr,
+                                                         size_t osize, size_t nsize) {
   size_t old = ptr ? osize : 0;
   dxl_budget_t *b = A->cur, *q;
   void *r;
-  /* A free of nothing (Lua frees the empty parts of tables this way, about one call in five):
-  ** what every path below would end with, without their work. */
-  if (!ptr && nsize == 0) return NULL;
   if (A->closing) return raw_alloc(A, ptr, osize, nsize); /* A may be gone on return */
   /* the watchdog asked (dxl_budget_count): this thread walks its own frames (a budget inside
   ** another, an error object's __tostring in a turn, answers for the outer one too) */
@@ -125,6 +124,47 @@ static void *guard_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   r = raw_alloc(A, ptr, osize, nsize);
   if (r || nsize == 0) A->delta += (int64_t)nsize - (int64_t)old;
   return r;
+}
+
+/* The state's allocator. The common cases (a pool block handed out, resized in its class or
+** freed, with at most one budget entered, none asking for a count, nothing over a limit) are
+** done here without a call, the way guard_alloc_all would do them; anything else goes there,
+** with nothing changed yet. */
+static void *guard_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  dxl_alloc_t *A = ud;
+  dxl_heap_t *H = A->heap;
+  dxl_budget_t *b = A->cur;
+  /* A free of nothing (Lua frees the empty parts of tables this way, about one call in five):
+  ** what every path would end with, without their work. */
+  if (!ptr && nsize == 0) return NULL;
+  if (H && !A->closing &&
+      (!b || (!b->prev_in_state && !atomic_load_explicit(&b->count_req, memory_order_relaxed)))) {
+    if (nsize == 0) {
+      if (dxl_heap_owns(H, ptr)) {
+        dxl_heap_free(H, ptr, osize);
+        A->delta -= (int64_t)osize;
+        return NULL;
+      }
+    } else if (nsize <= DXL_HEAP_MAX &&
+               (!ptr || (dxl_heap_owns(H, ptr) && dxl_heap_same_class(osize, nsize)))) {
+      /* a new block, or one resized within its size class (it stays where it is) */
+      size_t old = ptr ? osize : 0;
+      int64_t used = 0;
+      void *r;
+      if (b && nsize > old) {
+        used = b->used + (int64_t)((nsize - old) / BYTES_PER_INSTRUCTION);
+        if ((b->mem_limit > 0 && A->delta - b->mem_base + (int64_t)(nsize - old) > b->mem_limit) ||
+            (used > b->limit && !b->hit))
+          return guard_alloc_all(A, ptr, osize, nsize);
+      }
+      if ((r = ptr ? ptr : dxl_heap_alloc(H, nsize)) != NULL) {
+        if (b && nsize > old) b->used = used;
+        A->delta += (int64_t)nsize - (int64_t)old;
+        return r;
+      }
+    }
+  }
+  return guard_alloc_all(A, ptr, osize, nsize);
 }
 
 /* lua_close unloads C modules (package's __gc) before it frees the last blocks, and those
