@@ -766,3 +766,46 @@ DX_TEST(encode_corpus_bytes_are_unchanged) {
       "end\n");
   lua_close(L);
 }
+
+/* Strings go eight plain ASCII bytes at a time through both one-pass coders (value.h
+** dx__json_plain8): a byte that needs a look of its own (quote, backslash, each control
+** character, DEL, non-ASCII, valid or not) at every position of strings of 0..25 bytes, on
+** either side of the 8-byte words, gives what jansson gives. */
+DX_TEST(string_specials_at_every_offset_match_jansson) {
+  lua_State *L = test_state();
+  run_lua(L,
+      "local specials = {'\"', '\\\\', '/', '\\127', '\\128', '\\195\\169', '\\226\\130\\172',\n"
+      "    '\\240\\159\\152\\128', '\\255', '\\192\\128', '\\237\\160\\128', ' ', '~', '!', '#', '[', ']'}\n"
+      "for c = 0, 0x1f do specials[#specials + 1] = string.char(c) end\n"
+      "local n = 0\n"
+      "for _, sp in ipairs(specials) do\n"
+      "  for len = 0, 25 do\n"
+      "    for pos = 0, len do\n"
+      "      local s = string.rep('a', pos) .. sp .. string.rep('b', len - pos)\n"
+      "      for _, v in ipairs({s, {s}, {[s] = s}}) do\n"
+      "        local t, err = encode_tree(v)\n"
+      "        local f = encode_fast(v)\n"
+      "        if f ~= nil and f ~= t then error(string.format('%q: fast %s, jansson %s', s, f, tostring(t or err))) end\n"
+      "        if t and not f and utf8.len(s) and not s:find('%z') then error(string.format('%q: declined', s)) end\n"
+      "        if t then\n"
+      "          local h, vf = decode_fast(t)\n"
+      "          local okt, vt = decode_tree(t)\n"
+      "          assert(h and okt, string.format('%q: decode', t))\n"
+      "          deq(vf, vt, t)\n"
+      "          n = n + 1\n"
+      "        end\n"
+      "      end\n"
+      "      -- the raw byte between quotes: a control character is refused, the rest read as is\n"
+      "      local j = '\"' .. s .. '\"'\n"
+      "      local h, vf = decode_fast(j)\n"
+      "      local okt, vt = decode_tree(j)\n"
+      "      if h then\n"
+      "        assert(okt, string.format('fast path took %q, jansson refuses it', j))\n"
+      "        deq(vf, vt, j)\n"
+      "      end\n"
+      "    end\n"
+      "  end\n"
+      "end\n"
+      "assert(n > 10000, n .. ' checked')\n");
+  lua_close(L);
+}

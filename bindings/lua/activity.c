@@ -469,8 +469,8 @@ static act_handle_t *test_handle(lua_State *L, int idx) {
 }
 
 /* Actx.__index(t, k), made by C.actx_indexer(Actx, FIELDS) (upvalues: the state, Actx,
-** FIELDS): a method of Actx, else field FIELDS[k] of the handle t._h (its user value; nil for a foreign
-** handle), else nil. What
+** FIELDS): a method of Actx, else field FIELDS[k] of the handle t._h (its user value; nil
+** for a foreign handle), else nil. What
 ** activity.lua's Lua __index did, without a Lua call and a primitive call per field read
 ** (most session activities read actx.worker_id or actx.session_id). */
 static int actx_index(lua_State *L) {

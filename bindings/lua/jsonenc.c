@@ -103,6 +103,24 @@ static int put_string(buf_t *b, const char *s, size_t n) {
   return put(b, s + run, n - run) && put_char(b, '"');
 }
 
+/* A string value: plain ASCII text (the common case, found eight bytes at a time) is copied
+** as it is; anything else is checked (UTF-8) and escaped by put_string. */
+static int put_text(buf_t *b, const char *s, size_t n) {
+  size_t i = 0;
+  while (n - i >= 8 && dx__json_plain8(s + i)) i += 8;
+  for (; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\')
+      return text_ok(s, n) && put_string(b, s, n);
+  }
+  if (!grow(b, n + 2)) return 0;
+  b->p[b->n++] = '"';
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n++] = '"';
+  return 1;
+}
+
 static int put_integer(buf_t *b, lua_Integer v) {
   char tmp[24], *q = tmp + sizeof tmp;
   unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
@@ -241,7 +259,7 @@ static int value(enc_t *e, int idx, int depth) {
     case LUA_TSTRING: {
       size_t n;
       const char *s = lua_tolstring(L, idx, &n);
-      return text_ok(s, n) && put_string(&e->b, s, n);
+      return put_text(&e->b, s, n);
     }
     case LUA_TTABLE: return table(e, idx, depth);
     case LUA_TUSERDATA:

@@ -35,6 +35,8 @@
 #define DX_LUA_VALUE_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include <lua.h>
 
@@ -80,6 +82,19 @@ const void *dx__lua_arrays_key(void);
 ** where a Lua error may be raised. top_null: a top-level null becomes duroxide.null (as a
 ** payload inside a table) instead of nil. */
 int dx__lua_decode_json(lua_State *L, const char *json, size_t len, int top_null);
+
+/* 1 when none of the 8 bytes at s needs a look of its own in JSON string text: no control
+** character, quote, backslash or byte >= 0x80. One test for eight bytes (exact, with the
+** usual bit tricks): most text the JSON coders see is plain ASCII. */
+static inline int dx__json_plain8(const char *s) {
+  const uint64_t lo = UINT64_C(0x0101010101010101), hi = UINT64_C(0x8080808080808080);
+  uint64_t w, q, bs;
+  memcpy(&w, s, sizeof w);
+  q = w ^ (lo * '"');
+  bs = w ^ (lo * '\\');
+  /* a byte >= 0x80, one below 0x20, a zero byte of q (a quote) or of bs (a backslash) */
+  return ((w | ((w - lo * 0x20) & ~w) | ((q - lo) & ~q) | ((bs - lo) & ~bs)) & hi) == 0;
+}
 
 /* [-0, +1, m] The weak-keyed set of tables marked as arrays (created on first use). */
 void dx__lua_push_array_set(lua_State *L);
