@@ -571,6 +571,9 @@ void dx_turn_cancel(dx_turn_t *t, uint64_t token) {
 void dx__rp_check_cancels_replayed(dx_turn_t *t) {
   uint64_t id;
   int ended = t->run_state == DX_RUN_DONE || t->run_state == DX_RUN_CAN;
+  /* without dropped_future breadcrumbs in history there is nothing to compare: a kept turn
+  ** would otherwise walk its whole history again at every step */
+  if (t->n_dropped_crumbs == 0) return;
   for (id = 1; id <= t->n_hist && id < t->slots.n && !t->fatal; id++) {
     const slot_t *s = &t->slots.v[id];
     const dx_event_t *e;

@@ -59,6 +59,7 @@ struct dx_turn_s {
   uint64_t indexed;         /* events below this id are indexed (slots, sched): a kept turn */
   VEC(dx_event_t) delta;
   VEC(slot_t) slots;        /* index = event id */
+  size_t n_dropped_crumbs;  /* slots with dropped_crumb set: none, nothing for the check */
   VEC(uint64_t) sched;      /* schedule event ids in order; ordinal = index */
   size_t n_sched_known;     /* schedule events present before the code ran */
   size_t emitted;

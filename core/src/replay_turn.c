@@ -293,7 +293,10 @@ static void index_history(dx_turn_t *t) {
     if (is_crumb_kind(e->kind)) {
       slot_t *s = slot(t, e->source_id);
       if (s) s->has_crumb = 1;
-      if (s && id <= t->n_hist && same_str(e->reason, "dropped_future")) s->dropped_crumb = 1;
+      if (s && id <= t->n_hist && !s->dropped_crumb && same_str(e->reason, "dropped_future")) {
+        s->dropped_crumb = 1;
+        t->n_dropped_crumbs++;
+      }
     } else if (dx__rp_schedule_kind_for(e->kind)) {
       slot_t *s = slot(t, e->source_id);
       if (s) s->completed = 1;
