@@ -73,24 +73,27 @@ static int own_in_arena(void *rec, const size_t *offs, size_t n, dx_failure_t *f
   char **slots[16];
   size_t lens[16], m = 0, total = 0, i;
   char *block, *cur;
-  for (i = 0; i < n; i++) slots[m++] = str_at(rec, offs[i]);
-  slots[m++] = &f->kind;
-  slots[m++] = &f->message;
-  for (i = 0; i < m; i++) total += (lens[i] = *slots[i] ? strlen(*slots[i]) + 1 : 0);
+  /* one pass keeps only the strings present (most fields are NULL), with their sizes */
+  for (i = 0; i < n + 2; i++) {
+    char **p = i < n ? str_at(rec, offs[i]) : i == n ? &f->kind : &f->message;
+    if (*p) {
+      slots[m] = p;
+      total += (lens[m++] = strlen(*p) + 1);
+    }
+  }
   *arena = NULL;
   if (total == 0) return DX_OK;
   if (!(block = malloc(sizeof(size_t) + total))) {
-    for (i = 0; i < m; i++) *slots[i] = NULL;
+    for (i = 0; i < m; i++) *slots[i] = NULL; /* the others are NULL already */
     return DX_ENOMEM;
   }
   memcpy(block, &total, sizeof total);
   cur = block + sizeof(size_t);
-  for (i = 0; i < m; i++)
-    if (lens[i]) {
-      memcpy(cur, *slots[i], lens[i]);
-      *slots[i] = cur;
-      cur += lens[i];
-    }
+  for (i = 0; i < m; i++) {
+    memcpy(cur, *slots[i], lens[i]);
+    *slots[i] = cur;
+    cur += lens[i];
+  }
   *arena = block;
   return DX_OK;
 }
