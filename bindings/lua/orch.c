@@ -100,7 +100,7 @@ static int start_impl(lua_State *L) {
   lua_xmove(L, inst->co, 1); /* function */
   lua_pop(L, 2);
 
-  inst->box = lua_newuserdatauv(L, sizeof *inst->box, 0);
+  inst->box = lua_newuserdatauv(L, sizeof *inst->box, 1); /* 1: session_id_arg's kept id */
   inst->box->t = inst->t;
   inst->box->inst = inst;
   dxl_push_kept(L, &S->box_mt_ref, BOX_MT); /* typed: a foreign userdata in ctx._box is refused */
@@ -490,6 +490,26 @@ static const char *activity_name(lua_State *L, turn_box_t *b) {
   return name;
 }
 
+/* The session id (argument 5) as opt_limited checks it. The one checked last is kept in the
+** box (argument 1, its user value): every step of a session orchestration passes the same
+** string, which then is not checked again (a kept string is valid for good). [-0, +0, e] */
+static const char *session_id_arg(lua_State *L) {
+  const char *sid;
+  if (lua_type(L, 5) == LUA_TSTRING) {
+    int same;
+    lua_getiuservalue(L, 1, 1);
+    same = lua_rawequal(L, 5, -1);
+    lua_pop(L, 1);
+    if (same) return lua_tostring(L, 5);
+  }
+  sid = opt_limited(L, 5, "session id", DX_MAX_SESSION_ID_BYTES);
+  if (sid && lua_type(L, 5) == LUA_TSTRING) {
+    lua_pushvalue(L, 5);
+    lua_setiuservalue(L, 1, 1);
+  }
+  return sid;
+}
+
 /* C.emit(box, kind, name, input, session_id, instance, version, delay_ms, on_moved_fail,
 **        tag) */
 static int p_emit(lua_State *L) {
@@ -511,7 +531,7 @@ static int p_emit(lua_State *L) {
       if (action_words[i].input) input_what = action_words[i].input;
     }
   a.name = a.kind == DX_ACT_ACTIVITY ? activity_name(L, b) : opt_limited(L, 3, name_what, name_max);
-  a.session_id = opt_limited(L, 5, "session id", DX_MAX_SESSION_ID_BYTES);
+  a.session_id = session_id_arg(L);
   a.instance = opt_limited(L, 6, "instance id", DX_MAX_INSTANCE_ID_BYTES);
   a.version = opt_limited(L, 7, "version", 0);
   a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
