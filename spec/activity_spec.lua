@@ -222,6 +222,36 @@ describe("activities", function()
                     st.output)
   end)
 
+  it("keeps every actx field of a session activity readable after it ended", function()
+    -- the handle copies the activity's fields at its start (activity.c new_handle); each is
+    -- made a Lua value only when read, during the run or after it
+    local kept = {}
+    local act = env:activity("KeepOnSession", function(actx, k)
+      kept[k] = actx
+      return actx.session_id
+    end)
+    local orch = env:orchestration("KeepOnSessionOrch", function(ctx)
+      local a = assert(ctx:schedule_activity_on_session(act, 1, "sess-keep"):await())
+      local b = assert(ctx:schedule_activity_on_session(act, 2, "sess-keep-2"):await())
+      return { a, b }
+    end)
+    local st = env:wait(env:start(orch, nil, "keep-session-1"))
+    assert.are.equal("Completed", st.status, st.error and st.error.message)
+    assert.are.same({ "sess-keep", "sess-keep-2" }, st.output)
+    for k, sid in ipairs({ "sess-keep", "sess-keep-2" }) do
+      local actx = kept[k]
+      assert.are.equal("keep-session-1", actx.instance_id)
+      assert.are.equal(1, actx.execution_id)
+      assert.are.equal("integer", math.type(actx.activity_id))
+      assert.are.equal(act, actx.name)
+      assert.are.equal(1, actx.attempt)
+      assert.are.equal(sid, actx.session_id)
+      assert.is_nil(actx.tag)
+      assert.are.equal(env.rt:worker_id(), actx.worker_id)
+    end
+    assert.is_true(kept[1].activity_id < kept[2].activity_id)
+  end)
+
   it("runs activities concurrently on the loop (their steps interleave)", function()
     local log = {}
     local act = env:activity("Interleave", function(actx, tag)

@@ -16,14 +16,21 @@
 #include "watchdog.h"
 
 #define HANDLE_MT "duroxide.ActivityHandle"
-#define ACTX_FIELDS 8 /* user values of a handle: actx's fields (activity.lua FIELDS) */
+#define ACTX_FIELDS 8 /* actx's fields, numbered as activity.lua's FIELDS */
 
 /* What actx._h holds; `run` is cleared when the activity is over or aborted, `owner` only
-** when it is over. runs[co] holds it, which keeps it alive as long as its run. */
+** when it is over. runs[co] holds it, which keeps it alive as long as its run. It also holds
+** actx's fields, copied at the start so they outlive the run: the texts in text[] (userdata
+** memory does not move), made Lua strings only when the code reads them (actx_index); most
+** activities read one field or none, and eight user values set per activity cost more. */
 typedef struct act_run_s act_run_t;
 typedef struct {
   act_run_t *run;
   act_run_t *owner;
+  uint64_t execution_id, activity_id;
+  uint32_t attempt;
+  const char *instance, *name, *session_id, *tag, *worker_id; /* in text[]; NULL: none */
+  char text[];
 } act_handle_t;
 
 struct act_run_s {
@@ -202,6 +209,30 @@ static void push_prim(lua_State *L, dxl_state_t *S, const char *name) {
   lua_remove(L, -2);
 }
 
+/* [-0, +1, m] A new handle (metatable not set yet) holding a copy of info's fields. */
+static act_handle_t *new_handle(lua_State *L, const dx_activity_info_t *info) {
+  const char *src[5];
+  const char **dst[5];
+  size_t len[5], total = 0, k;
+  act_handle_t *h;
+  char *p;
+  src[0] = info->instance, src[1] = info->name, src[2] = info->session_id;
+  src[3] = info->tag, src[4] = info->worker_id;
+  for (k = 0; k < 5; k++) total += (len[k] = src[k] ? strlen(src[k]) + 1 : 0);
+  h = lua_newuserdatauv(L, sizeof *h + total, 0);
+  h->run = h->owner = NULL;
+  h->execution_id = info->execution_id;
+  h->activity_id = info->activity_id;
+  h->attempt = info->attempt;
+  dst[0] = &h->instance, dst[1] = &h->name, dst[2] = &h->session_id;
+  dst[3] = &h->tag, dst[4] = &h->worker_id;
+  for (p = h->text, k = 0; k < 5; k++) {
+    *dst[k] = src[k] ? memcpy(p, src[k], len[k]) : NULL;
+    p += len[k];
+  }
+  return h;
+}
+
 /* Protected setup: coroutine, actx, input. A session activity with a session handler
 ** registered runs as session_run(fn, actx, input) (activity.lua: open first). [-1, +0, e] */
 static int start_impl(lua_State *L) {
@@ -216,7 +247,7 @@ static int start_impl(lua_State *L) {
   co = take_thread(L, r->S);
   push_runs(L, r->S);
   lua_insert(L, -2); /* runs, co */
-  h = lua_newuserdatauv(L, sizeof *h, ACTX_FIELDS);
+  h = new_handle(L, info);
   h->run = h->owner = r;
   dxl_push_kept(L, &r->S->handle_mt_ref, HANDLE_MT); /* typed: a foreign actx._h is refused */
   r->S->handle_mt = lua_topointer(L, -1); /* the registry keeps it: one address */
@@ -230,24 +261,7 @@ static int start_impl(lua_State *L) {
   lua_insert(L, -(2 + wrapped)); /* h, (session_run), function */
   lua_xmove(L, co, 1 + wrapped);
 
-  /* actx = setmetatable({ _h = h }, Actx); its fields are h's user values, in the order of
-  ** activity.lua's FIELDS (a table of nine fields per activity cost twice as much) */
-  if (info->instance) lua_pushstring(L, info->instance); else lua_pushnil(L);
-  lua_setiuservalue(L, -2, 1);
-  lua_pushinteger(L, (lua_Integer)info->execution_id);
-  lua_setiuservalue(L, -2, 2);
-  lua_pushinteger(L, (lua_Integer)info->activity_id);
-  lua_setiuservalue(L, -2, 3);
-  push_kept_str(L, &r->S->kept_name, info->name);
-  lua_setiuservalue(L, -2, 4);
-  lua_pushinteger(L, (lua_Integer)info->attempt);
-  lua_setiuservalue(L, -2, 5);
-  if (info->session_id) lua_pushstring(L, info->session_id); else lua_pushnil(L);
-  lua_setiuservalue(L, -2, 6);
-  if (info->tag) lua_pushstring(L, info->tag); else lua_pushnil(L);
-  lua_setiuservalue(L, -2, 7);
-  push_kept_str(L, &r->S->kept_worker, info->worker_id);
-  lua_setiuservalue(L, -2, 8);
+  /* actx = setmetatable({ _h = h }, Actx); its fields are read from h (actx_index) */
   lua_createtable(L, 0, 1);
   lua_insert(L, -2);
   lua_setfield(L, -2, "_h");
@@ -469,11 +483,18 @@ static act_handle_t *test_handle(lua_State *L, int idx) {
 }
 
 /* Actx.__index(t, k), made by C.actx_indexer(Actx, FIELDS) (upvalues: the state, Actx,
-** FIELDS): a method of Actx, else field FIELDS[k] of the handle t._h (its user value; nil
-** for a foreign handle), else nil. What
+** FIELDS): a method of Actx, else field FIELDS[k] of the handle t._h (nil for a foreign
+** handle), else nil. What
 ** activity.lua's Lua __index did, without a Lua call and a primitive call per field read
 ** (most session activities read actx.worker_id or actx.session_id). */
+static void push_text(lua_State *L, const char *s) {
+  if (s) lua_pushstring(L, s);
+  else lua_pushnil(L);
+}
+
 static int actx_index(lua_State *L) {
+  dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(1));
+  act_handle_t *h;
   lua_Integer i;
   lua_settop(L, 2);
   lua_pushvalue(L, 2);
@@ -483,8 +504,17 @@ static int actx_index(lua_State *L) {
   i = lua_tointeger(L, -1);
   if (i < 1 || i > ACTX_FIELDS) return 0;
   lua_getfield(L, 1, "_h"); /* as t._h: t's own field, or nil from this __index */
-  if (!test_handle(L, -1)) return 0;
-  lua_getiuservalue(L, -1, (int)i);
+  if (!(h = test_handle(L, -1))) return 0;
+  switch (i) {
+    case 1: push_text(L, h->instance); break;
+    case 2: lua_pushinteger(L, (lua_Integer)h->execution_id); break;
+    case 3: lua_pushinteger(L, (lua_Integer)h->activity_id); break;
+    case 4: push_kept_str(L, &S->kept_name, h->name); break;
+    case 5: lua_pushinteger(L, (lua_Integer)h->attempt); break;
+    case 6: push_text(L, h->session_id); break;
+    case 7: push_text(L, h->tag); break;
+    default: push_kept_str(L, &S->kept_worker, h->worker_id); break;
+  }
   return 1;
 }
 

@@ -5,7 +5,7 @@
 -- from a luv callback, and C.resume_activity continues it.
 local C = ...
 
--- An actx is { _h = handle } (activity.c builds it): its fields are the handle's user values,
+-- An actx is { _h = handle } (activity.c builds it): its fields are kept in the handle and
 -- read through __index, which is cheaper for every activity than a table of nine fields.
 -- A field the code assigns (actx.session_state, or its own) is a plain field of the table.
 local FIELDS = { instance_id = 1, execution_id = 2, activity_id = 3, name = 4, attempt = 5,
