@@ -166,6 +166,8 @@ int dxl_h_activity_lookup(void *host, const char *name) {
   dxl_state_t *S = host;
   lua_State *L = S->L;
   int found;
+  /* the function looked up last, still registered (registrations forget it): no Lua call */
+  if (S->act_fn_ref > 0 && strcmp(S->act_fn_name, name) == 0) return 1;
   if (!lua_checkstack(L, 4)) return 0;
   found = push_activity_fn(L, S, name) == LUA_TFUNCTION;
   lua_pop(L, 1);
