@@ -453,7 +453,9 @@ static const struct {
 static const char *opt_limited(lua_State *L, int idx, const char *what, size_t max) {
   size_t n;
   dx_error_t e;
-  const char *s = dxl_check_text(L, idx, what, 1); /* NUL bytes refused, not cut */
+  const char *s;
+  if (lua_type(L, idx) <= LUA_TNIL) return NULL; /* most arguments of an emit: no call */
+  s = dxl_check_text(L, idx, what, 1); /* NUL bytes refused, not cut */
   if (!s) return NULL;
   lua_tolstring(L, idx, &n);
   if (max && n > max) luaL_error(L, "%s is %d bytes; the limit is %d bytes", what, (int)n, (int)max);
