@@ -234,6 +234,10 @@ typedef struct shared_env_s {
   struct lm_sq_s *sq;
   size_t sq_n, sq_cap;
   struct lm_strix_s sq_ix;
+  /* Their heads (kept summaries with a row) in sess_heads key order, kept sorted as the
+  ** summaries change (squeue.c): the heads walk merges them in without sorting. */
+  struct lm_kh_s *kh;
+  size_t kh_n, kh_cap;
   /* Cursors of the open batch txn, one per DB, for the direct methods' walks (txn.c
   ** dx__lm_cursor; curs_busy: bit db set while a walk uses it). LMDB frees a write txn's
   ** cursors when the txn ends: the batch's end only forgets them. */
