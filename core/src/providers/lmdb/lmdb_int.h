@@ -818,6 +818,14 @@ int dx__lm_sess_times(tx_t *t, const char *sid, sess_rec_t *r);
 int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw);
 /* Point nw->users at a new blob (caller frees *blob) that lists (inst, exec) once. */
 int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exec, char **blob);
+/* What reading a record the open batch keeps (kr: dx__lm_kept_sess_rec), changing it and
+** dx__lm_sess_put would do, done in place; the owner stays. touch: last_activity = now (an
+** ack that passed fencing). owner_fetch: its owner fetched a row of instance inst (NULL: none)
+** of execution exec: last_activity = now, the lease runs at least until `until`, inst joins
+** the users. */
+void dx__lm_sess_kept_touch(tx_t *t, sess_rec_t *kr, int64_t now);
+int dx__lm_sess_kept_fetch(tx_t *t, sess_rec_t *kr, int64_t now, int64_t until,
+                           const char *inst, uint64_t exec);
 /* 1 in *ended when the session has no worker rows and every instance that used it has ended
 ** (its execution is no longer running). *alive (may be NULL) receives a blob of the users
 ** still running (caller frees; NULL when none). */
@@ -835,12 +843,15 @@ int dx__lm_squeue_update(tx_t *t, const char *sid, int delta, const uint64_t *go
                          const uint64_t *came);
 /* Every sess_heads entry in key order, the batch's kept heads merged in (scan_prefix's fn). */
 int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud);
-/* Session records the same way: dx__lm_kept_sess gives the kept bytes of `sid`'s record
-** (1, v set), DX_ENOTFOUND when the batch deleted it, 0 when none is kept (read the store);
+/* Session records the same way: dx__lm_kept_sess gives `sid`'s kept record (1, *rec set: the
+** batch's own, decoded), DX_ENOTFOUND when the batch deleted it, 0 when none is kept (read the
+** store); dx__lm_kept_sess_rec the same, NULL unless kept: a direct method may change its
+** times and users in place (sessions.c), counting that as a write (se->batch_writes);
 ** dx__lm_keep_sess keeps `row` (NULL: deleted) and returns 1, or 0 outside a batch's direct
 ** method (write it), or an error. */
-int dx__lm_kept_sess(tx_t *t, const char *sid, MDB_val *v);
-int dx__lm_keep_sess(tx_t *t, const char *sid, const void *row);
+int dx__lm_kept_sess(tx_t *t, const char *sid, sess_rec_t **rec);
+sess_rec_t *dx__lm_kept_sess_rec(tx_t *t, const char *sid);
+int dx__lm_keep_sess(tx_t *t, const char *sid, const sess_rec_t *row);
 /* Write the kept summaries and records in t's txn (dx__lm_pend_flush; it drops them). */
 int dx__lm_sq_write(tx_t *t);
 void dx__lm_sq_drop(shared_env_t *se);

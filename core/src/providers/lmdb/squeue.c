@@ -17,9 +17,11 @@
 ** (dx__lm_sq_write puts the net one back), so the stored walk meets no stale head to look up,
 ** and the kept heads stay sorted as they change (shared_env_t.kh), so nothing is sorted. A batch that fails part way is spoiled as a whole (se->batch_writes counts a kept
 ** change as a write), so what a commit stores is what writing at once would have stored.
-** Session records (sessions) are kept the same way, as the bytes dx__lm_sess_put would have
-** stored: a step writes its session's record twice (the ack notes the activity, the fetch
-** renews the lease) and reads it twice.
+** Session records (sessions) are kept the same way: a step writes its session's record twice
+** (the ack notes the activity, the fetch renews the lease) and reads it twice. They are kept
+** decoded (as decoding what dx__lm_sess_put would have stored gives them), packed once by
+** dx__lm_sq_write, so those two changes can be made in place (dx__lm_kept_sess_rec) without a
+** decode, copies of the strings and a packing pass each.
 */
 #include "lmdb_int.h"
 
@@ -28,9 +30,8 @@ struct lm_sq_s {
   int q_kept;        /* the queue summary is kept: */
   sess_queue_t disk; /* as stored (found 0: no record; found: its head left sess_heads) */
   sess_queue_t now;  /* as the batch left it */
-  int rec_kept;      /* the session record is kept: 1 as rec/rec_n, -1 deleted */
-  unsigned char *rec;
-  size_t rec_n, rec_cap;
+  int rec_kept;      /* the session record is kept: 1 as rec, -1 deleted */
+  sess_rec_t rec;    /* owned strings (owner "" when unowned, users never NULL) */
 };
 
 /* A kept head: se->sq[ix].now of a kept summary with a row (sq entries stay where they are
@@ -63,7 +64,7 @@ void dx__lm_sq_drop(shared_env_t *se) {
   if (!se->sq_n) return;
   for (i = 0; i < se->sq_n; i++) {
     free(se->sq[i].sid);
-    free(se->sq[i].rec);
+    dx__lm_sess_clear(&se->sq[i].rec);
   }
   se->sq_n = se->kh_n = 0;
   dx__lm_strix_clear(&se->sq_ix);
@@ -122,7 +123,7 @@ int dx__lm_sq_write(tx_t *t) {
     if (e->q_kept) rc = squeue_write(t, e->sid, &e->disk, &e->now, 1);
     if (rc || !e->rec_kept) continue;
     key_inst(&k, e->sid);
-    rc = e->rec_kept > 0 ? dx__lm_db_put(t, DB_SESSIONS, &k, e->rec, e->rec_n, 0)
+    rc = e->rec_kept > 0 ? dx__lm_rec_put(t, &dx__lm_sess_schema, &k, &e->rec)
                          : dx__lm_db_del(t, DB_SESSIONS, &k);
   }
   return rc;
@@ -139,18 +140,40 @@ int dx__lm_squeue_get(tx_t *t, const char *sid, sess_queue_t *q) {
 
 /* {===== session records =====} */
 
-int dx__lm_kept_sess(tx_t *t, const char *sid, MDB_val *v) {
-  const lm_sq_t *e;
+int dx__lm_kept_sess(tx_t *t, const char *sid, sess_rec_t **rec) {
+  lm_sq_t *e;
   if (!t->direct || !(e = sq_find(t->se, sid)) || !e->rec_kept) return 0;
   if (e->rec_kept < 0) return DX_ENOTFOUND;
-  v->mv_data = e->rec;
-  v->mv_size = e->rec_n;
+  *rec = &e->rec;
   return 1;
 }
 
-int dx__lm_keep_sess(tx_t *t, const char *sid, const void *row) {
+sess_rec_t *dx__lm_kept_sess_rec(tx_t *t, const char *sid) {
+  sess_rec_t *r;
+  return dx__lm_kept_sess(t, sid, &r) > 0 ? r : NULL;
+}
+
+/* *dst (owned; NULL for src NULL) = src's n bytes and a NUL; n: *dn, or strlen when dn is
+** NULL. A put usually leaves owner, prev and users as they were: kept without a copy. */
+static int kept_bytes(char **dst, size_t *dn, const char *src, size_t n) {
+  char *b;
+  if (!src) {
+    free(*dst);
+    *dst = NULL;
+    return 0;
+  }
+  if (*dst && (dn ? *dn : strlen(*dst)) == n && memcmp(*dst, src, n) == 0) return 0;
+  if (!(b = malloc(n + 1))) return DX_ENOMEM;
+  memcpy(b, src, n);
+  b[n] = 0;
+  free(*dst);
+  *dst = b;
+  if (dn) *dn = n;
+  return 0;
+}
+
+int dx__lm_keep_sess(tx_t *t, const char *sid, const sess_rec_t *row) {
   lm_sq_t *e;
-  size_t n;
   if (!t->direct) return 0;
   if (!(e = sq_find(t->se, sid)) && !(e = sq_add(t, sid))) return dx__lm_nomem(t->err);
   t->se->batch_writes++; /* a failure after this spoils the batch, as after a write */
@@ -158,14 +181,15 @@ int dx__lm_keep_sess(tx_t *t, const char *sid, const void *row) {
     e->rec_kept = -1;
     return 1;
   }
-  n = dx__lm_rec_bound(&dx__lm_sess_schema, row); /* room for it: one packing pass */
-  if (n > e->rec_cap) {
-    unsigned char *b = realloc(e->rec, n);
-    if (!b) return dx__lm_nomem(t->err);
-    e->rec = b;
-    e->rec_cap = n;
-  }
-  e->rec_n = dx__lm_rec_pack(&dx__lm_sess_schema, row, e->rec);
+  /* as decoding the packed row gives it: strings copied, an unset bin empty */
+  if (kept_bytes(&e->rec.owner, NULL, row->owner, row->owner ? strlen(row->owner) : 0) ||
+      kept_bytes(&e->rec.prev, NULL, row->prev, row->prev ? strlen(row->prev) : 0) ||
+      kept_bytes(&e->rec.users, &e->rec.users_len, row->users ? row->users : "",
+                 row->users_len))
+    return dx__lm_nomem(t->err);
+  e->rec.locked_until = row->locked_until;
+  e->rec.last_activity = row->last_activity;
+  e->rec.epoch = row->epoch;
   e->rec_kept = 1;
   return 1;
 }

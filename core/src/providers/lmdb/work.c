@@ -753,7 +753,15 @@ static int sess_take(tx_t *t, const work_cand_t *c, const work_row_t *row, int64
                      const dx_session_cfg_t *cfg, dx_work_fetch_t *out, uint64_t *epoch) {
   sess_rec_t old, nw;
   char *users = NULL;
-  int rc = dx__lm_sess_get(t, c->sid, &old), found = rc == 0;
+  sess_rec_t *kr = c->kind == WC_CLAIM ? NULL : dx__lm_kept_sess_rec(t, c->sid);
+  int rc, found;
+  if (kr && dx__lm_sess_owner_is(kr, cfg->worker_id)) { /* its owner's next fetch in the batch */
+    *epoch = kr->epoch;
+    return dx__lm_sess_kept_fetch(t, kr, now, sat_add(now, cfg->session_lock_ms), row->instance,
+                                  row->exec);
+  }
+  rc = dx__lm_sess_get(t, c->sid, &old);
+  found = rc == 0;
   if (rc && rc != DX_ENOTFOUND) return rc;
   rc = 0;
   nw = old; /* shares old's strings */
@@ -786,9 +794,13 @@ static int sess_take(tx_t *t, const work_cand_t *c, const work_row_t *row, int64
 ** Passed, work flowed through the session: last_activity = now (one read of the session row
 ** for both). */
 static int row_check_epoch(tx_t *t, const work_row_t *r, int64_t now) {
-  sess_rec_t s, nw;
+  sess_rec_t s, nw, *kr;
   int rc;
   if (!r->session_id) return 0;
+  if ((kr = dx__lm_kept_sess_rec(t, r->session_id)) && kr->epoch == r->sess_epoch) {
+    dx__lm_sess_kept_touch(t, kr, now); /* kept in the batch: in place */
+    return 0;
+  }
   rc = dx__lm_sess_get(t, r->session_id, &s);
   if (rc == DX_ENOTFOUND)
     return dx_error_set(t->err, DX_ELOCK, "session '%s' of worker item %llu no longer exists",
