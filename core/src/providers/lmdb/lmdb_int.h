@@ -196,6 +196,10 @@ typedef struct shared_env_s {
   int64_t cap_now;
   uint32_t cap_live;
   char cap_worker[DX_MAX_SESSION_ID_BYTES + 1];
+  /* No lease counted in cap_live ends before this (nor did one left out end after cap_now):
+  ** the count holds for any time in [cap_now, cap_until), so a fetch a millisecond later does
+  ** not count again. */
+  int64_t cap_until;
   /* Plain worker rows direct methods queued in the open batch and not written yet (work.c
   ** "rows queued in the batch"): pend[pend_first..pend_n) minus taken ones (seq 0). */
   struct work_row_s *pend;
@@ -917,13 +921,14 @@ void dx__lm_kmsg_drop(shared_env_t *se);
 /* Write a new row with its index entries (not its session's summary). */
 int dx__lm_row_store(tx_t *t, const work_row_t *r);
 /* srows.c: session rows kept in the open batch. dx__lm_srow_set: row_set's change kept in
-** memory (1), not (0: write it) or an error; _get: 1 with an owned copy of a kept row, 0 or an
+** memory (1), not (0: write it) or an error; an insert with `taken` set moves nw's strings into
+** the kept row instead of copying them (*taken = 1: the caller forgets them); _get: 1 with an owned copy of a kept row, 0 or an
 ** error; _head: lower q to the earliest kept row of sid; _seqs: append the kept rows of sid
 ** to l; _held: seq is a kept row; _write:
 ** write them all (t: the batch txn) and drop them; _flush: the same from a direct method that
 ** walks sess_items or work_ident; _drop: forget them (the batch ended). */
 typedef struct lm_srow_s lm_srow_t;
-int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw);
+int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw, int *taken);
 int dx__lm_srow_get(tx_t *t, uint64_t seq, work_row_t *r);
 void dx__lm_srow_head(shared_env_t *se, const char *sid, sess_queue_t *q);
 int dx__lm_srow_seqs(tx_t *t, const char *sid, seq_list_t *l);

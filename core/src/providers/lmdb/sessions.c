@@ -171,8 +171,10 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
   dkey_t k;
   int rc;
   shared_env_t *se = t->se;
-  if (se->cap_valid) /* the batch's live count of one worker (work.c claim_room) */
+  if (se->cap_valid) { /* the batch's live count of one worker (work.c claim_room) */
     se->cap_live += (uint32_t)(cap_counts(se, nw) - cap_counts(se, old));
+    if (cap_counts(se, nw) && nw->locked_until < se->cap_until) se->cap_until = nw->locked_until;
+  }
   if (se->own_valid && !same && ((old && dx__lm_sess_owner_is(old, se->own_worker)) ||
                                  (nw && dx__lm_sess_owner_is(nw, se->own_worker))))
     own_forget(se); /* the batch's copy of that worker's sessions is out of date */
@@ -210,7 +212,10 @@ int dx__lm_sess_kept_fetch(tx_t *t, sess_rec_t *kr, int64_t now, int64_t until,
   se->batch_writes++; /* a kept change: as after a write */
   kr->last_activity = now;
   if (kr->locked_until < until) kr->locked_until = until;
-  if (se->cap_valid) se->cap_live += (uint32_t)(cap_counts(se, kr) - before);
+  if (se->cap_valid) { /* as in dx__lm_sess_put */
+    se->cap_live += (uint32_t)(cap_counts(se, kr) - before);
+    if (cap_counts(se, kr) && kr->locked_until < se->cap_until) se->cap_until = kr->locked_until;
+  }
   if (inst && !users_last_is(kr, inst, exec)) {
     char *old = kr->users, *blob;
     int rc = dx__lm_sess_add_user(t, kr, inst, exec, &blob); /* kr->users = blob, or unchanged */

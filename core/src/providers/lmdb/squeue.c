@@ -254,9 +254,10 @@ int dx__lm_squeue_update(tx_t *t, const char *sid, int delta, const uint64_t *go
   sess_queue_t q, nw;
   dkey_t pre;
   MDB_val head;
-  lm_sq_t *e;
+  lm_sq_t *e = t->direct ? sq_find(t->se, sid) : NULL; /* (nothing below adds to se->sq) */
   int rc;
-  if ((rc = dx__lm_squeue_get(t, sid, &q))) return rc;
+  if (e && e->q_kept) q = e->now; /* dx__lm_squeue_get, with the entry at hand */
+  else if ((rc = squeue_read(t, sid, &q))) return rc;
   memset(&nw, 0, sizeof nw);
   if (q.found && !(gone && gone[0] == q.due && gone[1] == q.seq)) {
     nw.found = 1; /* the head stays, unless the row that came is earlier */
@@ -298,7 +299,7 @@ int dx__lm_squeue_update(tx_t *t, const char *sid, int delta, const uint64_t *go
     return 0;
   dx__lm_own_moved(t->se, sid, nw.found, nw.due, nw.seq);
   if (!t->direct) return squeue_write(t, sid, &q, &nw, 0);
-  if (!(e = sq_find(t->se, sid)) && !(e = sq_add(t, sid))) return dx__lm_nomem(t->err);
+  if (!e && !(e = sq_add(t, sid))) return dx__lm_nomem(t->err);
   t->se->batch_writes++; /* a failure after this spoils the batch, as after a write */
   if (!e->q_kept) { /* q was read from the store: its head leaves sess_heads (see above) */
     e->q_kept = 1;

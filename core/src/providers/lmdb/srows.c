@@ -66,8 +66,9 @@ int dx__lm_srow_get(tx_t *t, uint64_t seq, work_row_t *r) {
   return (rc = row_copy(t, &e->r, r)) ? rc : 1;
 }
 
-/* Keep new row nw: 1, 0 (not kept: written at once) or an error. */
-static int srow_add(tx_t *t, const work_row_t *nw) {
+/* Keep new row nw (its strings moved when taken is set): 1, 0 (not kept: written at once) or
+** an error. */
+static int srow_add(tx_t *t, const work_row_t *nw, int *taken) {
   shared_env_t *se = t->se;
   lm_srow_t *v;
   int rc;
@@ -78,7 +79,12 @@ static int srow_add(tx_t *t, const work_row_t *nw) {
     return dx__lm_nomem(t->err);
   se->srow = v;
   v = &se->srow[se->srow_n];
-  if ((rc = row_copy(t, nw, &v->r))) return rc;
+  if (taken) { /* the caller forgets them */
+    v->r = *nw;
+    *taken = 1;
+  } else if ((rc = row_copy(t, nw, &v->r))) {
+    return rc;
+  }
   v->seq = nw->seq;
   v->live = 1;
   v->sh = dx__lm_str_hash(nw->session_id);
@@ -87,13 +93,13 @@ static int srow_add(tx_t *t, const work_row_t *nw) {
   return 1;
 }
 
-int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
+int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw, int *taken) {
   shared_env_t *se = t->se;
   lm_srow_t *e;
   int rc;
   if (!t->direct || !(old ? old->session_id : nw->session_id)) return 0;
   if (!old) {
-    if ((rc = srow_add(t, nw)) > 0) se->batch_writes++; /* a failure after this spoils */
+    if ((rc = srow_add(t, nw, taken)) > 0) se->batch_writes++; /* a failure after this spoils */
     return rc;
   }
   if (!(e = srow_find(se, old->seq))) return 0; /* a stored row */

@@ -66,13 +66,14 @@ int dx__lm_row_store(tx_t *t, const work_row_t *r) {
 }
 
 /* Replace row `old` (NULL: insert) by `nw` (NULL: delete), keeping every index in step. A
-** session row queued in the open batch changes in memory (srows.c). */
-static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
+** session row queued in the open batch changes in memory (srows.c); an insert with `taken` set
+** may move nw's strings there (*taken = 1: they stay valid, the caller forgets them). */
+static int row_put(tx_t *t, const work_row_t *old, const work_row_t *nw, int *taken) {
   const char *sid = old ? old->session_id : nw->session_id;
   dkey_t k;
   int rc = 0;
   dx__lm_row_kept_forget(t, old ? old->seq : nw->seq);
-  if ((rc = dx__lm_srow_set(t, old, nw)) < 0) return rc;
+  if ((rc = dx__lm_srow_set(t, old, nw, old ? NULL : taken)) < 0) return rc;
   if (rc) {
     rc = 0;
   } else {
@@ -94,6 +95,10 @@ static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
     return dx__lm_squeue_update(t, sid, (nw != NULL) - (old != NULL), old ? gone : NULL,
                                 nw ? came : NULL);
   }
+}
+
+static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
+  return row_put(t, old, nw, NULL);
 }
 
 /* FIFO: earlier due time first, then older row. */
@@ -211,8 +216,13 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
     return dx__lm_nomem(t->err);
   }
   rc = dx__lm_next_seq(t, &r.seq);
-  if (!rc && t->direct && !r.session_id) rc = pend_add(t, &r);
-  else if (!rc && !(rc = row_set(t, NULL, &r))) dx__lm_row_keep(t, &r); /* for its fetch */
+  if (!rc && t->direct && !r.session_id) {
+    rc = pend_add(t, &r);
+  } else if (!rc) {
+    int taken = 0; /* kept in the batch with r's strings (srows.c) */
+    if (!(rc = row_put(t, NULL, &r, &taken)) && !taken) dx__lm_row_keep(t, &r); /* for its fetch */
+    if (taken) memset(&r, 0, sizeof r);
+  }
   dx__lm_row_clear(&r);
   return rc;
 }
@@ -362,6 +372,7 @@ typedef struct {
   size_t prefix_n;
   int64_t now;
   uint32_t live;   /* owned sessions with a live lease */
+  int64_t until;   /* owned_count: the earliest of their leases' ends */
   uint32_t stop;   /* stop counting here (0: count all and collect idle) */
   str_list_t idle; /* live ones without rows: they may have ended */
   const dx_session_cfg_t *cfg;
@@ -414,6 +425,7 @@ static int owned_count(tx_t *t, owned_scan_t *o, int *done) {
   size_t i, n;
   int rc;
   *done = 0;
+  o->until = INT64_MAX;
   if ((rc = dx__lm_sess_owned_heads(t, o->worker, &own, &n)) || !own) return rc;
   for (i = 0; i < n; i++) {
     sess_rec_t r;
@@ -423,6 +435,7 @@ static int owned_count(tx_t *t, owned_scan_t *o, int *done) {
     live = r.locked_until > o->now;
     if (!live) continue;
     o->live++;
+    if (r.locked_until < o->until) o->until = r.locked_until;
     if (!own[i].found && !dx__session_declined(o->cfg, own[i].sid) &&
         dx__lm_strs_push(&o->idle, own[i].sid))
       return dx__lm_nomem(t->err);
@@ -444,7 +457,8 @@ static int claim_room(tx_t *t, const dx_session_cfg_t *cfg, int64_t now, int *ro
   o.cfg = cfg;
   o.stop = cfg->max_sessions;
   *room = 0;
-  if (se->cap_valid && se->cap_now == now && strcmp(se->cap_worker, cfg->worker_id) == 0) {
+  if (se->cap_valid && se->cap_now <= now && now < se->cap_until &&
+      strcmp(se->cap_worker, cfg->worker_id) == 0) {
     o.live = se->cap_live; /* counted earlier in this batch, kept up to date since */
   } else if ((rc = owned_count(t, &o, &counted))) {
     goto done;
@@ -452,6 +466,7 @@ static int claim_room(tx_t *t, const dx_session_cfg_t *cfg, int64_t now, int *ro
     snprintf(se->cap_worker, sizeof se->cap_worker, "%s", cfg->worker_id);
     se->cap_now = now;
     se->cap_live = o.live;
+    se->cap_until = o.until;
     se->cap_valid = 1;
   } else if ((rc = owned_scan(t, &o))) {
     return rc;
