@@ -66,6 +66,28 @@ int dx__lm_srow_get(tx_t *t, uint64_t seq, work_row_t *r) {
   return (rc = row_copy(t, &e->r, r)) ? rc : 1;
 }
 
+/* A fetch reads the row it locks, and an ack the row it deletes: without a copy of its strings
+** each time (the borrow is told by its session id: the kept row's own pointer). */
+int dx__lm_srow_peek(tx_t *t, uint64_t seq, work_row_t *r) {
+  lm_srow_t *e;
+  if (!t->direct || !(e = srow_find(t->se, seq))) {
+    memset(r, 0, sizeof *r);
+    return 0;
+  }
+  *r = e->r;
+  return 1;
+}
+
+int dx__lm_srow_borrows(shared_env_t *se, const work_row_t *r) {
+  const lm_srow_t *e = r->session_id ? srow_find(se, r->seq) : NULL;
+  return e && e->r.session_id == r->session_id;
+}
+
+void dx__lm_srow_release(shared_env_t *se, work_row_t *r) {
+  if (dx__lm_srow_borrows(se, r)) memset(r, 0, sizeof *r);
+  dx__lm_row_clear(r);
+}
+
 /* Keep new row nw (its strings moved when taken is set): 1, 0 (not kept: written at once) or
 ** an error. */
 static int srow_add(tx_t *t, const work_row_t *nw, int *taken) {
@@ -105,7 +127,8 @@ int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw, int *t
   if (!(e = srow_find(se, old->seq))) return 0; /* a stored row */
   se->batch_writes++;
   if (!nw) {
-    dx__lm_row_clear(&e->r);
+    if (old->session_id == e->r.session_id) memset(&e->r, 0, sizeof e->r); /* old's now */
+    else dx__lm_row_clear(&e->r);
     e->live = 0;
     se->srow_live--;
     return 1;

@@ -309,16 +309,17 @@ int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_can
 ** reading it again (the pick writes nothing, so it is still the stored row). */
 static int sess_tag_ok(tx_t *t, const dx_fetch_filter_t *f, uint64_t seq, int *ok) {
   work_row_t r;
-  int rc = dx__lm_row_get(t, seq, &r);
+  /* a row kept in the batch is read in place: the memo borrows its strings (srows.c) */
+  int rc = dx__lm_srow_peek(t, seq, &r) ? 0 : dx__lm_row_get(t, seq, &r);
   *ok = 0;
   if (rc == DX_ENOTFOUND) return 0;
   if (rc) return rc;
   *ok = dx_fetch_filter_accepts_tag(f, r.tag);
   if (t->memo) {
-    dx__lm_row_clear(t->memo);
-    *t->memo = r; /* takes r's strings */
+    dx__lm_srow_release(t->se, t->memo);
+    *t->memo = r; /* takes (or borrows) r's strings */
   } else {
-    dx__lm_row_clear(&r);
+    dx__lm_srow_release(t->se, &r);
   }
   return 0;
 }
@@ -902,9 +903,9 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   if (rc) return rc;
   rc = row_item(t, &old, out);
   if (!rc && c->kind == WC_CLAIM && out->item.kind == DX_WI_SESSION_CLOSE) {
-    rc = close_unheld(t, &old);
+    rc = close_unheld(t, &old); /* (its delete hands a borrowed row's strings to old) */
     fetch_reset(out);
-    dx__lm_row_clear(&old);
+    dx__lm_srow_release(t->se, &old);
     return rc;
   }
   /* A claim starts a new ownership epoch: rows of the session still locked were locked by an
@@ -921,11 +922,12 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   }
   if (rc) {
     fetch_reset(out);
-    dx__lm_row_clear(&old); /* nw shares old's strings */
+    dx__lm_srow_release(t->se, &old); /* nw shares old's strings */
     return rc;
   }
   out->lock_token = nw.token;
   out->attempt_count = (uint32_t)nw.attempt;
+  if (dx__lm_srow_borrows(t->se, &nw)) memset(&nw, 0, sizeof nw); /* the kept row's */
   dx__lm_row_keep(t, &nw); /* takes the strings nw shares with old */
   return 0;
 }
@@ -962,10 +964,10 @@ static int work_fetch(tx_t *t, lm_t *lm, int sweep, int locks, int64_t now, int6
   for (;;) { /* a round only repeats after removing a stray index entry or a close item */
     if ((rc = work_pick(t, lm, now, cfg, &c)) || !c.found) break;
     if ((rc = work_lock(t, lm, &c, now, lock_ms, cfg, out)) || out->item.kind) break;
-    dx__lm_row_clear(&memo); /* the round wrote: a next pick reads afresh */
+    dx__lm_srow_release(t->se, &memo); /* the round wrote: a next pick reads afresh */
   }
   t->memo = NULL;
-  dx__lm_row_clear(&memo);
+  dx__lm_srow_release(t->se, &memo);
   return rc;
 }
 
@@ -1025,12 +1027,17 @@ int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
 
 static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion) {
   work_row_t r;
-  int rc = row_by_token(t, token, &r);
+  int rc = 0;
+  /* a row kept in the batch is read in place; its delete hands its strings to r (srows.c) */
+  if (!dx__lm_srow_peek(t, token >> LM_TOKEN_GEN_BITS, &r) || r.token != token) {
+    memset(&r, 0, sizeof r); /* (borrowed, if anything: not freed) */
+    rc = row_by_token(t, token, &r);
+  }
   if (t->nested) t->se->batch_wrote = 1; /* an activity's result: its batch is flushed */
   if (!rc) rc = row_check_live(t, &r, now);
   if (!rc) rc = row_check_epoch(t, &r, now);
   if (!rc) rc = row_set(t, &r, NULL);
-  dx__lm_row_clear(&r);
+  dx__lm_srow_release(t->se, &r);
   if (!rc && completion) rc = dx__lm_orch_enqueue(t, completion, now);
   return rc;
 }
