@@ -84,8 +84,10 @@ int dx__lm_srow_borrows(shared_env_t *se, const work_row_t *r) {
 }
 
 void dx__lm_srow_release(shared_env_t *se, work_row_t *r) {
-  if (dx__lm_srow_borrows(se, r)) memset(r, 0, sizeof *r);
-  dx__lm_row_clear(r);
+  if (dx__lm_srow_borrows(se, r) || !(r->session_id || r->instance || r->item || r->tag))
+    memset(r, 0, sizeof *r); /* borrowed, or nothing to free (a memo not filled) */
+  else
+    dx__lm_row_clear(r);
 }
 
 /* Keep new row nw (its strings moved when taken is set): 1, 0 (not kept: written at once) or

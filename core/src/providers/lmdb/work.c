@@ -221,7 +221,7 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   } else if (!rc) {
     int taken = 0; /* kept in the batch with r's strings (srows.c) */
     if (!(rc = row_put(t, NULL, &r, &taken)) && !taken) dx__lm_row_keep(t, &r); /* for its fetch */
-    if (taken) memset(&r, 0, sizeof r);
+    if (taken) return rc; /* r's strings are the kept row's */
   }
   dx__lm_row_clear(&r);
   return rc;
