@@ -20,7 +20,9 @@
 ** have stored, so crash, lease and fencing semantics do not change.
 **
 ** Entries are added in seq order (seqs only grow within a batch), so a lookup by seq is a
-** binary search; a row that leaves stays as a dead entry until the batch ends.
+** binary search; a row that leaves stays as a dead entry until the batch ends. The insert
+** hands its strings over, and the fetch that locks the row and the ack that deletes it read it
+** in place (dx__lm_srow_peek), so a step copies none of them.
 */
 #include "lmdb_int.h"
 
