@@ -242,6 +242,7 @@ typedef struct shared_env_s {
   ** summaries change (squeue.c): the heads walk merges them in without sorting. */
   struct lm_kh_s *kh;
   size_t kh_n, kh_cap;
+  size_t sq_last; /* the entry found last: a step asks for its session several times in a row */
   /* Cursors of the open batch txn, one per DB, for the direct methods' walks (txn.c
   ** dx__lm_cursor; curs_busy: bit db set while a walk uses it). LMDB frees a write txn's
   ** cursors when the txn ends: the batch's end only forgets them. */

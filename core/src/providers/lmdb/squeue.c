@@ -46,8 +46,11 @@ struct lm_kh_s {
 static lm_sq_t *sq_find(shared_env_t *se, const char *sid) {
   size_t at;
   if (!se->sq_n) return NULL;
-  at = dx__lm_strix_find(&se->sq_ix, se->sq, sizeof *se->sq, sid);
-  return at ? &se->sq[at - 1] : NULL;
+  if (se->sq_last < se->sq_n && strcmp(se->sq[se->sq_last].sid, sid) == 0)
+    return &se->sq[se->sq_last];
+  if (!(at = dx__lm_strix_find(&se->sq_ix, se->sq, sizeof *se->sq, sid))) return NULL;
+  se->sq_last = at - 1;
+  return &se->sq[at - 1];
 }
 
 static lm_sq_t *sq_add(tx_t *t, const char *sid) {
@@ -56,6 +59,7 @@ static lm_sq_t *sq_add(tx_t *t, const char *sid) {
   if (!(nv = dx__lm_grow(se->sq, &se->sq_cap, se->sq_n, sizeof *se->sq))) return NULL;
   se->sq = nv;
   if (dx__lm_strix_push(&se->sq_ix, nv, sizeof *nv, se->sq_n, sid)) return NULL;
+  se->sq_last = se->sq_n;
   return &se->sq[se->sq_n++];
 }
 
