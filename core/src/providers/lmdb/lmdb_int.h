@@ -824,10 +824,10 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
 /* Point nw->users at a new blob (caller frees *blob) that lists (inst, exec) once. */
 int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exec, char **blob);
 /* What reading a record the open batch keeps (kr: dx__lm_kept_sess_rec), changing it and
-** dx__lm_sess_put would do, done in place; the owner stays. touch: last_activity = now (an
-** ack that passed fencing). owner_fetch: its owner fetched a row of instance inst (NULL: none)
-** of execution exec: last_activity = now, the lease runs at least until `until`, inst joins
-** the users. */
+** dx__lm_sess_put would do, done in place; the owner stays. _touch: last_activity = now (an
+** ack that passed fencing). _fetch: its owner fetched a row of instance inst (NULL: none) of
+** execution exec: last_activity = now, the lease runs at least until `until`, inst joins the
+** users. */
 void dx__lm_sess_kept_touch(tx_t *t, sess_rec_t *kr, int64_t now);
 int dx__lm_sess_kept_fetch(tx_t *t, sess_rec_t *kr, int64_t now, int64_t until,
                            const char *inst, uint64_t exec);
