@@ -2830,6 +2830,35 @@ DX_TEST(pv_session_capacity_in_one_batch_follows_lapsed_leases) {
   done(p);
 }
 
+/* An owner's fetches and acks inside one batch renew its session's lease and note its activity
+** each time, as they do in batches of their own (LMDB changes the batch's kept copy of the
+** session record in place from the second one on). */
+DX_TEST(pv_session_owner_steps_in_one_batch_renew_and_note_activity) {
+  dx_provider_t *p = fresh();
+  dx_work_fetch_t f;
+  enqueue_work(p, T0, sess_item("I", 1, "s1"));
+  enqueue_work(p, T0, sess_item("I", 2, "s1"));
+  enqueue_work(p, T0, sess_item("J", 3, "s1")); /* another user of the session */
+  take_ack(p, T0, "A", 1); /* A claims s1 */
+  CHECK(M(p)->begin(p, &E));
+  f = sfetch(p, T0 + 20, "A", 10);
+  ASSERT_EQ(f.item.id, 2);
+  CHECK(M(p)->ack_work_item(p, T0 + 30, f.lock_token, NULL, &E));
+  fclear(&f);
+  f = sfetch(p, T0 + 40, "A", 10);
+  ASSERT_EQ(f.item.id, 3);
+  ASSERT_EQ(f.session_claimed, 0);
+  CHECK(M(p)->ack_work_item(p, T0 + 50, f.lock_token, NULL, &E));
+  fclear(&f);
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT_STR_EQ(srow(p, "s1").owner, "A");
+  ASSERT_EQ(srow(p, "s1").locked, T0 + 40 + SLOCK);
+  ASSERT_EQ(srow(p, "s1").last, T0 + 50);
+  ASSERT_EQ(srow(p, "s1").queued, 0);
+  ASSERT_EQ(take(p, T0 + 60, "B", 10, 0), 0); /* still A's */
+  done(p);
+}
+
 /* At capacity a batch's fetches keep seeing its own queue changes: rows queued for, and
 ** acked from, owned sessions inside the batch (LMDB keeps a copy of the owned sessions' queue
 ** heads for the batch; it must follow the batch's writes). */

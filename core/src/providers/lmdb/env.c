@@ -282,6 +282,7 @@ static void env_free(shared_env_t *se) {
   free(se->rpend_ix.idx);
   free(se->sq);
   free(se->sq_ix.idx);
+  free(se->kh);
   free(se->lock_path);
   pthread_mutex_destroy(&se->commit_mu);
   pthread_mutex_destroy(&se->batch_mu);

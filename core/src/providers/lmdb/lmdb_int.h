@@ -196,6 +196,10 @@ typedef struct shared_env_s {
   int64_t cap_now;
   uint32_t cap_live;
   char cap_worker[DX_MAX_SESSION_ID_BYTES + 1];
+  /* No lease counted in cap_live ends before this (nor did one left out end after cap_now):
+  ** the count holds for any time in [cap_now, cap_until), so a fetch a millisecond later does
+  ** not count again. */
+  int64_t cap_until;
   /* Plain worker rows direct methods queued in the open batch and not written yet (work.c
   ** "rows queued in the batch"): pend[pend_first..pend_n) minus taken ones (seq 0). */
   struct work_row_s *pend;
@@ -234,6 +238,11 @@ typedef struct shared_env_s {
   struct lm_sq_s *sq;
   size_t sq_n, sq_cap;
   struct lm_strix_s sq_ix;
+  /* Their heads (kept summaries with a row) in sess_heads key order, kept sorted as the
+  ** summaries change (squeue.c): the heads walk merges them in without sorting. */
+  struct lm_kh_s *kh;
+  size_t kh_n, kh_cap;
+  size_t sq_last; /* the entry found last: a step asks for its session several times in a row */
   /* Cursors of the open batch txn, one per DB, for the direct methods' walks (txn.c
   ** dx__lm_cursor; curs_busy: bit db set while a walk uses it). LMDB frees a write txn's
   ** cursors when the txn ends: the batch's end only forgets them. */
@@ -814,6 +823,14 @@ int dx__lm_sess_times(tx_t *t, const char *sid, sess_rec_t *r);
 int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_rec_t *nw);
 /* Point nw->users at a new blob (caller frees *blob) that lists (inst, exec) once. */
 int dx__lm_sess_add_user(tx_t *t, sess_rec_t *nw, const char *inst, uint64_t exec, char **blob);
+/* What reading a record the open batch keeps (kr: dx__lm_kept_sess_rec), changing it and
+** dx__lm_sess_put would do, done in place; the owner stays. _touch: last_activity = now (an
+** ack that passed fencing). _fetch: its owner fetched a row of instance inst (NULL: none) of
+** execution exec: last_activity = now, the lease runs at least until `until`, inst joins the
+** users. */
+void dx__lm_sess_kept_touch(tx_t *t, sess_rec_t *kr, int64_t now);
+int dx__lm_sess_kept_fetch(tx_t *t, sess_rec_t *kr, int64_t now, int64_t until,
+                           const char *inst, uint64_t exec);
 /* 1 in *ended when the session has no worker rows and every instance that used it has ended
 ** (its execution is no longer running). *alive (may be NULL) receives a blob of the users
 ** still running (caller frees; NULL when none). */
@@ -831,12 +848,15 @@ int dx__lm_squeue_update(tx_t *t, const char *sid, int delta, const uint64_t *go
                          const uint64_t *came);
 /* Every sess_heads entry in key order, the batch's kept heads merged in (scan_prefix's fn). */
 int dx__lm_sess_heads_walk(tx_t *t, scan_fn fn, void *ud);
-/* Session records the same way: dx__lm_kept_sess gives the kept bytes of `sid`'s record
-** (1, v set), DX_ENOTFOUND when the batch deleted it, 0 when none is kept (read the store);
+/* Session records the same way: dx__lm_kept_sess gives `sid`'s kept record (1, *rec set: the
+** batch's own, decoded), DX_ENOTFOUND when the batch deleted it, 0 when none is kept (read the
+** store); dx__lm_kept_sess_rec the same, NULL unless kept: a direct method may change its
+** times and users in place (sessions.c), counting that as a write (se->batch_writes);
 ** dx__lm_keep_sess keeps `row` (NULL: deleted) and returns 1, or 0 outside a batch's direct
 ** method (write it), or an error. */
-int dx__lm_kept_sess(tx_t *t, const char *sid, MDB_val *v);
-int dx__lm_keep_sess(tx_t *t, const char *sid, const void *row);
+int dx__lm_kept_sess(tx_t *t, const char *sid, sess_rec_t **rec);
+sess_rec_t *dx__lm_kept_sess_rec(tx_t *t, const char *sid);
+int dx__lm_keep_sess(tx_t *t, const char *sid, const sess_rec_t *row);
 /* Write the kept summaries and records in t's txn (dx__lm_pend_flush; it drops them). */
 int dx__lm_sq_write(tx_t *t);
 void dx__lm_sq_drop(shared_env_t *se);
@@ -902,14 +922,22 @@ void dx__lm_kmsg_drop(shared_env_t *se);
 /* Write a new row with its index entries (not its session's summary). */
 int dx__lm_row_store(tx_t *t, const work_row_t *r);
 /* srows.c: session rows kept in the open batch. dx__lm_srow_set: row_set's change kept in
-** memory (1), not (0: write it) or an error; _get: 1 with an owned copy of a kept row, 0 or an
-** error; _head: lower q to the earliest kept row of sid; _seqs: append the kept rows of sid
+** memory (1), not (0: write it) or an error; an insert with `taken` set moves nw's strings into
+** the kept row instead of copying them (*taken = 1: the caller forgets them); _get: 1 with an
+** owned copy of a kept row, 0 or an error; _peek: 1 with the kept row as it is, its strings
+** borrowed (else 0, *r zeroed): a delete of that row through it (srow_set with old borrowing)
+** hands them to the borrower instead of freeing them, and _borrows tells whether r still
+** borrows a kept row's strings (then forget them, never free them); _release: clear r, which
+** may borrow; _head: lower q to the earliest kept row of sid; _seqs: append the kept rows of sid
 ** to l; _held: seq is a kept row; _write:
 ** write them all (t: the batch txn) and drop them; _flush: the same from a direct method that
 ** walks sess_items or work_ident; _drop: forget them (the batch ended). */
 typedef struct lm_srow_s lm_srow_t;
-int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw);
+int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw, int *taken);
 int dx__lm_srow_get(tx_t *t, uint64_t seq, work_row_t *r);
+int dx__lm_srow_peek(tx_t *t, uint64_t seq, work_row_t *r);
+int dx__lm_srow_borrows(shared_env_t *se, const work_row_t *r);
+void dx__lm_srow_release(shared_env_t *se, work_row_t *r);
 void dx__lm_srow_head(shared_env_t *se, const char *sid, sess_queue_t *q);
 int dx__lm_srow_seqs(tx_t *t, const char *sid, seq_list_t *l);
 int dx__lm_srow_held(shared_env_t *se, uint64_t seq);

@@ -22,14 +22,34 @@ static int sess_decode(tx_t *t, const lm_schema_t *s, const char *sid, const MDB
   return dx__lm_rec_decode_as(t, s, v, r, &w);
 }
 
+/* *r = the fields schema s reads of kept record k (the time schema's: no strings), as
+** decoding its packed bytes would give them. */
+static int sess_copy(tx_t *t, const lm_schema_t *s, const sess_rec_t *k, sess_rec_t *r) {
+  r->locked_until = k->locked_until;
+  r->last_activity = k->last_activity;
+  r->epoch = k->epoch;
+  if (s == &dx__lm_sess_time_schema) return 0;
+  if ((k->owner && !(r->owner = dx__strdup(k->owner))) ||
+      (k->prev && !(r->prev = dx__strdup(k->prev))) || !(r->users = malloc(k->users_len + 1))) {
+    dx__lm_sess_clear(r);
+    return dx__lm_nomem(t->err);
+  }
+  if (k->users_len) memcpy(r->users, k->users, k->users_len);
+  r->users[k->users_len] = 0;
+  r->users_len = k->users_len;
+  return 0;
+}
+
 static int sess_read(tx_t *t, const lm_schema_t *s, const char *sid, sess_rec_t *r) {
+  sess_rec_t *kr;
   dkey_t k;
   MDB_val v;
   int rc;
   memset(r, 0, sizeof *r);
-  if ((rc = dx__lm_kept_sess(t, sid, &v)) < 0) return rc;
+  if ((rc = dx__lm_kept_sess(t, sid, &kr)) < 0) return rc;
+  if (rc) return sess_copy(t, s, kr, r);
   key_inst(&k, sid);
-  if (!rc && (rc = dx__lm_db_get(t, DB_SESSIONS, &k, &v))) return rc;
+  if ((rc = dx__lm_db_get(t, DB_SESSIONS, &k, &v))) return rc;
   return sess_decode(t, s, sid, &v, r);
 }
 
@@ -151,8 +171,10 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
   dkey_t k;
   int rc;
   shared_env_t *se = t->se;
-  if (se->cap_valid) /* the batch's live count of one worker (work.c claim_room) */
+  if (se->cap_valid) { /* the batch's live count of one worker (work.c claim_room) */
     se->cap_live += (uint32_t)(cap_counts(se, nw) - cap_counts(se, old));
+    if (cap_counts(se, nw) && nw->locked_until < se->cap_until) se->cap_until = nw->locked_until;
+  }
   if (se->own_valid && !same && ((old && dx__lm_sess_owner_is(old, se->own_worker)) ||
                                  (nw && dx__lm_sess_owner_is(nw, se->own_worker))))
     own_forget(se); /* the batch's copy of that worker's sessions is out of date */
@@ -175,7 +197,53 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
   return dx__lm_rec_put(t, &dx__lm_sess_schema, &k, &row);
 }
 
+void dx__lm_sess_kept_touch(tx_t *t, sess_rec_t *kr, int64_t now) {
+  t->se->batch_writes++; /* a kept change: as after a write */
+  kr->last_activity = now;
+}
+
+/* (defined below) */
+static int users_last_is(const sess_rec_t *r, const char *inst, uint64_t exec);
+
+int dx__lm_sess_kept_fetch(tx_t *t, sess_rec_t *kr, int64_t now, int64_t until,
+                           const char *inst, uint64_t exec) {
+  shared_env_t *se = t->se;
+  int before = cap_counts(se, kr); /* the owner stays: only the live count may change */
+  se->batch_writes++; /* a kept change: as after a write */
+  kr->last_activity = now;
+  if (kr->locked_until < until) kr->locked_until = until;
+  if (se->cap_valid) { /* as in dx__lm_sess_put */
+    se->cap_live += (uint32_t)(cap_counts(se, kr) - before);
+    if (cap_counts(se, kr) && kr->locked_until < se->cap_until) se->cap_until = kr->locked_until;
+  }
+  if (inst && !users_last_is(kr, inst, exec)) {
+    char *old = kr->users, *blob;
+    int rc = dx__lm_sess_add_user(t, kr, inst, exec, &blob); /* kr->users = blob, or unchanged */
+    if (rc) return rc;
+    free(old);
+  }
+  return 0;
+}
+
 /* {===== users: the instances that ran activities of a session =====} */
+
+/* 1 when r's users end with (inst, exec) and list inst nowhere else: adding the user again
+** changes nothing. 0 also for a malformed blob (dx__lm_sess_add_user reports it). */
+static int users_last_is(const sess_rec_t *r, const char *inst, uint64_t exec) {
+  const char *b = r->users;
+  size_t off = 0, len = r->users_len, n = strlen(inst);
+  while (off < len) {
+    size_t en;
+    int same;
+    if (len - off < 10) return 0;
+    en = ((size_t)(unsigned char)b[off + 8] << 8) | (unsigned char)b[off + 9];
+    if (len - off - 10 < en) return 0;
+    same = en == n && memcmp(b + off + 10, inst, n) == 0;
+    if (same) return off + 10 + en == len && get_u64(b + off) == exec;
+    off += 10 + en;
+  }
+  return 0;
+}
 
 /* Entries are be64 exec, be16 n, n bytes of instance id. Calls fn for each until it returns
 ** non-zero; a malformed blob is corruption. */

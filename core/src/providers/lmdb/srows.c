@@ -20,7 +20,9 @@
 ** have stored, so crash, lease and fencing semantics do not change.
 **
 ** Entries are added in seq order (seqs only grow within a batch), so a lookup by seq is a
-** binary search; a row that leaves stays as a dead entry until the batch ends.
+** binary search; a row that leaves stays as a dead entry until the batch ends. The insert
+** hands its strings over, and the fetch that locks the row and the ack that deletes it read it
+** in place (dx__lm_srow_peek), so a step copies none of them.
 */
 #include "lmdb_int.h"
 
@@ -66,8 +68,33 @@ int dx__lm_srow_get(tx_t *t, uint64_t seq, work_row_t *r) {
   return (rc = row_copy(t, &e->r, r)) ? rc : 1;
 }
 
-/* Keep new row nw: 1, 0 (not kept: written at once) or an error. */
-static int srow_add(tx_t *t, const work_row_t *nw) {
+/* A fetch reads the row it locks, and an ack the row it deletes: without a copy of its strings
+** each time (the borrow is told by its session id: the kept row's own pointer). */
+int dx__lm_srow_peek(tx_t *t, uint64_t seq, work_row_t *r) {
+  lm_srow_t *e;
+  if (!t->direct || !(e = srow_find(t->se, seq))) {
+    memset(r, 0, sizeof *r);
+    return 0;
+  }
+  *r = e->r;
+  return 1;
+}
+
+int dx__lm_srow_borrows(shared_env_t *se, const work_row_t *r) {
+  const lm_srow_t *e = r->session_id ? srow_find(se, r->seq) : NULL;
+  return e && e->r.session_id == r->session_id;
+}
+
+void dx__lm_srow_release(shared_env_t *se, work_row_t *r) {
+  if (dx__lm_srow_borrows(se, r) || !(r->session_id || r->instance || r->item || r->tag))
+    memset(r, 0, sizeof *r); /* borrowed, or nothing to free (a memo not filled) */
+  else
+    dx__lm_row_clear(r);
+}
+
+/* Keep new row nw (its strings moved when taken is set): 1, 0 (not kept: written at once) or
+** an error. */
+static int srow_add(tx_t *t, const work_row_t *nw, int *taken) {
   shared_env_t *se = t->se;
   lm_srow_t *v;
   int rc;
@@ -78,7 +105,12 @@ static int srow_add(tx_t *t, const work_row_t *nw) {
     return dx__lm_nomem(t->err);
   se->srow = v;
   v = &se->srow[se->srow_n];
-  if ((rc = row_copy(t, nw, &v->r))) return rc;
+  if (taken) { /* the caller forgets them */
+    v->r = *nw;
+    *taken = 1;
+  } else if ((rc = row_copy(t, nw, &v->r))) {
+    return rc;
+  }
   v->seq = nw->seq;
   v->live = 1;
   v->sh = dx__lm_str_hash(nw->session_id);
@@ -87,19 +119,20 @@ static int srow_add(tx_t *t, const work_row_t *nw) {
   return 1;
 }
 
-int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
+int dx__lm_srow_set(tx_t *t, const work_row_t *old, const work_row_t *nw, int *taken) {
   shared_env_t *se = t->se;
   lm_srow_t *e;
   int rc;
   if (!t->direct || !(old ? old->session_id : nw->session_id)) return 0;
   if (!old) {
-    if ((rc = srow_add(t, nw)) > 0) se->batch_writes++; /* a failure after this spoils */
+    if ((rc = srow_add(t, nw, taken)) > 0) se->batch_writes++; /* a failure after this spoils */
     return rc;
   }
   if (!(e = srow_find(se, old->seq))) return 0; /* a stored row */
   se->batch_writes++;
   if (!nw) {
-    dx__lm_row_clear(&e->r);
+    if (old->session_id == e->r.session_id) memset(&e->r, 0, sizeof e->r); /* old's now */
+    else dx__lm_row_clear(&e->r);
     e->live = 0;
     se->srow_live--;
     return 1;

@@ -66,13 +66,14 @@ int dx__lm_row_store(tx_t *t, const work_row_t *r) {
 }
 
 /* Replace row `old` (NULL: insert) by `nw` (NULL: delete), keeping every index in step. A
-** session row queued in the open batch changes in memory (srows.c). */
-static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
+** session row queued in the open batch changes in memory (srows.c); an insert with `taken` set
+** may move nw's strings there (*taken = 1: they stay valid, the caller forgets them). */
+static int row_put(tx_t *t, const work_row_t *old, const work_row_t *nw, int *taken) {
   const char *sid = old ? old->session_id : nw->session_id;
   dkey_t k;
   int rc = 0;
   dx__lm_row_kept_forget(t, old ? old->seq : nw->seq);
-  if ((rc = dx__lm_srow_set(t, old, nw)) < 0) return rc;
+  if ((rc = dx__lm_srow_set(t, old, nw, old ? NULL : taken)) < 0) return rc;
   if (rc) {
     rc = 0;
   } else {
@@ -94,6 +95,10 @@ static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
     return dx__lm_squeue_update(t, sid, (nw != NULL) - (old != NULL), old ? gone : NULL,
                                 nw ? came : NULL);
   }
+}
+
+static int row_set(tx_t *t, const work_row_t *old, const work_row_t *nw) {
+  return row_put(t, old, nw, NULL);
 }
 
 /* FIFO: earlier due time first, then older row. */
@@ -211,8 +216,13 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
     return dx__lm_nomem(t->err);
   }
   rc = dx__lm_next_seq(t, &r.seq);
-  if (!rc && t->direct && !r.session_id) rc = pend_add(t, &r);
-  else if (!rc && !(rc = row_set(t, NULL, &r))) dx__lm_row_keep(t, &r); /* for its fetch */
+  if (!rc && t->direct && !r.session_id) {
+    rc = pend_add(t, &r);
+  } else if (!rc) {
+    int taken = 0; /* kept in the batch with r's strings (srows.c) */
+    if (!(rc = row_put(t, NULL, &r, &taken)) && !taken) dx__lm_row_keep(t, &r); /* for its fetch */
+    if (taken) return rc; /* r's strings are the kept row's */
+  }
   dx__lm_row_clear(&r);
   return rc;
 }
@@ -299,16 +309,17 @@ int dx__lm_work_heads(tx_t *t, const dx_fetch_filter_t *f, int64_t now, work_can
 ** reading it again (the pick writes nothing, so it is still the stored row). */
 static int sess_tag_ok(tx_t *t, const dx_fetch_filter_t *f, uint64_t seq, int *ok) {
   work_row_t r;
-  int rc = dx__lm_row_get(t, seq, &r);
+  /* a row kept in the batch is read in place: the memo borrows its strings (srows.c) */
+  int rc = dx__lm_srow_peek(t, seq, &r) ? 0 : dx__lm_row_get(t, seq, &r);
   *ok = 0;
   if (rc == DX_ENOTFOUND) return 0;
   if (rc) return rc;
   *ok = dx_fetch_filter_accepts_tag(f, r.tag);
   if (t->memo) {
-    dx__lm_row_clear(t->memo);
-    *t->memo = r; /* takes r's strings */
+    dx__lm_srow_release(t->se, t->memo);
+    *t->memo = r; /* takes (or borrows) r's strings */
   } else {
-    dx__lm_row_clear(&r);
+    dx__lm_srow_release(t->se, &r);
   }
   return 0;
 }
@@ -362,6 +373,7 @@ typedef struct {
   size_t prefix_n;
   int64_t now;
   uint32_t live;   /* owned sessions with a live lease */
+  int64_t until;   /* owned_count: the earliest of their leases' ends */
   uint32_t stop;   /* stop counting here (0: count all and collect idle) */
   str_list_t idle; /* live ones without rows: they may have ended */
   const dx_session_cfg_t *cfg;
@@ -414,6 +426,7 @@ static int owned_count(tx_t *t, owned_scan_t *o, int *done) {
   size_t i, n;
   int rc;
   *done = 0;
+  o->until = INT64_MAX;
   if ((rc = dx__lm_sess_owned_heads(t, o->worker, &own, &n)) || !own) return rc;
   for (i = 0; i < n; i++) {
     sess_rec_t r;
@@ -423,6 +436,7 @@ static int owned_count(tx_t *t, owned_scan_t *o, int *done) {
     live = r.locked_until > o->now;
     if (!live) continue;
     o->live++;
+    if (r.locked_until < o->until) o->until = r.locked_until;
     if (!own[i].found && !dx__session_declined(o->cfg, own[i].sid) &&
         dx__lm_strs_push(&o->idle, own[i].sid))
       return dx__lm_nomem(t->err);
@@ -444,7 +458,8 @@ static int claim_room(tx_t *t, const dx_session_cfg_t *cfg, int64_t now, int *ro
   o.cfg = cfg;
   o.stop = cfg->max_sessions;
   *room = 0;
-  if (se->cap_valid && se->cap_now == now && strcmp(se->cap_worker, cfg->worker_id) == 0) {
+  if (se->cap_valid && se->cap_now <= now && now < se->cap_until &&
+      strcmp(se->cap_worker, cfg->worker_id) == 0) {
     o.live = se->cap_live; /* counted earlier in this batch, kept up to date since */
   } else if ((rc = owned_count(t, &o, &counted))) {
     goto done;
@@ -452,6 +467,7 @@ static int claim_room(tx_t *t, const dx_session_cfg_t *cfg, int64_t now, int *ro
     snprintf(se->cap_worker, sizeof se->cap_worker, "%s", cfg->worker_id);
     se->cap_now = now;
     se->cap_live = o.live;
+    se->cap_until = o.until;
     se->cap_valid = 1;
   } else if ((rc = owned_scan(t, &o))) {
     return rc;
@@ -753,7 +769,15 @@ static int sess_take(tx_t *t, const work_cand_t *c, const work_row_t *row, int64
                      const dx_session_cfg_t *cfg, dx_work_fetch_t *out, uint64_t *epoch) {
   sess_rec_t old, nw;
   char *users = NULL;
-  int rc = dx__lm_sess_get(t, c->sid, &old), found = rc == 0;
+  sess_rec_t *kr = c->kind == WC_CLAIM ? NULL : dx__lm_kept_sess_rec(t, c->sid);
+  int rc, found;
+  if (kr && dx__lm_sess_owner_is(kr, cfg->worker_id)) { /* its owner's next fetch in the batch */
+    *epoch = kr->epoch;
+    return dx__lm_sess_kept_fetch(t, kr, now, sat_add(now, cfg->session_lock_ms), row->instance,
+                                  row->exec);
+  }
+  rc = dx__lm_sess_get(t, c->sid, &old);
+  found = rc == 0;
   if (rc && rc != DX_ENOTFOUND) return rc;
   rc = 0;
   nw = old; /* shares old's strings */
@@ -786,9 +810,13 @@ static int sess_take(tx_t *t, const work_cand_t *c, const work_row_t *row, int64
 ** Passed, work flowed through the session: last_activity = now (one read of the session row
 ** for both). */
 static int row_check_epoch(tx_t *t, const work_row_t *r, int64_t now) {
-  sess_rec_t s, nw;
+  sess_rec_t s, nw, *kr;
   int rc;
   if (!r->session_id) return 0;
+  if ((kr = dx__lm_kept_sess_rec(t, r->session_id)) && kr->epoch == r->sess_epoch) {
+    dx__lm_sess_kept_touch(t, kr, now); /* kept in the batch: in place */
+    return 0;
+  }
   rc = dx__lm_sess_get(t, r->session_id, &s);
   if (rc == DX_ENOTFOUND)
     return dx_error_set(t->err, DX_ELOCK, "session '%s' of worker item %llu no longer exists",
@@ -875,9 +903,9 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   if (rc) return rc;
   rc = row_item(t, &old, out);
   if (!rc && c->kind == WC_CLAIM && out->item.kind == DX_WI_SESSION_CLOSE) {
-    rc = close_unheld(t, &old);
+    rc = close_unheld(t, &old); /* (its delete hands a borrowed row's strings to old) */
     fetch_reset(out);
-    dx__lm_row_clear(&old);
+    dx__lm_srow_release(t->se, &old);
     return rc;
   }
   /* A claim starts a new ownership epoch: rows of the session still locked were locked by an
@@ -894,11 +922,12 @@ static int work_lock(tx_t *t, lm_t *lm, const work_cand_t *c, int64_t now, int64
   }
   if (rc) {
     fetch_reset(out);
-    dx__lm_row_clear(&old); /* nw shares old's strings */
+    dx__lm_srow_release(t->se, &old); /* nw shares old's strings */
     return rc;
   }
   out->lock_token = nw.token;
   out->attempt_count = (uint32_t)nw.attempt;
+  if (dx__lm_srow_borrows(t->se, &nw)) memset(&nw, 0, sizeof nw); /* the kept row's */
   dx__lm_row_keep(t, &nw); /* takes the strings nw shares with old */
   return 0;
 }
@@ -935,10 +964,10 @@ static int work_fetch(tx_t *t, lm_t *lm, int sweep, int locks, int64_t now, int6
   for (;;) { /* a round only repeats after removing a stray index entry or a close item */
     if ((rc = work_pick(t, lm, now, cfg, &c)) || !c.found) break;
     if ((rc = work_lock(t, lm, &c, now, lock_ms, cfg, out)) || out->item.kind) break;
-    dx__lm_row_clear(&memo); /* the round wrote: a next pick reads afresh */
+    dx__lm_srow_release(t->se, &memo); /* the round wrote: a next pick reads afresh */
   }
   t->memo = NULL;
-  dx__lm_row_clear(&memo);
+  dx__lm_srow_release(t->se, &memo);
   return rc;
 }
 
@@ -998,12 +1027,17 @@ int dx__lm_fetch_work(dx_provider_t *pp, int64_t now, int64_t lock_ms,
 
 static int work_ack(tx_t *t, int64_t now, uint64_t token, const dx_work_item_t *completion) {
   work_row_t r;
-  int rc = row_by_token(t, token, &r);
+  int rc = 0;
+  /* a row kept in the batch is read in place; its delete hands its strings to r (srows.c) */
+  if (!dx__lm_srow_peek(t, token >> LM_TOKEN_GEN_BITS, &r) || r.token != token) {
+    memset(&r, 0, sizeof r); /* (borrowed, if anything: not freed) */
+    rc = row_by_token(t, token, &r);
+  }
   if (t->nested) t->se->batch_wrote = 1; /* an activity's result: its batch is flushed */
   if (!rc) rc = row_check_live(t, &r, now);
   if (!rc) rc = row_check_epoch(t, &r, now);
   if (!rc) rc = row_set(t, &r, NULL);
-  dx__lm_row_clear(&r);
+  dx__lm_srow_release(t->se, &r);
   if (!rc && completion) rc = dx__lm_orch_enqueue(t, completion, now);
   return rc;
 }
