@@ -99,6 +99,42 @@ describe("duroxide.testing, a first spec", function()
   end)
 end)
 
+describe("duroxide.testing, registrations per env", function()
+  -- the worker keeps the activity function it looked up last: an env's end (its registrations
+  -- restored) and its call recorders must not leave that function in use for the next env
+  local function call_b(ctx, x) return ctx:schedule_activity("KeptB", x):await() end
+
+  it("records each env's own calls of an activity registered once for all", function()
+    duroxide.activity("KeptB", function(_, x) return x end)
+    duroxide.orchestration("CallKeptB", call_b)
+    for i = 1, 2 do
+      local env = testing.env({})
+      local st = env:run_until_complete(env:start(nil, "CallKeptB", "v" .. i))
+      assert.are.equal("v" .. i, st.output)
+      assert.are.equal(1, #env:calls("KeptB"), "env " .. i)
+      env:close()
+    end
+  end)
+
+  it("does not run an activity that only an earlier env registered", function()
+    local env = testing.env({})
+    env:register_orchestration("CallOnlyB", function(ctx, x)
+      return ctx:schedule_activity("OnlyB", x):await()
+    end)
+    env:register_activity("OnlyB", function(_, x) return "env1:" .. x end)
+    assert.are.equal("env1:v", env:run_until_complete(env:start(nil, "CallOnlyB", "v")).output)
+    env:close()
+    env = testing.env({})
+    env:register_orchestration("CallOnlyB", function(ctx, x)
+      return ctx:schedule_activity("OnlyB", x):await()
+    end)
+    local st = env:run_until_complete(env:start(nil, "CallOnlyB", "v"))
+    env:close()
+    assert.are_not.equal("env1:v", st.output)
+    assert.matches("OnlyB", tostring(st.error and (st.error.message or st.error)))
+  end)
+end)
+
 describe("duroxide.testing, simulated workers and sessions", function()
   local env, hooks
 

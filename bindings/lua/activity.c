@@ -166,7 +166,8 @@ int dxl_h_activity_lookup(void *host, const char *name) {
   dxl_state_t *S = host;
   lua_State *L = S->L;
   int found;
-  /* the function looked up last, still registered (registrations forget it): no Lua call */
+  /* the function looked up last, still registered (registrations and the testing harness's
+  ** swaps forget it: duroxide._registry_changed): no Lua call */
   if (S->act_fn_ref > 0 && strcmp(S->act_fn_name, name) == 0) return 1;
   if (!lua_checkstack(L, 4)) return 0;
   found = push_activity_fn(L, S, name) == LUA_TFUNCTION;
@@ -484,15 +485,16 @@ static act_handle_t *test_handle(lua_State *L, int idx) {
   return mt == S->handle_mt ? h : NULL;
 }
 
-/* Actx.__index(t, k), made by C.actx_indexer(Actx, FIELDS) (upvalues: the state, Actx,
-** FIELDS): a method of Actx, else field FIELDS[k] of the handle t._h (nil for a foreign
-** handle), else nil. What
-** activity.lua's Lua __index did, without a Lua call and a primitive call per field read
-** (most session activities read actx.worker_id or actx.session_id). */
 static void push_text(lua_State *L, const char *s) {
   if (s) lua_pushstring(L, s);
   else lua_pushnil(L);
 }
+
+/* Actx.__index(t, k), made by C.actx_indexer(Actx, FIELDS) (upvalues: the state, Actx,
+** FIELDS): a method of Actx, else field FIELDS[k] of the handle t._h (nil for a foreign
+** handle), else nil. What activity.lua's Lua __index did, without a Lua call and a
+** primitive call per field read (most session activities read actx.worker_id or
+** actx.session_id). */
 
 static int actx_index(lua_State *L) {
   dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(1));

@@ -95,8 +95,9 @@ static inline __attribute__((always_inline)) void *raw_alloc(dxl_alloc_t *A, voi
   return n;
 }
 
-/* Every case (guard_alloc takes the common ones without it). Kept out of line: its calls
-** make it save registers, which the common cases then need not pay for. */
+/* Every case (guard_alloc takes the common ones without it, with the same accounting: a
+** change to the budget rules here is a change there too). Kept out of line: its calls make
+** it save registers, which the common cases then need not pay for. */
 static __attribute__((noinline)) void *guard_alloc_all(dxl_alloc_t *A, void *ptr,
                                                          size_t osize, size_t nsize) {
   size_t old = ptr ? osize : 0;

@@ -313,9 +313,11 @@ static int l_version_policy(lua_State *L) {
   return 0;
 }
 
-/* duroxide._registry_changed(): the testing harness swapped the registration tables. */
+/* duroxide._registry_changed(): the testing harness swapped the registration tables or
+** wrapped their activities (the kept activity function is then stale too). */
 static int l_registry_changed(lua_State *L) {
   dxl_state_t *S = dxl_state(L);
+  dxl_activity_fn_forget(L, S);
   S->reg_gen++;
   dxl_caps_rebuild(L, S);
   return 0;

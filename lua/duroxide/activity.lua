@@ -14,7 +14,7 @@ local FIELDS = { instance_id = 1, execution_id = 2, activity_id = 3, name = 4, a
 local Actx = {}
 Actx.__name = "duroxide.ActivityContext"
 -- In C (activity.c actx_index): Actx[k] if set, else field FIELDS[k] of the handle t._h
--- (its user value), else nil. t._h is a plain field (activity.c sets it); were it removed, the
+-- (copied into the handle when the activity started), else nil. t._h is a plain field (activity.c sets it); were it removed, the
 -- __index answers nil for "_h" (no FIELDS entry) without recursing, as rawget would.
 Actx.__index = C.actx_indexer(Actx, FIELDS)
 

@@ -187,10 +187,15 @@ function Env:_wrap(name, fn)
 end
 
 function Env:_wrap_all()
-  local acts = self.reg.activities
+  local acts, wrapped = self.reg.activities, false
   for name, fn in pairs(acts) do
-    if not self.wrappers[fn] then acts[name] = self:_wrap(name, fn) end
+    if not self.wrappers[fn] then
+      acts[name] = self:_wrap(name, fn)
+      wrapped = true
+    end
   end
+  -- the worker may keep the function it ran last under that name: not the recorder's
+  if wrapped then duroxide._registry_changed() end
 end
 
 -- Earliest virtual time at which some live worker could fetch something, or nil.
