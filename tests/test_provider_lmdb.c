@@ -794,6 +794,56 @@ DX_TEST(lmdb_kept_last_event_is_handed_out_once_then_read) {
   free(store);
 }
 
+/* A lock a batch's fetch takes stays in memory while the batch lasts (orch.c): a renewal
+** moves it, a fetch after it lapsed takes it over (the old token is refused), a nested method
+** sees it (written first), and the commit stores the lock still held. */
+DX_TEST(lmdb_lock_kept_in_a_batch_follows_its_changes) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_work_item_t w = start_item("K", "1"), v = start_item("N", "1");
+  dx_orch_item_t *it = NULL, *it2 = NULL;
+  dx_error_t err;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 1000, &it, &err));
+  ASSERT(it);
+  ASSERT_OK(M(p)->renew_orchestration_item_lock(p, T0 + 1, "K", it->lock_token, 5000, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 2000, 1000, &it2, &err));
+  ASSERT(it2 == NULL); /* renewed: still held */
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 6000, 1000, &it2, &err));
+  ASSERT(it2);
+  ASSERT_EQ(it2->attempt_count, 2);
+  ASSERT_EQ(M(p)->renew_orchestration_item_lock(p, T0 + 6000, "K", it->lock_token, 5000, &err),
+            DX_ETOKEN);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  dx_orch_item_free(it);
+  it = NULL;
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 6500, 1000, &it, &err));
+  ASSERT(it == NULL); /* the lock the commit stored holds until T0 + 7000 */
+  ASSERT_OK(M(p)->begin(p, &err));
+  ack_k(p, T0 + 6600, it2, 1);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  dx_orch_item_free(it2);
+  it2 = NULL;
+  /* a nested method in between: the lock is written before it looks, the ack releases it */
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &v, 0, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 7000, 1000, &it, &err));
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, "N");
+  ASSERT_EQ(orch_depth(p), 1);
+  ack_k(p, T0 + 7001, it, 1);
+  ASSERT_EQ(orch_depth(p), 0);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  dx_orch_item_free(it);
+  it = NULL;
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 100000, 1000, &it, &err));
+  ASSERT(it == NULL);
+  ASSERT_EQ(orch_depth(p), 0);
+  M(p)->destroy(p);
+  free(store);
+}
+
 DX_TEST(lmdb_map_growth_reaches_other_processes) {
   /* a child process grows the map; the parent, still on its first map, adopts the new size
   ** (MDB_MAP_RESIZED) and keeps reading and writing */

@@ -213,13 +213,16 @@ typedef struct shared_env_s {
   size_t pend_n, pend_cap, pend_first;
   int pend_unsorted;         /* a row was queued due before one queued ahead of it */
   int64_t pend_last_due;     /* the latest due time queued so far */
-  /* Instances a direct method made ready in the open batch that had no lock state before, not
-  ** written yet (orch.c "instances made ready in the batch"), with a hash index by id. */
+  /* Instances a direct method made ready or locked in the open batch that have no stored lock
+  ** state, not written yet (orch.c "instances made ready or locked in the batch"), with a hash
+  ** index by id. */
   struct rpend_s *rpend;
   size_t rpend_n, rpend_cap, rpend_live, rpend_first; /* [0, rpend_first) all taken */
-  int rpend_unsorted;        /* the entries are not in ready-time order */
+  int rpend_unsorted;        /* the ready entries are not in ready-time order */
   int64_t rpend_last_at;     /* the latest ready time added so far */
   struct lm_strix_s rpend_ix;
+  size_t rpend_locks;        /* live entries holding a lock */
+  int64_t rpend_lock_min;    /* a lower bound on their expiries (LM_NEVER: none) */
   /* The open batch's copy of own_worker's sess_owner entries with their sess_queue heads, in
   ** session id order (work.c's pick at capacity asks it for every fetch instead of reading
   ** each owned session's queue again). dx__lm_squeue_refresh keeps the heads exact; an owner
