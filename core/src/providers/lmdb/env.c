@@ -272,6 +272,7 @@ static void env_free(shared_env_t *se) {
   dx__lm_pend_drop(se);
   dx__lm_inst_keep_drop(se);
   free(se->ik);
+  free(se->ik_dirty);
   free(se->rk);
   free(se->pend);
   free(se->srow);

@@ -257,6 +257,11 @@ typedef struct shared_env_s {
   struct lm_ik_s *ik;
   size_t ik_live;
   size_t ik_txn;
+  /* The open batch's direct methods' instance record writes are kept there too, written once
+  ** with the batch's other kept writes (dx__lm_inst_keep_write): slots of the entries to
+  ** write (some may have been written or dropped since: their flag says). */
+  uint32_t *ik_dirty;
+  size_t ik_dirty_n, ik_dirty_cap;
   /* Worker rows the batch thread wrote (records.c "worker rows kept by the batches"): direct
   ** mapped by seq, LM_RK_SLOTS entries once used (seq 0: empty), rk_live filled; kept and
   ** dropped with ik. */
@@ -745,6 +750,8 @@ int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r);
 void dx__lm_inst_keep_drop(shared_env_t *se);
 void dx__lm_inst_keep_commit(shared_env_t *se, size_t txn_id);
 void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id);
+/* Write the instance records the batch keeps unwritten (t: the batch txn; dx__lm_pend_flush). */
+int dx__lm_inst_keep_write(tx_t *t);
 int dx__lm_tail_get(tx_t *t, const char *inst, uint64_t exec, uint64_t *n,
                     const dx_event_t **last);
 void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *last);
@@ -887,7 +894,8 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
 void dx__lm_pend_drop(shared_env_t *se);
 static inline int dx__lm_pend_any(const shared_env_t *se) {
-  return se->pend_n || se->rpend_live || se->sq_n || se->srow_live || se->kmsg_live;
+  return se->pend_n || se->rpend_live || se->sq_n || se->srow_live || se->kmsg_live ||
+         se->ik_dirty_n;
 }
 /* kmsgs.c: orchestration messages kept in the open batch. dx__lm_kmsg_add: keep a new message
 ** (1: its item taken; 0: not kept, write it) or an error; _put/_del: a rewrite or delete of a

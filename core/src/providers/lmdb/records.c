@@ -471,6 +471,7 @@ typedef struct lm_ik_s {
   int tail_lent;  /* tail was handed out (dx__lm_tail_take): the end is known, not the event */
   int st_known;   /* st is the instance's stored lock state (orch.c) */
   orch_state_t st;
+  int dirty;      /* r is newer than the stored record: the batch writes it (rec_known) */
 } lm_ik_t;
 
 static void ik_clear(shared_env_t *se, lm_ik_t *e) {
@@ -489,6 +490,7 @@ void dx__lm_inst_keep_drop(shared_env_t *se) {
   for (i = 0; se->ik_live && i < LM_IK_SLOTS; i++) ik_clear(se, &se->ik[i]);
   rk_drop(se);
   se->ik_txn = 0;
+  se->ik_dirty_n = 0; /* written by the flush before, or lost with the batch */
 }
 
 /* The batch (txn txn_id) is about to commit, holding the store's write lock: the next write
@@ -535,6 +537,7 @@ static lm_ik_t *ik_entry(tx_t *t, const char *inst) {
   if ((e = ik_find(t, inst))) return e;
   if (!se->ik && !(se->ik = calloc(LM_IK_SLOTS, sizeof *se->ik))) return NULL;
   e = ik_slot(se, inst);
+  if (e->dirty) return NULL; /* another instance's unwritten record keeps its slot */
   ik_clear(se, e);
   if (!(e->inst = dx__strdup(inst))) return NULL;
   se->ik_live++;
@@ -773,14 +776,52 @@ int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r) {
   return rc;
 }
 
+/* Entry e's record is to be written by the batch: 1, or 0 when it cannot be noted (write it
+** now). A change in memory cannot be undone: a failure after it spoils the batch. */
+static int ik_mark(shared_env_t *se, lm_ik_t *e) {
+  uint32_t *nv;
+  if (!e->dirty) {
+    if (!(nv = dx__lm_grow(se->ik_dirty, &se->ik_dirty_cap, se->ik_dirty_n, sizeof *nv)))
+      return 0;
+    se->ik_dirty = nv;
+    nv[se->ik_dirty_n++] = (uint32_t)(e - se->ik);
+    e->dirty = 1;
+  }
+  se->batch_writes++;
+  return 1;
+}
+
+/* In a batch's direct method the record is kept (ik) and written once, when the batch writes
+** what it kept (dx__lm_pend_flush: before any nested method looks, and at commit): with held
+** rounds every turn of an instance rewrote it in the same transaction. */
 int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r) {
   dkey_t k;
   lm_ik_t *e;
   int rc;
+  if (t->direct) {
+    ik_keep(t, inst, r);
+    if ((e = ik_find(t, inst)) && e->rec_known && ik_mark(t->se, e)) return 0;
+    if (e) e->dirty = 0; /* not kept (too large, out of memory): written now */
+  }
   key_inst(&k, inst);
   rc = dx__lm_rec_put(t, &dx__lm_inst_schema, &k, r);
-  if (rc == 0) ik_keep(t, inst, r);
-  else if ((e = ik_find(t, inst))) e->rec_known = 0; /* unknown now */
+  if (rc && (e = ik_find(t, inst))) e->rec_known = 0; /* unknown now */
+  return rc;
+}
+
+int dx__lm_inst_keep_write(tx_t *t) {
+  shared_env_t *se = t->se;
+  size_t i;
+  int rc = 0;
+  for (i = 0; i < se->ik_dirty_n && !rc; i++) {
+    lm_ik_t *e = &se->ik[se->ik_dirty[i]];
+    dkey_t k;
+    if (!e->inst || !e->dirty) continue;
+    e->dirty = 0;
+    key_inst(&k, e->inst);
+    rc = dx__lm_rec_put(t, &dx__lm_inst_schema, &k, &e->r);
+  }
+  se->ik_dirty_n = 0;
   return rc;
 }
 
