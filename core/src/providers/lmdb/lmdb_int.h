@@ -222,6 +222,7 @@ typedef struct shared_env_s {
   int64_t rpend_last_at;     /* the latest ready time added so far */
   struct lm_strix_s rpend_ix;
   size_t rpend_locks;        /* live entries holding a lock */
+  size_t rpend_ready_first;  /* [0, rpend_ready_first) none ready (orch.c rpend_pick) */
   int64_t rpend_lock_min;    /* a lower bound on their expiries (LM_NEVER: none) */
   /* The open batch's copy of own_worker's sess_owner entries with their sess_queue heads, in
   ** session id order (work.c's pick at capacity asks it for every fetch instead of reading

@@ -161,7 +161,7 @@ static void rpend_take(shared_env_t *se, rpend_t *e) {
 void dx__lm_rpend_drop(shared_env_t *se) {
   size_t i;
   for (i = 0; i < se->rpend_n; i++) free(se->rpend[i].inst);
-  se->rpend_n = se->rpend_live = se->rpend_first = se->rpend_locks = 0;
+  se->rpend_n = se->rpend_live = se->rpend_first = se->rpend_ready_first = se->rpend_locks = 0;
   se->rpend_unsorted = 0;
   se->rpend_lock_min = LM_NEVER;
   dx__lm_strix_clear(&se->rpend_ix);
@@ -504,7 +504,14 @@ static int rpend_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_can
   int rc = 0;
   if (!t->direct) return 0;
   while (se->rpend_first < se->rpend_n && !se->rpend[se->rpend_first].inst) se->rpend_first++;
-  for (i = se->rpend_first; i < se->rpend_n && se->rpend_live > se->rpend_locks && !rc; i++) {
+  /* an entry that is not ready never becomes ready again (a released lock that stays ready
+  ** is a new entry): the walk starts past the first ones that are not */
+  if (se->rpend_ready_first < se->rpend_first) se->rpend_ready_first = se->rpend_first;
+  while (se->rpend_ready_first < se->rpend_n &&
+         (!se->rpend[se->rpend_ready_first].inst || se->rpend[se->rpend_ready_first].st.token))
+    se->rpend_ready_first++;
+  for (i = se->rpend_ready_first; i < se->rpend_n && se->rpend_live > se->rpend_locks && !rc;
+       i++) {
     const rpend_t *e = &se->rpend[i];
     if (!e->inst || e->st.token) continue;
     if (e->ready_at > now || (c->inst && c->at <= e->ready_at)) {
