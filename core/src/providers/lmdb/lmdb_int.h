@@ -751,8 +751,25 @@ int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r);
 void dx__lm_inst_keep_drop(shared_env_t *se);
 void dx__lm_inst_keep_commit(shared_env_t *se, size_t txn_id);
 void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id);
-/* Write the instance records the batch keeps unwritten (t: the batch txn; dx__lm_pend_flush). */
+/* Write the instance records and history runs the batch keeps unwritten (t: the batch txn;
+** dx__lm_pend_flush). */
 int dx__lm_inst_keep_write(tx_t *t);
+/* Events a batch's direct methods appended to one execution of an instance and did not write
+** yet (history.c "runs kept by the batch"): the bins of a run of consecutive ids from `first`,
+** after LM_HRUN_ROOM bytes kept free for the record's array header. */
+#define LM_HRUN_ROOM 5
+typedef struct {
+  unsigned char *b;
+  size_t len, cap;          /* len counts the room */
+  uint64_t exec, first, n;  /* n 0: none */
+} lm_hrun_t;
+/* records.c: inst's kept run in the batches' instance table (make: an entry made when missing),
+** NULL outside a direct method or when none can be kept; dx__lm_hrun_mark: inst's run now
+** holds events to write (a failure after it spoils the batch). */
+lm_hrun_t *dx__lm_hrun_of(tx_t *t, const char *inst, int make);
+int dx__lm_hrun_mark(tx_t *t, const char *inst);
+/* history.c: write h as one record of inst's history and empty it. */
+int dx__lm_hrun_write(tx_t *t, const char *inst, lm_hrun_t *h);
 int dx__lm_tail_get(tx_t *t, const char *inst, uint64_t exec, uint64_t *n,
                     const dx_event_t **last);
 void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *last);

@@ -471,14 +471,19 @@ typedef struct lm_ik_s {
   int tail_lent;  /* tail was handed out (dx__lm_tail_take): the end is known, not the event */
   int st_known;   /* st is the instance's stored lock state (orch.c) */
   orch_state_t st;
-  int dirty;      /* r is newer than the stored record: the batch writes it (rec_known) */
+  int dirty;      /* IK_REC: r is newer than the stored record (rec_known); IK_HIST: hrun
+                     holds events: the batch writes them */
+  lm_hrun_t hrun;
 } lm_ik_t;
+
+enum { IK_REC = 1, IK_HIST = 2 };
 
 static void ik_clear(shared_env_t *se, lm_ik_t *e) {
   if (!e->inst) return;
   free(e->inst);
   dx__lm_inst_clear(&e->r);
   dx_event_clear(&e->tail);
+  free(e->hrun.b);
   memset(e, 0, sizeof *e);
   se->ik_live--;
 }
@@ -778,15 +783,15 @@ int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r) {
 
 /* Entry e's record is to be written by the batch: 1, or 0 when it cannot be noted (write it
 ** now). A change in memory cannot be undone: a failure after it spoils the batch. */
-static int ik_mark(shared_env_t *se, lm_ik_t *e) {
+static int ik_mark(shared_env_t *se, lm_ik_t *e, int what) {
   uint32_t *nv;
   if (!e->dirty) {
     if (!(nv = dx__lm_grow(se->ik_dirty, &se->ik_dirty_cap, se->ik_dirty_n, sizeof *nv)))
       return 0;
     se->ik_dirty = nv;
     nv[se->ik_dirty_n++] = (uint32_t)(e - se->ik);
-    e->dirty = 1;
   }
+  e->dirty |= what;
   se->batch_writes++;
   return 1;
 }
@@ -800,8 +805,8 @@ int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r) {
   int rc;
   if (t->direct) {
     ik_keep(t, inst, r);
-    if ((e = ik_find(t, inst)) && e->rec_known && ik_mark(t->se, e)) return 0;
-    if (e) e->dirty = 0; /* not kept (too large, out of memory): written now */
+    if ((e = ik_find(t, inst)) && e->rec_known && ik_mark(t->se, e, IK_REC)) return 0;
+    if (e) e->dirty &= ~IK_REC; /* not kept (too large, out of memory): written now */
   }
   key_inst(&k, inst);
   rc = dx__lm_rec_put(t, &dx__lm_inst_schema, &k, r);
@@ -816,13 +821,26 @@ int dx__lm_inst_keep_write(tx_t *t) {
   for (i = 0; i < se->ik_dirty_n && !rc; i++) {
     lm_ik_t *e = &se->ik[se->ik_dirty[i]];
     dkey_t k;
-    if (!e->inst || !e->dirty) continue;
+    if (!e->inst) continue;
+    if (e->dirty & IK_HIST) rc = dx__lm_hrun_write(t, e->inst, &e->hrun);
+    if (!rc && (e->dirty & IK_REC)) {
+      key_inst(&k, e->inst);
+      rc = dx__lm_rec_put(t, &dx__lm_inst_schema, &k, &e->r);
+    }
     e->dirty = 0;
-    key_inst(&k, e->inst);
-    rc = dx__lm_rec_put(t, &dx__lm_inst_schema, &k, &e->r);
   }
   se->ik_dirty_n = 0;
   return rc;
+}
+
+lm_hrun_t *dx__lm_hrun_of(tx_t *t, const char *inst, int make) {
+  lm_ik_t *e = make ? ik_entry(t, inst) : ik_find(t, inst);
+  return e ? &e->hrun : NULL;
+}
+
+int dx__lm_hrun_mark(tx_t *t, const char *inst) {
+  lm_ik_t *e = ik_find(t, inst);
+  return e && ik_mark(t->se, e, IK_HIST) ? 0 : dx__lm_nomem(t->err);
 }
 
 void dx__lm_exec_clear(exec_rec_t *r) {
