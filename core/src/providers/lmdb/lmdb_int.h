@@ -751,6 +751,12 @@ int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r);
 void dx__lm_inst_keep_drop(shared_env_t *se);
 void dx__lm_inst_keep_commit(shared_env_t *se, size_t txn_id);
 void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id);
+/* An ack's usual change of inst's record (no name, no custom status): current_exec raised to
+** exec, updated_at now, in the batch's kept copy (written later, as dx__lm_inst_put does in a
+** direct method). 1 with the current execution before in *was and the record's creation
+** time and sequence; 0 when the record is not kept (read it and put it). */
+int dx__lm_inst_touch(tx_t *t, const char *inst, uint64_t exec, int64_t now, uint64_t *was,
+                      int64_t *created_at, uint64_t *created_seq);
 /* Write the instance records and history runs the batch keeps unwritten (t: the batch txn;
 ** dx__lm_pend_flush). */
 int dx__lm_inst_keep_write(tx_t *t);

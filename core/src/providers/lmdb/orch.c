@@ -824,7 +824,17 @@ typedef struct {
 static int ack_instance(tx_t *t, int64_t now, const dx_orch_ack_t *a, ack_inst_t *ai) {
   inst_rec_t r;
   char *old_name = NULL;
-  int rc = dx__lm_inst_get(t, a->instance, &r);
+  uint64_t was;
+  int rc;
+  if (!a->orchestration_name && !a->custom_status_set && /* most turns: in the batch's copy */
+      dx__lm_inst_touch(t, a->instance, a->execution_id, now, &was, &ai->created_at,
+                        &ai->created_seq)) {
+    ai->created = 0;
+    ai->current = a->execution_id >= was;
+    ai->known = a->execution_id == was;
+    return 0;
+  }
+  rc = dx__lm_inst_get(t, a->instance, &r);
   ai->created = rc == DX_ENOTFOUND;
   if (rc == DX_ENOTFOUND) rc = inst_create(t, now, a, &r);
   if (!rc && a->orchestration_name && r.name && !(old_name = dx__strdup(r.name)))

@@ -814,6 +814,18 @@ int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r) {
   return rc;
 }
 
+int dx__lm_inst_touch(tx_t *t, const char *inst, uint64_t exec, int64_t now, uint64_t *was,
+                      int64_t *created_at, uint64_t *created_seq) {
+  lm_ik_t *e = ik_find(t, inst);
+  if (!e || !e->rec_known || !e->present || !ik_mark(t->se, e, IK_REC)) return 0;
+  *was = e->r.current_exec;
+  if (exec > e->r.current_exec) e->r.current_exec = exec;
+  e->r.updated_at = now;
+  *created_at = e->r.created_at;
+  *created_seq = e->r.created_seq;
+  return 1;
+}
+
 int dx__lm_inst_keep_write(tx_t *t) {
   shared_env_t *se = t->se;
   size_t i;
