@@ -652,14 +652,16 @@ static int history_held(tx_t *t, const lm_t *lm, dx_orch_item_t *it) {
   return 1;
 }
 
-static int orch_item_fill(tx_t *t, const lm_t *lm, dx_orch_item_t *it, const inst_rec_t *ir) {
+/* (ir's name and version move into the item) */
+static int orch_item_fill(tx_t *t, const lm_t *lm, dx_orch_item_t *it, inst_rec_t *ir) {
   const char *name = NULL, *version = NULL;
   dx_error_t herr = {0}, *saved = t->err;
   size_t i;
   int rc;
   if (ir) {
-    name = ir->name;
-    version = ir->version;
+    it->orchestration_name = ir->name;
+    it->orchestration_version = ir->version;
+    ir->name = ir->version = NULL;
   } else {
     for (i = 0; i < it->messages_len && !name; i++)
       if (starts_instance(&it->messages[i])) {
