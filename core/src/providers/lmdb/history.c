@@ -6,9 +6,9 @@
 
 /* {===== history records =====}
 ** A history value holds one event (the codec's event record, a MessagePack map) or, since
-** format 4, the events of one run of consecutive ids a turn appended: a MessagePack array of
-** two or more bins, each an event record; the key names the run's first id. One B-tree write
-** per turn instead of one per event. */
+** format 4, the events of one run of consecutive ids a turn (or a batch's turns: "runs kept by
+** the batch" below) appended: a MessagePack array of two or more bins, each an event record;
+** the key names the run's first id. One B-tree write per turn instead of one per event. */
 
 /* The events of value v: *count (1 for a single event) and, for a run, *p at its first bin.
 ** -1 when the framing is bad. */

@@ -17,8 +17,8 @@
 **   inst_created  be64 created_at be64 created_seq -> inst   (list_instances)
 **   executions    inst\0 be64 exec -> status, output, failure, started_at, completed_at
 **   history       inst\0 be64 exec be64 event_id -> event record, or (format 4) the run of
-**                 events a turn appended with consecutive ids from event_id: a MessagePack
-**                 array of >= 2 bins, each an event record (history.c)
+**                 events a turn (or a batch's turns) appended with consecutive ids from
+**                 event_id: a MessagePack array of >= 2 bins, each an event record (history.c)
 **   orch_msgs     inst\0 be64 seq -> visible_at, token, attempt, item
 **   orch_state    inst\0 -> ready_at, locked_until, token   (absent: unlocked, no messages)
 **   orch_ready    be64 ready_at inst\0 -> ""       unlocked instances with messages
@@ -66,7 +66,9 @@
 ** Every top-level txn first checks the files and, for writes, grows the map (map.c).
 ** Inside a batch the direct methods keep some writes in memory until the batch's own
 ** fetches take them or something else could look: plain worker rows an ack queues
-** (shared_env_t.pend, work.c), idle instances a message makes ready (rpend, orch.c), the
+** (shared_env_t.pend, work.c), idle instances a message makes ready and the locks fetches take
+** on them or on stored ready ones (rpend, orch.c), instance records acks write and the events
+** they append (the instance table ik: records.c, history.c), the
 ** session queue summaries and session records they change (sq, squeue.c: written once with
 ** the net change), session rows they queue (srow, srows.c: locked and deleted in memory when
 ** the batch's fetch and ack take them) and orchestration messages they queue (kmsg, kmsgs.c:
