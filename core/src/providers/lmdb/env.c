@@ -373,6 +373,7 @@ static int env_open(char *path, const dx_provider_opts_t *o, shared_env_t **out,
   se->map_size = o->map_size;
   se->notify_fd = -1;
   se->rpend_lock_min = LM_NEVER;
+  se->rpend_last_at = INT64_MIN;
   se->data_fd = -1;
   se->probe_fd = -1;
   se->watch_fd = -1;

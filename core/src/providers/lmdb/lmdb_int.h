@@ -221,7 +221,7 @@ typedef struct shared_env_s {
   struct rpend_s *rpend;
   size_t rpend_n, rpend_cap, rpend_live, rpend_first; /* [0, rpend_first) all taken */
   int rpend_unsorted;        /* the ready entries are not in ready-time order */
-  int64_t rpend_last_at;     /* the latest ready time added so far */
+  int64_t rpend_last_at;     /* the latest ready time added so far (INT64_MIN: none) */
   struct lm_strix_s rpend_ix;
   size_t rpend_locks;        /* live entries holding a lock */
   size_t rpend_ready_first;  /* [0, rpend_ready_first) none ready (orch.c rpend_pick) */

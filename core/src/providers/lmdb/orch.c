@@ -145,7 +145,7 @@ static int rpend_add(tx_t *t, const char *inst, const orch_state_t *nw) {
     return 0;
   }
   nv[se->rpend_n - 1].ready_at = nw->ready_at;
-  if (se->rpend_n == 1 || nw->ready_at > se->rpend_last_at) se->rpend_last_at = nw->ready_at;
+  if (nw->ready_at > se->rpend_last_at) se->rpend_last_at = nw->ready_at;
   else if (nw->ready_at < se->rpend_last_at) se->rpend_unsorted = 1;
   return 0;
 }
@@ -163,6 +163,7 @@ void dx__lm_rpend_drop(shared_env_t *se) {
   for (i = 0; i < se->rpend_n; i++) free(se->rpend[i].inst);
   se->rpend_n = se->rpend_live = se->rpend_first = se->rpend_ready_first = se->rpend_locks = 0;
   se->rpend_unsorted = 0;
+  se->rpend_last_at = INT64_MIN; /* (no ready entry yet) */
   se->rpend_lock_min = LM_NEVER;
   dx__lm_strix_clear(&se->rpend_ix);
 }
