@@ -213,6 +213,8 @@ static int append_run(tx_t *t, const char *inst, uint64_t exec, const dx_event_t
 ** the run in memory). It goes with a batch that does not commit, as its writes would. */
 
 #define LM_HRUN_MAX (64u << 10) /* bytes: a longer run is written and another begun */
+#define LM_HRUN_KEEP 4096u      /* a written run's buffer stays for the next one up to this:
+                                   the instance table outlives batches (records.c) */
 
 int dx__lm_hrun_write(tx_t *t, const char *inst, lm_hrun_t *h) {
   unsigned char *rec = h->b + LM_HRUN_ROOM;
@@ -235,6 +237,11 @@ int dx__lm_hrun_write(tx_t *t, const char *inst, lm_hrun_t *h) {
   if (rc == DX_EEXIST) rc = event_exists(t, inst, h->exec, h->first);
   h->n = 0;
   h->len = LM_HRUN_ROOM;
+  if (h->cap > LM_HRUN_KEEP) {
+    free(h->b);
+    h->b = NULL;
+    h->cap = 0;
+  }
   return rc;
 }
 
