@@ -716,8 +716,9 @@ static int held_k(void *ud, const char *instance, uint64_t *exec, uint64_t *n) {
   return 1;
 }
 
-/* Ack K's turn (lock of `it`) appending event `id` (OrchestrationStarted when 1). */
-static void ack_k(dx_provider_t *p, int64_t now, dx_orch_item_t *it, uint64_t id) {
+/* Ack K's turn (lock of `it`) appending event `id` (OrchestrationStarted when 1): the ack's
+** answer. */
+static int ack_k_rc(dx_provider_t *p, int64_t now, dx_orch_item_t *it, uint64_t id) {
   dx_orch_ack_t a;
   dx_event_t ev;
   dx_error_t err;
@@ -736,7 +737,11 @@ static void ack_k(dx_provider_t *p, int64_t now, dx_orch_item_t *it, uint64_t id
   a.status = id == 1 ? DX_STATUS_RUNNING : DX_STATUS_NONE;
   a.delta = &ev;
   a.delta_len = 1;
-  ASSERT_OK(M(p)->ack_orchestration_item(p, now, &a, &err));
+  return M(p)->ack_orchestration_item(p, now, &a, &err);
+}
+
+static void ack_k(dx_provider_t *p, int64_t now, dx_orch_item_t *it, uint64_t id) {
+  ASSERT_OK(ack_k_rc(p, now, it, id));
 }
 
 /* The batches keep an execution's last event and hand it to the next cached fetch (moved, not
@@ -790,6 +795,135 @@ DX_TEST(lmdb_kept_last_event_is_handed_out_once_then_read) {
     dx_orch_item_free(it);
   }
   ASSERT_OK(M(p)->commit(p, 1, &err));
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* A lock a batch's fetch takes stays in memory while the batch lasts (orch.c): a renewal
+** moves it, a fetch after it lapsed takes it over (the old token is refused), a nested method
+** sees it (written first), and the commit stores the lock still held. */
+DX_TEST(lmdb_lock_kept_in_a_batch_follows_its_changes) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_work_item_t w = start_item("K", "1"), v = start_item("N", "1");
+  dx_orch_item_t *it = NULL, *it2 = NULL;
+  dx_error_t err;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 1000, &it, &err));
+  ASSERT(it);
+  ASSERT_OK(M(p)->renew_orchestration_item_lock(p, T0 + 1, "K", it->lock_token, 5000, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 2000, 1000, &it2, &err));
+  ASSERT(it2 == NULL); /* renewed: still held */
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 6000, 1000, &it2, &err));
+  ASSERT(it2);
+  ASSERT_EQ(it2->attempt_count, 2);
+  ASSERT_EQ(M(p)->renew_orchestration_item_lock(p, T0 + 6000, "K", it->lock_token, 5000, &err),
+            DX_ETOKEN);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  dx_orch_item_free(it);
+  it = NULL;
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 6500, 1000, &it, &err));
+  ASSERT(it == NULL); /* the lock the commit stored holds until T0 + 7000 */
+  ASSERT_OK(M(p)->begin(p, &err));
+  ack_k(p, T0 + 6600, it2, 1);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  dx_orch_item_free(it2);
+  it2 = NULL;
+  /* a nested method in between: the lock is written before it looks, the ack releases it */
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &v, 0, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 7000, 1000, &it, &err));
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, "N");
+  ASSERT_EQ(orch_depth(p), 1);
+  ack_k(p, T0 + 7001, it, 1);
+  ASSERT_EQ(orch_depth(p), 0);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  dx_orch_item_free(it);
+  it = NULL;
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 100000, 1000, &it, &err));
+  ASSERT(it == NULL);
+  ASSERT_EQ(orch_depth(p), 0);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* K's turn for the result of activity `id` (a worker row of K): the row fetched and acked with
+** its result, the turn fetched and acked appending event `id` (direct methods only); dup: an
+** ack appending event id - 1 again is refused first. */
+static void result_turn(dx_provider_t *p, int64_t now, uint64_t id, int dup) {
+  dx_work_item_t done;
+  dx_work_fetch_t f;
+  dx_orch_item_t *it = NULL;
+  dx_error_t err;
+  memset(&done, 0, sizeof done);
+  done.kind = DX_WI_ACT_COMPLETED;
+  done.instance = "K";
+  done.execution_id = 1;
+  done.data = "\"result\"";
+  ASSERT_OK(M(p)->fetch_work_item(p, now, 1000, NULL, &f, &err));
+  ASSERT_EQ(f.item.id, id);
+  done.id = id;
+  ASSERT_OK(M(p)->ack_work_item(p, now, f.lock_token, &done, &err));
+  dx_work_item_clear(&f.item);
+  held_n = id - 1; /* the cache holds the rest: the fetch reads no history */
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, now, 1000, &it, &err));
+  ASSERT(it);
+  ASSERT_EQ(it->history_held, id - 1);
+  if (dup) ASSERT_EQ(ack_k_rc(p, now, it, id - 1), DX_EEXIST);
+  ack_k(p, now, it, id);
+  dx_orch_item_free(it);
+}
+
+/* K's history holds events 1..n (OrchestrationStarted, then results), read through a method
+** outside the store cycle; and the store checks clean. */
+static void assert_k_history(dx_provider_t *p, uint64_t n) {
+  dx_event_t *ev = NULL;
+  size_t got = 0, i;
+  uint64_t records = 0, problems = 0;
+  dx_error_t err;
+  ASSERT_OK(M(p)->read_history(p, "K", 1, &ev, &got, NULL, &err));
+  ASSERT_EQ(got, n);
+  for (i = 0; i < got; i++) {
+    ASSERT_EQ(ev[i].event_id, i + 1);
+    ASSERT_EQ(ev[i].kind, i == 0 ? DX_EV_ORCH_STARTED : DX_EV_ACT_COMPLETED);
+  }
+  dx_events_free(ev, got);
+  ASSERT_OK(M(p)->check(p, NULL, NULL, &records, &problems, &err));
+  ASSERT_EQ(problems, 0);
+}
+
+/* A batch's turns append to the instance's run kept in memory (history.c), written as one
+** record when something else looks and at commit; an ack of an event the run holds is
+** refused; a rolled-back batch's events are gone. The fetches read no history (a cache holds
+** it), so only the batch's writes store the run. */
+DX_TEST(lmdb_history_kept_in_a_batch_is_written_once) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_history_hint_t hint = {held_k, NULL, NULL};
+  dx_work_item_t w = start_item("K", "1");
+  dx_orch_item_t *it = NULL;
+  dx_error_t err;
+  uint64_t id;
+  ASSERT_OK(M(p)->set_history_hint(p, &hint, &err));
+  for (id = 2; id <= 6; id++) act_row(p, "K", id);
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 1000, &it, &err));
+  ack_k(p, T0, it, 1);
+  dx_orch_item_free(it);
+  result_turn(p, T0 + 1, 2, 0);
+  result_turn(p, T0 + 2, 3, 1); /* event 2 is in the kept run */
+  assert_k_history(p, 3); /* a nested read: the run is written first */
+  result_turn(p, T0 + 3, 4, 1); /* event 3 is stored */
+  result_turn(p, T0 + 4, 5, 0);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  assert_k_history(p, 5);
+  ASSERT_OK(M(p)->begin(p, &err));
+  result_turn(p, T0 + 5, 6, 0);
+  M(p)->rollback(p);
+  assert_k_history(p, 5);
   M(p)->destroy(p);
   free(store);
 }

@@ -272,6 +272,7 @@ static void env_free(shared_env_t *se) {
   dx__lm_pend_drop(se);
   dx__lm_inst_keep_drop(se);
   free(se->ik);
+  free(se->ik_dirty);
   free(se->rk);
   free(se->pend);
   free(se->srow);
@@ -372,6 +373,8 @@ static int env_open(char *path, const dx_provider_opts_t *o, shared_env_t **out,
   se->refs = 1;
   se->map_size = o->map_size;
   se->notify_fd = -1;
+  se->rpend_lock_min = LM_NEVER;
+  se->rpend_last_at = INT64_MIN;
   se->data_fd = -1;
   se->probe_fd = -1;
   se->watch_fd = -1;

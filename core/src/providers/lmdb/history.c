@@ -6,9 +6,9 @@
 
 /* {===== history records =====}
 ** A history value holds one event (the codec's event record, a MessagePack map) or, since
-** format 4, the events of one run of consecutive ids a turn appended: a MessagePack array of
-** two or more bins, each an event record; the key names the run's first id. One B-tree write
-** per turn instead of one per event. */
+** format 4, the events of one run of consecutive ids a turn (or a batch's turns: "runs kept by
+** the batch" below) appended: a MessagePack array of two or more bins, each an event record;
+** the key names the run's first id. One B-tree write per turn instead of one per event. */
 
 /* The events of value v: *count (1 for a single event) and, for a run, *p at its first bin.
 ** -1 when the framing is bad. */
@@ -134,6 +134,7 @@ int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_eve
                           size_t n) {
   uint64_t lo = UINT64_MAX, hi = 0, first = 0, end;
   const dx_event_t *last;
+  lm_hrun_t *h;
   MDB_cursor *c;
   MDB_val key, v;
   dkey_t k;
@@ -145,6 +146,10 @@ int dx__lm_history_unused(tx_t *t, const char *inst, uint64_t exec, const dx_eve
     if (ev[i].event_id > hi) hi = ev[i].event_id;
   }
   if (dx__lm_tail_get(t, inst, exec, &end, &last) && lo > end) return 0; /* past the end */
+  if ((h = dx__lm_hrun_of(t, inst, 0)) && h->n && h->exec == exec) /* kept: not stored yet */
+    for (i = 0; i < n; i++)
+      if (ev[i].event_id >= h->first && ev[i].event_id < h->first + h->n)
+        return event_exists(t, inst, exec, ev[i].event_id);
   key_hist(&k, inst, exec, lo);
   pn = k.n - 8;
   key = kval(&k);
@@ -198,6 +203,102 @@ static int append_run(tx_t *t, const char *inst, uint64_t exec, const dx_event_t
   return rc;
 }
 
+/* {===== runs kept by the batch =====}
+** With held rounds an instance's turns ack one after another in the same batch, each turn's
+** events one record. In a batch's direct method an append instead joins the instance's kept
+** run (records.c lm_hrun_t: the same execution, the next ids), and the run is written as one
+** record (the format's run of consecutive ids) when the batch writes what it kept
+** (dx__lm_inst_keep_write: before a nested method looks, at commit), or before anything here
+** reads the instance's history from the store (hrun_settle; dx__lm_history_unused looks at
+** the run in memory). It goes with a batch that does not commit, as its writes would. */
+
+#define LM_HRUN_MAX (64u << 10) /* bytes: a longer run is written and another begun */
+#define LM_HRUN_KEEP 4096u      /* a written run's buffer stays for the next one up to this:
+                                   the instance table outlives batches (records.c) */
+
+int dx__lm_hrun_write(tx_t *t, const char *inst, lm_hrun_t *h) {
+  unsigned char *rec = h->b + LM_HRUN_ROOM;
+  size_t rn = h->len - LM_HRUN_ROOM, hs;
+  dkey_t k;
+  int rc;
+  if (!h->n) return 0;
+  if (h->n == 1) { /* a single event record: the bin's contents */
+    hs = rec[0] == 0xc4 ? 2 : rec[0] == 0xc5 ? 3 : 5;
+    rec += hs;
+    rn -= hs;
+  } else {
+    hs = dx__mp_container(NULL, 0, h->n);
+    rec -= hs;
+    rn += hs;
+    dx__mp_container(rec, 0, h->n);
+  }
+  key_hist(&k, inst, h->exec, h->first);
+  rc = dx__lm_db_put(t, DB_HISTORY, &k, rec, rn, MDB_NOOVERWRITE);
+  if (rc == DX_EEXIST) rc = event_exists(t, inst, h->exec, h->first);
+  h->n = 0;
+  h->len = LM_HRUN_ROOM;
+  if (h->cap > LM_HRUN_KEEP) {
+    free(h->b);
+    h->b = NULL;
+    h->cap = 0;
+  }
+  return rc;
+}
+
+/* Write inst's kept run now (something reads its history from the store). */
+static int hrun_settle(tx_t *t, const char *inst) {
+  lm_hrun_t *h = dx__lm_hrun_of(t, inst, 0);
+  return h && h->n ? dx__lm_hrun_write(t, inst, h) : 0;
+}
+
+/* Append events ev[0..n) (consecutive ids) to inst's kept run: 1 when kept, 0 when they are to
+** be written now (no run can be kept), or an error. */
+static int hrun_add(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev, size_t n) {
+  lm_hrun_t *h;
+  size_t i, len0, n0;
+  int rc;
+  if (!t->direct || t->se->fmt3 || !(h = dx__lm_hrun_of(t, inst, 1))) return 0;
+  if (h->n && (h->exec != exec || ev[0].event_id != h->first + h->n || h->len > LM_HRUN_MAX) &&
+      (rc = dx__lm_hrun_write(t, inst, h)))
+    return rc;
+  if (!h->n) h->len = LM_HRUN_ROOM;
+  len0 = h->len;
+  n0 = h->n;
+  for (i = 0; i < n; i++) {
+    char *enc;
+    size_t len, need;
+    if (dx__event_encode(&ev[i], &enc, &len)) goto nomem;
+    need = h->len + dx__mp_bytes(NULL, 1, enc, len);
+    if (need > h->cap) {
+      size_t cap = h->cap ? h->cap : 1024;
+      unsigned char *nb;
+      while (cap < need) cap *= 2;
+      if (!(nb = realloc(h->b, cap))) {
+        free(enc);
+        goto nomem;
+      }
+      h->b = nb;
+      h->cap = cap;
+    }
+    h->len += dx__mp_bytes(h->b + h->len, 1, enc, len);
+    free(enc);
+  }
+  if (!n0) {
+    h->exec = exec;
+    h->first = ev[0].event_id;
+  }
+  h->n = n0 + n;
+  if ((rc = dx__lm_hrun_mark(t, inst))) { /* cannot be written later: not kept */
+    h->n = n0;
+    h->len = len0;
+    return rc;
+  }
+  return 1;
+nomem:
+  h->len = len0;
+  return dx__lm_nomem(t->err);
+}
+
 /* The caller has checked that the ids are unused (dx__lm_history_unused). */
 int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *ev,
                           size_t n) {
@@ -207,7 +308,11 @@ int dx__lm_history_append(tx_t *t, const char *inst, uint64_t exec, const dx_eve
   int rc, known = dx__lm_tail_get(t, inst, exec, &end, &last);
   while (i < n) { /* a store kept at format 3 (se->fmt3): one event per record */
     for (j = i + 1; j < n && !t->se->fmt3 && ev[j].event_id == ev[j - 1].event_id + 1; j++) {}
-    if ((rc = append_run(t, inst, exec, ev + i, j - i))) {
+    if ((rc = hrun_add(t, inst, exec, ev + i, j - i)) == 0)
+      rc = append_run(t, inst, exec, ev + i, j - i);
+    else if (rc > 0)
+      rc = 0;
+    if (rc) {
       dx__lm_tail_forget(t, inst);
       return rc;
     }
@@ -272,6 +377,7 @@ int dx__lm_history_load(tx_t *t, const char *inst, uint64_t exec, dx_event_t **o
   h.exec = exec;
   key_exec(&k, inst, exec);
   h.prefix_n = k.n;
+  if ((rc = hrun_settle(t, inst))) return rc;
   rc = dx__lm_scan_prefix(t, DB_HISTORY, &k, history_cb, &h);
   if (rc) {
     dx_events_free(h.v, h.n);
@@ -316,6 +422,7 @@ int dx__lm_history_holds(tx_t *t, const char *inst, uint64_t exec, uint64_t n, d
     if (end != n) return 0;
     if (dx__lm_tail_take(t, inst, last)) return 1;
   }
+  if ((rc = hrun_settle(t, inst))) return rc;
   key_hist(&k, inst, exec, n + 1);
   pn = k.n - 8;
   key = kval(&k);
@@ -368,7 +475,9 @@ int dx__lm_resolve_exec(tx_t *t, const char *inst, uint64_t want, uint64_t *exec
   key_inst(&k, inst);
   acc[0] = k.n;
   acc[1] = 0;
-  if ((rc = dx__lm_scan_prefix(t, DB_HISTORY, &k, max_exec_cb, acc))) return rc;
+  if ((rc = hrun_settle(t, inst)) ||
+      (rc = dx__lm_scan_prefix(t, DB_HISTORY, &k, max_exec_cb, acc)))
+    return rc;
   if (acc[1] == 0) return dx_error_set(t->err, DX_ENOTFOUND, "instance '%s' not found", inst);
   *exec = want ? want : acc[1];
   return 0;

@@ -17,8 +17,8 @@
 **   inst_created  be64 created_at be64 created_seq -> inst   (list_instances)
 **   executions    inst\0 be64 exec -> status, output, failure, started_at, completed_at
 **   history       inst\0 be64 exec be64 event_id -> event record, or (format 4) the run of
-**                 events a turn appended with consecutive ids from event_id: a MessagePack
-**                 array of >= 2 bins, each an event record (history.c)
+**                 events a turn (or a batch's turns) appended with consecutive ids from
+**                 event_id: a MessagePack array of >= 2 bins, each an event record (history.c)
 **   orch_msgs     inst\0 be64 seq -> visible_at, token, attempt, item
 **   orch_state    inst\0 -> ready_at, locked_until, token   (absent: unlocked, no messages)
 **   orch_ready    be64 ready_at inst\0 -> ""       unlocked instances with messages
@@ -66,7 +66,9 @@
 ** Every top-level txn first checks the files and, for writes, grows the map (map.c).
 ** Inside a batch the direct methods keep some writes in memory until the batch's own
 ** fetches take them or something else could look: plain worker rows an ack queues
-** (shared_env_t.pend, work.c), idle instances a message makes ready (rpend, orch.c), the
+** (shared_env_t.pend, work.c), idle instances a message makes ready and the locks fetches take
+** on them or on stored ready ones (rpend, orch.c), instance records acks write and the events
+** they append (the instance table ik: records.c, history.c), the
 ** session queue summaries and session records they change (sq, squeue.c: written once with
 ** the net change), session rows they queue (srow, srows.c: locked and deleted in memory when
 ** the batch's fetch and ack take them) and orchestration messages they queue (kmsg, kmsgs.c:
@@ -217,13 +219,17 @@ typedef struct shared_env_s {
   size_t pend_n, pend_cap, pend_first;
   int pend_unsorted;         /* a row was queued due before one queued ahead of it */
   int64_t pend_last_due;     /* the latest due time queued so far */
-  /* Instances a direct method made ready in the open batch that had no lock state before, not
-  ** written yet (orch.c "instances made ready in the batch"), with a hash index by id. */
+  /* Instances a direct method made ready or locked in the open batch that have no stored lock
+  ** state, not written yet (orch.c "instances made ready or locked in the batch"), with a hash
+  ** index by id. */
   struct rpend_s *rpend;
   size_t rpend_n, rpend_cap, rpend_live, rpend_first; /* [0, rpend_first) all taken */
-  int rpend_unsorted;        /* the entries are not in ready-time order */
-  int64_t rpend_last_at;     /* the latest ready time added so far */
+  int rpend_unsorted;        /* the ready entries are not in ready-time order */
+  int64_t rpend_last_at;     /* the latest ready time added so far (INT64_MIN: none) */
   struct lm_strix_s rpend_ix;
+  size_t rpend_locks;        /* live entries holding a lock */
+  size_t rpend_ready_first;  /* [0, rpend_ready_first) none ready (orch.c rpend_pick) */
+  int64_t rpend_lock_min;    /* a lower bound on their expiries (LM_NEVER: none) */
   /* The open batch's copy of own_worker's sess_owner entries with their sess_queue heads, in
   ** session id order (work.c's pick at capacity asks it for every fetch instead of reading
   ** each owned session's queue again). dx__lm_squeue_refresh keeps the heads exact; an owner
@@ -263,6 +269,11 @@ typedef struct shared_env_s {
   struct lm_ik_s *ik;
   size_t ik_live;
   size_t ik_txn;
+  /* The open batch's direct methods' instance record writes are kept there too, written once
+  ** with the batch's other kept writes (dx__lm_inst_keep_write): slots of the entries to
+  ** write (some may have been written or dropped since: their flag says). */
+  uint32_t *ik_dirty;
+  size_t ik_dirty_n, ik_dirty_cap;
   /* Worker rows the batch thread wrote (records.c "worker rows kept by the batches"): direct
   ** mapped by seq, LM_RK_SLOTS entries once used (seq 0: empty), rk_live filled; kept and
   ** dropped with ik. */
@@ -751,6 +762,31 @@ int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r);
 void dx__lm_inst_keep_drop(shared_env_t *se);
 void dx__lm_inst_keep_commit(shared_env_t *se, size_t txn_id);
 void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id);
+/* An ack's usual change of inst's record (no name, no custom status): current_exec raised to
+** exec, updated_at now, in the batch's kept copy (written later, as dx__lm_inst_put does in a
+** direct method). 1 with the current execution before in *was and the record's creation
+** time and sequence; 0 when the record is not kept (read it and put it). */
+int dx__lm_inst_touch(tx_t *t, const char *inst, uint64_t exec, int64_t now, uint64_t *was,
+                      int64_t *created_at, uint64_t *created_seq);
+/* Write the instance records and history runs the batch keeps unwritten (t: the batch txn;
+** dx__lm_pend_flush). */
+int dx__lm_inst_keep_write(tx_t *t);
+/* Events a batch's direct methods appended to one execution of an instance and did not write
+** yet (history.c "runs kept by the batch"): the bins of a run of consecutive ids from `first`,
+** after LM_HRUN_ROOM bytes kept free for the record's array header. */
+#define LM_HRUN_ROOM 5
+typedef struct {
+  unsigned char *b;
+  size_t len, cap;          /* len counts the room */
+  uint64_t exec, first, n;  /* n 0: none */
+} lm_hrun_t;
+/* records.c: inst's kept run in the batches' instance table (make: an entry made when missing),
+** NULL outside a direct method or when none can be kept; dx__lm_hrun_mark: inst's run now
+** holds events to write (a failure after it spoils the batch). */
+lm_hrun_t *dx__lm_hrun_of(tx_t *t, const char *inst, int make);
+int dx__lm_hrun_mark(tx_t *t, const char *inst);
+/* history.c: write h as one record of inst's history and empty it. */
+int dx__lm_hrun_write(tx_t *t, const char *inst, lm_hrun_t *h);
 int dx__lm_tail_get(tx_t *t, const char *inst, uint64_t exec, uint64_t *n,
                     const dx_event_t **last);
 void dx__lm_tail_keep(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *last);
@@ -904,7 +940,8 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at);
 int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err);
 void dx__lm_pend_drop(shared_env_t *se);
 static inline int dx__lm_pend_any(const shared_env_t *se) {
-  return se->pend_n || se->rpend_live || se->sq_n || se->srow_live || se->kmsg_live;
+  return se->pend_n || se->rpend_live || se->sq_n || se->srow_live || se->kmsg_live ||
+         se->ik_dirty_n;
 }
 /* kmsgs.c: orchestration messages kept in the open batch. dx__lm_kmsg_add: keep a new message
 ** (1: its item taken; 0: not kept, write it) or an error; _put/_del: a rewrite or delete of a

@@ -87,20 +87,25 @@ int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
   return -1;
 }
 
-/* {===== instances made ready in the batch =====}
+/* {===== instances made ready or locked in the batch =====}
 ** An instance without lock state (no messages, not locked) that gets a message from a direct
 ** method inside a batch (an activity's result acked, a message from another turn) becomes
 ** ready in memory (shared_env_t.rpend) instead of by a state record and a ready index entry:
-** the cycle's orchestration fetch, later in the same transaction, takes it from there and
-** writes only the locked state (state and lock entry, where the ready state cost a state
-** write, an index write, and at the fetch an index delete). Entries not taken are written as
-** they would have been before any other method of the batch runs and at commit (with the
-** queued worker rows: dx__lm_pend_flush); they vanish with a batch that does not commit.
-** Only this thread's direct methods look at them (t->direct). */
+** the cycle's orchestration fetch, later in the same transaction, takes it from there.
+** The lock that fetch takes stays in the same entry (st.token set), and so does the lock of
+** an instance whose stored ready state the fetch deletes: with held rounds the turn's ack
+** comes in the same batch and releases it, so a turn writes no state and no index entry
+** where it wrote four or five (ready out, lock in, state; lock out, state out). Entries left
+** are written as they would have been before any other method of the batch runs and at
+** commit (with the queued worker rows: dx__lm_pend_flush); they vanish with a batch that does
+** not commit, which is all a lock taken in it could do anyway. Only this thread's direct
+** methods look at them (t->direct): the pick takes a kept lock that lapsed as it takes an
+** expired stored one, the dead-lock sweep looks at kept locks too. */
 
 typedef struct rpend_s {
   char *inst;        /* NULL: taken */
-  int64_t ready_at;
+  int64_t ready_at;  /* ready in memory (st.token 0) */
+  orch_state_t st;   /* st.token set: locked in memory (ready_at unused) */
 } rpend_t;
 
 static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
@@ -113,7 +118,17 @@ static rpend_t *rpend_find(shared_env_t *se, const char *inst) {
   return at ? &se->rpend[at - 1] : NULL;
 }
 
-static int rpend_add(tx_t *t, const char *inst, int64_t ready_at) {
+/* Entry e holds lock nw. A change in memory cannot be undone: a failure after it spoils the
+** batch, as after a write. */
+static void rpend_lock(shared_env_t *se, rpend_t *e, const orch_state_t *nw) {
+  if (!e->st.token) se->rpend_locks++;
+  e->st = *nw;
+  if (nw->locked_until < se->rpend_lock_min) se->rpend_lock_min = nw->locked_until;
+  se->batch_writes++;
+}
+
+/* A new entry: ready at nw->ready_at, or holding lock nw. */
+static int rpend_add(tx_t *t, const char *inst, const orch_state_t *nw) {
   shared_env_t *se = t->se;
   rpend_t *nv;
   if (!(nv = dx__lm_grow(se->rpend, &se->rpend_cap, se->rpend_n, sizeof *se->rpend)))
@@ -121,12 +136,17 @@ static int rpend_add(tx_t *t, const char *inst, int64_t ready_at) {
   se->rpend = nv;
   if (dx__lm_strix_push(&se->rpend_ix, nv, sizeof *nv, se->rpend_n, inst))
     return dx__lm_nomem(t->err);
-  nv[se->rpend_n].ready_at = ready_at;
-  if (se->rpend_n == 0 || ready_at > se->rpend_last_at) se->rpend_last_at = ready_at;
-  else if (ready_at < se->rpend_last_at) se->rpend_unsorted = 1;
   se->rpend_n++;
   se->rpend_live++;
   se->batch_writes++; /* a failure after this spoils the batch, as after a write */
+  if (nw->token) {
+    nv[se->rpend_n - 1].ready_at = LM_NEVER;
+    rpend_lock(se, &nv[se->rpend_n - 1], nw);
+    return 0;
+  }
+  nv[se->rpend_n - 1].ready_at = nw->ready_at;
+  if (nw->ready_at > se->rpend_last_at) se->rpend_last_at = nw->ready_at;
+  else if (nw->ready_at < se->rpend_last_at) se->rpend_unsorted = 1;
   return 0;
 }
 
@@ -134,13 +154,17 @@ static void rpend_take(shared_env_t *se, rpend_t *e) {
   free(e->inst);
   e->inst = NULL; /* stays in the table as a tombstone until the batch ends */
   se->rpend_live--;
+  if (e->st.token && !--se->rpend_locks) se->rpend_lock_min = LM_NEVER;
+  se->batch_writes++;
 }
 
 void dx__lm_rpend_drop(shared_env_t *se) {
   size_t i;
   for (i = 0; i < se->rpend_n; i++) free(se->rpend[i].inst);
-  se->rpend_n = se->rpend_live = se->rpend_first = 0;
+  se->rpend_n = se->rpend_live = se->rpend_first = se->rpend_ready_first = se->rpend_locks = 0;
   se->rpend_unsorted = 0;
+  se->rpend_last_at = INT64_MIN; /* (no ready entry yet) */
+  se->rpend_lock_min = LM_NEVER;
   dx__lm_strix_clear(&se->rpend_ix);
 }
 
@@ -151,29 +175,40 @@ int dx__lm_rpend_write(tx_t *t) {
   for (i = 0; i < se->rpend_n && !rc; i++) {
     orch_state_t nw = STATE_EMPTY;
     if (!se->rpend[i].inst) continue;
-    nw.ready_at = se->rpend[i].ready_at;
+    if (se->rpend[i].st.token) nw = se->rpend[i].st;
+    else nw.ready_at = se->rpend[i].ready_at;
     rc = state_set_db(t, se->rpend[i].inst, &STATE_EMPTY, &nw);
   }
   return rc;
 }
 
-/* Replace state `old` by `nw`. In this thread's batch an instance made ready in memory has
-** no stored state; one without stored state that becomes ready (and no more) stays in memory. */
+/* Replace state `old` by `nw`. In this thread's batch an instance made ready or locked in
+** memory has no stored state; one without stored state that becomes ready or locked stays in
+** memory, and so does the lock of a stored ready one (its stored state goes). */
 static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const orch_state_t *nw) {
   rpend_t *e;
+  int rc;
   if (!t->direct) return state_set_db(t, inst, old, nw);
   if ((e = rpend_find(t->se, inst))) {
-    if (!nw->token && nw->ready_at != LM_NEVER) { /* still ready: at another time */
+    if (nw->token) { /* locked, renewed or lapsed: in place */
+      rpend_lock(t->se, e, nw);
+      return 0;
+    }
+    if (!e->st.token && nw->ready_at != LM_NEVER) { /* still ready: at another time */
       if (nw->ready_at != e->ready_at) t->se->rpend_unsorted = 1;
       e->ready_at = nw->ready_at;
       return 0;
     }
-    rpend_take(t->se, e);
+    rpend_take(t->se, e); /* (a released lock that stays ready: a new entry, in time order) */
     old = &STATE_EMPTY;
   }
   if (!old->token && old->ready_at == LM_NEVER) { /* nothing stored */
     if (!nw->token && nw->ready_at == LM_NEVER) return 0;
-    if (!nw->token) return rpend_add(t, inst, nw->ready_at);
+    return rpend_add(t, inst, nw);
+  }
+  if (nw->token && !old->token) { /* a stored ready instance locked: kept from now on */
+    if ((rc = state_set_db(t, inst, old, &STATE_EMPTY))) return rc;
+    return rpend_add(t, inst, nw);
   }
   return state_set_db(t, inst, old, nw);
 }
@@ -185,8 +220,9 @@ int dx__lm_state_get(tx_t *t, const char *inst, orch_state_t *s) {
   rpend_t *e;
   int rc;
   *s = STATE_EMPTY;
-  if (t->direct && (e = rpend_find(t->se, inst))) { /* ready in memory: nothing stored */
-    s->ready_at = e->ready_at;
+  if (t->direct && (e = rpend_find(t->se, inst))) { /* in memory: nothing stored */
+    if (e->st.token) *s = e->st;
+    else s->ready_at = e->ready_at;
     return 0;
   }
   if (dx__lm_state_kept(t, inst, s)) return 0;
@@ -296,6 +332,15 @@ int dx__lm_orch_reap_dead(tx_t *t, lm_t *p, int64_t now) {
     rc = state_set(t, l.v[i], &st, &nw);
   }
   dx__lm_strs_free(&l);
+  for (i = 0; t->direct && i < t->se->rpend_n && !rc; i++) { /* locks kept in memory */
+    rpend_t *e = &t->se->rpend[i];
+    if (e->inst && e->st.token && e->st.locked_until > now &&
+        !dx__lm_live_locker_alive(p, e->st.locker)) {
+      orch_state_t nw = e->st;
+      nw.locked_until = now;
+      rpend_lock(t->se, e, &nw);
+    }
+  }
   return rc;
 }
 
@@ -426,40 +471,63 @@ static int orch_scan_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   return rc ? rc : 0;
 }
 
+/* Make kept entry e (ready or lapsed lock at `at`) the candidate when the filter takes it
+** (db -1: in memory, no index entry). */
+static int rpend_cand(tx_t *t, const dx_fetch_filter_t *f, const rpend_t *e, int64_t at,
+                      int64_t now, orch_cand_t *c) {
+  orch_cand_t read;
+  char *inst;
+  int ok = 1, rc;
+  memset(&read, 0, sizeof read);
+  if (f && f->capabilities_set && (rc = orch_runnable(t, f, e->inst, now, &ok, &read))) return rc;
+  if (!ok || !(inst = dx__strdup(e->inst))) {
+    dx__lm_cand_clear(&read);
+    return ok ? dx__lm_nomem(t->err) : 0;
+  }
+  dx__lm_cand_clear(c);
+  *c = read; /* the candidate takes what was read (nothing without a filter) */
+  c->inst = inst;
+  c->msgs.inst = inst;
+  c->db = -1;
+  c->at = at;
+  k_init(&c->key);
+  return 0;
+}
+
 /* Instances made ready in this batch (in memory) compete with the index heads: an earlier
 ** ready time wins, a tie goes to the stored entry (it was queued first). While the entries are
 ** in ready-time order (made ready as their messages came), the walk ends at the first one
-** that is not due or does not beat the candidate, or that the filter takes. */
+** that is not due or does not beat the candidate, or that the filter takes. Locks kept in
+** memory compete once one may have lapsed (rpend_lock_min), as expired stored locks do. */
 static int rpend_pick(tx_t *t, const dx_fetch_filter_t *f, int64_t now, orch_cand_t *c) {
   shared_env_t *se = t->se;
   size_t i;
   int rc = 0;
   if (!t->direct) return 0;
   while (se->rpend_first < se->rpend_n && !se->rpend[se->rpend_first].inst) se->rpend_first++;
-  for (i = se->rpend_first; i < se->rpend_n && se->rpend_live && !rc; i++) {
+  /* an entry that is not ready never becomes ready again (a released lock that stays ready
+  ** is a new entry): the walk starts past the first ones that are not */
+  if (se->rpend_ready_first < se->rpend_first) se->rpend_ready_first = se->rpend_first;
+  while (se->rpend_ready_first < se->rpend_n &&
+         (!se->rpend[se->rpend_ready_first].inst || se->rpend[se->rpend_ready_first].st.token))
+    se->rpend_ready_first++;
+  for (i = se->rpend_ready_first; i < se->rpend_n && se->rpend_live > se->rpend_locks && !rc;
+       i++) {
     const rpend_t *e = &se->rpend[i];
-    orch_cand_t read;
-    char *inst;
-    int ok = 1;
-    if (!e->inst) continue;
+    if (!e->inst || e->st.token) continue;
     if (e->ready_at > now || (c->inst && c->at <= e->ready_at)) {
       if (se->rpend_unsorted) continue;
       break; /* so are the ones after it */
     }
-    memset(&read, 0, sizeof read);
-    if (f && f->capabilities_set && (rc = orch_runnable(t, f, e->inst, now, &ok, &read))) break;
-    if (!ok || !(inst = dx__strdup(e->inst))) {
-      dx__lm_cand_clear(&read);
-      if (ok) rc = dx__lm_nomem(t->err);
+    rc = rpend_cand(t, f, e, e->ready_at, now, c);
+  }
+  for (i = se->rpend_first; se->rpend_locks && se->rpend_lock_min <= now && i < se->rpend_n &&
+                            !rc; i++) {
+    const rpend_t *e = &se->rpend[i];
+    if (!e->inst || !e->st.token || e->st.locked_until > now ||
+        (c->inst && c->at <= e->st.locked_until))
       continue;
-    }
-    dx__lm_cand_clear(c);
-    *c = read; /* the candidate takes what was read (nothing without a filter) */
-    c->inst = inst;
-    c->msgs.inst = inst;
-    c->db = -1; /* in memory: no index entry */
-    c->at = e->ready_at;
-    k_init(&c->key);
+    rc = rpend_cand(t, f, e, e->st.locked_until, now, c);
   }
   return rc;
 }
@@ -585,14 +653,16 @@ static int history_held(tx_t *t, const lm_t *lm, dx_orch_item_t *it) {
   return 1;
 }
 
-static int orch_item_fill(tx_t *t, const lm_t *lm, dx_orch_item_t *it, const inst_rec_t *ir) {
+/* (ir's name and version move into the item) */
+static int orch_item_fill(tx_t *t, const lm_t *lm, dx_orch_item_t *it, inst_rec_t *ir) {
   const char *name = NULL, *version = NULL;
   dx_error_t herr = {0}, *saved = t->err;
   size_t i;
   int rc;
   if (ir) {
-    name = ir->name;
-    version = ir->version;
+    it->orchestration_name = ir->name;
+    it->orchestration_version = ir->version;
+    ir->name = ir->version = NULL;
   } else {
     for (i = 0; i < it->messages_len && !name; i++)
       if (starts_instance(&it->messages[i])) {
@@ -631,8 +701,8 @@ static int orch_try_lock(tx_t *t, lm_t *lm, orch_cand_t *c, int64_t now,
   size_t n = 0, i;
   int rc, has_ir, starts = 0;
   if ((rc = dx__lm_state_get(t, c->inst, &st))) return rc;
-  if (c->db < 0) { /* made ready in this batch: still so? */
-    if (st.token || st.ready_at == LM_NEVER) return 0;
+  if (c->db < 0) { /* kept in this batch (ready, or a lapsed lock): still so? */
+    if (st.token ? st.locked_until > now : st.ready_at == LM_NEVER) return 0;
   } else if (dx__lm_state_index(c->inst, &st, &k) != c->db || k.n != c->key.n ||
              memcmp(k.b, c->key.b, k.n)) {
     return dx__lm_db_del(t, c->db, &c->key); /* stray index entry: drop it */
@@ -757,7 +827,17 @@ typedef struct {
 static int ack_instance(tx_t *t, int64_t now, const dx_orch_ack_t *a, ack_inst_t *ai) {
   inst_rec_t r;
   char *old_name = NULL;
-  int rc = dx__lm_inst_get(t, a->instance, &r);
+  uint64_t was;
+  int rc;
+  if (!a->orchestration_name && !a->custom_status_set && /* most turns: in the batch's copy */
+      dx__lm_inst_touch(t, a->instance, a->execution_id, now, &was, &ai->created_at,
+                        &ai->created_seq)) {
+    ai->created = 0;
+    ai->current = a->execution_id >= was;
+    ai->known = a->execution_id == was;
+    return 0;
+  }
+  rc = dx__lm_inst_get(t, a->instance, &r);
   ai->created = rc == DX_ENOTFOUND;
   if (rc == DX_ENOTFOUND) rc = inst_create(t, now, a, &r);
   if (!rc && a->orchestration_name && r.name && !(old_name = dx__strdup(r.name)))

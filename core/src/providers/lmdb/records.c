@@ -471,13 +471,19 @@ typedef struct lm_ik_s {
   int tail_lent;  /* tail was handed out (dx__lm_tail_take): the end is known, not the event */
   int st_known;   /* st is the instance's stored lock state (orch.c) */
   orch_state_t st;
+  int dirty;      /* IK_REC: r is newer than the stored record (rec_known); IK_HIST: hrun
+                     holds events: the batch writes them */
+  lm_hrun_t hrun;
 } lm_ik_t;
+
+enum { IK_REC = 1, IK_HIST = 2 };
 
 static void ik_clear(shared_env_t *se, lm_ik_t *e) {
   if (!e->inst) return;
   free(e->inst);
   dx__lm_inst_clear(&e->r);
   dx_event_clear(&e->tail);
+  free(e->hrun.b);
   memset(e, 0, sizeof *e);
   se->ik_live--;
 }
@@ -489,6 +495,7 @@ void dx__lm_inst_keep_drop(shared_env_t *se) {
   for (i = 0; se->ik_live && i < LM_IK_SLOTS; i++) ik_clear(se, &se->ik[i]);
   rk_drop(se);
   se->ik_txn = 0;
+  se->ik_dirty_n = 0; /* written by the flush before, or lost with the batch */
 }
 
 /* The batch (txn txn_id) is about to commit, holding the store's write lock: the next write
@@ -535,6 +542,7 @@ static lm_ik_t *ik_entry(tx_t *t, const char *inst) {
   if ((e = ik_find(t, inst))) return e;
   if (!se->ik && !(se->ik = calloc(LM_IK_SLOTS, sizeof *se->ik))) return NULL;
   e = ik_slot(se, inst);
+  if (e->dirty) return NULL; /* another instance's unwritten record keeps its slot */
   ik_clear(se, e);
   if (!(e->inst = dx__strdup(inst))) return NULL;
   se->ik_live++;
@@ -773,15 +781,78 @@ int dx__lm_inst_get(tx_t *t, const char *inst, inst_rec_t *r) {
   return rc;
 }
 
+/* Entry e's record is to be written by the batch: 1, or 0 when it cannot be noted (write it
+** now). A change in memory cannot be undone: a failure after it spoils the batch. */
+static int ik_mark(shared_env_t *se, lm_ik_t *e, int what) {
+  uint32_t *nv;
+  if (!e->dirty) {
+    if (!(nv = dx__lm_grow(se->ik_dirty, &se->ik_dirty_cap, se->ik_dirty_n, sizeof *nv)))
+      return 0;
+    se->ik_dirty = nv;
+    nv[se->ik_dirty_n++] = (uint32_t)(e - se->ik);
+  }
+  e->dirty |= what;
+  se->batch_writes++;
+  return 1;
+}
+
+/* In a batch's direct method the record is kept (ik) and written once, when the batch writes
+** what it kept (dx__lm_pend_flush: before any nested method looks, and at commit): with held
+** rounds every turn of an instance rewrote it in the same transaction. */
 int dx__lm_inst_put(tx_t *t, const char *inst, const inst_rec_t *r) {
   dkey_t k;
   lm_ik_t *e;
   int rc;
+  if (t->direct) {
+    ik_keep(t, inst, r);
+    if ((e = ik_find(t, inst)) && e->rec_known && ik_mark(t->se, e, IK_REC)) return 0;
+    if (e) e->dirty &= ~IK_REC; /* not kept (too large, out of memory): written now */
+  }
   key_inst(&k, inst);
   rc = dx__lm_rec_put(t, &dx__lm_inst_schema, &k, r);
-  if (rc == 0) ik_keep(t, inst, r);
-  else if ((e = ik_find(t, inst))) e->rec_known = 0; /* unknown now */
+  if (rc && (e = ik_find(t, inst))) e->rec_known = 0; /* unknown now */
   return rc;
+}
+
+int dx__lm_inst_touch(tx_t *t, const char *inst, uint64_t exec, int64_t now, uint64_t *was,
+                      int64_t *created_at, uint64_t *created_seq) {
+  lm_ik_t *e = ik_find(t, inst);
+  if (!e || !e->rec_known || !e->present || !ik_mark(t->se, e, IK_REC)) return 0;
+  *was = e->r.current_exec;
+  if (exec > e->r.current_exec) e->r.current_exec = exec;
+  e->r.updated_at = now;
+  *created_at = e->r.created_at;
+  *created_seq = e->r.created_seq;
+  return 1;
+}
+
+int dx__lm_inst_keep_write(tx_t *t) {
+  shared_env_t *se = t->se;
+  size_t i;
+  int rc = 0;
+  for (i = 0; i < se->ik_dirty_n && !rc; i++) {
+    lm_ik_t *e = &se->ik[se->ik_dirty[i]];
+    dkey_t k;
+    if (!e->inst) continue;
+    if (e->dirty & IK_HIST) rc = dx__lm_hrun_write(t, e->inst, &e->hrun);
+    if (!rc && (e->dirty & IK_REC)) {
+      key_inst(&k, e->inst);
+      rc = dx__lm_rec_put(t, &dx__lm_inst_schema, &k, &e->r);
+    }
+    e->dirty = 0;
+  }
+  se->ik_dirty_n = 0;
+  return rc;
+}
+
+lm_hrun_t *dx__lm_hrun_of(tx_t *t, const char *inst, int make) {
+  lm_ik_t *e = make ? ik_entry(t, inst) : ik_find(t, inst);
+  return e ? &e->hrun : NULL;
+}
+
+int dx__lm_hrun_mark(tx_t *t, const char *inst) {
+  lm_ik_t *e = ik_find(t, inst);
+  return e && ik_mark(t->se, e, IK_HIST) ? 0 : dx__lm_nomem(t->err);
 }
 
 void dx__lm_exec_clear(exec_rec_t *r) {

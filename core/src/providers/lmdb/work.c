@@ -157,6 +157,7 @@ int dx__lm_pend_flush(shared_env_t *se, MDB_txn *txn, dx_error_t *err) {
   if (!rc && se->srow_live) rc = dx__lm_srow_write(&t);
   if (!rc && se->kmsg_live) rc = dx__lm_kmsg_write(&t);
   if (!rc && se->sq_n) rc = dx__lm_sq_write(&t);
+  if (!rc && se->ik_dirty_n) rc = dx__lm_inst_keep_write(&t); /* records, runs (records.c) */
   dx__lm_pend_drop(se);
   if (rc && !se->batch_spoiled) { /* written in part: nothing of the batch may be kept */
     se->batch_spoiled = 1;
