@@ -2764,6 +2764,30 @@ DX_TEST(pv_session_close_item_on_unowned_session_is_deleted) {
   done(p);
 }
 
+/* The same inside one batch (LMDB reads a session row queued in the batch in place, and the
+** close of an unowned session deletes it through that borrowed row): the close item goes, the
+** other session's activity is fetched, nothing is left queued. */
+DX_TEST(pv_session_close_item_queued_in_a_batch_on_unowned_session_is_deleted_in_it) {
+  dx_provider_t *p = fresh();
+  dx_work_item_t c1 = sess_item("O", 1, "s1");
+  dx_work_fetch_t f;
+  c1.kind = DX_WI_SESSION_CLOSE;
+  c1.name = NULL;
+  CHECK(M(p)->begin(p, &E));
+  enqueue_work(p, T0, c1);
+  enqueue_work(p, T0, sess_item("O", 2, "s2"));
+  f = sfetch(p, T0 + 1, "A", 10);
+  ASSERT_EQ(f.item.id, 2);
+  ASSERT_EQ(f.item.kind, DX_WI_ACT_EXECUTE);
+  CHECK(M(p)->ack_work_item(p, T0 + 2, f.lock_token, NULL, &E));
+  fclear(&f);
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT_EQ(depths(p).worker, 0);
+  ASSERT_STR_EQ(srow(p, "s2").owner, "A");
+  ASSERT_EQ(sessions_of(p).n, 1); /* no row for s1 */
+  done(p);
+}
+
 DX_TEST(pv_session_expired_item_lock_refetched_by_other_worker) {
   dx_provider_t *p = fresh();
   dx_work_fetch_t f, g;

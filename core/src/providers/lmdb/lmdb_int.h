@@ -192,8 +192,10 @@ typedef struct shared_env_s {
   int seq_held;              /* the open batch holds the sequence counter in `seq` (txn.c) */
   uint64_t seq;
   /* The open batch's count of cap_worker's sessions with a lease past cap_now (work.c
-  ** claim_room asks it once per batch): dx__lm_sess_put keeps it exact; cleared when the batch
-  ** ends or a nested method fails (its writes are undone, its count changes are not). */
+  ** claim_room asks it once per batch): dx__lm_sess_put and the kept record's in-place fetch
+  ** (dx__lm_sess_kept_fetch) keep it and cap_until exact (sessions.c cap_note); cleared when
+  ** the batch ends or a nested method fails (its writes are undone, its count changes are
+  ** not). */
   int cap_valid;
   int64_t cap_now;
   uint32_t cap_live;

@@ -160,6 +160,17 @@ static int cap_counts(const shared_env_t *se, const sess_rec_t *r) {
   return r && dx__lm_sess_owner_is(r, se->cap_worker) && r->locked_until > se->cap_now;
 }
 
+/* A session record changed from one counted (was_counted) to nw: the batch's live count of
+** one worker (work.c claim_room) and the earliest lease it counts follow (one place for
+** dx__lm_sess_put and the kept record's in-place changes). */
+static void cap_note(shared_env_t *se, int was_counted, const sess_rec_t *nw) {
+  int now_counted;
+  if (!se->cap_valid) return;
+  now_counted = cap_counts(se, nw);
+  se->cap_live += (uint32_t)(now_counted - was_counted);
+  if (now_counted && nw->locked_until < se->cap_until) se->cap_until = nw->locked_until;
+}
+
 /* Replace session row `old` (NULL: none) by `nw` (NULL: delete), keeping sess_owner in step.
 ** The entry changes only with the owner: a lease renewal (every owner fetch, every renewal)
 ** rewrites the session row alone, so it dirties no sess_owner page. */
@@ -171,10 +182,7 @@ int dx__lm_sess_put(tx_t *t, const char *sid, const sess_rec_t *old, const sess_
   dkey_t k;
   int rc;
   shared_env_t *se = t->se;
-  if (se->cap_valid) { /* the batch's live count of one worker (work.c claim_room) */
-    se->cap_live += (uint32_t)(cap_counts(se, nw) - cap_counts(se, old));
-    if (cap_counts(se, nw) && nw->locked_until < se->cap_until) se->cap_until = nw->locked_until;
-  }
+  cap_note(se, cap_counts(se, old), nw);
   if (se->own_valid && !same && ((old && dx__lm_sess_owner_is(old, se->own_worker)) ||
                                  (nw && dx__lm_sess_owner_is(nw, se->own_worker))))
     own_forget(se); /* the batch's copy of that worker's sessions is out of date */
@@ -212,10 +220,7 @@ int dx__lm_sess_kept_fetch(tx_t *t, sess_rec_t *kr, int64_t now, int64_t until,
   se->batch_writes++; /* a kept change: as after a write */
   kr->last_activity = now;
   if (kr->locked_until < until) kr->locked_until = until;
-  if (se->cap_valid) { /* as in dx__lm_sess_put */
-    se->cap_live += (uint32_t)(cap_counts(se, kr) - before);
-    if (cap_counts(se, kr) && kr->locked_until < se->cap_until) se->cap_until = kr->locked_until;
-  }
+  cap_note(se, before, kr);
   if (inst && !users_last_is(kr, inst, exec)) {
     char *old = kr->users, *blob;
     int rc = dx__lm_sess_add_user(t, kr, inst, exec, &blob); /* kr->users = blob, or unchanged */

@@ -15,8 +15,9 @@
 ** heads in. A fetch walks the heads every time, so that merge must not cost the batch's
 ** sessions: a summary's stored head leaves sess_heads when the batch first keeps the summary
 ** (dx__lm_sq_write puts the net one back), so the stored walk meets no stale head to look up,
-** and the kept heads stay sorted as they change (shared_env_t.kh), so nothing is sorted. A batch that fails part way is spoiled as a whole (se->batch_writes counts a kept
-** change as a write), so what a commit stores is what writing at once would have stored.
+** and the kept heads stay sorted as they change (shared_env_t.kh), so nothing is sorted. A
+** batch that fails part way is spoiled as a whole (se->batch_writes counts a kept change as a
+** write), so what a commit stores is what writing at once would have stored.
 ** Session records (sessions) are kept the same way: a step writes its session's record twice
 ** (the ack notes the activity, the fetch renews the lease) and reads it twice. They are kept
 ** decoded (as decoding what dx__lm_sess_put would have stored gives them), packed once by
