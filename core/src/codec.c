@@ -27,7 +27,8 @@ typedef struct {
   const char *key;
   field_type_t type;
   size_t off;
-  size_t key_len; /* strlen(key), known at compile time (every record packs and matches keys) */
+  size_t key_len; /* strlen(key), known at compile time (every record packs and matches keys);
+                     1 to 3: a key is a fixstr (put_key) */
 } field_t;
 
 typedef struct {
@@ -157,10 +158,19 @@ static size_t plan_fields(plan_t *p, const schema_t *s, const void *base) {
     if (f->type != FT_FAIL) p->n++;
     p->it[at].f = f;
     p->it[at].n = n;
-    p->bytes += dx__mp_bytes(NULL, 0, NULL, f->key_len) + vsize;
+    p->bytes += 1 + f->key_len + vsize; /* (a key is a fixstr: put_key) */
     count++;
   }
   return count;
+}
+
+/* A key: every one is a fixstr of one to three bytes, written here without a memcpy call
+** (every field of every record writes one). */
+static unsigned char *put_key(unsigned char *o, const field_t *f) {
+  size_t i;
+  *o++ = (unsigned char)(0xa0 | f->key_len);
+  for (i = 0; i < f->key_len; i++) *o++ = (unsigned char)f->key[i];
+  return o;
 }
 
 /* Write `count` planned entries of `base` from *it on; returns the byte after them. */
@@ -170,7 +180,7 @@ static unsigned char *put_items(unsigned char *o, const item_t **it, size_t coun
   for (k = 0; k < count; k++) {
     const item_t *item = (*it)++;
     const field_t *f = item->f;
-    o += dx__mp_bytes(o, 0, f->key, f->key_len);
+    o = put_key(o, f);
     switch (f->type) {
       case FT_KIND: case FT_INT: o += dx__mp_int(o, *CAT(base, f, int)); break;
       case FT_U64: o += dx__mp_uint(o, *CAT(base, f, uint64_t)); break;
