@@ -397,6 +397,35 @@ DX_TEST(records_encode_as_msgpack_c_would) {
   }
 }
 
+/* Records small enough for one walk into a stack buffer and bigger ones (planned first) are
+** written alike: data lengths across that bound give msgpack-c's bytes and decode back. */
+DX_TEST(records_encode_alike_across_the_direct_bound) {
+  size_t n;
+  for (n = 380; n < 560; n++) {
+    dx_event_t e, d;
+    dx_error_t err;
+    char *buf;
+    size_t len;
+    memset(&e, 0, sizeof e);
+    e.kind = DX_EV_ACT_COMPLETED;
+    e.event_id = 7;
+    e.name = "Act";
+    e.data = malloc(n + 1);
+    memset(e.data, 'x', n);
+    e.data[n] = '\0';
+    e.fail.message = "m";
+    e.fail.category = 2;
+    ASSERT_OK(dx__event_encode(&e, &buf, &len));
+    assert_msgpack_c_bytes(buf, len);
+    ASSERT_OK(dx__event_decode(buf, len, &d, &err));
+    ASSERT_EQ(strlen(d.data), n);
+    ASSERT_STR_EQ(d.fail.message, "m");
+    free(buf);
+    free(e.data);
+    dx_event_clear(&d);
+  }
+}
+
 /* The kind read from the bytes without decoding agrees with the decoder on every record the
 ** encoder writes, and a valid record's bit flips give either -1 or the decoder's kind. */
 DX_TEST(work_item_peek_kind_agrees_with_decode) {

@@ -98,11 +98,13 @@ static int failure_present(const dx_failure_t *fl) {
 }
 
 /*
-** Encoding is a plan, then a write. The plan walks the field table once: it lists the present
-** fields in order (a failure's own fields right after its entry), measures each string once
-** and adds up the exact size; the write then fills one buffer of that size from the list,
-** with no presence test or length count repeated. The encodings are the smallest ones, as
-** msgpack-c chooses them (test records_encode_as_msgpack_c_would).
+** A record that fits DIRECT_BYTES (nearly all) is written in one walk of the field table into
+** a stack buffer, then copied into one exactly sized block (put_direct). A bigger one is a
+** plan, then a write. The plan walks the field table once: it lists the present fields in
+** order (a failure's own fields right after its entry), measures each string once and adds up
+** the exact size; the write then fills one buffer of that size from the list, with no
+** presence test or length count repeated. Both write the same bytes, the smallest encodings,
+** as msgpack-c chooses them (test records_encode_as_msgpack_c_would).
 */
 #define MAX_ITEMS 24 /* more than the fields of any record and its failure */
 typedef struct {
@@ -196,17 +198,100 @@ static unsigned char *put_items(unsigned char *o, const item_t **it, size_t coun
   return o;
 }
 
+/* The small record's way (most of them): one walk of the field table writes the present
+** fields straight into o (a stack buffer) up to end, the same bytes as the plan's; returns the
+** byte after them and their count in *count, or NULL when they do not fit (the plan then
+** writes the record). Before each field there is room for its key and value checked. */
+#define DIRECT_BYTES 512
+#define KEY_MAX 4  /* a key's bytes: fixstr header and up to three */
+#define SCALAR_MAX 9 /* an integer's bytes at most */
+static unsigned char *put_direct(const schema_t *s, const void *base, unsigned char *o,
+                                 const unsigned char *end, size_t *count) {
+  size_t i, c = 0;
+  for (i = 0; i < s->n; i++) {
+    const field_t *f = &s->fields[i];
+    if ((size_t)(end - o) < KEY_MAX + SCALAR_MAX) return NULL;
+    switch (f->type) {
+      case FT_KIND: o = put_key(o, f); o += dx__mp_int(o, *CAT(base, f, int)); break;
+      case FT_INT:
+        if (!*CAT(base, f, int)) continue;
+        o = put_key(o, f);
+        o += dx__mp_int(o, *CAT(base, f, int));
+        break;
+      case FT_BOOL:
+        if (!*CAT(base, f, int)) continue;
+        o = put_key(o, f);
+        *o++ = 0xc3;
+        break;
+      case FT_U64:
+        if (!*CAT(base, f, uint64_t)) continue;
+        o = put_key(o, f);
+        o += dx__mp_uint(o, *CAT(base, f, uint64_t));
+        break;
+      case FT_I64:
+        if (!*CAT(base, f, int64_t)) continue;
+        o = put_key(o, f);
+        o += dx__mp_int(o, *CAT(base, f, int64_t));
+        break;
+      case FT_STR: {
+        const char *str = *CAT(base, f, char *);
+        size_t n;
+        if (!str) continue;
+        n = strlen(str);
+        if (n > (size_t)(end - o) - KEY_MAX - 5) return NULL; /* (5: the str32 header) */
+        o = put_key(o, f);
+        o += dx__mp_bytes(o, 0, str, n);
+        break;
+      }
+      case FT_FAIL: {
+        unsigned char *head;
+        size_t k;
+        if (!failure_present(CAT(base, f, dx_failure_t))) continue;
+        o = put_key(o, f);
+        head = o++; /* a fixmap: the failure has four fields */
+        if (!(o = put_direct(&failure_schema, CAT(base, f, dx_failure_t), o, end, &k)))
+          return NULL;
+        dx__mp_container(head, 1, k);
+        break;
+      }
+      default: continue;
+    }
+    c++;
+  }
+  *count = c;
+  return o;
+}
+
 /* A map of the record's present fields, the version entry ("v": 1) first. */
 static int encode(const schema_t *s, const void *rec, char **buf, size_t *len) {
   plan_t plan;
   const item_t *it = plan.it;
-  unsigned char *o;
+  unsigned char *o, direct[DIRECT_BYTES];
   size_t count;
   int kind = *CAT(rec, &s->fields[0], int); /* fields[0] is the kind in both schemas */
   *buf = NULL;
   *len = 0;
   /* A record with no valid kind could never be read back: refuse it at the writer. */
   if (kind < 1 || kind >= s->kind_limit) return DX_EINVAL;
+  /* (the map's header, once its count is known, goes right before "v": room for 3 bytes) */
+  o = direct + 3;
+  o += dx__mp_bytes(o, 0, "v", 1);
+  o += dx__mp_uint(o, FORMAT_VERSION);
+  if ((o = put_direct(s, rec, o, direct + sizeof direct, &count)) != NULL) {
+    /* (count + 1 <= 18 entries: a fixmap or a map16, as dx__mp_container writes them) */
+    unsigned char *start = count + 1 < 16 ? direct + 2 : direct;
+    if (count + 1 < 16) {
+      start[0] = (unsigned char)(0x80 | (count + 1));
+    } else {
+      start[0] = 0xde;
+      start[1] = 0;
+      start[2] = (unsigned char)(count + 1);
+    }
+    *len = (size_t)(o - start);
+    if (!(*buf = malloc(*len))) return *len = 0, DX_ENOMEM;
+    memcpy(*buf, start, *len);
+    return DX_OK;
+  }
   plan.n = 0;
   plan.bytes = 3; /* "v" 1 */
   count = plan_fields(&plan, s, rec);
