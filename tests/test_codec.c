@@ -397,6 +397,35 @@ DX_TEST(records_encode_as_msgpack_c_would) {
   }
 }
 
+/* Records small enough for one walk into a stack buffer and bigger ones (planned first) are
+** written alike: data lengths across that bound give msgpack-c's bytes and decode back. */
+DX_TEST(records_encode_alike_across_the_direct_bound) {
+  size_t n;
+  for (n = 380; n < 560; n++) {
+    dx_event_t e, d;
+    dx_error_t err;
+    char *buf;
+    size_t len;
+    memset(&e, 0, sizeof e);
+    e.kind = DX_EV_ACT_COMPLETED;
+    e.event_id = 7;
+    e.name = "Act";
+    e.data = malloc(n + 1);
+    memset(e.data, 'x', n);
+    e.data[n] = '\0';
+    e.fail.message = "m";
+    e.fail.category = 2;
+    ASSERT_OK(dx__event_encode(&e, &buf, &len));
+    assert_msgpack_c_bytes(buf, len);
+    ASSERT_OK(dx__event_decode(buf, len, &d, &err));
+    ASSERT_EQ(strlen(d.data), n);
+    ASSERT_STR_EQ(d.fail.message, "m");
+    free(buf);
+    free(e.data);
+    dx_event_clear(&d);
+  }
+}
+
 /* The kind read from the bytes without decoding agrees with the decoder on every record the
 ** encoder writes, and a valid record's bit flips give either -1 or the decoder's kind. */
 DX_TEST(work_item_peek_kind_agrees_with_decode) {
@@ -654,6 +683,53 @@ DX_TEST(decode_messages_name_the_problem) {
   ASSERT_EQ(dx__work_item_decode(m.sb.data, m.sb.size, &w, &err), DX_ECORRUPT);
   ASSERT_CONTAINS(err.msg, "work item record: unknown kind");
   msgpack_sbuffer_destroy(&m.sb);
+}
+
+/* The decoder reads in one pass and checks the framing as it goes; a record with a framing
+** problem reports it as the framing scan does (dx__msgpack_check), before any problem of its
+** fields, and unknown keys nest as deep as the scan allows. */
+DX_TEST(decode_reports_framing_problems_first) {
+  static const unsigned char deep7[] = {0x83, 0xa1, 'v', 0x01, 0xa1, 'k', 0x01, 0xa1, 'x',
+                                        0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x90};
+  static const unsigned char deep8[] = {0x83, 0xa1, 'v', 0x01, 0xa1, 'k', 0x01, 0xa1, 'x',
+                                        0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x90};
+  /* key 3 is not a string, and a byte trails the record: the trailing byte is named */
+  static const unsigned char both[] = {0x82, 0xa1, 'v', 0x01, 0x01, 0x01, 0xc0};
+  dx_event_t e;
+  dx_error_t err, cerr;
+  int i;
+  ASSERT_OK(dx__event_decode(deep7, sizeof deep7, &e, &err));
+  ASSERT_EQ(e.kind, 1);
+  dx_event_clear(&e);
+  ASSERT_EQ(dx__event_decode(deep8, sizeof deep8, &e, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, "nested too deeply");
+  ASSERT_EQ(dx__event_decode(both, sizeof both, &e, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, "1 trailing bytes after the record");
+  rng_state = 5;
+  for (i = 0; i < 60; i++) {
+    char *buf;
+    size_t len, bit;
+    for (;;) { /* small records only: the loop below is quadratic in the length */
+      rnd_event(&e);
+      ASSERT_OK(dx__event_encode(&e, &buf, &len));
+      dx_event_clear(&e);
+      if (len <= 400) break;
+      free(buf);
+    }
+    for (bit = 0; bit < len * 8; bit++) {
+      dx_event_t d;
+      int rc;
+      buf[bit / 8] ^= (char)(1 << (bit % 8));
+      rc = dx__event_decode(buf, len, &d, &err);
+      if (dx__msgpack_check(buf, len, "event record", &cerr) != DX_OK) {
+        ASSERT_EQ(rc, DX_ECORRUPT);
+        ASSERT_STR_EQ(err.msg, cerr.msg);
+      }
+      buf[bit / 8] ^= (char)(1 << (bit % 8));
+      dx_event_clear(&d);
+    }
+    free(buf);
+  }
 }
 
 DX_TEST(decode_skips_unknown_keys) {

@@ -7,9 +7,9 @@
 ** loop each. Decoding is strict -- wrong types, unknown kinds, duplicates, truncation and
 ** trailing bytes are DX_ECORRUPT naming the problem -- except that unknown keys are skipped,
 ** so an older reader can open records written by a newer one of the same format version.
-** Records are written into one exactly sized buffer and read straight from their bytes
-** (after the framing scan), without msgpack-c's growing buffers and object trees; a decoded
-** record's strings are copied into one block, the record's arena (codec.h).
+** Records are written into one exactly sized buffer and read straight from their bytes in one
+** pass that checks the framing as it reads, without msgpack-c's growing buffers and object
+** trees; a decoded record's strings are copied into one block, the record's arena (codec.h).
 */
 #include <limits.h>
 #include <stdint.h>
@@ -27,7 +27,8 @@ typedef struct {
   const char *key;
   field_type_t type;
   size_t off;
-  size_t key_len; /* strlen(key), known at compile time (every record packs and matches keys) */
+  size_t key_len; /* strlen(key), known at compile time (every record packs and matches keys);
+                     1 to 3: a key is a fixstr (put_key) */
 } field_t;
 
 typedef struct {
@@ -36,6 +37,7 @@ typedef struct {
   size_t n;
   int kind_limit;       /* valid kinds are 1 .. kind_limit-1 */
   size_t arena_off;     /* top-level records: offset of their `arena` member */
+  size_t size;          /* top-level records: sizeof the record */
 } schema_t;
 
 #define EV(key, type, member) {key, type, offsetof(dx_event_t, member), sizeof key - 1}
@@ -77,10 +79,13 @@ static const field_t failure_fields[] = {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 static const schema_t event_schema = {"event record", event_fields, COUNT(event_fields),
-                                      DX_EV__COUNT, offsetof(dx_event_t, arena)};
+                                      DX_EV__COUNT, offsetof(dx_event_t, arena),
+                                      sizeof(dx_event_t)};
 static const schema_t work_schema = {"work item record", work_fields, COUNT(work_fields),
-                                     DX_WI__COUNT, offsetof(dx_work_item_t, arena)};
-static const schema_t failure_schema = {"failure", failure_fields, COUNT(failure_fields), 0, 0};
+                                     DX_WI__COUNT, offsetof(dx_work_item_t, arena),
+                                     sizeof(dx_work_item_t)};
+static const schema_t failure_schema = {"failure", failure_fields, COUNT(failure_fields), 0, 0,
+                                        0};
 
 /* Field access through the descriptor's offset. */
 #define AT(base, f, T) ((T *)(void *)((char *)(base) + (f)->off))
@@ -93,11 +98,13 @@ static int failure_present(const dx_failure_t *fl) {
 }
 
 /*
-** Encoding is a plan, then a write. The plan walks the field table once: it lists the present
-** fields in order (a failure's own fields right after its entry), measures each string once
-** and adds up the exact size; the write then fills one buffer of that size from the list,
-** with no presence test or length count repeated. The encodings are the smallest ones, as
-** msgpack-c chooses them (test records_encode_as_msgpack_c_would).
+** A record that fits DIRECT_BYTES (nearly all) is written in one walk of the field table into
+** a stack buffer, then copied into one exactly sized block (put_direct). A bigger one is a
+** plan, then a write. The plan walks the field table once: it lists the present fields in
+** order (a failure's own fields right after its entry), measures each string once and adds up
+** the exact size; the write then fills one buffer of that size from the list, with no
+** presence test or length count repeated. Both write the same bytes, the smallest encodings,
+** as msgpack-c chooses them (test records_encode_as_msgpack_c_would).
 */
 #define MAX_ITEMS 24 /* more than the fields of any record and its failure */
 typedef struct {
@@ -153,10 +160,19 @@ static size_t plan_fields(plan_t *p, const schema_t *s, const void *base) {
     if (f->type != FT_FAIL) p->n++;
     p->it[at].f = f;
     p->it[at].n = n;
-    p->bytes += dx__mp_bytes(NULL, 0, NULL, f->key_len) + vsize;
+    p->bytes += 1 + f->key_len + vsize; /* (a key is a fixstr: put_key) */
     count++;
   }
   return count;
+}
+
+/* A key: every one is a fixstr of one to three bytes, written here without a memcpy call
+** (every field of every record writes one). */
+static unsigned char *put_key(unsigned char *o, const field_t *f) {
+  size_t i;
+  *o++ = (unsigned char)(0xa0 | f->key_len);
+  for (i = 0; i < f->key_len; i++) *o++ = (unsigned char)f->key[i];
+  return o;
 }
 
 /* Write `count` planned entries of `base` from *it on; returns the byte after them. */
@@ -166,7 +182,7 @@ static unsigned char *put_items(unsigned char *o, const item_t **it, size_t coun
   for (k = 0; k < count; k++) {
     const item_t *item = (*it)++;
     const field_t *f = item->f;
-    o += dx__mp_bytes(o, 0, f->key, f->key_len);
+    o = put_key(o, f);
     switch (f->type) {
       case FT_KIND: case FT_INT: o += dx__mp_int(o, *CAT(base, f, int)); break;
       case FT_U64: o += dx__mp_uint(o, *CAT(base, f, uint64_t)); break;
@@ -182,17 +198,100 @@ static unsigned char *put_items(unsigned char *o, const item_t **it, size_t coun
   return o;
 }
 
+/* The small record's way (most of them): one walk of the field table writes the present
+** fields straight into o (a stack buffer) up to end, the same bytes as the plan's; returns the
+** byte after them and their count in *count, or NULL when they do not fit (the plan then
+** writes the record). Before each field there is room for its key and value checked. */
+#define DIRECT_BYTES 512
+#define KEY_MAX 4  /* a key's bytes: fixstr header and up to three */
+#define SCALAR_MAX 9 /* an integer's bytes at most */
+static unsigned char *put_direct(const schema_t *s, const void *base, unsigned char *o,
+                                 const unsigned char *end, size_t *count) {
+  size_t i, c = 0;
+  for (i = 0; i < s->n; i++) {
+    const field_t *f = &s->fields[i];
+    if ((size_t)(end - o) < KEY_MAX + SCALAR_MAX) return NULL;
+    switch (f->type) {
+      case FT_KIND: o = put_key(o, f); o += dx__mp_int(o, *CAT(base, f, int)); break;
+      case FT_INT:
+        if (!*CAT(base, f, int)) continue;
+        o = put_key(o, f);
+        o += dx__mp_int(o, *CAT(base, f, int));
+        break;
+      case FT_BOOL:
+        if (!*CAT(base, f, int)) continue;
+        o = put_key(o, f);
+        *o++ = 0xc3;
+        break;
+      case FT_U64:
+        if (!*CAT(base, f, uint64_t)) continue;
+        o = put_key(o, f);
+        o += dx__mp_uint(o, *CAT(base, f, uint64_t));
+        break;
+      case FT_I64:
+        if (!*CAT(base, f, int64_t)) continue;
+        o = put_key(o, f);
+        o += dx__mp_int(o, *CAT(base, f, int64_t));
+        break;
+      case FT_STR: {
+        const char *str = *CAT(base, f, char *);
+        size_t n;
+        if (!str) continue;
+        n = strlen(str);
+        if (n > (size_t)(end - o) - KEY_MAX - 5) return NULL; /* (5: the str32 header) */
+        o = put_key(o, f);
+        o += dx__mp_bytes(o, 0, str, n);
+        break;
+      }
+      case FT_FAIL: {
+        unsigned char *head;
+        size_t k;
+        if (!failure_present(CAT(base, f, dx_failure_t))) continue;
+        o = put_key(o, f);
+        head = o++; /* a fixmap: the failure has four fields */
+        if (!(o = put_direct(&failure_schema, CAT(base, f, dx_failure_t), o, end, &k)))
+          return NULL;
+        dx__mp_container(head, 1, k);
+        break;
+      }
+      default: continue;
+    }
+    c++;
+  }
+  *count = c;
+  return o;
+}
+
 /* A map of the record's present fields, the version entry ("v": 1) first. */
 static int encode(const schema_t *s, const void *rec, char **buf, size_t *len) {
   plan_t plan;
   const item_t *it = plan.it;
-  unsigned char *o;
+  unsigned char *o, direct[DIRECT_BYTES];
   size_t count;
   int kind = *CAT(rec, &s->fields[0], int); /* fields[0] is the kind in both schemas */
   *buf = NULL;
   *len = 0;
   /* A record with no valid kind could never be read back: refuse it at the writer. */
   if (kind < 1 || kind >= s->kind_limit) return DX_EINVAL;
+  /* (the map's header, once its count is known, goes right before "v": room for 3 bytes) */
+  o = direct + 3;
+  o += dx__mp_bytes(o, 0, "v", 1);
+  o += dx__mp_uint(o, FORMAT_VERSION);
+  if ((o = put_direct(s, rec, o, direct + sizeof direct, &count)) != NULL) {
+    /* (count + 1 <= 18 entries: a fixmap or a map16, as dx__mp_container writes them) */
+    unsigned char *start = count + 1 < 16 ? direct + 2 : direct;
+    if (count + 1 < 16) {
+      start[0] = (unsigned char)(0x80 | (count + 1));
+    } else {
+      start[0] = 0xde;
+      start[1] = 0;
+      start[2] = (unsigned char)(count + 1);
+    }
+    *len = (size_t)(o - start);
+    if (!(*buf = malloc(*len))) return *len = 0, DX_ENOMEM;
+    memcpy(*buf, start, *len);
+    return DX_OK;
+  }
   plan.n = 0;
   plan.bytes = 3; /* "v" 1 */
   count = plan_fields(&plan, s, rec);
@@ -238,30 +337,24 @@ int dx__work_item_peek_kind(const void *buf, size_t len) {
 ** Walk the MessagePack framing before msgpack-c sees the bytes. Its unpacker allocates
 ** count * sizeof(msgpack_object) as soon as it reads a container header, so one flipped
 ** length byte could ask for gigabytes; here every count must fit in the bytes that remain.
-** Also rejects the reserved byte 0xc1, deep nesting and trailing bytes. With strbytes, also
-** adds up what the string values (not map keys) take with a NUL each: a decoded record's
-** arena, measured in the same walk.
+** Also rejects the reserved byte 0xc1, deep nesting and trailing bytes. Decoding runs it only
+** when its one-pass reader finds something wrong, for the message (decode).
 */
-static int scan_framing(const unsigned char *p, size_t len, const char *what, dx_error_t *err,
-                        size_t *strbytes) {
+static int scan_framing(const unsigned char *p, size_t len, const char *what, dx_error_t *err) {
   uint64_t left[SCAN_MAX_DEPTH]; /* elements still expected at each open level */
-  unsigned char ismap[SCAN_MAX_DEPTH]; /* the level is a map: its elements alternate key, value */
   uint64_t pending = 1;          /* elements still expected in total */
-  size_t pos = 0, strs = 0;
+  size_t pos = 0;
   int depth = 0;
   left[0] = 1;
-  ismap[0] = 0;
   while (depth >= 0) {
     unsigned c;
     size_t lenbytes = 0, fixed = 0;
     uint64_t items = 0, n = 0;
     size_t i;
-    int value; /* not a map key */
     if (left[depth] == 0) { depth--; continue; }
     if (pos >= len)
       return dx_error_set(err, DX_ECORRUPT, "%s: truncated after %zu bytes", what, len);
     c = p[pos++];
-    value = !ismap[depth] || left[depth] % 2 == 1; /* a map's 2n elements start with a key */
     left[depth]--;
     pending--;
     if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
@@ -272,7 +365,6 @@ static int scan_framing(const unsigned char *p, size_t len, const char *what, dx
       items = c & 0x0f;
     } else if (c <= 0xbf) {
       fixed = c & 0x1f;
-      if (value) strs += fixed + 1;
     } else {
       switch (c) {
         case 0xc4: case 0xd9: lenbytes = 1; break;            /* bin8, str8 */
@@ -305,7 +397,6 @@ static int scan_framing(const unsigned char *p, size_t len, const char *what, dx
       for (i = 0; i < lenbytes; i++) n = (n << 8) | p[pos++];
       if (c >= 0xdc) items = c >= 0xde ? 2 * n : n;
       else fixed += (size_t)n;
-      if (value && c >= 0xd9 && c <= 0xdb) strs += (size_t)n + 1; /* str8..32 */
     }
     if (fixed > len - pos)
       return dx_error_set(err, DX_ECORRUPT,
@@ -321,25 +412,27 @@ static int scan_framing(const unsigned char *p, size_t len, const char *what, dx
       if (depth + 1 >= SCAN_MAX_DEPTH)
         return dx_error_set(err, DX_ECORRUPT, "%s: nested too deeply", what);
       left[++depth] = items;
-      ismap[depth] = c <= 0x8f || c == 0xde || c == 0xdf;
     }
   }
   if (pos != len)
     return dx_error_set(err, DX_ECORRUPT, "%s: %zu trailing bytes after the record", what,
                         len - pos);
-  if (strbytes) *strbytes = strs;
   return DX_OK;
 }
 
 int dx__msgpack_check(const void *buf, size_t len, const char *what, dx_error_t *err) {
-  return scan_framing(buf, len, what, err, NULL);
+  return scan_framing(buf, len, what, err);
 }
 
 /* {===== decoding =====} */
 
 /*
-** A direct reader over the record's bytes. scan_framing has checked them first (every length
-** within the buffer, no reserved byte, nothing trailing), so the reader trusts the lengths.
+** A direct reader over the record's bytes, in one pass: every header and body is checked
+** against the end of the buffer as it is read, and anything scan_framing would reject (a
+** length past the end, the reserved byte 0xc1, deep nesting, trailing bytes) marks the read
+** bad instead (rd_t.bad; what is read from then on is nil). A record that reads cleanly to
+** its last byte is one scan_framing accepts; any other outcome is decoded again the old way,
+** scan first (decode), so errors and their messages are as they were: framing first.
 ** Values are classified as msgpack-c would: any integer >= 0 is unsigned, any below 0 signed.
 */
 typedef enum { V_NIL, V_BOOL, V_UINT, V_NEG, V_FLOAT, V_STR, V_BIN, V_ARRAY, V_MAP, V_EXT } vtype_t;
@@ -354,17 +447,30 @@ typedef struct {
 
 typedef struct {
   const unsigned char *p;
-  size_t pos;
+  size_t pos, len;
+  int depth;       /* containers open (the record's own map is 1) */
+  int max_depth;   /* a container deeper than this is bad (scan_framing's limit) */
+  int bad;         /* a framing problem: the buffer is then used up (pos = len) */
 } rd_t;
 
+/* Mark the read bad; v (if any) reads as nil. */
+static void rd_bad(rd_t *r, val_t *v) {
+  r->bad = 1;
+  r->pos = r->len;
+  if (v) v->type = V_NIL;
+}
+
+/* n bytes (1..8) big-endian, or 0 and bad when they run past the end. */
 static uint64_t rd_be(rd_t *r, int n) {
   uint64_t v = 0;
   int i;
+  if ((size_t)n > r->len - r->pos) return rd_bad(r, NULL), 0;
   for (i = 0; i < n; i++) v = (v << 8) | r->p[r->pos++];
   return v;
 }
 
 static void rd_body(rd_t *r, val_t *v, vtype_t type, uint64_t n) {
+  if (r->bad || n > r->len - r->pos) { rd_bad(r, v); return; }
   v->type = type;
   v->n = n;
   v->s = (const char *)r->p + r->pos;
@@ -373,7 +479,9 @@ static void rd_body(rd_t *r, val_t *v, vtype_t type, uint64_t n) {
 
 /* One value's header (and body, for strings, bins and exts; containers' elements follow). */
 static void rd_value(rd_t *r, val_t *v) {
-  unsigned c = r->p[r->pos++];
+  unsigned c;
+  if (r->pos >= r->len) { rd_bad(r, v); return; }
+  c = r->p[r->pos++];
   /* no memset: every reader looks only at the members its value type sets */
   if (c <= 0x7f) { v->type = V_UINT; v->u = c; return; }
   if (c >= 0xe0) { v->type = V_NEG; v->i = (int64_t)c - 256; return; }
@@ -386,42 +494,54 @@ static void rd_value(rd_t *r, val_t *v) {
     case 0xc4: case 0xc5: case 0xc6: rd_body(r, v, V_BIN, rd_be(r, 1 << (c - 0xc4))); return;
     case 0xc7: case 0xc8: case 0xc9: {
       uint64_t n = rd_be(r, 1 << (c - 0xc7));
-      r->pos++; /* type */
+      rd_be(r, 1); /* type */
       rd_body(r, v, V_EXT, n);
       return;
     }
-    case 0xca: r->pos += 4; v->type = V_FLOAT; return;
-    case 0xcb: r->pos += 8; v->type = V_FLOAT; return;
+    case 0xca: case 0xcb:
+      rd_body(r, v, V_FLOAT, c == 0xca ? 4 : 8);
+      return;
     case 0xcc: case 0xcd: case 0xce: case 0xcf:
       v->type = V_UINT;
       v->u = rd_be(r, 1 << (c - 0xcc));
+      if (r->bad) v->type = V_NIL;
       return;
     case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
       int n = 1 << (c - 0xd0);
       uint64_t raw = rd_be(r, n);
       int64_t x = n == 8 ? (int64_t)raw : (int64_t)(raw ^ (UINT64_C(1) << (8 * n - 1))) -
                                               (int64_t)(UINT64_C(1) << (8 * n - 1));
-      if (x >= 0) { v->type = V_UINT; v->u = (uint64_t)x; }
+      if (r->bad) v->type = V_NIL;
+      else if (x >= 0) { v->type = V_UINT; v->u = (uint64_t)x; }
       else { v->type = V_NEG; v->i = x; }
       return;
     }
     case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
-      r->pos++; /* type */
+      rd_be(r, 1); /* type */
       rd_body(r, v, V_EXT, (uint64_t)1 << (c - 0xd4));
       return;
     case 0xd9: case 0xda: case 0xdb: rd_body(r, v, V_STR, rd_be(r, 1 << (c - 0xd9))); return;
-    case 0xdc: case 0xdd: v->type = V_ARRAY; v->n = rd_be(r, c == 0xdc ? 2 : 4); return;
-    default: v->type = V_MAP; v->n = rd_be(r, c == 0xde ? 2 : 4); return; /* 0xde, 0xdf */
+    case 0xdc: case 0xdd: case 0xde: case 0xdf: {
+      uint64_t n = rd_be(r, c == 0xdc || c == 0xde ? 2 : 4);
+      if (r->bad) { v->type = V_NIL; return; }
+      v->type = c <= 0xdd ? V_ARRAY : V_MAP;
+      v->n = n;
+      return;
+    }
+    default: rd_bad(r, v); return; /* 0xc1: reserved */
   }
 }
 
-/* Skip one whole value, containers with everything in them (depth is bounded by the scan). */
+/* Skip one whole value, containers with everything in them (up to r->max_depth deep). */
 static void rd_skip(rd_t *r) {
   val_t v;
-  uint64_t k;
+  uint64_t k, n;
   rd_value(r, &v);
-  if (v.type == V_ARRAY) for (k = 0; k < v.n; k++) rd_skip(r);
-  if (v.type == V_MAP) for (k = 0; k < 2 * v.n; k++) rd_skip(r);
+  if (v.type != V_ARRAY && v.type != V_MAP) return;
+  if (++r->depth > r->max_depth) { rd_bad(r, NULL); return; }
+  n = v.type == V_MAP ? 2 * v.n : v.n;
+  for (k = 0; k < n && !r->bad; k++) rd_skip(r); /* (each element takes a byte at least) */
+  r->depth--;
 }
 
 static int key_is(const val_t *k, const char *key, size_t n) {
@@ -432,11 +552,24 @@ static int key_is(const val_t *k, const char *key, size_t n) {
   return 1;
 }
 
-/* Where a record's strings are copied: the cursor into its arena (decode sized it for every
-** string of the record). */
+/* Where a record's strings are copied: one block, the record's arena, allocated at its first
+** string (none for a record without strings) and sized for every string left in the buffer
+** (a string of n bytes takes n + 1 at least there: its header and body). */
 typedef struct {
-  char *next;
+  char *next;  /* NULL until the first string */
+  void **slot; /* the record's arena member */
 } strbuf_t;
+
+/* Room for the string v (read by r) and all those after it; DX_OK or DX_ENOMEM. */
+static int strbuf_open(strbuf_t *sb, const rd_t *r, const val_t *v) {
+  size_t n = (size_t)v->n + 1 + (r->len - r->pos);
+  char *block = malloc(sizeof(size_t) + n);
+  if (!block) return DX_ENOMEM;
+  memcpy(block, &n, sizeof n);
+  *sb->slot = block;
+  sb->next = block + sizeof(size_t);
+  return DX_OK;
+}
 
 static int read_fields(const schema_t *s, rd_t *r, uint64_t count, uint32_t first, void *base,
                        const char *what, const char *prefix, strbuf_t *sb, dx_error_t *err);
@@ -453,6 +586,8 @@ static int read_field(const field_t *f, const val_t *v, rd_t *r, void *base, int
       if (memchr(v->s, 0, (size_t)v->n))
         return dx_error_set(err, DX_ECORRUPT, "%s: field '%s%s' contains a NUL byte", what,
                             prefix, f->key);
+      if (!sb->next && strbuf_open(sb, r, v) != DX_OK)
+        return dx_error_set(err, DX_ENOMEM, "%s: out of memory while decoding", what);
       str = sb->next;
       sb->next += v->n + 1;
       memcpy(str, v->s, (size_t)v->n);
@@ -488,10 +623,15 @@ static int read_field(const field_t *f, const val_t *v, rd_t *r, void *base, int
       if (v->type != V_BOOL) { expected = "a boolean"; break; }
       *AT(base, f, int) = (int)v->u;
       return DX_OK;
-    case FT_FAIL:
+    case FT_FAIL: {
+      int rc;
       if (v->type != V_MAP) { expected = "a map"; break; }
-      return read_fields(&failure_schema, r, v->n, 0, AT(base, f, dx_failure_t), what, "f.", sb,
-                         err);
+      r->depth++;
+      rc = read_fields(&failure_schema, r, v->n, 0, AT(base, f, dx_failure_t), what, "f.", sb,
+                       err);
+      r->depth--;
+      return rc;
+    }
   }
   return dx_error_set(err, DX_ECORRUPT, "%s: field '%s%s' is not %s", what, prefix, f->key,
                       expected);
@@ -507,7 +647,7 @@ static int read_fields(const schema_t *s, rd_t *r, uint64_t count, uint32_t firs
   for (i = first; i < count; i++) {
     val_t k, v;
     int rc;
-    unsigned c = r->p[r->pos];
+    unsigned c = r->pos < r->len ? r->p[r->pos] : 0;
     if (c >= 0xa0 && c <= 0xbf) { /* a fixstr key (all of ours): read in place */
       r->pos++;
       rd_body(r, &k, V_STR, c & 0x1f);
@@ -533,48 +673,49 @@ static int read_fields(const schema_t *s, rd_t *r, uint64_t count, uint32_t firs
     rc = read_field(&s->fields[j], &v, r, base, s->kind_limit, what, prefix, sb, err);
     if (rc != DX_OK) return rc;
   }
-  for (j = 0; j < s->n; j++)
-    if (s->fields[j].type == FT_KIND && !(seen & (1u << j)))
-      return dx_error_set(err, DX_ECORRUPT, "%s: field '%s' (kind) is missing", what,
-                          s->fields[j].key);
+  /* (a top-level record's kind is fields[0]; the failure has none) */
+  if (s->kind_limit && !(seen & 1u))
+    return dx_error_set(err, DX_ECORRUPT, "%s: field '%s' (kind) is missing", what,
+                        s->fields[0].key);
   return DX_OK;
 }
 
-/* One allocation for all of a record's strings (instead of one each, freed one by one on
-** another thread): its arena, stored in the record. DX_OK or DX_ENOMEM. */
-static int arena_alloc(const schema_t *s, size_t n, void *out, strbuf_t *sb) {
-  char *block;
-  sb->next = NULL;
-  if (n == 0) return DX_OK;
-  if (!(block = malloc(sizeof(size_t) + n))) return DX_ENOMEM;
-  memcpy(block, &n, sizeof n);
-  *(void **)(void *)((char *)out + s->arena_off) = block;
-  sb->next = block + sizeof(size_t);
-  return DX_OK;
-}
-
-static int decode(const schema_t *s, const void *buf, size_t len, void *out, dx_error_t *err) {
-  rd_t r = {buf, 0};
+/* One read of the record from r's start into the zeroed *out. */
+static int read_record(const schema_t *s, rd_t *r, void *out, dx_error_t *err) {
   val_t root, k, v;
   strbuf_t sb;
-  size_t strbytes;
-  int rc;
-  if (!buf || len == 0) return dx_error_set(err, DX_ECORRUPT, "%s: empty", s->what);
-  rc = scan_framing(buf, len, s->what, err, &strbytes);
-  if (rc != DX_OK) return rc;
-  rd_value(&r, &root);
+  rd_value(r, &root);
   if (root.type != V_MAP) return dx_error_set(err, DX_ECORRUPT, "%s: not a map", s->what);
-  if (root.n > 0) rd_value(&r, &k);
+  r->depth = 1;
+  if (root.n > 0) rd_value(r, &k);
   if (root.n == 0 || k.type != V_STR || !key_is(&k, "v", 1))
     return dx_error_set(err, DX_ECORRUPT, "%s: format version 'v' is not the first field",
                         s->what);
-  rd_value(&r, &v);
+  rd_value(r, &v);
   if (v.type != V_UINT || v.u != FORMAT_VERSION)
     return dx_error_set(err, DX_ECORRUPT, "%s: unsupported format version (expected %d)",
                         s->what, FORMAT_VERSION);
-  if ((rc = arena_alloc(s, strbytes, out, &sb)) != DX_OK)
-    return dx_error_set(err, rc, "%s: out of memory while decoding", s->what);
-  return read_fields(s, &r, root.n, 1, out, s->what, "", &sb, err);
+  sb.next = NULL;
+  sb.slot = (void **)(void *)((char *)out + s->arena_off);
+  return read_fields(s, r, root.n, 1, out, s->what, "", &sb, err);
+}
+
+static int decode(const schema_t *s, const void *buf, size_t len, void *out, dx_error_t *err) {
+  rd_t r = {buf, 0, len, 0, SCAN_MAX_DEPTH - 1, 0};
+  int rc;
+  if (!buf || len == 0) return dx_error_set(err, DX_ECORRUPT, "%s: empty", s->what);
+  rc = read_record(s, &r, out, err);
+  if (rc == DX_OK && !r.bad && r.pos == len) return DX_OK;
+  /* Something is wrong: decoded again as before this reader had one pass, so the framing's
+  ** errors come first, then the reader's on the checked bytes. */
+  free(*(void **)(void *)((char *)out + s->arena_off));
+  memset(out, 0, s->size);
+  if ((rc = scan_framing(buf, len, s->what, err)) != DX_OK) return rc;
+  memset(&r, 0, sizeof r);
+  r.p = buf;
+  r.len = len;
+  r.max_depth = SCAN_MAX_DEPTH - 1;
+  return read_record(s, &r, out, err);
 }
 
 int dx__event_decode(const void *buf, size_t len, dx_event_t *out, dx_error_t *err) {
