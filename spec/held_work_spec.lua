@@ -26,7 +26,7 @@ local function durable(rt)
 end
 
 describe("held rounds on a directory store", function()
-  local dir, rt, client, steps, sess, spawner, child, gated, gate_runs
+  local dir, rt, client, steps, sess, spawner, child, gated, sgated, gate_runs
   before_each(function()
     dir = H.tmpdir()
     local inc = H.unique("HeldInc")
@@ -57,6 +57,10 @@ describe("held rounds on a directory store", function()
     gated = H.unique("HeldGated")
     duroxide.orchestration(gated, function(ctx, x)
       return assert(ctx:schedule_activity(gate, x):await())
+    end)
+    sgated = H.unique("HeldSessionGated")
+    duroxide.orchestration(sgated, function(ctx, x)
+      return assert(ctx:schedule_activity_on_session(gate, x, "sg-" .. ctx.instance_id):await())
     end)
     child = H.unique("HeldChild")
     duroxide.orchestration(child, function(ctx, x)
@@ -153,16 +157,35 @@ describe("held rounds on a directory store", function()
                                { reason = "stale" }) - stale0)
   end)
 
-  it("runs a session's ten steps and its close in two commits", function()
+  it("runs a session's ten steps and its close in one commit", function()
     start_runtime(10000)
     local c0 = durable(rt)
     assert.truthy(client:start("s1", sess))
     assert.are.equal(10, client:wait("s1", 5000).output)
     rt:run_for(50) -- the close's release
-    -- the claim's commit (an activity whose fetch claimed its session waits for it), then the
-    -- other nine steps, the last turn, the close and its release (twelve before)
-    assert.are.equal(2, durable(rt) - c0, "commits " .. rt:stats().commits)
+    -- the claim and its first activity, the other nine steps, the last turn, the close and
+    -- its release (twelve commits at first; two while a claimed activity waited for its
+    -- claim's commit)
+    assert.are.equal(1, durable(rt) - c0, "commits " .. rt:stats().commits)
     assert.are.equal(0, metric(rt, "duroxide_orchestration_replays_total"))
+  end)
+
+  it("claims a session again when the transaction of its claim is lost: " ..
+     "the first hold is given up, the history holds one result", function()
+    -- the session's first activity goes round in the transaction whose fetch claimed the
+    -- session and outlasts the hold; that commit is lost (rolled back, retried): the retried
+    -- batch claims the session again, and the runtime gives up the hold it began on the lost
+    -- claim ("lost": the run under it is fenced) before it begins the new one
+    start_runtime(500)
+    rt:_lose_commits(1)
+    assert.truthy(client:start("sg1", sgated, 7))
+    assert.are.equal(7, client:wait("sg1", 20000).output)
+    local h = client:history("sg1")
+    assert.are.equal(1, #H.events_of(h, "ActivityScheduled"))
+    assert.are.equal(1, #H.events_of(h, "ActivityCompleted"))
+    assert.are.equal(2, gate_runs) -- started in the lost transaction, then in the retried one
+    assert.are.equal(2, metric(rt, "duroxide_session_claims_total"))
+    assert.are.equal(1, metric(rt, "duroxide_session_releases_total", { reason = "lost" }))
   end)
 
   it("lets an activity use a client on the same store while it is held", function()

@@ -7,9 +7,13 @@
 **   when the store already named us: a restart with the same worker_node_id);
 ** - idle: no activity for session_idle_timeout -> we stop renewing; once the lease lapses
 **   the session is unpinned (another worker may claim it) and the hook fires;
-** - lost: a renewal did not cover a session we still consider active, or its lease lapsed
-**   with no renewal we know of (the process stalled, e.g. SIGSTOP: another worker may have
-**   claimed it; the store refuses our late results by the session's ownership epoch);
+** - lost: a renewal did not cover a session we still consider active (one claimed before the
+**   renewal was made: a held round hands a claim over before its commit, so a renewal made
+**   earlier in that transaction does not list it), the store claimed a session for us that
+**   we held already (the claim that began our hold was lost with its transaction), or its
+**   lease lapsed with no renewal we know of (the process stalled, e.g. SIGSTOP: another
+**   worker may have claimed it; the store refuses our late results by the session's
+**   ownership epoch);
 ** - closed: ctx:close_session reached us and the session's running activities here finished
 **   (until then we keep the lease, so no other worker runs the session meanwhile);
 ** - ended: every instance that used the session has ended and no work is left (renewals say
@@ -35,6 +39,7 @@ typedef struct owned_s {
   uint64_t gen;         /* this hold of the session (a new one per claim here) */
   int64_t last_activity;
   int64_t lease_until;  /* as far as the loop's own renewals and fetches extended it */
+  int64_t claimed_at;   /* the store's time of the fetch that began this hold */
   int running;          /* activities of this session running here now */
   int idle;             /* stopped renewing because idle */
   const char *closing;  /* release reason ("closed", "upgrade") once `running` reaches 0 */
@@ -326,6 +331,7 @@ uint64_t dx__sessions_on_fetch_at(dx_sessions_t *s, const char *sid, int claimed
       return 0; /* out of memory: no hold (fenced, handed back) */
     }
     o->gen = ++s->next_gen;
+    o->claimed_at = at_ms;
     /* The store already named us (claimed == 0), or we were the previous owner. */
     if (!claimed || (previous_owner && strcmp(previous_owner, s->worker_id) == 0)) how = "reclaim";
     dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, s->n_owned);
@@ -500,6 +506,9 @@ static void renew_done(dx_store_op_t *op) {
         }
         continue;
       }
+      /* claimed in the renewal's own transaction after it was applied (a held round hands a
+      ** claim over before its commit): not in its list, yet not lost */
+      if (o->claimed_at >= op->at_ms) continue;
       if (o->idle || (s->opts->session_idle_timeout_ms > 0 && o->running == 0 &&
                       now - o->last_activity >= s->opts->session_idle_timeout_ms)) {
         if (!o->idle)

@@ -30,8 +30,14 @@
 ** 12; local stores only). Activities run at least once anyway: if the transaction is lost (an
 ** error, a crash), the turn comes back, runs again from the same history and schedules the same
 ** activity under the same ids (instance, execution, activity id: the idempotency key), which
-** runs again. An activity whose fetch claimed its session in this transaction is not handed
-** over: the runtime would own a session whose claim may roll back; it starts after the commit.
+** runs again. So does an activity whose fetch claimed its session in this transaction (it used
+** to wait for the commit: at capacity a worker's sessions end and the next ones are claimed
+** together, so each such wave paid a commit nothing overlapped). If the transaction is lost,
+** the claim rolls back with it and the runtime holds a session the store does not give it: no
+** other activity of the session comes to it (the store routes by owner), the one it runs is
+** refused at its settlement (its lock rolled back), and its hold ends as a lapsed lease's does,
+** as "lost": when the store claims the session for it again (sessions.c on_fetch: a claim of a
+** session held already begins a new hold), or at the next renewal, which does not list it.
 ** The loop keeps a turn in its orchestration cache once its ack was applied in the open
 ** transaction (op->applied), so the instance's next turn in the same transaction continues it;
 ** if the transaction is lost the ack is refused and the loop drops the copy (runtime.c). */
@@ -163,25 +169,13 @@ static int close_shares_session(const dx_store_fetched_t *f) {
   return 0;
 }
 
-/* 1 when f holds an item whose fetch claimed session sid. */
-static int claimed_in(const dx_store_fetched_t *f, const char *sid) {
-  size_t i;
-  for (i = 0; sid && i < f->n_work; i++)
-    if (f->work[i].session_claimed && f->work[i].item.session_id &&
-        strcmp(f->work[i].item.session_id, sid) == 0)
-      return 1;
-  return 0;
-}
-
-/* Which of f's work items a round hands over: close items (closes = 1), or activities
-** (0). An activity whose fetch claimed its session is not handed over, nor any other item of
-** that session (the claim rolls back with a lost transaction: the runtime must not take
-** ownership before the commit); they wait in f for the commit. */
+/* Which of f's work items a round hands over: close items (closes = 1), or activities (0),
+** also one whose fetch claimed its session in this transaction (see above: a lost
+** transaction's claim ends the runtime's hold as a lapsed lease does). */
 static int pick_work(const dx_store_fetched_t *f, size_t i, int closes) {
   const dx_work_fetch_t *w = &f->work[i];
   if (closes) return w->item.kind == DX_WI_SESSION_CLOSE;
-  return w->item.kind == DX_WI_ACT_EXECUTE && !w->session_claimed &&
-         !claimed_in(f, w->item.session_id);
+  return w->item.kind == DX_WI_ACT_EXECUTE;
 }
 
 /* (mu held) Queue fetched items for the loop (on_async takes them). */
@@ -386,8 +380,7 @@ static int lap_work(const dx_store_t *s, const dx_store_fetched_t *f, size_t i, 
 ** for none of it: the loop runs it while this thread commits, and its answers join the next
 ** transaction, as the late answers of held items do. No bound on the count nor on what else
 ** the loop holds (nothing waits for the answers). Left in f for the commit, as in the rounds:
-** activities whose fetch claimed their session (and the rest of that session), a close beside
-** another item of its session, a turn of an instance whose earlier turn's settlement the loop
+** a close beside another item of its session, a turn of an instance whose earlier turn's settlement the loop
 ** learns of only with the commit (unseen_settlement: its cache could not continue it), and
 ** everything when the loop has not taken a delivery of its own. If the transaction is lost,
 ** the items' settlements are refused (their locks rolled back) and the retried batch fetches
