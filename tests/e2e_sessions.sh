@@ -93,15 +93,13 @@ s1_affinity() {
     $bad "${msgs[@]}" "$(hooks_tail "$d")"
   na=$(awk '$1 == "A" && $2 != "-" { print $2 }' "$d/log" | sort -u | wc -l)
   nb=$(awk '$1 == "B" && $2 != "-" { print $2 }' "$d/log" | sort -u | wc -l)
-  # Both workers took sessions, and neither ever held more than its capacity (2) at once: a
-  # worker may take a third once one of its sessions ended and was released (a slow worker
-  # on a loaded machine: A=3 B=1 is right then), so the hooks are counted in order.
-  peak=$(awk '$1 == "claimed" { n[$4]++; if (n[$4] > m[$4]) m[$4] = n[$4] }
-    $1 == "released" { n[$4]-- } END { p = 0; for (w in m) if (m[w] > p) p = m[w]; print p }' \
-    "$d/hooks" 2>/dev/null)
-  [ "$na" -ge 1 ] && [ "$nb" -ge 1 ] && [ "$((na + nb))" -eq 4 ] && [ "${peak:-9}" -le 2 ]
-  check "affinity: sessions spread over both workers, at most 2 at once each (the capacity)" \
-    $? "A=$na B=$nb peak=$peak" "$(hooks_tail "$d")"
+  # Both workers took sessions (capacity 2: neither can take all four at once). Not "2 each":
+  # a session whose instances all ended no longer counts against its owner's capacity in the
+  # store (the owner learns of it at its next renewal), so on a loaded machine a slow worker B
+  # may see A take a third once one of A's instances finished (A=3 B=1 is right then);
+  # s5_capacity checks the limit itself.
+  [ "$na" -ge 1 ] && [ "$nb" -ge 1 ] && [ "$((na + nb))" -eq 4 ]
+  check "affinity: sessions spread over both workers" $? "A=$na B=$nb" "$(hooks_tail "$d")"
   w=$(runs "$d/log" - | workers); n=$(runs "$d/log" - | wc -l)
   [ "$w" = "A B" ] && [ "$n" -eq 16 ]
   check "affinity: the 16 plain activities ran on both workers" $? "$n runs on: $w"

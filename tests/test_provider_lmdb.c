@@ -928,6 +928,42 @@ DX_TEST(lmdb_history_kept_in_a_batch_is_written_once) {
   free(store);
 }
 
+/* An ack whose delta repeats an event id is refused by the ack itself, as when each ack wrote
+** its events at once (the batch's kept history run took both copies and only its write at the
+** commit failed). */
+DX_TEST(lmdb_ack_repeating_an_event_id_in_a_batch_is_refused) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_work_item_t w = start_item("K", "1");
+  dx_orch_item_t *it = NULL;
+  dx_orch_ack_t a;
+  dx_event_t ev[2];
+  dx_error_t err;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 1000, &it, &err));
+  memset(&a, 0, sizeof a);
+  memset(ev, 0, sizeof ev);
+  ev[0].event_id = 1;
+  ev[0].timestamp_ms = T0;
+  ev[0].kind = DX_EV_ORCH_STARTED;
+  ev[0].name = "Orch";
+  ev[0].data = "1";
+  ev[1] = ev[0];
+  a.instance = it->instance;
+  a.lock_token = it->lock_token;
+  a.execution_id = it->execution_id;
+  a.orchestration_name = it->orchestration_name;
+  a.status = DX_STATUS_RUNNING;
+  a.delta = ev;
+  a.delta_len = 2;
+  ASSERT_EQ(M(p)->ack_orchestration_item(p, T0, &a, &err), DX_EEXIST);
+  dx_orch_item_free(it);
+  M(p)->rollback(p);
+  M(p)->destroy(p);
+  free(store);
+}
+
 DX_TEST(lmdb_map_growth_reaches_other_processes) {
   /* a child process grows the map; the parent, still on its first map, adopts the new size
   ** (MDB_MAP_RESIZED) and keeps reading and writing */

@@ -258,6 +258,11 @@ static int hrun_add(tx_t *t, const char *inst, uint64_t exec, const dx_event_t *
   size_t i, len0, n0;
   int rc;
   if (!t->direct || t->se->fmt3 || !(h = dx__lm_hrun_of(t, inst, 1))) return 0;
+  /* events the kept run holds already (a delta repeating an id): refused now, as a write at
+  ** once refuses them, not when the flush writes the run */
+  if (h->n && h->exec == exec && ev[0].event_id < h->first + h->n &&
+      ev[0].event_id + n > h->first)
+    return event_exists(t, inst, exec, ev[0].event_id < h->first ? h->first : ev[0].event_id);
   if (h->n && (h->exec != exec || ev[0].event_id != h->first + h->n || h->len > LM_HRUN_MAX) &&
       (rc = dx__lm_hrun_write(t, inst, h)))
     return rc;

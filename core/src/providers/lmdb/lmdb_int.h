@@ -797,7 +797,7 @@ int dx__lm_tail_take(tx_t *t, const char *inst, dx_event_t *out);
 /* The instance's stored lock state kept by the batches (records.c; orch.c reads and writes
 ** it through dx__lm_state_get / state_set_db): 1 with *s when kept; keep s (NULL: forget). */
 int dx__lm_state_kept(tx_t *t, const char *inst, orch_state_t *s);
-int dx__lm_inst_kept(tx_t *t, const char *inst); /* the record is kept as present */
+int dx__lm_inst_kept(tx_t *t, const char *inst); /* kept as present (stored or unwritten) */
 /* Worker rows kept by the batches (records.c): the batch thread keeps a row it wrote in the
 ** batch txn (taking r's strings, *r zeroed); a direct method's read takes it back (1 with *r,
 ** owned: dx__lm_row_get); every row write forgets its seq first. */
@@ -983,7 +983,8 @@ int dx__lm_srow_held(shared_env_t *se, uint64_t seq);
 int dx__lm_srow_write(tx_t *t);
 int dx__lm_srow_flush(tx_t *t);
 void dx__lm_srow_drop(shared_env_t *se);
-/* orch.c: the same for instances made ready in the batch (dx__lm_pend_flush/drop call them). */
+/* orch.c: the same for instances made ready in the batch and the locks its fetches took
+** (rpend; dx__lm_pend_flush/drop call them). */
 int dx__lm_rpend_write(tx_t *t);
 void dx__lm_rpend_drop(shared_env_t *se);
 /* Consider the head of every plain-row index this filter takes (NULL: untagged only). */

@@ -445,7 +445,9 @@ void dx__lm_inst_clear(inst_rec_t *r) {
 ** With held rounds the batches fetch and ack the same instances over and over: the pick's
 ** capabilities check, the fetch and every ack read an instance's record, every ack writes it.
 ** The batches' direct methods keep the last record they read or wrote (or that there is none)
-** in se->ik and answer later reads from it instead of a B-tree lookup and a decode. Only
+** in se->ik and answer later reads from it instead of a B-tree lookup and a decode. A record a
+** direct method wrote may still be unwritten (e->dirty): dx__lm_pend_flush writes it before
+** any other method of the batch runs, and at commit. Only
 ** direct methods use it (the batch thread, in the batch txn, which no other writer can
 ** change). Every other writing method of a batch may write or undo records: it is dropped
 ** before one runs (txn.c dx__lm_tx_begin; readers cannot change them). A batch that wrote anything
@@ -533,8 +535,9 @@ static lm_ik_t *ik_find(tx_t *t, const char *inst) {
   return t->direct ? ik_lookup(t->se, inst) : NULL;
 }
 
-/* inst's entry, made (replacing its slot's) when missing; NULL outside a direct method or
-** out of memory. */
+/* inst's entry, made (replacing its slot's) when missing; NULL outside a direct method, out
+** of memory, or when the slot holds another instance's unwritten record (it keeps its slot:
+** the caller writes at once). */
 static lm_ik_t *ik_entry(tx_t *t, const char *inst) {
   shared_env_t *se = t->se;
   lm_ik_t *e;
