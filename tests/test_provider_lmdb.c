@@ -389,6 +389,22 @@ DX_TEST(lmdb_map_grows_without_limit) {
   free(store);
 }
 
+/* Ack the turn of `it` (its lock) appending delta ev[0..n) with status `status`: the answer. */
+static int ack_delta_rc(dx_provider_t *p, int64_t now, const dx_orch_item_t *it, dx_event_t *ev,
+                        size_t n, dx_status_t status) {
+  dx_orch_ack_t a;
+  dx_error_t err;
+  memset(&a, 0, sizeof a);
+  a.instance = it->instance;
+  a.lock_token = it->lock_token;
+  a.execution_id = it->execution_id;
+  a.orchestration_name = it->orchestration_name;
+  a.status = status;
+  a.delta = ev;
+  a.delta_len = n;
+  return M(p)->ack_orchestration_item(p, now, &a, &err);
+}
+
 /* The batches keep the instance records they read and wrote (records.c) past their commits
 ** while no other writer commits in between. Another process that deletes the instance and
 ** starts it again under another name between two batches of this handle must be seen: the
@@ -399,7 +415,6 @@ DX_TEST(lmdb_instance_record_kept_by_batches_yields_to_another_process) {
   dx_provider_t *p = open_with(store, NULL);
   dx_work_item_t w = start_item("K", "1");
   dx_orch_item_t *it = NULL;
-  dx_orch_ack_t a;
   dx_event_t ev;
   dx_error_t err;
   pid_t pid;
@@ -410,20 +425,13 @@ DX_TEST(lmdb_instance_record_kept_by_batches_yields_to_another_process) {
     ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + round, 1000, &it, &err));
     ASSERT(it);
     ASSERT_STR_EQ(it->orchestration_name, "Orch");
-    memset(&a, 0, sizeof a);
     memset(&ev, 0, sizeof ev);
     ev.event_id = it->history_len + 1;
     ev.timestamp_ms = T0;
     ev.kind = round == 0 ? DX_EV_ORCH_STARTED : DX_EV_EXT_EVENT;
     ev.name = round == 0 ? "Orch" : "go";
     ev.data = "{}";
-    a.instance = it->instance;
-    a.lock_token = it->lock_token;
-    a.execution_id = it->execution_id;
-    a.orchestration_name = it->orchestration_name;
-    a.delta = &ev;
-    a.delta_len = 1;
-    ASSERT_OK(M(p)->ack_orchestration_item(p, T0 + round, &a, &err));
+    ASSERT_OK(ack_delta_rc(p, T0 + round, it, &ev, 1, DX_STATUS_NONE));
     dx_orch_item_free(it);
     if (round == 0) { /* a message for the next batch's fetch */
       dx_work_item_t m;
@@ -719,10 +727,7 @@ static int held_k(void *ud, const char *instance, uint64_t *exec, uint64_t *n) {
 /* Ack K's turn (lock of `it`) appending event `id` (OrchestrationStarted when 1): the ack's
 ** answer. */
 static int ack_k_rc(dx_provider_t *p, int64_t now, dx_orch_item_t *it, uint64_t id) {
-  dx_orch_ack_t a;
   dx_event_t ev;
-  dx_error_t err;
-  memset(&a, 0, sizeof a);
   memset(&ev, 0, sizeof ev);
   ev.event_id = id;
   ev.timestamp_ms = now;
@@ -730,14 +735,7 @@ static int ack_k_rc(dx_provider_t *p, int64_t now, dx_orch_item_t *it, uint64_t 
   ev.name = id == 1 ? "Orch" : NULL;
   ev.data = id == 1 ? "1" : "\"result\"";
   ev.source_id = id == 1 ? 0 : 2;
-  a.instance = it->instance;
-  a.lock_token = it->lock_token;
-  a.execution_id = it->execution_id;
-  a.orchestration_name = it->orchestration_name;
-  a.status = id == 1 ? DX_STATUS_RUNNING : DX_STATUS_NONE;
-  a.delta = &ev;
-  a.delta_len = 1;
-  return M(p)->ack_orchestration_item(p, now, &a, &err);
+  return ack_delta_rc(p, now, it, &ev, 1, id == 1 ? DX_STATUS_RUNNING : DX_STATUS_NONE);
 }
 
 static void ack_k(dx_provider_t *p, int64_t now, dx_orch_item_t *it, uint64_t id) {
@@ -936,13 +934,11 @@ DX_TEST(lmdb_ack_repeating_an_event_id_in_a_batch_is_refused) {
   dx_provider_t *p = open_with(store, NULL);
   dx_work_item_t w = start_item("K", "1");
   dx_orch_item_t *it = NULL;
-  dx_orch_ack_t a;
   dx_event_t ev[2];
   dx_error_t err;
   ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
   ASSERT_OK(M(p)->begin(p, &err));
   ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 1000, &it, &err));
-  memset(&a, 0, sizeof a);
   memset(ev, 0, sizeof ev);
   ev[0].event_id = 1;
   ev[0].timestamp_ms = T0;
@@ -950,14 +946,7 @@ DX_TEST(lmdb_ack_repeating_an_event_id_in_a_batch_is_refused) {
   ev[0].name = "Orch";
   ev[0].data = "1";
   ev[1] = ev[0];
-  a.instance = it->instance;
-  a.lock_token = it->lock_token;
-  a.execution_id = it->execution_id;
-  a.orchestration_name = it->orchestration_name;
-  a.status = DX_STATUS_RUNNING;
-  a.delta = ev;
-  a.delta_len = 2;
-  ASSERT_EQ(M(p)->ack_orchestration_item(p, T0, &a, &err), DX_EEXIST);
+  ASSERT_EQ(ack_delta_rc(p, T0, it, ev, 2, DX_STATUS_RUNNING), DX_EEXIST);
   dx_orch_item_free(it);
   M(p)->rollback(p);
   M(p)->destroy(p);
