@@ -8,8 +8,8 @@
 ** - idle: no activity for session_idle_timeout -> we stop renewing; once the lease lapses
 **   the session is unpinned (another worker may claim it) and the hook fires;
 ** - lost: a renewal did not cover a session we still consider active (one claimed before the
-**   renewal was made: a held round hands a claim over before its commit, so a renewal made
-**   earlier in that transaction does not list it), the store claimed a session for us that
+**   renewal was submitted: a held round hands a claim over before its commit, so a renewal
+**   applied earlier in that transaction does not list it), the store claimed a session for us that
 **   we held already (the claim that began our hold was lost with its transaction), or its
 **   lease lapsed with no renewal we know of (the process stalled, e.g. SIGSTOP: another
 **   worker may have claimed it; the store refuses our late results by the session's
@@ -39,7 +39,7 @@ typedef struct owned_s {
   uint64_t gen;         /* this hold of the session (a new one per claim here) */
   int64_t last_activity;
   int64_t lease_until;  /* as far as the loop's own renewals and fetches extended it */
-  int64_t claimed_at;   /* the store's time of the fetch that began this hold */
+  uint64_t renewals_before; /* renewals submitted when this hold began (dx_sessions_t.renewals) */
   int running;          /* activities of this session running here now */
   int idle;             /* stopped renewing because idle */
   const char *closing;  /* release reason ("closed", "upgrade") once `running` reaches 0 */
@@ -77,6 +77,7 @@ struct dx_sessions_s {
   uv_check_t check;     /* lapsed leases: after every loop iteration */
   dx_store_op_t renew_op, cleanup_op, release_op;
   int renew_busy, cleanup_busy;
+  uint64_t renewals;    /* renewals submitted so far (the one in flight is the last) */
   int renewed_once;     /* the first renewal runs at start, owned or not (same-id restart) */
   int closing_handles;
   int shutting_down;
@@ -331,7 +332,7 @@ uint64_t dx__sessions_on_fetch_at(dx_sessions_t *s, const char *sid, int claimed
       return 0; /* out of memory: no hold (fenced, handed back) */
     }
     o->gen = ++s->next_gen;
-    o->claimed_at = at_ms;
+    o->renewals_before = s->renewals;
     /* The store already named us (claimed == 0), or we were the previous owner. */
     if (!claimed || (previous_owner && strcmp(previous_owner, s->worker_id) == 0)) how = "reclaim";
     dx__metric_set(s->metrics, DXM_SESS_OWNED, DXM_NOLABELS, s->n_owned);
@@ -506,9 +507,10 @@ static void renew_done(dx_store_op_t *op) {
         }
         continue;
       }
-      /* claimed in the renewal's own transaction after it was applied (a held round hands a
-      ** claim over before its commit): not in its list, yet not lost */
-      if (o->claimed_at >= op->at_ms) continue;
+      /* a hold begun while this renewal was out: a held round hands a claim over before its
+      ** commit, so the renewal may have been applied before the claim in the same transaction
+      ** (not in its list, yet not lost); the next renewal tells */
+      if (o->renewals_before >= s->renewals) continue;
       if (o->idle || (s->opts->session_idle_timeout_ms > 0 && o->running == 0 &&
                       now - o->last_activity >= s->opts->session_idle_timeout_ms)) {
         if (!o->idle)
@@ -540,6 +542,7 @@ static void on_renew_timer(uv_timer_t *t) {
   s->renew_op.done = renew_done;
   s->renew_op.ud = s;
   s->renew_busy = 1;
+  s->renewals++;
   dx__store_submit(s->store, &s->renew_op);
 }
 
