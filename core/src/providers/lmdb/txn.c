@@ -460,12 +460,42 @@ static int head_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   return 1;
 }
 
+static int has_prefix(const MDB_val *k, const dkey_t *prefix) {
+  return k->mv_size >= prefix->n && memcmp(k->mv_data, prefix->b, prefix->n) == 0;
+}
+
+/* The batch's kept cursor of `db` often sits on the head already: a fetch deleted the last
+** head through it (write_cursor leaves it on the next entry), or the last seek found it and
+** nothing was taken. Its entry is the first under `prefix` when it has the prefix and the
+** entry before it does not (keys with a prefix are adjacent): two steps on a leaf instead of
+** a seek from the root. 1 with *key set, 0 (seek instead) or an error. Its answer is the
+** seek's whatever moved the cursor: it reads the tree, not what the batch remembers. */
+static int head_here(tx_t *t, int db, const dkey_t *prefix, MDB_val *key) {
+  shared_env_t *se = t->se;
+  MDB_cursor *c = se->curs[db];
+  MDB_val k, v, pk, pv;
+  int mrc, rc, before;
+  if (!t->direct || !c || (se->curs_busy & (1u << db))) return 0;
+  if (mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT) || !has_prefix(&k, prefix)) return 0;
+  mrc = mdb_cursor_get(c, &pk, &pv, MDB_PREV);
+  if (mrc == 0) { /* back onto k: a delete of the head by key finds it on the cursor's leaf */
+    before = has_prefix(&pk, prefix);
+    if (mdb_cursor_get(c, &pk, &pv, MDB_NEXT) || before) return 0;
+  } else if (mrc != MDB_NOTFOUND) {
+    return 0;
+  }
+  if ((rc = dx__lm_check_sum(t, db, &k, &v))) return rc;
+  *key = k;
+  return 1;
+}
+
 /* First key of `db` under `prefix`: 0, DX_ENOTFOUND (err untouched) or an error. The bytes
 ** stay valid until the txn writes. */
 int dx__lm_head_key(tx_t *t, int db, const dkey_t *prefix, MDB_val *key) {
   int rc;
   key->mv_size = 0;
   key->mv_data = NULL;
+  if ((rc = head_here(t, db, prefix, key))) return rc < 0 ? rc : 0;
   rc = dx__lm_scan_prefix(t, db, prefix, head_cb, key);
   if (rc) return rc;
   return key->mv_data ? 0 : DX_ENOTFOUND;
