@@ -714,6 +714,55 @@ DX_TEST(lmdb_locked_row_kept_in_a_batch_follows_its_writes) {
   free(store);
 }
 
+/* A batch's fetches and acks write through its kept cursors and look for the queue's head
+** where the last fetch left the cursor (txn.c write_cursor, head_here): a row queued in the
+** batch before that place (due earlier) is still the next one fetched, and hundreds of rows
+** queued, fetched and acked in one batch (leaves split and merged under the cursors) come out
+** in FIFO order, each once. */
+DX_TEST(lmdb_batch_fetch_keeps_fifo_through_its_kept_cursors) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_work_fetch_t f;
+  dx_work_item_t w;
+  dx_error_t err;
+  uint64_t i, n = 300;
+  w = act_item("F", 1, "1");
+  ASSERT_OK(M(p)->enqueue_for_worker(p, T0 + 10, &w, &err));
+  w = act_item("F", 2, "1");
+  ASSERT_OK(M(p)->enqueue_for_worker(p, T0 + 20, &w, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 100, 60000, NULL, &f, &err));
+  ASSERT_EQ(f.item.id, 1);
+  ASSERT_OK(M(p)->ack_work_item(p, T0 + 100, f.lock_token, NULL, &err));
+  dx_work_item_clear(&f.item);
+  w = act_item("E", 3, "1"); /* due before row 2, where the fetch left the cursor */
+  ASSERT_OK(M(p)->enqueue_for_worker(p, T0 + 5, &w, &err));
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 100, 60000, NULL, &f, &err));
+  ASSERT_EQ(f.item.id, 3);
+  ASSERT_OK(M(p)->ack_work_item(p, T0 + 100, f.lock_token, NULL, &err));
+  dx_work_item_clear(&f.item);
+  for (i = 0; i < n; i++) {
+    w = act_item(i % 2 ? "G" : "H", 100 + i, "\"a payload that fills the leaves sooner\"");
+    ASSERT_OK(M(p)->enqueue_for_worker(p, T0 + 30 + (int64_t)i, &w, &err));
+  }
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 1000, 60000, NULL, &f, &err));
+  ASSERT_EQ(f.item.id, 2);
+  ASSERT_OK(M(p)->ack_work_item(p, T0 + 1000, f.lock_token, NULL, &err));
+  dx_work_item_clear(&f.item);
+  for (i = 0; i < n; i++) {
+    ASSERT_OK(M(p)->fetch_work_item(p, T0 + 1000, 60000, NULL, &f, &err));
+    ASSERT_EQ(f.item.id, 100 + i);
+    if (i % 3) ASSERT_OK(M(p)->ack_work_item(p, T0 + 1000, f.lock_token, NULL, &err));
+    dx_work_item_clear(&f.item);
+  }
+  ASSERT_OK(M(p)->fetch_work_item(p, T0 + 1000, 60000, NULL, &f, &err));
+  ASSERT_EQ(f.item.kind, 0); /* the rest are locked */
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(work_depth(p), n / 3);
+  M(p)->destroy(p);
+  free(store);
+}
+
 static uint64_t held_n; /* the fake cache of instance K holds execution 1's first held_n */
 
 static int held_k(void *ud, const char *instance, uint64_t *exec, uint64_t *n) {
