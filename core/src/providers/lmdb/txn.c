@@ -321,22 +321,14 @@ int dx__lm_check_sum(tx_t *t, int db, const MDB_val *k, MDB_val *v) {
 
 /* {===== basic operations =====} */
 
-int dx__lm_db_get(tx_t *t, int db, const dkey_t *k, MDB_val *v) {
-  MDB_val key = kval(k);
-  int rc = mdb_get(t->txn, t->se->dbi[db], &key, v);
-  if (rc == MDB_NOTFOUND) return DX_ENOTFOUND; /* callers decide; err untouched */
-  if (rc) return dx__lm_tx_err(t, rc, dx__lm_db_names[db]);
-  return dx__lm_check_sum(t, db, &key, v);
-}
-
-/* The batch's kept cursor of `db` (dx__lm_cursor) for one write in the batch txn itself, or
-** NULL: a walk holds it, another txn writes, or it cannot be opened (mdb_put/mdb_del then set
-** up their own). Where it points after the last write or walk of `db` is often the leaf the
-** next key belongs to (new rows' seq keys, queue heads, an instance's adjacent entries):
-** mdb_cursor_set then compares the key with that leaf's first and last keys and skips the
-** search from the root (about 1k instructions of a 2.5k write). Elsewhere it costs those two
+/* The batch's kept cursor of `db` (dx__lm_cursor) for one read or write by key in the batch txn
+** itself, or NULL: a walk holds it, another txn, or it cannot be opened (mdb_get, mdb_put and
+** mdb_del then set up their own). Where it points after the last access to `db` is often the
+** leaf the next key belongs to (new rows' seq keys, queue heads, the record just read): then
+** mdb_cursor_set compares the key with that leaf's first and last keys and skips the search
+** from the root (about 1k instructions of a 2.5k write). Elsewhere it costs those two
 ** compares. LMDB keeps every cursor of a write txn in step with writes made through others. */
-static MDB_cursor *write_cursor(tx_t *t, int db) {
+static MDB_cursor *key_cursor(tx_t *t, int db) {
   shared_env_t *se = t->se;
   if (!(t->direct || (t->nested && t->txn == se->batch)) || (se->curs_busy & (1u << db)))
     return NULL;
@@ -345,6 +337,15 @@ static MDB_cursor *write_cursor(tx_t *t, int db) {
     return NULL;
   }
   return se->curs[db];
+}
+
+int dx__lm_db_get(tx_t *t, int db, const dkey_t *k, MDB_val *v) {
+  MDB_val key = kval(k);
+  MDB_cursor *c = key_cursor(t, db); /* a write of the record read often follows */
+  int rc = c ? mdb_cursor_get(c, &key, v, MDB_SET) : mdb_get(t->txn, t->se->dbi[db], &key, v);
+  if (rc == MDB_NOTFOUND) return DX_ENOTFOUND; /* callers decide; err untouched */
+  if (rc) return dx__lm_tx_err(t, rc, dx__lm_db_names[db]);
+  return dx__lm_check_sum(t, db, &key, v);
 }
 
 /* Writes the value with its checksum in place (MDB_RESERVE: no copy). */
@@ -363,7 +364,7 @@ int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, 
   val.mv_size = n + extra;
   val.mv_data = NULL;
   t->se->batch_writes++;
-  if ((c = write_cursor(t, db))) rc = mdb_cursor_put(c, &key, &val, flags | MDB_RESERVE);
+  if ((c = key_cursor(t, db))) rc = mdb_cursor_put(c, &key, &val, flags | MDB_RESERVE);
   else rc = mdb_put(t->txn, t->se->dbi[db], &key, &val, flags | MDB_RESERVE);
   if (rc) {
     char what[64];
@@ -382,7 +383,7 @@ int dx__lm_db_del(tx_t *t, int db, const dkey_t *k) {
   MDB_cursor *c;
   int rc;
   t->se->batch_writes++;
-  if ((c = write_cursor(t, db))) {
+  if ((c = key_cursor(t, db))) {
     rc = mdb_cursor_get(c, &key, &v, MDB_SET);
     if (rc == 0) rc = mdb_cursor_del(c, 0);
   } else {
@@ -465,10 +466,10 @@ static int has_prefix(const MDB_val *k, const dkey_t *prefix) {
 }
 
 /* The batch's kept cursor of `db` often sits on the head already: a fetch deleted the last
-** head through it (write_cursor leaves it on the next entry), or the last seek found it and
-** nothing was taken. Its entry is the first under `prefix` when it has the prefix and the
-** entry before it does not (keys with a prefix are adjacent): two steps on a leaf instead of
-** a seek from the root. 1 with *key set, 0 (seek instead) or an error. Its answer is the
+** head through it (key_cursor: a delete leaves it on the next entry), or the last seek found
+** it and nothing was taken. Its entry is the first under `prefix` when it has the prefix and
+** the entry before it does not (keys with a prefix are adjacent): two steps on a leaf instead
+** of a seek from the root. 1 with *key set, 0 (seek instead) or an error. Its answer is the
 ** seek's whatever moved the cursor: it reads the tree, not what the batch remembers. */
 static int head_here(tx_t *t, int db, const dkey_t *prefix, MDB_val *key) {
   shared_env_t *se = t->se;
