@@ -218,7 +218,7 @@ int dx__lm_work_insert(tx_t *t, const dx_work_item_t *w, int64_t visible_at) {
   }
   rc = dx__lm_next_seq(t, &r.seq);
   if (!rc && t->direct && !r.session_id) {
-    rc = pend_add(t, &r);
+    if (!(rc = pend_add(t, &r))) return 0; /* r's strings are the queued row's */
   } else if (!rc) {
     int taken = 0; /* kept in the batch with r's strings (srows.c) */
     if (!(rc = row_put(t, NULL, &r, &taken)) && !taken) dx__lm_row_keep(t, &r); /* for its fetch */
