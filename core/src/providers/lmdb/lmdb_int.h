@@ -74,7 +74,9 @@
 ** the batch's fetch and ack take them) and orchestration messages they queue (kmsg, kmsgs.c:
 ** read by the batch's fetch, deleted in memory by its turn's ack). They are written by dx__lm_pend_flush before any nested method of the
 ** batch begins and at commit, and dropped with a batch that does not commit. The batch also
-** keeps one cursor per DB for its direct methods' walks (curs, txn.c dx__lm_cursor).
+** keeps one cursor per DB for its direct methods' walks (curs, txn.c dx__lm_cursor) and for
+** the reads and writes by key in its txn (txn.c key_cursor: the next key is often on the leaf
+** the cursor is on, and LMDB then skips the search from the root).
 */
 #ifndef DX_LMDB_INT_H
 #define DX_LMDB_INT_H
@@ -252,7 +254,8 @@ typedef struct shared_env_s {
   size_t kh_n, kh_cap;
   size_t sq_last; /* the entry found last: a step asks for its session several times in a row */
   /* Cursors of the open batch txn, one per DB, for the direct methods' walks (txn.c
-  ** dx__lm_cursor; curs_busy: bit db set while a walk uses it). LMDB frees a write txn's
+  ** dx__lm_cursor; curs_busy: bit db set while a walk uses it) and, when no walk holds them,
+  ** the batch txn's reads and writes by key (txn.c key_cursor). LMDB frees a write txn's
   ** cursors when the txn ends: the batch's end only forgets them. */
   MDB_cursor *curs[DB__COUNT];
   uint32_t curs_busy;
