@@ -69,6 +69,54 @@ static int msg_del(tx_t *t, const char *inst, uint64_t seq) {
   return dx__lm_db_del(t, DB_ORCH_MSGS, &k);
 }
 
+/* A write in the batch txn itself makes its commit non-empty (txn.c batch_dirty, which the
+** cursor delete below does without dx__lm_db_del). */
+static void wrote_in_batch(tx_t *t) {
+  if (dx__lm_in_batch_txn(t)) t->se->ik_wrote = 1;
+}
+
+/* The ack's read of the instance's messages (as msgs_read reads them), deleting those in lock
+** st as the walk passes them: a cursor delete, where a delete per message searched the
+** B-tree again. A failure part way leaves some deleted: the batch is spoiled, as after any
+** write (none of the ack's expected refusals comes from here). */
+static int msgs_take(tx_t *t, const char *inst, const orch_state_t *st, msg_list_t *l,
+                     int heads) {
+  dkey_t k;
+  MDB_cursor *c;
+  MDB_val key, v;
+  size_t stored, i;
+  int mrc, rc = 0;
+  memset(l, 0, sizeof *l);
+  l->inst = inst;
+  l->heads = heads;
+  key_inst(&k, inst);
+  l->prefix_n = k.n;
+  if ((rc = dx__lm_cursor(t, DB_ORCH_MSGS, &c))) return rc;
+  key = kval(&k);
+  for (mrc = mdb_cursor_get(c, &key, &v, MDB_SET_RANGE); mrc == 0;
+       mrc = mdb_cursor_get(c, &key, &v, MDB_NEXT)) { /* (after a delete: the one after it) */
+    if (key.mv_size < k.n || memcmp(key.mv_data, k.b, k.n) != 0) break;
+    if ((rc = dx__lm_check_sum(t, DB_ORCH_MSGS, &key, &v)) || (rc = msgs_cb(t, &key, &v, l)))
+      break;
+    if (!dx__lm_msg_in_lock(st, &l->v[l->n - 1])) continue;
+    t->se->batch_writes++;
+    if ((mrc = mdb_cursor_del(c, 0))) break;
+    wrote_in_batch(t);
+  }
+  dx__lm_cursor_done(t, DB_ORCH_MSGS, c);
+  if (!rc && mrc && mrc != MDB_NOTFOUND) {
+    char what[64];
+    snprintf(what, sizeof what, "delete from %s", dx__lm_db_names[DB_ORCH_MSGS]);
+    rc = dx__lm_tx_err(t, mrc, what);
+  }
+  stored = l->n;
+  if (!rc) rc = dx__lm_kmsg_list(t, l); /* kept in the batch (kmsgs.c): the newest */
+  for (i = stored; i < l->n && !rc; i++)
+    if (dx__lm_msg_in_lock(st, &l->v[i])) rc = msg_del(t, inst, l->v[i].seq);
+  if (rc) msgs_free(l);
+  return rc;
+}
+
 /* Delete the messages of `l` in lock st (NULL: those visible at `now`). */
 static int msgs_delete(tx_t *t, const msg_list_t *l, const orch_state_t *st, int64_t now) {
   size_t i;
@@ -869,7 +917,9 @@ static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a, const ack
   exec_rec_t r;
   int old_st, rc;
   if (ai->known && a->status == DX_STATUS_NONE) return 0; /* stored, and nothing ends */
-  rc = dx__lm_exec_get(t, a->instance, a->execution_id, &r);
+  /* an instance's first turn finds no execution record: they go with its record (delete) */
+  if (ai->created) memset(&r, 0, sizeof r);
+  rc = ai->created ? DX_ENOTFOUND : dx__lm_exec_get(t, a->instance, a->execution_id, &r);
   if (rc && rc != DX_ENOTFOUND) return rc;
   if (rc == 0 && a->status == DX_STATUS_NONE) { /* a turn that ends nothing changes nothing */
     dx__lm_exec_clear(&r);
@@ -906,9 +956,8 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   /* the expected refusals come before the first write (LM_WRITE_DIRECT) */
   if ((rc = orch_check_lock(t, a->instance, a->lock_token, now, 1, &st)) ||
       (rc = dx__lm_history_unused(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
-      (rc = msgs_read(t, a->instance, &l, dx__lm_inst_kept(t, a->instance))))
+      (rc = msgs_take(t, a->instance, &st, &l, dx__lm_inst_kept(t, a->instance))))
     return rc;
-  rc = msgs_delete(t, &l, &st, now);
   for (i = 0; i < l.n; i++)
     if (!dx__lm_msg_in_lock(&st, &l.v[i]) && l.v[i].visible_at < next) next = l.v[i].visible_at;
   if (!rc) rc = ack_instance(t, now, a, &ai);
