@@ -154,6 +154,8 @@ typedef struct rpend_s {
   char *inst;        /* NULL: taken */
   int64_t ready_at;  /* ready in memory (st.token 0) */
   orch_state_t st;   /* st.token set: locked in memory (ready_at unused) */
+  int stored;        /* a state record is stored (no index entry): the write overwrites it, a
+                        take that leaves nothing deletes it */
 } rpend_t;
 
 static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
@@ -175,8 +177,8 @@ static void rpend_lock(shared_env_t *se, rpend_t *e, const orch_state_t *nw) {
   se->batch_writes++;
 }
 
-/* A new entry: ready at nw->ready_at, or holding lock nw. */
-static int rpend_add(tx_t *t, const char *inst, const orch_state_t *nw) {
+/* A new entry: ready at nw->ready_at, or holding lock nw; stored: see rpend_t. */
+static int rpend_add(tx_t *t, const char *inst, const orch_state_t *nw, int stored) {
   shared_env_t *se = t->se;
   rpend_t *nv;
   if (!(nv = dx__lm_grow(se->rpend, &se->rpend_cap, se->rpend_n, sizeof *se->rpend)))
@@ -187,6 +189,7 @@ static int rpend_add(tx_t *t, const char *inst, const orch_state_t *nw) {
   se->rpend_n++;
   se->rpend_live++;
   se->batch_writes++; /* a failure after this spoils the batch, as after a write */
+  nv[se->rpend_n - 1].stored = stored;
   if (nw->token) {
     nv[se->rpend_n - 1].ready_at = LM_NEVER;
     rpend_lock(se, &nv[se->rpend_n - 1], nw);
@@ -231,11 +234,15 @@ int dx__lm_rpend_write(tx_t *t) {
 }
 
 /* Replace state `old` by `nw`. In this thread's batch an instance made ready or locked in
-** memory has no stored state; one without stored state that becomes ready or locked stays in
-** memory, and so does the lock of a stored ready one (its stored state goes). */
+** memory has no stored index entry; one without stored state that becomes ready or locked
+** stays in memory, and so does the lock of a stored ready one: its index entry goes at once
+** (the picks walk the index), its record stays until the batch writes the lock over it (one
+** record write where a delete and a write were) or the lock goes without a trace (deleted
+** then). */
 static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const orch_state_t *nw) {
   rpend_t *e;
-  int rc;
+  dkey_t k;
+  int rc, db, stored = 0;
   if (!t->direct) return state_set_db(t, inst, old, nw);
   if ((e = rpend_find(t->se, inst))) {
     if (nw->token) { /* locked, renewed or lapsed: in place */
@@ -247,16 +254,26 @@ static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const o
       e->ready_at = nw->ready_at;
       return 0;
     }
+    stored = e->stored;
     rpend_take(t->se, e); /* (a released lock that stays ready: a new entry, in time order) */
     old = &STATE_EMPTY;
   }
-  if (!old->token && old->ready_at == LM_NEVER) { /* nothing stored */
-    if (!nw->token && nw->ready_at == LM_NEVER) return 0;
-    return rpend_add(t, inst, nw);
+  if (!old->token && old->ready_at == LM_NEVER) { /* nothing stored but maybe a record */
+    if (!nw->token && nw->ready_at == LM_NEVER) {
+      if (!stored) return 0;
+      key_inst(&k, inst);
+      rc = dx__lm_db_del(t, DB_ORCH_STATE, &k);
+      dx__lm_state_keep(t, inst, rc ? NULL : &STATE_EMPTY);
+      return rc;
+    }
+    return rpend_add(t, inst, nw, stored);
   }
   if (nw->token && !old->token) { /* a stored ready instance locked: kept from now on */
-    if ((rc = state_set_db(t, inst, old, &STATE_EMPTY))) return rc;
-    return rpend_add(t, inst, nw);
+    if ((db = dx__lm_state_index(inst, old, &k)) >= 0 &&
+        (rc = dx__lm_idx_op(t, db, &k, NULL, 0, 0)))
+      return rc;
+    dx__lm_state_keep(t, inst, NULL); /* the entry answers for it */
+    return rpend_add(t, inst, nw, 1);
   }
   return state_set_db(t, inst, old, nw);
 }
