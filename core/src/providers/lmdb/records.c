@@ -538,11 +538,15 @@ static lm_ik_t *ik_find(tx_t *t, const char *inst) {
 /* inst's entry, made (replacing its slot's) when missing; NULL outside a direct method, out
 ** of memory, or when the slot holds another instance's unwritten record (it keeps its slot:
 ** the caller writes at once). */
+static lm_ik_t *ik_make(shared_env_t *se, const char *inst);
 static lm_ik_t *ik_entry(tx_t *t, const char *inst) {
-  shared_env_t *se = t->se;
+  return t->direct ? ik_make(t->se, inst) : NULL;
+}
+
+/* (ik_entry for any writer in the batch txn) */
+static lm_ik_t *ik_make(shared_env_t *se, const char *inst) {
   lm_ik_t *e;
-  if (!t->direct) return NULL;
-  if ((e = ik_find(t, inst))) return e;
+  if ((e = ik_lookup(se, inst))) return e;
   if (!se->ik && !(se->ik = calloc(LM_IK_SLOTS, sizeof *se->ik))) return NULL;
   e = ik_slot(se, inst);
   if (e->dirty) return NULL; /* another instance's unwritten record keeps its slot */
@@ -750,14 +754,16 @@ int dx__lm_state_kept(tx_t *t, const char *inst, orch_state_t *s) {
   return 1;
 }
 
-/* inst's stored state is now *s (NULL: unknown). A write in the batch's txn outside a direct
-** method (instances made ready in the batch, flushed at commit) only forgets it; other txns
+/* inst's stored state is now *s (NULL: unknown). Writes in the batch's txn tell: its direct
+** methods' and the flush of what they kept in memory (orch.c rpend: the locks a batch's
+** fetches took and the instances its acks made ready, which the next batch's acks and
+** fetches read); a failed flush spoils the batch, whose end drops the table. Other txns
 ** (nested ones drop the table first, other threads' never touch it) leave it alone. */
 void dx__lm_state_keep(tx_t *t, const char *inst, const orch_state_t *s) {
   lm_ik_t *e;
   if (!dx__lm_in_batch_txn(t)) return;
-  if (!(e = s && t->direct ? ik_entry(t, inst) : ik_lookup(t->se, inst))) return;
-  e->st_known = s && t->direct;
+  if (!(e = s ? ik_make(t->se, inst) : ik_lookup(t->se, inst))) return;
+  e->st_known = s != NULL;
   if (e->st_known) e->st = *s;
 }
 
