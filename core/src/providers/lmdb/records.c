@@ -473,6 +473,9 @@ typedef struct lm_ik_s {
   int tail_lent;  /* tail was handed out (dx__lm_tail_take): the end is known, not the event */
   int st_known;   /* st is the instance's stored lock state (orch.c) */
   orch_state_t st;
+  int ex_known;   /* ex is execution ex_id's stored record ("execution records kept") */
+  uint64_t ex_id;
+  exec_rec_t ex;
   int dirty;      /* IK_REC: r is newer than the stored record (rec_known); IK_HIST: hrun
                      holds events: the batch writes them */
   lm_hrun_t hrun;
@@ -484,6 +487,7 @@ static void ik_clear(shared_env_t *se, lm_ik_t *e) {
   if (!e->inst) return;
   free(e->inst);
   dx__lm_inst_clear(&e->r);
+  dx__lm_exec_clear(&e->ex);
   dx_event_clear(&e->tail);
   free(e->hrun.b);
   memset(e, 0, sizeof *e);
@@ -869,16 +873,55 @@ void dx__lm_exec_clear(exec_rec_t *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* {===== execution records kept by the batches =====}
+** The same entries keep the execution record an ack wrote or read last: the instance's next
+** turn that ends its execution (an ack in a later batch, with held rounds the same one)
+** rewrites it and reads it first. Only acks write execution records in direct methods; the
+** management methods that change them (terminate, prune, delete) are nested and drop the
+** table. Records with long texts (an output, a failure) are not kept. */
+
+static int exec_copy(exec_rec_t *dst, const exec_rec_t *src) {
+  *dst = *src;
+  dst->output = NULL;
+  dst->fail.kind = dst->fail.message = NULL;
+  if ((src->output && !(dst->output = dx__strdup(src->output))) ||
+      dx_failure_copy(&dst->fail, &src->fail)) {
+    dx__lm_exec_clear(dst);
+    return DX_ENOMEM;
+  }
+  return 0;
+}
+
+/* Execution exec of inst is now *r (NULL: unknown). */
+static void exec_keep(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r) {
+  lm_ik_t *e = r ? ik_entry(t, inst) : ik_find(t, inst);
+  if (!e) return;
+  dx__lm_exec_clear(&e->ex);
+  e->ex_known = r && len_or_0(r->output) + len_or_0(r->fail.kind) +
+                             len_or_0(r->fail.message) <= LM_TAIL_MAX &&
+                exec_copy(&e->ex, r) == 0;
+  e->ex_id = exec;
+}
+
 int dx__lm_exec_get(tx_t *t, const char *inst, uint64_t exec, exec_rec_t *r) {
   dkey_t k;
   lm_what_t w = {"instance '%s' execution %llu", inst, exec};
+  lm_ik_t *e = ik_find(t, inst);
+  int rc;
   memset(r, 0, sizeof *r);
+  if (e && e->ex_known && e->ex_id == exec)
+    return exec_copy(r, &e->ex) ? dx__lm_nomem(t->err) : 0;
   key_exec(&k, inst, exec);
-  return dx__lm_rec_get_as(t, &dx__lm_exec_schema, &k, r, &w);
+  rc = dx__lm_rec_get_as(t, &dx__lm_exec_schema, &k, r, &w);
+  if (rc == 0) exec_keep(t, inst, exec, r);
+  return rc;
 }
 
 int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r) {
   dkey_t k;
+  int rc;
   key_exec(&k, inst, exec);
-  return dx__lm_rec_put(t, &dx__lm_exec_schema, &k, r);
+  rc = dx__lm_rec_put(t, &dx__lm_exec_schema, &k, r);
+  exec_keep(t, inst, exec, rc ? NULL : r);
+  return rc;
 }
