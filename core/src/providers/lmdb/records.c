@@ -456,7 +456,7 @@ void dx__lm_inst_clear(inst_rec_t *r) {
 ** that follows (mdb_txn_id): no writer of this or any other process committed in between,
 ** and that commit did not fail. A rollback drops it. */
 
-#define LM_IK_SLOTS 1024u
+#define LM_IK_SLOTS 2048u /* in pairs: an instance may take either slot of its pair */
 #define LM_TAIL_MAX 4096u /* text bytes of a kept record or event: larger ones are not kept */
 
 static size_t len_or_0(const char *s) { return s ? strlen(s) : 0; }
@@ -523,14 +523,18 @@ void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id) {
   se->ik_wrote = se->ik_nested = 0;
 }
 
-static lm_ik_t *ik_slot(shared_env_t *se, const char *inst) {
-  return &se->ik[dx__lm_str_hash(inst) & (LM_IK_SLOTS - 1)];
-}
+/* inst's slots: *e first, then e[0] ^ 1 (two instances whose ids land on one slot, as a few
+** of a few hundred do, both keep theirs) */
+static size_t ik_slot(const char *inst) { return dx__lm_str_hash(inst) & (LM_IK_SLOTS - 1); }
 
 static lm_ik_t *ik_lookup(shared_env_t *se, const char *inst) {
+  size_t at;
   lm_ik_t *e;
   if (!se->ik_live) return NULL;
-  e = ik_slot(se, inst);
+  at = ik_slot(inst);
+  e = &se->ik[at];
+  if (e->inst && strcmp(e->inst, inst) == 0) return e;
+  e = &se->ik[at ^ 1];
   return e->inst && strcmp(e->inst, inst) == 0 ? e : NULL;
 }
 
@@ -539,9 +543,9 @@ static lm_ik_t *ik_find(tx_t *t, const char *inst) {
   return t->direct ? ik_lookup(t->se, inst) : NULL;
 }
 
-/* inst's entry, made (replacing its slot's) when missing; NULL outside a direct method, out
-** of memory, or when the slot holds another instance's unwritten record (it keeps its slot:
-** the caller writes at once). */
+/* inst's entry, made (in a free slot of its pair, else replacing one's) when missing; NULL
+** outside a direct method, out of memory, or when both slots hold other instances' unwritten
+** records (they keep their slots: the caller writes at once). */
 static lm_ik_t *ik_make(shared_env_t *se, const char *inst);
 static lm_ik_t *ik_entry(tx_t *t, const char *inst) {
   return t->direct ? ik_make(t->se, inst) : NULL;
@@ -550,9 +554,12 @@ static lm_ik_t *ik_entry(tx_t *t, const char *inst) {
 /* (ik_entry for any writer in the batch txn) */
 static lm_ik_t *ik_make(shared_env_t *se, const char *inst) {
   lm_ik_t *e;
+  size_t at;
   if ((e = ik_lookup(se, inst))) return e;
   if (!se->ik && !(se->ik = calloc(LM_IK_SLOTS, sizeof *se->ik))) return NULL;
-  e = ik_slot(se, inst);
+  at = ik_slot(inst);
+  e = &se->ik[at];
+  if (e->inst && (!se->ik[at ^ 1].inst || e->dirty)) e = &se->ik[at ^ 1];
   if (e->dirty) return NULL; /* another instance's unwritten record keeps its slot */
   ik_clear(se, e);
   if (!(e->inst = dx__strdup(inst))) return NULL;
