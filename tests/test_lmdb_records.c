@@ -263,3 +263,71 @@ DX_TEST(lmdb_records_writer_matches_msgpack_c) {
     }
   }
 }
+
+/* The writer's long forms (str16/bin16, str32/bin32) and every string length where the form
+** changes, as msgpack-c writes them: a message record whose item and an instance record whose
+** texts are 0 to 70000 bytes. */
+DX_TEST(lmdb_records_writer_long_texts) {
+  static const size_t lens[] = {0, 1, 31, 32, 255, 256, 65535, 65536, 70000};
+  size_t li;
+  char *text = malloc(70001);
+  ASSERT(text);
+  memset(text, 'q', 70000);
+  for (li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+    int si;
+    for (si = 0; si < 2; si++) {
+      const lm_schema_t *s = si ? &dx__lm_inst_schema : &dx__lm_msg_schema;
+      msgpack_sbuffer sb;
+      msgpack_packer pk;
+      orch_msg_t m;
+      inst_rec_t r;
+      const void *rec;
+      unsigned char *out;
+      size_t n;
+      text[lens[li]] = 0;
+      msgpack_sbuffer_init(&sb);
+      msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+      msgpack_pack_array(&pk, s->n + 1);
+      msgpack_pack_uint32(&pk, LM_RECORD_FORMAT);
+      if (si) {
+        memset(&r, 0, sizeof r);
+        r.name = text;
+        r.custom_status = text;
+        r.current_exec = 70000;
+        r.created_at = -70000;
+        rec = &r;
+        msgpack_pack_str_with_body(&pk, text, lens[li]);                       /* name */
+        msgpack_pack_nil(&pk);                                                 /* version */
+        msgpack_pack_uint64(&pk, 70000);                                       /* current_exec */
+        msgpack_pack_str_with_body(&pk, text, lens[li]);                       /* custom_status */
+        msgpack_pack_uint64(&pk, 0);                                           /* cs_version */
+        msgpack_pack_int64(&pk, -70000);                                       /* created_at */
+        msgpack_pack_int64(&pk, 0);                                            /* updated_at */
+        msgpack_pack_nil(&pk);                                                 /* parent */
+        msgpack_pack_uint64(&pk, 0);                                           /* created_seq */
+      } else {
+        memset(&m, 0, sizeof m);
+        m.visible_at = INT64_MIN;
+        m.token = UINT64_MAX;
+        m.item = text;
+        m.item_len = lens[li];
+        rec = &m;
+        msgpack_pack_int64(&pk, INT64_MIN);
+        msgpack_pack_uint64(&pk, UINT64_MAX);
+        msgpack_pack_uint64(&pk, 0);
+        msgpack_pack_bin_with_body(&pk, text, lens[li]);
+      }
+      n = dx__lm_rec_pack(s, rec, NULL);
+      ASSERT_EQ(n, sb.size);
+      ASSERT(n <= dx__lm_rec_bound(s, rec));
+      out = malloc(n);
+      ASSERT(out);
+      ASSERT_EQ(dx__lm_rec_pack(s, rec, out), n);
+      ASSERT(memcmp(out, sb.data, n) == 0);
+      free(out);
+      msgpack_sbuffer_destroy(&sb);
+      text[lens[li]] = 'q';
+    }
+  }
+  free(text);
+}

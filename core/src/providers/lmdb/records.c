@@ -123,12 +123,105 @@ static size_t w_field(unsigned char *b, const lm_field_t *f, const void *rec) {
   return 0;
 }
 
+/* {===== the writer of rec_put: one pass into a buffer of known room =====}
+** The same bytes as w_field writes (lmdb_records_writer_matches_msgpack_c checks it through
+** dx__lm_rec_pack), with each field's room checked as it goes instead of a sizing pass first,
+** and the big-endian forms stored at once instead of a byte loop. */
+
+static unsigned char *put_be32(unsigned char *b, uint64_t v) {
+  b[0] = (unsigned char)(v >> 24);
+  b[1] = (unsigned char)(v >> 16);
+  b[2] = (unsigned char)(v >> 8);
+  b[3] = (unsigned char)v;
+  return b + 4;
+}
+
+static unsigned char *w_uint(unsigned char *b, uint64_t v) {
+  if (v < 128) { *b = (unsigned char)v; return b + 1; }
+  if (v < 256) { b[0] = 0xcc; b[1] = (unsigned char)v; return b + 2; }
+  if (v < 65536) { b[0] = 0xcd; b[1] = (unsigned char)(v >> 8); b[2] = (unsigned char)v; return b + 3; }
+  if (v <= UINT32_MAX) { b[0] = 0xce; return put_be32(b + 1, v); }
+  b[0] = 0xcf;
+  put_u64(b + 1, v);
+  return b + 9;
+}
+
+static unsigned char *w_int(unsigned char *b, int64_t v) {
+  uint64_t u = (uint64_t)v;
+  if (v >= 0) return w_uint(b, u);
+  if (v >= -32) { *b = (unsigned char)(u & 0xff); return b + 1; }
+  if (v >= -128) { b[0] = 0xd0; b[1] = (unsigned char)u; return b + 2; }
+  if (v >= -32768) { b[0] = 0xd1; b[1] = (unsigned char)(u >> 8); b[2] = (unsigned char)u; return b + 3; }
+  if (v >= INT32_MIN) { b[0] = 0xd2; return put_be32(b + 1, u); }
+  b[0] = 0xd3;
+  put_u64(b + 1, u);
+  return b + 9;
+}
+
+static unsigned char *w_bytes(unsigned char *b, int bin, const char *p, size_t n) {
+  if (!bin && n < 32) {
+    *b++ = (unsigned char)(0xa0 | n);
+  } else if (n < 256) {
+    *b++ = bin ? 0xc4 : 0xd9;
+    *b++ = (unsigned char)n;
+  } else if (n < 65536) {
+    *b++ = bin ? 0xc5 : 0xda;
+    *b++ = (unsigned char)(n >> 8);
+    *b++ = (unsigned char)n;
+  } else {
+    *b++ = bin ? 0xc6 : 0xdb;
+    b = put_be32(b, n);
+  }
+  if (n) memcpy(b, p, n);
+  return b + n;
+}
+
+/* The record into out[0..room): its length, or 0 when it may not fit (each field asks for its
+** widest form: dx__lm_rec_bound's room always does). */
+static size_t rec_write(const lm_schema_t *s, const void *rec, unsigned char *out, size_t room) {
+  unsigned char *b = out;
+  size_t i, k = s->n + 1;
+  if (room < 3 + 9) return 0;
+  if (k < 16) *b++ = (unsigned char)(0x90 | k);
+  else b += dx__mp_container(b, 0, k);
+  b = w_uint(b, LM_RECORD_FORMAT);
+  for (i = 0; i < s->n; i++) {
+    const lm_field_t *f = &s->f[i];
+    size_t left = room - (size_t)(b - out);
+    switch (f->type) {
+      case RF_I64: case RF_U64: case RF_INT:
+        if (left < 9) return 0;
+        if (f->type == RF_U64) b = w_uint(b, *CAT(rec, f, uint64_t));
+        else if (f->type == RF_I64) b = w_int(b, *CAT(rec, f, int64_t));
+        else b = w_int(b, *CAT(rec, f, int));
+        break;
+      case RF_STR: {
+        const char *p = *CAT(rec, f, char *);
+        size_t n = p ? strlen(p) : 0;
+        if (left < (p ? 5 + n : 1)) return 0;
+        if (p) b = w_bytes(b, 0, p, n);
+        else *b++ = 0xc0;
+        break;
+      }
+      case RF_BIN: {
+        const char *p = *CAT(rec, f, char *);
+        size_t n = *(const size_t *)(const void *)((const char *)rec + f->len_off);
+        if (left < 5 || left - 5 < n) return 0;
+        b = w_bytes(b, 1, p ? p : "", n); /* an optional bin not set: stored empty */
+        break;
+      }
+      case RF_SKIP: break; /* read-only schemas */
+    }
+  }
+  return (size_t)(b - out);
+}
+
 size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out) {
   size_t n, i, k = s->n + 1;
-  n = dx__mp_container(out, 0, k);
-  n += dx__mp_uint(out ? out + n : NULL, LM_RECORD_FORMAT);
-  for (i = 0; i < s->n; i++) n += w_field(out ? out + n : NULL, &s->f[i], rec);
-  return n;
+  n = dx__mp_container(NULL, 0, k);
+  n += dx__mp_uint(NULL, LM_RECORD_FORMAT);
+  for (i = 0; i < s->n; i++) n += w_field(NULL, &s->f[i], rec);
+  return out ? rec_write(s, rec, out, n + 9) : n; /* (room for rec_write's checks) */
 }
 
 /* An upper bound of the record's packed size (MessagePack's widest forms). */
@@ -150,12 +243,13 @@ size_t dx__lm_rec_bound(const lm_schema_t *s, const void *rec) {
 
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec) {
   unsigned char stack[512], *b = stack;
-  size_t n = dx__lm_rec_bound(s, rec); /* one packing pass when it fits the stack (the usual case) */
+  size_t n = rec_write(s, rec, stack, sizeof stack); /* the usual case: fits the stack */
   int rc;
-  if (n > sizeof stack && (n = dx__lm_rec_pack(s, rec, NULL)) > sizeof stack &&
-      !(b = malloc(n)))
-    return dx__lm_nomem(t->err);
-  n = dx__lm_rec_pack(s, rec, b);
+  if (!n) {
+    size_t room = dx__lm_rec_bound(s, rec);
+    if (!(b = malloc(room))) return dx__lm_nomem(t->err);
+    n = rec_write(s, rec, b, room);
+  }
   rc = dx__lm_db_put(t, s->db, k, b, n, 0);
   if (b != stack) free(b);
   return rc;
