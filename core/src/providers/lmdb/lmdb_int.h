@@ -745,6 +745,9 @@ int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec
 int dx__lm_rec_decode_direct(const lm_schema_t *s, const MDB_val *v, void *rec);
 int dx__lm_rec_decode_general(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                               const char *what);
+/* A message record (dx__lm_msg_schema; heads: dx__lm_msg_head_schema, item NULL) as the writer
+** stores it, without the table walk: as dx__lm_rec_decode_direct answers (m's fields). */
+int dx__lm_msg_decode_direct(const MDB_val *v, orch_msg_t *m, int heads);
 /* A record's name for error messages, formatted only on failure: fmt takes s then n (or n
 ** alone when s is NULL). */
 typedef struct {

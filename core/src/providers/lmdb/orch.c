@@ -26,8 +26,9 @@ static int msgs_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   w.n = m->seq;
   if (m->seq == 0)
     return dx__lm_corrupt(t, DB_ORCH_MSGS, "bad key", "instance '%s' message 0", l->inst);
-  if ((rc = dx__lm_rec_decode_as(t, l->heads ? &dx__lm_msg_head_schema : &dx__lm_msg_schema, v,
-                                 m, &w)))
+  if ((rc = dx__lm_msg_decode_direct(v, m, l->heads)) == DX_ENOMEM) return dx__lm_nomem(t->err);
+  if (rc && (rc = dx__lm_rec_decode_as(t, l->heads ? &dx__lm_msg_head_schema : &dx__lm_msg_schema,
+                                       v, m, &w)))
     return rc;
   l->n++;
   return 0;

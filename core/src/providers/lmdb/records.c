@@ -465,6 +465,34 @@ int dx__lm_rec_decode_direct(const lm_schema_t *s, const MDB_val *v, void *rec) 
   return direct_decode(s, v, rec);
 }
 
+/* The orchestrator queue reads every message of a turn (fetch and ack): its 4 fields read in
+** place, the same checks as direct_decode's (msg_fields: format, i64, u64, u64, bin). */
+int dx__lm_msg_decode_direct(const MDB_val *v, orch_msg_t *m, int heads) {
+  rd_t r = {v->mv_data, v->mv_size, 1};
+  uint64_t u, token, attempt;
+  int64_t i, at;
+  int neg;
+  const char *p;
+  size_t len;
+  if (r.n < 1 || r.p[0] != 0x95 || rd_int(&r, &neg, &u, &i) || neg || u != LM_RECORD_FORMAT)
+    return 1;
+  if (rd_int(&r, &neg, &u, &i) || (!neg && u > INT64_MAX)) return 1;
+  at = neg ? i : (int64_t)u;
+  if (rd_int(&r, &neg, &token, &i) || neg || rd_int(&r, &neg, &attempt, &i) || neg) return 1;
+  /* (a head's item may be a str or nil too: direct_decode takes those) */
+  if (rd_bytes(&r, 1, &p, &len) || r.pos != r.n) return 1;
+  if (!heads) {
+    if (!(m->item = malloc(len + 1))) return DX_ENOMEM;
+    if (len) memcpy(m->item, p, len);
+    m->item[len] = 0;
+    m->item_len = len;
+  }
+  m->visible_at = at;
+  m->token = token;
+  m->attempt = attempt;
+  return 0;
+}
+
 /* Decode `v` into the schema's fields of `rec` (other members untouched). On failure the
 ** fields are freed and the error names the record as `what`. */
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
