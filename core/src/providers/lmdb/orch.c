@@ -142,9 +142,11 @@ int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
 ** ready in memory (shared_env_t.rpend) instead of by a state record and a ready index entry:
 ** the cycle's orchestration fetch, later in the same transaction, takes it from there.
 ** The lock that fetch takes stays in the same entry (st.token set), and so does the lock of
-** an instance whose stored ready state the fetch deletes: with held rounds the turn's ack
-** comes in the same batch and releases it, so a turn writes no state and no index entry
-** where it wrote four or five (ready out, lock in, state; lock out, state out). Entries left
+** an instance whose stored ready state the fetch takes (its index entry goes; its record stays
+** for the flush to write the lock over, or goes when the lock does: rpend_t.stored): with held
+** rounds the turn's ack comes in the same batch and releases it, so a turn writes no state and
+** no index entry where it wrote four or five (ready out, lock in, state; lock out, state out).
+** Entries left
 ** are written as they would have been before any other method of the batch runs and at
 ** commit (with the queued worker rows: dx__lm_pend_flush); they vanish with a batch that does
 ** not commit, which is all a lock taken in it could do anyway. Only this thread's direct

@@ -128,6 +128,12 @@ static size_t w_field(unsigned char *b, const lm_field_t *f, const void *rec) {
 ** dx__lm_rec_pack), with each field's room checked as it goes instead of a sizing pass first,
 ** and the big-endian forms stored at once instead of a byte loop. */
 
+static unsigned char *put_be16(unsigned char *b, uint64_t v) {
+  b[0] = (unsigned char)(v >> 8);
+  b[1] = (unsigned char)v;
+  return b + 2;
+}
+
 static unsigned char *put_be32(unsigned char *b, uint64_t v) {
   b[0] = (unsigned char)(v >> 24);
   b[1] = (unsigned char)(v >> 16);
@@ -139,7 +145,7 @@ static unsigned char *put_be32(unsigned char *b, uint64_t v) {
 static unsigned char *w_uint(unsigned char *b, uint64_t v) {
   if (v < 128) { *b = (unsigned char)v; return b + 1; }
   if (v < 256) { b[0] = 0xcc; b[1] = (unsigned char)v; return b + 2; }
-  if (v < 65536) { b[0] = 0xcd; b[1] = (unsigned char)(v >> 8); b[2] = (unsigned char)v; return b + 3; }
+  if (v < 65536) { b[0] = 0xcd; return put_be16(b + 1, v); }
   if (v <= UINT32_MAX) { b[0] = 0xce; return put_be32(b + 1, v); }
   b[0] = 0xcf;
   put_u64(b + 1, v);
@@ -151,7 +157,7 @@ static unsigned char *w_int(unsigned char *b, int64_t v) {
   if (v >= 0) return w_uint(b, u);
   if (v >= -32) { *b = (unsigned char)(u & 0xff); return b + 1; }
   if (v >= -128) { b[0] = 0xd0; b[1] = (unsigned char)u; return b + 2; }
-  if (v >= -32768) { b[0] = 0xd1; b[1] = (unsigned char)(u >> 8); b[2] = (unsigned char)u; return b + 3; }
+  if (v >= -32768) { b[0] = 0xd1; return put_be16(b + 1, u); }
   if (v >= INT32_MIN) { b[0] = 0xd2; return put_be32(b + 1, u); }
   b[0] = 0xd3;
   put_u64(b + 1, u);
@@ -166,8 +172,7 @@ static unsigned char *w_bytes(unsigned char *b, int bin, const char *p, size_t n
     *b++ = (unsigned char)n;
   } else if (n < 65536) {
     *b++ = bin ? 0xc5 : 0xda;
-    *b++ = (unsigned char)(n >> 8);
-    *b++ = (unsigned char)n;
+    b = put_be16(b, n);
   } else {
     *b++ = bin ? 0xc6 : 0xdb;
     b = put_be32(b, n);
