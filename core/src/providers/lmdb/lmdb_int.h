@@ -265,12 +265,14 @@ typedef struct shared_env_s {
   int64_t floor[DB__COUNT];
   uint32_t floor_known;
   /* Instance records the batches' direct methods read or wrote (records.c "instance records
-  ** kept by the batches"): a direct-mapped table by id hash, LM_IK_SLOTS entries once used;
-  ** ik_live entries filled. Kept past a commit (ik_txn: the txn id the next write txn has when
-  ** nobody else committed since) while the next batch has it. */
+  ** kept by the batches"): a table by id hash (an id may take either slot of a pair),
+  ** LM_IK_SLOTS entries once used; ik_live entries filled; ik_last: the slot found last (a
+  ** method asks for one instance many times). Kept past a commit (ik_txn: the txn id the next
+  ** write txn has when nobody else committed since) while the next batch has it. */
   struct lm_ik_s *ik;
   size_t ik_live;
   size_t ik_txn;
+  size_t ik_last;
   /* The open batch's direct methods' instance record writes are kept there too, written once
   ** with the batch's other kept writes (dx__lm_inst_keep_write): slots of the entries to
   ** write (some may have been written or dropped since: their flag says). */

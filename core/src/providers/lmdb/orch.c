@@ -146,10 +146,9 @@ int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
 ** for the flush to write the lock over, or goes when the lock does: rpend_t.stored): with held
 ** rounds the turn's ack comes in the same batch and releases it, so a turn writes no state and
 ** no index entry where it wrote four or five (ready out, lock in, state; lock out, state out).
-** Entries left
-** are written as they would have been before any other method of the batch runs and at
-** commit (with the queued worker rows: dx__lm_pend_flush); they vanish with a batch that does
-** not commit, which is all a lock taken in it could do anyway. Only this thread's direct
+** Entries left are written as they would have been before any other method of the batch runs
+** and at commit (with the queued worker rows: dx__lm_pend_flush); they vanish with a batch that
+** does not commit, which is all a lock taken in it could do anyway. Only this thread's direct
 ** methods look at them (t->direct): the pick takes a kept lock that lapsed as it takes an
 ** expired stored one, the dead-lock sweep looks at kept locks too. */
 

@@ -658,11 +658,14 @@ static lm_ik_t *ik_lookup(shared_env_t *se, const char *inst) {
   size_t at;
   lm_ik_t *e;
   if (!se->ik_live) return NULL;
-  at = ik_slot(inst);
-  e = &se->ik[at];
+  e = &se->ik[se->ik_last]; /* (no hash for the instance asked for just before) */
   if (e->inst && strcmp(e->inst, inst) == 0) return e;
-  e = &se->ik[at ^ 1];
-  return e->inst && strcmp(e->inst, inst) == 0 ? e : NULL;
+  at = ik_slot(inst);
+  if (!((e = &se->ik[at])->inst && strcmp(e->inst, inst) == 0) &&
+      !((e = &se->ik[at ^= 1])->inst && strcmp(e->inst, inst) == 0))
+    return NULL;
+  se->ik_last = at;
+  return e;
 }
 
 /* inst's entry in a direct method, or NULL. */
@@ -691,6 +694,7 @@ static lm_ik_t *ik_make(shared_env_t *se, const char *inst) {
   ik_clear(se, e);
   if (!(e->inst = dx__strdup(inst))) return NULL;
   se->ik_live++;
+  se->ik_last = (size_t)(e - se->ik);
   return e;
 }
 
