@@ -386,3 +386,21 @@ DX_TEST(lmdb_records_message_reader_agrees_with_direct_reader) {
   }
   ASSERT(direct > 200);
 }
+
+/* Each schema's mask of the fields that own memory (lm_schema_t.strs: what dx__lm_rec_clear
+** frees) names exactly its RF_STR and RF_BIN fields. */
+DX_TEST(lmdb_records_schema_masks) {
+  const lm_schema_t *schemas[] = {
+    &dx__lm_inst_schema, &dx__lm_exec_schema, &dx__lm_msg_schema, &dx__lm_msg_head_schema,
+    &dx__lm_state_schema, &dx__lm_state3_schema, &dx__lm_sess_schema, &dx__lm_sess_time_schema,
+    &dx__lm_row_schema, &dx__lm_kv_schema, &dx__lm_kv_delta_schema, &dx__lm_sev_schema,
+    &dx__lm_wreg_schema};
+  size_t si, i;
+  for (si = 0; si < sizeof schemas / sizeof schemas[0]; si++) {
+    uint32_t want = 0;
+    ASSERT(schemas[si]->n <= 32);
+    for (i = 0; i < schemas[si]->n; i++)
+      if (schemas[si]->f[i].type == RF_STR || schemas[si]->f[i].type == RF_BIN) want |= 1u << i;
+    ASSERT_EQ(schemas[si]->strs, want);
+  }
+}

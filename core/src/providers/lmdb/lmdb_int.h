@@ -593,6 +593,8 @@ typedef struct {
   size_t n;
   size_t n_min;           /* fields every stored record has (0: all n); later ones were
                              appended since and read as 0 / NULL when absent */
+  uint32_t strs;          /* bit i: field i (< n) owns memory (RF_STR, RF_BIN): what
+                             dx__lm_rec_clear frees (test lmdb_records_schema_masks) */
 } lm_schema_t;
 typedef struct {
   int db;       /* index the candidate came from */

@@ -81,22 +81,23 @@ static const lm_field_t kv_fields[] = {
 #undef F
 #undef FB
 
-const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fields), 0};
-const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields), 0};
-const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields), 0};
+/* (the masks: bit i for each RF_STR / RF_BIN field i of the table) */
+const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fields), 0, 0x8b};
+const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields), 0, 0x1a};
+const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields), 0, 0x8};
 const lm_schema_t dx__lm_msg_head_schema = {DB_ORCH_MSGS, msg_head_fields,
-                                            COUNT(msg_head_fields), 0};
-const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 3};
+                                            COUNT(msg_head_fields), 0, 0};
+const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 3, 0};
 /* A state without a batch (batch_seq 0) is written as format 3 wrote it: the first 4 fields. */
-const lm_schema_t dx__lm_state3_schema = {DB_ORCH_STATE, state_fields, 4, 3};
-const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 4};
+const lm_schema_t dx__lm_state3_schema = {DB_ORCH_STATE, state_fields, 4, 3, 0};
+const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 4, 0x23};
 const lm_schema_t dx__lm_sess_time_schema = {DB_SESSIONS, sess_time_fields,
-                                             COUNT(sess_time_fields), 4};
-const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9};
-const lm_schema_t dx__lm_kv_schema = {DB_KV, kv_fields, COUNT(kv_fields), 0};
-const lm_schema_t dx__lm_kv_delta_schema = {DB_KV_DELTA, kv_fields, COUNT(kv_fields), 0};
-const lm_schema_t dx__lm_sev_schema = {DB_SESS_EVENTS, sev_fields, COUNT(sev_fields), 0};
-const lm_schema_t dx__lm_wreg_schema = {DB_WORKERS, wreg_fields, COUNT(wreg_fields), 0};
+                                             COUNT(sess_time_fields), 4, 0};
+const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9, 0x930};
+const lm_schema_t dx__lm_kv_schema = {DB_KV, kv_fields, COUNT(kv_fields), 0, 0x1};
+const lm_schema_t dx__lm_kv_delta_schema = {DB_KV_DELTA, kv_fields, COUNT(kv_fields), 0, 0x1};
+const lm_schema_t dx__lm_sev_schema = {DB_SESS_EVENTS, sev_fields, COUNT(sev_fields), 0, 0x1e};
+const lm_schema_t dx__lm_wreg_schema = {DB_WORKERS, wreg_fields, COUNT(wreg_fields), 0, 0x1};
 
 #define AT(base, f, T) ((T *)(void *)((char *)(base) + (f)->off))
 #define CAT(base, f, T) ((const T *)(const void *)((const char *)(base) + (f)->off))
@@ -311,12 +312,12 @@ static int unpack_field(const msgpack_object *o, const lm_field_t *f, void *rec)
 }
 
 void dx__lm_rec_clear(const lm_schema_t *s, void *rec) {
-  size_t i;
-  for (i = 0; i < s->n; i++)
-    if (s->f[i].type == RF_STR || s->f[i].type == RF_BIN) {
-      free(*AT(rec, &s->f[i], char *));
-      *AT(rec, &s->f[i], char *) = NULL;
-    }
+  uint32_t m;
+  for (m = s->strs; m; m &= m - 1) { /* the fields that own memory only (every row freed) */
+    const lm_field_t *f = &s->f[__builtin_ctz(m)];
+    free(*AT(rec, f, char *));
+    *AT(rec, f, char *) = NULL;
+  }
 }
 
 /* {===== the direct reader: records as the writer above makes them =====} */
