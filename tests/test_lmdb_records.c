@@ -263,3 +263,144 @@ DX_TEST(lmdb_records_writer_matches_msgpack_c) {
     }
   }
 }
+
+/* The writer's long forms (str16/bin16, str32/bin32) and every string length where the form
+** changes, as msgpack-c writes them: a message record whose item and an instance record whose
+** texts are 0 to 70000 bytes. */
+DX_TEST(lmdb_records_writer_long_texts) {
+  static const size_t lens[] = {0, 1, 31, 32, 255, 256, 65535, 65536, 70000};
+  size_t li;
+  char *text = malloc(70001);
+  ASSERT(text);
+  memset(text, 'q', 70000);
+  for (li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+    int si;
+    for (si = 0; si < 2; si++) {
+      const lm_schema_t *s = si ? &dx__lm_inst_schema : &dx__lm_msg_schema;
+      msgpack_sbuffer sb;
+      msgpack_packer pk;
+      orch_msg_t m;
+      inst_rec_t r;
+      const void *rec;
+      unsigned char *out;
+      size_t n;
+      text[lens[li]] = 0;
+      msgpack_sbuffer_init(&sb);
+      msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+      msgpack_pack_array(&pk, s->n + 1);
+      msgpack_pack_uint32(&pk, LM_RECORD_FORMAT);
+      if (si) {
+        memset(&r, 0, sizeof r);
+        r.name = text;
+        r.custom_status = text;
+        r.current_exec = 70000;
+        r.created_at = -70000;
+        rec = &r;
+        msgpack_pack_str_with_body(&pk, text, lens[li]);                       /* name */
+        msgpack_pack_nil(&pk);                                                 /* version */
+        msgpack_pack_uint64(&pk, 70000);                                       /* current_exec */
+        msgpack_pack_str_with_body(&pk, text, lens[li]);                       /* custom_status */
+        msgpack_pack_uint64(&pk, 0);                                           /* cs_version */
+        msgpack_pack_int64(&pk, -70000);                                       /* created_at */
+        msgpack_pack_int64(&pk, 0);                                            /* updated_at */
+        msgpack_pack_nil(&pk);                                                 /* parent */
+        msgpack_pack_uint64(&pk, 0);                                           /* created_seq */
+      } else {
+        memset(&m, 0, sizeof m);
+        m.visible_at = INT64_MIN;
+        m.token = UINT64_MAX;
+        m.item = text;
+        m.item_len = lens[li];
+        rec = &m;
+        msgpack_pack_int64(&pk, INT64_MIN);
+        msgpack_pack_uint64(&pk, UINT64_MAX);
+        msgpack_pack_uint64(&pk, 0);
+        msgpack_pack_bin_with_body(&pk, text, lens[li]);
+      }
+      n = dx__lm_rec_pack(s, rec, NULL);
+      ASSERT_EQ(n, sb.size);
+      ASSERT(n <= dx__lm_rec_bound(s, rec));
+      out = malloc(n);
+      ASSERT(out);
+      ASSERT_EQ(dx__lm_rec_pack(s, rec, out), n);
+      ASSERT(memcmp(out, sb.data, n) == 0);
+      free(out);
+      msgpack_sbuffer_destroy(&sb);
+      text[lens[li]] = 'q';
+    }
+  }
+  free(text);
+}
+
+/* The orchestrator queue's own reader of message records (dx__lm_msg_decode_direct, with and
+** without the item) decodes only what the table-driven direct reader decodes, to the same
+** fields; anything else it hands over untouched. Stored records, older and newer ones, and
+** single-bit flips and cuts of each. */
+static int msg_compare(const void *buf, size_t len, int heads) {
+  const lm_schema_t *s = heads ? &dx__lm_msg_head_schema : &dx__lm_msg_schema;
+  orch_msg_t a, b;
+  MDB_val v;
+  int ra, rb;
+  v.mv_data = (void *)buf;
+  v.mv_size = len;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  ra = dx__lm_msg_decode_direct(&v, &a, heads);
+  rb = dx__lm_rec_decode_direct(s, &v, &b);
+  ASSERT(ra == 0 || ra == 1);
+  if (ra == 0) {
+    ASSERT_EQ(rb, 0);
+    ASSERT_EQ(a.visible_at, b.visible_at);
+    ASSERT_EQ(a.token, b.token);
+    ASSERT_EQ(a.attempt, b.attempt);
+    ASSERT_EQ(a.item_len, b.item_len);
+    ASSERT((a.item == NULL) == (b.item == NULL));
+    if (a.item) ASSERT(memcmp(a.item, b.item, a.item_len + 1) == 0);
+  } else {
+    ASSERT(a.item == NULL && a.visible_at == 0 && a.token == 0 && a.attempt == 0);
+  }
+  free(a.item);
+  if (rb == 0) dx__lm_rec_clear(s, &b);
+  return ra == 0;
+}
+
+DX_TEST(lmdb_records_message_reader_agrees_with_direct_reader) {
+  const lm_schema_t *s = &dx__lm_msg_schema;
+  int i, direct = 0;
+  for (i = 0; i < 600; i++) {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    size_t nf = i % 3 == 0 ? s->n + (size_t)(rnd() % 2) : s->n, bit;
+    int heads = i % 2;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_record(&pk, s, nf, i % 4 != 0); /* as the provider writes them, or other forms */
+    direct += msg_compare(sb.data, sb.size, heads);
+    for (bit = 0; i < 40 && bit < sb.size * 8; bit++) {
+      sb.data[bit / 8] ^= (char)(1 << (bit % 8));
+      (void)msg_compare(sb.data, sb.size, heads);
+      sb.data[bit / 8] ^= (char)(1 << (bit % 8));
+    }
+    (void)msg_compare(sb.data, sb.size - 1, heads); /* cut short */
+    msgpack_sbuffer_destroy(&sb);
+  }
+  ASSERT(direct > 200);
+}
+
+/* Each schema's mask of the fields that own memory (lm_schema_t.strs: what dx__lm_rec_clear
+** frees) names exactly its RF_STR and RF_BIN fields. */
+DX_TEST(lmdb_records_schema_masks) {
+  const lm_schema_t *schemas[] = {
+    &dx__lm_inst_schema, &dx__lm_exec_schema, &dx__lm_msg_schema, &dx__lm_msg_head_schema,
+    &dx__lm_state_schema, &dx__lm_state3_schema, &dx__lm_sess_schema, &dx__lm_sess_time_schema,
+    &dx__lm_row_schema, &dx__lm_kv_schema, &dx__lm_kv_delta_schema, &dx__lm_sev_schema,
+    &dx__lm_wreg_schema};
+  size_t si, i;
+  for (si = 0; si < sizeof schemas / sizeof schemas[0]; si++) {
+    uint32_t want = 0;
+    ASSERT(schemas[si]->n <= 32);
+    for (i = 0; i < schemas[si]->n; i++)
+      if (schemas[si]->f[i].type == RF_STR || schemas[si]->f[i].type == RF_BIN) want |= 1u << i;
+    ASSERT_EQ(schemas[si]->strs, want);
+  }
+}

@@ -405,6 +405,151 @@ static int ack_delta_rc(dx_provider_t *p, int64_t now, const dx_orch_item_t *it,
   return M(p)->ack_orchestration_item(p, now, &a, &err);
 }
 
+/* How many entries the named DB `name` holds (read with LMDB itself). */
+static size_t db_entries(const char *store, const char *name) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi db;
+  MDB_stat st;
+  ASSERT_OK(mdb_env_create(&env));
+  ASSERT_OK(mdb_env_set_maxdbs(env, 64));
+  ASSERT_OK(mdb_env_open(env, store, MDB_RDONLY, 0600));
+  ASSERT_OK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn));
+  ASSERT_OK(mdb_dbi_open(txn, name, 0, &db));
+  ASSERT_OK(mdb_stat(txn, db, &st));
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return st.ms_entries;
+}
+
+/* A fetch that locks a stored ready instance keeps the lock in memory and leaves the state
+** record for the batch to write the lock over (orch.c state_set). A turn acked in the same
+** batch that leaves nothing queued ends without a state record; one handed back by a method
+** that is not the batch's own (abandon) finds the lock written first and leaves the instance
+** ready; a rolled back batch leaves it as it was. */
+DX_TEST(lmdb_locked_in_batch_state_record_written_once) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_work_item_t w = start_item("K", "1");
+  dx_orch_item_t *it = NULL;
+  dx_event_t ev;
+  dx_error_t err;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  w = start_item("L", "1");
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_EQ(db_entries(store, "orch_state"), 2);
+  ASSERT_OK(M(p)->begin(p, &err)); /* rolled back: as it was */
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 60000, &it, &err));
+  ASSERT(it);
+  dx_orch_item_free(it);
+  M(p)->rollback(p);
+  ASSERT_EQ(db_entries(store, "orch_state"), 2);
+  ASSERT_EQ(db_entries(store, "orch_ready"), 2);
+  ASSERT_OK(M(p)->begin(p, &err)); /* K: fetched and acked, nothing left */
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 60000, &it, &err));
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, "K");
+  memset(&ev, 0, sizeof ev);
+  ev.event_id = 1;
+  ev.timestamp_ms = T0;
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.name = "Orch";
+  ev.data = "{}";
+  ASSERT_OK(ack_delta_rc(p, T0, it, &ev, 1, DX_STATUS_NONE));
+  dx_orch_item_free(it);
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 60000, &it, &err)); /* L: handed back */
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, "L");
+  ASSERT_OK(M(p)->abandon_orchestration_item(p, T0, "L", it->lock_token, 0, 0, &err));
+  dx_orch_item_free(it);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(db_entries(store, "orch_state"), 1);
+  ASSERT_EQ(db_entries(store, "orch_ready"), 1);
+  ASSERT_EQ(db_entries(store, "orch_lock"), 0);
+  ASSERT_OK(M(p)->begin(p, &err)); /* L again, locked at commit */
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 1, 60000, &it, &err));
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, "L");
+  ASSERT_EQ(it->attempt_count, 2); /* the abandoned one counted */
+  dx_orch_item_free(it);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(db_entries(store, "orch_state"), 1);
+  ASSERT_EQ(db_entries(store, "orch_ready"), 0);
+  ASSERT_EQ(db_entries(store, "orch_lock"), 1);
+  M(p)->destroy(p);
+  free(store);
+}
+
+/* The ack deletes its turn's messages in the walk that reads them (a cursor delete each). A
+** turn of hundreds of messages spans many B-tree pages: every one of them goes, a message
+** queued after the fetch stays (the instance is ready with it), and the next instance's
+** messages, which follow them in the DB, are untouched. */
+DX_TEST(lmdb_ack_deletes_a_turn_of_many_messages) {
+  char *store = dx_pv_new_store();
+  dx_provider_t *p = open_with(store, NULL);
+  dx_work_item_t w = start_item("K", "1"), m;
+  dx_orch_item_t *it = NULL;
+  dx_event_t ev;
+  dx_error_t err;
+  char data[256];
+  int i, round, seen_k = 0, seen_l = 0;
+  memset(data, 'x', sizeof data - 3);
+  data[0] = '"';
+  strcpy(data + sizeof data - 3, "\"");
+  memset(&m, 0, sizeof m);
+  m.kind = DX_WI_EXTERNAL;
+  m.name = "go";
+  m.data = data;
+  m.execution_id = 1;
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  w = start_item("L", "1");
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  for (i = 0; i < 400; i++) {
+    m.instance = i % 8 == 7 ? "L" : "K";
+    ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &m, 0, &err));
+  }
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 60000, &it, &err));
+  ASSERT(it);
+  ASSERT_STR_EQ(it->instance, "K");
+  ASSERT_EQ(it->messages_len, 351);
+  m.instance = "K";
+  m.data = "\"late\"";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &m, 0, &err)); /* not in the lock */
+  memset(&ev, 0, sizeof ev);
+  ev.event_id = 1;
+  ev.timestamp_ms = T0;
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.name = "Orch";
+  ev.data = "{}";
+  ASSERT_OK(ack_delta_rc(p, T0, it, &ev, 1, DX_STATUS_NONE));
+  dx_orch_item_free(it);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  ASSERT_EQ(orch_depth(p), 1 + 51);
+  ASSERT_OK(M(p)->begin(p, &err));
+  for (round = 0; round < 2; round++) { /* both, in one batch */
+    ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 1, 60000, &it, &err));
+    ASSERT(it);
+    if (strcmp(it->instance, "K") == 0) {
+      seen_k++;
+      ASSERT_EQ(it->messages_len, 1);
+      ASSERT_STR_EQ(it->messages[0].data, "\"late\"");
+    } else {
+      seen_l++;
+      ASSERT_STR_EQ(it->instance, "L");
+      ASSERT_EQ(it->messages_len, 51);
+    }
+    dx_orch_item_free(it);
+  }
+  M(p)->rollback(p);
+  ASSERT_EQ(seen_k, 1);
+  ASSERT_EQ(seen_l, 1);
+  M(p)->destroy(p);
+  free(store);
+}
+
 /* The batches keep the instance records they read and wrote (records.c) past their commits
 ** while no other writer commits in between. Another process that deletes the instance and
 ** starts it again under another name between two batches of this handle must be seen: the

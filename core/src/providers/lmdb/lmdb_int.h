@@ -268,12 +268,14 @@ typedef struct shared_env_s {
   int64_t floor[DB__COUNT];
   uint32_t floor_known;
   /* Instance records the batches' direct methods read or wrote (records.c "instance records
-  ** kept by the batches"): a direct-mapped table by id hash, LM_IK_SLOTS entries once used;
-  ** ik_live entries filled. Kept past a commit (ik_txn: the txn id the next write txn has when
-  ** nobody else committed since) while the next batch has it. */
+  ** kept by the batches"): a table by id hash (an id may take either slot of a pair),
+  ** LM_IK_SLOTS entries once used; ik_live entries filled; ik_last: the slot found last (a
+  ** method asks for one instance many times). Kept past a commit (ik_txn: the txn id the next
+  ** write txn has when nobody else committed since) while the next batch has it. */
   struct lm_ik_s *ik;
   size_t ik_live;
   size_t ik_txn;
+  size_t ik_last;
   /* The open batch's direct methods' instance record writes are kept there too, written once
   ** with the batch's other kept writes (dx__lm_inst_keep_write): slots of the entries to
   ** write (some may have been written or dropped since: their flag says). */
@@ -594,6 +596,8 @@ typedef struct {
   size_t n;
   size_t n_min;           /* fields every stored record has (0: all n); later ones were
                              appended since and read as 0 / NULL when absent */
+  uint32_t strs;          /* bit i: field i (< n) owns memory (RF_STR, RF_BIN): what
+                             dx__lm_rec_clear frees (test lmdb_records_schema_masks) */
 } lm_schema_t;
 typedef struct {
   int db;       /* index the candidate came from */
@@ -748,6 +752,9 @@ int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec
 int dx__lm_rec_decode_direct(const lm_schema_t *s, const MDB_val *v, void *rec);
 int dx__lm_rec_decode_general(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
                               const char *what);
+/* A message record (dx__lm_msg_schema; heads: dx__lm_msg_head_schema, item NULL) as the writer
+** stores it, without the table walk: as dx__lm_rec_decode_direct answers (m's fields). */
+int dx__lm_msg_decode_direct(const MDB_val *v, orch_msg_t *m, int heads);
 /* A record's name for error messages, formatted only on failure: fmt takes s then n (or n
 ** alone when s is NULL). */
 typedef struct {

@@ -26,8 +26,9 @@ static int msgs_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   w.n = m->seq;
   if (m->seq == 0)
     return dx__lm_corrupt(t, DB_ORCH_MSGS, "bad key", "instance '%s' message 0", l->inst);
-  if ((rc = dx__lm_rec_decode_as(t, l->heads ? &dx__lm_msg_head_schema : &dx__lm_msg_schema, v,
-                                 m, &w)))
+  if ((rc = dx__lm_msg_decode_direct(v, m, l->heads)) == DX_ENOMEM) return dx__lm_nomem(t->err);
+  if (rc && (rc = dx__lm_rec_decode_as(t, l->heads ? &dx__lm_msg_head_schema : &dx__lm_msg_schema,
+                                       v, m, &w)))
     return rc;
   l->n++;
   return 0;
@@ -69,6 +70,54 @@ static int msg_del(tx_t *t, const char *inst, uint64_t seq) {
   return dx__lm_db_del(t, DB_ORCH_MSGS, &k);
 }
 
+/* A write in the batch txn itself makes its commit non-empty (txn.c batch_dirty, which the
+** cursor delete below does without dx__lm_db_del). */
+static void wrote_in_batch(tx_t *t) {
+  if (dx__lm_in_batch_txn(t)) t->se->ik_wrote = 1;
+}
+
+/* The ack's read of the instance's messages (as msgs_read reads them), deleting those in lock
+** st as the walk passes them: a cursor delete, where a delete per message searched the
+** B-tree again. A failure part way leaves some deleted: the batch is spoiled, as after any
+** write (none of the ack's expected refusals comes from here). */
+static int msgs_take(tx_t *t, const char *inst, const orch_state_t *st, msg_list_t *l,
+                     int heads) {
+  dkey_t k;
+  MDB_cursor *c;
+  MDB_val key, v;
+  size_t stored, i;
+  int mrc, rc = 0;
+  memset(l, 0, sizeof *l);
+  l->inst = inst;
+  l->heads = heads;
+  key_inst(&k, inst);
+  l->prefix_n = k.n;
+  if ((rc = dx__lm_cursor(t, DB_ORCH_MSGS, &c))) return rc;
+  key = kval(&k);
+  for (mrc = mdb_cursor_get(c, &key, &v, MDB_SET_RANGE); mrc == 0;
+       mrc = mdb_cursor_get(c, &key, &v, MDB_NEXT)) { /* (after a delete: the one after it) */
+    if (key.mv_size < k.n || memcmp(key.mv_data, k.b, k.n) != 0) break;
+    if ((rc = dx__lm_check_sum(t, DB_ORCH_MSGS, &key, &v)) || (rc = msgs_cb(t, &key, &v, l)))
+      break;
+    if (!dx__lm_msg_in_lock(st, &l->v[l->n - 1])) continue;
+    t->se->batch_writes++;
+    if ((mrc = mdb_cursor_del(c, 0))) break;
+    wrote_in_batch(t);
+  }
+  dx__lm_cursor_done(t, DB_ORCH_MSGS, c);
+  if (!rc && mrc && mrc != MDB_NOTFOUND) {
+    char what[64];
+    snprintf(what, sizeof what, "delete from %s", dx__lm_db_names[DB_ORCH_MSGS]);
+    rc = dx__lm_tx_err(t, mrc, what);
+  }
+  stored = l->n;
+  if (!rc) rc = dx__lm_kmsg_list(t, l); /* kept in the batch (kmsgs.c): the newest */
+  for (i = stored; i < l->n && !rc; i++)
+    if (dx__lm_msg_in_lock(st, &l->v[i])) rc = msg_del(t, inst, l->v[i].seq);
+  if (rc) msgs_free(l);
+  return rc;
+}
+
 /* Delete the messages of `l` in lock st (NULL: those visible at `now`). */
 static int msgs_delete(tx_t *t, const msg_list_t *l, const orch_state_t *st, int64_t now) {
   size_t i;
@@ -93,12 +142,13 @@ int dx__lm_state_index(const char *inst, const orch_state_t *s, dkey_t *k) {
 ** ready in memory (shared_env_t.rpend) instead of by a state record and a ready index entry:
 ** the cycle's orchestration fetch, later in the same transaction, takes it from there.
 ** The lock that fetch takes stays in the same entry (st.token set), and so does the lock of
-** an instance whose stored ready state the fetch deletes: with held rounds the turn's ack
-** comes in the same batch and releases it, so a turn writes no state and no index entry
-** where it wrote four or five (ready out, lock in, state; lock out, state out). Entries left
-** are written as they would have been before any other method of the batch runs and at
-** commit (with the queued worker rows: dx__lm_pend_flush); they vanish with a batch that does
-** not commit, which is all a lock taken in it could do anyway. Only this thread's direct
+** an instance whose stored ready state the fetch takes (its index entry goes; its record stays
+** for the flush to write the lock over, or goes when the lock does: rpend_t.stored): with held
+** rounds the turn's ack comes in the same batch and releases it, so a turn writes no state and
+** no index entry where it wrote four or five (ready out, lock in, state; lock out, state out).
+** Entries left are written as they would have been before any other method of the batch runs
+** and at commit (with the queued worker rows: dx__lm_pend_flush); they vanish with a batch that
+** does not commit, which is all a lock taken in it could do anyway. Only this thread's direct
 ** methods look at them (t->direct): the pick takes a kept lock that lapsed as it takes an
 ** expired stored one, the dead-lock sweep looks at kept locks too. */
 
@@ -106,6 +156,8 @@ typedef struct rpend_s {
   char *inst;        /* NULL: taken */
   int64_t ready_at;  /* ready in memory (st.token 0) */
   orch_state_t st;   /* st.token set: locked in memory (ready_at unused) */
+  int stored;        /* a state record is stored (no index entry): the write overwrites it, a
+                        take that leaves nothing deletes it */
 } rpend_t;
 
 static int state_set_db(tx_t *t, const char *inst, const orch_state_t *old,
@@ -127,8 +179,8 @@ static void rpend_lock(shared_env_t *se, rpend_t *e, const orch_state_t *nw) {
   se->batch_writes++;
 }
 
-/* A new entry: ready at nw->ready_at, or holding lock nw. */
-static int rpend_add(tx_t *t, const char *inst, const orch_state_t *nw) {
+/* A new entry: ready at nw->ready_at, or holding lock nw; stored: see rpend_t. */
+static int rpend_add(tx_t *t, const char *inst, const orch_state_t *nw, int stored) {
   shared_env_t *se = t->se;
   rpend_t *nv;
   if (!(nv = dx__lm_grow(se->rpend, &se->rpend_cap, se->rpend_n, sizeof *se->rpend)))
@@ -139,6 +191,7 @@ static int rpend_add(tx_t *t, const char *inst, const orch_state_t *nw) {
   se->rpend_n++;
   se->rpend_live++;
   se->batch_writes++; /* a failure after this spoils the batch, as after a write */
+  nv[se->rpend_n - 1].stored = stored;
   if (nw->token) {
     nv[se->rpend_n - 1].ready_at = LM_NEVER;
     rpend_lock(se, &nv[se->rpend_n - 1], nw);
@@ -183,11 +236,15 @@ int dx__lm_rpend_write(tx_t *t) {
 }
 
 /* Replace state `old` by `nw`. In this thread's batch an instance made ready or locked in
-** memory has no stored state; one without stored state that becomes ready or locked stays in
-** memory, and so does the lock of a stored ready one (its stored state goes). */
+** memory has no stored index entry; one without stored state that becomes ready or locked
+** stays in memory, and so does the lock of a stored ready one: its index entry goes at once
+** (the picks walk the index), its record stays until the batch writes the lock over it (one
+** record write where a delete and a write were) or the lock goes without a trace (deleted
+** then). */
 static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const orch_state_t *nw) {
   rpend_t *e;
-  int rc;
+  dkey_t k;
+  int rc, db, stored = 0;
   if (!t->direct) return state_set_db(t, inst, old, nw);
   if ((e = rpend_find(t->se, inst))) {
     if (nw->token) { /* locked, renewed or lapsed: in place */
@@ -199,16 +256,26 @@ static int state_set(tx_t *t, const char *inst, const orch_state_t *old, const o
       e->ready_at = nw->ready_at;
       return 0;
     }
+    stored = e->stored;
     rpend_take(t->se, e); /* (a released lock that stays ready: a new entry, in time order) */
     old = &STATE_EMPTY;
   }
-  if (!old->token && old->ready_at == LM_NEVER) { /* nothing stored */
-    if (!nw->token && nw->ready_at == LM_NEVER) return 0;
-    return rpend_add(t, inst, nw);
+  if (!old->token && old->ready_at == LM_NEVER) { /* nothing stored but maybe a record */
+    if (!nw->token && nw->ready_at == LM_NEVER) {
+      if (!stored) return 0;
+      key_inst(&k, inst);
+      rc = dx__lm_db_del(t, DB_ORCH_STATE, &k);
+      dx__lm_state_keep(t, inst, rc ? NULL : &STATE_EMPTY);
+      return rc;
+    }
+    return rpend_add(t, inst, nw, stored);
   }
   if (nw->token && !old->token) { /* a stored ready instance locked: kept from now on */
-    if ((rc = state_set_db(t, inst, old, &STATE_EMPTY))) return rc;
-    return rpend_add(t, inst, nw);
+    if ((db = dx__lm_state_index(inst, old, &k)) >= 0 &&
+        (rc = dx__lm_idx_op(t, db, &k, NULL, 0, 0)))
+      return rc;
+    dx__lm_state_keep(t, inst, NULL); /* the entry answers for it */
+    return rpend_add(t, inst, nw, 1);
   }
   return state_set_db(t, inst, old, nw);
 }
@@ -869,7 +936,9 @@ static int ack_execution(tx_t *t, int64_t now, const dx_orch_ack_t *a, const ack
   exec_rec_t r;
   int old_st, rc;
   if (ai->known && a->status == DX_STATUS_NONE) return 0; /* stored, and nothing ends */
-  rc = dx__lm_exec_get(t, a->instance, a->execution_id, &r);
+  /* an instance's first turn finds no execution record: they go with its record (delete) */
+  if (ai->created) memset(&r, 0, sizeof r);
+  rc = ai->created ? DX_ENOTFOUND : dx__lm_exec_get(t, a->instance, a->execution_id, &r);
   if (rc && rc != DX_ENOTFOUND) return rc;
   if (rc == 0 && a->status == DX_STATUS_NONE) { /* a turn that ends nothing changes nothing */
     dx__lm_exec_clear(&r);
@@ -906,9 +975,8 @@ static int orch_ack(tx_t *t, int64_t now, const dx_orch_ack_t *a) {
   /* the expected refusals come before the first write (LM_WRITE_DIRECT) */
   if ((rc = orch_check_lock(t, a->instance, a->lock_token, now, 1, &st)) ||
       (rc = dx__lm_history_unused(t, a->instance, a->execution_id, a->delta, a->delta_len)) ||
-      (rc = msgs_read(t, a->instance, &l, dx__lm_inst_kept(t, a->instance))))
+      (rc = msgs_take(t, a->instance, &st, &l, dx__lm_inst_kept(t, a->instance))))
     return rc;
-  rc = msgs_delete(t, &l, &st, now);
   for (i = 0; i < l.n; i++)
     if (!dx__lm_msg_in_lock(&st, &l.v[i]) && l.v[i].visible_at < next) next = l.v[i].visible_at;
   if (!rc) rc = ack_instance(t, now, a, &ai);

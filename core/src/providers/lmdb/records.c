@@ -81,22 +81,23 @@ static const lm_field_t kv_fields[] = {
 #undef F
 #undef FB
 
-const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fields), 0};
-const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields), 0};
-const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields), 0};
+/* (the masks: bit i for each RF_STR / RF_BIN field i of the table) */
+const lm_schema_t dx__lm_inst_schema = {DB_INSTANCES, inst_fields, COUNT(inst_fields), 0, 0x8b};
+const lm_schema_t dx__lm_exec_schema = {DB_EXECUTIONS, exec_fields, COUNT(exec_fields), 0, 0x1a};
+const lm_schema_t dx__lm_msg_schema = {DB_ORCH_MSGS, msg_fields, COUNT(msg_fields), 0, 0x8};
 const lm_schema_t dx__lm_msg_head_schema = {DB_ORCH_MSGS, msg_head_fields,
-                                            COUNT(msg_head_fields), 0};
-const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 3};
+                                            COUNT(msg_head_fields), 0, 0};
+const lm_schema_t dx__lm_state_schema = {DB_ORCH_STATE, state_fields, COUNT(state_fields), 3, 0};
 /* A state without a batch (batch_seq 0) is written as format 3 wrote it: the first 4 fields. */
-const lm_schema_t dx__lm_state3_schema = {DB_ORCH_STATE, state_fields, 4, 3};
-const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 4};
+const lm_schema_t dx__lm_state3_schema = {DB_ORCH_STATE, state_fields, 4, 3, 0};
+const lm_schema_t dx__lm_sess_schema = {DB_SESSIONS, sess_fields, COUNT(sess_fields), 4, 0x23};
 const lm_schema_t dx__lm_sess_time_schema = {DB_SESSIONS, sess_time_fields,
-                                             COUNT(sess_time_fields), 4};
-const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9};
-const lm_schema_t dx__lm_kv_schema = {DB_KV, kv_fields, COUNT(kv_fields), 0};
-const lm_schema_t dx__lm_kv_delta_schema = {DB_KV_DELTA, kv_fields, COUNT(kv_fields), 0};
-const lm_schema_t dx__lm_sev_schema = {DB_SESS_EVENTS, sev_fields, COUNT(sev_fields), 0};
-const lm_schema_t dx__lm_wreg_schema = {DB_WORKERS, wreg_fields, COUNT(wreg_fields), 0};
+                                             COUNT(sess_time_fields), 4, 0};
+const lm_schema_t dx__lm_row_schema = {DB_WORK, row_fields, COUNT(row_fields), 9, 0x930};
+const lm_schema_t dx__lm_kv_schema = {DB_KV, kv_fields, COUNT(kv_fields), 0, 0x1};
+const lm_schema_t dx__lm_kv_delta_schema = {DB_KV_DELTA, kv_fields, COUNT(kv_fields), 0, 0x1};
+const lm_schema_t dx__lm_sev_schema = {DB_SESS_EVENTS, sev_fields, COUNT(sev_fields), 0, 0x1e};
+const lm_schema_t dx__lm_wreg_schema = {DB_WORKERS, wreg_fields, COUNT(wreg_fields), 0, 0x1};
 
 #define AT(base, f, T) ((T *)(void *)((char *)(base) + (f)->off))
 #define CAT(base, f, T) ((const T *)(const void *)((const char *)(base) + (f)->off))
@@ -123,12 +124,110 @@ static size_t w_field(unsigned char *b, const lm_field_t *f, const void *rec) {
   return 0;
 }
 
+/* {===== the writer of rec_put: one pass into a buffer of known room =====}
+** The same bytes as w_field writes (lmdb_records_writer_matches_msgpack_c checks it through
+** dx__lm_rec_pack), with each field's room checked as it goes instead of a sizing pass first,
+** and the big-endian forms stored at once instead of a byte loop. */
+
+static unsigned char *put_be16(unsigned char *b, uint64_t v) {
+  b[0] = (unsigned char)(v >> 8);
+  b[1] = (unsigned char)v;
+  return b + 2;
+}
+
+static unsigned char *put_be32(unsigned char *b, uint64_t v) {
+  b[0] = (unsigned char)(v >> 24);
+  b[1] = (unsigned char)(v >> 16);
+  b[2] = (unsigned char)(v >> 8);
+  b[3] = (unsigned char)v;
+  return b + 4;
+}
+
+static unsigned char *w_uint(unsigned char *b, uint64_t v) {
+  if (v < 128) { *b = (unsigned char)v; return b + 1; }
+  if (v < 256) { b[0] = 0xcc; b[1] = (unsigned char)v; return b + 2; }
+  if (v < 65536) { b[0] = 0xcd; return put_be16(b + 1, v); }
+  if (v <= UINT32_MAX) { b[0] = 0xce; return put_be32(b + 1, v); }
+  b[0] = 0xcf;
+  put_u64(b + 1, v);
+  return b + 9;
+}
+
+static unsigned char *w_int(unsigned char *b, int64_t v) {
+  uint64_t u = (uint64_t)v;
+  if (v >= 0) return w_uint(b, u);
+  if (v >= -32) { *b = (unsigned char)(u & 0xff); return b + 1; }
+  if (v >= -128) { b[0] = 0xd0; b[1] = (unsigned char)u; return b + 2; }
+  if (v >= -32768) { b[0] = 0xd1; return put_be16(b + 1, u); }
+  if (v >= INT32_MIN) { b[0] = 0xd2; return put_be32(b + 1, u); }
+  b[0] = 0xd3;
+  put_u64(b + 1, u);
+  return b + 9;
+}
+
+static unsigned char *w_bytes(unsigned char *b, int bin, const char *p, size_t n) {
+  if (!bin && n < 32) {
+    *b++ = (unsigned char)(0xa0 | n);
+  } else if (n < 256) {
+    *b++ = bin ? 0xc4 : 0xd9;
+    *b++ = (unsigned char)n;
+  } else if (n < 65536) {
+    *b++ = bin ? 0xc5 : 0xda;
+    b = put_be16(b, n);
+  } else {
+    *b++ = bin ? 0xc6 : 0xdb;
+    b = put_be32(b, n);
+  }
+  if (n) memcpy(b, p, n);
+  return b + n;
+}
+
+/* The record into out[0..room): its length, or 0 when it may not fit (each field asks for its
+** widest form: dx__lm_rec_bound's room always does). */
+static size_t rec_write(const lm_schema_t *s, const void *rec, unsigned char *out, size_t room) {
+  unsigned char *b = out;
+  size_t i, k = s->n + 1;
+  if (room < 3 + 9) return 0;
+  if (k < 16) *b++ = (unsigned char)(0x90 | k);
+  else b += dx__mp_container(b, 0, k);
+  b = w_uint(b, LM_RECORD_FORMAT);
+  for (i = 0; i < s->n; i++) {
+    const lm_field_t *f = &s->f[i];
+    size_t left = room - (size_t)(b - out);
+    switch (f->type) {
+      case RF_I64: case RF_U64: case RF_INT:
+        if (left < 9) return 0;
+        if (f->type == RF_U64) b = w_uint(b, *CAT(rec, f, uint64_t));
+        else if (f->type == RF_I64) b = w_int(b, *CAT(rec, f, int64_t));
+        else b = w_int(b, *CAT(rec, f, int));
+        break;
+      case RF_STR: {
+        const char *p = *CAT(rec, f, char *);
+        size_t n = p ? strlen(p) : 0;
+        if (left < (p ? 5 + n : 1)) return 0;
+        if (p) b = w_bytes(b, 0, p, n);
+        else *b++ = 0xc0;
+        break;
+      }
+      case RF_BIN: {
+        const char *p = *CAT(rec, f, char *);
+        size_t n = *(const size_t *)(const void *)((const char *)rec + f->len_off);
+        if (left < 5 || left - 5 < n) return 0;
+        b = w_bytes(b, 1, p ? p : "", n); /* an optional bin not set: stored empty */
+        break;
+      }
+      case RF_SKIP: break; /* read-only schemas */
+    }
+  }
+  return (size_t)(b - out);
+}
+
 size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out) {
   size_t n, i, k = s->n + 1;
-  n = dx__mp_container(out, 0, k);
-  n += dx__mp_uint(out ? out + n : NULL, LM_RECORD_FORMAT);
-  for (i = 0; i < s->n; i++) n += w_field(out ? out + n : NULL, &s->f[i], rec);
-  return n;
+  n = dx__mp_container(NULL, 0, k);
+  n += dx__mp_uint(NULL, LM_RECORD_FORMAT);
+  for (i = 0; i < s->n; i++) n += w_field(NULL, &s->f[i], rec);
+  return out ? rec_write(s, rec, out, n + 9) : n; /* (room for rec_write's checks) */
 }
 
 /* An upper bound of the record's packed size (MessagePack's widest forms). */
@@ -150,12 +249,13 @@ size_t dx__lm_rec_bound(const lm_schema_t *s, const void *rec) {
 
 int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *rec) {
   unsigned char stack[512], *b = stack;
-  size_t n = dx__lm_rec_bound(s, rec); /* one packing pass when it fits the stack (the usual case) */
+  size_t n = rec_write(s, rec, stack, sizeof stack); /* the usual case: fits the stack */
   int rc;
-  if (n > sizeof stack && (n = dx__lm_rec_pack(s, rec, NULL)) > sizeof stack &&
-      !(b = malloc(n)))
-    return dx__lm_nomem(t->err);
-  n = dx__lm_rec_pack(s, rec, b);
+  if (!n) {
+    size_t room = dx__lm_rec_bound(s, rec);
+    if (!(b = malloc(room))) return dx__lm_nomem(t->err);
+    n = rec_write(s, rec, b, room);
+  }
   rc = dx__lm_db_put(t, s->db, k, b, n, 0);
   if (b != stack) free(b);
   return rc;
@@ -212,12 +312,12 @@ static int unpack_field(const msgpack_object *o, const lm_field_t *f, void *rec)
 }
 
 void dx__lm_rec_clear(const lm_schema_t *s, void *rec) {
-  size_t i;
-  for (i = 0; i < s->n; i++)
-    if (s->f[i].type == RF_STR || s->f[i].type == RF_BIN) {
-      free(*AT(rec, &s->f[i], char *));
-      *AT(rec, &s->f[i], char *) = NULL;
-    }
+  uint32_t m;
+  for (m = s->strs; m; m &= m - 1) { /* the fields that own memory only (every row freed) */
+    const lm_field_t *f = &s->f[__builtin_ctz(m)];
+    free(*AT(rec, f, char *));
+    *AT(rec, f, char *) = NULL;
+  }
 }
 
 /* {===== the direct reader: records as the writer above makes them =====} */
@@ -371,6 +471,34 @@ int dx__lm_rec_decode_direct(const lm_schema_t *s, const MDB_val *v, void *rec) 
   return direct_decode(s, v, rec);
 }
 
+/* The orchestrator queue reads every message of a turn (fetch and ack): its 4 fields read in
+** place, the same checks as direct_decode's (msg_fields: format, i64, u64, u64, bin). */
+int dx__lm_msg_decode_direct(const MDB_val *v, orch_msg_t *m, int heads) {
+  rd_t r = {v->mv_data, v->mv_size, 1};
+  uint64_t u, token, attempt;
+  int64_t i, at;
+  int neg;
+  const char *p;
+  size_t len;
+  if (r.n < 1 || r.p[0] != 0x95 || rd_int(&r, &neg, &u, &i) || neg || u != LM_RECORD_FORMAT)
+    return 1;
+  if (rd_int(&r, &neg, &u, &i) || (!neg && u > INT64_MAX)) return 1;
+  at = neg ? i : (int64_t)u;
+  if (rd_int(&r, &neg, &token, &i) || neg || rd_int(&r, &neg, &attempt, &i) || neg) return 1;
+  /* (a head's item may be a str or nil too: direct_decode takes those) */
+  if (rd_bytes(&r, 1, &p, &len) || r.pos != r.n) return 1;
+  if (!heads) {
+    if (!(m->item = malloc(len + 1))) return DX_ENOMEM;
+    if (len) memcpy(m->item, p, len);
+    m->item[len] = 0;
+    m->item_len = len;
+  }
+  m->visible_at = at;
+  m->token = token;
+  m->attempt = attempt;
+  return 0;
+}
+
 /* Decode `v` into the schema's fields of `rec` (other members untouched). On failure the
 ** fields are freed and the error names the record as `what`. */
 int dx__lm_rec_decode(tx_t *t, const lm_schema_t *s, const MDB_val *v, void *rec,
@@ -456,7 +584,7 @@ void dx__lm_inst_clear(inst_rec_t *r) {
 ** that follows (mdb_txn_id): no writer of this or any other process committed in between,
 ** and that commit did not fail. A rollback drops it. */
 
-#define LM_IK_SLOTS 1024u
+#define LM_IK_SLOTS 2048u /* in pairs: an instance may take either slot of its pair */
 #define LM_TAIL_MAX 4096u /* text bytes of a kept record or event: larger ones are not kept */
 
 static size_t len_or_0(const char *s) { return s ? strlen(s) : 0; }
@@ -473,6 +601,9 @@ typedef struct lm_ik_s {
   int tail_lent;  /* tail was handed out (dx__lm_tail_take): the end is known, not the event */
   int st_known;   /* st is the instance's stored lock state (orch.c) */
   orch_state_t st;
+  int ex_known;   /* ex is execution ex_id's stored record ("execution records kept") */
+  uint64_t ex_id;
+  exec_rec_t ex;
   int dirty;      /* IK_REC: r is newer than the stored record (rec_known); IK_HIST: hrun
                      holds events: the batch writes them */
   lm_hrun_t hrun;
@@ -484,6 +615,7 @@ static void ik_clear(shared_env_t *se, lm_ik_t *e) {
   if (!e->inst) return;
   free(e->inst);
   dx__lm_inst_clear(&e->r);
+  dx__lm_exec_clear(&e->ex);
   dx_event_clear(&e->tail);
   free(e->hrun.b);
   memset(e, 0, sizeof *e);
@@ -519,15 +651,22 @@ void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id) {
   se->ik_wrote = se->ik_nested = 0;
 }
 
-static lm_ik_t *ik_slot(shared_env_t *se, const char *inst) {
-  return &se->ik[dx__lm_str_hash(inst) & (LM_IK_SLOTS - 1)];
-}
+/* inst's slots: *e first, then e[0] ^ 1 (two instances whose ids land on one slot, as a few
+** of a few hundred do, both keep theirs) */
+static size_t ik_slot(const char *inst) { return dx__lm_str_hash(inst) & (LM_IK_SLOTS - 1); }
 
 static lm_ik_t *ik_lookup(shared_env_t *se, const char *inst) {
+  size_t at;
   lm_ik_t *e;
   if (!se->ik_live) return NULL;
-  e = ik_slot(se, inst);
-  return e->inst && strcmp(e->inst, inst) == 0 ? e : NULL;
+  e = &se->ik[se->ik_last]; /* (no hash for the instance asked for just before) */
+  if (e->inst && strcmp(e->inst, inst) == 0) return e;
+  at = ik_slot(inst);
+  if (!((e = &se->ik[at])->inst && strcmp(e->inst, inst) == 0) &&
+      !((e = &se->ik[at ^= 1])->inst && strcmp(e->inst, inst) == 0))
+    return NULL;
+  se->ik_last = at;
+  return e;
 }
 
 /* inst's entry in a direct method, or NULL. */
@@ -535,20 +674,28 @@ static lm_ik_t *ik_find(tx_t *t, const char *inst) {
   return t->direct ? ik_lookup(t->se, inst) : NULL;
 }
 
-/* inst's entry, made (replacing its slot's) when missing; NULL outside a direct method, out
-** of memory, or when the slot holds another instance's unwritten record (it keeps its slot:
-** the caller writes at once). */
+/* inst's entry, made (in a free slot of its pair, else replacing one's) when missing; NULL
+** outside a direct method, out of memory, or when both slots hold other instances' unwritten
+** records (they keep their slots: the caller writes at once). */
+static lm_ik_t *ik_make(shared_env_t *se, const char *inst);
 static lm_ik_t *ik_entry(tx_t *t, const char *inst) {
-  shared_env_t *se = t->se;
+  return t->direct ? ik_make(t->se, inst) : NULL;
+}
+
+/* (ik_entry for any writer in the batch txn) */
+static lm_ik_t *ik_make(shared_env_t *se, const char *inst) {
   lm_ik_t *e;
-  if (!t->direct) return NULL;
-  if ((e = ik_find(t, inst))) return e;
+  size_t at;
+  if ((e = ik_lookup(se, inst))) return e;
   if (!se->ik && !(se->ik = calloc(LM_IK_SLOTS, sizeof *se->ik))) return NULL;
-  e = ik_slot(se, inst);
+  at = ik_slot(inst);
+  e = &se->ik[at];
+  if (e->inst && (!se->ik[at ^ 1].inst || e->dirty)) e = &se->ik[at ^ 1];
   if (e->dirty) return NULL; /* another instance's unwritten record keeps its slot */
   ik_clear(se, e);
   if (!(e->inst = dx__strdup(inst))) return NULL;
   se->ik_live++;
+  se->ik_last = (size_t)(e - se->ik);
   return e;
 }
 
@@ -750,14 +897,16 @@ int dx__lm_state_kept(tx_t *t, const char *inst, orch_state_t *s) {
   return 1;
 }
 
-/* inst's stored state is now *s (NULL: unknown). A write in the batch's txn outside a direct
-** method (instances made ready in the batch, flushed at commit) only forgets it; other txns
+/* inst's stored state is now *s (NULL: unknown). Writes in the batch's txn tell: its direct
+** methods' and the flush of what they kept in memory (orch.c rpend: the locks a batch's
+** fetches took and the instances its acks made ready, which the next batch's acks and
+** fetches read); a failed flush spoils the batch, whose end drops the table. Other txns
 ** (nested ones drop the table first, other threads' never touch it) leave it alone. */
 void dx__lm_state_keep(tx_t *t, const char *inst, const orch_state_t *s) {
   lm_ik_t *e;
   if (!dx__lm_in_batch_txn(t)) return;
-  if (!(e = s && t->direct ? ik_entry(t, inst) : ik_lookup(t->se, inst))) return;
-  e->st_known = s && t->direct;
+  if (!(e = s ? ik_make(t->se, inst) : ik_lookup(t->se, inst))) return;
+  e->st_known = s != NULL;
   if (e->st_known) e->st = *s;
 }
 
@@ -863,16 +1012,55 @@ void dx__lm_exec_clear(exec_rec_t *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* {===== execution records kept by the batches =====}
+** The same entries keep the execution record an ack wrote or read last: the instance's next
+** turn that ends its execution (an ack in a later batch, with held rounds the same one)
+** rewrites it and reads it first. Only acks write execution records in direct methods; the
+** management methods that change them (terminate, prune, delete) are nested and drop the
+** table. Records with long texts (an output, a failure) are not kept. */
+
+static int exec_copy(exec_rec_t *dst, const exec_rec_t *src) {
+  *dst = *src;
+  dst->output = NULL;
+  dst->fail.kind = dst->fail.message = NULL;
+  if ((src->output && !(dst->output = dx__strdup(src->output))) ||
+      dx_failure_copy(&dst->fail, &src->fail)) {
+    dx__lm_exec_clear(dst);
+    return DX_ENOMEM;
+  }
+  return 0;
+}
+
+/* Execution exec of inst is now *r (NULL: unknown). */
+static void exec_keep(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r) {
+  lm_ik_t *e = r ? ik_entry(t, inst) : ik_find(t, inst);
+  if (!e) return;
+  dx__lm_exec_clear(&e->ex);
+  e->ex_known = r && len_or_0(r->output) + len_or_0(r->fail.kind) +
+                             len_or_0(r->fail.message) <= LM_TAIL_MAX &&
+                exec_copy(&e->ex, r) == 0;
+  e->ex_id = exec;
+}
+
 int dx__lm_exec_get(tx_t *t, const char *inst, uint64_t exec, exec_rec_t *r) {
   dkey_t k;
   lm_what_t w = {"instance '%s' execution %llu", inst, exec};
+  lm_ik_t *e = ik_find(t, inst);
+  int rc;
   memset(r, 0, sizeof *r);
+  if (e && e->ex_known && e->ex_id == exec)
+    return exec_copy(r, &e->ex) ? dx__lm_nomem(t->err) : 0;
   key_exec(&k, inst, exec);
-  return dx__lm_rec_get_as(t, &dx__lm_exec_schema, &k, r, &w);
+  rc = dx__lm_rec_get_as(t, &dx__lm_exec_schema, &k, r, &w);
+  if (rc == 0) exec_keep(t, inst, exec, r);
+  return rc;
 }
 
 int dx__lm_exec_put(tx_t *t, const char *inst, uint64_t exec, const exec_rec_t *r) {
   dkey_t k;
+  int rc;
   key_exec(&k, inst, exec);
-  return dx__lm_rec_put(t, &dx__lm_exec_schema, &k, r);
+  rc = dx__lm_rec_put(t, &dx__lm_exec_schema, &k, r);
+  exec_keep(t, inst, exec, rc ? NULL : r);
+  return rc;
 }
