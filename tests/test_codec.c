@@ -401,7 +401,7 @@ DX_TEST(records_encode_as_msgpack_c_would) {
 ** written alike: data lengths across that bound give msgpack-c's bytes and decode back. */
 DX_TEST(records_encode_alike_across_the_direct_bound) {
   size_t n;
-  for (n = 380; n < 560; n++) {
+  for (n = 560; n < 800; n++) {
     dx_event_t e, d;
     dx_error_t err;
     char *buf;

@@ -24,7 +24,7 @@
 typedef enum { FT_KIND, FT_STR, FT_U64, FT_I64, FT_INT, FT_BOOL, FT_FAIL } field_type_t;
 
 typedef struct {
-  const char *key;
+  char key[4];    /* NUL-padded: put_direct copies three bytes at once */
   field_type_t type;
   size_t off;
   size_t key_len; /* strlen(key), known at compile time (every record packs and matches keys);
@@ -201,45 +201,66 @@ static unsigned char *put_items(unsigned char *o, const item_t **it, size_t coun
 /* The small record's way (most of them): one walk of the field table writes the present
 ** fields straight into o (a stack buffer) up to end, the same bytes as the plan's; returns the
 ** byte after them and their count in *count, or NULL when they do not fit (the plan then
-** writes the record). Before each field there is room for its key and value checked. */
-#define DIRECT_BYTES 512
+** writes the record). Only a string is checked for room, and it must leave SCALARS_ROOM: the
+** fields that are not strings (21 of them at most, a record's and its failure's) take no more
+** than that together, so they need no check of their own. A key is written as four bytes (its
+** fixstr header, then the three of the NUL-padded key: put_direct_key); the bytes past the key
+** are written over by what follows. */
+#define DIRECT_BYTES 1024
 #define KEY_MAX 4  /* a key's bytes: fixstr header and up to three */
 #define SCALAR_MAX 9 /* an integer's bytes at most */
+#define SCALARS_ROOM (24 * (KEY_MAX + SCALAR_MAX))
+
+static unsigned char *put_direct_key(unsigned char *o, const field_t *f) {
+  o[0] = (unsigned char)(0xa0 | f->key_len);
+  memcpy(o + 1, f->key, 3);
+  return o + 1 + f->key_len;
+}
+
 static unsigned char *put_direct(const schema_t *s, const void *base, unsigned char *o,
                                  const unsigned char *end, size_t *count) {
   size_t i, c = 0;
   for (i = 0; i < s->n; i++) {
     const field_t *f = &s->fields[i];
-    if ((size_t)(end - o) < KEY_MAX + SCALAR_MAX) return NULL;
     switch (f->type) {
-      case FT_KIND: o = put_key(o, f); o += dx__mp_int(o, *CAT(base, f, int)); break;
+      case FT_KIND:
+        o = put_direct_key(o, f);
+        o += dx__mp_int(o, *CAT(base, f, int));
+        break;
       case FT_INT:
         if (!*CAT(base, f, int)) continue;
-        o = put_key(o, f);
+        o = put_direct_key(o, f);
         o += dx__mp_int(o, *CAT(base, f, int));
         break;
       case FT_BOOL:
         if (!*CAT(base, f, int)) continue;
-        o = put_key(o, f);
+        o = put_direct_key(o, f);
         *o++ = 0xc3;
         break;
-      case FT_U64:
-        if (!*CAT(base, f, uint64_t)) continue;
-        o = put_key(o, f);
-        o += dx__mp_uint(o, *CAT(base, f, uint64_t));
+      case FT_U64: {
+        uint64_t v = *CAT(base, f, uint64_t);
+        if (!v) continue;
+        o = put_direct_key(o, f);
+        o += dx__mp_uint(o, v);
         break;
-      case FT_I64:
-        if (!*CAT(base, f, int64_t)) continue;
-        o = put_key(o, f);
-        o += dx__mp_int(o, *CAT(base, f, int64_t));
+      }
+      case FT_I64: {
+        int64_t v = *CAT(base, f, int64_t);
+        if (!v) continue;
+        o = put_direct_key(o, f);
+        o += dx__mp_int(o, v);
         break;
+      }
       case FT_STR: {
         const char *str = *CAT(base, f, char *);
         size_t n;
         if (!str) continue;
         n = strlen(str);
-        if (n > (size_t)(end - o) - KEY_MAX - 5) return NULL; /* (5: the str32 header) */
-        o = put_key(o, f);
+        /* (5: the str32 header) */
+        if ((size_t)(end - o) < SCALARS_ROOM + KEY_MAX + 5 ||
+            n > (size_t)(end - o) - SCALARS_ROOM - KEY_MAX - 5)
+          return NULL;
+        o = put_direct_key(o, f);
         o += dx__mp_bytes(o, 0, str, n);
         break;
       }
@@ -247,7 +268,7 @@ static unsigned char *put_direct(const schema_t *s, const void *base, unsigned c
         unsigned char *head;
         size_t k;
         if (!failure_present(CAT(base, f, dx_failure_t))) continue;
-        o = put_key(o, f);
+        o = put_direct_key(o, f);
         head = o++; /* a fixmap: the failure has four fields */
         if (!(o = put_direct(&failure_schema, CAT(base, f, dx_failure_t), o, end, &k)))
           return NULL;
@@ -545,11 +566,13 @@ static void rd_skip(rd_t *r) {
 }
 
 static int key_is(const val_t *k, const char *key, size_t n) {
-  size_t i;
   if (k->n != n) return 0;
-  for (i = 0; i < n; i++) /* keys are one to three bytes: no memcmp call */
-    if (k->s[i] != key[i]) return 0;
-  return 1;
+  switch (n) { /* keys are one to three bytes: no loop, no memcmp call */
+    case 1: return k->s[0] == key[0];
+    case 2: return k->s[0] == key[0] && k->s[1] == key[1];
+    case 3: return k->s[0] == key[0] && k->s[1] == key[1] && k->s[2] == key[2];
+    default: return memcmp(k->s, key, n) == 0;
+  }
 }
 
 /* Where a record's strings are copied: one block, the record's arena, allocated at its first
@@ -669,7 +692,18 @@ static int read_fields(const schema_t *s, rd_t *r, uint64_t count, uint32_t firs
                           s->fields[j].key);
     seen |= 1u << j;
     next = j + 1 == s->n ? 0 : j + 1;
-    rd_value(r, &v);
+    /* the commonest values read here, the rest by rd_value: a positive fixint, a fixstr */
+    c = r->pos < r->len ? r->p[r->pos] : 0xc1;
+    if (c <= 0x7f) {
+      r->pos++;
+      v.type = V_UINT;
+      v.u = c;
+    } else if (c >= 0xa0 && c <= 0xbf) {
+      r->pos++;
+      rd_body(r, &v, V_STR, c & 0x1f);
+    } else {
+      rd_value(r, &v);
+    }
     rc = read_field(&s->fields[j], &v, r, base, s->kind_limit, what, prefix, sb, err);
     if (rc != DX_OK) return rc;
   }
