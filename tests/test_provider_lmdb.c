@@ -860,7 +860,7 @@ DX_TEST(lmdb_locked_row_kept_in_a_batch_follows_its_writes) {
 }
 
 /* A batch's fetches and acks write through its kept cursors and look for the queue's head
-** where the last fetch left the cursor (txn.c write_cursor, head_here): a row queued in the
+** where the last fetch left the cursor (txn.c key_cursor, head_here): a row queued in the
 ** batch before that place (due earlier) is still the next one fetched, and hundreds of rows
 ** queued, fetched and acked in one batch (leaves split and merged under the cursors) come out
 ** in FIFO order, each once. */

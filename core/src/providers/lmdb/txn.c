@@ -328,15 +328,20 @@ int dx__lm_check_sum(tx_t *t, int db, const MDB_val *k, MDB_val *v) {
 ** mdb_cursor_set compares the key with that leaf's first and last keys and skips the search
 ** from the root (about 1k instructions of a 2.5k write). Elsewhere it costs those two
 ** compares. LMDB keeps every cursor of a write txn in step with writes made through others. */
+/* The batch's kept cursor of `db`, opened on first use (0, or LMDB's error: none kept). */
+static int kept_cursor(tx_t *t, int db) {
+  shared_env_t *se = t->se;
+  int mrc;
+  if (se->curs[db]) return 0;
+  if ((mrc = mdb_cursor_open(t->txn, se->dbi[db], &se->curs[db]))) se->curs[db] = NULL;
+  return mrc;
+}
+
 static MDB_cursor *key_cursor(tx_t *t, int db) {
   shared_env_t *se = t->se;
   if (!(t->direct || (t->nested && t->txn == se->batch)) || (se->curs_busy & (1u << db)))
     return NULL;
-  if (!se->curs[db] && mdb_cursor_open(t->txn, se->dbi[db], &se->curs[db])) {
-    se->curs[db] = NULL;
-    return NULL;
-  }
-  return se->curs[db];
+  return kept_cursor(t, db) ? NULL : se->curs[db];
 }
 
 int dx__lm_db_get(tx_t *t, int db, const dkey_t *k, MDB_val *v) {
@@ -423,10 +428,7 @@ int dx__lm_cursor(tx_t *t, int db, MDB_cursor **c) {
   shared_env_t *se = t->se;
   int mrc;
   if (t->direct && !(se->curs_busy & (1u << db))) {
-    if (!se->curs[db] && (mrc = mdb_cursor_open(t->txn, se->dbi[db], &se->curs[db]))) {
-      se->curs[db] = NULL;
-      return dx__lm_tx_err(t, mrc, dx__lm_db_names[db]);
-    }
+    if ((mrc = kept_cursor(t, db))) return dx__lm_tx_err(t, mrc, dx__lm_db_names[db]);
     se->curs_busy |= 1u << db;
     *c = se->curs[db];
     return 0;
@@ -440,13 +442,17 @@ void dx__lm_cursor_done(tx_t *t, int db, MDB_cursor *c) {
   else mdb_cursor_close(c);
 }
 
+static int has_prefix(const MDB_val *k, const dkey_t *prefix) {
+  return k->mv_size >= prefix->n && memcmp(k->mv_data, prefix->b, prefix->n) == 0;
+}
+
 int dx__lm_scan_prefix(tx_t *t, int db, const dkey_t *prefix, scan_fn fn, void *ud) {
   MDB_cursor *c;
   MDB_val k = kval(prefix), v;
   int rc = dx__lm_cursor(t, db, &c), mrc;
   if (rc) return rc;
   mrc = mdb_cursor_get(c, &k, &v, prefix->n ? MDB_SET_RANGE : MDB_FIRST);
-  while (mrc == 0 && k.mv_size >= prefix->n && memcmp(k.mv_data, prefix->b, prefix->n) == 0) {
+  while (mrc == 0 && has_prefix(&k, prefix)) {
     if ((rc = dx__lm_check_sum(t, db, &k, &v)) != 0 || (rc = fn(t, &k, &v, ud)) != 0) break;
     mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
   }
@@ -461,10 +467,6 @@ static int head_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   return 1;
 }
 
-static int has_prefix(const MDB_val *k, const dkey_t *prefix) {
-  return k->mv_size >= prefix->n && memcmp(k->mv_data, prefix->b, prefix->n) == 0;
-}
-
 /* The batch's kept cursor of `db` often sits on the head already: a fetch deleted the last
 ** head through it (key_cursor: a delete leaves it on the next entry), or the last seek found
 ** it and nothing was taken. Its entry is the first under `prefix` when it has the prefix and
@@ -476,6 +478,7 @@ static int head_here(tx_t *t, int db, const dkey_t *prefix, MDB_val *key) {
   MDB_cursor *c = se->curs[db];
   MDB_val k, v, pk, pv;
   int mrc, rc, before;
+  /* (direct methods only, the fetches that seek heads; key_cursor serves the flushes too) */
   if (!t->direct || !c || (se->curs_busy & (1u << db))) return 0;
   if (mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT) || !has_prefix(&k, prefix)) return 0;
   mrc = mdb_cursor_get(c, &pk, &pv, MDB_PREV);
