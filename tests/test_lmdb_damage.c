@@ -683,6 +683,57 @@ static dx_event_t timer_event(uint64_t id) {
 /* A turn's events are one record; ids inside a run count as stored (a duplicate is refused,
 ** naming the id), runs and single events read back in id order, executions count every
 ** event, and a damaged event inside a run is named by its id (read and check). */
+/* A damaged message queued after the fetch (not in the turn's lock) refuses that ack before it
+** writes anything: the batch's other calls commit (review probe on the ack's message walk). */
+DX_TEST(lmdb_damaged_late_message_refuses_only_its_ack) {
+  char *store = new_store("late");
+  dx_provider_t *p = open_ok(store);
+  dx_work_item_t w;
+  dx_orch_item_t *k = NULL, *l = NULL;
+  dx_orch_ack_t a;
+  dx_event_t ev[1];
+  dx_error_t err;
+  start_item(&w, "K");
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 600000, &k, &err));
+  ASSERT(k && strcmp(k->instance, "K") == 0);
+  w.kind = DX_WI_EXTERNAL;
+  w.name = "go";
+  w.data = "\"LATE-MARKER\"";
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  start_item(&w, "L");
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  flip_in_file(store, "LATE-MARKER"); /* p stays open: LMDB reads the page from the file */
+
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 1, 5000, &l, &err));
+  ASSERT(l && strcmp(l->instance, "L") == 0);
+  memset(ev, 0, sizeof ev);
+  ev[0].event_id = 1;
+  ev[0].kind = DX_EV_ORCH_STARTED;
+  ev[0].name = "Orch";
+  ev[0].data = "1";
+  memset(&a, 0, sizeof a);
+  a.instance = "K";
+  a.lock_token = k->lock_token;
+  a.execution_id = 1;
+  a.orchestration_name = "Orch";
+  a.orchestration_version = "1.0.0";
+  a.delta = ev;
+  a.delta_len = 1;
+  ASSERT_EQ(M(p)->ack_orchestration_item(p, T0 + 1, &a, &err), DX_ECORRUPT);
+  ASSERT_CONTAINS(err.msg, "K");
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  /* L's fetch was kept: its lock holds, its token acks */
+  a.instance = "L";
+  a.lock_token = l->lock_token;
+  ASSERT_OK(M(p)->ack_orchestration_item(p, T0 + 2, &a, &err));
+  dx_orch_item_free(k);
+  dx_orch_item_free(l);
+  M(p)->destroy(p);
+  free(store);
+}
+
 DX_TEST(lmdb_turn_runs_are_one_record_and_every_id_in_them_counts) {
   char *store = new_store("runs");
   dx_provider_t *p = open_ok(store);

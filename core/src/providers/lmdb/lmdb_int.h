@@ -681,6 +681,9 @@ void *dx__lm_grow(void *v, size_t *cap, size_t n, size_t elem);
 int dx__lm_db_get(tx_t *t, int db, const dkey_t *k, MDB_val *v);
 int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, unsigned flags);
 int dx__lm_db_del(tx_t *t, int db, const dkey_t *k);
+/* Delete the record cursor c (on `db`, from dx__lm_cursor) is on, counted and reported as
+** dx__lm_db_del does; MDB_NEXT then gives the record after it. */
+int dx__lm_cursor_del(tx_t *t, int db, MDB_cursor *c);
 int dx__lm_idx_op(tx_t *t, int db, const dkey_t *k, const void *v, size_t n, int put);
 int dx__lm_scan_prefix(tx_t *t, int db, const dkey_t *prefix, scan_fn fn, void *ud);
 /* A cursor on `db` for one walk, released by dx__lm_cursor_done: in the batch txn itself (a

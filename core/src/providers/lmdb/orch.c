@@ -70,62 +70,67 @@ static int msg_del(tx_t *t, const char *inst, uint64_t seq) {
   return dx__lm_db_del(t, DB_ORCH_MSGS, &k);
 }
 
-/* A write in the batch txn itself makes its commit non-empty (txn.c batch_dirty, which the
-** cursor delete below does without dx__lm_db_del). */
-static void wrote_in_batch(tx_t *t) {
-  if (dx__lm_in_batch_txn(t)) t->se->ik_wrote = 1;
-}
-
-/* The ack's read of the instance's messages (as msgs_read reads them), deleting those in lock
-** st as the walk passes them: a cursor delete, where a delete per message searched the
-** B-tree again. A failure part way leaves some deleted: the batch is spoiled, as after any
-** write (none of the ack's expected refusals comes from here). */
+/* The ack's read of the instance's messages (msgs_read), then the delete of those in lock st:
+** the stored ones in one walk from the first of them (a cursor delete each, where a delete per
+** message searched the B-tree again). Every message is read before the first delete, so a
+** damaged one refuses the ack before it writes anything (the batch stays usable). */
 static int msgs_take(tx_t *t, const char *inst, const orch_state_t *st, msg_list_t *l,
                      int heads) {
   dkey_t k;
   MDB_cursor *c;
   MDB_val key, v;
-  size_t stored, i;
-  int mrc, rc = 0;
+  size_t stored, first, last, i;
+  int rc, mrc = 0;
   memset(l, 0, sizeof *l);
   l->inst = inst;
   l->heads = heads;
   key_inst(&k, inst);
   l->prefix_n = k.n;
-  if ((rc = dx__lm_cursor(t, DB_ORCH_MSGS, &c))) return rc;
-  key = kval(&k);
-  for (mrc = mdb_cursor_get(c, &key, &v, MDB_SET_RANGE); mrc == 0;
-       mrc = mdb_cursor_get(c, &key, &v, MDB_NEXT)) { /* (after a delete: the one after it) */
-    if (key.mv_size < k.n || memcmp(key.mv_data, k.b, k.n) != 0) break;
-    if ((rc = dx__lm_check_sum(t, DB_ORCH_MSGS, &key, &v)) || (rc = msgs_cb(t, &key, &v, l)))
-      break;
-    if (!dx__lm_msg_in_lock(st, &l->v[l->n - 1])) continue;
-    t->se->batch_writes++;
-    if ((mrc = mdb_cursor_del(c, 0))) break;
-    wrote_in_batch(t);
-  }
-  dx__lm_cursor_done(t, DB_ORCH_MSGS, c);
-  if (!rc && mrc && mrc != MDB_NOTFOUND) {
-    char what[64];
-    snprintf(what, sizeof what, "delete from %s", dx__lm_db_names[DB_ORCH_MSGS]);
-    rc = dx__lm_tx_err(t, mrc, what);
-  }
+  rc = dx__lm_scan_prefix(t, DB_ORCH_MSGS, &k, msgs_cb, l);
   stored = l->n;
   if (!rc) rc = dx__lm_kmsg_list(t, l); /* kept in the batch (kmsgs.c): the newest */
+  if (rc) {
+    msgs_free(l);
+    return rc;
+  }
+  for (first = 0; first < stored && !dx__lm_msg_in_lock(st, &l->v[first]); first++) {}
+  for (last = stored; last > first && !dx__lm_msg_in_lock(st, &l->v[last - 1]); last--) {}
+  if (first < last) {
+    if ((rc = dx__lm_cursor(t, DB_ORCH_MSGS, &c))) {
+      msgs_free(l);
+      return rc;
+    }
+    key_inst(&k, inst);
+    k_u64(&k, l->v[first].seq);
+    key = kval(&k);
+    for (i = first; i < last && !rc; i++) {
+      /* (after a delete, MDB_NEXT gives the one after it) */
+      mrc = mdb_cursor_get(c, &key, &v, i == first ? MDB_SET_RANGE : MDB_NEXT);
+      if (mrc) break;
+      /* the walk meets the records the read found, in the same txn */
+      if (key.mv_size != l->prefix_n + 8 ||
+          get_u64((const char *)key.mv_data + l->prefix_n) != l->v[i].seq) {
+        rc = dx_error_set(t->err, DX_ESTORE, "internal error: instance '%s' message %llu "
+                          "not where the ack read it", inst, (unsigned long long)l->v[i].seq);
+        break;
+      }
+      if (dx__lm_msg_in_lock(st, &l->v[i])) rc = dx__lm_cursor_del(t, DB_ORCH_MSGS, c);
+    }
+    dx__lm_cursor_done(t, DB_ORCH_MSGS, c);
+    if (!rc && mrc) rc = dx__lm_tx_err(t, mrc, dx__lm_db_names[DB_ORCH_MSGS]);
+  }
   for (i = stored; i < l->n && !rc; i++)
     if (dx__lm_msg_in_lock(st, &l->v[i])) rc = msg_del(t, inst, l->v[i].seq);
   if (rc) msgs_free(l);
   return rc;
 }
 
-/* Delete the messages of `l` in lock st (NULL: those visible at `now`). */
-static int msgs_delete(tx_t *t, const msg_list_t *l, const orch_state_t *st, int64_t now) {
+/* Delete the messages of `l` visible at `now`. */
+static int msgs_delete(tx_t *t, const msg_list_t *l, int64_t now) {
   size_t i;
   int rc;
-  for (i = 0; i < l->n; i++) {
-    int hit = st ? dx__lm_msg_in_lock(st, &l->v[i]) : l->v[i].visible_at <= now;
-    if (hit && (rc = msg_del(t, l->inst, l->v[i].seq))) return rc;
-  }
+  for (i = 0; i < l->n; i++)
+    if (l->v[i].visible_at <= now && (rc = msg_del(t, l->inst, l->v[i].seq))) return rc;
   return 0;
 }
 
@@ -809,7 +814,7 @@ static int orch_try_lock(tx_t *t, lm_t *lm, orch_cand_t *c, int64_t now,
     }
     /* messages for an instance that never started and never will: drop them instead of
     ** letting them sit at the head of the queue (the reference's starvation quirk) */
-    rc = msgs_delete(t, &l, NULL, now);
+    rc = msgs_delete(t, &l, now);
     if (!rc) rc = orch_release(t, c->inst, &st);
     goto done;
   }

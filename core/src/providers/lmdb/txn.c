@@ -382,6 +382,12 @@ int dx__lm_db_put(tx_t *t, int db, const dkey_t *k, const void *data, size_t n, 
   return 0;
 }
 
+static int del_failed(tx_t *t, int db, int rc) {
+  char what[64];
+  snprintf(what, sizeof what, "delete from %s", dx__lm_db_names[db]);
+  return dx__lm_tx_err(t, rc, what);
+}
+
 /* Deleting a missing key is fine. */
 int dx__lm_db_del(tx_t *t, int db, const dkey_t *k) {
   MDB_val key = kval(k), v;
@@ -394,12 +400,16 @@ int dx__lm_db_del(tx_t *t, int db, const dkey_t *k) {
   } else {
     rc = mdb_del(t->txn, t->se->dbi[db], &key, NULL);
   }
-  if (rc && rc != MDB_NOTFOUND) {
-    char what[64];
-    snprintf(what, sizeof what, "delete from %s", dx__lm_db_names[db]);
-    return dx__lm_tx_err(t, rc, what);
-  }
+  if (rc && rc != MDB_NOTFOUND) return del_failed(t, db, rc);
   if (rc == 0) batch_dirty(t);
+  return 0;
+}
+
+int dx__lm_cursor_del(tx_t *t, int db, MDB_cursor *c) {
+  int rc;
+  t->se->batch_writes++;
+  if ((rc = mdb_cursor_del(c, 0))) return del_failed(t, db, rc);
+  batch_dirty(t);
   return 0;
 }
 
