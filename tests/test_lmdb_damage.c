@@ -734,6 +734,53 @@ DX_TEST(lmdb_damaged_late_message_refuses_only_its_ack) {
   free(store);
 }
 
+/* A batch whose commit fails (a write or fsync error: the test hook) leaves its txn id to the
+** next writer. Once another writer committed with it, the next batch has the id the lost one
+** would have had: it must not take what the lost batch kept (here its lock on K) as current. */
+DX_TEST(lmdb_failed_commit_leaves_nothing_kept_to_the_next_batch) {
+  char *store = new_store("lostcommit");
+  dx_provider_t *p = open_ok(store);
+  dx_work_item_t w;
+  dx_orch_item_t *lost = NULL, *it = NULL;
+  dx_orch_ack_t a;
+  dx_event_t ev[1];
+  dx_error_t err;
+  ASSERT(M(p)->test_hooks && M(p)->test_hooks->version >= 2);
+  start_item(&w, "K");
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+  ASSERT_OK(M(p)->begin(p, &err));
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 600000, &lost, &err));
+  ASSERT(lost && strcmp(lost->instance, "K") == 0);
+  ASSERT_OK(M(p)->test_hooks->fail_next_commit(p));
+  ASSERT(M(p)->commit(p, 1, &err) != 0);
+  start_item(&w, "X"); /* another writer commits with the lost batch's id */
+  ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &w, 0, &err));
+
+  ASSERT_OK(M(p)->begin(p, &err));
+  memset(ev, 0, sizeof ev);
+  ev[0].event_id = 1;
+  ev[0].kind = DX_EV_ORCH_STARTED;
+  ev[0].name = "Orch";
+  ev[0].data = "1";
+  memset(&a, 0, sizeof a);
+  a.instance = "K";
+  a.lock_token = lost->lock_token; /* the lock was never stored */
+  a.execution_id = 1;
+  a.orchestration_name = "Orch";
+  a.orchestration_version = "1.0.0";
+  a.delta = ev;
+  a.delta_len = 1;
+  ASSERT(M(p)->ack_orchestration_item(p, T0 + 1, &a, &err) != 0);
+  ASSERT_OK(M(p)->fetch_orchestration_item(p, T0 + 1, 5000, &it, &err));
+  ASSERT(it && strcmp(it->instance, "K") == 0); /* K is not locked: first in line */
+  ASSERT_EQ(it->attempt_count, 1);
+  ASSERT_OK(M(p)->commit(p, 1, &err));
+  dx_orch_item_free(lost);
+  dx_orch_item_free(it);
+  M(p)->destroy(p);
+  free(store);
+}
+
 DX_TEST(lmdb_turn_runs_are_one_record_and_every_id_in_them_counts) {
   char *store = new_store("runs");
   dx_provider_t *p = open_ok(store);

@@ -753,7 +753,7 @@ typedef struct dx_provider_methods_s {
 /** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a
 **  running engine reaches only through failures. Every member may be NULL (not supported). */
 typedef struct dx_provider_test_hooks_s {
-  int version; /* 1 */
+  int version; /* 1; 2 adds fail_next_commit */
   /** Overwrite the stored bytes of one history event with bytes that are not a valid record.
   **  DX_OK, DX_ENOTFOUND, or another DX_E* code. */
   int (*corrupt_history)(dx_provider_t *p, const char *instance, uint64_t execution_id,
@@ -761,6 +761,9 @@ typedef struct dx_provider_test_hooks_s {
   /** Make a session's lease lapse at now_ms without changing its owner (the owner did not
   **  renew in time). DX_ENOTFOUND when the session has no row. */
   int (*expire_session)(dx_provider_t *p, const char *session_id, int64_t now_ms);
+  /** (version >= 2) This handle's next commit fails as a failed write or fsync makes it fail:
+  **  nothing of the batch is stored, the commit returns an error. DX_OK. */
+  int (*fail_next_commit)(dx_provider_t *p);
 } dx_provider_test_hooks_t;
 
 struct dx_provider_s {

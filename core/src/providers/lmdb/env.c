@@ -42,17 +42,31 @@ static MDB_txn *take_batch(lm_t *p, int keep) {
   dx__lm_curs_forget(p->se); /* freed by LMDB with the txn */
   dx__lm_sess_batch_forget(p->se);
   dx__lm_pend_drop(p->se); /* written by commit before this, or dropped with the batch */
-  if (keep && txn) dx__lm_inst_keep_commit(p->se, mdb_txn_id(txn));
-  else dx__lm_inst_keep_drop(p->se);
+  if (keep && txn) {
+    dx__lm_inst_keep_commit(p->se, mdb_txn_id(txn));
+    p->se->ik_committing = 1;
+  } else {
+    dx__lm_inst_keep_drop(p->se);
+  }
   pthread_mutex_unlock(&p->se->batch_mu);
   p->in_batch = 0;
   p->claims_over[0] = 0;
   return txn;
 }
 
+/* The commit of the batch take_batch(p, 1) took ended (rc: LMDB's code). A failed one (ENOSPC,
+** EIO) leaves its txn id to the next writer: the table kept for it goes, unless a batch that
+** began since already dropped it (and keeps its own now). */
+static void commit_seen(lm_t *p, int rc) {
+  pthread_mutex_lock(&p->se->batch_mu);
+  if (p->se->ik_committing && rc) dx__lm_inst_keep_drop(p->se);
+  p->se->ik_committing = 0;
+  pthread_mutex_unlock(&p->se->batch_mu);
+}
+
 static int lm_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   lm_t *p = (lm_t *)pp;
-  int rc, wrote, flush;
+  int rc, wrote, flush, fail = p->fail_commit;
   if (!p->in_batch) return dx_error_set(err, DX_ESTATE, "commit without begin");
   if (p->se->batch_spoiled) { /* a direct method failed part way (LM_WRITE_DIRECT) */
     dx__lm_top_finish(p->se, take_batch(p, 0), 0, LM_FLUSH_NONE, 0);
@@ -70,7 +84,10 @@ static int lm_commit(dx_provider_t *pp, int sync, dx_error_t *err) {
   ** Workers elsewhere hear of any work it queued. */
   wrote = p->se->batch_wrote;
   flush = p->no_sync || !(sync || wrote) ? LM_FLUSH_NONE : sync ? LM_FLUSH_FULL : LM_FLUSH_DATA;
-  rc = dx__lm_top_finish(p->se, take_batch(p, 1), 1, flush, sync || wrote);
+  p->fail_commit = 0;
+  rc = dx__lm_top_finish(p->se, take_batch(p, 1), !fail, flush, sync || wrote);
+  if (fail) rc = EIO; /* (the test hook: aborted, as a failed commit ends) */
+  commit_seen(p, rc);
   return rc ? dx__lm_mdb_error(p->se, rc, "commit", err) : 0;
 }
 

@@ -288,6 +288,10 @@ typedef struct shared_env_s {
   size_t rk_live, rk_bytes;  /* entries filled, their items' bytes */
   int ik_wrote;              /* a write in the open batch's own txn succeeded */
   int ik_nested;             /* a nested writer ran in the open batch */
+  /* ik_txn was set for a commit whose outcome its thread has not seen yet (env.c lm_commit):
+  ** a batch beginning before then drops the table (a failed commit leaves its id to the
+  ** next writer, whose commit would make the table look current) */
+  int ik_committing;
   char *notify_path;         /* <store>/notify: written after commits that carry work */
   int notify_fd;
 } shared_env_t;
@@ -307,6 +311,7 @@ typedef struct {
   dx_history_hint_t hint;    /* set_history_hint (held NULL: none) */
   uint64_t tag;           /* this handle as a lock holder: recorded on the locks it takes */
   char tag_name[32];      /* its liveness name, "@handle:<tag>" (live.c) */
+  int fail_commit;        /* test hook (testhooks.c): the next commit aborts and fails */
 } lm_t;
 static inline int64_t sat_add(int64_t a, int64_t b) {
   if (b > 0 && a > INT64_MAX - b) return INT64_MAX;

@@ -646,7 +646,8 @@ void dx__lm_inst_keep_commit(shared_env_t *se, size_t txn_id) {
 
 /* A batch began with txn txn_id (holding the write lock). */
 void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id) {
-  if (!se->ik_txn || txn_id != se->ik_txn) dx__lm_inst_keep_drop(se);
+  if (!se->ik_txn || txn_id != se->ik_txn || se->ik_committing) dx__lm_inst_keep_drop(se);
+  se->ik_committing = 0;
   se->ik_txn = 0;
   se->ik_wrote = se->ik_nested = 0;
 }

@@ -94,5 +94,13 @@ static int lm_test_expire_session(dx_provider_t *pp, const char *session_id, int
   return dx__lm_tx_end(&t, rc);
 }
 
-const dx_provider_test_hooks_t dx__lm_test_hooks = {1, lm_test_corrupt_history,
-                                                    lm_test_expire_session};
+/* The handle's next commit fails as a failed write or fsync makes it (the txn aborted, its id
+** left to the next writer): the commit returns an error. */
+static int lm_test_fail_next_commit(dx_provider_t *pp) {
+  ((lm_t *)pp)->fail_commit = 1;
+  return 0;
+}
+
+const dx_provider_test_hooks_t dx__lm_test_hooks = {2, lm_test_corrupt_history,
+                                                    lm_test_expire_session,
+                                                    lm_test_fail_next_commit};

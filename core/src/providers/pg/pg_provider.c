@@ -83,7 +83,7 @@ static const char *pg_notify_path(dx_provider_t *pp) {
 }
 
 static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_history,
-                                                       dx__pg_test_expire_session};
+                                                       dx__pg_test_expire_session, NULL};
 
 static const dx_provider_methods_t pg_methods = {
   11,
