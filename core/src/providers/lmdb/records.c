@@ -227,7 +227,9 @@ size_t dx__lm_rec_pack(const lm_schema_t *s, const void *rec, unsigned char *out
   n = dx__mp_container(NULL, 0, k);
   n += dx__mp_uint(NULL, LM_RECORD_FORMAT);
   for (i = 0; i < s->n; i++) n += w_field(NULL, &s->f[i], rec);
-  return out ? rec_write(s, rec, out, n + 9) : n; /* (room for rec_write's checks) */
+  /* + 9: rec_write asks room for each field's widest form, at most 9 bytes over what it writes
+  ** (n bytes) */
+  return out ? rec_write(s, rec, out, n + 9) : n;
 }
 
 /* An upper bound of the record's packed size (MessagePack's widest forms). */
@@ -254,7 +256,11 @@ int dx__lm_rec_put(tx_t *t, const lm_schema_t *s, const dkey_t *k, const void *r
   if (!n) {
     size_t room = dx__lm_rec_bound(s, rec);
     if (!(b = malloc(room))) return dx__lm_nomem(t->err);
-    n = rec_write(s, rec, b, room);
+    if (!(n = rec_write(s, rec, b, room))) { /* the bound always fits: a bug */
+      free(b);
+      return dx_error_set(t->err, DX_ESTORE, "internal error: a %s record does not fit its bound",
+                          dx__lm_db_names[s->db]);
+    }
   }
   rc = dx__lm_db_put(t, s->db, k, b, n, 0);
   if (b != stack) free(b);
@@ -575,14 +581,15 @@ void dx__lm_inst_clear(inst_rec_t *r) {
 ** The batches' direct methods keep the last record they read or wrote (or that there is none)
 ** in se->ik and answer later reads from it instead of a B-tree lookup and a decode. A record a
 ** direct method wrote may still be unwritten (e->dirty): dx__lm_pend_flush writes it before
-** any other method of the batch runs, and at commit. Only
-** direct methods use it (the batch thread, in the batch txn, which no other writer can
-** change). Every other writing method of a batch may write or undo records: it is dropped
-** before one runs (txn.c dx__lm_tx_begin; readers cannot change them). A batch that wrote anything
-** in its own txn commits a txn with its own id, an empty one leaves the id to the next writer
-** (LMDB skips empty commits); the next batch keeps the table only when its txn has the id
-** that follows (mdb_txn_id): no writer of this or any other process committed in between,
-** and that commit did not fail. A rollback drops it. */
+** any other method of the batch runs, and at commit. Only the batch thread fills and reads it,
+** in the batch txn, which no other writer can change: its direct methods, and the flush, which
+** keeps the lock states it writes (dx__lm_state_keep). Every other writing method of a batch
+** may write or undo records: it is dropped before one runs (txn.c dx__lm_tx_begin; readers
+** cannot change them). A batch that wrote anything in its own txn commits a txn with its own
+** id, an empty one leaves the id to the next writer (LMDB skips empty commits); the next batch
+** keeps the table only when its txn has the id that follows (mdb_txn_id): no writer of this or
+** any other process committed in between, and that commit did not fail (a failed one leaves
+** its id to the next writer: env.c commit_seen drops the table). A rollback drops it. */
 
 #define LM_IK_SLOTS 2048u /* in pairs: an instance may take either slot of its pair */
 #define LM_TAIL_MAX 4096u /* text bytes of a kept record or event: larger ones are not kept */
@@ -652,8 +659,8 @@ void dx__lm_inst_keep_begin(shared_env_t *se, size_t txn_id) {
   se->ik_wrote = se->ik_nested = 0;
 }
 
-/* inst's slots: *e first, then e[0] ^ 1 (two instances whose ids land on one slot, as a few
-** of a few hundred do, both keep theirs) */
+/* The index of inst's first slot; its pair is at, at ^ 1 (two instances whose ids land on one
+** slot, as a few of a few hundred do, both keep theirs) */
 static size_t ik_slot(const char *inst) { return dx__lm_str_hash(inst) & (LM_IK_SLOTS - 1); }
 
 static lm_ik_t *ik_lookup(shared_env_t *se, const char *inst) {
