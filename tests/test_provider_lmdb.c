@@ -389,6 +389,16 @@ DX_TEST(lmdb_map_grows_without_limit) {
   free(store);
 }
 
+/* ev: a first turn's OrchestrationStarted (name Orch, input `data`) at T0. */
+static void started_ev(dx_event_t *ev, char *data) {
+  memset(ev, 0, sizeof *ev);
+  ev->event_id = 1;
+  ev->timestamp_ms = T0;
+  ev->kind = DX_EV_ORCH_STARTED;
+  ev->name = "Orch";
+  ev->data = data;
+}
+
 /* Ack the turn of `it` (its lock) appending delta ev[0..n) with status `status`: the answer. */
 static int ack_delta_rc(dx_provider_t *p, int64_t now, const dx_orch_item_t *it, dx_event_t *ev,
                         size_t n, dx_status_t status) {
@@ -449,12 +459,7 @@ DX_TEST(lmdb_locked_in_batch_state_record_written_once) {
   ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 60000, &it, &err));
   ASSERT(it);
   ASSERT_STR_EQ(it->instance, "K");
-  memset(&ev, 0, sizeof ev);
-  ev.event_id = 1;
-  ev.timestamp_ms = T0;
-  ev.kind = DX_EV_ORCH_STARTED;
-  ev.name = "Orch";
-  ev.data = "{}";
+  started_ev(&ev, "{}");
   ASSERT_OK(ack_delta_rc(p, T0, it, &ev, 1, DX_STATUS_NONE));
   dx_orch_item_free(it);
   ASSERT_OK(M(p)->fetch_orchestration_item(p, T0, 60000, &it, &err)); /* L: handed back */
@@ -518,12 +523,7 @@ DX_TEST(lmdb_ack_deletes_a_turn_of_many_messages) {
   m.instance = "K";
   m.data = "\"late\"";
   ASSERT_OK(M(p)->enqueue_for_orchestrator(p, T0, &m, 0, &err)); /* not in the lock */
-  memset(&ev, 0, sizeof ev);
-  ev.event_id = 1;
-  ev.timestamp_ms = T0;
-  ev.kind = DX_EV_ORCH_STARTED;
-  ev.name = "Orch";
-  ev.data = "{}";
+  started_ev(&ev, "{}");
   ASSERT_OK(ack_delta_rc(p, T0, it, &ev, 1, DX_STATUS_NONE));
   dx_orch_item_free(it);
   ASSERT_OK(M(p)->commit(p, 1, &err));
@@ -663,12 +663,7 @@ DX_TEST(lmdb_lock_state_kept_by_batches_yields_to_another_process) {
   ASSERT_OK(M(p)->commit(p, 1, &err));
   in_child(store, take_over_orch);
   memset(&a, 0, sizeof a);
-  memset(&ev, 0, sizeof ev);
-  ev.event_id = 1;
-  ev.timestamp_ms = T0;
-  ev.kind = DX_EV_ORCH_STARTED;
-  ev.name = "Orch";
-  ev.data = "1";
+  started_ev(&ev, "1");
   a.instance = it->instance;
   a.lock_token = it->lock_token;
   a.execution_id = it->execution_id;
@@ -752,11 +747,7 @@ DX_TEST(lmdb_queued_row_kept_by_batches_yields_to_another_process) {
   memset(&a, 0, sizeof a);
   memset(&ev, 0, sizeof ev);
   memset(&act, 0, sizeof act);
-  ev.event_id = 1;
-  ev.timestamp_ms = T0;
-  ev.kind = DX_EV_ORCH_STARTED;
-  ev.name = "Orch";
-  ev.data = "1";
+  started_ev(&ev, "1");
   act.kind = DX_WI_ACT_EXECUTE;
   act.instance = "K";
   act.execution_id = 1;

@@ -34,8 +34,9 @@ static int msgs_cb(tx_t *t, const MDB_val *k, const MDB_val *v, void *ud) {
   return 0;
 }
 
-/* Every message of one instance, oldest first; heads: without their items. */
-static int msgs_read(tx_t *t, const char *inst, msg_list_t *l, int heads) {
+/* Every message of one instance, oldest first; heads: without their items. *stored (when
+** not NULL): how many of them came from the B-tree (the first ones). */
+static int msgs_read_n(tx_t *t, const char *inst, msg_list_t *l, int heads, size_t *stored) {
   dkey_t k;
   int rc;
   memset(l, 0, sizeof *l);
@@ -44,9 +45,14 @@ static int msgs_read(tx_t *t, const char *inst, msg_list_t *l, int heads) {
   key_inst(&k, inst);
   l->prefix_n = k.n;
   rc = dx__lm_scan_prefix(t, DB_ORCH_MSGS, &k, msgs_cb, l);
+  if (stored) *stored = l->n;
   if (!rc) rc = dx__lm_kmsg_list(t, l); /* kept in the batch (kmsgs.c): the newest */
   if (rc) msgs_free(l);
   return rc;
+}
+
+static int msgs_read(tx_t *t, const char *inst, msg_list_t *l, int heads) {
+  return msgs_read_n(t, inst, l, heads, NULL);
 }
 
 static int msgs_load(tx_t *t, const char *inst, msg_list_t *l) { return msgs_read(t, inst, l, 0); }
@@ -81,18 +87,7 @@ static int msgs_take(tx_t *t, const char *inst, const orch_state_t *st, msg_list
   MDB_val key, v;
   size_t stored, first, last, i;
   int rc, mrc = 0;
-  memset(l, 0, sizeof *l);
-  l->inst = inst;
-  l->heads = heads;
-  key_inst(&k, inst);
-  l->prefix_n = k.n;
-  rc = dx__lm_scan_prefix(t, DB_ORCH_MSGS, &k, msgs_cb, l);
-  stored = l->n;
-  if (!rc) rc = dx__lm_kmsg_list(t, l); /* kept in the batch (kmsgs.c): the newest */
-  if (rc) {
-    msgs_free(l);
-    return rc;
-  }
+  if ((rc = msgs_read_n(t, inst, l, heads, &stored))) return rc;
   for (first = 0; first < stored && !dx__lm_msg_in_lock(st, &l->v[first]); first++) {}
   for (last = stored; last > first && !dx__lm_msg_in_lock(st, &l->v[last - 1]); last--) {}
   if (first < last) {
