@@ -126,61 +126,8 @@ static size_t w_field(unsigned char *b, const lm_field_t *f, const void *rec) {
 
 /* {===== the writer of rec_put: one pass into a buffer of known room =====}
 ** The same bytes as w_field writes (lmdb_records_writer_matches_msgpack_c checks it through
-** dx__lm_rec_pack), with each field's room checked as it goes instead of a sizing pass first,
-** and the big-endian forms stored at once instead of a byte loop. */
-
-static unsigned char *put_be16(unsigned char *b, uint64_t v) {
-  b[0] = (unsigned char)(v >> 8);
-  b[1] = (unsigned char)v;
-  return b + 2;
-}
-
-static unsigned char *put_be32(unsigned char *b, uint64_t v) {
-  b[0] = (unsigned char)(v >> 24);
-  b[1] = (unsigned char)(v >> 16);
-  b[2] = (unsigned char)(v >> 8);
-  b[3] = (unsigned char)v;
-  return b + 4;
-}
-
-static unsigned char *w_uint(unsigned char *b, uint64_t v) {
-  if (v < 128) { *b = (unsigned char)v; return b + 1; }
-  if (v < 256) { b[0] = 0xcc; b[1] = (unsigned char)v; return b + 2; }
-  if (v < 65536) { b[0] = 0xcd; return put_be16(b + 1, v); }
-  if (v <= UINT32_MAX) { b[0] = 0xce; return put_be32(b + 1, v); }
-  b[0] = 0xcf;
-  put_u64(b + 1, v);
-  return b + 9;
-}
-
-static unsigned char *w_int(unsigned char *b, int64_t v) {
-  uint64_t u = (uint64_t)v;
-  if (v >= 0) return w_uint(b, u);
-  if (v >= -32) { *b = (unsigned char)(u & 0xff); return b + 1; }
-  if (v >= -128) { b[0] = 0xd0; b[1] = (unsigned char)u; return b + 2; }
-  if (v >= -32768) { b[0] = 0xd1; return put_be16(b + 1, u); }
-  if (v >= INT32_MIN) { b[0] = 0xd2; return put_be32(b + 1, u); }
-  b[0] = 0xd3;
-  put_u64(b + 1, u);
-  return b + 9;
-}
-
-static unsigned char *w_bytes(unsigned char *b, int bin, const char *p, size_t n) {
-  if (!bin && n < 32) {
-    *b++ = (unsigned char)(0xa0 | n);
-  } else if (n < 256) {
-    *b++ = bin ? 0xc4 : 0xd9;
-    *b++ = (unsigned char)n;
-  } else if (n < 65536) {
-    *b++ = bin ? 0xc5 : 0xda;
-    b = put_be16(b, n);
-  } else {
-    *b++ = bin ? 0xc6 : 0xdb;
-    b = put_be32(b, n);
-  }
-  if (n) memcpy(b, p, n);
-  return b + n;
-}
+** dx__lm_rec_pack), with each field's room checked as it goes instead of a sizing pass first
+** (the elements by mpack.h's writers, as w_field). */
 
 /* The record into out[0..room): its length, or 0 when it may not fit (each field asks for its
 ** widest form: dx__lm_rec_bound's room always does). */
@@ -188,32 +135,30 @@ static size_t rec_write(const lm_schema_t *s, const void *rec, unsigned char *ou
   unsigned char *b = out;
   size_t i, k = s->n + 1;
   if (room < 3 + 9) return 0;
-  if (k < 16) *b++ = (unsigned char)(0x90 | k);
-  else b += dx__mp_container(b, 0, k);
-  b = w_uint(b, LM_RECORD_FORMAT);
+  b += dx__mp_container(b, 0, k);
+  b += dx__mp_uint(b, LM_RECORD_FORMAT);
   for (i = 0; i < s->n; i++) {
     const lm_field_t *f = &s->f[i];
     size_t left = room - (size_t)(b - out);
     switch (f->type) {
       case RF_I64: case RF_U64: case RF_INT:
         if (left < 9) return 0;
-        if (f->type == RF_U64) b = w_uint(b, *CAT(rec, f, uint64_t));
-        else if (f->type == RF_I64) b = w_int(b, *CAT(rec, f, int64_t));
-        else b = w_int(b, *CAT(rec, f, int));
+        if (f->type == RF_U64) b += dx__mp_uint(b, *CAT(rec, f, uint64_t));
+        else if (f->type == RF_I64) b += dx__mp_int(b, *CAT(rec, f, int64_t));
+        else b += dx__mp_int(b, *CAT(rec, f, int));
         break;
       case RF_STR: {
         const char *p = *CAT(rec, f, char *);
         size_t n = p ? strlen(p) : 0;
         if (left < (p ? 5 + n : 1)) return 0;
-        if (p) b = w_bytes(b, 0, p, n);
-        else *b++ = 0xc0;
+        b += p ? dx__mp_bytes(b, 0, p, n) : dx__mp_nil(b);
         break;
       }
       case RF_BIN: {
         const char *p = *CAT(rec, f, char *);
         size_t n = *(const size_t *)(const void *)((const char *)rec + f->len_off);
         if (left < 5 || left - 5 < n) return 0;
-        b = w_bytes(b, 1, p ? p : "", n); /* an optional bin not set: stored empty */
+        b += dx__mp_bytes(b, 1, p ? p : "", n); /* an optional bin not set: stored empty */
         break;
       }
       case RF_SKIP: break; /* read-only schemas */
