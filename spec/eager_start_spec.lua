@@ -9,7 +9,7 @@ local H = require("helpers")
 -- Each store kind: a fresh store and its disposal.
 local kinds = {
   -- held: a local store's cycle also runs the activities its turns schedule before it commits
-  -- (docs/architecture.md "Turns and activities answered inside their fetch's transaction")
+  -- (docs/store-thread.md "Turns and activities answered inside their fetch's transaction")
   { name = "a directory store", new = function() return H.tmpdir() end, drop = H.rmdir,
     held = true },
 }

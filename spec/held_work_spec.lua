@@ -1,4 +1,4 @@
--- Held rounds on a local store (docs/architecture.md "Turns and activities answered inside
+-- Held rounds on a local store (docs/store-thread.md "Turns and activities answered inside
 -- their fetch's transaction"): a store cycle hands the activities its turns schedule to the
 -- idle loop before it commits, applies their results and the turns they wake, and commits
 -- once. The orchestration cache keeps each turn as soon as its ack is applied in the open
