@@ -1,7 +1,7 @@
 -- Eager start: client:start with this Lua state's runtime running on the same store hands the
 -- start to that runtime, whose store cycle commits it together with the instance's first turn
 -- (one durable commit instead of two); the activity's result then shares the commit of the
--- turn it unblocks (tests/test_store_cycle.c). No timing is asserted. With $DX_TEST_PG the
+-- turn it unblocks (tests/test_store_cycle_turns.c). No timing is asserted. With $DX_TEST_PG the
 -- same cases run on PostgreSQL (fresh schemas; "another store" is another schema there).
 local duroxide = require("duroxide")
 local H = require("helpers")

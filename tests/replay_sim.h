@@ -1,6 +1,6 @@
 /*
 ** replay_sim.h -- a scripted fake host for the replay engine (core/src/replay.c), no Lua,
-** shared by the replay test programs (test_replay.c, test_replay_cancel.c).
+** shared by the replay test programs (test_replay*.c, test_replay_cancel.c).
 **
 ** An orchestration is a C "program": an array of steps run by a tiny interpreter on every
 ** orch_resume. Emitting steps (ACT, TIMER, WAIT, SUB, CHAINED, SYSCALL) each take the next
