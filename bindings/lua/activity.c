@@ -124,9 +124,8 @@ static void step(act_run_t *r, lua_State *from, int nargs) {
     char *out = nres > 0 ? dx__lua_to_json(r->co, -nres, "output", msg, sizeof msg)
                          : dx__strdup("null");
     lua_pop(r->co, nres);
-    if (out) dx_activity_complete(r->a, out);
+    if (out) dx__activity_complete_take(r->a, out); /* takes out */
     else dx_activity_fail(r->a, msg);
-    free(out);
   } else {
     dxl_error_message(r->co, -1, msg, sizeof msg);
     lua_pop(r->co, 1);

@@ -56,4 +56,7 @@ void dx__runtime_lose_commits(dx_runtime_t *rt, int n);
 int dx__turn_park(dx_turn_t *t, const uint64_t *tokens, size_t n);
 /* The runtime an activity runs on. */
 dx_runtime_t *dx__activity_runtime(const dx_activity_t *a);
+/* dx_activity_complete with a malloc'd output the activity takes (freed by it, whatever
+** happens): no copy of the result's texts (a binding encodes the output into a fresh buffer). */
+void dx__activity_complete_take(dx_activity_t *a, char *output_json);
 #endif

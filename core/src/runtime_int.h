@@ -26,6 +26,8 @@ struct dx_activity_s {
   const char *outcome;                /* metric outcome of its settlement (NULL: not counted) */
   dx_activity_info_t info;
   dx_work_item_t result;
+  int result_borrows;                 /* result's instance and worker_id are borrowed (from item
+                                      ** and rt), its data owned: result_clear */
   uv_timer_t renew_timer;
   int renew_inflight;
   int acked;
