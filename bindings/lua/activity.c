@@ -121,10 +121,13 @@ static void step(act_run_t *r, lua_State *from, int nargs) {
     return;
   }
   if (rc == LUA_OK) {
-    char *out = nres > 0 ? dx__lua_to_json(r->co, -nres, "output", msg, sizeof msg)
-                         : dx__strdup("null");
+    size_t cap;
+    char *buf = dx__activity_out_buf(r->a, &cap), *out;
+    /* a small output is written into the activity's record: no malloc, no free */
+    if (nres > 0) out = dx__lua_to_json_in(r->co, -nres, "output", msg, sizeof msg, buf, cap);
+    else out = memcpy(buf, "null", 5);
     lua_pop(r->co, nres);
-    if (out) dx__activity_complete_take(r->a, out); /* takes out */
+    if (out) dx__activity_complete_take(r->a, out); /* takes (or borrows) out */
     else dx_activity_fail(r->a, msg);
   } else {
     dxl_error_message(r->co, -1, msg, sizeof msg);

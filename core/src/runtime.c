@@ -257,6 +257,7 @@ static void result_clear(dx_activity_t *a) {
   if (a->result_borrows) {
     a->result.instance = NULL;
     a->result.worker_id = NULL;
+    if (a->result.data == a->out_inline) a->result.data = NULL;
     a->result_borrows = 0;
   }
   dx_work_item_clear(&a->result);
@@ -389,10 +390,15 @@ void dx_activity_complete(dx_activity_t *a, const char *output_json) {
   dx__activity_complete_take(a, dx__strdup(output_json ? output_json : "null"));
 }
 
+char *dx__activity_out_buf(dx_activity_t *a, size_t *cap) {
+  *cap = sizeof a->out_inline;
+  return a->out_inline;
+}
+
 void dx__activity_complete_take(dx_activity_t *a, char *output_json) {
   size_t n = output_json ? strlen(output_json) : 0;
   if (!a || a->finished) {
-    free(output_json);
+    if (!a || output_json != a->out_inline) free(output_json);
     return;
   }
   dx__log_set_worker(a->rt->worker_id); /* called from activity code: say whose */
@@ -400,14 +406,15 @@ void dx__activity_complete_take(dx_activity_t *a, char *output_json) {
     char msg[160];
     snprintf(msg, sizeof msg, "activity output is %zu bytes; the limit is %d bytes", n,
              DX_MAX_PAYLOAD_BYTES);
-    free(output_json);
+    if (output_json != a->out_inline) free(output_json);
     dx_activity_fail(a, msg);
     return;
   }
   observe_ran(a);
   result_base(a, DX_WI_ACT_COMPLETED);
   /* The instance (a->item's) and worker id (rt's) outlive the result (freed with `a`): borrowed,
-  ** and the output is taken, not copied into an arena (~430 instructions per activity). */
+  ** and the output is taken (or borrowed: out_inline), not copied into an arena (~430
+  ** instructions per activity). */
   a->result.data = output_json;
   a->result_borrows = 1;
   dx__log(DX_LOG_DEBUG, "activity completed", ACT_FIELDS, ACT_ARGS(a));
