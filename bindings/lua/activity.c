@@ -38,7 +38,6 @@ struct act_run_s {
   dx_activity_t *a;
   lua_State *co;
   act_handle_t *h;
-  int nargs;      /* values the first resume passes to the coroutine body */
   int deferred;   /* its runtime is stalled (tests): resumed by dxl_resume_deferred */
 };
 
@@ -238,45 +237,54 @@ static act_handle_t *new_handle(lua_State *L, const dx_activity_info_t *info) {
   return h;
 }
 
-/* Protected setup: coroutine, actx, input. A session activity with a session handler
-** registered runs as session_run(fn, actx, input) (activity.lua: open first). [-1, +0, e] */
-static int start_impl(lua_State *L) {
-  act_run_t *r = lua_touserdata(L, 1);
-  const dx_activity_info_t *info = dx_activity_info(r->a);
-  lua_State *co;
-  act_handle_t *h;
-  int wrapped = info->session_id && has_session_handler(L, r->S);
-  if (wrapped) push_prim(L, r->S, "session_run");
-  push_activity_fn(L, r->S, info->name);
-  r->nargs = 2 + wrapped;
-  co = take_thread(L, r->S);
-  push_runs(L, r->S);
-  lua_insert(L, -2); /* runs, co */
-  h = new_handle(L, info);
-  h->run = h->owner = r;
-  dxl_push_kept(L, &r->S->handle_mt_ref, HANDLE_MT); /* typed: a foreign actx._h is refused */
-  r->S->handle_mt = lua_topointer(L, -1); /* the registry keeps it: one address */
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
-  lua_insert(L, -4); /* h, runs, co, h */
-  lua_rawset(L, -3); /* runs[co] = h: keeps co and h while the run lasts */
-  lua_pop(L, 1);     /* h */
-  r->co = co;        /* listed: run_end finds it there */
-  r->h = h;
-  lua_insert(L, -(2 + wrapped)); /* h, (session_run), function */
-  lua_xmove(L, co, 1 + wrapped);
+static int boot_done(lua_State *co, int status, lua_KContext ctx) {
+  (void)status, (void)ctx;
+  return lua_gettop(co); /* the function's results: boot cleared the stack before the call */
+}
 
+/* The body of an activity coroutine: boot(r) sets the run up (handle, actx, input) and calls
+** the activity's function, all inside the coroutine's first resume, which protects it: a
+** setup error (a bad input, out of memory) fails the activity as an error of its code does,
+** with no pcall of its own. A session activity with a session handler registered runs as
+** session_run(fn, actx, input) (activity.lua: open first). The call is a lua_callk: the
+** function may yield (duroxide.wait). */
+static int boot(lua_State *co) {
+  act_run_t *r = lua_touserdata(co, 1);
+  const dx_activity_info_t *info = dx_activity_info(r->a);
+  act_handle_t *h;
+  int wrapped;
+  lua_settop(co, 0);
+  wrapped = info->session_id && has_session_handler(co, r->S);
+  if (wrapped) push_prim(co, r->S, "session_run");
+  push_activity_fn(co, r->S, info->name);
+  push_runs(co, r->S);
+  lua_pushthread(co);
+  h = new_handle(co, info);
+  h->run = h->owner = r;
+  dxl_push_kept(co, &r->S->handle_mt_ref, HANDLE_MT); /* typed: a foreign actx._h is refused */
+  r->S->handle_mt = lua_topointer(co, -1); /* the registry keeps it: one address */
+  lua_setmetatable(co, -2);
+  lua_pushvalue(co, -1);
+  lua_insert(co, -4); /* h, runs, co, h */
+  lua_rawset(co, -3); /* runs[co] = h: keeps co and h while the run lasts */
+  lua_pop(co, 1);     /* runs */
+  r->h = h;
   /* actx = setmetatable({ _h = h }, Actx); its fields are read from h (actx_index) */
-  lua_createtable(L, 0, 1);
-  lua_insert(L, -2);
-  lua_setfield(L, -2, "_h");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->actx_mt_ref);
-  lua_setmetatable(L, -2);
-  /* decoded here, under this protected call, then moved: r->co has no error handler */
-  if (!info->input) lua_pushnil(L);
-  else dx__lua_push_json_or_raise(L, info->input, strlen(info->input), "activity input");
-  lua_xmove(L, r->co, 2);
-  return 0;
+  lua_createtable(co, 0, 1);
+  lua_insert(co, -2);
+  lua_setfield(co, -2, "_h");
+  lua_rawgeti(co, LUA_REGISTRYINDEX, r->S->actx_mt_ref);
+  lua_setmetatable(co, -2);
+  if (!info->input) lua_pushnil(co);
+  else dx__lua_push_json_or_raise(co, info->input, strlen(info->input), "activity input");
+  lua_callk(co, 2 + wrapped, LUA_MULTRET, 0, boot_done);
+  return boot_done(co, LUA_OK, 0);
+}
+
+/* Protected: a new coroutine (take_thread without a kept one allocates). [-0, +1, m] */
+static int new_thread_impl(lua_State *L) {
+  lua_newthread(L);
+  return 1;
 }
 
 void dxl_h_activity_start(void *host, dx_activity_t *a) {
@@ -286,22 +294,38 @@ void dxl_h_activity_start(void *host, dx_activity_t *a) {
   char msg[1024];
   if (!S->spare_runs.size) dx__spare_init(&S->spare_runs, sizeof *r, 256);
   r = dx__spare_calloc(&S->spare_runs);
-  if (!r) {
+  if (!r || !lua_checkstack(L, 4)) {
+    dx__spare_free(&S->spare_runs, r);
     dx_activity_fail(a, "out of memory starting the activity");
     return;
   }
   r->S = S;
   r->a = a;
   S->running_activities++;
-  lua_pushcfunction(L, start_impl);
-  lua_pushlightuserdata(L, r);
-  if (dxl_pcall(L, 1, 0, msg, sizeof msg, 0) != LUA_OK) {
-    dx_activity_fail(a, msg);
+  if (S->idle_threads > 0) {
+    r->co = take_thread(L, S); /* no allocation: a kept one */
+  } else {
+    lua_pushcfunction(L, new_thread_impl);
+    if (dxl_pcall(L, 0, 1, msg, sizeof msg, 0) != LUA_OK) {
+      dx_activity_fail(a, msg);
+      r->a = NULL;
+      run_end(r, 0);
+      return;
+    }
+    r->co = lua_tothread(L, -1);
+  }
+  /* the coroutine stays on L's stack (anchored) until boot has listed it in runs */
+  if (!lua_checkstack(r->co, 2)) { /* does not raise */
+    dx_activity_fail(a, "out of memory starting the activity");
     r->a = NULL;
     run_end(r, 0);
+    lua_pop(L, 1);
     return;
   }
-  step(r, L, r->nargs);
+  lua_pushcfunction(r->co, boot); /* a fresh or returned coroutine: an empty stack */
+  lua_pushlightuserdata(r->co, r);
+  step(r, L, 1);
+  lua_pop(L, 1);
 }
 
 void dxl_h_activity_abort(void *host, dx_activity_t *a) {
