@@ -74,20 +74,20 @@ static void run_end(act_run_t *r, int returned) {
   if (r->co) {
     /* Run pending <close> handlers (an activity that raised, or was aborted while parked). */
     if (!returned) lua_resetthread(r->co);
-    push_runs(L, r->S);
     lua_pushthread(r->co);
-    lua_xmove(r->co, L, 1);
+    lua_xmove(r->co, L, 1); /* co */
+    push_runs(L, r->S);
+    lua_pushvalue(L, -2);
     lua_pushnil(L);
-    lua_rawset(L, -3);
-    lua_pop(L, 1);
+    lua_rawset(L, -3); /* runs[co] = nil */
     if (returned && lua_status(r->co) == LUA_OK && lua_gettop(r->co) == 0 &&
-        r->S->idle_threads < IDLE_MAX && lua_checkstack(L, 3)) {
+        r->S->idle_threads < IDLE_MAX && lua_checkstack(L, 2)) {
       dxl_push_kept(L, &r->S->idle_ref, NULL);
-      lua_pushthread(r->co);
-      lua_xmove(r->co, L, 1);
+      lua_pushvalue(L, -3);
       lua_rawseti(L, -2, ++r->S->idle_threads);
       lua_pop(L, 1);
     }
+    lua_pop(L, 2);
   }
   r->S->running_activities--;
   dx__spare_free(&r->S->spare_runs, r);
@@ -261,8 +261,13 @@ static int boot(lua_State *co) {
   lua_pushthread(co);
   h = new_handle(co, info);
   h->run = h->owner = r;
-  dxl_push_kept(co, &r->S->handle_mt_ref, HANDLE_MT); /* typed: a foreign actx._h is refused */
-  r->S->handle_mt = lua_topointer(co, -1); /* the registry keeps it: one address */
+  /* typed: a foreign actx._h is refused */
+  if (r->S->handle_mt) {
+    lua_rawgeti(co, LUA_REGISTRYINDEX, r->S->handle_mt_ref);
+  } else {
+    dxl_push_kept(co, &r->S->handle_mt_ref, HANDLE_MT);
+    r->S->handle_mt = lua_topointer(co, -1); /* the registry keeps it: one address */
+  }
   lua_setmetatable(co, -2);
   lua_pushvalue(co, -1);
   lua_insert(co, -4); /* h, runs, co, h */

@@ -254,11 +254,11 @@ static void activity_unlink(dx_activity_t *a) {
 
 /* Free the result's texts, those it borrows excepted (dx__activity_complete_take). */
 static void result_clear(dx_activity_t *a) {
-  if (a->result_borrows) {
-    a->result.instance = NULL;
-    a->result.worker_id = NULL;
-    if (a->result.data == a->out_inline) a->result.data = NULL;
+  if (a->result_borrows) { /* data is its one text of its own (result_base, complete_take) */
+    if (a->result.data != a->out_inline) free(a->result.data);
+    memset(&a->result, 0, sizeof a->result);
     a->result_borrows = 0;
+    return;
   }
   dx_work_item_clear(&a->result);
 }
@@ -497,7 +497,6 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   dx_activity_t *a = dx__spare_calloc_head(&rt->spare_acts, ACT_ZEROED);
   const dx__cact_t *cact;
   int64_t every, now = 0;
-  uint64_t t0;
   if (!a) {
     dx_work_item_clear(&w->item);
     dx__credit_settled(&rt->credit); /* never settled in the store: its slot is free */
@@ -608,10 +607,11 @@ static void start_activity(dx_runtime_t *rt, dx_work_fetch_t *w, int64_t at_ms) 
   }
   dx__log(DX_LOG_DEBUG, "activity started", ACT_FIELDS " attempt=%u", ACT_ARGS(a),
           w->attempt_count);
-  t0 = uv_hrtime(); /* the loop time this start took: CPU-bound Lua work counts (credit.h) */
+  /* the loop time this start took (from the record's start: the checks above are a few
+  ** hundred instructions): CPU-bound Lua work counts (credit.h) */
   if (cact) dx__cact_start(a, cact);
   else rt->host->activity_start(rt->host_ud, a);
-  dx__credit_cost(&rt->credit, uv_hrtime() - t0);
+  dx__credit_cost(&rt->credit, uv_hrtime() - a->started_hr);
   /* Still running: renew its lock. Started after the code's first step, in the same loop
   ** iteration: the loop's cached time (unless the code updated it) gives the due time a start
   ** before the step would have. A settlement is applied later (dx__store_submit queues), so
