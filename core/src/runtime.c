@@ -669,11 +669,14 @@ int dx_runtime_new(dx_runtime_t **out, uv_loop_t *loop, dx_provider_t *p,
   if (!rt) return dx_error_set(err, DX_ENOMEM, "out of memory");
   rt->loop = loop;
   rt->provider = p;
-  dx__spare_init(&rt->spare_acts, sizeof(dx_activity_t), 256);
   dx__spare_init(&rt->spare_jobs, sizeof(turn_job_t), 256);
   dx__turn_spares_init(&rt->turn_spares);
   if (opts) rt->opts = *opts;
   else dx_options_init(&rt->opts);
+  /* as many activity records kept as may run at once (up to 1024, 2 MB): a fan-out's burst
+  ** of 1000 took malloc's slow path for each record past 256 */
+  dx__spare_init(&rt->spare_acts, sizeof(dx_activity_t),
+                 rt->opts.worker_concurrency < 1024 ? (size_t)rt->opts.worker_concurrency : 1024);
   rt->tag_filter.untagged = 1;
   if (rt->opts.tags && (rc = dx__tags_parse(rt->opts.tags, &rt->tag_filter, err)) != 0) {
     free(rt);
