@@ -19,7 +19,8 @@
 #define ACTX_FIELDS 8 /* actx's fields, numbered as activity.lua's FIELDS */
 
 /* What actx._h holds; `run` is cleared when the activity is over or aborted, `owner` only
-** when it is over. runs[co] holds it, which keeps it alive as long as its run. It also holds
+** when it is over. The coroutine's bottom frame (boot) holds it, which keeps it alive as long
+** as its run (a dead coroutine's stack stays until run_end resets it). It also holds
 ** actx's fields, copied at the start so they outlive the run: the texts in text[] (userdata
 ** memory does not move), made Lua strings only when the code reads them (actx_index); most
 ** activities read one field or none, and eight user values set per activity cost more. */
@@ -37,11 +38,16 @@ struct act_run_s {
   dxl_state_t *S;
   dx_activity_t *a;
   lua_State *co;
-  act_handle_t *h;
+  act_handle_t *h; /* NULL once boot_done cleared it (the function returned) */
   int deferred;   /* its runtime is stalled (tests): resumed by dxl_resume_deferred */
+  int listed;     /* in runs (it parked once) */
+  act_run_t *outer; /* S->stepping: the run whose step this one's runs inside */
 };
 
-/* S->runs_ref: the table mapping activity coroutines to their handles (act_handle_t).
+/* S->runs_ref: the table mapping parked activity coroutines to their runs (light userdata),
+** which keeps each coroutine alive while it waits. A run is listed when it first yields: most
+** activities return within their first step and never are (a run being resumed is found
+** through S->stepping).
 ** S->idle_ref: the array of finished activity coroutines kept for the next activities: a
 ** coroutine that returned can run another function, which saves making and collecting one per
 ** activity. Only those that returned normally go there (nothing of theirs is pending). */
@@ -76,18 +82,21 @@ static void run_end(act_run_t *r, int returned) {
     if (!returned) lua_resetthread(r->co);
     lua_pushthread(r->co);
     lua_xmove(r->co, L, 1); /* co */
-    push_runs(L, r->S);
-    lua_pushvalue(L, -2);
-    lua_pushnil(L);
-    lua_rawset(L, -3); /* runs[co] = nil */
+    if (r->listed) {
+      push_runs(L, r->S);
+      lua_pushvalue(L, -2);
+      lua_pushnil(L);
+      lua_rawset(L, -3); /* runs[co] = nil */
+      lua_pop(L, 1);
+    }
     if (returned && lua_status(r->co) == LUA_OK && lua_gettop(r->co) == 0 &&
         r->S->idle_threads < IDLE_MAX && lua_checkstack(L, 2)) {
       dxl_push_kept(L, &r->S->idle_ref, NULL);
-      lua_pushvalue(L, -3);
+      lua_pushvalue(L, -2);
       lua_rawseti(L, -2, ++r->S->idle_threads);
       lua_pop(L, 1);
     }
-    lua_pop(L, 2);
+    lua_pop(L, 1);
   }
   r->S->running_activities--;
   dx__spare_free(&r->S->spare_runs, r);
@@ -98,20 +107,48 @@ void dxl_activity_state_close(dxl_state_t *S) {
   S->spare_runs.max = 0;
 }
 
+/* Protected: runs[co] = r (it may grow the table). [-0, +0, m] */
+static int list_impl(lua_State *L) {
+  act_run_t *r = lua_touserdata(L, 1);
+  push_runs(L, r->S);
+  lua_pushthread(r->co);
+  lua_xmove(r->co, L, 1);
+  lua_pushlightuserdata(L, r);
+  lua_rawset(L, -3);
+  r->listed = 1;
+  return 0;
+}
+
 /* Resume the activity coroutine with nargs values already on its stack. */
 static void step(act_run_t *r, lua_State *from, int nargs) {
+  dxl_state_t *S = r->S;
   int nres = 0, rc;
   char msg[2048];
   const dx_activity_info_t *info = r->a ? dx_activity_info(r->a) : NULL;
   /* named in the `loop blocked` warning if this step runs too long */
   if (info)
-    dx__watch_enter_names(r->S->loop, "activity", info->name, info->instance, info->activity_id);
+    dx__watch_enter_names(S->loop, "activity", info->name, info->instance, info->activity_id);
   else
-    dx__watch_enter(r->S->loop, "an activity abandoned at shutdown");
+    dx__watch_enter(S->loop, "an activity abandoned at shutdown");
+  r->outer = S->stepping;
+  S->stepping = r;
   rc = lua_resume(r->co, from, nargs, &nres);
-  dx__watch_leave(r->S->loop);
+  S->stepping = r->outer;
+  dx__watch_leave(S->loop);
   if (rc == LUA_YIELD) {
     lua_pop(r->co, nres);
+    if (r->listed) return;
+    /* parked: listed, which keeps the coroutine once its resumer lets it go */
+    if (lua_checkstack(S->L, 3)) {
+      lua_pushcfunction(S->L, list_impl);
+      lua_pushlightuserdata(S->L, r);
+      if (dxl_pcall(S->L, 1, 0, msg, sizeof msg, 0) == LUA_OK) return;
+    } else {
+      snprintf(msg, sizeof msg, "out of Lua stack space");
+    }
+    if (r->a) dx_activity_fail(r->a, msg); /* not listed, it could not be resumed */
+    r->a = NULL;
+    run_end(r, 0);
     return;
   }
   if (!r->a) { /* aborted at shutdown: the runtime already handed the row back */
@@ -237,9 +274,13 @@ static act_handle_t *new_handle(lua_State *L, const dx_activity_info_t *info) {
   return h;
 }
 
+/* The function returned: its handle is let go (boot's frame goes with this return). */
 static int boot_done(lua_State *co, int status, lua_KContext ctx) {
-  (void)status, (void)ctx;
-  return lua_gettop(co); /* the function's results: boot cleared the stack before the call */
+  act_run_t *r = (act_run_t *)ctx;
+  (void)status;
+  if (r->h) r->h->run = r->h->owner = NULL;
+  r->h = NULL;
+  return lua_gettop(co) - 1; /* the function's results, above the handle */
 }
 
 /* The body of an activity coroutine: boot(r) sets the run up (handle, actx, input) and calls
@@ -247,18 +288,14 @@ static int boot_done(lua_State *co, int status, lua_KContext ctx) {
 ** setup error (a bad input, out of memory) fails the activity as an error of its code does,
 ** with no pcall of its own. A session activity with a session handler registered runs as
 ** session_run(fn, actx, input) (activity.lua: open first). The call is a lua_callk: the
-** function may yield (duroxide.wait). */
+** function may yield (duroxide.wait). The handle stays in slot 1 of boot's frame: it lives
+** as long as the coroutine runs, waits, or lies dead with its stack (an error) until run_end. */
 static int boot(lua_State *co) {
   act_run_t *r = lua_touserdata(co, 1);
   const dx_activity_info_t *info = dx_activity_info(r->a);
   act_handle_t *h;
   int wrapped;
   lua_settop(co, 0);
-  wrapped = info->session_id && has_session_handler(co, r->S);
-  if (wrapped) push_prim(co, r->S, "session_run");
-  push_activity_fn(co, r->S, info->name);
-  push_runs(co, r->S);
-  lua_pushthread(co);
   h = new_handle(co, info);
   h->run = h->owner = r;
   /* typed: a foreign actx._h is refused */
@@ -268,22 +305,21 @@ static int boot(lua_State *co) {
     dxl_push_kept(co, &r->S->handle_mt_ref, HANDLE_MT);
     r->S->handle_mt = lua_topointer(co, -1); /* the registry keeps it: one address */
   }
-  lua_setmetatable(co, -2);
-  lua_pushvalue(co, -1);
-  lua_insert(co, -4); /* h, runs, co, h */
-  lua_rawset(co, -3); /* runs[co] = h: keeps co and h while the run lasts */
-  lua_pop(co, 1);     /* runs */
+  lua_setmetatable(co, 1);
   r->h = h;
+  wrapped = info->session_id && has_session_handler(co, r->S);
+  if (wrapped) push_prim(co, r->S, "session_run");
+  push_activity_fn(co, r->S, info->name);
   /* actx = setmetatable({ _h = h }, Actx); its fields are read from h (actx_index) */
   lua_createtable(co, 0, 1);
-  lua_insert(co, -2);
+  lua_pushvalue(co, 1);
   lua_setfield(co, -2, "_h");
   lua_rawgeti(co, LUA_REGISTRYINDEX, r->S->actx_mt_ref);
   lua_setmetatable(co, -2);
   if (!info->input) lua_pushnil(co);
   else dx__lua_push_json_or_raise(co, info->input, strlen(info->input), "activity input");
-  lua_callk(co, 2 + wrapped, LUA_MULTRET, 0, boot_done);
-  return boot_done(co, LUA_OK, 0);
+  lua_callk(co, 2 + wrapped, LUA_MULTRET, (lua_KContext)r, boot_done);
+  return boot_done(co, LUA_OK, (lua_KContext)r);
 }
 
 /* Protected: a new coroutine (take_thread without a kept one allocates). [-0, +1, m] */
@@ -319,7 +355,7 @@ void dxl_h_activity_start(void *host, dx_activity_t *a) {
     }
     r->co = lua_tothread(L, -1);
   }
-  /* the coroutine stays on L's stack (anchored) until boot has listed it in runs */
+  /* the coroutine stays on L's stack (anchored) through its first step: listed if it parks */
   if (!lua_checkstack(r->co, 2)) { /* does not raise */
     dx_activity_fail(a, "out of memory starting the activity");
     r->a = NULL;
@@ -336,12 +372,13 @@ void dxl_h_activity_start(void *host, dx_activity_t *a) {
 void dxl_h_activity_abort(void *host, dx_activity_t *a) {
   dxl_state_t *S = host;
   lua_State *L = S->L;
-  act_run_t *found = NULL;
+  act_run_t *found = NULL, *r;
+  for (r = S->stepping; r && !found; r = r->outer) /* not listed yet: in its first step */
+    if (r->a == a) found = r;
   push_runs(L, S);
   lua_pushnil(L);
-  while (lua_next(L, -2)) {
-    act_handle_t *h = lua_touserdata(L, -1);
-    act_run_t *r = h ? h->owner : NULL;
+  while (!found && lua_next(L, -2)) {
+    r = lua_touserdata(L, -1);
     lua_pop(L, 1);
     if (r && r->a == a) {
       found = r;
@@ -368,8 +405,7 @@ static act_run_t **runs_where(dxl_state_t *S, int (*pick)(const act_run_t *r), s
   push_runs(L, S);
   lua_pushnil(L);
   while (lua_next(L, -2)) {
-    act_handle_t *h = lua_touserdata(L, -1);
-    act_run_t *r = h ? h->owner : NULL;
+    act_run_t *r = lua_touserdata(L, -1);
     lua_pop(L, 1);
     if (r && pick(r)) {
       if (*n == cap) {
@@ -457,14 +493,20 @@ void dxl_h_session_released_by(void *host, const char *sid, const char *reason,
 
 /* {===== primitives for duroxide/activity.lua =====} */
 
+/* The run of the coroutine at idx: one being resumed now (S->stepping), else a parked one
+** (runs); NULL: not an activity's (or over). */
 static act_run_t *run_of(lua_State *L, int idx) {
-  act_handle_t *h;
-  push_runs(L, dxl_state(L));
+  dxl_state_t *S = dxl_state(L);
+  lua_State *co = lua_tothread(L, idx);
+  act_run_t *r;
+  for (r = S->stepping; r; r = r->outer)
+    if (r->co == co) return r;
+  push_runs(L, S);
   lua_pushvalue(L, idx);
   lua_rawget(L, -2);
-  h = lua_touserdata(L, -1);
+  r = lua_touserdata(L, -1);
   lua_pop(L, 2);
-  return h ? h->owner : NULL;
+  return r;
 }
 
 static int p_is_activity(lua_State *L) {
