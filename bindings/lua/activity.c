@@ -50,7 +50,10 @@ struct act_run_s {
 ** through S->stepping).
 ** S->idle_ref: the array of finished activity coroutines kept for the next activities: a
 ** coroutine that returned can run another function, which saves making and collecting one per
-** activity. Only those that returned normally go there (nothing of theirs is pending). */
+** activity. Only those that returned normally go there (nothing of theirs is pending).
+** S->hot_co: the one kept last, in a registry slot of its own (S->hot_ref) before the array:
+** most activities return within their first step, and the next one takes their coroutine
+** back without the array's pushes and pops. */
 #define IDLE_MAX 64
 
 static void push_runs(lua_State *L, dxl_state_t *S) { dxl_push_kept(L, &S->runs_ref, NULL); }
@@ -58,6 +61,13 @@ static void push_runs(lua_State *L, dxl_state_t *S) { dxl_push_kept(L, &S->runs_
 /* [-0, +1, m] A coroutine for a new activity: a kept one, else a new one. */
 static lua_State *take_thread(lua_State *L, dxl_state_t *S) {
   lua_State *co;
+  if (S->hot_co) { /* its slot keeps holding it: overwritten when another one is kept */
+    co = S->hot_co;
+    S->hot_co = NULL;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->hot_ref);
+    lua_sethook(co, NULL, 0, 0);
+    return co;
+  }
   if (S->idle_threads <= 0) return lua_newthread(L);
   dxl_push_kept(L, &S->idle_ref, NULL);
   lua_rawgeti(L, -1, S->idle_threads);
@@ -90,7 +100,12 @@ static void run_end(act_run_t *r, int returned) {
       lua_pop(L, 1);
     }
     if (returned && lua_status(r->co) == LUA_OK && lua_gettop(r->co) == 0 &&
-        r->S->idle_threads < IDLE_MAX && lua_checkstack(L, 2)) {
+        !r->S->hot_co && r->S->hot_ref > 0) {
+      lua_pushvalue(L, -1);
+      lua_rawseti(L, LUA_REGISTRYINDEX, r->S->hot_ref); /* an existing slot: no allocation */
+      r->S->hot_co = r->co;
+    } else if (returned && lua_status(r->co) == LUA_OK && lua_gettop(r->co) == 0 &&
+               r->S->idle_threads < IDLE_MAX && lua_checkstack(L, 2)) {
       dxl_push_kept(L, &r->S->idle_ref, NULL);
       lua_pushvalue(L, -2);
       lua_rawseti(L, -2, ++r->S->idle_threads);
@@ -296,6 +311,10 @@ static int boot(lua_State *co) {
   act_handle_t *h;
   int wrapped;
   lua_settop(co, 0);
+  if (!r->S->hot_ref) { /* made here, protected (run_end only writes it) */
+    lua_pushboolean(co, 0);
+    r->S->hot_ref = luaL_ref(co, LUA_REGISTRYINDEX);
+  }
   h = new_handle(co, info);
   h->run = h->owner = r;
   /* typed: a foreign actx._h is refused */
@@ -343,7 +362,7 @@ void dxl_h_activity_start(void *host, dx_activity_t *a) {
   r->S = S;
   r->a = a;
   S->running_activities++;
-  if (S->idle_threads > 0) {
+  if (S->hot_co || S->idle_threads > 0) {
     r->co = take_thread(L, S); /* no allocation: a kept one */
   } else {
     lua_pushcfunction(L, new_thread_impl);
