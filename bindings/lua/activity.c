@@ -378,6 +378,7 @@ void dxl_h_activity_start(void *host, dx_activity_t *a) {
   if (!lua_checkstack(r->co, 2)) { /* does not raise */
     dx_activity_fail(a, "out of memory starting the activity");
     r->a = NULL;
+    r->co = NULL; /* not listed, not kept: L's stack lets it go */
     run_end(r, 0);
     lua_pop(L, 1);
     return;
