@@ -165,6 +165,43 @@ describe("activities", function()
     assert.are.same({ slept = 30, cancelled = false }, st.output)
   end)
 
+  it("keeps the run whole when the code drops its actx and collects garbage", function()
+    -- the handle lives in the coroutine's bottom frame (activity.c boot), a parked coroutine
+    -- in the runs table: neither depends on the actx the code may let go
+    local uv = require("luv")
+    local act = env:activity("DropActx", function(actx, mode)
+      actx = nil -- luacheck: ignore
+      collectgarbage("collect")
+      if mode == "park" then
+        duroxide.wait(function(done)
+          local t = uv.new_timer()
+          t:start(5, 0, function()
+            t:close()
+            collectgarbage("collect")
+            done()
+          end)
+        end)
+        collectgarbage("collect")
+      elseif mode == "raise" then
+        error("dropped and raised")
+      end
+      return mode
+    end)
+    local orch = env:orchestration("DropActxOrch", function(ctx)
+      local out = {}
+      for _, m in ipairs({ "return", "park", "raise" }) do
+        local v, err = ctx:schedule_activity(act, m):await()
+        out[m] = v or (err and err.message)
+      end
+      return out
+    end)
+    local st = env:run(orch)
+    assert.are.equal("Completed", st.status, st.error and st.error.message)
+    assert.are.equal("return", st.output["return"])
+    assert.are.equal("park", st.output.park)
+    assert.matches("dropped and raised", st.output.raise, 1, true)
+  end)
+
   it("actx:sleep rejects a negative duration", function()
     local st = run_activity(function(actx) actx:sleep(-5) end)
     assert.are.equal("Failed", st.status)

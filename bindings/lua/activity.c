@@ -19,7 +19,8 @@
 #define ACTX_FIELDS 8 /* actx's fields, numbered as activity.lua's FIELDS */
 
 /* What actx._h holds; `run` is cleared when the activity is over or aborted, `owner` only
-** when it is over. runs[co] holds it, which keeps it alive as long as its run. It also holds
+** when it is over. The coroutine's bottom frame (boot) holds it, which keeps it alive as long
+** as its run (a dead coroutine's stack stays until run_end resets it). It also holds
 ** actx's fields, copied at the start so they outlive the run: the texts in text[] (userdata
 ** memory does not move), made Lua strings only when the code reads them (actx_index); most
 ** activities read one field or none, and eight user values set per activity cost more. */
@@ -37,15 +38,22 @@ struct act_run_s {
   dxl_state_t *S;
   dx_activity_t *a;
   lua_State *co;
-  act_handle_t *h;
-  int nargs;      /* values the first resume passes to the coroutine body */
+  act_handle_t *h; /* NULL once boot_done cleared it (the function returned) */
   int deferred;   /* its runtime is stalled (tests): resumed by dxl_resume_deferred */
+  int listed;     /* in runs (it parked once) */
+  act_run_t *outer; /* S->stepping: the run whose step this one's runs inside */
 };
 
-/* S->runs_ref: the table mapping activity coroutines to their handles (act_handle_t).
+/* S->runs_ref: the table mapping parked activity coroutines to their runs (light userdata),
+** which keeps each coroutine alive while it waits. A run is listed when it first yields: most
+** activities return within their first step and never are (a run being resumed is found
+** through S->stepping).
 ** S->idle_ref: the array of finished activity coroutines kept for the next activities: a
 ** coroutine that returned can run another function, which saves making and collecting one per
-** activity. Only those that returned normally go there (nothing of theirs is pending). */
+** activity. Only those that returned normally go there (nothing of theirs is pending).
+** S->hot_co: the one kept last, in a registry slot of its own (S->hot_ref) before the array:
+** most activities return within their first step, and the next one takes their coroutine
+** back without the array's pushes and pops. */
 #define IDLE_MAX 64
 
 static void push_runs(lua_State *L, dxl_state_t *S) { dxl_push_kept(L, &S->runs_ref, NULL); }
@@ -53,6 +61,13 @@ static void push_runs(lua_State *L, dxl_state_t *S) { dxl_push_kept(L, &S->runs_
 /* [-0, +1, m] A coroutine for a new activity: a kept one, else a new one. */
 static lua_State *take_thread(lua_State *L, dxl_state_t *S) {
   lua_State *co;
+  if (S->hot_co) { /* its slot keeps holding it: overwritten when another one is kept */
+    co = S->hot_co;
+    S->hot_co = NULL;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->hot_ref);
+    lua_sethook(co, NULL, 0, 0);
+    return co;
+  }
   if (S->idle_threads <= 0) return lua_newthread(L);
   dxl_push_kept(L, &S->idle_ref, NULL);
   lua_rawgeti(L, -1, S->idle_threads);
@@ -75,20 +90,28 @@ static void run_end(act_run_t *r, int returned) {
   if (r->co) {
     /* Run pending <close> handlers (an activity that raised, or was aborted while parked). */
     if (!returned) lua_resetthread(r->co);
-    push_runs(L, r->S);
     lua_pushthread(r->co);
-    lua_xmove(r->co, L, 1);
-    lua_pushnil(L);
-    lua_rawset(L, -3);
-    lua_pop(L, 1);
+    lua_xmove(r->co, L, 1); /* co */
+    if (r->listed) {
+      push_runs(L, r->S);
+      lua_pushvalue(L, -2);
+      lua_pushnil(L);
+      lua_rawset(L, -3); /* runs[co] = nil */
+      lua_pop(L, 1);
+    }
     if (returned && lua_status(r->co) == LUA_OK && lua_gettop(r->co) == 0 &&
-        r->S->idle_threads < IDLE_MAX && lua_checkstack(L, 3)) {
+        !r->S->hot_co && r->S->hot_ref > 0) {
+      lua_pushvalue(L, -1);
+      lua_rawseti(L, LUA_REGISTRYINDEX, r->S->hot_ref); /* an existing slot: no allocation */
+      r->S->hot_co = r->co;
+    } else if (returned && lua_status(r->co) == LUA_OK && lua_gettop(r->co) == 0 &&
+               r->S->idle_threads < IDLE_MAX && lua_checkstack(L, 2)) {
       dxl_push_kept(L, &r->S->idle_ref, NULL);
-      lua_pushthread(r->co);
-      lua_xmove(r->co, L, 1);
+      lua_pushvalue(L, -2);
       lua_rawseti(L, -2, ++r->S->idle_threads);
       lua_pop(L, 1);
     }
+    lua_pop(L, 1);
   }
   r->S->running_activities--;
   dx__spare_free(&r->S->spare_runs, r);
@@ -99,20 +122,48 @@ void dxl_activity_state_close(dxl_state_t *S) {
   S->spare_runs.max = 0;
 }
 
+/* Protected: runs[co] = r (it may grow the table). [-0, +0, m] */
+static int list_impl(lua_State *L) {
+  act_run_t *r = lua_touserdata(L, 1);
+  push_runs(L, r->S);
+  lua_pushthread(r->co);
+  lua_xmove(r->co, L, 1);
+  lua_pushlightuserdata(L, r);
+  lua_rawset(L, -3);
+  r->listed = 1;
+  return 0;
+}
+
 /* Resume the activity coroutine with nargs values already on its stack. */
 static void step(act_run_t *r, lua_State *from, int nargs) {
+  dxl_state_t *S = r->S;
   int nres = 0, rc;
   char msg[2048];
   const dx_activity_info_t *info = r->a ? dx_activity_info(r->a) : NULL;
   /* named in the `loop blocked` warning if this step runs too long */
   if (info)
-    dx__watch_enter_names(r->S->loop, "activity", info->name, info->instance, info->activity_id);
+    dx__watch_enter_names(S->loop, "activity", info->name, info->instance, info->activity_id);
   else
-    dx__watch_enter(r->S->loop, "an activity abandoned at shutdown");
+    dx__watch_enter(S->loop, "an activity abandoned at shutdown");
+  r->outer = S->stepping;
+  S->stepping = r;
   rc = lua_resume(r->co, from, nargs, &nres);
-  dx__watch_leave(r->S->loop);
+  S->stepping = r->outer;
+  dx__watch_leave(S->loop);
   if (rc == LUA_YIELD) {
     lua_pop(r->co, nres);
+    if (r->listed) return;
+    /* parked: listed, which keeps the coroutine once its resumer lets it go */
+    if (lua_checkstack(S->L, 3)) {
+      lua_pushcfunction(S->L, list_impl);
+      lua_pushlightuserdata(S->L, r);
+      if (dxl_pcall(S->L, 1, 0, msg, sizeof msg, 0) == LUA_OK) return;
+    } else {
+      snprintf(msg, sizeof msg, "out of Lua stack space");
+    }
+    if (r->a) dx_activity_fail(r->a, msg); /* not listed, it could not be resumed */
+    r->a = NULL;
+    run_end(r, 0);
     return;
   }
   if (!r->a) { /* aborted at shutdown: the runtime already handed the row back */
@@ -121,12 +172,14 @@ static void step(act_run_t *r, lua_State *from, int nargs) {
     return;
   }
   if (rc == LUA_OK) {
-    char *out = nres > 0 ? dx__lua_to_json(r->co, -nres, "output", msg, sizeof msg)
-                         : dx__strdup("null");
+    size_t cap;
+    char *buf = dx__activity_out_buf(r->a, &cap), *out;
+    /* a small output is written into the activity's record: no malloc, no free */
+    if (nres > 0) out = dx__lua_to_json_in(r->co, -nres, "output", msg, sizeof msg, buf, cap);
+    else out = memcpy(buf, "null", 5);
     lua_pop(r->co, nres);
-    if (out) dx_activity_complete(r->a, out);
+    if (out) dx__activity_complete_take(r->a, out); /* takes (or borrows) out */
     else dx_activity_fail(r->a, msg);
-    free(out);
   } else {
     dxl_error_message(r->co, -1, msg, sizeof msg);
     lua_pop(r->co, 1);
@@ -236,45 +289,62 @@ static act_handle_t *new_handle(lua_State *L, const dx_activity_info_t *info) {
   return h;
 }
 
-/* Protected setup: coroutine, actx, input. A session activity with a session handler
-** registered runs as session_run(fn, actx, input) (activity.lua: open first). [-1, +0, e] */
-static int start_impl(lua_State *L) {
-  act_run_t *r = lua_touserdata(L, 1);
-  const dx_activity_info_t *info = dx_activity_info(r->a);
-  lua_State *co;
-  act_handle_t *h;
-  int wrapped = info->session_id && has_session_handler(L, r->S);
-  if (wrapped) push_prim(L, r->S, "session_run");
-  push_activity_fn(L, r->S, info->name);
-  r->nargs = 2 + wrapped;
-  co = take_thread(L, r->S);
-  push_runs(L, r->S);
-  lua_insert(L, -2); /* runs, co */
-  h = new_handle(L, info);
-  h->run = h->owner = r;
-  dxl_push_kept(L, &r->S->handle_mt_ref, HANDLE_MT); /* typed: a foreign actx._h is refused */
-  r->S->handle_mt = lua_topointer(L, -1); /* the registry keeps it: one address */
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
-  lua_insert(L, -4); /* h, runs, co, h */
-  lua_rawset(L, -3); /* runs[co] = h: keeps co and h while the run lasts */
-  lua_pop(L, 1);     /* h */
-  r->co = co;        /* listed: run_end finds it there */
-  r->h = h;
-  lua_insert(L, -(2 + wrapped)); /* h, (session_run), function */
-  lua_xmove(L, co, 1 + wrapped);
+/* The function returned: its handle is let go (boot's frame goes with this return). */
+static int boot_done(lua_State *co, int status, lua_KContext ctx) {
+  act_run_t *r = (act_run_t *)ctx;
+  (void)status;
+  if (r->h) r->h->run = r->h->owner = NULL;
+  r->h = NULL;
+  return lua_gettop(co) - 1; /* the function's results, above the handle */
+}
 
+/* The body of an activity coroutine: boot(r) sets the run up (handle, actx, input) and calls
+** the activity's function, all inside the coroutine's first resume, which protects it: a
+** setup error (a bad input, out of memory) fails the activity as an error of its code does,
+** with no pcall of its own. A session activity with a session handler registered runs as
+** session_run(fn, actx, input) (activity.lua: open first). The call is a lua_callk: the
+** function may yield (duroxide.wait). The handle stays in slot 1 of boot's frame: it lives
+** as long as the coroutine runs, waits, or lies dead with its stack (an error) until run_end. */
+static int boot(lua_State *co) {
+  act_run_t *r = lua_touserdata(co, 1);
+  const dx_activity_info_t *info = dx_activity_info(r->a);
+  act_handle_t *h;
+  int wrapped;
+  lua_settop(co, 0);
+  if (!r->S->hot_ref) { /* made here, protected (run_end only writes it) */
+    lua_pushboolean(co, 0);
+    r->S->hot_ref = luaL_ref(co, LUA_REGISTRYINDEX);
+  }
+  h = new_handle(co, info);
+  h->run = h->owner = r;
+  /* typed: a foreign actx._h is refused */
+  if (r->S->handle_mt) {
+    lua_rawgeti(co, LUA_REGISTRYINDEX, r->S->handle_mt_ref);
+  } else {
+    dxl_push_kept(co, &r->S->handle_mt_ref, HANDLE_MT);
+    r->S->handle_mt = lua_topointer(co, -1); /* the registry keeps it: one address */
+  }
+  lua_setmetatable(co, 1);
+  r->h = h;
+  wrapped = info->session_id && has_session_handler(co, r->S);
+  if (wrapped) push_prim(co, r->S, "session_run");
+  push_activity_fn(co, r->S, info->name);
   /* actx = setmetatable({ _h = h }, Actx); its fields are read from h (actx_index) */
-  lua_createtable(L, 0, 1);
-  lua_insert(L, -2);
-  lua_setfield(L, -2, "_h");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->actx_mt_ref);
-  lua_setmetatable(L, -2);
-  /* decoded here, under this protected call, then moved: r->co has no error handler */
-  if (!info->input) lua_pushnil(L);
-  else dx__lua_push_json_or_raise(L, info->input, strlen(info->input), "activity input");
-  lua_xmove(L, r->co, 2);
-  return 0;
+  lua_createtable(co, 0, 1);
+  lua_pushvalue(co, 1);
+  lua_setfield(co, -2, "_h");
+  lua_rawgeti(co, LUA_REGISTRYINDEX, r->S->actx_mt_ref);
+  lua_setmetatable(co, -2);
+  if (!info->input) lua_pushnil(co);
+  else dx__lua_push_json_or_raise(co, info->input, strlen(info->input), "activity input");
+  lua_callk(co, 2 + wrapped, LUA_MULTRET, (lua_KContext)r, boot_done);
+  return boot_done(co, LUA_OK, (lua_KContext)r);
+}
+
+/* Protected: a new coroutine (take_thread without a kept one allocates). [-0, +1, m] */
+static int new_thread_impl(lua_State *L) {
+  lua_newthread(L);
+  return 1;
 }
 
 void dxl_h_activity_start(void *host, dx_activity_t *a) {
@@ -284,33 +354,51 @@ void dxl_h_activity_start(void *host, dx_activity_t *a) {
   char msg[1024];
   if (!S->spare_runs.size) dx__spare_init(&S->spare_runs, sizeof *r, 256);
   r = dx__spare_calloc(&S->spare_runs);
-  if (!r) {
+  if (!r || !lua_checkstack(L, 4)) {
+    dx__spare_free(&S->spare_runs, r);
     dx_activity_fail(a, "out of memory starting the activity");
     return;
   }
   r->S = S;
   r->a = a;
   S->running_activities++;
-  lua_pushcfunction(L, start_impl);
-  lua_pushlightuserdata(L, r);
-  if (dxl_pcall(L, 1, 0, msg, sizeof msg, 0) != LUA_OK) {
-    dx_activity_fail(a, msg);
+  if (S->hot_co || S->idle_threads > 0) {
+    r->co = take_thread(L, S); /* no allocation: a kept one */
+  } else {
+    lua_pushcfunction(L, new_thread_impl);
+    if (dxl_pcall(L, 0, 1, msg, sizeof msg, 0) != LUA_OK) {
+      dx_activity_fail(a, msg);
+      r->a = NULL;
+      run_end(r, 0);
+      return;
+    }
+    r->co = lua_tothread(L, -1);
+  }
+  /* the coroutine stays on L's stack (anchored) through its first step: listed if it parks */
+  if (!lua_checkstack(r->co, 2)) { /* does not raise */
+    dx_activity_fail(a, "out of memory starting the activity");
     r->a = NULL;
+    r->co = NULL; /* not listed, not kept: L's stack lets it go */
     run_end(r, 0);
+    lua_pop(L, 1);
     return;
   }
-  step(r, L, r->nargs);
+  lua_pushcfunction(r->co, boot); /* a fresh or returned coroutine: an empty stack */
+  lua_pushlightuserdata(r->co, r);
+  step(r, L, 1);
+  lua_pop(L, 1);
 }
 
 void dxl_h_activity_abort(void *host, dx_activity_t *a) {
   dxl_state_t *S = host;
   lua_State *L = S->L;
-  act_run_t *found = NULL;
+  act_run_t *found = NULL, *r;
+  for (r = S->stepping; r && !found; r = r->outer) /* not listed yet: in its first step */
+    if (r->a == a) found = r;
   push_runs(L, S);
   lua_pushnil(L);
-  while (lua_next(L, -2)) {
-    act_handle_t *h = lua_touserdata(L, -1);
-    act_run_t *r = h ? h->owner : NULL;
+  while (!found && lua_next(L, -2)) {
+    r = lua_touserdata(L, -1);
     lua_pop(L, 1);
     if (r && r->a == a) {
       found = r;
@@ -337,8 +425,7 @@ static act_run_t **runs_where(dxl_state_t *S, int (*pick)(const act_run_t *r), s
   push_runs(L, S);
   lua_pushnil(L);
   while (lua_next(L, -2)) {
-    act_handle_t *h = lua_touserdata(L, -1);
-    act_run_t *r = h ? h->owner : NULL;
+    act_run_t *r = lua_touserdata(L, -1);
     lua_pop(L, 1);
     if (r && pick(r)) {
       if (*n == cap) {
@@ -426,14 +513,20 @@ void dxl_h_session_released_by(void *host, const char *sid, const char *reason,
 
 /* {===== primitives for duroxide/activity.lua =====} */
 
+/* The run of the coroutine at idx: one being resumed now (S->stepping), else a parked one
+** (runs); NULL: not an activity's (or over). */
 static act_run_t *run_of(lua_State *L, int idx) {
-  act_handle_t *h;
-  push_runs(L, dxl_state(L));
+  dxl_state_t *S = dxl_state(L);
+  lua_State *co = lua_tothread(L, idx);
+  act_run_t *r;
+  for (r = S->stepping; r; r = r->outer)
+    if (r->co == co) return r;
+  push_runs(L, S);
   lua_pushvalue(L, idx);
   lua_rawget(L, -2);
-  h = lua_touserdata(L, -1);
+  r = lua_touserdata(L, -1);
   lua_pop(L, 2);
-  return h ? h->owner : NULL;
+  return r;
 }
 
 static int p_is_activity(lua_State *L) {

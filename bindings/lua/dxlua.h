@@ -58,6 +58,9 @@ typedef struct dxl_state_s {
   int shared_runtimes;      /* runtimes started with {shared = true} (duroxide.testing) */
   int running_activities;
   int idle_threads;         /* finished activity coroutines kept for reuse (activity.c) */
+  void *stepping;           /* the activity runs being resumed now, innermost first (activity.c) */
+  lua_State *hot_co;        /* the activity coroutine kept last (registry slot hot_ref) */
+  int hot_ref;
   /* registry refs (0: not made yet) of tables the loop reaches per activity or per turn:
   ** an integer key is found faster than a pointer or name key */
   int runs_ref, idle_ref, handle_mt_ref, box_mt_ref;

@@ -24,6 +24,7 @@
 typedef struct {
   char *p;
   size_t n, cap;
+  int lent; /* p is the caller's buffer (dx__lua_encode_json_in): grown by a copy, never freed */
 } buf_t;
 
 typedef struct {
@@ -46,7 +47,13 @@ static int grow(buf_t *b, size_t more) {
   if (b->n + more <= b->cap) return 1;
   cap = b->cap ? b->cap : 128;
   while (cap < b->n + more) cap *= 2;
-  if (!(p = realloc(b->p, cap))) return 0;
+  if (b->lent) {
+    if (!(p = malloc(cap))) return 0;
+    memcpy(p, b->p, b->n);
+    b->lent = 0;
+  } else if (!(p = realloc(b->p, cap))) {
+    return 0;
+  }
   b->p = p;
   b->cap = cap;
   return 1;
@@ -268,13 +275,20 @@ static int value(enc_t *e, int idx, int depth) {
   }
 }
 
-char *dx__lua_encode_json(lua_State *L, int idx) {
+char *dx__lua_encode_json(lua_State *L, int idx) { return dx__lua_encode_json_in(L, idx, NULL, 0); }
+
+char *dx__lua_encode_json_in(lua_State *L, int idx, char *buf, size_t cap) {
   enc_t e;
   int top = lua_gettop(L), ok;
   if (!lua_checkstack(L, 8)) return NULL;
   idx = lua_absindex(L, idx);
   memset(&e, 0, sizeof e);
   e.L = L;
+  if (buf && cap) {
+    e.b.p = buf;
+    e.b.cap = cap;
+    e.b.lent = 1;
+  }
   /* Only tables and userdata (the null sentinel) look at the slots: a scalar payload (a
   ** count, an id, a flag) is written without making them. */
   if (lua_type(L, idx) == LUA_TTABLE || lua_type(L, idx) == LUA_TUSERDATA) {
@@ -286,7 +300,7 @@ char *dx__lua_encode_json(lua_State *L, int idx) {
   ok = value(&e, idx, 0) && put_char(&e.b, '\0');
   lua_settop(L, top);
   if (!ok) {
-    free(e.b.p);
+    if (!e.b.lent) free(e.b.p);
     return NULL;
   }
   return e.b.p;

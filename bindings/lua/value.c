@@ -368,10 +368,15 @@ static json_t *encode(enc_t *e, int idx, int depth) {
 }
 
 char *dx__lua_to_json(lua_State *L, int idx, const char *root, char *errbuf, size_t errlen) {
+  return dx__lua_to_json_in(L, idx, root, errbuf, errlen, NULL, 0);
+}
+
+char *dx__lua_to_json_in(lua_State *L, int idx, const char *root, char *errbuf, size_t errlen,
+                         char *buf, size_t cap) {
   char *s;
   if (errbuf && errlen) errbuf[0] = '\0';
   /* jsonenc.c writes plain values in one pass; the tree does the rest and the errors */
-  if ((s = dx__lua_encode_json(L, idx)) != NULL) return s;
+  if ((s = dx__lua_encode_json_in(L, idx, buf, cap)) != NULL) return s;
   return dx__lua_to_json_tree(L, idx, root, errbuf, errlen);
 }
 

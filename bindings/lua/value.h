@@ -48,6 +48,10 @@
 ** "input") in errbuf. Never raises a Lua error or calls a metamethod, so callers may hold
 ** C resources across the call. No payload size limit is applied here. */
 char *dx__lua_to_json(lua_State *L, int idx, const char *root, char *errbuf, size_t errlen);
+/* The same, written into buf (cap bytes) when the one-pass encoder's text fits: buf is
+** returned, else a malloc'd text (or NULL). A small activity result needs no malloc. */
+char *dx__lua_to_json_in(lua_State *L, int idx, const char *root, char *errbuf, size_t errlen,
+                         char *buf, size_t cap);
 /* The same through jansson alone (what dx__lua_to_json falls back to when the one-pass
 ** encoder declines); tests compare the two. */
 char *dx__lua_to_json_tree(lua_State *L, int idx, const char *root, char *errbuf,
@@ -72,6 +76,8 @@ int dx__lua_push_json_tree(lua_State *L, const char *json, size_t len, char *err
 ** encoder refuses, at most 100 levels), malloc'd; NULL when declined (use
 ** dx__lua_to_json, which also words the errors). Never raises. */
 char *dx__lua_encode_json(lua_State *L, int idx);
+/* The same, written into buf (cap bytes) when it fits: buf is returned, else a malloc'd text. */
+char *dx__lua_encode_json_in(lua_State *L, int idx, char *buf, size_t cap);
 /* The registry keys (lua_rawgetp) of the null sentinel and of the array set. */
 const void *dx__lua_null_key(void);
 const void *dx__lua_arrays_key(void);

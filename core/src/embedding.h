@@ -56,4 +56,10 @@ void dx__runtime_lose_commits(dx_runtime_t *rt, int n);
 int dx__turn_park(dx_turn_t *t, const uint64_t *tokens, size_t n);
 /* The runtime an activity runs on. */
 dx_runtime_t *dx__activity_runtime(const dx_activity_t *a);
+/* dx_activity_complete with a malloc'd output the activity takes (freed by it, whatever
+** happens): no copy of the result's texts (a binding encodes the output into a fresh buffer). */
+void dx__activity_complete_take(dx_activity_t *a, char *output_json);
+/* A buffer in a's record (*cap bytes) a binding may write a small output into and pass to
+** dx__activity_complete_take (which then only borrows it): no malloc for most results. */
+char *dx__activity_out_buf(dx_activity_t *a, size_t *cap);
 #endif

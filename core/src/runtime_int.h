@@ -26,6 +26,9 @@ struct dx_activity_s {
   const char *outcome;                /* metric outcome of its settlement (NULL: not counted) */
   dx_activity_info_t info;
   dx_work_item_t result;
+  int result_borrows;                 /* result's instance and worker_id are borrowed (from item
+                                      ** and rt), its data owned unless it is out_inline:
+                                      ** result_clear */
   uv_timer_t renew_timer;
   int renew_inflight;
   int acked;
@@ -38,10 +41,11 @@ struct dx_activity_s {
   void *userdata;
   struct cact_job_s *cjob;            /* a C activity on the thread pool (C embedding) */
   struct dx_activity_s *prev, *next;  /* running list */
-  /* Last, and not zeroed at start (ACT_ZEROED): each is cleared right before it is submitted,
-  ** and together they are half the record (their error texts). */
+  /* Last, and not zeroed at start (ACT_ZEROED): each is cleared (written) right before it is
+  ** used, and together they are half the record (the ops' error texts). */
   dx_store_op_t op;
   dx_store_op_t renew_op;
+  char out_inline[64];                /* a small output, written here (dx__activity_out_buf) */
 };
 #define ACT_ZEROED offsetof(struct dx_activity_s, op)
 

@@ -25,8 +25,8 @@ typedef struct {
 void dx__spare_init(dx__spare_t *s, size_t size, size_t max);
 /* A zeroed block of s->size bytes (a kept one, else calloc's); NULL when out of memory. */
 void *dx__spare_calloc(dx__spare_t *s);
-/* The same, with only the first `zeroed` bytes cleared in a kept block (a new one is all
-** zero): for records whose tail is cleared when it is used. */
+/* The same, with only the first `zeroed` bytes cleared (the rest is garbage, in a kept block
+** and in a new one alike): for records whose tail is cleared when it is used. */
 void *dx__spare_calloc_head(dx__spare_t *s, size_t zeroed);
 /* p (from dx__spare_calloc of s, or NULL) is kept for reuse, or freed when the list is full. */
 void dx__spare_free(dx__spare_t *s, void *p);
