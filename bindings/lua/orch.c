@@ -20,6 +20,11 @@
 
 #define BOX_MT "duroxide.TurnBox"
 #define GENERATED_SUFFIX_MAX 27 /* "::sub::" and up to 20 digits of an event id */
+/* The box's user values: session_id_arg's kept id, the instance's function and coroutine. */
+#define BOX_UV_SID 1
+#define BOX_UV_FN 2
+#define BOX_UV_CO 3
+#define BOX_UVS 3
 
 typedef struct orch_inst_s orch_inst_t;
 
@@ -33,7 +38,6 @@ typedef struct {
 struct orch_inst_s {
   dxl_state_t *S;
   lua_State *co;
-  int co_ref;
   turn_box_t *box;
   int box_ref;
   int started;
@@ -42,8 +46,8 @@ struct orch_inst_s {
   int64_t ran_ms;             /* time spent in resumes this turn, against budget.time_limit_ms */
   int64_t heap;               /* Lua heap growth while this instance ran (its size estimate) */
   int info_ref, env_ref; /* sandbox: the function's _ENV carrier, this instance's globals */
-  int fn_ref;            /* the registered function it runs (a kept instance checks it) */
   unsigned reg_gen;      /* S->reg_gen when that was last known to be so */
+  turn_box_t *outer_box; /* running_box when its guards were entered (restored on leave) */
   dx_turn_t *t;
   const char *name, *version, *input;
 };
@@ -86,28 +90,36 @@ static int h_orch_lookup(void *host, const char *name, const char *version,
 static int start_impl(lua_State *L) {
   orch_inst_t *inst = lua_touserdata(L, 1);
   dxl_state_t *S = inst->S;
+  turn_box_t *box;
+  lua_State *co;
   if (!lookup_versions(L, S, inst->name)) return luaL_error(L, "orchestration not registered");
   lua_getfield(L, -1, "versions");
   if (lua_getfield(L, -1, inst->version) != LUA_TFUNCTION)
     return luaL_error(L, "orchestration %s version %s is not registered", inst->name,
                       inst->version);
-  lua_pushvalue(L, -1);
-  inst->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   inst->reg_gen = S->reg_gen;
   dxl_sandbox_new_env(L, -1, &inst->info_ref, &inst->env_ref);
-  inst->co = lua_newthread(L);
-  inst->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_xmove(L, inst->co, 1); /* function */
-  lua_pop(L, 2);
-
-  inst->box = lua_newuserdatauv(L, sizeof *inst->box, 1); /* 1: session_id_arg's kept id */
-  inst->box->t = inst->t;
-  inst->box->inst = inst;
+  /* The box's user values keep the coroutine and the function alive: one registry ref (the
+  ** box's) instead of three, each a registry insert and a removal per instance. Each is
+  ** recorded in inst only once anchored: orch_free may follow an error at any step. */
+  box = lua_newuserdatauv(L, sizeof *box, BOX_UVS);
+  box->t = inst->t;
+  box->inst = inst;
   dxl_push_kept(L, &S->box_mt_ref, BOX_MT); /* typed: a foreign userdata in ctx._box is refused */
   S->box_mt = lua_topointer(L, -1);
   lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   inst->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  inst->box = box;
+  lua_pushvalue(L, -2); /* the function */
+  lua_setiuservalue(L, -2, BOX_UV_FN);
+  co = lua_newthread(L);
+  lua_setiuservalue(L, -2, BOX_UV_CO);
+  inst->co = co;
+  lua_rotate(L, -2, 1); /* versions, box, function */
+  lua_xmove(L, co, 1);  /* function */
+  lua_remove(L, -2);    /* versions */
+  lua_remove(L, -2);    /* the registration */
 
   lua_createtable(L, 0, 6); /* ctx */
   lua_insert(L, -2);
@@ -153,7 +165,7 @@ static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *
   if (inst->budget.limit <= 0) inst->budget.limit = S->opts.turn_instruction_budget;
   inst->budget.time_limit_ms = dx_turn_time_limit(t); /* 0 outside a runtime: none */
   dxl_budget_start_memory(S, &inst->budget, DXL_TURN_MEMORY_LIMIT); /* for the whole turn */
-  inst->co_ref = inst->box_ref = inst->info_ref = inst->env_ref = inst->fn_ref = LUA_NOREF;
+  inst->box_ref = inst->info_ref = inst->env_ref = LUA_NOREF;
   lua_pushcfunction(L, start_impl);
   lua_pushlightuserdata(L, inst);
   int64_t h0 = heap_now(S);
@@ -181,14 +193,21 @@ static int finish_ok(orch_inst_t *inst, int nres) {
   return DX_RUN_DONE;
 }
 
+/* The box of the instance whose code runs now on this thread (its guards are entered; its
+** box_ref keeps it alive): check_box takes it without looking at its metatable. */
+static _Thread_local turn_box_t *running_box;
+
 /* Enter / leave the instance's guards: its budget, its globals, the sandbox checks. */
 static void guards_enter(dxl_state_t *S, orch_inst_t *inst, dxl_budget_t *b) {
   dxl_sandbox_enter(S->L, S, inst->info_ref, inst->env_ref); /* outside the memory cap */
   dxl_budget_enter(S, b);
   S->in_orchestration++;
+  inst->outer_box = running_box;
+  running_box = inst->box;
 }
 
 static void guards_leave(dxl_state_t *S, orch_inst_t *inst, dxl_budget_t *b) {
+  running_box = inst->outer_box;
   S->in_orchestration--;
   dxl_budget_leave(b);
   dxl_sandbox_leave(S->L, S, inst->info_ref);
@@ -343,9 +362,10 @@ static int still_registered(dxl_state_t *S, orch_inst_t *inst) {
   if (lookup_versions(L, S, inst->name)) {
     lua_getfield(L, -1, "versions");
     lua_getfield(L, -1, inst->version);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, inst->fn_ref);
-    same = lua_rawequal(L, -1, -2);
-    lua_pop(L, 3);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, inst->box_ref);
+    lua_getiuservalue(L, -1, BOX_UV_FN);
+    same = lua_rawequal(L, -1, -3);
+    lua_pop(L, 4);
   }
   lua_pop(L, 1);
   return same;
@@ -400,11 +420,9 @@ static void h_orch_free(void *host, void *vinst) {
     if (armed) dx__watch_disarm(S->loop);
     guards_leave(S, inst, &b);
   }
-  luaL_unref(S->L, LUA_REGISTRYINDEX, inst->co_ref);
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->box_ref);
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->info_ref);
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->env_ref);
-  luaL_unref(S->L, LUA_REGISTRYINDEX, inst->fn_ref);
   free(inst);
 }
 
@@ -413,8 +431,11 @@ static void h_orch_free(void *host, void *vinst) {
 /* ctx._box, checked as luaL_testudata would, by the metatable's address instead of a name
 ** lookup (the primitives' upvalue 1 is the state). */
 static turn_box_t *check_box(lua_State *L) {
-  dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(1));
+  dxl_state_t *S;
   turn_box_t *b = lua_touserdata(L, 1);
+  /* the running instance's own box (a full userdata: a light one could carry its address) */
+  if (b && b == running_box && b->t && lua_type(L, 1) == LUA_TUSERDATA) return b;
+  S = lua_touserdata(L, lua_upvalueindex(1));
   if (b && S && S->box_mt && lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1)) {
     if (lua_topointer(L, -1) != S->box_mt) b = NULL; /* the registry keeps it: one address */
     lua_pop(L, 1);
@@ -499,7 +520,7 @@ static const char *session_id_arg(lua_State *L) {
   const char *sid;
   if (lua_type(L, 5) == LUA_TSTRING) {
     int same;
-    lua_getiuservalue(L, 1, 1);
+    lua_getiuservalue(L, 1, BOX_UV_SID);
     same = lua_rawequal(L, 5, -1);
     lua_pop(L, 1);
     if (same) return lua_tostring(L, 5);
@@ -507,7 +528,7 @@ static const char *session_id_arg(lua_State *L) {
   sid = opt_limited(L, 5, "session id", DX_MAX_SESSION_ID_BYTES);
   if (sid && lua_type(L, 5) == LUA_TSTRING) {
     lua_pushvalue(L, 5);
-    lua_setiuservalue(L, 1, 1);
+    lua_setiuservalue(L, 1, BOX_UV_SID);
   }
   return sid;
 }
