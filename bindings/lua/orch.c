@@ -28,6 +28,51 @@
 
 typedef struct orch_inst_s orch_inst_t;
 
+/* {===== integers as JSON without the codec =====}
+** Inputs, results and outputs are often counts and ids: an integer is written and read here
+** in the text the codec gives it (jsonenc.c put_integer, jsondec.c number), without its setup
+** and allocation. Anything else goes to the codec. */
+
+#define INT_TEXT_MAX 24 /* "-9223372036854775808" and its NUL */
+
+/* The integer at idx as JSON text in buf (NULL: not an integer). */
+static const char *int_text(lua_State *L, int idx, char buf[INT_TEXT_MAX]) {
+  lua_Integer v;
+  unsigned long long u;
+  char *q = buf + INT_TEXT_MAX - 1;
+  if (!lua_isinteger(L, idx)) return NULL;
+  v = lua_tointeger(L, idx);
+  u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  *q = '\0';
+  do {
+    *--q = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0) *--q = '-';
+  return q;
+}
+
+/* Push JSON text s when it is exactly an integer of at most 18 digits (no overflow; "-0" is
+** 0, as the decoder reads it). 0: it is not (nothing pushed). */
+static int push_int_json(lua_State *L, const char *s) {
+  const char *p = s + (*s == '-');
+  lua_Integer v = 0;
+  int n = 0;
+  if (*p == '0' && p[1]) return 0; /* a leading zero: the decoder's error */
+  for (; *p >= '0' && *p <= '9'; p++) {
+    if (++n > 18) return 0;
+    v = v * 10 + (*p - '0');
+  }
+  if (*p || n == 0) return 0;
+  lua_pushinteger(L, *s == '-' ? -v : v);
+  return 1;
+}
+
+/* dx__lua_push_json_or_raise for NUL-terminated text. [-0, +1, e] */
+static void push_json(lua_State *L, const char *json, const char *what) {
+  if (!push_int_json(L, json)) dx__lua_push_json_or_raise(L, json, strlen(json), what);
+}
+
 /* What ctx._box holds: cleared when the turn ends, so a ctx kept past its turn fails
 ** cleanly instead of touching freed memory. */
 typedef struct {
@@ -138,7 +183,7 @@ static int start_impl(lua_State *L) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->context_mt_ref);
   lua_setmetatable(L, -2);
   /* decoded here, under this protected call, then moved with ctx: co has no error handler */
-  dx__lua_push_json_or_raise(L, inst->input, strlen(inst->input), "orchestration input");
+  push_json(L, inst->input, "orchestration input");
   lua_xmove(L, inst->co, 2);
   inst->budget.top = inst->co;
   dxl_budget_watch(inst->co);
@@ -180,9 +225,16 @@ static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *
 }
 
 static int finish_ok(orch_inst_t *inst, int nres) {
-  char err[512];
-  char *out = nres > 0 ? dx__lua_to_json(inst->co, -nres, "output", err, sizeof err)
-                       : dx__strdup("null");
+  char err[512], num[INT_TEXT_MAX];
+  const char *n = nres > 0 ? int_text(inst->co, -nres, num) : NULL;
+  char *out;
+  if (n) {
+    lua_pop(inst->co, nres);
+    dx_turn_set_output(inst->t, n);
+    return DX_RUN_DONE;
+  }
+  out = nres > 0 ? dx__lua_to_json(inst->co, -nres, "output", err, sizeof err)
+                 : dx__strdup("null");
   lua_pop(inst->co, nres);
   if (!out) {
     dx_turn_set_failure(inst->t, DX_CAT_APPLICATION, "OrchestrationFailed", err);
@@ -538,7 +590,7 @@ static const char *session_id_arg(lua_State *L) {
 static int p_emit(lua_State *L) {
   turn_box_t *b = check_box(L);
   dx_action_t a;
-  char err[512];
+  char err[512], num[INT_TEXT_MAX];
   char *input = NULL;
   const char *value = NULL;
   uint64_t token = 0;
@@ -571,13 +623,16 @@ static int p_emit(lua_State *L) {
       a.kind == DX_ACT_CAN || a.kind == DX_ACT_KV_SET ||
       (a.kind == DX_ACT_STATUS && !lua_isnil(L, 4))) {
     size_t max = a.kind == DX_ACT_KV_SET ? DX_MAX_KV_VALUE_BYTES : DX_MAX_PAYLOAD_BYTES;
-    input = dx__lua_to_json(L, 4, input_what, err, sizeof err);
-    if (!input) return luaL_error(L, "%s", err);
-    if ((n = strlen(input)) > max) {
-      free(input);
-      return luaL_error(L, "%s is %d bytes; the limit is %d bytes", input_what, (int)n, (int)max);
+    if (!(a.input = int_text(L, 4, num))) {
+      input = dx__lua_to_json(L, 4, input_what, err, sizeof err);
+      if (!input) return luaL_error(L, "%s", err);
+      if ((n = strlen(input)) > max) {
+        free(input);
+        return luaL_error(L, "%s is %d bytes; the limit is %d bytes", input_what, (int)n,
+                          (int)max);
+      }
+      a.input = input;
     }
-    a.input = input;
   }
   if (a.kind == DX_ACT_KV_SET && !dx_turn_kv_get(b->t, a.name) &&
       dx_turn_kv_count(b->t) >= DX_MAX_KV_KEYS) {
@@ -593,7 +648,7 @@ static int p_emit(lua_State *L) {
     return luaL_error(L, "%s", why ? why : dx_strerror(rc));
   }
   if (a.kind == DX_ACT_SYSCALL) {
-    dx__lua_push_json_or_raise(L, value, strlen(value), "recorded value");
+    push_json(L, value, "recorded value");
     return 1;
   }
   lua_pushinteger(L, (lua_Integer)token);
@@ -610,7 +665,7 @@ static int p_poll(lua_State *L) {
   lua_pushinteger(L, st);
   if (st == DX_FUT_OK) {
     if (!data) lua_pushnil(L);
-    else dx__lua_push_json_or_raise(L, data, strlen(data), "stored result");
+    else push_json(L, data, "stored result");
     lua_pushnil(L);
   } else if (st == DX_FUT_ERR) {
     lua_pushnil(L);
@@ -628,7 +683,7 @@ static int p_poll(lua_State *L) {
 /* [-0, +1, e] push stored JSON as a Lua value (nil for NULL) */
 static void push_stored(lua_State *L, const char *json) {
   if (!json) lua_pushnil(L);
-  else dx__lua_push_json_or_raise(L, json, strlen(json), "stored value");
+  else push_json(L, json, "stored value");
 }
 
 /* C.kv_get(box, key) -> value | nil */
