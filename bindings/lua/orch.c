@@ -299,13 +299,14 @@ static char park_key;
 static const char *const FUT_KEYS[3] = {"token", "cancelled", "composite"};
 
 /* The token of future table f (at idx) when a join would wait for it on its own coroutine: a
-** plain pending-or-done future (context.lua), not cancelled nor a retry composite. 0: none. */
-static uint64_t future_token(dxl_state_t *S, lua_State *co, int idx) {
+** plain pending-or-done future (context.lua), not cancelled nor a retry composite. 0: none.
+** keys: the stack index of FUT_KEYS[0..2] (pushed once for a whole list). */
+static uint64_t future_token(lua_State *co, int idx, int keys) {
   lua_Integer tok = 0;
   int k;
   if (lua_type(co, idx) != LUA_TTABLE) return 0;
   for (k = 2; k >= 0; k--) { /* cancelled and composite must be nil; then the token */
-    lua_rawgeti(co, LUA_REGISTRYINDEX, S->fut_key_refs[k]);
+    lua_pushvalue(co, keys + k);
     if (k > 0) {
       int set = lua_rawget(co, idx) != LUA_TNIL;
       lua_pop(co, 1);
@@ -329,7 +330,7 @@ static void park_from_yield(dxl_state_t *S, orch_inst_t *inst, dx_turn_t *t, int
   uint64_t buf[16], *tok = buf, one;
   size_t n = 0, cap = sizeof buf / sizeof *buf;
   if (nres < 2 || lua_touserdata(co, base) != &park_key ||
-      lua_type(co, base) != LUA_TLIGHTUSERDATA || !lua_checkstack(co, 4)) {
+      lua_type(co, base) != LUA_TLIGHTUSERDATA || !lua_checkstack(co, 8)) {
     dx__turn_park(t, NULL, 0);
     return;
   }
@@ -340,10 +341,12 @@ static void park_from_yield(dxl_state_t *S, orch_inst_t *inst, dx_turn_t *t, int
   }
   if (nres >= 3 && lua_type(co, base + 1) == LUA_TTABLE && lua_isinteger(co, base + 2)) {
     lua_Integer i = lua_tointeger(co, base + 2), last = (lua_Integer)lua_rawlen(co, base + 1);
+    int keys = lua_gettop(co) + 1, j;
+    for (j = 0; j < 3; j++) lua_rawgeti(co, LUA_REGISTRYINDEX, S->fut_key_refs[j]);
     for (; i >= 1 && i <= last; i++) {
       uint64_t k;
       lua_rawgeti(co, base + 1, i);
-      k = future_token(S, co, lua_gettop(co));
+      k = future_token(co, lua_gettop(co), keys);
       lua_pop(co, 1);
       if (!k) break;
       if (n == cap) {
@@ -357,6 +360,7 @@ static void park_from_yield(dxl_state_t *S, orch_inst_t *inst, dx_turn_t *t, int
       tok[n++] = k;
     }
     if (i <= last) n = 0; /* one it could not read: park nothing */
+    lua_settop(co, keys - 1);
   }
   dx__turn_park(t, tok, n);
   if (tok != buf) free(tok);

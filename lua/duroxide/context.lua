@@ -40,9 +40,11 @@ local Context = {}
 Context.__index = Context
 Context.__name = "duroxide.Context"
 
--- A future is { ctx, token } (plus cancelled, or composite/current/value/err/done for a
--- retry): each field of a table constructor costs a hash insert, and futures are made on every
--- schedule call, so none is stored that nothing reads (what kind it is: its history event).
+-- A future is { ctx, token }; a cancelled one or a retry (composite/current/value/err/done)
+-- also has special = true, so a plain future's wait looks one absent field up, not two (each
+-- misses into Future). Each field of a table constructor costs a hash insert, and futures are
+-- made on every schedule call, so none is stored that nothing reads (what kind it is: its
+-- history event).
 local function new_future(ctx, token)
   return setmetatable({ ctx = ctx, token = token }, Future)
 end
@@ -76,13 +78,15 @@ end
 
 --- Wait for the future. Returns its value, or nil and a duroxide.Error.
 function Future:await()
-  if self.cancelled then return nil, cancelled_error() end
-  if self.composite then
-    if not self.done then
-      self.value, self.err = self.composite()
-      self.done = true
+  if self.special then
+    if self.cancelled then return nil, cancelled_error() end
+    if self.composite then
+      if not self.done then
+        self.value, self.err = self.composite()
+        self.done = true
+      end
+      return self.value, self.err
     end
-    return self.value, self.err
   end
   local ctx, token = self.ctx, self.token
   local box = ctx._box
@@ -111,14 +115,14 @@ function Future:cancel()
   if self.cancelled then return true end
   if self.composite then
     if self.done then return false end
-    self.cancelled = true
+    self.cancelled, self.special = true, true
     if self.current then self.current:cancel() end
     return true
   end
   if self.token == nil then error("cancel: this future cannot be cancelled", 2) end
   if (C.poll(self.ctx._box, self.token)) ~= PENDING then return false end
   C.cancel(self.ctx._box, self.token)
-  self.cancelled = true
+  self.cancelled, self.special = true, true
   return true
 end
 
@@ -292,7 +296,7 @@ function Context:schedule_activity_with_retry(name, input, policy, session_id, o
   local function attempt_future()
     return activity_future(ctx, name, input, session_id, tag, fail_moved)
   end
-  local f = setmetatable({ ctx = self }, Future)
+  local f = setmetatable({ ctx = self, special = true }, Future)
   local first = attempt_future()
   f.current = first
   f.composite = function()
@@ -463,7 +467,7 @@ function Context:join(futures)
   for i = 1, #futures do
     local f = futures[i]
     local v, e
-    if f.cancelled or f.composite then
+    if f.special then -- cancelled or a retry
       v, e = f:await()
     else
       -- Future:await inlined (fewer VM instructions under the count hook); off the
