@@ -610,14 +610,18 @@ static int p_emit(lua_State *L) {
       if (action_words[i].input) input_what = action_words[i].input;
     }
   a.name = a.kind == DX_ACT_ACTIVITY ? activity_name(L, b) : opt_limited(L, 3, name_what, name_max);
-  a.session_id = session_id_arg(L);
-  a.instance = opt_limited(L, 6, "instance id", DX_MAX_INSTANCE_ID_BYTES);
-  a.version = opt_limited(L, 7, "version", 0);
-  a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
+  if (lua_gettop(L) > 4) { /* the common calls pass none of these: all nil, nothing to check */
+    a.session_id = session_id_arg(L);
+    a.instance = opt_limited(L, 6, "instance id", DX_MAX_INSTANCE_ID_BYTES);
+    a.version = opt_limited(L, 7, "version", 0);
+    a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
+  }
   if (a.kind == DX_ACT_KV_SET || a.kind == DX_ACT_KV_CLEAR) kv_key_at(L, 3);
-  a.on_moved_fail = lua_toboolean(L, 9);
-  a.tag = opt_limited(L, 10, "activity tag", DX_MAX_TAG_BYTES);
-  if (a.tag && !*a.tag) return luaL_error(L, "activity tag must not be empty");
+  if (lua_gettop(L) > 8) {
+    a.on_moved_fail = lua_toboolean(L, 9);
+    a.tag = opt_limited(L, 10, "activity tag", DX_MAX_TAG_BYTES);
+    if (a.tag && !*a.tag) return luaL_error(L, "activity tag must not be empty");
+  }
   if (a.kind == DX_ACT_SUB && !a.instance &&
       strlen(dx_turn_instance(b->t)) + GENERATED_SUFFIX_MAX > DX_MAX_INSTANCE_ID_BYTES)
     return luaL_error(L, "a generated sub-orchestration id (this instance's id + "
