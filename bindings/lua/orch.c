@@ -460,7 +460,10 @@ static void h_orch_free(void *host, void *vinst) {
   dxl_state_t *S = host;
   orch_inst_t *inst = vinst;
   if (inst->box) inst->box->t = NULL;
-  if (inst->co) {
+  /* A coroutine whose function returned (status ok, nothing on its stack once started) closed
+  ** its variables as it returned: nothing is left to run, and the collector frees it. */
+  if (inst->co && !(inst->started && lua_status(inst->co) == LUA_OK &&
+                    lua_gettop(inst->co) == 0)) {
     /* Closing the coroutine runs pending __close handlers: orchestration code, so under a
     ** fresh budget and the same sandbox. */
     dxl_budget_t b;
