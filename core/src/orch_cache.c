@@ -23,7 +23,7 @@ typedef struct entry_s {
 /* A turn out of the cache whose ack is on its way to the store: the loop keeps it once the
 ** ack is applied (holds answers for it meanwhile: dx__ocache_expect). */
 typedef struct {
-  char *key;
+  const char *key; /* the caller's (dx__ocache_expect): valid until dx__ocache_expect_end */
   uint64_t hash, exec, n_events;
 } expect_t;
 
@@ -109,7 +109,6 @@ void dx__ocache_free(dx_ocache_t *c) {
   if (!c) return;
   if (c->metrics) dx__metrics_on_read(c->metrics, NULL, NULL); /* waits out a rendering */
   while (c->oldest) dx__turn_free(remove_entry(c, c->oldest));
-  while (c->n_expect) free(c->expect[--c->n_expect].key);
   free(c->expect);
   free(c->xidx);
   dx__spare_drain(&c->spare);
@@ -244,7 +243,6 @@ int dx__ocache_expect(dx_ocache_t *c, const char *instance, uint64_t execution_i
   uint64_t h = hash_str(instance);
   expect_t *x;
   uint32_t *s;
-  char *key;
   if (!c) return 0;
   dx__spin_lock(&c->mu);
   if (!(x = expect_find(c, instance, h))) {
@@ -256,13 +254,12 @@ int dx__ocache_expect(dx_ocache_t *c, const char *instance, uint64_t execution_i
       c->cap_expect = cap;
     }
     if (!expect_index(c, c->n_expect + 1)) goto fail;
-    if (!(key = dx__strdup(instance))) goto fail;
     s = expect_slot(c, instance, h); /* the empty slot it goes to */
     x = &c->expect[c->n_expect++];
-    x->key = key;
     x->hash = h;
     *s = (uint32_t)c->n_expect;
   }
+  x->key = instance; /* the newest caller's: each ends it before its copy goes */
   x->exec = execution_id;
   x->n_events = n_events;
   dx__spin_unlock(&c->mu);
@@ -280,7 +277,6 @@ void dx__ocache_expect_end(dx_ocache_t *c, const char *instance) {
   if ((s = expect_slot(c, instance, hash_str(instance))) != NULL && *s) {
     pos = *s - 1;
     last = c->n_expect - 1;
-    free(c->expect[pos].key);
     unindex(c, s);
     if (pos != last) { /* the last one moves into its place */
       *slot_of_pos(c, last) = (uint32_t)(pos + 1);
