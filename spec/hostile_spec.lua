@@ -470,6 +470,19 @@ describe("hostile orchestration code", function()
       check_innocent()
     end)
 
+    it("runs a completed orchestration's __close handlers once, as it returns", function()
+      local closed = 0
+      local orch = env:orchestration("CloseDone", function(ctx)
+        local guard <close> = setmetatable({}, { __close = function() closed = closed + 1 end })
+        return closed -- one turn: no replay runs it again
+      end)
+      local st = env:run(orch)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.equal(0, st.output) -- not yet closed when the value was returned
+      assert.are.equal(1, closed)     -- closed at the return, not again when the code was freed
+      check_innocent()
+    end)
+
     it("fails string.rep(\"x\", 1e9) with a clear memory message", function()
       local st = run_attack("Rep", function() return #string.rep("x", 1e9) end)
       assert.are.equal("Failed", st.status)

@@ -128,6 +128,23 @@ describe("values through activities", function()
     assert.are.equal(false, out.out)
   end)
 
+  it("keeps integers at their limits as input, result and output (orch.c's integer path)", function()
+    local act = env:activity("EchoInt", function(actx, x) return x end)
+    local orch = env:orchestration("IntOrch", function(ctx, x)
+      local out = assert(ctx:schedule_activity(act, x):await())
+      assert(math.type(out) == math.type(x) and out == x, "changed in transit")
+      return out
+    end)
+    for _, v in ipairs({ 0, -1, 7, 123456789012345678, -123456789012345678, 1234567890123456789,
+                         math.maxinteger, math.mininteger, -0.0, 1.0 }) do
+      local st = env:run(orch, v)
+      assert.are.equal("Completed", st.status, st.error and st.error.message)
+      assert.are.equal(v, st.output)
+      assert.are.equal(math.type(v), math.type(st.output))
+      assert.are.equal(duroxide.json_encode(v), duroxide.json_encode(st.output))
+    end
+  end)
+
   it("keeps nested tables, arrays and null sentinels", function()
     local value = {
       order = { id = "o-1", lines = { { sku = "a", qty = 2 }, { sku = "b", qty = 1, price = 9.5 } } },

@@ -20,8 +20,58 @@
 
 #define BOX_MT "duroxide.TurnBox"
 #define GENERATED_SUFFIX_MAX 27 /* "::sub::" and up to 20 digits of an event id */
+/* The box's user values: session_id_arg's kept id, the instance's function and coroutine. */
+#define BOX_UV_SID 1
+#define BOX_UV_FN 2
+#define BOX_UV_CO 3
+#define BOX_UVS 3
 
 typedef struct orch_inst_s orch_inst_t;
+
+/* {===== integers as JSON without the codec =====}
+** Inputs, results and outputs are often counts and ids: an integer is written and read here
+** in the text the codec gives it (jsonenc.c put_integer, jsondec.c number), without its setup
+** and allocation. Anything else goes to the codec. */
+
+#define INT_TEXT_MAX 24 /* "-9223372036854775808" and its NUL */
+
+/* The integer at idx as JSON text in buf (NULL: not an integer). */
+static const char *int_text(lua_State *L, int idx, char buf[INT_TEXT_MAX]) {
+  lua_Integer v;
+  unsigned long long u;
+  char *q = buf + INT_TEXT_MAX - 1;
+  if (!lua_isinteger(L, idx)) return NULL;
+  v = lua_tointeger(L, idx);
+  u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  *q = '\0';
+  do {
+    *--q = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0) *--q = '-';
+  return q;
+}
+
+/* Push JSON text s when it is exactly an integer of at most 18 digits (no overflow; "-0" is
+** 0, as the decoder reads it). 0: it is not (nothing pushed). */
+static int push_int_json(lua_State *L, const char *s) {
+  const char *p = s + (*s == '-');
+  lua_Integer v = 0;
+  int n = 0;
+  if (*p == '0' && p[1]) return 0; /* a leading zero: the decoder's error */
+  for (; *p >= '0' && *p <= '9'; p++) {
+    if (++n > 18) return 0;
+    v = v * 10 + (*p - '0');
+  }
+  if (*p || n == 0) return 0;
+  lua_pushinteger(L, *s == '-' ? -v : v);
+  return 1;
+}
+
+/* dx__lua_push_json_or_raise for NUL-terminated text. [-0, +1, e] */
+static void push_json(lua_State *L, const char *json, const char *what) {
+  if (!push_int_json(L, json)) dx__lua_push_json_or_raise(L, json, strlen(json), what);
+}
 
 /* What ctx._box holds: cleared when the turn ends, so a ctx kept past its turn fails
 ** cleanly instead of touching freed memory. */
@@ -33,7 +83,6 @@ typedef struct {
 struct orch_inst_s {
   dxl_state_t *S;
   lua_State *co;
-  int co_ref;
   turn_box_t *box;
   int box_ref;
   int started;
@@ -42,8 +91,8 @@ struct orch_inst_s {
   int64_t ran_ms;             /* time spent in resumes this turn, against budget.time_limit_ms */
   int64_t heap;               /* Lua heap growth while this instance ran (its size estimate) */
   int info_ref, env_ref; /* sandbox: the function's _ENV carrier, this instance's globals */
-  int fn_ref;            /* the registered function it runs (a kept instance checks it) */
   unsigned reg_gen;      /* S->reg_gen when that was last known to be so */
+  turn_box_t *outer_box; /* running_box when its guards were entered (restored on leave) */
   dx_turn_t *t;
   const char *name, *version, *input;
 };
@@ -86,28 +135,36 @@ static int h_orch_lookup(void *host, const char *name, const char *version,
 static int start_impl(lua_State *L) {
   orch_inst_t *inst = lua_touserdata(L, 1);
   dxl_state_t *S = inst->S;
+  turn_box_t *box;
+  lua_State *co;
   if (!lookup_versions(L, S, inst->name)) return luaL_error(L, "orchestration not registered");
   lua_getfield(L, -1, "versions");
   if (lua_getfield(L, -1, inst->version) != LUA_TFUNCTION)
     return luaL_error(L, "orchestration %s version %s is not registered", inst->name,
                       inst->version);
-  lua_pushvalue(L, -1);
-  inst->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   inst->reg_gen = S->reg_gen;
   dxl_sandbox_new_env(L, -1, &inst->info_ref, &inst->env_ref);
-  inst->co = lua_newthread(L);
-  inst->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_xmove(L, inst->co, 1); /* function */
-  lua_pop(L, 2);
-
-  inst->box = lua_newuserdatauv(L, sizeof *inst->box, 1); /* 1: session_id_arg's kept id */
-  inst->box->t = inst->t;
-  inst->box->inst = inst;
+  /* The box's user values keep the coroutine and the function alive: one registry ref (the
+  ** box's) instead of three, each a registry insert and a removal per instance. Each is
+  ** recorded in inst only once anchored: orch_free may follow an error at any step. */
+  box = lua_newuserdatauv(L, sizeof *box, BOX_UVS);
+  box->t = inst->t;
+  box->inst = inst;
   dxl_push_kept(L, &S->box_mt_ref, BOX_MT); /* typed: a foreign userdata in ctx._box is refused */
   S->box_mt = lua_topointer(L, -1);
   lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   inst->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  inst->box = box;
+  lua_pushvalue(L, -2); /* the function */
+  lua_setiuservalue(L, -2, BOX_UV_FN);
+  co = lua_newthread(L);
+  lua_setiuservalue(L, -2, BOX_UV_CO);
+  inst->co = co;
+  lua_rotate(L, -2, 1); /* versions, box, function */
+  lua_xmove(L, co, 1);  /* function */
+  lua_remove(L, -2);    /* versions */
+  lua_remove(L, -2);    /* the registration */
 
   lua_createtable(L, 0, 6); /* ctx */
   lua_insert(L, -2);
@@ -126,7 +183,7 @@ static int start_impl(lua_State *L) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->context_mt_ref);
   lua_setmetatable(L, -2);
   /* decoded here, under this protected call, then moved with ctx: co has no error handler */
-  dx__lua_push_json_or_raise(L, inst->input, strlen(inst->input), "orchestration input");
+  push_json(L, inst->input, "orchestration input");
   lua_xmove(L, inst->co, 2);
   inst->budget.top = inst->co;
   dxl_budget_watch(inst->co);
@@ -153,7 +210,7 @@ static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *
   if (inst->budget.limit <= 0) inst->budget.limit = S->opts.turn_instruction_budget;
   inst->budget.time_limit_ms = dx_turn_time_limit(t); /* 0 outside a runtime: none */
   dxl_budget_start_memory(S, &inst->budget, DXL_TURN_MEMORY_LIMIT); /* for the whole turn */
-  inst->co_ref = inst->box_ref = inst->info_ref = inst->env_ref = inst->fn_ref = LUA_NOREF;
+  inst->box_ref = inst->info_ref = inst->env_ref = LUA_NOREF;
   lua_pushcfunction(L, start_impl);
   lua_pushlightuserdata(L, inst);
   int64_t h0 = heap_now(S);
@@ -168,9 +225,16 @@ static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *
 }
 
 static int finish_ok(orch_inst_t *inst, int nres) {
-  char err[512];
-  char *out = nres > 0 ? dx__lua_to_json(inst->co, -nres, "output", err, sizeof err)
-                       : dx__strdup("null");
+  char err[512], num[INT_TEXT_MAX];
+  const char *n = nres > 0 ? int_text(inst->co, -nres, num) : NULL;
+  char *out;
+  if (n) {
+    lua_pop(inst->co, nres);
+    dx_turn_set_output(inst->t, n);
+    return DX_RUN_DONE;
+  }
+  out = nres > 0 ? dx__lua_to_json(inst->co, -nres, "output", err, sizeof err)
+                 : dx__strdup("null");
   lua_pop(inst->co, nres);
   if (!out) {
     dx_turn_set_failure(inst->t, DX_CAT_APPLICATION, "OrchestrationFailed", err);
@@ -181,14 +245,21 @@ static int finish_ok(orch_inst_t *inst, int nres) {
   return DX_RUN_DONE;
 }
 
+/* The box of the instance whose code runs now on this thread (its guards are entered; its
+** box_ref keeps it alive): check_box takes it without looking at its metatable. */
+static _Thread_local turn_box_t *running_box;
+
 /* Enter / leave the instance's guards: its budget, its globals, the sandbox checks. */
 static void guards_enter(dxl_state_t *S, orch_inst_t *inst, dxl_budget_t *b) {
   dxl_sandbox_enter(S->L, S, inst->info_ref, inst->env_ref); /* outside the memory cap */
   dxl_budget_enter(S, b);
   S->in_orchestration++;
+  inst->outer_box = running_box;
+  running_box = inst->box;
 }
 
 static void guards_leave(dxl_state_t *S, orch_inst_t *inst, dxl_budget_t *b) {
+  running_box = inst->outer_box;
   S->in_orchestration--;
   dxl_budget_leave(b);
   dxl_sandbox_leave(S->L, S, inst->info_ref);
@@ -228,13 +299,14 @@ static char park_key;
 static const char *const FUT_KEYS[3] = {"token", "cancelled", "composite"};
 
 /* The token of future table f (at idx) when a join would wait for it on its own coroutine: a
-** plain pending-or-done future (context.lua), not cancelled nor a retry composite. 0: none. */
-static uint64_t future_token(dxl_state_t *S, lua_State *co, int idx) {
+** plain pending-or-done future (context.lua), not cancelled nor a retry composite. 0: none.
+** keys: the stack index of FUT_KEYS[0..2] (pushed once for a whole list). */
+static uint64_t future_token(lua_State *co, int idx, int keys) {
   lua_Integer tok = 0;
   int k;
   if (lua_type(co, idx) != LUA_TTABLE) return 0;
   for (k = 2; k >= 0; k--) { /* cancelled and composite must be nil; then the token */
-    lua_rawgeti(co, LUA_REGISTRYINDEX, S->fut_key_refs[k]);
+    lua_pushvalue(co, keys + k);
     if (k > 0) {
       int set = lua_rawget(co, idx) != LUA_TNIL;
       lua_pop(co, 1);
@@ -258,7 +330,7 @@ static void park_from_yield(dxl_state_t *S, orch_inst_t *inst, dx_turn_t *t, int
   uint64_t buf[16], *tok = buf, one;
   size_t n = 0, cap = sizeof buf / sizeof *buf;
   if (nres < 2 || lua_touserdata(co, base) != &park_key ||
-      lua_type(co, base) != LUA_TLIGHTUSERDATA || !lua_checkstack(co, 4)) {
+      lua_type(co, base) != LUA_TLIGHTUSERDATA || !lua_checkstack(co, 8)) {
     dx__turn_park(t, NULL, 0);
     return;
   }
@@ -269,10 +341,12 @@ static void park_from_yield(dxl_state_t *S, orch_inst_t *inst, dx_turn_t *t, int
   }
   if (nres >= 3 && lua_type(co, base + 1) == LUA_TTABLE && lua_isinteger(co, base + 2)) {
     lua_Integer i = lua_tointeger(co, base + 2), last = (lua_Integer)lua_rawlen(co, base + 1);
+    int keys = lua_gettop(co) + 1, j;
+    for (j = 0; j < 3; j++) lua_rawgeti(co, LUA_REGISTRYINDEX, S->fut_key_refs[j]);
     for (; i >= 1 && i <= last; i++) {
       uint64_t k;
       lua_rawgeti(co, base + 1, i);
-      k = future_token(S, co, lua_gettop(co));
+      k = future_token(co, lua_gettop(co), keys);
       lua_pop(co, 1);
       if (!k) break;
       if (n == cap) {
@@ -286,6 +360,7 @@ static void park_from_yield(dxl_state_t *S, orch_inst_t *inst, dx_turn_t *t, int
       tok[n++] = k;
     }
     if (i <= last) n = 0; /* one it could not read: park nothing */
+    lua_settop(co, keys - 1);
   }
   dx__turn_park(t, tok, n);
   if (tok != buf) free(tok);
@@ -343,9 +418,10 @@ static int still_registered(dxl_state_t *S, orch_inst_t *inst) {
   if (lookup_versions(L, S, inst->name)) {
     lua_getfield(L, -1, "versions");
     lua_getfield(L, -1, inst->version);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, inst->fn_ref);
-    same = lua_rawequal(L, -1, -2);
-    lua_pop(L, 3);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, inst->box_ref);
+    lua_getiuservalue(L, -1, BOX_UV_FN);
+    same = lua_rawequal(L, -1, -3);
+    lua_pop(L, 4);
   }
   lua_pop(L, 1);
   return same;
@@ -384,7 +460,10 @@ static void h_orch_free(void *host, void *vinst) {
   dxl_state_t *S = host;
   orch_inst_t *inst = vinst;
   if (inst->box) inst->box->t = NULL;
-  if (inst->co) {
+  /* A coroutine whose function returned (status ok, nothing on its stack once started) closed
+  ** its variables as it returned: nothing is left to run, and the collector frees it. */
+  if (inst->co && !(inst->started && lua_status(inst->co) == LUA_OK &&
+                    lua_gettop(inst->co) == 0)) {
     /* Closing the coroutine runs pending __close handlers: orchestration code, so under a
     ** fresh budget and the same sandbox. */
     dxl_budget_t b;
@@ -400,11 +479,9 @@ static void h_orch_free(void *host, void *vinst) {
     if (armed) dx__watch_disarm(S->loop);
     guards_leave(S, inst, &b);
   }
-  luaL_unref(S->L, LUA_REGISTRYINDEX, inst->co_ref);
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->box_ref);
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->info_ref);
   luaL_unref(S->L, LUA_REGISTRYINDEX, inst->env_ref);
-  luaL_unref(S->L, LUA_REGISTRYINDEX, inst->fn_ref);
   free(inst);
 }
 
@@ -413,8 +490,11 @@ static void h_orch_free(void *host, void *vinst) {
 /* ctx._box, checked as luaL_testudata would, by the metatable's address instead of a name
 ** lookup (the primitives' upvalue 1 is the state). */
 static turn_box_t *check_box(lua_State *L) {
-  dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(1));
+  dxl_state_t *S;
   turn_box_t *b = lua_touserdata(L, 1);
+  /* the running instance's own box (a full userdata: a light one could carry its address) */
+  if (b && b == running_box && b->t && lua_type(L, 1) == LUA_TUSERDATA) return b;
+  S = lua_touserdata(L, lua_upvalueindex(1));
   if (b && S && S->box_mt && lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1)) {
     if (lua_topointer(L, -1) != S->box_mt) b = NULL; /* the registry keeps it: one address */
     lua_pop(L, 1);
@@ -499,7 +579,7 @@ static const char *session_id_arg(lua_State *L) {
   const char *sid;
   if (lua_type(L, 5) == LUA_TSTRING) {
     int same;
-    lua_getiuservalue(L, 1, 1);
+    lua_getiuservalue(L, 1, BOX_UV_SID);
     same = lua_rawequal(L, 5, -1);
     lua_pop(L, 1);
     if (same) return lua_tostring(L, 5);
@@ -507,7 +587,7 @@ static const char *session_id_arg(lua_State *L) {
   sid = opt_limited(L, 5, "session id", DX_MAX_SESSION_ID_BYTES);
   if (sid && lua_type(L, 5) == LUA_TSTRING) {
     lua_pushvalue(L, 5);
-    lua_setiuservalue(L, 1, 1);
+    lua_setiuservalue(L, 1, BOX_UV_SID);
   }
   return sid;
 }
@@ -517,7 +597,7 @@ static const char *session_id_arg(lua_State *L) {
 static int p_emit(lua_State *L) {
   turn_box_t *b = check_box(L);
   dx_action_t a;
-  char err[512];
+  char err[512], num[INT_TEXT_MAX];
   char *input = NULL;
   const char *value = NULL;
   uint64_t token = 0;
@@ -533,14 +613,18 @@ static int p_emit(lua_State *L) {
       if (action_words[i].input) input_what = action_words[i].input;
     }
   a.name = a.kind == DX_ACT_ACTIVITY ? activity_name(L, b) : opt_limited(L, 3, name_what, name_max);
-  a.session_id = session_id_arg(L);
-  a.instance = opt_limited(L, 6, "instance id", DX_MAX_INSTANCE_ID_BYTES);
-  a.version = opt_limited(L, 7, "version", 0);
-  a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
+  if (lua_gettop(L) > 4) { /* the common calls pass none of these: all nil, nothing to check */
+    a.session_id = session_id_arg(L);
+    a.instance = opt_limited(L, 6, "instance id", DX_MAX_INSTANCE_ID_BYTES);
+    a.version = opt_limited(L, 7, "version", 0);
+    a.delay_ms = (int64_t)luaL_optinteger(L, 8, 0);
+  }
   if (a.kind == DX_ACT_KV_SET || a.kind == DX_ACT_KV_CLEAR) kv_key_at(L, 3);
-  a.on_moved_fail = lua_toboolean(L, 9);
-  a.tag = opt_limited(L, 10, "activity tag", DX_MAX_TAG_BYTES);
-  if (a.tag && !*a.tag) return luaL_error(L, "activity tag must not be empty");
+  if (lua_gettop(L) > 8) {
+    a.on_moved_fail = lua_toboolean(L, 9);
+    a.tag = opt_limited(L, 10, "activity tag", DX_MAX_TAG_BYTES);
+    if (a.tag && !*a.tag) return luaL_error(L, "activity tag must not be empty");
+  }
   if (a.kind == DX_ACT_SUB && !a.instance &&
       strlen(dx_turn_instance(b->t)) + GENERATED_SUFFIX_MAX > DX_MAX_INSTANCE_ID_BYTES)
     return luaL_error(L, "a generated sub-orchestration id (this instance's id + "
@@ -550,13 +634,16 @@ static int p_emit(lua_State *L) {
       a.kind == DX_ACT_CAN || a.kind == DX_ACT_KV_SET ||
       (a.kind == DX_ACT_STATUS && !lua_isnil(L, 4))) {
     size_t max = a.kind == DX_ACT_KV_SET ? DX_MAX_KV_VALUE_BYTES : DX_MAX_PAYLOAD_BYTES;
-    input = dx__lua_to_json(L, 4, input_what, err, sizeof err);
-    if (!input) return luaL_error(L, "%s", err);
-    if ((n = strlen(input)) > max) {
-      free(input);
-      return luaL_error(L, "%s is %d bytes; the limit is %d bytes", input_what, (int)n, (int)max);
+    if (!(a.input = int_text(L, 4, num))) {
+      input = dx__lua_to_json(L, 4, input_what, err, sizeof err);
+      if (!input) return luaL_error(L, "%s", err);
+      if ((n = strlen(input)) > max) {
+        free(input);
+        return luaL_error(L, "%s is %d bytes; the limit is %d bytes", input_what, (int)n,
+                          (int)max);
+      }
+      a.input = input;
     }
-    a.input = input;
   }
   if (a.kind == DX_ACT_KV_SET && !dx_turn_kv_get(b->t, a.name) &&
       dx_turn_kv_count(b->t) >= DX_MAX_KV_KEYS) {
@@ -572,7 +659,7 @@ static int p_emit(lua_State *L) {
     return luaL_error(L, "%s", why ? why : dx_strerror(rc));
   }
   if (a.kind == DX_ACT_SYSCALL) {
-    dx__lua_push_json_or_raise(L, value, strlen(value), "recorded value");
+    push_json(L, value, "recorded value");
     return 1;
   }
   lua_pushinteger(L, (lua_Integer)token);
@@ -589,7 +676,7 @@ static int p_poll(lua_State *L) {
   lua_pushinteger(L, st);
   if (st == DX_FUT_OK) {
     if (!data) lua_pushnil(L);
-    else dx__lua_push_json_or_raise(L, data, strlen(data), "stored result");
+    else push_json(L, data, "stored result");
     lua_pushnil(L);
   } else if (st == DX_FUT_ERR) {
     lua_pushnil(L);
@@ -607,7 +694,7 @@ static int p_poll(lua_State *L) {
 /* [-0, +1, e] push stored JSON as a Lua value (nil for NULL) */
 static void push_stored(lua_State *L, const char *json) {
   if (!json) lua_pushnil(L);
-  else dx__lua_push_json_or_raise(L, json, strlen(json), "stored value");
+  else push_json(L, json, "stored value");
 }
 
 /* C.kv_get(box, key) -> value | nil */

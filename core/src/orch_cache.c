@@ -23,7 +23,7 @@ typedef struct entry_s {
 /* A turn out of the cache whose ack is on its way to the store: the loop keeps it once the
 ** ack is applied (holds answers for it meanwhile: dx__ocache_expect). */
 typedef struct {
-  char *key;
+  const char *key; /* the caller's (dx__ocache_expect): valid until dx__ocache_expect_end */
   uint64_t hash, exec, n_events;
 } expect_t;
 
@@ -38,6 +38,11 @@ struct dx_ocache_s {
   dx__spare_t spare;        /* freed entries: a continued turn takes one and puts one back */
   expect_t *expect;         /* turns whose commit is in flight, to be kept (dx__ocache_expect) */
   size_t n_expect, cap_expect;
+  /* expect's index by hash (linear probing, a power of two of slots, at most half used):
+  ** expect position + 1, 0 = empty. A scan of every expectation cost ~1k instructions a turn
+  ** with 200 turns in flight, on the loop and (dx__ocache_holds) on the store thread. */
+  uint32_t *xidx;
+  size_t xslots;
 };
 
 static uint64_t hash_str(const char *s) { return dx__fnv1a64(DX_FNV1A64_BASIS, s); }
@@ -104,8 +109,8 @@ void dx__ocache_free(dx_ocache_t *c) {
   if (!c) return;
   if (c->metrics) dx__metrics_on_read(c->metrics, NULL, NULL); /* waits out a rendering */
   while (c->oldest) dx__turn_free(remove_entry(c, c->oldest));
-  while (c->n_expect) free(c->expect[--c->n_expect].key);
   free(c->expect);
+  free(c->xidx);
   dx__spare_drain(&c->spare);
   free(c->buckets);
   free(c);
@@ -176,19 +181,68 @@ void dx__ocache_put(dx_ocache_t *c, dx_turn_t *t) {
   }
 }
 
+/* (mu held) The index slot of instance's expectation (hash h), or the empty slot where it
+** would go; NULL: no index yet. */
+static uint32_t *expect_slot(dx_ocache_t *c, const char *instance, uint64_t h) {
+  size_t mask = c->xslots - 1, i;
+  if (!c->xidx) return NULL;
+  for (i = h & mask; c->xidx[i]; i = (i + 1) & mask) {
+    const expect_t *x = &c->expect[c->xidx[i] - 1];
+    if (x->hash == h && strcmp(x->key, instance) == 0) break;
+  }
+  return &c->xidx[i];
+}
+
 /* (mu held) The expectation of instance (hash h), or NULL. */
 static expect_t *expect_find(dx_ocache_t *c, const char *instance, uint64_t h) {
-  size_t i;
-  for (i = 0; i < c->n_expect; i++)
-    if (c->expect[i].hash == h && strcmp(c->expect[i].key, instance) == 0) return &c->expect[i];
-  return NULL;
+  uint32_t *s = expect_slot(c, instance, h);
+  return s && *s ? &c->expect[*s - 1] : NULL;
+}
+
+/* (mu held) The index slot that holds expectation position pos (it is there). */
+static uint32_t *slot_of_pos(dx_ocache_t *c, size_t pos) {
+  size_t mask = c->xslots - 1, i;
+  for (i = c->expect[pos].hash & mask; c->xidx[i] != pos + 1; i = (i + 1) & mask) {}
+  return &c->xidx[i];
+}
+
+/* (mu held) An index of at least 2 * n slots, rebuilt from the expectations. 0: no memory. */
+static int expect_index(dx_ocache_t *c, size_t n) {
+  size_t slots = c->xslots ? c->xslots : 32, i, j;
+  uint32_t *v;
+  if (c->xidx && c->xslots >= 2 * n) return 1;
+  while (slots < 2 * n) slots *= 2;
+  if (!(v = calloc(slots, sizeof *v))) return 0;
+  free(c->xidx);
+  c->xidx = v;
+  c->xslots = slots;
+  for (i = 0; i < c->n_expect; i++) {
+    for (j = c->expect[i].hash & (slots - 1); v[j]; j = (j + 1) & (slots - 1)) {}
+    v[j] = (uint32_t)(i + 1);
+  }
+  return 1;
+}
+
+/* (mu held) Empty index slot s: later slots of its probe run move back where their home
+** allows (backward-shift deletion: no tombstones). */
+static void unindex(dx_ocache_t *c, uint32_t *s) {
+  size_t mask = c->xslots - 1, i = (size_t)(s - c->xidx), j = i, k;
+  for (;;) {
+    j = (j + 1) & mask;
+    if (!c->xidx[j]) break;
+    k = c->expect[c->xidx[j] - 1].hash & mask; /* its home slot */
+    if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue; /* stays: home after i */
+    c->xidx[i] = c->xidx[j];
+    i = j;
+  }
+  c->xidx[i] = 0;
 }
 
 int dx__ocache_expect(dx_ocache_t *c, const char *instance, uint64_t execution_id,
                       uint64_t n_events) {
   uint64_t h = hash_str(instance);
   expect_t *x;
-  char *key;
+  uint32_t *s;
   if (!c) return 0;
   dx__spin_lock(&c->mu);
   if (!(x = expect_find(c, instance, h))) {
@@ -199,11 +253,13 @@ int dx__ocache_expect(dx_ocache_t *c, const char *instance, uint64_t execution_i
       c->expect = v;
       c->cap_expect = cap;
     }
-    if (!(key = dx__strdup(instance))) goto fail;
+    if (!expect_index(c, c->n_expect + 1)) goto fail;
+    s = expect_slot(c, instance, h); /* the empty slot it goes to */
     x = &c->expect[c->n_expect++];
-    x->key = key;
     x->hash = h;
+    *s = (uint32_t)c->n_expect;
   }
+  x->key = instance; /* the newest caller's: each ends it before its copy goes */
   x->exec = execution_id;
   x->n_events = n_events;
   dx__spin_unlock(&c->mu);
@@ -214,12 +270,19 @@ fail:
 }
 
 void dx__ocache_expect_end(dx_ocache_t *c, const char *instance) {
-  expect_t *x;
+  uint32_t *s;
+  size_t pos, last;
   if (!c) return;
   dx__spin_lock(&c->mu);
-  if ((x = expect_find(c, instance, hash_str(instance))) != NULL) {
-    free(x->key);
-    *x = c->expect[--c->n_expect];
+  if ((s = expect_slot(c, instance, hash_str(instance))) != NULL && *s) {
+    pos = *s - 1;
+    last = c->n_expect - 1;
+    unindex(c, s);
+    if (pos != last) { /* the last one moves into its place */
+      *slot_of_pos(c, last) = (uint32_t)(pos + 1);
+      c->expect[pos] = c->expect[last];
+    }
+    c->n_expect--;
   }
   dx__spin_unlock(&c->mu);
 }

@@ -38,7 +38,8 @@ void dx__ocache_drop(dx_ocache_t *c, const char *instance);
 ** the loop learnt of the commit) then reads only the last event, which the loop receives after
 ** the turn is kept (or, if keeping failed, fetches again whole: runtime.c). The provider checks
 ** that the history holds exactly n_events, so a lost or refused ack is read whole. 0 when out
-** of memory (nothing expected). */
+** of memory (nothing expected). `instance` is borrowed, not copied: it must stay valid until
+** the caller's dx__ocache_expect_end (the fetched item's id, freed after it). */
 int dx__ocache_expect(dx_ocache_t *c, const char *instance, uint64_t execution_id,
                       uint64_t n_events);
 /* Loop thread: the expectation of `instance` ends (the turn was kept, or not). */

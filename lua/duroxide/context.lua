@@ -40,8 +40,13 @@ local Context = {}
 Context.__index = Context
 Context.__name = "duroxide.Context"
 
-local function new_future(ctx, token, kind)
-  return setmetatable({ ctx = ctx, token = token, kind = kind }, Future)
+-- A future is { ctx, token }; a cancelled one or a retry (composite/current/value/err/done)
+-- also has special = true, so a plain future's wait looks one absent field up, not two (each
+-- misses into Future). Each field of a table constructor costs a hash insert, and futures are
+-- made on every schedule call, so none is stored that nothing reads (what kind it is: its
+-- history event).
+local function new_future(ctx, token)
+  return setmetatable({ ctx = ctx, token = token }, Future)
 end
 
 local function check_name(what, v, level)
@@ -73,13 +78,15 @@ end
 
 --- Wait for the future. Returns its value, or nil and a duroxide.Error.
 function Future:await()
-  if self.cancelled then return nil, cancelled_error() end
-  if self.composite then
-    if not self.done then
-      self.value, self.err = self.composite()
-      self.done = true
+  if self.special then
+    if self.cancelled then return nil, cancelled_error() end
+    if self.composite then
+      if not self.done then
+        self.value, self.err = self.composite()
+        self.done = true
+      end
+      return self.value, self.err
     end
-    return self.value, self.err
   end
   local ctx, token = self.ctx, self.token
   local box = ctx._box
@@ -108,14 +115,14 @@ function Future:cancel()
   if self.cancelled then return true end
   if self.composite then
     if self.done then return false end
-    self.cancelled = true
+    self.cancelled, self.special = true, true
     if self.current then self.current:cancel() end
     return true
   end
   if self.token == nil then error("cancel: this future cannot be cancelled", 2) end
   if (C.poll(self.ctx._box, self.token)) ~= PENDING then return false end
   C.cancel(self.ctx._box, self.token)
-  self.cancelled = true
+  self.cancelled, self.special = true, true
   return true
 end
 
@@ -154,7 +161,7 @@ end
 
 local function activity_future(ctx, name, input, session_id, tag, fail_moved)
   return new_future(ctx, emit(ctx._box, ACT_ACTIVITY, name, input, session_id, nil, nil, nil,
-                                fail_moved or false, tag), "activity")
+                                fail_moved or false, tag))
 end
 
 local SESSION_OPTS = { on_moved = true }
@@ -170,8 +177,8 @@ function Context:schedule_activity(name, input, opts)
   -- the common call (a name, no options) in as few VM instructions as the hook counts
   if opts == nil and (name == last_name or type(name) == "string" and name ~= "") then
     last_name = name
-    return setmetatable({ ctx = self, token = emit(self._box, ACT_ACTIVITY, name, input),
-                          kind = "activity" }, Future)
+    return setmetatable({ ctx = self, token = emit(self._box, ACT_ACTIVITY, name, input) },
+                        Future)
   end
   check_name("activity name", name)
   local tag, fail_moved = activity_opts(opts, SESSION_ID_OPTS)
@@ -186,7 +193,7 @@ end
 function Context:schedule_activity_on_session(name, input, session_id, opts)
   -- the common call (no options): both names checked in one primitive, no type() calls
   if opts == nil and texts(name, session_id) then
-    return setmetatable({ ctx = self, kind = "activity",
+    return setmetatable({ ctx = self,
                           token = emit(self._box, ACT_ACTIVITY, name, input, session_id, nil, nil,
                                        nil, false) }, Future)
   end
@@ -210,13 +217,12 @@ function Context:close_session(session_id)
 end
 
 function Context:schedule_timer(ms)
-  return new_future(self, C.emit(self._box, ACT_TIMER, nil, nil, nil, nil, nil, check_ms(ms)),
-                    "timer")
+  return new_future(self, C.emit(self._box, ACT_TIMER, nil, nil, nil, nil, nil, check_ms(ms)))
 end
 
 function Context:schedule_wait(event_name)
   check_name("event name", event_name)
-  return new_future(self, C.emit(self._box, ACT_WAIT, event_name), "wait")
+  return new_future(self, C.emit(self._box, ACT_WAIT, event_name))
 end
 
 local function check_version(v, level)
@@ -242,8 +248,7 @@ function Context:schedule_sub_orchestration(name, input, opts)
     instance_id, version = opts.instance_id, check_version(opts.version, 2)
   end
   if instance_id ~= nil then check_name("instance id", instance_id) end
-  return new_future(self, C.emit(self._box, ACT_SUB, name, input, nil, instance_id, version),
-                    "sub_orchestration")
+  return new_future(self, C.emit(self._box, ACT_SUB, name, input, nil, instance_id, version))
 end
 
 function Context:start_orchestration(name, instance_id, input)
@@ -291,7 +296,7 @@ function Context:schedule_activity_with_retry(name, input, policy, session_id, o
   local function attempt_future()
     return activity_future(ctx, name, input, session_id, tag, fail_moved)
   end
-  local f = setmetatable({ ctx = self, kind = "retry" }, Future)
+  local f = setmetatable({ ctx = self, special = true }, Future)
   local first = attempt_future()
   f.current = first
   f.composite = function()
@@ -417,8 +422,7 @@ function Context:get_kv_value_from_instance(instance_id, key)
   C.kv_key_check(key)
   -- the instance id also goes as the action's instance: checked there like any other id
   return new_future(self, C.emit(self._box, ACT_ACTIVITY, KV_SYSCALL,
-                                 { instance = instance_id, key = key }, nil, instance_id),
-                    "activity")
+                                 { instance = instance_id, key = key }, nil, instance_id))
 end
 
 -- {===== event queues =====}
@@ -427,7 +431,7 @@ end
 --- kept until dequeued, and carried across continue_as_new.
 function Context:dequeue_event(queue)
   check_name("queue name", queue)
-  return new_future(self, C.emit(self._box, ACT_DEQUEUE, queue), "dequeue")
+  return new_future(self, C.emit(self._box, ACT_DEQUEUE, queue))
 end
 
 function Context:is_replaying() return C.replaying(self._box) end
@@ -463,7 +467,7 @@ function Context:join(futures)
   for i = 1, #futures do
     local f = futures[i]
     local v, e
-    if f.cancelled or f.composite then
+    if f.special then -- cancelled or a retry
       v, e = f:await()
     else
       -- Future:await inlined (fewer VM instructions under the count hook); off the
