@@ -301,6 +301,8 @@ typedef struct {
   shared_env_t *se;
   int no_sync;
   int in_batch; /* this handle opened the env's batch (begin) */
+  int atomic;   /* ... with begin_atomic: its caller rolls it back whole when a call fails, so
+                   calls need no nested txn to contain them (dx__lm_enqueue_orch runs direct) */
   /* In this batch the session claims of this worker id are over (at capacity, or nothing
   ** claimable): its later fetches skip them. Capacity only grows within a batch and its
   ** operations come before its fetches; LMDB has one writer, so nothing else changes the
