@@ -133,3 +133,69 @@ static void refusals_change_nothing(int atomic) {
 DX_TEST(pv_atomic_batch_refusals_before_writing_change_nothing) { refusals_change_nothing(1); }
 
 DX_TEST(pv_batch_contains_a_failed_call) { refusals_change_nothing(0); }
+
+/* A batch whose commit fails keeps nothing, not even in what the provider remembers between
+** batches (LMDB: the instance states its enqueues read and wrote): the id is free again. */
+DX_TEST(pv_atomic_batch_whose_commit_fails_keeps_nothing) {
+  dx_provider_t *p = dx_pv_fresh();
+  const dx_provider_test_hooks_t *h = M(p)->test_hooks;
+  if (!h || h->version < 2 || !h->fail_next_commit) {
+    M(p)->destroy(p);
+    return; /* the provider cannot fail a commit on purpose */
+  }
+  CHECK(enq(p, DX_WI_START, "X"));
+  CHECK(begin_atomic(p));
+  CHECK(enq(p, DX_WI_START, "A"));
+  CHECK(enq(p, DX_WI_EXTERNAL, "X"));
+  CHECK(h->fail_next_commit(p));
+  ASSERT(M(p)->commit(p, 1, &E) != 0);
+  ASSERT(!exists(p, "A"));
+  ASSERT_EQ(depths(p).orchestrator, 1);
+  CHECK(begin_atomic(p));
+  CHECK(enq(p, DX_WI_START, "A"));
+  CHECK_ERR(enq(p, DX_WI_START, "X"), DX_EEXIST);
+  M(p)->rollback(p);
+  CHECK(begin_atomic(p));
+  CHECK(enq(p, DX_WI_START, "A"));
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT(exists(p, "A"));
+  ASSERT_EQ(depths(p).orchestrator, 2);
+  M(p)->destroy(p);
+}
+
+/* An instance whose first turn a batch committed (the store cycle's batches may remember its
+** record for the next one) cannot be started again in an all-or-nothing batch. */
+DX_TEST(pv_atomic_batch_after_a_turn_refuses_its_id) {
+  dx_provider_t *p = dx_pv_fresh();
+  dx_orch_item_t *it;
+  dx_orch_ack_t a;
+  dx_event_t ev;
+  CHECK(enq(p, DX_WI_START, "A"));
+  CHECK(M(p)->begin(p, &E));
+  CHECK(M(p)->fetch_orchestration_item(p, T0 + 1, LOCK, &it, &E));
+  ASSERT(it && strcmp(it->instance, "A") == 0);
+  memset(&ev, 0, sizeof ev);
+  ev.kind = DX_EV_ORCH_STARTED;
+  ev.event_id = 1;
+  ev.timestamp_ms = T0 + 1;
+  ev.name = "Orch";
+  ev.data = "1";
+  memset(&a, 0, sizeof a);
+  a.instance = it->instance;
+  a.lock_token = it->lock_token;
+  a.execution_id = it->execution_id;
+  a.orchestration_name = "Orch";
+  a.delta = &ev;
+  a.delta_len = 1;
+  a.status = DX_STATUS_RUNNING;
+  CHECK(M(p)->ack_orchestration_item(p, T0 + 2, &a, &E));
+  dx_orch_item_free(it);
+  CHECK(M(p)->commit(p, 1, &E));
+  CHECK(begin_atomic(p));
+  CHECK_ERR(enq(p, DX_WI_START, "A"), DX_EEXIST);
+  CHECK(enq(p, DX_WI_EXTERNAL, "A"));
+  CHECK(M(p)->commit(p, 1, &E));
+  ASSERT_EQ(depths(p).orchestrator, 1);
+  ASSERT_EQ(depths(p).instances, 1);
+  M(p)->destroy(p);
+}
