@@ -19,7 +19,8 @@
 **   connection: nothing was applied and the same calls may succeed), and otherwise applies
 **   each operation in a transaction of its own, so one bad operation cannot fail its
 **   neighbours. A provider need not (and on a SQL database should not) scope every method to a
-**   nested transaction.
+**   nested transaction. A batch opened with begin_atomic (version 12) need not contain a failed
+**   call at all: its caller rolls it back whole.
 ** - Concurrency: other processes run batches at the same time (on a SQL database, under READ
 **   COMMITTED). Every enqueue must leave its instance visibly due even when a concurrent
 **   release runs, and a START enqueued for an instance id that already exists, or whose START
