@@ -327,6 +327,22 @@ static int fill(dx_provider_t *p, dx_error_t *err, int *rc) {
   return i - 1;
 }
 
+/* In a begin_atomic batch, STARTs of new ids (each writes its start entries) until a call
+** fails: its error; then commit (commit 1) or roll back. */
+static int fill_starts(dx_provider_t *p, int commit, dx_error_t *err) {
+  char id[DX_MAX_INSTANCE_ID_BYTES + 1];
+  dx_work_item_t w = start_item(id, "1");
+  int i, rc = 0;
+  ASSERT_OK(M(p)->begin_atomic(p, err));
+  for (i = 0; i < 20000 && rc == 0; i++) {
+    snprintf(id, sizeof id, "%0390d", i);
+    rc = M(p)->enqueue_for_orchestrator(p, T0, &w, 0, err);
+  }
+  if (commit) return rc;
+  M(p)->rollback(p);
+  return rc;
+}
+
 DX_TEST(lmdb_map_grows_up_to_max_size) {
   /* issue 7 item 14: the map starts at 1 MiB and grows; the limit is the store's maximum */
   char *store = dx_pv_new_store();
@@ -344,6 +360,12 @@ DX_TEST(lmdb_map_grows_up_to_max_size) {
   ASSERT_EQ(fill(p, &err, &rc), 0);
   ASSERT_EQ(rc, DX_EFULL);
   ASSERT_OK(M(p)->commit(p, 1, &err));
+  /* an all-or-nothing batch writes in the batch txn: a call failing part way spoils it (the
+  ** commit refuses), and its rollback leaves nothing */
+  ASSERT_EQ(fill_starts(p, 1, &err), DX_EFULL);
+  ASSERT_EQ(M(p)->commit(p, 1, &err), DX_EFULL);
+  ASSERT_EQ(fill_starts(p, 0, &err), DX_EFULL);
+  ASSERT_EQ(orch_depth(p), (uint64_t)n);
   M(p)->destroy(p);
   /* a larger maximum lifts the wedge; a later open without one keeps the stored limit */
   opts.max_size = 8 << 20;

@@ -132,6 +132,13 @@ int dx_client_start(dx_client_t *c, const char *id, const char *name, const char
   return dx_client_start_many(c, &st, 1, err);
 }
 
+/* A batch the caller rolls back whole when a call in it fails (provider.h begin_atomic):
+** its calls need not be contained one by one. */
+static int begin_all_or_nothing(dx_provider_t *p, dx_error_t *err) {
+  const dx_provider_methods_t *m = p->methods;
+  return m->version >= 12 && m->begin_atomic ? m->begin_atomic(p, err) : m->begin(p, err);
+}
+
 int dx_client_start_many(dx_client_t *c, const dx_start_t *starts, size_t n, dx_error_t *err) {
   dx_provider_t *p;
   int64_t now = dx__now_ms();
@@ -139,7 +146,7 @@ int dx_client_start_many(dx_client_t *c, const dx_start_t *starts, size_t n, dx_
   int rc;
   if (!c || (!starts && n)) return dx_error_set(err, DX_EINVAL, "NULL argument");
   p = c->p;
-  if ((rc = p->methods->begin(p, err)) != 0) return rc;
+  if ((rc = begin_all_or_nothing(p, err)) != 0) return rc;
   for (i = 0; i < n && rc == 0; i++) {
     dx_work_item_t w;
     if ((rc = dx__client_start_item(&starts[i], &w, err)) != 0) break;
@@ -222,7 +229,7 @@ int dx_client_raise_many(dx_client_t *c, const dx_raise_t *raises, size_t n, dx_
       snprintf(err->msg, sizeof err->msg, "entry %zu: %.480s", k + 1, tmp);
     }
   }
-  if (rc == 0) rc = p->methods->begin(p, err);
+  if (rc == 0) rc = begin_all_or_nothing(p, err);
   for (i = 0; i < n && rc == 0; i++) {
     rc = p->methods->enqueue_for_orchestrator(p, now, &w[i], 0, err);
     if (rc != 0) p->methods->rollback(p); /* all or nothing */

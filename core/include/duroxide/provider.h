@@ -19,7 +19,8 @@
 **   connection: nothing was applied and the same calls may succeed), and otherwise applies
 **   each operation in a transaction of its own, so one bad operation cannot fail its
 **   neighbours. A provider need not (and on a SQL database should not) scope every method to a
-**   nested transaction.
+**   nested transaction. A batch opened with begin_atomic (version 12) need not contain a failed
+**   call at all: its caller rolls it back whole.
 ** - Concurrency: other processes run batches at the same time (on a SQL database, under READ
 **   COMMITTED). Every enqueue must leave its instance visibly due even when a concurrent
 **   release runs, and a START enqueued for an instance id that already exists, or whose START
@@ -493,7 +494,7 @@ typedef int (*dx_instance_cb)(void *ud, const char *id);
 typedef void (*dx_check_cb)(void *ud, const char *problem);
 
 typedef struct dx_provider_methods_s {
-  int version; /* 11 (older providers: 1..10; members past `version` are absent) */
+  int version; /* 12 (older providers: 1..11; members past `version` are absent) */
   const char *name;
 
   /** Close and free the provider. */
@@ -748,6 +749,16 @@ typedef struct dx_provider_methods_s {
   **  answer since (never a cut history without history_held). DX_OK. */
   int (*set_history_hint)(dx_provider_t *p, const dx_history_hint_t *hint, dx_error_t *err);
   /* members above are version 11 */
+
+  /** All-or-nothing batches (version 12; may be NULL: callers use begin). Opens a batch as
+  **  begin does, for a caller that rolls it back whole when any call in it fails (the
+  **  client's start_many and raise_many). A failed call need not be contained: the provider
+  **  may skip the scoping that keeps a failed call from changing the batch (LMDB: a nested
+  **  transaction per call). Checks that can fail before anything is written (bad input,
+  **  DX_EEXIST) still change nothing; after any other failure commit() may refuse with that
+  **  error, keeping nothing; rollback() always leaves nothing. */
+  int (*begin_atomic)(dx_provider_t *p, dx_error_t *err);
+  /* members above are version 12 */
 } dx_provider_methods_t;
 
 /** Hooks the test harness (duroxide.testing, the validation suite) uses to set up states a

@@ -60,7 +60,8 @@
 ** opens a batch for the calling thread on this env; until commit() every method on that
 ** thread runs in a nested txn, so a failing method undoes only its own changes -- except the
 ** store cycle's hot methods (LM_WRITE_DIRECT), which run in the batch txn itself: their
-** expected refusals come before any write, and a later failure spoils the batch. Commits
+** expected refusals come before any write, and a later failure spoils the batch. So do the
+** client's enqueues in a batch opened with begin_atomic (its caller rolls it back whole). Commits
 ** fsync unless the handle has no_sync or commit(sync=0) is used (see dx__lm_top_finish and
 ** lm_commit: a sync=0 batch that wrote more than locks still flushes its data).
 ** Every top-level txn first checks the files and, for writes, grows the map (map.c).
@@ -301,6 +302,8 @@ typedef struct {
   shared_env_t *se;
   int no_sync;
   int in_batch; /* this handle opened the env's batch (begin) */
+  int atomic;   /* ... with begin_atomic: its caller rolls it back whole when a call fails, so
+                   calls need no nested txn to contain them (dx__lm_enqueue_orch runs direct) */
   /* In this batch the session claims of this worker id are over (at capacity, or nothing
   ** claimable): its later fetches skip them. Capacity only grows within a batch and its
   ** operations come before its fetches; LMDB has one writer, so nothing else changes the

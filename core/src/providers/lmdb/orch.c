@@ -1091,8 +1091,10 @@ int dx__lm_enqueue_orch(dx_provider_t *pp, int64_t now, const dx_work_item_t *it
   tx_t t;
   int rc;
   if ((rc = dx__check_item(item, err)) || (rc = dx__check_payload(item, err))) return rc;
-  LM_WRITE(p, t, err, rc, enqueue_unique(&t, item, dx__visible_at(item, now, delay_ms)),
-           (void)0);
+  /* in an all-or-nothing batch (begin_atomic) in the batch txn itself: its refusals (DX_EEXIST)
+  ** come before any write, and a later failure spoils the batch its caller rolls back */
+  LM_WRITE_MODE(p, t, err, rc, enqueue_unique(&t, item, dx__visible_at(item, now, delay_ms)),
+                (void)0, p->atomic);
   return rc;
 }
 

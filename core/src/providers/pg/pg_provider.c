@@ -86,7 +86,7 @@ static const dx_provider_test_hooks_t pg_test_hooks = {1, dx__pg_test_corrupt_hi
                                                        dx__pg_test_expire_session, NULL};
 
 static const dx_provider_methods_t pg_methods = {
-  11,
+  12,
   "postgres",
   pg_destroy,
   dx__pg_begin,
@@ -136,6 +136,10 @@ static const dx_provider_methods_t pg_methods = {
   pg_set_fetch_filter, /* activity tags and rolling deployments (version 9) */
   dx__pg_list_workers, /* live workers (version 10) */
   pg_set_history_hint, /* cached orchestrations (version 11) */
+  /* begin_atomic (version 12): nothing to skip. A batch's calls here take no savepoint (their
+  ** expected refusals come before any write: pg_orch.c), so begin serves all-or-nothing
+  ** batches as cheaply. */
+  NULL,
 };
 
 uint64_t dx__pg_round_trips(dx_provider_t *pp) {
