@@ -20,15 +20,9 @@ static int begin_atomic(dx_provider_t *p) {
                                                      : M(p)->begin(p, &E);
 }
 
+/* The suite's START or raise of `inst` (provider_validation.c). */
 static dx_work_item_t item(int kind, const char *inst) {
-  dx_work_item_t w;
-  memset(&w, 0, sizeof w);
-  w.kind = kind;
-  w.instance = (char *)inst;
-  w.execution_id = kind == DX_WI_START ? 1 : 0;
-  w.name = kind == DX_WI_START ? "Orch" : "go";
-  w.data = "1";
-  return w;
+  return kind == DX_WI_START ? dx_pv_start_item(inst) : dx_pv_raise_item(inst);
 }
 
 /* A START the provider refuses (DX_EINVAL): its id is over the limit. */
