@@ -1,8 +1,9 @@
--- An activity's coroutine closed by code that kept it (coroutine.running, coroutine.close):
--- activity.c reuses a finished activity's coroutine for the next activity, so code of one
--- activity that kept its coroutine can close another's while it waits. The waiting activity
--- fails with a message saying so instead of hanging, and its run never writes into a handle
--- the collector freed (checked under scripts/test --asan, whose busted preloads libasan).
+-- An activity's coroutine kept and closed by its code (coroutine.running, coroutine.close).
+-- activity.c reuses a finished activity's coroutine for the next activity, but not one the
+-- code got from coroutine.running: a later activity never waits on a coroutine that code kept.
+-- An activity whose coroutine is closed while it waits fails with a message saying so instead
+-- of hanging, and its run never writes into a handle the collector freed (checked under
+-- scripts/test --asan, whose busted preloads libasan).
 local duroxide = require("duroxide")
 local H = require("helpers")
 local uv = require("luv")
@@ -12,14 +13,12 @@ describe("an activity coroutine closed by other code", function()
   before_each(function() env = H.env() end)
   after_each(function() env:close() end)
 
-  -- A keeps its coroutine and returns; B runs on that coroutine next (a kept one) and waits
-  -- (sleep_ms); A's timer closes the coroutine once B waits, and collects garbage.
-  local function a_closes_b(sleep_ms)
-    local saved, b_waits, closed, same = nil, false, false, nil
+  it("does not run a later activity on the coroutine an activity kept", function()
+    local saved, b_waits, closed, b_co = nil, false, false, nil
     local a = env:activity("KeepsCo", function()
       saved = coroutine.running()
       local t = uv.new_timer()
-      t:start(1, 1, function()
+      t:start(1, 1, function() -- once B waits, close the kept coroutine
         if not b_waits then return end
         t:close()
         coroutine.close(saved)
@@ -30,9 +29,9 @@ describe("an activity coroutine closed by other code", function()
       return "a"
     end)
     local b = env:activity("Waits", function(actx)
-      same = coroutine.running() == saved
+      b_co = coroutine.running()
       b_waits = true
-      actx:sleep(sleep_ms)
+      actx:sleep(50)
       return "b"
     end)
     local orch = env:orchestration("AB", function(ctx)
@@ -40,45 +39,19 @@ describe("an activity coroutine closed by other code", function()
       local v, err = ctx:schedule_activity(b):await()
       return v or err.message
     end)
-    local id = env:start(orch)
-    env:run_until(function() return closed end, 5000, "the close")
-    return id, function() return same end
-  end
-
-  it("fails the waiting activity instead of hanging when its done fires", function()
-    local id, same = a_closes_b(50)
-    local st = env:wait(id, 5000)
-    assert.is_true(same()) -- B ran on A's coroutine
+    local st = env:run(orch)
+    assert.is_true(closed)
+    assert.are_not.equal(saved, b_co)
     assert.are.equal("Completed", st.status)
-    assert.matches("coroutine was closed while it waited", st.output, 1, true)
-    -- the worker still runs activities, on a fresh coroutine
-    local c = env:activity("After", function() return "still alive" end)
-    local orch = env:orchestration("After", function(ctx) return ctx:schedule_activity(c):await() end)
-    assert.are.equal("still alive", env:run(orch).output)
+    assert.are.equal("b", st.output)
   end)
 
-  it("hands the waiting activity back at shutdown without touching its freed handle", function()
-    local id, same = a_closes_b(60000)
-    assert.is_true(same())
-    env.rt:stop() -- the grace (1 s) runs out: the runtime aborts the activity, hands it back
-    local hist = env.client:history(id)
-    assert.are.equal(2, #H.events_of(hist, "ActivityScheduled"))
-    assert.are.equal(1, #H.events_of(hist, "ActivityCompleted")) -- A's only
-  end)
-
-  it("lets a crashing worker drop the waiting activity without touching its freed handle", function()
-    local id, same = a_closes_b(60000)
-    assert.is_true(same())
-    env.rt:crash() -- aborts the activity at once (its row stays locked)
-    local hist = env.client:history(id)
-    assert.are.equal(1, #H.events_of(hist, "ActivityCompleted")) -- A's only
-  end)
-
-  it("hands back at shutdown an activity whose own timer closed its coroutine", function()
+  -- An activity whose own luv timer closes its coroutine while it waits (sleep_ms; nil: a
+  -- wait whose done is never called), then collects garbage.
+  local function closes_itself(sleep_ms)
     local closed = false
-    local act = env:activity("SelfKept", function(actx)
+    local act = env:activity("ClosesItself", function(actx)
       local co = coroutine.running()
-      actx = nil -- luacheck: ignore
       local t = uv.new_timer()
       t:start(20, 0, function()
         t:close()
@@ -87,12 +60,49 @@ describe("an activity coroutine closed by other code", function()
         collectgarbage("collect")
         closed = true
       end)
-      duroxide.wait(function() end) -- never done
+      if sleep_ms then actx:sleep(sleep_ms)
+      else
+        actx = nil -- luacheck: ignore
+        duroxide.wait(function() end)
+      end
       return "unreachable"
     end)
-    local orch = env:orchestration("Self", function(ctx) return ctx:schedule_activity(act):await() end)
-    env:start(orch)
+    local orch = env:orchestration("Closes", function(ctx)
+      local v, err = ctx:schedule_activity(act):await()
+      return v or err.message
+    end)
+    local id = env:start(orch)
     env:run_until(function() return closed end, 5000, "the close")
+    return id
+  end
+
+  it("fails an activity whose coroutine was closed while it waited when its done fires", function()
+    local st = env:wait(closes_itself(100), 5000)
+    assert.are.equal("Completed", st.status)
+    assert.matches("coroutine was closed while it waited", st.output, 1, true)
+    -- the worker still runs activities
+    local c = env:activity("After", function() return "still alive" end)
+    local orch = env:orchestration("After", function(ctx) return ctx:schedule_activity(c):await() end)
+    assert.are.equal("still alive", env:run(orch).output)
+  end)
+
+  it("hands back at shutdown a waiting activity whose coroutine was closed", function()
+    local id = closes_itself(60000)
+    env.rt:stop() -- the grace (1 s) runs out: the runtime aborts the activity, hands it back
+    local hist = env.client:history(id)
+    assert.are.equal(1, #H.events_of(hist, "ActivityScheduled"))
+    assert.are.equal(0, #H.events_of(hist, "ActivityCompleted") + #H.events_of(hist, "ActivityFailed"))
+  end)
+
+  it("lets a crashing worker drop a waiting activity whose coroutine was closed", function()
+    local id = closes_itself(60000)
+    env.rt:crash() -- aborts the activity at once (its row stays locked)
+    local hist = env.client:history(id)
+    assert.are.equal(0, #H.events_of(hist, "ActivityCompleted") + #H.events_of(hist, "ActivityFailed"))
+  end)
+
+  it("hands back at shutdown an activity whose coroutine was closed while its done never fires", function()
+    closes_itself(nil)
     env:close()
   end)
 end)

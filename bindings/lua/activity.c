@@ -43,6 +43,7 @@ struct act_run_s {
   act_handle_t *h; /* NULL once boot_done cleared it (the function returned) */
   int deferred;   /* its runtime is stalled (tests): resumed by dxl_resume_deferred */
   int listed;     /* in runs (it parked once) */
+  int seen;       /* its code got its coroutine (coroutine.running): never reused */
   act_run_t *outer; /* S->stepping: the run whose step this one's runs inside */
 };
 
@@ -55,7 +56,10 @@ struct act_run_s {
 ** (or, aborted, just ends) when its done fires, at shutdown or when abandoned runs are ended.
 ** S->idle_ref: the array of finished activity coroutines kept for the next activities: a
 ** coroutine that returned can run another function, which saves making and collecting one per
-** activity. Only those that returned normally go there (nothing of theirs is pending).
+** activity. Only those that returned normally go there (nothing of theirs is pending), and
+** only those whose code never got them from coroutine.running (it may keep one, and close or
+** resume it while a later activity runs on it; duroxide.wait's own copy is harmless: a stale
+** done() resumes a later activity's wait, which waits on).
 ** S->hot_co: the one kept last, in a registry slot of its own (S->hot_ref) before the array:
 ** most activities return within their first step, and the next one takes their coroutine
 ** back without the array's pushes and pops. */
@@ -92,6 +96,7 @@ static lua_State *take_thread(lua_State *L, dxl_state_t *S) {
 static void run_end(act_run_t *r, int returned) {
   lua_State *L = r->S->L;
   if (r->h) r->h->run = r->h->owner = NULL;
+  if (r->seen) returned = 0; /* not kept for the next activities */
   if (r->co) {
     /* Run pending <close> handlers (an activity that raised, or was aborted while parked). */
     if (!returned) lua_resetthread(r->co);
@@ -155,8 +160,8 @@ static act_run_t *run_of_handle(lua_State *L, int idx) {
   return h ? h->owner : NULL;
 }
 
-#define GONE_MSG "the activity's coroutine was closed while it waited (by code that kept it: " \
-                 "an activity must not keep or close its coroutine)"
+#define GONE_MSG \
+  "the activity's coroutine was closed while it waited (an activity must not close its coroutine)"
 
 /* 1 when r is listed but its coroutine has no frame left: other code closed it. A parked run
 ** has its frames, and so has one being resumed (a running coroutine's status is LUA_OK). */
@@ -488,6 +493,12 @@ void dxl_end_abandoned_activities(dxl_state_t *S) {
   act_run_t **dead = runs_where(S, is_abandoned, &n);
   for (i = 0; i < n; i++) run_end(dead[i], 0);
   free(dead);
+}
+
+void dxl_activity_thread_seen(dxl_state_t *S, lua_State *co) {
+  act_run_t *r;
+  for (r = S->stepping; r; r = r->outer)
+    if (r->co == co) r->seen = 1;
 }
 
 /* {===== session hooks =====} */
