@@ -20,7 +20,9 @@
 
 /* What actx._h holds; `run` is cleared when the activity is over or aborted, `owner` only
 ** when it is over. The coroutine's bottom frame (boot) holds it, which keeps it alive as long
-** as its run (a dead coroutine's stack stays until run_end resets it). It also holds
+** as its run (a dead coroutine's stack stays until run_end resets it); once the run parks, the
+** runs table holds it too (code that kept the coroutine may close it, which clears its stack,
+** while the run still writes to the handle). It also holds
 ** actx's fields, copied at the start so they outlive the run: the texts in text[] (userdata
 ** memory does not move), made Lua strings only when the code reads them (actx_index); most
 ** activities read one field or none, and eight user values set per activity cost more. */
@@ -41,16 +43,23 @@ struct act_run_s {
   act_handle_t *h; /* NULL once boot_done cleared it (the function returned) */
   int deferred;   /* its runtime is stalled (tests): resumed by dxl_resume_deferred */
   int listed;     /* in runs (it parked once) */
+  int seen;       /* its code got its coroutine (coroutine.running): never reused */
   act_run_t *outer; /* S->stepping: the run whose step this one's runs inside */
 };
 
-/* S->runs_ref: the table mapping parked activity coroutines to their runs (light userdata),
-** which keeps each coroutine alive while it waits. A run is listed when it first yields: most
-** activities return within their first step and never are (a run being resumed is found
-** through S->stepping).
+/* S->runs_ref: the table mapping parked activity coroutines to their handles (the run is the
+** handle's owner), which keeps each coroutine and its handle alive while it waits. A run is
+** listed when it first yields: most activities return within their first step and never are
+** (a run being resumed is found through S->stepping).
+** A listed run whose coroutine has no frame left is gone: code that kept the coroutine
+** (coroutine.running) closed it while it waited (run_gone). Nothing can continue it: it fails
+** (or, aborted, just ends) when its done fires, at shutdown or when abandoned runs are ended.
 ** S->idle_ref: the array of finished activity coroutines kept for the next activities: a
 ** coroutine that returned can run another function, which saves making and collecting one per
-** activity. Only those that returned normally go there (nothing of theirs is pending).
+** activity. Only those that returned normally go there (nothing of theirs is pending), and
+** only those whose code never got them from coroutine.running (it may keep one, and close or
+** resume it while a later activity runs on it; duroxide.wait's own copy is harmless: a stale
+** done() resumes a later activity's wait, which waits on).
 ** S->hot_co: the one kept last, in a registry slot of its own (S->hot_ref) before the array:
 ** most activities return within their first step, and the next one takes their coroutine
 ** back without the array's pushes and pops. */
@@ -87,6 +96,7 @@ static lua_State *take_thread(lua_State *L, dxl_state_t *S) {
 static void run_end(act_run_t *r, int returned) {
   lua_State *L = r->S->L;
   if (r->h) r->h->run = r->h->owner = NULL;
+  if (r->seen) returned = 0; /* not kept for the next activities */
   if (r->co) {
     /* Run pending <close> handlers (an activity that raised, or was aborted while parked). */
     if (!returned) lua_resetthread(r->co);
@@ -122,16 +132,49 @@ void dxl_activity_state_close(dxl_state_t *S) {
   S->spare_runs.max = 0;
 }
 
-/* Protected: runs[co] = r (it may grow the table). [-0, +0, m] */
+/* Protected: runs[co] = r's handle (it may grow the table). The handle is found in slot 1 of
+** boot's frame, the coroutine's deepest. Only a run that parks pays for it. [-0, +0, e] */
 static int list_impl(lua_State *L) {
   act_run_t *r = lua_touserdata(L, 1);
+  lua_Debug ar;
+  int level = 0;
+  while (lua_getstack(r->co, level + 1, &ar)) level++;
+  if (!r->h || !lua_getstack(r->co, level, &ar) || !lua_checkstack(r->co, 1) ||
+      !lua_getlocal(r->co, &ar, 1))
+    return luaL_error(L, "activity handle not found on its coroutine");
+  lua_xmove(r->co, L, 1); /* h */
+  if (lua_touserdata(L, -1) != r->h)
+    return luaL_error(L, "activity handle not found on its coroutine");
   push_runs(L, r->S);
   lua_pushthread(r->co);
   lua_xmove(r->co, L, 1);
-  lua_pushlightuserdata(L, r);
+  lua_pushvalue(L, -3);
   lua_rawset(L, -3);
   r->listed = 1;
   return 0;
+}
+
+/* The run of the handle at idx, a value of runs (NULL: over). */
+static act_run_t *run_of_handle(lua_State *L, int idx) {
+  act_handle_t *h = lua_touserdata(L, idx);
+  return h ? h->owner : NULL;
+}
+
+#define GONE_MSG \
+  "the activity's coroutine was closed while it waited (an activity must not close its coroutine)"
+
+/* 1 when r is listed but its coroutine has no frame left: other code closed it. A parked run
+** has its frames, and so has one being resumed (a running coroutine's status is LUA_OK). */
+static int run_gone(const act_run_t *r) {
+  lua_Debug ar;
+  return r->listed && lua_status(r->co) != LUA_YIELD && !lua_getstack(r->co, 0, &ar);
+}
+
+/* A gone run (run_gone) can never continue: fail it (unless aborted) and end it. */
+static void end_gone(act_run_t *r) {
+  if (r->a) dx_activity_fail(r->a, GONE_MSG);
+  r->a = NULL;
+  run_end(r, 0);
 }
 
 /* Resume the activity coroutine with nargs values already on its stack. */
@@ -398,7 +441,7 @@ void dxl_h_activity_abort(void *host, dx_activity_t *a) {
   push_runs(L, S);
   lua_pushnil(L);
   while (!found && lua_next(L, -2)) {
-    r = lua_touserdata(L, -1);
+    r = run_of_handle(L, -1);
     lua_pop(L, 1);
     if (r && r->a == a) {
       found = r;
@@ -410,6 +453,7 @@ void dxl_h_activity_abort(void *host, dx_activity_t *a) {
   if (found) {
     found->a = NULL;
     if (found->h) found->h->run = NULL;
+    if (run_gone(found)) run_end(found, 0); /* nothing else would end it */
   }
 }
 
@@ -425,7 +469,7 @@ static act_run_t **runs_where(dxl_state_t *S, int (*pick)(const act_run_t *r), s
   push_runs(L, S);
   lua_pushnil(L);
   while (lua_next(L, -2)) {
-    act_run_t *r = lua_touserdata(L, -1);
+    act_run_t *r = run_of_handle(L, -1);
     lua_pop(L, 1);
     if (r && pick(r)) {
       if (*n == cap) {
@@ -440,13 +484,21 @@ static act_run_t **runs_where(dxl_state_t *S, int (*pick)(const act_run_t *r), s
   return v;
 }
 
-static int is_abandoned(const act_run_t *r) { return !r->a && lua_status(r->co) == LUA_YIELD; }
+static int is_abandoned(const act_run_t *r) {
+  return !r->a && (lua_status(r->co) == LUA_YIELD || run_gone(r));
+}
 
 void dxl_end_abandoned_activities(dxl_state_t *S) {
   size_t n, i;
   act_run_t **dead = runs_where(S, is_abandoned, &n);
   for (i = 0; i < n; i++) run_end(dead[i], 0);
   free(dead);
+}
+
+void dxl_activity_thread_seen(dxl_state_t *S, lua_State *co) {
+  act_run_t *r;
+  for (r = S->stepping; r; r = r->outer)
+    if (r->co == co) r->seen = 1;
 }
 
 /* {===== session hooks =====} */
@@ -524,7 +576,7 @@ static act_run_t *run_of(lua_State *L, int idx) {
   push_runs(L, S);
   lua_pushvalue(L, idx);
   lua_rawget(L, -2);
-  r = lua_touserdata(L, -1);
+  r = run_of_handle(L, -1);
   lua_pop(L, 2);
   return r;
 }
@@ -541,12 +593,13 @@ static int p_resume_activity(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTHREAD);
   co = lua_tothread(L, 1);
   r = run_of(L, 1);
-  if (!r || co == L || lua_status(co) != LUA_YIELD) return 0;
+  if (!r || co == L || (lua_status(co) != LUA_YIELD && !run_gone(r))) return 0;
   if (r->a && dx__runtime_stalled(dx__activity_runtime(r->a))) {
     r->deferred = 1; /* a stalled worker runs nothing: continue once it resumes */
     return 0;
   }
-  step(r, L, 0);
+  if (lua_status(co) == LUA_YIELD) step(r, L, 0);
+  else end_gone(r); /* its coroutine was closed: it would wait forever */
   return 0;
 }
 
@@ -560,6 +613,7 @@ void dxl_resume_deferred(dxl_state_t *S) {
   for (i = 0; i < n; i++) {
     due[i]->deferred = 0;
     if (lua_status(due[i]->co) == LUA_YIELD) step(due[i], S->L, 0);
+    else if (run_gone(due[i])) end_gone(due[i]);
   }
   free(due);
 }

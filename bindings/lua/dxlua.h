@@ -249,6 +249,9 @@ void dxl_cancel_timers(dxl_state_t *S);
 void dxl_end_abandoned_activities(dxl_state_t *S);
 /* Continue the activities whose steps waited while their runtime was stalled (tests). */
 void dxl_resume_deferred(dxl_state_t *S);
+/* coroutine.running() returned co (sandbox.c): an activity whose coroutine it is keeps it
+** from the next activities (the code may close or resume it later). */
+void dxl_activity_thread_seen(dxl_state_t *S, lua_State *co);
 
 /* Orchestration primitives for duroxide/context.lua (registered into the prims table). */
 void dxl_orch_register(lua_State *L, int prims_idx);

@@ -9,6 +9,7 @@
 **    private table behind __index and refuse writes while an orchestration runs (whatever
 **    reference the code holds); metatables shared with other code (strings, Context, C
 **    objects) are seen through read-only views;
+**  - coroutine.running tells activity.c which activity coroutines the code got (not reused);
 **  - per-instance globals: each registered orchestration function gets its own _ENV cell,
 **    bound to a fresh globals table per instance while that instance runs. The table falls
 **    back to one shared, read-only snapshot of the function's environment (per environment),
@@ -249,6 +250,15 @@ void dxl_guard_functions(lua_State *L, dxl_state_t *S, int idx, const char *cons
       lua_pop(L, 1);
     }
   }
+}
+
+/* coroutine.running, as the base library's (upvalue: the state); when it returns an activity's
+** coroutine, that activity's code may keep it: activity.c then does not reuse it. */
+static int co_running(lua_State *L) {
+  int ismain = lua_pushthread(L);
+  if (!ismain) dxl_activity_thread_seen(state_of(L, 1), L);
+  lua_pushboolean(L, ismain);
+  return 2;
 }
 
 /* {===== guarded base functions =====} */
@@ -548,6 +558,12 @@ void dxl_install_sandbox(lua_State *L, dxl_state_t *S) {
       lua_getfield(L, -1, "__index") == LUA_TTABLE) {
     dxl_guard_functions(L, S, -1, NULL, "file:", io_msg);
     lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  if (lua_getglobal(L, "coroutine") == LUA_TTABLE) {
+    lua_pushlightuserdata(L, S);
+    lua_pushcclosure(L, co_running, 1);
+    lua_setfield(L, -2, "running");
   }
   lua_pop(L, 1);
   dxl_charged_install(L, S);

@@ -4,6 +4,9 @@
 -- duroxide.wait parks it (in Lua, never across a C call) until `done` is called, typically
 -- from a luv callback, and C.resume_activity continues it.
 local C = ...
+-- the original, taken before sandbox.c wraps coroutine.running: wait's copy of the coroutine
+-- does not keep it from the next activities (a stale done() resumes a later wait: it waits on)
+local running = coroutine.running
 
 -- An actx is { _h = handle } (activity.c builds it): its fields are kept in the handle and
 -- read through __index, which is cheaper for every activity than a table of nine fields.
@@ -21,7 +24,7 @@ Actx.__index = C.actx_indexer(Actx, FIELDS)
 --- Suspend the running activity, call fn(done), and return whatever done(...) receives.
 local function wait(fn)
   if type(fn) ~= "function" then error("duroxide.wait expects a function", 2) end
-  local co = coroutine.running()
+  local co = running()
   if not C.is_activity(co) then error("duroxide.wait must be called inside an activity", 2) end
   local st = { done = false, parked = false }
   local function done(...)
