@@ -330,7 +330,7 @@ static int fill(dx_provider_t *p, dx_error_t *err, int *rc) {
 /* In a begin_atomic batch, STARTs of new ids (each writes its start entries) until a call
 ** fails: its error; then commit (commit 1) or roll back. */
 static int fill_starts(dx_provider_t *p, int commit, dx_error_t *err) {
-  char id[DX_MAX_INSTANCE_ID_BYTES + 1];
+  char id[DX_MAX_INSTANCE_ID_BYTES + 1] = ""; /* (the item points at it; filled per call) */
   dx_work_item_t w = start_item(id, "1");
   int i, rc = 0;
   ASSERT_OK(M(p)->begin_atomic(p, err));
