@@ -202,6 +202,70 @@ describe("hostile orchestration code", function()
     end)
   end)
 
+  -- An instance's coroutine belongs to the engine: another instance that reaches it (a ctx or
+  -- coroutine.running() stashed in a module-level local: upvalues are shared by every
+  -- instance) can neither resume nor close it. Resuming it ran A's code in B's turn; A then
+  -- failed "cannot resume dead coroutine" with the cache on, where a replay completed it.
+  describe("another instance's coroutine", function()
+    local modes = { { "on", "16m" }, { "off", 0 } }
+    local REFUSED = "this thread is an orchestration instance's own coroutine: only the engine "
+                    .. "resumes or closes it"
+    local attacks = {
+      { "resumes", function(co) return coroutine.resume(co) end, REFUSED },
+      { "closes", function(co) return coroutine.close(co) end, REFUSED },
+      { "resumes from inside coroutine.wrap", function(co)
+        return coroutine.wrap(function() return coroutine.resume(co) end)()
+      end, REFUSED },
+      { "wraps", function(co) return coroutine.wrap(co)() end,
+        "bad argument #1 to 'coroutine.wrap' (function expected, got thread)" },
+    }
+    -- what B reaches: the thread A stashed, or any thread among the fields of A's ctx
+    local reaches = {
+      { "coroutine.running()", function(stash) return stash.co end },
+      { "its ctx", function(stash)
+        for _, v in pairs(stash.ctx) do if type(v) == "thread" then return v end end
+        error("no coroutine reachable through the stashed ctx")
+      end, "no coroutine reachable through the stashed ctx" },
+    }
+    for _, mode in ipairs(modes) do
+      for _, reach in ipairs(reaches) do
+        for _, attack in ipairs(attacks) do
+          it("refuses B that " .. attack[1] .. " A's coroutine reached through " .. reach[1] ..
+             " (cache " .. mode[1] .. "); A completes", function()
+            env:close()
+            env = H.env({ turn_instruction_budget = 2000000, orchestration_cache_size = mode[2] })
+            local stash = {}
+            local echo = env:activity("Echo", function(_, v) return v end)
+            local a = env:orchestration("StashA", function(ctx)
+              stash.ctx, stash.co = ctx, coroutine.running()
+              -- its own coroutine, from a coroutine it resumes, is not suspended: refused
+              local main = stash.co
+              local nested = { coroutine.wrap(function() return coroutine.resume(main) end)() }
+              local closed = { pcall(coroutine.wrap(function() return coroutine.close(main) end)) }
+              local got = ctx:schedule_wait("go"):await()
+              return { got = got, echo = assert(ctx:schedule_activity(echo, "a"):await()),
+                       nested = nested[2], closed = closed[1] }
+            end)
+            local b = env:orchestration("StashB", function()
+              return attack[2](reach[2](stash))
+            end)
+            local id = env:start(a)
+            env:await_event(id, "ExternalSubscribed")
+            local sb = env:run(b)
+            assert(env.client:raise_event(id, "go", 7))
+            local sa = env:wait(id)
+            assert.are.equal("Completed", sa.status, sa.error and sa.error.message)
+            assert.are.same({ got = 7, echo = "a", nested = "cannot resume non-suspended coroutine",
+                              closed = false }, sa.output)
+            assert.are.equal("Failed", sb.status)
+            assert.matches(reach[3] or attack[3], sb.error.message, 1, true)
+            check_innocent()
+          end)
+        end
+      end
+    end
+  end)
+
   describe("sizes checked at the call (item 9)", function()
     local big = ("x"):rep(300000)
     local cases = {
