@@ -547,6 +547,50 @@ describe("hostile orchestration code", function()
       check_innocent()
     end)
 
+    -- a coroutine that died in an error still holds its <close> variables (Lua closes them
+    -- only on coroutine.close): freeing the instance must close them, once
+    for _, mode in ipairs({ { "on", "16m" }, { "off", 0 } }) do
+      it("closes a <close> variable once when the code raises (cache " .. mode[1] .. ")", function()
+        env:close()
+        env = H.env({ turn_instruction_budget = 2000000, orchestration_cache_size = mode[2] })
+        local closed = 0
+        local st = run_attack("CloseErr", function()
+          local guard <close> = setmetatable({}, { __close = function() closed = closed + 1 end })
+          error("boom")
+        end)
+        assert.are.equal("Failed", st.status)
+        assert.matches("boom", st.error.message, 1, true)
+        assert.are.equal(1, closed)
+        check_innocent()
+      end)
+    end
+
+    it("bounds a looping __close that error() runs under pcall, with the budget message", function()
+      local st = run_attack("CloseLoopPcall", function()
+        return pcall(function()
+          local guard <close> = setmetatable({}, { __close = function() while true do end end })
+          error("boom")
+        end)
+      end)
+      assert.are.equal("Failed", st.status)
+      assert.are.equal("BudgetExceeded", st.error.kind)
+      assert.matches("instruction budget exceeded", st.error.message, 1, true)
+      check_innocent()
+    end)
+
+    -- uncaught, the error ends the turn first: the handler runs when the instance is freed,
+    -- under a budget of its own, and the instance keeps its own error
+    it("bounds a looping __close left by an uncaught error, which the instance reports", function()
+      local st = run_attack("CloseLoopErr", function()
+        local guard <close> = setmetatable({}, { __close = function() while true do end end })
+        error("boom")
+      end)
+      assert.are.equal("Failed", st.status)
+      assert.are.equal("OrchestrationFailed", st.error.kind)
+      assert.matches("boom", st.error.message, 1, true)
+      check_innocent()
+    end)
+
     it("fails string.rep(\"x\", 1e9) with a clear memory message", function()
       local st = run_attack("Rep", function() return #string.rep("x", 1e9) end)
       assert.are.equal("Failed", st.status)
