@@ -202,6 +202,70 @@ describe("hostile orchestration code", function()
     end)
   end)
 
+  -- An instance's coroutine belongs to the engine: another instance that reaches it (a ctx or
+  -- coroutine.running() stashed in a module-level local: upvalues are shared by every
+  -- instance) can neither resume nor close it. Resuming it ran A's code in B's turn; A then
+  -- failed "cannot resume dead coroutine" with the cache on, where a replay completed it.
+  describe("another instance's coroutine", function()
+    local modes = { { "on", "16m" }, { "off", 0 } }
+    local REFUSED = "this thread is an orchestration instance's own coroutine: only the engine "
+                    .. "resumes or closes it"
+    local attacks = {
+      { "resumes", function(co) return coroutine.resume(co) end, REFUSED },
+      { "closes", function(co) return coroutine.close(co) end, REFUSED },
+      { "resumes from inside coroutine.wrap", function(co)
+        return coroutine.wrap(function() return coroutine.resume(co) end)()
+      end, REFUSED },
+      { "wraps", function(co) return coroutine.wrap(co)() end,
+        "bad argument #1 to 'coroutine.wrap' (function expected, got thread)" },
+    }
+    -- what B reaches: the thread A stashed, or any thread among the fields of A's ctx
+    local reaches = {
+      { "coroutine.running()", function(stash) return stash.co end },
+      { "its ctx", function(stash)
+        for _, v in pairs(stash.ctx) do if type(v) == "thread" then return v end end
+        error("no coroutine reachable through the stashed ctx")
+      end, "no coroutine reachable through the stashed ctx" },
+    }
+    for _, mode in ipairs(modes) do
+      for _, reach in ipairs(reaches) do
+        for _, attack in ipairs(attacks) do
+          it("refuses B that " .. attack[1] .. " A's coroutine reached through " .. reach[1] ..
+             " (cache " .. mode[1] .. "); A completes", function()
+            env:close()
+            env = H.env({ turn_instruction_budget = 2000000, orchestration_cache_size = mode[2] })
+            local stash = {}
+            local echo = env:activity("Echo", function(_, v) return v end)
+            local a = env:orchestration("StashA", function(ctx)
+              stash.ctx, stash.co = ctx, coroutine.running()
+              -- its own coroutine, from a coroutine it resumes, is not suspended: refused
+              local main = stash.co
+              local nested = { coroutine.wrap(function() return coroutine.resume(main) end)() }
+              local closed = { pcall(coroutine.wrap(function() return coroutine.close(main) end)) }
+              local got = ctx:schedule_wait("go"):await()
+              return { got = got, echo = assert(ctx:schedule_activity(echo, "a"):await()),
+                       nested = nested[2], closed = closed[1] }
+            end)
+            local b = env:orchestration("StashB", function()
+              return attack[2](reach[2](stash))
+            end)
+            local id = env:start(a)
+            env:await_event(id, "ExternalSubscribed")
+            local sb = env:run(b)
+            assert(env.client:raise_event(id, "go", 7))
+            local sa = env:wait(id)
+            assert.are.equal("Completed", sa.status, sa.error and sa.error.message)
+            assert.are.same({ got = 7, echo = "a", nested = "cannot resume non-suspended coroutine",
+                              closed = false }, sa.output)
+            assert.are.equal("Failed", sb.status)
+            assert.matches(reach[3] or attack[3], sb.error.message, 1, true)
+            check_innocent()
+          end)
+        end
+      end
+    end
+  end)
+
   describe("sizes checked at the call (item 9)", function()
     local big = ("x"):rep(300000)
     local cases = {
@@ -480,6 +544,50 @@ describe("hostile orchestration code", function()
       assert.are.equal("Completed", st.status, st.error and st.error.message)
       assert.are.equal(0, st.output) -- not yet closed when the value was returned
       assert.are.equal(1, closed)     -- closed at the return, not again when the code was freed
+      check_innocent()
+    end)
+
+    -- a coroutine that died in an error still holds its <close> variables (Lua closes them
+    -- only on coroutine.close): freeing the instance must close them, once
+    for _, mode in ipairs({ { "on", "16m" }, { "off", 0 } }) do
+      it("closes a <close> variable once when the code raises (cache " .. mode[1] .. ")", function()
+        env:close()
+        env = H.env({ turn_instruction_budget = 2000000, orchestration_cache_size = mode[2] })
+        local closed = 0
+        local st = run_attack("CloseErr", function()
+          local guard <close> = setmetatable({}, { __close = function() closed = closed + 1 end })
+          error("boom")
+        end)
+        assert.are.equal("Failed", st.status)
+        assert.matches("boom", st.error.message, 1, true)
+        assert.are.equal(1, closed)
+        check_innocent()
+      end)
+    end
+
+    it("bounds a looping __close that error() runs under pcall, with the budget message", function()
+      local st = run_attack("CloseLoopPcall", function()
+        return pcall(function()
+          local guard <close> = setmetatable({}, { __close = function() while true do end end })
+          error("boom")
+        end)
+      end)
+      assert.are.equal("Failed", st.status)
+      assert.are.equal("BudgetExceeded", st.error.kind)
+      assert.matches("instruction budget exceeded", st.error.message, 1, true)
+      check_innocent()
+    end)
+
+    -- uncaught, the error ends the turn first: the handler runs when the instance is freed,
+    -- under a budget of its own, and the instance keeps its own error
+    it("bounds a looping __close left by an uncaught error, which the instance reports", function()
+      local st = run_attack("CloseLoopErr", function()
+        local guard <close> = setmetatable({}, { __close = function() while true do end end })
+        error("boom")
+      end)
+      assert.are.equal("Failed", st.status)
+      assert.are.equal("OrchestrationFailed", st.error.kind)
+      assert.matches("boom", st.error.message, 1, true)
       check_innocent()
     end)
 

@@ -10,6 +10,8 @@
 ** memory they use, so neither the hook nor the allocator would ever stop them.
 ** coroutine.resume and coroutine.wrap are wrapped too, not to charge but to put the resumed
 ** coroutine on the budget's resume chain, so the turn time limit's alarm arms its hook.
+** coroutine.resume and coroutine.close also refuse an orchestration instance's coroutine
+** (dxl_orch_foreign_thread): only the engine may run or close it.
 */
 #include <string.h>
 
@@ -123,9 +125,25 @@ static int charged_rep(lua_State *L) {
   return dxl_call_stock(L);
 }
 
+/* The thread argument of coroutine.resume / coroutine.close (NULL: not a thread; the stock
+** function raises), refused when it is another instance's coroutine. [-0, +0, e] */
+static lua_State *thread_arg(lua_State *L, const char *fn) {
+  lua_State *co = lua_type(L, 1) == LUA_TTHREAD ? lua_tothread(L, 1) : NULL;
+  if (co && dxl_orch_foreign_thread(co))
+    luaL_error(L, "%s: this thread is an orchestration instance's own coroutine: only the "
+               "engine resumes or closes it", fn);
+  return co;
+}
+
 /* coroutine.resume(co, ...): co runs on the resume chain the turn time limit arms. */
 static int tracked_resume(lua_State *L) {
-  return dxl_call_stock_on(L, lua_type(L, 1) == LUA_TTHREAD ? lua_tothread(L, 1) : NULL);
+  return dxl_call_stock_on(L, thread_arg(L, "coroutine.resume"));
+}
+
+/* coroutine.close(co): closing an instance's suspended coroutine would end it for good. */
+static int checked_close(lua_State *L) {
+  thread_arg(L, "coroutine.close");
+  return dxl_call_stock(L);
 }
 
 /* The function coroutine.wrap returned (upvalues: it, S, its error handler, its coroutine). */
@@ -158,7 +176,7 @@ void dxl_charged_install(lua_State *L, dxl_state_t *S) {
   static const luaL_Reg string_fns[] = {{"rep", charged_rep}, {NULL, NULL}};
   /* not charged: tracked, so the turn time limit reaches C calls inside coroutines */
   static const luaL_Reg coroutine_fns[] = {{"resume", tracked_resume}, {"wrap", tracked_wrap},
-                                           {NULL, NULL}};
+                                           {"close", checked_close}, {NULL, NULL}};
   dxl_wrap_stock(L, S, "table", table_fns);
   dxl_wrap_stock(L, S, "string", string_fns);
   dxl_wrap_stock(L, S, "coroutine", coroutine_fns);

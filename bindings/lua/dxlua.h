@@ -255,6 +255,9 @@ void dxl_activity_thread_seen(dxl_state_t *S, lua_State *co);
 
 /* Orchestration primitives for duroxide/context.lua (registered into the prims table). */
 void dxl_orch_register(lua_State *L, int prims_idx);
+/* 1 when co is an orchestration instance's coroutine, not the running instance's: only the
+** engine may resume or close it (charged.c's coroutine.resume / coroutine.close refuse). */
+int dxl_orch_foreign_thread(lua_State *co);
 /* Activity primitives for duroxide/activity.lua. */
 void dxl_activity_register(lua_State *L, int prims_idx);
 

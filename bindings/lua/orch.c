@@ -131,6 +131,11 @@ static int h_orch_lookup(void *host, const char *name, const char *version,
   return found;
 }
 
+/* Marks an instance's coroutine: what its extra space holds (a thread the code makes copies
+** the main thread's, so only the engine's own are marked). */
+static const char instance_thread_key = 0;
+_Static_assert(LUA_EXTRASPACE >= sizeof(void *), "a thread's extra space holds the mark");
+
 /* Protected part of orch_start: build coroutine, ctx and input. [-1, +0, e] */
 static int start_impl(lua_State *L) {
   orch_inst_t *inst = lua_touserdata(L, 1);
@@ -161,6 +166,7 @@ static int start_impl(lua_State *L) {
   co = lua_newthread(L);
   lua_setiuservalue(L, -2, BOX_UV_CO);
   inst->co = co;
+  *(const void **)lua_getextraspace(co) = &instance_thread_key; /* see dxl_orch_foreign_thread */
   lua_rotate(L, -2, 1); /* versions, box, function */
   lua_xmove(L, co, 1);  /* function */
   lua_remove(L, -2);    /* versions */
@@ -168,10 +174,7 @@ static int start_impl(lua_State *L) {
 
   lua_createtable(L, 0, 6); /* ctx */
   lua_insert(L, -2);
-  lua_setfield(L, -2, "_box");
-  lua_pushthread(inst->co); /* futures must be awaited on this coroutine */
-  lua_xmove(inst->co, L, 1);
-  lua_setfield(L, -2, "_co");
+  lua_setfield(L, -2, "_box"); /* not the coroutine: C.on_main tells it (see below) */
   lua_pushstring(L, dx_turn_instance(inst->t));
   lua_setfield(L, -2, "instance_id");
   lua_pushinteger(L, (lua_Integer)dx_turn_execution(inst->t));
@@ -248,6 +251,17 @@ static int finish_ok(orch_inst_t *inst, int nres) {
 /* The box of the instance whose code runs now on this thread (its guards are entered; its
 ** box_ref keeps it alive): check_box takes it without looking at its metatable. */
 static _Thread_local turn_box_t *running_box;
+
+/* An instance's coroutine is the engine's to resume: another instance reaching it through a
+** shared upvalue (a stashed coroutine.running()) would run that instance's code in its own
+** turn, or close it, and the instance would then fail where a replay completes it. 1 when co
+** is an instance's coroutine other than the running instance's (its own is running or normal
+** while its code runs, and Lua refuses those itself): charged.c's coroutine.resume and
+** coroutine.close refuse it, in orchestrations, activities and load-time code alike. */
+int dxl_orch_foreign_thread(lua_State *co) {
+  return *(const void **)lua_getextraspace(co) == &instance_thread_key &&
+         !(running_box && running_box->inst->co == co);
+}
 
 /* Enter / leave the instance's guards: its budget, its globals, the sandbox checks. */
 static void guards_enter(dxl_state_t *S, orch_inst_t *inst, dxl_budget_t *b) {
@@ -772,6 +786,15 @@ static int p_texts(lua_State *L) {
   return 1;
 }
 
+/* C.on_main() -> true on the running instance's own coroutine: context.lua's waits suspend
+** only there (a yield inside coroutine.wrap/resume would return to the code with nothing
+** resolved). The coroutine itself is not in ctx, where any code holding the ctx could reach
+** it (dxl_orch_foreign_thread). */
+static int p_on_main(lua_State *L) {
+  lua_pushboolean(L, running_box && running_box->inst->co == L);
+  return 1;
+}
+
 void dxl_orch_register(lua_State *L, int prims) {
   dxl_state_t *S = dxl_state(L);
   int k;
@@ -781,7 +804,7 @@ void dxl_orch_register(lua_State *L, int prims) {
                                  {"kv_get", p_kv_get}, {"kv_all", p_kv_all},
                                  {"kv_key_check", p_kv_key_check},
                                  {"custom_status", p_custom_status}, {"texts", p_texts},
-                                 {NULL, NULL}};
+                                 {"on_main", p_on_main}, {NULL, NULL}};
   lua_pushvalue(L, prims);
   lua_pushlightuserdata(L, S); /* upvalue 1 of each: check_box's state */
   luaL_setfuncs(L, fns, 1);

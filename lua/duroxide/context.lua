@@ -8,6 +8,8 @@
 --   C.kv_get(box, key) -> value ; C.kv_all(box) -> { {key, value, updated_ms}, ... }
 --   C.kv_key_check(key) raises for a key no write would accept
 --   C.custom_status(box) -> value
+--   C.on_main() -> true on the running instance's own coroutine (ctx does not hold it: any
+--     code holding a ctx could reach it, and resume it from another instance)
 -- Yields happen here, in Lua, never inside a C function: a suspended orchestration is a
 -- coroutine parked in `coroutine.yield()` until the engine delivers something and resumes it.
 local C = ...
@@ -19,7 +21,7 @@ local ACT_KV_SET, ACT_KV_CLEAR, ACT_KV_CLEAR_ALL, ACT_DEQUEUE = 10, 11, 12, 13
 local KV_SYSCALL = "__duroxide_syscall:get_kv_value"
 local PENDING, OK = 0, 1
 
-local yield, running = coroutine.yield, coroutine.running
+local yield, on_main = coroutine.yield, C.on_main
 -- the primitives every await and schedule call uses, as upvalues (one lookup fewer per call:
 -- orchestration code runs under the instruction hook, where every VM instruction counts)
 local poll, emit, texts = C.poll, C.emit, C.texts
@@ -64,8 +66,8 @@ end
 
 -- Suspending is only possible on the orchestration's own coroutine: a yield inside
 -- coroutine.wrap/resume would return to user code with nothing resolved.
-local function suspend(ctx)
-  if running() ~= ctx._co then
+local function suspend()
+  if not on_main() then
     error("durable futures must be awaited on the orchestration's coroutine, not inside " ..
           "coroutine.wrap or coroutine.resume", 3)
   end
@@ -94,8 +96,8 @@ function Future:await()
     local state, value, err = poll(box, token)
     if state == OK then return value end
     if state ~= PENDING then return nil, err end
-    -- suspend(ctx), inlined: this loop runs once per await of every orchestration
-    if running() ~= ctx._co then suspend(ctx) end
+    -- suspend(), inlined: this loop runs once per await of every orchestration
+    if not on_main() then suspend() end
     yield(PARK, token)
   end
 end
@@ -343,7 +345,7 @@ function Context:continue_as_new(input, opts)
   end
   check_version(version, 2)
   C.emit(self._box, ACT_CAN, nil, input, nil, nil, version)
-  while true do suspend(self) end
+  while true do suspend() end
 end
 
 -- {===== deterministic helpers =====}
@@ -478,7 +480,7 @@ function Context:join(futures)
         local state, value, err = poll(box, token)
         if state == OK then v = value break end
         if state ~= PENDING then e = err break end
-        if running() ~= ctx._co then v, e = f:await() break end
+        if not on_main() then v, e = f:await() break end
         yield(PARK, futures, i) -- resumed once futures i.. are all done
       end
     end
@@ -519,7 +521,7 @@ function Context:select(futures)
       end
       return best, best_value, best_err
     end
-    suspend(self)
+    suspend()
   end
 end
 
