@@ -128,15 +128,22 @@ static int put_text(buf_t *b, const char *s, size_t n) {
   return 1;
 }
 
-static int put_integer(buf_t *b, lua_Integer v) {
-  char tmp[24], *q = tmp + sizeof tmp;
+const char *dx__json_int_text(lua_Integer v, char buf[DX_JSON_INT_MAX]) {
+  char *q = buf + DX_JSON_INT_MAX - 1;
   unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  *q = '\0';
   do {
     *--q = (char)('0' + u % 10);
     u /= 10;
   } while (u);
   if (v < 0) *--q = '-';
-  return put(b, q, (size_t)(tmp + sizeof tmp - q));
+  return q;
+}
+
+static int put_integer(buf_t *b, lua_Integer v) {
+  char tmp[DX_JSON_INT_MAX];
+  const char *q = dx__json_int_text(v, tmp);
+  return put(b, q, (size_t)(tmp + sizeof tmp - 1 - q));
 }
 
 static int value(enc_t *e, int idx, int depth);

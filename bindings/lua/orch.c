@@ -30,26 +30,12 @@ typedef struct orch_inst_s orch_inst_t;
 
 /* {===== integers as JSON without the codec =====}
 ** Inputs, results and outputs are often counts and ids: an integer is written and read here
-** in the text the codec gives it (jsonenc.c put_integer, jsondec.c number), without its setup
-** and allocation. Anything else goes to the codec. */
-
-#define INT_TEXT_MAX 24 /* "-9223372036854775808" and its NUL */
+** in the text the codec gives it (written by its own dx__json_int_text, read as jsondec.c
+** number reads it), without its setup and allocation. Anything else goes to the codec. */
 
 /* The integer at idx as JSON text in buf (NULL: not an integer). */
-static const char *int_text(lua_State *L, int idx, char buf[INT_TEXT_MAX]) {
-  lua_Integer v;
-  unsigned long long u;
-  char *q = buf + INT_TEXT_MAX - 1;
-  if (!lua_isinteger(L, idx)) return NULL;
-  v = lua_tointeger(L, idx);
-  u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-  *q = '\0';
-  do {
-    *--q = (char)('0' + u % 10);
-    u /= 10;
-  } while (u);
-  if (v < 0) *--q = '-';
-  return q;
+static const char *int_text(lua_State *L, int idx, char buf[DX_JSON_INT_MAX]) {
+  return lua_isinteger(L, idx) ? dx__json_int_text(lua_tointeger(L, idx), buf) : NULL;
 }
 
 /* Push JSON text s when it is exactly an integer of at most 18 digits (no overflow; "-0" is
@@ -228,7 +214,7 @@ static int h_orch_start(void *host, dx_turn_t *t, const char *name, const char *
 }
 
 static int finish_ok(orch_inst_t *inst, int nres) {
-  char err[512], num[INT_TEXT_MAX];
+  char err[512], num[DX_JSON_INT_MAX];
   const char *n = nres > 0 ? int_text(inst->co, -nres, num) : NULL;
   char *out;
   if (n) {
@@ -611,7 +597,7 @@ static const char *session_id_arg(lua_State *L) {
 static int p_emit(lua_State *L) {
   turn_box_t *b = check_box(L);
   dx_action_t a;
-  char err[512], num[INT_TEXT_MAX];
+  char err[512], num[DX_JSON_INT_MAX];
   char *input = NULL;
   const char *value = NULL;
   uint64_t token = 0;

@@ -78,6 +78,10 @@ int dx__lua_push_json_tree(lua_State *L, const char *json, size_t len, char *err
 char *dx__lua_encode_json(lua_State *L, int idx);
 /* The same, written into buf (cap bytes) when it fits: buf is returned, else a malloc'd text. */
 char *dx__lua_encode_json_in(lua_State *L, int idx, char *buf, size_t cap);
+/* The canonical JSON text of integer v, NUL-terminated, at the end of buf (returned: a
+** pointer into buf). The one writer of integers: the encoder, and orch.c's codec-free path. */
+#define DX_JSON_INT_MAX 24 /* "-9223372036854775808" and its NUL */
+const char *dx__json_int_text(lua_Integer v, char buf[DX_JSON_INT_MAX]);
 /* The registry keys (lua_rawgetp) of the null sentinel and of the array set. */
 const void *dx__lua_null_key(void);
 const void *dx__lua_arrays_key(void);
