@@ -740,6 +740,9 @@ static void on_async(uv_async_t *h) {
     s->fetched = s->fetched_tail = NULL;
     /* a few fetched items: their answers come as one burst (await_delivery) */
     s->delivering = fl && s->n_fetched_items <= BURST_MAX_ITEMS;
+    /* a big one: a cycle absorbs its answers in batches (store_rounds.c absorb_delivery) */
+    s->big = fl && s->n_fetched_items > BURST_MAX_ITEMS ? s->n_fetched_items : 0;
+    s->big_ops = 0;
     s->n_fetched_items = 0;
     s->in_async = 1;
     uv_mutex_unlock(&s->mu);
@@ -791,6 +794,7 @@ static void on_async(uv_async_t *h) {
   } while (more);
   s->in_async = 0;
   s->delivering = 0;
+  s->big = 0; /* (sig wakes a cycle absorbing its answers: it takes the last of them) */
   wake = s->fetched != NULL; /* (left for the next wake-up: make sure there is one) */
   uv_mutex_unlock(&s->mu);
   if (sig) uv_cond_signal(&s->cv);
@@ -850,8 +854,9 @@ void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
   else s->pending = op;
   s->pending_tail = op;
   /* while the loop takes a delivery of a few items, its answers queue up and wake the thread
-  ** once, at the end (on_async): one cycle then carries them all */
-  wake = !s->delivering;
+  ** once, at the end (on_async): one cycle then carries them all; while it takes a big one,
+  ** once per ABSORB_WAKE_EVERY answers (the cycle absorbing them applies them as they come) */
+  wake = !s->delivering && (!s->big || ++s->big_ops % ABSORB_WAKE_EVERY == 0);
   uv_mutex_unlock(&s->mu);
   /* Signalled once mu is let go: woken while this thread still held it, the store thread
   ** (often on the same core) ran at once only to sleep again on the mutex, two more context

@@ -526,6 +526,58 @@ static int readies_work(const dx_store_op_t *ops) {
   return 0;
 }
 
+/* A big delivery's answers in one transaction (absorb). While the loop takes a delivery of
+** more than BURST_MAX_ITEMS items (s->big: 200 turns of a fanout, the activities they
+** schedule), a cycle that began with its first answers used to commit them at once (~1 ms for
+** 5-7 acks), then the next ones, and so on: ~10 commits for what the loop answers in a few
+** milliseconds. Now the cycle keeps its transaction open and applies the answers as they come
+** (the loop wakes it every ABSORB_WAKE_EVERY of them) until the loop has taken the whole
+** delivery; then it fetches what they made ready and hands it to the loop before the commit
+** (the lap), so the loop runs that while this thread commits: the pipeline stays, with one
+** commit per delivery instead of one per handful of answers. Bounds as for the rounds, and
+** shared with them: each wait at most hold_ms, a wait that brought no answer ends it (a loop
+** busy with a long turn), all waits at most *left, and nothing past `until` (the span). No
+** answer is reported before the commit (they are ordinary ops: done after it). Returns the
+** apply's code; *took: 1 when it applied anything. */
+static int absorb_delivery(dx_store_t *s, dx_store_op_t **opsp, uint64_t *left, uint64_t until,
+                           int *took, int *failed, int *durable, dx_error_t *err) {
+  const uint64_t each = (uint64_t)s->cfg.hold_ms * 1000000u;
+  dx_store_op_t **tail = opsp;
+  int rc = 0;
+  *took = 0;
+  while (*tail) tail = &(*tail)->next;
+  while (!rc && *left) {
+    dx_store_op_t *late;
+    uint64_t t0 = uv_hrtime(), t = t0, end = t0 + (each < *left ? each : *left);
+    unsigned seen;
+    int big;
+    if (end > until) end = until;
+    uv_mutex_lock(&s->mu);
+    if (!s->big) { /* (looked at under mu: only while the loop takes a big delivery) */
+      uv_mutex_unlock(&s->mu);
+      break;
+    }
+    seen = s->big_ops;
+    while (s->big && !s->stopping && !s->paused && s->big_ops - seen < ABSORB_WAKE_EVERY &&
+           (t = uv_hrtime()) < end)
+      uv_cond_timedwait(&s->cv, &s->mu, end - t);
+    big = s->big && !s->stopping && !s->paused;
+    late = s->pending;
+    s->pending = s->pending_tail = s->node_end = NULL;
+    uv_mutex_unlock(&s->mu);
+    t = uv_hrtime() - t0;
+    *left = t < *left ? *left - t : 0;
+    if (late) {
+      *took = 1;
+      *tail = late;
+      while (*tail) tail = &(*tail)->next;
+      rc = dx__store_apply_all(s, late, dx__store_now_ms(s), failed, durable, err);
+    }
+    if (!big || !late || uv_hrtime() >= until) break;
+  }
+  return rc;
+}
+
 /* A local store's cycle after its ops were applied: fetch, and hand over while the loop
 ** answers (see above). Each pass hands over what is ready (turns first; then, once f holds no
 ** turn, close items and activities), waits for the answers to one node, applies them and
@@ -540,8 +592,14 @@ int dx__store_held_rounds(dx_store_t *s, dx_store_op_t **opsp, int bo, int bw,
                        dx_error_t *err) {
   uint64_t t_fetch = 0, left = HOLD_BUDGET_HOLDS * (uint64_t)s->cfg.hold_ms * 1000000u,
            until = uv_hrtime() + HOLD_SPAN_HOLDS * (uint64_t)s->cfg.hold_ms * 1000000u;
-  const int cap[2] = {bo, bw};
-  int rc = 0, first = 1, want_work = 1, answered = 0, wait_turns = 0;
+  int cap[2] = {bo, bw};
+  int rc = 0, first = 1, want_work = 1, answered = 0, wait_turns = 0, took = 0;
+  if (s->cfg.hold_ms > 0) {
+    rc = absorb_delivery(s, opsp, &left, until, &took, failed, durable, err);
+    if (rc) return rc;
+    if (took) budgets_now(s, &cap[0], &cap[1]); /* (the answers topped the budgets up) */
+    bo = cap[0], bw = cap[1];
+  }
   if (bo <= 0 && bw <= 0) return 0;
   /* Orchestrations first, then activities, after every ack the transaction holds (a provider
   ** may skip work it found none of earlier in the batch: sessions) */
