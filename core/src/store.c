@@ -584,8 +584,9 @@ static void timed_wait(dx_store_t *s, int64_t ms) {
 ** the burst, so one cycle carries it instead of a cycle for its first answer and another for
 ** the rest. At most cfg.hold_ms, as for a hold's turns (the loop answers in microseconds): a
 ** loop busy for long (a long turn, or not run at all) only delays the next cycle a little.
-** Not for ops that only report back (done: no burst follows), nor for a big delivery (its
-** first answers fill a cycle, which then commits while the loop works on the rest). */
+** Not for ops that only report back (done: no burst follows), nor for a big delivery (a cycle
+** begins with its first answers and applies the rest as they come: store_rounds.c
+** absorb_delivery). */
 static void await_delivery(dx_store_t *s) {
   uint64_t until = uv_hrtime() + (uint64_t)s->cfg.hold_ms * 1000000u, t;
   while (((s->fetched && s->n_fetched_items <= BURST_MAX_ITEMS) || s->delivering) &&

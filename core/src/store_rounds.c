@@ -24,7 +24,9 @@
 ** waiting on a busy loop would keep other processes' writers out for nothing), each wait at
 ** most cfg.hold_ms, all of a cycle's waits at most HOLD_BUDGET_HOLDS times that, hand-overs
 ** for at most HOLD_SPAN_HOLDS times that, and a wait that brought no answer ends them. The
-** loop and this thread work at the same time (hand_over: the pipeline).
+** loop and this thread work at the same time (hand_over: the pipeline). A big delivery's
+** answers are not held items: a cycle absorbs them (absorb_delivery, under the same bounds)
+** and commits them together.
 **
 ** Activities thus start before the turn that scheduled them is durable (lead's decision, issue
 ** 12; local stores only). Activities run at least once anyway: if the transaction is lost (an
