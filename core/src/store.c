@@ -855,9 +855,9 @@ void dx__store_submit(dx_store_t *s, dx_store_op_t *op) {
   else s->pending = op;
   s->pending_tail = op;
   /* while the loop takes a delivery of a few items, its answers queue up and wake the thread
-  ** once, at the end (on_async): one cycle then carries them all; while it takes a big one,
-  ** once per ABSORB_WAKE_EVERY answers (the cycle absorbing them applies them as they come) */
-  wake = !s->delivering && (!s->big || ++s->big_ops % ABSORB_WAKE_EVERY == 0);
+  ** once, at the end (on_async): one cycle then carries them all; while it takes a big one
+  ** and a cycle absorbs its answers, once per ABSORB_WAKE_EVERY of them (store_rounds.c) */
+  wake = !s->delivering && (!s->absorbing || ++s->big_ops == ABSORB_WAKE_EVERY);
   uv_mutex_unlock(&s->mu);
   /* Signalled once mu is let go: woken while this thread still held it, the store thread
   ** (often on the same core) ran at once only to sleep again on the mutex, two more context

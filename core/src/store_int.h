@@ -77,8 +77,9 @@ struct dx_store_s {
   int in_async;       /* the loop is in on_async: it looks for held nodes before it returns */
   size_t big;         /* items of the delivery the loop takes now when more than
                          BURST_MAX_ITEMS (else 0): a cycle absorbs its answers (store_rounds.c) */
-  unsigned big_ops;   /* ops queued since the big delivery began (dx__store_submit wakes the
-                         thread once per ABSORB_WAKE_EVERY of them) */
+  unsigned big_ops;   /* ops queued since the absorbing thread began its wait (it is woken
+                         at ABSORB_WAKE_EVERY) */
+  int absorbing;      /* the thread's cycle absorbs the big delivery's answers */
   uint64_t commits, cycles;
   held_t *held;       /* store thread only */
   held_t **hidx;      /* store thread only: held by token (each settled op looks one up) */
@@ -163,8 +164,10 @@ static inline int dx__store_has_run_cycle(dx_provider_t *p) {
 /* A delivery of at most this many items is answered as one burst (await_delivery): about a
 ** hold's worth, so a worker's sessions step together with one commit per round. */
 #define BURST_MAX_ITEMS HOLD_MAX_ITEMS
-/* While the loop takes a bigger delivery, dx__store_submit wakes the store thread once per this
-** many answers (a cycle absorbing them applies them in batches, not one wake-up each). */
+/* While the loop takes a bigger delivery and a cycle absorbs its answers, dx__store_submit
+** wakes the store thread once per this many answers (applied in batches, not one wake-up
+** each); until that cycle begins, each answer wakes it, as any op does (a slow delivery's first
+** answer must not wait for fifteen more). */
 #define ABSORB_WAKE_EVERY 16
 
 typedef struct {

@@ -551,7 +551,6 @@ static int absorb_delivery(dx_store_t *s, dx_store_op_t **opsp, uint64_t *left, 
   while (!rc && *left) {
     dx_store_op_t *late;
     uint64_t t0 = uv_hrtime(), t = t0, end = t0 + (each < *left ? each : *left);
-    unsigned seen;
     int big;
     if (end > until) end = until;
     uv_mutex_lock(&s->mu);
@@ -559,11 +558,13 @@ static int absorb_delivery(dx_store_t *s, dx_store_op_t **opsp, uint64_t *left, 
       uv_mutex_unlock(&s->mu);
       break;
     }
-    seen = s->big_ops;
-    while (s->big && !s->stopping && !s->paused && s->big_ops - seen < ABSORB_WAKE_EVERY &&
+    s->absorbing = 1; /* (the loop now wakes this thread after ABSORB_WAKE_EVERY answers) */
+    s->big_ops = 0;
+    while (s->big && !s->stopping && !s->paused && s->big_ops < ABSORB_WAKE_EVERY &&
            (t = uv_hrtime()) < end)
       uv_cond_timedwait(&s->cv, &s->mu, end - t);
     big = s->big && !s->stopping && !s->paused;
+    s->absorbing = 0;
     late = s->pending;
     s->pending = s->pending_tail = s->node_end = NULL;
     uv_mutex_unlock(&s->mu);
