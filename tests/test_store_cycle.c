@@ -37,7 +37,7 @@ static int w_begin(dx_provider_t *p, dx_error_t *err) {
 static int w_commit(dx_provider_t *p, int sync, dx_error_t *err) {
   wrap_t *w = W(p);
   if (w->gate) w->gate(w->gate_ud, w->txn_fetched);
-  w->commits++;
+  __atomic_add_fetch(&w->commits, 1, __ATOMIC_SEQ_CST); /* (tests read it from the loop thread) */
   w->last_sync = sync;
   if (w->logging && w->log_n < 64) {
     int n = w->log_n, rc = 0;
