@@ -175,6 +175,7 @@ typedef struct shared_env_s {
   dev_t lock_dev;
   ino_t lock_ino;
   int lost;                  /* the lock file vanished: refuse every further txn (atomic) */
+  int fill_off;              /* a fill failed: data.mdb is no longer grown ahead (atomic) */
   /* The lock file is looked up again only after it changed (map.c "watching the lock file"):
   ** watch_fd is an inotify fd watching lock.mdb (-1: none, every check looks); lock_clean
   ** says the last look passed and no event came since (both under files_mu). */
@@ -675,7 +676,7 @@ int dx__lm_begin_tx(lm_t *p, int write, tx_t *t, dx_error_t *err);
 /* A txn handle on the batch txn itself, for writing what the batch kept in memory (the
 ** flushes: dx__lm_pend_flush, dx__lm_seq_flush). */
 void dx__lm_batch_tx(tx_t *t, shared_env_t *se, MDB_txn *batch, dx_error_t *err);
-int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err);
+int dx__lm_top_begin(shared_env_t *se, int write, int durable, MDB_txn **txn, dx_error_t *err);
 /* How a commit reaches the disk: not flushed (MDB_NOSYNC: only for batches that take locks),
 ** fully (data, then the meta page), or data only (MDB_NOMETASYNC: the store stays intact and
 ** only this last commit may be lost to a power cut; the next flush carries its meta page). */
@@ -733,8 +734,16 @@ void dx__lm_watch_open(shared_env_t *se, const char *lock_path);
 extern int dx__lm_watch_files; /* 1 (default): watch; tests set 0 to check the fallback */
 /* The files check with a fresh look at the lock file, whatever the watch says (open). */
 int dx__lm_files_ok(shared_env_t *se, dx_error_t *err);
-/* Before a top-level txn: the files check, and for a write the map grown when it must. */
-int dx__lm_top_check(shared_env_t *se, int write, dx_error_t *err);
+/* Before a top-level txn: the files check, and for a write the map grown when it must;
+** *fill: data.mdb should be grown ahead (dx__lm_fill_ahead) once a durable write txn began. */
+int dx__lm_top_check(shared_env_t *se, int write, int *fill, dx_error_t *err);
+/* Inside a top-level write txn (LMDB's write lock held): write zeros past the end of data.mdb
+** so commits overwrite blocks instead of growing the file (map.c "growing data.mdb ahead").
+** Errors only stop the env's fills. Tests lower dx__lm_fill_from (bytes in use before the
+** first fill) and set dx__lm_fill_fault (an errno every fill's write fails with). */
+void dx__lm_fill_ahead(shared_env_t *se);
+extern size_t dx__lm_fill_from;
+extern int dx__lm_fill_fault;
 /* Before LMDB maps data.mdb: its meta pages must not send LMDB outside the file. */
 int dx__lm_check_meta(const char *data_path, dx_error_t *err);
 /* freelist.c: 1 when every page from the end of data.mdb (file_size bytes) to page `last` is on

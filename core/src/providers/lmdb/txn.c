@@ -79,17 +79,21 @@ MDB_txn *dx__lm_thread_batch(shared_env_t *se) {
   return b;
 }
 
-/* A top-level txn: the store's files are checked first, a write grows the map when it must,
+/* A top-level txn: the store's files are checked first, a write grows the map when it must
+** (and a durable one data.mdb's written length: its commit then overwrites blocks, map.c),
 ** and the txn holds the remap lock as a reader until dx__lm_top_finish, so no thread of this
 ** process resizes the map under it. */
-int dx__lm_top_begin(shared_env_t *se, int write, MDB_txn **txn, dx_error_t *err) {
-  int rc, mrc, tries;
+int dx__lm_top_begin(shared_env_t *se, int write, int durable, MDB_txn **txn, dx_error_t *err) {
+  int rc, mrc, tries, fill;
   *txn = NULL;
-  if ((rc = dx__lm_top_check(se, write, err))) return rc;
+  if ((rc = dx__lm_top_check(se, write, &fill, err))) return rc;
   for (tries = 0;; tries++) {
     pthread_rwlock_rdlock(&se->remap);
     mrc = mdb_txn_begin(se->env, NULL, write ? 0 : MDB_RDONLY, txn);
-    if (mrc == 0) return 0;
+    if (mrc == 0) {
+      if (fill && durable) dx__lm_fill_ahead(se); /* LMDB's write lock is held: no writer */
+      return 0;
+    }
     pthread_rwlock_unlock(&se->remap);
     *txn = NULL;
     if (mrc != MDB_MAP_RESIZED || tries > 0)
@@ -135,7 +139,7 @@ int dx__lm_tx_begin(shared_env_t *se, int durable, int write, int direct, tx_t *
   t->nested = parent != NULL;
   t->durable = durable;
   t->err = err ? err : &t->scratch;
-  if (!parent) return dx__lm_top_begin(se, write, &t->txn, t->err);
+  if (!parent) return dx__lm_top_begin(se, write, durable, &t->txn, t->err);
   if (direct) {
     t->direct = 1;
     t->txn = parent;
