@@ -18,7 +18,6 @@
 #include "value.h"
 #include "watchdog.h"
 
-#define BOX_MT "duroxide.TurnBox"
 #define GENERATED_SUFFIX_MAX 27 /* "::sub::" and up to 20 digits of an event id */
 /* The box's user values: session_id_arg's kept id, the instance's function and coroutine. */
 #define BOX_UV_SID 1
@@ -59,8 +58,8 @@ static void push_json(lua_State *L, const char *json, const char *what) {
   if (!push_int_json(L, json)) dx__lua_push_json_or_raise(L, json, strlen(json), what);
 }
 
-/* What ctx._box holds: cleared when the turn ends, so a ctx kept past its turn fails
-** cleanly instead of touching freed memory. */
+/* The instance's box, which is its ctx (push_ctx_mt): t is cleared when the turn ends, so a
+** ctx kept past its turn fails cleanly instead of touching freed memory. */
 typedef struct {
   dx_turn_t *t;
   orch_inst_t *inst;
@@ -122,6 +121,42 @@ static int h_orch_lookup(void *host, const char *name, const char *version,
 static const char instance_thread_key = 0;
 _Static_assert(LUA_EXTRASPACE >= sizeof(void *), "a thread's extra space holds the mark");
 
+/* __newindex of every ctx: another instance holding this ctx (stashed in a shared upvalue)
+** must not change what its methods or fields are, nor can its own code. */
+static int ctx_newindex(lua_State *L) {
+  if (lua_type(L, 2) == LUA_TSTRING)
+    return luaL_error(L, "ctx is read-only: cannot assign ctx.%s (keep state in locals)",
+                      lua_tostring(L, 2));
+  return luaL_error(L, "ctx is read-only (keep state in locals)");
+}
+
+/* [-0, +1, m] The ctx's metatable, one per instance: __index its fields table (instance_id,
+** execution_id, name, version; missing keys fall to Context's methods), writes refused. A
+** ctx is the instance's box, a full userdata: nothing in it can be assigned or rawset, so
+** neither a kept coroutine's ctx nor its methods can differ from a replay's. getmetatable
+** sees it only as a read-only view (sandbox.c: a userdata's metatable). */
+static void push_ctx_mt(lua_State *L, dxl_state_t *S, orch_inst_t *inst) {
+  lua_createtable(L, 0, 4);
+  lua_createtable(L, 0, 4); /* the fields */
+  lua_pushstring(L, dx_turn_instance(inst->t));
+  lua_setfield(L, -2, "instance_id");
+  lua_pushinteger(L, (lua_Integer)dx_turn_execution(inst->t));
+  lua_setfield(L, -2, "execution_id");
+  lua_pushstring(L, inst->name);
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, inst->version);
+  lua_setfield(L, -2, "version");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->context_mt_ref);
+  lua_setmetatable(L, -2);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, ctx_newindex);
+  lua_setfield(L, -2, "__newindex");
+  lua_pushliteral(L, "duroxide.Context");
+  lua_setfield(L, -2, "__name"); /* tostring(ctx), argument errors */
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -2, "__metatable"); /* getmetatable: itself, and in orchestrations a view */
+}
+
 /* Protected part of orch_start: build coroutine, ctx and input. [-1, +0, e] */
 static int start_impl(lua_State *L) {
   orch_inst_t *inst = lua_touserdata(L, 1);
@@ -141,9 +176,6 @@ static int start_impl(lua_State *L) {
   box = lua_newuserdatauv(L, sizeof *box, BOX_UVS);
   box->t = inst->t;
   box->inst = inst;
-  dxl_push_kept(L, &S->box_mt_ref, BOX_MT); /* typed: a foreign userdata in ctx._box is refused */
-  S->box_mt = lua_topointer(L, -1);
-  lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   inst->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   inst->box = box;
@@ -157,20 +189,8 @@ static int start_impl(lua_State *L) {
   lua_xmove(L, co, 1);  /* function */
   lua_remove(L, -2);    /* versions */
   lua_remove(L, -2);    /* the registration */
-
-  lua_createtable(L, 0, 6); /* ctx */
-  lua_insert(L, -2);
-  lua_setfield(L, -2, "_box"); /* not the coroutine: C.on_main tells it (see below) */
-  lua_pushstring(L, dx_turn_instance(inst->t));
-  lua_setfield(L, -2, "instance_id");
-  lua_pushinteger(L, (lua_Integer)dx_turn_execution(inst->t));
-  lua_setfield(L, -2, "execution_id");
-  lua_pushstring(L, inst->name);
-  lua_setfield(L, -2, "name");
-  lua_pushstring(L, inst->version);
-  lua_setfield(L, -2, "version");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, S->context_mt_ref);
-  lua_setmetatable(L, -2);
+  push_ctx_mt(L, S, inst);
+  lua_setmetatable(L, -2); /* the box is the ctx */
   /* decoded here, under this protected call, then moved with ctx: co has no error handler */
   push_json(L, inst->input, "orchestration input");
   lua_xmove(L, inst->co, 2);
@@ -235,7 +255,7 @@ static int finish_ok(orch_inst_t *inst, int nres) {
 }
 
 /* The box of the instance whose code runs now on this thread (its guards are entered; its
-** box_ref keeps it alive): check_box takes it without looking at its metatable. */
+** box_ref keeps it alive): check_box takes only it. */
 static _Thread_local turn_box_t *running_box;
 
 /* An instance's coroutine is the engine's to resume: another instance reaching it through a
@@ -487,26 +507,18 @@ static void h_orch_free(void *host, void *vinst) {
 
 /* {===== ctx primitives =====} */
 
-/* ctx._box, checked as luaL_testudata would, by the metatable's address instead of a name
-** lookup (the primitives' upvalue 1 is the state). */
+/* The ctx (argument 1, the instance's box): only the running instance's own, while its turn
+** lasts. Another instance's ctx (stashed in a shared upvalue) is refused even while that
+** instance's turn is open, so no code schedules into another instance's history; so is a
+** ctx kept past its turn, which then fails cleanly instead of touching freed memory. A light
+** userdata could carry the box's address: only the full userdata passes. */
 static turn_box_t *check_box(lua_State *L) {
-  dxl_state_t *S;
   turn_box_t *b = lua_touserdata(L, 1);
-  /* the running instance's own box (a full userdata: a light one could carry its address) */
   if (b && b == running_box && b->t && lua_type(L, 1) == LUA_TUSERDATA) return b;
-  S = lua_touserdata(L, lua_upvalueindex(1));
-  if (b && S && S->box_mt && lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1)) {
-    if (lua_topointer(L, -1) != S->box_mt) b = NULL; /* the registry keeps it: one address */
-    lua_pop(L, 1);
-  } else {
-    b = NULL;
-  }
-  if (!b || !b->t) { /* no position: luaL_error's would name context.lua, not the caller */
-    lua_pushliteral(L, "this ctx belongs to a finished orchestration turn; use the ctx passed "
-                       "to the running orchestration");
-    lua_error(L);
-  }
-  return b;
+  /* no position: luaL_error's would name context.lua, not the caller */
+  lua_pushliteral(L, "this ctx belongs to a finished orchestration turn or to another "
+                     "instance; use the ctx passed to the running orchestration");
+  return lua_error(L), NULL;
 }
 
 /* {===== sizes checked at the call (docs/lua-api.md "Limits") =====} */

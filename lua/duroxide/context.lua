@@ -8,7 +8,8 @@
 --   C.kv_get(box, key) -> value ; C.kv_all(box) -> { {key, value, updated_ms}, ... }
 --   C.kv_key_check(key) raises for a key no write would accept
 --   C.custom_status(box) -> value
---   C.on_main() -> true on the running instance's own coroutine (ctx does not hold it: any
+--   (box: the ctx itself, the instance's turn box)
+--   C.on_main() -> true on the running instance's own coroutine (ctx does not show it: any
 --     code holding a ctx could reach it, and resume it from another instance)
 -- Yields happen here, in Lua, never inside a C function: a suspended orchestration is a
 -- coroutine parked in `coroutine.yield()` until the engine delivers something and resumes it.
@@ -38,9 +39,10 @@ local Future = {}
 Future.__index = Future
 Future.__name = "duroxide.Future"
 
+-- The methods of every ctx. A ctx is its instance's turn box (a full userdata, orch.c): it has
+-- no fields code can assign, and its metatable (one per instance: its fields, then these
+-- methods) refuses writes. Context itself has no __index, so ctx.__index does not reach it.
 local Context = {}
-Context.__index = Context
-Context.__name = "duroxide.Context"
 
 -- A future is { ctx, token }; a cancelled one or a retry (composite/current/value/err/done)
 -- also has special = true, so a plain future's wait looks one absent field up, not two (each
@@ -90,8 +92,7 @@ function Future:await()
       return self.value, self.err
     end
   end
-  local ctx, token = self.ctx, self.token
-  local box = ctx._box
+  local box, token = self.ctx, self.token
   while true do
     local state, value, err = poll(box, token)
     if state == OK then return value end
@@ -105,7 +106,7 @@ end
 function Future:is_ready()
   if self.cancelled then return true end
   if self.composite then return false end
-  return (C.poll(self.ctx._box, self.token)) ~= PENDING
+  return (C.poll(self.ctx, self.token)) ~= PENDING
 end
 
 --- Withdraw a future the orchestration no longer needs: an activity is taken off the queue
@@ -122,8 +123,8 @@ function Future:cancel()
     return true
   end
   if self.token == nil then error("cancel: this future cannot be cancelled", 2) end
-  if (C.poll(self.ctx._box, self.token)) ~= PENDING then return false end
-  C.cancel(self.ctx._box, self.token)
+  if (C.poll(self.ctx, self.token)) ~= PENDING then return false end
+  C.cancel(self.ctx, self.token)
   self.cancelled, self.special = true, true
   return true
 end
@@ -162,7 +163,7 @@ local function activity_opts(opts, allowed)
 end
 
 local function activity_future(ctx, name, input, session_id, tag, fail_moved)
-  return new_future(ctx, emit(ctx._box, ACT_ACTIVITY, name, input, session_id, nil, nil, nil,
+  return new_future(ctx, emit(ctx, ACT_ACTIVITY, name, input, session_id, nil, nil, nil,
                                 fail_moved or false, tag))
 end
 
@@ -179,7 +180,7 @@ function Context:schedule_activity(name, input, opts)
   -- the common call (a name, no options) in as few VM instructions as the hook counts
   if opts == nil and (name == last_name or type(name) == "string" and name ~= "") then
     last_name = name
-    return setmetatable({ ctx = self, token = emit(self._box, ACT_ACTIVITY, name, input) },
+    return setmetatable({ ctx = self, token = emit(self, ACT_ACTIVITY, name, input) },
                         Future)
   end
   check_name("activity name", name)
@@ -196,7 +197,7 @@ function Context:schedule_activity_on_session(name, input, session_id, opts)
   -- the common call (no options): both names checked in one primitive, no type() calls
   if opts == nil and texts(name, session_id) then
     return setmetatable({ ctx = self,
-                          token = emit(self._box, ACT_ACTIVITY, name, input, session_id, nil, nil,
+                          token = emit(self, ACT_ACTIVITY, name, input, session_id, nil, nil,
                                        nil, false) }, Future)
   end
   check_name("activity name", name)
@@ -208,23 +209,23 @@ end
 --- code has seen it so far: read from history, the same on every replay), or nil.
 function Context:session_worker(session_id)
   check_name("session id", session_id)
-  return C.session_worker(self._box, session_id)
+  return C.session_worker(self, session_id)
 end
 
 --- Release a session now: its owner's on_session_released hook gets "closed" (after the
 --- session's earlier activities), and the next activity on that id may go to any worker.
 function Context:close_session(session_id)
   check_name("session id", session_id)
-  C.emit(self._box, ACT_CLOSE_SESSION, nil, nil, session_id)
+  C.emit(self, ACT_CLOSE_SESSION, nil, nil, session_id)
 end
 
 function Context:schedule_timer(ms)
-  return new_future(self, C.emit(self._box, ACT_TIMER, nil, nil, nil, nil, nil, check_ms(ms)))
+  return new_future(self, C.emit(self, ACT_TIMER, nil, nil, nil, nil, nil, check_ms(ms)))
 end
 
 function Context:schedule_wait(event_name)
   check_name("event name", event_name)
-  return new_future(self, C.emit(self._box, ACT_WAIT, event_name))
+  return new_future(self, C.emit(self, ACT_WAIT, event_name))
 end
 
 local function check_version(v, level)
@@ -250,13 +251,13 @@ function Context:schedule_sub_orchestration(name, input, opts)
     instance_id, version = opts.instance_id, check_version(opts.version, 2)
   end
   if instance_id ~= nil then check_name("instance id", instance_id) end
-  return new_future(self, C.emit(self._box, ACT_SUB, name, input, nil, instance_id, version))
+  return new_future(self, C.emit(self, ACT_SUB, name, input, nil, instance_id, version))
 end
 
 function Context:start_orchestration(name, instance_id, input)
   check_name("orchestration name", name)
   check_name("instance id", instance_id)
-  C.emit(self._box, ACT_CHAINED, name, input, nil, instance_id)
+  C.emit(self, ACT_CHAINED, name, input, nil, instance_id)
 end
 
 local function backoff_ms(policy, attempt)
@@ -344,23 +345,23 @@ function Context:continue_as_new(input, opts)
     version = opts.version
   end
   check_version(version, 2)
-  C.emit(self._box, ACT_CAN, nil, input, nil, nil, version)
+  C.emit(self, ACT_CAN, nil, input, nil, nil, version)
   while true do suspend() end
 end
 
 -- {===== deterministic helpers =====}
 
-function Context:utc_now() return C.emit(self._box, ACT_SYSCALL, "utc_now") end
-function Context:new_guid() return C.emit(self._box, ACT_SYSCALL, "new_guid") end
-function Context:random() return C.emit(self._box, ACT_SYSCALL, "random") end
+function Context:utc_now() return C.emit(self, ACT_SYSCALL, "utc_now") end
+function Context:new_guid() return C.emit(self, ACT_SYSCALL, "new_guid") end
+function Context:random() return C.emit(self, ACT_SYSCALL, "random") end
 
 function Context:set_custom_status(value)
-  C.emit(self._box, ACT_STATUS, nil, value)
+  C.emit(self, ACT_STATUS, nil, value)
 end
 
 --- The custom status as this execution last set it (a continued execution starts with the
 --- status its predecessor ended with); nil when none.
-function Context:get_custom_status() return C.custom_status(self._box) end
+function Context:get_custom_status() return C.custom_status(self) end
 
 -- {===== key-value state =====}
 -- Reads see the instance's state as of the previous execution's end plus this execution's
@@ -369,35 +370,35 @@ function Context:get_custom_status() return C.custom_status(self._box) end
 function Context:set_kv_value(key, value)
   check_name("key-value key", key)
   if value == nil then error("set_kv_value: value must not be nil (use clear_kv_value)", 2) end
-  C.emit(self._box, ACT_KV_SET, key, value)
+  C.emit(self, ACT_KV_SET, key, value)
 end
 
 function Context:get_kv_value(key)
   check_name("key-value key", key)
-  return C.kv_get(self._box, key)
+  return C.kv_get(self, key)
 end
 
 function Context:clear_kv_value(key)
   check_name("key-value key", key)
-  C.emit(self._box, ACT_KV_CLEAR, key)
+  C.emit(self, ACT_KV_CLEAR, key)
 end
 
-function Context:clear_all_kv_values() C.emit(self._box, ACT_KV_CLEAR_ALL) end
+function Context:clear_all_kv_values() C.emit(self, ACT_KV_CLEAR_ALL) end
 
 function Context:get_kv_all_values()
   local all = {}
-  for _, e in ipairs(C.kv_all(self._box)) do all[e[1]] = e[2] end
+  for _, e in ipairs(C.kv_all(self)) do all[e[1]] = e[2] end
   return all
 end
 
 --- Keys in ascending (byte) order.
 function Context:get_kv_all_keys()
   local keys = {}
-  for i, e in ipairs(C.kv_all(self._box)) do keys[i] = e[1] end
+  for i, e in ipairs(C.kv_all(self)) do keys[i] = e[1] end
   return keys
 end
 
-function Context:get_kv_length() return #C.kv_all(self._box) end
+function Context:get_kv_length() return #C.kv_all(self) end
 
 --- Clear every key last set before `cutoff_ms` (ms since the epoch, as ctx:utc_now());
 --- returns how many were cleared.
@@ -407,9 +408,9 @@ function Context:prune_kv_values_updated_before(cutoff_ms)
           type(cutoff_ms), 2)
   end
   local n = 0
-  for _, e in ipairs(C.kv_all(self._box)) do
+  for _, e in ipairs(C.kv_all(self)) do
     if e[3] < cutoff_ms then
-      C.emit(self._box, ACT_KV_CLEAR, e[1])
+      C.emit(self, ACT_KV_CLEAR, e[1])
       n = n + 1
     end
   end
@@ -423,7 +424,7 @@ function Context:get_kv_value_from_instance(instance_id, key)
   check_name("key-value key", key)
   C.kv_key_check(key)
   -- the instance id also goes as the action's instance: checked there like any other id
-  return new_future(self, C.emit(self._box, ACT_ACTIVITY, KV_SYSCALL,
+  return new_future(self, C.emit(self, ACT_ACTIVITY, KV_SYSCALL,
                                  { instance = instance_id, key = key }, nil, instance_id))
 end
 
@@ -433,22 +434,22 @@ end
 --- kept until dequeued, and carried across continue_as_new.
 function Context:dequeue_event(queue)
   check_name("queue name", queue)
-  return new_future(self, C.emit(self._box, ACT_DEQUEUE, queue))
+  return new_future(self, C.emit(self, ACT_DEQUEUE, queue))
 end
 
-function Context:is_replaying() return C.replaying(self._box) end
+function Context:is_replaying() return C.replaying(self) end
 
 local LEVELS = { error = 0, warn = 1, info = 2, debug = 3 }
 
 function Context:trace(level, message)
   local lv = LEVELS[level]
   if not lv then error("trace level must be error, warn, info or debug", 2) end
-  C.trace(self._box, lv, tostring(message))
+  C.trace(self, lv, tostring(message))
 end
-function Context:trace_info(message) C.trace(self._box, 2, tostring(message)) end
-function Context:trace_warn(message) C.trace(self._box, 1, tostring(message)) end
-function Context:trace_error(message) C.trace(self._box, 0, tostring(message)) end
-function Context:trace_debug(message) C.trace(self._box, 3, tostring(message)) end
+function Context:trace_info(message) C.trace(self, 2, tostring(message)) end
+function Context:trace_warn(message) C.trace(self, 1, tostring(message)) end
+function Context:trace_error(message) C.trace(self, 0, tostring(message)) end
+function Context:trace_debug(message) C.trace(self, 3, tostring(message)) end
 
 -- {===== join and select =====}
 
@@ -474,8 +475,7 @@ function Context:join(futures)
     else
       -- Future:await inlined (fewer VM instructions under the count hook); off the
       -- orchestration's coroutine, await raises as it always did
-      local ctx, token = f.ctx, f.token
-      local box = ctx._box
+      local box, token = f.ctx, f.token
       while true do
         local state, value, err = poll(box, token)
         if state == OK then v = value break end
@@ -498,7 +498,7 @@ end
 function Context:select(futures)
   check_futures(futures, "select")
   if #futures == 0 then error("select needs at least one future", 2) end
-  local box = self._box
+  local box = self
   for i = 1, #futures do
     if futures[i].composite then error("select: element " .. i .. " is a retry future", 2) end
   end
@@ -525,4 +525,5 @@ function Context:select(futures)
   end
 end
 
-return { Context = Context, Future = Future, select = select_ }
+-- the metatable of each ctx's fields table (orch.c): missing keys are Context's methods
+return { Context = Context, Fields = { __index = Context }, Future = Future, select = select_ }
