@@ -297,6 +297,28 @@ describe("hostile orchestration code", function()
       end, "attempt to index a nil value" },
       { "schedules on A's ctx", function(s) s.ctx:schedule_activity("Echo", "b") end,
         "this ctx belongs to a finished orchestration turn or to another instance" },
+      { "overwrites a future's token", function(s) s.f.token = 2 end,
+        "a future is read-only: cannot assign future.token" },
+      { "overwrites a future's ctx", function(s) s.f.ctx = false end,
+        "a future is read-only: cannot assign future.ctx" },
+      { "overwrites a future method", function(s) s.f.await = function() return "evil" end end,
+        "a future is read-only: cannot assign future.await" },
+      { "rawsets a future's token", function(s) rawset(s.f, "token", 2) end,
+        "table expected, got duroxide.Future" },
+      { "replaces a future's metatable", function(s) setmetatable(s.f, nil) end,
+        "table expected, got duroxide.Future" },
+      { "writes a method through the future metatable", function(s)
+        getmetatable(s.f).__index.await = function() return "evil" end
+      end, "is read-only in orchestrations" },
+      { "writes a method through future.__index", function(s)
+        s.f.__index.await = function() return "evil" end
+      end, "attempt to index a nil value" },
+      { "awaits A's future", function(s) return s.g:await() end,
+        "this future belongs to a finished orchestration turn or to another instance" },
+      { "joins A's futures", function(s) return s.ctx:join({ s.f, s.g }) end,
+        "this future belongs to a finished orchestration turn or to another instance" },
+      { "cancels A's future", function(s) return s.f:cancel() end,
+        "this future belongs to a finished orchestration turn or to another instance" },
     }
     for _, mode in ipairs(modes) do
       for _, attack in ipairs(attacks) do
@@ -306,11 +328,12 @@ describe("hostile orchestration code", function()
           local stash = {}
           local echo = env:activity("Echo", function(_, v) return v end)
           local a = env:orchestration("StashCtxA", function(ctx)
-            stash.ctx, stash.f, stash.g = ctx, ctx:schedule_activity(echo, "f"), ctx:schedule_timer(1)
+            local f, g = ctx:schedule_activity(echo, "f"), ctx:schedule_timer(1)
+            stash.ctx, stash.f, stash.g = ctx, f, g -- A itself uses its locals
             local got = ctx:schedule_wait("go"):await()
             return { got = got, id = ctx.instance_id, exec = ctx.execution_id,
                      echo = assert(ctx:schedule_activity(echo, "a"):await()),
-                     f = assert(stash.f:await()), g = stash.g:is_ready() }
+                     f = assert(f:await()), g = g:await() == nil }
           end)
           local b = env:orchestration("StashCtxB", function() return attack[2](stash) end)
           local id = env:start(a)

@@ -66,7 +66,8 @@ typedef struct dxl_state_s {
   int runs_ref, idle_ref, handle_mt_ref;
   const void *handle_mt;    /* the activity handle metatable's (handle_mt_ref): test_handle */
   int act_name_slot;        /* registry slot of the activity name C.emit checked last */
-  int fut_key_refs[3];      /* registry slots of "token", "cancelled", "composite" (orch.c) */
+  int fut_mt_ref;           /* registry slot of the futures' metatable (orch.c C.future_mt) */
+  const void *fut_mt;       /* its address: a future is a userdata with that metatable */
   dx__spare_t spare_runs;   /* freed activity runs (activity.c), reused */
   unsigned reg_gen;         /* counts changes of the orchestration registrations */
   /* the activity function looked up last (activity.c): the runtime looks a name up and then

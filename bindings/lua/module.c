@@ -611,8 +611,6 @@ static dxl_state_t *ensure_state(lua_State *L) {
   lua_call(L, 1, 1);
   lua_getfield(L, -1, "Fields");
   S->context_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_getfield(L, -1, "Future");
-  lua_setfield(L, LUA_REGISTRYINDEX, "duroxide.Future");
   lua_pop(L, 1);
 
   dxl_load_embedded(L, "duroxide/activity.lua");

@@ -7,8 +7,8 @@
 **    replacement; activities and load-time code call the originals unchanged;
 **  - read-only libraries and views: the standard library tables keep their contents in a
 **    private table behind __index and refuse writes while an orchestration runs (whatever
-**    reference the code holds); metatables shared with other code (strings, Context, C
-**    objects) are seen through read-only views;
+**    reference the code holds); metatables shared with other code (strings, C objects, ctx
+**    and futures) are seen through read-only views;
 **  - coroutine.running tells activity.c which activity coroutines the code got (not reused);
 **  - per-instance globals: each registered orchestration function gets its own _ENV cell,
 **    bound to a fresh globals table per instance while that instance runs. The table falls
@@ -327,8 +327,8 @@ static void rawset_before(lua_State *L, dxl_state_t *S) {
                "shared by every instance");
 }
 
-/* A metatable shared beyond this instance: of a non-table value (strings, userdata), or one
-** registered under its __name (luaL_newmetatable; the engine's Context and Future too). */
+/* A metatable shared beyond this instance: of a non-table value (strings, userdata: ctx and
+** futures too), or one registered under its __name (luaL_newmetatable). */
 static int shared_metatable(lua_State *L, int obj, int mt) {
   int r;
   if (lua_type(L, obj) != LUA_TTABLE) return 1;
