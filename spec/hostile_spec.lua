@@ -286,9 +286,9 @@ describe("hostile orchestration code", function()
       { "overwrites the private box", function(s) s.ctx._box = false end,
         "ctx is read-only: cannot assign ctx._box" },
       { "rawsets a ctx method", function(s) rawset(s.ctx, "schedule_activity", print) end,
-        "table expected, got duroxide.Context" },
+        "a duroxide.Context is read-only" },
       { "replaces the ctx metatable", function(s) setmetatable(s.ctx, nil) end,
-        "table expected, got duroxide.Context" },
+        "a duroxide.Context is read-only" },
       { "writes a field through the ctx metatable", function(s)
         getmetatable(s.ctx).__index.instance_id = "evil"
       end, "is read-only in orchestrations" },
@@ -304,9 +304,9 @@ describe("hostile orchestration code", function()
       { "overwrites a future method", function(s) s.f.await = function() return "evil" end end,
         "a future is read-only: cannot assign future.await" },
       { "rawsets a future's token", function(s) rawset(s.f, "token", 2) end,
-        "table expected, got duroxide.Future" },
+        "a duroxide.Future is read-only" },
       { "replaces a future's metatable", function(s) setmetatable(s.f, nil) end,
-        "table expected, got duroxide.Future" },
+        "a duroxide.Future is read-only" },
       { "writes a method through the future metatable", function(s)
         getmetatable(s.f).__index.await = function() return "evil" end
       end, "is read-only in orchestrations" },

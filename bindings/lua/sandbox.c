@@ -309,8 +309,20 @@ static void collect_before(lua_State *L, dxl_state_t *S) {
                "is shared by every instance (only \"count\" and \"isrunning\" are)", opt);
 }
 
+/* rawset and setmetatable take tables: a ctx or a future (a userdata, read-only) is refused
+** naming it, not as "bad argument #1 to '?'". */
+static void refuse_read_only_object(lua_State *L, const char *fn) {
+  int t;
+  if (lua_type(L, 1) != LUA_TUSERDATA || (t = luaL_getmetafield(L, 1, "__name")) == LUA_TNIL)
+    return;
+  if (t == LUA_TSTRING)
+    luaL_error(L, "%s: a %s is read-only (it is not a table)", fn, lua_tostring(L, -1));
+  lua_pop(L, 1);
+}
+
 static void setmetatable_before(lua_State *L, dxl_state_t *S) {
   (void)S;
+  refuse_read_only_object(L, "setmetatable");
   if (lua_type(L, 2) == LUA_TTABLE) {
     lua_pushliteral(L, "__gc");
     if (lua_rawget(L, 2) != LUA_TNIL)
@@ -322,6 +334,7 @@ static void setmetatable_before(lua_State *L, dxl_state_t *S) {
 
 static void rawset_before(lua_State *L, dxl_state_t *S) {
   (void)S;
+  refuse_read_only_object(L, "rawset");
   if (lua_type(L, 1) == LUA_TTABLE && is_view(L, 1))
     luaL_error(L, "rawset on a read-only view: standard libraries and engine metatables are "
                "shared by every instance");
