@@ -223,7 +223,13 @@ describe("hostile orchestration code", function()
     local reaches = {
       { "coroutine.running()", function(stash) return stash.co end },
       { "its ctx", function(stash)
-        for _, v in pairs(stash.ctx) do if type(v) == "thread" then return v end end
+        -- a ctx is a userdata (next refuses it); its fields are in its metatable's __index
+        if pcall(next, stash.ctx) then
+          for _, v in pairs(stash.ctx) do if type(v) == "thread" then return v end end
+        end
+        for _, v in pairs(getmetatable(stash.ctx).__index) do
+          if type(v) == "thread" then return v end
+        end
         error("no coroutine reachable through the stashed ctx")
       end, "no coroutine reachable through the stashed ctx" },
     }
@@ -262,6 +268,86 @@ describe("hostile orchestration code", function()
             check_innocent()
           end)
         end
+      end
+    end
+  end)
+
+  -- Nothing another instance holds of A (its ctx or a future, stashed in a module-level local:
+  -- upvalues are shared by every instance) lets it change A. With the cache on, A's kept
+  -- coroutine goes on with the ctx and futures B reached, where a replay makes fresh ones:
+  -- a write B made to them changed A's result (the cache and a replay disagreed).
+  describe("another instance's ctx and futures", function()
+    local modes = { { "on", "16m" }, { "off", 0 } }
+    local attacks = {
+      { "overwrites a ctx method", function(s) s.ctx.schedule_activity = function() end end,
+        "ctx is read-only: cannot assign ctx.schedule_activity" },
+      { "overwrites a ctx field", function(s) s.ctx.instance_id = "evil" end,
+        "ctx is read-only: cannot assign ctx.instance_id" },
+      { "overwrites the private box", function(s) s.ctx._box = false end,
+        "ctx is read-only: cannot assign ctx._box" },
+      { "rawsets a ctx method", function(s) rawset(s.ctx, "schedule_activity", print) end,
+        "a duroxide.Context is read-only" },
+      { "replaces the ctx metatable", function(s) setmetatable(s.ctx, nil) end,
+        "a duroxide.Context is read-only" },
+      { "writes a field through the ctx metatable", function(s)
+        getmetatable(s.ctx).__index.instance_id = "evil"
+      end, "is read-only in orchestrations" },
+      { "writes a method through ctx.__index", function(s)
+        s.ctx.__index.schedule_activity = function() end
+      end, "attempt to index a nil value" },
+      { "schedules on A's ctx", function(s) s.ctx:schedule_activity("Echo", "b") end,
+        "this ctx belongs to a finished orchestration turn or to another instance" },
+      { "overwrites a future's token", function(s) s.f.token = 2 end,
+        "a future is read-only: cannot assign future.token" },
+      { "overwrites a future's ctx", function(s) s.f.ctx = false end,
+        "a future is read-only: cannot assign future.ctx" },
+      { "overwrites a future method", function(s) s.f.await = function() return "evil" end end,
+        "a future is read-only: cannot assign future.await" },
+      { "rawsets a future's token", function(s) rawset(s.f, "token", 2) end,
+        "a duroxide.Future is read-only" },
+      { "replaces a future's metatable", function(s) setmetatable(s.f, nil) end,
+        "a duroxide.Future is read-only" },
+      { "writes a method through the future metatable", function(s)
+        getmetatable(s.f).__index.await = function() return "evil" end
+      end, "is read-only in orchestrations" },
+      { "writes a method through future.__index", function(s)
+        s.f.__index.await = function() return "evil" end
+      end, "attempt to index a nil value" },
+      { "awaits A's future", function(s) return s.g:await() end,
+        "this future belongs to a finished orchestration turn or to another instance" },
+      { "joins A's futures", function(s) return s.ctx:join({ s.f, s.g }) end,
+        "this future belongs to a finished orchestration turn or to another instance" },
+      { "cancels A's future", function(s) return s.f:cancel() end,
+        "this future belongs to a finished orchestration turn or to another instance" },
+    }
+    for _, mode in ipairs(modes) do
+      for _, attack in ipairs(attacks) do
+        it("refuses B that " .. attack[1] .. " (cache " .. mode[1] .. "); A completes", function()
+          env:close()
+          env = H.env({ turn_instruction_budget = 2000000, orchestration_cache_size = mode[2] })
+          local stash = {}
+          local echo = env:activity("Echo", function(_, v) return v end)
+          local a = env:orchestration("StashCtxA", function(ctx)
+            local f, g = ctx:schedule_activity(echo, "f"), ctx:schedule_timer(1)
+            stash.ctx, stash.f, stash.g = ctx, f, g -- A itself uses its locals
+            local got = ctx:schedule_wait("go"):await()
+            return { got = got, id = ctx.instance_id, exec = ctx.execution_id,
+                     echo = assert(ctx:schedule_activity(echo, "a"):await()),
+                     f = assert(f:await()), g = g:await() == nil }
+          end)
+          local b = env:orchestration("StashCtxB", function() return attack[2](stash) end)
+          local id = env:start(a)
+          env:await_event(id, "ExternalSubscribed")
+          local sb = env:run(b)
+          assert(env.client:raise_event(id, "go", 7))
+          local sa = env:wait(id)
+          assert.are.equal("Completed", sa.status, sa.error and sa.error.message)
+          assert.are.same({ got = 7, id = id, exec = 1, echo = "a", f = "f", g = true },
+                          sa.output)
+          assert.are.equal("Failed", sb.status)
+          assert.matches(attack[3], sb.error.message, 1, true)
+          check_innocent()
+        end)
       end
     end
   end)

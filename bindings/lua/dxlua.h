@@ -44,7 +44,7 @@ typedef struct dxl_state_s {
   lua_State *L;             /* main thread */
   uv_loop_t *loop;
   int reg_ref;              /* registry ref of {orchestrations=, activities=, hooks=, ...} */
-  int context_mt_ref;       /* Context metatable (from duroxide/context.lua) */
+  int context_mt_ref;       /* metatable of each ctx's fields table (context.lua's Fields) */
   int actx_mt_ref;          /* activity context metatable (Actx, duroxide/activity.lua) */
   int prims_ref;            /* primitives table passed to the Lua layer */
   dx_options_t opts;        /* from duroxide.configure{} */
@@ -63,11 +63,11 @@ typedef struct dxl_state_s {
   int hot_ref;
   /* registry refs (0: not made yet) of tables the loop reaches per activity or per turn:
   ** an integer key is found faster than a pointer or name key */
-  int runs_ref, idle_ref, handle_mt_ref, box_mt_ref;
-  const void *box_mt;       /* the box metatable's address (box_mt_ref keeps it): check_box */
+  int runs_ref, idle_ref, handle_mt_ref;
   const void *handle_mt;    /* the activity handle metatable's (handle_mt_ref): test_handle */
   int act_name_slot;        /* registry slot of the activity name C.emit checked last */
-  int fut_key_refs[3];      /* registry slots of "token", "cancelled", "composite" (orch.c) */
+  int fut_mt_ref;           /* registry slot of the futures' metatable (orch.c C.future_mt) */
+  const void *fut_mt;       /* its address: a future is a userdata with that metatable */
   dx__spare_t spare_runs;   /* freed activity runs (activity.c), reused */
   unsigned reg_gen;         /* counts changes of the orchestration registrations */
   /* the activity function looked up last (activity.c): the runtime looks a name up and then

@@ -609,12 +609,8 @@ static dxl_state_t *ensure_state(lua_State *L) {
   dxl_load_embedded(L, "duroxide/context.lua");
   lua_pushvalue(L, prims);
   lua_call(L, 1, 1);
-  lua_getfield(L, -1, "Context");
-  lua_pushvalue(L, -1);
-  lua_setfield(L, LUA_REGISTRYINDEX, "duroxide.Context"); /* shared: getmetatable sees a view */
+  lua_getfield(L, -1, "Fields");
   S->context_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_getfield(L, -1, "Future");
-  lua_setfield(L, LUA_REGISTRYINDEX, "duroxide.Future");
   lua_pop(L, 1);
 
   dxl_load_embedded(L, "duroxide/activity.lua");

@@ -18,7 +18,6 @@
 #include "value.h"
 #include "watchdog.h"
 
-#define BOX_MT "duroxide.TurnBox"
 #define GENERATED_SUFFIX_MAX 27 /* "::sub::" and up to 20 digits of an event id */
 /* The box's user values: session_id_arg's kept id, the instance's function and coroutine. */
 #define BOX_UV_SID 1
@@ -59,8 +58,8 @@ static void push_json(lua_State *L, const char *json, const char *what) {
   if (!push_int_json(L, json)) dx__lua_push_json_or_raise(L, json, strlen(json), what);
 }
 
-/* What ctx._box holds: cleared when the turn ends, so a ctx kept past its turn fails
-** cleanly instead of touching freed memory. */
+/* The instance's box, which is its ctx (push_ctx_mt): t is cleared when the turn ends, so a
+** ctx kept past its turn fails cleanly instead of touching freed memory. */
 typedef struct {
   dx_turn_t *t;
   orch_inst_t *inst;
@@ -122,6 +121,42 @@ static int h_orch_lookup(void *host, const char *name, const char *version,
 static const char instance_thread_key = 0;
 _Static_assert(LUA_EXTRASPACE >= sizeof(void *), "a thread's extra space holds the mark");
 
+/* __newindex of every ctx: another instance holding this ctx (stashed in a shared upvalue)
+** must not change what its methods or fields are, nor can its own code. */
+static int ctx_newindex(lua_State *L) {
+  if (lua_type(L, 2) == LUA_TSTRING)
+    return luaL_error(L, "ctx is read-only: cannot assign ctx.%s (keep state in locals)",
+                      lua_tostring(L, 2));
+  return luaL_error(L, "ctx is read-only (keep state in locals)");
+}
+
+/* [-0, +1, m] The ctx's metatable, one per instance: __index its fields table (instance_id,
+** execution_id, name, version; missing keys fall to Context's methods), writes refused. A
+** ctx is the instance's box, a full userdata: nothing in it can be assigned or rawset, so
+** neither a kept coroutine's ctx nor its methods can differ from a replay's. getmetatable
+** sees it only as a read-only view (sandbox.c: a userdata's metatable). */
+static void push_ctx_mt(lua_State *L, dxl_state_t *S, orch_inst_t *inst) {
+  lua_createtable(L, 0, 4);
+  lua_createtable(L, 0, 4); /* the fields */
+  lua_pushstring(L, dx_turn_instance(inst->t));
+  lua_setfield(L, -2, "instance_id");
+  lua_pushinteger(L, (lua_Integer)dx_turn_execution(inst->t));
+  lua_setfield(L, -2, "execution_id");
+  lua_pushstring(L, inst->name);
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, inst->version);
+  lua_setfield(L, -2, "version");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->context_mt_ref);
+  lua_setmetatable(L, -2);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, ctx_newindex);
+  lua_setfield(L, -2, "__newindex");
+  lua_pushliteral(L, "duroxide.Context");
+  lua_setfield(L, -2, "__name"); /* tostring(ctx), argument errors */
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -2, "__metatable"); /* getmetatable: itself, and in orchestrations a view */
+}
+
 /* Protected part of orch_start: build coroutine, ctx and input. [-1, +0, e] */
 static int start_impl(lua_State *L) {
   orch_inst_t *inst = lua_touserdata(L, 1);
@@ -141,9 +176,6 @@ static int start_impl(lua_State *L) {
   box = lua_newuserdatauv(L, sizeof *box, BOX_UVS);
   box->t = inst->t;
   box->inst = inst;
-  dxl_push_kept(L, &S->box_mt_ref, BOX_MT); /* typed: a foreign userdata in ctx._box is refused */
-  S->box_mt = lua_topointer(L, -1);
-  lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   inst->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   inst->box = box;
@@ -157,20 +189,8 @@ static int start_impl(lua_State *L) {
   lua_xmove(L, co, 1);  /* function */
   lua_remove(L, -2);    /* versions */
   lua_remove(L, -2);    /* the registration */
-
-  lua_createtable(L, 0, 6); /* ctx */
-  lua_insert(L, -2);
-  lua_setfield(L, -2, "_box"); /* not the coroutine: C.on_main tells it (see below) */
-  lua_pushstring(L, dx_turn_instance(inst->t));
-  lua_setfield(L, -2, "instance_id");
-  lua_pushinteger(L, (lua_Integer)dx_turn_execution(inst->t));
-  lua_setfield(L, -2, "execution_id");
-  lua_pushstring(L, inst->name);
-  lua_setfield(L, -2, "name");
-  lua_pushstring(L, inst->version);
-  lua_setfield(L, -2, "version");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, S->context_mt_ref);
-  lua_setmetatable(L, -2);
+  push_ctx_mt(L, S, inst);
+  lua_setmetatable(L, -2); /* the box is the ctx */
   /* decoded here, under this protected call, then moved with ctx: co has no error handler */
   push_json(L, inst->input, "orchestration input");
   lua_xmove(L, inst->co, 2);
@@ -235,7 +255,7 @@ static int finish_ok(orch_inst_t *inst, int nres) {
 }
 
 /* The box of the instance whose code runs now on this thread (its guards are entered; its
-** box_ref keeps it alive): check_box takes it without looking at its metatable. */
+** box_ref keeps it alive): check_box takes only it. */
 static _Thread_local turn_box_t *running_box;
 
 /* An instance's coroutine is the engine's to resume: another instance reaching it through a
@@ -294,30 +314,32 @@ static int resume_timed(dxl_state_t *S, orch_inst_t *inst, int nargs, int *nres)
 ** engine knows which futures the code waits for (park_from_yield); private to the library. */
 static char park_key;
 
-/* Keys of a future table (context.lua) the binding reads, kept as registry slots: an
-** integer lookup instead of interning the name on each read. */
-static const char *const FUT_KEYS[3] = {"token", "cancelled", "composite"};
+/* A durable future (context.lua's Future methods): a full userdata, so no code can assign
+** or rawset its token, flags or ctx: another instance holding it (stashed in a shared
+** upvalue) cannot make it resolve as some other future, and a kept coroutine's futures stay
+** what a replay's are. User value 1: the box whose turn it polls (kept alive: a freed box's
+** address could come back as another instance's), or a retry's private state table. */
+typedef struct {
+  uint64_t token;   /* its action's token in the turn (0: a retry) */
+  turn_box_t *box;  /* NULL: a retry */
+  int cancelled;    /* withdrawn by Future:cancel */
+} fut_t;
 
-/* The token of future table f (at idx) when a join would wait for it on its own coroutine: a
-** plain pending-or-done future (context.lua), not cancelled nor a retry composite. 0: none.
-** keys: the stack index of FUT_KEYS[0..2] (pushed once for a whole list). */
-static uint64_t future_token(lua_State *co, int idx, int keys) {
-  lua_Integer tok = 0;
-  int k;
-  if (lua_type(co, idx) != LUA_TTABLE) return 0;
-  for (k = 2; k >= 0; k--) { /* cancelled and composite must be nil; then the token */
-    lua_pushvalue(co, keys + k);
-    if (k > 0) {
-      int set = lua_rawget(co, idx) != LUA_TNIL;
-      lua_pop(co, 1);
-      if (set) return 0;
-    } else {
-      lua_rawget(co, idx);
-      tok = lua_isinteger(co, -1) ? lua_tointeger(co, -1) : 0;
-      lua_pop(co, 1);
-    }
+/* The future at idx when it is one (its metatable is context.lua's), else NULL. */
+static fut_t *to_future(dxl_state_t *S, lua_State *L, int idx) {
+  fut_t *f = NULL;
+  if (lua_type(L, idx) == LUA_TUSERDATA && lua_getmetatable(L, idx)) {
+    if (lua_topointer(L, -1) == S->fut_mt) f = lua_touserdata(L, idx);
+    lua_pop(L, 1);
   }
-  return tok > 0 ? (uint64_t)tok : 0;
+  return f;
+}
+
+/* The token the engine parks the code on for the future at idx: a plain pending-or-done one,
+** not cancelled nor a retry. 0: none. */
+static uint64_t future_token(dxl_state_t *S, lua_State *co, int idx) {
+  fut_t *f = to_future(S, co, idx);
+  return f && f->box && !f->cancelled ? f->token : 0;
 }
 
 /* The code suspended with nres values on its stack: a library wait's (PARK, token) or (PARK,
@@ -334,19 +356,17 @@ static void park_from_yield(dxl_state_t *S, orch_inst_t *inst, dx_turn_t *t, int
     dx__turn_park(t, NULL, 0);
     return;
   }
-  if (lua_isinteger(co, base + 1)) {
-    one = lua_tointeger(co, base + 1) > 0 ? (uint64_t)lua_tointeger(co, base + 1) : 0;
+  if (lua_type(co, base + 1) == LUA_TUSERDATA) { /* (PARK, future) */
+    one = future_token(S, co, base + 1);
     dx__turn_park(t, &one, one ? 1 : 0);
     return;
   }
   if (nres >= 3 && lua_type(co, base + 1) == LUA_TTABLE && lua_isinteger(co, base + 2)) {
     lua_Integer i = lua_tointeger(co, base + 2), last = (lua_Integer)lua_rawlen(co, base + 1);
-    int keys = lua_gettop(co) + 1, j;
-    for (j = 0; j < 3; j++) lua_rawgeti(co, LUA_REGISTRYINDEX, S->fut_key_refs[j]);
     for (; i >= 1 && i <= last; i++) {
       uint64_t k;
       lua_rawgeti(co, base + 1, i);
-      k = future_token(co, lua_gettop(co), keys);
+      k = future_token(S, co, lua_gettop(co));
       lua_pop(co, 1);
       if (!k) break;
       if (n == cap) {
@@ -360,7 +380,6 @@ static void park_from_yield(dxl_state_t *S, orch_inst_t *inst, dx_turn_t *t, int
       tok[n++] = k;
     }
     if (i <= last) n = 0; /* one it could not read: park nothing */
-    lua_settop(co, keys - 1);
   }
   dx__turn_park(t, tok, n);
   if (tok != buf) free(tok);
@@ -487,26 +506,18 @@ static void h_orch_free(void *host, void *vinst) {
 
 /* {===== ctx primitives =====} */
 
-/* ctx._box, checked as luaL_testudata would, by the metatable's address instead of a name
-** lookup (the primitives' upvalue 1 is the state). */
+/* The ctx (argument 1, the instance's box): only the running instance's own, while its turn
+** lasts. Another instance's ctx (stashed in a shared upvalue) is refused even while that
+** instance's turn is open, so no code schedules into another instance's history; so is a
+** ctx kept past its turn, which then fails cleanly instead of touching freed memory. A light
+** userdata could carry the box's address: only the full userdata passes. */
 static turn_box_t *check_box(lua_State *L) {
-  dxl_state_t *S;
   turn_box_t *b = lua_touserdata(L, 1);
-  /* the running instance's own box (a full userdata: a light one could carry its address) */
   if (b && b == running_box && b->t && lua_type(L, 1) == LUA_TUSERDATA) return b;
-  S = lua_touserdata(L, lua_upvalueindex(1));
-  if (b && S && S->box_mt && lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1)) {
-    if (lua_topointer(L, -1) != S->box_mt) b = NULL; /* the registry keeps it: one address */
-    lua_pop(L, 1);
-  } else {
-    b = NULL;
-  }
-  if (!b || !b->t) { /* no position: luaL_error's would name context.lua, not the caller */
-    lua_pushliteral(L, "this ctx belongs to a finished orchestration turn; use the ctx passed "
-                       "to the running orchestration");
-    lua_error(L);
-  }
-  return b;
+  /* no position: luaL_error's would name context.lua, not the caller */
+  lua_pushliteral(L, "this ctx belongs to a finished orchestration turn or to another "
+                     "instance; use the ctx passed to the running orchestration");
+  return lua_error(L), NULL;
 }
 
 /* {===== sizes checked at the call (docs/lua-api.md "Limits") =====} */
@@ -592,9 +603,21 @@ static const char *session_id_arg(lua_State *L) {
   return sid;
 }
 
+/* [-0, +1, m] A new future of the action `token` in box b's turn (argument 1, the ctx). */
+static void push_future(lua_State *L, dxl_state_t *S, turn_box_t *b, uint64_t token) {
+  fut_t *f = lua_newuserdatauv(L, sizeof *f, 1);
+  f->token = token;
+  f->box = b;
+  f->cancelled = 0;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->fut_mt_ref);
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, 1);
+  lua_setiuservalue(L, -2, 1);
+}
+
 /* C.emit(box, kind, name, input, session_id, instance, version, delay_ms, on_moved_fail,
-**        tag) */
-static int p_emit(lua_State *L) {
+**        tag); future: C.schedule, which returns the action's future instead of its token */
+static int emit_impl(lua_State *L, int future) {
   turn_box_t *b = check_box(L);
   dx_action_t a;
   char err[512], num[DX_JSON_INT_MAX];
@@ -662,17 +685,45 @@ static int p_emit(lua_State *L) {
     push_json(L, value, "recorded value");
     return 1;
   }
-  lua_pushinteger(L, (lua_Integer)token);
+  if (future && token) push_future(L, b->inst->S, b, token);
+  else lua_pushinteger(L, (lua_Integer)token);
   return 1;
 }
 
-/* C.poll(box, token) -> state, value, err, order */
-static int p_poll(lua_State *L) {
-  turn_box_t *b = check_box(L);
+static int p_emit(lua_State *L) { return emit_impl(L, 0); }
+static int p_schedule(lua_State *L) { return emit_impl(L, 1); }
+
+/* Argument 1 as a future (raises when it is not one). */
+static fut_t *check_future(lua_State *L) {
+  fut_t *f = to_future(lua_touserdata(L, lua_upvalueindex(1)), L, 1);
+  if (!f) luaL_error(L, "a durable future expected, got %s", luaL_typename(L, 1));
+  return f;
+}
+
+/* The plain future f's box: the running instance's own, while its turn lasts. */
+static turn_box_t *future_box(lua_State *L, fut_t *f) {
+  if (f->box == running_box && f->box->t) return f->box;
+  lua_pushliteral(L, "this future belongs to a finished orchestration turn or to another "
+                     "instance; await futures in the orchestration that scheduled them");
+  return lua_error(L), NULL;
+}
+
+#define FUT_SPECIAL 3 /* C.fpoll's state of a cancelled future or a retry: context.lua's */
+
+/* C.fpoll(future) -> state, value, err, order (state: 0 pending, 1 ok, 2 error, 3 special) */
+static int p_fpoll(lua_State *L) {
+  fut_t *f = check_future(L);
+  turn_box_t *b;
   const char *data = NULL;
   const dx_failure_t *fail = NULL;
   uint64_t order = 0;
-  int st = dx_turn_poll(b->t, (uint64_t)luaL_checkinteger(L, 2), &data, &fail, &order);
+  int st;
+  if (!f->box || f->cancelled) {
+    lua_pushinteger(L, FUT_SPECIAL);
+    return 1;
+  }
+  b = future_box(L, f);
+  st = dx_turn_poll(b->t, f->token, &data, &fail, &order);
   lua_pushinteger(L, st);
   if (st == DX_FUT_OK) {
     if (!data) lua_pushnil(L);
@@ -737,9 +788,63 @@ static int p_custom_status(lua_State *L) {
   return 1;
 }
 
-static int p_cancel(lua_State *L) {
-  turn_box_t *b = check_box(L);
-  dx_turn_cancel(b->t, (uint64_t)luaL_checkinteger(L, 2));
+/* C.fcancel(future [, drop]) -> true when it was still pending (now cancelled: it resolves
+** to the "Cancelled" error), false when it had completed. drop (select's losers): the action
+** is withdrawn, the future not marked. A retry's is context.lua's. */
+static int p_fcancel(lua_State *L) {
+  fut_t *f = check_future(L);
+  turn_box_t *b;
+  int drop = lua_toboolean(L, 2);
+  if (!f->box) return luaL_error(L, "cancel: a retry future is cancelled by context.lua");
+  if (f->cancelled && !drop) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  b = future_box(L, f);
+  if (!drop && dx_turn_poll(b->t, f->token, NULL, NULL, NULL) != DX_FUT_PENDING) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  dx_turn_cancel(b->t, f->token);
+  if (!drop) f->cancelled = 1;
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* C.fretry(ctx) -> future, state: a retry's future (context.lua runs it) and its private
+** state table, which C.fstate gives back. */
+static int p_fretry(lua_State *L) {
+  dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(1));
+  fut_t *f;
+  check_box(L);
+  f = lua_newuserdatauv(L, sizeof *f, 1);
+  f->token = 0;
+  f->box = NULL;
+  f->cancelled = 0;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->fut_mt_ref);
+  lua_setmetatable(L, -2);
+  lua_createtable(L, 0, 4);
+  lua_pushvalue(L, -1);
+  lua_setiuservalue(L, -3, 1);
+  return 2;
+}
+
+/* C.fstate(future) -> a retry's state table, nil for any other future */
+static int p_fstate(lua_State *L) {
+  fut_t *f = check_future(L);
+  if (f->box) return 0;
+  lua_getiuservalue(L, 1, 1);
+  return 1;
+}
+
+/* C.future_mt(mt): context.lua's metatable of futures, set once as it loads */
+static int p_future_mt(lua_State *L) {
+  dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(1));
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (S->fut_mt_ref > 0) luaL_unref(L, LUA_REGISTRYINDEX, S->fut_mt_ref);
+  lua_settop(L, 1);
+  S->fut_mt = lua_topointer(L, 1);
+  S->fut_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   return 0;
 }
 
@@ -783,8 +888,10 @@ static int p_on_main(lua_State *L) {
 
 void dxl_orch_register(lua_State *L, int prims) {
   dxl_state_t *S = dxl_state(L);
-  int k;
-  static const luaL_Reg fns[] = {{"emit", p_emit}, {"poll", p_poll}, {"cancel", p_cancel},
+  static const luaL_Reg fns[] = {{"emit", p_emit}, {"schedule", p_schedule},
+                                 {"fpoll", p_fpoll}, {"fcancel", p_fcancel},
+                                 {"fretry", p_fretry}, {"fstate", p_fstate},
+                                 {"future_mt", p_future_mt},
                                  {"replaying", p_replaying}, {"trace", p_trace},
                                  {"session_worker", p_session_worker},
                                  {"kv_get", p_kv_get}, {"kv_all", p_kv_all},
@@ -797,10 +904,6 @@ void dxl_orch_register(lua_State *L, int prims) {
   lua_pushlightuserdata(L, &park_key);
   lua_setfield(L, -2, "PARK");
   lua_pop(L, 1);
-  for (k = 0; k < 3; k++) {
-    lua_pushstring(L, FUT_KEYS[k]);
-    S->fut_key_refs[k] = luaL_ref(L, LUA_REGISTRYINDEX);
-  }
 }
 
 /* The activity half lives in activity.c. */

@@ -7,8 +7,8 @@
 **    replacement; activities and load-time code call the originals unchanged;
 **  - read-only libraries and views: the standard library tables keep their contents in a
 **    private table behind __index and refuse writes while an orchestration runs (whatever
-**    reference the code holds); metatables shared with other code (strings, Context, C
-**    objects) are seen through read-only views;
+**    reference the code holds); metatables shared with other code (strings, C objects, ctx
+**    and futures) are seen through read-only views;
 **  - coroutine.running tells activity.c which activity coroutines the code got (not reused);
 **  - per-instance globals: each registered orchestration function gets its own _ENV cell,
 **    bound to a fresh globals table per instance while that instance runs. The table falls
@@ -309,8 +309,20 @@ static void collect_before(lua_State *L, dxl_state_t *S) {
                "is shared by every instance (only \"count\" and \"isrunning\" are)", opt);
 }
 
+/* rawset and setmetatable take tables: a ctx or a future (a userdata, read-only) is refused
+** naming it, not as "bad argument #1 to '?'". */
+static void refuse_read_only_object(lua_State *L, const char *fn) {
+  int t;
+  if (lua_type(L, 1) != LUA_TUSERDATA || (t = luaL_getmetafield(L, 1, "__name")) == LUA_TNIL)
+    return;
+  if (t == LUA_TSTRING)
+    luaL_error(L, "%s: a %s is read-only (it is not a table)", fn, lua_tostring(L, -1));
+  lua_pop(L, 1);
+}
+
 static void setmetatable_before(lua_State *L, dxl_state_t *S) {
   (void)S;
+  refuse_read_only_object(L, "setmetatable");
   if (lua_type(L, 2) == LUA_TTABLE) {
     lua_pushliteral(L, "__gc");
     if (lua_rawget(L, 2) != LUA_TNIL)
@@ -322,13 +334,14 @@ static void setmetatable_before(lua_State *L, dxl_state_t *S) {
 
 static void rawset_before(lua_State *L, dxl_state_t *S) {
   (void)S;
+  refuse_read_only_object(L, "rawset");
   if (lua_type(L, 1) == LUA_TTABLE && is_view(L, 1))
     luaL_error(L, "rawset on a read-only view: standard libraries and engine metatables are "
                "shared by every instance");
 }
 
-/* A metatable shared beyond this instance: of a non-table value (strings, userdata), or one
-** registered under its __name (luaL_newmetatable; the engine's Context and Future too). */
+/* A metatable shared beyond this instance: of a non-table value (strings, userdata: ctx and
+** futures too), or one registered under its __name (luaL_newmetatable). */
 static int shared_metatable(lua_State *L, int obj, int mt) {
   int r;
   if (lua_type(L, obj) != LUA_TTABLE) return 1;

@@ -2,13 +2,16 @@
 --
 -- Loaded once by the C module with its primitives table `C`:
 --   C.emit(box, kind, name, input, session_id, instance, version, delay_ms, on_moved, tag) -> token | value
---   C.poll(box, token) -> state, value, err, order   (state: 0 pending, 1 ok, 2 error)
---   C.cancel(box, token)
+--   C.schedule(...) as C.emit, -> the action's future (a userdata: its state is C's)
+--   C.fpoll(future) -> state, value, err, order   (0 pending, 1 ok, 2 error, 3 cancelled or a retry)
+--   C.fcancel(future [, drop]) -> whether it was pending ; C.fretry(box) -> future, state
+--   C.fstate(future) -> a retry's state table, else nil ; C.future_mt(mt) sets futures' metatable
 --   C.replaying(box) -> boolean ; C.trace(box, level, message)
 --   C.kv_get(box, key) -> value ; C.kv_all(box) -> { {key, value, updated_ms}, ... }
 --   C.kv_key_check(key) raises for a key no write would accept
 --   C.custom_status(box) -> value
---   C.on_main() -> true on the running instance's own coroutine (ctx does not hold it: any
+--   (box: the ctx itself, the instance's turn box)
+--   C.on_main() -> true on the running instance's own coroutine (ctx does not show it: any
 --     code holding a ctx could reach it, and resume it from another instance)
 -- Yields happen here, in Lua, never inside a C function: a suspended orchestration is a
 -- coroutine parked in `coroutine.yield()` until the engine delivers something and resumes it.
@@ -19,37 +22,37 @@ local ACT_ACTIVITY, ACT_TIMER, ACT_WAIT, ACT_SUB, ACT_CHAINED, ACT_STATUS, ACT_S
 local ACT_CLOSE_SESSION = 9
 local ACT_KV_SET, ACT_KV_CLEAR, ACT_KV_CLEAR_ALL, ACT_DEQUEUE = 10, 11, 12, 13
 local KV_SYSCALL = "__duroxide_syscall:get_kv_value"
-local PENDING, OK = 0, 1
+local PENDING, OK, SPECIAL = 0, 1, 3
 
 local yield, on_main = coroutine.yield, C.on_main
 -- the primitives every await and schedule call uses, as upvalues (one lookup fewer per call:
 -- orchestration code runs under the instruction hook, where every VM instruction counts)
-local poll, emit, texts = C.poll, C.emit, C.texts
--- A wait yields (PARK, token) or (PARK, futures, i): the engine then resumes the code only
+local fpoll, schedule, texts, fstate = C.fpoll, C.schedule, C.texts, C.fstate
+-- A wait yields (PARK, future) or (PARK, futures, i): the engine then resumes the code only
 -- once those futures are no longer pending (orch.c park_from_yield). Private to this file.
 local PARK = C.PARK
 local mtype = math.type
 local type, select_, error, tostring, ipairs = type, select, error, tostring, ipairs
--- the originals, captured before the sandbox guards them (sandbox.c): Future checks compare
+-- the original, captured before the sandbox guards it (sandbox.c): Future checks compare
 -- the real metatable, which orchestration code only sees as a read-only view
-local getmetatable, setmetatable = getmetatable, setmetatable
+local getmetatable = getmetatable
 
+-- The methods of every future. A future is a userdata made by C.schedule (orch.c): its token,
+-- flags and ctx are C's, and its metatable refuses writes, so code holding another instance's
+-- future cannot make it resolve as another one. Future itself has no __index.
 local Future = {}
-Future.__index = Future
-Future.__name = "duroxide.Future"
-
-local Context = {}
-Context.__index = Context
-Context.__name = "duroxide.Context"
-
--- A future is { ctx, token }; a cancelled one or a retry (composite/current/value/err/done)
--- also has special = true, so a plain future's wait looks one absent field up, not two (each
--- misses into Future). Each field of a table constructor costs a hash insert, and futures are
--- made on every schedule call, so none is stored that nothing reads (what kind it is: its
--- history event).
-local function new_future(ctx, token)
-  return setmetatable({ ctx = ctx, token = token }, Future)
+local FutureMT = { __index = Future, __name = "duroxide.Future" }
+FutureMT.__newindex = function(_, k)
+  error("a future is read-only" .. (type(k) == "string" and ": cannot assign future." .. k or "")
+        .. " (keep state in locals)", 2)
 end
+FutureMT.__metatable = FutureMT -- getmetatable: itself, and in orchestrations a view
+C.future_mt(FutureMT)
+
+-- The methods of every ctx. A ctx is its instance's turn box (a full userdata, orch.c): it has
+-- no fields code can assign, and its metatable (one per instance: its fields, then these
+-- methods) refuses writes. Context itself has no __index, so ctx.__index does not reach it.
+local Context = {}
 
 local function check_name(what, v, level)
   if type(v) ~= "string" or v == "" then
@@ -78,34 +81,40 @@ local function cancelled_error()
   return C.error("cancelled: the orchestration cancelled this future", "application", "Cancelled")
 end
 
+-- A cancelled future's or a retry's wait (fpoll's SPECIAL). A retry's state (fstate):
+-- composite (runs the attempts), current (the attempt's future), done, value, err, cancelled.
+local function await_special(f)
+  local st = fstate(f)
+  if st == nil or st.cancelled then return nil, cancelled_error() end
+  if not st.done then
+    st.value, st.err = st.composite()
+    st.done = true
+  end
+  return st.value, st.err
+end
+
 --- Wait for the future. Returns its value, or nil and a duroxide.Error.
 function Future:await()
-  if self.special then
-    if self.cancelled then return nil, cancelled_error() end
-    if self.composite then
-      if not self.done then
-        self.value, self.err = self.composite()
-        self.done = true
-      end
-      return self.value, self.err
-    end
-  end
-  local ctx, token = self.ctx, self.token
-  local box = ctx._box
   while true do
-    local state, value, err = poll(box, token)
+    local state, value, err = fpoll(self)
     if state == OK then return value end
-    if state ~= PENDING then return nil, err end
+    if state ~= PENDING then
+      if state == SPECIAL then return await_special(self) end
+      return nil, err
+    end
     -- suspend(), inlined: this loop runs once per await of every orchestration
     if not on_main() then suspend() end
-    yield(PARK, token)
+    yield(PARK, self)
   end
 end
 
 function Future:is_ready()
-  if self.cancelled then return true end
-  if self.composite then return false end
-  return (C.poll(self.ctx._box, self.token)) ~= PENDING
+  local state = fpoll(self)
+  if state == SPECIAL then
+    local st = fstate(self)
+    return st == nil or st.cancelled == true
+  end
+  return state ~= PENDING
 end
 
 --- Withdraw a future the orchestration no longer needs: an activity is taken off the queue
@@ -114,17 +123,12 @@ end
 --- the same. Returns true when the future was still pending (it then resolves to nil and a
 --- "Cancelled" error), false when it had already completed (cancel changes nothing).
 function Future:cancel()
-  if self.cancelled then return true end
-  if self.composite then
-    if self.done then return false end
-    self.cancelled, self.special = true, true
-    if self.current then self.current:cancel() end
-    return true
-  end
-  if self.token == nil then error("cancel: this future cannot be cancelled", 2) end
-  if (C.poll(self.ctx._box, self.token)) ~= PENDING then return false end
-  C.cancel(self.ctx._box, self.token)
-  self.cancelled, self.special = true, true
+  local st = fstate(self)
+  if st == nil then return C.fcancel(self) end
+  if st.cancelled then return true end
+  if st.done then return false end
+  st.cancelled = true
+  if st.current then st.current:cancel() end
   return true
 end
 
@@ -162,8 +166,8 @@ local function activity_opts(opts, allowed)
 end
 
 local function activity_future(ctx, name, input, session_id, tag, fail_moved)
-  return new_future(ctx, emit(ctx._box, ACT_ACTIVITY, name, input, session_id, nil, nil, nil,
-                                fail_moved or false, tag))
+  return schedule(ctx, ACT_ACTIVITY, name, input, session_id, nil, nil, nil, fail_moved or false,
+                  tag)
 end
 
 local SESSION_OPTS = { on_moved = true }
@@ -179,8 +183,7 @@ function Context:schedule_activity(name, input, opts)
   -- the common call (a name, no options) in as few VM instructions as the hook counts
   if opts == nil and (name == last_name or type(name) == "string" and name ~= "") then
     last_name = name
-    return setmetatable({ ctx = self, token = emit(self._box, ACT_ACTIVITY, name, input) },
-                        Future)
+    return schedule(self, ACT_ACTIVITY, name, input)
   end
   check_name("activity name", name)
   local tag, fail_moved = activity_opts(opts, SESSION_ID_OPTS)
@@ -195,9 +198,7 @@ end
 function Context:schedule_activity_on_session(name, input, session_id, opts)
   -- the common call (no options): both names checked in one primitive, no type() calls
   if opts == nil and texts(name, session_id) then
-    return setmetatable({ ctx = self,
-                          token = emit(self._box, ACT_ACTIVITY, name, input, session_id, nil, nil,
-                                       nil, false) }, Future)
+    return schedule(self, ACT_ACTIVITY, name, input, session_id, nil, nil, nil, false)
   end
   check_name("activity name", name)
   check_name("session id", session_id)
@@ -208,23 +209,23 @@ end
 --- code has seen it so far: read from history, the same on every replay), or nil.
 function Context:session_worker(session_id)
   check_name("session id", session_id)
-  return C.session_worker(self._box, session_id)
+  return C.session_worker(self, session_id)
 end
 
 --- Release a session now: its owner's on_session_released hook gets "closed" (after the
 --- session's earlier activities), and the next activity on that id may go to any worker.
 function Context:close_session(session_id)
   check_name("session id", session_id)
-  C.emit(self._box, ACT_CLOSE_SESSION, nil, nil, session_id)
+  C.emit(self, ACT_CLOSE_SESSION, nil, nil, session_id)
 end
 
 function Context:schedule_timer(ms)
-  return new_future(self, C.emit(self._box, ACT_TIMER, nil, nil, nil, nil, nil, check_ms(ms)))
+  return schedule(self, ACT_TIMER, nil, nil, nil, nil, nil, check_ms(ms))
 end
 
 function Context:schedule_wait(event_name)
   check_name("event name", event_name)
-  return new_future(self, C.emit(self._box, ACT_WAIT, event_name))
+  return schedule(self, ACT_WAIT, event_name)
 end
 
 local function check_version(v, level)
@@ -250,13 +251,13 @@ function Context:schedule_sub_orchestration(name, input, opts)
     instance_id, version = opts.instance_id, check_version(opts.version, 2)
   end
   if instance_id ~= nil then check_name("instance id", instance_id) end
-  return new_future(self, C.emit(self._box, ACT_SUB, name, input, nil, instance_id, version))
+  return schedule(self, ACT_SUB, name, input, nil, instance_id, version)
 end
 
 function Context:start_orchestration(name, instance_id, input)
   check_name("orchestration name", name)
   check_name("instance id", instance_id)
-  C.emit(self._box, ACT_CHAINED, name, input, nil, instance_id)
+  C.emit(self, ACT_CHAINED, name, input, nil, instance_id)
 end
 
 local function backoff_ms(policy, attempt)
@@ -298,15 +299,15 @@ function Context:schedule_activity_with_retry(name, input, policy, session_id, o
   local function attempt_future()
     return activity_future(ctx, name, input, session_id, tag, fail_moved)
   end
-  local f = setmetatable({ ctx = self, special = true }, Future)
+  local f, st = C.fretry(self)
   local first = attempt_future()
-  f.current = first
-  f.composite = function()
+  st.current = first
+  st.composite = function()
     local current, last_err = first, nil
     for attempt = 1, max_attempts do
       if attempt > 1 then
         current = attempt_future()
-        f.current = current
+        st.current = current
       end
       local value, err
       if policy.timeout_ms then
@@ -344,23 +345,23 @@ function Context:continue_as_new(input, opts)
     version = opts.version
   end
   check_version(version, 2)
-  C.emit(self._box, ACT_CAN, nil, input, nil, nil, version)
+  C.emit(self, ACT_CAN, nil, input, nil, nil, version)
   while true do suspend() end
 end
 
 -- {===== deterministic helpers =====}
 
-function Context:utc_now() return C.emit(self._box, ACT_SYSCALL, "utc_now") end
-function Context:new_guid() return C.emit(self._box, ACT_SYSCALL, "new_guid") end
-function Context:random() return C.emit(self._box, ACT_SYSCALL, "random") end
+function Context:utc_now() return C.emit(self, ACT_SYSCALL, "utc_now") end
+function Context:new_guid() return C.emit(self, ACT_SYSCALL, "new_guid") end
+function Context:random() return C.emit(self, ACT_SYSCALL, "random") end
 
 function Context:set_custom_status(value)
-  C.emit(self._box, ACT_STATUS, nil, value)
+  C.emit(self, ACT_STATUS, nil, value)
 end
 
 --- The custom status as this execution last set it (a continued execution starts with the
 --- status its predecessor ended with); nil when none.
-function Context:get_custom_status() return C.custom_status(self._box) end
+function Context:get_custom_status() return C.custom_status(self) end
 
 -- {===== key-value state =====}
 -- Reads see the instance's state as of the previous execution's end plus this execution's
@@ -369,35 +370,35 @@ function Context:get_custom_status() return C.custom_status(self._box) end
 function Context:set_kv_value(key, value)
   check_name("key-value key", key)
   if value == nil then error("set_kv_value: value must not be nil (use clear_kv_value)", 2) end
-  C.emit(self._box, ACT_KV_SET, key, value)
+  C.emit(self, ACT_KV_SET, key, value)
 end
 
 function Context:get_kv_value(key)
   check_name("key-value key", key)
-  return C.kv_get(self._box, key)
+  return C.kv_get(self, key)
 end
 
 function Context:clear_kv_value(key)
   check_name("key-value key", key)
-  C.emit(self._box, ACT_KV_CLEAR, key)
+  C.emit(self, ACT_KV_CLEAR, key)
 end
 
-function Context:clear_all_kv_values() C.emit(self._box, ACT_KV_CLEAR_ALL) end
+function Context:clear_all_kv_values() C.emit(self, ACT_KV_CLEAR_ALL) end
 
 function Context:get_kv_all_values()
   local all = {}
-  for _, e in ipairs(C.kv_all(self._box)) do all[e[1]] = e[2] end
+  for _, e in ipairs(C.kv_all(self)) do all[e[1]] = e[2] end
   return all
 end
 
 --- Keys in ascending (byte) order.
 function Context:get_kv_all_keys()
   local keys = {}
-  for i, e in ipairs(C.kv_all(self._box)) do keys[i] = e[1] end
+  for i, e in ipairs(C.kv_all(self)) do keys[i] = e[1] end
   return keys
 end
 
-function Context:get_kv_length() return #C.kv_all(self._box) end
+function Context:get_kv_length() return #C.kv_all(self) end
 
 --- Clear every key last set before `cutoff_ms` (ms since the epoch, as ctx:utc_now());
 --- returns how many were cleared.
@@ -407,9 +408,9 @@ function Context:prune_kv_values_updated_before(cutoff_ms)
           type(cutoff_ms), 2)
   end
   local n = 0
-  for _, e in ipairs(C.kv_all(self._box)) do
+  for _, e in ipairs(C.kv_all(self)) do
     if e[3] < cutoff_ms then
-      C.emit(self._box, ACT_KV_CLEAR, e[1])
+      C.emit(self, ACT_KV_CLEAR, e[1])
       n = n + 1
     end
   end
@@ -423,8 +424,8 @@ function Context:get_kv_value_from_instance(instance_id, key)
   check_name("key-value key", key)
   C.kv_key_check(key)
   -- the instance id also goes as the action's instance: checked there like any other id
-  return new_future(self, C.emit(self._box, ACT_ACTIVITY, KV_SYSCALL,
-                                 { instance = instance_id, key = key }, nil, instance_id))
+  return schedule(self, ACT_ACTIVITY, KV_SYSCALL, { instance = instance_id, key = key }, nil,
+                  instance_id)
 end
 
 -- {===== event queues =====}
@@ -433,29 +434,29 @@ end
 --- kept until dequeued, and carried across continue_as_new.
 function Context:dequeue_event(queue)
   check_name("queue name", queue)
-  return new_future(self, C.emit(self._box, ACT_DEQUEUE, queue))
+  return schedule(self, ACT_DEQUEUE, queue)
 end
 
-function Context:is_replaying() return C.replaying(self._box) end
+function Context:is_replaying() return C.replaying(self) end
 
 local LEVELS = { error = 0, warn = 1, info = 2, debug = 3 }
 
 function Context:trace(level, message)
   local lv = LEVELS[level]
   if not lv then error("trace level must be error, warn, info or debug", 2) end
-  C.trace(self._box, lv, tostring(message))
+  C.trace(self, lv, tostring(message))
 end
-function Context:trace_info(message) C.trace(self._box, 2, tostring(message)) end
-function Context:trace_warn(message) C.trace(self._box, 1, tostring(message)) end
-function Context:trace_error(message) C.trace(self._box, 0, tostring(message)) end
-function Context:trace_debug(message) C.trace(self._box, 3, tostring(message)) end
+function Context:trace_info(message) C.trace(self, 2, tostring(message)) end
+function Context:trace_warn(message) C.trace(self, 1, tostring(message)) end
+function Context:trace_error(message) C.trace(self, 0, tostring(message)) end
+function Context:trace_debug(message) C.trace(self, 3, tostring(message)) end
 
 -- {===== join and select =====}
 
 local function check_futures(futures, what)
   if type(futures) ~= "table" then error(what .. " expects an array of futures", 3) end
   for i = 1, #futures do
-    if getmetatable(futures[i]) ~= Future then
+    if getmetatable(futures[i]) ~= FutureMT then
       error(what .. ": element " .. i .. " is not a durable future", 3)
     end
   end
@@ -469,20 +470,17 @@ function Context:join(futures)
   for i = 1, #futures do
     local f = futures[i]
     local v, e
-    if f.special then -- cancelled or a retry
-      v, e = f:await()
-    else
-      -- Future:await inlined (fewer VM instructions under the count hook); off the
-      -- orchestration's coroutine, await raises as it always did
-      local ctx, token = f.ctx, f.token
-      local box = ctx._box
-      while true do
-        local state, value, err = poll(box, token)
-        if state == OK then v = value break end
-        if state ~= PENDING then e = err break end
-        if not on_main() then v, e = f:await() break end
-        yield(PARK, futures, i) -- resumed once futures i.. are all done
+    -- Future:await inlined (fewer VM instructions under the count hook); off the
+    -- orchestration's coroutine, await raises as it always did
+    while true do
+      local state, value, err = fpoll(f)
+      if state == OK then v = value break end
+      if state ~= PENDING then
+        if state == SPECIAL then v, e = await_special(f) else e = err end -- cancelled, a retry
+        break
       end
+      if not on_main() then v, e = f:await() break end
+      yield(PARK, futures, i) -- resumed once futures i.. are all done
     end
     values[i] = v
     if e ~= nil then
@@ -498,18 +496,15 @@ end
 function Context:select(futures)
   check_futures(futures, "select")
   if #futures == 0 then error("select needs at least one future", 2) end
-  local box = self._box
   for i = 1, #futures do
-    if futures[i].composite then error("select: element " .. i .. " is a retry future", 2) end
+    if fstate(futures[i]) then error("select: element " .. i .. " is a retry future", 2) end
   end
   while true do
     local best, best_order, best_value, best_err
     for i = 1, #futures do
-      local state, value, err, order
-      if futures[i].cancelled then -- resolved by the code itself, before anything in history
+      local state, value, err, order = fpoll(futures[i])
+      if state == SPECIAL then -- cancelled by the code itself, before anything in history
         state, value, err, order = -1, nil, cancelled_error(), -1
-      else
-        state, value, err, order = poll(box, futures[i].token)
       end
       if state ~= PENDING and (best == nil or order < best_order) then
         best, best_order, best_value, best_err = i, order, value, err
@@ -517,7 +512,7 @@ function Context:select(futures)
     end
     if best then
       for i = 1, #futures do
-        if i ~= best then C.cancel(box, futures[i].token) end
+        if i ~= best then C.fcancel(futures[i], true) end
       end
       return best, best_value, best_err
     end
@@ -525,4 +520,5 @@ function Context:select(futures)
   end
 end
 
-return { Context = Context, Future = Future, select = select_ }
+-- the metatable of each ctx's fields table (orch.c): missing keys are Context's methods
+return { Context = Context, Fields = { __index = Context }, Future = Future, select = select_ }
