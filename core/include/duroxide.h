@@ -70,10 +70,17 @@ typedef struct dx_options_s {
                                         turns (no replay per turn; LRU); 0 = off. Default: the
                                         DUROXIDE_ORCHESTRATION_CACHE_SIZE environment variable
                                         when set, else DX_ORCHESTRATION_CACHE_DEFAULT */
+  int64_t heap_prefault;             /* bytes of heap the loop thread and the store thread each
+                                        touch at start and keep, so a first burst does not take
+                                        a page fault per new page (default DX_HEAP_PREFAULT_DEFAULT;
+                                        at most 256 MiB; 0 = off: malloc's settings untouched) */
 } dx_options_t;
 
 /** The default orchestration cache budget in bytes. */
 #define DX_ORCHESTRATION_CACHE_DEFAULT (64 * 1024 * 1024)
+
+/** The default heap prefault in bytes (per worker thread kind: loop, store). */
+#define DX_HEAP_PREFAULT_DEFAULT (8 * 1024 * 1024)
 
 /** Fill defaults. */
 void dx_options_init(dx_options_t *o);

@@ -41,6 +41,7 @@ void dx_options_init(dx_options_t *o) {
   o->log_level = DX_LOG_INFO;
   o->log_format = 0;
   o->orchestration_cache_size = DX_ORCHESTRATION_CACHE_DEFAULT;
+  o->heap_prefault = DX_HEAP_PREFAULT_DEFAULT;
   {
     /* Lets a test suite run every spec with the cache on and off (meson suite "cache"). */
     const char *env = getenv("DUROXIDE_ORCHESTRATION_CACHE_SIZE");
@@ -110,6 +111,9 @@ int dx_options_validate(const dx_options_t *o, dx_error_t *err) {
     int rc = dx__tags_parse(o->tags, NULL, err);
     if (rc) return rc;
   }
+  if (o->heap_prefault < 0 || o->heap_prefault > (int64_t)256 << 20)
+    return dx_error_set(err, DX_EINVAL, "heap_prefault must be 0 (off) to 256m (got %" PRId64
+                        " bytes)", o->heap_prefault);
   if (o->worker_node_id && (!*o->worker_node_id || strlen(o->worker_node_id) > 200))
     return dx_error_set(err, DX_EINVAL, "worker_node_id must be 1 to 200 characters");
   return DX_OK;
@@ -144,6 +148,7 @@ static const opt_desc_t opt_table[] = {
   {"session-wait-warning", OPT_DUR, offsetof(dx_options_t, session_wait_warning_ms)},
   {"tags", OPT_STR, offsetof(dx_options_t, tags)},
   {"orchestration-cache-size", OPT_SIZE, offsetof(dx_options_t, orchestration_cache_size)},
+  {"heap-prefault", OPT_SIZE, offsetof(dx_options_t, heap_prefault)},
 };
 
 int dx_options_set(dx_options_t *o, const char *name, const char *value, dx_error_t *err) {

@@ -23,6 +23,7 @@
 #include "orch_cache.h"
 #include "providers/registry.h"
 #include "replay.h"
+#include "heap.h"
 #include "sessions.h"
 #include "store.h"
 #include "syscalls.h"
@@ -805,8 +806,10 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   if (rt->stopping) return dx_error_set(err, DX_ECLOSED, "runtime is stopped");
   if (rt->started) return dx_error_set(err, DX_ESTATE, "runtime already started");
   dx__log_set_worker(rt->worker_id);
+  dx__heap_prefault(DX_HEAP_LOOP, (size_t)rt->opts.heap_prefault); /* (this is the loop's thread) */
   memset(&cfg, 0, sizeof cfg);
   cfg.provider = rt->provider;
+  cfg.heap_prefault = (size_t)rt->opts.heap_prefault;
   cfg.orch_lock_ms = rt->opts.orchestrator_lock_timeout_ms;
   cfg.turn_time_limit_ms = rt->opts.turn_time_limit_ms;
   cfg.work_lock_ms = rt->opts.worker_lock_timeout_ms;

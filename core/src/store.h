@@ -106,6 +106,7 @@ typedef struct dx_store_cfg_s {
   ** before committing and waits up to hold_ms each time for their answers, which then commit
   ** in the same transaction (store_rounds.c). 0 = never. */
   int64_t hold_ms;
+  size_t heap_prefault;              /* bytes of this thread's heap touched at its start (heap.c) */
   /* With hold_ms: the held rounds also hand the loop the activities the turns scheduled (and
   ** then the turns their results wake), not only turns and close items. All waits of a cycle
   ** together last at most 2 * hold_ms. */

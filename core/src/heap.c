@@ -1,0 +1,61 @@
+/*
+** heap.c -- prefault the allocator's heap (issue 12): a fresh worker's first burst took ~1600
+** first-touch page faults (fanout N=200), each a trip through the kernel (and on a VM the
+** host); touched once at start, a burst's allocations reuse those pages (the JVM's
+** AlwaysPreTouch idea). Costs `bytes` of resident memory per thread kind from the start.
+*/
+#include <string.h>
+#include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include "heap.h"
+
+#define PIECE ((size_t)1 << 20) /* below the mmap threshold set here: from the heap */
+#define MAX_PIECES 256
+#define MMAP_AT ((size_t)4 << 20)
+
+#ifdef __GLIBC__
+/* One write a page, through a volatile pointer: a memset of 0 after malloc becomes calloc (or
+** is dropped with the free) under the optimizer, and calloc skips fresh pages. */
+static void touch(void *block) {
+  volatile char *c = block;
+  size_t i;
+  for (i = 0; i < PIECE; i += 4096) c[i] = 1;
+}
+#endif
+
+void dx__heap_prefault(int role, size_t bytes) {
+#ifdef __GLIBC__
+  static int done[2], tuned;
+  void *p[MAX_PIECES];
+  size_t n = 0, i;
+  if (bytes == 0 || role < 0 || role > 1 || __atomic_exchange_n(&done[role], 1, __ATOMIC_ACQ_REL))
+    return;
+  if (!__atomic_exchange_n(&tuned, 1, __ATOMIC_ACQ_REL)) {
+    /* Fixed thresholds (setting one turns glibc's sliding ones off): blocks under 4 MiB come
+    ** from the heap, and a free keeps what was touched unless twice the prefault lies unused
+    ** at the top. */
+    size_t trim = 2 * bytes < 2 * MMAP_AT ? 2 * MMAP_AT : 2 * bytes;
+    mallopt(M_MMAP_THRESHOLD, (int)MMAP_AT);
+    mallopt(M_TRIM_THRESHOLD, trim > (size_t)1 << 30 ? 1 << 30 : (int)trim);
+  }
+  {
+    /* pieces until the heap grew by `bytes` (memory it had free already was touched before),
+    ** at most twice that in all */
+    struct mallinfo2 m0 = mallinfo2(), m;
+    size_t cap = 2 * (bytes / PIECE) + 1;
+    if (cap > MAX_PIECES) cap = MAX_PIECES;
+    while (n < cap && (p[n] = malloc(PIECE)) != NULL) {
+      touch(p[n++]);
+      m = mallinfo2();
+      if (m.arena >= m0.arena + bytes) break;
+    }
+  }
+  for (i = n; i-- > 0;) free(p[i]);
+#else
+  (void)role;
+  (void)bytes;
+#endif
+}
