@@ -257,24 +257,6 @@ DX_TEST(lmdb_zero_length_data_is_damaged_not_empty) {
   free(store);
 }
 
-/* Bytes up to the last page in use (the newer meta page's last page; 4 KiB pages): data.mdb
-** may be longer (zeros written ahead of the pages, map.c "growing data.mdb ahead"), so a cut
-** that damages the store is one below this. */
-static off_t pages_end(const char *data_mdb) {
-  unsigned char m[2][136];
-  uint64_t last[2] = {0, 0}, txn[2] = {0, 0};
-  int fd = open(data_mdb, O_RDONLY), i, j;
-  ASSERT(fd >= 0);
-  for (i = 0; i < 2; i++) {
-    ASSERT(pread(fd, m[i], sizeof m[i], (off_t)i * 4096 + 16) == (ssize_t)sizeof m[i]);
-    for (j = 7; j >= 0; j--) {
-      last[i] = last[i] << 8 | m[i][120 + j];
-      txn[i] = txn[i] << 8 | m[i][128 + j];
-    }
-  }
-  close(fd);
-  return (off_t)(last[txn[1] > txn[0]] + 1) * 4096;
-}
 
 DX_TEST(lmdb_truncated_data_is_an_error_not_sigbus) {
   char *store = new_store("trunc");
@@ -288,7 +270,7 @@ DX_TEST(lmdb_truncated_data_is_an_error_not_sigbus) {
     completed_instance(p, id, "\"some output that takes a little room in the store\"");
   }
   /* truncated while open: the next call reports it */
-  ASSERT(truncate(data_path(store), pages_end(data_path(store)) / 2) == 0);
+  ASSERT(truncate(data_path(store), dx_test_lmdb_pages_end(data_path(store)) / 2) == 0);
   ASSERT_EQ(M(p)->get_instance_info(p, "inst-59", &info, &err), DX_ECORRUPT);
   ASSERT_CONTAINS(err.msg, store);
   ASSERT_CONTAINS(err.msg, "truncated");

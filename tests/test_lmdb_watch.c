@@ -92,29 +92,11 @@ static void data_path(char *out, size_t n, const char *store, const char *file) 
   snprintf(out, n, "%s/%s", store, file);
 }
 
-/* Bytes up to the last page in use (the newer meta page's last page; 4 KiB pages): data.mdb
-** may be longer (zeros written ahead of the pages, map.c "growing data.mdb ahead"), so a cut
-** that damages the store is one below this. */
-static off_t pages_end(const char *data_mdb) {
-  unsigned char m[2][136];
-  uint64_t last[2] = {0, 0}, txn[2] = {0, 0};
-  int fd = open(data_mdb, O_RDONLY), i, j;
-  ASSERT(fd >= 0);
-  for (i = 0; i < 2; i++) {
-    ASSERT(pread(fd, m[i], sizeof m[i], (off_t)i * 4096 + 16) == (ssize_t)sizeof m[i]);
-    for (j = 7; j >= 0; j--) {
-      last[i] = last[i] << 8 | m[i][120 + j];
-      txn[i] = txn[i] << 8 | m[i][128 + j];
-    }
-  }
-  close(fd);
-  return (off_t)(last[txn[1] > txn[0]] + 1) * 4096;
-}
 
 static void truncate_half(const char *store) {
   char path[600];
   data_path(path, sizeof path, store, "data.mdb");
-  if (truncate(path, pages_end(path) / 2) != 0) _exit(3);
+  if (truncate(path, dx_test_lmdb_pages_end(path) / 2) != 0) _exit(3);
 }
 
 static void writer_child(const char *store) {

@@ -2,6 +2,7 @@
 #include "testlib.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <time.h>
 
@@ -69,4 +70,20 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   return failed ? 1 : 0;
+}
+
+off_t dx_test_lmdb_pages_end(const char *data_mdb) {
+  unsigned char m[2][136];
+  uint64_t last[2] = {0, 0}, txn[2] = {0, 0};
+  int fd = open(data_mdb, O_RDONLY), i, j;
+  ASSERT(fd >= 0);
+  for (i = 0; i < 2; i++) { /* meta pages 0 and 1: last page at 120, txn id at 128 (+16) */
+    ASSERT(pread(fd, m[i], sizeof m[i], (off_t)i * 4096 + 16) == (ssize_t)sizeof m[i]);
+    for (j = 7; j >= 0; j--) {
+      last[i] = last[i] << 8 | m[i][120 + j];
+      txn[i] = txn[i] << 8 | m[i][128 + j];
+    }
+  }
+  close(fd);
+  return (off_t)(last[txn[1] > txn[0]] + 1) * 4096;
 }

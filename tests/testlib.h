@@ -73,5 +73,9 @@ extern int dx_tests_n;
 const char *dx_test_tmpdir(void);
 /* Directory of the build tree (DX_BUILD_DIR env or "."). */
 const char *dx_test_build_dir(void);
+/* Bytes of an LMDB data.mdb up to its last page in use (the newer meta page's last page; 4 KiB
+** pages): the file may be longer (zeros written ahead of the pages, lmdb/map.c "growing
+** data.mdb ahead"), so a cut that damages the store is one below this. */
+off_t dx_test_lmdb_pages_end(const char *data_mdb);
 
 #endif
