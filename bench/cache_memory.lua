@@ -12,7 +12,9 @@ duroxide.orchestration("Waits", function(ctx)
   local a = ctx:schedule_wait("go"):await()
   return a
 end)
-local rt = duroxide.runtime({ store = store, log_level = "warn", orchestration_cache_size = cache, no_sync = true })
+-- (no heap prefault: its touched pages would hold the first instances and flatter the growth)
+local rt = duroxide.runtime({ store = store, log_level = "warn", orchestration_cache_size = cache,
+                             no_sync = true, heap_prefault = 0 })
 rt:start()
 local client = duroxide.client({ store = store })
 -- warm up: the first instances grow pools that are not per instance
