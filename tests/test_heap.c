@@ -1,6 +1,6 @@
 /*
 ** test_heap.c -- the heap prefault (core/src/heap.c): a prefault touches the pages it asks
-** for, once per role, and the thread's later allocations reuse them instead of faulting; 0
+** for (again: the pages kept, no new ones), and the thread's later allocations reuse them instead of faulting; 0
 ** touches nothing (the control: the same allocations then fault). Fault counts come from
 ** getrusage (each test runs in a fresh forked child). The reuse checks are skipped under
 ** AddressSanitizer, whose allocator keeps freed memory in quarantine.
@@ -60,11 +60,11 @@ DX_TEST(heap_prefault_touches_its_pages_once_and_a_burst_reuses_them) {
   void **v;
   size_t n;
   long f0 = faults(), touched, again, later;
-  dx__heap_prefault(DX_HEAP_LOOP, 8 * MIB);
+  dx__heap_prefault(8 * MIB);
   touched = faults() - f0;
   ASSERT(touched >= 1500); /* 8 MiB are 2048 pages; a fresh child had almost none of them */
   f0 = faults();
-  dx__heap_prefault(DX_HEAP_LOOP, 8 * MIB); /* once per role */
+  dx__heap_prefault(8 * MIB); /* again (a later runtime): the kept pages, written again */
   again = faults() - f0;
   ASSERT(again < 50);
   later = burst(6 * MIB, &v, &n);
@@ -77,7 +77,7 @@ DX_TEST(heap_prefault_of_zero_touches_nothing_and_a_burst_faults) {
   void **v;
   size_t n;
   long f0 = faults(), later;
-  dx__heap_prefault(DX_HEAP_LOOP, 0);
+  dx__heap_prefault(0);
   ASSERT(faults() - f0 < 10);
   later = burst(6 * MIB, &v, &n);
   ASSERT_EQ(n, (size_t)6 * 1024);
@@ -89,7 +89,7 @@ static void *store_role(void *arg) {
   long *out = arg, f0 = faults();
   void **v;
   size_t n;
-  dx__heap_prefault(DX_HEAP_STORE, 8 * MIB); /* this thread's own arena */
+  dx__heap_prefault(8 * MIB); /* this thread's own arena */
   out[0] = faults() - f0;
   out[1] = burst(6 * MIB, &v, &n);
   burst_free(v, n);

@@ -2,7 +2,7 @@
 ** heap.c -- prefault the allocator's heap (issue 12): a fresh worker's first burst took ~1600
 ** first-touch page faults (fanout N=200), each a trip through the kernel (and on a VM the
 ** host); touched once at start, a burst's allocations reuse those pages (the JVM's
-** AlwaysPreTouch idea). Costs `bytes` of resident memory per thread kind from the start.
+** AlwaysPreTouch idea). Costs `bytes` of resident memory per thread from the start.
 */
 #include <string.h>
 #include <stdlib.h>
@@ -26,13 +26,12 @@ static void touch(void *block) {
 }
 #endif
 
-void dx__heap_prefault(int role, size_t bytes) {
+void dx__heap_prefault(size_t bytes) {
 #ifdef __GLIBC__
-  static int done[2], tuned;
+  static int tuned;
   void *p[MAX_PIECES];
   size_t n = 0, i;
-  if (bytes == 0 || role < 0 || role > 1 || __atomic_exchange_n(&done[role], 1, __ATOMIC_ACQ_REL))
-    return;
+  if (bytes == 0) return;
   if (!__atomic_exchange_n(&tuned, 1, __ATOMIC_ACQ_REL)) {
     /* Fixed thresholds (setting one turns glibc's sliding ones off): blocks under 4 MiB come
     ** from the heap, and a free keeps what was touched unless twice the prefault lies unused
@@ -41,21 +40,11 @@ void dx__heap_prefault(int role, size_t bytes) {
     mallopt(M_MMAP_THRESHOLD, (int)MMAP_AT);
     mallopt(M_TRIM_THRESHOLD, trim > (size_t)1 << 30 ? 1 << 30 : (int)trim);
   }
-  {
-    /* pieces until the heap grew by `bytes` (memory it had free already was touched before),
-    ** at most twice that in all */
-    struct mallinfo2 m0 = mallinfo2(), m;
-    size_t cap = 2 * (bytes / PIECE) + 1;
-    if (cap > MAX_PIECES) cap = MAX_PIECES;
-    while (n < cap && (p[n] = malloc(PIECE)) != NULL) {
-      touch(p[n++]);
-      m = mallinfo2();
-      if (m.arena >= m0.arena + bytes) break;
-    }
-  }
+  /* Pages the heap holds already (an earlier runtime's, freed and kept) are only written
+  ** again: a start after the first costs microseconds. */
+  for (; n < MAX_PIECES && n * PIECE < bytes && (p[n] = malloc(PIECE)) != NULL; n++) touch(p[n]);
   for (i = n; i-- > 0;) free(p[i]);
 #else
-  (void)role;
   (void)bytes;
 #endif
 }

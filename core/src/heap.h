@@ -7,13 +7,11 @@
 #include <stddef.h>
 
 /* Touch `bytes` of the calling thread's malloc heap and leave them to the allocator, so later
-** allocations of this thread reuse touched pages instead of taking a page fault each. The first
-** call with bytes > 0 also fixes glibc's mmap and trim thresholds (process-wide) so freed
-** memory stays in the heap. At most once per `role` (a small index: each worker thread kind
-** once per process; later runtimes' threads reuse the same arenas). 0: nothing, no settings
-** changed. No-op where the C library is not glibc. Thread-safe. */
-void dx__heap_prefault(int role, size_t bytes);
-
-enum { DX_HEAP_LOOP = 0, DX_HEAP_STORE = 1 };
+** allocations of this thread reuse touched pages instead of taking a page fault each. Called
+** at every runtime start, by its loop thread and by its store thread (pages the heap kept
+** from an earlier call are only written again). The first call with bytes > 0 also fixes
+** glibc's mmap and trim thresholds (process-wide) so freed memory stays in the heap. 0:
+** nothing, no settings changed. No-op where the C library is not glibc. Thread-safe. */
+void dx__heap_prefault(size_t bytes);
 
 #endif

@@ -806,7 +806,7 @@ int dx_runtime_start(dx_runtime_t *rt, dx_error_t *err) {
   if (rt->stopping) return dx_error_set(err, DX_ECLOSED, "runtime is stopped");
   if (rt->started) return dx_error_set(err, DX_ESTATE, "runtime already started");
   dx__log_set_worker(rt->worker_id);
-  dx__heap_prefault(DX_HEAP_LOOP, (size_t)rt->opts.heap_prefault); /* (this is the loop's thread) */
+  dx__heap_prefault((size_t)rt->opts.heap_prefault); /* (this is the loop's thread) */
   memset(&cfg, 0, sizeof cfg);
   cfg.provider = rt->provider;
   cfg.heap_prefault = (size_t)rt->opts.heap_prefault;

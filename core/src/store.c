@@ -599,7 +599,7 @@ static void await_delivery(dx_store_t *s) {
 static void store_main(void *arg) {
   dx_store_t *s = arg;
   dx__log_set_worker(s->cfg.worker_id);
-  dx__heap_prefault(DX_HEAP_STORE, s->cfg.heap_prefault);
+  dx__heap_prefault(s->cfg.heap_prefault);
   uv_mutex_lock(&s->mu);
   for (;;) {
     dx_store_op_t *ops;
