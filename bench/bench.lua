@@ -280,6 +280,9 @@ end
 -- measured): one-turn orchestrations, started in batches.
 local prefill_s = 0
 local function setup()
+  -- Dirty pages left by whatever ran before (the peer's SQLite does not fsync its commits) are
+  -- flushed first, not written back during this run's fsyncs.
+  os.execute("sync")
   if opts.prefill > 0 then
     rt = duroxide.runtime(runtime_opts({ no_sync = true }))
     rt:start()
