@@ -27,6 +27,18 @@
 
 #define MIB ((size_t)1 << 20)
 
+/* With transparent huge pages always on, one fault may map 2 MiB: the counts of pages touched
+** are then no measure (the reuse checks still are). */
+static int small_pages(void) {
+  char buf[128] = "";
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (f) {
+    if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+    fclose(f);
+  }
+  return strstr(buf, "[always]") == NULL;
+}
+
 static long faults(void) {
   struct rusage r;
   getrusage(RUSAGE_THREAD, &r);
@@ -62,7 +74,7 @@ DX_TEST(heap_prefault_touches_its_pages_once_and_a_burst_reuses_them) {
   long f0 = faults(), touched, again, later;
   dx__heap_prefault(8 * MIB);
   touched = faults() - f0;
-  ASSERT(touched >= 1500); /* 8 MiB are 2048 pages; a fresh child had almost none of them */
+  if (small_pages()) ASSERT(touched >= 1500); /* 8 MiB are 2048 pages; a fresh child had few */
   f0 = faults();
   dx__heap_prefault(8 * MIB); /* again (a later runtime): the kept pages, written again */
   again = faults() - f0;
@@ -81,7 +93,7 @@ DX_TEST(heap_prefault_of_zero_touches_nothing_and_a_burst_faults) {
   ASSERT(faults() - f0 < 10);
   later = burst(6 * MIB, &v, &n);
   ASSERT_EQ(n, (size_t)6 * 1024);
-  if (REUSE_CHECKS) ASSERT(later >= 1000); /* the control: fresh pages fault */
+  if (REUSE_CHECKS && small_pages()) ASSERT(later >= 1000); /* the control: fresh pages fault */
   burst_free(v, n);
 }
 
@@ -101,7 +113,7 @@ DX_TEST(heap_prefault_on_another_thread_touches_that_threads_heap) {
   long got[2] = {0, 0};
   ASSERT_EQ(pthread_create(&t, NULL, store_role, got), 0);
   ASSERT_EQ(pthread_join(t, NULL), 0);
-  ASSERT(got[0] >= 1500);
+  if (small_pages()) ASSERT(got[0] >= 1500);
   if (REUSE_CHECKS) ASSERT(got[1] < 300);
 }
 
