@@ -319,6 +319,14 @@ describe("hostile orchestration code", function()
         "this future belongs to a finished orchestration turn or to another instance" },
       { "cancels A's future", function(s) return s.f:cancel() end,
         "this future belongs to a finished orchestration turn or to another instance" },
+      -- a retry's future: its state is context.lua's (B once marked it cancelled before the
+      -- ownership check refused B, and A's kept coroutine then got "Cancelled")
+      { "cancels A's retry future", function(s) return s.r:cancel() end,
+        "this future belongs to a finished orchestration turn or to another instance" },
+      { "awaits A's retry future", function(s) return s.r:await() end,
+        "this future belongs to a finished orchestration turn or to another instance" },
+      { "asks whether A's retry future is ready", function(s) return s.r:is_ready() end,
+        "this future belongs to a finished orchestration turn or to another instance" },
     }
     for _, mode in ipairs(modes) do
       for _, attack in ipairs(attacks) do
@@ -329,11 +337,12 @@ describe("hostile orchestration code", function()
           local echo = env:activity("Echo", function(_, v) return v end)
           local a = env:orchestration("StashCtxA", function(ctx)
             local f, g = ctx:schedule_activity(echo, "f"), ctx:schedule_timer(1)
-            stash.ctx, stash.f, stash.g = ctx, f, g -- A itself uses its locals
+            local r = ctx:schedule_activity_with_retry(echo, "r", { max_attempts = 2 })
+            stash.ctx, stash.f, stash.g, stash.r = ctx, f, g, r -- A itself uses its locals
             local got = ctx:schedule_wait("go"):await()
             return { got = got, id = ctx.instance_id, exec = ctx.execution_id,
                      echo = assert(ctx:schedule_activity(echo, "a"):await()),
-                     f = assert(f:await()), g = g:await() == nil }
+                     f = assert(f:await()), g = g:await() == nil, r = assert(r:await()) }
           end)
           local b = env:orchestration("StashCtxB", function() return attack[2](stash) end)
           local id = env:start(a)
@@ -342,7 +351,7 @@ describe("hostile orchestration code", function()
           assert(env.client:raise_event(id, "go", 7))
           local sa = env:wait(id)
           assert.are.equal("Completed", sa.status, sa.error and sa.error.message)
-          assert.are.same({ got = 7, id = id, exec = 1, echo = "a", f = "f", g = true },
+          assert.are.same({ got = 7, id = id, exec = 1, echo = "a", f = "f", g = true, r = "r" },
                           sa.output)
           assert.are.equal("Failed", sb.status)
           assert.matches(attack[3], sb.error.message, 1, true)

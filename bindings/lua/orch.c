@@ -318,10 +318,13 @@ static char park_key;
 ** or rawset its token, flags or ctx: another instance holding it (stashed in a shared
 ** upvalue) cannot make it resolve as some other future, and a kept coroutine's futures stay
 ** what a replay's are. User value 1: the box whose turn it polls (kept alive: a freed box's
-** address could come back as another instance's), or a retry's private state table. */
+** address could come back as another instance's); a retry's: its private state table, and
+** user value 2 the box of the instance it belongs to (only that instance reads or cancels it:
+** another one marking it cancelled would make a kept coroutine disagree with a replay). */
 typedef struct {
   uint64_t token;   /* its action's token in the turn (0: a retry) */
-  turn_box_t *box;  /* NULL: a retry */
+  turn_box_t *box;  /* the instance's box (its owner) */
+  int retry;        /* a retry's future (context.lua runs it) */
   int cancelled;    /* withdrawn by Future:cancel */
 } fut_t;
 
@@ -339,7 +342,7 @@ static fut_t *to_future(dxl_state_t *S, lua_State *L, int idx) {
 ** not cancelled nor a retry. 0: none. */
 static uint64_t future_token(dxl_state_t *S, lua_State *co, int idx) {
   fut_t *f = to_future(S, co, idx);
-  return f && f->box && !f->cancelled ? f->token : 0;
+  return f && !f->retry && !f->cancelled ? f->token : 0;
 }
 
 /* The code suspended with nres values on its stack: a library wait's (PARK, token) or (PARK,
@@ -608,6 +611,7 @@ static void push_future(lua_State *L, dxl_state_t *S, turn_box_t *b, uint64_t to
   fut_t *f = lua_newuserdatauv(L, sizeof *f, 1);
   f->token = token;
   f->box = b;
+  f->retry = 0;
   f->cancelled = 0;
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->fut_mt_ref);
   lua_setmetatable(L, -2);
@@ -700,7 +704,7 @@ static fut_t *check_future(lua_State *L) {
   return f;
 }
 
-/* The plain future f's box: the running instance's own, while its turn lasts. */
+/* The future f's box: the running instance's own, while its turn lasts (else raises). */
 static turn_box_t *future_box(lua_State *L, fut_t *f) {
   if (f->box == running_box && f->box->t) return f->box;
   lua_pushliteral(L, "this future belongs to a finished orchestration turn or to another "
@@ -718,11 +722,11 @@ static int p_fpoll(lua_State *L) {
   const dx_failure_t *fail = NULL;
   uint64_t order = 0;
   int st;
-  if (!f->box || f->cancelled) {
+  b = future_box(L, f);
+  if (f->retry || f->cancelled) {
     lua_pushinteger(L, FUT_SPECIAL);
     return 1;
   }
-  b = future_box(L, f);
   st = dx_turn_poll(b->t, f->token, &data, &fail, &order);
   lua_pushinteger(L, st);
   if (st == DX_FUT_OK) {
@@ -795,12 +799,12 @@ static int p_fcancel(lua_State *L) {
   fut_t *f = check_future(L);
   turn_box_t *b;
   int drop = lua_toboolean(L, 2);
-  if (!f->box) return luaL_error(L, "cancel: a retry future is cancelled by context.lua");
+  if (f->retry) return luaL_error(L, "cancel: a retry future is cancelled by context.lua");
+  b = future_box(L, f);
   if (f->cancelled && !drop) {
     lua_pushboolean(L, 1);
     return 1;
   }
-  b = future_box(L, f);
   if (!drop && dx_turn_poll(b->t, f->token, NULL, NULL, NULL) != DX_FUT_PENDING) {
     lua_pushboolean(L, 0);
     return 1;
@@ -815,24 +819,28 @@ static int p_fcancel(lua_State *L) {
 ** state table, which C.fstate gives back. */
 static int p_fretry(lua_State *L) {
   dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(1));
-  fut_t *f;
-  check_box(L);
-  f = lua_newuserdatauv(L, sizeof *f, 1);
+  turn_box_t *b = check_box(L);
+  fut_t *f = lua_newuserdatauv(L, sizeof *f, 2);
   f->token = 0;
-  f->box = NULL;
+  f->box = b;
+  f->retry = 1;
   f->cancelled = 0;
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->fut_mt_ref);
   lua_setmetatable(L, -2);
+  lua_pushvalue(L, 1);
+  lua_setiuservalue(L, -2, 2);
   lua_createtable(L, 0, 4);
   lua_pushvalue(L, -1);
   lua_setiuservalue(L, -3, 1);
   return 2;
 }
 
-/* C.fstate(future) -> a retry's state table, nil for any other future */
+/* C.fstate(future) -> a retry's state table (only for the instance it belongs to), nil for
+** any other future */
 static int p_fstate(lua_State *L) {
   fut_t *f = check_future(L);
-  if (f->box) return 0;
+  if (!f->retry) return 0;
+  future_box(L, f);
   lua_getiuservalue(L, 1, 1);
   return 1;
 }
