@@ -518,7 +518,11 @@ static turn_box_t *check_box(lua_State *L) {
   turn_box_t *b = lua_touserdata(L, 1);
   if (b && b == running_box && b->t && lua_type(L, 1) == LUA_TUSERDATA) return b;
   /* no position: luaL_error's would name context.lua, not the caller */
-  lua_pushliteral(L, "this ctx belongs to a finished orchestration turn or to another "
+  if (lua_type(L, 1) == LUA_TTABLE) /* a wrapper ({} with __index = ctx) worked before ctx
+                                    ** became read-only: say what is wanted */
+    lua_pushliteral(L, "expected the ctx itself (a duroxide.Context), got a table: call its "
+                       "methods on the ctx the orchestration was given, not on a wrapper");
+  else lua_pushliteral(L, "this ctx belongs to a finished orchestration turn or to another "
                      "instance; use the ctx passed to the running orchestration");
   return lua_error(L), NULL;
 }

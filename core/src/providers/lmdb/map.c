@@ -302,7 +302,7 @@ static void make_room(shared_env_t *se, size_t used) {
 ** appends as before); zeros it wrote stay, as unused pages. */
 
 #define FILL_MIN ((size_t)1 << 20)
-#define FILL_MAX ((size_t)16 << 20)
+#define FILL_MAX ((size_t)4 << 20) /* (written under the write lock: other writers wait) */
 size_t dx__lm_fill_from = (size_t)128 << 10;
 int dx__lm_fill_fault;
 
