@@ -610,17 +610,20 @@ static const char *session_id_arg(lua_State *L) {
   return sid;
 }
 
-/* [-0, +1, m] A new future of the action `token` in box b's turn (argument 1, the ctx). */
-static void push_future(lua_State *L, dxl_state_t *S, turn_box_t *b, uint64_t token) {
-  fut_t *f = lua_newuserdatauv(L, sizeof *f, 1);
+/* [-0, +1, m] A new future of the action `token` in box b's turn (argument 1, the ctx), or
+** (retry) a retry's, whose user value 1 the caller sets. */
+static fut_t *push_future(lua_State *L, dxl_state_t *S, turn_box_t *b, uint64_t token,
+                          int retry) {
+  fut_t *f = lua_newuserdatauv(L, sizeof *f, retry ? 2 : 1);
   f->token = token;
   f->box = b;
-  f->retry = 0;
+  f->retry = retry;
   f->cancelled = 0;
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->fut_mt_ref);
   lua_setmetatable(L, -2);
   lua_pushvalue(L, 1);
-  lua_setiuservalue(L, -2, 1);
+  lua_setiuservalue(L, -2, retry ? 2 : 1);
+  return f;
 }
 
 /* C.emit(box, kind, name, input, session_id, instance, version, delay_ms, on_moved_fail,
@@ -693,7 +696,7 @@ static int emit_impl(lua_State *L, int future) {
     push_json(L, value, "recorded value");
     return 1;
   }
-  if (future && token) push_future(L, b->inst->S, b, token);
+  if (future && token) push_future(L, b->inst->S, b, token, 0);
   else lua_pushinteger(L, (lua_Integer)token);
   return 1;
 }
@@ -823,16 +826,7 @@ static int p_fcancel(lua_State *L) {
 ** state table, which C.fstate gives back. */
 static int p_fretry(lua_State *L) {
   dxl_state_t *S = lua_touserdata(L, lua_upvalueindex(1));
-  turn_box_t *b = check_box(L);
-  fut_t *f = lua_newuserdatauv(L, sizeof *f, 2);
-  f->token = 0;
-  f->box = b;
-  f->retry = 1;
-  f->cancelled = 0;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, S->fut_mt_ref);
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, 1);
-  lua_setiuservalue(L, -2, 2);
+  push_future(L, S, check_box(L), 0, 1);
   lua_createtable(L, 0, 4);
   lua_pushvalue(L, -1);
   lua_setiuservalue(L, -3, 1);
